@@ -1,0 +1,297 @@
+//! The one error type of the library.
+//!
+//! Every failure any surface reports is a [`LockError`]: a stable [`ErrorCode`]
+//! (its string form is what Node sees as `error.code` and what C sees through
+//! `dokebi_lock_error_code_name`), a human message, a `fix` sentence, optional
+//! structured `details` and an optional `cause`. Surfaces map this type once and
+//! never invent codes of their own.
+//!
+//! Messages never contain a lock key: keys may carry user data (e-mail
+//! addresses, order numbers) and errors end up in logs.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The stable code of a [`LockError`].
+///
+/// The numeric values are part of the C ABI (`DOKEBI_LOCK_<CODE>`); new codes
+/// are only ever appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ErrorCode {
+    InvalidOptions = 1,
+    InvalidKey = 2,
+    UnknownBackend = 3,
+    UnknownConnection = 4,
+    Closed = 5,
+    LockBusy = 6,
+    KeyLimit = 7,
+    QueueFull = 8,
+    Aborted = 9,
+    WaitTimeout = 10,
+    DriverNotInstalled = 11,
+    DriverInvalid = 12,
+    ProviderFailed = 13,
+    OutcomeUnknown = 14,
+    LeaseLost = 15,
+    CleanupFailed = 16,
+    CleanupTimeout = 17,
+    UnknownDriver = 18,
+    DriverConflict = 19,
+    InvalidEntry = 20,
+    InvalidExtension = 21,
+    InvalidPluginOptions = 22,
+    /// A per-call argument (not a configuration option) has the wrong type or
+    /// range: a NaN timeout, a `signal` that is not an `AbortSignal`, a NULL
+    /// handle passed through C.
+    InvalidArgument = 23,
+}
+
+impl ErrorCode {
+    /// Every code, in ABI order.
+    pub const ALL: [ErrorCode; 23] = [
+        ErrorCode::InvalidOptions,
+        ErrorCode::InvalidKey,
+        ErrorCode::UnknownBackend,
+        ErrorCode::UnknownConnection,
+        ErrorCode::Closed,
+        ErrorCode::LockBusy,
+        ErrorCode::KeyLimit,
+        ErrorCode::QueueFull,
+        ErrorCode::Aborted,
+        ErrorCode::WaitTimeout,
+        ErrorCode::DriverNotInstalled,
+        ErrorCode::DriverInvalid,
+        ErrorCode::ProviderFailed,
+        ErrorCode::OutcomeUnknown,
+        ErrorCode::LeaseLost,
+        ErrorCode::CleanupFailed,
+        ErrorCode::CleanupTimeout,
+        ErrorCode::UnknownDriver,
+        ErrorCode::DriverConflict,
+        ErrorCode::InvalidEntry,
+        ErrorCode::InvalidExtension,
+        ErrorCode::InvalidPluginOptions,
+        ErrorCode::InvalidArgument,
+    ];
+
+    /// The stable string form, e.g. `"WAIT_TIMEOUT"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidOptions => "INVALID_OPTIONS",
+            ErrorCode::InvalidKey => "INVALID_KEY",
+            ErrorCode::UnknownBackend => "UNKNOWN_BACKEND",
+            ErrorCode::UnknownConnection => "UNKNOWN_CONNECTION",
+            ErrorCode::Closed => "CLOSED",
+            ErrorCode::LockBusy => "LOCK_BUSY",
+            ErrorCode::KeyLimit => "KEY_LIMIT",
+            ErrorCode::QueueFull => "QUEUE_FULL",
+            ErrorCode::Aborted => "ABORTED",
+            ErrorCode::WaitTimeout => "WAIT_TIMEOUT",
+            ErrorCode::DriverNotInstalled => "DRIVER_NOT_INSTALLED",
+            ErrorCode::DriverInvalid => "DRIVER_INVALID",
+            ErrorCode::ProviderFailed => "PROVIDER_FAILED",
+            ErrorCode::OutcomeUnknown => "OUTCOME_UNKNOWN",
+            ErrorCode::LeaseLost => "LEASE_LOST",
+            ErrorCode::CleanupFailed => "CLEANUP_FAILED",
+            ErrorCode::CleanupTimeout => "CLEANUP_TIMEOUT",
+            ErrorCode::UnknownDriver => "UNKNOWN_DRIVER",
+            ErrorCode::DriverConflict => "DRIVER_CONFLICT",
+            ErrorCode::InvalidEntry => "INVALID_ENTRY",
+            ErrorCode::InvalidExtension => "INVALID_EXTENSION",
+            ErrorCode::InvalidPluginOptions => "INVALID_PLUGIN_OPTIONS",
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+        }
+    }
+
+    /// Parses the string form back into a code.
+    pub fn from_name(name: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|code| code.as_str() == name)
+    }
+
+    /// One sentence telling the user what to do about this code.
+    pub const fn fix(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidOptions => "Correct the options listed in details.issues; each entry names the path and the problem.",
+            ErrorCode::InvalidKey => "Pass a non-empty, well-formed string key whose UTF-8 length is at most maxKeyBytes.",
+            ErrorCode::UnknownBackend => "Use one of the names configured under dokebi-lock.backends (provider.names() lists them).",
+            ErrorCode::UnknownConnection => "Define the connection under dokebi-redis.connections or point the backend at an existing one.",
+            ErrorCode::Closed => "The lock provider was closed; open a new provider or stop calling it during shutdown.",
+            ErrorCode::LockBusy => "The key is held and waitTimeoutMs was 0; retry later or wait with a positive waitTimeoutMs.",
+            ErrorCode::KeyLimit => "Too many leases are held at once; release leases sooner or raise maxKeys (local) or maxLeases (redis).",
+            ErrorCode::QueueFull => "Too many acquires are waiting; shed load, retry later, or raise maxWaiters.",
+            ErrorCode::Aborted => "The caller's signal aborted the acquire; nothing is held.",
+            ErrorCode::WaitTimeout => "The key stayed held for the whole wait; raise waitTimeoutMs or shorten the critical sections holding it.",
+            ErrorCode::DriverNotInstalled => "Install the driver package: npm install @dokebi/lock-redis.",
+            ErrorCode::DriverInvalid => "A driver factory must return { view, close() } where view offers acquire(key, options).",
+            ErrorCode::ProviderFailed => "Redis could not be reached or refused the command; check the connection url, credentials and server health (see cause).",
+            ErrorCode::OutcomeUnknown => "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.",
+            ErrorCode::LeaseLost => "The lease expired or was taken over before it was released; the critical section may have overlapped another holder, so rely on fencing tokens and consider a longer leaseMs.",
+            ErrorCode::CleanupFailed => "A lease could not be released during shutdown; it expires by itself after leaseMs.",
+            ErrorCode::CleanupTimeout => "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.",
+            ErrorCode::UnknownDriver => "Use driver: local, driver: redis, or a driver your entry module exports under drivers.",
+            ErrorCode::DriverConflict => "Give every driver a unique name that does not redefine local or redis.",
+            ErrorCode::InvalidEntry => "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.",
+            ErrorCode::InvalidExtension => "A LockExtension subclass takes no constructor parameters and overrides only dependencies, createDriver and wrapBackend.",
+            ErrorCode::InvalidPluginOptions => "Correct the plugin options; the cause lists each problem in details.issues.",
+            ErrorCode::InvalidArgument => "Pass arguments of the documented types: finite non-negative integer timeouts, an AbortSignal, a live handle.",
+        }
+    }
+
+    /// True for codes caused by load or shutdown that a caller may retry
+    /// later without changing anything (web hosts answer these with 503).
+    pub const fn is_transient(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::QueueFull
+                | ErrorCode::KeyLimit
+                | ErrorCode::Closed
+                | ErrorCode::ProviderFailed
+                | ErrorCode::OutcomeUnknown
+        )
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem found while validating options: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Issue {
+    /// Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`.
+    pub path: String,
+    pub message: String,
+}
+
+/// The underlying failure of a [`LockError`] (for example the Redis error).
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The error every operation of the library returns.
+#[derive(Clone)]
+pub struct LockError {
+    code: ErrorCode,
+    message: String,
+    details: Option<serde_json::Value>,
+    cause: Option<Cause>,
+}
+
+impl LockError {
+    /// An error with `code` and a message that must not contain a key.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> LockError {
+        LockError { code, message: message.into(), details: None, cause: None }
+    }
+
+    /// `INVALID_OPTIONS` listing every problem in `details.issues`.
+    pub fn invalid_options(issues: Vec<Issue>) -> LockError {
+        let summary = match issues.as_slice() {
+            [one] => format!("invalid options: {}: {}", one.path, one.message),
+            many => format!("invalid options: {} problems, first {}: {}", many.len(), many[0].path, many[0].message),
+        };
+        LockError::new(ErrorCode::InvalidOptions, summary)
+            .with_details(serde_json::json!({ "issues": issues }))
+    }
+
+    pub fn with_details(mut self, details: serde_json::Value) -> LockError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> LockError {
+        self.cause = Some(Arc::new(cause));
+        self
+    }
+
+    pub fn with_shared_cause(mut self, cause: Cause) -> LockError {
+        self.cause = Some(cause);
+        self
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn fix(&self) -> &'static str {
+        self.code.fix()
+    }
+
+    pub fn details(&self) -> Option<&serde_json::Value> {
+        self.details.as_ref()
+    }
+
+    pub fn cause(&self) -> Option<&Cause> {
+        self.cause.as_ref()
+    }
+
+    /// The `details.issues` list of an `INVALID_OPTIONS` error.
+    pub fn issues(&self) -> Vec<Issue> {
+        let Some(list) = self.details.as_ref().and_then(|d| d.get("issues")).and_then(|i| i.as_array()) else {
+            return Vec::new();
+        };
+        list.iter()
+            .filter_map(|item| {
+                Some(Issue {
+                    path: item.get("path")?.as_str()?.to_owned(),
+                    message: item.get("message")?.as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockError")
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("details", &self.details)
+            .field("cause", &self.cause.as_ref().map(|c| c.to_string()))
+            .finish()
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for LockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Shorthand for results of this library.
+pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_name_and_has_a_fix() {
+        for (index, code) in ErrorCode::ALL.into_iter().enumerate() {
+            assert_eq!(code as u32, index as u32 + 1, "ABI values are dense and ordered");
+            assert_eq!(ErrorCode::from_name(code.as_str()), Some(code));
+            assert!(code.fix().ends_with('.'), "{code} fix is a sentence");
+        }
+    }
+
+    #[test]
+    fn invalid_options_carries_every_issue() {
+        let err = LockError::invalid_options(vec![
+            Issue { path: "backends.a.maxKeys".into(), message: "must be at least 1".into() },
+            Issue { path: "backends.b".into(), message: "unknown field".into() },
+        ]);
+        assert_eq!(err.code(), ErrorCode::InvalidOptions);
+        assert_eq!(err.issues().len(), 2);
+        assert_eq!(err.issues()[1].path, "backends.b");
+    }
+}

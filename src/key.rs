@@ -1,0 +1,92 @@
+//! Lock key rules, shared by every driver and surface.
+//!
+//! A key is non-empty, well-formed Unicode, and at most `maxKeyBytes` bytes of
+//! UTF-8. Surfaces hand keys over in their native encoding (Rust `&str`, Node
+//! UTF-16, C bytes); each entry point here validates one encoding. Errors never
+//! echo the key.
+
+use crate::error::{ErrorCode, LockError, Result};
+
+/// Checks a key that is already a Rust string (so already valid UTF-8).
+pub fn validate(key: &str, max_key_bytes: usize) -> Result<()> {
+    check_length(key.len(), max_key_bytes)
+}
+
+/// Converts UTF-16 code units (Node strings) into a key; a lone surrogate is
+/// `INVALID_KEY`.
+pub fn from_utf16(units: &[u16], max_key_bytes: usize) -> Result<String> {
+    if units.is_empty() {
+        return Err(empty());
+    }
+    let key = String::from_utf16(units)
+        .map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not well-formed UTF-16 (it contains a lone surrogate)"))?;
+    check_length(key.len(), max_key_bytes)?;
+    Ok(key)
+}
+
+/// Converts raw bytes (C callers) into a key; invalid UTF-8 is `INVALID_KEY`.
+pub fn from_utf8(bytes: &[u8], max_key_bytes: usize) -> Result<&str> {
+    if bytes.is_empty() {
+        return Err(empty());
+    }
+    let key = std::str::from_utf8(bytes)
+        .map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not valid UTF-8"))?;
+    check_length(key.len(), max_key_bytes)?;
+    Ok(key)
+}
+
+fn check_length(len: usize, max_key_bytes: usize) -> Result<()> {
+    if len == 0 {
+        return Err(empty());
+    }
+    if len > max_key_bytes {
+        return Err(LockError::new(
+            ErrorCode::InvalidKey,
+            format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"),
+        )
+        .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes })));
+    }
+    Ok(())
+}
+
+fn empty() -> LockError {
+    LockError::new(ErrorCode::InvalidKey, "key is empty")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_keys_are_invalid_in_every_encoding() {
+        assert_eq!(validate("", 10).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf16(&[], 10).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf8(b"", 10).unwrap_err().code(), ErrorCode::InvalidKey);
+    }
+
+    #[test]
+    fn length_limit_counts_utf8_bytes_not_characters() {
+        // "é" is one UTF-16 unit but two UTF-8 bytes.
+        assert!(validate("éé", 4).is_ok());
+        assert_eq!(validate("ééé", 4).unwrap_err().code(), ErrorCode::InvalidKey);
+        let units: Vec<u16> = "ééé".encode_utf16().collect();
+        assert_eq!(from_utf16(&units, 4).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf16(&units, 6).unwrap(), "ééé");
+    }
+
+    #[test]
+    fn lone_surrogates_are_invalid() {
+        assert_eq!(from_utf16(&[0x61, 0xD800], 100).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf16(&[0xDC00, 0x61], 100).unwrap_err().code(), ErrorCode::InvalidKey);
+        // A proper pair is fine: U+1F600.
+        assert_eq!(from_utf16(&[0xD83D, 0xDE00], 100).unwrap(), "\u{1F600}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_invalid_and_never_echoed() {
+        let err = from_utf8(&[b's', b'e', b'c', 0xFF], 100).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidKey);
+        let err = validate("secret-order-42", 3).unwrap_err();
+        assert!(!err.to_string().contains("secret"));
+    }
+}

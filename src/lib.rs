@@ -1,0 +1,33 @@
+//! dokebi-lock: keyed locks with fencing tokens.
+//!
+//! One core, three surfaces (Rust, Node, C). The `local` driver is a keyed
+//! FIFO mutex inside one process; each lease carries a fencing token that
+//! grows with every acquire of the backend.
+//!
+//! ```
+//! # futures::executor::block_on(async {
+//! use dokebi_lock::{AcquireOptions, Provider};
+//!
+//! let provider = Provider::from_yaml("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      orders: {}\n")?;
+//! let orders = provider.backend("orders")?;
+//! let lease = orders.acquire("order:42", AcquireOptions::default()).await?;
+//! // critical section: pass lease.fence() along with writes to other stores
+//! assert!(lease.release().await?);
+//! provider.close().await;
+//! # Ok::<(), dokebi_lock::LockError>(())
+//! # }).unwrap();
+//! ```
+
+pub mod abort;
+pub mod acquire;
+pub mod error;
+pub mod key;
+pub mod local;
+pub mod options;
+pub mod provider;
+
+pub use abort::{AbortController, AbortSignal};
+pub use acquire::AcquireOptions;
+pub use error::{ErrorCode, Issue, LockError, Result};
+pub use options::Options;
+pub use provider::{Backend, Lease, Provider};

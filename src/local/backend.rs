@@ -1,0 +1,320 @@
+//! The thread-safe local backend: the engine behind a mutex, with an async
+//! acquire for Rust tasks and a blocking acquire for threads (the C surface).
+//!
+//! Cancel safety: dropping an `acquire` future removes its waiter from the
+//! queue; if the key was handed to it in the meantime, the lease is released
+//! again (to the next waiter), so nothing leaks.
+//!
+//! Waiters are woken after the engine mutex is dropped, so a woken task never
+//! contends with the thread that woke it.
+
+use std::future::{poll_fn, Future};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use futures_timer::Delay;
+
+use super::engine::{closed, Acquired, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use crate::abort::{aborted_error, AbortSignal};
+use crate::acquire::AcquireOptions;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::options::LocalOptions;
+
+/// An in-process keyed FIFO mutex with fencing tokens. Cheap to clone: clones
+/// share one state.
+#[derive(Clone)]
+pub struct LocalBackend {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    engine: Mutex<LocalEngine<Arc<WaitSlot>>>,
+}
+
+/// Where a releasing thread leaves a handed-on lease for its waiter.
+#[derive(Default)]
+struct WaitSlot {
+    state: Mutex<SlotState>,
+    granted: Condvar,
+}
+
+#[derive(Default)]
+enum SlotState {
+    #[default]
+    Waiting,
+    WaitingTask(Waker),
+    Granted(LeaseId),
+    Closed,
+    /// The waiter gave up after the engine had already dequeued it.
+    Abandoned,
+    /// The waiter took its outcome.
+    Done,
+}
+
+impl WaitSlot {
+    /// Delivers a lease; false when the waiter is gone and the caller must
+    /// release the lease itself.
+    fn grant(&self, lease: LeaseId) -> bool {
+        self.settle(SlotState::Granted(lease))
+    }
+
+    fn close(&self) {
+        self.settle(SlotState::Closed);
+    }
+
+    fn settle(&self, outcome: SlotState) -> bool {
+        let mut state = lock(&self.state);
+        let previous = std::mem::replace(&mut *state, outcome);
+        match previous {
+            SlotState::Abandoned => {
+                *state = SlotState::Abandoned;
+                false
+            }
+            SlotState::WaitingTask(waker) => {
+                drop(state);
+                waker.wake();
+                true
+            }
+            _ => {
+                drop(state);
+                self.granted.notify_one();
+                true
+            }
+        }
+    }
+
+    /// Takes the outcome if there is one.
+    fn take(&self, state: &mut SlotState) -> Option<Result<LeaseId>> {
+        match std::mem::replace(state, SlotState::Done) {
+            SlotState::Granted(lease) => Some(Ok(lease)),
+            SlotState::Closed => Some(Err(closed())),
+            other => {
+                *state = other;
+                None
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the engine half-updated in a
+    // way later calls could observe worse than the panic itself; keep serving.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LocalBackend {
+    pub fn new(options: LocalOptions) -> Self {
+        LocalBackend { shared: Arc::new(Shared { engine: Mutex::new(LocalEngine::new(options)) }) }
+    }
+
+    pub fn options(&self) -> LocalOptions {
+        *lock(&self.shared.engine).options()
+    }
+
+    /// Takes the key if it is free, else `LOCK_BUSY`; never waits.
+    pub fn try_acquire(&self, key: &str) -> Result<LocalLease> {
+        match lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))? {
+            Acquired::Granted(id) => Ok(self.lease(id, key)),
+            Acquired::Queued(_) => unreachable!("may_wait is false"),
+        }
+    }
+
+    /// Waits (FIFO per key) until the key is ours, the wait times out
+    /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`).
+    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<LocalLease> {
+        let signal = options.signal.as_ref();
+        if signal.is_some_and(AbortSignal::is_aborted) {
+            return Err(aborted_error());
+        }
+        let timeout = self.timeout(options.wait_timeout);
+        let (waiter, slot) = match self.enqueue(key, timeout)? {
+            Ok(lease) => return Ok(lease),
+            Err(queued) => queued,
+        };
+        let mut pending = Pending { backend: self, waiter, slot, settled: false };
+        let mut delay = Delay::new(timeout);
+        let mut aborted = signal.map(|s| Box::pin(s.aborted()));
+        let outcome = poll_fn(|cx| {
+            let mut state = lock(&pending.slot.state);
+            if let Some(outcome) = pending.slot.take(&mut state) {
+                return Poll::Ready(outcome);
+            }
+            *state = SlotState::WaitingTask(cx.waker().clone());
+            drop(state);
+            let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
+            if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
+                if lock(&self.shared.engine).cancel(pending.waiter).is_some() {
+                    return Poll::Ready(Err(if abort { aborted_error() } else { timed_out(timeout) }));
+                }
+                // Dequeued by a releaser that has not delivered yet: the
+                // grant (or close) is on its way and will wake us.
+            }
+            Poll::Pending
+        })
+        .await;
+        pending.settled = true;
+        outcome.map(|id| self.lease(id, key))
+    }
+
+    /// Blocks the calling thread until the key is ours or `wait_timeout`
+    /// (the backend default when `None`) passes.
+    pub fn acquire_blocking(&self, key: &str, wait_timeout: Option<Duration>) -> Result<LocalLease> {
+        let timeout = self.timeout(wait_timeout);
+        let (waiter, slot) = match self.enqueue(key, timeout)? {
+            Ok(lease) => return Ok(lease),
+            Err(queued) => queued,
+        };
+        let mut deadline = Instant::now().checked_add(timeout);
+        let mut state = lock(&slot.state);
+        loop {
+            if let Some(outcome) = slot.take(&mut state) {
+                return outcome.map(|id| self.lease(id, key));
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                drop(state);
+                if lock(&self.shared.engine).cancel(waiter).is_some() {
+                    return Err(timed_out(timeout));
+                }
+                // A releaser dequeued us and is about to deliver: wait for it.
+                deadline = None;
+                state = lock(&slot.state);
+                continue;
+            }
+            state = match left {
+                Some(left) => slot.granted.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0,
+                None => slot.granted.wait(state).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+
+    /// Rejects every waiter with `CLOSED` and invalidates every held lease;
+    /// later calls fail with `CLOSED`.
+    pub fn close(&self) {
+        let waiters = lock(&self.shared.engine).close();
+        waiters.iter().for_each(|slot| slot.close());
+    }
+
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.engine).is_closed()
+    }
+
+    pub fn counts(&self) -> LocalCounts {
+        lock(&self.shared.engine).counts()
+    }
+
+    fn timeout(&self, wait_timeout: Option<Duration>) -> Duration {
+        wait_timeout.unwrap_or_else(|| Duration::from_millis(self.options().wait_timeout_ms.into()))
+    }
+
+    /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`).
+    #[allow(clippy::type_complexity)]
+    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LocalLease, (WaiterId, Arc<WaitSlot>)>> {
+        let mut slot = None;
+        let acquired = lock(&self.shared.engine).acquire(key, !timeout.is_zero(), |_| {
+            let fresh = Arc::new(WaitSlot::default());
+            slot = Some(fresh.clone());
+            fresh
+        })?;
+        Ok(match acquired {
+            Acquired::Granted(id) => Ok(self.lease(id, key)),
+            Acquired::Queued(waiter) => Err((waiter, slot.expect("queued waiters have a slot"))),
+        })
+    }
+
+    fn lease(&self, id: LeaseId, key: &str) -> LocalLease {
+        LocalLease { backend: self.clone(), id, key: key.into() }
+    }
+
+    /// Releases `id` and delivers the key to the next live waiter.
+    fn release(&self, id: LeaseId) -> bool {
+        let mut released = lock(&self.shared.engine).release(id);
+        let freed = !matches!(released, Released::NotHeld);
+        while let Released::HandedOn { waiter, lease } = released {
+            if waiter.grant(lease) {
+                break;
+            }
+            released = lock(&self.shared.engine).release(lease);
+        }
+        freed
+    }
+}
+
+/// A queued acquire; on drop before it settled it leaves the queue, and
+/// gives back a lease that reached it too late.
+struct Pending<'a> {
+    backend: &'a LocalBackend,
+    waiter: WaiterId,
+    slot: Arc<WaitSlot>,
+    settled: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.settled || lock(&self.backend.shared.engine).cancel(self.waiter).is_some() {
+            return;
+        }
+        let mut state = lock(&self.slot.state);
+        match std::mem::replace(&mut *state, SlotState::Abandoned) {
+            SlotState::Granted(lease) => {
+                drop(state);
+                self.backend.release(lease);
+            }
+            SlotState::Closed | SlotState::Done => *state = SlotState::Done,
+            _ => {}
+        }
+    }
+}
+
+fn timed_out(timeout: Duration) -> LockError {
+    LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", timeout.as_millis()))
+}
+
+/// A held local lease. It never expires; it ends with [`LocalLease::release`],
+/// when it is dropped, or when the backend closes.
+pub struct LocalLease {
+    backend: LocalBackend,
+    id: LeaseId,
+    key: Box<str>,
+}
+
+impl LocalLease {
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token: larger than that of every earlier lease of the backend.
+    pub fn fence(&self) -> u64 {
+        self.id.fence
+    }
+
+    /// True until released, dropped or the backend closed.
+    pub fn is_valid(&self) -> bool {
+        lock(&self.backend.shared.engine).is_held(self.id)
+    }
+
+    /// Local leases never expire, so renewing only reports validity.
+    pub fn renew(&self) -> bool {
+        self.is_valid()
+    }
+
+    /// Releases the key (handing it to the next waiter). True when this call
+    /// released it, false when it was already released or the backend closed.
+    pub fn release(&self) -> bool {
+        self.backend.release(self.id)
+    }
+}
+
+impl Drop for LocalLease {
+    fn drop(&mut self) {
+        self.backend.release(self.id);
+    }
+}
+
+impl std::fmt::Debug for LocalLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No key: keys may carry user data.
+        f.debug_struct("LocalLease").field("fence", &self.id.fence).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,265 @@
+//! The local lock engine: a plain state machine with no I/O, no clock and no
+//! locking of its own.
+//!
+//! Surfaces drive it: the Rust async API wraps it in a mutex and wakes tasks,
+//! the Node addon calls it on the JS thread and settles promises, the C API
+//! blocks on a condvar or calls back. Timers and cancellation live in the
+//! surfaces, which call [`LocalEngine::cancel`] when a wait ends without a
+//! grant.
+//!
+//! Guarantees:
+//! - at most one lease per key at any time;
+//! - waiters of one key are granted in the order they queued (FIFO);
+//! - every grant carries a fence larger than every earlier grant of the
+//!   engine (one counter per backend);
+//! - every operation is O(1) in the number of held keys and waiters
+//!   (hash map lookups, slab slots, an intrusive per-key waiter list).
+
+use std::collections::HashMap;
+
+use slab::Slab;
+
+use crate::error::{ErrorCode, LockError, Result};
+use crate::key;
+use crate::options::LocalOptions;
+
+/// Names one lease. Stale ids (released, handed on, closed) are recognised:
+/// the fence is unique per engine, so a reused slot never matches an old id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    pub slot: u32,
+    pub fence: u64,
+}
+
+/// Names one queued waiter; as with [`LeaseId`], stale ids never match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaiterId {
+    pub slot: u32,
+    pub serial: u64,
+}
+
+/// What `acquire` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The key was free: the caller holds it now.
+    Granted(LeaseId),
+    /// The key is held: the caller is queued and will get a
+    /// [`Released::HandedOn`] through some later `release`, unless it cancels.
+    Queued(WaiterId),
+}
+
+/// What `release` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released<W> {
+    /// The id named no held lease (already released, or the engine closed).
+    NotHeld,
+    /// Released; nobody was waiting, so the key is free.
+    Freed,
+    /// Released and granted at once to the head waiter, whose payload is
+    /// returned so the caller can wake it with the new lease.
+    HandedOn { waiter: W, lease: LeaseId },
+}
+
+/// Counts for `status()`; never keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalCounts {
+    /// Leases (and so keys) held now.
+    pub held: usize,
+    /// Acquires queued now.
+    pub waiting: usize,
+}
+
+struct KeySlot {
+    key: Box<str>,
+    head: Option<u32>,
+    tail: Option<u32>,
+}
+
+struct Lease {
+    key_slot: u32,
+    fence: u64,
+}
+
+struct Waiter<W> {
+    key_slot: u32,
+    serial: u64,
+    prev: Option<u32>,
+    next: Option<u32>,
+    payload: W,
+}
+
+/// The state of one local backend. `W` is whatever a surface needs to wake a
+/// waiter (a waker, a callback, a promise handle).
+pub struct LocalEngine<W> {
+    options: LocalOptions,
+    index: HashMap<Box<str>, u32>,
+    keys: Slab<KeySlot>,
+    leases: Slab<Lease>,
+    waiters: Slab<Waiter<W>>,
+    last_fence: u64,
+    last_serial: u64,
+    closed: bool,
+}
+
+impl<W> LocalEngine<W> {
+    pub fn new(options: LocalOptions) -> Self {
+        LocalEngine {
+            options,
+            index: HashMap::new(),
+            keys: Slab::new(),
+            leases: Slab::new(),
+            waiters: Slab::new(),
+            last_fence: 0,
+            last_serial: 0,
+            closed: false,
+        }
+    }
+
+    pub fn options(&self) -> &LocalOptions {
+        &self.options
+    }
+
+    /// Tries to take `key`. When it is held and `may_wait` is true, queues
+    /// the caller with the payload `make_waiter` builds (called only then).
+    ///
+    /// Errors: `CLOSED`, `INVALID_KEY`, `KEY_LIMIT` (the key is free but
+    /// `maxKeys` keys are held), `LOCK_BUSY` (held and `may_wait` is false),
+    /// `QUEUE_FULL` (held and `maxWaiters` are already waiting).
+    pub fn acquire(&mut self, key: &str, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
+        if self.closed {
+            return Err(closed());
+        }
+        key::validate(key, self.options.max_key_bytes as usize)?;
+        let Some(&key_slot) = self.index.get(key) else {
+            if self.keys.len() >= self.options.max_keys as usize {
+                return Err(LockError::new(
+                    ErrorCode::KeyLimit,
+                    format!("maxKeys ({}) keys are already held in this backend", self.options.max_keys),
+                ));
+            }
+            let boxed: Box<str> = key.into();
+            let key_slot = self.keys.insert(KeySlot { key: boxed.clone(), head: None, tail: None }) as u32;
+            self.index.insert(boxed, key_slot);
+            return Ok(Acquired::Granted(self.grant(key_slot)));
+        };
+        if !may_wait {
+            return Err(LockError::new(ErrorCode::LockBusy, "the key is held and the acquire was not allowed to wait"));
+        }
+        if self.waiters.len() >= self.options.max_waiters as usize {
+            return Err(LockError::new(
+                ErrorCode::QueueFull,
+                format!("maxWaiters ({}) acquires are already waiting in this backend", self.options.max_waiters),
+            ));
+        }
+        self.last_serial += 1;
+        let serial = self.last_serial;
+        let entry = self.waiters.vacant_entry();
+        let slot = entry.key() as u32;
+        let id = WaiterId { slot, serial };
+        let tail = self.keys[key_slot as usize].tail;
+        entry.insert(Waiter { key_slot, serial, prev: tail, next: None, payload: make_waiter(id) });
+        match tail {
+            Some(tail) => self.waiters[tail as usize].next = Some(slot),
+            None => self.keys[key_slot as usize].head = Some(slot),
+        }
+        self.keys[key_slot as usize].tail = Some(slot);
+        Ok(Acquired::Queued(id))
+    }
+
+    /// Releases a lease, handing the key to the head waiter if there is one.
+    pub fn release(&mut self, lease: LeaseId) -> Released<W> {
+        if !self.is_held(lease) {
+            return Released::NotHeld;
+        }
+        let key_slot = self.leases.remove(lease.slot as usize).key_slot;
+        match self.keys[key_slot as usize].head {
+            Some(head) => {
+                let waiter = self.unlink(head);
+                let lease = self.grant(key_slot);
+                Released::HandedOn { waiter: waiter.payload, lease }
+            }
+            None => {
+                let slot = self.keys.remove(key_slot as usize);
+                self.index.remove(&slot.key);
+                Released::Freed
+            }
+        }
+    }
+
+    /// Removes a waiter from its queue. Returns its payload when it was still
+    /// waiting, `None` when it was already granted (or rejected by `close`):
+    /// then the surface owns whatever it was given and must not drop a lease.
+    pub fn cancel(&mut self, waiter: WaiterId) -> Option<W> {
+        match self.waiters.get(waiter.slot as usize) {
+            Some(entry) if entry.serial == waiter.serial => Some(self.unlink(waiter.slot).payload),
+            _ => None,
+        }
+    }
+
+    /// True while `lease` is held (not released, handed on or closed).
+    pub fn is_held(&self, lease: LeaseId) -> bool {
+        matches!(self.leases.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)
+    }
+
+    /// The key a held lease is on.
+    pub fn key_of(&self, lease: LeaseId) -> Option<&str> {
+        if !self.is_held(lease) {
+            return None;
+        }
+        let key_slot = self.leases[lease.slot as usize].key_slot;
+        Some(&self.keys[key_slot as usize].key)
+    }
+
+    /// Closes the engine: every held lease becomes invalid, every later call
+    /// fails with `CLOSED`, and the payloads of all waiters are returned
+    /// (oldest first per key) so the surface can reject them with `CLOSED`.
+    pub fn close(&mut self) -> Vec<W> {
+        self.closed = true;
+        let mut rejected = Vec::with_capacity(self.waiters.len());
+        let heads: Vec<Option<u32>> = self.keys.iter().map(|(_, slot)| slot.head).collect();
+        for mut next in heads {
+            while let Some(slot) = next {
+                let waiter = self.waiters.remove(slot as usize);
+                next = waiter.next;
+                rejected.push(waiter.payload);
+            }
+        }
+        self.index.clear();
+        self.keys.clear();
+        self.leases.clear();
+        rejected
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn counts(&self) -> LocalCounts {
+        LocalCounts { held: self.leases.len(), waiting: self.waiters.len() }
+    }
+
+    fn grant(&mut self, key_slot: u32) -> LeaseId {
+        self.last_fence += 1;
+        let fence = self.last_fence;
+        let slot = self.leases.insert(Lease { key_slot, fence }) as u32;
+        LeaseId { slot, fence }
+    }
+
+    fn unlink(&mut self, slot: u32) -> Waiter<W> {
+        let waiter = self.waiters.remove(slot as usize);
+        match waiter.prev {
+            Some(prev) => self.waiters[prev as usize].next = waiter.next,
+            None => self.keys[waiter.key_slot as usize].head = waiter.next,
+        }
+        match waiter.next {
+            Some(next) => self.waiters[next as usize].prev = waiter.prev,
+            None => self.keys[waiter.key_slot as usize].tail = waiter.prev,
+        }
+        waiter
+    }
+}
+
+/// The error of any call on a closed backend.
+pub fn closed() -> LockError {
+    LockError::new(ErrorCode::Closed, "the lock backend is closed")
+}

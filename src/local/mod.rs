@@ -1,0 +1,10 @@
+//! The `local` driver: a keyed FIFO mutex inside one process.
+//!
+//! [`engine`] is the pure state machine every surface drives; [`backend`] is
+//! the thread-safe Rust API over it.
+
+pub mod backend;
+pub mod engine;
+
+pub use backend::{LocalBackend, LocalLease};
+pub use engine::{Acquired, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};

@@ -1,0 +1,186 @@
+//! The one declaration of every option: name, type, range, default, meaning.
+//!
+//! The validator in `options::parse` and the JSON Schema (`options.schema.json`,
+//! written by `build.rs` and checked for drift by a test) are both derived from
+//! these tables, so they cannot disagree. This file depends on `serde_json`
+//! alone because `build.rs` includes it too.
+
+use serde_json::{json, Map, Value};
+
+/// What values a field accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// A whole number in `min..=max`.
+    Integer { min: u64, max: u64 },
+    /// A non-empty string.
+    Text,
+    /// A `redis://`, `rediss://` or `unix://` URL.
+    RedisUrl,
+}
+
+/// The value a field takes when it is omitted.
+#[derive(Debug, Clone, Copy)]
+pub enum Fallback {
+    Required,
+    Integer(u64),
+    Text(&'static str),
+}
+
+/// One option of a backend or connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub fallback: Fallback,
+    pub description: &'static str,
+}
+
+/// Largest timer a JavaScript host can arm (2^31 - 1 ms, about 24.8 days).
+pub const MAX_TIMER_MS: u64 = 2_147_483_647;
+
+const fn int(name: &'static str, min: u64, max: u64, default: u64, description: &'static str) -> Field {
+    Field { name, kind: Kind::Integer { min, max }, fallback: Fallback::Integer(default), description }
+}
+
+/// The `driver` field every backend may carry.
+pub const DRIVER: Field = Field {
+    name: "driver",
+    kind: Kind::Text,
+    fallback: Fallback::Text("local"),
+    description: "local (default), redis, or the name of an app driver.",
+};
+
+/// Fields of a `driver: local` backend (besides `driver`).
+pub const LOCAL_FIELDS: &[Field] = &[
+    int("maxKeys", 1, 10_000_000, 10_000, "Keys held at once; one more acquire of a free key is KEY_LIMIT."),
+    int("maxWaiters", 0, 1_000_000, 128, "Waiters across the whole backend; one more is QUEUE_FULL. With 0 a free key is still granted."),
+    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+];
+
+/// Fields of a `driver: redis` backend (besides `driver`).
+pub const REDIS_FIELDS: &[Field] = &[
+    Field {
+        name: "connection",
+        kind: Kind::Text,
+        fallback: Fallback::Text("default"),
+        description: "A name from dokebi-redis.connections.",
+    },
+    Field {
+        name: "namespace",
+        kind: Kind::Text,
+        fallback: Fallback::Text("dokebi-lock"),
+        description: "Prefix of every Redis key this backend writes.",
+    },
+    Field {
+        name: "leaseMs",
+        kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
+        fallback: Fallback::Required,
+        description: "Lease time: a lease not renewed or released expires after this long.",
+    },
+    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter while release notifications are down."),
+    int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while release notifications are live."),
+    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
+    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
+    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+];
+
+/// Fields of a connection under `dokebi-redis.connections.<name>`.
+pub const CONNECTION_FIELDS: &[Field] = &[
+    Field {
+        name: "url",
+        kind: Kind::RedisUrl,
+        fallback: Fallback::Required,
+        description: "redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path.",
+    },
+    int("connectTimeoutMs", 1, 600_000, 5_000, "Bound on establishing a connection."),
+    int("commandTimeoutMs", 1, 600_000, 2_000, "Bound on one command; past it the outcome is unknown (OUTCOME_UNKNOWN)."),
+];
+
+fn field_schema(field: &Field) -> Value {
+    let mut schema = match field.kind {
+        Kind::Integer { min, max } => json!({ "type": "integer", "minimum": min, "maximum": max }),
+        Kind::Text => json!({ "type": "string", "minLength": 1 }),
+        Kind::RedisUrl => json!({ "type": "string", "pattern": "^(redis|rediss|unix)://" }),
+    };
+    let object = schema.as_object_mut().expect("schema is an object");
+    object.insert("description".into(), Value::from(field.description));
+    match field.fallback {
+        Fallback::Required => {}
+        Fallback::Integer(value) => {
+            object.insert("default".into(), Value::from(value));
+        }
+        Fallback::Text(value) => {
+            object.insert("default".into(), Value::from(value));
+        }
+    }
+    schema
+}
+
+fn object_schema(driver: Option<Value>, fields: &[Field]) -> Value {
+    let mut properties = Map::new();
+    if let Some(driver) = driver {
+        properties.insert("driver".into(), driver);
+    }
+    let mut required = Vec::new();
+    for field in fields {
+        properties.insert(field.name.into(), field_schema(field));
+        if matches!(field.fallback, Fallback::Required) {
+            required.push(Value::from(field.name));
+        }
+    }
+    let mut schema = json!({ "type": "object", "additionalProperties": false, "properties": properties });
+    if !required.is_empty() {
+        schema["required"] = Value::Array(required);
+    }
+    schema
+}
+
+/// The JSON Schema of the whole YAML file, derived from the tables above.
+pub fn json_schema() -> Value {
+    let local = object_schema(Some(json!({ "const": "local", "description": DRIVER.description })), LOCAL_FIELDS);
+    let mut redis = object_schema(Some(json!({ "const": "redis" })), REDIS_FIELDS);
+    redis["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
+    let app_driver = json!({
+        "type": "object",
+        "description": "A backend of an app driver: its settings are validated by that driver.",
+        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis"] } } },
+        "required": ["driver"]
+    });
+    let connection = object_schema(None, CONNECTION_FIELDS);
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://dokebi.dev/schemas/dokebi-lock/options.schema.json",
+        "title": "dokebi-lock options",
+        "type": "object",
+        "required": ["schemaVersion", "options"],
+        "properties": {
+            "schemaVersion": { "const": 1 },
+            "options": {
+                "type": "object",
+                "description": "Options of every plugin of the app; dokebi-lock reads the two below.",
+                "properties": {
+                    "dokebi-lock": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "backends": {
+                                "type": "object",
+                                "additionalProperties": { "anyOf": [local, redis, app_driver] }
+                            }
+                        }
+                    },
+                    "dokebi-redis": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "connections": { "type": "object", "additionalProperties": connection }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,380 @@
+//! Loading and validating the options.
+//!
+//! Three ways in, one validator: the whole YAML file (`schemaVersion: 1`,
+//! `options: …`), the already-parsed `options` map, or the two plugin sections
+//! given separately (what a dokebi host passes to `createPlugin`). Validation
+//! collects every problem before failing, so a user fixes a file in one pass.
+
+pub mod declaration;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorCode, Issue, LockError, Result};
+use declaration::{Fallback, Field, Kind, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS};
+
+/// The name of this plugin's section in the `options` map.
+pub const LOCK_SECTION: &str = "dokebi-lock";
+/// The name of the Redis connections' section in the `options` map.
+pub const REDIS_SECTION: &str = "dokebi-redis";
+
+/// Validated options: every backend and every Redis connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub backends: BTreeMap<String, BackendOptions>,
+    pub connections: BTreeMap<String, ConnectionOptions>,
+}
+
+/// One backend, by driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendOptions {
+    Local(LocalOptions),
+    Redis(RedisOptions),
+    /// A driver the core does not implement (an app driver of the Node
+    /// surface). Its settings are passed through to that driver unvalidated.
+    App { driver: String, settings: Map<String, Value> },
+}
+
+impl BackendOptions {
+    /// The driver name as written in the options.
+    pub fn driver(&self) -> &str {
+        match self {
+            BackendOptions::Local(_) => "local",
+            BackendOptions::Redis(_) => "redis",
+            BackendOptions::App { driver, .. } => driver,
+        }
+    }
+}
+
+/// Options of a `driver: local` backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalOptions {
+    pub max_keys: u32,
+    pub max_waiters: u32,
+    pub wait_timeout_ms: u32,
+    pub max_key_bytes: u32,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        let fields = Fields::defaults(LOCAL_FIELDS);
+        LocalOptions::from_fields(&fields)
+    }
+}
+
+impl LocalOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        LocalOptions {
+            max_keys: fields.int("maxKeys"),
+            max_waiters: fields.int("maxWaiters"),
+            wait_timeout_ms: fields.int("waitTimeoutMs"),
+            max_key_bytes: fields.int("maxKeyBytes"),
+        }
+    }
+}
+
+/// Options of a `driver: redis` backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    pub connection: String,
+    pub namespace: String,
+    pub lease_ms: u32,
+    pub wait_timeout_ms: u32,
+    pub poll_interval_ms: u32,
+    pub notify_poll_interval_ms: u32,
+    pub max_waiters: u32,
+    pub max_leases: u32,
+    pub max_key_bytes: u32,
+    pub shutdown_timeout_ms: u32,
+}
+
+impl RedisOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        RedisOptions {
+            connection: fields.text("connection"),
+            namespace: fields.text("namespace"),
+            lease_ms: fields.int("leaseMs"),
+            wait_timeout_ms: fields.int("waitTimeoutMs"),
+            poll_interval_ms: fields.int("pollIntervalMs"),
+            notify_poll_interval_ms: fields.int("notifyPollIntervalMs"),
+            max_waiters: fields.int("maxWaiters"),
+            max_leases: fields.int("maxLeases"),
+            max_key_bytes: fields.int("maxKeyBytes"),
+            shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
+        }
+    }
+}
+
+/// A Redis connection under `dokebi-redis.connections.<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionOptions {
+    pub url: String,
+    pub connect_timeout_ms: u32,
+    pub command_timeout_ms: u32,
+}
+
+impl Options {
+    /// Loads the whole YAML file: `schemaVersion: 1` and an `options` map.
+    pub fn from_yaml(text: &str) -> Result<Options> {
+        let document: Value = serde_yaml::from_str(text).map_err(|err| {
+            let at = err.location().map(|l| format!(" at line {}, column {}", l.line(), l.column())).unwrap_or_default();
+            LockError::invalid_options(vec![Issue { path: String::new(), message: format!("not valid YAML{at}") }])
+                .with_cause(err)
+        })?;
+        Options::from_document(&document)
+    }
+
+    /// Loads an already-parsed file (the YAML file as a JSON value).
+    pub fn from_document(document: &Value) -> Result<Options> {
+        let mut issues = Issues::default();
+        let Some(root) = document.as_object() else {
+            return Err(LockError::invalid_options(vec![issue("", "expected a mapping with schemaVersion and options")]));
+        };
+        match root.get("schemaVersion") {
+            Some(version) if version.as_u64() == Some(1) => {}
+            Some(_) => issues.push("schemaVersion", "must be 1"),
+            None => issues.push("schemaVersion", "is required (schemaVersion: 1)"),
+        }
+        for name in root.keys().filter(|k| *k != "schemaVersion" && *k != "options") {
+            issues.push(name, "unknown field");
+        }
+        let options = match root.get("options") {
+            Some(options) => options.clone(),
+            None => {
+                issues.push("options", "is required");
+                Value::Object(Map::new())
+            }
+        };
+        Options::validate_config(&options, issues)
+    }
+
+    /// Loads the parsed `options` map (keys `dokebi-lock`, `dokebi-redis`;
+    /// other plugins' sections are ignored).
+    pub fn from_config(options: &Value) -> Result<Options> {
+        Options::validate_config(options, Issues::default())
+    }
+
+    /// Loads the two plugin sections given separately; either may be absent.
+    pub fn from_sections(lock: Option<&Value>, redis: Option<&Value>) -> Result<Options> {
+        let mut map = Map::new();
+        if let Some(lock) = lock {
+            map.insert(LOCK_SECTION.into(), lock.clone());
+        }
+        if let Some(redis) = redis {
+            map.insert(REDIS_SECTION.into(), redis.clone());
+        }
+        Options::from_config(&Value::Object(map))
+    }
+
+    fn validate_config(options: &Value, mut issues: Issues) -> Result<Options> {
+        let empty = Map::new();
+        let root = match options {
+            Value::Object(map) => map,
+            _ => {
+                issues.push("options", "expected a mapping");
+                &empty
+            }
+        };
+        let connections = parse_connections(root.get(REDIS_SECTION), &mut issues);
+        let backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
+
+        let mut unknown_connections = Issues::default();
+        for (name, backend) in &backends {
+            if let BackendOptions::Redis(redis) = backend {
+                if !connections.contains_key(&redis.connection) {
+                    unknown_connections.push(
+                        format!("backends.{name}.connection"),
+                        format!("names no connection under {REDIS_SECTION}.connections"),
+                    );
+                }
+            }
+        }
+        if issues.0.is_empty() && !unknown_connections.0.is_empty() {
+            let first = &unknown_connections.0[0];
+            return Err(LockError::new(ErrorCode::UnknownConnection, format!("{}: {}", first.path, first.message))
+                .with_details(serde_json::json!({ "issues": unknown_connections.0 })));
+        }
+        issues.0.extend(unknown_connections.0);
+        if !issues.0.is_empty() {
+            return Err(LockError::invalid_options(issues.0));
+        }
+        Ok(Options { backends, connections })
+    }
+}
+
+fn parse_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, ConnectionOptions> {
+    let mut connections = BTreeMap::new();
+    let Some(section) = mapping(section, REDIS_SECTION, issues) else { return connections };
+    for name in section.keys().filter(|k| *k != "connections") {
+        issues.push(name, "unknown field");
+    }
+    let Some(list) = mapping(section.get("connections"), "connections", issues) else { return connections };
+    for (name, value) in list {
+        let path = format!("connections.{name}");
+        let Some(map) = mapping(Some(value), &path, issues) else { continue };
+        if let Some(fields) = Fields::read(map, CONNECTION_FIELDS, &path, issues) {
+            connections.insert(
+                name.clone(),
+                ConnectionOptions {
+                    url: fields.text("url"),
+                    connect_timeout_ms: fields.int("connectTimeoutMs"),
+                    command_timeout_ms: fields.int("commandTimeoutMs"),
+                },
+            );
+        }
+    }
+    connections
+}
+
+fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, BackendOptions> {
+    let mut backends = BTreeMap::new();
+    let Some(section) = mapping(section, LOCK_SECTION, issues) else { return backends };
+    for name in section.keys().filter(|k| *k != "backends") {
+        issues.push(name, "unknown field");
+    }
+    let Some(list) = mapping(section.get("backends"), "backends", issues) else { return backends };
+    for (name, value) in list {
+        let path = format!("backends.{name}");
+        // `jobs:` with nothing after it is YAML null: a backend with every default.
+        let empty = Map::new();
+        let map = match value {
+            Value::Null => &empty,
+            other => match mapping(Some(other), &path, issues) {
+                Some(map) => map,
+                None => continue,
+            },
+        };
+        let driver = match map.get("driver") {
+            None | Some(Value::Null) => "local",
+            Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
+            Some(_) => {
+                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, or an app driver)");
+                continue;
+            }
+        };
+        let mut settings = map.clone();
+        settings.remove("driver");
+        let backend = match driver {
+            "local" => Fields::read(&settings, LOCAL_FIELDS, &path, issues).map(|f| BackendOptions::Local(LocalOptions::from_fields(&f))),
+            "redis" => Fields::read(&settings, REDIS_FIELDS, &path, issues).map(|f| BackendOptions::Redis(RedisOptions::from_fields(&f))),
+            other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
+        };
+        if let Some(backend) = backend {
+            backends.insert(name.clone(), backend);
+        }
+    }
+    backends
+}
+
+/// Reads an optional mapping; anything else but absence is an issue.
+fn mapping<'a>(value: Option<&'a Value>, path: &str, issues: &mut Issues) -> Option<&'a Map<String, Value>> {
+    match value {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(_) => {
+            issues.push(path, "expected a mapping");
+            None
+        }
+    }
+}
+
+/// The values of one table of fields after validation, defaults filled in.
+struct Fields(BTreeMap<&'static str, Value>);
+
+impl Fields {
+    fn defaults(table: &'static [Field]) -> Fields {
+        let mut issues = Issues::default();
+        Fields::read(&Map::new(), table, "", &mut issues).expect("a table without required fields has valid defaults")
+    }
+
+    /// Validates `map` against `table`, recording every problem; `None` when
+    /// there was at least one.
+    fn read(map: &Map<String, Value>, table: &'static [Field], path: &str, issues: &mut Issues) -> Option<Fields> {
+        let before = issues.0.len();
+        for name in map.keys() {
+            if !table.iter().any(|f| f.name == name) {
+                issues.push(join(path, name), "unknown field");
+            }
+        }
+        let mut values = BTreeMap::new();
+        for field in table {
+            let at = join(path, field.name);
+            match (map.get(field.name), field.fallback) {
+                (None, Fallback::Required) => issues.push(at, "is required"),
+                (None, Fallback::Integer(default)) => {
+                    values.insert(field.name, Value::from(default));
+                }
+                (None, Fallback::Text(default)) => {
+                    values.insert(field.name, Value::from(default));
+                }
+                (Some(value), _) => match check(field.kind, value) {
+                    Ok(value) => {
+                        values.insert(field.name, value);
+                    }
+                    Err(message) => issues.push(at, message),
+                },
+            }
+        }
+        (issues.0.len() == before).then_some(Fields(values))
+    }
+
+    fn int(&self, name: &str) -> u32 {
+        let value = self.0[name].as_u64().expect("validated integer");
+        u32::try_from(value).expect("declared ranges fit in u32")
+    }
+
+    fn text(&self, name: &str) -> String {
+        self.0[name].as_str().expect("validated string").to_owned()
+    }
+}
+
+fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
+    match kind {
+        Kind::Integer { min, max } => {
+            let number = match value {
+                Value::Number(n) => n
+                    .as_u64()
+                    .map(|v| v as f64)
+                    .or_else(|| n.as_i64().map(|v| v as f64))
+                    .or_else(|| n.as_f64()),
+                _ => None,
+            };
+            match number {
+                Some(n) if n.fract() == 0.0 && n >= min as f64 && n <= max as f64 => Ok(Value::from(n as u64)),
+                Some(n) if n.fract() == 0.0 => Err(format!("must be an integer from {min} to {max}")),
+                _ => Err(format!("expected an integer from {min} to {max}")),
+            }
+        }
+        Kind::Text => match value {
+            Value::String(s) if !s.is_empty() => Ok(value.clone()),
+            _ => Err("expected a non-empty string".into()),
+        },
+        Kind::RedisUrl => match value {
+            Value::String(s) if ["redis://", "rediss://", "unix://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
+            Value::String(_) => Err("must start with redis://, rediss:// or unix://".into()),
+            _ => Err("expected a URL string".into()),
+        },
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn issue(path: &str, message: &str) -> Issue {
+    Issue { path: path.into(), message: message.into() }
+}
+
+#[derive(Default)]
+struct Issues(Vec<Issue>);
+
+impl Issues {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Issue { path: path.into(), message: message.into() });
+    }
+}

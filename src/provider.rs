@@ -1,0 +1,145 @@
+//! The provider: every configured backend, by name, with one `close()`.
+//!
+//! [`Backend`] and [`Lease`] put the drivers behind one API; each driver's
+//! own types stay available for callers that want them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::acquire::AcquireOptions;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::local::{engine::closed, LocalBackend, LocalLease};
+use crate::options::{BackendOptions, Options};
+
+/// All backends of one configuration.
+pub struct Provider {
+    backends: BTreeMap<String, Backend>,
+    closed: AtomicBool,
+}
+
+impl Provider {
+    /// Builds every backend of `options`. Backends of app drivers belong to
+    /// the Node surface: here they are `UNKNOWN_DRIVER`.
+    pub fn open(options: Options) -> Result<Provider> {
+        let mut backends = BTreeMap::new();
+        for (name, backend) in options.backends {
+            let built = match backend {
+                BackendOptions::Local(local) => Backend::Local(LocalBackend::new(local)),
+                BackendOptions::Redis(_) => {
+                    return Err(LockError::new(ErrorCode::DriverNotInstalled, format!("backend {name}: the redis driver is not built into this library yet")));
+                }
+                BackendOptions::App { driver, .. } => {
+                    return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
+                        .with_details(serde_json::json!({ "backend": name, "driver": driver })));
+                }
+            };
+            backends.insert(name, built);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false) })
+    }
+
+    /// Loads the YAML file text and opens its backends.
+    pub fn from_yaml(text: &str) -> Result<Provider> {
+        Provider::open(Options::from_yaml(text)?)
+    }
+
+    /// The configured backend names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.backends.keys().map(String::as_str).collect()
+    }
+
+    /// The backend called `name`: `UNKNOWN_BACKEND` if there is none,
+    /// `CLOSED` after `close()`.
+    pub fn backend(&self, name: &str) -> Result<Backend> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(closed());
+        }
+        self.backends.get(name).cloned().ok_or_else(|| {
+            LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured")
+                .with_details(serde_json::json!({ "backend": name, "known": self.names() }))
+        })
+    }
+
+    /// Closes every backend: waiters are rejected with `CLOSED`, held local
+    /// leases become invalid. Idempotent.
+    pub async fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for backend in self.backends.values() {
+            backend.close().await;
+        }
+    }
+}
+
+/// One backend of any driver. Cheap to clone.
+#[derive(Clone)]
+pub enum Backend {
+    Local(LocalBackend),
+}
+
+impl Backend {
+    /// Acquires `key` (see [`AcquireOptions`] for waiting and cancellation).
+    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
+        match self {
+            Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Backend::Local(local) => local.close(),
+        }
+    }
+}
+
+/// A held lease of any driver.
+#[derive(Debug)]
+pub enum Lease {
+    Local(LocalLease),
+}
+
+impl Lease {
+    pub fn key(&self) -> &str {
+        match self {
+            Lease::Local(lease) => lease.key(),
+        }
+    }
+
+    /// The fencing token; compare numerically.
+    pub fn fence(&self) -> u64 {
+        match self {
+            Lease::Local(lease) => lease.fence(),
+        }
+    }
+
+    pub fn is_valid(&self) -> bool {
+        match self {
+            Lease::Local(lease) => lease.is_valid(),
+        }
+    }
+
+    /// Time left: `None` for a lease that never expires while held, zero once
+    /// it is invalid.
+    pub fn remaining(&self) -> Option<Duration> {
+        match self {
+            Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+        }
+    }
+
+    /// Extends the lease; false when it is no longer ours.
+    pub async fn renew(&self) -> Result<bool> {
+        match self {
+            Lease::Local(lease) => Ok(lease.renew()),
+        }
+    }
+
+    /// Releases the lease: true when this call released it, false when it was
+    /// already released.
+    pub async fn release(&self) -> Result<bool> {
+        match self {
+            Lease::Local(lease) => Ok(lease.release()),
+        }
+    }
+}
