@@ -23,6 +23,7 @@ pub mod acquire;
 pub mod error;
 pub mod key;
 pub mod local;
+pub mod log;
 pub mod options;
 pub mod provider;
 

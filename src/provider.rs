@@ -10,18 +10,28 @@ use std::time::Duration;
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::{engine::closed, LocalBackend, LocalLease};
+use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::options::{BackendOptions, Options};
 
 /// All backends of one configuration.
 pub struct Provider {
     backends: BTreeMap<String, Backend>,
     closed: AtomicBool,
+    /// Drivers log through it (cleanup failures at close).
+    #[allow(dead_code)] // read by the redis driver's close
+    logger: Logger,
 }
 
 impl Provider {
-    /// Builds every backend of `options`. Backends of app drivers belong to
-    /// the Node surface: here they are `UNKNOWN_DRIVER`.
+    /// Builds every backend of `options`, logging to standard error.
     pub fn open(options: Options) -> Result<Provider> {
+        Provider::open_with(options, stderr_logger())
+    }
+
+    /// Builds every backend of `options`; `logger` receives the operational
+    /// log (`LOCK_BACKEND_READY`, cleanup failures). Backends of app drivers
+    /// belong to the Node surface: here they are `UNKNOWN_DRIVER`.
+    pub fn open_with(options: Options, logger: Logger) -> Result<Provider> {
         let mut backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
@@ -34,9 +44,10 @@ impl Provider {
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
                 }
             };
+            logger(&LogRecord { level: Level::Debug, backend: name.clone(), code: "LOCK_BACKEND_READY", message: "backend is ready".into() });
             backends.insert(name, built);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false) })
+        Ok(Provider { backends, closed: AtomicBool::new(false), logger })
     }
 
     /// Loads the YAML file text and opens its backends.
