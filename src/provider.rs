@@ -85,7 +85,7 @@ impl Provider {
 }
 
 /// One backend of any driver. Cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Backend {
     Local(LocalBackend),
 }

@@ -103,6 +103,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend").field("counts", &self.counts()).finish()
+    }
+}
+
 impl LocalBackend {
     pub fn new(options: LocalOptions) -> Self {
         LocalBackend { shared: Arc::new(Shared { engine: Mutex::new(LocalEngine::new(options)) }) }
@@ -143,12 +149,11 @@ impl LocalBackend {
             *state = SlotState::WaitingTask(cx.waker().clone());
             drop(state);
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
-            if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
-                if lock(&self.shared.engine).cancel(pending.waiter).is_some() {
-                    return Poll::Ready(Err(if abort { aborted_error() } else { timed_out(timeout) }));
-                }
-                // Dequeued by a releaser that has not delivered yet: the
-                // grant (or close) is on its way and will wake us.
+            let ended = abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready();
+            // When the cancel finds nothing, a releaser dequeued us and has not
+            // delivered yet: the grant (or close) is on its way and wakes us.
+            if ended && lock(&self.shared.engine).cancel(pending.waiter).is_some() {
+                return Poll::Ready(Err(if abort { aborted_error() } else { timed_out(timeout) }));
             }
             Poll::Pending
         })
