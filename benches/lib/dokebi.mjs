@@ -1,0 +1,79 @@
+// Loading @dokebi/lock from this checkout (npm/), and telling "not built yet"
+// apart from a real failure: a scenario whose component is missing is reported
+// as skipped, never measured with a stand-in.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+export const root = new URL('../..', import.meta.url).pathname.replace(/\/$/, '');
+
+/** Thrown when a component of the project is not built in this checkout. */
+export class NotBuilt extends Error {
+  constructor(component, why) {
+    super(`${component} not built${why ? ` (${why})` : ''}`);
+    this.component = component;
+  }
+}
+
+function entryOf(pkg) {
+  const pick = (e) => (typeof e === 'string' ? e : e && (pick(e.import) ?? pick(e.node) ?? pick(e.default)));
+  const exp = pkg.exports;
+  return pick(exp && typeof exp === 'object' && '.' in exp ? exp['.'] : exp) ?? pkg.main ?? 'index.js';
+}
+
+let loaded;
+/** The @dokebi/lock module of npm/, or NotBuilt. */
+export async function loadDokebi() {
+  if (loaded) return loaded;
+  const dir = join(root, 'npm');
+  if (!existsSync(join(dir, 'package.json'))) throw new NotBuilt('Node addon', 'no npm/package.json');
+  const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+  let mod;
+  try {
+    mod = await import(pathToFileURL(join(dir, entryOf(pkg))).href);
+  } catch (error) {
+    throw new NotBuilt('Node addon', error.message.split('\n')[0]);
+  }
+  if (typeof mod.openLock !== 'function') throw new NotBuilt('Node addon', 'no openLock export');
+  loaded = { mod, version: pkg.version };
+  return loaded;
+}
+
+/** YAML of a provider with one backend called "bench" (YAML flow mappings
+ *  are JSON, so the settings are written as JSON). */
+export function yamlFor(settings, redisUrl) {
+  const lines = ['schemaVersion: 1', 'options:', '  dokebi-lock:', `    backends: { bench: ${JSON.stringify(settings)} }`];
+  if (redisUrl) lines.push('  dokebi-redis:', `    connections: { main: { url: "${redisUrl}" } }`);
+  return lines.join('\n') + '\n';
+}
+
+/** Opens a provider over `backend` settings; resolves to { provider, backend, version }. */
+export async function openBackend(settings, redisUrl) {
+  const { mod, version } = await loadDokebi();
+  const provider = await mod.openLock({ yaml: yamlFor(settings, redisUrl) });
+  return { provider, backend: provider.backend('bench'), version };
+}
+
+/** A redis backend of ours, or NotBuilt when the redis driver is missing:
+ *  a first try-acquire must succeed against the private server. */
+export async function openRedisBackend(redisUrl, extra = {}) {
+  let opened;
+  try {
+    opened = await openBackend({ driver: 'redis', connection: 'main', namespace: 'bench', leaseMs: 10000, ...extra }, redisUrl);
+    const probe = await opened.backend.acquire(`probe-${process.pid}`, { waitTimeoutMs: 0 });
+    await probe.release();
+  } catch (error) {
+    if (error instanceof NotBuilt) throw error;
+    await opened?.provider.close().catch(() => {});
+    throw new NotBuilt('redis driver', `${error.code ?? error.name}: ${error.message.split('\n')[0]}`);
+  }
+  return opened;
+}
+
+/** Ends a lease the way a user of the typed API would: release() returns a
+ *  promise on redis backends (awaited) and may return a plain boolean on
+ *  local ones; the harness checks once and writes the loop accordingly. */
+export function releaseIsAsync(lease) {
+  const r = lease.release();
+  return typeof r?.then === 'function' ? r.then(() => true) : Promise.resolve(false);
+}

@@ -1,0 +1,41 @@
+// One table per scenario: subjects as rows, ours first, each peer's ratio to
+// us, and each subject's settings as footnotes.
+import { markdownTable, rate, duration } from './table.mjs';
+
+export const US = 'dokebi-lock';
+
+const throughputColumns = (unit) => [
+  { head: unit, cell: (r) => rate(r.opsPerSec) },
+  { head: 'p50', cell: (r) => duration(r.p50Us) },
+  { head: 'p99', cell: (r) => duration(r.p99Us) },
+];
+
+/** us ÷ peer on the headline figure, oriented so that > 1 means we win. */
+function ratio(scenario, us, peer) {
+  const key = scenario.headline ?? 'opsPerSec';
+  if (!us || us.skipped || peer.skipped || peer.subject === US) return '';
+  const lowerIsBetter = scenario.lowerIsBetter ?? false;
+  const x = lowerIsBetter ? peer[key] / us[key] : us[key] / peer[key];
+  return Number.isFinite(x) ? `${x.toFixed(2)}x` : '-';
+}
+
+export function render(scenario, entry) {
+  const columns = scenario.columns ?? throughputColumns(scenario.unit);
+  const us = entry.results.find((r) => r.subject === US);
+  const header = ['subject', 'version', ...columns.map((c) => c.head), scenario.lowerIsBetter ? 'us faster by' : 'us ÷ peer'];
+  const rows = entry.results.map((r) =>
+    r.skipped
+      ? [r.subject, '', `skipped: ${r.skipped}`, ...columns.slice(1).map(() => ''), '']
+      : [r.subject, r.version ?? '', ...columns.map((c) => c.cell(r)), ratio(scenario, us, r)],
+  );
+  const notes = entry.results
+    .filter((r) => !r.skipped && r.defaults && Object.keys(r.defaults).length)
+    .map((r) => `- ${r.subject}: ${Object.entries(r.defaults).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ')}`);
+  return [
+    `### ${entry.title}`,
+    `Target: ${entry.target}. ${scenario.note ?? ''}`.trim(),
+    '',
+    markdownTable(header, rows),
+    ...(notes.length ? ['', 'Settings:', ...notes] : []),
+  ].join('\n');
+}

@@ -1,0 +1,89 @@
+// The in-process locks compared in the Node local scenarios. Each factory
+// returns { version, defaults, loop(keyAt, n) }: n acquire+release pairs
+// written the way that library's users write them. `keyed` is false when the
+// scenario uses one key only, where a single-lock library needs no key map.
+import { createRequire } from 'node:module';
+import { openBackend, releaseIsAsync } from '../lib/dokebi.mjs';
+
+const require = createRequire(import.meta.url);
+const versionOf = (name) => require(`${name}/package.json`).version;
+const noop = () => {};
+
+export const localSubjects = {
+  async 'dokebi-lock'(settings = {}) {
+    const { backend, version } = await openBackend(settings);
+    const asyncRelease = await releaseIsAsync(await backend.acquire('probe'));
+    return {
+      version,
+      defaults: { ...settings, releaseReturns: asyncRelease ? 'Promise' : 'boolean' },
+      loop: asyncRelease
+        ? async (keyAt, n) => {
+            for (let i = 0; i < n; i++) {
+              const lease = await backend.acquire(keyAt());
+              await lease.release();
+            }
+          }
+        : async (keyAt, n) => {
+            for (let i = 0; i < n; i++) {
+              const lease = await backend.acquire(keyAt());
+              lease.release();
+            }
+          },
+    };
+  },
+
+  async 'async-lock'() {
+    const AsyncLock = require('async-lock');
+    const lock = new AsyncLock();
+    return {
+      version: versionOf('async-lock'),
+      defaults: { maxPending: AsyncLock.DEFAULT_MAX_PENDING, timeout: AsyncLock.DEFAULT_TIMEOUT },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await lock.acquire(keyAt(), noop);
+      },
+    };
+  },
+
+  async 'async-mutex'({ keyed = true } = {}) {
+    const { Mutex } = require('async-mutex');
+    const version = versionOf('async-mutex');
+    if (!keyed) {
+      const mutex = new Mutex();
+      return {
+        version,
+        defaults: { form: 'one Mutex' },
+        loop: async (_keyAt, n) => {
+          for (let i = 0; i < n; i++) (await mutex.acquire())();
+        },
+      };
+    }
+    // async-mutex has no keys: the usual keyed wrapper, a Map of mutexes
+    // dropped when their last holder leaves.
+    const mutexes = new Map();
+    return {
+      version,
+      defaults: { form: 'Map<key, Mutex>, entry deleted when unlocked' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const key = keyAt();
+          let mutex = mutexes.get(key);
+          if (!mutex) mutexes.set(key, (mutex = new Mutex()));
+          (await mutex.acquire())();
+          if (!mutex.isLocked()) mutexes.delete(key);
+        }
+      },
+    };
+  },
+
+  async 'navigator.locks'() {
+    const locks = globalThis.navigator?.locks;
+    if (!locks) return { skipped: `navigator.locks is not available on Node ${process.version}` };
+    return {
+      version: `Node ${process.version}`,
+      defaults: { mode: 'exclusive' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await locks.request(keyAt(), noop);
+      },
+    };
+  },
+};

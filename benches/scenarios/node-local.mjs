@@ -1,0 +1,62 @@
+// Node, local driver against the in-process peers: uncontended pairs on one
+// key and on fresh keys, and 64 callers on one key and on 64 keys.
+import { localSubjects } from './local-subjects.mjs';
+import { sequential, concurrent } from '../lib/measure.mjs';
+
+const SUBJECTS = ['dokebi-lock', 'async-lock', 'async-mutex', 'navigator.locks'];
+const TASKS = 64;
+
+async function open(subject, keyed) {
+  return localSubjects[subject](subject === 'dokebi-lock' ? {} : { keyed });
+}
+
+function sequentialScenario(id, title, keyed, makeKeyAt) {
+  return {
+    id,
+    title,
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    target: 'at least async-lock',
+    async run(subject, ctx) {
+      const s = await open(subject, keyed);
+      if (s.skipped) return s;
+      const r = await sequential({ loop: s.loop, keyAt: makeKeyAt(), seconds: ctx.seconds, batch: ctx.smoke ? 100 : 1000 });
+      return { version: s.version, defaults: s.defaults, ...r };
+    },
+  };
+}
+
+function concurrentScenario(id, title, keyed, keyOfTask, unit = 'handoffs/s') {
+  return {
+    id,
+    title,
+    unit,
+    subjects: SUBJECTS,
+    target: 'at least async-lock',
+    async run(subject, ctx) {
+      const s = await open(subject, keyed);
+      if (s.skipped) return s;
+      const r = await concurrent({
+        loop: s.loop,
+        keyAtFor: (i) => {
+          const key = keyOfTask(i);
+          return () => key;
+        },
+        tasks: TASKS,
+        seconds: ctx.seconds,
+        batch: 16,
+      });
+      return { version: s.version, defaults: s.defaults, ...r };
+    },
+  };
+}
+
+export const scenarios = [
+  sequentialScenario('node-local-one-key', 'Node local: uncontended acquire+release, one key', false, () => () => 'k'),
+  sequentialScenario('node-local-fresh-keys', 'Node local: uncontended acquire+release, a fresh key each time', true, () => {
+    let n = 0;
+    return () => 'key:' + n++;
+  }),
+  concurrentScenario('node-local-64-tasks-one-key', 'Node local: 64 tasks on one key (every pair is a hand-off)', false, () => 'k'),
+  concurrentScenario('node-local-64-tasks-64-keys', 'Node local: 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, 'pairs/s'),
+];
