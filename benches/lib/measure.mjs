@@ -11,7 +11,8 @@ const now = () => performance.now();
  *  `batch` pairs; one caller, so every pair is uncontended. */
 export async function sequential({ loop, keyAt, seconds, warmupS = seconds / 5, batch }) {
   const warmEnd = now() + warmupS * 1e3;
-  while (now() < warmEnd) await loop(keyAt, batch);
+  let warmOps = 0;
+  for (; now() < warmEnd; warmOps += batch) await loop(keyAt, batch);
   const perPairUs = [];
   const start = now();
   const end = start + seconds * 1e3;
@@ -23,7 +24,7 @@ export async function sequential({ loop, keyAt, seconds, warmupS = seconds / 5, 
     ops += batch;
     t = t2;
   }
-  return summary(ops, now() - start, perPairUs, batch);
+  return summary(ops, warmOps + ops, now() - start, perPairUs, batch);
 }
 
 /** Runs `tasks` concurrent callers for `seconds` after a warm-up; caller i
@@ -32,6 +33,7 @@ export async function sequential({ loop, keyAt, seconds, warmupS = seconds / 5, 
 export async function concurrent({ loop, keyAtFor, tasks, seconds, warmupS = seconds / 5, batch }) {
   const perPairUs = [];
   let ops = 0;
+  let allOps = 0;
   let recording = false;
   const startAll = now();
   const recordFrom = startAll + warmupS * 1e3;
@@ -42,6 +44,7 @@ export async function concurrent({ loop, keyAtFor, tasks, seconds, warmupS = sec
     for (let t = now(); t < end; ) {
       await loop(keyAt, batch);
       const t2 = now();
+      allOps += batch;
       if (recording) {
         perPairUs.push(((t2 - t) * 1e3) / batch);
         ops += batch;
@@ -54,12 +57,15 @@ export async function concurrent({ loop, keyAtFor, tasks, seconds, warmupS = sec
     }
   };
   await Promise.all(Array.from({ length: tasks }, (_, i) => worker(i)));
-  return summary(ops, now() - start, perPairUs, batch);
+  return summary(ops, allOps, now() - start, perPairUs, batch);
 }
 
-function summary(ops, ms, perPairUs, batch) {
+/** `ops` were timed; `allOps` counts the warm-up too (for per-pair counts of
+ *  what the server saw during the whole measurement). */
+function summary(ops, allOps, ms, perPairUs, batch) {
   return {
     ops,
+    allOps,
     seconds: ms / 1e3,
     opsPerSec: ops / (ms / 1e3),
     p50Us: quantile(perPairUs, 0.5),

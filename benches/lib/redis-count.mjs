@@ -5,6 +5,8 @@
 // says what the server did. MONITOR tags commands run by a script with source
 // "lua", so counting the others gives the commands clients sent: an upper
 // bound on round trips (pipelined commands share one).
+import net from 'node:net';
+import { once } from 'node:events';
 import Redis from 'ioredis';
 
 /** Parses INFO commandstats into { command: calls }. */
@@ -15,12 +17,13 @@ export function parseCommandstats(info) {
 }
 
 /** Commands run between two parseCommandstats() snapshots, without the
- *  harness's own INFO calls. */
+ *  harness's own INFO, ECHO and MONITOR calls. */
+const HARNESS = new Set(['info', 'echo', 'monitor']);
 export function commandDelta(before, after) {
   const delta = {};
   for (const [cmd, n] of Object.entries(after)) {
     const d = n - (before[cmd] ?? 0);
-    if (d > 0 && cmd !== 'info') delta[cmd] = d;
+    if (d > 0 && !HARNESS.has(cmd)) delta[cmd] = d;
   }
   return delta;
 }
@@ -39,37 +42,51 @@ export async function commandstats(url) {
   };
 }
 
+/** A MONITOR connection over a plain socket (ioredis's monitor mode can
+ *  lose track of its reply queue when the first events arrive with the OK).
+ *  Calls onCommand(source, name) for every command the server runs, where
+ *  source is "lua" for commands run by a script. */
+async function monitor(url, onCommand) {
+  const { hostname, port } = new URL(url);
+  const socket = net.connect(Number(port), hostname);
+  await once(socket, 'connect');
+  socket.setEncoding('utf8');
+  let buffered = '';
+  socket.on('data', (chunk) => {
+    const lines = (buffered + chunk).split('\r\n');
+    buffered = lines.pop();
+    for (const line of lines) {
+      // +1700000000.123456 [0 127.0.0.1:5555] "set" "k" ... or [0 lua]
+      const m = /^\+\d+\.\d+ \[\d+ ([^\]]+)\] "([^"]*)"/.exec(line);
+      if (m) onCommand(m[1], m[2].toLowerCase());
+    }
+  });
+  socket.write('MONITOR\r\n');
+  return () => socket.destroy();
+}
+
 /** Runs `body` under MONITOR; resolves to the number of commands clients
  *  sent meanwhile (script-internal ones excluded) and the result of body. */
 export async function countClientCommands(url, body) {
-  const monitor = await new Redis(url).monitor();
   let sent = 0;
-  monitor.on('monitor', (_time, _args, source) => {
-    if (source !== 'lua') sent++;
+  let markerSeen;
+  const stop = await monitor(url, (source, name) => {
+    if (name === 'echo') markerSeen?.();
+    else if (source !== 'lua') sent++;
   });
-  // An ECHO through a second connection marks the start and end: MONITOR
-  // delivers events asynchronously, so wait until our own markers show up.
+  // MONITOR delivers events asynchronously: an ECHO through a second
+  // connection marks the start and the end of the counted stretch.
   const marker = new Redis(url);
   const fence = async () => {
-    const tag = `bench-marker-${Math.random()}`;
-    const seen = new Promise((resolve) => {
-      const onEvent = (_t, args) => {
-        if (args[0]?.toLowerCase() === 'echo' && args[1] === tag) {
-          monitor.off('monitor', onEvent);
-          resolve();
-        }
-      };
-      monitor.on('monitor', onEvent);
-    });
-    await marker.echo(tag);
+    const seen = new Promise((resolve) => (markerSeen = resolve));
+    await marker.echo('bench-marker');
     await seen;
   };
   await fence();
   sent = 0;
   const result = await body();
   await fence();
-  const total = sent - 1; // the closing marker
-  monitor.disconnect();
+  stop();
   marker.disconnect();
-  return { sent: total, result };
+  return { sent, result };
 }

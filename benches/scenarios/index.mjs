@@ -1,7 +1,9 @@
 // Every scenario, in the order the run prints them.
 import { scenarios as nodeLocal } from './node-local.mjs';
+import { scenarios as nodeRedis } from './node-redis.mjs';
+import { scenarios as nodeHandoff } from './node-handoff.mjs';
 
-export const scenarios = [...nodeLocal];
+export const scenarios = [...nodeLocal, ...nodeRedis, ...nodeHandoff];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

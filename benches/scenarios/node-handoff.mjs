@@ -1,0 +1,115 @@
+// Redis hand-off between two processes: the holder (this process) releases
+// while the waiter (a forked process) is already waiting; the latency is from
+// just before release() is called to the moment the waiter has the lease,
+// both read from CLOCK_MONOTONIC, which the two processes share. Then the
+// waiter waits for a held key for a while, and the commands it sends to Redis
+// meanwhile are counted: polling locks load the server while they wait.
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { redisSubjects } from './redis-subjects.mjs';
+import { mailbox } from '../lib/ipc.mjs';
+import { nowNs, elapsedUs, quantile } from '../lib/stats.mjs';
+import { commandstats, commandDelta, countClientCommands } from '../lib/redis-count.mjs';
+import { duration } from '../lib/table.mjs';
+
+const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
+
+async function handOffs(s, waiter, inbox, { rounds, maxMs, key }) {
+  const latenciesUs = [];
+  const failures = [];
+  const end = performance.now() + maxMs;
+  for (let i = 0; i < rounds && performance.now() < end; i++) {
+    const release = await s.acquire(key);
+    waiter.send({ type: 'acquire', key });
+    await inbox.next('waiting');
+    // A random hold, so that a polling waiter is caught at every phase of its
+    // retry period, and long enough for its first attempt to have failed.
+    await sleep(10 + Math.random() * 20);
+    const t0 = nowNs();
+    await release();
+    const msg = await inbox.nextOf(['granted', 'failed']);
+    if (msg.type === 'failed') {
+      failures.push(msg.message);
+      continue;
+    }
+    latenciesUs.push(elapsedUs(t0, BigInt(msg.t1)));
+    waiter.send({ type: 'release' });
+    await inbox.next('released');
+  }
+  return { latenciesUs, failures };
+}
+
+/** Commands per second the waiting process sends while the key stays held. */
+async function waitingLoad(s, waiter, inbox, { url, key, windowMs }) {
+  const release = await s.acquire(key);
+  waiter.send({ type: 'acquire', key });
+  await inbox.next('waiting');
+  await sleep(100);
+  const stats = await commandstats(url);
+  const before = await stats.snapshot();
+  const { sent } = await countClientCommands(url, () => sleep(windowMs));
+  const calls = commandDelta(before, await stats.snapshot());
+  await stats.close();
+  await release();
+  const msg = await inbox.nextOf(['granted', 'failed']);
+  if (msg.type === 'granted') {
+    waiter.send({ type: 'release' });
+    await inbox.next('released');
+  }
+  return {
+    commandsPerSecWhileWaiting: sent / (windowMs / 1e3),
+    serverCallsPerSecWhileWaiting: Object.fromEntries(Object.entries(calls).map(([c, n]) => [c, n / (windowMs / 1e3)])),
+    waiterGaveUpDuringWindow: msg.type === 'failed' ? msg.message : undefined,
+  };
+}
+
+export const scenarios = [
+  {
+    id: 'node-redis-handoff',
+    title: 'Node redis: hand-off to a waiter in another process',
+    unit: 'latency',
+    subjects: ['dokebi-lock', 'redlock', 'redis-semaphore'],
+    needsRedis: true,
+    headline: 'p50Us',
+    lowerIsBetter: true,
+    target: 'median under 1 ms, p99 under 5 ms, no polling load on Redis while waiting',
+    note: 'Latency: holder calls release() -> the waiting process has the lease. Commands/s: what reaches Redis from the waiting process while the key stays held (MONITOR; server calls in the JSON).',
+    columns: [
+      { head: 'median', cell: (r) => duration(r.p50Us) },
+      { head: 'p99', cell: (r) => duration(r.p99Us) },
+      { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
+      { head: 'commands/s while waiting', cell: (r) => r.commandsPerSecWhileWaiting.toFixed(1) },
+    ],
+    async run(subject, ctx) {
+      const s = await redisSubjects[subject](ctx.redisUrl);
+      const waiter = fork(WAITER, [subject, ctx.redisUrl], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const inbox = mailbox(waiter);
+      try {
+        await inbox.next('ready');
+        const key = `handoff:${process.pid}`;
+        await handOffs(s, waiter, inbox, { key, rounds: 2, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
+        const { latenciesUs, failures } = await handOffs(s, waiter, inbox, {
+          key,
+          rounds: ctx.smoke ? 3 : 200,
+          maxMs: ctx.smoke ? 1000 : ctx.seconds * 6e3,
+        });
+        const load = await waitingLoad(s, waiter, inbox, { url: ctx.redisUrl, key, windowMs: ctx.smoke ? 200 : 1000 });
+        return {
+          version: s.version,
+          defaults: s.defaults,
+          handOffs: latenciesUs.length,
+          p50Us: quantile(latenciesUs, 0.5),
+          p99Us: quantile(latenciesUs, 0.99),
+          maxUs: quantile(latenciesUs, 1),
+          failures,
+          latenciesUs,
+          ...load,
+        };
+      } finally {
+        waiter.kill();
+        await s.close();
+      }
+    },
+  },
+];

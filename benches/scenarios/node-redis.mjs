@@ -1,0 +1,90 @@
+// Node, redis driver against the raw-client floor and the Redis lock peers:
+// sequential pairs on one key, and 64 callers on 64 keys over one connection.
+// Besides the timing, each measurement counts what reached Redis per pair.
+import { redisSubjects } from './redis-subjects.mjs';
+import { sequential, concurrent } from '../lib/measure.mjs';
+import { commandstats, commandDelta, countClientCommands, sum } from '../lib/redis-count.mjs';
+import { rate, duration } from '../lib/table.mjs';
+
+const SUBJECTS = ['dokebi-lock', 'ioredis SET NX PX + DEL', 'redlock', 'redis-semaphore'];
+const COUNTED_PAIRS = 100;
+
+const columns = (unit) => [
+  { head: unit, cell: (r) => rate(r.opsPerSec) },
+  { head: 'p50', cell: (r) => duration(r.p50Us) },
+  { head: 'p99', cell: (r) => duration(r.p99Us) },
+  { head: 'commands sent / pair', cell: (r) => r.clientCommandsPerPair.toFixed(2) },
+  { head: 'server calls / pair (INFO commandstats)', cell: (r) => Object.entries(r.serverCallsPerPair).map(([c, n]) => `${c} ${n.toFixed(2)}`).join(', ') },
+];
+
+/** Runs `timed` between two commandstats snapshots, then counts with MONITOR
+ *  the commands clients send for COUNTED_PAIRS more sequential pairs. */
+async function measureWithCounts(s, ctx, timed) {
+  const stats = await commandstats(ctx.redisUrl);
+  try {
+    const before = await stats.snapshot();
+    const r = await timed();
+    const calls = commandDelta(before, await stats.snapshot());
+    let n = 0;
+    const { sent } = await countClientCommands(ctx.redisUrl, () => s.loop(() => 'counted:' + n++, COUNTED_PAIRS));
+    return {
+      ...r,
+      version: s.version,
+      defaults: s.defaults,
+      clientCommandsPerPair: sent / COUNTED_PAIRS,
+      serverCallsPerPair: Object.fromEntries(Object.entries(calls).map(([c, k]) => [c, k / r.allOps])),
+      serverCallsTotalPerPair: sum(calls) / r.allOps,
+    };
+  } finally {
+    await stats.close();
+  }
+}
+
+export const scenarios = [
+  {
+    id: 'node-redis-sequential-one-key',
+    title: 'Node redis: sequential acquire+release of one key',
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    needsRedis: true,
+    target: 'at least 0.9x the SET NX PX + DEL floor, above every peer, at most 2 round trips per pair',
+    note: '"commands sent" are what clients sent (MONITOR, commands run inside Lua excluded), an upper bound on round trips; "server calls" include commands run by scripts, counted over the whole measurement, warm-up included.',
+    columns: columns('pairs/s'),
+    async run(subject, ctx) {
+      const s = await redisSubjects[subject](ctx.redisUrl);
+      try {
+        return await measureWithCounts(s, ctx, () => sequential({ loop: s.loop, keyAt: () => 'k', seconds: ctx.seconds, batch: 1 }));
+      } finally {
+        await s.close();
+      }
+    },
+  },
+  {
+    id: 'node-redis-64-tasks-64-keys',
+    title: 'Node redis: 64 tasks on 64 keys over one connection',
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    needsRedis: true,
+    target: 'at least 1.5x redlock',
+    columns: columns('pairs/s'),
+    async run(subject, ctx) {
+      const s = await redisSubjects[subject](ctx.redisUrl);
+      try {
+        return await measureWithCounts(s, ctx, () =>
+          concurrent({
+            loop: s.loop,
+            keyAtFor: (i) => {
+              const key = 'k' + i;
+              return () => key;
+            },
+            tasks: 64,
+            seconds: ctx.seconds,
+            batch: 1,
+          }),
+        );
+      } finally {
+        await s.close();
+      }
+    },
+  },
+];

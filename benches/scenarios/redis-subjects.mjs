@@ -1,0 +1,100 @@
+// The Redis locks compared in the Node redis scenarios, each over one
+// ioredis-style connection to the private server. Each factory returns
+// { version, defaults, loop(keyAt, n), close() }, and the locks also
+// acquire(key) -> Promise<release()> for the hand-off scenario.
+import { createRequire } from 'node:module';
+import { randomBytes } from 'node:crypto';
+import { openRedisBackend } from '../lib/dokebi.mjs';
+
+const require = createRequire(import.meta.url);
+const versionOf = (name) => require(`${name}/package.json`).version;
+export const LEASE_MS = 10000;
+
+function ioredis(url) {
+  const Redis = require('ioredis');
+  return new Redis(url);
+}
+
+export const redisSubjects = {
+  async 'dokebi-lock'(url) {
+    const { provider, backend, version } = await openRedisBackend(url);
+    return {
+      version,
+      defaults: { leaseMs: LEASE_MS, pollIntervalMs: '25 (default)', notifyPollIntervalMs: '250 (default)' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const lease = await backend.acquire(keyAt());
+          await lease.release();
+        }
+      },
+      acquire: async (key) => {
+        const lease = await backend.acquire(key);
+        return () => lease.release();
+      },
+      close: () => provider.close(),
+    };
+  },
+
+  // The floor: what any Redis lock costs at least, one SET NX PX to take the
+  // key and one DEL to free it, with none of a lock's checks.
+  async 'ioredis SET NX PX + DEL'(url) {
+    const redis = ioredis(url);
+    return {
+      version: `ioredis ${versionOf('ioredis')}`,
+      defaults: { px: LEASE_MS },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const key = 'raw:' + keyAt();
+          if ((await redis.set(key, randomBytes(16).toString('hex'), 'PX', LEASE_MS, 'NX')) !== 'OK') throw new Error('raw SET NX found the key taken');
+          await redis.del(key);
+        }
+      },
+      close: () => redis.quit(),
+    };
+  },
+
+  async redlock(url) {
+    const Redlock = require('redlock');
+    const redis = ioredis(url);
+    const redlock = new Redlock([redis]);
+    redlock.on('clientError', () => {});
+    return {
+      version: versionOf('redlock'),
+      defaults: { ttl: LEASE_MS, retryCount: redlock.retryCount, retryDelay: redlock.retryDelay, retryJitter: redlock.retryJitter, driftFactor: redlock.driftFactor },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const lock = await redlock.lock(keyAt(), LEASE_MS);
+          await lock.unlock();
+        }
+      },
+      acquire: async (key) => {
+        const lock = await redlock.lock(key, LEASE_MS);
+        return () => lock.unlock();
+      },
+      close: () => redis.quit(),
+    };
+  },
+
+  async 'redis-semaphore'(url) {
+    const { Mutex, defaultTimeoutOptions } = require('redis-semaphore');
+    const redis = ioredis(url);
+    // The documented use: one Mutex object per critical section.
+    return {
+      version: versionOf('redis-semaphore'),
+      defaults: { ...defaultTimeoutOptions, acquireAttemptsLimit: String(defaultTimeoutOptions.acquireAttemptsLimit), lockTimeout: LEASE_MS, refreshInterval: '0.8 x lockTimeout' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const mutex = new Mutex(redis, keyAt(), { lockTimeout: LEASE_MS });
+          await mutex.acquire();
+          await mutex.release();
+        }
+      },
+      acquire: async (key) => {
+        const mutex = new Mutex(redis, key, { lockTimeout: LEASE_MS });
+        await mutex.acquire();
+        return () => mutex.release();
+      },
+      close: () => redis.quit(),
+    };
+  },
+};
