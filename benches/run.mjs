@@ -58,7 +58,9 @@ let failed = false;
 try {
   console.log(`dokebi-lock benchmarks${smoke ? ' (smoke: figures are not meaningful)' : ''}: ${machine.nproc} cores, ${machine.cpuModel}, Node ${machine.node}, ${machine.redisServer}`);
   for (const scenario of selected) {
-    const ctx = { ...ctxBase, redisUrl: redis?.url };
+    const ctx = { ...ctxBase, redisUrl: redis?.url, outDir: `${here}results` };
+    // Work done once per scenario in this process (compiling), passed on.
+    ctx.prepared = scenario.prepare ? scenario.prepare(ctx) : undefined;
     const perSubject = new Map(scenario.subjects.map((s) => [s, []]));
     for (let round = 0; round < rounds; round++) {
       // Rotate the order so that no subject always runs first (or last).

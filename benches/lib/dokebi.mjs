@@ -22,10 +22,11 @@ function entryOf(pkg) {
 }
 
 let loaded;
-/** The @dokebi/lock module of npm/, or NotBuilt. */
+/** The @dokebi/lock module of this checkout's npm/ (or of the package
+ *  directory named by DOKEBI_LOCK_NPM, to measure another build), or NotBuilt. */
 export async function loadDokebi() {
   if (loaded) return loaded;
-  const dir = join(root, 'npm');
+  const dir = process.env.DOKEBI_LOCK_NPM ?? join(root, 'npm');
   if (!existsSync(join(dir, 'package.json'))) throw new NotBuilt('Node addon', 'no npm/package.json');
   const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
   let mod;

@@ -22,7 +22,7 @@ function ratio(scenario, us, peer) {
 export function render(scenario, entry) {
   const columns = scenario.columns ?? throughputColumns(scenario.unit);
   const us = entry.results.find((r) => r.subject === US);
-  const header = ['subject', 'version', ...columns.map((c) => c.head), scenario.lowerIsBetter ? 'us faster by' : 'us ÷ peer'];
+  const header = ['subject', 'version', ...columns.map((c) => c.head), scenario.ratioHead ?? (scenario.lowerIsBetter ? 'us faster by' : 'us ÷ peer')];
   const rows = entry.results.map((r) =>
     r.skipped
       ? [r.subject, '', `skipped: ${r.skipped}`, ...columns.slice(1).map(() => ''), '']

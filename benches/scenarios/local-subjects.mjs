@@ -2,6 +2,8 @@
 // returns { version, defaults, loop(keyAt, n) }: n acquire+release pairs
 // written the way that library's users write them. `keyed` is false when the
 // scenario uses one key only, where a single-lock library needs no key map.
+// hold(key) takes a key and keeps it until the process ends (scale and
+// memory scenarios).
 import { createRequire } from 'node:module';
 import { openBackend, releaseIsAsync } from '../lib/dokebi.mjs';
 
@@ -12,6 +14,7 @@ const noop = () => {};
 export const localSubjects = {
   async 'dokebi-lock'(settings = {}) {
     const { backend, version } = await openBackend(settings);
+    const held = [];
     const asyncRelease = await releaseIsAsync(await backend.acquire('probe'));
     return {
       version,
@@ -29,6 +32,9 @@ export const localSubjects = {
               lease.release();
             }
           },
+      hold: async (key) => {
+        held.push(await backend.acquire(key));
+      },
     };
   },
 
@@ -41,6 +47,7 @@ export const localSubjects = {
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) await lock.acquire(keyAt(), noop);
       },
+      hold: (key) => new Promise((held) => lock.acquire(key, () => (held(), new Promise(() => {})))),
     };
   },
 
@@ -71,6 +78,11 @@ export const localSubjects = {
           (await mutex.acquire())();
           if (!mutex.isLocked()) mutexes.delete(key);
         }
+      },
+      hold: async (key) => {
+        const mutex = new Mutex();
+        mutexes.set(key, mutex);
+        await mutex.acquire();
       },
     };
   },
