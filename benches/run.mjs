@@ -39,7 +39,7 @@ function runWorker(job, nodeArgs = []) {
       clearTimeout(timer);
       const line = out.split('\n').findLast((l) => l.startsWith('RESULT '));
       if (code === 0 && line) resolve(JSON.parse(line.slice(7)));
-      else reject(new Error(`${job.scenario} / ${job.subject}: worker failed (${signal ?? `exit ${code}`})\n${out}`));
+      else reject(new Error(`${job.scenario} / ${job.subjects.join(', ')}: worker failed (${signal ?? `exit ${code}`})\n${out}`));
     });
   });
 }
@@ -64,16 +64,17 @@ try {
     const perSubject = new Map(scenario.subjects.map((s) => [s, []]));
     for (let round = 0; round < rounds; round++) {
       // Rotate the order so that no subject always runs first (or last).
-      const order = scenario.subjects.map((_, i) => scenario.subjects[(i + round) % scenario.subjects.length]);
-      for (const subject of order) {
-        const previous = perSubject.get(subject);
-        if (previous.some((r) => r.skipped)) continue;
+      const order = scenario.subjects
+        .map((_, i) => scenario.subjects[(i + round) % scenario.subjects.length])
+        .filter((subject) => !perSubject.get(subject).some((r) => r.skipped));
+      for (const subjects of smoke ? [order] : order.map((s) => [s])) {
         try {
-          previous.push(await runWorker({ scenario: scenario.id, subject, ctx }, scenario.nodeArgs));
+          const results = await runWorker({ scenario: scenario.id, subjects, ctx }, scenario.nodeArgs);
+          subjects.forEach((subject, i) => perSubject.get(subject).push(results[i]));
         } catch (error) {
           console.error(error.message);
           failed = true;
-          previous.push({ skipped: `failed: ${error.message.split('\n')[0]}` });
+          for (const subject of subjects) perSubject.get(subject).push({ skipped: `failed: ${error.message.split('\n')[0]}` });
         }
       }
     }

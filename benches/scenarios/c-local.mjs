@@ -2,7 +2,7 @@
 // + hash map baseline in the same program (c/bench.c): one thread, then two
 // threads on one key.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { root, NotBuilt } from '../lib/dokebi.mjs';
 
@@ -33,7 +33,8 @@ function compile(outDir) {
   const flags = ['-O2', '-std=c11', '-Wall', '-Wextra', '-Werror', '-pedantic', '-pthread'];
   const linked = lib ? ['-DWITH_DOKEBI', `-I${lib.prefix}/include`, SOURCE, `${lib.prefix}/lib/liblock.a`, ...RUST_STD_LIBS] : [SOURCE];
   execFileSync('cc', [...flags, ...linked, '-o', binary], { stdio: 'inherit' });
-  return { binary, library: lib && `${lib.prefix}/lib/liblock.a (${lib.profile} build)` };
+  const version = /^version = "(.*)"$/m.exec(readFileSync(join(root, 'Cargo.toml'), 'utf8'))[1];
+  return { binary, version: lib && `${version} (${lib.profile})`, library: lib && `${lib.prefix}/lib/liblock.a` };
 }
 
 function scenario(id, title, threads, target) {
@@ -51,7 +52,7 @@ function scenario(id, title, threads, target) {
       const r = JSON.parse(out);
       return subject === BASELINE
         ? { version: 'glibc', defaults: { map: 'chained, 65536 buckets, FNV-1a', wait: 'per-key pthread_cond (not FIFO)' }, ...r, ops: r.pairs }
-        : { version: ctx.prepared.library.match(/\((.*)\)/)[1], defaults: { waitTimeoutMs: 'backend default (5000)', library: ctx.prepared.library.replace(root + '/', '') }, ...r, ops: r.pairs };
+        : { version: ctx.prepared.version, defaults: { waitTimeoutMs: 'backend default (5000)', library: ctx.prepared.library.replace(root + '/', '') }, ...r, ops: r.pairs };
     },
   };
 }

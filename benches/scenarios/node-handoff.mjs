@@ -88,10 +88,10 @@ export const scenarios = [
       try {
         await inbox.next('ready');
         const key = `handoff:${process.pid}`;
-        await handOffs(s, waiter, inbox, { key, rounds: 2, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
+        await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
         const { latenciesUs, failures } = await handOffs(s, waiter, inbox, {
           key,
-          rounds: ctx.smoke ? 3 : 200,
+          rounds: ctx.smoke ? 2 : 200,
           maxMs: ctx.smoke ? 1000 : ctx.seconds * 6e3,
         });
         const load = await waitingLoad(s, waiter, inbox, { url: ctx.redisUrl, key, windowMs: ctx.smoke ? 200 : 1000 });
