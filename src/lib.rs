@@ -28,6 +28,7 @@ pub mod options;
 pub mod provider;
 pub mod status;
 pub mod telemetry;
+pub mod with_lock;
 
 pub use abort::{AbortController, AbortSignal};
 pub use acquire::AcquireOptions;
@@ -35,3 +36,4 @@ pub use error::{ErrorCode, Issue, LockError, Result};
 pub use options::Options;
 pub use provider::{Backend, Hooks, Lease, Provider};
 pub use status::BackendStatus;
+pub use with_lock::Section;
