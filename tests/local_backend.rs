@@ -261,3 +261,23 @@ fn max_waiters_counts_the_whole_backend() {
     let mut second = Box::pin(jobs.acquire("b", wait(10_000)));
     assert!(block_on(futures::future::poll_immediate(&mut second)).is_none(), "a dropped waiter frees its place");
 }
+
+#[test]
+fn with_lock_runs_the_section_exclusively_and_releases_in_all_cases() {
+    let provider = Provider::from_yaml(YAML).unwrap();
+    let orders = provider.backend("orders").unwrap();
+    let fence = block_on(orders.with_lock("k", wait(0), |section| async move {
+        assert!(!section.signal.is_aborted());
+        section.fence
+    }))
+    .unwrap();
+    assert!(fence > 0);
+    let failed: Result<(), &str> = block_on(orders.with_lock("k", wait(0), |_| async { Err("section failed") })).unwrap();
+    assert_eq!(failed, Err("section failed"), "the section's own result comes back unchanged");
+    let busy = block_on(orders.with_lock("k", wait(0), |_| async {
+        provider.backend("orders").unwrap().acquire("k", wait(0)).await.map(|_| ()).unwrap_err().code()
+    }))
+    .unwrap();
+    assert_eq!(busy, ErrorCode::LockBusy, "the key is held while the section runs");
+    assert_eq!(orders.status().held, 0, "released after every section");
+}

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use dokebi_lock::local::{Acquired, LeaseId, LocalEngine, Released, WaiterId};
+use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use dokebi_lock::ErrorCode;
 use proptest::prelude::*;
@@ -14,7 +14,7 @@ use proptest::prelude::*;
 enum Op {
     Acquire { key: u8, may_wait: bool },
     Release { pick: usize },
-    Cancel { pick: usize },
+    Cancel { pick: usize, timed_out: bool },
     ReleaseStale { pick: usize },
 }
 
@@ -22,7 +22,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u8..4, any::<bool>()).prop_map(|(key, may_wait)| Op::Acquire { key, may_wait }),
         3 => any::<usize>().prop_map(|pick| Op::Release { pick }),
-        1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, timed_out)| Op::Cancel { pick, timed_out }),
         1 => any::<usize>().prop_map(|pick| Op::ReleaseStale { pick }),
     ]
 }
@@ -42,6 +42,8 @@ struct Run {
     released: Vec<LeaseId>,
     next_caller: u64,
     last_fence: u64,
+    grants: u64,
+    timed_out: u64,
     options: LocalOptions,
 }
 
@@ -55,6 +57,8 @@ impl Run {
             released: Vec::new(),
             next_caller: 0,
             last_fence: 0,
+            grants: 0,
+            timed_out: 0,
             options,
         }
     }
@@ -62,6 +66,7 @@ impl Run {
     fn check_fence(&mut self, lease: LeaseId) {
         assert!(lease.fence > self.last_fence, "fences grow with every grant");
         self.last_fence = lease.fence;
+        self.grants += 1;
     }
 
     fn apply(&mut self, op: Op) {
@@ -116,10 +121,12 @@ impl Run {
                     }
                 }
             }
-            Op::Cancel { pick } if !self.waiting.is_empty() => {
+            Op::Cancel { pick, timed_out } if !self.waiting.is_empty() => {
                 let (caller, waiter, key) = self.waiting.remove(pick % self.waiting.len());
-                assert_eq!(self.engine.cancel(waiter), Some(caller));
-                assert_eq!(self.engine.cancel(waiter), None, "a cancelled waiter is gone");
+                let reason = if timed_out { CancelReason::TimedOut } else { CancelReason::Aborted };
+                assert_eq!(self.engine.cancel(waiter, reason), Some(caller));
+                assert_eq!(self.engine.cancel(waiter, reason), None, "a cancelled waiter is gone");
+                self.timed_out += u64::from(timed_out);
                 self.model.queue.get_mut(&key).expect("queued").retain(|c| *c != caller);
             }
             Op::ReleaseStale { pick } if !self.released.is_empty() => {
@@ -131,6 +138,7 @@ impl Run {
         let counts = self.engine.counts();
         assert_eq!(counts.held, self.model.holder.len());
         assert_eq!(counts.waiting, self.waiting.len());
+        assert_eq!((counts.acquired, counts.timed_out), (self.grants, self.timed_out));
     }
 
     /// Releases everything, letting every waiter through in order.

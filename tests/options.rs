@@ -2,7 +2,7 @@
 //! problems reported at once, and the committed schema in step with the code.
 
 use dokebi_lock::options::declaration::{json_schema, Fallback, Kind, LOCAL_FIELDS, REDIS_FIELDS};
-use dokebi_lock::options::{BackendOptions, LocalOptions, Options};
+use dokebi_lock::options::{BackendOptions, LocalOptions, Options, Thresholds};
 use dokebi_lock::ErrorCode;
 use serde_json::json;
 
@@ -40,7 +40,8 @@ fn the_seed_file_loads_with_every_default_filled_in() {
     let options = Options::from_yaml(SEED_FILE).unwrap();
     assert_eq!(options.backends.keys().collect::<Vec<_>>(), ["jobs", "orders", "shared"]);
     let BackendOptions::Local(jobs) = &options.backends["jobs"] else { panic!("jobs is local") };
-    assert_eq!(*jobs, LocalOptions { max_keys: 10_000, max_waiters: 128, wait_timeout_ms: 5_000, max_key_bytes: 1_024 });
+    let thresholds = Thresholds { slow_acquire_ms: Some(5_000), slow_hold_ms: Some(60_000) };
+    assert_eq!(*jobs, LocalOptions { max_keys: 10_000, max_waiters: 128, wait_timeout_ms: 5_000, max_key_bytes: 1_024, thresholds });
     let BackendOptions::Redis(shared) = &options.backends["shared"] else { panic!("shared is redis") };
     assert_eq!(shared.connection, "main");
     assert_eq!(shared.namespace, "my-service");
@@ -50,6 +51,7 @@ fn the_seed_file_loads_with_every_default_filled_in() {
         (5_000, 25, 250)
     );
     assert_eq!((shared.max_waiters, shared.max_leases, shared.max_key_bytes, shared.shutdown_timeout_ms), (4_096, 10_000, 1_024, 5_000));
+    assert_eq!(shared.thresholds, thresholds);
     let main = &options.connections["main"];
     assert_eq!((main.url.as_str(), main.connect_timeout_ms, main.command_timeout_ms), ("redis://127.0.0.1:6379/0", 5_000, 2_000));
 }
@@ -130,6 +132,15 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
             }
         }
     }
+}
+
+#[test]
+fn telemetry_thresholds_take_null_to_disable() {
+    let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowAcquireMs": null, "slowHoldMs": 0 } } } })).unwrap();
+    let BackendOptions::Local(a) = &options.backends["a"] else { panic!("local") };
+    assert_eq!(a.thresholds, Thresholds { slow_acquire_ms: None, slow_hold_ms: Some(0) });
+    let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowHoldMs": -1, "slowAcquireMs": "1" } } } })).unwrap_err();
+    assert_eq!(issue_paths(&err), ["backends.a.slowAcquireMs", "backends.a.slowHoldMs"]);
 }
 
 #[test]

@@ -11,6 +11,7 @@ fn readme() -> String {
 fn row(field: &Field) -> String {
     let kind = match field.kind {
         Kind::Integer { min, max } => format!("integer {min}–{max}"),
+        Kind::Threshold { max } => format!("integer 0–{max} or null"),
         Kind::Text | Kind::RedisUrl => "string".to_owned(),
     };
     let default = match field.fallback {
