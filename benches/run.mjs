@@ -21,7 +21,7 @@ const args = Object.fromEntries(
 const smoke = Boolean(args.smoke);
 // Smoke: a fraction of a second per measurement, one round, for CI; the
 // figures mean nothing and nothing is compared against a target.
-const ctxBase = { smoke, seconds: Number(args.seconds ?? (smoke ? 0.05 : 1.5)) };
+const ctxBase = { smoke, seconds: Number(args.seconds ?? (smoke ? 0.05 : 1)) };
 const rounds = Number(args.rounds ?? (smoke ? 1 : 3));
 const only = args.only ? String(args.only).split(',') : null;
 const selected = scenarios.filter((s) => !only || only.some((o) => s.id.includes(o)));

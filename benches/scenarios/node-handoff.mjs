@@ -25,7 +25,7 @@ async function handOffs(s, waiter, inbox, { rounds, maxMs, key }) {
     await inbox.next('waiting');
     // A random hold, so that a polling waiter is caught at every phase of its
     // retry period, and long enough for its first attempt to have failed.
-    await sleep(10 + Math.random() * 20);
+    await sleep(5 + Math.random() * 10);
     const t0 = nowNs();
     await release();
     const msg = await inbox.nextOf(['granted', 'failed']);
@@ -91,8 +91,8 @@ export const scenarios = [
         await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
         const { latenciesUs, failures } = await handOffs(s, waiter, inbox, {
           key,
-          rounds: ctx.smoke ? 2 : 200,
-          maxMs: ctx.smoke ? 1000 : ctx.seconds * 6e3,
+          rounds: ctx.smoke ? 2 : 150,
+          maxMs: ctx.smoke ? 1000 : 6000,
         });
         const load = await waitingLoad(s, waiter, inbox, { url: ctx.redisUrl, key, windowMs: ctx.smoke ? 200 : 1000 });
         return {
