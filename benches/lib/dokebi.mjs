@@ -71,9 +71,9 @@ export async function openRedisBackend(redisUrl, extra = {}) {
   return opened;
 }
 
-/** Ends a lease the way a user of the typed API would: release() returns a
- *  promise on redis backends (awaited) and may return a plain boolean on
- *  local ones; the harness checks once and writes the loop accordingly. */
+/** Releases `lease` and resolves to whether release() returned a promise.
+ *  A user awaits release() where it returns a promise and not where it
+ *  returns a plain boolean; the local loop is written accordingly. */
 export function releaseIsAsync(lease) {
   const r = lease.release();
   return typeof r?.then === 'function' ? r.then(() => true) : Promise.resolve(false);
