@@ -26,9 +26,11 @@ pub mod local;
 pub mod log;
 pub mod options;
 pub mod provider;
+pub mod redis;
 
 pub use abort::{AbortController, AbortSignal};
 pub use acquire::AcquireOptions;
 pub use error::{ErrorCode, Issue, LockError, Result};
 pub use options::Options;
 pub use provider::{Backend, Lease, Provider};
+pub use redis::{RedisBackend, RedisCounts, RedisLease};

@@ -12,14 +12,15 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::local::{engine::closed, LocalBackend, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::options::{BackendOptions, Options};
+use crate::redis::{RedisBackend, RedisDriver, RedisLease};
 
 /// All backends of one configuration.
 pub struct Provider {
     backends: BTreeMap<String, Backend>,
     closed: AtomicBool,
-    /// Drivers log through it (cleanup failures at close).
-    #[allow(dead_code)] // read by the redis driver's close
-    logger: Logger,
+    /// The redis driver's runtime and connections; `None` without redis
+    /// backends, so a local-only provider starts no thread and opens no socket.
+    redis: Option<RedisDriver>,
 }
 
 impl Provider {
@@ -31,13 +32,20 @@ impl Provider {
     /// Builds every backend of `options`; `logger` receives the operational
     /// log (`LOCK_BACKEND_READY`, cleanup failures). Backends of app drivers
     /// belong to the Node surface: here they are `UNKNOWN_DRIVER`.
+    ///
+    /// Redis connections are made in the background: the call never blocks,
+    /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, logger: Logger) -> Result<Provider> {
+        let redis = RedisDriver::open(&options, &logger)?;
         let mut backends = BTreeMap::new();
+        let mut redis_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::new(local)),
-                BackendOptions::Redis(_) => {
-                    return Err(LockError::new(ErrorCode::DriverNotInstalled, format!("backend {name}: the redis driver is not built into this library yet")));
+                BackendOptions::Redis(settings) => {
+                    let driver = redis.as_ref().expect("a redis backend starts the redis driver");
+                    redis_backends.insert(name.clone(), settings.clone());
+                    Backend::Redis(driver.backend(&name, settings))
                 }
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
@@ -47,7 +55,10 @@ impl Provider {
             logger(&LogRecord { level: Level::Debug, backend: name.clone(), code: "LOCK_BACKEND_READY", message: "backend is ready".into() });
             backends.insert(name, built);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), logger })
+        if let Some(driver) = &redis {
+            driver.start(&redis_backends);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -73,13 +84,18 @@ impl Provider {
     }
 
     /// Closes every backend: waiters are rejected with `CLOSED`, held local
-    /// leases become invalid. Idempotent.
+    /// leases become invalid, held redis leases are released within
+    /// `shutdownTimeoutMs` (failures go to the logger as `CLEANUP_FAILED` /
+    /// `CLEANUP_TIMEOUT`, never to the caller). Idempotent.
     pub async fn close(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
         for backend in self.backends.values() {
             backend.close().await;
+        }
+        if let Some(redis) = &self.redis {
+            redis.shut_down().await;
         }
     }
 }
@@ -88,6 +104,7 @@ impl Provider {
 #[derive(Clone)]
 pub enum Backend {
     Local(LocalBackend),
+    Redis(RedisBackend),
 }
 
 impl Backend {
@@ -95,12 +112,14 @@ impl Backend {
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
+            Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
         }
     }
 
     async fn close(&self) {
         match self {
             Backend::Local(local) => local.close(),
+            Backend::Redis(redis) => redis.close().await,
         }
     }
 }
@@ -109,12 +128,14 @@ impl Backend {
 #[derive(Debug)]
 pub enum Lease {
     Local(LocalLease),
+    Redis(RedisLease),
 }
 
 impl Lease {
     pub fn key(&self) -> &str {
         match self {
             Lease::Local(lease) => lease.key(),
+            Lease::Redis(lease) => lease.key(),
         }
     }
 
@@ -122,12 +143,14 @@ impl Lease {
     pub fn fence(&self) -> u64 {
         match self {
             Lease::Local(lease) => lease.fence(),
+            Lease::Redis(lease) => lease.fence(),
         }
     }
 
     pub fn is_valid(&self) -> bool {
         match self {
             Lease::Local(lease) => lease.is_valid(),
+            Lease::Redis(lease) => lease.is_valid(),
         }
     }
 
@@ -136,6 +159,7 @@ impl Lease {
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+            Lease::Redis(lease) => Some(lease.remaining()),
         }
     }
 
@@ -143,6 +167,7 @@ impl Lease {
     pub async fn renew(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
+            Lease::Redis(lease) => lease.renew().await,
         }
     }
 
@@ -151,6 +176,7 @@ impl Lease {
     pub async fn release(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
+            Lease::Redis(lease) => lease.release().await,
         }
     }
 }
