@@ -11,8 +11,27 @@ use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::{engine::closed, LocalBackend, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
+use crate::telemetry::Telemetry;
+
+/// Where a provider reports what is not an error of a call.
+#[derive(Clone)]
+pub struct Hooks {
+    /// The operational log (`LOCK_BACKEND_READY`, cleanup failures).
+    pub logger: Logger,
+    /// Telemetry (slow acquires and holds, wait timeouts, lost leases);
+    /// `None` measures nothing.
+    pub telemetry: Option<Telemetry>,
+}
+
+impl Default for Hooks {
+    /// Warnings and errors to standard error, no telemetry.
+    fn default() -> Self {
+        Hooks { logger: stderr_logger(), telemetry: None }
+    }
+}
 use crate::options::{BackendOptions, Options};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
+use crate::status::{BackendStatus, RedisStatus};
 
 /// All backends of one configuration.
 pub struct Provider {
@@ -24,24 +43,25 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// Builds every backend of `options`, logging to standard error.
+    /// Builds every backend of `options` with the default [`Hooks`].
     pub fn open(options: Options) -> Result<Provider> {
-        Provider::open_with(options, stderr_logger())
+        Provider::open_with(options, Hooks::default())
     }
 
-    /// Builds every backend of `options`; `logger` receives the operational
-    /// log (`LOCK_BACKEND_READY`, cleanup failures). Backends of app drivers
-    /// belong to the Node surface: here they are `UNKNOWN_DRIVER`.
+    /// Builds every backend of `options`, reporting through `hooks`. Backends
+    /// of app drivers belong to the Node surface: here they are
+    /// `UNKNOWN_DRIVER`.
     ///
     /// Redis connections are made in the background: the call never blocks,
     /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
-    pub fn open_with(options: Options, logger: Logger) -> Result<Provider> {
-        let redis = RedisDriver::open(&options, &logger)?;
+    pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
+        let Hooks { logger, telemetry } = hooks;
+        let redis = RedisDriver::open(&options, &logger, &telemetry)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
-                BackendOptions::Local(local) => Backend::Local(LocalBackend::new(local)),
+                BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
                 BackendOptions::Redis(settings) => {
                     let driver = redis.as_ref().expect("a redis backend starts the redis driver");
                     redis_backends.insert(name.clone(), settings.clone());
@@ -83,6 +103,11 @@ impl Provider {
         })
     }
 
+    /// A snapshot of every backend, by name.
+    pub fn status(&self) -> BTreeMap<String, BackendStatus> {
+        self.backends.iter().map(|(name, backend)| (name.clone(), backend.status())).collect()
+    }
+
     /// Closes every backend: waiters are rejected with `CLOSED`, held local
     /// leases become invalid, held redis leases are released within
     /// `shutdownTimeoutMs` (failures go to the logger as `CLEANUP_FAILED` /
@@ -101,7 +126,7 @@ impl Provider {
 }
 
 /// One backend of any driver. Cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Backend {
     Local(LocalBackend),
     Redis(RedisBackend),
@@ -113,6 +138,41 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+        }
+    }
+
+    /// What the backend is doing now, as counts.
+    pub fn status(&self) -> BackendStatus {
+        match self {
+            Backend::Local(local) => {
+                let counts = local.counts();
+                BackendStatus {
+                    driver: "local",
+                    held: counts.held,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: 0,
+                    redis: None,
+                }
+            }
+            Backend::Redis(redis) => {
+                let counts = redis.counts();
+                BackendStatus {
+                    driver: "redis",
+                    held: counts.held,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: counts.lost,
+                    redis: Some(RedisStatus {
+                        connected: counts.connected,
+                        subscribed: counts.subscribed,
+                        last_error: counts.last_error,
+                        last_probe: counts.last_answer,
+                    }),
+                }
+            }
         }
     }
 

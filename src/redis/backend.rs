@@ -1,9 +1,9 @@
 //! The redis backend: acquire with in-process FIFO waiting, close, counts.
 
 use std::future::pending;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use slab::Slab;
 use tokio::runtime::Handle;
@@ -22,6 +22,7 @@ use crate::key;
 use crate::local::engine::closed;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::RedisOptions;
+use crate::telemetry::{report_wait, Telemetry, TelemetryEvent};
 
 /// A backend whose leases live in Redis, shared by every process that uses
 /// the same server and namespace. Cheap to clone.
@@ -44,6 +45,15 @@ pub struct RedisCounts {
     pub held: usize,
     /// Acquires in progress (waiting for their turn or for Redis).
     pub waiting: usize,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Acquires that ended in `WAIT_TIMEOUT` since the backend started.
+    pub timed_out: u64,
+    /// Leases found lost (`LEASE_LOST`, `OUTCOME_UNKNOWN`, a renew that
+    /// found another owner) since the backend started, once per lease.
+    pub lost: u64,
+    /// When Redis last answered a command of this backend's connection.
+    pub last_answer: Option<SystemTime>,
     /// The command connection is open.
     pub connected: bool,
     /// Release notifications are subscribed.
@@ -60,13 +70,24 @@ pub(crate) struct BackendCore {
     channel: String,
     handle: Handle,
     logger: Logger,
+    telemetry: Option<Telemetry>,
     in_progress: AtomicUsize,
+    acquired: AtomicU64,
+    timed_out: AtomicU64,
+    lost: AtomicU64,
     held: Mutex<Slab<Weak<LeaseShared>>>,
     closed: watch::Sender<bool>,
 }
 
 impl RedisBackend {
-    pub(crate) fn new(name: &str, options: RedisOptions, connection: Arc<RedisConnection>, runtime: Arc<DriverRuntime>, logger: Logger) -> RedisBackend {
+    pub(crate) fn new(
+        name: &str,
+        options: RedisOptions,
+        connection: Arc<RedisConnection>,
+        runtime: Arc<DriverRuntime>,
+        logger: Logger,
+        telemetry: Option<Telemetry>,
+    ) -> RedisBackend {
         let channel = release_channel(&options.namespace);
         let core = BackendCore {
             name: name.to_owned(),
@@ -75,7 +96,11 @@ impl RedisBackend {
             channel,
             handle: runtime.handle().clone(),
             logger,
+            telemetry,
             in_progress: AtomicUsize::new(0),
+            acquired: AtomicU64::new(0),
+            timed_out: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
             held: Mutex::new(Slab::new()),
             closed: watch::channel(false).0,
         };
@@ -125,6 +150,10 @@ impl RedisBackend {
         RedisCounts {
             held: self.core.held().len(),
             waiting: self.core.in_progress.load(Ordering::SeqCst),
+            acquired: self.core.acquired.load(Ordering::Relaxed),
+            timed_out: self.core.timed_out.load(Ordering::Relaxed),
+            lost: self.core.lost.load(Ordering::Relaxed),
+            last_answer: connection.last_answer(),
             connected: connection.is_connected(),
             subscribed: connection.is_subscribed(),
             last_error: connection.last_error(),
@@ -148,6 +177,12 @@ impl RedisBackend {
 
     pub fn is_closed(&self) -> bool {
         *self.core.closed.borrow()
+    }
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend").field("name", &self.core.name).field("counts", &self.counts()).finish()
     }
 }
 
@@ -260,6 +295,24 @@ impl BackendCore {
         }
     }
 
+    /// When a lease should measure its hold: only while someone listens.
+    pub fn hold_clock(&self) -> Option<Instant> {
+        self.telemetry.as_ref().and(self.options.thresholds.slow_hold_ms).map(|_| Instant::now())
+    }
+
+    /// Reports a lease that ended held for `since`.
+    pub fn report_hold(&self, since: Option<Instant>) {
+        crate::telemetry::report_hold(self.telemetry.as_ref(), &self.name, &self.options.thresholds, since);
+    }
+
+    /// Counts and reports a lease found lost (once per lease, by the caller).
+    pub fn report_lost(&self, code: ErrorCode) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        if let Some(telemetry) = &self.telemetry {
+            telemetry(&TelemetryEvent::LeaseLost { backend: self.name.clone(), code });
+        }
+    }
+
     fn log(&self, level: Level, code: &'static str, message: String) {
         (self.logger)(&LogRecord { level, backend: self.name.clone(), code, message });
     }
@@ -302,7 +355,21 @@ enum Interrupt {
 }
 
 impl Acquire {
+    /// Acquires, then counts and reports the outcome.
     async fn run(self) -> Result<Arc<LeaseShared>> {
+        let core = self.core.clone();
+        let started = Instant::now();
+        let outcome = self.attempt().await;
+        match &outcome {
+            Ok(_) => core.acquired.fetch_add(1, Ordering::Relaxed),
+            Err(err) if err.code() == ErrorCode::WaitTimeout => core.timed_out.fetch_add(1, Ordering::Relaxed),
+            Err(_) => 0,
+        };
+        report_wait(core.telemetry.as_ref(), &core.name, &core.options.thresholds, started, outcome.as_ref().err());
+        outcome
+    }
+
+    async fn attempt(self) -> Result<Arc<LeaseShared>> {
         let Acquire { core, key, wait, signal, mut cancelled, _slot } = self;
         let keys = RedisKeys::new(&core.options.namespace, &key);
         let ticket: Ticket = core.connection.waiters.join(&keys.lock);
@@ -375,24 +442,25 @@ impl Acquire {
 /// Registers a granted lease, or gives the lock back if `maxLeases` were
 /// reached meanwhile.
 async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: String, fence: u64, sent: Instant) -> Result<Arc<LeaseShared>> {
+    // Checked under the held set's lock: close() flags first and then takes
+    // the set, so a lease is either in the set it releases or sees the flag.
     let registered = {
         let mut held = core.held();
-        if held.len() >= core.options.max_leases as usize {
-            None
+        if *core.closed.borrow() {
+            Err(closed())
+        } else if held.len() >= core.options.max_leases as usize {
+            Err(key_limit(core.options.max_leases))
         } else {
             let entry = held.vacant_entry();
             let shared = Arc::new(LeaseShared::new(core.clone(), key, keys.lock.clone(), token.clone(), fence, sent, entry.key()));
             entry.insert(RedisLease::downgrade(&shared));
-            Some(shared)
+            Ok(shared)
         }
     };
-    match registered {
-        Some(shared) => Ok(shared),
-        None => {
-            let _ = core.release(&keys.lock, &token).await;
-            Err(key_limit(core.options.max_leases))
-        }
+    if registered.is_err() {
+        let _ = core.release(&keys.lock, &token).await;
     }
+    registered
 }
 
 fn interrupted(why: Interrupt, wait: Duration) -> LockError {

@@ -19,7 +19,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
@@ -30,6 +30,7 @@ use super::waiters::Waiters;
 use crate::error::{Cause, ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::ConnectionOptions;
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// How long a failed connect answers for later callers, so that a dead
 /// server costs one connect attempt, not one per waiting acquire.
@@ -79,6 +80,8 @@ struct Current {
 
 /// A shared Redis connection.
 pub(crate) struct RedisConnection {
+    name: String,
+    telemetry: Option<Telemetry>,
     client: Client,
     connect_timeout: Duration,
     command_timeout: Duration,
@@ -86,6 +89,7 @@ pub(crate) struct RedisConnection {
     connected: AtomicBool,
     subscribed: AtomicBool,
     last_error: Mutex<Option<ErrorCode>>,
+    last_answer: Mutex<Option<SystemTime>>,
     pub scripts: Scripts,
     pub waiters: Arc<Waiters>,
     stop: watch::Sender<bool>,
@@ -93,13 +97,15 @@ pub(crate) struct RedisConnection {
 
 impl RedisConnection {
     /// Checks the URL; opens no socket.
-    pub fn new(name: &str, options: &ConnectionOptions) -> Result<RedisConnection> {
+    pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>) -> Result<RedisConnection> {
         let client = Client::open(options.url.as_str()).map_err(|err| {
             LockError::new(ErrorCode::InvalidOptions, format!("connections.{name}.url: not a usable Redis URL"))
                 .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
                 .with_cause(err)
         })?;
         Ok(RedisConnection {
+            name: name.to_owned(),
+            telemetry,
             client,
             connect_timeout: Duration::from_millis(options.connect_timeout_ms.into()),
             command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
@@ -107,6 +113,7 @@ impl RedisConnection {
             connected: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            last_answer: Mutex::new(None),
             scripts: Scripts::new(),
             waiters: Arc::new(Waiters::default()),
             stop: watch::channel(false).0,
@@ -144,6 +151,25 @@ impl RedisConnection {
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// When Redis last answered a command.
+    pub fn last_answer(&self) -> Option<SystemTime> {
+        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records whether the command connection is open, telling telemetry
+    /// about changes.
+    fn set_connected(&self, up: bool) {
+        if self.connected.swap(up, Ordering::Relaxed) != up {
+            if let Some(telemetry) = &self.telemetry {
+                telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
+            }
+        }
+    }
+
+    fn answered(&self) {
+        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(SystemTime::now());
+    }
+
     /// Resolves once [`RedisConnection::shut_down`] was called.
     pub fn stopped(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
@@ -154,7 +180,7 @@ impl RedisConnection {
         self.stop.send_replace(true);
         let mut current = self.current.lock().await;
         current.connection = None;
-        self.connected.store(false, Ordering::Relaxed);
+        self.set_connected(false);
     }
 
     /// Runs `script` and converts its reply; see the module docs for the
@@ -172,6 +198,7 @@ impl RedisConnection {
             }
             let failure = match tokio::time::timeout(self.command_timeout, invocation.invoke_async::<Value>(&mut connection)).await {
                 Ok(Ok(value)) => {
+                    self.answered();
                     return match redis::from_redis_value(value) {
                         Ok(value) => Ok(Answer { value, retried }),
                         Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
@@ -203,7 +230,10 @@ impl RedisConnection {
     pub async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Failure> {
         let (generation, mut connection) = self.connection().await?;
         match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut connection)).await {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(value)) => {
+                self.answered();
+                Ok(value)
+            }
             Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
             Err(_) => {
                 self.invalidate(generation).await;
@@ -242,13 +272,13 @@ impl RedisConnection {
                 current.generation += 1;
                 current.connection = Some(connection.clone());
                 current.last_failure = None;
-                self.connected.store(true, Ordering::Relaxed);
+                self.set_connected(true);
                 Ok((current.generation, connection))
             }
             Err(err) => {
                 let cause: Cause = Arc::new(err);
                 current.last_failure = Some((Instant::now(), cause.clone()));
-                self.connected.store(false, Ordering::Relaxed);
+                self.set_connected(false);
                 Err(self.failed(Failure::Unreachable(cause)))
             }
         }
@@ -259,7 +289,7 @@ impl RedisConnection {
         let mut current = self.current.lock().await;
         if current.generation == generation {
             current.connection = None;
-            self.connected.store(false, Ordering::Relaxed);
+            self.set_connected(false);
         }
     }
 

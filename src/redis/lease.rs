@@ -35,6 +35,8 @@ pub(crate) struct LeaseShared {
     token: String,
     fence: u64,
     slot: usize,
+    /// When the hold started, if slow holds are reported.
+    held_since: Option<Instant>,
     state: Mutex<State>,
 }
 
@@ -43,6 +45,8 @@ struct State {
     held: bool,
     /// End of the local validity estimate.
     valid_until: Instant,
+    /// Already counted as lost.
+    lost: bool,
 }
 
 /// The part of the drift allowance that scales with the lease.
@@ -59,7 +63,8 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, key: &str, lock_key: String, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
-        LeaseShared { core, key: key.into(), lock_key, token, fence, slot, state: Mutex::new(State { held: true, valid_until }) }
+        let held_since = core.hold_clock();
+        LeaseShared { core, key: key.into(), lock_key, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false }) }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -77,6 +82,14 @@ impl LeaseShared {
             self.core.forget(self.slot);
         }
         was_held
+    }
+
+    /// Counts the lease as lost, once.
+    fn lost(&self, code: ErrorCode) {
+        let first = !std::mem::replace(&mut self.state().lost, true);
+        if first {
+            self.core.report_lost(code);
+        }
     }
 
     pub fn lock_key(&self) -> &str {
@@ -153,13 +166,19 @@ impl RedisLease {
                     Ok(true)
                 }
                 Ok(_) => {
+                    let was_held = state.held;
                     state.valid_until = Instant::now();
+                    drop(state);
+                    if was_held {
+                        shared.lost(ErrorCode::LeaseLost);
+                    }
                     Ok(false)
                 }
                 Err(failure) => {
                     if matches!(failure, Failure::Unknown(_)) {
                         state.valid_until = Instant::now();
                         drop(state);
+                        shared.lost(ErrorCode::OutcomeUnknown);
                         core.clean_up_after_unknown(shared.lock_key().to_owned(), shared.token().to_owned());
                     }
                     Err(failure.into_error("renew"))
@@ -180,7 +199,13 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        run_on(self.shared.core.handle(), async move { shared.core.release(shared.lock_key(), shared.token()).await.map(|()| true) }).await
+        let outcome = run_on(self.shared.core.handle(), async move { shared.core.release(shared.lock_key(), shared.token()).await }).await;
+        self.shared.core.report_hold(self.shared.held_since);
+        match &outcome {
+            Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),
+            _ => {}
+        }
+        outcome.map(|()| true)
     }
 }
 

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::log::Logger;
 use crate::options::{BackendOptions, Options, RedisOptions};
+use crate::telemetry::Telemetry;
 use connection::RedisConnection;
 use runtime::{run_on, DriverRuntime};
 
@@ -37,12 +38,13 @@ pub(crate) struct RedisDriver {
     runtime: Arc<DriverRuntime>,
     connections: BTreeMap<String, Arc<RedisConnection>>,
     logger: Logger,
+    telemetry: Option<Telemetry>,
 }
 
 impl RedisDriver {
     /// Starts the runtime and prepares (without connecting) each connection
     /// a redis backend of `options` names; `None` without redis backends.
-    pub fn open(options: &Options, logger: &Logger) -> Result<Option<RedisDriver>> {
+    pub fn open(options: &Options, logger: &Logger, telemetry: &Option<Telemetry>) -> Result<Option<RedisDriver>> {
         let mut used = options.backends.values().filter_map(|backend| match backend {
             BackendOptions::Redis(redis) => Some(redis.connection.as_str()),
             _ => None,
@@ -51,17 +53,17 @@ impl RedisDriver {
         let mut connections = BTreeMap::new();
         for name in std::iter::once(first).chain(used) {
             if !connections.contains_key(name) {
-                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name])?));
+                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone())?));
             }
         }
         let runtime = Arc::new(DriverRuntime::start()?);
-        Ok(Some(RedisDriver { runtime, connections, logger: logger.clone() }))
+        Ok(Some(RedisDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
     }
 
     /// The backend `name` with `options` on its connection.
     pub fn backend(&self, name: &str, options: RedisOptions) -> RedisBackend {
         let connection = self.connections[&options.connection].clone();
-        RedisBackend::new(name, options, connection, self.runtime.clone(), self.logger.clone())
+        RedisBackend::new(name, options, connection, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
     }
 
     /// Connects in the background: subscribes each connection to the release

@@ -7,7 +7,7 @@ pub mod redis_server;
 use std::sync::{Arc, Mutex};
 
 use dokebi_lock::log::{LogRecord, Logger};
-use dokebi_lock::{Options, Provider};
+use dokebi_lock::{Hooks, Options, Provider};
 
 /// A logger that keeps every record for assertions.
 pub fn recording_logger() -> (Logger, Arc<Mutex<Vec<LogRecord>>>) {
@@ -30,5 +30,5 @@ pub fn open_redis(url: &str, backend: &[(&str, &str)], connection: &[(&str, &str
     let connection: String = connection.iter().map(|(k, v)| format!("        {k}: {v}\n")).collect();
     let options = Options::from_yaml(&redis_yaml(url, &backend, &connection)).unwrap();
     let (logger, records) = recording_logger();
-    (Provider::open_with(options, logger).unwrap(), records)
+    (Provider::open_with(options, Hooks { logger, telemetry: None }).unwrap(), records)
 }
