@@ -288,7 +288,11 @@ fn counts_report_held_waiting_and_connection_state() {
     });
     let lease = block_on(shared.acquire("k", wait(0))).unwrap();
     let counts = redis_counts(&shared);
-    assert_eq!((counts.held, counts.waiting, counts.last_error), (1, 0, None));
+    assert_eq!((counts.held, counts.waiting, counts.acquired, counts.last_error), (1, 0, 1, None));
+    let status = &a.status()["shared"];
+    assert_eq!((status.driver, status.held, status.acquired), ("redis", 1, 1));
+    let redis = status.redis.as_ref().unwrap();
+    assert!(redis.connected && redis.subscribed && redis.last_probe.is_some());
     block_on(lease.release()).unwrap();
     assert_eq!(redis_counts(&shared).held, 0);
 }
@@ -304,4 +308,67 @@ fn a_server_that_may_evict_locks_is_reported_at_start() {
     eventually("connected", || redis_counts(&backend(&b)).connected);
     thread::sleep(Duration::from_millis(50));
     assert!(records.lock().unwrap().iter().all(|r| r.code != "REDIS_EVICTION_POLICY"));
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.client()).unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+#[test]
+fn an_uncontended_acquire_and_release_cost_one_script_call_each() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "10000")], &[]);
+    let shared = backend(&a);
+    block_on(async {
+        // Warm up: connect, load the scripts.
+        shared.acquire("k", wait(0)).await.unwrap().release().await.unwrap();
+        eventually("subscribed", || redis_counts(&shared).subscribed);
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut server.client()).unwrap();
+        for _ in 0..10 {
+            let lease = shared.acquire("k", wait(0)).await.unwrap();
+            assert!(lease.release().await.unwrap());
+        }
+    });
+    // The scripts' inner commands are counted too; only EVALSHA is sent by
+    // the client (besides this test's own CONFIG and INFO).
+    let sent: Vec<(String, u64)> = command_calls(&server)
+        .into_iter()
+        .filter(|(name, _)| !["get", "exists", "time", "set", "incr", "pttl", "del", "publish", "config|resetstat", "info"].contains(&name.as_str()))
+        .collect();
+    assert_eq!(sent, vec![("evalsha".to_owned(), 20)]);
+}
+
+#[test]
+fn rediss_urls_connect_over_tls() {
+    let dir = std::env::temp_dir().join(format!("dokebi-lock-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let server = RedisServer::start_with(&[
+        "--tls-port", &tls_port, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no",
+    ]);
+    // A self-signed certificate: `#insecure` skips its verification.
+    let (a, _) = open_redis(&format!("rediss://127.0.0.1:{tls_port}/#insecure"), &[("leaseMs", "10000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert_eq!(server.keys().iter().filter(|k| k.starts_with("test:lock:")).count(), 1);
+    assert!(block_on(lease.release()).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
 }
