@@ -372,3 +372,20 @@ fn rediss_urls_connect_over_tls() {
     assert!(block_on(lease.release()).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn credentials_come_from_the_url_and_a_refusal_is_provider_failed() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let with = format!("redis://:s3cret-pw@127.0.0.1:{}/0", server.port());
+    let (a, _) = open_redis(&with, &[("leaseMs", "10000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).expect("authenticated through the URL");
+    assert!(block_on(lease.release()).unwrap());
+
+    for url in [format!("redis://127.0.0.1:{}/0", server.port()), format!("redis://:wrong-pw@127.0.0.1:{}/0", server.port())] {
+        let (b, _) = open_redis(&url, &[("leaseMs", "10000")], &[]);
+        let err = block_on(backend(&b).acquire("k", wait(0))).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ProviderFailed);
+        let cause = err.cause().expect("the Redis error is the cause").to_string();
+        assert!(!format!("{err:?} {cause}").contains("pw"), "no password in the error: {err:?}");
+    }
+}

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
-use super::connection::{Failure, RedisConnection};
+use super::connection::{Answer, Failure, RedisConnection};
 use super::keys::{owner_token, release_channel, RedisKeys};
 use super::lease::{lease_lost, LeaseShared, RedisLease};
 use super::runtime::{run_on, DriverRuntime};
@@ -219,10 +219,7 @@ impl BackendCore {
             }
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
-            Ok(answer) if answer.retried => Err(Failure::Unknown(Arc::new(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::ConnectionReset,
-            ))))
-            .into_error("release")),
+            Ok(Answer { first_attempt_lost: Some(cause), .. }) => Err(Failure::Unknown(cause).into_error("release")),
             Ok(_) => Err(lease_lost()),
             Err(failure) => {
                 if matches!(failure, Failure::Unknown(_)) {

@@ -13,8 +13,8 @@
 //!
 //! A command that fails because the connection dropped is retried once on a
 //! fresh connection: all scripts compare the owner token, so a retry is
-//! harmless, and [`Answer::retried`] tells callers whose answer depends on
-//! whether the first attempt ran (release).
+//! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
+//! depends on whether the first attempt ran (release).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,7 +57,7 @@ impl Failure {
             }
             Failure::Unknown(cause) => LockError::new(
                 ErrorCode::OutcomeUnknown,
-                format!("{what}: Redis did not answer within commandTimeoutMs, so the outcome is unknown"),
+                format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
             )
             .with_shared_cause(cause),
         }
@@ -67,9 +67,9 @@ impl Failure {
 /// A script's reply.
 pub(crate) struct Answer<T> {
     pub value: T,
-    /// The first attempt was lost with its connection and this is the reply
-    /// to a retry: the first attempt may have run too.
-    pub retried: bool,
+    /// Set when the first attempt was lost with its connection (the error)
+    /// and this is the reply to the retry: the first attempt may have run too.
+    pub first_attempt_lost: Option<Cause>,
 }
 
 struct Current {
@@ -186,7 +186,7 @@ impl RedisConnection {
     /// Runs `script` and converts its reply; see the module docs for the
     /// failure classes and the single retry.
     pub async fn eval<T: FromRedisValue>(&self, script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Result<Answer<T>, Failure> {
-        let mut retried = false;
+        let mut first_attempt_lost: Option<Cause> = None;
         loop {
             let (generation, mut connection) = self.connection().await?;
             let mut invocation = script.prepare_invoke();
@@ -200,7 +200,7 @@ impl RedisConnection {
                 Ok(Ok(value)) => {
                     self.answered();
                     return match redis::from_redis_value(value) {
-                        Ok(value) => Ok(Answer { value, retried }),
+                        Ok(value) => Ok(Answer { value, first_attempt_lost }),
                         Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
                     };
                 }
@@ -214,8 +214,8 @@ impl RedisConnection {
                 }
                 Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
                     self.invalidate(generation).await;
-                    if !retried {
-                        retried = true;
+                    if first_attempt_lost.is_none() {
+                        first_attempt_lost = Some(Arc::new(err));
                         continue;
                     }
                     Failure::Unknown(Arc::new(err))

@@ -51,8 +51,11 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(mut connection) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
-                if redis::cmd("PING").query::<String>(&mut connection).is_ok() {
-                    return;
+                // A server with requirepass answers NOAUTH: it is up too.
+                match redis::cmd("PING").query::<String>(&mut connection) {
+                    Ok(_) => return,
+                    Err(err) if err.code() == Some("NOAUTH") => return,
+                    Err(_) => {}
                 }
             }
             assert!(Instant::now() < deadline, "redis-server did not start");
