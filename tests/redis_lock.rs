@@ -389,3 +389,13 @@ fn credentials_come_from_the_url_and_a_refusal_is_provider_failed() {
         assert!(!format!("{err:?} {cause}").contains("pw"), "no password in the error: {err:?}");
     }
 }
+
+#[test]
+fn unix_socket_urls_work() {
+    let socket = std::env::temp_dir().join(format!("dokebi-lock-{}.sock", std::process::id()));
+    let server = RedisServer::start_with(&["--unixsocket", socket.to_str().unwrap(), "--unixsocketperm", "700"]);
+    let (a, _) = open_redis(&format!("unix://{}", socket.display()), &[("leaseMs", "10000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert_eq!(server.keys().iter().filter(|k| k.starts_with("test:lock:")).count(), 1);
+    assert!(block_on(lease.release()).unwrap());
+}

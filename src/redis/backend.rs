@@ -112,8 +112,10 @@ impl RedisBackend {
     }
 
     /// Acquires `key`: waits (FIFO among this process's acquires of the key)
-    /// until Redis grants it, `waitTimeoutMs` passes (`WAIT_TIMEOUT`; with 0
-    /// one try, then `LOCK_BUSY`), or the signal aborts (`ABORTED`).
+    /// until Redis grants it, `waitTimeoutMs` passes (`WAIT_TIMEOUT`), or the
+    /// signal aborts (`ABORTED`). With a wait of 0 it tries once and fails with
+    /// `LOCK_BUSY` when the key is held, or when another acquire of this
+    /// process is already waiting for it (no queue jumping).
     ///
     /// Fails fast with `PROVIDER_FAILED` when Redis is unreachable or
     /// refuses, and with `OUTCOME_UNKNOWN` when the acquire command went
