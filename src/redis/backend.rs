@@ -1,6 +1,5 @@
 //! The redis backend: acquire with in-process FIFO waiting, close, counts.
 
-use std::future::pending;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -11,18 +10,18 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::connection::{Answer, Failure, RedisConnection};
-use super::keys::{owner_token, release_channel, RedisKeys};
+use super::keys::release_channel;
 use super::lease::{lease_lost, LeaseShared, RedisLease};
 use super::runtime::{run_on, DriverRuntime};
-use super::waiters::Ticket;
+use super::acquire::{key_limit, Acquire, InProgress};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, LockError, Result};
+use crate::error::{ErrorCode, Result};
 use crate::key;
 use crate::local::engine::closed;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::RedisOptions;
-use crate::telemetry::{report_wait, Telemetry, TelemetryEvent};
+use crate::telemetry::{report_hold, Telemetry, TelemetryEvent};
 
 /// A backend whose leases live in Redis, shared by every process that uses
 /// the same server and namespace. Cheap to clone.
@@ -64,19 +63,19 @@ pub struct RedisCounts {
 }
 
 pub(crate) struct BackendCore {
-    name: String,
-    options: RedisOptions,
-    connection: Arc<RedisConnection>,
+    pub(super) name: String,
+    pub(super) options: RedisOptions,
+    pub(super) connection: Arc<RedisConnection>,
     channel: String,
     handle: Handle,
     logger: Logger,
-    telemetry: Option<Telemetry>,
-    in_progress: AtomicUsize,
-    acquired: AtomicU64,
-    timed_out: AtomicU64,
+    pub(super) telemetry: Option<Telemetry>,
+    pub(super) in_progress: AtomicUsize,
+    pub(super) acquired: AtomicU64,
+    pub(super) timed_out: AtomicU64,
     lost: AtomicU64,
     held: Mutex<Slab<Weak<LeaseShared>>>,
-    closed: watch::Sender<bool>,
+    pub(super) closed: watch::Sender<bool>,
 }
 
 impl RedisBackend {
@@ -141,7 +140,7 @@ impl RedisBackend {
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
         // Dropping `_cancel` (this future dropped) ends the task's wait.
         let (_cancel, cancelled) = oneshot::channel::<()>();
-        let task = Acquire { core: core.clone(), key: key.to_owned(), wait, signal: options.signal, cancelled, _slot: slot };
+        let task = Acquire::new(core.clone(), key, wait, options.signal, cancelled, slot);
         let shared = run_on(&core.handle, task.run()).await?;
         Ok(RedisLease::new(shared, self.runtime.clone()))
     }
@@ -201,7 +200,7 @@ impl BackendCore {
         &self.connection
     }
 
-    fn held(&self) -> MutexGuard<'_, Slab<Weak<LeaseShared>>> {
+    pub(super) fn held(&self) -> MutexGuard<'_, Slab<Weak<LeaseShared>>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -210,15 +209,21 @@ impl BackendCore {
         self.held().try_remove(slot);
     }
 
-    /// Deletes the lock if it carries `token` and wakes this process's next
-    /// waiter; `LEASE_LOST` if it did not carry it.
-    pub async fn release(&self, lock_key: &str, token: &str) -> Result<()> {
-        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[lock_key], &[&token, &self.channel]).await;
-        match answer {
-            Ok(answer) if answer.value == 1 => {
-                self.connection.waiters.wake(lock_key);
-                Ok(())
-            }
+    /// Runs the release script: deletes the lock if it carries `token`, tells
+    /// waiters in every process, and wakes this process's next waiter.
+    async fn delete_if_ours(&self, lock_key: &str, token: &str) -> Result<Answer<i64>, Failure> {
+        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[lock_key], &[&token, &self.channel]).await?;
+        if answer.value == 1 {
+            self.connection.waiters.wake(lock_key);
+        }
+        Ok(answer)
+    }
+
+    /// Releases a lease: `LEASE_LOST` if the lock no longer carried `token`;
+    /// after an unanswered command a best-effort cleanup follows.
+    pub async fn release(self: &Arc<Self>, lock_key: &str, token: &str) -> Result<()> {
+        match self.delete_if_ours(lock_key, token).await {
+            Ok(answer) if answer.value == 1 => Ok(()),
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
             Ok(Answer { first_attempt_lost: Some(cause), .. }) => Err(Failure::Unknown(cause).into_error("release")),
@@ -243,34 +248,29 @@ impl BackendCore {
     /// After a command went unanswered the lock may be (or become, if the
     /// command is still queued somewhere) ours: release it by token, and once
     /// more a command timeout later in case the first try overtook it.
-    pub fn clean_up_after_unknown(&self, lock_key: String, token: String) {
-        let connection = self.connection.clone();
-        let channel = self.channel.clone();
+    pub fn clean_up_after_unknown(self: &Arc<Self>, lock_key: String, token: String) {
+        let core = self.clone();
         self.handle.spawn(async move {
             for attempt in 0..2 {
                 if attempt > 0 {
-                    tokio::time::sleep(connection.command_timeout()).await;
+                    tokio::time::sleep(core.connection.command_timeout()).await;
                 }
-                let answer = connection.eval::<i64>(&connection.scripts.release, &[&lock_key], &[&token, &channel]).await;
-                if matches!(answer, Ok(ref answer) if answer.value == 1) {
-                    connection.waiters.wake(&lock_key);
+                if matches!(core.delete_if_ours(&lock_key, &token).await, Ok(answer) if answer.value == 1) {
                     return;
                 }
             }
         });
     }
 
-    /// Close: release every held lease within the shutdown timeout.
-    async fn release_all(&self) {
+    /// Close: release every held lease within the shutdown timeout. A lease
+    /// that had already expired is not a failure; one Redis did not confirm is.
+    async fn release_all(self: &Arc<Self>) {
         let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
         let mut releases = JoinSet::new();
         for lease in leases {
             if lease.take() {
-                let connection = self.connection.clone();
-                let channel = self.channel.clone();
-                releases.spawn(async move {
-                    connection.eval::<i64>(&connection.scripts.release, &[lease.lock_key()], &[&lease.token(), &channel]).await.map(|_| ())
-                });
+                let core = self.clone();
+                releases.spawn(async move { core.delete_if_ours(lease.lock_key(), lease.token()).await.map(|_| ()) });
             }
         }
         let total = releases.len();
@@ -301,7 +301,7 @@ impl BackendCore {
 
     /// Reports a lease that ended held for `since`.
     pub fn report_hold(&self, since: Option<Instant>) {
-        crate::telemetry::report_hold(self.telemetry.as_ref(), &self.name, &self.options.thresholds, since);
+        report_hold(self.telemetry.as_ref(), &self.name, &self.options.thresholds, since);
     }
 
     /// Counts and reports a lease found lost (once per lease, by the caller).
@@ -317,163 +317,3 @@ impl BackendCore {
     }
 }
 
-/// Counts one acquire in progress against `maxWaiters` until dropped.
-struct InProgress(Arc<BackendCore>);
-
-impl InProgress {
-    fn enter(core: Arc<BackendCore>) -> Result<InProgress> {
-        let max = core.options.max_waiters as usize;
-        core.in_progress
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .map_err(|_| LockError::new(ErrorCode::QueueFull, format!("maxWaiters ({max}) acquires are already in progress in this backend")))?;
-        Ok(InProgress(core))
-    }
-}
-
-impl Drop for InProgress {
-    fn drop(&mut self) {
-        self.0.in_progress.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// One acquire, run on the driver's runtime.
-struct Acquire {
-    core: Arc<BackendCore>,
-    key: String,
-    wait: Duration,
-    signal: Option<AbortSignal>,
-    cancelled: oneshot::Receiver<()>,
-    _slot: InProgress,
-}
-
-/// Why a wait ended early.
-enum Interrupt {
-    Aborted,
-    Closed,
-    TimedOut,
-}
-
-impl Acquire {
-    /// Acquires, then counts and reports the outcome.
-    async fn run(self) -> Result<Arc<LeaseShared>> {
-        let core = self.core.clone();
-        let started = Instant::now();
-        let outcome = self.attempt().await;
-        match &outcome {
-            Ok(_) => core.acquired.fetch_add(1, Ordering::Relaxed),
-            Err(err) if err.code() == ErrorCode::WaitTimeout => core.timed_out.fetch_add(1, Ordering::Relaxed),
-            Err(_) => 0,
-        };
-        report_wait(core.telemetry.as_ref(), &core.name, &core.options.thresholds, started, outcome.as_ref().err());
-        outcome
-    }
-
-    async fn attempt(self) -> Result<Arc<LeaseShared>> {
-        let Acquire { core, key, wait, signal, mut cancelled, _slot } = self;
-        let keys = RedisKeys::new(&core.options.namespace, &key);
-        let ticket: Ticket = core.connection.waiters.join(&keys.lock);
-        let start = Instant::now();
-        let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
-        let single_try = wait.is_zero();
-
-        let mut closed_rx = core.closed.subscribe();
-        let interrupt = async {
-            tokio::select! {
-                biased;
-                _ = async { match &signal { Some(signal) => signal.aborted().await, None => pending().await } } => Interrupt::Aborted,
-                _ = closed_rx.wait_for(|closed| *closed) => Interrupt::Closed,
-                _ = &mut cancelled => Interrupt::Aborted,
-                _ = tokio::time::sleep_until(deadline.into()) => Interrupt::TimedOut,
-            }
-        };
-        tokio::pin!(interrupt);
-
-        let _turn = if single_try {
-            ticket.try_turn().ok_or_else(busy)?
-        } else {
-            tokio::select! {
-                biased;
-                why = &mut interrupt => return Err(interrupted(why, wait)),
-                turn = ticket.turn() => turn,
-            }
-        };
-        let token = owner_token()?;
-        let lease_ms = u64::from(core.options.lease_ms);
-        loop {
-            if *core.closed.borrow() {
-                return Err(closed());
-            }
-            let sent = Instant::now();
-            let answer = core
-                .connection
-                .eval::<(i64, i64)>(&core.connection.scripts.acquire, &[&keys.lock, &keys.fence], &[&token, &lease_ms])
-                .await;
-            let (granted, value) = match answer {
-                Ok(answer) => answer.value,
-                Err(failure) => {
-                    if matches!(failure, Failure::Unknown(_)) {
-                        core.clean_up_after_unknown(keys.lock.clone(), token.clone());
-                    }
-                    return Err(failure.into_error("acquire"));
-                }
-            };
-            if granted == 1 {
-                return register(&core, &key, &keys, token, value as u64, sent).await;
-            }
-            if single_try {
-                return Err(busy());
-            }
-            let poll = if core.connection.is_subscribed() { core.options.notify_poll_interval_ms } else { core.options.poll_interval_ms };
-            // Never sleep past the holder's expiry (PTTL; negative means the
-            // key just vanished or has no expiry).
-            let pttl = if value == -2 { 0 } else { u64::try_from(value).unwrap_or(u64::MAX) };
-            let nap = Duration::from_millis(u64::from(poll).min(pttl.max(1)));
-            tokio::select! {
-                biased;
-                why = &mut interrupt => return Err(interrupted(why, wait)),
-                _ = ticket.woken() => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
-        }
-    }
-}
-
-/// Registers a granted lease, or gives the lock back if `maxLeases` were
-/// reached meanwhile.
-async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: String, fence: u64, sent: Instant) -> Result<Arc<LeaseShared>> {
-    // Checked under the held set's lock: close() flags first and then takes
-    // the set, so a lease is either in the set it releases or sees the flag.
-    let registered = {
-        let mut held = core.held();
-        if *core.closed.borrow() {
-            Err(closed())
-        } else if held.len() >= core.options.max_leases as usize {
-            Err(key_limit(core.options.max_leases))
-        } else {
-            let entry = held.vacant_entry();
-            let shared = Arc::new(LeaseShared::new(core.clone(), key, keys.lock.clone(), token.clone(), fence, sent, entry.key()));
-            entry.insert(RedisLease::downgrade(&shared));
-            Ok(shared)
-        }
-    };
-    if registered.is_err() {
-        let _ = core.release(&keys.lock, &token).await;
-    }
-    registered
-}
-
-fn interrupted(why: Interrupt, wait: Duration) -> LockError {
-    match why {
-        Interrupt::Aborted => aborted_error(),
-        Interrupt::Closed => closed(),
-        Interrupt::TimedOut => LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", wait.as_millis())),
-    }
-}
-
-fn busy() -> LockError {
-    LockError::new(ErrorCode::LockBusy, "the key is held and the acquire was not allowed to wait")
-}
-
-fn key_limit(max: u32) -> LockError {
-    LockError::new(ErrorCode::KeyLimit, format!("maxLeases ({max}) leases are already held by this backend"))
-}

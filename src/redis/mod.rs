@@ -5,10 +5,11 @@
 //!   `dokebi-redis.connections` entry; [`notify`]: its one subscription.
 //! - [`scripts`]: the Lua scripts (one round trip per operation).
 //! - [`waiters`]: per-key FIFO inside the process, only the head polls Redis.
-//! - [`backend`] and [`lease`]: the public API.
+//! - [`backend`] and [`lease`]: the public API; [`acquire`]: one acquire's task.
 //! - [`runtime`]: the driver's own tokio runtime, started only when a redis
 //!   backend is configured.
 
+pub(crate) mod acquire;
 pub mod backend;
 pub(crate) mod connection;
 pub(crate) mod keys;
