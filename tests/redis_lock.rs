@@ -399,3 +399,31 @@ fn unix_socket_urls_work() {
     assert_eq!(server.keys().iter().filter(|k| k.starts_with("test:lock:")).count(), 1);
     assert!(block_on(lease.release()).unwrap());
 }
+
+#[test]
+fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    let server = RedisServer::start();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let hooks = dokebi_lock::Hooks {
+        logger: support::recording_logger().0,
+        telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
+    };
+    let yaml = support::redis_yaml(&server.url(), "        leaseMs: 100\n        slowAcquireMs: 0\n", "");
+    let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
+    block_on(async {
+        let lease = backend(&a).acquire("k", wait(0)).await.unwrap();
+        assert_eq!(code(backend(&a).acquire("k", wait(20)).await), ErrorCode::WaitTimeout);
+        thread::sleep(Duration::from_millis(150));
+        let _taken = backend(&a).acquire("k", wait(0)).await.unwrap();
+        assert_eq!(code(lease.release().await), ErrorCode::LeaseLost);
+    });
+    let events = events.lock().unwrap();
+    assert!(events.iter().any(|e| matches!(e, TelemetryEvent::Connection { connection, up: true } if connection == "main")));
+    assert!(events.iter().any(|e| matches!(e, TelemetryEvent::WaitTimeout { backend, .. } if backend == "shared")));
+    assert!(events.iter().any(|e| matches!(e, TelemetryEvent::SlowAcquire { outcome: Some(ErrorCode::WaitTimeout), .. })));
+    assert!(events.iter().any(|e| matches!(e, TelemetryEvent::LeaseLost { code: ErrorCode::LeaseLost, .. })));
+    let status = &a.status()["shared"];
+    assert_eq!((status.acquired, status.timed_out, status.lost), (2, 1, 1));
+}
