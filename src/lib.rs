@@ -20,6 +20,7 @@
 
 pub mod abort;
 pub mod acquire;
+pub mod capi;
 pub mod error;
 pub mod key;
 pub mod local;
