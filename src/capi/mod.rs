@@ -30,14 +30,6 @@ pub mod pending;
 pub mod runtime;
 pub mod status;
 
-pub use args::DOKEBI_LOCK_WAIT_DEFAULT;
-pub use backend::dokebi_lock_backend;
-pub use error::dokebi_lock_error;
-pub use lease::{dokebi_lock_lease, DOKEBI_LOCK_NEVER_EXPIRES};
-pub use pending::{dokebi_lock_acquire_callback, dokebi_lock_pending};
-pub use runtime::dokebi_lock_runtime;
-pub use status::dokebi_lock_status;
-
 /// The library version, e.g. `"0.4.1"`; static, never freed.
 #[no_mangle]
 pub extern "C" fn dokebi_lock_version() -> *const std::ffi::c_char {
