@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::{self, give, handle, wait_timeout, Out};
-use super::completion::Completions;
+use super::completion::{block_on, Completions};
 use super::error::dokebi_lock_error;
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
+use crate::acquire::AcquireOptions;
 use crate::error::Result;
 use crate::provider::{Backend, Lease};
 
@@ -25,10 +26,13 @@ impl dokebi_lock_backend {
         dokebi_lock_backend { backend, completions }
     }
 
-    /// Blocks the calling thread until the key is ours or the wait ends.
+    /// Blocks the calling thread until the key is ours or the wait ends:
+    /// on a condition variable (local), or driving the driver's async
+    /// acquire, whose I/O runs on the driver's own thread (redis).
     fn acquire(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
         match &self.backend {
             Backend::Local(local) => local.acquire_blocking(key, wait_timeout).map(Lease::Local),
+            Backend::Redis(_) => block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None })),
         }
     }
 }

@@ -156,9 +156,15 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
         if !lease.is_null() {
             // SAFETY: the handle came from Box::into_raw when it was acquired.
             let lease = unsafe { Box::from_raw(lease) };
-            match lease.lease {
-                // Dropping a local lease releases it.
+            match &lease.lease {
+                // Dropping a local lease releases it, at once.
                 Lease::Local(_) => {}
+                // Dropping a redis lease would release it in the background;
+                // release before returning, so the key is free for others
+                // once free returns (bounded by commandTimeoutMs).
+                Lease::Redis(redis) => {
+                    let _ = block_on(redis.release());
+                }
             }
         }
     })
