@@ -186,6 +186,36 @@ static void async_acquire_times_out_and_is_cancelled(const dokebi_lock_backend *
     outcome_destroy(&granted);
 }
 
+/* A callback may call back into the library, blocking calls and close included. */
+typedef struct {
+    dokebi_lock_runtime *runtime;
+    const dokebi_lock_backend *backend;
+    outcome done;
+} reentrant;
+
+static void on_acquired_then_close(void *userdata, dokebi_lock_status status, dokebi_lock_lease *lease, dokebi_lock_error *error) {
+    reentrant *r = (reentrant *)userdata;
+    CHECK(status == DOKEBI_LOCK_OK && error == NULL);
+    dokebi_lock_lease *other = must_acquire(r->backend, "other", 1000);
+    dokebi_lock_lease_free(other);
+    CHECK(dokebi_lock_runtime_close(r->runtime) == DOKEBI_LOCK_OK);
+    on_acquired(&r->done, dokebi_lock_lease_valid(lease) ? DOKEBI_LOCK_INVALID_ARGUMENT : DOKEBI_LOCK_OK, NULL, NULL);
+    dokebi_lock_lease_free(lease);
+}
+
+static void a_callback_may_block_and_close_its_runtime(void) {
+    reentrant r;
+    r.runtime = open_runtime(YAML);
+    dokebi_lock_backend *backend = get_backend(r.runtime, "main");
+    r.backend = backend;
+    outcome_init(&r.done);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(backend, KEY("k"), 1000, on_acquired_then_close, &r, NULL, ERR));
+    CHECK(outcome_wait(&r.done) == DOKEBI_LOCK_OK); /* the lease ended with the close */
+    outcome_destroy(&r.done);
+    dokebi_lock_backend_free(backend);
+    dokebi_lock_runtime_free(r.runtime);
+}
+
 /* A thread blocked in acquire while the runtime closes. */
 static void *wait_for_closed(void *backend) {
     dokebi_lock_lease *lease = NULL;
@@ -239,6 +269,7 @@ int main(void) {
     key_limit_and_queue_full(tiny);
     async_waiters_are_served_in_order(main_);
     async_acquire_times_out_and_is_cancelled(main_);
+    a_callback_may_block_and_close_its_runtime();
     close_rejects_waiters_and_ends_leases(runtime, main_);
 
     /* Handles outlive the runtime: freed in any order. */

@@ -56,6 +56,16 @@ static void a_lease_is_shared_between_runtimes(const dokebi_lock_backend *one, c
     CHECK(!dokebi_lock_lease_valid(lease) && dokebi_lock_lease_remaining_ms(lease) == 0);
     CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
     CHECK(fence_of(waiter.lease) > first);
+
+    /* A waiter cancelled while the key is held ends with ABORTED. */
+    outcome cancelled;
+    outcome_init(&cancelled);
+    dokebi_lock_pending *pending = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(one, KEY("order:42"), 10000, on_acquired, &cancelled, &pending, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
+    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
+    dokebi_lock_pending_free(pending);
+    outcome_destroy(&cancelled);
     outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
     dokebi_lock_lease_free(lease);
 
