@@ -272,10 +272,11 @@ void dokebi_lock_error_free(struct dokebi_lock_error *error);
 
 /**
  * The key of the lease: `*out_len` bytes of UTF-8 (not NUL-terminated),
- * owned by the lease. NULL for NULL (`out_len` then untouched).
+ * owned by the lease. NULL when `lease` or `out_len` is NULL (`out_len` is
+ * then untouched).
  *
  * # Safety
- * `lease` is NULL or a live lease handle; `out_len` is writable.
+ * `lease` is NULL or a live lease handle; `out_len` is NULL or writable.
  */
 const char *dokebi_lock_lease_key(const struct dokebi_lock_lease *lease,
                                   size_t *out_len);

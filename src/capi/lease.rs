@@ -47,10 +47,11 @@ fn decimal(mut value: u64) -> [u8; FENCE_CAPACITY] {
 }
 
 /// The key of the lease: `*out_len` bytes of UTF-8 (not NUL-terminated),
-/// owned by the lease. NULL for NULL (`out_len` then untouched).
+/// owned by the lease. NULL when `lease` or `out_len` is NULL (`out_len` is
+/// then untouched).
 ///
 /// # Safety
-/// `lease` is NULL or a live lease handle; `out_len` is writable.
+/// `lease` is NULL or a live lease handle; `out_len` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_key(lease: *const dokebi_lock_lease, out_len: *mut usize) -> *const c_char {
     boundary(|| {
