@@ -8,9 +8,15 @@ import { root, NotBuilt } from '../lib/dokebi.mjs';
 
 const SOURCE = new URL('../c/bench.c', import.meta.url).pathname;
 const BASELINE = 'pthread_mutex + hash map';
-// The system libraries the Rust standard library needs when linked
-// statically (liblock.pc's Libs.private).
-const RUST_STD_LIBS = ['-lgcc_s', '-lutil', '-lrt', '-lpthread', '-lm', '-ldl', '-lc'];
+/** The system libraries a static liblock needs (its pkg-config
+ *  Libs.private: the Rust standard library's, OpenSSL). */
+function staticLibs(prefix) {
+  const libs = execFileSync('pkg-config', ['--static', '--libs-only-l', 'liblock'], {
+    encoding: 'utf8',
+    env: { ...process.env, PKG_CONFIG_PATH: join(prefix, 'lib', 'pkgconfig') },
+  });
+  return libs.split(/\s+/).filter((l) => l && l !== '-llock');
+}
 
 /** The staged C install tree of scripts/build-c, release build preferred
  *  (or the tree DOKEBI_LOCK_C_PREFIX names, to measure another build). */
@@ -31,7 +37,7 @@ function compile(outDir) {
   mkdirSync(outDir, { recursive: true });
   const binary = join(outDir, 'c-bench');
   const flags = ['-O2', '-std=c11', '-Wall', '-Wextra', '-Werror', '-pedantic', '-pthread'];
-  const linked = lib ? ['-DWITH_DOKEBI', `-I${lib.prefix}/include`, SOURCE, `${lib.prefix}/lib/liblock.a`, ...RUST_STD_LIBS] : [SOURCE];
+  const linked = lib ? ['-DWITH_DOKEBI', `-I${lib.prefix}/include`, SOURCE, `${lib.prefix}/lib/liblock.a`, ...staticLibs(lib.prefix)] : [SOURCE];
   execFileSync('cc', [...flags, ...linked, '-o', binary], { stdio: 'inherit' });
   const version = /^version = "(.*)"$/m.exec(readFileSync(join(root, 'Cargo.toml'), 'utf8'))[1];
   return { binary, version: lib && `${version} (${lib.profile})`, library: lib && `${lib.prefix}/lib/liblock.a` };
