@@ -47,7 +47,7 @@ fn lock_keys(server: &RedisServer) -> Vec<String> {
 #[test]
 fn an_unanswered_command_is_outcome_unknown_and_the_lock_is_cleaned_up() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "150"), ("connectTimeoutMs", "150")]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "300"), ("connectTimeoutMs", "300")]);
     let held = block_on(backend(&a).acquire("renewed", wait(0))).unwrap();
     server.pause();
     // Both commands are sent on the open connection and go unanswered.
