@@ -24,7 +24,10 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::aio::MultiplexedConnection;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, ConnectionInfo, FromRedisValue, IntoConnectionInfo, RedisError, Script, ToRedisArgs, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+    ToRedisArgs, Value,
+};
 use tokio::sync::watch;
 
 use super::scripts::Scripts;
@@ -222,7 +225,14 @@ impl RedisConnection {
                     }
                     Failure::Unknown(Arc::new(err))
                 }
-                Ok(Err(err)) => Failure::Refused(Arc::new(err)),
+                Ok(Err(err)) => {
+                    // A protocol or auth error, or READONLY after a failover
+                    // demoted this server: the next command reconnects.
+                    if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                        self.invalidate(generation).await;
+                    }
+                    Failure::Refused(Arc::new(err))
+                }
             };
             return Err(self.failed(failure));
         }
@@ -236,7 +246,12 @@ impl RedisConnection {
                 self.answered();
                 Ok(value)
             }
-            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
+            Ok(Err(err)) => {
+                if err.is_unrecoverable_error() || err.is_io_error() {
+                    self.invalidate(generation).await;
+                }
+                Err(self.failed(Failure::Refused(Arc::new(err))))
+            }
             Err(_) => {
                 self.invalidate(generation).await;
                 Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
