@@ -86,6 +86,28 @@ fn a_waiter_in_another_provider_is_woken_by_the_release_notification() {
 }
 
 #[test]
+fn a_waiter_with_a_short_poll_never_cuts_short_the_wake_up_of_a_slower_one() {
+    let server = RedisServer::start();
+    let slow = [("leaseMs", "60000"), ("pollIntervalMs", "60000"), ("notifyPollIntervalMs", "600000"), ("waitTimeoutMs", "10000")];
+    let fast = [("leaseMs", "60000"), ("pollIntervalMs", "20"), ("notifyPollIntervalMs", "50")];
+    let (holder, _) = open_redis(&server.url(), &slow, &[]);
+    let (b, _) = open_redis(&server.url(), &slow, &[]);
+    let (c, _) = open_redis(&server.url(), &fast, &[]);
+    eventually("b subscribed", || redis_counts(&backend(&b)).subscribed);
+    let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
+    let slow_waiter = backend(&b);
+    let waiter = thread::spawn(move || block_on(slow_waiter.acquire("k", AcquireOptions::default())));
+    eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
+    // c retries every 50 ms for a second, then gives up; its own marks would
+    // have expired well before the release below.
+    assert_eq!(code(block_on(backend(&c).acquire("k", wait(1000)))), ErrorCode::WaitTimeout);
+    thread::sleep(Duration::from_millis(1500));
+    assert!(block_on(held.release()).unwrap());
+    let lease = waiter.join().unwrap().expect("b was still told about the release");
+    block_on(lease.release()).unwrap();
+}
+
+#[test]
 fn an_expired_lease_is_taken_over_and_its_release_reports_lease_lost() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);

@@ -11,8 +11,9 @@ use redis::Script;
 /// KEYS: lock, fence, waiting. ARGV: token, leaseMs, waitingMs.
 /// Returns `{1, fence}` when granted, `{0, pttl}` when held by another owner;
 /// then, unless `waitingMs` is 0 (a single try), it marks the key as waited
-/// for, for `waitingMs`, so that its release publishes a wake-up. A waiter
-/// retries (and so renews the mark) well within `waitingMs`.
+/// for, for at least `waitingMs` (never shortening another waiter's mark),
+/// so that its release publishes a wake-up. A waiter retries (and so renews
+/// the mark) well within its `waitingMs`.
 ///
 /// Fences never go backwards, even when the server restarts without
 /// persistence and loses the counter: a missing counter is seeded from the
@@ -31,7 +32,7 @@ if holder == false or holder == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, fence}
 end
-if ARGV[3] ~= '0' then
+if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 end
 return {0, redis.call('PTTL', KEYS[1])}
