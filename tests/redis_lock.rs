@@ -450,3 +450,15 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
     let status = &a.status()["shared"];
     assert_eq!((status.acquired, status.timed_out, status.lost), (2, 1, 1));
 }
+
+#[test]
+fn dropping_a_lease_releases_it_in_the_background() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "60000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert_eq!(redis_counts(&backend(&a)).held, 1);
+    drop(lease);
+    assert_eq!(redis_counts(&backend(&a)).held, 0);
+    eventually("the lock is deleted", || server.keys().iter().all(|k| !k.starts_with("test:lock:")));
+    block_on(backend(&a).acquire("k", wait(0))).expect("free again");
+}
