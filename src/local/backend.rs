@@ -17,8 +17,8 @@ use futures_timer::Delay;
 
 use super::engine::{closed, Acquired, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
 use crate::abort::{aborted_error, AbortSignal};
-use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, LockError, Result};
+use crate::acquire::{wait_timeout_error, AcquireOptions};
+use crate::error::Result;
 use crate::options::LocalOptions;
 
 /// An in-process keyed FIFO mutex with fencing tokens. Cheap to clone: clones
@@ -145,7 +145,7 @@ impl LocalBackend {
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
             if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
                 if lock(&self.shared.engine).cancel(pending.waiter).is_some() {
-                    return Poll::Ready(Err(if abort { aborted_error() } else { timed_out(timeout) }));
+                    return Poll::Ready(Err(if abort { aborted_error() } else { wait_timeout_error(timeout) }));
                 }
                 // Dequeued by a releaser that has not delivered yet: the
                 // grant (or close) is on its way and will wake us.
@@ -175,7 +175,7 @@ impl LocalBackend {
             if left == Some(Duration::ZERO) {
                 drop(state);
                 if lock(&self.shared.engine).cancel(waiter).is_some() {
-                    return Err(timed_out(timeout));
+                    return Err(wait_timeout_error(timeout));
                 }
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
@@ -265,10 +265,6 @@ impl Drop for Pending<'_> {
             _ => {}
         }
     }
-}
-
-fn timed_out(timeout: Duration) -> LockError {
-    LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", timeout.as_millis()))
 }
 
 /// A held local lease. It never expires; it ends with [`LocalLease::release`],
