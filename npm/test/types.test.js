@@ -1,0 +1,19 @@
+// The TypeScript option types agree with options.schema.json.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { OUTPUT, readSchema, render } from '../scripts/options-types.js';
+
+test('options.d.ts is generated from the current options.schema.json', () => {
+  assert.equal(readFileSync(OUTPUT, 'utf8'), render(readSchema()), 'run: node npm/scripts/options-types.js');
+});
+
+test('every backend and connection field of the schema is typed', () => {
+  const types = readFileSync(OUTPUT, 'utf8');
+  const options = readSchema().properties.options.properties;
+  const [local, redis] = options['dokebi-lock'].properties.backends.additionalProperties.anyOf;
+  const connection = options['dokebi-redis'].properties.connections.additionalProperties;
+  for (const schema of [local, redis, connection]) {
+    for (const field of Object.keys(schema.properties)) assert.match(types, new RegExp(`readonly ${field}\\??: `));
+  }
+});
