@@ -25,6 +25,18 @@ export interface LocalBackendOptions {
    */
   readonly maxWaiters?: number;
   /**
+   * Report an acquire that waited at least this long (telemetry, not an error); null disables.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly slowAcquireMs?: number | null;
+  /**
+   * Report a lease held at least this long when it ends; null disables.
+   * Integer from 0 to 2147483647.
+   * @default 60000
+   */
+  readonly slowHoldMs?: number | null;
+  /**
    * Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.
    * Integer from 0 to 2147483647.
    * @default 5000
@@ -86,6 +98,18 @@ export interface RedisBackendOptions {
    * @default 5000
    */
   readonly shutdownTimeoutMs?: number;
+  /**
+   * Report an acquire that waited at least this long (telemetry, not an error); null disables.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly slowAcquireMs?: number | null;
+  /**
+   * Report a lease held at least this long when it ends; null disables.
+   * Integer from 0 to 2147483647.
+   * @default 60000
+   */
+  readonly slowHoldMs?: number | null;
   /**
    * Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.
    * Integer from 0 to 2147483647.

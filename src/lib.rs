@@ -26,9 +26,14 @@ pub mod local;
 pub mod log;
 pub mod options;
 pub mod provider;
+pub mod status;
+pub mod telemetry;
+pub mod with_lock;
 
 pub use abort::{AbortController, AbortSignal};
 pub use acquire::AcquireOptions;
 pub use error::{ErrorCode, Issue, LockError, Result};
 pub use options::Options;
-pub use provider::{Backend, Lease, Provider};
+pub use provider::{Backend, Hooks, Lease, Provider};
+pub use status::BackendStatus;
+pub use with_lock::Section;

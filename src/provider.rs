@@ -11,7 +11,26 @@ use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::{engine::closed, LocalBackend, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
+use crate::telemetry::Telemetry;
+
+/// Where a provider reports what is not an error of a call.
+#[derive(Clone)]
+pub struct Hooks {
+    /// The operational log (`LOCK_BACKEND_READY`, cleanup failures).
+    pub logger: Logger,
+    /// Telemetry (slow acquires and holds, wait timeouts, lost leases);
+    /// `None` measures nothing.
+    pub telemetry: Option<Telemetry>,
+}
+
+impl Default for Hooks {
+    /// Warnings and errors to standard error, no telemetry.
+    fn default() -> Self {
+        Hooks { logger: stderr_logger(), telemetry: None }
+    }
+}
 use crate::options::{BackendOptions, Options};
+use crate::status::BackendStatus;
 
 /// All backends of one configuration.
 pub struct Provider {
@@ -23,19 +42,20 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// Builds every backend of `options`, logging to standard error.
+    /// Builds every backend of `options` with the default [`Hooks`].
     pub fn open(options: Options) -> Result<Provider> {
-        Provider::open_with(options, stderr_logger())
+        Provider::open_with(options, Hooks::default())
     }
 
-    /// Builds every backend of `options`; `logger` receives the operational
-    /// log (`LOCK_BACKEND_READY`, cleanup failures). Backends of app drivers
-    /// belong to the Node surface: here they are `UNKNOWN_DRIVER`.
-    pub fn open_with(options: Options, logger: Logger) -> Result<Provider> {
+    /// Builds every backend of `options`, reporting through `hooks`. Backends
+    /// of app drivers belong to the Node surface: here they are
+    /// `UNKNOWN_DRIVER`.
+    pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
+        let Hooks { logger, telemetry } = hooks;
         let mut backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
-                BackendOptions::Local(local) => Backend::Local(LocalBackend::new(local)),
+                BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
                 BackendOptions::Redis(_) => {
                     return Err(LockError::new(ErrorCode::DriverNotInstalled, format!("backend {name}: the redis driver is not built into this library yet")));
                 }
@@ -72,6 +92,11 @@ impl Provider {
         })
     }
 
+    /// A snapshot of every backend, by name.
+    pub fn status(&self) -> BTreeMap<String, BackendStatus> {
+        self.backends.iter().map(|(name, backend)| (name.clone(), backend.status())).collect()
+    }
+
     /// Closes every backend: waiters are rejected with `CLOSED`, held local
     /// leases become invalid. Idempotent.
     pub async fn close(&self) {
@@ -85,7 +110,7 @@ impl Provider {
 }
 
 /// One backend of any driver. Cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Backend {
     Local(LocalBackend),
 }
@@ -95,6 +120,24 @@ impl Backend {
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
+        }
+    }
+
+    /// What the backend is doing now, as counts.
+    pub fn status(&self) -> BackendStatus {
+        match self {
+            Backend::Local(local) => {
+                let counts = local.counts();
+                BackendStatus {
+                    driver: "local",
+                    held: counts.held,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: 0,
+                    redis: None,
+                }
+            }
         }
     }
 

@@ -86,9 +86,9 @@ class Waiter {
       this.resolve = resolve;
       this.reject = reject;
     });
-    this.timer = setTimeout(() => this.cancel(fromInfo(native.waitTimeoutError(waitMs))), waitMs);
+    this.timer = setTimeout(() => this.cancel(true, fromInfo(native.waitTimeoutError(waitMs))), waitMs);
     if (signal !== undefined) {
-      this.onAbort = () => this.cancel(fromInfo(native.abortedError()));
+      this.onAbort = () => this.cancel(false, fromInfo(native.abortedError()));
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
     core.waiters[slot] = this;
@@ -104,11 +104,11 @@ class Waiter {
     this.reject(error);
   }
 
-  /** Ends the wait with `error` unless the engine already granted it. */
-  cancel(error) {
+  /** Ends the wait (timed out or aborted) with `error` unless the engine already granted it. */
+  cancel(timedOut, error) {
     // false: release() already dequeued this waiter and granted it on this
     // same thread, which also cleared the timer and listener; nothing leaks.
-    if (!this.core.engine.cancel(this.slot, this.serial)) return;
+    if (!this.core.engine.cancel(this.slot, this.serial, timedOut)) return;
     this.core.waiters[this.slot] = undefined;
     this.fail(error);
   }

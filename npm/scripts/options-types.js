@@ -8,17 +8,19 @@ import { fileURLToPath } from 'node:url';
 const SCHEMA = new URL('../../options.schema.json', import.meta.url);
 export const OUTPUT = new URL('../options.d.ts', import.meta.url);
 
+const TS_TYPES = { integer: 'number', string: 'string', null: 'null' };
+
 function tsType(property) {
   if (property.const !== undefined) return JSON.stringify(property.const);
-  if (property.type === 'integer') return 'number';
-  if (property.type === 'string') return 'string';
-  throw new Error(`options-types: no TypeScript type for ${JSON.stringify(property)}`);
+  const types = [property.type].flat().map((type) => TS_TYPES[type]);
+  if (types.length === 0 || types.includes(undefined)) throw new Error(`options-types: no TypeScript type for ${JSON.stringify(property)}`);
+  return types.join(' | ');
 }
 
 function doc(property) {
   const lines = [];
   if (property.description) lines.push(property.description);
-  if (property.type === 'integer') lines.push(`Integer from ${property.minimum} to ${property.maximum}.`);
+  if ([property.type].flat().includes('integer')) lines.push(`Integer from ${property.minimum} to ${property.maximum}.`);
   if (property.pattern) lines.push(`Matches \`${property.pattern}\`.`);
   if (property.default !== undefined) lines.push(`@default ${JSON.stringify(property.default)}`);
   return lines.length === 0 ? '' : `  /**\n${lines.map((l) => `   * ${l}`).join('\n')}\n   */\n`;

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use futures_timer::Delay;
 
-use super::engine::{closed, Acquired, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use super::engine::{closed, Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::acquire::{wait_timeout_error, AcquireOptions};
-use crate::error::Result;
+use crate::error::{ErrorCode, LockError, Result};
 use crate::options::LocalOptions;
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// An in-process keyed FIFO mutex with fencing tokens. Cheap to clone: clones
 /// share one state.
@@ -30,6 +31,9 @@ pub struct LocalBackend {
 
 struct Shared {
     engine: Mutex<LocalEngine<Arc<WaitSlot>>>,
+    options: LocalOptions,
+    name: Box<str>,
+    telemetry: Option<Telemetry>,
 }
 
 /// Where a releasing thread leaves a handed-on lease for its waiter.
@@ -103,13 +107,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend").field("counts", &self.counts()).finish()
+    }
+}
+
 impl LocalBackend {
+    /// A backend without telemetry.
     pub fn new(options: LocalOptions) -> Self {
-        LocalBackend { shared: Arc::new(Shared { engine: Mutex::new(LocalEngine::new(options)) }) }
+        LocalBackend::with_telemetry("local", options, None)
+    }
+
+    /// A backend called `name` that reports slow acquires, slow holds and
+    /// wait timeouts (per `options.thresholds`) to `telemetry`.
+    pub fn with_telemetry(name: &str, options: LocalOptions, telemetry: Option<Telemetry>) -> Self {
+        let engine = Mutex::new(LocalEngine::new(options));
+        LocalBackend { shared: Arc::new(Shared { engine, options, name: name.into(), telemetry }) }
     }
 
     pub fn options(&self) -> LocalOptions {
-        *lock(&self.shared.engine).options()
+        self.shared.options
     }
 
     /// Takes the key if it is free, else `LOCK_BUSY`; never waits.
@@ -132,6 +150,7 @@ impl LocalBackend {
             Ok(lease) => return Ok(lease),
             Err(queued) => queued,
         };
+        let started = Instant::now();
         let mut pending = Pending { backend: self, waiter, slot, settled: false };
         let mut delay = Delay::new(timeout);
         let mut aborted = signal.map(|s| Box::pin(s.aborted()));
@@ -143,17 +162,18 @@ impl LocalBackend {
             *state = SlotState::WaitingTask(cx.waker().clone());
             drop(state);
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
-            if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
-                if lock(&self.shared.engine).cancel(pending.waiter).is_some() {
-                    return Poll::Ready(Err(if abort { aborted_error() } else { wait_timeout_error(timeout) }));
-                }
-                // Dequeued by a releaser that has not delivered yet: the
-                // grant (or close) is on its way and will wake us.
+            let ended = abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready();
+            // When the cancel finds nothing, a releaser dequeued us and has not
+            // delivered yet: the grant (or close) is on its way and wakes us.
+            let reason = if abort { CancelReason::Aborted } else { CancelReason::TimedOut };
+            if ended && lock(&self.shared.engine).cancel(pending.waiter, reason).is_some() {
+                return Poll::Ready(Err(if abort { aborted_error() } else { wait_timeout_error(timeout) }));
             }
             Poll::Pending
         })
         .await;
         pending.settled = true;
+        self.waited(started, outcome.as_ref().err());
         outcome.map(|id| self.lease(id, key))
     }
 
@@ -165,17 +185,22 @@ impl LocalBackend {
             Ok(lease) => return Ok(lease),
             Err(queued) => queued,
         };
-        let mut deadline = Instant::now().checked_add(timeout);
+        let started = Instant::now();
+        let mut deadline = started.checked_add(timeout);
         let mut state = lock(&slot.state);
         loop {
             if let Some(outcome) = slot.take(&mut state) {
+                drop(state);
+                self.waited(started, outcome.as_ref().err());
                 return outcome.map(|id| self.lease(id, key));
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 drop(state);
-                if lock(&self.shared.engine).cancel(waiter).is_some() {
-                    return Err(wait_timeout_error(timeout));
+                if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
+                    let err = wait_timeout_error(timeout);
+                    self.waited(started, Some(&err));
+                    return Err(err);
                 }
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
@@ -224,7 +249,36 @@ impl LocalBackend {
     }
 
     fn lease(&self, id: LeaseId, key: &str) -> LocalLease {
-        LocalLease { backend: self.clone(), id, key: key.into() }
+        // The clock is read only when someone listens for slow holds.
+        let held_since = self.shared.telemetry.as_ref().and(self.shared.options.thresholds.slow_hold_ms).map(|_| Instant::now());
+        LocalLease { backend: self.clone(), id, key: key.into(), held_since }
+    }
+
+    /// Reports a finished wait: a wait timeout, and a slow acquire whatever
+    /// its outcome.
+    fn waited(&self, started: Instant, error: Option<&LockError>) {
+        let Some(telemetry) = &self.shared.telemetry else { return };
+        let waited = started.elapsed();
+        let backend = || self.shared.name.to_string();
+        if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
+            telemetry(&TelemetryEvent::WaitTimeout { backend: backend(), waited });
+        }
+        if let Some(threshold) = self.shared.options.thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
+            if waited >= threshold {
+                telemetry(&TelemetryEvent::SlowAcquire { backend: backend(), waited, threshold, outcome: error.map(LockError::code) });
+            }
+        }
+    }
+
+    /// Reports a slow hold when a lease ends by release.
+    fn held(&self, since: Option<Instant>) {
+        let (Some(since), Some(telemetry), Some(ms)) = (since, &self.shared.telemetry, self.shared.options.thresholds.slow_hold_ms) else {
+            return;
+        };
+        let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
+        if held >= threshold {
+            telemetry(&TelemetryEvent::SlowHold { backend: self.shared.name.to_string(), held, threshold });
+        }
     }
 
     /// Releases `id` and delivers the key to the next live waiter.
@@ -252,7 +306,7 @@ struct Pending<'a> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if self.settled || lock(&self.backend.shared.engine).cancel(self.waiter).is_some() {
+        if self.settled || lock(&self.backend.shared.engine).cancel(self.waiter, CancelReason::Dropped).is_some() {
             return;
         }
         let mut state = lock(&self.slot.state);
@@ -273,6 +327,8 @@ pub struct LocalLease {
     backend: LocalBackend,
     id: LeaseId,
     key: Box<str>,
+    /// When it was granted, kept only while slow holds are reported.
+    held_since: Option<Instant>,
 }
 
 impl LocalLease {
@@ -298,13 +354,17 @@ impl LocalLease {
     /// Releases the key (handing it to the next waiter). True when this call
     /// released it, false when it was already released or the backend closed.
     pub fn release(&self) -> bool {
-        self.backend.release(self.id)
+        let released = self.backend.release(self.id);
+        if released {
+            self.backend.held(self.held_since);
+        }
+        released
     }
 }
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
-        self.backend.release(self.id);
+        self.release();
     }
 }
 

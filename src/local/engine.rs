@@ -60,6 +60,17 @@ pub enum Released<W> {
     HandedOn { waiter: W, lease: LeaseId },
 }
 
+/// Why a waiter left its queue without a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// Its wait ran out (`WAIT_TIMEOUT`); counted in [`LocalCounts::timed_out`].
+    TimedOut,
+    /// Its signal aborted (`ABORTED`).
+    Aborted,
+    /// Its caller went away (a dropped future, a closed handle).
+    Dropped,
+}
+
 /// Counts for `status()`; never keys.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalCounts {
@@ -67,6 +78,10 @@ pub struct LocalCounts {
     pub held: usize,
     /// Acquires queued now.
     pub waiting: usize,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Waits that ran out since the backend started.
+    pub timed_out: u64,
 }
 
 struct KeySlot {
@@ -98,6 +113,7 @@ pub struct LocalEngine<W> {
     waiters: Slab<Waiter<W>>,
     last_fence: u64,
     last_serial: u64,
+    timed_out: u64,
     closed: bool,
 }
 
@@ -111,6 +127,7 @@ impl<W> LocalEngine<W> {
             waiters: Slab::new(),
             last_fence: 0,
             last_serial: 0,
+            timed_out: 0,
             closed: false,
         }
     }
@@ -189,9 +206,14 @@ impl<W> LocalEngine<W> {
     /// Removes a waiter from its queue. Returns its payload when it was still
     /// waiting, `None` when it was already granted (or rejected by `close`):
     /// then the surface owns whatever it was given and must not drop a lease.
-    pub fn cancel(&mut self, waiter: WaiterId) -> Option<W> {
+    pub fn cancel(&mut self, waiter: WaiterId, reason: CancelReason) -> Option<W> {
         match self.waiters.get(waiter.slot as usize) {
-            Some(entry) if entry.serial == waiter.serial => Some(self.unlink(waiter.slot).payload),
+            Some(entry) if entry.serial == waiter.serial => {
+                if reason == CancelReason::TimedOut {
+                    self.timed_out += 1;
+                }
+                Some(self.unlink(waiter.slot).payload)
+            }
             _ => None,
         }
     }
@@ -235,7 +257,8 @@ impl<W> LocalEngine<W> {
     }
 
     pub fn counts(&self) -> LocalCounts {
-        LocalCounts { held: self.leases.len(), waiting: self.waiters.len() }
+        // Every grant takes the next fence, so the last fence counts grants.
+        LocalCounts { held: self.leases.len(), waiting: self.waiters.len(), acquired: self.last_fence, timed_out: self.timed_out }
     }
 
     fn grant(&mut self, key_slot: u32) -> LeaseId {

@@ -7,4 +7,4 @@ pub mod backend;
 pub mod engine;
 
 pub use backend::{LocalBackend, LocalLease};
-pub use engine::{Acquired, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+pub use engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};

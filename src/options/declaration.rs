@@ -16,6 +16,8 @@ pub enum Kind {
     Text,
     /// A `redis://`, `rediss://` or `unix://` URL.
     RedisUrl,
+    /// A telemetry threshold in ms, `0..=max`, or `null` to disable the report.
+    Threshold { max: u64 },
 }
 
 /// The value a field takes when it is omitted.
@@ -50,12 +52,22 @@ pub const DRIVER: Field = Field {
     description: "local (default), redis, or the name of an app driver.",
 };
 
+const fn threshold(name: &'static str, default: u64, description: &'static str) -> Field {
+    Field { name, kind: Kind::Threshold { max: MAX_TIMER_MS }, fallback: Fallback::Integer(default), description }
+}
+
+/// Telemetry thresholds, the same for every built-in driver.
+const SLOW_ACQUIRE: Field = threshold("slowAcquireMs", 5_000, "Report an acquire that waited at least this long (telemetry, not an error); null disables.");
+const SLOW_HOLD: Field = threshold("slowHoldMs", 60_000, "Report a lease held at least this long when it ends; null disables.");
+
 /// Fields of a `driver: local` backend (besides `driver`).
 pub const LOCAL_FIELDS: &[Field] = &[
     int("maxKeys", 1, 10_000_000, 10_000, "Keys held at once; one more acquire of a free key is KEY_LIMIT."),
     int("maxWaiters", 0, 1_000_000, 128, "Waiters across the whole backend; one more is QUEUE_FULL. With 0 a free key is still granted."),
     int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
     int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    SLOW_ACQUIRE,
+    SLOW_HOLD,
 ];
 
 /// Fields of a `driver: redis` backend (besides `driver`).
@@ -85,6 +97,8 @@ pub const REDIS_FIELDS: &[Field] = &[
     int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
     int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
     int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+    SLOW_ACQUIRE,
+    SLOW_HOLD,
 ];
 
 /// Fields of a connection under `dokebi-redis.connections.<name>`.
@@ -104,6 +118,7 @@ fn field_schema(field: &Field) -> Value {
         Kind::Integer { min, max } => json!({ "type": "integer", "minimum": min, "maximum": max }),
         Kind::Text => json!({ "type": "string", "minLength": 1 }),
         Kind::RedisUrl => json!({ "type": "string", "pattern": "^(redis|rediss|unix)://" }),
+        Kind::Threshold { max } => json!({ "type": ["integer", "null"], "minimum": 0, "maximum": max }),
     };
     let object = schema.as_object_mut().expect("schema is an object");
     object.insert("description".into(), Value::from(field.description));

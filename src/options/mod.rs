@@ -47,6 +47,19 @@ impl BackendOptions {
     }
 }
 
+/// Telemetry thresholds of a backend; `None` disables that report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    pub slow_acquire_ms: Option<u32>,
+    pub slow_hold_ms: Option<u32>,
+}
+
+impl Thresholds {
+    fn from_fields(fields: &Fields) -> Self {
+        Thresholds { slow_acquire_ms: fields.threshold("slowAcquireMs"), slow_hold_ms: fields.threshold("slowHoldMs") }
+    }
+}
+
 /// Options of a `driver: local` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalOptions {
@@ -54,6 +67,7 @@ pub struct LocalOptions {
     pub max_waiters: u32,
     pub wait_timeout_ms: u32,
     pub max_key_bytes: u32,
+    pub thresholds: Thresholds,
 }
 
 impl Default for LocalOptions {
@@ -70,6 +84,7 @@ impl LocalOptions {
             max_waiters: fields.int("maxWaiters"),
             wait_timeout_ms: fields.int("waitTimeoutMs"),
             max_key_bytes: fields.int("maxKeyBytes"),
+            thresholds: Thresholds::from_fields(fields),
         }
     }
 }
@@ -87,6 +102,7 @@ pub struct RedisOptions {
     pub max_leases: u32,
     pub max_key_bytes: u32,
     pub shutdown_timeout_ms: u32,
+    pub thresholds: Thresholds,
 }
 
 impl RedisOptions {
@@ -102,6 +118,7 @@ impl RedisOptions {
             max_leases: fields.int("maxLeases"),
             max_key_bytes: fields.int("maxKeyBytes"),
             shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
+            thresholds: Thresholds::from_fields(fields),
         }
     }
 }
@@ -324,6 +341,10 @@ impl Fields {
         u32::try_from(value).expect("declared ranges fit in u32")
     }
 
+    fn threshold(&self, name: &str) -> Option<u32> {
+        self.0[name].as_u64().map(|value| u32::try_from(value).expect("declared ranges fit in u32"))
+    }
+
     fn text(&self, name: &str) -> String {
         self.0[name].as_str().expect("validated string").to_owned()
     }
@@ -331,6 +352,8 @@ impl Fields {
 
 fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
     match kind {
+        Kind::Threshold { .. } if value.is_null() => Ok(Value::Null),
+        Kind::Threshold { max } => check(Kind::Integer { min: 0, max }, value).map_err(|message| format!("{message}, or null")),
         Kind::Integer { min, max } => {
             let number = match value {
                 Value::Number(n) => n

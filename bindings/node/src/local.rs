@@ -18,7 +18,7 @@ use std::ffi::{c_void, CStr};
 use std::ptr;
 use std::rc::Rc;
 
-use dokebi_lock::local::{Acquired, LeaseId, LocalEngine, Released, WaiterId};
+use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use napi::bindgen_prelude::{Float64Array, ToNapiValue};
 use napi::sys;
@@ -154,12 +154,14 @@ unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) 
     unsafe { int(env, status) }
 }
 
-/// `cancel(slot, serial): boolean`: true when the waiter was still queued,
-/// false when it was already granted or rejected.
+/// `cancel(slot, serial, timedOut): boolean`: true when the waiter was still
+/// queued, false when it was already granted or rejected. `timedOut` tells a
+/// wait that ran out from an aborted one.
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    let (state, args) = unsafe { call_info::<2>(env, info) };
+    let (state, args) = unsafe { call_info::<3>(env, info) };
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
-    let cancelled = state.borrow_mut().engine.cancel(waiter).is_some();
+    let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
+    let cancelled = state.borrow_mut().engine.cancel(waiter, reason).is_some();
     unsafe { bool_value(env, cancelled) }
 }
 

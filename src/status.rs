@@ -1,0 +1,38 @@
+//! `status()`: what a backend is doing, as counts only (never keys).
+
+use std::time::SystemTime;
+
+use crate::error::ErrorCode;
+
+/// A snapshot of one backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendStatus {
+    /// `local` or `redis`.
+    pub driver: &'static str,
+    /// Leases held now by this process.
+    pub held: usize,
+    /// Acquires waiting now.
+    pub waiting: usize,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Waits that ended in `WAIT_TIMEOUT` since the backend started.
+    pub timed_out: u64,
+    /// Leases found lost (`LEASE_LOST`, `OUTCOME_UNKNOWN`) since the backend
+    /// started; always 0 for local leases, which cannot be lost.
+    pub lost: u64,
+    /// The connection's health, for redis backends.
+    pub redis: Option<RedisStatus>,
+}
+
+/// The health of a redis backend's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStatus {
+    /// The command connection answered its last command or probe.
+    pub connected: bool,
+    /// The pub/sub subscription that wakes waiters is live.
+    pub subscribed: bool,
+    /// The code of the last failure talking to Redis, if any.
+    pub last_error: Option<ErrorCode>,
+    /// When Redis last answered.
+    pub last_probe: Option<SystemTime>,
+}

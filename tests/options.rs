@@ -1,0 +1,225 @@
+//! The option loader: every field, default and range of the declaration, all
+//! problems reported at once, and the committed schema in step with the code.
+
+use dokebi_lock::options::declaration::{json_schema, Fallback, Kind, LOCAL_FIELDS, REDIS_FIELDS};
+use dokebi_lock::options::{BackendOptions, LocalOptions, Options, Thresholds};
+use dokebi_lock::ErrorCode;
+use serde_json::json;
+
+const SEED_FILE: &str = r#"
+schemaVersion: 1
+options:
+  dokebi-lock:
+    backends:
+      orders:
+        driver: local # may be omitted
+        maxKeys: 10000
+        maxWaiters: 128
+        waitTimeoutMs: 5000
+        maxKeyBytes: 1024
+      jobs: {}
+      shared:
+        driver: redis
+        connection: main # a name from dokebi-redis.connections
+        namespace: my-service
+        leaseMs: 10000
+  dokebi-redis:
+    connections:
+      main:
+        url: redis://127.0.0.1:6379/0
+  dokebi-web:
+    port: 8080
+"#;
+
+fn issue_paths(err: &dokebi_lock::LockError) -> Vec<String> {
+    err.issues().into_iter().map(|i| i.path).collect()
+}
+
+#[test]
+fn the_seed_file_loads_with_every_default_filled_in() {
+    let options = Options::from_yaml(SEED_FILE).unwrap();
+    assert_eq!(options.backends.keys().collect::<Vec<_>>(), ["jobs", "orders", "shared"]);
+    let BackendOptions::Local(jobs) = &options.backends["jobs"] else { panic!("jobs is local") };
+    let thresholds = Thresholds { slow_acquire_ms: Some(5_000), slow_hold_ms: Some(60_000) };
+    assert_eq!(*jobs, LocalOptions { max_keys: 10_000, max_waiters: 128, wait_timeout_ms: 5_000, max_key_bytes: 1_024, thresholds });
+    let BackendOptions::Redis(shared) = &options.backends["shared"] else { panic!("shared is redis") };
+    assert_eq!(shared.connection, "main");
+    assert_eq!(shared.namespace, "my-service");
+    assert_eq!(shared.lease_ms, 10_000);
+    assert_eq!(
+        (shared.wait_timeout_ms, shared.poll_interval_ms, shared.notify_poll_interval_ms),
+        (5_000, 25, 250)
+    );
+    assert_eq!((shared.max_waiters, shared.max_leases, shared.max_key_bytes, shared.shutdown_timeout_ms), (4_096, 10_000, 1_024, 5_000));
+    assert_eq!(shared.thresholds, thresholds);
+    let main = &options.connections["main"];
+    assert_eq!((main.url.as_str(), main.connect_timeout_ms, main.command_timeout_ms), ("redis://127.0.0.1:6379/0", 5_000, 2_000));
+}
+
+#[test]
+fn the_parsed_options_map_and_the_sections_load_the_same() {
+    let from_file = Options::from_yaml(SEED_FILE).unwrap();
+    let document: serde_json::Value = serde_yaml::from_str(SEED_FILE).unwrap();
+    let config = &document["options"];
+    assert_eq!(Options::from_config(config).unwrap(), from_file);
+    assert_eq!(Options::from_sections(Some(&config["dokebi-lock"]), Some(&config["dokebi-redis"])).unwrap(), from_file);
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_path() {
+    let err = Options::from_config(&json!({
+        "dokebi-lock": { "backends": {
+            "a": { "maxKeys": 0, "maxWaiters": -1, "waitTimeoutMs": "soon", "colour": "red" },
+            "b": { "driver": "redis", "connection": "main", "pollIntervalMs": 1.5 },
+            "c": { "driver": "redis", "connection": "main", "leaseMs": 1000, "maxWaiters": 100001 },
+            "d": 7
+        }},
+        "dokebi-redis": { "connections": { "main": { "url": "http://x" } } }
+    }))
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    let mut paths = issue_paths(&err);
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "backends.a.colour",
+            "backends.a.maxKeys",
+            "backends.a.maxWaiters",
+            "backends.a.waitTimeoutMs",
+            "backends.b.leaseMs",
+            "backends.b.pollIntervalMs",
+            "backends.c.maxWaiters",
+            "backends.d",
+            "connections.main.url",
+        ]
+    );
+    assert!(err.issues().iter().all(|i| !i.message.is_empty()));
+}
+
+#[test]
+fn each_integer_field_rejects_values_just_outside_its_range() {
+    for (driver, table) in [("local", LOCAL_FIELDS), ("redis", REDIS_FIELDS)] {
+        for field in table {
+            let Kind::Integer { min, max } = field.kind else { continue };
+            let mut outside = vec![json!(max + 1), json!(1.5), json!("1"), json!(true)];
+            if min > 0 {
+                outside.push(json!(min - 1));
+            } else {
+                outside.push(json!(-1));
+            }
+            for value in outside {
+                let mut backend = json!({ "driver": driver, "connection": "main", "leaseMs": 1000 });
+                if driver == "local" {
+                    backend = json!({});
+                }
+                backend[field.name] = value.clone();
+                let err = Options::from_sections(
+                    Some(&json!({ "backends": { "x": backend } })),
+                    Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+                )
+                .expect_err(&format!("{driver}.{} = {value} is accepted", field.name));
+                assert_eq!(issue_paths(&err), [format!("backends.x.{}", field.name)]);
+            }
+            for value in [min, max] {
+                let mut backend = if driver == "local" { json!({}) } else { json!({ "driver": driver, "connection": "main", "leaseMs": 1000 }) };
+                backend[field.name] = json!(value);
+                Options::from_sections(
+                    Some(&json!({ "backends": { "x": backend } })),
+                    Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+                )
+                .unwrap_or_else(|e| panic!("{driver}.{} = {value} is rejected: {e}", field.name));
+            }
+        }
+    }
+}
+
+#[test]
+fn telemetry_thresholds_take_null_to_disable() {
+    let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowAcquireMs": null, "slowHoldMs": 0 } } } })).unwrap();
+    let BackendOptions::Local(a) = &options.backends["a"] else { panic!("local") };
+    assert_eq!(a.thresholds, Thresholds { slow_acquire_ms: None, slow_hold_ms: Some(0) });
+    let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowHoldMs": -1, "slowAcquireMs": "1" } } } })).unwrap_err();
+    assert_eq!(issue_paths(&err), ["backends.a.slowAcquireMs", "backends.a.slowHoldMs"]);
+}
+
+#[test]
+fn redis_backends_require_lease_ms() {
+    let required: Vec<&str> = REDIS_FIELDS.iter().filter(|f| matches!(f.fallback, Fallback::Required)).map(|f| f.name).collect();
+    assert_eq!(required, ["leaseMs"]);
+    let err = Options::from_sections(
+        Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "main" } } })),
+        Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(issue_paths(&err), ["backends.shared.leaseMs"]);
+}
+
+#[test]
+fn a_connection_that_names_nothing_is_unknown_connection() {
+    let err = Options::from_sections(Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 } } })), None)
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::UnknownConnection);
+    assert_eq!(issue_paths(&err), ["backends.shared.connection"]);
+}
+
+#[test]
+fn an_unknown_connection_among_other_problems_is_listed_with_them() {
+    let err = Options::from_sections(
+        Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 }, "a": { "maxKeys": 0 } } })),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(issue_paths(&err).len(), 2);
+}
+
+#[test]
+fn the_file_needs_schema_version_1_and_nothing_unknown_at_the_top() {
+    for (text, path) in [
+        ("schemaVersion: 2\noptions: {}\n", "schemaVersion"),
+        ("options: {}\n", "schemaVersion"),
+        ("schemaVersion: 1\n", "options"),
+        ("schemaVersion: 1\noptions: {}\nextra: 1\n", "extra"),
+        ("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backend: {}\n", "backend"),
+        ("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends: []\n", "backends"),
+        ("- 1\n", ""),
+        ("schemaVersion: [1\n", ""),
+    ] {
+        let err = Options::from_yaml(text).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidOptions, "{text}");
+        assert_eq!(issue_paths(&err)[0], path, "{text}");
+    }
+}
+
+#[test]
+fn app_drivers_pass_their_settings_through() {
+    let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "postgres", "table": "locks" } } } })).unwrap();
+    let BackendOptions::App { driver, settings } = &options.backends["pg"] else { panic!("app driver") };
+    assert_eq!(driver, "postgres");
+    assert_eq!(settings["table"], "locks");
+    let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "x": { "driver": 3 } } } })).unwrap_err();
+    assert_eq!(issue_paths(&err), ["backends.x.driver"]);
+}
+
+#[test]
+fn the_committed_schema_matches_the_declaration() {
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/options.schema.json")).unwrap();
+    let generated = serde_json::to_string_pretty(&json_schema()).unwrap() + "\n";
+    assert!(committed == generated, "options.schema.json is stale: run cargo build and commit it");
+}
+
+#[test]
+fn the_schema_states_every_declared_default_and_range() {
+    let schema = json_schema();
+    let local = &schema["properties"]["options"]["properties"]["dokebi-lock"]["properties"]["backends"]["additionalProperties"]["anyOf"][0];
+    for field in LOCAL_FIELDS {
+        let property = &local["properties"][field.name];
+        let Kind::Integer { min, max } = field.kind else { continue };
+        assert_eq!(property["minimum"], json!(min), "{}", field.name);
+        assert_eq!(property["maximum"], json!(max), "{}", field.name);
+    }
+    let redis = &schema["properties"]["options"]["properties"]["dokebi-lock"]["properties"]["backends"]["additionalProperties"]["anyOf"][1];
+    assert_eq!(redis["required"], json!(["driver", "leaseMs"]));
+}
