@@ -65,7 +65,7 @@ impl LocalState {
                 return FAILED;
             }
         };
-        match self.engine.acquire(&key, unsafe { boolean(env, args[1]) }, |waiter| waiter.slot) {
+        match self.engine.acquire(key, unsafe { boolean(env, args[1]) }, |waiter| waiter.slot) {
             Ok(Acquired::Granted(lease)) => {
                 self.report(&[lease.slot.into(), lease.fence as f64]);
                 GRANTED
