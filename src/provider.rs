@@ -30,15 +30,16 @@ impl Default for Hooks {
     }
 }
 use crate::options::{BackendOptions, Options};
-use crate::status::BackendStatus;
+use crate::redis::{RedisBackend, RedisDriver, RedisLease};
+use crate::status::{BackendStatus, RedisStatus};
 
 /// All backends of one configuration.
 pub struct Provider {
     backends: BTreeMap<String, Backend>,
     closed: AtomicBool,
-    /// Drivers log through it (cleanup failures at close).
-    #[allow(dead_code)] // read by the redis driver's close
-    logger: Logger,
+    /// The redis driver's runtime and connections; `None` without redis
+    /// backends, so a local-only provider starts no thread and opens no socket.
+    redis: Option<RedisDriver>,
 }
 
 impl Provider {
@@ -50,14 +51,21 @@ impl Provider {
     /// Builds every backend of `options`, reporting through `hooks`. Backends
     /// of app drivers belong to the Node surface: here they are
     /// `UNKNOWN_DRIVER`.
+    ///
+    /// Redis connections are made in the background: the call never blocks,
+    /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
         let Hooks { logger, telemetry } = hooks;
+        let redis = RedisDriver::open(&options, &logger, &telemetry)?;
         let mut backends = BTreeMap::new();
+        let mut redis_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
-                BackendOptions::Redis(_) => {
-                    return Err(LockError::new(ErrorCode::DriverNotInstalled, format!("backend {name}: the redis driver is not built into this library yet")));
+                BackendOptions::Redis(settings) => {
+                    let driver = redis.as_ref().expect("a redis backend starts the redis driver");
+                    redis_backends.insert(name.clone(), settings.clone());
+                    Backend::Redis(driver.backend(&name, settings))
                 }
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
@@ -67,7 +75,10 @@ impl Provider {
             logger(&LogRecord { level: Level::Debug, backend: name.clone(), code: "LOCK_BACKEND_READY", message: "backend is ready".into() });
             backends.insert(name, built);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), logger })
+        if let Some(driver) = &redis {
+            driver.start(&redis_backends);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -98,13 +109,18 @@ impl Provider {
     }
 
     /// Closes every backend: waiters are rejected with `CLOSED`, held local
-    /// leases become invalid. Idempotent.
+    /// leases become invalid, held redis leases are released within
+    /// `shutdownTimeoutMs` (failures go to the logger as `CLEANUP_FAILED` /
+    /// `CLEANUP_TIMEOUT`, never to the caller). Idempotent.
     pub async fn close(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
         for backend in self.backends.values() {
             backend.close().await;
+        }
+        if let Some(redis) = &self.redis {
+            redis.shut_down().await;
         }
     }
 }
@@ -113,6 +129,7 @@ impl Provider {
 #[derive(Clone, Debug)]
 pub enum Backend {
     Local(LocalBackend),
+    Redis(RedisBackend),
 }
 
 impl Backend {
@@ -120,6 +137,7 @@ impl Backend {
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
+            Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
         }
     }
 
@@ -138,12 +156,30 @@ impl Backend {
                     redis: None,
                 }
             }
+            Backend::Redis(redis) => {
+                let counts = redis.counts();
+                BackendStatus {
+                    driver: "redis",
+                    held: counts.held,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: counts.lost,
+                    redis: Some(RedisStatus {
+                        connected: counts.connected,
+                        subscribed: counts.subscribed,
+                        last_error: counts.last_error,
+                        last_probe: counts.last_answer,
+                    }),
+                }
+            }
         }
     }
 
     async fn close(&self) {
         match self {
             Backend::Local(local) => local.close(),
+            Backend::Redis(redis) => redis.close().await,
         }
     }
 }
@@ -152,12 +188,14 @@ impl Backend {
 #[derive(Debug)]
 pub enum Lease {
     Local(LocalLease),
+    Redis(RedisLease),
 }
 
 impl Lease {
     pub fn key(&self) -> &str {
         match self {
             Lease::Local(lease) => lease.key(),
+            Lease::Redis(lease) => lease.key(),
         }
     }
 
@@ -165,12 +203,14 @@ impl Lease {
     pub fn fence(&self) -> u64 {
         match self {
             Lease::Local(lease) => lease.fence(),
+            Lease::Redis(lease) => lease.fence(),
         }
     }
 
     pub fn is_valid(&self) -> bool {
         match self {
             Lease::Local(lease) => lease.is_valid(),
+            Lease::Redis(lease) => lease.is_valid(),
         }
     }
 
@@ -179,6 +219,7 @@ impl Lease {
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+            Lease::Redis(lease) => Some(lease.remaining()),
         }
     }
 
@@ -186,6 +227,7 @@ impl Lease {
     pub async fn renew(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
+            Lease::Redis(lease) => lease.renew().await,
         }
     }
 
@@ -194,6 +236,7 @@ impl Lease {
     pub async fn release(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
+            Lease::Redis(lease) => lease.release().await,
         }
     }
 }

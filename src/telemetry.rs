@@ -7,9 +7,10 @@
 //! Events carry the backend name, codes and durations, never keys.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, LockError};
+use crate::options::Thresholds;
 
 /// One telemetry event.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,3 +43,28 @@ impl TelemetryEvent {
 
 /// Receives telemetry; called on whichever thread observed the event.
 pub type Telemetry = Arc<dyn Fn(&TelemetryEvent) + Send + Sync>;
+
+/// Reports a finished acquire of `backend` that started at `started`: a
+/// wait timeout, and a slow acquire whatever its outcome. Shared by drivers.
+pub(crate) fn report_wait(telemetry: Option<&Telemetry>, backend: &str, thresholds: &Thresholds, started: Instant, error: Option<&LockError>) {
+    let Some(telemetry) = telemetry else { return };
+    let waited = started.elapsed();
+    if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
+        telemetry(&TelemetryEvent::WaitTimeout { backend: backend.to_owned(), waited });
+    }
+    if let Some(threshold) = thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
+        if waited >= threshold {
+            telemetry(&TelemetryEvent::SlowAcquire { backend: backend.to_owned(), waited, threshold, outcome: error.map(LockError::code) });
+        }
+    }
+}
+
+/// Reports a slow hold of a lease of `backend` held since `since` (`None`
+/// when nobody listens for slow holds). Shared by drivers.
+pub(crate) fn report_hold(telemetry: Option<&Telemetry>, backend: &str, thresholds: &Thresholds, since: Option<Instant>) {
+    let (Some(since), Some(telemetry), Some(ms)) = (since, telemetry, thresholds.slow_hold_ms) else { return };
+    let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
+    if held >= threshold {
+        telemetry(&TelemetryEvent::SlowHold { backend: backend.to_owned(), held, threshold });
+    }
+}

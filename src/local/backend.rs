@@ -18,9 +18,9 @@ use futures_timer::Delay;
 use super::engine::{closed, Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::acquire::{wait_timeout_error, AcquireOptions};
-use crate::error::{ErrorCode, LockError, Result};
+use crate::error::{LockError, Result};
 use crate::options::LocalOptions;
-use crate::telemetry::{Telemetry, TelemetryEvent};
+use crate::telemetry::{report_hold, report_wait, Telemetry};
 
 /// An in-process keyed FIFO mutex with fencing tokens. Cheap to clone: clones
 /// share one state.
@@ -257,28 +257,12 @@ impl LocalBackend {
     /// Reports a finished wait: a wait timeout, and a slow acquire whatever
     /// its outcome.
     fn waited(&self, started: Instant, error: Option<&LockError>) {
-        let Some(telemetry) = &self.shared.telemetry else { return };
-        let waited = started.elapsed();
-        let backend = || self.shared.name.to_string();
-        if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
-            telemetry(&TelemetryEvent::WaitTimeout { backend: backend(), waited });
-        }
-        if let Some(threshold) = self.shared.options.thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
-            if waited >= threshold {
-                telemetry(&TelemetryEvent::SlowAcquire { backend: backend(), waited, threshold, outcome: error.map(LockError::code) });
-            }
-        }
+        report_wait(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, started, error);
     }
 
     /// Reports a slow hold when a lease ends by release.
     fn held(&self, since: Option<Instant>) {
-        let (Some(since), Some(telemetry), Some(ms)) = (since, &self.shared.telemetry, self.shared.options.thresholds.slow_hold_ms) else {
-            return;
-        };
-        let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
-        if held >= threshold {
-            telemetry(&TelemetryEvent::SlowHold { backend: self.shared.name.to_string(), held, threshold });
-        }
+        report_hold(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, since);
     }
 
     /// Releases `id` and delivers the key to the next live waiter.

@@ -1,0 +1,334 @@
+//! One Redis connection of `dokebi-redis.connections`, shared by every
+//! backend that names it: a multiplexed command connection (reconnected on
+//! demand) plus, in [`super::notify`], one pub/sub connection.
+//!
+//! Every command is bounded: connecting by `connectTimeoutMs`, each command
+//! by `commandTimeoutMs`. Failures are classified once, here:
+//! - [`Failure::Unreachable`]: no connection could be made (refused, DNS,
+//!   TLS, auth, connect timeout): the command did not run.
+//! - [`Failure::Unknown`]: the command was (or may have been) sent and no
+//!   answer came in time. The connection is replaced, since a connection
+//!   that left a command unanswered may be dead without knowing it.
+//! - [`Failure::Refused`]: the server answered with an error.
+//!
+//! A command that fails because the connection dropped is retried once on a
+//! fresh connection: all scripts compare the owner token, so a retry is
+//! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
+//! depends on whether the first attempt ran (release).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
+use tokio::sync::watch;
+
+use super::scripts::Scripts;
+use super::waiters::Waiters;
+use crate::error::{Cause, ErrorCode, LockError, Result};
+use crate::log::{Level, LogRecord, Logger};
+use crate::options::ConnectionOptions;
+use crate::telemetry::{Telemetry, TelemetryEvent};
+
+/// How long a failed connect answers for later callers, so that a dead
+/// server costs one connect attempt, not one per waiting acquire.
+const CONNECT_FAILURE_REUSE: Duration = Duration::from_millis(100);
+
+/// Why a command produced no answer.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    Unreachable(Cause),
+    Unknown(Cause),
+    Refused(Cause),
+}
+
+impl Failure {
+    /// The error a caller sees: `PROVIDER_FAILED` or `OUTCOME_UNKNOWN`,
+    /// with the Redis error as cause.
+    pub fn into_error(self, what: &str) -> LockError {
+        match self {
+            Failure::Unreachable(cause) => {
+                LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis is unreachable")).with_shared_cause(cause)
+            }
+            Failure::Refused(cause) => {
+                LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis refused the command")).with_shared_cause(cause)
+            }
+            Failure::Unknown(cause) => LockError::new(
+                ErrorCode::OutcomeUnknown,
+                format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
+            )
+            .with_shared_cause(cause),
+        }
+    }
+}
+
+/// A script's reply.
+pub(crate) struct Answer<T> {
+    pub value: T,
+    /// Set when the first attempt was lost with its connection (the error)
+    /// and this is the reply to the retry: the first attempt may have run too.
+    pub first_attempt_lost: Option<Cause>,
+}
+
+struct Current {
+    generation: u64,
+    connection: Option<MultiplexedConnection>,
+    last_failure: Option<(Instant, Cause)>,
+}
+
+/// A shared Redis connection.
+pub(crate) struct RedisConnection {
+    name: String,
+    telemetry: Option<Telemetry>,
+    client: Client,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    current: tokio::sync::Mutex<Current>,
+    connected: AtomicBool,
+    subscribed: AtomicBool,
+    last_error: Mutex<Option<ErrorCode>>,
+    last_answer: Mutex<Option<SystemTime>>,
+    pub scripts: Scripts,
+    pub waiters: Arc<Waiters>,
+    stop: watch::Sender<bool>,
+}
+
+impl RedisConnection {
+    /// Checks the URL; opens no socket.
+    pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>) -> Result<RedisConnection> {
+        let client = Client::open(options.url.as_str()).map_err(|err| {
+            LockError::new(ErrorCode::InvalidOptions, format!("connections.{name}.url: not a usable Redis URL"))
+                .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
+                .with_cause(err)
+        })?;
+        Ok(RedisConnection {
+            name: name.to_owned(),
+            telemetry,
+            client,
+            connect_timeout: Duration::from_millis(options.connect_timeout_ms.into()),
+            command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
+            current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }),
+            connected: AtomicBool::new(false),
+            subscribed: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            last_answer: Mutex::new(None),
+            scripts: Scripts::new(),
+            waiters: Arc::new(Waiters::default()),
+            stop: watch::channel(false).0,
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// True while the command connection is open.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// True while release notifications are subscribed.
+    pub fn is_subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Relaxed)
+    }
+
+    pub fn set_subscribed(&self, live: bool) {
+        self.subscribed.store(live, Ordering::Relaxed);
+    }
+
+    /// The code of the last failure talking to Redis, if any.
+    pub fn last_error(&self) -> Option<ErrorCode> {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When Redis last answered a command.
+    pub fn last_answer(&self) -> Option<SystemTime> {
+        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records whether the command connection is open, telling telemetry
+    /// about changes.
+    fn set_connected(&self, up: bool) {
+        if self.connected.swap(up, Ordering::Relaxed) != up {
+            if let Some(telemetry) = &self.telemetry {
+                telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
+            }
+        }
+    }
+
+    fn answered(&self) {
+        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(SystemTime::now());
+    }
+
+    /// Resolves once [`RedisConnection::shut_down`] was called.
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Stops the notification task and closes the command connection.
+    pub async fn shut_down(&self) {
+        self.stop.send_replace(true);
+        let mut current = self.current.lock().await;
+        current.connection = None;
+        self.set_connected(false);
+    }
+
+    /// Runs `script` and converts its reply; see the module docs for the
+    /// failure classes and the single retry.
+    pub async fn eval<T: FromRedisValue>(&self, script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Result<Answer<T>, Failure> {
+        let mut first_attempt_lost: Option<Cause> = None;
+        loop {
+            let (generation, mut connection) = self.connection().await?;
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(*key);
+            }
+            for arg in args {
+                arg.push(&mut invocation);
+            }
+            let failure = match tokio::time::timeout(self.command_timeout, invocation.invoke_async::<Value>(&mut connection)).await {
+                Ok(Ok(value)) => {
+                    self.answered();
+                    return match redis::from_redis_value(value) {
+                        Ok(value) => Ok(Answer { value, first_attempt_lost }),
+                        Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
+                    };
+                }
+                Err(_) => {
+                    self.invalidate(generation).await;
+                    Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
+                }
+                Ok(Err(err)) if err.is_timeout() => {
+                    self.invalidate(generation).await;
+                    Failure::Unknown(Arc::new(err))
+                }
+                Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
+                    self.invalidate(generation).await;
+                    if first_attempt_lost.is_none() {
+                        first_attempt_lost = Some(Arc::new(err));
+                        continue;
+                    }
+                    Failure::Unknown(Arc::new(err))
+                }
+                Ok(Err(err)) => Failure::Refused(Arc::new(err)),
+            };
+            return Err(self.failed(failure));
+        }
+    }
+
+    /// Runs one plain command (bounded like every other).
+    pub async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Failure> {
+        let (generation, mut connection) = self.connection().await?;
+        match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut connection)).await {
+            Ok(Ok(value)) => {
+                self.answered();
+                Ok(value)
+            }
+            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
+            Err(_) => {
+                self.invalidate(generation).await;
+                Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
+            }
+        }
+    }
+
+    fn failed(&self, failure: Failure) -> Failure {
+        let code = match failure {
+            Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
+            _ => ErrorCode::ProviderFailed,
+        };
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(code);
+        failure
+    }
+
+    /// The open connection, or a new one (one connect attempt at a time).
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), Failure> {
+        let mut current = self.current.lock().await;
+        if *self.stop.borrow() {
+            return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
+        }
+        if let Some(connection) = &current.connection {
+            return Ok((current.generation, connection.clone()));
+        }
+        if let Some((at, cause)) = &current.last_failure {
+            if at.elapsed() < CONNECT_FAILURE_REUSE {
+                return Err(Failure::Unreachable(cause.clone()));
+            }
+        }
+        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
+        let attempt = tokio::time::timeout(self.connect_timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await;
+        match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
+            Ok(connection) => {
+                current.generation += 1;
+                current.connection = Some(connection.clone());
+                current.last_failure = None;
+                self.set_connected(true);
+                Ok((current.generation, connection))
+            }
+            Err(err) => {
+                let cause: Cause = Arc::new(err);
+                current.last_failure = Some((Instant::now(), cause.clone()));
+                self.set_connected(false);
+                Err(self.failed(Failure::Unreachable(cause)))
+            }
+        }
+    }
+
+    /// Drops the connection of `generation` so the next command reconnects.
+    async fn invalidate(&self, generation: u64) {
+        let mut current = self.current.lock().await;
+        if current.generation == generation {
+            current.connection = None;
+            self.set_connected(false);
+        }
+    }
+
+    /// Connects once and warns when the server may evict lock keys.
+    ///
+    /// Only `noeviction` is safe: `allkeys-*` may evict a held lock (and a
+    /// fence counter, which the acquire script then reseeds upward), and
+    /// `volatile-*` evicts exactly the keys with a TTL, which every held lock
+    /// has. A server that hides `CONFIG` (managed Redis) is not warned about.
+    pub async fn check_eviction_policy(&self, backends: &[String], logger: &Logger) {
+        let reply: Result<Vec<String>, Failure> = self.query(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy")).await;
+        let Ok(reply) = reply else { return };
+        let Some(policy) = reply.get(1) else { return };
+        if policy != "noeviction" {
+            for backend in backends {
+                logger(&LogRecord {
+                    level: Level::Warn,
+                    backend: backend.clone(),
+                    code: "REDIS_EVICTION_POLICY",
+                    message: format!(
+                        "the Redis server's maxmemory-policy is {policy}: under memory pressure it can evict held locks; set maxmemory-policy noeviction"
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn timeout_error(message: &'static str) -> RedisError {
+    RedisError::from(io::Error::new(io::ErrorKind::TimedOut, message))
+}
+
+/// A script argument (lets `eval` take arguments of mixed types).
+pub(crate) trait ToRedisArgsRef: Sync {
+    fn push(&self, invocation: &mut redis::ScriptInvocation<'_>);
+}
+
+impl<T: ToRedisArgs + Sync> ToRedisArgsRef for T {
+    fn push(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        invocation.arg(self);
+    }
+}

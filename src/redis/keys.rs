@@ -1,0 +1,71 @@
+//! Redis key names and owner tokens.
+//!
+//! A user key never reaches Redis: it is hashed, so Redis (and anything that
+//! reads its keyspace, its slow log or its MONITOR stream) only ever sees
+//! `<namespace>:lock:<sha256hex(key)>` and `<namespace>:lock-fence:<sha256hex(key)>`.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{ErrorCode, LockError, Result};
+
+/// The Redis names of one user key in one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RedisKeys {
+    /// Holds the owner token, with `PX leaseMs`.
+    pub lock: String,
+    /// The fencing counter; never expires.
+    pub fence: String,
+}
+
+impl RedisKeys {
+    pub fn new(namespace: &str, key: &str) -> RedisKeys {
+        let digest = hex(&Sha256::digest(key.as_bytes()));
+        RedisKeys { lock: format!("{namespace}:lock:{digest}"), fence: format!("{namespace}:lock-fence:{digest}") }
+    }
+}
+
+/// The channel a namespace's releases are published on; the message is the
+/// released lock key (hashed, never the user key).
+pub(crate) fn release_channel(namespace: &str) -> String {
+    format!("{namespace}:lock-released")
+}
+
+/// A fresh owner token: 128 bits from the operating system's CSPRNG, as hex.
+pub(crate) fn owner_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|err| {
+        LockError::new(ErrorCode::ProviderFailed, format!("the operating system's random source failed: {err}"))
+    })?;
+    Ok(hex(&bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)] as char);
+        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_names_hash_the_key_with_sha256() {
+        // sha256("abc"), a published test vector.
+        let keys = RedisKeys::new("ns", "abc");
+        assert_eq!(keys.lock, "ns:lock:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(keys.fence, "ns:lock-fence:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn owner_tokens_are_128_bit_and_fresh() {
+        let (a, b) = (owner_token().unwrap(), owner_token().unwrap());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

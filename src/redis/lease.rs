@@ -1,0 +1,237 @@
+//! A held Redis lease.
+//!
+//! Validity is a conservative local estimate on the monotonic clock: a
+//! lease acquired (or renewed) by a command sent at `t` is valid until
+//! `t + leaseMs - drift`, with `drift = leaseMs / 100 + 2 ms`. Measuring from
+//! the send (not the reply) covers the round trip; the drift allowance
+//! covers the server's clock running up to 1% fast relative to ours, as
+//! Redis' own expiry precision is about a millisecond. The estimate can say
+//! "invalid" while Redis still holds our token, never the reverse, unless the
+//! clocks drift more than that or the server loses the key (restart without
+//! persistence, failover to a replica that missed the write, eviction).
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use super::backend::BackendCore;
+use super::connection::Failure;
+use super::runtime::{run_on, DriverRuntime};
+use crate::error::{ErrorCode, LockError, Result};
+
+/// A lease on one key held through Redis. Dropping it releases it in the
+/// background (best effort); call [`RedisLease::release`] to learn whether
+/// the section stayed exclusive.
+pub struct RedisLease {
+    shared: Arc<LeaseShared>,
+    _runtime: Arc<DriverRuntime>,
+}
+
+/// What the acquire task hands over; dropped unclaimed (the acquire was
+/// cancelled after the grant) it releases the lock.
+pub(crate) struct LeaseShared {
+    core: Arc<BackendCore>,
+    key: Box<str>,
+    lock_key: String,
+    token: String,
+    fence: u64,
+    slot: usize,
+    /// When the hold started, if slow holds are reported.
+    held_since: Option<Instant>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// False once released (by the user, by close, or on drop).
+    held: bool,
+    /// End of the local validity estimate.
+    valid_until: Instant,
+    /// Already counted as lost.
+    lost: bool,
+}
+
+/// The part of the drift allowance that scales with the lease.
+const DRIFT_PER_LEASE: u32 = 100;
+/// The fixed part of the drift allowance.
+const DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// How long a lease acquired by a command sent at `sent` is surely ours.
+pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
+    let drift = lease / DRIFT_PER_LEASE + DRIFT_FIXED;
+    sent + lease.saturating_sub(drift)
+}
+
+impl LeaseShared {
+    pub fn new(core: Arc<BackendCore>, key: &str, lock_key: String, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
+        let valid_until = valid_until(sent, core.lease());
+        let held_since = core.hold_clock();
+        LeaseShared { core, key: key.into(), lock_key, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false }) }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the lease released; true if it was held. Called once per lease
+    /// by whoever releases it (user, close, drop).
+    pub fn take(&self) -> bool {
+        let mut state = self.state();
+        let was_held = state.held;
+        state.held = false;
+        drop(state);
+        if was_held {
+            self.core.forget(self.slot);
+        }
+        was_held
+    }
+
+    /// Counts the lease as lost, once.
+    fn lost(&self, code: ErrorCode) {
+        let first = !std::mem::replace(&mut self.state().lost, true);
+        if first {
+            self.core.report_lost(code);
+        }
+    }
+
+    pub fn lock_key(&self) -> &str {
+        &self.lock_key
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Drop for LeaseShared {
+    fn drop(&mut self) {
+        if self.take() {
+            self.core.release_in_background(std::mem::take(&mut self.lock_key), std::mem::take(&mut self.token));
+        }
+    }
+}
+
+impl RedisLease {
+    pub(crate) fn new(shared: Arc<LeaseShared>, runtime: Arc<DriverRuntime>) -> RedisLease {
+        RedisLease { shared, _runtime: runtime }
+    }
+
+    pub(crate) fn downgrade(shared: &Arc<LeaseShared>) -> Weak<LeaseShared> {
+        Arc::downgrade(shared)
+    }
+
+    /// The key this lease is on.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// The fencing token: larger than that of every earlier lease on this
+    /// key and namespace, in every process, across server restarts (see the
+    /// acquire script).
+    pub fn fence(&self) -> u64 {
+        self.shared.fence
+    }
+
+    /// True while the lease is held and the local estimate says it has not
+    /// expired (see the module docs).
+    pub fn is_valid(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// Time left by the local estimate; zero once invalid.
+    pub fn remaining(&self) -> Duration {
+        let state = self.shared.state();
+        if state.held {
+            state.valid_until.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Extends the lease to `leaseMs` from now if Redis still carries our
+    /// token: false when it does not (expired or taken over) or the lease
+    /// was released. `OUTCOME_UNKNOWN` leaves the lease invalid.
+    pub async fn renew(&self) -> Result<bool> {
+        if !self.shared.state().held {
+            return Ok(false);
+        }
+        let shared = self.shared.clone();
+        run_on(self.shared.core.handle(), async move {
+            let core = shared.core.clone();
+            let sent = Instant::now();
+            let lease_ms = core.lease().as_millis() as u64;
+            let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[shared.lock_key()], &[&shared.token, &lease_ms]).await;
+            let mut state = shared.state();
+            match outcome {
+                Ok(answer) if answer.value == 1 && state.held => {
+                    state.valid_until = valid_until(sent, core.lease());
+                    Ok(true)
+                }
+                Ok(_) => {
+                    let was_held = state.held;
+                    state.valid_until = Instant::now();
+                    drop(state);
+                    if was_held {
+                        shared.lost(ErrorCode::LeaseLost);
+                    }
+                    Ok(false)
+                }
+                Err(failure) => {
+                    if matches!(failure, Failure::Unknown(_)) {
+                        state.valid_until = Instant::now();
+                        drop(state);
+                        shared.lost(ErrorCode::OutcomeUnknown);
+                        core.clean_up_after_unknown(shared.lock_key().to_owned(), shared.token().to_owned());
+                    }
+                    Err(failure.into_error("renew"))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Releases the lease: true when Redis still carried our token and it is
+    /// now deleted (waiters in every process are told), false when this
+    /// lease was already released (by an earlier call or by close).
+    /// `LEASE_LOST` when the key no longer carried our token: the lease had
+    /// expired or was taken over, so the section may have overlapped another
+    /// holder.
+    pub async fn release(&self) -> Result<bool> {
+        if !self.shared.take() {
+            return Ok(false);
+        }
+        let shared = self.shared.clone();
+        let outcome = run_on(self.shared.core.handle(), async move { shared.core.release(shared.lock_key(), shared.token()).await }).await;
+        self.shared.core.report_hold(self.shared.held_since);
+        match &outcome {
+            Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),
+            _ => {}
+        }
+        outcome.map(|()| true)
+    }
+}
+
+impl std::fmt::Debug for RedisLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No key: keys may carry user data.
+        f.debug_struct("RedisLease").field("fence", &self.shared.fence).finish_non_exhaustive()
+    }
+}
+
+/// The error of a release that found another owner (or none).
+pub(crate) fn lease_lost() -> LockError {
+    LockError::new(
+        ErrorCode::LeaseLost,
+        "the lease had expired or was taken over before release; the critical section may have overlapped another holder",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_subtracts_one_percent_and_two_milliseconds() {
+        let sent = Instant::now();
+        assert_eq!(valid_until(sent, Duration::from_millis(10_000)), sent + Duration::from_millis(9_898));
+        assert_eq!(valid_until(sent, Duration::from_millis(10)), sent + Duration::from_micros(7_900));
+    }
+}

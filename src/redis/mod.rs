@@ -1,0 +1,97 @@
+//! The `redis` driver: leases shared by processes through a Redis (or
+//! Valkey) server, with owner tokens, fencing tokens and pub/sub wake-ups.
+//!
+//! - [`connection`]: one shared, bounded, self-healing connection per
+//!   `dokebi-redis.connections` entry; [`notify`]: its one subscription.
+//! - [`scripts`]: the Lua scripts (one round trip per operation).
+//! - [`waiters`]: per-key FIFO inside the process, only the head polls Redis.
+//! - [`backend`] and [`lease`]: the public API; [`acquire`]: one acquire's task.
+//! - [`runtime`]: the driver's own tokio runtime, started only when a redis
+//!   backend is configured.
+
+pub(crate) mod acquire;
+pub mod backend;
+pub(crate) mod connection;
+pub(crate) mod keys;
+pub mod lease;
+pub(crate) mod notify;
+pub(crate) mod runtime;
+pub(crate) mod scripts;
+pub(crate) mod waiters;
+
+pub use backend::{RedisBackend, RedisCounts};
+pub use lease::RedisLease;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::log::Logger;
+use crate::options::{BackendOptions, Options, RedisOptions};
+use crate::telemetry::Telemetry;
+use connection::RedisConnection;
+use runtime::{run_on, DriverRuntime};
+
+/// The driver's shared parts in one provider: the runtime and the
+/// connections its redis backends use. Exists only when there is at least
+/// one redis backend.
+pub(crate) struct RedisDriver {
+    runtime: Arc<DriverRuntime>,
+    connections: BTreeMap<String, Arc<RedisConnection>>,
+    logger: Logger,
+    telemetry: Option<Telemetry>,
+}
+
+impl RedisDriver {
+    /// Starts the runtime and prepares (without connecting) each connection
+    /// a redis backend of `options` names; `None` without redis backends.
+    pub fn open(options: &Options, logger: &Logger, telemetry: &Option<Telemetry>) -> Result<Option<RedisDriver>> {
+        let mut used = options.backends.values().filter_map(|backend| match backend {
+            BackendOptions::Redis(redis) => Some(redis.connection.as_str()),
+            _ => None,
+        });
+        let Some(first) = used.next() else { return Ok(None) };
+        let mut connections = BTreeMap::new();
+        for name in std::iter::once(first).chain(used) {
+            if !connections.contains_key(name) {
+                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone())?));
+            }
+        }
+        let runtime = Arc::new(DriverRuntime::start()?);
+        Ok(Some(RedisDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
+    }
+
+    /// The backend `name` with `options` on its connection.
+    pub fn backend(&self, name: &str, options: RedisOptions) -> RedisBackend {
+        let connection = self.connections[&options.connection].clone();
+        RedisBackend::new(name, options, connection, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+    }
+
+    /// Connects in the background: subscribes each connection to the release
+    /// channels of its backends' namespaces and checks its eviction policy.
+    pub fn start(&self, backends: &BTreeMap<String, RedisOptions>) {
+        for (name, connection) in &self.connections {
+            let users: Vec<&RedisOptions> = backends.values().filter(|b| &b.connection == name).collect();
+            let mut channels: Vec<String> = users.iter().map(|b| keys::release_channel(&b.namespace)).collect();
+            channels.sort();
+            channels.dedup();
+            let names: Vec<String> = backends.iter().filter(|(_, b)| &b.connection == name).map(|(n, _)| n.clone()).collect();
+            let handle = self.runtime.handle();
+            handle.spawn(notify::run(connection.clone(), channels));
+            let (connection, logger) = (connection.clone(), self.logger.clone());
+            handle.spawn(async move { connection.check_eviction_policy(&names, &logger).await });
+        }
+    }
+
+    /// Stops notifications and closes every connection.
+    pub async fn shut_down(&self) {
+        let connections: Vec<Arc<RedisConnection>> = self.connections.values().cloned().collect();
+        let _ = run_on(self.runtime.handle(), async move {
+            for connection in connections {
+                connection.shut_down().await;
+            }
+            Ok(())
+        })
+        .await;
+    }
+}

@@ -1,0 +1,63 @@
+//! Release notifications: one pub/sub connection per Redis connection,
+//! subscribed to the release channel of each namespace that uses it (not
+//! one subscription per key). A message names a released lock key and wakes
+//! the head waiter of that key in this process.
+//!
+//! While the subscription is down, [`run`] reconnects with a capped backoff
+//! and waiters fall back to `pollIntervalMs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::connection::RedisConnection;
+
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Keeps the subscription alive until the connection shuts down.
+pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>) {
+    let mut stopped = connection.stopped();
+    let mut retry = RETRY_MIN;
+    loop {
+        let subscribe = async {
+            let mut pubsub = connection.client().get_async_pubsub().await?;
+            for channel in &channels {
+                pubsub.subscribe(channel).await?;
+            }
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let bound = connection.connect_timeout() + connection.command_timeout();
+        if let Ok(Ok(pubsub)) = tokio::time::timeout(bound, subscribe).await {
+            retry = RETRY_MIN;
+            connection.set_subscribed(true);
+            // Releases may have happened while we were not listening.
+            connection.waiters.wake_all();
+            let mut messages = pubsub.into_on_message();
+            loop {
+                tokio::select! {
+                    message = messages.next() => match message {
+                        Some(message) => {
+                            if let Ok(lock_key) = std::str::from_utf8(message.get_payload_bytes()) {
+                                connection.waiters.wake(lock_key);
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = stopped.wait_for(|stop| *stop) => {
+                        connection.set_subscribed(false);
+                        return;
+                    }
+                }
+            }
+            connection.set_subscribed(false);
+            connection.waiters.wake_all();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}

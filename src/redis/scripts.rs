@@ -1,0 +1,67 @@
+//! The Lua scripts: each lock operation is one atomic script and one round
+//! trip (`EVALSHA`; after `SCRIPT FLUSH` or a restart the `NOSCRIPT` reply
+//! makes redis-rs load the script and retry once).
+
+use redis::Script;
+
+/// Takes the lock when it is free (or already carries our token, which
+/// makes a retry after a dropped connection idempotent) and increments the
+/// fence in the same step.
+///
+/// KEYS: lock, fence. ARGV: token, leaseMs.
+/// Returns `{1, fence}` when granted, `{0, pttl}` when held by another owner.
+///
+/// Fences never go backwards, even when the server restarts without
+/// persistence and loses the counter: a missing counter is seeded from the
+/// server's `TIME` in microseconds before the `INCR`. That floor only grows
+/// as long as the server clock does not step back, and the old counter can
+/// only exceed it if a key saw more than one acquire per microsecond on
+/// average since it was seeded, which a round trip per acquire rules out.
+const ACQUIRE: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+";
+
+/// Extends the lease if the lock still carries our token.
+/// KEYS: lock. ARGV: token, leaseMs. Returns 1 when extended, else 0.
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+";
+
+/// Deletes the lock if it still carries our token and tells waiters of
+/// every process (one message on the namespace's channel).
+/// KEYS: lock. ARGV: token, channel. Returns 1 when released, else 0.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  return 1
+end
+return 0
+";
+
+/// The three scripts, hashed once per connection.
+pub(crate) struct Scripts {
+    pub acquire: Script,
+    pub renew: Script,
+    pub release: Script,
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts { acquire: Script::new(ACQUIRE), renew: Script::new(RENEW), release: Script::new(RELEASE) }
+    }
+}

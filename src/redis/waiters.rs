@@ -1,0 +1,96 @@
+//! Acquires in progress of one connection, by Redis lock key.
+//!
+//! Per key, acquires queue in FIFO order for a *turn*; only the holder of
+//! the turn (the head) talks to Redis, so a hundred local waiters on one key
+//! cost Redis one retry, not a hundred. The head sleeps on the key's wake-up,
+//! which fires on a release notification from any process (pub/sub), on a
+//! release by this process, and when the subscription comes up or goes down.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
+
+/// The registry of one connection.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    keys: Mutex<HashMap<Box<str>, Entry>>,
+}
+
+struct Entry {
+    turn: Arc<TurnLock<()>>,
+    wake: Arc<Notify>,
+    tickets: usize,
+}
+
+/// One acquire's place in its key's queue; dropping it leaves the queue.
+pub(crate) struct Ticket {
+    waiters: Arc<Waiters>,
+    lock_key: Box<str>,
+    turn: Arc<TurnLock<()>>,
+    wake: Arc<Notify>,
+}
+
+/// The turn of the head of a key's queue.
+pub(crate) type Turn = OwnedMutexGuard<()>;
+
+impl Waiters {
+    /// Joins the queue of `lock_key`.
+    pub fn join(self: &Arc<Self>, lock_key: &str) -> Ticket {
+        let mut keys = self.lock();
+        let entry = keys.entry(lock_key.into()).or_insert_with(|| Entry {
+            turn: Arc::new(TurnLock::new(())),
+            wake: Arc::new(Notify::new()),
+            tickets: 0,
+        });
+        entry.tickets += 1;
+        Ticket { waiters: self.clone(), lock_key: lock_key.into(), turn: entry.turn.clone(), wake: entry.wake.clone() }
+    }
+
+    /// Wakes the head waiting on `lock_key`, if any (a release happened).
+    pub fn wake(&self, lock_key: &str) {
+        if let Some(entry) = self.lock().get(lock_key) {
+            entry.wake.notify_one();
+        }
+    }
+
+    /// Wakes every head (notifications came up or went down: retry now and
+    /// pick the poll interval that fits).
+    pub fn wake_all(&self) {
+        self.lock().values().for_each(|entry| entry.wake.notify_one());
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Ticket {
+    /// Waits for this ticket's turn (FIFO per key; cancel safe).
+    pub async fn turn(&self) -> Turn {
+        self.turn.clone().lock_owned().await
+    }
+
+    /// The turn if nobody is ahead, without waiting.
+    pub fn try_turn(&self) -> Option<Turn> {
+        self.turn.clone().try_lock_owned().ok()
+    }
+
+    /// Resolves at the next wake-up of this key (or at once if one came
+    /// since the last).
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut keys = self.waiters.lock();
+        if let Some(entry) = keys.get_mut(&self.lock_key) {
+            entry.tickets -= 1;
+            if entry.tickets == 0 {
+                keys.remove(&self.lock_key);
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The redis driver when the server fails: paused, killed, restarted (with
+//! and without data), its pub/sub connections killed.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
+use futures::executor::block_on;
+use support::open_redis;
+use support::redis_server::RedisServer;
+
+fn backend(provider: &Provider) -> Backend {
+    provider.backend("shared").unwrap()
+}
+
+fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+}
+
+fn error<T: std::fmt::Debug>(result: Result<T, LockError>) -> LockError {
+    result.expect_err("expected an error")
+}
+
+fn redis_counts(backend: &Backend) -> dokebi_lock::RedisCounts {
+    match backend {
+        Backend::Redis(redis) => redis.counts(),
+        Backend::Local(_) => panic!("not a redis backend"),
+    }
+}
+
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn lock_keys(server: &RedisServer) -> Vec<String> {
+    server.keys().into_iter().filter(|k| k.starts_with("test:lock:")).collect()
+}
+
+#[test]
+fn an_unanswered_command_is_outcome_unknown_and_the_lock_is_cleaned_up() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "150"), ("connectTimeoutMs", "150")]);
+    let held = block_on(backend(&a).acquire("renewed", wait(0))).unwrap();
+    server.pause();
+    // Both commands are sent on the open connection and go unanswered.
+    // (Once the connection is given up, a later command would find the
+    // server unreachable instead: PROVIDER_FAILED.)
+    let shared = backend(&a);
+    let (lost, renew) = block_on(async { futures::join!(shared.acquire("k", wait(5_000)), held.renew()) });
+    let lost = error(lost);
+    assert_eq!(lost.code(), ErrorCode::OutcomeUnknown);
+    assert!(lost.cause().is_some());
+    assert_eq!(error(renew).code(), ErrorCode::OutcomeUnknown);
+    assert!(!held.is_valid(), "a lease whose renew went unanswered is invalid");
+    server.resume();
+    // The queued commands run when the server wakes up; the best-effort
+    // releases by token then remove both locks.
+    eventually("both locks are released by token", || lock_keys(&server).is_empty());
+    let again = block_on(backend(&a).acquire("k", wait(0))).expect("the connection recovers");
+    block_on(again.release()).unwrap();
+}
+
+#[test]
+fn a_dead_server_fails_acquires_with_provider_failed_not_a_wait_timeout() {
+    let mut server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000"), ("waitTimeoutMs", "20000")], &[]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "30000"), ("waitTimeoutMs", "20000")], &[]);
+    let _held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    let waiting = backend(&b);
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        (error(block_on(waiting.acquire("k", AcquireOptions::default()))), started.elapsed())
+    });
+    eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
+    server.stop();
+    let (err, waited) = waiter.join().unwrap();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    assert!(waited < Duration::from_secs(20), "failed before its wait timeout");
+    let fresh = error(block_on(backend(&a).acquire("other", AcquireOptions::default())));
+    assert_eq!(fresh.code(), ErrorCode::ProviderFailed);
+    assert!(fresh.cause().is_some(), "the Redis error is the cause");
+    assert_eq!(redis_counts(&backend(&a)).last_error, Some(ErrorCode::ProviderFailed));
+}
+
+#[test]
+fn an_unreachable_server_at_start_is_provider_failed_on_acquire() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    assert_eq!(error(block_on(backend(&a).acquire("k", wait(20_000)))).code(), ErrorCode::ProviderFailed);
+}
+
+#[test]
+fn a_restarted_server_is_used_again_without_a_new_provider_and_fences_keep_growing() {
+    let mut server = RedisServer::start();
+    let (a, records) = open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    let before = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    let fence_before = before.fence();
+    server.stop();
+    server.restart(); // empty: the fence counter is gone
+    assert!(lock_keys(&server).is_empty());
+    let after = block_on(backend(&a).acquire("k", wait(0))).expect("recovers on the same provider");
+    assert!(after.fence() > fence_before, "fences never go backwards, even after an empty restart");
+    // The old lease vanished with the server's data.
+    assert_eq!(error(block_on(before.release())).code(), ErrorCode::LeaseLost);
+    assert!(block_on(after.release()).unwrap());
+    eventually("notifications are live again", || redis_counts(&backend(&a)).subscribed);
+    drop(records);
+}
+
+#[test]
+fn waiters_still_get_the_lock_when_the_pubsub_connection_is_killed() {
+    let server = RedisServer::start();
+    // Notifications are the only fast path; the poll while they are down is 20 ms.
+    let slow_when_live = [("leaseMs", "60000"), ("pollIntervalMs", "20"), ("notifyPollIntervalMs", "600000"), ("waitTimeoutMs", "10000")];
+    let (a, _) = open_redis(&server.url(), &slow_when_live, &[]);
+    let (b, _) = open_redis(&server.url(), &slow_when_live, &[]);
+    eventually("b subscribed", || redis_counts(&backend(&b)).subscribed);
+    let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    let waiting = backend(&b);
+    let waiter = thread::spawn(move || block_on(waiting.acquire("k", AcquireOptions::default())));
+    eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut server.client()).unwrap();
+    assert!(killed >= 2, "both providers' subscriptions were killed");
+    assert!(block_on(held.release()).unwrap());
+    let lease = waiter.join().unwrap().expect("the waiter got the lock without a notification");
+    assert!(lease.fence() > held.fence());
+    block_on(lease.release()).unwrap();
+    eventually("b resubscribed", || redis_counts(&backend(&b)).subscribed);
+}
+
+#[test]
+fn close_logs_cleanup_failures_instead_of_failing() {
+    let mut server = RedisServer::start();
+    let (a, records) = open_redis(&server.url(), &[("leaseMs", "30000"), ("shutdownTimeoutMs", "1000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    server.stop();
+    block_on(a.close());
+    assert!(!lease.is_valid());
+    let records = records.lock().unwrap();
+    assert!(records.iter().any(|r| r.code == "CLEANUP_FAILED" && r.backend == "shared"), "{records:?}");
+}
+
+#[test]
+fn close_gives_up_after_the_shutdown_timeout_and_logs_it() {
+    let server = RedisServer::start();
+    let (a, records) = open_redis(&server.url(), &[("leaseMs", "30000"), ("shutdownTimeoutMs", "100")], &[("commandTimeoutMs", "5000")]);
+    let _lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    server.pause();
+    block_on(a.close());
+    server.resume();
+    let records = records.lock().unwrap();
+    assert!(records.iter().any(|r| r.code == "CLEANUP_TIMEOUT"), "{records:?}");
+}
