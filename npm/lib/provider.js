@@ -2,14 +2,19 @@
 import { invalidArgument, LockError, fromInfo } from './errors.js';
 import { native } from './native.js';
 import { openLocal } from './local.js';
+import { RedisGroup } from './redis.js';
 
 /**
  * The drivers built into this package, by the `driver` name of the options.
  * Every backend is built here and nowhere else: the one place where app
  * drivers (extensions) will join later. A driver factory takes
- * `{ name, options }` and returns `{ view, close() }`.
+ * `{ name, options, shared }` and returns `{ view, close() }`; `shared` holds
+ * what backends of one driver share in a provider.
  */
-const DRIVERS = new Map([['local', openLocal]]);
+const DRIVERS = new Map([
+  ['local', openLocal],
+  ['redis', ({ name, shared }) => shared.redis().driver(name)],
+]);
 
 /** Warnings and errors to stderr; debug dropped. Used when none is given. */
 export const stderrLogger = Object.freeze({
@@ -19,21 +24,21 @@ export const stderrLogger = Object.freeze({
   },
 });
 
-function openDriver(name, driver, options) {
+function openDriver(name, driver, options, shared) {
   const factory = DRIVERS.get(driver);
-  if (factory !== undefined) return factory({ name, options });
-  if (driver === 'redis') {
-    throw new LockError('DRIVER_NOT_INSTALLED', `backend ${name}: the redis driver is not built into this version of @dokebi/lock`);
-  }
+  if (factory !== undefined) return factory({ name, options, shared });
   throw new LockError('UNKNOWN_DRIVER', `backend ${name}: no driver named ${driver}`, { details: { backend: name, driver } });
 }
 
 /** Opens every backend of validated native options. */
 export function openProvider(options, logger = stderrLogger) {
   const drivers = new Map();
+  let redis;
+  // The redis runtime and connections start only when a redis backend exists.
+  const shared = { redis: () => (redis ??= new RedisGroup(options, logger)) };
   try {
     for (const { name, driver } of options.backends()) {
-      drivers.set(name, openDriver(name, driver, options));
+      drivers.set(name, openDriver(name, driver, options, shared));
       logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
     }
   } catch (error) {

@@ -17,3 +17,11 @@ test('examples/14-local serializes updates, reports LOCK_BUSY and runs as a plug
   assert.match(out, /busy: LOCK_BUSY/);
   assert.match(out, /nightly-report valid after stop: false/);
 });
+
+test('examples/15-redis starts its own redis-server and shows exclusion, hand-off and fences', () => {
+  const out = run('15-redis', { REDIS_URL: '' });
+  assert.match(out, /worker: LOCK_BUSY/);
+  assert.match(out, /worker got invoice:7 after the release/);
+  assert.match(out, /fence grew: true/);
+  assert.match(out, /web holds invoice:7 again: true/);
+});

@@ -32,7 +32,7 @@ pub fn take_error() -> Option<ErrorInfo> {
     LAST_ERROR.with(|last| last.borrow_mut().take()).map(info)
 }
 
-fn info(error: LockError) -> ErrorInfo {
+pub fn info(error: LockError) -> ErrorInfo {
     ErrorInfo {
         code: error.code().as_str().to_owned(),
         message: error.message().to_owned(),

@@ -12,3 +12,4 @@ mod error;
 mod key;
 mod local;
 mod options;
+mod redis;

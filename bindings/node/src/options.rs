@@ -8,6 +8,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::local::LocalEngineObject;
+use crate::redis::{LogForwarder, RedisProvider};
 
 /// Validated options of one provider.
 #[napi]
@@ -52,6 +53,13 @@ impl NativeOptions {
             .iter()
             .map(|(name, backend)| BackendInfo { name: name.clone(), driver: backend.driver().to_owned() })
             .collect()
+    }
+
+    /// Opens the redis backends (`null` on failure, see `takeError`);
+    /// driver warnings and errors go to `log(level, backend, code, message)`.
+    #[napi(ts_args_type = "log: (level: string, backend: string, code: string, message: string) => void")]
+    pub fn open_redis(&self, log: LogForwarder) -> Option<RedisProvider> {
+        crate::redis::open(&self.options, log)
     }
 
     /// The engine of the local backend `name`; it reports grants through `out`

@@ -1,0 +1,220 @@
+//! The redis driver: the core's `Provider`, opened with the redis backends
+//! only, behind promises.
+//!
+//! The core's futures run their work on the core's own runtime (started only
+//! when a redis backend exists) and may be awaited from any executor. Here
+//! one small executor thread, started with the first redis provider, awaits
+//! them and settles the JS promise through a napi deferred. A pending
+//! promise keeps Node alive only while its operation is in flight; the log
+//! forwarder is a weak threadsafe function, so nothing is left to keep the
+//! process alive after `close()`.
+//!
+//! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
+//! object, which the JS layer turns into a `LockError`.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dokebi_lock::log::{Level, LogRecord, Logger};
+use dokebi_lock::options::BackendOptions;
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Lease, Options, Provider};
+use futures::executor::ThreadPool;
+use napi::bindgen_prelude::{Either, Object, ToNapiValue, Utf16String};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Env, Status};
+use napi_derive::napi;
+
+use crate::error::{info, stash, ErrorInfo};
+
+/// `(level, backend, code, message)`; weak: it never keeps Node alive.
+pub type LogForwarder = ThreadsafeFunction<(String, String, String, String), (), (String, String, String, String), Status, false, true>;
+
+/// The executor awaiting the core's futures; started on first use.
+fn executor() -> napi::Result<&'static ThreadPool> {
+    static POOL: OnceLock<ThreadPool> = OnceLock::new();
+    if let Some(pool) = POOL.get() {
+        return Ok(pool);
+    }
+    let pool = ThreadPool::builder()
+        .pool_size(1)
+        .name_prefix("dokebi-lock-node-")
+        .create()
+        .map_err(|err| napi::Error::new(Status::GenericFailure, format!("cannot start the redis executor thread: {err}")))?;
+    Ok(POOL.get_or_init(|| pool))
+}
+
+/// Runs `work` and settles the returned promise with `convert(value)` or the
+/// error's `ErrorInfo`.
+fn settle<'env, T, D>(
+    env: &'env Env,
+    work: impl Future<Output = dokebi_lock::Result<T>> + Send + 'static,
+    convert: impl FnOnce(T) -> D + Send + 'static,
+) -> napi::Result<Object<'env>>
+where
+    T: Send + 'static,
+    D: ToNapiValue + 'static,
+{
+    let (deferred, promise) = env.create_deferred()?;
+    executor()?.spawn_ok(async move {
+        let outcome = work.await;
+        deferred.resolve(move |_env| {
+            Ok(match outcome {
+                Ok(value) => Either::<D, ErrorInfo>::A(convert(value)),
+                Err(error) => Either::B(info(error)),
+            })
+        });
+    });
+    Ok(promise)
+}
+
+/// Opens the redis backends of `options` (`null` on failure, see
+/// `takeError`). Warnings and errors of the driver (cleanup failures at
+/// close) go to `log`.
+pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
+    let mut redis_only = options.clone();
+    redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    let log = Arc::new(log);
+    let logger: Logger = Arc::new(move |record: &LogRecord| {
+        // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
+        // every driver alike.
+        if record.level >= Level::Warn {
+            let fields = (record.level.as_str().to_owned(), record.backend.clone(), record.code.to_owned(), record.message.clone());
+            log.call(fields, ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    });
+    Provider::open_with(redis_only, Hooks { logger, telemetry: None })
+        .map(|provider| RedisProvider { provider: Arc::new(provider) })
+        .map_err(stash)
+        .ok()
+}
+
+/// The redis backends of one `LockProvider`.
+#[napi]
+pub struct RedisProvider {
+    provider: Arc<Provider>,
+}
+
+#[napi]
+impl RedisProvider {
+    /// The backend `name`; `null` on failure.
+    #[napi]
+    pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
+        self.provider.backend(&name).map(|backend| NativeRedisBackend { backend }).map_err(stash).ok()
+    }
+
+    /// Closes every redis backend: waiters `CLOSED`, held leases released
+    /// within `shutdownTimeoutMs` (failures logged). Resolves `undefined`.
+    #[napi(ts_return_type = "Promise<undefined | ErrorInfo>")]
+    pub fn close<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let provider = self.provider.clone();
+        settle(
+            env,
+            async move {
+                provider.close().await;
+                Ok(())
+            },
+            |()| (),
+        )
+    }
+}
+
+/// One redis backend.
+#[napi]
+pub struct NativeRedisBackend {
+    backend: Backend,
+}
+
+#[napi]
+impl NativeRedisBackend {
+    /// The backend's default wait, in ms.
+    #[napi(getter)]
+    pub fn wait_timeout_ms(&self) -> u32 {
+        match &self.backend {
+            Backend::Redis(redis) => redis.options().wait_timeout_ms,
+            Backend::Local(local) => local.options().wait_timeout_ms,
+        }
+    }
+
+    /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
+    /// to `waitTimeoutMs`, ended early by `abort`.
+    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
+    pub fn acquire<'env>(&self, env: &'env Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Object<'env>> {
+        let backend = self.backend.clone();
+        let max_key_bytes = match &backend {
+            Backend::Redis(redis) => redis.options().max_key_bytes,
+            Backend::Local(local) => local.options().max_key_bytes,
+        };
+        let key = key::from_utf16(&key, max_key_bytes as usize);
+        let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
+        settle(
+            env,
+            async move { backend.acquire(&key?, options).await },
+            |lease| NativeRedisLease { lease: Arc::new(lease) },
+        )
+    }
+}
+
+/// A held redis lease.
+#[napi]
+pub struct NativeRedisLease {
+    lease: Arc<Lease>,
+}
+
+#[napi]
+impl NativeRedisLease {
+    /// The fencing token, as a decimal string.
+    #[napi(getter)]
+    pub fn fence(&self) -> String {
+        self.lease.fence().to_string()
+    }
+
+    /// The conservative local validity estimate.
+    #[napi(getter)]
+    pub fn valid(&self) -> bool {
+        self.lease.is_valid()
+    }
+
+    /// Time left by that estimate, in ms; 0 once invalid.
+    #[napi(getter)]
+    pub fn remaining_ms(&self) -> f64 {
+        self.lease.remaining().map_or(f64::INFINITY, |left| left.as_secs_f64() * 1000.0)
+    }
+
+    /// Extends the lease; resolves `false` when it is no longer ours.
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    pub fn renew<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let lease = self.lease.clone();
+        settle(env, async move { lease.renew().await }, |renewed| renewed)
+    }
+
+    /// Releases the lease; resolves `false` when already released,
+    /// `LEASE_LOST` when another owner had it.
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let lease = self.lease.clone();
+        settle(env, async move { lease.release().await }, |released| released)
+    }
+}
+
+/// The core's abort controller, driven by a JS `AbortSignal`.
+#[napi]
+pub struct NativeAbort {
+    controller: AbortController,
+}
+
+#[napi]
+impl NativeAbort {
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        NativeAbort { controller: AbortController::new() }
+    }
+
+    /// Ends the acquire that carries this controller with `ABORTED` (if it
+    /// is still waiting).
+    #[napi]
+    pub fn abort(&self) {
+        self.controller.abort();
+    }
+}
