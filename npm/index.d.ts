@@ -86,7 +86,10 @@ export interface Lease extends AsyncDisposable {
   readonly fence: string;
   /** local: resolves to `valid`. redis: extends the lease after checking ownership. */
   renew(): Promise<boolean>;
-  /** True when this call released (and handed on) the lease, false when already released. */
+  /**
+   * True when this call released (and handed on) the lease, false when already
+   * released. redis: rejects with LEASE_LOST when the key no longer carried our token.
+   */
   release(): Promise<boolean>;
 }
 
@@ -96,7 +99,8 @@ export interface LockBackend {
    * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
-   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED.
+   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis also
+   * PROVIDER_FAILED and OUTCOME_UNKNOWN.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
 }
@@ -104,6 +108,8 @@ export interface LockBackend {
 /** Receives the operational log: fields are `backend` and `code` only. */
 export interface LockLogger {
   debug(fields: { backend: string; code: string }, message: string): void;
+  /** Driver warnings (e.g. a Redis eviction policy that may drop locks); `error` when absent. */
+  warn?(fields: { backend: string; code: string }, message: string): void;
   error(fields: { backend: string; code: string }, message: string): void;
 }
 
