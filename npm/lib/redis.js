@@ -88,9 +88,9 @@ class RedisBackend {
   }
 }
 
-/** The log sink of the native driver: (level, backend, code, message). */
+/** The log sink of the native driver: { level, backend, code, message }. */
 function forwardTo(logger) {
-  return (level, backend, code, message) => {
+  return ({ level, backend, code, message }) => {
     const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
     log.call(logger, { backend, code }, message);
   };

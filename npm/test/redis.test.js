@@ -179,3 +179,33 @@ console.log(await waiter, lease.valid);
   assert.equal(result.status, 0, result.stderr);
   assert.equal(result.stdout.trim(), 'CLOSED false');
 });
+
+test('a failed cleanup at close is logged with the fields backend and code only, never thrown', async () => {
+  const doomed = await startRedis();
+  const records = [];
+  const record = (level) => (fields, message) => records.push({ level, fields, message });
+  try {
+    const provider = await openLock({
+      logger: { debug: record('debug'), error: record('error') },
+      config: {
+        'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, shutdownTimeoutMs: 300 } } },
+        'dokebi-redis': { connections: { main: { url: doomed.url, commandTimeoutMs: 100, connectTimeoutMs: 100 } } },
+      },
+    });
+    await provider.backend('r').acquire('secret-key');
+    await doomed.stop();
+    await provider.close();
+    await new Promise((resolve) => setTimeout(resolve, 100)); // log delivery from the driver thread
+  } finally {
+    await doomed.stop();
+  }
+  assert.deepEqual(records[0], { level: 'debug', fields: { backend: 'r', code: 'LOCK_BACKEND_READY' }, message: 'lock backend ready' });
+  const errors = records.filter((r) => r.level === 'error');
+  assert.ok(errors.length > 0, JSON.stringify(records));
+  for (const { fields, message } of errors) {
+    assert.deepEqual(Object.keys(fields).sort(), ['backend', 'code']);
+    assert.equal(fields.backend, 'r');
+    assert.match(fields.code, /^CLEANUP_(FAILED|TIMEOUT)$/);
+    assert.ok(!message.includes('secret-key'));
+  }
+});

@@ -56,8 +56,8 @@ impl NativeOptions {
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
-    /// driver warnings and errors go to `log(level, backend, code, message)`.
-    #[napi(ts_args_type = "log: (level: string, backend: string, code: string, message: string) => void")]
+    /// driver warnings and errors go to `log({ level, backend, code, message })`.
+    #[napi(ts_args_type = "log: (entry: LogEntry) => void")]
     pub fn open_redis(&self, log: LogForwarder) -> Option<RedisProvider> {
         crate::redis::open(&self.options, log)
     }

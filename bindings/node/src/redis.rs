@@ -27,8 +27,17 @@ use napi_derive::napi;
 
 use crate::error::{info, stash, ErrorInfo};
 
-/// `(level, backend, code, message)`; weak: it never keeps Node alive.
-pub type LogForwarder = ThreadsafeFunction<(String, String, String, String), (), (String, String, String, String), Status, false, true>;
+/// One driver log record, as the JS logger receives it; never a key.
+#[napi(object)]
+pub struct LogEntry {
+    pub level: String,
+    pub backend: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// Calls the JS log sink; weak, so it never keeps Node alive.
+pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
 
 /// The executor awaiting the core's futures; started on first use.
 fn executor() -> napi::Result<&'static ThreadPool> {
@@ -79,8 +88,13 @@ pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
         // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
         // every driver alike.
         if record.level >= Level::Warn {
-            let fields = (record.level.as_str().to_owned(), record.backend.clone(), record.code.to_owned(), record.message.clone());
-            log.call(fields, ThreadsafeFunctionCallMode::NonBlocking);
+            let entry = LogEntry {
+                level: record.level.as_str().to_owned(),
+                backend: record.backend.clone(),
+                code: record.code.to_owned(),
+                message: record.message.clone(),
+            };
+            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
     Provider::open_with(redis_only, Hooks { logger, telemetry: None })
