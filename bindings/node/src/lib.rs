@@ -9,6 +9,7 @@
 //! pays nothing for error plumbing.
 
 mod error;
+mod executor;
 mod key;
 mod local;
 mod options;

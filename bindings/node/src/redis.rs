@@ -2,30 +2,27 @@
 //! only, behind promises.
 //!
 //! The core's futures run their work on the core's own runtime (started only
-//! when a redis backend exists) and may be awaited from any executor. Here
-//! one small executor thread, started with the first redis provider, awaits
-//! them and settles the JS promise through a napi deferred. A pending
-//! promise keeps Node alive only while its operation is in flight; the log
-//! forwarder is a weak threadsafe function, so nothing is left to keep the
-//! process alive after `close()`.
+//! when a redis backend exists); [`crate::executor`] polls them on the JS
+//! thread and settles their promises. A pending promise keeps Node alive only
+//! while its operation is in flight; the log forwarder is a weak threadsafe
+//! function, so nothing is left to keep the process alive after `close()`.
 //!
 //! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
 //! object, which the JS layer turns into a `LockError`.
 
-use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Lease, Options, Provider};
-use futures::executor::ThreadPool;
-use napi::bindgen_prelude::{Either, Object, ToNapiValue, Utf16String};
+use napi::bindgen_prelude::Utf16String;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
 use napi_derive::napi;
 
-use crate::error::{info, stash, ErrorInfo};
+use crate::error::stash;
+use crate::executor::{spawn, Promise};
 
 /// One driver log record, as the JS logger receives it; never a key.
 #[napi(object)]
@@ -38,44 +35,6 @@ pub struct LogEntry {
 
 /// Calls the JS log sink; weak, so it never keeps Node alive.
 pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
-
-/// The executor awaiting the core's futures; started on first use.
-fn executor() -> napi::Result<&'static ThreadPool> {
-    static POOL: OnceLock<ThreadPool> = OnceLock::new();
-    if let Some(pool) = POOL.get() {
-        return Ok(pool);
-    }
-    let pool = ThreadPool::builder()
-        .pool_size(1)
-        .name_prefix("dokebi-lock-node-")
-        .create()
-        .map_err(|err| napi::Error::new(Status::GenericFailure, format!("cannot start the redis executor thread: {err}")))?;
-    Ok(POOL.get_or_init(|| pool))
-}
-
-/// Runs `work` and settles the returned promise with `convert(value)` or the
-/// error's `ErrorInfo`.
-fn settle<'env, T, D>(
-    env: &'env Env,
-    work: impl Future<Output = dokebi_lock::Result<T>> + Send + 'static,
-    convert: impl FnOnce(T) -> D + Send + 'static,
-) -> napi::Result<Object<'env>>
-where
-    T: Send + 'static,
-    D: ToNapiValue + 'static,
-{
-    let (deferred, promise) = env.create_deferred()?;
-    executor()?.spawn_ok(async move {
-        let outcome = work.await;
-        deferred.resolve(move |_env| {
-            Ok(match outcome {
-                Ok(value) => Either::<D, ErrorInfo>::A(convert(value)),
-                Err(error) => Either::B(info(error)),
-            })
-        });
-    });
-    Ok(promise)
-}
 
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
@@ -120,9 +79,9 @@ impl RedisProvider {
     /// Closes every redis backend: waiters `CLOSED`, held leases released
     /// within `shutdownTimeoutMs` (failures logged). Resolves `undefined`.
     #[napi(ts_return_type = "Promise<undefined | ErrorInfo>")]
-    pub fn close<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn close(&self, env: &Env) -> napi::Result<Promise> {
         let provider = self.provider.clone();
-        settle(
+        spawn(
             env,
             async move {
                 provider.close().await;
@@ -153,7 +112,7 @@ impl NativeRedisBackend {
     /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
     /// to `waitTimeoutMs`, ended early by `abort`.
     #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
-    pub fn acquire<'env>(&self, env: &'env Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Object<'env>> {
+    pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
         let backend = self.backend.clone();
         let max_key_bytes = match &backend {
             Backend::Redis(redis) => redis.options().max_key_bytes,
@@ -161,7 +120,7 @@ impl NativeRedisBackend {
         };
         let key = key::from_utf16(&key, max_key_bytes as usize);
         let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
-        settle(
+        spawn(
             env,
             async move { backend.acquire(&key?, options).await },
             |lease| NativeRedisLease { lease: Arc::new(lease) },
@@ -197,17 +156,17 @@ impl NativeRedisLease {
 
     /// Extends the lease; resolves `false` when it is no longer ours.
     #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
-    pub fn renew<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn renew(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        settle(env, async move { lease.renew().await }, |renewed| renewed)
+        spawn(env, async move { lease.renew().await }, |renewed| renewed)
     }
 
     /// Releases the lease; resolves `false` when already released,
     /// `LEASE_LOST` when another owner had it.
     #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
-    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    pub fn release(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        settle(env, async move { lease.release().await }, |released| released)
+        spawn(env, async move { lease.release().await }, |released| released)
     }
 }
 
