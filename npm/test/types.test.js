@@ -17,3 +17,11 @@ test('every backend and connection field of the schema is typed', () => {
     for (const field of Object.keys(schema.properties)) assert.match(types, new RegExp(`readonly ${field}\\??: `));
   }
 });
+
+test('LockErrorCode in index.d.ts lists exactly the core error codes', async () => {
+  const { native } = await import('../lib/native.js');
+  const declared = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
+  const union = declared.slice(declared.indexOf('export type LockErrorCode'), declared.indexOf(';', declared.indexOf('export type LockErrorCode')));
+  const codes = [...union.matchAll(/'([A-Z_]+)'/g)].map((m) => m[1]).sort();
+  assert.deepEqual(codes, native.errorCodes().map((c) => c.code).sort());
+});
