@@ -12,6 +12,7 @@
 import { native } from './native.js';
 import { fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
+import { Deadlines } from './deadlines.js';
 
 // Result codes of LocalLockEngine (bindings/node/src/local.rs).
 const GRANTED = 0;
@@ -30,6 +31,7 @@ class LocalCore {
     this.defaultWaitMs = engine.waitTimeoutMs;
     /** Waiter slot -> Waiter, while queued. */
     this.waiters = [];
+    this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
 
   acquire(key, options) {
@@ -74,7 +76,7 @@ class LocalCore {
   }
 }
 
-/** A queued acquire: its promise, timer and abort listener. */
+/** A queued acquire: its promise, deadline and abort listener. */
 class Waiter {
   constructor(core, key, slot, serial, waitMs, signal) {
     this.core = core;
@@ -86,7 +88,7 @@ class Waiter {
       this.resolve = resolve;
       this.reject = reject;
     });
-    this.timer = setTimeout(() => this.cancel(true, fromInfo(native.waitTimeoutError(waitMs))), waitMs);
+    core.deadlines.add(this, waitMs);
     if (signal !== undefined) {
       this.onAbort = () => this.cancel(false, fromInfo(native.abortedError()));
       signal.addEventListener('abort', this.onAbort, { once: true });
@@ -107,14 +109,14 @@ class Waiter {
   /** Ends the wait (timed out or aborted) with `error` unless the engine already granted it. */
   cancel(timedOut, error) {
     // false: release() already dequeued this waiter and granted it on this
-    // same thread, which also cleared the timer and listener; nothing leaks.
+    // same thread, which also ended its deadline and listener; nothing leaks.
     if (!this.core.engine.cancel(this.slot, this.serial, timedOut)) return;
     this.core.waiters[this.slot] = undefined;
     this.fail(error);
   }
 
   settle() {
-    clearTimeout(this.timer);
+    this.core.deadlines.remove(this);
     this.signal?.removeEventListener('abort', this.onAbort);
   }
 }

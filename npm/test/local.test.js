@@ -275,3 +275,30 @@ test('many waiters on one key all get it in turn, and the key ends free', async 
   assert.equal((await backend.acquire('k', { waitTimeoutMs: 0 })).valid, true);
   await provider.close();
 });
+
+test('waits of different lengths time out independently, and the rest keep their order', async () => {
+  const { provider, backend } = await openLocal();
+  const holder = await backend.acquire('k');
+  const order = [];
+  const outcome = (name, options) =>
+    backend.acquire('k', options).then(
+      async (lease) => {
+        order.push(name);
+        await lease.release();
+      },
+      (error) => order.push(`${name}:${error.code}`),
+    );
+  const waits = [
+    outcome('a', { waitTimeoutMs: 2000 }),
+    outcome('short', { waitTimeoutMs: 20 }),
+    outcome('b', { waitTimeoutMs: 1000 }),
+    outcome('medium', { waitTimeoutMs: 60 }),
+    outcome('c', { waitTimeoutMs: 2000 }),
+  ];
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.deepEqual(order, ['short:WAIT_TIMEOUT', 'medium:WAIT_TIMEOUT']);
+  await holder.release();
+  await Promise.all(waits);
+  assert.deepEqual(order.slice(2), ['a', 'b', 'c']);
+  await provider.close();
+});
