@@ -20,6 +20,8 @@
 
 pub mod abort;
 pub mod acquire;
+/// The C surface (`include/lock.h`): exported as C symbols, not Rust API.
+mod capi;
 pub mod error;
 pub mod key;
 pub mod local;

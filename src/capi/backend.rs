@@ -1,0 +1,111 @@
+//! The backend handle and the blocking acquires.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::args::{self, give, handle, wait_timeout, Out};
+use super::completion::{block_on, Completions};
+use super::error::dokebi_lock_error;
+use super::lease::dokebi_lock_lease;
+use super::panic::{boundary, call};
+use super::status::dokebi_lock_status;
+use crate::acquire::AcquireOptions;
+use crate::error::Result;
+use crate::provider::{Backend, Lease};
+
+/// One backend of a runtime. Shared by any number of threads; freed with
+/// `dokebi_lock_backend_free`.
+pub struct dokebi_lock_backend {
+    pub(crate) backend: Backend,
+    pub(crate) completions: Arc<Completions>,
+}
+
+impl dokebi_lock_backend {
+    pub(crate) fn new(backend: Backend, completions: Arc<Completions>) -> Self {
+        dokebi_lock_backend { backend, completions }
+    }
+
+    /// Blocks the calling thread until the key is ours or the wait ends:
+    /// on a condition variable (local), or driving the driver's async
+    /// acquire, whose I/O runs on the driver's own thread (redis).
+    fn acquire(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
+        match &self.backend {
+            Backend::Local(local) => local.acquire_blocking(key, wait_timeout).map(Lease::Local),
+            Backend::Redis(_) => block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None })),
+        }
+    }
+}
+
+/// Acquires `key` (`key_len` bytes of UTF-8 at `key`), blocking the calling
+/// thread: first come, first served among the waiters of this process. Waits
+/// at most `wait_timeout_ms` (`DOKEBI_LOCK_WAIT_DEFAULT` for the backend's
+/// `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
+/// `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
+/// `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
+/// `OUTCOME_UNKNOWN`.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `key` is NULL or points to
+/// `key_len` readable bytes; `out_lease` is writable; `out_error` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire(
+    backend: *const dokebi_lock_backend,
+    key: *const c_char,
+    key_len: usize,
+    wait_timeout_ms: i64,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || unsafe { acquire(backend, key, key_len, wait_timeout(wait_timeout_ms), out_lease) })
+}
+
+/// Takes `key` if it is free now, else `DOKEBI_LOCK_LOCK_BUSY`; never waits.
+/// The same as `dokebi_lock_acquire` with a wait of 0.
+///
+/// # Safety
+/// As `dokebi_lock_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_try_acquire(
+    backend: *const dokebi_lock_backend,
+    key: *const c_char,
+    key_len: usize,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || unsafe { acquire(backend, key, key_len, Ok(Some(Duration::ZERO)), out_lease) })
+}
+
+/// # Safety
+/// As `dokebi_lock_acquire`.
+unsafe fn acquire(
+    backend: *const dokebi_lock_backend,
+    key: *const c_char,
+    key_len: usize,
+    wait_timeout: Result<Option<Duration>>,
+    out_lease: *mut *mut dokebi_lock_lease,
+) -> Result<()> {
+    let backend = unsafe { handle(backend, "backend") }?;
+    let out = Out::new(out_lease, "out_lease")?;
+    let key = unsafe { args::key(key, key_len) }?;
+    let lease = backend.acquire(key, wait_timeout?)?;
+    out.write(give(dokebi_lock_lease::new(lease)));
+    Ok(())
+}
+
+/// Frees a backend handle; leases and pending acquires taken from it stay
+/// valid. NULL is accepted.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle that no other thread uses any
+/// more and that is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_backend_free(backend: *mut dokebi_lock_backend) {
+    boundary(|| {
+        if !backend.is_null() {
+            // SAFETY: the handle came from Box::into_raw in `runtime_backend`.
+            drop(unsafe { Box::from_raw(backend) });
+        }
+    })
+}

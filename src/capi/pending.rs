@@ -1,0 +1,121 @@
+//! The asynchronous acquire: a completion callback and a cancel handle.
+
+use std::ffi::{c_char, c_void};
+
+use super::args::{self, give, handle, wait_timeout, Out};
+use super::backend::dokebi_lock_backend;
+use super::error::dokebi_lock_error;
+use super::lease::dokebi_lock_lease;
+use super::panic::{boundary, call, CatchUnwind};
+use super::status::dokebi_lock_status;
+use crate::abort::AbortController;
+use crate::acquire::AcquireOptions;
+use crate::error::{ErrorCode, LockError};
+
+/// Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
+/// runtime's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
+/// `lease` a new lease and `error` NULL; on failure `lease` is NULL and
+/// `error` a new error. The callback owns both and frees them (it may keep
+/// them). It must not unwind (no C++ exception, no longjmp) out of the call,
+/// and should return soon: callbacks of one runtime run one after another.
+pub type dokebi_lock_acquire_callback = Option<
+    unsafe extern "C" fn(userdata: *mut c_void, status: dokebi_lock_status, lease: *mut dokebi_lock_lease, error: *mut dokebi_lock_error),
+>;
+
+/// Cancels one asynchronous acquire; freed with `dokebi_lock_pending_free`.
+pub struct dokebi_lock_pending {
+    controller: AbortController,
+}
+
+/// The caller's context pointer, handed to the callback on another thread
+/// (the header makes that the caller's promise).
+struct UserData(*mut c_void);
+
+// SAFETY: the C caller guarantees `userdata` may be used from the completion thread.
+unsafe impl Send for UserData {}
+
+impl UserData {
+    fn get(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// Starts acquiring `key` without blocking; `callback(userdata, ...)` gets
+/// the outcome on the completion thread, possibly before this function
+/// returns. Waiting as `dokebi_lock_acquire`. When `out_pending` is not NULL
+/// it receives a handle whose `dokebi_lock_pending_cancel` ends the wait
+/// with `DOKEBI_LOCK_ABORTED`.
+///
+/// Returns `DOKEBI_LOCK_OK` when the acquire started: then, and only then,
+/// the callback is called exactly once. An invalid argument (NULL backend or
+/// callback, an empty or non-UTF-8 key, a negative timeout other than
+/// `DOKEBI_LOCK_WAIT_DEFAULT`) fails here and the callback is never called;
+/// every other failure (a key over `maxKeyBytes` included) reaches the callback.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `key` is NULL or points to
+/// `key_len` readable bytes; `userdata` may be used from another thread;
+/// `out_pending` and `out_error` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire_async(
+    backend: *const dokebi_lock_backend,
+    key: *const c_char,
+    key_len: usize,
+    wait_timeout_ms: i64,
+    callback: dokebi_lock_acquire_callback,
+    userdata: *mut c_void,
+    out_pending: *mut *mut dokebi_lock_pending,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        let backend = unsafe { handle(backend, "backend") }?;
+        let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
+        let key = unsafe { args::key(key, key_len) }?.to_owned();
+        let controller = AbortController::new();
+        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: Some(controller.signal()) };
+        let userdata = UserData(userdata);
+        let driver = backend.backend.clone();
+        backend.completions.spawn(async move {
+            let outcome = CatchUnwind(Box::pin(async move { driver.acquire(&key, options).await })).await;
+            let (status, lease, error) = match outcome {
+                Ok(lease) => (dokebi_lock_status::DOKEBI_LOCK_OK, give(dokebi_lock_lease::new(lease)), std::ptr::null_mut()),
+                Err(error) => (error.status(), std::ptr::null_mut(), give(error)),
+            };
+            // SAFETY: the caller promised a callback callable with these arguments.
+            unsafe { callback(userdata.get(), status, lease, error) };
+        })?;
+        if let Some(out) = Out::optional(out_pending) {
+            out.write(give(dokebi_lock_pending { controller }));
+        }
+        Ok(())
+    })
+}
+
+/// Cancels the acquire: if it is still waiting, its callback gets
+/// `DOKEBI_LOCK_ABORTED`; once the lease was granted this does nothing.
+/// Idempotent.
+///
+/// # Safety
+/// `pending` is NULL or a live pending handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_pending_cancel(pending: *const dokebi_lock_pending) -> dokebi_lock_status {
+    call(std::ptr::null_mut(), || {
+        unsafe { handle(pending, "pending") }?.controller.abort();
+        Ok(())
+    })
+}
+
+/// Frees a pending handle. It does not cancel: the callback still comes.
+/// NULL is accepted.
+///
+/// # Safety
+/// `pending` is NULL or a live pending handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_pending_free(pending: *mut dokebi_lock_pending) {
+    boundary(|| {
+        if !pending.is_null() {
+            // SAFETY: the handle came from Box::into_raw in `acquire_async`.
+            drop(unsafe { Box::from_raw(pending) });
+        }
+    })
+}

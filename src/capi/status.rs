@@ -1,0 +1,147 @@
+//! The status every acting C function returns.
+
+use std::ffi::c_char;
+
+use crate::error::ErrorCode;
+
+/// The outcome of a call: `DOKEBI_LOCK_OK` (0) or the code of the error.
+///
+/// The values are fixed forever and equal to the core's error codes, so a
+/// status can be stored, logged and compared across library versions; new
+/// values are only ever appended. `DOKEBI_LOCK_PANIC` is the one status of
+/// the C surface alone: an internal bug was caught at the boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum dokebi_lock_status {
+    DOKEBI_LOCK_OK = 0,
+    DOKEBI_LOCK_INVALID_OPTIONS = 1,
+    DOKEBI_LOCK_INVALID_KEY = 2,
+    DOKEBI_LOCK_UNKNOWN_BACKEND = 3,
+    DOKEBI_LOCK_UNKNOWN_CONNECTION = 4,
+    DOKEBI_LOCK_CLOSED = 5,
+    DOKEBI_LOCK_LOCK_BUSY = 6,
+    DOKEBI_LOCK_KEY_LIMIT = 7,
+    DOKEBI_LOCK_QUEUE_FULL = 8,
+    DOKEBI_LOCK_ABORTED = 9,
+    DOKEBI_LOCK_WAIT_TIMEOUT = 10,
+    DOKEBI_LOCK_DRIVER_NOT_INSTALLED = 11,
+    DOKEBI_LOCK_DRIVER_INVALID = 12,
+    DOKEBI_LOCK_PROVIDER_FAILED = 13,
+    DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
+    DOKEBI_LOCK_LEASE_LOST = 15,
+    DOKEBI_LOCK_CLEANUP_FAILED = 16,
+    DOKEBI_LOCK_CLEANUP_TIMEOUT = 17,
+    DOKEBI_LOCK_UNKNOWN_DRIVER = 18,
+    DOKEBI_LOCK_DRIVER_CONFLICT = 19,
+    DOKEBI_LOCK_INVALID_ENTRY = 20,
+    DOKEBI_LOCK_INVALID_EXTENSION = 21,
+    DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS = 22,
+    DOKEBI_LOCK_INVALID_ARGUMENT = 23,
+    /// A Rust panic was caught at the C boundary: a bug in dokebi-lock.
+    DOKEBI_LOCK_PANIC = 1000,
+}
+
+use dokebi_lock_status::*;
+
+/// Every status but `DOKEBI_LOCK_OK` and `DOKEBI_LOCK_PANIC`, in
+/// `ErrorCode::ALL` order.
+const ERRORS: [dokebi_lock_status; ErrorCode::ALL.len()] = [
+    DOKEBI_LOCK_INVALID_OPTIONS,
+    DOKEBI_LOCK_INVALID_KEY,
+    DOKEBI_LOCK_UNKNOWN_BACKEND,
+    DOKEBI_LOCK_UNKNOWN_CONNECTION,
+    DOKEBI_LOCK_CLOSED,
+    DOKEBI_LOCK_LOCK_BUSY,
+    DOKEBI_LOCK_KEY_LIMIT,
+    DOKEBI_LOCK_QUEUE_FULL,
+    DOKEBI_LOCK_ABORTED,
+    DOKEBI_LOCK_WAIT_TIMEOUT,
+    DOKEBI_LOCK_DRIVER_NOT_INSTALLED,
+    DOKEBI_LOCK_DRIVER_INVALID,
+    DOKEBI_LOCK_PROVIDER_FAILED,
+    DOKEBI_LOCK_OUTCOME_UNKNOWN,
+    DOKEBI_LOCK_LEASE_LOST,
+    DOKEBI_LOCK_CLEANUP_FAILED,
+    DOKEBI_LOCK_CLEANUP_TIMEOUT,
+    DOKEBI_LOCK_UNKNOWN_DRIVER,
+    DOKEBI_LOCK_DRIVER_CONFLICT,
+    DOKEBI_LOCK_INVALID_ENTRY,
+    DOKEBI_LOCK_INVALID_EXTENSION,
+    DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS,
+    DOKEBI_LOCK_INVALID_ARGUMENT,
+];
+
+impl From<ErrorCode> for dokebi_lock_status {
+    fn from(code: ErrorCode) -> Self {
+        // The values are equal by construction (checked by the test below).
+        ERRORS[code as usize - 1]
+    }
+}
+
+impl dokebi_lock_status {
+    /// The stable name, NUL-terminated: `"OK"`, `"WAIT_TIMEOUT"`, `"PANIC"`.
+    pub(crate) fn name(self) -> &'static [u8] {
+        macro_rules! names {
+            ($($code:ident),*) => {
+                match self {
+                    DOKEBI_LOCK_OK => b"OK\0",
+                    DOKEBI_LOCK_PANIC => b"PANIC\0",
+                    $(dokebi_lock_status::$code => concat!(stringify!($code), "\0").as_bytes(),)*
+                }
+            };
+        }
+        let name: &'static [u8] = names!(
+            DOKEBI_LOCK_INVALID_OPTIONS, DOKEBI_LOCK_INVALID_KEY, DOKEBI_LOCK_UNKNOWN_BACKEND,
+            DOKEBI_LOCK_UNKNOWN_CONNECTION, DOKEBI_LOCK_CLOSED, DOKEBI_LOCK_LOCK_BUSY, DOKEBI_LOCK_KEY_LIMIT,
+            DOKEBI_LOCK_QUEUE_FULL, DOKEBI_LOCK_ABORTED, DOKEBI_LOCK_WAIT_TIMEOUT, DOKEBI_LOCK_DRIVER_NOT_INSTALLED,
+            DOKEBI_LOCK_DRIVER_INVALID, DOKEBI_LOCK_PROVIDER_FAILED, DOKEBI_LOCK_OUTCOME_UNKNOWN,
+            DOKEBI_LOCK_LEASE_LOST, DOKEBI_LOCK_CLEANUP_FAILED, DOKEBI_LOCK_CLEANUP_TIMEOUT,
+            DOKEBI_LOCK_UNKNOWN_DRIVER, DOKEBI_LOCK_DRIVER_CONFLICT, DOKEBI_LOCK_INVALID_ENTRY,
+            DOKEBI_LOCK_INVALID_EXTENSION, DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS, DOKEBI_LOCK_INVALID_ARGUMENT
+        );
+        // Every generated name starts with "DOKEBI_LOCK_"; the stable name is the rest.
+        name.strip_prefix(b"DOKEBI_LOCK_").unwrap_or(name)
+    }
+}
+
+/// The stable name of a status as a static NUL-terminated string (`"OK"`,
+/// `"LOCK_BUSY"`, ...), or `"UNKNOWN"` for a value this library does not
+/// define. Never NULL; the string is never freed.
+#[no_mangle]
+pub extern "C" fn dokebi_lock_status_name(status: u32) -> *const c_char {
+    super::panic::boundary(|| {
+        let name: &'static [u8] = match status {
+            0 => DOKEBI_LOCK_OK.name(),
+            1000 => DOKEBI_LOCK_PANIC.name(),
+            n => ERRORS.get((n as usize).wrapping_sub(1)).map_or(b"UNKNOWN\0", |s| s.name()),
+        };
+        name.as_ptr().cast()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    #[test]
+    fn every_error_status_has_the_value_and_name_of_its_core_code() {
+        for code in ErrorCode::ALL {
+            let status = dokebi_lock_status::from(code);
+            assert_eq!(status as u32, code as u32);
+            let name = CStr::from_bytes_with_nul(status.name()).unwrap();
+            assert_eq!(name.to_str().unwrap(), code.as_str());
+        }
+    }
+
+    #[test]
+    fn status_names_cover_ok_panic_and_unknown_values() {
+        let name = |n| unsafe { CStr::from_ptr(dokebi_lock_status_name(n)) }.to_str().unwrap();
+        assert_eq!(name(0), "OK");
+        assert_eq!(name(10), "WAIT_TIMEOUT");
+        assert_eq!(name(1000), "PANIC");
+        assert_eq!(name(24), "UNKNOWN");
+        assert_eq!(name(u32::MAX), "UNKNOWN");
+    }
+}

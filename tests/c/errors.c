@@ -1,0 +1,159 @@
+/* Errors through the C API: every getter, option issues, NULL handles,
+ * invalid keys and arguments. */
+#include "check.h"
+
+static const char *const YAML =
+    "schemaVersion: 1\n"
+    "options:\n"
+    "  dokebi-lock:\n"
+    "    backends:\n"
+    "      main:\n"
+    "        maxKeyBytes: 8\n";
+
+static void invalid_options_list_every_issue(void) {
+    const char *yaml =
+        "schemaVersion: 1\n"
+        "options:\n"
+        "  dokebi-lock:\n"
+        "    backends:\n"
+        "      a: { maxKeys: 0 }\n"
+        "      b: { colour: blue }\n";
+    dokebi_lock_runtime *runtime = (dokebi_lock_runtime *)&yaml;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_runtime_open(yaml, strlen(yaml), &runtime, &error) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(runtime == (dokebi_lock_runtime *)&yaml); /* untouched on failure */
+    CHECK(dokebi_lock_error_code(error) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(strcmp(dokebi_lock_error_name(error), "INVALID_OPTIONS") == 0);
+    CHECK(strstr(dokebi_lock_error_message(error), "invalid options") != NULL);
+    CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
+    CHECK(dokebi_lock_error_cause(error) == NULL);
+    CHECK(dokebi_lock_error_issue_count(error) == 2);
+    CHECK(strcmp(dokebi_lock_error_issue_path(error, 0), "backends.a.maxKeys") == 0);
+    CHECK(strcmp(dokebi_lock_error_issue_path(error, 1), "backends.b.colour") == 0);
+    CHECK(strlen(dokebi_lock_error_issue_message(error, 0)) > 0);
+    CHECK(strlen(dokebi_lock_error_issue_message(error, 1)) > 0);
+    CHECK(dokebi_lock_error_issue_path(error, 2) == NULL);
+    CHECK(dokebi_lock_error_issue_message(error, 2) == NULL);
+    dokebi_lock_error_free(error);
+
+    /* Not UTF-8, and not YAML at all. */
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_runtime_open("\xff\xfe", 2, &runtime, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_runtime_open(KEY("[unclosed"), &runtime, ERR));
+    CHECK(runtime == (dokebi_lock_runtime *)&yaml);
+}
+
+static void getters_of_null_answer_null_false_or_zero(void) {
+    CHECK(dokebi_lock_error_code(NULL) == DOKEBI_LOCK_OK);
+    CHECK(dokebi_lock_error_name(NULL) == NULL);
+    CHECK(dokebi_lock_error_message(NULL) == NULL);
+    CHECK(dokebi_lock_error_fix(NULL) == NULL);
+    CHECK(dokebi_lock_error_cause(NULL) == NULL);
+    CHECK(dokebi_lock_error_issue_count(NULL) == 0);
+    CHECK(dokebi_lock_error_issue_path(NULL, 0) == NULL);
+    CHECK(dokebi_lock_error_issue_message(NULL, 0) == NULL);
+    size_t len = 99;
+    CHECK(dokebi_lock_lease_key(NULL, &len) == NULL && len == 99);
+    CHECK(!dokebi_lock_lease_valid(NULL));
+    CHECK(dokebi_lock_lease_remaining_ms(NULL) == 0);
+    CHECK(dokebi_lock_lease_fence(NULL) == NULL);
+    CHECK(dokebi_lock_runtime_name_count(NULL) == 0);
+    CHECK(dokebi_lock_runtime_name(NULL, 0) == NULL);
+}
+
+static void every_free_accepts_null(void) {
+    dokebi_lock_runtime_free(NULL);
+    dokebi_lock_backend_free(NULL);
+    dokebi_lock_lease_free(NULL);
+    dokebi_lock_pending_free(NULL);
+    dokebi_lock_error_free(NULL);
+}
+
+static void status_names_are_stable(void) {
+    CHECK(strcmp(dokebi_lock_status_name(DOKEBI_LOCK_OK), "OK") == 0);
+    CHECK(strcmp(dokebi_lock_status_name(DOKEBI_LOCK_INVALID_ARGUMENT), "INVALID_ARGUMENT") == 0);
+    CHECK(strcmp(dokebi_lock_status_name(DOKEBI_LOCK_PANIC), "PANIC") == 0);
+    CHECK(strcmp(dokebi_lock_status_name(4242), "UNKNOWN") == 0);
+    CHECK(DOKEBI_LOCK_WAIT_TIMEOUT == 10 && DOKEBI_LOCK_INVALID_ARGUMENT == 23);
+}
+
+static void null_handles_and_out_parameters_are_invalid_arguments(dokebi_lock_runtime *runtime, const dokebi_lock_backend *backend) {
+    dokebi_lock_runtime *no_runtime = NULL;
+    dokebi_lock_backend *no_backend = NULL;
+    dokebi_lock_lease *lease = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_open(NULL, 5, &no_runtime, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_open(KEY("schemaVersion: 1"), NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(NULL, "main", &no_backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(runtime, NULL, &no_backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(runtime, "main", NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(NULL, KEY("k"), 0, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(backend, KEY("k"), 0, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_try_acquire(NULL, KEY("k"), &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire_async(NULL, KEY("k"), 0, on_acquired, NULL, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire_async(backend, KEY("k"), 0, NULL, NULL, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_lease_renew(NULL, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_lease_release(NULL, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_pending_cancel(NULL));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_close(NULL));
+    CHECK(no_runtime == NULL && no_backend == NULL && lease == NULL);
+
+    /* The error explains itself; out_error may be NULL. */
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_acquire(NULL, KEY("k"), 0, &lease, &error) == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(strcmp(dokebi_lock_error_name(error), "INVALID_ARGUMENT") == 0);
+    CHECK(strcmp(dokebi_lock_error_message(error), "backend is NULL") == 0);
+    dokebi_lock_error_free(error);
+    CHECK(dokebi_lock_acquire(NULL, KEY("k"), 0, &lease, NULL) == DOKEBI_LOCK_INVALID_ARGUMENT);
+}
+
+static void bad_keys_and_timeouts_are_rejected(const dokebi_lock_backend *backend) {
+    dokebi_lock_lease *lease = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_acquire(backend, "ab\xc3", 3, 0, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_acquire(backend, "\xed\xa0\x80", 3, 0, &lease, ERR)); /* a UTF-8 encoded surrogate */
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_try_acquire(backend, "", 0, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_try_acquire(backend, NULL, 0, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_try_acquire(backend, NULL, 4, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_acquire_async(backend, "\xff", 1, 0, on_acquired, NULL, NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(backend, KEY("k"), -2, &lease, ERR));
+    CHECK(lease == NULL);
+
+    /* Over maxKeyBytes (8): the error never echoes the key. */
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_acquire(backend, KEY("secret-order-42"), 0, &lease, &error) == DOKEBI_LOCK_INVALID_KEY);
+    CHECK(strstr(dokebi_lock_error_message(error), "secret") == NULL);
+    dokebi_lock_error_free(error);
+
+    /* A key with a NUL byte inside is a valid key of its own. */
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire(backend, "a\0b", 3, &lease, ERR));
+    size_t len = 0;
+    CHECK(memcmp(dokebi_lock_lease_key(lease, &len), "a\0b", 3) == 0 && len == 3);
+    dokebi_lock_lease_free(lease);
+}
+
+static void unknown_backends_are_reported(const dokebi_lock_runtime *runtime) {
+    dokebi_lock_backend *backend = NULL;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_runtime_backend(runtime, "nope", &backend, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
+    CHECK(backend == NULL);
+    CHECK(strcmp(dokebi_lock_error_name(error), "UNKNOWN_BACKEND") == 0);
+    CHECK(strstr(dokebi_lock_error_fix(error), "names") != NULL);
+    dokebi_lock_error_free(error);
+    CHECK_STATUS(DOKEBI_LOCK_UNKNOWN_BACKEND, dokebi_lock_runtime_backend(runtime, "\xff", &backend, ERR));
+}
+
+int main(void) {
+    CHECK(strlen(dokebi_lock_version()) > 0);
+    invalid_options_list_every_issue();
+    getters_of_null_answer_null_false_or_zero();
+    every_free_accepts_null();
+    status_names_are_stable();
+
+    dokebi_lock_runtime *runtime = open_runtime(YAML);
+    dokebi_lock_backend *backend = get_backend(runtime, "main");
+    null_handles_and_out_parameters_are_invalid_arguments(runtime, backend);
+    bad_keys_and_timeouts_are_rejected(backend);
+    unknown_backends_are_reported(runtime);
+    dokebi_lock_backend_free(backend);
+    dokebi_lock_runtime_free(runtime);
+    printf("errors: ok\n");
+    return 0;
+}

@@ -1,0 +1,179 @@
+/* The redis driver through the C API, against the private redis-server whose
+ * URL is in REDIS_URL (started and killed by scripts/test-c). Two runtimes
+ * stand for two processes sharing the server. */
+#include <time.h>
+
+#include "check.h"
+
+static char yaml[2048];
+
+/* A configuration with backends `shared` (leaseMs 5000) and `brief`
+ * (leaseMs 100) on `url`, under `namespace`. */
+static const char *config(const char *url, const char *namespace_) {
+    int len = snprintf(yaml, sizeof yaml,
+                       "schemaVersion: 1\n"
+                       "options:\n"
+                       "  dokebi-lock:\n"
+                       "    backends:\n"
+                       "      shared: { driver: redis, connection: main, namespace: %s, leaseMs: 5000 }\n"
+                       "      brief: { driver: redis, connection: main, namespace: %s, leaseMs: 100 }\n"
+                       "  dokebi-redis:\n"
+                       "    connections:\n"
+                       "      main: { url: \"%s\", connectTimeoutMs: 500, commandTimeoutMs: 1000 }\n",
+                       namespace_, namespace_, url);
+    CHECK(len > 0 && (size_t)len < sizeof yaml);
+    return yaml;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL);
+}
+
+static void a_lease_is_shared_between_runtimes(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    dokebi_lock_lease *lease = must_acquire(one, "order:42", 0);
+    CHECK(dokebi_lock_lease_valid(lease));
+    int64_t remaining = dokebi_lock_lease_remaining_ms(lease);
+    CHECK(remaining > 0 && remaining <= 5000);
+    unsigned long long first = fence_of(lease);
+
+    dokebi_lock_lease *other = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(two, KEY("order:42"), &other, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(two, KEY("order:42"), 50, &other, ERR));
+    CHECK(other == NULL);
+
+    /* A waiter in the other runtime gets the key when it is released. */
+    outcome waiter;
+    outcome_init(&waiter);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(two, KEY("order:42"), 10000, on_acquired, &waiter, NULL, ERR));
+    bool valid = false, released = false;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(lease, &valid, ERR));
+    CHECK(valid);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(released);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(!released);
+    CHECK(!dokebi_lock_lease_valid(lease) && dokebi_lock_lease_remaining_ms(lease) == 0);
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
+    CHECK(fence_of(waiter.lease) > first);
+
+    /* A waiter cancelled while the key is held ends with ABORTED. */
+    outcome cancelled;
+    outcome_init(&cancelled);
+    dokebi_lock_pending *pending = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(one, KEY("order:42"), 10000, on_acquired, &cancelled, &pending, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
+    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
+    dokebi_lock_pending_free(pending);
+    outcome_destroy(&cancelled);
+    outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
+    dokebi_lock_lease_free(lease);
+
+    /* Freeing a held lease releases it for everyone. */
+    lease = must_acquire(two, "order:42", 0);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_lease_free(must_acquire(one, "order:42", 0));
+}
+
+static void an_expired_lease_is_lost(const dokebi_lock_backend *brief) {
+    dokebi_lock_lease *lease = must_acquire(brief, "expiring", 0);
+    sleep_ms(300);
+    CHECK(!dokebi_lock_lease_valid(lease));
+    bool valid = true;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(lease, &valid, ERR));
+    CHECK(!valid);
+    dokebi_lock_lease *next = must_acquire(brief, "expiring", 0);
+    CHECK(fence_of(next) > fence_of(lease));
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_lease_release(lease, NULL, &error) == DOKEBI_LOCK_LEASE_LOST);
+    CHECK(strcmp(dokebi_lock_error_name(error), "LEASE_LOST") == 0);
+    dokebi_lock_error_free(error);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_lease_free(next);
+}
+
+/* Threads of two runtimes contend on one key: never two holders. */
+static int in_section, overlaps;
+static long counter;
+
+static void *contend(void *backend_) {
+    const dokebi_lock_backend *backend = (const dokebi_lock_backend *)backend_;
+    for (int round = 0; round < 50; round++) {
+        dokebi_lock_lease *lease = must_acquire(backend, "contended", 10000);
+        if (in_section) {
+            overlaps++;
+        }
+        in_section = 1;
+        long seen = counter;
+        sleep_ms(0);
+        counter = seen + 1;
+        in_section = 0;
+        bool released = false;
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+        CHECK(released);
+        dokebi_lock_lease_free(lease);
+    }
+    return NULL;
+}
+
+static void threads_of_two_runtimes_never_hold_at_once(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK(pthread_create(&threads[i], NULL, contend, (void *)(i % 2 ? one : two)) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(pthread_join(threads[i], NULL) == 0);
+    }
+    CHECK(overlaps == 0 && counter == 200);
+}
+
+static void an_unreachable_server_is_provider_failed(void) {
+    /* Port 1 on localhost: nothing listens there. */
+    dokebi_lock_runtime *runtime = open_runtime(config("redis://127.0.0.1:1/0", "c-test"));
+    dokebi_lock_backend *backend = get_backend(runtime, "shared");
+    dokebi_lock_lease *lease = NULL;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_acquire(backend, KEY("k"), 0, &lease, &error) == DOKEBI_LOCK_PROVIDER_FAILED);
+    CHECK(lease == NULL);
+    CHECK(dokebi_lock_error_cause(error) != NULL);
+    CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
+    dokebi_lock_error_free(error);
+    dokebi_lock_backend_free(backend);
+    dokebi_lock_runtime_free(runtime);
+}
+
+static void close_releases_held_leases(dokebi_lock_runtime *runtime, const dokebi_lock_backend *held_by, const dokebi_lock_backend *other) {
+    dokebi_lock_lease *lease = must_acquire(held_by, "closing", 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime));
+    CHECK(!dokebi_lock_lease_valid(lease));
+    dokebi_lock_lease_free(must_acquire(other, "closing", 0));
+    dokebi_lock_lease *late = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(held_by, KEY("closing"), 0, &late, ERR));
+    dokebi_lock_lease_free(lease);
+}
+
+int main(void) {
+    const char *url = getenv("REDIS_URL");
+    CHECK(url != NULL);
+    char namespace_[64];
+    snprintf(namespace_, sizeof namespace_, "c-test-%ld", (long)time(NULL));
+    dokebi_lock_runtime *first = open_runtime(config(url, namespace_));
+    dokebi_lock_runtime *second = open_runtime(config(url, namespace_));
+    dokebi_lock_backend *one = get_backend(first, "shared");
+    dokebi_lock_backend *two = get_backend(second, "shared");
+    dokebi_lock_backend *brief = get_backend(first, "brief");
+
+    a_lease_is_shared_between_runtimes(one, two);
+    an_expired_lease_is_lost(brief);
+    threads_of_two_runtimes_never_hold_at_once(one, two);
+    an_unreachable_server_is_provider_failed();
+    close_releases_held_leases(first, one, two);
+
+    dokebi_lock_backend_free(one);
+    dokebi_lock_backend_free(two);
+    dokebi_lock_backend_free(brief);
+    dokebi_lock_runtime_free(first);
+    dokebi_lock_runtime_free(second);
+    printf("redis: ok\n");
+    return 0;
+}
