@@ -42,7 +42,9 @@ export function openProvider(options, logger = stderrLogger) {
       logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
     }
   } catch (error) {
-    for (const opened of drivers.values()) opened.close();
+    // Nothing half-open stays behind; close failures are secondary to `error`.
+    for (const opened of drivers.values()) opened.close().catch(() => {});
+    redis?.close().catch(() => {});
     throw error;
   }
   return new LockProvider(drivers, logger);

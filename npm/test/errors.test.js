@@ -94,3 +94,11 @@ test('every code carries the fix sentence of the core', async () => {
   assert.equal(new LockError('PROVIDER_FAILED', 'down').http.status, 503);
   assert.equal(new LockError('WAIT_TIMEOUT', 'late').http, undefined);
 });
+
+test('an unknown driver after a redis backend is UNKNOWN_DRIVER, and what was opened is closed', async () => {
+  const config = {
+    'dokebi-lock': { backends: { a: { driver: 'redis', connection: 'main', leaseMs: 1000 }, b: { driver: 'memcached' } } },
+    'dokebi-redis': { connections: { main: { url: 'redis://127.0.0.1:1/0' } } },
+  };
+  await rejectsWith(openLock({ config }), 'UNKNOWN_DRIVER');
+});
