@@ -1,9 +1,9 @@
-// The local driver: a LockBackend view over one native LocalLockEngine,
-// driven on the JS thread only.
+// The local driver: a LockBackend view over one native local engine
+// (bindings/node/src/local.rs), driven on the JS thread only.
 //
 // The lock state lives in the native engine. This module keeps only what
 // JS must own: the pending promises of queued acquires (indexed by the
-// engine's waiter slot), their timers and abort listeners, and the lease
+// engine's waiter slot), their deadlines and abort listeners, and the lease
 // handles (slot + fence) the engine hands out.
 //
 // Fast path: an uncontended acquire is one native call and returns an
@@ -14,7 +14,7 @@ import { fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { Deadlines } from './deadlines.js';
 
-// Result codes of LocalLockEngine (bindings/node/src/local.rs).
+// Result codes of the native engine.
 const GRANTED = 0;
 const QUEUED = 1;
 const HANDED_ON = 2;

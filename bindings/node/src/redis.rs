@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Lease, Options, Provider};
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Options, Provider, RedisBackend, RedisLease};
 use napi::bindgen_prelude::Utf16String;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
@@ -42,7 +42,6 @@ pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false
 pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
     let mut redis_only = options.clone();
     redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
-    let log = Arc::new(log);
     let logger: Logger = Arc::new(move |record: &LogRecord| {
         // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
         // every driver alike.
@@ -73,7 +72,14 @@ impl RedisProvider {
     /// The backend `name`; `null` on failure.
     #[napi]
     pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
-        self.provider.backend(&name).map(|backend| NativeRedisBackend { backend }).map_err(stash).ok()
+        match self.provider.backend(&name) {
+            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend }),
+            Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
+            Err(error) => {
+                stash(error);
+                None
+            }
+        }
     }
 
     /// Closes every redis backend: waiters `CLOSED`, held leases released
@@ -95,7 +101,7 @@ impl RedisProvider {
 /// One redis backend.
 #[napi]
 pub struct NativeRedisBackend {
-    backend: Backend,
+    backend: RedisBackend,
 }
 
 #[napi]
@@ -103,10 +109,7 @@ impl NativeRedisBackend {
     /// The backend's default wait, in ms.
     #[napi(getter)]
     pub fn wait_timeout_ms(&self) -> u32 {
-        match &self.backend {
-            Backend::Redis(redis) => redis.options().wait_timeout_ms,
-            Backend::Local(local) => local.options().wait_timeout_ms,
-        }
+        self.backend.options().wait_timeout_ms
     }
 
     /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
@@ -114,11 +117,7 @@ impl NativeRedisBackend {
     #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
     pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
         let backend = self.backend.clone();
-        let max_key_bytes = match &backend {
-            Backend::Redis(redis) => redis.options().max_key_bytes,
-            Backend::Local(local) => local.options().max_key_bytes,
-        };
-        let key = key::from_utf16(&key, max_key_bytes as usize);
+        let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
         let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
         spawn(
             env,
@@ -131,7 +130,7 @@ impl NativeRedisBackend {
 /// A held redis lease.
 #[napi]
 pub struct NativeRedisLease {
-    lease: Arc<Lease>,
+    lease: Arc<RedisLease>,
 }
 
 #[napi]
@@ -151,7 +150,7 @@ impl NativeRedisLease {
     /// Time left by that estimate, in ms; 0 once invalid.
     #[napi(getter)]
     pub fn remaining_ms(&self) -> f64 {
-        self.lease.remaining().map_or(f64::INFINITY, |left| left.as_secs_f64() * 1000.0)
+        self.lease.remaining().as_secs_f64() * 1000.0
     }
 
     /// Extends the lease; resolves `false` when it is no longer ours.
