@@ -47,7 +47,7 @@ fn lock_keys(server: &RedisServer) -> Vec<String> {
 #[test]
 fn an_unanswered_command_is_outcome_unknown_and_the_lock_is_cleaned_up() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "150"), ("connectTimeoutMs", "150")]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "300"), ("connectTimeoutMs", "300")]);
     let held = block_on(backend(&a).acquire("renewed", wait(0))).unwrap();
     server.pause();
     // Both commands are sent on the open connection and go unanswered.
@@ -159,4 +159,17 @@ fn close_gives_up_after_the_shutdown_timeout_and_logs_it() {
     server.resume();
     let records = records.lock().unwrap();
     assert!(records.iter().any(|r| r.code == "CLEANUP_TIMEOUT"), "{records:?}");
+}
+
+#[test]
+fn a_server_that_never_answers_the_connect_is_provider_failed_within_the_connect_timeout() {
+    // A listener that accepts nothing: connects hang in the backlog or the handshake.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}/0", silent.local_addr().unwrap().port());
+    let opened = Instant::now();
+    let (a, _) = open_redis(&url, &[("leaseMs", "30000"), ("waitTimeoutMs", "30000")], &[("connectTimeoutMs", "200")]);
+    assert!(opened.elapsed() < Duration::from_secs(5), "opening never waits for Redis");
+    let err = error(block_on(backend(&a).acquire("k", AcquireOptions::default())));
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    assert!(err.cause().is_some());
 }

@@ -86,6 +86,28 @@ fn a_waiter_in_another_provider_is_woken_by_the_release_notification() {
 }
 
 #[test]
+fn a_waiter_with_a_short_poll_never_cuts_short_the_wake_up_of_a_slower_one() {
+    let server = RedisServer::start();
+    let slow = [("leaseMs", "60000"), ("pollIntervalMs", "60000"), ("notifyPollIntervalMs", "600000"), ("waitTimeoutMs", "10000")];
+    let fast = [("leaseMs", "60000"), ("pollIntervalMs", "20"), ("notifyPollIntervalMs", "50")];
+    let (holder, _) = open_redis(&server.url(), &slow, &[]);
+    let (b, _) = open_redis(&server.url(), &slow, &[]);
+    let (c, _) = open_redis(&server.url(), &fast, &[]);
+    eventually("b subscribed", || redis_counts(&backend(&b)).subscribed);
+    let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
+    let slow_waiter = backend(&b);
+    let waiter = thread::spawn(move || block_on(slow_waiter.acquire("k", AcquireOptions::default())));
+    eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
+    // c retries every 50 ms for a second, then gives up; its own marks would
+    // have expired well before the release below.
+    assert_eq!(code(block_on(backend(&c).acquire("k", wait(1000)))), ErrorCode::WaitTimeout);
+    thread::sleep(Duration::from_millis(1500));
+    assert!(block_on(held.release()).unwrap());
+    let lease = waiter.join().unwrap().expect("b was still told about the release");
+    block_on(lease.release()).unwrap();
+}
+
+#[test]
 fn an_expired_lease_is_taken_over_and_its_release_reports_lease_lost() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);
@@ -106,19 +128,19 @@ fn an_expired_lease_is_taken_over_and_its_release_reports_lease_lost() {
 #[test]
 fn renew_extends_a_lease_and_reports_false_once_it_is_not_ours() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "1000")], &[]);
     block_on(async {
         let lease = backend(&a).acquire("k", wait(0)).await.unwrap();
-        thread::sleep(Duration::from_millis(200));
+        thread::sleep(Duration::from_millis(600));
         assert!(lease.renew().await.unwrap());
-        thread::sleep(Duration::from_millis(200));
-        assert!(lease.is_valid(), "renewed 200 ms ago with a 300 ms lease");
+        thread::sleep(Duration::from_millis(600));
+        assert!(lease.is_valid(), "renewed 600 ms ago with a 1000 ms lease");
         let lock_key: String = {
             let keys = server.keys();
             keys.into_iter().find(|k| k.starts_with("test:lock:")).unwrap()
         };
         let pttl: i64 = server.client().pttl(&lock_key).unwrap();
-        assert!(pttl > 0 && pttl <= 300);
+        assert!(pttl > 0 && pttl <= 1000);
         // Someone else's token replaces ours.
         let _: () = server.client().set(&lock_key, "intruder").unwrap();
         assert!(!lease.renew().await.unwrap());
@@ -323,7 +345,7 @@ fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
 }
 
 #[test]
-fn an_uncontended_acquire_and_release_cost_one_script_call_each() {
+fn an_uncontended_acquire_and_release_cost_one_script_call_each_and_publish_nothing() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "10000")], &[]);
     let shared = backend(&a);
@@ -338,10 +360,11 @@ fn an_uncontended_acquire_and_release_cost_one_script_call_each() {
         }
     });
     // The scripts' inner commands are counted too; only EVALSHA is sent by
-    // the client (besides this test's own CONFIG and INFO).
+    // the client (besides this test's own CONFIG and INFO), and with nobody
+    // waiting a release publishes nothing (no PUBLISH among the inner calls).
     let sent: Vec<(String, u64)> = command_calls(&server)
         .into_iter()
-        .filter(|(name, _)| !["get", "exists", "time", "set", "incr", "pttl", "del", "publish", "config|resetstat", "info"].contains(&name.as_str()))
+        .filter(|(name, _)| !["get", "exists", "time", "set", "incr", "pttl", "del", "config|resetstat", "info"].contains(&name.as_str()))
         .collect();
     assert_eq!(sent, vec![("evalsha".to_owned(), 20)]);
 }
@@ -426,4 +449,16 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
     assert!(events.iter().any(|e| matches!(e, TelemetryEvent::LeaseLost { code: ErrorCode::LeaseLost, .. })));
     let status = &a.status()["shared"];
     assert_eq!((status.acquired, status.timed_out, status.lost), (2, 1, 1));
+}
+
+#[test]
+fn dropping_a_lease_releases_it_in_the_background() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "60000")], &[]);
+    let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert_eq!(redis_counts(&backend(&a)).held, 1);
+    drop(lease);
+    assert_eq!(redis_counts(&backend(&a)).held, 0);
+    eventually("the lock is deleted", || server.keys().iter().all(|k| !k.starts_with("test:lock:")));
+    block_on(backend(&a).acquire("k", wait(0))).expect("free again");
 }

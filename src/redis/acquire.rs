@@ -110,6 +110,8 @@ impl Acquire {
         };
         let token = owner_token()?;
         let lease_ms = u64::from(core.options.lease_ms);
+        // Longer than any nap between two tries, so the mark outlives it.
+        let waiting_ms = if single_try { 0 } else { 2 * u64::from(core.options.poll_interval_ms.max(core.options.notify_poll_interval_ms)) + 1_000 };
         loop {
             if *core.closed.borrow() {
                 return Err(closed());
@@ -117,13 +119,13 @@ impl Acquire {
             let sent = Instant::now();
             let answer = core
                 .connection
-                .eval::<(i64, i64)>(&core.connection.scripts.acquire, &[&keys.lock, &keys.fence], &[&token, &lease_ms])
+                .eval::<(i64, i64)>(&core.connection.scripts.acquire, &[&keys.lock, &keys.fence, &keys.waiting], &[&token, &lease_ms, &waiting_ms])
                 .await;
             let (granted, value) = match answer {
                 Ok(answer) => answer.value,
                 Err(failure) => {
                     if matches!(failure, Failure::Unknown(_)) {
-                        core.clean_up_after_unknown(keys.lock.clone(), token.clone());
+                        core.clean_up_after_unknown(keys.clone(), token.clone());
                     }
                     return Err(failure.into_error("acquire"));
                 }
@@ -162,13 +164,13 @@ async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: S
             Err(key_limit(core.options.max_leases))
         } else {
             let entry = held.vacant_entry();
-            let shared = Arc::new(LeaseShared::new(core.clone(), key, keys.lock.clone(), token.clone(), fence, sent, entry.key()));
+            let shared = Arc::new(LeaseShared::new(core.clone(), key, keys.clone(), token.clone(), fence, sent, entry.key()));
             entry.insert(RedisLease::downgrade(&shared));
             Ok(shared)
         }
     };
     if registered.is_err() {
-        let _ = core.release(&keys.lock, &token).await;
+        let _ = core.release(keys, &token).await;
     }
     registered
 }

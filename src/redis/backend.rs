@@ -10,7 +10,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::connection::{Answer, Failure, RedisConnection};
-use super::keys::release_channel;
+use super::keys::{release_channel, RedisKeys};
 use super::lease::{lease_lost, LeaseShared, RedisLease};
 use super::runtime::{run_on, DriverRuntime};
 use super::acquire::{key_limit, Acquire, InProgress};
@@ -211,18 +211,18 @@ impl BackendCore {
 
     /// Runs the release script: deletes the lock if it carries `token`, tells
     /// waiters in every process, and wakes this process's next waiter.
-    async fn delete_if_ours(&self, lock_key: &str, token: &str) -> Result<Answer<i64>, Failure> {
-        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[lock_key], &[&token, &self.channel]).await?;
+    async fn delete_if_ours(&self, keys: &RedisKeys, token: &str) -> Result<Answer<i64>, Failure> {
+        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[&keys.lock, &keys.waiting], &[&token, &self.channel]).await?;
         if answer.value == 1 {
-            self.connection.waiters.wake(lock_key);
+            self.connection.waiters.wake(&keys.lock);
         }
         Ok(answer)
     }
 
     /// Releases a lease: `LEASE_LOST` if the lock no longer carried `token`;
     /// after an unanswered command a best-effort cleanup follows.
-    pub async fn release(self: &Arc<Self>, lock_key: &str, token: &str) -> Result<()> {
-        match self.delete_if_ours(lock_key, token).await {
+    pub async fn release(self: &Arc<Self>, keys: &RedisKeys, token: &str) -> Result<()> {
+        match self.delete_if_ours(keys, token).await {
             Ok(answer) if answer.value == 1 => Ok(()),
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
@@ -230,7 +230,7 @@ impl BackendCore {
             Ok(_) => Err(lease_lost()),
             Err(failure) => {
                 if matches!(failure, Failure::Unknown(_)) {
-                    self.clean_up_after_unknown(lock_key.to_owned(), token.to_owned());
+                    self.clean_up_after_unknown(keys.clone(), token.to_owned());
                 }
                 Err(failure.into_error("release"))
             }
@@ -238,24 +238,24 @@ impl BackendCore {
     }
 
     /// Releases a dropped lease; nobody awaits the outcome.
-    pub fn release_in_background(self: &Arc<Self>, lock_key: String, token: String) {
+    pub fn release_in_background(self: &Arc<Self>, keys: RedisKeys, token: String) {
         let core = self.clone();
         self.handle.spawn(async move {
-            let _ = core.release(&lock_key, &token).await;
+            let _ = core.release(&keys, &token).await;
         });
     }
 
     /// After a command went unanswered the lock may be (or become, if the
     /// command is still queued somewhere) ours: release it by token, and once
     /// more a command timeout later in case the first try overtook it.
-    pub fn clean_up_after_unknown(self: &Arc<Self>, lock_key: String, token: String) {
+    pub fn clean_up_after_unknown(self: &Arc<Self>, keys: RedisKeys, token: String) {
         let core = self.clone();
         self.handle.spawn(async move {
             for attempt in 0..2 {
                 if attempt > 0 {
                     tokio::time::sleep(core.connection.command_timeout()).await;
                 }
-                if matches!(core.delete_if_ours(&lock_key, &token).await, Ok(answer) if answer.value == 1) {
+                if matches!(core.delete_if_ours(&keys, &token).await, Ok(answer) if answer.value == 1) {
                     return;
                 }
             }
@@ -270,7 +270,7 @@ impl BackendCore {
         for lease in leases {
             if lease.take() {
                 let core = self.clone();
-                releases.spawn(async move { core.delete_if_ours(lease.lock_key(), lease.token()).await.map(|_| ()) });
+                releases.spawn(async move { core.delete_if_ours(lease.keys(), lease.token()).await.map(|_| ()) });
             }
         }
         let total = releases.len();

@@ -22,7 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
+use redis::io::tcp::socket2::TcpKeepalive;
+use redis::io::tcp::TcpSettings;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+    ToRedisArgs, Value,
+};
 use tokio::sync::watch;
 
 use super::scripts::Scripts;
@@ -98,7 +103,7 @@ pub(crate) struct RedisConnection {
 impl RedisConnection {
     /// Checks the URL; opens no socket.
     pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>) -> Result<RedisConnection> {
-        let client = Client::open(options.url.as_str()).map_err(|err| {
+        let client = options.url.as_str().into_connection_info().map(with_tcp_settings).and_then(Client::open).map_err(|err| {
             LockError::new(ErrorCode::InvalidOptions, format!("connections.{name}.url: not a usable Redis URL"))
                 .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
                 .with_cause(err)
@@ -220,7 +225,14 @@ impl RedisConnection {
                     }
                     Failure::Unknown(Arc::new(err))
                 }
-                Ok(Err(err)) => Failure::Refused(Arc::new(err)),
+                Ok(Err(err)) => {
+                    // A protocol or auth error, or READONLY after a failover
+                    // demoted this server: the next command reconnects.
+                    if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                        self.invalidate(generation).await;
+                    }
+                    Failure::Refused(Arc::new(err))
+                }
             };
             return Err(self.failed(failure));
         }
@@ -234,7 +246,12 @@ impl RedisConnection {
                 self.answered();
                 Ok(value)
             }
-            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
+            Ok(Err(err)) => {
+                if err.is_unrecoverable_error() || err.is_io_error() {
+                    self.invalidate(generation).await;
+                }
+                Err(self.failed(Failure::Refused(Arc::new(err))))
+            }
             Err(_) => {
                 self.invalidate(generation).await;
                 Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
@@ -316,6 +333,15 @@ impl RedisConnection {
             }
         }
     }
+}
+
+/// `TCP_NODELAY`, so a small command is never held back waiting for the ACK
+/// of the previous one (Nagle's algorithm costs a hand-off tens of ms), and
+/// keepalive probes, so a peer that vanished without closing (the pub/sub
+/// connection is otherwise silent) is noticed within about 30 s.
+fn with_tcp_settings(info: ConnectionInfo) -> ConnectionInfo {
+    let keepalive = TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3);
+    info.set_tcp_settings(TcpSettings::default().set_nodelay(true).set_keepalive(keepalive))
 }
 
 fn timeout_error(message: &'static str) -> RedisError {

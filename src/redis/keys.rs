@@ -2,25 +2,33 @@
 //!
 //! A user key never reaches Redis: it is hashed, so Redis (and anything that
 //! reads its keyspace, its slow log or its MONITOR stream) only ever sees
-//! `<namespace>:lock:<sha256hex(key)>` and `<namespace>:lock-fence:<sha256hex(key)>`.
+//! `<namespace>:lock:<sha256hex(key)>`, `<namespace>:lock-fence:<sha256hex(key)>`
+//! and, while another process waits, `<namespace>:lock-waiting:<sha256hex(key)>`.
 
 use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorCode, LockError, Result};
 
 /// The Redis names of one user key in one namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RedisKeys {
     /// Holds the owner token, with `PX leaseMs`.
     pub lock: String,
     /// The fencing counter; never expires.
     pub fence: String,
+    /// Exists (with a TTL) while some acquire waits for the lock: only then
+    /// does a release publish a wake-up.
+    pub waiting: String,
 }
 
 impl RedisKeys {
     pub fn new(namespace: &str, key: &str) -> RedisKeys {
         let digest = hex(&Sha256::digest(key.as_bytes()));
-        RedisKeys { lock: format!("{namespace}:lock:{digest}"), fence: format!("{namespace}:lock-fence:{digest}") }
+        RedisKeys {
+            lock: format!("{namespace}:lock:{digest}"),
+            fence: format!("{namespace}:lock-fence:{digest}"),
+            waiting: format!("{namespace}:lock-waiting:{digest}"),
+        }
     }
 }
 
@@ -59,6 +67,7 @@ mod tests {
         let keys = RedisKeys::new("ns", "abc");
         assert_eq!(keys.lock, "ns:lock:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(keys.fence, "ns:lock-fence:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(keys.waiting, "ns:lock-waiting:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::backend::BackendCore;
+use super::keys::RedisKeys;
 use super::connection::Failure;
 use super::runtime::{run_on, DriverRuntime};
 use crate::error::{ErrorCode, LockError, Result};
@@ -31,7 +32,7 @@ pub struct RedisLease {
 pub(crate) struct LeaseShared {
     core: Arc<BackendCore>,
     key: Box<str>,
-    lock_key: String,
+    keys: RedisKeys,
     token: String,
     fence: u64,
     slot: usize,
@@ -61,10 +62,10 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 }
 
 impl LeaseShared {
-    pub fn new(core: Arc<BackendCore>, key: &str, lock_key: String, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
+    pub fn new(core: Arc<BackendCore>, key: &str, keys: RedisKeys, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
         let held_since = core.hold_clock();
-        LeaseShared { core, key: key.into(), lock_key, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false }) }
+        LeaseShared { core, key: key.into(), keys, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false }) }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -92,8 +93,8 @@ impl LeaseShared {
         }
     }
 
-    pub fn lock_key(&self) -> &str {
-        &self.lock_key
+    pub fn keys(&self) -> &RedisKeys {
+        &self.keys
     }
 
     pub fn token(&self) -> &str {
@@ -104,7 +105,7 @@ impl LeaseShared {
 impl Drop for LeaseShared {
     fn drop(&mut self) {
         if self.take() {
-            self.core.release_in_background(std::mem::take(&mut self.lock_key), std::mem::take(&mut self.token));
+            self.core.release_in_background(std::mem::take(&mut self.keys), std::mem::take(&mut self.token));
         }
     }
 }
@@ -158,7 +159,7 @@ impl RedisLease {
             let core = shared.core.clone();
             let sent = Instant::now();
             let lease_ms = core.lease().as_millis() as u64;
-            let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[shared.lock_key()], &[&shared.token, &lease_ms]).await;
+            let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms]).await;
             let mut state = shared.state();
             match outcome {
                 Ok(answer) if answer.value == 1 && state.held => {
@@ -179,7 +180,7 @@ impl RedisLease {
                         state.valid_until = Instant::now();
                         drop(state);
                         shared.lost(ErrorCode::OutcomeUnknown);
-                        core.clean_up_after_unknown(shared.lock_key().to_owned(), shared.token().to_owned());
+                        core.clean_up_after_unknown(shared.keys.clone(), shared.token().to_owned());
                     }
                     Err(failure.into_error("renew"))
                 }
@@ -199,7 +200,7 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        let outcome = run_on(self.shared.core.handle(), async move { shared.core.release(shared.lock_key(), shared.token()).await }).await;
+        let outcome = run_on(self.shared.core.handle(), async move { shared.core.release(shared.keys(), shared.token()).await }).await;
         self.shared.core.report_hold(self.shared.held_since);
         match &outcome {
             Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),

@@ -1,13 +1,36 @@
 //! The `redis` driver: leases shared by processes through a Redis (or
 //! Valkey) server, with owner tokens, fencing tokens and pub/sub wake-ups.
 //!
-//! - [`connection`]: one shared, bounded, self-healing connection per
-//!   `dokebi-redis.connections` entry; [`notify`]: its one subscription.
-//! - [`scripts`]: the Lua scripts (one round trip per operation).
-//! - [`waiters`]: per-key FIFO inside the process, only the head polls Redis.
-//! - [`backend`] and [`lease`]: the public API; [`acquire`]: one acquire's task.
-//! - [`runtime`]: the driver's own tokio runtime, started only when a redis
+//! - `connection`: one shared, bounded, self-healing connection per
+//!   `dokebi-redis.connections` entry; `notify`: its one subscription.
+//! - `scripts`: the Lua scripts (one round trip per operation).
+//! - `waiters`: per-key FIFO inside the process, only the head polls Redis.
+//! - [`backend`] and [`lease`]: the public API; `acquire`: one acquire's task.
+//! - `runtime`: the driver's own tokio runtime, started only when a redis
 //!   backend is configured.
+//!
+//! ```no_run
+//! # futures::executor::block_on(async {
+//! use dokebi_lock::{AcquireOptions, Provider};
+//!
+//! let provider = Provider::from_yaml(
+//!     "schemaVersion: 1
+//! options:
+//!   dokebi-redis:
+//!     connections:
+//!       main: { url: 'redis://127.0.0.1:6379/0' }
+//!   dokebi-lock:
+//!     backends:
+//!       shared: { driver: redis, connection: main, namespace: my-service, leaseMs: 10000 }
+//! ",
+//! )?;
+//! let lease = provider.backend("shared")?.acquire("order:42", AcquireOptions::default()).await?;
+//! // critical section: pass lease.fence() along with writes; check lease.is_valid()
+//! lease.release().await?; // LEASE_LOST if the lease expired meanwhile
+//! provider.close().await;
+//! # Ok::<(), dokebi_lock::LockError>(())
+//! # }).unwrap();
+//! ```
 
 pub(crate) mod acquire;
 pub mod backend;

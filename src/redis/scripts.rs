@@ -8,8 +8,12 @@ use redis::Script;
 /// makes a retry after a dropped connection idempotent) and increments the
 /// fence in the same step.
 ///
-/// KEYS: lock, fence. ARGV: token, leaseMs.
-/// Returns `{1, fence}` when granted, `{0, pttl}` when held by another owner.
+/// KEYS: lock, fence, waiting. ARGV: token, leaseMs, waitingMs.
+/// Returns `{1, fence}` when granted, `{0, pttl}` when held by another owner;
+/// then, unless `waitingMs` is 0 (a single try), it marks the key as waited
+/// for, for at least `waitingMs` (never shortening another waiter's mark),
+/// so that its release publishes a wake-up. A waiter retries (and so renews
+/// the mark) well within its `waitingMs`.
 ///
 /// Fences never go backwards, even when the server restarts without
 /// persistence and loses the counter: a missing counter is seeded from the
@@ -28,6 +32,9 @@ if holder == false or holder == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, fence}
 end
+if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+end
 return {0, redis.call('PTTL', KEYS[1])}
 ";
 
@@ -41,13 +48,17 @@ end
 return 0
 ";
 
-/// Deletes the lock if it still carries our token and tells waiters of
-/// every process (one message on the namespace's channel).
-/// KEYS: lock. ARGV: token, channel. Returns 1 when released, else 0.
+/// Deletes the lock if it still carries our token and, if some process
+/// marked the key as waited for, tells waiters of every process (one message
+/// on the namespace's channel). An uncontended release publishes nothing, so
+/// it wakes no subscriber.
+/// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  if redis.call('DEL', KEYS[2]) == 1 then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  end
   return 1
 end
 return 0
