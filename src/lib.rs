@@ -40,4 +40,4 @@ pub use options::Options;
 pub use provider::{Backend, Hooks, Lease, Provider};
 pub use redis::{RedisBackend, RedisCounts, RedisLease};
 pub use status::BackendStatus;
-pub use with_lock::Section;
+pub use with_lock::{Section, WithLockOptions};

@@ -1,11 +1,36 @@
-//! `with_lock`: acquire, run a section, release, in all cases.
+//! `with_lock`: acquire, run a section, release, in all cases; redis leases
+//! are renewed automatically while the section runs.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::Result;
-use crate::provider::Backend;
+use crate::provider::{Backend, Lease};
+use crate::redis::lease::lease_lost;
+
+/// Options of [`Backend::with_lock`].
+#[derive(Clone)]
+pub struct WithLockOptions {
+    /// How to wait for the key.
+    pub acquire: AcquireOptions,
+    /// Renew a redis lease every `leaseMs / 3` while the section runs
+    /// (default true). Local leases never expire and need no renewal.
+    pub auto_renew: bool,
+}
+
+impl Default for WithLockOptions {
+    fn default() -> Self {
+        WithLockOptions { acquire: AcquireOptions::default(), auto_renew: true }
+    }
+}
+
+impl From<AcquireOptions> for WithLockOptions {
+    fn from(acquire: AcquireOptions) -> Self {
+        WithLockOptions { acquire, ..WithLockOptions::default() }
+    }
+}
 
 /// What a section run by [`Backend::with_lock`] gets.
 #[derive(Clone)]
@@ -21,17 +46,36 @@ impl Backend {
     /// Acquires `key`, runs `section`, and releases the lease whatever the
     /// section returned (a panic or a dropped future releases it too, through
     /// the lease's `Drop`). The section's output is returned unless the lease
-    /// turned out lost, which is `LEASE_LOST` even when the section succeeded:
-    /// its work may have overlapped another holder's.
-    pub async fn with_lock<F, Fut, T>(&self, key: &str, options: AcquireOptions, section: F) -> Result<T>
+    /// was lost at any point during the section: that is `LEASE_LOST` even
+    /// when the section succeeded, since its work may have overlapped another
+    /// holder's. Renewals run on the redis driver's own thread, so a caller
+    /// whose executor stalls does not lose the lease for that reason.
+    pub async fn with_lock<F, Fut, T>(&self, key: &str, options: impl Into<WithLockOptions>, section: F) -> Result<T>
     where
         F: FnOnce(Section) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lease = self.acquire(key, options).await?;
+        let options = options.into();
+        let lease = self.acquire(key, options.acquire).await?;
         let lost = AbortController::new();
+        let keep_alive = match (self, &lease) {
+            (Backend::Redis(backend), Lease::Redis(redis)) if options.auto_renew => {
+                let every = Duration::from_millis(u64::from(backend.options().lease_ms) / 3);
+                Some(redis.keep_alive(every, lost.clone()))
+            }
+            _ => None,
+        };
         let output = section(Section { fence: lease.fence(), signal: lost.signal() }).await;
-        lease.release().await?;
-        Ok(output)
+        let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost());
+        drop(keep_alive);
+        let released = lease.release().await;
+        if was_lost {
+            return Err(match released {
+                Err(err) => lease_lost().with_shared_cause(std::sync::Arc::new(err)),
+                Ok(_) => lease_lost(),
+            });
+        }
+        // A release that finds another owner is LEASE_LOST already.
+        released.map(|_| output)
     }
 }

@@ -124,6 +124,26 @@ impl RedisLease {
         &self.shared.key
     }
 
+    /// Renews the lease every `every` on the driver's runtime until the
+    /// returned guard is dropped; `on_lost` is aborted the moment the lease
+    /// is known lost (see [`KeepAlive`]).
+    /// Renewals stop by themselves once the lease is released or dropped.
+    pub fn keep_alive(&self, every: Duration, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
+        let weak = Arc::downgrade(&self.shared);
+        let runtime = self._runtime.clone();
+        let renewer = move || weak.upgrade().map(|shared| RedisLease { shared, _runtime: runtime.clone() });
+        super::keep_alive::KeepAlive::start(self.shared.core.handle(), renewer, every, on_lost)
+    }
+
+    /// True until released (by its owner, by close, or on drop).
+    pub(crate) fn is_held(&self) -> bool {
+        self.shared.state().held
+    }
+
+    pub(crate) fn report_lost(&self, code: ErrorCode) {
+        self.shared.lost(code);
+    }
+
     /// The fencing token: larger than that of every earlier lease on this
     /// key and namespace, in every process, across server restarts (see the
     /// acquire script).

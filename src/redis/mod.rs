@@ -35,6 +35,7 @@
 pub(crate) mod acquire;
 pub mod backend;
 pub(crate) mod connection;
+pub mod keep_alive;
 pub(crate) mod keys;
 pub mod lease;
 pub(crate) mod notify;
@@ -43,6 +44,7 @@ pub(crate) mod scripts;
 pub(crate) mod waiters;
 
 pub use backend::{RedisBackend, RedisCounts};
+pub use keep_alive::KeepAlive;
 pub use lease::RedisLease;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,78 @@
+//! Automatic renewal of a held lease, driven by the driver's runtime.
+//!
+//! The renewals run on the driver's own thread, not on the caller's event
+//! loop, so a stalled loop (a long synchronous computation, a GC pause of the
+//! host) does not delay them. The moment the lease is known lost the given
+//! [`AbortController`] fires, so the section can stop work it can no longer
+//! do exclusively.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::lease::RedisLease;
+use crate::abort::AbortController;
+use crate::error::ErrorCode;
+
+/// Renews a lease until dropped. Dropping it stops the renewals (it does not
+/// release the lease).
+pub struct KeepAlive {
+    task: JoinHandle<()>,
+    lost: Arc<AtomicBool>,
+}
+
+/// The shortest pause between two renewals, so a failing server is not
+/// hammered.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
+impl KeepAlive {
+    /// `lease` gives the lease for one renewal, `None` once its owner dropped
+    /// it: the renewals hold it only while renewing, so a dropped lease is
+    /// still released (and never kept alive forever).
+    pub(crate) fn start(
+        handle: &Handle,
+        lease: impl Fn() -> Option<RedisLease> + Send + 'static,
+        every: Duration,
+        on_lost: AbortController,
+    ) -> KeepAlive {
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        let task = handle.spawn(async move {
+            loop {
+                // Wake no later than the local validity estimate runs out, so
+                // a server that stopped answering is noticed in time.
+                let Some(remaining) = lease().map(|l| l.remaining()) else { return };
+                tokio::time::sleep(every.min(remaining).max(MIN_PAUSE)).await;
+                let Some(lease) = lease().filter(RedisLease::is_held) else {
+                    return; // released or dropped by its owner: nothing left to keep
+                };
+                let gone = match lease.renew().await {
+                    Ok(renewed) => !renewed,
+                    Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
+                };
+                if gone && lease.is_held() {
+                    flag.store(true, Ordering::SeqCst);
+                    lease.report_lost(ErrorCode::LeaseLost);
+                    on_lost.abort();
+                    return;
+                }
+            }
+        });
+        KeepAlive { task, lost }
+    }
+
+    /// True once a renewal found the lease no longer ours, or could not
+    /// renew it before the local estimate ran out.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,72 @@
+//! `with_lock` on redis leases: renewals driven by the driver's own thread
+//! keep a long section's lease, and a lease lost during the section aborts
+//! the section's signal and fails the call with `LEASE_LOST`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, ErrorCode, WithLockOptions};
+use futures::executor::block_on;
+use redis::Commands;
+use support::open_redis;
+use support::redis_server::RedisServer;
+
+fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+}
+
+#[test]
+fn auto_renew_keeps_a_section_longer_than_the_lease_exclusive_even_when_the_caller_stalls() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let other = b.backend("shared").unwrap();
+    let output = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
+        // Block the caller's executor outright: renewals must not depend on it.
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(250));
+            let busy = std::thread::scope(|s| s.spawn(|| block_on(other.acquire("job", wait(0))).unwrap_err().code()).join().unwrap());
+            assert_eq!(busy, ErrorCode::LockBusy);
+        }
+        assert!(!section.signal.is_aborted());
+        "done"
+    }));
+    assert_eq!(output.unwrap(), "done");
+    assert!(server.keys().iter().all(|k| !k.starts_with("test:lock:")), "released after the section");
+}
+
+#[test]
+fn without_auto_renew_a_section_outliving_its_lease_is_lease_lost() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);
+    let options = WithLockOptions { acquire: wait(0), auto_renew: false };
+    let result = block_on(a.backend("shared").unwrap().with_lock("job", options, |_| async {
+        std::thread::sleep(Duration::from_millis(250));
+        "finished, but not exclusively"
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+}
+
+#[test]
+fn a_lease_taken_over_during_the_section_aborts_its_signal_and_fails_with_lease_lost() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let mut client = server.client();
+    let result = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
+        // Another owner overwrites the lock (as after an expiry and takeover).
+        let lock_key: String = client.keys::<_, Vec<String>>("test:lock:*").unwrap().remove(0);
+        let _: () = client.set(&lock_key, "someone-else").unwrap();
+        let started = Instant::now();
+        while !section.signal.is_aborted() {
+            assert!(started.elapsed() < Duration::from_secs(2), "the signal never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Within one renewal interval (leaseMs / 3) and its round trip.
+        assert!(started.elapsed() < Duration::from_millis(300), "fired after {:?}", started.elapsed());
+        "the section itself succeeded"
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+    let lost = a.status()["shared"].lost;
+    assert!(lost >= 1, "the loss is counted: {lost}");
+}
