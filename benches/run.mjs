@@ -6,7 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { scenarios } from './scenarios/index.mjs';
 import { startRedis } from './lib/redis-server.mjs';
-import { describeMachine } from './lib/machine.mjs';
+import { describeMachine, describeCommit } from './lib/machine.mjs';
 import { median } from './lib/stats.mjs';
 import { render } from './lib/report.mjs';
 
@@ -53,7 +53,7 @@ function medianRound(results, scenario) {
 
 const machine = describeMachine();
 const redis = selected.some((s) => s.needsRedis) ? await startRedis() : null;
-const report = { startedAt: new Date().toISOString(), smoke, rounds, seconds: ctxBase.seconds, machine, scenarios: [] };
+const report = { startedAt: new Date().toISOString(), commit: describeCommit(here), smoke, rounds, seconds: ctxBase.seconds, machine, scenarios: [] };
 let failed = false;
 try {
   console.log(`dokebi-lock benchmarks${smoke ? ' (smoke: figures are not meaningful)' : ''}: ${machine.nproc} cores, ${machine.cpuModel}, Node ${machine.node}, ${machine.redisServer}`);

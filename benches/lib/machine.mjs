@@ -20,3 +20,14 @@ export function describeMachine() {
     loadAverageAtStart: os.loadavg().map((x) => +x.toFixed(2)),
   };
 }
+
+/** The commit measured, with "+changes" when the checkout differs from it. */
+export function describeCommit(dir) {
+  try {
+    const head = execFileSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['-C', dir, 'status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' }).trim();
+    return dirty ? `${head}+changes` : head;
+  } catch {
+    return 'unknown';
+  }
+}

@@ -50,7 +50,10 @@ function scenario(id, title, threads, target) {
     unit: 'pairs/s',
     subjects: ['dokebi-lock', BASELINE],
     target,
-    note: 'Per-pair latency is the mean over batches of 1000 pairs.',
+    note:
+      threads > 1
+        ? 'Per-pair latency is the mean over batches of 1000 pairs. The critical section is empty, so how often a thread finds the key held (and waits for a hand-off) depends on scheduling.'
+        : 'Per-pair latency is the mean over batches of 1000 pairs.',
     prepare: (ctx) => compile(ctx.outDir),
     async run(subject, ctx) {
       if (subject === 'dokebi-lock' && !ctx.prepared.library) throw new NotBuilt('C surface', 'no target/c/<profile>/lib/liblock.a: run scripts/build-c --release');
