@@ -4,6 +4,7 @@
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{ErrorCode, LockError, Options};
 use napi::bindgen_prelude::Float64Array;
+use serde_json::Value;
 use napi_derive::napi;
 
 use crate::error::stash;
@@ -53,6 +54,17 @@ impl NativeOptions {
             .iter()
             .map(|(name, backend)| BackendInfo { name: name.clone(), driver: backend.driver().to_owned() })
             .collect()
+    }
+
+    /// The settings of the app-driver backend `name` as JSON text (every field
+    /// but `driver`, unvalidated: the app driver validates them); `null` when
+    /// `name` is not an app-driver backend.
+    #[napi]
+    pub fn app_settings(&self, name: String) -> Option<String> {
+        match self.options.backends.get(&name) {
+            Some(BackendOptions::App { settings, .. }) => Some(Value::Object(settings.clone()).to_string()),
+            _ => None,
+        }
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
