@@ -4,10 +4,12 @@
 // src/infra/lock/extension.ts is the app's entry module: it registers the app
 // driver `sqlite` (leases in a SQLite file shared by the processes of one
 // machine, with fencing tokens) and wraps every backend with metrics. Two
-// apps over one file stand in for two processes.
+// apps in this process and worker.js in another share one file.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { createPlugin, LockError } from '../../npm/index.js';
 import { createApp } from '../../npm/host.js';
 import * as entry from './src/infra/lock/extension.ts';
@@ -36,6 +38,9 @@ try {
 
   const first = await web.reports.acquire('report:2026-11');
   console.log('web holds report:2026-11, fence', first.fence);
+  // Another process over the same file sees the lease.
+  const other = spawnSync(process.execPath, [fileURLToPath(new URL('worker.js', import.meta.url)), config['dokebi-lock'].backends.reports.file, 'report:2026-11'], { encoding: 'utf8' });
+  console.log('another process:', other.stdout.trim() || other.stderr);
   try {
     await worker.reports.acquire('report:2026-11', { waitTimeoutMs: 0 });
   } catch (error) {

@@ -57,6 +57,14 @@ export function checkDriver(driver, backend, name) {
   });
 }
 
+/** What wrapBackend returned, or INVALID_EXTENSION unless it offers acquire. */
+function wrapped(view, backend) {
+  if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
+  throw new LockError('INVALID_EXTENSION', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
+    details: { reason: 'wrap-backend-result', backend },
+  });
+}
+
 function unknownDriver(backend, driver) {
   return new LockError('UNKNOWN_DRIVER', `backend ${backend}: no driver named ${driver}`, { details: { backend, driver } });
 }
@@ -109,14 +117,13 @@ export class DriverSet {
       opened = checkDriver(await extension.createDriver(input), name, driver);
     }
     if (extension.wrapBackend === undefined) return opened;
-    const view = extension.wrapBackend(Object.freeze({ name, driver, backend: opened.view }));
-    if (typeof view !== 'object' || view === null || typeof view.acquire !== 'function') {
-      await opened.close().catch(() => {});
-      throw new LockError('INVALID_EXTENSION', `backend ${name}: wrapBackend must return a backend with acquire(key, options)`, {
-        details: { reason: 'wrap-backend-result', backend: name },
-      });
+    try {
+      return { view: wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend: opened.view })), name), close: opened.close };
+    } catch (error) {
+      // The provider only closes what it holds; this driver it never got.
+      opened.close().catch(() => {});
+      throw error;
     }
-    return { view, close: opened.close };
   }
 
   async #openRegistered(name, driver, options, logger, builtIn) {

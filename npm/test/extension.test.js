@@ -248,6 +248,17 @@ test('a failed open closes the backends already opened', async () => {
   await assert.rejects(openLock({ config: { 'dokebi-lock': { backends: { a: { driver: 'memory' }, b: { driver: 'failing' } } } }, drivers: { memory: factory, failing } }), /cannot connect/);
   await new Promise((resolve) => setImmediate(resolve));
   assert.deepEqual(record.closed, ['a']);
+
+  // Also the driver whose wrapBackend threw, which the provider never held.
+  class ThrowingWrap extends LockExtension {
+    wrapBackend({ name }) {
+      if (name === 'b') throw new Error('no metrics registry');
+      return { acquire: () => Promise.reject(new Error('unused')) };
+    }
+  }
+  await assert.rejects(openLock({ config: { 'dokebi-lock': { backends: { a: { driver: 'memory' }, b: { driver: 'memory' } } } }, entry: { ThrowingWrap, drivers: { memory: factory } } }), /no metrics registry/);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(record.closed.slice(1).sort(), ['a', 'b']);
 });
 
 test('driver close errors at provider close are logged with backend and code, not thrown', async () => {
