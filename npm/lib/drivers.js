@@ -57,6 +57,16 @@ export function checkDriver(driver, backend, name) {
   });
 }
 
+/**
+ * Closes a driver after a failed open, ignoring how its close fails: that
+ * failure is secondary to the one being reported.
+ */
+export function closeQuietly(driver) {
+  Promise.resolve()
+    .then(() => driver.close())
+    .catch(() => {});
+}
+
 /** What wrapBackend returned, or INVALID_EXTENSION unless it offers acquire. */
 function wrapped(view, backend) {
   if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
@@ -92,7 +102,7 @@ export class DriverSet {
 
   /**
    * @param {Map<string, Function>} [registry] app drivers by name
-   * @param {import('./extension.js').ExtensionHooks} [extension] the overridden hooks only
+   * @param {{ createDriver?: Function, wrapBackend?: Function }} [extension] the hooks the extension overrides, bound
    * @param {(token: object) => unknown} [getDependency] the host's, for driver inputs
    */
   constructor(registry = new Map(), extension = undefined, getDependency = undefined) {
@@ -118,10 +128,11 @@ export class DriverSet {
     }
     if (extension.wrapBackend === undefined) return opened;
     try {
-      return { view: wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend: opened.view })), name), close: opened.close };
+      const view = wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend: opened.view })), name);
+      return { view, close: () => opened.close() };
     } catch (error) {
       // The provider only closes what it holds; this driver it never got.
-      opened.close().catch(() => {});
+      closeQuietly(opened);
       throw error;
     }
   }

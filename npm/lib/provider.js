@@ -3,7 +3,7 @@ import { invalidArgument, LockError, fromInfo } from './errors.js';
 import { native } from './native.js';
 import { openLocal } from './local.js';
 import { RedisGroup } from './redis.js';
-import { DriverSet } from './drivers.js';
+import { closeQuietly, DriverSet } from './drivers.js';
 
 /**
  * The drivers built into this package, by the `driver` name of the options.
@@ -43,7 +43,7 @@ export async function openProvider(options, logger = stderrLogger, drivers = new
     }
   } catch (error) {
     // Nothing half-open stays behind; close failures are secondary to `error`.
-    for (const driver of opened.values()) driver.close().catch(() => {});
+    for (const driver of opened.values()) closeQuietly(driver);
     redis?.close().catch(() => {});
     throw error;
   }

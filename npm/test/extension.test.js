@@ -407,3 +407,31 @@ test('openLock with a redis backend needs no driver package (standalone use)', a
   assert.equal(await lease.release(), true);
   await provider.close();
 });
+
+test('a driver whose close() is a method is closed as that method, also when wrapped', async () => {
+  const closed = [];
+  class ClassDriver {
+    constructor(name) {
+      this.name = name;
+      this.view = { acquire: async () => {} };
+    }
+    async close() {
+      closed.push(this.name);
+    }
+  }
+  class Wrapping extends LockExtension {
+    wrapBackend({ backend }) {
+      return { acquire: (key, options) => backend.acquire(key, options) };
+    }
+  }
+  const records = [];
+  const logger = { debug() {}, error: (fields) => records.push(fields) };
+  const provider = await openLock({
+    config: { 'dokebi-lock': { backends: { a: { driver: 'cls' } } } },
+    entry: { Wrapping, drivers: { cls: ({ name }) => new ClassDriver(name) } },
+    logger,
+  });
+  await provider.close();
+  assert.deepEqual(closed, ['a']);
+  assert.deepEqual(records, []);
+});

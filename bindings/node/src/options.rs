@@ -4,7 +4,6 @@
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{ErrorCode, LockError, Options};
 use napi::bindgen_prelude::Float64Array;
-use serde_json::Value;
 use napi_derive::napi;
 
 use crate::error::stash;
@@ -56,17 +55,6 @@ impl NativeOptions {
             .collect()
     }
 
-    /// The settings of the app-driver backend `name` as JSON text (every field
-    /// but `driver`, unvalidated: the app driver validates them); `null` when
-    /// `name` is not an app-driver backend.
-    #[napi]
-    pub fn app_settings(&self, name: String) -> Option<String> {
-        match self.options.backends.get(&name) {
-            Some(BackendOptions::App { settings, .. }) => Some(Value::Object(settings.clone()).to_string()),
-            _ => None,
-        }
-    }
-
     /// Opens the redis backends (`null` on failure, see `takeError`);
     /// driver warnings and errors go to `log({ level, backend, code, message })`.
     #[napi(ts_args_type = "log: (entry: LogEntry) => void")]
@@ -84,6 +72,17 @@ impl NativeOptions {
                 stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
                 None
             }
+        }
+    }
+
+    /// The settings of the app-driver backend `name` as JSON text (every field
+    /// but `driver`, unvalidated: the app driver validates them); `null` when
+    /// `name` is not an app-driver backend.
+    #[napi]
+    pub fn app_settings(&self, name: String) -> Option<String> {
+        match self.options.backends.get(&name) {
+            Some(BackendOptions::App { settings, .. }) => Some(serde_json::Value::Object(settings.clone()).to_string()),
+            _ => None,
         }
     }
 }
