@@ -93,6 +93,62 @@ export interface Lease extends AsyncDisposable {
   release(): Promise<boolean>;
 }
 
+/** Options of withLock: those of acquire, plus autoRenew. */
+export interface WithLockOptions extends AcquireOptions {
+  /**
+   * redis: renew the lease every leaseMs / 3 on the driver's thread while fn
+   * runs (default true). Local leases never expire.
+   */
+  readonly autoRenew?: boolean;
+}
+
+/** What status() reports: counts only, never keys. */
+export interface BackendStatus {
+  /** The driver name: 'local' or 'redis'. */
+  readonly driver: string;
+  /** Leases held now by this process. */
+  readonly held: number;
+  /** Acquires waiting now. */
+  readonly waiting: number;
+  /** Leases granted since the backend opened. */
+  readonly acquired: number;
+  /** Waits that ended in WAIT_TIMEOUT since the backend opened. */
+  readonly timedOut: number;
+  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends. */
+  readonly lost: number;
+  /** The connection's health, for redis backends. */
+  readonly redis?: RedisStatus;
+}
+
+/** The health of a redis backend's connection. */
+export interface RedisStatus {
+  /** The command connection answered its last command or probe. */
+  readonly connected: boolean;
+  /** The pub/sub subscription that wakes waiters is live. */
+  readonly subscribed: boolean;
+  /** The code of the last failure talking to Redis. */
+  readonly lastError: LockErrorCode | null;
+  /** When Redis last answered, in ms since the Unix epoch. */
+  readonly lastProbeAt: number | null;
+}
+
+/**
+ * Payloads of the node:diagnostics_channel channels `dokebi-lock:<name>`.
+ * They carry the backend, codes and durations (ms), never keys.
+ */
+export interface TelemetryPayloads {
+  /** A wait reached slowAcquireMs; `code` is the error it ended with, absent when granted. */
+  'slow-acquire': { readonly backend: string; readonly waitedMs: number; readonly thresholdMs: number; readonly code?: LockErrorCode };
+  /** A lease reached slowHoldMs when it was released. */
+  'slow-hold': { readonly backend: string; readonly heldMs: number; readonly thresholdMs: number };
+  /** A wait ended with WAIT_TIMEOUT. */
+  'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
+  /** A redis lease turned out lost. */
+  'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
+  /** A Redis connection (a name of dokebi-redis.connections) went up or down. */
+  connection: { readonly connection: string; readonly up: boolean };
+}
+
 /** One configured backend. */
 export interface LockBackend {
   /**
@@ -103,6 +159,17 @@ export interface LockBackend {
    * PROVIDER_FAILED and OUTCOME_UNKNOWN.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  /**
+   * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
+   * fn did; resolves with fn's value, rejects with fn's error. redis: the
+   * lease is renewed on the driver's thread while fn runs (autoRenew); the
+   * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
+   * rejects with LEASE_LOST even if fn succeeded. `signal` also aborts when
+   * `options.signal` does; fn decides whether to stop.
+   */
+  withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
+  /** What the backend is doing now, as counts. */
+  status(): BackendStatus;
 }
 
 /** Receives the operational log: fields are `backend` and `code` only. */
@@ -120,6 +187,8 @@ export class LockProvider implements AsyncDisposable {
   names(): string[];
   /** The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). */
   backend(name: string): LockBackend;
+  /** The status() of every backend that reports one, by name. */
+  status(): Record<string, BackendStatus>;
   /** Rejects waiters with CLOSED and invalidates held leases; idempotent. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -48,20 +48,20 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   const { acquire, autoRenew } = sectionOptions(options);
   const lease = await backend.acquire(key, acquire);
   const callerSignal = acquire?.signal;
-  let signal = callerSignal ?? NEVER;
   let renewals;
-  if (autoRenew && keepAlive !== undefined) {
-    renewals = keepAlive(lease);
-    const lost = new AbortController();
-    // The watch never rejects; the handler only guards against a bug there
-    // turning into an unhandled rejection.
-    renewals.watch().then((gone) => gone && lost.abort(leaseLost()), () => {});
-    signal = callerSignal === undefined ? lost.signal : AbortSignal.any([callerSignal, lost.signal]);
-  }
   let output;
   let failure;
   let failed = false;
   try {
+    let signal = callerSignal ?? NEVER;
+    if (autoRenew && keepAlive !== undefined) {
+      renewals = keepAlive(lease);
+      const lost = new AbortController();
+      // The watch never rejects; the handler only guards against a bug there
+      // turning into an unhandled rejection.
+      renewals.watch().then((gone) => gone && lost.abort(leaseLost()), () => {});
+      signal = callerSignal === undefined ? lost.signal : AbortSignal.any([callerSignal, lost.signal]);
+    }
     output = await fn(lease, signal);
   } catch (error) {
     failed = true;
