@@ -39,6 +39,8 @@ class LocalCore {
     this.defaultWaitMs = engine.waitTimeoutMs;
     this.slowAcquireMs = engine.slowAcquireMs;
     this.slowHoldMs = engine.slowHoldMs;
+    /** The slow-hold channel, unless slow holds are disabled for this backend. */
+    this.holdChannel = engine.slowHoldMs === null ? undefined : telemetry.slowHold;
     /** Waiter slot -> Waiter, while queued. */
     this.waiters = [];
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
@@ -79,7 +81,7 @@ class LocalCore {
 
   /** When a lease granted now starts being held, if a slow hold could be reported. */
   holdStart() {
-    return this.slowHoldMs !== null && telemetry.slowHold.hasSubscribers ? performance.now() : undefined;
+    return this.holdChannel?.hasSubscribers ? performance.now() : undefined;
   }
 
   /** Reports the end of `waiter`'s wait with error `code` (undefined: granted). */
