@@ -224,3 +224,34 @@ await provider.backend('r').withLock('k', () => new Promise(() => {}));
   assert.equal(result.stdout.trim(), 'exited');
   assert.equal(result.status, 13, 'an unsettled top-level await');
 });
+
+test('a Redis that dies during the section aborts the signal and rejects with LEASE_LOST, with no unhandled rejection', async () => {
+  const dying = await startRedis();
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const provider = await openLock({
+      config: {
+        'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace: 'dies', leaseMs: 300 } } },
+        'dokebi-redis': { connections: { main: { url: dying.url, connectTimeoutMs: 100, commandTimeoutMs: 100 } } },
+      },
+    });
+    let reason;
+    await rejectsWith(
+      provider.backend('r').withLock('k', async (lease, signal) => {
+        await dying.stop();
+        await Promise.race([once(signal, 'abort'), sleep(5000)]);
+        reason = signal.reason;
+      }),
+      'LEASE_LOST',
+    );
+    assert.equal(reason?.code, 'LEASE_LOST');
+    await provider.close();
+    await sleep(50);
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+    await dying.stop();
+  }
+});
