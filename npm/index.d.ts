@@ -259,10 +259,17 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
 
 // Extensions (README, "Extensions").
 
+/**
+ * The backend an app driver or wrapBackend hands out: `acquire` is required;
+ * `withLock` and `status` exist on it only if it implements them (the
+ * built-in backends do; `provider.status()` skips a backend without status).
+ */
+export type DriverBackend = Pick<LockBackend, 'acquire'> & Partial<Pick<LockBackend, 'withLock' | 'status'>>;
+
 /** What a driver returns for one backend. */
 export interface LockDriver {
   /** The backend users get from `provider.backend(name)`. */
-  readonly view: LockBackend;
+  readonly view: DriverBackend;
   /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
   close(): Promise<void>;
 }
@@ -301,7 +308,7 @@ export interface WrapBackendInput {
   readonly name: string;
   readonly driver: string;
   /** The backend the driver made. */
-  readonly backend: LockBackend;
+  readonly backend: DriverBackend;
 }
 
 /**
@@ -315,7 +322,7 @@ export class LockExtension {
   /** Once per backend: return `input.open()` or your own driver. */
   protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
   /** Once per backend: the backend users get instead of `input.backend`. */
-  protected wrapBackend(input: WrapBackendInput): LockBackend;
+  protected wrapBackend(input: WrapBackendInput): DriverBackend;
 }
 
 /**
