@@ -124,6 +124,12 @@ typedef struct dokebi_lock_pending dokebi_lock_pending;
 typedef struct dokebi_lock_runtime dokebi_lock_runtime;
 
 /**
+ * What a section run by `dokebi_lock_with_lock` can ask; valid only during
+ * the call of the section.
+ */
+typedef struct dokebi_lock_section dokebi_lock_section;
+
+/**
  * Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
  * runtime's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
  * `lease` a new lease and `error` NULL; on failure `lease` is NULL and
@@ -135,6 +141,60 @@ typedef void (*dokebi_lock_acquire_callback)(void *userdata,
                                              dokebi_lock_status status,
                                              struct dokebi_lock_lease *lease,
                                              struct dokebi_lock_error *error);
+
+/**
+ * A critical section: gets the section (for its fence and whether the lease
+ * was lost) and the caller's `user_data`; its return value is handed back
+ * through `out_result`. It must not unwind (no C++ exception may escape it).
+ */
+typedef int (*dokebi_lock_section_fn)(const struct dokebi_lock_section *section,
+                                      void *user_data);
+
+/**
+ * A snapshot of a backend (counts only, never keys).
+ */
+typedef struct dokebi_lock_backend_status {
+  /**
+   * Leases held now by this process.
+   */
+  uint64_t held;
+  /**
+   * Acquires waiting now.
+   */
+  uint64_t waiting;
+  /**
+   * Leases granted since the backend started.
+   */
+  uint64_t acquired;
+  /**
+   * Waits that ended in `WAIT_TIMEOUT`.
+   */
+  uint64_t timed_out;
+  /**
+   * Leases found lost (always 0 for local backends).
+   */
+  uint64_t lost;
+  /**
+   * True for a redis backend; the fields below are meaningful only then.
+   */
+  bool is_redis;
+  /**
+   * The command connection answered its last command.
+   */
+  bool connected;
+  /**
+   * The pub/sub subscription that wakes waiters is live.
+   */
+  bool subscribed;
+  /**
+   * The code of the last failure talking to Redis, `DOKEBI_LOCK_OK` if none.
+   */
+  uint32_t last_error;
+  /**
+   * When Redis last answered, in ms since the Unix epoch; -1 if never.
+   */
+  int64_t last_probe_unix_ms;
+} dokebi_lock_backend_status;
 
 #ifdef __cplusplus
 extern "C" {
@@ -463,6 +523,59 @@ dokebi_lock_status dokebi_lock_runtime_close(struct dokebi_lock_runtime *runtime
  * more and that is not used afterwards.
  */
 void dokebi_lock_runtime_free(struct dokebi_lock_runtime *runtime);
+
+/**
+ * Acquires `key` as `dokebi_lock_acquire` does, runs `section` on the calling
+ * thread, and releases the lease whatever the section did. A redis lease is
+ * renewed every `leaseMs / 3` on the driver's own thread while the section
+ * runs. On success `*out_result` is the section's return value. If the lease
+ * was lost at any point during the section, the call fails with
+ * `DOKEBI_LOCK_LEASE_LOST` even though the section ran: its work may have
+ * overlapped another holder's.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `key` is NULL or points to
+ * `key_len` readable bytes; `section` is callable with `user_data`;
+ * `out_result` is writable; `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_with_lock(const struct dokebi_lock_backend *backend,
+                                         const char *key,
+                                         size_t key_len,
+                                         int64_t wait_timeout_ms,
+                                         dokebi_lock_section_fn section,
+                                         void *user_data,
+                                         int *out_result,
+                                         struct dokebi_lock_error **out_error);
+
+/**
+ * The section's fence as a NUL-terminated decimal string, owned by the
+ * section. NULL for a NULL section.
+ *
+ * # Safety
+ * `section` is NULL or the section passed to the running section function.
+ */
+const char *dokebi_lock_section_fence(const struct dokebi_lock_section *section);
+
+/**
+ * True once the section's lease is known lost (a renewal found another
+ * owner, or none could be made in time): stop the work, it is no longer
+ * exclusive. False for a NULL section.
+ *
+ * # Safety
+ * `section` is NULL or the section passed to the running section function.
+ */
+bool dokebi_lock_section_lost(const struct dokebi_lock_section *section);
+
+/**
+ * Writes a snapshot of `backend` to `*out_status`.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `out_status` is writable;
+ * `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backend *backend,
+                                                  struct dokebi_lock_backend_status *out_status,
+                                                  struct dokebi_lock_error **out_error);
 
 /**
  * The stable name of a status as a static NUL-terminated string (`"OK"`,

@@ -15,13 +15,22 @@ pub fn validate(key: &str, max_key_bytes: usize) -> Result<()> {
 /// Converts UTF-16 code units (Node strings) into a key; a lone surrogate is
 /// `INVALID_KEY`.
 pub fn from_utf16(units: &[u16], max_key_bytes: usize) -> Result<String> {
+    let mut key = String::with_capacity(units.len());
+    from_utf16_into(units, max_key_bytes, &mut key)?;
+    Ok(key)
+}
+
+/// [`from_utf16`] into a buffer the caller reuses (the Node surface's hot
+/// path allocates nothing per key). `key` is cleared first.
+pub fn from_utf16_into(units: &[u16], max_key_bytes: usize, key: &mut String) -> Result<()> {
+    key.clear();
     if units.is_empty() {
         return Err(empty());
     }
-    let key = String::from_utf16(units)
-        .map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not well-formed UTF-16 (it contains a lone surrogate)"))?;
-    check_length(key.len(), max_key_bytes)?;
-    Ok(key)
+    for unit in char::decode_utf16(units.iter().copied()) {
+        key.push(unit.map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not well-formed UTF-16 (it contains a lone surrogate)"))?);
+    }
+    check_length(key.len(), max_key_bytes)
 }
 
 /// Converts raw bytes (C callers) into a key; invalid UTF-8 is `INVALID_KEY`.
@@ -80,6 +89,15 @@ mod tests {
         assert_eq!(from_utf16(&[0xDC00, 0x61], 100).unwrap_err().code(), ErrorCode::InvalidKey);
         // A proper pair is fine: U+1F600.
         assert_eq!(from_utf16(&[0xD83D, 0xDE00], 100).unwrap(), "\u{1F600}");
+    }
+
+    #[test]
+    fn a_reused_buffer_holds_only_the_last_key() {
+        let mut key = String::new();
+        from_utf16_into(&"long-key".encode_utf16().collect::<Vec<_>>(), 100, &mut key).unwrap();
+        from_utf16_into(&[0x6B], 100, &mut key).unwrap();
+        assert_eq!(key, "k");
+        assert_eq!(from_utf16_into(&[0xD800], 100, &mut key).unwrap_err().code(), ErrorCode::InvalidKey);
     }
 
     #[test]

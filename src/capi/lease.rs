@@ -14,7 +14,7 @@ use crate::provider::Lease;
 pub const DOKEBI_LOCK_NEVER_EXPIRES: i64 = -1;
 
 /// Decimal digits of `u64::MAX` plus the NUL.
-const FENCE_CAPACITY: usize = 21;
+pub(crate) const FENCE_CAPACITY: usize = 21;
 
 /// A held (or formerly held) lease. Any thread may call its getters, renew
 /// and release, also concurrently; freed with `dokebi_lock_lease_free`.
@@ -31,7 +31,7 @@ impl dokebi_lock_lease {
     }
 }
 
-fn decimal(mut value: u64) -> [u8; FENCE_CAPACITY] {
+pub(crate) fn decimal(mut value: u64) -> [u8; FENCE_CAPACITY] {
     let mut digits = [0u8; FENCE_CAPACITY];
     let mut len = 0;
     loop {

@@ -28,6 +28,7 @@ pub mod lease;
 pub mod panic;
 pub mod pending;
 pub mod runtime;
+pub mod section;
 pub mod status;
 
 /// The library version, e.g. `"0.4.1"`; static, never freed.

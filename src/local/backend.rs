@@ -17,8 +17,8 @@ use futures_timer::Delay;
 
 use super::engine::{closed, Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
 use crate::abort::{aborted_error, AbortSignal};
-use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, LockError, Result};
+use crate::acquire::{wait_timeout_error, AcquireOptions};
+use crate::error::{LockError, Result};
 use crate::options::LocalOptions;
 use crate::telemetry::{report_hold, report_wait, Telemetry};
 
@@ -167,7 +167,7 @@ impl LocalBackend {
             // delivered yet: the grant (or close) is on its way and wakes us.
             let reason = if abort { CancelReason::Aborted } else { CancelReason::TimedOut };
             if ended && lock(&self.shared.engine).cancel(pending.waiter, reason).is_some() {
-                return Poll::Ready(Err(if abort { aborted_error() } else { timed_out(timeout) }));
+                return Poll::Ready(Err(if abort { aborted_error() } else { wait_timeout_error(timeout) }));
             }
             Poll::Pending
         })
@@ -198,7 +198,7 @@ impl LocalBackend {
             if left == Some(Duration::ZERO) {
                 drop(state);
                 if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
-                    let err = timed_out(timeout);
+                    let err = wait_timeout_error(timeout);
                     self.waited(started, Some(&err));
                     return Err(err);
                 }
@@ -303,10 +303,6 @@ impl Drop for Pending<'_> {
             _ => {}
         }
     }
-}
-
-fn timed_out(timeout: Duration) -> LockError {
-    LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", timeout.as_millis()))
 }
 
 /// A held local lease. It never expires; it ends with [`LocalLease::release`],

@@ -15,7 +15,9 @@
 //! - every operation is O(1) in the number of held keys and waiters
 //!   (hash map lookups, slab slots, an intrusive per-key waiter list).
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use slab::Slab;
 
@@ -86,6 +88,9 @@ pub struct LocalCounts {
 
 struct KeySlot {
     key: Box<str>,
+    /// The key's hash in `index`, kept so release finds the entry without
+    /// hashing again.
+    hash: u64,
     head: Option<u32>,
     tail: Option<u32>,
 }
@@ -107,7 +112,11 @@ struct Waiter<W> {
 /// waiter (a waker, a callback, a promise handle).
 pub struct LocalEngine<W> {
     options: LocalOptions,
-    index: HashMap<Box<str>, u32>,
+    /// Key slots by key: one hash and one allocation per newly held key.
+    /// SipHash with a random seed (std's `RandomState`), because keys may
+    /// come from untrusted input.
+    index: HashTable<u32>,
+    hasher: std::hash::RandomState,
     keys: Slab<KeySlot>,
     leases: Slab<Lease>,
     waiters: Slab<Waiter<W>>,
@@ -121,7 +130,8 @@ impl<W> LocalEngine<W> {
     pub fn new(options: LocalOptions) -> Self {
         LocalEngine {
             options,
-            index: HashMap::new(),
+            index: HashTable::new(),
+            hasher: std::hash::RandomState::new(),
             keys: Slab::new(),
             leases: Slab::new(),
             waiters: Slab::new(),
@@ -147,16 +157,18 @@ impl<W> LocalEngine<W> {
             return Err(closed());
         }
         key::validate(key, self.options.max_key_bytes as usize)?;
-        let Some(&key_slot) = self.index.get(key) else {
+        let hash = self.hasher.hash_one(key);
+        let keys = &self.keys;
+        let Some(&key_slot) = self.index.find(hash, |&slot| &*keys[slot as usize].key == key) else {
             if self.keys.len() >= self.options.max_keys as usize {
                 return Err(LockError::new(
                     ErrorCode::KeyLimit,
                     format!("maxKeys ({}) keys are already held in this backend", self.options.max_keys),
                 ));
             }
-            let boxed: Box<str> = key.into();
-            let key_slot = self.keys.insert(KeySlot { key: boxed.clone(), head: None, tail: None }) as u32;
-            self.index.insert(boxed, key_slot);
+            let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, head: None, tail: None }) as u32;
+            let keys = &self.keys;
+            self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
             return Ok(Acquired::Granted(self.grant(key_slot)));
         };
         if !may_wait {
@@ -197,7 +209,9 @@ impl<W> LocalEngine<W> {
             }
             None => {
                 let slot = self.keys.remove(key_slot as usize);
-                self.index.remove(&slot.key);
+                if let Ok(entry) = self.index.find_entry(slot.hash, |&s| s == key_slot) {
+                    entry.remove();
+                }
                 Released::Freed
             }
         }

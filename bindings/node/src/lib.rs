@@ -1,0 +1,26 @@
+//! The Node surface of dokebi-lock: napi-rs conversion and plumbing over the
+//! core, and nothing else. Lock behaviour lives in the `dokebi-lock` crate;
+//! the JS layer of `@dokebi/lock` (`npm/`) turns what this module returns
+//! into promises, `Lease` objects and `LockError`s.
+//!
+//! Failures are not thrown: a synchronous call returns a sentinel (`FAILED`,
+//! `null`) and leaves the core's error in [`error::take_error`]; an async
+//! (redis) call resolves with the error's `ErrorInfo`. The JS layer builds
+//! every `LockError` in one place, and the hot path pays nothing for error
+//! plumbing.
+//!
+//! - [`local`]: the local driver's engine, driven on the JS thread.
+//! - [`redis`] and [`executor`]: the core's redis backends, their futures
+//!   polled on the JS thread.
+//! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
+
+// napi-rs registers exports only outside cfg(test); a test build (clippy
+// --all-targets) would see them as unused.
+#![cfg_attr(test, allow(dead_code))]
+
+mod error;
+mod executor;
+mod key;
+mod local;
+mod options;
+mod redis;

@@ -1,0 +1,242 @@
+//! The local driver's fast path: one core `LocalEngine` per backend, driven
+//! on the JS thread only (no mutex, no runtime, no threadsafe function).
+//!
+//! The engine is exposed as a plain JS object whose methods are raw N-API
+//! callbacks carrying the engine as their data pointer: napi-rs class methods
+//! cost several times more per call (receiver checks, borrow tracking), and
+//! these calls are the whole cost of an uncontended acquire + release.
+//!
+//! Calls return small integers and report ids through a `Float64Array` the JS
+//! layer shares with the engine, so an acquire or a release creates no JS
+//! value. A lease id is `(slot, fence)` and a waiter id `(slot, serial)`; the
+//! core recognises stale ids, so a released handle never releases a later
+//! lease that reuses its slot. Waiter payloads are waiter slots, which the JS
+//! layer uses as indexes into its table of pending promises.
+
+use std::cell::RefCell;
+use std::ffi::{c_void, CStr};
+use std::ptr;
+use std::rc::Rc;
+
+use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
+use dokebi_lock::options::LocalOptions;
+use napi::bindgen_prelude::{Float64Array, ToNapiValue};
+use napi::sys;
+
+use crate::error::stash;
+use crate::key::KeyReader;
+
+/// `acquire`: the lease is held; `out = [slot, fence]`.
+const GRANTED: i32 = 0;
+/// `acquire`: queued; `out = [waiterSlot, waiterSerial]`.
+const QUEUED: i32 = 1;
+/// `acquire`: failed; the error waits in `takeError()`.
+const FAILED: i32 = -1;
+
+/// `release`: the handle named no held lease.
+const NOT_HELD: i32 = 0;
+/// `release`: released, the key is free.
+const FREED: i32 = 1;
+/// `release`: released and granted to a waiter;
+/// `out = [leaseSlot, leaseFence, waiterSlot]`.
+const HANDED_ON: i32 = 2;
+
+/// One local backend's lock state.
+struct LocalState {
+    engine: LocalEngine<u32>,
+    keys: KeyReader,
+    out: Float64Array,
+}
+
+impl LocalState {
+    fn report(&mut self, values: &[f64]) {
+        // SAFETY: `out` is a private array of the JS layer, read on this
+        // thread after the call returns.
+        let out = unsafe { self.out.as_mut() };
+        out.iter_mut().zip(values).for_each(|(slot, value)| *slot = *value);
+    }
+
+    /// `acquire(key: string, mayWait: boolean): GRANTED | QUEUED | FAILED`
+    unsafe fn acquire(&mut self, env: sys::napi_env, args: &[sys::napi_value]) -> i32 {
+        let key = match unsafe { self.keys.read(env, args[0]) } {
+            Ok(key) => key,
+            Err(error) => {
+                stash(error);
+                return FAILED;
+            }
+        };
+        match self.engine.acquire(key, unsafe { boolean(env, args[1]) }, |waiter| waiter.slot) {
+            Ok(Acquired::Granted(lease)) => {
+                self.report(&[lease.slot.into(), lease.fence as f64]);
+                GRANTED
+            }
+            Ok(Acquired::Queued(waiter)) => {
+                self.report(&[waiter.slot.into(), waiter.serial as f64]);
+                QUEUED
+            }
+            Err(error) => {
+                stash(error);
+                FAILED
+            }
+        }
+    }
+
+    /// `release(slot, fence): NOT_HELD | FREED | HANDED_ON`
+    unsafe fn release(&mut self, env: sys::napi_env, args: &[sys::napi_value]) -> i32 {
+        match self.engine.release(unsafe { lease_id(env, args) }) {
+            Released::NotHeld => NOT_HELD,
+            Released::Freed => FREED,
+            Released::HandedOn { waiter, lease } => {
+                self.report(&[lease.slot.into(), lease.fence as f64, waiter.into()]);
+                HANDED_ON
+            }
+        }
+    }
+}
+
+/// The engine as handed to JS: `{ waitTimeoutMs, acquire, release, cancel,
+/// isHeld, close }`. It reports ids through `out` (3 elements).
+pub struct LocalEngineObject {
+    state: LocalState,
+}
+
+impl LocalEngineObject {
+    pub fn new(options: LocalOptions, out: Float64Array) -> Self {
+        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out } }
+    }
+}
+
+type Shared = RefCell<LocalState>;
+type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+const METHODS: [(&CStr, Method); 5] = [
+    (c"acquire", acquire),
+    (c"release", release),
+    (c"cancel", cancel),
+    (c"isHeld", is_held),
+    (c"close", close),
+];
+
+impl ToNapiValue for LocalEngineObject {
+    unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
+        let wait_timeout_ms = value.state.engine.options().wait_timeout_ms;
+        let shared = Rc::new(RefCell::new(value.state));
+        let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
+        for (name, method) in METHODS {
+            // Each function owns one reference to the state, dropped when the
+            // function is collected; the state lives as long as any of them.
+            let data = Rc::into_raw(shared.clone()) as *mut c_void;
+            let function = unsafe { create(|out| sys::napi_create_function(env, name.as_ptr(), name.count_bytes() as isize, Some(method), data, out)) }?;
+            unsafe {
+                check(sys::napi_add_finalizer(env, function, data, Some(drop_state), ptr::null_mut(), ptr::null_mut()))?;
+                check(sys::napi_set_named_property(env, object, name.as_ptr(), function))?;
+            }
+        }
+        let wait = unsafe { u32::to_napi_value(env, wait_timeout_ms) }?;
+        unsafe { check(sys::napi_set_named_property(env, object, c"waitTimeoutMs".as_ptr(), wait)) }?;
+        Ok(object)
+    }
+}
+
+unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    drop(unsafe { Rc::from_raw(data as *const Shared) });
+}
+
+unsafe extern "C" fn acquire(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, args) = unsafe { call_info::<2>(env, info) };
+    let status = unsafe { state.borrow_mut().acquire(env, &args) };
+    unsafe { int(env, status) }
+}
+
+unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, args) = unsafe { call_info::<2>(env, info) };
+    let status = unsafe { state.borrow_mut().release(env, &args) };
+    unsafe { int(env, status) }
+}
+
+/// `cancel(slot, serial, timedOut): boolean`: true when the waiter was still
+/// queued, false when it was already granted or rejected. `timedOut` tells a
+/// wait that ran out from an aborted one.
+unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, args) = unsafe { call_info::<3>(env, info) };
+    let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
+    let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
+    let cancelled = state.borrow_mut().engine.cancel(waiter, reason).is_some();
+    unsafe { bool_value(env, cancelled) }
+}
+
+/// `isHeld(slot, fence): boolean`
+unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, args) = unsafe { call_info::<2>(env, info) };
+    let held = state.borrow().engine.is_held(unsafe { lease_id(env, &args) });
+    unsafe { bool_value(env, held) }
+}
+
+/// `close(): number[]`: the waiter slots to reject, oldest first per key.
+unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, _) = unsafe { call_info::<0>(env, info) };
+    let slots = state.borrow_mut().engine.close();
+    unsafe { Vec::<u32>::to_napi_value(env, slots) }.unwrap_or(ptr::null_mut())
+}
+
+/// The state behind this callback and its first `N` arguments (missing
+/// ones read as `undefined`).
+unsafe fn call_info<'a, const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> (&'a Shared, [sys::napi_value; N]) {
+    let mut argc = N;
+    let mut args = [ptr::null_mut(); N];
+    let mut data = ptr::null_mut();
+    unsafe { sys::napi_get_cb_info(env, info, &mut argc, args.as_mut_ptr(), ptr::null_mut(), &mut data) };
+    // SAFETY: every method was created with an `Rc<Shared>` as its data, kept
+    // alive until the function itself is finalized.
+    (unsafe { &*(data as *const Shared) }, args)
+}
+
+unsafe fn lease_id(env: sys::napi_env, args: &[sys::napi_value]) -> LeaseId {
+    LeaseId { slot: unsafe { uint(env, args[0]) }, fence: unsafe { double(env, args[1]) } as u64 }
+}
+
+// Readers for arguments the JS layer always passes with the right type; a
+// wrong type reads as 0 / false, which names no lease or waiter.
+unsafe fn uint(env: sys::napi_env, value: sys::napi_value) -> u32 {
+    let mut result = 0;
+    unsafe { sys::napi_get_value_uint32(env, value, &mut result) };
+    result
+}
+
+unsafe fn double(env: sys::napi_env, value: sys::napi_value) -> f64 {
+    let mut result = 0.0;
+    unsafe { sys::napi_get_value_double(env, value, &mut result) };
+    result
+}
+
+unsafe fn boolean(env: sys::napi_env, value: sys::napi_value) -> bool {
+    let mut result = false;
+    unsafe { sys::napi_get_value_bool(env, value, &mut result) };
+    result
+}
+
+unsafe fn int(env: sys::napi_env, value: i32) -> sys::napi_value {
+    let mut result = ptr::null_mut();
+    unsafe { sys::napi_create_int32(env, value, &mut result) };
+    result
+}
+
+unsafe fn bool_value(env: sys::napi_env, value: bool) -> sys::napi_value {
+    let mut result = ptr::null_mut();
+    unsafe { sys::napi_get_boolean(env, value, &mut result) };
+    result
+}
+
+unsafe fn create(make: impl FnOnce(*mut sys::napi_value) -> sys::napi_status) -> napi::Result<sys::napi_value> {
+    let mut result = ptr::null_mut();
+    check(make(&mut result))?;
+    Ok(result)
+}
+
+fn check(status: sys::napi_status) -> napi::Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(napi::Error::new(napi::Status::GenericFailure, format!("Node-API call failed with status {status}")))
+    }
+}

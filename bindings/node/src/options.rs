@@ -1,0 +1,85 @@
+//! Loads and validates options with the core, and builds the native part of
+//! each backend.
+
+use dokebi_lock::options::BackendOptions;
+use dokebi_lock::{ErrorCode, LockError, Options};
+use napi::bindgen_prelude::Float64Array;
+use napi_derive::napi;
+
+use crate::error::stash;
+use crate::local::LocalEngineObject;
+use crate::redis::{LogForwarder, RedisProvider};
+
+/// Validated options of one provider.
+#[napi]
+pub struct NativeOptions {
+    options: Options,
+}
+
+/// A configured backend: its name and driver.
+#[napi(object)]
+pub struct BackendInfo {
+    pub name: String,
+    pub driver: String,
+}
+
+/// Loads the whole YAML file; `null` on failure (see `takeError`).
+#[napi]
+pub fn load_yaml(text: String) -> Option<NativeOptions> {
+    wrap(Options::from_yaml(&text))
+}
+
+/// Loads the `options` map, given as JSON text; `null` on failure.
+#[napi]
+pub fn load_config(json: String) -> Option<NativeOptions> {
+    wrap(parse_json(&json).and_then(|config| Options::from_config(&config)))
+}
+
+/// Loads the two plugin sections, each given as JSON text or absent;
+/// `null` on failure.
+#[napi]
+pub fn load_sections(lock: Option<String>, redis: Option<String>) -> Option<NativeOptions> {
+    let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
+    wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref())))
+}
+
+#[napi]
+impl NativeOptions {
+    /// Every backend, sorted by name.
+    #[napi]
+    pub fn backends(&self) -> Vec<BackendInfo> {
+        self.options
+            .backends
+            .iter()
+            .map(|(name, backend)| BackendInfo { name: name.clone(), driver: backend.driver().to_owned() })
+            .collect()
+    }
+
+    /// Opens the redis backends (`null` on failure, see `takeError`);
+    /// driver warnings and errors go to `log({ level, backend, code, message })`.
+    #[napi(ts_args_type = "log: (entry: LogEntry) => void")]
+    pub fn open_redis(&self, log: LogForwarder) -> Option<RedisProvider> {
+        crate::redis::open(&self.options, log)
+    }
+
+    /// The engine of the local backend `name`; it reports grants through `out`
+    /// (see `local.rs`). `null` when `name` is not a local backend.
+    #[napi]
+    pub fn local_engine(&self, name: String, out: Float64Array) -> Option<LocalEngineObject> {
+        match self.options.backends.get(&name) {
+            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local, out)),
+            _ => {
+                stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
+                None
+            }
+        }
+    }
+}
+
+fn wrap(loaded: dokebi_lock::Result<Options>) -> Option<NativeOptions> {
+    loaded.map(|options| NativeOptions { options }).map_err(stash).ok()
+}
+
+fn parse_json(text: &str) -> dokebi_lock::Result<serde_json::Value> {
+    serde_json::from_str(text).map_err(|err| LockError::invalid_options(vec![dokebi_lock::Issue { path: String::new(), message: "not plain data".into() }]).with_cause(err))
+}

@@ -1,0 +1,192 @@
+//! The redis driver: the core's `Provider`, opened with the redis backends
+//! only, behind promises.
+//!
+//! The core's futures run their work on the core's own runtime (started only
+//! when a redis backend exists); [`crate::executor`] polls them on the JS
+//! thread and settles their promises. A pending promise keeps Node alive only
+//! while its operation is in flight; the log forwarder is a weak threadsafe
+//! function, so nothing is left to keep the process alive after `close()`.
+//!
+//! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
+//! object, which the JS layer turns into a `LockError`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dokebi_lock::log::{Level, LogRecord, Logger};
+use dokebi_lock::options::BackendOptions;
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Options, Provider, RedisBackend, RedisLease};
+use napi::bindgen_prelude::Utf16String;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Env, Status};
+use napi_derive::napi;
+
+use crate::error::stash;
+use crate::executor::{spawn, Promise};
+
+/// One driver log record, as the JS logger receives it; never a key.
+#[napi(object)]
+pub struct LogEntry {
+    pub level: String,
+    pub backend: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// Calls the JS log sink; weak, so it never keeps Node alive.
+pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
+
+/// Opens the redis backends of `options` (`null` on failure, see
+/// `takeError`). Warnings and errors of the driver (cleanup failures at
+/// close) go to `log`.
+pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
+    let mut redis_only = options.clone();
+    redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    let logger: Logger = Arc::new(move |record: &LogRecord| {
+        // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
+        // every driver alike.
+        if record.level >= Level::Warn {
+            let entry = LogEntry {
+                level: record.level.as_str().to_owned(),
+                backend: record.backend.clone(),
+                code: record.code.to_owned(),
+                message: record.message.clone(),
+            };
+            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    });
+    Provider::open_with(redis_only, Hooks { logger, telemetry: None })
+        .map(|provider| RedisProvider { provider: Arc::new(provider) })
+        .map_err(stash)
+        .ok()
+}
+
+/// The redis backends of one `LockProvider`.
+#[napi]
+pub struct RedisProvider {
+    provider: Arc<Provider>,
+}
+
+#[napi]
+impl RedisProvider {
+    /// The backend `name`; `null` on failure.
+    #[napi]
+    pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
+        match self.provider.backend(&name) {
+            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend }),
+            Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
+            Err(error) => {
+                stash(error);
+                None
+            }
+        }
+    }
+
+    /// Closes every redis backend: waiters `CLOSED`, held leases released
+    /// within `shutdownTimeoutMs` (failures logged). Resolves `undefined`.
+    #[napi(ts_return_type = "Promise<undefined | ErrorInfo>")]
+    pub fn close(&self, env: &Env) -> napi::Result<Promise> {
+        let provider = self.provider.clone();
+        spawn(
+            env,
+            async move {
+                provider.close().await;
+                Ok(())
+            },
+            |()| (),
+        )
+    }
+}
+
+/// One redis backend.
+#[napi]
+pub struct NativeRedisBackend {
+    backend: RedisBackend,
+}
+
+#[napi]
+impl NativeRedisBackend {
+    /// The backend's default wait, in ms.
+    #[napi(getter)]
+    pub fn wait_timeout_ms(&self) -> u32 {
+        self.backend.options().wait_timeout_ms
+    }
+
+    /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
+    /// to `waitTimeoutMs`, ended early by `abort`.
+    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
+    pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
+        let backend = self.backend.clone();
+        let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
+        let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
+        spawn(
+            env,
+            async move { backend.acquire(&key?, options).await },
+            |lease| NativeRedisLease { lease: Arc::new(lease) },
+        )
+    }
+}
+
+/// A held redis lease.
+#[napi]
+pub struct NativeRedisLease {
+    lease: Arc<RedisLease>,
+}
+
+#[napi]
+impl NativeRedisLease {
+    /// The fencing token, as a decimal string.
+    #[napi(getter)]
+    pub fn fence(&self) -> String {
+        self.lease.fence().to_string()
+    }
+
+    /// The conservative local validity estimate.
+    #[napi(getter)]
+    pub fn valid(&self) -> bool {
+        self.lease.is_valid()
+    }
+
+    /// Time left by that estimate, in ms; 0 once invalid.
+    #[napi(getter)]
+    pub fn remaining_ms(&self) -> f64 {
+        self.lease.remaining().as_secs_f64() * 1000.0
+    }
+
+    /// Extends the lease; resolves `false` when it is no longer ours.
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    pub fn renew(&self, env: &Env) -> napi::Result<Promise> {
+        let lease = self.lease.clone();
+        spawn(env, async move { lease.renew().await }, |renewed| renewed)
+    }
+
+    /// Releases the lease; resolves `false` when already released,
+    /// `LEASE_LOST` when another owner had it.
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    pub fn release(&self, env: &Env) -> napi::Result<Promise> {
+        let lease = self.lease.clone();
+        spawn(env, async move { lease.release().await }, |released| released)
+    }
+}
+
+/// The core's abort controller, driven by a JS `AbortSignal`.
+#[napi]
+pub struct NativeAbort {
+    controller: AbortController,
+}
+
+#[napi]
+impl NativeAbort {
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        NativeAbort { controller: AbortController::new() }
+    }
+
+    /// Ends the acquire that carries this controller with `ABORTED` (if it
+    /// is still waiting).
+    #[napi]
+    pub fn abort(&self) {
+        self.controller.abort();
+    }
+}

@@ -1,0 +1,32 @@
+// Checks per-call arguments at the JS boundary: wrong types are LockErrors,
+// never crashes or hangs inside the addon.
+import { invalidArgument, LockError } from './errors.js';
+
+/** Largest timer Node can arm (setTimeout clamps larger values to 1 ms). */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * The wait of an acquire: `options.waitTimeoutMs` or the backend default.
+ * Throws INVALID_ARGUMENT for anything but undefined or an object of
+ * `{ waitTimeoutMs?, signal? }` with an integer 0..MAX_TIMER_MS and an AbortSignal.
+ */
+export function waitTimeout(options, fallbackMs) {
+  if (typeof options !== 'object' || options === null) {
+    throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal? }');
+  }
+  for (const name in options) {
+    if (name !== 'waitTimeoutMs' && name !== 'signal') throw invalidArgument('acquire options accept only waitTimeoutMs and signal');
+  }
+  const { waitTimeoutMs, signal } = options;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArgument('signal must be an AbortSignal');
+  if (waitTimeoutMs === undefined) return fallbackMs;
+  if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > MAX_TIMER_MS) {
+    throw invalidArgument(`waitTimeoutMs must be an integer from 0 to ${MAX_TIMER_MS}`);
+  }
+  return waitTimeoutMs;
+}
+
+/** The INVALID_KEY error of a key that is not a string (never echoes it). */
+export function notAStringKey() {
+  return new LockError('INVALID_KEY', 'key must be a string');
+}

@@ -1,0 +1,80 @@
+// Wait deadlines of one backend with one Node timer, instead of a timer per
+// queued acquire: hand-offs under contention then cost no timer work.
+//
+// Waiters of one wait length join one FIFO list, so each list is ordered by
+// deadline; the timer is armed for the earliest head. The timer exists only
+// while some waiter waits, so an idle backend keeps nothing alive.
+
+export class Deadlines {
+  /** Wait length (ms) -> { head, tail } of waiters linked by deadlinePrev/deadlineNext. */
+  #lists = new Map();
+  #timer;
+  #armedAt = Infinity;
+  #onExpired;
+
+  /** `onExpired(waiter)` runs when a waiter's deadline passes. */
+  constructor(onExpired) {
+    this.#onExpired = onExpired;
+  }
+
+  /** Starts the wait of `waiter`, due `waitMs` from now. */
+  add(waiter, waitMs) {
+    const deadline = performance.now() + waitMs;
+    waiter.deadline = deadline;
+    waiter.deadlineMs = waitMs;
+    let list = this.#lists.get(waitMs);
+    if (list === undefined) {
+      list = { head: undefined, tail: undefined };
+      this.#lists.set(waitMs, list);
+    }
+    waiter.deadlinePrev = list.tail;
+    waiter.deadlineNext = undefined;
+    if (list.tail === undefined) list.head = waiter;
+    else list.tail.deadlineNext = waiter;
+    list.tail = waiter;
+    if (deadline < this.#armedAt) this.#arm(deadline);
+  }
+
+  /** Ends the wait of `waiter` (granted, aborted, rejected). */
+  remove(waiter) {
+    const list = this.#lists.get(waiter.deadlineMs);
+    const { deadlinePrev: prev, deadlineNext: next } = waiter;
+    if (prev === undefined) list.head = next;
+    else prev.deadlineNext = next;
+    if (next === undefined) list.tail = prev;
+    else next.deadlinePrev = prev;
+    waiter.deadlinePrev = waiter.deadlineNext = undefined;
+    if (list.head === undefined) {
+      this.#lists.delete(waiter.deadlineMs);
+      if (this.#lists.size === 0) this.#disarm();
+    }
+  }
+
+  #arm(deadline) {
+    clearTimeout(this.#timer);
+    this.#armedAt = deadline;
+    this.#timer = setTimeout(() => this.#fire(), Math.max(1, Math.ceil(deadline - performance.now())));
+  }
+
+  #disarm() {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#armedAt = Infinity;
+  }
+
+  #fire() {
+    this.#timer = undefined;
+    this.#armedAt = Infinity;
+    const now = performance.now();
+    const expired = [];
+    let next = Infinity;
+    for (const list of this.#lists.values()) {
+      let waiter = list.head;
+      for (; waiter !== undefined && waiter.deadline <= now; waiter = waiter.deadlineNext) expired.push(waiter);
+      if (waiter !== undefined) next = Math.min(next, waiter.deadline);
+    }
+    // Expiring removes each waiter, which may rearm; arm for the rest first.
+    if (next !== Infinity) this.#arm(next);
+    for (const waiter of expired) this.#onExpired(waiter);
+  }
+}

@@ -1,0 +1,106 @@
+// LockProvider: every configured backend by name, with one close().
+import { invalidArgument, LockError, fromInfo } from './errors.js';
+import { native } from './native.js';
+import { openLocal } from './local.js';
+import { RedisGroup } from './redis.js';
+
+/**
+ * The drivers built into this package, by the `driver` name of the options.
+ * Every backend is built here and nowhere else: the one place where app
+ * drivers (extensions) will join later. A driver factory takes
+ * `{ name, options, shared }` and returns `{ view, close() }`; `shared` holds
+ * what backends of one driver share in a provider.
+ */
+const DRIVERS = new Map([
+  ['local', openLocal],
+  ['redis', ({ name, shared }) => shared.redis().driver(name)],
+]);
+
+/** Warnings and errors to stderr; debug dropped. Used when none is given. */
+export const stderrLogger = Object.freeze({
+  debug() {},
+  error(fields, message) {
+    console.error(`dokebi-lock error [${fields.backend}] ${fields.code}: ${message}`);
+  },
+});
+
+function openDriver(name, driver, options, shared) {
+  const factory = DRIVERS.get(driver);
+  if (factory !== undefined) return factory({ name, options, shared });
+  throw new LockError('UNKNOWN_DRIVER', `backend ${name}: no driver named ${driver}`, { details: { backend: name, driver } });
+}
+
+/** Opens every backend of validated native options. */
+export function openProvider(options, logger = stderrLogger) {
+  const drivers = new Map();
+  let redis;
+  // The redis runtime and connections start only when a redis backend exists.
+  const shared = { redis: () => (redis ??= new RedisGroup(options, logger)) };
+  try {
+    for (const { name, driver } of options.backends()) {
+      drivers.set(name, openDriver(name, driver, options, shared));
+      logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
+    }
+  } catch (error) {
+    // Nothing half-open stays behind; close failures are secondary to `error`.
+    for (const opened of drivers.values()) opened.close().catch(() => {});
+    redis?.close().catch(() => {});
+    throw error;
+  }
+  return new LockProvider(drivers, logger);
+}
+
+export class LockProvider {
+  #drivers;
+  #logger;
+  #closing;
+
+  /** @internal use openLock() or createPlugin() */
+  constructor(drivers, logger) {
+    this.#drivers = drivers;
+    this.#logger = logger;
+  }
+
+  /** The configured backend names, sorted. */
+  names() {
+    return [...this.#drivers.keys()];
+  }
+
+  /** The backend `name`: UNKNOWN_BACKEND if none, CLOSED after close(). */
+  backend(name) {
+    if (this.#closing !== undefined) throw fromInfo(native.closedError());
+    if (typeof name !== 'string') throw invalidArgument('backend name must be a string');
+    const driver = this.#drivers.get(name);
+    if (driver === undefined) {
+      throw new LockError('UNKNOWN_BACKEND', 'no backend of that name is configured', {
+        details: { backend: name, known: this.names() },
+      });
+    }
+    return driver.view;
+  }
+
+  /**
+   * Closes every backend: waiters are rejected with CLOSED, held leases
+   * become invalid. A driver whose close fails is logged, never thrown.
+   * Idempotent: later calls return the same promise.
+   */
+  close() {
+    this.#closing ??= this.#closeDrivers();
+    return this.#closing;
+  }
+
+  async #closeDrivers() {
+    for (const [backend, driver] of this.#drivers) {
+      try {
+        await driver.close();
+      } catch (error) {
+        const code = error instanceof LockError ? error.code : 'LOCK_CLOSE_FAILED';
+        this.#logger.error({ backend, code }, 'lock backend close failed');
+      }
+    }
+  }
+
+  [Symbol.asyncDispose]() {
+    return this.close();
+  }
+}

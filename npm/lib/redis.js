@@ -1,0 +1,124 @@
+// The redis driver: LockBackend views over the core's redis backends. Every
+// operation is a promise settled from the core's runtime; this module only
+// converts arguments and results.
+import { native } from './native.js';
+import { fromInfo, takeNativeError } from './errors.js';
+import { notAStringKey, waitTimeout } from './args.js';
+
+/** A native result is either the value or an ErrorInfo (which has a code). */
+function unwrap(result) {
+  if (result !== null && typeof result === 'object' && typeof result.code === 'string' && typeof result.message === 'string') {
+    throw fromInfo(result);
+  }
+  return result;
+}
+
+/** A lease held through Redis. */
+class RedisLease {
+  #native;
+  #key;
+  #fence;
+
+  constructor(handle, key) {
+    this.#native = handle;
+    this.#key = key;
+    this.#fence = handle.fence;
+  }
+
+  get key() {
+    return this.#key;
+  }
+
+  /** A conservative local estimate: false after expiry, release or an unknown outcome. */
+  get valid() {
+    return this.#native.valid;
+  }
+
+  /** The lease time left by that estimate; 0 when invalid. */
+  get remainingMs() {
+    return this.#native.remainingMs;
+  }
+
+  /** Decimal string; grows per key with Redis INCR. Compare with BigInt. */
+  get fence() {
+    return this.#fence;
+  }
+
+  /** Extends the TTL after comparing the owner token; false when no longer ours. */
+  renew() {
+    return this.#native.renew().then(unwrap);
+  }
+
+  /** True when released, false when already released; LEASE_LOST when another owner had it. */
+  release() {
+    return this.#native.release().then(unwrap);
+  }
+
+  async [Symbol.asyncDispose]() {
+    await this.release();
+  }
+}
+
+/** The LockBackend of a redis backend. */
+class RedisBackend {
+  #native;
+
+  constructor(handle) {
+    this.#native = handle;
+  }
+
+  async acquire(key, options) {
+    let waitMs = this.#native.waitTimeoutMs;
+    let signal;
+    if (options !== undefined) {
+      waitMs = waitTimeout(options, waitMs);
+      signal = options.signal;
+      if (signal?.aborted) throw fromInfo(native.abortedError());
+    }
+    if (typeof key !== 'string') throw notAStringKey();
+    if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), key);
+    const abort = new native.NativeAbort();
+    const onAbort = () => abort.abort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      return new RedisLease(unwrap(await this.#native.acquire(key, waitMs, abort)), key);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+}
+
+/** The log sink of the native driver: { level, backend, code, message }. */
+function forwardTo(logger) {
+  return ({ level, backend, code, message }) => {
+    const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
+    log.call(logger, { backend, code }, message);
+  };
+}
+
+/**
+ * The redis part of one provider: the core opens every redis backend of the
+ * options at once (one runtime, one connection per configured connection).
+ */
+export class RedisGroup {
+  #native;
+  #closing;
+
+  constructor(options, logger) {
+    this.#native = options.openRedis(forwardTo(logger));
+    if (this.#native === null) throw takeNativeError();
+  }
+
+  /** The driver `{ view, close() }` of backend `name`. */
+  driver(name) {
+    const backend = this.#native.backend(name);
+    if (backend === null) throw takeNativeError();
+    return { view: new RedisBackend(backend), close: () => this.close() };
+  }
+
+  /** Closes every redis backend once; later calls share the first close. */
+  close() {
+    this.#closing ??= this.#native.close().then(unwrap);
+    return this.#closing;
+  }
+}

@@ -1,0 +1,27 @@
+// The examples run with one command each and print what they promise.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+function run(example, env = {}) {
+  const main = fileURLToPath(new URL(`../../examples/${example}/main.js`, import.meta.url));
+  const result = spawnSync(process.execPath, [main], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, ...env } });
+  assert.equal(result.status, 0, `${example} failed:\n${result.stderr}`);
+  return result.stdout;
+}
+
+test('examples/14-local serializes updates, reports LOCK_BUSY and runs as a plugin', () => {
+  const out = run('14-local');
+  assert.match(out, /order:42 total 45/);
+  assert.match(out, /busy: LOCK_BUSY/);
+  assert.match(out, /nightly-report valid after stop: false/);
+});
+
+test('examples/15-redis starts its own redis-server and shows exclusion, hand-off and fences', () => {
+  const out = run('15-redis', { REDIS_URL: '' });
+  assert.match(out, /worker: LOCK_BUSY/);
+  assert.match(out, /worker got invoice:7 after the release/);
+  assert.match(out, /fence grew: true/);
+  assert.match(out, /web holds invoice:7 again: true/);
+});

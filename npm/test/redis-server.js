@@ -1,0 +1,48 @@
+// Starts a private redis-server on a free port for one test file, and stops
+// it at the end (also on failure). Never uses 6379.
+import { spawn } from 'node:child_process';
+import { createServer, connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function answersPing(port) {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => {
+      socket.destroy();
+      resolve(data.toString().startsWith('+PONG'));
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** `{ url, port, stop() }` of a fresh redis-server without persistence. */
+export async function startRedis() {
+  const port = await freePort();
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: 'ignore',
+  });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  for (let attempt = 0; !(await answersPing(port)); attempt++) {
+    if (attempt > 100 || child.exitCode !== null) {
+      child.kill('SIGKILL');
+      throw new Error(`redis-server did not start on port ${port}`);
+    }
+    await sleep(50);
+  }
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}/0`,
+    async stop() {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}

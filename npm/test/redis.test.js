@@ -1,0 +1,211 @@
+// SPEC section 5 end to end through the JS API, against a private redis-server.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { openLock } from '../index.js';
+import { rejectsWith } from './helpers.js';
+import { startRedis } from './redis-server.js';
+
+let redis;
+before(async () => {
+  redis = await startRedis();
+});
+after(async () => {
+  await redis?.stop();
+});
+
+let namespaces = 0;
+/** A provider with one redis backend `r` in a namespace of its own test. */
+function open(settings = {}, { url = redis.url, namespace, connection = {} } = {}) {
+  return openLock({
+    config: {
+      'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace: namespace ?? `t${namespaces}`, ...settings } } },
+      'dokebi-redis': { connections: { main: { url, ...connection } } },
+    },
+  });
+}
+/** Two providers (two "processes") sharing one namespace. */
+async function pair(settings = {}) {
+  const namespace = `t${++namespaces}`;
+  return [await open(settings, { namespace }), await open(settings, { namespace })];
+}
+
+test('a redis lease has key, valid, remainingMs within leaseMs, and a decimal fence', async () => {
+  const [provider] = await pair({ leaseMs: 5000 });
+  const lease = await provider.backend('r').acquire('order:42');
+  assert.equal(lease.key, 'order:42');
+  assert.equal(lease.valid, true);
+  assert.ok(lease.remainingMs > 4000 && lease.remainingMs <= 5000, String(lease.remainingMs));
+  assert.match(lease.fence, /^[1-9][0-9]*$/);
+  assert.equal(await lease.release(), true);
+  assert.equal(await lease.release(), false);
+  assert.equal(lease.valid, false);
+  assert.equal(lease.remainingMs, 0);
+  await provider.close();
+});
+
+test('exclusion across providers: LOCK_BUSY, WAIT_TIMEOUT, then a hand-off on release', async () => {
+  const [a, b] = await pair();
+  const held = await a.backend('r').acquire('k');
+  await rejectsWith(b.backend('r').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await rejectsWith(b.backend('r').acquire('k', { waitTimeoutMs: 50 }), 'WAIT_TIMEOUT');
+  const waiting = b.backend('r').acquire('k', { waitTimeoutMs: 5000 });
+  await held.release();
+  const next = await waiting;
+  assert.ok(BigInt(next.fence) > BigInt(held.fence), 'the fence grows per key');
+  await next.release();
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('waiters of one key in one provider are served in FIFO order', async () => {
+  const [provider] = await pair();
+  const backend = provider.backend('r');
+  const holder = await backend.acquire('k');
+  const order = [];
+  const waiters = [1, 2, 3].map((n) =>
+    backend.acquire('k').then(async (lease) => {
+      order.push(n);
+      await lease.release();
+    }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await holder.release();
+  await Promise.all(waiters);
+  assert.deepEqual(order, [1, 2, 3]);
+  await provider.close();
+});
+
+test('an aborted signal is ABORTED before and while waiting', async () => {
+  const [a, b] = await pair();
+  await rejectsWith(a.backend('r').acquire('k', { signal: AbortSignal.abort() }), 'ABORTED');
+  await a.backend('r').acquire('k');
+  const controller = new AbortController();
+  const waiting = b.backend('r').acquire('k', { signal: controller.signal });
+  setTimeout(() => controller.abort(), 30);
+  await rejectsWith(waiting, 'ABORTED');
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('renew extends an expiring lease; an expired lease is invalid and its release is LEASE_LOST', async () => {
+  const [a, b] = await pair({ leaseMs: 300 });
+  const lease = await a.backend('r').acquire('k');
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(await lease.renew(), true);
+  assert.ok(lease.remainingMs > 200, String(lease.remainingMs));
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  assert.equal(lease.valid, false);
+  assert.equal(lease.remainingMs, 0);
+  const taken = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
+  assert.ok(BigInt(taken.fence) > BigInt(lease.fence));
+  assert.equal(await lease.renew(), false);
+  const error = await rejectsWith(lease.release(), 'LEASE_LOST');
+  assert.match(error.fix, /fencing/);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('maxLeases held by this process, then KEY_LIMIT (503 LOCK_OVERLOADED)', async () => {
+  const [provider] = await pair({ maxLeases: 1 });
+  await provider.backend('r').acquire('a');
+  const limit = await rejectsWith(provider.backend('r').acquire('b'), 'KEY_LIMIT');
+  assert.equal(limit.http.code, 'LOCK_OVERLOADED');
+  await provider.close();
+});
+
+test('maxWaiters acquires in progress, then QUEUE_FULL (503 LOCK_OVERLOADED)', async () => {
+  const [provider] = await pair({ maxWaiters: 1 });
+  const backend = provider.backend('r');
+  await backend.acquire('a');
+  const waiting = rejectsWith(backend.acquire('a', { waitTimeoutMs: 5000 }), 'CLOSED');
+  const full = await rejectsWith(backend.acquire('a'), 'QUEUE_FULL');
+  assert.equal(full.http.code, 'LOCK_OVERLOADED');
+  await provider.close();
+  await waiting;
+});
+
+test('close releases held leases, rejects waiters with CLOSED, and later calls are CLOSED', async () => {
+  const [a, b] = await pair();
+  const lease = await a.backend('r').acquire('k');
+  const waiter = rejectsWith(a.backend('r').acquire('k', { waitTimeoutMs: 60_000 }), 'CLOSED');
+  await a.close();
+  await waiter;
+  assert.equal(lease.valid, false);
+  await rejectsWith(() => a.backend('r'), 'CLOSED');
+  const other = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
+  assert.equal(other.valid, true, 'close released the lease in Redis');
+  await b.close();
+});
+
+test('await using releases a redis lease at the end of the block', async () => {
+  const [a, b] = await pair();
+  {
+    await using lease = await a.backend('r').acquire('k');
+    assert.equal(lease.valid, true);
+  }
+  assert.equal((await b.backend('r').acquire('k', { waitTimeoutMs: 0 })).valid, true);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('an unreachable Redis is PROVIDER_FAILED with the Redis error as cause (503 for web hosts)', async () => {
+  const provider = await open({}, { url: 'redis://127.0.0.1:1/0', connection: { connectTimeoutMs: 200 } });
+  const error = await rejectsWith(provider.backend('r').acquire('k', { waitTimeoutMs: 0 }), 'PROVIDER_FAILED');
+  assert.ok(error.cause instanceof Error);
+  assert.equal(error.http.status, 503);
+  await provider.close();
+});
+
+test('bad keys and arguments are LockErrors on redis backends too', async () => {
+  const [provider] = await pair({ maxKeyBytes: 4 });
+  const backend = provider.backend('r');
+  for (const key of ['', 'a\uD800', 'toolong', 7]) await rejectsWith(backend.acquire(key), 'INVALID_KEY');
+  await rejectsWith(backend.acquire('k', { waitTimeoutMs: -1 }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire('k', { signal: 'no' }), 'INVALID_ARGUMENT');
+  await provider.close();
+});
+
+test('a process that opens redis, locks, closes exits by itself', () => {
+  const child = `
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ config: {
+  'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10000, namespace: 'exit' } } },
+  'dokebi-redis': { connections: { main: { url: ${JSON.stringify(redis.url)} } } },
+} });
+const lease = await provider.backend('r').acquire('k');
+const waiter = provider.backend('r').acquire('k', { waitTimeoutMs: 600000 }).catch((error) => error.code);
+await provider.close();
+console.log(await waiter, lease.valid);
+`;
+  const result = spawnSync(process.execPath, ['--input-type=module', '-e', child], { encoding: 'utf8', timeout: 20_000 });
+  assert.equal(result.signal, null, 'the child had to be killed: something kept it alive');
+  assert.equal(result.status, 0, result.stderr);
+  assert.equal(result.stdout.trim(), 'CLOSED false');
+});
+
+test('a failed cleanup at close is logged with the fields backend and code only, never thrown', async () => {
+  const doomed = await startRedis();
+  const records = [];
+  const record = (level) => (fields, message) => records.push({ level, fields, message });
+  try {
+    const provider = await openLock({
+      logger: { debug: record('debug'), error: record('error') },
+      config: {
+        'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, shutdownTimeoutMs: 300 } } },
+        'dokebi-redis': { connections: { main: { url: doomed.url, commandTimeoutMs: 100, connectTimeoutMs: 100 } } },
+      },
+    });
+    await provider.backend('r').acquire('secret-key');
+    await doomed.stop();
+    await provider.close();
+    await new Promise((resolve) => setTimeout(resolve, 100)); // log delivery from the driver thread
+  } finally {
+    await doomed.stop();
+  }
+  assert.deepEqual(records[0], { level: 'debug', fields: { backend: 'r', code: 'LOCK_BACKEND_READY' }, message: 'lock backend ready' });
+  const errors = records.filter((r) => r.level === 'error');
+  assert.ok(errors.length > 0, JSON.stringify(records));
+  for (const { fields, message } of errors) {
+    assert.deepEqual(Object.keys(fields).sort(), ['backend', 'code']);
+    assert.equal(fields.backend, 'r');
+    assert.match(fields.code, /^CLEANUP_(FAILED|TIMEOUT)$/);
+    assert.ok(!message.includes('secret-key'));
+  }
+});

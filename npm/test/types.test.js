@@ -1,0 +1,27 @@
+// The TypeScript option types agree with options.schema.json.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { OUTPUT, readSchema, render } from '../scripts/options-types.js';
+
+test('options.d.ts is generated from the current options.schema.json', () => {
+  assert.equal(readFileSync(OUTPUT, 'utf8'), render(readSchema()), 'run: node npm/scripts/options-types.js');
+});
+
+test('every backend and connection field of the schema is typed', () => {
+  const types = readFileSync(OUTPUT, 'utf8');
+  const options = readSchema().properties.options.properties;
+  const [local, redis] = options['dokebi-lock'].properties.backends.additionalProperties.anyOf;
+  const connection = options['dokebi-redis'].properties.connections.additionalProperties;
+  for (const schema of [local, redis, connection]) {
+    for (const field of Object.keys(schema.properties)) assert.match(types, new RegExp(`readonly ${field}\\??: `));
+  }
+});
+
+test('LockErrorCode in index.d.ts lists exactly the core error codes', async () => {
+  const { native } = await import('../lib/native.js');
+  const declared = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
+  const union = declared.slice(declared.indexOf('export type LockErrorCode'), declared.indexOf(';', declared.indexOf('export type LockErrorCode')));
+  const codes = [...union.matchAll(/'([A-Z_]+)'/g)].map((m) => m[1]).sort();
+  assert.deepEqual(codes, native.errorCodes().map((c) => c.code).sort());
+});

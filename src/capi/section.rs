@@ -1,0 +1,148 @@
+//! `dokebi_lock_with_lock` and `dokebi_lock_backend_get_status`.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::args::{self, handle, wait_timeout, Out};
+use super::backend::dokebi_lock_backend;
+use super::completion::block_on;
+use super::error::dokebi_lock_error;
+use super::lease::{decimal, FENCE_CAPACITY};
+use super::panic::{boundary, call};
+use super::status::dokebi_lock_status;
+use crate::abort::AbortSignal;
+use crate::acquire::AcquireOptions;
+use crate::error::ErrorCode;
+
+/// What a section run by `dokebi_lock_with_lock` can ask; valid only during
+/// the call of the section.
+pub struct dokebi_lock_section {
+    fence: [u8; FENCE_CAPACITY],
+    lost: AbortSignal,
+}
+
+/// A critical section: gets the section (for its fence and whether the lease
+/// was lost) and the caller's `user_data`; its return value is handed back
+/// through `out_result`. It must not unwind (no C++ exception may escape it).
+pub type dokebi_lock_section_fn = Option<unsafe extern "C" fn(section: *const dokebi_lock_section, user_data: *mut c_void) -> c_int>;
+
+/// Acquires `key` as `dokebi_lock_acquire` does, runs `section` on the calling
+/// thread, and releases the lease whatever the section did. A redis lease is
+/// renewed every `leaseMs / 3` on the driver's own thread while the section
+/// runs. On success `*out_result` is the section's return value. If the lease
+/// was lost at any point during the section, the call fails with
+/// `DOKEBI_LOCK_LEASE_LOST` even though the section ran: its work may have
+/// overlapped another holder's.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `key` is NULL or points to
+/// `key_len` readable bytes; `section` is callable with `user_data`;
+/// `out_result` is writable; `out_error` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_with_lock(
+    backend: *const dokebi_lock_backend,
+    key: *const c_char,
+    key_len: usize,
+    wait_timeout_ms: i64,
+    section: dokebi_lock_section_fn,
+    user_data: *mut c_void,
+    out_result: *mut c_int,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        let backend = unsafe { handle(backend, "backend") }?;
+        let out = Out::new(out_result, "out_result")?;
+        let section = section.ok_or_else(|| crate::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
+        let key = unsafe { args::key(key, key_len) }?;
+        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None };
+        // The raw pointer crosses into the section's future; the future runs
+        // to completion on this thread before the call returns.
+        let user_data = user_data as usize;
+        let result = block_on(backend.backend.with_lock(key, options, |granted| async move {
+            let view = dokebi_lock_section { fence: decimal(granted.fence), lost: granted.signal };
+            // SAFETY: the caller vouches that `section` accepts `user_data`.
+            unsafe { section(&view, user_data as *mut c_void) }
+        }))?;
+        out.write(result);
+        Ok(())
+    })
+}
+
+/// The section's fence as a NUL-terminated decimal string, owned by the
+/// section. NULL for a NULL section.
+///
+/// # Safety
+/// `section` is NULL or the section passed to the running section function.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_section_fence(section: *const dokebi_lock_section) -> *const c_char {
+    boundary(|| unsafe { section.as_ref() }.map_or(std::ptr::null(), |s| s.fence.as_ptr().cast()))
+}
+
+/// True once the section's lease is known lost (a renewal found another
+/// owner, or none could be made in time): stop the work, it is no longer
+/// exclusive. False for a NULL section.
+///
+/// # Safety
+/// `section` is NULL or the section passed to the running section function.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_section_lost(section: *const dokebi_lock_section) -> bool {
+    boundary(|| unsafe { section.as_ref() }.is_some_and(|s| s.lost.is_aborted()))
+}
+
+/// A snapshot of a backend (counts only, never keys).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct dokebi_lock_backend_status {
+    /// Leases held now by this process.
+    pub held: u64,
+    /// Acquires waiting now.
+    pub waiting: u64,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Waits that ended in `WAIT_TIMEOUT`.
+    pub timed_out: u64,
+    /// Leases found lost (always 0 for local backends).
+    pub lost: u64,
+    /// True for a redis backend; the fields below are meaningful only then.
+    pub is_redis: bool,
+    /// The command connection answered its last command.
+    pub connected: bool,
+    /// The pub/sub subscription that wakes waiters is live.
+    pub subscribed: bool,
+    /// The code of the last failure talking to Redis, `DOKEBI_LOCK_OK` if none.
+    pub last_error: u32,
+    /// When Redis last answered, in ms since the Unix epoch; -1 if never.
+    pub last_probe_unix_ms: i64,
+}
+
+/// Writes a snapshot of `backend` to `*out_status`.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `out_status` is writable;
+/// `out_error` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_backend_get_status(
+    backend: *const dokebi_lock_backend,
+    out_status: *mut dokebi_lock_backend_status,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        let backend = unsafe { handle(backend, "backend") }?;
+        let out = Out::new(out_status, "out_status")?;
+        let status = backend.backend.status();
+        let redis = status.redis.as_ref();
+        let unix_ms = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(-1, |d| d.as_millis() as i64);
+        out.write(dokebi_lock_backend_status {
+            held: status.held as u64,
+            waiting: status.waiting as u64,
+            acquired: status.acquired,
+            timed_out: status.timed_out,
+            lost: status.lost,
+            is_redis: redis.is_some(),
+            connected: redis.is_some_and(|r| r.connected),
+            subscribed: redis.is_some_and(|r| r.subscribed),
+            last_error: redis.and_then(|r| r.last_error).map_or(0, |code| code as u32),
+            last_probe_unix_ms: redis.and_then(|r| r.last_probe).map_or(-1, unix_ms),
+        });
+        Ok(())
+    })
+}
