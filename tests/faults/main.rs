@@ -2,7 +2,7 @@
 //! `FAULTS_SECONDS=60`, one scenario with `FAULTS_ONLY=<name>`).
 //!
 //! Per scenario, worker processes (Rust: this binary run as `worker`; C:
-//! `worker.c` against liblock) contend for a few keys on a private lock
+//! `worker.c` against liblock; Node: `worker.mjs` on @dokebi/lock) contend for a few keys on a private lock
 //! redis-server. Each section does a fenced read-modify-write on a store
 //! that lives on a second redis-server (see `store.rs`) and logs its hold
 //! (see `log.rs`). Meanwhile the harness injects one kind of fault. Then it
@@ -88,6 +88,7 @@ impl Fault {
 enum Kind {
     Rust,
     C,
+    Node,
 }
 
 struct Worker {
@@ -123,10 +124,7 @@ impl Run {
         let name = format!("{kind:?}-{}", self.workers.len()).to_lowercase();
         let log = self.dir.join(format!("{name}.log"));
         let args = WorkerArgs {
-            lock_url: self.lock_url(),
             store_port: self.store.port(),
-            namespace: NAMESPACE.into(),
-            lease_ms: LEASE_MS,
             keys: KEYS,
             hold_ms: self.hold_ms,
             run_ms: self.run.saturating_sub(self.started.elapsed()).as_millis().max(1) as u32,
@@ -142,7 +140,13 @@ impl Run {
                 command
             }
             Kind::C => Command::new(&self.c_worker),
+            Kind::Node => {
+                let mut command = Command::new("node");
+                command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/worker.mjs"));
+                command
+            }
         };
+        command.env(worker::YAML_VAR, worker::yaml(&self.lock_url(), NAMESPACE, LEASE_MS));
         let stderr = std::fs::File::create(self.dir.join(format!("{name}.stderr"))).unwrap();
         let child = command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
         self.workers.push(Worker { name, kind, child, log, killed_at: None });
@@ -323,7 +327,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         faults: 0,
         violations: Vec::new(),
     };
-    for kind in [Kind::Rust, Kind::C, Kind::Rust, Kind::C] {
+    for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
         run.spawn(kind);
     }
     run.inject(scenario.fault);
@@ -388,7 +392,7 @@ fn main() {
         }
         rows.push(row);
     }
-    println!("\nfault suite: {seconds} s per scenario, lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C workers (logs in {})", root.display());
+    println!("\nfault suite: {seconds} s per scenario, lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", root.display());
     println!("{:<16} {:>7} {:>6} {:>6} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10}", "scenario", "workers", "ops", "faults", "acq.fail", "overlaps", "stale/told", "accepted", "refused", "violations");
     let mut violations = 0;
     for row in &rows {

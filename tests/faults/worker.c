@@ -1,7 +1,7 @@
-/* The C worker of the fault suite: the same loop, arguments and log lines
- * as worker.rs, through liblock (the lock) and a minimal RESP client (the
- * fenced store). Usage: worker <lock_url> <store_port> <namespace>
- * <lease_ms> <keys> <hold_ms> <run_ms> <log> <seed> <read_sha> <write_sha> */
+/* The C worker of the fault suite: the same loop, arguments, options
+ * (YAML in FAULTS_LOCK_YAML) and log lines as worker.rs, through liblock
+ * (the lock) and a minimal RESP client (the fenced store). Usage: worker
+ * <store_port> <keys> <hold_ms> <run_ms> <log> <seed> <read_sha> <write_sha> */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -79,24 +79,14 @@ static unsigned below(unsigned n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 12) die("expected 11 arguments");
-    const char *url = argv[1], *namespace_ = argv[3], *read_sha = argv[10], *write_sha = argv[11];
-    int store_port = atoi(argv[2]);
-    unsigned lease_ms = (unsigned)atoi(argv[4]), keys = (unsigned)atoi(argv[5]), hold_ms = (unsigned)atoi(argv[6]);
-    uint64_t run_until = mono_us() + (uint64_t)strtoull(argv[7], NULL, 10) * 1000u;
-    rng = strtoull(argv[9], NULL, 10) | 1;
+    if (argc != 9) die("expected 8 arguments");
+    const char *read_sha = argv[7], *write_sha = argv[8], *yaml = getenv("FAULTS_LOCK_YAML");
+    if (!yaml) die("FAULTS_LOCK_YAML is not set");
+    int store_port = atoi(argv[1]);
+    unsigned keys = (unsigned)atoi(argv[2]), hold_ms = (unsigned)atoi(argv[3]);
+    uint64_t run_until = mono_us() + (uint64_t)strtoull(argv[4], NULL, 10) * 1000u;
+    rng = strtoull(argv[6], NULL, 10) | 1;
 
-    char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "schemaVersion: 1\n"
-             "options:\n"
-             "  dokebi-lock:\n"
-             "    backends:\n"
-             "      faults: { driver: redis, connection: main, namespace: %s, leaseMs: %u, waitTimeoutMs: 3000, pollIntervalMs: 20 }\n"
-             "  dokebi-redis:\n"
-             "    connections:\n"
-             "      main: { url: \"%s\", connectTimeoutMs: 500, commandTimeoutMs: 1500 }\n",
-             namespace_, lease_ms, url);
     dokebi_lock_runtime *runtime = NULL;
     dokebi_lock_backend *backend = NULL;
     if (dokebi_lock_runtime_open(yaml, strlen(yaml), &runtime, NULL) != DOKEBI_LOCK_OK) die("runtime_open");
@@ -108,7 +98,7 @@ int main(int argc, char **argv) {
     address.sin_port = htons((uint16_t)store_port);
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(store_fd, (struct sockaddr *)&address, sizeof address) != 0) die("the store is down");
-    FILE *log = fopen(argv[8], "a");
+    FILE *log = fopen(argv[5], "a");
     if (!log) die("cannot open the log");
 
     while (mono_us() < run_until) {

@@ -11,13 +11,14 @@ use dokebi_lock::{AcquireOptions, Provider};
 
 use crate::log::mono_us;
 
-/// Everything a worker is told on its command line (the C worker takes the
-/// same arguments in the same order).
+/// The environment variable that hands every worker its options (YAML).
+pub const YAML_VAR: &str = "FAULTS_LOCK_YAML";
+
+/// Everything a worker is told on its command line (the C and Node workers
+/// take the same arguments in the same order); its options come in
+/// [`YAML_VAR`].
 pub struct WorkerArgs {
-    pub lock_url: String,
     pub store_port: u16,
-    pub namespace: String,
-    pub lease_ms: u32,
     pub keys: u32,
     pub hold_ms: u32,
     pub run_ms: u32,
@@ -30,10 +31,7 @@ pub struct WorkerArgs {
 impl WorkerArgs {
     pub fn to_args(&self) -> Vec<String> {
         vec![
-            self.lock_url.clone(),
             self.store_port.to_string(),
-            self.namespace.clone(),
-            self.lease_ms.to_string(),
             self.keys.to_string(),
             self.hold_ms.to_string(),
             self.run_ms.to_string(),
@@ -45,24 +43,21 @@ impl WorkerArgs {
     }
 
     pub fn parse(args: &[String]) -> WorkerArgs {
-        assert_eq!(args.len(), 11, "worker arguments: see WorkerArgs");
+        assert_eq!(args.len(), 8, "worker arguments: see WorkerArgs");
         WorkerArgs {
-            lock_url: args[0].clone(),
-            store_port: args[1].parse().unwrap(),
-            namespace: args[2].clone(),
-            lease_ms: args[3].parse().unwrap(),
-            keys: args[4].parse().unwrap(),
-            hold_ms: args[5].parse().unwrap(),
-            run_ms: args[6].parse().unwrap(),
-            log: args[7].clone(),
-            seed: args[8].parse().unwrap(),
-            read_sha: args[9].clone(),
-            write_sha: args[10].clone(),
+            store_port: args[0].parse().unwrap(),
+            keys: args[1].parse().unwrap(),
+            hold_ms: args[2].parse().unwrap(),
+            run_ms: args[3].parse().unwrap(),
+            log: args[4].clone(),
+            seed: args[5].parse().unwrap(),
+            read_sha: args[6].clone(),
+            write_sha: args[7].clone(),
         }
     }
 }
 
-/// The backend every worker uses; also the C worker's configuration.
+/// The options of every worker: one redis backend `faults`.
 pub fn yaml(lock_url: &str, namespace: &str, lease_ms: u32) -> String {
     format!(
         "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main: {{ url: \"{lock_url}\", connectTimeoutMs: 500, commandTimeoutMs: 1500 }}\n"
@@ -82,7 +77,7 @@ impl Rng {
 }
 
 pub fn run(args: WorkerArgs) {
-    let provider = Provider::from_yaml(&yaml(&args.lock_url, &args.namespace, args.lease_ms)).expect("worker options");
+    let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
     let backend = provider.backend("faults").unwrap();
     let mut store = redis::Client::open(format!("redis://127.0.0.1:{}/0", args.store_port)).unwrap().get_connection().expect("the store is up");
     let mut log = OpenOptions::new().create(true).append(true).open(&args.log).unwrap();
