@@ -17,6 +17,8 @@ pub struct Findings {
     pub stale: u64,
     /// ... of which the holder was told (release LEASE_LOST / OUTCOME_UNKNOWN).
     pub told: u64,
+    /// Releases that reported the lease lost (`LEASE_LOST`, `OUTCOME_UNKNOWN`).
+    pub lost: u64,
     /// Store writes accepted / refused.
     pub accepted: u64,
     pub refused: u64,
@@ -27,6 +29,7 @@ pub struct Findings {
 /// sections on a key may overlap at all.
 pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: bool) -> Findings {
     let mut findings = Findings { holds: holds.len() as u64, ..Findings::default() };
+    findings.lost = holds.iter().filter(|h| h.told() && h.release != "KILLED").count() as u64;
     let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
     for hold in holds {
         by_key.entry(&hold.key).or_default().push(hold);

@@ -57,6 +57,10 @@ enum Fault {
     DebugSleep,
     /// 20 ms added each way by a TCP proxy.
     Latency,
+    /// The proxy holds every byte for 1.7 s for a moment: past
+    /// `commandTimeoutMs` (1.5 s) and the lease, so commands in flight end
+    /// `OUTCOME_UNKNOWN` and connections are replaced.
+    Stall,
 }
 
 struct Scenario {
@@ -75,12 +79,20 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15 },
     Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15 },
     Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15 },
+    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15 },
 ];
 
 impl Fault {
     /// True when no fault outlasts a lease, so sections must never overlap.
     fn exclusive(self) -> bool {
         !matches!(self, Fault::Stop | Fault::Restart)
+    }
+
+    /// True when a lock key may outlive its closed holder, until it expires:
+    /// a killed holder's, or one granted by an acquire whose answer never
+    /// came (its owner cleans up by token, but may close first).
+    fn leaves_expiring_keys(self) -> bool {
+        matches!(self, Fault::Kill | Fault::Stall)
     }
 }
 
@@ -219,6 +231,15 @@ impl Run {
                     self.lock_command(&redis::cmd("SCRIPT").arg("FLUSH"));
                     self.faults += 1;
                 }
+                Fault::Stall => {
+                    sleep(Duration::from_millis(700));
+                    let proxy = self.proxy.as_ref().expect("a proxy");
+                    proxy.set_latency(Duration::from_millis(1700));
+                    sleep(Duration::from_millis(150));
+                    proxy.set_latency(Duration::ZERO);
+                    sleep(Duration::from_millis(1700));
+                    self.faults += 1;
+                }
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
                     self.lock_command(redis::cmd("DEBUG").arg("SLEEP").arg("0.25"));
@@ -257,10 +278,10 @@ impl Run {
         }
     }
 
-    /// No lock key may stay once everyone closed; a killed holder's only
-    /// expires, so those get one lease to go.
-    fn check_lock_keys(&mut self) {
-        let grace = if self.workers.iter().any(|w| w.killed_at.is_some()) { Duration::from_millis(u64::from(LEASE_MS) + 500) } else { Duration::ZERO };
+    /// No lock key may stay once everyone closed, but for those that only
+    /// expire (see [`Fault::leaves_expiring_keys`]), which get a lease to go.
+    fn check_lock_keys(&mut self, fault: Fault) {
+        let grace = if fault.leaves_expiring_keys() { Duration::from_millis(u64::from(LEASE_MS) + 500) } else { Duration::ZERO };
         let until = Instant::now() + grace;
         loop {
             let left = self.lock.keys().into_iter().filter(|k| k.starts_with(&format!("{NAMESPACE}:lock:"))).count();
@@ -312,7 +333,11 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
     let store = RedisServer::start();
     let scripts = store::load(&mut store.client());
-    let proxy = (scenario.fault == Fault::Latency).then(|| Proxy::start(lock.port(), Duration::from_millis(20)));
+    let proxy = match scenario.fault {
+        Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
+        Fault::Stall => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        _ => None,
+    };
     let mut run = Run {
         dir,
         lock,
@@ -335,7 +360,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         run.faults = 1;
     }
     run.wait_workers();
-    run.check_lock_keys();
+    run.check_lock_keys(scenario.fault);
     let (holds, failures) = run.holds();
     let mut client = run.store.client();
     let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
@@ -393,18 +418,23 @@ fn main() {
         rows.push(row);
     }
     println!("\nfault suite: {seconds} s per scenario, lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", root.display());
-    println!("{:<16} {:>7} {:>6} {:>6} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10}", "scenario", "workers", "ops", "faults", "acq.fail", "overlaps", "stale/told", "accepted", "refused", "violations");
+    println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
+    println!(
+        "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
+    );
     let mut violations = 0;
     for row in &rows {
         let f = &row.findings;
         violations += f.violations.len();
         println!(
-            "{:<16} {:>7} {:>6} {:>6} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
             row.name,
             row.workers,
             f.holds,
             row.faults,
             row.failures,
+            f.lost,
             f.overlaps,
             format!("{}/{}", f.stale, f.told),
             f.accepted,

@@ -1,9 +1,11 @@
-//! A loopback TCP proxy that delays every byte by a fixed latency in each
-//! direction (a delay line: throughput is unchanged, only later).
+//! A loopback TCP proxy that delays every byte by a latency in each
+//! direction (a delay line: throughput is unchanged, only later). The
+//! latency can change while it runs; bytes keep their order, so a long
+//! latency for a moment stalls a connection until those bytes are through.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 
 pub struct Proxy {
     port: u16,
+    latency_us: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     sockets: Arc<Mutex<Vec<TcpStream>>>,
     acceptor: Option<thread::JoinHandle<()>>,
@@ -24,8 +27,9 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
         let sockets = Arc::new(Mutex::new(Vec::new()));
+        let latency_us = Arc::new(AtomicU64::new(latency.as_micros() as u64));
         let acceptor = {
-            let (stop, sockets) = (stop.clone(), sockets.clone());
+            let (stop, sockets, latency) = (stop.clone(), sockets.clone(), latency_us.clone());
             thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
@@ -36,15 +40,20 @@ impl Proxy {
                                 socket.set_nodelay(true).unwrap();
                                 sockets.lock().unwrap().push(socket.try_clone().unwrap());
                             }
-                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), latency);
-                            pump(server, client, latency);
+                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), latency.clone());
+                            pump(server, client, latency.clone());
                         }
                         Err(_) => thread::sleep(Duration::from_millis(5)),
                     }
                 }
             })
         };
-        Proxy { port, stop, sockets, acceptor: Some(acceptor) }
+        Proxy { port, latency_us, stop, sockets, acceptor: Some(acceptor) }
+    }
+
+    /// The latency of bytes read from now on.
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency_us.store(latency.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn url(&self) -> String {
@@ -52,13 +61,14 @@ impl Proxy {
     }
 }
 
-/// Copies `from` to `to`, each chunk `latency` after it was read.
-fn pump(mut from: TcpStream, mut to: TcpStream, latency: Duration) {
+/// Copies `from` to `to`, each chunk the current latency after it was read.
+fn pump(mut from: TcpStream, mut to: TcpStream, latency: Arc<AtomicU64>) {
     let (sender, receiver) = mpsc::channel::<(Instant, Vec<u8>)>();
     thread::spawn(move || {
         let mut buffer = vec![0u8; 16 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buffer) {
-            if sender.send((Instant::now() + latency, buffer[..n].to_vec())).is_err() {
+            let due = Instant::now() + Duration::from_micros(latency.load(Ordering::Relaxed));
+            if sender.send((due, buffer[..n].to_vec())).is_err() {
                 break;
             }
         }
