@@ -364,7 +364,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let (holds, failures) = run.holds();
     let mut client = run.store.client();
     let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
-    let mut findings = check(&holds, &stores, scenario.fault.exclusive());
+    let mut findings = check(&holds, &stores, scenario.fault.exclusive(), u64::from(LEASE_MS) * 1000);
     if findings.holds < 10 {
         findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
     }
@@ -385,16 +385,19 @@ fn self_test() {
     };
     let none = BTreeMap::new();
     let overlap = [hold("a", 1, 0, 10, "OK"), hold("b", 2, 5, 15, "OK")];
-    assert!(!check(&overlap, &none, true).violations.is_empty(), "an overlap in an exclusive scenario");
-    assert!(!check(&overlap, &none, false).violations.is_empty(), "a stale holder not told");
+    assert!(!check(&overlap, &none, true, 1000).violations.is_empty(), "an overlap in an exclusive scenario");
+    assert!(!check(&overlap, &none, false, 1000).violations.is_empty(), "a stale holder not told");
     let told = [hold("a", 1, 0, 10, "LEASE_LOST"), hold("b", 2, 5, 15, "OK")];
-    assert!(check(&told, &none, false).violations.is_empty(), "a told stale holder is fine");
+    assert!(check(&told, &none, false, 1000).violations.is_empty(), "a told stale holder is fine");
+    assert!(!check(&told, &none, true, 1000).violations.is_empty(), "but not where no fault outlasts the lease");
+    let paused = [hold("a", 1, 0, 1500, "LEASE_LOST"), hold("b", 2, 1200, 1300, "OK")];
+    assert!(check(&paused, &none, true, 1000).violations.is_empty(), "a holder the machine paused past the lease, told");
     let backwards = [hold("a", 2, 0, 10, "OK"), hold("b", 1, 10, 15, "OK")];
-    assert!(!check(&backwards, &none, true).violations.is_empty(), "fences going backwards");
+    assert!(!check(&backwards, &none, true, 1000).violations.is_empty(), "fences going backwards");
     let lost = BTreeMap::from([("k0".to_string(), store::KeyHistory { value: 1, refused: 0, attempts: vec![(1, true), (2, true)] })]);
-    assert!(!check(&[], &lost, true).violations.is_empty(), "a lost increment");
+    assert!(!check(&[], &lost, true, 1000).violations.is_empty(), "a lost increment");
     let repeated = BTreeMap::from([("k0".to_string(), store::KeyHistory { value: 2, refused: 0, attempts: vec![(2, true), (2, true)] })]);
-    assert!(!check(&[], &repeated, true).violations.is_empty(), "a repeated fence");
+    assert!(!check(&[], &repeated, true, 1000).violations.is_empty(), "a repeated fence");
 }
 
 fn main() {
