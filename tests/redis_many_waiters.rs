@@ -7,7 +7,7 @@ mod support;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 
 use dokebi_lock::AcquireOptions;

@@ -228,7 +228,7 @@ impl Run {
                 }
                 Fault::ScriptFlush => {
                     sleep(Duration::from_millis(200));
-                    self.lock_command(&redis::cmd("SCRIPT").arg("FLUSH"));
+                    self.lock_command(redis::cmd("SCRIPT").arg("FLUSH"));
                     self.faults += 1;
                 }
                 Fault::Stall => {
