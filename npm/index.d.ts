@@ -46,7 +46,15 @@ export interface LockHttpAnswer {
 
 /** Every failure of @dokebi/lock. Never carries a lock key. */
 export class LockError extends Error {
-  private constructor();
+  /**
+   * App drivers may throw one too, e.g. INVALID_OPTIONS with
+   * `details.issues` for settings they reject. `fix` comes from `code`.
+   */
+  constructor(
+    code: LockErrorCode,
+    message: string,
+    extra?: { readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown }; readonly cause?: unknown },
+  );
   readonly name: 'LockError';
   readonly code: LockErrorCode;
   readonly plugin: 'dokebi-lock';
@@ -125,12 +133,15 @@ export class LockProvider implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-/** Where openLock reads the options from: exactly one of yaml, file, config. */
+/**
+ * Where openLock reads the options from: exactly one of yaml, file, config;
+ * plus app drivers (`drivers`) and an extension entry module (`entry`).
+ */
 export type OpenLockInput = (
   | { readonly yaml: string; readonly file?: undefined; readonly config?: undefined }
   | { readonly file: string | URL; readonly yaml?: undefined; readonly config?: undefined }
   | { readonly config: LockConfig; readonly yaml?: undefined; readonly file?: undefined }
-) & { readonly logger?: LockLogger };
+) & { readonly logger?: LockLogger; readonly drivers?: LockDrivers; readonly entry?: LockExtensionEntry };
 
 /** Opens a provider for apps without a dokebi host. */
 export function openLock(input: OpenLockInput): Promise<LockProvider>;
@@ -155,13 +166,95 @@ export interface LockPlugin {
 
 /** Input of createPlugin. */
 export interface CreatePluginInput {
-  /** The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are read. */
-  readonly app: { readonly config?: LockConfig };
+  /**
+   * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
+   * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
+   * resolves, through `resolve` when the host offers it (else from the working
+   * directory): DRIVER_NOT_INSTALLED otherwise.
+   */
+  readonly app: { readonly config?: LockConfig; resolve?(specifier: string): string };
   /** The dokebi-lock section to use instead of `app.config['dokebi-lock']`. */
   readonly options?: LockOptions;
-  /** Extension entry module: not supported by this version (INVALID_ENTRY). */
-  readonly entry?: never;
+  /** The extension entry module (`await import('./src/infra/lock/extension.js')`). */
+  readonly entry?: LockExtensionEntry;
 }
 
-/** Creates the plugin; invalid options throw INVALID_PLUGIN_OPTIONS (cause: INVALID_OPTIONS). */
+/**
+ * Creates the plugin. Throws INVALID_PLUGIN_OPTIONS (cause: INVALID_OPTIONS),
+ * INVALID_ENTRY, INVALID_EXTENSION, DRIVER_CONFLICT, UNKNOWN_DRIVER.
+ */
 export function createPlugin(input: CreatePluginInput): LockPlugin;
+
+/** createPlugin with the app drivers `drivers` registered too (DRIVER_CONFLICT on a clash). */
+export function defineLockPlugin(definition: { readonly drivers: LockDrivers }): (input: CreatePluginInput) => LockPlugin;
+
+// Extensions (README, "Extensions").
+
+/** What a driver returns for one backend. */
+export interface LockDriver {
+  /** The backend users get from `provider.backend(name)`. */
+  readonly view: LockBackend;
+  /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
+  close(): Promise<void>;
+}
+
+/** The input of an app driver factory, once per backend of that driver. */
+export interface DriverInput {
+  /** The backend name. */
+  readonly name: string;
+  /** The driver name, as in `driver:`. */
+  readonly driver: string;
+  /**
+   * The backend's settings besides `driver`, unvalidated by the core: the
+   * driver validates them (throw a LockError INVALID_OPTIONS with
+   * `details.issues`, paths under `path`). Empty for built-in drivers.
+   */
+  readonly settings: Readonly<Record<string, unknown>>;
+  /** `backends.<name>`: the prefix of this backend's option paths. */
+  readonly path: string;
+  readonly logger: LockLogger;
+  /** The host's getDependency (createPlugin only), for the tokens of `dependencies()`. */
+  readonly getDependency?: <T = unknown>(token: object) => T;
+}
+
+/** Builds the driver of one backend (may be async). */
+export type DriverFactory = (input: DriverInput) => LockDriver | Promise<LockDriver>;
+
+/** App drivers by name (`export const drivers` of the entry module). */
+export type LockDrivers = { readonly [name: string]: DriverFactory };
+
+export interface CreateDriverInput extends DriverInput {
+  /** Opens the registered driver (built-in or app) of this backend. */
+  open(): Promise<LockDriver>;
+}
+
+export interface WrapBackendInput {
+  readonly name: string;
+  readonly driver: string;
+  /** The backend the driver made. */
+  readonly backend: LockBackend;
+}
+
+/**
+ * The base class of the app's extension. Override any of the three hooks; a
+ * hook you do not override is never called. A subclass takes no constructor
+ * parameters and redefines no other member (INVALID_EXTENSION).
+ */
+export class LockExtension {
+  /** Tokens of plugins this extension needs; called once by createPlugin. */
+  protected dependencies(): readonly object[];
+  /** Once per backend: return `input.open()` or your own driver. */
+  protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
+  /** Once per backend: the backend users get instead of `input.backend`. */
+  protected wrapBackend(input: WrapBackendInput): LockBackend;
+}
+
+/**
+ * The entry module: exactly one LockExtension subclass (default or named
+ * export) and optionally `drivers`.
+ */
+export interface LockExtensionEntry {
+  readonly default?: new () => LockExtension;
+  readonly drivers?: LockDrivers;
+  readonly [name: string]: unknown;
+}

@@ -3,11 +3,12 @@ import { invalidArgument, LockError, fromInfo } from './errors.js';
 import { native } from './native.js';
 import { openLocal } from './local.js';
 import { RedisGroup } from './redis.js';
+import { closeQuietly, DriverSet } from './drivers.js';
 
 /**
  * The drivers built into this package, by the `driver` name of the options.
- * Every backend is built here and nowhere else: the one place where app
- * drivers (extensions) will join later. A driver factory takes
+ * Every backend is built here and nowhere else; app drivers and extension
+ * hooks join through the DriverSet (lib/drivers.js). A driver factory takes
  * `{ name, options, shared }` and returns `{ view, close() }`; `shared` holds
  * what backends of one driver share in a provider.
  */
@@ -24,30 +25,29 @@ export const stderrLogger = Object.freeze({
   },
 });
 
-function openDriver(name, driver, options, shared) {
-  const factory = DRIVERS.get(driver);
-  if (factory !== undefined) return factory({ name, options, shared });
-  throw new LockError('UNKNOWN_DRIVER', `backend ${name}: no driver named ${driver}`, { details: { backend: name, driver } });
-}
-
-/** Opens every backend of validated native options. */
-export function openProvider(options, logger = stderrLogger) {
-  const drivers = new Map();
+/**
+ * Opens every backend of validated native options; `drivers` adds the app
+ * drivers and extension hooks (lib/drivers.js).
+ */
+export async function openProvider(options, logger = stderrLogger, drivers = new DriverSet()) {
+  const opened = new Map();
   let redis;
   // The redis runtime and connections start only when a redis backend exists.
   const shared = { redis: () => (redis ??= new RedisGroup(options, logger)) };
   try {
     for (const { name, driver } of options.backends()) {
-      drivers.set(name, openDriver(name, driver, options, shared));
+      const factory = DRIVERS.get(driver);
+      const builtIn = factory && (() => factory({ name, options, shared }));
+      opened.set(name, await drivers.open({ name, driver, options, logger }, builtIn));
       logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
     }
   } catch (error) {
     // Nothing half-open stays behind; close failures are secondary to `error`.
-    for (const opened of drivers.values()) opened.close().catch(() => {});
+    for (const driver of opened.values()) closeQuietly(driver);
     redis?.close().catch(() => {});
     throw error;
   }
-  return new LockProvider(drivers, logger);
+  return new LockProvider(opened, logger);
 }
 
 export class LockProvider {

@@ -52,6 +52,12 @@ test('npm pack, install the tarballs offline with no Rust toolchain, run the qui
 
     const cjs = spawnSync(process.execPath, ['-e', "require('@dokebi/lock').openLock({ config: {} }).then((p) => p.close()).then(() => console.log('cjs ok'))"], { cwd: app, env, encoding: 'utf8' });
     assert.equal(cjs.stdout.trim(), 'cjs ok', cjs.stderr);
+
+    // The install module, its manifest and the entry template are in the package.
+    const installCheck = "import { planInstall, manifest } from '@dokebi/lock/install'; import { readFileSync } from 'node:fs'; " +
+      "const [file] = planInstall({}).files; readFileSync(file.template); console.log('install ok', manifest.schemaVersion)";
+    const install = spawnSync(process.execPath, ['--input-type=module', '-e', installCheck], { cwd: app, env, encoding: 'utf8' });
+    assert.equal(install.stdout.trim(), 'install ok 2', install.stderr);
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }

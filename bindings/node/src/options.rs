@@ -74,6 +74,17 @@ impl NativeOptions {
             }
         }
     }
+
+    /// The settings of the app-driver backend `name` as JSON text (every field
+    /// but `driver`, unvalidated: the app driver validates them); `null` when
+    /// `name` is not an app-driver backend.
+    #[napi]
+    pub fn app_settings(&self, name: String) -> Option<String> {
+        match self.options.backends.get(&name) {
+            Some(BackendOptions::App { settings, .. }) => Some(serde_json::Value::Object(settings.clone()).to_string()),
+            _ => None,
+        }
+    }
 }
 
 fn wrap(loaded: dokebi_lock::Result<Options>) -> Option<NativeOptions> {

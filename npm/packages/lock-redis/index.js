@@ -1,0 +1,5 @@
+// @dokebi/lock-redis: the marker package of driver: redis. The redis driver
+// is compiled into the native addon of @dokebi/lock; installing this package
+// is how a dokebi app declares that it uses it (createPlugin checks that it
+// resolves, `check` of @dokebi/lock/install reports it missing).
+export const driver = 'redis';
