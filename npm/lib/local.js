@@ -43,10 +43,14 @@ class LocalCore {
     this.holdChannel = engine.slowHoldMs === null ? undefined : telemetry.slowHold;
     /** Waiter slot -> Waiter, while queued. */
     this.waiters = [];
+    this.closed = false;
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
 
   acquire(key, options) {
+    // Closed first: after close() every call is CLOSED, whatever its arguments
+    // (the engine also refuses; this only orders the checks).
+    if (this.closed) return Promise.reject(fromInfo(native.closedError()));
     let waitMs = this.defaultWaitMs;
     let signal;
     if (options !== undefined) {
@@ -102,6 +106,7 @@ class LocalCore {
   }
 
   close() {
+    this.closed = true;
     for (const slot of this.engine.close()) {
       const waiter = this.waiters[slot];
       this.waiters[slot] = undefined;

@@ -75,6 +75,8 @@ class RedisBackend {
   }
 
   async acquire(key, options) {
+    // Closed first: after close() every call is CLOSED, whatever its arguments.
+    if (this.#native.closed) throw fromInfo(native.closedError());
     let waitMs = this.#native.waitTimeoutMs;
     let signal;
     if (options !== undefined) {

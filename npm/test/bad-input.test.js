@@ -70,6 +70,7 @@ const badOptions = [
   { signal: 'abort' },
   { signal: new EventTarget() },
   { timeoutMs: 5 },
+  [],
 ];
 
 test('malformed keys are INVALID_KEY on both drivers, and messages never carry a key', async () => {
@@ -112,6 +113,9 @@ test('after close every call on both drivers is CLOSED or a settled false, never
   await provider.close();
   for (const [i, backend] of backends.entries()) {
     await rejectsWith(backend.acquire('k'), 'CLOSED');
+    // Closed comes first, whatever the arguments.
+    await rejectsWith(backend.acquire(42), 'CLOSED');
+    await rejectsWith(backend.acquire('k', { waitTimeoutMs: -1 }), 'CLOSED');
     assert.equal(leases[i].valid, false);
     assert.equal(leases[i].remainingMs, 0);
     assert.equal(await leases[i].renew(), false);

@@ -122,6 +122,12 @@ impl NativeRedisBackend {
         Backend::Redis(self.backend.clone()).status().into()
     }
 
+    /// True once the provider closed: every later call is `CLOSED`.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.backend.is_closed()
+    }
+
     /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
     /// until the returned handle is stopped.
     #[napi]
