@@ -101,6 +101,62 @@ export interface Lease extends AsyncDisposable {
   release(): Promise<boolean>;
 }
 
+/** Options of withLock: those of acquire, plus autoRenew. */
+export interface WithLockOptions extends AcquireOptions {
+  /**
+   * redis: renew the lease every leaseMs / 3 on the driver's thread while fn
+   * runs (default true). Local leases never expire.
+   */
+  readonly autoRenew?: boolean;
+}
+
+/** What status() reports: counts only, never keys. */
+export interface BackendStatus {
+  /** The driver name: 'local' or 'redis'. */
+  readonly driver: string;
+  /** Leases held now by this process. */
+  readonly held: number;
+  /** Acquires waiting now. */
+  readonly waiting: number;
+  /** Leases granted since the backend opened. */
+  readonly acquired: number;
+  /** Waits that ended in WAIT_TIMEOUT since the backend opened. */
+  readonly timedOut: number;
+  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends. */
+  readonly lost: number;
+  /** The connection's health, for redis backends. */
+  readonly redis?: RedisStatus;
+}
+
+/** The health of a redis backend's connection. */
+export interface RedisStatus {
+  /** The command connection answered its last command or probe. */
+  readonly connected: boolean;
+  /** The pub/sub subscription that wakes waiters is live. */
+  readonly subscribed: boolean;
+  /** The code of the last failure talking to Redis. */
+  readonly lastError: LockErrorCode | null;
+  /** When Redis last answered, in ms since the Unix epoch. */
+  readonly lastProbeAt: number | null;
+}
+
+/**
+ * Payloads of the node:diagnostics_channel channels `dokebi-lock:<name>`.
+ * They carry the backend, codes and durations (ms), never keys.
+ */
+export interface TelemetryPayloads {
+  /** A wait reached slowAcquireMs; `code` is the error it ended with, absent when granted. */
+  'slow-acquire': { readonly backend: string; readonly waitedMs: number; readonly thresholdMs: number; readonly code?: LockErrorCode };
+  /** A lease reached slowHoldMs when it was released. */
+  'slow-hold': { readonly backend: string; readonly heldMs: number; readonly thresholdMs: number };
+  /** A wait ended with WAIT_TIMEOUT. */
+  'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
+  /** A redis lease turned out lost. */
+  'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
+  /** A Redis connection (a name of dokebi-redis.connections) went up or down. */
+  connection: { readonly connection: string; readonly up: boolean };
+}
+
 /** One configured backend. */
 export interface LockBackend {
   /**
@@ -111,6 +167,17 @@ export interface LockBackend {
    * PROVIDER_FAILED and OUTCOME_UNKNOWN.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  /**
+   * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
+   * fn did; resolves with fn's value, rejects with fn's error. redis: the
+   * lease is renewed on the driver's thread while fn runs (autoRenew); the
+   * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
+   * rejects with LEASE_LOST even if fn succeeded. `signal` also aborts when
+   * `options.signal` does; fn decides whether to stop.
+   */
+  withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
+  /** What the backend is doing now, as counts. */
+  status(): BackendStatus;
 }
 
 /** Receives the operational log: fields are `backend` and `code` only. */
@@ -128,6 +195,8 @@ export class LockProvider implements AsyncDisposable {
   names(): string[];
   /** The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). */
   backend(name: string): LockBackend;
+  /** The status() of every backend that reports one, by name. */
+  status(): Record<string, BackendStatus>;
   /** Rejects waiters with CLOSED and invalidates held leases; idempotent. */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -190,10 +259,17 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
 
 // Extensions (README, "Extensions").
 
+/**
+ * The backend an app driver or wrapBackend hands out: `acquire` is required;
+ * `withLock` and `status` exist on it only if it implements them (the
+ * built-in backends do; `provider.status()` skips a backend without status).
+ */
+export type DriverBackend = Pick<LockBackend, 'acquire'> & Partial<Pick<LockBackend, 'withLock' | 'status'>>;
+
 /** What a driver returns for one backend. */
 export interface LockDriver {
   /** The backend users get from `provider.backend(name)`. */
-  readonly view: LockBackend;
+  readonly view: DriverBackend;
   /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
   close(): Promise<void>;
 }
@@ -232,7 +308,7 @@ export interface WrapBackendInput {
   readonly name: string;
   readonly driver: string;
   /** The backend the driver made. */
-  readonly backend: LockBackend;
+  readonly backend: DriverBackend;
 }
 
 /**
@@ -246,7 +322,7 @@ export class LockExtension {
   /** Once per backend: return `input.open()` or your own driver. */
   protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
   /** Once per backend: the backend users get instead of `input.backend`. */
-  protected wrapBackend(input: WrapBackendInput): LockBackend;
+  protected wrapBackend(input: WrapBackendInput): DriverBackend;
 }
 
 /**

@@ -9,6 +9,7 @@ use crate::acquire::AcquireOptions;
 use crate::error::Result;
 use crate::provider::{Backend, Lease};
 use crate::redis::lease::lease_lost;
+use crate::redis::RedisBackend;
 
 /// Options of [`Backend::with_lock`].
 #[derive(Clone)]
@@ -42,6 +43,14 @@ pub struct Section {
     pub signal: AbortSignal,
 }
 
+impl RedisBackend {
+    /// How often a section's lease is renewed: every `leaseMs / 3`, so two
+    /// renewals may fail before the lease runs out.
+    pub fn auto_renew_every(&self) -> Duration {
+        Duration::from_millis(u64::from(self.options().lease_ms) / 3)
+    }
+}
+
 impl Backend {
     /// Acquires `key`, runs `section`, and releases the lease whatever the
     /// section returned (a panic or a dropped future releases it too, through
@@ -60,8 +69,7 @@ impl Backend {
         let lost = AbortController::new();
         let keep_alive = match (self, &lease) {
             (Backend::Redis(backend), Lease::Redis(redis)) if options.auto_renew => {
-                let every = Duration::from_millis(u64::from(backend.options().lease_ms) / 3);
-                Some(redis.keep_alive(every, lost.clone()))
+                Some(redis.keep_alive(backend.auto_renew_every(), lost.clone()))
             }
             _ => None,
         };

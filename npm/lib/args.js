@@ -11,7 +11,7 @@ export const MAX_TIMER_MS = 2_147_483_647;
  * `{ waitTimeoutMs?, signal? }` with an integer 0..MAX_TIMER_MS and an AbortSignal.
  */
 export function waitTimeout(options, fallbackMs) {
-  if (typeof options !== 'object' || options === null) {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal? }');
   }
   for (const name in options) {

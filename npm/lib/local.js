@@ -9,10 +9,17 @@
 // Fast path: an uncontended acquire is one native call and returns an
 // already-settled promise; release is one native call by handle and returns a
 // shared settled promise. No async functions, no closures per call.
+//
+// Telemetry (slowAcquireMs, slowHoldMs) costs the fast path one
+// `hasSubscribers` check per acquire and no clock read while nobody listens
+// for slow holds; a wait's length comes from its deadline, so waiting reads
+// no extra clock either.
 import { native } from './native.js';
 import { fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { Deadlines } from './deadlines.js';
+import { withLock } from './with-lock.js';
+import * as telemetry from './telemetry.js';
 
 // Result codes of the native engine.
 const GRANTED = 0;
@@ -25,16 +32,25 @@ const FALSE = Promise.resolve(false);
 
 /** The shared state of one local backend: engine, out-array, waiters. */
 class LocalCore {
-  constructor(engine, out) {
+  constructor(name, engine, out) {
+    this.name = name;
     this.engine = engine;
     this.out = out;
     this.defaultWaitMs = engine.waitTimeoutMs;
+    this.slowAcquireMs = engine.slowAcquireMs;
+    this.slowHoldMs = engine.slowHoldMs;
+    /** The slow-hold channel, unless slow holds are disabled for this backend. */
+    this.holdChannel = engine.slowHoldMs === null ? undefined : telemetry.slowHold;
     /** Waiter slot -> Waiter, while queued. */
     this.waiters = [];
+    this.closed = false;
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
 
   acquire(key, options) {
+    // Closed first: after close() every call is CLOSED, whatever its arguments
+    // (the engine also refuses; this only orders the checks).
+    if (this.closed) return Promise.reject(fromInfo(native.closedError()));
     let waitMs = this.defaultWaitMs;
     let signal;
     if (options !== undefined) {
@@ -49,7 +65,7 @@ class LocalCore {
     if (typeof key !== 'string') return Promise.reject(notAStringKey());
     const status = this.engine.acquire(key, waitMs !== 0);
     const out = this.out;
-    if (status === GRANTED) return Promise.resolve(new LocalLease(this, key, out[0], out[1]));
+    if (status === GRANTED) return Promise.resolve(new LocalLease(this, key, out[0], out[1], this.holdStart()));
     if (status === QUEUED) return new Waiter(this, key, out[0], out[1], waitMs, signal).promise;
     return Promise.reject(takeNativeError());
   }
@@ -67,7 +83,30 @@ class LocalCore {
     return true;
   }
 
+  /** When a lease granted now starts being held, if a slow hold could be reported. */
+  holdStart() {
+    return this.holdChannel?.hasSubscribers ? performance.now() : undefined;
+  }
+
+  /** Reports the end of `waiter`'s wait with error `code` (undefined: granted). */
+  waited(waiter, code) {
+    if (!telemetry.waitWatched()) return;
+    const waitedMs = performance.now() - (waiter.deadline - waiter.deadlineMs);
+    telemetry.reportWait(this.name, this.slowAcquireMs, waitedMs, code);
+  }
+
+  /** Reports a lease held since `since` (a holdStart()) that just ended. */
+  held(since) {
+    telemetry.reportHold(this.name, this.slowHoldMs, performance.now() - since);
+  }
+
+  status() {
+    const { held, waiting, acquired, timedOut } = this.engine.counts();
+    return { driver: 'local', held, waiting, acquired, timedOut, lost: 0 };
+  }
+
   close() {
+    this.closed = true;
     for (const slot of this.engine.close()) {
       const waiter = this.waiters[slot];
       this.waiters[slot] = undefined;
@@ -98,11 +137,13 @@ class Waiter {
 
   grant(slot, fence) {
     this.settle();
-    this.resolve(new LocalLease(this.core, this.key, slot, fence));
+    this.core.waited(this, undefined);
+    this.resolve(new LocalLease(this.core, this.key, slot, fence, this.core.holdStart()));
   }
 
   fail(error) {
     this.settle();
+    this.core.waited(this, error.code);
     this.reject(error);
   }
 
@@ -127,12 +168,15 @@ class LocalLease {
   #key;
   #slot;
   #fence;
+  /** performance.now() at the grant, only while slow holds are reported. */
+  #since;
 
-  constructor(core, key, slot, fence) {
+  constructor(core, key, slot, fence, since) {
     this.#core = core;
     this.#key = key;
     this.#slot = slot;
     this.#fence = fence;
+    this.#since = since;
   }
 
   get key() {
@@ -161,7 +205,9 @@ class LocalLease {
 
   /** True when this call released (and handed on), false when already released. */
   release() {
-    return this.#core.release(this.#slot, this.#fence) ? TRUE : FALSE;
+    if (!this.#core.release(this.#slot, this.#fence)) return FALSE;
+    if (this.#since !== undefined) this.#core.held(this.#since);
+    return TRUE;
   }
 
   async [Symbol.asyncDispose]() {
@@ -180,6 +226,16 @@ class LocalBackend {
   acquire(key, options) {
     return this.#core.acquire(key, options);
   }
+
+  /** Acquires, runs `fn(lease, signal)`, releases in all cases (see with-lock.js). */
+  withLock(key, fn, options) {
+    return withLock(this, key, fn, options);
+  }
+
+  /** Counts only: `{ driver, held, waiting, acquired, timedOut, lost }`. */
+  status() {
+    return this.#core.status();
+  }
 }
 
 /**
@@ -190,7 +246,7 @@ export function openLocal({ name, options }) {
   const out = new Float64Array(3);
   const engine = options.localEngine(name, out);
   if (engine === null) throw takeNativeError();
-  const core = new LocalCore(engine, out);
+  const core = new LocalCore(name, engine, out);
   return {
     view: new LocalBackend(core),
     close: async () => core.close(),

@@ -79,6 +79,15 @@ export class LockProvider {
     return driver.view;
   }
 
+  /** `{ [backend]: status }` of every backend that reports one; counts only. */
+  status() {
+    const status = {};
+    for (const [name, driver] of this.#drivers) {
+      if (typeof driver.view.status === 'function') status[name] = driver.view.status();
+    }
+    return status;
+  }
+
   /**
    * Closes every backend: waiters are rejected with CLOSED, held leases
    * become invalid. A driver whose close fails is logged, never thrown.

@@ -4,6 +4,8 @@
 import { native } from './native.js';
 import { fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
+import { withLock } from './with-lock.js';
+import { forwardTelemetry } from './telemetry.js';
 
 /** A native result is either the value or an ErrorInfo (which has a code). */
 function unwrap(result) {
@@ -57,6 +59,11 @@ class RedisLease {
   async [Symbol.asyncDispose]() {
     await this.release();
   }
+
+  /** The native lease behind `lease`, for the backend's renewals. */
+  static handle(lease) {
+    return lease.#native;
+  }
 }
 
 /** The LockBackend of a redis backend. */
@@ -68,6 +75,8 @@ class RedisBackend {
   }
 
   async acquire(key, options) {
+    // Closed first: after close() every call is CLOSED, whatever its arguments.
+    if (this.#native.closed) throw fromInfo(native.closedError());
     let waitMs = this.#native.waitTimeoutMs;
     let signal;
     if (options !== undefined) {
@@ -85,6 +94,21 @@ class RedisBackend {
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * Acquires, runs `fn(lease, signal)`, releases in all cases; the lease is
+   * renewed on the driver's thread meanwhile (see with-lock.js).
+   */
+  withLock(key, fn, options) {
+    return withLock(this, key, fn, options, (lease) => this.#native.keepAlive(RedisLease.handle(lease)));
+  }
+
+  /** Counts and connection health: `{ driver, held, waiting, acquired, timedOut, lost, redis }`. */
+  status() {
+    const { redis, ...counts } = this.#native.status();
+    const { connected, subscribed, lastError = null, lastProbeAt = null } = redis;
+    return { ...counts, redis: { connected, subscribed, lastError, lastProbeAt } };
   }
 }
 
@@ -105,7 +129,7 @@ export class RedisGroup {
   #closing;
 
   constructor(options, logger) {
-    this.#native = options.openRedis(forwardTo(logger));
+    this.#native = options.openRedis(forwardTo(logger), forwardTelemetry);
     if (this.#native === null) throw takeNativeError();
   }
 

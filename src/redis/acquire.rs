@@ -17,7 +17,7 @@ use super::backend::BackendCore;
 use super::connection::Failure;
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{LeaseShared, RedisLease};
-use super::waiters::Ticket;
+use super::waiters::{Place, Ticket};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::engine::closed;
@@ -46,6 +46,11 @@ impl Drop for InProgress {
 pub(super) struct Acquire {
     core: Arc<BackendCore>,
     key: String,
+    keys: RedisKeys,
+    ticket: Ticket,
+    /// The place in the key's queue, taken when the acquire was called;
+    /// none for a single try, which never queues.
+    place: Option<Place>,
     wait: Duration,
     signal: Option<AbortSignal>,
     cancelled: oneshot::Receiver<()>,
@@ -60,9 +65,14 @@ enum Interrupt {
 }
 
 impl Acquire {
-    /// `cancelled` resolves when the caller's future is dropped.
+    /// Joins the key's queue (on the caller's thread, so that waiters are
+    /// served in the order of the calls). `cancelled` resolves when the
+    /// caller's future is dropped.
     pub fn new(core: Arc<BackendCore>, key: &str, wait: Duration, signal: Option<AbortSignal>, cancelled: oneshot::Receiver<()>, slot: InProgress) -> Acquire {
-        Acquire { core, key: key.to_owned(), wait, signal, cancelled, _slot: slot }
+        let keys = RedisKeys::new(&core.options.namespace, key);
+        let ticket = core.connection.waiters.join(&keys.lock);
+        let place = (!wait.is_zero()).then(|| ticket.queue());
+        Acquire { core, key: key.to_owned(), keys, ticket, place, wait, signal, cancelled, _slot: slot }
     }
 
     /// Acquires, then counts and reports the outcome.
@@ -80,9 +90,7 @@ impl Acquire {
     }
 
     async fn attempt(self) -> Result<Arc<LeaseShared>> {
-        let Acquire { core, key, wait, signal, mut cancelled, _slot } = self;
-        let keys = RedisKeys::new(&core.options.namespace, &key);
-        let ticket: Ticket = core.connection.waiters.join(&keys.lock);
+        let Acquire { core, key, keys, ticket, place, wait, signal, mut cancelled, _slot } = self;
         let start = Instant::now();
         let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
         let single_try = wait.is_zero();
@@ -99,14 +107,13 @@ impl Acquire {
         };
         tokio::pin!(interrupt);
 
-        let _turn = if single_try {
-            ticket.try_turn().ok_or_else(busy)?
-        } else {
-            tokio::select! {
+        let _turn = match place {
+            None => ticket.try_turn().ok_or_else(busy)?,
+            Some(place) => tokio::select! {
                 biased;
                 why = &mut interrupt => return Err(interrupted(why, wait)),
-                turn = ticket.turn() => turn,
-            }
+                turn = place.turn() => turn,
+            },
         };
         let token = owner_token()?;
         let lease_ms = u64::from(core.options.lease_ms);

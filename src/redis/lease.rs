@@ -238,7 +238,7 @@ impl std::fmt::Debug for RedisLease {
 }
 
 /// The error of a release that found another owner (or none).
-pub(crate) fn lease_lost() -> LockError {
+pub fn lease_lost() -> LockError {
     LockError::new(
         ErrorCode::LeaseLost,
         "the lease had expired or was taken over before release; the critical section may have overlapped another holder",

@@ -7,7 +7,10 @@
 //! release by this process, and when the subscription comes up or goes down.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
 
@@ -33,6 +36,24 @@ pub(crate) struct Ticket {
 
 /// The turn of the head of a key's queue.
 pub(crate) type Turn = OwnedMutexGuard<()>;
+
+/// A place in a key's queue, taken by [`Ticket::queue`].
+pub(crate) enum Place {
+    /// Nobody was ahead: the turn is ours already.
+    Turn(Turn),
+    /// Queued: resolves when everyone ahead has had their turn.
+    Queued(Pin<Box<dyn Future<Output = Turn> + Send>>),
+}
+
+impl Place {
+    /// Waits for the turn (cancel safe).
+    pub async fn turn(self) -> Turn {
+        match self {
+            Place::Turn(turn) => turn,
+            Place::Queued(queued) => queued.await,
+        }
+    }
+}
 
 impl Waiters {
     /// Joins the queue of `lock_key`.
@@ -66,9 +87,17 @@ impl Waiters {
 }
 
 impl Ticket {
-    /// Waits for this ticket's turn (FIFO per key; cancel safe).
-    pub async fn turn(&self) -> Turn {
-        self.turn.clone().lock_owned().await
+    /// Takes this ticket's place in the queue now, on the caller's thread
+    /// (FIFO per key). The turn's mutex queues a waiter when it is first
+    /// polled, so polling here makes turns follow the order of the calls:
+    /// left to the driver's runtime, a burst of acquire tasks is not
+    /// necessarily first polled in the order it was spawned.
+    pub fn queue(&self) -> Place {
+        let mut queued = Box::pin(self.turn.clone().lock_owned());
+        match queued.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(turn) => Place::Turn(turn),
+            Poll::Pending => Place::Queued(queued),
+        }
     }
 
     /// The turn if nobody is ahead, without waiting.

@@ -129,6 +129,94 @@ static void bad_keys_and_timeouts_are_rejected(const dokebi_lock_backend *backen
     dokebi_lock_lease_free(lease);
 }
 
+static void keys_at_the_limit_and_far_past_it(const dokebi_lock_backend *backend) {
+    dokebi_lock_lease *lease = NULL;
+    /* Exactly maxKeyBytes (8) bytes is a key; one byte more is not, also
+     * when the ninth byte is half of a two-byte character. */
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire(backend, KEY("12345678"), &lease, ERR));
+    dokebi_lock_lease_free(lease);
+    lease = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_try_acquire(backend, KEY("123456789"), &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_try_acquire(backend, KEY("1234567\xc3\xa9"), &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire(backend, KEY("123456\xc3\xa9"), &lease, ERR));
+    dokebi_lock_lease_free(lease);
+    lease = NULL;
+
+    /* 64 MiB, valid UTF-8 and not: rejected, never copied into a message. */
+    size_t huge = (size_t)64 << 20;
+    char *key = malloc(huge);
+    CHECK(key != NULL);
+    memset(key, 'k', huge);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_acquire(backend, key, huge, 0, &lease, ERR));
+    key[huge - 1] = (char)0xff;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_acquire(backend, key, huge, 0, &lease, &error) == DOKEBI_LOCK_INVALID_KEY);
+    CHECK(strlen(dokebi_lock_error_message(error)) < 256);
+    dokebi_lock_error_free(error);
+    free(key);
+    CHECK(lease == NULL);
+}
+
+static void extreme_timeouts_and_indexes(const dokebi_lock_runtime *runtime, const dokebi_lock_backend *backend) {
+    dokebi_lock_lease *lease = NULL;
+    /* The longest wait is a wait, not an overflow: a free key is granted... */
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire(backend, KEY("t"), INT64_MAX, &lease, ERR));
+    /* ... and a held one waits until cancelled. */
+    outcome waiter;
+    outcome_init(&waiter);
+    dokebi_lock_pending *pending = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(backend, KEY("t"), INT64_MAX, on_acquired, &waiter, &pending, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_ABORTED);
+    dokebi_lock_pending_free(pending);
+    outcome_destroy(&waiter);
+    dokebi_lock_lease *other = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(backend, KEY("t"), INT64_MIN, &other, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire_async(backend, KEY("t"), INT64_MIN, on_acquired, NULL, NULL, ERR));
+    CHECK(other == NULL);
+    dokebi_lock_lease_free(lease);
+
+    CHECK(dokebi_lock_runtime_name(runtime, SIZE_MAX) == NULL);
+    CHECK(strcmp(dokebi_lock_status_name(UINT32_MAX), "UNKNOWN") == 0);
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_runtime_backend(runtime, "nope", &(dokebi_lock_backend *){NULL}, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
+    CHECK(dokebi_lock_error_issue_path(error, SIZE_MAX) == NULL && dokebi_lock_error_issue_message(error, SIZE_MAX) == NULL);
+    dokebi_lock_error_free(error);
+}
+
+/* Releasing twice, and every call on a lease and a backend whose runtime
+ * was closed and freed: the documented answers, no crash, no leak. */
+static void double_release_and_use_after_close(void) {
+    dokebi_lock_runtime *runtime = open_runtime(YAML);
+    dokebi_lock_backend *backend = get_backend(runtime, "main");
+    dokebi_lock_lease *lease = must_acquire(backend, "k", 0);
+    bool released = false, valid = true;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(released);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(!released);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR)); /* out_released is optional */
+
+    dokebi_lock_lease *held = must_acquire(backend, "held", 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime));
+    dokebi_lock_runtime_free(runtime);
+    CHECK(!dokebi_lock_lease_valid(held) && dokebi_lock_lease_remaining_ms(held) == 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(held, &valid, ERR));
+    CHECK(!valid);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(held, &released, ERR));
+    CHECK(!released);
+    size_t len = 0;
+    CHECK(dokebi_lock_lease_key(held, &len) != NULL && len == 4);
+    CHECK(dokebi_lock_lease_fence(held) != NULL);
+    dokebi_lock_lease *late = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(backend, KEY("k"), 0, &late, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_try_acquire(backend, KEY("k"), &late, ERR));
+    CHECK(late == NULL);
+    dokebi_lock_lease_free(held);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_backend_free(backend);
+}
+
 static void unknown_backends_are_reported(const dokebi_lock_runtime *runtime) {
     dokebi_lock_backend *backend = NULL;
     dokebi_lock_error *error = NULL;
@@ -152,6 +240,9 @@ int main(void) {
     null_handles_and_out_parameters_are_invalid_arguments(runtime, backend);
     bad_keys_and_timeouts_are_rejected(backend);
     unknown_backends_are_reported(runtime);
+    keys_at_the_limit_and_far_past_it(backend);
+    extreme_timeouts_and_indexes(runtime, backend);
+    double_release_and_use_after_close();
     dokebi_lock_backend_free(backend);
     dokebi_lock_runtime_free(runtime);
     printf("errors: ok\n");

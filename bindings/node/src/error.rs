@@ -71,6 +71,12 @@ pub fn wait_timeout_error(ms: u32) -> ErrorInfo {
     info(dokebi_lock::acquire::wait_timeout_error(std::time::Duration::from_millis(ms.into())))
 }
 
+/// The core's `LEASE_LOST` error (a lease lost during a `withLock` section).
+#[napi]
+pub fn lease_lost_error() -> ErrorInfo {
+    info(dokebi_lock::redis::lease::lease_lost())
+}
+
 /// The core's `CLOSED` error.
 #[napi]
 pub fn closed_error() -> ErrorInfo {

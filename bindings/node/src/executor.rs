@@ -9,8 +9,10 @@
 //! The threadsafe function is weak and referenced only while operations are
 //! in flight: an idle addon (or one whose provider is closed) never keeps
 //! Node alive, while a pending acquire does, as any pending I/O would.
+//! Watchers ([`spawn_weak`]) never keep it alive: they may wait as long as a
+//! section runs, and a section keeps Node alive only through its own work.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr;
@@ -63,6 +65,8 @@ struct Task {
     job: Box<dyn Job>,
     deferred: sys::napi_deferred,
     waker: Waker,
+    /// Counts in `Executor::keeping_alive`.
+    keeps_alive: bool,
 }
 
 struct TaskWaker {
@@ -85,6 +89,9 @@ impl Wake for TaskWaker {
 struct Executor {
     wake: Arc<WakeFn>,
     tasks: RefCell<Slab<Task>>,
+    /// Tasks in flight that keep Node alive; the wake function is referenced
+    /// while there is one.
+    keeping_alive: Cell<usize>,
 }
 
 thread_local! {
@@ -105,7 +112,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         Ok(())
     })?;
     let wake: WakeFn = poll.build_threadsafe_function::<u32>().weak::<true>().callee_handled::<false>().build()?;
-    let executor = Rc::new(Executor { wake: Arc::new(wake), tasks: RefCell::new(Slab::new()) });
+    let executor = Rc::new(Executor { wake: Arc::new(wake), tasks: RefCell::new(Slab::new()), keeping_alive: Cell::new(0) });
     EXECUTOR.with(|slot| *slot.borrow_mut() = Some(executor.clone()));
     Ok(executor)
 }
@@ -120,7 +127,7 @@ impl ToNapiValue for Promise {
 }
 
 /// Starts `work` and returns a promise that resolves to `convert(value)`, or
-/// to the `ErrorInfo` of its error.
+/// to the `ErrorInfo` of its error. Node stays alive until it settles.
 pub fn spawn<T, D>(
     env: &Env,
     work: impl Future<Output = dokebi_lock::Result<T>> + 'static,
@@ -130,6 +137,23 @@ where
     D: ToNapiValue + 'static,
     T: 'static,
 {
+    start(env, Box::new(Operation { future: Box::pin(work), convert: Some(convert) }), true)
+}
+
+/// Like [`spawn`], but the pending promise never keeps Node alive.
+pub fn spawn_weak<T, D>(
+    env: &Env,
+    work: impl Future<Output = dokebi_lock::Result<T>> + 'static,
+    convert: impl FnOnce(T) -> D + 'static,
+) -> napi::Result<Promise>
+where
+    D: ToNapiValue + 'static,
+    T: 'static,
+{
+    start(env, Box::new(Operation { future: Box::pin(work), convert: Some(convert) }), false)
+}
+
+fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promise> {
     let executor = executor(env)?;
     let raw = env.raw();
     let mut deferred = ptr::null_mut();
@@ -137,14 +161,17 @@ where
     check(unsafe { sys::napi_create_promise(raw, &mut deferred, &mut promise) })?;
     let slot = {
         let mut tasks = executor.tasks.borrow_mut();
-        if tasks.is_empty() {
-            // Work in flight keeps Node alive, like any pending I/O.
-            check(unsafe { sys::napi_ref_threadsafe_function(raw, executor.wake.handle.get_raw()) })?;
+        if keeps_alive {
+            if executor.keeping_alive.get() == 0 {
+                // Work in flight keeps Node alive, like any pending I/O.
+                check(unsafe { sys::napi_ref_threadsafe_function(raw, executor.wake.handle.get_raw()) })?;
+            }
+            executor.keeping_alive.set(executor.keeping_alive.get() + 1);
         }
         let entry = tasks.vacant_entry();
         let slot = entry.key() as u32;
         let waker = Waker::from(Arc::new(TaskWaker { wake: executor.wake.clone(), slot }));
-        entry.insert(Task { job: Box::new(Operation { future: Box::pin(work), convert: Some(convert) }), deferred, waker });
+        entry.insert(Task { job, deferred, waker, keeps_alive });
         slot
     };
     executor.poll(raw, slot);
@@ -161,8 +188,11 @@ impl Executor {
             Poll::Ready(settled) => settled,
         };
         let task = tasks.remove(slot as usize);
-        let idle = tasks.is_empty();
         drop(tasks);
+        if task.keeps_alive {
+            self.keeping_alive.set(self.keeping_alive.get() - 1);
+        }
+        let unref = task.keeps_alive && self.keeping_alive.get() == 0;
         unsafe {
             match settled {
                 Ok(value) => sys::napi_resolve_deferred(env, task.deferred, value),
@@ -173,7 +203,7 @@ impl Executor {
                     sys::napi_reject_deferred(env, task.deferred, js_error)
                 }
             };
-            if idle {
+            if unref {
                 sys::napi_unref_threadsafe_function(env, self.wake.handle.get_raw());
             }
         }

@@ -12,6 +12,8 @@
 //! - [`local`]: the local driver's engine, driven on the JS thread.
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
 //!   polled on the JS thread.
+//! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
+//! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
 
 // napi-rs registers exports only outside cfg(test); a test build (clippy
@@ -20,7 +22,10 @@
 
 mod error;
 mod executor;
+mod keep_alive;
 mod key;
 mod local;
 mod options;
 mod redis;
+mod status;
+mod telemetry;

@@ -25,6 +25,7 @@ use napi::sys;
 
 use crate::error::stash;
 use crate::key::KeyReader;
+use crate::status::CountsInfo;
 
 /// `acquire`: the lease is held; `out = [slot, fence]`.
 const GRANTED: i32 = 0;
@@ -94,8 +95,9 @@ impl LocalState {
     }
 }
 
-/// The engine as handed to JS: `{ waitTimeoutMs, acquire, release, cancel,
-/// isHeld, close }`. It reports ids through `out` (3 elements).
+/// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
+/// acquire, release, cancel, isHeld, close, counts }` (a threshold is `null`
+/// when disabled). It reports ids through `out` (3 elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }
@@ -109,17 +111,18 @@ impl LocalEngineObject {
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 5] = [
+const METHODS: [(&CStr, Method); 6] = [
     (c"acquire", acquire),
     (c"release", release),
     (c"cancel", cancel),
     (c"isHeld", is_held),
     (c"close", close),
+    (c"counts", counts),
 ];
 
 impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
-        let wait_timeout_ms = value.state.engine.options().wait_timeout_ms;
+        let options = *value.state.engine.options();
         let shared = Rc::new(RefCell::new(value.state));
         let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
         for (name, method) in METHODS {
@@ -132,8 +135,15 @@ impl ToNapiValue for LocalEngineObject {
                 check(sys::napi_set_named_property(env, object, name.as_ptr(), function))?;
             }
         }
-        let wait = unsafe { u32::to_napi_value(env, wait_timeout_ms) }?;
-        unsafe { check(sys::napi_set_named_property(env, object, c"waitTimeoutMs".as_ptr(), wait)) }?;
+        let settings = [
+            (c"waitTimeoutMs", Some(options.wait_timeout_ms)),
+            (c"slowAcquireMs", options.thresholds.slow_acquire_ms),
+            (c"slowHoldMs", options.thresholds.slow_hold_ms),
+        ];
+        for (name, ms) in settings {
+            let value = unsafe { Option::<u32>::to_napi_value(env, ms) }?;
+            unsafe { check(sys::napi_set_named_property(env, object, name.as_ptr(), value)) }?;
+        }
         Ok(object)
     }
 }
@@ -177,6 +187,13 @@ unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) ->
     let (state, _) = unsafe { call_info::<0>(env, info) };
     let slots = state.borrow_mut().engine.close();
     unsafe { Vec::<u32>::to_napi_value(env, slots) }.unwrap_or(ptr::null_mut())
+}
+
+/// `counts(): { held, waiting, acquired, timedOut }`
+unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, _) = unsafe { call_info::<0>(env, info) };
+    let counts = CountsInfo::from(state.borrow().engine.counts());
+    unsafe { CountsInfo::to_napi_value(env, counts) }.unwrap_or(ptr::null_mut())
 }
 
 /// The state behind this callback and its first `N` arguments (missing

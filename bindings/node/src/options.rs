@@ -9,6 +9,7 @@ use napi_derive::napi;
 use crate::error::stash;
 use crate::local::LocalEngineObject;
 use crate::redis::{LogForwarder, RedisProvider};
+use crate::telemetry::TelemetryForwarder;
 
 /// Validated options of one provider.
 #[napi]
@@ -56,10 +57,11 @@ impl NativeOptions {
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
-    /// driver warnings and errors go to `log({ level, backend, code, message })`.
-    #[napi(ts_args_type = "log: (entry: LogEntry) => void")]
-    pub fn open_redis(&self, log: LogForwarder) -> Option<RedisProvider> {
-        crate::redis::open(&self.options, log)
+    /// driver warnings and errors go to `log({ level, backend, code, message })`,
+    /// telemetry events to `telemetry(entry)`.
+    #[napi(ts_args_type = "log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void")]
+    pub fn open_redis(&self, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+        crate::redis::open(&self.options, log, telemetry)
     }
 
     /// The engine of the local backend `name`; it reports grants through `out`

@@ -5,7 +5,8 @@
 //! when a redis backend exists); [`crate::executor`] polls them on the JS
 //! thread and settles their promises. A pending promise keeps Node alive only
 //! while its operation is in flight; the log forwarder is a weak threadsafe
-//! function, so nothing is left to keep the process alive after `close()`.
+//! function, and so is the telemetry forwarder, so nothing is left to keep
+//! the process alive after `close()`.
 //!
 //! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
 //! object, which the JS layer turns into a `LockError`.
@@ -23,6 +24,9 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
+use crate::keep_alive::NativeKeepAlive;
+use crate::status::StatusInfo;
+use crate::telemetry::{sink, TelemetryForwarder};
 
 /// One driver log record, as the JS logger receives it; never a key.
 #[napi(object)]
@@ -38,8 +42,8 @@ pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false
 
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
-/// close) go to `log`.
-pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
+/// close) go to `log`, telemetry events to `telemetry`.
+pub fn open(options: &Options, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
     let mut redis_only = options.clone();
     redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
     let logger: Logger = Arc::new(move |record: &LogRecord| {
@@ -55,7 +59,7 @@ pub fn open(options: &Options, log: LogForwarder) -> Option<RedisProvider> {
             log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
-    Provider::open_with(redis_only, Hooks { logger, telemetry: None })
+    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)) })
         .map(|provider| RedisProvider { provider: Arc::new(provider) })
         .map_err(stash)
         .ok()
@@ -110,6 +114,25 @@ impl NativeRedisBackend {
     #[napi(getter)]
     pub fn wait_timeout_ms(&self) -> u32 {
         self.backend.options().wait_timeout_ms
+    }
+
+    /// What the backend is doing now, as counts.
+    #[napi]
+    pub fn status(&self) -> StatusInfo {
+        Backend::Redis(self.backend.clone()).status().into()
+    }
+
+    /// True once the provider closed: every later call is `CLOSED`.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.backend.is_closed()
+    }
+
+    /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
+    /// until the returned handle is stopped.
+    #[napi]
+    pub fn keep_alive(&self, lease: &NativeRedisLease) -> NativeKeepAlive {
+        NativeKeepAlive::new(|lost| lease.lease.keep_alive(self.backend.auto_renew_every(), lost))
     }
 
     /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up

@@ -1,0 +1,65 @@
+//! `status()` snapshots as JS objects: counts only, never keys.
+
+use std::time::UNIX_EPOCH;
+
+use dokebi_lock::local::LocalCounts;
+use dokebi_lock::BackendStatus;
+use napi_derive::napi;
+
+/// The counts of a local engine (`driver`, `lost` and `redis` are added by
+/// the JS layer).
+#[napi(object)]
+pub struct CountsInfo {
+    pub held: f64,
+    pub waiting: f64,
+    pub acquired: f64,
+    pub timed_out: f64,
+}
+
+impl From<LocalCounts> for CountsInfo {
+    fn from(counts: LocalCounts) -> Self {
+        CountsInfo { held: counts.held as f64, waiting: counts.waiting as f64, acquired: counts.acquired as f64, timed_out: counts.timed_out as f64 }
+    }
+}
+
+/// A snapshot of a redis backend.
+#[napi(object)]
+pub struct StatusInfo {
+    pub driver: String,
+    pub held: f64,
+    pub waiting: f64,
+    pub acquired: f64,
+    pub timed_out: f64,
+    pub lost: f64,
+    pub redis: Option<RedisStatusInfo>,
+}
+
+/// The health of a redis backend's connection.
+#[napi(object)]
+pub struct RedisStatusInfo {
+    pub connected: bool,
+    pub subscribed: bool,
+    /// The code of the last failure talking to Redis.
+    pub last_error: Option<String>,
+    /// When Redis last answered, in ms since the Unix epoch.
+    pub last_probe_at: Option<f64>,
+}
+
+impl From<BackendStatus> for StatusInfo {
+    fn from(status: BackendStatus) -> Self {
+        StatusInfo {
+            driver: status.driver.to_owned(),
+            held: status.held as f64,
+            waiting: status.waiting as f64,
+            acquired: status.acquired as f64,
+            timed_out: status.timed_out as f64,
+            lost: status.lost as f64,
+            redis: status.redis.map(|redis| RedisStatusInfo {
+                connected: redis.connected,
+                subscribed: redis.subscribed,
+                last_error: redis.last_error.map(|code| code.as_str().to_owned()),
+                last_probe_at: redis.last_probe.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as f64),
+            }),
+        }
+    }
+}

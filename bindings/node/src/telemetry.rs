@@ -1,0 +1,78 @@
+//! Forwards the core's telemetry (redis backends) to the JS layer, which
+//! publishes it on `node:diagnostics_channel`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dokebi_lock::telemetry::{Telemetry, TelemetryEvent};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::Status;
+use napi_derive::napi;
+
+/// One telemetry event as the JS layer receives it: `name` is the channel
+/// suffix (`slow-acquire`, ...), the other fields are those of the event.
+/// Never a key.
+#[napi(object)]
+pub struct TelemetryEntry {
+    pub name: String,
+    pub backend: Option<String>,
+    pub connection: Option<String>,
+    /// The error code: the outcome of a slow acquire that failed, the code
+    /// of a lost lease, `WAIT_TIMEOUT` for a wait timeout.
+    pub code: Option<String>,
+    pub waited_ms: Option<f64>,
+    pub held_ms: Option<f64>,
+    pub threshold_ms: Option<f64>,
+    pub up: Option<bool>,
+}
+
+/// Calls the JS telemetry sink; weak, so it never keeps Node alive.
+pub type TelemetryForwarder = ThreadsafeFunction<TelemetryEntry, (), TelemetryEntry, Status, false, true>;
+
+/// The core's telemetry sink that hands every event to `forward`.
+pub fn sink(forward: TelemetryForwarder) -> Telemetry {
+    Arc::new(move |event: &TelemetryEvent| {
+        forward.call(entry(event), ThreadsafeFunctionCallMode::NonBlocking);
+    })
+}
+
+fn entry(event: &TelemetryEvent) -> TelemetryEntry {
+    let ms = |d: &Duration| Some(d.as_secs_f64() * 1000.0);
+    let mut entry = TelemetryEntry {
+        name: event.name().to_owned(),
+        backend: None,
+        connection: None,
+        code: None,
+        waited_ms: None,
+        held_ms: None,
+        threshold_ms: None,
+        up: None,
+    };
+    match event {
+        TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
+            entry.backend = Some(backend.clone());
+            entry.waited_ms = ms(waited);
+            entry.threshold_ms = ms(threshold);
+            entry.code = outcome.map(|code| code.as_str().to_owned());
+        }
+        TelemetryEvent::SlowHold { backend, held, threshold } => {
+            entry.backend = Some(backend.clone());
+            entry.held_ms = ms(held);
+            entry.threshold_ms = ms(threshold);
+        }
+        TelemetryEvent::WaitTimeout { backend, waited } => {
+            entry.backend = Some(backend.clone());
+            entry.waited_ms = ms(waited);
+            entry.code = Some(dokebi_lock::ErrorCode::WaitTimeout.as_str().to_owned());
+        }
+        TelemetryEvent::LeaseLost { backend, code } => {
+            entry.backend = Some(backend.clone());
+            entry.code = Some(code.as_str().to_owned());
+        }
+        TelemetryEvent::Connection { connection, up } => {
+            entry.connection = Some(connection.clone());
+            entry.up = Some(*up);
+        }
+    }
+    entry
+}

@@ -1,0 +1,82 @@
+// withLock(key, fn, options): acquire, run a section, release in all cases.
+// The order of the core's Backend::with_lock, for sections written in JS.
+//
+// Redis leases are renewed by the core on the redis driver's thread (not by
+// JS timers, which a blocked event loop would delay). The loss of the lease
+// aborts the signal the section gets at once, and the call then rejects with
+// LEASE_LOST even when the section succeeded: its work may have overlapped
+// another holder's.
+import { native } from './native.js';
+import { fromInfo, invalidArgument } from './errors.js';
+
+/** The signal of a section nothing can abort. */
+const NEVER = new AbortController().signal;
+
+const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'autoRenew']);
+
+/** Splits the options into acquire options and `autoRenew`; INVALID_ARGUMENT for anything else. */
+function sectionOptions(options) {
+  if (options === undefined) return { acquire: undefined, autoRenew: true };
+  if (typeof options !== 'object' || options === null) {
+    throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, autoRenew? }');
+  }
+  for (const name in options) {
+    if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs and autoRenew');
+  }
+  const { autoRenew = true, signal, waitTimeoutMs } = options;
+  if (typeof autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
+  return { acquire: { signal, waitTimeoutMs }, autoRenew };
+}
+
+function leaseLost(cause) {
+  const error = fromInfo(native.leaseLostError());
+  if (cause !== undefined) error.cause = cause;
+  return error;
+}
+
+/**
+ * Runs `fn(lease, signal)` holding `key` of `backend`. `keepAlive(lease)`
+ * (redis only) starts the core's renewals: `{ watch(): Promise<boolean>,
+ * stop(): boolean }`, both true when the lease was lost.
+ *
+ * The section's signal aborts when the lease is lost (reason: LEASE_LOST)
+ * and when the caller's `signal` aborts (its reason); a caller's abort after
+ * the acquire does not end the section by itself: `fn` decides.
+ */
+export async function withLock(backend, key, fn, options, keepAlive) {
+  if (typeof fn !== 'function') throw invalidArgument('withLock needs a function: withLock(key, fn, options?)');
+  const { acquire, autoRenew } = sectionOptions(options);
+  const lease = await backend.acquire(key, acquire);
+  const callerSignal = acquire?.signal;
+  let renewals;
+  let output;
+  let failure;
+  let failed = false;
+  try {
+    let signal = callerSignal ?? NEVER;
+    if (autoRenew && keepAlive !== undefined) {
+      renewals = keepAlive(lease);
+      const lost = new AbortController();
+      // The watch never rejects; the handler only guards against a bug there
+      // turning into an unhandled rejection.
+      renewals.watch().then((gone) => gone && lost.abort(leaseLost()), () => {});
+      signal = callerSignal === undefined ? lost.signal : AbortSignal.any([callerSignal, lost.signal]);
+    }
+    output = await fn(lease, signal);
+  } catch (error) {
+    failed = true;
+    failure = error;
+  }
+  const wasLost = renewals?.stop() ?? false;
+  let releaseError;
+  try {
+    await lease.release();
+  } catch (error) {
+    releaseError = error;
+  }
+  if (wasLost) throw leaseLost(failed ? failure : releaseError);
+  // The section's own error wins over a failed release.
+  if (failed) throw failure;
+  if (releaseError !== undefined) throw releaseError;
+  return output;
+}

@@ -1,0 +1,159 @@
+// Telemetry on node:diagnostics_channel (dokebi-lock:*): slow acquires,
+// slow holds, wait timeouts, lost leases, Redis connectivity. Never keys.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openLock } from '../index.js';
+import { openLocal, rejectsWith } from './helpers.js';
+import { startRedis } from './redis-server.js';
+import { command, lockKey } from './resp.js';
+
+const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection'];
+const KEY = 'customer:secret-key-7';
+
+/** Records every event of every channel until stop(). */
+function record() {
+  const events = [];
+  const listeners = NAMES.map((name) => [`dokebi-lock:${name}`, (payload) => events.push({ name, payload })]);
+  for (const [channel, listener] of listeners) subscribe(channel, listener);
+  return {
+    events,
+    named: (name) => events.filter((event) => event.name === name).map((event) => event.payload),
+    /** Waits until an event `name` arrived (redis events come from the driver thread). */
+    async next(name) {
+      for (const end = Date.now() + 5000; Date.now() < end; await sleep(5)) {
+        const found = events.find((event) => event.name === name);
+        if (found !== undefined) return found.payload;
+      }
+      assert.fail(`no ${name} event`);
+    },
+    stop() {
+      for (const [channel, listener] of listeners) unsubscribe(channel, listener);
+      assert.ok(!JSON.stringify(events).includes('secret'), 'a payload carried a key');
+    },
+  };
+}
+
+test('local: a wait past slowAcquireMs is a slow-acquire, a hold past slowHoldMs a slow-hold', async () => {
+  const recorder = record();
+  const { provider, backend } = await openLocal({ slowAcquireMs: 20, slowHoldMs: 40 });
+  const holder = await backend.acquire(KEY);
+  const waiter = backend.acquire(KEY);
+  await sleep(60);
+  await holder.release();
+  const next = await waiter;
+  await next.release();
+  assert.equal(recorder.named('slow-acquire').length, 1);
+  const [slow] = recorder.named('slow-acquire');
+  assert.equal(slow.backend, 'b');
+  assert.equal(slow.thresholdMs, 20);
+  assert.ok(slow.waitedMs >= 20, String(slow.waitedMs));
+  assert.equal(slow.code, undefined, 'granted');
+  const holds = recorder.named('slow-hold');
+  assert.equal(holds.length, 1, 'the first lease only: the second was held briefly');
+  assert.equal(holds[0].backend, 'b');
+  assert.equal(holds[0].thresholdMs, 40);
+  assert.ok(holds[0].heldMs >= 40, String(holds[0].heldMs));
+  recorder.stop();
+  await provider.close();
+});
+
+test('local: a wait timeout is a wait-timeout, and a slow-acquire with its code', async () => {
+  const recorder = record();
+  const { provider, backend } = await openLocal({ slowAcquireMs: 10 });
+  const holder = await backend.acquire(KEY);
+  await rejectsWith(backend.acquire(KEY, { waitTimeoutMs: 30 }), 'WAIT_TIMEOUT');
+  await rejectsWith(backend.acquire(KEY, { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  const [timeout] = recorder.named('wait-timeout');
+  assert.deepEqual(Object.keys(timeout).sort(), ['backend', 'code', 'waitedMs']);
+  assert.equal(timeout.code, 'WAIT_TIMEOUT');
+  assert.ok(timeout.waitedMs >= 30, String(timeout.waitedMs));
+  assert.equal(recorder.named('wait-timeout').length, 1, 'LOCK_BUSY is no wait timeout');
+  assert.equal(recorder.named('slow-acquire')[0].code, 'WAIT_TIMEOUT');
+  await holder.release();
+  recorder.stop();
+  await provider.close();
+});
+
+test('local: null thresholds report nothing, and short waits and holds stay quiet', async () => {
+  const recorder = record();
+  for (const settings of [{ slowAcquireMs: null, slowHoldMs: null }, {}]) {
+    const { provider, backend } = await openLocal(settings);
+    const holder = await backend.acquire(KEY);
+    const waiter = backend.acquire(KEY);
+    await sleep(settings.slowAcquireMs === null ? 30 : 0);
+    await holder.release();
+    await (await waiter).release();
+    await provider.close();
+  }
+  assert.deepEqual(recorder.events, []);
+  recorder.stop();
+});
+
+test('local: nothing is measured for a lease granted while nobody listened', async () => {
+  const { provider, backend } = await openLocal({ slowHoldMs: 0 });
+  const lease = await backend.acquire(KEY);
+  const recorder = record();
+  await lease.release();
+  assert.deepEqual(recorder.events, []);
+  const next = await backend.acquire(KEY);
+  await next.release();
+  assert.equal(recorder.named('slow-hold').length, 1);
+  recorder.stop();
+  await provider.close();
+});
+
+let redis;
+before(async () => {
+  redis = await startRedis();
+});
+after(async () => {
+  await redis?.stop();
+});
+
+let namespaces = 0;
+function openRedis(settings, namespace) {
+  return openLock({
+    config: {
+      'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace, leaseMs: 10_000, ...settings } } },
+      'dokebi-redis': { connections: { main: { url: redis.url } } },
+    },
+  });
+}
+
+test('redis: the core reports connection, wait-timeout, slow-acquire, slow-hold and lease-lost', async () => {
+  const recorder = record();
+  const namespace = `tm${++namespaces}`;
+  const a = await openRedis({ slowAcquireMs: 10, slowHoldMs: 30, leaseMs: 300 }, namespace);
+  const b = await openRedis({}, namespace);
+  assert.deepEqual(await recorder.next('connection'), { connection: 'main', up: true });
+
+  const holder = await b.backend('r').acquire(KEY);
+  await rejectsWith(a.backend('r').acquire(KEY, { waitTimeoutMs: 50 }), 'WAIT_TIMEOUT');
+  const timeout = await recorder.next('wait-timeout');
+  assert.equal(timeout.backend, 'r');
+  assert.equal(timeout.code, 'WAIT_TIMEOUT');
+  assert.ok(timeout.waitedMs >= 50, String(timeout.waitedMs));
+  const slow = await recorder.next('slow-acquire');
+  assert.deepEqual([slow.backend, slow.code, slow.thresholdMs], ['r', 'WAIT_TIMEOUT', 10]);
+  await holder.release();
+
+  const held = await a.backend('r').acquire(KEY);
+  await sleep(40);
+  await held.release();
+  const hold = await recorder.next('slow-hold');
+  assert.deepEqual([hold.backend, hold.thresholdMs], ['r', 30]);
+  assert.ok(hold.heldMs >= 30, String(hold.heldMs));
+
+  await rejectsWith(
+    a.backend('r').withLock(KEY, async (lease, signal) => {
+      await command(redis.port, 'SET', lockKey(namespace, KEY), 'another-owner', 'PX', '10000');
+      await Promise.race([new Promise((resolve) => signal.addEventListener('abort', resolve)), sleep(5000)]);
+    }),
+    'LEASE_LOST',
+  );
+  assert.deepEqual(await recorder.next('lease-lost'), { backend: 'r', code: 'LEASE_LOST' });
+  recorder.stop();
+  await Promise.all([a.close(), b.close()]);
+});

@@ -1,0 +1,257 @@
+// backend.withLock(key, fn, options): acquire, run, release in all cases;
+// redis leases renewed on the driver's thread; LEASE_LOST when lost.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openLock, LockError } from '../index.js';
+import { openLocal, rejectsWith } from './helpers.js';
+import { startRedis } from './redis-server.js';
+import { command, lockKey } from './resp.js';
+
+const INDEX = new URL('../index.js', import.meta.url).href;
+
+let redis;
+before(async () => {
+  redis = await startRedis();
+});
+after(async () => {
+  await redis?.stop();
+});
+
+let namespaces = 0;
+function redisConfig(namespace, settings) {
+  return {
+    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace, leaseMs: 10_000, ...settings } } },
+    'dokebi-redis': { connections: { main: { url: redis.url } } },
+  };
+}
+/** Two providers (two "processes") with one redis backend `r` in a fresh namespace. */
+async function pair(settings = {}) {
+  const namespace = `w${++namespaces}`;
+  const [a, b] = [await openLock({ config: redisConfig(namespace, settings) }), await openLock({ config: redisConfig(namespace, settings) })];
+  return { a, b, namespace };
+}
+
+test('withLock runs fn with the held lease and returns its value after releasing', async () => {
+  const { provider, backend } = await openLocal();
+  let seen;
+  const value = await backend.withLock('k', (lease, signal) => {
+    seen = lease;
+    assert.equal(lease.key, 'k');
+    assert.equal(lease.valid, true);
+    assert.ok(signal instanceof AbortSignal);
+    assert.equal(signal.aborted, false);
+    return 42;
+  });
+  assert.equal(value, 42);
+  assert.equal(seen.valid, false, 'released after the section');
+  assert.equal(await backend.withLock('k', async () => 'async value'), 'async value');
+  await provider.close();
+});
+
+test('the sections of one key run one at a time, in FIFO order', async () => {
+  const { provider, backend } = await openLocal();
+  const order = [];
+  let inside = 0;
+  await Promise.all(
+    [1, 2, 3].map((n) =>
+      backend.withLock('k', async () => {
+        assert.equal(++inside, 1, 'exclusive');
+        await sleep(5);
+        order.push(n);
+        inside--;
+      }),
+    ),
+  );
+  assert.deepEqual(order, [1, 2, 3]);
+  await provider.close();
+});
+
+test('fn throwing (or rejecting) still releases, and withLock rejects with that error', async () => {
+  const { provider, backend } = await openLocal();
+  const boom = new Error('boom');
+  await assert.rejects(
+    backend.withLock('k', () => {
+      throw boom;
+    }),
+    (error) => error === boom,
+  );
+  await assert.rejects(backend.withLock('k', async () => Promise.reject(boom)), (error) => error === boom);
+  const lease = await backend.acquire('k', { waitTimeoutMs: 0 });
+  await lease.release();
+  await provider.close();
+});
+
+test('a failed acquire rejects as acquire does and never runs fn', async () => {
+  const { provider, backend } = await openLocal();
+  const held = await backend.acquire('k');
+  let ran = false;
+  await rejectsWith(backend.withLock('k', () => (ran = true), { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await rejectsWith(backend.withLock('k', () => (ran = true), { waitTimeoutMs: 20 }), 'WAIT_TIMEOUT');
+  await rejectsWith(backend.withLock('k', () => (ran = true), { signal: AbortSignal.abort() }), 'ABORTED');
+  assert.equal(ran, false);
+  await held.release();
+  await provider.close();
+});
+
+test('a local section gets the caller signal: its abort reaches fn, and fn decides', async () => {
+  const { provider, backend } = await openLocal();
+  const caller = new AbortController();
+  const value = await backend.withLock(
+    'k',
+    async (lease, signal) => {
+      caller.abort(new Error('shutting down'));
+      assert.equal(signal.aborted, true);
+      return 'finished anyway';
+    },
+    { signal: caller.signal },
+  );
+  assert.equal(value, 'finished anyway');
+  await provider.close();
+});
+
+test('bad withLock arguments are INVALID_ARGUMENT', async () => {
+  const { provider, backend } = await openLocal();
+  await rejectsWith(backend.withLock('k'), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.withLock('k', () => {}, { autoRenew: 'yes' }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.withLock('k', () => {}, { leaseMs: 5 }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.withLock('k', () => {}, null), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.withLock('k', () => {}, { waitTimeoutMs: -1 }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.withLock(7, () => {}), 'INVALID_KEY');
+  await provider.close();
+});
+
+// A contender in another process: tries the key with waitTimeoutMs 0 every
+// few ms for `ms` after printing "ready", then prints how often it got it.
+const contender = (namespace, ms) => `
+import { openLock } from ${JSON.stringify(INDEX)};
+const provider = await openLock({ config: ${JSON.stringify(redisConfig(namespace, { leaseMs: 300 }))} });
+const backend = provider.backend('r');
+await backend.acquire('warm-up').then((lease) => lease.release());
+console.log('ready');
+let tries = 0, got = 0;
+for (const end = performance.now() + ${ms}; performance.now() < end; tries++) {
+  try { await (await backend.acquire('k', { waitTimeoutMs: 0 })).release(); got++; }
+  catch (error) { if (error.code !== 'LOCK_BUSY') throw error; }
+  await new Promise((resolve) => setTimeout(resolve, 10));
+}
+console.log(JSON.stringify({ tries, got }));
+await provider.close();
+`;
+
+test('a redis section that blocks the event loop longer than leaseMs stays exclusive (renewals run on the driver thread)', async () => {
+  const { a, b, namespace } = await pair({ leaseMs: 300 });
+  const value = await a.backend('r').withLock('k', async (lease, signal) => {
+    const child = spawn(process.execPath, ['--input-type=module', '-e', contender(namespace, 800)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = once(child, 'exit');
+    let output = '';
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk) => (output += chunk));
+    while (!output.includes('ready')) await Promise.race([once(child.stdout, 'data'), exited]);
+    // Block this thread for over three lease lengths: no JS timer could renew.
+    for (const end = performance.now() + 1000; performance.now() < end; );
+    await rejectsWith(b.backend('r').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+    await exited;
+    const { tries, got } = JSON.parse(output.trim().split('\n').at(-1));
+    assert.ok(tries > 0, 'the contender tried');
+    assert.equal(got, 0, 'the contender never got the key while the section ran');
+    assert.equal(signal.aborted, false);
+    assert.equal(lease.valid, true);
+    return 'done';
+  });
+  assert.equal(value, 'done');
+  const after = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
+  await after.release();
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a lease taken over during the section aborts its signal and rejects with LEASE_LOST', async () => {
+  const { a, b, namespace } = await pair({ leaseMs: 300 });
+  let reason;
+  const error = await rejectsWith(
+    a.backend('r').withLock('k', async (lease, signal) => {
+      assert.match(await command(redis.port, 'SET', lockKey(namespace, 'k'), 'another-owner', 'PX', '10000'), /^\+OK/);
+      await Promise.race([once(signal, 'abort'), sleep(5000)]);
+      reason = signal.reason;
+      return 'finished';
+    }),
+    'LEASE_LOST',
+  );
+  assert.ok(error instanceof LockError);
+  assert.ok(reason instanceof LockError, 'the signal aborted');
+  assert.equal(reason.code, 'LEASE_LOST');
+  assert.equal(b.backend('r').status().lost, 0);
+  assert.equal(a.backend('r').status().lost, 1);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('autoRenew false: a section that outlives the lease rejects with LEASE_LOST', async () => {
+  const { a, b } = await pair({ leaseMs: 100 });
+  await rejectsWith(
+    a.backend('r').withLock('k', () => sleep(400), { autoRenew: false }),
+    'LEASE_LOST',
+  );
+  // With renewals, the same section succeeds.
+  assert.equal(await a.backend('r').withLock('k', async () => (await sleep(400), 'renewed')), 'renewed');
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a redis section throwing still releases the lease', async () => {
+  const { a, b } = await pair();
+  const boom = new Error('boom');
+  await assert.rejects(
+    a.backend('r').withLock('k', async () => {
+      throw boom;
+    }),
+    (error) => error === boom,
+  );
+  const lease = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
+  await lease.release();
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a pending redis section does not keep Node alive by its renewals', () => {
+  const child = `
+import { openLock } from ${JSON.stringify(INDEX)};
+const provider = await openLock({ config: ${JSON.stringify(redisConfig('exit', { leaseMs: 300 }))} });
+process.on('exit', () => console.log('exited'));
+await provider.backend('r').withLock('k', () => new Promise(() => {}));
+`;
+  const result = spawnSync(process.execPath, ['--input-type=module', '-e', child], { encoding: 'utf8', timeout: 20_000 });
+  assert.equal(result.signal, null, 'the child had to be killed: something kept it alive');
+  assert.equal(result.stdout.trim(), 'exited');
+  assert.equal(result.status, 13, 'an unsettled top-level await');
+});
+
+test('a Redis that dies during the section aborts the signal and rejects with LEASE_LOST, with no unhandled rejection', async () => {
+  const dying = await startRedis();
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const provider = await openLock({
+      config: {
+        'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace: 'dies', leaseMs: 300 } } },
+        'dokebi-redis': { connections: { main: { url: dying.url, connectTimeoutMs: 100, commandTimeoutMs: 100 } } },
+      },
+    });
+    let reason;
+    await rejectsWith(
+      provider.backend('r').withLock('k', async (lease, signal) => {
+        await dying.stop();
+        await Promise.race([once(signal, 'abort'), sleep(5000)]);
+        reason = signal.reason;
+      }),
+      'LEASE_LOST',
+    );
+    assert.equal(reason?.code, 'LEASE_LOST');
+    await provider.close();
+    await sleep(50);
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+    await dying.stop();
+  }
+});

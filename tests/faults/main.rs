@@ -1,0 +1,452 @@
+//! The fault-injection suite (run it with `scripts/test-faults`; longer with
+//! `FAULTS_SECONDS=60`, one scenario with `FAULTS_ONLY=<name>`).
+//!
+//! Per scenario, worker processes (Rust: this binary run as `worker`; C:
+//! `worker.c` against liblock; Node: `worker.mjs` on @dokebi/lock) contend for a few keys on a private lock
+//! redis-server. Each section does a fenced read-modify-write on a store
+//! that lives on a second redis-server (see `store.rs`) and logs its hold
+//! (see `log.rs`). Meanwhile the harness injects one kind of fault. Then it
+//! checks (see `check.rs`): fences order every two sections that did not
+//! overlap; the store accepted strictly growing fences and lost no
+//! increment; sections never overlap unless a fault outlasted the lease, and
+//! then the stale holder was told (`LEASE_LOST` / `OUTCOME_UNKNOWN`); every
+//! worker exits by itself; no lock key is left. It prints one table row per
+//! scenario and fails on any violation.
+
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+
+mod check;
+mod log;
+mod proxy;
+mod store;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use check::{check, Findings};
+use log::{mono_us, Hold};
+use proxy::Proxy;
+use redis_server::RedisServer;
+use worker::WorkerArgs;
+
+const LEASE_MS: u32 = 1000;
+const KEYS: u32 = 3;
+const NAMESPACE: &str = "faults";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// A holder SIGSTOPped for longer than the lease, then resumed.
+    Stop,
+    /// A holder killed with SIGKILL (and replaced by a fresh worker).
+    Kill,
+    /// The lock server killed while a worker holds a lease, and restarted
+    /// empty at once (no persistence): long sections make the next holder
+    /// overlap the old one, which only the fence can stop.
+    Restart,
+    /// `CLIENT KILL TYPE pubsub`: every subscription dropped.
+    PubsubKill,
+    /// `SCRIPT FLUSH`: the next `EVALSHA` answers NOSCRIPT.
+    ScriptFlush,
+    /// `DEBUG SLEEP 0.25`: the server stops answering for a while.
+    DebugSleep,
+    /// 20 ms added each way by a TCP proxy.
+    Latency,
+    /// The proxy holds every byte for 1.7 s for a moment: past
+    /// `commandTimeoutMs` (1.5 s) and the lease, so commands in flight end
+    /// `OUTCOME_UNKNOWN` and connections are replaced.
+    Stall,
+}
+
+struct Scenario {
+    name: &'static str,
+    fault: Fault,
+    /// The longest nap inside a section (each takes a random part of it).
+    hold_ms: u32,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "baseline", fault: Fault::None, hold_ms: 15 },
+    Scenario { name: "sigstop-holder", fault: Fault::Stop, hold_ms: 15 },
+    Scenario { name: "sigkill-holder", fault: Fault::Kill, hold_ms: 15 },
+    Scenario { name: "restart-redis", fault: Fault::Restart, hold_ms: 300 },
+    Scenario { name: "kill-pubsub", fault: Fault::PubsubKill, hold_ms: 15 },
+    Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15 },
+    Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15 },
+    Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15 },
+    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15 },
+];
+
+impl Fault {
+    /// True when no fault outlasts a lease, so sections must never overlap.
+    fn exclusive(self) -> bool {
+        !matches!(self, Fault::Stop | Fault::Restart)
+    }
+
+    /// True when a lock key may outlive its closed holder, until it expires:
+    /// a killed holder's, or one granted by an acquire whose answer never
+    /// came (its owner cleans up by token, but may close first).
+    fn leaves_expiring_keys(self) -> bool {
+        matches!(self, Fault::Kill | Fault::Stall)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Rust,
+    C,
+    Node,
+}
+
+struct Worker {
+    name: String,
+    kind: Kind,
+    child: Child,
+    log: PathBuf,
+    killed_at: Option<u64>,
+}
+
+/// One scenario in progress.
+struct Run {
+    dir: PathBuf,
+    lock: RedisServer,
+    store: RedisServer,
+    scripts: store::Scripts,
+    proxy: Option<Proxy>,
+    c_worker: PathBuf,
+    workers: Vec<Worker>,
+    started: Instant,
+    run: Duration,
+    hold_ms: u32,
+    faults: u64,
+    violations: Vec<String>,
+}
+
+impl Run {
+    fn lock_url(&self) -> String {
+        self.proxy.as_ref().map_or_else(|| self.lock.url(), Proxy::url)
+    }
+
+    fn spawn(&mut self, kind: Kind) {
+        let name = format!("{kind:?}-{}", self.workers.len()).to_lowercase();
+        let log = self.dir.join(format!("{name}.log"));
+        let args = WorkerArgs {
+            store_port: self.store.port(),
+            keys: KEYS,
+            hold_ms: self.hold_ms,
+            run_ms: self.run.saturating_sub(self.started.elapsed()).as_millis().max(1) as u32,
+            log: log.display().to_string(),
+            seed: mono_us() ^ (self.workers.len() as u64) << 48,
+            read_sha: self.scripts.read.clone(),
+            write_sha: self.scripts.write.clone(),
+        };
+        let mut command = match kind {
+            Kind::Rust => {
+                let mut command = Command::new(std::env::current_exe().unwrap());
+                command.arg("worker");
+                command
+            }
+            Kind::C => Command::new(&self.c_worker),
+            Kind::Node => {
+                let mut command = Command::new("node");
+                command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/worker.mjs"));
+                command
+            }
+        };
+        command.env(worker::YAML_VAR, worker::yaml(&self.lock_url(), NAMESPACE, LEASE_MS));
+        let stderr = std::fs::File::create(self.dir.join(format!("{name}.stderr"))).unwrap();
+        let child = command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
+        self.workers.push(Worker { name, kind, child, log, killed_at: None });
+    }
+
+    /// A live worker inside its section right now, if one shows up soon.
+    fn find_holder(&self) -> Option<usize> {
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            let found = self.workers.iter().position(|w| w.killed_at.is_none() && log::holding(&std::fs::read_to_string(&w.log).unwrap_or_default()));
+            if found.is_some() {
+                return found;
+            }
+            sleep(Duration::from_millis(2));
+        }
+        None
+    }
+
+    fn signal(&self, worker: usize, signal: libc::c_int) {
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.workers[worker].child.id() as libc::pid_t, signal) }, 0);
+    }
+
+    fn lock_command(&self, command: &redis::Cmd) {
+        let _: redis::Value = command.query(&mut self.lock.client()).expect("the lock server takes the fault command");
+    }
+
+    /// Injects the scenario's fault until the run is nearly over.
+    fn inject(&mut self, fault: Fault) {
+        let lease = Duration::from_millis(LEASE_MS.into());
+        while self.started.elapsed() + Duration::from_millis(400) < self.run {
+            match fault {
+                Fault::None | Fault::Latency => sleep(Duration::from_millis(100)),
+                Fault::Stop => {
+                    sleep(Duration::from_millis(200));
+                    if let Some(worker) = self.find_holder() {
+                        self.signal(worker, libc::SIGSTOP);
+                        sleep(lease + Duration::from_millis(300));
+                        self.signal(worker, libc::SIGCONT);
+                        self.faults += 1;
+                    }
+                }
+                Fault::Kill => {
+                    sleep(Duration::from_millis(300));
+                    if let Some(worker) = self.find_holder() {
+                        self.signal(worker, libc::SIGKILL);
+                        let worker = &mut self.workers[worker];
+                        worker.killed_at = Some(mono_us());
+                        let _ = worker.child.wait();
+                        let kind = worker.kind;
+                        self.spawn(kind);
+                        self.faults += 1;
+                    }
+                }
+                Fault::Restart => {
+                    sleep(Duration::from_millis(400));
+                    if self.find_holder().is_some() {
+                        self.lock.stop();
+                        self.lock.restart();
+                        self.faults += 1;
+                    }
+                }
+                Fault::PubsubKill => {
+                    sleep(Duration::from_millis(250));
+                    self.lock_command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
+                    self.faults += 1;
+                }
+                Fault::ScriptFlush => {
+                    sleep(Duration::from_millis(200));
+                    self.lock_command(redis::cmd("SCRIPT").arg("FLUSH"));
+                    self.faults += 1;
+                }
+                Fault::Stall => {
+                    sleep(Duration::from_millis(700));
+                    let proxy = self.proxy.as_ref().expect("a proxy");
+                    proxy.set_latency(Duration::from_millis(1700));
+                    sleep(Duration::from_millis(150));
+                    proxy.set_latency(Duration::ZERO);
+                    sleep(Duration::from_millis(1700));
+                    self.faults += 1;
+                }
+                Fault::DebugSleep => {
+                    sleep(Duration::from_millis(700));
+                    self.lock_command(redis::cmd("DEBUG").arg("SLEEP").arg("0.25"));
+                    self.faults += 1;
+                }
+            }
+        }
+    }
+
+    /// Waits for every worker to exit by itself (killing stragglers).
+    fn wait_workers(&mut self) {
+        let deadline = self.started + self.run + Duration::from_millis(LEASE_MS.into()) + Duration::from_secs(10);
+        for worker in &mut self.workers {
+            if worker.killed_at.is_some() {
+                continue;
+            }
+            let status = loop {
+                if let Some(status) = worker.child.try_wait().unwrap() {
+                    break Some(status);
+                }
+                if Instant::now() > deadline {
+                    let _ = worker.child.kill();
+                    let _ = worker.child.wait();
+                    break None;
+                }
+                sleep(Duration::from_millis(20));
+            };
+            match status {
+                Some(status) if status.success() => {}
+                Some(status) => {
+                    let stderr = std::fs::read_to_string(self.dir.join(format!("{}.stderr", worker.name))).unwrap_or_default();
+                    self.violations.push(format!("worker {} exited with {status}: {}", worker.name, stderr.trim()));
+                }
+                None => self.violations.push(format!("worker {} did not exit by itself", worker.name)),
+            }
+        }
+    }
+
+    /// No lock key may stay once everyone closed, but for those that only
+    /// expire (see [`Fault::leaves_expiring_keys`]), which get a lease to go.
+    fn check_lock_keys(&mut self, fault: Fault) {
+        let grace = if fault.leaves_expiring_keys() { Duration::from_millis(u64::from(LEASE_MS) + 500) } else { Duration::ZERO };
+        let until = Instant::now() + grace;
+        loop {
+            let left = self.lock.keys().into_iter().filter(|k| k.starts_with(&format!("{NAMESPACE}:lock:"))).count();
+            if left == 0 {
+                return;
+            }
+            if Instant::now() >= until {
+                self.violations.push(format!("{left} lock keys left in Redis after every worker closed"));
+                return;
+            }
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every hold of every worker, and the failed acquires.
+    fn holds(&mut self) -> (Vec<Hold>, u64) {
+        let mut holds = Vec::new();
+        let mut failures = 0;
+        for worker in &self.workers {
+            let text = std::fs::read_to_string(&worker.log).unwrap_or_default();
+            let log = log::parse(&worker.name, &text);
+            holds.extend(log.holds);
+            failures += log.failures.values().sum::<u64>();
+            match (log.open, worker.killed_at) {
+                (Some(mut open), Some(killed_at)) => {
+                    open.end = killed_at;
+                    holds.push(open);
+                }
+                (Some(_), None) => self.violations.push(format!("worker {} left a section open", worker.name)),
+                (None, _) => {}
+            }
+        }
+        (holds, failures)
+    }
+}
+
+struct Row {
+    name: &'static str,
+    workers: usize,
+    findings: Findings,
+    faults: u64,
+    failures: u64,
+}
+
+fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path) -> Row {
+    let dir = root.join(scenario.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let store = RedisServer::start();
+    let scripts = store::load(&mut store.client());
+    let proxy = match scenario.fault {
+        Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
+        Fault::Stall => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        _ => None,
+    };
+    let mut run = Run {
+        dir,
+        lock,
+        store,
+        scripts,
+        proxy,
+        c_worker: c_worker.to_owned(),
+        workers: Vec::new(),
+        started: Instant::now(),
+        run,
+        hold_ms: scenario.hold_ms,
+        faults: 0,
+        violations: Vec::new(),
+    };
+    for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
+        run.spawn(kind);
+    }
+    run.inject(scenario.fault);
+    if scenario.fault == Fault::Latency {
+        run.faults = 1;
+    }
+    run.wait_workers();
+    run.check_lock_keys(scenario.fault);
+    let (holds, failures) = run.holds();
+    let mut client = run.store.client();
+    let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
+    let mut findings = check(&holds, &stores, scenario.fault.exclusive(), u64::from(LEASE_MS) * 1000);
+    if findings.holds < 10 {
+        findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
+    }
+    findings.violations.append(&mut run.violations);
+    Row { name: scenario.name, workers: run.workers.len(), findings, faults: run.faults, failures }
+}
+
+/// The checks must be able to fail: feed them broken histories first.
+fn self_test() {
+    let hold = |worker: &str, fence: u128, start: u64, end: u64, release: &str| Hold {
+        worker: worker.into(),
+        key: "k0".into(),
+        fence,
+        start,
+        end,
+        store: 'W',
+        release: release.into(),
+    };
+    let none = BTreeMap::new();
+    let overlap = [hold("a", 1, 0, 10, "OK"), hold("b", 2, 5, 15, "OK")];
+    assert!(!check(&overlap, &none, true, 1000).violations.is_empty(), "an overlap in an exclusive scenario");
+    assert!(!check(&overlap, &none, false, 1000).violations.is_empty(), "a stale holder not told");
+    let told = [hold("a", 1, 0, 10, "LEASE_LOST"), hold("b", 2, 5, 15, "OK")];
+    assert!(check(&told, &none, false, 1000).violations.is_empty(), "a told stale holder is fine");
+    assert!(!check(&told, &none, true, 1000).violations.is_empty(), "but not where no fault outlasts the lease");
+    let paused = [hold("a", 1, 0, 1500, "LEASE_LOST"), hold("b", 2, 1200, 1300, "OK")];
+    assert!(check(&paused, &none, true, 1000).violations.is_empty(), "a holder the machine paused past the lease, told");
+    let backwards = [hold("a", 2, 0, 10, "OK"), hold("b", 1, 10, 15, "OK")];
+    assert!(!check(&backwards, &none, true, 1000).violations.is_empty(), "fences going backwards");
+    let lost = BTreeMap::from([("k0".to_string(), store::KeyHistory { value: 1, refused: 0, attempts: vec![(1, true), (2, true)] })]);
+    assert!(!check(&[], &lost, true, 1000).violations.is_empty(), "a lost increment");
+    let repeated = BTreeMap::from([("k0".to_string(), store::KeyHistory { value: 2, refused: 0, attempts: vec![(2, true), (2, true)] })]);
+    assert!(!check(&[], &repeated, true, 1000).violations.is_empty(), "a repeated fence");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        worker::run(WorkerArgs::parse(&args[1..]));
+        return;
+    }
+    self_test();
+    let c_worker = PathBuf::from(std::env::var("FAULTS_C_WORKER").expect("FAULTS_C_WORKER names the C worker: run scripts/test-faults"));
+    let seconds: u64 = std::env::var("FAULTS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let only = std::env::var("FAULTS_ONLY").ok();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults");
+
+    let mut rows = Vec::new();
+    for scenario in SCENARIOS.iter().filter(|s| only.as_deref().is_none_or(|only| only == s.name)) {
+        let row = run_scenario(scenario, Duration::from_secs(seconds), &c_worker, &root);
+        for violation in &row.findings.violations {
+            eprintln!("VIOLATION [{}] {violation}", row.name);
+        }
+        rows.push(row);
+    }
+    println!("\nfault suite: {seconds} s per scenario, lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", root.display());
+    println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
+    println!(
+        "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
+    );
+    let mut violations = 0;
+    for row in &rows {
+        let f = &row.findings;
+        violations += f.violations.len();
+        println!(
+            "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            row.name,
+            row.workers,
+            f.holds,
+            row.faults,
+            row.failures,
+            f.lost,
+            f.overlaps,
+            format!("{}/{}", f.stale, f.told),
+            f.accepted,
+            f.refused,
+            f.violations.len()
+        );
+    }
+    if violations > 0 {
+        eprintln!("fault suite: {violations} violations");
+        std::process::exit(1);
+    }
+}

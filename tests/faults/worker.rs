@@ -1,0 +1,126 @@
+//! The Rust worker: the faults test binary run again as `faults worker ...`
+//! (the C worker, `worker.c`, does the same through liblock). It loops until
+//! its time is up: acquire one of the keys, read-modify-write the fenced
+//! store, release, and log the hold (see [`crate::log`] for the lines).
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, Provider};
+
+use crate::log::mono_us;
+
+/// The environment variable that hands every worker its options (YAML).
+pub const YAML_VAR: &str = "FAULTS_LOCK_YAML";
+
+/// Everything a worker is told on its command line (the C and Node workers
+/// take the same arguments in the same order); its options come in
+/// [`YAML_VAR`].
+pub struct WorkerArgs {
+    pub store_port: u16,
+    pub keys: u32,
+    pub hold_ms: u32,
+    pub run_ms: u32,
+    pub log: String,
+    pub seed: u64,
+    pub read_sha: String,
+    pub write_sha: String,
+}
+
+impl WorkerArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            self.store_port.to_string(),
+            self.keys.to_string(),
+            self.hold_ms.to_string(),
+            self.run_ms.to_string(),
+            self.log.clone(),
+            self.seed.to_string(),
+            self.read_sha.clone(),
+            self.write_sha.clone(),
+        ]
+    }
+
+    pub fn parse(args: &[String]) -> WorkerArgs {
+        assert_eq!(args.len(), 8, "worker arguments: see WorkerArgs");
+        WorkerArgs {
+            store_port: args[0].parse().unwrap(),
+            keys: args[1].parse().unwrap(),
+            hold_ms: args[2].parse().unwrap(),
+            run_ms: args[3].parse().unwrap(),
+            log: args[4].clone(),
+            seed: args[5].parse().unwrap(),
+            read_sha: args[6].clone(),
+            write_sha: args[7].clone(),
+        }
+    }
+}
+
+/// The options of every worker: one redis backend `faults`.
+pub fn yaml(lock_url: &str, namespace: &str, lease_ms: u32) -> String {
+    format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main: {{ url: \"{lock_url}\", connectTimeoutMs: 500, commandTimeoutMs: 1500 }}\n"
+    )
+}
+
+/// A small xorshift generator: the worker needs no quality, only variety.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % u64::from(n.max(1))) as u32
+    }
+}
+
+pub fn run(args: WorkerArgs) {
+    let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
+    let backend = provider.backend("faults").unwrap();
+    let mut store = redis::Client::open(format!("redis://127.0.0.1:{}/0", args.store_port)).unwrap().get_connection().expect("the store is up");
+    let mut log = OpenOptions::new().create(true).append(true).open(&args.log).unwrap();
+    let mut line = |text: String| log.write_all(text.as_bytes()).expect("log line");
+    let mut rng = Rng(args.seed | 1);
+    let end = Instant::now() + Duration::from_millis(args.run_ms.into());
+
+    while Instant::now() < end {
+        let key = format!("k{}", rng.below(args.keys));
+        let lease = match futures::executor::block_on(backend.acquire(&key, AcquireOptions::default())) {
+            Ok(lease) => lease,
+            Err(err) => {
+                line(format!("F {}\n", err.code().as_str()));
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let fence = lease.fence();
+        let start = mono_us();
+        line(format!("A {key} {fence} {start}\n"));
+        let read: i64 = redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store).expect("store read");
+        std::thread::sleep(Duration::from_millis(rng.below(args.hold_ms + 1).into()));
+        let outcome = if read < 0 {
+            "R"
+        } else {
+            let written: i64 = redis::cmd("EVALSHA")
+                .arg(&args.write_sha)
+                .arg(2)
+                .arg(format!("store:{key}"))
+                .arg(format!("attempts:{key}"))
+                .arg(fence)
+                .arg(read + 1)
+                .query(&mut store)
+                .expect("store write");
+            if written == 1 { "W" } else { "X" }
+        };
+        let end_us = mono_us();
+        let released = match futures::executor::block_on(lease.release()) {
+            Ok(true) => "OK",
+            Ok(false) => "FALSE",
+            Err(err) => err.code().as_str(),
+        };
+        line(format!("E {key} {fence} {start} {end_us} {outcome} {released}\n"));
+    }
+    futures::executor::block_on(provider.close());
+}
