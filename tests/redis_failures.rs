@@ -8,36 +8,15 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
 use futures::executor::block_on;
-use support::open_redis;
+use support::{eventually, open_redis, redis_counts, wait};
 use support::redis_server::RedisServer;
 
 fn backend(provider: &Provider) -> Backend {
     provider.backend("shared").unwrap()
 }
 
-fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
-}
-
 fn error<T: std::fmt::Debug>(result: Result<T, LockError>) -> LockError {
     result.expect_err("expected an error")
-}
-
-fn redis_counts(backend: &Backend) -> dokebi_lock::RedisCounts {
-    match backend {
-        Backend::Redis(redis) => redis.counts(),
-        Backend::Local(_) => panic!("not a redis backend"),
-    }
-}
-
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    panic!("timed out waiting until {what}");
 }
 
 fn lock_keys(server: &RedisServer) -> Vec<String> {

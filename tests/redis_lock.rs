@@ -12,37 +12,15 @@ use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Lease, Lo
 use futures::executor::block_on;
 use redis::Commands;
 use sha2::{Digest, Sha256};
-use support::open_redis;
+use support::{eventually, open_redis, redis_counts, wait};
 use support::redis_server::RedisServer;
 
 fn backend(provider: &Provider) -> Backend {
     provider.backend("shared").unwrap()
 }
 
-fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
-}
-
 fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
     result.expect_err("expected an error").code()
-}
-
-fn redis_counts(backend: &Backend) -> dokebi_lock::RedisCounts {
-    match backend {
-        Backend::Redis(redis) => redis.counts(),
-        Backend::Local(_) => panic!("not a redis backend"),
-    }
-}
-
-/// Polls `condition` for up to 5 s.
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if condition() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    panic!("timed out waiting until {what}");
 }
 
 #[test]

@@ -6,15 +6,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, ErrorCode, WithLockOptions};
+use dokebi_lock::{ErrorCode, WithLockOptions};
 use futures::executor::block_on;
 use redis::Commands;
-use support::open_redis;
+use support::{open_redis, wait};
 use support::redis_server::RedisServer;
-
-fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
-}
 
 #[test]
 fn auto_renew_keeps_a_section_longer_than_the_lease_exclusive_even_when_the_caller_stalls() {

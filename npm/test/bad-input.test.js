@@ -1,19 +1,13 @@
 // Bad input, swept over both drivers: every malformed key and every bad
 // acquire option is a LockError with the right code (never a crash, a hang
 // or a key in the message), and a rejected call leaves the backend usable.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { openLock } from '../index.js';
 import { rejectsWith } from './helpers.js';
-import { startRedis } from './redis-server.js';
+import { useRedis } from './redis-server.js';
 
-let redis;
-before(async () => {
-  redis = await startRedis();
-});
-after(async () => {
-  await redis?.stop();
-});
+const redis = useRedis();
 
 /** One local and one redis backend, both with maxKeyBytes 8. */
 async function open() {

@@ -1,5 +1,6 @@
 // Starts a private redis-server on a free port for one test file, and stops
 // it at the end (also on failure). Never uses 6379.
+import { before, after } from 'node:test';
 import { spawn } from 'node:child_process';
 import { createServer, connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -45,4 +46,21 @@ export async function startRedis() {
       await exited;
     },
   };
+}
+
+/**
+ * Starts a private redis-server before the tests of the calling file and
+ * stops it after them; the returned object gets `url` and `port` once it runs.
+ */
+export function useRedis() {
+  const redis = { url: undefined, port: undefined };
+  let server;
+  before(async () => {
+    server = await startRedis();
+    Object.assign(redis, { url: server.url, port: server.port });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+  return redis;
 }

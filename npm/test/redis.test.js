@@ -1,18 +1,12 @@
 // SPEC section 5 end to end through the JS API, against a private redis-server.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { openLock } from '../index.js';
 import { rejectsWith } from './helpers.js';
-import { startRedis } from './redis-server.js';
+import { startRedis, useRedis } from './redis-server.js';
 
-let redis;
-before(async () => {
-  redis = await startRedis();
-});
-after(async () => {
-  await redis?.stop();
-});
+const redis = useRedis();
 
 let namespaces = 0;
 /** A provider with one redis backend `r` in a namespace of its own test. */

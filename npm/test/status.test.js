@@ -1,10 +1,10 @@
 // provider.status() / backend.status(): counts only, never keys.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openLock } from '../index.js';
 import { openLocal, rejectsWith } from './helpers.js';
-import { startRedis } from './redis-server.js';
+import { useRedis } from './redis-server.js';
 
 const KEY = 'customer:secret-key-7';
 
@@ -23,13 +23,7 @@ test('a local backend counts held, waiting, acquired and timed out; lost is 0', 
   await provider.close();
 });
 
-let redis;
-before(async () => {
-  redis = await startRedis();
-});
-after(async () => {
-  await redis?.stop();
-});
+const redis = useRedis();
 
 function openRedis(url, settings = {}) {
   return openLock({

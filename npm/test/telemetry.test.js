@@ -1,12 +1,12 @@
 // Telemetry on node:diagnostics_channel (dokebi-lock:*): slow acquires,
 // slow holds, wait timeouts, lost leases, Redis connectivity. Never keys.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openLock } from '../index.js';
 import { openLocal, rejectsWith } from './helpers.js';
-import { startRedis } from './redis-server.js';
+import { useRedis } from './redis-server.js';
 import { command, lockKey } from './resp.js';
 
 const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection'];
@@ -104,13 +104,7 @@ test('local: nothing is measured for a lease granted while nobody listened', asy
   await provider.close();
 });
 
-let redis;
-before(async () => {
-  redis = await startRedis();
-});
-after(async () => {
-  await redis?.stop();
-});
+const redis = useRedis();
 
 let namespaces = 0;
 function openRedis(settings, namespace) {

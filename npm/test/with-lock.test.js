@@ -1,24 +1,18 @@
 // backend.withLock(key, fn, options): acquire, run, release in all cases;
 // redis leases renewed on the driver's thread; LEASE_LOST when lost.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openLock, LockError } from '../index.js';
 import { openLocal, rejectsWith } from './helpers.js';
-import { startRedis } from './redis-server.js';
+import { startRedis, useRedis } from './redis-server.js';
 import { command, lockKey } from './resp.js';
 
 const INDEX = new URL('../index.js', import.meta.url).href;
 
-let redis;
-before(async () => {
-  redis = await startRedis();
-});
-after(async () => {
-  await redis?.stop();
-});
+const redis = useRedis();
 
 let namespaces = 0;
 function redisConfig(namespace, settings) {

@@ -5,9 +5,35 @@
 pub mod redis_server;
 
 use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
 
 use dokebi_lock::log::{LogRecord, Logger};
-use dokebi_lock::{Hooks, Options, Provider};
+use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, RedisCounts};
+
+/// Acquire options that wait at most `ms`.
+pub fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+}
+
+/// The driver's own counts of a redis backend.
+pub fn redis_counts(backend: &Backend) -> RedisCounts {
+    match backend {
+        Backend::Redis(redis) => redis.counts(),
+        Backend::Local(_) => panic!("not a redis backend"),
+    }
+}
+
+/// Polls `condition` for up to 5 s.
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting until {what}");
+}
 
 /// A logger that keeps every record for assertions.
 pub fn recording_logger() -> (Logger, Arc<Mutex<Vec<LogRecord>>>) {
