@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
@@ -21,15 +22,19 @@ pub struct Hooks {
     /// Telemetry (slow acquires and holds, wait timeouts, lost leases);
     /// `None` measures nothing.
     pub telemetry: Option<Telemetry>,
+    /// An event loop whose thread runs the redis operations started on it
+    /// (see [`crate::redis::host`]); `None` runs them on the driver's thread.
+    pub host: Option<Arc<dyn Host>>,
 }
 
 impl Default for Hooks {
-    /// Warnings and errors to standard error, no telemetry.
+    /// Warnings and errors to standard error, no telemetry, no host.
     fn default() -> Self {
-        Hooks { logger: stderr_logger(), telemetry: None }
+        Hooks { logger: stderr_logger(), telemetry: None, host: None }
     }
 }
 use crate::options::{BackendOptions, Options};
+use crate::redis::host::Host;
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
 use crate::status::{BackendStatus, RedisStatus};
 
@@ -55,8 +60,8 @@ impl Provider {
     /// Redis connections are made in the background: the call never blocks,
     /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
-        let Hooks { logger, telemetry } = hooks;
-        let redis = RedisDriver::open(&options, &logger, &telemetry)?;
+        let Hooks { logger, telemetry, host } = hooks;
+        let redis = RedisDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         for (name, backend) in options.backends {

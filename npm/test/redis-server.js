@@ -18,16 +18,18 @@ async function answersPing(port) {
     const socket = connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
     socket.once('data', (data) => {
       socket.destroy();
-      resolve(data.toString().startsWith('+PONG'));
+      // NOAUTH: up, with a password.
+      resolve(/^(\+PONG|-NOAUTH)/.test(data.toString()));
     });
     socket.once('error', () => resolve(false));
   });
 }
 
-/** `{ url, port, stop() }` of a fresh redis-server without persistence. */
-export async function startRedis() {
+/** `{ url, port, stop() }` of a fresh redis-server without persistence,
+ *  started with the `extra` arguments. */
+export async function startRedis(extra = []) {
   const port = await freePort();
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], {
     stdio: 'ignore',
   });
   const exited = new Promise((resolve) => child.once('exit', resolve));

@@ -5,14 +5,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use slab::Slab;
-use tokio::runtime::Handle;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinSet;
 
 use super::connection::{Answer, Failure, RedisConnection};
 use super::keys::{release_channel, RedisKeys};
 use super::lease::{lease_lost, LeaseShared, RedisLease};
-use super::runtime::{run_on, DriverRuntime};
+use super::runtime::{DriverRuntime, Spawner};
 use super::acquire::{key_limit, Acquire, InProgress};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::acquire::AcquireOptions;
@@ -30,7 +29,7 @@ use crate::telemetry::{report_hold, Telemetry, TelemetryEvent};
 /// of one key in this process are served in FIFO order (there is no order
 /// across processes); fences grow per key and namespace. Every public
 /// future may be awaited from any executor; its work runs on the driver's
-/// own runtime.
+/// own runtime, or on the host's thread (see [`super::host`]).
 #[derive(Clone)]
 pub struct RedisBackend {
     core: Arc<BackendCore>,
@@ -67,7 +66,7 @@ pub(crate) struct BackendCore {
     pub(super) options: RedisOptions,
     pub(super) connection: Arc<RedisConnection>,
     channel: String,
-    handle: Handle,
+    spawner: Spawner,
     logger: Logger,
     pub(super) telemetry: Option<Telemetry>,
     pub(super) in_progress: AtomicUsize,
@@ -93,7 +92,7 @@ impl RedisBackend {
             options,
             connection,
             channel,
-            handle: runtime.handle().clone(),
+            spawner: runtime.spawner().clone(),
             logger,
             telemetry,
             in_progress: AtomicUsize::new(0),
@@ -141,7 +140,7 @@ impl RedisBackend {
         // Dropping `_cancel` (this future dropped) ends the task's wait.
         let (_cancel, cancelled) = oneshot::channel::<()>();
         let task = Acquire::new(core.clone(), key, wait, options.signal, cancelled, slot);
-        let shared = run_on(&core.handle, task.run()).await?;
+        let shared = core.spawner.run(task.run()).await?;
         Ok(RedisLease::new(shared, self.runtime.clone()))
     }
 
@@ -169,7 +168,7 @@ impl RedisBackend {
             return;
         }
         let core = self.core.clone();
-        let _ = run_on(&self.core.handle, async move {
+        let _ = self.core.spawner.run(async move {
             core.release_all().await;
             Ok(())
         })
@@ -192,8 +191,8 @@ impl BackendCore {
         Duration::from_millis(self.options.lease_ms.into())
     }
 
-    pub fn handle(&self) -> &Handle {
-        &self.handle
+    pub fn spawner(&self) -> &Spawner {
+        &self.spawner
     }
 
     pub fn connection(&self) -> &RedisConnection {
@@ -240,7 +239,7 @@ impl BackendCore {
     /// Releases a dropped lease; nobody awaits the outcome.
     pub fn release_in_background(self: &Arc<Self>, keys: RedisKeys, token: String) {
         let core = self.clone();
-        self.handle.spawn(async move {
+        self.spawner.handle().spawn(async move {
             let _ = core.release(&keys, &token).await;
         });
     }
@@ -250,7 +249,7 @@ impl BackendCore {
     /// more a command timeout later in case the first try overtook it.
     pub fn clean_up_after_unknown(self: &Arc<Self>, keys: RedisKeys, token: String) {
         let core = self.clone();
-        self.handle.spawn(async move {
+        self.spawner.handle().spawn(async move {
             for attempt in 0..2 {
                 if attempt > 0 {
                     tokio::time::sleep(core.connection.command_timeout()).await;
@@ -264,21 +263,20 @@ impl BackendCore {
 
     /// Close: release every held lease within the shutdown timeout. A lease
     /// that had already expired is not a failure; one Redis did not confirm is.
+    /// The releases run where close runs (the host's thread or the runtime).
     async fn release_all(self: &Arc<Self>) {
         let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
-        let mut releases = JoinSet::new();
-        for lease in leases {
-            if lease.take() {
-                let core = self.clone();
-                releases.spawn(async move { core.delete_if_ours(lease.keys(), lease.token()).await.map(|_| ()) });
-            }
-        }
+        let mut releases: FuturesUnordered<_> = leases
+            .into_iter()
+            .filter(|lease| lease.take())
+            .map(|lease| async move { self.delete_if_ours(lease.keys(), lease.token()).await.map(|_| ()) })
+            .collect();
         let total = releases.len();
         let mut failed = 0;
         let timeout = Duration::from_millis(self.options.shutdown_timeout_ms.into());
         let finished = tokio::time::timeout(timeout, async {
-            while let Some(done) = releases.join_next().await {
-                if !matches!(done, Ok(Ok(()))) {
+            while let Some(done) = releases.next().await {
+                if done.is_err() {
                     failed += 1;
                 }
             }
@@ -286,7 +284,6 @@ impl BackendCore {
         .await;
         if finished.is_err() {
             let left = releases.len();
-            releases.abort_all();
             self.log(Level::Error, "CLEANUP_TIMEOUT", format!("{left} of {total} leases were not released within shutdownTimeoutMs; they expire after leaseMs"));
         }
         if failed > 0 {

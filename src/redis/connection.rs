@@ -1,6 +1,8 @@
 //! One Redis connection of `dokebi-redis.connections`, shared by every
 //! backend that names it: a multiplexed command connection (reconnected on
-//! demand) plus, in [`super::notify`], one pub/sub connection.
+//! demand) plus, in [`super::notify`], one pub/sub connection. With a
+//! [`Host`], commands sent on the host's thread use a second command
+//! connection, driven by the host's loop (see [`super::host`]).
 //!
 //! Every command is bounded: connecting by `connectTimeoutMs`, each command
 //! by `commandTimeoutMs`. Failures are classified once, here:
@@ -25,11 +27,13 @@ use redis::aio::MultiplexedConnection;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
-    ToRedisArgs, Value,
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, Script,
+    ServerErrorKind, ToRedisArgs, Value,
 };
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 
+use super::host::{Host, HostStream, InRuntime, Socket};
 use super::scripts::Scripts;
 use super::waiters::Waiters;
 use crate::error::{Cause, ErrorCode, LockError, Result};
@@ -83,6 +87,18 @@ struct Current {
     last_failure: Option<(Instant, Cause)>,
 }
 
+/// One command connection, made on demand.
+struct Lane {
+    current: tokio::sync::Mutex<Current>,
+    up: AtomicBool,
+}
+
+impl Lane {
+    fn new() -> Lane {
+        Lane { current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }), up: AtomicBool::new(false) }
+    }
+}
+
 /// A shared Redis connection.
 pub(crate) struct RedisConnection {
     name: String,
@@ -90,7 +106,11 @@ pub(crate) struct RedisConnection {
     client: Client,
     connect_timeout: Duration,
     command_timeout: Duration,
-    current: tokio::sync::Mutex<Current>,
+    /// Commands sent on the runtime's thread (all of them without a host).
+    runtime_lane: Lane,
+    /// Commands sent on the host's thread; none without a host or over TLS.
+    host_lane: Option<(Arc<dyn Host>, Lane)>,
+    /// Some lane's connection is open.
     connected: AtomicBool,
     subscribed: AtomicBool,
     last_error: Mutex<Option<ErrorCode>>,
@@ -102,19 +122,21 @@ pub(crate) struct RedisConnection {
 
 impl RedisConnection {
     /// Checks the URL; opens no socket.
-    pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>) -> Result<RedisConnection> {
+    pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>, host: Option<Arc<dyn Host>>) -> Result<RedisConnection> {
         let client = options.url.as_str().into_connection_info().map(with_tcp_settings).and_then(Client::open).map_err(|err| {
             LockError::new(ErrorCode::InvalidOptions, format!("connections.{name}.url: not a usable Redis URL"))
                 .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
                 .with_cause(err)
         })?;
+        let host_lane = host.filter(|_| matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_))).map(|host| (host, Lane::new()));
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
             client,
             connect_timeout: Duration::from_millis(options.connect_timeout_ms.into()),
             command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
-            current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }),
+            runtime_lane: Lane::new(),
+            host_lane,
             connected: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
             last_error: Mutex::new(None),
@@ -137,7 +159,7 @@ impl RedisConnection {
         self.command_timeout
     }
 
-    /// True while the command connection is open.
+    /// True while a command connection is open.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
@@ -161,9 +183,11 @@ impl RedisConnection {
         *self.last_answer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records whether the command connection is open, telling telemetry
-    /// about changes.
-    fn set_connected(&self, up: bool) {
+    /// Records whether `lane`'s connection is open, telling telemetry when
+    /// that changes whether any is.
+    fn set_connected(&self, lane: &Lane, up: bool) {
+        lane.up.store(up, Ordering::Relaxed);
+        let up = self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|(_, lane)| lane.up.load(Ordering::Relaxed));
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
                 telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
@@ -180,20 +204,30 @@ impl RedisConnection {
         self.stop.subscribe()
     }
 
-    /// Stops the notification task and closes the command connection.
+    /// Stops the notification task and closes the command connections.
     pub async fn shut_down(&self) {
         self.stop.send_replace(true);
-        let mut current = self.current.lock().await;
-        current.connection = None;
-        self.set_connected(false);
+        for lane in std::iter::once(&self.runtime_lane).chain(self.host_lane.as_ref().map(|(_, lane)| lane)) {
+            lane.current.lock().await.connection = None;
+            self.set_connected(lane, false);
+        }
+    }
+
+    /// The lane of the calling thread, and its host if it is the host's.
+    fn lane(&self) -> (&Lane, Option<&Arc<dyn Host>>) {
+        match &self.host_lane {
+            Some((host, lane)) if host.is_current() => (lane, Some(host)),
+            _ => (&self.runtime_lane, None),
+        }
     }
 
     /// Runs `script` and converts its reply; see the module docs for the
     /// failure classes and the single retry.
     pub async fn eval<T: FromRedisValue>(&self, script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Result<Answer<T>, Failure> {
         let mut first_attempt_lost: Option<Cause> = None;
+        let lane = self.lane();
         loop {
-            let (generation, mut connection) = self.connection().await?;
+            let (generation, mut connection) = self.connection(lane).await?;
             let mut invocation = script.prepare_invoke();
             for key in keys {
                 invocation.key(*key);
@@ -210,15 +244,15 @@ impl RedisConnection {
                     };
                 }
                 Err(_) => {
-                    self.invalidate(generation).await;
+                    self.invalidate(lane.0, generation).await;
                     Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
                 }
                 Ok(Err(err)) if err.is_timeout() => {
-                    self.invalidate(generation).await;
+                    self.invalidate(lane.0, generation).await;
                     Failure::Unknown(Arc::new(err))
                 }
                 Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
-                    self.invalidate(generation).await;
+                    self.invalidate(lane.0, generation).await;
                     if first_attempt_lost.is_none() {
                         first_attempt_lost = Some(Arc::new(err));
                         continue;
@@ -229,7 +263,7 @@ impl RedisConnection {
                     // A protocol or auth error, or READONLY after a failover
                     // demoted this server: the next command reconnects.
                     if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                        self.invalidate(generation).await;
+                        self.invalidate(lane.0, generation).await;
                     }
                     Failure::Refused(Arc::new(err))
                 }
@@ -240,7 +274,8 @@ impl RedisConnection {
 
     /// Runs one plain command (bounded like every other).
     pub async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Failure> {
-        let (generation, mut connection) = self.connection().await?;
+        let lane = self.lane();
+        let (generation, mut connection) = self.connection(lane).await?;
         match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut connection)).await {
             Ok(Ok(value)) => {
                 self.answered();
@@ -248,12 +283,12 @@ impl RedisConnection {
             }
             Ok(Err(err)) => {
                 if err.is_unrecoverable_error() || err.is_io_error() {
-                    self.invalidate(generation).await;
+                    self.invalidate(lane.0, generation).await;
                 }
                 Err(self.failed(Failure::Refused(Arc::new(err))))
             }
             Err(_) => {
-                self.invalidate(generation).await;
+                self.invalidate(lane.0, generation).await;
                 Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
             }
         }
@@ -268,9 +303,9 @@ impl RedisConnection {
         failure
     }
 
-    /// The open connection, or a new one (one connect attempt at a time).
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), Failure> {
-        let mut current = self.current.lock().await;
+    /// `lane`'s open connection, or a new one (one connect attempt at a time).
+    async fn connection(&self, (lane, host): (&Lane, Option<&Arc<dyn Host>>)) -> Result<(u64, MultiplexedConnection), Failure> {
+        let mut current = lane.current.lock().await;
         if *self.stop.borrow() {
             return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
         }
@@ -282,31 +317,57 @@ impl RedisConnection {
                 return Err(Failure::Unreachable(cause.clone()));
             }
         }
-        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
-        let attempt = tokio::time::timeout(self.connect_timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await;
+        let attempt = match host {
+            Some(host) => tokio::time::timeout(self.connect_timeout, self.connect_on_host(host)).await,
+            None => {
+                let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
+                tokio::time::timeout(self.connect_timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await
+            }
+        };
         match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
             Ok(connection) => {
                 current.generation += 1;
                 current.connection = Some(connection.clone());
                 current.last_failure = None;
-                self.set_connected(true);
+                self.set_connected(lane, true);
                 Ok((current.generation, connection))
             }
             Err(err) => {
                 let cause: Cause = Arc::new(err);
                 current.last_failure = Some((Instant::now(), cause.clone()));
-                self.set_connected(false);
+                self.set_connected(lane, false);
                 Err(self.failed(Failure::Unreachable(cause)))
             }
         }
     }
 
-    /// Drops the connection of `generation` so the next command reconnects.
-    async fn invalidate(&self, generation: u64) {
-        let mut current = self.current.lock().await;
+    /// Connects a command connection whose socket `host`'s loop drives, and
+    /// starts its reader there. The socket is connected on the runtime
+    /// (name resolution may block), then handed over.
+    async fn connect_on_host(&self, host: &Arc<dyn Host>) -> RedisResult<MultiplexedConnection> {
+        let info = self.client.get_connection_info();
+        let socket = match info.addr() {
+            ConnectionAddr::Tcp(name, port) => {
+                let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?.into_std()?;
+                stream.set_nodelay(true)?;
+                redis::io::tcp::socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive())?;
+                Socket::Tcp(stream)
+            }
+            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
+            _ => unreachable!("only TCP and unix socket connections have a host lane"),
+        };
+        let stream = HostStream::new(host.as_ref(), socket)?;
+        let (connection, reader) = MultiplexedConnection::new_with_config(info.redis_settings(), stream, AsyncConnectionConfig::new()).await?;
+        host.spawn(Box::pin(InRuntime::new(Handle::current(), reader)));
+        Ok(connection)
+    }
+
+    /// Drops `lane`'s connection of `generation` so the next command reconnects.
+    async fn invalidate(&self, lane: &Lane, generation: u64) {
+        let mut current = lane.current.lock().await;
         if current.generation == generation {
             current.connection = None;
-            self.set_connected(false);
+            self.set_connected(lane, false);
         }
     }
 
@@ -340,8 +401,11 @@ impl RedisConnection {
 /// keepalive probes, so a peer that vanished without closing (the pub/sub
 /// connection is otherwise silent) is noticed within about 30 s.
 fn with_tcp_settings(info: ConnectionInfo) -> ConnectionInfo {
-    let keepalive = TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3);
-    info.set_tcp_settings(TcpSettings::default().set_nodelay(true).set_keepalive(keepalive))
+    info.set_tcp_settings(TcpSettings::default().set_nodelay(true).set_keepalive(keepalive()))
+}
+
+fn keepalive() -> TcpKeepalive {
+    TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3)
 }
 
 fn timeout_error(message: &'static str) -> RedisError {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::backend::BackendCore;
 use super::keys::RedisKeys;
 use super::connection::Failure;
-use super::runtime::{run_on, DriverRuntime};
+use super::runtime::DriverRuntime;
 use crate::error::{ErrorCode, LockError, Result};
 
 /// A lease on one key held through Redis. Dropping it releases it in the
@@ -132,7 +132,7 @@ impl RedisLease {
         let weak = Arc::downgrade(&self.shared);
         let runtime = self._runtime.clone();
         let renewer = move || weak.upgrade().map(|shared| RedisLease { shared, _runtime: runtime.clone() });
-        super::keep_alive::KeepAlive::start(self.shared.core.handle(), renewer, every, on_lost)
+        super::keep_alive::KeepAlive::start(self.shared.core.spawner().handle(), renewer, every, on_lost)
     }
 
     /// True until released (by its owner, by close, or on drop).
@@ -175,7 +175,7 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        run_on(self.shared.core.handle(), async move {
+        self.shared.core.spawner().run(async move {
             let core = shared.core.clone();
             let sent = Instant::now();
             let lease_ms = core.lease().as_millis() as u64;
@@ -220,7 +220,7 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        let outcome = run_on(self.shared.core.handle(), async move { shared.core.release(shared.keys(), shared.token()).await }).await;
+        let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.keys(), shared.token()).await }).await;
         self.shared.core.report_hold(self.shared.held_since);
         match &outcome {
             Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),

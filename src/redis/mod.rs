@@ -35,6 +35,7 @@
 pub(crate) mod acquire;
 pub mod backend;
 pub(crate) mod connection;
+pub mod host;
 pub mod keep_alive;
 pub(crate) mod keys;
 pub mod lease;
@@ -55,7 +56,8 @@ use crate::log::Logger;
 use crate::options::{BackendOptions, Options, RedisOptions};
 use crate::telemetry::Telemetry;
 use connection::RedisConnection;
-use runtime::{run_on, DriverRuntime};
+use host::Host;
+use runtime::DriverRuntime;
 
 /// The driver's shared parts in one provider: the runtime and the
 /// connections its redis backends use. Exists only when there is at least
@@ -70,7 +72,8 @@ pub(crate) struct RedisDriver {
 impl RedisDriver {
     /// Starts the runtime and prepares (without connecting) each connection
     /// a redis backend of `options` names; `None` without redis backends.
-    pub fn open(options: &Options, logger: &Logger, telemetry: &Option<Telemetry>) -> Result<Option<RedisDriver>> {
+    /// With a `host`, operations started on its thread run there.
+    pub fn open(options: &Options, logger: &Logger, telemetry: &Option<Telemetry>, host: &Option<Arc<dyn Host>>) -> Result<Option<RedisDriver>> {
         let mut used = options.backends.values().filter_map(|backend| match backend {
             BackendOptions::Redis(redis) => Some(redis.connection.as_str()),
             _ => None,
@@ -79,10 +82,10 @@ impl RedisDriver {
         let mut connections = BTreeMap::new();
         for name in std::iter::once(first).chain(used) {
             if !connections.contains_key(name) {
-                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone())?));
+                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone(), host.clone())?));
             }
         }
-        let runtime = Arc::new(DriverRuntime::start()?);
+        let runtime = Arc::new(DriverRuntime::start(host.clone())?);
         Ok(Some(RedisDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
     }
 
@@ -101,7 +104,7 @@ impl RedisDriver {
             channels.sort();
             channels.dedup();
             let names: Vec<String> = backends.iter().filter(|(_, b)| &b.connection == name).map(|(n, _)| n.clone()).collect();
-            let handle = self.runtime.handle();
+            let handle = self.runtime.spawner().handle();
             handle.spawn(notify::run(connection.clone(), channels));
             let (connection, logger) = (connection.clone(), self.logger.clone());
             handle.spawn(async move { connection.check_eviction_policy(&names, &logger).await });
@@ -111,7 +114,7 @@ impl RedisDriver {
     /// Stops notifications and closes every connection.
     pub async fn shut_down(&self) {
         let connections: Vec<Arc<RedisConnection>> = self.connections.values().cloned().collect();
-        let _ = run_on(self.runtime.handle(), async move {
+        let _ = self.runtime.spawner().run(async move {
             for connection in connections {
                 connection.shut_down().await;
             }

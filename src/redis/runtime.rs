@@ -5,26 +5,29 @@
 //! driver only waits on sockets and timers. Every public future of the
 //! driver spawns its work here and awaits the result through a
 //! `JoinHandle`, which any executor can poll (a plain thread blocking on it,
-//! napi's executor, the user's own tokio runtime).
+//! napi's executor, the user's own tokio runtime), unless a [`Host`] runs it
+//! on the caller's own thread (see [`super::host`]).
 //!
 //! Do not `fork()` a process after the runtime has started: the child gets
 //! no copy of its thread.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+use super::host::{Host, InRuntime};
 use crate::error::{ErrorCode, LockError, Result};
 
 /// Owns the runtime; dropping the last owner shuts it down without blocking,
 /// so it may happen inside any async context.
 pub(crate) struct DriverRuntime {
     runtime: Option<Runtime>,
-    handle: Handle,
+    spawner: Spawner,
 }
 
 impl DriverRuntime {
-    pub fn start() -> Result<DriverRuntime> {
+    pub fn start(host: Option<Arc<dyn Host>>) -> Result<DriverRuntime> {
         let runtime = Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("dokebi-lock-redis")
@@ -32,12 +35,12 @@ impl DriverRuntime {
             .enable_time()
             .build()
             .map_err(|err| LockError::new(ErrorCode::ProviderFailed, "could not start the redis driver's runtime thread").with_cause(err))?;
-        let handle = runtime.handle().clone();
-        Ok(DriverRuntime { runtime: Some(runtime), handle })
+        let spawner = Spawner { handle: runtime.handle().clone(), host };
+        Ok(DriverRuntime { runtime: Some(runtime), spawner })
     }
 
-    pub fn handle(&self) -> &Handle {
-        &self.handle
+    pub fn spawner(&self) -> &Spawner {
+        &self.spawner
     }
 }
 
@@ -49,12 +52,31 @@ impl Drop for DriverRuntime {
     }
 }
 
-/// Runs `work` on the driver's runtime and awaits its result from whatever
-/// executor polls the returned future. Dropping that future does not stop
-/// `work` (a release still completes); a runtime already shut down is `CLOSED`.
-pub(crate) async fn run_on<T: Send + 'static>(handle: &Handle, work: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
-    handle
-        .spawn(work)
-        .await
-        .unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))
+/// Where the driver runs the operations callers await.
+#[derive(Clone)]
+pub(crate) struct Spawner {
+    handle: Handle,
+    host: Option<Arc<dyn Host>>,
+}
+
+impl Spawner {
+    /// The runtime, for background work nobody awaits.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Runs `work` and awaits its result from whatever executor polls the
+    /// returned future: on the host's thread when called there (the host
+    /// polls every operation to completion), else on the runtime, where
+    /// dropping the returned future does not stop `work` (a release still
+    /// completes). A runtime already shut down is `CLOSED`.
+    pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+        if self.host.as_ref().is_some_and(|host| host.is_current()) {
+            return InRuntime::new(self.handle.clone(), work).await;
+        }
+        self.handle
+            .spawn(work)
+            .await
+            .unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))
+    }
 }

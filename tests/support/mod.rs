@@ -56,5 +56,5 @@ pub fn open_redis(url: &str, backend: &[(&str, &str)], connection: &[(&str, &str
     let connection: String = connection.iter().map(|(k, v)| format!("        {k}: {v}\n")).collect();
     let options = Options::from_yaml(&redis_yaml(url, &backend, &connection)).unwrap();
     let (logger, records) = recording_logger();
-    (Provider::open_with(options, Hooks { logger, telemetry: None }).unwrap(), records)
+    (Provider::open_with(options, Hooks { logger, ..Hooks::default() }).unwrap(), records)
 }

@@ -1,10 +1,13 @@
 //! Polls the core's redis futures on the JS thread.
 //!
-//! The core's futures do their work on the core's own runtime and only wait
-//! for its answer, so polling them right here costs two thread crossings per
-//! operation (the spawn onto the runtime, the wake-up back through one
-//! threadsafe function), and each promise is settled on the thread that
-//! created it.
+//! The core runs the operations started here on this thread (this module is
+//! its [`Host`], see `dokebi_lock::redis::host`), over a command connection
+//! whose socket libuv watches ([`crate::uv`]): a command crosses no thread.
+//! A wake-up on the JS thread only queues its task, and the queue is
+//! drained before control returns to libuv (a socket's readiness drains it
+//! right in its libuv callback, see [`run_from_loop`]); one from another
+//! thread (a timer, a notification) goes through one threadsafe function. Each promise
+//! is settled on the thread that created it.
 //!
 //! The threadsafe function is weak and referenced only while operations are
 //! in flight: an idle addon (or one whose provider is closed) never keeps
@@ -13,12 +16,17 @@
 //! section runs, and a section keeps Node alive only through its own work.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
+use std::io;
+use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+
+use dokebi_lock::redis::host::{Host, Watch};
 
 use napi::bindgen_prelude::{FunctionCallContext, ToNapiValue};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -27,7 +35,7 @@ use slab::Slab;
 
 use crate::error::{info, ErrorInfo};
 
-/// Wakes task `slot` on the JS thread.
+/// Wakes task `slot` on the JS thread ([`DRAIN`]: drains the run queue).
 type WakeFn = ThreadsafeFunction<u32, (), u32, Status, false, true>;
 
 /// An operation in flight: polls to the JS value that settles its promise.
@@ -61,12 +69,22 @@ where
     }
 }
 
+/// The threadsafe-function argument that only drains the run queue.
+const DRAIN: u32 = u32::MAX;
+
+enum Work {
+    /// An operation whose promise JS awaits.
+    Operation { job: Box<dyn Job>, deferred: sys::napi_deferred, keeps_alive: bool },
+    /// A connection's reader: no promise, never keeps Node alive.
+    Plain(Pin<Box<dyn Future<Output = ()>>>),
+}
+
 struct Task {
-    job: Box<dyn Job>,
-    deferred: sys::napi_deferred,
+    /// `None` while the task is being polled.
+    work: Option<Work>,
     waker: Waker,
-    /// Counts in `Executor::keeping_alive`.
-    keeps_alive: bool,
+    /// In the run queue: a task woken many times is polled once.
+    queued: bool,
 }
 
 struct TaskWaker {
@@ -82,15 +100,33 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // A stale wake (task done, slot reused) only polls another task once
         // more, which futures allow.
-        self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
+        let queued = EXECUTOR.with(|cell| match &*cell.borrow() {
+            Some(executor) if Arc::ptr_eq(&executor.wake, &self.wake) => {
+                executor.schedule(self.slot);
+                true
+            }
+            _ => false,
+        });
+        if !queued {
+            self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
+        }
     }
 }
 
 struct Executor {
+    env: sys::napi_env,
+    /// The async context (and its resource object) of polls run straight
+    /// from libuv callbacks.
+    resource: sys::napi_ref,
+    context: sys::napi_async_context,
     wake: Arc<WakeFn>,
     tasks: RefCell<Slab<Task>>,
-    /// Tasks in flight that keep Node alive; the wake function is referenced
-    /// while there is one.
+    /// Tasks woken on this thread, polled by the next [`Executor::drain`].
+    ready: RefCell<VecDeque<u32>>,
+    /// A drain is running, or one was asked of the threadsafe function.
+    draining: Cell<bool>,
+    /// Operations in flight that keep Node alive; the wake function is
+    /// referenced while there is one.
     keeping_alive: Cell<usize>,
 }
 
@@ -107,14 +143,81 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         let slot: u32 = ctx.get(0)?;
         let env = ctx.env.raw();
         if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
-            executor.poll(env, slot);
+            if slot != DRAIN {
+                executor.enqueue(slot);
+            }
+            executor.drain(env);
         }
         Ok(())
     })?;
     let wake: WakeFn = poll.build_threadsafe_function::<u32>().weak::<true>().callee_handled::<false>().build()?;
-    let executor = Rc::new(Executor { wake: Arc::new(wake), tasks: RefCell::new(Slab::new()), keeping_alive: Cell::new(0) });
+    let raw = env.raw();
+    let (resource, context) = unsafe {
+        let object = create(|out| sys::napi_create_object(raw, out))?;
+        let name = create(|out| sys::napi_create_string_utf8(raw, c"dokebiLock".as_ptr(), 10, out))?;
+        let mut resource = ptr::null_mut();
+        check(sys::napi_create_reference(raw, object, 1, &mut resource))?;
+        let mut context = ptr::null_mut();
+        check(sys::napi_async_init(raw, object, name, &mut context))?;
+        (resource, context)
+    };
+    let executor = Rc::new(Executor {
+        env: raw,
+        resource,
+        context,
+        wake: Arc::new(wake),
+        tasks: RefCell::new(Slab::new()),
+        ready: RefCell::new(VecDeque::new()),
+        draining: Cell::new(false),
+        keeping_alive: Cell::new(0),
+    });
     EXECUTOR.with(|slot| *slot.borrow_mut() = Some(executor.clone()));
+    // Drop every task (and so every socket watch) while libuv's loop is
+    // still there, not when the thread's locals go.
+    check(unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(drop_tasks), ptr::null_mut()) })?;
     Ok(executor)
+}
+
+unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
+    if let Some(executor) = EXECUTOR.with(|cell| cell.borrow_mut().take()) {
+        let tasks = std::mem::take(&mut *executor.tasks.borrow_mut());
+        drop(tasks);
+        unsafe {
+            sys::napi_async_destroy(executor.env, executor.context);
+            sys::napi_delete_reference(executor.env, executor.resource);
+        }
+    }
+}
+
+/// Runs `wake` (waking tasks) in a libuv callback of this thread, then polls
+/// the woken tasks at once, in a callback scope: promises settled there run
+/// their reactions before control returns to libuv, as after any I/O
+/// callback of Node's own. Operations those reactions start are polled
+/// together after them (one write for all their commands), and so on until
+/// nothing is left to poll.
+pub fn run_from_loop(wake: impl FnOnce()) {
+    let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) else { return wake() };
+    if executor.draining.replace(true) {
+        // A drain is already due (asked of the threadsafe function).
+        return wake();
+    }
+    wake();
+    let env = executor.env;
+    while !executor.ready.borrow().is_empty() {
+        unsafe {
+            let mut handles = ptr::null_mut();
+            sys::napi_open_handle_scope(env, &mut handles);
+            let mut resource = ptr::null_mut();
+            sys::napi_get_reference_value(env, executor.resource, &mut resource);
+            let mut scope = ptr::null_mut();
+            sys::napi_open_callback_scope(env, resource, executor.context, &mut scope);
+            executor.run_queue(env);
+            // Closing runs the microtasks: JS reacts to what just settled.
+            sys::napi_close_callback_scope(env, scope);
+            sys::napi_close_handle_scope(env, handles);
+        }
+    }
+    executor.draining.set(false);
 }
 
 /// A promise created by [`spawn`], returned to JS as is.
@@ -159,48 +262,102 @@ fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promis
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
     check(unsafe { sys::napi_create_promise(raw, &mut deferred, &mut promise) })?;
-    let slot = {
-        let mut tasks = executor.tasks.borrow_mut();
-        if keeps_alive {
-            if executor.keeping_alive.get() == 0 {
-                // Work in flight keeps Node alive, like any pending I/O.
-                check(unsafe { sys::napi_ref_threadsafe_function(raw, executor.wake.handle.get_raw()) })?;
-            }
-            executor.keeping_alive.set(executor.keeping_alive.get() + 1);
+    if keeps_alive {
+        if executor.keeping_alive.get() == 0 {
+            // Work in flight keeps Node alive, like any pending I/O.
+            check(unsafe { sys::napi_ref_threadsafe_function(raw, executor.wake.handle.get_raw()) })?;
         }
-        let entry = tasks.vacant_entry();
-        let slot = entry.key() as u32;
-        let waker = Waker::from(Arc::new(TaskWaker { wake: executor.wake.clone(), slot }));
-        entry.insert(Task { job, deferred, waker, keeps_alive });
-        slot
-    };
-    executor.poll(raw, slot);
+        executor.keeping_alive.set(executor.keeping_alive.get() + 1);
+    }
+    let slot = executor.insert(Work::Operation { job, deferred, keeps_alive });
+    executor.enqueue(slot);
+    // Inside a drain (JS reacting to replies, see `run_from_loop`) the
+    // operation waits for the end of it, so that the commands of every
+    // reaction go out in one write; else it starts now.
+    if !executor.draining.get() {
+        executor.drain(raw);
+    }
     Ok(Promise(promise))
 }
 
 impl Executor {
-    fn poll(&self, env: sys::napi_env, slot: u32) {
+    fn insert(&self, work: Work) -> u32 {
         let mut tasks = self.tasks.borrow_mut();
-        let Some(task) = tasks.get_mut(slot as usize) else { return };
-        let waker = task.waker.clone();
-        let settled = match task.job.poll(&mut Context::from_waker(&waker), env) {
-            Poll::Pending => return,
-            Poll::Ready(settled) => settled,
+        let entry = tasks.vacant_entry();
+        let slot = entry.key() as u32;
+        let waker = Waker::from(Arc::new(TaskWaker { wake: self.wake.clone(), slot }));
+        entry.insert(Task { work: Some(work), waker, queued: false });
+        slot
+    }
+
+    /// Puts task `slot` in the run queue (once).
+    fn enqueue(&self, slot: u32) {
+        if let Some(task) = self.tasks.borrow_mut().get_mut(slot as usize) {
+            if !std::mem::replace(&mut task.queued, true) {
+                self.ready.borrow_mut().push_back(slot);
+            }
+        }
+    }
+
+    /// Queues task `slot`; outside a drain, asks for one from libuv (a wake
+    /// from a native callback runs in no JS scope).
+    fn schedule(&self, slot: u32) {
+        self.enqueue(slot);
+        if !self.draining.replace(true) {
+            self.wake.call(DRAIN, ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+
+    /// Polls queued tasks until none is left; called with a JS scope open.
+    fn drain(&self, env: sys::napi_env) {
+        self.draining.set(true);
+        self.run_queue(env);
+        self.draining.set(false);
+    }
+
+    fn run_queue(&self, env: sys::napi_env) {
+        loop {
+            let next = self.ready.borrow_mut().pop_front();
+            let Some(slot) = next else { break };
+            self.poll(env, slot);
+        }
+    }
+
+    fn poll(&self, env: sys::napi_env, slot: u32) {
+        // The task leaves its slot while polled: polling may spawn tasks or
+        // wake others, which needs the table.
+        let (mut work, waker) = {
+            let mut tasks = self.tasks.borrow_mut();
+            let Some(task) = tasks.get_mut(slot as usize) else { return };
+            task.queued = false;
+            let Some(work) = task.work.take() else { return };
+            (work, task.waker.clone())
         };
-        let task = tasks.remove(slot as usize);
+        let mut cx = Context::from_waker(&waker);
+        let settled = match &mut work {
+            Work::Plain(future) => future.as_mut().poll(&mut cx).map(|()| None),
+            Work::Operation { job, .. } => job.poll(&mut cx, env).map(Some),
+        };
+        let mut tasks = self.tasks.borrow_mut();
+        let Poll::Ready(settled) = settled else {
+            tasks[slot as usize].work = Some(work);
+            return;
+        };
+        tasks.remove(slot as usize);
         drop(tasks);
-        if task.keeps_alive {
+        let (Work::Operation { deferred, keeps_alive, .. }, Some(settled)) = (work, settled) else { return };
+        if keeps_alive {
             self.keeping_alive.set(self.keeping_alive.get() - 1);
         }
-        let unref = task.keeps_alive && self.keeping_alive.get() == 0;
+        let unref = keeps_alive && self.keeping_alive.get() == 0;
         unsafe {
             match settled {
-                Ok(value) => sys::napi_resolve_deferred(env, task.deferred, value),
+                Ok(value) => sys::napi_resolve_deferred(env, deferred, value),
                 Err(error) => {
                     let message = napi::bindgen_prelude::ToNapiValue::to_napi_value(env, error.reason.clone()).unwrap_or(ptr::null_mut());
                     let mut js_error = ptr::null_mut();
                     sys::napi_create_error(env, ptr::null_mut(), message, &mut js_error);
-                    sys::napi_reject_deferred(env, task.deferred, js_error)
+                    sys::napi_reject_deferred(env, deferred, js_error)
                 }
             };
             if unref {
@@ -208,6 +365,43 @@ impl Executor {
             }
         }
     }
+}
+
+/// This JS thread as the core's [`Host`].
+pub struct NodeHost {
+    wake: Arc<WakeFn>,
+    uv_loop: crate::uv::Loop,
+}
+
+/// The host of the calling JS thread.
+pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
+    let executor = executor(env)?;
+    Ok(Arc::new(NodeHost { wake: executor.wake.clone(), uv_loop: crate::uv::Loop::of(env)? }))
+}
+
+impl Host for NodeHost {
+    fn is_current(&self) -> bool {
+        EXECUTOR.with(|cell| cell.borrow().as_ref().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake)))
+    }
+
+    fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>) {
+        // Called on this thread (the core's contract), where the executor
+        // lives until the environment's cleanup.
+        if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
+            let slot = executor.insert(Work::Plain(task));
+            executor.schedule(slot);
+        }
+    }
+
+    fn watch(&self, fd: RawFd) -> io::Result<Box<dyn Watch>> {
+        Ok(Box::new(self.uv_loop.watch(fd)?))
+    }
+}
+
+unsafe fn create(make: impl FnOnce(*mut sys::napi_value) -> sys::napi_status) -> napi::Result<sys::napi_value> {
+    let mut result = ptr::null_mut();
+    check(make(&mut result))?;
+    Ok(result)
 }
 
 fn check(status: sys::napi_status) -> napi::Result<()> {

@@ -11,7 +11,7 @@
 //!
 //! - [`local`]: the local driver's engine, driven on the JS thread.
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
-//!   polled on the JS thread.
+//!   polled on the JS thread; [`uv`]: their sockets watched by libuv.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
@@ -29,3 +29,4 @@ mod options;
 mod redis;
 mod status;
 mod telemetry;
+mod uv;

@@ -4,6 +4,7 @@
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{ErrorCode, LockError, Options};
 use napi::bindgen_prelude::Float64Array;
+use napi::Env;
 use napi_derive::napi;
 
 use crate::error::stash;
@@ -60,8 +61,8 @@ impl NativeOptions {
     /// driver warnings and errors go to `log({ level, backend, code, message })`,
     /// telemetry events to `telemetry(entry)`.
     #[napi(ts_args_type = "log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void")]
-    pub fn open_redis(&self, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        crate::redis::open(&self.options, log, telemetry)
+    pub fn open_redis(&self, env: &Env, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+        crate::redis::open(env, &self.options, log, telemetry)
     }
 
     /// The engine of the local backend `name`; it reports grants through `out`

@@ -1,9 +1,10 @@
 //! The redis driver: the core's `Provider`, opened with the redis backends
 //! only, behind promises.
 //!
-//! The core's futures run their work on the core's own runtime (started only
-//! when a redis backend exists); [`crate::executor`] polls them on the JS
-//! thread and settles their promises. A pending promise keeps Node alive only
+//! The core runs the operations started here on the JS thread, with this
+//! thread as its host ([`crate::executor`] polls them and settles their
+//! promises); its own runtime (started only when a redis backend exists)
+//! keeps timers, notifications and renewals. A pending promise keeps Node alive only
 //! while its operation is in flight; the log forwarder is a weak threadsafe
 //! function, and so is the telemetry forwarder, so nothing is left to keep
 //! the process alive after `close()`.
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Hooks, Options, Provider, RedisBackend, RedisLease};
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend, RedisLease};
 use napi::bindgen_prelude::Utf16String;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
@@ -43,7 +44,14 @@ pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
 /// close) go to `log`, telemetry events to `telemetry`.
-pub fn open(options: &Options, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+    let host = match crate::executor::host(env) {
+        Ok(host) => host,
+        Err(error) => {
+            stash(LockError::new(ErrorCode::ProviderFailed, format!("could not attach to the JS thread's event loop: {error}")));
+            return None;
+        }
+    };
     let mut redis_only = options.clone();
     redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
     let logger: Logger = Arc::new(move |record: &LogRecord| {
@@ -59,7 +67,7 @@ pub fn open(options: &Options, log: LogForwarder, telemetry: TelemetryForwarder)
             log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
-    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)) })
+    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host: Some(host) })
         .map(|provider| RedisProvider { provider: Arc::new(provider) })
         .map_err(stash)
         .ok()

@@ -1,0 +1,179 @@
+//! Socket readiness from libuv, the loop of this JS thread: the `Watch` of
+//! the core's host lane (see `dokebi_lock::redis::host`).
+//!
+//! A `uv_poll_t` per socket, unreferenced so that an idle connection never
+//! keeps Node alive (pending operations do, through the executor). A
+//! callback wakes the tasks waiting for what became ready, and runs them at
+//! once ([`crate::executor::run_from_loop`]), so a reply is read in the same
+//! loop turn it arrived in. libuv's polling is level-triggered, and
+//! (re)starting it costs two `epoll_ctl` calls, so readability stays watched
+//! while a reader keeps asking for it (a connection's reader always does),
+//! and writability, which is almost always there, is watched only until it
+//! fires.
+//!
+//! libuv's functions come from the Node binary, like Node-API's; the handle's
+//! size comes from `uv_handle_size`, so no libuv struct layout is assumed.
+
+use std::alloc::{self, Layout};
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::task::{Context, Waker};
+
+use dokebi_lock::redis::host::Watch;
+use napi::{sys, Env};
+
+/// `UV_POLL` of `uv_handle_type`.
+const UV_POLL: c_int = 8;
+const UV_READABLE: c_int = 1;
+const UV_WRITABLE: c_int = 2;
+
+type PollHandle = c_void;
+type PollCb = unsafe extern "C" fn(handle: *mut PollHandle, status: c_int, events: c_int);
+type CloseCb = unsafe extern "C" fn(handle: *mut PollHandle);
+
+extern "C" {
+    fn uv_handle_size(kind: c_int) -> usize;
+    fn uv_poll_init_socket(uv_loop: *mut sys::uv_loop_s, handle: *mut PollHandle, fd: c_int) -> c_int;
+    fn uv_poll_start(handle: *mut PollHandle, events: c_int, cb: PollCb) -> c_int;
+    fn uv_poll_stop(handle: *mut PollHandle) -> c_int;
+    fn uv_close(handle: *mut PollHandle, cb: CloseCb);
+    fn uv_unref(handle: *mut PollHandle);
+    fn uv_handle_set_data(handle: *mut PollHandle, data: *mut c_void);
+    fn uv_handle_get_data(handle: *const PollHandle) -> *mut c_void;
+    fn uv_strerror(err: c_int) -> *const std::ffi::c_char;
+}
+
+/// The libuv loop of one JS thread.
+pub struct Loop(*mut sys::uv_loop_s);
+
+// SAFETY: the pointer is only used (by `watch`) on the loop's own thread,
+// which the core's `Host` contract guarantees; the host that holds it is
+// shared with the driver's thread only to ask `is_current`.
+unsafe impl Send for Loop {}
+unsafe impl Sync for Loop {}
+
+impl Loop {
+    pub fn of(env: &Env) -> napi::Result<Loop> {
+        let mut uv_loop = ptr::null_mut();
+        let status = unsafe { sys::napi_get_uv_event_loop(env.raw(), &mut uv_loop) };
+        if status != sys::Status::napi_ok || uv_loop.is_null() {
+            return Err(napi::Error::from_reason("Node-API gave no libuv loop"));
+        }
+        Ok(Loop(uv_loop))
+    }
+
+    /// Starts watching `fd`; call on the loop's thread.
+    pub fn watch(&self, fd: RawFd) -> io::Result<UvWatch> {
+        let layout = Layout::from_size_align(unsafe { uv_handle_size(UV_POLL) }, 16).map_err(io::Error::other)?;
+        // SAFETY: a non-zero size, freed with the same layout in `closed`.
+        let handle = unsafe { alloc::alloc(layout) } as *mut PollHandle;
+        if handle.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        let status = unsafe { uv_poll_init_socket(self.0, handle, fd) };
+        if status != 0 {
+            unsafe { alloc::dealloc(handle as *mut u8, layout) };
+            return Err(uv_error(status));
+        }
+        let interest = Box::into_raw(Box::new(Interest { layout, readable: None, writable: None, watched: 0 }));
+        unsafe {
+            uv_handle_set_data(handle, interest as *mut c_void);
+            uv_unref(handle);
+        }
+        Ok(UvWatch { handle, interest })
+    }
+}
+
+/// Who waits for what, owned by the handle (freed when it has closed).
+struct Interest {
+    layout: Layout,
+    readable: Option<Waker>,
+    writable: Option<Waker>,
+    /// The events the handle is started for.
+    watched: c_int,
+}
+
+impl Interest {
+    /// Watches `events` from now on (a no-op when they already are).
+    fn watch(&mut self, handle: *mut PollHandle, events: c_int) {
+        if events == self.watched {
+            return;
+        }
+        self.watched = events;
+        // A failed start leaves the task unwoken; the command's timeout then
+        // ends it (and drops this connection).
+        unsafe {
+            match events {
+                0 => uv_poll_stop(handle),
+                _ => uv_poll_start(handle, events, on_ready),
+            }
+        };
+    }
+}
+
+/// One socket's `uv_poll_t`; dropping it closes the handle.
+pub struct UvWatch {
+    handle: *mut PollHandle,
+    interest: *mut Interest,
+}
+
+impl UvWatch {
+    fn interest(&mut self) -> &mut Interest {
+        // SAFETY: the interest lives until the handle's close callback,
+        // which runs after this watch is dropped.
+        unsafe { &mut *self.interest }
+    }
+}
+
+impl Watch for UvWatch {
+    fn wake_when_readable(&mut self, cx: &mut Context<'_>) {
+        let handle = self.handle;
+        let interest = self.interest();
+        interest.readable = Some(cx.waker().clone());
+        interest.watch(handle, interest.watched | UV_READABLE);
+    }
+
+    fn wake_when_writable(&mut self, cx: &mut Context<'_>) {
+        let handle = self.handle;
+        let interest = self.interest();
+        interest.writable = Some(cx.waker().clone());
+        interest.watch(handle, interest.watched | UV_WRITABLE);
+    }
+}
+
+impl Drop for UvWatch {
+    fn drop(&mut self) {
+        // Closing stops the polling now; libuv frees nothing of ours, so the
+        // memory goes in the close callback.
+        unsafe { uv_close(self.handle, closed) };
+    }
+}
+
+unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    let interest = unsafe { &mut *(uv_handle_get_data(handle) as *mut Interest) };
+    // An error (status < 0) wakes both sides: their next read or write
+    // meets the error itself.
+    let failed = status < 0;
+    let readable = if failed || events & UV_READABLE != 0 { interest.readable.take() } else { None };
+    let writable = if failed || events & UV_WRITABLE != 0 { interest.writable.take() } else { None };
+    // Readable with nobody asking (a reader that stopped) would fire every
+    // turn: stop watching it until someone asks again.
+    let mut watched = interest.watched & !UV_WRITABLE;
+    if events & UV_READABLE != 0 && readable.is_none() {
+        watched &= !UV_READABLE;
+    }
+    interest.watch(handle, watched);
+    crate::executor::run_from_loop(|| readable.into_iter().chain(writable).for_each(Waker::wake));
+}
+
+unsafe extern "C" fn closed(handle: *mut PollHandle) {
+    let interest = unsafe { Box::from_raw(uv_handle_get_data(handle) as *mut Interest) };
+    unsafe { alloc::dealloc(handle as *mut u8, interest.layout) };
+}
+
+fn uv_error(status: c_int) -> io::Error {
+    let message = unsafe { std::ffi::CStr::from_ptr(uv_strerror(status)) }.to_string_lossy().into_owned();
+    io::Error::other(format!("libuv: {message}"))
+}

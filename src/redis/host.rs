@@ -1,0 +1,184 @@
+//! Running the driver's command traffic on a host's own event loop.
+//!
+//! By default the driver's work runs on its runtime thread and the caller
+//! waits for the answer there: every command crosses threads twice (the
+//! caller's thread to the runtime, the answer back), which on a small VM
+//! costs more than the Redis round trip itself. A surface with an event
+//! loop of its own (Node's libuv loop) can hand the driver a [`Host`]: then
+//! the operations it starts run on its thread, over a command connection
+//! whose socket its loop watches, and a command crosses no thread at all.
+//!
+//! Background work (renewals, cleanups after unknown outcomes, dropped
+//! leases, notifications) stays on the runtime thread with a command
+//! connection of its own, so that renewals go on while the host's thread is
+//! busy running user code.
+//!
+//! TLS connections (`rediss://`) always use the runtime: the host lane
+//! carries plain TCP and unix sockets only.
+
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::runtime::Handle;
+
+/// An event loop that runs the operations started on its thread.
+///
+/// Contract: `spawn` and `watch` are called on the host's thread only, and
+/// every spawned task is polled there until it completes (an operation
+/// dropped half way would leave a lock in Redis until it expires).
+pub trait Host: Send + Sync + 'static {
+    /// True on the host's thread.
+    fn is_current(&self) -> bool;
+
+    /// Polls `task` on the host's thread until it completes, without keeping
+    /// the host alive on its account (an idle connection's reader).
+    fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>);
+
+    /// Starts watching the non-blocking socket `fd` for readiness.
+    fn watch(&self, fd: RawFd) -> io::Result<Box<dyn Watch>>;
+}
+
+/// Readiness of one socket, from the host's loop. Dropping it stops the
+/// watching (before the socket is closed).
+pub trait Watch {
+    /// Wakes `cx` once the socket is readable (or failed).
+    fn wake_when_readable(&mut self, cx: &mut Context<'_>);
+
+    /// Wakes `cx` once the socket is writable (or failed).
+    fn wake_when_writable(&mut self, cx: &mut Context<'_>);
+}
+
+/// A connected socket of the host lane.
+pub(crate) enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).read(buf),
+            Socket::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).write(buf),
+            Socket::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn shutdown(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        }
+    }
+}
+
+/// A socket whose readiness comes from the host's loop: the stream the
+/// host lane's command connection runs on.
+pub(crate) struct HostStream {
+    // Declared first so that it is dropped first: the host stops watching
+    // before the socket is closed.
+    watch: Box<dyn Watch>,
+    socket: Socket,
+}
+
+// SAFETY: redis-rs asks for a `Send` stream, but a host stream is made,
+// polled and dropped on the host's thread only: it belongs to a connection
+// reader that `Host::spawn` runs there, and the connection's other users
+// reach it only through that reader's channel.
+unsafe impl Send for HostStream {}
+
+impl HostStream {
+    /// Wraps a connected socket; call on the host's thread.
+    pub fn new(host: &dyn Host, socket: Socket) -> io::Result<HostStream> {
+        match &socket {
+            Socket::Tcp(s) => s.set_nonblocking(true)?,
+            Socket::Unix(s) => s.set_nonblocking(true)?,
+        }
+        Ok(HostStream { watch: host.watch(socket.fd())?, socket })
+    }
+}
+
+impl AsyncRead for HostStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match self.socket.read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    self.watch.wake_when_readable(cx);
+                    return Poll::Pending;
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for HostStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match self.socket.write(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    self.watch.wake_when_writable(cx);
+                    return Poll::Pending;
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.socket.shutdown())
+    }
+}
+
+/// Polls a future inside the driver's runtime context, so that its timers
+/// (command timeouts, waits) and the sockets it connects are the runtime's,
+/// whatever thread polls it.
+pub(crate) struct InRuntime<F> {
+    handle: Handle,
+    future: Pin<Box<F>>,
+}
+
+impl<F: Future> InRuntime<F> {
+    pub fn new(handle: Handle, future: F) -> Self {
+        InRuntime { handle, future: Box::pin(future) }
+    }
+}
+
+impl<F: Future> Future for InRuntime<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.handle.enter();
+        Poll::Ready(ready!(this.future.as_mut().poll(cx)))
+    }
+}
