@@ -1,5 +1,5 @@
 // The redis driver: LockBackend views over the core's redis backends. Every
-// operation is a promise settled from the core's runtime; this module only
+// operation is a promise the addon settles on this thread; this module only
 // converts arguments and results.
 import { native } from './native.js';
 import { fromInfo, takeNativeError } from './errors.js';
@@ -24,7 +24,6 @@ class RedisLease {
   constructor(handle, key) {
     this.#native = handle;
     this.#key = key;
-    this.#fence = handle.fence;
   }
 
   get key() {
@@ -43,6 +42,8 @@ class RedisLease {
 
   /** Decimal string; grows per key with Redis INCR. Compare with BigInt. */
   get fence() {
+    // Read once, on first use: most sections never look at it.
+    this.#fence ??= this.#native.fence;
     return this.#fence;
   }
 

@@ -46,9 +46,18 @@ pub trait Host: Send + Sync + 'static {
 
 /// Readiness of one socket, from the host's loop. Dropping it stops the
 /// watching (before the socket is closed).
+///
+/// Readability is remembered, as tokio does, so that a reader polled for
+/// another reason (a new command to write) does not try a read the loop has
+/// not announced: each such try is a system call that finds nothing.
 pub trait Watch {
-    /// Wakes `cx` once the socket is readable (or failed).
-    fn wake_when_readable(&mut self, cx: &mut Context<'_>);
+    /// Ready while the socket may be readable (from the start, and again
+    /// once the loop reports it after [`Watch::clear_readable`]); else
+    /// `cx` is woken when it does (or the socket failed).
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Forgets readability: a read found the socket drained.
+    fn clear_readable(&mut self);
 
     /// Wakes `cx` once the socket is writable (or failed).
     fn wake_when_writable(&mut self, cx: &mut Context<'_>);
@@ -119,15 +128,19 @@ impl HostStream {
 impl AsyncRead for HostStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         loop {
+            ready!(self.watch.poll_readable(cx));
+            let room = buf.remaining();
             match self.socket.read(buf.initialize_unfilled()) {
                 Ok(n) => {
+                    // A short read emptied the socket's queue: the loop
+                    // reports new data (polling is level-triggered).
+                    if 0 < n && n < room {
+                        self.watch.clear_readable();
+                    }
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    self.watch.wake_when_readable(cx);
-                    return Poll::Pending;
-                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.watch.clear_readable(),
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Poll::Ready(Err(err)),
             }

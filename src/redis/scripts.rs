@@ -16,20 +16,26 @@ use redis::Script;
 /// the mark) well within its `waitingMs`.
 ///
 /// Fences never go backwards, even when the server restarts without
-/// persistence and loses the counter: a missing counter is seeded from the
-/// server's `TIME` in microseconds before the `INCR`. That floor only grows
-/// as long as the server clock does not step back, and the old counter can
-/// only exceed it if a key saw more than one acquire per microsecond on
-/// average since it was seeded, which a round trip per acquire rules out.
+/// persistence and loses the counter: a missing counter (the `INCR` that
+/// creates it answers 1) is seeded from the server's `TIME` in microseconds.
+/// That floor only grows as long as the server clock does not step back, and
+/// the old counter can only exceed it if a key saw more than one acquire per
+/// microsecond on average since it was seeded, which a round trip per
+/// acquire rules out.
+///
+/// The free key costs two calls (`SET NX`, `INCR`): the script's cost is
+/// most of what Redis spends per acquire.
 const ACQUIRE: &str = r"
-local holder = redis.call('GET', KEYS[1])
-if holder == false or holder == ARGV[1] then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-  end
+local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not granted and redis.call('GET', KEYS[1]) == ARGV[1] then
+  granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+if granted then
   local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if fence == 1 then
+    local now = redis.call('TIME')
+    fence = redis.call('INCRBY', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
   return {1, fence}
 end
 if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
@@ -51,12 +57,12 @@ return 0
 /// Deletes the lock if it still carries our token and, if some process
 /// marked the key as waited for, tells waiters of every process (one message
 /// on the namespace's channel). An uncontended release publishes nothing, so
-/// it wakes no subscriber.
+/// it wakes no subscriber. One `DEL` takes both keys: 2 deleted means the
+/// mark was there.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if redis.call('DEL', KEYS[2]) == 1 then
+  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
     redis.call('PUBLISH', ARGV[2], KEYS[1])
   end
   return 1

@@ -19,7 +19,7 @@ use std::ffi::{c_int, c_void};
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use dokebi_lock::redis::host::Watch;
 use napi::{sys, Env};
@@ -77,7 +77,7 @@ impl Loop {
             unsafe { alloc::dealloc(handle as *mut u8, layout) };
             return Err(uv_error(status));
         }
-        let interest = Box::into_raw(Box::new(Interest { layout, readable: None, writable: None, watched: 0 }));
+        let interest = Box::into_raw(Box::new(Interest { layout, readable: None, writable: None, watched: 0, may_read: true }));
         unsafe {
             uv_handle_set_data(handle, interest as *mut c_void);
             uv_unref(handle);
@@ -93,6 +93,9 @@ struct Interest {
     writable: Option<Waker>,
     /// The events the handle is started for.
     watched: c_int,
+    /// No read found the socket drained since the loop last reported it
+    /// readable.
+    may_read: bool,
 }
 
 impl Interest {
@@ -128,11 +131,19 @@ impl UvWatch {
 }
 
 impl Watch for UvWatch {
-    fn wake_when_readable(&mut self, cx: &mut Context<'_>) {
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let handle = self.handle;
         let interest = self.interest();
+        if interest.may_read {
+            return Poll::Ready(());
+        }
         interest.readable = Some(cx.waker().clone());
         interest.watch(handle, interest.watched | UV_READABLE);
+        Poll::Pending
+    }
+
+    fn clear_readable(&mut self) {
+        self.interest().may_read = false;
     }
 
     fn wake_when_writable(&mut self, cx: &mut Context<'_>) {
@@ -156,10 +167,14 @@ unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_
     // An error (status < 0) wakes both sides: their next read or write
     // meets the error itself.
     let failed = status < 0;
+    if failed || events & UV_READABLE != 0 {
+        interest.may_read = true;
+    }
     let readable = if failed || events & UV_READABLE != 0 { interest.readable.take() } else { None };
     let writable = if failed || events & UV_WRITABLE != 0 { interest.writable.take() } else { None };
-    // Readable with nobody asking (a reader that stopped) would fire every
-    // turn: stop watching it until someone asks again.
+    // Readable with nobody asking (a reader busy elsewhere) would fire
+    // every turn: stop watching it until the reader finds the socket
+    // drained and asks again.
     let mut watched = interest.watched & !UV_WRITABLE;
     if events & UV_READABLE != 0 && readable.is_none() {
         watched &= !UV_READABLE;
