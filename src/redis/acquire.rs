@@ -109,6 +109,8 @@ impl Acquire {
 
         let _turn = match place {
             None => ticket.try_turn().ok_or_else(busy)?,
+            // Nobody ahead: no wait, so no timer is started.
+            Some(Place::Turn(turn)) => turn,
             Some(place) => tokio::select! {
                 biased;
                 why = &mut interrupt => return Err(interrupted(why, wait)),

@@ -93,6 +93,11 @@ impl Ticket {
     /// left to the driver's runtime, a burst of acquire tasks is not
     /// necessarily first polled in the order it was spawned.
     pub fn queue(&self) -> Place {
+        // A free turn has nobody queued for it (tokio's mutex hands a
+        // released turn straight to its first waiter).
+        if let Some(turn) = self.try_turn() {
+            return Place::Turn(turn);
+        }
         let mut queued = Box::pin(self.turn.clone().lock_owned());
         match queued.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(turn) => Place::Turn(turn),
