@@ -74,11 +74,10 @@ impl LocalState {
     /// `acquire(key: string)` / `tryAcquire(key: string)`:
     /// `out[0]` is GRANTED, QUEUED or FAILED.
     unsafe fn acquire(&mut self, env: sys::napi_env, key: sys::napi_value, may_wait: bool) {
-        let key = match unsafe { self.keys.read(env, key) } {
-            Ok(key) => key,
-            Err(error) => return self.failed(error),
-        };
-        match self.engine.acquire(key, may_wait, |waiter| waiter.slot) {
+        if let Err(error) = unsafe { self.keys.read(env, key) } {
+            return self.failed(error);
+        }
+        match self.engine.acquire(self.keys.key(), may_wait, |waiter| waiter.slot) {
             Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
             Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
             Err(error) => self.failed(error),
