@@ -44,6 +44,15 @@ test('an uncontended acquire returns an already-settled promise', async () => {
   await provider.close();
 });
 
+test('a lease is no thenable: a promise resolved with it fulfils with the lease itself', async () => {
+  const { provider, backend } = await openLocal();
+  const lease = await backend.acquire('k');
+  assert.equal(lease.then, undefined);
+  assert.equal(await Promise.resolve(lease), lease);
+  await lease.release();
+  await provider.close();
+});
+
 test('waiters of one key are granted in FIFO order', async () => {
   const { provider, backend } = await openLocal();
   const holder = await backend.acquire('k');

@@ -6,12 +6,17 @@
 //! cost several times more per call (receiver checks, borrow tracking), and
 //! these calls are the whole cost of an uncontended acquire + release.
 //!
-//! Calls return small integers and report ids through a `Float64Array` the JS
-//! layer shares with the engine, so an acquire or a release creates no JS
-//! value. A lease id is `(slot, fence)` and a waiter id `(slot, serial)`; the
-//! core recognises stale ids, so a released handle never releases a later
-//! lease that reuses its slot. Waiter payloads are waiter slots, which the JS
-//! layer uses as indexes into its table of pending promises.
+//! The hot calls (`acquire`, `tryAcquire`, `release`) exchange numbers through
+//! a `Float64Array` the JS layer shares with the engine (`out`, 4 elements):
+//! the engine writes its result code to `out[0]` and ids to `out[1..]`, and
+//! `release` reads the lease id from `out[1..3]`. They return `undefined`, so
+//! an acquire or a release creates no JS value and reads no argument but the
+//! key: the `napi_get_value_*` / `napi_create_*` calls this saves (four per
+//! acquire + release) made an uncontended pair about 4% slower. A lease id is `(slot, fence)` and a waiter id
+//! `(slot, serial)`; the core recognises stale ids, so a released handle never
+//! releases a later lease that reuses its slot. Waiter payloads are waiter
+//! slots, which the JS layer uses as indexes into its table of pending
+//! promises.
 
 use std::cell::RefCell;
 use std::ffi::{c_void, CStr};
@@ -20,6 +25,7 @@ use std::rc::Rc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
+use dokebi_lock::LockError;
 use napi::bindgen_prelude::{Float64Array, ToNapiValue};
 use napi::sys;
 
@@ -27,20 +33,23 @@ use crate::error::stash;
 use crate::key::KeyReader;
 use crate::status::CountsInfo;
 
-/// `acquire`: the lease is held; `out = [slot, fence]`.
-const GRANTED: i32 = 0;
-/// `acquire`: queued; `out = [waiterSlot, waiterSerial]`.
-const QUEUED: i32 = 1;
+/// Elements of the shared `out` array: a result code and up to three ids.
+const OUT_LEN: usize = 4;
+
+/// `acquire`: the lease is held; `out = [GRANTED, slot, fence]`.
+const GRANTED: f64 = 0.0;
+/// `acquire`: queued; `out = [QUEUED, waiterSlot, waiterSerial]`.
+const QUEUED: f64 = 1.0;
 /// `acquire`: failed; the error waits in `takeError()`.
-const FAILED: i32 = -1;
+const FAILED: f64 = -1.0;
 
 /// `release`: the handle named no held lease.
-const NOT_HELD: i32 = 0;
+const NOT_HELD: f64 = 0.0;
 /// `release`: released, the key is free.
-const FREED: i32 = 1;
+const FREED: f64 = 1.0;
 /// `release`: released and granted to a waiter;
-/// `out = [leaseSlot, leaseFence, waiterSlot]`.
-const HANDED_ON: i32 = 2;
+/// `out = [HANDED_ON, leaseSlot, leaseFence, waiterSlot]`.
+const HANDED_ON: f64 = 2.0;
 
 /// One local backend's lock state.
 struct LocalState {
@@ -50,54 +59,55 @@ struct LocalState {
 }
 
 impl LocalState {
-    fn report(&mut self, values: &[f64]) {
-        // SAFETY: `out` is a private array of the JS layer, read on this
-        // thread after the call returns.
+    fn out(&mut self) -> &mut [f64; OUT_LEN] {
+        // SAFETY: napi-rs took the array's data pointer when the engine was
+        // created and holds a reference to the array, so the memory lives as
+        // long as `out` (no N-API call here). Only this thread touches it, and
+        // JS reads it after the call returns.
         let out = unsafe { self.out.as_mut() };
-        out.iter_mut().zip(values).for_each(|(slot, value)| *slot = *value);
+        out.try_into().expect("checked when the engine was handed to JS")
     }
 
-    /// `acquire(key: string, mayWait: boolean): GRANTED | QUEUED | FAILED`
-    unsafe fn acquire(&mut self, env: sys::napi_env, args: &[sys::napi_value]) -> i32 {
-        let key = match unsafe { self.keys.read(env, args[0]) } {
-            Ok(key) => key,
-            Err(error) => {
-                stash(error);
-                return FAILED;
-            }
-        };
-        match self.engine.acquire(key, unsafe { boolean(env, args[1]) }, |waiter| waiter.slot) {
-            Ok(Acquired::Granted(lease)) => {
-                self.report(&[lease.slot.into(), lease.fence as f64]);
-                GRANTED
-            }
-            Ok(Acquired::Queued(waiter)) => {
-                self.report(&[waiter.slot.into(), waiter.serial as f64]);
-                QUEUED
-            }
-            Err(error) => {
-                stash(error);
-                FAILED
-            }
+    fn report(&mut self, status: f64, ids: &[f64]) {
+        let out = self.out();
+        out[0] = status;
+        out[1..].iter_mut().zip(ids).for_each(|(slot, id)| *slot = *id);
+    }
+
+    /// `acquire(key: string)` / `tryAcquire(key: string)`:
+    /// `out[0]` is GRANTED, QUEUED or FAILED.
+    unsafe fn acquire(&mut self, env: sys::napi_env, key: sys::napi_value, may_wait: bool) {
+        if let Err(error) = unsafe { self.keys.read(env, key) } {
+            return self.failed(error);
+        }
+        match self.engine.acquire(self.keys.key(), may_wait, |waiter| waiter.slot) {
+            Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
+            Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
+            Err(error) => self.failed(error),
         }
     }
 
-    /// `release(slot, fence): NOT_HELD | FREED | HANDED_ON`
-    unsafe fn release(&mut self, env: sys::napi_env, args: &[sys::napi_value]) -> i32 {
-        match self.engine.release(unsafe { lease_id(env, args) }) {
-            Released::NotHeld => NOT_HELD,
-            Released::Freed => FREED,
-            Released::HandedOn { waiter, lease } => {
-                self.report(&[lease.slot.into(), lease.fence as f64, waiter.into()]);
-                HANDED_ON
-            }
+    fn failed(&mut self, error: LockError) {
+        stash(error);
+        self.report(FAILED, &[]);
+    }
+
+    /// `release()` of the lease `out[1..3] = [slot, fence]`:
+    /// `out[0]` is NOT_HELD, FREED or HANDED_ON.
+    fn release(&mut self) {
+        let [_, slot, fence, _] = *self.out();
+        match self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
+            Released::NotHeld => self.report(NOT_HELD, &[]),
+            Released::Freed => self.report(FREED, &[]),
+            Released::HandedOn { waiter, lease } => self.report(HANDED_ON, &[lease.slot.into(), lease.fence as f64, waiter.into()]),
         }
     }
 }
 
 /// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
-/// acquire, release, cancel, isHeld, close, counts }` (a threshold is `null`
-/// when disabled). It reports ids through `out` (3 elements).
+/// acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a threshold
+/// is `null` when disabled). It exchanges numbers through `out` ([`OUT_LEN`]
+/// elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }
@@ -111,8 +121,9 @@ impl LocalEngineObject {
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 6] = [
-    (c"acquire", acquire),
+const METHODS: [(&CStr, Method); 7] = [
+    (c"acquire", acquire::<true>),
+    (c"tryAcquire", acquire::<false>),
     (c"release", release),
     (c"cancel", cancel),
     (c"isHeld", is_held),
@@ -122,6 +133,9 @@ const METHODS: [(&CStr, Method); 6] = [
 
 impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
+        if value.state.out.len() != OUT_LEN {
+            return Err(napi::Error::new(napi::Status::InvalidArg, format!("the engine's out array must have {OUT_LEN} elements")));
+        }
         let options = *value.state.engine.options();
         let shared = Rc::new(RefCell::new(value.state));
         let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
@@ -152,16 +166,18 @@ unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *
     drop(unsafe { Rc::from_raw(data as *const Shared) });
 }
 
-unsafe extern "C" fn acquire(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    let (state, args) = unsafe { call_info::<2>(env, info) };
-    let status = unsafe { state.borrow_mut().acquire(env, &args) };
-    unsafe { int(env, status) }
+/// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].
+unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, [key]) = unsafe { call_info::<1>(env, info) };
+    unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) };
+    ptr::null_mut()
 }
 
+/// `release()`: see [`LocalState::release`].
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    let (state, args) = unsafe { call_info::<2>(env, info) };
-    let status = unsafe { state.borrow_mut().release(env, &args) };
-    unsafe { int(env, status) }
+    let (state, []) = unsafe { call_info::<0>(env, info) };
+    state.borrow_mut().release();
+    ptr::null_mut()
 }
 
 /// `cancel(slot, serial, timedOut): boolean`: true when the waiter was still
@@ -229,12 +245,6 @@ unsafe fn double(env: sys::napi_env, value: sys::napi_value) -> f64 {
 unsafe fn boolean(env: sys::napi_env, value: sys::napi_value) -> bool {
     let mut result = false;
     unsafe { sys::napi_get_value_bool(env, value, &mut result) };
-    result
-}
-
-unsafe fn int(env: sys::napi_env, value: i32) -> sys::napi_value {
-    let mut result = ptr::null_mut();
-    unsafe { sys::napi_create_int32(env, value, &mut result) };
     result
 }
 

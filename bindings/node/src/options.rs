@@ -65,8 +65,9 @@ impl NativeOptions {
         crate::redis::open(env, &self.options, log, telemetry)
     }
 
-    /// The engine of the local backend `name`; it reports grants through `out`
-    /// (see `local.rs`). `null` when `name` is not a local backend.
+    /// The engine of the local backend `name`; its calls exchange numbers
+    /// through `out`, a `Float64Array` of 4 (see `local.rs`). `null` when
+    /// `name` is not a local backend.
     #[napi]
     pub fn local_engine(&self, name: String, out: Float64Array) -> Option<LocalEngineObject> {
         match self.options.backends.get(&name) {
