@@ -313,4 +313,3 @@ impl BackendCore {
         (self.logger)(&LogRecord { level, backend: self.name.clone(), code, message });
     }
 }
-

@@ -18,7 +18,9 @@
 //! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
 //! depends on whether the first attempt ran (release).
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -317,13 +319,16 @@ impl RedisConnection {
                 return Err(Failure::Unreachable(cause.clone()));
             }
         }
-        let attempt = match host {
-            Some(host) => tokio::time::timeout(self.connect_timeout, self.connect_on_host(host)).await,
+        // Boxed: connecting is rare, and its futures are large; inline they
+        // would make every command's future (and its moves) as large.
+        let connect: Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send + '_>> = match host {
+            Some(host) => Box::pin(self.connect_on_host(host)),
             None => {
                 let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
-                tokio::time::timeout(self.connect_timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await
+                Box::pin(async move { self.client.get_multiplexed_async_connection_with_config(&config).await })
             }
         };
+        let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
         match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
             Ok(connection) => {
                 current.generation += 1;

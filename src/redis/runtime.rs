@@ -12,9 +12,12 @@
 //! no copy of its thread.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::task::JoinHandle;
 
 use super::host::{Host, InRuntime};
 use crate::error::{ErrorCode, LockError, Result};
@@ -70,13 +73,35 @@ impl Spawner {
     /// polls every operation to completion), else on the runtime, where
     /// dropping the returned future does not stop `work` (a release still
     /// completes). A runtime already shut down is `CLOSED`.
-    pub async fn run<T: Send + 'static>(&self, work: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    pub fn run<T: Send + 'static, F: Future<Output = Result<T>> + Send + 'static>(&self, work: F) -> Run<F, T> {
         if self.host.as_ref().is_some_and(|host| host.is_current()) {
-            return InRuntime::new(self.handle.clone(), work).await;
+            Run::Here { work: InRuntime::new(self.handle.clone(), work) }
+        } else {
+            Run::There { task: self.handle.spawn(work) }
         }
-        self.handle
-            .spawn(work)
-            .await
-            .unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`Spawner::run`]: `work` itself, or its task. Not an
+    /// `async fn`, whose state would hold `work` twice (as its argument and
+    /// in the branch that runs it), doubling every move of the future.
+    #[project = RunProjection]
+    pub(crate) enum Run<F, T> {
+        Here { #[pin] work: InRuntime<F> },
+        There { task: JoinHandle<Result<T>> },
+    }
+}
+
+impl<T, F: Future<Output = Result<T>>> Future for Run<F, T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        match self.project() {
+            RunProjection::Here { work } => work.poll(cx),
+            RunProjection::There { task } => Pin::new(task)
+                .poll(cx)
+                .map(|joined| joined.unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))),
+        }
     }
 }

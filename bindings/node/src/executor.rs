@@ -72,6 +72,9 @@ where
 /// The threadsafe-function argument that only drains the run queue.
 const DRAIN: u32 = u32::MAX;
 
+/// Operations polled between two polls of the connection readers.
+const FLUSH_EVERY: usize = 16;
+
 enum Work {
     /// An operation whose promise JS awaits.
     Operation { job: Box<dyn Job>, deferred: sys::napi_deferred, keeps_alive: bool },
@@ -121,8 +124,13 @@ struct Executor {
     context: sys::napi_async_context,
     wake: Arc<WakeFn>,
     tasks: RefCell<Slab<Task>>,
-    /// Tasks woken on this thread, polled by the next [`Executor::drain`].
+    /// Operations woken on this thread, polled by the next [`Executor::drain`].
     ready: RefCell<VecDeque<u32>>,
+    /// Connection readers woken on this thread: polled after every
+    /// [`FLUSH_EVERY`] operations, so that a reader writes the commands of
+    /// many operations at once, yet Redis starts on the first ones while
+    /// the rest are being prepared.
+    readers: RefCell<VecDeque<u32>>,
     /// A drain is running, or one was asked of the threadsafe function.
     draining: Cell<bool>,
     /// Operations in flight that keep Node alive; the wake function is
@@ -168,6 +176,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         wake: Arc::new(wake),
         tasks: RefCell::new(Slab::new()),
         ready: RefCell::new(VecDeque::new()),
+        readers: RefCell::new(VecDeque::new()),
         draining: Cell::new(false),
         keeping_alive: Cell::new(0),
     });
@@ -203,7 +212,7 @@ pub fn run_from_loop(wake: impl FnOnce()) {
     }
     wake();
     let env = executor.env;
-    while !executor.ready.borrow().is_empty() {
+    while executor.has_ready() {
         unsafe {
             let mut handles = ptr::null_mut();
             sys::napi_open_handle_scope(env, &mut handles);
@@ -294,7 +303,8 @@ impl Executor {
     fn enqueue(&self, slot: u32) {
         if let Some(task) = self.tasks.borrow_mut().get_mut(slot as usize) {
             if !std::mem::replace(&mut task.queued, true) {
-                self.ready.borrow_mut().push_back(slot);
+                let queue = if matches!(task.work, Some(Work::Plain(_))) { &self.readers } else { &self.ready };
+                queue.borrow_mut().push_back(slot);
             }
         }
     }
@@ -316,11 +326,22 @@ impl Executor {
     }
 
     fn run_queue(&self, env: sys::napi_env) {
-        loop {
-            let next = self.ready.borrow_mut().pop_front();
-            let Some(slot) = next else { break };
-            self.poll(env, slot);
+        while self.has_ready() {
+            for _ in 0..FLUSH_EVERY {
+                let next = self.ready.borrow_mut().pop_front();
+                let Some(slot) = next else { break };
+                self.poll(env, slot);
+            }
+            loop {
+                let next = self.readers.borrow_mut().pop_front();
+                let Some(slot) = next else { break };
+                self.poll(env, slot);
+            }
         }
+    }
+
+    fn has_ready(&self) -> bool {
+        !self.ready.borrow().is_empty() || !self.readers.borrow().is_empty()
     }
 
     fn poll(&self, env: sys::napi_env, slot: u32) {
