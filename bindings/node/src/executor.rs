@@ -34,6 +34,7 @@ use napi::{sys, Env, Status};
 use slab::Slab;
 
 use crate::error::{info, ErrorInfo};
+use crate::raw::{check, create};
 
 /// Wakes task `slot` on the JS thread ([`DRAIN`]: drains the run queue).
 type WakeFn = ThreadsafeFunction<u32, (), u32, Status, false, true>;
@@ -85,6 +86,9 @@ enum Work {
 struct Task {
     /// `None` while the task is being polled.
     work: Option<Work>,
+    /// `work` is a connection's reader (kept here: it is known also while
+    /// the task is being polled, and wakes itself).
+    reader: bool,
     waker: Waker,
     /// In the run queue: a task woken many times is polled once.
     queued: bool,
@@ -149,12 +153,11 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
     }
     let poll = env.create_function_from_closure::<u32, (), _>("dokebiLockPoll", |ctx: FunctionCallContext| {
         let slot: u32 = ctx.get(0)?;
-        let env = ctx.env.raw();
         if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
             if slot != DRAIN {
                 executor.enqueue(slot);
             }
-            executor.drain(env);
+            executor.drain();
         }
         Ok(())
     })?;
@@ -202,8 +205,8 @@ unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
 /// the woken tasks at once, in a callback scope: promises settled there run
 /// their reactions before control returns to libuv, as after any I/O
 /// callback of Node's own. Operations those reactions start are polled
-/// together after them (one write for all their commands), and so on until
-/// nothing is left to poll.
+/// after them, their commands written together (see [`FLUSH_EVERY`]), and
+/// so on until nothing is left to poll.
 pub fn run_from_loop(wake: impl FnOnce()) {
     let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) else { return wake() };
     if executor.draining.replace(true) {
@@ -220,7 +223,7 @@ pub fn run_from_loop(wake: impl FnOnce()) {
             sys::napi_get_reference_value(env, executor.resource, &mut resource);
             let mut scope = ptr::null_mut();
             sys::napi_open_callback_scope(env, resource, executor.context, &mut scope);
-            executor.run_queue(env);
+            executor.run_queue();
             // Closing runs the microtasks: JS reacts to what just settled.
             sys::napi_close_callback_scope(env, scope);
             sys::napi_close_handle_scope(env, handles);
@@ -281,10 +284,10 @@ fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promis
     let slot = executor.insert(Work::Operation { job, deferred, keeps_alive });
     executor.enqueue(slot);
     // Inside a drain (JS reacting to replies, see `run_from_loop`) the
-    // operation waits for the end of it, so that the commands of every
-    // reaction go out in one write; else it starts now.
+    // operation waits for the end of it, so that the commands of the
+    // reactions go out together; else it starts now.
     if !executor.draining.get() {
-        executor.drain(raw);
+        executor.drain();
     }
     Ok(Promise(promise))
 }
@@ -295,7 +298,8 @@ impl Executor {
         let entry = tasks.vacant_entry();
         let slot = entry.key() as u32;
         let waker = Waker::from(Arc::new(TaskWaker { wake: self.wake.clone(), slot }));
-        entry.insert(Task { work: Some(work), waker, queued: false });
+        let reader = matches!(work, Work::Plain(_));
+        entry.insert(Task { work: Some(work), reader, waker, queued: false });
         slot
     }
 
@@ -303,7 +307,7 @@ impl Executor {
     fn enqueue(&self, slot: u32) {
         if let Some(task) = self.tasks.borrow_mut().get_mut(slot as usize) {
             if !std::mem::replace(&mut task.queued, true) {
-                let queue = if matches!(task.work, Some(Work::Plain(_))) { &self.readers } else { &self.ready };
+                let queue = if task.reader { &self.readers } else { &self.ready };
                 queue.borrow_mut().push_back(slot);
             }
         }
@@ -319,23 +323,23 @@ impl Executor {
     }
 
     /// Polls queued tasks until none is left; called with a JS scope open.
-    fn drain(&self, env: sys::napi_env) {
+    fn drain(&self) {
         self.draining.set(true);
-        self.run_queue(env);
+        self.run_queue();
         self.draining.set(false);
     }
 
-    fn run_queue(&self, env: sys::napi_env) {
+    fn run_queue(&self) {
         while self.has_ready() {
             for _ in 0..FLUSH_EVERY {
                 let next = self.ready.borrow_mut().pop_front();
                 let Some(slot) = next else { break };
-                self.poll(env, slot);
+                self.poll(slot);
             }
             loop {
                 let next = self.readers.borrow_mut().pop_front();
                 let Some(slot) = next else { break };
-                self.poll(env, slot);
+                self.poll(slot);
             }
         }
     }
@@ -344,7 +348,8 @@ impl Executor {
         !self.ready.borrow().is_empty() || !self.readers.borrow().is_empty()
     }
 
-    fn poll(&self, env: sys::napi_env, slot: u32) {
+    fn poll(&self, slot: u32) {
+        let env = self.env;
         // The task leaves its slot while polled: polling may spawn tasks or
         // wake others, which needs the table.
         let (mut work, waker) = {
@@ -416,19 +421,5 @@ impl Host for NodeHost {
 
     fn watch(&self, fd: RawFd) -> io::Result<Box<dyn Watch>> {
         Ok(Box::new(self.uv_loop.watch(fd)?))
-    }
-}
-
-unsafe fn create(make: impl FnOnce(*mut sys::napi_value) -> sys::napi_status) -> napi::Result<sys::napi_value> {
-    let mut result = ptr::null_mut();
-    check(make(&mut result))?;
-    Ok(result)
-}
-
-fn check(status: sys::napi_status) -> napi::Result<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(napi::Error::new(Status::GenericFailure, format!("Node-API call failed with status {status}")))
     }
 }

@@ -26,6 +26,7 @@ mod keep_alive;
 mod key;
 mod local;
 mod options;
+mod raw;
 mod redis;
 mod status;
 mod telemetry;

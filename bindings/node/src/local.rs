@@ -31,6 +31,7 @@ use napi::sys;
 
 use crate::error::stash;
 use crate::key::KeyReader;
+use crate::raw::{check, create};
 use crate::status::CountsInfo;
 
 /// Elements of the shared `out` array: a result code and up to three ids.
@@ -252,18 +253,4 @@ unsafe fn bool_value(env: sys::napi_env, value: bool) -> sys::napi_value {
     let mut result = ptr::null_mut();
     unsafe { sys::napi_get_boolean(env, value, &mut result) };
     result
-}
-
-unsafe fn create(make: impl FnOnce(*mut sys::napi_value) -> sys::napi_status) -> napi::Result<sys::napi_value> {
-    let mut result = ptr::null_mut();
-    check(make(&mut result))?;
-    Ok(result)
-}
-
-fn check(status: sys::napi_status) -> napi::Result<()> {
-    if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(napi::Error::new(napi::Status::GenericFailure, format!("Node-API call failed with status {status}")))
-    }
 }
