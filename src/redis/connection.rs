@@ -89,15 +89,21 @@ struct Current {
     last_failure: Option<(Instant, Cause)>,
 }
 
-/// One command connection, made on demand.
+/// One command connection, made on demand: on the runtime, or (with a
+/// host) on the host's thread.
 struct Lane {
+    host: Option<Arc<dyn Host>>,
     current: tokio::sync::Mutex<Current>,
     up: AtomicBool,
 }
 
 impl Lane {
-    fn new() -> Lane {
-        Lane { current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }), up: AtomicBool::new(false) }
+    fn new(host: Option<Arc<dyn Host>>) -> Lane {
+        Lane {
+            host,
+            current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }),
+            up: AtomicBool::new(false),
+        }
     }
 }
 
@@ -111,7 +117,7 @@ pub(crate) struct RedisConnection {
     /// Commands sent on the runtime's thread (all of them without a host).
     runtime_lane: Lane,
     /// Commands sent on the host's thread; none without a host or over TLS.
-    host_lane: Option<(Arc<dyn Host>, Lane)>,
+    host_lane: Option<Lane>,
     /// Some lane's connection is open.
     connected: AtomicBool,
     subscribed: AtomicBool,
@@ -130,14 +136,14 @@ impl RedisConnection {
                 .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
                 .with_cause(err)
         })?;
-        let host_lane = host.filter(|_| matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_))).map(|host| (host, Lane::new()));
+        let host_lane = host.filter(|_| matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_))).map(|host| Lane::new(Some(host)));
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
             client,
             connect_timeout: Duration::from_millis(options.connect_timeout_ms.into()),
             command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
-            runtime_lane: Lane::new(),
+            runtime_lane: Lane::new(None),
             host_lane,
             connected: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
@@ -189,7 +195,7 @@ impl RedisConnection {
     /// that changes whether any is.
     fn set_connected(&self, lane: &Lane, up: bool) {
         lane.up.store(up, Ordering::Relaxed);
-        let up = self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|(_, lane)| lane.up.load(Ordering::Relaxed));
+        let up = self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|lane| lane.up.load(Ordering::Relaxed));
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
                 telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
@@ -209,17 +215,17 @@ impl RedisConnection {
     /// Stops the notification task and closes the command connections.
     pub async fn shut_down(&self) {
         self.stop.send_replace(true);
-        for lane in std::iter::once(&self.runtime_lane).chain(self.host_lane.as_ref().map(|(_, lane)| lane)) {
+        for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
             lane.current.lock().await.connection = None;
             self.set_connected(lane, false);
         }
     }
 
-    /// The lane of the calling thread, and its host if it is the host's.
-    fn lane(&self) -> (&Lane, Option<&Arc<dyn Host>>) {
+    /// The lane of the calling thread.
+    fn lane(&self) -> &Lane {
         match &self.host_lane {
-            Some((host, lane)) if host.is_current() => (lane, Some(host)),
-            _ => (&self.runtime_lane, None),
+            Some(lane) if lane.host.as_ref().is_some_and(|host| host.is_current()) => lane,
+            _ => &self.runtime_lane,
         }
     }
 
@@ -246,15 +252,15 @@ impl RedisConnection {
                     };
                 }
                 Err(_) => {
-                    self.invalidate(lane.0, generation).await;
+                    self.invalidate(lane, generation).await;
                     Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
                 }
                 Ok(Err(err)) if err.is_timeout() => {
-                    self.invalidate(lane.0, generation).await;
+                    self.invalidate(lane, generation).await;
                     Failure::Unknown(Arc::new(err))
                 }
                 Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
-                    self.invalidate(lane.0, generation).await;
+                    self.invalidate(lane, generation).await;
                     if first_attempt_lost.is_none() {
                         first_attempt_lost = Some(Arc::new(err));
                         continue;
@@ -265,7 +271,7 @@ impl RedisConnection {
                     // A protocol or auth error, or READONLY after a failover
                     // demoted this server: the next command reconnects.
                     if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                        self.invalidate(lane.0, generation).await;
+                        self.invalidate(lane, generation).await;
                     }
                     Failure::Refused(Arc::new(err))
                 }
@@ -285,12 +291,12 @@ impl RedisConnection {
             }
             Ok(Err(err)) => {
                 if err.is_unrecoverable_error() || err.is_io_error() {
-                    self.invalidate(lane.0, generation).await;
+                    self.invalidate(lane, generation).await;
                 }
                 Err(self.failed(Failure::Refused(Arc::new(err))))
             }
             Err(_) => {
-                self.invalidate(lane.0, generation).await;
+                self.invalidate(lane, generation).await;
                 Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
             }
         }
@@ -306,7 +312,7 @@ impl RedisConnection {
     }
 
     /// `lane`'s open connection, or a new one (one connect attempt at a time).
-    async fn connection(&self, (lane, host): (&Lane, Option<&Arc<dyn Host>>)) -> Result<(u64, MultiplexedConnection), Failure> {
+    async fn connection(&self, lane: &Lane) -> Result<(u64, MultiplexedConnection), Failure> {
         let mut current = lane.current.lock().await;
         if *self.stop.borrow() {
             return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
@@ -321,7 +327,7 @@ impl RedisConnection {
         }
         // Boxed: connecting is rare, and its futures are large; inline they
         // would make every command's future (and its moves) as large.
-        let connect: Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send + '_>> = match host {
+        let connect: Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send + '_>> = match &lane.host {
             Some(host) => Box::pin(self.connect_on_host(host)),
             None => {
                 let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
