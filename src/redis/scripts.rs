@@ -15,27 +15,42 @@ use redis::Script;
 /// so that its release publishes a wake-up. A waiter retries (and so renews
 /// the mark) well within its `waitingMs`.
 ///
-/// Fences never go backwards, even when the server restarts without
-/// persistence and loses the counter: a missing counter (the `INCR` that
-/// creates it answers 1) is seeded from the server's `TIME` in microseconds.
-/// That floor only grows as long as the server clock does not step back, and
-/// the old counter can only exceed it if a key saw more than one acquire per
-/// microsecond on average since it was seeded, which a round trip per
-/// acquire rules out.
+/// Fences never repeat, even when the counter comes back older than the
+/// fences already handed out (a restart from an RDB snapshot taken a few
+/// grants ago, an AOF that lost its unsynced tail, a failover to a replica
+/// that lagged, eviction or deletion): every grant raises the counter to at
+/// least the server's `TIME` in microseconds, `fence = max(counter + 1,
+/// TIME_us)`, and stores it back. A restored counter is then overtaken by
+/// the clock, as long as the clocks of the servers that can become primary
+/// agree to within the time a restart or failover takes (see the README's
+/// Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// as a double it is still exact (below 2^53).
 ///
-/// The free key costs two calls (`SET NX`, `INCR`): the script's cost is
-/// most of what Redis spends per acquire.
+/// `TIME` before a write needs effects replication (Redis 5 and later,
+/// checked at connect). A free key costs four calls (`SET NX`, `GET`,
+/// `TIME`, `SET`); the script's cost is most of what Redis spends per
+/// acquire.
 const ACQUIRE: &str = r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not granted and redis.call('GET', KEYS[1]) == ARGV[1] then
   granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 if granted then
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
-    local now = redis.call('TIME')
-    fence = redis.call('INCRBY', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  local last = redis.call('GET', KEYS[2])
+  local fence = 1
+  if last then
+    fence = tonumber(last)
+    if not fence then
+      return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' is not a number')
+    end
+    fence = fence + 1
   end
+  local now = redis.call('TIME')
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if clock > fence then
+    fence = clock
+  end
+  redis.call('SET', KEYS[2], string.format('%.0f', fence))
   return {1, fence}
 end
 if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
