@@ -76,13 +76,14 @@ impl Backend {
         let output = section(Section { fence: lease.fence(), signal: lost.signal() }).await;
         let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost());
         drop(keep_alive);
-        let released = lease.release().await;
         if was_lost {
-            return Err(match released {
-                Err(err) => lease_lost().with_shared_cause(std::sync::Arc::new(err)),
-                Ok(_) => lease_lost(),
-            });
+            // Released in the background (the lease's `Drop`): the server
+            // that let the lease run out may stall the release too, and the
+            // caller already knows all it needs.
+            drop(lease);
+            return Err(lease_lost());
         }
+        let released = lease.release().await;
         // A release that finds another owner is LEASE_LOST already.
         released.map(|_| output)
     }

@@ -109,6 +109,7 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                 outside.push(json!(-1));
             }
             for value in outside {
+                // commandTimeoutMs 1: below every leaseMs in range.
                 let mut backend = json!({ "driver": driver, "connection": "main", "leaseMs": 1000 });
                 if driver == "local" {
                     backend = json!({});
@@ -116,7 +117,7 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                 backend[field.name] = value.clone();
                 let err = Options::from_sections(
                     Some(&json!({ "backends": { "x": backend } })),
-                    Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+                    Some(&json!({ "connections": { "main": { "url": "redis://h", "commandTimeoutMs": 1 } } })),
                 )
                 .expect_err(&format!("{driver}.{} = {value} is accepted", field.name));
                 assert_eq!(issue_paths(&err), [format!("backends.x.{}", field.name)]);
@@ -126,7 +127,7 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                 backend[field.name] = json!(value);
                 Options::from_sections(
                     Some(&json!({ "backends": { "x": backend } })),
-                    Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+                    Some(&json!({ "connections": { "main": { "url": "redis://h", "commandTimeoutMs": 1 } } })),
                 )
                 .unwrap_or_else(|e| panic!("{driver}.{} = {value} is rejected: {e}", field.name));
             }

@@ -61,8 +61,13 @@ fn a_dead_server_fails_acquires_with_provider_failed_not_a_wait_timeout() {
     eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
     server.stop();
     let (err, waited) = waiter.join().unwrap();
-    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    // The waiter may have sent its next try on the connection the server's
+    // death was closing (its subscription dropped at the same moment and
+    // woke it): that try may have run, so OUTCOME_UNKNOWN is as right.
+    assert!(matches!(err.code(), ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown), "{err}");
     assert!(waited < Duration::from_secs(20), "failed before its wait timeout");
+    // An idle connection whose server died reconnects before it sends: the
+    // command surely did not run, so this is PROVIDER_FAILED.
     let fresh = error(block_on(backend(&a).acquire("other", AcquireOptions::default())));
     assert_eq!(fresh.code(), ErrorCode::ProviderFailed);
     assert!(fresh.cause().is_some(), "the Redis error is the cause");

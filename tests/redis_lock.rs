@@ -88,8 +88,8 @@ fn a_waiter_with_a_short_poll_never_cuts_short_the_wake_up_of_a_slower_one() {
 #[test]
 fn an_expired_lease_is_taken_over_and_its_release_reports_lease_lost() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);
-    let (b, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[("commandTimeoutMs", "90")]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[("commandTimeoutMs", "90")]);
     block_on(async {
         let first = backend(&a).acquire("k", wait(0)).await.unwrap();
         assert!(first.remaining().unwrap() <= Duration::from_millis(100));
@@ -106,7 +106,7 @@ fn an_expired_lease_is_taken_over_and_its_release_reports_lease_lost() {
 #[test]
 fn renew_extends_a_lease_and_reports_false_once_it_is_not_ours() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "1000")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "1000")], &[("commandTimeoutMs", "900")]);
     block_on(async {
         let lease = backend(&a).acquire("k", wait(0)).await.unwrap();
         thread::sleep(Duration::from_millis(600));
@@ -412,7 +412,7 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
         telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
         host: None,
     };
-    let yaml = support::redis_yaml(&server.url(), "        leaseMs: 100\n        slowAcquireMs: 0\n", "");
+    let yaml = support::redis_yaml(&server.url(), "        leaseMs: 100\n        slowAcquireMs: 0\n", "        commandTimeoutMs: 90\n");
     let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
     block_on(async {
         let lease = backend(&a).acquire("k", wait(0)).await.unwrap();

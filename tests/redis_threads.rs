@@ -34,7 +34,7 @@ fn only_a_provider_with_a_redis_backend_starts_a_thread_and_opens_sockets() {
 
     // The same measurement sees the redis driver's thread and sockets.
     let server = RedisServer::start();
-    let (redis, _) = open_redis(&server.url(), &[("leaseMs", "1000")], &[]);
+    let (redis, _) = open_redis(&server.url(), &[("leaseMs", "1000")], &[("commandTimeoutMs", "900")]);
     let lease = block_on(redis.backend("shared").unwrap().acquire("k", AcquireOptions::default())).unwrap();
     assert!(threads() > threads_before);
     assert!(sockets() > sockets_before);

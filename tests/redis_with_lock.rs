@@ -15,8 +15,8 @@ use support::redis_server::RedisServer;
 #[test]
 fn auto_renew_keeps_a_section_longer_than_the_lease_exclusive_even_when_the_caller_stalls() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
-    let (b, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[("commandTimeoutMs", "250")]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[("commandTimeoutMs", "250")]);
     let other = b.backend("shared").unwrap();
     let output = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
         // Block the caller's executor outright: renewals must not depend on it.
@@ -35,7 +35,7 @@ fn auto_renew_keeps_a_section_longer_than_the_lease_exclusive_even_when_the_call
 #[test]
 fn without_auto_renew_a_section_outliving_its_lease_is_lease_lost() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "100")], &[("commandTimeoutMs", "90")]);
     let options = WithLockOptions { acquire: wait(0), auto_renew: false };
     let result = block_on(a.backend("shared").unwrap().with_lock("job", options, |_| async {
         std::thread::sleep(Duration::from_millis(250));
@@ -47,7 +47,7 @@ fn without_auto_renew_a_section_outliving_its_lease_is_lease_lost() {
 #[test]
 fn a_lease_taken_over_during_the_section_aborts_its_signal_and_fails_with_lease_lost() {
     let server = RedisServer::start();
-    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[]);
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[("commandTimeoutMs", "250")]);
     let mut client = server.client();
     let result = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
         // Another owner overwrites the lock (as after an expiry and takeover).

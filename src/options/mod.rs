@@ -199,11 +199,22 @@ impl Options {
         let mut unknown_connections = Issues::default();
         for (name, backend) in &backends {
             if let BackendOptions::Redis(redis) = backend {
-                if !connections.contains_key(&redis.connection) {
-                    unknown_connections.push(
+                match connections.get(&redis.connection) {
+                    None => unknown_connections.push(
                         format!("backends.{name}.connection"),
                         format!("names no connection under {REDIS_SECTION}.connections"),
-                    );
+                    ),
+                    // A command may take up to commandTimeoutMs; one that
+                    // may outlast the lease could return a grant already
+                    // expired, or learn of a loss only after it happened.
+                    Some(connection) if connection.command_timeout_ms >= redis.lease_ms => issues.push(
+                        format!("backends.{name}.leaseMs"),
+                        format!(
+                            "must be above the commandTimeoutMs ({}) of connections.{}; raise leaseMs or lower commandTimeoutMs",
+                            connection.command_timeout_ms, redis.connection
+                        ),
+                    ),
+                    Some(_) => {}
                 }
             }
         }

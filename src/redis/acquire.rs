@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::backend::BackendCore;
 use super::connection::Failure;
 use super::keys::{owner_token, RedisKeys};
-use super::lease::{LeaseShared, RedisLease};
+use super::lease::{valid_until, LeaseShared, RedisLease};
 use super::waiters::{Place, Ticket};
 use crate::abort::{aborted_error, AbortSignal};
 use crate::error::{ErrorCode, LockError, Result};
@@ -38,7 +38,9 @@ impl InProgress {
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        self.0.in_progress.fetch_sub(1, Ordering::SeqCst);
+        if self.0.in_progress.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
     }
 }
 
@@ -140,7 +142,24 @@ impl Acquire {
                 }
             };
             if granted == 1 {
-                return register(&core, &key, &keys, token, value as u64, sent).await;
+                if Instant::now() < valid_until(sent, core.lease()) {
+                    return register(&core, &key, &keys, token, value as u64, sent).await;
+                }
+                // The answer came after the lease's local validity ran out
+                // (slower than leaseMs, or read late by a busy thread): the
+                // lock may have expired and gone to another owner already.
+                // Try again with the same token while the wait lasts: the
+                // script grants a lock that carries it afresh.
+                let why = tokio::select! {
+                    biased;
+                    why = &mut interrupt => Some(why),
+                    _ = std::future::ready(()) => None,
+                };
+                if single_try || why.is_some() || Instant::now() >= deadline {
+                    core.clean_up_after_unknown(keys.clone(), token.clone());
+                    return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
+                }
+                continue;
             }
             if single_try {
                 return Err(busy());
@@ -190,6 +209,13 @@ fn interrupted(why: Interrupt, wait: Duration) -> LockError {
         Interrupt::Closed => closed(),
         Interrupt::TimedOut => LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", wait.as_millis())),
     }
+}
+
+fn late_grant() -> LockError {
+    LockError::new(
+        ErrorCode::ProviderFailed,
+        "acquire: Redis granted the lock, but its answer came after the lease's validity had run out (an answer slower than leaseMs); the lock is given back",
+    )
 }
 
 fn busy() -> LockError {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use slab::Slab;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 
 use super::connection::{Answer, Failure, RedisConnection};
 use super::keys::{release_channel, RedisKeys};
@@ -70,6 +70,8 @@ pub(crate) struct BackendCore {
     logger: Logger,
     pub(super) telemetry: Option<Telemetry>,
     pub(super) in_progress: AtomicUsize,
+    /// Told when the last acquire in progress ends.
+    pub(super) settled: Notify,
     pub(super) acquired: AtomicU64,
     pub(super) timed_out: AtomicU64,
     lost: AtomicU64,
@@ -96,6 +98,7 @@ impl RedisBackend {
             logger,
             telemetry,
             in_progress: AtomicUsize::new(0),
+            settled: Notify::new(),
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -160,16 +163,27 @@ impl RedisBackend {
         }
     }
 
-    /// Rejects waiters with `CLOSED` and releases every held lease within
-    /// `shutdownTimeoutMs`. Failures are logged (`CLEANUP_FAILED`,
-    /// `CLEANUP_TIMEOUT`), never returned. Idempotent.
+    /// Rejects waiters with `CLOSED`, lets acquires whose command is in
+    /// flight finish (a lease Redis grants them now is released at once),
+    /// and releases every held lease, all within `shutdownTimeoutMs`.
+    /// Failures are logged (`CLEANUP_FAILED`, `CLEANUP_TIMEOUT`) before
+    /// close returns, never returned. Idempotent.
     pub async fn close(&self) {
         if self.core.closed.send_replace(true) {
             return;
         }
         let core = self.core.clone();
         let _ = self.core.spawner.run(async move {
-            core.release_all().await;
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(core.options.shutdown_timeout_ms.into());
+            if tokio::time::timeout_at(deadline, core.acquires_settled()).await.is_err() {
+                let left = core.in_progress.load(Ordering::SeqCst);
+                core.log(
+                    Level::Error,
+                    "CLEANUP_TIMEOUT",
+                    format!("{left} acquires still waited for Redis after shutdownTimeoutMs; a lease Redis grants them is released when the answer comes, or expires after leaseMs"),
+                );
+            }
+            core.release_all(deadline).await;
             Ok(())
         })
         .await;
@@ -261,10 +275,25 @@ impl BackendCore {
         });
     }
 
-    /// Close: release every held lease within the shutdown timeout. A lease
+    /// Close: release every held lease by `deadline`. A lease
     /// that had already expired is not a failure; one Redis did not confirm is.
     /// The releases run where close runs (the host's thread or the runtime).
-    async fn release_all(self: &Arc<Self>) {
+    /// Resolves once no acquire is in progress.
+    async fn acquires_settled(&self) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            // Registered before the count is read, so a last acquire ending
+            // in between is not missed.
+            settled.as_mut().enable();
+            if self.in_progress.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+
+    async fn release_all(self: &Arc<Self>, deadline: tokio::time::Instant) {
         let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
         let mut releases: FuturesUnordered<_> = leases
             .into_iter()
@@ -273,8 +302,7 @@ impl BackendCore {
             .collect();
         let total = releases.len();
         let mut failed = 0;
-        let timeout = Duration::from_millis(self.options.shutdown_timeout_ms.into());
-        let finished = tokio::time::timeout(timeout, async {
+        let finished = tokio::time::timeout_at(deadline, async {
             while let Some(done) = releases.next().await {
                 if done.is_err() {
                     failed += 1;

@@ -47,12 +47,24 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 /// server costs one connect attempt, not one per waiting acquire.
 const CONNECT_FAILURE_REUSE: Duration = Duration::from_millis(100);
 
+/// The oldest Redis major version the driver runs on.
+const MIN_SERVER_MAJOR: u32 = 5;
+
+/// The `redis_version` of an `INFO server` reply, and its major number.
+fn server_version(info: &str) -> Option<(&str, u32)> {
+    let version = info.lines().find_map(|line| line.strip_prefix("redis_version:"))?.trim();
+    let major = version.split('.').next()?.parse().ok()?;
+    Some((version, major))
+}
+
 /// Why a command produced no answer.
 #[derive(Debug, Clone)]
 pub(crate) enum Failure {
     Unreachable(Cause),
     Unknown(Cause),
     Refused(Cause),
+    /// The server is one the driver cannot use safely (too old).
+    Unsupported(Cause),
 }
 
 impl Failure {
@@ -66,6 +78,7 @@ impl Failure {
             Failure::Refused(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis refused the command")).with_shared_cause(cause)
             }
+            Failure::Unsupported(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
             Failure::Unknown(cause) => LockError::new(
                 ErrorCode::OutcomeUnknown,
                 format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
@@ -85,8 +98,18 @@ pub(crate) struct Answer<T> {
 
 struct Current {
     generation: u64,
-    connection: Option<MultiplexedConnection>,
-    last_failure: Option<(Instant, Cause)>,
+    connection: Option<Open>,
+    last_failure: Option<(Instant, Failure)>,
+}
+
+/// An open command connection.
+struct Open {
+    connection: MultiplexedConnection,
+    /// Set once its reader has ended (the server closed the socket, or it
+    /// failed): a command sent after that never reached the server, so the
+    /// next command reconnects first instead of losing an attempt. Never set
+    /// over TLS, whose connection redis-rs drives itself.
+    ended: Arc<AtomicBool>,
 }
 
 /// One command connection, made on demand: on the runtime, or (with a
@@ -235,48 +258,52 @@ impl RedisConnection {
         let mut first_attempt_lost: Option<Cause> = None;
         let lane = self.lane();
         loop {
-            let (generation, mut connection) = self.connection(lane).await?;
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
-            }
-            for arg in args {
-                arg.push(&mut invocation);
-            }
-            let failure = match tokio::time::timeout(self.command_timeout, invocation.invoke_async::<Value>(&mut connection)).await {
-                Ok(Ok(value)) => {
-                    self.answered();
-                    return match redis::from_redis_value(value) {
-                        Ok(value) => Ok(Answer { value, first_attempt_lost }),
-                        Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
-                    };
-                }
-                Err(_) => {
-                    self.invalidate(lane, generation).await;
-                    Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
-                }
-                Ok(Err(err)) if err.is_timeout() => {
-                    self.invalidate(lane, generation).await;
-                    Failure::Unknown(Arc::new(err))
-                }
-                Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
-                    self.invalidate(lane, generation).await;
-                    if first_attempt_lost.is_none() {
-                        first_attempt_lost = Some(Arc::new(err));
-                        continue;
+            let failure = match self.connection(lane).await {
+                Err(failure) => failure,
+                Ok((generation, mut connection)) => {
+                    let mut invocation = script.prepare_invoke();
+                    for key in keys {
+                        invocation.key(*key);
                     }
-                    Failure::Unknown(Arc::new(err))
-                }
-                Ok(Err(err)) => {
-                    // A protocol or auth error, or READONLY after a failover
-                    // demoted this server: the next command reconnects.
-                    if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                        self.invalidate(lane, generation).await;
+                    for arg in args {
+                        arg.push(&mut invocation);
                     }
-                    Failure::Refused(Arc::new(err))
+                    match tokio::time::timeout(self.command_timeout, invocation.invoke_async::<Value>(&mut connection)).await {
+                        Ok(Ok(value)) => {
+                            self.answered();
+                            return match redis::from_redis_value(value) {
+                                Ok(value) => Ok(Answer { value, first_attempt_lost }),
+                                Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
+                            };
+                        }
+                        Err(_) => {
+                            self.invalidate(lane, generation).await;
+                            Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
+                        }
+                        Ok(Err(err)) if err.is_timeout() => {
+                            self.invalidate(lane, generation).await;
+                            Failure::Unknown(Arc::new(err))
+                        }
+                        Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
+                            self.invalidate(lane, generation).await;
+                            if first_attempt_lost.is_none() {
+                                first_attempt_lost = Some(Arc::new(err));
+                                continue;
+                            }
+                            Failure::Unknown(Arc::new(err))
+                        }
+                        Ok(Err(err)) => {
+                            // A protocol or auth error, or READONLY after a failover
+                            // demoted this server: the next command reconnects.
+                            if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                                self.invalidate(lane, generation).await;
+                            }
+                            Failure::Refused(Arc::new(err))
+                        }
+                    }
                 }
             };
-            return Err(self.failed(failure));
+            return Err(self.failed(after_lost_attempt(failure, first_attempt_lost)));
         }
     }
 
@@ -317,60 +344,118 @@ impl RedisConnection {
         if *self.stop.borrow() {
             return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
         }
-        if let Some(connection) = &current.connection {
-            return Ok((current.generation, connection.clone()));
+        match &current.connection {
+            Some(open) if !open.ended.load(Ordering::Acquire) => return Ok((current.generation, open.connection.clone())),
+            Some(_) => {
+                current.connection = None;
+                self.set_connected(lane, false);
+            }
+            None => {}
         }
-        if let Some((at, cause)) = &current.last_failure {
+        if let Some((at, failure)) = &current.last_failure {
             if at.elapsed() < CONNECT_FAILURE_REUSE {
-                return Err(Failure::Unreachable(cause.clone()));
+                return Err(failure.clone());
             }
         }
         // Boxed: connecting is rare, and its futures are large; inline they
         // would make every command's future (and its moves) as large.
-        let connect: Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send + '_>> = match &lane.host {
-            Some(host) => Box::pin(self.connect_on_host(host)),
-            None => {
-                let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout));
-                Box::pin(async move { self.client.get_multiplexed_async_connection_with_config(&config).await })
-            }
-        };
+        let connect: Pin<Box<dyn Future<Output = RedisResult<Open>> + Send + '_>> = Box::pin(self.open(lane));
         let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
-        match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
-            Ok(connection) => {
+        let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
+            Ok(open) => self.check_server(open).await,
+            Err(err) => Err(Failure::Unreachable(Arc::new(err))),
+        };
+        match checked {
+            Ok(open) => {
+                let connection = open.connection.clone();
                 current.generation += 1;
-                current.connection = Some(connection.clone());
+                current.connection = Some(open);
                 current.last_failure = None;
                 self.set_connected(lane, true);
                 Ok((current.generation, connection))
             }
-            Err(err) => {
-                let cause: Cause = Arc::new(err);
-                current.last_failure = Some((Instant::now(), cause.clone()));
+            Err(failure) => {
+                current.last_failure = Some((Instant::now(), failure.clone()));
                 self.set_connected(lane, false);
-                Err(self.failed(Failure::Unreachable(cause)))
+                Err(self.failed(failure))
             }
         }
     }
 
-    /// Connects a command connection whose socket `host`'s loop drives, and
-    /// starts its reader there. The socket is connected on the runtime
-    /// (name resolution may block), then handed over.
-    async fn connect_on_host(&self, host: &Arc<dyn Host>) -> RedisResult<MultiplexedConnection> {
+    /// How every command connection is made: `connectTimeoutMs` bounds the
+    /// connect, and no response timeout of the client's own (redis-rs has
+    /// 500 ms by default), so `commandTimeoutMs`, applied around each
+    /// command, is the only one.
+    fn config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout)).set_response_timeout(None)
+    }
+
+    /// Refuses a server older than [`MIN_SERVER_MAJOR`]: its scripts would
+    /// replicate verbatim, and the acquire script reads `TIME` before it
+    /// writes. A server that hides `INFO` (a renamed command) is taken as is.
+    async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        match tokio::time::timeout(self.command_timeout, info.query_async::<String>(&mut open.connection)).await {
+            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => Err(Failure::Unreachable(Arc::new(err))),
+            Ok(Err(_)) => Ok(open),
+            Ok(Ok(info)) => match server_version(&info) {
+                Some((version, major)) if major < MIN_SERVER_MAJOR => Err(Failure::Unsupported(Arc::new(RedisError::from(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("the server runs Redis {version}; dokebi-lock needs Redis {MIN_SERVER_MAJOR}.0 or later (scripts with effects replication)"),
+                ))))),
+                _ => Ok(open),
+            },
+        }
+    }
+
+    /// Connects a command connection for `lane` and starts its reader: on the
+    /// runtime, or in `lane`'s host loop, which then drives the socket. The
+    /// socket is connected on the runtime (name resolution may block), then
+    /// handed over. Over TLS redis-rs connects and drives it itself.
+    async fn open(&self, lane: &Lane) -> RedisResult<Open> {
         let info = self.client.get_connection_info();
+        let ended = Arc::new(AtomicBool::new(false));
         let socket = match info.addr() {
             ConnectionAddr::Tcp(name, port) => {
-                let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?.into_std()?;
+                let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
                 redis::io::tcp::socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive())?;
-                Socket::Tcp(stream)
+                Socket::Tcp(stream.into_std()?)
             }
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
-            _ => unreachable!("only TCP and unix socket connections have a host lane"),
+            _ => {
+                let connection = self.client.get_multiplexed_async_connection_with_config(&self.config()).await?;
+                return Ok(Open { connection, ended });
+            }
         };
-        let stream = HostStream::new(host.as_ref(), socket)?;
-        let (connection, reader) = MultiplexedConnection::new_with_config(info.redis_settings(), stream, AsyncConnectionConfig::new()).await?;
-        host.spawn(Box::pin(InRuntime::new(Handle::current(), reader)));
-        Ok(connection)
+        let settings = info.redis_settings();
+        let connection = match &lane.host {
+            Some(host) => {
+                let stream = HostStream::new(host.as_ref(), socket)?;
+                let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+                host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
+                connection
+            }
+            None => {
+                let (connection, reader) = match socket {
+                    Socket::Tcp(stream) => {
+                        let stream = tokio::net::TcpStream::from_std(stream)?;
+                        let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+                        (connection, Box::pin(reader) as Pin<Box<dyn Future<Output = ()> + Send>>)
+                    }
+                    Socket::Unix(stream) => {
+                        let stream = tokio::net::UnixStream::from_std(stream)?;
+                        let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+                        (connection, Box::pin(reader) as Pin<Box<dyn Future<Output = ()> + Send>>)
+                    }
+                };
+                Handle::current().spawn(flag_end(reader, ended.clone()));
+                connection
+            }
+        };
+        Ok(Open { connection, ended })
     }
 
     /// Drops `lane`'s connection of `generation` so the next command reconnects.
@@ -419,6 +504,23 @@ fn keepalive() -> TcpKeepalive {
     TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3)
 }
 
+/// Runs a connection's reader, then records that it ended.
+async fn flag_end(reader: impl Future<Output = ()>, ended: Arc<AtomicBool>) {
+    reader.await;
+    ended.store(true, Ordering::Release);
+}
+
+/// The failure of a retry whose first attempt was lost with its connection:
+/// that attempt may have run, so whatever the retry met (a refused
+/// connection, `LOADING`, `READONLY`) the outcome is unknown.
+fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Failure {
+    match (failure, first_attempt_lost) {
+        (Failure::Unknown(cause), _) => Failure::Unknown(cause),
+        (_, Some(lost)) => Failure::Unknown(lost),
+        (failure, None) => failure,
+    }
+}
+
 fn timeout_error(message: &'static str) -> RedisError {
     RedisError::from(io::Error::new(io::ErrorKind::TimedOut, message))
 }
@@ -431,5 +533,18 @@ pub(crate) trait ToRedisArgsRef: Sync {
 impl<T: ToRedisArgs + Sync> ToRedisArgsRef for T {
     fn push(&self, invocation: &mut redis::ScriptInvocation<'_>) {
         invocation.arg(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_version_is_read_from_info() {
+        let info = "# Server\r\nredis_version:4.0.14\r\nredis_git_sha1:00000000\r\n";
+        assert_eq!(server_version(info), Some(("4.0.14", 4)));
+        assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", 7)));
+        assert_eq!(server_version("# Server\r\n"), None);
     }
 }

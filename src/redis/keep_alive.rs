@@ -49,9 +49,15 @@ impl KeepAlive {
                 let Some(lease) = lease().filter(RedisLease::is_held) else {
                     return; // released or dropped by its owner: nothing left to keep
                 };
-                let gone = match lease.renew().await {
-                    Ok(renewed) => !renewed,
-                    Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
+                // A renewal that stalls must not keep the section's signal
+                // quiet past the lease: the loss is known when the local
+                // estimate runs out, whatever the renewal later answers.
+                let gone = tokio::select! {
+                    outcome = lease.renew() => match outcome {
+                        Ok(renewed) => !renewed,
+                        Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
+                    },
+                    _ = tokio::time::sleep(lease.remaining()) => true,
                 };
                 if gone && lease.is_held() {
                     flag.store(true, Ordering::SeqCst);
@@ -64,8 +70,8 @@ impl KeepAlive {
         KeepAlive { task, lost }
     }
 
-    /// True once a renewal found the lease no longer ours, or could not
-    /// renew it before the local estimate ran out.
+    /// True once a renewal found the lease no longer ours, or the local
+    /// estimate ran out before a renewal succeeded.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }

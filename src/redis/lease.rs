@@ -48,6 +48,17 @@ struct State {
     valid_until: Instant,
     /// Already counted as lost.
     lost: bool,
+    /// A renewal went unanswered and a cleanup by token is scheduled: the
+    /// lease may never be renewed again, or the cleanup would delete it
+    /// under a holder that believes it valid.
+    abandoned: bool,
+}
+
+impl State {
+    /// Held, and no unanswered renewal has scheduled its cleanup.
+    fn renewable(&self) -> bool {
+        self.held && !self.abandoned
+    }
 }
 
 /// The part of the drift allowance that scales with the lease.
@@ -65,7 +76,7 @@ impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, key: &str, keys: RedisKeys, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
         let held_since = core.hold_clock();
-        LeaseShared { core, key: key.into(), keys, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false }) }
+        LeaseShared { core, key: key.into(), keys, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }) }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -168,10 +179,11 @@ impl RedisLease {
     }
 
     /// Extends the lease to `leaseMs` from now if Redis still carries our
-    /// token: false when it does not (expired or taken over) or the lease
-    /// was released. `OUTCOME_UNKNOWN` leaves the lease invalid.
+    /// token: false when it does not (expired or taken over), when the lease
+    /// was released, or once a renewal ended `OUTCOME_UNKNOWN` (the lease is
+    /// then invalid for good and released by token in the background).
     pub async fn renew(&self) -> Result<bool> {
-        if !self.shared.state().held {
+        if !self.shared.state().renewable() {
             return Ok(false);
         }
         let shared = self.shared.clone();
@@ -182,15 +194,15 @@ impl RedisLease {
             let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms]).await;
             let mut state = shared.state();
             match outcome {
-                Ok(answer) if answer.value == 1 && state.held => {
+                Ok(answer) if answer.value == 1 && state.renewable() => {
                     state.valid_until = valid_until(sent, core.lease());
                     Ok(true)
                 }
                 Ok(_) => {
-                    let was_held = state.held;
+                    let was_renewable = state.renewable();
                     state.valid_until = Instant::now();
                     drop(state);
-                    if was_held {
+                    if was_renewable {
                         shared.lost(ErrorCode::LeaseLost);
                     }
                     Ok(false)
@@ -198,6 +210,7 @@ impl RedisLease {
                 Err(failure) => {
                     if matches!(failure, Failure::Unknown(_)) {
                         state.valid_until = Instant::now();
+                        state.abandoned = true;
                         drop(state);
                         shared.lost(ErrorCode::OutcomeUnknown);
                         core.clean_up_after_unknown(shared.keys.clone(), shared.token().to_owned());

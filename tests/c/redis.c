@@ -8,7 +8,8 @@
 static char yaml[2048];
 
 /* A configuration with backends `shared` (leaseMs 5000) and `brief`
- * (leaseMs 100) on `url`, under `namespace`. */
+ * (leaseMs 100, on a connection whose commands time out before that) on
+ * `url`, under `namespace`. */
 static const char *config(const char *url, const char *namespace_) {
     int len = snprintf(yaml, sizeof yaml,
                        "schemaVersion: 1\n"
@@ -16,11 +17,12 @@ static const char *config(const char *url, const char *namespace_) {
                        "  dokebi-lock:\n"
                        "    backends:\n"
                        "      shared: { driver: redis, connection: main, namespace: %s, leaseMs: 5000 }\n"
-                       "      brief: { driver: redis, connection: main, namespace: %s, leaseMs: 100 }\n"
+                       "      brief: { driver: redis, connection: quick, namespace: %s, leaseMs: 100 }\n"
                        "  dokebi-redis:\n"
                        "    connections:\n"
-                       "      main: { url: \"%s\", connectTimeoutMs: 500, commandTimeoutMs: 1000 }\n",
-                       namespace_, namespace_, url);
+                       "      main: { url: \"%s\", connectTimeoutMs: 500, commandTimeoutMs: 1000 }\n"
+                       "      quick: { url: \"%s\", connectTimeoutMs: 500, commandTimeoutMs: 90 }\n",
+                       namespace_, namespace_, url, url);
     CHECK(len > 0 && (size_t)len < sizeof yaml);
     return yaml;
 }

@@ -89,7 +89,7 @@ int main(void) {
                        "      shared: { driver: redis, connection: main, namespace: c-with-lock-%ld, leaseMs: 150 }\n"
                        "  dokebi-redis:\n"
                        "    connections:\n"
-                       "      main: { url: \"%s\" }\n",
+                       "      main: { url: \"%s\", commandTimeoutMs: 120 }\n",
                        (long)time(NULL), url);
     CHECK(len > 0 && (size_t)len < sizeof yaml);
     dokebi_lock_runtime *first = open_runtime(yaml), *second = open_runtime(yaml);
