@@ -150,16 +150,17 @@ impl Acquire {
                 // lock may have expired and gone to another owner already.
                 // Try again with the same token while the wait lasts: the
                 // script grants a lock that carries it afresh.
-                let why = tokio::select! {
-                    biased;
-                    why = &mut interrupt => Some(why),
-                    _ = std::future::ready(()) => None,
+                let why = if single_try {
+                    None
+                } else {
+                    tokio::select! {
+                        biased;
+                        why = &mut interrupt => Some(why),
+                        _ = std::future::ready(()) => continue,
+                    }
                 };
-                if single_try || why.is_some() || Instant::now() >= deadline {
-                    core.clean_up_after_unknown(keys.clone(), token.clone());
-                    return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
-                }
-                continue;
+                core.clean_up_after_unknown(keys.clone(), token.clone());
+                return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
             }
             if single_try {
                 return Err(busy());

@@ -180,7 +180,7 @@ impl RedisBackend {
                 core.log(
                     Level::Error,
                     "CLEANUP_TIMEOUT",
-                    format!("{left} acquires still waited for Redis after shutdownTimeoutMs; a lease Redis grants them is released when the answer comes, or expires after leaseMs"),
+                    format!("{left} acquires still waited for Redis after shutdownTimeoutMs; a lease Redis grants them now expires after leaseMs"),
                 );
             }
             core.release_all(deadline).await;
