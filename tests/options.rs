@@ -224,3 +224,23 @@ fn the_schema_states_every_declared_default_and_range() {
     let redis = &schema["properties"]["options"]["properties"]["dokebi-lock"]["properties"]["backends"]["additionalProperties"]["anyOf"][1];
     assert_eq!(redis["required"], json!(["driver", "leaseMs"]));
 }
+
+#[test]
+fn a_redis_lease_not_above_its_connection_command_timeout_is_invalid_options() {
+    let connections = json!({ "connections": { "main": { "url": "redis://h", "commandTimeoutMs": 1000 }, "quick": { "url": "redis://h", "commandTimeoutMs": 100 } } });
+    let backends = json!({ "backends": {
+        "equal": { "driver": "redis", "connection": "main", "leaseMs": 1000 },
+        "below": { "driver": "redis", "connection": "main", "leaseMs": 500 },
+        "fine": { "driver": "redis", "connection": "quick", "leaseMs": 500 },
+    } });
+    let err = Options::from_sections(Some(&backends), Some(&connections)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(issue_paths(&err), ["backends.below.leaseMs", "backends.equal.leaseMs"]);
+    // The default commandTimeoutMs (2000) counts too.
+    let err = Options::from_sections(
+        Some(&json!({ "backends": { "x": { "driver": "redis", "connection": "main", "leaseMs": 2000 } } })),
+        Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+    )
+    .unwrap_err();
+    assert_eq!(issue_paths(&err), ["backends.x.leaseMs"]);
+}
