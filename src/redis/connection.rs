@@ -470,7 +470,7 @@ impl RedisConnection {
     /// Connects once and warns when the server may evict lock keys.
     ///
     /// Only `noeviction` is safe: `allkeys-*` may evict a held lock (and a
-    /// fence counter, which the acquire script then reseeds upward), and
+    /// fence counter, which the next grant then raises to the clock), and
     /// `volatile-*` evicts exactly the keys with a TTL, which every held lock
     /// has. A server that hides `CONFIG` (managed Redis) is not warned about.
     pub async fn check_eviction_policy(&self, backends: &[String], logger: &Logger) {
