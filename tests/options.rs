@@ -2,7 +2,7 @@
 //! problems reported at once, and the committed schema in step with the code.
 
 use dokebi_lock::options::declaration::{json_schema, Fallback, Kind, LOCAL_FIELDS, REDIS_FIELDS};
-use dokebi_lock::options::{BackendOptions, LocalOptions, Options, Thresholds};
+use dokebi_lock::options::{BackendOptions, Endpoint, LocalOptions, Options, SentinelOptions, Thresholds};
 use dokebi_lock::ErrorCode;
 use serde_json::json;
 
@@ -53,7 +53,8 @@ fn the_seed_file_loads_with_every_default_filled_in() {
     assert_eq!((shared.max_waiters, shared.max_leases, shared.max_key_bytes, shared.shutdown_timeout_ms), (4_096, 10_000, 1_024, 5_000));
     assert_eq!(shared.thresholds, thresholds);
     let main = &options.connections["main"];
-    assert_eq!((main.url.as_str(), main.connect_timeout_ms, main.command_timeout_ms), ("redis://127.0.0.1:6379/0", 5_000, 2_000));
+    assert_eq!(main.endpoint, Endpoint::Server { url: "redis://127.0.0.1:6379/0".into() });
+    assert_eq!((main.connect_timeout_ms, main.command_timeout_ms), (5_000, 2_000));
 }
 
 #[test]
@@ -243,4 +244,60 @@ fn a_redis_lease_not_above_its_connection_command_timeout_is_invalid_options() {
     )
     .unwrap_err();
     assert_eq!(issue_paths(&err), ["backends.x.leaseMs"]);
+}
+
+#[test]
+fn a_connection_names_one_server_a_sentinel_deployment_or_a_cluster() {
+    let options = Options::from_config(&json!({
+        "dokebi-redis": { "connections": {
+            "one": { "url": "redis://127.0.0.1:6379/0" },
+            "ha": { "sentinel": { "nodes": ["redis://10.0.0.1:26379", "rediss://:s3cret@10.0.0.2:26379"], "primaryName": "mymaster", "password": "p", "db": 2, "tls": true } },
+            "many": { "cluster": { "nodes": ["redis://10.0.0.1:7000"] }, "commandTimeoutMs": 500 },
+        } },
+    }))
+    .unwrap();
+    assert_eq!(options.connections["one"].endpoint, Endpoint::Server { url: "redis://127.0.0.1:6379/0".into() });
+    assert_eq!(
+        options.connections["ha"].endpoint,
+        Endpoint::Sentinel(SentinelOptions {
+            nodes: vec!["redis://10.0.0.1:26379".into(), "rediss://:s3cret@10.0.0.2:26379".into()],
+            primary_name: "mymaster".into(),
+            username: None,
+            password: Some("p".into()),
+            db: 2,
+            tls: true,
+        })
+    );
+    assert_eq!(options.connections["many"].endpoint, Endpoint::Cluster { nodes: vec!["redis://10.0.0.1:7000".into()] });
+    assert_eq!(options.connections["many"].command_timeout_ms, 500);
+}
+
+#[test]
+fn a_connection_needs_exactly_one_endpoint_and_valid_topology_fields() {
+    let err = Options::from_config(&json!({
+        "dokebi-redis": { "connections": {
+            "none": { "connectTimeoutMs": 100 },
+            "two": { "url": "redis://h", "cluster": { "nodes": ["redis://h:7000"] } },
+            "empty": { "cluster": { "nodes": [] } },
+            "bad": { "sentinel": { "nodes": ["http://h"], "tls": "yes", "colour": 1 } },
+            "flat": { "sentinel": "redis://h" },
+        } },
+    }))
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    let mut paths = issue_paths(&err);
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "connections.bad.sentinel.colour",
+            "connections.bad.sentinel.nodes",
+            "connections.bad.sentinel.primaryName",
+            "connections.bad.sentinel.tls",
+            "connections.empty.cluster.nodes",
+            "connections.flat.sentinel",
+            "connections.none",
+            "connections.two",
+        ]
+    );
 }

@@ -1,7 +1,7 @@
 //! The README's configuration tables are checked against the declaration, so
 //! the front door cannot drift from the code.
 
-use dokebi_lock::options::declaration::{Fallback, Field, Kind, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS};
+use dokebi_lock::options::declaration::{Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS};
 use dokebi_lock::ErrorCode;
 
 fn readme() -> String {
@@ -13,9 +13,14 @@ fn row(field: &Field) -> String {
         Kind::Integer { min, max } => format!("integer {min}–{max}"),
         Kind::Threshold { max } => format!("integer 0–{max} or null"),
         Kind::Text | Kind::RedisUrl => "string".to_owned(),
+        Kind::Boolean => "boolean".to_owned(),
+        Kind::RedisUrls => "list of URLs".to_owned(),
+        Kind::Table(_) => "mapping".to_owned(),
     };
     let default = match field.fallback {
         Fallback::Required => "required".to_owned(),
+        Fallback::Absent => "none".to_owned(),
+        Fallback::Boolean(value) => value.to_string(),
         Fallback::Integer(value) => value.to_string(),
         Fallback::Text(value) => value.to_owned(),
     };
@@ -25,7 +30,7 @@ fn row(field: &Field) -> String {
 #[test]
 fn the_readme_tables_state_every_field_with_its_range_and_default() {
     let readme = readme();
-    for field in LOCAL_FIELDS.iter().chain(REDIS_FIELDS).chain(CONNECTION_FIELDS) {
+    for field in LOCAL_FIELDS.iter().chain(REDIS_FIELDS).chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS) {
         let row = row(field);
         assert!(readme.contains(&row), "README lacks the row {row}");
     }

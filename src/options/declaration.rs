@@ -18,14 +18,23 @@ pub enum Kind {
     RedisUrl,
     /// A telemetry threshold in ms, `0..=max`, or `null` to disable the report.
     Threshold { max: u64 },
+    /// `true` or `false`.
+    Boolean,
+    /// A non-empty list of `redis://` or `rediss://` URLs.
+    RedisUrls,
+    /// A mapping with fields of its own.
+    Table(&'static [Field]),
 }
 
 /// The value a field takes when it is omitted.
 #[derive(Debug, Clone, Copy)]
 pub enum Fallback {
     Required,
+    /// Optional, with no value when omitted.
+    Absent,
     Integer(u64),
     Text(&'static str),
+    Boolean(bool),
 }
 
 /// One option of a backend or connection.
@@ -97,21 +106,72 @@ pub const REDIS_FIELDS: &[Field] = &[
     int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
     int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
     int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+    int(
+        "replicaAcks",
+        0,
+        16,
+        0,
+        "Replicas that must have each acquire and renew (WAIT) before it counts, so a failover right after keeps the lock; 0 waits for none.",
+    ),
     SLOW_ACQUIRE,
     SLOW_HOLD,
 ];
 
-/// Fields of a connection under `dokebi-redis.connections.<name>`.
+/// Fields of a connection under `dokebi-redis.connections.<name>`: exactly
+/// one of `url`, `sentinel` and `cluster` says where Redis is.
 pub const CONNECTION_FIELDS: &[Field] = &[
     Field {
         name: "url",
         kind: Kind::RedisUrl,
-        fallback: Fallback::Required,
-        description: "redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path.",
+        fallback: Fallback::Absent,
+        description: "One server: redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path.",
+    },
+    Field {
+        name: "sentinel",
+        kind: Kind::Table(SENTINEL_FIELDS),
+        fallback: Fallback::Absent,
+        description: "A primary found and followed through Redis Sentinel.",
+    },
+    Field {
+        name: "cluster",
+        kind: Kind::Table(CLUSTER_FIELDS),
+        fallback: Fallback::Absent,
+        description: "A Redis Cluster: each key goes to the primary of its slot.",
     },
     int("connectTimeoutMs", 1, 600_000, 5_000, "Bound on establishing a connection."),
     int("commandTimeoutMs", 1, 600_000, 2_000, "Bound on one command; past it the outcome is unknown (OUTCOME_UNKNOWN)."),
 ];
+
+/// The names of the fields of which a connection has exactly one.
+pub const ENDPOINT_FIELDS: [&str; 3] = ["url", "sentinel", "cluster"];
+
+/// Fields of `connections.<name>.sentinel`.
+pub const SENTINEL_FIELDS: &[Field] = &[
+    Field {
+        name: "nodes",
+        kind: Kind::RedisUrls,
+        fallback: Fallback::Required,
+        description: "The sentinels, as redis:// (or rediss://) URLs; user and password in a URL are that sentinel's.",
+    },
+    Field {
+        name: "primaryName",
+        kind: Kind::Text,
+        fallback: Fallback::Required,
+        description: "The name the sentinels monitor the primary under (sentinel monitor <name> ...).",
+    },
+    Field { name: "username", kind: Kind::Text, fallback: Fallback::Absent, description: "User on the primary (ACL), if any." },
+    Field { name: "password", kind: Kind::Text, fallback: Fallback::Absent, description: "Password on the primary, if any." },
+    int("db", 0, 1_000_000, 0, "Database number on the primary."),
+    Field { name: "tls", kind: Kind::Boolean, fallback: Fallback::Boolean(false), description: "Connect to the primary over TLS." },
+];
+
+/// Fields of `connections.<name>.cluster`.
+pub const CLUSTER_FIELDS: &[Field] = &[Field {
+    name: "nodes",
+    kind: Kind::RedisUrls,
+    fallback: Fallback::Required,
+    description: "Seed nodes, as redis:// (or rediss://) URLs; the user, password and TLS of the first apply to every node.",
+}];
 
 fn field_schema(field: &Field) -> Value {
     let mut schema = match field.kind {
@@ -119,11 +179,17 @@ fn field_schema(field: &Field) -> Value {
         Kind::Text => json!({ "type": "string", "minLength": 1 }),
         Kind::RedisUrl => json!({ "type": "string", "pattern": "^(redis|rediss|unix)://" }),
         Kind::Threshold { max } => json!({ "type": ["integer", "null"], "minimum": 0, "maximum": max }),
+        Kind::Boolean => json!({ "type": "boolean" }),
+        Kind::RedisUrls => json!({ "type": "array", "minItems": 1, "items": { "type": "string", "pattern": "^(redis|rediss)://" } }),
+        Kind::Table(fields) => object_schema(None, fields),
     };
     let object = schema.as_object_mut().expect("schema is an object");
     object.insert("description".into(), Value::from(field.description));
     match field.fallback {
-        Fallback::Required => {}
+        Fallback::Required | Fallback::Absent => {}
+        Fallback::Boolean(value) => {
+            object.insert("default".into(), Value::from(value));
+        }
         Fallback::Integer(value) => {
             object.insert("default".into(), Value::from(value));
         }
@@ -164,7 +230,8 @@ pub fn json_schema() -> Value {
         "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis"] } } },
         "required": ["driver"]
     });
-    let connection = object_schema(None, CONNECTION_FIELDS);
+    let mut connection = object_schema(None, CONNECTION_FIELDS);
+    connection["oneOf"] = ENDPOINT_FIELDS.iter().map(|name| json!({ "required": [name] })).collect();
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://dokebi.dev/schemas/dokebi-lock/options.schema.json",

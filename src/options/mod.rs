@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
-use declaration::{Fallback, Field, Kind, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS};
+use declaration::{Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS};
 
 /// The name of this plugin's section in the `options` map.
 pub const LOCK_SECTION: &str = "dokebi-lock";
@@ -102,6 +102,8 @@ pub struct RedisOptions {
     pub max_leases: u32,
     pub max_key_bytes: u32,
     pub shutdown_timeout_ms: u32,
+    /// Replicas that must acknowledge each acquire and renew (`WAIT`).
+    pub replica_acks: u32,
     pub thresholds: Thresholds,
 }
 
@@ -118,6 +120,7 @@ impl RedisOptions {
             max_leases: fields.int("maxLeases"),
             max_key_bytes: fields.int("maxKeyBytes"),
             shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
+            replica_acks: fields.int("replicaAcks"),
             thresholds: Thresholds::from_fields(fields),
         }
     }
@@ -126,9 +129,35 @@ impl RedisOptions {
 /// A Redis connection under `dokebi-redis.connections.<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionOptions {
-    pub url: String,
+    /// Where Redis is.
+    pub endpoint: Endpoint,
     pub connect_timeout_ms: u32,
     pub command_timeout_ms: u32,
+}
+
+/// Where a connection finds Redis: exactly one of `url`, `sentinel`,
+/// `cluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// One server.
+    Server { url: String },
+    /// The primary that the sentinels name, followed across failovers.
+    Sentinel(SentinelOptions),
+    /// A Redis Cluster, found through its seed nodes.
+    Cluster { nodes: Vec<String> },
+}
+
+/// `connections.<name>.sentinel`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelOptions {
+    /// Sentinel URLs (their credentials are the sentinels').
+    pub nodes: Vec<String>,
+    pub primary_name: String,
+    /// Credentials, database and TLS of the primary.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub db: u32,
+    pub tls: bool,
 }
 
 impl Options {
@@ -242,10 +271,34 @@ fn parse_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<S
         let path = format!("connections.{name}");
         let Some(map) = mapping(Some(value), &path, issues) else { continue };
         if let Some(fields) = Fields::read(map, CONNECTION_FIELDS, &path, issues) {
+            let given: Vec<&str> = ENDPOINT_FIELDS.into_iter().filter(|name| fields.has(name)).collect();
+            let endpoint = match given.as_slice() {
+                ["url"] => Endpoint::Server { url: fields.text("url") },
+                ["sentinel"] => {
+                    let sentinel = fields.table("sentinel", SENTINEL_FIELDS);
+                    Endpoint::Sentinel(SentinelOptions {
+                        nodes: sentinel.texts("nodes"),
+                        primary_name: sentinel.text("primaryName"),
+                        username: sentinel.optional_text("username"),
+                        password: sentinel.optional_text("password"),
+                        db: sentinel.int("db"),
+                        tls: sentinel.boolean("tls"),
+                    })
+                }
+                ["cluster"] => Endpoint::Cluster { nodes: fields.table("cluster", CLUSTER_FIELDS).texts("nodes") },
+                [] => {
+                    issues.push(path, "needs one of url (one server), sentinel or cluster");
+                    continue;
+                }
+                _ => {
+                    issues.push(path, format!("has {}: give exactly one of url, sentinel and cluster", given.join(" and ")));
+                    continue;
+                }
+            };
             connections.insert(
                 name.clone(),
                 ConnectionOptions {
-                    url: fields.text("url"),
+                    endpoint,
                     connect_timeout_ms: fields.int("connectTimeoutMs"),
                     command_timeout_ms: fields.int("commandTimeoutMs"),
                 },
@@ -330,6 +383,21 @@ impl Fields {
             let at = join(path, field.name);
             match (map.get(field.name), field.fallback) {
                 (None, Fallback::Required) => issues.push(at, "is required"),
+                (None, Fallback::Absent) => {}
+                (None, Fallback::Boolean(default)) => {
+                    values.insert(field.name, Value::from(default));
+                }
+                (Some(value), _) if matches!(field.kind, Kind::Table(_)) => {
+                    let Kind::Table(table) = field.kind else { unreachable!() };
+                    match value {
+                        Value::Object(map) => {
+                            if let Some(inner) = Fields::read(map, table, &at, issues) {
+                                values.insert(field.name, Value::Object(inner.0.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
+                            }
+                        }
+                        _ => issues.push(at, "expected a mapping"),
+                    }
+                }
                 (None, Fallback::Integer(default)) => {
                     values.insert(field.name, Value::from(default));
                 }
@@ -359,6 +427,29 @@ impl Fields {
     fn text(&self, name: &str) -> String {
         self.0[name].as_str().expect("validated string").to_owned()
     }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    fn optional_text(&self, name: &str) -> Option<String> {
+        self.has(name).then(|| self.text(name))
+    }
+
+    fn boolean(&self, name: &str) -> bool {
+        self.0[name].as_bool().expect("validated boolean")
+    }
+
+    fn texts(&self, name: &str) -> Vec<String> {
+        let list = self.0[name].as_array().expect("validated list");
+        list.iter().map(|value| value.as_str().expect("validated string").to_owned()).collect()
+    }
+
+    /// The validated fields of the nested table `name`.
+    fn table(&self, name: &str, table: &'static [Field]) -> Fields {
+        let map = self.0[name].as_object().expect("validated table");
+        Fields(table.iter().filter_map(|field| map.get(field.name).map(|value| (field.name, value.clone()))).collect())
+    }
 }
 
 fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
@@ -384,6 +475,23 @@ fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
             Value::String(s) if !s.is_empty() => Ok(value.clone()),
             _ => Err("expected a non-empty string".into()),
         },
+        Kind::Boolean => match value {
+            Value::Bool(_) => Ok(value.clone()),
+            _ => Err("expected true or false".into()),
+        },
+        Kind::RedisUrls => match value {
+            Value::Array(urls) if !urls.is_empty() => {
+                for url in urls {
+                    match url {
+                        Value::String(s) if ["redis://", "rediss://"].iter().any(|p| s.starts_with(p)) => {}
+                        _ => return Err("every entry must be a redis:// or rediss:// URL".into()),
+                    }
+                }
+                Ok(value.clone())
+            }
+            _ => Err("expected a non-empty list of redis:// or rediss:// URLs".into()),
+        },
+        Kind::Table(_) => unreachable!("tables are read by Fields::read"),
         Kind::RedisUrl => match value {
             Value::String(s) if ["redis://", "rediss://", "unix://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
             Value::String(_) => Err("must start with redis://, rediss:// or unix://".into()),

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::backend::BackendCore;
 use super::connection::Failure;
+use super::topology::NodeConnection;
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
 use super::waiters::{Place, Ticket};
@@ -132,8 +133,8 @@ impl Acquire {
                 .connection
                 .eval::<(i64, i64)>(&core.connection.scripts.acquire, &[&keys.lock, &keys.fence, &keys.waiting], &[&token, &lease_ms, &waiting_ms])
                 .await;
-            let (granted, value) = match answer {
-                Ok(answer) => answer.value,
+            let (granted, value, via) = match answer {
+                Ok(answer) => (answer.value.0, answer.value.1, answer.via),
                 Err(failure) => {
                     if matches!(failure, Failure::Unknown(_)) {
                         core.clean_up_after_unknown(keys.clone(), token.clone());
@@ -143,6 +144,10 @@ impl Acquire {
             };
             if granted == 1 {
                 if Instant::now() < valid_until(sent, core.lease()) {
+                    if let Err(failure) = replicated(&core, &via, &keys).await {
+                        core.clean_up_after_unknown(keys.clone(), token.clone());
+                        return Err(failure.into_error("acquire"));
+                    }
                     return register(&core, &key, &keys, token, value as u64, sent).await;
                 }
                 // The answer came after the lease's local validity ran out
@@ -178,6 +183,25 @@ impl Acquire {
             }
         }
     }
+}
+
+/// With `replicaAcks`, waits until that many replicas have the write just
+/// made through `via` (the grant or renewal): a failover right after must
+/// not lose it. Fewer in time is [`Failure::Unmet`] (`PROVIDER_FAILED`), and
+/// the caller gives the lock back (a grant) or keeps its old estimate (a
+/// renewal).
+pub(super) async fn replicated(core: &BackendCore, via: &NodeConnection, keys: &RedisKeys) -> Result<(), Failure> {
+    let wanted = core.options.replica_acks;
+    if wanted == 0 {
+        return Ok(());
+    }
+    let acknowledged = core.connection.wait_for_replicas(via, &keys.lock, wanted).await?;
+    if acknowledged >= wanted {
+        return Ok(());
+    }
+    Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
+        "only {acknowledged} of the {wanted} replicas of replicaAcks had the write within commandTimeoutMs"
+    ))))))
 }
 
 /// Registers a granted lease, or gives the lock back if `maxLeases` were

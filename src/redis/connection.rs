@@ -2,7 +2,9 @@
 //! backend that names it: a multiplexed command connection (reconnected on
 //! demand) plus, in [`super::notify`], one pub/sub connection. With a
 //! [`Host`], commands sent on the host's thread use a second command
-//! connection, driven by the host's loop (see [`super::host`]).
+//! connection, driven by the host's loop (see [`super::host`]). Where the
+//! connection goes (a server, the primary Sentinel names, a cluster) is the
+//! [`Topology`]'s business.
 //!
 //! Every command is bounded: connecting by `connectTimeoutMs`, each command
 //! by `commandTimeoutMs`. Failures are classified once, here:
@@ -12,6 +14,11 @@
 //!   answer came in time. The connection is replaced, since a connection
 //!   that left a command unanswered may be dead without knowing it.
 //! - [`Failure::Refused`]: the server answered with an error.
+//!
+//! A command the server answered without running it (`MOVED`, `ASK`,
+//! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `READONLY` from a demoted primary)
+//! is tried again, on a fresh connection where that helps, until
+//! `commandTimeoutMs` has passed since the first try.
 //!
 //! A command that fails because the connection dropped is retried once on a
 //! fresh connection: all scripts compare the owner token, so a retry is
@@ -28,15 +35,13 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::aio::MultiplexedConnection;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, Script,
-    ServerErrorKind, ToRedisArgs, Value,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::host::{Host, HostStream, InRuntime, Socket};
 use super::scripts::Scripts;
+use super::topology::{NodeConnection, Topology};
 use super::waiters::Waiters;
 use crate::error::{Cause, ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
@@ -63,8 +68,9 @@ pub(crate) enum Failure {
     Unreachable(Cause),
     Unknown(Cause),
     Refused(Cause),
-    /// The server is one the driver cannot use safely (too old).
-    Unsupported(Cause),
+    /// The server cannot do what the driver needs: too old, or too few
+    /// replicas acknowledged a write (`replicaAcks`). The cause says which.
+    Unmet(Cause),
 }
 
 impl Failure {
@@ -78,7 +84,7 @@ impl Failure {
             Failure::Refused(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis refused the command")).with_shared_cause(cause)
             }
-            Failure::Unsupported(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
+            Failure::Unmet(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
             Failure::Unknown(cause) => LockError::new(
                 ErrorCode::OutcomeUnknown,
                 format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
@@ -91,6 +97,9 @@ impl Failure {
 /// A script's reply.
 pub(crate) struct Answer<T> {
     pub value: T,
+    /// The connection that carried it, for a `WAIT` that must follow on
+    /// the same one.
+    pub via: NodeConnection,
     /// Set when the first attempt was lost with its connection (the error)
     /// and this is the reply to the retry: the first attempt may have run too.
     pub first_attempt_lost: Option<Cause>,
@@ -104,7 +113,7 @@ struct Current {
 
 /// An open command connection.
 struct Open {
-    connection: MultiplexedConnection,
+    connection: NodeConnection,
     /// Set once its reader has ended (the server closed the socket, or it
     /// failed): a command sent after that never reached the server, so the
     /// next command reconnects first instead of losing an attempt. Never set
@@ -134,7 +143,7 @@ impl Lane {
 pub(crate) struct RedisConnection {
     name: String,
     telemetry: Option<Telemetry>,
-    client: Client,
+    topology: Topology,
     connect_timeout: Duration,
     command_timeout: Duration,
     /// Commands sent on the runtime's thread (all of them without a host).
@@ -152,19 +161,16 @@ pub(crate) struct RedisConnection {
 }
 
 impl RedisConnection {
-    /// Checks the URL; opens no socket.
+    /// Checks the URLs; opens no socket.
     pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>, host: Option<Arc<dyn Host>>) -> Result<RedisConnection> {
-        let client = options.url.as_str().into_connection_info().map(with_tcp_settings).and_then(Client::open).map_err(|err| {
-            LockError::new(ErrorCode::InvalidOptions, format!("connections.{name}.url: not a usable Redis URL"))
-                .with_details(serde_json::json!({ "issues": [{ "path": format!("connections.{name}.url"), "message": "not a usable Redis URL" }] }))
-                .with_cause(err)
-        })?;
-        let host_lane = host.filter(|_| matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_))).map(|host| Lane::new(Some(host)));
+        let connect_timeout = Duration::from_millis(options.connect_timeout_ms.into());
+        let topology = Topology::new(name, &options.endpoint, connect_timeout)?;
+        let host_lane = host.filter(|_| topology.has_plain_node()).map(|host| Lane::new(Some(host)));
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
-            client,
-            connect_timeout: Duration::from_millis(options.connect_timeout_ms.into()),
+            topology,
+            connect_timeout,
             command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
             runtime_lane: Lane::new(None),
             host_lane,
@@ -178,8 +184,10 @@ impl RedisConnection {
         })
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// A client for the `attempt`-th try at subscribing to release
+    /// notifications (see [`Topology::subscriber`]).
+    pub async fn subscriber(&self, attempt: usize) -> RedisResult<Client> {
+        Client::open(with_tcp_settings(self.topology.subscriber(attempt, self.connect_timeout).await?))
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -253,10 +261,11 @@ impl RedisConnection {
     }
 
     /// Runs `script` and converts its reply; see the module docs for the
-    /// failure classes and the single retry.
+    /// failure classes and the retries.
     pub async fn eval<T: FromRedisValue>(&self, script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Result<Answer<T>, Failure> {
         let mut first_attempt_lost: Option<Cause> = None;
         let lane = self.lane();
+        let deadline = tokio::time::Instant::now() + self.command_timeout;
         loop {
             let failure = match self.connection(lane).await {
                 Err(failure) => failure,
@@ -272,7 +281,7 @@ impl RedisConnection {
                         Ok(Ok(value)) => {
                             self.answered();
                             return match redis::from_redis_value(value) {
-                                Ok(value) => Ok(Answer { value, first_attempt_lost }),
+                                Ok(value) => Ok(Answer { value, via: connection, first_attempt_lost }),
                                 Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
                             };
                         }
@@ -292,6 +301,15 @@ impl RedisConnection {
                             }
                             Failure::Unknown(Arc::new(err))
                         }
+                        Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                            // A demoted primary (READONLY): the next
+                            // connection asks where the primary is now.
+                            if err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                                self.invalidate(lane, generation).await;
+                            }
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                            continue;
+                        }
                         Ok(Err(err)) => {
                             // A protocol or auth error, or READONLY after a failover
                             // demoted this server: the next command reconnects.
@@ -304,6 +322,25 @@ impl RedisConnection {
                 }
             };
             return Err(self.failed(after_lost_attempt(failure, first_attempt_lost)));
+        }
+    }
+
+    /// Waits until `replicas` replicas have every write `via` carried so
+    /// far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many did.
+    /// `key` routes the `WAIT` in a cluster to where the script ran.
+    pub async fn wait_for_replicas(&self, via: &NodeConnection, key: &str, replicas: u32) -> Result<u32, Failure> {
+        let mut command = redis::cmd("WAIT");
+        // Redis' own bound, inside ours, so that an answer (how many) comes.
+        command.arg(replicas).arg(self.command_timeout.as_millis() as u64 * 3 / 4);
+        let mut via = via.clone();
+        match tokio::time::timeout(self.command_timeout, via.query_at::<i64>(key, &command)).await {
+            Ok(Ok(acknowledged)) => {
+                self.answered();
+                Ok(u32::try_from(acknowledged).unwrap_or(0))
+            }
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unknown(Arc::new(err)))),
+            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
+            Err(_) => Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
         }
     }
 
@@ -339,7 +376,7 @@ impl RedisConnection {
     }
 
     /// `lane`'s open connection, or a new one (one connect attempt at a time).
-    async fn connection(&self, lane: &Lane) -> Result<(u64, MultiplexedConnection), Failure> {
+    async fn connection(&self, lane: &Lane) -> Result<(u64, NodeConnection), Failure> {
         let mut current = lane.current.lock().await;
         if *self.stop.borrow() {
             return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
@@ -393,20 +430,39 @@ impl RedisConnection {
     /// Refuses a server older than [`MIN_SERVER_MAJOR`]: its scripts would
     /// replicate verbatim, and the acquire script reads `TIME` before it
     /// writes. A server that hides `INFO` (a renamed command) is taken as is.
+    /// With Sentinel the node must also say it is the primary: a sentinel
+    /// that has not seen a failover yet may name the old one.
     async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
-        let mut info = redis::cmd("INFO");
-        info.arg("server");
-        match tokio::time::timeout(self.command_timeout, info.query_async::<String>(&mut open.connection)).await {
-            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
-            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => Err(Failure::Unreachable(Arc::new(err))),
-            Ok(Err(_)) => Ok(open),
-            Ok(Ok(info)) => match server_version(&info) {
-                Some((version, major)) if major < MIN_SERVER_MAJOR => Err(Failure::Unsupported(Arc::new(RedisError::from(io::Error::new(
+        let info = self.info(&mut open.connection, "server").await?;
+        if let Some((version, major)) = info.as_deref().and_then(server_version) {
+            if major < MIN_SERVER_MAJOR {
+                return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(
                     io::ErrorKind::Unsupported,
                     format!("the server runs Redis {version}; dokebi-lock needs Redis {MIN_SERVER_MAJOR}.0 or later (scripts with effects replication)"),
-                ))))),
-                _ => Ok(open),
-            },
+                )))));
+            }
+        }
+        if self.topology.needs_primary() {
+            let replication = self.info(&mut open.connection, "replication").await?;
+            if replication.as_deref().is_some_and(|info| !info.lines().any(|line| line.trim() == "role:master")) {
+                return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the node the sentinels named is not a primary (yet)",
+                )))));
+            }
+        }
+        Ok(open)
+    }
+
+    /// One `INFO` section; `None` when the server refuses `INFO`.
+    async fn info(&self, connection: &mut NodeConnection, section: &str) -> Result<Option<String>, Failure> {
+        let mut info = redis::cmd("INFO");
+        info.arg(section);
+        match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
+            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => Err(Failure::Unreachable(Arc::new(err))),
+            Ok(Err(_)) => Ok(None),
+            Ok(Ok(info)) => Ok(Some(info)),
         }
     }
 
@@ -415,8 +471,11 @@ impl RedisConnection {
     /// socket is connected on the runtime (name resolution may block), then
     /// handed over. Over TLS redis-rs connects and drives it itself.
     async fn open(&self, lane: &Lane) -> RedisResult<Open> {
-        let info = self.client.get_connection_info();
         let ended = Arc::new(AtomicBool::new(false));
+        if let Some(cluster) = self.topology.cluster_connection().await? {
+            return Ok(Open { connection: NodeConnection::Cluster(cluster), ended });
+        }
+        let info = self.topology.node(self.connect_timeout).await?.expect("a topology without a cluster has a node");
         let socket = match info.addr() {
             ConnectionAddr::Tcp(name, port) => {
                 let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?;
@@ -426,8 +485,9 @@ impl RedisConnection {
             }
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
             _ => {
-                let connection = self.client.get_multiplexed_async_connection_with_config(&self.config()).await?;
-                return Ok(Open { connection, ended });
+                let client = Client::open(with_tcp_settings(info))?;
+                let connection = client.get_multiplexed_async_connection_with_config(&self.config()).await?;
+                return Ok(Open { connection: NodeConnection::Node(connection), ended });
             }
         };
         let settings = info.redis_settings();
@@ -455,7 +515,7 @@ impl RedisConnection {
                 connection
             }
         };
-        Ok(Open { connection, ended })
+        Ok(Open { connection: NodeConnection::Node(connection), ended })
     }
 
     /// Drops `lane`'s connection of `generation` so the next command reconnects.
@@ -508,6 +568,20 @@ fn keepalive() -> TcpKeepalive {
 async fn flag_end(reader: impl Future<Output = ()>, ended: Arc<AtomicBool>) {
     reader.await;
     ended.store(true, Ordering::Release);
+}
+
+/// The pause before trying again a command the server did not run.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// True for a reply that says the command did not run here: it may be sent
+/// again (to where the reply points, or once the condition passes).
+fn did_not_run(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::BusyLoading | ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown
+        )
+    )
 }
 
 /// The failure of a retry whose first attempt was lost with its connection:

@@ -2,8 +2,10 @@
 //!
 //! A user key never reaches Redis: it is hashed, so Redis (and anything that
 //! reads its keyspace, its slow log or its MONITOR stream) only ever sees
-//! `<namespace>:lock:<sha256hex(key)>`, `<namespace>:lock-fence:<sha256hex(key)>`
-//! and, while another process waits, `<namespace>:lock-waiting:<sha256hex(key)>`.
+//! `<namespace>:lock:{<sha256hex(key)>}`, `<namespace>:lock-fence:{<sha256hex(key)>}`
+//! and, while another process waits, `<namespace>:lock-waiting:{<sha256hex(key)>}`.
+//! The digest in braces is a hash tag: Redis Cluster puts the three keys of
+//! one user key in one slot, so one script can touch them all.
 
 use sha2::{Digest, Sha256};
 
@@ -25,9 +27,9 @@ impl RedisKeys {
     pub fn new(namespace: &str, key: &str) -> RedisKeys {
         let digest = hex(&Sha256::digest(key.as_bytes()));
         RedisKeys {
-            lock: format!("{namespace}:lock:{digest}"),
-            fence: format!("{namespace}:lock-fence:{digest}"),
-            waiting: format!("{namespace}:lock-waiting:{digest}"),
+            lock: format!("{namespace}:lock:{{{digest}}}"),
+            fence: format!("{namespace}:lock-fence:{{{digest}}}"),
+            waiting: format!("{namespace}:lock-waiting:{{{digest}}}"),
         }
     }
 }
@@ -65,9 +67,9 @@ mod tests {
     fn redis_names_hash_the_key_with_sha256() {
         // sha256("abc"), a published test vector.
         let keys = RedisKeys::new("ns", "abc");
-        assert_eq!(keys.lock, "ns:lock:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(keys.fence, "ns:lock-fence:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(keys.waiting, "ns:lock-waiting:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(keys.lock, "ns:lock:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(keys.fence, "ns:lock-fence:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(keys.waiting, "ns:lock-waiting:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::acquire::replicated;
 use super::backend::BackendCore;
 use super::keys::RedisKeys;
 use super::connection::Failure;
@@ -192,6 +193,10 @@ impl RedisLease {
             let sent = Instant::now();
             let lease_ms = core.lease().as_millis() as u64;
             let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms]).await;
+            let outcome = match outcome {
+                Ok(answer) if answer.value == 1 => replicated(&core, &answer.via, &shared.keys).await.map(|()| answer),
+                other => other,
+            };
             let mut state = shared.state();
             match outcome {
                 Ok(answer) if answer.value == 1 && state.renewable() => {

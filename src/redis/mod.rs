@@ -42,6 +42,7 @@ pub mod lease;
 pub(crate) mod notify;
 pub(crate) mod runtime;
 pub(crate) mod scripts;
+pub(crate) mod topology;
 pub(crate) mod waiters;
 
 pub use backend::{RedisBackend, RedisCounts};

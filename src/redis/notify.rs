@@ -20,9 +20,9 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>) {
     let mut stopped = connection.stopped();
     let mut retry = RETRY_MIN;
-    loop {
+    for attempt in 0.. {
         let subscribe = async {
-            let mut pubsub = connection.client().get_async_pubsub().await?;
+            let mut pubsub = connection.subscriber(attempt).await?.get_async_pubsub().await?;
             for channel in &channels {
                 pubsub.subscribe(channel).await?;
             }
