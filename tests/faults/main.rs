@@ -58,9 +58,24 @@ enum Fault {
     /// 20 ms added each way by a TCP proxy.
     Latency,
     /// The proxy holds every byte for 1.7 s for a moment: past
-    /// `commandTimeoutMs` (1.5 s) and the lease, so commands in flight end
+    /// `commandTimeoutMs` (800 ms) and the lease, so commands in flight end
     /// `OUTCOME_UNKNOWN` and connections are replaced.
     Stall,
+    /// The lock server takes an RDB snapshot (`SAVE`) now and then; a moment
+    /// later, while a worker holds a lease, it is killed (SIGKILL) and
+    /// restarted from that snapshot: the locks and fence counters come back
+    /// as they were a few grants ago. Long sections make the next holder
+    /// overlap the old one; fences handed out after the snapshot must not
+    /// be handed out again.
+    SnapshotRestart,
+    /// The lock server has a replica fed through a proxy (the replication
+    /// link). The link stops forwarding for a while (the replica lags), then,
+    /// while a worker holds a lease, the primary is killed, the replica is
+    /// promoted (`REPLICAOF NO ONE`) and the workers' front proxy is pointed
+    /// at it (their connections drop and reopen there). The new primary
+    /// misses the latest locks, releases and fence counters. A fresh replica
+    /// is attached for the next round.
+    Failover,
 }
 
 struct Scenario {
@@ -80,19 +95,24 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15 },
     Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15 },
     Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15 },
+    Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300 },
+    Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300 },
 ];
 
 impl Fault {
     /// True when no fault outlasts a lease, so sections must never overlap.
     fn exclusive(self) -> bool {
-        !matches!(self, Fault::Stop | Fault::Restart)
+        !matches!(self, Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover)
     }
 
     /// True when a lock key may outlive its closed holder, until it expires:
     /// a killed holder's, or one granted by an acquire whose answer never
-    /// came (its owner cleans up by token, but may close first).
+    /// came (its owner cleans up by token, but may close first), or one a
+    /// snapshot or a lagging replica brought back after its holder released
+    /// it: it carries the expiry it was set with (RDB and replication keep
+    /// the absolute time), so it is gone within a lease of that grant too.
     fn leaves_expiring_keys(self) -> bool {
-        matches!(self, Fault::Kill | Fault::Stall)
+        matches!(self, Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover)
     }
 }
 
@@ -117,7 +137,10 @@ struct Run {
     lock: RedisServer,
     store: RedisServer,
     scripts: store::Scripts,
+    /// The workers' way to the lock server, when they go through a proxy.
     proxy: Option<Proxy>,
+    /// [`Fault::Failover`]: the lock server's replica and its replication link.
+    replica: Option<(RedisServer, Proxy)>,
     c_worker: PathBuf,
     workers: Vec<Worker>,
     started: Instant,
@@ -186,6 +209,20 @@ impl Run {
         let _: redis::Value = command.query(&mut self.lock.client()).expect("the lock server takes the fault command");
     }
 
+    /// [`Fault::Failover`]: attaches a fresh replica to the lock server
+    /// through a replication link, and waits until it is in sync.
+    fn attach_replica(&mut self) {
+        let link = Proxy::start(self.lock.port(), Duration::ZERO);
+        // A data dir of its own: a replica writes the primary's snapshot to disk.
+        let replica = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &link.port().to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica.replica_synced() {
+            assert!(Instant::now() < deadline, "the replica did not sync with the lock server");
+            sleep(Duration::from_millis(5));
+        }
+        self.replica = Some((replica, link));
+    }
+
     /// Injects the scenario's fault until the run is nearly over.
     fn inject(&mut self, fault: Fault) {
         let lease = Duration::from_millis(LEASE_MS.into());
@@ -239,6 +276,36 @@ impl Run {
                     proxy.set_latency(Duration::ZERO);
                     sleep(Duration::from_millis(1700));
                     self.faults += 1;
+                }
+                Fault::SnapshotRestart => {
+                    sleep(Duration::from_millis(150));
+                    self.lock_command(&redis::cmd("SAVE"));
+                    // Grants after the snapshot: the restart brings the
+                    // counters back older than the fences they handed out.
+                    sleep(Duration::from_millis(250));
+                    if self.find_holder().is_some() {
+                        self.lock.stop();
+                        self.lock.restart();
+                        self.faults += 1;
+                    }
+                }
+                Fault::Failover => {
+                    self.attach_replica();
+                    sleep(Duration::from_millis(200));
+                    // The link stops forwarding: the replica lags behind.
+                    self.replica.as_ref().unwrap().1.hold();
+                    sleep(Duration::from_millis(300));
+                    if self.find_holder().is_some() {
+                        let (replica, _link) = self.replica.take().unwrap();
+                        self.lock.stop();
+                        replica.replicate_from(None);
+                        self.proxy.as_ref().expect("a front proxy").retarget(replica.port());
+                        // The old primary (killed) goes, with its data dir.
+                        self.lock = replica;
+                        self.faults += 1;
+                    } else {
+                        self.replica = None;
+                    }
                 }
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
@@ -330,12 +397,18 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let dir = root.join(scenario.name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let lock = match scenario.fault {
+        // Its snapshots go to a data dir of its own, which a restart loads.
+        Fault::SnapshotRestart => RedisServer::start_persistent(&[]),
+        // No delay before a replica's sync starts (5 s by default).
+        Fault::Failover => RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"]),
+        _ => RedisServer::start_with(&["--enable-debug-command", "local"]),
+    };
     let store = RedisServer::start();
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
         Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
-        Fault::Stall => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {
@@ -344,6 +417,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         store,
         scripts,
         proxy,
+        replica: None,
         c_worker: c_worker.to_owned(),
         workers: Vec::new(),
         started: Instant::now(),

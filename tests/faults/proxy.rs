@@ -2,19 +2,33 @@
 //! direction (a delay line: throughput is unchanged, only later). The
 //! latency can change while it runs; bytes keep their order, so a long
 //! latency for a moment stalls a connection until those bytes are through.
+//!
+//! It can also hold every byte (`hold`: connections stay open, nothing goes
+//! through until `release`), as a replication link that lags does, and be
+//! pointed at another upstream (`retarget`: open connections are cut, new
+//! ones go to the new upstream), as a failover moves clients.
+
+#![allow(dead_code)] // the fault suite and tests/redis_fences.rs use different parts
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// What every connection of one proxy reads while it forwards.
+struct Flow {
+    latency_us: AtomicU64,
+    held: AtomicBool,
+    stop: AtomicBool,
+}
+
 pub struct Proxy {
     port: u16,
-    latency_us: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    upstream: Arc<AtomicU16>,
+    flow: Arc<Flow>,
     sockets: Arc<Mutex<Vec<TcpStream>>>,
     acceptor: Option<thread::JoinHandle<()>>,
 }
@@ -25,35 +39,63 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let stop = Arc::new(AtomicBool::new(false));
+        let upstream = Arc::new(AtomicU16::new(upstream));
+        let flow = Arc::new(Flow { latency_us: AtomicU64::new(latency.as_micros() as u64), held: AtomicBool::new(false), stop: AtomicBool::new(false) });
         let sockets = Arc::new(Mutex::new(Vec::new()));
-        let latency_us = Arc::new(AtomicU64::new(latency.as_micros() as u64));
         let acceptor = {
-            let (stop, sockets, latency) = (stop.clone(), sockets.clone(), latency_us.clone());
+            let (upstream, flow, sockets) = (upstream.clone(), flow.clone(), sockets.clone());
             thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                while !flow.stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((client, _)) => {
                             client.set_nonblocking(false).unwrap();
-                            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream.load(Ordering::Relaxed))) else { continue };
                             for socket in [&client, &server] {
                                 socket.set_nodelay(true).unwrap();
                                 sockets.lock().unwrap().push(socket.try_clone().unwrap());
                             }
-                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), latency.clone());
-                            pump(server, client, latency.clone());
+                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), flow.clone());
+                            pump(server, client, flow.clone());
                         }
                         Err(_) => thread::sleep(Duration::from_millis(5)),
                     }
                 }
             })
         };
-        Proxy { port, latency_us, stop, sockets, acceptor: Some(acceptor) }
+        Proxy { port, upstream, flow, sockets, acceptor: Some(acceptor) }
     }
 
     /// The latency of bytes read from now on.
     pub fn set_latency(&self, latency: Duration) {
-        self.latency_us.store(latency.as_micros() as u64, Ordering::Relaxed);
+        self.flow.latency_us.store(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Stops forwarding: every byte read from now on (and any not yet
+    /// written) waits, connections stay open, until [`Proxy::release`].
+    pub fn hold(&self) {
+        self.flow.held.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        self.flow.held.store(false, Ordering::SeqCst);
+    }
+
+    /// New connections go to `127.0.0.1:upstream`; the open ones are cut
+    /// (their clients see the connection drop and reconnect).
+    pub fn retarget(&self, upstream: u16) {
+        self.upstream.store(upstream, Ordering::SeqCst);
+        self.cut();
+    }
+
+    /// Cuts every open connection (both directions).
+    pub fn cut(&self) {
+        for socket in self.sockets.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn url(&self) -> String {
@@ -61,13 +103,15 @@ impl Proxy {
     }
 }
 
-/// Copies `from` to `to`, each chunk the current latency after it was read.
-fn pump(mut from: TcpStream, mut to: TcpStream, latency: Arc<AtomicU64>) {
+/// Copies `from` to `to`, each chunk the current latency after it was read,
+/// and not while the proxy holds its bytes.
+fn pump(mut from: TcpStream, mut to: TcpStream, flow: Arc<Flow>) {
     let (sender, receiver) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let reader_flow = flow.clone();
     thread::spawn(move || {
         let mut buffer = vec![0u8; 16 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buffer) {
-            let due = Instant::now() + Duration::from_micros(latency.load(Ordering::Relaxed));
+            let due = Instant::now() + Duration::from_micros(reader_flow.latency_us.load(Ordering::Relaxed));
             if sender.send((due, buffer[..n].to_vec())).is_err() {
                 break;
             }
@@ -76,7 +120,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, latency: Arc<AtomicU64>) {
     thread::spawn(move || {
         for (due, chunk) in receiver {
             thread::sleep(due.saturating_duration_since(Instant::now()));
-            if to.write_all(&chunk).is_err() {
+            while flow.held.load(Ordering::SeqCst) && !flow.stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            if flow.stop.load(Ordering::Relaxed) || to.write_all(&chunk).is_err() {
                 break;
             }
         }
@@ -86,10 +133,8 @@ fn pump(mut from: TcpStream, mut to: TcpStream, latency: Arc<AtomicU64>) {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for socket in self.sockets.lock().unwrap().drain(..) {
-            let _ = socket.shutdown(Shutdown::Both);
-        }
+        self.flow.stop.store(true, Ordering::Relaxed);
+        self.cut();
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }

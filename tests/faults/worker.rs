@@ -60,7 +60,7 @@ impl WorkerArgs {
 /// The options of every worker: one redis backend `faults`.
 pub fn yaml(lock_url: &str, namespace: &str, lease_ms: u32) -> String {
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main: {{ url: \"{lock_url}\", connectTimeoutMs: 500, commandTimeoutMs: 1500 }}\n"
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main: {{ url: \"{lock_url}\", connectTimeoutMs: 500, commandTimeoutMs: 800 }}\n"
     )
 }
 

@@ -1,10 +1,13 @@
-//! A private `redis-server` for one test: a free port, no persistence,
-//! killed on drop (also when the test fails). It can be stopped, restarted
-//! on the same port, paused and resumed.
+//! A private `redis-server` for one test: a free port, killed on drop (also
+//! when the test fails). It can be stopped (SIGKILL), restarted on the same
+//! port, paused and resumed. By default it persists nothing; one started with
+//! [`RedisServer::start_persistent`] keeps RDB/AOF files in a private data dir
+//! (removed on drop), so a restart loads whatever was persisted there.
 
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -13,6 +16,7 @@ pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     extra: Vec<String>,
+    data_dir: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -24,9 +28,30 @@ impl RedisServer {
     /// Starts a server with extra `--name value` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut server = RedisServer { port, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut server = RedisServer { port, child: None, extra: extra.iter().map(|s| s.to_string()).collect(), data_dir: None };
         server.restart();
         server
+    }
+
+    /// Starts a server whose working dir (`dir`: RDB snapshots, the AOF) is a
+    /// fresh private directory, with extra `--name value` arguments (e.g.
+    /// `--appendonly yes`). Automatic snapshots stay off (`--save ""`): the
+    /// test decides when one is taken (`SAVE`). A restart loads the data dir.
+    pub fn start_persistent(extra: &[&str]) -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let data_dir = std::env::temp_dir().join(format!("dokebi-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data_dir);
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let mut args = vec!["--dir".to_string(), data_dir.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = RedisServer { port, child: None, extra: args, data_dir: Some(data_dir) };
+        server.restart();
+        server
+    }
+
+    /// The private data dir of a server from [`RedisServer::start_persistent`].
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.as_deref().expect("a persistent server")
     }
 
     pub fn port(&self) -> u16 {
@@ -37,7 +62,8 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    /// (Re)starts the server on the same port, empty.
+    /// (Re)starts the server on the same port: empty, or, with a data dir,
+    /// with what it persisted there (the server loads it before it answers).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before restarting it");
         let child = Command::new("redis-server")
@@ -52,6 +78,7 @@ impl RedisServer {
         loop {
             if let Ok(mut connection) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
                 // A server with requirepass answers NOAUTH: it is up too.
+                // One still loading its data answers LOADING: not yet.
                 match redis::cmd("PING").query::<String>(&mut connection) {
                     Ok(_) => return,
                     Err(err) if err.code() == Some("NOAUTH") => return,
@@ -85,6 +112,28 @@ impl RedisServer {
         assert!(Command::new("kill").args([signal, &pid.to_string()]).status().unwrap().success());
     }
 
+    /// True while the server process runs (not stopped).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Makes this server a replica of `127.0.0.1:port` (`REPLICAOF`), or a
+    /// primary again with `None` (`REPLICAOF NO ONE`, as a failover does).
+    pub fn replicate_from(&self, port: Option<u16>) {
+        let mut command = redis::cmd("REPLICAOF");
+        match port {
+            Some(port) => command.arg("127.0.0.1").arg(port),
+            None => command.arg("NO").arg("ONE"),
+        };
+        let _: String = command.query(&mut self.client()).expect("REPLICAOF");
+    }
+
+    /// True once a replica finished its sync with its primary (the link is up).
+    pub fn replica_synced(&self) -> bool {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut self.client()).unwrap();
+        info.lines().any(|line| line.trim() == "master_link_status:up")
+    }
+
     /// A plain synchronous client for inspecting the server.
     pub fn client(&self) -> redis::Connection {
         redis::Client::open(self.url()).unwrap().get_connection().unwrap()
@@ -102,5 +151,8 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         // SIGKILL also ends a paused (stopped) server.
         self.stop();
+        if let Some(dir) = self.data_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
