@@ -93,6 +93,12 @@ export interface RedisBackendOptions {
    */
   readonly pollIntervalMs?: number;
   /**
+   * Replicas that must have each acquire and renew (WAIT) before it counts, so a failover right after keeps the lock; 0 waits for none.
+   * Integer from 0 to 16.
+   * @default 0
+   */
+  readonly replicaAcks?: number;
+  /**
    * How long close() spends releasing held leases.
    * Integer from 0 to 600000.
    * @default 5000
@@ -127,8 +133,49 @@ export interface AppBackendOptions {
 /** One backend under `dokebi-lock.backends.<name>` (null: every default). */
 export type BackendOptions = LocalBackendOptions | RedisBackendOptions | AppBackendOptions | null;
 
-/** A Redis connection under `dokebi-redis.connections.<name>`. */
-export interface RedisConnectionOptions {
+/** `connections.<name>.sentinel`. */
+export interface RedisSentinelOptions {
+  /**
+   * Database number on the primary.
+   * Integer from 0 to 1000000.
+   * @default 0
+   */
+  readonly db?: number;
+  /**
+   * The sentinels, as redis:// (or rediss://) URLs; user and password in a URL are that sentinel's.
+   * Each matches `^(redis|rediss)://`.
+   */
+  readonly nodes: readonly string[];
+  /**
+   * Password on the primary, if any.
+   */
+  readonly password?: string;
+  /**
+   * The name the sentinels monitor the primary under (sentinel monitor <name> ...).
+   */
+  readonly primaryName: string;
+  /**
+   * Connect to the primary over TLS.
+   * @default false
+   */
+  readonly tls?: boolean;
+  /**
+   * User on the primary (ACL), if any.
+   */
+  readonly username?: string;
+}
+
+/** `connections.<name>.cluster`. */
+export interface RedisClusterOptions {
+  /**
+   * Seed nodes, as redis:// (or rediss://) URLs; the user, password and TLS of the first apply to every node.
+   * Each matches `^(redis|rediss)://`.
+   */
+  readonly nodes: readonly string[];
+}
+
+/** The fields every connection has. */
+export interface RedisConnectionCommon {
   /**
    * Bound on one command; past it the outcome is unknown (OUTCOME_UNKNOWN).
    * Integer from 1 to 600000.
@@ -141,12 +188,35 @@ export interface RedisConnectionOptions {
    * @default 5000
    */
   readonly connectTimeoutMs?: number;
-  /**
-   * redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path.
-   * Matches `^(redis|rediss|unix)://`.
-   */
-  readonly url: string;
 }
+
+/** A Redis connection under `dokebi-redis.connections.<name>`: exactly one of url, sentinel, cluster. */
+export type RedisConnectionOptions =
+  | (RedisConnectionCommon & {
+    /**
+     * One server: redis://[user:password@]host:port/db, rediss:// for TLS, or unix:///path.
+     * Matches `^(redis|rediss|unix)://`.
+     */
+    readonly url: string;
+    readonly sentinel?: never;
+    readonly cluster?: never;
+  })
+  | (RedisConnectionCommon & {
+    /**
+     * A primary found and followed through Redis Sentinel.
+     */
+    readonly sentinel: RedisSentinelOptions;
+    readonly url?: never;
+    readonly cluster?: never;
+  })
+  | (RedisConnectionCommon & {
+    /**
+     * A Redis Cluster: each key goes to the primary of its slot.
+     */
+    readonly cluster: RedisClusterOptions;
+    readonly url?: never;
+    readonly sentinel?: never;
+  });
 
 /** The `dokebi-lock` section of the options. */
 export interface LockOptions {

@@ -8,10 +8,18 @@ import { fileURLToPath } from 'node:url';
 const SCHEMA = new URL('../../options.schema.json', import.meta.url);
 export const OUTPUT = new URL('../options.d.ts', import.meta.url);
 
-const TS_TYPES = { integer: 'number', string: 'string', null: 'null' };
+const TS_TYPES = { integer: 'number', string: 'string', null: 'null', boolean: 'boolean' };
 
-function tsType(property) {
+/** Interfaces of nested mappings, by property name (see `objectType`). */
+const NESTED = { sentinel: 'RedisSentinelOptions', cluster: 'RedisClusterOptions' };
+
+function tsType(property, name) {
   if (property.const !== undefined) return JSON.stringify(property.const);
+  if (property.type === 'array') return `readonly ${tsType(property.items)}[]`;
+  if (property.type === 'object') {
+    if (NESTED[name] === undefined) throw new Error(`options-types: no interface name for the mapping ${name}`);
+    return NESTED[name];
+  }
   const types = [property.type].flat().map((type) => TS_TYPES[type]);
   if (types.length === 0 || types.includes(undefined)) throw new Error(`options-types: no TypeScript type for ${JSON.stringify(property)}`);
   return types.join(' | ');
@@ -22,16 +30,40 @@ function doc(property) {
   if (property.description) lines.push(property.description);
   if ([property.type].flat().includes('integer')) lines.push(`Integer from ${property.minimum} to ${property.maximum}.`);
   if (property.pattern) lines.push(`Matches \`${property.pattern}\`.`);
+  if (property.items?.pattern) lines.push(`Each matches \`${property.items.pattern}\`.`);
   if (property.default !== undefined) lines.push(`@default ${JSON.stringify(property.default)}`);
   return lines.length === 0 ? '' : `  /**\n${lines.map((l) => `   * ${l}`).join('\n')}\n   */\n`;
 }
 
-function objectType(name, schema) {
+function objectType(name, schema, omit = []) {
   const required = new Set(schema.required ?? []);
-  const fields = Object.entries(schema.properties).map(([field, property]) => {
-    return `${doc(property)}  readonly ${field}${required.has(field) ? '' : '?'}: ${tsType(property)};`;
-  });
+  const fields = Object.entries(schema.properties)
+    .filter(([field]) => !omit.includes(field))
+    .map(([field, property]) => `${doc(property)}  readonly ${field}${required.has(field) ? '' : '?'}: ${tsType(property, field)};`);
   return `export interface ${name} {\n${fields.join('\n')}\n}\n`;
+}
+
+/**
+ * A connection: the common fields, and exactly one of the endpoint fields
+ * the schema's `oneOf` names (the others typed `never`, so TypeScript
+ * rejects two at once).
+ */
+function connectionTypes(schema) {
+  const endpoints = schema.oneOf.map((choice) => choice.required[0]);
+  const nested = endpoints
+    .filter((field) => schema.properties[field].type === 'object')
+    .map((field) => [`/** \`connections.<name>.${field}\`. */`, objectType(NESTED[field], schema.properties[field])].join('\n'));
+  const choices = endpoints.map((field) => {
+    const others = endpoints.filter((other) => other !== field).map((other) => `readonly ${other}?: never`);
+    return `  | (RedisConnectionCommon & {\n${doc(schema.properties[field]).replaceAll('\n  ', '\n    ').replace(/^  /, '    ')}    readonly ${field}: ${tsType(schema.properties[field], field)};\n    ${others.join(';\n    ')};\n  })`;
+  });
+  return [
+    ...nested,
+    '/** The fields every connection has. */',
+    objectType('RedisConnectionCommon', schema, endpoints),
+    `/** A Redis connection under \`dokebi-redis.connections.<name>\`: exactly one of ${endpoints.join(', ')}. */`,
+    `export type RedisConnectionOptions =\n${choices.join('\n')};\n`,
+  ].join('\n');
 }
 
 /** The text of options.d.ts for `schema`. */
@@ -51,8 +83,7 @@ export function render(schema) {
     'export interface AppBackendOptions {\n  readonly driver: string;\n  readonly [setting: string]: unknown;\n}\n',
     '/** One backend under `dokebi-lock.backends.<name>` (null: every default). */',
     'export type BackendOptions = LocalBackendOptions | RedisBackendOptions | AppBackendOptions | null;\n',
-    '/** A Redis connection under `dokebi-redis.connections.<name>`. */',
-    objectType('RedisConnectionOptions', connection),
+    connectionTypes(connection),
     '/** The `dokebi-lock` section of the options. */',
     'export interface LockOptions {\n  readonly backends?: Readonly<Record<string, BackendOptions>>;\n}\n',
     '/** The `dokebi-redis` section of the options. */',
