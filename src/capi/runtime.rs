@@ -26,6 +26,14 @@ pub struct dokebi_lock_runtime {
 /// at `yaml`. On `DOKEBI_LOCK_INVALID_OPTIONS` the error lists every problem
 /// (`dokebi_lock_error_issue_count` / `_path` / `_message`).
 ///
+/// A Redis connection (`options.dokebi-redis.connections.<name>`) names
+/// exactly one of: `url` (one server), `sentinel` (`nodes`: sentinel URLs,
+/// `primaryName`, and `username` / `password` / `db` / `tls` for the primary;
+/// failovers are followed), or `cluster` (`nodes`: seed URLs); plus
+/// `connectTimeoutMs` and `commandTimeoutMs` (below every `leaseMs` that uses
+/// it). A redis backend may set `replicaAcks` (acquire and renew wait for that
+/// many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
+///
 /// # Safety
 /// `yaml` points to `yaml_len` readable bytes; `out_runtime` is writable;
 /// `out_error` is NULL or writable.
