@@ -209,7 +209,7 @@ impl Options {
         }
         if issues.0.is_empty() && !unknown_connections.0.is_empty() {
             let first = &unknown_connections.0[0];
-            return Err(LockError::new(ErrorCode::UnknownConnection, format!("{}: {}", first.path, first.message))
+            return Err(LockError::new(ErrorCode::UnknownConnection, first.to_string())
                 .with_details(serde_json::json!({ "issues": unknown_connections.0 })));
         }
         issues.0.extend(unknown_connections.0);
