@@ -6,6 +6,7 @@
 //! collects every problem before failing, so a user fixes a file in one pass.
 
 pub mod declaration;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 
@@ -133,13 +134,10 @@ pub struct ConnectionOptions {
 
 impl Options {
     /// Loads the whole YAML file: `schemaVersion: 1` and an `options` map.
+    /// A key given twice, an alias bomb or an integer past 64 bits is
+    /// `INVALID_OPTIONS` too, at its path where it has one; see [`yaml`].
     pub fn from_yaml(text: &str) -> Result<Options> {
-        let document: Value = serde_yaml::from_str(text).map_err(|err| {
-            let at = err.location().map(|l| format!(" at line {}, column {}", l.line(), l.column())).unwrap_or_default();
-            LockError::invalid_options(vec![Issue { path: String::new(), message: format!("not valid YAML{at}") }])
-                .with_cause(err)
-        })?;
-        Options::from_document(&document)
+        Options::from_document(&yaml::parse(text)?)
     }
 
     /// Loads an already-parsed file (the YAML file as a JSON value).
