@@ -1,8 +1,9 @@
-//! Hostile configuration text: duplicated keys, alias bombs, integers past 64
-//! bits. Each is an `INVALID_OPTIONS` naming where it is.
+//! Hostile configuration text: duplicated keys, deep nesting, alias bombs,
+//! integers past 64 bits. Each is an `INVALID_OPTIONS` naming where it is, and
+//! none costs more than a pass over the text.
 
 use dokebi_lock::options::Options;
-use dokebi_lock::options::yaml::{MAX_DEPTH, MAX_VALUES};
+use dokebi_lock::options::yaml::{MAX_DEPTH, MAX_VALUES, MAX_YAML_BYTES};
 use dokebi_lock::{ErrorCode, LockError};
 
 fn rejected(text: &str) -> LockError {
@@ -52,6 +53,62 @@ fn an_integer_past_64_bits_is_out_of_range_at_its_field() {
         assert_eq!(paths(&err), ["backends.shared.maxKeys"], "{value}");
         assert_eq!(err.issues()[0].message, "must be an integer from 1 to 10000000", "{value}");
     }
+}
+
+#[test]
+fn nesting_past_the_limit_is_rejected_with_the_limit_in_the_message() {
+    let limit = MAX_DEPTH.to_string();
+    let deep = MAX_DEPTH + 1;
+    let block_mappings: String = (0..deep).map(|level| format!("{}k:\n", " ".repeat(level))).collect();
+    for text in [
+        "[".repeat(deep),
+        "{a: ".repeat(deep),
+        format!("x: {}{}", "[".repeat(deep), "]".repeat(deep)),
+        "- ".repeat(deep) + "x\n",
+        "? ".repeat(deep) + "x\n",
+        block_mappings,
+        format!("a: &a {}1{}\nb: *a\n", "[".repeat(deep), "]".repeat(deep)),
+    ] {
+        let err = rejected(&text);
+        assert_eq!(paths(&err), [""], "{text}");
+        assert!(err.issues()[0].message.contains(&limit), "{}", err.issues()[0].message);
+    }
+}
+
+#[test]
+fn nesting_up_to_the_limit_is_only_the_validator_s_business() {
+    let text = format!("schemaVersion: 1\noptions:\n  other: {}1{}\n", "[".repeat(MAX_DEPTH - 2), "]".repeat(MAX_DEPTH - 2));
+    Options::from_yaml(&text).unwrap();
+}
+
+#[test]
+fn brackets_inside_quotes_comments_and_plain_text_are_not_nesting() {
+    let text = format!(
+        "schemaVersion: 1 # {open}\noptions:\n  other:\n    a: '{open}'\n    b: \"{open}\"\n    c: x{open}\n    d: |\n      {open}\n",
+        open = "[".repeat(MAX_DEPTH * 2)
+    );
+    Options::from_yaml(&text).unwrap();
+}
+
+/// The parser's time grows with the square of the flow depth (20,000 levels
+/// of `{a: ` took 5 s, so 200,000 would take minutes): this test would hang if
+/// the parser saw the text. The scan answers first, and no parser error is
+/// attached as the cause.
+#[test]
+fn very_deep_nesting_is_rejected_by_the_scan_before_parsing() {
+    for text in ["[".repeat(200_000), "{a: ".repeat(200_000), "- ".repeat(200_000)] {
+        let err = rejected(&text);
+        assert!(err.cause().is_none(), "the parser never ran: {}", err.message());
+        assert!(err.issues()[0].message.contains(&MAX_DEPTH.to_string()));
+    }
+}
+
+#[test]
+fn text_past_the_size_limit_is_rejected_before_parsing() {
+    let text = format!("schemaVersion: 1\noptions: {{}}\n#{}\n", "x".repeat(MAX_YAML_BYTES));
+    let err = rejected(&text);
+    assert!(err.cause().is_none());
+    assert!(err.issues()[0].message.contains(&MAX_YAML_BYTES.to_string()), "{}", err.issues()[0].message);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! collects every problem before failing, so a user fixes a file in one pass.
 
 pub mod declaration;
+mod scan;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -134,8 +135,8 @@ pub struct ConnectionOptions {
 
 impl Options {
     /// Loads the whole YAML file: `schemaVersion: 1` and an `options` map.
-    /// A key given twice, an alias bomb or an integer past 64 bits is
-    /// `INVALID_OPTIONS` too, at its path where it has one; see [`yaml`].
+    /// Hostile text (huge, deeply nested, an alias bomb, duplicated keys) is
+    /// `INVALID_OPTIONS` too, found in time linear in its length; see [`yaml`].
     pub fn from_yaml(text: &str) -> Result<Options> {
         Options::from_document(&yaml::parse(text)?)
     }

@@ -1,9 +1,10 @@
 //! Reading the options file: YAML text to the JSON value the validator reads.
 //!
-//! Whatever the text, reading it ends in either a value or `INVALID_OPTIONS`:
-//! the values and depth an alias expands to are counted as they are built. A
-//! key
-//! given twice in one mapping is an issue at its path, not a silent
+//! Whatever the text, reading it costs time linear in its length and ends in
+//! either a value or `INVALID_OPTIONS`: the size and the nesting are checked
+//! before the parser runs (its cost grows with the square of the flow depth),
+//! and the values and depth an alias expands to are counted as they are built.
+//! A key given twice in one mapping is an issue at its path, not a silent
 //! overwrite, and an integer beyond 64 bits reaches the validator (as the
 //! nearest float) to be reported at its field like any other out-of-range value.
 
@@ -12,9 +13,12 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::scan::{check_nesting, TooDeep};
 use super::{LOCK_SECTION, REDIS_SECTION};
 use crate::error::{Issue, LockError, Result};
 
+/// Largest YAML text accepted, in bytes (1 MiB; a real file is a few KiB).
+pub const MAX_YAML_BYTES: usize = 1 << 20;
 /// Deepest nesting accepted: block and flow collections together.
 pub const MAX_DEPTH: usize = 64;
 /// Most values (scalars, sequences, mappings, keys) a document may hold once
@@ -23,15 +27,21 @@ pub const MAX_VALUES: usize = 100_000;
 
 /// Parses the YAML text of the options file.
 pub(crate) fn parse(text: &str) -> Result<Value> {
+    if text.len() > MAX_YAML_BYTES {
+        return Err(whole_text(format!("the YAML text is {} bytes; the limit is {MAX_YAML_BYTES} bytes (1 MiB)", text.len())));
+    }
+    if let Err(TooDeep { line }) = check_nesting(text, MAX_DEPTH) {
+        return Err(whole_text(format!("nested more than {MAX_DEPTH} levels deep at line {line}")));
+    }
     let mut build = Build::default();
-    let value = Node(&mut build).deserialize(serde_yaml::Deserializer::from_str(text)).map_err(|err| {
-        match build.exceeded {
-            Some(Exceeded::Values) => return whole_text(format!("expands to more than {MAX_VALUES} values (aliases included)")),
-            Some(Exceeded::Depth) => return whole_text(format!("nested more than {MAX_DEPTH} levels deep once aliases are expanded")),
-            None => {}
+    let read = Node(&mut build).deserialize(serde_yaml::Deserializer::from_str(text));
+    let value = read.map_err(|err| match build.exceeded {
+        Some(Exceeded::Values) => whole_text(format!("expands to more than {MAX_VALUES} values (aliases included)")),
+        Some(Exceeded::Depth) => whole_text(format!("nested more than {MAX_DEPTH} levels deep once aliases are expanded")),
+        None => {
+            let at = err.location().map(|l| format!(" at line {}, column {}", l.line(), l.column())).unwrap_or_default();
+            whole_text(format!("not valid YAML{at}")).with_cause(err)
         }
-        let at = err.location().map(|l| format!(" at line {}, column {}", l.line(), l.column())).unwrap_or_default();
-        whole_text(format!("not valid YAML{at}")).with_cause(err)
     })?;
     if !build.duplicates.is_empty() {
         return Err(LockError::invalid_options(build.duplicates));
@@ -70,8 +80,8 @@ impl Build {
         Ok(())
     }
 
-    /// Counts a collection, one level below the node at `path`; an alias to a
-    /// collection nests it again.
+    /// Counts a collection, one level below the node at `path`. The scan
+    /// bounded the text's nesting; an alias to a collection nests it again.
     fn enter<E: de::Error>(&mut self) -> std::result::Result<(), E> {
         if self.path.len() >= MAX_DEPTH {
             self.exceeded = Some(Exceeded::Depth);
