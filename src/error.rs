@@ -166,6 +166,18 @@ pub struct Issue {
     pub message: String,
 }
 
+/// `path: message`; an issue about the whole text (empty path) is its message
+/// alone.
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
 /// The underlying failure of a [`LockError`] (for example the Redis error).
 pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -187,8 +199,8 @@ impl LockError {
     /// `INVALID_OPTIONS` listing every problem in `details.issues`.
     pub fn invalid_options(issues: Vec<Issue>) -> LockError {
         let summary = match issues.as_slice() {
-            [one] => format!("invalid options: {}: {}", one.path, one.message),
-            many => format!("invalid options: {} problems, first {}: {}", many.len(), many[0].path, many[0].message),
+            [one] => format!("invalid options: {one}"),
+            many => format!("invalid options: {} problems, first {}", many.len(), many[0]),
         };
         LockError::new(ErrorCode::InvalidOptions, summary)
             .with_details(serde_json::json!({ "issues": issues }))

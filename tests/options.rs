@@ -196,6 +196,15 @@ fn the_file_needs_schema_version_1_and_nothing_unknown_at_the_top() {
 }
 
 #[test]
+fn a_top_level_issue_reads_as_its_message_alone() {
+    let err = Options::from_yaml("- 1\n").unwrap_err();
+    assert_eq!(issue_paths(&err), [""]);
+    assert_eq!(err.message(), "invalid options: expected a mapping with schemaVersion and options");
+    let err = Options::from_yaml("schemaVersion: [1\n").unwrap_err();
+    assert!(err.message().starts_with("invalid options: not valid YAML at line "), "{}", err.message());
+}
+
+#[test]
 fn app_drivers_pass_their_settings_through() {
     let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "postgres", "table": "locks" } } } })).unwrap();
     let BackendOptions::App { driver, settings } = &options.backends["pg"] else { panic!("app driver") };
