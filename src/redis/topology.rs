@@ -32,7 +32,9 @@ use crate::options::{Endpoint, SentinelOptions};
 pub(crate) enum Topology {
     Server(ConnectionInfo),
     Sentinel(Sentinel),
-    Cluster(Cluster),
+    /// Boxed: its client is large, and one topology per connection is
+    /// all there ever is.
+    Cluster(Box<Cluster>),
 }
 
 pub(crate) struct Sentinel {
@@ -113,7 +115,7 @@ impl Topology {
                     .connection_timeout(connect_timeout)
                     .build()
                     .map_err(|err| invalid_url(&path, "not a usable list of cluster nodes").with_cause(err))?;
-                Ok(Topology::Cluster(Cluster { seeds, client }))
+                Ok(Topology::Cluster(Box::new(Cluster { seeds, client })))
             }
         }
     }
