@@ -18,10 +18,13 @@
 //! # }).unwrap();
 //! ```
 
+// No unsafe code in the core, but for the one impl that lets a host's own
+// socket ride in redis-rs' `Send` connection (`redis::host::HostStream`), whose
+// contract the `unsafe trait Host` puts on the host.
+#![deny(unsafe_code)]
+
 pub mod abort;
 pub mod acquire;
-/// The C surface (`include/lock.h`): exported as C symbols, not Rust API.
-mod capi;
 pub mod error;
 pub mod key;
 pub mod local;

@@ -70,7 +70,8 @@ function server(args) {
 export async function startSentinel() {
   const dir = mkdtempSync(join(tmpdir(), 'dokebi-sentinel-'));
   const [primary, replica, ...sentinelPorts] = await freePorts(5);
-  const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  // A replica writes the primary's snapshot to its working directory.
+  const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir];
   const data = new Map([
     [primary, server(['--port', String(primary), ...common])],
     [replica, server(['--port', String(replica), ...common, '--replicaof', '127.0.0.1', String(primary)])],

@@ -110,8 +110,10 @@ pub(crate) struct HostStream {
 
 // SAFETY: redis-rs asks for a `Send` stream, but a host stream is made,
 // polled and dropped on the host's thread only: it belongs to a connection
-// reader that `Host::spawn` runs there, and the connection's other users
-// reach it only through that reader's channel.
+// reader that `Host::spawn` runs there (a promise of the `unsafe trait Host`),
+// and the connection's other users reach it only through that reader's
+// channel.
+#[allow(unsafe_code)]
 unsafe impl Send for HostStream {}
 
 impl HostStream {

@@ -15,7 +15,7 @@ use std::thread::{self, Thread};
 
 use futures_executor::ThreadPool;
 
-use crate::error::{ErrorCode, LockError, Result};
+use dokebi_lock::error::{ErrorCode, LockError, Result};
 
 thread_local! {
     /// True on a completion thread, where waiting for callbacks to finish

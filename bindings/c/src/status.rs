@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use crate::error::ErrorCode;
+use dokebi_lock::error::ErrorCode;
 
 /// The outcome of a call: `DOKEBI_LOCK_OK` (0) or the code of the error.
 ///

@@ -8,9 +8,9 @@ use super::error::dokebi_lock_error;
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call, CatchUnwind};
 use super::status::dokebi_lock_status;
-use crate::abort::AbortController;
-use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, LockError};
+use dokebi_lock::abort::AbortController;
+use dokebi_lock::acquire::AcquireOptions;
+use dokebi_lock::error::{ErrorCode, LockError};
 
 /// Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
 /// runtime's completion thread. On success `status` is `DOKEBI_LOCK_OK`,

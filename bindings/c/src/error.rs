@@ -4,7 +4,7 @@ use std::ffi::{c_char, CString};
 
 use super::panic::boundary;
 use super::status::dokebi_lock_status;
-use crate::error::LockError;
+use dokebi_lock::error::LockError;
 
 /// A failure: status, name, message, fix, the `INVALID_OPTIONS` issues and
 /// the underlying cause. Immutable, so any thread may read it; the caller

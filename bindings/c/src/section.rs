@@ -9,9 +9,9 @@ use super::error::dokebi_lock_error;
 use super::lease::{decimal, FENCE_CAPACITY};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
-use crate::abort::AbortSignal;
-use crate::acquire::AcquireOptions;
-use crate::error::ErrorCode;
+use dokebi_lock::abort::AbortSignal;
+use dokebi_lock::acquire::AcquireOptions;
+use dokebi_lock::error::ErrorCode;
 
 /// What a section run by `dokebi_lock_with_lock` can ask; valid only during
 /// the call of the section.
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn dokebi_lock_with_lock(
     call(out_error, || {
         let backend = unsafe { handle(backend, "backend") }?;
         let out = Out::new(out_result, "out_result")?;
-        let section = section.ok_or_else(|| crate::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
+        let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
         let key = unsafe { args::key(key, key_len) }?;
         let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None };
         // The raw pointer crosses into the section's future; the future runs

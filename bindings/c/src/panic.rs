@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use super::error::{dokebi_lock_error, report};
 use super::status::dokebi_lock_status;
-use crate::error::LockError;
+use dokebi_lock::error::LockError;
 
 /// The value a getter answers when its body panicked: false, zero or NULL.
 pub(crate) trait PanicDefault {
@@ -94,7 +94,7 @@ mod tests {
     use std::ptr;
 
     use super::*;
-    use crate::capi::error::{dokebi_lock_error_code, dokebi_lock_error_free};
+    use crate::error::{dokebi_lock_error_code, dokebi_lock_error_free};
 
     #[test]
     fn a_panicking_getter_answers_its_default() {
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_panicking_future_completes_with_a_panic_error() {
-        let outcome = crate::capi::completion::block_on(CatchUnwind(Box::pin(async { panic!("boom") as Result<(), LockError> })));
+        let outcome = crate::completion::block_on(CatchUnwind(Box::pin(async { panic!("boom") as Result<(), LockError> })));
         assert_eq!(outcome.unwrap_err().status(), dokebi_lock_status::DOKEBI_LOCK_PANIC);
     }
 }

@@ -6,8 +6,8 @@ use std::ffi::c_char;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use crate::error::{ErrorCode, LockError, Result};
-use crate::key;
+use dokebi_lock::error::{ErrorCode, LockError, Result};
+use dokebi_lock::key;
 
 /// Pass as `wait_timeout_ms` to wait as long as the backend's `waitTimeoutMs`.
 pub const DOKEBI_LOCK_WAIT_DEFAULT: i64 = -1;

@@ -9,8 +9,8 @@ use super::completion::{block_on, Completions};
 use super::error::{c_text, dokebi_lock_error};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
-use crate::error::{ErrorCode, LockError};
-use crate::provider::Provider;
+use dokebi_lock::error::{ErrorCode, LockError};
+use dokebi_lock::provider::Provider;
 
 /// Every backend of one configuration. Shared by any number of threads;
 /// freed with `dokebi_lock_runtime_free`.

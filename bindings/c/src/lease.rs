@@ -7,7 +7,7 @@ use super::completion::block_on;
 use super::error::dokebi_lock_error;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
-use crate::provider::Lease;
+use dokebi_lock::provider::Lease;
 
 /// `dokebi_lock_lease_remaining_ms` of a valid lease that never expires
 /// (every local lease).

@@ -10,9 +10,9 @@ use super::error::dokebi_lock_error;
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
-use crate::acquire::AcquireOptions;
-use crate::error::Result;
-use crate::provider::{Backend, Lease};
+use dokebi_lock::acquire::AcquireOptions;
+use dokebi_lock::error::Result;
+use dokebi_lock::provider::{Backend, Lease};
 
 /// One backend of a runtime. Shared by any number of threads; freed with
 /// `dokebi_lock_backend_free`.
