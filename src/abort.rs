@@ -87,8 +87,3 @@ impl Future for Aborted<'_> {
         self.signal.poll_aborted(cx)
     }
 }
-
-/// The error of an aborted acquire.
-pub fn aborted_error() -> crate::LockError {
-    crate::LockError::new(crate::ErrorCode::Aborted, "the acquire was aborted by its signal")
-}

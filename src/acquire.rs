@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crate::abort::AbortSignal;
-use crate::error::{ErrorCode, LockError};
 
 /// Per-call options of an acquire.
 #[derive(Clone, Default)]
@@ -13,9 +12,4 @@ pub struct AcquireOptions {
     pub wait_timeout: Option<Duration>,
     /// Ends the wait with `ABORTED`; does nothing once the lease is granted.
     pub signal: Option<AbortSignal>,
-}
-
-/// The error of a wait that ended with the key still held after `timeout`.
-pub fn wait_timeout_error(timeout: Duration) -> LockError {
-    LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", timeout.as_millis()))
 }

@@ -12,130 +12,99 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// The stable code of a [`LockError`].
-///
-/// The numeric values are part of the C ABI (`DOKEBI_LOCK_<CODE>`); new codes
-/// are only ever appended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum ErrorCode {
-    InvalidOptions = 1,
-    InvalidKey = 2,
-    UnknownBackend = 3,
-    UnknownConnection = 4,
-    Closed = 5,
-    LockBusy = 6,
-    KeyLimit = 7,
-    QueueFull = 8,
-    Aborted = 9,
-    WaitTimeout = 10,
-    DriverNotInstalled = 11,
-    DriverInvalid = 12,
-    ProviderFailed = 13,
-    OutcomeUnknown = 14,
-    LeaseLost = 15,
-    CleanupFailed = 16,
-    CleanupTimeout = 17,
-    UnknownDriver = 18,
-    DriverConflict = 19,
-    InvalidEntry = 20,
-    InvalidExtension = 21,
-    InvalidPluginOptions = 22,
+/// Declares [`ErrorCode`] from one table: variant, ABI value, string form
+/// and fix sentence. Everything else about a code (`ALL`, `as_str`, `fix`)
+/// is derived from it; the C enum in `bindings/c` stays literal for cbindgen
+/// and a test there checks it against `ALL`.
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $variant:ident = $value:literal, $name:literal, $fix:literal; )*) => {
+        /// The stable code of a [`LockError`].
+        ///
+        /// The numeric values are part of the C ABI (`DOKEBI_LOCK_<CODE>`); new codes
+        /// are only ever appended.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* $variant = $value, )*
+        }
+
+        impl ErrorCode {
+            /// Every code, in ABI order.
+            pub const ALL: [ErrorCode; [$($value),*].len()] = [$(ErrorCode::$variant),*];
+
+            /// The stable string form, e.g. `"WAIT_TIMEOUT"`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$variant => $name, )*
+                }
+            }
+
+            /// One sentence telling the user what to do about this code.
+            pub const fn fix(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$variant => $fix, )*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    InvalidOptions = 1, "INVALID_OPTIONS",
+        "Correct the options listed in details.issues; each entry names the path and the problem.";
+    InvalidKey = 2, "INVALID_KEY",
+        "Pass a non-empty, well-formed string key whose UTF-8 length is at most maxKeyBytes.";
+    UnknownBackend = 3, "UNKNOWN_BACKEND",
+        "Use one of the names configured under dokebi-lock.backends (provider.names() lists them).";
+    UnknownConnection = 4, "UNKNOWN_CONNECTION",
+        "Define the connection under dokebi-redis.connections or point the backend at an existing one.";
+    Closed = 5, "CLOSED",
+        "The lock provider was closed; open a new provider or stop calling it during shutdown.";
+    LockBusy = 6, "LOCK_BUSY",
+        "The key is held and waitTimeoutMs was 0; retry later or wait with a positive waitTimeoutMs.";
+    KeyLimit = 7, "KEY_LIMIT",
+        "Too many leases are held at once; release leases sooner or raise maxKeys (local) or maxLeases (redis).";
+    QueueFull = 8, "QUEUE_FULL",
+        "Too many acquires are waiting; shed load, retry later, or raise maxWaiters.";
+    Aborted = 9, "ABORTED",
+        "The caller's signal aborted the acquire; nothing is held.";
+    WaitTimeout = 10, "WAIT_TIMEOUT",
+        "The key stayed held for the whole wait; raise waitTimeoutMs or shorten the critical sections holding it.";
+    DriverNotInstalled = 11, "DRIVER_NOT_INSTALLED",
+        "Install the driver package: npm install @dokebi/lock-redis.";
+    DriverInvalid = 12, "DRIVER_INVALID",
+        "A driver factory must return { view, close() } where view offers acquire(key, options).";
+    ProviderFailed = 13, "PROVIDER_FAILED",
+        "Redis could not be reached or refused the command; check the connection url, credentials and server health (see cause).";
+    OutcomeUnknown = 14, "OUTCOME_UNKNOWN",
+        "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.";
+    LeaseLost = 15, "LEASE_LOST",
+        "The lease expired or was taken over before it was released; the critical section may have overlapped another holder, so rely on fencing tokens and consider a longer leaseMs.";
+    CleanupFailed = 16, "CLEANUP_FAILED",
+        "A lease could not be released during shutdown; it expires by itself after leaseMs.";
+    CleanupTimeout = 17, "CLEANUP_TIMEOUT",
+        "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
+    UnknownDriver = 18, "UNKNOWN_DRIVER",
+        "Use driver: local, driver: redis, or a driver your entry module exports under drivers.";
+    DriverConflict = 19, "DRIVER_CONFLICT",
+        "Give every driver a unique name that does not redefine local or redis.";
+    InvalidEntry = 20, "INVALID_ENTRY",
+        "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";
+    InvalidExtension = 21, "INVALID_EXTENSION",
+        "A LockExtension subclass takes no constructor parameters and overrides only dependencies, createDriver and wrapBackend.";
+    InvalidPluginOptions = 22, "INVALID_PLUGIN_OPTIONS",
+        "Correct the plugin options; the cause lists each problem in details.issues.";
     /// A per-call argument (not a configuration option) has the wrong type or
     /// range: a NaN timeout, a `signal` that is not an `AbortSignal`, a NULL
     /// handle passed through C.
-    InvalidArgument = 23,
+    InvalidArgument = 23, "INVALID_ARGUMENT",
+        "Pass arguments of the documented types: finite non-negative integer timeouts, an AbortSignal, a live handle.";
 }
 
 impl ErrorCode {
-    /// Every code, in ABI order.
-    pub const ALL: [ErrorCode; 23] = [
-        ErrorCode::InvalidOptions,
-        ErrorCode::InvalidKey,
-        ErrorCode::UnknownBackend,
-        ErrorCode::UnknownConnection,
-        ErrorCode::Closed,
-        ErrorCode::LockBusy,
-        ErrorCode::KeyLimit,
-        ErrorCode::QueueFull,
-        ErrorCode::Aborted,
-        ErrorCode::WaitTimeout,
-        ErrorCode::DriverNotInstalled,
-        ErrorCode::DriverInvalid,
-        ErrorCode::ProviderFailed,
-        ErrorCode::OutcomeUnknown,
-        ErrorCode::LeaseLost,
-        ErrorCode::CleanupFailed,
-        ErrorCode::CleanupTimeout,
-        ErrorCode::UnknownDriver,
-        ErrorCode::DriverConflict,
-        ErrorCode::InvalidEntry,
-        ErrorCode::InvalidExtension,
-        ErrorCode::InvalidPluginOptions,
-        ErrorCode::InvalidArgument,
-    ];
-
-    /// The stable string form, e.g. `"WAIT_TIMEOUT"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidOptions => "INVALID_OPTIONS",
-            ErrorCode::InvalidKey => "INVALID_KEY",
-            ErrorCode::UnknownBackend => "UNKNOWN_BACKEND",
-            ErrorCode::UnknownConnection => "UNKNOWN_CONNECTION",
-            ErrorCode::Closed => "CLOSED",
-            ErrorCode::LockBusy => "LOCK_BUSY",
-            ErrorCode::KeyLimit => "KEY_LIMIT",
-            ErrorCode::QueueFull => "QUEUE_FULL",
-            ErrorCode::Aborted => "ABORTED",
-            ErrorCode::WaitTimeout => "WAIT_TIMEOUT",
-            ErrorCode::DriverNotInstalled => "DRIVER_NOT_INSTALLED",
-            ErrorCode::DriverInvalid => "DRIVER_INVALID",
-            ErrorCode::ProviderFailed => "PROVIDER_FAILED",
-            ErrorCode::OutcomeUnknown => "OUTCOME_UNKNOWN",
-            ErrorCode::LeaseLost => "LEASE_LOST",
-            ErrorCode::CleanupFailed => "CLEANUP_FAILED",
-            ErrorCode::CleanupTimeout => "CLEANUP_TIMEOUT",
-            ErrorCode::UnknownDriver => "UNKNOWN_DRIVER",
-            ErrorCode::DriverConflict => "DRIVER_CONFLICT",
-            ErrorCode::InvalidEntry => "INVALID_ENTRY",
-            ErrorCode::InvalidExtension => "INVALID_EXTENSION",
-            ErrorCode::InvalidPluginOptions => "INVALID_PLUGIN_OPTIONS",
-            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
-        }
-    }
-
     /// Parses the string form back into a code.
     pub fn from_name(name: &str) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|code| code.as_str() == name)
-    }
-
-    /// One sentence telling the user what to do about this code.
-    pub const fn fix(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidOptions => "Correct the options listed in details.issues; each entry names the path and the problem.",
-            ErrorCode::InvalidKey => "Pass a non-empty, well-formed string key whose UTF-8 length is at most maxKeyBytes.",
-            ErrorCode::UnknownBackend => "Use one of the names configured under dokebi-lock.backends (provider.names() lists them).",
-            ErrorCode::UnknownConnection => "Define the connection under dokebi-redis.connections or point the backend at an existing one.",
-            ErrorCode::Closed => "The lock provider was closed; open a new provider or stop calling it during shutdown.",
-            ErrorCode::LockBusy => "The key is held and waitTimeoutMs was 0; retry later or wait with a positive waitTimeoutMs.",
-            ErrorCode::KeyLimit => "Too many leases are held at once; release leases sooner or raise maxKeys (local) or maxLeases (redis).",
-            ErrorCode::QueueFull => "Too many acquires are waiting; shed load, retry later, or raise maxWaiters.",
-            ErrorCode::Aborted => "The caller's signal aborted the acquire; nothing is held.",
-            ErrorCode::WaitTimeout => "The key stayed held for the whole wait; raise waitTimeoutMs or shorten the critical sections holding it.",
-            ErrorCode::DriverNotInstalled => "Install the driver package: npm install @dokebi/lock-redis.",
-            ErrorCode::DriverInvalid => "A driver factory must return { view, close() } where view offers acquire(key, options).",
-            ErrorCode::ProviderFailed => "Redis could not be reached or refused the command; check the connection url, credentials and server health (see cause).",
-            ErrorCode::OutcomeUnknown => "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.",
-            ErrorCode::LeaseLost => "The lease expired or was taken over before it was released; the critical section may have overlapped another holder, so rely on fencing tokens and consider a longer leaseMs.",
-            ErrorCode::CleanupFailed => "A lease could not be released during shutdown; it expires by itself after leaseMs.",
-            ErrorCode::CleanupTimeout => "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.",
-            ErrorCode::UnknownDriver => "Use driver: local, driver: redis, or a driver your entry module exports under drivers.",
-            ErrorCode::DriverConflict => "Give every driver a unique name that does not redefine local or redis.",
-            ErrorCode::InvalidEntry => "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.",
-            ErrorCode::InvalidExtension => "A LockExtension subclass takes no constructor parameters and overrides only dependencies, createDriver and wrapBackend.",
-            ErrorCode::InvalidPluginOptions => "Correct the plugin options; the cause lists each problem in details.issues.",
-            ErrorCode::InvalidArgument => "Pass arguments of the documented types: finite non-negative integer timeouts, an AbortSignal, a live handle.",
-        }
     }
 
     /// True for codes caused by load or shutdown that a caller may retry
@@ -194,6 +163,41 @@ impl LockError {
     /// An error with `code` and a message that must not contain a key.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> LockError {
         LockError { code, message: message.into(), details: None, cause: None }
+    }
+
+    /// `CLOSED`: a call on a closed provider or backend.
+    pub fn closed() -> LockError {
+        LockError::new(ErrorCode::Closed, "the lock backend is closed")
+    }
+
+    /// `ABORTED`: the caller's signal ended the acquire.
+    pub fn aborted() -> LockError {
+        LockError::new(ErrorCode::Aborted, "the acquire was aborted by its signal")
+    }
+
+    /// `WAIT_TIMEOUT`: the key stayed held for the whole `wait`.
+    pub fn wait_timeout(wait: std::time::Duration) -> LockError {
+        LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", wait.as_millis()))
+    }
+
+    /// `LOCK_BUSY`: the key is held and the acquire was a single try.
+    pub fn busy() -> LockError {
+        LockError::new(ErrorCode::LockBusy, "the key is held and the acquire was not allowed to wait")
+    }
+
+    /// `KEY_LIMIT`: `limit` (the option's name, e.g. `maxLeases`) of `max`
+    /// `what` (e.g. "leases are") are already held.
+    pub fn key_limit(limit: &str, max: u32, what: &str) -> LockError {
+        LockError::new(ErrorCode::KeyLimit, format!("{limit} ({max}) {what} already held by this backend"))
+    }
+
+    /// `LEASE_LOST`: a release found the key no longer carrying the lease's
+    /// token.
+    pub fn lease_lost() -> LockError {
+        LockError::new(
+            ErrorCode::LeaseLost,
+            "the lease had expired or was taken over before release; the critical section may have overlapped another holder",
+        )
     }
 
     /// `INVALID_OPTIONS` listing every problem in `details.issues`.

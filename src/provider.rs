@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
-use crate::local::{engine::closed, LocalBackend, LocalLease};
+use crate::local::{LocalBackend, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::telemetry::Telemetry;
 
@@ -100,7 +100,7 @@ impl Provider {
     /// `CLOSED` after `close()`.
     pub fn backend(&self, name: &str) -> Result<Backend> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(closed());
+            return Err(LockError::closed());
         }
         self.backends.get(name).cloned().ok_or_else(|| {
             LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured")

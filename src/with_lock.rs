@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
-use crate::error::Result;
+use crate::error::{LockError, Result};
 use crate::provider::{Backend, Lease};
-use crate::redis::lease::lease_lost;
 use crate::redis::RedisBackend;
 
 /// Options of [`Backend::with_lock`].
@@ -81,7 +80,7 @@ impl Backend {
             // that let the lease run out may stall the release too, and the
             // caller already knows all it needs.
             drop(lease);
-            return Err(lease_lost());
+            return Err(LockError::lease_lost());
         }
         let released = lease.release().await;
         // A release that finds another owner is LEASE_LOST already.

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use futures_timer::Delay;
 
-use super::engine::{closed, Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
-use crate::abort::{aborted_error, AbortSignal};
-use crate::acquire::{wait_timeout_error, AcquireOptions};
+use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use crate::abort::AbortSignal;
+use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
 use crate::options::LocalOptions;
 use crate::telemetry::{report_hold, report_wait, Telemetry};
@@ -110,7 +110,7 @@ impl WaitSlot {
     fn take(&self, state: &mut SlotState) -> Option<Result<LeaseId>> {
         match std::mem::replace(state, SlotState::Done) {
             SlotState::Granted(lease) => Some(Ok(lease)),
-            SlotState::Closed => Some(Err(closed())),
+            SlotState::Closed => Some(Err(LockError::closed())),
             other => {
                 *state = other;
                 None
@@ -167,7 +167,7 @@ impl LocalBackend {
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<LocalLease> {
         let signal = options.signal.as_ref();
         if signal.is_some_and(AbortSignal::is_aborted) {
-            return Err(aborted_error());
+            return Err(LockError::aborted());
         }
         let timeout = self.timeout(options.wait_timeout);
         let (waiter, slot) = match self.enqueue(key, timeout)? {
@@ -191,7 +191,7 @@ impl LocalBackend {
             // delivered yet: the grant (or close) is on its way and wakes us.
             let reason = if abort { CancelReason::Aborted } else { CancelReason::TimedOut };
             if ended && lock(&self.shared.engine).cancel(pending.waiter, reason).is_some() {
-                return Poll::Ready(Err(if abort { aborted_error() } else { wait_timeout_error(timeout) }));
+                return Poll::Ready(Err(if abort { LockError::aborted() } else { LockError::wait_timeout(timeout) }));
             }
             Poll::Pending
         })
@@ -230,7 +230,7 @@ impl LocalBackend {
             if left == Some(Duration::ZERO) {
                 drop(state);
                 if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
-                    let err = wait_timeout_error(timeout);
+                    let err = LockError::wait_timeout(timeout);
                     self.waited(started, Some(&err));
                     return Err(err);
                 }

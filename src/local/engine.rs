@@ -155,17 +155,14 @@ impl<W> LocalEngine<W> {
     /// `QUEUE_FULL` (held and `maxWaiters` are already waiting).
     pub fn acquire(&mut self, key: &str, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
         if self.closed {
-            return Err(closed());
+            return Err(LockError::closed());
         }
         key::validate(key, self.options.max_key_bytes as usize)?;
         let hash = self.hasher.hash_one(key);
         let keys = &self.keys;
         let Some(&key_slot) = self.index.find(hash, |&slot| &*keys[slot as usize].key == key) else {
             if self.keys.len() >= self.options.max_keys as usize {
-                return Err(LockError::new(
-                    ErrorCode::KeyLimit,
-                    format!("maxKeys ({}) keys are already held in this backend", self.options.max_keys),
-                ));
+                return Err(LockError::key_limit("maxKeys", self.options.max_keys, "keys are"));
             }
             let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, head: None, tail: None }) as u32;
             let keys = &self.keys;
@@ -173,7 +170,7 @@ impl<W> LocalEngine<W> {
             return Ok(Acquired::Granted(self.grant(key_slot)));
         };
         if !may_wait {
-            return Err(LockError::new(ErrorCode::LockBusy, "the key is held and the acquire was not allowed to wait"));
+            return Err(LockError::busy());
         }
         if self.waiters.len() >= self.options.max_waiters as usize {
             return Err(LockError::new(
@@ -295,9 +292,4 @@ impl<W> LocalEngine<W> {
         }
         waiter
     }
-}
-
-/// The error of any call on a closed backend.
-pub fn closed() -> LockError {
-    LockError::new(ErrorCode::Closed, "the lock backend is closed")
 }

@@ -13,15 +13,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::backend::BackendCore;
+use super::core::BackendCore;
 use super::connection::Failure;
-use super::topology::NodeConnection;
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
 use super::waiters::{Place, Ticket};
-use crate::abort::{aborted_error, AbortSignal};
+use crate::abort::AbortSignal;
 use crate::error::{ErrorCode, LockError, Result};
-use crate::local::engine::closed;
 use crate::telemetry::report_wait;
 
 /// Counts one acquire in progress against `maxWaiters` until dropped.
@@ -111,7 +109,7 @@ impl Acquire {
         tokio::pin!(interrupt);
 
         let _turn = match place {
-            None => ticket.try_turn().ok_or_else(busy)?,
+            None => ticket.try_turn().ok_or_else(LockError::busy)?,
             // Nobody ahead: no wait, so no timer is started.
             Some(Place::Turn(turn)) => turn,
             Some(place) => tokio::select! {
@@ -126,7 +124,7 @@ impl Acquire {
         let waiting_ms = if single_try { 0 } else { 2 * u64::from(core.options.poll_interval_ms.max(core.options.notify_poll_interval_ms)) + 1_000 };
         loop {
             if *core.closed.borrow() {
-                return Err(closed());
+                return Err(LockError::closed());
             }
             let sent = Instant::now();
             let answer = core
@@ -144,7 +142,7 @@ impl Acquire {
             };
             if granted == 1 {
                 if Instant::now() < valid_until(sent, core.lease()) {
-                    if let Err(failure) = replicated(&core, &via, &keys).await {
+                    if let Err(failure) = core.replicated(&via, &keys).await {
                         core.clean_up_after_unknown(keys.clone(), token.clone());
                         return Err(failure.into_error("acquire"));
                     }
@@ -168,7 +166,7 @@ impl Acquire {
                 return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
             }
             if single_try {
-                return Err(busy());
+                return Err(LockError::busy());
             }
             let poll = if core.connection.is_subscribed() { core.options.notify_poll_interval_ms } else { core.options.poll_interval_ms };
             // Never sleep past the holder's expiry (PTTL; negative means the
@@ -185,25 +183,6 @@ impl Acquire {
     }
 }
 
-/// With `replicaAcks`, waits until that many replicas have the write just
-/// made through `via` (the grant or renewal): a failover right after must
-/// not lose it. Fewer in time is [`Failure::Unmet`] (`PROVIDER_FAILED`), and
-/// the caller gives the lock back (a grant) or keeps its old estimate (a
-/// renewal).
-pub(super) async fn replicated(core: &BackendCore, via: &NodeConnection, keys: &RedisKeys) -> Result<(), Failure> {
-    let wanted = core.options.replica_acks;
-    if wanted == 0 {
-        return Ok(());
-    }
-    let acknowledged = core.connection.wait_for_replicas(via, &keys.lock, wanted).await?;
-    if acknowledged >= wanted {
-        return Ok(());
-    }
-    Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
-        "only {acknowledged} of the {wanted} replicas of replicaAcks had the write within commandTimeoutMs"
-    ))))))
-}
-
 /// Registers a granted lease, or gives the lock back if `maxLeases` were
 /// reached meanwhile.
 async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: String, fence: u64, sent: Instant) -> Result<Arc<LeaseShared>> {
@@ -212,7 +191,7 @@ async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: S
     let registered = {
         let mut held = core.held();
         if *core.closed.borrow() {
-            Err(closed())
+            Err(LockError::closed())
         } else if held.len() >= core.options.max_leases as usize {
             Err(key_limit(core.options.max_leases))
         } else {
@@ -230,9 +209,9 @@ async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: S
 
 fn interrupted(why: Interrupt, wait: Duration) -> LockError {
     match why {
-        Interrupt::Aborted => aborted_error(),
-        Interrupt::Closed => closed(),
-        Interrupt::TimedOut => LockError::new(ErrorCode::WaitTimeout, format!("the key stayed held for the whole wait of {} ms", wait.as_millis())),
+        Interrupt::Aborted => LockError::aborted(),
+        Interrupt::Closed => LockError::closed(),
+        Interrupt::TimedOut => LockError::wait_timeout(wait),
     }
 }
 
@@ -243,10 +222,6 @@ fn late_grant() -> LockError {
     )
 }
 
-fn busy() -> LockError {
-    LockError::new(ErrorCode::LockBusy, "the key is held and the acquire was not allowed to wait")
-}
-
 pub(super) fn key_limit(max: u32) -> LockError {
-    LockError::new(ErrorCode::KeyLimit, format!("maxLeases ({max}) leases are already held by this backend"))
+    LockError::key_limit("maxLeases", max, "leases are")
 }

@@ -13,12 +13,11 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use super::acquire::replicated;
-use super::backend::BackendCore;
+use super::core::BackendCore;
 use super::keys::RedisKeys;
 use super::connection::Failure;
 use super::runtime::DriverRuntime;
-use crate::error::{ErrorCode, LockError, Result};
+use crate::error::{ErrorCode, Result};
 
 /// A lease on one key held through Redis. Dropping it releases it in the
 /// background (best effort); call [`RedisLease::release`] to learn whether
@@ -194,7 +193,7 @@ impl RedisLease {
             let lease_ms = core.lease().as_millis() as u64;
             let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms]).await;
             let outcome = match outcome {
-                Ok(answer) if answer.value == 1 => replicated(&core, &answer.via, &shared.keys).await.map(|()| answer),
+                Ok(answer) if answer.value == 1 => core.replicated(&answer.via, &shared.keys).await.map(|()| answer),
                 other => other,
             };
             let mut state = shared.state();
@@ -253,14 +252,6 @@ impl std::fmt::Debug for RedisLease {
         // No key: keys may carry user data.
         f.debug_struct("RedisLease").field("fence", &self.shared.fence).finish_non_exhaustive()
     }
-}
-
-/// The error of a release that found another owner (or none).
-pub fn lease_lost() -> LockError {
-    LockError::new(
-        ErrorCode::LeaseLost,
-        "the lease had expired or was taken over before release; the critical section may have overlapped another holder",
-    )
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 
 pub(crate) mod acquire;
 pub mod backend;
+pub(crate) mod core;
 pub(crate) mod connection;
 pub mod host;
 pub mod keep_alive;

@@ -62,23 +62,23 @@ pub fn error_codes() -> Vec<CodeInfo> {
 /// The core's `ABORTED` error (a signal ended the acquire).
 #[napi]
 pub fn aborted_error() -> ErrorInfo {
-    info(dokebi_lock::abort::aborted_error())
+    info(dokebi_lock::LockError::aborted())
 }
 
 /// The core's `WAIT_TIMEOUT` error for a wait of `ms`.
 #[napi]
 pub fn wait_timeout_error(ms: u32) -> ErrorInfo {
-    info(dokebi_lock::acquire::wait_timeout_error(std::time::Duration::from_millis(ms.into())))
+    info(dokebi_lock::LockError::wait_timeout(std::time::Duration::from_millis(ms.into())))
 }
 
 /// The core's `LEASE_LOST` error (a lease lost during a `withLock` section).
 #[napi]
 pub fn lease_lost_error() -> ErrorInfo {
-    info(dokebi_lock::redis::lease::lease_lost())
+    info(dokebi_lock::LockError::lease_lost())
 }
 
 /// The core's `CLOSED` error.
 #[napi]
 pub fn closed_error() -> ErrorInfo {
-    info(dokebi_lock::local::engine::closed())
+    info(dokebi_lock::LockError::closed())
 }

@@ -1,0 +1,223 @@
+//! The shared state of one redis backend, and what every operation of it
+//! does with Redis: releasing by token, cleaning up after an unknown outcome,
+//! releasing everything at close, counting and reporting. The public API
+//! ([`super::backend`], [`super::lease`]) and one acquire's task
+//! ([`super::acquire`]) build on it; it depends on none of them but the
+//! lease's shared state it keeps track of.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use slab::Slab;
+use tokio::sync::{watch, Notify};
+
+use super::connection::{Answer, Failure, RedisConnection};
+use super::keys::{release_channel, RedisKeys};
+use super::lease::LeaseShared;
+use super::runtime::Spawner;
+use super::topology::NodeConnection;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::log::{Level, LogRecord, Logger};
+use crate::options::RedisOptions;
+use crate::telemetry::{report_hold, Telemetry, TelemetryEvent};
+
+pub(crate) struct BackendCore {
+    pub(super) name: String,
+    pub(super) options: RedisOptions,
+    pub(super) connection: Arc<RedisConnection>,
+    pub(super) channel: String,
+    spawner: Spawner,
+    logger: Logger,
+    pub(super) telemetry: Option<Telemetry>,
+    pub(super) in_progress: AtomicUsize,
+    /// Told when the last acquire in progress ends.
+    pub(super) settled: Notify,
+    pub(super) acquired: AtomicU64,
+    pub(super) timed_out: AtomicU64,
+    pub(super) lost: AtomicU64,
+    held: Mutex<Slab<Weak<LeaseShared>>>,
+    pub(super) closed: watch::Sender<bool>,
+}
+
+impl BackendCore {
+    pub fn new(name: &str, options: RedisOptions, connection: Arc<RedisConnection>, spawner: Spawner, logger: Logger, telemetry: Option<Telemetry>) -> BackendCore {
+        let channel = release_channel(&options.namespace);
+        BackendCore {
+            name: name.to_owned(),
+            options,
+            connection,
+            channel,
+            spawner,
+            logger,
+            telemetry,
+            in_progress: AtomicUsize::new(0),
+            settled: Notify::new(),
+            acquired: AtomicU64::new(0),
+            timed_out: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            held: Mutex::new(Slab::new()),
+            closed: watch::channel(false).0,
+        }
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.options.lease_ms.into())
+    }
+
+    pub fn spawner(&self) -> &Spawner {
+        &self.spawner
+    }
+
+    pub fn connection(&self) -> &RedisConnection {
+        &self.connection
+    }
+
+    pub(super) fn held(&self) -> MutexGuard<'_, Slab<Weak<LeaseShared>>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes a released lease from the held set.
+    pub fn forget(&self, slot: usize) {
+        self.held().try_remove(slot);
+    }
+
+    /// Runs the release script: deletes the lock if it carries `token`, tells
+    /// waiters in every process, and wakes this process's next waiter.
+    async fn delete_if_ours(&self, keys: &RedisKeys, token: &str) -> Result<Answer<i64>, Failure> {
+        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[&keys.lock, &keys.waiting], &[&token, &self.channel]).await?;
+        if answer.value == 1 {
+            self.connection.waiters.wake(&keys.lock);
+        }
+        Ok(answer)
+    }
+
+    /// Releases a lease: `LEASE_LOST` if the lock no longer carried `token`;
+    /// after an unanswered command a best-effort cleanup follows.
+    pub async fn release(self: &Arc<Self>, keys: &RedisKeys, token: &str) -> Result<()> {
+        match self.delete_if_ours(keys, token).await {
+            Ok(answer) if answer.value == 1 => Ok(()),
+            // The first attempt was lost with its connection and may have
+            // deleted the key itself.
+            Ok(Answer { first_attempt_lost: Some(cause), .. }) => Err(Failure::Unknown(cause).into_error("release")),
+            Ok(_) => Err(LockError::lease_lost()),
+            Err(failure) => {
+                if matches!(failure, Failure::Unknown(_)) {
+                    self.clean_up_after_unknown(keys.clone(), token.to_owned());
+                }
+                Err(failure.into_error("release"))
+            }
+        }
+    }
+
+    /// Releases a dropped lease; nobody awaits the outcome.
+    pub fn release_in_background(self: &Arc<Self>, keys: RedisKeys, token: String) {
+        let core = self.clone();
+        self.spawner.handle().spawn(async move {
+            let _ = core.release(&keys, &token).await;
+        });
+    }
+
+    /// After a command went unanswered the lock may be (or become, if the
+    /// command is still queued somewhere) ours: release it by token, and once
+    /// more a command timeout later in case the first try overtook it.
+    pub fn clean_up_after_unknown(self: &Arc<Self>, keys: RedisKeys, token: String) {
+        let core = self.clone();
+        self.spawner.handle().spawn(async move {
+            for attempt in 0..2 {
+                if attempt > 0 {
+                    tokio::time::sleep(core.connection.command_timeout()).await;
+                }
+                if matches!(core.delete_if_ours(&keys, &token).await, Ok(answer) if answer.value == 1) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Close: release every held lease by `deadline`. A lease
+    /// that had already expired is not a failure; one Redis did not confirm is.
+    /// The releases run where close runs (the host's thread or the runtime).
+    /// Resolves once no acquire is in progress.
+    pub(super) async fn acquires_settled(&self) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            // Registered before the count is read, so a last acquire ending
+            // in between is not missed.
+            settled.as_mut().enable();
+            if self.in_progress.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+
+    pub(super) async fn release_all(self: &Arc<Self>, deadline: tokio::time::Instant) {
+        let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
+        let mut releases: FuturesUnordered<_> = leases
+            .into_iter()
+            .filter(|lease| lease.take())
+            .map(|lease| async move { self.delete_if_ours(lease.keys(), lease.token()).await.map(|_| ()) })
+            .collect();
+        let total = releases.len();
+        let mut failed = 0;
+        let finished = tokio::time::timeout_at(deadline, async {
+            while let Some(done) = releases.next().await {
+                if done.is_err() {
+                    failed += 1;
+                }
+            }
+        })
+        .await;
+        if finished.is_err() {
+            let left = releases.len();
+            self.log(Level::Error, "CLEANUP_TIMEOUT", format!("{left} of {total} leases were not released within shutdownTimeoutMs; they expire after leaseMs"));
+        }
+        if failed > 0 {
+            self.log(Level::Error, "CLEANUP_FAILED", format!("{failed} of {total} leases could not be released; they expire after leaseMs"));
+        }
+    }
+
+    /// With `replicaAcks`, waits until that many replicas have the write
+    /// just made through `via` (a grant or renewal): a failover right after
+    /// must not lose it. Fewer in time is [`Failure::Unmet`]
+    /// (`PROVIDER_FAILED`), and the caller gives the lock back (a grant) or
+    /// keeps its old estimate (a renewal).
+    pub async fn replicated(&self, via: &NodeConnection, keys: &RedisKeys) -> Result<(), Failure> {
+        let wanted = self.options.replica_acks;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let acknowledged = self.connection.wait_for_replicas(via, &keys.lock, wanted).await?;
+        if acknowledged >= wanted {
+            return Ok(());
+        }
+        Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
+            "only {acknowledged} of the {wanted} replicas of replicaAcks had the write within commandTimeoutMs"
+        ))))))
+    }
+
+    /// When a lease should measure its hold: only while someone listens.
+    pub fn hold_clock(&self) -> Option<Instant> {
+        self.telemetry.as_ref().and(self.options.thresholds.slow_hold_ms).map(|_| Instant::now())
+    }
+
+    /// Reports a lease that ended held for `since`.
+    pub fn report_hold(&self, since: Option<Instant>) {
+        report_hold(self.telemetry.as_ref(), &self.name, &self.options.thresholds, since);
+    }
+
+    /// Counts and reports a lease found lost (once per lease, by the caller).
+    pub fn report_lost(&self, code: ErrorCode) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        if let Some(telemetry) = &self.telemetry {
+            telemetry(&TelemetryEvent::LeaseLost { backend: self.name.clone(), code });
+        }
+    }
+
+    pub(super) fn log(&self, level: Level, code: &'static str, message: String) {
+        (self.logger)(&LogRecord { level, backend: self.name.clone(), code, message });
+    }
+}
