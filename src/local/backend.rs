@@ -8,19 +8,18 @@
 //! Waiters are woken after the engine mutex is dropped, so a woken task never
 //! contends with the thread that woke it.
 //!
-//! A blocked thread spins briefly before it sleeps: between two running
-//! threads a FIFO hand-off comes within a microsecond or two, while a
-//! condvar sleep and wake-up costs tens of microseconds on a VM.
+//! A blocked thread spins briefly before it sleeps (see [`super::wait_slot`],
+//! where the hand-off lives).
 
 use std::future::{poll_fn, Future};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::task::{Poll, Waker};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_timer::Delay;
 
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use super::wait_slot::{Outcome, WaitSlot};
 use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
@@ -35,7 +34,7 @@ pub struct LocalBackend {
 }
 
 struct Shared {
-    engine: Mutex<LocalEngine<Arc<WaitSlot>>>,
+    engine: Mutex<LocalEngine<Arc<WaitSlot<LeaseId>>>>,
     options: LocalOptions,
     name: Box<str>,
     telemetry: Option<Telemetry>,
@@ -45,77 +44,11 @@ struct Shared {
 /// sleeps (a few microseconds).
 const SPINS: u32 = 2_000;
 
-/// Where a releasing thread leaves a handed-on lease for its waiter.
-#[derive(Default)]
-struct WaitSlot {
-    state: Mutex<SlotState>,
-    granted: Condvar,
-    /// Set once `state` holds an outcome: what a spinning waiter watches.
-    settled: AtomicBool,
-    /// The waiter sleeps on `granted` (changed under `state`'s lock), so
-    /// a grant to a waiter still spinning costs no futex call.
-    sleeping: AtomicBool,
-}
-
-#[derive(Default)]
-enum SlotState {
-    #[default]
-    Waiting,
-    WaitingTask(Waker),
-    Granted(LeaseId),
-    Closed,
-    /// The waiter gave up after the engine had already dequeued it.
-    Abandoned,
-    /// The waiter took its outcome.
-    Done,
-}
-
-impl WaitSlot {
-    /// Delivers a lease; false when the waiter is gone and the caller must
-    /// release the lease itself.
-    fn grant(&self, lease: LeaseId) -> bool {
-        self.settle(SlotState::Granted(lease))
-    }
-
-    fn close(&self) {
-        self.settle(SlotState::Closed);
-    }
-
-    fn settle(&self, outcome: SlotState) -> bool {
-        let mut state = lock(&self.state);
-        let previous = std::mem::replace(&mut *state, outcome);
-        self.settled.store(true, Ordering::Release);
-        match previous {
-            SlotState::Abandoned => {
-                *state = SlotState::Abandoned;
-                false
-            }
-            SlotState::WaitingTask(waker) => {
-                drop(state);
-                waker.wake();
-                true
-            }
-            _ => {
-                let sleeping = self.sleeping.load(Ordering::Relaxed);
-                drop(state);
-                if sleeping {
-                    self.granted.notify_one();
-                }
-                true
-            }
-        }
-    }
-
-    /// Takes the outcome if there is one.
-    fn take(&self, state: &mut SlotState) -> Option<Result<LeaseId>> {
-        match std::mem::replace(state, SlotState::Done) {
-            SlotState::Granted(lease) => Some(Ok(lease)),
-            SlotState::Closed => Some(Err(LockError::closed())),
-            other => {
-                *state = other;
-                None
-            }
-        }
+/// A delivered outcome as the acquire's result.
+fn delivered(outcome: Outcome<LeaseId>) -> Result<LeaseId> {
+    match outcome {
+        Outcome::Granted(lease) => Ok(lease),
+        Outcome::Closed => Err(LockError::closed()),
     }
 }
 
@@ -179,12 +112,9 @@ impl LocalBackend {
         let mut delay = Delay::new(timeout);
         let mut aborted = signal.map(|s| Box::pin(s.aborted()));
         let outcome = poll_fn(|cx| {
-            let mut state = lock(&pending.slot.state);
-            if let Some(outcome) = pending.slot.take(&mut state) {
-                return Poll::Ready(outcome);
+            if let Poll::Ready(outcome) = pending.slot.poll(cx.waker()) {
+                return Poll::Ready(delivered(outcome));
             }
-            *state = SlotState::WaitingTask(cx.waker().clone());
-            drop(state);
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
             let ended = abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready();
             // When the cancel finds nothing, a releaser dequeued us and has not
@@ -212,23 +142,11 @@ impl LocalBackend {
         let started = Instant::now();
         let mut deadline = started.checked_add(timeout);
         if spinning_helps() {
-            for _ in 0..SPINS {
-                if slot.settled.load(Ordering::Acquire) {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+            slot.spin(SPINS);
         }
-        let mut state = lock(&slot.state);
         loop {
-            if let Some(outcome) = slot.take(&mut state) {
-                drop(state);
-                self.waited(started, outcome.as_ref().err());
-                return outcome.map(|id| self.lease(id, key));
-            }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
-                drop(state);
                 if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
                     let err = LockError::wait_timeout(timeout);
                     self.waited(started, Some(&err));
@@ -236,14 +154,12 @@ impl LocalBackend {
                 }
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
-                state = lock(&slot.state);
-                continue;
             }
-            slot.sleeping.store(true, Ordering::Relaxed);
-            state = match left {
-                Some(left) => slot.granted.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0,
-                None => slot.granted.wait(state).unwrap_or_else(|e| e.into_inner()),
-            };
+            if let Some(outcome) = slot.wait(left.filter(|left| !left.is_zero())) {
+                let outcome = delivered(outcome);
+                self.waited(started, outcome.as_ref().err());
+                return outcome.map(|id| self.lease(id, key));
+            }
         }
     }
 
@@ -268,10 +184,10 @@ impl LocalBackend {
 
     /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`).
     #[allow(clippy::type_complexity)]
-    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LocalLease, (WaiterId, Arc<WaitSlot>)>> {
+    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LocalLease, (WaiterId, Arc<WaitSlot<LeaseId>>)>> {
         let mut slot = None;
         let acquired = lock(&self.shared.engine).acquire(key, !timeout.is_zero(), |_| {
-            let fresh = Arc::new(WaitSlot::default());
+            let fresh = Arc::new(WaitSlot::new());
             slot = Some(fresh.clone());
             fresh
         })?;
@@ -303,10 +219,8 @@ impl LocalBackend {
         let mut released = lock(&self.shared.engine).release(id);
         let freed = !matches!(released, Released::NotHeld);
         while let Released::HandedOn { waiter, lease } = released {
-            if waiter.grant(lease) {
-                break;
-            }
-            released = lock(&self.shared.engine).release(lease);
+            let Err(refused) = waiter.grant(lease) else { break };
+            released = lock(&self.shared.engine).release(refused);
         }
         freed
     }
@@ -317,7 +231,7 @@ impl LocalBackend {
 struct Pending<'a> {
     backend: &'a LocalBackend,
     waiter: WaiterId,
-    slot: Arc<WaitSlot>,
+    slot: Arc<WaitSlot<LeaseId>>,
     settled: bool,
 }
 
@@ -326,14 +240,8 @@ impl Drop for Pending<'_> {
         if self.settled || lock(&self.backend.shared.engine).cancel(self.waiter, CancelReason::Dropped).is_some() {
             return;
         }
-        let mut state = lock(&self.slot.state);
-        match std::mem::replace(&mut *state, SlotState::Abandoned) {
-            SlotState::Granted(lease) => {
-                drop(state);
-                self.backend.release(lease);
-            }
-            SlotState::Closed | SlotState::Done => *state = SlotState::Done,
-            _ => {}
+        if let Some(lease) = self.slot.abandon() {
+            self.backend.release(lease);
         }
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod backend;
 pub mod engine;
+mod sync;
+mod wait_slot;
 
 pub use backend::{LocalBackend, LocalLease};
 pub use engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
