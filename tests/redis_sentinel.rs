@@ -1,0 +1,199 @@
+//! The redis driver through Redis Sentinel (a primary, one replica, 3
+//! sentinels; real servers, see `support/sentinel.rs`): leases on the
+//! primary the sentinels name, hand-off by notification, limits, the
+//! primary killed (with nothing held, and with a lease held) and followed to
+//! the promoted replica, and `replicaAcks`.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Lease, LockError, Provider};
+use futures::executor::block_on;
+use sha2::{Digest, Sha256};
+use support::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
+use support::{eventually, open_redis_at, redis_counts, wait};
+
+/// How long after the primary's death acquires must work again: the
+/// sentinels call it down after `down-after-milliseconds` (1 s), agree, elect
+/// a leader and promote the replica; a failed election is retried after
+/// twice `failover-timeout` (2 s); the rest is slack for a loaded CI machine.
+const FAILOVER_BOUND: Duration = Duration::from_millis(DOWN_AFTER_MS + 2 * FAILOVER_TIMEOUT_MS + 5_000);
+
+/// Short connect and command bounds, so each try during a failover ends
+/// soon; `leaseMs` must stay above `commandTimeoutMs`.
+const CONNECTION: &[(&str, &str)] = &[("connectTimeoutMs", "500"), ("commandTimeoutMs", "1000")];
+
+fn backend(provider: &Provider) -> Backend {
+    provider.backend("shared").unwrap()
+}
+
+fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
+    result.expect_err("expected an error").code()
+}
+
+/// The Redis name of a user key's lock in the tests' namespace.
+fn lock_key(key: &str) -> String {
+    let digest: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("test:lock:{{{digest}}}")
+}
+
+fn open(sentinels: &Sentinels, backend: &[(&str, &str)]) -> Provider {
+    open_redis_at(&sentinels.endpoint_yaml(), backend, CONNECTION).0
+}
+
+/// Tries `key` once at a time until `done` accepts the outcome; every
+/// failure meanwhile must say Redis failed (`PROVIDER_FAILED`) or may have
+/// run the command (`OUTCOME_UNKNOWN`). Returns what `done` accepted, how
+/// long it took since `since`, and the failures seen.
+fn try_through_failover<T>(
+    backend: &Backend,
+    key: &str,
+    since: Instant,
+    mut done: impl FnMut(Result<Lease, LockError>) -> Option<T>,
+) -> (T, Duration, Vec<ErrorCode>) {
+    let mut failures = Vec::new();
+    loop {
+        match block_on(backend.acquire(key, wait(0))) {
+            Err(err) if matches!(err.code(), ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown) => failures.push(err.code()),
+            outcome => match done(outcome) {
+                Some(value) => return (value, since.elapsed(), failures),
+                None => panic!("an acquire during the failover gave an unexpected answer"),
+            },
+        }
+        assert!(since.elapsed() < FAILOVER_BOUND, "acquires did not work again within {FAILOVER_BOUND:?} (failures: {failures:?})");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_lease_is_taken_on_the_primary_the_sentinels_name_and_reaches_its_replica() {
+    let sentinels = Sentinels::start();
+    let a = open(&sentinels, &[("leaseMs", "10000")]);
+    let b = open(&sentinels, &[("leaseMs", "10000")]);
+    let held = block_on(backend(&a).acquire("order:1", wait(0))).unwrap();
+    assert!(sentinels.primary().keys().contains(&lock_key("order:1")), "the lock is on the named primary");
+    eventually("the replica has the lock", || sentinels.replica().keys().contains(&lock_key("order:1")));
+    assert_eq!(code(block_on(backend(&b).acquire("order:1", wait(0)))), ErrorCode::LockBusy);
+    assert!(block_on(held.release()).unwrap());
+    assert!(!sentinels.primary().keys().contains(&lock_key("order:1")));
+    let taken = block_on(backend(&b).acquire("order:1", wait(0))).unwrap();
+    assert!(taken.fence() > held.fence());
+    assert!(block_on(taken.release()).unwrap());
+    block_on(b.close());
+    block_on(a.close());
+}
+
+#[test]
+fn a_waiter_in_another_provider_is_handed_the_key_by_the_release_notification_not_the_safety_poll() {
+    let sentinels = Sentinels::start();
+    // Both polls at 10 s: a hand-off within 2 s can only come from the
+    // notification (subscribed on the primary the sentinels name).
+    let slow = [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
+    let holder = open(&sentinels, &slow);
+    let other = open(&sentinels, &slow);
+    let waiter_backend = backend(&other);
+    eventually("the waiter's provider subscribed", || redis_counts(&waiter_backend).subscribed);
+    let held = block_on(backend(&holder).acquire("job", wait(0))).unwrap();
+    let waiting = waiter_backend.clone();
+    let waiter = thread::spawn(move || {
+        let lease = block_on(waiting.acquire("job", AcquireOptions::default()));
+        (lease, Instant::now())
+    });
+    eventually("the other provider waits", || redis_counts(&waiter_backend).waiting == 1);
+    thread::sleep(Duration::from_millis(100)); // its first try saw the key held
+    let released_at = Instant::now();
+    assert!(block_on(held.release()).unwrap());
+    let (lease, granted_at) = waiter.join().unwrap();
+    let lease = lease.expect("handed off");
+    let hand_off = granted_at - released_at;
+    eprintln!("sentinel hand-off by notification: {} ms", hand_off.as_millis());
+    assert!(hand_off < Duration::from_secs(2), "hand-off took {hand_off:?}: the notification did not wake the waiter");
+    assert!(lease.fence() > held.fence());
+    assert!(block_on(lease.release()).unwrap());
+    block_on(other.close());
+    block_on(holder.close());
+}
+
+#[test]
+fn max_leases_refuses_one_lease_more_with_key_limit() {
+    let sentinels = Sentinels::start();
+    let provider = open(&sentinels, &[("leaseMs", "10000"), ("maxLeases", "2")]);
+    let shared = backend(&provider);
+    let a = block_on(shared.acquire("a", wait(0))).unwrap();
+    let b = block_on(shared.acquire("b", wait(0))).unwrap();
+    assert_eq!(code(block_on(shared.acquire("c", wait(0)))), ErrorCode::KeyLimit);
+    assert!(!sentinels.primary().keys().contains(&lock_key("c")), "the refused lease left no lock key");
+    assert!(block_on(a.release()).unwrap());
+    let c = block_on(shared.acquire("c", wait(0))).unwrap();
+    assert!(block_on(b.release()).unwrap() && block_on(c.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn after_the_primary_dies_with_nothing_held_acquires_work_again_on_the_promoted_replica_with_higher_fences() {
+    let mut sentinels = Sentinels::start();
+    let provider = open(&sentinels, &[("leaseMs", "5000")]);
+    let shared = backend(&provider);
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let lease = block_on(shared.acquire("k", wait(0))).unwrap();
+        fences.push(lease.fence());
+        assert!(block_on(lease.release()).unwrap());
+    }
+    let old = sentinels.kill_primary();
+    let killed_at = Instant::now();
+    let (lease, took, failures) = try_through_failover(&shared, "k", killed_at, Result::ok);
+    eprintln!("sentinel: acquires worked again {} ms after the primary died ({} failed tries: {failures:?})", took.as_millis(), failures.len());
+    assert!(!failures.is_empty(), "acquires failed while there was no primary");
+    let new = sentinels.wait_new_primary(old, FAILOVER_BOUND);
+    assert!(sentinels.server(new).keys().contains(&lock_key("k")), "the grant went to the promoted replica");
+    assert!(lease.fence() > *fences.iter().max().unwrap(), "the fence after the failover is above every fence before");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_lease_the_replica_acknowledged_survives_the_primarys_death_and_releases_true() {
+    let mut sentinels = Sentinels::start();
+    // replicaAcks 1: the grant counts only once the replica has it, so the
+    // promoted replica still carries the lock.
+    let holder = open(&sentinels, &[("leaseMs", "30000"), ("replicaAcks", "1")]);
+    let other = open(&sentinels, &[("leaseMs", "5000")]);
+    let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
+    assert!(sentinels.replica().keys().contains(&lock_key("k")), "WAIT 1 answered: the replica has the lock");
+    let old = sentinels.kill_primary();
+    let killed_at = Instant::now();
+    // Until the replica is promoted, tries fail; then the key is busy: the
+    // lease survived.
+    let ((), took, failures) = try_through_failover(&backend(&other), "k", killed_at, |outcome| match outcome {
+        Err(err) if err.code() == ErrorCode::LockBusy => Some(()),
+        _ => None,
+    });
+    eprintln!("sentinel: a held key answered again {} ms after the primary died ({} failed tries)", took.as_millis(), failures.len());
+    sentinels.wait_new_primary(old, FAILOVER_BOUND);
+    assert!(block_on(held.release()).unwrap(), "the lease is still ours on the promoted replica");
+    let next = block_on(backend(&other).acquire("k", wait(0))).unwrap();
+    assert!(next.fence() > held.fence());
+    assert!(block_on(next.release()).unwrap());
+    block_on(other.close());
+    block_on(holder.close());
+}
+
+#[test]
+fn replica_acks_2_with_one_replica_fails_provider_failed_and_leaves_no_lock_key() {
+    let sentinels = Sentinels::start();
+    let provider = open(&sentinels, &[("leaseMs", "5000"), ("replicaAcks", "2")]);
+    let err = block_on(backend(&provider).acquire("k", wait(0))).expect_err("only one replica can acknowledge");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    // The grant is given back in the background, right after the error.
+    eventually("the grant was given back", || !sentinels.primary().keys().contains(&lock_key("k")));
+    // replicaAcks 1 is met by the one replica, for grants and renewals.
+    let one = open(&sentinels, &[("leaseMs", "5000"), ("replicaAcks", "1")]);
+    let lease = block_on(backend(&one).acquire("k", wait(0))).unwrap();
+    assert!(block_on(lease.renew()).unwrap(), "a renewal waits for the replica too");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(one.close());
+    block_on(provider.close());
+}
