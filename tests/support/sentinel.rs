@@ -169,6 +169,27 @@ impl Sentinels {
         }
     }
 
+    /// A planned failover (`SENTINEL FAILOVER`, asked of the first
+    /// sentinel): the replica is promoted; the sentinels make the old
+    /// primary, alive, its replica only once they see it still reporting
+    /// itself a primary for a while (about 8 s). Waits until every sentinel
+    /// names the new primary; returns its port.
+    pub fn failover(&self, timeout: Duration) -> u16 {
+        let old = self.primary_port();
+        let _: String = sentinel_query(self.sentinels[0].0, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
+        self.wait_new_primary(old, timeout)
+    }
+
+    /// Waits until the server on `port` is a replica in sync (a demoted
+    /// primary once the sentinels reconfigured it).
+    pub fn wait_replica_synced(&self, port: u16, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.server(port).replica_synced() {
+            assert!(Instant::now() < deadline, "the server on {port} did not become a replica in sync within {timeout:?}");
+            sleep(Duration::from_millis(20));
+        }
+    }
+
     fn is_primary(&self, port: u16) -> bool {
         let server = self.servers.iter().find(|s| s.port() == port);
         server.is_some_and(|s| {
