@@ -97,11 +97,14 @@ impl Cluster {
     }
 
     fn spawn(&self, port: u16) -> Child {
-        let config = self.dir.join(format!("nodes-{port}.conf"));
+        // A dir of its own: a replica writes the snapshot it syncs from.
+        let dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("nodes.conf");
         Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--cluster-enabled", "yes", "--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-            .args(["--cluster-config-file", &config.display().to_string(), "--dir", &self.dir.display().to_string()])
+            .args(["--cluster-config-file", &config.display().to_string(), "--dir", &dir.display().to_string()])
             .args(["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"])
             .args(["--logfile", &self.dir.join(format!("node-{port}.log")).display().to_string()])
             .stdout(Stdio::null())

@@ -43,10 +43,19 @@ impl Sentinels {
     /// Starts a primary, its replica and 3 sentinels; waits until every
     /// sentinel sees the replica and the other sentinels.
     pub fn start() -> Sentinels {
-        let primary = RedisServer::start_with(&["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]);
+        // The data servers work in a private data dir each (a replica
+        // writes the snapshot it syncs from), removed on drop.
+        let primary = RedisServer::start_persistent(&["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]);
         let primary_port = primary.port().to_string();
-        let replica =
-            RedisServer::start_with(&["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &primary_port]);
+        let replica = RedisServer::start_persistent(&[
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+            "--replicaof",
+            "127.0.0.1",
+            &primary_port,
+        ]);
         let dir = std::env::temp_dir().join(format!("dokebi-sentinel-{}-{}", std::process::id(), primary.port()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
