@@ -162,6 +162,27 @@ fn release_notifications_follow_the_failover_to_the_promoted_replica() {
 }
 
 #[test]
+fn a_failover_is_followed_with_the_first_listed_sentinel_dead() {
+    let mut sentinels = Sentinels::start();
+    let provider = open(&sentinels, &[("leaseMs", "5000")]);
+    let shared = backend(&provider);
+    let before = block_on(shared.acquire("k", wait(0))).unwrap();
+    assert!(block_on(before.release()).unwrap());
+    // The driver asks the sentinels in turn: a dead first one is skipped,
+    // at every reconnect the failover causes.
+    sentinels.kill_sentinel(0);
+    let old = sentinels.kill_primary();
+    let killed_at = Instant::now();
+    let (lease, took, failures) = try_through_failover(&shared, "k", killed_at, Result::ok);
+    eprintln!("sentinel: with one sentinel dead, acquires worked again {} ms after the primary died ({})", took.as_millis(), tally(&failures));
+    let new = sentinels.wait_new_primary(old, FAILOVER_BOUND);
+    assert!(sentinels.server(new).keys().contains(&lock_key("k")), "granted on the promoted replica");
+    assert!(lease.fence() > before.fence());
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
 fn max_leases_refuses_one_lease_more_with_key_limit() {
     let sentinels = Sentinels::start();
     let provider = open(&sentinels, &[("leaseMs", "10000"), ("maxLeases", "2")]);

@@ -129,6 +129,7 @@ impl Sentinels {
     pub fn primary_port(&self) -> u16 {
         self.sentinels
             .iter()
+            .filter(|(_, child)| child.is_some())
             .find_map(|&(port, _)| self.named_by(port))
             .expect("a sentinel names the primary")
     }
@@ -154,6 +155,15 @@ impl Sentinels {
         self.servers.iter().find(|s| s.port() != primary).expect("a replica")
     }
 
+    /// Kills the `index`-th sentinel (SIGKILL); the others go on (2 of 3
+    /// still make the quorum and elect a leader).
+    pub fn kill_sentinel(&mut self, index: usize) {
+        if let Some(mut child) = self.sentinels[index].1.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Kills the primary the sentinels name (SIGKILL); returns its port.
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.primary_port();
@@ -166,7 +176,7 @@ impl Sentinels {
     pub fn wait_new_primary(&self, old: u16, timeout: Duration) -> u16 {
         let deadline = Instant::now() + timeout;
         loop {
-            let named: Vec<Option<u16>> = self.sentinels.iter().map(|&(port, _)| self.named_by(port)).collect();
+            let named: Vec<Option<u16>> = self.sentinels.iter().filter(|(_, child)| child.is_some()).map(|&(port, _)| self.named_by(port)).collect();
             if let Some(Some(port)) = named.first() {
                 let port = *port;
                 if port != old && named.iter().all(|n| *n == Some(port)) && self.is_primary(port) {
@@ -178,14 +188,15 @@ impl Sentinels {
         }
     }
 
-    /// A planned failover (`SENTINEL FAILOVER`, asked of the first
+    /// A planned failover (`SENTINEL FAILOVER`, asked of the first live
     /// sentinel): the replica is promoted; the sentinels make the old
     /// primary, alive, its replica only once they see it still reporting
     /// itself a primary for a while (about 8 s). Waits until every sentinel
     /// names the new primary; returns its port.
     pub fn failover(&self, timeout: Duration) -> u16 {
         let old = self.primary_port();
-        let _: String = sentinel_query(self.sentinels[0].0, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
+        let asked = self.sentinels.iter().find(|(_, child)| child.is_some()).expect("a live sentinel").0;
+        let _: String = sentinel_query(asked, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
         self.wait_new_primary(old, timeout)
     }
 
