@@ -130,7 +130,11 @@ fn a_waiter_in_another_provider_is_handed_the_key_by_the_release_notification_no
     let slow = SLOW_POLLS;
     let holder = open(&cluster, &slow);
     let other = open(&cluster, &slow);
-    let hand_off = hand_off(&holder, &other, "job");
+    // A key served by another node than the first seed, where the
+    // subscription goes: the message must cross the cluster bus.
+    let subscribed_on = cluster.ports()[0];
+    let key = (0..).map(|i| format!("job:{i}")).find(|key| cluster.primary_of(&lock_key(key)) != subscribed_on).unwrap();
+    let hand_off = hand_off(&holder, &other, &key);
     eprintln!("cluster hand-off by notification: {} ms", hand_off.as_millis());
     assert!(hand_off < Duration::from_secs(2), "hand-off took {hand_off:?}: the notification did not wake the waiter");
     block_on(other.close());
@@ -254,6 +258,7 @@ fn a_planned_cluster_failover_loses_no_lease_and_fences_keep_growing() {
     // The old primary is a replica now: commands routed to it are
     // redirected (MOVED) and retried where the slot went.
     assert_eq!(code(block_on(shared.acquire("k", wait(0)))), ErrorCode::LockBusy, "the lease is still held");
+    assert!(block_on(held.renew()).unwrap(), "the lease held across the failover renews");
     assert!(block_on(held.release()).unwrap(), "the lease held across the failover releases true");
     let next = block_on(shared.acquire("k", wait(0))).unwrap();
     assert!(next.fence() > held.fence());

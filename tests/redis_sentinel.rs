@@ -275,6 +275,8 @@ fn a_planned_sentinel_failover_loses_no_lease_once_the_old_primary_is_demoted() 
     assert!(after.fence() > before.fence());
     assert!(sentinels.server(new).keys().contains(&lock_key("other")), "granted on the new primary");
     assert!(block_on(after.release()).unwrap());
+    // The new primary has the demoted one as its replica: WAIT 1 is met.
+    assert!(block_on(held.renew()).unwrap(), "the lease held across the failover renews");
     assert!(block_on(held.release()).unwrap(), "the lease held across the failover releases true");
     let next = block_on(backend(&shared).acquire("k", wait(0))).unwrap();
     assert!(next.fence() > held.fence());
