@@ -445,6 +445,8 @@ struct Row {
     /// (as the harness saw it), and until a worker was granted a key of the
     /// killed primary again (and which worker).
     failover: Option<(Duration, Option<(Duration, String)>)>,
+    /// The same per kind of worker.
+    failover_by_kind: String,
 }
 
 fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path) -> Row {
@@ -501,6 +503,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
     }
     let failover = run.failover.as_ref().map(|failover| (failover.took_over, topology::served_again(failover, &holds)));
+    let failover_by_kind = run.failover.as_ref().map(|failover| topology::served_again_by_kind(failover, &holds)).unwrap_or_default();
     if scenario.fault.topology() {
         match &failover {
             None => findings.violations.push("no primary was killed (no holder showed up)".into()),
@@ -512,7 +515,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         }
     }
     findings.violations.append(&mut run.violations);
-    Row { name: scenario.name, workers: run.workers.len(), findings, faults: run.faults, failures, failover }
+    Row { name: scenario.name, workers: run.workers.len(), findings, faults: run.faults, failures, failover, failover_by_kind }
 }
 
 /// The checks must be able to fail: feed them broken histories first.
@@ -592,11 +595,12 @@ fn main() {
         if let Some((took_over, served)) = &row.failover {
             let served = served.as_ref().map_or("never".to_string(), |(after, worker)| format!("{} ms (worker {worker})", after.as_millis()));
             println!(
-                "{}: run {} s; a replica took over {} ms after the kill; its keys granted again after {served} (bound {} s)",
+                "{}: run {} s; a replica took over {} ms after the kill; its keys granted again after {served} (bound {} s); first grant by kind: {}",
                 row.name,
                 FAILOVER_RUN.as_secs().max(seconds),
                 took_over.as_millis(),
-                FAILOVER_BOUND.as_secs()
+                FAILOVER_BOUND.as_secs(),
+                row.failover_by_kind
             );
         }
     }

@@ -105,3 +105,19 @@ pub fn served_again(failover: &Failover, holds: &[Hold]) -> Option<(Duration, St
         .min_by_key(|h| h.start)
         .map(|h| (Duration::from_micros(h.start - failover.killed_at), h.worker.clone()))
 }
+
+/// [`served_again`] per kind of worker (`rust`, `c`, `node`: the prefix of
+/// its name), for the report.
+pub fn served_again_by_kind(failover: &Failover, holds: &[Hold]) -> String {
+    ["rust", "c", "node"]
+        .iter()
+        .map(|kind| {
+            let of_kind: Vec<Hold> = holds.iter().filter(|h| h.worker.split('-').next() == Some(kind)).cloned().collect();
+            match served_again(failover, &of_kind) {
+                Some((after, _)) => format!("{kind} {} ms", after.as_millis()),
+                None => format!("{kind} never"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
