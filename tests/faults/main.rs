@@ -3,23 +3,33 @@
 //!
 //! Per scenario, worker processes (Rust: this binary run as `worker`; C:
 //! `worker.c` against liblock; Node: `worker.mjs` on @dokebi/lock) contend for a few keys on a private lock
-//! redis-server. Each section does a fenced read-modify-write on a store
+//! redis-server (or, in `sentinel-failover` and `cluster-failover`, a private
+//! Sentinel deployment or Redis Cluster, see `topology.rs`; every worker gets
+//! its connection as YAML, so the topology reaches the three kinds alike).
+//! Each section does a fenced read-modify-write on a store
 //! that lives on a second redis-server (see `store.rs`) and logs its hold
 //! (see `log.rs`). Meanwhile the harness injects one kind of fault. Then it
 //! checks (see `check.rs`): fences order every two sections that did not
 //! overlap; the store accepted strictly growing fences and lost no
 //! increment; sections never overlap unless a fault outlasted the lease, and
 //! then the stale holder was told (`LEASE_LOST` / `OUTCOME_UNKNOWN`); every
-//! worker exits by itself; no lock key is left. It prints one table row per
-//! scenario and fails on any violation.
+//! worker exits by itself; no lock key is left; after a failover the killed
+//! primary's keys are granted again within [`FAILOVER_BOUND`]. It prints one
+//! table row per scenario (and the failover times) and fails on any
+//! violation.
 
+#[path = "../support/cluster.rs"]
+mod cluster;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
+#[path = "../support/sentinel.rs"]
+mod sentinel;
 
 mod check;
 mod log;
 mod proxy;
 mod store;
+mod topology;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -32,6 +42,7 @@ use check::{check, Findings};
 use log::{mono_us, Hold};
 use proxy::Proxy;
 use redis_server::RedisServer;
+use topology::{Failover, Lock};
 use worker::WorkerArgs;
 
 const LEASE_MS: u32 = 1000;
@@ -76,6 +87,17 @@ enum Fault {
     /// misses the latest locks, releases and fence counters. A fresh replica
     /// is attached for the next round.
     Failover,
+    /// The lock is a Sentinel deployment (primary, one replica, 3
+    /// sentinels); once, while a worker holds a lease, the primary is
+    /// killed (SIGKILL). Acquires fail until the sentinels promote the
+    /// replica; the workers follow it by themselves. Replication is
+    /// asynchronous, so the last locks and releases may be lost with it.
+    SentinelFailover,
+    /// The lock is a Redis Cluster (3 primaries, 3 replicas); once, while a
+    /// worker holds a lease, the primary of `k0`'s slot (and of any other
+    /// key's there) is killed (SIGKILL). Its keys fail until its replica is
+    /// elected; the other keys go on.
+    ClusterFailover,
 }
 
 struct Scenario {
@@ -97,12 +119,24 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15 },
     Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300 },
     Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300 },
+    Scenario { name: "sentinel-failover", fault: Fault::SentinelFailover, hold_ms: 300 },
+    Scenario { name: "cluster-failover", fault: Fault::ClusterFailover, hold_ms: 300 },
 ];
+
+/// How long a scenario with a real failover runs at least: the kill comes
+/// after [`FAILOVER_AFTER`], the keys must be served again within
+/// [`FAILOVER_BOUND`], and the run goes on a while after that.
+const FAILOVER_RUN: Duration = Duration::from_secs(10);
+const FAILOVER_AFTER: Duration = Duration::from_millis(1000);
+/// How soon after a primary's death the workers must be granted its keys
+/// again: detection (`down-after-milliseconds` / `cluster-node-timeout`,
+/// both 1 s), the promotion (about 1.5 s), and slack for a loaded machine.
+const FAILOVER_BOUND: Duration = Duration::from_secs(7);
 
 impl Fault {
     /// True when no fault outlasts a lease, so sections must never overlap.
     fn exclusive(self) -> bool {
-        !matches!(self, Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover)
+        !matches!(self, Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover)
     }
 
     /// True when a lock key may outlive its closed holder, until it expires:
@@ -112,7 +146,12 @@ impl Fault {
     /// it: it carries the expiry it was set with (RDB and replication keep
     /// the absolute time), so it is gone within a lease of that grant too.
     fn leaves_expiring_keys(self) -> bool {
-        matches!(self, Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover)
+        matches!(self, Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover)
+    }
+
+    /// True for the scenarios whose lock is a Sentinel deployment or a cluster.
+    fn topology(self) -> bool {
+        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
     }
 }
 
@@ -134,7 +173,7 @@ struct Worker {
 /// One scenario in progress.
 struct Run {
     dir: PathBuf,
-    lock: RedisServer,
+    lock: Lock,
     store: RedisServer,
     scripts: store::Scripts,
     /// The workers' way to the lock server, when they go through a proxy.
@@ -148,11 +187,13 @@ struct Run {
     hold_ms: u32,
     faults: u64,
     violations: Vec<String>,
+    /// The primary killed in a failover scenario.
+    failover: Option<Failover>,
 }
 
 impl Run {
-    fn lock_url(&self) -> String {
-        self.proxy.as_ref().map_or_else(|| self.lock.url(), Proxy::url)
+    fn lock_endpoint(&self) -> String {
+        self.lock.endpoint_yaml(self.proxy.as_ref().map(Proxy::url))
     }
 
     fn spawn(&mut self, kind: Kind) {
@@ -181,7 +222,7 @@ impl Run {
                 command
             }
         };
-        command.env(worker::YAML_VAR, worker::yaml(&self.lock_url(), NAMESPACE, LEASE_MS));
+        command.env(worker::YAML_VAR, worker::yaml(&self.lock_endpoint(), NAMESPACE, LEASE_MS));
         let stderr = std::fs::File::create(self.dir.join(format!("{name}.stderr"))).unwrap();
         let child = command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
         self.workers.push(Worker { name, kind, child, log, killed_at: None });
@@ -206,13 +247,13 @@ impl Run {
     }
 
     fn lock_command(&self, command: &redis::Cmd) {
-        let _: redis::Value = command.query(&mut self.lock.client()).expect("the lock server takes the fault command");
+        let _: redis::Value = command.query(&mut self.lock.server().client()).expect("the lock server takes the fault command");
     }
 
     /// [`Fault::Failover`]: attaches a fresh replica to the lock server
     /// through a replication link, and waits until it is in sync.
     fn attach_replica(&mut self) {
-        let link = Proxy::start(self.lock.port(), Duration::ZERO);
+        let link = Proxy::start(self.lock.server().port(), Duration::ZERO);
         // A data dir of its own: a replica writes the primary's snapshot to disk.
         let replica = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &link.port().to_string()]);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -253,8 +294,8 @@ impl Run {
                 Fault::Restart => {
                     sleep(Duration::from_millis(400));
                     if self.find_holder().is_some() {
-                        self.lock.stop();
-                        self.lock.restart();
+                        self.lock.server_mut().stop();
+                        self.lock.server_mut().restart();
                         self.faults += 1;
                     }
                 }
@@ -284,8 +325,8 @@ impl Run {
                     // counters back older than the fences they handed out.
                     sleep(Duration::from_millis(250));
                     if self.find_holder().is_some() {
-                        self.lock.stop();
-                        self.lock.restart();
+                        self.lock.server_mut().stop();
+                        self.lock.server_mut().restart();
                         self.faults += 1;
                     }
                 }
@@ -297,16 +338,25 @@ impl Run {
                     sleep(Duration::from_millis(300));
                     if self.find_holder().is_some() {
                         let (replica, _link) = self.replica.take().unwrap();
-                        self.lock.stop();
+                        self.lock.server_mut().stop();
                         replica.replicate_from(None);
                         self.proxy.as_ref().expect("a front proxy").retarget(replica.port());
                         // The old primary (killed) goes, with its data dir.
-                        self.lock = replica;
+                        self.lock = Lock::Server(replica);
                         self.faults += 1;
                     } else {
                         self.replica = None;
                     }
                 }
+                Fault::SentinelFailover | Fault::ClusterFailover if self.failover.is_none() => {
+                    sleep(FAILOVER_AFTER.saturating_sub(self.started.elapsed()));
+                    if self.find_holder().is_some() {
+                        let keys: Vec<String> = (0..KEYS).map(|k| format!("k{k}")).collect();
+                        self.failover = Some(self.lock.fail_over(NAMESPACE, &keys, FAILOVER_BOUND));
+                        self.faults += 1;
+                    }
+                }
+                Fault::SentinelFailover | Fault::ClusterFailover => sleep(Duration::from_millis(100)),
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
                     self.lock_command(redis::cmd("DEBUG").arg("SLEEP").arg("0.25"));
@@ -391,24 +441,33 @@ struct Row {
     findings: Findings,
     faults: u64,
     failures: u64,
+    /// A failover scenario's figures: how long until a replica took over
+    /// (as the harness saw it), and until a worker was granted a key of the
+    /// killed primary again (and which worker).
+    failover: Option<(Duration, Option<(Duration, String)>)>,
+    /// The same per kind of worker.
+    failover_by_kind: String,
 }
 
 fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path) -> Row {
     let dir = root.join(scenario.name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let run = if scenario.fault.topology() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
+        Fault::SentinelFailover => Lock::Sentinel(sentinel::Sentinels::start()),
+        Fault::ClusterFailover => Lock::Cluster(cluster::Cluster::start()),
         // Its snapshots go to a data dir of its own, which a restart loads.
-        Fault::SnapshotRestart => RedisServer::start_persistent(&[]),
+        Fault::SnapshotRestart => Lock::Server(RedisServer::start_persistent(&[])),
         // No delay before a replica's sync starts (5 s by default).
-        Fault::Failover => RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"]),
-        _ => RedisServer::start_with(&["--enable-debug-command", "local"]),
+        Fault::Failover => Lock::Server(RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"])),
+        _ => Lock::Server(RedisServer::start_with(&["--enable-debug-command", "local"])),
     };
     let store = RedisServer::start();
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
-        Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
-        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        Fault::Latency => Some(Proxy::start(lock.server().port(), Duration::from_millis(20))),
+        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.server().port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {
@@ -425,6 +484,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         hold_ms: scenario.hold_ms,
         faults: 0,
         violations: Vec::new(),
+        failover: None,
     };
     for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
         run.spawn(kind);
@@ -442,8 +502,20 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     if findings.holds < 10 {
         findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
     }
+    let failover = run.failover.as_ref().map(|failover| (failover.took_over, topology::served_again(failover, &holds)));
+    let failover_by_kind = run.failover.as_ref().map(|failover| topology::served_again_by_kind(failover, &holds)).unwrap_or_default();
+    if scenario.fault.topology() {
+        match &failover {
+            None => findings.violations.push("no primary was killed (no holder showed up)".into()),
+            Some((_, None)) => findings.violations.push("no worker was granted a key of the killed primary again".into()),
+            Some((_, Some((after, worker)))) if *after > FAILOVER_BOUND => {
+                findings.violations.push(format!("the killed primary's keys were granted again only after {after:?} (worker {worker}), past {FAILOVER_BOUND:?}"))
+            }
+            Some(_) => {}
+        }
+    }
     findings.violations.append(&mut run.violations);
-    Row { name: scenario.name, workers: run.workers.len(), findings, faults: run.faults, failures }
+    Row { name: scenario.name, workers: run.workers.len(), findings, faults: run.faults, failures, failover, failover_by_kind }
 }
 
 /// The checks must be able to fail: feed them broken histories first.
@@ -494,10 +566,10 @@ fn main() {
         }
         rows.push(row);
     }
-    println!("\nfault suite: {seconds} s per scenario, lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", root.display());
+    println!("\nfault suite: {seconds} s per scenario ({} s with a failover), lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", FAILOVER_RUN.as_secs().max(seconds), root.display());
     println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
     println!(
-        "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "{:<17} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
         "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
     );
     let mut violations = 0;
@@ -505,7 +577,7 @@ fn main() {
         let f = &row.findings;
         violations += f.violations.len();
         println!(
-            "{:<16} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            "{:<17} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
             row.name,
             row.workers,
             f.holds,
@@ -518,6 +590,19 @@ fn main() {
             f.refused,
             f.violations.len()
         );
+    }
+    for row in &rows {
+        if let Some((took_over, served)) = &row.failover {
+            let served = served.as_ref().map_or("never".to_string(), |(after, worker)| format!("{} ms (worker {worker})", after.as_millis()));
+            println!(
+                "{}: run {} s; a replica took over {} ms after the kill; its keys granted again after {served} (bound {} s); first grant by kind: {}",
+                row.name,
+                FAILOVER_RUN.as_secs().max(seconds),
+                took_over.as_millis(),
+                FAILOVER_BOUND.as_secs(),
+                row.failover_by_kind
+            );
+        }
     }
     if violations > 0 {
         eprintln!("fault suite: {violations} violations");

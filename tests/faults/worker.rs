@@ -57,10 +57,14 @@ impl WorkerArgs {
     }
 }
 
-/// The options of every worker: one redis backend `faults`.
-pub fn yaml(lock_url: &str, namespace: &str, lease_ms: u32) -> String {
+/// The options of every worker: one redis backend `faults` on a connection
+/// whose endpoint is `endpoint`, one line of YAML: `url: "redis://..."`,
+/// `sentinel: { nodes: [...], primaryName: ... }` or `cluster: { nodes: [...] }`.
+/// The C and Node workers take the same YAML (in [`YAML_VAR`]), so the
+/// topology reaches every worker the same way.
+pub fn yaml(endpoint: &str, namespace: &str, lease_ms: u32) -> String {
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main: {{ url: \"{lock_url}\", connectTimeoutMs: 500, commandTimeoutMs: 800 }}\n"
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n"
     )
 }
 

@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod redis_server;
+pub mod sentinel;
 
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -45,16 +47,29 @@ pub fn recording_logger() -> (Logger, Arc<Mutex<Vec<LogRecord>>>) {
 /// YAML for one redis backend `shared` on `url`, with extra backend fields
 /// (`extra`, e.g. "leaseMs: 500\n        maxWaiters: 2") and connection fields.
 pub fn redis_yaml(url: &str, backend: &str, connection: &str) -> String {
+    redis_yaml_at(&format!("url: {url}"), backend, connection)
+}
+
+/// Like [`redis_yaml`], with the connection's endpoint given as one line of
+/// YAML: `url: ...`, `sentinel: { ... }` or `cluster: { ... }` (see
+/// `Sentinels::endpoint_yaml`, `Cluster::endpoint_yaml`).
+pub fn redis_yaml_at(endpoint: &str, backend: &str, connection: &str) -> String {
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main:\n        url: {url}\n{connection}  dokebi-lock:\n    backends:\n      shared:\n        driver: redis\n        connection: main\n        namespace: test\n{backend}"
+        "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main:\n        {endpoint}\n{connection}  dokebi-lock:\n    backends:\n      shared:\n        driver: redis\n        connection: main\n        namespace: test\n{backend}"
     )
 }
 
 /// Opens a provider with one redis backend `shared` (see [`redis_yaml`]).
 pub fn open_redis(url: &str, backend: &[(&str, &str)], connection: &[(&str, &str)]) -> (Provider, Arc<Mutex<Vec<LogRecord>>>) {
+    open_redis_at(&format!("url: {url}"), backend, connection)
+}
+
+/// Opens a provider with one redis backend `shared` on the connection
+/// endpoint `endpoint` (see [`redis_yaml_at`]).
+pub fn open_redis_at(endpoint: &str, backend: &[(&str, &str)], connection: &[(&str, &str)]) -> (Provider, Arc<Mutex<Vec<LogRecord>>>) {
     let backend: String = backend.iter().map(|(k, v)| format!("        {k}: {v}\n")).collect();
     let connection: String = connection.iter().map(|(k, v)| format!("        {k}: {v}\n")).collect();
-    let options = Options::from_yaml(&redis_yaml(url, &backend, &connection)).unwrap();
+    let options = Options::from_yaml(&redis_yaml_at(endpoint, &backend, &connection)).unwrap();
     let (logger, records) = recording_logger();
     (Provider::open_with(options, Hooks { logger, ..Hooks::default() }).unwrap(), records)
 }

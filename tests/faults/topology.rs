@@ -1,0 +1,123 @@
+//! Where the workers' lock lives: one redis-server (every scenario but two),
+//! a Sentinel deployment (`sentinel-failover`) or a Redis Cluster
+//! (`cluster-failover`), and the failover those two scenarios inject: the
+//! primary (of the Sentinel deployment, or of the slot of `k0`'s lock key)
+//! is killed with SIGKILL once, while a worker holds a lease, and the
+//! harness waits until a replica took over.
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::cluster::Cluster;
+use crate::log::{mono_us, Hold};
+use crate::redis_server::RedisServer;
+use crate::sentinel::Sentinels;
+
+pub enum Lock {
+    Server(RedisServer),
+    Sentinel(Sentinels),
+    Cluster(Cluster),
+}
+
+/// One primary killed during a run.
+pub struct Failover {
+    /// When it was killed (`CLOCK_MONOTONIC`, µs).
+    pub killed_at: u64,
+    /// The workers' keys whose lock lived on it (all of them with Sentinel).
+    pub keys: Vec<String>,
+    /// How long until a replica took over, as the harness saw it.
+    pub took_over: Duration,
+}
+
+impl Lock {
+    /// The single server (the scenarios that use one).
+    pub fn server(&self) -> &RedisServer {
+        match self {
+            Lock::Server(server) => server,
+            _ => panic!("this scenario's lock is not a single server"),
+        }
+    }
+
+    pub fn server_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Lock::Server(server) => server,
+            _ => panic!("this scenario's lock is not a single server"),
+        }
+    }
+
+    /// The workers' connection endpoint, one line of YAML; `url` replaces
+    /// the single server's own URL (a proxy in front of it).
+    pub fn endpoint_yaml(&self, url: Option<String>) -> String {
+        match self {
+            Lock::Server(server) => format!("url: \"{}\"", url.unwrap_or_else(|| server.url())),
+            Lock::Sentinel(sentinels) => sentinels.endpoint_yaml(),
+            Lock::Cluster(cluster) => cluster.endpoint_yaml(),
+        }
+    }
+
+    /// Every Redis key of the lock servers (the current primaries).
+    pub fn keys(&self) -> Vec<String> {
+        match self {
+            Lock::Server(server) => server.keys(),
+            Lock::Sentinel(sentinels) => sentinels.primary().keys(),
+            Lock::Cluster(cluster) => cluster.keys("*"),
+        }
+    }
+
+    /// Kills the primary (Sentinel), or the primary of `keys[0]`'s slot
+    /// (Cluster), and waits until a replica took over, at most `bound`.
+    pub fn fail_over(&mut self, namespace: &str, keys: &[String], bound: Duration) -> Failover {
+        match self {
+            Lock::Server(_) => panic!("a single server has no replica to fail over to"),
+            Lock::Sentinel(sentinels) => {
+                let old = sentinels.kill_primary();
+                let killed_at = mono_us();
+                let started = Instant::now();
+                sentinels.wait_new_primary(old, bound);
+                Failover { killed_at, keys: keys.to_vec(), took_over: started.elapsed() }
+            }
+            Lock::Cluster(cluster) => {
+                let primary = cluster.primary_of(&lock_key(namespace, &keys[0]));
+                let affected = keys.iter().filter(|key| cluster.primary_of(&lock_key(namespace, key)) == primary).cloned().collect();
+                cluster.kill(primary);
+                let killed_at = mono_us();
+                let started = Instant::now();
+                cluster.wait_ok(bound);
+                Failover { killed_at, keys: affected, took_over: started.elapsed() }
+            }
+        }
+    }
+}
+
+/// The Redis name of a user key's lock.
+pub fn lock_key(namespace: &str, key: &str) -> String {
+    let digest: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("{namespace}:lock:{{{digest}}}")
+}
+
+/// The first section, by any worker, on a key of the failed-over primary
+/// that was granted after the kill: how long after it, and by whom.
+pub fn served_again(failover: &Failover, holds: &[Hold]) -> Option<(Duration, String)> {
+    holds
+        .iter()
+        .filter(|h| h.start > failover.killed_at && failover.keys.contains(&h.key))
+        .min_by_key(|h| h.start)
+        .map(|h| (Duration::from_micros(h.start - failover.killed_at), h.worker.clone()))
+}
+
+/// [`served_again`] per kind of worker (`rust`, `c`, `node`: the prefix of
+/// its name), for the report.
+pub fn served_again_by_kind(failover: &Failover, holds: &[Hold]) -> String {
+    ["rust", "c", "node"]
+        .iter()
+        .map(|kind| {
+            let of_kind: Vec<Hold> = holds.iter().filter(|h| h.worker.split('-').next() == Some(kind)).cloned().collect();
+            match served_again(failover, &of_kind) {
+                Some((after, _)) => format!("{kind} {} ms", after.as_millis()),
+                None => format!("{kind} never"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

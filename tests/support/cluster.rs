@@ -1,0 +1,336 @@
+//! A private Redis Cluster for one test: 3 primaries and 3 replicas on free
+//! loopback ports, killed (and their temp dir removed) on drop, also when
+//! the test fails.
+//!
+//! Every node runs with `--cluster-node-timeout 1000` (a dead primary is
+//! noticed and replaced within a few seconds), no persistence, and diskless
+//! replication without delay (a replica syncs at once). A node's cluster bus
+//! listens on its port + 10000, so a node's port is chosen where both are
+//! free and the bus port stays below 65536. [`Cluster::start`] returns once
+//! every node says `cluster_state:ok`, knows the 6 nodes, and every replica
+//! is in sync with its primary.
+//!
+//! Helpers: the slot and the primary of a key, the replica of a primary,
+//! SIGKILL a node, `CLUSTER FAILOVER` on a replica, wait for the cluster to
+//! be ok again (every killed node flagged `fail` by every live node, every
+//! slot served by a live primary).
+//!
+//! Self-contained (std and redis only), so the fault suite can include it by
+//! path.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// `cluster-node-timeout` of every node.
+pub const NODE_TIMEOUT_MS: u64 = 1000;
+
+pub struct Cluster {
+    dir: PathBuf,
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    port: u16,
+    id: String,
+    child: Option<Child>,
+}
+
+/// One node as a live node sees itself (`CLUSTER NODES`, the `myself` line).
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub port: u16,
+    pub id: String,
+    pub primary: bool,
+    /// The slot ranges it serves (primaries only), inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl NodeView {
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(from, to)| from <= slot && slot <= to)
+    }
+}
+
+impl Cluster {
+    /// Starts 6 nodes, joins them with `redis-cli --cluster create ...
+    /// --cluster-replicas 1`, and waits until the cluster is ok and every
+    /// replica in sync.
+    pub fn start() -> Cluster {
+        let ports = free_port_pairs(6);
+        let dir = std::env::temp_dir().join(format!("dokebi-cluster-{}-{}", std::process::id(), ports[0]));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = Cluster { dir, nodes: Vec::new() };
+        for port in ports {
+            let child = cluster.spawn(port);
+            cluster.nodes.push(Node { port, id: String::new(), child: Some(child) });
+        }
+        for node in &mut cluster.nodes {
+            let port = node.port;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            node.id = loop {
+                if let Ok(id) = try_client(port).and_then(|mut c| redis::cmd("CLUSTER").arg("MYID").query::<String>(&mut c)) {
+                    break id;
+                }
+                assert!(Instant::now() < deadline, "cluster node {port} did not start");
+                sleep(Duration::from_millis(10));
+            };
+        }
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli is installed (scripts/setup)");
+        assert!(output.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&output.stdout));
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    fn spawn(&self, port: u16) -> Child {
+        // A dir of its own: a replica writes the snapshot it syncs from.
+        let dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("nodes.conf");
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+            .args(["--cluster-config-file", &config.display().to_string(), "--dir", &dir.display().to_string()])
+            .args(["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"])
+            .args(["--logfile", &self.dir.join(format!("node-{port}.log")).display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/setup)")
+    }
+
+    /// The seed URLs of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| format!("redis://127.0.0.1:{}", n.port)).collect()
+    }
+
+    /// The connection's endpoint as YAML (a flow mapping on one line):
+    /// `cluster: { nodes: [...] }`, every node a seed.
+    pub fn endpoint_yaml(&self) -> String {
+        format!("cluster: {{ nodes: [{}] }}", self.urls().join(", "))
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    /// Ports of the nodes not killed.
+    pub fn live_ports(&self) -> Vec<u16> {
+        self.nodes.iter().filter(|n| n.child.is_some()).map(|n| n.port).collect()
+    }
+
+    /// A plain client of one node (no redirects followed).
+    pub fn client(&self, port: u16) -> redis::Connection {
+        try_client(port).unwrap_or_else(|err| panic!("cluster node {port}: {err}"))
+    }
+
+    /// The hash slot of a Redis key (`CLUSTER KEYSLOT`).
+    pub fn slot(&self, redis_key: &str) -> u16 {
+        let port = self.live_ports()[0];
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg(redis_key).query(&mut self.client(port)).unwrap()
+    }
+
+    /// How each live node sees itself.
+    pub fn views(&self) -> Vec<NodeView> {
+        self.live_ports().into_iter().filter_map(|port| self.view(port)).collect()
+    }
+
+    fn view(&self, port: u16) -> Option<NodeView> {
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut try_client(port).ok()?).ok()?;
+        let line = nodes.lines().find(|line| line.split(' ').nth(2).is_some_and(|flags| flags.split(',').any(|f| f == "myself")))?;
+        let fields: Vec<&str> = line.split(' ').collect();
+        let primary = fields[2].split(',').any(|f| f == "master");
+        let slots = fields[8..]
+            .iter()
+            .filter(|s| !s.starts_with('['))
+            .map(|s| match s.split_once('-') {
+                Some((from, to)) => (from.parse().unwrap(), to.parse().unwrap()),
+                None => (s.parse().unwrap(), s.parse().unwrap()),
+            })
+            .collect();
+        Some(NodeView { port, id: fields[0].to_string(), primary, slots })
+    }
+
+    /// The live primary that serves `slot` (as it says itself).
+    pub fn primary_of_slot(&self, slot: u16) -> u16 {
+        self.views()
+            .into_iter()
+            .find(|v| v.primary && v.serves(slot))
+            .unwrap_or_else(|| panic!("no live primary serves slot {slot}"))
+            .port
+    }
+
+    /// The live primary that serves `redis_key`'s slot.
+    pub fn primary_of(&self, redis_key: &str) -> u16 {
+        self.primary_of_slot(self.slot(redis_key))
+    }
+
+    /// The live primaries.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.views().into_iter().filter(|v| v.primary).map(|v| v.port).collect()
+    }
+
+    /// A live replica of the primary on `primary`.
+    pub fn replica_of(&self, primary: u16) -> Option<u16> {
+        self.live_ports().into_iter().find(|&port| {
+            let info = self.info(port, "replication");
+            info.lines().any(|l| l.trim() == "role:slave") && info.lines().any(|l| l.trim() == format!("master_port:{primary}"))
+        })
+    }
+
+    /// One `INFO` section of a node.
+    pub fn info(&self, port: u16, section: &str) -> String {
+        redis::cmd("INFO").arg(section).query(&mut self.client(port)).unwrap()
+    }
+
+    /// True when `redis_key` exists on the node itself (no redirect).
+    pub fn exists_on(&self, port: u16, redis_key: &str) -> bool {
+        let mut client = self.client(port);
+        if !self.view(port).is_some_and(|v| v.primary) {
+            // A replica answers reads only after READONLY.
+            let _: () = redis::cmd("READONLY").query(&mut client).unwrap();
+        }
+        redis::cmd("EXISTS").arg(redis_key).query::<i64>(&mut client).unwrap() == 1
+    }
+
+    /// Every key matching `pattern` on the live primaries.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        for port in self.primaries() {
+            let mut found: Vec<String> = redis::cmd("KEYS").arg(pattern).query(&mut self.client(port)).unwrap();
+            keys.append(&mut found);
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Kills the node on `port` (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self, port: u16) {
+        let node = self.nodes.iter_mut().find(|n| n.port == port).expect("a node of this cluster");
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `CLUSTER FAILOVER` on the replica on `replica` (a planned failover:
+    /// the replica catches up with its primary, then takes over), and waits
+    /// until it serves as primary and the cluster is ok.
+    pub fn failover(&self, replica: u16, timeout: Duration) {
+        let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut self.client(replica)).expect("CLUSTER FAILOVER");
+        let deadline = Instant::now() + timeout;
+        while !self.view(replica).is_some_and(|v| v.primary && !v.slots.is_empty()) {
+            assert!(Instant::now() < deadline, "the replica on {replica} did not take over within {timeout:?}");
+            sleep(Duration::from_millis(20));
+        }
+        self.wait_ok(deadline.saturating_duration_since(Instant::now()));
+    }
+
+    /// True when the cluster is ok as every live node sees it: state ok,
+    /// every slot served by a node not failing, every killed node flagged
+    /// `fail`, every live primary serving slots knows itself as such, and
+    /// every live replica in sync.
+    pub fn is_ok(&self) -> bool {
+        let killed: Vec<&str> = self.nodes.iter().filter(|n| n.child.is_none()).map(|n| n.id.as_str()).collect();
+        let mut served = 0u32;
+        for port in self.live_ports() {
+            let Ok(mut client) = try_client(port) else { return false };
+            let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut client) else { return false };
+            if !info.lines().any(|l| l.trim() == "cluster_state:ok") || !info.lines().any(|l| l.trim() == "cluster_slots_ok:16384") {
+                return false;
+            }
+            let Ok(nodes) = redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut client) else { return false };
+            for id in &killed {
+                let seen_failed = nodes
+                    .lines()
+                    .any(|line| line.starts_with(id) && line.split(' ').nth(2).is_some_and(|flags| flags.split(',').any(|f| f == "fail")));
+                if !seen_failed {
+                    return false;
+                }
+            }
+            let Ok(replication) = redis::cmd("INFO").arg("replication").query::<String>(&mut client) else { return false };
+            if replication.lines().any(|l| l.trim() == "role:slave") && !replication.lines().any(|l| l.trim() == "master_link_status:up") {
+                return false;
+            }
+            if let Some(view) = self.view(port) {
+                if view.primary {
+                    served += view.slots.iter().map(|&(from, to)| u32::from(to - from) + 1).sum::<u32>();
+                }
+            }
+        }
+        served == 16384
+    }
+
+    /// Waits until [`Cluster::is_ok`].
+    pub fn wait_ok(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.is_ok() {
+            assert!(Instant::now() < deadline, "the cluster was not ok within {timeout:?}");
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The node ids of the live nodes, for logs.
+    pub fn describe(&self) -> String {
+        let views: BTreeSet<String> =
+            self.views().into_iter().map(|v| format!("{}:{}:{:?}", v.port, if v.primary { "primary" } else { "replica" }, v.slots)).collect();
+        views.into_iter().collect::<Vec<_>>().join(" ")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn try_client(port: u16) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let connection = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    connection.set_read_timeout(Some(Duration::from_secs(2)))?;
+    Ok(connection)
+}
+
+/// `n` distinct ports where both the port and its cluster bus port (+10000)
+/// are free now, the bus port below 65536. The listeners are held until all
+/// are chosen, so no port is picked twice.
+fn free_port_pairs(n: usize) -> Vec<u16> {
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if port >= 55536 {
+            held.push(listener);
+            continue;
+        }
+        if let Ok(bus) = TcpListener::bind(("127.0.0.1", port + 10000)) {
+            held.push(listener);
+            held.push(bus);
+            ports.push(port);
+        } else {
+            held.push(listener);
+        }
+    }
+    ports
+}
