@@ -286,14 +286,13 @@ fn replica_acks_2_with_one_replica_per_slot_fails_provider_failed_and_leaves_no_
     block_on(provider.close());
 }
 
-/// KNOWN TO FAIL (a core bug, reported): a release sent while the key's
-/// slot has no primary fails `OUTCOME_UNKNOWN` (the connection broke); the
-/// lease counts as released (a second `release()` answers false) and the
-/// background clean-up by token gives up after two tries one
-/// `commandTimeoutMs` apart, here well before the replica is elected, so
-/// the lock that survived on it blocks every process for the rest of its
-/// lease (here 30 s). With the default 2 s command timeout the second try
-/// often lands after the election, which only hides the bug.
+/// A release sent while the key's slot has no primary fails
+/// (`OUTCOME_UNKNOWN`: the connection broke), and the lease counts as
+/// released (a second `release()` answers false); the background clean-up
+/// by token keeps trying until the replica is elected, so the lock that
+/// survived on it does not block every process for the rest of its lease
+/// (here 30 s). A clean-up of two tries a short `commandTimeoutMs` apart
+/// gave up before the election.
 #[test]
 fn a_release_during_the_failover_does_not_leave_the_key_locked_for_the_rest_of_the_lease() {
     let mut cluster = Cluster::start();

@@ -285,11 +285,12 @@ fn a_planned_sentinel_failover_loses_no_lease_once_the_old_primary_is_demoted() 
     block_on(holder.close());
 }
 
-/// KNOWN TO FAIL (a core bug, reported): after `SENTINEL FAILOVER` the old
-/// primary, alive, goes on reporting `role:master` and taking writes until
-/// the sentinels demote it (about 8 s later); a connection opened before
-/// the switch keeps using it (no READONLY, no drop), so a provider that
-/// connected before and one that connects after both get the same key.
+/// After `SENTINEL FAILOVER` the old primary, alive, goes on reporting
+/// `role:master` and taking writes until the sentinels demote it (about 8 s
+/// later), with no READONLY and no drop: only the sentinels' `+switch-master`
+/// tells a connection opened before the switch to leave it, so that a
+/// provider that connected before and one that connects after never both
+/// get the same key.
 #[test]
 fn after_a_planned_sentinel_failover_an_old_connection_and_a_new_one_never_both_hold_a_key() {
     let sentinels = Sentinels::start();
@@ -332,12 +333,12 @@ fn replica_acks_2_with_one_replica_fails_provider_failed_and_leaves_no_lock_key(
     block_on(provider.close());
 }
 
-/// KNOWN TO FAIL (a core bug, reported): a release sent while the
-/// sentinels still name the dead primary fails `PROVIDER_FAILED`
-/// (connection refused, so it surely did not run), yet the lease counts as
-/// released (a second `release()` answers false) and nothing retries it, so
-/// the lock that survived on the promoted replica blocks every process for
-/// the rest of its lease (here 30 s).
+/// A release sent while the sentinels still name the dead primary fails
+/// `PROVIDER_FAILED` (connection refused: it surely did not run), and the
+/// lease counts as released (a second `release()` answers false): the
+/// background clean-up by token keeps trying, so the lock that survived on
+/// the promoted replica does not block every process for the rest of its
+/// lease (here 30 s).
 #[test]
 fn a_release_during_the_failover_does_not_leave_the_key_locked_for_the_rest_of_the_lease() {
     let mut sentinels = Sentinels::start();

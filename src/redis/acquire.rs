@@ -135,7 +135,7 @@ impl Acquire {
                 Ok(answer) => (answer.value.0, answer.value.1, answer.via),
                 Err(failure) => {
                     if matches!(failure, Failure::Unknown(_)) {
-                        core.clean_up_after_unknown(keys.clone(), token.clone());
+                        core.clean_up(keys.clone(), token.clone());
                     }
                     return Err(failure.into_error("acquire"));
                 }
@@ -143,7 +143,10 @@ impl Acquire {
             if granted == 1 {
                 if Instant::now() < valid_until(sent, core.lease()) {
                     if let Err(failure) = core.replicated(&via, &keys).await {
-                        core.clean_up_after_unknown(keys.clone(), token.clone());
+                        // Given back before the caller hears of it, so that
+                        // a retry finds the key free (a failed give-back goes
+                        // on in the background).
+                        let _ = core.release(&keys, &token).await;
                         return Err(failure.into_error("acquire"));
                     }
                     return register(&core, &key, &keys, token, value as u64, sent).await;
@@ -162,7 +165,7 @@ impl Acquire {
                         _ = std::future::ready(()) => continue,
                     }
                 };
-                core.clean_up_after_unknown(keys.clone(), token.clone());
+                core.clean_up(keys.clone(), token.clone());
                 return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
             }
             if single_try {

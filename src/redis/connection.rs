@@ -158,6 +158,9 @@ pub(crate) struct RedisConnection {
     pub scripts: Scripts,
     pub waiters: Arc<Waiters>,
     stop: watch::Sender<bool>,
+    /// Counts the primary switches seen (Sentinel): the subscription
+    /// follows them.
+    switched: watch::Sender<u64>,
 }
 
 impl RedisConnection {
@@ -181,6 +184,7 @@ impl RedisConnection {
             scripts: Scripts::new(),
             waiters: Arc::new(Waiters::default()),
             stop: watch::channel(false).0,
+            switched: watch::channel(0).0,
         })
     }
 
@@ -241,6 +245,35 @@ impl RedisConnection {
     /// Resolves once [`RedisConnection::shut_down`] was called.
     pub fn stopped(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
+    }
+
+    /// With Sentinel: the sentinel to listen to on the `attempt`-th try, and
+    /// the primary's name (see [`super::switches`]).
+    pub fn sentinel(&self, attempt: usize) -> Option<(Client, String)> {
+        let (info, name) = self.topology.sentinel(attempt)?;
+        Some((Client::open(with_tcp_settings(info)).ok()?, name.to_owned()))
+    }
+
+    /// The sentinels moved the primary: drops every command connection, so
+    /// the next command asks where the primary is now instead of writing to
+    /// the old one (alive, it takes writes until the sentinels demote it,
+    /// seconds later), and tells the subscription to follow.
+    pub async fn primary_switched(&self) {
+        for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
+            lane.current.lock().await.connection = None;
+            self.set_connected(lane, false);
+        }
+        self.switched.send_modify(|switches| *switches += 1);
+    }
+
+    /// Changes with every primary switch.
+    pub fn switches(&self) -> watch::Receiver<u64> {
+        self.switched.subscribe()
+    }
+
+    /// True once [`RedisConnection::shut_down`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        *self.stop.borrow()
     }
 
     /// Stops the notification task and closes the command connections.

@@ -9,6 +9,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+/// The first pause between two tries of a background clean-up; it doubles
+/// up to [`CLEAN_UP_PAUSE_MAX`], so a server that is back is found soon and a
+/// dead one costs a try a second.
+const CLEAN_UP_PAUSE_MIN: Duration = Duration::from_millis(50);
+const CLEAN_UP_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use slab::Slab;
 use tokio::sync::{watch, Notify};
@@ -102,10 +108,10 @@ impl BackendCore {
             // deleted the key itself.
             Ok(Answer { first_attempt_lost: Some(cause), .. }) => Err(Failure::Unknown(cause).into_error("release")),
             Ok(_) => Err(LockError::lease_lost()),
+            // Whether or not the command ran, the lock may still be ours in
+            // Redis, and this lease is released for its holder: keep trying.
             Err(failure) => {
-                if matches!(failure, Failure::Unknown(_)) {
-                    self.clean_up_after_unknown(keys.clone(), token.to_owned());
-                }
+                self.clean_up(keys.clone(), token.to_owned());
                 Err(failure.into_error("release"))
             }
         }
@@ -119,26 +125,38 @@ impl BackendCore {
         });
     }
 
-    /// After a command went unanswered the lock may be (or become, if the
-    /// command is still queued somewhere) ours: release it by token, and once
-    /// more a command timeout later in case the first try overtook it.
-    pub fn clean_up_after_unknown(self: &Arc<Self>, keys: RedisKeys, token: String) {
+    /// Deletes the lock of `token` in the background, once Redis can be
+    /// reached: after a command whose outcome is unknown, a grant that came
+    /// too late or too weakly replicated, a release that failed. Tries with
+    /// a growing pause until Redis answers (it deleted the lock, or the lock
+    /// is not ours) or the lock would have expired by itself (`leaseMs`, and
+    /// a command timeout for a command of ours still on its way); after an
+    /// answer that found nothing, once more a command timeout later, in case
+    /// a command of ours still on its way takes the lock after all.
+    pub fn clean_up(self: &Arc<Self>, keys: RedisKeys, token: String) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
-            for attempt in 0..2 {
-                if attempt > 0 {
-                    tokio::time::sleep(core.connection.command_timeout()).await;
+            let command_timeout = core.connection.command_timeout();
+            let give_up = Instant::now() + core.lease() + command_timeout;
+            let mut pause = CLEAN_UP_PAUSE_MIN;
+            let mut found_nothing = false;
+            loop {
+                match core.delete_if_ours(&keys, &token).await {
+                    Ok(answer) if answer.value == 1 || found_nothing => return,
+                    Ok(_) => {
+                        found_nothing = true;
+                        tokio::time::sleep(command_timeout).await;
+                        continue;
+                    }
+                    Err(_) if core.connection.is_shut_down() || Instant::now() + pause >= give_up => return,
+                    Err(_) => {}
                 }
-                if matches!(core.delete_if_ours(&keys, &token).await, Ok(answer) if answer.value == 1) {
-                    return;
-                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(CLEAN_UP_PAUSE_MAX);
             }
         });
     }
 
-    /// Close: release every held lease by `deadline`. A lease
-    /// that had already expired is not a failure; one Redis did not confirm is.
-    /// The releases run where close runs (the host's thread or the runtime).
     /// Resolves once no acquire is in progress.
     pub(super) async fn acquires_settled(&self) {
         loop {
@@ -154,6 +172,9 @@ impl BackendCore {
         }
     }
 
+    /// Close: release every held lease by `deadline`. A lease that had
+    /// already expired is not a failure; one Redis did not confirm is. The
+    /// releases run where close runs (the host's thread or the runtime).
     pub(super) async fn release_all(self: &Arc<Self>, deadline: tokio::time::Instant) {
         let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
         let mut releases: FuturesUnordered<_> = leases

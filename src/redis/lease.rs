@@ -217,7 +217,7 @@ impl RedisLease {
                         state.abandoned = true;
                         drop(state);
                         shared.lost(ErrorCode::OutcomeUnknown);
-                        core.clean_up_after_unknown(shared.keys.clone(), shared.token().to_owned());
+                        core.clean_up(shared.keys.clone(), shared.token().to_owned());
                     }
                     Err(failure.into_error("renew"))
                 }

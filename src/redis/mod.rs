@@ -2,7 +2,9 @@
 //! Valkey) server, with owner tokens, fencing tokens and pub/sub wake-ups.
 //!
 //! - `connection`: one shared, bounded, self-healing connection per
-//!   `dokebi-redis.connections` entry; `notify`: its one subscription.
+//!   `dokebi-redis.connections` entry; `notify`: its one subscription;
+//!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
+//!   `switches`: following a Sentinel failover the moment it happens.
 //! - `scripts`: the Lua scripts (one round trip per operation).
 //! - `waiters`: per-key FIFO inside the process, only the head polls Redis.
 //! - [`backend`] and [`lease`]: the public API; `acquire`: one acquire's task.
@@ -43,6 +45,7 @@ pub mod lease;
 pub(crate) mod notify;
 pub(crate) mod runtime;
 pub(crate) mod scripts;
+pub(crate) mod switches;
 pub(crate) mod topology;
 pub(crate) mod waiters;
 
@@ -108,6 +111,7 @@ impl RedisDriver {
             let names: Vec<String> = backends.iter().filter(|(_, b)| &b.connection == name).map(|(n, _)| n.clone()).collect();
             let handle = self.runtime.spawner().handle();
             handle.spawn(notify::run(connection.clone(), channels));
+            handle.spawn(switches::follow(connection.clone()));
             let (connection, logger) = (connection.clone(), self.logger.clone());
             handle.spawn(async move { connection.check_eviction_policy(&names, &logger).await });
         }

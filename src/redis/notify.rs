@@ -13,12 +13,13 @@ use futures_util::StreamExt;
 
 use super::connection::RedisConnection;
 
-const RETRY_MIN: Duration = Duration::from_millis(50);
-const RETRY_MAX: Duration = Duration::from_secs(1);
+pub(super) const RETRY_MIN: Duration = Duration::from_millis(50);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Keeps the subscription alive until the connection shuts down.
 pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>) {
     let mut stopped = connection.stopped();
+    let mut switches = connection.switches();
     let mut retry = RETRY_MIN;
     for attempt in 0.. {
         let subscribe = async {
@@ -49,6 +50,8 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>)
                         connection.set_subscribed(false);
                         return;
                     }
+                    // The primary moved (Sentinel): releases are published there now.
+                    _ = switches.changed() => break,
                 }
             }
             connection.set_subscribed(false);

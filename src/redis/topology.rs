@@ -159,6 +159,17 @@ impl Topology {
         }
     }
 
+    /// With Sentinel: the sentinel to listen to for failovers on the
+    /// `attempt`-th try (each in turn), and the primary's name.
+    pub fn sentinel(&self, attempt: usize) -> Option<(ConnectionInfo, &str)> {
+        match self {
+            Topology::Sentinel(sentinel) => {
+                Some((sentinel.sentinels[attempt % sentinel.sentinels.len()].clone(), sentinel.primary_name.as_str()))
+            }
+            _ => None,
+        }
+    }
+
     /// True when the node reached must report itself a primary.
     pub fn needs_primary(&self) -> bool {
         matches!(self, Topology::Sentinel(_))
