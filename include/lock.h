@@ -2,7 +2,7 @@
  * lock.h: the C API of dokebi-lock (liblock). Keyed locks with fencing tokens.
  *
  * Rules (see README.md, section "C"):
- * - Handles are opaque: dokebi_lock_runtime, dokebi_lock_backend, dokebi_lock_lease,
+ * - Handles are opaque: dokebi_lock_provider, dokebi_lock_backend, dokebi_lock_lease,
  *   dokebi_lock_pending, dokebi_lock_error. The caller owns every handle it receives
  *   and frees it with its _free function; every _free accepts NULL.
  * - Acting functions return a dokebi_lock_status: DOKEBI_LOCK_OK (0) or the error
@@ -15,9 +15,9 @@
  *   Keys are (pointer, length) in UTF-8; invalid UTF-8 is DOKEBI_LOCK_INVALID_KEY.
  * - Threads: any thread may call any function, also concurrently on the same
  *   handle, except that a handle may be freed only once no other thread uses it.
- *   Asynchronous acquire callbacks run on the runtime's completion thread.
- * - fork() after a runtime was opened is unsupported (its threads and locks do
- *   not survive into the child); open runtimes in the child instead.
+ *   Asynchronous acquire callbacks run on the provider's completion thread.
+ * - fork() after a provider was opened is unsupported (its threads and locks do
+ *   not survive into the child); open providers in the child instead.
  * - No Rust panic crosses this boundary: a caught one is DOKEBI_LOCK_PANIC.
  * - ABI: status values never change and are only appended; functions are only
  *   added. Freeing a lease that is still held releases it.
@@ -94,7 +94,7 @@ typedef uint32_t dokebi_lock_status;
 #endif // __cplusplus
 
 /**
- * One backend of a runtime. Shared by any number of threads; freed with
+ * One backend of a provider. Shared by any number of threads; freed with
  * `dokebi_lock_backend_free`.
  */
 typedef struct dokebi_lock_backend dokebi_lock_backend;
@@ -119,9 +119,9 @@ typedef struct dokebi_lock_pending dokebi_lock_pending;
 
 /**
  * Every backend of one configuration. Shared by any number of threads;
- * freed with `dokebi_lock_runtime_free`.
+ * freed with `dokebi_lock_provider_free`.
  */
-typedef struct dokebi_lock_runtime dokebi_lock_runtime;
+typedef struct dokebi_lock_provider dokebi_lock_provider;
 
 /**
  * What a section run by `dokebi_lock_with_lock` can ask; valid only during
@@ -131,11 +131,11 @@ typedef struct dokebi_lock_section dokebi_lock_section;
 
 /**
  * Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
- * runtime's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
+ * provider's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
  * `lease` a new lease and `error` NULL; on failure `lease` is NULL and
  * `error` a new error. The callback owns both and frees them (it may keep
  * them). It must not unwind (no C++ exception, no longjmp) out of the call,
- * and should return soon: callbacks of one runtime run one after another.
+ * and should return soon: callbacks of one provider run one after another.
  */
 typedef void (*dokebi_lock_acquire_callback)(void *userdata,
                                              dokebi_lock_status status,
@@ -342,7 +342,7 @@ const char *dokebi_lock_lease_key(const struct dokebi_lock_lease *lease,
                                   size_t *out_len);
 
 /**
- * True while the lease is held: not released, not freed, the runtime not
+ * True while the lease is held: not released, not freed, the provider not
  * closed and (redis) not expired by the local estimate. False for NULL.
  *
  * # Safety
@@ -385,7 +385,7 @@ dokebi_lock_status dokebi_lock_lease_renew(const struct dokebi_lock_lease *lease
 /**
  * Releases the lease, handing the key to the next waiter. `*out_released`
  * (when not NULL) is true when this call released it, false when it was
- * already released (or the runtime closed). Redis: `DOKEBI_LOCK_LEASE_LOST`
+ * already released (or the provider closed). Redis: `DOKEBI_LOCK_LEASE_LOST`
  * when the lease had expired or been taken over.
  *
  * # Safety
@@ -454,7 +454,7 @@ dokebi_lock_status dokebi_lock_pending_cancel(const struct dokebi_lock_pending *
 void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
 
 /**
- * Opens a runtime from the text of a YAML configuration file
+ * Opens a provider from the text of a YAML configuration file
  * (`schemaVersion: 1`, `options.dokebi-lock.backends...`), `yaml_len` bytes
  * at `yaml`. On `DOKEBI_LOCK_INVALID_OPTIONS` the error lists every problem
  * (`dokebi_lock_error_issue_count` / `_path` / `_message`).
@@ -468,49 +468,49 @@ void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
  * many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
  *
  * # Safety
- * `yaml` points to `yaml_len` readable bytes; `out_runtime` is writable;
+ * `yaml` points to `yaml_len` readable bytes; `out_provider` is writable;
  * `out_error` is NULL or writable.
  */
-dokebi_lock_status dokebi_lock_runtime_open(const char *yaml,
-                                            size_t yaml_len,
-                                            struct dokebi_lock_runtime **out_runtime,
-                                            struct dokebi_lock_error **out_error);
+dokebi_lock_status dokebi_lock_provider_open(const char *yaml,
+                                             size_t yaml_len,
+                                             struct dokebi_lock_provider **out_provider,
+                                             struct dokebi_lock_error **out_error);
 
 /**
  * How many backends the configuration defines (0 for NULL).
  *
  * # Safety
- * `runtime` is NULL or a live runtime handle.
+ * `provider` is NULL or a live provider handle.
  */
-size_t dokebi_lock_runtime_name_count(const struct dokebi_lock_runtime *runtime);
+size_t dokebi_lock_provider_name_count(const struct dokebi_lock_provider *provider);
 
 /**
- * The name of backend `index` (names are sorted), owned by the runtime;
+ * The name of backend `index` (names are sorted), owned by the provider;
  * NULL when `index` is out of range or for NULL.
  *
  * # Safety
- * `runtime` is NULL or a live runtime handle.
+ * `provider` is NULL or a live provider handle.
  */
-const char *dokebi_lock_runtime_name(const struct dokebi_lock_runtime *runtime,
-                                     size_t index);
+const char *dokebi_lock_provider_name(const struct dokebi_lock_provider *provider,
+                                      size_t index);
 
 /**
  * The backend called `name` (NUL-terminated): `DOKEBI_LOCK_UNKNOWN_BACKEND`
  * if none is, `DOKEBI_LOCK_CLOSED` after close. The backend handle stays
- * usable after the runtime is freed (its calls then fail with `CLOSED`).
+ * usable after the provider is freed (its calls then fail with `CLOSED`).
  *
  * # Safety
- * `runtime` is NULL or a live runtime handle; `name` is NULL or a
+ * `provider` is NULL or a live provider handle; `name` is NULL or a
  * NUL-terminated string; `out_backend` is writable; `out_error` is NULL or
  * writable.
  */
-dokebi_lock_status dokebi_lock_runtime_backend(const struct dokebi_lock_runtime *runtime,
-                                               const char *name,
-                                               struct dokebi_lock_backend **out_backend,
-                                               struct dokebi_lock_error **out_error);
+dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provider *provider,
+                                                const char *name,
+                                                struct dokebi_lock_backend **out_backend,
+                                                struct dokebi_lock_error **out_error);
 
 /**
- * Closes the runtime, as the core's `close()`: waiters are rejected with
+ * Closes the provider, as the core's `close()`: waiters are rejected with
  * `DOKEBI_LOCK_CLOSED`, held leases are released (redis: within
  * `shutdownTimeoutMs`, failures logged, never returned) or become invalid
  * (local), and every later call fails with `CLOSED`. Returns once every
@@ -518,19 +518,19 @@ dokebi_lock_status dokebi_lock_runtime_backend(const struct dokebi_lock_runtime 
  * callback: then the other callbacks run after it returns). Idempotent.
  *
  * # Safety
- * `runtime` is NULL or a live runtime handle.
+ * `provider` is NULL or a live provider handle.
  */
-dokebi_lock_status dokebi_lock_runtime_close(struct dokebi_lock_runtime *runtime);
+dokebi_lock_status dokebi_lock_provider_close(struct dokebi_lock_provider *provider);
 
 /**
- * Closes the runtime (as `dokebi_lock_runtime_close`) and frees it. NULL is
+ * Closes the provider (as `dokebi_lock_provider_close`) and frees it. NULL is
  * accepted.
  *
  * # Safety
- * `runtime` is NULL or a live runtime handle that no other thread uses any
+ * `provider` is NULL or a live provider handle that no other thread uses any
  * more and that is not used afterwards.
  */
-void dokebi_lock_runtime_free(struct dokebi_lock_runtime *runtime);
+void dokebi_lock_provider_free(struct dokebi_lock_provider *provider);
 
 /**
  * Acquires `key` as `dokebi_lock_acquire` does, runs `section` on the calling

@@ -1,7 +1,7 @@
 /*
  * lock.hpp: a header-only C++17 wrapper over lock.h (liblock).
  *
- * RAII: a Runtime closes and frees its runtime, a Lease releases and frees its
+ * RAII: a Provider closes and frees its provider, a Lease releases and frees its
  * lease in the destructor (call release() first to learn the outcome, e.g.
  * LEASE_LOST). Failures throw dokebi::lock::Error, which carries the status,
  * code name, message, fix and option issues; try_acquire returns an empty
@@ -176,21 +176,21 @@ private:
 };
 
 /// Every backend of one configuration; the destructor closes it.
-class Runtime {
+class Provider {
 public:
     /// Opens the YAML configuration text.
-    static Runtime open(std::string_view yaml) {
-        dokebi_lock_runtime *runtime = nullptr;
+    static Provider open(std::string_view yaml) {
+        dokebi_lock_provider *provider = nullptr;
         dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_runtime_open(yaml.data(), yaml.size(), &runtime, &error);
+        dokebi_lock_status status = dokebi_lock_provider_open(yaml.data(), yaml.size(), &provider, &error);
         detail::check(status, error);
-        return Runtime(runtime);
+        return Provider(provider);
     }
 
     std::vector<std::string> names() const {
         std::vector<std::string> names;
-        for (std::size_t i = 0; i < dokebi_lock_runtime_name_count(runtime_.get()); ++i) {
-            names.emplace_back(dokebi_lock_runtime_name(runtime_.get(), i));
+        for (std::size_t i = 0; i < dokebi_lock_provider_name_count(provider_.get()); ++i) {
+            names.emplace_back(dokebi_lock_provider_name(provider_.get(), i));
         }
         return names;
     }
@@ -198,18 +198,18 @@ public:
     Backend backend(const std::string &name) const {
         dokebi_lock_backend *backend = nullptr;
         dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_runtime_backend(runtime_.get(), name.c_str(), &backend, &error);
+        dokebi_lock_status status = dokebi_lock_provider_backend(provider_.get(), name.c_str(), &backend, &error);
         detail::check(status, error);
         return Backend(backend);
     }
 
     /// Rejects waiters and ends held leases; later calls throw CLOSED.
-    void close() { detail::check(dokebi_lock_runtime_close(runtime_.get()), nullptr); }
+    void close() { detail::check(dokebi_lock_provider_close(provider_.get()), nullptr); }
 
 private:
-    explicit Runtime(dokebi_lock_runtime *raw) noexcept : runtime_(raw) {}
+    explicit Provider(dokebi_lock_provider *raw) noexcept : provider_(raw) {}
 
-    detail::Handle<dokebi_lock_runtime, dokebi_lock_runtime_free> runtime_;
+    detail::Handle<dokebi_lock_provider, dokebi_lock_provider_free> provider_;
 };
 
 }  // namespace dokebi::lock

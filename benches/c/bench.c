@@ -181,13 +181,13 @@ int main(int argc, char **argv) {
     void (*pairs)(void *, int) = baseline_pairs;
     void *state = NULL;
 #ifdef WITH_DOKEBI
-    dokebi_lock_runtime *runtime = NULL;
+    dokebi_lock_provider *provider = NULL;
     dokebi_lock_backend *backend = NULL;
     if (strcmp(subject, "dokebi-lock") == 0) {
         static const char yaml[] = "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      bench: {}\n";
         dokebi_lock_error *error = NULL;
-        check(dokebi_lock_runtime_open(yaml, sizeof yaml - 1, &runtime, &error), error, "open");
-        check(dokebi_lock_runtime_backend(runtime, "bench", &backend, &error), error, "backend");
+        check(dokebi_lock_provider_open(yaml, sizeof yaml - 1, &provider, &error), error, "open");
+        check(dokebi_lock_provider_backend(provider, "bench", &backend, &error), error, "backend");
         pairs = dokebi_pairs;
         state = backend;
     } else
@@ -224,9 +224,9 @@ int main(int argc, char **argv) {
            (double)total / measured, quantile(all, batches, 0.5) / 1e3, quantile(all, batches, 0.99) / 1e3, BATCH);
 #ifdef WITH_DOKEBI
     if (backend) dokebi_lock_backend_free(backend);
-    if (runtime) {
-        dokebi_lock_runtime_close(runtime);
-        dokebi_lock_runtime_free(runtime);
+    if (provider) {
+        dokebi_lock_provider_close(provider);
+        dokebi_lock_provider_free(provider);
     }
 #endif
     return 0;

@@ -23,11 +23,11 @@ static int report(const char *what, dokebi_lock_error *error) {
 }
 
 /* Takes `key` on `backend_name`, "writes" with the fence, releases. */
-static int lock_order(const dokebi_lock_runtime *runtime, const char *backend_name, const char *key) {
+static int lock_order(const dokebi_lock_provider *provider, const char *backend_name, const char *key) {
     dokebi_lock_backend *backend = NULL;
     dokebi_lock_lease *lease = NULL;
     dokebi_lock_error *error = NULL;
-    if (dokebi_lock_runtime_backend(runtime, backend_name, &backend, &error) != DOKEBI_LOCK_OK) {
+    if (dokebi_lock_provider_backend(provider, backend_name, &backend, &error) != DOKEBI_LOCK_OK) {
         return report("backend", error);
     }
     if (dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, &error) != DOKEBI_LOCK_OK) {
@@ -68,21 +68,21 @@ int main(void) {
         return 1;
     }
 
-    dokebi_lock_runtime *runtime = NULL;
+    dokebi_lock_provider *provider = NULL;
     dokebi_lock_error *error = NULL;
-    if (dokebi_lock_runtime_open(yaml, (size_t)len, &runtime, &error) != DOKEBI_LOCK_OK) {
+    if (dokebi_lock_provider_open(yaml, (size_t)len, &provider, &error) != DOKEBI_LOCK_OK) {
         return report("open", error);
     }
     printf("liblock %s, backends:", dokebi_lock_version());
-    for (size_t i = 0; i < dokebi_lock_runtime_name_count(runtime); i++) {
-        printf(" %s", dokebi_lock_runtime_name(runtime, i));
+    for (size_t i = 0; i < dokebi_lock_provider_name_count(provider); i++) {
+        printf(" %s", dokebi_lock_provider_name(provider, i));
     }
     printf("\n");
 
-    int failed = lock_order(runtime, "orders", "order:42");
+    int failed = lock_order(provider, "orders", "order:42");
     if (redis_url && !failed) {
-        failed = lock_order(runtime, "shared", "order:42");
+        failed = lock_order(provider, "shared", "order:42");
     }
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     return failed;
 }

@@ -37,15 +37,15 @@
 
 #define KEY(text) (text), strlen(text)
 
-static inline dokebi_lock_runtime *open_runtime(const char *yaml) {
-    dokebi_lock_runtime *runtime = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_open(yaml, strlen(yaml), &runtime, ERR));
-    return runtime;
+static inline dokebi_lock_provider *open_provider(const char *yaml) {
+    dokebi_lock_provider *provider = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open(yaml, strlen(yaml), &provider, ERR));
+    return provider;
 }
 
-static inline dokebi_lock_backend *get_backend(const dokebi_lock_runtime *runtime, const char *name) {
+static inline dokebi_lock_backend *get_backend(const dokebi_lock_provider *provider, const char *name) {
     dokebi_lock_backend *backend = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_backend(runtime, name, &backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_backend(provider, name, &backend, ERR));
     return backend;
 }
 

@@ -18,10 +18,10 @@ static void invalid_options_list_every_issue(void) {
         "    backends:\n"
         "      a: { maxKeys: 0 }\n"
         "      b: { colour: blue }\n";
-    dokebi_lock_runtime *runtime = (dokebi_lock_runtime *)&yaml;
+    dokebi_lock_provider *provider = (dokebi_lock_provider *)&yaml;
     dokebi_lock_error *error = NULL;
-    CHECK(dokebi_lock_runtime_open(yaml, strlen(yaml), &runtime, &error) == DOKEBI_LOCK_INVALID_OPTIONS);
-    CHECK(runtime == (dokebi_lock_runtime *)&yaml); /* untouched on failure */
+    CHECK(dokebi_lock_provider_open(yaml, strlen(yaml), &provider, &error) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(provider == (dokebi_lock_provider *)&yaml); /* untouched on failure */
     CHECK(dokebi_lock_error_code(error) == DOKEBI_LOCK_INVALID_OPTIONS);
     CHECK(strcmp(dokebi_lock_error_name(error), "INVALID_OPTIONS") == 0);
     CHECK(strstr(dokebi_lock_error_message(error), "invalid options") != NULL);
@@ -37,9 +37,9 @@ static void invalid_options_list_every_issue(void) {
     dokebi_lock_error_free(error);
 
     /* Not UTF-8, and not YAML at all. */
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_runtime_open("\xff\xfe", 2, &runtime, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_runtime_open(KEY("[unclosed"), &runtime, ERR));
-    CHECK(runtime == (dokebi_lock_runtime *)&yaml);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_provider_open("\xff\xfe", 2, &provider, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_provider_open(KEY("[unclosed"), &provider, ERR));
+    CHECK(provider == (dokebi_lock_provider *)&yaml);
 }
 
 static void getters_of_null_answer_null_false_or_zero(void) {
@@ -56,12 +56,12 @@ static void getters_of_null_answer_null_false_or_zero(void) {
     CHECK(!dokebi_lock_lease_valid(NULL));
     CHECK(dokebi_lock_lease_remaining_ms(NULL) == 0);
     CHECK(dokebi_lock_lease_fence(NULL) == NULL);
-    CHECK(dokebi_lock_runtime_name_count(NULL) == 0);
-    CHECK(dokebi_lock_runtime_name(NULL, 0) == NULL);
+    CHECK(dokebi_lock_provider_name_count(NULL) == 0);
+    CHECK(dokebi_lock_provider_name(NULL, 0) == NULL);
 }
 
 static void every_free_accepts_null(void) {
-    dokebi_lock_runtime_free(NULL);
+    dokebi_lock_provider_free(NULL);
     dokebi_lock_backend_free(NULL);
     dokebi_lock_lease_free(NULL);
     dokebi_lock_pending_free(NULL);
@@ -76,15 +76,15 @@ static void status_names_are_stable(void) {
     CHECK(DOKEBI_LOCK_WAIT_TIMEOUT == 10 && DOKEBI_LOCK_INVALID_ARGUMENT == 23);
 }
 
-static void null_handles_and_out_parameters_are_invalid_arguments(dokebi_lock_runtime *runtime, const dokebi_lock_backend *backend) {
-    dokebi_lock_runtime *no_runtime = NULL;
+static void null_handles_and_out_parameters_are_invalid_arguments(dokebi_lock_provider *provider, const dokebi_lock_backend *backend) {
+    dokebi_lock_provider *no_provider = NULL;
     dokebi_lock_backend *no_backend = NULL;
     dokebi_lock_lease *lease = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_open(NULL, 5, &no_runtime, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_open(KEY("schemaVersion: 1"), NULL, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(NULL, "main", &no_backend, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(runtime, NULL, &no_backend, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_backend(runtime, "main", NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_open(NULL, 5, &no_provider, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_open(KEY("schemaVersion: 1"), NULL, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_backend(NULL, "main", &no_backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_backend(provider, NULL, &no_backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_backend(provider, "main", NULL, ERR));
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(NULL, KEY("k"), 0, &lease, ERR));
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_acquire(backend, KEY("k"), 0, NULL, ERR));
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_try_acquire(NULL, KEY("k"), &lease, ERR));
@@ -93,8 +93,8 @@ static void null_handles_and_out_parameters_are_invalid_arguments(dokebi_lock_ru
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_lease_renew(NULL, NULL, ERR));
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_lease_release(NULL, NULL, ERR));
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_pending_cancel(NULL));
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_runtime_close(NULL));
-    CHECK(no_runtime == NULL && no_backend == NULL && lease == NULL);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_provider_close(NULL));
+    CHECK(no_provider == NULL && no_backend == NULL && lease == NULL);
 
     /* The error explains itself; out_error may be NULL. */
     dokebi_lock_error *error = NULL;
@@ -157,7 +157,7 @@ static void keys_at_the_limit_and_far_past_it(const dokebi_lock_backend *backend
     CHECK(lease == NULL);
 }
 
-static void extreme_timeouts_and_indexes(const dokebi_lock_runtime *runtime, const dokebi_lock_backend *backend) {
+static void extreme_timeouts_and_indexes(const dokebi_lock_provider *provider, const dokebi_lock_backend *backend) {
     dokebi_lock_lease *lease = NULL;
     /* The longest wait is a wait, not an overflow: a free key is granted... */
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire(backend, KEY("t"), INT64_MAX, &lease, ERR));
@@ -176,19 +176,19 @@ static void extreme_timeouts_and_indexes(const dokebi_lock_runtime *runtime, con
     CHECK(other == NULL);
     dokebi_lock_lease_free(lease);
 
-    CHECK(dokebi_lock_runtime_name(runtime, SIZE_MAX) == NULL);
+    CHECK(dokebi_lock_provider_name(provider, SIZE_MAX) == NULL);
     CHECK(strcmp(dokebi_lock_status_name(UINT32_MAX), "UNKNOWN") == 0);
     dokebi_lock_error *error = NULL;
-    CHECK(dokebi_lock_runtime_backend(runtime, "nope", &(dokebi_lock_backend *){NULL}, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
+    CHECK(dokebi_lock_provider_backend(provider, "nope", &(dokebi_lock_backend *){NULL}, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
     CHECK(dokebi_lock_error_issue_path(error, SIZE_MAX) == NULL && dokebi_lock_error_issue_message(error, SIZE_MAX) == NULL);
     dokebi_lock_error_free(error);
 }
 
-/* Releasing twice, and every call on a lease and a backend whose runtime
+/* Releasing twice, and every call on a lease and a backend whose provider
  * was closed and freed: the documented answers, no crash, no leak. */
 static void double_release_and_use_after_close(void) {
-    dokebi_lock_runtime *runtime = open_runtime(YAML);
-    dokebi_lock_backend *backend = get_backend(runtime, "main");
+    dokebi_lock_provider *provider = open_provider(YAML);
+    dokebi_lock_backend *backend = get_backend(provider, "main");
     dokebi_lock_lease *lease = must_acquire(backend, "k", 0);
     bool released = false, valid = true;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
@@ -198,8 +198,8 @@ static void double_release_and_use_after_close(void) {
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR)); /* out_released is optional */
 
     dokebi_lock_lease *held = must_acquire(backend, "held", 0);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime));
-    dokebi_lock_runtime_free(runtime);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
+    dokebi_lock_provider_free(provider);
     CHECK(!dokebi_lock_lease_valid(held) && dokebi_lock_lease_remaining_ms(held) == 0);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(held, &valid, ERR));
     CHECK(!valid);
@@ -217,15 +217,15 @@ static void double_release_and_use_after_close(void) {
     dokebi_lock_backend_free(backend);
 }
 
-static void unknown_backends_are_reported(const dokebi_lock_runtime *runtime) {
+static void unknown_backends_are_reported(const dokebi_lock_provider *provider) {
     dokebi_lock_backend *backend = NULL;
     dokebi_lock_error *error = NULL;
-    CHECK(dokebi_lock_runtime_backend(runtime, "nope", &backend, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
+    CHECK(dokebi_lock_provider_backend(provider, "nope", &backend, &error) == DOKEBI_LOCK_UNKNOWN_BACKEND);
     CHECK(backend == NULL);
     CHECK(strcmp(dokebi_lock_error_name(error), "UNKNOWN_BACKEND") == 0);
     CHECK(strstr(dokebi_lock_error_fix(error), "names") != NULL);
     dokebi_lock_error_free(error);
-    CHECK_STATUS(DOKEBI_LOCK_UNKNOWN_BACKEND, dokebi_lock_runtime_backend(runtime, "\xff", &backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_UNKNOWN_BACKEND, dokebi_lock_provider_backend(provider, "\xff", &backend, ERR));
 }
 
 int main(void) {
@@ -235,16 +235,16 @@ int main(void) {
     every_free_accepts_null();
     status_names_are_stable();
 
-    dokebi_lock_runtime *runtime = open_runtime(YAML);
-    dokebi_lock_backend *backend = get_backend(runtime, "main");
-    null_handles_and_out_parameters_are_invalid_arguments(runtime, backend);
+    dokebi_lock_provider *provider = open_provider(YAML);
+    dokebi_lock_backend *backend = get_backend(provider, "main");
+    null_handles_and_out_parameters_are_invalid_arguments(provider, backend);
     bad_keys_and_timeouts_are_rejected(backend);
-    unknown_backends_are_reported(runtime);
+    unknown_backends_are_reported(provider);
     keys_at_the_limit_and_far_past_it(backend);
-    extreme_timeouts_and_indexes(runtime, backend);
+    extreme_timeouts_and_indexes(provider, backend);
     double_release_and_use_after_close();
     dokebi_lock_backend_free(backend);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     printf("errors: ok\n");
     return 0;
 }

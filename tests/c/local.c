@@ -13,11 +13,11 @@ static const char *const YAML =
     "        maxWaiters: 1\n"
     "        waitTimeoutMs: 20\n";
 
-static void names_are_listed_sorted(const dokebi_lock_runtime *runtime) {
-    CHECK(dokebi_lock_runtime_name_count(runtime) == 2);
-    CHECK(strcmp(dokebi_lock_runtime_name(runtime, 0), "main") == 0);
-    CHECK(strcmp(dokebi_lock_runtime_name(runtime, 1), "tiny") == 0);
-    CHECK(dokebi_lock_runtime_name(runtime, 2) == NULL);
+static void names_are_listed_sorted(const dokebi_lock_provider *provider) {
+    CHECK(dokebi_lock_provider_name_count(provider) == 2);
+    CHECK(strcmp(dokebi_lock_provider_name(provider, 0), "main") == 0);
+    CHECK(strcmp(dokebi_lock_provider_name(provider, 1), "tiny") == 0);
+    CHECK(dokebi_lock_provider_name(provider, 2) == NULL);
 }
 
 static void a_held_key_is_busy_then_times_out_and_is_free_after_release(const dokebi_lock_backend *main_) {
@@ -188,7 +188,7 @@ static void async_acquire_times_out_and_is_cancelled(const dokebi_lock_backend *
 
 /* A callback may call back into the library, blocking calls and close included. */
 typedef struct {
-    dokebi_lock_runtime *runtime;
+    dokebi_lock_provider *provider;
     const dokebi_lock_backend *backend;
     outcome done;
 } reentrant;
@@ -198,25 +198,25 @@ static void on_acquired_then_close(void *userdata, dokebi_lock_status status, do
     CHECK(status == DOKEBI_LOCK_OK && error == NULL);
     dokebi_lock_lease *other = must_acquire(r->backend, "other", 1000);
     dokebi_lock_lease_free(other);
-    CHECK(dokebi_lock_runtime_close(r->runtime) == DOKEBI_LOCK_OK);
+    CHECK(dokebi_lock_provider_close(r->provider) == DOKEBI_LOCK_OK);
     on_acquired(&r->done, dokebi_lock_lease_valid(lease) ? DOKEBI_LOCK_INVALID_ARGUMENT : DOKEBI_LOCK_OK, NULL, NULL);
     dokebi_lock_lease_free(lease);
 }
 
-static void a_callback_may_block_and_close_its_runtime(void) {
+static void a_callback_may_block_and_close_its_provider(void) {
     reentrant r;
-    r.runtime = open_runtime(YAML);
-    dokebi_lock_backend *backend = get_backend(r.runtime, "main");
+    r.provider = open_provider(YAML);
+    dokebi_lock_backend *backend = get_backend(r.provider, "main");
     r.backend = backend;
     outcome_init(&r.done);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(backend, KEY("k"), 1000, on_acquired_then_close, &r, NULL, ERR));
     CHECK(outcome_wait(&r.done) == DOKEBI_LOCK_OK); /* the lease ended with the close */
     outcome_destroy(&r.done);
     dokebi_lock_backend_free(backend);
-    dokebi_lock_runtime_free(r.runtime);
+    dokebi_lock_provider_free(r.provider);
 }
 
-/* A thread blocked in acquire while the runtime closes. */
+/* A thread blocked in acquire while the provider closes. */
 static void *wait_for_closed(void *backend) {
     dokebi_lock_lease *lease = NULL;
     CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire((const dokebi_lock_backend *)backend, KEY("closing"), 60000, &lease, ERR));
@@ -224,7 +224,7 @@ static void *wait_for_closed(void *backend) {
     return NULL;
 }
 
-static void close_rejects_waiters_and_ends_leases(dokebi_lock_runtime *runtime, const dokebi_lock_backend *main_) {
+static void close_rejects_waiters_and_ends_leases(dokebi_lock_provider *provider, const dokebi_lock_backend *main_) {
     dokebi_lock_lease *held = must_acquire(main_, "closing", 0);
     pthread_t thread;
     CHECK(pthread_create(&thread, NULL, wait_for_closed, (void *)main_) == 0);
@@ -232,7 +232,7 @@ static void close_rejects_waiters_and_ends_leases(dokebi_lock_runtime *runtime, 
     outcome_init(&waiter);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(main_, KEY("closing"), 60000, on_acquired, &waiter, NULL, ERR));
 
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
     /* close returns after the callbacks have run. */
     CHECK(waiter.called == 1 && waiter.status == DOKEBI_LOCK_CLOSED);
     CHECK(pthread_join(thread, NULL) == 0);
@@ -244,9 +244,9 @@ static void close_rejects_waiters_and_ends_leases(dokebi_lock_runtime *runtime, 
     dokebi_lock_lease *late = NULL;
     dokebi_lock_backend *backend = NULL;
     CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(main_, KEY("other"), 0, &late, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_runtime_backend(runtime, "main", &backend, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_provider_backend(provider, "main", &backend, ERR));
     CHECK(late == NULL && backend == NULL);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime)); /* idempotent */
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider)); /* idempotent */
 
     outcome late_async;
     outcome_init(&late_async);
@@ -258,10 +258,10 @@ static void close_rejects_waiters_and_ends_leases(dokebi_lock_runtime *runtime, 
 }
 
 int main(void) {
-    dokebi_lock_runtime *runtime = open_runtime(YAML);
-    names_are_listed_sorted(runtime);
-    dokebi_lock_backend *main_ = get_backend(runtime, "main");
-    dokebi_lock_backend *tiny = get_backend(runtime, "tiny");
+    dokebi_lock_provider *provider = open_provider(YAML);
+    names_are_listed_sorted(provider);
+    dokebi_lock_backend *main_ = get_backend(provider, "main");
+    dokebi_lock_backend *tiny = get_backend(provider, "tiny");
 
     a_held_key_is_busy_then_times_out_and_is_free_after_release(main_);
     fences_grow_with_every_acquire(main_);
@@ -269,12 +269,12 @@ int main(void) {
     key_limit_and_queue_full(tiny);
     async_waiters_are_served_in_order(main_);
     async_acquire_times_out_and_is_cancelled(main_);
-    a_callback_may_block_and_close_its_runtime();
-    close_rejects_waiters_and_ends_leases(runtime, main_);
+    a_callback_may_block_and_close_its_provider();
+    close_rejects_waiters_and_ends_leases(provider, main_);
 
-    /* Handles outlive the runtime: freed in any order. */
+    /* Handles outlive the provider: freed in any order. */
     dokebi_lock_lease *survivor = NULL;
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_try_acquire(tiny, KEY("x"), &survivor, ERR));
     dokebi_lock_backend_free(main_);
     dokebi_lock_backend_free(tiny);

@@ -32,8 +32,8 @@ static void cycle(const dokebi_lock_backend *backend, long i) {
 
 int main(int argc, char **argv) {
     long cycles = argc > 1 ? atol(argv[1]) : 1000000;
-    dokebi_lock_runtime *runtime = open_runtime("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      main: {}\n");
-    dokebi_lock_backend *backend = get_backend(runtime, "main");
+    dokebi_lock_provider *provider = open_provider("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      main: {}\n");
+    dokebi_lock_backend *backend = get_backend(provider, "main");
     long warm_up = cycles / 10;
     for (long i = 0; i < warm_up; i++) {
         cycle(backend, i);
@@ -52,6 +52,6 @@ int main(int argc, char **argv) {
         CHECK(peak - before <= 1024);
     }
     dokebi_lock_backend_free(backend);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     return 0;
 }

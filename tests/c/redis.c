@@ -1,5 +1,5 @@
 /* The redis driver through the C API, against the private redis-server whose
- * URL is in REDIS_URL (started and killed by scripts/test-c). Two runtimes
+ * URL is in REDIS_URL (started and killed by scripts/test-c). Two providers
  * stand for two processes sharing the server. */
 #include <time.h>
 
@@ -32,7 +32,7 @@ static void sleep_ms(long ms) {
     nanosleep(&pause, NULL);
 }
 
-static void a_lease_is_shared_between_runtimes(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+static void a_lease_is_shared_between_providers(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
     dokebi_lock_lease *lease = must_acquire(one, "order:42", 0);
     CHECK(dokebi_lock_lease_valid(lease));
     int64_t remaining = dokebi_lock_lease_remaining_ms(lease);
@@ -44,7 +44,7 @@ static void a_lease_is_shared_between_runtimes(const dokebi_lock_backend *one, c
     CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(two, KEY("order:42"), 50, &other, ERR));
     CHECK(other == NULL);
 
-    /* A waiter in the other runtime gets the key when it is released. */
+    /* A waiter in the other provider gets the key when it is released. */
     outcome waiter;
     outcome_init(&waiter);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(two, KEY("order:42"), 10000, on_acquired, &waiter, NULL, ERR));
@@ -94,7 +94,7 @@ static void an_expired_lease_is_lost(const dokebi_lock_backend *brief) {
     dokebi_lock_lease_free(next);
 }
 
-/* Threads of two runtimes contend on one key: never two holders. */
+/* Threads of two providers contend on one key: never two holders. */
 static int in_section, overlaps;
 static long counter;
 
@@ -118,7 +118,7 @@ static void *contend(void *backend_) {
     return NULL;
 }
 
-static void threads_of_two_runtimes_never_hold_at_once(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+static void threads_of_two_providers_never_hold_at_once(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
     pthread_t threads[4];
     for (int i = 0; i < 4; i++) {
         CHECK(pthread_create(&threads[i], NULL, contend, (void *)(i % 2 ? one : two)) == 0);
@@ -131,8 +131,8 @@ static void threads_of_two_runtimes_never_hold_at_once(const dokebi_lock_backend
 
 static void an_unreachable_server_is_provider_failed(void) {
     /* Port 1 on localhost: nothing listens there. */
-    dokebi_lock_runtime *runtime = open_runtime(config("redis://127.0.0.1:1/0", "c-test"));
-    dokebi_lock_backend *backend = get_backend(runtime, "shared");
+    dokebi_lock_provider *provider = open_provider(config("redis://127.0.0.1:1/0", "c-test"));
+    dokebi_lock_backend *backend = get_backend(provider, "shared");
     dokebi_lock_lease *lease = NULL;
     dokebi_lock_error *error = NULL;
     CHECK(dokebi_lock_acquire(backend, KEY("k"), 0, &lease, &error) == DOKEBI_LOCK_PROVIDER_FAILED);
@@ -141,12 +141,12 @@ static void an_unreachable_server_is_provider_failed(void) {
     CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
     dokebi_lock_error_free(error);
     dokebi_lock_backend_free(backend);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
 }
 
-static void close_releases_held_leases(dokebi_lock_runtime *runtime, const dokebi_lock_backend *held_by, const dokebi_lock_backend *other) {
+static void close_releases_held_leases(dokebi_lock_provider *provider, const dokebi_lock_backend *held_by, const dokebi_lock_backend *other) {
     dokebi_lock_lease *lease = must_acquire(held_by, "closing", 0);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_runtime_close(runtime));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
     CHECK(!dokebi_lock_lease_valid(lease));
     dokebi_lock_lease_free(must_acquire(other, "closing", 0));
     dokebi_lock_lease *late = NULL;
@@ -159,23 +159,23 @@ int main(void) {
     CHECK(url != NULL);
     char namespace_[64];
     snprintf(namespace_, sizeof namespace_, "c-test-%ld", (long)time(NULL));
-    dokebi_lock_runtime *first = open_runtime(config(url, namespace_));
-    dokebi_lock_runtime *second = open_runtime(config(url, namespace_));
+    dokebi_lock_provider *first = open_provider(config(url, namespace_));
+    dokebi_lock_provider *second = open_provider(config(url, namespace_));
     dokebi_lock_backend *one = get_backend(first, "shared");
     dokebi_lock_backend *two = get_backend(second, "shared");
     dokebi_lock_backend *brief = get_backend(first, "brief");
 
-    a_lease_is_shared_between_runtimes(one, two);
+    a_lease_is_shared_between_providers(one, two);
     an_expired_lease_is_lost(brief);
-    threads_of_two_runtimes_never_hold_at_once(one, two);
+    threads_of_two_providers_never_hold_at_once(one, two);
     an_unreachable_server_is_provider_failed();
     close_releases_held_leases(first, one, two);
 
     dokebi_lock_backend_free(one);
     dokebi_lock_backend_free(two);
     dokebi_lock_backend_free(brief);
-    dokebi_lock_runtime_free(first);
-    dokebi_lock_runtime_free(second);
+    dokebi_lock_provider_free(first);
+    dokebi_lock_provider_free(second);
     printf("redis: ok\n");
     return 0;
 }

@@ -60,12 +60,12 @@ static void *contend(void *backend_) {
 }
 
 int main(void) {
-    dokebi_lock_runtime *runtime = open_runtime(YAML);
+    dokebi_lock_provider *provider = open_provider(YAML);
     /* Each thread takes its own backend handle; all share the one backend. */
     dokebi_lock_backend *backends[THREADS];
     pthread_t threads[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        backends[i] = get_backend(runtime, "main");
+        backends[i] = get_backend(provider, "main");
         CHECK(pthread_create(&threads[i], NULL, contend, backends[i]) == 0);
     }
     for (int i = 0; i < THREADS; i++) {
@@ -75,7 +75,7 @@ int main(void) {
     CHECK(overlaps == 0);
     CHECK(fence_regressions == 0);
     CHECK(counter == (long)THREADS * ROUNDS);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     printf("threads: ok (%d threads x %d rounds)\n", THREADS, ROUNDS);
     return 0;
 }

@@ -73,11 +73,11 @@ static void a_redis_section_longer_than_its_lease_stays_exclusive(const dokebi_l
 }
 
 int main(void) {
-    dokebi_lock_runtime *runtime = open_runtime("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      main: {}\n");
-    dokebi_lock_backend *local = get_backend(runtime, "main");
+    dokebi_lock_provider *provider = open_provider("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      main: {}\n");
+    dokebi_lock_backend *local = get_backend(provider, "main");
     a_local_section_holds_the_key_and_releases_it(local);
     dokebi_lock_backend_free(local);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
 
     const char *url = getenv("REDIS_URL");
     CHECK(url != NULL);
@@ -92,13 +92,13 @@ int main(void) {
                        "      main: { url: \"%s\", commandTimeoutMs: 120 }\n",
                        (long)time(NULL), url);
     CHECK(len > 0 && (size_t)len < sizeof yaml);
-    dokebi_lock_runtime *first = open_runtime(yaml), *second = open_runtime(yaml);
+    dokebi_lock_provider *first = open_provider(yaml), *second = open_provider(yaml);
     dokebi_lock_backend *one = get_backend(first, "shared"), *two = get_backend(second, "shared");
     a_redis_section_longer_than_its_lease_stays_exclusive(one, two);
     dokebi_lock_backend_free(one);
     dokebi_lock_backend_free(two);
-    dokebi_lock_runtime_free(first);
-    dokebi_lock_runtime_free(second);
+    dokebi_lock_provider_free(first);
+    dokebi_lock_provider_free(second);
     puts("with_lock: ok");
     return 0;
 }

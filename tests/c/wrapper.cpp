@@ -37,9 +37,9 @@ static lock::Error expect_error(dokebi_lock_status status, Body body) {
 }
 
 int main() {
-    auto runtime = lock::Runtime::open(YAML);
-    CHECK(runtime.names() == std::vector<std::string>{"orders"});
-    auto orders = runtime.backend("orders");
+    auto provider = lock::Provider::open(YAML);
+    CHECK(provider.names() == std::vector<std::string>{"orders"});
+    auto orders = provider.backend("orders");
 
     std::uint64_t first_fence = 0;
     {
@@ -65,14 +65,14 @@ int main() {
     CHECK(again->fence().empty());  // a moved-from lease holds nothing
 
     auto invalid = expect_error(DOKEBI_LOCK_INVALID_OPTIONS, [] {
-        lock::Runtime::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: { maxKeys: -1 }\n");
+        lock::Provider::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: { maxKeys: -1 }\n");
     });
     CHECK(invalid.issues().size() == 1 && invalid.issues()[0].path == "backends.a.maxKeys");
-    expect_error(DOKEBI_LOCK_UNKNOWN_BACKEND, [&] { runtime.backend("nope"); });
+    expect_error(DOKEBI_LOCK_UNKNOWN_BACKEND, [&] { provider.backend("nope"); });
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.acquire(""); });
 
     auto held = orders.acquire("held");
-    runtime.close();
+    provider.close();
     CHECK(!held.valid());
     expect_error(DOKEBI_LOCK_CLOSED, [&] { orders.acquire("after-close", 0ms); });
     std::printf("wrapper: ok\n");

@@ -87,10 +87,10 @@ int main(int argc, char **argv) {
     uint64_t run_until = mono_us() + (uint64_t)strtoull(argv[4], NULL, 10) * 1000u;
     rng = strtoull(argv[6], NULL, 10) | 1;
 
-    dokebi_lock_runtime *runtime = NULL;
+    dokebi_lock_provider *provider = NULL;
     dokebi_lock_backend *backend = NULL;
-    if (dokebi_lock_runtime_open(yaml, strlen(yaml), &runtime, NULL) != DOKEBI_LOCK_OK) die("runtime_open");
-    if (dokebi_lock_runtime_backend(runtime, "faults", &backend, NULL) != DOKEBI_LOCK_OK) die("runtime_backend");
+    if (dokebi_lock_provider_open(yaml, strlen(yaml), &provider, NULL) != DOKEBI_LOCK_OK) die("provider_open");
+    if (dokebi_lock_provider_backend(provider, "faults", &backend, NULL) != DOKEBI_LOCK_OK) die("provider_backend");
 
     store_fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in address = {0};
@@ -138,6 +138,6 @@ int main(int argc, char **argv) {
     fclose(log);
     close(store_fd);
     dokebi_lock_backend_free(backend);
-    dokebi_lock_runtime_free(runtime);
+    dokebi_lock_provider_free(provider);
     return 0;
 }

@@ -14,7 +14,7 @@ use dokebi_lock::acquire::AcquireOptions;
 use dokebi_lock::error::Result;
 use dokebi_lock::provider::{Backend, Lease};
 
-/// One backend of a runtime. Shared by any number of threads; freed with
+/// One backend of a provider. Shared by any number of threads; freed with
 /// `dokebi_lock_backend_free`.
 pub struct dokebi_lock_backend {
     pub(crate) backend: Backend,
@@ -104,7 +104,7 @@ unsafe fn acquire(
 pub unsafe extern "C" fn dokebi_lock_backend_free(backend: *mut dokebi_lock_backend) {
     boundary(|| {
         if !backend.is_null() {
-            // SAFETY: the handle came from Box::into_raw in `runtime_backend`.
+            // SAFETY: the handle came from Box::into_raw in `provider_backend`.
             drop(unsafe { Box::from_raw(backend) });
         }
     })

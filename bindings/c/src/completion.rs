@@ -3,8 +3,8 @@
 //! callbacks.
 //!
 //! The completion thread starts with the first asynchronous acquire of a
-//! runtime (a runtime that never makes one starts no thread) and ends when
-//! the runtime and every handle taken from it are freed.
+//! provider (a provider that never makes one starts no thread) and ends when
+//! the provider and every handle taken from it are freed.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -50,7 +50,7 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// The asynchronous work of one runtime: the completion thread, started on
+/// The asynchronous work of one provider: the completion thread, started on
 /// first use, and the count of tasks whose callback has not returned yet.
 #[derive(Default)]
 pub(crate) struct Completions {
@@ -74,7 +74,7 @@ impl Completions {
     }
 
     /// Waits until every spawned task has finished. On the completion thread
-    /// itself (a callback closing its runtime) it cannot wait for the other
+    /// itself (a callback closing its provider) it cannot wait for the other
     /// tasks, which run after the current callback returns, so it returns at
     /// once.
     pub(crate) fn wait_idle(&self) {
@@ -92,7 +92,7 @@ impl Completions {
         if let Some(pool) = pool.as_ref() {
             return Ok(pool.clone());
         }
-        // One thread: the callbacks of one runtime never run concurrently,
+        // One thread: the callbacks of one provider never run concurrently,
         // and the waiting itself is done by the core, not by this thread.
         let created = ThreadPool::builder()
             .pool_size(1)

@@ -64,7 +64,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_key(lease: *const dokebi_lock_lease, 
     })
 }
 
-/// True while the lease is held: not released, not freed, the runtime not
+/// True while the lease is held: not released, not freed, the provider not
 /// closed and (redis) not expired by the local estimate. False for NULL.
 ///
 /// # Safety
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_renew(
 
 /// Releases the lease, handing the key to the next waiter. `*out_released`
 /// (when not NULL) is true when this call released it, false when it was
-/// already released (or the runtime closed). Redis: `DOKEBI_LOCK_LEASE_LOST`
+/// already released (or the provider closed). Redis: `DOKEBI_LOCK_LEASE_LOST`
 /// when the lease had expired or been taken over.
 ///
 /// # Safety

@@ -2,7 +2,7 @@
 //! in `build.rs`) over `liblock`.
 //!
 //! Modelled on rustls-ffi. The rules, also in the header and the README:
-//! - Opaque handles (`dokebi_lock_runtime`, `_backend`, `_lease`, `_pending`,
+//! - Opaque handles (`dokebi_lock_provider`, `_backend`, `_lease`, `_pending`,
 //!   `_error`); each has a `_free` that accepts NULL.
 //! - Acting functions return a [`dokebi_lock_status`] (`DOKEBI_LOCK_OK` = 0,
 //!   else the error code). Their out-parameters are written only on success;
@@ -14,7 +14,7 @@
 //! - No panic crosses the boundary ([`panic`]); a caught one is
 //!   `DOKEBI_LOCK_PANIC`.
 //! - Any thread may call any function, concurrently, except that a handle is
-//!   freed only once no other thread uses it. `fork()` after a runtime was
+//!   freed only once no other thread uses it. `fork()` after a provider was
 //!   opened is unsupported.
 
 // The C names are the API (`dokebi_lock_lease`, `DOKEBI_LOCK_OK`).
@@ -27,7 +27,7 @@ pub mod error;
 pub mod lease;
 pub mod panic;
 pub mod pending;
-pub mod runtime;
+pub mod provider;
 pub mod section;
 pub mod status;
 

@@ -13,11 +13,11 @@ use dokebi_lock::acquire::AcquireOptions;
 use dokebi_lock::error::{ErrorCode, LockError};
 
 /// Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
-/// runtime's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
+/// provider's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
 /// `lease` a new lease and `error` NULL; on failure `lease` is NULL and
 /// `error` a new error. The callback owns both and frees them (it may keep
 /// them). It must not unwind (no C++ exception, no longjmp) out of the call,
-/// and should return soon: callbacks of one runtime run one after another.
+/// and should return soon: callbacks of one provider run one after another.
 pub type dokebi_lock_acquire_callback = Option<
     unsafe extern "C" fn(userdata: *mut c_void, status: dokebi_lock_status, lease: *mut dokebi_lock_lease, error: *mut dokebi_lock_error),
 >;

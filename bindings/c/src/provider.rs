@@ -1,4 +1,4 @@
-//! The runtime handle: one opened configuration (a core `Provider`).
+//! The provider handle: one opened configuration (a core `Provider`).
 
 use std::ffi::{c_char, CStr, CString};
 use std::sync::Arc;
@@ -13,15 +13,15 @@ use dokebi_lock::error::{ErrorCode, LockError};
 use dokebi_lock::provider::Provider;
 
 /// Every backend of one configuration. Shared by any number of threads;
-/// freed with `dokebi_lock_runtime_free`.
-pub struct dokebi_lock_runtime {
+/// freed with `dokebi_lock_provider_free`.
+pub struct dokebi_lock_provider {
     provider: Provider,
-    /// The backend names, sorted, as C strings owned by the runtime.
+    /// The backend names, sorted, as C strings owned by the provider.
     names: Vec<CString>,
     completions: Arc<Completions>,
 }
 
-/// Opens a runtime from the text of a YAML configuration file
+/// Opens a provider from the text of a YAML configuration file
 /// (`schemaVersion: 1`, `options.dokebi-lock.backends...`), `yaml_len` bytes
 /// at `yaml`. On `DOKEBI_LOCK_INVALID_OPTIONS` the error lists every problem
 /// (`dokebi_lock_error_issue_count` / `_path` / `_message`).
@@ -35,21 +35,21 @@ pub struct dokebi_lock_runtime {
 /// many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
 ///
 /// # Safety
-/// `yaml` points to `yaml_len` readable bytes; `out_runtime` is writable;
+/// `yaml` points to `yaml_len` readable bytes; `out_provider` is writable;
 /// `out_error` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_open(
+pub unsafe extern "C" fn dokebi_lock_provider_open(
     yaml: *const c_char,
     yaml_len: usize,
-    out_runtime: *mut *mut dokebi_lock_runtime,
+    out_provider: *mut *mut dokebi_lock_provider,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        let out = Out::new(out_runtime, "out_runtime")?;
+        let out = Out::new(out_provider, "out_provider")?;
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
         let provider = Provider::from_yaml(yaml)?;
         let names = provider.names().into_iter().map(c_text).collect();
-        out.write(give(dokebi_lock_runtime { provider, names, completions: Arc::default() }));
+        out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default() }));
         Ok(())
     })
 }
@@ -57,51 +57,51 @@ pub unsafe extern "C" fn dokebi_lock_runtime_open(
 /// How many backends the configuration defines (0 for NULL).
 ///
 /// # Safety
-/// `runtime` is NULL or a live runtime handle.
+/// `provider` is NULL or a live provider handle.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_name_count(runtime: *const dokebi_lock_runtime) -> usize {
-    boundary(|| unsafe { runtime.as_ref() }.map_or(0, |r| r.names.len()))
+pub unsafe extern "C" fn dokebi_lock_provider_name_count(provider: *const dokebi_lock_provider) -> usize {
+    boundary(|| unsafe { provider.as_ref() }.map_or(0, |r| r.names.len()))
 }
 
-/// The name of backend `index` (names are sorted), owned by the runtime;
+/// The name of backend `index` (names are sorted), owned by the provider;
 /// NULL when `index` is out of range or for NULL.
 ///
 /// # Safety
-/// `runtime` is NULL or a live runtime handle.
+/// `provider` is NULL or a live provider handle.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_name(runtime: *const dokebi_lock_runtime, index: usize) -> *const c_char {
-    boundary(|| unsafe { runtime.as_ref() }.and_then(|r| r.names.get(index)).map_or(std::ptr::null(), |n| n.as_ptr()))
+pub unsafe extern "C" fn dokebi_lock_provider_name(provider: *const dokebi_lock_provider, index: usize) -> *const c_char {
+    boundary(|| unsafe { provider.as_ref() }.and_then(|r| r.names.get(index)).map_or(std::ptr::null(), |n| n.as_ptr()))
 }
 
 /// The backend called `name` (NUL-terminated): `DOKEBI_LOCK_UNKNOWN_BACKEND`
 /// if none is, `DOKEBI_LOCK_CLOSED` after close. The backend handle stays
-/// usable after the runtime is freed (its calls then fail with `CLOSED`).
+/// usable after the provider is freed (its calls then fail with `CLOSED`).
 ///
 /// # Safety
-/// `runtime` is NULL or a live runtime handle; `name` is NULL or a
+/// `provider` is NULL or a live provider handle; `name` is NULL or a
 /// NUL-terminated string; `out_backend` is writable; `out_error` is NULL or
 /// writable.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_backend(
-    runtime: *const dokebi_lock_runtime,
+pub unsafe extern "C" fn dokebi_lock_provider_backend(
+    provider: *const dokebi_lock_provider,
     name: *const c_char,
     out_backend: *mut *mut dokebi_lock_backend,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        let runtime = unsafe { handle(runtime, "runtime") }?;
+        let provider = unsafe { handle(provider, "provider") }?;
         let out = Out::new(out_backend, "out_backend")?;
         unsafe { handle(name, "name") }?;
         let name = unsafe { CStr::from_ptr(name) }
             .to_str()
             .map_err(|_| LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured (the name is not valid UTF-8)"))?;
-        let backend = runtime.provider.backend(name)?;
-        out.write(give(dokebi_lock_backend::new(backend, runtime.completions.clone())));
+        let backend = provider.provider.backend(name)?;
+        out.write(give(dokebi_lock_backend::new(backend, provider.completions.clone())));
         Ok(())
     })
 }
 
-/// Closes the runtime, as the core's `close()`: waiters are rejected with
+/// Closes the provider, as the core's `close()`: waiters are rejected with
 /// `DOKEBI_LOCK_CLOSED`, held leases are released (redis: within
 /// `shutdownTimeoutMs`, failures logged, never returned) or become invalid
 /// (local), and every later call fails with `CLOSED`. Returns once every
@@ -109,33 +109,33 @@ pub unsafe extern "C" fn dokebi_lock_runtime_backend(
 /// callback: then the other callbacks run after it returns). Idempotent.
 ///
 /// # Safety
-/// `runtime` is NULL or a live runtime handle.
+/// `provider` is NULL or a live provider handle.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_close(runtime: *mut dokebi_lock_runtime) -> dokebi_lock_status {
+pub unsafe extern "C" fn dokebi_lock_provider_close(provider: *mut dokebi_lock_provider) -> dokebi_lock_status {
     call(std::ptr::null_mut(), || {
-        unsafe { handle(runtime, "runtime") }?.close();
+        unsafe { handle(provider, "provider") }?.close();
         Ok(())
     })
 }
 
-/// Closes the runtime (as `dokebi_lock_runtime_close`) and frees it. NULL is
+/// Closes the provider (as `dokebi_lock_provider_close`) and frees it. NULL is
 /// accepted.
 ///
 /// # Safety
-/// `runtime` is NULL or a live runtime handle that no other thread uses any
+/// `provider` is NULL or a live provider handle that no other thread uses any
 /// more and that is not used afterwards.
 #[no_mangle]
-pub unsafe extern "C" fn dokebi_lock_runtime_free(runtime: *mut dokebi_lock_runtime) {
+pub unsafe extern "C" fn dokebi_lock_provider_free(provider: *mut dokebi_lock_provider) {
     boundary(|| {
-        if !runtime.is_null() {
+        if !provider.is_null() {
             // SAFETY: the handle came from Box::into_raw in `open`.
-            let runtime = unsafe { Box::from_raw(runtime) };
-            runtime.close();
+            let provider = unsafe { Box::from_raw(provider) };
+            provider.close();
         }
     })
 }
 
-impl dokebi_lock_runtime {
+impl dokebi_lock_provider {
     fn close(&self) {
         block_on(self.provider.close());
         self.completions.wait_idle();
