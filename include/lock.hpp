@@ -7,6 +7,11 @@
  * code name, message, fix and option issues; try_acquire returns an empty
  * std::optional instead of throwing LOCK_BUSY. Objects are move-only; the
  * thread rules of lock.h apply (any thread may use them, destroy each once).
+ *
+ * Without exceptions (-fno-exceptions, or DOKEBI_LOCK_NO_EXCEPTIONS defined
+ * before the include), every call that could throw returns a
+ * dokebi::lock::Result<T> instead: check ok(), then take value() or error().
+ * Asynchronous acquires hand their callback a Result<Lease> in both forms.
  */
 #ifndef DOKEBI_LOCK_HPP
 #define DOKEBI_LOCK_HPP
@@ -14,12 +19,20 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#if defined(__cpp_exceptions) && !defined(DOKEBI_LOCK_NO_EXCEPTIONS)
+#define DOKEBI_LOCK_EXCEPTIONS 1
+#endif
 
 #include "lock.h"
 
@@ -59,15 +72,89 @@ private:
     std::vector<Issue> issues_;
 };
 
+/// A value or the Error of the call that could not make it.
+template <typename T>
+class Result {
+public:
+    Result(T value) : outcome_(std::move(value)) {}
+    Result(Error error) : outcome_(std::move(error)) {}
+
+    bool ok() const noexcept { return outcome_.index() == 0; }
+    explicit operator bool() const noexcept { return ok(); }
+    /// The value; only when ok().
+    T &value() & { return std::get<0>(outcome_); }
+    T &&value() && { return std::get<0>(std::move(outcome_)); }
+    /// The error; only when !ok().
+    const Error &error() const { return std::get<1>(outcome_); }
+
+private:
+    std::variant<T, Error> outcome_;
+};
+
+/// The outcome of a call that makes no value.
+template <>
+class Result<void> {
+public:
+    Result() = default;
+    Result(Error error) : error_(std::move(error)) {}
+
+    bool ok() const noexcept { return !error_.has_value(); }
+    explicit operator bool() const noexcept { return ok(); }
+    /// The error; only when !ok().
+    const Error &error() const { return *error_; }
+
+private:
+    std::optional<Error> error_;
+};
+
+#ifdef DOKEBI_LOCK_EXCEPTIONS
+/// What a call returns: T itself (failures throw).
+template <typename T>
+using Returns = T;
+#else
+/// What a call returns: a Result<T> (nothing throws).
+template <typename T>
+using Returns = Result<T>;
+#endif
+
 namespace detail {
 
-/// Throws for a failed status. Call it after the call has returned: as
-/// arguments of one call, `status` and `error` would be evaluated in no
-/// particular order.
-inline void check(dokebi_lock_status status, dokebi_lock_error *error) {
+/// The outcome of a call that made `value` (when `status` is OK): the value,
+/// or (after the call has returned: as arguments of one call, `status` and
+/// `error` would be evaluated in no particular order) its Error, thrown or
+/// returned.
+template <typename T>
+Returns<T> finish(dokebi_lock_status status, dokebi_lock_error *error, T &&value) {
     if (status != DOKEBI_LOCK_OK) {
+#ifdef DOKEBI_LOCK_EXCEPTIONS
         throw Error(status, error);
+#else
+        return Error(status, error);
+#endif
     }
+    return std::forward<T>(value);
+}
+
+/// The Error of a failed call, thrown or returned.
+template <typename T>
+Returns<T> fail(dokebi_lock_status status, dokebi_lock_error *error) {
+#ifdef DOKEBI_LOCK_EXCEPTIONS
+    throw Error(status, error);
+#else
+    return Error(status, error);
+#endif
+}
+
+/// The same for a call that makes no value.
+inline Returns<void> finish(dokebi_lock_status status, dokebi_lock_error *error) {
+    if (status != DOKEBI_LOCK_OK) {
+#ifdef DOKEBI_LOCK_EXCEPTIONS
+        throw Error(status, error);
+#else
+        return Error(status, error);
+#endif
+    }
+    return Returns<void>();
 }
 
 /// -1 (DOKEBI_LOCK_WAIT_DEFAULT) when no wait is given.
@@ -124,24 +211,51 @@ public:
     }
 
     /// True while the lease is still ours.
-    bool renew() {
+    Returns<bool> renew() {
         bool valid = false;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_lease_renew(lease_.get(), &valid, &error);
-        detail::check(status, error);
-        return valid;
+        return detail::finish(status, error, std::move(valid));
     }
     /// True when this call released the lease, false when it already was.
-    bool release() {
+    Returns<bool> release() {
         bool released = false;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_lease_release(lease_.get(), &released, &error);
-        detail::check(status, error);
-        return released;
+        return detail::finish(status, error, std::move(released));
     }
 
 private:
     detail::Handle<dokebi_lock_lease, dokebi_lock_lease_free> lease_;
+};
+
+/// A section run by Backend::with_lock: its fence, and whether the lease
+/// was lost meanwhile (then stop: the work is no longer exclusive).
+class Section {
+public:
+    explicit Section(const dokebi_lock_section *raw) noexcept : section_(raw) {}
+
+    /// The fencing token as a decimal string.
+    std::string fence() const {
+        const char *fence = dokebi_lock_section_fence(section_);
+        return fence ? fence : "";
+    }
+    bool lost() const noexcept { return dokebi_lock_section_lost(section_); }
+
+private:
+    const dokebi_lock_section *section_;
+};
+
+/// One asynchronous acquire; cancel() ends its wait (its callback then gets
+/// ABORTED). Destroying it does not cancel.
+class Pending {
+public:
+    explicit Pending(dokebi_lock_pending *raw) noexcept : pending_(raw) {}
+
+    void cancel() noexcept { dokebi_lock_pending_cancel(pending_.get()); }
+
+private:
+    detail::Handle<dokebi_lock_pending, dokebi_lock_pending_free> pending_;
 };
 
 /// One backend; cheap to keep, usable from any thread.
@@ -150,28 +264,110 @@ public:
     explicit Backend(dokebi_lock_backend *raw) noexcept : backend_(raw) {}
 
     /// Blocks until the key is ours; the backend's waitTimeoutMs when `wait` is empty.
-    Lease acquire(std::string_view key, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+    Returns<Lease> acquire(std::string_view key, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
         dokebi_lock_lease *lease = nullptr;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_acquire(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &lease, &error);
-        detail::check(status, error);
-        return Lease(lease);
+        return detail::finish(status, error, Lease(lease));
     }
 
     /// The lease if the key is free now; empty when it is held (LOCK_BUSY).
-    std::optional<Lease> try_acquire(std::string_view key) const {
+    Returns<std::optional<Lease>> try_acquire(std::string_view key) const {
         dokebi_lock_lease *lease = nullptr;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_try_acquire(backend_.get(), key.data(), key.size(), &lease, &error);
         if (status == DOKEBI_LOCK_LOCK_BUSY) {
             dokebi_lock_error_free(error);
-            return std::nullopt;
+            return std::optional<Lease>();
         }
-        detail::check(status, error);
-        return Lease(lease);
+        return detail::finish(status, error, std::optional<Lease>(Lease(lease)));
+    }
+
+    /// Acquires without blocking: `done(Result<Lease>)` runs once, on the
+    /// provider's completion thread (see lock.h), and must not throw.
+    template <typename Done>
+    Returns<Pending> acquire_async(std::string_view key, Done done, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        auto callback = new std::function<void(Result<Lease>)>(std::move(done));
+        dokebi_lock_pending *pending = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_acquire_async(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &completed, callback,
+                                                              &pending, &error);
+        if (status != DOKEBI_LOCK_OK) {
+            delete callback;  // never called when the acquire did not start
+        }
+        return detail::finish(status, error, Pending(pending));
+    }
+
+    /// Holds `key` while `section(const Section &)` runs, renewing a redis
+    /// lease meanwhile, and releases it after; gives back what the section
+    /// returned. LEASE_LOST when the lease was lost during the section. An
+    /// exception thrown by the section is rethrown after the release.
+    template <typename Fn>
+    Returns<std::invoke_result_t<Fn &, const Section &>> with_lock(std::string_view key, Fn section,
+                                                                  std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        using Output = std::invoke_result_t<Fn &, const Section &>;
+        static_assert(!std::is_void_v<Output>, "the section returns a value (return 0 when there is nothing to say)");
+        SectionCall<Fn, Output> call{section, std::nullopt, nullptr};
+        int ignored = 0;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status =
+            dokebi_lock_with_lock(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &SectionCall<Fn, Output>::run, &call, &ignored, &error);
+#ifdef DOKEBI_LOCK_EXCEPTIONS
+        if (call.thrown) {
+            dokebi_lock_error_free(error);
+            std::rethrow_exception(call.thrown);
+        }
+#endif
+        if (status != DOKEBI_LOCK_OK) {
+            return detail::fail<Output>(status, error);
+        }
+        return std::move(*call.output);
+    }
+
+    /// Counts of the backend (never keys).
+    Returns<dokebi_lock_backend_status> status() const {
+        dokebi_lock_backend_status snapshot{};
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_backend_get_status(backend_.get(), &snapshot, &error);
+        return detail::finish(status, error, std::move(snapshot));
     }
 
 private:
+    /// The C callback of acquire_async: hands the outcome to the C++ one
+    /// (noexcept: a callback that throws ends the program, not unwinds C).
+    static void completed(void *userdata, dokebi_lock_status status, dokebi_lock_lease *lease, dokebi_lock_error *error) noexcept {
+        auto done = static_cast<std::function<void(Result<Lease>)> *>(userdata);
+        if (status == DOKEBI_LOCK_OK) {
+            (*done)(Result<Lease>(Lease(lease)));
+        } else {
+            (*done)(Result<Lease>(Error(status, error)));
+        }
+        delete done;
+    }
+
+    /// One with_lock call: the section, what it returned, what it threw.
+    template <typename Fn, typename Output>
+    struct SectionCall {
+        Fn &section;
+        std::optional<Output> output;
+        std::exception_ptr thrown;
+
+        /// The C section: runs the C++ one; nothing unwinds into C.
+        static int run(const dokebi_lock_section *raw, void *user_data) {
+            auto call = static_cast<SectionCall *>(user_data);
+#ifdef DOKEBI_LOCK_EXCEPTIONS
+            try {
+                call->output.emplace(call->section(Section(raw)));
+            } catch (...) {
+                call->thrown = std::current_exception();
+            }
+#else
+            call->output.emplace(call->section(Section(raw)));
+#endif
+            return 0;
+        }
+    };
+
     detail::Handle<dokebi_lock_backend, dokebi_lock_backend_free> backend_;
 };
 
@@ -179,12 +375,11 @@ private:
 class Provider {
 public:
     /// Opens the YAML configuration text.
-    static Provider open(std::string_view yaml) {
+    static Returns<Provider> open(std::string_view yaml) {
         dokebi_lock_provider *provider = nullptr;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_provider_open(yaml.data(), yaml.size(), &provider, &error);
-        detail::check(status, error);
-        return Provider(provider);
+        return detail::finish(status, error, Provider(provider));
     }
 
     std::vector<std::string> names() const {
@@ -195,16 +390,15 @@ public:
         return names;
     }
 
-    Backend backend(const std::string &name) const {
+    Returns<Backend> backend(const std::string &name) const {
         dokebi_lock_backend *backend = nullptr;
         dokebi_lock_error *error = nullptr;
         dokebi_lock_status status = dokebi_lock_provider_backend(provider_.get(), name.c_str(), &backend, &error);
-        detail::check(status, error);
-        return Backend(backend);
+        return detail::finish(status, error, Backend(backend));
     }
 
-    /// Rejects waiters and ends held leases; later calls throw CLOSED.
-    void close() { detail::check(dokebi_lock_provider_close(provider_.get()), nullptr); }
+    /// Rejects waiters and ends held leases; later calls fail with CLOSED.
+    Returns<void> close() { return detail::finish(dokebi_lock_provider_close(provider_.get()), nullptr); }
 
 private:
     explicit Provider(dokebi_lock_provider *raw) noexcept : provider_(raw) {}

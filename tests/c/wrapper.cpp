@@ -1,6 +1,10 @@
-// The C++ wrapper (lock.hpp): RAII leases, errors as exceptions.
+// The C++ wrapper (lock.hpp): RAII leases, errors as exceptions, with_lock,
+// status and asynchronous acquires.
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "lock.hpp"
@@ -34,6 +38,67 @@ static lock::Error expect_error(dokebi_lock_status status, Body body) {
     }
     std::fprintf(stderr, "expected %s, nothing was thrown\n", dokebi_lock_status_name(status));
     std::exit(1);
+}
+
+/// Waits for one asynchronous outcome.
+struct Outcome {
+    std::mutex mutex;
+    std::condition_variable arrived;
+    std::optional<lock::Result<lock::Lease>> result;
+
+    void set(lock::Result<lock::Lease> value) {
+        std::lock_guard<std::mutex> guard(mutex);
+        result.emplace(std::move(value));
+        arrived.notify_one();
+    }
+    lock::Result<lock::Lease> take() {
+        std::unique_lock<std::mutex> guard(mutex);
+        arrived.wait(guard, [&] { return result.has_value(); });
+        return std::move(*result);
+    }
+};
+
+static void with_lock_runs_the_section_holding_the_key(lock::Backend &orders) {
+    std::string seen_fence;
+    int output = orders.with_lock("job", [&](const lock::Section &section) {
+        seen_fence = section.fence();
+        CHECK(!section.lost());
+        CHECK(!orders.try_acquire("job").has_value());  // held during the section
+        return 42;
+    });
+    CHECK(output == 42 && !seen_fence.empty());
+    CHECK(orders.try_acquire("job").has_value());  // released after it
+    // An exception of the section comes back out, after the release.
+    try {
+        orders.with_lock("job", [](const lock::Section &) -> int { throw std::logic_error("section failed"); });
+        CHECK(false);
+    } catch (const std::logic_error &error) {
+        CHECK(std::string(error.what()) == "section failed");
+    }
+    CHECK(orders.try_acquire("job").has_value());
+}
+
+static void status_counts_held_leases(lock::Backend &orders) {
+    auto lease = orders.acquire("counted");
+    dokebi_lock_backend_status status = orders.status();
+    CHECK(status.held == 1);
+    CHECK(lease.release());
+    CHECK(orders.status().held == 0);
+}
+
+static void an_asynchronous_acquire_completes_or_is_cancelled(lock::Backend &orders) {
+    auto held = orders.acquire("async");
+    Outcome cancelled;
+    auto pending = orders.acquire_async("async", [&](lock::Result<lock::Lease> result) { cancelled.set(std::move(result)); }, 10000ms);
+    pending.cancel();
+    auto aborted = cancelled.take();
+    CHECK(!aborted.ok() && aborted.error().status() == DOKEBI_LOCK_ABORTED);
+
+    Outcome granted;
+    auto waiting = orders.acquire_async("async", [&](lock::Result<lock::Lease> result) { granted.set(std::move(result)); }, 10000ms);
+    CHECK(held.release());
+    auto lease = granted.take();
+    CHECK(lease.ok() && lease.value().key() == "async" && lease.value().fence_value() > held.fence_value());
 }
 
 int main() {
@@ -70,6 +135,10 @@ int main() {
     CHECK(invalid.issues().size() == 1 && invalid.issues()[0].path == "backends.a.maxKeys");
     expect_error(DOKEBI_LOCK_UNKNOWN_BACKEND, [&] { provider.backend("nope"); });
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.acquire(""); });
+
+    with_lock_runs_the_section_holding_the_key(orders);
+    status_counts_held_leases(orders);
+    an_asynchronous_acquire_completes_or_is_cancelled(orders);
 
     auto held = orders.acquire("held");
     provider.close();
