@@ -94,6 +94,44 @@ typedef uint32_t dokebi_lock_status;
 #endif // __cplusplus
 
 /**
+ * What happened (`dokebi_lock_event.kind`).
+ */
+enum dokebi_lock_event_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * An acquire waited at least `slowAcquireMs` (`duration_ms`,
+   * `threshold_ms`); `code` is its outcome (`DOKEBI_LOCK_OK` when granted).
+   */
+  DOKEBI_LOCK_EVENT_SLOW_ACQUIRE = 1,
+  /**
+   * A lease was held at least `slowHoldMs` when it ended.
+   */
+  DOKEBI_LOCK_EVENT_SLOW_HOLD = 2,
+  /**
+   * An acquire gave up waiting after `duration_ms` (`WAIT_TIMEOUT`).
+   */
+  DOKEBI_LOCK_EVENT_WAIT_TIMEOUT = 3,
+  /**
+   * A lease turned out lost; `code` is `LEASE_LOST` or `OUTCOME_UNKNOWN`.
+   */
+  DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
+  /**
+   * A Redis connection (`connection`) went up or down (`up`).
+   */
+  DOKEBI_LOCK_EVENT_CONNECTION = 5,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum dokebi_lock_event_kind dokebi_lock_event_kind;
+#else
+typedef uint32_t dokebi_lock_event_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * One backend of a provider. Shared by any number of threads; freed with
  * `dokebi_lock_backend_free`.
  */
@@ -141,6 +179,50 @@ typedef void (*dokebi_lock_acquire_callback)(void *userdata,
                                              dokebi_lock_status status,
                                              struct dokebi_lock_lease *lease,
                                              struct dokebi_lock_error *error);
+
+/**
+ * One telemetry event. The strings are valid during the callback only.
+ */
+typedef struct dokebi_lock_event {
+  dokebi_lock_event_kind kind;
+  /**
+   * The backend's name (NUL-terminated); NULL for a connection event.
+   */
+  const char *backend;
+  /**
+   * The connection's name (NUL-terminated); NULL but for a connection event.
+   */
+  const char *connection;
+  /**
+   * How long the acquire waited or the lease was held; 0 otherwise.
+   */
+  uint64_t duration_ms;
+  /**
+   * The threshold a slow event crossed; 0 otherwise.
+   */
+  uint64_t threshold_ms;
+  /**
+   * The outcome (see the kinds); `DOKEBI_LOCK_OK` otherwise.
+   */
+  dokebi_lock_status code;
+  /**
+   * For a connection event: true when it came up.
+   */
+  bool up;
+} dokebi_lock_event;
+
+/**
+ * Receives telemetry events with the `user_data` given at open.
+ *
+ * Called on the thread that observed the event: the caller's own thread for
+ * its acquires and releases, the redis driver's thread for connection
+ * changes and leases found lost by renewals; so possibly from several
+ * threads at once. It must return soon, must not unwind (no C++ exception,
+ * no longjmp), and must not close or free the provider; it may keep nothing
+ * of the event past the call.
+ */
+typedef void (*dokebi_lock_telemetry_fn)(const struct dokebi_lock_event *event,
+                                         void *user_data);
 
 /**
  * A critical section: gets the section (for its fence and whether the lease
@@ -475,6 +557,26 @@ dokebi_lock_status dokebi_lock_provider_open(const char *yaml,
                                              size_t yaml_len,
                                              struct dokebi_lock_provider **out_provider,
                                              struct dokebi_lock_error **out_error);
+
+/**
+ * Opens a provider as `dokebi_lock_provider_open` does, reporting telemetry
+ * events (slow acquires and holds, wait timeouts, lost leases, Redis
+ * connections going up or down; counts and codes, never keys) to
+ * `telemetry` with `user_data`. NULL `telemetry` reports nothing. See
+ * `dokebi_lock_telemetry_fn` for the threads it is called on and what it
+ * must not do.
+ *
+ * # Safety
+ * As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
+ * may be called with `user_data` from any thread, also concurrently, until
+ * the provider is freed.
+ */
+dokebi_lock_status dokebi_lock_provider_open_with_telemetry(const char *yaml,
+                                                            size_t yaml_len,
+                                                            dokebi_lock_telemetry_fn telemetry,
+                                                            void *user_data,
+                                                            struct dokebi_lock_provider **out_provider,
+                                                            struct dokebi_lock_error **out_error);
 
 /**
  * How many backends the configuration defines (0 for NULL).

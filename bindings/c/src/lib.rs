@@ -30,6 +30,7 @@ pub mod pending;
 pub mod provider;
 pub mod section;
 pub mod status;
+pub mod telemetry;
 
 /// The library version, e.g. `"0.4.1"`; static, never freed.
 #[no_mangle]

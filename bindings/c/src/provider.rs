@@ -1,6 +1,6 @@
 //! The provider handle: one opened configuration (a core `Provider`).
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
 
 use super::args::{give, handle, text, Out};
@@ -10,7 +10,10 @@ use super::error::{c_text, dokebi_lock_error};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
 use dokebi_lock::error::{ErrorCode, LockError};
-use dokebi_lock::provider::Provider;
+use dokebi_lock::provider::{Hooks, Provider};
+use dokebi_lock::Options;
+
+use super::telemetry::{hook, dokebi_lock_telemetry_fn};
 
 /// Every backend of one configuration. Shared by any number of threads;
 /// freed with `dokebi_lock_provider_free`.
@@ -44,10 +47,36 @@ pub unsafe extern "C" fn dokebi_lock_provider_open(
     out_provider: *mut *mut dokebi_lock_provider,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
+    // SAFETY: the caller keeps this function's contract, which is the
+    // other's without a callback.
+    unsafe { dokebi_lock_provider_open_with_telemetry(yaml, yaml_len, None, std::ptr::null_mut(), out_provider, out_error) }
+}
+
+/// Opens a provider as `dokebi_lock_provider_open` does, reporting telemetry
+/// events (slow acquires and holds, wait timeouts, lost leases, Redis
+/// connections going up or down; counts and codes, never keys) to
+/// `telemetry` with `user_data`. NULL `telemetry` reports nothing. See
+/// `dokebi_lock_telemetry_fn` for the threads it is called on and what it
+/// must not do.
+///
+/// # Safety
+/// As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
+/// may be called with `user_data` from any thread, also concurrently, until
+/// the provider is freed.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_provider_open_with_telemetry(
+    yaml: *const c_char,
+    yaml_len: usize,
+    telemetry: dokebi_lock_telemetry_fn,
+    user_data: *mut c_void,
+    out_provider: *mut *mut dokebi_lock_provider,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
     call(out_error, || {
         let out = Out::new(out_provider, "out_provider")?;
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
-        let provider = Provider::from_yaml(yaml)?;
+        let hooks = Hooks { telemetry: hook(telemetry, user_data), ..Hooks::default() };
+        let provider = Provider::open_with(Options::from_yaml(yaml)?, hooks)?;
         let names = provider.names().into_iter().map(c_text).collect();
         out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default() }));
         Ok(())

@@ -1,0 +1,127 @@
+/* Telemetry for C hosts (dokebi_lock_provider_open_with_telemetry): slow
+ * acquires and holds, wait timeouts and a Redis connection coming up reach
+ * the callback, with backend and connection names and codes, never keys. */
+#include <sched.h>
+
+#include "check.h"
+
+#define MAX_EVENTS 64
+
+/* The events seen, copied out of the callback (its strings die with it). */
+static struct {
+    pthread_mutex_t mutex;
+    int count;
+    struct {
+        dokebi_lock_event_kind kind;
+        char backend[32];
+        char connection[32];
+        dokebi_lock_status code;
+        bool up;
+    } events[MAX_EVENTS];
+} seen = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
+
+static void copy(char *to, const char *from) {
+    snprintf(to, 32, "%s", from ? from : "");
+}
+
+static void record(const dokebi_lock_event *event, void *user_data) {
+    CHECK(user_data == &seen);
+    pthread_mutex_lock(&seen.mutex);
+    if (seen.count < MAX_EVENTS) {
+        seen.events[seen.count].kind = event->kind;
+        copy(seen.events[seen.count].backend, event->backend);
+        copy(seen.events[seen.count].connection, event->connection);
+        seen.events[seen.count].code = event->code;
+        seen.events[seen.count].up = event->up;
+        seen.count++;
+    }
+    pthread_mutex_unlock(&seen.mutex);
+}
+
+/* How many events of `kind` from `name` (backend or connection) with `code` were seen. */
+static int count(dokebi_lock_event_kind kind, const char *name, dokebi_lock_status code) {
+    int n = 0;
+    pthread_mutex_lock(&seen.mutex);
+    for (int i = 0; i < seen.count; i++) {
+        const char *from = kind == DOKEBI_LOCK_EVENT_CONNECTION ? seen.events[i].connection : seen.events[i].backend;
+        if (seen.events[i].kind == kind && strcmp(from, name) == 0 && seen.events[i].code == code) {
+            n++;
+        }
+        CHECK(strstr(seen.events[i].backend, "secret") == NULL && strstr(seen.events[i].connection, "secret") == NULL);
+    }
+    pthread_mutex_unlock(&seen.mutex);
+    return n;
+}
+
+static uint64_t waiting(const dokebi_lock_backend *backend) {
+    dokebi_lock_backend_status status;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(backend, &status, ERR));
+    return status.waiting;
+}
+
+static void *acquire_and_release(void *backend) {
+    dokebi_lock_lease *lease = must_acquire(backend, "secret-order-42", 5000);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR));
+    dokebi_lock_lease_free(lease);
+    return NULL;
+}
+
+int main(void) {
+    const char *url = getenv("REDIS_URL");
+    CHECK(url != NULL);
+    char yaml[1024];
+    int len = snprintf(yaml, sizeof yaml,
+                       "schemaVersion: 1\n"
+                       "options:\n"
+                       "  dokebi-lock:\n"
+                       "    backends:\n"
+                       "      orders: { slowAcquireMs: 0, slowHoldMs: 0 }\n"
+                       "      shared: { driver: redis, connection: main, namespace: c-telemetry, leaseMs: 5000 }\n"
+                       "  dokebi-redis:\n"
+                       "    connections:\n"
+                       "      main: { url: \"%s\" }\n",
+                       url);
+    CHECK(len > 0 && (size_t)len < sizeof yaml);
+    dokebi_lock_provider *provider = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open_with_telemetry(yaml, (size_t)len, record, &seen, &provider, ERR));
+    dokebi_lock_backend *orders = get_backend(provider, "orders");
+
+    /* A granted key is no wait; a wait that times out is reported twice. */
+    dokebi_lock_lease *lease = must_acquire(orders, "secret-order-42", 0);
+    CHECK(count(DOKEBI_LOCK_EVENT_SLOW_ACQUIRE, "orders", DOKEBI_LOCK_OK) == 0);
+    dokebi_lock_lease *none = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(orders, KEY("secret-order-42"), 10, &none, ERR));
+    CHECK(count(DOKEBI_LOCK_EVENT_WAIT_TIMEOUT, "orders", DOKEBI_LOCK_WAIT_TIMEOUT) == 1);
+    CHECK(count(DOKEBI_LOCK_EVENT_SLOW_ACQUIRE, "orders", DOKEBI_LOCK_WAIT_TIMEOUT) == 1);
+    /* A wait that ends with the key (slowAcquireMs 0: every wait is slow). */
+    pthread_t waiter;
+    CHECK(pthread_create(&waiter, NULL, acquire_and_release, orders) == 0);
+    while (waiting(orders) == 0) {
+        sched_yield();
+    }
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR));
+    CHECK(pthread_join(waiter, NULL) == 0);
+    CHECK(count(DOKEBI_LOCK_EVENT_SLOW_ACQUIRE, "orders", DOKEBI_LOCK_OK) == 1);
+    CHECK(count(DOKEBI_LOCK_EVENT_SLOW_HOLD, "orders", DOKEBI_LOCK_OK) == 2);
+    dokebi_lock_lease_free(lease);
+
+    /* The redis driver connects in the background; the first acquire waits for it. */
+    dokebi_lock_backend *shared = get_backend(provider, "shared");
+    dokebi_lock_lease *redis_lease = must_acquire(shared, "secret-order-43", 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(redis_lease, NULL, ERR));
+    dokebi_lock_lease_free(redis_lease);
+    CHECK(count(DOKEBI_LOCK_EVENT_CONNECTION, "main", DOKEBI_LOCK_OK) >= 1);
+    pthread_mutex_lock(&seen.mutex);
+    bool came_up = false;
+    for (int i = 0; i < seen.count; i++) {
+        came_up = came_up || (seen.events[i].kind == DOKEBI_LOCK_EVENT_CONNECTION && seen.events[i].up);
+    }
+    pthread_mutex_unlock(&seen.mutex);
+    CHECK(came_up);
+
+    dokebi_lock_backend_free(shared);
+    dokebi_lock_backend_free(orders);
+    dokebi_lock_provider_free(provider);
+    printf("telemetry: ok\n");
+    return 0;
+}
