@@ -107,15 +107,14 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // A stale wake (task done, slot reused) only polls another task once
         // more, which futures allow.
-        let queued = EXECUTOR.with(|cell| match &*cell.borrow() {
-            Some(executor) if Arc::ptr_eq(&executor.wake, &self.wake) => {
-                executor.schedule(self.slot);
-                true
+        match current() {
+            Local::Here(executor) if Arc::ptr_eq(&executor.wake, &self.wake) => executor.schedule(self.slot),
+            Local::Here(_) | Local::None => {
+                self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
             }
-            _ => false,
-        });
-        if !queued {
-            self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
+            // This thread is exiting (its locals are being destroyed): no
+            // loop will run a woken task again.
+            Local::Exiting => {}
         }
     }
 }
@@ -144,16 +143,62 @@ struct Executor {
 
 thread_local! {
     /// One executor per JS thread (main thread, each worker).
-    static EXECUTOR: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+    static EXECUTOR: Slot = const { Slot(RefCell::new(None)) };
+}
+
+/// The executor of a JS thread, as a thread-local.
+struct Slot(RefCell<Option<Rc<Executor>>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The executor is normally gone by now (taken by `drop_tasks`, the
+        // environment's cleanup hook). It is still here when the process
+        // exits without that cleanup (`process.exit`, an uncaught
+        // exception): libc then destroys the thread's locals after Node's
+        // loop and environment. Dropping the tasks there would close libuv
+        // handles of a loop that is gone and run futures' destructors that
+        // wake tasks through this very local, which panics (an abort).
+        // The process is ending: the OS takes the memory back.
+        if let Some(executor) = self.0.get_mut().take() {
+            std::mem::forget(executor);
+        }
+    }
+}
+
+/// What the calling thread has as its executor.
+enum Local {
+    Here(Rc<Executor>),
+    /// Not a JS thread (or no redis backend opened on it yet).
+    None,
+    /// The thread's locals are being destroyed: the thread is exiting.
+    Exiting,
+}
+
+/// The calling thread's executor; never panics, even while the thread's
+/// locals are being destroyed.
+fn current() -> Local {
+    match EXECUTOR.try_with(|slot| slot.0.borrow().clone()) {
+        Ok(Some(executor)) => Local::Here(executor),
+        Ok(None) => Local::None,
+        Err(_) => Local::Exiting,
+    }
+}
+
+/// The calling thread's executor, if it has a live one.
+fn here() -> Option<Rc<Executor>> {
+    match current() {
+        Local::Here(executor) => Some(executor),
+        Local::None | Local::Exiting => None,
+    }
 }
 
 fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
-    if let Some(executor) = EXECUTOR.with(|slot| slot.borrow().clone()) {
+    if let Some(executor) = here() {
         return Ok(executor);
     }
     let poll = env.create_function_from_closure::<u32, (), _>("dokebiLockPoll", |ctx: FunctionCallContext| {
         let slot: u32 = ctx.get(0)?;
-        if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
+        if let Some(executor) = here() {
             if slot != DRAIN {
                 executor.enqueue(slot);
             }
@@ -183,7 +228,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         draining: Cell::new(false),
         keeping_alive: Cell::new(0),
     });
-    EXECUTOR.with(|slot| *slot.borrow_mut() = Some(executor.clone()));
+    EXECUTOR.with(|slot| *slot.0.borrow_mut() = Some(executor.clone()));
     // Drop every task (and so every socket watch) while libuv's loop is
     // still there, not when the thread's locals go.
     check(unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(drop_tasks), ptr::null_mut()) })?;
@@ -191,7 +236,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
 }
 
 unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
-    if let Some(executor) = EXECUTOR.with(|cell| cell.borrow_mut().take()) {
+    if let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() {
         let tasks = std::mem::take(&mut *executor.tasks.borrow_mut());
         drop(tasks);
         unsafe {
@@ -208,7 +253,7 @@ unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
 /// after them, their commands written together (see [`FLUSH_EVERY`]), and
 /// so on until nothing is left to poll.
 pub fn run_from_loop(wake: impl FnOnce()) {
-    let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) else { return wake() };
+    let Some(executor) = here() else { return wake() };
     if executor.draining.replace(true) {
         // A drain is already due (asked of the threadsafe function).
         return wake();
@@ -407,13 +452,13 @@ pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
 
 impl Host for NodeHost {
     fn is_current(&self) -> bool {
-        EXECUTOR.with(|cell| cell.borrow().as_ref().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake)))
+        here().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake))
     }
 
     fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>) {
         // Called on this thread (the core's contract), where the executor
         // lives until the environment's cleanup.
-        if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
+        if let Some(executor) = here() {
             let slot = executor.insert(Work::Plain(task));
             executor.schedule(slot);
         }
