@@ -15,7 +15,7 @@
 // for slow holds; a wait's length comes from its deadline, so waiting reads
 // no extra clock either.
 import { native } from './native.js';
-import { fromInfo, takeNativeError } from './errors.js';
+import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { Deadlines } from './deadlines.js';
 import { withLock } from './with-lock.js';
@@ -60,7 +60,7 @@ class LocalCore {
         return Promise.reject(error);
       }
       signal = options.signal;
-      if (signal?.aborted) return Promise.reject(fromInfo(native.abortedError()));
+      if (signal?.aborted) return Promise.reject(abortedBy(signal));
     }
     if (typeof key !== 'string') return Promise.reject(notAStringKey());
     if (waitMs === 0) this.engine.tryAcquire(key);
@@ -134,7 +134,7 @@ class Waiter {
     });
     core.deadlines.add(this, waitMs);
     if (signal !== undefined) {
-      this.onAbort = () => this.cancel(false, fromInfo(native.abortedError()));
+      this.onAbort = () => this.cancel(false, abortedBy(signal));
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
     core.waiters[slot] = this;

@@ -2,7 +2,7 @@
 // operation is a promise the addon settles on this thread; this module only
 // converts arguments and results.
 import { native } from './native.js';
-import { fromInfo, takeNativeError } from './errors.js';
+import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
@@ -83,7 +83,7 @@ class RedisBackend {
     if (options !== undefined) {
       waitMs = waitTimeout(options, waitMs);
       signal = options.signal;
-      if (signal?.aborted) throw fromInfo(native.abortedError());
+      if (signal?.aborted) throw abortedBy(signal);
     }
     if (typeof key !== 'string') throw notAStringKey();
     if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), key);
@@ -91,7 +91,10 @@ class RedisBackend {
     const onAbort = () => abort.abort();
     signal.addEventListener('abort', onAbort, { once: true });
     try {
-      return new RedisLease(unwrap(await this.#native.acquire(key, waitMs, abort)), key);
+      const result = await this.#native.acquire(key, waitMs, abort);
+      // The core knows nothing of the JS signal: its ABORTED gets the reason here.
+      if (result?.code === 'ABORTED') throw abortedBy(signal);
+      return new RedisLease(unwrap(result), key);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
