@@ -116,12 +116,10 @@ class RedisBackend {
   }
 }
 
-/** The log sink of the native driver: { level, backend, code, message }. */
-function forwardTo(logger) {
-  return ({ level, backend, code, message }) => {
-    const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
-    log.call(logger, { backend, code }, message);
-  };
+/** Hands a native log record `{ level, backend, code, message }` to `logger`. */
+function logTo(logger, { level, backend, code, message }) {
+  const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
+  log.call(logger, { backend, code }, message);
 }
 
 /**
@@ -130,10 +128,12 @@ function forwardTo(logger) {
  */
 export class RedisGroup {
   #native;
+  #logger;
   #closing;
 
   constructor(options, logger) {
-    this.#native = options.openRedis(forwardTo(logger), forwardTelemetry);
+    this.#logger = logger;
+    this.#native = options.openRedis(() => this.#flushLogs(), forwardTelemetry);
     if (this.#native === null) throw takeNativeError();
   }
 
@@ -144,9 +144,22 @@ export class RedisGroup {
     return { view: new RedisBackend(backend), close: () => this.close() };
   }
 
-  /** Closes every redis backend once; later calls share the first close. */
+  /**
+   * Closes every redis backend once; later calls share the first close. It
+   * resolves after the close's log records (CLEANUP_FAILED, ...) reached the
+   * logger, so a process may exit right after.
+   */
   close() {
-    this.#closing ??= this.#native.close().then(unwrap);
+    this.#closing ??= this.#native.close().then((result) => this.#log(unwrap(result)));
     return this.#closing;
+  }
+
+  #flushLogs() {
+    // A wake-up may come before the constructor stored the handle.
+    if (this.#native) this.#log(this.#native.takeLogs());
+  }
+
+  #log(entries) {
+    for (const entry of entries) logTo(this.#logger, entry);
   }
 }

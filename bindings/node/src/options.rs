@@ -9,7 +9,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::local::LocalEngineObject;
-use crate::redis::{LogForwarder, RedisProvider};
+use crate::redis::{LogWake, RedisProvider};
 use crate::telemetry::TelemetryForwarder;
 
 /// Validated options of one provider.
@@ -58,11 +58,11 @@ impl NativeOptions {
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
-    /// driver warnings and errors go to `log({ level, backend, code, message })`,
-    /// telemetry events to `telemetry(entry)`.
-    #[napi(ts_args_type = "log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void")]
-    pub fn open_redis(&self, env: &Env, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        crate::redis::open(env, &self.options, log, telemetry)
+    /// `logWake()` is called when driver warnings and errors wait in
+    /// `takeLogs()`, telemetry events go to `telemetry(entry)`.
+    #[napi(ts_args_type = "logWake: () => void, telemetry: (entry: TelemetryEntry) => void")]
+    pub fn open_redis(&self, env: &Env, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+        crate::redis::open(env, &self.options, log_wake, telemetry)
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers

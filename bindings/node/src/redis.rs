@@ -5,14 +5,14 @@
 //! thread as its host ([`crate::executor`] polls them and settles their
 //! promises); its own runtime (started only when a redis backend exists)
 //! keeps timers, notifications and renewals. A pending promise keeps Node alive only
-//! while its operation is in flight; the log forwarder is a weak threadsafe
+//! while its operation is in flight; the log wake-up is a weak threadsafe
 //! function, and so is the telemetry forwarder, so nothing is left to keep
 //! the process alive after `close()`.
 //!
 //! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
 //! object, which the JS layer turns into a `LockError`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
@@ -38,13 +38,32 @@ pub struct LogEntry {
     pub message: String,
 }
 
-/// Calls the JS log sink; weak, so it never keeps Node alive.
-pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
+/// Tells JS that log records wait in [`RedisProvider::take_logs`]; weak, so
+/// it never keeps Node alive.
+pub type LogWake = ThreadsafeFunction<(), (), (), Status, false, true>;
+
+/// Driver log records not yet handed to JS. They wait here, not in the
+/// wake-up call: `close()` hands over what is left when it resolves, so a
+/// process that exits right after close loses none (a call still queued in
+/// the threadsafe function would be dropped at exit).
+#[derive(Default)]
+struct LogQueue(Mutex<Vec<LogEntry>>);
+
+impl LogQueue {
+    fn push(&self, entry: LogEntry) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+    }
+
+    fn take(&self) -> Vec<LogEntry> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
-/// close) go to `log`, telemetry events to `telemetry`.
-pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+/// close) wait in [`RedisProvider::take_logs`], announced by `log_wake`;
+/// telemetry events go to `telemetry`.
+pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
     let host = match crate::executor::host(env) {
         Ok(host) => host,
         Err(error) => {
@@ -54,21 +73,23 @@ pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: Telemetr
     };
     let mut redis_only = options.clone();
     redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    let logs = Arc::new(LogQueue::default());
+    let queue = logs.clone();
     let logger: Logger = Arc::new(move |record: &LogRecord| {
         // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
         // every driver alike.
         if record.level >= Level::Warn {
-            let entry = LogEntry {
+            queue.push(LogEntry {
                 level: record.level.as_str().to_owned(),
                 backend: record.backend.clone(),
                 code: record.code.to_owned(),
                 message: record.message.clone(),
-            };
-            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
+            });
+            log_wake.call((), ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
     Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host: Some(host) })
-        .map(|provider| RedisProvider { provider: Arc::new(provider) })
+        .map(|provider| RedisProvider { provider: Arc::new(provider), logs })
         .map_err(stash)
         .ok()
 }
@@ -77,6 +98,7 @@ pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: Telemetr
 #[napi]
 pub struct RedisProvider {
     provider: Arc<Provider>,
+    logs: Arc<LogQueue>,
 }
 
 #[napi]
@@ -94,18 +116,25 @@ impl RedisProvider {
         }
     }
 
+    /// The driver's log records since the last call, oldest first.
+    #[napi]
+    pub fn take_logs(&self) -> Vec<LogEntry> {
+        self.logs.take()
+    }
+
     /// Closes every redis backend: waiters `CLOSED`, held leases released
-    /// within `shutdownTimeoutMs` (failures logged). Resolves `undefined`.
-    #[napi(ts_return_type = "Promise<undefined | ErrorInfo>")]
+    /// within `shutdownTimeoutMs` (failures logged). Resolves to the log
+    /// records not yet taken, those of the close among them.
+    #[napi(ts_return_type = "Promise<LogEntry[] | ErrorInfo>")]
     pub fn close(&self, env: &Env) -> napi::Result<Promise> {
-        let provider = self.provider.clone();
+        let (provider, logs) = (self.provider.clone(), self.logs.clone());
         spawn(
             env,
             async move {
                 provider.close().await;
                 Ok(())
             },
-            |()| (),
+            move |()| logs.take(),
         )
     }
 }
