@@ -32,10 +32,15 @@ const FALSE = Promise.resolve(false);
 
 /** The shared state of one local backend: engine, out-array, waiters. */
 class LocalCore {
-  constructor(name, engine, out) {
+  constructor(name, engine) {
     this.name = name;
     this.engine = engine;
-    this.out = out;
+    /**
+     * The numbers each engine call exchanges: [result code, id, id, id], in
+     * memory the engine owns (out.rs). Private to this module: nothing
+     * outside can detach it.
+     */
+    this.out = engine.out();
     this.defaultWaitMs = engine.waitTimeoutMs;
     this.slowAcquireMs = engine.slowAcquireMs;
     this.slowHoldMs = engine.slowHoldMs;
@@ -255,11 +260,9 @@ class LocalBackend {
  * `{ view, close() }`.
  */
 export function openLocal({ name, options }) {
-  // The numbers each engine call exchanges: [result code, id, id, id] (local.rs).
-  const out = new Float64Array(4);
-  const engine = options.localEngine(name, out);
+  const engine = options.localEngine(name);
   if (engine === null) throw takeNativeError();
-  const core = new LocalCore(name, engine, out);
+  const core = new LocalCore(name, engine);
   return {
     view: new LocalBackend(core),
     close: async () => core.close(),

@@ -9,7 +9,8 @@
 //! every `LockError` in one place, and the hot path pays nothing for error
 //! plumbing.
 //!
-//! - [`local`]: the local driver's engine, driven on the JS thread.
+//! - [`local`]: the local driver's engine, driven on the JS thread; [`out`]:
+//!   the memory it exchanges numbers through.
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
 //!   polled on the JS thread; [`uv`]: their sockets watched by libuv.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
@@ -26,6 +27,7 @@ mod keep_alive;
 mod key;
 mod local;
 mod options;
+mod out;
 mod raw;
 mod redis;
 mod status;

@@ -7,7 +7,8 @@
 //! these calls are the whole cost of an uncontended acquire + release.
 //!
 //! The hot calls (`acquire`, `tryAcquire`, `release`) exchange numbers through
-//! a `Float64Array` the JS layer shares with the engine (`out`, 4 elements):
+//! a `Float64Array` over memory the engine owns (`out()`, 4 elements, see
+//! [`crate::out`]):
 //! the engine writes its result code to `out[0]` and ids to `out[1..]`, and
 //! `release` reads the lease id from `out[1..3]`. They return `undefined`, so
 //! an acquire or a release creates no JS value and reads no argument but the
@@ -22,20 +23,19 @@ use std::cell::RefCell;
 use std::ffi::{c_void, CStr};
 use std::ptr;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use dokebi_lock::LockError;
-use napi::bindgen_prelude::{Float64Array, ToNapiValue};
+use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
 use crate::error::stash;
 use crate::key::KeyReader;
+use crate::out::OutMemory;
 use crate::raw::{check, create};
 use crate::status::CountsInfo;
-
-/// Elements of the shared `out` array: a result code and up to three ids.
-const OUT_LEN: usize = 4;
 
 /// `acquire`: the lease is held; `out = [GRANTED, slot, fence]`.
 const GRANTED: f64 = 0.0;
@@ -56,23 +56,14 @@ const HANDED_ON: f64 = 2.0;
 struct LocalState {
     engine: LocalEngine<u32>,
     keys: KeyReader,
-    out: Float64Array,
+    /// The block JS's current view shows.
+    out: Arc<OutMemory>,
 }
 
 impl LocalState {
-    fn out(&mut self) -> &mut [f64; OUT_LEN] {
-        // SAFETY: napi-rs took the array's data pointer when the engine was
-        // created and holds a reference to the array, so the memory lives as
-        // long as `out` (no N-API call here). Only this thread touches it, and
-        // JS reads it after the call returns.
-        let out = unsafe { self.out.as_mut() };
-        out.try_into().expect("checked when the engine was handed to JS")
-    }
-
     fn report(&mut self, status: f64, ids: &[f64]) {
-        let out = self.out();
-        out[0] = status;
-        out[1..].iter_mut().zip(ids).for_each(|(slot, id)| *slot = *id);
+        self.out.set(0, status);
+        ids.iter().enumerate().for_each(|(index, id)| self.out.set(index + 1, *id));
     }
 
     /// `acquire(key: string)` / `tryAcquire(key: string)`:
@@ -96,7 +87,7 @@ impl LocalState {
     /// `release()` of the lease `out[1..3] = [slot, fence]`:
     /// `out[0]` is NOT_HELD, FREED or HANDED_ON.
     fn release(&mut self) {
-        let [_, slot, fence, _] = *self.out();
+        let (slot, fence) = (self.out.get(1), self.out.get(2));
         match self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
             Released::NotHeld => self.report(NOT_HELD, &[]),
             Released::Freed => self.report(FREED, &[]),
@@ -106,23 +97,24 @@ impl LocalState {
 }
 
 /// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
-/// acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a threshold
-/// is `null` when disabled). It exchanges numbers through `out` ([`OUT_LEN`]
-/// elements).
+/// out, acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a
+/// threshold is `null` when disabled). It exchanges numbers through the view
+/// `out()` returns ([`OUT_LEN`](crate::out::OUT_LEN) elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }
 
 impl LocalEngineObject {
-    pub fn new(options: LocalOptions, out: Float64Array) -> Self {
-        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out } }
+    pub fn new(options: LocalOptions) -> Self {
+        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() } }
     }
 }
 
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 7] = [
+const METHODS: [(&CStr, Method); 8] = [
+    (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
     (c"release", release),
@@ -134,9 +126,6 @@ const METHODS: [(&CStr, Method); 7] = [
 
 impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
-        if value.state.out.len() != OUT_LEN {
-            return Err(napi::Error::new(napi::Status::InvalidArg, format!("the engine's out array must have {OUT_LEN} elements")));
-        }
         let options = *value.state.engine.options();
         let shared = Rc::new(RefCell::new(value.state));
         let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
@@ -165,6 +154,16 @@ impl ToNapiValue for LocalEngineObject {
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     drop(unsafe { Rc::from_raw(data as *const Shared) });
+}
+
+/// `out(): Float64Array`: the numbers' view, over a fresh block that holds
+/// the same numbers and that the engine uses from now on. The JS layer calls
+/// it at open, and again if its view was detached.
+unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, []) = unsafe { call_info::<0>(env, info) };
+    let mut state = state.borrow_mut();
+    state.out = state.out.copy();
+    unsafe { OutMemory::view(env, &state.out) }.unwrap_or(ptr::null_mut())
 }
 
 /// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].

@@ -3,7 +3,6 @@
 
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{ErrorCode, LockError, Options};
-use napi::bindgen_prelude::Float64Array;
 use napi::Env;
 use napi_derive::napi;
 
@@ -66,12 +65,12 @@ impl NativeOptions {
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers
-    /// through `out`, a `Float64Array` of 4 (see `local.rs`). `null` when
-    /// `name` is not a local backend.
+    /// through the `Float64Array` its `out()` returns (see `local.rs`).
+    /// `null` when `name` is not a local backend.
     #[napi]
-    pub fn local_engine(&self, name: String, out: Float64Array) -> Option<LocalEngineObject> {
+    pub fn local_engine(&self, name: String) -> Option<LocalEngineObject> {
         match self.options.backends.get(&name) {
-            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local, out)),
+            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local)),
             _ => {
                 stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
                 None
