@@ -262,35 +262,38 @@ test('a network that holds every byte past the lease: the signal aborts and with
     'dokebi-redis': { connections: { main: { url: proxy.url, commandTimeoutMs: 500 } } },
   };
   const provider = await openLock({ config });
-  const backend = provider.backend('r');
-  let reason;
-  let errorAtAbort;
-  const error = await rejectsWith(
-    backend.withLock('k', async (lease, signal) => {
-      // The first renewal also opens the renewals' own connection: hold the
-      // bytes only once it is confirmed (the estimate grew back).
-      for (let last = lease.remainingMs, now; (now = lease.remainingMs) <= last; last = now) await sleep(10);
-      proxy.hold();
-      await once(signal, 'abort');
-      reason = signal.reason;
-      errorAtAbort = backend.status().redis.lastError;
-      return 'finished';
-    }),
-    'LEASE_LOST',
-  );
-  // A command that times out is OUTCOME_UNKNOWN in status().redis.lastError.
-  // None had when the loss was known: the lease renewed at leaseMs / 3 (170
-  // ms) ends at 680 ms, the renewal stalled since 2 leaseMs / 3 (340 ms)
-  // times out at 840 ms. None had when withLock rejected either: the
-  // release, sent at the loss, is still held. (500 ms is also the response
-  // timeout the redis client sets by default, which the core leaves on for
-  // its runtime's connections today.)
-  const errorAtReject = backend.status().redis.lastError;
-  assert.equal(reason?.code, 'LEASE_LOST');
-  assert.ok(error instanceof LockError);
-  assert.equal(errorAtAbort, null, 'the loss was known before any command timed out');
-  assert.equal(errorAtReject, null, 'withLock did not wait for the stalled release');
-  proxy.flow();
-  await provider.close();
-  await proxy.close();
+  try {
+    const backend = provider.backend('r');
+    let reason;
+    let errorAtAbort;
+    const error = await rejectsWith(
+      backend.withLock('k', async (lease, signal) => {
+        // The first renewal also opens the renewals' own connection: hold the
+        // bytes only once it is confirmed (the estimate grew back).
+        for (let last = lease.remainingMs, now; (now = lease.remainingMs) <= last; last = now) await sleep(10);
+        proxy.hold();
+        await once(signal, 'abort');
+        reason = signal.reason;
+        errorAtAbort = backend.status().redis.lastError;
+        return 'finished';
+      }),
+      'LEASE_LOST',
+    );
+    // A command that times out is OUTCOME_UNKNOWN in status().redis.lastError.
+    // None had when the loss was known: the lease renewed at leaseMs / 3 (170
+    // ms) ends at 680 ms, the renewal stalled since 2 leaseMs / 3 (340 ms)
+    // times out at 840 ms. None had when withLock rejected either: the
+    // release, sent at the loss, is still held. (500 ms is also the response
+    // timeout the redis client sets by default, which the core leaves on for
+    // its runtime's connections today.)
+    const errorAtReject = backend.status().redis.lastError;
+    assert.equal(reason?.code, 'LEASE_LOST');
+    assert.ok(error instanceof LockError);
+    assert.equal(errorAtAbort, null, 'the loss was known before any command timed out');
+    assert.equal(errorAtReject, null, 'withLock did not wait for the stalled release');
+  } finally {
+    proxy.flow();
+    await provider.close();
+    await proxy.close();
+  }
 });
