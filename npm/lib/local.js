@@ -26,6 +26,7 @@ const GRANTED = 0;
 const QUEUED = 1;
 const HANDED_ON = 2;
 const NOT_HELD = 0;
+const FAILED = -1;
 
 const TRUE = Promise.resolve(true);
 const FALSE = Promise.resolve(false);
@@ -89,6 +90,9 @@ class LocalCore {
       const waiter = this.waiters[out[3]];
       this.waiters[out[3]] = undefined;
       waiter.grant(out[1], out[2]);
+    } else if (status === FAILED) {
+      // Only an internal error of the addon (a caught panic) fails a release.
+      throw takeNativeError();
     }
     return true;
   }
@@ -215,7 +219,13 @@ class LocalLease {
 
   /** True when this call released (and handed on), false when already released. */
   release() {
-    if (!this.#core.release(this.#slot, this.#fence)) return FALSE;
+    let released;
+    try {
+      released = this.#core.release(this.#slot, this.#fence);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (!released) return FALSE;
     if (this.#since !== undefined) this.#core.held(this.#since);
     return TRUE;
   }

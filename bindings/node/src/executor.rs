@@ -34,6 +34,7 @@ use napi::{sys, Env, Status};
 use slab::Slab;
 
 use crate::error::{info, ErrorInfo};
+use crate::guard;
 use crate::raw::{check, create};
 
 /// Wakes task `slot` on the JS thread ([`DRAIN`]: drains the run queue).
@@ -236,13 +237,11 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
 }
 
 unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
-    if let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() {
-        let tasks = std::mem::take(&mut *executor.tasks.borrow_mut());
-        drop(tasks);
-        unsafe {
-            sys::napi_async_destroy(executor.env, executor.context);
-            sys::napi_delete_reference(executor.env, executor.resource);
-        }
+    let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() else { return };
+    guard::or_log("dropping the pending operations", || drop(std::mem::take(&mut *executor.tasks.borrow_mut())));
+    unsafe {
+        sys::napi_async_destroy(executor.env, executor.context);
+        sys::napi_delete_reference(executor.env, executor.resource);
     }
 }
 
@@ -268,7 +267,7 @@ pub fn run_from_loop(wake: impl FnOnce()) {
             sys::napi_get_reference_value(env, executor.resource, &mut resource);
             let mut scope = ptr::null_mut();
             sys::napi_open_callback_scope(env, resource, executor.context, &mut scope);
-            executor.run_queue();
+            guard::or_log("polling", || executor.run_queue());
             // Closing runs the microtasks: JS reacts to what just settled.
             sys::napi_close_callback_scope(env, scope);
             sys::napi_close_handle_scope(env, handles);
@@ -370,7 +369,9 @@ impl Executor {
     /// Polls queued tasks until none is left; called with a JS scope open.
     fn drain(&self) {
         self.draining.set(true);
-        self.run_queue();
+        // A panic here (a task's is caught in `poll`) must not leave
+        // `draining` set: no drain would ever be asked for again.
+        guard::or_log("polling", || self.run_queue());
         self.draining.set(false);
     }
 
@@ -405,17 +406,26 @@ impl Executor {
             (work, task.waker.clone())
         };
         let mut cx = Context::from_waker(&waker);
-        let settled = match &mut work {
+        let polled = guard::catch(|| match &mut work {
             Work::Plain(future) => future.as_mut().poll(&mut cx).map(|()| None),
             Work::Operation { job, .. } => job.poll(&mut cx, env).map(Some),
+        });
+        let settled = match polled {
+            Ok(Poll::Pending) => {
+                self.tasks.borrow_mut()[slot as usize].work = Some(work);
+                return;
+            }
+            Ok(Poll::Ready(settled)) => settled,
+            // A task that panicked is done: a reader is logged (its
+            // connection is dropped with it, and the next command
+            // reconnects), an operation's promise settles with the error.
+            Err(error) if matches!(work, Work::Plain(_)) => {
+                guard::log("a connection reader", &error);
+                None
+            }
+            Err(error) => Some(unsafe { ErrorInfo::to_napi_value(env, info(error)) }),
         };
-        let mut tasks = self.tasks.borrow_mut();
-        let Poll::Ready(settled) = settled else {
-            tasks[slot as usize].work = Some(work);
-            return;
-        };
-        tasks.remove(slot as usize);
-        drop(tasks);
+        self.tasks.borrow_mut().remove(slot as usize);
         let (Work::Operation { deferred, keeps_alive, .. }, Some(settled)) = (work, settled) else { return };
         if keeps_alive {
             self.keeping_alive.set(self.keeping_alive.get() - 1);

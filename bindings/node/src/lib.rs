@@ -16,6 +16,7 @@
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
+//! - [`guard`]: no Rust panic crosses into Node.
 
 // napi-rs registers exports only outside cfg(test); a test build (clippy
 // --all-targets) would see them as unused.
@@ -23,6 +24,7 @@
 
 mod error;
 mod executor;
+mod guard;
 mod keep_alive;
 mod key;
 mod local;

@@ -20,18 +20,19 @@
 //! promises.
 
 use std::cell::RefCell;
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::LockError;
+use dokebi_lock::{ErrorCode, LockError};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
 use crate::error::stash;
+use crate::guard;
 use crate::key::KeyReader;
 use crate::out::OutMemory;
 use crate::raw::{check, create};
@@ -153,7 +154,9 @@ impl ToNapiValue for LocalEngineObject {
 }
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    drop(unsafe { Rc::from_raw(data as *const Shared) });
+    // SAFETY: one of the references `to_napi_value` leaked, one per function.
+    let state = unsafe { Rc::from_raw(data as *const Shared) };
+    guard::or_log("dropping a local engine", || drop(state));
 }
 
 /// `out(): Float64Array`: the numbers' view, over a fresh block that holds
@@ -161,22 +164,30 @@ unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *
 /// it at open, and again if its view was detached.
 unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, []) = unsafe { call_info::<0>(env, info) };
-    let mut state = state.borrow_mut();
-    state.out = state.out.copy();
-    unsafe { OutMemory::view(env, &state.out) }.unwrap_or(ptr::null_mut())
+    unsafe {
+        or_throw(env, || {
+            let mut state = state.borrow_mut();
+            state.out = state.out.copy();
+            OutMemory::view(env, &state.out)
+        })
+    }
 }
 
 /// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].
 unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, [key]) = unsafe { call_info::<1>(env, info) };
-    unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) };
+    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
+        failed(state, error);
+    }
     ptr::null_mut()
 }
 
 /// `release()`: see [`LocalState::release`].
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, []) = unsafe { call_info::<0>(env, info) };
-    state.borrow_mut().release();
+    if let Err(error) = guard::catch(|| state.borrow_mut().release()) {
+        failed(state, error);
+    }
     ptr::null_mut()
 }
 
@@ -187,29 +198,48 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let (state, args) = unsafe { call_info::<3>(env, info) };
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
-    let cancelled = state.borrow_mut().engine.cancel(waiter, reason).is_some();
-    unsafe { bool_value(env, cancelled) }
+    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
 }
 
 /// `isHeld(slot, fence): boolean`
 unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, args) = unsafe { call_info::<2>(env, info) };
-    let held = state.borrow().engine.is_held(unsafe { lease_id(env, &args) });
-    unsafe { bool_value(env, held) }
+    let lease = unsafe { lease_id(env, &args) };
+    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow().engine.is_held(lease)))) }
 }
 
 /// `close(): number[]`: the waiter slots to reject, oldest first per key.
 unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
-    let slots = state.borrow_mut().engine.close();
-    unsafe { Vec::<u32>::to_napi_value(env, slots) }.unwrap_or(ptr::null_mut())
+    unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine.close())) }
 }
 
 /// `counts(): { held, waiting, acquired, timedOut }`
 unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
-    let counts = CountsInfo::from(state.borrow().engine.counts());
-    unsafe { CountsInfo::to_napi_value(env, counts) }.unwrap_or(ptr::null_mut())
+    unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow().engine.counts()))) }
+}
+
+/// A panic in an acquire or release is its failure: `out[0]` is FAILED and
+/// the error waits in `takeError()`. (The panic let go of its borrow while
+/// unwinding; no JS runs inside a method, so nothing else holds one.)
+fn failed(state: &Shared, error: LockError) {
+    state.borrow_mut().failed(error);
+}
+
+/// Runs the body of a method whose callers read no failure sentinel: a
+/// panic, or a Node-API failure, becomes a thrown JS error whose `code` is
+/// PROVIDER_FAILED.
+unsafe fn or_throw(env: sys::napi_env, body: impl FnOnce() -> napi::Result<sys::napi_value>) -> sys::napi_value {
+    let message = match guard::catch(body) {
+        Ok(Ok(value)) => return value,
+        Ok(Err(error)) => error.reason,
+        Err(error) => error.message().to_owned(),
+    };
+    let code = CString::new(ErrorCode::ProviderFailed.as_str()).unwrap_or_default();
+    let message = CString::new(message).unwrap_or_default();
+    unsafe { sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()) };
+    ptr::null_mut()
 }
 
 /// The state behind this callback and its first `N` arguments (missing

@@ -7,6 +7,7 @@ use napi::Env;
 use napi_derive::napi;
 
 use crate::error::stash;
+use crate::guard::sentinel;
 use crate::local::LocalEngineObject;
 use crate::redis::{LogWake, RedisProvider};
 use crate::telemetry::TelemetryForwarder;
@@ -25,29 +26,29 @@ pub struct BackendInfo {
 }
 
 /// Loads the whole YAML file; `null` on failure (see `takeError`).
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_yaml(text: String) -> Option<NativeOptions> {
-    wrap(Options::from_yaml(&text))
+    sentinel(|| wrap(Options::from_yaml(&text)))
 }
 
 /// Loads the `options` map, given as JSON text; `null` on failure.
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_config(json: String) -> Option<NativeOptions> {
-    wrap(parse_json(&json).and_then(|config| Options::from_config(&config)))
+    sentinel(|| wrap(parse_json(&json).and_then(|config| Options::from_config(&config))))
 }
 
 /// Loads the two plugin sections, each given as JSON text or absent;
 /// `null` on failure.
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_sections(lock: Option<String>, redis: Option<String>) -> Option<NativeOptions> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
-    wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref())))
+    sentinel(|| wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref()))))
 }
 
 #[napi]
 impl NativeOptions {
     /// Every backend, sorted by name.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn backends(&self) -> Vec<BackendInfo> {
         self.options
             .backends
@@ -59,29 +60,29 @@ impl NativeOptions {
     /// Opens the redis backends (`null` on failure, see `takeError`);
     /// `logWake()` is called when driver warnings and errors wait in
     /// `takeLogs()`, telemetry events go to `telemetry(entry)`.
-    #[napi(ts_args_type = "logWake: () => void, telemetry: (entry: TelemetryEntry) => void")]
+    #[napi(ts_args_type = "logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
     pub fn open_redis(&self, env: &Env, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        crate::redis::open(env, &self.options, log_wake, telemetry)
+        sentinel(|| crate::redis::open(env, &self.options, log_wake, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers
     /// through the `Float64Array` its `out()` returns (see `local.rs`).
     /// `null` when `name` is not a local backend.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn local_engine(&self, name: String) -> Option<LocalEngineObject> {
-        match self.options.backends.get(&name) {
+        sentinel(|| match self.options.backends.get(&name) {
             Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local)),
             _ => {
                 stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
                 None
             }
-        }
+        })
     }
 
     /// The settings of the app-driver backend `name` as JSON text (every field
     /// but `driver`, unvalidated: the app driver validates them); `null` when
     /// `name` is not an app-driver backend.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn app_settings(&self, name: String) -> Option<String> {
         match self.options.backends.get(&name) {
             Some(BackendOptions::App { settings, .. }) => Some(serde_json::Value::Object(settings.clone()).to_string()),

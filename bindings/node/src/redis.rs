@@ -25,6 +25,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
+use crate::guard::{promise, sentinel};
 use crate::keep_alive::NativeKeepAlive;
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -104,20 +105,20 @@ pub struct RedisProvider {
 #[napi]
 impl RedisProvider {
     /// The backend `name`; `null` on failure.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
-        match self.provider.backend(&name) {
+        sentinel(|| match self.provider.backend(&name) {
             Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend }),
             Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
             Err(error) => {
                 stash(error);
                 None
             }
-        }
+        })
     }
 
     /// The driver's log records since the last call, oldest first.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn take_logs(&self) -> Vec<LogEntry> {
         self.logs.take()
     }
@@ -125,17 +126,19 @@ impl RedisProvider {
     /// Closes every redis backend: waiters `CLOSED`, held leases released
     /// within `shutdownTimeoutMs` (failures logged). Resolves to the log
     /// records not yet taken, those of the close among them.
-    #[napi(ts_return_type = "Promise<LogEntry[] | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<LogEntry[] | ErrorInfo>", catch_unwind)]
     pub fn close(&self, env: &Env) -> napi::Result<Promise> {
         let (provider, logs) = (self.provider.clone(), self.logs.clone());
-        spawn(
-            env,
-            async move {
-                provider.close().await;
-                Ok(())
-            },
-            move |()| logs.take(),
-        )
+        promise(env, || {
+            spawn(
+                env,
+                async move {
+                    provider.close().await;
+                    Ok(())
+                },
+                move |()| logs.take(),
+            )
+        })
     }
 }
 
@@ -148,42 +151,44 @@ pub struct NativeRedisBackend {
 #[napi]
 impl NativeRedisBackend {
     /// The backend's default wait, in ms.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn wait_timeout_ms(&self) -> u32 {
         self.backend.options().wait_timeout_ms
     }
 
     /// What the backend is doing now, as counts.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn status(&self) -> StatusInfo {
         Backend::Redis(self.backend.clone()).status().into()
     }
 
     /// True once the provider closed: every later call is `CLOSED`.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn closed(&self) -> bool {
         self.backend.is_closed()
     }
 
     /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
     /// until the returned handle is stopped.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn keep_alive(&self, lease: &NativeRedisLease) -> NativeKeepAlive {
         NativeKeepAlive::new(|lost| lease.lease.keep_alive(self.backend.auto_renew_every(), lost))
     }
 
     /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
     /// to `waitTimeoutMs`, ended early by `abort`.
-    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>", catch_unwind)]
     pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
-        let backend = self.backend.clone();
-        let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
-        let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
-        spawn(
-            env,
-            async move { backend.acquire(&key?, options).await },
-            |lease| NativeRedisLease { lease: Arc::new(lease) },
-        )
+        promise(env, || {
+            let backend = self.backend.clone();
+            let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
+            let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
+            spawn(
+                env,
+                async move { backend.acquire(&key?, options).await },
+                |lease| NativeRedisLease { lease: Arc::new(lease) },
+            )
+        })
     }
 }
 
@@ -196,36 +201,36 @@ pub struct NativeRedisLease {
 #[napi]
 impl NativeRedisLease {
     /// The fencing token, as a decimal string.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn fence(&self) -> String {
         self.lease.fence().to_string()
     }
 
     /// The conservative local validity estimate.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn valid(&self) -> bool {
         self.lease.is_valid()
     }
 
     /// Time left by that estimate, in ms; 0 once invalid.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn remaining_ms(&self) -> f64 {
         self.lease.remaining().as_secs_f64() * 1000.0
     }
 
     /// Extends the lease; resolves `false` when it is no longer ours.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
     pub fn renew(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        spawn(env, async move { lease.renew().await }, |renewed| renewed)
+        promise(env, || spawn(env, async move { lease.renew().await }, |renewed| renewed))
     }
 
     /// Releases the lease; resolves `false` when already released,
     /// `LEASE_LOST` when another owner had it.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
     pub fn release(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        spawn(env, async move { lease.release().await }, |released| released)
+        promise(env, || spawn(env, async move { lease.release().await }, |released| released))
     }
 }
 
@@ -237,7 +242,7 @@ pub struct NativeAbort {
 
 #[napi]
 impl NativeAbort {
-    #[napi(constructor)]
+    #[napi(constructor, catch_unwind)]
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NativeAbort { controller: AbortController::new() }
@@ -245,7 +250,7 @@ impl NativeAbort {
 
     /// Ends the acquire that carries this controller with `ABORTED` (if it
     /// is still waiting).
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn abort(&self) {
         self.controller.abort();
     }

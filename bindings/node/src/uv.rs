@@ -163,6 +163,10 @@ impl Drop for UvWatch {
 }
 
 unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    crate::guard::or_log("a socket's readiness callback", || unsafe { ready(handle, status, events) });
+}
+
+unsafe fn ready(handle: *mut PollHandle, status: c_int, events: c_int) {
     let interest = unsafe { &mut *(uv_handle_get_data(handle) as *mut Interest) };
     let events = if status < 0 {
         // libuv reports an error (POLLERR) after it stopped the handle: it
@@ -194,8 +198,13 @@ unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_
 }
 
 unsafe extern "C" fn closed(handle: *mut PollHandle) {
+    // SAFETY: the data is the interest `watch` leaked for this handle, and
+    // libuv calls this once, after which it never touches the handle.
     let interest = unsafe { Box::from_raw(uv_handle_get_data(handle) as *mut Interest) };
-    unsafe { alloc::dealloc(handle as *mut u8, interest.layout) };
+    let layout = interest.layout;
+    crate::guard::or_log("dropping a socket's wakers", || drop(interest));
+    // SAFETY: allocated with this layout in `watch`.
+    unsafe { alloc::dealloc(handle as *mut u8, layout) };
 }
 
 fn uv_error(status: c_int) -> io::Error {
