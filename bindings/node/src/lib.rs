@@ -30,6 +30,8 @@ mod key;
 mod local;
 mod options;
 mod out;
+#[cfg(feature = "panic-probe")]
+mod probe;
 mod raw;
 mod redis;
 mod status;
