@@ -113,8 +113,11 @@ impl Wake for TaskWaker {
             Local::Here(_) | Local::None => {
                 self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
             }
-            // This thread is exiting (its locals are being destroyed): no
-            // loop will run a woken task again.
+            // This thread is exiting (its locals are being destroyed). On
+            // the JS thread that is the process's exit: no loop will run the
+            // task again, and its threadsafe function may be gone with the
+            // environment. (The driver's threads wake while they run, not
+            // while they end.)
             Local::Exiting => {}
         }
     }

@@ -164,6 +164,7 @@ unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *
 /// it at open, and again if its view was detached.
 unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, []) = unsafe { call_info::<0>(env, info) };
+    // SAFETY: `env` is this callback's, on the JS thread.
     unsafe {
         or_throw(env, || {
             let mut state = state.borrow_mut();
@@ -176,6 +177,7 @@ unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> s
 /// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].
 unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, [key]) = unsafe { call_info::<1>(env, info) };
+    // SAFETY: `env` and `key` are this callback's.
     if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
         failed(state, error);
     }
@@ -198,6 +200,7 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let (state, args) = unsafe { call_info::<3>(env, info) };
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
+    // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
 }
 
@@ -205,18 +208,21 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
 unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, args) = unsafe { call_info::<2>(env, info) };
     let lease = unsafe { lease_id(env, &args) };
+    // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Ok(bool_value(env, state.borrow().engine.is_held(lease)))) }
 }
 
 /// `close(): number[]`: the waiter slots to reject, oldest first per key.
 unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
+    // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine.close())) }
 }
 
 /// `counts(): { held, waiting, acquired, timedOut }`
 unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
+    // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow().engine.counts()))) }
 }
 
@@ -230,6 +236,9 @@ fn failed(state: &Shared, error: LockError) {
 /// Runs the body of a method whose callers read no failure sentinel: a
 /// panic, or a Node-API failure, becomes a thrown JS error whose `code` is
 /// PROVIDER_FAILED.
+///
+/// # Safety
+/// `env` is the current callback's environment.
 unsafe fn or_throw(env: sys::napi_env, body: impl FnOnce() -> napi::Result<sys::napi_value>) -> sys::napi_value {
     let message = match guard::catch(body) {
         Ok(Ok(value)) => return value,
@@ -238,6 +247,7 @@ unsafe fn or_throw(env: sys::napi_env, body: impl FnOnce() -> napi::Result<sys::
     };
     let code = CString::new(ErrorCode::ProviderFailed.as_str()).unwrap_or_default();
     let message = CString::new(message).unwrap_or_default();
+    // SAFETY: `env` is the callback's; both strings outlive the call.
     unsafe { sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()) };
     ptr::null_mut()
 }

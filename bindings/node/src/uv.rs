@@ -163,10 +163,16 @@ impl Drop for UvWatch {
 }
 
 unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    // SAFETY: libuv calls this for a live handle that `watch` started.
     crate::guard::or_log("a socket's readiness callback", || unsafe { ready(handle, status, events) });
 }
 
+/// # Safety
+/// `handle` is a live handle made by [`Loop::watch`], on its loop's thread.
 unsafe fn ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    // SAFETY: the handle's data is its interest until the close callback,
+    // which cannot run during this one. This borrow's last use comes before
+    // the wakers run (they reach the interest through the watch).
     let interest = unsafe { &mut *(uv_handle_get_data(handle) as *mut Interest) };
     let events = if status < 0 {
         // libuv reports an error (POLLERR) after it stopped the handle: it
