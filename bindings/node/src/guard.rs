@@ -1,7 +1,7 @@
 //! Keeps Rust panics from crossing into Node. A panic unwinding out of an
 //! `extern "C"` function aborts the process; every entry from Node (a
 //! `#[napi]` function, a raw Node-API callback, a libuv callback, a poll of
-//! the executor) catches it here instead. A caught panic becomes the
+//! the executor, a finalizer) catches it here instead. A caught panic becomes the
 //! caller's `PROVIDER_FAILED` error, or, where no caller exists, a line on
 //! stderr (after the panic hook's own report).
 //!
@@ -11,6 +11,8 @@
 
 use std::any::Any;
 use std::future::ready;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use dokebi_lock::{ErrorCode, LockError};
@@ -49,6 +51,37 @@ pub fn sentinel<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
 /// error, as any failed operation's.
 pub fn promise(env: &Env, f: impl FnOnce() -> napi::Result<Promise>) -> napi::Result<Promise> {
     catch(f).unwrap_or_else(|error| spawn(env, ready(Err::<(), _>(error)), |()| ()))
+}
+
+/// A field of a `#[napi]` class whose destructor runs in the class's
+/// finalizer, which Node calls: a panic there is logged.
+pub struct Finalized<T>(ManuallyDrop<T>);
+
+impl<T> Finalized<T> {
+    pub fn new(value: T) -> Self {
+        Finalized(ManuallyDrop::new(value))
+    }
+}
+
+impl<T> Deref for Finalized<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for Finalized<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T> Drop for Finalized<T> {
+    fn drop(&mut self) {
+        // SAFETY: the value is dropped once, here, and never used after.
+        or_log("a finalizer", || unsafe { ManuallyDrop::drop(&mut self.0) });
+    }
 }
 
 fn panicked(payload: Box<dyn Any + Send>) -> LockError {

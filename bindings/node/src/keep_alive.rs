@@ -15,12 +15,12 @@ use napi::Env;
 use napi_derive::napi;
 
 use crate::executor::{spawn_weak, Promise};
-use crate::guard::promise;
+use crate::guard::{promise, Finalized};
 
 /// Renews one lease until stopped (or collected).
 #[napi]
 pub struct NativeKeepAlive {
-    renewals: Option<KeepAlive>,
+    renewals: Finalized<Option<KeepAlive>>,
     /// Aborted by the core the moment the lease is known lost.
     lost: AbortSignal,
     stopped: AbortController,
@@ -29,7 +29,7 @@ pub struct NativeKeepAlive {
 impl NativeKeepAlive {
     pub fn new(start: impl FnOnce(AbortController) -> KeepAlive) -> Self {
         let lost = AbortController::new();
-        NativeKeepAlive { lost: lost.signal(), renewals: Some(start(lost)), stopped: AbortController::new() }
+        NativeKeepAlive { lost: lost.signal(), renewals: Finalized::new(Some(start(lost))), stopped: AbortController::new() }
     }
 }
 

@@ -25,7 +25,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
-use crate::guard::{promise, sentinel};
+use crate::guard::{promise, sentinel, Finalized};
 use crate::keep_alive::NativeKeepAlive;
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -90,7 +90,7 @@ pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: Telemetr
         }
     });
     Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host: Some(host) })
-        .map(|provider| RedisProvider { provider: Arc::new(provider), logs })
+        .map(|provider| RedisProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()
 }
@@ -98,7 +98,7 @@ pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: Telemetr
 /// The redis backends of one `LockProvider`.
 #[napi]
 pub struct RedisProvider {
-    provider: Arc<Provider>,
+    provider: Finalized<Arc<Provider>>,
     logs: Arc<LogQueue>,
 }
 
@@ -108,7 +108,7 @@ impl RedisProvider {
     #[napi(catch_unwind)]
     pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
         sentinel(|| match self.provider.backend(&name) {
-            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend }),
+            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend: Finalized::new(backend) }),
             Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
             Err(error) => {
                 stash(error);
@@ -145,7 +145,7 @@ impl RedisProvider {
 /// One redis backend.
 #[napi]
 pub struct NativeRedisBackend {
-    backend: RedisBackend,
+    backend: Finalized<RedisBackend>,
 }
 
 #[napi]
@@ -186,7 +186,7 @@ impl NativeRedisBackend {
             spawn(
                 env,
                 async move { backend.acquire(&key?, options).await },
-                |lease| NativeRedisLease { lease: Arc::new(lease) },
+                |lease| NativeRedisLease { lease: Finalized::new(Arc::new(lease)) },
             )
         })
     }
@@ -195,7 +195,7 @@ impl NativeRedisBackend {
 /// A held redis lease.
 #[napi]
 pub struct NativeRedisLease {
-    lease: Arc<RedisLease>,
+    lease: Finalized<Arc<RedisLease>>,
 }
 
 #[napi]
