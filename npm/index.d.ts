@@ -72,7 +72,7 @@ export class LockError extends Error {
 
 /** Per-call options of an acquire. */
 export interface AcquireOptions {
-  /** Ends the wait with ABORTED; does nothing once the lease is granted. */
+  /** Ends the wait with ABORTED (its `cause`: the signal's reason); does nothing once the lease is granted. */
   readonly signal?: AbortSignal;
   /**
    * How long to wait for a held key (integer ms, 0 to 2147483647): 0 tries
@@ -172,7 +172,8 @@ export interface LockBackend {
    * fn did; resolves with fn's value, rejects with fn's error. redis: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
-   * rejects with LEASE_LOST even if fn succeeded. `signal` also aborts when
+   * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
+   * (the lost lease is released in the background). `signal` also aborts when
    * `options.signal` does; fn decides whether to stop.
    */
   withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;

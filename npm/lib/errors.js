@@ -62,6 +62,15 @@ export function takeNativeError() {
   return fromInfo(info);
 }
 
+/**
+ * The ABORTED error of an acquire that `signal` ended: the signal's reason is
+ * its `cause`, so a caller can tell its own aborts apart.
+ */
+export function abortedBy(signal) {
+  const info = native.abortedError();
+  return new LockError(info.code, info.message, { cause: signal.reason });
+}
+
 export function invalidArgument(message) {
   return new LockError('INVALID_ARGUMENT', message);
 }

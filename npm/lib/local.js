@@ -15,7 +15,7 @@
 // for slow holds; a wait's length comes from its deadline, so waiting reads
 // no extra clock either.
 import { native } from './native.js';
-import { fromInfo, takeNativeError } from './errors.js';
+import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { Deadlines } from './deadlines.js';
 import { withLock } from './with-lock.js';
@@ -26,16 +26,22 @@ const GRANTED = 0;
 const QUEUED = 1;
 const HANDED_ON = 2;
 const NOT_HELD = 0;
+const FAILED = -1;
 
 const TRUE = Promise.resolve(true);
 const FALSE = Promise.resolve(false);
 
 /** The shared state of one local backend: engine, out-array, waiters. */
 class LocalCore {
-  constructor(name, engine, out) {
+  constructor(name, engine) {
     this.name = name;
     this.engine = engine;
-    this.out = out;
+    /**
+     * The numbers each engine call exchanges: [result code, id, id, id], in
+     * memory the engine owns (out.rs). Private to this module: nothing
+     * outside can detach it.
+     */
+    this.out = engine.out();
     this.defaultWaitMs = engine.waitTimeoutMs;
     this.slowAcquireMs = engine.slowAcquireMs;
     this.slowHoldMs = engine.slowHoldMs;
@@ -60,7 +66,7 @@ class LocalCore {
         return Promise.reject(error);
       }
       signal = options.signal;
-      if (signal?.aborted) return Promise.reject(fromInfo(native.abortedError()));
+      if (signal?.aborted) return Promise.reject(abortedBy(signal));
     }
     if (typeof key !== 'string') return Promise.reject(notAStringKey());
     if (waitMs === 0) this.engine.tryAcquire(key);
@@ -84,6 +90,9 @@ class LocalCore {
       const waiter = this.waiters[out[3]];
       this.waiters[out[3]] = undefined;
       waiter.grant(out[1], out[2]);
+    } else if (status === FAILED) {
+      // Only an internal error of the addon (a caught panic) fails a release.
+      throw takeNativeError();
     }
     return true;
   }
@@ -134,7 +143,7 @@ class Waiter {
     });
     core.deadlines.add(this, waitMs);
     if (signal !== undefined) {
-      this.onAbort = () => this.cancel(false, fromInfo(native.abortedError()));
+      this.onAbort = () => this.cancel(false, abortedBy(signal));
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
     core.waiters[slot] = this;
@@ -210,7 +219,13 @@ class LocalLease {
 
   /** True when this call released (and handed on), false when already released. */
   release() {
-    if (!this.#core.release(this.#slot, this.#fence)) return FALSE;
+    let released;
+    try {
+      released = this.#core.release(this.#slot, this.#fence);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (!released) return FALSE;
     if (this.#since !== undefined) this.#core.held(this.#since);
     return TRUE;
   }
@@ -255,11 +270,9 @@ class LocalBackend {
  * `{ view, close() }`.
  */
 export function openLocal({ name, options }) {
-  // The numbers each engine call exchanges: [result code, id, id, id] (local.rs).
-  const out = new Float64Array(4);
-  const engine = options.localEngine(name, out);
+  const engine = options.localEngine(name);
   if (engine === null) throw takeNativeError();
-  const core = new LocalCore(name, engine, out);
+  const core = new LocalCore(name, engine);
   return {
     view: new LocalBackend(core),
     close: async () => core.close(),

@@ -2,7 +2,7 @@
 // operation is a promise the addon settles on this thread; this module only
 // converts arguments and results.
 import { native } from './native.js';
-import { fromInfo, takeNativeError } from './errors.js';
+import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
@@ -83,7 +83,7 @@ class RedisBackend {
     if (options !== undefined) {
       waitMs = waitTimeout(options, waitMs);
       signal = options.signal;
-      if (signal?.aborted) throw fromInfo(native.abortedError());
+      if (signal?.aborted) throw abortedBy(signal);
     }
     if (typeof key !== 'string') throw notAStringKey();
     if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), key);
@@ -91,7 +91,10 @@ class RedisBackend {
     const onAbort = () => abort.abort();
     signal.addEventListener('abort', onAbort, { once: true });
     try {
-      return new RedisLease(unwrap(await this.#native.acquire(key, waitMs, abort)), key);
+      const result = await this.#native.acquire(key, waitMs, abort);
+      // The core knows nothing of the JS signal: its ABORTED gets the reason here.
+      if (result?.code === 'ABORTED') throw abortedBy(signal);
+      return new RedisLease(unwrap(result), key);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
@@ -113,12 +116,10 @@ class RedisBackend {
   }
 }
 
-/** The log sink of the native driver: { level, backend, code, message }. */
-function forwardTo(logger) {
-  return ({ level, backend, code, message }) => {
-    const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
-    log.call(logger, { backend, code }, message);
-  };
+/** Hands a native log record `{ level, backend, code, message }` to `logger`. */
+function logTo(logger, { level, backend, code, message }) {
+  const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
+  log.call(logger, { backend, code }, message);
 }
 
 /**
@@ -127,10 +128,12 @@ function forwardTo(logger) {
  */
 export class RedisGroup {
   #native;
+  #logger;
   #closing;
 
   constructor(options, logger) {
-    this.#native = options.openRedis(forwardTo(logger), forwardTelemetry);
+    this.#logger = logger;
+    this.#native = options.openRedis(() => this.#flushLogs(), forwardTelemetry);
     if (this.#native === null) throw takeNativeError();
   }
 
@@ -141,9 +144,22 @@ export class RedisGroup {
     return { view: new RedisBackend(backend), close: () => this.close() };
   }
 
-  /** Closes every redis backend once; later calls share the first close. */
+  /**
+   * Closes every redis backend once; later calls share the first close. It
+   * resolves after the close's log records (CLEANUP_FAILED, ...) reached the
+   * logger, so a process may exit right after.
+   */
   close() {
-    this.#closing ??= this.#native.close().then(unwrap);
+    this.#closing ??= this.#native.close().then((result) => this.#log(unwrap(result)));
     return this.#closing;
+  }
+
+  #flushLogs() {
+    // A wake-up may come before the constructor stored the handle.
+    if (this.#native) this.#log(this.#native.takeLogs());
+  }
+
+  #log(entries) {
+    for (const entry of entries) logTo(this.#logger, entry);
   }
 }

@@ -49,6 +49,7 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   const lease = await backend.acquire(key, acquire);
   const callerSignal = acquire?.signal;
   let renewals;
+  let lost;
   let output;
   let failure;
   let failed = false;
@@ -56,7 +57,7 @@ export async function withLock(backend, key, fn, options, keepAlive) {
     let signal = callerSignal ?? NEVER;
     if (autoRenew && keepAlive !== undefined) {
       renewals = keepAlive(lease);
-      const lost = new AbortController();
+      lost = new AbortController();
       // The watch never rejects; the handler only guards against a bug there
       // turning into an unhandled rejection.
       renewals.watch().then((gone) => gone && lost.abort(leaseLost()), () => {});
@@ -67,16 +68,22 @@ export async function withLock(backend, key, fn, options, keepAlive) {
     failed = true;
     failure = error;
   }
-  const wasLost = renewals?.stop() ?? false;
-  let releaseError;
+  const wasLost = (renewals?.stop() ?? false) || (lost?.signal.aborted ?? false);
+  if (wasLost) {
+    // The lease is gone: the caller learns it now, not after a release that
+    // may stall for commandTimeoutMs on the Redis that cost the lease. The
+    // release still runs (it clears the key if it is somehow still ours);
+    // its outcome changes nothing.
+    lease.release().catch(() => {});
+    throw leaseLost(failed ? failure : undefined);
+  }
   try {
     await lease.release();
   } catch (error) {
-    releaseError = error;
+    // The section's own error wins over a failed release; a release that
+    // finds the lease lost is LEASE_LOST either way.
+    if (!failed) throw error;
   }
-  if (wasLost) throw leaseLost(failed ? failure : releaseError);
-  // The section's own error wins over a failed release.
   if (failed) throw failure;
-  if (releaseError !== undefined) throw releaseError;
   return output;
 }

@@ -43,6 +43,10 @@ export async function startRedis(extra = []) {
   return {
     port,
     url: `redis://127.0.0.1:${port}/0`,
+    /** Freezes the server (SIGSTOP): connections stay open, nothing answers. */
+    pause() {
+      child.kill('SIGSTOP');
+    },
     async stop() {
       if (child.exitCode === null) child.kill('SIGKILL');
       await exited;

@@ -9,6 +9,7 @@ import { openLock, LockError } from '../index.js';
 import { openLocal, rejectsWith } from './helpers.js';
 import { startRedis, useRedis } from './redis-server.js';
 import { command, lockKey } from './resp.js';
+import { startProxy } from './proxy.js';
 
 const INDEX = new URL('../index.js', import.meta.url).href;
 
@@ -247,5 +248,52 @@ test('a Redis that dies during the section aborts the signal and rejects with LE
   } finally {
     process.off('unhandledRejection', onUnhandled);
     await dying.stop();
+  }
+});
+
+// Needs the core's keep-alive to fire "lost" when the lease's local validity
+// runs out with no renewal confirmed, even while a renewal is stalled
+// (src/redis/keep_alive.rs); until then the loss shows only when the stalled
+// renewal times out, after commandTimeoutMs.
+test('a network that holds every byte past the lease: the signal aborts and withLock rejects with LEASE_LOST without waiting for the release', async () => {
+  const proxy = await startProxy(redis.port);
+  const config = {
+    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace: `w${++namespaces}`, leaseMs: 510 } } },
+    'dokebi-redis': { connections: { main: { url: proxy.url, commandTimeoutMs: 500 } } },
+  };
+  const provider = await openLock({ config });
+  try {
+    const backend = provider.backend('r');
+    let reason;
+    let errorAtAbort;
+    const error = await rejectsWith(
+      backend.withLock('k', async (lease, signal) => {
+        // The first renewal also opens the renewals' own connection: hold the
+        // bytes only once it is confirmed (the estimate grew back).
+        for (let last = lease.remainingMs, now; (now = lease.remainingMs) <= last; last = now) await sleep(10);
+        proxy.hold();
+        await once(signal, 'abort');
+        reason = signal.reason;
+        errorAtAbort = backend.status().redis.lastError;
+        return 'finished';
+      }),
+      'LEASE_LOST',
+    );
+    // A command that times out is OUTCOME_UNKNOWN in status().redis.lastError.
+    // None had when the loss was known: the lease renewed at leaseMs / 3 (170
+    // ms) ends at 680 ms, the renewal stalled since 2 leaseMs / 3 (340 ms)
+    // times out at 840 ms. None had when withLock rejected either: the
+    // release, sent at the loss, is still held. (500 ms is also the response
+    // timeout the redis client sets by default, which the core leaves on for
+    // its runtime's connections today.)
+    const errorAtReject = backend.status().redis.lastError;
+    assert.equal(reason?.code, 'LEASE_LOST');
+    assert.ok(error instanceof LockError);
+    assert.equal(errorAtAbort, null, 'the loss was known before any command timed out');
+    assert.equal(errorAtReject, null, 'withLock did not wait for the stalled release');
+  } finally {
+    proxy.flow();
+    await provider.close();
+    await proxy.close();
   }
 });

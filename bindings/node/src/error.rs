@@ -27,7 +27,7 @@ pub struct ErrorInfo {
 }
 
 /// The error of the last call that returned a failure sentinel.
-#[napi]
+#[napi(catch_unwind)]
 pub fn take_error() -> Option<ErrorInfo> {
     LAST_ERROR.with(|last| last.borrow_mut().take()).map(info)
 }
@@ -51,7 +51,7 @@ pub struct CodeInfo {
 }
 
 /// Every error code of the core; the JS layer reads this table once.
-#[napi]
+#[napi(catch_unwind)]
 pub fn error_codes() -> Vec<CodeInfo> {
     ErrorCode::ALL
         .into_iter()
@@ -60,25 +60,25 @@ pub fn error_codes() -> Vec<CodeInfo> {
 }
 
 /// The core's `ABORTED` error (a signal ended the acquire).
-#[napi]
+#[napi(catch_unwind)]
 pub fn aborted_error() -> ErrorInfo {
     info(dokebi_lock::LockError::aborted())
 }
 
 /// The core's `WAIT_TIMEOUT` error for a wait of `ms`.
-#[napi]
+#[napi(catch_unwind)]
 pub fn wait_timeout_error(ms: u32) -> ErrorInfo {
     info(dokebi_lock::LockError::wait_timeout(std::time::Duration::from_millis(ms.into())))
 }
 
 /// The core's `LEASE_LOST` error (a lease lost during a `withLock` section).
-#[napi]
+#[napi(catch_unwind)]
 pub fn lease_lost_error() -> ErrorInfo {
     info(dokebi_lock::LockError::lease_lost())
 }
 
 /// The core's `CLOSED` error.
-#[napi]
+#[napi(catch_unwind)]
 pub fn closed_error() -> ErrorInfo {
     info(dokebi_lock::LockError::closed())
 }

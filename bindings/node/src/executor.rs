@@ -34,6 +34,7 @@ use napi::{sys, Env, Status};
 use slab::Slab;
 
 use crate::error::{info, ErrorInfo};
+use crate::guard;
 use crate::raw::{check, create};
 
 /// Wakes task `slot` on the JS thread ([`DRAIN`]: drains the run queue).
@@ -107,15 +108,17 @@ impl Wake for TaskWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // A stale wake (task done, slot reused) only polls another task once
         // more, which futures allow.
-        let queued = EXECUTOR.with(|cell| match &*cell.borrow() {
-            Some(executor) if Arc::ptr_eq(&executor.wake, &self.wake) => {
-                executor.schedule(self.slot);
-                true
+        match current() {
+            Local::Here(executor) if Arc::ptr_eq(&executor.wake, &self.wake) => executor.schedule(self.slot),
+            Local::Here(_) | Local::None => {
+                self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
             }
-            _ => false,
-        });
-        if !queued {
-            self.wake.call(self.slot, ThreadsafeFunctionCallMode::NonBlocking);
+            // This thread is exiting (its locals are being destroyed). On
+            // the JS thread that is the process's exit: no loop will run the
+            // task again, and its threadsafe function may be gone with the
+            // environment. (The driver's threads wake while they run, not
+            // while they end.)
+            Local::Exiting => {}
         }
     }
 }
@@ -144,16 +147,62 @@ struct Executor {
 
 thread_local! {
     /// One executor per JS thread (main thread, each worker).
-    static EXECUTOR: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+    static EXECUTOR: Slot = const { Slot(RefCell::new(None)) };
+}
+
+/// The executor of a JS thread, as a thread-local.
+struct Slot(RefCell<Option<Rc<Executor>>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The executor is normally gone by now (taken by `drop_tasks`, the
+        // environment's cleanup hook). It is still here when the process
+        // exits without that cleanup (`process.exit`, an uncaught
+        // exception): libc then destroys the thread's locals after Node's
+        // loop and environment. Dropping the tasks there would close libuv
+        // handles of a loop that is gone and run futures' destructors that
+        // wake tasks through this very local, which panics (an abort).
+        // The process is ending: the OS takes the memory back.
+        if let Some(executor) = self.0.get_mut().take() {
+            std::mem::forget(executor);
+        }
+    }
+}
+
+/// What the calling thread has as its executor.
+enum Local {
+    Here(Rc<Executor>),
+    /// Not a JS thread (or no redis backend opened on it yet).
+    None,
+    /// The thread's locals are being destroyed: the thread is exiting.
+    Exiting,
+}
+
+/// The calling thread's executor; never panics, even while the thread's
+/// locals are being destroyed.
+fn current() -> Local {
+    match EXECUTOR.try_with(|slot| slot.0.borrow().clone()) {
+        Ok(Some(executor)) => Local::Here(executor),
+        Ok(None) => Local::None,
+        Err(_) => Local::Exiting,
+    }
+}
+
+/// The calling thread's executor, if it has a live one.
+fn here() -> Option<Rc<Executor>> {
+    match current() {
+        Local::Here(executor) => Some(executor),
+        Local::None | Local::Exiting => None,
+    }
 }
 
 fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
-    if let Some(executor) = EXECUTOR.with(|slot| slot.borrow().clone()) {
+    if let Some(executor) = here() {
         return Ok(executor);
     }
     let poll = env.create_function_from_closure::<u32, (), _>("dokebiLockPoll", |ctx: FunctionCallContext| {
         let slot: u32 = ctx.get(0)?;
-        if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
+        if let Some(executor) = here() {
             if slot != DRAIN {
                 executor.enqueue(slot);
             }
@@ -183,7 +232,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         draining: Cell::new(false),
         keeping_alive: Cell::new(0),
     });
-    EXECUTOR.with(|slot| *slot.borrow_mut() = Some(executor.clone()));
+    EXECUTOR.with(|slot| *slot.0.borrow_mut() = Some(executor.clone()));
     // Drop every task (and so every socket watch) while libuv's loop is
     // still there, not when the thread's locals go.
     check(unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(drop_tasks), ptr::null_mut()) })?;
@@ -191,13 +240,11 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
 }
 
 unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
-    if let Some(executor) = EXECUTOR.with(|cell| cell.borrow_mut().take()) {
-        let tasks = std::mem::take(&mut *executor.tasks.borrow_mut());
-        drop(tasks);
-        unsafe {
-            sys::napi_async_destroy(executor.env, executor.context);
-            sys::napi_delete_reference(executor.env, executor.resource);
-        }
+    let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() else { return };
+    guard::or_log("dropping the pending operations", || drop(std::mem::take(&mut *executor.tasks.borrow_mut())));
+    unsafe {
+        sys::napi_async_destroy(executor.env, executor.context);
+        sys::napi_delete_reference(executor.env, executor.resource);
     }
 }
 
@@ -208,7 +255,7 @@ unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
 /// after them, their commands written together (see [`FLUSH_EVERY`]), and
 /// so on until nothing is left to poll.
 pub fn run_from_loop(wake: impl FnOnce()) {
-    let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) else { return wake() };
+    let Some(executor) = here() else { return wake() };
     if executor.draining.replace(true) {
         // A drain is already due (asked of the threadsafe function).
         return wake();
@@ -223,7 +270,7 @@ pub fn run_from_loop(wake: impl FnOnce()) {
             sys::napi_get_reference_value(env, executor.resource, &mut resource);
             let mut scope = ptr::null_mut();
             sys::napi_open_callback_scope(env, resource, executor.context, &mut scope);
-            executor.run_queue();
+            guard::or_log("polling", || executor.run_queue());
             // Closing runs the microtasks: JS reacts to what just settled.
             sys::napi_close_callback_scope(env, scope);
             sys::napi_close_handle_scope(env, handles);
@@ -325,7 +372,9 @@ impl Executor {
     /// Polls queued tasks until none is left; called with a JS scope open.
     fn drain(&self) {
         self.draining.set(true);
-        self.run_queue();
+        // A panic here (a task's is caught in `poll`) must not leave
+        // `draining` set: no drain would ever be asked for again.
+        guard::or_log("polling", || self.run_queue());
         self.draining.set(false);
     }
 
@@ -360,17 +409,26 @@ impl Executor {
             (work, task.waker.clone())
         };
         let mut cx = Context::from_waker(&waker);
-        let settled = match &mut work {
+        let polled = guard::catch(|| match &mut work {
             Work::Plain(future) => future.as_mut().poll(&mut cx).map(|()| None),
             Work::Operation { job, .. } => job.poll(&mut cx, env).map(Some),
+        });
+        let settled = match polled {
+            Ok(Poll::Pending) => {
+                self.tasks.borrow_mut()[slot as usize].work = Some(work);
+                return;
+            }
+            Ok(Poll::Ready(settled)) => settled,
+            // A task that panicked is done: a reader is logged (its
+            // connection is dropped with it, and the next command
+            // reconnects), an operation's promise settles with the error.
+            Err(error) if matches!(work, Work::Plain(_)) => {
+                guard::log("a connection reader", &error);
+                None
+            }
+            Err(error) => Some(unsafe { ErrorInfo::to_napi_value(env, info(error)) }),
         };
-        let mut tasks = self.tasks.borrow_mut();
-        let Poll::Ready(settled) = settled else {
-            tasks[slot as usize].work = Some(work);
-            return;
-        };
-        tasks.remove(slot as usize);
-        drop(tasks);
+        self.tasks.borrow_mut().remove(slot as usize);
         let (Work::Operation { deferred, keeps_alive, .. }, Some(settled)) = (work, settled) else { return };
         if keeps_alive {
             self.keeping_alive.set(self.keeping_alive.get() - 1);
@@ -407,13 +465,13 @@ pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
 
 impl Host for NodeHost {
     fn is_current(&self) -> bool {
-        EXECUTOR.with(|cell| cell.borrow().as_ref().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake)))
+        here().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake))
     }
 
     fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>) {
         // Called on this thread (the core's contract), where the executor
         // lives until the environment's cleanup.
-        if let Some(executor) = EXECUTOR.with(|cell| cell.borrow().clone()) {
+        if let Some(executor) = here() {
             let slot = executor.insert(Work::Plain(task));
             executor.schedule(slot);
         }

@@ -15,11 +15,12 @@ use napi::Env;
 use napi_derive::napi;
 
 use crate::executor::{spawn_weak, Promise};
+use crate::guard::{promise, Finalized};
 
 /// Renews one lease until stopped (or collected).
 #[napi]
 pub struct NativeKeepAlive {
-    renewals: Option<KeepAlive>,
+    renewals: Finalized<Option<KeepAlive>>,
     /// Aborted by the core the moment the lease is known lost.
     lost: AbortSignal,
     stopped: AbortController,
@@ -28,7 +29,7 @@ pub struct NativeKeepAlive {
 impl NativeKeepAlive {
     pub fn new(start: impl FnOnce(AbortController) -> KeepAlive) -> Self {
         let lost = AbortController::new();
-        NativeKeepAlive { lost: lost.signal(), renewals: Some(start(lost)), stopped: AbortController::new() }
+        NativeKeepAlive { lost: lost.signal(), renewals: Finalized::new(Some(start(lost))), stopped: AbortController::new() }
     }
 }
 
@@ -36,30 +37,32 @@ impl NativeKeepAlive {
 impl NativeKeepAlive {
     /// Resolves `true` the moment the lease is known lost, `false` once
     /// `stop()` came first. Never rejects, never keeps Node alive.
-    #[napi(ts_return_type = "Promise<boolean>")]
+    #[napi(ts_return_type = "Promise<boolean>", catch_unwind)]
     pub fn watch(&self, env: &Env) -> napi::Result<Promise> {
         let (lost, stopped) = (self.lost.clone(), self.stopped.signal());
-        spawn_weak(
-            env,
-            async move {
-                let (mut on_lost, mut on_stop) = (pin!(lost.aborted()), pin!(stopped.aborted()));
-                poll_fn(|cx| {
-                    if on_lost.as_mut().poll(cx).is_ready() || on_stop.as_mut().poll(cx).is_ready() {
-                        Poll::Ready(())
-                    } else {
-                        Poll::Pending
-                    }
-                })
-                .await;
-                Ok(lost.is_aborted())
-            },
-            |lost| lost,
-        )
+        promise(env, || {
+            spawn_weak(
+                env,
+                async move {
+                    let (mut on_lost, mut on_stop) = (pin!(lost.aborted()), pin!(stopped.aborted()));
+                    poll_fn(|cx| {
+                        if on_lost.as_mut().poll(cx).is_ready() || on_stop.as_mut().poll(cx).is_ready() {
+                            Poll::Ready(())
+                        } else {
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                    Ok(lost.is_aborted())
+                },
+                |lost| lost,
+            )
+        })
     }
 
     /// Stops the renewals (the lease stays held); true when the lease was
     /// lost while they ran.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn stop(&mut self) -> bool {
         let lost = self.renewals.take().is_some_and(|renewals| renewals.is_lost()) || self.lost.is_aborted();
         self.stopped.abort();

@@ -9,12 +9,14 @@
 //! every `LockError` in one place, and the hot path pays nothing for error
 //! plumbing.
 //!
-//! - [`local`]: the local driver's engine, driven on the JS thread.
+//! - [`local`]: the local driver's engine, driven on the JS thread; [`out`]:
+//!   the memory it exchanges numbers through.
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
 //!   polled on the JS thread; [`uv`]: their sockets watched by libuv.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
+//! - [`guard`]: no Rust panic crosses into Node.
 
 // napi-rs registers exports only outside cfg(test); a test build (clippy
 // --all-targets) would see them as unused.
@@ -22,10 +24,14 @@
 
 mod error;
 mod executor;
+mod guard;
 mod keep_alive;
 mod key;
 mod local;
 mod options;
+mod out;
+#[cfg(feature = "panic-probe")]
+mod probe;
 mod raw;
 mod redis;
 mod status;

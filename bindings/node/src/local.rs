@@ -7,7 +7,8 @@
 //! these calls are the whole cost of an uncontended acquire + release.
 //!
 //! The hot calls (`acquire`, `tryAcquire`, `release`) exchange numbers through
-//! a `Float64Array` the JS layer shares with the engine (`out`, 4 elements):
+//! a `Float64Array` over memory the engine owns (`out()`, 4 elements, see
+//! [`crate::out`]):
 //! the engine writes its result code to `out[0]` and ids to `out[1..]`, and
 //! `release` reads the lease id from `out[1..3]`. They return `undefined`, so
 //! an acquire or a release creates no JS value and reads no argument but the
@@ -19,23 +20,23 @@
 //! promises.
 
 use std::cell::RefCell;
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::LockError;
-use napi::bindgen_prelude::{Float64Array, ToNapiValue};
+use dokebi_lock::{ErrorCode, LockError};
+use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
 use crate::error::stash;
+use crate::guard;
 use crate::key::KeyReader;
+use crate::out::OutMemory;
 use crate::raw::{check, create};
 use crate::status::CountsInfo;
-
-/// Elements of the shared `out` array: a result code and up to three ids.
-const OUT_LEN: usize = 4;
 
 /// `acquire`: the lease is held; `out = [GRANTED, slot, fence]`.
 const GRANTED: f64 = 0.0;
@@ -56,23 +57,14 @@ const HANDED_ON: f64 = 2.0;
 struct LocalState {
     engine: LocalEngine<u32>,
     keys: KeyReader,
-    out: Float64Array,
+    /// The block JS's current view shows.
+    out: Arc<OutMemory>,
 }
 
 impl LocalState {
-    fn out(&mut self) -> &mut [f64; OUT_LEN] {
-        // SAFETY: napi-rs took the array's data pointer when the engine was
-        // created and holds a reference to the array, so the memory lives as
-        // long as `out` (no N-API call here). Only this thread touches it, and
-        // JS reads it after the call returns.
-        let out = unsafe { self.out.as_mut() };
-        out.try_into().expect("checked when the engine was handed to JS")
-    }
-
     fn report(&mut self, status: f64, ids: &[f64]) {
-        let out = self.out();
-        out[0] = status;
-        out[1..].iter_mut().zip(ids).for_each(|(slot, id)| *slot = *id);
+        self.out.set(0, status);
+        ids.iter().enumerate().for_each(|(index, id)| self.out.set(index + 1, *id));
     }
 
     /// `acquire(key: string)` / `tryAcquire(key: string)`:
@@ -96,7 +88,7 @@ impl LocalState {
     /// `release()` of the lease `out[1..3] = [slot, fence]`:
     /// `out[0]` is NOT_HELD, FREED or HANDED_ON.
     fn release(&mut self) {
-        let [_, slot, fence, _] = *self.out();
+        let (slot, fence) = (self.out.get(1), self.out.get(2));
         match self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
             Released::NotHeld => self.report(NOT_HELD, &[]),
             Released::Freed => self.report(FREED, &[]),
@@ -106,23 +98,24 @@ impl LocalState {
 }
 
 /// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
-/// acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a threshold
-/// is `null` when disabled). It exchanges numbers through `out` ([`OUT_LEN`]
-/// elements).
+/// out, acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a
+/// threshold is `null` when disabled). It exchanges numbers through the view
+/// `out()` returns ([`OUT_LEN`](crate::out::OUT_LEN) elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }
 
 impl LocalEngineObject {
-    pub fn new(options: LocalOptions, out: Float64Array) -> Self {
-        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out } }
+    pub fn new(options: LocalOptions) -> Self {
+        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() } }
     }
 }
 
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 7] = [
+const METHODS: [(&CStr, Method); 8] = [
+    (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
     (c"release", release),
@@ -134,9 +127,6 @@ const METHODS: [(&CStr, Method); 7] = [
 
 impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
-        if value.state.out.len() != OUT_LEN {
-            return Err(napi::Error::new(napi::Status::InvalidArg, format!("the engine's out array must have {OUT_LEN} elements")));
-        }
         let options = *value.state.engine.options();
         let shared = Rc::new(RefCell::new(value.state));
         let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
@@ -164,20 +154,42 @@ impl ToNapiValue for LocalEngineObject {
 }
 
 unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    drop(unsafe { Rc::from_raw(data as *const Shared) });
+    // SAFETY: one of the references `to_napi_value` leaked, one per function.
+    let state = unsafe { Rc::from_raw(data as *const Shared) };
+    guard::or_log("dropping a local engine", || drop(state));
+}
+
+/// `out(): Float64Array`: the numbers' view, over a fresh block that holds
+/// the same numbers and that the engine uses from now on. The JS layer calls
+/// it at open, and again if its view was detached.
+unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (state, []) = unsafe { call_info::<0>(env, info) };
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe {
+        or_throw(env, || {
+            let mut state = state.borrow_mut();
+            state.out = state.out.copy();
+            OutMemory::view(env, &state.out)
+        })
+    }
 }
 
 /// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].
 unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, [key]) = unsafe { call_info::<1>(env, info) };
-    unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) };
+    // SAFETY: `env` and `key` are this callback's.
+    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
+        failed(state, error);
+    }
     ptr::null_mut()
 }
 
 /// `release()`: see [`LocalState::release`].
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, []) = unsafe { call_info::<0>(env, info) };
-    state.borrow_mut().release();
+    if let Err(error) = guard::catch(|| state.borrow_mut().release()) {
+        failed(state, error);
+    }
     ptr::null_mut()
 }
 
@@ -188,29 +200,56 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let (state, args) = unsafe { call_info::<3>(env, info) };
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
-    let cancelled = state.borrow_mut().engine.cancel(waiter, reason).is_some();
-    unsafe { bool_value(env, cancelled) }
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
 }
 
 /// `isHeld(slot, fence): boolean`
 unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, args) = unsafe { call_info::<2>(env, info) };
-    let held = state.borrow().engine.is_held(unsafe { lease_id(env, &args) });
-    unsafe { bool_value(env, held) }
+    let lease = unsafe { lease_id(env, &args) };
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow().engine.is_held(lease)))) }
 }
 
 /// `close(): number[]`: the waiter slots to reject, oldest first per key.
 unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
-    let slots = state.borrow_mut().engine.close();
-    unsafe { Vec::<u32>::to_napi_value(env, slots) }.unwrap_or(ptr::null_mut())
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine.close())) }
 }
 
 /// `counts(): { held, waiting, acquired, timedOut }`
 unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let (state, _) = unsafe { call_info::<0>(env, info) };
-    let counts = CountsInfo::from(state.borrow().engine.counts());
-    unsafe { CountsInfo::to_napi_value(env, counts) }.unwrap_or(ptr::null_mut())
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow().engine.counts()))) }
+}
+
+/// A panic in an acquire or release is its failure: `out[0]` is FAILED and
+/// the error waits in `takeError()`. (The panic let go of its borrow while
+/// unwinding; no JS runs inside a method, so nothing else holds one.)
+fn failed(state: &Shared, error: LockError) {
+    state.borrow_mut().failed(error);
+}
+
+/// Runs the body of a method whose callers read no failure sentinel: a
+/// panic, or a Node-API failure, becomes a thrown JS error whose `code` is
+/// PROVIDER_FAILED.
+///
+/// # Safety
+/// `env` is the current callback's environment.
+unsafe fn or_throw(env: sys::napi_env, body: impl FnOnce() -> napi::Result<sys::napi_value>) -> sys::napi_value {
+    let message = match guard::catch(body) {
+        Ok(Ok(value)) => return value,
+        Ok(Err(error)) => error.reason,
+        Err(error) => error.message().to_owned(),
+    };
+    let code = CString::new(ErrorCode::ProviderFailed.as_str()).unwrap_or_default();
+    let message = CString::new(message).unwrap_or_default();
+    // SAFETY: `env` is the callback's; both strings outlive the call.
+    unsafe { sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()) };
+    ptr::null_mut()
 }
 
 /// The state behind this callback and its first `N` arguments (missing

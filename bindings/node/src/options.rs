@@ -3,13 +3,13 @@
 
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{ErrorCode, LockError, Options};
-use napi::bindgen_prelude::Float64Array;
 use napi::Env;
 use napi_derive::napi;
 
 use crate::error::stash;
+use crate::guard::sentinel;
 use crate::local::LocalEngineObject;
-use crate::redis::{LogForwarder, RedisProvider};
+use crate::redis::{LogWake, RedisProvider};
 use crate::telemetry::TelemetryForwarder;
 
 /// Validated options of one provider.
@@ -26,29 +26,29 @@ pub struct BackendInfo {
 }
 
 /// Loads the whole YAML file; `null` on failure (see `takeError`).
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_yaml(text: String) -> Option<NativeOptions> {
-    wrap(Options::from_yaml(&text))
+    sentinel(|| wrap(Options::from_yaml(&text)))
 }
 
 /// Loads the `options` map, given as JSON text; `null` on failure.
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_config(json: String) -> Option<NativeOptions> {
-    wrap(parse_json(&json).and_then(|config| Options::from_config(&config)))
+    sentinel(|| wrap(parse_json(&json).and_then(|config| Options::from_config(&config))))
 }
 
 /// Loads the two plugin sections, each given as JSON text or absent;
 /// `null` on failure.
-#[napi]
+#[napi(catch_unwind)]
 pub fn load_sections(lock: Option<String>, redis: Option<String>) -> Option<NativeOptions> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
-    wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref())))
+    sentinel(|| wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref()))))
 }
 
 #[napi]
 impl NativeOptions {
     /// Every backend, sorted by name.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn backends(&self) -> Vec<BackendInfo> {
         self.options
             .backends
@@ -58,31 +58,31 @@ impl NativeOptions {
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
-    /// driver warnings and errors go to `log({ level, backend, code, message })`,
-    /// telemetry events to `telemetry(entry)`.
-    #[napi(ts_args_type = "log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void")]
-    pub fn open_redis(&self, env: &Env, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        crate::redis::open(env, &self.options, log, telemetry)
+    /// `logWake()` is called when driver warnings and errors wait in
+    /// `takeLogs()`, telemetry events go to `telemetry(entry)`.
+    #[napi(ts_args_type = "logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
+    pub fn open_redis(&self, env: &Env, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+        sentinel(|| crate::redis::open(env, &self.options, log_wake, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers
-    /// through `out`, a `Float64Array` of 4 (see `local.rs`). `null` when
-    /// `name` is not a local backend.
-    #[napi]
-    pub fn local_engine(&self, name: String, out: Float64Array) -> Option<LocalEngineObject> {
-        match self.options.backends.get(&name) {
-            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local, out)),
+    /// through the `Float64Array` its `out()` returns (see `local.rs`).
+    /// `null` when `name` is not a local backend.
+    #[napi(catch_unwind)]
+    pub fn local_engine(&self, name: String) -> Option<LocalEngineObject> {
+        sentinel(|| match self.options.backends.get(&name) {
+            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local)),
             _ => {
                 stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
                 None
             }
-        }
+        })
     }
 
     /// The settings of the app-driver backend `name` as JSON text (every field
     /// but `driver`, unvalidated: the app driver validates them); `null` when
     /// `name` is not an app-driver backend.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn app_settings(&self, name: String) -> Option<String> {
         match self.options.backends.get(&name) {
             Some(BackendOptions::App { settings, .. }) => Some(serde_json::Value::Object(settings.clone()).to_string()),

@@ -5,14 +5,14 @@
 //! thread as its host ([`crate::executor`] polls them and settles their
 //! promises); its own runtime (started only when a redis backend exists)
 //! keeps timers, notifications and renewals. A pending promise keeps Node alive only
-//! while its operation is in flight; the log forwarder is a weak threadsafe
+//! while its operation is in flight; the log wake-up is a weak threadsafe
 //! function, and so is the telemetry forwarder, so nothing is left to keep
 //! the process alive after `close()`.
 //!
 //! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
 //! object, which the JS layer turns into a `LockError`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
@@ -25,6 +25,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
+use crate::guard::{promise, sentinel, Finalized};
 use crate::keep_alive::NativeKeepAlive;
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -38,13 +39,32 @@ pub struct LogEntry {
     pub message: String,
 }
 
-/// Calls the JS log sink; weak, so it never keeps Node alive.
-pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
+/// Tells JS that log records wait in [`RedisProvider::take_logs`]; weak, so
+/// it never keeps Node alive.
+pub type LogWake = ThreadsafeFunction<(), (), (), Status, false, true>;
+
+/// Driver log records not yet handed to JS. They wait here, not in the
+/// wake-up call: `close()` hands over what is left when it resolves, so a
+/// process that exits right after close loses none (a call still queued in
+/// the threadsafe function would be dropped at exit).
+#[derive(Default)]
+struct LogQueue(Mutex<Vec<LogEntry>>);
+
+impl LogQueue {
+    fn push(&self, entry: LogEntry) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+    }
+
+    fn take(&self) -> Vec<LogEntry> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
-/// close) go to `log`, telemetry events to `telemetry`.
-pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+/// close) wait in [`RedisProvider::take_logs`], announced by `log_wake`;
+/// telemetry events go to `telemetry`.
+pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
     let host = match crate::executor::host(env) {
         Ok(host) => host,
         Err(error) => {
@@ -54,21 +74,23 @@ pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: Telemetr
     };
     let mut redis_only = options.clone();
     redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    let logs = Arc::new(LogQueue::default());
+    let queue = logs.clone();
     let logger: Logger = Arc::new(move |record: &LogRecord| {
         // Debug records (LOCK_BACKEND_READY) are logged by the JS layer for
         // every driver alike.
         if record.level >= Level::Warn {
-            let entry = LogEntry {
+            queue.push(LogEntry {
                 level: record.level.as_str().to_owned(),
                 backend: record.backend.clone(),
                 code: record.code.to_owned(),
                 message: record.message.clone(),
-            };
-            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
+            });
+            log_wake.call((), ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
     Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host: Some(host) })
-        .map(|provider| RedisProvider { provider: Arc::new(provider) })
+        .map(|provider| RedisProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()
 }
@@ -76,127 +98,139 @@ pub fn open(env: &Env, options: &Options, log: LogForwarder, telemetry: Telemetr
 /// The redis backends of one `LockProvider`.
 #[napi]
 pub struct RedisProvider {
-    provider: Arc<Provider>,
+    provider: Finalized<Arc<Provider>>,
+    logs: Arc<LogQueue>,
 }
 
 #[napi]
 impl RedisProvider {
     /// The backend `name`; `null` on failure.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
-        match self.provider.backend(&name) {
-            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend }),
+        sentinel(|| match self.provider.backend(&name) {
+            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend: Finalized::new(backend) }),
             Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
             Err(error) => {
                 stash(error);
                 None
             }
-        }
+        })
+    }
+
+    /// The driver's log records since the last call, oldest first.
+    #[napi(catch_unwind)]
+    pub fn take_logs(&self) -> Vec<LogEntry> {
+        self.logs.take()
     }
 
     /// Closes every redis backend: waiters `CLOSED`, held leases released
-    /// within `shutdownTimeoutMs` (failures logged). Resolves `undefined`.
-    #[napi(ts_return_type = "Promise<undefined | ErrorInfo>")]
+    /// within `shutdownTimeoutMs` (failures logged). Resolves to the log
+    /// records not yet taken, those of the close among them.
+    #[napi(ts_return_type = "Promise<LogEntry[] | ErrorInfo>", catch_unwind)]
     pub fn close(&self, env: &Env) -> napi::Result<Promise> {
-        let provider = self.provider.clone();
-        spawn(
-            env,
-            async move {
-                provider.close().await;
-                Ok(())
-            },
-            |()| (),
-        )
+        let (provider, logs) = (self.provider.clone(), self.logs.clone());
+        promise(env, || {
+            spawn(
+                env,
+                async move {
+                    provider.close().await;
+                    Ok(())
+                },
+                move |()| logs.take(),
+            )
+        })
     }
 }
 
 /// One redis backend.
 #[napi]
 pub struct NativeRedisBackend {
-    backend: RedisBackend,
+    backend: Finalized<RedisBackend>,
 }
 
 #[napi]
 impl NativeRedisBackend {
     /// The backend's default wait, in ms.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn wait_timeout_ms(&self) -> u32 {
         self.backend.options().wait_timeout_ms
     }
 
     /// What the backend is doing now, as counts.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn status(&self) -> StatusInfo {
         Backend::Redis(self.backend.clone()).status().into()
     }
 
     /// True once the provider closed: every later call is `CLOSED`.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn closed(&self) -> bool {
         self.backend.is_closed()
     }
 
     /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
     /// until the returned handle is stopped.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn keep_alive(&self, lease: &NativeRedisLease) -> NativeKeepAlive {
         NativeKeepAlive::new(|lost| lease.lease.keep_alive(self.backend.auto_renew_every(), lost))
     }
 
     /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
     /// to `waitTimeoutMs`, ended early by `abort`.
-    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>", catch_unwind)]
     pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
-        let backend = self.backend.clone();
-        let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
-        let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
-        spawn(
-            env,
-            async move { backend.acquire(&key?, options).await },
-            |lease| NativeRedisLease { lease: Arc::new(lease) },
-        )
+        promise(env, || {
+            let backend = self.backend.clone();
+            let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
+            let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
+            spawn(
+                env,
+                async move { backend.acquire(&key?, options).await },
+                |lease| NativeRedisLease { lease: Finalized::new(Arc::new(lease)) },
+            )
+        })
     }
 }
 
 /// A held redis lease.
 #[napi]
 pub struct NativeRedisLease {
-    lease: Arc<RedisLease>,
+    lease: Finalized<Arc<RedisLease>>,
 }
 
 #[napi]
 impl NativeRedisLease {
     /// The fencing token, as a decimal string.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn fence(&self) -> String {
         self.lease.fence().to_string()
     }
 
     /// The conservative local validity estimate.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn valid(&self) -> bool {
         self.lease.is_valid()
     }
 
     /// Time left by that estimate, in ms; 0 once invalid.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn remaining_ms(&self) -> f64 {
         self.lease.remaining().as_secs_f64() * 1000.0
     }
 
     /// Extends the lease; resolves `false` when it is no longer ours.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
     pub fn renew(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        spawn(env, async move { lease.renew().await }, |renewed| renewed)
+        promise(env, || spawn(env, async move { lease.renew().await }, |renewed| renewed))
     }
 
     /// Releases the lease; resolves `false` when already released,
     /// `LEASE_LOST` when another owner had it.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>")]
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
     pub fn release(&self, env: &Env) -> napi::Result<Promise> {
         let lease = self.lease.clone();
-        spawn(env, async move { lease.release().await }, |released| released)
+        promise(env, || spawn(env, async move { lease.release().await }, |released| released))
     }
 }
 
@@ -208,7 +242,7 @@ pub struct NativeAbort {
 
 #[napi]
 impl NativeAbort {
-    #[napi(constructor)]
+    #[napi(constructor, catch_unwind)]
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         NativeAbort { controller: AbortController::new() }
@@ -216,7 +250,7 @@ impl NativeAbort {
 
     /// Ends the acquire that carries this controller with `ABORTED` (if it
     /// is still waiting).
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn abort(&self) {
         self.controller.abort();
     }

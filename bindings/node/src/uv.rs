@@ -163,15 +163,35 @@ impl Drop for UvWatch {
 }
 
 unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    // SAFETY: libuv calls this for a live handle that `watch` started.
+    crate::guard::or_log("a socket's readiness callback", || unsafe { ready(handle, status, events) });
+}
+
+/// # Safety
+/// `handle` is a live handle made by [`Loop::watch`], on its loop's thread.
+unsafe fn ready(handle: *mut PollHandle, status: c_int, events: c_int) {
+    // SAFETY: the handle's data is its interest until the close callback,
+    // which cannot run during this one. This borrow's last use comes before
+    // the wakers run (they reach the interest through the watch).
     let interest = unsafe { &mut *(uv_handle_get_data(handle) as *mut Interest) };
-    // An error (status < 0) wakes both sides: their next read or write
-    // meets the error itself.
-    let failed = status < 0;
-    if failed || events & UV_READABLE != 0 {
+    let events = if status < 0 {
+        // libuv reports an error (POLLERR) after it stopped the handle: it
+        // watches nothing now, whatever `watched` said (which would make the
+        // next ask a no-op and leave the socket unwatched for good). Both
+        // sides count as ready: the next read or write meets the error, or
+        // the socket's real state. The side that asks again restarts the
+        // handle; restarting it here would report a lasting error every
+        // loop turn to nobody.
+        interest.watched = 0;
+        UV_READABLE | UV_WRITABLE
+    } else {
+        events
+    };
+    if events & UV_READABLE != 0 {
         interest.may_read = true;
     }
-    let readable = if failed || events & UV_READABLE != 0 { interest.readable.take() } else { None };
-    let writable = if failed || events & UV_WRITABLE != 0 { interest.writable.take() } else { None };
+    let readable = if events & UV_READABLE != 0 { interest.readable.take() } else { None };
+    let writable = if events & UV_WRITABLE != 0 { interest.writable.take() } else { None };
     // Readable with nobody asking (a reader busy elsewhere) would fire
     // every turn: stop watching it until the reader finds the socket
     // drained and asks again.
@@ -184,8 +204,13 @@ unsafe extern "C" fn on_ready(handle: *mut PollHandle, status: c_int, events: c_
 }
 
 unsafe extern "C" fn closed(handle: *mut PollHandle) {
+    // SAFETY: the data is the interest `watch` leaked for this handle, and
+    // libuv calls this once, after which it never touches the handle.
     let interest = unsafe { Box::from_raw(uv_handle_get_data(handle) as *mut Interest) };
-    unsafe { alloc::dealloc(handle as *mut u8, interest.layout) };
+    let layout = interest.layout;
+    crate::guard::or_log("dropping a socket's wakers", || drop(interest));
+    // SAFETY: allocated with this layout in `watch`.
+    unsafe { alloc::dealloc(handle as *mut u8, layout) };
 }
 
 fn uv_error(status: c_int) -> io::Error {
