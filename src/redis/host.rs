@@ -29,10 +29,20 @@ use tokio::runtime::Handle;
 
 /// An event loop that runs the operations started on its thread.
 ///
-/// Contract: `spawn` and `watch` are called on the host's thread only, and
-/// every spawned task is polled there until it completes (an operation
-/// dropped half way would leave a lock in Redis until it expires).
-pub trait Host: Send + Sync + 'static {
+/// # Safety
+///
+/// The driver calls `spawn` and `watch` on the host's thread only (where
+/// `is_current` is true). An implementation must:
+/// - answer `is_current` truly: true on exactly one thread, the loop's;
+/// - poll every task given to `spawn` on that thread only, and drop it there
+///   (the connection reader it gets owns a socket stream that the driver
+///   declares `Send` without its being so, on the strength of this promise);
+/// - poll each spawned task until it completes, while the loop exists (an
+///   operation dropped half way would leave a lock in Redis until it
+///   expires);
+/// - use each [`Watch`] it returns, and drop it, on that thread only.
+#[allow(unsafe_code)] // the contract the one `unsafe impl` of the core rests on
+pub unsafe trait Host: Send + Sync + 'static {
     /// True on the host's thread.
     fn is_current(&self) -> bool;
 
@@ -109,8 +119,9 @@ pub(crate) struct HostStream {
 }
 
 // SAFETY: redis-rs asks for a `Send` stream, but a host stream is made,
-// polled and dropped on the host's thread only: it belongs to a connection
-// reader that `Host::spawn` runs there (a promise of the `unsafe trait Host`),
+// polled and dropped on the host's thread only: it is made in the driver's
+// code that runs on that thread, it belongs to a connection reader that
+// `Host::spawn` polls and drops there (the `unsafe trait Host`'s promise),
 // and the connection's other users reach it only through that reader's
 // channel.
 #[allow(unsafe_code)]

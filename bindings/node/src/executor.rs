@@ -463,7 +463,13 @@ pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
     Ok(Arc::new(NodeHost { wake: executor.wake.clone(), uv_loop: crate::uv::Loop::of(env)? }))
 }
 
-impl Host for NodeHost {
+// SAFETY: `is_current` is true on this JS thread only (the executor is a
+// thread-local of it); `spawn` queues the task in this thread's executor,
+// which polls tasks only in its run loop on this thread and drops them there
+// (completed, or at the environment's cleanup; at process exit it is leaked,
+// never dropped elsewhere); the watches are libuv poll
+// handles of this thread's loop, used and closed on it.
+unsafe impl Host for NodeHost {
     fn is_current(&self) -> bool {
         here().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake))
     }
