@@ -97,7 +97,7 @@ test('every code carries the fix sentence of the core', async () => {
 
 test('an unknown driver after a redis backend is UNKNOWN_DRIVER, and what was opened is closed', async () => {
   const config = {
-    'dokebi-lock': { backends: { a: { driver: 'redis', connection: 'main', leaseMs: 1000 }, b: { driver: 'memcached' } } },
+    'dokebi-lock': { backends: { a: { driver: 'redis', connection: 'main', leaseMs: 10_000 }, b: { driver: 'memcached' } } },
     'dokebi-redis': { connections: { main: { url: 'redis://127.0.0.1:1/0' } } },
   };
   await rejectsWith(openLock({ config }), 'UNKNOWN_DRIVER');

@@ -14,7 +14,8 @@ let namespaces = 0;
 function open(url) {
   return openLock({
     config: {
-      'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace: `reset${++namespaces}` } } },
+      'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 120_000, namespace: `reset${++namespaces}` } } },
+      // Far longer than any reset takes to surface, and below leaseMs as required.
       'dokebi-redis': { connections: { main: { url, commandTimeoutMs: 60_000 } } },
     },
   });

@@ -14,7 +14,8 @@ function open(settings = {}, { url = redis.url, namespace, connection = {} } = {
   return openLock({
     config: {
       'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace: namespace ?? `t${namespaces}`, ...settings } } },
-      'dokebi-redis': { connections: { main: { url, ...connection } } },
+      // Commands time out below the lease, as the options require.
+      'dokebi-redis': { connections: { main: { url, commandTimeoutMs: Math.min(2000, Math.floor((settings.leaseMs ?? 10_000) * 0.9)), ...connection } } },
     },
   });
 }

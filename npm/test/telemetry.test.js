@@ -111,7 +111,8 @@ function openRedis(settings, namespace) {
   return openLock({
     config: {
       'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace, leaseMs: 10_000, ...settings } } },
-      'dokebi-redis': { connections: { main: { url: redis.url } } },
+      // Below the lease, as the options require.
+      'dokebi-redis': { connections: { main: { url: redis.url, commandTimeoutMs: Math.floor((settings.leaseMs ?? 10_000) * 0.9) } } },
     },
   });
 }

@@ -16,10 +16,15 @@ const INDEX = new URL('../index.js', import.meta.url).href;
 const redis = useRedis();
 
 let namespaces = 0;
+/** Commands time out below the lease, as the options require (default 2000 ms). */
+function commandTimeoutMs(leaseMs) {
+  return Math.min(2000, Math.floor(leaseMs * 0.9));
+}
 function redisConfig(namespace, settings) {
+  const leaseMs = settings?.leaseMs ?? 10_000;
   return {
-    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace, leaseMs: 10_000, ...settings } } },
-    'dokebi-redis': { connections: { main: { url: redis.url } } },
+    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', namespace, leaseMs, ...settings } } },
+    'dokebi-redis': { connections: { main: { url: redis.url, commandTimeoutMs: commandTimeoutMs(leaseMs) } } },
   };
 }
 /** Two providers (two "processes") with one redis backend `r` in a fresh namespace. */
