@@ -30,10 +30,12 @@ pub struct AbortSignal {
 }
 
 impl AbortController {
+    /// A controller whose signal is not aborted.
     pub fn new() -> Self {
         AbortController::default()
     }
 
+    /// A signal that observes this controller.
     pub fn signal(&self) -> AbortSignal {
         AbortSignal { inner: self.inner.clone() }
     }
@@ -48,6 +50,7 @@ impl AbortController {
 }
 
 impl AbortSignal {
+    /// True once the controller has aborted.
     pub fn is_aborted(&self) -> bool {
         self.inner.aborted.load(Ordering::SeqCst)
     }

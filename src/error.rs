@@ -50,48 +50,70 @@ macro_rules! error_codes {
 }
 
 error_codes! {
+    /// The configuration is invalid; `details.issues` lists each problem.
     InvalidOptions = 1, "INVALID_OPTIONS",
         "Correct the options listed in details.issues; each entry names the path and the problem.";
+    /// The key is empty, malformed, or longer than `maxKeyBytes`.
     InvalidKey = 2, "INVALID_KEY",
         "Pass a non-empty, well-formed string key whose UTF-8 length is at most maxKeyBytes.";
+    /// No backend of that name is configured.
     UnknownBackend = 3, "UNKNOWN_BACKEND",
         "Use one of the names configured under dokebi-lock.backends (provider.names() lists them).";
+    /// A backend names a Redis connection that is not defined.
     UnknownConnection = 4, "UNKNOWN_CONNECTION",
         "Define the connection under dokebi-redis.connections or point the backend at an existing one.";
+    /// The provider was closed.
     Closed = 5, "CLOSED",
         "The lock provider was closed; open a new provider or stop calling it during shutdown.";
+    /// The key is held and the acquire was not to wait (`waitTimeoutMs` 0).
     LockBusy = 6, "LOCK_BUSY",
         "The key is held and waitTimeoutMs was 0; retry later or wait with a positive waitTimeoutMs.";
+    /// Too many leases are held at once (`maxKeys`, `maxLeases`).
     KeyLimit = 7, "KEY_LIMIT",
         "Too many leases are held at once; release leases sooner or raise maxKeys (local) or maxLeases (redis).";
+    /// Too many acquires are waiting (`maxWaiters`).
     QueueFull = 8, "QUEUE_FULL",
         "Too many acquires are waiting; shed load, retry later, or raise maxWaiters.";
+    /// The caller's signal aborted the acquire; nothing is held.
     Aborted = 9, "ABORTED",
         "The caller's signal aborted the acquire; nothing is held.";
+    /// The key stayed held for the whole wait.
     WaitTimeout = 10, "WAIT_TIMEOUT",
         "The key stayed held for the whole wait; raise waitTimeoutMs or shorten the critical sections holding it.";
+    /// A driver package is not installed (Node surface).
     DriverNotInstalled = 11, "DRIVER_NOT_INSTALLED",
         "Install the driver package: npm install @dokebi/lock-redis.";
+    /// A driver factory returned an invalid driver (Node surface).
     DriverInvalid = 12, "DRIVER_INVALID",
         "A driver factory must return { view, close() } where view offers acquire(key, options).";
+    /// Redis could not be reached or refused the command.
     ProviderFailed = 13, "PROVIDER_FAILED",
         "Redis could not be reached or refused the command; check the connection url, credentials and server health (see cause).";
+    /// Redis did not answer in time: whether the command took effect is unknown.
     OutcomeUnknown = 14, "OUTCOME_UNKNOWN",
         "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.";
+    /// The lease expired or was taken over before it was released.
     LeaseLost = 15, "LEASE_LOST",
         "The lease expired or was taken over before it was released; the critical section may have overlapped another holder, so rely on fencing tokens and consider a longer leaseMs.";
+    /// A lease could not be released during shutdown.
     CleanupFailed = 16, "CLEANUP_FAILED",
         "A lease could not be released during shutdown; it expires by itself after leaseMs.";
+    /// Shutdown did not release every lease within `shutdownTimeoutMs`.
     CleanupTimeout = 17, "CLEANUP_TIMEOUT",
         "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
+    /// A backend names a driver that does not exist.
     UnknownDriver = 18, "UNKNOWN_DRIVER",
         "Use driver: local, driver: redis, or a driver your entry module exports under drivers.";
+    /// Two drivers share a name, or one redefines `local` or `redis` (Node surface).
     DriverConflict = 19, "DRIVER_CONFLICT",
         "Give every driver a unique name that does not redefine local or redis.";
+    /// The entry module exports no valid extension (Node surface).
     InvalidEntry = 20, "INVALID_ENTRY",
         "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";
+    /// An extension subclass is malformed (Node surface).
     InvalidExtension = 21, "INVALID_EXTENSION",
         "A LockExtension subclass takes no constructor parameters and overrides only dependencies, createDriver and wrapBackend.";
+    /// The plugin options are invalid (Node surface).
     InvalidPluginOptions = 22, "INVALID_PLUGIN_OPTIONS",
         "Correct the plugin options; the cause lists each problem in details.issues.";
     /// A per-call argument (not a configuration option) has the wrong type or
@@ -132,6 +154,7 @@ impl fmt::Display for ErrorCode {
 pub struct Issue {
     /// Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`.
     pub path: String,
+    /// What is wrong there, never containing a key.
     pub message: String,
 }
 
@@ -210,37 +233,45 @@ impl LockError {
             .with_details(serde_json::json!({ "issues": issues }))
     }
 
+    /// The error with structured `details` (replacing any).
     pub fn with_details(mut self, details: serde_json::Value) -> LockError {
         self.details = Some(details);
         self
     }
 
+    /// The error with `cause` as its underlying failure.
     pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> LockError {
         self.cause = Some(Arc::new(cause));
         self
     }
 
+    /// The error with an already shared `cause` as its underlying failure.
     pub fn with_shared_cause(mut self, cause: Cause) -> LockError {
         self.cause = Some(cause);
         self
     }
 
+    /// The stable code.
     pub fn code(&self) -> ErrorCode {
         self.code
     }
 
+    /// The human message; it never contains a key.
     pub fn message(&self) -> &str {
         &self.message
     }
 
+    /// One sentence telling the user what to do (the code's fix).
     pub fn fix(&self) -> &'static str {
         self.code.fix()
     }
 
+    /// Structured details, e.g. `issues` of `INVALID_OPTIONS`.
     pub fn details(&self) -> Option<&serde_json::Value> {
         self.details.as_ref()
     }
 
+    /// The underlying failure, if any (for example the Redis error).
     pub fn cause(&self) -> Option<&Cause> {
         self.cause.as_ref()
     }

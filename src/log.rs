@@ -9,13 +9,18 @@ use std::sync::Arc;
 /// Severity of a [`LogRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// Detail for debugging.
     Debug,
+    /// Normal operation, e.g. a backend became ready.
     Info,
+    /// Something unexpected that the library handled.
     Warn,
+    /// A failure, e.g. leases not released at shutdown.
     Error,
 }
 
 impl Level {
+    /// The lower-case name: `"debug"`, `"info"`, `"warn"` or `"error"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Level::Debug => "debug",
@@ -30,9 +35,13 @@ impl Level {
 /// `CLEANUP_TIMEOUT`, …), and a message without keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRecord {
+    /// How severe it is.
     pub level: Level,
+    /// The backend's name.
     pub backend: String,
+    /// A stable code, e.g. `LOCK_BACKEND_READY`.
     pub code: &'static str,
+    /// A human message, never containing a key.
     pub message: String,
 }
 

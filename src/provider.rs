@@ -133,7 +133,9 @@ impl Provider {
 /// One backend of any driver. Cheap to clone.
 #[derive(Clone, Debug)]
 pub enum Backend {
+    /// A `driver: local` backend.
     Local(LocalBackend),
+    /// A `driver: redis` backend.
     Redis(RedisBackend),
 }
 
@@ -192,11 +194,14 @@ impl Backend {
 /// A held lease of any driver.
 #[derive(Debug)]
 pub enum Lease {
+    /// A lease of a local backend.
     Local(LocalLease),
+    /// A lease of a redis backend.
     Redis(RedisLease),
 }
 
 impl Lease {
+    /// The key this lease is for.
     pub fn key(&self) -> &str {
         match self {
             Lease::Local(lease) => lease.key(),
@@ -212,6 +217,8 @@ impl Lease {
         }
     }
 
+    /// True while the lease is held: not released, the backend not closed and (redis) not
+    /// expired by the local estimate.
     pub fn is_valid(&self) -> bool {
         match self {
             Lease::Local(lease) => lease.is_valid(),

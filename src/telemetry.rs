@@ -17,15 +17,46 @@ use crate::options::Thresholds;
 pub enum TelemetryEvent {
     /// An acquire waited at least `slowAcquireMs`; `outcome` is `None` when it
     /// got the lease, else the error it ended with.
-    SlowAcquire { backend: String, waited: Duration, threshold: Duration, outcome: Option<ErrorCode> },
+    SlowAcquire {
+        /// The backend's name.
+        backend: String,
+        /// How long the acquire waited.
+        waited: Duration,
+        /// The `slowAcquireMs` it crossed.
+        threshold: Duration,
+        /// `None` when granted, else the code it failed with.
+        outcome: Option<ErrorCode>,
+    },
     /// A lease was held at least `slowHoldMs` when it ended.
-    SlowHold { backend: String, held: Duration, threshold: Duration },
+    SlowHold {
+        /// The backend's name.
+        backend: String,
+        /// How long the lease was held.
+        held: Duration,
+        /// The `slowHoldMs` it crossed.
+        threshold: Duration,
+    },
     /// An acquire gave up waiting (`WAIT_TIMEOUT`).
-    WaitTimeout { backend: String, waited: Duration },
+    WaitTimeout {
+        /// The backend's name.
+        backend: String,
+        /// How long the acquire waited.
+        waited: Duration,
+    },
     /// A lease turned out lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`).
-    LeaseLost { backend: String, code: ErrorCode },
+    LeaseLost {
+        /// The backend's name.
+        backend: String,
+        /// `LEASE_LOST` or `OUTCOME_UNKNOWN`.
+        code: ErrorCode,
+    },
     /// A Redis connection went up or down.
-    Connection { connection: String, up: bool },
+    Connection {
+        /// The connection's name.
+        connection: String,
+        /// True when it came up, false when it went down.
+        up: bool,
+    },
 }
 
 impl TelemetryEvent {

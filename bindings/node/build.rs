@@ -1,3 +1,4 @@
+//! Build script: napi-rs link setup for the Node addon.
 fn main() {
     napi_build::setup();
 }

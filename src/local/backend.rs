@@ -83,6 +83,7 @@ impl LocalBackend {
         LocalBackend { shared: Arc::new(Shared { engine, options, name: name.into(), telemetry }) }
     }
 
+    /// The options the backend was opened with.
     pub fn options(&self) -> LocalOptions {
         self.shared.options
     }
@@ -170,10 +171,12 @@ impl LocalBackend {
         waiters.iter().for_each(|slot| slot.close());
     }
 
+    /// True once [`LocalBackend::close`] has run.
     pub fn is_closed(&self) -> bool {
         lock(&self.shared.engine).is_closed()
     }
 
+    /// Leases held and waiters queued now, and totals since the backend opened.
     pub fn counts(&self) -> LocalCounts {
         lock(&self.shared.engine).counts()
     }
@@ -257,6 +260,7 @@ pub struct LocalLease {
 }
 
 impl LocalLease {
+    /// The key this lease is for.
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -29,14 +29,18 @@ use crate::options::LocalOptions;
 /// the fence is unique per engine, so a reused slot never matches an old id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseId {
+    /// The lease's slot in the engine.
     pub slot: u32,
+    /// The lease's fencing token.
     pub fence: u64,
 }
 
 /// Names one queued waiter; as with [`LeaseId`], stale ids never match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WaiterId {
+    /// The waiter's slot in the engine.
     pub slot: u32,
+    /// Distinguishes the waiters that used the slot over time.
     pub serial: u64,
 }
 
@@ -59,7 +63,12 @@ pub enum Released<W> {
     Freed,
     /// Released and granted at once to the head waiter, whose payload is
     /// returned so the caller can wake it with the new lease.
-    HandedOn { waiter: W, lease: LeaseId },
+    HandedOn {
+        /// The payload of the waiter that got the key.
+        waiter: W,
+        /// The lease it holds now.
+        lease: LeaseId,
+    },
 }
 
 /// Why a waiter left its queue without a lease.
@@ -128,6 +137,7 @@ pub struct LocalEngine<W> {
 }
 
 impl<W> LocalEngine<W> {
+    /// An open engine holding nothing, limited by `options`.
     pub fn new(options: LocalOptions) -> Self {
         LocalEngine {
             options,
@@ -143,6 +153,7 @@ impl<W> LocalEngine<W> {
         }
     }
 
+    /// The options the engine was made with.
     pub fn options(&self) -> &LocalOptions {
         &self.options
     }
@@ -264,10 +275,12 @@ impl<W> LocalEngine<W> {
         rejected
     }
 
+    /// True once `close` has run.
     pub fn is_closed(&self) -> bool {
         self.closed
     }
 
+    /// Leases held and waiters queued now, and totals since the engine was made.
     pub fn counts(&self) -> LocalCounts {
         // Every grant takes the next fence, so the last fence counts grants.
         LocalCounts { held: self.leases.len(), waiting: self.waiters.len(), acquired: self.last_fence, timed_out: self.timed_out }

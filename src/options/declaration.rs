@@ -11,13 +11,21 @@ use serde_json::{json, Map, Value};
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
     /// A whole number in `min..=max`.
-    Integer { min: u64, max: u64 },
+    Integer {
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+    },
     /// A non-empty string.
     Text,
     /// A `redis://`, `rediss://` or `unix://` URL.
     RedisUrl,
     /// A telemetry threshold in ms, `0..=max`, or `null` to disable the report.
-    Threshold { max: u64 },
+    Threshold {
+        /// The largest threshold accepted.
+        max: u64,
+    },
     /// `true` or `false`.
     Boolean,
     /// A non-empty list of `redis://` or `rediss://` URLs.
@@ -29,20 +37,28 @@ pub enum Kind {
 /// The value a field takes when it is omitted.
 #[derive(Debug, Clone, Copy)]
 pub enum Fallback {
+    /// The field must be given.
     Required,
     /// Optional, with no value when omitted.
     Absent,
+    /// This number.
     Integer(u64),
+    /// This string.
     Text(&'static str),
+    /// This boolean.
     Boolean(bool),
 }
 
 /// One option of a backend or connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Field {
+    /// The field's name as written in the options (camelCase).
     pub name: &'static str,
+    /// The values it accepts.
     pub kind: Kind,
+    /// Its value when omitted.
     pub fallback: Fallback,
+    /// What it means, one sentence (also the JSON Schema's description).
     pub description: &'static str,
 }
 

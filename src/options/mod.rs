@@ -24,18 +24,27 @@ pub const REDIS_SECTION: &str = "dokebi-redis";
 /// Validated options: every backend and every Redis connection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
+    /// Every backend, by name (`dokebi-lock.backends`).
     pub backends: BTreeMap<String, BackendOptions>,
+    /// Every Redis connection, by name (`dokebi-redis.connections`).
     pub connections: BTreeMap<String, ConnectionOptions>,
 }
 
 /// One backend, by driver.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendOptions {
+    /// A `driver: local` backend: an in-process FIFO mutex.
     Local(LocalOptions),
+    /// A `driver: redis` backend: a Redis lease.
     Redis(RedisOptions),
     /// A driver the core does not implement (an app driver of the Node
     /// surface). Its settings are passed through to that driver unvalidated.
-    App { driver: String, settings: Map<String, Value> },
+    App {
+        /// The driver name.
+        driver: String,
+        /// The backend's settings, as written.
+        settings: Map<String, Value>,
+    },
 }
 
 impl BackendOptions {
@@ -52,7 +61,9 @@ impl BackendOptions {
 /// Telemetry thresholds of a backend; `None` disables that report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thresholds {
+    /// `slowAcquireMs`: report an acquire that waited at least this long.
     pub slow_acquire_ms: Option<u32>,
+    /// `slowHoldMs`: report a lease held at least this long.
     pub slow_hold_ms: Option<u32>,
 }
 
@@ -65,10 +76,15 @@ impl Thresholds {
 /// Options of a `driver: local` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalOptions {
+    /// `maxKeys`: keys held at once; one more is `KEY_LIMIT`.
     pub max_keys: u32,
+    /// `maxWaiters`: waiters across the backend; one more is `QUEUE_FULL`.
     pub max_waiters: u32,
+    /// `waitTimeoutMs`: the default wait before `WAIT_TIMEOUT`; 0 tries once.
     pub wait_timeout_ms: u32,
+    /// `maxKeyBytes`: the largest key, in UTF-8 bytes.
     pub max_key_bytes: u32,
+    /// `slowAcquireMs` and `slowHoldMs`.
     pub thresholds: Thresholds,
 }
 
@@ -94,18 +110,29 @@ impl LocalOptions {
 /// Options of a `driver: redis` backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
+    /// `connection`: the name of a connection in `dokebi-redis.connections`.
     pub connection: String,
+    /// `namespace`: the prefix of every Redis key this backend writes.
     pub namespace: String,
+    /// `leaseMs`: a lease not renewed or released expires after this long.
     pub lease_ms: u32,
+    /// `waitTimeoutMs`: the default wait before `WAIT_TIMEOUT`; 0 tries once.
     pub wait_timeout_ms: u32,
+    /// `pollIntervalMs`: a waiter's retry interval while release notifications are down.
     pub poll_interval_ms: u32,
+    /// `notifyPollIntervalMs`: a waiter's safety-net retry interval while notifications are live.
     pub notify_poll_interval_ms: u32,
+    /// `maxWaiters`: acquires in progress in this process; one more is `QUEUE_FULL`.
     pub max_waiters: u32,
+    /// `maxLeases`: leases held by this process; one more is `KEY_LIMIT`.
     pub max_leases: u32,
+    /// `maxKeyBytes`: the largest key, in UTF-8 bytes.
     pub max_key_bytes: u32,
+    /// `shutdownTimeoutMs`: how long `close()` spends releasing held leases.
     pub shutdown_timeout_ms: u32,
     /// Replicas that must acknowledge each acquire and renew (`WAIT`).
     pub replica_acks: u32,
+    /// `slowAcquireMs` and `slowHoldMs`.
     pub thresholds: Thresholds,
 }
 
@@ -133,7 +160,9 @@ impl RedisOptions {
 pub struct ConnectionOptions {
     /// Where Redis is.
     pub endpoint: Endpoint,
+    /// `connectTimeoutMs`: the bound on establishing a connection.
     pub connect_timeout_ms: u32,
+    /// `commandTimeoutMs`: the bound on one command; past it the outcome is unknown.
     pub command_timeout_ms: u32,
 }
 
@@ -142,11 +171,17 @@ pub struct ConnectionOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// One server.
-    Server { url: String },
+    Server {
+        /// `redis://`, `rediss://` (TLS) or `unix://` URL of the server.
+        url: String,
+    },
     /// The primary that the sentinels name, followed across failovers.
     Sentinel(SentinelOptions),
     /// A Redis Cluster, found through its seed nodes.
-    Cluster { nodes: Vec<String> },
+    Cluster {
+        /// The seed nodes' `redis://` or `rediss://` URLs.
+        nodes: Vec<String>,
+    },
 }
 
 /// `connections.<name>.sentinel`.
@@ -154,11 +189,15 @@ pub enum Endpoint {
 pub struct SentinelOptions {
     /// Sentinel URLs (their credentials are the sentinels').
     pub nodes: Vec<String>,
+    /// `primaryName`: the name the sentinels monitor the primary under.
     pub primary_name: String,
     /// Credentials, database and TLS of the primary.
     pub username: Option<String>,
+    /// Password on the primary, if any.
     pub password: Option<String>,
+    /// Database number on the primary.
     pub db: u32,
+    /// Connect to the primary over TLS.
     pub tls: bool,
 }
 

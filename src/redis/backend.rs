@@ -72,6 +72,7 @@ impl RedisBackend {
         RedisBackend { core: Arc::new(core), runtime }
     }
 
+    /// The options the backend was opened with.
     pub fn options(&self) -> &RedisOptions {
         &self.core.options
     }
@@ -153,6 +154,7 @@ impl RedisBackend {
         .await;
     }
 
+    /// True once the backend has started closing.
     pub fn is_closed(&self) -> bool {
         *self.core.closed.borrow()
     }

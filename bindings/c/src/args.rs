@@ -17,6 +17,8 @@ pub const DOKEBI_LOCK_WAIT_DEFAULT: i64 = -1;
 /// # Safety
 /// `handle` is NULL or points to a live object for the returned lifetime.
 pub(crate) unsafe fn handle<'a, T>(handle: *const T, what: &str) -> Result<&'a T> {
+    // SAFETY: the caller promised (# Safety) that `handle` is NULL or points to a live `T`
+    // for 'a; `as_ref` maps NULL to None.
     unsafe { handle.as_ref() }.ok_or_else(|| null(what))
 }
 
@@ -56,6 +58,8 @@ pub(crate) unsafe fn key<'a>(key: *const c_char, key_len: usize) -> Result<&'a s
     let bytes: &[u8] = match (key.is_null(), key_len) {
         (_, 0) => &[],
         (true, _) => return Err(null("key")),
+        // SAFETY: `key` is non-NULL here and the caller promised it points to `key_len` readable
+        // bytes that outlive 'a (# Safety).
         (false, len) => unsafe { std::slice::from_raw_parts(key.cast(), len) },
     };
     key::from_utf8(bytes, usize::MAX)
@@ -70,6 +74,8 @@ pub(crate) unsafe fn text<'a>(text: *const c_char, len: usize, what: &str, code:
     if text.is_null() {
         return if len == 0 { Ok("") } else { Err(null(what)) };
     }
+    // SAFETY: `text` is non-NULL here and the caller promised it points to `len` readable bytes
+    // that outlive 'a (# Safety).
     std::str::from_utf8(unsafe { std::slice::from_raw_parts(text.cast(), len) })
         .map_err(|_| LockError::new(code, format!("{what} is not valid UTF-8")))
 }

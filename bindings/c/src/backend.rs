@@ -58,6 +58,8 @@ pub unsafe extern "C" fn dokebi_lock_acquire(
     out_lease: *mut *mut dokebi_lock_lease,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
+    // SAFETY: the arguments are passed through unchanged; the caller upholds `acquire`'s
+    // contract, which is this function's (# Safety).
     call(out_error, || unsafe { acquire(backend, key, key_len, wait_timeout(wait_timeout_ms), out_lease) })
 }
 
@@ -74,6 +76,8 @@ pub unsafe extern "C" fn dokebi_lock_try_acquire(
     out_lease: *mut *mut dokebi_lock_lease,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
+    // SAFETY: the arguments are passed through unchanged; the caller upholds `acquire`'s
+    // contract, which is this function's (# Safety, as `dokebi_lock_acquire`).
     call(out_error, || unsafe { acquire(backend, key, key_len, Ok(Some(Duration::ZERO)), out_lease) })
 }
 
@@ -86,8 +90,10 @@ unsafe fn acquire(
     wait_timeout: Result<Option<Duration>>,
     out_lease: *mut *mut dokebi_lock_lease,
 ) -> Result<()> {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
     let backend = unsafe { handle(backend, "backend") }?;
     let out = Out::new(out_lease, "out_lease")?;
+    // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
     let key = unsafe { args::key(key, key_len) }?;
     let lease = backend.acquire(key, wait_timeout?)?;
     out.write(give(dokebi_lock_lease::new(lease)));

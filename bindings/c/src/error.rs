@@ -68,6 +68,8 @@ pub(crate) fn c_text(text: &str) -> CString {
 /// # Safety
 /// `error` is NULL or a live handle from this library.
 unsafe fn get<'a>(error: *const dokebi_lock_error) -> Option<&'a dokebi_lock_error> {
+    // SAFETY: the caller promised `error` is NULL or a live handle (# Safety); handles come from
+    // Box::into_raw in `report` and are immutable, so a shared borrow is sound.
     unsafe { error.as_ref() }
 }
 
@@ -77,6 +79,7 @@ unsafe fn get<'a>(error: *const dokebi_lock_error) -> Option<&'a dokebi_lock_err
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_code(error: *const dokebi_lock_error) -> dokebi_lock_status {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.map_or(dokebi_lock_status::DOKEBI_LOCK_OK, |e| e.status))
 }
 
@@ -87,6 +90,7 @@ pub unsafe extern "C" fn dokebi_lock_error_code(error: *const dokebi_lock_error)
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_name(error: *const dokebi_lock_error) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.map_or(std::ptr::null(), |e| e.status.name().as_ptr().cast()))
 }
 
@@ -97,6 +101,7 @@ pub unsafe extern "C" fn dokebi_lock_error_name(error: *const dokebi_lock_error)
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_message(error: *const dokebi_lock_error) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.map_or(std::ptr::null(), |e| e.message.as_ptr()))
 }
 
@@ -107,6 +112,7 @@ pub unsafe extern "C" fn dokebi_lock_error_message(error: *const dokebi_lock_err
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_fix(error: *const dokebi_lock_error) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.map_or(std::ptr::null(), |e| e.fix.as_ptr()))
 }
 
@@ -117,6 +123,7 @@ pub unsafe extern "C" fn dokebi_lock_error_fix(error: *const dokebi_lock_error) 
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_cause(error: *const dokebi_lock_error) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.and_then(|e| e.cause.as_ref()).map_or(std::ptr::null(), |c| c.as_ptr()))
 }
 
@@ -127,6 +134,7 @@ pub unsafe extern "C" fn dokebi_lock_error_cause(error: *const dokebi_lock_error
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_issue_count(error: *const dokebi_lock_error) -> usize {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.map_or(0, |e| e.issues.len()))
 }
 
@@ -137,6 +145,7 @@ pub unsafe extern "C" fn dokebi_lock_error_issue_count(error: *const dokebi_lock
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_issue_path(error: *const dokebi_lock_error, index: usize) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |(path, _)| path.as_ptr()))
 }
 
@@ -147,6 +156,7 @@ pub unsafe extern "C" fn dokebi_lock_error_issue_path(error: *const dokebi_lock_
 /// `error` is NULL or a live error handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_issue_message(error: *const dokebi_lock_error, index: usize) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |(_, message)| message.as_ptr()))
 }
 

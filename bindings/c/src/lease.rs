@@ -55,6 +55,8 @@ pub(crate) fn decimal(mut value: u64) -> [u8; FENCE_CAPACITY] {
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_key(lease: *const dokebi_lock_lease, out_len: *mut usize) -> *const c_char {
     boundary(|| {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety); handles come
+        // from Box::into_raw and are only shared-borrowed until `dokebi_lock_lease_free`.
         let (Some(lease), Some(out_len)) = (unsafe { lease.as_ref() }, Out::optional(out_len)) else {
             return std::ptr::null();
         };
@@ -71,6 +73,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_key(lease: *const dokebi_lock_lease, 
 /// `lease` is NULL or a live lease handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_valid(lease: *const dokebi_lock_lease) -> bool {
+    // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
     boundary(|| unsafe { lease.as_ref() }.is_some_and(|l| l.lease.is_valid()))
 }
 
@@ -81,6 +84,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_valid(lease: *const dokebi_lock_lease
 /// `lease` is NULL or a live lease handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_remaining_ms(lease: *const dokebi_lock_lease) -> i64 {
+    // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
     boundary(|| match unsafe { lease.as_ref() }.map(|l| l.lease.remaining()) {
         None => 0,
         Some(None) => DOKEBI_LOCK_NEVER_EXPIRES,
@@ -96,6 +100,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_remaining_ms(lease: *const dokebi_loc
 /// `lease` is NULL or a live lease handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_fence(lease: *const dokebi_lock_lease) -> *const c_char {
+    // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
     boundary(|| unsafe { lease.as_ref() }.map_or(std::ptr::null(), |l| l.fence.as_ptr().cast()))
 }
 
@@ -113,6 +118,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_renew(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `handle` requires.
         let valid = block_on(unsafe { handle(lease, "lease") }?.lease.renew())?;
         if let Some(out) = Out::optional(out_valid) {
             out.write(valid);
@@ -136,6 +142,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `handle` requires.
         let released = block_on(unsafe { handle(lease, "lease") }?.lease.release())?;
         if let Some(out) = Out::optional(out_released) {
             out.write(released);

@@ -107,7 +107,9 @@ mod tests {
         let mut error = ptr::null_mut();
         let status = call(&mut error, || panic!("boom"));
         assert_eq!(status, dokebi_lock_status::DOKEBI_LOCK_PANIC);
+        // SAFETY: `call` wrote a live error handle (from Box::into_raw in `report`) to `error`.
         assert_eq!(unsafe { dokebi_lock_error_code(error) }, dokebi_lock_status::DOKEBI_LOCK_PANIC);
+        // SAFETY: `error` is that live handle, freed once and not used afterwards.
         unsafe { dokebi_lock_error_free(error) };
     }
 

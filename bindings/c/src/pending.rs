@@ -68,8 +68,10 @@ pub unsafe extern "C" fn dokebi_lock_acquire_async(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
         let backend = unsafe { handle(backend, "backend") }?;
         let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
+        // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
         let key = unsafe { args::key(key, key_len) }?.to_owned();
         let controller = AbortController::new();
         let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: Some(controller.signal()) };
@@ -100,6 +102,7 @@ pub unsafe extern "C" fn dokebi_lock_acquire_async(
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_pending_cancel(pending: *const dokebi_lock_pending) -> dokebi_lock_status {
     call(std::ptr::null_mut(), || {
+        // SAFETY: the caller promised `pending` is NULL or a live pending handle (# Safety).
         unsafe { handle(pending, "pending") }?.controller.abort();
         Ok(())
     })

@@ -74,6 +74,8 @@ pub unsafe extern "C" fn dokebi_lock_provider_open_with_telemetry(
 ) -> dokebi_lock_status {
     call(out_error, || {
         let out = Out::new(out_provider, "out_provider")?;
+        // SAFETY: the caller promised `yaml` is NULL or points to `yaml_len` readable bytes (# Safety,
+        // as `dokebi_lock_provider_open`).
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
         let hooks = Hooks { telemetry: hook(telemetry, user_data), ..Hooks::default() };
         let provider = Provider::open_with(Options::from_yaml(yaml)?, hooks)?;
@@ -89,6 +91,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_open_with_telemetry(
 /// `provider` is NULL or a live provider handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_provider_name_count(provider: *const dokebi_lock_provider) -> usize {
+    // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
     boundary(|| unsafe { provider.as_ref() }.map_or(0, |r| r.names.len()))
 }
 
@@ -99,6 +102,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_name_count(provider: *const dokebi
 /// `provider` is NULL or a live provider handle.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_provider_name(provider: *const dokebi_lock_provider, index: usize) -> *const c_char {
+    // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
     boundary(|| unsafe { provider.as_ref() }.and_then(|r| r.names.get(index)).map_or(std::ptr::null(), |n| n.as_ptr()))
 }
 
@@ -118,9 +122,13 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
         let provider = unsafe { handle(provider, "provider") }?;
         let out = Out::new(out_backend, "out_backend")?;
+        // SAFETY: the caller promised `name` is NULL or a NUL-terminated string (# Safety); this only
+        // rejects NULL, its first byte is readable.
         unsafe { handle(name, "name") }?;
+        // SAFETY: `name` is non-NULL (checked just above) and the caller promised it is NUL-terminated.
         let name = unsafe { CStr::from_ptr(name) }
             .to_str()
             .map_err(|_| LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured (the name is not valid UTF-8)"))?;
@@ -142,6 +150,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_provider_close(provider: *mut dokebi_lock_provider) -> dokebi_lock_status {
     call(std::ptr::null_mut(), || {
+        // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
         unsafe { handle(provider, "provider") }?.close();
         Ok(())
     })

@@ -49,9 +49,11 @@ pub unsafe extern "C" fn dokebi_lock_with_lock(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
         let backend = unsafe { handle(backend, "backend") }?;
         let out = Out::new(out_result, "out_result")?;
         let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
+        // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
         let key = unsafe { args::key(key, key_len) }?;
         let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None };
         // The raw pointer crosses into the section's future; the future runs
@@ -74,6 +76,8 @@ pub unsafe extern "C" fn dokebi_lock_with_lock(
 /// `section` is NULL or the section passed to the running section function.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_section_fence(section: *const dokebi_lock_section) -> *const c_char {
+    // SAFETY: the caller promised `section` is NULL or the view passed to the running section
+    // function, which lives on `dokebi_lock_with_lock`'s stack until the section returns.
     boundary(|| unsafe { section.as_ref() }.map_or(std::ptr::null(), |s| s.fence.as_ptr().cast()))
 }
 
@@ -85,6 +89,8 @@ pub unsafe extern "C" fn dokebi_lock_section_fence(section: *const dokebi_lock_s
 /// `section` is NULL or the section passed to the running section function.
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_section_lost(section: *const dokebi_lock_section) -> bool {
+    // SAFETY: the caller promised `section` is NULL or the view passed to the running section
+    // function, which lives on `dokebi_lock_with_lock`'s stack until the section returns.
     boundary(|| unsafe { section.as_ref() }.is_some_and(|s| s.lost.is_aborted()))
 }
 
@@ -126,6 +132,7 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
         let backend = unsafe { handle(backend, "backend") }?;
         let out = Out::new(out_status, "out_status")?;
         let status = backend.backend.status();

@@ -13,29 +13,53 @@ use dokebi_lock::error::ErrorCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum dokebi_lock_status {
+    /// The call succeeded.
     DOKEBI_LOCK_OK = 0,
+    /// The configuration is invalid; the error lists each problem as an issue.
     DOKEBI_LOCK_INVALID_OPTIONS = 1,
+    /// The key is empty, not UTF-8, or longer than `maxKeyBytes`.
     DOKEBI_LOCK_INVALID_KEY = 2,
+    /// No backend of that name is configured.
     DOKEBI_LOCK_UNKNOWN_BACKEND = 3,
+    /// A backend names a Redis connection that is not defined.
     DOKEBI_LOCK_UNKNOWN_CONNECTION = 4,
+    /// The provider was closed.
     DOKEBI_LOCK_CLOSED = 5,
+    /// The key is held and the call was not to wait (a wait of 0).
     DOKEBI_LOCK_LOCK_BUSY = 6,
+    /// Too many leases are held at once (`maxKeys`, `maxLeases`).
     DOKEBI_LOCK_KEY_LIMIT = 7,
+    /// Too many acquires are waiting (`maxWaiters`).
     DOKEBI_LOCK_QUEUE_FULL = 8,
+    /// The acquire was cancelled; nothing is held.
     DOKEBI_LOCK_ABORTED = 9,
+    /// The key stayed held for the whole wait.
     DOKEBI_LOCK_WAIT_TIMEOUT = 10,
+    /// A driver package is not installed (Node surface).
     DOKEBI_LOCK_DRIVER_NOT_INSTALLED = 11,
+    /// A driver factory returned an invalid driver (Node surface).
     DOKEBI_LOCK_DRIVER_INVALID = 12,
+    /// Redis could not be reached or refused the command.
     DOKEBI_LOCK_PROVIDER_FAILED = 13,
+    /// Redis did not answer in time: whether the command took effect is unknown.
     DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
+    /// The lease expired or was taken over before it was released.
     DOKEBI_LOCK_LEASE_LOST = 15,
+    /// A lease could not be released during shutdown.
     DOKEBI_LOCK_CLEANUP_FAILED = 16,
+    /// Shutdown did not release every lease within `shutdownTimeoutMs`.
     DOKEBI_LOCK_CLEANUP_TIMEOUT = 17,
+    /// A backend names a driver that does not exist.
     DOKEBI_LOCK_UNKNOWN_DRIVER = 18,
+    /// Two drivers share a name, or one redefines `local` or `redis` (Node surface).
     DOKEBI_LOCK_DRIVER_CONFLICT = 19,
+    /// The entry module exports no valid extension (Node surface).
     DOKEBI_LOCK_INVALID_ENTRY = 20,
+    /// An extension subclass is malformed (Node surface).
     DOKEBI_LOCK_INVALID_EXTENSION = 21,
+    /// The plugin options are invalid (Node surface).
     DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS = 22,
+    /// An argument is invalid: a NULL handle or out-parameter, a bad timeout.
     DOKEBI_LOCK_INVALID_ARGUMENT = 23,
     /// A Rust panic was caught at the C boundary: a bug in dokebi-lock.
     DOKEBI_LOCK_PANIC = 1000,
@@ -137,6 +161,7 @@ mod tests {
 
     #[test]
     fn status_names_cover_ok_panic_and_unknown_values() {
+        // SAFETY: `dokebi_lock_status_name` never returns NULL; it returns a static NUL-terminated string.
         let name = |n| unsafe { CStr::from_ptr(dokebi_lock_status_name(n)) }.to_str().unwrap();
         assert_eq!(name(0), "OK");
         assert_eq!(name(10), "WAIT_TIMEOUT");

@@ -29,6 +29,7 @@ pub enum dokebi_lock_event_kind {
 /// One telemetry event. The strings are valid during the callback only.
 #[repr(C)]
 pub struct dokebi_lock_event {
+    /// What happened; says which of the fields below are meaningful.
     pub kind: dokebi_lock_event_kind,
     /// The backend's name (NUL-terminated); NULL for a connection event.
     pub backend: *const c_char,

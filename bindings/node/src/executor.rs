@@ -64,8 +64,11 @@ where
         Poll::Ready(match outcome {
             Ok(value) => {
                 let convert = self.convert.take().expect("an operation completes once");
+                // SAFETY: `Executor::poll`, the only caller, passes its executor's env on that env's JS
+                // thread, with a handle scope open (a JS call or `run_from_loop`).
                 unsafe { D::to_napi_value(env, convert(value)) }
             }
+            // SAFETY: as above.
             Err(error) => unsafe { ErrorInfo::to_napi_value(env, info(error)) },
         })
     }
@@ -212,6 +215,8 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
     })?;
     let wake: WakeFn = poll.build_threadsafe_function::<u32>().weak::<true>().callee_handled::<false>().build()?;
     let raw = env.raw();
+    // SAFETY: `raw` is the env of the current N-API call on this JS thread; every out-pointer is
+    // a local, and the name is a static NUL-terminated string of 10 bytes.
     let (resource, context) = unsafe {
         let object = create(|out| sys::napi_create_object(raw, out))?;
         let name = create(|out| sys::napi_create_string_utf8(raw, c"dokebiLock".as_ptr(), 10, out))?;
@@ -235,6 +240,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
     EXECUTOR.with(|slot| *slot.0.borrow_mut() = Some(executor.clone()));
     // Drop every task (and so every socket watch) while libuv's loop is
     // still there, not when the thread's locals go.
+    // SAFETY: `env` is the current call's live env; `drop_tasks` ignores its argument.
     check(unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(drop_tasks), ptr::null_mut()) })?;
     Ok(executor)
 }
@@ -242,6 +248,9 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
 unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
     let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() else { return };
     guard::or_log("dropping the pending operations", || drop(std::mem::take(&mut *executor.tasks.borrow_mut())));
+    // SAFETY: Node runs cleanup hooks on the env's JS thread while the env is still usable;
+    // `context` and `resource` were made for this env in `executor` and are freed only here, once
+    // (the executor was taken out of its slot above).
     unsafe {
         sys::napi_async_destroy(executor.env, executor.context);
         sys::napi_delete_reference(executor.env, executor.resource);
@@ -263,6 +272,9 @@ pub fn run_from_loop(wake: impl FnOnce()) {
     wake();
     let env = executor.env;
     while executor.has_ready() {
+        // SAFETY: we are in a libuv callback of this JS thread (the only caller is `uv::ready`),
+        // outside any JS scope; `env`, `resource` and `context` belong to this thread's executor,
+        // live until `drop_tasks` takes it out of the slot `here()` read. Scopes are closed in order.
         unsafe {
             let mut handles = ptr::null_mut();
             sys::napi_open_handle_scope(env, &mut handles);
@@ -320,10 +332,12 @@ fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promis
     let raw = env.raw();
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
+    // SAFETY: `raw` is the env of the current N-API call on this JS thread; out-pointers are locals.
     check(unsafe { sys::napi_create_promise(raw, &mut deferred, &mut promise) })?;
     if keeps_alive {
         if executor.keeping_alive.get() == 0 {
             // Work in flight keeps Node alive, like any pending I/O.
+            // SAFETY: as above; the threadsafe function was made for this env and lives in `executor.wake`.
             check(unsafe { sys::napi_ref_threadsafe_function(raw, executor.wake.handle.get_raw()) })?;
         }
         executor.keeping_alive.set(executor.keeping_alive.get() + 1);
@@ -426,6 +440,8 @@ impl Executor {
                 guard::log("a connection reader", &error);
                 None
             }
+            // SAFETY: `env` is this executor's, and `poll` runs on its JS thread with a scope open
+            // (from `drain` inside a JS call, or `run_from_loop`).
             Err(error) => Some(unsafe { ErrorInfo::to_napi_value(env, info(error)) }),
         };
         self.tasks.borrow_mut().remove(slot as usize);
@@ -434,6 +450,8 @@ impl Executor {
             self.keeping_alive.set(self.keeping_alive.get() - 1);
         }
         let unref = keeps_alive && self.keeping_alive.get() == 0;
+        // SAFETY: as above; `deferred` came from `napi_create_promise` in `start` and is settled
+        // only here, once (the task was just removed); the threadsafe function lives in `self.wake`.
         unsafe {
             match settled {
                 Ok(value) => sys::napi_resolve_deferred(env, deferred, value),

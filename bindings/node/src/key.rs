@@ -29,6 +29,8 @@ impl KeyReader {
     /// `env` and `value` come from the current N-API callback.
     pub unsafe fn read(&mut self, env: sys::napi_env, value: sys::napi_value) -> Result<()> {
         let mut len = 0;
+        // SAFETY: the caller promised `env` and `value` are the current callback's (# Safety); the
+        // buffer pointer and its length describe `self.units`, which napi writes at most that far.
         let status = unsafe {
             sys::napi_get_value_string_utf16(env, value, self.units.as_mut_ptr(), self.units.len(), &mut len)
         };
@@ -40,6 +42,7 @@ impl KeyReader {
         }
         // Too long (or cut short by the buffer): read it whole so the error
         // reports the real length.
+        // SAFETY: `env` and `value` are the current callback's, as promised by our caller.
         let whole = unsafe { read_whole(env, value) }?;
         key::from_utf16_into(&whole, self.max_key_bytes, &mut self.key)
     }
@@ -55,11 +58,14 @@ impl KeyReader {
 unsafe fn read_whole(env: sys::napi_env, value: sys::napi_value) -> Result<Vec<u16>> {
     let mut len = 0;
     let failed = || LockError::new(ErrorCode::InvalidKey, "key is not a string");
+    // SAFETY: `env` and `value` are the current callback's (our caller's promise, see
+    // `KeyReader::read`); a NULL buffer asks only for the length.
     if unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut len) } != sys::Status::napi_ok {
         return Err(failed());
     }
     let mut units = vec![0u16; len + 1];
     let mut written = 0;
+    // SAFETY: as above; the buffer pointer and its length describe `units`.
     if unsafe { sys::napi_get_value_string_utf16(env, value, units.as_mut_ptr(), units.len(), &mut written) } != sys::Status::napi_ok {
         return Err(failed());
     }

@@ -70,6 +70,7 @@ impl LocalState {
     /// `acquire(key: string)` / `tryAcquire(key: string)`:
     /// `out[0]` is GRANTED, QUEUED or FAILED.
     unsafe fn acquire(&mut self, env: sys::napi_env, key: sys::napi_value, may_wait: bool) {
+        // SAFETY: our caller (the `acquire` callback) passes its own `env` and argument `key`.
         if let Err(error) = unsafe { self.keys.read(env, key) } {
             return self.failed(error);
         }
@@ -129,12 +130,17 @@ impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
         let options = *value.state.engine.options();
         let shared = Rc::new(RefCell::new(value.state));
+        // SAFETY: napi-rs calls `to_napi_value` with the current env on its JS thread.
         let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
         for (name, method) in METHODS {
             // Each function owns one reference to the state, dropped when the
             // function is collected; the state lives as long as any of them.
             let data = Rc::into_raw(shared.clone()) as *mut c_void;
+            // SAFETY: as above; `name` is a NUL-terminated static string of `count_bytes` bytes,
+            // `method` a callback of the right signature, `data` a leaked `Rc<Shared>`.
             let function = unsafe { create(|out| sys::napi_create_function(env, name.as_ptr(), name.count_bytes() as isize, Some(method), data, out)) }?;
+            // SAFETY: as above; `function` and `object` were just created in this env. The finalizer
+            // reclaims `data` once, when `function` is collected.
             unsafe {
                 check(sys::napi_add_finalizer(env, function, data, Some(drop_state), ptr::null_mut(), ptr::null_mut()))?;
                 check(sys::napi_set_named_property(env, object, name.as_ptr(), function))?;
@@ -146,7 +152,9 @@ impl ToNapiValue for LocalEngineObject {
             (c"slowHoldMs", options.thresholds.slow_hold_ms),
         ];
         for (name, ms) in settings {
+            // SAFETY: napi-rs calls `to_napi_value` with the current env on its JS thread.
             let value = unsafe { Option::<u32>::to_napi_value(env, ms) }?;
+            // SAFETY: as above; `object` and `value` were just created, `name` is NUL-terminated.
             unsafe { check(sys::napi_set_named_property(env, object, name.as_ptr(), value)) }?;
         }
         Ok(object)
@@ -163,6 +171,8 @@ unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *
 /// the same numbers and that the engine uses from now on. The JS layer calls
 /// it at open, and again if its view was detached.
 unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; `out` is one of METHODS, created with
+    // an `Rc<Shared>` as data in `to_napi_value`.
     let (state, []) = unsafe { call_info::<0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe {
@@ -176,6 +186,8 @@ unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> s
 
 /// `acquire(key)` (`MAY_WAIT`) and `tryAcquire(key)`: see [`LocalState::acquire`].
 unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, [key]) = unsafe { call_info::<1>(env, info) };
     // SAFETY: `env` and `key` are this callback's.
     if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
@@ -186,6 +198,8 @@ unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys
 
 /// `release()`: see [`LocalState::release`].
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, []) = unsafe { call_info::<0>(env, info) };
     if let Err(error) = guard::catch(|| state.borrow_mut().release()) {
         failed(state, error);
@@ -197,8 +211,12 @@ unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) 
 /// queued, false when it was already granted or rejected. `timedOut` tells a
 /// wait that ran out from an aborted one.
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, args) = unsafe { call_info::<3>(env, info) };
+    // SAFETY: `env` and the arguments are this callback's.
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
+    // SAFETY: `env` and the argument are this callback's.
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
@@ -206,7 +224,10 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
 
 /// `isHeld(slot, fence): boolean`
 unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, args) = unsafe { call_info::<2>(env, info) };
+    // SAFETY: `env` and the arguments are this callback's.
     let lease = unsafe { lease_id(env, &args) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Ok(bool_value(env, state.borrow().engine.is_held(lease)))) }
@@ -214,6 +235,8 @@ unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) 
 
 /// `close(): number[]`: the waiter slots to reject, oldest first per key.
 unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, _) = unsafe { call_info::<0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine.close())) }
@@ -221,6 +244,8 @@ unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) ->
 
 /// `counts(): { held, waiting, acquired, timedOut }`
 unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
     let (state, _) = unsafe { call_info::<0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow().engine.counts()))) }
@@ -258,6 +283,8 @@ unsafe fn call_info<'a, const N: usize>(env: sys::napi_env, info: sys::napi_call
     let mut argc = N;
     let mut args = [ptr::null_mut(); N];
     let mut data = ptr::null_mut();
+    // SAFETY: the callers pass their own callback's `env` and `info`; `args` has room for `argc`
+    // (N) values and `data` is a valid out-pointer (missing arguments read as undefined).
     unsafe { sys::napi_get_cb_info(env, info, &mut argc, args.as_mut_ptr(), ptr::null_mut(), &mut data) };
     // SAFETY: every method was created with an `Rc<Shared>` as its data, kept
     // alive until the function itself is finalized.
@@ -265,6 +292,7 @@ unsafe fn call_info<'a, const N: usize>(env: sys::napi_env, info: sys::napi_call
 }
 
 unsafe fn lease_id(env: sys::napi_env, args: &[sys::napi_value]) -> LeaseId {
+    // SAFETY: the callers pass their own callback's `env` and arguments.
     LeaseId { slot: unsafe { uint(env, args[0]) }, fence: unsafe { double(env, args[1]) } as u64 }
 }
 
@@ -272,24 +300,31 @@ unsafe fn lease_id(env: sys::napi_env, args: &[sys::napi_value]) -> LeaseId {
 // wrong type reads as 0 / false, which names no lease or waiter.
 unsafe fn uint(env: sys::napi_env, value: sys::napi_value) -> u32 {
     let mut result = 0;
+    // SAFETY: the callers pass their own callback's `env` and argument; `result` is a local (left
+    // at 0 when the value is not a number).
     unsafe { sys::napi_get_value_uint32(env, value, &mut result) };
     result
 }
 
 unsafe fn double(env: sys::napi_env, value: sys::napi_value) -> f64 {
     let mut result = 0.0;
+    // SAFETY: the callers pass their own callback's `env` and argument; `result` is a local (left
+    // at 0 when the value is not a number).
     unsafe { sys::napi_get_value_double(env, value, &mut result) };
     result
 }
 
 unsafe fn boolean(env: sys::napi_env, value: sys::napi_value) -> bool {
     let mut result = false;
+    // SAFETY: the callers pass their own callback's `env` and argument; `result` is a local (left
+    // false when the value is not a boolean).
     unsafe { sys::napi_get_value_bool(env, value, &mut result) };
     result
 }
 
 unsafe fn bool_value(env: sys::napi_env, value: bool) -> sys::napi_value {
     let mut result = ptr::null_mut();
+    // SAFETY: the callers pass their own callback's `env`; `result` is a local.
     unsafe { sys::napi_get_boolean(env, value, &mut result) };
     result
 }

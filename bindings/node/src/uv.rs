@@ -52,11 +52,15 @@ pub struct Loop(*mut sys::uv_loop_s);
 // which the core's `Host` contract guarantees; the host that holds it is
 // shared with the driver's thread only to ask `is_current`.
 unsafe impl Send for Loop {}
+// SAFETY: as for Send: `watch`, the one use of the pointer, is only called by `NodeHost::watch`,
+// which the `Host` contract runs on the loop's own thread; other threads only share the value.
 unsafe impl Sync for Loop {}
 
 impl Loop {
     pub fn of(env: &Env) -> napi::Result<Loop> {
         let mut uv_loop = ptr::null_mut();
+        // SAFETY: `env` is a live environment borrowed from the current N-API call on this JS thread
+        // (`Env` is not Send); `uv_loop` is a valid out-pointer.
         let status = unsafe { sys::napi_get_uv_event_loop(env.raw(), &mut uv_loop) };
         if status != sys::Status::napi_ok || uv_loop.is_null() {
             return Err(napi::Error::from_reason("Node-API gave no libuv loop"));
@@ -66,18 +70,25 @@ impl Loop {
 
     /// Starts watching `fd`; call on the loop's thread.
     pub fn watch(&self, fd: RawFd) -> io::Result<UvWatch> {
+        // SAFETY: `uv_handle_size` only reads a static table; UV_POLL is a valid `uv_handle_type`.
         let layout = Layout::from_size_align(unsafe { uv_handle_size(UV_POLL) }, 16).map_err(io::Error::other)?;
         // SAFETY: a non-zero size, freed with the same layout in `closed`.
         let handle = unsafe { alloc::alloc(layout) } as *mut PollHandle;
         if handle.is_null() {
             alloc::handle_alloc_error(layout);
         }
+        // SAFETY: `self.0` is this thread's live loop (from `napi_get_uv_event_loop`) and we are on
+        // its thread (see above); `handle` is a fresh allocation of `uv_handle_size(UV_POLL)` bytes.
         let status = unsafe { uv_poll_init_socket(self.0, handle, fd) };
         if status != 0 {
+            // SAFETY: `handle` was allocated above with `layout`, and a failed `uv_poll_init_socket` has
+            // not registered it with the loop, so nothing else refers to it.
             unsafe { alloc::dealloc(handle as *mut u8, layout) };
             return Err(uv_error(status));
         }
         let interest = Box::into_raw(Box::new(Interest { layout, readable: None, writable: None, watched: 0, may_read: true }));
+        // SAFETY: `handle` was initialised by `uv_poll_init_socket` above, on the loop's thread; its
+        // data is the leaked `interest`, reclaimed in `closed`.
         unsafe {
             uv_handle_set_data(handle, interest as *mut c_void);
             uv_unref(handle);
@@ -107,6 +118,8 @@ impl Interest {
         self.watched = events;
         // A failed start leaves the task unwoken; the command's timeout then
         // ends it (and drops this connection).
+        // SAFETY: callers pass the handle of a live `UvWatch` (not yet closed) or the handle of the
+        // running `ready` callback, on the loop's thread; `on_ready` has the signature libuv expects.
         unsafe {
             match events {
                 0 => uv_poll_stop(handle),
@@ -158,6 +171,8 @@ impl Drop for UvWatch {
     fn drop(&mut self) {
         // Closing stops the polling now; libuv frees nothing of ours, so the
         // memory goes in the close callback.
+        // SAFETY: `self.handle` was initialised in `watch` and is closed only here, once, on the loop's
+        // thread (`UvWatch` is not Send); `closed` frees its memory after libuv is done with it.
         unsafe { uv_close(self.handle, closed) };
     }
 }
@@ -214,6 +229,7 @@ unsafe extern "C" fn closed(handle: *mut PollHandle) {
 }
 
 fn uv_error(status: c_int) -> io::Error {
+    // SAFETY: `uv_strerror` returns a NUL-terminated string that is never freed, for any code.
     let message = unsafe { std::ffi::CStr::from_ptr(uv_strerror(status)) }.to_string_lossy().into_owned();
     io::Error::other(format!("libuv: {message}"))
 }
