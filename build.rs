@@ -11,7 +11,10 @@ mod declaration;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/options/declaration.rs");
-    write_if_changed("options.schema.json", &(serde_json::to_string_pretty(&declaration::json_schema()).expect("schema serializes") + "\n"));
+    write_if_changed(
+        "options.schema.json",
+        &(serde_json::to_string_pretty(&declaration::json_schema()).expect("schema serializes") + "\n"),
+    );
 }
 /// Rewrites a generated file only when its content changes, so builds stay
 /// incremental; a read-only source tree (a packaged crate) is left alone and

@@ -134,11 +134,7 @@ impl ErrorCode {
     pub const fn is_transient(self) -> bool {
         matches!(
             self,
-            ErrorCode::QueueFull
-                | ErrorCode::KeyLimit
-                | ErrorCode::Closed
-                | ErrorCode::ProviderFailed
-                | ErrorCode::OutcomeUnknown
+            ErrorCode::QueueFull | ErrorCode::KeyLimit | ErrorCode::Closed | ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown
         )
     }
 }
@@ -229,8 +225,7 @@ impl LockError {
             [one] => format!("invalid options: {one}"),
             many => format!("invalid options: {} problems, first {}", many.len(), many[0]),
         };
-        LockError::new(ErrorCode::InvalidOptions, summary)
-            .with_details(serde_json::json!({ "issues": issues }))
+        LockError::new(ErrorCode::InvalidOptions, summary).with_details(serde_json::json!({ "issues": issues }))
     }
 
     /// The error with structured `details` (replacing any).
@@ -283,10 +278,7 @@ impl LockError {
         };
         list.iter()
             .filter_map(|item| {
-                Some(Issue {
-                    path: item.get("path")?.as_str()?.to_owned(),
-                    message: item.get("message")?.as_str()?.to_owned(),
-                })
+                Some(Issue { path: item.get("path")?.as_str()?.to_owned(), message: item.get("message")?.as_str()?.to_owned() })
             })
             .collect()
     }

@@ -43,8 +43,7 @@ pub fn from_utf8(bytes: &[u8], max_key_bytes: usize) -> Result<&str> {
     if bytes.is_empty() {
         return Err(empty());
     }
-    let key = std::str::from_utf8(bytes)
-        .map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not valid UTF-8"))?;
+    let key = std::str::from_utf8(bytes).map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not valid UTF-8"))?;
     check_length(key.len(), max_key_bytes)?;
     Ok(key)
 }
@@ -54,11 +53,8 @@ fn check_length(len: usize, max_key_bytes: usize) -> Result<()> {
         return Err(empty());
     }
     if len > max_key_bytes {
-        return Err(LockError::new(
-            ErrorCode::InvalidKey,
-            format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"),
-        )
-        .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes })));
+        return Err(LockError::new(ErrorCode::InvalidKey, format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"))
+            .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes })));
     }
     Ok(())
 }

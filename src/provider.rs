@@ -77,7 +77,12 @@ impl Provider {
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
                 }
             };
-            logger(&LogRecord { level: Level::Debug, backend: name.clone(), code: "LOCK_BACKEND_READY", message: "backend is ready".into() });
+            logger(&LogRecord {
+                level: Level::Debug,
+                backend: name.clone(),
+                code: "LOCK_BACKEND_READY",
+                message: "backend is ready".into(),
+            });
             backends.insert(name, built);
         }
         if let Some(driver) = &redis {

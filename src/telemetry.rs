@@ -77,7 +77,13 @@ pub type Telemetry = Arc<dyn Fn(&TelemetryEvent) + Send + Sync>;
 
 /// Reports a finished acquire of `backend` that started at `started`: a
 /// wait timeout, and a slow acquire whatever its outcome. Shared by drivers.
-pub(crate) fn report_wait(telemetry: Option<&Telemetry>, backend: &str, thresholds: &Thresholds, started: Instant, error: Option<&LockError>) {
+pub(crate) fn report_wait(
+    telemetry: Option<&Telemetry>,
+    backend: &str,
+    thresholds: &Thresholds,
+    started: Instant,
+    error: Option<&LockError>,
+) {
     let Some(telemetry) = telemetry else { return };
     let waited = started.elapsed();
     if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {

@@ -126,7 +126,8 @@ fn an_aborted_signal_is_aborted_before_and_while_waiting() {
         thread::sleep(Duration::from_millis(30));
         controller.abort();
     });
-    let err = block_on(backend.acquire("k", AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(signal) })).unwrap_err();
+    let err =
+        block_on(backend.acquire("k", AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(signal) })).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Aborted);
     assert_eq!(backend.counts().waiting, 0);
     aborter.join().unwrap();

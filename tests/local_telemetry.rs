@@ -24,7 +24,8 @@ options:
 fn provider() -> (Provider, Arc<Mutex<Vec<TelemetryEvent>>>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
-    let hooks = Hooks { telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))), ..Hooks::default() };
+    let hooks =
+        Hooks { telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))), ..Hooks::default() };
     (Provider::open_with(Options::from_yaml(YAML).unwrap(), hooks).unwrap(), events)
 }
 
@@ -40,8 +41,12 @@ fn a_wait_timeout_is_reported_as_a_timeout_and_a_slow_acquire() {
     let err = block_on(watched.acquire("secret-key", wait(40))).unwrap_err();
     assert_eq!(err.code(), ErrorCode::WaitTimeout);
     let events = events.lock().unwrap();
-    assert!(matches!(&events[0], TelemetryEvent::WaitTimeout { backend, waited } if backend == "watched" && *waited >= Duration::from_millis(40)));
-    assert!(matches!(&events[1], TelemetryEvent::SlowAcquire { outcome: Some(ErrorCode::WaitTimeout), threshold, .. } if *threshold == Duration::from_millis(20)));
+    assert!(
+        matches!(&events[0], TelemetryEvent::WaitTimeout { backend, waited } if backend == "watched" && *waited >= Duration::from_millis(40))
+    );
+    assert!(
+        matches!(&events[1], TelemetryEvent::SlowAcquire { outcome: Some(ErrorCode::WaitTimeout), threshold, .. } if *threshold == Duration::from_millis(20))
+    );
     assert!(!format!("{events:?}").contains("secret-key"), "events never carry keys");
     assert_eq!(events[0].name(), "wait-timeout");
 }

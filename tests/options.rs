@@ -46,10 +46,7 @@ fn the_seed_file_loads_with_every_default_filled_in() {
     assert_eq!(shared.connection, "main");
     assert_eq!(shared.namespace, "my-service");
     assert_eq!(shared.lease_ms, 10_000);
-    assert_eq!(
-        (shared.wait_timeout_ms, shared.poll_interval_ms, shared.notify_poll_interval_ms),
-        (5_000, 25, 250)
-    );
+    assert_eq!((shared.wait_timeout_ms, shared.poll_interval_ms, shared.notify_poll_interval_ms), (5_000, 25, 250));
     assert_eq!((shared.max_waiters, shared.max_leases, shared.max_key_bytes, shared.shutdown_timeout_ms), (4_096, 10_000, 1_024, 5_000));
     assert_eq!(shared.thresholds, thresholds);
     let main = &options.connections["main"];
@@ -124,7 +121,8 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                 assert_eq!(issue_paths(&err), [format!("backends.x.{}", field.name)]);
             }
             for value in [min, max] {
-                let mut backend = if driver == "local" { json!({}) } else { json!({ "driver": driver, "connection": "main", "leaseMs": 1000 }) };
+                let mut backend =
+                    if driver == "local" { json!({}) } else { json!({ "driver": driver, "connection": "main", "leaseMs": 1000 }) };
                 backend[field.name] = json!(value);
                 Options::from_sections(
                     Some(&json!({ "backends": { "x": backend } })),
@@ -138,10 +136,12 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
 
 #[test]
 fn telemetry_thresholds_take_null_to_disable() {
-    let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowAcquireMs": null, "slowHoldMs": 0 } } } })).unwrap();
+    let options =
+        Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowAcquireMs": null, "slowHoldMs": 0 } } } })).unwrap();
     let BackendOptions::Local(a) = &options.backends["a"] else { panic!("local") };
     assert_eq!(a.thresholds, Thresholds { slow_acquire_ms: None, slow_hold_ms: Some(0) });
-    let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowHoldMs": -1, "slowAcquireMs": "1" } } } })).unwrap_err();
+    let err =
+        Options::from_config(&json!({ "dokebi-lock": { "backends": { "a": { "slowHoldMs": -1, "slowAcquireMs": "1" } } } })).unwrap_err();
     assert_eq!(issue_paths(&err), ["backends.a.slowAcquireMs", "backends.a.slowHoldMs"]);
 }
 
@@ -160,8 +160,11 @@ fn redis_backends_require_lease_ms() {
 
 #[test]
 fn a_connection_that_names_nothing_is_unknown_connection() {
-    let err = Options::from_sections(Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 } } })), None)
-        .unwrap_err();
+    let err = Options::from_sections(
+        Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 } } })),
+        None,
+    )
+    .unwrap_err();
     assert_eq!(err.code(), ErrorCode::UnknownConnection);
     assert_eq!(issue_paths(&err), ["backends.shared.connection"]);
 }
@@ -206,7 +209,8 @@ fn a_top_level_issue_reads_as_its_message_alone() {
 
 #[test]
 fn app_drivers_pass_their_settings_through() {
-    let options = Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "postgres", "table": "locks" } } } })).unwrap();
+    let options =
+        Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "postgres", "table": "locks" } } } })).unwrap();
     let BackendOptions::App { driver, settings } = &options.backends["pg"] else { panic!("app driver") };
     assert_eq!(driver, "postgres");
     assert_eq!(settings["table"], "locks");

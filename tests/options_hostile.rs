@@ -2,8 +2,8 @@
 //! integers past 64 bits. Each is an `INVALID_OPTIONS` naming where it is, and
 //! none costs more than a pass over the text.
 
-use dokebi_lock::options::Options;
 use dokebi_lock::options::yaml::{MAX_DEPTH, MAX_VALUES, MAX_YAML_BYTES};
+use dokebi_lock::options::Options;
 use dokebi_lock::{ErrorCode, LockError};
 
 fn rejected(text: &str) -> LockError {

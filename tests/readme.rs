@@ -1,7 +1,9 @@
 //! The README's configuration tables are checked against the declaration, so
 //! the front door cannot drift from the code.
 
-use dokebi_lock::options::declaration::{Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS};
+use dokebi_lock::options::declaration::{
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS,
+};
 use dokebi_lock::ErrorCode;
 
 fn readme() -> String {

@@ -68,7 +68,8 @@ fn acquire_through_failover(backend: &Backend, key: &str, since: Instant) -> (Le
 
 /// Polls that never fire within a test: a waiter is served within 2 s only
 /// when a release notification wakes it.
-const SLOW_POLLS: [(&str, &str); 4] = [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
+const SLOW_POLLS: [(&str, &str); 4] =
+    [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
 
 /// `holder` takes `key`, a waiter of `other` queues for it, `holder`
 /// releases: how long from the release until the waiter was granted (with
@@ -197,7 +198,11 @@ fn after_the_primary_of_a_keys_slot_dies_acquires_work_again_within_the_bound_wi
     cluster.kill(primary);
     let killed_at = Instant::now();
     let (lease, took, failures) = acquire_through_failover(&shared, "k", killed_at);
-    eprintln!("cluster: a free key's slot served again {} ms after its primary died ({} failed tries: {failures:?})", took.as_millis(), failures.len());
+    eprintln!(
+        "cluster: a free key's slot served again {} ms after its primary died ({} failed tries: {failures:?})",
+        took.as_millis(),
+        failures.len()
+    );
     assert!(!failures.is_empty(), "acquires failed while the slot had no primary");
     assert!(lease.fence() > *fences.iter().max().unwrap(), "the fence after the failover is above every fence before");
     assert_ne!(cluster.primary_of(&lock_key("k")), primary);
@@ -231,7 +236,11 @@ fn a_lease_the_replica_acknowledged_survives_its_primarys_death() {
         assert!(Instant::now() < deadline, "the slot was not served again within {FAILOVER_BOUND:?}");
         thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("cluster: a held key's slot served again {} ms after its primary died ({} failed tries)", killed_at.elapsed().as_millis(), failures.len());
+    eprintln!(
+        "cluster: a held key's slot served again {} ms after its primary died ({} failed tries)",
+        killed_at.elapsed().as_millis(),
+        failures.len()
+    );
     assert_eq!(cluster.primary_of(&lock_key("k")), replica, "the replica took over the slot");
     assert!(block_on(held.release()).unwrap(), "the lease is still ours on the promoted replica");
     let next = block_on(backend(&other).acquire("k", wait(0))).unwrap();

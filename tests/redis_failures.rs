@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
 use futures::executor::block_on;
-use support::{eventually, open_redis, redis_counts, wait};
 use support::redis_server::RedisServer;
+use support::{eventually, open_redis, redis_counts, wait};
 
 fn backend(provider: &Provider) -> Backend {
     provider.backend("shared").unwrap()

@@ -12,8 +12,8 @@ use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Lease, Lo
 use futures::executor::block_on;
 use redis::Commands;
 use sha2::{Digest, Sha256};
-use support::{eventually, open_redis, redis_counts, wait};
 use support::redis_server::RedisServer;
+use support::{eventually, open_redis, redis_counts, wait};
 
 fn backend(provider: &Provider) -> Backend {
     provider.backend("shared").unwrap()
@@ -302,7 +302,9 @@ fn counts_report_held_waiting_and_connection_state() {
 fn a_server_that_may_evict_locks_is_reported_at_start() {
     let risky = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
     let (_a, records) = open_redis(&risky.url(), &[("leaseMs", "10000")], &[]);
-    eventually("the eviction warning", || records.lock().unwrap().iter().any(|r| r.code == "REDIS_EVICTION_POLICY" && r.backend == "shared"));
+    eventually("the eviction warning", || {
+        records.lock().unwrap().iter().any(|r| r.code == "REDIS_EVICTION_POLICY" && r.backend == "shared")
+    });
 
     let safe = RedisServer::start();
     let (b, records) = open_redis(&safe.url(), &[("leaseMs", "10000")], &[]);
@@ -365,7 +367,16 @@ fn rediss_urls_connect_over_tls() {
     let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let server = RedisServer::start_with(&[
-        "--tls-port", &tls_port, "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no",
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        cert,
+        "--tls-auth-clients",
+        "no",
     ]);
     // A self-signed certificate: `#insecure` skips its verification.
     let (a, _) = open_redis(&format!("rediss://127.0.0.1:{tls_port}/#insecure"), &[("leaseMs", "10000")], &[]);

@@ -78,7 +78,8 @@ fn tally(failures: &[ErrorCode]) -> String {
 
 /// Polls that never fire within a test: a waiter is served within 2 s only
 /// when a release notification wakes it.
-const SLOW_POLLS: [(&str, &str); 4] = [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
+const SLOW_POLLS: [(&str, &str); 4] =
+    [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
 
 /// `holder` takes `key`, a waiter of `other` queues for it, `holder`
 /// releases: how long from the release until the waiter was granted (with
@@ -174,7 +175,11 @@ fn a_failover_is_followed_with_the_first_listed_sentinel_dead() {
     let old = sentinels.kill_primary();
     let killed_at = Instant::now();
     let (lease, took, failures) = try_through_failover(&shared, "k", killed_at, Result::ok);
-    eprintln!("sentinel: with one sentinel dead, acquires worked again {} ms after the primary died ({})", took.as_millis(), tally(&failures));
+    eprintln!(
+        "sentinel: with one sentinel dead, acquires worked again {} ms after the primary died ({})",
+        took.as_millis(),
+        tally(&failures)
+    );
     let new = sentinels.wait_new_primary(old, FAILOVER_BOUND);
     assert!(sentinels.server(new).keys().contains(&lock_key("k")), "granted on the promoted replica");
     assert!(lease.fence() > before.fence());

@@ -20,12 +20,45 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A certificate authority and a server certificate it signed for
 /// `localhost` and 127.0.0.1: (ca.pem, server.pem, server.key) in `dir`.
 fn make_certificates(dir: &Path) {
-    openssl(dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=dokebi test CA", "-keyout", "ca.key", "-out", "ca.pem"]);
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=dokebi test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
     openssl(dir, &["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr"]);
     std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
     openssl(
         dir,
-        &["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-out", "server.pem", "-extfile", "san.ext"],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "san.ext",
+        ],
     );
 }
 
@@ -37,8 +70,16 @@ fn a_rediss_connection_is_verified_against_the_trusted_authorities() {
     let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
     let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let server = RedisServer::start_with(&[
-        "--tls-port", &tls_port, "--tls-cert-file", &path("server.pem"), "--tls-key-file", &path("server.key"),
-        "--tls-ca-cert-file", &path("ca.pem"), "--tls-auth-clients", "no",
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &path("server.pem"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.pem"),
+        "--tls-auth-clients",
+        "no",
     ]);
     let url = format!("rediss://localhost:{tls_port}/0");
 

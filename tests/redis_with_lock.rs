@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{ErrorCode, WithLockOptions};
 use futures::executor::block_on;
 use redis::Commands;
-use support::{open_redis, wait};
 use support::redis_server::RedisServer;
+use support::{open_redis, wait};
 
 #[test]
 fn auto_renew_keeps_a_section_longer_than_the_lease_exclusive_even_when_the_caller_stalls() {

@@ -51,7 +51,12 @@ pub(crate) enum Outcome<T> {
 
 impl<T> WaitSlot<T> {
     pub fn new() -> WaitSlot<T> {
-        WaitSlot { state: Mutex::new(SlotState::Waiting), granted: Condvar::new(), settled: AtomicBool::new(false), sleeping: AtomicBool::new(false) }
+        WaitSlot {
+            state: Mutex::new(SlotState::Waiting),
+            granted: Condvar::new(),
+            settled: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+        }
     }
 
     /// Delivers a lease; gives it back when the waiter is gone, for the

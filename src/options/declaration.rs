@@ -82,7 +82,8 @@ const fn threshold(name: &'static str, default: u64, description: &'static str) 
 }
 
 /// Telemetry thresholds, the same for every built-in driver.
-const SLOW_ACQUIRE: Field = threshold("slowAcquireMs", 5_000, "Report an acquire that waited at least this long (telemetry, not an error); null disables.");
+const SLOW_ACQUIRE: Field =
+    threshold("slowAcquireMs", 5_000, "Report an acquire that waited at least this long (telemetry, not an error); null disables.");
 const SLOW_HOLD: Field = threshold("slowHoldMs", 60_000, "Report a lease held at least this long when it ends; null disables.");
 
 /// Fields of a `driver: local` backend (besides `driver`).

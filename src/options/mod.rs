@@ -267,10 +267,8 @@ impl Options {
         for (name, backend) in &backends {
             if let BackendOptions::Redis(redis) = backend {
                 match connections.get(&redis.connection) {
-                    None => unknown_connections.push(
-                        format!("backends.{name}.connection"),
-                        format!("names no connection under {REDIS_SECTION}.connections"),
-                    ),
+                    None => unknown_connections
+                        .push(format!("backends.{name}.connection"), format!("names no connection under {REDIS_SECTION}.connections")),
                     // A command may take up to commandTimeoutMs; one that
                     // may outlast the lease could return a grant already
                     // expired, or learn of a loss only after it happened.
@@ -496,11 +494,7 @@ fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
         Kind::Threshold { max } => check(Kind::Integer { min: 0, max }, value).map_err(|message| format!("{message}, or null")),
         Kind::Integer { min, max } => {
             let number = match value {
-                Value::Number(n) => n
-                    .as_u64()
-                    .map(|v| v as f64)
-                    .or_else(|| n.as_i64().map(|v| v as f64))
-                    .or_else(|| n.as_f64()),
+                Value::Number(n) => n.as_u64().map(|v| v as f64).or_else(|| n.as_i64().map(|v| v as f64)).or_else(|| n.as_f64()),
                 _ => None,
             };
             match number {

@@ -518,11 +518,9 @@ mod tests {
     fn parsed_depth(value: &serde_yaml::Value) -> usize {
         match value {
             serde_yaml::Value::Sequence(items) => 1 + items.iter().map(parsed_depth).max().unwrap_or(0),
-            serde_yaml::Value::Mapping(map) => map
-                .iter()
-                .map(|(key, value)| parsed_depth(key).max(1 + parsed_depth(value)))
-                .max()
-                .unwrap_or(1),
+            serde_yaml::Value::Mapping(map) => {
+                map.iter().map(|(key, value)| parsed_depth(key).max(1 + parsed_depth(value))).max().unwrap_or(1)
+            }
             serde_yaml::Value::Tagged(tagged) => parsed_depth(&tagged.value),
             _ => 0,
         }

@@ -94,7 +94,9 @@ impl Build {
     /// plugin's two sections (as the validator reports), from the root elsewhere.
     fn issue_path(&self) -> String {
         match self.path.as_slice() {
-            [options, section, rest @ ..] if options == "options" && (section == LOCK_SECTION || section == REDIS_SECTION) && !rest.is_empty() => {
+            [options, section, rest @ ..]
+                if options == "options" && (section == LOCK_SECTION || section == REDIS_SECTION) && !rest.is_empty() =>
+            {
                 rest.join(".")
             }
             all => all.join("."),

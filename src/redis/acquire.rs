@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::core::BackendCore;
 use super::connection::Failure;
+use super::core::BackendCore;
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
 use super::waiters::{Place, Ticket};
@@ -28,9 +28,9 @@ pub(super) struct InProgress(Arc<BackendCore>);
 impl InProgress {
     pub fn enter(core: Arc<BackendCore>) -> Result<InProgress> {
         let max = core.options.max_waiters as usize;
-        core.in_progress
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
-            .map_err(|_| LockError::new(ErrorCode::QueueFull, format!("maxWaiters ({max}) acquires are already in progress in this backend")))?;
+        core.in_progress.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).map_err(|_| {
+            LockError::new(ErrorCode::QueueFull, format!("maxWaiters ({max}) acquires are already in progress in this backend"))
+        })?;
         Ok(InProgress(core))
     }
 }
@@ -69,7 +69,14 @@ impl Acquire {
     /// Joins the key's queue (on the caller's thread, so that waiters are
     /// served in the order of the calls). `cancelled` resolves when the
     /// caller's future is dropped.
-    pub fn new(core: Arc<BackendCore>, key: &str, wait: Duration, signal: Option<AbortSignal>, cancelled: oneshot::Receiver<()>, slot: InProgress) -> Acquire {
+    pub fn new(
+        core: Arc<BackendCore>,
+        key: &str,
+        wait: Duration,
+        signal: Option<AbortSignal>,
+        cancelled: oneshot::Receiver<()>,
+        slot: InProgress,
+    ) -> Acquire {
         let keys = RedisKeys::new(&core.options.namespace, key);
         let ticket = core.connection.waiters.join(&keys.lock);
         let place = (!wait.is_zero()).then(|| ticket.queue());
@@ -121,7 +128,8 @@ impl Acquire {
         let token = owner_token()?;
         let lease_ms = u64::from(core.options.lease_ms);
         // Longer than any nap between two tries, so the mark outlives it.
-        let waiting_ms = if single_try { 0 } else { 2 * u64::from(core.options.poll_interval_ms.max(core.options.notify_poll_interval_ms)) + 1_000 };
+        let waiting_ms =
+            if single_try { 0 } else { 2 * u64::from(core.options.poll_interval_ms.max(core.options.notify_poll_interval_ms)) + 1_000 };
         loop {
             if *core.closed.borrow() {
                 return Err(LockError::closed());
@@ -129,7 +137,11 @@ impl Acquire {
             let sent = Instant::now();
             let answer = core
                 .connection
-                .eval::<(i64, i64)>(&core.connection.scripts.acquire, &[&keys.lock, &keys.fence, &keys.waiting], &[&token, &lease_ms, &waiting_ms])
+                .eval::<(i64, i64)>(
+                    &core.connection.scripts.acquire,
+                    &[&keys.lock, &keys.fence, &keys.waiting],
+                    &[&token, &lease_ms, &waiting_ms],
+                )
                 .await;
             let (granted, value, via) = match answer {
                 Ok(answer) => (answer.value.0, answer.value.1, answer.via),
@@ -188,7 +200,14 @@ impl Acquire {
 
 /// Registers a granted lease, or gives the lock back if `maxLeases` were
 /// reached meanwhile.
-async fn register(core: &Arc<BackendCore>, key: &str, keys: &RedisKeys, token: String, fence: u64, sent: Instant) -> Result<Arc<LeaseShared>> {
+async fn register(
+    core: &Arc<BackendCore>,
+    key: &str,
+    keys: &RedisKeys,
+    token: String,
+    fence: u64,
+    sent: Instant,
+) -> Result<Arc<LeaseShared>> {
     // Checked under the held set's lock: close() flags first and then takes
     // the set, so a lease is either in the set it releases or sees the flag.
     let registered = {

@@ -58,7 +58,6 @@ pub struct RedisCounts {
     pub last_error: Option<ErrorCode>,
 }
 
-
 impl RedisBackend {
     pub(crate) fn new(
         name: &str,
@@ -165,4 +164,3 @@ impl std::fmt::Debug for RedisBackend {
         f.debug_struct("RedisBackend").field("name", &self.core.name).field("counts", &self.counts()).finish()
     }
 }
-

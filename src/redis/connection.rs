@@ -35,7 +35,10 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::aio::MultiplexedConnection;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    ServerErrorKind, ToRedisArgs, Value,
+};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
@@ -165,7 +168,12 @@ pub(crate) struct RedisConnection {
 
 impl RedisConnection {
     /// Checks the URLs; opens no socket.
-    pub fn new(name: &str, options: &ConnectionOptions, telemetry: Option<Telemetry>, host: Option<Arc<dyn Host>>) -> Result<RedisConnection> {
+    pub fn new(
+        name: &str,
+        options: &ConnectionOptions,
+        telemetry: Option<Telemetry>,
+        host: Option<Arc<dyn Host>>,
+    ) -> Result<RedisConnection> {
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms.into());
         let topology = Topology::new(name, &options.endpoint, connect_timeout)?;
         let host_lane = host.filter(|_| topology.has_plain_node()).map(|host| Lane::new(Some(host)));
@@ -230,7 +238,8 @@ impl RedisConnection {
     /// that changes whether any is.
     fn set_connected(&self, lane: &Lane, up: bool) {
         lane.up.store(up, Ordering::Relaxed);
-        let up = self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|lane| lane.up.load(Ordering::Relaxed));
+        let up =
+            self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|lane| lane.up.load(Ordering::Relaxed));
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
                 telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
@@ -295,7 +304,12 @@ impl RedisConnection {
 
     /// Runs `script` and converts its reply; see the module docs for the
     /// failure classes and the retries.
-    pub async fn eval<T: FromRedisValue>(&self, script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Result<Answer<T>, Failure> {
+    pub async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&dyn ToRedisArgsRef],
+    ) -> Result<Answer<T>, Failure> {
         let mut first_attempt_lost: Option<Cause> = None;
         let lane = self.lane();
         let deadline = tokio::time::Instant::now() + self.command_timeout;
@@ -412,7 +426,10 @@ impl RedisConnection {
     async fn connection(&self, lane: &Lane) -> Result<(u64, NodeConnection), Failure> {
         let mut current = lane.current.lock().await;
         if *self.stop.borrow() {
-            return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down")))));
+            return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the connection was shut down",
+            )))));
         }
         match &current.connection {
             Some(open) if !open.ended.load(Ordering::Acquire) => return Ok((current.generation, open.connection.clone())),
@@ -493,7 +510,9 @@ impl RedisConnection {
         info.arg(section);
         match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
             Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
-            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => Err(Failure::Unreachable(Arc::new(err))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
+                Err(Failure::Unreachable(Arc::new(err)))
+            }
             Ok(Err(_)) => Ok(None),
             Ok(Ok(info)) => Ok(Some(info)),
         }
@@ -612,7 +631,13 @@ fn did_not_run(err: &RedisError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::Server(
-            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::BusyLoading | ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::MasterDown
         )
     )
 }

@@ -48,7 +48,14 @@ pub(crate) struct BackendCore {
 }
 
 impl BackendCore {
-    pub fn new(name: &str, options: RedisOptions, connection: Arc<RedisConnection>, spawner: Spawner, logger: Logger, telemetry: Option<Telemetry>) -> BackendCore {
+    pub fn new(
+        name: &str,
+        options: RedisOptions,
+        connection: Arc<RedisConnection>,
+        spawner: Spawner,
+        logger: Logger,
+        telemetry: Option<Telemetry>,
+    ) -> BackendCore {
         let channel = release_channel(&options.namespace);
         BackendCore {
             name: name.to_owned(),
@@ -92,7 +99,8 @@ impl BackendCore {
     /// Runs the release script: deletes the lock if it carries `token`, tells
     /// waiters in every process, and wakes this process's next waiter.
     async fn delete_if_ours(&self, keys: &RedisKeys, token: &str) -> Result<Answer<i64>, Failure> {
-        let answer = self.connection.eval::<i64>(&self.connection.scripts.release, &[&keys.lock, &keys.waiting], &[&token, &self.channel]).await?;
+        let answer =
+            self.connection.eval::<i64>(&self.connection.scripts.release, &[&keys.lock, &keys.waiting], &[&token, &self.channel]).await?;
         if answer.value == 1 {
             self.connection.waiters.wake(&keys.lock);
         }
@@ -194,10 +202,18 @@ impl BackendCore {
         .await;
         if finished.is_err() {
             let left = releases.len();
-            self.log(Level::Error, "CLEANUP_TIMEOUT", format!("{left} of {total} leases were not released within shutdownTimeoutMs; they expire after leaseMs"));
+            self.log(
+                Level::Error,
+                "CLEANUP_TIMEOUT",
+                format!("{left} of {total} leases were not released within shutdownTimeoutMs; they expire after leaseMs"),
+            );
         }
         if failed > 0 {
-            self.log(Level::Error, "CLEANUP_FAILED", format!("{failed} of {total} leases could not be released; they expire after leaseMs"));
+            self.log(
+                Level::Error,
+                "CLEANUP_FAILED",
+                format!("{failed} of {total} leases could not be released; they expire after leaseMs"),
+            );
         }
     }
 

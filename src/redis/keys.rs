@@ -43,9 +43,8 @@ pub(crate) fn release_channel(namespace: &str) -> String {
 /// A fresh owner token: 128 bits from the operating system's CSPRNG, as hex.
 pub(crate) fn owner_token() -> Result<String> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|err| {
-        LockError::new(ErrorCode::ProviderFailed, format!("the operating system's random source failed: {err}"))
-    })?;
+    getrandom::fill(&mut bytes)
+        .map_err(|err| LockError::new(ErrorCode::ProviderFailed, format!("the operating system's random source failed: {err}")))?;
     Ok(hex(&bytes))
 }
 

@@ -13,9 +13,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::connection::Failure;
 use super::core::BackendCore;
 use super::keys::RedisKeys;
-use super::connection::Failure;
 use super::runtime::DriverRuntime;
 use crate::error::{ErrorCode, Result};
 
@@ -76,7 +76,16 @@ impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, key: &str, keys: RedisKeys, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
         let held_since = core.hold_clock();
-        LeaseShared { core, key: key.into(), keys, token, fence, slot, held_since, state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }) }
+        LeaseShared {
+            core,
+            key: key.into(),
+            keys,
+            token,
+            fence,
+            slot,
+            held_since,
+            state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -187,43 +196,49 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        self.shared.core.spawner().run(async move {
-            let core = shared.core.clone();
-            let sent = Instant::now();
-            let lease_ms = core.lease().as_millis() as u64;
-            let outcome = core.connection().eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms]).await;
-            let outcome = match outcome {
-                Ok(answer) if answer.value == 1 => core.replicated(&answer.via, &shared.keys).await.map(|()| answer),
-                other => other,
-            };
-            let mut state = shared.state();
-            match outcome {
-                Ok(answer) if answer.value == 1 && state.renewable() => {
-                    state.valid_until = valid_until(sent, core.lease());
-                    Ok(true)
-                }
-                Ok(_) => {
-                    let was_renewable = state.renewable();
-                    state.valid_until = Instant::now();
-                    drop(state);
-                    if was_renewable {
-                        shared.lost(ErrorCode::LeaseLost);
+        self.shared
+            .core
+            .spawner()
+            .run(async move {
+                let core = shared.core.clone();
+                let sent = Instant::now();
+                let lease_ms = core.lease().as_millis() as u64;
+                let outcome = core
+                    .connection()
+                    .eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms])
+                    .await;
+                let outcome = match outcome {
+                    Ok(answer) if answer.value == 1 => core.replicated(&answer.via, &shared.keys).await.map(|()| answer),
+                    other => other,
+                };
+                let mut state = shared.state();
+                match outcome {
+                    Ok(answer) if answer.value == 1 && state.renewable() => {
+                        state.valid_until = valid_until(sent, core.lease());
+                        Ok(true)
                     }
-                    Ok(false)
-                }
-                Err(failure) => {
-                    if matches!(failure, Failure::Unknown(_)) {
+                    Ok(_) => {
+                        let was_renewable = state.renewable();
                         state.valid_until = Instant::now();
-                        state.abandoned = true;
                         drop(state);
-                        shared.lost(ErrorCode::OutcomeUnknown);
-                        core.clean_up(shared.keys.clone(), shared.token().to_owned());
+                        if was_renewable {
+                            shared.lost(ErrorCode::LeaseLost);
+                        }
+                        Ok(false)
                     }
-                    Err(failure.into_error("renew"))
+                    Err(failure) => {
+                        if matches!(failure, Failure::Unknown(_)) {
+                            state.valid_until = Instant::now();
+                            state.abandoned = true;
+                            drop(state);
+                            shared.lost(ErrorCode::OutcomeUnknown);
+                            core.clean_up(shared.keys.clone(), shared.token().to_owned());
+                        }
+                        Err(failure.into_error("renew"))
+                    }
                 }
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Releases the lease: true when Redis still carried our token and it is

@@ -36,8 +36,8 @@
 
 pub(crate) mod acquire;
 pub mod backend;
-pub(crate) mod core;
 pub(crate) mod connection;
+pub(crate) mod core;
 pub mod host;
 pub mod keep_alive;
 pub(crate) mod keys;
@@ -78,7 +78,12 @@ impl RedisDriver {
     /// Starts the runtime and prepares (without connecting) each connection
     /// a redis backend of `options` names; `None` without redis backends.
     /// With a `host`, operations started on its thread run there.
-    pub fn open(options: &Options, logger: &Logger, telemetry: &Option<Telemetry>, host: &Option<Arc<dyn Host>>) -> Result<Option<RedisDriver>> {
+    pub fn open(
+        options: &Options,
+        logger: &Logger,
+        telemetry: &Option<Telemetry>,
+        host: &Option<Arc<dyn Host>>,
+    ) -> Result<Option<RedisDriver>> {
         let mut used = options.backends.values().filter_map(|backend| match backend {
             BackendOptions::Redis(redis) => Some(redis.connection.as_str()),
             _ => None,
@@ -87,7 +92,10 @@ impl RedisDriver {
         let mut connections = BTreeMap::new();
         for name in std::iter::once(first).chain(used) {
             if !connections.contains_key(name) {
-                connections.insert(name.to_owned(), Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone(), host.clone())?));
+                connections.insert(
+                    name.to_owned(),
+                    Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone(), host.clone())?),
+                );
             }
         }
         let runtime = Arc::new(DriverRuntime::start(host.clone())?);
@@ -120,12 +128,15 @@ impl RedisDriver {
     /// Stops notifications and closes every connection.
     pub async fn shut_down(&self) {
         let connections: Vec<Arc<RedisConnection>> = self.connections.values().cloned().collect();
-        let _ = self.runtime.spawner().run(async move {
-            for connection in connections {
-                connection.shut_down().await;
-            }
-            Ok(())
-        })
-        .await;
+        let _ = self
+            .runtime
+            .spawner()
+            .run(async move {
+                for connection in connections {
+                    connection.shut_down().await;
+                }
+                Ok(())
+            })
+            .await;
     }
 }

@@ -31,13 +31,10 @@ pub(crate) struct DriverRuntime {
 
 impl DriverRuntime {
     pub fn start(host: Option<Arc<dyn Host>>) -> Result<DriverRuntime> {
-        let runtime = Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("dokebi-lock-redis")
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|err| LockError::new(ErrorCode::ProviderFailed, "could not start the redis driver's runtime thread").with_cause(err))?;
+        let runtime =
+            Builder::new_multi_thread().worker_threads(1).thread_name("dokebi-lock-redis").enable_io().enable_time().build().map_err(
+                |err| LockError::new(ErrorCode::ProviderFailed, "could not start the redis driver's runtime thread").with_cause(err),
+            )?;
         let spawner = Spawner { handle: runtime.handle().clone(), host };
         Ok(DriverRuntime { runtime: Some(runtime), spawner })
     }
@@ -99,9 +96,9 @@ impl<T, F: Future<Output = Result<T>>> Future for Run<F, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         match self.project() {
             RunProjection::Here { work } => work.poll(cx),
-            RunProjection::There { task } => Pin::new(task)
-                .poll(cx)
-                .map(|joined| joined.unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))),
+            RunProjection::There { task } => Pin::new(task).poll(cx).map(|joined| {
+                joined.unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))
+            }),
         }
     }
 }

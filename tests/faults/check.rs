@@ -45,7 +45,9 @@ pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: b
                 if b.start >= a.end {
                     // Entirely after `a`: its fence must be larger.
                     if b.fence <= a.fence {
-                        findings.violations.push(format!("{key}: fence {} (worker {}) after fence {} (worker {})", b.fence, b.worker, a.fence, a.worker));
+                        findings
+                            .violations
+                            .push(format!("{key}: fence {} (worker {}) after fence {} (worker {})", b.fence, b.worker, a.fence, a.worker));
                     }
                     continue;
                 }
@@ -55,7 +57,9 @@ pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: b
                 stale[older] = true;
                 let paused = holds[older].end.saturating_sub(holds[older].start) >= lease_us;
                 if exclusive && !paused {
-                    findings.violations.push(format!("{key}: sections of fences {} and {} overlapped without a fault past the lease", a.fence, b.fence));
+                    findings
+                        .violations
+                        .push(format!("{key}: sections of fences {} and {} overlapped without a fault past the lease", a.fence, b.fence));
                 }
             }
         }
@@ -65,7 +69,10 @@ pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: b
                 if hold.told() {
                     findings.told += 1;
                 } else {
-                    findings.violations.push(format!("{key}: the stale holder of fence {} (worker {}) was not told (release {})", hold.fence, hold.worker, hold.release));
+                    findings.violations.push(format!(
+                        "{key}: the stale holder of fence {} (worker {}) was not told (release {})",
+                        hold.fence, hold.worker, hold.release
+                    ));
                 }
             }
         }
@@ -96,4 +103,3 @@ fn check_store(key: &str, history: &KeyHistory, findings: &mut Findings) {
     findings.accepted += accepted;
     findings.refused += history.refused;
 }
-

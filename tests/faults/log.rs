@@ -57,7 +57,15 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
         match fields.as_slice() {
             ["A", key, fence, start] => {
                 let start = start.parse().unwrap();
-                log.open = Some(Hold { worker: worker.into(), key: key.to_string(), fence: fence.parse().unwrap(), start, end: u64::MAX, store: '?', release: "KILLED".into() });
+                log.open = Some(Hold {
+                    worker: worker.into(),
+                    key: key.to_string(),
+                    fence: fence.parse().unwrap(),
+                    start,
+                    end: u64::MAX,
+                    store: '?',
+                    release: "KILLED".into(),
+                });
             }
             ["E", key, fence, start, end, store, release] => {
                 log.open = None;

@@ -136,7 +136,10 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(7);
 impl Fault {
     /// True when no fault outlasts a lease, so sections must never overlap.
     fn exclusive(self) -> bool {
-        !matches!(self, Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover)
+        !matches!(
+            self,
+            Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover
+        )
     }
 
     /// True when a lock key may outlive its closed holder, until it expires:
@@ -146,7 +149,10 @@ impl Fault {
     /// it: it carries the expiry it was set with (RDB and replication keep
     /// the absolute time), so it is gone within a lease of that grant too.
     fn leaves_expiring_keys(self) -> bool {
-        matches!(self, Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover)
+        matches!(
+            self,
+            Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover
+        )
     }
 
     /// True for the scenarios whose lock is a Sentinel deployment or a cluster.
@@ -224,7 +230,8 @@ impl Run {
         };
         command.env(worker::YAML_VAR, worker::yaml(&self.lock_endpoint(), NAMESPACE, LEASE_MS));
         let stderr = std::fs::File::create(self.dir.join(format!("{name}.stderr"))).unwrap();
-        let child = command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
+        let child =
+            command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
         self.workers.push(Worker { name, kind, child, log, killed_at: None });
     }
 
@@ -232,7 +239,10 @@ impl Run {
     fn find_holder(&self) -> Option<usize> {
         let until = Instant::now() + Duration::from_millis(500);
         while Instant::now() < until {
-            let found = self.workers.iter().position(|w| w.killed_at.is_none() && log::holding(&std::fs::read_to_string(&w.log).unwrap_or_default()));
+            let found = self
+                .workers
+                .iter()
+                .position(|w| w.killed_at.is_none() && log::holding(&std::fs::read_to_string(&w.log).unwrap_or_default()));
             if found.is_some() {
                 return found;
             }
@@ -255,7 +265,8 @@ impl Run {
     fn attach_replica(&mut self) {
         let link = Proxy::start(self.lock.server().port(), Duration::ZERO);
         // A data dir of its own: a replica writes the primary's snapshot to disk.
-        let replica = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &link.port().to_string()]);
+        let replica =
+            RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &link.port().to_string()]);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !replica.replica_synced() {
             assert!(Instant::now() < deadline, "the replica did not sync with the lock server");
@@ -508,9 +519,9 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         match &failover {
             None => findings.violations.push("no primary was killed (no holder showed up)".into()),
             Some((_, None)) => findings.violations.push("no worker was granted a key of the killed primary again".into()),
-            Some((_, Some((after, worker)))) if *after > FAILOVER_BOUND => {
-                findings.violations.push(format!("the killed primary's keys were granted again only after {after:?} (worker {worker}), past {FAILOVER_BOUND:?}"))
-            }
+            Some((_, Some((after, worker)))) if *after > FAILOVER_BOUND => findings.violations.push(format!(
+                "the killed primary's keys were granted again only after {after:?} (worker {worker}), past {FAILOVER_BOUND:?}"
+            )),
             Some(_) => {}
         }
     }
@@ -593,7 +604,8 @@ fn main() {
     }
     for row in &rows {
         if let Some((took_over, served)) = &row.failover {
-            let served = served.as_ref().map_or("never".to_string(), |(after, worker)| format!("{} ms (worker {worker})", after.as_millis()));
+            let served =
+                served.as_ref().map_or("never".to_string(), |(after, worker)| format!("{} ms (worker {worker})", after.as_millis()));
             println!(
                 "{}: run {} s; a replica took over {} ms after the kill; its keys granted again after {served} (bound {} s); first grant by kind: {}",
                 row.name,

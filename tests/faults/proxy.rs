@@ -40,7 +40,11 @@ impl Proxy {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let upstream = Arc::new(AtomicU16::new(upstream));
-        let flow = Arc::new(Flow { latency_us: AtomicU64::new(latency.as_micros() as u64), held: AtomicBool::new(false), stop: AtomicBool::new(false) });
+        let flow = Arc::new(Flow {
+            latency_us: AtomicU64::new(latency.as_micros() as u64),
+            held: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
         let sockets = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
             let (upstream, flow, sockets) = (upstream.clone(), flow.clone(), sockets.clone());

@@ -83,7 +83,8 @@ impl Rng {
 pub fn run(args: WorkerArgs) {
     let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
     let backend = provider.backend("faults").unwrap();
-    let mut store = redis::Client::open(format!("redis://127.0.0.1:{}/0", args.store_port)).unwrap().get_connection().expect("the store is up");
+    let mut store =
+        redis::Client::open(format!("redis://127.0.0.1:{}/0", args.store_port)).unwrap().get_connection().expect("the store is up");
     let mut log = OpenOptions::new().create(true).append(true).open(&args.log).unwrap();
     let mut line = |text: String| log.write_all(text.as_bytes()).expect("log line");
     let mut rng = Rng(args.seed | 1);
@@ -102,7 +103,8 @@ pub fn run(args: WorkerArgs) {
         let fence = lease.fence();
         let start = mono_us();
         line(format!("A {key} {fence} {start}\n"));
-        let read: i64 = redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store).expect("store read");
+        let read: i64 =
+            redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store).expect("store read");
         std::thread::sleep(Duration::from_millis(rng.below(args.hold_ms + 1).into()));
         let outcome = if read < 0 {
             "R"
@@ -116,7 +118,11 @@ pub fn run(args: WorkerArgs) {
                 .arg(read + 1)
                 .query(&mut store)
                 .expect("store write");
-            if written == 1 { "W" } else { "X" }
+            if written == 1 {
+                "W"
+            } else {
+                "X"
+            }
         };
         let end_us = mono_us();
         let released = match futures::executor::block_on(lease.release()) {

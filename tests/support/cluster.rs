@@ -167,11 +167,7 @@ impl Cluster {
 
     /// The live primary that serves `slot` (as it says itself).
     pub fn primary_of_slot(&self, slot: u16) -> u16 {
-        self.views()
-            .into_iter()
-            .find(|v| v.primary && v.serves(slot))
-            .unwrap_or_else(|| panic!("no live primary serves slot {slot}"))
-            .port
+        self.views().into_iter().find(|v| v.primary && v.serves(slot)).unwrap_or_else(|| panic!("no live primary serves slot {slot}")).port
     }
 
     /// The live primary that serves `redis_key`'s slot.
@@ -286,8 +282,11 @@ impl Cluster {
 
     /// The node ids of the live nodes, for logs.
     pub fn describe(&self) -> String {
-        let views: BTreeSet<String> =
-            self.views().into_iter().map(|v| format!("{}:{}:{:?}", v.port, if v.primary { "primary" } else { "replica" }, v.slots)).collect();
+        let views: BTreeSet<String> = self
+            .views()
+            .into_iter()
+            .map(|v| format!("{}:{}:{:?}", v.port, if v.primary { "primary" } else { "replica" }, v.slots))
+            .collect();
         views.into_iter().collect::<Vec<_>>().join(" ")
     }
 }

@@ -104,7 +104,9 @@ impl Sentinels {
     /// other sentinels.
     fn settled(&self) -> bool {
         self.sentinels.iter().all(|&(port, _)| {
-            let Some(master) = sentinel_query::<Vec<String>>(port, redis::cmd("SENTINEL").arg("MASTER").arg(PRIMARY_NAME)) else { return false };
+            let Some(master) = sentinel_query::<Vec<String>>(port, redis::cmd("SENTINEL").arg("MASTER").arg(PRIMARY_NAME)) else {
+                return false;
+            };
             let fields: HashMap<&str, &str> = master.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].as_str(), c[1].as_str())).collect();
             let Some(replicas) = sentinel_query::<Vec<Vec<String>>>(port, redis::cmd("SENTINEL").arg("REPLICAS").arg(PRIMARY_NAME)) else {
                 return false;
@@ -135,7 +137,8 @@ impl Sentinels {
     }
 
     fn named_by(&self, sentinel: u16) -> Option<u16> {
-        let (_host, port): (String, u16) = sentinel_query(sentinel, redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(PRIMARY_NAME))?;
+        let (_host, port): (String, u16) =
+            sentinel_query(sentinel, redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(PRIMARY_NAME))?;
         Some(port)
     }
 
@@ -176,7 +179,8 @@ impl Sentinels {
     pub fn wait_new_primary(&self, old: u16, timeout: Duration) -> u16 {
         let deadline = Instant::now() + timeout;
         loop {
-            let named: Vec<Option<u16>> = self.sentinels.iter().filter(|(_, child)| child.is_some()).map(|&(port, _)| self.named_by(port)).collect();
+            let named: Vec<Option<u16>> =
+                self.sentinels.iter().filter(|(_, child)| child.is_some()).map(|&(port, _)| self.named_by(port)).collect();
             if let Some(Some(port)) = named.first() {
                 let port = *port;
                 if port != old && named.iter().all(|n| *n == Some(port)) && self.is_primary(port) {

@@ -13,7 +13,7 @@ use dokebi_lock::error::{ErrorCode, LockError};
 use dokebi_lock::provider::{Hooks, Provider};
 use dokebi_lock::Options;
 
-use super::telemetry::{hook, dokebi_lock_telemetry_fn};
+use super::telemetry::{dokebi_lock_telemetry_fn, hook};
 
 /// Every backend of one configuration. Shared by any number of threads;
 /// freed with `dokebi_lock_provider_free`.
@@ -129,9 +129,9 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
         // rejects NULL, its first byte is readable.
         unsafe { handle(name, "name") }?;
         // SAFETY: `name` is non-NULL (checked just above) and the caller promised it is NUL-terminated.
-        let name = unsafe { CStr::from_ptr(name) }
-            .to_str()
-            .map_err(|_| LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured (the name is not valid UTF-8)"))?;
+        let name = unsafe { CStr::from_ptr(name) }.to_str().map_err(|_| {
+            LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured (the name is not valid UTF-8)")
+        })?;
         let backend = provider.provider.backend(name)?;
         out.write(give(dokebi_lock_backend::new(backend, provider.completions.clone())));
         Ok(())

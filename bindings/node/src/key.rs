@@ -31,9 +31,7 @@ impl KeyReader {
         let mut len = 0;
         // SAFETY: the caller promised `env` and `value` are the current callback's (# Safety); the
         // buffer pointer and its length describe `self.units`, which napi writes at most that far.
-        let status = unsafe {
-            sys::napi_get_value_string_utf16(env, value, self.units.as_mut_ptr(), self.units.len(), &mut len)
-        };
+        let status = unsafe { sys::napi_get_value_string_utf16(env, value, self.units.as_mut_ptr(), self.units.len(), &mut len) };
         if status != sys::Status::napi_ok {
             return Err(LockError::new(ErrorCode::InvalidKey, "key is not a string"));
         }

@@ -108,7 +108,9 @@ pub struct LocalEngineObject {
 
 impl LocalEngineObject {
     pub fn new(options: LocalOptions) -> Self {
-        LocalEngineObject { state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() } }
+        LocalEngineObject {
+            state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() },
+        }
     }
 }
 
@@ -138,7 +140,9 @@ impl ToNapiValue for LocalEngineObject {
             let data = Rc::into_raw(shared.clone()) as *mut c_void;
             // SAFETY: as above; `name` is a NUL-terminated static string of `count_bytes` bytes,
             // `method` a callback of the right signature, `data` a leaked `Rc<Shared>`.
-            let function = unsafe { create(|out| sys::napi_create_function(env, name.as_ptr(), name.count_bytes() as isize, Some(method), data, out)) }?;
+            let function = unsafe {
+                create(|out| sys::napi_create_function(env, name.as_ptr(), name.count_bytes() as isize, Some(method), data, out))
+            }?;
             // SAFETY: as above; `function` and `object` were just created in this env. The finalizer
             // reclaims `data` once, when `function` is collected.
             unsafe {

@@ -42,7 +42,13 @@ pub fn load_config(json: String) -> Option<NativeOptions> {
 #[napi(catch_unwind)]
 pub fn load_sections(lock: Option<String>, redis: Option<String>) -> Option<NativeOptions> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
-    sentinel(|| wrap(parse(lock).and_then(|lock| Ok((lock, parse(redis)?))).and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref()))))
+    sentinel(|| {
+        wrap(
+            parse(lock)
+                .and_then(|lock| Ok((lock, parse(redis)?)))
+                .and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref())),
+        )
+    })
 }
 
 #[napi]
@@ -96,5 +102,7 @@ fn wrap(loaded: dokebi_lock::Result<Options>) -> Option<NativeOptions> {
 }
 
 fn parse_json(text: &str) -> dokebi_lock::Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|err| LockError::invalid_options(vec![dokebi_lock::Issue { path: String::new(), message: "not plain data".into() }]).with_cause(err))
+    serde_json::from_str(text).map_err(|err| {
+        LockError::invalid_options(vec![dokebi_lock::Issue { path: String::new(), message: "not plain data".into() }]).with_cause(err)
+    })
 }

@@ -56,9 +56,8 @@ impl OutMemory {
         // allocated until `release` drops `owner`, which Node calls once,
         // when the buffer's backing store goes. AtomicU64 has the size and
         // alignment of f64, so the cells are the array's elements.
-        let buffer = unsafe {
-            create(|out| sys::napi_create_external_arraybuffer(env, data, size_of::<OutMemory>(), Some(release), owner, out))
-        };
+        let buffer =
+            unsafe { create(|out| sys::napi_create_external_arraybuffer(env, data, size_of::<OutMemory>(), Some(release), owner, out)) };
         let buffer = buffer.inspect_err(|_| {
             // SAFETY: Node took no ownership of `owner` on failure.
             drop(unsafe { Arc::from_raw(owner as *const OutMemory) });

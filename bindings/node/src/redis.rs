@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend, RedisLease};
+use dokebi_lock::{
+    key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend, RedisLease,
+};
 use napi::bindgen_prelude::Utf16String;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
@@ -182,12 +184,13 @@ impl NativeRedisBackend {
         promise(env, || {
             let backend = self.backend.clone();
             let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
-            let options = AcquireOptions { wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())), signal: abort.map(|a| a.controller.signal()) };
-            spawn(
-                env,
-                async move { backend.acquire(&key?, options).await },
-                |lease| NativeRedisLease { lease: Finalized::new(Arc::new(lease)) },
-            )
+            let options = AcquireOptions {
+                wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())),
+                signal: abort.map(|a| a.controller.signal()),
+            };
+            spawn(env, async move { backend.acquire(&key?, options).await }, |lease| NativeRedisLease {
+                lease: Finalized::new(Arc::new(lease)),
+            })
         })
     }
 }

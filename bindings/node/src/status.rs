@@ -18,7 +18,12 @@ pub struct CountsInfo {
 
 impl From<LocalCounts> for CountsInfo {
     fn from(counts: LocalCounts) -> Self {
-        CountsInfo { held: counts.held as f64, waiting: counts.waiting as f64, acquired: counts.acquired as f64, timed_out: counts.timed_out as f64 }
+        CountsInfo {
+            held: counts.held as f64,
+            waiting: counts.waiting as f64,
+            acquired: counts.acquired as f64,
+            timed_out: counts.timed_out as f64,
+        }
     }
 }
 
