@@ -6,6 +6,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { scenarios } from './scenarios/index.mjs';
 import { startRedis } from './lib/redis-server.mjs';
+import { startCluster } from './lib/redis-cluster.mjs';
+import { startReplicated } from './lib/redis-replicated.mjs';
 import { describeMachine, describeCommit } from './lib/machine.mjs';
 import { median } from './lib/stats.mjs';
 import { render } from './lib/report.mjs';
@@ -51,14 +53,56 @@ function medianRound(results, scenario) {
   return results.find((r) => r[key] === m) ?? results[0];
 }
 
+// Servers a scenario names in `needs`, besides the run's redis-server: each
+// started before the first selected scenario that needs it and stopped after
+// the last one, so that six idle cluster nodes do not run beside the other
+// measurements. One that fails to start fails its scenarios, not the run.
+const SERVICES = { cluster: startCluster, replicated: startReplicated };
+const services = new Map(); // name -> { service } or { error }
+
+/** The data (URLs) of the services `scenario` needs, started if need be. */
+async function servicesFor(scenario) {
+  const data = {};
+  for (const name of scenario.needs ?? []) {
+    if (!services.has(name)) services.set(name, await SERVICES[name]().then((service) => ({ service }), (error) => ({ error })));
+    const { service, error } = services.get(name);
+    if (error) throw error;
+    const { stop, ...urls } = service;
+    data[name] = urls;
+  }
+  return data;
+}
+
+/** Stops the services no scenario after selected[index] needs. */
+async function stopServicesAfter(index) {
+  for (const [name, { service }] of services) {
+    if (service && !selected.slice(index + 1).some((s) => s.needs?.includes(name))) {
+      services.delete(name);
+      await service.stop();
+    }
+  }
+}
+
 const machine = describeMachine();
 const redis = selected.some((s) => s.needsRedis) ? await startRedis() : null;
 const report = { startedAt: new Date().toISOString(), commit: describeCommit(here), smoke, rounds, seconds: ctxBase.seconds, machine, scenarios: [] };
 let failed = false;
 try {
   console.log(`dokebi-lock benchmarks${smoke ? ' (smoke: figures are not meaningful)' : ''}: ${machine.nproc} cores, ${machine.cpuModel}, Node ${machine.node}, ${machine.redisServer}`);
-  for (const scenario of selected) {
-    const ctx = { ...ctxBase, redisUrl: redis?.url, outDir: `${here}results` };
+  for (const [index, scenario] of selected.entries()) {
+    let ctx;
+    try {
+      ctx = { ...ctxBase, redisUrl: redis?.url, outDir: `${here}results`, ...(await servicesFor(scenario)) };
+    } catch (error) {
+      console.error(`${scenario.id}: ${error.message}`);
+      failed = true;
+      const why = `failed: ${error.message.split('\n')[0]}`;
+      const entry = { id: scenario.id, title: scenario.title, unit: scenario.unit, target: scenario.target, results: scenario.subjects.map((subject) => ({ subject, skipped: why })) };
+      report.scenarios.push(entry);
+      console.log('\n' + render(scenario, entry));
+      await stopServicesAfter(index);
+      continue;
+    }
     // Work done once per scenario in this process (compiling), passed on.
     ctx.prepared = scenario.prepare ? scenario.prepare(ctx) : undefined;
     const perSubject = new Map(scenario.subjects.map((s) => [s, []]));
@@ -78,6 +122,7 @@ try {
         }
       }
     }
+    await stopServicesAfter(index);
     const results = scenario.subjects.map((subject) => {
       const all = perSubject.get(subject);
       const measured = all.filter((r) => !r.skipped);
@@ -88,7 +133,7 @@ try {
     console.log('\n' + render(scenario, entry));
   }
 } finally {
-  await redis?.stop();
+  await Promise.all([redis?.stop(), ...[...services.values()].map((s) => s.service?.stop())]);
 }
 const dir = `${here}results`;
 mkdirSync(dir, { recursive: true });

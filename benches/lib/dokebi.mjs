@@ -41,31 +41,40 @@ export async function loadDokebi() {
 }
 
 /** YAML of a provider with one backend called "bench" (YAML flow mappings
- *  are JSON, so the settings are written as JSON). */
-export function yamlFor(settings, redisUrl) {
+ *  are JSON, so the settings are written as JSON). `connection` is a URL
+ *  (one server) or a connection mapping such as { cluster: { nodes } }. */
+export function yamlFor(settings, connection) {
   const lines = ['schemaVersion: 1', 'options:', '  dokebi-lock:', `    backends: { bench: ${JSON.stringify(settings)} }`];
-  if (redisUrl) lines.push('  dokebi-redis:', `    connections: { main: { url: "${redisUrl}" } }`);
+  if (connection) {
+    const main = typeof connection === 'string' ? { url: connection } : connection;
+    lines.push('  dokebi-redis:', `    connections: { main: ${JSON.stringify(main)} }`);
+  }
   return lines.join('\n') + '\n';
 }
 
 /** Opens a provider over `backend` settings; resolves to { provider, backend, version }. */
-export async function openBackend(settings, redisUrl) {
+export async function openBackend(settings, connection) {
   const { mod, version } = await loadDokebi();
-  const provider = await mod.openLock({ yaml: yamlFor(settings, redisUrl) });
+  const provider = await mod.openLock({ yaml: yamlFor(settings, connection) });
   return { provider, backend: provider.backend('bench'), version };
 }
 
-/** A redis backend of ours, or NotBuilt when the redis driver is missing:
- *  a first try-acquire must succeed against the private server. */
-export async function openRedisBackend(redisUrl, extra = {}) {
+/** A redis backend of ours over `connection` (see yamlFor), or NotBuilt
+ *  when the redis driver is missing: a first try-acquire must succeed
+ *  against the private server. */
+export async function openRedisBackend(connection, extra = {}) {
   let opened;
   try {
-    opened = await openBackend({ driver: 'redis', connection: 'main', namespace: 'bench', leaseMs: 10000, ...extra }, redisUrl);
+    opened = await openBackend({ driver: 'redis', connection: 'main', namespace: 'bench', leaseMs: 10000, ...extra }, connection);
     const probe = await opened.backend.acquire(`probe-${process.pid}`, { waitTimeoutMs: 0 });
     await probe.release();
   } catch (error) {
     if (error instanceof NotBuilt) throw error;
     await opened?.provider.close().catch(() => {});
+    // Over a cluster or another topology a failure is the topology's (or
+    // its support's), which a skip would hide; the one-server scenarios
+    // already tell whether the driver is there.
+    if (typeof connection !== 'string') throw error;
     throw new NotBuilt('redis driver', `${error.code ?? error.name}: ${error.message.split('\n')[0]}`);
   }
   return opened;

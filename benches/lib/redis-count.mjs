@@ -32,20 +32,33 @@ export function sum(counts) {
   return Object.values(counts).reduce((a, b) => a + b, 0);
 }
 
-/** Snapshots of INFO commandstats over a dedicated connection. */
-export async function commandstats(url) {
-  const admin = new Redis(url, { lazyConnect: true });
-  await admin.connect();
+/** Adds up parseCommandstats() results (or deltas) of several nodes. */
+export function addCounts(list) {
+  const total = {};
+  for (const counts of list) for (const [cmd, n] of Object.entries(counts)) total[cmd] = (total[cmd] ?? 0) + n;
+  return total;
+}
+
+/** Snapshots of INFO commandstats over a dedicated connection to each of
+ *  `urls` (one URL or a list: the primaries of a cluster). */
+export async function commandstats(urls) {
+  const admins = [urls].flat().map((url) => new Redis(url, { lazyConnect: true }));
+  await Promise.all(admins.map((a) => a.connect()));
+  const each = () => Promise.all(admins.map(async (a) => parseCommandstats(await a.info('commandstats'))));
   return {
-    snapshot: async () => parseCommandstats(await admin.info('commandstats')),
-    close: () => admin.quit(),
+    /** Summed over the nodes. */
+    snapshot: async () => addCounts(await each()),
+    /** One per node, in the order of `urls`. */
+    snapshotEach: each,
+    close: () => Promise.all(admins.map((a) => a.quit())),
   };
 }
 
 /** A MONITOR connection over a plain socket (ioredis's monitor mode can
  *  lose track of its reply queue when the first events arrive with the OK).
  *  Calls onCommand(source, name) for every command the server runs, where
- *  source is "lua" for commands run by a script. */
+ *  source is "lua" for commands run by a script, else the client's
+ *  host:port. */
 async function monitor(url, onCommand) {
   const { hostname, port } = new URL(url);
   const socket = net.connect(Number(port), hostname);
@@ -65,28 +78,43 @@ async function monitor(url, onCommand) {
   return () => socket.destroy();
 }
 
-/** Runs `body` under MONITOR; resolves to the number of commands clients
- *  sent meanwhile (script-internal ones excluded) and the result of body. */
-export async function countClientCommands(url, body) {
+/** Runs `body` under MONITOR on each of `urls` (one URL or a list: every
+ *  node of a cluster); resolves to the number of commands clients sent
+ *  meanwhile (script-internal ones excluded) and the result of body.
+ *  Commands a replica gets from its primary come from a monitored node's
+ *  address and are not counted: the client sent them once, to the primary. */
+export async function countClientCommands(urls, body) {
+  const list = [urls].flat();
+  const nodeAddresses = new Set(list.map((url) => new URL(url).host));
   let sent = 0;
-  let markerSeen;
-  const stop = await monitor(url, (source, name) => {
-    if (name === 'echo') markerSeen?.();
-    else if (source !== 'lua') sent++;
-  });
-  // MONITOR delivers events asynchronously: an ECHO through a second
-  // connection marks the start and the end of the counted stretch.
-  const marker = new Redis(url);
-  const fence = async () => {
-    const seen = new Promise((resolve) => (markerSeen = resolve));
-    await marker.echo('bench-marker');
-    await seen;
-  };
-  await fence();
-  sent = 0;
-  const result = await body();
-  await fence();
-  stop();
-  marker.disconnect();
-  return { sent, result };
+  const fences = [];
+  const stops = [];
+  try {
+    for (const url of list) {
+      let markerSeen;
+      stops.push(
+        await monitor(url, (source, name) => {
+          if (name === 'echo') markerSeen?.();
+          else if (source !== 'lua' && !nodeAddresses.has(source)) sent++;
+        }),
+      );
+      // MONITOR delivers events asynchronously: an ECHO through a second
+      // connection marks the start and the end of the counted stretch.
+      const marker = new Redis(url);
+      stops.push(() => marker.disconnect());
+      fences.push(async () => {
+        const seen = new Promise((resolve) => (markerSeen = resolve));
+        await marker.echo('bench-marker');
+        await seen;
+      });
+    }
+    const fence = () => Promise.all(fences.map((f) => f()));
+    await fence();
+    sent = 0;
+    const result = await body();
+    await fence();
+    return { sent, result };
+  } finally {
+    for (const stop of stops) stop();
+  }
 }

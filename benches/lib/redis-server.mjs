@@ -1,10 +1,15 @@
 // A private redis-server for one benchmark run: a free port, no persistence,
-// stopped when the run ends (also on failure or Ctrl-C).
+// stopped when the run ends (also on failure or Ctrl-C). The cluster and the
+// replicated pair (redis-cluster.mjs, redis-replicated.mjs) start theirs
+// through spawnRedis too.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { once } from 'node:events';
 
-async function freePort() {
+/** Options every private server runs with: loopback only, nothing on disk. */
+export const PRIVATE = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+
+export async function freePort() {
   const server = net.createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -14,38 +19,59 @@ async function freePort() {
   return port;
 }
 
-/** Starts redis-server; resolves to { port, url, stop() } once it accepts connections. */
-export async function startRedis() {
-  const port = await freePort();
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+/** Thrown when a server could not listen on its port (or its cluster bus
+ *  port): another process took it after we saw it free, so try other ports. */
+export class PortTaken extends Error {}
+
+/** Starts redis-server on `port` with PRIVATE and `args`; resolves to
+ *  { port, url, stop() } once it accepts connections. */
+export async function spawnRedis(port, args = []) {
+  const child = spawn('redis-server', ['--port', String(port), ...PRIVATE, ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const stop = () => {
+  const kill = () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
   };
-  process.once('exit', stop);
+  process.once('exit', kill);
   let log = '';
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`redis-server did not start:\n${log}`)), 10_000);
-    child.stdout.on('data', (chunk) => {
-      log += chunk;
-      if (log.includes('Ready to accept connections')) {
+  try {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`redis-server on port ${port} did not start:\n${log}`)), 10_000);
+      child.once('error', (error) => {
         clearTimeout(timer);
-        resolve();
-      }
+        reject(error);
+      });
+      child.stdout.on('data', (chunk) => {
+        log += chunk;
+        if (log.includes('Ready to accept connections')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        const Err = /Address already in use/.test(log) ? PortTaken : Error;
+        reject(new Err(`redis-server on port ${port} exited with ${code}:\n${log}`));
+      });
     });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`redis-server exited with ${code}:\n${log}`));
-    });
-  });
+  } catch (error) {
+    kill();
+    process.off('exit', kill);
+    throw error;
+  }
   child.stdout.resume();
   return {
     port,
     url: `redis://127.0.0.1:${port}/0`,
     async stop() {
-      stop();
+      kill();
       if (child.exitCode === null && child.signalCode === null) await once(child, 'exit');
+      process.off('exit', kill);
     },
   };
+}
+
+/** Starts the run's redis-server on a free port. */
+export async function startRedis() {
+  return spawnRedis(await freePort());
 }

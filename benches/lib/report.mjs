@@ -10,18 +10,21 @@ const throughputColumns = (unit) => [
   { head: 'p99', cell: (r) => duration(r.p99Us) },
 ];
 
-/** us ÷ peer on the headline figure, oriented so that > 1 means we win. */
+/** us ÷ peer on the headline figure, oriented so that > 1 means we win.
+ *  A scenario that compares setups of ours names one as its `reference`
+ *  instead: each row's figure ÷ the reference's, as measured (a cost, not a
+ *  contest, so not turned around). */
 function ratio(scenario, us, peer) {
   const key = scenario.headline ?? 'opsPerSec';
-  if (!us || us.skipped || peer.skipped || peer.subject === US) return '';
+  if (!us || us.skipped || peer.skipped || peer.subject === us.subject) return '';
   const lowerIsBetter = scenario.lowerIsBetter ?? false;
-  const x = lowerIsBetter ? peer[key] / us[key] : us[key] / peer[key];
+  const x = scenario.reference ? peer[key] / us[key] : lowerIsBetter ? peer[key] / us[key] : us[key] / peer[key];
   return Number.isFinite(x) ? `${x.toFixed(2)}x` : '-';
 }
 
 export function render(scenario, entry) {
   const columns = scenario.columns ?? throughputColumns(scenario.unit);
-  const us = entry.results.find((r) => r.subject === US);
+  const us = entry.results.find((r) => r.subject === (scenario.reference ?? US));
   const header = ['subject', 'version', ...columns.map((c) => c.head), scenario.ratioHead ?? (scenario.lowerIsBetter ? 'us faster by' : 'us ÷ peer')];
   const rows = entry.results.map((r) =>
     r.skipped

@@ -5,8 +5,9 @@ import { redisSubjects } from './redis-subjects.mjs';
 import { mailbox } from '../lib/ipc.mjs';
 import { nowNs } from '../lib/stats.mjs';
 
-const [subject, url] = process.argv.slice(2);
-const s = await redisSubjects[subject](url);
+// The connection is JSON: a URL, or a mapping for ours (a cluster).
+const [subject, connection] = process.argv.slice(2);
+const s = await redisSubjects[subject](JSON.parse(connection));
 const inbox = mailbox(process);
 process.send({ type: 'ready' });
 for (;;) {

@@ -2,10 +2,11 @@
 import { scenarios as nodeLocal } from './node-local.mjs';
 import { scenarios as nodeLocalScale } from './node-local-scale.mjs';
 import { scenarios as nodeRedis } from './node-redis.mjs';
+import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalScale, ...nodeRedis, ...nodeHandoff, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalScale, ...nodeRedis, ...nodeHandoff, ...nodeRedisTopologies, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

@@ -40,15 +40,17 @@ async function handOffs(s, waiter, inbox, { rounds, maxMs, key }) {
   return { latenciesUs, failures };
 }
 
-/** Commands per second the waiting process sends while the key stays held. */
-async function waitingLoad(s, waiter, inbox, { url, key, windowMs }) {
+/** Commands per second the waiting process sends while the key stays held:
+ *  MONITOR on `nodes`, INFO commandstats on `primaries` (a replica's
+ *  commandstats would count what its primary replicates to it). */
+async function waitingLoad(s, waiter, inbox, { primaries, nodes, key, windowMs }) {
   const release = await s.acquire(key);
   waiter.send({ type: 'acquire', key });
   await inbox.next('waiting');
   await sleep(100);
-  const stats = await commandstats(url);
+  const stats = await commandstats(primaries);
   const before = await stats.snapshot();
-  const { sent } = await countClientCommands(url, () => sleep(windowMs));
+  const { sent } = await countClientCommands(nodes, () => sleep(windowMs));
   const calls = commandDelta(before, await stats.snapshot());
   await stats.close();
   await release();
@@ -64,6 +66,46 @@ async function waitingLoad(s, waiter, inbox, { url, key, windowMs }) {
   };
 }
 
+/** Hand-offs from this process to a waiter process, both over `connection`
+ *  (a URL, or a mapping for ours), then the waiting load. */
+export async function measureHandoffs({ factory, connection, primaries, nodes, ctx }) {
+  const s = await redisSubjects[factory](connection);
+  const waiter = fork(WAITER, [factory, JSON.stringify(connection)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const inbox = mailbox(waiter);
+  try {
+    await inbox.next('ready');
+    const key = `handoff:${process.pid}`;
+    await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
+    const { latenciesUs, failures } = await handOffs(s, waiter, inbox, {
+      key,
+      rounds: ctx.smoke ? 2 : 150,
+      maxMs: ctx.smoke ? 1000 : 6000,
+    });
+    const load = await waitingLoad(s, waiter, inbox, { primaries, nodes, key, windowMs: ctx.smoke ? 200 : 1000 });
+    return {
+      version: s.version,
+      defaults: s.defaults,
+      handOffs: latenciesUs.length,
+      p50Us: quantile(latenciesUs, 0.5),
+      p99Us: quantile(latenciesUs, 0.99),
+      maxUs: quantile(latenciesUs, 1),
+      failures,
+      latenciesUs,
+      ...load,
+    };
+  } finally {
+    waiter.kill();
+    await s.close();
+  }
+}
+
+export const handoffColumns = [
+  { head: 'median', cell: (r) => duration(r.p50Us) },
+  { head: 'p99', cell: (r) => duration(r.p99Us) },
+  { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
+  { head: 'commands/s while waiting', cell: (r) => r.commandsPerSecWhileWaiting.toFixed(1) },
+];
+
 export const scenarios = [
   {
     id: 'node-redis-handoff',
@@ -75,41 +117,7 @@ export const scenarios = [
     lowerIsBetter: true,
     target: 'median under 1 ms, p99 under 5 ms, no polling load on Redis while waiting',
     note: 'Latency: holder calls release() -> the waiting process has the lease. Commands/s: what reaches Redis from the waiting process while the key stays held (MONITOR; server calls in the JSON).',
-    columns: [
-      { head: 'median', cell: (r) => duration(r.p50Us) },
-      { head: 'p99', cell: (r) => duration(r.p99Us) },
-      { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
-      { head: 'commands/s while waiting', cell: (r) => r.commandsPerSecWhileWaiting.toFixed(1) },
-    ],
-    async run(subject, ctx) {
-      const s = await redisSubjects[subject](ctx.redisUrl);
-      const waiter = fork(WAITER, [subject, ctx.redisUrl], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-      const inbox = mailbox(waiter);
-      try {
-        await inbox.next('ready');
-        const key = `handoff:${process.pid}`;
-        await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity }); // warm-up: connections, scripts, subscriptions
-        const { latenciesUs, failures } = await handOffs(s, waiter, inbox, {
-          key,
-          rounds: ctx.smoke ? 2 : 150,
-          maxMs: ctx.smoke ? 1000 : 6000,
-        });
-        const load = await waitingLoad(s, waiter, inbox, { url: ctx.redisUrl, key, windowMs: ctx.smoke ? 200 : 1000 });
-        return {
-          version: s.version,
-          defaults: s.defaults,
-          handOffs: latenciesUs.length,
-          p50Us: quantile(latenciesUs, 0.5),
-          p99Us: quantile(latenciesUs, 0.99),
-          maxUs: quantile(latenciesUs, 1),
-          failures,
-          latenciesUs,
-          ...load,
-        };
-      } finally {
-        waiter.kill();
-        await s.close();
-      }
-    },
+    columns: handoffColumns,
+    run: (subject, ctx) => measureHandoffs({ factory: subject, connection: ctx.redisUrl, primaries: ctx.redisUrl, nodes: ctx.redisUrl, ctx }),
   },
 ];

@@ -3,13 +3,13 @@
 // Besides the timing, each measurement counts what reached Redis per pair.
 import { redisSubjects } from './redis-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
-import { commandstats, commandDelta, countClientCommands, sum } from '../lib/redis-count.mjs';
+import { commandstats, commandDelta, countClientCommands, sum, addCounts } from '../lib/redis-count.mjs';
 import { rate, duration } from '../lib/table.mjs';
 
 const SUBJECTS = ['dokebi-lock', 'ioredis SET NX PX + DEL', 'redlock', 'redis-semaphore'];
 const COUNTED_PAIRS = 100;
 
-const columns = (unit) => [
+export const columns = (unit) => [
   { head: unit, cell: (r) => rate(r.opsPerSec) },
   { head: 'p50', cell: (r) => duration(r.p50Us) },
   { head: 'p99', cell: (r) => duration(r.p99Us) },
@@ -17,16 +17,19 @@ const columns = (unit) => [
   { head: 'server calls / pair (INFO commandstats)', cell: (r) => Object.entries(r.serverCallsPerPair).map(([c, n]) => `${c} ${n.toFixed(2)}`).join(', ') },
 ];
 
-/** Runs `timed` between two commandstats snapshots, then counts with MONITOR
- *  the commands clients send for COUNTED_PAIRS more sequential pairs. */
-async function measureWithCounts(s, ctx, timed) {
-  const stats = await commandstats(ctx.redisUrl);
+/** Runs `timed` between two commandstats snapshots of the server at `url`
+ *  (or of each of a list: a cluster's primaries), then counts with MONITOR
+ *  on `monitored` (every node of a cluster) the commands clients send for
+ *  COUNTED_PAIRS more sequential pairs. */
+export async function measureWithCounts(s, url, timed, monitored = url) {
+  const stats = await commandstats(url);
   try {
-    const before = await stats.snapshot();
+    const before = await stats.snapshotEach();
     const r = await timed();
-    const calls = commandDelta(before, await stats.snapshot());
+    const byNode = (await stats.snapshotEach()).map((after, i) => commandDelta(before[i], after));
+    const calls = addCounts(byNode);
     let n = 0;
-    const { sent } = await countClientCommands(ctx.redisUrl, () => s.loop(() => 'counted:' + n++, COUNTED_PAIRS));
+    const { sent } = await countClientCommands(monitored, () => s.loop(() => 'counted:' + n++, COUNTED_PAIRS));
     return {
       ...r,
       version: s.version,
@@ -34,6 +37,7 @@ async function measureWithCounts(s, ctx, timed) {
       clientCommandsPerPair: sent / COUNTED_PAIRS,
       serverCallsPerPair: Object.fromEntries(Object.entries(calls).map(([c, k]) => [c, k / r.allOps])),
       serverCallsTotalPerPair: sum(calls) / r.allOps,
+      serverCallsByNode: byNode.map(sum),
     };
   } finally {
     await stats.close();
@@ -53,7 +57,7 @@ export const scenarios = [
     async run(subject, ctx) {
       const s = await redisSubjects[subject](ctx.redisUrl);
       try {
-        return await measureWithCounts(s, ctx, () => sequential({ loop: s.loop, keyAt: () => 'k', seconds: ctx.seconds, batch: 1 }));
+        return await measureWithCounts(s, ctx.redisUrl, () => sequential({ loop: s.loop, keyAt: () => 'k', seconds: ctx.seconds, batch: 1 }));
       } finally {
         await s.close();
       }
@@ -70,7 +74,7 @@ export const scenarios = [
     async run(subject, ctx) {
       const s = await redisSubjects[subject](ctx.redisUrl);
       try {
-        return await measureWithCounts(s, ctx, () =>
+        return await measureWithCounts(s, ctx.redisUrl, () =>
           concurrent({
             loop: s.loop,
             keyAtFor: (i) => {

@@ -1,5 +1,6 @@
 // The Redis locks compared in the Node redis scenarios, each over one
-// ioredis-style connection to the private server. Each factory returns
+// ioredis-style connection to the private server (ours also over a cluster
+// or with backend settings of its own). Each factory returns
 // { version, defaults, loop(keyAt, n), close() }, and the locks also
 // acquire(key) -> Promise<release()> for the hand-off scenario.
 import { createRequire } from 'node:module';
@@ -16,11 +17,13 @@ function ioredis(url) {
 }
 
 export const redisSubjects = {
-  async 'dokebi-lock'(url) {
-    const { provider, backend, version } = await openRedisBackend(url);
+  /** `connection`: a URL or a connection mapping (lib/dokebi.mjs yamlFor);
+   *  `extra`: backend settings such as { replicaAcks: 1 }. */
+  async 'dokebi-lock'(connection, extra = {}) {
+    const { provider, backend, version } = await openRedisBackend(connection, extra);
     return {
       version,
-      defaults: { leaseMs: LEASE_MS, pollIntervalMs: '25 (default)', notifyPollIntervalMs: '250 (default)' },
+      defaults: { leaseMs: LEASE_MS, ...extra, pollIntervalMs: '25 (default)', notifyPollIntervalMs: '250 (default)' },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) {
           const lease = await backend.acquire(keyAt());
