@@ -36,8 +36,11 @@ static void invalid_options_list_every_issue(void) {
     CHECK(dokebi_lock_error_issue_message(error, 2) == NULL);
     dokebi_lock_error_free(error);
 
-    /* Not UTF-8, and not YAML at all. */
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_provider_open("\xff\xfe", 2, &provider, ERR));
+    /* Not UTF-8 (an options error still lists its issue), and not YAML at all. */
+    error = NULL;
+    CHECK(dokebi_lock_provider_open("\xff\xfe", 2, &provider, &error) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(dokebi_lock_error_issue_count(error) == 1 && strcmp(dokebi_lock_error_issue_path(error, 0), "") == 0);
+    dokebi_lock_error_free(error);
     CHECK_STATUS(DOKEBI_LOCK_INVALID_OPTIONS, dokebi_lock_provider_open(KEY("[unclosed"), &provider, ERR));
     CHECK(provider == (dokebi_lock_provider *)&yaml);
 }

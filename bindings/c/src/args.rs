@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use dokebi_lock::error::{ErrorCode, LockError, Result};
+use dokebi_lock::error::{ErrorCode, Issue, LockError, Result};
 use dokebi_lock::key;
 
 /// Pass as `wait_timeout_ms` to wait as long as the backend's `waitTimeoutMs`.
@@ -76,8 +76,14 @@ pub(crate) unsafe fn text<'a>(text: *const c_char, len: usize, what: &str, code:
     }
     // SAFETY: `text` is non-NULL here and the caller promised it points to `len` readable bytes
     // that outlive 'a (# Safety).
-    std::str::from_utf8(unsafe { std::slice::from_raw_parts(text.cast(), len) })
-        .map_err(|_| LockError::new(code, format!("{what} is not valid UTF-8")))
+    std::str::from_utf8(unsafe { std::slice::from_raw_parts(text.cast(), len) }).map_err(|_| {
+        let message = format!("{what} is not valid UTF-8");
+        match code {
+            // An options error always lists its issues, this one about the whole text.
+            ErrorCode::InvalidOptions => LockError::invalid_options(vec![Issue { path: String::new(), message }]),
+            code => LockError::new(code, message),
+        }
+    })
 }
 
 /// `DOKEBI_LOCK_WAIT_DEFAULT` is the backend's default; 0 tries once;
