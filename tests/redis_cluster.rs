@@ -9,10 +9,10 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Lease, LockError, Provider};
+use dokebi_lock::{Backend, ErrorCode, Lease, Provider};
 use futures::executor::block_on;
-use sha2::{Digest, Sha256};
 use support::cluster::{Cluster, NODE_TIMEOUT_MS};
+use support::topology::{backend, code, hand_off, lock_key, CONNECTION, SLOW_POLLS};
 use support::{eventually, open_redis_at, redis_counts, wait};
 
 /// How long after a primary's death acquires of its slots must work again:
@@ -20,24 +20,6 @@ use support::{eventually, open_redis_at, redis_counts, wait};
 /// replica waits 0.5-1 s and is elected; the rest is slack for a loaded
 /// CI machine.
 const FAILOVER_BOUND: Duration = Duration::from_millis(NODE_TIMEOUT_MS + 9_000);
-
-/// Short connect and command bounds, so each try during a failover ends
-/// soon; `leaseMs` must stay above `commandTimeoutMs`.
-const CONNECTION: &[(&str, &str)] = &[("connectTimeoutMs", "500"), ("commandTimeoutMs", "1000")];
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
-
-fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
-    result.expect_err("expected an error").code()
-}
-
-/// The Redis name of a user key's lock in the tests' namespace.
-fn lock_key(key: &str) -> String {
-    let digest: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    format!("test:lock:{{{digest}}}")
-}
 
 fn open(cluster: &Cluster, backend: &[(&str, &str)]) -> Provider {
     open_redis_at(&cluster.endpoint_yaml(), backend, CONNECTION).0
@@ -64,35 +46,6 @@ fn acquire_through_failover(backend: &Backend, key: &str, since: Instant) -> (Le
         assert!(since.elapsed() < FAILOVER_BOUND, "acquires did not work again within {FAILOVER_BOUND:?} (failures: {failures:?})");
         thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Polls that never fire within a test: a waiter is served within 2 s only
-/// when a release notification wakes it.
-const SLOW_POLLS: [(&str, &str); 4] =
-    [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
-
-/// `holder` takes `key`, a waiter of `other` queues for it, `holder`
-/// releases: how long from the release until the waiter was granted (with
-/// a fence above the holder's).
-fn hand_off(holder: &Provider, other: &Provider, key: &str) -> Duration {
-    let waiter_backend = backend(other);
-    eventually("the waiter's provider subscribed", || redis_counts(&waiter_backend).subscribed);
-    let held = block_on(backend(holder).acquire(key, wait(0))).unwrap();
-    let waiting = waiter_backend.clone();
-    let owned_key = key.to_owned();
-    let waiter = thread::spawn(move || {
-        let lease = block_on(waiting.acquire(&owned_key, AcquireOptions::default()));
-        (lease, Instant::now())
-    });
-    eventually("the other provider waits", || redis_counts(&waiter_backend).waiting == 1);
-    thread::sleep(Duration::from_millis(100)); // its first try saw the key held
-    let released_at = Instant::now();
-    assert!(block_on(held.release()).unwrap());
-    let (lease, granted_at) = waiter.join().unwrap();
-    let lease = lease.expect("handed off");
-    assert!(lease.fence() > held.fence());
-    assert!(block_on(lease.release()).unwrap());
-    granted_at - released_at
 }
 
 #[test]
@@ -282,7 +235,8 @@ fn replica_acks_2_with_one_replica_per_slot_fails_provider_failed_and_leaves_no_
     let shared = backend(&provider);
     let err = block_on(shared.acquire("k", wait(0))).expect_err("only one replica can acknowledge");
     assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
-    // The grant is given back in the background, right after the error:
+    // The grant is given back before the error returns (a failed give-back
+    // goes on in the background):
     // soon no lock key is left on its primary, nor anywhere.
     eventually("the grant was given back", || !cluster.exists_on(cluster.primary_of(&lock_key("k")), &lock_key("k")));
     assert!(cluster.keys("test:lock:*").is_empty());

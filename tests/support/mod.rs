@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod redis_server;
 pub mod sentinel;
+pub mod topology;
 
 use std::sync::{Arc, Mutex};
 use std::thread;

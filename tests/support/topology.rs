@@ -1,0 +1,59 @@
+//! What the Sentinel and Cluster tests share: one backend per provider,
+//! short bounds during failovers, lock key names, and a hand-off between two
+//! providers timed from the release.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
+use futures::executor::block_on;
+use sha2::{Digest, Sha256};
+
+use super::{eventually, redis_counts, wait};
+
+/// Short connect and command bounds, so each try during a failover ends
+/// soon; `leaseMs` must stay above `commandTimeoutMs`.
+pub const CONNECTION: &[(&str, &str)] = &[("connectTimeoutMs", "500"), ("commandTimeoutMs", "1000")];
+
+pub fn backend(provider: &Provider) -> Backend {
+    provider.backend("shared").unwrap()
+}
+
+pub fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
+    result.expect_err("expected an error").code()
+}
+
+/// The Redis name of a user key's lock in the tests' namespace.
+pub fn lock_key(key: &str) -> String {
+    let digest: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("test:lock:{{{digest}}}")
+}
+
+/// Polls that never fire within a test: a waiter is served within 2 s only
+/// when a release notification wakes it.
+pub const SLOW_POLLS: [(&str, &str); 4] =
+    [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000"), ("waitTimeoutMs", "15000")];
+
+/// `holder` takes `key`, a waiter of `other` queues for it, `holder`
+/// releases: how long from the release until the waiter was granted (with
+/// a fence above the holder's).
+pub fn hand_off(holder: &Provider, other: &Provider, key: &str) -> Duration {
+    let waiter_backend = backend(other);
+    eventually("the waiter's provider subscribed", || redis_counts(&waiter_backend).subscribed);
+    let held = block_on(backend(holder).acquire(key, wait(0))).unwrap();
+    let waiting = waiter_backend.clone();
+    let owned_key = key.to_owned();
+    let waiter = thread::spawn(move || {
+        let lease = block_on(waiting.acquire(&owned_key, AcquireOptions::default()));
+        (lease, Instant::now())
+    });
+    eventually("the other provider waits", || redis_counts(&waiter_backend).waiting == 1);
+    thread::sleep(Duration::from_millis(100)); // its first try saw the key held
+    let released_at = Instant::now();
+    assert!(block_on(held.release()).unwrap());
+    let (lease, granted_at) = waiter.join().unwrap();
+    let lease = lease.expect("handed off");
+    assert!(lease.fence() > held.fence());
+    assert!(block_on(lease.release()).unwrap());
+    granted_at - released_at
+}
