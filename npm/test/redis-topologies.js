@@ -19,11 +19,15 @@ async function free(port) {
   return ok;
 }
 
-/** `count` free ports whose cluster bus port (port + 10000) is free too. */
+/**
+ * `count` free ports whose cluster bus port (port + 10000) is free too, both
+ * below the ephemeral range (from 32768 on Linux), where no outgoing
+ * connection takes one between this check and the server's bind.
+ */
 async function freePorts(count, { bus = false } = {}) {
   const ports = [];
   while (ports.length < count) {
-    const port = 20000 + Math.floor(Math.random() * 25000);
+    const port = 10000 + Math.floor(Math.random() * 12000);
     if (ports.includes(port) || !(await free(port)) || (bus && !(await free(port + 10000)))) continue;
     ports.push(port);
   }

@@ -62,6 +62,17 @@ impl Cluster {
     /// --cluster-replicas 1`, and waits until the cluster is ok and every
     /// replica in sync.
     pub fn start() -> Cluster {
+        // A port found free can still be taken before its node binds it (by
+        // another test starting a cluster at the same time): start again.
+        for _ in 0..2 {
+            if let Ok(cluster) = Cluster::try_start() {
+                return cluster;
+            }
+        }
+        Cluster::try_start().unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    fn try_start() -> Result<Cluster, String> {
         let ports = free_port_pairs(6);
         let dir = std::env::temp_dir().join(format!("dokebi-cluster-{}-{}", std::process::id(), ports[0]));
         let _ = std::fs::remove_dir_all(&dir);
@@ -78,7 +89,10 @@ impl Cluster {
                 if let Ok(id) = try_client(port).and_then(|mut c| redis::cmd("CLUSTER").arg("MYID").query::<String>(&mut c)) {
                     break id;
                 }
-                assert!(Instant::now() < deadline, "cluster node {port} did not start");
+                let exited = node.child.as_mut().is_some_and(|child| child.try_wait().ok().flatten().is_some());
+                if exited || Instant::now() >= deadline {
+                    return Err(format!("cluster node {port} did not start"));
+                }
                 sleep(Duration::from_millis(10));
             };
         }
@@ -93,7 +107,7 @@ impl Cluster {
             .expect("redis-cli is installed (scripts/setup)");
         assert!(output.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&output.stdout));
         cluster.wait_ok(Duration::from_secs(20));
-        cluster
+        Ok(cluster)
     }
 
     fn spawn(&self, port: u16) -> Child {
@@ -313,23 +327,27 @@ fn try_client(port: u16) -> redis::RedisResult<redis::Connection> {
 /// `n` distinct ports where both the port and its cluster bus port (+10000)
 /// are free now, the bus port below 65536. The listeners are held until all
 /// are chosen, so no port is picked twice.
+/// `n` ports whose cluster bus ports (port + 10000) are free too, both below
+/// the ephemeral range (from 32768 on Linux), where the kernel never puts an
+/// outgoing connection of some other test between our check and the bind.
 fn free_port_pairs(n: usize) -> Vec<u16> {
     let mut held = Vec::new();
     let mut ports = Vec::new();
+    let mut candidate = 10_000 + (std::process::id() % 500) as u16 * 17 + (nanos() % 17) as u16;
     while ports.len() < n {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        if port >= 55536 {
-            held.push(listener);
+        candidate = 10_000 + (candidate - 10_000 + 37) % 12_000;
+        let (Ok(listener), Ok(bus)) = (TcpListener::bind(("127.0.0.1", candidate)), TcpListener::bind(("127.0.0.1", candidate + 10_000)))
+        else {
             continue;
-        }
-        if let Ok(bus) = TcpListener::bind(("127.0.0.1", port + 10000)) {
-            held.push(listener);
-            held.push(bus);
-            ports.push(port);
-        } else {
-            held.push(listener);
-        }
+        };
+        held.push(listener);
+        held.push(bus);
+        ports.push(candidate);
     }
     ports
+}
+
+/// Some bits that differ between two clusters started at once.
+fn nanos() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
 }
