@@ -128,10 +128,13 @@ impl RedisServer {
         let _: String = command.query(&mut self.client()).expect("REPLICAOF");
     }
 
-    /// True once a replica finished its sync with its primary (the link is up).
+    /// True once a replica finished its sync with its primary (the link is
+    /// up). False while the server cannot be asked: a primary being demoted
+    /// drops its clients, this probe's too.
     pub fn replica_synced(&self) -> bool {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut self.client()).unwrap();
-        info.lines().any(|line| line.trim() == "master_link_status:up")
+        let Ok(mut client) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) else { return false };
+        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("replication").query(&mut client);
+        info.is_ok_and(|info| info.lines().any(|line| line.trim() == "master_link_status:up"))
     }
 
     /// A plain synchronous client for inspecting the server.

@@ -217,8 +217,10 @@ impl Sentinels {
     fn is_primary(&self, port: u16) -> bool {
         let server = self.servers.iter().find(|s| s.port() == port);
         server.is_some_and(|s| {
+            // A server changing roles may drop this probe's connection too.
+            let Ok(mut client) = redis::Client::open(s.url()).and_then(|c| c.get_connection()) else { return false };
             s.running() && {
-                let info: String = redis::cmd("INFO").arg("replication").query(&mut s.client()).unwrap_or_default();
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut client).unwrap_or_default();
                 info.lines().any(|l| l.trim() == "role:master")
             }
         })
