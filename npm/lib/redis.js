@@ -40,7 +40,7 @@ class RedisLease {
     return this.#native.remainingMs;
   }
 
-  /** Decimal string; grows per key with Redis INCR. Compare with BigInt. */
+  /** Decimal string (about 1.8e15: microseconds of the server clock); grows per key, never repeats. Compare with BigInt. */
   get fence() {
     // Read once, on first use: most sections never look at it.
     this.#fence ??= this.#native.fence;
