@@ -67,9 +67,30 @@ pub enum dokebi_lock_status {
 
 use dokebi_lock_status::*;
 
-/// Every status but `DOKEBI_LOCK_OK` and `DOKEBI_LOCK_PANIC`, in
-/// `ErrorCode::ALL` order.
-const ERRORS: [dokebi_lock_status; ErrorCode::ALL.len()] = [
+/// `ERRORS` and the status names, from one list of every status but
+/// `DOKEBI_LOCK_OK` and `DOKEBI_LOCK_PANIC`, in `ErrorCode::ALL` order (the
+/// enum above stays literal for cbindgen).
+macro_rules! error_statuses {
+    ($($code:ident),*) => {
+        /// Every error status, in `ErrorCode::ALL` order.
+        const ERRORS: [dokebi_lock_status; ErrorCode::ALL.len()] = [$($code),*];
+
+        impl dokebi_lock_status {
+            /// The stable name, NUL-terminated: `"OK"`, `"WAIT_TIMEOUT"`, `"PANIC"`.
+            pub(crate) fn name(self) -> &'static [u8] {
+                let name: &'static [u8] = match self {
+                    DOKEBI_LOCK_OK => b"OK\0",
+                    DOKEBI_LOCK_PANIC => b"PANIC\0",
+                    $($code => concat!(stringify!($code), "\0").as_bytes(),)*
+                };
+                // Every generated name starts with "DOKEBI_LOCK_"; the stable name is the rest.
+                name.strip_prefix(b"DOKEBI_LOCK_").unwrap_or(name)
+            }
+        }
+    };
+}
+
+error_statuses!(
     DOKEBI_LOCK_INVALID_OPTIONS,
     DOKEBI_LOCK_INVALID_KEY,
     DOKEBI_LOCK_UNKNOWN_BACKEND,
@@ -92,55 +113,13 @@ const ERRORS: [dokebi_lock_status; ErrorCode::ALL.len()] = [
     DOKEBI_LOCK_INVALID_ENTRY,
     DOKEBI_LOCK_INVALID_EXTENSION,
     DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS,
-    DOKEBI_LOCK_INVALID_ARGUMENT,
-];
+    DOKEBI_LOCK_INVALID_ARGUMENT
+);
 
 impl From<ErrorCode> for dokebi_lock_status {
     fn from(code: ErrorCode) -> Self {
         // The values are equal by construction (checked by the test below).
         ERRORS[code as usize - 1]
-    }
-}
-
-impl dokebi_lock_status {
-    /// The stable name, NUL-terminated: `"OK"`, `"WAIT_TIMEOUT"`, `"PANIC"`.
-    pub(crate) fn name(self) -> &'static [u8] {
-        macro_rules! names {
-            ($($code:ident),*) => {
-                match self {
-                    DOKEBI_LOCK_OK => b"OK\0",
-                    DOKEBI_LOCK_PANIC => b"PANIC\0",
-                    $(dokebi_lock_status::$code => concat!(stringify!($code), "\0").as_bytes(),)*
-                }
-            };
-        }
-        let name: &'static [u8] = names!(
-            DOKEBI_LOCK_INVALID_OPTIONS,
-            DOKEBI_LOCK_INVALID_KEY,
-            DOKEBI_LOCK_UNKNOWN_BACKEND,
-            DOKEBI_LOCK_UNKNOWN_CONNECTION,
-            DOKEBI_LOCK_CLOSED,
-            DOKEBI_LOCK_LOCK_BUSY,
-            DOKEBI_LOCK_KEY_LIMIT,
-            DOKEBI_LOCK_QUEUE_FULL,
-            DOKEBI_LOCK_ABORTED,
-            DOKEBI_LOCK_WAIT_TIMEOUT,
-            DOKEBI_LOCK_DRIVER_NOT_INSTALLED,
-            DOKEBI_LOCK_DRIVER_INVALID,
-            DOKEBI_LOCK_PROVIDER_FAILED,
-            DOKEBI_LOCK_OUTCOME_UNKNOWN,
-            DOKEBI_LOCK_LEASE_LOST,
-            DOKEBI_LOCK_CLEANUP_FAILED,
-            DOKEBI_LOCK_CLEANUP_TIMEOUT,
-            DOKEBI_LOCK_UNKNOWN_DRIVER,
-            DOKEBI_LOCK_DRIVER_CONFLICT,
-            DOKEBI_LOCK_INVALID_ENTRY,
-            DOKEBI_LOCK_INVALID_EXTENSION,
-            DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS,
-            DOKEBI_LOCK_INVALID_ARGUMENT
-        );
-        // Every generated name starts with "DOKEBI_LOCK_"; the stable name is the rest.
-        name.strip_prefix(b"DOKEBI_LOCK_").unwrap_or(name)
     }
 }
 
