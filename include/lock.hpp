@@ -119,22 +119,6 @@ using Returns = Result<T>;
 
 namespace detail {
 
-/// The outcome of a call that made `value` (when `status` is OK): the value,
-/// or (after the call has returned: as arguments of one call, `status` and
-/// `error` would be evaluated in no particular order) its Error, thrown or
-/// returned.
-template <typename T>
-Returns<T> finish(dokebi_lock_status status, dokebi_lock_error *error, T &&value) {
-    if (status != DOKEBI_LOCK_OK) {
-#ifdef DOKEBI_LOCK_EXCEPTIONS
-        throw Error(status, error);
-#else
-        return Error(status, error);
-#endif
-    }
-    return std::forward<T>(value);
-}
-
 /// The Error of a failed call, thrown or returned.
 template <typename T>
 Returns<T> fail(dokebi_lock_status status, dokebi_lock_error *error) {
@@ -145,14 +129,22 @@ Returns<T> fail(dokebi_lock_status status, dokebi_lock_error *error) {
 #endif
 }
 
+/// The outcome of a call that made `value` (when `status` is OK): the value,
+/// or (after the call has returned: as arguments of one call, `status` and
+/// `error` would be evaluated in no particular order) its Error, thrown or
+/// returned.
+template <typename T>
+Returns<T> finish(dokebi_lock_status status, dokebi_lock_error *error, T &&value) {
+    if (status != DOKEBI_LOCK_OK) {
+        return fail<T>(status, error);
+    }
+    return std::forward<T>(value);
+}
+
 /// The same for a call that makes no value.
 inline Returns<void> finish(dokebi_lock_status status, dokebi_lock_error *error) {
     if (status != DOKEBI_LOCK_OK) {
-#ifdef DOKEBI_LOCK_EXCEPTIONS
-        throw Error(status, error);
-#else
-        return Error(status, error);
-#endif
+        return fail<void>(status, error);
     }
     return Returns<void>();
 }
