@@ -550,24 +550,28 @@ impl RedisConnection {
                 host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
                 connection
             }
-            None => {
-                let (connection, reader) = match socket {
-                    Socket::Tcp(stream) => {
-                        let stream = tokio::net::TcpStream::from_std(stream)?;
-                        let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
-                        (connection, Box::pin(reader) as Pin<Box<dyn Future<Output = ()> + Send>>)
-                    }
-                    Socket::Unix(stream) => {
-                        let stream = tokio::net::UnixStream::from_std(stream)?;
-                        let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
-                        (connection, Box::pin(reader) as Pin<Box<dyn Future<Output = ()> + Send>>)
-                    }
-                };
-                Handle::current().spawn(flag_end(reader, ended.clone()));
-                connection
-            }
+            None => match socket {
+                Socket::Tcp(stream) => self.on_runtime(settings, tokio::net::TcpStream::from_std(stream)?, &ended).await?,
+                Socket::Unix(stream) => self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await?,
+            },
         };
         Ok(Open { connection: NodeConnection::Node(connection), ended })
+    }
+
+    /// A connection over `stream` whose reader runs on the runtime and sets
+    /// `ended` when it ends.
+    async fn on_runtime<S>(
+        &self,
+        settings: &redis::RedisConnectionInfo,
+        stream: S,
+        ended: &Arc<AtomicBool>,
+    ) -> RedisResult<MultiplexedConnection>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin + 'static,
+    {
+        let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+        Handle::current().spawn(flag_end(reader, ended.clone()));
+        Ok(connection)
     }
 
     /// Drops `lane`'s connection of `generation` so the next command reconnects.
