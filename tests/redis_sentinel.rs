@@ -215,7 +215,14 @@ fn a_planned_sentinel_failover_loses_no_lease_once_the_old_primary_is_demoted() 
     let sentinels = Sentinels::start();
     // replicaAcks 1 for the held lease: it is on the replica before the
     // switch (SENTINEL FAILOVER does not wait for the replica to catch up).
-    let holder = open(&sentinels, &[("leaseMs", "30000"), ("replicaAcks", "1")]);
+    // A command timeout that leaves WAIT (3/4 of it) room on a loaded
+    // machine: the replica re-synced from the new primary moments before.
+    let holder = open_redis_at(
+        &sentinels.endpoint_yaml(),
+        &[("leaseMs", "30000"), ("replicaAcks", "1")],
+        &[("connectTimeoutMs", "500"), ("commandTimeoutMs", "5000")],
+    )
+    .0;
     let shared = open(&sentinels, &[("leaseMs", "5000")]);
     let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
     let before = block_on(backend(&shared).acquire("other", wait(0))).unwrap();
