@@ -24,6 +24,7 @@ use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,14 @@ pub const NODE_TIMEOUT_MS: u64 = 1000;
 pub struct Cluster {
     dir: PathBuf,
     nodes: Vec<Node>,
+    /// Held while the cluster lives: see [`ONE_AT_A_TIME`].
+    _turn: MutexGuard<'static, ()>,
 }
+
+/// One cluster of a test binary runs at a time: six nodes each on 2 cores
+/// already load the machine, and several clusters at once made failovers
+/// (and so their bounds) depend on scheduling.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 struct Node {
     port: u16,
@@ -65,19 +73,19 @@ impl Cluster {
         // A port found free can still be taken before its node binds it (by
         // another test starting a cluster at the same time): start again.
         for _ in 0..2 {
-            if let Ok(cluster) = Cluster::try_start() {
+            if let Ok(cluster) = Cluster::try_start(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())) {
                 return cluster;
             }
         }
-        Cluster::try_start().unwrap_or_else(|why| panic!("{why}"))
+        Cluster::try_start(ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())).unwrap_or_else(|why| panic!("{why}"))
     }
 
-    fn try_start() -> Result<Cluster, String> {
+    fn try_start(turn: MutexGuard<'static, ()>) -> Result<Cluster, String> {
         let ports = free_port_pairs(6);
         let dir = std::env::temp_dir().join(format!("dokebi-cluster-{}-{}", std::process::id(), ports[0]));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut cluster = Cluster { dir, nodes: Vec::new() };
+        let mut cluster = Cluster { dir, nodes: Vec::new(), _turn: turn };
         for port in ports {
             let child = cluster.spawn(port);
             cluster.nodes.push(Node { port, id: String::new(), child: Some(child) });

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -37,12 +38,19 @@ pub struct Sentinels {
     /// The data servers: the first primary at start, the second its replica.
     servers: Vec<RedisServer>,
     sentinels: Vec<(u16, Option<Child>)>,
+    /// Held while the deployment lives: see [`ONE_AT_A_TIME`].
+    _turn: MutexGuard<'static, ()>,
 }
+
+/// One deployment of a test binary runs at a time: several at once on 2
+/// cores made failovers and replica acknowledgements depend on scheduling.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Sentinels {
     /// Starts a primary, its replica and 3 sentinels; waits until every
     /// sentinel sees the replica and the other sentinels.
     pub fn start() -> Sentinels {
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // The data servers work in a private data dir each (a replica
         // writes the snapshot it syncs from), removed on drop.
         let primary = RedisServer::start_persistent(&["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]);
@@ -59,7 +67,7 @@ impl Sentinels {
         let dir = std::env::temp_dir().join(format!("dokebi-sentinel-{}-{}", std::process::id(), primary.port()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut deployment = Sentinels { dir, servers: vec![primary, replica], sentinels: Vec::new() };
+        let mut deployment = Sentinels { dir, servers: vec![primary, replica], sentinels: Vec::new(), _turn: turn };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !deployment.servers[1].replica_synced() {
             assert!(Instant::now() < deadline, "the replica did not sync");
