@@ -91,6 +91,33 @@ fn waiters_of_one_key_are_served_in_fifo_order() {
 }
 
 #[test]
+fn blocked_threads_are_served_in_fifo_order_whether_they_spin_or_sleep() {
+    // The first in line spins for its hand-off, the others sleep at once;
+    // each hand-off goes to the oldest waiter either way.
+    let backend = backend();
+    let first = backend.try_acquire("k").unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let (waiter, order) = (backend.clone(), order.clone());
+            let thread = thread::spawn(move || {
+                let lease = waiter.acquire_blocking("k", Some(Duration::from_secs(10))).unwrap();
+                order.lock().unwrap().push(i);
+                assert!(lease.release());
+            });
+            while backend.counts().waiting < i + 1 {
+                thread::yield_now();
+            }
+            thread
+        })
+        .collect();
+    first.release();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(backend.counts().held + backend.counts().waiting, 0);
+}
+
+#[test]
 fn a_wait_past_its_timeout_is_wait_timeout_and_leaves_the_queue() {
     let backend = backend();
     let _held = backend.try_acquire("k").unwrap();

@@ -1,7 +1,8 @@
 //! Property tests of the local state machine against a naive model: random
 //! interleavings of acquire / release / cancel (what a timeout or an abort
 //! does) / close never give one key two holders, keep FIFO order, keep fences
-//! growing, and bring every counter back to zero.
+//! growing, name the first in line right, and bring every counter back to
+//! zero.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -40,6 +41,8 @@ struct Run {
     held: Vec<(u64, LeaseId, String)>,
     waiting: Vec<(u64, WaiterId, String)>,
     released: Vec<LeaseId>,
+    /// Waiters granted or cancelled: stale ids.
+    gone: Vec<WaiterId>,
     next_caller: u64,
     last_fence: u64,
     grants: u64,
@@ -55,6 +58,7 @@ impl Run {
             held: Vec::new(),
             waiting: Vec::new(),
             released: Vec::new(),
+            gone: Vec::new(),
             next_caller: 0,
             last_fence: 0,
             grants: 0,
@@ -116,13 +120,15 @@ impl Run {
                         assert_eq!(head, Some(waiter), "hand-off goes to the oldest waiter (FIFO)");
                         self.check_fence(lease);
                         self.model.holder.insert(key.clone(), waiter);
-                        self.waiting.retain(|(c, _, _)| *c != waiter);
+                        let granted = self.waiting.iter().position(|(c, _, _)| *c == waiter).expect("the granted caller waited");
+                        self.gone.push(self.waiting.remove(granted).1);
                         self.held.push((waiter, lease, key));
                     }
                 }
             }
             Op::Cancel { pick, timed_out } if !self.waiting.is_empty() => {
                 let (caller, waiter, key) = self.waiting.remove(pick % self.waiting.len());
+                self.gone.push(waiter);
                 let reason = if timed_out { CancelReason::TimedOut } else { CancelReason::Aborted };
                 assert_eq!(self.engine.cancel(waiter, reason), Some(caller));
                 assert_eq!(self.engine.cancel(waiter, reason), None, "a cancelled waiter is gone");
@@ -134,6 +140,13 @@ impl Run {
                 assert_eq!(self.engine.release(stale), Released::NotHeld, "a released lease stays released");
             }
             _ => {}
+        }
+        for (caller, waiter, key) in &self.waiting {
+            let first = self.model.queue.get(key).and_then(VecDeque::front) == Some(caller);
+            assert_eq!(self.engine.is_next(*waiter), first, "first in line is the model's queue head");
+        }
+        for gone in &self.gone {
+            assert!(!self.engine.is_next(*gone), "a waiter that left is nobody's next");
         }
         let counts = self.engine.counts();
         assert_eq!(counts.held, self.model.holder.len());

@@ -5,6 +5,11 @@
 //!
 //! The file under test is compiled here against loom's primitives: it names
 //! them through `super::sync`, which is std's in the library and loom's here.
+//!
+//! That these scenarios do catch a lost wake-up was checked by breaking the
+//! protocol on purpose: with `wait` setting `sleeping` after dropping and
+//! retaking the lock (a window in which a grant sees no sleeper), the grant
+//! and close scenarios fail with loom's "deadlock".
 
 #![allow(dead_code)] // the library uses every method; each model here uses some
 
@@ -25,10 +30,12 @@ use loom::sync::Arc;
 use loom::thread;
 use wait_slot::{Outcome, WaitSlot};
 
-/// A blocked thread's wait as the backend runs it: spin a little, then sleep
-/// until there is an outcome.
-fn wait_blocking(slot: &WaitSlot<u32>) -> Outcome<u32> {
-    slot.spin(2);
+/// A blocked thread's wait as the backend runs it: when it queued first in
+/// line, spin a little; then sleep until there is an outcome.
+fn wait_blocking(slot: &WaitSlot<u32>, first_in_line: bool) -> Outcome<u32> {
+    if first_in_line {
+        slot.spin(2);
+    }
     loop {
         if let Some(outcome) = slot.wait(None) {
             return outcome;
@@ -44,7 +51,20 @@ fn a_grant_always_reaches_a_thread_that_spins_or_sleeps() {
             let slot = slot.clone();
             thread::spawn(move || assert_eq!(slot.grant(7), Ok(())))
         };
-        assert_eq!(wait_blocking(&slot), Outcome::Granted(7));
+        assert_eq!(wait_blocking(&slot, true), Outcome::Granted(7));
+        releaser.join().unwrap();
+    });
+}
+
+#[test]
+fn a_grant_always_reaches_a_thread_that_slept_at_once() {
+    loom::model(|| {
+        let slot = Arc::new(WaitSlot::new());
+        let releaser = {
+            let slot = slot.clone();
+            thread::spawn(move || assert_eq!(slot.grant(8), Ok(())))
+        };
+        assert_eq!(wait_blocking(&slot, false), Outcome::Granted(8));
         releaser.join().unwrap();
     });
 }
@@ -57,7 +77,7 @@ fn a_close_always_reaches_a_thread_that_spins_or_sleeps() {
             let slot = slot.clone();
             thread::spawn(move || slot.close())
         };
-        assert_eq!(wait_blocking(&slot), Outcome::Closed);
+        assert_eq!(wait_blocking(&slot, true), Outcome::Closed);
         closer.join().unwrap();
     });
 }

@@ -241,6 +241,12 @@ impl<W> LocalEngine<W> {
         }
     }
 
+    /// True when `waiter` is queued and first in line: the key goes to it
+    /// with the next release.
+    pub fn is_next(&self, waiter: WaiterId) -> bool {
+        matches!(self.waiters.get(waiter.slot as usize), Some(entry) if entry.serial == waiter.serial && entry.prev.is_none())
+    }
+
     /// True while `lease` is held (not released, handed on or closed).
     pub fn is_held(&self, lease: LeaseId) -> bool {
         matches!(self.leases.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)

@@ -110,15 +110,17 @@ impl<T> WaitSlot<T> {
     }
 
     /// Checks up to `spins` times whether an outcome arrived, without the
-    /// lock: between two running threads a hand-off comes within a
-    /// microsecond or two, a condvar sleep and wake-up costs tens.
-    pub fn spin(&self, spins: u32) {
+    /// lock; true when one did (take it with [`WaitSlot::wait`]). Between
+    /// two running threads a hand-off comes within a microsecond or two, a
+    /// condvar sleep and wake-up costs tens.
+    pub fn spin(&self, spins: u32) -> bool {
         for _ in 0..spins {
             if self.settled.load(Ordering::Acquire) {
-                return;
+                return true;
             }
             spin_loop();
         }
+        false
     }
 
     /// A thread's wait: the outcome, once there is one, or `None` when
