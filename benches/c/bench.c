@@ -1,6 +1,7 @@
 /*
  * C local benchmark: acquire+release pairs on one key, from one thread
- * (uncontended) and from two threads (contended), for dokebi-lock's C API
+ * (uncontended) and from several threads (contended: the harness runs 2
+ * and 8), for dokebi-lock's C API
  * and for a baseline written the way a C program would without it: one
  * pthread_mutex over a chained hash map of held keys, waiters blocking on a
  * per-key condition variable.
