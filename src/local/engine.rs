@@ -17,6 +17,7 @@
 
 use std::hash::BuildHasher;
 
+use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use slab::Slab;
@@ -29,7 +30,7 @@ use crate::options::LocalOptions;
 /// the fence is unique per engine, so a reused slot never matches an old id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseId {
-    /// The lease's slot in the engine.
+    /// The lease's slot in the engine (that of its key).
     pub slot: u32,
     /// The lease's fencing token.
     pub fence: u64,
@@ -95,18 +96,18 @@ pub struct LocalCounts {
     pub timed_out: u64,
 }
 
+/// A held key. A key is in the engine exactly while it is held, so its
+/// slot is also its lease's: the lease is the key slot and the fence of its
+/// current holder.
 struct KeySlot {
     key: Box<str>,
     /// The key's hash in `index`, kept so release finds the entry without
     /// hashing again.
     hash: u64,
+    /// The fence of the lease that holds the key now.
+    fence: u64,
     head: Option<u32>,
     tail: Option<u32>,
-}
-
-struct Lease {
-    key_slot: u32,
-    fence: u64,
 }
 
 struct Waiter<W> {
@@ -128,7 +129,6 @@ pub struct LocalEngine<W> {
     index: HashTable<u32>,
     hasher: DefaultHashBuilder,
     keys: Slab<KeySlot>,
-    leases: Slab<Lease>,
     waiters: Slab<Waiter<W>>,
     last_fence: u64,
     last_serial: u64,
@@ -144,7 +144,6 @@ impl<W> LocalEngine<W> {
             index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             keys: Slab::new(),
-            leases: Slab::new(),
             waiters: Slab::new(),
             last_fence: 0,
             last_serial: 0,
@@ -171,14 +170,19 @@ impl<W> LocalEngine<W> {
         key::validate(key, self.options.max_key_bytes as usize)?;
         let hash = self.hasher.hash_one(key);
         let keys = &self.keys;
-        let Some(&key_slot) = self.index.find(hash, |&slot| &*keys[slot as usize].key == key) else {
-            if self.keys.len() >= self.options.max_keys as usize {
-                return Err(LockError::key_limit("maxKeys", self.options.max_keys, "keys are"));
+        // One probe finds the key or the place to insert it.
+        let key_slot = match self.index.entry(hash, |&slot| &*keys[slot as usize].key == key, |&slot| keys[slot as usize].hash) {
+            Entry::Occupied(entry) => *entry.get(),
+            Entry::Vacant(entry) => {
+                if self.keys.len() >= self.options.max_keys as usize {
+                    return Err(LockError::key_limit("maxKeys", self.options.max_keys, "keys are"));
+                }
+                self.last_fence += 1;
+                let fence = self.last_fence;
+                let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, fence, head: None, tail: None }) as u32;
+                entry.insert(key_slot);
+                return Ok(Acquired::Granted(LeaseId { slot: key_slot, fence }));
             }
-            let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, head: None, tail: None }) as u32;
-            let keys = &self.keys;
-            self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
-            return Ok(Acquired::Granted(self.grant(key_slot)));
         };
         if !may_wait {
             return Err(LockError::busy());
@@ -209,12 +213,13 @@ impl<W> LocalEngine<W> {
         if !self.is_held(lease) {
             return Released::NotHeld;
         }
-        let key_slot = self.leases.remove(lease.slot as usize).key_slot;
+        let key_slot = lease.slot;
         match self.keys[key_slot as usize].head {
             Some(head) => {
                 let waiter = self.unlink(head);
-                let lease = self.grant(key_slot);
-                Released::HandedOn { waiter: waiter.payload, lease }
+                let fence = self.next_fence();
+                self.keys[key_slot as usize].fence = fence;
+                Released::HandedOn { waiter: waiter.payload, lease: LeaseId { slot: key_slot, fence } }
             }
             None => {
                 let slot = self.keys.remove(key_slot as usize);
@@ -249,7 +254,7 @@ impl<W> LocalEngine<W> {
 
     /// True while `lease` is held (not released, handed on or closed).
     pub fn is_held(&self, lease: LeaseId) -> bool {
-        matches!(self.leases.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)
+        matches!(self.keys.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)
     }
 
     /// The key a held lease is on.
@@ -257,8 +262,7 @@ impl<W> LocalEngine<W> {
         if !self.is_held(lease) {
             return None;
         }
-        let key_slot = self.leases[lease.slot as usize].key_slot;
-        Some(&self.keys[key_slot as usize].key)
+        Some(&self.keys[lease.slot as usize].key)
     }
 
     /// Closes the engine: every held lease becomes invalid, every later call
@@ -277,7 +281,6 @@ impl<W> LocalEngine<W> {
         }
         self.index.clear();
         self.keys.clear();
-        self.leases.clear();
         rejected
     }
 
@@ -289,14 +292,12 @@ impl<W> LocalEngine<W> {
     /// Leases held and waiters queued now, and totals since the engine was made.
     pub fn counts(&self) -> LocalCounts {
         // Every grant takes the next fence, so the last fence counts grants.
-        LocalCounts { held: self.leases.len(), waiting: self.waiters.len(), acquired: self.last_fence, timed_out: self.timed_out }
+        LocalCounts { held: self.keys.len(), waiting: self.waiters.len(), acquired: self.last_fence, timed_out: self.timed_out }
     }
 
-    fn grant(&mut self, key_slot: u32) -> LeaseId {
+    fn next_fence(&mut self) -> u64 {
         self.last_fence += 1;
-        let fence = self.last_fence;
-        let slot = self.leases.insert(Lease { key_slot, fence }) as u32;
-        LeaseId { slot, fence }
+        self.last_fence
     }
 
     fn unlink(&mut self, slot: u32) -> Waiter<W> {
