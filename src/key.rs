@@ -8,6 +8,7 @@
 use crate::error::{ErrorCode, LockError, Result};
 
 /// Checks a key that is already a Rust string (so already valid UTF-8).
+#[inline]
 pub fn validate(key: &str, max_key_bytes: usize) -> Result<()> {
     check_length(key.len(), max_key_bytes)
 }
@@ -39,26 +40,32 @@ pub fn from_utf16_into(units: &[u16], max_key_bytes: usize, key: &mut String) ->
 }
 
 /// Converts raw bytes (C callers) into a key; invalid UTF-8 is `INVALID_KEY`.
+#[inline]
 pub fn from_utf8(bytes: &[u8], max_key_bytes: usize) -> Result<&str> {
-    if bytes.is_empty() {
-        return Err(empty());
-    }
     let key = std::str::from_utf8(bytes).map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not valid UTF-8"))?;
     check_length(key.len(), max_key_bytes)?;
     Ok(key)
 }
 
+// Inlined into every entry point; the errors are built out of line.
+#[inline]
 fn check_length(len: usize, max_key_bytes: usize) -> Result<()> {
     if len == 0 {
         return Err(empty());
     }
     if len > max_key_bytes {
-        return Err(LockError::new(ErrorCode::InvalidKey, format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"))
-            .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes })));
+        return Err(too_long(len, max_key_bytes));
     }
     Ok(())
 }
 
+#[cold]
+fn too_long(len: usize, max_key_bytes: usize) -> LockError {
+    LockError::new(ErrorCode::InvalidKey, format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"))
+        .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes }))
+}
+
+#[cold]
 fn empty() -> LockError {
     LockError::new(ErrorCode::InvalidKey, "key is empty")
 }

@@ -18,6 +18,7 @@
 //! [`super::wait_slot`], where the hand-off lives.
 
 use std::future::{poll_fn, Future};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use futures_timer::Delay;
 
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use super::key_copy::KeyCopy;
 use super::wait_slot::{Outcome, WaitSlot};
 use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
@@ -101,7 +103,8 @@ impl LocalBackend {
 
     /// Takes the key if it is free, else `LOCK_BUSY`; never waits.
     pub fn try_acquire(&self, key: &str) -> Result<LocalLease> {
-        match lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))? {
+        let acquired = lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))?;
+        match acquired {
             Acquired::Granted(id) => Ok(self.lease(id, key)),
             Acquired::Queued(_) => unreachable!("may_wait is false"),
         }
@@ -116,7 +119,7 @@ impl LocalBackend {
         }
         let timeout = self.timeout(options.wait_timeout);
         let (waiter, slot) = match self.enqueue(key, timeout)? {
-            Ok(lease) => return Ok(lease),
+            Ok(id) => return Ok(self.lease(id, key)),
             Err((waiter, slot, _)) => (waiter, slot),
         };
         let started = Instant::now();
@@ -148,7 +151,7 @@ impl LocalBackend {
     pub fn acquire_blocking(&self, key: &str, wait_timeout: Option<Duration>) -> Result<LocalLease> {
         let timeout = self.timeout(wait_timeout);
         let (waiter, slot, next) = match self.enqueue(key, timeout)? {
-            Ok(lease) => return Ok(lease),
+            Ok(id) => return Ok(self.lease(id, key)),
             Err(queued) => queued,
         };
         let started = Instant::now();
@@ -200,7 +203,7 @@ impl LocalBackend {
     /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`),
     /// telling whether the waiter is first in line.
     #[allow(clippy::type_complexity)]
-    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LocalLease, (WaiterId, Arc<WaitSlot<LeaseId>>, bool)>> {
+    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LeaseId, (WaiterId, Arc<WaitSlot<LeaseId>>, bool)>> {
         let mut slot = None;
         let mut engine = lock(&self.shared.engine);
         let acquired = engine.acquire(key, !timeout.is_zero(), |_| {
@@ -209,10 +212,7 @@ impl LocalBackend {
             fresh
         })?;
         Ok(match acquired {
-            Acquired::Granted(id) => {
-                drop(engine);
-                Ok(self.lease(id, key))
-            }
+            Acquired::Granted(id) => Ok(id),
             Acquired::Queued(waiter) => Err((waiter, slot.expect("queued waiters have a slot"), engine.is_next(waiter))),
         })
     }
@@ -220,7 +220,7 @@ impl LocalBackend {
     fn lease(&self, id: LeaseId, key: &str) -> LocalLease {
         // The clock is read only when someone listens for slow holds.
         let held_since = self.shared.telemetry.as_ref().and(self.shared.options.thresholds.slow_hold_ms).map(|_| Instant::now());
-        LocalLease { backend: self.clone(), id, key: key.into(), held_since }
+        LocalLease { backend: self.clone(), id, key: KeyCopy::new(key), held_since, released: AtomicBool::new(false) }
     }
 
     /// Reports a finished wait: a wait timeout, and a slow acquire whatever
@@ -271,15 +271,18 @@ impl Drop for Pending<'_> {
 pub struct LocalLease {
     backend: LocalBackend,
     id: LeaseId,
-    key: Box<str>,
+    key: KeyCopy,
     /// When it was granted, kept only while slow holds are reported.
     held_since: Option<Instant>,
+    /// Set once a `release` of this lease released it, so that dropping it
+    /// does not ask the engine again.
+    released: AtomicBool,
 }
 
 impl LocalLease {
     /// The key this lease is for.
     pub fn key(&self) -> &str {
-        &self.key
+        self.key.as_str()
     }
 
     /// The fencing token: larger than that of every earlier lease of the backend.
@@ -302,7 +305,10 @@ impl LocalLease {
     pub fn release(&self) -> bool {
         let released = self.backend.release(self.id);
         if released {
-            self.backend.held(self.held_since);
+            self.released.store(true, Ordering::Relaxed);
+            if self.held_since.is_some() {
+                self.backend.held(self.held_since);
+            }
         }
         released
     }
@@ -310,7 +316,9 @@ impl LocalLease {
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
-        self.release();
+        if !*self.released.get_mut() {
+            self.release();
+        }
     }
 }
 

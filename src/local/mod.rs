@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod engine;
+mod key_copy;
 mod sync;
 mod wait_slot;
 
