@@ -28,12 +28,21 @@ impl dokebi_lock_backend {
 
     /// Blocks the calling thread until the key is ours or the wait ends:
     /// on a condition variable (local), or driving the driver's async
-    /// acquire, whose I/O runs on the driver's own thread (redis).
-    fn acquire(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
-        match &self.backend {
-            Backend::Local(local) => local.acquire_blocking(key, wait_timeout).map(Lease::Local),
-            Backend::Redis(_) => block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None })),
-        }
+    /// acquire, whose I/O runs on the driver's own thread (redis). Answers
+    /// the lease as a new handle.
+    fn acquire(&self, key: &str, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
+        let lease = match &self.backend {
+            Backend::Local(local) => Lease::Local(local.acquire_blocking(key, wait_timeout)?),
+            Backend::Redis(_) => self.acquire_redis(key, wait_timeout)?,
+        };
+        Ok(give(dokebi_lock_lease::new(lease)))
+    }
+
+    /// Out of line: the redis acquire's future takes kilobytes, which the
+    /// local acquire's stack frame need not reserve.
+    #[inline(never)]
+    fn acquire_redis(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
+        block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None }))
     }
 }
 
@@ -95,8 +104,7 @@ unsafe fn acquire(
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
     let key = unsafe { args::key(key, key_len) }?;
-    let lease = backend.acquire(key, wait_timeout?)?;
-    out.write(give(dokebi_lock_lease::new(lease)));
+    out.write(backend.acquire(key, wait_timeout?)?);
     Ok(())
 }
 

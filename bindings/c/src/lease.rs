@@ -1,6 +1,7 @@
 //! The lease handle: getters, renew, release, free.
 
 use std::ffi::c_char;
+use std::sync::OnceLock;
 
 use super::args::{handle, Out};
 use super::completion::block_on;
@@ -20,14 +21,16 @@ pub(crate) const FENCE_CAPACITY: usize = 21;
 /// and release, also concurrently; freed with `dokebi_lock_lease_free`.
 pub struct dokebi_lock_lease {
     lease: Lease,
-    /// The fence as a NUL-terminated decimal string, written once here so
-    /// the getter needs no allocation and no lock.
-    fence: [u8; FENCE_CAPACITY],
+    /// The fence as a NUL-terminated decimal string, written by the first
+    /// call of the getter (so a lease whose fence is never asked for does
+    /// not pay for it) and kept, so the getter needs no allocation and no
+    /// lock.
+    fence: OnceLock<[u8; FENCE_CAPACITY]>,
 }
 
 impl dokebi_lock_lease {
     pub(crate) fn new(lease: Lease) -> Self {
-        dokebi_lock_lease { fence: decimal(lease.fence()), lease }
+        dokebi_lock_lease { fence: OnceLock::new(), lease }
     }
 }
 
@@ -101,7 +104,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_remaining_ms(lease: *const dokebi_loc
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_lease_fence(lease: *const dokebi_lock_lease) -> *const c_char {
     // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
-    boundary(|| unsafe { lease.as_ref() }.map_or(std::ptr::null(), |l| l.fence.as_ptr().cast()))
+    boundary(|| unsafe { lease.as_ref() }.map_or(std::ptr::null(), |l| l.fence.get_or_init(|| decimal(l.lease.fence())).as_ptr().cast()))
 }
 
 /// Extends the lease (redis: by `leaseMs`); `*out_valid` (when not NULL)
@@ -143,7 +146,11 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 ) -> dokebi_lock_status {
     call(out_error, || {
         // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `handle` requires.
-        let released = block_on(unsafe { handle(lease, "lease") }?.lease.release())?;
+        let released = match &unsafe { handle(lease, "lease") }?.lease {
+            // Local: released at once, without building the future.
+            Lease::Local(local) => local.release(),
+            lease => block_on(lease.release())?,
+        };
         if let Some(out) = Out::optional(out_released) {
             out.write(released);
         }
