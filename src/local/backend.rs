@@ -13,8 +13,9 @@
 //! spinning). A thread that queues first in line spins briefly for its
 //! hand-off before it sleeps; one that queues behind others sleeps at once:
 //! with more threads than processors, spinning there only takes the
-//! processor from the threads ahead of it (8 threads on one key on 2 cores
-//! went from 32k to 200k pairs/s when only the first in line spun). See
+//! processor from the threads ahead of it (8 threads on one key on 2 loaded
+//! cores went from 10k-30k to about 200k pairs/s when only the first in
+//! line spun). See
 //! [`super::wait_slot`], where the hand-off lives.
 
 use std::future::{poll_fn, Future};
