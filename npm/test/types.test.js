@@ -45,3 +45,13 @@ test('index.d.ts brings Node\'s types (AbortSignal, URL) itself', () => {
   const declared = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
   assert.match(declared, /^\/\/\/ <reference types="node" \/>$/m);
 });
+
+test('the types test (types-test/consumer.mts) uses every export of the declarations', () => {
+  const consumer = readFileSync(new URL('../types-test/consumer.mts', import.meta.url), 'utf8');
+  for (const file of ['index.d.ts', 'options.d.ts', 'host.d.ts', 'install.d.ts']) {
+    const declared = readFileSync(new URL(`../${file}`, import.meta.url), 'utf8');
+    for (const [, name] of declared.matchAll(/^export (?:declare )?(?:interface|type|class|function|const) (\w+)/gm)) {
+      assert.match(consumer, new RegExp(`\\b${name}\\b`), `consumer.mts does not use ${name} of ${file}`);
+    }
+  }
+});
