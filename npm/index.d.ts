@@ -1,5 +1,6 @@
 // Types of @dokebi/lock. The option types (options.d.ts) are generated from
-// options.schema.json.
+// options.schema.json. index.d.cts gives the same declarations to `require`.
+/// <reference types="node" />
 import type { LockConfig, LockOptions } from './options.js';
 
 export type * from './options.js';
@@ -110,20 +111,25 @@ export interface WithLockOptions extends AcquireOptions {
   readonly autoRenew?: boolean;
 }
 
-/** What status() reports: counts only, never keys. */
+/**
+ * What status() reports: counts only, never keys. For a backend of an app
+ * driver that supplies no status() of its own, the library reports what it
+ * sees: the driver name and the acquires made through the backend (`waiting`
+ * counts every acquire in progress), with `held` and `lost` null.
+ */
 export interface BackendStatus {
-  /** The driver name: 'local' or 'redis'. */
+  /** The driver name: 'local', 'redis' or an app driver's. */
   readonly driver: string;
-  /** Leases held now by this process. */
-  readonly held: number;
+  /** Leases held now by this process; null when the driver does not report it. */
+  readonly held: number | null;
   /** Acquires waiting now. */
   readonly waiting: number;
   /** Leases granted since the backend opened. */
   readonly acquired: number;
   /** Waits that ended in WAIT_TIMEOUT since the backend opened. */
   readonly timedOut: number;
-  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends. */
-  readonly lost: number;
+  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends; null when the driver does not report it. */
+  readonly lost: number | null;
   /** The connection's health, for redis backends. */
   readonly redis?: RedisStatus;
 }
@@ -157,7 +163,10 @@ export interface TelemetryPayloads {
   connection: { readonly connection: string; readonly up: boolean };
 }
 
-/** One configured backend. */
+/**
+ * One configured backend: every backend a provider hands out has the whole
+ * API, whatever its driver or wrapBackend supplied (see DriverBackend).
+ */
 export interface LockBackend {
   /**
    * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
@@ -174,7 +183,11 @@ export interface LockBackend {
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
    * (the lost lease is released in the background). `signal` also aborts when
-   * `options.signal` does; fn decides whether to stop.
+   * `options.signal` does; fn decides whether to stop. A backend whose driver
+   * or wrapBackend supplies no withLock gets this one, built on its acquire:
+   * a redis lease it hands out keeps the core's renewals; another lease that
+   * expires (finite remainingMs) is renewed with `renew()` on JS timers,
+   * every third of its time left at the grant.
    */
   withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /** What the backend is doing now, as counts. */
@@ -196,7 +209,7 @@ export class LockProvider implements AsyncDisposable {
   names(): string[];
   /** The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). */
   backend(name: string): LockBackend;
-  /** The status() of every backend that reports one, by name. */
+  /** The status() of every backend, by name. */
   status(): Record<string, BackendStatus>;
   /** Rejects waiters with CLOSED and invalidates held leases; idempotent. */
   close(): Promise<void>;
@@ -261,15 +274,18 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
 // Extensions (README, "Extensions").
 
 /**
- * The backend an app driver or wrapBackend hands out: `acquire` is required;
- * `withLock` and `status` exist on it only if it implements them (the
- * built-in backends do; `provider.status()` skips a backend without status).
+ * What an app driver (its `view`) or wrapBackend must supply: `acquire`.
+ * `withLock` and `status` are optional: where one is missing, the backend
+ * users get is the library's LockBackend over this object, which supplies it
+ * (withLock built on this acquire, status as BackendStatus tells); other
+ * members of this object are not reachable through it. A DriverBackend that
+ * has all three is handed out as it is.
  */
-export type DriverBackend = Pick<LockBackend, 'acquire'> & Partial<Pick<LockBackend, 'withLock' | 'status'>>;
+export interface DriverBackend extends Pick<LockBackend, 'acquire'>, Partial<Pick<LockBackend, 'withLock' | 'status'>> {}
 
 /** What a driver returns for one backend. */
 export interface LockDriver {
-  /** The backend users get from `provider.backend(name)`. */
+  /** The backend behind `provider.backend(name)` (completed to a LockBackend if need be). */
   readonly view: DriverBackend;
   /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
   close(): Promise<void>;
@@ -300,16 +316,18 @@ export type DriverFactory = (input: DriverInput) => LockDriver | Promise<LockDri
 /** App drivers by name (`export const drivers` of the entry module). */
 export type LockDrivers = { readonly [name: string]: DriverFactory };
 
+/** The input of createDriver. */
 export interface CreateDriverInput extends DriverInput {
   /** Opens the registered driver (built-in or app) of this backend. */
   open(): Promise<LockDriver>;
 }
 
+/** The input of wrapBackend. */
 export interface WrapBackendInput {
   readonly name: string;
   readonly driver: string;
-  /** The backend the driver made. */
-  readonly backend: DriverBackend;
+  /** The backend the driver made, with the whole LockBackend API. */
+  readonly backend: LockBackend;
 }
 
 /**
@@ -322,7 +340,10 @@ export class LockExtension {
   protected dependencies(): readonly object[];
   /** Once per backend: return `input.open()` or your own driver. */
   protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
-  /** Once per backend: the backend users get instead of `input.backend`. */
+  /**
+   * Once per backend: the backend users get instead of `input.backend`.
+   * Supplying `acquire` is enough (see DriverBackend).
+   */
   protected wrapBackend(input: WrapBackendInput): DriverBackend;
 }
 

@@ -36,8 +36,9 @@ function leaseLost(cause) {
 
 /**
  * Runs `fn(lease, signal)` holding `key` of `backend`. `keepAlive(lease)`
- * (redis only) starts the core's renewals: `{ watch(): Promise<boolean>,
- * stop(): boolean }`, both true when the lease was lost.
+ * starts the lease's renewals (the core's, for redis leases):
+ * `{ watch(): Promise<boolean>, stop(): boolean }`, both true when the lease
+ * was lost; it returns undefined for a lease that needs none.
  *
  * The section's signal aborts when the lease is lost (reason: LEASE_LOST)
  * and when the caller's `signal` aborts (its reason); a caller's abort after
@@ -55,8 +56,8 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   let failed = false;
   try {
     let signal = callerSignal ?? NEVER;
-    if (autoRenew && keepAlive !== undefined) {
-      renewals = keepAlive(lease);
+    if (autoRenew && keepAlive !== undefined) renewals = keepAlive(lease);
+    if (renewals !== undefined) {
       lost = new AbortController();
       // The watch never rejects; the handler only guards against a bug there
       // turning into an unhandled rejection.
