@@ -35,6 +35,27 @@ export interface OptionIssue {
   /** Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`. */
   readonly path: string;
   readonly message: string;
+  /** UNKNOWN_CONNECTION for a backend naming an undefined connection, else INVALID_OPTIONS (absent in issues an app driver built). */
+  readonly code?: 'INVALID_OPTIONS' | 'UNKNOWN_CONNECTION';
+}
+
+/**
+ * The error base of dokebi plugins: other packages classify by `code` (and
+ * `plugin`), and `instanceof DokebiError` holds for every LockError.
+ */
+export class DokebiError extends Error {
+  constructor(
+    code: string,
+    message: string,
+    fields: { readonly plugin: string; readonly fix?: string; readonly data?: object; readonly details?: object; readonly cause?: unknown },
+  );
+  readonly code: string;
+  readonly plugin: string;
+  /** One sentence telling what to do about it. */
+  readonly fix: string;
+  /** Small facts for programs, e.g. `data.reason` of INVALID_EXTENSION. */
+  readonly data?: { readonly reason?: string; readonly [field: string]: unknown };
+  readonly details?: { readonly [field: string]: unknown };
 }
 
 /** The HTTP answer a web host gives for a LockError. */
@@ -45,7 +66,7 @@ export interface LockHttpAnswer {
 }
 
 /** Every failure of @dokebi/lock. Never carries a lock key. */
-export class LockError extends Error {
+export class LockError extends DokebiError {
   /**
    * App drivers may throw one too, e.g. INVALID_OPTIONS with
    * `details.issues` for settings they reject. `fix` comes from `code`.
@@ -53,7 +74,11 @@ export class LockError extends Error {
   constructor(
     code: LockErrorCode,
     message: string,
-    extra?: { readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown }; readonly cause?: unknown },
+    extra?: {
+      readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
+      readonly data?: object;
+      readonly cause?: unknown;
+    },
   );
   readonly name: 'LockError';
   readonly code: LockErrorCode;
