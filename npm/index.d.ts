@@ -244,6 +244,13 @@ export function openLock(input: OpenLockInput): Promise<LockProvider>;
 /** The token a consumer plugin names in `metadata.dependencies`. */
 export declare const dependency: { readonly name: 'dokebi-lock'; readonly description: string };
 
+/**
+ * The plugin's own (optional) dependency when a backend has driver: redis:
+ * a registered dokebi-redis plugin's value `{ options: { connections } }`
+ * supplies the connections.
+ */
+export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly optional: true; readonly description: string };
+
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
   readonly logger?: LockLogger;
@@ -264,10 +271,11 @@ export interface CreatePluginInput {
   /**
    * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
    * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
-   * resolves, through `resolve` when the host offers it (else from the working
-   * directory): DRIVER_NOT_INSTALLED otherwise.
+   * resolves, through `resolve` when the host offers it, else from `root`
+   * (the app's directory), else from the process's entry module (never the
+   * working directory): DRIVER_NOT_INSTALLED otherwise.
    */
-  readonly app: { readonly config?: LockConfig; resolve?(specifier: string): string };
+  readonly app: { readonly config?: LockConfig; readonly root?: string | URL; resolve?(specifier: string): string };
   /** The dokebi-lock section to use instead of `app.config['dokebi-lock']`. */
   readonly options?: LockOptions;
   /** The extension entry module (`await import('./src/infra/lock/extension.js')`). */
