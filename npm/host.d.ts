@@ -1,11 +1,5 @@
 // Types of the minimal dokebi host (@dokebi/lock/host).
-import type { LockConfig, PluginContext } from './index.js';
-
-/** Names the plugin it depends on; an optional one may be left out of the app. */
-export interface PluginToken {
-  readonly name: string;
-  readonly optional?: boolean;
-}
+import type { LockConfig, PluginContext, PluginToken } from './index.js';
 
 /** A plugin as the host sees it. */
 export interface HostPlugin<T = unknown> {

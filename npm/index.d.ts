@@ -241,6 +241,12 @@ export type OpenLockInput = (
 /** Opens a provider for apps without a dokebi host. */
 export function openLock(input: OpenLockInput): Promise<LockProvider>;
 
+/** Names the plugin that provides it (its `name`); an optional one may be left out of the app. */
+export interface PluginToken {
+  readonly name: string;
+  readonly optional?: boolean;
+}
+
 /** The token a consumer plugin names in `metadata.dependencies`. */
 export declare const dependency: { readonly name: 'dokebi-lock'; readonly description: string };
 
@@ -260,7 +266,7 @@ export interface PluginContext {
 /** The dokebi-lock plugin (see README, "Plugin contract"). */
 export interface LockPlugin {
   readonly name: 'dokebi-lock';
-  readonly metadata: { readonly dependencies: readonly object[] };
+  readonly metadata: { readonly dependencies: readonly PluginToken[] };
   readonly provides: typeof dependency;
   start(context: PluginContext): Promise<LockProvider>;
   stop(context: PluginContext): Promise<void>;

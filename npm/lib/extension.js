@@ -136,11 +136,13 @@ export function readEntry(entry) {
 }
 
 /**
- * Checks what the dependencies() hook returned: an array of tokens (objects).
+ * Checks what the dependencies() hook returned: an array of tokens, objects
+ * naming the plugin they stand for (`{ name, optional? }`).
  */
 export function checkDependencies(tokens) {
-  if (!Array.isArray(tokens) || tokens.some((token) => typeof token !== 'object' || token === null)) {
-    throw new LockError('INVALID_EXTENSION', 'dependencies() must return an array of plugin tokens', {
+  const isToken = (token) => typeof token === 'object' && token !== null && typeof token.name === 'string';
+  if (!Array.isArray(tokens) || !tokens.every(isToken)) {
+    throw new LockError('INVALID_EXTENSION', 'dependencies() must return an array of plugin tokens ({ name })', {
       data: { reason: 'dependencies-result' },
       details: { reason: 'dependencies-result' },
     });

@@ -239,6 +239,13 @@ test('INVALID_EXTENSION carries its reason in data.reason (and INVALID_ENTRY lik
   }
   const dependencies = await rejectsWith(() => createPlugin({ app: { config }, entry: { BadDependencies } }), 'INVALID_EXTENSION');
   assert.deepEqual(dependencies.data, { reason: 'dependencies-result' });
+  class NamelessToken extends LockExtension {
+    dependencies() {
+      return [{}];
+    }
+  }
+  const nameless = await rejectsWith(() => createPlugin({ app: { config }, entry: { NamelessToken } }), 'INVALID_EXTENSION');
+  assert.deepEqual(nameless.data, { reason: 'dependencies-result' }, 'a token names the plugin it stands for');
   const entry = await rejectsWith(() => createPlugin({ app: { config }, entry: {} }), 'INVALID_ENTRY');
   assert.deepEqual(entry.data, { reason: 'no-extension' });
 });
