@@ -36,6 +36,27 @@ export interface OptionIssue {
   /** Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`. */
   readonly path: string;
   readonly message: string;
+  /** UNKNOWN_CONNECTION for a backend naming an undefined connection, else INVALID_OPTIONS (absent in issues an app driver built). */
+  readonly code?: 'INVALID_OPTIONS' | 'UNKNOWN_CONNECTION';
+}
+
+/**
+ * The error base of dokebi plugins: other packages classify by `code` (and
+ * `plugin`), and `instanceof DokebiError` holds for every LockError.
+ */
+export class DokebiError extends Error {
+  constructor(
+    code: string,
+    message: string,
+    fields: { readonly plugin: string; readonly fix?: string; readonly data?: object; readonly details?: object; readonly cause?: unknown },
+  );
+  readonly code: string;
+  readonly plugin: string;
+  /** One sentence telling what to do about it. */
+  readonly fix: string;
+  /** Small facts for programs, e.g. `data.reason` of INVALID_EXTENSION. */
+  readonly data?: { readonly reason?: string; readonly [field: string]: unknown };
+  readonly details?: { readonly [field: string]: unknown };
 }
 
 /** The HTTP answer a web host gives for a LockError. */
@@ -46,7 +67,7 @@ export interface LockHttpAnswer {
 }
 
 /** Every failure of @dokebi/lock. Never carries a lock key. */
-export class LockError extends Error {
+export class LockError extends DokebiError {
   /**
    * App drivers may throw one too, e.g. INVALID_OPTIONS with
    * `details.issues` for settings they reject. `fix` comes from `code`.
@@ -54,7 +75,11 @@ export class LockError extends Error {
   constructor(
     code: LockErrorCode,
     message: string,
-    extra?: { readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown }; readonly cause?: unknown },
+    extra?: {
+      readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
+      readonly data?: object;
+      readonly cause?: unknown;
+    },
   );
   readonly name: 'LockError';
   readonly code: LockErrorCode;
@@ -229,8 +254,21 @@ export type OpenLockInput = (
 /** Opens a provider for apps without a dokebi host. */
 export function openLock(input: OpenLockInput): Promise<LockProvider>;
 
+/** Names the plugin that provides it (its `name`); an optional one may be left out of the app. */
+export interface PluginToken {
+  readonly name: string;
+  readonly optional?: boolean;
+}
+
 /** The token a consumer plugin names in `metadata.dependencies`. */
 export declare const dependency: { readonly name: 'dokebi-lock'; readonly description: string };
+
+/**
+ * The plugin's own (optional) dependency when a backend has driver: redis:
+ * a registered dokebi-redis plugin's value `{ options: { connections } }`
+ * supplies the connections.
+ */
+export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly optional: true; readonly description: string };
 
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
@@ -241,7 +279,7 @@ export interface PluginContext {
 /** The dokebi-lock plugin (see README, "Plugin contract"). */
 export interface LockPlugin {
   readonly name: 'dokebi-lock';
-  readonly metadata: { readonly dependencies: readonly object[] };
+  readonly metadata: { readonly dependencies: readonly PluginToken[] };
   readonly provides: typeof dependency;
   start(context: PluginContext): Promise<LockProvider>;
   stop(context: PluginContext): Promise<void>;
@@ -252,10 +290,11 @@ export interface CreatePluginInput {
   /**
    * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
    * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
-   * resolves, through `resolve` when the host offers it (else from the working
-   * directory): DRIVER_NOT_INSTALLED otherwise.
+   * resolves, through `resolve` when the host offers it, else from `root`
+   * (the app's directory), else from the process's entry module (never the
+   * working directory): DRIVER_NOT_INSTALLED otherwise.
    */
-  readonly app: { readonly config?: LockConfig; resolve?(specifier: string): string };
+  readonly app: { readonly config?: LockConfig; readonly root?: string | URL; resolve?(specifier: string): string };
   /** The dokebi-lock section to use instead of `app.config['dokebi-lock']`. */
   readonly options?: LockOptions;
   /** The extension entry module (`await import('./src/infra/lock/extension.js')`). */

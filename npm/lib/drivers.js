@@ -72,6 +72,7 @@ export function closeQuietly(driver) {
 function wrapped(view, backend) {
   if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
   throw new LockError('INVALID_EXTENSION', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
+    data: { reason: 'wrap-backend-result' },
     details: { reason: 'wrap-backend-result', backend },
   });
 }

@@ -377,10 +377,10 @@ test('DRIVER_NOT_INSTALLED when the app does not resolve @dokebi/lock-redis', as
   assert.equal(error.fix, 'Install the driver package: npm install @dokebi/lock-redis.');
   assert.deepEqual(error.details, { backend: 'shared', driver: 'redis', package: '@dokebi/lock-redis' });
 
-  // Without app.resolve, from the working directory (this package has no node_modules).
-  const fromCwd = createApp({ config: redisConfig('redis://127.0.0.1:1/0') });
-  fromCwd.register(createPlugin({ app: fromCwd }));
-  await rejectsWith(fromCwd.start(), 'DRIVER_NOT_INSTALLED');
+  // Without app.resolve or app.root, from the entry module (this test file: no node_modules above it).
+  const fromEntry = createApp({ config: redisConfig('redis://127.0.0.1:1/0') });
+  fromEntry.register(createPlugin({ app: fromEntry }));
+  await rejectsWith(fromEntry.start(), 'DRIVER_NOT_INSTALLED');
 });
 
 test('with @dokebi/lock-redis installed in the app, the redis backend starts', async (t) => {
