@@ -376,7 +376,7 @@ export interface WrapBackendInput {
  */
 export class LockExtension {
   /** Tokens of plugins this extension needs; called once by createPlugin. */
-  protected dependencies(): readonly object[];
+  protected dependencies(): readonly PluginToken[];
   /** Once per backend: return `input.open()` or your own driver. */
   protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
   /**

@@ -7,6 +7,8 @@ import {
   createPlugin,
   defineLockPlugin,
   dependency,
+  redisDependency,
+  DokebiError,
   LockError,
   LockExtension,
   LockProvider,
@@ -36,6 +38,7 @@ import {
   type OpenLockInput,
   type OptionIssue,
   type PluginContext,
+  type PluginToken,
   type RedisBackendOptions,
   type RedisClusterOptions,
   type RedisConnectionCommon,
@@ -125,8 +128,8 @@ class Metered implements DriverBackend {
 }
 
 class AppExtension extends LockExtension {
-  protected override dependencies(): readonly object[] {
-    return [dependency];
+  protected override dependencies(): readonly PluginToken[] {
+    return [dependency, redisDependency];
   }
   protected override createDriver(input: CreateDriverInput): Promise<LockDriver> {
     return input.driver === 'memory' ? Promise.resolve(memory(input)) : input.open();
@@ -189,10 +192,13 @@ async function standalone(): Promise<void> {
 }
 
 function errors(error: unknown): LockHttpAnswer | undefined {
+  // Other packages classify any DokebiError by its code.
+  if (error instanceof DokebiError && !(error instanceof LockError)) console.log(error.plugin, error.code, error.data?.reason);
   if (!(error instanceof LockError)) return undefined;
+  const base: DokebiError = error;
   const code: LockErrorCode = error.code;
   const issues: readonly OptionIssue[] | undefined = error.details?.issues;
-  console.log(code, error.fix, error.plugin, error.name, issues);
+  console.log(code, error.fix, error.plugin, error.name, issues, base.data?.reason);
   // @ts-expect-error not an error code
   const unknownCode: LockErrorCode = 'LOCK_TIMEOUT';
   // @ts-expect-error not an error code
