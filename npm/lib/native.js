@@ -47,7 +47,7 @@ function load() {
       continue;
     }
     const origin = require.resolve(id);
-    checkVersion(addon, origin, installed ? `npm install ${platformPackage}@${version}` : 'rebuild it with scripts/build-node');
+    checkVersion(addon, origin, id === platformPackage ? `npm install ${platformPackage}@${version}` : 'rebuild it with scripts/build-node');
     return { addon, origin };
   }
   const build = installed ? '' : ', or build it with scripts/build-node';
