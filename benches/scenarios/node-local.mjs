@@ -14,12 +14,17 @@ async function open(subject, keyed) {
 /** The subject's acquire+release loop, or its section loop (withLock and the like). */
 const pairs = (s) => s.loop;
 const sections = (s) => s.section;
+const SECTION = {
+  loopOf: sections,
+  note: 'Each library runs an empty synchronous function under the lock: ours `withLock(key, fn)`, async-lock `acquire(key, fn)`, async-mutex `runExclusive(fn)`, navigator.locks `request(key, fn)`.',
+};
 
-function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loopOf = pairs } = {}) {
+function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loopOf = pairs, note } = {}) {
   return {
     id,
     title,
     unit,
+    note,
     subjects: SUBJECTS,
     target: 'at least async-lock',
     async run(subject, ctx) {
@@ -31,11 +36,12 @@ function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loo
   };
 }
 
-function concurrentScenario(id, title, keyed, keyOfTask, { unit = 'handoffs/s', loopOf = pairs } = {}) {
+function concurrentScenario(id, title, keyed, keyOfTask, { unit = 'handoffs/s', loopOf = pairs, note } = {}) {
   return {
     id,
     title,
     unit,
+    note,
     subjects: SUBJECTS,
     target: 'at least async-lock',
     async run(subject, ctx) {
@@ -64,7 +70,7 @@ export const scenarios = [
   }),
   concurrentScenario('node-local-64-tasks-one-key', 'Node local: 64 tasks on one key (every pair is a hand-off)', false, () => 'k'),
   concurrentScenario('node-local-64-tasks-64-keys', 'Node local: 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, { unit: 'pairs/s' }),
-  sequentialScenario('node-local-section-one-key', 'Node local: uncontended withLock (empty section), one key', false, () => () => 'k', { unit: 'sections/s', loopOf: sections }),
-  concurrentScenario('node-local-section-64-tasks-one-key', 'Node local: withLock, 64 tasks on one key (every section waits for a hand-off)', false, () => 'k', { loopOf: sections }),
-  concurrentScenario('node-local-section-64-tasks-64-keys', 'Node local: withLock, 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, { unit: 'sections/s', loopOf: sections }),
+  sequentialScenario('node-local-section-one-key', 'Node local: uncontended withLock (empty section), one key', false, () => () => 'k', { ...SECTION, unit: 'sections/s' }),
+  concurrentScenario('node-local-section-64-tasks-one-key', 'Node local: withLock, 64 tasks on one key (every section waits for a hand-off)', false, () => 'k', SECTION),
+  concurrentScenario('node-local-section-64-tasks-64-keys', 'Node local: withLock, 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, { ...SECTION, unit: 'sections/s' }),
 ];
