@@ -231,6 +231,31 @@ test('a nested withLock of the same key waits behind the outer section and the s
   await provider.close();
 });
 
+test('a section that released its lease early does not release the next holder at its end', async () => {
+  const { provider, backend } = await openLocal();
+  let next;
+  const value = await backend.withLock('k', async (lease) => {
+    assert.equal(await lease.release(), true);
+    next = await backend.acquire('k', { waitTimeoutMs: 0 });
+    return 'done';
+  });
+  assert.equal(value, 'done');
+  assert.equal(next.valid, true, 'the later lease is still held');
+  assert.equal(await next.release(), true);
+  await provider.close();
+});
+
+test('close during a section: the section still resolves with its value', async () => {
+  const sections = [
+    [(provider) => (provider.close(), 'returned'), 'returned'],
+    [async (provider) => (await provider.close(), 'resolved'), 'resolved'],
+  ];
+  for (const [fn, value] of sections) {
+    const { provider, backend } = await openLocal();
+    assert.equal(await backend.withLock('k', () => fn(provider)), value);
+  }
+});
+
 test('sections returning plain values under contention run one at a time, in FIFO order', async () => {
   const { provider, backend } = await openLocal();
   const held = await backend.acquire('k');
