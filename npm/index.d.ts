@@ -203,7 +203,8 @@ export interface LockBackend {
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
-   * fn did; resolves with fn's value, rejects with fn's error. redis: the
+   * fn did; resolves with fn's value, rejects with fn's error. fn is called
+   * after withLock has returned, never inside the call. redis: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
