@@ -10,24 +10,37 @@ const defaultLogger = Object.freeze({
   },
 });
 
+/** The plugin `token` names (a token is `{ name, optional? }`; see README.md). */
+function named(plugins, token) {
+  return plugins.find((plugin) => plugin.name === token.name);
+}
+
 /**
- * Creates an app: `{ config, register(plugin), start(), stop(), get(plugin) }`.
- * `config` is the `options` map of the YAML file (keys are plugin names).
+ * Creates an app: `{ config, root?, register(plugin), start(), stop(), get(plugin) }`.
+ * `config` is the `options` map of the YAML file (keys are plugin names);
+ * `root` the app's directory (plugins resolve the app's packages from it).
  */
-export function createApp({ config = {}, logger = defaultLogger } = {}) {
+export function createApp({ config = {}, logger = defaultLogger, root } = {}) {
   const plugins = [];
   const values = new Map();
-  const provided = new Map();
   let started = [];
 
   const app = {
     config,
-    /** Adds a plugin; its dependencies must be provided by plugins registered before it. */
+    /**
+     * Adds a plugin. A dependency (a token naming a plugin) must be
+     * registered before it; an optional one may be absent, but not come
+     * later: every dependency starts before, and stops after, its dependents.
+     */
     register(plugin) {
       for (const token of plugin.metadata?.dependencies ?? []) {
-        if (!plugins.some((p) => p.provides === token)) {
+        if (token.optional !== true && named(plugins, token) === undefined) {
           throw new Error(`plugin ${plugin.name} depends on ${token.name}, which no registered plugin provides`);
         }
+      }
+      const dependent = plugins.find((earlier) => (earlier.metadata?.dependencies ?? []).some((token) => token.name === plugin.name));
+      if (dependent !== undefined) {
+        throw new Error(`plugin ${plugin.name} must be registered before ${dependent.name}, which depends on it`);
       }
       plugins.push(plugin);
       return app;
@@ -35,19 +48,21 @@ export function createApp({ config = {}, logger = defaultLogger } = {}) {
     /** Starts every plugin in registration order. */
     async start() {
       for (const plugin of plugins) {
+        const declared = plugin.metadata?.dependencies ?? [];
         const context = {
           app,
           logger,
+          /** The value the named plugin's start returned; undefined for an optional one not registered. */
           getDependency(token) {
-            if (!(plugin.metadata?.dependencies ?? []).includes(token)) {
-              throw new Error(`plugin ${plugin.name} did not declare ${token.name} in metadata.dependencies`);
+            if (!declared.some((declaredToken) => declaredToken.name === token?.name)) {
+              throw new Error(`plugin ${plugin.name} did not declare ${token?.name} in metadata.dependencies`);
             }
-            return provided.get(token);
+            const provider = named(plugins, token);
+            return provider === undefined ? undefined : values.get(provider);
           },
         };
         const value = await plugin.start(context);
         values.set(plugin, value);
-        if (plugin.provides !== undefined) provided.set(plugin.provides, value);
         started.push({ plugin, context });
       }
     },
@@ -70,5 +85,6 @@ export function createApp({ config = {}, logger = defaultLogger } = {}) {
       }
     },
   };
+  if (root !== undefined) app.root = root;
   return app;
 }

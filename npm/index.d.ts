@@ -1,5 +1,6 @@
 // Types of @dokebi/lock. The option types (options.d.ts) are generated from
-// options.schema.json.
+// options.schema.json. index.d.cts gives the same declarations to `require`.
+/// <reference types="node" />
 import type { LockConfig, LockOptions } from './options.js';
 
 export type * from './options.js';
@@ -35,6 +36,27 @@ export interface OptionIssue {
   /** Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`. */
   readonly path: string;
   readonly message: string;
+  /** UNKNOWN_CONNECTION for a backend naming an undefined connection, else INVALID_OPTIONS (absent in issues an app driver built). */
+  readonly code?: 'INVALID_OPTIONS' | 'UNKNOWN_CONNECTION';
+}
+
+/**
+ * The error base of dokebi plugins: other packages classify by `code` (and
+ * `plugin`), and `instanceof DokebiError` holds for every LockError.
+ */
+export class DokebiError extends Error {
+  constructor(
+    code: string,
+    message: string,
+    fields: { readonly plugin: string; readonly fix?: string; readonly data?: object; readonly details?: object; readonly cause?: unknown },
+  );
+  readonly code: string;
+  readonly plugin: string;
+  /** One sentence telling what to do about it. */
+  readonly fix: string;
+  /** Small facts for programs, e.g. `data.reason` of INVALID_EXTENSION. */
+  readonly data?: { readonly reason?: string; readonly [field: string]: unknown };
+  readonly details?: { readonly [field: string]: unknown };
 }
 
 /** The HTTP answer a web host gives for a LockError. */
@@ -45,7 +67,7 @@ export interface LockHttpAnswer {
 }
 
 /** Every failure of @dokebi/lock. Never carries a lock key. */
-export class LockError extends Error {
+export class LockError extends DokebiError {
   /**
    * App drivers may throw one too, e.g. INVALID_OPTIONS with
    * `details.issues` for settings they reject. `fix` comes from `code`.
@@ -53,7 +75,11 @@ export class LockError extends Error {
   constructor(
     code: LockErrorCode,
     message: string,
-    extra?: { readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown }; readonly cause?: unknown },
+    extra?: {
+      readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
+      readonly data?: object;
+      readonly cause?: unknown;
+    },
   );
   readonly name: 'LockError';
   readonly code: LockErrorCode;
@@ -110,20 +136,25 @@ export interface WithLockOptions extends AcquireOptions {
   readonly autoRenew?: boolean;
 }
 
-/** What status() reports: counts only, never keys. */
+/**
+ * What status() reports: counts only, never keys. For a backend of an app
+ * driver that supplies no status() of its own, the library reports what it
+ * sees: the driver name and the acquires made through the backend (`waiting`
+ * counts every acquire in progress), with `held` and `lost` null.
+ */
 export interface BackendStatus {
-  /** The driver name: 'local' or 'redis'. */
+  /** The driver name: 'local', 'redis' or an app driver's. */
   readonly driver: string;
-  /** Leases held now by this process. */
-  readonly held: number;
+  /** Leases held now by this process; null when the driver does not report it. */
+  readonly held: number | null;
   /** Acquires waiting now. */
   readonly waiting: number;
   /** Leases granted since the backend opened. */
   readonly acquired: number;
   /** Waits that ended in WAIT_TIMEOUT since the backend opened. */
   readonly timedOut: number;
-  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends. */
-  readonly lost: number;
+  /** Leases found lost (LEASE_LOST, OUTCOME_UNKNOWN); always 0 for local backends; null when the driver does not report it. */
+  readonly lost: number | null;
   /** The connection's health, for redis backends. */
   readonly redis?: RedisStatus;
 }
@@ -157,7 +188,10 @@ export interface TelemetryPayloads {
   connection: { readonly connection: string; readonly up: boolean };
 }
 
-/** One configured backend. */
+/**
+ * One configured backend: every backend a provider hands out has the whole
+ * API, whatever its driver or wrapBackend supplied (see DriverBackend).
+ */
 export interface LockBackend {
   /**
    * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
@@ -169,12 +203,17 @@ export interface LockBackend {
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
-   * fn did; resolves with fn's value, rejects with fn's error. redis: the
+   * fn did; resolves with fn's value, rejects with fn's error. fn is called
+   * after withLock has returned, never inside the call. redis: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
    * (the lost lease is released in the background). `signal` also aborts when
-   * `options.signal` does; fn decides whether to stop.
+   * `options.signal` does; fn decides whether to stop. A backend whose driver
+   * or wrapBackend supplies no withLock gets this one, built on its acquire:
+   * a redis lease it hands out keeps the core's renewals; another lease that
+   * expires (finite remainingMs) is renewed with `renew()` on JS timers,
+   * every third of its time left at the grant.
    */
   withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /** What the backend is doing now, as counts. */
@@ -196,7 +235,7 @@ export class LockProvider implements AsyncDisposable {
   names(): string[];
   /** The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). */
   backend(name: string): LockBackend;
-  /** The status() of every backend that reports one, by name. */
+  /** The status() of every backend, by name. */
   status(): Record<string, BackendStatus>;
   /** Rejects waiters with CLOSED and invalidates held leases; idempotent. */
   close(): Promise<void>;
@@ -216,8 +255,21 @@ export type OpenLockInput = (
 /** Opens a provider for apps without a dokebi host. */
 export function openLock(input: OpenLockInput): Promise<LockProvider>;
 
+/** Names the plugin that provides it (its `name`); an optional one may be left out of the app. */
+export interface PluginToken {
+  readonly name: string;
+  readonly optional?: boolean;
+}
+
 /** The token a consumer plugin names in `metadata.dependencies`. */
 export declare const dependency: { readonly name: 'dokebi-lock'; readonly description: string };
+
+/**
+ * The plugin's own (optional) dependency when a backend has driver: redis:
+ * a registered dokebi-redis plugin's value `{ options: { connections } }`
+ * supplies the connections.
+ */
+export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly optional: true; readonly description: string };
 
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
@@ -228,7 +280,7 @@ export interface PluginContext {
 /** The dokebi-lock plugin (see README, "Plugin contract"). */
 export interface LockPlugin {
   readonly name: 'dokebi-lock';
-  readonly metadata: { readonly dependencies: readonly object[] };
+  readonly metadata: { readonly dependencies: readonly PluginToken[] };
   readonly provides: typeof dependency;
   start(context: PluginContext): Promise<LockProvider>;
   stop(context: PluginContext): Promise<void>;
@@ -239,10 +291,11 @@ export interface CreatePluginInput {
   /**
    * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
    * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
-   * resolves, through `resolve` when the host offers it (else from the working
-   * directory): DRIVER_NOT_INSTALLED otherwise.
+   * resolves, through `resolve` when the host offers it, else from `root`
+   * (the app's directory), else from the process's entry module (never the
+   * working directory): DRIVER_NOT_INSTALLED otherwise.
    */
-  readonly app: { readonly config?: LockConfig; resolve?(specifier: string): string };
+  readonly app: { readonly config?: LockConfig; readonly root?: string | URL; resolve?(specifier: string): string };
   /** The dokebi-lock section to use instead of `app.config['dokebi-lock']`. */
   readonly options?: LockOptions;
   /** The extension entry module (`await import('./src/infra/lock/extension.js')`). */
@@ -261,15 +314,18 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
 // Extensions (README, "Extensions").
 
 /**
- * The backend an app driver or wrapBackend hands out: `acquire` is required;
- * `withLock` and `status` exist on it only if it implements them (the
- * built-in backends do; `provider.status()` skips a backend without status).
+ * What an app driver (its `view`) or wrapBackend must supply: `acquire`.
+ * `withLock` and `status` are optional: where one is missing, the backend
+ * users get is the library's LockBackend over this object, which supplies it
+ * (withLock built on this acquire, status as BackendStatus tells); other
+ * members of this object are not reachable through it. A DriverBackend that
+ * has all three is handed out as it is.
  */
-export type DriverBackend = Pick<LockBackend, 'acquire'> & Partial<Pick<LockBackend, 'withLock' | 'status'>>;
+export interface DriverBackend extends Pick<LockBackend, 'acquire'>, Partial<Pick<LockBackend, 'withLock' | 'status'>> {}
 
 /** What a driver returns for one backend. */
 export interface LockDriver {
-  /** The backend users get from `provider.backend(name)`. */
+  /** The backend behind `provider.backend(name)` (completed to a LockBackend if need be). */
   readonly view: DriverBackend;
   /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
   close(): Promise<void>;
@@ -300,16 +356,18 @@ export type DriverFactory = (input: DriverInput) => LockDriver | Promise<LockDri
 /** App drivers by name (`export const drivers` of the entry module). */
 export type LockDrivers = { readonly [name: string]: DriverFactory };
 
+/** The input of createDriver. */
 export interface CreateDriverInput extends DriverInput {
   /** Opens the registered driver (built-in or app) of this backend. */
   open(): Promise<LockDriver>;
 }
 
+/** The input of wrapBackend. */
 export interface WrapBackendInput {
   readonly name: string;
   readonly driver: string;
-  /** The backend the driver made. */
-  readonly backend: DriverBackend;
+  /** The backend the driver made, with the whole LockBackend API. */
+  readonly backend: LockBackend;
 }
 
 /**
@@ -319,10 +377,13 @@ export interface WrapBackendInput {
  */
 export class LockExtension {
   /** Tokens of plugins this extension needs; called once by createPlugin. */
-  protected dependencies(): readonly object[];
+  protected dependencies(): readonly PluginToken[];
   /** Once per backend: return `input.open()` or your own driver. */
   protected createDriver(input: CreateDriverInput): LockDriver | Promise<LockDriver>;
-  /** Once per backend: the backend users get instead of `input.backend`. */
+  /**
+   * Once per backend: the backend users get instead of `input.backend`.
+   * Supplying `acquire` is enough (see DriverBackend).
+   */
   protected wrapBackend(input: WrapBackendInput): DriverBackend;
 }
 

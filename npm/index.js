@@ -4,8 +4,8 @@ import { openProvider, LockProvider } from './lib/provider.js';
 import { readEntry } from './lib/extension.js';
 import { collectDrivers, DriverSet, optionDrivers } from './lib/drivers.js';
 
-export { LockError } from './lib/errors.js';
-export { createPlugin, defineLockPlugin, dependency } from './lib/plugin.js';
+export { DokebiError, LockError } from './lib/errors.js';
+export { createPlugin, defineLockPlugin, dependency, redisDependency } from './lib/plugin.js';
 export { LockExtension } from './lib/extension.js';
 export { LockProvider };
 

@@ -124,11 +124,19 @@ export interface RedisBackendOptions {
   readonly waitTimeoutMs?: number;
 }
 
-/** A backend of an app driver: its settings are validated by that driver. */
-export interface AppBackendOptions {
-  readonly driver: string;
-  readonly [setting: string]: unknown;
-}
+/**
+ * The settings of app drivers by driver name. An app that types its options
+ * declares its drivers here, e.g.
+ * `declare module '@dokebi/lock' { interface AppDriverSettings { sqlite: { readonly file: string } } }`.
+ * A backend of an undeclared driver does not type-check, so a mistyped option
+ * of a built-in driver is never taken for a setting of an app driver.
+ */
+export interface AppDriverSettings {}
+
+/** A backend of an app driver declared in AppDriverSettings; the driver validates its settings at run time. */
+export type AppBackendOptions = {
+  [D in keyof AppDriverSettings]: { readonly driver: D } & AppDriverSettings[D];
+}[keyof AppDriverSettings];
 
 /** One backend under `dokebi-lock.backends.<name>` (null: every default). */
 export type BackendOptions = LocalBackendOptions | RedisBackendOptions | AppBackendOptions | null;

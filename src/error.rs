@@ -145,13 +145,36 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// One problem found while validating options: where, and what is wrong.
+/// One problem found while validating options: where, what is wrong, and
+/// its code.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Issue {
     /// Dotted path relative to the plugin's options, e.g. `backends.shared.leaseMs`.
     pub path: String,
     /// What is wrong there, never containing a key.
     pub message: String,
+    /// `UNKNOWN_CONNECTION` for a backend naming an undefined connection,
+    /// `INVALID_OPTIONS` for every other problem: a caller classifies each
+    /// issue by code, also when one error lists problems of both kinds.
+    #[serde(serialize_with = "code_name")]
+    pub code: ErrorCode,
+}
+
+impl Issue {
+    /// An `INVALID_OPTIONS` issue at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Issue {
+        Issue { path: path.into(), message: message.into(), code: ErrorCode::InvalidOptions }
+    }
+
+    /// The issue with `code` instead of `INVALID_OPTIONS`.
+    pub fn with_code(mut self, code: ErrorCode) -> Issue {
+        self.code = code;
+        self
+    }
+}
+
+fn code_name<S: serde::Serializer>(code: &ErrorCode, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_str(code.as_str())
 }
 
 /// `path: message`; an issue about the whole text (empty path) is its message
@@ -286,7 +309,8 @@ impl LockError {
         };
         list.iter()
             .filter_map(|item| {
-                Some(Issue { path: item.get("path")?.as_str()?.to_owned(), message: item.get("message")?.as_str()?.to_owned() })
+                let code = item.get("code").and_then(|c| c.as_str()).and_then(ErrorCode::from_name).unwrap_or(ErrorCode::InvalidOptions);
+                Some(Issue::new(item.get("path")?.as_str()?, item.get("message")?.as_str()?).with_code(code))
             })
             .collect()
     }
@@ -334,11 +358,13 @@ mod tests {
     #[test]
     fn invalid_options_carries_every_issue() {
         let err = LockError::invalid_options(vec![
-            Issue { path: "backends.a.maxKeys".into(), message: "must be at least 1".into() },
-            Issue { path: "backends.b".into(), message: "unknown field".into() },
+            Issue::new("backends.a.maxKeys", "must be at least 1"),
+            Issue::new("backends.b", "unknown field").with_code(ErrorCode::UnknownConnection),
         ]);
         assert_eq!(err.code(), ErrorCode::InvalidOptions);
         assert_eq!(err.issues().len(), 2);
         assert_eq!(err.issues()[1].path, "backends.b");
+        assert_eq!(err.issues()[1].code, ErrorCode::UnknownConnection, "the code survives the details");
+        assert_eq!(err.details().unwrap()["issues"][1]["code"], "UNKNOWN_CONNECTION");
     }
 }

@@ -189,6 +189,35 @@ fn a_grant_answered_after_its_validity_is_given_back_not_handed_out() {
 }
 
 #[test]
+fn a_grant_whose_replica_acknowledgement_outlasts_its_validity_is_given_back_not_handed_out() {
+    let primary = RedisServer::start();
+    // Persistent only for its private dir: a replica writes the sync's RDB.
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    // Validity 4100 - 41 - 2 = 4057 ms from the send. The grant is answered
+    // at about 2000 ms (in time), then WAIT (bounded at 3000 ms by Redis)
+    // gets the replica's acknowledgement at about 4600 ms: every reply
+    // within commandTimeoutMs, but the lease is over before the last one.
+    let (a, _) = open_redis(&primary.url(), &[("leaseMs", "4100"), ("replicaAcks", "1")], &[("commandTimeoutMs", "4000")]);
+    warm_up(&a);
+    replica.pause();
+    primary.pause();
+    let result = thread::scope(|scope| {
+        scope.spawn(|| {
+            thread::sleep(Duration::from_millis(2000));
+            primary.resume();
+            thread::sleep(Duration::from_millis(2600));
+            replica.resume();
+        });
+        block_on(a.backend("shared").unwrap().acquire("k", wait(0)))
+    });
+    let err = result.expect_err("a grant acknowledged after its validity is no lease");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert_eq!(redis_counts(&a.backend("shared").unwrap()).held, 0);
+    eventually("the late grant is given back", || lock_keys(&primary).is_empty());
+}
+
+#[test]
 fn with_lock_learns_of_a_loss_by_the_deadline_not_by_a_reply() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port(), Duration::ZERO);

@@ -1,9 +1,11 @@
 // The in-process locks compared in the Node local scenarios. Each factory
-// returns { version, defaults, loop(keyAt, n) }: n acquire+release pairs
-// written the way that library's users write them. `keyed` is false when the
-// scenario uses one key only, where a single-lock library needs no key map.
-// hold(key) takes a key and keeps it until the process ends (scale and
-// memory scenarios).
+// returns { version, defaults, loop(keyAt, n), section(keyAt, n) }: n
+// acquire+release pairs written the way that library's users write them;
+// `section` runs n empty sections through the library's run-this-locked
+// call (ours withLock, async-lock acquire(key, fn), async-mutex runExclusive,
+// navigator.locks request). `keyed` is false when the scenario uses one key
+// only, where a single-lock library needs no key map. hold(key) takes a key
+// and keeps it until the process ends (scale and memory scenarios).
 import { createRequire } from 'node:module';
 import { openBackend, releaseIsAsync } from '../lib/dokebi.mjs';
 
@@ -32,6 +34,9 @@ export const localSubjects = {
               lease.release();
             }
           },
+      section: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await backend.withLock(keyAt(), noop);
+      },
       hold: async (key) => {
         held.push(await backend.acquire(key));
       },
@@ -45,6 +50,10 @@ export const localSubjects = {
       version: versionOf('async-lock'),
       defaults: { maxPending: AsyncLock.DEFAULT_MAX_PENDING, timeout: AsyncLock.DEFAULT_TIMEOUT },
       loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await lock.acquire(keyAt(), noop);
+      },
+      // acquire(key, fn) is both its pair and its section.
+      section: async (keyAt, n) => {
         for (let i = 0; i < n; i++) await lock.acquire(keyAt(), noop);
       },
       hold: (key) => new Promise((held) => lock.acquire(key, () => (held(), new Promise(() => {})))),
@@ -61,6 +70,9 @@ export const localSubjects = {
         defaults: { form: 'one Mutex' },
         loop: async (_keyAt, n) => {
           for (let i = 0; i < n; i++) (await mutex.acquire())();
+        },
+        section: async (_keyAt, n) => {
+          for (let i = 0; i < n; i++) await mutex.runExclusive(noop);
         },
       };
     }
@@ -79,6 +91,15 @@ export const localSubjects = {
           if (!mutex.isLocked()) mutexes.delete(key);
         }
       },
+      section: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const key = keyAt();
+          let mutex = mutexes.get(key);
+          if (!mutex) mutexes.set(key, (mutex = new Mutex()));
+          await mutex.runExclusive(noop);
+          if (!mutex.isLocked()) mutexes.delete(key);
+        }
+      },
       hold: async (key) => {
         const mutex = new Mutex();
         mutexes.set(key, mutex);
@@ -94,6 +115,9 @@ export const localSubjects = {
       version: `Node ${process.version}`,
       defaults: { mode: 'exclusive' },
       loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await locks.request(keyAt(), noop);
+      },
+      section: async (keyAt, n) => {
         for (let i = 0; i < n; i++) await locks.request(keyAt(), noop);
       },
     };

@@ -1,5 +1,6 @@
 // Node, local driver against the in-process peers: uncontended pairs on one
-// key and on fresh keys, and 64 callers on one key and on 64 keys.
+// key and on fresh keys, and 64 callers on one key and on 64 keys; then the
+// same through each library's run-this-locked call (ours withLock).
 import { localSubjects } from './local-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
 
@@ -10,34 +11,44 @@ async function open(subject, keyed) {
   return localSubjects[subject](subject === 'dokebi-lock' ? {} : { keyed });
 }
 
-function sequentialScenario(id, title, keyed, makeKeyAt) {
+/** The subject's acquire+release loop, or its section loop (withLock and the like). */
+const pairs = (s) => s.loop;
+const sections = (s) => s.section;
+const SECTION = {
+  loopOf: sections,
+  note: 'Each library runs an empty synchronous function under the lock: ours `withLock(key, fn)`, async-lock `acquire(key, fn)`, async-mutex `runExclusive(fn)`, navigator.locks `request(key, fn)`.',
+};
+
+function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loopOf = pairs, note } = {}) {
   return {
     id,
     title,
-    unit: 'pairs/s',
+    unit,
+    note,
     subjects: SUBJECTS,
     target: 'at least async-lock',
     async run(subject, ctx) {
       const s = await open(subject, keyed);
       if (s.skipped) return s;
-      const r = await sequential({ loop: s.loop, keyAt: makeKeyAt(), seconds: ctx.seconds, batch: ctx.smoke ? 100 : 1000 });
+      const r = await sequential({ loop: loopOf(s), keyAt: makeKeyAt(), seconds: ctx.seconds, batch: ctx.smoke ? 100 : 1000 });
       return { version: s.version, defaults: s.defaults, ...r };
     },
   };
 }
 
-function concurrentScenario(id, title, keyed, keyOfTask, unit = 'handoffs/s') {
+function concurrentScenario(id, title, keyed, keyOfTask, { unit = 'handoffs/s', loopOf = pairs, note } = {}) {
   return {
     id,
     title,
     unit,
+    note,
     subjects: SUBJECTS,
     target: 'at least async-lock',
     async run(subject, ctx) {
       const s = await open(subject, keyed);
       if (s.skipped) return s;
       const r = await concurrent({
-        loop: s.loop,
+        loop: loopOf(s),
         keyAtFor: (i) => {
           const key = keyOfTask(i);
           return () => key;
@@ -58,5 +69,8 @@ export const scenarios = [
     return () => 'key:' + n++;
   }),
   concurrentScenario('node-local-64-tasks-one-key', 'Node local: 64 tasks on one key (every pair is a hand-off)', false, () => 'k'),
-  concurrentScenario('node-local-64-tasks-64-keys', 'Node local: 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, 'pairs/s'),
+  concurrentScenario('node-local-64-tasks-64-keys', 'Node local: 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, { unit: 'pairs/s' }),
+  sequentialScenario('node-local-section-one-key', 'Node local: uncontended withLock (empty section), one key', false, () => () => 'k', { ...SECTION, unit: 'sections/s' }),
+  concurrentScenario('node-local-section-64-tasks-one-key', 'Node local: withLock, 64 tasks on one key (every section waits for a hand-off)', false, () => 'k', SECTION),
+  concurrentScenario('node-local-section-64-tasks-64-keys', 'Node local: withLock, 64 tasks on 64 keys (one key per task, no waiting)', true, (i) => 'key:' + i, { ...SECTION, unit: 'sections/s' }),
 ];

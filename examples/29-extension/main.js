@@ -31,7 +31,8 @@ try {
     const lock = createPlugin({ app, entry });
     app.register(lock);
     await app.start();
-    return { app, reports: app.get(lock).backend('reports'), orders: app.get(lock).backend('orders') };
+    const provider = app.get(lock);
+    return { app, provider, reports: provider.backend('reports'), orders: provider.backend('orders') };
   }
   const web = await startApp();
   const worker = await startApp();
@@ -58,6 +59,12 @@ try {
     await using order = await web.orders.acquire('order:42');
     console.log('orders fence', order.fence);
   }
+
+  // withLock and status work on every backend, also where the driver and the
+  // wrapper supply only acquire: the library adds them.
+  const fence = await web.reports.withLock('report:2026-12', (lease) => lease.fence);
+  console.log('withLock on the sqlite backend, fence', fence);
+  console.log('status reports:', JSON.stringify(web.provider.status().reports));
 
   for (const [backend, counts] of entry.metrics) console.log(`metrics ${backend}:`, JSON.stringify(counts));
   await web.app.stop();

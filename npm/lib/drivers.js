@@ -2,6 +2,7 @@
 // plus the app's, and the two extension hooks that act on every backend
 // (createDriver, wrapBackend). See README.md, "Extensions".
 import { invalidArgument, LockError } from './errors.js';
+import { fullBackend } from './full-backend.js';
 
 /** Driver names an app driver may not take. */
 export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis']);
@@ -71,6 +72,7 @@ export function closeQuietly(driver) {
 function wrapped(view, backend) {
   if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
   throw new LockError('INVALID_EXTENSION', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
+    data: { reason: 'wrap-backend-result' },
     details: { reason: 'wrap-backend-result', backend },
   });
 }
@@ -113,23 +115,24 @@ export class DriverSet {
 
   /**
    * Opens backend `name` of driver `driver`: `builtIn` opens it when the
-   * driver is built in (undefined otherwise).
+   * driver is built in (undefined otherwise). The view of the driver it
+   * returns has the whole LockBackend API (lib/full-backend.js).
    */
   async open({ name, driver, options, logger }, builtIn) {
     const registered = () => this.#openRegistered(name, driver, options, logger, builtIn);
     const extension = this.#extension;
-    if (extension === undefined) return registered();
     let opened;
-    if (extension.createDriver === undefined) {
+    if (extension?.createDriver === undefined) {
       opened = await registered();
     } else {
       const input = Object.freeze({ ...this.#input(name, driver, options, logger), open: registered });
       opened = checkDriver(await extension.createDriver(input), name, driver);
     }
-    if (extension.wrapBackend === undefined) return opened;
+    const backend = fullBackend(opened.view, driver);
+    if (extension?.wrapBackend === undefined) return backend === opened.view ? opened : { view: backend, close: () => opened.close() };
     try {
-      const view = wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend: opened.view })), name);
-      return { view, close: () => opened.close() };
+      const view = wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend })), name);
+      return { view: fullBackend(view, driver, backend), close: () => opened.close() };
     } catch (error) {
       // The provider only closes what it holds; this driver it never got.
       closeQuietly(opened);

@@ -26,19 +26,41 @@ function httpAnswer(code) {
   }
 }
 
+/**
+ * The error base of dokebi plugins: `code` (stable, what other packages
+ * classify by), `plugin` (the plugin that raised it), a `fix` sentence, and
+ * optionally `data` (small facts for programs, e.g. `data.reason`),
+ * `details` and `cause`.
+ */
+export class DokebiError extends Error {
+  /**
+   * @param {string} code
+   * @param {string} message
+   * @param {{ plugin: string, fix?: string, data?: object, details?: object, cause?: unknown }} fields
+   */
+  constructor(code, message, fields) {
+    super(message, 'cause' in fields ? { cause: fields.cause } : undefined);
+    this.code = code;
+    this.plugin = fields.plugin;
+    this.fix = fields.fix ?? '';
+    if (fields.data !== undefined) this.data = fields.data;
+    this.details = fields.details;
+  }
+
+  get name() {
+    return 'DokebiError';
+  }
+}
+
 /** Every failure of @dokebi/lock. Never carries a lock key. */
-export class LockError extends Error {
+export class LockError extends DokebiError {
   /**
    * @param {string} code one of the core's codes, e.g. 'WAIT_TIMEOUT'
    * @param {string} message what happened, without keys
-   * @param {{ details?: object, cause?: unknown }} [extra]
+   * @param {{ details?: object, data?: object, cause?: unknown }} [extra]
    */
   constructor(code, message, extra = {}) {
-    super(message, 'cause' in extra ? { cause: extra.cause } : undefined);
-    this.code = code;
-    this.plugin = 'dokebi-lock';
-    this.fix = CODES.get(code)?.fix ?? '';
-    this.details = extra.details;
+    super(code, message, { ...extra, plugin: 'dokebi-lock', fix: CODES.get(code)?.fix ?? '' });
     this.http = httpAnswer(code);
   }
 

@@ -44,8 +44,10 @@ export class LockExtension {
   }
 }
 
+/** INVALID_EXTENSION; `data.reason` (also in `details`) says which rule the subclass broke. */
 function invalidExtension(Extension, reason, message, extra = {}) {
   return new LockError('INVALID_EXTENSION', `${Extension.name || 'LockExtension subclass'}: ${message}`, {
+    data: { reason },
     details: { reason, extension: Extension.name, ...extra.details },
     ...('cause' in extra ? { cause: extra.cause } : {}),
   });
@@ -102,7 +104,7 @@ export function instantiate(Extension) {
 }
 
 function invalidEntry(reason, message) {
-  return new LockError('INVALID_ENTRY', `invalid extension entry module: ${message}`, { details: { reason } });
+  return new LockError('INVALID_ENTRY', `invalid extension entry module: ${message}`, { data: { reason }, details: { reason } });
 }
 
 function isExtensionClass(value) {
@@ -134,11 +136,14 @@ export function readEntry(entry) {
 }
 
 /**
- * Checks what the dependencies() hook returned: an array of tokens (objects).
+ * Checks what the dependencies() hook returned: an array of tokens, objects
+ * naming the plugin they stand for (`{ name, optional? }`).
  */
 export function checkDependencies(tokens) {
-  if (!Array.isArray(tokens) || tokens.some((token) => typeof token !== 'object' || token === null)) {
-    throw new LockError('INVALID_EXTENSION', 'dependencies() must return an array of plugin tokens', {
+  const isToken = (token) => typeof token === 'object' && token !== null && typeof token.name === 'string';
+  if (!Array.isArray(tokens) || !tokens.every(isToken)) {
+    throw new LockError('INVALID_EXTENSION', 'dependencies() must return an array of plugin tokens ({ name })', {
+      data: { reason: 'dependencies-result' },
       details: { reason: 'dependencies-result' },
     });
   }

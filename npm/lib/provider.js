@@ -79,12 +79,10 @@ export class LockProvider {
     return driver.view;
   }
 
-  /** `{ [backend]: status }` of every backend that reports one; counts only. */
+  /** `{ [backend]: status }` of every backend; counts only. */
   status() {
     const status = {};
-    for (const [name, driver] of this.#drivers) {
-      if (typeof driver.view.status === 'function') status[name] = driver.view.status();
-    }
+    for (const [name, driver] of this.#drivers) status[name] = driver.view.status();
     return status;
   }
 

@@ -18,11 +18,13 @@ function unwrap(result) {
 /** A lease held through Redis. */
 class RedisLease {
   #native;
+  #backend;
   #key;
   #fence;
 
-  constructor(handle, key) {
+  constructor(handle, backend, key) {
     this.#native = handle;
+    this.#backend = backend;
     this.#key = key;
   }
 
@@ -61,11 +63,19 @@ class RedisLease {
     await this.release();
   }
 
-  /** The native lease behind `lease`, for the backend's renewals. */
-  static handle(lease) {
-    return lease.#native;
+  /**
+   * The core's renewals of `lease` while a withLock section runs (see
+   * with-lock.js), or undefined when `lease` is no redis lease. Found from
+   * the lease, so a section keeps them when a wrapBackend hands out the
+   * redis lease.
+   */
+  static keepAlive(lease) {
+    return typeof lease === 'object' && lease !== null && #native in lease ? lease.#backend.keepAlive(lease.#native) : undefined;
   }
 }
+
+/** The core's renewals of a redis lease, undefined for any other lease. */
+export const redisKeepAlive = RedisLease.keepAlive;
 
 /** The LockBackend of a redis backend. */
 class RedisBackend {
@@ -86,7 +96,7 @@ class RedisBackend {
       if (signal?.aborted) throw abortedBy(signal);
     }
     if (typeof key !== 'string') throw notAStringKey();
-    if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), key);
+    if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), this.#native, key);
     const abort = new native.NativeAbort();
     const onAbort = () => abort.abort();
     signal.addEventListener('abort', onAbort, { once: true });
@@ -94,7 +104,7 @@ class RedisBackend {
       const result = await this.#native.acquire(key, waitMs, abort);
       // The core knows nothing of the JS signal: its ABORTED gets the reason here.
       if (result?.code === 'ABORTED') throw abortedBy(signal);
-      return new RedisLease(unwrap(result), key);
+      return new RedisLease(unwrap(result), this.#native, key);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
@@ -105,7 +115,7 @@ class RedisBackend {
    * renewed on the driver's thread meanwhile (see with-lock.js).
    */
   withLock(key, fn, options) {
-    return withLock(this, key, fn, options, (lease) => this.#native.keepAlive(RedisLease.handle(lease)));
+    return withLock(this, key, fn, options, RedisLease.keepAlive);
   }
 
   /** Counts and connection health: `{ driver, held, waiting, acquired, timedOut, lost, redis }`. */

@@ -1,6 +1,14 @@
 // withLock(key, fn, options): acquire, run a section, release in all cases.
 // The order of the core's Backend::with_lock, for sections written in JS.
 //
+// Two forms: withLock() for leases the core renews and whose release is a
+// round trip (redis), and withLockReleasedAtOnce() for leases with nothing
+// to renew whose release settles in the call (local). The second awaits
+// nothing of its own: fn runs in the reaction to the acquire and, unless it
+// returns a thenable, the release follows in the same job. The caller of an
+// uncontended local section that returns a plain value resumes after two
+// microtask jobs, where three awaits and an async return took four.
+//
 // Redis leases are renewed by the core on the redis driver's thread (not by
 // JS timers, which a blocked event loop would delay). The loss of the lease
 // aborts the signal the section gets at once, and the call then rejects with
@@ -13,6 +21,8 @@ import { fromInfo, invalidArgument } from './errors.js';
 const NEVER = new AbortController().signal;
 
 const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'autoRenew']);
+
+const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 
 /** Splits the options into acquire options and `autoRenew`; INVALID_ARGUMENT for anything else. */
 function sectionOptions(options) {
@@ -36,15 +46,16 @@ function leaseLost(cause) {
 
 /**
  * Runs `fn(lease, signal)` holding `key` of `backend`. `keepAlive(lease)`
- * (redis only) starts the core's renewals: `{ watch(): Promise<boolean>,
- * stop(): boolean }`, both true when the lease was lost.
+ * starts the lease's renewals (the core's, for redis leases):
+ * `{ watch(): Promise<boolean>, stop(): boolean }`, both true when the lease
+ * was lost; it returns undefined for a lease that needs none.
  *
  * The section's signal aborts when the lease is lost (reason: LEASE_LOST)
  * and when the caller's `signal` aborts (its reason); a caller's abort after
  * the acquire does not end the section by itself: `fn` decides.
  */
 export async function withLock(backend, key, fn, options, keepAlive) {
-  if (typeof fn !== 'function') throw invalidArgument('withLock needs a function: withLock(key, fn, options?)');
+  if (typeof fn !== 'function') throw invalidArgument(NOT_A_FUNCTION);
   const { acquire, autoRenew } = sectionOptions(options);
   const lease = await backend.acquire(key, acquire);
   const callerSignal = acquire?.signal;
@@ -55,8 +66,8 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   let failed = false;
   try {
     let signal = callerSignal ?? NEVER;
-    if (autoRenew && keepAlive !== undefined) {
-      renewals = keepAlive(lease);
+    if (autoRenew && keepAlive !== undefined) renewals = keepAlive(lease);
+    if (renewals !== undefined) {
       lost = new AbortController();
       // The watch never rejects; the handler only guards against a bug there
       // turning into an unhandled rejection.
@@ -86,4 +97,76 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   }
   if (failed) throw failure;
   return output;
+}
+
+/** Settled: the hop before a section whose lease was granted at once. */
+const NOW = Promise.resolve();
+
+/**
+ * withLock over a driver whose leases need no renewal and release at once
+ * (local), with the contract of withLock above: `fn` never runs inside this
+ * call, the lease is released however `fn` ends, the section's error wins
+ * over a failed release, and it rejects, never throws. `source.take(key,
+ * acquireOptions)` is acquire returning the lease itself when granted at
+ * once (else acquire's promise); `source.releaseNow(lease)` releases in the
+ * call, throwing on failure.
+ */
+export function withLockReleasedAtOnce(source, key, fn, options) {
+  if (typeof fn !== 'function') return Promise.reject(invalidArgument(NOT_A_FUNCTION));
+  let acquire;
+  if (options !== undefined) {
+    try {
+      acquire = sectionOptions(options).acquire;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+  const signal = acquire?.signal ?? NEVER;
+  const taken = source.take(key, acquire);
+  if (taken instanceof Promise) return taken.then((lease) => runSection(source, lease, fn, signal));
+  return NOW.then(() => runSection(source, taken, fn, signal));
+}
+
+/**
+ * Runs `fn(lease, signal)`, then releases: right away when fn returns a
+ * plain value or throws, once it settles when it returns a thenable. Called
+ * in a promise reaction, so a throw here rejects the section.
+ */
+function runSection(source, lease, fn, signal) {
+  let output;
+  try {
+    output = fn(lease, signal);
+    // Inside the try: a `then` getter that throws fails the section, as
+    // `await output` would.
+    if (output !== null && (typeof output === 'object' || typeof output === 'function') && typeof output.then === 'function') {
+      return finishSection(source, lease, output);
+    }
+  } catch (error) {
+    releaseQuietly(source, lease);
+    throw error;
+  }
+  source.releaseNow(lease);
+  return output;
+}
+
+/** Waits for the section's thenable, then releases; fn's error wins over a failed release. */
+async function finishSection(source, lease, pending) {
+  let output;
+  try {
+    output = await pending;
+  } catch (error) {
+    releaseQuietly(source, lease);
+    throw error;
+  }
+  source.releaseNow(lease);
+  return output;
+}
+
+/** Releases after a failed section, whose error is the one to report. */
+function releaseQuietly(source, lease) {
+  try {
+    source.releaseNow(lease);
+  } catch {
+    // The section's own error wins over a failed release.
+  }
 }

@@ -311,3 +311,29 @@ test('waits of different lengths time out independently, and the rest keep their
   assert.deepEqual(order.slice(2), ['a', 'b', 'c']);
   await provider.close();
 });
+
+test('the local driver is per provider: a worker thread opening the same options holds the same key at once', async () => {
+  const { Worker } = await import('node:worker_threads');
+  const config = { 'dokebi-lock': { backends: { b: {} } } };
+  const { provider, backend } = await openLocal();
+  const held = await backend.acquire('order:42');
+  const source = `
+import { parentPort } from 'node:worker_threads';
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ config: ${JSON.stringify(config)} });
+const lease = await provider.backend('b').acquire('order:42', { waitTimeoutMs: 0 });
+parentPort.postMessage({ valid: lease.valid, released: await lease.release() });
+await provider.close();
+`;
+  const worker = new Worker(source, { eval: true });
+  const answer = await new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  // Granted in the worker while the main thread holds the key: nothing is shared.
+  assert.deepEqual(answer, { valid: true, released: true });
+  assert.equal(held.valid, true);
+  await rejectsWith(backend.acquire('order:42', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await held.release();
+  await provider.close();
+});

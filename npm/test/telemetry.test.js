@@ -104,6 +104,21 @@ test('local: nothing is measured for a lease granted while nobody listened', asy
   await provider.close();
 });
 
+test('local: a withLock section past slowHoldMs is a slow-hold, whether fn returns a value or a promise', async () => {
+  const recorder = record();
+  const { provider, backend } = await openLocal({ slowHoldMs: 20 });
+  await backend.withLock(KEY, () => {
+    for (const end = performance.now() + 30; performance.now() < end; );
+  });
+  await backend.withLock(KEY, () => sleep(30));
+  await backend.withLock(KEY, () => 'quick');
+  const holds = recorder.named('slow-hold');
+  assert.equal(holds.length, 2, 'the two slow sections, not the quick one');
+  for (const hold of holds) assert.ok(hold.heldMs >= 20, String(hold.heldMs));
+  recorder.stop();
+  await provider.close();
+});
+
 const redis = useRedis();
 
 let namespaces = 0;

@@ -123,6 +123,162 @@ test('bad withLock arguments are INVALID_ARGUMENT', async () => {
   await provider.close();
 });
 
+test('fn never runs inside the withLock call, whether the key is free or held', async () => {
+  const { provider, backend } = await openLocal();
+  let ran = 0;
+  const free = backend.withLock('k', () => ran++);
+  assert.equal(ran, 0, 'a free key: fn runs after withLock returned');
+  await free;
+  assert.equal(ran, 1);
+  const held = await backend.acquire('k');
+  const queued = backend.withLock('k', () => ran++);
+  const released = held.release();
+  assert.equal(ran, 1, 'a hand-off: fn runs after release() returned');
+  assert.equal(await released, true);
+  await queued;
+  assert.equal(ran, 2);
+  await provider.close();
+});
+
+test('a section returning a plain value has released by the time withLock resolves', async () => {
+  const { provider, backend } = await openLocal();
+  for (const value of [undefined, null, 0, 'text', { then: 'not a function' }]) {
+    assert.deepEqual(await backend.withLock('k', () => value), value);
+    const next = await backend.acquire('k', { waitTimeoutMs: 0 });
+    await next.release();
+  }
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('a section returning a thenable keeps the lease until it settles and resolves with its value', async () => {
+  const { provider, backend } = await openLocal();
+  let settle;
+  let seen;
+  const thenable = { then: (resolve) => (settle = resolve) };
+  const section = backend.withLock('k', (lease) => ((seen = lease), thenable));
+  await sleep(5);
+  assert.equal(seen.valid, true, 'held while the thenable is pending');
+  await rejectsWith(backend.acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  settle('from the thenable');
+  assert.equal(await section, 'from the thenable');
+  assert.equal(seen.valid, false);
+  const next = await backend.acquire('k', { waitTimeoutMs: 0 });
+  await next.release();
+  await provider.close();
+});
+
+test('a section that throws anything, or whose then getter throws, releases and rejects with that value', async () => {
+  const { provider, backend } = await openLocal();
+  const getterError = new Error('then getter');
+  const cases = [
+    [() => { throw 'a string'; }, 'a string'],
+    [() => { throw undefined; }, undefined],
+    [() => Promise.reject(null), null],
+    [() => ({ get then() { throw getterError; } }), getterError],
+    [() => ({ then: (_resolve, reject) => reject(7) }), 7],
+  ];
+  for (const [fn, thrown] of cases) {
+    let caught = 'nothing';
+    await backend.withLock('k', fn).catch((error) => (caught = error));
+    assert.equal(caught, thrown);
+    const next = await backend.acquire('k', { waitTimeoutMs: 0 });
+    await next.release();
+  }
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('an already aborted signal is ABORTED for a free key too, and fn never runs', async () => {
+  const { provider, backend } = await openLocal();
+  const reason = new Error('gone');
+  let ran = false;
+  const error = await rejectsWith(backend.withLock('k', () => (ran = true), { signal: AbortSignal.abort(reason) }), 'ABORTED');
+  assert.equal(error.cause, reason);
+  assert.equal(ran, false);
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('after close, withLock is CLOSED and fn never runs', async () => {
+  const { provider, backend } = await openLocal();
+  await provider.close();
+  let ran = false;
+  await rejectsWith(backend.withLock('k', () => (ran = true)), 'CLOSED');
+  assert.equal(ran, false);
+});
+
+test('a nested withLock of the same key waits behind the outer section and the sections queued before it', async () => {
+  const { provider, backend } = await openLocal();
+  const order = [];
+  let nested;
+  const outer = backend.withLock('k', () => {
+    order.push('outer');
+    nested = backend.withLock('k', () => order.push('nested'));
+    return 'outer done';
+  });
+  const queued = backend.withLock('k', () => order.push('queued first'));
+  assert.equal(await outer, 'outer done');
+  await Promise.all([queued, nested]);
+  assert.deepEqual(order, ['outer', 'queued first', 'nested']);
+  // Awaited inside the section it cannot get the key: it times out and the
+  // outer section fails with it, releasing the key.
+  await rejectsWith(
+    backend.withLock('k', () => backend.withLock('k', () => {}, { waitTimeoutMs: 20 })),
+    'WAIT_TIMEOUT',
+  );
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('a section that released its lease early does not release the next holder at its end', async () => {
+  const { provider, backend } = await openLocal();
+  let next;
+  const value = await backend.withLock('k', async (lease) => {
+    assert.equal(await lease.release(), true);
+    next = await backend.acquire('k', { waitTimeoutMs: 0 });
+    return 'done';
+  });
+  assert.equal(value, 'done');
+  assert.equal(next.valid, true, 'the later lease is still held');
+  assert.equal(await next.release(), true);
+  await provider.close();
+});
+
+test('close during a section: the section still resolves with its value', async () => {
+  const sections = [
+    [(provider) => (provider.close(), 'returned'), 'returned'],
+    [async (provider) => (await provider.close(), 'resolved'), 'resolved'],
+  ];
+  for (const [fn, value] of sections) {
+    const { provider, backend } = await openLocal();
+    assert.equal(await backend.withLock('k', () => fn(provider)), value);
+  }
+});
+
+test('sections returning plain values under contention run one at a time, in FIFO order', async () => {
+  const { provider, backend } = await openLocal();
+  const held = await backend.acquire('k');
+  const order = [];
+  let inside = 0;
+  const sections = [1, 2, 3, 4].map((n) =>
+    backend.withLock('k', (lease) => {
+      assert.equal(++inside, 1, 'exclusive');
+      assert.equal(lease.valid, true);
+      order.push(n);
+      inside--;
+      if (n === 2) throw new Error('two fails');
+      return n;
+    }),
+  );
+  await held.release();
+  const results = await Promise.allSettled(sections);
+  assert.deepEqual(order, [1, 2, 3, 4]);
+  assert.deepEqual(results.map((r) => r.value ?? r.reason.message), [1, 'two fails', 3, 4]);
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
 // A contender in another process: tries the key with waitTimeoutMs 0 every
 // few ms for `ms` after printing "ready", then prints how often it got it.
 const contender = (namespace, ms) => `

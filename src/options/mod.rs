@@ -267,8 +267,10 @@ impl Options {
         for (name, backend) in &backends {
             if let BackendOptions::Redis(redis) = backend {
                 match connections.get(&redis.connection) {
-                    None => unknown_connections
-                        .push(format!("backends.{name}.connection"), format!("names no connection under {REDIS_SECTION}.connections")),
+                    None => unknown_connections.0.push(
+                        Issue::new(format!("backends.{name}.connection"), format!("names no connection under {REDIS_SECTION}.connections"))
+                            .with_code(ErrorCode::UnknownConnection),
+                    ),
                     // A command may take up to commandTimeoutMs; one that
                     // may outlast the lease could return a grant already
                     // expired, or learn of a loss only after it happened.
@@ -541,7 +543,7 @@ fn join(path: &str, name: &str) -> String {
 }
 
 fn issue(path: &str, message: &str) -> Issue {
-    Issue { path: path.into(), message: message.into() }
+    Issue::new(path, message)
 }
 
 #[derive(Default)]
@@ -549,6 +551,6 @@ struct Issues(Vec<Issue>);
 
 impl Issues {
     fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Issue { path: path.into(), message: message.into() });
+        self.0.push(Issue::new(path, message));
     }
 }

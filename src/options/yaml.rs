@@ -50,7 +50,7 @@ pub(crate) fn parse(text: &str) -> Result<Value> {
 }
 
 fn whole_text(message: String) -> LockError {
-    LockError::invalid_options(vec![Issue { path: String::new(), message }])
+    LockError::invalid_options(vec![Issue::new(String::new(), message)])
 }
 
 /// The state of one document's reading, shared by every node.
@@ -199,7 +199,7 @@ impl<'de> Visitor<'de> for Node<'_> {
             let value = map.next_value_seed(Node(&mut *self.0))?;
             if object.contains_key(self.0.path.last().expect("pushed above")) {
                 let path = self.0.issue_path();
-                self.0.duplicates.push(Issue { path, message: "duplicate key: given more than once in the same mapping".into() });
+                self.0.duplicates.push(Issue::new(path, "duplicate key: given more than once in the same mapping"));
             }
             let key = self.0.path.pop().expect("pushed above");
             object.entry(key).or_insert(value);

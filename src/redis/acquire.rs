@@ -153,7 +153,8 @@ impl Acquire {
                 }
             };
             if granted == 1 {
-                if Instant::now() < valid_until(sent, core.lease()) {
+                let in_time = || Instant::now() < valid_until(sent, core.lease());
+                if in_time() {
                     if let Err(failure) = core.replicated(&via, &keys).await {
                         // Given back before the caller hears of it, so that
                         // a retry finds the key free (a failed give-back goes
@@ -161,13 +162,18 @@ impl Acquire {
                         let _ = core.release(&keys, &token).await;
                         return Err(failure.into_error("acquire"));
                     }
-                    return register(&core, &key, &keys, token, value as u64, sent).await;
+                    // Asked again: the replicas' acknowledgement (WAIT) may
+                    // have taken what was left of the lease.
+                    if in_time() {
+                        return register(&core, &key, &keys, token, value as u64, sent).await;
+                    }
                 }
-                // The answer came after the lease's local validity ran out
-                // (slower than leaseMs, or read late by a busy thread): the
-                // lock may have expired and gone to another owner already.
-                // Try again with the same token while the wait lasts: the
-                // script grants a lock that carries it afresh.
+                // The answer (or the replicas' acknowledgement) came after
+                // the lease's local validity ran out (slower than leaseMs,
+                // or read late by a busy thread): the lock may have expired
+                // and gone to another owner already. Try again with the same
+                // token while the wait lasts: the script grants a lock that
+                // carries it afresh.
                 let why = if single_try {
                     None
                 } else {
@@ -240,7 +246,7 @@ fn interrupted(why: Interrupt, wait: Duration) -> LockError {
 fn late_grant() -> LockError {
     LockError::new(
         ErrorCode::ProviderFailed,
-        "acquire: Redis granted the lock, but its answer came after the lease's validity had run out (an answer slower than leaseMs); the lock is given back",
+        "acquire: Redis granted the lock, but its answer (or the replicas' acknowledgement of replicaAcks) came after the lease's validity had run out; the lock is given back",
     )
 }
 

@@ -80,7 +80,7 @@ pub(crate) unsafe fn text<'a>(text: *const c_char, len: usize, what: &str, code:
         let message = format!("{what} is not valid UTF-8");
         match code {
             // An options error always lists its issues, this one about the whole text.
-            ErrorCode::InvalidOptions => LockError::invalid_options(vec![Issue { path: String::new(), message }]),
+            ErrorCode::InvalidOptions => LockError::invalid_options(vec![Issue::new(String::new(), message)]),
             code => LockError::new(code, message),
         }
     })

@@ -17,6 +17,7 @@
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
 //! - [`guard`]: no Rust panic crosses into Node.
+//! - [`addon_version`]: checked against the JS package's version on load.
 
 // napi-rs registers exports only outside cfg(test); a test build (clippy
 // --all-targets) would see them as unused.
@@ -37,3 +38,10 @@ mod redis;
 mod status;
 mod telemetry;
 mod uv;
+
+/// This addon's version, the same as `@dokebi/lock`'s: the JS layer refuses
+/// an addon of any other version (a stale build, a mismatched install).
+#[napi_derive::napi(catch_unwind)]
+pub fn addon_version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
+}

@@ -102,7 +102,6 @@ fn wrap(loaded: dokebi_lock::Result<Options>) -> Option<NativeOptions> {
 }
 
 fn parse_json(text: &str) -> dokebi_lock::Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|err| {
-        LockError::invalid_options(vec![dokebi_lock::Issue { path: String::new(), message: "not plain data".into() }]).with_cause(err)
-    })
+    serde_json::from_str(text)
+        .map_err(|err| LockError::invalid_options(vec![dokebi_lock::Issue::new(String::new(), "not plain data")]).with_cause(err))
 }

@@ -2,7 +2,7 @@
 // edited): every backend is wrapped to count acquires and failures per
 // backend and code, and the app driver `sqlite` is registered.
 import { LockError, LockExtension } from '../../../../../npm/index.js';
-import type { AcquireOptions, Lease, LockBackend, LockDrivers, WrapBackendInput } from '../../../../../npm/index.js';
+import type { AcquireOptions, DriverBackend, Lease, LockBackend, LockDrivers, WrapBackendInput } from '../../../../../npm/index.js';
 import { sqliteDriver } from './sqlite-driver.ts';
 
 export const drivers: LockDrivers = { sqlite: sqliteDriver };
@@ -15,8 +15,12 @@ type Counts = { acquired: number; failed: Record<string, number> };
  */
 export const metrics = new Map<string, Counts>();
 
-/** A LockBackend that counts what its inner backend does. */
-class MeteredBackend implements LockBackend {
+/**
+ * A backend that counts what its inner backend's acquire does. It supplies
+ * acquire only: the library adds withLock (built on this acquire, so sections
+ * are counted too) and status (the inner backend's).
+ */
+class MeteredBackend implements DriverBackend {
   #inner: LockBackend;
   #counts: Counts;
 
@@ -41,7 +45,7 @@ class MeteredBackend implements LockBackend {
 }
 
 export default class MetricsExtension extends LockExtension {
-  protected override wrapBackend({ name, backend }: WrapBackendInput): LockBackend {
+  protected override wrapBackend({ name, backend }: WrapBackendInput): DriverBackend {
     let counts = metrics.get(name);
     if (counts === undefined) metrics.set(name, (counts = { acquired: 0, failed: {} }));
     return new MeteredBackend(backend, counts);

@@ -7,7 +7,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { createHash, randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LockError } from '../../../../../npm/index.js';
-import type { AcquireOptions, DriverInput, Lease, LockBackend, LockDriver, OptionIssue } from '../../../../../npm/index.js';
+import type { AcquireOptions, DriverBackend, DriverInput, Lease, LockDriver, OptionIssue } from '../../../../../npm/index.js';
 
 interface Settings {
   file: string;
@@ -148,7 +148,11 @@ class SqliteStore {
   }
 }
 
-class SqliteBackend implements LockBackend {
+/**
+ * The backend of one sqlite backend: acquire only. The library adds withLock
+ * (renewing these expiring leases while a section runs) and status.
+ */
+class SqliteBackend implements DriverBackend {
   #store: SqliteStore;
 
   constructor(store: SqliteStore) {

@@ -1,0 +1,239 @@
+// The types test: every export of @dokebi/lock, /host and /install, used as
+// an app would. scripts/test-types type-checks this file as an ES module
+// (consumer.mts) and, copied unchanged to a .cts, as CommonJS: the same
+// text must compile from both (no top-level await, no import.meta). Each
+// line marked as an expected error is misuse the declarations must reject.
+import {
+  createPlugin,
+  defineLockPlugin,
+  dependency,
+  redisDependency,
+  DokebiError,
+  LockError,
+  LockExtension,
+  LockProvider,
+  openLock,
+  type AcquireOptions,
+  type AppBackendOptions,
+  type AppDriverSettings,
+  type BackendOptions,
+  type BackendStatus,
+  type CreateDriverInput,
+  type CreatePluginInput,
+  type DriverBackend,
+  type DriverFactory,
+  type DriverInput,
+  type Lease,
+  type LocalBackendOptions,
+  type LockBackend,
+  type LockConfig,
+  type LockDriver,
+  type LockDrivers,
+  type LockErrorCode,
+  type LockExtensionEntry,
+  type LockHttpAnswer,
+  type LockLogger,
+  type LockOptions,
+  type LockPlugin,
+  type OpenLockInput,
+  type OptionIssue,
+  type PluginContext,
+  type PluginToken,
+  type RedisBackendOptions,
+  type RedisClusterOptions,
+  type RedisConnectionCommon,
+  type RedisConnectionOptions,
+  type RedisOptions,
+  type RedisSentinelOptions,
+  type RedisStatus,
+  type TelemetryPayloads,
+  type WithLockOptions,
+  type WrapBackendInput,
+} from '@dokebi/lock';
+import { createApp, type App, type HostLogger, type HostPlugin } from '@dokebi/lock/host';
+import { check, manifest, planInstall, type InstallConfig, type InstallDiagnostic, type InstallPlan, type LockManifest } from '@dokebi/lock/install';
+
+// An app driver's settings, declared so that its backends type-check.
+declare module '@dokebi/lock' {
+  interface AppDriverSettings {
+    memory: { readonly size?: number };
+  }
+}
+
+const local: LocalBackendOptions = { maxKeys: 10, waitTimeoutMs: 0, slowHoldMs: null };
+const redis: RedisBackendOptions = { driver: 'redis', connection: 'main', leaseMs: 5000, replicaAcks: 1 };
+const app: AppBackendOptions = { driver: 'memory', size: 3 };
+const settings: AppDriverSettings['memory'] = { size: 1 };
+const sentinel: RedisSentinelOptions = { nodes: ['redis://127.0.0.1:26379'], primaryName: 'main' };
+const cluster: RedisClusterOptions = { nodes: ['redis://127.0.0.1:7000'] };
+const common: RedisConnectionCommon = { commandTimeoutMs: 1000 };
+const connections: Record<string, RedisConnectionOptions> = { main: { url: 'redis://127.0.0.1:6379/0', ...common }, s: { sentinel }, c: { cluster } };
+const backends: Record<string, BackendOptions> = { local, redis, app, defaults: null, sized: { driver: 'memory', ...settings } };
+const lockOptions: LockOptions = { backends };
+const redisOptions: RedisOptions = { connections };
+const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOptions, 'other-plugin': { x: 1 } };
+
+// @ts-expect-error a typo in a built-in backend's option
+const typo: BackendOptions = { driver: 'redis', leasMs: 5000 };
+// @ts-expect-error a typo in a local backend's option
+const localTypo: BackendOptions = { driver: 'local', maxKey: 5 };
+// @ts-expect-error a redis backend needs leaseMs
+const noLease: BackendOptions = { driver: 'redis' };
+// @ts-expect-error a driver nobody declared
+const undeclared: BackendOptions = { driver: 'sqlite', file: 'x.db' };
+// @ts-expect-error a connection has one of url, sentinel and cluster
+const twoConnections: RedisConnectionOptions = { url: 'redis://127.0.0.1', cluster };
+
+const logger: LockLogger = { debug() {}, error(fields, message) { console.error(fields.backend, fields.code, message); } };
+
+/** An app driver that supplies acquire only: the library adds withLock and status. */
+class MemoryBackend implements DriverBackend {
+  #inner: LockBackend;
+  constructor(inner: LockBackend) {
+    this.#inner = inner;
+  }
+  acquire(key: string, options?: AcquireOptions): Promise<Lease> {
+    return this.#inner.acquire(key, options);
+  }
+}
+
+const memory: DriverFactory = async (input: DriverInput): Promise<LockDriver> => {
+  const inner = await openLock({ config: { 'dokebi-lock': { backends: { m: {} } } }, logger: input.logger });
+  const size = input.settings.size;
+  if (size !== undefined && typeof size !== 'number') {
+    const issue: OptionIssue = { path: `${input.path}.size`, message: 'must be a number' };
+    throw new LockError('INVALID_OPTIONS', 'invalid options', { details: { issues: [issue] } });
+  }
+  input.getDependency?.(dependency);
+  return { view: new MemoryBackend(inner.backend('m')), close: () => inner.close() };
+};
+const drivers: LockDrivers = { memory };
+
+// @ts-expect-error a driver's view must have acquire
+const noAcquire: LockDriver = { view: {}, close: async () => {} };
+// @ts-expect-error a driver factory returns { view, close }
+const badFactory: DriverFactory = () => ({ view: new MemoryBackend(undefined as unknown as LockBackend) });
+
+class Metered implements DriverBackend {
+  acquired = 0;
+  readonly #inner: LockBackend;
+  constructor(inner: LockBackend) {
+    this.#inner = inner;
+  }
+  async acquire(key: string, options?: AcquireOptions): Promise<Lease> {
+    const lease = await this.#inner.acquire(key, options);
+    this.acquired++;
+    return lease;
+  }
+}
+
+class AppExtension extends LockExtension {
+  protected override dependencies(): readonly PluginToken[] {
+    return [dependency, redisDependency];
+  }
+  protected override createDriver(input: CreateDriverInput): Promise<LockDriver> {
+    return input.driver === 'memory' ? Promise.resolve(memory(input)) : input.open();
+  }
+  protected override wrapBackend({ name, driver, backend }: WrapBackendInput): DriverBackend {
+    // The backend a hook gets has the whole API.
+    const status: BackendStatus = backend.status();
+    console.log(name, driver, status.driver);
+    return new Metered(backend);
+  }
+}
+
+class WrongHook extends LockExtension {
+  // @ts-expect-error wrapBackend returns a backend, not a string
+  protected override wrapBackend(input: WrapBackendInput): string {
+    return input.name;
+  }
+}
+
+class WrongInput extends LockExtension {
+  // @ts-expect-error createDriver takes the CreateDriverInput
+  protected override createDriver(input: number): Promise<LockDriver> {
+    return Promise.reject(input);
+  }
+}
+
+const entry: LockExtensionEntry = { default: AppExtension, drivers };
+
+async function standalone(): Promise<void> {
+  const input: OpenLockInput = { config, logger, drivers, entry };
+  const provider: LockProvider = await openLock(input);
+  const backend: LockBackend = provider.backend('sized');
+  const signal: AbortSignal = AbortSignal.timeout(1000);
+  const acquireOptions: AcquireOptions = { signal, waitTimeoutMs: 10 };
+  {
+    await using lease = await backend.acquire('k', acquireOptions);
+    const fence: bigint = BigInt(lease.fence);
+    const left: number = lease.remainingMs;
+    console.log(lease.key, lease.valid, fence, left, await lease.renew());
+  }
+  const withLockOptions: WithLockOptions = { ...acquireOptions, autoRenew: false };
+  const total: number = await backend.withLock('k', async (lease, section) => (section.aborted ? 0 : Number(lease.fence)), withLockOptions);
+  const text: string = await backend.withLock('k', () => 'sync value');
+  // @ts-expect-error withLock resolves with fn's value
+  const wrong: number = await backend.withLock('k', () => 'text');
+  // @ts-expect-error an unknown acquire option
+  await backend.acquire('k', { waitTimeout: 5 });
+  const status: BackendStatus = backend.status();
+  const held: number | null = status.held;
+  const redisStatus: RedisStatus | undefined = provider.status().redis?.redis;
+  console.log(total, text, wrong, held, redisStatus?.connected, provider.names());
+  await provider.close();
+  await provider[Symbol.asyncDispose]();
+  // @ts-expect-error a provider comes from openLock or a plugin
+  new LockProvider();
+  await openLock({ file: new URL('file:///app/dokebi.yaml') });
+  await openLock({ yaml: 'schemaVersion: 1\n' });
+  // @ts-expect-error exactly one of yaml, file and config
+  await openLock({ yaml: '', config });
+}
+
+function errors(error: unknown): LockHttpAnswer | undefined {
+  // Other packages classify any DokebiError by its code.
+  if (error instanceof DokebiError && !(error instanceof LockError)) console.log(error.plugin, error.code, error.data?.reason);
+  if (!(error instanceof LockError)) return undefined;
+  const base: DokebiError = error;
+  const code: LockErrorCode = error.code;
+  const issues: readonly OptionIssue[] | undefined = error.details?.issues;
+  console.log(code, error.fix, error.plugin, error.name, issues, base.data?.reason);
+  // @ts-expect-error not an error code
+  const unknownCode: LockErrorCode = 'LOCK_TIMEOUT';
+  // @ts-expect-error not an error code
+  new LockError('TIMEOUT', 'message');
+  return error.http ?? (unknownCode ? undefined : undefined);
+}
+
+const telemetry = (payload: TelemetryPayloads['slow-acquire']): number => payload.waitedMs;
+
+async function hosted(): Promise<void> {
+  const hostLogger: HostLogger = { debug() {}, error() {} };
+  const host: App = createApp({ config, logger: hostLogger });
+  const pluginInput: CreatePluginInput = { app: host, entry };
+  const plugin: LockPlugin = createPlugin(pluginInput);
+  const consumer: HostPlugin<string> = {
+    name: 'consumer',
+    metadata: { dependencies: [dependency] },
+    start(context: PluginContext) {
+      return context.getDependency<LockProvider>(dependency).names().join(',');
+    },
+  };
+  host.register(plugin).register(consumer);
+  const withDrivers: LockPlugin = defineLockPlugin({ drivers })({ app: { config }, options: lockOptions });
+  await host.start();
+  const provider: LockProvider = host.get(plugin);
+  console.log(provider.names(), host.get(consumer), withDrivers.name, plugin.metadata.dependencies);
+  await host.stop();
+}
+
+function install(): void {
+  const installConfig: InstallConfig = lockOptions;
+  const plan: InstallPlan = planInstall(installConfig);
+  const diagnostics: readonly InstallDiagnostic[] = check(config, { dependencies: { '@dokebi/lock': '^0.4.0' } }).diagnostics;
+  const shipped: LockManifest = manifest;
+  console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
+}
+
+export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, WrongHook, WrongInput };
