@@ -8,8 +8,9 @@
 //!
 //! That these scenarios do catch a lost wake-up was checked by breaking the
 //! protocol on purpose: with `wait` setting `sleeping` after dropping and
-//! retaking the lock (a window in which a grant sees no sleeper), the grant
-//! and close scenarios fail with loom's "deadlock".
+//! retaking the lock (a window in which a grant sees no sleeper), every
+//! scenario in which the waiter sleeps fails with loom's "deadlock"; with
+//! `promote` not notifying, the promotion scenario does.
 
 #![allow(dead_code)] // the library uses every method; each model here uses some
 
@@ -28,17 +29,21 @@ mod wait_slot;
 
 use loom::sync::Arc;
 use loom::thread;
-use wait_slot::{Outcome, WaitSlot};
+use wait_slot::{News, Outcome, WaitSlot};
 
 /// A blocked thread's wait as the backend runs it: when it queued first in
-/// line, spin a little; then sleep until there is an outcome.
+/// line, spin a little; then sleep until there is an outcome, spinning
+/// again each time it is told that it is next.
 fn wait_blocking(slot: &WaitSlot<u32>, first_in_line: bool) -> Outcome<u32> {
-    if first_in_line {
-        slot.spin(2);
-    }
+    let mut spin = first_in_line;
     loop {
-        if let Some(outcome) = slot.wait(None) {
-            return outcome;
+        if std::mem::take(&mut spin) {
+            slot.spin(2);
+        }
+        match slot.wait(None) {
+            Some(News::Outcome(outcome)) => return outcome,
+            Some(News::Next) => spin = true,
+            None => {}
         }
     }
 }
@@ -79,6 +84,63 @@ fn a_close_always_reaches_a_thread_that_spins_or_sleeps() {
         };
         assert_eq!(wait_blocking(&slot, true), Outcome::Closed);
         closer.join().unwrap();
+    });
+}
+
+#[test]
+fn being_told_it_is_next_always_reaches_a_sleeping_thread() {
+    loom::model(|| {
+        let slot = Arc::new(WaitSlot::<u32>::new());
+        let releaser = {
+            let slot = slot.clone();
+            thread::spawn(move || slot.promote())
+        };
+        // A waiter further back sleeps at once, and must wake to spin.
+        loop {
+            match slot.wait(None) {
+                Some(News::Next) => break,
+                Some(News::Outcome(outcome)) => panic!("no outcome was given, got {outcome:?}"),
+                None => {}
+            }
+        }
+        releaser.join().unwrap();
+    });
+}
+
+#[test]
+fn a_grant_after_being_told_it_is_next_always_reaches_the_thread() {
+    loom::model(|| {
+        let slot = Arc::new(WaitSlot::new());
+        let releasers = {
+            let slot = slot.clone();
+            // One release makes the waiter next, the following one grants it.
+            thread::spawn(move || {
+                slot.promote();
+                assert_eq!(slot.grant(5), Ok(()));
+            })
+        };
+        assert_eq!(wait_blocking(&slot, false), Outcome::Granted(5));
+        releasers.join().unwrap();
+    });
+}
+
+#[test]
+fn a_grant_and_a_late_promotion_from_two_threads_leave_no_thread_asleep() {
+    loom::model(|| {
+        let slot = Arc::new(WaitSlot::new());
+        // A releaser that saw the waiter first in line may tell it so after
+        // another releaser already granted it; neither may strand it.
+        let promoter = {
+            let slot = slot.clone();
+            thread::spawn(move || slot.promote())
+        };
+        let granter = {
+            let slot = slot.clone();
+            thread::spawn(move || assert_eq!(slot.grant(4), Ok(())))
+        };
+        assert_eq!(wait_blocking(&slot, false), Outcome::Granted(4));
+        promoter.join().unwrap();
+        granter.join().unwrap();
     });
 }
 

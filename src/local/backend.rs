@@ -9,14 +9,14 @@
 //! contends with the thread that woke it.
 //!
 //! Contention (threads): each release hands the key straight to the head of
-//! its FIFO queue, and wakes that thread only (none when it is still
-//! spinning). A thread that queues first in line spins briefly for its
-//! hand-off before it sleeps; one that queues behind others sleeps at once:
-//! with more threads than processors, spinning there only takes the
-//! processor from the threads ahead of it (8 threads on one key on 2 loaded
-//! cores went from 10k-30k to about 200k pairs/s when only the first in
-//! line spun). See
-//! [`super::wait_slot`], where the hand-off lives.
+//! its FIFO queue, and wakes that thread only if it sleeps (a spinning one
+//! costs no system call); then it wakes the waiter that is now first in
+//! line, so that this one is awake and spinning when its own turn comes. A
+//! thread spins, briefly, only while it is first in line; one that queues
+//! behind others sleeps at once: with more threads than processors,
+//! spinning there only takes the processor from the threads ahead of it.
+//! See [`super::wait_slot`], where the hand-off lives, and BENCHMARKS.md
+//! ("C local under contention") for the measurements behind these choices.
 
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +28,7 @@ use futures_timer::Delay;
 
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
 use super::key_copy::KeyCopy;
-use super::wait_slot::{Outcome, WaitSlot};
+use super::wait_slot::{News, Outcome, WaitSlot};
 use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
@@ -49,10 +49,16 @@ struct Shared {
     telemetry: Option<Telemetry>,
 }
 
-/// How long the thread first in line checks for its hand-off before it
-/// sleeps: about what sleeping and being woken again costs, so that a
-/// waiter never spends more than twice what the better choice would have.
-const SPIN_FOR: Duration = Duration::from_micros(20);
+/// How long a thread that queues first in line checks for its hand-off
+/// before it sleeps: the holder is running, so the hand-off is likely to
+/// come soon (2 threads on 2 cores took half the time with 20 us as with 2).
+const SPIN_QUEUED_FIRST: Duration = Duration::from_micros(20);
+
+/// How long a thread woken because it became first in line spins. Short:
+/// with more threads than processors it may share a processor with the
+/// holder it waits for (8 threads on 2 quiet cores: 140k pairs/s with 2 us,
+/// 90k with 20 us).
+const SPIN_WOKEN_FIRST: Duration = Duration::from_micros(2);
 
 /// Spin checks between two readings of the clock (a check costs from a few
 /// to some 40 ns, depending on the processor's pause instruction).
@@ -157,11 +163,12 @@ impl LocalBackend {
         };
         let started = Instant::now();
         let mut deadline = started.checked_add(timeout);
-        if next && spinning_helps() {
-            let until = Instant::now() + SPIN_FOR;
-            while !slot.spin(SPINS_PER_CLOCK_READ) && Instant::now() < until {}
-        }
+        let mut spin = next.then_some(SPIN_QUEUED_FIRST);
         loop {
+            if let Some(spin_for) = spin.take().filter(|_| spinning_helps()) {
+                let until = Instant::now() + spin_for;
+                while !slot.spin(SPINS_PER_CLOCK_READ) && Instant::now() < until {}
+            }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
@@ -172,10 +179,14 @@ impl LocalBackend {
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
             }
-            if let Some(outcome) = slot.wait(left.filter(|left| !left.is_zero())) {
-                let outcome = delivered(outcome);
-                self.waited(started, outcome.as_ref().err());
-                return outcome.map(|id| self.lease(id, key));
+            match slot.wait(left.filter(|left| !left.is_zero())) {
+                Some(News::Outcome(outcome)) => {
+                    let outcome = delivered(outcome);
+                    self.waited(started, outcome.as_ref().err());
+                    return outcome.map(|id| self.lease(id, key));
+                }
+                Some(News::Next) => spin = Some(SPIN_WOKEN_FIRST),
+                None => {}
             }
         }
     }
@@ -235,13 +246,28 @@ impl LocalBackend {
         report_hold(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, since);
     }
 
-    /// Releases `id` and delivers the key to the next live waiter.
+    /// Releases `id` and delivers the key to the next live waiter; then
+    /// tells the waiter behind that one that it is next.
     fn release(&self, id: LeaseId) -> bool {
-        let mut released = lock(&self.shared.engine).release(id);
+        let mut engine = lock(&self.shared.engine);
+        let mut released = engine.release(id);
         let freed = !matches!(released, Released::NotHeld);
         while let Released::HandedOn { waiter, lease } = released {
-            let Err(refused) = waiter.grant(lease) else { break };
-            released = lock(&self.shared.engine).release(refused);
+            let next = engine.next_waiter(lease).cloned();
+            drop(engine);
+            match waiter.grant(lease) {
+                Ok(()) => {
+                    // After the grant: the new holder comes first.
+                    if let Some(next) = next {
+                        next.promote();
+                    }
+                    return freed;
+                }
+                Err(refused) => {
+                    engine = lock(&self.shared.engine);
+                    released = engine.release(refused);
+                }
+            }
         }
         freed
     }

@@ -252,6 +252,17 @@ impl<W> LocalEngine<W> {
         matches!(self.waiters.get(waiter.slot as usize), Some(entry) if entry.serial == waiter.serial && entry.prev.is_none())
     }
 
+    /// The payload of the waiter first in line for the key `lease` holds:
+    /// the one that gets the key when `lease` is released. `None` when
+    /// nobody waits, or `lease` is not held.
+    pub fn next_waiter(&self, lease: LeaseId) -> Option<&W> {
+        if !self.is_held(lease) {
+            return None;
+        }
+        let head = self.keys[lease.slot as usize].head?;
+        Some(&self.waiters[head as usize].payload)
+    }
+
     /// True while `lease` is held (not released, handed on or closed).
     pub fn is_held(&self, lease: LeaseId) -> bool {
         matches!(self.keys.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)
