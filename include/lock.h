@@ -480,6 +480,19 @@ const char *dokebi_lock_error_issue_message(const struct dokebi_lock_error *erro
                                             size_t index);
 
 /**
+ * The code of issue `index`: `DOKEBI_LOCK_UNKNOWN_CONNECTION` for a backend
+ * naming an undefined connection, `DOKEBI_LOCK_INVALID_OPTIONS` for every
+ * other problem, so a caller can classify each issue also when one error
+ * lists both kinds; `DOKEBI_LOCK_OK` when `index` is out of range or for
+ * NULL.
+ *
+ * # Safety
+ * `error` is NULL or a live error handle.
+ */
+dokebi_lock_status dokebi_lock_error_issue_status(const struct dokebi_lock_error *error,
+                                                  size_t index);
+
+/**
  * Frees an error and every string it handed out. NULL is accepted.
  *
  * # Safety
@@ -614,7 +627,7 @@ void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
  * Opens a provider from the text of a YAML configuration file
  * (`schemaVersion: 1`, `options.dokebi-lock.backends...`), `yaml_len` bytes
  * at `yaml`. On `DOKEBI_LOCK_INVALID_OPTIONS` the error lists every problem
- * (`dokebi_lock_error_issue_count` / `_path` / `_message`).
+ * (`dokebi_lock_error_issue_count` / `_path` / `_message` / `_status`).
  *
  * A Redis connection (`options.dokebi-redis.connections.<name>`) names
  * exactly one of: `url` (one server), `sentinel` (`nodes`: sentinel URLs,

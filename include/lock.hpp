@@ -42,6 +42,8 @@ namespace dokebi::lock {
 struct Issue {
     std::string path;
     std::string message;
+    /// DOKEBI_LOCK_UNKNOWN_CONNECTION or DOKEBI_LOCK_INVALID_OPTIONS.
+    dokebi_lock_status status;
 };
 
 /// A failed call: what lock.h reports through dokebi_lock_error.
@@ -53,7 +55,8 @@ public:
           status_(status),
           fix_(text(dokebi_lock_error_fix(error), "")) {
         for (std::size_t i = 0; i < dokebi_lock_error_issue_count(error); ++i) {
-            issues_.push_back({dokebi_lock_error_issue_path(error, i), dokebi_lock_error_issue_message(error, i)});
+            issues_.push_back({dokebi_lock_error_issue_path(error, i), dokebi_lock_error_issue_message(error, i),
+                               dokebi_lock_error_issue_status(error, i)});
         }
         dokebi_lock_error_free(error);
     }

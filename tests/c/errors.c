@@ -34,6 +34,8 @@ static void invalid_options_list_every_issue(void) {
     CHECK(strlen(dokebi_lock_error_issue_message(error, 1)) > 0);
     CHECK(dokebi_lock_error_issue_path(error, 2) == NULL);
     CHECK(dokebi_lock_error_issue_message(error, 2) == NULL);
+    CHECK(dokebi_lock_error_issue_status(error, 0) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(dokebi_lock_error_issue_status(error, 2) == DOKEBI_LOCK_OK);
     dokebi_lock_error_free(error);
 
     /* Not UTF-8 (an options error still lists its issue), and not YAML at all. */
@@ -45,6 +47,27 @@ static void invalid_options_list_every_issue(void) {
     CHECK(provider == (dokebi_lock_provider *)&yaml);
 }
 
+/* Each issue carries its own code, so an undefined connection is told apart
+ * from other problems also when one error lists both. */
+static void each_issue_has_its_own_code(void) {
+    const char *yaml =
+        "schemaVersion: 1\n"
+        "options:\n"
+        "  dokebi-lock:\n"
+        "    backends:\n"
+        "      a: { maxKeys: 0 }\n"
+        "      r: { driver: redis, connection: nowhere, leaseMs: 10000 }\n";
+    dokebi_lock_provider *provider = NULL;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_provider_open(yaml, strlen(yaml), &provider, &error) == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(dokebi_lock_error_issue_count(error) == 2);
+    int connection = strcmp(dokebi_lock_error_issue_path(error, 0), "backends.r.connection") == 0 ? 0 : 1;
+    CHECK(strcmp(dokebi_lock_error_issue_path(error, connection), "backends.r.connection") == 0);
+    CHECK(dokebi_lock_error_issue_status(error, connection) == DOKEBI_LOCK_UNKNOWN_CONNECTION);
+    CHECK(dokebi_lock_error_issue_status(error, 1 - connection) == DOKEBI_LOCK_INVALID_OPTIONS);
+    dokebi_lock_error_free(error);
+}
+
 static void getters_of_null_answer_null_false_or_zero(void) {
     CHECK(dokebi_lock_error_code(NULL) == DOKEBI_LOCK_OK);
     CHECK(dokebi_lock_error_name(NULL) == NULL);
@@ -54,6 +77,7 @@ static void getters_of_null_answer_null_false_or_zero(void) {
     CHECK(dokebi_lock_error_issue_count(NULL) == 0);
     CHECK(dokebi_lock_error_issue_path(NULL, 0) == NULL);
     CHECK(dokebi_lock_error_issue_message(NULL, 0) == NULL);
+    CHECK(dokebi_lock_error_issue_status(NULL, 0) == DOKEBI_LOCK_OK);
     size_t len = 99;
     CHECK(dokebi_lock_lease_key(NULL, &len) == NULL && len == 99);
     CHECK(!dokebi_lock_lease_valid(NULL));
@@ -234,6 +258,7 @@ static void unknown_backends_are_reported(const dokebi_lock_provider *provider) 
 int main(void) {
     CHECK(strlen(dokebi_lock_version()) > 0);
     invalid_options_list_every_issue();
+    each_issue_has_its_own_code();
     getters_of_null_answer_null_false_or_zero();
     every_free_accepts_null();
     status_names_are_stable();

@@ -132,7 +132,8 @@ int main() {
     auto invalid = expect_error(DOKEBI_LOCK_INVALID_OPTIONS, [] {
         lock::Provider::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: { maxKeys: -1 }\n");
     });
-    CHECK(invalid.issues().size() == 1 && invalid.issues()[0].path == "backends.a.maxKeys");
+    CHECK(invalid.issues().size() == 1 && invalid.issues()[0].path == "backends.a.maxKeys" &&
+          invalid.issues()[0].status == DOKEBI_LOCK_INVALID_OPTIONS);
     expect_error(DOKEBI_LOCK_UNKNOWN_BACKEND, [&] { provider.backend("nope"); });
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.acquire(""); });
 

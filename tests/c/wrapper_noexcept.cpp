@@ -24,7 +24,8 @@ namespace lock = dokebi::lock;
 int main() {
     auto invalid = lock::Provider::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: { maxKeys: -1 }\n");
     CHECK(!invalid.ok() && invalid.error().status() == DOKEBI_LOCK_INVALID_OPTIONS);
-    CHECK(invalid.error().issues().size() == 1 && invalid.error().issues()[0].path == "backends.a.maxKeys");
+    CHECK(invalid.error().issues().size() == 1 && invalid.error().issues()[0].path == "backends.a.maxKeys" &&
+          invalid.error().issues()[0].status == DOKEBI_LOCK_INVALID_OPTIONS);
 
     auto provider = lock::Provider::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      orders: {}\n");
     CHECK(provider.ok());

@@ -14,7 +14,15 @@ pub struct dokebi_lock_error {
     message: CString,
     fix: CString,
     cause: Option<CString>,
-    issues: Vec<(CString, CString)>,
+    issues: Vec<Issue>,
+}
+
+/// One option problem: where, what, and its own code (`UNKNOWN_CONNECTION`
+/// for an undefined connection, else `INVALID_OPTIONS`).
+struct Issue {
+    path: CString,
+    message: CString,
+    status: dokebi_lock_status,
 }
 
 impl From<&LockError> for dokebi_lock_error {
@@ -24,7 +32,11 @@ impl From<&LockError> for dokebi_lock_error {
             message: c_text(error.message()),
             fix: c_text(error.fix()),
             cause: error.cause().map(|cause| c_text(&cause.to_string())),
-            issues: error.issues().iter().map(|issue| (c_text(&issue.path), c_text(&issue.message))).collect(),
+            issues: error
+                .issues()
+                .iter()
+                .map(|issue| Issue { path: c_text(&issue.path), message: c_text(&issue.message), status: issue.code.into() })
+                .collect(),
         }
     }
 }
@@ -146,7 +158,7 @@ pub unsafe extern "C" fn dokebi_lock_error_issue_count(error: *const dokebi_lock
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_issue_path(error: *const dokebi_lock_error, index: usize) -> *const c_char {
     // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
-    boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |(path, _)| path.as_ptr()))
+    boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |issue| issue.path.as_ptr()))
 }
 
 /// What is wrong at issue `index`, owned by the error; NULL when `index` is
@@ -157,7 +169,21 @@ pub unsafe extern "C" fn dokebi_lock_error_issue_path(error: *const dokebi_lock_
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_error_issue_message(error: *const dokebi_lock_error, index: usize) -> *const c_char {
     // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
-    boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |(_, message)| message.as_ptr()))
+    boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(std::ptr::null(), |issue| issue.message.as_ptr()))
+}
+
+/// The code of issue `index`: `DOKEBI_LOCK_UNKNOWN_CONNECTION` for a backend
+/// naming an undefined connection, `DOKEBI_LOCK_INVALID_OPTIONS` for every
+/// other problem, so a caller can classify each issue also when one error
+/// lists both kinds; `DOKEBI_LOCK_OK` when `index` is out of range or for
+/// NULL.
+///
+/// # Safety
+/// `error` is NULL or a live error handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_error_issue_status(error: *const dokebi_lock_error, index: usize) -> dokebi_lock_status {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
+    boundary(|| unsafe { get(error) }.and_then(|e| e.issues.get(index)).map_or(dokebi_lock_status::DOKEBI_LOCK_OK, |issue| issue.status))
 }
 
 /// Frees an error and every string it handed out. NULL is accepted.

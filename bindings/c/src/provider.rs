@@ -27,7 +27,7 @@ pub struct dokebi_lock_provider {
 /// Opens a provider from the text of a YAML configuration file
 /// (`schemaVersion: 1`, `options.dokebi-lock.backends...`), `yaml_len` bytes
 /// at `yaml`. On `DOKEBI_LOCK_INVALID_OPTIONS` the error lists every problem
-/// (`dokebi_lock_error_issue_count` / `_path` / `_message`).
+/// (`dokebi_lock_error_issue_count` / `_path` / `_message` / `_status`).
 ///
 /// A Redis connection (`options.dokebi-redis.connections.<name>`) names
 /// exactly one of: `url` (one server), `sentinel` (`nodes`: sentinel URLs,
