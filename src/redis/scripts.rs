@@ -26,31 +26,36 @@ use redis::Script;
 /// Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
 /// as a double it is still exact (below 2^53).
 ///
+/// The clock is written first with `GETSET` (in every Redis from 1.0; one
+/// call reads and raises the counter) and only overwritten with
+/// `counter + 1` when the counter is not behind the clock. The clock's
+/// decimal string is joined from `TIME`'s two fields rather than formatted
+/// from a double: `string.format('%.0f')` alone cost about 0.5 us per grant.
+///
 /// `TIME` before a write needs effects replication (Redis 5 and later,
-/// checked at connect). A free key costs four calls (`SET NX`, `GET`,
-/// `TIME`, `SET`); the script's cost is most of what Redis spends per
-/// acquire.
+/// checked at connect). A free key costs three calls (`SET NX`, `TIME`,
+/// `GETSET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not granted and redis.call('GET', KEYS[1]) == ARGV[1] then
   granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 if granted then
-  local last = redis.call('GET', KEYS[2])
-  local fence = 1
+  local now = redis.call('TIME')
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local fence = tonumber(clock)
+  local last = redis.call('GETSET', KEYS[2], clock)
   if last then
-    fence = tonumber(last)
-    if not fence then
+    local counter = tonumber(last)
+    if not counter then
+      redis.call('SET', KEYS[2], last)
       return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' is not a number')
     end
-    fence = fence + 1
+    if counter >= fence then
+      fence = counter + 1
+      redis.call('SET', KEYS[2], string.format('%.0f', fence))
+    end
   end
-  local now = redis.call('TIME')
-  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if clock > fence then
-    fence = clock
-  end
-  redis.call('SET', KEYS[2], string.format('%.0f', fence))
   return {1, fence}
 end
 if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
