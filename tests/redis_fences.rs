@@ -13,7 +13,7 @@ mod proxy;
 
 use std::time::Duration;
 
-use dokebi_lock::{Backend, Provider};
+use dokebi_lock::{Backend, ErrorCode, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
@@ -148,6 +148,34 @@ fn a_deleted_fence_counter_never_repeats_a_fence() {
     assert_eq!(deleted, 1);
     let next = grants(&app, "k", 1)[0];
     assert_above_all(next, &fences);
+}
+
+#[test]
+fn a_counter_ahead_of_the_clock_rises_by_one_and_keeps_its_place() {
+    // A counter raised past the clock (a server whose clock went back, or a
+    // counter copied from a server whose clock ran ahead): the grant is
+    // counter + 1, not the clock, and that is what the counter keeps.
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    grants(&app, "k", 1);
+    let key = fence_key(&server);
+    let ahead: u64 = 9_007_199_254_740_000; // below 2^53: exact as a Lua number
+    let _: String = redis::cmd("SET").arg(&key).arg(ahead).query(&mut server.client()).unwrap();
+    assert_eq!(grants(&app, "k", 2), vec![ahead + 1, ahead + 2]);
+    assert_eq!(counter(&server, &key), Some(ahead + 2));
+}
+
+#[test]
+fn a_fence_counter_that_is_not_a_number_is_refused_and_left_as_it_was() {
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    grants(&app, "k", 1);
+    let key = fence_key(&server);
+    let _: String = redis::cmd("SET").arg(&key).arg("abc").query(&mut server.client()).unwrap();
+    let err = block_on(backend(&app).acquire("k", wait(0))).expect_err("no fence, no lease");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let kept: String = redis::cmd("GET").arg(&key).query(&mut server.client()).unwrap();
+    assert_eq!(kept, "abc", "the counter is not overwritten by the clock");
 }
 
 #[test]

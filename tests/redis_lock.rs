@@ -345,7 +345,9 @@ fn an_uncontended_acquire_and_release_cost_one_script_call_each_and_publish_noth
     // waiting a release publishes nothing (no PUBLISH among the inner calls).
     let sent: Vec<(String, u64)> = command_calls(&server)
         .into_iter()
-        .filter(|(name, _)| !["get", "exists", "time", "set", "getset", "incr", "pttl", "del", "config|resetstat", "info"].contains(&name.as_str()))
+        .filter(|(name, _)| {
+            !["get", "exists", "time", "set", "getset", "incr", "pttl", "del", "config|resetstat", "info"].contains(&name.as_str())
+        })
         .collect();
     assert_eq!(sent, vec![("evalsha".to_owned(), 20)]);
 }

@@ -48,14 +48,20 @@ fn wait_blocking(slot: &WaitSlot<u32>, first_in_line: bool) -> Outcome<u32> {
     }
 }
 
+/// Runs `body` on a new model thread with its own handle on `slot`.
+fn on_thread<T: Send + 'static>(
+    slot: &Arc<WaitSlot<u32>>,
+    body: impl FnOnce(&WaitSlot<u32>) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let slot = slot.clone();
+    thread::spawn(move || body(&slot))
+}
+
 #[test]
 fn a_grant_always_reaches_a_thread_that_spins_or_sleeps() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::new());
-        let releaser = {
-            let slot = slot.clone();
-            thread::spawn(move || assert_eq!(slot.grant(7), Ok(())))
-        };
+        let releaser = on_thread(&slot, |slot| assert_eq!(slot.grant(7), Ok(())));
         assert_eq!(wait_blocking(&slot, true), Outcome::Granted(7));
         releaser.join().unwrap();
     });
@@ -65,10 +71,7 @@ fn a_grant_always_reaches_a_thread_that_spins_or_sleeps() {
 fn a_grant_always_reaches_a_thread_that_slept_at_once() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::new());
-        let releaser = {
-            let slot = slot.clone();
-            thread::spawn(move || assert_eq!(slot.grant(8), Ok(())))
-        };
+        let releaser = on_thread(&slot, |slot| assert_eq!(slot.grant(8), Ok(())));
         assert_eq!(wait_blocking(&slot, false), Outcome::Granted(8));
         releaser.join().unwrap();
     });
@@ -78,10 +81,7 @@ fn a_grant_always_reaches_a_thread_that_slept_at_once() {
 fn a_close_always_reaches_a_thread_that_spins_or_sleeps() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::<u32>::new());
-        let closer = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.close())
-        };
+        let closer = on_thread(&slot, |slot| slot.close());
         assert_eq!(wait_blocking(&slot, true), Outcome::Closed);
         closer.join().unwrap();
     });
@@ -91,10 +91,7 @@ fn a_close_always_reaches_a_thread_that_spins_or_sleeps() {
 fn being_told_it_is_next_always_reaches_a_sleeping_thread() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::<u32>::new());
-        let releaser = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.promote())
-        };
+        let releaser = on_thread(&slot, |slot| slot.promote());
         // A waiter further back sleeps at once, and must wake to spin.
         loop {
             match slot.wait(None) {
@@ -111,14 +108,11 @@ fn being_told_it_is_next_always_reaches_a_sleeping_thread() {
 fn a_grant_after_being_told_it_is_next_always_reaches_the_thread() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::new());
-        let releasers = {
-            let slot = slot.clone();
-            // One release makes the waiter next, the following one grants it.
-            thread::spawn(move || {
-                slot.promote();
-                assert_eq!(slot.grant(5), Ok(()));
-            })
-        };
+        // One release makes the waiter next, the following one grants it.
+        let releasers = on_thread(&slot, |slot| {
+            slot.promote();
+            assert_eq!(slot.grant(5), Ok(()));
+        });
         assert_eq!(wait_blocking(&slot, false), Outcome::Granted(5));
         releasers.join().unwrap();
     });
@@ -130,14 +124,8 @@ fn a_grant_and_a_late_promotion_from_two_threads_leave_no_thread_asleep() {
         let slot = Arc::new(WaitSlot::new());
         // A releaser that saw the waiter first in line may tell it so after
         // another releaser already granted it; neither may strand it.
-        let promoter = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.promote())
-        };
-        let granter = {
-            let slot = slot.clone();
-            thread::spawn(move || assert_eq!(slot.grant(4), Ok(())))
-        };
+        let promoter = on_thread(&slot, |slot| slot.promote());
+        let granter = on_thread(&slot, |slot| assert_eq!(slot.grant(4), Ok(())));
         assert_eq!(wait_blocking(&slot, false), Outcome::Granted(4));
         promoter.join().unwrap();
         granter.join().unwrap();
@@ -148,10 +136,7 @@ fn a_grant_and_a_late_promotion_from_two_threads_leave_no_thread_asleep() {
 fn a_grant_always_wakes_a_waiting_task() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::new());
-        let releaser = {
-            let slot = slot.clone();
-            thread::spawn(move || assert_eq!(slot.grant(3), Ok(())))
-        };
+        let releaser = on_thread(&slot, |slot| assert_eq!(slot.grant(3), Ok(())));
         let outcome = loom::future::block_on(std::future::poll_fn(|cx| slot.poll(cx.waker())));
         assert_eq!(outcome, Outcome::Granted(3));
         releaser.join().unwrap();
@@ -162,11 +147,8 @@ fn a_grant_always_wakes_a_waiting_task() {
 fn a_lease_raced_by_an_abandoning_waiter_is_released_by_exactly_one_side() {
     loom::model(|| {
         let slot = Arc::new(WaitSlot::new());
-        let releaser = {
-            let slot = slot.clone();
-            // Err: the waiter had left; the releaser must release the lease.
-            thread::spawn(move || slot.grant(9).err())
-        };
+        // Err: the waiter had left; the releaser must release the lease.
+        let releaser = on_thread(&slot, |slot| slot.grant(9).err());
         // Some: the lease arrived first; the waiter must release it.
         let taken_back = slot.abandon();
         let refused = releaser.join().unwrap();

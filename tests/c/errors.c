@@ -2,20 +2,21 @@
  * invalid keys and arguments. */
 #include "check.h"
 
-static const char *const YAML =
-    "schemaVersion: 1\n"
-    "options:\n"
-    "  dokebi-lock:\n"
+/* The text before the backends of a configuration. */
+#define BACKENDS              \
+    "schemaVersion: 1\n"      \
+    "options:\n"              \
+    "  dokebi-lock:\n"        \
     "    backends:\n"
+
+static const char *const YAML =
+    BACKENDS
     "      main:\n"
     "        maxKeyBytes: 8\n";
 
 static void invalid_options_list_every_issue(void) {
     const char *yaml =
-        "schemaVersion: 1\n"
-        "options:\n"
-        "  dokebi-lock:\n"
-        "    backends:\n"
+        BACKENDS
         "      a: { maxKeys: 0 }\n"
         "      b: { colour: blue }\n";
     dokebi_lock_provider *provider = (dokebi_lock_provider *)&yaml;
@@ -51,10 +52,7 @@ static void invalid_options_list_every_issue(void) {
  * from other problems also when one error lists both. */
 static void each_issue_has_its_own_code(void) {
     const char *yaml =
-        "schemaVersion: 1\n"
-        "options:\n"
-        "  dokebi-lock:\n"
-        "    backends:\n"
+        BACKENDS
         "      a: { maxKeys: 0 }\n"
         "      r: { driver: redis, connection: nowhere, leaseMs: 10000 }\n";
     dokebi_lock_provider *provider = NULL;
