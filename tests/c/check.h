@@ -1,4 +1,4 @@
-/* Assertions and small helpers shared by the C tests (header-only). */
+/* Assertions and small helpers shared by the C and C++ tests (header-only). */
 #ifndef DOKEBI_LOCK_TEST_CHECK_H
 #define DOKEBI_LOCK_TEST_CHECK_H
 

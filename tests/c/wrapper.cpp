@@ -7,15 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "check.h"
 #include "lock.hpp"
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            std::exit(1);                                                            \
-        }                                                                            \
-    } while (0)
 
 using namespace std::chrono_literals;
 namespace lock = dokebi::lock;

@@ -1,22 +1,13 @@
 // The C++ wrapper (lock.hpp) without exceptions (compiled with
 // -fno-exceptions): every call that could throw returns a lock::Result.
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
+#include "check.h"
 #include "lock.hpp"
 
 #ifdef DOKEBI_LOCK_EXCEPTIONS
 #error "this test is compiled with -fno-exceptions"
 #endif
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            std::exit(1);                                                            \
-        }                                                                            \
-    } while (0)
 
 using namespace std::chrono_literals;
 namespace lock = dokebi::lock;
