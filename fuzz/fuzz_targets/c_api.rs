@@ -276,6 +276,20 @@ impl Harness {
         self.in_flight.values().any(|r| r.backend == backend)
     }
 
+    /// A fence handed out for `key` of `backend` (by an acquire or a
+    /// section) is new; when no other acquire of the backend was in flight
+    /// (`ordered`), it is also above every earlier one.
+    fn record_fence(&mut self, what: &str, backend: usize, key: &[u8], fence: u64, ordered: bool) {
+        let seen = self.fences.entry((backend, key.to_vec())).or_default();
+        assert!(!seen.contains(&fence), "{what}: fence {fence} was handed out before for this key");
+        if ordered {
+            if let Some(max) = seen.iter().max() {
+                assert!(fence > *max, "{what}: fence {fence} is not above the earlier {max}");
+            }
+        }
+        seen.push(fence);
+    }
+
     /// A new lease was granted: it is valid, its key is the one asked, no
     /// other lease of the key is valid, and its fence is new.
     fn granted(&mut self, what: &str, lease: *mut dokebi_lock_lease, backend: usize, key: &[u8], ordered: bool) {
@@ -295,15 +309,7 @@ impl Harness {
                 }
             }
         }
-        let fence = fence_of(lease);
-        let seen = self.fences.entry((backend, key.to_vec())).or_default();
-        assert!(!seen.contains(&fence), "{what}: fence {fence} was handed out before for this key");
-        if ordered {
-            if let Some(max) = seen.iter().max() {
-                assert!(fence > *max, "{what}: fence {fence} is not above the earlier {max}");
-            }
-        }
-        seen.push(fence);
+        self.record_fence(what, backend, key, fence_of(lease), ordered);
         // A lease delivered after close is not valid: model it as released.
         self.leases.push(LeaseRec { ptr: lease, backend, key: key.to_vec(), released: !valid });
     }
@@ -726,14 +732,7 @@ impl Harness {
             assert_eq!(out, result, "with_lock: out_result is not the section's return value");
             let fence = section.fence.expect("with_lock: OK but the section did not run");
             let ordered = !self.in_flight_on(index);
-            let seen = self.fences.entry((index, key.to_vec())).or_default();
-            assert!(!seen.contains(&fence), "with_lock: fence {fence} was handed out before");
-            if ordered {
-                if let Some(max) = seen.iter().max() {
-                    assert!(fence > *max, "with_lock: fence {fence} is not above the earlier {max}");
-                }
-            }
-            seen.push(fence);
+            self.record_fence("with_lock", index, key, fence, ordered);
             if nested {
                 expect_in("try_acquire inside a section", section.nested_status.unwrap(), &[DOKEBI_LOCK_LOCK_BUSY]);
             }
