@@ -1,7 +1,7 @@
 // The driver registry of one provider: the built-in drivers (local, redis)
 // plus the app's, and the two extension hooks that act on every backend
 // (createDriver, wrapBackend). See README.md, "Extensions".
-import { invalidArgument, LockError } from './errors.js';
+import { invalidArgument, invalidExtension, LockError } from './errors.js';
 import { fullBackend } from './full-backend.js';
 
 /** Driver names an app driver may not take. */
@@ -71,9 +71,8 @@ export function closeQuietly(driver) {
 /** What wrapBackend returned, or INVALID_EXTENSION unless it offers acquire. */
 function wrapped(view, backend) {
   if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
-  throw new LockError('INVALID_EXTENSION', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
-    data: { reason: 'wrap-backend-result' },
-    details: { reason: 'wrap-backend-result', backend },
+  throw invalidExtension('wrap-backend-result', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
+    details: { backend },
   });
 }
 

@@ -96,3 +96,15 @@ export function abortedBy(signal) {
 export function invalidArgument(message) {
   return new LockError('INVALID_ARGUMENT', message);
 }
+
+/**
+ * INVALID_EXTENSION: `data.reason` (also in `details`, with `extra.details`)
+ * says which rule of the extension contract was broken.
+ */
+export function invalidExtension(reason, message, extra = {}) {
+  return new LockError('INVALID_EXTENSION', message, {
+    data: { reason },
+    details: { reason, ...extra.details },
+    ...('cause' in extra ? { cause: extra.cause } : {}),
+  });
+}

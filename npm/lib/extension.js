@@ -1,7 +1,7 @@
 // LockExtension and the entry module: how an app customises @dokebi/lock
 // (README.md, "Extensions"). Everything here runs once, when the plugin or
 // provider is created; nothing of it sits on the acquire path.
-import { LockError } from './errors.js';
+import { invalidExtension, LockError } from './errors.js';
 import { checkDriverMap } from './drivers.js';
 
 /** The three hooks a subclass may override; nothing else. */
@@ -44,12 +44,11 @@ export class LockExtension {
   }
 }
 
-/** INVALID_EXTENSION; `data.reason` (also in `details`) says which rule the subclass broke. */
-function invalidExtension(Extension, reason, message, extra = {}) {
-  return new LockError('INVALID_EXTENSION', `${Extension.name || 'LockExtension subclass'}: ${message}`, {
-    data: { reason },
-    details: { reason, extension: Extension.name, ...extra.details },
-    ...('cause' in extra ? { cause: extra.cause } : {}),
+/** INVALID_EXTENSION for a rule the subclass `Extension` broke, named in the message and details. */
+function subclassBroke(Extension, reason, message, extra = {}) {
+  return invalidExtension(reason, `${Extension.name || 'LockExtension subclass'}: ${message}`, {
+    ...extra,
+    details: { extension: Extension.name, ...extra.details },
   });
 }
 
@@ -72,11 +71,11 @@ function isReservedMember(name) {
 export function instantiate(Extension) {
   for (const proto of ownPrototypes(Extension)) {
     if (proto.constructor.length > 0) {
-      throw invalidExtension(Extension, 'constructor-parameters', 'the constructor must take no parameters (the plugin creates the extension)');
+      throw subclassBroke(Extension, 'constructor-parameters', 'the constructor must take no parameters (the plugin creates the extension)');
     }
     const shadowed = Reflect.ownKeys(proto).find(isReservedMember);
     if (shadowed !== undefined) {
-      throw invalidExtension(Extension, 'shadows-member', `${String(shadowed)} is not a hook and must not be redefined`, {
+      throw subclassBroke(Extension, 'shadows-member', `${String(shadowed)} is not a hook and must not be redefined`, {
         details: { member: String(shadowed) },
       });
     }
@@ -85,11 +84,11 @@ export function instantiate(Extension) {
   try {
     instance = new Extension();
   } catch (cause) {
-    throw invalidExtension(Extension, 'constructor-threw', 'the constructor threw', { cause });
+    throw subclassBroke(Extension, 'constructor-threw', 'the constructor threw', { cause });
   }
   const shadowed = Reflect.ownKeys(instance).find(isReservedMember);
   if (shadowed !== undefined) {
-    throw invalidExtension(Extension, 'shadows-member', `${String(shadowed)} is not a hook and must not be redefined`, {
+    throw subclassBroke(Extension, 'shadows-member', `${String(shadowed)} is not a hook and must not be redefined`, {
       details: { member: String(shadowed) },
     });
   }
@@ -97,7 +96,7 @@ export function instantiate(Extension) {
   for (const hook of HOOKS) {
     const method = instance[hook];
     if (method === LockExtension.prototype[hook]) continue;
-    if (typeof method !== 'function') throw invalidExtension(Extension, 'hook-not-a-function', `${hook} must be a method`, { details: { member: hook } });
+    if (typeof method !== 'function') throw subclassBroke(Extension, 'hook-not-a-function', `${hook} must be a method`, { details: { member: hook } });
     hooks[hook] = method.bind(instance);
   }
   return hooks;
@@ -142,10 +141,7 @@ export function readEntry(entry) {
 export function checkDependencies(tokens) {
   const isToken = (token) => typeof token === 'object' && token !== null && typeof token.name === 'string';
   if (!Array.isArray(tokens) || !tokens.every(isToken)) {
-    throw new LockError('INVALID_EXTENSION', 'dependencies() must return an array of plugin tokens ({ name })', {
-      data: { reason: 'dependencies-result' },
-      details: { reason: 'dependencies-result' },
-    });
+    throw invalidExtension('dependencies-result', 'dependencies() must return an array of plugin tokens ({ name })');
   }
   return tokens;
 }
