@@ -110,6 +110,7 @@ impl LocalBackend {
 
     /// Takes the key if it is free, else `LOCK_BUSY`; never waits.
     pub fn try_acquire(&self, key: &str) -> Result<LocalLease> {
+        // Bound first, so the engine's lock is dropped before the lease is built.
         let acquired = lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))?;
         match acquired {
             Acquired::Granted(id) => Ok(self.lease(id, key)),
@@ -333,9 +334,7 @@ impl LocalLease {
         let released = self.backend.release(self.id);
         if released {
             self.released.store(true, Ordering::Relaxed);
-            if self.held_since.is_some() {
-                self.backend.held(self.held_since);
-            }
+            self.backend.held(self.held_since);
         }
         released
     }
