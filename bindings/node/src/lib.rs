@@ -1,7 +1,9 @@
-//! The Node surface of dokebi-lock: napi-rs conversion and plumbing over the
-//! core, and nothing else. Lock behaviour lives in the `dokebi-lock` crate;
-//! the JS layer of `@dokebi/lock` (`npm/`) turns what this module returns
-//! into promises, `Lease` objects and `LockError`s.
+//! The Node surface of dokebi-lock: converts between JS and the core, and
+//! hosts the core's redis futures on the JS thread (a small executor polled
+//! from libuv, which also watches the redis sockets); the local engine is
+//! driven directly on the JS thread. Lock behaviour itself lives in the
+//! `dokebi-lock` crate; the JS layer of `@dokebi/lock` (`npm/`) turns what
+//! this module returns into promises, `Lease` objects and `LockError`s.
 //!
 //! Failures are not thrown: a synchronous call returns a sentinel (`FAILED`,
 //! `null`) and leaves the core's error in [`error::take_error`]; an async
