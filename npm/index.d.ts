@@ -29,7 +29,11 @@ export type LockErrorCode =
   | 'INVALID_ENTRY'
   | 'INVALID_EXTENSION'
   | 'INVALID_PLUGIN_OPTIONS'
-  | 'INVALID_ARGUMENT';
+  | 'INVALID_ARGUMENT'
+  // Thrown by the import itself when the addon cannot be loaded.
+  | 'PLATFORM_UNSUPPORTED'
+  | 'PLATFORM_PACKAGE_MISSING'
+  | 'ADDON_VERSION_MISMATCH';
 
 /** One problem of INVALID_OPTIONS, in `details.issues`. */
 export interface OptionIssue {

@@ -1,73 +1,11 @@
 // LockError: the one error type of @dokebi/lock. Codes, messages and fix
 // sentences come from the Rust core; this module maps them once.
 import { native } from './native.js';
+import { codeTable, DokebiError, LockError } from './lock-error.js';
 
-const CODES = new Map(native.errorCodes().map((entry) => [entry.code, entry]));
+for (const entry of native.errorCodes()) codeTable.set(entry.code, entry);
 
-const RETRY_AFTER = Object.freeze({ 'retry-after': '1' });
-const OVERLOADED = Object.freeze({ status: 503, code: 'LOCK_OVERLOADED', headers: RETRY_AFTER });
-const UNAVAILABLE = Object.freeze({ status: 503, code: 'LOCK_UNAVAILABLE', headers: RETRY_AFTER });
-const REDIS_UNAVAILABLE = Object.freeze({ status: 503, code: 'REDIS_UNAVAILABLE', headers: RETRY_AFTER });
-
-/**
- * The HTTP answer a web host gives for an error with `code`, or undefined
- * when the host should treat it as its own failure (usually a 500).
- */
-function httpAnswer(code) {
-  switch (code) {
-    case 'QUEUE_FULL':
-    case 'KEY_LIMIT':
-      return OVERLOADED;
-    case 'CLOSED':
-      return UNAVAILABLE;
-    default:
-      // The remaining transient codes are Redis failures (unreachable, unknown outcome).
-      return CODES.get(code)?.transient ? REDIS_UNAVAILABLE : undefined;
-  }
-}
-
-/**
- * The error base of dokebi plugins: `code` (stable, what other packages
- * classify by), `plugin` (the plugin that raised it), a `fix` sentence, and
- * optionally `data` (small facts for programs, e.g. `data.reason`),
- * `details` and `cause`.
- */
-export class DokebiError extends Error {
-  /**
-   * @param {string} code
-   * @param {string} message
-   * @param {{ plugin: string, fix?: string, data?: object, details?: object, cause?: unknown }} fields
-   */
-  constructor(code, message, fields) {
-    super(message, 'cause' in fields ? { cause: fields.cause } : undefined);
-    this.code = code;
-    this.plugin = fields.plugin;
-    this.fix = fields.fix ?? '';
-    if (fields.data !== undefined) this.data = fields.data;
-    this.details = fields.details;
-  }
-
-  get name() {
-    return 'DokebiError';
-  }
-}
-
-/** Every failure of @dokebi/lock. Never carries a lock key. */
-export class LockError extends DokebiError {
-  /**
-   * @param {string} code one of the core's codes, e.g. 'WAIT_TIMEOUT'
-   * @param {string} message what happened, without keys
-   * @param {{ details?: object, data?: object, cause?: unknown }} [extra]
-   */
-  constructor(code, message, extra = {}) {
-    super(code, message, { ...extra, plugin: 'dokebi-lock', fix: CODES.get(code)?.fix ?? '' });
-    this.http = httpAnswer(code);
-  }
-
-  get name() {
-    return 'LockError';
-  }
-}
+export { DokebiError, LockError };
 
 /** Builds the LockError the core described. */
 export function fromInfo(info) {

@@ -6,6 +6,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
+import { libuvLoop } from './platform.js';
 
 /** A native result is either the value or an ErrorInfo (which has a code). */
 function unwrap(result) {
@@ -143,7 +144,7 @@ export class RedisGroup {
 
   constructor(options, logger) {
     this.#logger = logger;
-    this.#native = options.openRedis(() => this.#flushLogs(), forwardTelemetry);
+    this.#native = options.openRedis(libuvLoop, () => this.#flushLogs(), forwardTelemetry);
     if (this.#native === null) throw takeNativeError();
   }
 

@@ -18,12 +18,13 @@ test('every backend and connection field of the schema is typed', () => {
   }
 });
 
-test('LockErrorCode in index.d.ts lists exactly the core error codes', async () => {
+test('LockErrorCode in index.d.ts lists exactly the core error codes and the loader\'s own (lib/native.js)', async () => {
   const { native } = await import('../lib/native.js');
   const declared = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
   const union = declared.slice(declared.indexOf('export type LockErrorCode'), declared.indexOf(';', declared.indexOf('export type LockErrorCode')));
   const codes = [...union.matchAll(/'([A-Z_]+)'/g)].map((m) => m[1]).sort();
-  assert.deepEqual(codes, native.errorCodes().map((c) => c.code).sort());
+  const loader = ['PLATFORM_UNSUPPORTED', 'PLATFORM_PACKAGE_MISSING', 'ADDON_VERSION_MISMATCH'];
+  assert.deepEqual(codes, [...native.errorCodes().map((c) => c.code), ...loader].sort());
 });
 
 test('require gets its own declarations (.d.cts) naming every value export of the module, for the package and each subpath', async () => {

@@ -535,6 +535,7 @@ impl RedisConnection {
                 redis::io::tcp::socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive())?;
                 Socket::Tcp(stream.into_std()?)
             }
+            #[cfg(unix)]
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
             _ => {
                 let client = Client::open(with_tcp_settings(info))?;
@@ -552,6 +553,7 @@ impl RedisConnection {
             }
             None => match socket {
                 Socket::Tcp(stream) => self.on_runtime(settings, tokio::net::TcpStream::from_std(stream)?, &ended).await?,
+                #[cfg(unix)]
                 Socket::Unix(stream) => self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await?,
             },
         };

@@ -19,13 +19,26 @@
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+#[cfg(unix)]
+use std::os::fd::AsRawFd;
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
+#[cfg(windows)]
+use std::os::windows::io::AsRawSocket;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::Handle;
+
+/// A socket as the host's loop knows it: a file descriptor on Unix, a
+/// `SOCKET` on Windows (libuv's `uv_os_sock_t`).
+#[cfg(unix)]
+pub type RawSocket = std::os::fd::RawFd;
+/// A socket as the host's loop knows it: a file descriptor on Unix, a
+/// `SOCKET` on Windows (libuv's `uv_os_sock_t`).
+#[cfg(windows)]
+pub type RawSocket = std::os::windows::io::RawSocket;
 
 /// An event loop that runs the operations started on its thread.
 ///
@@ -50,8 +63,8 @@ pub unsafe trait Host: Send + Sync + 'static {
     /// the host alive on its account (an idle connection's reader).
     fn spawn(&self, task: Pin<Box<dyn Future<Output = ()>>>);
 
-    /// Starts watching the non-blocking socket `fd` for readiness.
-    fn watch(&self, fd: RawFd) -> io::Result<Box<dyn Watch>>;
+    /// Starts watching the non-blocking `socket` for readiness.
+    fn watch(&self, socket: RawSocket) -> io::Result<Box<dyn Watch>>;
 }
 
 /// Readiness of one socket, from the host's loop. Dropping it stops the
@@ -76,13 +89,18 @@ pub trait Watch {
 /// A connected socket of the host lane.
 pub(crate) enum Socket {
     Tcp(TcpStream),
+    #[cfg(unix)]
     Unix(UnixStream),
 }
 
 impl Socket {
-    fn fd(&self) -> RawFd {
+    fn raw(&self) -> RawSocket {
         match self {
+            #[cfg(unix)]
             Socket::Tcp(s) => s.as_raw_fd(),
+            #[cfg(windows)]
+            Socket::Tcp(s) => s.as_raw_socket(),
+            #[cfg(unix)]
             Socket::Unix(s) => s.as_raw_fd(),
         }
     }
@@ -90,6 +108,7 @@ impl Socket {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Socket::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
             Socket::Unix(s) => (&*s).read(buf),
         }
     }
@@ -97,6 +116,7 @@ impl Socket {
     fn write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Socket::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
             Socket::Unix(s) => (&*s).write(buf),
         }
     }
@@ -104,6 +124,7 @@ impl Socket {
     fn shutdown(&self) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            #[cfg(unix)]
             Socket::Unix(s) => s.shutdown(std::net::Shutdown::Write),
         }
     }
@@ -132,9 +153,10 @@ impl HostStream {
     pub fn new(host: &dyn Host, socket: Socket) -> io::Result<HostStream> {
         match &socket {
             Socket::Tcp(s) => s.set_nonblocking(true)?,
+            #[cfg(unix)]
             Socket::Unix(s) => s.set_nonblocking(true)?,
         }
-        Ok(HostStream { watch: host.watch(socket.fd())?, socket })
+        Ok(HostStream { watch: host.watch(socket.raw())?, socket })
     }
 }
 

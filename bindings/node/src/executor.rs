@@ -18,15 +18,17 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
+#[cfg(unix)]
 use std::io;
-use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use dokebi_lock::redis::host::{Host, Watch};
+use dokebi_lock::redis::host::Host;
+#[cfg(unix)]
+use dokebi_lock::redis::host::{RawSocket, Watch};
 
 use napi::bindgen_prelude::{FunctionCallContext, ToNapiValue};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -84,6 +86,8 @@ enum Work {
     /// An operation whose promise JS awaits.
     Operation { job: Box<dyn Job>, deferred: sys::napi_deferred, keeps_alive: bool },
     /// A connection's reader: no promise, never keeps Node alive.
+    // Only the host lane's connection readers, which Windows does not run.
+    #[cfg_attr(windows, allow(dead_code))]
     Plain(Pin<Box<dyn Future<Output = ()>>>),
 }
 
@@ -128,10 +132,9 @@ impl Wake for TaskWaker {
 
 struct Executor {
     env: sys::napi_env,
-    /// The async context (and its resource object) of polls run straight
-    /// from libuv callbacks.
-    resource: sys::napi_ref,
-    context: sys::napi_async_context,
+    /// The async context of polls run straight from libuv callbacks, made
+    /// with the host ([`host`]): only Node's loop runs such callbacks.
+    loop_scope: std::cell::OnceCell<LoopScope>,
     wake: Arc<WakeFn>,
     tasks: RefCell<Slab<Task>>,
     /// Operations woken on this thread, polled by the next [`Executor::drain`].
@@ -214,22 +217,9 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         Ok(())
     })?;
     let wake: WakeFn = poll.build_threadsafe_function::<u32>().weak::<true>().callee_handled::<false>().build()?;
-    let raw = env.raw();
-    // SAFETY: `raw` is the env of the current N-API call on this JS thread; every out-pointer is
-    // a local, and the name is a static NUL-terminated string of 10 bytes.
-    let (resource, context) = unsafe {
-        let object = create(|out| sys::napi_create_object(raw, out))?;
-        let name = create(|out| sys::napi_create_string_utf8(raw, c"dokebiLock".as_ptr(), 10, out))?;
-        let mut resource = ptr::null_mut();
-        check(sys::napi_create_reference(raw, object, 1, &mut resource))?;
-        let mut context = ptr::null_mut();
-        check(sys::napi_async_init(raw, object, name, &mut context))?;
-        (resource, context)
-    };
     let executor = Rc::new(Executor {
-        env: raw,
-        resource,
-        context,
+        env: env.raw(),
+        loop_scope: std::cell::OnceCell::new(),
         wake: Arc::new(wake),
         tasks: RefCell::new(Slab::new()),
         ready: RefCell::new(VecDeque::new()),
@@ -248,12 +238,38 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
 unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
     let Some(executor) = EXECUTOR.try_with(|slot| slot.0.borrow_mut().take()).ok().flatten() else { return };
     guard::or_log("dropping the pending operations", || drop(std::mem::take(&mut *executor.tasks.borrow_mut())));
-    // SAFETY: Node runs cleanup hooks on the env's JS thread while the env is still usable;
-    // `context` and `resource` were made for this env in `executor` and are freed only here, once
-    // (the executor was taken out of its slot above).
-    unsafe {
-        sys::napi_async_destroy(executor.env, executor.context);
-        sys::napi_delete_reference(executor.env, executor.resource);
+    if let Some(scope) = executor.loop_scope.get() {
+        // SAFETY: Node runs cleanup hooks on the env's JS thread while the env is still usable;
+        // `context` and `resource` were made for this env in `LoopScope::new` and are freed only
+        // here, once (the executor was taken out of its slot above).
+        unsafe {
+            sys::napi_async_destroy(executor.env, scope.context);
+            sys::napi_delete_reference(executor.env, scope.resource);
+        }
+    }
+}
+
+/// The async context (and its resource object) that libuv callbacks poll in.
+struct LoopScope {
+    resource: sys::napi_ref,
+    context: sys::napi_async_context,
+}
+
+#[cfg(unix)]
+impl LoopScope {
+    fn new(env: &Env) -> napi::Result<LoopScope> {
+        let raw = env.raw();
+        // SAFETY: `raw` is the env of the current N-API call on this JS thread; every out-pointer
+        // is a local, and the name is a static NUL-terminated string of 10 bytes.
+        unsafe {
+            let object = create(|out| sys::napi_create_object(raw, out))?;
+            let name = create(|out| sys::napi_create_string_utf8(raw, c"dokebiLock".as_ptr(), 10, out))?;
+            let mut resource = ptr::null_mut();
+            check(sys::napi_create_reference(raw, object, 1, &mut resource))?;
+            let mut context = ptr::null_mut();
+            check(sys::napi_async_init(raw, object, name, &mut context))?;
+            Ok(LoopScope { resource, context })
+        }
     }
 }
 
@@ -263,6 +279,7 @@ unsafe extern "C" fn drop_tasks(_arg: *mut std::ffi::c_void) {
 /// callback of Node's own. Operations those reactions start are polled
 /// after them, their commands written together (see [`FLUSH_EVERY`]), and
 /// so on until nothing is left to poll.
+#[cfg(unix)]
 pub fn run_from_loop(wake: impl FnOnce()) {
     let Some(executor) = here() else { return wake() };
     if executor.draining.replace(true) {
@@ -271,6 +288,7 @@ pub fn run_from_loop(wake: impl FnOnce()) {
     }
     wake();
     let env = executor.env;
+    let loop_scope = executor.loop_scope.get().expect("libuv callbacks come from a host, which made the loop scope");
     while executor.has_ready() {
         // SAFETY: we are in a libuv callback of this JS thread (the only caller is `uv::ready`),
         // outside any JS scope; `env`, `resource` and `context` belong to this thread's executor,
@@ -279,9 +297,9 @@ pub fn run_from_loop(wake: impl FnOnce()) {
             let mut handles = ptr::null_mut();
             sys::napi_open_handle_scope(env, &mut handles);
             let mut resource = ptr::null_mut();
-            sys::napi_get_reference_value(env, executor.resource, &mut resource);
+            sys::napi_get_reference_value(env, loop_scope.resource, &mut resource);
             let mut scope = ptr::null_mut();
-            sys::napi_open_callback_scope(env, resource, executor.context, &mut scope);
+            sys::napi_open_callback_scope(env, resource, loop_scope.context, &mut scope);
             guard::or_log("polling", || executor.run_queue());
             // Closing runs the microtasks: JS reacts to what just settled.
             sys::napi_close_callback_scope(env, scope);
@@ -470,15 +488,32 @@ impl Executor {
 }
 
 /// This JS thread as the core's [`Host`].
+#[cfg(unix)]
 pub struct NodeHost {
     wake: Arc<WakeFn>,
     uv_loop: crate::uv::Loop,
 }
 
-/// The host of the calling JS thread.
-pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
+/// The host of the calling JS thread: `None` where its event loop cannot
+/// watch sockets (no libuv: see [`crate::uv`]; Windows: see `NodeHost`), and
+/// then the driver's thread carries the commands.
+#[cfg(unix)]
+pub fn host(env: &Env) -> napi::Result<Option<Arc<dyn Host>>> {
     let executor = executor(env)?;
-    Ok(Arc::new(NodeHost { wake: executor.wake.clone(), uv_loop: crate::uv::Loop::of(env)? }))
+    let Some(uv_loop) = crate::uv::Loop::of(env)? else { return Ok(None) };
+    if executor.loop_scope.get().is_none() {
+        // Not set: the check just above, on this thread, found it empty.
+        let _ = executor.loop_scope.set(LoopScope::new(env)?);
+    }
+    Ok(Some(Arc::new(NodeHost { wake: executor.wake.clone(), uv_loop })))
+}
+
+/// On Windows the commands always take the driver's thread: the host lane
+/// would watch Winsock sockets through libuv's AFD polling, a path no
+/// Windows Node that runs here can prove (see the README's platform table).
+#[cfg(windows)]
+pub fn host(_env: &Env) -> napi::Result<Option<Arc<dyn Host>>> {
+    Ok(None)
 }
 
 // SAFETY: `is_current` is true on this JS thread only (the executor is a
@@ -487,6 +522,7 @@ pub fn host(env: &Env) -> napi::Result<Arc<dyn Host>> {
 // (completed, or at the environment's cleanup; at process exit it is leaked,
 // never dropped elsewhere); the watches are libuv poll
 // handles of this thread's loop, used and closed on it.
+#[cfg(unix)]
 unsafe impl Host for NodeHost {
     fn is_current(&self) -> bool {
         here().is_some_and(|executor| Arc::ptr_eq(&executor.wake, &self.wake))
@@ -501,7 +537,7 @@ unsafe impl Host for NodeHost {
         }
     }
 
-    fn watch(&self, fd: RawFd) -> io::Result<Box<dyn Watch>> {
-        Ok(Box::new(self.uv_loop.watch(fd)?))
+    fn watch(&self, socket: RawSocket) -> io::Result<Box<dyn Watch>> {
+        Ok(Box::new(self.uv_loop.watch(socket)?))
     }
 }

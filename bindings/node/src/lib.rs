@@ -39,6 +39,7 @@ mod raw;
 mod redis;
 mod status;
 mod telemetry;
+#[cfg(unix)]
 mod uv;
 
 /// This addon's version, the same as `@dokebi/lock`'s: the JS layer refuses

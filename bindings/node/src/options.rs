@@ -64,11 +64,13 @@ impl NativeOptions {
     }
 
     /// Opens the redis backends (`null` on failure, see `takeError`);
-    /// `logWake()` is called when driver warnings and errors wait in
-    /// `takeLogs()`, telemetry events go to `telemetry(entry)`.
-    #[napi(ts_args_type = "logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
-    pub fn open_redis(&self, env: &Env, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        sentinel(|| crate::redis::open(env, &self.options, log_wake, telemetry))
+    /// `onJsThread` says the event loop is Node's libuv, whose socket
+    /// polling lets commands run on the JS thread (else they take the
+    /// driver's thread); `logWake()` is called when driver warnings and
+    /// errors wait in `takeLogs()`, telemetry events go to `telemetry(entry)`.
+    #[napi(ts_args_type = "onJsThread: boolean, logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
+    pub fn open_redis(&self, env: &Env, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+        sentinel(|| crate::redis::open(env, &self.options, on_js_thread, log_wake, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers

@@ -65,9 +65,11 @@ impl LogQueue {
 /// Opens the redis backends of `options` (`null` on failure, see
 /// `takeError`). Warnings and errors of the driver (cleanup failures at
 /// close) wait in [`RedisProvider::take_logs`], announced by `log_wake`;
-/// telemetry events go to `telemetry`.
-pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-    let host = match crate::executor::host(env) {
+/// telemetry events go to `telemetry`. With `on_js_thread` (the JS layer's
+/// word that the event loop is Node's libuv) commands run on this thread where
+/// it can watch their sockets; else on the driver's thread.
+pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+    let host = match if on_js_thread { crate::executor::host(env) } else { Ok(None) } {
         Ok(host) => host,
         Err(error) => {
             stash(LockError::new(ErrorCode::ProviderFailed, format!("could not attach to the JS thread's event loop: {error}")));
@@ -91,7 +93,7 @@ pub fn open(env: &Env, options: &Options, log_wake: LogWake, telemetry: Telemetr
             log_wake.call((), ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
-    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host: Some(host) })
+    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host })
         .map(|provider| RedisProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()

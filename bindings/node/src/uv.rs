@@ -11,14 +11,19 @@
 //! and writability, which is almost always there, is watched only until it
 //! fires.
 //!
-//! libuv's functions come from the Node binary, like Node-API's; the handle's
-//! size comes from `uv_handle_size`, so no libuv struct layout is assumed.
+//! libuv's functions are looked up in the running process the first time
+//! they are needed, not linked: Node exports them, but Deno has no libuv,
+//! and an addon that named them would fail to load there or die at the
+//! first call. Without them the redis driver runs on its own thread. The
+//! handle's size comes from `uv_handle_size`, so no libuv struct layout is
+//! assumed.
 
 use std::alloc::{self, Layout};
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io;
 use std::os::fd::RawFd;
 use std::ptr;
+use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
 use dokebi_lock::redis::host::Watch;
@@ -33,20 +38,60 @@ type PollHandle = c_void;
 type PollCb = unsafe extern "C" fn(handle: *mut PollHandle, status: c_int, events: c_int);
 type CloseCb = unsafe extern "C" fn(handle: *mut PollHandle);
 
-extern "C" {
-    fn uv_handle_size(kind: c_int) -> usize;
-    fn uv_poll_init_socket(uv_loop: *mut sys::uv_loop_s, handle: *mut PollHandle, fd: c_int) -> c_int;
-    fn uv_poll_start(handle: *mut PollHandle, events: c_int, cb: PollCb) -> c_int;
-    fn uv_poll_stop(handle: *mut PollHandle) -> c_int;
-    fn uv_close(handle: *mut PollHandle, cb: CloseCb);
-    fn uv_unref(handle: *mut PollHandle);
-    fn uv_handle_set_data(handle: *mut PollHandle, data: *mut c_void);
-    fn uv_handle_get_data(handle: *const PollHandle) -> *mut c_void;
-    fn uv_strerror(err: c_int) -> *const std::ffi::c_char;
+/// The libuv functions this module calls, as the process exports them.
+struct Libuv {
+    handle_size: unsafe extern "C" fn(kind: c_int) -> usize,
+    poll_init_socket: unsafe extern "C" fn(uv_loop: *mut sys::uv_loop_s, handle: *mut PollHandle, fd: c_int) -> c_int,
+    poll_start: unsafe extern "C" fn(handle: *mut PollHandle, events: c_int, cb: PollCb) -> c_int,
+    poll_stop: unsafe extern "C" fn(handle: *mut PollHandle) -> c_int,
+    close: unsafe extern "C" fn(handle: *mut PollHandle, cb: CloseCb),
+    unref: unsafe extern "C" fn(handle: *mut PollHandle),
+    handle_set_data: unsafe extern "C" fn(handle: *mut PollHandle, data: *mut c_void),
+    handle_get_data: unsafe extern "C" fn(handle: *const PollHandle) -> *mut c_void,
+    strerror: unsafe extern "C" fn(err: c_int) -> *const c_char,
+}
+
+/// libuv's functions, or `None` when the process does not export every one.
+fn libuv() -> Option<&'static Libuv> {
+    static LIBUV: OnceLock<Option<Libuv>> = OnceLock::new();
+    LIBUV
+        .get_or_init(|| {
+            // SAFETY: each name is the libuv function of the field it fills, whose signature (libuv's
+            // `uv.h`, stable since 1.0) the field's type states.
+            unsafe {
+                Some(Libuv {
+                    handle_size: lookup(c"uv_handle_size")?,
+                    poll_init_socket: lookup(c"uv_poll_init_socket")?,
+                    poll_start: lookup(c"uv_poll_start")?,
+                    poll_stop: lookup(c"uv_poll_stop")?,
+                    close: lookup(c"uv_close")?,
+                    unref: lookup(c"uv_unref")?,
+                    handle_set_data: lookup(c"uv_handle_set_data")?,
+                    handle_get_data: lookup(c"uv_handle_get_data")?,
+                    strerror: lookup(c"uv_strerror")?,
+                })
+            }
+        })
+        .as_ref()
+}
+
+/// The function `name` of the running process, if it exports one.
+///
+/// # Safety
+/// `F` is a function pointer type matching the symbol's real signature.
+unsafe fn lookup<F: Copy>(name: &CStr) -> Option<F> {
+    // SAFETY: `name` is NUL-terminated; RTLD_DEFAULT searches the process's global symbols.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    // SAFETY: a non-null address of a function of type `F` (the caller's promise), and `F` is a
+    // function pointer, of a data pointer's size.
+    (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
 }
 
 /// The libuv loop of one JS thread.
-pub struct Loop(*mut sys::uv_loop_s);
+pub struct Loop {
+    uv_loop: *mut sys::uv_loop_s,
+    libuv: &'static Libuv,
+}
 
 // SAFETY: the pointer is only used (by `watch`) on the loop's own thread,
 // which the core's `Host` contract guarantees; the host that holds it is
@@ -57,7 +102,10 @@ unsafe impl Send for Loop {}
 unsafe impl Sync for Loop {}
 
 impl Loop {
-    pub fn of(env: &Env) -> napi::Result<Loop> {
+    /// The loop of `env`'s thread; `None` when the process has no libuv
+    /// to poll sockets with.
+    pub fn of(env: &Env) -> napi::Result<Option<Loop>> {
+        let Some(libuv) = libuv() else { return Ok(None) };
         let mut uv_loop = ptr::null_mut();
         // SAFETY: `env` is a live environment borrowed from the current N-API call on this JS thread
         // (`Env` is not Send); `uv_loop` is a valid out-pointer.
@@ -65,33 +113,34 @@ impl Loop {
         if status != sys::Status::napi_ok || uv_loop.is_null() {
             return Err(napi::Error::from_reason("Node-API gave no libuv loop"));
         }
-        Ok(Loop(uv_loop))
+        Ok(Some(Loop { uv_loop, libuv }))
     }
 
     /// Starts watching `fd`; call on the loop's thread.
     pub fn watch(&self, fd: RawFd) -> io::Result<UvWatch> {
+        let libuv = self.libuv;
         // SAFETY: `uv_handle_size` only reads a static table; UV_POLL is a valid `uv_handle_type`.
-        let layout = Layout::from_size_align(unsafe { uv_handle_size(UV_POLL) }, 16).map_err(io::Error::other)?;
+        let layout = Layout::from_size_align(unsafe { (libuv.handle_size)(UV_POLL) }, 16).map_err(io::Error::other)?;
         // SAFETY: a non-zero size, freed with the same layout in `closed`.
         let handle = unsafe { alloc::alloc(layout) } as *mut PollHandle;
         if handle.is_null() {
             alloc::handle_alloc_error(layout);
         }
-        // SAFETY: `self.0` is this thread's live loop (from `napi_get_uv_event_loop`) and we are on
+        // SAFETY: `self.uv_loop` is this thread's live loop (from `napi_get_uv_event_loop`) and we are on
         // its thread (see above); `handle` is a fresh allocation of `uv_handle_size(UV_POLL)` bytes.
-        let status = unsafe { uv_poll_init_socket(self.0, handle, fd) };
+        let status = unsafe { (libuv.poll_init_socket)(self.uv_loop, handle, fd) };
         if status != 0 {
             // SAFETY: `handle` was allocated above with `layout`, and a failed `uv_poll_init_socket` has
             // not registered it with the loop, so nothing else refers to it.
             unsafe { alloc::dealloc(handle as *mut u8, layout) };
-            return Err(uv_error(status));
+            return Err(uv_error(libuv, status));
         }
-        let interest = Box::into_raw(Box::new(Interest { layout, readable: None, writable: None, watched: 0, may_read: true }));
+        let interest = Box::into_raw(Box::new(Interest { libuv, layout, readable: None, writable: None, watched: 0, may_read: true }));
         // SAFETY: `handle` was initialised by `uv_poll_init_socket` above, on the loop's thread; its
         // data is the leaked `interest`, reclaimed in `closed`.
         unsafe {
-            uv_handle_set_data(handle, interest as *mut c_void);
-            uv_unref(handle);
+            (libuv.handle_set_data)(handle, interest as *mut c_void);
+            (libuv.unref)(handle);
         }
         Ok(UvWatch { handle, interest })
     }
@@ -99,6 +148,7 @@ impl Loop {
 
 /// Who waits for what, owned by the handle (freed when it has closed).
 struct Interest {
+    libuv: &'static Libuv,
     layout: Layout,
     readable: Option<Waker>,
     writable: Option<Waker>,
@@ -122,8 +172,8 @@ impl Interest {
         // running `ready` callback, on the loop's thread; `on_ready` has the signature libuv expects.
         unsafe {
             match events {
-                0 => uv_poll_stop(handle),
-                _ => uv_poll_start(handle, events, on_ready),
+                0 => (self.libuv.poll_stop)(handle),
+                _ => (self.libuv.poll_start)(handle, events, on_ready),
             }
         };
     }
@@ -173,7 +223,7 @@ impl Drop for UvWatch {
         // memory goes in the close callback.
         // SAFETY: `self.handle` was initialised in `watch` and is closed only here, once, on the loop's
         // thread (`UvWatch` is not Send); `closed` frees its memory after libuv is done with it.
-        unsafe { uv_close(self.handle, closed) };
+        unsafe { ((*self.interest).libuv.close)(self.handle, closed) };
     }
 }
 
@@ -188,7 +238,7 @@ unsafe fn ready(handle: *mut PollHandle, status: c_int, events: c_int) {
     // SAFETY: the handle's data is its interest until the close callback,
     // which cannot run during this one. This borrow's last use comes before
     // the wakers run (they reach the interest through the watch).
-    let interest = unsafe { &mut *(uv_handle_get_data(handle) as *mut Interest) };
+    let interest = unsafe { &mut *(handle_data(handle) as *mut Interest) };
     let events = if status < 0 {
         // libuv reports an error (POLLERR) after it stopped the handle: it
         // watches nothing now, whatever `watched` said (which would make the
@@ -221,15 +271,25 @@ unsafe fn ready(handle: *mut PollHandle, status: c_int, events: c_int) {
 unsafe extern "C" fn closed(handle: *mut PollHandle) {
     // SAFETY: the data is the interest `watch` leaked for this handle, and
     // libuv calls this once, after which it never touches the handle.
-    let interest = unsafe { Box::from_raw(uv_handle_get_data(handle) as *mut Interest) };
+    let interest = unsafe { Box::from_raw(handle_data(handle) as *mut Interest) };
     let layout = interest.layout;
     crate::guard::or_log("dropping a socket's wakers", || drop(interest));
     // SAFETY: allocated with this layout in `watch`.
     unsafe { alloc::dealloc(handle as *mut u8, layout) };
 }
 
-fn uv_error(status: c_int) -> io::Error {
+/// The data of a live handle made by [`Loop::watch`] (which found libuv).
+///
+/// # Safety
+/// `handle` is such a handle, on its loop's thread.
+unsafe fn handle_data(handle: *mut PollHandle) -> *mut c_void {
+    let libuv = libuv().expect("a handle exists only where libuv was found");
+    // SAFETY: the caller's promise.
+    unsafe { (libuv.handle_get_data)(handle) }
+}
+
+fn uv_error(libuv: &Libuv, status: c_int) -> io::Error {
     // SAFETY: `uv_strerror` returns a NUL-terminated string that is never freed, for any code.
-    let message = unsafe { std::ffi::CStr::from_ptr(uv_strerror(status)) }.to_string_lossy().into_owned();
+    let message = unsafe { CStr::from_ptr((libuv.strerror)(status)) }.to_string_lossy().into_owned();
     io::Error::other(format!("libuv: {message}"))
 }

@@ -1,0 +1,54 @@
+// Each platform build, installed from its packed tarballs into a fresh app,
+// runs the smoke test (smoke.mjs) on a real runtime: the arm64 Linux build on
+// the real Node 24 for arm64 under qemu user-mode emulation (on an arm64
+// Debian sysroot), the x64 Linux build on Bun and on Deno, which load
+// Node-API addons but have no libuv (the redis driver then runs its commands
+// on its own thread). Against a private redis-server.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { startRedis } from '../redis-server.js';
+import { appWith, scratchDir, tools } from './helpers.js';
+
+let redis;
+let scratch;
+before(async () => {
+  redis = await startRedis();
+  scratch = await scratchDir();
+});
+after(async () => {
+  await redis?.stop();
+  if (scratch) await rm(scratch, { recursive: true, force: true });
+});
+
+/** Runs smoke.mjs in `app` with `command`; returns its output after checking it passed. */
+function smoke(app, command, args) {
+  const run = spawnSync(command, [...args, 'smoke.mjs'], {
+    cwd: app,
+    env: { HOME: scratch, PATH: process.env.PATH, REDIS_URL: redis.url },
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
+  assert.equal(run.status, 0, `${run.stdout}\n${run.stderr}`);
+  assert.match(run.stdout, /^smoke passed$/m);
+  return run.stdout;
+}
+
+test('linux-arm64-gnu: the real Node 24 for arm64 runs the smoke test under qemu', async () => {
+  const app = await appWith(scratch, 'linux-arm64-gnu');
+  const node = join(tools, 'node24-arm64', 'package', 'bin', 'node');
+  const out = smoke(app, 'qemu-aarch64', ['-L', join(tools, 'arm64-sysroot'), node]);
+  assert.match(out, /^runtime Node\.js\/24 linux-arm64$/m);
+});
+
+test('linux-x64-gnu on Bun: the local driver, and the redis driver on its own thread', async () => {
+  const app = await appWith(scratch, 'linux-x64-gnu');
+  assert.match(smoke(app, join(tools, 'bun', 'package', 'bin', 'bun'), []), /^runtime Bun\/1\.\S+ linux-x64$/m);
+});
+
+test('linux-x64-gnu on Deno: the local driver, and the redis driver on its own thread', async () => {
+  const app = await appWith(scratch, 'linux-x64-gnu');
+  assert.match(smoke(app, join(tools, 'deno', 'package', 'deno'), ['run', '--allow-all']), /^runtime Deno\/2\.\S+ linux-x64$/m);
+});
