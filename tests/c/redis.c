@@ -1,6 +1,8 @@
 /* The redis driver through the C API, against the private redis-server whose
  * URL is in REDIS_URL (started and killed by scripts/test-c). Two providers
  * stand for two processes sharing the server. */
+/* nanosleep is POSIX, not C11: glibc shows it anyway, musl only when asked. */
+#define _POSIX_C_SOURCE 200809L
 #include <time.h>
 
 #include "check.h"

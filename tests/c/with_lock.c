@@ -2,6 +2,8 @@
  * the lease held and releases it after; a redis section longer than its
  * lease stays exclusive because the driver renews it. The redis half uses
  * the private server in REDIS_URL (started and killed by scripts/test-c). */
+/* nanosleep is POSIX, not C11: glibc shows it anyway, musl only when asked. */
+#define _POSIX_C_SOURCE 200809L
 #include <time.h>
 
 #include "check.h"
