@@ -31,3 +31,13 @@ export async function isSettled(promise) {
   await new Promise((resolve) => setImmediate(resolve));
   return settled;
 }
+
+/** -1, 0 or 1 as dotted version `a` is below, equal to or above `b`. */
+export function compareVersions(a, b) {
+  const [x, y] = [a, b].map((v) => v.split('.').map(Number));
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return Math.sign(d);
+  }
+  return 0;
+}

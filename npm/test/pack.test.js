@@ -9,6 +9,7 @@ import { mkdtemp, readFile, rm, writeFile, mkdir, access } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { dirname, join, delimiter } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { compareVersions } from './helpers.js';
 
 const packageDir = fileURLToPath(new URL('..', import.meta.url));
 const platformDir = join(packageDir, 'npm', 'linux-x64-gnu');
@@ -38,16 +39,6 @@ async function which(name, path) {
     } catch {}
   }
   return null;
-}
-
-/** -1, 0 or 1 as dotted version `a` is below, equal to or above `b`. */
-function compareVersions(a, b) {
-  const [x, y] = [a, b].map((v) => v.split('.').map(Number));
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    const d = (x[i] ?? 0) - (y[i] ?? 0);
-    if (d !== 0) return Math.sign(d);
-  }
-  return 0;
 }
 
 // Both tarballs, packed once and installed offline into a fresh app that

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { compareVersions } from '../helpers.js';
 import { pkg, platformTarball, scratchDir, tags } from './helpers.js';
 
 // The glibc of the gnu builds (scripts/build-node; Node 24's own floor is 2.28).
@@ -47,16 +48,6 @@ const MACOS_LIBRARIES = [
 const WINDOWS_LIBRARY = /^(kernel32|ntdll|ws2_32|bcrypt|bcryptprimitives|advapi32|crypt32|userenv|api-ms-win-(core|crt)-[a-z0-9-]+)\.dll$/i;
 
 const tool = (command, ...args) => execFileSync(command, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
-
-/** -1, 0 or 1 as dotted version `a` is below, equal to or above `b`. */
-function compareVersions(a, b) {
-  const [x, y] = [a, b].map((v) => v.split('.').map(Number));
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    const d = (x[i] ?? 0) - (y[i] ?? 0);
-    if (d !== 0) return Math.sign(d);
-  }
-  return 0;
-}
 
 let scratch;
 /** tag -> { files, manifest, addon } of its unpacked tarball. */
