@@ -33,7 +33,8 @@ pub fn panic_probe(env: Env, place: String) -> napi::Result<Option<Promise>> {
         "poll" => spawn(&env, async { boom("poll") }, |()| ()).map(Some),
         "woken" => spawn(&env, woken_then_panic(), |()| ()).map(Some),
         "reader" => {
-            host(&env)?.spawn(Box::pin(async { panic!("probe: reader") }));
+            let host = host(&env)?.ok_or_else(|| napi::Error::from_reason("this runtime has no libuv loop to host a reader"))?;
+            host.spawn(Box::pin(async { panic!("probe: reader") }));
             Ok(None)
         }
         _ => Err(napi::Error::from_reason("unknown probe place")),
