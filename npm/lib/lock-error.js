@@ -74,4 +74,3 @@ export class LockError extends DokebiError {
     return 'LockError';
   }
 }
-

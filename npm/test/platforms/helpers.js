@@ -3,7 +3,7 @@
 // installs packed tarballs the way a user's would.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,8 +49,6 @@ export async function appWith(scratch, tag) {
   return app;
 }
 
-export async function scratchDir() {
-  const dir = await mkdtemp(join(tmpdir(), 'dokebi-lock-platforms-'));
-  await mkdir(dir, { recursive: true });
-  return dir;
+export function scratchDir() {
+  return mkdtemp(join(tmpdir(), 'dokebi-lock-platforms-'));
 }
