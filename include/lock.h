@@ -153,6 +153,11 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_INVALID_ARGUMENT = 23,
   /**
+   * The backend's driver cannot grant the kind of lease asked for (shared,
+   * counted, several keys).
+   */
+  DOKEBI_LOCK_UNSUPPORTED_KIND = 24,
+  /**
    * A Rust panic was caught at the C boundary: a bug in dokebi-lock.
    */
   DOKEBI_LOCK_PANIC = 1000,

@@ -30,6 +30,7 @@ export type LockErrorCode =
   | 'INVALID_EXTENSION'
   | 'INVALID_PLUGIN_OPTIONS'
   | 'INVALID_ARGUMENT'
+  | 'UNSUPPORTED_KIND'
   // Thrown by the import itself when the addon cannot be loaded.
   | 'PLATFORM_UNSUPPORTED'
   | 'PLATFORM_PACKAGE_MISSING'

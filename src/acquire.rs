@@ -1,8 +1,34 @@
-//! Per-call options of an acquire, shared by every driver.
+//! Per-call options of an acquire, shared by every driver: how long to
+//! wait, and what kind of hold is asked for (exclusive, shared, or some
+//! units of a counted key).
 
 use std::time::Duration;
 
 use crate::abort::AbortSignal;
+use crate::error::{ErrorCode, LockError, Result};
+
+/// How a lease holds its key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// Alone: no other lease holds the key meanwhile (with a `limit`, at
+    /// most `limit` units are held).
+    #[default]
+    Exclusive,
+    /// Together with every other shared lease of the key, and with no
+    /// exclusive one (a reader/writer lock: readers shared, writers
+    /// exclusive).
+    Shared,
+}
+
+impl LockMode {
+    /// The name the options use: `"exclusive"` or `"shared"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Shared => "shared",
+        }
+    }
+}
 
 /// Per-call options of an acquire.
 #[derive(Clone, Default)]
@@ -12,4 +38,143 @@ pub struct AcquireOptions {
     pub wait_timeout: Option<Duration>,
     /// Ends the wait with `ABORTED`; does nothing once the lease is granted.
     pub signal: Option<AbortSignal>,
+    /// Exclusive (the default) or shared.
+    pub mode: LockMode,
+    /// A counted lock: at most this many units of the key are held at once.
+    /// `None` is 1, a plain lock. Every caller of a key gives the same
+    /// limit; another one while the key is held or waited for is
+    /// `INVALID_ARGUMENT`. Does not combine with [`LockMode::Shared`].
+    pub limit: Option<u32>,
+    /// The units of a counted key this lease holds (`None` is 1); at most
+    /// `limit`.
+    pub weight: Option<u32>,
+}
+
+/// What an acquire asks of each of its keys, checked: the mode, the key's
+/// limit and the units held. A plain acquire is exclusive with limit 1 and
+/// weight 1; a shared one has limit 1 too, so readers and writers of a key
+/// agree on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LockKind {
+    /// Exclusive or shared.
+    pub mode: LockMode,
+    /// Units of the key that may be held at once (1 unless counted).
+    pub limit: u32,
+    /// Units this lease holds (1 unless counted).
+    pub weight: u32,
+}
+
+impl LockKind {
+    /// A plain lease: exclusive, one unit of one.
+    pub const EXCLUSIVE: LockKind = LockKind { mode: LockMode::Exclusive, limit: 1, weight: 1 };
+
+    /// True for the plain exclusive kind every driver supports.
+    pub fn is_plain(&self) -> bool {
+        *self == LockKind::EXCLUSIVE
+    }
+
+    /// The kind in the options' words, for errors: `mode 'shared'`, or
+    /// `limit 3 with weight 1`.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            LockMode::Shared => "mode 'shared'".to_owned(),
+            LockMode::Exclusive => format!("limit {} with weight {}", self.limit, self.weight),
+        }
+    }
+}
+
+impl Default for LockKind {
+    fn default() -> Self {
+        LockKind::EXCLUSIVE
+    }
+}
+
+impl AcquireOptions {
+    /// The checked kind: `INVALID_ARGUMENT` for a limit or weight of 0, a
+    /// weight above the limit, or a limit with shared mode.
+    pub fn kind(&self) -> Result<LockKind> {
+        LockKind::new(self.mode, self.limit, self.weight)
+    }
+}
+
+impl LockKind {
+    /// Checks a mode, limit and weight as [`AcquireOptions::kind`] does.
+    pub fn new(mode: LockMode, limit: Option<u32>, weight: Option<u32>) -> Result<LockKind> {
+        if mode == LockMode::Shared && (limit.is_some() || weight.is_some()) {
+            return Err(invalid("mode 'shared' does not combine with limit or weight: shared leases are counted by mode, not units"));
+        }
+        let limit = limit.unwrap_or(1);
+        let weight = weight.unwrap_or(1);
+        if limit == 0 {
+            return Err(invalid("limit must be a positive integer"));
+        }
+        if weight == 0 {
+            return Err(invalid("weight must be a positive integer"));
+        }
+        if weight > limit {
+            return Err(invalid(format!("weight ({weight}) is above limit ({limit}): such a lease could never be granted")));
+        }
+        Ok(LockKind { mode, limit, weight })
+    }
+}
+
+/// The keys of one acquire, checked: at least one, each valid, none twice.
+/// Their order is the caller's (what `Lease::keys` gives back); drivers
+/// take them in an order of their own.
+pub fn check_keys(keys: &[&str], max_key_bytes: usize) -> Result<()> {
+    if keys.is_empty() {
+        return Err(invalid("an acquire of several keys needs at least one key"));
+    }
+    for (index, key) in keys.iter().enumerate() {
+        crate::key::validate(key, max_key_bytes)?;
+        if keys[..index].contains(key) {
+            return Err(invalid(format!("keys[{index}] repeats an earlier key: each key of one lease is given once")));
+        }
+    }
+    Ok(())
+}
+
+/// `UNSUPPORTED_KIND`: the driver cannot grant `kind` (or several keys),
+/// so it refuses rather than granting a plain exclusive lease instead.
+pub fn unsupported(driver: &str, what: &str) -> LockError {
+    LockError::new(ErrorCode::UnsupportedKind, format!("the {driver} driver cannot grant {what}"))
+}
+
+fn invalid(message: impl Into<String>) -> LockError {
+    LockError::new(ErrorCode::InvalidArgument, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_acquire_is_exclusive_with_limit_one() {
+        assert_eq!(AcquireOptions::default().kind().unwrap(), LockKind::EXCLUSIVE);
+    }
+
+    #[test]
+    fn shared_mode_does_not_combine_with_a_limit() {
+        let err = LockKind::new(LockMode::Shared, Some(3), None).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        let err = LockKind::new(LockMode::Shared, None, Some(1)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn limits_and_weights_are_positive_and_a_weight_fits_its_limit() {
+        for (limit, weight) in [(Some(0), None), (None, Some(0)), (Some(2), Some(3)), (None, Some(2))] {
+            let err = LockKind::new(LockMode::Exclusive, limit, weight).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::InvalidArgument, "{limit:?} {weight:?}");
+        }
+        assert_eq!(LockKind::new(LockMode::Exclusive, Some(5), Some(5)).unwrap(), LockKind { mode: LockMode::Exclusive, limit: 5, weight: 5 });
+    }
+
+    #[test]
+    fn a_key_set_is_non_empty_valid_and_without_repeats() {
+        assert_eq!(check_keys(&[], 16).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(check_keys(&["a", "b", "a"], 16).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(check_keys(&["a", ""], 16).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert!(check_keys(&["a", "b"], 16).is_ok());
+    }
 }

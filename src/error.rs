@@ -121,6 +121,11 @@ error_codes! {
     /// handle passed through C.
     InvalidArgument = 23, "INVALID_ARGUMENT",
         "Pass arguments of the documented types: finite non-negative integer timeouts, an AbortSignal, a live handle.";
+    /// The backend's driver cannot grant the kind of lease asked for (shared
+    /// mode, a limit, several keys): it refuses instead of granting a plain
+    /// exclusive lease.
+    UnsupportedKind = 24, "UNSUPPORTED_KIND",
+        "This backend's driver cannot grant shared, counted or several-key leases; use a driver that can (local, redis) or acquire plain exclusive leases.";
 }
 
 impl ErrorCode {

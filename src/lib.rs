@@ -37,7 +37,7 @@ pub mod telemetry;
 pub mod with_lock;
 
 pub use abort::{AbortController, AbortSignal};
-pub use acquire::AcquireOptions;
+pub use acquire::{AcquireOptions, LockKind, LockMode};
 pub use error::{ErrorCode, Issue, LockError, Result};
 pub use options::Options;
 pub use provider::{Backend, Hooks, Lease, Provider};

@@ -145,11 +145,24 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Acquires `key` (see [`AcquireOptions`] for waiting and cancellation).
+    /// Acquires `key` (see [`AcquireOptions`] for waiting, cancellation
+    /// and the kind of hold: exclusive, shared or counted).
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+        }
+    }
+
+    /// Acquires every key of `keys` as one lease, or none of them: the wait
+    /// covers the whole set, and a wait that ends (`WAIT_TIMEOUT`,
+    /// `ABORTED`) leaves nothing held. Two callers asking for overlapping
+    /// sets in different orders never deadlock. The options' kind applies
+    /// to every key. `INVALID_ARGUMENT` for an empty set or a key given twice.
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<Lease> {
+        match self {
+            Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
+            Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
         }
     }
 
@@ -206,7 +219,8 @@ pub enum Lease {
 }
 
 impl Lease {
-    /// The key this lease is for.
+    /// The key this lease is for (of a lease over several keys, the first
+    /// the caller gave).
     pub fn key(&self) -> &str {
         match self {
             Lease::Local(lease) => lease.key(),
@@ -214,11 +228,29 @@ impl Lease {
         }
     }
 
-    /// The fencing token; compare numerically.
+    /// Every key this lease holds, in the order the caller gave them.
+    pub fn keys(&self) -> Vec<&str> {
+        match self {
+            Lease::Local(lease) => lease.keys(),
+            Lease::Redis(lease) => lease.keys(),
+        }
+    }
+
+    /// The fencing token (of a lease over several keys, that of
+    /// [`Lease::key`]); compare numerically.
     pub fn fence(&self) -> u64 {
         match self {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
+        }
+    }
+
+    /// The fence of each key, in the order of [`Lease::keys`]: above every
+    /// earlier grant of that key.
+    pub fn fences(&self) -> Vec<(&str, u64)> {
+        match self {
+            Lease::Local(lease) => lease.fences(),
+            Lease::Redis(lease) => lease.fences(),
         }
     }
 

@@ -154,6 +154,16 @@ impl LocalBackend {
         outcome.map(|id| self.lease(id, key))
     }
 
+    /// Acquires every key of `keys` as one lease (see
+    /// [`crate::Backend::acquire_many`]).
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<LocalLease> {
+        crate::acquire::check_keys(keys, self.shared.options.max_key_bytes as usize)?;
+        match keys {
+            [key] => self.acquire(key, options).await,
+            _ => Err(crate::acquire::unsupported("local", "several keys at once")),
+        }
+    }
+
     /// Blocks the calling thread until the key is ours or `wait_timeout`
     /// (the backend default when `None`) passes.
     pub fn acquire_blocking(&self, key: &str, wait_timeout: Option<Duration>) -> Result<LocalLease> {
@@ -311,6 +321,16 @@ impl LocalLease {
     /// The key this lease is for.
     pub fn key(&self) -> &str {
         self.key.as_str()
+    }
+
+    /// Every key this lease holds, in the caller's order.
+    pub fn keys(&self) -> Vec<&str> {
+        vec![self.key.as_str()]
+    }
+
+    /// The fence of each key, in the order of [`LocalLease::keys`].
+    pub fn fences(&self) -> Vec<(&str, u64)> {
+        vec![(self.key.as_str(), self.id.fence)]
     }
 
     /// The fencing token: larger than that of every earlier lease of the backend.

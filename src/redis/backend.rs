@@ -96,6 +96,10 @@ impl RedisBackend {
             return Err(LockError::closed());
         }
         key::validate(key, core.options.max_key_bytes as usize)?;
+        let kind = options.kind()?;
+        if !kind.is_plain() {
+            return Err(crate::acquire::unsupported("redis", &kind.describe()));
+        }
         if options.signal.as_ref().is_some_and(AbortSignal::is_aborted) {
             return Err(LockError::aborted());
         }
@@ -109,6 +113,16 @@ impl RedisBackend {
         let task = Acquire::new(core.clone(), key, wait, options.signal, cancelled, slot);
         let shared = core.spawner().run(task.run()).await?;
         Ok(RedisLease::new(shared, self.runtime.clone()))
+    }
+
+    /// Acquires every key of `keys` as one lease (see
+    /// [`crate::Backend::acquire_many`]).
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
+        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
+        match keys {
+            [key] => self.acquire(key, options).await,
+            _ => Err(crate::acquire::unsupported("redis", "several keys at once")),
+        }
     }
 
     /// Counts for `status()`.

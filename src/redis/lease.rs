@@ -144,6 +144,16 @@ impl RedisLease {
         &self.shared.key
     }
 
+    /// Every key this lease holds, in the caller's order.
+    pub fn keys(&self) -> Vec<&str> {
+        vec![&self.shared.key]
+    }
+
+    /// The fence of each key, in the order of [`RedisLease::keys`].
+    pub fn fences(&self) -> Vec<(&str, u64)> {
+        vec![(&self.shared.key, self.shared.fence)]
+    }
+
     /// Renews the lease every `every` on the driver's runtime until the
     /// returned guard is dropped; `on_lost` is aborted the moment the lease
     /// is known lost (see [`KeepAlive`]).

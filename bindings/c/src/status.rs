@@ -61,6 +61,9 @@ pub enum dokebi_lock_status {
     DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS = 22,
     /// An argument is invalid: a NULL handle or out-parameter, a bad timeout.
     DOKEBI_LOCK_INVALID_ARGUMENT = 23,
+    /// The backend's driver cannot grant the kind of lease asked for (shared,
+    /// counted, several keys).
+    DOKEBI_LOCK_UNSUPPORTED_KIND = 24,
     /// A Rust panic was caught at the C boundary: a bug in dokebi-lock.
     DOKEBI_LOCK_PANIC = 1000,
 }
@@ -113,7 +116,8 @@ error_statuses!(
     DOKEBI_LOCK_INVALID_ENTRY,
     DOKEBI_LOCK_INVALID_EXTENSION,
     DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS,
-    DOKEBI_LOCK_INVALID_ARGUMENT
+    DOKEBI_LOCK_INVALID_ARGUMENT,
+    DOKEBI_LOCK_UNSUPPORTED_KIND
 );
 
 impl From<ErrorCode> for dokebi_lock_status {
