@@ -167,7 +167,10 @@ mod tests {
             let err = LockKind::new(LockMode::Exclusive, limit, weight).unwrap_err();
             assert_eq!(err.code(), ErrorCode::InvalidArgument, "{limit:?} {weight:?}");
         }
-        assert_eq!(LockKind::new(LockMode::Exclusive, Some(5), Some(5)).unwrap(), LockKind { mode: LockMode::Exclusive, limit: 5, weight: 5 });
+        assert_eq!(
+            LockKind::new(LockMode::Exclusive, Some(5), Some(5)).unwrap(),
+            LockKind { mode: LockMode::Exclusive, limit: 5, weight: 5 }
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn backend() -> LocalBackend {
 }
 
 fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None, ..AcquireOptions::default() }
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn an_aborted_signal_is_aborted_before_and_while_waiting() {
     let backend = backend();
     let controller = AbortController::new();
     controller.abort();
-    let options = AcquireOptions { wait_timeout: None, signal: Some(controller.signal()) };
+    let options = AcquireOptions { wait_timeout: None, signal: Some(controller.signal()), ..AcquireOptions::default() };
     let err = block_on(backend.acquire("free", options)).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Aborted, "already aborted: not even a free key is taken");
     assert_eq!(backend.counts().held, 0);
@@ -154,7 +154,11 @@ fn an_aborted_signal_is_aborted_before_and_while_waiting() {
         controller.abort();
     });
     let err =
-        block_on(backend.acquire("k", AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(signal) })).unwrap_err();
+        block_on(backend.acquire(
+            "k",
+            AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(signal), ..AcquireOptions::default() },
+        ))
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Aborted);
     assert_eq!(backend.counts().waiting, 0);
     aborter.join().unwrap();
@@ -164,7 +168,10 @@ fn an_aborted_signal_is_aborted_before_and_while_waiting() {
 fn a_signal_does_nothing_once_the_lease_is_granted() {
     let backend = backend();
     let controller = AbortController::new();
-    let lease = block_on(backend.acquire("k", AcquireOptions { wait_timeout: None, signal: Some(controller.signal()) })).unwrap();
+    let lease = block_on(
+        backend.acquire("k", AcquireOptions { wait_timeout: None, signal: Some(controller.signal()), ..AcquireOptions::default() }),
+    )
+    .unwrap();
     controller.abort();
     assert!(lease.is_valid());
     assert!(lease.release());

@@ -30,7 +30,7 @@ fn provider() -> (Provider, Arc<Mutex<Vec<TelemetryEvent>>>) {
 }
 
 fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None, ..AcquireOptions::default() }
 }
 
 #[test]

@@ -243,13 +243,14 @@ fn an_aborted_or_dropped_acquire_leaves_nothing_behind() {
     let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
 
     let controller = AbortController::new();
-    let options = AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(controller.signal()) };
+    let options =
+        AcquireOptions { wait_timeout: Some(Duration::from_secs(10)), signal: Some(controller.signal()), ..AcquireOptions::default() };
     let waiter_backend = backend(&b);
     let waiter = thread::spawn(move || code(block_on(waiter_backend.acquire("k", options))));
     eventually("b waits", || redis_counts(&backend(&b)).waiting == 1);
     controller.abort();
     assert_eq!(waiter.join().unwrap(), ErrorCode::Aborted);
-    let aborted_already = AcquireOptions { wait_timeout: None, signal: Some(controller.signal()) };
+    let aborted_already = AcquireOptions { wait_timeout: None, signal: Some(controller.signal()), ..AcquireOptions::default() };
     assert_eq!(code(block_on(backend(&b).acquire("free", aborted_already))), ErrorCode::Aborted);
 
     // Dropping a pending acquire cancels it, even if the key frees meanwhile.

@@ -23,7 +23,10 @@ fn ten_thousand_waiters_on_one_key_drain_in_fifo_order() {
     let server = RedisServer::start();
     let (provider, _) = open_redis(&server.url(), &[("leaseMs", "60000"), ("waitTimeoutMs", "120000"), ("maxWaiters", "10001")], &[]);
     let backend = provider.backend("shared").unwrap();
-    let held = block_on(backend.acquire("crowded", AcquireOptions { wait_timeout: Some(Duration::ZERO), signal: None })).unwrap();
+    let held = block_on(
+        backend.acquire("crowded", AcquireOptions { wait_timeout: Some(Duration::ZERO), signal: None, ..AcquireOptions::default() }),
+    )
+    .unwrap();
     let first_fence = held.fence();
 
     let order = Arc::new(Mutex::new(Vec::with_capacity(WAITERS)));

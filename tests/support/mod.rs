@@ -16,7 +16,7 @@ use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, RedisCounts
 
 /// Acquire options that wait at most `ms`.
 pub fn wait(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None }
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), signal: None, ..AcquireOptions::default() }
 }
 
 /// The driver's own counts of a redis backend.

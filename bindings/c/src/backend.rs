@@ -42,7 +42,7 @@ impl dokebi_lock_backend {
     /// local acquire's stack frame need not reserve.
     #[inline(never)]
     fn acquire_redis(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
-        block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None }))
+        block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None, ..AcquireOptions::default() }))
     }
 }
 

@@ -74,7 +74,8 @@ pub unsafe extern "C" fn dokebi_lock_acquire_async(
         // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
         let key = unsafe { args::key(key, key_len) }?.to_owned();
         let controller = AbortController::new();
-        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: Some(controller.signal()) };
+        let options =
+            AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: Some(controller.signal()), ..AcquireOptions::default() };
         let userdata = UserData(userdata);
         let driver = backend.backend.clone();
         backend.completions.spawn(async move {

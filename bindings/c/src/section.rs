@@ -55,7 +55,7 @@ pub unsafe extern "C" fn dokebi_lock_with_lock(
         let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
         // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
         let key = unsafe { args::key(key, key_len) }?;
-        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None };
+        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None, ..AcquireOptions::default() };
         // The raw pointer crosses into the section's future; the future runs
         // to completion on this thread before the call returns.
         let user_data = user_data as usize;

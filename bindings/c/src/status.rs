@@ -165,7 +165,8 @@ mod tests {
         assert_eq!(name(0), "OK");
         assert_eq!(name(10), "WAIT_TIMEOUT");
         assert_eq!(name(1000), "PANIC");
-        assert_eq!(name(24), "UNKNOWN");
+        assert_eq!(name(24), "UNSUPPORTED_KIND");
+        assert_eq!(name(25), "UNKNOWN");
         assert_eq!(name(u32::MAX), "UNKNOWN");
     }
 }

@@ -189,6 +189,7 @@ impl NativeRedisBackend {
             let options = AcquireOptions {
                 wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())),
                 signal: abort.map(|a| a.controller.signal()),
+                ..AcquireOptions::default()
             };
             spawn(env, async move { backend.acquire(&key?, options).await }, |lease| NativeRedisLease {
                 lease: Finalized::new(Arc::new(lease)),
