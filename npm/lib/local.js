@@ -25,6 +25,7 @@ import * as telemetry from './telemetry.js';
 const GRANTED = 0;
 const QUEUED = 1;
 const HANDED_ON = 2;
+const HANDED_ON_MORE = 3;
 const NOT_HELD = 0;
 const FAILED = -1;
 
@@ -93,15 +94,27 @@ class LocalCore {
     this.engine.release();
     const status = out[0];
     if (status === NOT_HELD) return false;
-    if (status === HANDED_ON) {
+    this.grantAll(status);
+    return true;
+  }
+
+  /**
+   * Settles the waiters a release or cancel let in, as `out` reports them
+   * (a shared or counted release may let in several: the engine reports
+   * them one by one).
+   */
+  grantAll(status) {
+    const out = this.out;
+    while (status === HANDED_ON || status === HANDED_ON_MORE) {
       const waiter = this.waiters[out[3]];
       this.waiters[out[3]] = undefined;
       waiter.grant(out[1], out[2]);
-    } else if (status === FAILED) {
-      // Only an internal error of the addon (a caught panic) fails a release.
-      throw takeNativeError();
+      if (status === HANDED_ON) return;
+      this.engine.nextGrant();
+      status = out[0];
     }
-    return true;
+    // Only an internal error of the addon (a caught panic) fails a release.
+    if (status === FAILED) throw takeNativeError();
   }
 
   /** withLock's acquire: the lease when granted at once, else acquire's promise. */
@@ -182,8 +195,13 @@ class Waiter {
   cancel(timedOut, error) {
     // false: release() already dequeued this waiter and granted it on this
     // same thread, which also ended its deadline and listener; nothing leaks.
-    if (!this.core.engine.cancel(this.slot, this.serial, timedOut)) return;
-    this.core.waiters[this.slot] = undefined;
+    const core = this.core;
+    const cancelled = core.engine.cancel(this.slot, this.serial, timedOut);
+    // Leaving can let waiters behind this one in (readers queued behind a
+    // writer that gave up): settle them before anything else runs JS.
+    core.grantAll(core.out[0]);
+    if (!cancelled) return;
+    core.waiters[this.slot] = undefined;
     this.fail(error);
   }
 

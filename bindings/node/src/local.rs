@@ -25,7 +25,7 @@ use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
+use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use dokebi_lock::{ErrorCode, LockError};
 use napi::bindgen_prelude::ToNapiValue;
@@ -49,9 +49,13 @@ const FAILED: f64 = -1.0;
 const NOT_HELD: f64 = 0.0;
 /// `release`: released, the key is free.
 const FREED: f64 = 1.0;
-/// `release`: released and granted to a waiter;
+/// `release`, `cancel`, `nextGrant`: a waiter was granted;
 /// `out = [HANDED_ON, leaseSlot, leaseFence, waiterSlot]`.
 const HANDED_ON: f64 = 2.0;
+/// As HANDED_ON, and more grants follow: `nextGrant()` reports the next.
+/// (A shared lease, or units, can let in several waiters at once; a plain
+/// hand-off never does, so it costs no extra call.)
+const HANDED_ON_MORE: f64 = 3.0;
 
 /// One local backend's lock state.
 struct LocalState {
@@ -87,13 +91,25 @@ impl LocalState {
     }
 
     /// `release()` of the lease `out[1..3] = [slot, fence]`:
-    /// `out[0]` is NOT_HELD, FREED or HANDED_ON.
+    /// `out[0]` is NOT_HELD, FREED, or the first grant it made.
     fn release(&mut self) {
         let (slot, fence) = (self.out.get(1), self.out.get(2));
-        match self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
-            Released::NotHeld => self.report(NOT_HELD, &[]),
-            Released::Freed => self.report(FREED, &[]),
-            Released::HandedOn { waiter, lease } => self.report(HANDED_ON, &[lease.slot.into(), lease.fence as f64, waiter.into()]),
+        if self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
+            self.next_grant();
+        } else {
+            self.report(NOT_HELD, &[]);
+        }
+    }
+
+    /// The next grant the last release or cancel made: `out[0]` is
+    /// HANDED_ON or HANDED_ON_MORE with the grant in `out[1..4]`, else FREED.
+    fn next_grant(&mut self) {
+        match self.engine.pop_granted() {
+            Some((waiter, lease)) => {
+                let status = if self.engine.has_granted() { HANDED_ON_MORE } else { HANDED_ON };
+                self.report(status, &[lease.slot.into(), lease.fence as f64, waiter.into()]);
+            }
+            None => self.report(FREED, &[]),
         }
     }
 }
@@ -117,11 +133,12 @@ impl LocalEngineObject {
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 8] = [
+const METHODS: [(&CStr, Method); 9] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
     (c"release", release),
+    (c"nextGrant", next_grant),
     (c"cancel", cancel),
     (c"isHeld", is_held),
     (c"close", close),
@@ -211,9 +228,21 @@ unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) 
     ptr::null_mut()
 }
 
+/// `nextGrant()`: see [`LocalState::next_grant`].
+unsafe extern "C" fn next_grant(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, []) = unsafe { call_info::<0>(env, info) };
+    if let Err(error) = guard::catch(|| state.borrow_mut().next_grant()) {
+        failed(state, error);
+    }
+    ptr::null_mut()
+}
+
 /// `cancel(slot, serial, timedOut): boolean`: true when the waiter was still
 /// queued, false when it was already granted or rejected. `timedOut` tells a
-/// wait that ran out from an aborted one.
+/// wait that ran out from an aborted one. Leaving may let waiters behind it
+/// in: `out` then reports the first grant, as `release` does.
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
@@ -222,8 +251,14 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     // SAFETY: `env` and the argument are this callback's.
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
+    let cancel = || {
+        let mut state = state.borrow_mut();
+        let cancelled = state.engine.cancel(waiter, reason).is_some();
+        state.next_grant();
+        cancelled
+    };
     // SAFETY: `env` is this callback's, on the JS thread.
-    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
+    unsafe { or_throw(env, || Ok(bool_value(env, cancel()))) }
 }
 
 /// `isHeld(slot, fence): boolean`
