@@ -162,8 +162,10 @@ class AppBackend {
       if (api !== undefined) return api;
       const view = backend.#view;
       const value = Reflect.get(view, member);
-      // `constructor` is the class itself, a value rather than a method of the object.
-      if (typeof value !== 'function' || member === 'constructor') return value;
+      // `constructor` is the class itself, a value rather than a method of the
+      // object; Object.prototype's methods (hasOwnProperty, toString, …) are
+      // generic, and called on the Proxy they see what its traps report.
+      if (typeof value !== 'function' || member === 'constructor' || value === Object.prototype[member]) return value;
       let bound = backend.#bound.get(value);
       if (bound === undefined) backend.#bound.set(value, (bound = value.bind(view)));
       return bound;

@@ -99,6 +99,7 @@ for (const [how, open] of [['driver view', viaDriver], ['wrapBackend result', vi
     backend.label = 'renamed';
     assert.equal(view.label, 'renamed', 'a write reaches the app object');
     assert.equal(Object.getPrototypeOf(backend), Object.prototype);
+    assert.ok(backend.hasOwnProperty('withLock') && backend.hasOwnProperty('label'), 'what the traps report');
     await provider.close();
   });
 
