@@ -152,6 +152,8 @@ export interface BackendStatus {
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
+  /** Of `held`, the leases held in shared mode (absent when the driver does not report it). */
+  readonly heldShared?: number;
   /** Acquires waiting now. */
   readonly waiting: number;
   /** Leases granted since the backend opened. */

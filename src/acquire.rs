@@ -95,6 +95,19 @@ impl AcquireOptions {
     pub fn kind(&self) -> Result<LockKind> {
         LockKind::new(self.mode, self.limit, self.weight)
     }
+
+    /// Options asking for `kind`, with the given wait and signal (for
+    /// surfaces that pass a kind as mode, limit and weight numbers).
+    pub fn of_kind(kind: LockKind, wait_timeout: Option<Duration>, signal: Option<AbortSignal>) -> AcquireOptions {
+        let counted = kind.mode == LockMode::Exclusive;
+        AcquireOptions {
+            wait_timeout,
+            signal,
+            mode: kind.mode,
+            limit: counted.then_some(kind.limit),
+            weight: counted.then_some(kind.weight),
+        }
+    }
 }
 
 impl LockKind {
@@ -171,6 +184,17 @@ mod tests {
             LockKind::new(LockMode::Exclusive, Some(5), Some(5)).unwrap(),
             LockKind { mode: LockMode::Exclusive, limit: 5, weight: 5 }
         );
+    }
+
+    #[test]
+    fn options_of_a_kind_give_that_kind_back() {
+        for kind in [
+            LockKind::EXCLUSIVE,
+            LockKind { mode: LockMode::Shared, limit: 1, weight: 1 },
+            LockKind { mode: LockMode::Exclusive, limit: 4, weight: 3 },
+        ] {
+            assert_eq!(AcquireOptions::of_kind(kind, None, None).kind().unwrap(), kind);
+        }
     }
 
     #[test]

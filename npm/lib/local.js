@@ -16,7 +16,8 @@
 // no extra clock either.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { askedKinds } from './kinds.js';
 import { Deadlines } from './deadlines.js';
 import { withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
@@ -64,16 +65,26 @@ class LocalCore {
     if (this.closed) return Promise.reject(fromInfo(native.closedError()));
     let waitMs = this.defaultWaitMs;
     let signal;
+    let kind = 0;
     if (options !== undefined) {
       try {
         waitMs = waitTimeout(options, waitMs);
+        if (asksKind(options)) kind = askedKinds(key, options);
       } catch (error) {
         return Promise.reject(error);
       }
       signal = options.signal;
       if (signal?.aborted) return Promise.reject(abortedBy(signal));
     }
-    if (typeof key !== 'string') return Promise.reject(notAStringKey());
+    if (typeof key !== 'string') {
+      if (!Array.isArray(key)) return Promise.reject(notAStringKey());
+      try {
+        kind = askedKinds(key, options);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    if (kind !== 0) return this.acquireKind(key, options, waitMs, signal, leaseNow);
     if (waitMs === 0) this.engine.tryAcquire(key);
     else this.engine.acquire(key);
     const out = this.out;
@@ -84,6 +95,30 @@ class LocalCore {
     }
     if (status === QUEUED) return new Waiter(this, key, out[1], out[2], waitMs, signal).promise;
     return Promise.reject(takeNativeError());
+  }
+
+  /**
+   * acquire() of a checked kind beyond a plain lease: shared, counted, or
+   * several keys (an array, copied so later changes to the caller's array
+   * change nothing).
+   */
+  acquireKind(key, options, waitMs, signal, leaseNow) {
+    const keys = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
+    this.engine.acquireKind(keys, options?.mode === 'shared', options?.limit ?? 1, options?.weight ?? 1, waitMs !== 0);
+    const out = this.out;
+    const status = out[0];
+    if (status === GRANTED) {
+      const lease = this.lease(keys, out[1], out[2]);
+      return leaseNow ? lease : Promise.resolve(lease);
+    }
+    if (status === QUEUED) return new Waiter(this, keys, out[1], out[2], waitMs, signal).promise;
+    return Promise.reject(takeNativeError());
+  }
+
+  /** The lease of a grant: of one key (a string) or of several (a frozen array). */
+  lease(key, slot, fence) {
+    const since = this.holdStart();
+    return typeof key === 'string' ? new LocalLease(this, key, slot, fence, since) : new LocalKeysLease(this, key, slot, fence, since);
   }
 
   /** Releases by handle, granting the key to the next waiter if any. */
@@ -145,8 +180,8 @@ class LocalCore {
   }
 
   status() {
-    const { held, waiting, acquired, timedOut } = this.engine.counts();
-    return { driver: 'local', held, waiting, acquired, timedOut, lost: 0 };
+    const { held, heldShared, waiting, acquired, timedOut } = this.engine.counts();
+    return { driver: 'local', held, heldShared, waiting, acquired, timedOut, lost: 0 };
   }
 
   close() {
@@ -182,7 +217,7 @@ class Waiter {
   grant(slot, fence) {
     this.settle();
     this.core.waited(this, undefined);
-    this.resolve(new LocalLease(this.core, this.key, slot, fence, this.core.holdStart()));
+    this.resolve(this.core.lease(this.key, slot, fence));
   }
 
   fail(error) {
@@ -279,6 +314,27 @@ class LocalLease {
 
   async [Symbol.asyncDispose]() {
     await this.release();
+  }
+}
+
+/** A local lease over several keys: one grant, one fence for all of them. */
+class LocalKeysLease extends LocalLease {
+  #keys;
+
+  constructor(core, keys, slot, fence, since) {
+    super(core, keys[0], slot, fence, since);
+    this.#keys = keys;
+  }
+
+  /** Every key, in the order the acquire gave them (frozen). */
+  get keys() {
+    return this.#keys;
+  }
+
+  /** Each key's fence, as decimal strings (one local grant takes one fence for all its keys). */
+  get fences() {
+    const fence = this.fence;
+    return new Map(this.#keys.map((key) => [key, fence]));
   }
 }
 

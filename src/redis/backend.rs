@@ -38,6 +38,8 @@ pub struct RedisBackend {
 pub struct RedisCounts {
     /// Leases this backend holds now.
     pub held: usize,
+    /// Of `held`, the leases held in shared mode.
+    pub held_shared: usize,
     /// Acquires in progress (waiting for their turn or for Redis).
     pub waiting: usize,
     /// Leases granted since the backend started.
@@ -130,6 +132,8 @@ impl RedisBackend {
         let connection = &self.core.connection;
         RedisCounts {
             held: self.core.held().len(),
+            // The redis driver grants no shared lease yet (UNSUPPORTED_KIND).
+            held_shared: 0,
             waiting: self.core.in_progress.load(Ordering::SeqCst),
             acquired: self.core.acquired.load(Ordering::Relaxed),
             timed_out: self.core.timed_out.load(Ordering::Relaxed),
