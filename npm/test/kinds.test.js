@@ -91,6 +91,26 @@ test('a partial declaration grants what it names: the refusal names only the kin
   await provider.close();
 });
 
+test('the library\'s withLock passes kind options on as acquire does: refused without kinds, through with them', async () => {
+  const plain = recordingView();
+  const refusing = await openDriver(plain.view);
+  let ran = false;
+  for (const options of [{ mode: 'shared' }, { limit: 3 }]) {
+    await rejectsWith(refusing.backend('b').withLock('k', () => (ran = true), options), 'UNSUPPORTED_KIND');
+  }
+  assert.equal(ran, false);
+  assert.deepEqual(plain.calls, []);
+  await refusing.close();
+
+  const declared = recordingView({ kinds: ALL });
+  const granting = await openDriver(declared.view);
+  await granting.backend('b').withLock(['a', 'b'], () => {}, { limit: 4, weight: 2, waitTimeoutMs: 10 });
+  const [{ key, options }] = declared.calls;
+  assert.deepEqual(key, ['a', 'b']);
+  assert.deepEqual([options.limit, options.weight, options.waitTimeoutMs], [4, 2, 10]);
+  await granting.close();
+});
+
 test('an app object\'s own withLock is refused a kind it does not declare before it runs', async () => {
   let sections = 0;
   const { view } = recordingView({ withLock: async (key, fn) => (sections++, fn()) });
@@ -121,6 +141,22 @@ test('a wrapBackend result declares its own kinds: without, it is refused; with,
   assert.match(byDriver.message, /backend b \(driver app\)/);
   assert.deepEqual(calls, []);
   await declared.close();
+});
+
+test('a pass-through wrapper of a local backend declaring every kind gets what the local driver grants: shared leases held together', async () => {
+  class Metered extends LockExtension {
+    wrapBackend({ backend }) {
+      return { kinds: ALL, acquire: (key, options) => backend.acquire(key, options) };
+    }
+  }
+  const provider = await openLock({ config: { 'dokebi-lock': { backends: { b: {} } } }, entry: { Metered } });
+  const backend = provider.backend('b');
+  const readers = [await backend.acquire('k', { mode: 'shared' }), await backend.acquire('k', { mode: 'shared', waitTimeoutMs: 0 })];
+  await rejectsWith(backend.acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  const both = await backend.acquire(['x', 'y']);
+  assert.deepEqual(both.keys, ['x', 'y']);
+  await Promise.all([...readers, both].map((lease) => lease.release()));
+  await provider.close();
 });
 
 test('bad kind options are INVALID_ARGUMENT naming the option, before a driver declaring every kind sees them', async () => {
