@@ -104,8 +104,13 @@ class LocalCore {
    */
   acquireKind(key, options, waitMs, signal, leaseNow) {
     const keys = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
-    this.engine.acquireKind(keys, options?.mode === 'shared', options?.limit ?? 1, options?.weight ?? 1, waitMs !== 0);
+    // The kind goes in the out-array: [mayWait, shared, limit, weight].
     const out = this.out;
+    out[0] = waitMs === 0 ? 0 : 1;
+    out[1] = options?.mode === 'shared' ? 1 : 0;
+    out[2] = options?.limit ?? 1;
+    out[3] = options?.weight ?? 1;
+    this.engine.acquireKind(keys);
     const status = out[0];
     if (status === GRANTED) {
       const lease = this.lease(keys, out[1], out[2]);

@@ -211,6 +211,8 @@ pub struct LocalEngine<W> {
     granted: VecDeque<(W, LeaseId)>,
     /// Keys whose queue head may have become grantable (reused buffer).
     to_pump: Vec<u32>,
+    /// The slots of a key set being checked (reused buffer).
+    found: Vec<Option<u32>>,
     held_shared: usize,
     last_fence: u64,
     last_serial: u64,
@@ -231,6 +233,7 @@ impl<W> LocalEngine<W> {
             entries: Slab::new(),
             granted: VecDeque::new(),
             to_pump: Vec::new(),
+            found: Vec::new(),
             held_shared: 0,
             last_fence: 0,
             last_serial: 0,
@@ -298,9 +301,9 @@ impl<W> LocalEngine<W> {
     /// Errors as for [`LocalEngine::acquire_one`], and `INVALID_ARGUMENT`
     /// for an empty set or a key given twice. `KEY_LIMIT` counts the keys
     /// the set would add.
-    pub fn acquire_many(
+    pub fn acquire_many<K: AsRef<str>>(
         &mut self,
-        keys: &[&str],
+        keys: &[K],
         kind: LockKind,
         may_wait: bool,
         make_waiter: impl FnOnce(WaiterId) -> W,
@@ -311,28 +314,20 @@ impl<W> LocalEngine<W> {
         crate::acquire::check_keys(keys, self.options.max_key_bytes as usize)?;
         check_kind(kind)?;
         if let [key] = keys {
-            return self.acquire_one(key, kind, may_wait, make_waiter);
+            return self.acquire_one(key.as_ref(), kind, may_wait, make_waiter);
         }
         // Check everything before changing anything: a refused set leaves
-        // no key behind.
-        let found: Vec<Option<u32>> = keys.iter().map(|key| self.find(key)).collect();
-        let added = found.iter().filter(|slot| slot.is_none()).count();
-        if self.keys.len() + added > self.options.max_keys as usize {
-            return Err(key_limit(&self.options));
-        }
-        let mut free = true;
-        for slot in found.iter().flatten() {
-            let slot = &self.keys[*slot as usize];
-            if slot.limit != kind.limit {
-                return Err(other_limit(slot.limit, kind.limit));
-            }
-            free &= slot.head.is_none() && slot.admits(kind.mode, kind.weight);
-        }
-        if !free {
-            self.check_may_queue(may_wait)?;
-        }
-        let slots: Box<[u32]> =
-            keys.iter().zip(found).map(|(key, slot)| slot.unwrap_or_else(|| self.insert_key(key, kind.limit))).collect();
+        // no key behind. The slots found go in a reused buffer.
+        let mut found = std::mem::take(&mut self.found);
+        found.clear();
+        found.extend(keys.iter().map(|key| self.find(key.as_ref())));
+        let checked = self.check_set(&found, kind, may_wait).map(|free| {
+            let slots: Box<[u32]> =
+                keys.iter().zip(&found).map(|(key, slot)| slot.unwrap_or_else(|| self.insert_key(key.as_ref(), kind.limit))).collect();
+            (free, slots)
+        });
+        self.found = found;
+        let (free, slots) = checked?;
         if free {
             for slot in slots.iter() {
                 self.keys[*slot as usize].hold(kind.mode, kind.weight);
@@ -471,6 +466,27 @@ impl<W> LocalEngine<W> {
             acquired: self.last_fence,
             timed_out: self.timed_out,
         }
+    }
+
+    /// Whether a key set whose slots are `found` (`None`: a key not in use)
+    /// can be granted now, or else may queue; the errors of `acquire_many`.
+    fn check_set(&self, found: &[Option<u32>], kind: LockKind, may_wait: bool) -> Result<bool> {
+        let added = found.iter().filter(|slot| slot.is_none()).count();
+        if self.keys.len() + added > self.options.max_keys as usize {
+            return Err(key_limit(&self.options));
+        }
+        let mut free = true;
+        for slot in found.iter().flatten() {
+            let slot = &self.keys[*slot as usize];
+            if slot.limit != kind.limit {
+                return Err(other_limit(slot.limit, kind.limit));
+            }
+            free &= slot.head.is_none() && slot.admits(kind.mode, kind.weight);
+        }
+        if !free {
+            self.check_may_queue(may_wait)?;
+        }
+        Ok(free)
     }
 
     fn find(&self, key: &str) -> Option<u32> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{ErrorCode, LockError};
+use dokebi_lock::{ErrorCode, LockError, LockKind, LockMode};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
@@ -61,6 +61,8 @@ const HANDED_ON_MORE: f64 = 3.0;
 struct LocalState {
     engine: LocalEngine<u32>,
     keys: KeyReader,
+    /// The keys of the last acquire of several (buffers reused).
+    key_set: Vec<String>,
     /// The block JS's current view shows.
     out: Arc<OutMemory>,
 }
@@ -83,6 +85,68 @@ impl LocalState {
             Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
             Err(error) => self.failed(error),
         }
+    }
+
+    /// `acquireKind(keys)`: as `acquire`, of one key (a string) or several
+    /// (an array of strings), in the kind the JS layer checked (the engine
+    /// checks it again) and wrote to `out = [mayWait, shared, limit, weight]`
+    /// (numbers, where N-API arguments would cost a call each).
+    unsafe fn acquire_kind(&mut self, env: sys::napi_env, keys: sys::napi_value) {
+        let out = &self.out;
+        let (may_wait, shared) = (out.get(0) != 0.0, out.get(1) != 0.0);
+        // Saturating casts: the JS layer wrote integers from 1 to u32::MAX.
+        let kind = LockKind {
+            mode: if shared { LockMode::Shared } else { LockMode::Exclusive },
+            limit: out.get(2) as u32,
+            weight: out.get(3) as u32,
+        };
+        let mut is_array = false;
+        // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and argument;
+        // `is_array` is a local.
+        unsafe { sys::napi_is_array(env, keys, &mut is_array) };
+        let acquired = if is_array {
+            // SAFETY: as above; `keys` is an array.
+            match unsafe { self.read_keys(env, keys) } {
+                Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot),
+                Err(error) => Err(error),
+            }
+        } else {
+            // One key: read as `acquire` reads it, with no allocation.
+            // SAFETY: as above.
+            match unsafe { self.keys.read(env, keys) } {
+                Ok(()) => self.engine.acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot),
+                Err(error) => Err(error),
+            }
+        };
+        match acquired {
+            Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
+            Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
+            Err(error) => self.failed(error),
+        }
+    }
+
+    /// Reads an array of string keys into `key_set` (whose strings are
+    /// reused from call to call), under the core's key rules.
+    unsafe fn read_keys(&mut self, env: sys::napi_env, array: sys::napi_value) -> Result<(), LockError> {
+        let mut count = 0;
+        // SAFETY: our caller passes its callback's `env` and an array argument; `count` is a local.
+        unsafe { sys::napi_get_array_length(env, array, &mut count) };
+        self.key_set.truncate(count as usize);
+        for index in 0..count {
+            let mut key = ptr::null_mut();
+            // SAFETY: as above; `index` is below the array's length, `key` a local.
+            unsafe { sys::napi_get_element(env, array, index, &mut key) };
+            // SAFETY: `env` is the callback's and `key` a value of this callback's scope.
+            unsafe { self.keys.read(env, key) }?;
+            match self.key_set.get_mut(index as usize) {
+                Some(slot) => {
+                    slot.clear();
+                    slot.push_str(self.keys.key());
+                }
+                None => self.key_set.push(self.keys.key().to_owned()),
+            }
+        }
+        Ok(())
     }
 
     fn failed(&mut self, error: LockError) {
@@ -125,7 +189,12 @@ pub struct LocalEngineObject {
 impl LocalEngineObject {
     pub fn new(options: LocalOptions) -> Self {
         LocalEngineObject {
-            state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() },
+            state: LocalState {
+                keys: KeyReader::new(options.max_key_bytes),
+                key_set: Vec::new(),
+                engine: LocalEngine::new(options),
+                out: Arc::default(),
+            },
         }
     }
 }
@@ -133,10 +202,11 @@ impl LocalEngineObject {
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 9] = [
+const METHODS: [(&CStr, Method); 10] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
+    (c"acquireKind", acquire_kind),
     (c"release", release),
     (c"nextGrant", next_grant),
     (c"cancel", cancel),
@@ -212,6 +282,18 @@ unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys
     let (state, [key]) = unsafe { call_info::<1>(env, info) };
     // SAFETY: `env` and `key` are this callback's.
     if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
+        failed(state, error);
+    }
+    ptr::null_mut()
+}
+
+/// `acquireKind(keys)`: see [`LocalState::acquire_kind`].
+unsafe extern "C" fn acquire_kind(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, [keys]) = unsafe { call_info::<1>(env, info) };
+    // SAFETY: `env` and `keys` are this callback's.
+    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire_kind(env, keys) }) {
         failed(state, error);
     }
     ptr::null_mut()
