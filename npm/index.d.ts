@@ -101,8 +101,32 @@ export class LockError extends DokebiError {
   readonly http?: LockHttpAnswer;
 }
 
+/**
+ * What kind of lease an acquire asks for; none of them: a plain exclusive
+ * lease. Checked before the driver sees them (INVALID_ARGUMENT): a mode of
+ * these two, integers from 1 to 4294967295, a weight at most the limit, no
+ * limit or weight with shared mode. A backend whose driver cannot grant the
+ * kind rejects with UNSUPPORTED_KIND (an app driver: see DriverBackend.kinds).
+ */
+export interface KindOptions {
+  /**
+   * 'exclusive' (the default) or 'shared': shared leases of a key hold it
+   * together, an exclusive one alone; FIFO across modes, so a queued writer
+   * is not overtaken by later readers.
+   */
+  readonly mode?: 'exclusive' | 'shared';
+  /**
+   * A counted lock: at most this many units of the key are held at once
+   * (default 1, a plain lock). Every caller of a key gives the same limit;
+   * another one while the key is held or waited for is INVALID_ARGUMENT.
+   */
+  readonly limit?: number;
+  /** The units of a counted key this lease holds (default 1), at most `limit`. */
+  readonly weight?: number;
+}
+
 /** Per-call options of an acquire. */
-export interface AcquireOptions {
+export interface AcquireOptions extends KindOptions {
   /** Ends the wait with ABORTED (its `cause`: the signal's reason); does nothing once the lease is granted. */
   readonly signal?: AbortSignal;
   /**
@@ -113,9 +137,9 @@ export interface AcquireOptions {
   readonly waitTimeoutMs?: number;
 }
 
-/** A held lock on one key. */
+/** A held lock on one key (an acquire of an array of keys gives a KeysLease). */
 export interface Lease extends AsyncDisposable {
-  /** The acquired key. */
+  /** The acquired key (of a KeysLease: its first key). */
   readonly key: string;
   /** local: true until release or close. redis: a conservative local estimate. */
   readonly valid: boolean;
@@ -130,6 +154,18 @@ export interface Lease extends AsyncDisposable {
    * released. redis: rejects with LEASE_LOST when the key no longer carried our token.
    */
   release(): Promise<boolean>;
+}
+
+/**
+ * One lease over several keys (`acquire([k1, k2])`): every key or none,
+ * without deadlock between callers asking for overlapping sets in any
+ * order. `renew()` and `release()` cover every key.
+ */
+export interface KeysLease extends Lease {
+  /** Every key, in the order the acquire gave them. */
+  readonly keys: readonly string[];
+  /** Each key's fence (decimal strings, compare with BigInt), by key. */
+  readonly fences: ReadonlyMap<string, string>;
 }
 
 /** Options of withLock: those of acquire, plus autoRenew. */
@@ -209,6 +245,14 @@ export interface LockBackend {
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**
+   * Acquires every key of `keys` (at least one, none twice) as one lease, or
+   * none of them: a wait covers the whole set, and WAIT_TIMEOUT or ABORTED
+   * leave nothing held.
+   */
+  acquire(keys: readonly string[], options?: AcquireOptions): Promise<KeysLease>;
+  /** One key or several, when the caller's type does not say which. */
+  acquire(key: string | readonly string[], options?: AcquireOptions): Promise<Lease>;
+  /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
    * fn did; resolves with fn's value, rejects with fn's error. fn is called
    * after withLock has returned, never inside the call. redis: the
@@ -223,6 +267,10 @@ export interface LockBackend {
    * every third of its time left at the grant.
    */
   withLock<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
+  /** withLock over several keys at once, as acquire(keys) takes them. */
+  withLock<T>(keys: readonly string[], fn: (lease: KeysLease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
+  /** One key or several, when the caller's type does not say which. */
+  withLock<T>(key: string | readonly string[], fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /** What the backend is doing now, as counts. */
   status(): BackendStatus;
 }
@@ -335,15 +383,22 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
  * with a cast: `provider.backend('b') as LockBackend & MyBackend`. The
  * built-in backends are handed out as they are.
  */
-export interface DriverBackend extends Pick<LockBackend, 'acquire'>, Partial<Pick<LockBackend, 'withLock' | 'status'>> {
+export interface DriverBackend extends Partial<Pick<LockBackend, 'status'>> {
+  /**
+   * Acquires one key. With `kinds.keys` it also gets arrays of keys: type
+   * the key `string | readonly string[]` and resolve a KeysLease for them.
+   */
+  acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  /** Optional: the library's withLock, on this acquire, where absent. */
+  withLock?<T>(key: string, fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /**
    * The kinds this object grants beyond plain exclusive leases on one key,
    * read once when the backend opens; absent: plain leases only. An acquire
    * (or withLock) of a kind not declared is refused with UNSUPPORTED_KIND
    * and never reaches this object; a declared one reaches it with the
    * caller's key (a `readonly string[]` for several keys) and options
-   * (with KindOptions) unchanged, after the library checked them
-   * (INVALID_ARGUMENT). A wrapper that passes both on to `input.backend`
+   * unchanged, after the library checked them (INVALID_ARGUMENT, see
+   * KindOptions). A wrapper that passes both on to `input.backend`
    * may declare every kind: that backend refuses what its driver cannot do.
    */
   readonly kinds?: LockKinds;
@@ -357,20 +412,6 @@ export interface LockKinds {
   readonly limit?: boolean;
   /** An array of keys (several keys at once), even of one key. */
   readonly keys?: boolean;
-}
-
-/**
- * The kind fields of an acquire's options, as a DriverBackend declaring
- * `kinds` receives them (checked: a mode of these two, integers from 1, a
- * weight at most the limit, no limit or weight with shared mode).
- */
-export interface KindOptions {
-  /** 'exclusive' (the default) or 'shared' (kinds.shared). */
-  readonly mode?: 'exclusive' | 'shared';
-  /** At most this many units of the key held at once (kinds.limit above 1). */
-  readonly limit?: number;
-  /** The units this lease holds, 1 by default, at most `limit`. */
-  readonly weight?: number;
 }
 
 /** What a driver returns for one backend. */

@@ -23,6 +23,7 @@ import {
   type DriverBackend,
   type DriverFactory,
   type DriverInput,
+  type KeysLease,
   type KindOptions,
   type Lease,
   type LocalBackendOptions,
@@ -116,21 +117,21 @@ const noAcquire: LockDriver = { view: {}, close: async () => {} };
 // @ts-expect-error a driver factory returns { view, close }
 const badFactory: DriverFactory = () => ({ view: new MemoryBackend(undefined as unknown as LockBackend) });
 
-/** An app driver's view granting shared mode and several keys: it declares them and takes a key array. */
+/** A wrapper passing every kind on to the backend it wraps: it declares them and takes a key array. */
 class KeysBackend implements DriverBackend {
-  readonly kinds: LockKinds = { shared: true, keys: true };
+  readonly kinds: LockKinds = { shared: true, limit: true, keys: true };
   readonly #inner: LockBackend;
   constructor(inner: LockBackend) {
     this.#inner = inner;
   }
-  acquire(key: string | readonly string[], options?: AcquireOptions & KindOptions): Promise<Lease> {
+  acquire(key: string | readonly string[], options?: AcquireOptions): Promise<Lease> {
     const mode: 'exclusive' | 'shared' | undefined = options?.mode;
-    if (typeof key === 'string' && mode !== 'shared') return this.#inner.acquire(key, options);
-    return Promise.reject(new LockError('UNSUPPORTED_KIND', 'not in this sketch'));
+    console.log(mode);
+    return this.#inner.acquire(key, options);
   }
 }
 const keysDriver: LockDriver = { view: new KeysBackend(undefined as unknown as LockBackend), close: async () => {} };
-const counted: KindOptions = { limit: 5, weight: 2 };
+const countedOptions: KindOptions = { limit: 5, weight: 2 };
 // @ts-expect-error a kind the library does not know
 const unknownKind: LockKinds = { readers: true };
 // @ts-expect-error a kind is declared with a boolean
@@ -201,6 +202,18 @@ async function standalone(): Promise<void> {
   const wrong: number = await backend.withLock('k', () => 'text');
   // @ts-expect-error an unknown acquire option
   await backend.acquire('k', { waitTimeout: 5 });
+  // Lock kinds: a lease of several keys has its keys and a fence per key; a lease of one has neither.
+  const keysLease: KeysLease = await backend.acquire(['from', 'to'], { mode: 'shared', waitTimeoutMs: 10 });
+  const toFence: string | undefined = keysLease.fences.get('to');
+  const counted: Lease = await backend.acquire('exports', { limit: 5, weight: 2 });
+  // @ts-expect-error fences exist only on a lease of several keys
+  console.log(counted.fences);
+  // @ts-expect-error a mode is 'exclusive' or 'shared'
+  await backend.acquire('k', { mode: 'weird' });
+  const keyCount: number = await backend.withLock(['a', 'b'], (lease) => lease.keys.length, { limit: 2 });
+  const someKeys: string | readonly string[] = Math.random() > 0.5 ? 'k' : ['a', 'b'];
+  const either: Lease = await backend.acquire(someKeys);
+  console.log(toFence, keyCount, either.fence);
   const status: BackendStatus = backend.status();
   // The members of the wrapBackend result (Metered) stay on the backend users get.
   const acquiredSoFar: number = (provider.backend('sized') as LockBackend & Metered).acquired;
@@ -262,4 +275,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, counted, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
