@@ -11,6 +11,9 @@ export const SHARED = 1;
 export const LIMIT = 2;
 export const KEYS = 4;
 
+/** Key sets up to this size are checked for repeats without a Set. */
+const SMALL_SET = 16;
+
 /** The largest limit or weight: the core counts units in a u32. */
 const MAX_UNITS = 4_294_967_295;
 
@@ -60,12 +63,16 @@ export function askedKinds(key, options) {
 /** KEYS for a valid key array (never echoing a key); throws as askedKinds says. */
 function checkKeys(keys) {
   if (keys.length === 0) throw invalidArgument('an acquire of several keys needs at least one key');
-  const seen = new Set();
+  // Small sets (the usual two to a few keys) are compared pairwise: a Set
+  // costs more than the comparisons until about SMALL_SET keys.
+  const seen = keys.length > SMALL_SET ? new Set() : undefined;
   for (let index = 0; index < keys.length; index++) {
     const key = keys[index];
     if (typeof key !== 'string') throw new LockError('INVALID_KEY', `keys[${index}] must be a string`);
-    if (seen.has(key)) throw invalidArgument(`keys[${index}] repeats an earlier key: each key of one lease is given once`);
-    seen.add(key);
+    if (seen === undefined ? keys.indexOf(key) !== index : seen.has(key)) {
+      throw invalidArgument(`keys[${index}] repeats an earlier key: each key of one lease is given once`);
+    }
+    seen?.add(key);
   }
   return KEYS;
 }

@@ -78,10 +78,13 @@ class LocalCore {
     }
     if (typeof key !== 'string') {
       if (!Array.isArray(key)) return Promise.reject(notAStringKey());
-      try {
-        kind = askedKinds(key, options);
-      } catch (error) {
-        return Promise.reject(error);
+      // Not yet checked when the options asked for no kind.
+      if (kind === 0) {
+        try {
+          kind = askedKinds(key, options);
+        } catch (error) {
+          return Promise.reject(error);
+        }
       }
     }
     if (kind !== 0) return this.acquireKind(key, options, waitMs, signal, leaseNow);

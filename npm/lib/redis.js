@@ -126,7 +126,8 @@ class RedisBackend {
     }
     if (typeof key !== 'string') {
       if (!Array.isArray(key)) throw notAStringKey();
-      kind = askedKinds(key, options);
+      // Not yet checked when the options asked for no kind.
+      if (kind === 0) kind = askedKinds(key, options);
     }
     // Several keys are copied, so later changes to the caller's array change nothing.
     if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
