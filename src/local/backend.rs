@@ -20,12 +20,13 @@
 
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_timer::Delay;
 
+use super::delivery::{self, lock};
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
 use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
@@ -43,7 +44,7 @@ pub struct LocalBackend {
 }
 
 struct Shared {
-    engine: Mutex<LocalEngine<Arc<WaitSlot<LeaseId>>>>,
+    engine: delivery::Engine,
     options: LocalOptions,
     name: Box<str>,
     telemetry: Option<Telemetry>,
@@ -76,12 +77,6 @@ fn delivered(outcome: Outcome<LeaseId>) -> Result<LeaseId> {
 fn spinning_helps() -> bool {
     static MANY_CPUS: OnceLock<bool> = OnceLock::new();
     *MANY_CPUS.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the engine half-updated in a
-    // way later calls could observe worse than the panic itself; keep serving.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -275,49 +270,15 @@ impl LocalBackend {
         report_hold(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, since);
     }
 
-    /// Releases `id` and delivers what that let in.
+    /// Releases `id` and delivers what that let in (see [`super::delivery`]).
     fn release(&self, id: LeaseId) -> bool {
-        let mut engine = lock(&self.shared.engine);
-        if !engine.release(id) {
-            return false;
-        }
-        self.deliver(engine);
-        true
+        delivery::release(&self.shared.engine, id)
     }
 
     /// Takes a waiter out of its queues (true when it was still queued) and
     /// delivers what that let in.
     fn cancel(&self, waiter: WaiterId, reason: CancelReason) -> bool {
-        let mut engine = lock(&self.shared.engine);
-        let cancelled = engine.cancel(waiter, reason).is_some();
-        self.deliver(engine);
-        cancelled
-    }
-
-    /// Delivers the engine's grants to their waiters, each after the
-    /// engine's lock is dropped; a grant whose waiter gave up meanwhile is
-    /// released again (which may grant others). After the last grant, tells
-    /// the waiter now first in line for that lease's key that it is next.
-    fn deliver<'a>(&'a self, mut engine: MutexGuard<'a, LocalEngine<Arc<WaitSlot<LeaseId>>>>) {
-        while let Some((waiter, lease)) = engine.pop_granted() {
-            let last = !engine.has_granted();
-            let next = if last { engine.next_waiter(lease).cloned() } else { None };
-            drop(engine);
-            match waiter.grant(lease) {
-                Ok(()) if last => {
-                    // After the grant: the new holder comes first.
-                    if let Some(next) = next {
-                        next.promote();
-                    }
-                    return;
-                }
-                Ok(()) => engine = lock(&self.shared.engine),
-                Err(refused) => {
-                    engine = lock(&self.shared.engine);
-                    engine.release(refused);
-                }
-            }
-        }
+        delivery::cancel(&self.shared.engine, waiter, reason)
     }
 }
 

@@ -4,6 +4,7 @@
 //! the thread-safe Rust API over it.
 
 pub mod backend;
+mod delivery;
 pub mod engine;
 mod key_copy;
 mod sync;

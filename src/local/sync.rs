@@ -1,7 +1,8 @@
-//! The synchronisation primitives of [`super::wait_slot`]: std's here. The
-//! model check (`tests/wait_slot_model.rs`) compiles the same wait slot
-//! against loom's, which is why it names them through this module.
+//! The synchronisation primitives of [`super::wait_slot`] and
+//! [`super::delivery`]: std's here. The model checks
+//! (`tests/wait_slot_model.rs`, `tests/delivery_model.rs`) compile the same
+//! files against loom's, which is why they name them through this module.
 
 pub(crate) use std::hint::spin_loop;
 pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
-pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
