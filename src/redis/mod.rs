@@ -5,7 +5,9 @@
 //!   `dokebi-redis.connections` entry; `notify`: its one subscription;
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
 //!   `switches`: following a Sentinel failover the moment it happens.
-//! - `scripts`: the Lua scripts (one round trip per operation).
+//! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
+//!   what one lease holds (its keys, kind and token) and which scripts take
+//!   and give it back (per hash slot on a Cluster).
 //! - `waiters`: per-key FIFO inside the process, only the head polls Redis.
 //! - [`backend`] and [`lease`]: the public API; `acquire`: one acquire's task.
 //! - `runtime`: the driver's own tokio runtime, started only when a redis
@@ -36,6 +38,7 @@
 
 pub(crate) mod acquire;
 pub mod backend;
+pub(crate) mod claim;
 pub(crate) mod connection;
 pub(crate) mod core;
 pub mod host;
