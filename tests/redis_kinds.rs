@@ -225,6 +225,22 @@ fn scenario_every_caller_of_a_key_must_give_the_same_limit(deployment: &Deployme
     block_on(provider.close());
 }
 
+fn scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for(deployment: &Deployment) {
+    let (readers, writers) = (deployment.open(BACKEND), deployment.open(BACKEND));
+    let (r, w) = (backend(&readers), backend(&writers));
+    let reader = take(&r, "doc", shared(0));
+    let writer = acquire_later(&w, &["doc"], wait(8_000));
+    until_waiting(&w, 1);
+    // The last reader leaves while a writer (limit 1) waits: the limit stays.
+    release(reader);
+    let writer = writer.join().unwrap().0.expect("granted");
+    assert_eq!(code(block_on(r.acquire("doc", counted(3, 1, 0)))), ErrorCode::InvalidArgument, "held with limit 1");
+    release(writer);
+    release(take(&r, "doc", counted(3, 1, 0)));
+    block_on(readers.close());
+    block_on(writers.close());
+}
+
 fn scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader(deployment: &Deployment) {
     let (one, other) = (deployment.open(BACKEND), deployment.open(BACKEND));
     let (a, b) = (backend(&one), backend(&other));
@@ -384,6 +400,7 @@ on_every_topology! {
     a_counted_key_holds_at_most_its_limit_of_units => scenario_a_counted_key_holds_at_most_its_limit_of_units,
     a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones => scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones,
     every_caller_of_a_key_must_give_the_same_limit => scenario_every_caller_of_a_key_must_give_the_same_limit,
+    a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
     fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
     several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
     a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,

@@ -196,7 +196,9 @@ return 0
 /// - The kind hash keeps the key's `limit` (every caller must agree) and
 ///   `units`, the weights counted holders hold: one `HGET` instead of
 ///   summing every member, updated by the weights of members pruned or
-///   released. It lives as long as the holders or the marks of waiters.
+///   released. It lives as long as the holders or the marks of waiters;
+///   found on a key neither held nor waited for, it is stale and dropped,
+///   so the next caller may pick another limit.
 /// - The queue set holds the marks of waiting writers and counted
 ///   requests, `<ticket>:<token>` scored by expiry (`waitingMs`), where the
 ///   ticket is the server's clock in microseconds when the request first
@@ -258,10 +260,14 @@ for i = 1, #KEYS, 5 do
   else
     stored = redis.call('HGET', kind, 'limit')
     if stored then
-      if tonumber(stored) ~= limit then
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
+      if redis.call('EXISTS', queue) == 0 then
+        redis.call('DEL', kind)
+      elseif tonumber(stored) ~= limit then
         return {-1, (i + 4) / 5}
+      else
+        redis.call('HDEL', kind, 'units')
       end
-      redis.call('HDEL', kind, 'units')
     end
   end
   if free and not plain then
