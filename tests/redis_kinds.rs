@@ -153,6 +153,25 @@ fn scenario_a_writer_waiting_in_another_process_stops_new_readers(deployment: &D
     block_on(writers.close());
 }
 
+fn scenario_readers_behind_a_writer_that_gave_up_are_told_at_once(deployment: &Deployment) {
+    let (readers, writers) = (deployment.open(BACKEND), deployment.open(BACKEND));
+    let (r, w) = (backend(&readers), backend(&writers));
+    let reader = take(&r, "doc", shared(0));
+    let writer = acquire_later(&w, &["doc"], wait(1_000));
+    until_waiting(&w, 1);
+    let late_reader = acquire_later(&r, &["doc"], shared(8_000));
+    let (gave_up, gave_up_at) = writer.join().unwrap();
+    assert_eq!(code(gave_up), ErrorCode::WaitTimeout);
+    let (late, late_at) = late_reader.join().unwrap();
+    let late = late.expect("the reader is granted once the writer's mark is gone");
+    // The polls are 5 s: the withdrawn mark's notification woke it.
+    assert!(late_at - gave_up_at < Duration::from_millis(2_000), "served {:?} after the writer gave up", late_at - gave_up_at);
+    release(late);
+    release(reader);
+    block_on(readers.close());
+    block_on(writers.close());
+}
+
 fn scenario_within_a_process_a_reader_queued_behind_a_writer_waits_for_it(deployment: &Deployment) {
     let provider = deployment.open(BACKEND);
     let b = backend(&provider);
@@ -396,6 +415,7 @@ on_every_topology! {
     a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends => scenario_a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends,
     one_readers_renew_extends_only_its_own_expiry => scenario_one_readers_renew_extends_only_its_own_expiry,
     a_writer_waiting_in_another_process_stops_new_readers => scenario_a_writer_waiting_in_another_process_stops_new_readers,
+    readers_behind_a_writer_that_gave_up_are_told_at_once => scenario_readers_behind_a_writer_that_gave_up_are_told_at_once,
     within_a_process_a_reader_queued_behind_a_writer_waits_for_it => scenario_within_a_process_a_reader_queued_behind_a_writer_waits_for_it,
     a_counted_key_holds_at_most_its_limit_of_units => scenario_a_counted_key_holds_at_most_its_limit_of_units,
     a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones => scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones,

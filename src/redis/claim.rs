@@ -218,7 +218,9 @@ impl Claim {
         if self.is_plain() {
             let k = &self.keys[0];
             let answer = connection.eval::<i64>(&connection.scripts.release, &[&k.lock, &k.waiting], &[&self.token, &channel]).await?;
-            connection.waiters.wake(&k.lock);
+            if answer.value == 1 {
+                connection.waiters.wake(&k.lock);
+            }
             return Ok(answer);
         }
         let args = self.args(0, 0, 0, channel);
@@ -237,8 +239,10 @@ impl Claim {
                 }
             }
         }
-        for key in &self.keys {
-            connection.waiters.wake(&key.lock);
+        if released > 0 {
+            for key in &self.keys {
+                connection.waiters.wake(&key.lock);
+            }
         }
         match (first_failure, answered) {
             (None, Some(mut answer)) => {
@@ -260,9 +264,10 @@ impl Claim {
         }
         Ok(())
     }
-    /// Takes back the marks a waiting try left under `ticket` (best effort).
-    pub async fn withdraw(&self, connection: &RedisConnection, ticket: u64) {
-        let args = self.args(0, 0, ticket, "");
+    /// Takes back the marks a waiting try left under `ticket` (best
+    /// effort), telling waiters on `channel` when they were the last.
+    pub async fn withdraw(&self, connection: &RedisConnection, ticket: u64, channel: &str) {
+        let args = self.args(0, 0, ticket, channel);
         for group in &self.groups {
             let _ = self.kinds::<i64>(connection, &connection.scripts.kinds_withdraw, group, &args).await;
         }

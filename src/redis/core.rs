@@ -134,7 +134,7 @@ impl BackendCore {
     /// the background.
     pub fn withdraw_in_background(self: &Arc<Self>, claim: Arc<Claim>, ticket: u64) {
         let core = self.clone();
-        self.spawner.handle().spawn(async move { claim.withdraw(&core.connection, ticket).await });
+        self.spawner.handle().spawn(async move { claim.withdraw(&core.connection, ticket, &core.channel).await });
     }
 
     /// Deletes the lock of `token` in the background, once Redis can be

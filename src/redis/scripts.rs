@@ -409,10 +409,15 @@ return released
 
 /// Takes back the waiting marks of a request that stopped waiting
 /// (`WAIT_TIMEOUT`, `ABORTED`, closed), so that it stops no reader and no
-/// counted request for the rest of its `waitingMs`. Returns 0.
+/// counted request for the rest of its `waitingMs`; when it was the last
+/// mark of a key that others wait for, they are told at once (as by a
+/// release). Returns 0.
 const KINDS_WITHDRAW: &str = r"
 for i = 1, #KEYS, 5 do
-  redis.call('ZREM', KEYS[i + 4], ARGV[7] .. ':' .. ARGV[1])
+  if redis.call('ZREM', KEYS[i + 4], ARGV[7] .. ':' .. ARGV[1]) == 1 and redis.call('EXISTS', KEYS[i + 4]) == 0
+      and redis.call('DEL', KEYS[i + 2]) == 1 then
+    redis.call('PUBLISH', ARGV[8], KEYS[i])
+  end
 end
 return 0
 ";
