@@ -291,6 +291,11 @@ fn scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader(
 fn scenario_several_keys_are_taken_all_or_nothing(deployment: &Deployment) {
     let (one, other) = (deployment.open(BACKEND), deployment.open(BACKEND));
     let (a, b) = (backend(&one), backend(&other));
+    if let Deployment::Cluster(cluster) = deployment {
+        // So the set is taken one slot at a time, and given back in part.
+        let slots: std::collections::BTreeSet<u16> = ["a", "b", "c"].iter().map(|k| cluster.slot(&lock_key(k))).collect();
+        assert_eq!(slots.len(), 3, "the three keys are in three slots");
+    }
     let held = take(&a, "b", wait(0));
     assert_eq!(code(block_on(b.acquire_many(&["a", "b", "c"], wait(0)))), ErrorCode::LockBusy);
     // Neither of the free keys was taken.
