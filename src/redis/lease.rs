@@ -154,7 +154,7 @@ impl RedisLease {
 
     /// Renews the lease every `every` on the driver's runtime until the
     /// returned guard is dropped; `on_lost` is aborted the moment the lease
-    /// is known lost (see [`KeepAlive`]).
+    /// is known lost (see [`KeepAlive`](super::KeepAlive)).
     /// Renewals stop by themselves once the lease is released or dropped.
     pub fn keep_alive(&self, every: Duration, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
         let weak = Arc::downgrade(&self.shared);

@@ -13,6 +13,15 @@
 //! - `runtime`: the driver's own tokio runtime, started only when a redis
 //!   backend is configured.
 //!
+//! Lock kinds (see [`RedisBackend::acquire`]): exclusive (the default),
+//! shared (a reader/writer lock: readers together, a writer alone; a writer
+//! waiting in any process stops new readers), counted (`limit`/`weight`: at
+//! most `limit` units of a key held, every caller agreeing on the limit),
+//! and several keys at once ([`RedisBackend::acquire_many`], all or
+//! nothing). Each holder has its own token and expiry, every grant a fence
+//! above every earlier grant of its key; a plain lease on one key keeps the
+//! one-`SET NX` fast path.
+//!
 //! ```no_run
 //! # futures::executor::block_on(async {
 //! use dokebi_lock::{AcquireOptions, Provider};

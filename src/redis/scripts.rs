@@ -192,7 +192,9 @@ return 0
 ///   renew moves only its own score. A plain lock is a string under the
 ///   same name, so the plain script's `SET NX` fails on a set of holders
 ///   (and a plain acquire stays one `SET NX` when the key is free), and a
-///   kinds script sees a plain holder by its `TYPE`.
+///   kinds script sees a plain holder by its `TYPE`. (A hash of token ->
+///   expiry, the other common layout, must be read whole to find the
+///   holders that died; the sorted set finds them with one range query.)
 /// - The kind hash keeps the key's `limit` (every caller must agree) and
 ///   `units`, the weights counted holders hold: one `HGET` instead of
 ///   summing every member, updated by the weights of members pruned or
