@@ -66,6 +66,9 @@ fn scenario_readers_hold_a_key_together_and_a_writer_alone(deployment: &Deployme
     let (a, b) = (backend(&one), backend(&other));
     let first = take(&a, "doc", shared(0));
     let second = take(&b, "doc", shared(0));
+    let other_key = take(&a, "other", wait(0));
+    assert_eq!((redis_counts(&a).held, redis_counts(&a).held_shared), (2, 1), "status counts holders by mode");
+    release(other_key);
     assert_eq!(code(block_on(a.acquire("doc", wait(0)))), ErrorCode::LockBusy, "a writer waits for the readers");
     assert_eq!(code(block_on(b.acquire("doc", wait(0)))), ErrorCode::LockBusy);
     assert!(first.is_valid() && second.is_valid());

@@ -12,7 +12,7 @@ use super::core::BackendCore;
 use super::lease::RedisLease;
 use super::runtime::DriverRuntime;
 use crate::abort::AbortSignal;
-use crate::acquire::AcquireOptions;
+use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key;
 use crate::log::{Level, Logger};
@@ -41,6 +41,8 @@ pub struct RedisBackend {
 pub struct RedisCounts {
     /// Leases this backend holds now.
     pub held: usize,
+    /// Of `held`, the shared ones (the rest are exclusive or counted).
+    pub held_shared: usize,
     /// Acquires in progress (waiting for their turn or for Redis).
     pub waiting: usize,
     /// Leases granted since the backend started.
@@ -144,8 +146,15 @@ impl RedisBackend {
     /// Counts for `status()`.
     pub fn counts(&self) -> RedisCounts {
         let connection = &self.core.connection;
+        let (held, held_shared) = {
+            let held = self.core.held();
+            let shared =
+                held.iter().filter_map(|(_, lease)| lease.upgrade()).filter(|lease| lease.claim().kind.mode == LockMode::Shared).count();
+            (held.len(), shared)
+        };
         RedisCounts {
-            held: self.core.held().len(),
+            held,
+            held_shared,
             waiting: self.core.in_progress.load(Ordering::SeqCst),
             acquired: self.core.acquired.load(Ordering::Relaxed),
             timed_out: self.core.timed_out.load(Ordering::Relaxed),
