@@ -386,6 +386,82 @@ fn scenario_overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap(de
     }
 }
 
+fn scenario_readers_and_writers_of_two_processes_under_load_never_overlap(deployment: &Deployment) {
+    const ROUNDS: usize = 20;
+    let providers: Vec<Provider> = (0..2).map(|_| deployment.open(BACKEND)).collect();
+    let (readers, writers, peak_readers) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let backend = backend(&providers[i % 2]);
+            let (readers, writers, peak_readers) = (readers.clone(), writers.clone(), peak_readers.clone());
+            thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    // Three reads to a write, in a different rhythm per thread.
+                    let write = (round + i) % 4 == 0;
+                    let options = if write { wait(20_000) } else { shared(20_000) };
+                    let lease = block_on(backend.acquire("doc", options)).expect("granted");
+                    if write {
+                        assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers at once");
+                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer with readers");
+                    } else {
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak_readers.fetch_max(now, Ordering::SeqCst);
+                        assert_eq!(writers.load(Ordering::SeqCst), 0, "a reader with a writer");
+                    }
+                    thread::sleep(Duration::from_millis(3));
+                    if write {
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    assert!(block_on(lease.release()).unwrap());
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("no reader overlapped a writer");
+    }
+    assert!(peak_readers.load(Ordering::SeqCst) >= 2, "readers did hold the key together");
+    assert!(deployment.keys("test:lock:*").is_empty());
+    for provider in providers {
+        block_on(provider.close());
+    }
+}
+
+fn scenario_counted_holders_of_two_processes_under_load_never_exceed_the_limit(deployment: &Deployment) {
+    const ROUNDS: usize = 20;
+    const LIMIT: u32 = 4;
+    let providers: Vec<Provider> = (0..2).map(|_| deployment.open(BACKEND)).collect();
+    let (units, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let backend = backend(&providers[i % 2]);
+            let (units, peak) = (units.clone(), peak.clone());
+            thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    let weight = 1 + ((round + i) % 3) as u32;
+                    let lease = block_on(backend.acquire("pool", counted(LIMIT, weight, 20_000))).expect("granted");
+                    let now = units.fetch_add(weight as usize, Ordering::SeqCst) + weight as usize;
+                    assert!(now <= LIMIT as usize, "{now} units held at once");
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(3));
+                    units.fetch_sub(weight as usize, Ordering::SeqCst);
+                    assert!(block_on(lease.release()).unwrap());
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("never above the limit");
+    }
+    assert!(peak.load(Ordering::SeqCst) >= 2, "holders did share the key");
+    assert!(deployment.keys("test:lock:*").is_empty() && deployment.keys("test:lock-kind:*").is_empty());
+    for provider in providers {
+        block_on(provider.close());
+    }
+}
+
 fn scenario_a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost(deployment: &Deployment) {
     let short = deployment.open(&[("leaseMs", "1100")]);
     let long = deployment.open(BACKEND);
@@ -433,5 +509,7 @@ on_every_topology! {
     several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
     a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,
     overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap => scenario_overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap,
+    readers_and_writers_of_two_processes_under_load_never_overlap => scenario_readers_and_writers_of_two_processes_under_load_never_overlap,
+    counted_holders_of_two_processes_under_load_never_exceed_the_limit => scenario_counted_holders_of_two_processes_under_load_never_exceed_the_limit,
     a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost => scenario_a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost,
 }
