@@ -38,6 +38,18 @@
 #define DOKEBI_LOCK_WAIT_DEFAULT -1
 
 /**
+ * `dokebi_lock_acquire_options.mode`: alone (the default, 0).
+ */
+#define DOKEBI_LOCK_MODE_EXCLUSIVE 0
+
+/**
+ * `dokebi_lock_acquire_options.mode`: together with the other shared
+ * leases of the key, and with no exclusive one (readers of a
+ * reader/writer lock).
+ */
+#define DOKEBI_LOCK_MODE_SHARED 1
+
+/**
  * `dokebi_lock_lease_remaining_ms` of a valid lease that never expires
  * (every local lease).
  */
@@ -245,6 +257,48 @@ typedef struct dokebi_lock_provider dokebi_lock_provider;
 typedef struct dokebi_lock_section dokebi_lock_section;
 
 /**
+ * One key of an `_ex` acquire.
+ */
+typedef struct dokebi_lock_key {
+  /**
+   * `len` bytes of UTF-8 (not NUL-terminated); NULL only with `len` 0.
+   */
+  const char *key;
+  /**
+   * The key's length in bytes.
+   */
+  size_t len;
+} dokebi_lock_key;
+
+/**
+ * What an `_ex` acquire asks for. Fields left 0 take their default.
+ */
+typedef struct dokebi_lock_acquire_options {
+  /**
+   * `DOKEBI_LOCK_MODE_EXCLUSIVE` (0) or `DOKEBI_LOCK_MODE_SHARED`.
+   */
+  uint32_t mode;
+  /**
+   * A counted lock: at most `limit` units of each key held at once; 0 is
+   * 1, a plain lock. Every caller of a key gives the same limit, else
+   * `DOKEBI_LOCK_INVALID_ARGUMENT`. Not with shared mode.
+   */
+  uint32_t limit;
+  /**
+   * The units this lease holds of each key; 0 is 1. At most `limit`.
+   */
+  uint32_t weight;
+  /**
+   * The keys, taken as one lease: all or none. Read during the call only.
+   */
+  const struct dokebi_lock_key *keys;
+  /**
+   * How many keys `keys` points to: at least 1, none twice.
+   */
+  size_t key_count;
+} dokebi_lock_acquire_options;
+
+/**
  * Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
  * provider's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
  * `lease` a new lease and `error` NULL; on failure `lease` is NULL and
@@ -402,6 +456,42 @@ dokebi_lock_status dokebi_lock_try_acquire(const struct dokebi_lock_backend *bac
                                            struct dokebi_lock_error **out_error);
 
 /**
+ * Acquires as `options` asks, blocking as `dokebi_lock_acquire` does:
+ * every key of `options->keys` as one lease (all or none; two callers
+ * asking for overlapping sets in any order never deadlock), in its mode
+ * (shared leases of a key hold it together, an exclusive one alone; FIFO
+ * per key across modes, so a queued writer is never starved by later
+ * readers) and, for a counted key, with `weight` of its `limit` units.
+ * Also `INVALID_ARGUMENT` for NULL `options`, no keys, a key given twice, a
+ * bad mode, limit or weight, or a limit other than the one the key is held
+ * or waited for with; `UNSUPPORTED_KIND` from a driver that cannot grant
+ * the kind.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `options` is NULL or points
+ * to a readable options struct whose `keys` point to `key_count` readable
+ * keys of `len` readable bytes each; `out_lease` is writable; `out_error`
+ * is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_acquire_ex(const struct dokebi_lock_backend *backend,
+                                          const struct dokebi_lock_acquire_options *options,
+                                          int64_t wait_timeout_ms,
+                                          struct dokebi_lock_lease **out_lease,
+                                          struct dokebi_lock_error **out_error);
+
+/**
+ * `dokebi_lock_acquire_ex` with a wait of 0: `DOKEBI_LOCK_LOCK_BUSY` unless
+ * every key can be granted now.
+ *
+ * # Safety
+ * As `dokebi_lock_acquire_ex`.
+ */
+dokebi_lock_status dokebi_lock_try_acquire_ex(const struct dokebi_lock_backend *backend,
+                                              const struct dokebi_lock_acquire_options *options,
+                                              struct dokebi_lock_lease **out_lease,
+                                              struct dokebi_lock_error **out_error);
+
+/**
  * Frees a backend handle; leases and pending acquires taken from it stay
  * valid. NULL is accepted.
  *
@@ -517,6 +607,39 @@ const char *dokebi_lock_lease_key(const struct dokebi_lock_lease *lease,
                                   size_t *out_len);
 
 /**
+ * How many keys the lease holds: 1, or the `key_count` of the
+ * `dokebi_lock_acquire_ex` that took it. 0 for NULL.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease handle.
+ */
+size_t dokebi_lock_lease_key_count(const struct dokebi_lock_lease *lease);
+
+/**
+ * The key at `index` (in the order the acquire gave them) as
+ * `dokebi_lock_lease_key` answers the first: `*out_len` bytes of UTF-8
+ * owned by the lease. NULL when `lease` or `out_len` is NULL or `index` is
+ * out of range (`out_len` is then untouched).
+ *
+ * # Safety
+ * `lease` is NULL or a live lease handle; `out_len` is NULL or writable.
+ */
+const char *dokebi_lock_lease_key_at(const struct dokebi_lock_lease *lease,
+                                     size_t index,
+                                     size_t *out_len);
+
+/**
+ * The fencing token of the key at `index`, as `dokebi_lock_lease_fence`
+ * answers the lease's: above every earlier grant of that key. NULL for
+ * NULL or an index out of range.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease handle.
+ */
+const char *dokebi_lock_lease_fence_at(const struct dokebi_lock_lease *lease,
+                                       size_t index);
+
+/**
  * True while the lease is held: not released, not freed, the provider not
  * closed and (redis) not expired by the local estimate. False for NULL.
  *
@@ -608,6 +731,24 @@ dokebi_lock_status dokebi_lock_acquire_async(const struct dokebi_lock_backend *b
                                              void *userdata,
                                              struct dokebi_lock_pending **out_pending,
                                              struct dokebi_lock_error **out_error);
+
+/**
+ * Starts acquiring as `options` asks (see `dokebi_lock_acquire_ex`)
+ * without blocking, as `dokebi_lock_acquire_async` does. `options` and its
+ * keys are read during the call only.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `options` as for
+ * `dokebi_lock_acquire_ex`; `userdata` may be used from another thread;
+ * `out_pending` and `out_error` are NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_acquire_async_ex(const struct dokebi_lock_backend *backend,
+                                                const struct dokebi_lock_acquire_options *options,
+                                                int64_t wait_timeout_ms,
+                                                dokebi_lock_acquire_callback callback,
+                                                void *userdata,
+                                                struct dokebi_lock_pending **out_pending,
+                                                struct dokebi_lock_error **out_error);
 
 /**
  * Cancels the acquire: if it is still waiting, its callback gets
@@ -751,6 +892,23 @@ dokebi_lock_status dokebi_lock_with_lock(const struct dokebi_lock_backend *backe
                                          struct dokebi_lock_error **out_error);
 
 /**
+ * `dokebi_lock_with_lock` holding what `options` asks for (see
+ * `dokebi_lock_acquire_ex`); the section's fence is that of the first key.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `options` as for
+ * `dokebi_lock_acquire_ex`; `section` is callable with `user_data`;
+ * `out_result` is writable; `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_with_lock_ex(const struct dokebi_lock_backend *backend,
+                                            const struct dokebi_lock_acquire_options *options,
+                                            int64_t wait_timeout_ms,
+                                            dokebi_lock_section_fn section,
+                                            void *user_data,
+                                            int *out_result,
+                                            struct dokebi_lock_error **out_error);
+
+/**
  * The section's fence as a NUL-terminated decimal string, owned by the
  * section. NULL for a NULL section.
  *
@@ -779,6 +937,16 @@ bool dokebi_lock_section_lost(const struct dokebi_lock_section *section);
 dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backend *backend,
                                                   struct dokebi_lock_backend_status *out_status,
                                                   struct dokebi_lock_error **out_error);
+
+/**
+ * Of the leases `dokebi_lock_backend_get_status` counts as held, those held
+ * in shared mode (a getter of its own, so that the status struct keeps its
+ * size for callers built against an older header). 0 for NULL.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle.
+ */
+size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend);
 
 /**
  * The stable name of a status as a static NUL-terminated string (`"OK"`,

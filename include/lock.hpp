@@ -152,6 +152,24 @@ inline Returns<void> finish(dokebi_lock_status status, dokebi_lock_error *error)
     return Returns<void>();
 }
 
+/// The C options of Kind-ed acquires: the keys as lock.h takes them, alive
+/// as long as this object (the call's duration).
+class AcquireOptions {
+public:
+    AcquireOptions(const std::vector<std::string_view> &keys, std::uint32_t mode, std::uint32_t limit, std::uint32_t weight) {
+        keys_.reserve(keys.size());
+        for (std::string_view key : keys) {
+            keys_.push_back(dokebi_lock_key{key.data(), key.size()});
+        }
+        options_ = dokebi_lock_acquire_options{mode, limit, weight, keys_.data(), keys_.size()};
+    }
+    const dokebi_lock_acquire_options *get() const noexcept { return &options_; }
+
+private:
+    std::vector<dokebi_lock_key> keys_;
+    dokebi_lock_acquire_options options_;
+};
+
 /// -1 (DOKEBI_LOCK_WAIT_DEFAULT) when no wait is given.
 inline std::int64_t wait_ms(std::optional<std::chrono::milliseconds> wait) {
     return wait ? static_cast<std::int64_t>(wait->count()) : DOKEBI_LOCK_WAIT_DEFAULT;
@@ -181,15 +199,47 @@ private:
 
 }  // namespace detail
 
+/// What an acquire asks for beyond a plain exclusive lease (see
+/// dokebi_lock_acquire_ex): shared mode, or `weight` units of a key counted
+/// to `limit`. The default is a plain lease.
+struct Kind {
+    std::uint32_t mode = DOKEBI_LOCK_MODE_EXCLUSIVE;
+    /// 0: a plain lock (limit 1).
+    std::uint32_t limit = 0;
+    /// 0: one unit.
+    std::uint32_t weight = 0;
+
+    /// Readers of a reader/writer lock: held together, never with a writer.
+    static Kind shared() noexcept { return Kind{DOKEBI_LOCK_MODE_SHARED, 0, 0}; }
+    /// `weight` of a key's `limit` units.
+    static Kind counted(std::uint32_t limit, std::uint32_t weight = 1) noexcept { return Kind{DOKEBI_LOCK_MODE_EXCLUSIVE, limit, weight}; }
+};
+
 /// A held lease; the destructor releases it if it is still held.
 class Lease {
 public:
     explicit Lease(dokebi_lock_lease *raw) noexcept : lease_(raw) {}
 
+    /// The key (of a lease over several keys, the first).
     std::string_view key() const noexcept {
         std::size_t len = 0;
         const char *bytes = dokebi_lock_lease_key(lease_.get(), &len);
         return bytes ? std::string_view(bytes, len) : std::string_view();
+    }
+    /// Every key, in the order the acquire gave them.
+    std::vector<std::string_view> keys() const {
+        std::vector<std::string_view> keys;
+        for (std::size_t i = 0, count = dokebi_lock_lease_key_count(lease_.get()); i < count; i++) {
+            std::size_t len = 0;
+            const char *bytes = dokebi_lock_lease_key_at(lease_.get(), i, &len);
+            keys.emplace_back(bytes, len);
+        }
+        return keys;
+    }
+    /// The fencing token of the key at `index` of keys(), as a decimal string.
+    std::string fence_at(std::size_t index) const {
+        const char *fence = dokebi_lock_lease_fence_at(lease_.get(), index);
+        return fence ? fence : "";
     }
     bool valid() const noexcept { return dokebi_lock_lease_valid(lease_.get()); }
     /// Milliseconds left; DOKEBI_LOCK_NEVER_EXPIRES (-1) for a held local lease.
@@ -258,39 +308,55 @@ class Backend {
 public:
     explicit Backend(dokebi_lock_backend *raw) noexcept : backend_(raw) {}
 
+    /// The keys of one lease over several keys, in the caller's order.
+    using Keys = std::vector<std::string_view>;
+
     /// Blocks until the key is ours; the backend's waitTimeoutMs when `wait` is empty.
     Returns<Lease> acquire(std::string_view key, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
-        dokebi_lock_lease *lease = nullptr;
-        dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_acquire(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &lease, &error);
-        return detail::finish(status, error, Lease(lease));
+        return take([&](dokebi_lock_lease **lease, dokebi_lock_error **error) {
+            return dokebi_lock_acquire(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), lease, error);
+        });
+    }
+
+    /// Blocks until every key of `keys` is ours in `kind`, as one lease (all or none).
+    Returns<Lease> acquire(const Keys &keys, Kind kind, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        detail::AcquireOptions options(keys, kind.mode, kind.limit, kind.weight);
+        return take([&](dokebi_lock_lease **lease, dokebi_lock_error **error) {
+            return dokebi_lock_acquire_ex(backend_.get(), options.get(), detail::wait_ms(wait), lease, error);
+        });
     }
 
     /// The lease if the key is free now; empty when it is held (LOCK_BUSY).
     Returns<std::optional<Lease>> try_acquire(std::string_view key) const {
-        dokebi_lock_lease *lease = nullptr;
-        dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_try_acquire(backend_.get(), key.data(), key.size(), &lease, &error);
-        if (status == DOKEBI_LOCK_LOCK_BUSY) {
-            dokebi_lock_error_free(error);
-            return std::optional<Lease>();
-        }
-        return detail::finish(status, error, std::optional<Lease>(Lease(lease)));
+        return take_now([&](dokebi_lock_lease **lease, dokebi_lock_error **error) {
+            return dokebi_lock_try_acquire(backend_.get(), key.data(), key.size(), lease, error);
+        });
+    }
+
+    /// The lease of every key of `keys` in `kind` if they can be granted now; empty otherwise.
+    Returns<std::optional<Lease>> try_acquire(const Keys &keys, Kind kind) const {
+        detail::AcquireOptions options(keys, kind.mode, kind.limit, kind.weight);
+        return take_now([&](dokebi_lock_lease **lease, dokebi_lock_error **error) {
+            return dokebi_lock_try_acquire_ex(backend_.get(), options.get(), lease, error);
+        });
     }
 
     /// Acquires without blocking: `done(Result<Lease>)` runs once, on the
     /// provider's completion thread (see lock.h), and must not throw.
     template <typename Done>
     Returns<Pending> acquire_async(std::string_view key, Done done, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
-        auto callback = new std::function<void(Result<Lease>)>(std::move(done));
-        dokebi_lock_pending *pending = nullptr;
-        dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_acquire_async(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &completed, callback,
-                                                              &pending, &error);
-        if (status != DOKEBI_LOCK_OK) {
-            delete callback;  // never called when the acquire did not start
-        }
-        return detail::finish(status, error, Pending(pending));
+        return start(std::move(done), [&](void *callback, dokebi_lock_pending **pending, dokebi_lock_error **error) {
+            return dokebi_lock_acquire_async(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &completed, callback, pending, error);
+        });
+    }
+
+    /// acquire_async of every key of `keys` in `kind`, as one lease.
+    template <typename Done>
+    Returns<Pending> acquire_async(const Keys &keys, Kind kind, Done done, std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        detail::AcquireOptions options(keys, kind.mode, kind.limit, kind.weight);
+        return start(std::move(done), [&](void *callback, dokebi_lock_pending **pending, dokebi_lock_error **error) {
+            return dokebi_lock_acquire_async_ex(backend_.get(), options.get(), detail::wait_ms(wait), &completed, callback, pending, error);
+        });
     }
 
     /// Holds `key` while `section(const Section &)` runs, renewing a redis
@@ -300,13 +366,77 @@ public:
     template <typename Fn>
     Returns<std::invoke_result_t<Fn &, const Section &>> with_lock(std::string_view key, Fn section,
                                                                   std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        return run<Fn>(section, [&](dokebi_lock_section_fn run, void *call, int *ignored, dokebi_lock_error **error) {
+            return dokebi_lock_with_lock(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), run, call, ignored, error);
+        });
+    }
+
+    /// with_lock holding every key of `keys` in `kind` (the section's fence is the first key's).
+    template <typename Fn>
+    Returns<std::invoke_result_t<Fn &, const Section &>> with_lock(const Keys &keys, Kind kind, Fn section,
+                                                                  std::optional<std::chrono::milliseconds> wait = std::nullopt) const {
+        detail::AcquireOptions options(keys, kind.mode, kind.limit, kind.weight);
+        return run<Fn>(section, [&](dokebi_lock_section_fn run, void *call, int *ignored, dokebi_lock_error **error) {
+            return dokebi_lock_with_lock_ex(backend_.get(), options.get(), detail::wait_ms(wait), run, call, ignored, error);
+        });
+    }
+
+    /// Counts of the backend (never keys).
+    Returns<dokebi_lock_backend_status> status() const {
+        dokebi_lock_backend_status snapshot{};
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_backend_get_status(backend_.get(), &snapshot, &error);
+        return detail::finish(status, error, std::move(snapshot));
+    }
+
+    /// Of the held leases status() counts, those held in shared mode.
+    std::size_t held_shared() const noexcept { return dokebi_lock_backend_held_shared(backend_.get()); }
+
+private:
+    /// A blocking acquire: `call(&lease, &error)` is its C call.
+    template <typename Call>
+    static Returns<Lease> take(Call call) {
+        dokebi_lock_lease *lease = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = call(&lease, &error);
+        return detail::finish(status, error, Lease(lease));
+    }
+
+    /// A try-acquire: LOCK_BUSY is an empty optional.
+    template <typename Call>
+    static Returns<std::optional<Lease>> take_now(Call call) {
+        dokebi_lock_lease *lease = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = call(&lease, &error);
+        if (status == DOKEBI_LOCK_LOCK_BUSY) {
+            dokebi_lock_error_free(error);
+            return std::optional<Lease>();
+        }
+        return detail::finish(status, error, std::optional<Lease>(Lease(lease)));
+    }
+
+    /// An asynchronous acquire: `call(callback, &pending, &error)` is its C call.
+    template <typename Done, typename Call>
+    static Returns<Pending> start(Done done, Call call) {
+        auto callback = new std::function<void(Result<Lease>)>(std::move(done));
+        dokebi_lock_pending *pending = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = call(callback, &pending, &error);
+        if (status != DOKEBI_LOCK_OK) {
+            delete callback;  // never called when the acquire did not start
+        }
+        return detail::finish(status, error, Pending(pending));
+    }
+
+    /// A with_lock: `call(run, &call, &ignored, &error)` is its C call.
+    template <typename Fn, typename Call>
+    static Returns<std::invoke_result_t<Fn &, const Section &>> run(Fn &section, Call c_call) {
         using Output = std::invoke_result_t<Fn &, const Section &>;
         static_assert(!std::is_void_v<Output>, "the section returns a value (return 0 when there is nothing to say)");
         SectionCall<Fn, Output> call{section, std::nullopt, nullptr};
         int ignored = 0;
         dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status =
-            dokebi_lock_with_lock(backend_.get(), key.data(), key.size(), detail::wait_ms(wait), &SectionCall<Fn, Output>::run, &call, &ignored, &error);
+        dokebi_lock_status status = c_call(&SectionCall<Fn, Output>::run, &call, &ignored, &error);
 #ifdef DOKEBI_LOCK_EXCEPTIONS
         if (call.thrown) {
             dokebi_lock_error_free(error);
@@ -319,15 +449,6 @@ public:
         return std::move(*call.output);
     }
 
-    /// Counts of the backend (never keys).
-    Returns<dokebi_lock_backend_status> status() const {
-        dokebi_lock_backend_status snapshot{};
-        dokebi_lock_error *error = nullptr;
-        dokebi_lock_status status = dokebi_lock_backend_get_status(backend_.get(), &snapshot, &error);
-        return detail::finish(status, error, std::move(snapshot));
-    }
-
-private:
     /// The C callback of acquire_async: hands the outcome to the C++ one
     /// (noexcept: a callback that throws ends the program, not unwinds C).
     static void completed(void *userdata, dokebi_lock_status status, dokebi_lock_lease *lease, dokebi_lock_error *error) noexcept {

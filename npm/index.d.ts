@@ -152,6 +152,8 @@ export interface BackendStatus {
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
+  /** Of `held`, the leases held in shared mode (absent when the driver does not report it). */
+  readonly heldShared?: number;
   /** Acquires waiting now. */
   readonly waiting: number;
   /** Leases granted since the backend opened. */
@@ -238,7 +240,11 @@ export class LockProvider implements AsyncDisposable {
   private constructor();
   /** The configured backend names, sorted. */
   names(): string[];
-  /** The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). */
+  /**
+   * The backend `name`; throws UNKNOWN_BACKEND, or CLOSED after close(). For
+   * an app driver or a wrapBackend, the app's object with every member it
+   * has (see DriverBackend).
+   */
   backend(name: string): LockBackend;
   /** The status() of every backend, by name. */
   status(): Record<string, BackendStatus>;
@@ -320,17 +326,56 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
 
 /**
  * What an app driver (its `view`) or wrapBackend must supply: `acquire`.
- * `withLock` and `status` are optional: where one is missing, the backend
- * users get is the library's LockBackend over this object, which supplies it
- * (withLock built on this acquire, status as BackendStatus tells); other
- * members of this object are not reachable through it. A DriverBackend that
- * has all three is handed out as it is.
+ * `withLock` and `status` are optional. The backend users get is a Proxy
+ * over this object: it has every member of the object (read and written on
+ * it, its methods called on it, so `#private` fields work, and `instanceof`
+ * its class holds), with the library's `acquire` (the kind check below),
+ * `withLock` (this object's own, else the built-in one on its acquire) and
+ * `status` (its own, else as BackendStatus tells). Reach the other members
+ * with a cast: `provider.backend('b') as LockBackend & MyBackend`. The
+ * built-in backends are handed out as they are.
  */
-export interface DriverBackend extends Pick<LockBackend, 'acquire'>, Partial<Pick<LockBackend, 'withLock' | 'status'>> {}
+export interface DriverBackend extends Pick<LockBackend, 'acquire'>, Partial<Pick<LockBackend, 'withLock' | 'status'>> {
+  /**
+   * The kinds this object grants beyond plain exclusive leases on one key,
+   * read once when the backend opens; absent: plain leases only. An acquire
+   * (or withLock) of a kind not declared is refused with UNSUPPORTED_KIND
+   * and never reaches this object; a declared one reaches it with the
+   * caller's key (a `readonly string[]` for several keys) and options
+   * (with KindOptions) unchanged, after the library checked them
+   * (INVALID_ARGUMENT). A wrapper that passes both on to `input.backend`
+   * may declare every kind: that backend refuses what its driver cannot do.
+   */
+  readonly kinds?: LockKinds;
+}
+
+/** What a DriverBackend declares it grants (DriverBackend.kinds); a kind absent or false is refused. */
+export interface LockKinds {
+  /** `mode: 'shared'`. */
+  readonly shared?: boolean;
+  /** A counted lock: `limit` above 1, with a `weight`. */
+  readonly limit?: boolean;
+  /** An array of keys (several keys at once), even of one key. */
+  readonly keys?: boolean;
+}
+
+/**
+ * The kind fields of an acquire's options, as a DriverBackend declaring
+ * `kinds` receives them (checked: a mode of these two, integers from 1, a
+ * weight at most the limit, no limit or weight with shared mode).
+ */
+export interface KindOptions {
+  /** 'exclusive' (the default) or 'shared' (kinds.shared). */
+  readonly mode?: 'exclusive' | 'shared';
+  /** At most this many units of the key held at once (kinds.limit above 1). */
+  readonly limit?: number;
+  /** The units this lease holds, 1 by default, at most `limit`. */
+  readonly weight?: number;
+}
 
 /** What a driver returns for one backend. */
 export interface LockDriver {
-  /** The backend behind `provider.backend(name)` (completed to a LockBackend if need be). */
+  /** The backend behind `provider.backend(name)` (with the whole LockBackend API added, see DriverBackend). */
   readonly view: DriverBackend;
   /** Called once at provider close; a rejection is logged (fields backend, code), never thrown. */
   close(): Promise<void>;

@@ -95,6 +95,19 @@ impl AcquireOptions {
     pub fn kind(&self) -> Result<LockKind> {
         LockKind::new(self.mode, self.limit, self.weight)
     }
+
+    /// Options asking for `kind`, with the given wait and signal (for
+    /// surfaces that pass a kind as mode, limit and weight numbers).
+    pub fn of_kind(kind: LockKind, wait_timeout: Option<Duration>, signal: Option<AbortSignal>) -> AcquireOptions {
+        let counted = kind.mode == LockMode::Exclusive;
+        AcquireOptions {
+            wait_timeout,
+            signal,
+            mode: kind.mode,
+            limit: counted.then_some(kind.limit),
+            weight: counted.then_some(kind.weight),
+        }
+    }
 }
 
 impl LockKind {
@@ -121,13 +134,15 @@ impl LockKind {
 /// The keys of one acquire, checked: at least one, each valid, none twice.
 /// Their order is the caller's (what `Lease::keys` gives back); drivers
 /// take them in an order of their own.
-pub fn check_keys(keys: &[&str], max_key_bytes: usize) -> Result<()> {
+pub fn check_keys<K: AsRef<str>>(keys: &[K], max_key_bytes: usize) -> Result<()> {
     if keys.is_empty() {
         return Err(invalid("an acquire of several keys needs at least one key"));
     }
     for (index, key) in keys.iter().enumerate() {
+        let key = key.as_ref();
         crate::key::validate(key, max_key_bytes)?;
-        if keys[..index].contains(key) {
+        // Quadratic, but sets are small, and it allocates nothing.
+        if keys[..index].iter().any(|earlier| earlier.as_ref() == key) {
             return Err(invalid(format!("keys[{index}] repeats an earlier key: each key of one lease is given once")));
         }
     }
@@ -174,8 +189,19 @@ mod tests {
     }
 
     #[test]
+    fn options_of_a_kind_give_that_kind_back() {
+        for kind in [
+            LockKind::EXCLUSIVE,
+            LockKind { mode: LockMode::Shared, limit: 1, weight: 1 },
+            LockKind { mode: LockMode::Exclusive, limit: 4, weight: 3 },
+        ] {
+            assert_eq!(AcquireOptions::of_kind(kind, None, None).kind().unwrap(), kind);
+        }
+    }
+
+    #[test]
     fn a_key_set_is_non_empty_valid_and_without_repeats() {
-        assert_eq!(check_keys(&[], 16).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(check_keys::<&str>(&[], 16).unwrap_err().code(), ErrorCode::InvalidArgument);
         assert_eq!(check_keys(&["a", "b", "a"], 16).unwrap_err().code(), ErrorCode::InvalidArgument);
         assert_eq!(check_keys(&["a", ""], 16).unwrap_err().code(), ErrorCode::InvalidKey);
         assert!(check_keys(&["a", "b"], 16).is_ok());

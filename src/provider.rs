@@ -174,6 +174,7 @@ impl Backend {
                 BackendStatus {
                     driver: "local",
                     held: counts.held,
+                    held_shared: counts.held_shared,
                     waiting: counts.waiting,
                     acquired: counts.acquired,
                     timed_out: counts.timed_out,
@@ -186,6 +187,7 @@ impl Backend {
                 BackendStatus {
                     driver: "redis",
                     held: counts.held,
+                    held_shared: counts.held_shared,
                     waiting: counts.waiting,
                     acquired: counts.acquired,
                     timed_out: counts.timed_out,

@@ -11,6 +11,8 @@ pub struct BackendStatus {
     pub driver: &'static str,
     /// Leases held now by this process.
     pub held: usize,
+    /// Of those, the leases held in shared mode.
+    pub held_shared: usize,
     /// Acquires waiting now.
     pub waiting: usize,
     /// Leases granted since the backend started.

@@ -64,10 +64,30 @@ impl Backend {
         Fut: Future<Output = T>,
     {
         let options = options.into();
-        let lease = self.acquire(key, options.acquire).await?;
+        let lease = self.acquire(key, options.acquire.clone()).await?;
+        self.run_section(lease, options.auto_renew, section).await
+    }
+
+    /// [`Backend::with_lock`] holding every key of `keys` as one lease (see
+    /// [`Backend::acquire_many`]); the section's fence is that of the first key.
+    pub async fn with_lock_many<F, Fut, T>(&self, keys: &[&str], options: impl Into<WithLockOptions>, section: F) -> Result<T>
+    where
+        F: FnOnce(Section) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let options = options.into();
+        let lease = self.acquire_many(keys, options.acquire.clone()).await?;
+        self.run_section(lease, options.auto_renew, section).await
+    }
+
+    async fn run_section<F, Fut, T>(&self, lease: Lease, auto_renew: bool, section: F) -> Result<T>
+    where
+        F: FnOnce(Section) -> Fut,
+        Fut: Future<Output = T>,
+    {
         let lost = AbortController::new();
         let keep_alive = match (self, &lease) {
-            (Backend::Redis(backend), Lease::Redis(redis)) if options.auto_renew => {
+            (Backend::Redis(backend), Lease::Redis(redis)) if auto_renew => {
                 Some(redis.keep_alive(backend.auto_renew_every(), lost.clone()))
             }
             _ => None,

@@ -2,20 +2,29 @@
 // never crashes or hangs inside the addon.
 import { invalidArgument, LockError } from './errors.js';
 
+const ACQUIRE_OPTIONS = new Set(['waitTimeoutMs', 'signal', 'mode', 'limit', 'weight']);
+
+/** True when the options ask for a kind beyond a plain exclusive lease (kinds.js checks it). */
+export function asksKind(options) {
+  return options.mode !== undefined || options.limit !== undefined || options.weight !== undefined;
+}
+
 /** Largest timer Node can arm (setTimeout clamps larger values to 1 ms). */
 export const MAX_TIMER_MS = 2_147_483_647;
 
 /**
  * The wait of an acquire: `options.waitTimeoutMs` or the backend default.
  * Throws INVALID_ARGUMENT for anything but undefined or an object of
- * `{ waitTimeoutMs?, signal? }` with an integer 0..MAX_TIMER_MS and an AbortSignal.
+ * `{ waitTimeoutMs?, signal?, mode?, limit?, weight? }` with an integer
+ * 0..MAX_TIMER_MS and an AbortSignal (the kind fields are checked by
+ * kinds.js).
  */
 export function waitTimeout(options, fallbackMs) {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal? }');
+    throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal?, mode?, limit?, weight? }');
   }
   for (const name in options) {
-    if (name !== 'waitTimeoutMs' && name !== 'signal') throw invalidArgument('acquire options accept only waitTimeoutMs and signal');
+    if (!ACQUIRE_OPTIONS.has(name)) throw invalidArgument('acquire options accept only waitTimeoutMs, signal, mode, limit and weight');
   }
   const { waitTimeoutMs, signal } = options;
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArgument('signal must be an AbortSignal');

@@ -2,7 +2,7 @@
 // plus the app's, and the two extension hooks that act on every backend
 // (createDriver, wrapBackend). See README.md, "Extensions".
 import { invalidArgument, invalidExtension, LockError } from './errors.js';
-import { fullBackend } from './full-backend.js';
+import { fullBackend, ownBackend } from './full-backend.js';
 
 /** Driver names an app driver may not take. */
 export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis']);
@@ -53,9 +53,11 @@ export function checkDriver(driver, backend, name) {
     driver.view !== null &&
     typeof driver.view.acquire === 'function';
   if (isDriver) return driver;
-  throw new LockError('DRIVER_INVALID', `backend ${backend}: driver ${name} did not return { view, close() } with view.acquire`, {
-    details: { backend, driver: name },
-  });
+  throw driverInvalid(backend, name, 'did not return { view, close() } with view.acquire');
+}
+
+function driverInvalid(backend, name, message) {
+  return new LockError('DRIVER_INVALID', `backend ${backend}: driver ${name} ${message}`, { details: { backend, driver: name } });
 }
 
 /**
@@ -71,9 +73,11 @@ export function closeQuietly(driver) {
 /** What wrapBackend returned, or INVALID_EXTENSION unless it offers acquire. */
 function wrapped(view, backend) {
   if (typeof view === 'object' && view !== null && typeof view.acquire === 'function') return view;
-  throw invalidExtension('wrap-backend-result', `backend ${backend}: wrapBackend must return a backend with acquire(key, options)`, {
-    details: { backend },
-  });
+  throw wrapInvalid(backend, 'wrapBackend must return a backend with acquire(key, options)');
+}
+
+function wrapInvalid(backend, message) {
+  return invalidExtension('wrap-backend-result', `backend ${backend}: ${message}`, { details: { backend } });
 }
 
 function unknownDriver(backend, driver) {
@@ -115,7 +119,9 @@ export class DriverSet {
   /**
    * Opens backend `name` of driver `driver`: `builtIn` opens it when the
    * driver is built in (undefined otherwise). The view of the driver it
-   * returns has the whole LockBackend API (lib/full-backend.js).
+   * returns is what users get (lib/full-backend.js): a built-in backend as
+   * it is, an app's object with every member it has and the whole
+   * LockBackend API.
    */
   async open({ name, driver, options, logger }, builtIn) {
     const registered = () => this.#openRegistered(name, driver, options, logger, builtIn);
@@ -127,11 +133,11 @@ export class DriverSet {
       const input = Object.freeze({ ...this.#input(name, driver, options, logger), open: registered });
       opened = checkDriver(await extension.createDriver(input), name, driver);
     }
-    const backend = fullBackend(opened.view, driver);
-    if (extension?.wrapBackend === undefined) return backend === opened.view ? opened : { view: backend, close: () => opened.close() };
     try {
+      const backend = fullBackend(opened.view, { name, driver }, (message) => driverInvalid(name, driver, `has a view whose ${message}`));
+      if (extension?.wrapBackend === undefined) return backend === opened.view ? opened : { view: backend, close: () => opened.close() };
       const view = wrapped(extension.wrapBackend(Object.freeze({ name, driver, backend })), name);
-      return { view: fullBackend(view, driver, backend), close: () => opened.close() };
+      return { view: fullBackend(view, { name, driver, inner: backend }, (message) => wrapInvalid(name, `wrapBackend returned a backend whose ${message}`)), close: () => opened.close() };
     } catch (error) {
       // The provider only closes what it holds; this driver it never got.
       closeQuietly(opened);
@@ -140,7 +146,11 @@ export class DriverSet {
   }
 
   async #openRegistered(name, driver, options, logger, builtIn) {
-    if (builtIn !== undefined) return builtIn();
+    if (builtIn !== undefined) {
+      const opened = await builtIn();
+      ownBackend(opened.view);
+      return opened;
+    }
     const factory = this.#registry.get(driver);
     if (factory === undefined) throw unknownDriver(name, driver);
     return checkDriver(await factory(this.#input(name, driver, options, logger)), name, driver);

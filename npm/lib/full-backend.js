@@ -1,42 +1,104 @@
-// The whole LockBackend API for every backend a provider hands out. An app
-// driver's view and a wrapBackend result need only acquire(key, options);
-// where one lacks withLock or status, the library supplies them, so user
-// code never depends on which kind of backend it got (README.md,
-// "Extensions").
+// The backend users get for every backend a provider hands out. The built-in
+// backends reach users as they are: nothing sits on their acquire path. An
+// app's object (a driver's view, a wrapBackend result) reaches users through
+// a Proxy that keeps every member of that object and adds what the library
+// promises for every backend (README.md, "Extensions"):
+// - withLock and status where the object lacks them, so user code never
+//   depends on which kind of backend it got;
+// - the kind check: an acquire of a kind the object does not declare
+//   (`kinds`) is UNSUPPORTED_KIND, never a plain exclusive lease instead,
+//   and bad kind options are INVALID_ARGUMENT before the object sees them.
+//
+// Why a Proxy, and why over a target of its own: a frozen object cannot gain
+// withLock, and an object chained to the app's by prototype would call the
+// app's methods and getters on itself, where a class's #private fields are
+// missing. The Proxy forwards every other member to the app's object,
+// methods bound to it, and reports its prototype (instanceof holds). Its
+// target is an AppBackend, not the app's object, because a Proxy must report
+// a frozen target's properties exactly as they are: it could neither
+// replace a frozen `acquire` nor report withLock.
+import { inspect } from 'node:util';
 import { withLock } from './with-lock.js';
 import { redisKeepAlive } from './redis.js';
+import { askedKinds, declaredKinds, unsupportedKind } from './kinds.js';
 
-/**
- * `view` itself when it has acquire, withLock and status (the built-in
- * backends do: nothing sits between them and their users); else a
- * FullBackend over it. `driver` is the backend's driver name; `inner`, for a
- * wrapBackend result, the (full) backend it wrapped.
- */
-export function fullBackend(view, driver, inner = undefined) {
-  if (typeof view.withLock === 'function' && typeof view.status === 'function') return view;
-  return new FullBackend(view, driver, inner);
+/** The library's own backends: the built-in drivers' views and the Proxies below. */
+const OWN = new WeakSet();
+
+/** Marks the view of a built-in driver: handed out as it is, and never wrapped. */
+export function ownBackend(view) {
+  OWN.add(view);
+  return view;
 }
 
 /**
- * A backend that supplies what its view lacks: withLock built on the view's
- * acquire (with-lock.js, as for the built-in backends), and status from the
- * wrapped backend or, for an app driver, from the acquires it saw.
+ * The backend users get for `view`: `view` itself when it is one of the
+ * library's own (a built-in backend, or what this returned before), else
+ * the Proxy over it. `name` and `driver` name the backend; `inner`, for a
+ * wrapBackend result, is the backend it wrapped. `view.kinds` is read once,
+ * here; `fail(message)` builds the error of a malformed one.
  */
-class FullBackend {
+export function fullBackend(view, { name, driver, inner }, fail) {
+  if (OWN.has(view)) return view;
+  const supported = declaredKinds(view.kinds, fail);
+  const backend = new Proxy(new AppBackend(view, name, driver, inner, supported), AppBackend.members);
+  OWN.add(backend);
+  return backend;
+}
+
+/** The members the library supplies on every app object, whatever it has. */
+const API = Object.freeze(['acquire', 'withLock', 'status']);
+
+/**
+ * The target of the Proxy over an app's object: the library's acquire (the
+ * kind check, the counts), withLock and status, and the traps that forward
+ * everything else to the app's object.
+ */
+class AppBackend {
   #view;
   #driver;
   #inner;
+  /** declaredKinds of the view. */
+  #supported;
+  /** Who refuses a kind, and the details of that UNSUPPORTED_KIND. */
+  #who;
+  #details;
   /** The counts of an app driver's view without status; undefined otherwise. */
   #counts;
+  /** The API members, bound once: the same function on every read. */
+  #api;
+  /** The app's methods bound to it, by method, so that a member reads the same each time. */
+  #bound = new WeakMap();
 
-  constructor(view, driver, inner) {
+  constructor(view, name, driver, inner, supported) {
     this.#view = view;
     this.#driver = driver;
     this.#inner = inner;
+    this.#supported = supported;
+    this.#who = inner === undefined ? `backend ${name} (driver ${driver})` : `backend ${name} (its wrapBackend result)`;
+    this.#details = { backend: name, driver };
     if (typeof view.status !== 'function' && inner === undefined) this.#counts = { waiting: 0, acquired: 0, timedOut: 0 };
+    this.#api = new Map(API.map((member) => [member, this[member].bind(this)]));
+    // util.inspect shows a Proxy's target, bypassing the traps: let it show
+    // the app's object. Configurable, so that the traps need not report it.
+    Object.defineProperty(this, inspect.custom, { value: (depth, options, show) => show(view, options), configurable: true });
+  }
+
+  /** The error refusing `key` and `options`: a bad kind option, or a kind the view does not declare. */
+  #refusal(key, options) {
+    let asked;
+    try {
+      asked = askedKinds(key, options);
+    } catch (error) {
+      return error;
+    }
+    const missing = asked & ~this.#supported;
+    return missing === 0 ? undefined : unsupportedKind(missing, this.#who, this.#details);
   }
 
   acquire(key, options) {
+    const refused = this.#refusal(key, options);
+    if (refused !== undefined) return Promise.reject(refused);
     const counts = this.#counts;
     if (counts === undefined) return this.#view.acquire(key, options);
     counts.waiting++;
@@ -60,10 +122,15 @@ class FullBackend {
     );
   }
 
-  /** The view's own withLock, else acquire, run, release as the built-in backends do. */
+  /**
+   * The view's own withLock (after the kind check), else acquire, run,
+   * release as the built-in backends do, through this acquire.
+   */
   withLock(key, fn, options) {
-    if (typeof this.#view.withLock === 'function') return this.#view.withLock(key, fn, options);
-    return withLock(this, key, fn, options, keepAlive);
+    const view = this.#view;
+    if (typeof view.withLock !== 'function') return withLock(this, key, fn, options, keepAlive);
+    const refused = this.#refusal(key, options);
+    return refused === undefined ? view.withLock(key, fn, options) : Promise.reject(refused);
   }
 
   /**
@@ -77,6 +144,58 @@ class FullBackend {
     const { waiting, acquired, timedOut } = this.#counts;
     return { driver: this.#driver, held: null, waiting, acquired, timedOut, lost: null };
   }
+
+  /** True when `member` is one the app's object lacks, which the library supplies as its own. */
+  #supplies(member) {
+    return this.#api.has(member) && !(member in this.#view);
+  }
+
+  /**
+   * The Proxy's traps. The API members are the library's and cannot be
+   * redefined through the Proxy; every other member is the app's object's:
+   * read there (getters run on it), methods bound to it (#private fields
+   * work), written, defined and deleted there.
+   */
+  static members = Object.freeze({
+    get(backend, member) {
+      const api = backend.#api.get(member);
+      if (api !== undefined) return api;
+      const view = backend.#view;
+      const value = Reflect.get(view, member);
+      // `constructor` is the class itself, a value rather than a method of the
+      // object; Object.prototype's methods (hasOwnProperty, toString, …) are
+      // generic, and called on the Proxy they see what its traps report.
+      if (typeof value !== 'function' || member === 'constructor' || value === Object.prototype[member]) return value;
+      let bound = backend.#bound.get(value);
+      if (bound === undefined) backend.#bound.set(value, (bound = value.bind(view)));
+      return bound;
+    },
+    has: (backend, member) => backend.#api.has(member) || Reflect.has(backend.#view, member),
+    set: (backend, member, value) => !backend.#api.has(member) && Reflect.set(backend.#view, member, value),
+    deleteProperty: (backend, member) => !backend.#api.has(member) && Reflect.deleteProperty(backend.#view, member),
+    defineProperty(backend, member, descriptor) {
+      // A non-configurable property would have to exist on the target too (a
+      // Proxy invariant), where the traps could no longer forward it.
+      if (backend.#api.has(member) || descriptor.configurable === false) return false;
+      return Reflect.defineProperty(backend.#view, member, descriptor);
+    },
+    getOwnPropertyDescriptor(backend, member) {
+      const own = Reflect.getOwnPropertyDescriptor(backend.#view, member);
+      if (backend.#api.has(member)) {
+        if (own === undefined && !backend.#supplies(member)) return undefined;
+        return { value: backend.#api.get(member), writable: false, enumerable: own?.enumerable ?? false, configurable: true };
+      }
+      // The target holds none of the app's properties, and a Proxy may report
+      // a property its target lacks only as configurable.
+      if (own !== undefined) own.configurable = true;
+      return own;
+    },
+    ownKeys: (backend) => [...Reflect.ownKeys(backend.#view), ...API.filter((member) => backend.#supplies(member))],
+    getPrototypeOf: (backend) => Reflect.getPrototypeOf(backend.#view),
+    // Both would have to hold for the target too, which stands in for the app's object.
+    setPrototypeOf: () => false,
+    preventExtensions: () => false,
+  });
 }
 
 /**

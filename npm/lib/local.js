@@ -16,7 +16,8 @@
 // no extra clock either.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { askedKinds } from './kinds.js';
 import { Deadlines } from './deadlines.js';
 import { withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
@@ -25,6 +26,7 @@ import * as telemetry from './telemetry.js';
 const GRANTED = 0;
 const QUEUED = 1;
 const HANDED_ON = 2;
+const HANDED_ON_MORE = 3;
 const NOT_HELD = 0;
 const FAILED = -1;
 
@@ -63,16 +65,26 @@ class LocalCore {
     if (this.closed) return Promise.reject(fromInfo(native.closedError()));
     let waitMs = this.defaultWaitMs;
     let signal;
+    let kind = 0;
     if (options !== undefined) {
       try {
         waitMs = waitTimeout(options, waitMs);
+        if (asksKind(options)) kind = askedKinds(key, options);
       } catch (error) {
         return Promise.reject(error);
       }
       signal = options.signal;
       if (signal?.aborted) return Promise.reject(abortedBy(signal));
     }
-    if (typeof key !== 'string') return Promise.reject(notAStringKey());
+    if (typeof key !== 'string') {
+      if (!Array.isArray(key)) return Promise.reject(notAStringKey());
+      try {
+        kind = askedKinds(key, options);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    if (kind !== 0) return this.acquireKind(key, options, waitMs, signal, leaseNow);
     if (waitMs === 0) this.engine.tryAcquire(key);
     else this.engine.acquire(key);
     const out = this.out;
@@ -85,6 +97,35 @@ class LocalCore {
     return Promise.reject(takeNativeError());
   }
 
+  /**
+   * acquire() of a checked kind beyond a plain lease: shared, counted, or
+   * several keys (an array, copied so later changes to the caller's array
+   * change nothing).
+   */
+  acquireKind(key, options, waitMs, signal, leaseNow) {
+    const keys = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
+    // The kind goes in the out-array: [mayWait, shared, limit, weight].
+    const out = this.out;
+    out[0] = waitMs === 0 ? 0 : 1;
+    out[1] = options?.mode === 'shared' ? 1 : 0;
+    out[2] = options?.limit ?? 1;
+    out[3] = options?.weight ?? 1;
+    this.engine.acquireKind(keys);
+    const status = out[0];
+    if (status === GRANTED) {
+      const lease = this.lease(keys, out[1], out[2]);
+      return leaseNow ? lease : Promise.resolve(lease);
+    }
+    if (status === QUEUED) return new Waiter(this, keys, out[1], out[2], waitMs, signal).promise;
+    return Promise.reject(takeNativeError());
+  }
+
+  /** The lease of a grant: of one key (a string) or of several (a frozen array). */
+  lease(key, slot, fence) {
+    const since = this.holdStart();
+    return typeof key === 'string' ? new LocalLease(this, key, slot, fence, since) : new LocalKeysLease(this, key, slot, fence, since);
+  }
+
   /** Releases by handle, granting the key to the next waiter if any. */
   release(slot, fence) {
     const out = this.out;
@@ -93,15 +134,27 @@ class LocalCore {
     this.engine.release();
     const status = out[0];
     if (status === NOT_HELD) return false;
-    if (status === HANDED_ON) {
+    this.grantAll(status);
+    return true;
+  }
+
+  /**
+   * Settles the waiters a release or cancel let in, as `out` reports them
+   * (a shared or counted release may let in several: the engine reports
+   * them one by one).
+   */
+  grantAll(status) {
+    const out = this.out;
+    while (status === HANDED_ON || status === HANDED_ON_MORE) {
       const waiter = this.waiters[out[3]];
       this.waiters[out[3]] = undefined;
       waiter.grant(out[1], out[2]);
-    } else if (status === FAILED) {
-      // Only an internal error of the addon (a caught panic) fails a release.
-      throw takeNativeError();
+      if (status === HANDED_ON) return;
+      this.engine.nextGrant();
+      status = out[0];
     }
-    return true;
+    // Only an internal error of the addon (a caught panic) fails a release.
+    if (status === FAILED) throw takeNativeError();
   }
 
   /** withLock's acquire: the lease when granted at once, else acquire's promise. */
@@ -132,8 +185,8 @@ class LocalCore {
   }
 
   status() {
-    const { held, waiting, acquired, timedOut } = this.engine.counts();
-    return { driver: 'local', held, waiting, acquired, timedOut, lost: 0 };
+    const { held, heldShared, waiting, acquired, timedOut } = this.engine.counts();
+    return { driver: 'local', held, heldShared, waiting, acquired, timedOut, lost: 0 };
   }
 
   close() {
@@ -169,7 +222,7 @@ class Waiter {
   grant(slot, fence) {
     this.settle();
     this.core.waited(this, undefined);
-    this.resolve(new LocalLease(this.core, this.key, slot, fence, this.core.holdStart()));
+    this.resolve(this.core.lease(this.key, slot, fence));
   }
 
   fail(error) {
@@ -182,8 +235,13 @@ class Waiter {
   cancel(timedOut, error) {
     // false: release() already dequeued this waiter and granted it on this
     // same thread, which also ended its deadline and listener; nothing leaks.
-    if (!this.core.engine.cancel(this.slot, this.serial, timedOut)) return;
-    this.core.waiters[this.slot] = undefined;
+    const core = this.core;
+    const cancelled = core.engine.cancel(this.slot, this.serial, timedOut);
+    // Leaving can let waiters behind this one in (readers queued behind a
+    // writer that gave up): settle them before anything else runs JS.
+    core.grantAll(core.out[0]);
+    if (!cancelled) return;
+    core.waiters[this.slot] = undefined;
     this.fail(error);
   }
 
@@ -261,6 +319,27 @@ class LocalLease {
 
   async [Symbol.asyncDispose]() {
     await this.release();
+  }
+}
+
+/** A local lease over several keys: one grant, one fence for all of them. */
+class LocalKeysLease extends LocalLease {
+  #keys;
+
+  constructor(core, keys, slot, fence, since) {
+    super(core, keys[0], slot, fence, since);
+    this.#keys = keys;
+  }
+
+  /** Every key, in the order the acquire gave them (frozen). */
+  get keys() {
+    return this.#keys;
+  }
+
+  /** Each key's fence, as decimal strings (one local grant takes one fence for all its keys). */
+  get fences() {
+    const fence = this.fence;
+    return new Map(this.#keys.map((key) => [key, fence]));
   }
 }
 

@@ -3,7 +3,8 @@
 // converts arguments and results.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { askedKinds } from './kinds.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import { libuvLoop } from './platform.js';
@@ -75,6 +76,31 @@ class RedisLease {
   }
 }
 
+/** A redis lease over several keys: a fence per key. */
+class RedisKeysLease extends RedisLease {
+  #native;
+  #keys;
+  #fences;
+
+  constructor(handle, backend, keys) {
+    super(handle, backend, keys[0]);
+    this.#native = handle;
+    this.#keys = keys;
+  }
+
+  /** Every key, in the order the acquire gave them (frozen). */
+  get keys() {
+    return this.#keys;
+  }
+
+  /** Each key's fence, as decimal strings; each grows per key, never repeats. */
+  get fences() {
+    this.#fences ??= this.#native.fences();
+    const fences = this.#fences;
+    return new Map(this.#keys.map((key, index) => [key, fences[index]]));
+  }
+}
+
 /** The core's renewals of a redis lease, undefined for any other lease. */
 export const redisKeepAlive = RedisLease.keepAlive;
 
@@ -91,24 +117,44 @@ class RedisBackend {
     if (this.#native.closed) throw fromInfo(native.closedError());
     let waitMs = this.#native.waitTimeoutMs;
     let signal;
+    let kind = 0;
     if (options !== undefined) {
       waitMs = waitTimeout(options, waitMs);
+      if (asksKind(options)) kind = askedKinds(key, options);
       signal = options.signal;
       if (signal?.aborted) throw abortedBy(signal);
     }
-    if (typeof key !== 'string') throw notAStringKey();
-    if (signal === undefined) return new RedisLease(unwrap(await this.#native.acquire(key, waitMs)), this.#native, key);
+    if (typeof key !== 'string') {
+      if (!Array.isArray(key)) throw notAStringKey();
+      kind = askedKinds(key, options);
+    }
+    // Several keys are copied, so later changes to the caller's array change nothing.
+    if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
+    if (signal === undefined) return this.#lease(unwrap(await this.#acquire(key, kind, options, waitMs)), key);
     const abort = new native.NativeAbort();
     const onAbort = () => abort.abort();
     signal.addEventListener('abort', onAbort, { once: true });
     try {
-      const result = await this.#native.acquire(key, waitMs, abort);
+      const result = await this.#acquire(key, kind, options, waitMs, abort);
       // The core knows nothing of the JS signal: its ABORTED gets the reason here.
       if (result?.code === 'ABORTED') throw abortedBy(signal);
-      return new RedisLease(unwrap(result), this.#native, key);
+      return this.#lease(unwrap(result), key);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** The native acquire: plain (`kind` 0), or of a checked kind. */
+  #acquire(key, kind, options, waitMs, abort) {
+    if (kind === 0) return this.#native.acquire(key, waitMs, abort);
+    const many = typeof key !== 'string';
+    const { mode, limit = 1, weight = 1 } = options ?? {};
+    return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, abort);
+  }
+
+  /** The lease of a grant: of one key (a string) or of several (a frozen array). */
+  #lease(handle, key) {
+    return typeof key === 'string' ? new RedisLease(handle, this.#native, key) : new RedisKeysLease(handle, this.#native, key);
   }
 
   /**

@@ -20,7 +20,7 @@ import { fromInfo, invalidArgument } from './errors.js';
 /** The signal of a section nothing can abort. */
 const NEVER = new AbortController().signal;
 
-const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'autoRenew']);
+const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'mode', 'limit', 'weight', 'autoRenew']);
 
 const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 
@@ -28,14 +28,19 @@ const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 function sectionOptions(options) {
   if (options === undefined) return { acquire: undefined, autoRenew: true };
   if (typeof options !== 'object' || options === null) {
-    throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, autoRenew? }');
+    throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, mode?, limit?, weight?, autoRenew? }');
   }
   for (const name in options) {
-    if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs and autoRenew');
+    if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs, mode, limit, weight and autoRenew');
   }
-  const { autoRenew = true, signal, waitTimeoutMs } = options;
+  const { autoRenew = true, signal, waitTimeoutMs, mode, limit, weight } = options;
   if (typeof autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
-  return { acquire: { signal, waitTimeoutMs }, autoRenew };
+  // Only the fields given: an app driver sees no `mode: undefined` it did not ask for.
+  const acquire = { signal, waitTimeoutMs };
+  if (mode !== undefined) acquire.mode = mode;
+  if (limit !== undefined) acquire.limit = limit;
+  if (weight !== undefined) acquire.weight = weight;
+  return { acquire, autoRenew };
 }
 
 function leaseLost(cause) {

@@ -120,7 +120,7 @@ test('a wrapBackend that supplies only acquire: withLock goes through its acquir
   }
   const held = await provider.backend('a').acquire('x');
   const status = provider.status();
-  assert.deepEqual(status.a, { driver: 'local', held: 1, waiting: 0, acquired: 2, timedOut: 0, lost: 0 });
+  assert.deepEqual(status.a, { driver: 'local', held: 1, heldShared: 0, waiting: 0, acquired: 2, timedOut: 0, lost: 0 });
   assert.deepEqual(status.b, { driver: 'memory', held: null, waiting: 0, acquired: 1, timedOut: 0, lost: null });
   await held.release();
   await provider.close();

@@ -10,14 +10,14 @@ const KEY = 'customer:secret-key-7';
 
 test('a local backend counts held, waiting, acquired and timed out; lost is 0', async () => {
   const { provider, backend } = await openLocal();
-  assert.deepEqual(backend.status(), { driver: 'local', held: 0, waiting: 0, acquired: 0, timedOut: 0, lost: 0 });
+  assert.deepEqual(backend.status(), { driver: 'local', held: 0, heldShared: 0, waiting: 0, acquired: 0, timedOut: 0, lost: 0 });
   const holder = await backend.acquire(KEY);
   const waiter = backend.acquire(KEY);
-  assert.deepEqual(backend.status(), { driver: 'local', held: 1, waiting: 1, acquired: 1, timedOut: 0, lost: 0 });
+  assert.deepEqual(backend.status(), { driver: 'local', held: 1, heldShared: 0, waiting: 1, acquired: 1, timedOut: 0, lost: 0 });
   await rejectsWith(backend.acquire(KEY, { waitTimeoutMs: 10 }), 'WAIT_TIMEOUT');
   await holder.release();
   await (await waiter).release();
-  assert.deepEqual(backend.status(), { driver: 'local', held: 0, waiting: 0, acquired: 2, timedOut: 1, lost: 0 });
+  assert.deepEqual(backend.status(), { driver: 'local', held: 0, heldShared: 0, waiting: 0, acquired: 2, timedOut: 1, lost: 0 });
   assert.deepEqual(provider.status(), { b: backend.status() });
   assert.ok(!JSON.stringify(provider.status()).includes('secret'));
   await provider.close();
@@ -41,7 +41,7 @@ test('a redis backend adds connected, subscribed, lastError and lastProbeAt', as
   const waiter = backend.acquire(KEY);
   await sleep(20);
   const status = backend.status();
-  assert.deepEqual({ ...status, redis: undefined }, { driver: 'redis', held: 1, waiting: 1, acquired: 1, timedOut: 0, lost: 0, redis: undefined });
+  assert.deepEqual({ ...status, redis: undefined }, { driver: 'redis', held: 1, heldShared: 0, waiting: 1, acquired: 1, timedOut: 0, lost: 0, redis: undefined });
   assert.equal(status.redis.connected, true);
   assert.equal(status.redis.lastError, null);
   assert.ok(Math.abs(status.redis.lastProbeAt - Date.now()) < 10_000, String(status.redis.lastProbeAt));

@@ -23,6 +23,7 @@ import {
   type DriverBackend,
   type DriverFactory,
   type DriverInput,
+  type KindOptions,
   type Lease,
   type LocalBackendOptions,
   type LockBackend,
@@ -31,6 +32,7 @@ import {
   type LockDrivers,
   type LockErrorCode,
   type LockExtensionEntry,
+  type LockKinds,
   type LockHttpAnswer,
   type LockLogger,
   type LockOptions,
@@ -114,6 +116,28 @@ const noAcquire: LockDriver = { view: {}, close: async () => {} };
 // @ts-expect-error a driver factory returns { view, close }
 const badFactory: DriverFactory = () => ({ view: new MemoryBackend(undefined as unknown as LockBackend) });
 
+/** An app driver's view granting shared mode and several keys: it declares them and takes a key array. */
+class KeysBackend implements DriverBackend {
+  readonly kinds: LockKinds = { shared: true, keys: true };
+  readonly #inner: LockBackend;
+  constructor(inner: LockBackend) {
+    this.#inner = inner;
+  }
+  acquire(key: string | readonly string[], options?: AcquireOptions & KindOptions): Promise<Lease> {
+    const mode: 'exclusive' | 'shared' | undefined = options?.mode;
+    if (typeof key === 'string' && mode !== 'shared') return this.#inner.acquire(key, options);
+    return Promise.reject(new LockError('UNSUPPORTED_KIND', 'not in this sketch'));
+  }
+}
+const keysDriver: LockDriver = { view: new KeysBackend(undefined as unknown as LockBackend), close: async () => {} };
+const counted: KindOptions = { limit: 5, weight: 2 };
+// @ts-expect-error a kind the library does not know
+const unknownKind: LockKinds = { readers: true };
+// @ts-expect-error a kind is declared with a boolean
+const wordyKind: DriverBackend = { kinds: { shared: 'yes' }, acquire: (key: string) => Promise.reject(key) };
+// @ts-expect-error a mode is 'exclusive' or 'shared'
+const badMode: KindOptions = { mode: 'weird' };
+
 class Metered implements DriverBackend {
   acquired = 0;
   readonly #inner: LockBackend;
@@ -178,9 +202,11 @@ async function standalone(): Promise<void> {
   // @ts-expect-error an unknown acquire option
   await backend.acquire('k', { waitTimeout: 5 });
   const status: BackendStatus = backend.status();
+  // The members of the wrapBackend result (Metered) stay on the backend users get.
+  const acquiredSoFar: number = (provider.backend('sized') as LockBackend & Metered).acquired;
   const held: number | null = status.held;
   const redisStatus: RedisStatus | undefined = provider.status().redis?.redis;
-  console.log(total, text, wrong, held, redisStatus?.connected, provider.names());
+  console.log(total, text, wrong, acquiredSoFar, held, redisStatus?.connected, provider.names());
   await provider.close();
   await provider[Symbol.asyncDispose]();
   // @ts-expect-error a provider comes from openLock or a plugin
@@ -236,4 +262,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, WrongHook, WrongInput };
+export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, counted, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

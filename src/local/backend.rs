@@ -26,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use futures_timer::Delay;
 
-use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
 use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
 use crate::abort::AbortSignal;
-use crate::acquire::AcquireOptions;
+use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{LockError, Result};
 use crate::options::LocalOptions;
 use crate::telemetry::{report_hold, report_wait, Telemetry};
@@ -113,21 +113,33 @@ impl LocalBackend {
         // Bound first, so the engine's lock is dropped before the lease is built.
         let acquired = lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))?;
         match acquired {
-            Acquired::Granted(id) => Ok(self.lease(id, key)),
+            Acquired::Granted(id) => Ok(self.lease(id, &[key])),
             Acquired::Queued(_) => unreachable!("may_wait is false"),
         }
     }
 
-    /// Waits (FIFO per key) until the key is ours, the wait times out
-    /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`).
+    /// Waits (FIFO per key, across modes) until the key is ours in the
+    /// options' kind, the wait times out (`WAIT_TIMEOUT`), or the signal
+    /// aborts (`ABORTED`).
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<LocalLease> {
+        self.acquire_keys(&[key], options).await
+    }
+
+    /// Acquires every key of `keys` as one lease (see
+    /// [`crate::Backend::acquire_many`]).
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<LocalLease> {
+        self.acquire_keys(keys, options).await
+    }
+
+    async fn acquire_keys(&self, keys: &[&str], options: AcquireOptions) -> Result<LocalLease> {
         let signal = options.signal.as_ref();
+        let kind = options.kind()?;
         if signal.is_some_and(AbortSignal::is_aborted) {
             return Err(LockError::aborted());
         }
         let timeout = self.timeout(options.wait_timeout);
-        let (waiter, slot) = match self.enqueue(key, timeout)? {
-            Ok(id) => return Ok(self.lease(id, key)),
+        let (waiter, slot) = match self.enqueue(keys, kind, timeout)? {
+            Ok(id) => return Ok(self.lease(id, keys)),
             Err((waiter, slot, _)) => (waiter, slot),
         };
         let started = Instant::now();
@@ -143,7 +155,7 @@ impl LocalBackend {
             // When the cancel finds nothing, a releaser dequeued us and has not
             // delivered yet: the grant (or close) is on its way and wakes us.
             let reason = if abort { CancelReason::Aborted } else { CancelReason::TimedOut };
-            if ended && lock(&self.shared.engine).cancel(pending.waiter, reason).is_some() {
+            if ended && self.cancel(pending.waiter, reason) {
                 return Poll::Ready(Err(if abort { LockError::aborted() } else { LockError::wait_timeout(timeout) }));
             }
             Poll::Pending
@@ -151,25 +163,21 @@ impl LocalBackend {
         .await;
         pending.settled = true;
         self.waited(started, outcome.as_ref().err());
-        outcome.map(|id| self.lease(id, key))
-    }
-
-    /// Acquires every key of `keys` as one lease (see
-    /// [`crate::Backend::acquire_many`]).
-    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<LocalLease> {
-        crate::acquire::check_keys(keys, self.shared.options.max_key_bytes as usize)?;
-        match keys {
-            [key] => self.acquire(key, options).await,
-            _ => Err(crate::acquire::unsupported("local", "several keys at once")),
-        }
+        outcome.map(|id| self.lease(id, keys))
     }
 
     /// Blocks the calling thread until the key is ours or `wait_timeout`
     /// (the backend default when `None`) passes.
     pub fn acquire_blocking(&self, key: &str, wait_timeout: Option<Duration>) -> Result<LocalLease> {
+        self.acquire_blocking_kind(&[key], LockKind::EXCLUSIVE, wait_timeout)
+    }
+
+    /// [`LocalBackend::acquire_blocking`] of every key of `keys` (all or
+    /// none) in `kind`.
+    pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
         let timeout = self.timeout(wait_timeout);
-        let (waiter, slot, next) = match self.enqueue(key, timeout)? {
-            Ok(id) => return Ok(self.lease(id, key)),
+        let (waiter, slot, next) = match self.enqueue(keys, kind, timeout)? {
+            Ok(id) => return Ok(self.lease(id, keys)),
             Err(queued) => queued,
         };
         let started = Instant::now();
@@ -182,7 +190,7 @@ impl LocalBackend {
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
-                if lock(&self.shared.engine).cancel(waiter, CancelReason::TimedOut).is_some() {
+                if self.cancel(waiter, CancelReason::TimedOut) {
                     let err = LockError::wait_timeout(timeout);
                     self.waited(started, Some(&err));
                     return Err(err);
@@ -194,7 +202,7 @@ impl LocalBackend {
                 Some(News::Outcome(outcome)) => {
                     let outcome = delivered(outcome);
                     self.waited(started, outcome.as_ref().err());
-                    return outcome.map(|id| self.lease(id, key));
+                    return outcome.map(|id| self.lease(id, keys));
                 }
                 Some(News::Next) => spin = Some(SPIN_WOKEN_FIRST),
                 None => {}
@@ -226,24 +234,34 @@ impl LocalBackend {
     /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`),
     /// telling whether the waiter is first in line.
     #[allow(clippy::type_complexity)]
-    fn enqueue(&self, key: &str, timeout: Duration) -> Result<std::result::Result<LeaseId, (WaiterId, Arc<WaitSlot<LeaseId>>, bool)>> {
+    fn enqueue(
+        &self,
+        keys: &[&str],
+        kind: LockKind,
+        timeout: Duration,
+    ) -> Result<std::result::Result<LeaseId, (WaiterId, Arc<WaitSlot<LeaseId>>, bool)>> {
         let mut slot = None;
-        let mut engine = lock(&self.shared.engine);
-        let acquired = engine.acquire(key, !timeout.is_zero(), |_| {
+        let make_slot = |_| {
             let fresh = Arc::new(WaitSlot::new());
             slot = Some(fresh.clone());
             fresh
-        })?;
+        };
+        let mut engine = lock(&self.shared.engine);
+        let acquired = match keys {
+            [key] => engine.acquire_one(key, kind, !timeout.is_zero(), make_slot),
+            _ => engine.acquire_many(keys, kind, !timeout.is_zero(), make_slot),
+        }?;
         Ok(match acquired {
             Acquired::Granted(id) => Ok(id),
             Acquired::Queued(waiter) => Err((waiter, slot.expect("queued waiters have a slot"), engine.is_next(waiter))),
         })
     }
 
-    fn lease(&self, id: LeaseId, key: &str) -> LocalLease {
+    fn lease(&self, id: LeaseId, keys: &[&str]) -> LocalLease {
         // The clock is read only when someone listens for slow holds.
         let held_since = self.shared.telemetry.as_ref().and(self.shared.options.thresholds.slow_hold_ms).map(|_| Instant::now());
-        LocalLease { backend: self.clone(), id, key: KeyCopy::new(key), held_since, released: AtomicBool::new(false) }
+        let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
+        LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, held_since, released: AtomicBool::new(false) }
     }
 
     /// Reports a finished wait: a wait timeout, and a slow acquire whatever
@@ -257,30 +275,49 @@ impl LocalBackend {
         report_hold(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, since);
     }
 
-    /// Releases `id` and delivers the key to the next live waiter; then
-    /// tells the waiter behind that one that it is next.
+    /// Releases `id` and delivers what that let in.
     fn release(&self, id: LeaseId) -> bool {
         let mut engine = lock(&self.shared.engine);
-        let mut released = engine.release(id);
-        let freed = !matches!(released, Released::NotHeld);
-        while let Released::HandedOn { waiter, lease } = released {
-            let next = engine.next_waiter(lease).cloned();
+        if !engine.release(id) {
+            return false;
+        }
+        self.deliver(engine);
+        true
+    }
+
+    /// Takes a waiter out of its queues (true when it was still queued) and
+    /// delivers what that let in.
+    fn cancel(&self, waiter: WaiterId, reason: CancelReason) -> bool {
+        let mut engine = lock(&self.shared.engine);
+        let cancelled = engine.cancel(waiter, reason).is_some();
+        self.deliver(engine);
+        cancelled
+    }
+
+    /// Delivers the engine's grants to their waiters, each after the
+    /// engine's lock is dropped; a grant whose waiter gave up meanwhile is
+    /// released again (which may grant others). After the last grant, tells
+    /// the waiter now first in line for that lease's key that it is next.
+    fn deliver<'a>(&'a self, mut engine: MutexGuard<'a, LocalEngine<Arc<WaitSlot<LeaseId>>>>) {
+        while let Some((waiter, lease)) = engine.pop_granted() {
+            let last = !engine.has_granted();
+            let next = if last { engine.next_waiter(lease).cloned() } else { None };
             drop(engine);
             match waiter.grant(lease) {
-                Ok(()) => {
+                Ok(()) if last => {
                     // After the grant: the new holder comes first.
                     if let Some(next) = next {
                         next.promote();
                     }
-                    return freed;
+                    return;
                 }
+                Ok(()) => engine = lock(&self.shared.engine),
                 Err(refused) => {
                     engine = lock(&self.shared.engine);
-                    released = engine.release(refused);
+                    engine.release(refused);
                 }
             }
         }
-        freed
     }
 }
 
@@ -295,7 +332,7 @@ struct Pending<'a> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if self.settled || lock(&self.backend.shared.engine).cancel(self.waiter, CancelReason::Dropped).is_some() {
+        if self.settled || self.backend.cancel(self.waiter, CancelReason::Dropped) {
             return;
         }
         if let Some(lease) = self.slot.abandon() {
@@ -310,6 +347,8 @@ pub struct LocalLease {
     backend: LocalBackend,
     id: LeaseId,
     key: KeyCopy,
+    /// The keys after the first, of a lease over several.
+    more: Option<Box<[Box<str>]>>,
     /// When it was granted, kept only while slow holds are reported.
     held_since: Option<Instant>,
     /// Set once a `release` of this lease released it, so that dropping it
@@ -325,12 +364,14 @@ impl LocalLease {
 
     /// Every key this lease holds, in the caller's order.
     pub fn keys(&self) -> Vec<&str> {
-        vec![self.key.as_str()]
+        let more = self.more.iter().flat_map(|more| more.iter().map(|key| &**key));
+        std::iter::once(self.key.as_str()).chain(more).collect()
     }
 
-    /// The fence of each key, in the order of [`LocalLease::keys`].
+    /// The fence of each key, in the order of [`LocalLease::keys`]: one
+    /// grant of the local driver takes one fence for all its keys.
     pub fn fences(&self) -> Vec<(&str, u64)> {
-        vec![(self.key.as_str(), self.id.fence)]
+        self.keys().into_iter().map(|key| (key, self.id.fence)).collect()
     }
 
     /// The fencing token: larger than that of every earlier lease of the backend.

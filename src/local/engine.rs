@@ -5,16 +5,28 @@
 //! the Node addon calls it on the JS thread and settles promises, the C API
 //! blocks on a condvar or calls back. Timers and cancellation live in the
 //! surfaces, which call [`LocalEngine::cancel`] when a wait ends without a
-//! grant.
+//! grant. A release or a cancel may grant queued waiters; the surface takes
+//! those grants with [`LocalEngine::pop_granted`] right after the call.
 //!
 //! Guarantees:
-//! - at most one lease per key at any time;
-//! - waiters of one key are granted in the order they queued (FIFO);
+//! - an exclusive lease of a key (limit 1) holds it alone; shared leases
+//!   hold it together and with no exclusive one; of a counted key (limit
+//!   `n`) at most `n` units are held;
+//! - a lease over several keys holds all of them or none;
+//! - waiters of one key are granted in the order they queued (FIFO), across
+//!   modes: a shared request behind a queued exclusive one waits for it, so
+//!   writers are never starved by later readers, and a heavy counted request
+//!   is never overtaken by lighter ones behind it;
+//! - no deadlock: one acquire joins the queues of all its keys at once, so
+//!   every queue is in the order of the engine's single arrival order, and
+//!   the oldest waiter is first on all of its keys;
 //! - every grant carries a fence larger than every earlier grant of the
-//!   engine (one counter per backend);
-//! - every operation is O(1) in the number of held keys and waiters
-//!   (hash map lookups, slab slots, an intrusive per-key waiter list).
+//!   engine (one counter per backend), the same for every key of the grant;
+//! - a plain acquire and release is O(1) in the number of held keys and
+//!   waiters (hash map lookups, slab slots, intrusive per-key queues); a
+//!   grant of `k` keys costs O(k).
 
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use hashbrown::hash_table::Entry;
@@ -22,15 +34,16 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use slab::Slab;
 
+use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key;
 use crate::options::LocalOptions;
 
-/// Names one lease. Stale ids (released, handed on, closed) are recognised:
-/// the fence is unique per engine, so a reused slot never matches an old id.
+/// Names one lease. Stale ids (released, closed) are recognised: the fence
+/// is unique per engine, so a reused slot never matches an old id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseId {
-    /// The lease's slot in the engine (that of its key).
+    /// The lease's slot in the engine.
     pub slot: u32,
     /// The lease's fencing token.
     pub fence: u64,
@@ -48,28 +61,12 @@ pub struct WaiterId {
 /// What `acquire` did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Acquired {
-    /// The key was free: the caller holds it now.
+    /// The keys were free enough: the caller holds them now.
     Granted(LeaseId),
-    /// The key is held: the caller is queued and will get a
-    /// [`Released::HandedOn`] through some later `release`, unless it cancels.
+    /// The caller is queued and will be granted through some later
+    /// `release` or `cancel` (see [`LocalEngine::pop_granted`]), unless it
+    /// cancels.
     Queued(WaiterId),
-}
-
-/// What `release` did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Released<W> {
-    /// The id named no held lease (already released, or the engine closed).
-    NotHeld,
-    /// Released; nobody was waiting, so the key is free.
-    Freed,
-    /// Released and granted at once to the head waiter, whose payload is
-    /// returned so the caller can wake it with the new lease.
-    HandedOn {
-        /// The payload of the waiter that got the key.
-        waiter: W,
-        /// The lease it holds now.
-        lease: LeaseId,
-    },
 }
 
 /// Why a waiter left its queue without a lease.
@@ -86,8 +83,10 @@ pub enum CancelReason {
 /// Counts for `status()`; never keys.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalCounts {
-    /// Leases (and so keys) held now.
+    /// Leases held now (of any mode).
     pub held: usize,
+    /// Of those, the leases held in shared mode.
+    pub held_shared: usize,
     /// Acquires queued now.
     pub waiting: usize,
     /// Leases granted since the backend started.
@@ -96,26 +95,102 @@ pub struct LocalCounts {
     pub timed_out: u64,
 }
 
-/// A held key. A key is in the engine exactly while it is held, so its
-/// slot is also its lease's: the lease is the key slot and the fence of its
-/// current holder.
+/// The engine's slots of one lease's or waiter's keys: one inline (a plain
+/// acquire allocates nothing for it), several boxed.
+enum Slots {
+    One(u32),
+    Many(Box<[u32]>),
+}
+
+impl Slots {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Slots::One(slot) => std::slice::from_ref(slot),
+            Slots::Many(slots) => slots,
+        }
+    }
+
+    fn first(&self) -> u32 {
+        self.as_slice()[0]
+    }
+
+    /// The same shape with each slot mapped: a waiter's entries to its keys.
+    fn map(&self, mut f: impl FnMut(u32) -> u32) -> Slots {
+        match self {
+            Slots::One(slot) => Slots::One(f(*slot)),
+            Slots::Many(slots) => Slots::Many(slots.iter().map(|&slot| f(slot)).collect()),
+        }
+    }
+}
+
+/// A key that is held or waited for; it leaves the engine when neither.
 struct KeySlot {
     key: Box<str>,
-    /// The key's hash in `index`, kept so release finds the entry without
+    /// The key's hash in `index`, kept so removal finds the entry without
     /// hashing again.
     hash: u64,
-    /// The fence of the lease that holds the key now.
-    fence: u64,
+    /// The limit every caller of the key agreed on (1 unless counted).
+    limit: u32,
+    /// Units held by exclusive leases.
+    units: u32,
+    /// Shared leases holding the key.
+    readers: u32,
+    /// The key's queue of waiter entries, oldest first.
     head: Option<u32>,
     tail: Option<u32>,
 }
 
+impl KeySlot {
+    fn admits(&self, mode: LockMode, weight: u32) -> bool {
+        match mode {
+            LockMode::Exclusive => self.readers == 0 && self.units + weight <= self.limit,
+            LockMode::Shared => self.units == 0,
+        }
+    }
+
+    fn is_unused(&self) -> bool {
+        self.units == 0 && self.readers == 0 && self.head.is_none()
+    }
+
+    fn hold(&mut self, mode: LockMode, weight: u32) {
+        match mode {
+            LockMode::Exclusive => self.units += weight,
+            LockMode::Shared => self.readers += 1,
+        }
+    }
+
+    fn unhold(&mut self, mode: LockMode, weight: u32) {
+        match mode {
+            LockMode::Exclusive => self.units -= weight,
+            LockMode::Shared => self.readers -= 1,
+        }
+    }
+}
+
+/// A granted lease.
+struct Holder {
+    fence: u64,
+    mode: LockMode,
+    weight: u32,
+    keys: Slots,
+}
+
+/// A queued acquire: one entry in the queue of each of its keys.
 struct Waiter<W> {
-    key_slot: u32,
     serial: u64,
+    mode: LockMode,
+    weight: u32,
+    /// Entry slots, in the order of the acquire's keys.
+    entries: Slots,
+    payload: W,
+}
+
+/// A waiter's place in one key's queue.
+struct QueueEntry {
+    waiter: u32,
+    key_slot: u32,
     prev: Option<u32>,
     next: Option<u32>,
-    payload: W,
 }
 
 /// The state of one local backend. `W` is whatever a surface needs to wake a
@@ -129,7 +204,16 @@ pub struct LocalEngine<W> {
     index: HashTable<u32>,
     hasher: DefaultHashBuilder,
     keys: Slab<KeySlot>,
+    holders: Slab<Holder>,
     waiters: Slab<Waiter<W>>,
+    entries: Slab<QueueEntry>,
+    /// Grants made by the last release or cancel, not yet taken.
+    granted: VecDeque<(W, LeaseId)>,
+    /// Keys whose queue head may have become grantable (reused buffer).
+    to_pump: Vec<u32>,
+    /// The slots of a key set being checked (reused buffer).
+    found: Vec<Option<u32>>,
+    held_shared: usize,
     last_fence: u64,
     last_serial: u64,
     timed_out: u64,
@@ -144,7 +228,13 @@ impl<W> LocalEngine<W> {
             index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             keys: Slab::new(),
+            holders: Slab::new(),
             waiters: Slab::new(),
+            entries: Slab::new(),
+            granted: VecDeque::new(),
+            to_pump: Vec::new(),
+            found: Vec::new(),
+            held_shared: 0,
             last_fence: 0,
             last_serial: 0,
             timed_out: 0,
@@ -157,17 +247,26 @@ impl<W> LocalEngine<W> {
         &self.options
     }
 
-    /// Tries to take `key`. When it is held and `may_wait` is true, queues
-    /// the caller with the payload `make_waiter` builds (called only then).
+    /// Tries to take `key` exclusively (a plain lock). When it is held and
+    /// `may_wait` is true, queues the caller with the payload `make_waiter`
+    /// builds (called only then).
     ///
-    /// Errors: `CLOSED`, `INVALID_KEY`, `KEY_LIMIT` (the key is free but
-    /// `maxKeys` keys are held), `LOCK_BUSY` (held and `may_wait` is false),
+    /// Errors: `CLOSED`, `INVALID_KEY`, `KEY_LIMIT` (the key is unused but
+    /// `maxKeys` keys are held or waited for), `INVALID_ARGUMENT` (the key is
+    /// held with another limit), `LOCK_BUSY` (held and `may_wait` is false),
     /// `QUEUE_FULL` (held and `maxWaiters` are already waiting).
     pub fn acquire(&mut self, key: &str, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
+        self.acquire_one(key, LockKind::EXCLUSIVE, may_wait, make_waiter)
+    }
+
+    /// [`LocalEngine::acquire`] of one key in any kind: shared, or `weight`
+    /// units of a key counted to `limit`.
+    pub fn acquire_one(&mut self, key: &str, kind: LockKind, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
         if self.closed {
             return Err(LockError::closed());
         }
         key::validate(key, self.options.max_key_bytes as usize)?;
+        check_kind(kind)?;
         let hash = self.hasher.hash_one(key);
         let keys = &self.keys;
         // One probe finds the key or the place to insert it.
@@ -175,124 +274,181 @@ impl<W> LocalEngine<W> {
             Entry::Occupied(entry) => *entry.get(),
             Entry::Vacant(entry) => {
                 if self.keys.len() >= self.options.max_keys as usize {
-                    return Err(LockError::key_limit("maxKeys", self.options.max_keys, "keys are"));
+                    return Err(key_limit(&self.options));
                 }
-                self.last_fence += 1;
-                let fence = self.last_fence;
-                let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, fence, head: None, tail: None }) as u32;
+                let mut slot = KeySlot { key: key.into(), hash, limit: kind.limit, units: 0, readers: 0, head: None, tail: None };
+                slot.hold(kind.mode, kind.weight);
+                let key_slot = self.keys.insert(slot) as u32;
                 entry.insert(key_slot);
-                return Ok(Acquired::Granted(LeaseId { slot: key_slot, fence }));
+                return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::One(key_slot))));
             }
         };
-        if !may_wait {
-            return Err(LockError::busy());
+        let slot = &mut self.keys[key_slot as usize];
+        if slot.limit != kind.limit {
+            return Err(other_limit(slot.limit, kind.limit));
         }
-        if self.waiters.len() >= self.options.max_waiters as usize {
-            return Err(LockError::new(
-                ErrorCode::QueueFull,
-                format!("maxWaiters ({}) acquires are already waiting in this backend", self.options.max_waiters),
-            ));
+        if slot.head.is_none() && slot.admits(kind.mode, kind.weight) {
+            slot.hold(kind.mode, kind.weight);
+            return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::One(key_slot))));
         }
-        self.last_serial += 1;
-        let serial = self.last_serial;
-        let entry = self.waiters.vacant_entry();
-        let slot = entry.key() as u32;
-        let id = WaiterId { slot, serial };
-        let tail = self.keys[key_slot as usize].tail;
-        entry.insert(Waiter { key_slot, serial, prev: tail, next: None, payload: make_waiter(id) });
-        match tail {
-            Some(tail) => self.waiters[tail as usize].next = Some(slot),
-            None => self.keys[key_slot as usize].head = Some(slot),
-        }
-        self.keys[key_slot as usize].tail = Some(slot);
-        Ok(Acquired::Queued(id))
+        self.check_may_queue(may_wait)?;
+        Ok(Acquired::Queued(self.enqueue(kind, &[key_slot], make_waiter)))
     }
 
-    /// Releases a lease, handing the key to the head waiter if there is one.
-    pub fn release(&mut self, lease: LeaseId) -> Released<W> {
+    /// Tries to take every key of `keys` in `kind`, all or none; queues on
+    /// all of them when they are not all free enough and `may_wait` is true.
+    ///
+    /// Errors as for [`LocalEngine::acquire_one`], and `INVALID_ARGUMENT`
+    /// for an empty set or a key given twice. `KEY_LIMIT` counts the keys
+    /// the set would add.
+    pub fn acquire_many<K: AsRef<str>>(
+        &mut self,
+        keys: &[K],
+        kind: LockKind,
+        may_wait: bool,
+        make_waiter: impl FnOnce(WaiterId) -> W,
+    ) -> Result<Acquired> {
+        if self.closed {
+            return Err(LockError::closed());
+        }
+        crate::acquire::check_keys(keys, self.options.max_key_bytes as usize)?;
+        check_kind(kind)?;
+        if let [key] = keys {
+            return self.acquire_one(key.as_ref(), kind, may_wait, make_waiter);
+        }
+        // Check everything before changing anything: a refused set leaves
+        // no key behind. The slots found go in a reused buffer.
+        let mut found = std::mem::take(&mut self.found);
+        found.clear();
+        found.extend(keys.iter().map(|key| self.find(key.as_ref())));
+        let checked = self.check_set(&found, kind, may_wait).map(|free| {
+            let slots: Box<[u32]> =
+                keys.iter().zip(&found).map(|(key, slot)| slot.unwrap_or_else(|| self.insert_key(key.as_ref(), kind.limit))).collect();
+            (free, slots)
+        });
+        self.found = found;
+        let (free, slots) = checked?;
+        if free {
+            for slot in slots.iter() {
+                self.keys[*slot as usize].hold(kind.mode, kind.weight);
+            }
+            return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::Many(slots))));
+        }
+        Ok(Acquired::Queued(self.enqueue(kind, &slots, make_waiter)))
+    }
+
+    /// Releases a lease. False when the id named no held lease (already
+    /// released, or the engine closed). Waiters it let in are granted and
+    /// wait in [`LocalEngine::pop_granted`].
+    pub fn release(&mut self, lease: LeaseId) -> bool {
         if !self.is_held(lease) {
-            return Released::NotHeld;
+            return false;
         }
-        let key_slot = lease.slot;
-        match self.keys[key_slot as usize].head {
-            Some(head) => {
-                let waiter = self.unlink(head);
-                let fence = self.next_fence();
-                self.keys[key_slot as usize].fence = fence;
-                Released::HandedOn { waiter: waiter.payload, lease: LeaseId { slot: key_slot, fence } }
-            }
-            None => {
-                let slot = self.keys.remove(key_slot as usize);
-                if let Ok(entry) = self.index.find_entry(slot.hash, |&s| s == key_slot) {
-                    entry.remove();
-                }
-                Released::Freed
-            }
+        let holder = self.holders.remove(lease.slot as usize);
+        if holder.mode == LockMode::Shared {
+            self.held_shared -= 1;
         }
+        for &key_slot in holder.keys.as_slice() {
+            self.keys[key_slot as usize].unhold(holder.mode, holder.weight);
+            self.to_pump.push(key_slot);
+        }
+        self.pump();
+        true
     }
 
-    /// Removes a waiter from its queue. Returns its payload when it was still
-    /// waiting, `None` when it was already granted (or rejected by `close`):
-    /// then the surface owns whatever it was given and must not drop a lease.
+    /// Takes the next grant the last `release` or `cancel` made: the payload
+    /// of a waiter that holds its keys now, and its lease. Grants come
+    /// oldest waiter first. Surfaces take them all right after the call.
+    pub fn pop_granted(&mut self) -> Option<(W, LeaseId)> {
+        self.granted.pop_front()
+    }
+
+    /// True while grants wait in [`LocalEngine::pop_granted`].
+    pub fn has_granted(&self) -> bool {
+        !self.granted.is_empty()
+    }
+
+    /// Removes a waiter from its queues. Returns its payload when it was
+    /// still waiting, `None` when it was already granted (or rejected by
+    /// `close`): then the surface owns whatever it was given and must not
+    /// drop a lease. Leaving may let waiters behind it in (a writer that
+    /// gave up, with readers queued behind it): those wait in
+    /// [`LocalEngine::pop_granted`].
     pub fn cancel(&mut self, waiter: WaiterId, reason: CancelReason) -> Option<W> {
         match self.waiters.get(waiter.slot as usize) {
-            Some(entry) if entry.serial == waiter.serial => {
-                if reason == CancelReason::TimedOut {
-                    self.timed_out += 1;
-                }
-                Some(self.unlink(waiter.slot).payload)
+            Some(entry) if entry.serial == waiter.serial => {}
+            _ => return None,
+        }
+        if reason == CancelReason::TimedOut {
+            self.timed_out += 1;
+        }
+        let gone = self.waiters.remove(waiter.slot as usize);
+        for &entry in gone.entries.as_slice() {
+            // Behind another entry, the key keeps its head: nothing changes there.
+            if let (key_slot, true) = self.unlink(entry) {
+                self.to_pump.push(key_slot);
             }
-            _ => None,
+        }
+        self.pump();
+        Some(gone.payload)
+    }
+
+    /// True when `waiter` is queued and first in line on each of its keys:
+    /// it is granted as soon as its keys are free enough.
+    pub fn is_next(&self, waiter: WaiterId) -> bool {
+        match self.waiters.get(waiter.slot as usize) {
+            Some(entry) if entry.serial == waiter.serial => {
+                entry.entries.as_slice().iter().all(|&e| self.entries[e as usize].prev.is_none())
+            }
+            _ => false,
         }
     }
 
-    /// True when `waiter` is queued and first in line: the key goes to it
-    /// with the next release.
-    pub fn is_next(&self, waiter: WaiterId) -> bool {
-        matches!(self.waiters.get(waiter.slot as usize), Some(entry) if entry.serial == waiter.serial && entry.prev.is_none())
-    }
-
-    /// The payload of the waiter first in line for the key `lease` holds:
-    /// the one that gets the key when `lease` is released. `None` when
-    /// nobody waits, or `lease` is not held.
+    /// The payload of the waiter first in line for the (first) key `lease`
+    /// holds: the one that gets it next. `None` when nobody waits, or
+    /// `lease` is not held.
     pub fn next_waiter(&self, lease: LeaseId) -> Option<&W> {
         if !self.is_held(lease) {
             return None;
         }
-        let head = self.keys[lease.slot as usize].head?;
-        Some(&self.waiters[head as usize].payload)
+        let key_slot = self.holders[lease.slot as usize].keys.first();
+        let head = self.keys[key_slot as usize].head?;
+        Some(&self.waiters[self.entries[head as usize].waiter as usize].payload)
     }
 
-    /// True while `lease` is held (not released, handed on or closed).
+    /// True while `lease` is held (not released or closed).
     pub fn is_held(&self, lease: LeaseId) -> bool {
-        matches!(self.keys.get(lease.slot as usize), Some(entry) if entry.fence == lease.fence)
+        matches!(self.holders.get(lease.slot as usize), Some(holder) if holder.fence == lease.fence)
     }
 
-    /// The key a held lease is on.
+    /// The (first) key a held lease is on.
     pub fn key_of(&self, lease: LeaseId) -> Option<&str> {
         if !self.is_held(lease) {
             return None;
         }
-        Some(&self.keys[lease.slot as usize].key)
+        Some(&self.keys[self.holders[lease.slot as usize].keys.first() as usize].key)
+    }
+
+    /// The keys a held lease is on, in the order of its acquire; none when
+    /// it is not held.
+    pub fn keys_of(&self, lease: LeaseId) -> impl Iterator<Item = &str> + '_ {
+        let held = self.holders.get(lease.slot as usize).filter(|holder| holder.fence == lease.fence);
+        held.map(|holder| holder.keys.as_slice()).unwrap_or_default().iter().map(|&slot| &*self.keys[slot as usize].key)
     }
 
     /// Closes the engine: every held lease becomes invalid, every later call
     /// fails with `CLOSED`, and the payloads of all waiters are returned
-    /// (oldest first per key) so the surface can reject them with `CLOSED`.
+    /// (oldest first) so the surface can reject them with `CLOSED`.
     pub fn close(&mut self) -> Vec<W> {
         self.closed = true;
-        let mut rejected = Vec::with_capacity(self.waiters.len());
-        let heads: Vec<Option<u32>> = self.keys.iter().map(|(_, slot)| slot.head).collect();
-        for mut next in heads {
-            while let Some(slot) = next {
-                let waiter = self.waiters.remove(slot as usize);
-                next = waiter.next;
-                rejected.push(waiter.payload);
-            }
-        }
+        let mut waiters: Vec<Waiter<W>> = self.waiters.drain().collect();
+        waiters.sort_unstable_by_key(|waiter| waiter.serial);
         self.index.clear();
         self.keys.clear();
-        rejected
+        self.holders.clear();
+        self.entries.clear();
+        self.held_shared = 0;
+        waiters.into_iter().map(|waiter| waiter.payload).collect()
     }
 
     /// True once `close` has run.
@@ -303,24 +459,184 @@ impl<W> LocalEngine<W> {
     /// Leases held and waiters queued now, and totals since the engine was made.
     pub fn counts(&self) -> LocalCounts {
         // Every grant takes the next fence, so the last fence counts grants.
-        LocalCounts { held: self.keys.len(), waiting: self.waiters.len(), acquired: self.last_fence, timed_out: self.timed_out }
+        LocalCounts {
+            held: self.holders.len(),
+            held_shared: self.held_shared,
+            waiting: self.waiters.len(),
+            acquired: self.last_fence,
+            timed_out: self.timed_out,
+        }
     }
 
-    fn next_fence(&mut self) -> u64 {
+    /// Whether a key set whose slots are `found` (`None`: a key not in use)
+    /// can be granted now, or else may queue; the errors of `acquire_many`.
+    fn check_set(&self, found: &[Option<u32>], kind: LockKind, may_wait: bool) -> Result<bool> {
+        let added = found.iter().filter(|slot| slot.is_none()).count();
+        if self.keys.len() + added > self.options.max_keys as usize {
+            return Err(key_limit(&self.options));
+        }
+        let mut free = true;
+        for slot in found.iter().flatten() {
+            let slot = &self.keys[*slot as usize];
+            if slot.limit != kind.limit {
+                return Err(other_limit(slot.limit, kind.limit));
+            }
+            free &= slot.head.is_none() && slot.admits(kind.mode, kind.weight);
+        }
+        if !free {
+            self.check_may_queue(may_wait)?;
+        }
+        Ok(free)
+    }
+
+    fn find(&self, key: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.index.find(hash, |&slot| &*self.keys[slot as usize].key == key).copied()
+    }
+
+    fn insert_key(&mut self, key: &str, limit: u32) -> u32 {
+        let hash = self.hasher.hash_one(key);
+        let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, limit, units: 0, readers: 0, head: None, tail: None }) as u32;
+        let keys = &self.keys;
+        self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
+        key_slot
+    }
+
+    fn remove_key(&mut self, key_slot: u32) {
+        let slot = self.keys.remove(key_slot as usize);
+        if let Ok(entry) = self.index.find_entry(slot.hash, |&s| s == key_slot) {
+            entry.remove();
+        }
+    }
+
+    fn check_may_queue(&self, may_wait: bool) -> Result<()> {
+        if !may_wait {
+            return Err(LockError::busy());
+        }
+        if self.waiters.len() >= self.options.max_waiters as usize {
+            return Err(LockError::new(
+                ErrorCode::QueueFull,
+                format!("maxWaiters ({}) acquires are already waiting in this backend", self.options.max_waiters),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A new holder of `keys` (already counted on each key).
+    fn hold(&mut self, mode: LockMode, weight: u32, keys: Slots) -> LeaseId {
         self.last_fence += 1;
-        self.last_fence
+        let fence = self.last_fence;
+        if mode == LockMode::Shared {
+            self.held_shared += 1;
+        }
+        let slot = self.holders.insert(Holder { fence, mode, weight, keys }) as u32;
+        LeaseId { slot, fence }
     }
 
-    fn unlink(&mut self, slot: u32) -> Waiter<W> {
-        let waiter = self.waiters.remove(slot as usize);
-        match waiter.prev {
-            Some(prev) => self.waiters[prev as usize].next = waiter.next,
-            None => self.keys[waiter.key_slot as usize].head = waiter.next,
-        }
-        match waiter.next {
-            Some(next) => self.waiters[next as usize].prev = waiter.prev,
-            None => self.keys[waiter.key_slot as usize].tail = waiter.prev,
-        }
-        waiter
+    /// Queues a waiter at the tail of each key's queue, in one step.
+    fn enqueue(&mut self, kind: LockKind, key_slots: &[u32], make_waiter: impl FnOnce(WaiterId) -> W) -> WaiterId {
+        self.last_serial += 1;
+        let serial = self.last_serial;
+        let slot = self.waiters.vacant_key() as u32;
+        let id = WaiterId { slot, serial };
+        let entries = match key_slots {
+            [key_slot] => Slots::One(self.link(slot, *key_slot)),
+            _ => Slots::Many(key_slots.iter().map(|&key_slot| self.link(slot, key_slot)).collect()),
+        };
+        let inserted = self.waiters.insert(Waiter { serial, mode: kind.mode, weight: kind.weight, entries, payload: make_waiter(id) });
+        debug_assert_eq!(inserted as u32, slot);
+        id
     }
+
+    fn link(&mut self, waiter: u32, key_slot: u32) -> u32 {
+        let tail = self.keys[key_slot as usize].tail;
+        let entry = self.entries.insert(QueueEntry { waiter, key_slot, prev: tail, next: None }) as u32;
+        match tail {
+            Some(tail) => self.entries[tail as usize].next = Some(entry),
+            None => self.keys[key_slot as usize].head = Some(entry),
+        }
+        self.keys[key_slot as usize].tail = Some(entry);
+        entry
+    }
+
+    /// Takes an entry out of its key's queue: its key, and whether it was
+    /// the head.
+    fn unlink(&mut self, entry: u32) -> (u32, bool) {
+        let entry = self.entries.remove(entry as usize);
+        let key = &mut self.keys[entry.key_slot as usize];
+        match entry.prev {
+            Some(prev) => self.entries[prev as usize].next = entry.next,
+            None => key.head = entry.next,
+        }
+        match entry.next {
+            Some(next) => self.entries[next as usize].prev = entry.prev,
+            None => key.tail = entry.prev,
+        }
+        (entry.key_slot, entry.prev.is_none())
+    }
+
+    /// Grants, on every key in `to_pump`, the queue heads that can go now,
+    /// in order; a key neither held nor waited for leaves the engine.
+    fn pump(&mut self) {
+        while let Some(key_slot) = self.to_pump.pop() {
+            while let Some(key) = self.keys.get(key_slot as usize) {
+                let Some(head) = key.head else {
+                    if key.is_unused() {
+                        self.remove_key(key_slot);
+                    }
+                    break;
+                };
+                let waiter = self.entries[head as usize].waiter;
+                if !self.grantable(waiter) {
+                    break;
+                }
+                self.grant(waiter, key_slot);
+            }
+        }
+    }
+
+    /// First in line on each of its keys, and each admits it.
+    fn grantable(&self, waiter: u32) -> bool {
+        let waiter = &self.waiters[waiter as usize];
+        waiter.entries.as_slice().iter().all(|&entry| {
+            let entry = &self.entries[entry as usize];
+            entry.prev.is_none() && self.keys[entry.key_slot as usize].admits(waiter.mode, waiter.weight)
+        })
+    }
+
+    /// Moves a grantable waiter from its queues to a new lease. Its other
+    /// keys than `pumping` get new heads, which may be grantable too.
+    fn grant(&mut self, waiter: u32, pumping: u32) {
+        let waiter = self.waiters.remove(waiter as usize);
+        let keys = waiter.entries.map(|entry| {
+            let (key_slot, _) = self.unlink(entry);
+            self.keys[key_slot as usize].hold(waiter.mode, waiter.weight);
+            if key_slot != pumping {
+                self.to_pump.push(key_slot);
+            }
+            key_slot
+        });
+        let lease = self.hold(waiter.mode, waiter.weight, keys);
+        self.granted.push_back((waiter.payload, lease));
+    }
+}
+
+/// A kind built by hand (its fields are public) is checked as the options'.
+fn check_kind(kind: LockKind) -> Result<()> {
+    let shared_with_units = kind.mode == LockMode::Shared && (kind.limit != 1 || kind.weight != 1);
+    if shared_with_units || kind.weight == 0 || kind.weight > kind.limit {
+        return Err(LockError::new(ErrorCode::InvalidArgument, format!("{} is not a lock kind that can be granted", kind.describe())));
+    }
+    Ok(())
+}
+
+fn key_limit(options: &LocalOptions) -> LockError {
+    LockError::key_limit("maxKeys", options.max_keys, "keys are")
+}
+
+fn other_limit(held: u32, asked: u32) -> LockError {
+    LockError::new(
+        ErrorCode::InvalidArgument,
+        format!("the key is held or waited for with limit {held}, and this acquire gives limit {asked}: every caller of a key must give the same limit"),
+    )
 }

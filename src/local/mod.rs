@@ -10,4 +10,4 @@ mod sync;
 mod wait_slot;
 
 pub use backend::{LocalBackend, LocalLease};
-pub use engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, Released, WaiterId};
+pub use engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};

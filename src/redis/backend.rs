@@ -41,7 +41,7 @@ pub struct RedisBackend {
 pub struct RedisCounts {
     /// Leases this backend holds now.
     pub held: usize,
-    /// Of `held`, the shared ones (the rest are exclusive or counted).
+    /// Of `held`, the leases held in shared mode.
     pub held_shared: usize,
     /// Acquires in progress (waiting for their turn or for Redis).
     pub waiting: usize,

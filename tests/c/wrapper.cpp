@@ -94,6 +94,30 @@ static void an_asynchronous_acquire_completes_or_is_cancelled(lock::Backend &ord
     CHECK(lease.ok() && lease.value().key() == "async" && lease.value().fence_value() > held.fence_value());
 }
 
+static void kinds_take_shared_counted_and_several_keys(lock::Backend &orders) {
+    auto reader = orders.acquire({"doc"}, lock::Kind::shared());
+    auto other = orders.try_acquire({"doc"}, lock::Kind::shared());
+    CHECK(other.has_value() && orders.held_shared() == 2);
+    CHECK(!orders.try_acquire("doc").has_value());  // a writer waits for the readers
+    CHECK(reader.release() && other->release());
+
+    auto heavy = orders.acquire({"slots"}, lock::Kind::counted(3, 2));
+    CHECK(orders.try_acquire({"slots"}, lock::Kind::counted(3)).has_value());
+    expect_error(DOKEBI_LOCK_INVALID_ARGUMENT, [&] { orders.acquire({"slots"}, lock::Kind::counted(4)); });
+
+    auto both = orders.acquire({"from", "to"}, lock::Kind{});
+    CHECK((both.keys() == std::vector<std::string_view>{"from", "to"}));
+    CHECK(both.fence_at(1) == both.fence() && both.fence_at(2).empty());
+    int seen = orders.with_lock({"x", "y"}, lock::Kind::shared(), [](const lock::Section &section) { return section.fence().empty() ? 0 : 1; });
+    CHECK(seen == 1);
+    Outcome granted;
+    auto waiting = orders.acquire_async({"to", "z"}, lock::Kind{}, [&](lock::Result<lock::Lease> result) { granted.set(std::move(result)); }, 10000ms);
+    CHECK(both.release());
+    auto lease = granted.take();
+    CHECK(lease.ok() && lease.value().keys().size() == 2);
+    expect_error(DOKEBI_LOCK_INVALID_ARGUMENT, [&] { orders.acquire({"a", "a"}, lock::Kind{}); });
+}
+
 int main() {
     auto provider = lock::Provider::open(YAML);
     CHECK(provider.names() == std::vector<std::string>{"orders"});
@@ -133,6 +157,7 @@ int main() {
     with_lock_runs_the_section_holding_the_key(orders);
     status_counts_held_leases(orders);
     an_asynchronous_acquire_completes_or_is_cancelled(orders);
+    kinds_take_shared_counted_and_several_keys(orders);
 
     auto held = orders.acquire("held");
     provider.close();

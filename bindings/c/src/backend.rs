@@ -7,10 +7,11 @@ use std::time::Duration;
 use super::args::{self, give, handle, wait_timeout, Out};
 use super::completion::{block_on, Completions};
 use super::error::dokebi_lock_error;
+use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
-use dokebi_lock::acquire::AcquireOptions;
+use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::Result;
 use dokebi_lock::provider::{Backend, Lease};
 
@@ -30,10 +31,10 @@ impl dokebi_lock_backend {
     /// on a condition variable (local), or driving the driver's async
     /// acquire, whose I/O runs on the driver's own thread (redis). Answers
     /// the lease as a new handle.
-    fn acquire(&self, key: &str, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
+    fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         let lease = match &self.backend {
-            Backend::Local(local) => Lease::Local(local.acquire_blocking(key, wait_timeout)?),
-            Backend::Redis(_) => self.acquire_redis(key, wait_timeout)?,
+            Backend::Local(local) => Lease::Local(local.acquire_blocking_kind(keys, kind, wait_timeout)?),
+            Backend::Redis(_) => self.acquire_redis(keys, kind, wait_timeout)?,
         };
         Ok(give(dokebi_lock_lease::new(lease)))
     }
@@ -41,8 +42,12 @@ impl dokebi_lock_backend {
     /// Out of line: the redis acquire's future takes kilobytes, which the
     /// local acquire's stack frame need not reserve.
     #[inline(never)]
-    fn acquire_redis(&self, key: &str, wait_timeout: Option<Duration>) -> Result<Lease> {
-        block_on(self.backend.acquire(key, AcquireOptions { wait_timeout, signal: None, ..AcquireOptions::default() }))
+    fn acquire_redis(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<Lease> {
+        let options = AcquireOptions::of_kind(kind, wait_timeout, None);
+        match keys {
+            [key] => block_on(self.backend.acquire(key, options)),
+            _ => block_on(self.backend.acquire_many(keys, options)),
+        }
     }
 }
 
@@ -104,7 +109,69 @@ unsafe fn acquire(
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
     let key = unsafe { args::key(key, key_len) }?;
-    out.write(backend.acquire(key, wait_timeout?)?);
+    out.write(backend.acquire(&[key], LockKind::EXCLUSIVE, wait_timeout?)?);
+    Ok(())
+}
+
+/// Acquires as `options` asks, blocking as `dokebi_lock_acquire` does:
+/// every key of `options->keys` as one lease (all or none; two callers
+/// asking for overlapping sets in any order never deadlock), in its mode
+/// (shared leases of a key hold it together, an exclusive one alone; FIFO
+/// per key across modes, so a queued writer is never starved by later
+/// readers) and, for a counted key, with `weight` of its `limit` units.
+/// Also `INVALID_ARGUMENT` for NULL `options`, no keys, a key given twice, a
+/// bad mode, limit or weight, or a limit other than the one the key is held
+/// or waited for with; `UNSUPPORTED_KIND` from a driver that cannot grant
+/// the kind.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `options` is NULL or points
+/// to a readable options struct whose `keys` point to `key_count` readable
+/// keys of `len` readable bytes each; `out_lease` is writable; `out_error`
+/// is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire_ex(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout_ms: i64,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    // SAFETY: the arguments are passed through unchanged; the caller upholds `acquire_ex`'s
+    // contract, which is this function's (# Safety).
+    call(out_error, || unsafe { acquire_ex(backend, options, wait_timeout(wait_timeout_ms), out_lease) })
+}
+
+/// `dokebi_lock_acquire_ex` with a wait of 0: `DOKEBI_LOCK_LOCK_BUSY` unless
+/// every key can be granted now.
+///
+/// # Safety
+/// As `dokebi_lock_acquire_ex`.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_try_acquire_ex(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    // SAFETY: as `dokebi_lock_acquire_ex` (# Safety).
+    call(out_error, || unsafe { acquire_ex(backend, options, Ok(Some(Duration::ZERO)), out_lease) })
+}
+
+/// # Safety
+/// As `dokebi_lock_acquire_ex`.
+unsafe fn acquire_ex(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout: Result<Option<Duration>>,
+    out_lease: *mut *mut dokebi_lock_lease,
+) -> Result<()> {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+    let backend = unsafe { handle(backend, "backend") }?;
+    let out = Out::new(out_lease, "out_lease")?;
+    // SAFETY: the caller promised `options` and its keys are readable (# Safety).
+    let (keys, kind) = unsafe { kinds::read(options) }?;
+    out.write(backend.acquire(&keys, kind, wait_timeout?)?);
     Ok(())
 }
 

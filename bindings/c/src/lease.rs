@@ -26,11 +26,14 @@ pub struct dokebi_lock_lease {
     /// not pay for it) and kept, so the getter needs no allocation and no
     /// lock.
     fence: OnceLock<[u8; FENCE_CAPACITY]>,
+    /// The fence of each key, as the same kind of strings, written by the
+    /// first call of `dokebi_lock_lease_fence_at`.
+    fences: OnceLock<Box<[[u8; FENCE_CAPACITY]]>>,
 }
 
 impl dokebi_lock_lease {
     pub(crate) fn new(lease: Lease) -> Self {
-        dokebi_lock_lease { fence: OnceLock::new(), lease }
+        dokebi_lock_lease { fence: OnceLock::new(), fences: OnceLock::new(), lease }
     }
 }
 
@@ -66,6 +69,57 @@ pub unsafe extern "C" fn dokebi_lock_lease_key(lease: *const dokebi_lock_lease, 
         let key = lease.lease.key();
         out_len.write(key.len());
         key.as_ptr().cast()
+    })
+}
+
+/// How many keys the lease holds: 1, or the `key_count` of the
+/// `dokebi_lock_acquire_ex` that took it. 0 for NULL.
+///
+/// # Safety
+/// `lease` is NULL or a live lease handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_lease_key_count(lease: *const dokebi_lock_lease) -> usize {
+    // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
+    boundary(|| unsafe { lease.as_ref() }.map_or(0, |l| l.lease.keys().len()))
+}
+
+/// The key at `index` (in the order the acquire gave them) as
+/// `dokebi_lock_lease_key` answers the first: `*out_len` bytes of UTF-8
+/// owned by the lease. NULL when `lease` or `out_len` is NULL or `index` is
+/// out of range (`out_len` is then untouched).
+///
+/// # Safety
+/// `lease` is NULL or a live lease handle; `out_len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_lease_key_at(lease: *const dokebi_lock_lease, index: usize, out_len: *mut usize) -> *const c_char {
+    boundary(|| {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
+        let (Some(lease), Some(out_len)) = (unsafe { lease.as_ref() }, Out::optional(out_len)) else {
+            return std::ptr::null();
+        };
+        let Some(key) = lease.lease.keys().get(index).copied() else {
+            return std::ptr::null();
+        };
+        out_len.write(key.len());
+        key.as_ptr().cast()
+    })
+}
+
+/// The fencing token of the key at `index`, as `dokebi_lock_lease_fence`
+/// answers the lease's: above every earlier grant of that key. NULL for
+/// NULL or an index out of range.
+///
+/// # Safety
+/// `lease` is NULL or a live lease handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_lease_fence_at(lease: *const dokebi_lock_lease, index: usize) -> *const c_char {
+    boundary(|| {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
+        let Some(lease) = (unsafe { lease.as_ref() }) else {
+            return std::ptr::null();
+        };
+        let fences = lease.fences.get_or_init(|| lease.lease.fences().into_iter().map(|(_, fence)| decimal(fence)).collect());
+        fences.get(index).map_or(std::ptr::null(), |fence| fence.as_ptr().cast())
     })
 }
 

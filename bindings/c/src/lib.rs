@@ -24,6 +24,7 @@ pub mod args;
 pub mod backend;
 pub mod completion;
 pub mod error;
+pub mod kinds;
 pub mod lease;
 pub mod panic;
 pub mod pending;

@@ -5,12 +5,13 @@ use std::ffi::{c_char, c_void};
 use super::args::{self, give, handle, wait_timeout, Out};
 use super::backend::dokebi_lock_backend;
 use super::error::dokebi_lock_error;
+use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call, CatchUnwind};
 use super::status::dokebi_lock_status;
 use dokebi_lock::abort::AbortController;
-use dokebi_lock::acquire::AcquireOptions;
-use dokebi_lock::error::{ErrorCode, LockError};
+use dokebi_lock::acquire::{AcquireOptions, LockKind};
+use dokebi_lock::error::{ErrorCode, LockError, Result};
 
 /// Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
 /// provider's completion thread. On success `status` is `DOKEBI_LOCK_OK`,
@@ -68,30 +69,81 @@ pub unsafe extern "C" fn dokebi_lock_acquire_async(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-        let backend = unsafe { handle(backend, "backend") }?;
-        let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
         // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
-        let key = unsafe { args::key(key, key_len) }?.to_owned();
-        let controller = AbortController::new();
-        let options =
-            AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: Some(controller.signal()), ..AcquireOptions::default() };
-        let userdata = UserData(userdata);
-        let driver = backend.backend.clone();
-        backend.completions.spawn(async move {
-            let outcome = CatchUnwind(Box::pin(async move { driver.acquire(&key, options).await })).await;
-            let (status, lease, error) = match outcome {
-                Ok(lease) => (dokebi_lock_status::DOKEBI_LOCK_OK, give(dokebi_lock_lease::new(lease)), std::ptr::null_mut()),
-                Err(error) => (error.status(), std::ptr::null_mut(), give(error)),
-            };
-            // SAFETY: the caller promised a callback callable with these arguments.
-            unsafe { callback(userdata.get(), status, lease, error) };
-        })?;
-        if let Some(out) = Out::optional(out_pending) {
-            out.write(give(dokebi_lock_pending { controller }));
-        }
-        Ok(())
+        let key = unsafe { args::key(key, key_len) }?;
+        // SAFETY: as promised by our caller (# Safety).
+        unsafe { start(backend, &[key], LockKind::EXCLUSIVE, wait_timeout_ms, callback, userdata, out_pending) }
     })
+}
+
+/// Starts acquiring as `options` asks (see `dokebi_lock_acquire_ex`)
+/// without blocking, as `dokebi_lock_acquire_async` does. `options` and its
+/// keys are read during the call only.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `options` as for
+/// `dokebi_lock_acquire_ex`; `userdata` may be used from another thread;
+/// `out_pending` and `out_error` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire_async_ex(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout_ms: i64,
+    callback: dokebi_lock_acquire_callback,
+    userdata: *mut c_void,
+    out_pending: *mut *mut dokebi_lock_pending,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        // SAFETY: the caller promised `options` and its keys are readable (# Safety).
+        let (keys, kind) = unsafe { kinds::read(options) }?;
+        // SAFETY: as promised by our caller (# Safety).
+        unsafe { start(backend, &keys, kind, wait_timeout_ms, callback, userdata, out_pending) }
+    })
+}
+
+/// The acquire of both `_async` calls, of checked keys (copied: the
+/// acquire outlives the call).
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `userdata` may be used from
+/// another thread; `out_pending` is NULL or writable.
+unsafe fn start(
+    backend: *const dokebi_lock_backend,
+    keys: &[&str],
+    kind: LockKind,
+    wait_timeout_ms: i64,
+    callback: dokebi_lock_acquire_callback,
+    userdata: *mut c_void,
+    out_pending: *mut *mut dokebi_lock_pending,
+) -> Result<()> {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+    let backend = unsafe { handle(backend, "backend") }?;
+    let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
+    let keys: Vec<String> = keys.iter().map(|&key| key.to_owned()).collect();
+    let controller = AbortController::new();
+    let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, Some(controller.signal()));
+    let userdata = UserData(userdata);
+    let driver = backend.backend.clone();
+    backend.completions.spawn(async move {
+        let acquire = async move {
+            match &keys[..] {
+                [key] => driver.acquire(key, options).await,
+                _ => driver.acquire_many(&keys.iter().map(String::as_str).collect::<Vec<_>>(), options).await,
+            }
+        };
+        let outcome = CatchUnwind(Box::pin(acquire)).await;
+        let (status, lease, error) = match outcome {
+            Ok(lease) => (dokebi_lock_status::DOKEBI_LOCK_OK, give(dokebi_lock_lease::new(lease)), std::ptr::null_mut()),
+            Err(error) => (error.status(), std::ptr::null_mut(), give(error)),
+        };
+        // SAFETY: the caller promised a callback callable with these arguments.
+        unsafe { callback(userdata.get(), status, lease, error) };
+    })?;
+    if let Some(out) = Out::optional(out_pending) {
+        out.write(give(dokebi_lock_pending { controller }));
+    }
+    Ok(())
 }
 
 /// Cancels the acquire: if it is still waiting, its callback gets

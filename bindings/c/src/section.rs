@@ -6,12 +6,14 @@ use super::args::{self, handle, wait_timeout, Out};
 use super::backend::dokebi_lock_backend;
 use super::completion::block_on;
 use super::error::dokebi_lock_error;
+use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::{decimal, FENCE_CAPACITY};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
 use dokebi_lock::abort::AbortSignal;
-use dokebi_lock::acquire::AcquireOptions;
-use dokebi_lock::error::ErrorCode;
+use dokebi_lock::acquire::{AcquireOptions, LockKind};
+use dokebi_lock::error::{ErrorCode, Result};
+use dokebi_lock::Section;
 
 /// What a section run by `dokebi_lock_with_lock` can ask; valid only during
 /// the call of the section.
@@ -49,24 +51,71 @@ pub unsafe extern "C" fn dokebi_lock_with_lock(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-        let backend = unsafe { handle(backend, "backend") }?;
-        let out = Out::new(out_result, "out_result")?;
-        let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
         // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
         let key = unsafe { args::key(key, key_len) }?;
-        let options = AcquireOptions { wait_timeout: wait_timeout(wait_timeout_ms)?, signal: None, ..AcquireOptions::default() };
-        // The raw pointer crosses into the section's future; the future runs
-        // to completion on this thread before the call returns.
-        let user_data = user_data as usize;
-        let result = block_on(backend.backend.with_lock(key, options, |granted| async move {
-            let view = dokebi_lock_section { fence: decimal(granted.fence), lost: granted.signal };
-            // SAFETY: the caller vouches that `section` accepts `user_data`.
-            unsafe { section(&view, user_data as *mut c_void) }
-        }))?;
-        out.write(result);
-        Ok(())
+        // SAFETY: as promised by our caller (# Safety).
+        unsafe { run(backend, &[key], LockKind::EXCLUSIVE, wait_timeout_ms, section, user_data, out_result) }
     })
+}
+
+/// `dokebi_lock_with_lock` holding what `options` asks for (see
+/// `dokebi_lock_acquire_ex`); the section's fence is that of the first key.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `options` as for
+/// `dokebi_lock_acquire_ex`; `section` is callable with `user_data`;
+/// `out_result` is writable; `out_error` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_with_lock_ex(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout_ms: i64,
+    section: dokebi_lock_section_fn,
+    user_data: *mut c_void,
+    out_result: *mut c_int,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        // SAFETY: the caller promised `options` and its keys are readable (# Safety).
+        let (keys, kind) = unsafe { kinds::read(options) }?;
+        // SAFETY: as promised by our caller (# Safety).
+        unsafe { run(backend, &keys, kind, wait_timeout_ms, section, user_data, out_result) }
+    })
+}
+
+/// The section of both `with_lock` calls, over checked keys.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `section` is callable with
+/// `user_data`; `out_result` is writable.
+unsafe fn run(
+    backend: *const dokebi_lock_backend,
+    keys: &[&str],
+    kind: LockKind,
+    wait_timeout_ms: i64,
+    section: dokebi_lock_section_fn,
+    user_data: *mut c_void,
+    out_result: *mut c_int,
+) -> Result<()> {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+    let backend = unsafe { handle(backend, "backend") }?;
+    let out = Out::new(out_result, "out_result")?;
+    let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
+    let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, None);
+    // The raw pointer crosses into the section's future; the future runs
+    // to completion on this thread before the call returns.
+    let user_data = user_data as usize;
+    let body = |granted: Section| async move {
+        let view = dokebi_lock_section { fence: decimal(granted.fence), lost: granted.signal };
+        // SAFETY: the caller vouches that `section` accepts `user_data`.
+        unsafe { section(&view, user_data as *mut c_void) }
+    };
+    let result = match keys {
+        [key] => block_on(backend.backend.with_lock(key, options, body)),
+        _ => block_on(backend.backend.with_lock_many(keys, options, body)),
+    }?;
+    out.write(result);
+    Ok(())
 }
 
 /// The section's fence as a NUL-terminated decimal string, owned by the
@@ -152,4 +201,16 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
         });
         Ok(())
     })
+}
+
+/// Of the leases `dokebi_lock_backend_get_status` counts as held, those held
+/// in shared mode (a getter of its own, so that the status struct keeps its
+/// size for callers built against an older header). 0 for NULL.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_backend_held_shared(backend: *const dokebi_lock_backend) -> usize {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+    boundary(|| unsafe { backend.as_ref() }.map_or(0, |b| b.backend.status().held_shared))
 }

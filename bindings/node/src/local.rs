@@ -25,9 +25,9 @@ use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, Released, WaiterId};
+use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{ErrorCode, LockError};
+use dokebi_lock::{ErrorCode, LockError, LockKind, LockMode};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
@@ -49,14 +49,20 @@ const FAILED: f64 = -1.0;
 const NOT_HELD: f64 = 0.0;
 /// `release`: released, the key is free.
 const FREED: f64 = 1.0;
-/// `release`: released and granted to a waiter;
+/// `release`, `cancel`, `nextGrant`: a waiter was granted;
 /// `out = [HANDED_ON, leaseSlot, leaseFence, waiterSlot]`.
 const HANDED_ON: f64 = 2.0;
+/// As HANDED_ON, and more grants follow: `nextGrant()` reports the next.
+/// (A shared lease, or units, can let in several waiters at once; a plain
+/// hand-off never does, so it costs no extra call.)
+const HANDED_ON_MORE: f64 = 3.0;
 
 /// One local backend's lock state.
 struct LocalState {
     engine: LocalEngine<u32>,
     keys: KeyReader,
+    /// The keys of the last acquire of several (buffers reused).
+    key_set: Vec<String>,
     /// The block JS's current view shows.
     out: Arc<OutMemory>,
 }
@@ -81,19 +87,93 @@ impl LocalState {
         }
     }
 
+    /// `acquireKind(keys)`: as `acquire`, of one key (a string) or several
+    /// (an array of strings), in the kind the JS layer checked (the engine
+    /// checks it again) and wrote to `out = [mayWait, shared, limit, weight]`
+    /// (numbers, where N-API arguments would cost a call each).
+    unsafe fn acquire_kind(&mut self, env: sys::napi_env, keys: sys::napi_value) {
+        let out = &self.out;
+        let (may_wait, shared) = (out.get(0) != 0.0, out.get(1) != 0.0);
+        // Saturating casts: the JS layer wrote integers from 1 to u32::MAX.
+        let kind = LockKind {
+            mode: if shared { LockMode::Shared } else { LockMode::Exclusive },
+            limit: out.get(2) as u32,
+            weight: out.get(3) as u32,
+        };
+        let mut is_array = false;
+        // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and argument;
+        // `is_array` is a local.
+        unsafe { sys::napi_is_array(env, keys, &mut is_array) };
+        let acquired = if is_array {
+            // SAFETY: as above; `keys` is an array.
+            match unsafe { self.read_keys(env, keys) } {
+                Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot),
+                Err(error) => Err(error),
+            }
+        } else {
+            // One key: read as `acquire` reads it, with no allocation.
+            // SAFETY: as above.
+            match unsafe { self.keys.read(env, keys) } {
+                Ok(()) => self.engine.acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot),
+                Err(error) => Err(error),
+            }
+        };
+        match acquired {
+            Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
+            Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
+            Err(error) => self.failed(error),
+        }
+    }
+
+    /// Reads an array of string keys into `key_set` (whose strings are
+    /// reused from call to call), under the core's key rules.
+    unsafe fn read_keys(&mut self, env: sys::napi_env, array: sys::napi_value) -> Result<(), LockError> {
+        let mut count = 0;
+        // SAFETY: our caller passes its callback's `env` and an array argument; `count` is a local.
+        unsafe { sys::napi_get_array_length(env, array, &mut count) };
+        self.key_set.truncate(count as usize);
+        for index in 0..count {
+            let mut key = ptr::null_mut();
+            // SAFETY: as above; `index` is below the array's length, `key` a local.
+            unsafe { sys::napi_get_element(env, array, index, &mut key) };
+            // SAFETY: `env` is the callback's and `key` a value of this callback's scope.
+            unsafe { self.keys.read(env, key) }?;
+            match self.key_set.get_mut(index as usize) {
+                Some(slot) => {
+                    slot.clear();
+                    slot.push_str(self.keys.key());
+                }
+                None => self.key_set.push(self.keys.key().to_owned()),
+            }
+        }
+        Ok(())
+    }
+
     fn failed(&mut self, error: LockError) {
         stash(error);
         self.report(FAILED, &[]);
     }
 
     /// `release()` of the lease `out[1..3] = [slot, fence]`:
-    /// `out[0]` is NOT_HELD, FREED or HANDED_ON.
+    /// `out[0]` is NOT_HELD, FREED, or the first grant it made.
     fn release(&mut self) {
         let (slot, fence) = (self.out.get(1), self.out.get(2));
-        match self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
-            Released::NotHeld => self.report(NOT_HELD, &[]),
-            Released::Freed => self.report(FREED, &[]),
-            Released::HandedOn { waiter, lease } => self.report(HANDED_ON, &[lease.slot.into(), lease.fence as f64, waiter.into()]),
+        if self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
+            self.next_grant();
+        } else {
+            self.report(NOT_HELD, &[]);
+        }
+    }
+
+    /// The next grant the last release or cancel made: `out[0]` is
+    /// HANDED_ON or HANDED_ON_MORE with the grant in `out[1..4]`, else FREED.
+    fn next_grant(&mut self) {
+        match self.engine.pop_granted() {
+            Some((waiter, lease)) => {
+                let status = if self.engine.has_granted() { HANDED_ON_MORE } else { HANDED_ON };
+                self.report(status, &[lease.slot.into(), lease.fence as f64, waiter.into()]);
+            }
+            None => self.report(FREED, &[]),
         }
     }
 }
@@ -109,7 +189,12 @@ pub struct LocalEngineObject {
 impl LocalEngineObject {
     pub fn new(options: LocalOptions) -> Self {
         LocalEngineObject {
-            state: LocalState { keys: KeyReader::new(options.max_key_bytes), engine: LocalEngine::new(options), out: Arc::default() },
+            state: LocalState {
+                keys: KeyReader::new(options.max_key_bytes),
+                key_set: Vec::new(),
+                engine: LocalEngine::new(options),
+                out: Arc::default(),
+            },
         }
     }
 }
@@ -117,11 +202,13 @@ impl LocalEngineObject {
 type Shared = RefCell<LocalState>;
 type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-const METHODS: [(&CStr, Method); 8] = [
+const METHODS: [(&CStr, Method); 10] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
+    (c"acquireKind", acquire_kind),
     (c"release", release),
+    (c"nextGrant", next_grant),
     (c"cancel", cancel),
     (c"isHeld", is_held),
     (c"close", close),
@@ -200,6 +287,18 @@ unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys
     ptr::null_mut()
 }
 
+/// `acquireKind(keys)`: see [`LocalState::acquire_kind`].
+unsafe extern "C" fn acquire_kind(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, [keys]) = unsafe { call_info::<1>(env, info) };
+    // SAFETY: `env` and `keys` are this callback's.
+    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire_kind(env, keys) }) {
+        failed(state, error);
+    }
+    ptr::null_mut()
+}
+
 /// `release()`: see [`LocalState::release`].
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
@@ -211,9 +310,21 @@ unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) 
     ptr::null_mut()
 }
 
+/// `nextGrant()`: see [`LocalState::next_grant`].
+unsafe extern "C" fn next_grant(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, []) = unsafe { call_info::<0>(env, info) };
+    if let Err(error) = guard::catch(|| state.borrow_mut().next_grant()) {
+        failed(state, error);
+    }
+    ptr::null_mut()
+}
+
 /// `cancel(slot, serial, timedOut): boolean`: true when the waiter was still
 /// queued, false when it was already granted or rejected. `timedOut` tells a
-/// wait that ran out from an aborted one.
+/// wait that ran out from an aborted one. Leaving may let waiters behind it
+/// in: `out` then reports the first grant, as `release` does.
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
@@ -222,8 +333,14 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     // SAFETY: `env` and the argument are this callback's.
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
+    let cancel = || {
+        let mut state = state.borrow_mut();
+        let cancelled = state.engine.cancel(waiter, reason).is_some();
+        state.next_grant();
+        cancelled
+    };
     // SAFETY: `env` is this callback's, on the JS thread.
-    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine.cancel(waiter, reason).is_some()))) }
+    unsafe { or_throw(env, || Ok(bool_value(env, cancel()))) }
 }
 
 /// `isHeld(slot, fence): boolean`

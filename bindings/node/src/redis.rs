@@ -18,7 +18,8 @@ use std::time::Duration;
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
 use dokebi_lock::{
-    key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend, RedisLease,
+    key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, LockKind, LockMode, Options, Provider, RedisBackend,
+    RedisLease,
 };
 use napi::bindgen_prelude::Utf16String;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -196,6 +197,41 @@ impl NativeRedisBackend {
             })
         })
     }
+
+    /// As `acquire`, in a kind beyond a plain lease (checked by the JS layer
+    /// and again by the core): shared, or `weight` units of a key counted
+    /// to `limit`; of every key of `keys` as one lease when `many`.
+    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>", catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_kind(
+        &self,
+        env: &Env,
+        keys: Vec<Utf16String>,
+        many: bool,
+        shared: bool,
+        limit: u32,
+        weight: u32,
+        wait_timeout_ms: u32,
+        abort: Option<&NativeAbort>,
+    ) -> napi::Result<Promise> {
+        promise(env, || {
+            let backend = self.backend.clone();
+            let max_key_bytes = backend.options().max_key_bytes as usize;
+            let keys: dokebi_lock::Result<Vec<String>> = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
+            let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
+            let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
+            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.controller.signal()));
+            let acquire = async move {
+                let keys = keys?;
+                let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+                match (many, &names[..]) {
+                    (false, [key]) => backend.acquire(key, options).await,
+                    _ => backend.acquire_many(&names, options).await,
+                }
+            };
+            spawn(env, acquire, |lease| NativeRedisLease { lease: Finalized::new(Arc::new(lease)) })
+        })
+    }
 }
 
 /// A held redis lease.
@@ -210,6 +246,13 @@ impl NativeRedisLease {
     #[napi(getter, catch_unwind)]
     pub fn fence(&self) -> String {
         self.lease.fence().to_string()
+    }
+
+    /// The fence of each key, as decimal strings, in the order of the
+    /// acquire's keys.
+    #[napi(catch_unwind)]
+    pub fn fences(&self) -> Vec<String> {
+        self.lease.fences().into_iter().map(|(_, fence)| fence.to_string()).collect()
     }
 
     /// The conservative local validity estimate.

@@ -11,6 +11,7 @@ use napi_derive::napi;
 #[napi(object)]
 pub struct CountsInfo {
     pub held: f64,
+    pub held_shared: f64,
     pub waiting: f64,
     pub acquired: f64,
     pub timed_out: f64,
@@ -20,6 +21,7 @@ impl From<LocalCounts> for CountsInfo {
     fn from(counts: LocalCounts) -> Self {
         CountsInfo {
             held: counts.held as f64,
+            held_shared: counts.held_shared as f64,
             waiting: counts.waiting as f64,
             acquired: counts.acquired as f64,
             timed_out: counts.timed_out as f64,
@@ -32,6 +34,7 @@ impl From<LocalCounts> for CountsInfo {
 pub struct StatusInfo {
     pub driver: String,
     pub held: f64,
+    pub held_shared: f64,
     pub waiting: f64,
     pub acquired: f64,
     pub timed_out: f64,
@@ -55,6 +58,7 @@ impl From<BackendStatus> for StatusInfo {
         StatusInfo {
             driver: status.driver.to_owned(),
             held: status.held as f64,
+            held_shared: status.held_shared as f64,
             waiting: status.waiting as f64,
             acquired: status.acquired as f64,
             timed_out: status.timed_out as f64,

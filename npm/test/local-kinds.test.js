@@ -1,0 +1,166 @@
+// Lock kinds on the local driver through the JS API: shared mode, counted
+// locks (limit, weight) and several keys at once (issue 21, SPEC section 8).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { isSettled, openLocal, rejectsWith } from './helpers.js';
+
+test('shared leases of a key hold it together; an exclusive acquire waits for all of them', async () => {
+  const { provider, backend } = await openLocal();
+  const r1 = await backend.acquire('cache', { mode: 'shared' });
+  const r2 = await backend.acquire('cache', { mode: 'shared' });
+  assert.deepEqual(backend.status().heldShared, 2);
+  const writer = backend.acquire('cache');
+  await r1.release();
+  assert.equal(await isSettled(writer), false, 'one reader still holds the key');
+  await r2.release();
+  const w = await writer;
+  assert.ok(BigInt(w.fence) > BigInt(r2.fence), "a writer's fence is above every reader's before it");
+  await rejectsWith(backend.acquire('cache', { mode: 'shared', waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await w.release();
+  await provider.close();
+});
+
+test('a reader behind a queued writer waits for it (FIFO across modes), and a writer release lets the readers at the head in together', async () => {
+  const { provider, backend } = await openLocal();
+  const first = await backend.acquire('k', { mode: 'shared' });
+  const order = [];
+  const writer = backend.acquire('k').then((lease) => (order.push('writer'), lease));
+  const readers = [1, 2].map((n) => backend.acquire('k', { mode: 'shared' }).then((lease) => (order.push(`reader${n}`), lease)));
+  await first.release();
+  const w = await writer;
+  assert.deepEqual(order, ['writer']);
+  assert.equal(backend.status().waiting, 2);
+  await w.release();
+  const [a, b] = await Promise.all(readers);
+  assert.deepEqual(order, ['writer', 'reader1', 'reader2']);
+  assert.equal(backend.status().heldShared, 2);
+  await Promise.all([a.release(), b.release()]);
+  await provider.close();
+});
+
+test('a writer that times out lets the readers queued behind it in', async () => {
+  const { provider, backend } = await openLocal();
+  const reader = await backend.acquire('k', { mode: 'shared' });
+  const writer = backend.acquire('k', { waitTimeoutMs: 20 });
+  const late = backend.acquire('k', { mode: 'shared' });
+  await rejectsWith(writer, 'WAIT_TIMEOUT');
+  const second = await late;
+  assert.equal(backend.status().heldShared, 2);
+  await Promise.all([reader.release(), second.release()]);
+  await provider.close();
+});
+
+test('a counted key holds at most limit units, by weight, and a heavy request first in line is not overtaken', async () => {
+  const { provider, backend } = await openLocal();
+  const a = await backend.acquire('exports', { limit: 3 });
+  const b = await backend.acquire('exports', { limit: 3, weight: 2 });
+  await rejectsWith(backend.acquire('exports', { limit: 3, waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await a.release();
+  const heavy = backend.acquire('exports', { limit: 3, weight: 3 });
+  const light = backend.acquire('exports', { limit: 3 });
+  assert.equal(await isSettled(light), false, 'one unit is free, but the heavy request is first');
+  await b.release();
+  const h = await heavy;
+  assert.equal(await isSettled(light), false);
+  await h.release();
+  await (await light).release();
+  await provider.close();
+});
+
+test('every caller of a key gives the same limit: another one while it is in use is INVALID_ARGUMENT', async () => {
+  const { provider, backend } = await openLocal();
+  const lease = await backend.acquire('api', { limit: 3 });
+  await rejectsWith(backend.acquire('api'), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire('api', { limit: 4 }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire('api', { mode: 'shared' }), 'INVALID_ARGUMENT');
+  await lease.release();
+  await (await backend.acquire('api', { limit: 4 })).release();
+  await provider.close();
+});
+
+test('bad kind options are INVALID_ARGUMENT and acquire nothing', async () => {
+  const { provider, backend } = await openLocal();
+  for (const options of [{ mode: 'weird' }, { limit: 0 }, { limit: 2, weight: 3 }, { mode: 'shared', limit: 2 }, { limit: 1.5 }, { weight: 2 }]) {
+    await rejectsWith(backend.acquire('k', options), 'INVALID_ARGUMENT');
+  }
+  await rejectsWith(backend.acquire([]), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire(['a', 'a']), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire(['a', 7]), 'INVALID_KEY');
+  await rejectsWith(backend.acquire(['a', '']), 'INVALID_KEY');
+  assert.equal(backend.status().held + backend.status().waiting, 0);
+  await provider.close();
+});
+
+test('several keys are one lease with keys and a fence per key, all or nothing', async () => {
+  const { provider, backend } = await openLocal();
+  const keys = ['from', 'to'];
+  const lease = await backend.acquire(keys);
+  keys.push('changed later');
+  assert.deepEqual(lease.keys, ['from', 'to']);
+  assert.equal(lease.key, 'from');
+  assert.deepEqual([...lease.fences], [['from', lease.fence], ['to', lease.fence]]);
+  await rejectsWith(backend.acquire('to', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  const single = await backend.acquire('other');
+  assert.equal(single.keys, undefined, 'a lease of one key has no keys or fences');
+  assert.equal(single.fences, undefined);
+  assert.equal(await lease.release(), true);
+  assert.equal(await lease.release(), false);
+  await (await backend.acquire('to', { waitTimeoutMs: 0 })).release();
+  await single.release();
+  await provider.close();
+});
+
+test('a wait for several keys that times out or aborts leaves none of them held', async () => {
+  const { provider, backend } = await openLocal();
+  const held = await backend.acquire('b');
+  await rejectsWith(backend.acquire(['a', 'b'], { waitTimeoutMs: 20 }), 'WAIT_TIMEOUT');
+  const controller = new AbortController();
+  const aborted = backend.acquire(['a', 'b'], { signal: controller.signal });
+  controller.abort();
+  await rejectsWith(aborted, 'ABORTED');
+  await (await backend.acquire('a', { waitTimeoutMs: 0 })).release();
+  assert.equal(backend.status().waiting, 0);
+  await held.release();
+  await provider.close();
+});
+
+test('callers taking overlapping key sets in opposite orders never deadlock or overlap', async () => {
+  const { provider, backend } = await openLocal();
+  const holders = new Map();
+  let sections = 0;
+  const worker = async (keys) => {
+    for (let round = 0; round < 200; round++) {
+      await backend.withLock(keys, async () => {
+        for (const key of keys) {
+          assert.equal(holders.get(key), undefined, 'no two holders of one key');
+          holders.set(key, keys);
+        }
+        await new Promise(setImmediate);
+        for (const key of keys) holders.delete(key);
+        sections++;
+      });
+    }
+  };
+  await Promise.all([worker(['a', 'b', 'c']), worker(['c', 'b', 'a']), worker(['b', 'a']), worker(['c']), worker(['a', 'c'])]);
+  assert.equal(sections, 1000);
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('withLock takes the kind options: shared sections of a key run together', async () => {
+  const { provider, backend } = await openLocal();
+  let inside = 0;
+  let most = 0;
+  const section = async () => {
+    inside++;
+    most = Math.max(most, inside);
+    await new Promise(setImmediate);
+    inside--;
+  };
+  await Promise.all([1, 2, 3].map(() => backend.withLock('k', section, { mode: 'shared' })));
+  assert.equal(most, 3);
+  most = 0;
+  await Promise.all([1, 2, 3].map(() => backend.withLock('k', section, { limit: 2 })));
+  assert.equal(most, 2);
+  await provider.close();
+});
