@@ -1,7 +1,7 @@
 //! One acquire of a redis backend, run as a task on the driver's runtime.
 //!
-//! The task joins its key's in-process queue, and once it is the head it
-//! runs the acquire script until it is granted, the wait ends (timeout,
+//! The task joins its keys' in-process queues, and once it is the head of
+//! each it runs the acquire script(s) until it is granted, the wait ends (timeout,
 //! abort, close, or the caller dropping its future) or Redis fails. A wait
 //! never interrupts a command in flight: an acquire that Redis grants after
 //! its caller left is released through the lease's `Drop`.
@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::claim::{Claim, Taken};
 use super::connection::Failure;
 use super::core::BackendCore;
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
-use super::waiters::{Place, Ticket};
+use super::waiters::{Place, Ticket, Turn, Waiters};
 use crate::abort::AbortSignal;
+use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::telemetry::report_wait;
 
@@ -46,12 +48,16 @@ impl Drop for InProgress {
 /// One acquire, run on the driver's runtime.
 pub(super) struct Acquire {
     core: Arc<BackendCore>,
-    key: String,
-    keys: RedisKeys,
-    ticket: Ticket,
-    /// The place in the key's queue, taken when the acquire was called;
+    /// The user keys, in the caller's order.
+    keys: Vec<String>,
+    /// Their Redis names, in the same order.
+    names: Vec<RedisKeys>,
+    kind: LockKind,
+    /// One place per key in its queue of this process.
+    tickets: Vec<Ticket>,
+    /// The places in the keys' queues, taken when the acquire was called;
     /// none for a single try, which never queues.
-    place: Option<Place>,
+    places: Option<Vec<Place>>,
     wait: Duration,
     signal: Option<AbortSignal>,
     cancelled: oneshot::Receiver<()>,
@@ -66,21 +72,24 @@ enum Interrupt {
 }
 
 impl Acquire {
-    /// Joins the key's queue (on the caller's thread, so that waiters are
-    /// served in the order of the calls). `cancelled` resolves when the
-    /// caller's future is dropped.
+    /// Joins the queue of each key (on the caller's thread, so that waiters
+    /// are served in the order of the calls; the places of one call's keys
+    /// are taken at once, see [`Waiters::queue_all`]). `cancelled` resolves
+    /// when the caller's future is dropped.
     pub fn new(
         core: Arc<BackendCore>,
-        key: &str,
+        keys: &[&str],
+        kind: LockKind,
         wait: Duration,
         signal: Option<AbortSignal>,
         cancelled: oneshot::Receiver<()>,
         slot: InProgress,
     ) -> Acquire {
-        let keys = RedisKeys::new(&core.options.namespace, key);
-        let ticket = core.connection.waiters.join(&keys.lock);
-        let place = (!wait.is_zero()).then(|| ticket.queue());
-        Acquire { core, key: key.to_owned(), keys, ticket, place, wait, signal, cancelled, _slot: slot }
+        let names: Vec<RedisKeys> = keys.iter().map(|key| RedisKeys::new(&core.options.namespace, key)).collect();
+        let tickets: Vec<Ticket> = names.iter().map(|names| core.connection.waiters.join(&names.lock)).collect();
+        let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
+        let keys = keys.iter().map(|key| (*key).to_owned()).collect();
+        Acquire { core, keys, names, kind, tickets, places, wait, signal, cancelled, _slot: slot }
     }
 
     /// Acquires, then counts and reports the outcome.
@@ -98,7 +107,7 @@ impl Acquire {
     }
 
     async fn attempt(self) -> Result<Arc<LeaseShared>> {
-        let Acquire { core, key, keys, ticket, place, wait, signal, mut cancelled, _slot } = self;
+        let Acquire { core, keys, names, kind, tickets, places, wait, signal, mut cancelled, _slot } = self;
         let start = Instant::now();
         let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
         let single_try = wait.is_zero();
@@ -115,91 +124,132 @@ impl Acquire {
         };
         tokio::pin!(interrupt);
 
-        let _turn = match place {
-            None => ticket.try_turn().ok_or_else(LockError::busy)?,
-            // Nobody ahead: no wait, so no timer is started.
-            Some(Place::Turn(turn)) => turn,
-            Some(place) => tokio::select! {
-                biased;
-                why = &mut interrupt => return Err(interrupted(why, wait)),
-                turn = place.turn() => turn,
-            },
-        };
-        let token = owner_token()?;
+        // The turn of every key: this acquire is the head of each queue.
+        let mut _turns: Vec<Turn> = Vec::with_capacity(tickets.len());
+        match places {
+            None => {
+                for ticket in &tickets {
+                    _turns.push(ticket.try_turn().ok_or_else(LockError::busy)?);
+                }
+            }
+            Some(places) => {
+                for place in places {
+                    let turn = match place {
+                        // Nobody ahead: no wait, so no timer is started.
+                        Place::Turn(turn) => turn,
+                        place => tokio::select! {
+                            biased;
+                            why = &mut interrupt => return Err(interrupted(why, wait)),
+                            turn = place.turn() => turn,
+                        },
+                    };
+                    _turns.push(turn);
+                }
+            }
+        }
+        let claim = Arc::new(Claim::new(names, kind, owner_token()?, core.connection.is_cluster()));
         let lease_ms = u64::from(core.options.lease_ms);
         // Longer than any nap between two tries, so the mark outlives it.
         let waiting_ms =
             if single_try { 0 } else { 2 * u64::from(core.options.poll_interval_ms.max(core.options.notify_poll_interval_ms)) + 1_000 };
+        // This acquire's place among the waiters of every process (0: none
+        // yet), given by the first try that had to wait.
+        let mut ticket = 0u64;
+        // Takes back the marks of a wait that ends without a grant.
+        let withdraw = |ticket: u64| {
+            if ticket != 0 {
+                core.withdraw_in_background(claim.clone(), ticket);
+            }
+        };
         loop {
             if *core.closed.borrow() {
+                withdraw(ticket);
                 return Err(LockError::closed());
             }
             let sent = Instant::now();
-            let answer = core
-                .connection
-                .eval::<(i64, i64)>(
-                    &core.connection.scripts.acquire,
-                    &[&keys.lock, &keys.fence, &keys.waiting],
-                    &[&token, &lease_ms, &waiting_ms],
-                )
-                .await;
-            let (granted, value, via) = match answer {
-                Ok(answer) => (answer.value.0, answer.value.1, answer.via),
-                Err(failure) => {
-                    if matches!(failure, Failure::Unknown(_)) {
-                        core.clean_up(keys.clone(), token.clone());
+            let (fences, written) = match claim.take(&core.connection, lease_ms, waiting_ms, ticket, &core.channel).await {
+                Ok(Taken::Granted { fences, written }) => (fences, written),
+                Ok(Taken::OtherLimit) => {
+                    withdraw(ticket);
+                    return Err(other_limit());
+                }
+                Ok(Taken::Busy { hint, ticket: place }) => {
+                    if place != 0 {
+                        ticket = place;
                     }
+                    if single_try {
+                        return Err(LockError::busy());
+                    }
+                    let poll =
+                        if core.connection.is_subscribed() { core.options.notify_poll_interval_ms } else { core.options.poll_interval_ms };
+                    // Never sleep past the first blocking holder's expiry
+                    // (PTTL; -2 means the key just vanished, other negative
+                    // values that it is unknown).
+                    let pttl = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
+                    let nap = Duration::from_millis(u64::from(poll).min(pttl.max(1)));
+                    tokio::select! {
+                        biased;
+                        why = &mut interrupt => {
+                            withdraw(ticket);
+                            return Err(interrupted(why, wait));
+                        }
+                        _ = woken(&tickets) => {}
+                        _ = tokio::time::sleep(nap) => {}
+                    }
+                    continue;
+                }
+                Err(failure) => {
+                    // A split claim may hold some of its groups already.
+                    if matches!(failure, Failure::Unknown(_)) || claim.is_split() {
+                        core.clean_up(claim.clone());
+                    }
+                    withdraw(ticket);
                     return Err(failure.into_error("acquire"));
                 }
             };
-            if granted == 1 {
-                let in_time = || Instant::now() < valid_until(sent, core.lease());
-                if in_time() {
-                    if let Err(failure) = core.replicated(&via, &keys).await {
-                        // Given back before the caller hears of it, so that
-                        // a retry finds the key free (a failed give-back goes
-                        // on in the background).
-                        let _ = core.release(&keys, &token).await;
-                        return Err(failure.into_error("acquire"));
-                    }
-                    // Asked again: the replicas' acknowledgement (WAIT) may
-                    // have taken what was left of the lease.
-                    if in_time() {
-                        return register(&core, &key, &keys, token, value as u64, sent).await;
-                    }
+            let in_time = || Instant::now() < valid_until(sent, core.lease());
+            if in_time() {
+                if let Err(failure) = core.replicated(&written).await {
+                    // Given back before the caller hears of it, so that
+                    // a retry finds the key free (a failed give-back goes
+                    // on in the background).
+                    let _ = core.release(&claim).await;
+                    return Err(failure.into_error("acquire"));
                 }
-                // The answer (or the replicas' acknowledgement) came after
-                // the lease's local validity ran out (slower than leaseMs,
-                // or read late by a busy thread): the lock may have expired
-                // and gone to another owner already. Try again with the same
-                // token while the wait lasts: the script grants a lock that
-                // carries it afresh.
-                let why = if single_try {
-                    None
-                } else {
-                    tokio::select! {
-                        biased;
-                        why = &mut interrupt => Some(why),
-                        _ = std::future::ready(()) => continue,
-                    }
-                };
-                core.clean_up(keys.clone(), token.clone());
-                return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
+                // Asked again: the replicas' acknowledgement (WAIT) may
+                // have taken what was left of the lease.
+                if in_time() {
+                    return register(&core, &keys, &claim, fences, sent).await;
+                }
             }
-            if single_try {
-                return Err(LockError::busy());
-            }
-            let poll = if core.connection.is_subscribed() { core.options.notify_poll_interval_ms } else { core.options.poll_interval_ms };
-            // Never sleep past the holder's expiry (PTTL; negative means the
-            // key just vanished or has no expiry).
-            let pttl = if value == -2 { 0 } else { u64::try_from(value).unwrap_or(u64::MAX) };
-            let nap = Duration::from_millis(u64::from(poll).min(pttl.max(1)));
-            tokio::select! {
-                biased;
-                why = &mut interrupt => return Err(interrupted(why, wait)),
-                _ = ticket.woken() => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
+            // The answer (or the replicas' acknowledgement) came after
+            // the lease's local validity ran out (slower than leaseMs,
+            // or read late by a busy thread): the lock may have expired
+            // and gone to another owner already. Try again with the same
+            // token while the wait lasts: the script grants a lock that
+            // carries it afresh.
+            let why = if single_try {
+                None
+            } else {
+                tokio::select! {
+                    biased;
+                    why = &mut interrupt => Some(why),
+                    _ = std::future::ready(()) => continue,
+                }
+            };
+            core.clean_up(claim.clone());
+            withdraw(ticket);
+            return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
+        }
+    }
+}
+
+/// Resolves at the next wake-up of any of the keys.
+async fn woken(tickets: &[Ticket]) {
+    match tickets {
+        [ticket] => ticket.woken().await,
+        tickets => {
+            let _ = futures_util::future::select_all(tickets.iter().map(|ticket| Box::pin(ticket.woken()))).await;
         }
     }
 }
@@ -208,10 +258,9 @@ impl Acquire {
 /// reached meanwhile.
 async fn register(
     core: &Arc<BackendCore>,
-    key: &str,
-    keys: &RedisKeys,
-    token: String,
-    fence: u64,
+    keys: &[String],
+    claim: &Arc<Claim>,
+    fences: Vec<u64>,
     sent: Instant,
 ) -> Result<Arc<LeaseShared>> {
     // Checked under the held set's lock: close() flags first and then takes
@@ -224,15 +273,22 @@ async fn register(
             Err(key_limit(core.options.max_leases))
         } else {
             let entry = held.vacant_entry();
-            let shared = Arc::new(LeaseShared::new(core.clone(), key, keys.clone(), token.clone(), fence, sent, entry.key()));
+            let shared = Arc::new(LeaseShared::new(core.clone(), keys, claim.clone(), fences, sent, entry.key()));
             entry.insert(RedisLease::downgrade(&shared));
             Ok(shared)
         }
     };
     if registered.is_err() {
-        let _ = core.release(keys, &token).await;
+        let _ = core.release(claim).await;
     }
     registered
+}
+
+fn other_limit() -> LockError {
+    LockError::new(
+        ErrorCode::InvalidArgument,
+        "the key is held or waited for with another limit: every caller of a key gives the same limit (a plain or shared acquire has limit 1)",
+    )
 }
 
 fn interrupted(why: Interrupt, wait: Duration) -> LockError {

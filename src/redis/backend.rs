@@ -12,7 +12,7 @@ use super::core::BackendCore;
 use super::lease::RedisLease;
 use super::runtime::DriverRuntime;
 use crate::abort::AbortSignal;
-use crate::acquire::AcquireOptions;
+use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key;
 use crate::log::{Level, Logger};
@@ -22,9 +22,12 @@ use crate::telemetry::Telemetry;
 /// A backend whose leases live in Redis, shared by every process that uses
 /// the same server and namespace. Cheap to clone.
 ///
-/// Guarantees: at most one owner token per key in Redis at a time; waiters
-/// of one key in this process are served in FIFO order (there is no order
-/// across processes); fences grow per key and namespace. Every public
+/// Guarantees: an exclusive lease holds its key alone (at most one owner
+/// token per key in Redis at a time), shared leases hold it only together,
+/// a counted key never has more than its limit of units held; waiters of
+/// one key in this process are served in FIFO order (across processes,
+/// only a waiting writer's and a waiting counted request's place is kept);
+/// fences grow per key and namespace. Every public
 /// future may be awaited from any executor; its work runs on the driver's
 /// own runtime, or on the host's thread (see [`super::host`]).
 #[derive(Clone)]
@@ -78,11 +81,21 @@ impl RedisBackend {
         &self.core.options
     }
 
-    /// Acquires `key`: waits (FIFO among this process's acquires of the key)
-    /// until Redis grants it, `waitTimeoutMs` passes (`WAIT_TIMEOUT`), or the
-    /// signal aborts (`ABORTED`). With a wait of 0 it tries once and fails with
-    /// `LOCK_BUSY` when the key is held, or when another acquire of this
-    /// process is already waiting for it (no queue jumping).
+    /// Acquires `key`: waits (FIFO among this process's acquires of the key,
+    /// whatever their kind) until Redis grants it, `waitTimeoutMs` passes
+    /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`). With a wait of 0
+    /// it tries once and fails with `LOCK_BUSY` when the key is held, or
+    /// when another acquire of this process is already waiting for it (no
+    /// queue jumping).
+    ///
+    /// The options' kind: exclusive (the default), shared (readers hold the
+    /// key together, never with an exclusive holder; a writer waiting in
+    /// any process stops new readers, so readers cannot starve it), or
+    /// counted (`limit`, `weight`: at most `limit` units held at once; a
+    /// request waiting in any process is not overtaken by later ones). Each
+    /// holder has its own token and expiry, and every grant a fence above
+    /// every earlier grant of the key. A limit other than the one the key is
+    /// held or waited for with is `INVALID_ARGUMENT`.
     ///
     /// Fails fast with `PROVIDER_FAILED` when Redis is unreachable or
     /// refuses, and with `OUTCOME_UNKNOWN` when the acquire command went
@@ -93,15 +106,28 @@ impl RedisBackend {
     /// Cancel safe: dropping the future ends the wait; a lease granted in the
     /// meantime is released.
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<RedisLease> {
+        key::validate(key, self.core.options.max_key_bytes as usize)?;
+        self.start(&[key], options).await
+    }
+
+    /// Acquires every key of `keys` as one lease, or none of them (see
+    /// [`crate::Backend::acquire_many`]): on one server (and Sentinel) one
+    /// script takes every key atomically; on a Cluster the keys are taken
+    /// one hash slot at a time in a fixed global order, and the slots
+    /// already taken are given back before waiting again. The kind applies
+    /// to each key; the lease has a fence per key, and renew and release
+    /// cover every key.
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
+        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
+        self.start(keys, options).await
+    }
+
+    async fn start(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
         let core = &self.core;
         if *core.closed.borrow() {
             return Err(LockError::closed());
         }
-        key::validate(key, core.options.max_key_bytes as usize)?;
         let kind = options.kind()?;
-        if !kind.is_plain() {
-            return Err(crate::acquire::unsupported("redis", &kind.describe()));
-        }
         if options.signal.as_ref().is_some_and(AbortSignal::is_aborted) {
             return Err(LockError::aborted());
         }
@@ -112,28 +138,23 @@ impl RedisBackend {
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
         // Dropping `_cancel` (this future dropped) ends the task's wait.
         let (_cancel, cancelled) = oneshot::channel::<()>();
-        let task = Acquire::new(core.clone(), key, wait, options.signal, cancelled, slot);
+        let task = Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot);
         let shared = core.spawner().run(task.run()).await?;
         Ok(RedisLease::new(shared, self.runtime.clone()))
-    }
-
-    /// Acquires every key of `keys` as one lease (see
-    /// [`crate::Backend::acquire_many`]).
-    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
-        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
-        match keys {
-            [key] => self.acquire(key, options).await,
-            _ => Err(crate::acquire::unsupported("redis", "several keys at once")),
-        }
     }
 
     /// Counts for `status()`.
     pub fn counts(&self) -> RedisCounts {
         let connection = &self.core.connection;
+        let (held, held_shared) = {
+            let held = self.core.held();
+            let shared =
+                held.iter().filter_map(|(_, lease)| lease.upgrade()).filter(|lease| lease.claim().kind.mode == LockMode::Shared).count();
+            (held.len(), shared)
+        };
         RedisCounts {
-            held: self.core.held().len(),
-            // The redis driver grants no shared lease yet (UNSUPPORTED_KIND).
-            held_shared: 0,
+            held,
+            held_shared,
             waiting: self.core.in_progress.load(Ordering::SeqCst),
             acquired: self.core.acquired.load(Ordering::Relaxed),
             timed_out: self.core.timed_out.load(Ordering::Relaxed),

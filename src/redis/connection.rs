@@ -202,6 +202,11 @@ impl RedisConnection {
         Client::open(with_tcp_settings(self.topology.subscriber(attempt, self.connect_timeout).await?))
     }
 
+    /// True for a Redis Cluster: a script touches one hash slot only.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.topology, Topology::Cluster(_))
+    }
+
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }

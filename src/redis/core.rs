@@ -19,8 +19,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use slab::Slab;
 use tokio::sync::{watch, Notify};
 
+use super::claim::Claim;
 use super::connection::{Answer, Failure, RedisConnection};
-use super::keys::{release_channel, RedisKeys};
+use super::keys::release_channel;
 use super::lease::LeaseShared;
 use super::runtime::Spawner;
 use super::topology::NodeConnection;
@@ -96,21 +97,17 @@ impl BackendCore {
         self.held().try_remove(slot);
     }
 
-    /// Runs the release script: deletes the lock if it carries `token`, tells
-    /// waiters in every process, and wakes this process's next waiter.
-    async fn delete_if_ours(&self, keys: &RedisKeys, token: &str) -> Result<Answer<i64>, Failure> {
-        let answer =
-            self.connection.eval::<i64>(&self.connection.scripts.release, &[&keys.lock, &keys.waiting], &[&token, &self.channel]).await?;
-        if answer.value == 1 {
-            self.connection.waiters.wake(&keys.lock);
-        }
-        Ok(answer)
+    /// Runs the release scripts: gives back every key of `claim` that
+    /// carries its token, tells waiters in every process, and wakes this
+    /// process's next waiters.
+    async fn delete_if_ours(&self, claim: &Claim) -> Result<Answer<i64>, Failure> {
+        claim.give_back(&self.connection, &self.channel).await
     }
 
-    /// Releases a lease: `LEASE_LOST` if the lock no longer carried `token`;
-    /// after an unanswered command a best-effort cleanup follows.
-    pub async fn release(self: &Arc<Self>, keys: &RedisKeys, token: &str) -> Result<()> {
-        match self.delete_if_ours(keys, token).await {
+    /// Releases a lease: `LEASE_LOST` if some key no longer carried its
+    /// token; after an unanswered command a best-effort cleanup follows.
+    pub async fn release(self: &Arc<Self>, claim: &Arc<Claim>) -> Result<()> {
+        match self.delete_if_ours(claim).await {
             Ok(answer) if answer.value == 1 => Ok(()),
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
@@ -119,18 +116,25 @@ impl BackendCore {
             // Whether or not the command ran, the lock may still be ours in
             // Redis, and this lease is released for its holder: keep trying.
             Err(failure) => {
-                self.clean_up(keys.clone(), token.to_owned());
+                self.clean_up(claim.clone());
                 Err(failure.into_error("release"))
             }
         }
     }
 
     /// Releases a dropped lease; nobody awaits the outcome.
-    pub fn release_in_background(self: &Arc<Self>, keys: RedisKeys, token: String) {
+    pub fn release_in_background(self: &Arc<Self>, claim: Arc<Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
-            let _ = core.release(&keys, &token).await;
+            let _ = core.release(&claim).await;
         });
+    }
+
+    /// Takes back the waiting marks of an acquire that stopped waiting, in
+    /// the background.
+    pub fn withdraw_in_background(self: &Arc<Self>, claim: Arc<Claim>, ticket: u64) {
+        let core = self.clone();
+        self.spawner.handle().spawn(async move { claim.withdraw(&core.connection, ticket, &core.channel).await });
     }
 
     /// Deletes the lock of `token` in the background, once Redis can be
@@ -141,7 +145,7 @@ impl BackendCore {
     /// a command timeout for a command of ours still on its way); after an
     /// answer that found nothing, once more a command timeout later, in case
     /// a command of ours still on its way takes the lock after all.
-    pub fn clean_up(self: &Arc<Self>, keys: RedisKeys, token: String) {
+    pub fn clean_up(self: &Arc<Self>, claim: Arc<Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
             let command_timeout = core.connection.command_timeout();
@@ -149,7 +153,7 @@ impl BackendCore {
             let mut pause = CLEAN_UP_PAUSE_MIN;
             let mut found_nothing = false;
             loop {
-                match core.delete_if_ours(&keys, &token).await {
+                match core.delete_if_ours(&claim).await {
                     Ok(answer) if answer.value == 1 || found_nothing => return,
                     Ok(_) => {
                         found_nothing = true;
@@ -188,7 +192,7 @@ impl BackendCore {
         let mut releases: FuturesUnordered<_> = leases
             .into_iter()
             .filter(|lease| lease.take())
-            .map(|lease| async move { self.delete_if_ours(lease.keys(), lease.token()).await.map(|_| ()) })
+            .map(|lease| async move { self.delete_if_ours(lease.claim()).await.map(|_| ()) })
             .collect();
         let total = releases.len();
         let mut failed = 0;
@@ -217,17 +221,21 @@ impl BackendCore {
         }
     }
 
-    /// With `replicaAcks`, waits until that many replicas have the write
-    /// just made through `via` (a grant or renewal): a failover right after
+    /// With `replicaAcks`, waits until that many replicas have each write
+    /// just made (a grant or renewal: through which connection, to which
+    /// lock name): a failover right after
     /// must not lose it. Fewer in time is [`Failure::Unmet`]
     /// (`PROVIDER_FAILED`), and the caller gives the lock back (a grant) or
     /// keeps its old estimate (a renewal).
-    pub async fn replicated(&self, via: &NodeConnection, keys: &RedisKeys) -> Result<(), Failure> {
+    pub async fn replicated(&self, written: &[(NodeConnection, String)]) -> Result<(), Failure> {
         let wanted = self.options.replica_acks;
         if wanted == 0 {
             return Ok(());
         }
-        let acknowledged = self.connection.wait_for_replicas(via, &keys.lock, wanted).await?;
+        let mut acknowledged = u32::MAX;
+        for (via, lock) in written {
+            acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, lock, wanted).await?);
+        }
         if acknowledged >= wanted {
             return Ok(());
         }

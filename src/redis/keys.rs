@@ -3,9 +3,12 @@
 //! A user key never reaches Redis: it is hashed, so Redis (and anything that
 //! reads its keyspace, its slow log or its MONITOR stream) only ever sees
 //! `<namespace>:lock:{<sha256hex(key)>}`, `<namespace>:lock-fence:{<sha256hex(key)>}`
-//! and, while another process waits, `<namespace>:lock-waiting:{<sha256hex(key)>}`.
-//! The digest in braces is a hash tag: Redis Cluster puts the three keys of
-//! one user key in one slot, so one script can touch them all.
+//! and, while another process waits, `<namespace>:lock-waiting:{<sha256hex(key)>}`;
+//! for shared and counted holds also `<namespace>:lock-kind:{...}` (the key's
+//! limit and held units) and, while a writer or a counted request waits,
+//! `<namespace>:lock-queue:{...}` (their marks). The digest in braces is a
+//! hash tag: Redis Cluster puts the names of one user key in one slot, so one
+//! script can touch them all.
 
 use sha2::{Digest, Sha256};
 
@@ -14,13 +17,20 @@ use crate::error::{ErrorCode, LockError, Result};
 /// The Redis names of one user key in one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RedisKeys {
-    /// Holds the owner token, with `PX leaseMs`.
+    /// Holds the owner token, with `PX leaseMs` (a plain lease), or the
+    /// shared or counted holders: a sorted set of `<token>:<s|weight>`
+    /// scored by expiry (see the kinds scripts).
     pub lock: String,
     /// The fencing counter; never expires.
     pub fence: String,
     /// Exists (with a TTL) while some acquire waits for the lock: only then
     /// does a release publish a wake-up.
     pub waiting: String,
+    /// While shared or counted holders (or waiters) exist: a hash of the
+    /// key's `limit` and held `units`.
+    pub kind: String,
+    /// While a writer or a counted request waits: a sorted set of its marks.
+    pub queue: String,
 }
 
 impl RedisKeys {
@@ -30,6 +40,8 @@ impl RedisKeys {
             lock: format!("{namespace}:lock:{{{digest}}}"),
             fence: format!("{namespace}:lock-fence:{{{digest}}}"),
             waiting: format!("{namespace}:lock-waiting:{{{digest}}}"),
+            kind: format!("{namespace}:lock-kind:{{{digest}}}"),
+            queue: format!("{namespace}:lock-queue:{{{digest}}}"),
         }
     }
 }
@@ -69,6 +81,8 @@ mod tests {
         assert_eq!(keys.lock, "ns:lock:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
         assert_eq!(keys.fence, "ns:lock-fence:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
         assert_eq!(keys.waiting, "ns:lock-waiting:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(keys.kind, "ns:lock-kind:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(keys.queue, "ns:lock-queue:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
     }
 
     #[test]

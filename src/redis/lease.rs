@@ -13,15 +13,16 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use super::claim::Claim;
 use super::connection::Failure;
 use super::core::BackendCore;
-use super::keys::RedisKeys;
 use super::runtime::DriverRuntime;
 use crate::error::{ErrorCode, Result};
 
-/// A lease on one key held through Redis. Dropping it releases it in the
+/// A lease on one key (or several at once) held through Redis: exclusive,
+/// shared or some units of a counted key. Dropping it releases it in the
 /// background (best effort); call [`RedisLease::release`] to learn whether
-/// the section stayed exclusive.
+/// the section held its keys throughout.
 pub struct RedisLease {
     shared: Arc<LeaseShared>,
     _runtime: Arc<DriverRuntime>,
@@ -31,10 +32,11 @@ pub struct RedisLease {
 /// cancelled after the grant) it releases the lock.
 pub(crate) struct LeaseShared {
     core: Arc<BackendCore>,
-    key: Box<str>,
-    keys: RedisKeys,
-    token: String,
-    fence: u64,
+    /// The user keys, in the caller's order.
+    keys: Box<[Box<str>]>,
+    /// The fence of each key, in the same order.
+    fences: Box<[u64]>,
+    claim: Arc<Claim>,
     slot: usize,
     /// When the hold started, if slow holds are reported.
     held_since: Option<Instant>,
@@ -73,15 +75,14 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 }
 
 impl LeaseShared {
-    pub fn new(core: Arc<BackendCore>, key: &str, keys: RedisKeys, token: String, fence: u64, sent: Instant, slot: usize) -> LeaseShared {
+    pub fn new(core: Arc<BackendCore>, keys: &[String], claim: Arc<Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
         let held_since = core.hold_clock();
         LeaseShared {
             core,
-            key: key.into(),
-            keys,
-            token,
-            fence,
+            keys: keys.iter().map(|key| key.as_str().into()).collect(),
+            fences: fences.into(),
+            claim,
             slot,
             held_since,
             state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }),
@@ -113,19 +114,15 @@ impl LeaseShared {
         }
     }
 
-    pub fn keys(&self) -> &RedisKeys {
-        &self.keys
-    }
-
-    pub fn token(&self) -> &str {
-        &self.token
+    pub fn claim(&self) -> &Arc<Claim> {
+        &self.claim
     }
 }
 
 impl Drop for LeaseShared {
     fn drop(&mut self) {
         if self.take() {
-            self.core.release_in_background(std::mem::take(&mut self.keys), std::mem::take(&mut self.token));
+            self.core.release_in_background(self.claim.clone());
         }
     }
 }
@@ -139,24 +136,25 @@ impl RedisLease {
         Arc::downgrade(shared)
     }
 
-    /// The key this lease is on.
+    /// The key this lease is on (of a lease over several keys, the first
+    /// the caller gave).
     pub fn key(&self) -> &str {
-        &self.shared.key
+        &self.shared.keys[0]
     }
 
     /// Every key this lease holds, in the caller's order.
     pub fn keys(&self) -> Vec<&str> {
-        vec![&self.shared.key]
+        self.shared.keys.iter().map(|key| &**key).collect()
     }
 
     /// The fence of each key, in the order of [`RedisLease::keys`].
     pub fn fences(&self) -> Vec<(&str, u64)> {
-        vec![(&self.shared.key, self.shared.fence)]
+        self.shared.keys.iter().map(|key| &**key).zip(self.shared.fences.iter().copied()).collect()
     }
 
     /// Renews the lease every `every` on the driver's runtime until the
     /// returned guard is dropped; `on_lost` is aborted the moment the lease
-    /// is known lost (see [`KeepAlive`]).
+    /// is known lost (see [`KeepAlive`](super::KeepAlive)).
     /// Renewals stop by themselves once the lease is released or dropped.
     pub fn keep_alive(&self, every: Duration, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
         let weak = Arc::downgrade(&self.shared);
@@ -174,11 +172,12 @@ impl RedisLease {
         self.shared.lost(code);
     }
 
-    /// The fencing token: larger than that of every earlier lease on this
-    /// key and namespace, in every process, across server restarts (see the
-    /// acquire script).
+    /// The fencing token (of a lease over several keys, that of
+    /// [`RedisLease::key`]): larger than that of every earlier lease on this
+    /// key and namespace, shared or not, in every process, across server
+    /// restarts (see the acquire script).
     pub fn fence(&self) -> u64 {
-        self.shared.fence
+        self.shared.fences[0]
     }
 
     /// True while the lease is held and the local estimate says it has not
@@ -197,9 +196,10 @@ impl RedisLease {
         }
     }
 
-    /// Extends the lease to `leaseMs` from now if Redis still carries our
-    /// token: false when it does not (expired or taken over), when the lease
-    /// was released, or once a renewal ended `OUTCOME_UNKNOWN` (the lease is
+    /// Extends the lease (every key of it; a shared or counted holder only
+    /// itself) to `leaseMs` from now if Redis still carries our token: false
+    /// when some key does not (expired or taken over), when the lease was
+    /// released, or once a renewal ended `OUTCOME_UNKNOWN` (the lease is
     /// then invalid for good and released by token in the background).
     pub async fn renew(&self) -> Result<bool> {
         if !self.shared.state().renewable() {
@@ -213,17 +213,15 @@ impl RedisLease {
                 let core = shared.core.clone();
                 let sent = Instant::now();
                 let lease_ms = core.lease().as_millis() as u64;
-                let outcome = core
-                    .connection()
-                    .eval::<i64>(&core.connection().scripts.renew, &[&shared.keys.lock], &[&shared.token, &lease_ms])
-                    .await;
+                let outcome = shared.claim.extend(core.connection(), lease_ms).await;
                 let outcome = match outcome {
-                    Ok(answer) if answer.value == 1 => core.replicated(&answer.via, &shared.keys).await.map(|()| answer),
-                    other => other,
+                    Ok((true, written)) => core.replicated(&written).await.map(|()| true),
+                    Ok((false, _)) => Ok(false),
+                    Err(failure) => Err(failure),
                 };
                 let mut state = shared.state();
                 match outcome {
-                    Ok(answer) if answer.value == 1 && state.renewable() => {
+                    Ok(true) if state.renewable() => {
                         state.valid_until = valid_until(sent, core.lease());
                         Ok(true)
                     }
@@ -242,7 +240,7 @@ impl RedisLease {
                             state.abandoned = true;
                             drop(state);
                             shared.lost(ErrorCode::OutcomeUnknown);
-                            core.clean_up(shared.keys.clone(), shared.token().to_owned());
+                            core.clean_up(shared.claim.clone());
                         }
                         Err(failure.into_error("renew"))
                     }
@@ -254,15 +252,15 @@ impl RedisLease {
     /// Releases the lease: true when Redis still carried our token and it is
     /// now deleted (waiters in every process are told), false when this
     /// lease was already released (by an earlier call or by close).
-    /// `LEASE_LOST` when the key no longer carried our token: the lease had
+    /// `LEASE_LOST` when some key no longer carried our token: the lease had
     /// expired or was taken over, so the section may have overlapped another
-    /// holder.
+    /// holder (the keys that still carried it are released all the same).
     pub async fn release(&self) -> Result<bool> {
         if !self.shared.take() {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.keys(), shared.token()).await }).await;
+        let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.claim()).await }).await;
         self.shared.core.report_hold(self.shared.held_since);
         match &outcome {
             Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),
@@ -275,7 +273,7 @@ impl RedisLease {
 impl std::fmt::Debug for RedisLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // No key: keys may carry user data.
-        f.debug_struct("RedisLease").field("fence", &self.shared.fence).finish_non_exhaustive()
+        f.debug_struct("RedisLease").field("fences", &self.shared.fences).finish_non_exhaustive()
     }
 }
 

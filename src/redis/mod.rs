@@ -5,11 +5,22 @@
 //!   `dokebi-redis.connections` entry; `notify`: its one subscription;
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
 //!   `switches`: following a Sentinel failover the moment it happens.
-//! - `scripts`: the Lua scripts (one round trip per operation).
+//! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
+//!   what one lease holds (its keys, kind and token) and which scripts take
+//!   and give it back (per hash slot on a Cluster).
 //! - `waiters`: per-key FIFO inside the process, only the head polls Redis.
 //! - [`backend`] and [`lease`]: the public API; `acquire`: one acquire's task.
 //! - `runtime`: the driver's own tokio runtime, started only when a redis
 //!   backend is configured.
+//!
+//! Lock kinds (see [`RedisBackend::acquire`]): exclusive (the default),
+//! shared (a reader/writer lock: readers together, a writer alone; a writer
+//! waiting in any process stops new readers), counted (`limit`/`weight`: at
+//! most `limit` units of a key held, every caller agreeing on the limit),
+//! and several keys at once ([`RedisBackend::acquire_many`], all or
+//! nothing). Each holder has its own token and expiry, every grant a fence
+//! above every earlier grant of its key; a plain lease on one key keeps the
+//! one-`SET NX` fast path.
 //!
 //! ```no_run
 //! # futures::executor::block_on(async {
@@ -36,6 +47,7 @@
 
 pub(crate) mod acquire;
 pub mod backend;
+pub(crate) mod claim;
 pub(crate) mod connection;
 pub(crate) mod core;
 pub mod host;

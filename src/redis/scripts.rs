@@ -4,16 +4,77 @@
 
 use redis::Script;
 
+/// The start of the three kinds scripts: their arguments, the holder's
+/// member and the server's clock.
+///
+/// KEYS: five per user key (lock, fence, waiting, kind, queue: see
+/// [`super::keys::RedisKeys`]). ARGV: token, leaseMs, waitingMs, mode (`x`
+/// or `s`), limit, weight, ticket (`0` for none), channel.
+macro_rules! kinds_prelude {
+    () => {
+        r"
+local token, lease_ms, waiting_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local shared, limit, weight, ticket = ARGV[4] == 's', tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local plain = not shared and limit == 1
+local member = token .. ':' .. (shared and 's' or ARGV[6])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+"
+    };
+}
+
+/// Raises the fence counter `fence_key` to `max(counter + 1, clock)` and
+/// sets `fence` (see [`ACQUIRE`]).
+macro_rules! next_fence {
+    () => {
+        r"
+  local fence = tonumber(clock)
+  local last = redis.call('GETSET', fence_key, clock)
+  if last then
+    local counter = tonumber(last)
+    if not counter then
+      redis.call('SET', fence_key, last)
+      return redis.error_reply('ERR a fence counter is not a number')
+    end
+    if counter >= fence then
+      fence = counter + 1
+      redis.call('SET', fence_key, string.format('%.0f', fence))
+    end
+  end
+"
+    };
+}
+
 /// Takes the lock when it is free (or already carries our token, which
 /// makes a retry after a dropped connection idempotent) and increments the
 /// fence in the same step.
 ///
-/// KEYS: lock, fence, waiting. ARGV: token, leaseMs, waitingMs.
-/// Returns `{1, fence}` when granted, `{0, pttl}` when held by another owner;
-/// then, unless `waitingMs` is 0 (a single try), it marks the key as waited
-/// for, for at least `waitingMs` (never shortening another waiter's mark),
-/// so that its release publishes a wake-up. A waiter retries (and so renews
-/// the mark) well within its `waitingMs`.
+/// KEYS: lock, fence, waiting, kind, queue. ARGV: token, leaseMs,
+/// waitingMs, ticket (`0` for none yet).
+/// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
+/// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
+/// key as waited for, for at least `waitingMs` (never shortening another
+/// waiter's mark), so that its release publishes a wake-up. A waiter retries
+/// (and so renews the mark) well within its `waitingMs`.
+///
+/// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
+/// it fails does the script look further: a lock held by shared or
+/// counted holders is a sorted set under the same name (see
+/// [`KINDS_ACQUIRE`]), so `GET` answers `WRONGTYPE` (caught by `pcall`).
+/// Then a key held with a limit other than 1 is `{-1, 0, 0}` (the caller's
+/// `INVALID_ARGUMENT`); readers whose leases ended are pruned (a reader that
+/// died keeps the writer out only until its own lease ends: the set's TTL is
+/// that of its longest lease, and the answer's wait is until the first one
+/// ends), the key is granted if none is left, and otherwise the
+/// writer leaves a mark in the queue set (`<ticket>:<token>`, the ticket the server's clock
+/// in microseconds on the first try), which stops new readers until the
+/// writer is granted (and takes the mark back) or stops waiting.
 ///
 /// Fences never repeat, even when the counter comes back older than the
 /// fences already handed out (a restart from an RDB snapshot taken a few
@@ -35,39 +96,65 @@ use redis::Script;
 /// `TIME` before a write needs effects replication (Redis 5 and later,
 /// checked at connect). A free key costs three calls (`SET NX`, `TIME`,
 /// `GETSET`); the script's cost is most of what Redis spends per acquire.
-const ACQUIRE: &str = r"
+const ACQUIRE: &str = concat!(
+    r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if not granted and redis.call('GET', KEYS[1]) == ARGV[1] then
-  granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-end
-if granted then
-  local now = redis.call('TIME')
-  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  local fence = tonumber(clock)
-  local last = redis.call('GETSET', KEYS[2], clock)
-  if last then
-    local counter = tonumber(last)
-    if not counter then
-      redis.call('SET', KEYS[2], last)
-      return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' is not a number')
+local ticket, now, hint = ARGV[4], nil, nil
+if not granted then
+  local held = redis.pcall('GET', KEYS[1])
+  if held == ARGV[1] then
+    granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  elseif type(held) == 'table' then
+    local limit = redis.call('HGET', KEYS[4], 'limit')
+    if limit and limit ~= '1' then
+      return {-1, 0, 0}
     end
-    if counter >= fence then
-      fence = counter + 1
-      redis.call('SET', KEYS[2], string.format('%.0f', fence))
+    now = redis.call('TIME')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if not first[1] then
+      granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+    else
+      hint = tonumber(first[2]) - now_ms
+      if ARGV[3] ~= '0' then
+        if ticket == '0' then
+          ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+        end
+        local waiting_ms = tonumber(ARGV[3])
+        redis.call('ZADD', KEYS[5], now_ms + waiting_ms, ticket .. ':' .. ARGV[1])
+        if redis.call('PTTL', KEYS[5]) < waiting_ms then
+          redis.call('PEXPIRE', KEYS[5], waiting_ms)
+        end
+      end
     end
   end
-  return {1, fence}
+end
+if granted then
+  if ARGV[4] ~= '0' then
+    redis.call('ZREM', KEYS[5], ARGV[4] .. ':' .. ARGV[1])
+  end
+  now = now or redis.call('TIME')
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local fence_key = KEYS[2]
+",
+    next_fence!(),
+    r"
+  return {1, fence, 0}
 end
 if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 end
-return {0, redis.call('PTTL', KEYS[1])}
-";
+return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
+"
+);
 
-/// Extends the lease if the lock still carries our token.
+/// Extends the lease if the lock still carries our token (a lock of shared
+/// or counted holders, another Redis type, is not ours: `pcall` turns its
+/// `WRONGTYPE` into a mismatch).
 /// KEYS: lock. ARGV: token, leaseMs. Returns 1 when extended, else 0.
 const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -78,10 +165,11 @@ return 0
 /// marked the key as waited for, tells waiters of every process (one message
 /// on the namespace's channel). An uncontended release publishes nothing, so
 /// it wakes no subscriber. One `DEL` takes both keys: 2 deleted means the
-/// mark was there.
+/// mark was there. A lock of shared or counted holders is never ours
+/// (`pcall`, as in renew).
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
     redis.call('PUBLISH', ARGV[2], KEYS[1])
   end
@@ -90,15 +178,273 @@ end
 return 0
 ";
 
-/// The three scripts, hashed once per connection.
+/// Grants shared or counted holds, and plain ones over several keys, all
+/// or nothing: every key of the call is checked first, and only when each
+/// can be granted is any written.
+///
+/// The layout, chosen for the fewest Redis calls per grant:
+/// - Shared and counted holders of a key live in a sorted set under the
+///   key's lock name, one member per lease (`<token>:s` for a reader,
+///   `<token>:<weight>` for a counted holder) scored by its expiry in the
+///   server's milliseconds, and the set itself expires with its last
+///   holder. Each holder thus has its own token and expiry: a pruning
+///   `ZREMRANGEBYSCORE` in every script drops holders that died, and a
+///   renew moves only its own score. A plain lock is a string under the
+///   same name, so the plain script's `SET NX` fails on a set of holders
+///   (and a plain acquire stays one `SET NX` when the key is free), and a
+///   kinds script sees a plain holder by its `TYPE`. (A hash of token ->
+///   expiry, the other common layout, must be read whole to find the
+///   holders that died; the sorted set finds them with one range query.)
+/// - The kind hash keeps the key's `limit` (every caller must agree) and
+///   `units`, the weights counted holders hold: one `HGET` instead of
+///   summing every member, updated by the weights of members pruned or
+///   released. It lives as long as the holders or the marks of waiters;
+///   found on a key neither held nor waited for, it is stale and dropped,
+///   so the next caller may pick another limit.
+/// - The queue set holds the marks of waiting writers and counted
+///   requests, `<ticket>:<token>` scored by expiry (`waitingMs`), where the
+///   ticket is the server's clock in microseconds when the request first
+///   waited. A writer's mark stops new readers; a counted request is
+///   granted only when no older mark waits, so a heavy request at the head
+///   is not overtaken by light ones that came later (in any process).
+///
+/// Returns `{1, fence...}` (one per key, in KEYS order) when granted;
+/// `{0, hint, ticket}` when not, where `hint` is how long (ms) until the
+/// first blocking holder expires (negative: unknown), and `ticket` this
+/// request's place among waiters (kept for the next try; `0` for a single
+/// try, which leaves no mark); `{-1, i}` when key `i` (from 1) is held or
+/// waited for with another limit.
+const KINDS_ACQUIRE: &str = concat!(
+    kinds_prelude!(),
+    r"
+local mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
+local blocked, hint = {}, nil
+for i = 1, #KEYS, 5 do
+  local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
+  local free, until_free = true, nil
+  local stored
+  local type_of = redis.call('TYPE', lock)['ok']
+  if type_of == 'string' then
+    if redis.call('GET', lock) ~= token then
+      if not plain and not shared then
+        return {-1, (i + 4) / 5}
+      end
+      free, until_free = false, redis.call('PTTL', lock)
+    end
+  elseif type_of == 'zset' then
+    local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
+    if #gone > 0 then
+      local units = 0
+      for _, m in ipairs(gone) do
+        units = units + (tonumber(string.sub(m, #token + 2)) or 0)
+      end
+      redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
+      if units > 0 then
+        redis.call('HINCRBY', kind, 'units', -units)
+      end
+    end
+    stored = redis.call('HGET', kind, 'limit')
+    if stored and tonumber(stored) ~= limit then
+      return {-1, (i + 4) / 5}
+    end
+    if redis.call('EXISTS', lock) == 0 then
+      redis.call('HDEL', kind, 'units')
+    elseif plain then
+      free = false
+    elseif not shared and not redis.call('ZSCORE', lock, member)
+        and tonumber(redis.call('HGET', kind, 'units') or '0') + weight > limit then
+      free = false
+    end
+    if not free then
+      local first = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
+      until_free = first[2] and (tonumber(first[2]) - now_ms) or -1
+    end
+  else
+    stored = redis.call('HGET', kind, 'limit')
+    if stored then
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
+      if redis.call('EXISTS', queue) == 0 then
+        redis.call('DEL', kind)
+      elseif tonumber(stored) ~= limit then
+        return {-1, (i + 4) / 5}
+      else
+        redis.call('HDEL', kind, 'units')
+      end
+    end
+  end
+  if free and not plain then
+    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
+    if shared then
+      free = redis.call('EXISTS', queue) == 0
+    else
+      for _, m in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+        if m ~= mine and (not mine or m < mine) then
+          free = false
+          break
+        end
+      end
+    end
+  end
+  if not free then
+    blocked[#blocked + 1] = i
+    if until_free and until_free >= 0 and (not hint or until_free < hint) then
+      hint = until_free
+    end
+  end
+end
+if #blocked > 0 then
+  if waiting_ms > 0 then
+    for _, i in ipairs(blocked) do
+      if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
+        redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_ms)
+      end
+      if not shared then
+        if ticket == '0' then
+          ticket = clock
+        end
+        redis.call('ZADD', KEYS[i + 4], now_ms + waiting_ms, ticket .. ':' .. token)
+        extend(KEYS[i + 4], waiting_ms)
+        if not plain then
+          redis.call('HSETNX', KEYS[i + 3], 'limit', limit)
+          extend(KEYS[i + 3], waiting_ms)
+        end
+      end
+    end
+  end
+  return {0, hint or -1, tonumber(ticket)}
+end
+local fences = {1}
+for i = 1, #KEYS, 5 do
+  local lock, fence_key, kind = KEYS[i], KEYS[i + 1], KEYS[i + 3]
+  if plain then
+    redis.call('SET', lock, token, 'PX', lease_ms)
+  else
+    if redis.call('ZADD', lock, now_ms + lease_ms, member) == 1 and not shared then
+      redis.call('HINCRBY', kind, 'units', weight)
+    end
+    redis.call('HSET', kind, 'limit', limit)
+    extend(lock, lease_ms)
+    extend(kind, lease_ms)
+  end
+  if mine then
+    redis.call('ZREM', KEYS[i + 4], mine)
+  end
+",
+    next_fence!(),
+    r"
+  fences[#fences + 1] = fence
+end
+return fences
+"
+);
+
+/// Extends every key of a kinds lease that still carries our token (a
+/// plain key: the string; a shared or counted one: our member, not yet
+/// expired), each to `leaseMs` from now. Returns how many keys were renewed.
+const KINDS_RENEW: &str = concat!(
+    kinds_prelude!(),
+    r"
+local renewed = 0
+for i = 1, #KEYS, 5 do
+  local lock, kind = KEYS[i], KEYS[i + 3]
+  if plain then
+    if redis.pcall('GET', lock) == token then
+      redis.call('PEXPIRE', lock, lease_ms)
+      renewed = renewed + 1
+    end
+  else
+    local score = redis.pcall('ZSCORE', lock, member)
+    if type(score) == 'string' and tonumber(score) > now_ms then
+      redis.call('ZADD', lock, 'XX', now_ms + lease_ms, member)
+      extend(lock, lease_ms)
+      extend(kind, lease_ms)
+      renewed = renewed + 1
+    end
+  end
+end
+return renewed
+"
+);
+
+/// Gives back every key of a kinds lease that still carries our token and,
+/// where units were freed and some process marked the key as waited for,
+/// publishes a wake-up (a reader publishes only when it was the last one:
+/// before that no waiter can be granted). Returns how many keys were
+/// released.
+const KINDS_RELEASE: &str = concat!(
+    kinds_prelude!(),
+    r"
+local released = 0
+for i = 1, #KEYS, 5 do
+  local lock, waiting, kind, queue = KEYS[i], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4]
+  local freed = false
+  if plain then
+    if redis.pcall('GET', lock) == token then
+      redis.call('DEL', lock)
+      freed = true
+    end
+  elseif redis.pcall('ZREM', lock, member) == 1 then
+    freed = true
+    if not shared then
+      redis.call('HINCRBY', kind, 'units', -weight)
+    end
+    if redis.call('EXISTS', lock) == 0 then
+      if redis.call('EXISTS', queue) == 0 then
+        redis.call('DEL', kind)
+      else
+        redis.call('HDEL', kind, 'units')
+      end
+    elseif shared then
+      freed = 'quiet'
+    end
+  end
+  if freed then
+    released = released + 1
+    if freed ~= 'quiet' and redis.call('DEL', waiting) == 1 then
+      redis.call('PUBLISH', ARGV[8], lock)
+    end
+  end
+end
+return released
+"
+);
+
+/// Takes back the waiting marks of a request that stopped waiting
+/// (`WAIT_TIMEOUT`, `ABORTED`, closed), so that it stops no reader and no
+/// counted request for the rest of its `waitingMs`; when it was the last
+/// mark of a key that others wait for, they are told at once (as by a
+/// release). Returns 0.
+const KINDS_WITHDRAW: &str = r"
+for i = 1, #KEYS, 5 do
+  if redis.call('ZREM', KEYS[i + 4], ARGV[7] .. ':' .. ARGV[1]) == 1 and redis.call('EXISTS', KEYS[i + 4]) == 0
+      and redis.call('DEL', KEYS[i + 2]) == 1 then
+    redis.call('PUBLISH', ARGV[8], KEYS[i])
+  end
+end
+return 0
+";
+
+/// The scripts, hashed once per connection.
 pub(crate) struct Scripts {
     pub acquire: Script,
     pub renew: Script,
     pub release: Script,
+    pub kinds_acquire: Script,
+    pub kinds_renew: Script,
+    pub kinds_release: Script,
+    pub kinds_withdraw: Script,
 }
 
 impl Scripts {
     pub fn new() -> Scripts {
-        Scripts { acquire: Script::new(ACQUIRE), renew: Script::new(RENEW), release: Script::new(RELEASE) }
+        Scripts {
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            release: Script::new(RELEASE),
+            kinds_acquire: Script::new(KINDS_ACQUIRE),
+            kinds_renew: Script::new(KINDS_RENEW),
+            kinds_release: Script::new(KINDS_RELEASE),
+            kinds_withdraw: Script::new(KINDS_WITHDRAW),
+        }
     }
 }

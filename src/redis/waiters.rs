@@ -1,6 +1,7 @@
 //! Acquires in progress of one connection, by Redis lock key.
 //!
-//! Per key, acquires queue in FIFO order for a *turn*; only the holder of
+//! Per key, acquires queue in FIFO order for a *turn* (whatever their
+//! mode: a reader queued behind a writer waits for it); only the holder of
 //! the turn (the head) talks to Redis, so a hundred local waiters on one key
 //! cost Redis one retry, not a hundred. The head sleeps on the key's wake-up,
 //! which fires on a release notification from any process (pub/sub), on a
@@ -18,6 +19,10 @@ use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
 #[derive(Default)]
 pub(crate) struct Waiters {
     keys: Mutex<HashMap<Box<str>, Entry>>,
+    /// Held while one acquire of several keys takes its places, so that of
+    /// two such acquires one is ahead of the other in every queue they
+    /// share (taking turns then never deadlocks).
+    enqueue: Mutex<()>,
 }
 
 struct Entry {
@@ -79,6 +84,20 @@ impl Waiters {
     /// pick the poll interval that fits).
     pub fn wake_all(&self) {
         self.lock().values().for_each(|entry| entry.wake.notify_one());
+    }
+
+    /// Takes the place of every ticket at once (see [`Ticket::queue`]): an
+    /// acquire of several keys is ahead of, or behind, another one in all
+    /// the queues they share, so waiting for each turn in any order cannot
+    /// deadlock within the process.
+    pub fn queue_all(tickets: &[Ticket]) -> Vec<Place> {
+        match tickets {
+            [ticket] => vec![ticket.queue()],
+            tickets => {
+                let _one_at_a_time = tickets[0].waiters.enqueue.lock().unwrap_or_else(|e| e.into_inner());
+                tickets.iter().map(Ticket::queue).collect()
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {

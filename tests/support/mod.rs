@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod deployment;
 pub mod redis_server;
 pub mod sentinel;
 pub mod topology;

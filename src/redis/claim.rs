@@ -1,0 +1,275 @@
+//! What one lease claims in Redis: the Redis names of its keys, its kind
+//! and its owner token, and the scripts that take, extend and give back all
+//! of it at once.
+//!
+//! A plain lease on one key uses the plain scripts (the fast path: one
+//! `SET NX` when the key is free). Every other claim (shared, counted,
+//! several keys) uses the kinds scripts, which take every key of one call
+//! atomically. On one server (and so with Sentinel) that is one call for
+//! the whole claim. On a Cluster one script may only touch one hash slot, so
+//! the keys are taken one slot at a time in a fixed global order (the groups
+//! ordered by their smallest Redis name); when a group cannot be granted,
+//! the groups already granted are given back before the caller waits again,
+//! so no caller holds part of a set while it waits (no deadlock between
+//! callers asking for overlapping sets in different orders).
+
+use redis::cluster_routing::Slot;
+
+use super::connection::{Answer, Failure, RedisConnection};
+use super::keys::RedisKeys;
+use super::topology::NodeConnection;
+use crate::acquire::{LockKind, LockMode};
+
+/// The keys, kind and token of one lease (or one acquire in progress).
+pub(crate) struct Claim {
+    /// The Redis names of each key, in the caller's order.
+    pub keys: Vec<RedisKeys>,
+    pub kind: LockKind,
+    pub token: String,
+    /// Indexes into `keys`: one group per script call, in the order taken.
+    groups: Vec<Vec<usize>>,
+}
+
+/// What one try at taking a claim found.
+pub(crate) enum Taken {
+    /// Every key is ours: the fence of each (in the caller's order), and
+    /// where each group's grant was written (for `replicaAcks`).
+    Granted { fences: Vec<u64>, written: Vec<(NodeConnection, String)> },
+    /// Some key is held (or, for a reader or a counted request, waited for
+    /// first). `hint`: milliseconds until its first blocking holder
+    /// expires (negative: unknown); `ticket`: this request's place among
+    /// waiters, for the next try (0: none).
+    Busy { hint: i64, ticket: u64 },
+    /// Some key is held or waited for with a different limit.
+    OtherLimit,
+}
+
+/// The arguments every kinds script takes (see the scripts module).
+struct KindsArgs<'a> {
+    token: &'a str,
+    lease_ms: u64,
+    waiting_ms: u64,
+    mode: &'static str,
+    limit: u32,
+    weight: u32,
+    ticket: u64,
+    channel: &'a str,
+}
+
+impl Claim {
+    /// A claim of `keys` (Redis names, the caller's order) of `kind`. On a
+    /// `cluster`, keys are grouped by hash slot.
+    pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool) -> Claim {
+        let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            let slot = if cluster { Slot::for_key(&key.lock) } else { Slot::new(0).expect("slot 0 exists") };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(index),
+                None => groups.push((slot, vec![index])),
+            }
+        }
+        let mut groups: Vec<Vec<usize>> = groups.into_iter().map(|(_, group)| group).collect();
+        // A fixed global order: every caller takes shared groups in the same
+        // order, whatever order it gave its keys in.
+        let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock.clone()).min();
+        groups.sort_by_cached_key(smallest);
+        Claim { keys, kind, token, groups }
+    }
+
+    /// A plain lease on one key: the plain scripts serve it.
+    pub fn is_plain(&self) -> bool {
+        self.keys.len() == 1 && self.kind.is_plain()
+    }
+
+    /// True when the claim is taken in more than one script call.
+    pub fn is_split(&self) -> bool {
+        self.groups.len() > 1
+    }
+
+    /// The lock name of the first key (where a single key's `WAIT` goes).
+    pub fn first_lock(&self) -> &str {
+        &self.keys[0].lock
+    }
+
+    fn group_keys(&self, group: &[usize]) -> Vec<&str> {
+        group
+            .iter()
+            .flat_map(|&i| {
+                let k = &self.keys[i];
+                [k.lock.as_str(), k.fence.as_str(), k.waiting.as_str(), k.kind.as_str(), k.queue.as_str()]
+            })
+            .collect()
+    }
+
+    fn args<'a>(&'a self, lease_ms: u64, waiting_ms: u64, ticket: u64, channel: &'a str) -> KindsArgs<'a> {
+        KindsArgs {
+            token: &self.token,
+            lease_ms,
+            waiting_ms,
+            mode: match self.kind.mode {
+                LockMode::Exclusive => "x",
+                LockMode::Shared => "s",
+            },
+            limit: self.kind.limit,
+            weight: self.kind.weight,
+            ticket,
+            channel,
+        }
+    }
+
+    async fn kinds<T: redis::FromRedisValue>(
+        &self,
+        connection: &RedisConnection,
+        script: &redis::Script,
+        group: &[usize],
+        args: &KindsArgs<'_>,
+    ) -> Result<Answer<T>, Failure> {
+        let keys = self.group_keys(group);
+        connection
+            .eval::<T>(
+                script,
+                &keys,
+                &[&args.token, &args.lease_ms, &args.waiting_ms, &args.mode, &args.limit, &args.weight, &args.ticket, &args.channel],
+            )
+            .await
+    }
+
+    /// One try at taking every key. `waiting_ms` 0 is a single try (it
+    /// leaves no mark); `ticket` is the one the last try answered; groups
+    /// given back before a wait publish on `channel`. On a failure part of
+    /// a split claim may still be held: the caller cleans up by token.
+    pub async fn take(
+        &self,
+        connection: &RedisConnection,
+        lease_ms: u64,
+        waiting_ms: u64,
+        ticket: u64,
+        channel: &str,
+    ) -> Result<Taken, Failure> {
+        let scripts = &connection.scripts;
+        if self.is_plain() {
+            let k = &self.keys[0];
+            let answer = connection
+                .eval::<(i64, i64, i64)>(
+                    &scripts.acquire,
+                    &[&k.lock, &k.fence, &k.waiting, &k.kind, &k.queue],
+                    &[&self.token, &lease_ms, &waiting_ms, &ticket],
+                )
+                .await?;
+            let (status, value, ticket) = answer.value;
+            return Ok(match status {
+                1 => Taken::Granted { fences: vec![value as u64], written: vec![(answer.via, k.lock.clone())] },
+                0 => Taken::Busy { hint: value, ticket: ticket as u64 },
+                _ => Taken::OtherLimit,
+            });
+        }
+        let args = self.args(lease_ms, waiting_ms, ticket, channel);
+        let mut fences = vec![0u64; self.keys.len()];
+        let mut written = Vec::with_capacity(self.groups.len());
+        for (taken, group) in self.groups.iter().enumerate() {
+            let answer = self.kinds::<Vec<i64>>(connection, &scripts.kinds_acquire, group, &args).await?;
+            let reply = &answer.value;
+            match reply.first().copied() {
+                Some(1) if reply.len() == group.len() + 1 => {
+                    for (slot, fence) in group.iter().zip(&reply[1..]) {
+                        fences[*slot] = *fence as u64;
+                    }
+                    written.push((answer.via, self.keys[group[0]].lock.clone()));
+                }
+                Some(0) => {
+                    self.give_back_groups(connection, &self.groups[..taken], channel).await?;
+                    return Ok(Taken::Busy {
+                        hint: reply.get(1).copied().unwrap_or(-1),
+                        ticket: reply.get(2).copied().unwrap_or(0) as u64,
+                    });
+                }
+                _ => {
+                    self.give_back_groups(connection, &self.groups[..taken], channel).await?;
+                    return Ok(Taken::OtherLimit);
+                }
+            }
+        }
+        Ok(Taken::Granted { fences, written })
+    }
+
+    /// Extends every key to `lease_ms` from now: true when each still
+    /// carried our token, with where each renewal was written.
+    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<(NodeConnection, String)>), Failure> {
+        if self.is_plain() {
+            let lock = self.first_lock();
+            let answer = connection.eval::<i64>(&connection.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
+            return Ok((answer.value == 1, vec![(answer.via, lock.to_owned())]));
+        }
+        let args = self.args(lease_ms, 0, 0, "");
+        let mut renewed = 0;
+        let mut written = Vec::with_capacity(self.groups.len());
+        for group in &self.groups {
+            let answer = self.kinds::<i64>(connection, &connection.scripts.kinds_renew, group, &args).await?;
+            renewed += answer.value;
+            written.push((answer.via, self.keys[group[0]].lock.clone()));
+        }
+        Ok((renewed == self.keys.len() as i64, written))
+    }
+
+    /// Gives back every key that still carries our token, telling waiters
+    /// in every process (see the release scripts): `value` 1 when every key
+    /// did, else 0. Every group is tried, also after one failed.
+    pub async fn give_back(&self, connection: &RedisConnection, channel: &str) -> Result<Answer<i64>, Failure> {
+        if self.is_plain() {
+            let k = &self.keys[0];
+            let answer = connection.eval::<i64>(&connection.scripts.release, &[&k.lock, &k.waiting], &[&self.token, &channel]).await?;
+            if answer.value == 1 {
+                connection.waiters.wake(&k.lock);
+            }
+            return Ok(answer);
+        }
+        let args = self.args(0, 0, 0, channel);
+        let mut released = 0;
+        let mut first_failure = None;
+        let mut answered: Option<Answer<i64>> = None;
+        for group in &self.groups {
+            match self.kinds::<i64>(connection, &connection.scripts.kinds_release, group, &args).await {
+                Ok(answer) => {
+                    released += answer.value;
+                    let lost = answered.take().and_then(|a| a.first_attempt_lost);
+                    answered = Some(Answer { value: 0, via: answer.via, first_attempt_lost: answer.first_attempt_lost.or(lost) });
+                }
+                Err(failure) => {
+                    first_failure.get_or_insert(failure);
+                }
+            }
+        }
+        if released > 0 {
+            for key in &self.keys {
+                connection.waiters.wake(&key.lock);
+            }
+        }
+        match (first_failure, answered) {
+            (None, Some(mut answer)) => {
+                answer.value = i64::from(released == self.keys.len() as i64);
+                Ok(answer)
+            }
+            (Some(failure), _) => Err(failure),
+            (None, None) => unreachable!("a claim has at least one group"),
+        }
+    }
+
+    async fn give_back_groups(&self, connection: &RedisConnection, groups: &[Vec<usize>], channel: &str) -> Result<(), Failure> {
+        let args = self.args(0, 0, 0, channel);
+        for group in groups {
+            self.kinds::<i64>(connection, &connection.scripts.kinds_release, group, &args).await?;
+        }
+        for &i in groups.iter().flatten() {
+            connection.waiters.wake(&self.keys[i].lock);
+        }
+        Ok(())
+    }
+    /// Takes back the marks a waiting try left under `ticket` (best
+    /// effort), telling waiters on `channel` when they were the last.
+    pub async fn withdraw(&self, connection: &RedisConnection, ticket: u64, channel: &str) {
+        let args = self.args(0, 0, ticket, channel);
+        for group in &self.groups {
+            let _ = self.kinds::<i64>(connection, &connection.scripts.kinds_withdraw, group, &args).await;
+        }
+    }
+}
