@@ -2,12 +2,19 @@
 //! microseconds of `CLOCK_MONOTONIC` (one clock for every process of the
 //! machine, so holds of different processes compare directly):
 //!
-//! - `A <key> <fence> <start>`: the lease was granted (the section starts).
-//! - `E <key> <fence> <start> <end> <store> <release>`: the section ended at
-//!   `end`, just before the release. `store` is `W` (write accepted), `X`
-//!   (write refused as stale) or `R` (read refused as stale); `release` is
-//!   `OK`, `FALSE` or the error code the release failed with.
+//! - `A <key> <fence> <start> <kind> <asked>`: the lease was granted (the
+//!   section starts); the acquire was called at `asked`.
+//! - `E <key> <fence> <start> <end> <store> <release> <kind> <asked>`: the section
+//!   ended at `end`, just before the release. `store` is `W` (write
+//!   accepted), `X` (write refused as stale), `R` (read refused as stale),
+//!   `S` (a reader's read accepted) or `-` (a counted section, which leaves
+//!   the store alone); `release` is `OK`, `FALSE` or the error code the
+//!   release failed with.
 //! - `F <code>`: an acquire failed with `code`.
+//!
+//! `kind` is what the lease was asked for (see [`HoldKind`]): `x` a writer
+//! (exclusive, the only kind outside the mixed scenarios), `s` a reader
+//! (shared), `c<limit>w<weight>` some units of a counted key.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +26,48 @@ pub fn mono_us() -> u64 {
     now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
 }
 
+/// The kind of hold a section's lease was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// Exclusive, one unit of one: overlaps no other section of its key.
+    Writer,
+    /// Shared: overlaps other readers of its key, never a writer.
+    Reader,
+    /// `weight` of a counted key's `limit` units: the weights of the
+    /// sections overlapping at any instant add up to at most `limit`.
+    Counted { limit: u32, weight: u32 },
+}
+
+impl HoldKind {
+    pub fn token(self) -> String {
+        match self {
+            HoldKind::Writer => "x".into(),
+            HoldKind::Reader => "s".into(),
+            HoldKind::Counted { limit, weight } => format!("c{limit}w{weight}"),
+        }
+    }
+
+    fn parse(token: &str) -> HoldKind {
+        match token {
+            "x" => HoldKind::Writer,
+            "s" => HoldKind::Reader,
+            counted => {
+                let (limit, weight) =
+                    counted.strip_prefix('c').and_then(|rest| rest.split_once('w')).expect("a kind: x, s or c<limit>w<weight>");
+                HoldKind::Counted { limit: limit.parse().unwrap(), weight: weight.parse().unwrap() }
+            }
+        }
+    }
+
+    /// The units of its key's limit the section holds (1 of 1 but counted).
+    pub fn units(self) -> (u32, u32) {
+        match self {
+            HoldKind::Writer | HoldKind::Reader => (1, 1),
+            HoldKind::Counted { limit, weight } => (limit, weight),
+        }
+    }
+}
+
 /// One critical section.
 #[derive(Debug, Clone)]
 pub struct Hold {
@@ -27,10 +76,13 @@ pub struct Hold {
     pub fence: u128,
     pub start: u64,
     pub end: u64,
-    /// `W`, `X`, `R`, or `?` when the worker was killed inside the section.
+    /// `W`, `X`, `R`, `S`, `-`, or `?` when the worker was killed inside the section.
     pub store: char,
     /// `OK`, `FALSE`, an error code, or `KILLED`.
     pub release: String,
+    pub kind: HoldKind,
+    /// When the acquire was called: the lease was granted between this and `start`.
+    pub asked: u64,
 }
 
 impl Hold {
@@ -55,7 +107,7 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
     for line in text.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
         match fields.as_slice() {
-            ["A", key, fence, start] => {
+            ["A", key, fence, start, kind, asked] => {
                 let start = start.parse().unwrap();
                 log.open = Some(Hold {
                     worker: worker.into(),
@@ -65,9 +117,11 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     end: u64::MAX,
                     store: '?',
                     release: "KILLED".into(),
+                    kind: HoldKind::parse(kind),
+                    asked: asked.parse().unwrap(),
                 });
             }
-            ["E", key, fence, start, end, store, release] => {
+            ["E", key, fence, start, end, store, release, kind, asked] => {
                 log.open = None;
                 log.holds.push(Hold {
                     worker: worker.into(),
@@ -77,6 +131,8 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     end: end.parse().unwrap(),
                     store: store.chars().next().unwrap(),
                     release: release.to_string(),
+                    kind: HoldKind::parse(kind),
+                    asked: asked.parse().unwrap(),
                 });
             }
             ["F", code] => *log.failures.entry(code.to_string()).or_default() += 1,
@@ -87,7 +143,12 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
     log
 }
 
-/// True when the last complete line says the worker holds a lease now.
-pub fn holding(text: &str) -> bool {
-    text.lines().last().is_some_and(|line| line.starts_with("A "))
+/// The kind of the lease the worker holds now, when the last complete line
+/// says it holds one.
+pub fn holding(text: &str) -> Option<HoldKind> {
+    let line = text.lines().last()?;
+    match line.split(' ').collect::<Vec<_>>().as_slice() {
+        ["A", _, _, _, kind, _] => Some(HoldKind::parse(kind)),
+        _ => None,
+    }
 }

@@ -1,7 +1,9 @@
 /* The C worker of the fault suite: the same loop, arguments, options
- * (YAML in FAULTS_LOCK_YAML) and log lines as worker.rs, through liblock
- * (the lock) and a minimal RESP client (the fenced store). Usage: worker
- * <store_port> <keys> <hold_ms> <run_ms> <log> <seed> <read_sha> <write_sha> */
+ * (YAML in FAULTS_LOCK_YAML), draws and log lines as worker.rs, through
+ * liblock (the lock; in a mixed run, with limit above 0, readers and counted
+ * sections through dokebi_lock_acquire_ex) and a minimal RESP client (the
+ * fenced store). Usage: worker <store_port> <keys> <hold_ms> <run_ms> <log>
+ * <seed> <read_sha> <write_sha> <shared_read_sha> <limit> */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -79,8 +81,9 @@ static unsigned below(unsigned n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 9) die("expected 8 arguments");
-    const char *read_sha = argv[7], *write_sha = argv[8], *yaml = getenv("FAULTS_LOCK_YAML");
+    if (argc != 11) die("expected 10 arguments");
+    const char *read_sha = argv[7], *write_sha = argv[8], *shared_read_sha = argv[9], *yaml = getenv("FAULTS_LOCK_YAML");
+    unsigned limit = (unsigned)atoi(argv[10]);
     if (!yaml) die("FAULTS_LOCK_YAML is not set");
     int store_port = atoi(argv[1]);
     unsigned keys = (unsigned)atoi(argv[2]), hold_ms = (unsigned)atoi(argv[3]);
@@ -102,10 +105,29 @@ int main(int argc, char **argv) {
     if (!log) die("cannot open the log");
 
     while (mono_us() < run_until) {
-        char key[16], hash[32], attempts[32], value[32];
-        snprintf(key, sizeof key, "k%u", below(keys));
+        char key[16], hash[32], attempts[32], value[32], kind[32];
+        unsigned index = below(keys);
+        snprintf(key, sizeof key, "k%u", index);
+        /* The kind, drawn as worker.rs's pick does. */
+        dokebi_lock_key lock_key = {key, strlen(key)};
+        dokebi_lock_acquire_options options = {DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0, &lock_key, 1};
+        if (limit == 0) {
+            strcpy(kind, "x");
+        } else if (index == keys - 1) {
+            options.limit = limit;
+            options.weight = 1 + below(2);
+            snprintf(kind, sizeof kind, "c%uw%u", options.limit, options.weight);
+        } else if (below(3) != 0) {
+            options.mode = DOKEBI_LOCK_MODE_SHARED;
+            strcpy(kind, "s");
+        } else {
+            strcpy(kind, "x");
+        }
         dokebi_lock_lease *lease = NULL;
-        dokebi_lock_status status = dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL);
+        uint64_t asked = mono_us();
+        dokebi_lock_status status =
+            limit == 0 ? dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL)
+                       : dokebi_lock_acquire_ex(backend, &options, DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL);
         if (status != DOKEBI_LOCK_OK) {
             fprintf(log, "F %s\n", dokebi_lock_status_name(status));
             fflush(log);
@@ -114,15 +136,25 @@ int main(int argc, char **argv) {
         }
         const char *fence = dokebi_lock_lease_fence(lease);
         uint64_t start = mono_us();
-        fprintf(log, "A %s %s %llu\n", key, fence, (unsigned long long)start);
+        fprintf(log, "A %s %s %llu %s %llu\n", key, fence, (unsigned long long)start, kind, (unsigned long long)asked);
         fflush(log);
         snprintf(hash, sizeof hash, "store:%s", key);
         snprintf(attempts, sizeof attempts, "attempts:%s", key);
-        const char *read_cmd[] = {"EVALSHA", read_sha, "1", hash, fence};
-        long long read = store_call(5, read_cmd);
+        long long read = 0;
+        if (kind[0] == 'x') {
+            const char *read_cmd[] = {"EVALSHA", read_sha, "1", hash, fence};
+            read = store_call(5, read_cmd);
+        } else if (kind[0] == 's') {
+            const char *read_cmd[] = {"EVALSHA", shared_read_sha, "2", hash, attempts, fence};
+            read = store_call(6, read_cmd);
+        }
         sleep_ms(below(hold_ms + 1));
         const char *outcome = "R";
-        if (read >= 0) {
+        if (read >= 0 && kind[0] == 's') {
+            outcome = "S";
+        } else if (read >= 0 && kind[0] == 'c') {
+            outcome = "-";
+        } else if (read >= 0) {
             snprintf(value, sizeof value, "%lld", read + 1);
             const char *write_cmd[] = {"EVALSHA", write_sha, "2", hash, attempts, fence, value};
             outcome = store_call(7, write_cmd) == 1 ? "W" : "X";
@@ -131,7 +163,8 @@ int main(int argc, char **argv) {
         bool released = false;
         status = dokebi_lock_lease_release(lease, &released, NULL);
         const char *release = status != DOKEBI_LOCK_OK ? dokebi_lock_status_name(status) : released ? "OK" : "FALSE";
-        fprintf(log, "E %s %s %llu %llu %s %s\n", key, fence, (unsigned long long)start, (unsigned long long)end, outcome, release);
+        fprintf(log, "E %s %s %llu %llu %s %s %s %llu\n", key, fence, (unsigned long long)start, (unsigned long long)end, outcome,
+                release, kind, (unsigned long long)asked);
         fflush(log);
         dokebi_lock_lease_free(lease);
     }

@@ -1,13 +1,16 @@
 // The Node worker of the fault suite: the same loop, arguments, options
-// (YAML in FAULTS_LOCK_YAML) and log lines as worker.rs, through
-// @dokebi/lock (the lock) and a minimal RESP client (the fenced store).
-// Usage: node worker.mjs <store_port> <keys> <hold_ms> <run_ms> <log> <seed> <read_sha> <write_sha>
+// (YAML in FAULTS_LOCK_YAML), draws and log lines as worker.rs, through
+// @dokebi/lock (the lock; in a mixed run, with limit above 0, readers with
+// { mode: 'shared' } and counted sections with { limit, weight }) and a
+// minimal RESP client (the fenced store).
+// Usage: node worker.mjs <store_port> <keys> <hold_ms> <run_ms> <log> <seed> <read_sha> <write_sha> <shared_read_sha> <limit>
 import { appendFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { openLock } from '../../npm/index.js';
 
-const [storePort, keys, holdMs, runMs, logPath, seed, readSha, writeSha] = process.argv.slice(2);
+const [storePort, keys, holdMs, runMs, logPath, seed, readSha, writeSha, sharedReadSha, limitArg] = process.argv.slice(2);
+const limit = Number(limitArg);
 
 /** Microseconds on CLOCK_MONOTONIC (libuv's clock), like the other workers. */
 const monoUs = () => process.hrtime.bigint() / 1000n;
@@ -57,21 +60,38 @@ const backend = provider.backend('faults');
 const store = openStore(storePort);
 const end = Date.now() + Number(runMs);
 while (Date.now() < end) {
-  const key = `k${below(Number(keys))}`;
+  const index = below(Number(keys));
+  const key = `k${index}`;
+  // The kind, drawn as worker.rs's pick does.
+  let kind = 'x';
+  let options;
+  if (limit > 0 && index === Number(keys) - 1) {
+    const weight = 1 + below(2);
+    kind = `c${limit}w${weight}`;
+    options = { limit, weight };
+  } else if (limit > 0 && below(3) !== 0) {
+    kind = 's';
+    options = { mode: 'shared' };
+  }
   let lease;
+  const asked = monoUs();
   try {
-    lease = await backend.acquire(key);
+    lease = options ? await backend.acquire(key, options) : await backend.acquire(key);
   } catch (error) {
     line(`F ${error.code}`);
     await sleep(20);
     continue;
   }
   const start = monoUs();
-  line(`A ${key} ${lease.fence} ${start}`);
-  const read = await store.call('EVALSHA', readSha, 1, `store:${key}`, lease.fence);
+  line(`A ${key} ${lease.fence} ${start} ${kind} ${asked}`);
+  let read = 0;
+  if (kind === 'x') read = await store.call('EVALSHA', readSha, 1, `store:${key}`, lease.fence);
+  else if (kind === 's') read = await store.call('EVALSHA', sharedReadSha, 2, `store:${key}`, `attempts:${key}`, lease.fence);
   await sleep(below(Number(holdMs) + 1));
   let outcome = 'R';
-  if (read >= 0) {
+  if (read >= 0 && kind === 's') outcome = 'S';
+  else if (read >= 0 && kind !== 'x') outcome = '-';
+  else if (read >= 0) {
     const written = await store.call('EVALSHA', writeSha, 2, `store:${key}`, `attempts:${key}`, lease.fence, read + 1);
     outcome = written === 1 ? 'W' : 'X';
   }
@@ -82,7 +102,7 @@ while (Date.now() < end) {
   } catch (error) {
     released = error.code;
   }
-  line(`E ${key} ${lease.fence} ${start} ${sectionEnd} ${outcome} ${released}`);
+  line(`E ${key} ${lease.fence} ${start} ${sectionEnd} ${outcome} ${released} ${kind} ${asked}`);
 }
 store.close();
 await provider.close();

@@ -2,14 +2,19 @@
 //! (the C worker, `worker.c`, does the same through liblock). It loops until
 //! its time is up: acquire one of the keys, read-modify-write the fenced
 //! store, release, and log the hold (see [`crate::log`] for the lines).
+//!
+//! With a `limit` (the mixed scenarios), the sections are of mixed kinds
+//! (see [`pick`]): the last key is counted with that limit, taken
+//! with a weight of 1 or 2; the others are taken shared by readers (who
+//! only read the store) or exclusive by writers.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Provider};
+use dokebi_lock::{AcquireOptions, LockMode, Provider};
 
-use crate::log::mono_us;
+use crate::log::{mono_us, HoldKind};
 
 /// The environment variable that hands every worker its options (YAML).
 pub const YAML_VAR: &str = "FAULTS_LOCK_YAML";
@@ -26,6 +31,10 @@ pub struct WorkerArgs {
     pub seed: u64,
     pub read_sha: String,
     pub write_sha: String,
+    pub shared_read_sha: String,
+    /// 0: every section a writer (plain exclusive acquires, as before the
+    /// lock kinds). Above: mixed kinds, the last key counted with this limit.
+    pub limit: u32,
 }
 
 impl WorkerArgs {
@@ -39,11 +48,13 @@ impl WorkerArgs {
             self.seed.to_string(),
             self.read_sha.clone(),
             self.write_sha.clone(),
+            self.shared_read_sha.clone(),
+            self.limit.to_string(),
         ]
     }
 
     pub fn parse(args: &[String]) -> WorkerArgs {
-        assert_eq!(args.len(), 8, "worker arguments: see WorkerArgs");
+        assert_eq!(args.len(), 10, "worker arguments: see WorkerArgs");
         WorkerArgs {
             store_port: args[0].parse().unwrap(),
             keys: args[1].parse().unwrap(),
@@ -53,6 +64,8 @@ impl WorkerArgs {
             seed: args[5].parse().unwrap(),
             read_sha: args[6].clone(),
             write_sha: args[7].clone(),
+            shared_read_sha: args[8].clone(),
+            limit: args[9].parse().unwrap(),
         }
     }
 }
@@ -80,6 +93,24 @@ impl Rng {
     }
 }
 
+/// The next section's key and kind. The C and Node workers draw the same
+/// way: a key out of `keys`; in a mixed run, the last key is counted (a
+/// weight of 1 or 2 of `limit`), and of the other keys' sections two in
+/// three are readers.
+fn pick(rng: &mut Rng, keys: u32, limit: u32) -> (u32, HoldKind) {
+    let key = rng.below(keys);
+    let kind = if limit == 0 {
+        HoldKind::Writer
+    } else if key == keys - 1 {
+        HoldKind::Counted { limit, weight: 1 + rng.below(2) }
+    } else if rng.below(3) != 0 {
+        HoldKind::Reader
+    } else {
+        HoldKind::Writer
+    };
+    (key, kind)
+}
+
 pub fn run(args: WorkerArgs) {
     let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
     let backend = provider.backend("faults").unwrap();
@@ -91,8 +122,15 @@ pub fn run(args: WorkerArgs) {
     let end = Instant::now() + Duration::from_millis(args.run_ms.into());
 
     while Instant::now() < end {
-        let key = format!("k{}", rng.below(args.keys));
-        let lease = match futures::executor::block_on(backend.acquire(&key, AcquireOptions::default())) {
+        let (key, kind) = pick(&mut rng, args.keys, args.limit);
+        let key = format!("k{key}");
+        let options = match kind {
+            HoldKind::Writer => AcquireOptions::default(),
+            HoldKind::Reader => AcquireOptions { mode: LockMode::Shared, ..AcquireOptions::default() },
+            HoldKind::Counted { limit, weight } => AcquireOptions { limit: Some(limit), weight: Some(weight), ..AcquireOptions::default() },
+        };
+        let asked = mono_us();
+        let lease = match futures::executor::block_on(backend.acquire(&key, options)) {
             Ok(lease) => lease,
             Err(err) => {
                 line(format!("F {}\n", err.code().as_str()));
@@ -102,12 +140,27 @@ pub fn run(args: WorkerArgs) {
         };
         let fence = lease.fence();
         let start = mono_us();
-        line(format!("A {key} {fence} {start}\n"));
-        let read: i64 =
-            redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store).expect("store read");
+        let token = kind.token();
+        line(format!("A {key} {fence} {start} {token} {asked}\n"));
+        let read: i64 = match kind {
+            HoldKind::Writer => redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store),
+            HoldKind::Reader => redis::cmd("EVALSHA")
+                .arg(&args.shared_read_sha)
+                .arg(2)
+                .arg(format!("store:{key}"))
+                .arg(format!("attempts:{key}"))
+                .arg(fence)
+                .query(&mut store),
+            HoldKind::Counted { .. } => Ok(0),
+        }
+        .expect("store read");
         std::thread::sleep(Duration::from_millis(rng.below(args.hold_ms + 1).into()));
         let outcome = if read < 0 {
             "R"
+        } else if kind == HoldKind::Reader {
+            "S"
+        } else if kind != HoldKind::Writer {
+            "-"
         } else {
             let written: i64 = redis::cmd("EVALSHA")
                 .arg(&args.write_sha)
@@ -130,7 +183,7 @@ pub fn run(args: WorkerArgs) {
             Ok(false) => "FALSE",
             Err(err) => err.code().as_str(),
         };
-        line(format!("E {key} {fence} {start} {end_us} {outcome} {released}\n"));
+        line(format!("E {key} {fence} {start} {end_us} {outcome} {released} {token} {asked}\n"));
     }
     futures::executor::block_on(provider.close());
 }
