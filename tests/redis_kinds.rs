@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Lease, LockMode, Provider};
 use futures::executor::block_on;
-use support::deployment::Deployment;
+use support::deployment::{on_topologies, Deployment};
 use support::topology::{backend, code, lock_key};
 use support::{eventually, redis_counts, wait};
 
@@ -476,40 +476,24 @@ fn scenario_a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_le
     block_on(long.close());
 }
 
-/// One `#[test]` per scenario and topology.
-macro_rules! on_every_topology {
-    ($($name:ident => $scenario:ident),* $(,)?) => {
-        mod on_server {
-            use super::*;
-            $(#[test] fn $name() { $scenario(&Deployment::server()) })*
-        }
-        mod on_sentinel {
-            use super::*;
-            $(#[test] fn $name() { $scenario(&Deployment::sentinel()) })*
-        }
-        mod on_cluster {
-            use super::*;
-            $(#[test] fn $name() { $scenario(&Deployment::cluster()) })*
-        }
-    };
-}
-
-on_every_topology! {
-    readers_hold_a_key_together_and_a_writer_alone => scenario_readers_hold_a_key_together_and_a_writer_alone,
-    a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends => scenario_a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends,
-    one_readers_renew_extends_only_its_own_expiry => scenario_one_readers_renew_extends_only_its_own_expiry,
-    a_writer_waiting_in_another_process_stops_new_readers => scenario_a_writer_waiting_in_another_process_stops_new_readers,
-    readers_behind_a_writer_that_gave_up_are_told_at_once => scenario_readers_behind_a_writer_that_gave_up_are_told_at_once,
-    within_a_process_a_reader_queued_behind_a_writer_waits_for_it => scenario_within_a_process_a_reader_queued_behind_a_writer_waits_for_it,
-    a_counted_key_holds_at_most_its_limit_of_units => scenario_a_counted_key_holds_at_most_its_limit_of_units,
-    a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones => scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones,
-    every_caller_of_a_key_must_give_the_same_limit => scenario_every_caller_of_a_key_must_give_the_same_limit,
-    a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
-    fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
-    several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
-    a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,
-    overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap => scenario_overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap,
-    readers_and_writers_of_two_processes_under_load_never_overlap => scenario_readers_and_writers_of_two_processes_under_load_never_overlap,
-    counted_holders_of_two_processes_under_load_never_exceed_the_limit => scenario_counted_holders_of_two_processes_under_load_never_exceed_the_limit,
-    a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost => scenario_a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost,
+on_topologies! {
+    every topology {
+        readers_hold_a_key_together_and_a_writer_alone => scenario_readers_hold_a_key_together_and_a_writer_alone,
+        a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends => scenario_a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends,
+        one_readers_renew_extends_only_its_own_expiry => scenario_one_readers_renew_extends_only_its_own_expiry,
+        a_writer_waiting_in_another_process_stops_new_readers => scenario_a_writer_waiting_in_another_process_stops_new_readers,
+        readers_behind_a_writer_that_gave_up_are_told_at_once => scenario_readers_behind_a_writer_that_gave_up_are_told_at_once,
+        within_a_process_a_reader_queued_behind_a_writer_waits_for_it => scenario_within_a_process_a_reader_queued_behind_a_writer_waits_for_it,
+        a_counted_key_holds_at_most_its_limit_of_units => scenario_a_counted_key_holds_at_most_its_limit_of_units,
+        a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones => scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones,
+        every_caller_of_a_key_must_give_the_same_limit => scenario_every_caller_of_a_key_must_give_the_same_limit,
+        a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
+        fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
+        several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
+        a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,
+        overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap => scenario_overlapping_key_sets_in_opposite_orders_never_deadlock_or_overlap,
+        readers_and_writers_of_two_processes_under_load_never_overlap => scenario_readers_and_writers_of_two_processes_under_load_never_overlap,
+        counted_holders_of_two_processes_under_load_never_exceed_the_limit => scenario_counted_holders_of_two_processes_under_load_never_exceed_the_limit,
+        a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost => scenario_a_plain_lease_whose_key_went_to_readers_renews_false_and_releases_lease_lost,
+    }
 }

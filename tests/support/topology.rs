@@ -1,11 +1,11 @@
 //! What the Sentinel and Cluster tests share: one backend per provider,
-//! short bounds during failovers, lock key names, and a hand-off between two
-//! providers timed from the release.
+//! short bounds during failovers, lock key names, a hand-off between two
+//! providers timed from the release, and acquires tried through a failover.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Lease, LockError, Provider};
 use futures::executor::block_on;
 use sha2::{Digest, Sha256};
 
@@ -56,4 +56,42 @@ pub fn hand_off(holder: &Provider, other: &Provider, key: &str) -> Duration {
     assert!(lease.fence() > held.fence());
     assert!(block_on(lease.release()).unwrap());
     granted_at - released_at
+}
+
+/// Tries `key` once at a time until `done` accepts the outcome, for at most
+/// `bound` since `since`; every failure meanwhile must say Redis failed
+/// (`PROVIDER_FAILED`) or may have run the command (`OUTCOME_UNKNOWN`), and
+/// any other outcome `done` refuses fails the test. Returns what `done`
+/// accepted, how long it took since `since`, and the failures seen.
+pub fn try_through_failover<T>(
+    backend: &Backend,
+    key: &str,
+    since: Instant,
+    bound: Duration,
+    mut done: impl FnMut(Result<Lease, LockError>) -> Option<T>,
+) -> (T, Duration, Vec<ErrorCode>) {
+    let mut failures = Vec::new();
+    loop {
+        match block_on(backend.acquire(key, wait(0))) {
+            Err(err) if matches!(err.code(), ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown) => failures.push(err.code()),
+            outcome => {
+                let answer = format!("{:?}", outcome.as_ref().map(|lease| lease.fence()).map_err(|err| err.code()));
+                match done(outcome) {
+                    Some(value) => return (value, since.elapsed(), failures),
+                    None => panic!("an acquire during the failover gave an unexpected answer: {answer}"),
+                }
+            }
+        }
+        assert!(since.elapsed() < bound, "acquires did not work again within {bound:?} (failures: {failures:?})");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// "n × CODE" for each failure code seen.
+pub fn tally(failures: &[ErrorCode]) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    for code in failures {
+        *counts.entry(format!("{code:?}")).or_insert(0) += 1;
+    }
+    counts.iter().map(|(code, n)| format!("{n} × {code}")).collect::<Vec<_>>().join(", ")
 }
