@@ -2,7 +2,9 @@
 // ioredis-style connection to the private server (ours also over a cluster
 // or with backend settings of its own). Each factory returns
 // { version, defaults, loop(keyAt, n), close() }, and the locks also
-// acquire(key) -> Promise<release()> for the hand-off scenario.
+// acquire(key) -> Promise<release()> for the hand-off scenario; those with
+// lock kinds also counted(keyAt, n) (a key counted to COUNTED_LIMIT) or
+// keys(keysAt, n) (several keys as one lock).
 import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 import { openRedisBackend } from '../lib/dokebi.mjs';
@@ -10,6 +12,7 @@ import { openRedisBackend } from '../lib/dokebi.mjs';
 const require = createRequire(import.meta.url);
 const versionOf = (name) => require(`${name}/package.json`).version;
 export const LEASE_MS = 10000;
+export const COUNTED_LIMIT = 8;
 
 function ioredis(url) {
   const Redis = require('ioredis');
@@ -33,6 +36,13 @@ export const redisSubjects = {
       acquire: async (key) => {
         const lease = await backend.acquire(key);
         return () => lease.release();
+      },
+      counted: async (keyAt, n) => {
+        const counted = { limit: COUNTED_LIMIT };
+        for (let i = 0; i < n; i++) await (await backend.acquire(keyAt(), counted)).release();
+      },
+      keys: async (keysAt, n) => {
+        for (let i = 0; i < n; i++) await (await backend.acquire(keysAt())).release();
       },
       close: () => provider.close(),
     };
@@ -74,12 +84,16 @@ export const redisSubjects = {
         const lock = await redlock.lock(key, LEASE_MS);
         return () => lock.unlock();
       },
+      // Its multi-resource lock: lock([keys], ttl).
+      keys: async (keysAt, n) => {
+        for (let i = 0; i < n; i++) await (await redlock.lock(keysAt(), LEASE_MS)).unlock();
+      },
       close: () => redis.quit(),
     };
   },
 
   async 'redis-semaphore'(url) {
-    const { Mutex, defaultTimeoutOptions } = require('redis-semaphore');
+    const { Mutex, Semaphore, defaultTimeoutOptions } = require('redis-semaphore');
     const redis = ioredis(url);
     // The documented use: one Mutex object per critical section.
     return {
@@ -96,6 +110,14 @@ export const redisSubjects = {
         const mutex = new Mutex(redis, key, { lockTimeout: LEASE_MS });
         await mutex.acquire();
         return () => mutex.release();
+      },
+      // Its Semaphore, one object per critical section as for Mutex.
+      counted: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const semaphore = new Semaphore(redis, keyAt(), COUNTED_LIMIT, { lockTimeout: LEASE_MS });
+          await semaphore.acquire();
+          await semaphore.release();
+        }
       },
       close: () => redis.quit(),
     };
