@@ -149,12 +149,6 @@ pub fn check_keys<K: AsRef<str>>(keys: &[K], max_key_bytes: usize) -> Result<()>
     Ok(())
 }
 
-/// `UNSUPPORTED_KIND`: the driver cannot grant `kind` (or several keys),
-/// so it refuses rather than granting a plain exclusive lease instead.
-pub fn unsupported(driver: &str, what: &str) -> LockError {
-    LockError::new(ErrorCode::UnsupportedKind, format!("the {driver} driver cannot grant {what}"))
-}
-
 fn invalid(message: impl Into<String>) -> LockError {
     LockError::new(ErrorCode::InvalidArgument, message)
 }

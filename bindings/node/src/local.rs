@@ -80,11 +80,8 @@ impl LocalState {
         if let Err(error) = unsafe { self.keys.read(env, key) } {
             return self.failed(error);
         }
-        match self.engine.acquire(self.keys.key(), may_wait, |waiter| waiter.slot) {
-            Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
-            Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
-            Err(error) => self.failed(error),
-        }
+        let acquired = self.engine.acquire(self.keys.key(), may_wait, |waiter| waiter.slot);
+        self.acquired(acquired);
     }
 
     /// `acquireKind(keys)`: as `acquire`, of one key (a string) or several
@@ -118,6 +115,11 @@ impl LocalState {
                 Err(error) => Err(error),
             }
         };
+        self.acquired(acquired);
+    }
+
+    /// An acquire's outcome in `out`: GRANTED, QUEUED or FAILED.
+    fn acquired(&mut self, acquired: Result<Acquired, LockError>) {
         match acquired {
             Ok(Acquired::Granted(lease)) => self.report(GRANTED, &[lease.slot.into(), lease.fence as f64]),
             Ok(Acquired::Queued(waiter)) => self.report(QUEUED, &[waiter.slot.into(), waiter.serial as f64]),
