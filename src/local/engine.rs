@@ -34,6 +34,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use slab::Slab;
 
+use super::key_copy::KeyCopy;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::key;
@@ -125,7 +126,10 @@ impl Slots {
 
 /// A key that is held or waited for; it leaves the engine when neither.
 struct KeySlot {
-    key: Box<str>,
+    /// Inline for short keys: an uncontended acquire and release of a key
+    /// nobody held then allocates nothing (malloc and free were about a
+    /// seventh of the C surface's uncontended pair).
+    key: KeyCopy,
     /// The key's hash in `index`, kept so removal finds the entry without
     /// hashing again.
     hash: u64,
@@ -197,7 +201,8 @@ struct QueueEntry {
 /// waiter (a waker, a callback, a promise handle).
 pub struct LocalEngine<W> {
     options: LocalOptions,
-    /// Key slots by key: one hash and one allocation per newly held key.
+    /// Key slots by key: one hash per newly held key, and an allocation
+    /// only for a key longer than [`KeyCopy`] keeps inline.
     /// Keys may come from untrusted input, so the hash is seeded at random
     /// per engine (foldhash, hashbrown's default): flooding one bucket
     /// takes knowing the seed. SipHash cost the Node fast path about 5%.
@@ -270,13 +275,13 @@ impl<W> LocalEngine<W> {
         let hash = self.hasher.hash_one(key);
         let keys = &self.keys;
         // One probe finds the key or the place to insert it.
-        let key_slot = match self.index.entry(hash, |&slot| &*keys[slot as usize].key == key, |&slot| keys[slot as usize].hash) {
+        let key_slot = match self.index.entry(hash, |&slot| keys[slot as usize].key.is(key), |&slot| keys[slot as usize].hash) {
             Entry::Occupied(entry) => *entry.get(),
             Entry::Vacant(entry) => {
                 if self.keys.len() >= self.options.max_keys as usize {
                     return Err(key_limit(&self.options));
                 }
-                let mut slot = KeySlot { key: key.into(), hash, limit: kind.limit, units: 0, readers: 0, head: None, tail: None };
+                let mut slot = KeySlot { key: KeyCopy::new(key), hash, limit: kind.limit, units: 0, readers: 0, head: None, tail: None };
                 slot.hold(kind.mode, kind.weight);
                 let key_slot = self.keys.insert(slot) as u32;
                 entry.insert(key_slot);
@@ -426,14 +431,14 @@ impl<W> LocalEngine<W> {
         if !self.is_held(lease) {
             return None;
         }
-        Some(&self.keys[self.holders[lease.slot as usize].keys.first() as usize].key)
+        Some(self.keys[self.holders[lease.slot as usize].keys.first() as usize].key.as_str())
     }
 
     /// The keys a held lease is on, in the order of its acquire; none when
     /// it is not held.
     pub fn keys_of(&self, lease: LeaseId) -> impl Iterator<Item = &str> + '_ {
         let held = self.holders.get(lease.slot as usize).filter(|holder| holder.fence == lease.fence);
-        held.map(|holder| holder.keys.as_slice()).unwrap_or_default().iter().map(|&slot| &*self.keys[slot as usize].key)
+        held.map(|holder| holder.keys.as_slice()).unwrap_or_default().iter().map(|&slot| self.keys[slot as usize].key.as_str())
     }
 
     /// Closes the engine: every held lease becomes invalid, every later call
@@ -491,12 +496,13 @@ impl<W> LocalEngine<W> {
 
     fn find(&self, key: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
-        self.index.find(hash, |&slot| &*self.keys[slot as usize].key == key).copied()
+        self.index.find(hash, |&slot| self.keys[slot as usize].key.is(key)).copied()
     }
 
     fn insert_key(&mut self, key: &str, limit: u32) -> u32 {
         let hash = self.hasher.hash_one(key);
-        let key_slot = self.keys.insert(KeySlot { key: key.into(), hash, limit, units: 0, readers: 0, head: None, tail: None }) as u32;
+        let key_slot =
+            self.keys.insert(KeySlot { key: KeyCopy::new(key), hash, limit, units: 0, readers: 0, head: None, tail: None }) as u32;
         let keys = &self.keys;
         self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
         key_slot

@@ -1,10 +1,10 @@
-//! A lease's own copy of its key, so that `key()` answers after the lease
-//! ended (the engine forgets a key when its last holder leaves).
+//! A copy of a key that allocates only for long keys: the engine's entry of
+//! a held key, and a lease's own copy (so that `key()` answers after the
+//! lease ended, when the engine has forgotten the key).
 //!
 //! Keys of up to [`INLINE`] bytes, most keys in practice ("order:1234", a
-//! prefix and a UUID), are kept inside the lease: an uncontended acquire and
-//! release then allocates once (the engine's entry for the key), not twice.
-//! Longer keys are boxed.
+//! prefix and a UUID), are kept inline: an uncontended acquire and release
+//! of such a key then allocates nothing. Longer keys are boxed.
 
 /// The longest key kept without an allocation; the copy is then 48 bytes,
 /// three times a boxed one.
@@ -27,11 +27,25 @@ impl KeyCopy {
         }
     }
 
+    /// Whether this is a copy of `key` (bytes compared: no UTF-8 check on
+    /// the engine's lookups).
+    pub fn is(&self, key: &str) -> bool {
+        self.as_bytes() == key.as_bytes()
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyCopy::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyCopy::Boxed(key) => key.as_bytes(),
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             // Copied from a `str`, so this cannot fail; checking costs a few
-            // nanoseconds on a getter that is rarely called.
-            KeyCopy::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).expect("copied from a str"),
+            // nanoseconds on calls off the acquire path (a lease's `key()`,
+            // the engine's `key_of`).
+            KeyCopy::Inline { .. } => std::str::from_utf8(self.as_bytes()).expect("copied from a str"),
             KeyCopy::Boxed(key) => key,
         }
     }
@@ -47,6 +61,8 @@ mod tests {
         let over = format!("{at_limit}x");
         for key in ["k", "order:1234", "日本語のキー", at_limit.as_str(), over.as_str(), &"x".repeat(1024)] {
             assert_eq!(KeyCopy::new(key).as_str(), key);
+            assert!(KeyCopy::new(key).is(key));
+            assert!(!KeyCopy::new(key).is(&format!("{key}!")));
         }
         assert!(matches!(KeyCopy::new(&at_limit), KeyCopy::Inline { .. }));
         assert!(matches!(KeyCopy::new(&over), KeyCopy::Boxed(_)));
