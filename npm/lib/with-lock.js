@@ -24,23 +24,38 @@ const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'mode', 'limit', 'weigh
 
 const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 
-/** Splits the options into acquire options and `autoRenew`; INVALID_ARGUMENT for anything else. */
-function sectionOptions(options) {
-  if (options === undefined) return { acquire: undefined, autoRenew: true };
+/**
+ * Checks withLock's options: INVALID_ARGUMENT for anything but an object of
+ * acquire options and `autoRenew` (a boolean, or undefined). True when
+ * `autoRenew` is among its fields (so they are not acquire options as they are).
+ */
+function checkSectionOptions(options) {
   if (typeof options !== 'object' || options === null) {
     throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, mode?, limit?, weight?, autoRenew? }');
   }
+  let renewField = false;
   for (const name in options) {
     if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs, mode, limit, weight and autoRenew');
+    if (name === 'autoRenew') renewField = true;
   }
-  const { autoRenew = true, signal, waitTimeoutMs, mode, limit, weight } = options;
-  if (typeof autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
-  // Only the fields given: an app driver sees no `mode: undefined` it did not ask for.
+  if (renewField && options.autoRenew !== undefined && typeof options.autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
+  return renewField;
+}
+
+/** The acquire options among checked withLock options: only the fields given (an app driver sees no `mode: undefined` it did not ask for). */
+function acquireOptions({ signal, waitTimeoutMs, mode, limit, weight }) {
   const acquire = { signal, waitTimeoutMs };
   if (mode !== undefined) acquire.mode = mode;
   if (limit !== undefined) acquire.limit = limit;
   if (weight !== undefined) acquire.weight = weight;
-  return { acquire, autoRenew };
+  return acquire;
+}
+
+/** Splits the options into acquire options and `autoRenew`; INVALID_ARGUMENT for anything else. */
+function sectionOptions(options) {
+  if (options === undefined) return { acquire: undefined, autoRenew: true };
+  checkSectionOptions(options);
+  return { acquire: acquireOptions(options), autoRenew: options.autoRenew ?? true };
 }
 
 function leaseLost(cause) {
@@ -121,7 +136,9 @@ export function withLockReleasedAtOnce(source, key, fn, options) {
   let acquire;
   if (options !== undefined) {
     try {
-      acquire = sectionOptions(options).acquire;
+      // Options without autoRenew are acquire options as they are: handing
+      // them on saves a copy per section (the acquire is our own core's).
+      acquire = checkSectionOptions(options) ? acquireOptions(options) : options;
     } catch (error) {
       return Promise.reject(error);
     }

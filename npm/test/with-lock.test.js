@@ -112,6 +112,18 @@ test('a local section gets the caller signal: its abort reaches fn, and fn decid
   await provider.close();
 });
 
+test('local withLock takes autoRenew given or not, with the acquire options beside it', async () => {
+  const { provider, backend } = await openLocal();
+  for (const options of [{ mode: 'shared' }, { mode: 'shared', autoRenew: false }, { autoRenew: undefined, limit: 2 }, { autoRenew: true, waitTimeoutMs: 0 }]) {
+    const other = await backend.acquire('k', options.mode === 'shared' ? { mode: 'shared' } : { limit: options.limit ?? 1 });
+    // Shared and counted sections run beside the lease already held; the plain one waits for nothing.
+    if (options.limit === undefined && options.mode === undefined) await other.release();
+    assert.equal(await backend.withLock('k', (lease) => lease.key, options), 'k', JSON.stringify(options));
+    await other.release();
+  }
+  await provider.close();
+});
+
 test('bad withLock arguments are INVALID_ARGUMENT', async () => {
   const { provider, backend } = await openLocal();
   await rejectsWith(backend.withLock('k'), 'INVALID_ARGUMENT');
