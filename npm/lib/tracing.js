@@ -8,8 +8,8 @@
 // (full-backend.js) each make one guarded call per path. Zero cost when
 // nobody listens: a call site first asks acquireTraced() / withLockTraced(),
 // which read the `hasSubscribers` of the channels' `start` only (a whole
-// TracingChannel's is five reads: about 1% of an uncontended pair, callgrind),
-// and a release reads a counter of open holds; no context object, closure or
+// TracingChannel's reads all five of its channels'), and a release reads a
+// counter of open holds; no context object, closure or
 // clock read happens otherwise. So a subscriber subscribes to `start`, as
 // `tracingChannel.subscribe({ start, ... })` with a start handler does.
 //
