@@ -70,7 +70,7 @@ class AppBackend {
   #api;
   /** The app's methods bound to it, by method, so that a member reads the same each time. */
   #bound = new WeakMap();
-  /** What traces of this backend name (tracing.js). */
+  /** acquire and withLock, traced (tracing.js). */
   #traced;
 
   constructor(view, name, driver, inner, supported) {
@@ -81,7 +81,11 @@ class AppBackend {
     this.#who = inner === undefined ? `backend ${name} (driver ${driver})` : `backend ${name} (its wrapBackend result)`;
     this.#details = { backend: name, driver };
     // The library does not see an app lease's release (only withLock's).
-    this.#traced = tracing.tracedBackend(name, driver, false);
+    this.#traced = tracing.tracedCalls(
+      { backend: name, driver, seesReleases: false },
+      (key, options) => this.#acquire(key, options),
+      (key, fn, options) => this.#withLock(key, fn, options),
+    );
     if (typeof view.status !== 'function' && inner === undefined) this.#counts = { waiting: 0, acquired: 0, timedOut: 0 };
     this.#api = new Map(API.map((member) => [member, this[member].bind(this)]));
     // util.inspect shows a Proxy's target, bypassing the traps: let it show
@@ -106,7 +110,7 @@ class AppBackend {
    * not: they are traced once, by the backend it wraps, when they reach it.
    */
   acquire(key, options) {
-    if (this.#inner === undefined && tracing.acquireTraced()) return tracing.traceAcquire(this.#traced, key, options, () => this.#acquire(key, options));
+    if (this.#inner === undefined && tracing.acquireTraced()) return this.#traced.acquire(key, options);
     return this.#acquire(key, options);
   }
 
@@ -143,9 +147,7 @@ class AppBackend {
    * app's code, and what it calls on the backend it wraps is traced there.
    */
   withLock(key, fn, options) {
-    if (tracing.withLockTraced() && (this.#inner === undefined || typeof this.#view.withLock !== 'function')) {
-      return tracing.traceWithLock(this.#traced, key, fn, options, (section) => this.#withLock(key, section, options));
-    }
+    if (tracing.withLockTraced() && (this.#inner === undefined || typeof this.#view.withLock !== 'function')) return this.#traced.withLock(key, fn, options);
     return this.#withLock(key, fn, options);
   }
 

@@ -362,25 +362,22 @@ Object.defineProperty(LocalLease.prototype, 'then', { value: undefined });
 /** The LockBackend of a local backend. */
 class LocalBackend {
   #core;
-  /** What traces of this backend name (tracing.js). */
+  /** acquire and withLock, traced (tracing.js). */
   #traced;
 
   constructor(core) {
     this.#core = core;
-    this.#traced = tracing.tracedBackend(core.name, 'local', true);
+    this.#traced = tracing.tracedLocal(core.name, core, withLockReleasedAtOnce);
   }
 
   acquire(key, options) {
-    if (tracing.acquireTraced()) return tracing.traceAcquire(this.#traced, key, options, () => this.#core.acquire(key, options));
+    if (tracing.acquireTraced()) return this.#traced.acquire(key, options);
     return this.#core.acquire(key, options);
   }
 
   /** Acquires, runs `fn(lease, signal)`, releases in all cases (see with-lock.js). */
   withLock(key, fn, options) {
-    if (tracing.withLockTraced()) {
-      const takes = tracing.tracedTakes(this.#traced, this.#core);
-      return tracing.traceWithLock(this.#traced, key, fn, options, (section) => withLockReleasedAtOnce(takes, key, section, options));
-    }
+    if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLockReleasedAtOnce(this.#core, key, fn, options);
   }
 

@@ -109,16 +109,20 @@ export const redisKeepAlive = RedisLease.keepAlive;
 /** The LockBackend of a redis backend. */
 class RedisBackend {
   #native;
-  /** What traces of this backend name (tracing.js). */
+  /** acquire and withLock, traced (tracing.js). */
   #traced;
 
   constructor(handle, name) {
     this.#native = handle;
-    this.#traced = tracing.tracedBackend(name, 'redis', true);
+    this.#traced = tracing.tracedCalls(
+      { backend: name, driver: 'redis', seesReleases: true },
+      (key, options) => this.#take(key, options),
+      (key, fn, options) => withLock(this, key, fn, options, RedisLease.keepAlive),
+    );
   }
 
   acquire(key, options) {
-    if (tracing.acquireTraced()) return tracing.traceAcquire(this.#traced, key, options, () => this.#take(key, options));
+    if (tracing.acquireTraced()) return this.#traced.acquire(key, options);
     return this.#take(key, options);
   }
 
@@ -174,9 +178,7 @@ class RedisBackend {
    * renewed on the driver's thread meanwhile (see with-lock.js).
    */
   withLock(key, fn, options) {
-    if (tracing.withLockTraced()) {
-      return tracing.traceWithLock(this.#traced, key, fn, options, (section) => withLock(this, key, section, options, RedisLease.keepAlive));
-    }
+    if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLock(this, key, fn, options, RedisLease.keepAlive);
   }
 

@@ -54,12 +54,37 @@ export function holdsWatched() {
 }
 
 /**
- * What a traced call says of its backend: its name and driver, and whether
+ * The traced acquire(key, options) and withLock(key, fn, options) of a
+ * backend, over its untraced `acquire` and `withLock` (same signatures).
+ * `source` names it: `{ backend, driver, seesReleases }`, the last true when
  * the library sees its leases' releases (the built-in drivers; an app's
  * leases are its own objects, seen only inside the library's withLock).
+ * Built once per backend, so that the backend's own methods create no
+ * closure: V8 would allocate a context for the captured arguments on every
+ * call, traced or not.
  */
-export function tracedBackend(backend, driver, seesReleases) {
-  return Object.freeze({ backend, driver, seesReleases });
+export function tracedCalls(source, acquire, withLock) {
+  return {
+    acquire: (key, options) => traceAcquire(source, key, options, () => acquire(key, options)),
+    withLock: (key, fn, options) => traceWithLock(source, key, fn, options, (section) => withLock(key, section, options)),
+  };
+}
+
+/**
+ * tracedCalls of a local backend over `core` (local.js): its withLock runs
+ * `releasedAtOnce` (with-lock.js) over the traced acquire.
+ */
+export function tracedLocal(name, core, releasedAtOnce) {
+  const takes = {
+    take: (key, options) => calls.acquire(key, options),
+    releaseNow: (lease) => core.releaseNow(lease),
+  };
+  const calls = tracedCalls(
+    { backend: name, driver: 'local', seesReleases: true },
+    (key, options) => core.acquire(key, options),
+    (key, fn, options) => releasedAtOnce(takes, key, fn, options),
+  );
+  return calls;
 }
 
 /** The context object of a call on `source`: the kind the options ask for, never the key. */
@@ -138,7 +163,7 @@ const unseen = new WeakMap();
  * Traces `run()`, an acquire of `key` with `options` on `source`; the
  * lease's hold starts at the grant when the library sees its release.
  */
-export function traceAcquire(source, key, options, run) {
+function traceAcquire(source, key, options, run) {
   const context = contextOf(source, key, options);
   return trace(acquireChannel, context, run, (lease, waitMs, now) => {
     context.waitMs = waitMs;
@@ -154,7 +179,7 @@ export function traceAcquire(source, key, options, run) {
  * withLock with `section` in place of `fn`, which notes the wait and fence
  * when the section starts.
  */
-export function traceWithLock(source, key, fn, options, run) {
+function traceWithLock(source, key, fn, options, run) {
   const context = contextOf(source, key, options);
   const startedAt = performance.now();
   // Not a function: the backend's withLock rejects it (INVALID_ARGUMENT), traced.
@@ -167,17 +192,6 @@ export function traceWithLock(source, key, fn, options, run) {
           return fn(lease, signal);
         };
   return trace(withLockChannel, context, () => run(section), () => {});
-}
-
-/**
- * withLockReleasedAtOnce's source (with-lock.js) over `core`, a local
- * backend's, whose acquires are traced like acquire()'s.
- */
-export function tracedTakes(source, core) {
-  return {
-    take: (key, options) => traceAcquire(source, key, options, () => core.acquire(key, options)),
-    releaseNow: (lease) => core.releaseNow(lease),
-  };
 }
 
 /** Starts the hold of `lease` granted at `since` (performance.now()). */
