@@ -42,11 +42,11 @@ export function recordTracing(channels = CHANNELS) {
 }
 
 /**
- * An app driver in plain JS: one holder per key, no queue (a held key is
- * WAIT_TIMEOUT at once), fences counting up. `record.leases` gets each lease.
+ * The factory of an app driver in plain JS: one holder per key, no queue (a
+ * held key is WAIT_TIMEOUT at once), fences counting up.
  */
-export function jsDriver(record = { leases: [] }) {
-  const factory = () => {
+export function jsDriver() {
+  return () => {
     const holders = new Map();
     let fences = 0;
     const view = {
@@ -68,11 +68,9 @@ export function jsDriver(record = { leases: [] }) {
             return true;
           },
         };
-        record.leases.push(lease);
         return lease;
       },
     };
     return { view, close: async () => holders.clear() };
   };
-  return { factory, record };
 }

@@ -190,8 +190,7 @@ test('a store bound to the with-lock start holds its context inside fn (runStore
 });
 
 test('app driver: acquires traced with its driver name; holds of its leases reported inside withLock', async () => {
-  const { factory } = jsDriver();
-  const provider = await openLock({ config: { 'dokebi-lock': { backends: { j: { driver: 'tiny' } } } }, drivers: { tiny: factory } });
+  const provider = await openLock({ config: { 'dokebi-lock': { backends: { j: { driver: 'tiny' } } } }, drivers: { tiny: jsDriver() } });
   const backend = provider.backend('j');
   const recorder = recordTracing();
   const lease = await backend.acquire(KEY);
