@@ -232,6 +232,60 @@ export interface TelemetryPayloads {
 }
 
 /**
+ * The context object of the tracing channel `dokebi-lock:with-lock`
+ * (node:diagnostics_channel `tracingChannel`), one per withLock call,
+ * published as `tracingChannel.tracePromise` does: `start` (its bound stores
+ * run for the section), `end` when the call returned its promise, then, when
+ * that settles, `error` (if it rejects), `asyncStart` and `asyncEnd`. The
+ * library fills the fields below as they become known. Never a key (nor a
+ * label of one), and no `result` (a lease carries its key; fn's output is
+ * the app's).
+ */
+export interface WithLockTraceContext {
+  /** The backend's name in the options. */
+  readonly backend: string;
+  /** Its driver: 'local', 'redis' or an app driver's name. */
+  readonly driver: string;
+  /** The kind fields the options gave (only those given). */
+  readonly mode?: 'exclusive' | 'shared';
+  readonly limit?: number;
+  readonly weight?: number;
+  /** How many keys, for several keys (an array). */
+  readonly keyCount?: number;
+  /** ms from the call to the grant (the section's start), or to the failure. */
+  waitMs?: number;
+  /** The lease's fence (one key), or each key's fence in key order (several keys). */
+  fence?: string;
+  fences?: string[];
+  /** The code of a LockError the call rejected with (WAIT_TIMEOUT, LEASE_LOST, ...). */
+  code?: LockErrorCode;
+  /** What the call rejected with (fn's own error included), set before `error`. */
+  error?: unknown;
+}
+
+/**
+ * The context object of the tracing channels `dokebi-lock:acquire` and
+ * `dokebi-lock:hold`: one per acquire, every backend (withLock's acquire
+ * included). On `dokebi-lock:acquire` it is published as `tracePromise`
+ * does (`start`, `end`, then `error` if it fails, `asyncStart`, `asyncEnd`).
+ * A granted lease's hold is then published on `dokebi-lock:hold` with the
+ * same object: `start` and `end` at the grant, then `error` (lost: a
+ * LEASE_LOST, or its release failed), `asyncStart` and `asyncEnd` when the
+ * release settles or the loss is known, with `heldMs` and `released` set.
+ * Holds are reported for the built-in drivers' leases and, for an app
+ * driver's leases, inside withLock (the library sees no other release); a
+ * lease granted while nobody listened reports none. A call is traced while
+ * its channel's `start` has subscribers (one check per call): subscribe
+ * with a start handler.
+ */
+export interface AcquireTraceContext extends WithLockTraceContext {
+  /** ms from the grant to the release or loss (set at the end of the hold). */
+  heldMs?: number;
+  /** Whether the release let the lease go (false: lost, or already gone). */
+  released?: boolean;
+}
+
+/**
  * One configured backend: every backend a provider hands out has the whole
  * API, whatever its driver or wrapBackend supplied (see DriverBackend).
  */

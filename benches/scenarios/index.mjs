@@ -2,13 +2,14 @@
 import { scenarios as nodeLocal } from './node-local.mjs';
 import { scenarios as nodeLocalScale } from './node-local-scale.mjs';
 import { scenarios as nodeLocalKinds } from './node-local-kinds.mjs';
+import { scenarios as nodeTracing } from './node-tracing.mjs';
 import { scenarios as nodeRedis } from './node-redis.mjs';
 import { scenarios as nodeRedisKinds } from './node-redis-kinds.mjs';
 import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, ...nodeRedisTopologies, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, ...nodeRedisTopologies, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

@@ -21,6 +21,7 @@ import { inspect } from 'node:util';
 import { withLock } from './with-lock.js';
 import { redisKeepAlive } from './redis.js';
 import { askedKinds, declaredKinds, unsupportedKind } from './kinds.js';
+import * as tracing from './tracing.js';
 
 /** The library's own backends: the built-in drivers' views and the Proxies below. */
 const OWN = new WeakSet();
@@ -69,6 +70,8 @@ class AppBackend {
   #api;
   /** The app's methods bound to it, by method, so that a member reads the same each time. */
   #bound = new WeakMap();
+  /** acquire and withLock, traced (tracing.js). */
+  #traced;
 
   constructor(view, name, driver, inner, supported) {
     this.#view = view;
@@ -77,6 +80,12 @@ class AppBackend {
     this.#supported = supported;
     this.#who = inner === undefined ? `backend ${name} (driver ${driver})` : `backend ${name} (its wrapBackend result)`;
     this.#details = { backend: name, driver };
+    // The library does not see an app lease's release (only withLock's).
+    this.#traced = tracing.tracedCalls(
+      { backend: name, driver, seesReleases: false },
+      (key, options) => this.#acquire(key, options),
+      (key, fn, options) => this.#withLock(key, fn, options),
+    );
     if (typeof view.status !== 'function' && inner === undefined) this.#counts = { waiting: 0, acquired: 0, timedOut: 0 };
     this.#api = new Map(API.map((member) => [member, this[member].bind(this)]));
     // util.inspect shows a Proxy's target, bypassing the traps: let it show
@@ -96,7 +105,16 @@ class AppBackend {
     return missing === 0 ? undefined : unsupportedKind(missing, this.#who, this.#details);
   }
 
+  /**
+   * An app driver's acquires are traced here. A wrapBackend result's are
+   * not: they are traced once, by the backend it wraps, when they reach it.
+   */
   acquire(key, options) {
+    if (this.#inner === undefined && tracing.acquireTraced()) return this.#traced.acquire(key, options);
+    return this.#acquire(key, options);
+  }
+
+  #acquire(key, options) {
     const refused = this.#refusal(key, options);
     if (refused !== undefined) return Promise.reject(refused);
     const counts = this.#counts;
@@ -124,9 +142,16 @@ class AppBackend {
 
   /**
    * The view's own withLock (after the kind check), else acquire, run,
-   * release as the built-in backends do, through this acquire.
+   * release as the built-in backends do, through this acquire. Traced
+   * here unless it is a wrapBackend result's own withLock: that one is the
+   * app's code, and what it calls on the backend it wraps is traced there.
    */
   withLock(key, fn, options) {
+    if (tracing.withLockTraced() && (this.#inner === undefined || typeof this.#view.withLock !== 'function')) return this.#traced.withLock(key, fn, options);
+    return this.#withLock(key, fn, options);
+  }
+
+  #withLock(key, fn, options) {
     const view = this.#view;
     if (typeof view.withLock !== 'function') return withLock(this, key, fn, options, keepAlive);
     const refused = this.#refusal(key, options);

@@ -14,6 +14,8 @@
 // `hasSubscribers` check per acquire and no clock read while nobody listens
 // for slow holds; a wait's length comes from its deadline, so waiting reads
 // no extra clock either.
+// Tracing (tracing.js) adds one check per acquire, per withLock and per
+// release while nobody listens.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
@@ -21,6 +23,7 @@ import { askedKinds } from './kinds.js';
 import { Deadlines } from './deadlines.js';
 import { withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
+import * as tracing from './tracing.js';
 
 // Result codes of the native engine.
 const GRANTED = 0;
@@ -303,6 +306,7 @@ class LocalLease {
     } catch (error) {
       return Promise.reject(error);
     }
+    if (tracing.holdsOpen()) tracing.holdEnded(this, released);
     if (!released) return FALSE;
     if (this.#since !== undefined) this.#core.held(this.#since);
     return TRUE;
@@ -315,7 +319,9 @@ class LocalLease {
    * try costs the uncontended acquire + release about 2% in instructions.
    */
   static releaseNow(lease) {
-    if (!lease.#core.release(lease.#slot, lease.#fence)) return false;
+    const released = lease.#core.release(lease.#slot, lease.#fence);
+    if (tracing.holdsOpen()) tracing.holdEnded(lease, released);
+    if (!released) return false;
     if (lease.#since !== undefined) lease.#core.held(lease.#since);
     return true;
   }
@@ -356,17 +362,22 @@ Object.defineProperty(LocalLease.prototype, 'then', { value: undefined });
 /** The LockBackend of a local backend. */
 class LocalBackend {
   #core;
+  /** acquire and withLock, traced (tracing.js). */
+  #traced;
 
   constructor(core) {
     this.#core = core;
+    this.#traced = tracing.tracedLocal(core.name, core, withLockReleasedAtOnce);
   }
 
   acquire(key, options) {
+    if (tracing.acquireTraced()) return this.#traced.acquire(key, options);
     return this.#core.acquire(key, options);
   }
 
   /** Acquires, runs `fn(lease, signal)`, releases in all cases (see with-lock.js). */
   withLock(key, fn, options) {
+    if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLockReleasedAtOnce(this.#core, key, fn, options);
   }
 

@@ -7,6 +7,7 @@ import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
+import * as tracing from './tracing.js';
 import { libuvLoop } from './platform.js';
 
 /** A native result is either the value or an ErrorInfo (which has a code). */
@@ -58,7 +59,8 @@ class RedisLease {
 
   /** True when released, false when already released; LEASE_LOST when another owner had it. */
   release() {
-    return this.#native.release().then(unwrap);
+    const releasing = this.#native.release().then(unwrap);
+    return tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
   }
 
   async [Symbol.asyncDispose]() {
@@ -107,12 +109,25 @@ export const redisKeepAlive = RedisLease.keepAlive;
 /** The LockBackend of a redis backend. */
 class RedisBackend {
   #native;
+  /** acquire and withLock, traced (tracing.js). */
+  #traced;
 
-  constructor(handle) {
+  constructor(handle, name) {
     this.#native = handle;
+    this.#traced = tracing.tracedCalls(
+      { backend: name, driver: 'redis', seesReleases: true },
+      (key, options) => this.#take(key, options),
+      (key, fn, options) => withLock(this, key, fn, options, RedisLease.keepAlive),
+    );
   }
 
-  async acquire(key, options) {
+  acquire(key, options) {
+    if (tracing.acquireTraced()) return this.#traced.acquire(key, options);
+    return this.#take(key, options);
+  }
+
+  /** acquire(), untraced. */
+  async #take(key, options) {
     // Closed first: after close() every call is CLOSED, whatever its arguments.
     if (this.#native.closed) throw fromInfo(native.closedError());
     let waitMs = this.#native.waitTimeoutMs;
@@ -163,6 +178,7 @@ class RedisBackend {
    * renewed on the driver's thread meanwhile (see with-lock.js).
    */
   withLock(key, fn, options) {
+    if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLock(this, key, fn, options, RedisLease.keepAlive);
   }
 
@@ -199,7 +215,7 @@ export class RedisGroup {
   driver(name) {
     const backend = this.#native.backend(name);
     if (backend === null) throw takeNativeError();
-    return { view: new RedisBackend(backend), close: () => this.close() };
+    return { view: new RedisBackend(backend, name), close: () => this.close() };
   }
 
   /**

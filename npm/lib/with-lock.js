@@ -16,6 +16,7 @@
 // another holder's.
 import { native } from './native.js';
 import { fromInfo, invalidArgument } from './errors.js';
+import { holdEnded, holdsOpen, holdsWatched, sectionHolds } from './tracing.js';
 
 /** The signal of a section nothing can abort. */
 const NEVER = new AbortController().signal;
@@ -78,6 +79,8 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   if (typeof fn !== 'function') throw invalidArgument(NOT_A_FUNCTION);
   const { acquire, autoRenew } = sectionOptions(options);
   const lease = await backend.acquire(key, acquire);
+  // An app driver's lease: the section is the hold the library sees (tracing.js).
+  if (holdsWatched()) sectionHolds(lease);
   const callerSignal = acquire?.signal;
   let renewals;
   let lost;
@@ -105,12 +108,16 @@ export async function withLock(backend, key, fn, options, keepAlive) {
     // may stall for commandTimeoutMs on the Redis that cost the lease. The
     // release still runs (it clears the key if it is somehow still ours);
     // its outcome changes nothing.
+    const error = leaseLost(failed ? failure : undefined);
+    if (holdsOpen()) holdEnded(lease, false, error);
     lease.release().catch(() => {});
-    throw leaseLost(failed ? failure : undefined);
+    throw error;
   }
   try {
-    await lease.release();
+    const released = await lease.release();
+    if (holdsOpen()) holdEnded(lease, released === true);
   } catch (error) {
+    if (holdsOpen()) holdEnded(lease, false, error);
     // The section's own error wins over a failed release; a release that
     // finds the lease lost is LEASE_LOST either way.
     if (!failed) throw error;

@@ -31,7 +31,7 @@ function expectedOutput(code) {
   return [...code.matchAll(/\/\/ → (.*)$/gm)].map((match) => match[1].trimEnd());
 }
 
-/** An app directory with @dokebi/lock (this package) and @dokebi/lock-redis installed. */
+/** An app directory with @dokebi/lock (this package), @dokebi/lock-redis and the OpenTelemetry SDK installed. */
 async function appDir(t) {
   const root = await mkdtemp(join(tmpdir(), 'dokebi-lock-ai-md-'));
   t.after(() => rm(root, { recursive: true, force: true }));
@@ -39,6 +39,8 @@ async function appDir(t) {
   await mkdir(join(root, 'node_modules', '@dokebi'), { recursive: true });
   await symlink(packageDir, join(root, 'node_modules', '@dokebi', 'lock'), 'dir');
   await cp(join(packageDir, 'packages', 'lock-redis'), join(root, 'node_modules', '@dokebi', 'lock-redis'), { recursive: true });
+  // The OpenTelemetry SDK of the tracing block: the package's devDependencies (npm/install).
+  await symlink(join(packageDir, 'node_modules', '@opentelemetry'), join(root, 'node_modules', '@opentelemetry'), 'dir');
   return root;
 }
 

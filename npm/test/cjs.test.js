@@ -15,3 +15,8 @@ test('require() gives the same API and the same LockError class', async () => {
   assert.equal(await lease.release(), true);
   await provider.close();
 });
+
+test('require("@dokebi/lock/otel") gives the ES module\'s instrumentLocks', async () => {
+  const otel = await import('../otel.js');
+  assert.equal(require('@dokebi/lock/otel').instrumentLocks, otel.instrumentLocks);
+});

@@ -59,8 +59,13 @@ test('the manifest is schemaVersion 2 and declares dokebi-redis optional', () =>
   assert.equal(createRequire(import.meta.url)('@dokebi/lock/dokebi.manifest.json').schemaVersion, 2);
 });
 
-test('the driver packages are optional peers, and the marker package matches the version', () => {
-  assert.deepEqual(pkg.peerDependenciesMeta, { '@dokebi/redis': { optional: true }, '@dokebi/lock-redis': { optional: true } });
+test('the driver packages and @opentelemetry/api (of @dokebi/lock/otel) are optional peers, and the marker package matches the version', () => {
+  assert.deepEqual(pkg.peerDependenciesMeta, {
+    '@dokebi/redis': { optional: true },
+    '@dokebi/lock-redis': { optional: true },
+    '@opentelemetry/api': { optional: true },
+  });
+  assert.deepEqual(Object.keys(pkg.peerDependencies).sort(), Object.keys(pkg.peerDependenciesMeta).sort());
   const marker = JSON.parse(readFileSync(new URL('../packages/lock-redis/package.json', import.meta.url), 'utf8'));
   assert.equal(marker.name, '@dokebi/lock-redis');
   assert.equal(marker.version, pkg.version);

@@ -29,7 +29,7 @@ test('LockErrorCode in index.d.ts lists exactly the core error codes and the loa
 
 test('require gets its own declarations (.d.cts) naming every value export of the module, for the package and each subpath', async () => {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
-  for (const [subpath, module] of [['.', 'index'], ['./host', 'host'], ['./install', 'install']]) {
+  for (const [subpath, module] of [['.', 'index'], ['./host', 'host'], ['./install', 'install'], ['./otel', 'otel']]) {
     const { import: esm, require: cjs } = pkg.exports[subpath];
     assert.equal(esm.types, `./${module}.d.ts`);
     assert.equal(cjs.types, `./${module}.d.cts`);
@@ -49,7 +49,7 @@ test('index.d.ts brings Node\'s types (AbortSignal, URL) itself', () => {
 
 test('the types test (types-test/consumer.mts) uses every export of the declarations', () => {
   const consumer = readFileSync(new URL('../types-test/consumer.mts', import.meta.url), 'utf8');
-  for (const file of ['index.d.ts', 'options.d.ts', 'host.d.ts', 'install.d.ts']) {
+  for (const file of ['index.d.ts', 'options.d.ts', 'host.d.ts', 'install.d.ts', 'otel.d.ts']) {
     const declared = readFileSync(new URL(`../${file}`, import.meta.url), 'utf8');
     for (const [, name] of declared.matchAll(/^export (?:declare )?(?:interface|type|class|function|const) (\w+)/gm)) {
       assert.match(consumer, new RegExp(`\\b${name}\\b`), `consumer.mts does not use ${name} of ${file}`);

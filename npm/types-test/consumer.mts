@@ -1,4 +1,4 @@
-// The types test: every export of @dokebi/lock, /host and /install, used as
+// The types test: every export of @dokebi/lock, /host, /install and /otel, used as
 // an app would. scripts/test-types type-checks this file as an ES module
 // (consumer.mts) and, copied unchanged to a .cts, as CommonJS: the same
 // text must compile from both (no top-level await, no import.meta). Each
@@ -14,6 +14,7 @@ import {
   LockProvider,
   openLock,
   type AcquireOptions,
+  type AcquireTraceContext,
   type AppBackendOptions,
   type AppDriverSettings,
   type BackendOptions,
@@ -51,10 +52,12 @@ import {
   type RedisStatus,
   type TelemetryPayloads,
   type WithLockOptions,
+  type WithLockTraceContext,
   type WrapBackendInput,
 } from '@dokebi/lock';
 import { createApp, type App, type HostLogger, type HostPlugin } from '@dokebi/lock/host';
 import { check, manifest, planInstall, type InstallConfig, type InstallDiagnostic, type InstallPlan, type LockManifest } from '@dokebi/lock/install';
+import { instrumentLocks, type InstrumentLocksOptions } from '@dokebi/lock/otel';
 
 // An app driver's settings, declared so that its backends type-check.
 declare module '@dokebi/lock' {
@@ -247,6 +250,19 @@ function errors(error: unknown): LockHttpAnswer | undefined {
 
 const telemetry = (payload: TelemetryPayloads['slow-acquire']): number => payload.waitedMs;
 
+/** A tracingChannel subscriber of the acquires and holds, and the OpenTelemetry subpath. */
+function tracing(provider: LockProvider): () => void {
+  const waited = (context: AcquireTraceContext): string => `${context.backend} ${context.waitMs ?? 0} ${context.fence ?? ''} ${context.heldMs ?? ''}`;
+  const section = (context: WithLockTraceContext): string | undefined => context.code;
+  // @ts-expect-error the context carries no key
+  const leaked = (context: AcquireTraceContext): string => context.key;
+  const options: InstrumentLocksOptions = { backends: provider };
+  // @ts-expect-error backends is a provider or backends by name, not a list
+  instrumentLocks({ backends: [provider.backend('orders')] });
+  console.log(waited, section, leaked);
+  return instrumentLocks(options);
+}
+
 async function hosted(): Promise<void> {
   const hostLogger: HostLogger = { debug() {}, error() {} };
   const host: App = createApp({ config, logger: hostLogger });
@@ -275,4 +291,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
