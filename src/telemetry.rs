@@ -243,16 +243,30 @@ impl Reporter {
     }
 
     /// An acquire called now asking for `shape`.
-    #[inline]
+    #[inline(always)]
     pub fn acquiring(&self, shape: Shape) -> Acquiring {
         let span = AcquireSpan::start(&self.backend, self.driver, &shape);
         let started = (self.interest.acquires || span.is_recording()).then(Instant::now);
         Acquiring { shape, started, queued: false, span }
     }
 
+    /// Nothing to report: no sink, and no span recording this acquire
+    /// (the hot path of a backend without telemetry stops here).
+    #[inline(always)]
+    fn unheard(&self, acquiring: &Acquiring) -> bool {
+        self.telemetry.is_none() && !acquiring.span.is_recording()
+    }
+
     /// Reports an acquire granted with `fence` and begins its hold.
-    #[inline]
+    #[inline(always)]
     pub fn granted(&self, acquiring: Acquiring, fence: u64) -> Hold {
+        if self.unheard(&acquiring) {
+            return Hold { since: None, fence, ended: AtomicBool::new(false), span: HoldSpan::none() };
+        }
+        self.granted_heard(acquiring, fence)
+    }
+
+    fn granted_heard(&self, acquiring: Acquiring, fence: u64) -> Hold {
         let (now, span) = self.acquired(acquiring, Ok(fence));
         let slow_holds = self.telemetry.is_some() && self.thresholds.slow_hold_ms.is_some();
         let since = (slow_holds || self.interest.holds || span.is_recording()).then(|| now.unwrap_or_else(Instant::now));
@@ -260,8 +274,11 @@ impl Reporter {
     }
 
     /// Reports an acquire that failed with `error`.
+    #[inline(always)]
     pub fn failed(&self, acquiring: Acquiring, error: &LockError) {
-        self.acquired(acquiring, Err(error));
+        if !self.unheard(&acquiring) {
+            self.acquired(acquiring, Err(error));
+        }
     }
 
     /// Reports a finished acquire: a wait timeout and a slow acquire
@@ -305,8 +322,16 @@ impl Reporter {
     }
 
     /// A lease's own release ended its hold (`outcome` `None`: released):
-    /// reports a slow hold, then the hold.
+    /// reports a slow hold, then the hold. Nothing to do for a hold nobody
+    /// measured.
+    #[inline(always)]
     pub fn released(&self, hold: &Hold, outcome: Option<ErrorCode>) {
+        if hold.since.is_some() {
+            self.released_measured(hold, outcome);
+        }
+    }
+
+    fn released_measured(&self, hold: &Hold, outcome: Option<ErrorCode>) {
         if let (Some(since), Some(telemetry), Some(ms)) = (hold.since, &self.telemetry, self.thresholds.slow_hold_ms) {
             let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
             if held >= threshold {
@@ -318,6 +343,7 @@ impl Reporter {
 
     /// Reports the end of a hold (the first one only): released (`None`)
     /// or lost.
+    #[inline]
     pub fn hold_ended(&self, hold: &Hold, outcome: Option<ErrorCode>) {
         let Some(since) = hold.since else { return };
         if hold.ended.swap(true, Ordering::AcqRel) {

@@ -98,7 +98,7 @@ mod spans {
     pub(crate) struct HoldSpan(Mutex<Option<Span>>);
 
     impl HoldSpan {
-        fn none() -> HoldSpan {
+        pub fn none() -> HoldSpan {
             HoldSpan(Mutex::new(None))
         }
 
@@ -153,6 +153,11 @@ mod without {
     pub(crate) struct HoldSpan;
 
     impl HoldSpan {
+        #[inline(always)]
+        pub fn none() -> HoldSpan {
+            HoldSpan
+        }
+
         #[inline(always)]
         pub fn is_recording(&self) -> bool {
             false

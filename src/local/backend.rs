@@ -261,7 +261,7 @@ impl LocalBackend {
     }
 
     /// Reports the acquire's outcome, and answers the lease of a grant.
-    #[inline]
+    #[inline(always)]
     fn settle(&self, acquiring: Acquiring, granted: Result<LeaseId>, keys: &[&str]) -> Result<LocalLease> {
         match granted {
             Ok(id) => {
