@@ -11,7 +11,7 @@
 //! for hosts that feed their own tracer; nobody gets them unasked, so a
 //! sink that only alerts pays nothing per acquire. With the cargo feature
 //! `tracing` every acquire and hold is also a span of the `tracing` crate
-//! (see `trace.rs`). Drivers report all of it through one [`Reporter`].
+//! (see `trace.rs`). Drivers report all of it through one `Reporter`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,8 @@
 //! called, so a request's trace shows why it waited; their fields are
 //! counts, codes and durations (those of [`crate::telemetry::TraceEvent`]),
 //! never keys. They are at level INFO, target `dokebi_lock::trace`; a hold
-//! span is recorded when its acquire span is.
+//! span is recorded when its acquire span is. A Rust acquire future dropped
+//! before its outcome closes its span without one.
 //!
 //! Without the feature, every type here is empty and every function does
 //! nothing, so the drivers pay nothing for it. The only callers are in
