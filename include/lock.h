@@ -56,6 +56,18 @@
 #define DOKEBI_LOCK_NEVER_EXPIRES -1
 
 /**
+ * `dokebi_lock_provider_open_with_trace_events`: an event
+ * (`DOKEBI_LOCK_EVENT_ACQUIRE`) per acquire call.
+ */
+#define DOKEBI_LOCK_TRACE_ACQUIRE 1
+
+/**
+ * `dokebi_lock_provider_open_with_trace_events`: an event
+ * (`DOKEBI_LOCK_EVENT_HOLD`) per granted lease, when its hold ends.
+ */
+#define DOKEBI_LOCK_TRACE_HOLD 2
+
+/**
  * The outcome of a call: `DOKEBI_LOCK_OK` (0) or the code of the error.
  *
  * The values are fixed forever and equal to the core's error codes, so a
@@ -211,6 +223,21 @@ enum dokebi_lock_event_kind
    * A Redis connection (`connection`) went up or down (`up`).
    */
   DOKEBI_LOCK_EVENT_CONNECTION = 5,
+  /**
+   * An acquire call ended, after `duration_ms`; `code` is its outcome
+   * (`DOKEBI_LOCK_OK` when granted). Only with `DOKEBI_LOCK_TRACE_ACQUIRE`
+   * (see `dokebi_lock_provider_open_with_trace_events`); the event is a
+   * `dokebi_lock_trace_event` (`dokebi_lock_event_trace`).
+   */
+  DOKEBI_LOCK_EVENT_ACQUIRE = 6,
+  /**
+   * A granted lease stopped being held, after `duration_ms`; `code` is
+   * `DOKEBI_LOCK_OK` when released, `LEASE_LOST` or `OUTCOME_UNKNOWN`
+   * when found lost (another error when its release failed otherwise,
+   * `CLOSED` for a local lease whose provider closed). Only with
+   * `DOKEBI_LOCK_TRACE_HOLD`; the event is a `dokebi_lock_trace_event`.
+   */
+  DOKEBI_LOCK_EVENT_HOLD = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -349,9 +376,11 @@ typedef struct dokebi_lock_event {
  * Receives telemetry events with the `user_data` given at open.
  *
  * Called on the thread that observed the event: the caller's own thread for
- * its acquires and releases, the redis driver's thread for connection
- * changes and leases found lost by renewals; so possibly from several
- * threads at once. It must return soon, must not unwind (no C++ exception,
+ * its local acquires and for releases, the redis driver's thread for the
+ * outcomes of redis acquires, connection changes and leases found lost by
+ * renewals; so possibly from several threads at once. Kinds may be
+ * appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE` and
+ * `_HOLD` come only to hosts that ask for them). It must return soon, must not unwind (no C++ exception,
  * no longjmp), and must not close or free the provider; it may keep nothing
  * of the event past the call.
  */
@@ -411,6 +440,45 @@ typedef struct dokebi_lock_backend_status {
    */
   int64_t last_probe_unix_ms;
 } dokebi_lock_backend_status;
+
+/**
+ * An acquire or hold event (`DOKEBI_LOCK_EVENT_ACQUIRE`,
+ * `DOKEBI_LOCK_EVENT_HOLD`): the event, then what a tracer wants to know.
+ * Valid during the callback only.
+ */
+typedef struct dokebi_lock_trace_event {
+  /**
+   * The event: `kind`, `backend`, `duration_ms` (the wait, or the
+   * hold), `code` (the outcome).
+   */
+  struct dokebi_lock_event event;
+  /**
+   * The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+   */
+  const char *driver;
+  /**
+   * The lease's fence (of its first key, as `dokebi_lock_lease_fence`);
+   * 0 for an acquire that failed.
+   */
+  uint64_t fence;
+  /**
+   * Of an acquire: `DOKEBI_LOCK_MODE_EXCLUSIVE` or `_SHARED`, as asked; 0
+   * for a hold.
+   */
+  uint32_t mode;
+  /**
+   * Of an acquire: the limit asked for (1 unless counted); 0 for a hold.
+   */
+  uint32_t limit;
+  /**
+   * Of an acquire: the weight asked for (1 unless counted); 0 for a hold.
+   */
+  uint32_t weight;
+  /**
+   * Of an acquire: how many keys, taken as one lease; 0 for a hold.
+   */
+  size_t key_count;
+} dokebi_lock_trace_event;
 
 #ifdef __cplusplus
 extern "C" {
@@ -798,7 +866,8 @@ dokebi_lock_status dokebi_lock_provider_open(const char *yaml,
  * connections going up or down; counts and codes, never keys) to
  * `telemetry` with `user_data`. NULL `telemetry` reports nothing. See
  * `dokebi_lock_telemetry_fn` for the threads it is called on and what it
- * must not do.
+ * must not do. No acquire or hold events (see
+ * `dokebi_lock_provider_open_with_trace_events`).
  *
  * # Safety
  * As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
@@ -811,6 +880,30 @@ dokebi_lock_status dokebi_lock_provider_open_with_telemetry(const char *yaml,
                                                             void *user_data,
                                                             struct dokebi_lock_provider **out_provider,
                                                             struct dokebi_lock_error **out_error);
+
+/**
+ * Opens a provider as `dokebi_lock_provider_open_with_telemetry` does, and
+ * also reports the events `trace_events` asks for, for a host that feeds
+ * its own tracer: `DOKEBI_LOCK_TRACE_ACQUIRE` (an event
+ * `DOKEBI_LOCK_EVENT_ACQUIRE` per acquire call: its wait, outcome, fence,
+ * mode, limit, weight and key count) and `DOKEBI_LOCK_TRACE_HOLD` (an event
+ * `DOKEBI_LOCK_EVENT_HOLD` when a granted lease stops being held: how long,
+ * how it ended, its fence), or both. Each is a `dokebi_lock_trace_event`
+ * (`dokebi_lock_event_trace`). A call per acquire: ask only for what the
+ * host records. `trace_events` 0 is `dokebi_lock_provider_open_with_telemetry`;
+ * other bits, or bits with a NULL `telemetry`, are
+ * `DOKEBI_LOCK_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * As `dokebi_lock_provider_open_with_telemetry`.
+ */
+dokebi_lock_status dokebi_lock_provider_open_with_trace_events(const char *yaml,
+                                                               size_t yaml_len,
+                                                               dokebi_lock_telemetry_fn telemetry,
+                                                               void *user_data,
+                                                               uint32_t trace_events,
+                                                               struct dokebi_lock_provider **out_provider,
+                                                               struct dokebi_lock_error **out_error);
 
 /**
  * How many backends the configuration defines (0 for NULL).
@@ -954,6 +1047,17 @@ size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend
  * define. Never NULL; the string is never freed.
  */
 const char *dokebi_lock_status_name(uint32_t status);
+
+/**
+ * The acquire or hold event `event` is part of (`DOKEBI_LOCK_EVENT_ACQUIRE`,
+ * `DOKEBI_LOCK_EVENT_HOLD`), with the driver, fence and kind; NULL for
+ * other kinds and for NULL. Valid as long as `event`, during the callback.
+ *
+ * # Safety
+ * `event` is NULL or an event the telemetry callback received, during the
+ * callback.
+ */
+const struct dokebi_lock_trace_event *dokebi_lock_event_trace(const struct dokebi_lock_event *event);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -34,6 +34,7 @@ pub mod provider;
 pub mod redis;
 pub mod status;
 pub mod telemetry;
+mod trace;
 pub mod with_lock;
 
 pub use abort::{AbortController, AbortSignal};

@@ -19,8 +19,9 @@ use crate::telemetry::Telemetry;
 pub struct Hooks {
     /// The operational log (`LOCK_BACKEND_READY`, cleanup failures).
     pub logger: Logger,
-    /// Telemetry (slow acquires and holds, wait timeouts, lost leases);
-    /// `None` measures nothing.
+    /// Telemetry (slow acquires and holds, wait timeouts, lost leases, and
+    /// the acquire and hold events its sink asks for, see
+    /// [`crate::telemetry::TelemetrySink`]); `None` measures nothing.
     pub telemetry: Option<Telemetry>,
     /// An event loop whose thread runs the redis operations started on it
     /// (see [`crate::redis::host`]); `None` runs them on the driver's thread.

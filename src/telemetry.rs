@@ -5,12 +5,22 @@
 //! reporter expects every record to be a failure, and a contention measurement
 //! reported as an error would turn into a bug report on every occurrence.
 //! Events carry the backend name, codes and durations, never keys.
+//!
+//! Besides those threshold events, a sink may ask for a trace event per
+//! acquire and per hold ([`TraceEvent`], see [`TelemetrySink::interest`]),
+//! for hosts that feed their own tracer; nobody gets them unasked, so a
+//! sink that only alerts pays nothing per acquire. With the cargo feature
+//! `tracing` every acquire and hold is also a span of the `tracing` crate
+//! (see `trace.rs`). Drivers report all of it through one `Reporter`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::acquire::{AcquireOptions, LockKind, LockMode};
 use crate::error::{ErrorCode, LockError};
 use crate::options::Thresholds;
+use crate::trace::{AcquireSpan, HoldSpan};
 
 /// One telemetry event.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,36 +82,284 @@ impl TelemetryEvent {
     }
 }
 
-/// Receives telemetry; called on whichever thread observed the event.
-pub type Telemetry = Arc<dyn Fn(&TelemetryEvent) + Send + Sync>;
+/// Receives telemetry; called on whichever thread observed the event. A
+/// closure `|event: &TelemetryEvent| ..` is a sink of the threshold events.
+pub type Telemetry = Arc<dyn TelemetrySink>;
 
-/// Reports a finished acquire of `backend` that started at `started`: a
-/// wait timeout, and a slow acquire whatever its outcome. Shared by drivers.
-pub(crate) fn report_wait(
-    telemetry: Option<&Telemetry>,
-    backend: &str,
-    thresholds: &Thresholds,
-    started: Instant,
-    error: Option<&LockError>,
-) {
-    let Some(telemetry) = telemetry else { return };
-    let waited = started.elapsed();
-    if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
-        telemetry(&TelemetryEvent::WaitTimeout { backend: backend.to_owned(), waited });
+/// Where telemetry goes: the threshold events, and the trace events the
+/// sink asks for.
+pub trait TelemetrySink: Send + Sync {
+    /// A threshold or failure event.
+    fn event(&self, event: &TelemetryEvent);
+
+    /// The trace events this sink receives; asked once, when the provider
+    /// opens. None by default: a trace event per acquire costs a call.
+    fn interest(&self) -> Interest {
+        Interest::NONE
     }
-    if let Some(threshold) = thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
-        if waited >= threshold {
-            telemetry(&TelemetryEvent::SlowAcquire { backend: backend.to_owned(), waited, threshold, outcome: error.map(LockError::code) });
-        }
+
+    /// An acquire or a hold, of the kinds [`TelemetrySink::interest`] asked for.
+    fn trace(&self, event: &TraceEvent<'_>) {
+        let _ = event;
     }
 }
 
-/// Reports a slow hold of a lease of `backend` held since `since` (`None`
-/// when nobody listens for slow holds). Shared by drivers.
-pub(crate) fn report_hold(telemetry: Option<&Telemetry>, backend: &str, thresholds: &Thresholds, since: Option<Instant>) {
-    let (Some(since), Some(telemetry), Some(ms)) = (since, telemetry, thresholds.slow_hold_ms) else { return };
-    let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
-    if held >= threshold {
-        telemetry(&TelemetryEvent::SlowHold { backend: backend.to_owned(), held, threshold });
+impl<F: Fn(&TelemetryEvent) + Send + Sync> TelemetrySink for F {
+    fn event(&self, event: &TelemetryEvent) {
+        self(event)
+    }
+}
+
+/// Which trace events a sink receives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// [`TraceEvent::Acquire`], one per acquire call.
+    pub acquires: bool,
+    /// [`TraceEvent::Hold`], one per granted lease when its hold ends.
+    pub holds: bool,
+}
+
+impl Interest {
+    /// No trace events (the threshold events only).
+    pub const NONE: Interest = Interest { acquires: false, holds: false };
+    /// Every acquire and every hold.
+    pub const ALL: Interest = Interest { acquires: true, holds: true };
+}
+
+/// One acquire or one hold, for a host's own tracer: counts, codes and
+/// durations, never keys. The `tracing` spans carry the same fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TraceEvent<'a> {
+    /// An acquire call ended: granted, or failed with `outcome`. A Rust
+    /// acquire future dropped before it ended reports nothing.
+    #[non_exhaustive]
+    Acquire {
+        /// The backend's name.
+        backend: &'a str,
+        /// Its driver: `"local"` or `"redis"`.
+        driver: &'static str,
+        /// The mode asked for.
+        mode: LockMode,
+        /// The limit asked for (1 unless counted).
+        limit: u32,
+        /// The weight asked for (1 unless counted).
+        weight: u32,
+        /// How many keys, taken as one lease.
+        key_count: usize,
+        /// From the call to its outcome.
+        waited: Duration,
+        /// `None` when granted, else the code it failed with.
+        outcome: Option<ErrorCode>,
+        /// The lease's fence (of its first key) when granted.
+        fence: Option<u64>,
+    },
+    /// A granted lease stopped being held: released (by its owner, on drop
+    /// or by close), or found lost.
+    #[non_exhaustive]
+    Hold {
+        /// The backend's name.
+        backend: &'a str,
+        /// Its driver: `"local"` or `"redis"`.
+        driver: &'static str,
+        /// The lease's fence (of its first key).
+        fence: u64,
+        /// From the grant to the end.
+        held: Duration,
+        /// `None` when released; `LEASE_LOST` or `OUTCOME_UNKNOWN` when
+        /// found lost, the release's error when it failed otherwise, and
+        /// `CLOSED` for a local lease whose backend closed under it.
+        outcome: Option<ErrorCode>,
+    },
+}
+
+/// What an acquire asks for, as telemetry reports it (never the keys).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    pub mode: LockMode,
+    pub limit: u32,
+    pub weight: u32,
+    pub key_count: usize,
+}
+
+impl Shape {
+    /// As asked, before the options are checked.
+    pub fn asked(options: &AcquireOptions, key_count: usize) -> Shape {
+        Shape { mode: options.mode, limit: options.limit.unwrap_or(1), weight: options.weight.unwrap_or(1), key_count }
+    }
+
+    /// Of a checked kind.
+    pub fn of(kind: LockKind, key_count: usize) -> Shape {
+        Shape { mode: kind.mode, limit: kind.limit, weight: kind.weight, key_count }
+    }
+}
+
+/// One backend's telemetry: its sink (with the interest it declared), its
+/// name and driver, its thresholds. Every driver reports through it.
+pub(crate) struct Reporter {
+    telemetry: Option<Telemetry>,
+    interest: Interest,
+    backend: Box<str>,
+    driver: &'static str,
+    thresholds: Thresholds,
+}
+
+/// An acquire in progress, from its call to [`Reporter::granted`] or
+/// [`Reporter::failed`].
+pub(crate) struct Acquiring {
+    shape: Shape,
+    /// When the call began; read only when someone measures every acquire
+    /// (or, from [`Acquiring::queued`], once it waits).
+    started: Option<Instant>,
+    /// The acquire waited (the threshold events only count those).
+    queued: bool,
+    span: AcquireSpan,
+}
+
+impl Acquiring {
+    /// The acquire is about to wait: when it began, for its deadline and
+    /// the threshold events (read now unless it already was).
+    pub fn queued(&mut self) -> Instant {
+        self.queued = true;
+        *self.started.get_or_insert_with(Instant::now)
+    }
+}
+
+/// A granted lease's hold, until [`Reporter::released`] or
+/// [`Reporter::hold_ended`].
+pub(crate) struct Hold {
+    /// When it was granted; read only when someone measures holds.
+    since: Option<Instant>,
+    fence: u64,
+    /// Reported already: a hold ends once, however many ways it ends.
+    ended: AtomicBool,
+    span: HoldSpan,
+}
+
+impl Reporter {
+    pub fn new(telemetry: Option<Telemetry>, backend: &str, driver: &'static str, thresholds: Thresholds) -> Reporter {
+        let interest = telemetry.as_ref().map_or(Interest::NONE, |sink| sink.interest());
+        Reporter { telemetry, interest, backend: backend.into(), driver, thresholds }
+    }
+
+    /// An acquire called now asking for `shape`.
+    #[inline(always)]
+    pub fn acquiring(&self, shape: Shape) -> Acquiring {
+        let span = AcquireSpan::start(&self.backend, self.driver, &shape);
+        let started = (self.interest.acquires || span.is_recording()).then(Instant::now);
+        Acquiring { shape, started, queued: false, span }
+    }
+
+    /// Nothing to report: no sink, and no span recording this acquire
+    /// (the hot path of a backend without telemetry stops here).
+    #[inline(always)]
+    fn unheard(&self, acquiring: &Acquiring) -> bool {
+        self.telemetry.is_none() && !acquiring.span.is_recording()
+    }
+
+    /// Reports an acquire granted with `fence` and begins its hold.
+    #[inline(always)]
+    pub fn granted(&self, acquiring: Acquiring, fence: u64) -> Hold {
+        if self.unheard(&acquiring) {
+            return Hold { since: None, fence, ended: AtomicBool::new(false), span: HoldSpan::none() };
+        }
+        self.granted_heard(acquiring, fence)
+    }
+
+    fn granted_heard(&self, acquiring: Acquiring, fence: u64) -> Hold {
+        let (now, span) = self.acquired(acquiring, Ok(fence));
+        let slow_holds = self.telemetry.is_some() && self.thresholds.slow_hold_ms.is_some();
+        let since = (slow_holds || self.interest.holds || span.is_recording()).then(|| now.unwrap_or_else(Instant::now));
+        Hold { since, fence, ended: AtomicBool::new(false), span }
+    }
+
+    /// Reports an acquire that failed with `error`.
+    #[inline(always)]
+    pub fn failed(&self, acquiring: Acquiring, error: &LockError) {
+        if !self.unheard(&acquiring) {
+            self.acquired(acquiring, Err(error));
+        }
+    }
+
+    /// Reports a finished acquire: a wait timeout and a slow acquire
+    /// (whatever its outcome) of one that waited, the trace event and the
+    /// span. Answers when it ended, if the clock was read.
+    fn acquired(&self, acquiring: Acquiring, outcome: Result<u64, &LockError>) -> (Option<Instant>, HoldSpan) {
+        let Acquiring { shape, started, queued, span } = acquiring;
+        let thresholds = queued && self.telemetry.is_some();
+        let measured = started.filter(|_| thresholds || self.interest.acquires || span.is_recording());
+        let Some(started) = measured else {
+            return (None, span.finish(&self.backend, self.driver, Duration::ZERO, outcome.map_err(LockError::code)));
+        };
+        let now = Instant::now();
+        let waited = now.saturating_duration_since(started);
+        let error = outcome.err();
+        if let (true, Some(telemetry)) = (thresholds, &self.telemetry) {
+            if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
+                telemetry.event(&TelemetryEvent::WaitTimeout { backend: self.backend.to_string(), waited });
+            }
+            if let Some(threshold) = self.thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
+                if waited >= threshold {
+                    let outcome = error.map(LockError::code);
+                    telemetry.event(&TelemetryEvent::SlowAcquire { backend: self.backend.to_string(), waited, threshold, outcome });
+                }
+            }
+        }
+        if let (true, Some(telemetry)) = (self.interest.acquires, &self.telemetry) {
+            telemetry.trace(&TraceEvent::Acquire {
+                backend: &self.backend,
+                driver: self.driver,
+                mode: shape.mode,
+                limit: shape.limit,
+                weight: shape.weight,
+                key_count: shape.key_count,
+                waited,
+                outcome: error.map(LockError::code),
+                fence: outcome.ok(),
+            });
+        }
+        (Some(now), span.finish(&self.backend, self.driver, waited, outcome.map_err(LockError::code)))
+    }
+
+    /// A lease's own release ended its hold (`outcome` `None`: released):
+    /// reports a slow hold, then the hold. Nothing to do for a hold nobody
+    /// measured.
+    #[inline(always)]
+    pub fn released(&self, hold: &Hold, outcome: Option<ErrorCode>) {
+        if hold.since.is_some() {
+            self.released_measured(hold, outcome);
+        }
+    }
+
+    fn released_measured(&self, hold: &Hold, outcome: Option<ErrorCode>) {
+        if let (Some(since), Some(telemetry), Some(ms)) = (hold.since, &self.telemetry, self.thresholds.slow_hold_ms) {
+            let (held, threshold) = (since.elapsed(), Duration::from_millis(ms.into()));
+            if held >= threshold {
+                telemetry.event(&TelemetryEvent::SlowHold { backend: self.backend.to_string(), held, threshold });
+            }
+        }
+        self.hold_ended(hold, outcome);
+    }
+
+    /// Reports the end of a hold (the first one only): released (`None`)
+    /// or lost.
+    #[inline]
+    pub fn hold_ended(&self, hold: &Hold, outcome: Option<ErrorCode>) {
+        let Some(since) = hold.since else { return };
+        if hold.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let held = since.elapsed();
+        if let (true, Some(telemetry)) = (self.interest.holds, &self.telemetry) {
+            telemetry.trace(&TraceEvent::Hold { backend: &self.backend, driver: self.driver, fence: hold.fence, held, outcome });
+        }
+        hold.span.finish(held, outcome);
+    }
+
+    /// Reports a lease found lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`).
+    pub fn lost(&self, code: ErrorCode) {
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.event(&TelemetryEvent::LeaseLost { backend: self.backend.to_string(), code });
+        }
     }
 }

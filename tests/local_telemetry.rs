@@ -1,11 +1,12 @@
 //! Telemetry and status of local backends: events on their own channel with
-//! durations and codes (never keys), and counts that follow what happened.
+//! durations and codes (never keys), the trace events of every acquire and
+//! hold for a sink that asks for them, and counts that follow what happened.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dokebi_lock::telemetry::TelemetryEvent;
-use dokebi_lock::{AcquireOptions, ErrorCode, Hooks, Options, Provider};
+use dokebi_lock::telemetry::{Interest, TelemetryEvent, TelemetrySink, TraceEvent};
+use dokebi_lock::{AcquireOptions, ErrorCode, Hooks, LockMode, Options, Provider};
 use futures::executor::block_on;
 
 const YAML: &str = "
@@ -96,4 +97,149 @@ fn status_counts_held_waiting_acquired_and_timed_out() {
     assert_eq!((status.driver, status.held, status.waiting, status.acquired, status.timed_out, status.lost), ("local", 1, 0, 2, 1, 0));
     assert!(status.redis.is_none());
     assert_eq!(provider.status()["watched"].acquired, 0);
+}
+
+/// What a sink that asks for trace events saw, owned (the events borrow).
+#[derive(Debug, PartialEq)]
+enum Traced {
+    Acquire {
+        backend: String,
+        driver: &'static str,
+        mode: LockMode,
+        limit: u32,
+        weight: u32,
+        keys: usize,
+        waited: Duration,
+        outcome: Option<ErrorCode>,
+        fence: Option<u64>,
+    },
+    Hold {
+        backend: String,
+        driver: &'static str,
+        fence: u64,
+        held: Duration,
+        outcome: Option<ErrorCode>,
+    },
+}
+
+/// A sink of the trace events `interest` asks for, which records them
+/// alongside the threshold events.
+struct Tracer {
+    interest: Interest,
+    traced: Mutex<Vec<Traced>>,
+    events: Mutex<Vec<TelemetryEvent>>,
+}
+
+impl TelemetrySink for Tracer {
+    fn event(&self, event: &TelemetryEvent) {
+        self.events.lock().unwrap().push(event.clone());
+    }
+
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+
+    fn trace(&self, event: &TraceEvent<'_>) {
+        let traced = match *event {
+            TraceEvent::Acquire { backend, driver, mode, limit, weight, key_count, waited, outcome, fence, .. } => {
+                Traced::Acquire { backend: backend.to_owned(), driver, mode, limit, weight, keys: key_count, waited, outcome, fence }
+            }
+            TraceEvent::Hold { backend, driver, fence, held, outcome, .. } => {
+                Traced::Hold { backend: backend.to_owned(), driver, fence, held, outcome }
+            }
+            _ => unreachable!("a kind of trace event this test does not know"),
+        };
+        self.traced.lock().unwrap().push(traced);
+    }
+}
+
+fn traced_provider(interest: Interest) -> (Provider, Arc<Tracer>) {
+    let tracer = Arc::new(Tracer { interest, traced: Mutex::default(), events: Mutex::default() });
+    let hooks = Hooks { telemetry: Some(tracer.clone()), ..Hooks::default() };
+    (Provider::open_with(Options::from_yaml(YAML).unwrap(), hooks).unwrap(), tracer)
+}
+
+#[test]
+fn a_sink_that_asks_gets_every_acquire_and_hold_with_fences_and_outcomes() {
+    let (provider, tracer) = traced_provider(Interest::ALL);
+    let quiet = provider.backend("quiet").unwrap();
+    let held = block_on(quiet.acquire("secret-key", wait(0))).unwrap();
+    assert_eq!(block_on(quiet.acquire("secret-key", wait(30))).unwrap_err().code(), ErrorCode::WaitTimeout);
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
+    assert_eq!(block_on(quiet.acquire("secret-key", shared)).unwrap_err().code(), ErrorCode::LockBusy);
+    let fence = held.fence();
+    assert!(block_on(held.release()).unwrap());
+    let counted =
+        block_on(quiet.acquire_many(&["secret-a", "secret-b"], AcquireOptions { limit: Some(4), weight: Some(3), ..wait(0) })).unwrap();
+    let counted_fence = counted.fence();
+    drop(counted);
+    let invalid = AcquireOptions { limit: Some(1), weight: Some(2), ..wait(0) };
+    assert_eq!(block_on(quiet.acquire("secret-key", invalid)).unwrap_err().code(), ErrorCode::InvalidArgument);
+
+    let traced = tracer.traced.lock().unwrap();
+    assert!(!format!("{traced:?}").contains("secret"), "trace events never carry keys");
+    let acquire = |mode, limit, weight, keys, outcome, fence| Traced::Acquire {
+        backend: "quiet".to_owned(),
+        driver: "local",
+        mode,
+        limit,
+        weight,
+        keys,
+        waited: Duration::ZERO,
+        outcome,
+        fence,
+    };
+    let hold = |fence| Traced::Hold { backend: "quiet".to_owned(), driver: "local", fence, held: Duration::ZERO, outcome: None };
+    // Durations are checked apart from the rest.
+    let timeless: Vec<Traced> = traced
+        .iter()
+        .map(|event| match event {
+            Traced::Acquire { backend, driver, mode, limit, weight, keys, outcome, fence, .. } => Traced::Acquire {
+                backend: backend.clone(),
+                driver,
+                mode: *mode,
+                limit: *limit,
+                weight: *weight,
+                keys: *keys,
+                waited: Duration::ZERO,
+                outcome: *outcome,
+                fence: *fence,
+            },
+            Traced::Hold { backend, driver, fence, outcome, .. } => {
+                Traced::Hold { backend: backend.clone(), driver, fence: *fence, held: Duration::ZERO, outcome: *outcome }
+            }
+        })
+        .collect();
+    use LockMode::{Exclusive, Shared};
+    assert_eq!(
+        timeless,
+        [
+            acquire(Exclusive, 1, 1, 1, None, Some(fence)),
+            acquire(Exclusive, 1, 1, 1, Some(ErrorCode::WaitTimeout), None),
+            acquire(Shared, 1, 1, 1, Some(ErrorCode::LockBusy), None),
+            hold(fence),
+            acquire(Exclusive, 4, 3, 2, None, Some(counted_fence)),
+            hold(counted_fence),
+            acquire(Exclusive, 1, 2, 1, Some(ErrorCode::InvalidArgument), None),
+        ]
+    );
+    assert!(matches!(traced[1], Traced::Acquire { waited, .. } if waited >= Duration::from_millis(30)));
+    assert!(matches!(traced[3], Traced::Hold { held, .. } if held >= Duration::from_millis(30)));
+    // The threshold events go on as before (`quiet` has none but the timeout).
+    let names: Vec<_> = tracer.events.lock().unwrap().iter().map(TelemetryEvent::name).collect();
+    assert_eq!(names, ["wait-timeout"]);
+}
+
+#[test]
+fn a_sink_gets_only_the_trace_events_it_asks_for() {
+    let (provider, tracer) = traced_provider(Interest { acquires: false, holds: true });
+    let quiet = provider.backend("quiet").unwrap();
+    let lease = block_on(quiet.acquire("k", wait(0))).unwrap();
+    let fence = lease.fence();
+    block_on(provider.close());
+    // Closed under its holder: the hold ends with the release that finds it so.
+    assert!(!block_on(lease.release()).unwrap());
+    drop(lease);
+    let traced = tracer.traced.lock().unwrap();
+    assert!(matches!(&traced[..], [Traced::Hold { fence: f, outcome: Some(ErrorCode::Closed), .. }] if *f == fence), "{traced:?}");
 }

@@ -32,9 +32,9 @@ use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
 use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockKind};
-use crate::error::{LockError, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::options::LocalOptions;
-use crate::telemetry::{report_hold, report_wait, Telemetry};
+use crate::telemetry::{Acquiring, Hold, Reporter, Shape, Telemetry};
 
 /// An in-process keyed FIFO mutex with fencing tokens. Cheap to clone: clones
 /// share one state.
@@ -46,8 +46,7 @@ pub struct LocalBackend {
 struct Shared {
     engine: delivery::Engine,
     options: LocalOptions,
-    name: Box<str>,
-    telemetry: Option<Telemetry>,
+    reporter: Reporter,
 }
 
 /// How long a thread that queues first in line checks for its hand-off
@@ -92,10 +91,12 @@ impl LocalBackend {
     }
 
     /// A backend called `name` that reports slow acquires, slow holds and
-    /// wait timeouts (per `options.thresholds`) to `telemetry`.
+    /// wait timeouts (per `options.thresholds`) to `telemetry`, and the
+    /// trace events it asks for.
     pub fn with_telemetry(name: &str, options: LocalOptions, telemetry: Option<Telemetry>) -> Self {
         let engine = Mutex::new(LocalEngine::new(options));
-        LocalBackend { shared: Arc::new(Shared { engine, options, name: name.into(), telemetry }) }
+        let reporter = Reporter::new(telemetry, name, "local", options.thresholds);
+        LocalBackend { shared: Arc::new(Shared { engine, options, reporter }) }
     }
 
     /// The options the backend was opened with.
@@ -105,12 +106,14 @@ impl LocalBackend {
 
     /// Takes the key if it is free, else `LOCK_BUSY`; never waits.
     pub fn try_acquire(&self, key: &str) -> Result<LocalLease> {
+        let acquiring = self.shared.reporter.acquiring(Shape::of(LockKind::EXCLUSIVE, 1));
         // Bound first, so the engine's lock is dropped before the lease is built.
-        let acquired = lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"))?;
-        match acquired {
-            Acquired::Granted(id) => Ok(self.lease(id, &[key])),
+        let acquired = lock(&self.shared.engine).acquire(key, false, |_| unreachable!("may_wait is false"));
+        let granted = acquired.map(|acquired| match acquired {
+            Acquired::Granted(id) => id,
             Acquired::Queued(_) => unreachable!("may_wait is false"),
-        }
+        });
+        self.settle(acquiring, granted, &[key])
     }
 
     /// Waits (FIFO per key, across modes) until the key is ours in the
@@ -127,6 +130,12 @@ impl LocalBackend {
     }
 
     async fn acquire_keys(&self, keys: &[&str], options: AcquireOptions) -> Result<LocalLease> {
+        let mut acquiring = self.shared.reporter.acquiring(Shape::asked(&options, keys.len()));
+        let granted = self.wait_for(keys, options, &mut acquiring).await;
+        self.settle(acquiring, granted, keys)
+    }
+
+    async fn wait_for(&self, keys: &[&str], options: AcquireOptions, acquiring: &mut Acquiring) -> Result<LeaseId> {
         let signal = options.signal.as_ref();
         let kind = options.kind()?;
         if signal.is_some_and(AbortSignal::is_aborted) {
@@ -134,10 +143,10 @@ impl LocalBackend {
         }
         let timeout = self.timeout(options.wait_timeout);
         let (waiter, slot) = match self.enqueue(keys, kind, timeout)? {
-            Ok(id) => return Ok(self.lease(id, keys)),
+            Ok(id) => return Ok(id),
             Err((waiter, slot, _)) => (waiter, slot),
         };
-        let started = Instant::now();
+        acquiring.queued();
         let mut pending = Pending { backend: self, waiter, slot, settled: false };
         let mut delay = Delay::new(timeout);
         let mut aborted = signal.map(|s| Box::pin(s.aborted()));
@@ -157,8 +166,7 @@ impl LocalBackend {
         })
         .await;
         pending.settled = true;
-        self.waited(started, outcome.as_ref().err());
-        outcome.map(|id| self.lease(id, keys))
+        outcome
     }
 
     /// Blocks the calling thread until the key is ours or `wait_timeout`
@@ -170,12 +178,18 @@ impl LocalBackend {
     /// [`LocalBackend::acquire_blocking`] of every key of `keys` (all or
     /// none) in `kind`.
     pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
+        let mut acquiring = self.shared.reporter.acquiring(Shape::of(kind, keys.len()));
+        let granted = self.block_for(keys, kind, wait_timeout, &mut acquiring);
+        self.settle(acquiring, granted, keys)
+    }
+
+    fn block_for(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>, acquiring: &mut Acquiring) -> Result<LeaseId> {
         let timeout = self.timeout(wait_timeout);
         let (waiter, slot, next) = match self.enqueue(keys, kind, timeout)? {
-            Ok(id) => return Ok(self.lease(id, keys)),
+            Ok(id) => return Ok(id),
             Err(queued) => queued,
         };
-        let started = Instant::now();
+        let started = acquiring.queued();
         let mut deadline = started.checked_add(timeout);
         let mut spin = next.then_some(SPIN_QUEUED_FIRST);
         loop {
@@ -186,19 +200,13 @@ impl LocalBackend {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 if self.cancel(waiter, CancelReason::TimedOut) {
-                    let err = LockError::wait_timeout(timeout);
-                    self.waited(started, Some(&err));
-                    return Err(err);
+                    return Err(LockError::wait_timeout(timeout));
                 }
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
             }
             match slot.wait(left.filter(|left| !left.is_zero())) {
-                Some(News::Outcome(outcome)) => {
-                    let outcome = delivered(outcome);
-                    self.waited(started, outcome.as_ref().err());
-                    return outcome.map(|id| self.lease(id, keys));
-                }
+                Some(News::Outcome(outcome)) => return delivered(outcome),
                 Some(News::Next) => spin = Some(SPIN_WOKEN_FIRST),
                 None => {}
             }
@@ -252,22 +260,24 @@ impl LocalBackend {
         })
     }
 
-    fn lease(&self, id: LeaseId, keys: &[&str]) -> LocalLease {
-        // The clock is read only when someone listens for slow holds.
-        let held_since = self.shared.telemetry.as_ref().and(self.shared.options.thresholds.slow_hold_ms).map(|_| Instant::now());
+    /// Reports the acquire's outcome, and answers the lease of a grant.
+    #[inline(always)]
+    fn settle(&self, acquiring: Acquiring, granted: Result<LeaseId>, keys: &[&str]) -> Result<LocalLease> {
+        match granted {
+            Ok(id) => {
+                let hold = self.shared.reporter.granted(acquiring, id.fence);
+                Ok(self.lease(id, keys, hold))
+            }
+            Err(err) => {
+                self.shared.reporter.failed(acquiring, &err);
+                Err(err)
+            }
+        }
+    }
+
+    fn lease(&self, id: LeaseId, keys: &[&str], hold: Hold) -> LocalLease {
         let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
-        LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, held_since, released: AtomicBool::new(false) }
-    }
-
-    /// Reports a finished wait: a wait timeout, and a slow acquire whatever
-    /// its outcome.
-    fn waited(&self, started: Instant, error: Option<&LockError>) {
-        report_wait(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, started, error);
-    }
-
-    /// Reports a slow hold when a lease ends by release.
-    fn held(&self, since: Option<Instant>) {
-        report_hold(self.shared.telemetry.as_ref(), &self.shared.name, &self.shared.options.thresholds, since);
+        LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, hold, released: AtomicBool::new(false) }
     }
 
     /// Releases `id` and delivers what that let in (see [`super::delivery`]).
@@ -310,8 +320,8 @@ pub struct LocalLease {
     key: KeyCopy,
     /// The keys after the first, of a lease over several.
     more: Option<Box<[Box<str>]>>,
-    /// When it was granted, kept only while slow holds are reported.
-    held_since: Option<Instant>,
+    /// Its hold, as telemetry reports it.
+    hold: Hold,
     /// Set once a `release` of this lease released it, so that dropping it
     /// does not ask the engine again.
     released: AtomicBool,
@@ -354,9 +364,13 @@ impl LocalLease {
     /// released it, false when it was already released or the backend closed.
     pub fn release(&self) -> bool {
         let released = self.backend.release(self.id);
+        let reporter = &self.backend.shared.reporter;
         if released {
             self.released.store(true, Ordering::Relaxed);
-            self.backend.held(self.held_since);
+            reporter.released(&self.hold, None);
+        } else {
+            // Released before (its hold is reported), or ended by close.
+            reporter.hold_ended(&self.hold, Some(ErrorCode::Closed));
         }
         released
     }

@@ -22,7 +22,7 @@ use super::waiters::{Place, Ticket, Turn, Waiters};
 use crate::abort::AbortSignal;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
-use crate::telemetry::report_wait;
+use crate::telemetry::Acquiring;
 
 /// Counts one acquire in progress against `maxWaiters` until dropped.
 pub(super) struct InProgress(Arc<BackendCore>);
@@ -92,17 +92,24 @@ impl Acquire {
         Acquire { core, keys, names, kind, tickets, places, wait, signal, cancelled, _slot: slot }
     }
 
-    /// Acquires, then counts and reports the outcome.
-    pub async fn run(self) -> Result<Arc<LeaseShared>> {
+    /// Acquires, then counts and reports the outcome (`acquiring`: since
+    /// the call; every redis acquire counts as one that waits).
+    pub async fn run(self, mut acquiring: Acquiring) -> Result<Arc<LeaseShared>> {
         let core = self.core.clone();
-        let started = Instant::now();
+        acquiring.queued();
         let outcome = self.attempt().await;
         match &outcome {
-            Ok(_) => core.acquired.fetch_add(1, Ordering::Relaxed),
-            Err(err) if err.code() == ErrorCode::WaitTimeout => core.timed_out.fetch_add(1, Ordering::Relaxed),
-            Err(_) => 0,
-        };
-        report_wait(core.telemetry.as_ref(), &core.name, &core.options.thresholds, started, outcome.as_ref().err());
+            Ok(shared) => {
+                core.acquired.fetch_add(1, Ordering::Relaxed);
+                shared.hold_begins(core.reporter.granted(acquiring, shared.fence()));
+            }
+            Err(err) => {
+                if err.code() == ErrorCode::WaitTimeout {
+                    core.timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                core.reporter.failed(acquiring, err);
+            }
+        }
         outcome
     }
 

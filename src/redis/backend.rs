@@ -14,10 +14,9 @@ use super::runtime::DriverRuntime;
 use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::key;
 use crate::log::{Level, Logger};
 use crate::options::RedisOptions;
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Shape, Telemetry};
 
 /// A backend whose leases live in Redis, shared by every process that uses
 /// the same server and namespace. Cheap to clone.
@@ -106,7 +105,6 @@ impl RedisBackend {
     /// Cancel safe: dropping the future ends the wait; a lease granted in the
     /// meantime is released.
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<RedisLease> {
-        key::validate(key, self.core.options.max_key_bytes as usize)?;
         self.start(&[key], options).await
     }
 
@@ -118,12 +116,35 @@ impl RedisBackend {
     /// to each key; the lease has a fence per key, and renew and release
     /// cover every key.
     pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
-        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
         self.start(keys, options).await
     }
 
+    /// Checks the call, then runs the acquire on the driver's runtime. The
+    /// report of the acquire starts here, on the caller's thread (a span's
+    /// parent is the caller's); the task reports its outcome.
     async fn start(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
         let core = &self.core;
+        let acquiring = core.reporter.acquiring(Shape::asked(&options, keys.len()));
+        // Dropping `_cancel` (this future dropped) ends the task's wait.
+        let (_cancel, cancelled) = oneshot::channel::<()>();
+        let task = match self.admit(keys, options, cancelled) {
+            Ok(task) => task,
+            Err(err) => {
+                core.reporter.failed(acquiring, &err);
+                return Err(err);
+            }
+        };
+        let shared = core.spawner().run(task.run(acquiring)).await?;
+        Ok(RedisLease::new(shared, self.runtime.clone()))
+    }
+
+    /// What is checked before an acquire starts: the keys (one is
+    /// checked as `acquire_many` checks a set of one), the backend open, the
+    /// kind, the signal, `maxWaiters` and `maxLeases`. Answers the task,
+    /// which joins the keys' queues now.
+    fn admit(&self, keys: &[&str], options: AcquireOptions, cancelled: oneshot::Receiver<()>) -> Result<Acquire> {
+        let core = &self.core;
+        crate::acquire::check_keys(keys, core.options.max_key_bytes as usize)?;
         if *core.closed.borrow() {
             return Err(LockError::closed());
         }
@@ -136,11 +157,7 @@ impl RedisBackend {
             return Err(key_limit(core.options.max_leases));
         }
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
-        // Dropping `_cancel` (this future dropped) ends the task's wait.
-        let (_cancel, cancelled) = oneshot::channel::<()>();
-        let task = Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot);
-        let shared = core.spawner().run(task.run()).await?;
-        Ok(RedisLease::new(shared, self.runtime.clone()))
+        Ok(Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot))
     }
 
     /// Counts for `status()`.

@@ -247,7 +247,7 @@ impl RedisConnection {
             self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|lane| lane.up.load(Ordering::Relaxed));
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
-                telemetry(&TelemetryEvent::Connection { connection: self.name.clone(), up });
+                telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
             }
         }
     }

@@ -28,7 +28,7 @@ use super::topology::NodeConnection;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::RedisOptions;
-use crate::telemetry::{report_hold, Telemetry, TelemetryEvent};
+use crate::telemetry::{Reporter, Telemetry};
 
 pub(crate) struct BackendCore {
     pub(super) name: String,
@@ -37,7 +37,7 @@ pub(crate) struct BackendCore {
     pub(super) channel: String,
     spawner: Spawner,
     logger: Logger,
-    pub(super) telemetry: Option<Telemetry>,
+    pub(super) reporter: Reporter,
     pub(super) in_progress: AtomicUsize,
     /// Told when the last acquire in progress ends.
     pub(super) settled: Notify,
@@ -58,6 +58,7 @@ impl BackendCore {
         telemetry: Option<Telemetry>,
     ) -> BackendCore {
         let channel = release_channel(&options.namespace);
+        let reporter = Reporter::new(telemetry, name, "redis", options.thresholds);
         BackendCore {
             name: name.to_owned(),
             options,
@@ -65,7 +66,7 @@ impl BackendCore {
             channel,
             spawner,
             logger,
-            telemetry,
+            reporter,
             in_progress: AtomicUsize::new(0),
             settled: Notify::new(),
             acquired: AtomicU64::new(0),
@@ -192,7 +193,10 @@ impl BackendCore {
         let mut releases: FuturesUnordered<_> = leases
             .into_iter()
             .filter(|lease| lease.take())
-            .map(|lease| async move { self.delete_if_ours(lease.claim()).await.map(|_| ()) })
+            .map(|lease| async move {
+                lease.hold_ended(None);
+                self.delete_if_ours(lease.claim()).await.map(|_| ())
+            })
             .collect();
         let total = releases.len();
         let mut failed = 0;
@@ -244,22 +248,10 @@ impl BackendCore {
         ))))))
     }
 
-    /// When a lease should measure its hold: only while someone listens.
-    pub fn hold_clock(&self) -> Option<Instant> {
-        self.telemetry.as_ref().and(self.options.thresholds.slow_hold_ms).map(|_| Instant::now())
-    }
-
-    /// Reports a lease that ended held for `since`.
-    pub fn report_hold(&self, since: Option<Instant>) {
-        report_hold(self.telemetry.as_ref(), &self.name, &self.options.thresholds, since);
-    }
-
     /// Counts and reports a lease found lost (once per lease, by the caller).
     pub fn report_lost(&self, code: ErrorCode) {
         self.lost.fetch_add(1, Ordering::Relaxed);
-        if let Some(telemetry) = &self.telemetry {
-            telemetry(&TelemetryEvent::LeaseLost { backend: self.name.clone(), code });
-        }
+        self.reporter.lost(code);
     }
 
     pub(super) fn log(&self, level: Level, code: &'static str, message: String) {

@@ -10,7 +10,7 @@
 //! clocks drift more than that or the server loses the key (restart without
 //! persistence, failover to a replica that missed the write, eviction).
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::claim::Claim;
@@ -18,6 +18,7 @@ use super::connection::Failure;
 use super::core::BackendCore;
 use super::runtime::DriverRuntime;
 use crate::error::{ErrorCode, Result};
+use crate::telemetry::Hold;
 
 /// A lease on one key (or several at once) held through Redis: exclusive,
 /// shared or some units of a counted key. Dropping it releases it in the
@@ -38,8 +39,9 @@ pub(crate) struct LeaseShared {
     fences: Box<[u64]>,
     claim: Arc<Claim>,
     slot: usize,
-    /// When the hold started, if slow holds are reported.
-    held_since: Option<Instant>,
+    /// The hold as telemetry reports it; set by the acquire once it has
+    /// reported the grant, which comes after the lease is registered.
+    hold: OnceLock<Hold>,
     state: Mutex<State>,
 }
 
@@ -77,14 +79,13 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, keys: &[String], claim: Arc<Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
-        let held_since = core.hold_clock();
         LeaseShared {
             core,
             keys: keys.iter().map(|key| key.as_str().into()).collect(),
             fences: fences.into(),
             claim,
             slot,
-            held_since,
+            hold: OnceLock::new(),
             state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }),
         }
     }
@@ -106,11 +107,29 @@ impl LeaseShared {
         was_held
     }
 
-    /// Counts the lease as lost, once.
+    /// Counts the lease as lost, once; its hold ends with `code`.
     fn lost(&self, code: ErrorCode) {
         let first = !std::mem::replace(&mut self.state().lost, true);
         if first {
+            self.hold_ended(Some(code));
             self.core.report_lost(code);
+        }
+    }
+
+    /// The fence of the first key.
+    pub fn fence(&self) -> u64 {
+        self.fences[0]
+    }
+
+    /// Starts the hold's report (once, by the acquire that granted it).
+    pub fn hold_begins(&self, hold: Hold) {
+        let _ = self.hold.set(hold);
+    }
+
+    /// Reports the end of the hold (the first only; `None`: released).
+    pub fn hold_ended(&self, outcome: Option<ErrorCode>) {
+        if let Some(hold) = self.hold.get() {
+            self.core.reporter.hold_ended(hold, outcome);
         }
     }
 
@@ -124,6 +143,8 @@ impl Drop for LeaseShared {
         if self.take() {
             self.core.release_in_background(self.claim.clone());
         }
+        // Released now, or before by a path that reported it already.
+        self.hold_ended(None);
     }
 }
 
@@ -177,7 +198,7 @@ impl RedisLease {
     /// key and namespace, shared or not, in every process, across server
     /// restarts (see the acquire script).
     pub fn fence(&self) -> u64 {
-        self.shared.fences[0]
+        self.shared.fence()
     }
 
     /// True while the lease is held and the local estimate says it has not
@@ -261,7 +282,9 @@ impl RedisLease {
         }
         let shared = self.shared.clone();
         let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.claim()).await }).await;
-        self.shared.core.report_hold(self.shared.held_since);
+        if let Some(hold) = self.shared.hold.get() {
+            self.shared.core.reporter.released(hold, outcome.as_ref().err().map(|err| err.code()));
+        }
         match &outcome {
             Err(err) if matches!(err.code(), ErrorCode::LeaseLost | ErrorCode::OutcomeUnknown) => self.shared.lost(err.code()),
             _ => {}

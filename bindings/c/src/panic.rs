@@ -7,7 +7,6 @@
 //! task reaches the callback as `DOKEBI_LOCK_PANIC` instead of killing the
 //! completion thread.
 
-use std::ffi::c_char;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -50,8 +49,8 @@ impl PanicDefault for dokebi_lock_status {
     }
 }
 
-impl PanicDefault for *const c_char {
-    fn on_panic() -> *const c_char {
+impl<T> PanicDefault for *const T {
+    fn on_panic() -> *const T {
         std::ptr::null()
     }
 }
@@ -99,7 +98,7 @@ mod tests {
     #[test]
     fn a_panicking_getter_answers_its_default() {
         assert!(!boundary(|| -> bool { panic!("boom") }));
-        assert!(boundary(|| -> *const c_char { panic!("boom") }).is_null());
+        assert!(boundary(|| -> *const std::ffi::c_char { panic!("boom") }).is_null());
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub unsafe extern "C" fn dokebi_lock_provider_open(
 /// connections going up or down; counts and codes, never keys) to
 /// `telemetry` with `user_data`. NULL `telemetry` reports nothing. See
 /// `dokebi_lock_telemetry_fn` for the threads it is called on and what it
-/// must not do.
+/// must not do. No acquire or hold events (see
+/// `dokebi_lock_provider_open_with_trace_events`).
 ///
 /// # Safety
 /// As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
@@ -72,12 +73,41 @@ pub unsafe extern "C" fn dokebi_lock_provider_open_with_telemetry(
     out_provider: *mut *mut dokebi_lock_provider,
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
+    // SAFETY: the caller keeps this function's contract, which is the
+    // other's without trace events.
+    unsafe { dokebi_lock_provider_open_with_trace_events(yaml, yaml_len, telemetry, user_data, 0, out_provider, out_error) }
+}
+
+/// Opens a provider as `dokebi_lock_provider_open_with_telemetry` does, and
+/// also reports the events `trace_events` asks for, for a host that feeds
+/// its own tracer: `DOKEBI_LOCK_TRACE_ACQUIRE` (an event
+/// `DOKEBI_LOCK_EVENT_ACQUIRE` per acquire call: its wait, outcome, fence,
+/// mode, limit, weight and key count) and `DOKEBI_LOCK_TRACE_HOLD` (an event
+/// `DOKEBI_LOCK_EVENT_HOLD` when a granted lease stops being held: how long,
+/// how it ended, its fence), or both. Each is a `dokebi_lock_trace_event`
+/// (`dokebi_lock_event_trace`). A call per acquire: ask only for what the
+/// host records. `trace_events` 0 is `dokebi_lock_provider_open_with_telemetry`;
+/// other bits, or bits with a NULL `telemetry`, are
+/// `DOKEBI_LOCK_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// As `dokebi_lock_provider_open_with_telemetry`.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_provider_open_with_trace_events(
+    yaml: *const c_char,
+    yaml_len: usize,
+    telemetry: dokebi_lock_telemetry_fn,
+    user_data: *mut c_void,
+    trace_events: u32,
+    out_provider: *mut *mut dokebi_lock_provider,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
     call(out_error, || {
         let out = Out::new(out_provider, "out_provider")?;
         // SAFETY: the caller promised `yaml` is NULL or points to `yaml_len` readable bytes (# Safety,
         // as `dokebi_lock_provider_open`).
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
-        let hooks = Hooks { telemetry: hook(telemetry, user_data), ..Hooks::default() };
+        let hooks = Hooks { telemetry: hook(telemetry, user_data, trace_events)?, ..Hooks::default() };
         let provider = Provider::open_with(Options::from_yaml(yaml)?, hooks)?;
         let names = provider.names().into_iter().map(c_text).collect();
         out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default() }));

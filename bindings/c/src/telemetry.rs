@@ -1,12 +1,18 @@
 //! Telemetry for C hosts: the events Node gets on `diagnostics_channel`
 //! (slow acquire, slow hold, wait timeout, lease lost, connection up/down),
-//! counts, durations and codes only, never keys.
+//! and for hosts that ask, an event per acquire and per hold (the core's
+//! trace events, for a host's own tracer); counts, durations and codes
+//! only, never keys.
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
 
-use dokebi_lock::telemetry::{Telemetry, TelemetryEvent};
+use dokebi_lock::error::{ErrorCode, LockError, Result};
+use dokebi_lock::telemetry::{Interest, Telemetry, TelemetryEvent, TelemetrySink, TraceEvent};
+use dokebi_lock::LockMode;
 
+use super::kinds::{DOKEBI_LOCK_MODE_EXCLUSIVE, DOKEBI_LOCK_MODE_SHARED};
+use super::panic::boundary;
 use super::status::dokebi_lock_status;
 
 /// What happened (`dokebi_lock_event.kind`).
@@ -24,7 +30,25 @@ pub enum dokebi_lock_event_kind {
     DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
     /// A Redis connection (`connection`) went up or down (`up`).
     DOKEBI_LOCK_EVENT_CONNECTION = 5,
+    /// An acquire call ended, after `duration_ms`; `code` is its outcome
+    /// (`DOKEBI_LOCK_OK` when granted). Only with `DOKEBI_LOCK_TRACE_ACQUIRE`
+    /// (see `dokebi_lock_provider_open_with_trace_events`); the event is a
+    /// `dokebi_lock_trace_event` (`dokebi_lock_event_trace`).
+    DOKEBI_LOCK_EVENT_ACQUIRE = 6,
+    /// A granted lease stopped being held, after `duration_ms`; `code` is
+    /// `DOKEBI_LOCK_OK` when released, `LEASE_LOST` or `OUTCOME_UNKNOWN`
+    /// when found lost (another error when its release failed otherwise,
+    /// `CLOSED` for a local lease whose provider closed). Only with
+    /// `DOKEBI_LOCK_TRACE_HOLD`; the event is a `dokebi_lock_trace_event`.
+    DOKEBI_LOCK_EVENT_HOLD = 7,
 }
+
+/// `dokebi_lock_provider_open_with_trace_events`: an event
+/// (`DOKEBI_LOCK_EVENT_ACQUIRE`) per acquire call.
+pub const DOKEBI_LOCK_TRACE_ACQUIRE: u32 = 1;
+/// `dokebi_lock_provider_open_with_trace_events`: an event
+/// (`DOKEBI_LOCK_EVENT_HOLD`) per granted lease, when its hold ends.
+pub const DOKEBI_LOCK_TRACE_HOLD: u32 = 2;
 
 /// One telemetry event. The strings are valid during the callback only.
 #[repr(C)]
@@ -45,20 +69,48 @@ pub struct dokebi_lock_event {
     pub up: bool,
 }
 
+/// An acquire or hold event (`DOKEBI_LOCK_EVENT_ACQUIRE`,
+/// `DOKEBI_LOCK_EVENT_HOLD`): the event, then what a tracer wants to know.
+/// Valid during the callback only.
+#[repr(C)]
+pub struct dokebi_lock_trace_event {
+    /// The event: `kind`, `backend`, `duration_ms` (the wait, or the
+    /// hold), `code` (the outcome).
+    pub event: dokebi_lock_event,
+    /// The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+    pub driver: *const c_char,
+    /// The lease's fence (of its first key, as `dokebi_lock_lease_fence`);
+    /// 0 for an acquire that failed.
+    pub fence: u64,
+    /// Of an acquire: `DOKEBI_LOCK_MODE_EXCLUSIVE` or `_SHARED`, as asked; 0
+    /// for a hold.
+    pub mode: u32,
+    /// Of an acquire: the limit asked for (1 unless counted); 0 for a hold.
+    pub limit: u32,
+    /// Of an acquire: the weight asked for (1 unless counted); 0 for a hold.
+    pub weight: u32,
+    /// Of an acquire: how many keys, taken as one lease; 0 for a hold.
+    pub key_count: usize,
+}
+
 /// Receives telemetry events with the `user_data` given at open.
 ///
 /// Called on the thread that observed the event: the caller's own thread for
-/// its acquires and releases, the redis driver's thread for connection
-/// changes and leases found lost by renewals; so possibly from several
-/// threads at once. It must return soon, must not unwind (no C++ exception,
+/// its local acquires and for releases, the redis driver's thread for the
+/// outcomes of redis acquires, connection changes and leases found lost by
+/// renewals; so possibly from several threads at once. Kinds may be
+/// appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE` and
+/// `_HOLD` come only to hosts that ask for them). It must return soon, must not unwind (no C++ exception,
 /// no longjmp), and must not close or free the provider; it may keep nothing
 /// of the event past the call.
 pub type dokebi_lock_telemetry_fn = Option<unsafe extern "C" fn(event: *const dokebi_lock_event, user_data: *mut c_void)>;
 
-/// The host's callback and its data, callable from any thread.
+/// The host's callback and its data, callable from any thread, and the
+/// trace events it asked for.
 struct Callback {
     function: unsafe extern "C" fn(*const dokebi_lock_event, *mut c_void),
     user_data: *mut c_void,
+    interest: Interest,
 }
 
 // SAFETY: `dokebi_lock_provider_open_with_telemetry` documents that the
@@ -68,26 +120,61 @@ unsafe impl Send for Callback {}
 // SAFETY: as above; the callback only reads the two fields.
 unsafe impl Sync for Callback {}
 
-/// The core's telemetry hook that calls `function` (none when NULL).
-pub(crate) fn hook(function: dokebi_lock_telemetry_fn, user_data: *mut c_void) -> Option<Telemetry> {
-    let callback = Callback { function: function?, user_data };
-    Some(Arc::new(move |event: &TelemetryEvent| callback.deliver(event)))
+/// The core's telemetry hook that calls `function` (none when NULL), with
+/// the trace events of the `DOKEBI_LOCK_TRACE_*` bits of `trace_events`.
+pub(crate) fn hook(function: dokebi_lock_telemetry_fn, user_data: *mut c_void, trace_events: u32) -> Result<Option<Telemetry>> {
+    if trace_events & !(DOKEBI_LOCK_TRACE_ACQUIRE | DOKEBI_LOCK_TRACE_HOLD) != 0 {
+        return Err(LockError::new(
+            ErrorCode::InvalidArgument,
+            "trace_events has bits other than DOKEBI_LOCK_TRACE_ACQUIRE and DOKEBI_LOCK_TRACE_HOLD",
+        ));
+    }
+    let Some(function) = function else {
+        if trace_events != 0 {
+            return Err(LockError::new(ErrorCode::InvalidArgument, "trace_events asks for events, but telemetry is NULL"));
+        }
+        return Ok(None);
+    };
+    let interest = Interest { acquires: trace_events & DOKEBI_LOCK_TRACE_ACQUIRE != 0, holds: trace_events & DOKEBI_LOCK_TRACE_HOLD != 0 };
+    Ok(Some(Arc::new(Callback { function, user_data, interest })))
+}
+
+impl TelemetrySink for Callback {
+    fn event(&self, event: &TelemetryEvent) {
+        self.deliver(event);
+    }
+
+    fn interest(&self) -> Interest {
+        self.interest
+    }
+
+    fn trace(&self, event: &TraceEvent<'_>) {
+        self.deliver_trace(event);
+    }
+}
+
+/// An event of `kind` with nothing else set.
+fn blank(kind: dokebi_lock_event_kind) -> dokebi_lock_event {
+    dokebi_lock_event {
+        kind,
+        backend: std::ptr::null(),
+        connection: std::ptr::null(),
+        duration_ms: 0,
+        threshold_ms: 0,
+        code: dokebi_lock_status::DOKEBI_LOCK_OK,
+        up: false,
+    }
+}
+
+/// Names come from the configuration; one with a NUL byte is reported as an
+/// empty name rather than cut short.
+fn name(text: &str) -> CString {
+    CString::new(text).unwrap_or_default()
 }
 
 impl Callback {
     fn deliver(&self, event: &TelemetryEvent) {
-        let mut c = dokebi_lock_event {
-            kind: dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_CONNECTION,
-            backend: std::ptr::null(),
-            connection: std::ptr::null(),
-            duration_ms: 0,
-            threshold_ms: 0,
-            code: dokebi_lock_status::DOKEBI_LOCK_OK,
-            up: false,
-        };
-        // Names come from the configuration; one with a NUL byte is reported
-        // as an empty name rather than cut short.
-        let name = |text: &str| CString::new(text).unwrap_or_default();
+        let mut c = blank(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_CONNECTION);
         let held_name;
         match event {
             TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
@@ -129,6 +216,76 @@ impl Callback {
         // until it returns.
         unsafe { (self.function)(&c, self.user_data) };
     }
+
+    fn deliver_trace(&self, event: &TraceEvent<'_>) {
+        let status = |outcome: Option<ErrorCode>| outcome.map_or(dokebi_lock_status::DOKEBI_LOCK_OK, dokebi_lock_status::from);
+        let (c, backend) = match *event {
+            TraceEvent::Acquire { backend, driver, mode, limit, weight, key_count, waited, outcome, fence, .. } => {
+                let mut event = blank(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_ACQUIRE);
+                event.duration_ms = millis(waited);
+                event.code = status(outcome);
+                let mode = match mode {
+                    LockMode::Exclusive => DOKEBI_LOCK_MODE_EXCLUSIVE,
+                    LockMode::Shared => DOKEBI_LOCK_MODE_SHARED,
+                };
+                let c = dokebi_lock_trace_event {
+                    event,
+                    driver: driver_name(driver),
+                    fence: fence.unwrap_or(0),
+                    mode,
+                    limit,
+                    weight,
+                    key_count,
+                };
+                (c, backend)
+            }
+            TraceEvent::Hold { backend, driver, fence, held, outcome, .. } => {
+                let mut event = blank(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_HOLD);
+                event.duration_ms = millis(held);
+                event.code = status(outcome);
+                (dokebi_lock_trace_event { event, driver: driver_name(driver), fence, mode: 0, limit: 0, weight: 0, key_count: 0 }, backend)
+            }
+            // A kind of event this surface does not know yet is not delivered.
+            _ => return,
+        };
+        let backend = name(backend);
+        let c = dokebi_lock_trace_event { event: dokebi_lock_event { backend: backend.as_ptr(), ..c.event }, ..c };
+        // SAFETY: as in `deliver`; the event is the first field of the
+        // `repr(C)` trace event, so the pointer is both (see
+        // `dokebi_lock_event_trace`).
+        unsafe { (self.function)(&c.event, self.user_data) };
+    }
+}
+
+/// The driver's name as a static C string.
+fn driver_name(driver: &str) -> *const c_char {
+    let name: &'static CStr = match driver {
+        "local" => c"local",
+        "redis" => c"redis",
+        _ => c"",
+    };
+    name.as_ptr()
+}
+
+/// The acquire or hold event `event` is part of (`DOKEBI_LOCK_EVENT_ACQUIRE`,
+/// `DOKEBI_LOCK_EVENT_HOLD`), with the driver, fence and kind; NULL for
+/// other kinds and for NULL. Valid as long as `event`, during the callback.
+///
+/// # Safety
+/// `event` is NULL or an event the telemetry callback received, during the
+/// callback.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_event_trace(event: *const dokebi_lock_event) -> *const dokebi_lock_trace_event {
+    boundary(|| {
+        // SAFETY: the caller promised `event` is NULL or an event the callback received (# Safety).
+        match unsafe { event.as_ref() }.map(|event| event.kind) {
+            // An event of these kinds is only ever delivered as the first
+            // field of a `repr(C)` trace event (`deliver_trace`), so the
+            // pointer to it points to that.
+            Some(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_ACQUIRE | dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_HOLD) => event.cast(),
+            _ => std::ptr::null(),
+        }
+    })
 }
 
 fn millis(duration: std::time::Duration) -> u64 {
