@@ -138,7 +138,7 @@ impl RedisBackend {
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
         // Dropping `_cancel` (this future dropped) ends the task's wait.
         let (_cancel, cancelled) = oneshot::channel::<()>();
-        let task = Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot);
+        let task = Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot)?;
         let shared = core.spawner().run(task.run()).await?;
         Ok(RedisLease::new(shared, self.runtime.clone()))
     }
