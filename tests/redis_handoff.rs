@@ -136,3 +136,27 @@ fn a_release_hands_a_key_set_on_and_one_try_grants_every_reader_queued() {
     }
     block_on(provider.close());
 }
+
+#[test]
+fn a_head_does_not_try_keys_its_own_process_left_full_and_is_handed_them() {
+    let server = RedisServer::start();
+    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
+    let a = backend(&provider);
+    eventually("subscribed", || redis_counts(&a).subscribed);
+    let holder = block_on(a.acquire_many(&["x", "y"], wait(0))).unwrap();
+    let first = acquire_later(&a, &["x", "y"], wait(5_000));
+    until_waiting(&a, 1);
+    let second = acquire_later(&a, &["y", "x"], wait(5_000));
+    until_waiting(&a, 2);
+    reset_stats(&server);
+    // Hands both keys to the first waiter: they are full again.
+    assert!(block_on(holder.release()).unwrap());
+    let first = first.join().unwrap();
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(server.succeeded_calls_of("evalsha"), 1, "the second waiter, now the head, did not try keys its process holds");
+    assert!(block_on(first.release()).unwrap());
+    let second = second.join().unwrap();
+    assert_eq!(server.succeeded_calls_of("evalsha"), 2, "the first waiter's release handed the keys on");
+    assert!(block_on(second.release()).unwrap());
+    block_on(provider.close());
+}
