@@ -314,18 +314,6 @@ fn a_server_that_may_evict_locks_is_reported_at_start() {
     assert!(records.lock().unwrap().iter().all(|r| r.code != "REDIS_EVICTION_POLICY"));
 }
 
-/// Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
-fn command_calls(server: &RedisServer) -> Vec<(String, u64)> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut server.client()).unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 #[test]
 fn an_uncontended_acquire_and_release_cost_one_script_call_each_and_publish_nothing() {
     let server = RedisServer::start();
@@ -344,7 +332,8 @@ fn an_uncontended_acquire_and_release_cost_one_script_call_each_and_publish_noth
     // The scripts' inner commands are counted too; only EVALSHA is sent by
     // the client (besides this test's own CONFIG and INFO), and with nobody
     // waiting a release publishes nothing (no PUBLISH among the inner calls).
-    let sent: Vec<(String, u64)> = command_calls(&server)
+    let sent: Vec<(String, u64)> = server
+        .command_calls()
         .into_iter()
         .filter(|(name, _)| {
             !["get", "exists", "time", "set", "getset", "incr", "pttl", "del", "config|resetstat", "info"].contains(&name.as_str())

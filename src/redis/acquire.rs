@@ -16,11 +16,12 @@ use tokio::sync::oneshot;
 use super::claim::{Claim, Taken};
 use super::connection::Failure;
 use super::core::BackendCore;
+use super::handoff::{Next, Request};
 use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
-use super::waiters::{Place, Ticket, Turn, Waiters};
+use super::waiters::{Picked, Place, Ticket, Turn, Waiters};
 use crate::abort::AbortSignal;
-use crate::acquire::LockKind;
+use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::telemetry::Acquiring;
 
@@ -50,9 +51,10 @@ pub(super) struct Acquire {
     core: Arc<BackendCore>,
     /// The user keys, in the caller's order.
     keys: Vec<String>,
-    /// Their Redis names, in the same order.
-    names: Vec<RedisKeys>,
-    kind: LockKind,
+    claim: Arc<Claim>,
+    /// How other calls of this process see this acquire while it waits
+    /// (none for a single try, and on a Cluster: no hand-offs there).
+    request: Option<Arc<Request>>,
     /// One place per key in its queue of this process.
     tickets: Vec<Ticket>,
     /// The places in the keys' queues, taken when the acquire was called;
@@ -84,12 +86,15 @@ impl Acquire {
         signal: Option<AbortSignal>,
         cancelled: oneshot::Receiver<()>,
         slot: InProgress,
-    ) -> Acquire {
+    ) -> Result<Acquire> {
         let names: Vec<RedisKeys> = keys.iter().map(|key| RedisKeys::new(&core.options.namespace, key)).collect();
-        let tickets: Vec<Ticket> = names.iter().map(|names| core.connection.waiters.join(&names.lock)).collect();
+        let cluster = core.connection.is_cluster();
+        let claim = Arc::new(Claim::new(names, kind, owner_token()?, cluster));
+        let request = (!wait.is_zero() && !cluster).then(|| Arc::new(Request::new(claim.clone())));
+        let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(&names.lock, request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
         let keys = keys.iter().map(|key| (*key).to_owned()).collect();
-        Acquire { core, keys, names, kind, tickets, places, wait, signal, cancelled, _slot: slot }
+        Ok(Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot })
     }
 
     /// Acquires, then counts and reports the outcome (`acquiring`: since
@@ -114,7 +119,7 @@ impl Acquire {
     }
 
     async fn attempt(self) -> Result<Arc<LeaseShared>> {
-        let Acquire { core, keys, names, kind, tickets, places, wait, signal, mut cancelled, _slot } = self;
+        let Acquire { core, keys, claim, request, tickets, places, wait, signal, mut cancelled, _slot } = self;
         let start = Instant::now();
         let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
         let single_try = wait.is_zero();
@@ -131,30 +136,21 @@ impl Acquire {
         };
         tokio::pin!(interrupt);
 
-        // The turn of every key: this acquire is the head of each queue.
-        let mut _turns: Vec<Turn> = Vec::with_capacity(tickets.len());
-        match places {
+        // The turns held (this acquire is the head of those queues), and
+        // the places still waited for, last key first.
+        let mut turns: Vec<Turn> = Vec::with_capacity(tickets.len());
+        let mut places: Vec<Place> = match places {
             None => {
                 for ticket in &tickets {
-                    _turns.push(ticket.try_turn().ok_or_else(LockError::busy)?);
+                    turns.push(ticket.try_turn().ok_or_else(LockError::busy)?);
                 }
+                Vec::new()
             }
-            Some(places) => {
-                for place in places {
-                    let turn = match place {
-                        // Nobody ahead: no wait, so no timer is started.
-                        Place::Turn(turn) => turn,
-                        place => tokio::select! {
-                            biased;
-                            why = &mut interrupt => return Err(interrupted(why, wait)),
-                            turn = place.turn() => turn,
-                        },
-                    };
-                    _turns.push(turn);
-                }
+            Some(mut places) => {
+                places.reverse();
+                places
             }
-        }
-        let claim = Arc::new(Claim::new(names, kind, owner_token()?, core.connection.is_cluster()));
+        };
         let lease_ms = u64::from(core.options.lease_ms);
         // Longer than any nap between two tries, so the mark outlives it.
         let waiting_ms =
@@ -162,22 +158,116 @@ impl Acquire {
         // This acquire's place among the waiters of every process (0: none
         // yet), given by the first try that had to wait.
         let mut ticket = 0u64;
-        // Takes back the marks of a wait that ends without a grant.
-        let withdraw = |ticket: u64| {
+        // The last wait ended by its nap: the next try goes to Redis
+        // whatever this process knows (the safety net).
+        let mut napped = false;
+        // Ends a wait without a grant: nobody may grant this acquire any
+        // more, what another call granted it meanwhile is given back, and
+        // its marks are taken back.
+        let give_up = |ticket: u64| {
+            if let Some(request) = &request {
+                let left = request.leave();
+                if left.grant.is_some() {
+                    core.release_in_background(claim.clone());
+                } else if left.dirty {
+                    core.clean_up(claim.clone());
+                }
+            }
             if ticket != 0 {
                 core.withdraw_in_background(claim.clone(), ticket);
             }
         };
         loop {
             if *core.closed.borrow() {
-                withdraw(ticket);
+                give_up(ticket);
                 return Err(LockError::closed());
             }
-            let sent = Instant::now();
-            let (fences, written) = match claim.take(&core.connection, lease_ms, waiting_ms, ticket, &core.channel).await {
+            // The turn of every key, unless another call grants this
+            // acquire meanwhile.
+            let mut handed = None;
+            while let Some(place) = places.pop() {
+                let place = match place {
+                    // Nobody ahead: no wait, so no timer is started.
+                    Place::Turn(turn) => {
+                        turns.push(turn);
+                        continue;
+                    }
+                    place => place.turn(),
+                };
+                tokio::pin!(place);
+                loop {
+                    tokio::select! {
+                        biased;
+                        why = &mut interrupt => {
+                            give_up(ticket);
+                            return Err(interrupted(why, wait));
+                        }
+                        turn = &mut place => {
+                            turns.push(turn);
+                            break;
+                        }
+                        _ = changed(&request) => {
+                            handed = request.as_ref().and_then(|request| request.granted());
+                            if handed.is_some() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                if handed.is_some() {
+                    places.clear();
+                    break;
+                }
+            }
+            if handed.is_none() {
+                match request.as_ref().map_or(Next::Try, |request| request.begin_try()) {
+                    // A key this process filled: a release of ours will
+                    // hand it on, or wake this head when it leaves room.
+                    Next::Try if !napped && !claim.is_plain() && core.connection.waiters.any_full(&claim) => {
+                        if let Some(request) = &request {
+                            request.end_try(ticket);
+                        }
+                        let nap = Duration::from_millis(u64::from(poll_interval(&core)));
+                        tokio::select! {
+                            biased;
+                            why = &mut interrupt => {
+                                give_up(ticket);
+                                return Err(interrupted(why, wait));
+                            }
+                            _ = woken(&tickets) => {}
+                            _ = changed(&request) => {}
+                            _ = tokio::time::sleep(nap) => napped = true,
+                        }
+                        continue;
+                    }
+                    Next::Try => napped = false,
+                    Next::Granted(grant) => handed = Some(grant),
+                    // Another call has it: its outcome decides.
+                    Next::Wait => {
+                        tokio::select! {
+                            biased;
+                            why = &mut interrupt => {
+                                give_up(ticket);
+                                return Err(interrupted(why, wait));
+                            }
+                            _ = changed(&request) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            let (sent, taken) = match handed {
+                Some(grant) => (grant.sent, Ok(Taken::Granted { fences: grant.fences, written: grant.written })),
+                None => {
+                    let followers = request.as_ref().map(|request| core.connection.waiters.followers(request)).unwrap_or_default();
+                    let sent = Instant::now();
+                    (sent, try_once(&core, &claim, lease_ms, waiting_ms, ticket, followers, sent).await)
+                }
+            };
+            let (fences, written) = match taken {
                 Ok(Taken::Granted { fences, written }) => (fences, written),
                 Ok(Taken::OtherLimit) => {
-                    withdraw(ticket);
+                    give_up(ticket);
                     return Err(other_limit());
                 }
                 Ok(Taken::Busy { hint, ticket: place }) => {
@@ -187,8 +277,10 @@ impl Acquire {
                     if single_try {
                         return Err(LockError::busy());
                     }
-                    let poll =
-                        if core.connection.is_subscribed() { core.options.notify_poll_interval_ms } else { core.options.poll_interval_ms };
+                    if let Some(request) = &request {
+                        request.end_try(ticket);
+                    }
+                    let poll = poll_interval(&core);
                     // Never sleep past the first blocking holder's expiry
                     // (PTTL; -2 means the key just vanished, other negative
                     // values that it is unknown).
@@ -197,11 +289,12 @@ impl Acquire {
                     tokio::select! {
                         biased;
                         why = &mut interrupt => {
-                            withdraw(ticket);
+                            give_up(ticket);
                             return Err(interrupted(why, wait));
                         }
                         _ = woken(&tickets) => {}
-                        _ = tokio::time::sleep(nap) => {}
+                        _ = changed(&request) => {}
+                        _ = tokio::time::sleep(nap) => napped = true,
                     }
                     continue;
                 }
@@ -210,12 +303,15 @@ impl Acquire {
                     if matches!(failure, Failure::Unknown(_)) || claim.is_split() {
                         core.clean_up(claim.clone());
                     }
-                    withdraw(ticket);
+                    give_up(ticket);
                     return Err(failure.into_error("acquire"));
                 }
             };
             let in_time = || Instant::now() < valid_until(sent, core.lease());
             if in_time() {
+                if let Some(request) = &request {
+                    request.leave();
+                }
                 if let Err(failure) = core.replicated(&written).await {
                     // Given back before the caller hears of it, so that
                     // a retry finds the key free (a failed give-back goes
@@ -227,6 +323,10 @@ impl Acquire {
                 // have taken what was left of the lease.
                 if in_time() {
                     return register(&core, &keys, &claim, fences, sent).await;
+                }
+                // Too late after all: the acquire goes on as from the start.
+                if let Some(request) = &request {
+                    request.reopen(ticket);
                 }
             }
             // The answer (or the replicas' acknowledgement) came after
@@ -241,13 +341,86 @@ impl Acquire {
                 tokio::select! {
                     biased;
                     why = &mut interrupt => Some(why),
-                    _ = std::future::ready(()) => continue,
+                    _ = std::future::ready(()) => {
+                        if let Some(request) = &request {
+                            request.reopen(ticket);
+                        }
+                        // A grant handed over came without the turns.
+                        if turns.len() < tickets.len() {
+                            turns.clear();
+                            places = Waiters::queue_all(&tickets);
+                            places.reverse();
+                        }
+                        continue;
+                    }
                 }
             };
             core.clean_up(claim.clone());
-            withdraw(ticket);
+            give_up(ticket);
             return Err(why.map_or_else(late_grant, |why| interrupted(why, wait)));
         }
+    }
+}
+
+/// One try of `claim`, sent at `sent`, granting in the same call the
+/// `followers` it covers (their outcomes delivered to them).
+async fn try_once(
+    core: &Arc<BackendCore>,
+    claim: &Claim,
+    lease_ms: u64,
+    waiting_ms: u64,
+    ticket: u64,
+    (followers, exhausted): (Vec<Picked>, bool),
+    sent: Instant,
+) -> Result<Taken, Failure> {
+    let waiters = &core.connection.waiters;
+    if followers.is_empty() {
+        let taken = claim.take(&core.connection, lease_ms, waiting_ms, ticket, &core.channel).await;
+        // An exclusive grant (or one of every unit) leaves no room.
+        if matches!(taken, Ok(Taken::Granted { .. }))
+            && !claim.is_plain()
+            && claim.kind.mode == LockMode::Exclusive
+            && claim.kind.weight == claim.kind.limit
+        {
+            claim.keys.iter().for_each(|key| waiters.fill(&key.lock));
+        }
+        return taken;
+    }
+    let requests: Vec<(&Claim, u64)> =
+        std::iter::once((claim, ticket)).chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket))).collect();
+    match Claim::hand_over(&core.connection, None, &requests, lease_ms, waiting_ms, &core.channel).await {
+        Ok(handed) => {
+            // Every unit granted, or some request refused: no room left.
+            let granted = handed.taken.iter().filter(|taken| matches!(taken, Taken::Granted { .. })).count();
+            if exhausted || granted < requests.len() {
+                waiters.fill(claim.first_lock());
+            }
+            let mut taken = handed.taken.into_iter();
+            let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
+            core.deliver(&followers, taken, sent, true);
+            Ok(own)
+        }
+        Err(failure) => {
+            core.deliver(&followers, std::iter::empty(), sent, !matches!(failure, Failure::Unknown(_)));
+            Err(failure)
+        }
+    }
+}
+
+/// The safety net's pause between two tries (with notifications, a long one).
+fn poll_interval(core: &BackendCore) -> u32 {
+    if core.connection.is_subscribed() {
+        core.options.notify_poll_interval_ms
+    } else {
+        core.options.poll_interval_ms
+    }
+}
+
+/// Resolves at the next delivery to `request` (never without one).
+async fn changed(request: &Option<Arc<Request>>) {
+    match request {
+        Some(request) => request.changed().await,
+        None => pending().await,
     }
 }
 

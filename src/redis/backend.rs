@@ -157,7 +157,7 @@ impl RedisBackend {
             return Err(key_limit(core.options.max_leases));
         }
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
-        Ok(Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot))
+        Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot)
     }
 
     /// Counts for `status()`.

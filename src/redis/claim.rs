@@ -19,6 +19,7 @@ use super::connection::{Answer, Failure, RedisConnection};
 use super::keys::RedisKeys;
 use super::topology::NodeConnection;
 use crate::acquire::{LockKind, LockMode};
+use crate::error::Cause;
 
 /// The keys, kind and token of one lease (or one acquire in progress).
 pub(crate) struct Claim {
@@ -42,6 +43,19 @@ pub(crate) enum Taken {
     Busy { hint: i64, ticket: u64 },
     /// Some key is held or waited for with a different limit.
     OtherLimit,
+}
+
+/// What one call of the hand-off script did.
+pub(crate) struct HandedOver {
+    /// How many keys the released lease gave back.
+    pub released: i64,
+    /// Per key of the released lease: a waiter may now be granted there.
+    pub wake: Vec<bool>,
+    /// Per request tried, in order, what its own try would have found (the
+    /// requests after the first that was not granted were not tried).
+    pub taken: Vec<Taken>,
+    pub via: NodeConnection,
+    pub first_attempt_lost: Option<Cause>,
 }
 
 /// The arguments every kinds script takes (see the scripts module).
@@ -106,10 +120,7 @@ impl Claim {
             token: &self.token,
             lease_ms,
             waiting_ms,
-            mode: match self.kind.mode {
-                LockMode::Exclusive => "x",
-                LockMode::Shared => "s",
-            },
+            mode: self.mode(),
             limit: self.kind.limit,
             weight: self.kind.weight,
             ticket,
@@ -264,6 +275,92 @@ impl Claim {
         }
         Ok(())
     }
+
+    /// One call of the hand-off script (see the scripts module): gives back
+    /// `released` if given, then grants `requests` (each a claim and its
+    /// ticket) in turn, up to the first that cannot be granted; marks are
+    /// left by the first request only, for `waiting_ms`. Single-group claims
+    /// only (every key in one script).
+    pub async fn hand_over(
+        connection: &RedisConnection,
+        released: Option<&Claim>,
+        requests: &[(&Claim, u64)],
+        lease_ms: u64,
+        waiting_ms: u64,
+        channel: &str,
+    ) -> Result<HandedOver, Failure> {
+        let mut keys: Vec<&str> = Vec::new();
+        let mut args: Vec<String> = vec![channel.to_owned(), lease_ms.to_string(), waiting_ms.to_string()];
+        match released {
+            Some(claim) => {
+                keys.extend(claim.all_keys());
+                args.push(claim.keys.len().to_string());
+                args.extend([claim.token.clone(), claim.mode().to_owned(), claim.kind.limit.to_string(), claim.kind.weight.to_string()]);
+            }
+            None => args.extend(["0", "", "x", "1", "1"].map(str::to_owned)),
+        }
+        for (claim, ticket) in requests {
+            keys.extend(claim.all_keys());
+            args.extend([
+                claim.token.clone(),
+                claim.mode().to_owned(),
+                claim.kind.limit.to_string(),
+                claim.kind.weight.to_string(),
+                ticket.to_string(),
+                claim.keys.len().to_string(),
+            ]);
+        }
+        let args: Vec<&dyn super::connection::ToRedisArgsRef> =
+            args.iter().map(|arg| arg as &dyn super::connection::ToRedisArgsRef).collect();
+        let answer = connection.eval::<Vec<i64>>(&connection.scripts.kinds_handoff, &keys, &args).await?;
+        let reply = answer.value;
+        let wakes = released.map_or(0, |claim| claim.keys.len());
+        let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
+        let mut taken = Vec::with_capacity(requests.len());
+        let mut at = 1 + wakes;
+        for (claim, _) in requests {
+            let n = claim.keys.len();
+            match reply.get(at).copied() {
+                Some(1) if reply.len() > at + n => {
+                    let fences = reply[at + 1..=at + n].iter().map(|&fence| fence as u64).collect();
+                    taken.push(Taken::Granted { fences, written: vec![(answer.via.clone(), claim.first_lock().to_owned())] });
+                    at += 1 + n;
+                }
+                Some(0) => {
+                    taken.push(Taken::Busy {
+                        hint: reply.get(at + 1).copied().unwrap_or(-1),
+                        ticket: reply.get(at + 2).copied().unwrap_or(0) as u64,
+                    });
+                    break;
+                }
+                Some(_) => {
+                    taken.push(Taken::OtherLimit);
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(HandedOver {
+            released: reply.first().copied().unwrap_or(0),
+            wake,
+            taken,
+            via: answer.via,
+            first_attempt_lost: answer.first_attempt_lost,
+        })
+    }
+
+    /// Every Redis name of every key, five per key, in the caller's order.
+    fn all_keys(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().flat_map(|k| [k.lock.as_str(), k.fence.as_str(), k.waiting.as_str(), k.kind.as_str(), k.queue.as_str()])
+    }
+
+    fn mode(&self) -> &'static str {
+        match self.kind.mode {
+            LockMode::Exclusive => "x",
+            LockMode::Shared => "s",
+        }
+    }
+
     /// Takes back the marks a waiting try left under `ticket` (best
     /// effort), telling waiters on `channel` when they were the last.
     pub async fn withdraw(&self, connection: &RedisConnection, ticket: u64, channel: &str) {

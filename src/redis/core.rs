@@ -19,12 +19,14 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use slab::Slab;
 use tokio::sync::{watch, Notify};
 
-use super::claim::Claim;
+use super::claim::{Claim, Taken};
 use super::connection::{Answer, Failure, RedisConnection};
+use super::handoff::Grant;
 use super::keys::release_channel;
 use super::lease::LeaseShared;
 use super::runtime::Spawner;
 use super::topology::NodeConnection;
+use super::waiters::Picked;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::RedisOptions;
@@ -100,9 +102,59 @@ impl BackendCore {
 
     /// Runs the release scripts: gives back every key of `claim` that
     /// carries its token, tells waiters in every process, and wakes this
-    /// process's next waiters.
-    async fn delete_if_ours(&self, claim: &Claim) -> Result<Answer<i64>, Failure> {
-        claim.give_back(&self.connection, &self.channel).await
+    /// process's next waiters. A kinds lease hands what it frees to this
+    /// process's next waiters in the same call when it can (see
+    /// [`super::handoff`]; not on a Cluster, where one script reaches one
+    /// slot only).
+    async fn delete_if_ours(self: &Arc<Self>, claim: &Claim) -> Result<Answer<i64>, Failure> {
+        let candidates =
+            if claim.is_plain() || self.connection.is_cluster() { Vec::new() } else { self.connection.waiters.candidates(claim) };
+        if candidates.is_empty() {
+            return claim.give_back(&self.connection, &self.channel).await;
+        }
+        let requests: Vec<(&Claim, u64)> = candidates.iter().map(|(request, ticket)| (&*request.claim, *ticket)).collect();
+        let lease_ms = u64::from(self.options.lease_ms);
+        let sent = Instant::now();
+        match Claim::hand_over(&self.connection, Some(claim), &requests, lease_ms, 0, &self.channel).await {
+            Ok(handed) => {
+                self.deliver(&candidates, handed.taken.into_iter(), sent, true);
+                for (key, wake) in claim.keys.iter().zip(&handed.wake) {
+                    if *wake {
+                        self.connection.waiters.wake(&key.lock);
+                    } else {
+                        self.connection.waiters.fill(&key.lock);
+                    }
+                }
+                let value = i64::from(handed.released == claim.keys.len() as i64);
+                Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })
+            }
+            Err(failure) => {
+                self.deliver(&candidates, std::iter::empty(), sent, !matches!(failure, Failure::Unknown(_)));
+                for key in &claim.keys {
+                    self.connection.waiters.wake(&key.lock);
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// Delivers the outcome of one call to the `requests` it took, in
+    /// order (`taken`: what each found, as far as the call went; `answered`
+    /// false when its outcome is unknown). A grant whose acquire gave up
+    /// meanwhile is given back, and so is any grant of its token an
+    /// unanswered call may have made.
+    pub(super) fn deliver(self: &Arc<Self>, requests: &[Picked], mut taken: impl Iterator<Item = Taken>, sent: Instant, answered: bool) {
+        for (request, _) in requests {
+            let grant = match taken.next() {
+                Some(Taken::Granted { fences, written }) => Some(Grant { fences, written, sent }),
+                _ => None,
+            };
+            match request.deliver(grant, answered) {
+                Ok(()) => {}
+                Err(Some(_)) => self.release_in_background(request.claim.clone()),
+                Err(None) => self.clean_up(request.claim.clone()),
+            }
+        }
     }
 
     /// Releases a lease: `LEASE_LOST` if some key no longer carried its

@@ -50,6 +50,7 @@ pub mod backend;
 pub(crate) mod claim;
 pub(crate) mod connection;
 pub(crate) mod core;
+pub(crate) mod handoff;
 pub mod host;
 pub mod keep_alive;
 pub(crate) mod keys;

@@ -4,31 +4,6 @@
 
 use redis::Script;
 
-/// The start of the three kinds scripts: their arguments, the holder's
-/// member and the server's clock.
-///
-/// KEYS: five per user key (lock, fence, waiting, kind, queue: see
-/// [`super::keys::RedisKeys`]). ARGV: token, leaseMs, waitingMs, mode (`x`
-/// or `s`), limit, weight, ticket (`0` for none), channel.
-macro_rules! kinds_prelude {
-    () => {
-        r"
-local token, lease_ms, waiting_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local shared, limit, weight, ticket = ARGV[4] == 's', tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local plain = not shared and limit == 1
-local member = token .. ':' .. (shared and 's' or ARGV[6])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
-  end
-end
-"
-    };
-}
-
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)` and
 /// sets `fence` (see [`ACQUIRE`]).
 macro_rules! next_fence {
@@ -178,6 +153,220 @@ end
 return 0
 ";
 
+/// The start of the kinds scripts: the server's clock, and the functions
+/// that grant and give back one request's keys (shared by the acquire,
+/// release and hand-off scripts, so each rule is written once).
+///
+/// A request is the arguments of one lease: token, mode (`x` or `s`),
+/// limit, weight and ticket (`0` for none); its KEYS are five per user key
+/// (lock, fence, waiting, kind, queue: see [`super::keys::RedisKeys`]),
+/// `grant` and `give_back` take the range of KEYS that is the request's.
+macro_rules! kinds_prelude {
+    () => {
+        concat!(
+            r"
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+local function request(token, mode, limit, weight, ticket)
+  local r = {token = token, shared = mode == 's', limit = tonumber(limit), weight = tonumber(weight), ticket = ticket}
+  r.plain = not r.shared and r.limit == 1
+  r.member = token .. ':' .. (r.shared and 's' or weight)
+  r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
+  return r
+end
+",
+            kinds_grant!(),
+            kinds_give_back!()
+        )
+    };
+}
+
+/// The function `grant(first, last, r, lease_ms, waiting_ms)` of the kinds
+/// scripts: grants request `r` every key of KEYS[first..last], all or
+/// nothing (see [`KINDS_ACQUIRE`]), and answers as that script does.
+macro_rules! kinds_grant {
+    () => {
+        concat!(
+            r"
+local function grant(first, last, r, lease_ms, waiting_ms)
+  local token, shared, plain, limit, weight, member, mine = r.token, r.shared, r.plain, r.limit, r.weight, r.member, r.mine
+  local ticket = r.ticket
+  local blocked, hint = {}, nil
+  for i = first, last, 5 do
+    local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
+    local at = (i - first) / 5 + 1
+    local free, until_free = true, nil
+    local stored
+    local type_of = redis.call('TYPE', lock)['ok']
+    if type_of == 'string' then
+      if redis.call('GET', lock) ~= token then
+        if not plain and not shared then
+          return {-1, at}
+        end
+        free, until_free = false, redis.call('PTTL', lock)
+      end
+    elseif type_of == 'zset' then
+      local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
+      if #gone > 0 then
+        local units = 0
+        for _, m in ipairs(gone) do
+          units = units + (tonumber(string.sub(m, #token + 2)) or 0)
+        end
+        redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
+        if units > 0 then
+          redis.call('HINCRBY', kind, 'units', -units)
+        end
+      end
+      stored = redis.call('HGET', kind, 'limit')
+      if stored and tonumber(stored) ~= limit then
+        return {-1, at}
+      end
+      if redis.call('EXISTS', lock) == 0 then
+        redis.call('HDEL', kind, 'units')
+      elseif plain then
+        free = false
+      elseif not shared and not redis.call('ZSCORE', lock, member)
+          and tonumber(redis.call('HGET', kind, 'units') or '0') + weight > limit then
+        free = false
+      end
+      if not free then
+        local first_holder = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
+        until_free = first_holder[2] and (tonumber(first_holder[2]) - now_ms) or -1
+      end
+    else
+      stored = redis.call('HGET', kind, 'limit')
+      if stored then
+        redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
+        if redis.call('EXISTS', queue) == 0 then
+          redis.call('DEL', kind)
+        elseif tonumber(stored) ~= limit then
+          return {-1, at}
+        else
+          redis.call('HDEL', kind, 'units')
+        end
+      end
+    end
+    if free and not plain then
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
+      if shared then
+        free = redis.call('EXISTS', queue) == 0
+      else
+        for _, m in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+          if m ~= mine and (not mine or m < mine) then
+            free = false
+            break
+          end
+        end
+      end
+    end
+    if not free then
+      blocked[#blocked + 1] = i
+      if until_free and until_free >= 0 and (not hint or until_free < hint) then
+        hint = until_free
+      end
+    end
+  end
+  if #blocked > 0 then
+    if waiting_ms > 0 then
+      for _, i in ipairs(blocked) do
+        if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
+          redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_ms)
+        end
+        if not shared then
+          if ticket == '0' then
+            ticket = clock
+          end
+          redis.call('ZADD', KEYS[i + 4], now_ms + waiting_ms, ticket .. ':' .. token)
+          extend(KEYS[i + 4], waiting_ms)
+          if not plain then
+            redis.call('HSETNX', KEYS[i + 3], 'limit', limit)
+            extend(KEYS[i + 3], waiting_ms)
+          end
+        end
+      end
+    end
+    return {0, hint or -1, tonumber(ticket)}
+  end
+  local fences = {1}
+  for i = first, last, 5 do
+    local lock, fence_key, kind = KEYS[i], KEYS[i + 1], KEYS[i + 3]
+    if plain then
+      redis.call('SET', lock, token, 'PX', lease_ms)
+    else
+      if redis.call('ZADD', lock, now_ms + lease_ms, member) == 1 and not shared then
+        redis.call('HINCRBY', kind, 'units', weight)
+      end
+      redis.call('HSET', kind, 'limit', limit)
+      extend(lock, lease_ms)
+      extend(kind, lease_ms)
+    end
+    if mine then
+      redis.call('ZREM', KEYS[i + 4], mine)
+    end
+",
+            next_fence!(),
+            r"
+    fences[#fences + 1] = fence
+  end
+  return fences
+end
+"
+        )
+    };
+}
+
+/// The function `give_back(first, last, r)` of the kinds scripts: gives
+/// back every key of KEYS[first..last] that request `r` still holds.
+/// Returns how many it gave back, and the first KEYS index of each whose
+/// release may let a waiter in (a reader's only when it was the last one:
+/// before that no waiter can be granted).
+macro_rules! kinds_give_back {
+    () => {
+        r"
+local function give_back(first, last, r)
+  local released, freed = 0, {}
+  for i = first, last, 5 do
+    local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
+    local done = false
+    if r.plain then
+      if redis.pcall('GET', lock) == r.token then
+        redis.call('DEL', lock)
+        done = true
+      end
+    elseif redis.pcall('ZREM', lock, r.member) == 1 then
+      done = true
+      if not r.shared then
+        redis.call('HINCRBY', kind, 'units', -r.weight)
+      end
+      if redis.call('EXISTS', lock) == 0 then
+        if redis.call('EXISTS', queue) == 0 then
+          redis.call('DEL', kind)
+        else
+          redis.call('HDEL', kind, 'units')
+        end
+      elseif r.shared then
+        done = 'quiet'
+      end
+    end
+    if done then
+      released = released + 1
+      if done ~= 'quiet' then
+        freed[#freed + 1] = i
+      end
+    end
+  end
+  return released, freed
+end
+"
+    };
+}
+
 /// Grants shared or counted holds, and plain ones over several keys, all
 /// or nothing: every key of the call is checked first, and only when each
 /// can be granted is any written.
@@ -208,6 +397,10 @@ return 0
 ///   granted only when no older mark waits, so a heavy request at the head
 ///   is not overtaken by light ones that came later (in any process).
 ///
+/// KEYS: five per user key (lock, fence, waiting, kind, queue). ARGV: token,
+/// leaseMs, waitingMs, mode (`x` or `s`), limit, weight, ticket (`0` for
+/// none), channel.
+///
 /// Returns `{1, fence...}` (one per key, in KEYS order) when granted;
 /// `{0, hint, ticket}` when not, where `hint` is how long (ms) until the
 /// first blocking holder expires (negative: unknown), and `ticket` this
@@ -217,145 +410,30 @@ return 0
 const KINDS_ACQUIRE: &str = concat!(
     kinds_prelude!(),
     r"
-local mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
-local blocked, hint = {}, nil
-for i = 1, #KEYS, 5 do
-  local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
-  local free, until_free = true, nil
-  local stored
-  local type_of = redis.call('TYPE', lock)['ok']
-  if type_of == 'string' then
-    if redis.call('GET', lock) ~= token then
-      if not plain and not shared then
-        return {-1, (i + 4) / 5}
-      end
-      free, until_free = false, redis.call('PTTL', lock)
-    end
-  elseif type_of == 'zset' then
-    local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
-    if #gone > 0 then
-      local units = 0
-      for _, m in ipairs(gone) do
-        units = units + (tonumber(string.sub(m, #token + 2)) or 0)
-      end
-      redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
-      if units > 0 then
-        redis.call('HINCRBY', kind, 'units', -units)
-      end
-    end
-    stored = redis.call('HGET', kind, 'limit')
-    if stored and tonumber(stored) ~= limit then
-      return {-1, (i + 4) / 5}
-    end
-    if redis.call('EXISTS', lock) == 0 then
-      redis.call('HDEL', kind, 'units')
-    elseif plain then
-      free = false
-    elseif not shared and not redis.call('ZSCORE', lock, member)
-        and tonumber(redis.call('HGET', kind, 'units') or '0') + weight > limit then
-      free = false
-    end
-    if not free then
-      local first = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
-      until_free = first[2] and (tonumber(first[2]) - now_ms) or -1
-    end
-  else
-    stored = redis.call('HGET', kind, 'limit')
-    if stored then
-      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
-      if redis.call('EXISTS', queue) == 0 then
-        redis.call('DEL', kind)
-      elseif tonumber(stored) ~= limit then
-        return {-1, (i + 4) / 5}
-      else
-        redis.call('HDEL', kind, 'units')
-      end
-    end
-  end
-  if free and not plain then
-    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
-    if shared then
-      free = redis.call('EXISTS', queue) == 0
-    else
-      for _, m in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-        if m ~= mine and (not mine or m < mine) then
-          free = false
-          break
-        end
-      end
-    end
-  end
-  if not free then
-    blocked[#blocked + 1] = i
-    if until_free and until_free >= 0 and (not hint or until_free < hint) then
-      hint = until_free
-    end
-  end
-end
-if #blocked > 0 then
-  if waiting_ms > 0 then
-    for _, i in ipairs(blocked) do
-      if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
-        redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_ms)
-      end
-      if not shared then
-        if ticket == '0' then
-          ticket = clock
-        end
-        redis.call('ZADD', KEYS[i + 4], now_ms + waiting_ms, ticket .. ':' .. token)
-        extend(KEYS[i + 4], waiting_ms)
-        if not plain then
-          redis.call('HSETNX', KEYS[i + 3], 'limit', limit)
-          extend(KEYS[i + 3], waiting_ms)
-        end
-      end
-    end
-  end
-  return {0, hint or -1, tonumber(ticket)}
-end
-local fences = {1}
-for i = 1, #KEYS, 5 do
-  local lock, fence_key, kind = KEYS[i], KEYS[i + 1], KEYS[i + 3]
-  if plain then
-    redis.call('SET', lock, token, 'PX', lease_ms)
-  else
-    if redis.call('ZADD', lock, now_ms + lease_ms, member) == 1 and not shared then
-      redis.call('HINCRBY', kind, 'units', weight)
-    end
-    redis.call('HSET', kind, 'limit', limit)
-    extend(lock, lease_ms)
-    extend(kind, lease_ms)
-  end
-  if mine then
-    redis.call('ZREM', KEYS[i + 4], mine)
-  end
-",
-    next_fence!(),
-    r"
-  fences[#fences + 1] = fence
-end
-return fences
+return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[2]), tonumber(ARGV[3]))
 "
 );
 
 /// Extends every key of a kinds lease that still carries our token (a
 /// plain key: the string; a shared or counted one: our member, not yet
 /// expired), each to `leaseMs` from now. Returns how many keys were renewed.
+/// KEYS and ARGV as for [`KINDS_ACQUIRE`].
 const KINDS_RENEW: &str = concat!(
     kinds_prelude!(),
     r"
+local r, lease_ms = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[2])
 local renewed = 0
 for i = 1, #KEYS, 5 do
   local lock, kind = KEYS[i], KEYS[i + 3]
-  if plain then
-    if redis.pcall('GET', lock) == token then
+  if r.plain then
+    if redis.pcall('GET', lock) == r.token then
       redis.call('PEXPIRE', lock, lease_ms)
       renewed = renewed + 1
     end
   else
-    local score = redis.pcall('ZSCORE', lock, member)
+    local score = redis.pcall('ZSCORE', lock, r.member)
     if type(score) == 'string' and tonumber(score) > now_ms then
-      redis.call('ZADD', lock, 'XX', now_ms + lease_ms, member)
+      redis.call('ZADD', lock, 'XX', now_ms + lease_ms, r.member)
       extend(lock, lease_ms)
       extend(kind, lease_ms)
       renewed = renewed + 1
@@ -368,44 +446,88 @@ return renewed
 
 /// Gives back every key of a kinds lease that still carries our token and,
 /// where units were freed and some process marked the key as waited for,
-/// publishes a wake-up (a reader publishes only when it was the last one:
-/// before that no waiter can be granted). Returns how many keys were
-/// released.
+/// publishes a wake-up (see `give_back`). Returns how many keys were
+/// released. KEYS and ARGV as for [`KINDS_ACQUIRE`].
 const KINDS_RELEASE: &str = concat!(
     kinds_prelude!(),
     r"
-local released = 0
-for i = 1, #KEYS, 5 do
-  local lock, waiting, kind, queue = KEYS[i], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4]
-  local freed = false
-  if plain then
-    if redis.pcall('GET', lock) == token then
-      redis.call('DEL', lock)
-      freed = true
-    end
-  elseif redis.pcall('ZREM', lock, member) == 1 then
-    freed = true
-    if not shared then
-      redis.call('HINCRBY', kind, 'units', -weight)
-    end
-    if redis.call('EXISTS', lock) == 0 then
-      if redis.call('EXISTS', queue) == 0 then
-        redis.call('DEL', kind)
-      else
-        redis.call('HDEL', kind, 'units')
-      end
-    elseif shared then
-      freed = 'quiet'
-    end
-  end
-  if freed then
-    released = released + 1
-    if freed ~= 'quiet' and redis.call('DEL', waiting) == 1 then
-      redis.call('PUBLISH', ARGV[8], lock)
-    end
+local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]))
+for _, i in ipairs(freed) do
+  if redis.call('DEL', KEYS[i + 2]) == 1 then
+    redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
 end
 return released
+"
+);
+
+/// Hands units from one process's lease to that process's next waiters in
+/// one call, and grants one acquire together with the waiters queued
+/// behind it in its process: optionally gives back a lease (as
+/// [`KINDS_RELEASE`]), then grants each request in turn (as
+/// [`KINDS_ACQUIRE`], every rule included: limits, the marks of waiters in
+/// other processes, a new fence per key), stopping at the first that cannot
+/// be granted. A released key whose freed units went to the requests (a
+/// plain holder, or every unit of a counted key held) publishes nothing and
+/// keeps its waiting mark: no other waiter could be granted.
+///
+/// KEYS: the released lease's five per user key, then each request's.
+/// ARGV: channel, leaseMs, waitingMs (marks left by the first request when
+/// it is not granted; 0 for none), the released lease's number of user keys
+/// (`0`: no release), its token, mode, limit and weight, then per request
+/// token, mode, limit, weight, ticket and its number of user keys.
+/// Returns `{released, wake..., answer...}`: how many keys were given back;
+/// per released key 1 when a waiter may now be granted there (the process
+/// wakes its own), else 0; then for each request tried the answer
+/// [`KINDS_ACQUIRE`] would give (`{1, fence...}`, `{0, hint, ticket}` or
+/// `{-1, i}`), flattened, up to the first that is not a grant.
+const KINDS_HANDOFF: &str = concat!(
+    kinds_prelude!(),
+    r"
+local channel, lease_ms, waiting_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local last = tonumber(ARGV[4]) * 5
+local released, freed = 0, {}
+if last > 0 then
+  released, freed = give_back(1, last, request(ARGV[5], ARGV[6], ARGV[7], ARGV[8], '0'))
+end
+local answers, first = {}, last + 1
+for a = 9, #ARGV, 6 do
+  local upto = first + tonumber(ARGV[a + 5]) * 5 - 1
+  local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]), lease_ms, waiting_ms)
+  if answer.err then
+    return answer
+  end
+  for _, v in ipairs(answer) do
+    answers[#answers + 1] = v
+  end
+  if answer[1] ~= 1 then
+    break
+  end
+  first, waiting_ms = upto + 1, 0
+end
+local reply, open = {released}, {}
+for _, i in ipairs(freed) do
+  local type_of, full = redis.call('TYPE', KEYS[i])['ok'], false
+  if type_of == 'string' then
+    full = true
+  elseif type_of == 'zset' then
+    local limit = tonumber(redis.call('HGET', KEYS[i + 3], 'limit') or '1')
+    full = limit > 1 and tonumber(redis.call('HGET', KEYS[i + 3], 'units') or '0') >= limit
+  end
+  if not full then
+    open[i] = true
+    if redis.call('DEL', KEYS[i + 2]) == 1 then
+      redis.call('PUBLISH', channel, KEYS[i])
+    end
+  end
+end
+for i = 1, last, 5 do
+  reply[#reply + 1] = open[i] and 1 or 0
+end
+for _, v in ipairs(answers) do
+  reply[#reply + 1] = v
+end
+return reply
 "
 );
 
@@ -432,6 +554,7 @@ pub(crate) struct Scripts {
     pub kinds_acquire: Script,
     pub kinds_renew: Script,
     pub kinds_release: Script,
+    pub kinds_handoff: Script,
     pub kinds_withdraw: Script,
 }
 
@@ -444,6 +567,7 @@ impl Scripts {
             kinds_acquire: Script::new(KINDS_ACQUIRE),
             kinds_renew: Script::new(KINDS_RENEW),
             kinds_release: Script::new(KINDS_RELEASE),
+            kinds_handoff: Script::new(KINDS_HANDOFF),
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
         }
     }

@@ -6,14 +6,30 @@
 //! cost Redis one retry, not a hundred. The head sleeps on the key's wake-up,
 //! which fires on a release notification from any process (pub/sub), on a
 //! release by this process, and when the subscription comes up or goes down.
+//!
+//! Each waiting acquire also has its [`Request`] in the queues of its keys,
+//! in the same order, so that a script call of this process can grant the
+//! next waiters directly (see [`super::handoff`]): a release hands its
+//! units on ([`Waiters::candidates`]), and the head of a counted or shared
+//! key's queue is granted together with the waiters behind it that the free
+//! units cover ([`Waiters::followers`]). Either only takes waiters in queue
+//! order: it stops at the first one that is trying by itself, that waits
+//! for an earlier waiter on another of its keys, or that does not fit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
+
+use super::claim::Claim;
+use super::handoff::{Request, Seen};
+use crate::acquire::{LockKind, LockMode};
+
+/// The most readers one call grants at once.
+const READERS_AT_ONCE: usize = 64;
 
 /// The registry of one connection.
 #[derive(Default)]
@@ -29,6 +45,14 @@ struct Entry {
     turn: Arc<TurnLock<()>>,
     wake: Arc<Notify>,
     tickets: usize,
+    /// The requests of the acquires waiting here, in queue order.
+    requests: VecDeque<Arc<Request>>,
+    /// The last call of this process that granted here left no room (its
+    /// units all held, or a writer holding it): until a release leaves room
+    /// or a wake-up comes, the head waits to be handed the key rather than
+    /// try (a try would fail, and while in flight it would keep releases
+    /// from handing on to the waiters behind it).
+    full: bool,
 }
 
 /// One acquire's place in its key's queue; dropping it leaves the queue.
@@ -37,6 +61,7 @@ pub(crate) struct Ticket {
     lock_key: Box<str>,
     turn: Arc<TurnLock<()>>,
     wake: Arc<Notify>,
+    request: Option<Arc<Request>>,
 }
 
 /// The turn of the head of a key's queue.
@@ -61,21 +86,65 @@ impl Place {
 }
 
 impl Waiters {
-    /// Joins the queue of `lock_key`.
-    pub fn join(self: &Arc<Self>, lock_key: &str) -> Ticket {
+    /// Joins the queue of `lock_key`, with the acquire's `request` when
+    /// other calls may grant it.
+    pub fn join(self: &Arc<Self>, lock_key: &str, request: Option<Arc<Request>>) -> Ticket {
         let mut keys = self.lock();
         let entry = keys.entry(lock_key.into()).or_insert_with(|| Entry {
             turn: Arc::new(TurnLock::new(())),
             wake: Arc::new(Notify::new()),
             tickets: 0,
+            requests: VecDeque::new(),
+            full: false,
         });
         entry.tickets += 1;
-        Ticket { waiters: self.clone(), lock_key: lock_key.into(), turn: entry.turn.clone(), wake: entry.wake.clone() }
+        if let Some(request) = &request {
+            entry.requests.push_back(request.clone());
+        }
+        Ticket { waiters: self.clone(), lock_key: lock_key.into(), turn: entry.turn.clone(), wake: entry.wake.clone(), request }
+    }
+
+    /// Takes the waiters a release of `released` hands its units to: on
+    /// each of its keys, those first in the queue that what it frees covers
+    /// (its weight of a counted key; one writer, or up to
+    /// [`READERS_AT_ONCE`] readers, of another key).
+    pub fn candidates(&self, released: &Claim) -> Vec<Picked> {
+        let keys = self.lock();
+        let mut picked = Vec::new();
+        for key in &released.keys {
+            let room = match released.kind.limit {
+                1 => Room::Any,
+                limit => Room::Units { limit, left: released.kind.weight },
+            };
+            pick(&keys, &key.lock, None, room, &mut picked);
+        }
+        picked
+    }
+
+    /// Takes the waiters right behind `head` (a counted or shared request on
+    /// one key) that can be granted in the same call: the rest of a counted
+    /// key's units, or the readers behind a reader. Also says whether
+    /// granting them all would use every unit of a counted key.
+    pub fn followers(&self, head: &Arc<Request>) -> (Vec<Picked>, bool) {
+        let claim = &head.claim;
+        let room = match claim.kind {
+            LockKind { mode: LockMode::Shared, .. } => Room::Readers(READERS_AT_ONCE),
+            LockKind { limit, weight, .. } if limit > 1 => Room::Units { limit, left: limit.saturating_sub(weight) },
+            _ => return (Vec::new(), false),
+        };
+        let keys = self.lock();
+        let mut picked = Vec::new();
+        let mut left = room;
+        if let [key] = &claim.keys[..] {
+            left = pick(&keys, &key.lock, Some(head), room, &mut picked);
+        }
+        (picked, matches!(left, Room::Units { left: 0, .. }))
     }
 
     /// Wakes the head waiting on `lock_key`, if any (a release happened).
     pub fn wake(&self, lock_key: &str) {
-        if let Some(entry) = self.lock().get(lock_key) {
+        if let Some(entry) = self.lock().get_mut(lock_key) {
+            entry.full = false;
             entry.wake.notify_one();
         }
     }
@@ -83,7 +152,23 @@ impl Waiters {
     /// Wakes every head (notifications came up or went down: retry now and
     /// pick the poll interval that fits).
     pub fn wake_all(&self) {
-        self.lock().values().for_each(|entry| entry.wake.notify_one());
+        self.lock().values_mut().for_each(|entry| {
+            entry.full = false;
+            entry.wake.notify_one();
+        });
+    }
+
+    /// Records that a grant of this process left no room on `lock_key`.
+    pub fn fill(&self, lock_key: &str) {
+        if let Some(entry) = self.lock().get_mut(lock_key) {
+            entry.full = true;
+        }
+    }
+
+    /// True when some key of `claim` is known full (see [`Entry::full`]).
+    pub fn any_full(&self, claim: &Claim) -> bool {
+        let keys = self.lock();
+        claim.keys.iter().any(|key| keys.get(key.lock.as_str()).is_some_and(|entry| entry.full))
     }
 
     /// Takes the place of every ticket at once (see [`Ticket::queue`]): an
@@ -103,6 +188,81 @@ impl Waiters {
     fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A request taken into a call, with its ticket.
+pub(crate) type Picked = (Arc<Request>, u64);
+
+/// What a call may still grant on one key.
+#[derive(Clone, Copy)]
+enum Room {
+    /// A key of limit 1, nothing taken yet: one writer or some readers.
+    Any,
+    /// Readers only, at most this many more.
+    Readers(usize),
+    /// Counted requests of `limit`, at most `left` units more.
+    Units { limit: u32, left: u32 },
+    /// Nothing more.
+    Full,
+}
+
+impl Room {
+    /// The room left after granting `kind`, or `None` if it does not fit.
+    fn after(self, kind: &LockKind) -> Option<Room> {
+        let shared = kind.mode == LockMode::Shared;
+        match self {
+            Room::Any if kind.limit == 1 => Some(if shared { Room::Readers(READERS_AT_ONCE - 1) } else { Room::Full }),
+            Room::Readers(left) if shared && left > 0 => Some(Room::Readers(left - 1)),
+            Room::Units { limit, left } if !shared && kind.limit == limit && kind.weight <= left => {
+                Some(Room::Units { limit, left: left - kind.weight })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Takes, in queue order on `lock` (after `after`, if given), the open
+/// requests that fit in `room`, into `picked`; requests already in `picked`
+/// (reached through another key) count against the room too. Returns the
+/// room left.
+fn pick(keys: &HashMap<Box<str>, Entry>, lock: &str, after: Option<&Arc<Request>>, mut room: Room, picked: &mut Vec<Picked>) -> Room {
+    let Some(entry) = keys.get(lock) else { return room };
+    let mut requests = entry.requests.iter();
+    if let Some(after) = after {
+        if !requests.any(|request| Arc::ptr_eq(request, after)) {
+            return room;
+        }
+    }
+    for request in requests {
+        let ours = picked.iter().any(|(p, _)| Arc::ptr_eq(p, request));
+        match request.seen() {
+            Seen::Passed if !ours => continue,
+            Seen::Trying => return room,
+            _ => {}
+        }
+        let Some(next) = room.after(&request.claim.kind) else { return room };
+        if !ours {
+            if !first_elsewhere(keys, request, lock) {
+                return room;
+            }
+            let Some(ticket) = request.take() else { return room };
+            picked.push((request.clone(), ticket));
+        }
+        room = next;
+        if matches!(room, Room::Full | Room::Units { left: 0, .. } | Room::Readers(0)) {
+            return room;
+        }
+    }
+    room
+}
+
+/// True when, on each of its keys but `lock`, nobody still waiting is ahead
+/// of `request` in this process (granting it then overtakes nobody).
+fn first_elsewhere(keys: &HashMap<Box<str>, Entry>, request: &Arc<Request>, lock: &str) -> bool {
+    request.claim.keys.iter().filter(|key| key.lock != lock).all(|key| {
+        keys.get(key.lock.as_str())
+            .is_some_and(|entry| entry.requests.iter().take_while(|r| !Arc::ptr_eq(r, request)).all(|r| r.seen() == Seen::Passed))
+    })
 }
 
 impl Ticket {
@@ -141,6 +301,9 @@ impl Drop for Ticket {
         let mut keys = self.waiters.lock();
         if let Some(entry) = keys.get_mut(&self.lock_key) {
             entry.tickets -= 1;
+            if let Some(request) = &self.request {
+                entry.requests.retain(|r| !Arc::ptr_eq(r, request));
+            }
             if entry.tickets == 0 {
                 keys.remove(&self.lock_key);
             }

@@ -142,6 +142,29 @@ impl RedisServer {
         redis::Client::open(self.url()).unwrap().get_connection().unwrap()
     }
 
+    /// Calls per command since the last `CONFIG RESETSTAT`, from `INFO
+    /// commandstats` (commands run inside scripts included).
+    pub fn command_calls(&self) -> Vec<(String, u64)> {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.client()).unwrap();
+        info.lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// Calls of one command since the last `CONFIG RESETSTAT` that did not
+    /// fail (a script's first `EVALSHA` on a fresh server fails with
+    /// `NOSCRIPT`, and the client loads the script and sends it again).
+    pub fn succeeded_calls_of(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut self.client()).unwrap();
+        let stats = info.lines().find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:"))).unwrap_or_default().to_owned();
+        let field = |name: &str| -> u64 { stats.split(',').find_map(|kv| kv.strip_prefix(name)).map_or(0, |v| v.parse().unwrap()) };
+        field("calls=") - field("failed_calls=")
+    }
+
     /// Every key in the server.
     pub fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut self.client()).unwrap();

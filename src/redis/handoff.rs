@@ -1,0 +1,204 @@
+//! Grants handed to this process's waiting acquires by another script call
+//! of the same process: a release of a kinds lease whose units the next
+//! local waiters can take (one round trip instead of a release, a wake-up
+//! and a retry), or the try of the head of a counted or shared key's queue
+//! that grants the waiters queued behind it as well (so free units are not
+//! handed out one round trip at a time).
+//!
+//! Each waiting acquire has a [`Request`] in its keys' queues (see
+//! [`super::waiters`]). Whoever puts it in a script call takes it first
+//! ([`Request::take`]), so no two calls grant it at once and its own task
+//! does not try meanwhile; the call's outcome is then delivered to it. The
+//! script applies every rule an acquire's own try does (limits, the marks of
+//! waiters in other processes, a new fence per key), so a handed grant is
+//! the grant that try would have had.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+use super::claim::Claim;
+use super::topology::NodeConnection;
+
+/// One waiting acquire, as other script calls of its process see it.
+pub(crate) struct Request {
+    pub claim: Arc<Claim>,
+    state: Mutex<State>,
+    /// Told when a grant (or a hand-off's failure) is delivered.
+    changed: Notify,
+    /// A hand-off to it went unanswered: Redis may hold a grant of its
+    /// token, which must be given back if the acquire gives up.
+    dirty: AtomicBool,
+}
+
+enum State {
+    /// Waiting; `ticket` is its place among every process's waiters (0:
+    /// none yet).
+    Open { ticket: u64 },
+    /// Its own task's try is in flight.
+    Trying,
+    /// In another script call in flight.
+    Taken { ticket: u64 },
+    /// Granted by another call, not yet picked up by its task.
+    Granted(Grant),
+    /// Its acquire has ended (or picked up its grant).
+    Gone,
+}
+
+/// A grant made by another call: the fence of each key, where it was
+/// written (for `replicaAcks`) and when the call was sent (the lease's
+/// validity counts from there).
+pub(crate) struct Grant {
+    pub fences: Vec<u64>,
+    pub written: Vec<(NodeConnection, String)>,
+    pub sent: Instant,
+}
+
+/// What a request is to a caller choosing whom to grant.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Waiting, free to be taken.
+    Open,
+    /// Trying by itself: nobody behind it may be granted first.
+    Trying,
+    /// Taken, granted or gone: no longer ahead of anyone.
+    Passed,
+}
+
+/// What an acquire's task does next (see [`Request::begin_try`]).
+pub(crate) enum Next {
+    /// Try Redis itself.
+    Try,
+    /// Another call has it: wait for the outcome.
+    Wait,
+    /// Granted already.
+    Granted(Grant),
+}
+
+/// What an acquire that gives up must still give back.
+pub(crate) struct Leftover {
+    /// A grant delivered but not picked up.
+    pub grant: Option<Grant>,
+    /// Redis may hold a grant of its token (a hand-off went unanswered).
+    pub dirty: bool,
+}
+
+impl Request {
+    pub fn new(claim: Arc<Claim>) -> Request {
+        Request { claim, state: Mutex::new(State::Open { ticket: 0 }), changed: Notify::new(), dirty: AtomicBool::new(false) }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn seen(&self) -> Seen {
+        match *self.state() {
+            State::Open { .. } => Seen::Open,
+            State::Trying => Seen::Trying,
+            _ => Seen::Passed,
+        }
+    }
+
+    /// Takes an open request into a script call: its ticket, or `None` when
+    /// it is not open.
+    pub fn take(&self) -> Option<u64> {
+        let mut state = self.state();
+        match *state {
+            State::Open { ticket } => {
+                *state = State::Taken { ticket };
+                Some(ticket)
+            }
+            _ => None,
+        }
+    }
+
+    /// Delivers the outcome of the call that took it: a grant, or none (it
+    /// goes on waiting; `answered` false when the call's outcome is
+    /// unknown). A grant the acquire can no longer pick up (it gave up
+    /// meanwhile) comes back, for the caller to give back; so does `false`
+    /// for an unanswered call to a request that gave up: the caller then
+    /// cleans up its token.
+    pub fn deliver(&self, grant: Option<Grant>, answered: bool) -> Result<(), Option<Grant>> {
+        if !answered {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        let mut state = self.state();
+        let outcome = match (&*state, grant) {
+            (State::Taken { .. }, Some(grant)) => {
+                *state = State::Granted(grant);
+                Ok(())
+            }
+            (State::Taken { ticket }, None) => {
+                *state = State::Open { ticket: *ticket };
+                Ok(())
+            }
+            (_, grant) if grant.is_some() || !answered => Err(grant),
+            _ => Ok(()),
+        };
+        drop(state);
+        self.changed.notify_one();
+        outcome
+    }
+
+    /// Before its task tries Redis itself: try, wait for a call that has
+    /// it, or pick up a grant.
+    pub fn begin_try(&self) -> Next {
+        let mut state = self.state();
+        match std::mem::replace(&mut *state, State::Trying) {
+            State::Open { .. } | State::Trying => Next::Try,
+            State::Granted(grant) => {
+                *state = State::Gone;
+                Next::Granted(grant)
+            }
+            taken @ (State::Taken { .. } | State::Gone) => {
+                *state = taken;
+                Next::Wait
+            }
+        }
+    }
+
+    /// After its own try was not granted: open again, with the ticket it
+    /// answered.
+    pub fn end_try(&self, ticket: u64) {
+        let mut state = self.state();
+        if matches!(*state, State::Trying) {
+            *state = State::Open { ticket };
+        }
+    }
+
+    /// Waiting again (a grant came too late to use), with `ticket`.
+    pub fn reopen(&self, ticket: u64) {
+        *self.state() = State::Open { ticket };
+    }
+
+    /// A delivered grant, picked up (the request is then gone).
+    pub fn granted(&self) -> Option<Grant> {
+        let mut state = self.state();
+        match std::mem::replace(&mut *state, State::Gone) {
+            State::Granted(grant) => Some(grant),
+            other => {
+                *state = other;
+                None
+            }
+        }
+    }
+
+    /// Resolves at the next delivery (or at once if one came since the last).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// The acquire ends (granted by its own try, or giving up): nobody may
+    /// take it any more. A call that has it now delivers to nobody (and
+    /// gives back what it granted, see [`Request::deliver`]).
+    pub fn leave(&self) -> Leftover {
+        let grant = match std::mem::replace(&mut *self.state(), State::Gone) {
+            State::Granted(grant) => Some(grant),
+            _ => None,
+        };
+        Leftover { grant, dirty: self.dirty.load(Ordering::SeqCst) }
+    }
+}
