@@ -6,7 +6,7 @@
 //! never interrupts a command in flight: an acquire that Redis grants after
 //! its caller left is released through the lease's `Drop`.
 
-use std::future::pending;
+use std::future::{pending, Future};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -228,15 +228,12 @@ impl Acquire {
                             request.end_try(ticket);
                         }
                         let nap = Duration::from_millis(u64::from(poll_interval(&core)));
-                        tokio::select! {
-                            biased;
-                            why = &mut interrupt => {
+                        match pause(&mut interrupt, &tickets, &request, nap).await {
+                            Ok(nap_ended) => napped = nap_ended,
+                            Err(why) => {
                                 give_up(ticket);
                                 return Err(interrupted(why, wait));
                             }
-                            _ = woken(&tickets) => {}
-                            _ = changed(&request) => {}
-                            _ = tokio::time::sleep(nap) => napped = true,
                         }
                         continue;
                     }
@@ -286,15 +283,12 @@ impl Acquire {
                     // values that it is unknown).
                     let pttl = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
                     let nap = Duration::from_millis(u64::from(poll).min(pttl.max(1)));
-                    tokio::select! {
-                        biased;
-                        why = &mut interrupt => {
+                    match pause(&mut interrupt, &tickets, &request, nap).await {
+                        Ok(nap_ended) => napped = nap_ended,
+                        Err(why) => {
                             give_up(ticket);
                             return Err(interrupted(why, wait));
                         }
-                        _ = woken(&tickets) => {}
-                        _ = changed(&request) => {}
-                        _ = tokio::time::sleep(nap) => napped = true,
                     }
                     continue;
                 }
@@ -413,6 +407,25 @@ fn poll_interval(core: &BackendCore) -> u32 {
         core.options.notify_poll_interval_ms
     } else {
         core.options.poll_interval_ms
+    }
+}
+
+/// A waiter's pause between two tries: until a wake-up of its keys, a
+/// delivery to its request, or `nap` (`Ok(true)`: the nap ended it, so the
+/// next try goes to Redis whatever this process knows); the interrupt when
+/// it comes first.
+async fn pause(
+    interrupt: &mut (impl Future<Output = Interrupt> + Unpin),
+    tickets: &[Ticket],
+    request: &Option<Arc<Request>>,
+    nap: Duration,
+) -> std::result::Result<bool, Interrupt> {
+    tokio::select! {
+        biased;
+        why = interrupt => Err(why),
+        _ = woken(tickets) => Ok(false),
+        _ = changed(request) => Ok(false),
+        _ = tokio::time::sleep(nap) => Ok(true),
     }
 }
 
