@@ -4,6 +4,8 @@
  * keys, releases and (redis) a lease found lost each come with their
  * driver, wait or hold, outcome, fence and kind, never a key; a host that
  * opened with dokebi_lock_provider_open_with_telemetry gets none of them. */
+/* nanosleep is POSIX, not C11: glibc shows it anyway, musl only when asked. */
+#define _POSIX_C_SOURCE 200809L
 #include <sched.h>
 #include <time.h>
 

@@ -37,7 +37,9 @@ use slab::Slab;
 
 use crate::error::{info, ErrorInfo};
 use crate::guard;
-use crate::raw::{check, create};
+use crate::raw::check;
+#[cfg(unix)]
+use crate::raw::create;
 
 /// Wakes task `slot` on the JS thread ([`DRAIN`]: drains the run queue).
 type WakeFn = ThreadsafeFunction<u32, (), u32, Status, false, true>;
