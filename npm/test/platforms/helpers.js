@@ -37,14 +37,17 @@ export function npm(args, cwd, env = process.env) {
  * A fresh app in a new folder under `scratch` with @dokebi/lock and the
  * platform package of `tag` installed offline from their tarballs (as on a
  * machine of that platform: `--force` lets npm install a package for
- * another CPU here), and `smoke.mjs` beside them. Returns its folder.
+ * another CPU here), plus the optional peer @opentelemetry/api (packed from
+ * the dev dependency npm/install put in place) for @dokebi/lock/otel, and
+ * `smoke.mjs` beside them. Returns its folder.
  */
 export async function appWith(scratch, tag) {
-  const [main] = npm(['pack', '--silent', '--pack-destination', scratch], packageDir).trim().split('\n');
+  const pack = (dir) => npm(['pack', '--silent', '--pack-destination', scratch, dir], packageDir).trim().split('\n')[0];
+  const tarballs = [pack('.'), pack(join(packageDir, 'node_modules', '@opentelemetry', 'api'))].map((file) => join(scratch, file));
   const app = await mkdtemp(join(scratch, `app-${tag}-`));
   await writeFile(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
   const env = { HOME: scratch, PATH: dirname(process.execPath) };
-  npm(['install', '--offline', '--force', '--no-audit', '--no-fund', '--cache', join(scratch, 'cache'), join(scratch, main), platformTarball(tag)], app, env);
+  npm(['install', '--offline', '--force', '--no-audit', '--no-fund', '--cache', join(scratch, 'cache'), ...tarballs, platformTarball(tag)], app, env);
   execFileSync('cp', [join(packageDir, 'test', 'platforms', 'smoke.mjs'), app]);
   return app;
 }

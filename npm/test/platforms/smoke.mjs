@@ -1,10 +1,13 @@
 // The smoke test each platform build runs on its real runtime (an emulated
 // arm64 Node, Bun, Deno), from an app that installed the packed tarballs:
-// local acquire, release, fence and FIFO; redis acquire and release, and a
+// local acquire, release, fence and FIFO; the lock kinds (readers, a counted
+// key, several keys) on both drivers; redis acquire and release, and a
 // hand-off between two providers (as two processes would), against the
-// redis-server at REDIS_URL. Prints one line per step; exits non-zero on the
-// first failure.
+// redis-server at REDIS_URL; the acquire tracing channel, and
+// @dokebi/lock/otel loaded through the package's exports. Prints one line per
+// step; exits non-zero on the first failure.
 import { openLock } from '@dokebi/lock';
+import { tracingChannel } from 'node:diagnostics_channel';
 import process from 'node:process';
 
 function check(condition, what) {
@@ -28,6 +31,36 @@ check((await first.release()) === true, 'a local release hands the key on');
 const fences = await Promise.all(waiters);
 check(order.join() === '1,2,3', 'local waiters are served in FIFO order');
 check(fences.every((fence, i) => BigInt(fence) > BigInt(i === 0 ? first.fence : fences[i - 1])), 'local fences grow');
+
+const readers = await Promise.all([1, 2].map(() => backend.acquire('doc', { mode: 'shared' })));
+let writerIn = false;
+const writer = backend.acquire('doc').then((lease) => ((writerIn = true), lease));
+await new Promise((resolve) => setTimeout(resolve, 20));
+check(!writerIn && backend.status().heldShared === 2, 'local readers hold a key together and a writer waits');
+await Promise.all(readers.map((lease) => lease.release()));
+const written = await writer;
+check(BigInt(written.fence) > BigInt(readers[1].fence), 'the writer gets the key after the readers, with a higher fence');
+await written.release();
+const units = [await backend.acquire('api', { limit: 2 }), await backend.acquire('api', { limit: 2 })];
+const third = await backend.acquire('api', { limit: 2, waitTimeoutMs: 0 }).catch((err) => err.code);
+check(third === 'LOCK_BUSY', 'a local counted key grants at most its limit');
+await Promise.all(units.map((lease) => lease.release()));
+const accounts = await backend.acquire(['acct:1', 'acct:2']);
+check(accounts.keys.join() === 'acct:1,acct:2' && accounts.fences.size === 2, 'one local lease holds two keys, with a fence per key');
+await accounts.release();
+
+const traced = [];
+const acquires = tracingChannel('dokebi-lock:acquire');
+const handlers = { start() {}, end() {}, asyncStart() {}, asyncEnd: (lock) => traced.push(lock), error() {} };
+acquires.subscribe(handlers);
+const seen = await backend.acquire('secret-key');
+await seen.release();
+acquires.unsubscribe(handlers);
+const [lock] = traced;
+check(
+  traced.length === 1 && lock.backend === 'local' && lock.fence === seen.fence && !JSON.stringify(lock).includes('secret-key'),
+  'the acquire tracing channel reports an acquire, without its key',
+);
 await local.close();
 
 const config = (namespace) => ({
@@ -47,5 +80,26 @@ check((await held.release()) === true, 'a redis release succeeds');
 const taken = await next;
 check(BigInt(taken.fence) > BigInt(held.fence), `the waiting provider gets the key with a higher fence (hand-off ${handedAt - releasedAt} ms)`);
 check((await taken.release()) === true && (await taken.release()) === false, 'a second release resolves false');
+
+const [sharedA, sharedB] = [a.backend('shared'), b.backend('shared')];
+const both = [await sharedA.acquire('doc', { mode: 'shared' }), await sharedB.acquire('doc', { mode: 'shared', waitTimeoutMs: 0 })];
+const refused = await sharedB.acquire('doc', { waitTimeoutMs: 0 }).catch((err) => err.code);
+check(refused === 'LOCK_BUSY', 'redis readers of two providers hold a key together; a writer is refused');
+await Promise.all(both.map((lease) => lease.release()));
+const unit = await sharedA.acquire('api', { limit: 1 });
+const otherLimit = await sharedB.acquire('api', { limit: 2, waitTimeoutMs: 0 }).catch((err) => err.code);
+check(otherLimit === 'INVALID_ARGUMENT', 'a redis counted key refuses another limit');
+await unit.release();
+const pair = await sharedA.acquire(['acct:1', 'acct:2']);
+check(pair.keys.join() === 'acct:1,acct:2' && pair.fences.size === 2, 'one redis lease holds two keys, with a fence per key');
+const overlap = await sharedB.acquire(['acct:2', 'acct:3'], { waitTimeoutMs: 0 }).catch((err) => err.code);
+check(overlap === 'LOCK_BUSY', 'an overlapping set of keys is refused while held');
+await pair.release();
 await Promise.all([a.close(), b.close()]);
+
+// The optional OpenTelemetry module, with the app's @opentelemetry/api.
+const { instrumentLocks } = await import('@dokebi/lock/otel');
+const stop = instrumentLocks();
+check(typeof stop === 'function', '@dokebi/lock/otel loads and instruments the locks');
+stop();
 console.log('smoke passed');
