@@ -6,10 +6,11 @@ import { scenarios as nodeTracing } from './node-tracing.mjs';
 import { scenarios as nodeRedis } from './node-redis.mjs';
 import { scenarios as nodeRedisKinds } from './node-redis-kinds.mjs';
 import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
+import { scenarios as nodeRedisTopologyPeers } from './node-redis-topology-peers.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, ...nodeRedisTopologies, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, ...nodeRedisTopologies, ...nodeRedisTopologyPeers, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);
