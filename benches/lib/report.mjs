@@ -52,6 +52,8 @@ export function render(scenario, entry) {
     '',
     markdownTable(header, rows),
     ...(contest ? ['', contest] : []),
-    ...(notes.length ? ['', 'Settings:', ...notes] : []),
+    '',
+    'Settings:',
+    ...notes,
   ].join('\n');
 }
