@@ -37,22 +37,21 @@ function peers({ id, topology, service, title, target, note, extraColumns = [] }
   };
 }
 
-export const scenarios = [
-  peers({
-    id: 'node-redis-cluster-peers-64-keys',
-    topology: CLUSTER,
-    service: 'cluster',
-    title: 'Node redis: 64 tasks on 64 keys on a Redis Cluster (3 primaries + 3 replicas), every library on the same cluster',
-    target: 'pinned (--pin): at least 1.0x the ioredis Cluster floor and at least 1.4x redlock; unpinned: no lower than one server\'s ratio to its floor (node-redis-64-tasks-64-keys) minus noise',
-    note: '"commands sent" are counted with MONITOR on every node, "server calls" with INFO commandstats on every primary.',
-    extraColumns: [shareColumn],
-  }),
-  peers({
-    id: 'node-redis-sentinel-peers-64-keys',
-    topology: SENTINEL,
-    service: 'sentinel',
-    title: 'Node redis: 64 tasks on 64 keys on a Sentinel deployment (a primary, a replica, 3 sentinels), every library through the sentinels',
-    target: 'the same ratios as on one server (node-redis-64-tasks-64-keys, same run)',
-    note: 'Counted on the primary; its counts include the sentinels\' own few commands a second.',
-  }),
-];
+export const clusterPeers = peers({
+  id: 'node-redis-cluster-peers-64-keys',
+  topology: CLUSTER,
+  service: 'cluster',
+  title: 'Node redis: 64 tasks on 64 keys on a Redis Cluster (3 primaries + 3 replicas), every library on the same cluster',
+  target: 'pinned (--pin): at least 1.0x the ioredis Cluster floor and at least 1.4x redlock; unpinned: no lower than one server\'s ratio to its floor (node-redis-64-tasks-64-keys) minus noise',
+  note: '"commands sent" are counted with MONITOR on every node, "server calls" with INFO commandstats on every primary.',
+  extraColumns: [shareColumn],
+});
+
+export const sentinelPeers = peers({
+  id: 'node-redis-sentinel-peers-64-keys',
+  topology: SENTINEL,
+  service: 'sentinel',
+  title: 'Node redis: 64 tasks on 64 keys on a Sentinel deployment (a primary, a replica, 3 sentinels), every library through the sentinels',
+  target: 'the same ratios as on one server (node-redis-64-tasks-64-keys, same run)',
+  note: 'Counted on the primary; its counts include the sentinels\' own few commands a second.',
+});
