@@ -16,7 +16,7 @@ for (const s of report.scenarios)
 const skipped = [...skippedBy].map(([why, where]) => `${why}: ${where.join(', ')}`);
 const section = [
   '<!-- latest-run:start (written by benches/publish.mjs) -->',
-  `Run of ${report.startedAt.replace('T', ' ').replace(/\.\d+Z$/, ' UTC')} on commit ${report.commit}: ${report.rounds} rounds of ${report.seconds} s per subject and scenario, median round shown.`,
+  `Run of ${report.startedAt.replace('T', ' ').replace(/\.\d+Z$/, ' UTC')} on commit ${report.commit}: ${report.rounds} rounds of ${report.seconds} s per subject and scenario, median round shown; ${report.mode}.`,
   `Machine: ${m.nproc} cores (\`nproc\`), ${m.cpuModel}, ${m.memoryGiB} GiB, Linux ${m.kernel}; Node ${m.node}; ${m.redisServer}; ${m.cc}. Load average at start: ${m.loadAverageAtStart.join(', ')}.`,
   ...(process.argv[2] ? ['', process.argv[2]] : []),
   '',

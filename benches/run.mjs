@@ -1,6 +1,7 @@
 // The benchmark run: every scenario, every subject, each measurement in a
 // fresh process, one table per scenario, raw results in results/latest.json.
-// Usage: node run.mjs [--smoke] [--only=a,b] [--seconds=S] [--rounds=N]
+// Usage: node run.mjs [--smoke] [--only=a,b] [--seconds=S] [--rounds=N] [--pin]
+// --pin: the Node processes on core 0, every redis-server on core 1 (lib/pin.mjs).
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +9,8 @@ import { scenarios } from './scenarios/index.mjs';
 import { startRedis } from './lib/redis-server.mjs';
 import { startCluster } from './lib/redis-cluster.mjs';
 import { startReplicated } from './lib/redis-replicated.mjs';
+import { startSentinel } from './lib/redis-sentinel.mjs';
+import { pinned, mode, runPinned, checkPinned, APP_CORE } from './lib/pin.mjs';
 import { describeMachine, describeCommit } from './lib/machine.mjs';
 import { median } from './lib/stats.mjs';
 import { render } from './lib/report.mjs';
@@ -20,6 +23,9 @@ const args = Object.fromEntries(
     return [m[1], m[2] ?? true];
   }),
 );
+// --pin: the run again under taskset (where `pinned` is set), its status ours.
+if (args.pin && !pinned) process.exit(await runPinned());
+checkPinned('the benchmark run', process.pid, APP_CORE);
 const smoke = Boolean(args.smoke);
 // Smoke: a fraction of a second per measurement, one round, for CI; the
 // figures mean nothing and nothing is compared against a target.
@@ -57,7 +63,7 @@ function medianRound(results, scenario) {
 // started before the first selected scenario that needs it and stopped after
 // the last one, so that six idle cluster nodes do not run beside the other
 // measurements. One that fails to start fails its scenarios, not the run.
-const SERVICES = { cluster: startCluster, replicated: startReplicated };
+const SERVICES = { cluster: startCluster, replicated: startReplicated, sentinel: startSentinel };
 const services = new Map(); // name -> { service } or { error }
 
 /** The data (URLs) of the services `scenario` needs, started if need be. */
@@ -85,10 +91,10 @@ async function stopServicesAfter(index) {
 
 const machine = describeMachine();
 const redis = selected.some((s) => s.needsRedis) ? await startRedis() : null;
-const report = { startedAt: new Date().toISOString(), commit: describeCommit(here), smoke, rounds, seconds: ctxBase.seconds, machine, scenarios: [] };
+const report = { startedAt: new Date().toISOString(), commit: describeCommit(here), smoke, rounds, seconds: ctxBase.seconds, mode, machine, scenarios: [] };
 let failed = false;
 try {
-  console.log(`dokebi-lock benchmarks${smoke ? ' (smoke: figures are not meaningful)' : ''}: ${machine.nproc} cores, ${machine.cpuModel}, Node ${machine.node}, ${machine.redisServer}`);
+  console.log(`dokebi-lock benchmarks${smoke ? ' (smoke: figures are not meaningful)' : ''}: ${machine.nproc} cores, ${machine.cpuModel}, Node ${machine.node}, ${machine.redisServer}; ${mode}`);
   for (const [index, scenario] of selected.entries()) {
     let ctx;
     try {
@@ -97,7 +103,7 @@ try {
       console.error(`${scenario.id}: ${error.message}`);
       failed = true;
       const why = `failed: ${error.message.split('\n')[0]}`;
-      const entry = { id: scenario.id, title: scenario.title, unit: scenario.unit, target: scenario.target, results: scenario.subjects.map((subject) => ({ subject, skipped: why })) };
+      const entry = { id: scenario.id, title: scenario.title, unit: scenario.unit, target: scenario.target, mode, results: scenario.subjects.map((subject) => ({ subject, skipped: why })) };
       report.scenarios.push(entry);
       console.log('\n' + render(scenario, entry));
       await stopServicesAfter(index);
@@ -128,7 +134,7 @@ try {
       const measured = all.filter((r) => !r.skipped);
       return measured.length ? { subject, ...medianRound(measured, scenario), rounds: measured } : { subject, ...all[0] };
     });
-    const entry = { id: scenario.id, title: scenario.title, unit: scenario.unit, target: scenario.target, results };
+    const entry = { id: scenario.id, title: scenario.title, unit: scenario.unit, target: scenario.target, mode, results };
     report.scenarios.push(entry);
     console.log('\n' + render(scenario, entry));
   }

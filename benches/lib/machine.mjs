@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
+import { pinned } from './pin.mjs';
 
 export function describeMachine() {
   const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
@@ -10,7 +11,8 @@ export function describeMachine() {
     try { return execFileSync(cmd, args, { encoding: 'utf8' }).trim(); } catch { return 'unknown'; }
   };
   return {
-    nproc: Number(text('nproc', [])),
+    // Pinned (lib/pin.mjs), this process may use one core: the machine's count.
+    nproc: Number(text('nproc', pinned ? ['--all'] : [])),
     cpuModel: model,
     memoryGiB: +(os.totalmem() / 2 ** 30).toFixed(1),
     kernel: os.release(),

@@ -1,10 +1,12 @@
 // A private redis-server for one benchmark run: a free port, no persistence,
 // stopped when the run ends (also on failure or Ctrl-C). The cluster and the
 // replicated pair (redis-cluster.mjs, redis-replicated.mjs) start theirs
-// through spawnRedis too.
+// through spawnRedis too, and so do the Sentinel deployment's
+// (redis-sentinel.mjs); in the pinned mode all of them on the servers' core.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { once } from 'node:events';
+import { redisServerCommand, checkPinned, SERVER_CORE } from './pin.mjs';
 
 /** Options every private server runs with: loopback only, nothing on disk. */
 export const PRIVATE = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
@@ -23,10 +25,16 @@ export async function freePort() {
  *  port): another process took it after we saw it free, so try other ports. */
 export class PortTaken extends Error {}
 
-/** Starts redis-server on `port` with PRIVATE and `args`; resolves to
+// What a server prints once it accepts connections; a sentinel prints no
+// such line, its ID once it runs.
+const READY = /Ready to accept connections|Sentinel ID is/;
+
+/** Starts redis-server on `port` with PRIVATE and `args`, after `config` (a
+ *  config file, which a sentinel needs to rewrite) when given; resolves to
  *  { port, url, stop() } once it accepts connections. */
-export async function spawnRedis(port, args = []) {
-  const child = spawn('redis-server', ['--port', String(port), ...PRIVATE, ...args], {
+export async function spawnRedis(port, args = [], { config } = {}) {
+  const [command, argv] = redisServerCommand([...(config ? [config] : []), '--port', String(port), ...PRIVATE, ...args]);
+  const child = spawn(command, argv, {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const kill = () => {
@@ -43,7 +51,7 @@ export async function spawnRedis(port, args = []) {
       });
       child.stdout.on('data', (chunk) => {
         log += chunk;
-        if (log.includes('Ready to accept connections')) {
+        if (READY.test(log)) {
           clearTimeout(timer);
           resolve();
         }
@@ -54,6 +62,7 @@ export async function spawnRedis(port, args = []) {
         reject(new Err(`redis-server on port ${port} exited with ${code}:\n${log}`));
       });
     });
+    checkPinned('redis-server', child.pid, SERVER_CORE);
   } catch (error) {
     kill();
     process.off('exit', kill);

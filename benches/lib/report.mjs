@@ -22,6 +22,16 @@ function ratio(scenario, us, peer) {
   return Number.isFinite(x) ? `${x.toFixed(2)}x` : '-';
 }
 
+/** Where the rows are ÷ a reference that is a peer (a floor), not ours:
+ *  ours ÷ each other peer too, on a line of its own (null otherwise). */
+function oursAgainstPeers(scenario, results) {
+  const ours = results.find((r) => r.subject === US);
+  if (!scenario.reference || scenario.reference === US || !ours || ours.skipped) return null;
+  const contest = { ...scenario, reference: undefined };
+  const peers = results.filter((r) => r.subject !== US && r.subject !== scenario.reference && !r.skipped);
+  return peers.length ? `${US} ÷ peer: ${peers.map((p) => `${ratio(contest, ours, p)} ${p.subject}`).join(', ')}` : null;
+}
+
 export function render(scenario, entry) {
   const columns = scenario.columns ?? throughputColumns(scenario.unit);
   const us = entry.results.find((r) => r.subject === (scenario.reference ?? US));
@@ -34,11 +44,16 @@ export function render(scenario, entry) {
   const notes = entry.results
     .filter((r) => !r.skipped && r.defaults && Object.keys(r.defaults).length)
     .map((r) => `- ${r.subject}: ${Object.entries(r.defaults).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ')}`);
+  const contest = oursAgainstPeers(scenario, entry.results);
+  notes.push(`- run: ${entry.mode}`);
   return [
     `### ${entry.title}`,
     `Target: ${entry.target}. ${scenario.note ?? ''}`.trim(),
     '',
     markdownTable(header, rows),
-    ...(notes.length ? ['', 'Settings:', ...notes] : []),
+    ...(contest ? ['', contest] : []),
+    '',
+    'Settings:',
+    ...notes,
   ].join('\n');
 }

@@ -4,7 +4,10 @@
 // library's JIT state, heap and timers away from the next one's figures;
 // smoke runs send them all at once, to be quick.
 import { NotBuilt } from './dokebi.mjs';
+import { checkPinned, APP_CORE } from './pin.mjs';
 import { findScenario } from '../scenarios/index.mjs';
+
+checkPinned('a measuring worker', process.pid, APP_CORE);
 
 const job = JSON.parse(process.argv[2]);
 const scenario = findScenario(job.scenario);

@@ -1,4 +1,7 @@
-// Every scenario, in the order the run prints them.
+// Every scenario, in the order the run prints them. Those on the private
+// cluster run one after another (clusterPeers, then the cluster ones of
+// node-redis-topologies), so that its six nodes are stopped before the
+// scenarios after them run.
 import { scenarios as nodeLocal } from './node-local.mjs';
 import { scenarios as nodeLocalScale } from './node-local-scale.mjs';
 import { scenarios as nodeLocalKinds } from './node-local-kinds.mjs';
@@ -6,10 +9,11 @@ import { scenarios as nodeTracing } from './node-tracing.mjs';
 import { scenarios as nodeRedis } from './node-redis.mjs';
 import { scenarios as nodeRedisKinds } from './node-redis-kinds.mjs';
 import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
+import { clusterPeers, sentinelPeers } from './node-redis-topology-peers.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, ...nodeRedisTopologies, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

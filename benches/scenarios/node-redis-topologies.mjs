@@ -6,15 +6,14 @@
 // the first.
 import { redisSubjects } from './redis-subjects.mjs';
 import { ONE_SERVER, CLUSTER, placement } from './topology.mjs';
-import { measureWithCounts, columns } from './node-redis.mjs';
+import { measureWithCounts, columns, tasksOnOwnKeys } from './node-redis.mjs';
 import { measureHandoffs, handoffColumns } from './node-handoff.mjs';
-import { sequential, concurrent } from '../lib/measure.mjs';
+import { sequential } from '../lib/measure.mjs';
 
-const TASKS = 64;
 const ACKS = ['replicaAcks: 0', 'replicaAcks: 1'];
 
 /** Each primary's share of the server calls: whether the keys spread. */
-const shareColumn = {
+export const shareColumn = {
   head: 'server calls per primary',
   cell: (r) => {
     const total = r.serverCallsByNode.reduce((a, b) => a + b, 0);
@@ -40,22 +39,7 @@ export const scenarios = [
       const s = await redisSubjects['dokebi-lock'](where.connection);
       s.defaults = { connection: where.describe, ...s.defaults };
       try {
-        return await measureWithCounts(
-          s,
-          where.primaries,
-          () =>
-            concurrent({
-              loop: s.loop,
-              keyAtFor: (i) => {
-                const key = 'k' + i;
-                return () => key;
-              },
-              tasks: TASKS,
-              seconds: ctx.seconds,
-              batch: 1,
-            }),
-          where.nodes,
-        );
+        return await measureWithCounts(s, where.primaries, () => tasksOnOwnKeys(s, ctx), where.nodes);
       } finally {
         await s.close();
       }

@@ -6,8 +6,24 @@ import { sequential, concurrent } from '../lib/measure.mjs';
 import { commandstats, commandDelta, countClientCommands, sum, addCounts } from '../lib/redis-count.mjs';
 import { rate, duration } from '../lib/table.mjs';
 
-const SUBJECTS = ['dokebi-lock', 'ioredis SET NX PX + DEL', 'redlock', 'redis-semaphore'];
+export const FLOOR = 'ioredis SET NX PX + DEL';
+export const SUBJECTS = ['dokebi-lock', FLOOR, 'redlock', 'redis-semaphore'];
 const COUNTED_PAIRS = 100;
+const TASKS = 64;
+
+/** TASKS concurrent callers of `s`, each on a key of its own. */
+export function tasksOnOwnKeys(s, ctx) {
+  return concurrent({
+    loop: s.loop,
+    keyAtFor: (i) => {
+      const key = 'k' + i;
+      return () => key;
+    },
+    tasks: TASKS,
+    seconds: ctx.seconds,
+    batch: 1,
+  });
+}
 
 export const columns = (unit) => [
   { head: unit, cell: (r) => rate(r.opsPerSec) },
@@ -74,18 +90,7 @@ export const scenarios = [
     async run(subject, ctx) {
       const s = await redisSubjects[subject](ctx.redisUrl);
       try {
-        return await measureWithCounts(s, ctx.redisUrl, () =>
-          concurrent({
-            loop: s.loop,
-            keyAtFor: (i) => {
-              const key = 'k' + i;
-              return () => key;
-            },
-            tasks: 64,
-            seconds: ctx.seconds,
-            batch: 1,
-          }),
-        );
+        return await measureWithCounts(s, ctx.redisUrl, () => tasksOnOwnKeys(s, ctx));
       } finally {
         await s.close();
       }

@@ -1,6 +1,9 @@
 // The Redis locks compared in the Node redis scenarios, each over one
-// ioredis-style connection to the private server (ours also over a cluster
-// or with backend settings of its own). Each factory returns
+// ioredis client (ours over its own connection, with backend settings of its
+// own where a scenario says). Each factory takes the connection ours is
+// given: a URL (one server) or a mapping, { cluster: { nodes } } or
+// { sentinel: { nodes, primaryName } }, which the peers' ioredis client
+// follows as its users would configure it. Each factory returns
 // { version, defaults, loop(keyAt, n), close() }, and the locks also
 // acquire(key) -> Promise<release()> for the hand-off scenario; those with
 // lock kinds also counted(keyAt, n) (a key counted to COUNTED_LIMIT) or
@@ -14,9 +17,27 @@ const versionOf = (name) => require(`${name}/package.json`).version;
 export const LEASE_MS = 10000;
 export const COUNTED_LIMIT = 8;
 
-function ioredis(url) {
+/** host and port of a redis:// URL, as ioredis takes a node. */
+function hostPort(url) {
+  const { hostname, port } = new URL(url);
+  return { host: hostname, port: Number(port) };
+}
+
+/** An ioredis client over `connection` (see above): a `Redis` for a URL or
+ *  a Sentinel deployment (which it asks for the primary), a `Cluster` for
+ *  seed nodes. */
+function ioredis(connection) {
   const Redis = require('ioredis');
-  return new Redis(url);
+  if (typeof connection === 'string') return new Redis(connection);
+  if (connection.cluster) return new Redis.Cluster(connection.cluster.nodes.map(hostPort));
+  if (connection.sentinel) return new Redis({ sentinels: connection.sentinel.nodes.map(hostPort), name: connection.sentinel.primaryName });
+  throw new Error(`no ioredis client for connection ${JSON.stringify(connection)}`);
+}
+
+/** The client a peer runs over, among its settings, beyond one server. */
+function clientSettings(connection) {
+  if (typeof connection === 'string') return {};
+  return { client: connection.cluster ? 'ioredis Cluster' : 'ioredis Redis({ sentinels, name })' };
 }
 
 export const redisSubjects = {
@@ -50,11 +71,11 @@ export const redisSubjects = {
 
   // The floor: what any Redis lock costs at least, one SET NX PX to take the
   // key and one DEL to free it, with none of a lock's checks.
-  async 'ioredis SET NX PX + DEL'(url) {
-    const redis = ioredis(url);
+  async 'ioredis SET NX PX + DEL'(connection) {
+    const redis = ioredis(connection);
     return {
       version: `ioredis ${versionOf('ioredis')}`,
-      defaults: { px: LEASE_MS },
+      defaults: { ...clientSettings(connection), px: LEASE_MS },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) {
           const key = 'raw:' + keyAt();
@@ -66,14 +87,14 @@ export const redisSubjects = {
     };
   },
 
-  async redlock(url) {
+  async redlock(connection) {
     const Redlock = require('redlock');
-    const redis = ioredis(url);
+    const redis = ioredis(connection);
     const redlock = new Redlock([redis]);
     redlock.on('clientError', () => {});
     return {
       version: versionOf('redlock'),
-      defaults: { ttl: LEASE_MS, retryCount: redlock.retryCount, retryDelay: redlock.retryDelay, retryJitter: redlock.retryJitter, driftFactor: redlock.driftFactor },
+      defaults: { ...clientSettings(connection), ttl: LEASE_MS, retryCount: redlock.retryCount, retryDelay: redlock.retryDelay, retryJitter: redlock.retryJitter, driftFactor: redlock.driftFactor },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) {
           const lock = await redlock.lock(keyAt(), LEASE_MS);
@@ -92,13 +113,13 @@ export const redisSubjects = {
     };
   },
 
-  async 'redis-semaphore'(url) {
+  async 'redis-semaphore'(connection) {
     const { Mutex, Semaphore, defaultTimeoutOptions } = require('redis-semaphore');
-    const redis = ioredis(url);
+    const redis = ioredis(connection);
     // The documented use: one Mutex object per critical section.
     return {
       version: versionOf('redis-semaphore'),
-      defaults: { ...defaultTimeoutOptions, acquireAttemptsLimit: String(defaultTimeoutOptions.acquireAttemptsLimit), lockTimeout: LEASE_MS, refreshInterval: '0.8 x lockTimeout' },
+      defaults: { ...clientSettings(connection), ...defaultTimeoutOptions, acquireAttemptsLimit: String(defaultTimeoutOptions.acquireAttemptsLimit), lockTimeout: LEASE_MS, refreshInterval: '0.8 x lockTimeout' },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) {
           const mutex = new Mutex(redis, keyAt(), { lockTimeout: LEASE_MS });

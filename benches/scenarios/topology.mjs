@@ -1,18 +1,24 @@
-// Where our redis backend runs in the scenarios that compare topologies: on
-// the run's redis-server or on the private cluster (lib/redis-cluster.mjs),
-// both in the same run, so that the ratio between them is not a comparison
-// of two runs.
+// Where the redis scenarios that compare topologies run: on the run's
+// redis-server, on the private cluster (lib/redis-cluster.mjs) or on the
+// private Sentinel deployment (lib/redis-sentinel.mjs), in the same run, so
+// that the ratio between them is not a comparison of two runs.
 export const ONE_SERVER = 'one server';
 export const CLUSTER = 'Redis Cluster';
+export const SENTINEL = 'Sentinel';
 
-/** For a subject of a topology scenario: the connection to open ours over,
- *  the primaries (whose INFO commandstats count what the servers did), every
- *  node (where MONITOR sees what clients send) and the connection as listed
- *  under "Settings". */
-export function placement(subject, ctx) {
-  if (subject === CLUSTER) {
+/** For a topology: the connection to open a subject over (ours, and the
+ *  peers' ioredis client, follow the same mapping), the primaries (whose
+ *  INFO commandstats count what the servers did), every node (where MONITOR
+ *  sees what clients send) and the connection as listed under "Settings". */
+export function placement(topology, ctx) {
+  if (topology === CLUSTER) {
     const { nodes, primaries } = ctx.cluster;
     return { connection: { cluster: { nodes } }, primaries, nodes, describe: `cluster, ${nodes.length} seed nodes (${primaries.length} primaries)` };
+  }
+  if (topology === SENTINEL) {
+    const { nodes, primaryName, primaryUrl } = ctx.sentinel;
+    // The replica is not monitored: it only runs what the primary sends it.
+    return { connection: { sentinel: { nodes, primaryName } }, primaries: primaryUrl, nodes: primaryUrl, describe: `sentinel, ${nodes.length} sentinels (a primary and its replica)` };
   }
   return { connection: ctx.redisUrl, primaries: ctx.redisUrl, nodes: ctx.redisUrl, describe: 'url, one server' };
 }
