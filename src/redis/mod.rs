@@ -48,6 +48,7 @@
 pub(crate) mod acquire;
 pub mod backend;
 pub(crate) mod claim;
+pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod core;
 pub(crate) mod handoff;
