@@ -369,9 +369,10 @@ impl RedisConnection {
                 },
             };
             let failure = match self.connection(lane, node.as_ref()).await {
+                // A failover may have moved the slot; not after `ASK`, though:
+                // the map would send the command back to the node that sent it here.
                 Err(failure) => {
-                    if tokio::time::Instant::now() < deadline && self.rerouted(lane, slot, node.as_ref()).await {
-                        asked = None;
+                    if asked.is_none() && tokio::time::Instant::now() < deadline && self.rerouted(lane, slot, node.as_ref()).await {
                         continue;
                     }
                     failure
