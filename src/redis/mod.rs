@@ -4,6 +4,7 @@
 //! - `connection`: one shared, bounded, self-healing connection per
 //!   `dokebi-redis.connections` entry; `notify`: its one subscription;
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
+//!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens.
 //! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
 //!   what one lease holds (its keys, kind and token) and which scripts take
