@@ -4,7 +4,8 @@
 //! [`Host`], commands sent on the host's thread use a second command
 //! connection, driven by the host's loop (see [`super::host`]). Where the
 //! connection goes (a server, the primary Sentinel names, a cluster) is the
-//! [`Topology`]'s business.
+//! [`Topology`]'s business; in a cluster each lane keeps one such connection
+//! per primary, and routes a script by its keys' slot (see [`super::cluster`]).
 //!
 //! Every command is bounded: connecting by `connectTimeoutMs`, each command
 //! by `commandTimeoutMs`. Failures are classified once, here:
@@ -18,30 +19,36 @@
 //! A command the server answered without running it (`MOVED`, `ASK`,
 //! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `READONLY` from a demoted primary)
 //! is tried again, on a fresh connection where that helps, until
-//! `commandTimeoutMs` has passed since the first try.
+//! `commandTimeoutMs` has passed since the first try: after `MOVED` at
+//! once on the node it names, after `ASK` once there behind `ASKING`. So is
+//! one that could not reach a cluster node whose slot a fresh slot map
+//! gives to another (a failover): it never left.
 //!
 //! A command that fails because the connection dropped is retried once on a
 //! fresh connection: all scripts compare the owner token, so a retry is
 //! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
 //! depends on whether the first attempt ran (release).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_routing::Slot;
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
     ServerErrorKind, ToRedisArgs, Value,
 };
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
+use super::cluster::{Cluster, NodeName, SlotMap};
 use super::host::{Host, HostStream, InRuntime, Socket};
 use super::scripts::Scripts;
 use super::topology::{NodeConnection, Topology};
@@ -108,10 +115,21 @@ pub(crate) struct Answer<T> {
     pub first_attempt_lost: Option<Cause>,
 }
 
+/// A lane's connection to one node, made on demand.
+#[derive(Default)]
 struct Current {
     generation: u64,
     connection: Option<Open>,
     last_failure: Option<(Instant, Failure)>,
+}
+
+type Shared = Arc<tokio::sync::Mutex<Current>>;
+
+/// A lane's open connection to one node, as one command uses it.
+struct Using {
+    node: Shared,
+    generation: u64,
+    connection: NodeConnection,
 }
 
 /// An open command connection.
@@ -124,21 +142,34 @@ struct Open {
     ended: Arc<AtomicBool>,
 }
 
-/// One command connection, made on demand: on the runtime, or (with a
-/// host) on the host's thread.
+/// Command connections made on demand: on the runtime, or (with a host)
+/// on the host's thread. One to the one node, or in a cluster one per node.
 struct Lane {
     host: Option<Arc<dyn Host>>,
-    current: tokio::sync::Mutex<Current>,
-    up: AtomicBool,
+    /// A server's, or Sentinel's primary's.
+    single: Shared,
+    /// A cluster's, by node.
+    nodes: Mutex<HashMap<NodeName, Shared>>,
+    /// How many of its connections are open.
+    open: AtomicUsize,
 }
 
 impl Lane {
     fn new(host: Option<Arc<dyn Host>>) -> Lane {
-        Lane {
-            host,
-            current: tokio::sync::Mutex::new(Current { generation: 0, connection: None, last_failure: None }),
-            up: AtomicBool::new(false),
+        Lane { host, single: Shared::default(), nodes: Mutex::new(HashMap::new()), open: AtomicUsize::new(0) }
+    }
+
+    /// The connection to `node` (`None`: the one node).
+    fn to(&self, node: Option<&NodeName>) -> Shared {
+        match node {
+            None => self.single.clone(),
+            Some(node) => self.nodes.lock().unwrap_or_else(|e| e.into_inner()).entry(node.clone()).or_default().clone(),
         }
+    }
+
+    fn all(&self) -> Vec<Shared> {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(self.single.clone()).chain(nodes.values().cloned()).collect()
     }
 }
 
@@ -175,8 +206,8 @@ impl RedisConnection {
         host: Option<Arc<dyn Host>>,
     ) -> Result<RedisConnection> {
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms.into());
-        let topology = Topology::new(name, &options.endpoint, connect_timeout)?;
-        let host_lane = host.filter(|_| topology.has_plain_node()).map(|host| Lane::new(Some(host)));
+        let topology = Topology::new(name, &options.endpoint)?;
+        let host_lane = host.filter(|_| topology.has_plain_nodes()).map(|host| Lane::new(Some(host)));
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
@@ -239,12 +270,16 @@ impl RedisConnection {
         *self.last_answer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records whether `lane`'s connection is open, telling telemetry when
-    /// that changes whether any is.
-    fn set_connected(&self, lane: &Lane, up: bool) {
-        lane.up.store(up, Ordering::Relaxed);
-        let up =
-            self.runtime_lane.up.load(Ordering::Relaxed) || self.host_lane.as_ref().is_some_and(|lane| lane.up.load(Ordering::Relaxed));
+    /// Makes `open` (or none) `current`'s connection (one of `lane`'s),
+    /// telling telemetry when that changes whether any connection is open.
+    fn set_connection(&self, lane: &Lane, current: &mut Current, open: Option<Open>) {
+        match (current.connection.is_some(), open.is_some()) {
+            (false, true) => _ = lane.open.fetch_add(1, Ordering::Relaxed),
+            (true, false) => _ = lane.open.fetch_sub(1, Ordering::Relaxed),
+            _ => {}
+        }
+        current.connection = open;
+        let up = std::iter::once(&self.runtime_lane).chain(&self.host_lane).any(|lane| lane.open.load(Ordering::Relaxed) > 0);
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
                 telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
@@ -273,10 +308,7 @@ impl RedisConnection {
     /// the old one (alive, it takes writes until the sentinels demote it,
     /// seconds later), and tells the subscription to follow.
     pub async fn primary_switched(&self) {
-        for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
-            lane.current.lock().await.connection = None;
-            self.set_connected(lane, false);
-        }
+        self.drop_connections().await;
         self.switched.send_modify(|switches| *switches += 1);
     }
 
@@ -293,9 +325,14 @@ impl RedisConnection {
     /// Stops the notification task and closes the command connections.
     pub async fn shut_down(&self) {
         self.stop.send_replace(true);
+        self.drop_connections().await;
+    }
+
+    async fn drop_connections(&self) {
         for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
-            lane.current.lock().await.connection = None;
-            self.set_connected(lane, false);
+            for node in lane.all() {
+                self.set_connection(lane, &mut *node.lock().await, None);
+            }
         }
     }
 
@@ -315,38 +352,51 @@ impl RedisConnection {
         keys: &[&str],
         args: &[&dyn ToRedisArgsRef],
     ) -> Result<Answer<T>, Failure> {
+        let command = evalsha(script, keys, args);
+        // Only a cluster routes by it; the key layout puts all keys of a script in one slot.
+        let slot = self.topology.cluster().and_then(|_| keys.first()).map(Slot::for_key);
         let mut first_attempt_lost: Option<Cause> = None;
         let lane = self.lane();
         let deadline = tokio::time::Instant::now() + self.command_timeout;
+        // After `ASK`: the node to try next, behind `ASKING`.
+        let mut asked: Option<NodeName> = None;
         loop {
-            let failure = match self.connection(lane).await {
-                Err(failure) => failure,
-                Ok((generation, mut connection)) => {
-                    let mut invocation = script.prepare_invoke();
-                    for key in keys {
-                        invocation.key(*key);
+            let node = match asked.clone() {
+                Some(node) => Some(node),
+                None => match self.route(lane, slot).await {
+                    Ok(node) => node,
+                    Err(failure) => return Err(self.failed(after_lost_attempt(failure, first_attempt_lost))),
+                },
+            };
+            let failure = match self.connection(lane, node.as_ref()).await {
+                // A failover may have moved the slot; not after `ASK`, though:
+                // the map would send the command back to the node that sent it here.
+                Err(failure) => {
+                    if asked.is_none() && tokio::time::Instant::now() < deadline && self.rerouted(lane, slot, node.as_ref()).await {
+                        continue;
                     }
-                    for arg in args {
-                        arg.push(&mut invocation);
-                    }
-                    match tokio::time::timeout(self.command_timeout, invocation.invoke_async::<Value>(&mut connection)).await {
+                    failure
+                }
+                Ok(mut using) => {
+                    let asking = asked.take().is_some();
+                    match tokio::time::timeout(self.command_timeout, run_script(&mut using.connection, script, &command, asking)).await {
                         Ok(Ok(value)) => {
                             self.answered();
                             return match redis::from_redis_value(value) {
-                                Ok(value) => Ok(Answer { value, via: connection, first_attempt_lost }),
+                                Ok(value) => Ok(Answer { value, via: using.connection, first_attempt_lost }),
                                 Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
                             };
                         }
                         Err(_) => {
-                            self.invalidate(lane, generation).await;
+                            self.invalidate(lane, &using).await;
                             Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
                         }
                         Ok(Err(err)) if err.is_timeout() => {
-                            self.invalidate(lane, generation).await;
+                            self.invalidate(lane, &using).await;
                             Failure::Unknown(Arc::new(err))
                         }
                         Ok(Err(err)) if err.is_connection_dropped() || err.is_io_error() => {
-                            self.invalidate(lane, generation).await;
+                            self.invalidate(lane, &using).await;
                             if first_attempt_lost.is_none() {
                                 first_attempt_lost = Some(Arc::new(err));
                                 continue;
@@ -354,10 +404,15 @@ impl RedisConnection {
                             Failure::Unknown(Arc::new(err))
                         }
                         Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
-                            // A demoted primary (READONLY): the next
-                            // connection asks where the primary is now.
-                            if err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                                self.invalidate(lane, generation).await;
+                            if self.redirected(&err, &mut asked) {
+                                continue;
+                            }
+                            match err.kind() {
+                                // A demoted primary: the next connection
+                                // asks where the primary is now.
+                                ErrorKind::Server(ServerErrorKind::ReadOnly) => self.invalidate(lane, &using).await,
+                                ErrorKind::Server(ServerErrorKind::ClusterDown) => self.topology.cluster().map_or((), Cluster::mark_stale),
+                                _ => {}
                             }
                             tokio::time::sleep(RETRY_PAUSE).await;
                             continue;
@@ -366,7 +421,7 @@ impl RedisConnection {
                             // A protocol or auth error, or READONLY after a failover
                             // demoted this server: the next command reconnects.
                             if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                                self.invalidate(lane, generation).await;
+                                self.invalidate(lane, &using).await;
                             }
                             Failure::Refused(Arc::new(err))
                         }
@@ -377,15 +432,95 @@ impl RedisConnection {
         }
     }
 
+    /// Where a command on `slot`'s keys goes: the one node (`None`), or in
+    /// a cluster the primary the slot map names (fetched first when stale;
+    /// the old map serves while no node gives a new one).
+    async fn route(&self, lane: &Lane, slot: Option<Slot>) -> Result<Option<NodeName>, Failure> {
+        let Some(cluster) = self.topology.cluster() else { return Ok(None) };
+        let fetched = if cluster.is_stale() { self.fetch_slots(lane, cluster).await } else { Ok(()) };
+        match (cluster.primary(slot), fetched) {
+            (Some(node), _) => Ok(Some(node)),
+            (None, Err(failure)) => Err(failure),
+            (None, Ok(())) => {
+                cluster.mark_stale();
+                Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no cluster node serves the keys' hash slot",
+                )))))
+            }
+        }
+    }
+
+    /// Once `node` of a cluster could not be reached: true when a fresh
+    /// slot map gives `slot` to another node (a failover).
+    async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> bool {
+        let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return false };
+        cluster.mark_stale();
+        self.fetch_slots(lane, cluster).await.is_ok() && cluster.primary(slot).is_some_and(|now| now != *node)
+    }
+
+    /// Follows `MOVED` (the slot map learns the slot's node, and the next try
+    /// goes there) and `ASK` (the next try goes to its node, the map stays):
+    /// true if `err` was either, in a cluster.
+    fn redirected(&self, err: &RedisError, asked: &mut Option<NodeName>) -> bool {
+        let (Some(cluster), Some((node, slot))) = (self.topology.cluster(), err.redirect_node()) else { return false };
+        if err.kind() == ErrorKind::Server(ServerErrorKind::Moved) {
+            cluster.moved(slot, node);
+        } else {
+            *asked = Some(node.into());
+        }
+        true
+    }
+
+    /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
+    /// that gives it, unless another command just did.
+    async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster) -> Result<(), Failure> {
+        let _fetching = cluster.fetching().await;
+        if !cluster.is_stale() {
+            return Ok(());
+        }
+        let mut failure = None;
+        for node in cluster.map_sources() {
+            match self.cluster_slots(lane, &node).await {
+                Ok(map) => {
+                    cluster.replace(map);
+                    return Ok(());
+                }
+                Err(err) => failure = Some(err),
+            }
+        }
+        Err(self.failed(failure.expect("a cluster has a seed node")))
+    }
+
+    async fn cluster_slots(&self, lane: &Lane, node: &NodeName) -> Result<SlotMap, Failure> {
+        let mut using = self.connection(lane, Some(node)).await?;
+        let command = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+        let reply = match tokio::time::timeout(self.command_timeout, command.query_async::<Value>(&mut using.connection)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(err)) => {
+                self.invalidate(lane, &using).await;
+                return Err(Failure::Unreachable(Arc::new(err)));
+            }
+            Err(_) => {
+                self.invalidate(lane, &using).await;
+                return Err(Failure::Unreachable(Arc::new(timeout_error("no answer to CLUSTER SLOTS within commandTimeoutMs"))));
+            }
+        };
+        self.answered();
+        SlotMap::from_cluster_slots(&reply, node).ok_or_else(|| {
+            Failure::Refused(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::InvalidData, "a malformed CLUSTER SLOTS reply"))))
+        })
+    }
+
     /// Waits until `replicas` replicas have every write `via` carried so
     /// far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many did.
-    /// `key` routes the `WAIT` in a cluster to where the script ran.
-    pub async fn wait_for_replicas(&self, via: &NodeConnection, key: &str, replicas: u32) -> Result<u32, Failure> {
+    /// `via` is the connection to the node a script ran on.
+    pub async fn wait_for_replicas(&self, via: &NodeConnection, replicas: u32) -> Result<u32, Failure> {
         let mut command = redis::cmd("WAIT");
         // Redis' own bound, inside ours, so that an answer (how many) comes.
         command.arg(replicas).arg(self.command_timeout.as_millis() as u64 * 3 / 4);
         let mut via = via.clone();
-        match tokio::time::timeout(self.command_timeout, via.query_at::<i64>(key, &command)).await {
+        match tokio::time::timeout(self.command_timeout, command.query_async::<i64>(&mut via)).await {
             Ok(Ok(acknowledged)) => {
                 self.answered();
                 Ok(u32::try_from(acknowledged).unwrap_or(0))
@@ -396,23 +531,25 @@ impl RedisConnection {
         }
     }
 
-    /// Runs one plain command (bounded like every other).
+    /// Runs one plain command (bounded like every other); in a cluster, on
+    /// any primary.
     pub async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Failure> {
         let lane = self.lane();
-        let (generation, mut connection) = self.connection(lane).await?;
-        match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut connection)).await {
+        let node = self.route(lane, None).await?;
+        let mut using = self.connection(lane, node.as_ref()).await?;
+        match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut using.connection)).await {
             Ok(Ok(value)) => {
                 self.answered();
                 Ok(value)
             }
             Ok(Err(err)) => {
                 if err.is_unrecoverable_error() || err.is_io_error() {
-                    self.invalidate(lane, generation).await;
+                    self.invalidate(lane, &using).await;
                 }
                 Err(self.failed(Failure::Refused(Arc::new(err))))
             }
             Err(_) => {
-                self.invalidate(lane, generation).await;
+                self.invalidate(lane, &using).await;
                 Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
             }
         }
@@ -427,9 +564,11 @@ impl RedisConnection {
         failure
     }
 
-    /// `lane`'s open connection, or a new one (one connect attempt at a time).
-    async fn connection(&self, lane: &Lane) -> Result<(u64, NodeConnection), Failure> {
-        let mut current = lane.current.lock().await;
+    /// `lane`'s open connection to `node` (`None`: the one node), or a new
+    /// one (one connect attempt at a time).
+    async fn connection(&self, lane: &Lane, node: Option<&NodeName>) -> Result<Using, Failure> {
+        let shared = lane.to(node);
+        let mut current = shared.lock().await;
         if *self.stop.borrow() {
             return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
                 io::ErrorKind::NotConnected,
@@ -437,11 +576,12 @@ impl RedisConnection {
             )))));
         }
         match &current.connection {
-            Some(open) if !open.ended.load(Ordering::Acquire) => return Ok((current.generation, open.connection.clone())),
-            Some(_) => {
-                current.connection = None;
-                self.set_connected(lane, false);
+            Some(open) if !open.ended.load(Ordering::Acquire) => {
+                let (generation, connection) = (current.generation, open.connection.clone());
+                drop(current);
+                return Ok(Using { node: shared, generation, connection });
             }
+            Some(_) => self.set_connection(lane, &mut current, None),
             None => {}
         }
         if let Some((at, failure)) = &current.last_failure {
@@ -451,7 +591,7 @@ impl RedisConnection {
         }
         // Boxed: connecting is rare, and its futures are large; inline they
         // would make every command's future (and its moves) as large.
-        let connect: Pin<Box<dyn Future<Output = RedisResult<Open>> + Send + '_>> = Box::pin(self.open(lane));
+        let connect: Pin<Box<dyn Future<Output = RedisResult<Open>> + Send + '_>> = Box::pin(self.open(lane, node));
         let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
         let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
             Ok(open) => self.check_server(open).await,
@@ -461,14 +601,14 @@ impl RedisConnection {
             Ok(open) => {
                 let connection = open.connection.clone();
                 current.generation += 1;
-                current.connection = Some(open);
                 current.last_failure = None;
-                self.set_connected(lane, true);
-                Ok((current.generation, connection))
+                self.set_connection(lane, &mut current, Some(open));
+                let generation = current.generation;
+                drop(current);
+                Ok(Using { node: shared, generation, connection })
             }
             Err(failure) => {
                 current.last_failure = Some((Instant::now(), failure.clone()));
-                self.set_connected(lane, false);
                 Err(self.failed(failure))
             }
         }
@@ -527,12 +667,9 @@ impl RedisConnection {
     /// runtime, or in `lane`'s host loop, which then drives the socket. The
     /// socket is connected on the runtime (name resolution may block), then
     /// handed over. Over TLS redis-rs connects and drives it itself.
-    async fn open(&self, lane: &Lane) -> RedisResult<Open> {
+    async fn open(&self, lane: &Lane, node: Option<&NodeName>) -> RedisResult<Open> {
         let ended = Arc::new(AtomicBool::new(false));
-        if let Some(cluster) = self.topology.cluster_connection().await? {
-            return Ok(Open { connection: NodeConnection::Cluster(cluster), ended });
-        }
-        let info = self.topology.node(self.connect_timeout).await?.expect("a topology without a cluster has a node");
+        let info = self.topology.node(node, self.connect_timeout).await?;
         let socket = match info.addr() {
             ConnectionAddr::Tcp(name, port) => {
                 let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?;
@@ -545,7 +682,7 @@ impl RedisConnection {
             _ => {
                 let client = Client::open(with_tcp_settings(info))?;
                 let connection = client.get_multiplexed_async_connection_with_config(&self.config()).await?;
-                return Ok(Open { connection: NodeConnection::Node(connection), ended });
+                return Ok(Open { connection, ended });
             }
         };
         let settings = info.redis_settings();
@@ -562,7 +699,7 @@ impl RedisConnection {
                 Socket::Unix(stream) => self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await?,
             },
         };
-        Ok(Open { connection: NodeConnection::Node(connection), ended })
+        Ok(Open { connection, ended })
     }
 
     /// A connection over `stream` whose reader runs on the runtime and sets
@@ -581,12 +718,16 @@ impl RedisConnection {
         Ok(connection)
     }
 
-    /// Drops `lane`'s connection of `generation` so the next command reconnects.
-    async fn invalidate(&self, lane: &Lane, generation: u64) {
-        let mut current = lane.current.lock().await;
-        if current.generation == generation {
-            current.connection = None;
-            self.set_connected(lane, false);
+    /// Drops the connection `using` used, unless replaced already, so the
+    /// next command reconnects; in a cluster the slot map is fetched again
+    /// too (a failover may be why it failed).
+    async fn invalidate(&self, lane: &Lane, using: &Using) {
+        let mut current = using.node.lock().await;
+        if current.generation == using.generation {
+            self.set_connection(lane, &mut current, None);
+        }
+        if let Some(cluster) = self.topology.cluster() {
+            cluster.mark_stale();
         }
     }
 
@@ -668,14 +809,47 @@ fn timeout_error(message: &'static str) -> RedisError {
     RedisError::from(io::Error::new(io::ErrorKind::TimedOut, message))
 }
 
+/// `EVALSHA` of `script` on `keys` and `args`.
+fn evalsha(script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Cmd {
+    let mut command = redis::cmd("EVALSHA");
+    command.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    for arg in args {
+        arg.push(&mut command);
+    }
+    command
+}
+
+/// Sends `command`, an `EVALSHA` of `script` (behind `ASKING` when
+/// `asking`), loading the script first where the node lacks it.
+async fn run_script(connection: &mut NodeConnection, script: &Script, command: &Cmd, asking: bool) -> RedisResult<Value> {
+    match send(connection, command, asking).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(connection).await?;
+            send(connection, command, asking).await
+        }
+        reply => reply,
+    }
+}
+
+/// `command`'s reply; behind `ASKING` (in one write) when `asking`.
+async fn send(connection: &mut NodeConnection, command: &Cmd, asking: bool) -> RedisResult<Value> {
+    if !asking {
+        return command.query_async(connection).await;
+    }
+    let mut pipeline = redis::pipe();
+    pipeline.cmd("ASKING").add_command(command.clone());
+    let mut replies = connection.req_packed_commands(&pipeline, 1, 1).await?;
+    replies.pop().unwrap_or(Value::Nil).extract_error()
+}
+
 /// A script argument (lets `eval` take arguments of mixed types).
 pub(crate) trait ToRedisArgsRef: Sync {
-    fn push(&self, invocation: &mut redis::ScriptInvocation<'_>);
+    fn push(&self, command: &mut Cmd);
 }
 
 impl<T: ToRedisArgs + Sync> ToRedisArgsRef for T {
-    fn push(&self, invocation: &mut redis::ScriptInvocation<'_>) {
-        invocation.arg(self);
+    fn push(&self, command: &mut Cmd) {
+        command.arg(self);
     }
 }
 

@@ -289,8 +289,8 @@ impl BackendCore {
             return Ok(());
         }
         let mut acknowledged = u32::MAX;
-        for (via, lock) in written {
-            acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, lock, wanted).await?);
+        for (via, _) in written {
+            acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, wanted).await?);
         }
         if acknowledged >= wanted {
             return Ok(());

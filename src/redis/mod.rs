@@ -4,6 +4,7 @@
 //! - `connection`: one shared, bounded, self-healing connection per
 //!   `dokebi-redis.connections` entry; `notify`: its one subscription;
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
+//!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens.
 //! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
 //!   what one lease holds (its keys, kind and token) and which scripts take
@@ -48,6 +49,7 @@
 pub(crate) mod acquire;
 pub mod backend;
 pub(crate) mod claim;
+pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod core;
 pub(crate) mod handoff;

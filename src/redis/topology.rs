@@ -7,24 +7,18 @@
 //!   the node that answers must say it is a primary. A failover is thus
 //!   followed by the next connection: the old one ends when the old primary
 //!   dies, or answers `READONLY` once demoted, and either drops it.
-//! - A cluster is reached through redis-rs' cluster connection, which routes
-//!   each script to the primary of its keys' slot (the key layout puts a
-//!   user key's names in one slot) and follows topology changes. Its own
-//!   retries are off: a command that may have run is never sent twice behind
-//!   our back; `MOVED` and `ASK` are retried by [`super::connection`], since
-//!   a redirected command did not run.
+//! - A cluster's commands go to the primary of their keys' slot (the key
+//!   layout puts a user key's names in one slot), found in the slot map of
+//!   [`super::cluster`]; [`super::connection`] keeps a connection per
+//!   primary and follows `MOVED` and `ASK`, since a redirected command did
+//!   not run.
 
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisFuture,
-    RedisResult, Value,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
+use super::cluster::{Cluster, NodeName};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::{Endpoint, SentinelOptions};
 
@@ -32,7 +26,7 @@ use crate::options::{Endpoint, SentinelOptions};
 pub(crate) enum Topology {
     Server(ConnectionInfo),
     Sentinel(Sentinel),
-    /// Boxed: its client is large, and one topology per connection is
+    /// Boxed: its slot map is large, and one topology per connection is
     /// all there ever is.
     Cluster(Box<Cluster>),
 }
@@ -47,104 +41,52 @@ pub(crate) struct Sentinel {
     last_good: std::sync::atomic::AtomicUsize,
 }
 
-pub(crate) struct Cluster {
-    seeds: Vec<ConnectionInfo>,
-    client: ClusterClient,
-}
-
-/// A command connection to a server (or primary), or to a cluster.
-#[derive(Clone)]
-pub(crate) enum NodeConnection {
-    Node(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for NodeConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            NodeConnection::Node(connection) => connection.req_packed_command(cmd),
-            NodeConnection::Cluster(connection) => connection.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(&'a mut self, pipeline: &'a Pipeline, offset: usize, count: usize) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            NodeConnection::Node(connection) => connection.req_packed_commands(pipeline, offset, count),
-            NodeConnection::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            NodeConnection::Node(connection) => connection.get_db(),
-            NodeConnection::Cluster(connection) => connection.get_db(),
-        }
-    }
-}
-
-impl NodeConnection {
-    /// Sends `command` to the node that holds `key` (in a cluster, the
-    /// primary of its slot; else the one node): `WAIT` after a script must
-    /// go where the script ran.
-    pub async fn query_at<T: redis::FromRedisValue>(&mut self, key: &str, command: &Cmd) -> RedisResult<T> {
-        let value = match self {
-            NodeConnection::Node(connection) => command.query_async::<Value>(connection).await?,
-            NodeConnection::Cluster(connection) => {
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master)));
-                connection.route_command(command.clone(), route).await?
-            }
-        };
-        redis::from_redis_value(value).map_err(Into::into)
-    }
-}
+/// A command connection to one node: a server, Sentinel's primary, or a
+/// cluster's primary (a `WAIT` after a script follows on the connection
+/// that carried it, so it reaches the node the script ran on).
+pub(crate) type NodeConnection = MultiplexedConnection;
 
 impl Topology {
     /// Checks the endpoint's URLs; opens no socket. `name` is the
     /// connection's, for error paths.
-    pub fn new(name: &str, endpoint: &Endpoint, connect_timeout: Duration) -> Result<Topology> {
+    pub fn new(name: &str, endpoint: &Endpoint) -> Result<Topology> {
         match endpoint {
             Endpoint::Server { url } => Ok(Topology::Server(parse(url, &format!("connections.{name}.url"))?)),
             Endpoint::Sentinel(options) => Ok(Topology::Sentinel(Sentinel::new(name, options)?)),
             Endpoint::Cluster { nodes } => {
                 let path = format!("connections.{name}.cluster.nodes");
                 let seeds = nodes.iter().enumerate().map(|(i, url)| parse(url, &format!("{path}.{i}"))).collect::<Result<Vec<_>>>()?;
-                let client = ClusterClientBuilder::new(seeds.clone())
-                    // Our own loop retries redirects (the command did not
-                    // run); everything else is the caller's to classify.
-                    .retries(0)
-                    .connection_timeout(connect_timeout)
-                    .build()
-                    .map_err(|err| invalid_url(&path, "not a usable list of cluster nodes").with_cause(err))?;
-                Ok(Topology::Cluster(Box::new(Cluster { seeds, client })))
+                Ok(Topology::Cluster(Box::new(Cluster::new(seeds))))
             }
         }
     }
 
-    /// True when commands go to one node whose socket the driver may open
-    /// itself (plain TCP or a unix socket): a host may then drive it.
-    pub fn has_plain_node(&self) -> bool {
+    /// True when commands go to nodes whose sockets the driver may open
+    /// itself (plain TCP or a unix socket): a host may then drive them.
+    pub fn has_plain_nodes(&self) -> bool {
         match self {
             Topology::Server(info) => matches!(info.addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_)),
             Topology::Sentinel(sentinel) => !sentinel.tls,
-            Topology::Cluster(_) => false,
+            Topology::Cluster(cluster) => cluster.is_plain(),
         }
     }
 
-    /// The node that takes commands now: the server, or the primary the
-    /// sentinels name. `None` for a cluster, which routes by itself.
-    pub async fn node(&self, timeout: Duration) -> RedisResult<Option<ConnectionInfo>> {
+    /// The cluster's slot map, for [`Topology::Cluster`].
+    pub fn cluster(&self) -> Option<&Cluster> {
         match self {
-            Topology::Server(info) => Ok(Some(info.clone())),
-            Topology::Sentinel(sentinel) => sentinel.primary(timeout).await.map(Some),
-            Topology::Cluster(_) => Ok(None),
+            Topology::Cluster(cluster) => Some(cluster),
+            _ => None,
         }
     }
 
-    /// Connects to the cluster (only for [`Topology::Cluster`]).
-    pub async fn cluster_connection(&self) -> RedisResult<Option<ClusterConnection>> {
+    /// Where a command connection goes: the server, the primary the
+    /// sentinels name now, or the cluster node `node` (`None`: the first
+    /// seed).
+    pub async fn node(&self, node: Option<&NodeName>, timeout: Duration) -> RedisResult<ConnectionInfo> {
         match self {
-            Topology::Cluster(cluster) => cluster.client.get_async_connection().await.map(Some),
-            _ => Ok(None),
+            Topology::Server(info) => Ok(info.clone()),
+            Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
+            Topology::Cluster(cluster) => Ok(node.map_or_else(|| cluster.seeds()[0].clone(), |node| cluster.connection_info(node))),
         }
     }
 
@@ -155,7 +97,7 @@ impl Topology {
         match self {
             Topology::Server(info) => Ok(info.clone()),
             Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
-            Topology::Cluster(cluster) => Ok(cluster.seeds[attempt % cluster.seeds.len()].clone()),
+            Topology::Cluster(cluster) => Ok(cluster.seeds()[attempt % cluster.seeds().len()].clone()),
         }
     }
 

@@ -11,8 +11,8 @@
 //! is in sync with its primary.
 //!
 //! Helpers: the slot and the primary of a key, the replica of a primary,
-//! SIGKILL a node, `CLUSTER FAILOVER` on a replica, wait for the cluster to
-//! be ok again (every killed node flagged `fail` by every live node, every
+//! move a slot to another primary (or start to), SIGKILL a node, `CLUSTER
+//! FAILOVER` on a replica, wait for the cluster to be ok again (every killed node flagged `fail` by every live node, every
 //! slot served by a live primary).
 //!
 //! Self-contained (std and redis only), so the fault suite can include it by
@@ -234,6 +234,56 @@ impl Cluster {
         }
         keys.sort();
         keys
+    }
+
+    /// Starts moving `slot` from the primary on `from` to the one on `to`
+    /// (`IMPORTING` on `to`, `MIGRATING` on `from`): `from` then answers
+    /// `ASK` for the slot's keys it lacks.
+    pub fn start_migrating(&self, slot: u16, from: u16, to: u16) {
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let _: () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id).query(&mut self.client(to)).unwrap();
+        let _: () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id).query(&mut self.client(from)).unwrap();
+    }
+
+    /// Moves the keys of `slot` from the primary on `from` to the one on
+    /// `to`, after [`Cluster::start_migrating`].
+    pub fn migrate_keys(&self, slot: u16, from: u16, to: u16) {
+        let keys: Vec<String> = redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(1000).query(&mut self.client(from)).unwrap();
+        if !keys.is_empty() {
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut self.client(from))
+                .unwrap();
+        }
+    }
+
+    /// Ends a migration: every primary learns that the one on `to` serves
+    /// `slot`, and the others then answer `MOVED`.
+    pub fn assign_slot(&self, slot: u16, to: u16) {
+        let to_id = self.node_id(to);
+        let mut ports = self.primaries();
+        // The importing node first, as redis-cli does.
+        ports.sort_by_key(|&port| port != to);
+        for port in ports {
+            let _: () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id).query(&mut self.client(port)).unwrap();
+        }
+    }
+
+    /// Moves `slot` and its keys from the primary on `from` to the one on `to`.
+    pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
+        self.start_migrating(slot, from, to);
+        self.migrate_keys(slot, from, to);
+        self.assign_slot(slot, to);
+    }
+
+    fn node_id(&self, port: u16) -> String {
+        self.nodes.iter().find(|n| n.port == port).expect("a node of this cluster").id.clone()
     }
 
     /// Kills the node on `port` (SIGKILL) and waits for it to exit.

@@ -1,0 +1,68 @@
+//! The driver's own routing on a Redis Cluster: a slot moved to another
+//! primary after the driver learned the slot map is followed through
+//! `MOVED`, and a slot being migrated through `ASK` (the script runs on
+//! the importing node, the map stays). Failovers are in
+//! `redis_deployments.rs`.
+
+mod support;
+
+use futures::executor::block_on;
+use support::cluster::Cluster;
+use support::deployment::Deployment;
+use support::topology::{backend, lock_key};
+use support::wait;
+
+/// A primary other than `port`.
+fn another_primary(cluster: &Cluster, port: u16) -> u16 {
+    cluster.primaries().into_iter().find(|&p| p != port).expect("3 primaries")
+}
+
+#[test]
+fn a_slot_moved_after_the_map_was_fetched_is_followed_through_moved() {
+    let deployment = Deployment::cluster();
+    let Deployment::Cluster(cluster) = &deployment else { unreachable!() };
+    let provider = deployment.open(&[("leaseMs", "10000")]);
+    let key = "moved:1";
+    let first = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
+    assert!(block_on(first.release()).unwrap());
+
+    let slot = cluster.slot(&lock_key(key));
+    let from = cluster.primary_of_slot(slot);
+    let to = another_primary(cluster, from);
+    cluster.migrate_slot(slot, from, to);
+
+    let second = block_on(backend(&provider).acquire(key, wait(0))).expect("the driver follows MOVED to the slot's new primary");
+    assert!(second.fence() > first.fence(), "the fence counter moved with the slot");
+    assert_eq!(cluster.primary_of(&lock_key(key)), to);
+    assert!(cluster.exists_on(to, &lock_key(key)), "the lock key is on the slot's new primary");
+    assert!(block_on(second.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_renewal_of_a_lease_whose_key_is_being_migrated_is_sent_to_the_importing_node_through_ask() {
+    let deployment = Deployment::cluster();
+    let Deployment::Cluster(cluster) = &deployment else { unreachable!() };
+    let provider = deployment.open(&[("leaseMs", "10000")]);
+    let key = "ask:1";
+    let lease = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
+
+    let slot = cluster.slot(&lock_key(key));
+    let from = cluster.primary_of_slot(slot);
+    let to = another_primary(cluster, from);
+    // The source lacks the lock key now, and answers ASK. (A script on
+    // several keys, some missing, gets TRYAGAIN from the importing node
+    // until the migration ends: the renewal touches the lock key only.)
+    cluster.start_migrating(slot, from, to);
+    cluster.migrate_keys(slot, from, to);
+    let remaining = lease.remaining();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(block_on(lease.renew()).expect("the driver follows ASK to the importing node"), "the renewal found the lease");
+    assert!(lease.remaining() > remaining, "the renewal extended the lease");
+    assert_eq!(cluster.primary_of_slot(slot), from, "the slot still belongs to the source");
+
+    cluster.assign_slot(slot, to);
+    assert!(block_on(lease.release()).unwrap(), "the release follows MOVED");
+    assert!(!cluster.exists_on(to, &lock_key(key)));
+    block_on(provider.close());
+}
