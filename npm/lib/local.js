@@ -7,8 +7,11 @@
 // handles (slot + fence) the engine hands out.
 //
 // Fast path: an uncontended acquire is one native call and returns an
-// already-settled promise; release is one native call by handle and returns a
-// shared settled promise. No async functions, no closures per call.
+// already-settled promise; release returns a shared settled promise and,
+// while no acquire is queued, makes no native call: it can hand on to
+// nobody, so it writes the lease to the out-array and the engine ends it at
+// the start of its next call (bindings/node/src/local.rs, "Deferred
+// release"). No async functions, no closures per call.
 //
 // Telemetry (slowAcquireMs, slowHoldMs) costs the fast path one
 // `hasSubscribers` check per acquire and no clock read while nobody listens
@@ -32,6 +35,11 @@ const HANDED_ON = 2;
 const HANDED_ON_MORE = 3;
 const NOT_HELD = 0;
 const FAILED = -1;
+/** Out-array cells of a deferred release: [slot, fence]; fence 0 when none. */
+const DEFERRED_SLOT = 4;
+const DEFERRED_FENCE = 5;
+/** A lease's slot once released: no engine slot is negative. */
+const RELEASED = -1;
 
 const TRUE = Promise.resolve(true);
 const FALSE = Promise.resolve(false);
@@ -54,6 +62,8 @@ class LocalCore {
     this.holdChannel = engine.slowHoldMs === null ? undefined : telemetry.slowHold;
     /** Waiter slot -> Waiter, while queued. */
     this.waiters = [];
+    /** How many Waiters are queued: while none, releases are deferred. */
+    this.queued = 0;
     this.closed = false;
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
@@ -132,9 +142,20 @@ class LocalCore {
     return typeof key === 'string' ? new LocalLease(this, key, slot, fence, since) : new LocalKeysLease(this, key, slot, fence, since);
   }
 
-  /** Releases by handle, granting the key to the next waiter if any. */
+  /**
+   * Releases by handle, granting the key to the next waiter if any. The
+   * caller knows the lease was not released before: on an open backend
+   * with nobody queued, it is held and nobody takes it over, so the release
+   * is deferred (to the engine's next call, which ends an earlier deferred
+   * one first: one is deferred at a time).
+   */
   release(slot, fence) {
     const out = this.out;
+    if (this.queued === 0 && out[DEFERRED_FENCE] === 0 && !this.closed) {
+      out[DEFERRED_SLOT] = slot;
+      out[DEFERRED_FENCE] = fence;
+      return true;
+    }
     out[1] = slot;
     out[2] = fence;
     this.engine.release();
@@ -218,6 +239,7 @@ class Waiter {
       this.reject = reject;
     });
     core.deadlines.add(this, waitMs);
+    core.queued++;
     if (signal !== undefined) {
       this.onAbort = () => this.cancel(false, abortedBy(signal));
       signal.addEventListener('abort', this.onAbort, { once: true });
@@ -252,6 +274,7 @@ class Waiter {
   }
 
   settle() {
+    this.core.queued--;
     this.core.deadlines.remove(this);
     this.signal?.removeEventListener('abort', this.onAbort);
   }
@@ -261,6 +284,11 @@ class Waiter {
 class LocalLease {
   #core;
   #key;
+  /**
+   * The lease's engine slot, RELEASED once release() ran: later releases
+   * answer false with no engine call (a deferred release relies on it, see
+   * LocalCore.release), and isHeld() of RELEASED names no lease.
+   */
   #slot;
   #fence;
   /** performance.now() at the grant, only while slow holds are reported. */
@@ -300,9 +328,13 @@ class LocalLease {
 
   /** True when this call released (and handed on), false when already released. */
   release() {
-    let released;
+    let released = false;
     try {
-      released = this.#core.release(this.#slot, this.#fence);
+      const slot = this.#slot;
+      if (slot !== RELEASED) {
+        this.#slot = RELEASED;
+        released = this.#core.release(slot, this.#fence);
+      }
     } catch (error) {
       return Promise.reject(error);
     }
@@ -319,7 +351,12 @@ class LocalLease {
    * try costs the uncontended acquire + release about 2% in instructions.
    */
   static releaseNow(lease) {
-    const released = lease.#core.release(lease.#slot, lease.#fence);
+    let released = false;
+    const slot = lease.#slot;
+    if (slot !== RELEASED) {
+      lease.#slot = RELEASED;
+      released = lease.#core.release(slot, lease.#fence);
+    }
     if (tracing.holdsOpen()) tracing.holdEnded(lease, released);
     if (!released) return false;
     if (lease.#since !== undefined) lease.#core.held(lease.#since);

@@ -25,6 +25,45 @@ test('release is true once, then false; the lease is invalid afterwards', async 
   await provider.close();
 });
 
+test('a release with nobody queued is seen by every later call: status, valid, limits, try, close', async () => {
+  // With nothing queued a release makes no native call: the engine ends it
+  // at the start of its next call, whichever call that is.
+  const { provider, backend } = await openLocal({ maxKeys: 1 });
+  const a = await backend.acquire('a');
+  assert.equal(await a.release(), true);
+  assert.equal(backend.status().held, 0);
+  assert.equal(a.valid, false);
+  const b = await backend.acquire('b'); // maxKeys 1: 'a' is free again
+  assert.equal(await b.release(), true);
+  assert.equal((await backend.acquire('b', { waitTimeoutMs: 0 })).valid, true);
+  const { provider: two, backend: pair } = await openLocal();
+  const [x, y] = [await pair.acquire('x'), await pair.acquire('y')];
+  assert.equal(await x.release(), true); // deferred
+  assert.equal(await y.release(), true); // ends x's release, then its own
+  assert.equal(await x.release(), false);
+  assert.equal(pair.status().held, 0);
+  const [z, w] = [await pair.acquire('z'), await pair.acquire('w')];
+  assert.equal(await w.release(), true); // deferred, then ended by close
+  await two.close();
+  assert.equal(await z.release(), false);
+  await provider.close();
+});
+
+test('a release while someone is queued hands on at once, after a deferred one ends', async () => {
+  const { provider, backend } = await openLocal();
+  const free = await backend.acquire('free');
+  const held = await backend.acquire('k');
+  assert.equal(await free.release(), true); // nobody queued: deferred
+  const waiter = backend.acquire('k');
+  assert.equal(backend.status().waiting, 1);
+  assert.equal(await held.release(), true);
+  assert.equal(await isSettled(waiter), true);
+  const next = await waiter;
+  assert.equal(next.valid, true);
+  assert.equal(backend.status().held, 1);
+  await provider.close();
+});
+
 test('a stale lease never releases a later lease of the same key', async () => {
   const { provider, backend } = await openLocal();
   const first = await backend.acquire('k');

@@ -10,6 +10,8 @@ import { native } from '../lib/native.js';
 
 const NATIVE = JSON.stringify(new URL('../lib/native.js', import.meta.url).href);
 const GRANTED = 0;
+/** The block's size: six f64 cells (bindings/node/src/out.rs, OUT_LEN). */
+const BLOCK_BYTES = 48;
 
 function engine() {
   const options = native.loadConfig(JSON.stringify({ 'dokebi-lock': { backends: { b: {} } } }));
@@ -30,7 +32,7 @@ test('a view whose buffer was transferred away is replaced, and the engine goes 
   assert.equal(fresh[0], 1, 'released, key freed');
   local.acquire('k');
   assert.deepEqual([fresh[0], fresh[2]], [GRANTED, 2]);
-  assert.equal(moved.byteLength, 32, 'the moved buffer is still whole');
+  assert.equal(moved.byteLength, BLOCK_BYTES, 'the moved buffer is still whole');
 });
 
 test('the view cannot be transferred by structuredClone or postMessage', () => {
@@ -56,7 +58,7 @@ moved = undefined;
 for (let i = 0; i < 5; i++) globalThis.gc();
 await new Promise((resolve) => setTimeout(resolve, 50));
 globalThis.gc();
-const probes = Array.from({ length: 2000 }, () => Buffer.allocUnsafeSlow(32).fill(0xab));
+const probes = Array.from({ length: 2000 }, () => Buffer.allocUnsafeSlow(${BLOCK_BYTES}).fill(0xab));
 for (let i = 0; i < 1000; i++) local.acquire('k' + i);
 const damaged = probes.filter((probe) => probe.some((byte) => byte !== 0xab)).length;
 const out = local.out();

@@ -7,9 +7,9 @@
 //! these calls are the whole cost of an uncontended acquire + release.
 //!
 //! The hot calls (`acquire`, `tryAcquire`, `release`) exchange numbers through
-//! a `Float64Array` over memory the engine owns (`out()`, 4 elements, see
+//! a `Float64Array` over memory the engine owns (`out()`, 6 elements, see
 //! [`crate::out`]):
-//! the engine writes its result code to `out[0]` and ids to `out[1..]`, and
+//! the engine writes its result code to `out[0]` and ids to `out[1..4]`, and
 //! `release` reads the lease id from `out[1..3]`. They return `undefined`, so
 //! an acquire or a release creates no JS value and reads no argument but the
 //! key: the `napi_get_value_*` / `napi_create_*` calls this saves (four per
@@ -18,6 +18,15 @@
 //! releases a later lease that reuses its slot. Waiter payloads are waiter
 //! slots, which the JS layer uses as indexes into its table of pending
 //! promises.
+//!
+//! Deferred release: while no acquire of the backend is queued, a release
+//! can hand on to nobody, so its only effect is on the engine's state, which
+//! only the next call to the engine can observe. The JS layer then writes
+//! the lease id to `out[4..6]` instead of calling `release`, and every
+//! method first ends that release ([`LocalState::release_deferred`]): an
+//! uncontended acquire + release is one call across N-API, not two. (An
+//! acquire that queues is a call, so it ends the deferred release before it
+//! queues: a deferred release never has a waiter to hand on to.)
 
 use std::cell::RefCell;
 use std::ffi::{c_void, CStr, CString};
@@ -57,6 +66,11 @@ const HANDED_ON: f64 = 2.0;
 /// hand-off never does, so it costs no extra call.)
 const HANDED_ON_MORE: f64 = 3.0;
 
+/// Where JS writes the lease of a deferred release: its slot, then its
+/// fence (0, which no lease has, when none is deferred).
+const DEFERRED_SLOT: usize = 4;
+const DEFERRED_FENCE: usize = 5;
+
 /// One local backend's lock state.
 struct LocalState {
     engine: LocalEngine<u32>,
@@ -68,6 +82,29 @@ struct LocalState {
 }
 
 impl LocalState {
+    /// The engine, once the release JS deferred (if any) has ended: every
+    /// method reaches the engine through here, or ends that release first
+    /// itself (the acquires, which also borrow the keys they read).
+    fn engine(&mut self) -> &mut LocalEngine<u32> {
+        self.release_deferred();
+        &mut self.engine
+    }
+
+    /// Ends the release JS deferred to this call, if any. The lease is held
+    /// (the JS layer defers only the first release of a lease of an open
+    /// backend) and nobody waits for its keys (it defers only while nothing
+    /// is queued), so it frees them and grants nothing.
+    fn release_deferred(&mut self) {
+        let fence = self.out.get(DEFERRED_FENCE);
+        if fence == 0.0 {
+            return;
+        }
+        self.out.set(DEFERRED_FENCE, 0.0);
+        let lease = LeaseId { slot: self.out.get(DEFERRED_SLOT) as u32, fence: fence as u64 };
+        let released = self.engine.release(lease);
+        debug_assert!(released && !self.engine.has_granted(), "a deferred release must free a held lease and grant nothing");
+    }
+
     fn report(&mut self, status: f64, ids: &[f64]) {
         self.out.set(0, status);
         ids.iter().enumerate().for_each(|(index, id)| self.out.set(index + 1, *id));
@@ -76,6 +113,7 @@ impl LocalState {
     /// `acquire(key: string)` / `tryAcquire(key: string)`:
     /// `out[0]` is GRANTED, QUEUED or FAILED.
     unsafe fn acquire(&mut self, env: sys::napi_env, key: sys::napi_value, may_wait: bool) {
+        self.release_deferred();
         // SAFETY: our caller (the `acquire` callback) passes its own `env` and argument `key`.
         if let Err(error) = unsafe { self.keys.read(env, key) } {
             return self.failed(error);
@@ -89,6 +127,7 @@ impl LocalState {
     /// checks it again) and wrote to `out = [mayWait, shared, limit, weight]`
     /// (numbers, where N-API arguments would cost a call each).
     unsafe fn acquire_kind(&mut self, env: sys::napi_env, keys: sys::napi_value) {
+        self.release_deferred();
         let out = &self.out;
         let (may_wait, shared) = (out.get(0) != 0.0, out.get(1) != 0.0);
         // Saturating casts: the JS layer wrote integers from 1 to u32::MAX.
@@ -160,7 +199,7 @@ impl LocalState {
     /// `out[0]` is NOT_HELD, FREED, or the first grant it made.
     fn release(&mut self) {
         let (slot, fence) = (self.out.get(1), self.out.get(2));
-        if self.engine.release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
+        if self.engine().release(LeaseId { slot: slot as u32, fence: fence as u64 }) {
             self.next_grant();
         } else {
             self.report(NOT_HELD, &[]);
@@ -170,7 +209,7 @@ impl LocalState {
     /// The next grant the last release or cancel made: `out[0]` is
     /// HANDED_ON or HANDED_ON_MORE with the grant in `out[1..4]`, else FREED.
     fn next_grant(&mut self) {
-        match self.engine.pop_granted() {
+        match self.engine().pop_granted() {
             Some((waiter, lease)) => {
                 let status = if self.engine.has_granted() { HANDED_ON_MORE } else { HANDED_ON };
                 self.report(status, &[lease.slot.into(), lease.fence as f64, waiter.into()]);
@@ -337,7 +376,7 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     let reason = if unsafe { boolean(env, args[2]) } { CancelReason::TimedOut } else { CancelReason::Aborted };
     let cancel = || {
         let mut state = state.borrow_mut();
-        let cancelled = state.engine.cancel(waiter, reason).is_some();
+        let cancelled = state.engine().cancel(waiter, reason).is_some();
         state.next_grant();
         cancelled
     };
@@ -353,7 +392,7 @@ unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) 
     // SAFETY: `env` and the arguments are this callback's.
     let lease = unsafe { lease_id(env, &args) };
     // SAFETY: `env` is this callback's, on the JS thread.
-    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow().engine.is_held(lease)))) }
+    unsafe { or_throw(env, || Ok(bool_value(env, state.borrow_mut().engine().is_held(lease)))) }
 }
 
 /// `close(): number[]`: the waiter slots to reject, oldest first per key.
@@ -362,7 +401,7 @@ unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) ->
     // `Rc<Shared>` as data in `to_napi_value`.
     let (state, _) = unsafe { call_info::<0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
-    unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine.close())) }
+    unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine().close())) }
 }
 
 /// `counts(): { held, waiting, acquired, timedOut }`
@@ -371,7 +410,7 @@ unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -
     // `Rc<Shared>` as data in `to_napi_value`.
     let (state, _) = unsafe { call_info::<0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
-    unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow().engine.counts()))) }
+    unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow_mut().engine().counts()))) }
 }
 
 /// A panic in an acquire or release is its failure: `out[0]` is FAILED and

@@ -21,8 +21,9 @@ use napi::sys;
 
 use crate::raw::create;
 
-/// Elements of the array: a result code and up to three ids.
-pub const OUT_LEN: usize = 4;
+/// Elements of the array: a result code, up to three ids, and the lease of
+/// a release JS deferred to the next call (slot, fence; see `crate::local`).
+pub const OUT_LEN: usize = 6;
 
 /// One block of `OUT_LEN` `f64` cells.
 #[derive(Default)]
