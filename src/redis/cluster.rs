@@ -100,6 +100,12 @@ impl Cluster {
         }
     }
 
+    /// The seed node that is `key`'s primary, if the map knows it.
+    pub fn seed_serving(&self, key: &str) -> Option<usize> {
+        let primary = self.primary(Some(Slot::for_key(key)))?;
+        self.seed_names.iter().position(|seed| *seed == primary)
+    }
+
     /// Installs a freshly fetched map.
     pub fn replace(&self, map: SlotMap) {
         *self.map.lock().unwrap_or_else(|e| e.into_inner()) = map;

@@ -51,6 +51,7 @@ use tokio::sync::watch;
 use super::cluster::{Cluster, NodeName, SlotMap};
 use super::host::{Host, HostStream, InRuntime, Socket};
 use super::scripts::Scripts;
+use super::subscriptions::Subscriptions;
 use super::topology::{NodeConnection, Topology};
 use super::waiters::Waiters;
 use crate::error::{Cause, ErrorCode, LockError, Result};
@@ -186,7 +187,7 @@ pub(crate) struct RedisConnection {
     host_lane: Option<Lane>,
     /// Some lane's connection is open.
     connected: AtomicBool,
-    subscribed: AtomicBool,
+    subscriptions: Subscriptions,
     last_error: Mutex<Option<ErrorCode>>,
     last_answer: Mutex<Option<SystemTime>>,
     pub scripts: Scripts,
@@ -208,6 +209,7 @@ impl RedisConnection {
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms.into());
         let topology = Topology::new(name, &options.endpoint)?;
         let host_lane = host.filter(|_| topology.has_plain_nodes()).map(|host| Lane::new(Some(host)));
+        let subscriptions = Subscriptions::new(topology.subscribers());
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
@@ -217,7 +219,7 @@ impl RedisConnection {
             runtime_lane: Lane::new(None),
             host_lane,
             connected: AtomicBool::new(false),
-            subscribed: AtomicBool::new(false),
+            subscriptions,
             last_error: Mutex::new(None),
             last_answer: Mutex::new(None),
             scripts: Scripts::new(),
@@ -227,10 +229,22 @@ impl RedisConnection {
         })
     }
 
-    /// A client for the `attempt`-th try at subscribing to release
-    /// notifications (see [`Topology::subscriber`]).
-    pub async fn subscriber(&self, attempt: usize) -> RedisResult<Client> {
-        Client::open(with_tcp_settings(self.topology.subscriber(attempt, self.connect_timeout).await?))
+    /// How many release subscriptions the connection keeps (see
+    /// [`super::subscriptions`]).
+    pub fn subscribers(&self) -> usize {
+        self.subscriptions.count()
+    }
+
+    /// A client for subscription `index` to release notifications (see
+    /// [`Topology::subscriber`]).
+    pub async fn subscriber(&self, index: usize) -> RedisResult<Client> {
+        Client::open(with_tcp_settings(self.topology.subscriber(index, self.connect_timeout).await?))
+    }
+
+    /// Whether subscription `index` acts on a release message for
+    /// `lock_key` (each arrives once per subscription).
+    pub fn acts_on(&self, index: usize, lock_key: &str) -> bool {
+        self.subscriptions.acts_on(index, self.topology.seed_serving(lock_key))
     }
 
     /// True for a Redis Cluster: a script touches one hash slot only.
@@ -251,13 +265,14 @@ impl RedisConnection {
         self.connected.load(Ordering::Relaxed)
     }
 
-    /// True while release notifications are subscribed.
+    /// True while release notifications are subscribed (in a cluster, on
+    /// some seed node).
     pub fn is_subscribed(&self) -> bool {
-        self.subscribed.load(Ordering::Relaxed)
+        self.subscriptions.any()
     }
 
-    pub fn set_subscribed(&self, live: bool) {
-        self.subscribed.store(live, Ordering::Relaxed);
+    pub fn set_subscribed(&self, index: usize, live: bool) {
+        self.subscriptions.set(index, live);
     }
 
     /// The code of the last failure talking to Redis, if any.

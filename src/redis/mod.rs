@@ -60,6 +60,7 @@ pub mod lease;
 pub(crate) mod notify;
 pub(crate) mod runtime;
 pub(crate) mod scripts;
+pub(crate) mod subscriptions;
 pub(crate) mod switches;
 pub(crate) mod topology;
 pub(crate) mod waiters;
@@ -133,7 +134,9 @@ impl RedisDriver {
             channels.dedup();
             let names: Vec<String> = backends.iter().filter(|(_, b)| &b.connection == name).map(|(n, _)| n.clone()).collect();
             let handle = self.runtime.spawner().handle();
-            handle.spawn(notify::run(connection.clone(), channels));
+            for index in 0..connection.subscribers() {
+                handle.spawn(notify::run(connection.clone(), channels.clone(), index));
+            }
             handle.spawn(switches::follow(connection.clone()));
             let (connection, logger) = (connection.clone(), self.logger.clone());
             handle.spawn(async move { connection.check_eviction_policy(&names, &logger).await });

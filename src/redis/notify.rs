@@ -1,6 +1,7 @@
-//! Release notifications: one pub/sub connection per Redis connection,
-//! subscribed to the release channel of each namespace that uses it (not
-//! one subscription per key). A message names a released lock key and wakes
+//! Release notifications: one pub/sub connection per Redis connection (in
+//! a cluster, one per seed node: see [`super::subscriptions`]), subscribed
+//! to the release channel of each namespace that uses it (not one
+//! subscription per key). A message names a released lock key and wakes
 //! the head waiter of that key in this process.
 //!
 //! While the subscription is down, [`run`] reconnects with a capped backoff
@@ -16,14 +17,14 @@ use super::connection::RedisConnection;
 pub(super) const RETRY_MIN: Duration = Duration::from_millis(50);
 pub(super) const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// Keeps the subscription alive until the connection shuts down.
-pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>) {
+/// Keeps subscription `index` alive until the connection shuts down.
+pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>, index: usize) {
     let mut stopped = connection.stopped();
     let mut switches = connection.switches();
     let mut retry = RETRY_MIN;
-    for attempt in 0.. {
+    loop {
         let subscribe = async {
-            let mut pubsub = connection.subscriber(attempt).await?.get_async_pubsub().await?;
+            let mut pubsub = connection.subscriber(index).await?.get_async_pubsub().await?;
             for channel in &channels {
                 pubsub.subscribe(channel).await?;
             }
@@ -32,7 +33,7 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>)
         let bound = connection.connect_timeout() + connection.command_timeout();
         if let Ok(Ok(pubsub)) = tokio::time::timeout(bound, subscribe).await {
             retry = RETRY_MIN;
-            connection.set_subscribed(true);
+            connection.set_subscribed(index, true);
             // Releases may have happened while we were not listening.
             connection.waiters.wake_all();
             let mut messages = pubsub.into_on_message();
@@ -41,20 +42,22 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>)
                     message = messages.next() => match message {
                         Some(message) => {
                             if let Ok(lock_key) = std::str::from_utf8(message.get_payload_bytes()) {
-                                connection.waiters.wake(lock_key);
+                                if connection.acts_on(index, lock_key) {
+                                    connection.waiters.wake(lock_key);
+                                }
                             }
                         }
                         None => break,
                     },
                     _ = stopped.wait_for(|stop| *stop) => {
-                        connection.set_subscribed(false);
+                        connection.set_subscribed(index, false);
                         return;
                     }
                     // The primary moved (Sentinel): releases are published there now.
                     _ = switches.changed() => break,
                 }
             }
-            connection.set_subscribed(false);
+            connection.set_subscribed(index, false);
             connection.waiters.wake_all();
         }
         tokio::select! {

@@ -90,14 +90,31 @@ impl Topology {
         }
     }
 
-    /// Where release notifications are subscribed, in the order to try:
-    /// the primary, or (in a cluster, where a `PUBLISH` reaches every node)
-    /// each seed node in turn, starting with the `attempt`-th.
-    pub async fn subscriber(&self, attempt: usize, timeout: Duration) -> RedisResult<ConnectionInfo> {
+    /// How many release subscriptions to keep: one, or in a cluster one
+    /// per seed node (see [`super::subscriptions`]).
+    pub fn subscribers(&self) -> usize {
+        match self {
+            Topology::Cluster(cluster) => cluster.seeds().len(),
+            _ => 1,
+        }
+    }
+
+    /// Where subscription `index` to release notifications goes: the
+    /// server, the primary, or the `index`-th seed node of a cluster.
+    pub async fn subscriber(&self, index: usize, timeout: Duration) -> RedisResult<ConnectionInfo> {
         match self {
             Topology::Server(info) => Ok(info.clone()),
             Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
-            Topology::Cluster(cluster) => Ok(cluster.seeds()[attempt % cluster.seeds().len()].clone()),
+            Topology::Cluster(cluster) => Ok(cluster.seeds()[index].clone()),
+        }
+    }
+
+    /// In a cluster, the seed node that is `key`'s primary, when the slot
+    /// map says so.
+    pub fn seed_serving(&self, key: &str) -> Option<usize> {
+        match self {
+            Topology::Cluster(cluster) => cluster.seed_serving(key),
+            _ => None,
         }
     }
 
