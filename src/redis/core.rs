@@ -118,12 +118,8 @@ impl BackendCore {
         match Claim::hand_over(&self.connection, Some(claim), &requests, lease_ms, 0, &self.channel).await {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
-                for (key, wake) in claim.keys.iter().zip(&handed.wake) {
-                    if *wake {
-                        self.connection.waiters.wake(&key.lock);
-                    } else {
-                        self.connection.waiters.fill(&key.lock);
-                    }
+                for (key, _) in claim.keys.iter().zip(&handed.wake).filter(|(_, wake)| **wake) {
+                    self.connection.waiters.wake(&key.lock);
                 }
                 let value = i64::from(handed.released == claim.keys.len() as i64);
                 Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })

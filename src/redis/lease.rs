@@ -79,6 +79,9 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, keys: &[String], claim: Arc<Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
+        if !claim.is_plain() {
+            core.connection.waiters.hold(&claim, true);
+        }
         LeaseShared {
             core,
             keys: keys.iter().map(|key| key.as_str().into()).collect(),
@@ -103,6 +106,9 @@ impl LeaseShared {
         drop(state);
         if was_held {
             self.core.forget(self.slot);
+            if !self.claim.is_plain() {
+                self.core.connection.waiters.hold(&self.claim, false);
+            }
         }
         was_held
     }
