@@ -106,11 +106,18 @@ impl LeaseShared {
         drop(state);
         if was_held {
             self.core.forget(self.slot);
-            if !self.claim.is_plain() {
-                self.core.connection.waiters.hold(&self.claim, false);
-            }
         }
         was_held
+    }
+
+    /// Stops counting a taken lease against its keys (see
+    /// [`super::waiters::Waiters::hold`]). Called once its release call has
+    /// answered: until then this process's waiters wait to be handed what
+    /// it frees rather than try for it.
+    pub fn unhold(&self) {
+        if !self.claim.is_plain() {
+            self.core.connection.waiters.hold(&self.claim, false);
+        }
     }
 
     /// Counts the lease as lost, once; its hold ends with `code`.
@@ -147,6 +154,7 @@ impl LeaseShared {
 impl Drop for LeaseShared {
     fn drop(&mut self) {
         if self.take() {
+            self.unhold();
             self.core.release_in_background(self.claim.clone());
         }
         // Released now, or before by a path that reported it already.
@@ -287,7 +295,16 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.claim()).await }).await;
+        let outcome = self
+            .shared
+            .core
+            .spawner()
+            .run(async move {
+                let outcome = shared.core.release(shared.claim()).await;
+                shared.unhold();
+                outcome
+            })
+            .await;
         if let Some(hold) = self.shared.hold.get() {
             self.shared.core.reporter.released(hold, outcome.as_ref().err().map(|err| err.code()));
         }

@@ -121,17 +121,20 @@ impl Waiters {
     /// each of its keys, those first in the queue that what it frees covers
     /// (its weight of a counted key; one writer, or up to
     /// [`READERS_AT_ONCE`] readers, of another key).
-    pub fn candidates(&self, released: &Claim) -> Vec<Picked> {
+    /// Also returns a request whose own try in flight kept some key from
+    /// being handed on.
+    pub fn candidates(&self, released: &Claim) -> (Vec<Picked>, Option<Arc<Request>>) {
         let keys = self.lock();
         let mut picked = Vec::new();
+        let mut trying = None;
         for key in &released.keys {
             let room = match released.kind.limit {
                 1 => Room::Any,
                 limit => Room::Units { limit, left: released.kind.weight },
             };
-            pick(&keys, &key.lock, None, room, &mut picked);
+            trying = pick(&keys, &key.lock, None, room, &mut picked).or(trying);
         }
-        picked
+        (picked, trying)
     }
 
     /// Takes the waiters right behind `head` (a counted or shared request on
@@ -147,7 +150,7 @@ impl Waiters {
         let keys = self.lock();
         let mut picked = Vec::new();
         if let [key] = &claim.keys[..] {
-            pick(&keys, &key.lock, Some(head), room, &mut picked);
+            let _ = pick(&keys, &key.lock, Some(head), room, &mut picked);
         }
         picked
     }
@@ -165,8 +168,9 @@ impl Waiters {
         self.lock().values().for_each(|entry| entry.wake.notify_one());
     }
 
-    /// Counts a granted kinds lease (`holds` true) or a released one
-    /// against its keys.
+    /// Counts a granted kinds lease against its keys (`holds` true), or
+    /// stops counting it once its release call has answered (so that
+    /// during that call our next waiter waits to be handed what it frees).
     pub fn hold(&self, claim: &Claim, holds: bool) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         for key in &claim.keys {
@@ -250,35 +254,43 @@ impl Room {
 
 /// Takes, in queue order on `lock` (after `after`, if given), the open
 /// requests that fit in `room`, into `picked`; requests already in `picked`
-/// (reached through another key) count against the room too.
-fn pick(keys: &HashMap<Box<str>, Entry>, lock: &str, after: Option<&Arc<Request>>, mut room: Room, picked: &mut Vec<Picked>) {
-    let Some(entry) = keys.get(lock) else { return };
+/// (reached through another key) count against the room too. Returns the
+/// request trying by itself that it stopped at, if any.
+fn pick(
+    keys: &HashMap<Box<str>, Entry>,
+    lock: &str,
+    after: Option<&Arc<Request>>,
+    mut room: Room,
+    picked: &mut Vec<Picked>,
+) -> Option<Arc<Request>> {
+    let entry = keys.get(lock)?;
     let mut requests = entry.requests.iter();
     if let Some(after) = after {
         if !requests.any(|request| Arc::ptr_eq(request, after)) {
-            return;
+            return None;
         }
     }
     for request in requests {
         let ours = picked.iter().any(|(p, _)| Arc::ptr_eq(p, request));
         match request.seen() {
             Seen::Passed if !ours => continue,
-            Seen::Trying => return,
+            Seen::Trying => return Some(request.clone()),
             _ => {}
         }
-        let Some(next) = room.after(&request.claim.kind) else { return };
+        let next = room.after(&request.claim.kind)?;
         if !ours {
             if !first_elsewhere(keys, request, lock) {
-                return;
+                return None;
             }
-            let Some(ticket) = request.take() else { return };
+            let ticket = request.take()?;
             picked.push((request.clone(), ticket));
         }
         room = next;
         if matches!(room, Room::Full | Room::Units { left: 0, .. } | Room::Readers(0)) {
-            return;
+            return None;
         }
     }
+    None
 }
 
 /// True when, on each of its keys but `lock`, nobody still waiting is ahead
