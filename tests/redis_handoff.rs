@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{AcquireOptions, Backend, Lease, LockMode};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::topology::backend;
+use support::topology::{backend, lock_key};
 use support::{eventually, open_redis, redis_counts, wait};
 
 /// Polls far apart, so that a waiter granted quickly was granted by the
@@ -157,6 +157,30 @@ fn a_head_does_not_try_keys_its_own_process_left_full_and_is_handed_them() {
     assert!(block_on(first.release()).unwrap());
     let second = second.join().unwrap();
     assert_eq!(server.succeeded_calls_of("evalsha"), 2, "the first waiter's release handed the keys on");
+    assert!(block_on(second.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_woken_head_does_not_try_a_counted_key_its_own_leases_fill_and_is_handed_a_unit() {
+    let server = RedisServer::start();
+    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
+    let a = backend(&provider);
+    eventually("subscribed", || redis_counts(&a).subscribed);
+    let first = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
+    let second = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
+    reset_stats(&server);
+    let waiter = acquire_later(&a, &["pool"], counted(2, 1, 5_000));
+    until_waiting(&a, 1);
+    // A release notification from elsewhere wakes the head: its own
+    // process's leases still hold both units, so it keeps waiting.
+    let _: i64 = redis::cmd("PUBLISH").arg("test:lock-released").arg(lock_key("pool")).query(&mut server.client()).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(server.succeeded_calls_of("evalsha"), 0, "no try while this process fills the key");
+    assert!(block_on(first.release()).unwrap());
+    let handed = waiter.join().unwrap();
+    assert_eq!(server.succeeded_calls_of("evalsha"), 1, "the release handed its unit on");
+    assert!(block_on(handed.release()).unwrap());
     assert!(block_on(second.release()).unwrap());
     block_on(provider.close());
 }

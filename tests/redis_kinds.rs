@@ -209,6 +209,27 @@ fn scenario_a_counted_key_holds_at_most_its_limit_of_units(deployment: &Deployme
     block_on(other.close());
 }
 
+fn scenario_a_counted_holder_that_dies_keeps_its_units_only_until_its_own_lease_ends(deployment: &Deployment) {
+    let dying = deployment.open(&[("leaseMs", "1500"), ("pollIntervalMs", "5000"), ("notifyPollIntervalMs", "5000")]);
+    let living = deployment.open(BACKEND);
+    let (d, l) = (backend(&dying), backend(&living));
+    // The dying process never releases (nor renews) its lease.
+    std::mem::forget(take(&d, "exports", counted(3, 2, 0)));
+    // A request that fits beside every holder, the dead one included.
+    let light = take(&l, "exports", counted(3, 1, 0));
+    let started = Instant::now();
+    let (heavy, _) = acquire_later(&l, &["exports"], counted(3, 2, 8_000)).join().unwrap();
+    let heavy = heavy.expect("granted once the dead holder's lease ends");
+    assert!(started.elapsed() < Duration::from_millis(3_000), "the dead holder kept its units for {:?}", started.elapsed());
+    let kind = lock_key("exports").replacen(":lock:", ":lock-kind:", 1);
+    let units: HashMap<String, i64> = deployment.query(&lock_key("exports"), redis::cmd("HGETALL").arg(&kind));
+    assert_eq!(units.get("units"), Some(&3), "the dead holder's units were taken off");
+    release(heavy);
+    release(light);
+    assert!(deployment.keys("test:lock:*").is_empty() && deployment.keys("test:lock-kind:*").is_empty(), "nothing stays once released");
+    block_on(living.close());
+}
+
 fn scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones(deployment: &Deployment) {
     let (light, heavy) = (deployment.open(BACKEND), deployment.open(BACKEND));
     let (l, h) = (backend(&light), backend(&heavy));
@@ -480,6 +501,7 @@ on_topologies! {
     every topology {
         readers_hold_a_key_together_and_a_writer_alone => scenario_readers_hold_a_key_together_and_a_writer_alone,
         a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends => scenario_a_reader_that_dies_keeps_a_writer_out_only_until_its_own_lease_ends,
+        a_counted_holder_that_dies_keeps_its_units_only_until_its_own_lease_ends => scenario_a_counted_holder_that_dies_keeps_its_units_only_until_its_own_lease_ends,
         one_readers_renew_extends_only_its_own_expiry => scenario_one_readers_renew_extends_only_its_own_expiry,
         a_writer_waiting_in_another_process_stops_new_readers => scenario_a_writer_waiting_in_another_process_stops_new_readers,
         readers_behind_a_writer_that_gave_up_are_told_at_once => scenario_readers_behind_a_writer_that_gave_up_are_told_at_once,

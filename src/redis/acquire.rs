@@ -21,7 +21,7 @@ use super::keys::{owner_token, RedisKeys};
 use super::lease::{valid_until, LeaseShared, RedisLease};
 use super::waiters::{Picked, Place, Ticket, Turn, Waiters};
 use crate::abort::AbortSignal;
-use crate::acquire::{LockKind, LockMode};
+use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::telemetry::Acquiring;
 
@@ -221,9 +221,10 @@ impl Acquire {
             }
             if handed.is_none() {
                 match request.as_ref().map_or(Next::Try, |request| request.begin_try()) {
-                    // A key this process filled: a release of ours will
-                    // hand it on, or wake this head when it leaves room.
-                    Next::Try if !napped && !claim.is_plain() && core.connection.waiters.any_full(&claim) => {
+                    // A key this process's leases keep full: a release of
+                    // ours will hand it on, or wake this head when it
+                    // leaves room.
+                    Next::Try if !napped && !single_try && !claim.is_plain() && core.connection.waiters.held_by_us(&claim) => {
                         if let Some(request) = &request {
                             request.end_try(ticket);
                         }
@@ -364,31 +365,16 @@ async fn try_once(
     lease_ms: u64,
     waiting_ms: u64,
     ticket: u64,
-    (followers, exhausted): (Vec<Picked>, bool),
+    followers: Vec<Picked>,
     sent: Instant,
 ) -> Result<Taken, Failure> {
-    let waiters = &core.connection.waiters;
     if followers.is_empty() {
-        let taken = claim.take(&core.connection, lease_ms, waiting_ms, ticket, &core.channel).await;
-        // An exclusive grant (or one of every unit) leaves no room.
-        if matches!(taken, Ok(Taken::Granted { .. }))
-            && !claim.is_plain()
-            && claim.kind.mode == LockMode::Exclusive
-            && claim.kind.weight == claim.kind.limit
-        {
-            claim.keys.iter().for_each(|key| waiters.fill(&key.lock));
-        }
-        return taken;
+        return claim.take(&core.connection, lease_ms, waiting_ms, ticket, &core.channel).await;
     }
     let requests: Vec<(&Claim, u64)> =
         std::iter::once((claim, ticket)).chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket))).collect();
     match Claim::hand_over(&core.connection, None, &requests, lease_ms, waiting_ms, &core.channel).await {
         Ok(handed) => {
-            // Every unit granted, or some request refused: no room left.
-            let granted = handed.taken.iter().filter(|taken| matches!(taken, Taken::Granted { .. })).count();
-            if exhausted || granted < requests.len() {
-                waiters.fill(claim.first_lock());
-            }
             let mut taken = handed.taken.into_iter();
             let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
             core.deliver(&followers, taken, sent, true);

@@ -107,8 +107,20 @@ impl BackendCore {
     /// [`super::handoff`]; not on a Cluster, where one script reaches one
     /// slot only).
     async fn delete_if_ours(self: &Arc<Self>, claim: &Claim) -> Result<Answer<i64>, Failure> {
-        let candidates =
-            if claim.is_plain() || self.connection.is_cluster() { Vec::new() } else { self.connection.waiters.candidates(claim) };
+        let mut candidates = Vec::new();
+        if !claim.is_plain() && !self.connection.is_cluster() {
+            let trying;
+            (candidates, trying) = self.connection.waiters.candidates(claim);
+            // A head's own try in flight went out before this release, so
+            // it cannot see the units freed here, and handing them past it
+            // would overtake it; a plain release would leave it to retry
+            // after a wake-up (and every release meanwhile to do the same).
+            // Its answer comes within a round trip: hand on after it.
+            if let (true, Some(head)) = (candidates.is_empty(), trying) {
+                head.untried().await;
+                candidates = self.connection.waiters.candidates(claim).0;
+            }
+        }
         if candidates.is_empty() {
             return claim.give_back(&self.connection, &self.channel).await;
         }
@@ -118,12 +130,8 @@ impl BackendCore {
         match Claim::hand_over(&self.connection, Some(claim), &requests, lease_ms, 0, &self.channel).await {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
-                for (key, wake) in claim.keys.iter().zip(&handed.wake) {
-                    if *wake {
-                        self.connection.waiters.wake(&key.lock);
-                    } else {
-                        self.connection.waiters.fill(&key.lock);
-                    }
+                for (key, _) in claim.keys.iter().zip(&handed.wake).filter(|(_, wake)| **wake) {
+                    self.connection.waiters.wake(&key.lock);
                 }
                 let value = i64::from(handed.released == claim.keys.len() as i64);
                 Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })
@@ -247,7 +255,9 @@ impl BackendCore {
             .filter(|lease| lease.take())
             .map(|lease| async move {
                 lease.hold_ended(None);
-                self.delete_if_ours(lease.claim()).await.map(|_| ())
+                let released = self.delete_if_ours(lease.claim()).await;
+                lease.unhold();
+                released.map(|_| ())
             })
             .collect();
         let total = releases.len();

@@ -28,6 +28,8 @@ pub(crate) struct Request {
     state: Mutex<State>,
     /// Told when a grant (or a hand-off's failure) is delivered.
     changed: Notify,
+    /// Told when a try of its own task ends.
+    tried: Notify,
     /// A hand-off to it went unanswered: Redis may hold a grant of its
     /// token, which must be given back if the acquire gives up.
     dirty: AtomicBool,
@@ -87,7 +89,13 @@ pub(crate) struct Leftover {
 
 impl Request {
     pub fn new(claim: Arc<Claim>) -> Request {
-        Request { claim, state: Mutex::new(State::Open { ticket: 0 }), changed: Notify::new(), dirty: AtomicBool::new(false) }
+        Request {
+            claim,
+            state: Mutex::new(State::Open { ticket: 0 }),
+            changed: Notify::new(),
+            tried: Notify::new(),
+            dirty: AtomicBool::new(false),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -167,11 +175,14 @@ impl Request {
         if matches!(*state, State::Trying) {
             *state = State::Open { ticket };
         }
+        drop(state);
+        self.tried.notify_waiters();
     }
 
     /// Waiting again (a grant came too late to use), with `ticket`.
     pub fn reopen(&self, ticket: u64) {
         *self.state() = State::Open { ticket };
+        self.tried.notify_waiters();
     }
 
     /// A delivered grant, picked up (the request is then gone).
@@ -199,6 +210,19 @@ impl Request {
             State::Granted(grant) => Some(grant),
             _ => None,
         };
+        self.tried.notify_waiters();
         Leftover { grant, dirty: self.dirty.load(Ordering::SeqCst) }
+    }
+
+    /// Resolves once no try of its own task is in flight.
+    pub async fn untried(&self) {
+        let ended = self.tried.notified();
+        tokio::pin!(ended);
+        // Registered before the state is read, so a try ending in between
+        // is not missed.
+        ended.as_mut().enable();
+        if matches!(*self.state(), State::Trying) {
+            ended.await;
+        }
     }
 }

@@ -79,6 +79,9 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 impl LeaseShared {
     pub fn new(core: Arc<BackendCore>, keys: &[String], claim: Arc<Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> LeaseShared {
         let valid_until = valid_until(sent, core.lease());
+        if !claim.is_plain() {
+            core.connection.waiters.hold(&claim, true);
+        }
         LeaseShared {
             core,
             keys: keys.iter().map(|key| key.as_str().into()).collect(),
@@ -105,6 +108,16 @@ impl LeaseShared {
             self.core.forget(self.slot);
         }
         was_held
+    }
+
+    /// Stops counting a taken lease against its keys (see
+    /// [`super::waiters::Waiters::hold`]). Called once its release call has
+    /// answered: until then this process's waiters wait to be handed what
+    /// it frees rather than try for it.
+    pub fn unhold(&self) {
+        if !self.claim.is_plain() {
+            self.core.connection.waiters.hold(&self.claim, false);
+        }
     }
 
     /// Counts the lease as lost, once; its hold ends with `code`.
@@ -141,6 +154,7 @@ impl LeaseShared {
 impl Drop for LeaseShared {
     fn drop(&mut self) {
         if self.take() {
+            self.unhold();
             self.core.release_in_background(self.claim.clone());
         }
         // Released now, or before by a path that reported it already.
@@ -281,7 +295,16 @@ impl RedisLease {
             return Ok(false);
         }
         let shared = self.shared.clone();
-        let outcome = self.shared.core.spawner().run(async move { shared.core.release(shared.claim()).await }).await;
+        let outcome = self
+            .shared
+            .core
+            .spawner()
+            .run(async move {
+                let outcome = shared.core.release(shared.claim()).await;
+                shared.unhold();
+                outcome
+            })
+            .await;
         if let Some(hold) = self.shared.hold.get() {
             self.shared.core.reporter.released(hold, outcome.as_ref().err().map(|err| err.code()));
         }

@@ -168,6 +168,8 @@ macro_rules! kinds_prelude {
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+-- Per lock key granted by this call: true when the grant left no room.
+local full = {}
 local function extend(key, ms)
   if redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
@@ -197,62 +199,68 @@ macro_rules! kinds_grant {
 local function grant(first, last, r, lease_ms, waiting_ms)
   local token, shared, plain, limit, weight, member, mine = r.token, r.shared, r.plain, r.limit, r.weight, r.member, r.mine
   local ticket = r.ticket
-  local blocked, hint = {}, nil
+  local blocked, hint, kinds = {}, nil, {}
   for i = first, last, 5 do
     local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
     local at = (i - first) / 5 + 1
     local free, until_free = true, nil
-    local stored
-    local type_of = redis.call('TYPE', lock)['ok']
-    if type_of == 'string' then
+    local holders = redis.pcall('ZCARD', lock)
+    if type(holders) == 'table' then
       if redis.call('GET', lock) ~= token then
         if not plain and not shared then
           return {-1, at}
         end
         free, until_free = false, redis.call('PTTL', lock)
       end
-    elseif type_of == 'zset' then
-      local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
-      if #gone > 0 then
-        local units = 0
-        for _, m in ipairs(gone) do
-          units = units + (tonumber(string.sub(m, #token + 2)) or 0)
-        end
-        redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
-        if units > 0 then
-          redis.call('HINCRBY', kind, 'units', -units)
-        end
-      end
-      stored = redis.call('HGET', kind, 'limit')
-      if stored and tonumber(stored) ~= limit then
-        return {-1, at}
-      end
-      if redis.call('EXISTS', lock) == 0 then
-        redis.call('HDEL', kind, 'units')
-      elseif plain then
-        free = false
-      elseif not shared and not redis.call('ZSCORE', lock, member)
-          and tonumber(redis.call('HGET', kind, 'units') or '0') + weight > limit then
-        free = false
-      end
-      if not free then
-        local first_holder = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
-        until_free = first_holder[2] and (tonumber(first_holder[2]) - now_ms) or -1
-      end
     else
-      stored = redis.call('HGET', kind, 'limit')
-      if stored then
+      local stored = redis.call('HMGET', kind, 'limit', 'units')
+      local units = tonumber(stored[2] or '0')
+      stored = stored[1]
+      if holders > 0 then
+        if stored and tonumber(stored) ~= limit then
+          return {-1, at}
+        end
+        if plain or (not shared and units + weight > limit) then
+          local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
+          if #gone > 0 then
+            local pruned = 0
+            for _, m in ipairs(gone) do
+              pruned = pruned + (tonumber(string.sub(m, #token + 2)) or 0)
+            end
+            redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
+            holders = holders - #gone
+            if pruned > 0 then
+              units = redis.call('HINCRBY', kind, 'units', -pruned)
+            end
+          end
+          if holders == 0 then
+            redis.call('HDEL', kind, 'units')
+            units = 0
+          elseif plain then
+            free = false
+          elseif units + weight > limit and not redis.call('ZSCORE', lock, member) then
+            free = false
+          end
+          if not free then
+            local first_holder = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')
+            until_free = first_holder[2] and (tonumber(first_holder[2]) - now_ms) or -1
+          end
+        end
+      elseif stored then
         redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
         if redis.call('EXISTS', queue) == 0 then
           redis.call('DEL', kind)
+          stored = nil
         elseif tonumber(stored) ~= limit then
           return {-1, at}
         else
           redis.call('HDEL', kind, 'units')
         end
+        units = 0
       end
+      kinds[i] = {stored = stored, units = units}
     end
-    if free and not plain then
+    if free and not plain and redis.call('EXISTS', queue) == 1 then
       redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
       if shared then
         free = redis.call('EXISTS', queue) == 0
@@ -298,11 +306,18 @@ local function grant(first, last, r, lease_ms, waiting_ms)
     local lock, fence_key, kind = KEYS[i], KEYS[i + 1], KEYS[i + 3]
     if plain then
       redis.call('SET', lock, token, 'PX', lease_ms)
+      full[lock] = true
     else
+      local units = kinds[i].units
       if redis.call('ZADD', lock, now_ms + lease_ms, member) == 1 and not shared then
-        redis.call('HINCRBY', kind, 'units', weight)
+        units = units + weight
       end
-      redis.call('HSET', kind, 'limit', limit)
+      if not shared then
+        redis.call('HSET', kind, 'limit', limit, 'units', units)
+      elseif not kinds[i].stored then
+        redis.call('HSET', kind, 'limit', limit)
+      end
+      full[lock] = not shared and units >= limit
       extend(lock, lease_ms)
       extend(kind, lease_ms)
     end
@@ -376,18 +391,21 @@ end
 ///   key's lock name, one member per lease (`<token>:s` for a reader,
 ///   `<token>:<weight>` for a counted holder) scored by its expiry in the
 ///   server's milliseconds, and the set itself expires with its last
-///   holder. Each holder thus has its own token and expiry: a pruning
-///   `ZREMRANGEBYSCORE` in every script drops holders that died, and a
-///   renew moves only its own score. A plain lock is a string under the
-///   same name, so the plain script's `SET NX` fails on a set of holders
-///   (and a plain acquire stays one `SET NX` when the key is free), and a
-///   kinds script sees a plain holder by its `TYPE`. (A hash of token ->
-///   expiry, the other common layout, must be read whole to find the
-///   holders that died; the sorted set finds them with one range query.)
+///   holder. Each holder thus has its own token and expiry: a request that
+///   does not fit beside the holders prunes those that died (one range
+///   query, `ZREMRANGEBYSCORE`) before it is refused, and a renew moves
+///   only its own score. One that fits is granted without pruning: holders
+///   that died can only make a key look fuller than it is. A plain lock is
+///   a string under the same name, so the plain script's `SET NX` fails on
+///   a set of holders (and a plain acquire stays one `SET NX` when the key
+///   is free), and a kinds script's `ZCARD` (one call for the type and the
+///   number of holders) answers `WRONGTYPE` on a plain holder. (A hash of
+///   token -> expiry, the other common layout, must be read whole to find
+///   the holders that died; the sorted set finds them with one range query.)
 /// - The kind hash keeps the key's `limit` (every caller must agree) and
-///   `units`, the weights counted holders hold: one `HGET` instead of
-///   summing every member, updated by the weights of members pruned or
-///   released. It lives as long as the holders or the marks of waiters;
+///   `units`, the weights counted holders hold: one `HMGET` reads both
+///   instead of summing every member, and one `HSET` writes both back on a
+///   grant; pruned or released members take their weights off. It lives as long as the holders or the marks of waiters;
 ///   found on a key neither held nor waited for, it is stale and dropped,
 ///   so the next caller may pick another limit.
 /// - The queue set holds the marks of waiting writers and counted
@@ -395,7 +413,8 @@ end
 ///   ticket is the server's clock in microseconds when the request first
 ///   waited. A writer's mark stops new readers; a counted request is
 ///   granted only when no older mark waits, so a heavy request at the head
-///   is not overtaken by light ones that came later (in any process).
+///   is not overtaken by light ones that came later (in any process). An
+///   empty queue (the usual case) costs one `EXISTS`.
 ///
 /// KEYS: five per user key (lock, fence, waiting, kind, queue). ARGV: token,
 /// leaseMs, waitingMs, mode (`x` or `s`), limit, weight, ticket (`0` for
@@ -469,7 +488,9 @@ return released
 /// other processes, a new fence per key), stopping at the first that cannot
 /// be granted. A released key whose freed units went to the requests (a
 /// plain holder, or every unit of a counted key held) publishes nothing and
-/// keeps its waiting mark: no other waiter could be granted.
+/// keeps its waiting mark: no other waiter could be granted. (Whether it
+/// was filled is what the grants recorded in `full`; only a key no request
+/// was granted is read again.)
 ///
 /// KEYS: the released lease's five per user key, then each request's.
 /// ARGV: channel, leaseMs, waitingMs (marks left by the first request when
@@ -507,14 +528,18 @@ for a = 9, #ARGV, 6 do
 end
 local reply, open = {released}, {}
 for _, i in ipairs(freed) do
-  local type_of, full = redis.call('TYPE', KEYS[i])['ok'], false
-  if type_of == 'string' then
-    full = true
-  elseif type_of == 'zset' then
-    local limit = tonumber(redis.call('HGET', KEYS[i + 3], 'limit') or '1')
-    full = limit > 1 and tonumber(redis.call('HGET', KEYS[i + 3], 'units') or '0') >= limit
+  local filled = full[KEYS[i]]
+  if filled == nil then
+    local type_of = redis.call('TYPE', KEYS[i])['ok']
+    if type_of == 'string' then
+      filled = true
+    elseif type_of == 'zset' then
+      local kind = redis.call('HMGET', KEYS[i + 3], 'limit', 'units')
+      local limit = tonumber(kind[1] or '1')
+      filled = limit > 1 and tonumber(kind[2] or '0') >= limit
+    end
   end
-  if not full then
+  if not filled then
     open[i] = true
     if redis.call('DEL', KEYS[i + 2]) == 1 then
       redis.call('PUBLISH', channel, KEYS[i])

@@ -15,6 +15,13 @@
 //! units cover ([`Waiters::followers`]). Either only takes waiters in queue
 //! order: it stops at the first one that is trying by itself, that waits
 //! for an earlier waiter on another of its keys, or that does not fit.
+//!
+//! The registry also counts what this process's kinds leases hold on each
+//! key ([`Waiters::hold`]): a head whose try those alone would refuse waits
+//! for one of them to hand the key on (or to wake it) instead of trying. A
+//! try in flight keeps every release from handing past it, so a head that
+//! tried a key its own process keeps full would turn each hand-off into a
+//! release, a wake-up and a retry.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -26,6 +33,7 @@ use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
 
 use super::claim::Claim;
 use super::handoff::{Request, Seen};
+use super::keys::RedisKeys;
 use crate::acquire::{LockKind, LockMode};
 
 /// The most readers one call grants at once.
@@ -39,6 +47,18 @@ pub(crate) struct Waiters {
     /// two such acquires one is ahead of the other in every queue they
     /// share (taking turns then never deadlocks).
     enqueue: Mutex<()>,
+    /// What this process's kinds leases hold, by Redis lock key.
+    held: Mutex<HashMap<Box<str>, Held>>,
+}
+
+/// What this process's kinds leases hold on one key.
+#[derive(Default)]
+struct Held {
+    /// The key's limit (1 for readers and writers).
+    limit: u32,
+    /// The weights of its exclusive leases (a writer's is 1 of 1).
+    units: u32,
+    readers: u32,
 }
 
 struct Entry {
@@ -47,12 +67,6 @@ struct Entry {
     tickets: usize,
     /// The requests of the acquires waiting here, in queue order.
     requests: VecDeque<Arc<Request>>,
-    /// The last call of this process that granted here left no room (its
-    /// units all held, or a writer holding it): until a release leaves room
-    /// or a wake-up comes, the head waits to be handed the key rather than
-    /// try (a try would fail, and while in flight it would keep releases
-    /// from handing on to the waiters behind it).
-    full: bool,
 }
 
 /// One acquire's place in its key's queue; dropping it leaves the queue.
@@ -95,7 +109,6 @@ impl Waiters {
             wake: Arc::new(Notify::new()),
             tickets: 0,
             requests: VecDeque::new(),
-            full: false,
         });
         entry.tickets += 1;
         if let Some(request) = &request {
@@ -108,43 +121,43 @@ impl Waiters {
     /// each of its keys, those first in the queue that what it frees covers
     /// (its weight of a counted key; one writer, or up to
     /// [`READERS_AT_ONCE`] readers, of another key).
-    pub fn candidates(&self, released: &Claim) -> Vec<Picked> {
+    /// Also returns a request whose own try in flight kept some key from
+    /// being handed on.
+    pub fn candidates(&self, released: &Claim) -> (Vec<Picked>, Option<Arc<Request>>) {
         let keys = self.lock();
         let mut picked = Vec::new();
+        let mut trying = None;
         for key in &released.keys {
             let room = match released.kind.limit {
                 1 => Room::Any,
                 limit => Room::Units { limit, left: released.kind.weight },
             };
-            pick(&keys, &key.lock, None, room, &mut picked);
+            trying = pick(&keys, &key.lock, None, room, &mut picked).or(trying);
         }
-        picked
+        (picked, trying)
     }
 
     /// Takes the waiters right behind `head` (a counted or shared request on
     /// one key) that can be granted in the same call: the rest of a counted
-    /// key's units, or the readers behind a reader. Also says whether
-    /// granting them all would use every unit of a counted key.
-    pub fn followers(&self, head: &Arc<Request>) -> (Vec<Picked>, bool) {
+    /// key's units, or the readers behind a reader.
+    pub fn followers(&self, head: &Arc<Request>) -> Vec<Picked> {
         let claim = &head.claim;
         let room = match claim.kind {
             LockKind { mode: LockMode::Shared, .. } => Room::Readers(READERS_AT_ONCE),
             LockKind { limit, weight, .. } if limit > 1 => Room::Units { limit, left: limit.saturating_sub(weight) },
-            _ => return (Vec::new(), false),
+            _ => return Vec::new(),
         };
         let keys = self.lock();
         let mut picked = Vec::new();
-        let mut left = room;
         if let [key] = &claim.keys[..] {
-            left = pick(&keys, &key.lock, Some(head), room, &mut picked);
+            let _ = pick(&keys, &key.lock, Some(head), room, &mut picked);
         }
-        (picked, matches!(left, Room::Units { left: 0, .. }))
+        picked
     }
 
     /// Wakes the head waiting on `lock_key`, if any (a release happened).
     pub fn wake(&self, lock_key: &str) {
-        if let Some(entry) = self.lock().get_mut(lock_key) {
-            entry.full = false;
+        if let Some(entry) = self.lock().get(lock_key) {
             entry.wake.notify_one();
         }
     }
@@ -152,23 +165,41 @@ impl Waiters {
     /// Wakes every head (notifications came up or went down: retry now and
     /// pick the poll interval that fits).
     pub fn wake_all(&self) {
-        self.lock().values_mut().for_each(|entry| {
-            entry.full = false;
-            entry.wake.notify_one();
-        });
+        self.lock().values().for_each(|entry| entry.wake.notify_one());
     }
 
-    /// Records that a grant of this process left no room on `lock_key`.
-    pub fn fill(&self, lock_key: &str) {
-        if let Some(entry) = self.lock().get_mut(lock_key) {
-            entry.full = true;
+    /// Counts a granted kinds lease against its keys (`holds` true), or
+    /// stops counting it once its release call has answered (so that
+    /// during that call our next waiter waits to be handed what it frees).
+    pub fn hold(&self, claim: &Claim, holds: bool) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for key in &claim.keys {
+            let entry = held.entry(key.lock.as_str().into()).or_default();
+            entry.limit = claim.kind.limit;
+            let count = match claim.kind.mode {
+                LockMode::Shared => &mut entry.readers,
+                LockMode::Exclusive => &mut entry.units,
+            };
+            let by = if claim.kind.mode == LockMode::Shared { 1 } else { claim.kind.weight };
+            *count = if holds { *count + by } else { count.saturating_sub(by) };
+            if entry.units == 0 && entry.readers == 0 {
+                held.remove(key.lock.as_str());
+            }
         }
     }
 
-    /// True when some key of `claim` is known full (see [`Entry::full`]).
-    pub fn any_full(&self, claim: &Claim) -> bool {
-        let keys = self.lock();
-        claim.keys.iter().any(|key| keys.get(key.lock.as_str()).is_some_and(|entry| entry.full))
+    /// True when this process's own leases refuse `claim` on some key (a
+    /// try would surely be busy): a reader, while a writer of ours holds
+    /// it; an exclusive request, while our readers hold it or its weight
+    /// does not fit beside our units. (Another limit is for a try to
+    /// refuse.)
+    pub fn held_by_us(&self, claim: &Claim) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let same_limit = |key: &RedisKeys| held.get(key.lock.as_str()).filter(|held| held.limit == claim.kind.limit);
+        claim.keys.iter().filter_map(same_limit).any(|held| match claim.kind.mode {
+            LockMode::Shared => held.units > 0,
+            LockMode::Exclusive => held.readers > 0 || held.units + claim.kind.weight > claim.kind.limit,
+        })
     }
 
     /// Takes the place of every ticket at once (see [`Ticket::queue`]): an
@@ -224,36 +255,42 @@ impl Room {
 /// Takes, in queue order on `lock` (after `after`, if given), the open
 /// requests that fit in `room`, into `picked`; requests already in `picked`
 /// (reached through another key) count against the room too. Returns the
-/// room left.
-fn pick(keys: &HashMap<Box<str>, Entry>, lock: &str, after: Option<&Arc<Request>>, mut room: Room, picked: &mut Vec<Picked>) -> Room {
-    let Some(entry) = keys.get(lock) else { return room };
+/// request trying by itself that it stopped at, if any.
+fn pick(
+    keys: &HashMap<Box<str>, Entry>,
+    lock: &str,
+    after: Option<&Arc<Request>>,
+    mut room: Room,
+    picked: &mut Vec<Picked>,
+) -> Option<Arc<Request>> {
+    let entry = keys.get(lock)?;
     let mut requests = entry.requests.iter();
     if let Some(after) = after {
         if !requests.any(|request| Arc::ptr_eq(request, after)) {
-            return room;
+            return None;
         }
     }
     for request in requests {
         let ours = picked.iter().any(|(p, _)| Arc::ptr_eq(p, request));
         match request.seen() {
             Seen::Passed if !ours => continue,
-            Seen::Trying => return room,
+            Seen::Trying => return Some(request.clone()),
             _ => {}
         }
-        let Some(next) = room.after(&request.claim.kind) else { return room };
+        let next = room.after(&request.claim.kind)?;
         if !ours {
             if !first_elsewhere(keys, request, lock) {
-                return room;
+                return None;
             }
-            let Some(ticket) = request.take() else { return room };
+            let ticket = request.take()?;
             picked.push((request.clone(), ticket));
         }
         room = next;
         if matches!(room, Room::Full | Room::Units { left: 0, .. } | Room::Readers(0)) {
-            return room;
+            return None;
         }
     }
-    room
+    None
 }
 
 /// True when, on each of its keys but `lock`, nobody still waiting is ahead
