@@ -108,6 +108,41 @@ export const localSubjects = {
     };
   },
 
+  // The floor of a keyed FIFO lock (issue 22): a dozen lines of plain JS, a
+  // queue of resolvers per held key, with no fences, limits or checks, and a
+  // release that returns nothing (ours returns a promise the loop awaits).
+  async 'plain-JS Map lock'() {
+    const queues = new Map();
+    const release = (key) => {
+      const queue = queues.get(key);
+      if (queue.length > 0) queue.shift()();
+      else queues.delete(key);
+    };
+    const acquire = async (key) => {
+      const queue = queues.get(key);
+      if (queue === undefined) queues.set(key, []);
+      else await new Promise((resolve) => queue.push(resolve));
+      return () => release(key);
+    };
+    return {
+      version: 'plain JS',
+      defaults: { form: 'Map<key, queue of resolvers>, entry deleted when released' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) (await acquire(keyAt()))();
+      },
+      section: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) {
+          const done = await acquire(keyAt());
+          try {
+            noop();
+          } finally {
+            done();
+          }
+        }
+      },
+    };
+  },
+
   async 'navigator.locks'() {
     const locks = globalThis.navigator?.locks;
     if (!locks) return { skipped: `navigator.locks is not available on Node ${process.version}` };

@@ -4,7 +4,8 @@
 import { localSubjects } from './local-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
 
-const SUBJECTS = ['dokebi-lock', 'async-lock', 'async-mutex', 'navigator.locks'];
+const SUBJECTS = ['dokebi-lock', 'async-lock', 'async-mutex', 'navigator.locks', 'plain-JS Map lock'];
+const TARGET = 'at least async-lock, and at least 0.9x the plain-JS Map lock (the floor of a keyed lock)';
 const TASKS = 64;
 
 async function open(subject, keyed) {
@@ -16,7 +17,7 @@ const pairs = (s) => s.loop;
 const sections = (s) => s.section;
 const SECTION = {
   loopOf: sections,
-  note: 'Each library runs an empty synchronous function under the lock: ours `withLock(key, fn)`, async-lock `acquire(key, fn)`, async-mutex `runExclusive(fn)`, navigator.locks `request(key, fn)`.',
+  note: 'Each library runs an empty synchronous function under the lock: ours `withLock(key, fn)`, async-lock `acquire(key, fn)`, async-mutex `runExclusive(fn)`, navigator.locks `request(key, fn)`, the plain-JS Map lock acquire, `try`/`finally`, release.',
 };
 
 function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loopOf = pairs, note } = {}) {
@@ -26,7 +27,7 @@ function sequentialScenario(id, title, keyed, makeKeyAt, { unit = 'pairs/s', loo
     unit,
     note,
     subjects: SUBJECTS,
-    target: 'at least async-lock',
+    target: TARGET,
     async run(subject, ctx) {
       const s = await open(subject, keyed);
       if (s.skipped) return s;
@@ -43,7 +44,7 @@ function concurrentScenario(id, title, keyed, keyOfTask, { unit = 'handoffs/s', 
     unit,
     note,
     subjects: SUBJECTS,
-    target: 'at least async-lock',
+    target: TARGET,
     async run(subject, ctx) {
       const s = await open(subject, keyed);
       if (s.skipped) return s;
