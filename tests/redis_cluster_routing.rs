@@ -12,9 +12,12 @@ use support::deployment::Deployment;
 use support::topology::{backend, lock_key};
 use support::wait;
 
-/// A primary other than `port`.
-fn another_primary(cluster: &Cluster, port: u16) -> u16 {
-    cluster.primaries().into_iter().find(|&p| p != port).expect("3 primaries")
+/// The slot of `key`'s lock key, the primary serving it, and another primary.
+fn slot_and_primaries(cluster: &Cluster, key: &str) -> (u16, u16, u16) {
+    let slot = cluster.slot(&lock_key(key));
+    let from = cluster.primary_of_slot(slot);
+    let to = cluster.primaries().into_iter().find(|&p| p != from).expect("3 primaries");
+    (slot, from, to)
 }
 
 #[test]
@@ -26,9 +29,7 @@ fn a_slot_moved_after_the_map_was_fetched_is_followed_through_moved() {
     let first = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
     assert!(block_on(first.release()).unwrap());
 
-    let slot = cluster.slot(&lock_key(key));
-    let from = cluster.primary_of_slot(slot);
-    let to = another_primary(cluster, from);
+    let (slot, from, to) = slot_and_primaries(cluster, key);
     cluster.migrate_slot(slot, from, to);
 
     let second = block_on(backend(&provider).acquire(key, wait(0))).expect("the driver follows MOVED to the slot's new primary");
@@ -47,9 +48,7 @@ fn a_renewal_of_a_lease_whose_key_is_being_migrated_is_sent_to_the_importing_nod
     let key = "ask:1";
     let lease = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
 
-    let slot = cluster.slot(&lock_key(key));
-    let from = cluster.primary_of_slot(slot);
-    let to = another_primary(cluster, from);
+    let (slot, from, to) = slot_and_primaries(cluster, key);
     // The source lacks the lock key now, and answers ASK. (A script on
     // several keys, some missing, gets TRYAGAIN from the importing node
     // until the migration ends: the renewal touches the lock key only.)

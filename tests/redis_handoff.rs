@@ -11,7 +11,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, Lease, LockMode};
+use dokebi_lock::{AcquireOptions, Backend, Lease, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
 use support::topology::{backend, lock_key};
@@ -41,6 +41,15 @@ fn until_waiting(backend: &Backend, n: usize) {
     thread::sleep(Duration::from_millis(200));
 }
 
+/// A provider on `server` and its backend, once its release notifications
+/// are subscribed.
+fn subscribed(server: &RedisServer) -> (Provider, Backend) {
+    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
+    let backend = backend(&provider);
+    eventually("subscribed", || redis_counts(&backend).subscribed);
+    (provider, backend)
+}
+
 fn reset_stats(server: &RedisServer) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut server.client()).unwrap();
 }
@@ -48,9 +57,7 @@ fn reset_stats(server: &RedisServer) {
 #[test]
 fn a_counted_release_hands_its_unit_to_the_next_waiter_of_its_process_in_one_call() {
     let server = RedisServer::start();
-    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
-    let a = backend(&provider);
-    eventually("subscribed", || redis_counts(&a).subscribed);
+    let (provider, a) = subscribed(&server);
     let first = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
     let second = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
     let waiter = acquire_later(&a, &["pool"], counted(2, 1, 5_000));
@@ -105,9 +112,7 @@ fn the_head_of_a_counted_queue_is_granted_with_the_waiters_behind_it_in_one_call
 #[test]
 fn a_release_hands_a_key_set_on_and_one_try_grants_every_reader_queued() {
     let server = RedisServer::start();
-    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
-    let a = backend(&provider);
-    eventually("subscribed", || redis_counts(&a).subscribed);
+    let (provider, a) = subscribed(&server);
 
     // A key set: the waiter needs both keys the holder frees.
     let pair = block_on(a.acquire_many(&["left", "right"], wait(0))).unwrap();
@@ -140,9 +145,7 @@ fn a_release_hands_a_key_set_on_and_one_try_grants_every_reader_queued() {
 #[test]
 fn a_head_does_not_try_keys_its_own_process_left_full_and_is_handed_them() {
     let server = RedisServer::start();
-    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
-    let a = backend(&provider);
-    eventually("subscribed", || redis_counts(&a).subscribed);
+    let (provider, a) = subscribed(&server);
     let holder = block_on(a.acquire_many(&["x", "y"], wait(0))).unwrap();
     let first = acquire_later(&a, &["x", "y"], wait(5_000));
     until_waiting(&a, 1);
@@ -164,9 +167,7 @@ fn a_head_does_not_try_keys_its_own_process_left_full_and_is_handed_them() {
 #[test]
 fn a_woken_head_does_not_try_a_counted_key_its_own_leases_fill_and_is_handed_a_unit() {
     let server = RedisServer::start();
-    let (provider, _) = open_redis(&server.url(), BACKEND, &[]);
-    let a = backend(&provider);
-    eventually("subscribed", || redis_counts(&a).subscribed);
+    let (provider, a) = subscribed(&server);
     let first = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
     let second = block_on(a.acquire("pool", counted(2, 1, 0))).unwrap();
     reset_stats(&server);
