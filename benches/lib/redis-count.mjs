@@ -78,6 +78,20 @@ async function monitor(url, onCommand) {
   return () => socket.destroy();
 }
 
+/** The CPU time (user + system, seconds) the redis processes at `urls` (one
+ *  URL or a list; sentinels too) have used, from INFO cpu: so a row can say
+ *  what each pair cost the servers, not only the app. */
+export async function serverCpu(urls) {
+  const admins = [urls].flat().map((url) => new Redis(url, { lazyConnect: true }));
+  await Promise.all(admins.map((a) => a.connect()));
+  const used = (info) => Number(/^used_cpu_user:([\d.]+)/m.exec(info)[1]) + Number(/^used_cpu_sys:([\d.]+)/m.exec(info)[1]);
+  return {
+    seconds: async () => (await Promise.all(admins.map((a) => a.info('cpu')))).reduce((total, info) => total + used(info), 0),
+    // disconnect, not QUIT: a sentinel does not know QUIT.
+    close: () => admins.forEach((a) => a.disconnect()),
+  };
+}
+
 /** Runs `body` under MONITOR on each of `urls` (one URL or a list: every
  *  node of a cluster); resolves to the number of commands clients sent
  *  meanwhile (script-internal ones excluded) and the result of body.

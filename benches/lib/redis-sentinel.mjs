@@ -66,6 +66,8 @@ export async function startSentinel() {
       nodes: servers.slice(2).map((s) => `redis://127.0.0.1:${s.port}`),
       primaryName: PRIMARY_NAME,
       primaryUrl: primary.url,
+      /** Every process of the deployment: primary, replica, sentinels. */
+      serverUrls: servers.map((s) => `redis://127.0.0.1:${s.port}`),
       stop,
     };
   } catch (error) {

@@ -5,6 +5,7 @@
 // redis-subjects.mjs).
 import { COUNTED_LIMIT, redisSubjects } from './redis-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
+import { columns, measureWithCounts } from './node-redis.mjs';
 
 const TASKS = 64;
 const KEYS_PER_LEASE = 4;
@@ -15,6 +16,8 @@ const fourKeys = (i) => {
   return () => keys;
 };
 const key = (name) => () => name;
+/** KEYS_PER_LEASE keys named after `name`. */
+const spread = (name) => Array.from({ length: KEYS_PER_LEASE }, (_, k) => `${name}:${k}`);
 
 function scenario(id, title, kind, subjects, target, measure) {
   return {
@@ -24,11 +27,14 @@ function scenario(id, title, kind, subjects, target, measure) {
     subjects,
     needsRedis: true,
     target,
+    columns: columns('pairs/s'),
     async run(subject, ctx) {
       const s = await redisSubjects[subject](ctx.redisUrl);
       try {
-        const r = await measure(s[kind], ctx);
-        return { version: s.version, defaults: s.defaults, ...r };
+        // The commands are counted over pairs of the same kind on fresh keys
+        // (KEYS_PER_LEASE of them for the keys kind).
+        const loop = kind === 'keys' ? (keyAt, n) => s.keys(() => spread(keyAt()), n) : s[kind];
+        return await measureWithCounts({ ...s, loop }, ctx.redisUrl, () => measure(s[kind], ctx));
       } finally {
         await s.close();
       }

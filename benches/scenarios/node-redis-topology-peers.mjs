@@ -29,7 +29,7 @@ function peers({ id, topology, service, title, target, note, extraColumns = [] }
       const s = await redisSubjects[subject](where.connection);
       s.defaults = { connection: where.describe, ...s.defaults };
       try {
-        return await measureWithCounts(s, where.primaries, () => tasksOnOwnKeys(s, ctx), where.nodes);
+        return await measureWithCounts(s, where.primaries, () => tasksOnOwnKeys(s, ctx), where.nodes, where.cpuNodes);
       } finally {
         await s.close();
       }

@@ -3,7 +3,7 @@
 // Besides the timing, each measurement counts what reached Redis per pair.
 import { redisSubjects } from './redis-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
-import { commandstats, commandDelta, countClientCommands, sum, addCounts } from '../lib/redis-count.mjs';
+import { commandstats, commandDelta, countClientCommands, serverCpu, sum, addCounts } from '../lib/redis-count.mjs';
 import { rate, duration } from '../lib/table.mjs';
 
 export const FLOOR = 'ioredis SET NX PX + DEL';
@@ -31,17 +31,26 @@ export const columns = (unit) => [
   { head: 'p99', cell: (r) => duration(r.p99Us) },
   { head: 'commands sent / pair', cell: (r) => r.clientCommandsPerPair.toFixed(2) },
   { head: 'server calls / pair (INFO commandstats)', cell: (r) => Object.entries(r.serverCallsPerPair).map(([c, n]) => `${c} ${n.toFixed(2)}`).join(', ') },
+  { head: 'app CPU / pair', cell: (r) => duration(r.appCpuUsPerPair) },
+  { head: 'server CPU / pair', cell: (r) => duration(r.serverCpuUsPerPair) },
 ];
 
 /** Runs `timed` between two commandstats snapshots of the server at `url`
- *  (or of each of a list: a cluster's primaries), then counts with MONITOR
- *  on `monitored` (every node of a cluster) the commands clients send for
- *  COUNTED_PAIRS more sequential pairs. */
-export async function measureWithCounts(s, url, timed, monitored = url) {
+ *  (or of each of a list: a cluster's primaries) and two CPU readings of the
+ *  app (this process, every thread) and of the servers at `cpuNodes` (by
+ *  default `monitored`), then counts with MONITOR on `monitored` (every node
+ *  of a cluster) the commands clients send for COUNTED_PAIRS more sequential
+ *  pairs. */
+export async function measureWithCounts(s, url, timed, monitored = url, cpuNodes = monitored) {
   const stats = await commandstats(url);
+  const servers = await serverCpu(cpuNodes);
   try {
     const before = await stats.snapshotEach();
+    const serverBefore = await servers.seconds();
+    const appBefore = process.cpuUsage();
     const r = await timed();
+    const app = process.cpuUsage(appBefore);
+    const serverSeconds = (await servers.seconds()) - serverBefore;
     const byNode = (await stats.snapshotEach()).map((after, i) => commandDelta(before[i], after));
     const calls = addCounts(byNode);
     let n = 0;
@@ -54,8 +63,11 @@ export async function measureWithCounts(s, url, timed, monitored = url) {
       serverCallsPerPair: Object.fromEntries(Object.entries(calls).map(([c, k]) => [c, k / r.allOps])),
       serverCallsTotalPerPair: sum(calls) / r.allOps,
       serverCallsByNode: byNode.map(sum),
+      appCpuUsPerPair: (app.user + app.system) / r.allOps,
+      serverCpuUsPerPair: (serverSeconds * 1e6) / r.allOps,
     };
   } finally {
+    servers.close();
     await stats.close();
   }
 }

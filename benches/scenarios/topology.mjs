@@ -16,9 +16,10 @@ export function placement(topology, ctx) {
     return { connection: { cluster: { nodes } }, primaries, nodes, describe: `cluster, ${nodes.length} seed nodes (${primaries.length} primaries)` };
   }
   if (topology === SENTINEL) {
-    const { nodes, primaryName, primaryUrl } = ctx.sentinel;
+    const { nodes, primaryName, primaryUrl, serverUrls } = ctx.sentinel;
     // The replica is not monitored: it only runs what the primary sends it.
-    return { connection: { sentinel: { nodes, primaryName } }, primaries: primaryUrl, nodes: primaryUrl, describe: `sentinel, ${nodes.length} sentinels (a primary and its replica)` };
+    // Its CPU (and the sentinels') is counted: it is the deployment's cost.
+    return { connection: { sentinel: { nodes, primaryName } }, primaries: primaryUrl, nodes: primaryUrl, cpuNodes: serverUrls, describe: `sentinel, ${nodes.length} sentinels (a primary and its replica)` };
   }
   return { connection: ctx.redisUrl, primaries: ctx.redisUrl, nodes: ctx.redisUrl, describe: 'url, one server' };
 }

@@ -60,8 +60,10 @@ static void a_local_section_holds_the_key_and_releases_it(const dokebi_lock_back
 }
 
 static void a_redis_section_longer_than_its_lease_stays_exclusive(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
-    /* leaseMs is 150: the section takes about 400 ms. */
-    struct probe probe = {two, 8, {0}};
+    /* leaseMs is 400: the section takes about 1.2 s, three leases. A
+     * shorter lease made a renewal late by 100 ms (a loaded machine under
+     * ASan) lose it: the test is of renewal, not of a scheduler's latency. */
+    struct probe probe = {two, 24, {0}};
     int result = 0;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_with_lock(one, KEY("job"), 0, section, &probe, &result, ERR));
     CHECK(result == 42);
@@ -88,10 +90,10 @@ int main(void) {
                        "options:\n"
                        "  dokebi-lock:\n"
                        "    backends:\n"
-                       "      shared: { driver: redis, connection: main, namespace: c-with-lock-%ld, leaseMs: 150 }\n"
+                       "      shared: { driver: redis, connection: main, namespace: c-with-lock-%ld, leaseMs: 400 }\n"
                        "  dokebi-redis:\n"
                        "    connections:\n"
-                       "      main: { url: \"%s\", commandTimeoutMs: 120 }\n",
+                       "      main: { url: \"%s\", commandTimeoutMs: 300 }\n",
                        (long)time(NULL), url);
     CHECK(len > 0 && (size_t)len < sizeof yaml);
     dokebi_lock_provider *first = open_provider(yaml), *second = open_provider(yaml);
