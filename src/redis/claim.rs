@@ -35,7 +35,7 @@ pub(crate) struct Claim {
 pub(crate) enum Taken {
     /// Every key is ours: the fence of each (in the caller's order), and
     /// where each group's grant was written (for `replicaAcks`).
-    Granted { fences: Vec<u64>, written: Vec<(NodeConnection, String)> },
+    Granted { fences: Vec<u64>, written: Vec<NodeConnection> },
     /// Some key is held (or, for a reader or a counted request, waited for
     /// first). `hint`: milliseconds until its first blocking holder
     /// expires (negative: unknown); `ticket`: this request's place among
@@ -169,7 +169,7 @@ impl Claim {
                 .await?;
             let (status, value, ticket) = answer.value;
             return Ok(match status {
-                1 => Taken::Granted { fences: vec![value as u64], written: vec![(answer.via, k.lock.clone())] },
+                1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
                 0 => Taken::Busy { hint: value, ticket: ticket as u64 },
                 _ => Taken::OtherLimit,
             });
@@ -185,7 +185,7 @@ impl Claim {
                     for (slot, fence) in group.iter().zip(&reply[1..]) {
                         fences[*slot] = *fence as u64;
                     }
-                    written.push((answer.via, self.keys[group[0]].lock.clone()));
+                    written.push(answer.via);
                 }
                 Some(0) => {
                     self.give_back_groups(connection, &self.groups[..taken], channel).await?;
@@ -205,11 +205,11 @@ impl Claim {
 
     /// Extends every key to `lease_ms` from now: true when each still
     /// carried our token, with where each renewal was written.
-    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<(NodeConnection, String)>), Failure> {
+    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
             let answer = connection.eval::<i64>(&connection.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
-            return Ok((answer.value == 1, vec![(answer.via, lock.to_owned())]));
+            return Ok((answer.value == 1, vec![answer.via]));
         }
         let args = self.args(lease_ms, 0, 0, "");
         let mut renewed = 0;
@@ -217,7 +217,7 @@ impl Claim {
         for group in &self.groups {
             let answer = self.kinds::<i64>(connection, &connection.scripts.kinds_renew, group, &args).await?;
             renewed += answer.value;
-            written.push((answer.via, self.keys[group[0]].lock.clone()));
+            written.push(answer.via);
         }
         Ok((renewed == self.keys.len() as i64, written))
     }
@@ -323,7 +323,7 @@ impl Claim {
             match reply.get(at).copied() {
                 Some(1) if reply.len() > at + n => {
                     let fences = reply[at + 1..=at + n].iter().map(|&fence| fence as u64).collect();
-                    taken.push(Taken::Granted { fences, written: vec![(answer.via.clone(), claim.first_lock().to_owned())] });
+                    taken.push(Taken::Granted { fences, written: vec![answer.via.clone()] });
                     at += 1 + n;
                 }
                 Some(0) => {

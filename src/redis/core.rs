@@ -288,18 +288,17 @@ impl BackendCore {
     }
 
     /// With `replicaAcks`, waits until that many replicas have each write
-    /// just made (a grant or renewal: through which connection, to which
-    /// lock name): a failover right after
+    /// just made (a grant or renewal: through which connection): a failover right after
     /// must not lose it. Fewer in time is [`Failure::Unmet`]
     /// (`PROVIDER_FAILED`), and the caller gives the lock back (a grant) or
     /// keeps its old estimate (a renewal).
-    pub async fn replicated(&self, written: &[(NodeConnection, String)]) -> Result<(), Failure> {
+    pub async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
         let wanted = self.options.replica_acks;
         if wanted == 0 {
             return Ok(());
         }
         let mut acknowledged = u32::MAX;
-        for (via, _) in written {
+        for via in written {
             acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, wanted).await?);
         }
         if acknowledged >= wanted {
