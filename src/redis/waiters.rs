@@ -174,7 +174,11 @@ impl Waiters {
     pub fn hold(&self, claim: &Claim, holds: bool) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         for key in &claim.keys {
-            let entry = held.entry(key.lock.as_str().into()).or_default();
+            // Looked up before `entry`, which would allocate the name's key each call.
+            let entry = match held.get_mut(key.lock.as_str()) {
+                Some(entry) => entry,
+                None => held.entry(key.lock.as_str().into()).or_default(),
+            };
             entry.limit = claim.kind.limit;
             let count = match claim.kind.mode {
                 LockMode::Shared => &mut entry.readers,
