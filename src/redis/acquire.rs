@@ -91,7 +91,7 @@ impl Acquire {
         let cluster = core.connection.is_cluster();
         let claim = Arc::new(Claim::new(names, kind, owner_token()?, cluster));
         let request = (!wait.is_zero() && !cluster).then(|| Arc::new(Request::new(claim.clone())));
-        let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(&names.lock, request.clone())).collect();
+        let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(names.lock(), request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
         let keys = keys.iter().map(|key| (*key).to_owned()).collect();
         Ok(Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot })

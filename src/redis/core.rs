@@ -131,7 +131,7 @@ impl BackendCore {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
                 for (key, _) in claim.keys.iter().zip(&handed.wake).filter(|(_, wake)| **wake) {
-                    self.connection.waiters.wake(&key.lock);
+                    self.connection.waiters.wake(key.lock());
                 }
                 let value = i64::from(handed.released == claim.keys.len() as i64);
                 Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })
@@ -139,7 +139,7 @@ impl BackendCore {
             Err(failure) => {
                 self.deliver(&candidates, std::iter::empty(), sent, !matches!(failure, Failure::Unknown(_)));
                 for key in &claim.keys {
-                    self.connection.waiters.wake(&key.lock);
+                    self.connection.waiters.wake(key.lock());
                 }
                 Err(failure)
             }
