@@ -91,7 +91,7 @@ impl Acquire {
         let cluster = core.connection.is_cluster();
         let claim = Arc::new(Claim::new(names, kind, owner_token()?, cluster));
         let request = (!wait.is_zero() && !cluster).then(|| Arc::new(Request::new(claim.clone())));
-        let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(&names.lock, request.clone())).collect();
+        let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(names.lock(), request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
         let keys = keys.iter().map(|key| (*key).to_owned()).collect();
         Ok(Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot })
@@ -229,13 +229,7 @@ impl Acquire {
                             request.end_try(ticket);
                         }
                         let nap = Duration::from_millis(u64::from(poll_interval(&core)));
-                        match pause(&mut interrupt, &tickets, &request, nap).await {
-                            Ok(nap_ended) => napped = nap_ended,
-                            Err(why) => {
-                                give_up(ticket);
-                                return Err(interrupted(why, wait));
-                            }
-                        }
+                        napped = pause(&mut interrupt, &tickets, &request, nap, || give_up(ticket), wait).await?;
                         continue;
                     }
                     Next::Try => napped = false,
@@ -284,13 +278,7 @@ impl Acquire {
                     // values that it is unknown).
                     let pttl = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
                     let nap = Duration::from_millis(u64::from(poll).min(pttl.max(1)));
-                    match pause(&mut interrupt, &tickets, &request, nap).await {
-                        Ok(nap_ended) => napped = nap_ended,
-                        Err(why) => {
-                            give_up(ticket);
-                            return Err(interrupted(why, wait));
-                        }
-                    }
+                    napped = pause(&mut interrupt, &tickets, &request, nap, || give_up(ticket), wait).await?;
                     continue;
                 }
                 Err(failure) => {
@@ -398,17 +386,23 @@ fn poll_interval(core: &BackendCore) -> u32 {
 
 /// A waiter's pause between two tries: until a wake-up of its keys, a
 /// delivery to its request, or `nap` (`Ok(true)`: the nap ended it, so the
-/// next try goes to Redis whatever this process knows); the interrupt when
-/// it comes first.
+/// next try goes to Redis whatever this process knows). When the interrupt
+/// comes first, the waiter gives up its place (`give_up`) and the answer is
+/// the interrupt's error (a wait of `wait`).
 async fn pause(
     interrupt: &mut (impl Future<Output = Interrupt> + Unpin),
     tickets: &[Ticket],
     request: &Option<Arc<Request>>,
     nap: Duration,
-) -> std::result::Result<bool, Interrupt> {
+    give_up: impl FnOnce(),
+    wait: Duration,
+) -> Result<bool> {
     tokio::select! {
         biased;
-        why = interrupt => Err(why),
+        why = interrupt => {
+            give_up();
+            Err(interrupted(why, wait))
+        }
         _ = woken(tickets) => Ok(false),
         _ = changed(request) => Ok(false),
         _ = tokio::time::sleep(nap) => Ok(true),

@@ -35,7 +35,7 @@ pub(crate) struct Claim {
 pub(crate) enum Taken {
     /// Every key is ours: the fence of each (in the caller's order), and
     /// where each group's grant was written (for `replicaAcks`).
-    Granted { fences: Vec<u64>, written: Vec<(NodeConnection, String)> },
+    Granted { fences: Vec<u64>, written: Vec<NodeConnection> },
     /// Some key is held (or, for a reader or a counted request, waited for
     /// first). `hint`: milliseconds until its first blocking holder
     /// expires (negative: unknown); `ticket`: this request's place among
@@ -76,7 +76,7 @@ impl Claim {
     pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool) -> Claim {
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
-            let slot = if cluster { Slot::for_key(&key.lock) } else { Slot::new(0).expect("slot 0 exists") };
+            let slot = if cluster { Slot::for_key(key.lock()) } else { Slot::new(0).expect("slot 0 exists") };
             match groups.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, group)) => group.push(index),
                 None => groups.push((slot, vec![index])),
@@ -85,7 +85,7 @@ impl Claim {
         let mut groups: Vec<Vec<usize>> = groups.into_iter().map(|(_, group)| group).collect();
         // A fixed global order: every caller takes shared groups in the same
         // order, whatever order it gave its keys in.
-        let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock.clone()).min();
+        let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
         Claim { keys, kind, token, groups }
     }
@@ -102,17 +102,11 @@ impl Claim {
 
     /// The lock name of the first key (where a single key's `WAIT` goes).
     pub fn first_lock(&self) -> &str {
-        &self.keys[0].lock
+        self.keys[0].lock()
     }
 
     fn group_keys(&self, group: &[usize]) -> Vec<&str> {
-        group
-            .iter()
-            .flat_map(|&i| {
-                let k = &self.keys[i];
-                [k.lock.as_str(), k.fence.as_str(), k.waiting.as_str(), k.kind.as_str(), k.queue.as_str()]
-            })
-            .collect()
+        group.iter().flat_map(|&i| self.keys[i].all()).collect()
     }
 
     fn args<'a>(&'a self, lease_ms: u64, waiting_ms: u64, ticket: u64, channel: &'a str) -> KindsArgs<'a> {
@@ -160,16 +154,11 @@ impl Claim {
         let scripts = &connection.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = connection
-                .eval::<(i64, i64, i64)>(
-                    &scripts.acquire,
-                    &[&k.lock, &k.fence, &k.waiting, &k.kind, &k.queue],
-                    &[&self.token, &lease_ms, &waiting_ms, &ticket],
-                )
-                .await?;
+            let answer =
+                connection.eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket]).await?;
             let (status, value, ticket) = answer.value;
             return Ok(match status {
-                1 => Taken::Granted { fences: vec![value as u64], written: vec![(answer.via, k.lock.clone())] },
+                1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
                 0 => Taken::Busy { hint: value, ticket: ticket as u64 },
                 _ => Taken::OtherLimit,
             });
@@ -185,7 +174,7 @@ impl Claim {
                     for (slot, fence) in group.iter().zip(&reply[1..]) {
                         fences[*slot] = *fence as u64;
                     }
-                    written.push((answer.via, self.keys[group[0]].lock.clone()));
+                    written.push(answer.via);
                 }
                 Some(0) => {
                     self.give_back_groups(connection, &self.groups[..taken], channel).await?;
@@ -205,11 +194,11 @@ impl Claim {
 
     /// Extends every key to `lease_ms` from now: true when each still
     /// carried our token, with where each renewal was written.
-    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<(NodeConnection, String)>), Failure> {
+    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
             let answer = connection.eval::<i64>(&connection.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
-            return Ok((answer.value == 1, vec![(answer.via, lock.to_owned())]));
+            return Ok((answer.value == 1, vec![answer.via]));
         }
         let args = self.args(lease_ms, 0, 0, "");
         let mut renewed = 0;
@@ -217,7 +206,7 @@ impl Claim {
         for group in &self.groups {
             let answer = self.kinds::<i64>(connection, &connection.scripts.kinds_renew, group, &args).await?;
             renewed += answer.value;
-            written.push((answer.via, self.keys[group[0]].lock.clone()));
+            written.push(answer.via);
         }
         Ok((renewed == self.keys.len() as i64, written))
     }
@@ -228,9 +217,9 @@ impl Claim {
     pub async fn give_back(&self, connection: &RedisConnection, channel: &str) -> Result<Answer<i64>, Failure> {
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = connection.eval::<i64>(&connection.scripts.release, &[&k.lock, &k.waiting], &[&self.token, &channel]).await?;
+            let answer = connection.eval::<i64>(&connection.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
             if answer.value == 1 {
-                connection.waiters.wake(&k.lock);
+                connection.waiters.wake(k.lock());
             }
             return Ok(answer);
         }
@@ -252,7 +241,7 @@ impl Claim {
         }
         if released > 0 {
             for key in &self.keys {
-                connection.waiters.wake(&key.lock);
+                connection.waiters.wake(key.lock());
             }
         }
         match (first_failure, answered) {
@@ -271,7 +260,7 @@ impl Claim {
             self.kinds::<i64>(connection, &connection.scripts.kinds_release, group, &args).await?;
         }
         for &i in groups.iter().flatten() {
-            connection.waiters.wake(&self.keys[i].lock);
+            connection.waiters.wake(self.keys[i].lock());
         }
         Ok(())
     }
@@ -323,7 +312,7 @@ impl Claim {
             match reply.get(at).copied() {
                 Some(1) if reply.len() > at + n => {
                     let fences = reply[at + 1..=at + n].iter().map(|&fence| fence as u64).collect();
-                    taken.push(Taken::Granted { fences, written: vec![(answer.via.clone(), claim.first_lock().to_owned())] });
+                    taken.push(Taken::Granted { fences, written: vec![answer.via.clone()] });
                     at += 1 + n;
                 }
                 Some(0) => {
@@ -351,7 +340,7 @@ impl Claim {
 
     /// Every Redis name of every key, five per key, in the caller's order.
     fn all_keys(&self) -> impl Iterator<Item = &str> {
-        self.keys.iter().flat_map(|k| [k.lock.as_str(), k.fence.as_str(), k.waiting.as_str(), k.kind.as_str(), k.queue.as_str()])
+        self.keys.iter().flat_map(RedisKeys::all)
     }
 
     fn mode(&self) -> &'static str {

@@ -824,9 +824,17 @@ fn timeout_error(message: &'static str) -> RedisError {
     RedisError::from(io::Error::new(io::ErrorKind::TimedOut, message))
 }
 
+/// What [`evalsha`] reserves per argument: owner tokens are 32 bytes, numbers
+/// and channel names fit.
+const ARG_BYTES: usize = 32;
+
 /// `EVALSHA` of `script` on `keys` and `args`.
 fn evalsha(script: &Script, keys: &[&str], args: &[&dyn ToRedisArgsRef]) -> Cmd {
-    let mut command = redis::cmd("EVALSHA");
+    // Sized up front: grown arg by arg, the buffers were reallocated
+    // several times per call, a hot cost on every acquire and release.
+    let data = "EVALSHA".len() + script.get_hash().len() + 4 + keys.iter().map(|key| key.len()).sum::<usize>() + args.len() * ARG_BYTES;
+    let mut command = Cmd::with_capacity(3 + keys.len() + args.len(), data);
+    command.arg("EVALSHA");
     command.arg(script.get_hash()).arg(keys.len()).arg(keys);
     for arg in args {
         arg.push(&mut command);

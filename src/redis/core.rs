@@ -131,7 +131,7 @@ impl BackendCore {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
                 for (key, _) in claim.keys.iter().zip(&handed.wake).filter(|(_, wake)| **wake) {
-                    self.connection.waiters.wake(&key.lock);
+                    self.connection.waiters.wake(key.lock());
                 }
                 let value = i64::from(handed.released == claim.keys.len() as i64);
                 Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })
@@ -139,7 +139,7 @@ impl BackendCore {
             Err(failure) => {
                 self.deliver(&candidates, std::iter::empty(), sent, !matches!(failure, Failure::Unknown(_)));
                 for key in &claim.keys {
-                    self.connection.waiters.wake(&key.lock);
+                    self.connection.waiters.wake(key.lock());
                 }
                 Err(failure)
             }
@@ -288,18 +288,17 @@ impl BackendCore {
     }
 
     /// With `replicaAcks`, waits until that many replicas have each write
-    /// just made (a grant or renewal: through which connection, to which
-    /// lock name): a failover right after
+    /// just made (a grant or renewal: through which connection): a failover right after
     /// must not lose it. Fewer in time is [`Failure::Unmet`]
     /// (`PROVIDER_FAILED`), and the caller gives the lock back (a grant) or
     /// keeps its old estimate (a renewal).
-    pub async fn replicated(&self, written: &[(NodeConnection, String)]) -> Result<(), Failure> {
+    pub async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
         let wanted = self.options.replica_acks;
         if wanted == 0 {
             return Ok(());
         }
         let mut acknowledged = u32::MAX;
-        for (via, _) in written {
+        for via in written {
             acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, wanted).await?);
         }
         if acknowledged >= wanted {

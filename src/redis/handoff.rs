@@ -54,7 +54,7 @@ enum State {
 /// validity counts from there).
 pub(crate) struct Grant {
     pub fences: Vec<u64>,
-    pub written: Vec<(NodeConnection, String)>,
+    pub written: Vec<NodeConnection>,
     pub sent: Instant,
 }
 

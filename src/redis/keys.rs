@@ -14,35 +14,62 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorCode, LockError, Result};
 
-/// The Redis names of one user key in one namespace.
+/// The Redis names of one user key in one namespace, in one buffer (one
+/// allocation per key, where five formatted names cost five and their
+/// growth on every acquire):
+/// - `lock` holds the owner token, with `PX leaseMs` (a plain lease), or the
+///   shared or counted holders: a sorted set of `<token>:<s|weight>` scored
+///   by expiry (see the kinds scripts);
+/// - `fence`, the fencing counter, never expires;
+/// - `waiting` exists (with a TTL) while some acquire waits for the lock:
+///   only then does a release publish a wake-up;
+/// - `kind`, while shared or counted holders (or waiters) exist: a hash of
+///   the key's `limit` and held `units`;
+/// - `queue`, while a writer or a counted request waits: a sorted set of
+///   its marks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RedisKeys {
-    /// Holds the owner token, with `PX leaseMs` (a plain lease), or the
-    /// shared or counted holders: a sorted set of `<token>:<s|weight>`
-    /// scored by expiry (see the kinds scripts).
-    pub lock: String,
-    /// The fencing counter; never expires.
-    pub fence: String,
-    /// Exists (with a TTL) while some acquire waits for the lock: only then
-    /// does a release publish a wake-up.
-    pub waiting: String,
-    /// While shared or counted holders (or waiters) exist: a hash of the
-    /// key's `limit` and held `units`.
-    pub kind: String,
-    /// While a writer or a counted request waits: a sorted set of its marks.
-    pub queue: String,
+    names: String,
+    /// Where each name ends in `names`, in the order above.
+    ends: [usize; 5],
 }
+
+/// The names' infixes, in the order of [`RedisKeys::all`].
+const INFIXES: [&str; 5] = [":lock:{", ":lock-fence:{", ":lock-waiting:{", ":lock-kind:{", ":lock-queue:{"];
 
 impl RedisKeys {
     pub fn new(namespace: &str, key: &str) -> RedisKeys {
-        let digest = hex(&Sha256::digest(key.as_bytes()));
-        RedisKeys {
-            lock: format!("{namespace}:lock:{{{digest}}}"),
-            fence: format!("{namespace}:lock-fence:{{{digest}}}"),
-            waiting: format!("{namespace}:lock-waiting:{{{digest}}}"),
-            kind: format!("{namespace}:lock-kind:{{{digest}}}"),
-            queue: format!("{namespace}:lock-queue:{{{digest}}}"),
+        let digest = Sha256::digest(key.as_bytes());
+        let fixed: usize = INFIXES.iter().map(|infix| infix.len()).sum();
+        let mut names = String::with_capacity(5 * (namespace.len() + digest.len() * 2 + 1) + fixed);
+        let mut ends = [0; 5];
+        for (infix, end) in INFIXES.iter().zip(&mut ends) {
+            names.push_str(namespace);
+            names.push_str(infix);
+            push_hex(&mut names, &digest);
+            names.push('}');
+            *end = names.len();
         }
+        RedisKeys { names, ends }
+    }
+
+    /// Every name: lock, fence, waiting, kind, queue (the order the
+    /// scripts take them in).
+    pub fn all(&self) -> [&str; 5] {
+        [0, 1, 2, 3, 4].map(|i| self.name(i))
+    }
+
+    pub fn lock(&self) -> &str {
+        self.name(0)
+    }
+
+    pub fn waiting(&self) -> &str {
+        self.name(2)
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.names[start..self.ends[i]]
     }
 }
 
@@ -61,13 +88,17 @@ pub(crate) fn owner_token() -> Result<String> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for byte in bytes {
         out.push(DIGITS[usize::from(byte >> 4)] as char);
         out.push(DIGITS[usize::from(byte & 0xf)] as char);
     }
-    out
 }
 
 #[cfg(test)]
@@ -78,11 +109,13 @@ mod tests {
     fn redis_names_hash_the_key_with_sha256() {
         // sha256("abc"), a published test vector.
         let keys = RedisKeys::new("ns", "abc");
-        assert_eq!(keys.lock, "ns:lock:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
-        assert_eq!(keys.fence, "ns:lock-fence:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
-        assert_eq!(keys.waiting, "ns:lock-waiting:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
-        assert_eq!(keys.kind, "ns:lock-kind:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
-        assert_eq!(keys.queue, "ns:lock-queue:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        let [lock, fence, waiting, kind, queue] = keys.all();
+        assert_eq!(lock, "ns:lock:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(fence, "ns:lock-fence:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(waiting, "ns:lock-waiting:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(kind, "ns:lock-kind:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!(queue, "ns:lock-queue:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}");
+        assert_eq!((keys.lock(), keys.waiting()), (lock, waiting));
     }
 
     #[test]

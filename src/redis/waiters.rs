@@ -132,7 +132,7 @@ impl Waiters {
                 1 => Room::Any,
                 limit => Room::Units { limit, left: released.kind.weight },
             };
-            trying = pick(&keys, &key.lock, None, room, &mut picked).or(trying);
+            trying = pick(&keys, key.lock(), None, room, &mut picked).or(trying);
         }
         (picked, trying)
     }
@@ -150,7 +150,7 @@ impl Waiters {
         let keys = self.lock();
         let mut picked = Vec::new();
         if let [key] = &claim.keys[..] {
-            let _ = pick(&keys, &key.lock, Some(head), room, &mut picked);
+            let _ = pick(&keys, key.lock(), Some(head), room, &mut picked);
         }
         picked
     }
@@ -174,7 +174,11 @@ impl Waiters {
     pub fn hold(&self, claim: &Claim, holds: bool) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         for key in &claim.keys {
-            let entry = held.entry(key.lock.as_str().into()).or_default();
+            // Looked up before `entry`, which would allocate the name's key each call.
+            let entry = match held.get_mut(key.lock()) {
+                Some(entry) => entry,
+                None => held.entry(key.lock().into()).or_default(),
+            };
             entry.limit = claim.kind.limit;
             let count = match claim.kind.mode {
                 LockMode::Shared => &mut entry.readers,
@@ -183,7 +187,7 @@ impl Waiters {
             let by = if claim.kind.mode == LockMode::Shared { 1 } else { claim.kind.weight };
             *count = if holds { *count + by } else { count.saturating_sub(by) };
             if entry.units == 0 && entry.readers == 0 {
-                held.remove(key.lock.as_str());
+                held.remove(key.lock());
             }
         }
     }
@@ -195,7 +199,7 @@ impl Waiters {
     /// refuse.)
     pub fn held_by_us(&self, claim: &Claim) -> bool {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let same_limit = |key: &RedisKeys| held.get(key.lock.as_str()).filter(|held| held.limit == claim.kind.limit);
+        let same_limit = |key: &RedisKeys| held.get(key.lock()).filter(|held| held.limit == claim.kind.limit);
         claim.keys.iter().filter_map(same_limit).any(|held| match claim.kind.mode {
             LockMode::Shared => held.units > 0,
             LockMode::Exclusive => held.readers > 0 || held.units + claim.kind.weight > claim.kind.limit,
@@ -296,8 +300,8 @@ fn pick(
 /// True when, on each of its keys but `lock`, nobody still waiting is ahead
 /// of `request` in this process (granting it then overtakes nobody).
 fn first_elsewhere(keys: &HashMap<Box<str>, Entry>, request: &Arc<Request>, lock: &str) -> bool {
-    request.claim.keys.iter().filter(|key| key.lock != lock).all(|key| {
-        keys.get(key.lock.as_str())
+    request.claim.keys.iter().filter(|key| key.lock() != lock).all(|key| {
+        keys.get(key.lock())
             .is_some_and(|entry| entry.requests.iter().take_while(|r| !Arc::ptr_eq(r, request)).all(|r| r.seen() == Seen::Passed))
     })
 }
