@@ -265,6 +265,21 @@ fn scenario_every_caller_of_a_key_must_give_the_same_limit(deployment: &Deployme
     release(reader);
     // Once nothing holds or waits for the key, another limit is fine.
     release(take(&b, "jobs", counted(2, 2, 0)));
+    // A key only waited for, by a counted request with limit 3 in another
+    // process (its limit and its mark, as that request's try leaves them):
+    // a plain set over it is refused too, though nothing holds it.
+    let kind = lock_key("jobs").replace(":lock:", ":lock-kind:");
+    let queue = lock_key("jobs").replace(":lock:", ":lock-queue:");
+    let _: () = deployment.query(&kind, redis::cmd("HSET").arg(&kind).arg("limit").arg(3));
+    let _: () = deployment.query(&queue, redis::cmd("ZADD").arg(&queue).arg(i64::MAX / 2).arg("1:another-process"));
+    assert_eq!(
+        code(block_on(b.acquire_many(&["spare", "jobs"], wait(0)))),
+        ErrorCode::InvalidArgument,
+        "a plain set on a key waited for with limit 3"
+    );
+    assert!(deployment.keys("test:lock:*").is_empty(), "the refused set took no key");
+    let _: () = deployment.query(&kind, redis::cmd("DEL").arg(&kind));
+    let _: () = deployment.query(&queue, redis::cmd("DEL").arg(&queue));
     block_on(provider.close());
 }
 
