@@ -178,6 +178,68 @@ fn a_fence_counter_that_is_not_a_number_is_refused_and_left_as_it_was() {
     assert_eq!(kept, "abc", "the counter is not overwritten by the clock");
 }
 
+/// The fence counter of user key `key`: the counter key that its first
+/// grant adds (found by what appears, not by recomputing the key layout).
+fn new_fence_key(server: &RedisServer, app: &Provider, key: &str) -> String {
+    let counters = || -> Vec<String> { server.keys().into_iter().filter(|k| k.contains("lock-fence")).collect() };
+    let before = counters();
+    grants(app, key, 1);
+    let added: Vec<String> = counters().into_iter().filter(|k| !before.contains(k)).collect();
+    assert_eq!(added.len(), 1, "one counter for {key}: {added:?}");
+    added.into_iter().next().unwrap()
+}
+
+fn many(app: &Provider, keys: &[&str]) -> dokebi_lock::Result<Vec<u64>> {
+    let lease = block_on(backend(app).acquire_many(keys, wait(0)))?;
+    let fences = lease.fences().into_iter().map(|(_, fence)| fence).collect();
+    assert!(block_on(lease.release()).unwrap());
+    Ok(fences)
+}
+
+#[test]
+fn several_keys_raise_each_counter_as_one_key_does() {
+    // One grant over several keys raises every key's counter by the same
+    // rule as a grant of one: counter + 1 when ahead of the clock, the
+    // clock when behind it or gone.
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    let (ahead_key, gone_key, plain_key) =
+        (new_fence_key(&server, &app, "a"), new_fence_key(&server, &app, "b"), new_fence_key(&server, &app, "c"));
+    let before = grants(&app, "b", 2);
+    let plain_before = counter(&server, &plain_key).unwrap();
+    let ahead: u64 = 9_007_199_254_740_000;
+    let _: String = redis::cmd("SET").arg(&ahead_key).arg(ahead).query(&mut server.client()).unwrap();
+    let _: i64 = redis::cmd("DEL").arg(&gone_key).query(&mut server.client()).unwrap();
+    let fences = many(&app, &["a", "b", "c"]).unwrap();
+    assert_eq!(fences[0], ahead + 1, "ahead of the clock: counter + 1");
+    assert_above_all(fences[1], &before);
+    assert!(fences[2] > plain_before);
+    assert_eq!(counter(&server, &ahead_key), Some(ahead + 1));
+    assert_eq!(counter(&server, &gone_key), Some(fences[1]));
+    assert_eq!(counter(&server, &plain_key), Some(fences[2]));
+    let again = many(&app, &["a", "b", "c"]).unwrap();
+    assert_eq!(again[0], ahead + 2);
+    assert!(again[1] > fences[1] && again[2] > fences[2]);
+}
+
+#[test]
+fn a_counter_that_is_not_a_number_refuses_a_grant_of_several_keys_and_writes_nothing() {
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    let (a_key, b_key) = (new_fence_key(&server, &app, "a"), new_fence_key(&server, &app, "b"));
+    let a_before = counter(&server, &a_key);
+    let _: String = redis::cmd("SET").arg(&b_key).arg("abc").query(&mut server.client()).unwrap();
+    let err = many(&app, &["a", "b"]).expect_err("no fence, no lease");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let kept: String = redis::cmd("GET").arg(&b_key).query(&mut server.client()).unwrap();
+    assert_eq!(kept, "abc", "the counter is not overwritten by the clock");
+    assert_eq!(counter(&server, &a_key), a_before, "the other key's counter did not move");
+    // Neither key was left taken by the refused grant.
+    many(&app, &["a"]).expect("a is free");
+    let _: String = redis::cmd("SET").arg(&b_key).arg(9_000u64).query(&mut server.client()).unwrap();
+    many(&app, &["b"]).expect("b is free");
+}
+
 #[test]
 fn an_evicted_fence_counter_never_repeats_a_fence() {
     // The policy that may evict any key, the fence counter included (the

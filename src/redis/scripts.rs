@@ -190,6 +190,40 @@ local function request(token, mode, limit, weight, ticket)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
   return r
 end
+-- Raises each fence counter of a grant as the plain script raises its one
+-- (see ACQUIRE) and answers {1, fence...}: over several keys one MGET and
+-- one MSET, not a GETSET (and maybe a SET) each. A counter that is not a
+-- number is an error, before anything is written.
+local function raise_fences(fence_keys)
+  local fences = {1}
+  if #fence_keys == 1 then
+    local fence_key = fence_keys[1]
+",
+            next_fence!(),
+            r"
+    fences[2] = fence
+    return fences
+  end
+  local stored, writes = redis.call('MGET', unpack(fence_keys)), {}
+  for n, fence_key in ipairs(fence_keys) do
+    local fence, value = tonumber(clock), clock
+    if stored[n] then
+      local counter = tonumber(stored[n])
+      if not counter then
+        return redis.error_reply('ERR a fence counter is not a number')
+      end
+      if counter >= fence then
+        fence = counter + 1
+        value = string.format('%.0f', fence)
+      end
+    end
+    fences[n + 1] = fence
+    writes[#writes + 1] = fence_key
+    writes[#writes + 1] = value
+  end
+  redis.call('MSET', unpack(writes))
+  return fences
+end
 -- A plain request over keys none of which has a kind hash (no shared or
 -- counted holder, no waiting counted request): takes every key with SET NX,
 -- as the plain script takes one, or, at the first that is held, gives back
@@ -341,9 +375,24 @@ local function grant(first, last, r, lease_ms, waiting_ms)
       return {0, hint or -1, tonumber(ticket)}
     end
   end
-  local fences = {1}
+  local fence_keys = {}
   for i = first, last, 5 do
-    local lock, fence_key, kind = KEYS[i], KEYS[i + 1], KEYS[i + 3]
+    fence_keys[#fence_keys + 1] = KEYS[i + 1]
+  end
+  local fences = raise_fences(fence_keys)
+  if fences.err then
+    -- No fence, no grant: give back the keys take_free took.
+    if taken then
+      local locks = {}
+      for i = first, last, 5 do
+        locks[#locks + 1] = KEYS[i]
+      end
+      redis.call('DEL', unpack(locks))
+    end
+    return fences
+  end
+  for i = first, last, 5 do
+    local lock, kind = KEYS[i], KEYS[i + 3]
     if plain then
       if not taken then
         redis.call('SET', lock, token, 'PX', lease_ms)
@@ -366,10 +415,6 @@ local function grant(first, last, r, lease_ms, waiting_ms)
     if mine then
       redis.call('ZREM', KEYS[i + 4], mine)
     end
-",
-            next_fence!(),
-            r"
-    fences[#fences + 1] = fence
   end
   return fences
 end
@@ -388,20 +433,37 @@ macro_rules! kinds_give_back {
         r"
 local function give_back(first, last, r)
   local released, freed = 0, {}
+  if r.plain then
+    -- One MGET and one DEL for every key, not a GET and a DEL each (MGET
+    -- answers false for a key of another type: a set of holders, not ours).
+    local locks = {}
+    for i = first, last, 5 do
+      locks[#locks + 1] = KEYS[i]
+    end
+    local held, ours = redis.call('MGET', unpack(locks)), {}
+    for n = 1, #held do
+      if held[n] == r.token then
+        ours[#ours + 1] = locks[n]
+        freed[#freed + 1] = first + (n - 1) * 5
+      end
+    end
+    if #ours > 0 then
+      redis.call('DEL', unpack(ours))
+    end
+    return #ours, freed
+  end
   for i = first, last, 5 do
     local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
     local done = false
-    if r.plain then
-      if redis.pcall('GET', lock) == r.token then
-        redis.call('DEL', lock)
-        done = true
-      end
-    elseif redis.pcall('ZREM', lock, r.member) == 1 then
+    if redis.pcall('ZREM', lock, r.member) == 1 then
       done = true
+      -- Units left are held by members still in the set (a pruned member
+      -- takes its units along): then the set is not empty.
+      local left = 0
       if not r.shared then
-        redis.call('HINCRBY', kind, 'units', -r.weight)
+        left = redis.call('HINCRBY', kind, 'units', -r.weight)
       end
-      if redis.call('EXISTS', lock) == 0 then
+      if left <= 0 and redis.call('EXISTS', lock) == 0 then
         if redis.call('EXISTS', queue) == 0 then
           redis.call('DEL', kind)
         else
@@ -550,9 +612,9 @@ const KINDS_HANDOFF: &str = concat!(
     r"
 local channel, lease_ms, waiting_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local last = tonumber(ARGV[4]) * 5
-local released, freed = 0, {}
+local released, freed, gave = 0, {}, request(ARGV[5], ARGV[6], ARGV[7], ARGV[8], '0')
 if last > 0 then
-  released, freed = give_back(1, last, request(ARGV[5], ARGV[6], ARGV[7], ARGV[8], '0'))
+  released, freed = give_back(1, last, gave)
 end
 local answers, first = {}, last + 1
 for a = 9, #ARGV, 6 do
@@ -572,7 +634,8 @@ end
 local reply, open = {released}, {}
 for _, i in ipairs(freed) do
   local filled = full[KEYS[i]]
-  if filled == nil then
+  -- A plain key given back is gone, unless a request here took it again.
+  if filled == nil and not gave.plain then
     local type_of = redis.call('TYPE', KEYS[i])['ok']
     if type_of == 'string' then
       filled = true
