@@ -148,6 +148,9 @@ struct Executor {
     readers: RefCell<VecDeque<u32>>,
     /// A drain is running, or one was asked of the threadsafe function.
     draining: Cell<bool>,
+    /// While JS reacts to what a drain from libuv settled (its microtasks):
+    /// how many operations it has started so far (see [`start`]).
+    reactions: Cell<Option<usize>>,
     /// Operations in flight that keep Node alive; the wake function is
     /// referenced while there is one.
     keeping_alive: Cell<usize>,
@@ -227,6 +230,7 @@ fn executor(env: &Env) -> napi::Result<Rc<Executor>> {
         ready: RefCell::new(VecDeque::new()),
         readers: RefCell::new(VecDeque::new()),
         draining: Cell::new(false),
+        reactions: Cell::new(None),
         keeping_alive: Cell::new(0),
     });
     EXECUTOR.with(|slot| *slot.0.borrow_mut() = Some(executor.clone()));
@@ -278,8 +282,8 @@ impl LoopScope {
 /// Runs `wake` (waking tasks) in a libuv callback of this thread, then polls
 /// the woken tasks at once, in a callback scope: promises settled there run
 /// their reactions before control returns to libuv, as after any I/O
-/// callback of Node's own. Operations those reactions start are polled
-/// after them, their commands written together (see [`FLUSH_EVERY`]), and
+/// callback of Node's own. Operations those reactions start are polled in
+/// growing batches as they start (see [`start`]), the rest after them, and
 /// so on until nothing is left to poll.
 #[cfg(unix)]
 pub fn run_from_loop(wake: impl FnOnce()) {
@@ -304,7 +308,9 @@ pub fn run_from_loop(wake: impl FnOnce()) {
             sys::napi_open_callback_scope(env, resource, loop_scope.context, &mut scope);
             guard::or_log("polling", || executor.run_queue());
             // Closing runs the microtasks: JS reacts to what just settled.
+            executor.reactions.set(Some(0));
             sys::napi_close_callback_scope(env, scope);
+            executor.reactions.set(None);
             sys::napi_close_handle_scope(env, handles);
         }
     }
@@ -364,11 +370,23 @@ fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promis
     }
     let slot = executor.insert(Work::Operation { job, deferred, keeps_alive });
     executor.enqueue(slot);
-    // Inside a drain (JS reacting to replies, see `run_from_loop`) the
-    // operation waits for the end of it, so that the commands of the
-    // reactions go out together; else it starts now.
+    // Outside a drain it starts now. Inside one it waits, so that the
+    // commands of many operations go out together, except while JS reacts
+    // to replies (see `run_from_loop`): there the 1st, 2nd, 4th, 8th, 16th
+    // and every 16th after start at once with those queued before them.
+    // When the replies that JS reacts to were all Redis had (a few leases
+    // handed on in turn: a counted key's holders), Redis would otherwise
+    // wait, idle, for the last reaction before it has a command, and the two
+    // processes would take turns; this way it starts on the first while JS
+    // prepares the rest, yet a burst of reactions still writes few batches.
     if !executor.draining.get() {
         executor.drain();
+    } else if let Some(started) = executor.reactions.get() {
+        let started = started + 1;
+        executor.reactions.set(Some(started));
+        if started.is_power_of_two() || started % FLUSH_EVERY == 0 {
+            guard::or_log("polling", || executor.run_queue());
+        }
     }
     Ok(Promise(promise))
 }
