@@ -190,6 +190,21 @@ local function request(token, mode, limit, weight, ticket)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
   return r
 end
+-- Tells waiters in every process that the keys at KEYS indices `freed` may
+-- be granted now: when some process marked any of them as waited for, it
+-- takes the marks (one DEL for all) and publishes each key (one that had
+-- no mark wakes nobody: a waiter in another process leaves a mark).
+local function tell_waiters(freed, channel)
+  local marks = {}
+  for _, i in ipairs(freed) do
+    marks[#marks + 1] = KEYS[i + 2]
+  end
+  if #marks > 0 and redis.call('DEL', unpack(marks)) > 0 then
+    for _, i in ipairs(freed) do
+      redis.call('PUBLISH', channel, KEYS[i])
+    end
+  end
+end
 -- Raises each fence counter of a grant as the plain script raises its one
 -- (see ACQUIRE) and answers {1, fence...}: over several keys one MGET and
 -- one MSET, not a GETSET (and maybe a SET) each. A counter that is not a
@@ -576,11 +591,7 @@ const KINDS_RELEASE: &str = concat!(
     kinds_prelude!(),
     r"
 local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]))
-for _, i in ipairs(freed) do
-  if redis.call('DEL', KEYS[i + 2]) == 1 then
-    redis.call('PUBLISH', ARGV[8], KEYS[i])
-  end
-end
+tell_waiters(freed, ARGV[8])
 return released
 "
 );
@@ -631,7 +642,7 @@ for a = 9, #ARGV, 6 do
   end
   first, waiting_ms = upto + 1, 0
 end
-local reply, open = {released}, {}
+local reply, open, opened = {released}, {}, {}
 for _, i in ipairs(freed) do
   local filled = full[KEYS[i]]
   -- A plain key given back is gone, unless a request here took it again.
@@ -647,11 +658,10 @@ for _, i in ipairs(freed) do
   end
   if not filled then
     open[i] = true
-    if redis.call('DEL', KEYS[i + 2]) == 1 then
-      redis.call('PUBLISH', channel, KEYS[i])
-    end
+    opened[#opened + 1] = i
   end
 end
+tell_waiters(opened, channel)
 for i = 1, last, 5 do
   reply[#reply + 1] = open[i] and 1 or 0
 end
