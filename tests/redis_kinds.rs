@@ -299,6 +299,42 @@ fn scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for(dep
     block_on(writers.close());
 }
 
+fn kind_key(key: &str) -> String {
+    lock_key(key).replacen(":lock:", ":lock-kind:", 1)
+}
+
+/// The scripts extend a key's kind hash only when they extend its set of
+/// holders (or make the hash): that rests on the hash never expiring before
+/// the set, whichever lease of whichever process came last.
+fn scenario_a_kind_hash_outlives_its_set_of_holders(deployment: &Deployment) {
+    let longer: Vec<(&str, &str)> = BACKEND.iter().map(|&(k, v)| if k == "leaseMs" { (k, "20000") } else { (k, v) }).collect();
+    let (short, long) = (deployment.open(BACKEND), deployment.open(&longer));
+    let (a, b) = (backend(&short), backend(&long));
+    for (key, options) in [("pool", counted(3, 1, 0)), ("doc", shared(0))] {
+        let (lock, kind) = (lock_key(key), kind_key(key));
+        let check = |what: &str| {
+            let set: i64 = deployment.query(&lock, redis::cmd("PTTL").arg(&lock));
+            let hash: i64 = deployment.query(&kind, redis::cmd("PTTL").arg(&kind));
+            // The hash is read a moment after the set: a few ms of slack.
+            assert!(set > 0 && hash + 20 >= set, "{key}, {what}: the set lives {set} ms, its kind hash {hash} ms");
+        };
+        let first = take(&a, key, options.clone());
+        check("a new key");
+        let second = take(&b, key, options.clone());
+        check("a longer lease");
+        let third = take(&a, key, options.clone());
+        check("a lease shorter than the set's");
+        assert!(block_on(third.renew()).unwrap());
+        check("a renew");
+        release(second);
+        check("the longer lease gone");
+        release(first);
+        release(third);
+    }
+    block_on(short.close());
+    block_on(long.close());
+}
+
 fn scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader(deployment: &Deployment) {
     let (one, other) = (deployment.open(BACKEND), deployment.open(BACKEND));
     let (a, b) = (backend(&one), backend(&other));
@@ -525,6 +561,7 @@ on_topologies! {
         a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones => scenario_a_heavy_request_waiting_in_another_process_is_not_overtaken_by_light_ones,
         every_caller_of_a_key_must_give_the_same_limit => scenario_every_caller_of_a_key_must_give_the_same_limit,
         a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
+        a_kind_hash_outlives_its_set_of_holders => scenario_a_kind_hash_outlives_its_set_of_holders,
         fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
         several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
         a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,

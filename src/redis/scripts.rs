@@ -178,10 +178,13 @@ local function read_clock()
 end
 -- Per lock key granted by this call: true when the grant left no room.
 local full = {}
+-- Makes `key` live at least `ms` more; true when it had to.
 local function extend(key, ms)
   if redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
+    return true
   end
+  return false
 end
 local function request(token, mode, limit, weight, ticket)
   local r = {token = token, shared = mode == 's', limit = tonumber(limit), weight = tonumber(weight), ticket = ticket}
@@ -424,8 +427,12 @@ local function grant(first, last, r, lease_ms, waiting_ms)
         redis.call('HSET', kind, 'limit', limit)
       end
       full[lock] = not shared and units >= limit
-      extend(lock, lease_ms)
-      extend(kind, lease_ms)
+      -- The kind hash outlives its set of holders: every script that
+      -- extends the set extends the hash as far. So a set that needs no
+      -- extending has a hash that needs none, unless the hash is new.
+      if extend(lock, lease_ms) or not kinds[i].stored then
+        extend(kind, lease_ms)
+      end
     end
     if mine then
       redis.call('ZREM', KEYS[i + 4], mine)
