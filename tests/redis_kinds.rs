@@ -299,6 +299,29 @@ fn scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for(dep
     block_on(writers.close());
 }
 
+/// A release handed on to several waiters of its process in one script
+/// call: each grant of that call must count the units the ones before it
+/// took, or the key would later take more than its limit.
+fn scenario_a_release_handed_to_several_waiters_counts_every_unit(deployment: &Deployment) {
+    let (one, other) = (deployment.open(BACKEND), deployment.open(BACKEND));
+    let (a, b) = (backend(&one), backend(&other));
+    let heavy = take(&a, "pool", counted(3, 2, 0));
+    let light = take(&a, "pool", counted(3, 1, 0));
+    let first = acquire_later(&a, &["pool"], counted(3, 1, 8_000));
+    let second = acquire_later(&a, &["pool"], counted(3, 1, 8_000));
+    until_waiting(&a, 2);
+    release(heavy);
+    let first = first.join().unwrap().0.expect("granted");
+    let second = second.join().unwrap().0.expect("granted");
+    assert_eq!(code(block_on(b.acquire("pool", counted(3, 1, 0)))), ErrorCode::LockBusy, "3 units held: no room for another");
+    release(first);
+    release(take(&b, "pool", counted(3, 1, 0)));
+    release(second);
+    release(light);
+    block_on(one.close());
+    block_on(other.close());
+}
+
 fn kind_key(key: &str) -> String {
     lock_key(key).replacen(":lock:", ":lock-kind:", 1)
 }
@@ -562,6 +585,7 @@ on_topologies! {
         every_caller_of_a_key_must_give_the_same_limit => scenario_every_caller_of_a_key_must_give_the_same_limit,
         a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
         a_kind_hash_outlives_its_set_of_holders => scenario_a_kind_hash_outlives_its_set_of_holders,
+        a_release_handed_to_several_waiters_counts_every_unit => scenario_a_release_handed_to_several_waiters_counts_every_unit,
         fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
         several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
         a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,

@@ -176,8 +176,22 @@ local function read_clock()
     clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
   end
 end
+-- The Redis names at `offset` (0 lock, 1 fence, 2 waiting, 3 kind, 4
+-- queue) of the user keys whose lock names are KEYS[first..last].
+local function names(first, last, offset)
+  local list = {}
+  for i = first, last, 5 do
+    list[#list + 1] = KEYS[i + offset]
+  end
+  return list
+end
 -- Per lock key granted by this call: true when the grant left no room.
 local full = {}
+-- Per lock key: {limit, units} of its counted holders as this call left
+-- them, where it gave units back or granted some and holders remain. A
+-- grant later in the same call (a hand-off) reads them here instead of
+-- asking Redis (ZCARD, HMGET) again; pruning forgets them.
+local known = {}
 -- Makes `key` live at least `ms` more; true when it had to.
 local function extend(key, ms)
   if redis.call('PTTL', key) < ms then
@@ -248,21 +262,13 @@ end
 -- the ones it took and answers false (the full check then decides). For
 -- such keys this is exactly that check's answer, in about half the calls.
 local function take_free(first, last, token, lease_ms)
-  local kinds = {}
-  for i = first, last, 5 do
-    kinds[#kinds + 1] = KEYS[i + 3]
-  end
-  if redis.call('EXISTS', unpack(kinds)) > 0 then
+  if redis.call('EXISTS', unpack(names(first, last, 3))) > 0 then
     return false
   end
   for i = first, last, 5 do
     if not redis.call('SET', KEYS[i], token, 'NX', 'PX', lease_ms) then
       if i > first then
-        local taken = {}
-        for j = first, i - 5, 5 do
-          taken[#taken + 1] = KEYS[j]
-        end
-        redis.call('DEL', unpack(taken))
+        redis.call('DEL', unpack(names(first, i - 5, 0)))
       end
       return false
     end
@@ -295,7 +301,10 @@ local function grant(first, last, r, lease_ms, waiting_ms)
       local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
       local at = (i - first) / 5 + 1
       local free, until_free = true, nil
-      local holders = redis.pcall('ZCARD', lock)
+      local cached = known[lock]
+      -- With units left the set of holders is not empty: its size is read
+      -- only if pruning needs it.
+      local holders = cached and true or redis.pcall('ZCARD', lock)
       if type(holders) == 'table' then
         if redis.call('GET', lock) ~= token then
           if not plain and not shared then
@@ -304,16 +313,25 @@ local function grant(first, last, r, lease_ms, waiting_ms)
           free, until_free = false, redis.call('PTTL', lock)
         end
       else
-        local stored = redis.call('HMGET', kind, 'limit', 'units')
-        local units = tonumber(stored[2] or '0')
-        stored = stored[1]
-        if holders > 0 then
+        local stored, units
+        if cached then
+          stored, units = cached.limit, cached.units
+        else
+          stored = redis.call('HMGET', kind, 'limit', 'units')
+          units = tonumber(stored[2] or '0')
+          stored = stored[1]
+        end
+        if holders == true or holders > 0 then
           if stored and tonumber(stored) ~= limit then
             return {-1, at}
           end
           if plain or (not shared and units + weight > limit) then
             local gone = redis.call('ZRANGEBYSCORE', lock, '-inf', now_ms)
             if #gone > 0 then
+              if holders == true then
+                holders = redis.call('ZCARD', lock)
+              end
+              known[lock] = nil
               local pruned = 0
               for _, m in ipairs(gone) do
                 pruned = pruned + (tonumber(string.sub(m, #token + 2)) or 0)
@@ -393,19 +411,11 @@ local function grant(first, last, r, lease_ms, waiting_ms)
       return {0, hint or -1, tonumber(ticket)}
     end
   end
-  local fence_keys = {}
-  for i = first, last, 5 do
-    fence_keys[#fence_keys + 1] = KEYS[i + 1]
-  end
-  local fences = raise_fences(fence_keys)
+  local fences = raise_fences(names(first, last, 1))
   if fences.err then
     -- No fence, no grant: give back the keys take_free took.
     if taken then
-      local locks = {}
-      for i = first, last, 5 do
-        locks[#locks + 1] = KEYS[i]
-      end
-      redis.call('DEL', unpack(locks))
+      redis.call('DEL', unpack(names(first, last, 0)))
     end
     return fences
   end
@@ -423,6 +433,7 @@ local function grant(first, last, r, lease_ms, waiting_ms)
       end
       if not shared then
         redis.call('HSET', kind, 'limit', limit, 'units', units)
+        known[lock] = units > 0 and {limit = tostring(limit), units = units} or nil
       elseif not kinds[i].stored then
         redis.call('HSET', kind, 'limit', limit)
       end
@@ -458,10 +469,7 @@ local function give_back(first, last, r)
   if r.plain then
     -- One MGET and one DEL for every key, not a GET and a DEL each (MGET
     -- answers false for a key of another type: a set of holders, not ours).
-    local locks = {}
-    for i = first, last, 5 do
-      locks[#locks + 1] = KEYS[i]
-    end
+    local locks = names(first, last, 0)
     local held, ours = redis.call('MGET', unpack(locks)), {}
     for n = 1, #held do
       if held[n] == r.token then
@@ -484,6 +492,7 @@ local function give_back(first, last, r)
       local left = 0
       if not r.shared then
         left = redis.call('HINCRBY', kind, 'units', -r.weight)
+        known[lock] = left > 0 and {limit = tostring(r.limit), units = left} or nil
       end
       if left <= 0 and redis.call('EXISTS', lock) == 0 then
         if redis.call('EXISTS', queue) == 0 then
