@@ -600,9 +600,10 @@ return renewed
 );
 
 /// Gives back every key of a kinds lease that still carries our token and,
-/// where units were freed and some process marked the key as waited for,
-/// publishes a wake-up (see `give_back`). Returns how many keys were
-/// released. KEYS and ARGV as for [`KINDS_ACQUIRE`].
+/// where units were freed and some process marked one of those keys as
+/// waited for, publishes a wake-up for each of them (see `give_back` and
+/// `tell_waiters`). Returns how many keys were released. KEYS and ARGV as
+/// for [`KINDS_ACQUIRE`].
 const KINDS_RELEASE: &str = concat!(
     kinds_prelude!(),
     r"
