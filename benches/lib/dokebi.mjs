@@ -40,6 +40,16 @@ export async function loadDokebi() {
   return loaded;
 }
 
+/** The addon's cheapest Node-API function (`takeError` with no error
+ *  pending answers undefined): one crossing into native code and back, the
+ *  least a lock whose state lives in Rust pays per pair (SPEC §4). */
+export async function oneNativeCall() {
+  await loadDokebi();
+  const dir = process.env.DOKEBI_LOCK_NPM ?? join(root, 'npm');
+  const { native } = await import(pathToFileURL(join(dir, 'lib', 'native.js')).href);
+  return () => native.takeError();
+}
+
 /** YAML of a provider with one backend called "bench" (YAML flow mappings
  *  are JSON, so the settings are written as JSON). `connection` is a URL
  *  (one server) or a connection mapping such as { cluster: { nodes } }. */

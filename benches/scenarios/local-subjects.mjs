@@ -7,7 +7,7 @@
 // only, where a single-lock library needs no key map. hold(key) takes a key
 // and keeps it until the process ends (scale and memory scenarios).
 import { createRequire } from 'node:module';
-import { openBackend, releaseIsAsync } from '../lib/dokebi.mjs';
+import { oneNativeCall, openBackend, releaseIsAsync } from '../lib/dokebi.mjs';
 
 const require = createRequire(import.meta.url);
 const versionOf = (name) => require(`${name}/package.json`).version;
@@ -139,6 +139,33 @@ export const localSubjects = {
             done();
           }
         }
+      },
+    };
+  },
+
+  // The same floor with one call across Node-API per pair (the addon's
+  // cheapest function, which does nothing), as a lock whose state lives in
+  // Rust must make: how much of the gap to the floor that crossing alone is.
+  async 'plain-JS Map lock + 1 native call'() {
+    const cross = await oneNativeCall();
+    const queues = new Map();
+    const release = (key) => {
+      const queue = queues.get(key);
+      if (queue.length > 0) queue.shift()();
+      else queues.delete(key);
+    };
+    const acquire = async (key) => {
+      cross();
+      const queue = queues.get(key);
+      if (queue === undefined) queues.set(key, []);
+      else await new Promise((resolve) => queue.push(resolve));
+      return () => release(key);
+    };
+    return {
+      version: 'plain JS',
+      defaults: { form: 'the Map lock, calling the addon\'s takeError() (no error pending) once per acquire' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) (await acquire(keyAt()))();
       },
     };
   },

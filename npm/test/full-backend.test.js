@@ -154,11 +154,13 @@ test('an app driver\'s expiring lease is renewed while withLock runs; a renewal 
   const dir = await mkdtemp(join(tmpdir(), 'dokebi-lock-full-backend-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const file = join(dir, 'locks.db');
-  const sqlite = config({ s: { driver: 'sqlite', file, leaseMs: 150, pollIntervalMs: 5 } });
+  // A lease long enough that one renewal delayed by a loaded machine (this
+  // suite runs beside builds and servers) does not lose it.
+  const sqlite = config({ s: { driver: 'sqlite', file, leaseMs: 400, pollIntervalMs: 5 } });
   const [a, b] = [await openLock({ config: sqlite, drivers }), await openLock({ config: sqlite, drivers })];
 
   const value = await a.backend('s').withLock('k', async (lease, signal) => {
-    await sleep(600); // four lease lengths
+    await sleep(1600); // four lease lengths
     assert.equal(lease.valid, true);
     assert.equal(signal.aborted, false);
     await rejectsWith(b.backend('s').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');

@@ -5,11 +5,11 @@
 use redis::Script;
 
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)` and
-/// sets `fence` (see [`ACQUIRE`]).
+/// sets `fence` (see [`ACQUIRE`]); `clock_n` is `clock` as a number.
 macro_rules! next_fence {
     () => {
         r"
-  local fence = tonumber(clock)
+  local fence = clock_n
   local last = redis.call('GETSET', fence_key, clock)
   if last then
     local counter = tonumber(last)
@@ -111,6 +111,7 @@ if granted then
   end
   now = now or redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local clock_n = tonumber(clock)
   local fence_key = KEYS[2]
 ",
     next_fence!(),
@@ -166,14 +167,22 @@ macro_rules! kinds_prelude {
     () => {
         concat!(
             r"
+-- Every kinds script's ARGV[2] is its leaseMs: as given, for commands (a
+-- number passed to redis.call is formatted with %.17g, about 2000
+-- instructions each), and as a number, for arithmetic.
+local lease_text, lease_ms = ARGV[2], tonumber(ARGV[2])
 -- The server's clock, read by read_clock() when a script first needs it (a
 -- release does not): a redis.call costs about 1.5 us beyond its command.
-local now, now_ms, clock
+-- `clock` is its microseconds as a decimal string (the fence base), and
+-- `clock_n` the same as a number.
+local now, now_ms, clock, clock_n
 local function read_clock()
   if not now then
     now = redis.call('TIME')
-    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local seconds, micros = tonumber(now[1]), tonumber(now[2])
+    now_ms = seconds * 1000 + math.floor(micros / 1000)
     clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+    clock_n = seconds * 1000000 + micros
   end
 end
 -- The Redis names at `offset` (0 lock, 1 fence, 2 waiting, 3 kind, 4
@@ -192,16 +201,21 @@ local full = {}
 -- grant later in the same call (a hand-off) reads them here instead of
 -- asking Redis (ZCARD, HMGET) again; pruning forgets them.
 local known = {}
--- Makes `key` live at least `ms` more; true when it had to.
-local function extend(key, ms)
+-- Makes `key` live at least `ms` more (`text`: the same, as a decimal
+-- string); true when it had to.
+local function extend(key, ms, text)
   if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
+    redis.call('PEXPIRE', key, text)
     return true
   end
   return false
 end
+-- `limit_text` and `weight_text` are the request's limit and weight as
+-- given: a stored limit is compared with it as a string (every writer
+-- stores the canonical decimal), and commands take it without formatting.
 local function request(token, mode, limit, weight, ticket)
-  local r = {token = token, shared = mode == 's', limit = tonumber(limit), weight = tonumber(weight), ticket = ticket}
+  local r = {token = token, shared = mode == 's', limit = tonumber(limit), weight = tonumber(weight), ticket = ticket,
+    limit_text = limit, weight_text = weight}
   r.plain = not r.shared and r.limit == 1
   r.member = token .. ':' .. (r.shared and 's' or weight)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
@@ -238,7 +252,7 @@ local function raise_fences(fence_keys)
   end
   local stored, writes = redis.call('MGET', unpack(fence_keys)), {}
   for n, fence_key in ipairs(fence_keys) do
-    local fence, value = tonumber(clock), clock
+    local fence, value = clock_n, clock
     if stored[n] then
       local counter = tonumber(stored[n])
       if not counter then
@@ -261,12 +275,12 @@ end
 -- as the plain script takes one, or, at the first that is held, gives back
 -- the ones it took and answers false (the full check then decides). For
 -- such keys this is exactly that check's answer, in about half the calls.
-local function take_free(first, last, token, lease_ms)
+local function take_free(first, last, token)
   if redis.call('EXISTS', unpack(names(first, last, 3))) > 0 then
     return false
   end
   for i = first, last, 5 do
-    if not redis.call('SET', KEYS[i], token, 'NX', 'PX', lease_ms) then
+    if not redis.call('SET', KEYS[i], token, 'NX', 'PX', lease_text) then
       if i > first then
         redis.call('DEL', unpack(names(first, i - 5, 0)))
       end
@@ -282,18 +296,18 @@ end
     };
 }
 
-/// The function `grant(first, last, r, lease_ms, waiting_ms)` of the kinds
+/// The function `grant(first, last, r, waiting_ms)` of the kinds
 /// scripts: grants request `r` every key of KEYS[first..last], all or
 /// nothing (see [`KINDS_ACQUIRE`]), and answers as that script does.
 macro_rules! kinds_grant {
     () => {
         concat!(
             r"
-local function grant(first, last, r, lease_ms, waiting_ms)
+local function grant(first, last, r, waiting_ms)
   local token, shared, plain, limit, weight, member, mine = r.token, r.shared, r.plain, r.limit, r.weight, r.member, r.mine
   local ticket = r.ticket
   read_clock()
-  local taken = plain and take_free(first, last, token, lease_ms)
+  local taken = plain and take_free(first, last, token)
   local kinds = {}
   if not taken then
     local blocked, hint = {}, nil
@@ -322,7 +336,7 @@ local function grant(first, last, r, lease_ms, waiting_ms)
           stored = stored[1]
         end
         if holders == true or holders > 0 then
-          if stored and tonumber(stored) ~= limit then
+          if stored and stored ~= r.limit_text then
             return {-1, at}
           end
           if plain or (not shared and units + weight > limit) then
@@ -360,7 +374,7 @@ local function grant(first, last, r, lease_ms, waiting_ms)
           if redis.call('EXISTS', queue) == 0 then
             redis.call('DEL', kind)
             stored = nil
-          elseif tonumber(stored) ~= limit then
+          elseif stored ~= r.limit_text then
             return {-1, at}
           else
             redis.call('HDEL', kind, 'units')
@@ -391,19 +405,20 @@ local function grant(first, last, r, lease_ms, waiting_ms)
     end
     if #blocked > 0 then
       if waiting_ms > 0 then
+        local waiting_text, mark_expiry = string.format('%.0f', waiting_ms), string.format('%.0f', now_ms + waiting_ms)
         for _, i in ipairs(blocked) do
           if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
-            redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_ms)
+            redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_text)
           end
           if not shared then
             if ticket == '0' then
               ticket = clock
             end
-            redis.call('ZADD', KEYS[i + 4], now_ms + waiting_ms, ticket .. ':' .. token)
-            extend(KEYS[i + 4], waiting_ms)
+            redis.call('ZADD', KEYS[i + 4], mark_expiry, ticket .. ':' .. token)
+            extend(KEYS[i + 4], waiting_ms, waiting_text)
             if not plain then
-              redis.call('HSETNX', KEYS[i + 3], 'limit', limit)
-              extend(KEYS[i + 3], waiting_ms)
+              redis.call('HSETNX', KEYS[i + 3], 'limit', r.limit_text)
+              extend(KEYS[i + 3], waiting_ms, waiting_text)
             end
           end
         end
@@ -419,30 +434,38 @@ local function grant(first, last, r, lease_ms, waiting_ms)
     end
     return fences
   end
+  -- Holders' expiry, formatted once for every key's ZADD.
+  local expiry = not plain and string.format('%.0f', now_ms + lease_ms)
   for i = first, last, 5 do
     local lock, kind = KEYS[i], KEYS[i + 3]
     if plain then
       if not taken then
-        redis.call('SET', lock, token, 'PX', lease_ms)
+        redis.call('SET', lock, token, 'PX', lease_text)
       end
       full[lock] = true
     else
-      local units = kinds[i].units
-      if redis.call('ZADD', lock, now_ms + lease_ms, member) == 1 and not shared then
-        units = units + weight
-      end
+      local units, stored = kinds[i].units, kinds[i].stored
+      local added = redis.call('ZADD', lock, expiry, member) == 1
       if not shared then
-        redis.call('HSET', kind, 'limit', limit, 'units', units)
-        known[lock] = units > 0 and {limit = tostring(limit), units = units} or nil
-      elseif not kinds[i].stored then
-        redis.call('HSET', kind, 'limit', limit)
+        -- The hash holds `units` now (the checks above read, pruned or
+        -- reset it): a new holder adds its weight, and a hash without a
+        -- limit gets both fields.
+        if not stored then
+          units = added and units + weight or units
+          redis.call('HSET', kind, 'limit', r.limit_text, 'units', string.format('%.0f', units))
+        elseif added then
+          units = redis.call('HINCRBY', kind, 'units', r.weight_text)
+        end
+        known[lock] = units > 0 and {limit = r.limit_text, units = units} or nil
+      elseif not stored then
+        redis.call('HSET', kind, 'limit', r.limit_text)
       end
       full[lock] = not shared and units >= limit
       -- The kind hash outlives its set of holders: every script that
       -- extends the set extends the hash as far. So a set that needs no
       -- extending has a hash that needs none, unless the hash is new.
-      if extend(lock, lease_ms) or not kinds[i].stored then
-        extend(kind, lease_ms)
+      if extend(lock, lease_ms, lease_text) or not stored then
+        extend(kind, lease_ms, lease_text)
       end
     end
     if mine then
@@ -491,8 +514,8 @@ local function give_back(first, last, r)
       -- takes its units along): then the set is not empty.
       local left = 0
       if not r.shared then
-        left = redis.call('HINCRBY', kind, 'units', -r.weight)
-        known[lock] = left > 0 and {limit = tostring(r.limit), units = left} or nil
+        left = redis.call('HINCRBY', kind, 'units', '-' .. r.weight_text)
+        known[lock] = left > 0 and {limit = r.limit_text, units = left} or nil
       end
       if left <= 0 and redis.call('EXISTS', lock) == 0 then
         if redis.call('EXISTS', queue) == 0 then
@@ -564,7 +587,7 @@ end
 const KINDS_ACQUIRE: &str = concat!(
     kinds_prelude!(),
     r"
-return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[3]))
 "
 );
 
@@ -575,22 +598,22 @@ return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), ton
 const KINDS_RENEW: &str = concat!(
     kinds_prelude!(),
     r"
-local r, lease_ms = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[2])
+local r = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 read_clock()
 local renewed = 0
 for i = 1, #KEYS, 5 do
   local lock, kind = KEYS[i], KEYS[i + 3]
   if r.plain then
     if redis.pcall('GET', lock) == r.token then
-      redis.call('PEXPIRE', lock, lease_ms)
+      redis.call('PEXPIRE', lock, lease_text)
       renewed = renewed + 1
     end
   else
     local score = redis.pcall('ZSCORE', lock, r.member)
     if type(score) == 'string' and tonumber(score) > now_ms then
-      redis.call('ZADD', lock, 'XX', now_ms + lease_ms, r.member)
-      extend(lock, lease_ms)
-      extend(kind, lease_ms)
+      redis.call('ZADD', lock, 'XX', string.format('%.0f', now_ms + lease_ms), r.member)
+      extend(lock, lease_ms, lease_text)
+      extend(kind, lease_ms, lease_text)
       renewed = renewed + 1
     end
   end
@@ -638,7 +661,7 @@ return released
 const KINDS_HANDOFF: &str = concat!(
     kinds_prelude!(),
     r"
-local channel, lease_ms, waiting_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local channel, waiting_ms = ARGV[1], tonumber(ARGV[3])
 local last = tonumber(ARGV[4]) * 5
 local released, freed, gave = 0, {}, request(ARGV[5], ARGV[6], ARGV[7], ARGV[8], '0')
 if last > 0 then
@@ -647,7 +670,7 @@ end
 local answers, first = {}, last + 1
 for a = 9, #ARGV, 6 do
   local upto = first + tonumber(ARGV[a + 5]) * 5 - 1
-  local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]), lease_ms, waiting_ms)
+  local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]), waiting_ms)
   if answer.err then
     return answer
   end
