@@ -108,22 +108,9 @@ export const localSubjects = {
     };
   },
 
-  // The floor of a keyed FIFO lock (issue 22): a dozen lines of plain JS, a
-  // queue of resolvers per held key, with no fences, limits or checks, and a
-  // release that returns nothing (ours returns a promise the loop awaits).
+  // The floor of a keyed FIFO lock (issue 22): see mapLock below.
   async 'plain-JS Map lock'() {
-    const queues = new Map();
-    const release = (key) => {
-      const queue = queues.get(key);
-      if (queue.length > 0) queue.shift()();
-      else queues.delete(key);
-    };
-    const acquire = async (key) => {
-      const queue = queues.get(key);
-      if (queue === undefined) queues.set(key, []);
-      else await new Promise((resolve) => queue.push(resolve));
-      return () => release(key);
-    };
+    const acquire = mapLock(noop);
     return {
       version: 'plain JS',
       defaults: { form: 'Map<key, queue of resolvers>, entry deleted when released' },
@@ -147,23 +134,10 @@ export const localSubjects = {
   // cheapest function, which does nothing), as a lock whose state lives in
   // Rust must make: how much of the gap to the floor that crossing alone is.
   async 'plain-JS Map lock + 1 native call'() {
-    const cross = await oneNativeCall();
-    const queues = new Map();
-    const release = (key) => {
-      const queue = queues.get(key);
-      if (queue.length > 0) queue.shift()();
-      else queues.delete(key);
-    };
-    const acquire = async (key) => {
-      cross();
-      const queue = queues.get(key);
-      if (queue === undefined) queues.set(key, []);
-      else await new Promise((resolve) => queue.push(resolve));
-      return () => release(key);
-    };
+    const acquire = mapLock(await oneNativeCall());
     return {
       version: 'plain JS',
-      defaults: { form: 'the Map lock, calling the addon\'s takeError() (no error pending) once per acquire' },
+      defaults: { form: "the Map lock, calling the addon's takeError() (no error pending) once per acquire" },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) (await acquire(keyAt()))();
       },
@@ -185,3 +159,26 @@ export const localSubjects = {
     };
   },
 };
+
+/**
+ * The floor of a keyed FIFO lock: a dozen lines of plain JS, a queue of
+ * resolvers per held key, with no fences, limits or checks, and a release
+ * that returns nothing (ours returns a promise the loop awaits). Returns its
+ * acquire, which calls `atAcquire` first (`noop`, inlined away by the JIT,
+ * for the floor itself).
+ */
+function mapLock(atAcquire) {
+  const queues = new Map();
+  const release = (key) => {
+    const queue = queues.get(key);
+    if (queue.length > 0) queue.shift()();
+    else queues.delete(key);
+  };
+  return async (key) => {
+    atAcquire();
+    const queue = queues.get(key);
+    if (queue === undefined) queues.set(key, []);
+    else await new Promise((resolve) => queue.push(resolve));
+    return () => release(key);
+  };
+}
