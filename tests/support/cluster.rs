@@ -31,6 +31,10 @@ use std::time::{Duration, Instant};
 /// `cluster-node-timeout` of every node.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
 
+/// How long Redis lets a manual failover (`CLUSTER FAILOVER`) run before it
+/// gives up on it (`CLUSTER_MF_TIMEOUT`, 5 s), with a little slack.
+pub const MANUAL_FAILOVER_TIMEOUT: Duration = Duration::from_millis(5_500);
+
 pub struct Cluster {
     dir: PathBuf,
     nodes: Vec<Node>,
@@ -297,12 +301,22 @@ impl Cluster {
 
     /// `CLUSTER FAILOVER` on the replica on `replica` (a planned failover:
     /// the replica catches up with its primary, then takes over), and waits
-    /// until it serves as primary and the cluster is ok.
+    /// until it serves as primary and the cluster is ok. Redis gives up a
+    /// manual failover that has not completed within
+    /// [`MANUAL_FAILOVER_TIMEOUT`] (a vote or the primary's pause that came
+    /// late on a loaded machine), without a word: then it is asked again.
     pub fn failover(&self, replica: u16, timeout: Duration) {
-        let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut self.client(replica)).expect("CLUSTER FAILOVER");
         let deadline = Instant::now() + timeout;
+        let _: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut self.client(replica)).expect("CLUSTER FAILOVER");
+        let mut asked = Instant::now();
         while !self.view(replica).is_some_and(|v| v.primary && !v.slots.is_empty()) {
             assert!(Instant::now() < deadline, "the replica on {replica} did not take over within {timeout:?}");
+            if asked.elapsed() > MANUAL_FAILOVER_TIMEOUT {
+                // An error here is a replica that took over meanwhile ("send
+                // CLUSTER FAILOVER to a replica"): the loop sees it.
+                let _ = redis::cmd("CLUSTER").arg("FAILOVER").query::<String>(&mut self.client(replica));
+                asked = Instant::now();
+            }
             sleep(Duration::from_millis(20));
         }
         self.wait_ok(deadline.saturating_duration_since(Instant::now()));

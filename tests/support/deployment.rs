@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dokebi_lock::Provider;
 
-use super::cluster::{Cluster, NODE_TIMEOUT_MS};
+use super::cluster::{Cluster, MANUAL_FAILOVER_TIMEOUT, NODE_TIMEOUT_MS};
 use super::open_redis_at;
 use super::redis_server::RedisServer;
 use super::sentinel::{Sentinels, DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
@@ -241,8 +241,9 @@ impl Deployment {
                 let old = cluster.primary_of(redis_key);
                 let replica = cluster.replica_of(old).expect("the slot has a replica");
                 // Waits until the cluster is ok: every replica in sync, the
-                // old primary among them.
-                cluster.failover(replica, CLUSTER_FAILOVER_BOUND);
+                // old primary among them. Room for one manual failover that
+                // Redis gave up on, and the one asked for after it.
+                cluster.failover(replica, CLUSTER_FAILOVER_BOUND + MANUAL_FAILOVER_TIMEOUT);
                 (old, replica)
             }
         }
