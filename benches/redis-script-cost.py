@@ -2,9 +2,9 @@
 """What the Redis server spends on our Lua scripts, in instructions.
 
 Counts redis-server's instructions per lock pair under valgrind's callgrind:
-each case runs twice (PAIRS and 3 x PAIRS pairs, pipelined 64 at a time), and
-the difference divided by 2 x PAIRS is the cost of one pair, whatever the
-start-up costs. Instruction counts do not move with the load of the machine,
+each case runs twice (PAIRS and 3 x PAIRS pairs, pipelined), and the
+difference divided by the pairs between the two runs is the cost of one
+pair, whatever the start-up costs. Instruction counts do not move with the load of the machine,
 so two builds of the scripts compare exactly where timings on this VM move by
 a third. The scripts are read from src/redis/scripts.rs (the Rust source that
 the driver sends), so the figures are of this checkout.
@@ -21,7 +21,7 @@ Cases:
                  (redlock 5's text), for comparison
 
 Needs redis-server and valgrind (scripts/setup installs both). Python 3 only,
-no packages: it speaks RESP itself. A case takes about a minute.
+no packages: it speaks RESP itself. A case takes a few seconds.
 """
 
 import hashlib
@@ -147,48 +147,46 @@ def token():
 # the next batch of commands and how many pairs it makes.
 
 
-def plain(redis, sha):
+def pairs(pair_of):
+    """A batch of DEPTH independent pairs: pair_of(j) gives pair j's two commands."""
+
     def batch():
-        out = []
-        for j in range(DEPTH):
-            k, t = names(f"k{j}"), token()
-            out.append(["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0])
-            out.append(["EVALSHA", sha["RELEASE"], 2, k[0], k[2], t, "bench:wake"])
-        return out, DEPTH
+        return [command for j in range(DEPTH) for command in pair_of(j)], DEPTH
 
     return batch
+
+
+def plain(redis, sha):
+    def pair(j):
+        k, t = names(f"k{j}"), token()
+        return [["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0], ["EVALSHA", sha["RELEASE"], 2, k[0], k[2], t, "bench:wake"]]
+
+    return pairs(pair)
 
 
 def four_keys(redis, sha):
-    def batch():
-        out = []
-        for j in range(DEPTH):
-            keys = [n for k in range(4) for n in names(f"k{j}-{k}")]
-            args = [token(), 10000, 30000, "x", 1, 1, 0, "bench:wake"]
-            out.append(["EVALSHA", sha["KINDS_ACQUIRE"], len(keys), *keys, *args])
-            out.append(["EVALSHA", sha["KINDS_RELEASE"], len(keys), *keys, *args])
-        return out, DEPTH
+    def pair(j):
+        keys = [n for k in range(4) for n in names(f"k{j}-{k}")]
+        args = [token(), 10000, 30000, "x", 1, 1, 0, "bench:wake"]
+        return [["EVALSHA", sha[script], len(keys), *keys, *args] for script in ("KINDS_ACQUIRE", "KINDS_RELEASE")]
 
-    return batch
+    return pairs(pair)
 
 
 def redlock(redis, sha):
-    def batch():
-        out = []
-        for j in range(DEPTH):
-            keys, t = [f"redlock:k{j}-{k}" for k in range(4)], token()
-            out.append(["EVALSHA", sha["REDLOCK_LOCK"], 4, *keys, t, 10000])
-            out.append(["EVALSHA", sha["REDLOCK_UNLOCK"], 4, *keys, t])
-        return out, DEPTH
+    def pair(j):
+        keys, t = [f"redlock:k{j}-{k}" for k in range(4)], token()
+        return [["EVALSHA", sha["REDLOCK_LOCK"], 4, *keys, t, 10000], ["EVALSHA", sha["REDLOCK_UNLOCK"], 4, *keys, t]]
 
-    return batch
+    return pairs(pair)
 
 
 def counted(redis, sha):
     key = names("counted")
     holders = [token() for _ in range(8)]
     for reply in redis.run([["EVALSHA", sha["KINDS_ACQUIRE"], 5, *key, t, 10000, 30000, "x", 8, 1, 0, "bench:wake"] for t in holders]):
-        assert reply[0] == 1, f"a first holder was not granted: {reply}"
+        if reply[0] != 1:
+            raise RuntimeError(f"a first holder was not granted: {reply}")
 
     def batch():
         # ARGV: channel, leaseMs, waitingMs, the released lease's keys, token,
@@ -235,7 +233,8 @@ def instructions(case, pairs, scripts, out_dir):
             commands, made = batch()
             for reply in redis.run(commands):
                 # A hand-off answers {released, wake, 1, fence}: granted.
-                assert case != "counted" or (reply[0] == 1 and reply[2] == 1), f"a hand-off was not granted: {reply}"
+                if case == "counted" and (reply[0] != 1 or reply[2] != 1):
+                    raise RuntimeError(f"a hand-off was not granted: {reply}")
             done += made
         redis.send([["SHUTDOWN", "NOSAVE"]])
     finally:

@@ -21,12 +21,15 @@ function entryOf(pkg) {
   return pick(exp && typeof exp === 'object' && '.' in exp ? exp['.'] : exp) ?? pkg.main ?? 'index.js';
 }
 
+/** The @dokebi/lock package measured: this checkout's npm/, or DOKEBI_LOCK_NPM. */
+const packageDir = () => process.env.DOKEBI_LOCK_NPM ?? join(root, 'npm');
+
 let loaded;
 /** The @dokebi/lock module of this checkout's npm/ (or of the package
  *  directory named by DOKEBI_LOCK_NPM, to measure another build), or NotBuilt. */
 export async function loadDokebi() {
   if (loaded) return loaded;
-  const dir = process.env.DOKEBI_LOCK_NPM ?? join(root, 'npm');
+  const dir = packageDir();
   if (!existsSync(join(dir, 'package.json'))) throw new NotBuilt('Node addon', 'no npm/package.json');
   const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
   let mod;
@@ -45,8 +48,7 @@ export async function loadDokebi() {
  *  least a lock whose state lives in Rust pays per pair (SPEC §4). */
 export async function oneNativeCall() {
   await loadDokebi();
-  const dir = process.env.DOKEBI_LOCK_NPM ?? join(root, 'npm');
-  const { native } = await import(pathToFileURL(join(dir, 'lib', 'native.js')).href);
+  const { native } = await import(pathToFileURL(join(packageDir(), 'lib', 'native.js')).href);
   return () => native.takeError();
 }
 
