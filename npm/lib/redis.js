@@ -20,13 +20,17 @@ function unwrap(result) {
 
 /** A lease held through Redis. */
 class RedisLease {
+  /** The addon's lease handle (an external). */
   #native;
+  /** The backend's calls (release), and the backend (renewals). */
+  #calls;
   #backend;
   #key;
   #fence;
 
-  constructor(handle, backend, key) {
+  constructor(handle, calls, backend, key) {
     this.#native = handle;
+    this.#calls = calls;
     this.#backend = backend;
     this.#key = key;
   }
@@ -37,29 +41,29 @@ class RedisLease {
 
   /** A conservative local estimate: false after expiry, release or an unknown outcome. */
   get valid() {
-    return this.#native.valid;
+    return native.leaseValid(this.#native);
   }
 
   /** The lease time left by that estimate; 0 when invalid. */
   get remainingMs() {
-    return this.#native.remainingMs;
+    return native.leaseRemainingMs(this.#native);
   }
 
   /** Decimal string (about 1.8e15: microseconds of the server clock); grows per key, never repeats. Compare with BigInt. */
   get fence() {
     // Read once, on first use: most sections never look at it.
-    this.#fence ??= this.#native.fence;
+    this.#fence ??= native.leaseFence(this.#native);
     return this.#fence;
   }
 
   /** Extends the TTL after comparing the owner token; false when no longer ours. */
   renew() {
-    return this.#native.renew().then(unwrap);
+    return native.leaseRenew(this.#native).then(unwrap);
   }
 
   /** True when released, false when already released; LEASE_LOST when another owner had it. */
   release() {
-    const releasing = this.#native.release().then(unwrap);
+    const releasing = this.#calls.release(this.#native).then(unwrap);
     return tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
   }
 
@@ -76,17 +80,20 @@ class RedisLease {
   static keepAlive(lease) {
     return typeof lease === 'object' && lease !== null && #native in lease ? lease.#backend.keepAlive(lease.#native) : undefined;
   }
+
+  /** The addon's handle of `lease`, a RedisLease. */
+  static handle(lease) {
+    return lease.#native;
+  }
 }
 
 /** A redis lease over several keys: a fence per key. */
 class RedisKeysLease extends RedisLease {
-  #native;
   #keys;
   #fences;
 
-  constructor(handle, backend, keys) {
-    super(handle, backend, keys[0]);
-    this.#native = handle;
+  constructor(handle, calls, backend, keys) {
+    super(handle, calls, backend, keys[0]);
     this.#keys = keys;
   }
 
@@ -97,7 +104,7 @@ class RedisKeysLease extends RedisLease {
 
   /** Each key's fence, as decimal strings; each grows per key, never repeats. */
   get fences() {
-    this.#fences ??= this.#native.fences();
+    this.#fences ??= native.leaseFences(RedisLease.handle(this));
     const fences = this.#fences;
     return new Map(this.#keys.map((key, index) => [key, fences[index]]));
   }
@@ -109,11 +116,23 @@ export const redisKeepAlive = RedisLease.keepAlive;
 /** The LockBackend of a redis backend. */
 class RedisBackend {
   #native;
+  /** The group's state: `closed` once its close() began. */
+  #group;
+  /** `{ acquire, release }`: the calls of every lease, made without napi-rs' class machinery (redis_calls.rs). */
+  #calls;
+  /** The backend's default wait (an option: it never changes). */
+  #waitTimeoutMs;
   /** acquire and withLock, traced (tracing.js). */
   #traced;
 
-  constructor(handle, name) {
+  // The group's state and the default wait are read here, not asked of the
+  // addon on every acquire: each such getter was a Node-API call through
+  // napi-rs' class machinery, about a tenth of a pair's instructions.
+  constructor(handle, name, group) {
     this.#native = handle;
+    this.#calls = handle.calls();
+    this.#group = group;
+    this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#traced = tracing.tracedCalls(
       { backend: name, driver: 'redis', seesReleases: true },
       (key, options) => this.#take(key, options),
@@ -128,9 +147,10 @@ class RedisBackend {
 
   /** acquire(), untraced. */
   async #take(key, options) {
-    // Closed first: after close() every call is CLOSED, whatever its arguments.
-    if (this.#native.closed) throw fromInfo(native.closedError());
-    let waitMs = this.#native.waitTimeoutMs;
+    // Closed first: after close() every call is CLOSED, whatever its arguments
+    // (the core refuses too; this only orders the checks).
+    if (this.#group.closed) throw fromInfo(native.closedError());
+    let waitMs = this.#waitTimeoutMs;
     let signal;
     let kind = 0;
     if (options !== undefined) {
@@ -147,8 +167,8 @@ class RedisBackend {
     // Several keys are copied, so later changes to the caller's array change nothing.
     if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
     if (signal === undefined) return this.#lease(unwrap(await this.#acquire(key, kind, options, waitMs)), key);
-    const abort = new native.NativeAbort();
-    const onAbort = () => abort.abort();
+    const abort = native.newAbort();
+    const onAbort = () => native.abort(abort);
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       const result = await this.#acquire(key, kind, options, waitMs, abort);
@@ -162,7 +182,7 @@ class RedisBackend {
 
   /** The native acquire: plain (`kind` 0), or of a checked kind. */
   #acquire(key, kind, options, waitMs, abort) {
-    if (kind === 0) return this.#native.acquire(key, waitMs, abort);
+    if (kind === 0) return abort === undefined ? this.#calls.acquire(key, waitMs) : this.#calls.acquire(key, waitMs, abort);
     const many = typeof key !== 'string';
     const { mode, limit = 1, weight = 1 } = options ?? {};
     return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, abort);
@@ -170,7 +190,7 @@ class RedisBackend {
 
   /** The lease of a grant: of one key (a string) or of several (a frozen array). */
   #lease(handle, key) {
-    return typeof key === 'string' ? new RedisLease(handle, this.#native, key) : new RedisKeysLease(handle, this.#native, key);
+    return typeof key === 'string' ? new RedisLease(handle, this.#calls, this.#native, key) : new RedisKeysLease(handle, this.#calls, this.#native, key);
   }
 
   /**
@@ -204,6 +224,8 @@ export class RedisGroup {
   #native;
   #logger;
   #closing;
+  /** What its backends read: `closed` is set when close() begins, as the core's backends start closing. */
+  #state = { closed: false };
 
   constructor(options, logger) {
     this.#logger = logger;
@@ -215,7 +237,7 @@ export class RedisGroup {
   driver(name) {
     const backend = this.#native.backend(name);
     if (backend === null) throw takeNativeError();
-    return { view: new RedisBackend(backend, name), close: () => this.close() };
+    return { view: new RedisBackend(backend, name, this.#state), close: () => this.close() };
   }
 
   /**
@@ -224,6 +246,7 @@ export class RedisGroup {
    * logger, so a process may exit right after.
    */
   close() {
+    this.#state.closed = true;
     this.#closing ??= this.#native.close().then((result) => this.#log(unwrap(result)));
     return this.#closing;
   }

@@ -130,6 +130,26 @@ test('close releases held leases, rejects waiters with CLOSED, and later calls a
   await b.close();
 });
 
+test('once close() begins, every redis backend of the provider is CLOSED, also those the core closes after another', async () => {
+  const namespace = `t${++namespaces}`;
+  const backend = { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace };
+  const provider = await openLock({
+    config: {
+      'dokebi-lock': { backends: { first: backend, second: backend } },
+      'dokebi-redis': { connections: { main: { url: redis.url } } },
+    },
+  });
+  const [first, second] = [provider.backend('first'), provider.backend('second')];
+  // A held lease makes the first backend's close take a round trip (its
+  // release) before the core starts closing the second.
+  await first.acquire('held');
+  const closing = provider.close();
+  await rejectsWith(second.acquire('k'), 'CLOSED');
+  await rejectsWith(first.acquire('k'), 'CLOSED');
+  await rejectsWith(second.withLock('k', () => {}), 'CLOSED');
+  await closing;
+});
+
 test('await using releases a redis lease at the end of the block', async () => {
   const [a, b] = await pair();
   {

@@ -29,7 +29,6 @@
 //! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
 //! depends on whether the first attempt ran (release).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -37,6 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use hashbrown::HashMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::Slot;
 use redis::io::tcp::socket2::TcpKeepalive;

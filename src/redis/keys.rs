@@ -39,14 +39,17 @@ const INFIXES: [&str; 5] = [":lock:{", ":lock-fence:{", ":lock-waiting:{", ":loc
 
 impl RedisKeys {
     pub fn new(namespace: &str, key: &str) -> RedisKeys {
-        let digest = Sha256::digest(key.as_bytes());
+        // The digest is spelled once and copied into each name: pushed a
+        // character at a time five times over, it cost more than the hash.
+        let mut digits = [0u8; 64];
+        let digest = hex_into(&mut digits, &Sha256::digest(key.as_bytes()));
         let fixed: usize = INFIXES.iter().map(|infix| infix.len()).sum();
-        let mut names = String::with_capacity(5 * (namespace.len() + digest.len() * 2 + 1) + fixed);
+        let mut names = String::with_capacity(5 * (namespace.len() + digest.len() + 1) + fixed);
         let mut ends = [0; 5];
         for (infix, end) in INFIXES.iter().zip(&mut ends) {
             names.push_str(namespace);
             names.push_str(infix);
-            push_hex(&mut names, &digest);
+            names.push_str(digest);
             names.push('}');
             *end = names.len();
         }
@@ -84,21 +87,18 @@ pub(crate) fn owner_token() -> Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|err| LockError::new(ErrorCode::ProviderFailed, format!("the operating system's random source failed: {err}")))?;
-    Ok(hex(&bytes))
+    let mut digits = [0u8; 32];
+    Ok(hex_into(&mut digits, &bytes).to_owned())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    out
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// `bytes` in lowercase hex, written into `out` (twice as long as `bytes`).
+fn hex_into<'a>(out: &'a mut [u8], bytes: &[u8]) -> &'a str {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
+    std::str::from_utf8(out).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]

@@ -23,12 +23,13 @@
 //! tried a key its own process keeps full would turn each hand-off into a
 //! release, a wake-up and a retry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use hashbrown::HashMap;
 use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
 
 use super::claim::Claim;

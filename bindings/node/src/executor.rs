@@ -320,6 +320,13 @@ pub fn run_from_loop(wake: impl FnOnce()) {
 /// A promise created by [`spawn`], returned to JS as is.
 pub struct Promise(sys::napi_value);
 
+impl Promise {
+    /// The promise, for a raw Node-API callback to return.
+    pub fn into_raw(self) -> sys::napi_value {
+        self.0
+    }
+}
+
 impl ToNapiValue for Promise {
     unsafe fn to_napi_value(_env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
         Ok(value.0)

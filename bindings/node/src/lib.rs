@@ -37,6 +37,7 @@ mod out;
 mod probe;
 mod raw;
 mod redis;
+mod redis_calls;
 mod status;
 mod telemetry;
 #[cfg(unix)]

@@ -21,7 +21,7 @@ use dokebi_lock::{
     key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, LockKind, LockMode, Options, Provider, RedisBackend,
     RedisLease,
 };
-use napi::bindgen_prelude::Utf16String;
+use napi::bindgen_prelude::{External, Unknown, Utf16String};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
 use napi_derive::napi;
@@ -147,7 +147,8 @@ impl RedisProvider {
     }
 }
 
-/// One redis backend.
+/// One redis backend: its settings and the calls made less often than
+/// once per lease (the calls of every lease are [`crate::redis_calls`]).
 #[napi]
 pub struct NativeRedisBackend {
     backend: Finalized<RedisBackend>,
@@ -161,47 +162,33 @@ impl NativeRedisBackend {
         self.backend.options().wait_timeout_ms
     }
 
+    /// `{ acquire(key, waitTimeoutMs, abort?), release(lease) }`: see
+    /// [`crate::redis_calls`].
+    #[napi(catch_unwind)]
+    pub fn calls(&self, env: &Env) -> napi::Result<Unknown<'_>> {
+        // SAFETY: `env` is this call's, on its JS thread.
+        let object = unsafe { crate::redis_calls::object(env.raw(), self.backend.clone()) }?;
+        // SAFETY: as above; `object` was just created in this env.
+        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), object) })
+    }
+
     /// What the backend is doing now, as counts.
     #[napi(catch_unwind)]
     pub fn status(&self) -> StatusInfo {
         Backend::Redis(self.backend.clone()).status().into()
     }
 
-    /// True once the provider closed: every later call is `CLOSED`.
-    #[napi(getter, catch_unwind)]
-    pub fn closed(&self) -> bool {
-        self.backend.is_closed()
-    }
-
     /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
     /// until the returned handle is stopped.
     #[napi(catch_unwind)]
-    pub fn keep_alive(&self, lease: &NativeRedisLease) -> NativeKeepAlive {
-        NativeKeepAlive::new(|lost| lease.lease.keep_alive(self.backend.auto_renew_every(), lost))
-    }
-
-    /// Acquires `key` (UTF-16, checked by the core's key rules), waiting up
-    /// to `waitTimeoutMs`, ended early by `abort`.
-    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>", catch_unwind)]
-    pub fn acquire(&self, env: &Env, key: Utf16String, wait_timeout_ms: u32, abort: Option<&NativeAbort>) -> napi::Result<Promise> {
-        promise(env, || {
-            let backend = self.backend.clone();
-            let key = key::from_utf16(&key, backend.options().max_key_bytes as usize);
-            let options = AcquireOptions {
-                wait_timeout: Some(Duration::from_millis(wait_timeout_ms.into())),
-                signal: abort.map(|a| a.controller.signal()),
-                ..AcquireOptions::default()
-            };
-            spawn(env, async move { backend.acquire(&key?, options).await }, |lease| NativeRedisLease {
-                lease: Finalized::new(Arc::new(lease)),
-            })
-        })
+    pub fn keep_alive(&self, lease: &LeaseHandle) -> NativeKeepAlive {
+        NativeKeepAlive::new(|lost| lease.0.keep_alive(self.backend.auto_renew_every(), lost))
     }
 
     /// As `acquire`, in a kind beyond a plain lease (checked by the JS layer
     /// and again by the core): shared, or `weight` units of a key counted
     /// to `limit`; of every key of `keys` as one lease when `many`.
-    #[napi(ts_return_type = "Promise<NativeRedisLease | ErrorInfo>", catch_unwind)]
+    #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_kind(
         &self,
@@ -212,7 +199,7 @@ impl NativeRedisBackend {
         limit: u32,
         weight: u32,
         wait_timeout_ms: u32,
-        abort: Option<&NativeAbort>,
+        abort: Option<&External<AbortController>>,
     ) -> napi::Result<Promise> {
         promise(env, || {
             let backend = self.backend.clone();
@@ -220,7 +207,7 @@ impl NativeRedisBackend {
             let keys: dokebi_lock::Result<Vec<String>> = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
             let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
             let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
-            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.controller.signal()));
+            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal()));
             let acquire = async move {
                 let keys = keys?;
                 let names: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -229,78 +216,72 @@ impl NativeRedisBackend {
                     _ => backend.acquire_many(&names, options).await,
                 }
             };
-            spawn(env, acquire, |lease| NativeRedisLease { lease: Finalized::new(Arc::new(lease)) })
+            spawn(env, acquire, lease_handle)
         })
     }
 }
 
-/// A held redis lease.
-#[napi]
-pub struct NativeRedisLease {
-    lease: Finalized<Arc<RedisLease>>,
-}
+/// A held redis lease, as JS holds it: an external whose finalizer drops
+/// the lease (which releases it, if nobody did).
+pub type LeaseHandle = External<Lease>;
 
-#[napi]
-impl NativeRedisLease {
-    /// The fencing token, as a decimal string.
-    #[napi(getter, catch_unwind)]
-    pub fn fence(&self) -> String {
-        self.lease.fence().to_string()
-    }
+/// What a [`LeaseHandle`] holds.
+pub struct Lease(Finalized<Arc<RedisLease>>);
 
-    /// The fence of each key, as decimal strings, in the order of the
-    /// acquire's keys.
-    #[napi(catch_unwind)]
-    pub fn fences(&self) -> Vec<String> {
-        self.lease.fences().into_iter().map(|(_, fence)| fence.to_string()).collect()
-    }
-
-    /// The conservative local validity estimate.
-    #[napi(getter, catch_unwind)]
-    pub fn valid(&self) -> bool {
-        self.lease.is_valid()
-    }
-
-    /// Time left by that estimate, in ms; 0 once invalid.
-    #[napi(getter, catch_unwind)]
-    pub fn remaining_ms(&self) -> f64 {
-        self.lease.remaining().as_secs_f64() * 1000.0
-    }
-
-    /// Extends the lease; resolves `false` when it is no longer ours.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
-    pub fn renew(&self, env: &Env) -> napi::Result<Promise> {
-        let lease = self.lease.clone();
-        promise(env, || spawn(env, async move { lease.renew().await }, |renewed| renewed))
-    }
-
-    /// Releases the lease; resolves `false` when already released,
-    /// `LEASE_LOST` when another owner had it.
-    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
-    pub fn release(&self, env: &Env) -> napi::Result<Promise> {
-        let lease = self.lease.clone();
-        promise(env, || spawn(env, async move { lease.release().await }, |released| released))
+impl Lease {
+    /// The lease, for an operation that outlives this call.
+    pub fn lease(&self) -> Arc<RedisLease> {
+        Arc::clone(&self.0)
     }
 }
 
-/// The core's abort controller, driven by a JS `AbortSignal`.
-#[napi]
-pub struct NativeAbort {
-    controller: AbortController,
+/// The handle of a lease just granted.
+pub fn lease_handle(lease: RedisLease) -> LeaseHandle {
+    External::new(Lease(Finalized::new(Arc::new(lease))))
 }
 
-#[napi]
-impl NativeAbort {
-    #[napi(constructor, catch_unwind)]
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
-        NativeAbort { controller: AbortController::new() }
-    }
+/// The fencing token of `lease`, as a decimal string.
+#[napi(catch_unwind)]
+pub fn lease_fence(lease: &LeaseHandle) -> String {
+    lease.0.fence().to_string()
+}
 
-    /// Ends the acquire that carries this controller with `ABORTED` (if it
-    /// is still waiting).
-    #[napi(catch_unwind)]
-    pub fn abort(&self) {
-        self.controller.abort();
-    }
+/// The fence of each key of `lease`, as decimal strings, in the order of
+/// the acquire's keys.
+#[napi(catch_unwind)]
+pub fn lease_fences(lease: &LeaseHandle) -> Vec<String> {
+    lease.0.fences().into_iter().map(|(_, fence)| fence.to_string()).collect()
+}
+
+/// The conservative local validity estimate of `lease`.
+#[napi(catch_unwind)]
+pub fn lease_valid(lease: &LeaseHandle) -> bool {
+    lease.0.is_valid()
+}
+
+/// Time left by that estimate, in ms; 0 once invalid.
+#[napi(catch_unwind)]
+pub fn lease_remaining_ms(lease: &LeaseHandle) -> f64 {
+    lease.0.remaining().as_secs_f64() * 1000.0
+}
+
+/// Extends `lease`; resolves `false` when it is no longer ours.
+#[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
+pub fn lease_renew(env: &Env, lease: &LeaseHandle) -> napi::Result<Promise> {
+    let lease = lease.lease();
+    promise(env, || spawn(env, async move { lease.renew().await }, |renewed| renewed))
+}
+
+/// A fresh abort handle: the core's abort controller for one acquire,
+/// driven by a JS `AbortSignal` (see `abort`).
+#[napi(catch_unwind)]
+pub fn new_abort() -> External<AbortController> {
+    External::new(AbortController::new())
+}
+
+/// Ends the acquire that carries `handle` with `ABORTED` (if it is still
+/// waiting).
+#[napi(catch_unwind)]
+pub fn abort(handle: &External<AbortController>) {
+    handle.abort();
 }
