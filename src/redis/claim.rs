@@ -74,6 +74,11 @@ impl Claim {
     /// A claim of `keys` (Redis names, the caller's order) of `kind`. On a
     /// `cluster`, keys are grouped by hash slot.
     pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool) -> Claim {
+        // Most claims: one key, one group (built without the grouping's
+        // growing vectors, on every acquire).
+        if keys.len() == 1 {
+            return Claim { keys, kind, token, groups: vec![vec![0]] };
+        }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
             let slot = if cluster { Slot::for_key(key.lock()) } else { Slot::new(0).expect("slot 0 exists") };

@@ -46,11 +46,13 @@ type WakeFn = ThreadsafeFunction<u32, (), u32, Status, false, true>;
 
 /// An operation in flight: polls to the JS value that settles its promise.
 trait Job {
-    fn poll(&mut self, cx: &mut Context<'_>, env: sys::napi_env) -> Poll<napi::Result<sys::napi_value>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>, env: sys::napi_env) -> Poll<napi::Result<sys::napi_value>>;
 }
 
+/// The future lives inline, in the one allocation of the pinned job: boxed
+/// apart, it cost every operation a second `malloc` and `free`.
 struct Operation<F, C> {
-    future: Pin<Box<F>>,
+    future: F,
     convert: Option<C>,
 }
 
@@ -60,14 +62,20 @@ where
     C: FnOnce(T) -> D,
     D: ToNapiValue,
 {
-    fn poll(&mut self, cx: &mut Context<'_>, env: sys::napi_env) -> Poll<napi::Result<sys::napi_value>> {
-        let outcome = match self.future.as_mut().poll(cx) {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>, env: sys::napi_env) -> Poll<napi::Result<sys::napi_value>> {
+        // SAFETY: `future` is pinned with the operation (structural pinning): it is never moved
+        // out of it nor given out unpinned, and `Operation` has no `Drop` of its own. `convert`
+        // is not pinned: it is only taken by value, never polled.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above.
+        let future = unsafe { Pin::new_unchecked(&mut this.future) };
+        let outcome = match future.poll(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(outcome) => outcome,
         };
         Poll::Ready(match outcome {
             Ok(value) => {
-                let convert = self.convert.take().expect("an operation completes once");
+                let convert = this.convert.take().expect("an operation completes once");
                 // SAFETY: `Executor::poll`, the only caller, passes its executor's env on that env's JS
                 // thread, with a handle scope open (a JS call or `run_from_loop`).
                 unsafe { D::to_napi_value(env, convert(value)) }
@@ -86,7 +94,7 @@ const FLUSH_EVERY: usize = 16;
 
 enum Work {
     /// An operation whose promise JS awaits.
-    Operation { job: Box<dyn Job>, deferred: sys::napi_deferred, keeps_alive: bool },
+    Operation { job: Pin<Box<dyn Job>>, deferred: sys::napi_deferred, keeps_alive: bool },
     /// A connection's reader: no promise, never keeps Node alive.
     // Only the host lane's connection readers, which Windows does not run.
     #[cfg_attr(windows, allow(dead_code))]
@@ -344,7 +352,7 @@ where
     D: ToNapiValue + 'static,
     T: 'static,
 {
-    start(env, Box::new(Operation { future: Box::pin(work), convert: Some(convert) }), true)
+    start(env, Box::pin(Operation { future: work, convert: Some(convert) }), true)
 }
 
 /// Like [`spawn`], but the pending promise never keeps Node alive.
@@ -357,10 +365,10 @@ where
     D: ToNapiValue + 'static,
     T: 'static,
 {
-    start(env, Box::new(Operation { future: Box::pin(work), convert: Some(convert) }), false)
+    start(env, Box::pin(Operation { future: work, convert: Some(convert) }), false)
 }
 
-fn start(env: &Env, job: Box<dyn Job>, keeps_alive: bool) -> napi::Result<Promise> {
+fn start(env: &Env, job: Pin<Box<dyn Job>>, keeps_alive: bool) -> napi::Result<Promise> {
     let executor = executor(env)?;
     let raw = env.raw();
     let mut deferred = ptr::null_mut();
@@ -470,7 +478,7 @@ impl Executor {
         let mut cx = Context::from_waker(&waker);
         let polled = guard::catch(|| match &mut work {
             Work::Plain(future) => future.as_mut().poll(&mut cx).map(|()| None),
-            Work::Operation { job, .. } => job.poll(&mut cx, env).map(Some),
+            Work::Operation { job, .. } => job.as_mut().poll(&mut cx, env).map(Some),
         });
         let settled = match polled {
             Ok(Poll::Pending) => {
