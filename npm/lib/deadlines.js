@@ -4,6 +4,12 @@
 // Waiters of one wait length join one FIFO list, so each list is ordered by
 // deadline; the timer is armed for the earliest head. The timer exists only
 // while some waiter waits, so an idle backend keeps nothing alive.
+//
+// The clock is `performance` as it was when the first of the waiters now
+// waiting started: the global is an accessor (Node's lazy attribute), and
+// reading it was about a third of a contended hand-off's time spent on the
+// clock. Taking it afresh whenever nobody waits keeps fake timers that
+// replace `performance` between waits (Jest's, Sinon's) working.
 
 export class Deadlines {
   /** Wait length (ms) -> { head, tail } of waiters linked by deadlinePrev/deadlineNext. */
@@ -11,6 +17,8 @@ export class Deadlines {
   #timer;
   #armedAt = Infinity;
   #onExpired;
+  /** The `performance` of the current waiters (see above); undefined while none waits. */
+  #clock;
 
   /** `onExpired(waiter)` runs when a waiter's deadline passes. */
   constructor(onExpired) {
@@ -19,7 +27,8 @@ export class Deadlines {
 
   /** Starts the wait of `waiter`, due `waitMs` from now. */
   add(waiter, waitMs) {
-    const deadline = performance.now() + waitMs;
+    if (this.#lists.size === 0) this.#clock = performance;
+    const deadline = this.#clock.now() + waitMs;
     waiter.deadline = deadline;
     waiter.deadlineMs = waitMs;
     let list = this.#lists.get(waitMs);
@@ -53,19 +62,20 @@ export class Deadlines {
   #arm(deadline) {
     clearTimeout(this.#timer);
     this.#armedAt = deadline;
-    this.#timer = setTimeout(() => this.#fire(), Math.max(1, Math.ceil(deadline - performance.now())));
+    this.#timer = setTimeout(() => this.#fire(), Math.max(1, Math.ceil(deadline - this.#clock.now())));
   }
 
   #disarm() {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#armedAt = Infinity;
+    this.#clock = undefined;
   }
 
   #fire() {
     this.#timer = undefined;
     this.#armedAt = Infinity;
-    const now = performance.now();
+    const now = this.#clock.now();
     const expired = [];
     let next = Infinity;
     for (const list of this.#lists.values()) {

@@ -38,6 +38,15 @@ const FAILED = -1;
 /** Out-array cells of a deferred release: [slot, fence]; fence 0 when none. */
 const DEFERRED_SLOT = 4;
 const DEFERRED_FENCE = 5;
+/**
+ * Out-array cells of the grants a call reports after its first: their
+ * count, then [leaseSlot, leaseFence, waiterSlot] each.
+ */
+const MORE_COUNT = 6;
+const MORE_AT = 7;
+/** acquireKind's flags in out[0]. */
+const MAY_WAIT = 1;
+const SEVERAL_KEYS = 2;
 /** A lease's slot once released: no engine slot is negative. */
 const RELEASED = -1;
 
@@ -119,10 +128,11 @@ class LocalCore {
    * change nothing).
    */
   acquireKind(key, options, waitMs, signal, leaseNow) {
-    const keys = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
-    // The kind goes in the out-array: [mayWait, shared, limit, weight].
+    const several = Array.isArray(key);
+    const keys = several ? Object.freeze(Array.from(key)) : key;
+    // The kind goes in the out-array: [flags, shared, limit, weight].
     const out = this.out;
-    out[0] = waitMs === 0 ? 0 : 1;
+    out[0] = (waitMs === 0 ? 0 : MAY_WAIT) | (several ? SEVERAL_KEYS : 0);
     out[1] = options?.mode === 'shared' ? 1 : 0;
     out[2] = options?.limit ?? 1;
     out[3] = options?.weight ?? 1;
@@ -167,15 +177,30 @@ class LocalCore {
 
   /**
    * Settles the waiters a release or cancel let in, as `out` reports them
-   * (a shared or counted release may let in several: the engine reports
-   * them one by one).
+   * (a shared or counted release may let in several: each call reports up
+   * to 16, and HANDED_ON_MORE asks nextGrant() for the rest).
    */
   grantAll(status) {
     const out = this.out;
     while (status === HANDED_ON || status === HANDED_ON_MORE) {
       const waiter = this.waiters[out[3]];
       this.waiters[out[3]] = undefined;
-      waiter.grant(out[1], out[2]);
+      const slot = out[1];
+      const fence = out[2];
+      // The grants after the first are read out before any is settled:
+      // settling may run a telemetry subscriber, whose calls into the
+      // engine reuse the out-array.
+      let more;
+      for (let at = MORE_AT + 3 * (out[MORE_COUNT] - 1); at >= MORE_AT; at -= 3) {
+        const next = this.waiters[out[at + 2]];
+        this.waiters[out[at + 2]] = undefined;
+        next.leaseSlot = out[at];
+        next.leaseFence = out[at + 1];
+        next.nextGranted = more;
+        more = next;
+      }
+      waiter.grant(slot, fence);
+      for (; more !== undefined; more = more.nextGranted) more.grant(more.leaseSlot, more.leaseFence);
       if (status === HANDED_ON) return;
       this.engine.nextGrant();
       status = out[0];
@@ -234,6 +259,10 @@ class Waiter {
     this.slot = slot;
     this.serial = serial;
     this.signal = signal;
+    /** While grantAll settles a call's grants after its first: this one's lease, and the next. */
+    this.leaseSlot = 0;
+    this.leaseFence = 0;
+    this.nextGranted = undefined;
     this.promise = new Promise((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;

@@ -38,6 +38,57 @@ test('a reader behind a queued writer waits for it (FIFO across modes), and a wr
   await provider.close();
 });
 
+test('a writer release lets in every reader queued behind it, more than one report of the engine holds, in order', async () => {
+  // The engine reports up to 16 grants per call; the rest follow in the next.
+  const { provider, backend } = await openLocal();
+  const writer = await backend.acquire('k');
+  const order = [];
+  const readers = Array.from({ length: 40 }, (_, n) => backend.acquire('k', { mode: 'shared' }).then((lease) => (order.push(n), lease)));
+  const last = backend.acquire('k');
+  await writer.release();
+  const leases = await Promise.all(readers);
+  assert.deepEqual(order, Array.from({ length: 40 }, (_, n) => n));
+  const fences = leases.map((lease) => BigInt(lease.fence));
+  assert.ok(fences.every((fence, n) => n === 0 || fence > fences[n - 1]), 'fences grow in queue order');
+  assert.deepEqual([backend.status().heldShared, backend.status().waiting], [40, 1]);
+  await Promise.all(leases.map((lease) => lease.release()));
+  await (await last).release();
+  await provider.close();
+});
+
+test('a slow-acquire subscriber that hands on another key while readers are let in leaves every grant to its own waiter', async () => {
+  // The subscriber runs while the first reader is settled; its release
+  // reports its own grants through the same out-array.
+  const { subscribe, unsubscribe } = await import('node:diagnostics_channel');
+  const { provider, backend } = await openLocal({ slowAcquireMs: 1 });
+  const writer = await backend.acquire('k');
+  const other = await backend.acquire('other');
+  const otherReaders = Array.from({ length: 3 }, () => backend.acquire('other', { mode: 'shared' }));
+  const readers = Array.from({ length: 3 }, () => backend.acquire('k', { mode: 'shared' }));
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  let handedOn = false;
+  const onSlow = () => {
+    if (handedOn) return;
+    handedOn = true;
+    other.release();
+  };
+  subscribe('dokebi-lock:slow-acquire', onSlow);
+  try {
+    await writer.release();
+    const leases = await Promise.all(readers);
+    const others = await Promise.all(otherReaders);
+    assert.deepEqual(
+      [...leases, ...others].map((lease) => [lease.key, lease.valid]),
+      [['k', true], ['k', true], ['k', true], ['other', true], ['other', true], ['other', true]],
+    );
+    assert.deepEqual([backend.status().held, backend.status().heldShared, backend.status().waiting], [6, 6, 0]);
+    await Promise.all([...leases, ...others].map((lease) => lease.release()));
+  } finally {
+    unsubscribe('dokebi-lock:slow-acquire', onSlow);
+    await provider.close();
+  }
+});
+
 test('a writer that times out lets the readers queued behind it in', async () => {
   const { provider, backend } = await openLocal();
   const reader = await backend.acquire('k', { mode: 'shared' });

@@ -351,6 +351,37 @@ test('waits of different lengths time out independently, and the rest keep their
   await provider.close();
 });
 
+test('waits read the clock of performance as it was when the first of the current waiters started', async () => {
+  // A fake clock that replaces performance between waits (as fake timers
+  // do) decides the next waits; one installed while some wait does not, so
+  // the deadlines of one queue never mix two clocks.
+  const { provider, backend } = await openLocal();
+  const real = Object.getOwnPropertyDescriptor(globalThis, 'performance');
+  const fake = (reads) => ({ now: () => (reads.push(1), real.get.call(globalThis).now()) });
+  const replace = (value) => Object.defineProperty(globalThis, 'performance', { value, configurable: true, writable: true });
+  try {
+    const holder = await backend.acquire('k');
+    const first = backend.acquire('k');
+    const during = [];
+    replace(fake(during));
+    const second = backend.acquire('k');
+    assert.equal(during.length, 0);
+    await holder.release();
+    await (await first).release();
+    await (await second).release();
+    const after = [];
+    replace(fake(after));
+    const again = await backend.acquire('k');
+    const waiting = backend.acquire('k');
+    assert.ok(after.length > 0);
+    await again.release();
+    await (await waiting).release();
+  } finally {
+    Object.defineProperty(globalThis, 'performance', real);
+    await provider.close();
+  }
+});
+
 test('the local driver is per provider: a worker thread opening the same options holds the same key at once', async () => {
   const { Worker } = await import('node:worker_threads');
   const config = { 'dokebi-lock': { backends: { b: {} } } };

@@ -10,8 +10,8 @@ import { native } from '../lib/native.js';
 
 const NATIVE = JSON.stringify(new URL('../lib/native.js', import.meta.url).href);
 const GRANTED = 0;
-/** The block's size: six f64 cells (bindings/node/src/out.rs, OUT_LEN). */
-const BLOCK_BYTES = 48;
+/** The block's size: 52 f64 cells (bindings/node/src/out.rs, OUT_LEN). */
+const BLOCK_BYTES = 416;
 
 function engine() {
   const options = native.loadConfig(JSON.stringify({ 'dokebi-lock': { backends: { b: {} } } }));

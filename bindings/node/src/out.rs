@@ -21,13 +21,21 @@ use napi::sys;
 
 use crate::raw::create;
 
-/// Elements of the array: a result code, up to three ids, and the lease of
-/// a release JS deferred to the next call (slot, fence; see `crate::local`).
-pub const OUT_LEN: usize = 6;
+/// Elements of the array: a result code, up to three ids, the lease of a
+/// release JS deferred to the next call (slot, fence), and the grants one
+/// call makes after its first (a count, then 15 of slot, fence, waiter; see
+/// `crate::local`).
+pub const OUT_LEN: usize = 7 + 3 * 15;
 
 /// One block of `OUT_LEN` `f64` cells.
-#[derive(Default)]
 pub struct OutMemory([AtomicU64; OUT_LEN]);
+
+impl Default for OutMemory {
+    /// Every cell 0.0 (all bits zero).
+    fn default() -> Self {
+        OutMemory(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 impl OutMemory {
     pub fn get(&self, index: usize) -> f64 {
