@@ -34,14 +34,14 @@
 //! queues: a deferred release never has a waiter to hand on to.)
 
 use std::cell::RefCell;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::CStr;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{ErrorCode, LockError, LockKind, LockMode};
+use dokebi_lock::{LockError, LockKind, LockMode};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
@@ -49,7 +49,7 @@ use crate::error::stash;
 use crate::guard;
 use crate::key::KeyReader;
 use crate::out::{OutMemory, OUT_LEN};
-use crate::raw::{check, create};
+use crate::raw::{call_info, check, object_of, or_throw, Method};
 use crate::status::CountsInfo;
 
 /// `acquire`: the lease is held; `out = [GRANTED, slot, fence]`.
@@ -268,7 +268,6 @@ impl LocalEngineObject {
 }
 
 type Shared = RefCell<LocalState>;
-type Method = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
 const METHODS: [(&CStr, Method); 10] = [
     (c"out", out),
@@ -286,25 +285,9 @@ const METHODS: [(&CStr, Method); 10] = [
 impl ToNapiValue for LocalEngineObject {
     unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> napi::Result<sys::napi_value> {
         let options = *value.state.engine.options();
-        let shared = Rc::new(RefCell::new(value.state));
+        let shared: Rc<Shared> = Rc::new(RefCell::new(value.state));
         // SAFETY: napi-rs calls `to_napi_value` with the current env on its JS thread.
-        let object = unsafe { create(|out| sys::napi_create_object(env, out)) }?;
-        for (name, method) in METHODS {
-            // Each function owns one reference to the state, dropped when the
-            // function is collected; the state lives as long as any of them.
-            let data = Rc::into_raw(shared.clone()) as *mut c_void;
-            // SAFETY: as above; `name` is a NUL-terminated static string of `count_bytes` bytes,
-            // `method` a callback of the right signature, `data` a leaked `Rc<Shared>`.
-            let function = unsafe {
-                create(|out| sys::napi_create_function(env, name.as_ptr(), name.count_bytes() as isize, Some(method), data, out))
-            }?;
-            // SAFETY: as above; `function` and `object` were just created in this env. The finalizer
-            // reclaims `data` once, when `function` is collected.
-            unsafe {
-                check(sys::napi_add_finalizer(env, function, data, Some(drop_state), ptr::null_mut(), ptr::null_mut()))?;
-                check(sys::napi_set_named_property(env, object, name.as_ptr(), function))?;
-            }
-        }
+        let object = unsafe { object_of(env, &shared, &METHODS) }?;
         let settings = [
             (c"waitTimeoutMs", Some(options.wait_timeout_ms)),
             (c"slowAcquireMs", options.thresholds.slow_acquire_ms),
@@ -320,19 +303,13 @@ impl ToNapiValue for LocalEngineObject {
     }
 }
 
-unsafe extern "C" fn drop_state(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: one of the references `to_napi_value` leaked, one per function.
-    let state = unsafe { Rc::from_raw(data as *const Shared) };
-    guard::or_log("dropping a local engine", || drop(state));
-}
-
 /// `out(): Float64Array`: the numbers' view, over a fresh block that holds
 /// the same numbers and that the engine uses from now on. The JS layer calls
 /// it at open, and again if its view was detached.
 unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; `out` is one of METHODS, created with
     // an `Rc<Shared>` as data in `to_napi_value`.
-    let (state, []) = unsafe { call_info::<0>(env, info) };
+    let (state, _, []) = unsafe { call_info::<Shared, 0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe {
         or_throw(env, || {
@@ -347,7 +324,7 @@ unsafe extern "C" fn out(env: sys::napi_env, info: sys::napi_callback_info) -> s
 unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, [key]) = unsafe { call_info::<1>(env, info) };
+    let (state, _, [key]) = unsafe { call_info::<Shared, 1>(env, info) };
     // SAFETY: `env` and `key` are this callback's.
     if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire(env, key, MAY_WAIT) }) {
         failed(state, error);
@@ -359,7 +336,7 @@ unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys
 unsafe extern "C" fn acquire_kind(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, [keys]) = unsafe { call_info::<1>(env, info) };
+    let (state, _, [keys]) = unsafe { call_info::<Shared, 1>(env, info) };
     // SAFETY: `env` and `keys` are this callback's.
     if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire_kind(env, keys) }) {
         failed(state, error);
@@ -371,7 +348,7 @@ unsafe extern "C" fn acquire_kind(env: sys::napi_env, info: sys::napi_callback_i
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, []) = unsafe { call_info::<0>(env, info) };
+    let (state, _, []) = unsafe { call_info::<Shared, 0>(env, info) };
     if let Err(error) = guard::catch(|| state.borrow_mut().release()) {
         failed(state, error);
     }
@@ -382,7 +359,7 @@ unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) 
 unsafe extern "C" fn next_grant(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, []) = unsafe { call_info::<0>(env, info) };
+    let (state, _, []) = unsafe { call_info::<Shared, 0>(env, info) };
     if let Err(error) = guard::catch(|| state.borrow_mut().next_grant()) {
         failed(state, error);
     }
@@ -396,7 +373,7 @@ unsafe extern "C" fn next_grant(env: sys::napi_env, info: sys::napi_callback_inf
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, args) = unsafe { call_info::<3>(env, info) };
+    let (state, _, args) = unsafe { call_info::<Shared, 3>(env, info) };
     // SAFETY: `env` and the arguments are this callback's.
     let waiter = WaiterId { slot: unsafe { uint(env, args[0]) }, serial: unsafe { double(env, args[1]) } as u64 };
     // SAFETY: `env` and the argument are this callback's.
@@ -415,7 +392,7 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
 unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, args) = unsafe { call_info::<2>(env, info) };
+    let (state, _, args) = unsafe { call_info::<Shared, 2>(env, info) };
     // SAFETY: `env` and the arguments are this callback's.
     let lease = unsafe { lease_id(env, &args) };
     // SAFETY: `env` is this callback's, on the JS thread.
@@ -426,7 +403,7 @@ unsafe extern "C" fn is_held(env: sys::napi_env, info: sys::napi_callback_info) 
 unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, _) = unsafe { call_info::<0>(env, info) };
+    let (state, _, _) = unsafe { call_info::<Shared, 0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || Vec::<u32>::to_napi_value(env, state.borrow_mut().engine().close())) }
 }
@@ -435,7 +412,7 @@ unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) ->
 unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, _) = unsafe { call_info::<0>(env, info) };
+    let (state, _, _) = unsafe { call_info::<Shared, 0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow_mut().engine().counts()))) }
 }
@@ -445,39 +422,6 @@ unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -
 /// unwinding; no JS runs inside a method, so nothing else holds one.)
 fn failed(state: &Shared, error: LockError) {
     state.borrow_mut().failed(error);
-}
-
-/// Runs the body of a method whose callers read no failure sentinel: a
-/// panic, or a Node-API failure, becomes a thrown JS error whose `code` is
-/// PROVIDER_FAILED.
-///
-/// # Safety
-/// `env` is the current callback's environment.
-unsafe fn or_throw(env: sys::napi_env, body: impl FnOnce() -> napi::Result<sys::napi_value>) -> sys::napi_value {
-    let message = match guard::catch(body) {
-        Ok(Ok(value)) => return value,
-        Ok(Err(error)) => error.reason,
-        Err(error) => error.message().to_owned(),
-    };
-    let code = CString::new(ErrorCode::ProviderFailed.as_str()).unwrap_or_default();
-    let message = CString::new(message).unwrap_or_default();
-    // SAFETY: `env` is the callback's; both strings outlive the call.
-    unsafe { sys::napi_throw_error(env, code.as_ptr(), message.as_ptr()) };
-    ptr::null_mut()
-}
-
-/// The state behind this callback and its first `N` arguments (missing
-/// ones read as `undefined`).
-unsafe fn call_info<'a, const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> (&'a Shared, [sys::napi_value; N]) {
-    let mut argc = N;
-    let mut args = [ptr::null_mut(); N];
-    let mut data = ptr::null_mut();
-    // SAFETY: the callers pass their own callback's `env` and `info`; `args` has room for `argc`
-    // (N) values and `data` is a valid out-pointer (missing arguments read as undefined).
-    unsafe { sys::napi_get_cb_info(env, info, &mut argc, args.as_mut_ptr(), ptr::null_mut(), &mut data) };
-    // SAFETY: every method was created with an `Rc<Shared>` as its data, kept
-    // alive until the function itself is finalized.
-    (unsafe { &*(data as *const Shared) }, args)
 }
 
 unsafe fn lease_id(env: sys::napi_env, args: &[sys::napi_value]) -> LeaseId {
