@@ -3,7 +3,7 @@
 // lock, a counted key against async-mutex's Semaphore, and four keys at once
 // against async-lock's array acquire.
 import { createRequire } from 'node:module';
-import { openBackend } from '../lib/dokebi.mjs';
+import { openBackend, oneNativeCall } from '../lib/dokebi.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
 
 const require = createRequire(import.meta.url);
@@ -18,12 +18,19 @@ const KEYS_PER_LEASE = 4;
 /**
  * The smallest correct keyed reader/writer lock in plain JS, FIFO across
  * modes as Web Locks: a Map of per-key states, dropped when unused.
- * `acquire(key, shared)` resolves to the release function.
+ * `acquire(key, shared)` resolves to the release function. It calls
+ * `atAcquire` first (`noop`, inlined away by the JIT, for the lock itself).
  */
 class PlainRwLock {
   #keys = new Map();
+  #atAcquire;
+
+  constructor(atAcquire = noop) {
+    this.#atAcquire = atAcquire;
+  }
 
   acquire(key, shared) {
+    this.#atAcquire();
     let state = this.#keys.get(key);
     if (!state) this.#keys.set(key, (state = { readers: 0, writer: false, queue: [] }));
     if (state.queue.length === 0 && !state.writer && (shared || state.readers === 0)) return Promise.resolve(this.#grant(key, state, shared));
@@ -82,14 +89,15 @@ const subjects = {
   },
 
   async 'plain-js-rwlock'() {
-    const lock = new PlainRwLock();
-    return {
-      version: '-',
-      defaults: { form: 'Map<key, { readers, writer, FIFO queue }>' },
-      shared: async (keyAt, shared, n) => {
-        for (let i = 0; i < n; i++) (await lock.acquire(keyAt(), shared))();
-      },
-    };
+    return rwLockSubject(new PlainRwLock(), 'Map<key, { readers, writer, FIFO queue }>');
+  },
+
+  // The same lock with one call across Node-API per acquire (the addon's
+  // cheapest function, which does nothing), as a lock whose state lives in
+  // Rust must make (SPEC §4): how much of the gap to it that crossing alone
+  // is, as 'plain-JS Map lock + 1 native call' is for the exclusive pair.
+  async 'plain-js-rwlock + 1 native call'() {
+    return rwLockSubject(new PlainRwLock(await oneNativeCall()), "plain-js-rwlock, calling the addon's takeError() (no error pending) once per acquire");
   },
 
   async 'async-mutex'() {
@@ -119,6 +127,17 @@ const subjects = {
     };
   },
 };
+
+/** A subject over a PlainRwLock. */
+function rwLockSubject(lock, form) {
+  return {
+    version: '-',
+    defaults: { form },
+    shared: async (keyAt, shared, n) => {
+      for (let i = 0; i < n; i++) (await lock.acquire(keyAt(), shared))();
+    },
+  };
+}
 
 /** A scenario of `kind` ('shared', 'counted' or 'keys') over the subjects that do it. */
 function scenario(id, title, kind, subjectNames, target, measure, unit) {
@@ -157,7 +176,7 @@ export const scenarios = [
     'node-local-shared-one-key',
     'Node local: uncontended shared acquire+release, one key',
     'shared',
-    SHARED_SUBJECTS,
+    [...SHARED_SUBJECTS, 'plain-js-rwlock + 1 native call'],
     SHARED_TARGET,
     (loop, ctx) => sequential({ loop: (keyAt, n) => loop(keyAt, true, n), keyAt: key('k'), seconds: ctx.seconds, batch: ctx.smoke ? 100 : 1000 }),
     'pairs/s',

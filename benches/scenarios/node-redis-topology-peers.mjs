@@ -7,11 +7,11 @@
 // in the same run. With --pin, the Node process runs on one core and the
 // servers on the other, where a thread hop in a driver shows.
 import { redisSubjects } from './redis-subjects.mjs';
-import { CLUSTER, SENTINEL, placement } from './topology.mjs';
+import { CLUSTER, SENTINEL, SENTINEL_PRIMARY, placement } from './topology.mjs';
 import { SUBJECTS, FLOOR, measureWithCounts, columns, tasksOnOwnKeys } from './node-redis.mjs';
 import { shareColumn } from './node-redis-topologies.mjs';
 
-/** The scenario of `topology` (CLUSTER or SENTINEL) under `id`. */
+/** The scenario of `topology` (CLUSTER, SENTINEL or SENTINEL_PRIMARY) under `id`. */
 function peers({ id, topology, service, title, target, note, extraColumns = [] }) {
   return {
     id,
@@ -54,4 +54,16 @@ export const sentinelPeers = peers({
   title: 'Node redis: 64 tasks on 64 keys on a Sentinel deployment (a primary, a replica, 3 sentinels), every library through the sentinels',
   target: 'the same ratios as on one server (node-redis-64-tasks-64-keys, same run)',
   note: 'Counted on the primary; its counts include the sentinels\' own few commands a second.',
+});
+
+// The servers of sentinelPeers by URL: with its replica and the sentinels
+// running, and no sentinel asked. Its ratios beside sentinelPeers' tell the
+// replica's cost from the Sentinel path's.
+export const sentinelPrimaryPeers = peers({
+  id: 'node-redis-sentinel-primary-peers-64-keys',
+  topology: SENTINEL_PRIMARY,
+  service: 'sentinel',
+  title: 'Node redis: 64 tasks on 64 keys on the Sentinel deployment\'s primary by URL (its replica and sentinels running), every library by URL',
+  target: 'none: it tells how much of the Sentinel scenario\'s gap to one server is the replica\'s',
+  note: 'The servers of the Sentinel scenario, reached as one server is. Counted on the primary; the CPU columns count every process of the deployment.',
 });

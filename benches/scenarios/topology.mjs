@@ -5,6 +5,8 @@
 export const ONE_SERVER = 'one server';
 export const CLUSTER = 'Redis Cluster';
 export const SENTINEL = 'Sentinel';
+/** The Sentinel deployment's primary (and so its replica) by URL, no sentinel asked. */
+export const SENTINEL_PRIMARY = 'Sentinel\'s primary by URL';
 
 /** For a topology: the connection to open a subject over (ours, and the
  *  peers' ioredis client, follow the same mapping), the primaries (whose
@@ -20,6 +22,12 @@ export function placement(topology, ctx) {
     // The replica is not monitored: it only runs what the primary sends it.
     // Its CPU (and the sentinels') is counted: it is the deployment's cost.
     return { connection: { sentinel: { nodes, primaryName } }, primaries: primaryUrl, nodes: primaryUrl, cpuNodes: serverUrls, describe: `sentinel, ${nodes.length} sentinels (a primary and its replica)` };
+  }
+  if (topology === SENTINEL_PRIMARY) {
+    // The same servers as SENTINEL, reached as one server is: what is left
+    // of SENTINEL's gap to one server here is the replica's, not the path.
+    const { primaryUrl, serverUrls } = ctx.sentinel;
+    return { connection: primaryUrl, primaries: primaryUrl, nodes: primaryUrl, cpuNodes: serverUrls, describe: 'url, the Sentinel deployment\'s primary (with its replica)' };
   }
   return { connection: ctx.redisUrl, primaries: ctx.redisUrl, nodes: ctx.redisUrl, describe: 'url, one server' };
 }
