@@ -161,6 +161,35 @@ test('several keys are one lease with keys and a fence per key, all or nothing',
   await provider.close();
 });
 
+test('a lease of up to 8 keys (passed to the engine as arguments) and of more (as an array) covers every key it names', async () => {
+  const { provider, backend } = await openLocal();
+  for (const count of [1, 2, 7, 8, 9, 20]) {
+    const keys = Array.from({ length: count }, (_, i) => `k${count}:${i}`);
+    const lease = await backend.acquire(keys);
+    assert.deepEqual(lease.keys, keys);
+    assert.ok(Object.isFrozen(lease.keys), 'lease.keys is frozen');
+    assert.equal(lease.keys, lease.keys, 'the same array each time');
+    for (const key of keys) await rejectsWith(backend.acquire(key, { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+    assert.equal(await lease.release(), true);
+    for (const key of keys) await (await backend.acquire(key, { waitTimeoutMs: 0 })).release();
+  }
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
+test('an invalid key anywhere in a set of up to 8 keys or of more is INVALID_KEY, and nothing is held', async () => {
+  const { provider, backend } = await openLocal();
+  for (const count of [3, 8, 12]) {
+    const keys = Array.from({ length: count }, (_, i) => `bad${count}:${i}`);
+    keys[count - 1] = 'lone \ud800 surrogate';
+    await rejectsWith(backend.acquire(keys), 'INVALID_KEY');
+    keys[count - 1] = 'x'.repeat(2000);
+    await rejectsWith(backend.acquire(keys), 'INVALID_KEY');
+  }
+  assert.equal(backend.status().held, 0);
+  await provider.close();
+});
+
 test('a wait for several keys that times out or aborts leaves none of them held', async () => {
   const { provider, backend } = await openLocal();
   const held = await backend.acquire('b');

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{LockError, LockKind, LockMode};
+use dokebi_lock::{ErrorCode, LockError, LockKind, LockMode};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
@@ -78,11 +78,16 @@ const MORE_COUNT: usize = 6;
 const MORE_AT: usize = 7;
 const MORE_MAX: usize = (OUT_LEN - MORE_AT) / 3;
 
-/// `acquireKind`: `out[0]` flags, set when the acquire may wait and when
-/// its argument is an array of keys (the JS layer knows; asking Node-API
-/// cost a call).
+/// `acquireKind`: `out[0]` flags, set when the acquire may wait, when it
+/// is of several keys (the JS layer knows; asking Node-API cost a call),
+/// and when those keys are its arguments rather than one array: one
+/// `napi_get_cb_info` reads up to [`ARGUMENT_KEYS`] of them, where an array
+/// costs a call per key.
 const MAY_WAIT: u32 = 1;
 const SEVERAL_KEYS: u32 = 2;
+const KEYS_AS_ARGUMENTS: u32 = 4;
+/// The most keys `acquireKind` takes as arguments (more come as an array).
+const ARGUMENT_KEYS: usize = 8;
 
 /// Where JS writes the lease of a deferred release: its slot, then its
 /// fence (0, which no lease has, when none is deferred).
@@ -140,12 +145,13 @@ impl LocalState {
         self.acquired(acquired);
     }
 
-    /// `acquireKind(keys)`: as `acquire`, of one key (a string) or several
-    /// (an array of strings), in the kind the JS layer checked (the engine
-    /// checks it again) and wrote to `out = [flags, shared, limit, weight]`
-    /// (numbers, where N-API arguments would cost a call each; flags are
-    /// MAY_WAIT and SEVERAL_KEYS).
-    unsafe fn acquire_kind(&mut self, env: sys::napi_env, keys: sys::napi_value) {
+    /// `acquireKind(keys)` / `acquireKind(...keys)`: as `acquire`, of one
+    /// key (a string) or several (an array of strings, or its `count`
+    /// arguments), in the kind the JS layer checked (the engine checks it
+    /// again) and wrote to `out = [flags, shared, limit, weight]` (numbers,
+    /// where N-API arguments would cost a call each; flags are MAY_WAIT,
+    /// SEVERAL_KEYS and KEYS_AS_ARGUMENTS).
+    unsafe fn acquire_kind(&mut self, env: sys::napi_env, args: &[sys::napi_value; ARGUMENT_KEYS], count: usize) {
         self.release_deferred();
         let out = &self.out;
         let flags = out.get(0) as u32;
@@ -157,17 +163,22 @@ impl LocalState {
             weight: out.get(3) as u32,
         };
         let acquired = if flags & SEVERAL_KEYS != 0 {
-            // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and argument,
-            // which the JS layer found to be an array (anything else reads as no keys: an
-            // INVALID_ARGUMENT).
-            match unsafe { self.read_keys(env, keys) } {
+            let read = if flags & KEYS_AS_ARGUMENTS != 0 {
+                // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and arguments.
+                unsafe { self.read_key_arguments(env, args, count) }
+            } else {
+                // SAFETY: as above; the JS layer found the argument to be an array (anything else
+                // reads as no keys: an INVALID_ARGUMENT).
+                unsafe { self.read_key_array(env, args[0]) }
+            };
+            match read {
                 Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot),
                 Err(error) => Err(error),
             }
         } else {
             // One key: read as `acquire` reads it, with no allocation.
-            // SAFETY: our caller passes its own `env` and argument.
-            match unsafe { self.keys.read(env, keys) } {
+            // SAFETY: our caller passes its own `env` and arguments.
+            match unsafe { self.keys.read(env, args[0]) } {
                 Ok(()) => self.engine.acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot),
                 Err(error) => Err(error),
             }
@@ -184,9 +195,9 @@ impl LocalState {
         }
     }
 
-    /// Reads an array of string keys into `key_set` (whose strings are
-    /// reused from call to call), under the core's key rules.
-    unsafe fn read_keys(&mut self, env: sys::napi_env, array: sys::napi_value) -> Result<(), LockError> {
+    /// Reads an array of string keys into `key_set`, under the core's key
+    /// rules.
+    unsafe fn read_key_array(&mut self, env: sys::napi_env, array: sys::napi_value) -> Result<(), LockError> {
         let mut count = 0;
         // SAFETY: our caller passes its callback's `env` and an array argument; `count` is a local.
         unsafe { sys::napi_get_array_length(env, array, &mut count) };
@@ -196,14 +207,43 @@ impl LocalState {
             // SAFETY: as above; `index` is below the array's length, `key` a local.
             unsafe { sys::napi_get_element(env, array, index, &mut key) };
             // SAFETY: `env` is the callback's and `key` a value of this callback's scope.
-            unsafe { self.keys.read(env, key) }?;
-            match self.key_set.get_mut(index as usize) {
-                Some(slot) => {
-                    slot.clear();
-                    slot.push_str(self.keys.key());
-                }
-                None => self.key_set.push(self.keys.key().to_owned()),
+            unsafe { self.store_key(env, index as usize, key) }?;
+        }
+        Ok(())
+    }
+
+    /// Reads the call's `count` arguments, each a string key, into
+    /// `key_set`.
+    unsafe fn read_key_arguments(
+        &mut self,
+        env: sys::napi_env,
+        args: &[sys::napi_value; ARGUMENT_KEYS],
+        count: usize,
+    ) -> Result<(), LockError> {
+        // The JS layer passes more keys as an array; taking fewer keys than
+        // asked would be a lease that does not cover them all.
+        let Some(args) = args.get(..count) else {
+            return Err(LockError::new(ErrorCode::InvalidArgument, format!("acquireKind takes at most {ARGUMENT_KEYS} keys as arguments")));
+        };
+        self.key_set.truncate(count);
+        for (index, key) in args.iter().enumerate() {
+            // SAFETY: our caller passes its callback's `env` and arguments.
+            unsafe { self.store_key(env, index, *key) }?;
+        }
+        Ok(())
+    }
+
+    /// Reads string key `value` into `key_set[index]` (whose strings are
+    /// reused from call to call), under the core's key rules.
+    unsafe fn store_key(&mut self, env: sys::napi_env, index: usize, value: sys::napi_value) -> Result<(), LockError> {
+        // SAFETY: our caller passes its callback's `env` and a value of this callback's scope.
+        unsafe { self.keys.read(env, value) }?;
+        match self.key_set.get_mut(index) {
+            Some(slot) => {
+                slot.clear();
+                slot.push_str(self.keys.key());
             }
+            None => self.key_set.push(self.keys.key().to_owned()),
         }
         Ok(())
     }
@@ -332,13 +372,13 @@ unsafe extern "C" fn acquire<const MAY_WAIT: bool>(env: sys::napi_env, info: sys
     ptr::null_mut()
 }
 
-/// `acquireKind(keys)`: see [`LocalState::acquire_kind`].
+/// `acquireKind(keys)` / `acquireKind(...keys)`: see [`LocalState::acquire_kind`].
 unsafe extern "C" fn acquire_kind(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
     // `Rc<Shared>` as data in `to_napi_value`.
-    let (state, _, [keys]) = unsafe { call_info::<Shared, 1>(env, info) };
-    // SAFETY: `env` and `keys` are this callback's.
-    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire_kind(env, keys) }) {
+    let (state, count, args) = unsafe { call_info::<Shared, ARGUMENT_KEYS>(env, info) };
+    // SAFETY: `env` and `args` are this callback's.
+    if let Err(error) = guard::catch(|| unsafe { state.borrow_mut().acquire_kind(env, &args, count) }) {
         failed(state, error);
     }
     ptr::null_mut()
