@@ -177,6 +177,7 @@ impl LocalBackend {
 
     /// [`LocalBackend::acquire_blocking`] of every key of `keys` (all or
     /// none) in `kind`.
+    #[inline]
     pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
         let mut acquiring = self.shared.reporter.acquiring(Shape::of(kind, keys.len()));
         let may_wait = match wait_timeout {
@@ -243,6 +244,7 @@ impl LocalBackend {
 
     /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`)
     /// when `may_wait`.
+    #[inline(always)]
     fn enqueue(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<std::result::Result<LeaseId, Queued>> {
         let mut slot = None;
         let make_slot = |_| {
@@ -278,12 +280,14 @@ impl LocalBackend {
         }
     }
 
+    #[inline(always)]
     fn lease(&self, id: LeaseId, keys: &[&str], hold: Hold) -> LocalLease {
         let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
         LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, hold, released: AtomicBool::new(false) }
     }
 
     /// Releases `id` and delivers what that let in (see [`super::delivery`]).
+    #[inline]
     fn release(&self, id: LeaseId) -> bool {
         delivery::release(&self.shared.engine, id)
     }
@@ -373,6 +377,7 @@ impl LocalLease {
 
     /// Releases the key (handing it to the next waiter). True when this call
     /// released it, false when it was already released or the backend closed.
+    #[inline]
     pub fn release(&self) -> bool {
         let released = self.backend.release(self.id);
         let reporter = &self.backend.shared.reporter;

@@ -396,6 +396,7 @@ impl<W> LocalEngine<W> {
     }
 
     /// True while grants wait in [`LocalEngine::pop_granted`].
+    #[inline]
     pub fn has_granted(&self) -> bool {
         !self.granted.is_empty()
     }
@@ -572,31 +573,40 @@ impl<W> LocalEngine<W> {
     }
 
     /// A new lease of one key, counted on it here.
-    #[inline]
+    #[inline(always)]
     fn hold_one(&mut self, kind: LockKind, key_slot: u32) -> LeaseId {
-        self.keys[key_slot as usize].hold(kind.mode, kind.weight);
+        let key = &mut self.keys[key_slot as usize];
+        key.hold(kind.mode, kind.weight);
+        if kind.mode == LockMode::Exclusive && key.limit == 1 && key_slot <= MAX_PLAIN_KEY_SLOT {
+            return self.hold_plain(key_slot);
+        }
         self.hold(kind.mode, kind.weight, Slots::One(key_slot))
     }
 
     /// A new lease of `keys` (already counted on each key): plain (the key's
     /// slot) when it is exclusive on one key of limit 1, else a holder.
-    #[inline]
     fn hold(&mut self, mode: LockMode, weight: u32, keys: Slots) -> LeaseId {
-        self.last_fence += 1;
-        let fence = self.last_fence;
         if let (Slots::One(key_slot), LockMode::Exclusive) = (&keys, mode) {
-            let key = &mut self.keys[*key_slot as usize];
-            if key.limit == 1 && *key_slot <= MAX_PLAIN_KEY_SLOT {
-                key.plain = fence;
-                self.held_plain += 1;
-                return LeaseId { slot: key_slot << 1, fence };
+            if self.keys[*key_slot as usize].limit == 1 && *key_slot <= MAX_PLAIN_KEY_SLOT {
+                return self.hold_plain(*key_slot);
             }
         }
+        self.last_fence += 1;
+        let fence = self.last_fence;
         if mode == LockMode::Shared {
             self.held_shared += 1;
         }
         let slot = self.holders.insert(Holder { fence, mode, weight, keys }) as u32;
         LeaseId { slot: (slot << 1) | 1, fence }
+    }
+
+    /// A plain lease of the key in `key_slot` (counted on it already).
+    #[inline(always)]
+    fn hold_plain(&mut self, key_slot: u32) -> LeaseId {
+        self.last_fence += 1;
+        self.keys[key_slot as usize].plain = self.last_fence;
+        self.held_plain += 1;
+        LeaseId { slot: key_slot << 1, fence: self.last_fence }
     }
 
     /// Queues a waiter at the tail of each key's queue, in one step.

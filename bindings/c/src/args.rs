@@ -58,7 +58,7 @@ pub(crate) fn give<T>(object: T) -> *mut T {
 ///
 /// # Safety
 /// `key` is NULL or points to `key_len` readable bytes.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn key<'a>(key: *const c_char, key_len: usize) -> Result<&'a str> {
     let bytes: &[u8] = match (key.is_null(), key_len) {
         (_, 0) => &[],

@@ -31,6 +31,7 @@ impl dokebi_lock_backend {
     /// on a condition variable (local), or driving the driver's async
     /// acquire, whose I/O runs on the driver's own thread (redis). Answers
     /// the lease as a new handle.
+    #[inline(always)]
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         let lease = match &self.backend {
             Backend::Local(local) => Lease::Local(local.acquire_blocking_kind(keys, kind, wait_timeout)?),
