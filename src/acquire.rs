@@ -69,8 +69,9 @@ impl LockKind {
     pub const EXCLUSIVE: LockKind = LockKind { mode: LockMode::Exclusive, limit: 1, weight: 1 };
 
     /// True for the plain exclusive kind every driver supports.
+    #[inline]
     pub fn is_plain(&self) -> bool {
-        *self == LockKind::EXCLUSIVE
+        self.mode == LockMode::Exclusive && self.limit == 1 && self.weight == 1
     }
 
     /// The kind in the options' words, for errors: `mode 'shared'`, or

@@ -458,3 +458,35 @@ fn invalid_keys_and_kinds_are_rejected_before_any_state_changes() {
     }
     assert_eq!(engine.counts().held, 0);
 }
+
+#[test]
+fn a_released_plain_lease_never_matches_a_later_lease_of_its_key_of_any_kind() {
+    let mut engine: LocalEngine<()> = LocalEngine::new(LocalOptions::default());
+    let plain = granted(engine.acquire("k", true, |_| ()));
+    assert!(engine.release(plain));
+    // The key's slot is reused by each of these; the old id stays released.
+    for kind in [LockKind::EXCLUSIVE, SHARED, counted(3, 2)] {
+        let later = granted(engine.acquire_one("k", kind, true, |_| ()));
+        assert_ne!(later, plain);
+        assert!(!engine.is_held(plain) && !engine.release(plain) && engine.key_of(plain).is_none(), "{kind:?}");
+        assert_eq!(engine.keys_of(plain).count(), 0);
+        assert_eq!((engine.key_of(later), engine.counts().held), (Some("k"), 1), "{kind:?}");
+        assert!(engine.release(later));
+    }
+    assert_eq!(engine.counts().held, 0);
+}
+
+#[test]
+fn a_plain_lease_handed_to_a_waiter_is_held_and_counted_like_any_other() {
+    let mut engine = LocalEngine::new(LocalOptions::default());
+    let first = granted(engine.acquire("k", true, |_| "first"));
+    let reader = granted(engine.acquire_one("r", SHARED, true, |_| "reader"));
+    queued(engine.acquire("k", true, |_| "second"));
+    assert_eq!(engine.next_waiter(first), Some(&"second"));
+    assert!(engine.release(first));
+    let (name, second) = engine.pop_granted().expect("the waiter is granted");
+    assert_eq!((name, engine.is_held(second), engine.key_of(second)), ("second", true, Some("k")));
+    assert_eq!((engine.counts().held, engine.counts().held_shared), (2, 1));
+    assert!(engine.release(second) && engine.release(reader));
+    assert_eq!(engine.counts().held, 0);
+}

@@ -142,9 +142,9 @@ impl LocalBackend {
             return Err(LockError::aborted());
         }
         let timeout = self.timeout(options.wait_timeout);
-        let (waiter, slot) = match self.enqueue(keys, kind, timeout)? {
+        let Queued { waiter, slot, .. } = match self.enqueue(keys, kind, !timeout.is_zero())? {
             Ok(id) => return Ok(id),
-            Err((waiter, slot, _)) => (waiter, slot),
+            Err(queued) => queued,
         };
         acquiring.queued();
         let mut pending = Pending { backend: self, waiter, slot, settled: false };
@@ -177,18 +177,26 @@ impl LocalBackend {
 
     /// [`LocalBackend::acquire_blocking`] of every key of `keys` (all or
     /// none) in `kind`.
+    #[inline]
     pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
         let mut acquiring = self.shared.reporter.acquiring(Shape::of(kind, keys.len()));
-        let granted = self.block_for(keys, kind, wait_timeout, &mut acquiring);
+        let may_wait = match wait_timeout {
+            Some(timeout) => !timeout.is_zero(),
+            None => self.shared.options.wait_timeout_ms != 0,
+        };
+        // Granted at once (the uncontended case) or queued: then it blocks.
+        let granted = match self.enqueue(keys, kind, may_wait) {
+            Ok(Ok(id)) => Ok(id),
+            Ok(Err(queued)) => self.block_for(queued, wait_timeout, &mut acquiring),
+            Err(err) => Err(err),
+        };
         self.settle(acquiring, granted, keys)
     }
 
-    fn block_for(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>, acquiring: &mut Acquiring) -> Result<LeaseId> {
+    #[inline(never)]
+    fn block_for(&self, queued: Queued, wait_timeout: Option<Duration>, acquiring: &mut Acquiring) -> Result<LeaseId> {
+        let Queued { waiter, slot, next } = queued;
         let timeout = self.timeout(wait_timeout);
-        let (waiter, slot, next) = match self.enqueue(keys, kind, timeout)? {
-            Ok(id) => return Ok(id),
-            Err(queued) => queued,
-        };
         let started = acquiring.queued();
         let mut deadline = started.checked_add(timeout);
         let mut spin = next.then_some(SPIN_QUEUED_FIRST);
@@ -234,15 +242,10 @@ impl LocalBackend {
         wait_timeout.unwrap_or_else(|| Duration::from_millis(self.options().wait_timeout_ms.into()))
     }
 
-    /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`),
-    /// telling whether the waiter is first in line.
-    #[allow(clippy::type_complexity)]
-    fn enqueue(
-        &self,
-        keys: &[&str],
-        kind: LockKind,
-        timeout: Duration,
-    ) -> Result<std::result::Result<LeaseId, (WaiterId, Arc<WaitSlot<LeaseId>>, bool)>> {
+    /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`)
+    /// when `may_wait`.
+    #[inline(always)]
+    fn enqueue(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<std::result::Result<LeaseId, Queued>> {
         let mut slot = None;
         let make_slot = |_| {
             let fresh = Arc::new(WaitSlot::new());
@@ -251,12 +254,14 @@ impl LocalBackend {
         };
         let mut engine = lock(&self.shared.engine);
         let acquired = match keys {
-            [key] => engine.acquire_one(key, kind, !timeout.is_zero(), make_slot),
-            _ => engine.acquire_many(keys, kind, !timeout.is_zero(), make_slot),
+            [key] => engine.acquire_one(key, kind, may_wait, make_slot),
+            _ => engine.acquire_many(keys, kind, may_wait, make_slot),
         }?;
         Ok(match acquired {
             Acquired::Granted(id) => Ok(id),
-            Acquired::Queued(waiter) => Err((waiter, slot.expect("queued waiters have a slot"), engine.is_next(waiter))),
+            Acquired::Queued(waiter) => {
+                Err(Queued { waiter, slot: slot.expect("queued waiters have a slot"), next: engine.is_next(waiter) })
+            }
         })
     }
 
@@ -275,12 +280,14 @@ impl LocalBackend {
         }
     }
 
+    #[inline(always)]
     fn lease(&self, id: LeaseId, keys: &[&str], hold: Hold) -> LocalLease {
         let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
         LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, hold, released: AtomicBool::new(false) }
     }
 
     /// Releases `id` and delivers what that let in (see [`super::delivery`]).
+    #[inline]
     fn release(&self, id: LeaseId) -> bool {
         delivery::release(&self.shared.engine, id)
     }
@@ -290,6 +297,14 @@ impl LocalBackend {
     fn cancel(&self, waiter: WaiterId, reason: CancelReason) -> bool {
         delivery::cancel(&self.shared.engine, waiter, reason)
     }
+}
+
+/// An acquire the engine queued: its id, its slot, and whether it is
+/// first in line.
+struct Queued {
+    waiter: WaiterId,
+    slot: Arc<WaitSlot<LeaseId>>,
+    next: bool,
 }
 
 /// A queued acquire; on drop before it settled it leaves the queue, and
@@ -362,6 +377,7 @@ impl LocalLease {
 
     /// Releases the key (handing it to the next waiter). True when this call
     /// released it, false when it was already released or the backend closed.
+    #[inline]
     pub fn release(&self) -> bool {
         let released = self.backend.release(self.id);
         let reporter = &self.backend.shared.reporter;

@@ -20,6 +20,7 @@ use super::wait_slot::WaitSlot;
 /// The engine of a thread-safe backend; waiters are woken through their slots.
 pub(crate) type Engine = Mutex<LocalEngine<Arc<WaitSlot<LeaseId>>>>;
 
+#[inline]
 pub(crate) fn lock(engine: &Engine) -> MutexGuard<'_, LocalEngine<Arc<WaitSlot<LeaseId>>>> {
     // A panic while holding the lock cannot leave the engine half-updated in a
     // way later calls could observe worse than the panic itself; keep serving.
@@ -27,6 +28,7 @@ pub(crate) fn lock(engine: &Engine) -> MutexGuard<'_, LocalEngine<Arc<WaitSlot<L
 }
 
 /// Releases `id` and delivers what that let in; false when `id` was not held.
+#[inline]
 pub(crate) fn release(engine: &Engine, id: LeaseId) -> bool {
     let mut guard = lock(engine);
     if !guard.release(id) {
@@ -49,7 +51,15 @@ pub(crate) fn cancel(engine: &Engine, waiter: WaiterId, reason: CancelReason) ->
 /// lock is dropped; a grant whose waiter gave up meanwhile is released
 /// again. After the last grant, tells the waiter now first in line for that
 /// lease's key that it is next.
-pub(crate) fn deliver<'a>(engine: &'a Engine, mut guard: MutexGuard<'a, LocalEngine<Arc<WaitSlot<LeaseId>>>>) {
+#[inline]
+pub(crate) fn deliver<'a>(engine: &'a Engine, guard: MutexGuard<'a, LocalEngine<Arc<WaitSlot<LeaseId>>>>) {
+    // Most releases let nobody in.
+    if guard.has_granted() {
+        deliver_grants(engine, guard);
+    }
+}
+
+fn deliver_grants<'a>(engine: &'a Engine, mut guard: MutexGuard<'a, LocalEngine<Arc<WaitSlot<LeaseId>>>>) {
     while let Some((waiter, lease)) = guard.pop_granted() {
         let last = !guard.has_granted();
         let next = if last { guard.next_waiter(lease).cloned() } else { None };

@@ -44,7 +44,9 @@ use crate::options::LocalOptions;
 /// is unique per engine, so a reused slot never matches an old id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseId {
-    /// The lease's slot in the engine.
+    /// The lease's slot in the engine (opaque: a plain lease is its key's
+    /// slot, any other its own, told apart by the lowest bit; it stays
+    /// small, a JS small integer in the Node surface).
     pub slot: u32,
     /// The lease's fencing token.
     pub fence: u64,
@@ -139,6 +141,11 @@ struct KeySlot {
     units: u32,
     /// Shared leases holding the key.
     readers: u32,
+    /// The fence of the plain lease holding the key (exclusive, of this key
+    /// alone, limit 1), 0 when none: such a lease is the key's slot, with no
+    /// holder of its own (the uncontended acquire and release of the C
+    /// surface and of Node take that path).
+    plain: u64,
     /// The key's queue of waiter entries, oldest first.
     head: Option<u32>,
     tail: Option<u32>,
@@ -171,7 +178,7 @@ impl KeySlot {
     }
 }
 
-/// A granted lease.
+/// A granted lease other than a plain one (see [`KeySlot::plain`]).
 struct Holder {
     fence: u64,
     mode: LockMode,
@@ -219,6 +226,8 @@ pub struct LocalEngine<W> {
     /// The slots of a key set being checked (reused buffer).
     found: Vec<Option<u32>>,
     held_shared: usize,
+    /// Plain leases held now (they have no holder).
+    held_plain: usize,
     last_fence: u64,
     last_serial: u64,
     timed_out: u64,
@@ -240,6 +249,7 @@ impl<W> LocalEngine<W> {
             to_pump: Vec::new(),
             found: Vec::new(),
             held_shared: 0,
+            held_plain: 0,
             last_fence: 0,
             last_serial: 0,
             timed_out: 0,
@@ -271,7 +281,9 @@ impl<W> LocalEngine<W> {
             return Err(LockError::closed());
         }
         key::validate(key, self.options.max_key_bytes as usize)?;
-        check_kind(kind)?;
+        if !kind.is_plain() {
+            check_kind(kind)?;
+        }
         let hash = self.hasher.hash_one(key);
         let keys = &self.keys;
         // One probe finds the key or the place to insert it.
@@ -281,20 +293,19 @@ impl<W> LocalEngine<W> {
                 if self.keys.len() >= self.options.max_keys as usize {
                     return Err(key_limit(&self.options));
                 }
-                let mut slot = KeySlot { key: KeyCopy::new(key), hash, limit: kind.limit, units: 0, readers: 0, head: None, tail: None };
-                slot.hold(kind.mode, kind.weight);
+                let slot =
+                    KeySlot { key: KeyCopy::new(key), hash, limit: kind.limit, units: 0, readers: 0, plain: 0, head: None, tail: None };
                 let key_slot = self.keys.insert(slot) as u32;
                 entry.insert(key_slot);
-                return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::One(key_slot))));
+                return Ok(Acquired::Granted(self.hold_one(kind, key_slot)));
             }
         };
-        let slot = &mut self.keys[key_slot as usize];
+        let slot = &self.keys[key_slot as usize];
         if slot.limit != kind.limit {
             return Err(other_limit(slot.limit, kind.limit));
         }
         if slot.head.is_none() && slot.admits(kind.mode, kind.weight) {
-            slot.hold(kind.mode, kind.weight);
-            return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::One(key_slot))));
+            return Ok(Acquired::Granted(self.hold_one(kind, key_slot)));
         }
         self.check_may_queue(may_wait)?;
         Ok(Acquired::Queued(self.enqueue(kind, &[key_slot], make_waiter)))
@@ -346,10 +357,26 @@ impl<W> LocalEngine<W> {
     /// released, or the engine closed). Waiters it let in are granted and
     /// wait in [`LocalEngine::pop_granted`].
     pub fn release(&mut self, lease: LeaseId) -> bool {
+        if let Some(key_slot) = plain_key(lease) {
+            let Some(key) = self.keys.get_mut(key_slot as usize).filter(|key| key.plain == lease.fence && lease.fence != 0) else {
+                return false;
+            };
+            key.plain = 0;
+            key.unhold(LockMode::Exclusive, 1);
+            self.held_plain -= 1;
+            // Nobody waits (the uncontended case): the key leaves at once.
+            if key.is_unused() {
+                self.remove_key(key_slot);
+            } else {
+                self.to_pump.push(key_slot);
+                self.pump();
+            }
+            return true;
+        }
         if !self.is_held(lease) {
             return false;
         }
-        let holder = self.holders.remove(lease.slot as usize);
+        let holder = self.holders.remove(holder_slot(lease));
         if holder.mode == LockMode::Shared {
             self.held_shared -= 1;
         }
@@ -369,6 +396,7 @@ impl<W> LocalEngine<W> {
     }
 
     /// True while grants wait in [`LocalEngine::pop_granted`].
+    #[inline]
     pub fn has_granted(&self) -> bool {
         !self.granted.is_empty()
     }
@@ -413,32 +441,46 @@ impl<W> LocalEngine<W> {
     /// holds: the one that gets it next. `None` when nobody waits, or
     /// `lease` is not held.
     pub fn next_waiter(&self, lease: LeaseId) -> Option<&W> {
-        if !self.is_held(lease) {
-            return None;
-        }
-        let key_slot = self.holders[lease.slot as usize].keys.first();
+        let key_slot = self.first_key(lease)?;
         let head = self.keys[key_slot as usize].head?;
         Some(&self.waiters[self.entries[head as usize].waiter as usize].payload)
     }
 
     /// True while `lease` is held (not released or closed).
     pub fn is_held(&self, lease: LeaseId) -> bool {
-        matches!(self.holders.get(lease.slot as usize), Some(holder) if holder.fence == lease.fence)
+        match plain_key(lease) {
+            Some(key_slot) => matches!(self.keys.get(key_slot as usize), Some(key) if key.plain == lease.fence && lease.fence != 0),
+            None => self.holder(lease).is_some(),
+        }
     }
 
     /// The (first) key a held lease is on.
     pub fn key_of(&self, lease: LeaseId) -> Option<&str> {
-        if !self.is_held(lease) {
-            return None;
-        }
-        Some(self.keys[self.holders[lease.slot as usize].keys.first() as usize].key.as_str())
+        Some(self.keys[self.first_key(lease)? as usize].key.as_str())
     }
 
     /// The keys a held lease is on, in the order of its acquire; none when
     /// it is not held.
     pub fn keys_of(&self, lease: LeaseId) -> impl Iterator<Item = &str> + '_ {
-        let held = self.holders.get(lease.slot as usize).filter(|holder| holder.fence == lease.fence);
-        held.map(|holder| holder.keys.as_slice()).unwrap_or_default().iter().map(|&slot| self.keys[slot as usize].key.as_str())
+        let plain = plain_key(lease).filter(|_| self.is_held(lease));
+        let many = self.holder(lease).map(|holder| holder.keys.as_slice()).unwrap_or_default();
+        plain.into_iter().chain(many.iter().copied()).map(|slot| self.keys[slot as usize].key.as_str())
+    }
+
+    /// The holder of a held lease that is not plain.
+    fn holder(&self, lease: LeaseId) -> Option<&Holder> {
+        if plain_key(lease).is_some() {
+            return None;
+        }
+        self.holders.get(holder_slot(lease)).filter(|holder| holder.fence == lease.fence)
+    }
+
+    /// The (first) key slot of a held lease.
+    fn first_key(&self, lease: LeaseId) -> Option<u32> {
+        match plain_key(lease) {
+            Some(key_slot) => self.is_held(lease).then_some(key_slot),
+            None => self.holder(lease).map(|holder| holder.keys.first()),
+        }
     }
 
     /// Closes the engine: every held lease becomes invalid, every later call
@@ -453,6 +495,7 @@ impl<W> LocalEngine<W> {
         self.holders.clear();
         self.entries.clear();
         self.held_shared = 0;
+        self.held_plain = 0;
         waiters.into_iter().map(|waiter| waiter.payload).collect()
     }
 
@@ -465,7 +508,7 @@ impl<W> LocalEngine<W> {
     pub fn counts(&self) -> LocalCounts {
         // Every grant takes the next fence, so the last fence counts grants.
         LocalCounts {
-            held: self.holders.len(),
+            held: self.holders.len() + self.held_plain,
             held_shared: self.held_shared,
             waiting: self.waiters.len(),
             acquired: self.last_fence,
@@ -502,7 +545,8 @@ impl<W> LocalEngine<W> {
     fn insert_key(&mut self, key: &str, limit: u32) -> u32 {
         let hash = self.hasher.hash_one(key);
         let key_slot =
-            self.keys.insert(KeySlot { key: KeyCopy::new(key), hash, limit, units: 0, readers: 0, head: None, tail: None }) as u32;
+            self.keys.insert(KeySlot { key: KeyCopy::new(key), hash, limit, units: 0, readers: 0, plain: 0, head: None, tail: None })
+                as u32;
         let keys = &self.keys;
         self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
         key_slot
@@ -528,15 +572,41 @@ impl<W> LocalEngine<W> {
         Ok(())
     }
 
-    /// A new holder of `keys` (already counted on each key).
+    /// A new lease of one key, counted on it here.
+    #[inline(always)]
+    fn hold_one(&mut self, kind: LockKind, key_slot: u32) -> LeaseId {
+        let key = &mut self.keys[key_slot as usize];
+        key.hold(kind.mode, kind.weight);
+        if kind.mode == LockMode::Exclusive && key.limit == 1 && key_slot <= MAX_PLAIN_KEY_SLOT {
+            return self.hold_plain(key_slot);
+        }
+        self.hold(kind.mode, kind.weight, Slots::One(key_slot))
+    }
+
+    /// A new lease of `keys` (already counted on each key): plain (the key's
+    /// slot) when it is exclusive on one key of limit 1, else a holder.
     fn hold(&mut self, mode: LockMode, weight: u32, keys: Slots) -> LeaseId {
+        if let (Slots::One(key_slot), LockMode::Exclusive) = (&keys, mode) {
+            if self.keys[*key_slot as usize].limit == 1 && *key_slot <= MAX_PLAIN_KEY_SLOT {
+                return self.hold_plain(*key_slot);
+            }
+        }
         self.last_fence += 1;
         let fence = self.last_fence;
         if mode == LockMode::Shared {
             self.held_shared += 1;
         }
         let slot = self.holders.insert(Holder { fence, mode, weight, keys }) as u32;
-        LeaseId { slot, fence }
+        LeaseId { slot: (slot << 1) | 1, fence }
+    }
+
+    /// A plain lease of the key in `key_slot` (counted on it already).
+    #[inline(always)]
+    fn hold_plain(&mut self, key_slot: u32) -> LeaseId {
+        self.last_fence += 1;
+        self.keys[key_slot as usize].plain = self.last_fence;
+        self.held_plain += 1;
+        LeaseId { slot: key_slot << 1, fence: self.last_fence }
     }
 
     /// Queues a waiter at the tail of each key's queue, in one step.
@@ -625,6 +695,22 @@ impl<W> LocalEngine<W> {
         let lease = self.hold(waiter.mode, waiter.weight, keys);
         self.granted.push_back((waiter.payload, lease));
     }
+}
+
+/// The highest key slot a plain lease id can name (its slot is the key
+/// slot shifted left by one).
+const MAX_PLAIN_KEY_SLOT: u32 = u32::MAX >> 1;
+
+/// The key slot of a plain lease's id; `None` for a holder's.
+#[inline]
+fn plain_key(lease: LeaseId) -> Option<u32> {
+    (lease.slot & 1 == 0).then_some(lease.slot >> 1)
+}
+
+/// The holder slot of a lease id that is not plain.
+#[inline]
+fn holder_slot(lease: LeaseId) -> usize {
+    (lease.slot >> 1) as usize
 }
 
 /// A kind built by hand (its fields are public) is checked as the options'.

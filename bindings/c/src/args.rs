@@ -16,6 +16,7 @@ pub const DOKEBI_LOCK_WAIT_DEFAULT: i64 = -1;
 ///
 /// # Safety
 /// `handle` is NULL or points to a live object for the returned lifetime.
+#[inline]
 pub(crate) unsafe fn handle<'a, T>(handle: *const T, what: &str) -> Result<&'a T> {
     // SAFETY: the caller promised (# Safety) that `handle` is NULL or points to a live `T`
     // for 'a; `as_ref` maps NULL to None.
@@ -28,15 +29,18 @@ pub(crate) struct Out<T>(NonNull<T>);
 
 impl<T> Out<T> {
     /// `INVALID_ARGUMENT` for NULL.
+    #[inline]
     pub(crate) fn new(ptr: *mut T, what: &str) -> Result<Out<T>> {
         NonNull::new(ptr).map(Out).ok_or_else(|| null(what))
     }
 
     /// An optional out-parameter: NULL means the caller does not want it.
+    #[inline]
     pub(crate) fn optional(ptr: *mut T) -> Option<Out<T>> {
         NonNull::new(ptr).map(Out)
     }
 
+    #[inline]
     pub(crate) fn write(self, value: T) {
         // SAFETY: the header requires out-parameters to be writable.
         unsafe { self.0.as_ptr().write(value) }
@@ -54,6 +58,7 @@ pub(crate) fn give<T>(object: T) -> *mut T {
 ///
 /// # Safety
 /// `key` is NULL or points to `key_len` readable bytes.
+#[inline(always)]
 pub(crate) unsafe fn key<'a>(key: *const c_char, key_len: usize) -> Result<&'a str> {
     let bytes: &[u8] = match (key.is_null(), key_len) {
         (_, 0) => &[],
@@ -105,6 +110,7 @@ pub(crate) fn wait_timeout(ms: i64) -> Result<Option<Duration>> {
     }
 }
 
+#[cold]
 fn null(what: &str) -> LockError {
     LockError::new(ErrorCode::InvalidArgument, format!("{what} is NULL"))
 }

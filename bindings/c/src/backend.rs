@@ -4,7 +4,7 @@ use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::args::{self, give, handle, wait_timeout, Out};
+use super::args::{self, handle, wait_timeout, Out};
 use super::completion::{block_on, Completions};
 use super::error::dokebi_lock_error;
 use super::kinds::{self, dokebi_lock_acquire_options};
@@ -31,12 +31,13 @@ impl dokebi_lock_backend {
     /// on a condition variable (local), or driving the driver's async
     /// acquire, whose I/O runs on the driver's own thread (redis). Answers
     /// the lease as a new handle.
+    #[inline(always)]
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         let lease = match &self.backend {
             Backend::Local(local) => Lease::Local(local.acquire_blocking_kind(keys, kind, wait_timeout)?),
             Backend::Redis(_) => self.acquire_redis(keys, kind, wait_timeout)?,
         };
-        Ok(give(dokebi_lock_lease::new(lease)))
+        Ok(dokebi_lock_lease::give(lease))
     }
 
     /// Out of line: the redis acquire's future takes kilobytes, which the

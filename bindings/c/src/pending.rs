@@ -134,7 +134,7 @@ unsafe fn start(
         };
         let outcome = CatchUnwind(Box::pin(acquire)).await;
         let (status, lease, error) = match outcome {
-            Ok(lease) => (dokebi_lock_status::DOKEBI_LOCK_OK, give(dokebi_lock_lease::new(lease)), std::ptr::null_mut()),
+            Ok(lease) => (dokebi_lock_status::DOKEBI_LOCK_OK, dokebi_lock_lease::give(lease), std::ptr::null_mut()),
             Err(error) => (error.status(), std::ptr::null_mut(), give(error)),
         };
         // SAFETY: the caller promised a callback callable with these arguments.
