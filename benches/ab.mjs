@@ -1,18 +1,19 @@
 // Two builds of @dokebi/lock's JS layer in one process, their local
 // acquire+release (or withLock) loops interleaved batch by batch, so that
 // the machine's load falls on both alike: what a change to npm/lib costs the
-// uncontended path (one key, withLock, or 4 keys at once), as the median of
-// the per-round ratios.
-// Usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys] [rounds] [batch]
+// uncontended path (one key, withLock, 4 keys at once, or one key in shared
+// mode), as the median of the per-round ratios.
+// Usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys|shared] [rounds] [batch]
 // (each dir a package directory with its addon built, e.g. a copy of npm/ at
 // another commit; A against itself in a copy shows the method's noise).
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const [dirA, dirB, kind = 'pair', rounds = '150', batch = '20000'] = process.argv.slice(2);
-if (!dirA || !dirB) throw new Error('usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys] [rounds] [batch]');
+if (!dirA || !dirB) throw new Error('usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys|shared] [rounds] [batch]');
 const noop = () => {};
 const FOUR_KEYS = ['key:0', 'key:1', 'key:2', 'key:3'];
+const SHARED = { mode: 'shared' };
 
 async function open(dir) {
   const { openLock } = await import(pathToFileURL(resolve(dir, 'index.js')).href);
@@ -30,9 +31,12 @@ const LOOPS = {
   keys: async (backend, n) => {
     for (let i = 0; i < n; i++) await (await backend.acquire(FOUR_KEYS)).release();
   },
+  shared: async (backend, n) => {
+    for (let i = 0; i < n; i++) await (await backend.acquire('k', SHARED)).release();
+  },
 };
 const loop = LOOPS[kind];
-if (!loop) throw new Error(`unknown loop ${kind}: pair, section or keys`);
+if (!loop) throw new Error(`unknown loop ${kind}: pair, section, keys or shared`);
 
 const backends = [await open(dirA), await open(dirB)];
 for (const backend of backends) await loop(backend, 100_000); // warm-up
