@@ -767,6 +767,22 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
  * not reported: call `dokebi_lock_lease_release` to learn it). NULL is
  * accepted.
  *
+ * The calling thread keeps the handle's memory for its next acquire (of
+ * any backend), and, for a local lease, the lease's reference to its
+ * backend's shared state for its next acquire of that backend (two atomic
+ * operations less per acquire/free pair). Two consequences:
+ * - That memory does not reach the allocator until the thread's next
+ *   acquire (or its exit), so a use of the freed handle in that window (a
+ *   bug of the caller) is not reported by AddressSanitizer.
+ * - The backend's shared state stays allocated until the thread's next
+ *   acquire on a local backend (its lease takes the reference over when
+ *   it is of the same backend; else it is dropped), its next free of a
+ *   local lease, or its exit: also after the backend and provider
+ *   handles are freed, when that reference is the last. Freeing (or
+ *   closing) the provider empties it: its key tables are freed, and what
+ *   stays is about half a kilobyte, from which the telemetry callback is
+ *   never called.
+ *
  * # Safety
  * `lease` is NULL or a live lease handle that no other thread uses any more
  * and that is not used afterwards.

@@ -7,8 +7,13 @@
  * per-key condition variable.
  *
  * Usage: bench <baseline|dokebi-lock> <threads> <seconds>
+ *        bench <baseline|dokebi-lock> <threads> --pairs <n>
  * Prints one JSON object: pairs, seconds, and the per-pair p50/p99 over
  * batches of BATCH pairs (timing one pair would cost as much as the pair).
+ * With --pairs, each thread runs exactly n pairs (no warm-up, nothing
+ * timed but the whole run), so an instruction counter (valgrind
+ * --tool=callgrind) gives the cost of a pair as the difference between
+ * two runs with different n, divided by the difference of their n.
  * Built with -DWITH_DOKEBI against include/lock.h and liblock when the C
  * surface is built; without it only the baseline exists.
  */
@@ -140,6 +145,7 @@ struct worker {
     void (*pairs)(void *, int);
     void *state;
     double end;
+    long exact_pairs; /* --pairs: run exactly this many, untimed */
     double measured_from, measured_to;
     long pairs_done;
     double *per_pair_ns;
@@ -148,6 +154,13 @@ struct worker {
 
 static void *run_worker(void *arg) {
     struct worker *w = arg;
+    if (w->exact_pairs > 0) {
+        w->measured_from = now_s();
+        for (long left = w->exact_pairs; left > 0; left -= BATCH) w->pairs(w->state, left < BATCH ? (int)left : BATCH);
+        w->measured_to = now_s();
+        w->pairs_done = w->exact_pairs;
+        return NULL;
+    }
     double warm_end = now_s() + 0.2 * (w->end - now_s());
     while (now_s() < warm_end) w->pairs(w->state, BATCH);
     w->measured_from = w->measured_to = now_s();
@@ -173,11 +186,13 @@ static double quantile(double *sorted, long n, double q) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) die("usage: bench <baseline|dokebi-lock> <threads> <seconds>");
+    static const char usage[] = "usage: bench <baseline|dokebi-lock> <threads> <seconds | --pairs n>";
+    if (argc != 4 && !(argc == 5 && strcmp(argv[3], "--pairs") == 0)) die(usage);
     const char *subject = argv[1];
     int threads = atoi(argv[2]);
-    double seconds = atof(argv[3]);
-    if (threads < 1 || threads > 64 || !(seconds > 0)) die("bad arguments");
+    long exact_pairs = argc == 5 ? atol(argv[4]) : 0;
+    double seconds = argc == 5 ? 1 : atof(argv[3]);
+    if (threads < 1 || threads > 64 || !(seconds > 0) || (argc == 5 && exact_pairs < 1)) die("bad arguments");
 
     void (*pairs)(void *, int) = baseline_pairs;
     void *state = NULL;
@@ -201,7 +216,7 @@ int main(int argc, char **argv) {
     double start = now_s();
     double end = start + seconds * 1.25; /* the first fifth is warm-up */
     for (int i = 0; i < threads; i++) {
-        workers[i] = (struct worker){ .pairs = pairs, .state = state, .end = end, .per_pair_ns = malloc(MAX_BATCHES * sizeof(double)) };
+        workers[i] = (struct worker){ .pairs = pairs, .state = state, .end = end, .exact_pairs = exact_pairs, .per_pair_ns = malloc(MAX_BATCHES * sizeof(double)) };
         if (!workers[i].per_pair_ns) die("out of memory");
         if (pthread_create(&ids[i], NULL, run_worker, &workers[i]) != 0) die("pthread_create");
     }

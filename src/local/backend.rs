@@ -179,6 +179,22 @@ impl LocalBackend {
     /// none) in `kind`.
     #[inline]
     pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
+        self.acquire_blocking_kind_keeping(keys, kind, wait_timeout, None)
+    }
+
+    /// [`LocalBackend::acquire_blocking_kind`], whose lease holds `kept`
+    /// (a handle [`LocalLease::take_backend`] gave back) when that is a
+    /// handle of this backend, instead of a new clone: no reference count
+    /// taken here, none given back when `kept` was taken. A `kept` of
+    /// another backend is dropped; so is `kept` when the acquire fails.
+    #[inline]
+    pub fn acquire_blocking_kind_keeping(
+        &self,
+        keys: &[&str],
+        kind: LockKind,
+        wait_timeout: Option<Duration>,
+        kept: Option<LocalBackend>,
+    ) -> Result<LocalLease> {
         let mut acquiring = self.shared.reporter.acquiring(Shape::of(kind, keys.len()));
         let may_wait = match wait_timeout {
             Some(timeout) => !timeout.is_zero(),
@@ -190,7 +206,7 @@ impl LocalBackend {
             Ok(Err(queued)) => self.block_for(queued, wait_timeout, &mut acquiring),
             Err(err) => Err(err),
         };
-        self.settle(acquiring, granted, keys)
+        self.settle_keeping(acquiring, granted, keys, kept)
     }
 
     #[inline(never)]
@@ -268,22 +284,33 @@ impl LocalBackend {
     /// Reports the acquire's outcome, and answers the lease of a grant.
     #[inline(always)]
     fn settle(&self, acquiring: Acquiring, granted: Result<LeaseId>, keys: &[&str]) -> Result<LocalLease> {
+        self.settle_keeping(acquiring, granted, keys, None)
+    }
+
+    /// [`LocalBackend::settle`], the lease holding `kept` when it is a
+    /// handle of this backend.
+    #[inline(always)]
+    fn settle_keeping(
+        &self,
+        acquiring: Acquiring,
+        granted: Result<LeaseId>,
+        keys: &[&str],
+        kept: Option<LocalBackend>,
+    ) -> Result<LocalLease> {
         match granted {
             Ok(id) => {
                 let hold = self.shared.reporter.granted(acquiring, id.fence);
-                Ok(self.lease(id, keys, hold))
+                let backend = match kept {
+                    Some(kept) if Arc::ptr_eq(&kept.shared, &self.shared) => kept,
+                    _ => self.clone(),
+                };
+                Ok(LocalLease::new(backend, id, keys, hold))
             }
             Err(err) => {
                 self.shared.reporter.failed(acquiring, &err);
                 Err(err)
             }
         }
-    }
-
-    #[inline(always)]
-    fn lease(&self, id: LeaseId, keys: &[&str], hold: Hold) -> LocalLease {
-        let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
-        LocalLease { backend: self.clone(), id, key: KeyCopy::new(keys[0]), more, hold, released: AtomicBool::new(false) }
     }
 
     /// Releases `id` and delivers what that let in (see [`super::delivery`]).
@@ -330,7 +357,9 @@ impl Drop for Pending<'_> {
 /// A held local lease. It never expires; it ends with [`LocalLease::release`],
 /// when it is dropped, or when the backend closes.
 pub struct LocalLease {
-    backend: LocalBackend,
+    /// Its backend, kept alive by the lease; `None` once
+    /// [`LocalLease::take_backend`] took it (the lease has ended then).
+    backend: Option<LocalBackend>,
     id: LeaseId,
     key: KeyCopy,
     /// The keys after the first, of a lease over several.
@@ -343,6 +372,29 @@ pub struct LocalLease {
 }
 
 impl LocalLease {
+    #[inline(always)]
+    fn new(backend: LocalBackend, id: LeaseId, keys: &[&str], hold: Hold) -> Self {
+        let more = (keys.len() > 1).then(|| keys[1..].iter().map(|&key| key.into()).collect());
+        LocalLease { backend: Some(backend), id, key: KeyCopy::new(keys[0]), more, hold, released: AtomicBool::new(false) }
+    }
+
+    /// Ends the lease as dropping it would (releasing it unless it was
+    /// released), and hands over the handle of its backend it held, for a
+    /// later [`LocalBackend::acquire_blocking_kind_keeping`]: a reference
+    /// count neither given back here nor taken there. In place, so a
+    /// surface that keeps the lease in its own memory moves nothing. The
+    /// lease then answers as a released one (not valid; `release` false;
+    /// dropping it does nothing more); `None` when it was taken before.
+    #[inline(always)]
+    pub fn take_backend(&mut self) -> Option<LocalBackend> {
+        let backend = self.backend.take()?;
+        if !*self.released.get_mut() {
+            *self.released.get_mut() = true;
+            self.release_on(&backend);
+        }
+        Some(backend)
+    }
+
     /// The key this lease is for.
     pub fn key(&self) -> &str {
         self.key.as_str()
@@ -367,7 +419,7 @@ impl LocalLease {
 
     /// True until released, dropped or the backend closed.
     pub fn is_valid(&self) -> bool {
-        lock(&self.backend.shared.engine).is_held(self.id)
+        self.backend.as_ref().is_some_and(|backend| lock(&backend.shared.engine).is_held(self.id))
     }
 
     /// Local leases never expire, so renewing only reports validity.
@@ -379,8 +431,15 @@ impl LocalLease {
     /// released it, false when it was already released or the backend closed.
     #[inline]
     pub fn release(&self) -> bool {
-        let released = self.backend.release(self.id);
-        let reporter = &self.backend.shared.reporter;
+        // No backend: `take_backend` ended the lease (and reported its hold).
+        self.backend.as_ref().is_some_and(|backend| self.release_on(backend))
+    }
+
+    /// [`LocalLease::release`] through `backend`, the lease's own.
+    #[inline(always)]
+    fn release_on(&self, backend: &LocalBackend) -> bool {
+        let released = backend.release(self.id);
+        let reporter = &backend.shared.reporter;
         if released {
             self.released.store(true, Ordering::Relaxed);
             reporter.released(&self.hold, None);

@@ -486,14 +486,20 @@ impl<W> LocalEngine<W> {
     /// Closes the engine: every held lease becomes invalid, every later call
     /// fails with `CLOSED`, and the payloads of all waiters are returned
     /// (oldest first) so the surface can reject them with `CLOSED`.
+    /// The tables are given back to the allocator, not only emptied: a
+    /// closed engine may live on in a lease, or in a handle a surface
+    /// keeps for reuse (the C surface's per-thread spare lease handle), and
+    /// then costs its struct alone, whatever it held at its peak.
     pub fn close(&mut self) -> Vec<W> {
         self.closed = true;
-        let mut waiters: Vec<Waiter<W>> = self.waiters.drain().collect();
+        let mut waiters: Vec<Waiter<W>> = std::mem::take(&mut self.waiters).into_iter().map(|(_, waiter)| waiter).collect();
         waiters.sort_unstable_by_key(|waiter| waiter.serial);
-        self.index.clear();
-        self.keys.clear();
-        self.holders.clear();
-        self.entries.clear();
+        self.index = HashTable::new();
+        self.keys = Slab::new();
+        self.holders = Slab::new();
+        self.entries = Slab::new();
+        self.to_pump = Vec::new();
+        self.found = Vec::new();
         self.held_shared = 0;
         self.held_plain = 0;
         waiters.into_iter().map(|waiter| waiter.payload).collect()

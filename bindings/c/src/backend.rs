@@ -33,11 +33,10 @@ impl dokebi_lock_backend {
     /// the lease as a new handle.
     #[inline(always)]
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
-        let lease = match &self.backend {
-            Backend::Local(local) => Lease::Local(local.acquire_blocking_kind(keys, kind, wait_timeout)?),
-            Backend::Redis(_) => self.acquire_redis(keys, kind, wait_timeout)?,
-        };
-        Ok(dokebi_lock_lease::give(lease))
+        match &self.backend {
+            Backend::Local(local) => dokebi_lock_lease::acquire_local(local, keys, kind, wait_timeout),
+            Backend::Redis(_) => Ok(dokebi_lock_lease::give(self.acquire_redis(keys, kind, wait_timeout)?)),
+        }
     }
 
     /// Out of line: the redis acquire's future takes kilobytes, which the

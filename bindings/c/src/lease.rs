@@ -4,12 +4,16 @@ use std::cell::Cell;
 use std::ffi::c_char;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use super::args::{handle, Out};
 use super::completion::block_on;
 use super::error::dokebi_lock_error;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
+use dokebi_lock::acquire::LockKind;
+use dokebi_lock::error::Result;
+use dokebi_lock::local::LocalBackend;
 use dokebi_lock::provider::Lease;
 
 /// `dokebi_lock_lease_remaining_ms` of a valid lease that never expires
@@ -39,25 +43,72 @@ impl dokebi_lock_lease {
     }
 
     /// The lease as a new handle, in the memory of the last handle this
-    /// thread freed when there is one.
+    /// thread freed when there is one (the backend handle that handle kept
+    /// stays kept).
     pub(crate) fn give(lease: Lease) -> *mut dokebi_lock_lease {
-        let spare = SPARE.try_with(Cell::take).ok().flatten();
-        let mut memory = spare.unwrap_or_else(Box::new_uninit);
+        let memory = SPARE.try_with(|spare| spare.memory.take()).ok().flatten();
+        Self::give_in(memory, lease)
+    }
+
+    #[inline(always)]
+    fn give_in(memory: Option<Box<MaybeUninit<dokebi_lock_lease>>>, lease: Lease) -> *mut dokebi_lock_lease {
+        let mut memory = memory.unwrap_or_else(Box::new_uninit);
         memory.write(dokebi_lock_lease::new(lease));
         // `MaybeUninit<T>` has the layout of `T`, and the value is written.
         Box::into_raw(memory).cast()
     }
+
+    /// Blocks as [`LocalBackend::acquire_blocking_kind`], and answers the
+    /// lease as a new handle, in the memory of the last handle this thread
+    /// freed, its lease holding the backend handle that one kept when it is
+    /// of the same backend (else that one is dropped, and the lease clones
+    /// its own). On failure the memory stays this thread's spare.
+    #[inline(always)]
+    pub(crate) fn acquire_local(
+        backend: &LocalBackend,
+        keys: &[&str],
+        kind: LockKind,
+        wait_timeout: Option<Duration>,
+    ) -> Result<*mut dokebi_lock_lease> {
+        let (memory, kept) = SPARE.try_with(|spare| (spare.memory.take(), spare.backend.take())).unwrap_or((None, None));
+        match backend.acquire_blocking_kind_keeping(keys, kind, wait_timeout, kept) {
+            Ok(lease) => Ok(Self::give_in(memory, Lease::Local(lease))),
+            Err(err) => {
+                if memory.is_some() {
+                    let _ = SPARE.try_with(|spare| spare.memory.set(memory));
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// What the last lease handle this thread freed leaves for the thread's
+/// next acquire.
+struct Spare {
+    /// The handle's memory: a malloc and a free less per uncontended pair
+    /// (165 of its 1052 instructions, BENCHMARKS.md stop 31). The cost:
+    /// that one block never reaches the allocator between the free and the
+    /// next acquire, so a use of a freed handle (a caller's bug) in that
+    /// window is not reported by AddressSanitizer, as any other would be.
+    memory: Cell<Option<Box<MaybeUninit<dokebi_lock_lease>>>>,
+    /// The handle of its (local) backend the lease held, for the next local
+    /// lease of the same backend: an atomic increment and decrement of the
+    /// backend's reference count less per uncontended pair. The cost: it
+    /// keeps that backend's shared state allocated until this thread's
+    /// next acquire on a local backend (taken over by its lease when of the
+    /// same backend, else dropped), its next free of a local lease, or its
+    /// exit, also when the provider and the backend handles are freed. A closed
+    /// backend's engine has given its tables back (`LocalEngine::close`),
+    /// so what stays is one allocation of about half a kilobyte (the
+    /// engine's struct, options, reporter), the backend's name and a
+    /// reference to the provider's telemetry hook, never called from here.
+    backend: Cell<Option<LocalBackend>>,
 }
 
 thread_local! {
-    /// The memory of the last lease handle this thread freed, for its next
-    /// acquire: a malloc and a free less per uncontended pair (165 of its
-    /// 1052 instructions, BENCHMARKS.md stop 31). The cost: that one
-    /// block never reaches the allocator between the free and the next
-    /// acquire, so a use of a freed handle (a caller's bug) in that window
-    /// is not reported by AddressSanitizer, as any other would be. Freed
-    /// with the thread.
-    static SPARE: Cell<Option<Box<MaybeUninit<dokebi_lock_lease>>>> = const { Cell::new(None) };
+    /// This thread's spare; freed with the thread.
+    static SPARE: Spare = const { Spare { memory: Cell::new(None), backend: Cell::new(None) } };
 }
 
 pub(crate) fn decimal(mut value: u64) -> [u8; FENCE_CAPACITY] {
@@ -239,6 +290,22 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 /// not reported: call `dokebi_lock_lease_release` to learn it). NULL is
 /// accepted.
 ///
+/// The calling thread keeps the handle's memory for its next acquire (of
+/// any backend), and, for a local lease, the lease's reference to its
+/// backend's shared state for its next acquire of that backend (two atomic
+/// operations less per acquire/free pair). Two consequences:
+/// - That memory does not reach the allocator until the thread's next
+///   acquire (or its exit), so a use of the freed handle in that window (a
+///   bug of the caller) is not reported by AddressSanitizer.
+/// - The backend's shared state stays allocated until the thread's next
+///   acquire on a local backend (its lease takes the reference over when
+///   it is of the same backend; else it is dropped), its next free of a
+///   local lease, or its exit: also after the backend and provider
+///   handles are freed, when that reference is the last. Freeing (or
+///   closing) the provider empties it: its key tables are freed, and what
+///   stays is about half a kilobyte, from which the telemetry callback is
+///   never called.
+///
 /// # Safety
 /// `lease` is NULL or a live lease handle that no other thread uses any more
 /// and that is not used afterwards.
@@ -246,26 +313,30 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
     boundary(|| {
         if !lease.is_null() {
-            // SAFETY: the handle came from `dokebi_lock_lease::give` (Box::into_raw of a
+            // SAFETY: the handle came from `dokebi_lock_lease::give_in` (Box::into_raw of a
             // `MaybeUninit` of the same layout) when it was acquired, and is freed once (# Safety).
             let mut memory: Box<MaybeUninit<dokebi_lock_lease>> = unsafe { Box::from_raw(lease.cast()) };
-            {
-                // SAFETY: the handle holds a live lease until this drop.
-                let lease = unsafe { memory.assume_init_ref() };
-                match &lease.lease {
-                    // Dropping a local lease releases it, at once.
-                    Lease::Local(_) => {}
-                    // Dropping a redis lease would release it in the background;
-                    // release before returning, so the key is free for others
-                    // once free returns (bounded by commandTimeoutMs).
-                    Lease::Redis(redis) => {
-                        let _ = block_on(redis.release());
-                    }
+            // SAFETY: the handle holds a live lease until the drop below.
+            let kept = match &mut unsafe { memory.assume_init_mut() }.lease {
+                // Ending a local lease releases it, at once; its backend handle stays
+                // with the memory, for this thread's next acquire.
+                Lease::Local(local) => local.take_backend(),
+                // Dropping a redis lease would release it in the background;
+                // release before returning, so the key is free for others
+                // once free returns (bounded by commandTimeoutMs).
+                Lease::Redis(redis) => {
+                    let _ = block_on(redis.release());
+                    None
                 }
-            }
+            };
             // SAFETY: live (above) and dropped once; the memory is not read as a lease again.
             unsafe { memory.assume_init_drop() };
-            let _ = SPARE.try_with(|spare| spare.set(Some(memory)));
+            let _ = SPARE.try_with(|spare| {
+                spare.memory.set(Some(memory));
+                if kept.is_some() {
+                    spare.backend.set(kept);
+                }
+            });
         }
     })
 }
@@ -317,6 +388,89 @@ mod tests {
             // The provider is closed and freed: the lease's handle still answers.
             assert!(!dokebi_lock_lease_valid(third));
             dokebi_lock_lease_free(third);
+        }
+    }
+
+    fn open(yaml: &str) -> *mut crate::provider::dokebi_lock_provider {
+        let mut provider = ptr::null_mut();
+        // SAFETY: the text is `yaml.len()` bytes; the out-parameters are writable.
+        let opened = unsafe { dokebi_lock_provider_open(yaml.as_ptr().cast(), yaml.len(), &mut provider, ptr::null_mut()) };
+        assert_eq!(opened, dokebi_lock_status::DOKEBI_LOCK_OK);
+        provider
+    }
+
+    fn backend_of(
+        provider: *const crate::provider::dokebi_lock_provider,
+        name: &std::ffi::CStr,
+    ) -> *mut crate::backend::dokebi_lock_backend {
+        let mut backend = ptr::null_mut();
+        // SAFETY: a live provider handle, a NUL-terminated name, a writable out-parameter.
+        let got = unsafe { dokebi_lock_provider_backend(provider, name.as_ptr(), &mut backend, ptr::null_mut()) };
+        assert_eq!(got, dokebi_lock_status::DOKEBI_LOCK_OK);
+        backend
+    }
+
+    fn fence(lease: *const dokebi_lock_lease) -> u64 {
+        // SAFETY: a live lease handle; the fence is a NUL-terminated string it owns.
+        unsafe { std::ffi::CStr::from_ptr(dokebi_lock_lease_fence(lease)) }.to_str().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_freed_handle_keeps_its_backend_for_the_next_acquire_of_the_same_and_another_backend_takes_its_own() {
+        let provider = open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: {}\n      b: {}\n");
+        let (a, b) = (backend_of(provider, c"a"), backend_of(provider, c"b"));
+        // SAFETY: live handles, each freed once and not used after; the keys and names are
+        // as long as the lengths given, the out-parameters writable.
+        unsafe {
+            // A's lease freed: its memory and backend stay this thread's spare.
+            let first = acquire(a, "k");
+            dokebi_lock_lease_free(first);
+            // B: the memory serves, A's backend is dropped for B's own.
+            let on_b = acquire(b, "k");
+            assert_eq!(on_b, first);
+            assert!(dokebi_lock_lease_valid(on_b) && fence(on_b) == 1);
+            dokebi_lock_lease_free(on_b);
+            // A again (B's backend dropped), then B again without a spare.
+            let on_a = acquire(a, "k");
+            assert!(dokebi_lock_lease_valid(on_a) && fence(on_a) == 2);
+            let on_b = acquire(b, "k");
+            assert!(dokebi_lock_lease_valid(on_b) && fence(on_b) == 2);
+            // A busy acquire leaves the memory (its kept backend is dropped) for the next one.
+            dokebi_lock_lease_free(acquire(b, "other"));
+            let mut busy = ptr::null_mut();
+            let status = crate::backend::dokebi_lock_try_acquire(a, c"k".as_ptr(), 1, &mut busy, ptr::null_mut());
+            assert_eq!(status, dokebi_lock_status::DOKEBI_LOCK_LOCK_BUSY);
+            let other = acquire(b, "other");
+            assert!(dokebi_lock_lease_valid(other) && fence(other) == 4);
+            // The handles freed first, then the provider: the leases still answer.
+            dokebi_lock_backend_free(a);
+            assert!(dokebi_lock_lease_valid(on_a));
+            dokebi_lock_provider_free(provider);
+            assert!(!dokebi_lock_lease_valid(on_a) && !dokebi_lock_lease_valid(on_b));
+            // Freed on another thread: that thread's spare keeps A's (closed) backend.
+            let moved = on_a as usize;
+            std::thread::spawn(move || dokebi_lock_lease_free(moved as *mut dokebi_lock_lease)).join().unwrap();
+            dokebi_lock_lease_free(on_b);
+            let mut released = true;
+            assert_eq!(dokebi_lock_lease_release(other, &mut released, ptr::null_mut()), dokebi_lock_status::DOKEBI_LOCK_OK);
+            assert!(!released);
+            dokebi_lock_backend_free(b);
+            assert!(!dokebi_lock_lease_valid(other));
+            // The spare keeps B's closed backend: an acquire on another provider drops it.
+            dokebi_lock_lease_free(other);
+            let provider = open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      c: {}\n");
+            let c = backend_of(provider, c"c");
+            let on_c = acquire(c, "k");
+            assert_eq!(on_c, other);
+            assert!(dokebi_lock_lease_valid(on_c));
+            // A closed backend's acquire fails; the lease's handle still answers.
+            dokebi_lock_lease_free(on_c);
+            crate::provider::dokebi_lock_provider_close(provider);
+            let mut closed = ptr::null_mut();
+            let status = dokebi_lock_acquire(c, c"k".as_ptr(), 1, 0, &mut closed, ptr::null_mut());
+            assert_eq!(status, dokebi_lock_status::DOKEBI_LOCK_CLOSED);
+            dokebi_lock_provider_free(provider);
+            dokebi_lock_backend_free(c);
         }
     }
 

@@ -56,6 +56,7 @@ impl<T> PanicDefault for *const T {
 }
 
 /// Runs `body`, turning a panic into the type's default.
+#[inline(always)]
 pub(crate) fn boundary<T: PanicDefault>(body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| T::on_panic())
 }
@@ -64,6 +65,7 @@ pub(crate) fn boundary<T: PanicDefault>(body: impl FnOnce() -> T) -> T {
 /// becomes its status and, when `out_error` is not NULL, a new error handle
 /// written there; a panic becomes `DOKEBI_LOCK_PANIC` the same way. The body
 /// writes its own out-parameters, last, so they are written only on success.
+#[inline(always)]
 pub(crate) fn call(out_error: *mut *mut dokebi_lock_error, body: impl FnOnce() -> Result<(), LockError>) -> dokebi_lock_status {
     let outcome = catch_unwind(AssertUnwindSafe(body));
     boundary(|| match outcome {
