@@ -96,23 +96,24 @@ const subjects = {
   // cheapest function, which does nothing), as a lock whose state lives in
   // Rust must make (SPEC §4): how much of the gap to it that crossing alone
   // is, as 'plain-JS Map lock + 1 native call' is for the exclusive pair.
+  async 'plain-js-rwlock, release awaited'() {
+    return rwLockSubject(new PlainRwLock(), 'plain-js-rwlock, its release awaited as a resolved promise (as release() is in SPEC §3)', true);
+  },
+
   async 'plain-js-rwlock + 1 native call'() {
     return rwLockSubject(new PlainRwLock(await oneNativeCall()), "plain-js-rwlock, calling the addon's takeError() (no error pending) once per acquire");
   },
 
   async 'async-mutex'() {
-    const { Semaphore } = require('async-mutex');
-    const semaphore = new Semaphore(LIMIT);
-    return {
-      version: versionOf('async-mutex'),
-      defaults: { form: `one Semaphore(${LIMIT})` },
-      counted: async (_keyAt, n) => {
-        for (let i = 0; i < n; i++) {
-          const [, release] = await semaphore.acquire();
-          release();
-        }
-      },
-    };
+    return semaphoreSubject(false);
+  },
+
+  // The same with the release awaited, as ours must be: SPEC §3 has
+  // `release()` resolve (a promise, on every driver), and the await of even
+  // a settled promise costs a microtask per pair, which these peers' sync
+  // release does not pay.
+  async 'async-mutex, release awaited'() {
+    return semaphoreSubject(true);
   },
 
   async 'async-lock'() {
@@ -128,14 +129,41 @@ const subjects = {
   },
 };
 
-/** A subject over a PlainRwLock. */
-function rwLockSubject(lock, form) {
+/** A subject over a PlainRwLock; `awaited`: each release is awaited as a resolved promise. */
+function rwLockSubject(lock, form, awaited = false) {
   return {
     version: '-',
     defaults: { form },
-    shared: async (keyAt, shared, n) => {
-      for (let i = 0; i < n; i++) (await lock.acquire(keyAt(), shared))();
-    },
+    shared: awaited
+      ? async (keyAt, shared, n) => {
+          for (let i = 0; i < n; i++) await Promise.resolve((await lock.acquire(keyAt(), shared))());
+        }
+      : async (keyAt, shared, n) => {
+          for (let i = 0; i < n; i++) (await lock.acquire(keyAt(), shared))();
+        },
+  };
+}
+
+/** async-mutex's Semaphore(LIMIT); `awaited`: each release is awaited as a resolved promise. */
+function semaphoreSubject(awaited) {
+  const { Semaphore } = require('async-mutex');
+  const semaphore = new Semaphore(LIMIT);
+  return {
+    version: versionOf('async-mutex'),
+    defaults: { form: `one Semaphore(${LIMIT})${awaited ? ', release awaited as a resolved promise' : ''}` },
+    counted: awaited
+      ? async (_keyAt, n) => {
+          for (let i = 0; i < n; i++) {
+            const [, release] = await semaphore.acquire();
+            await Promise.resolve(release());
+          }
+        }
+      : async (_keyAt, n) => {
+          for (let i = 0; i < n; i++) {
+            const [, release] = await semaphore.acquire();
+            release();
+          }
+        },
   };
 }
 
@@ -185,7 +213,7 @@ export const scenarios = [
     'node-local-shared-64-tasks-mixed',
     `Node local: 64 tasks on one key, one in ${WRITER_EVERY} a writer, the rest readers`,
     'shared',
-    SHARED_SUBJECTS,
+    [...SHARED_SUBJECTS, 'plain-js-rwlock, release awaited'],
     SHARED_TARGET,
     (loop, ctx) =>
       concurrent({
@@ -202,7 +230,7 @@ export const scenarios = [
     'node-local-counted-64-tasks',
     `Node local: 64 tasks on one counted key (limit ${LIMIT})`,
     'counted',
-    ['dokebi-lock', 'async-mutex'],
+    ['dokebi-lock', 'async-mutex', 'async-mutex, release awaited'],
     'at least async-mutex Semaphore',
     (loop, ctx) => concurrent({ loop, keyAtFor: () => key('pool'), tasks: TASKS, seconds: ctx.seconds, batch: 16 }),
     'pairs/s',
