@@ -1,6 +1,7 @@
 // Checks per-call arguments at the JS boundary: wrong types are LockErrors,
 // never crashes or hangs inside the addon.
 import { invalidArgument, LockError } from './errors.js';
+import { MAX_TIMER_MS } from './protocol.js';
 
 const ACQUIRE_OPTIONS = new Set(['waitTimeoutMs', 'signal', 'mode', 'limit', 'weight']);
 
@@ -9,8 +10,6 @@ export function asksKind(options) {
   return options.mode !== undefined || options.limit !== undefined || options.weight !== undefined;
 }
 
-/** Largest timer Node can arm (setTimeout clamps larger values to 1 ms). */
-export const MAX_TIMER_MS = 2_147_483_647;
 
 /**
  * The wait of an acquire: `options.waitTimeoutMs` or the backend default.

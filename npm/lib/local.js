@@ -28,31 +28,24 @@ import { withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
 import * as tracing from './tracing.js';
 
-// Result codes of the native engine.
-const GRANTED = 0;
-const QUEUED = 1;
-const HANDED_ON = 2;
-const HANDED_ON_MORE = 3;
-const NOT_HELD = 0;
-const FAILED = -1;
-/** Out-array cells of a deferred release: [slot, fence]; fence 0 when none. */
-const DEFERRED_SLOT = 4;
-const DEFERRED_FENCE = 5;
-/**
- * Out-array cells of the grants a call reports after its first: their
- * count, then [leaseSlot, leaseFence, waiterSlot] each.
- */
-const MORE_COUNT = 6;
-const MORE_AT = 7;
-/**
- * acquireKind's flags in out[0]. Up to ARGUMENT_KEYS keys are its arguments
- * (KEYS_AS_ARGUMENTS: one Node-API call reads them all, where an array
- * costs one per key); more are one array.
- */
-const MAY_WAIT = 1;
-const SEVERAL_KEYS = 2;
-const KEYS_AS_ARGUMENTS = 4;
-const ARGUMENT_KEYS = 8;
+// Result codes, flags and out-array cells of the native engine
+// (bindings/node/src/protocol.rs).
+import {
+  ARGUMENT_KEYS,
+  DEFERRED_FENCE,
+  DEFERRED_SLOT,
+  FAILED,
+  GRANTED,
+  HANDED_ON,
+  HANDED_ON_MORE,
+  KEYS_AS_ARGUMENTS,
+  MAY_WAIT,
+  MORE_AT,
+  MORE_COUNT,
+  NOT_HELD,
+  QUEUED,
+  SEVERAL_KEYS,
+} from './protocol.js';
 /** A lease's slot once released: no engine slot is negative. */
 const RELEASED = -1;
 

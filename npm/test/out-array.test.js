@@ -7,11 +7,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { native } from '../lib/native.js';
+import { GRANTED, OUT_LEN } from '../lib/protocol.js';
 
 const NATIVE = JSON.stringify(new URL('../lib/native.js', import.meta.url).href);
-const GRANTED = 0;
-/** The block's size: 52 f64 cells (bindings/node/src/out.rs, OUT_LEN). */
-const BLOCK_BYTES = 416;
+/** The block's size: OUT_LEN f64 cells (bindings/node/src/protocol.rs). */
+const BLOCK_BYTES = OUT_LEN * 8;
 
 function engine() {
   const options = native.loadConfig(JSON.stringify({ 'dokebi-lock': { backends: { b: {} } } }));

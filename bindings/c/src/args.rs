@@ -68,8 +68,7 @@ pub(crate) unsafe fn key<'a>(key: *const c_char, key_len: usize) -> Result<&'a s
         (false, len) => unsafe { std::slice::from_raw_parts(key.cast(), len) },
     };
     // Most keys are ASCII, which `is_ascii` checks a word at a time, faster
-    // than the general UTF-8 validator (25 of the uncontended pair's ~1390
-    // instructions for a 9-byte key: BENCHMARKS.md, issue 22).
+    // than the general UTF-8 validator.
     if bytes.is_ascii() {
         // SAFETY: ASCII bytes are valid UTF-8.
         let key = unsafe { std::str::from_utf8_unchecked(bytes) };

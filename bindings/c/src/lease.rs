@@ -87,7 +87,7 @@ impl dokebi_lock_lease {
 /// next acquire.
 struct Spare {
     /// The handle's memory: a malloc and a free less per uncontended pair
-    /// (165 of its 1052 instructions, BENCHMARKS.md stop 31). The cost:
+    /// (a sixth of its instructions). The cost:
     /// that one block never reaches the allocator between the free and the
     /// next acquire, so a use of a freed handle (a caller's bug) in that
     /// window is not reported by AddressSanitizer, as any other would be.

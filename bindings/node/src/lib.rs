@@ -12,9 +12,11 @@
 //! plumbing.
 //!
 //! - [`local`]: the local driver's engine, driven on the JS thread; [`out`]:
-//!   the memory it exchanges numbers through.
+//!   the memory it exchanges numbers through; [`protocol`]: the numbers
+//!   (also `npm/lib/protocol.js`).
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
-//!   polled on the JS thread; [`uv`]: their sockets watched by libuv.
+//!   polled on the JS thread; [`uv`]: their sockets watched by libuv;
+//!   [`redis_calls`]: the calls of every lease; [`lease`]: a held lease.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
@@ -30,11 +32,13 @@ mod executor;
 mod guard;
 mod keep_alive;
 mod key;
+mod lease;
 mod local;
 mod options;
 mod out;
 #[cfg(feature = "panic-probe")]
 mod probe;
+mod protocol;
 mod raw;
 mod redis;
 mod redis_calls;
@@ -42,6 +46,10 @@ mod status;
 mod telemetry;
 #[cfg(unix)]
 mod uv;
+
+// The JS layer's bound on every waitTimeoutMs (npm/lib/protocol.js) is the
+// core's.
+const _: () = assert!(protocol::MAX_TIMER_MS == dokebi_lock::options::declaration::MAX_TIMER_MS);
 
 /// This addon's version, the same as `@dokebi/lock`'s: the JS layer refuses
 /// an addon of any other version (a stale build, a mismatched install).

@@ -11,8 +11,8 @@
 //! the engine writes its result code to `out[0]` and ids to `out[1..4]`, and
 //! `release` reads the lease id from `out[1..3]`. They return `undefined`, so
 //! an acquire or a release creates no JS value and reads no argument but the
-//! key: the `napi_get_value_*` / `napi_create_*` calls this saves (four per
-//! acquire + release) made an uncontended pair about 4% slower. A lease id is `(slot, fence)` and a waiter id
+//! key, saving four `napi_get_value_*` / `napi_create_*` calls per acquire +
+//! release. A lease id is `(slot, fence)` and a waiter id
 //! `(slot, serial)`; the core recognises stale ids, so a released handle never
 //! releases a later lease that reuses its slot. Waiter payloads are waiter
 //! slots, which the JS layer uses as indexes into its table of pending
@@ -48,51 +48,14 @@ use napi::sys;
 use crate::error::stash;
 use crate::guard;
 use crate::key::KeyReader;
-use crate::out::{OutMemory, OUT_LEN};
+use crate::out::OutMemory;
 use crate::raw::{call_info, check, object_of, or_throw, Method};
 use crate::status::CountsInfo;
 
-/// `acquire`: the lease is held; `out = [GRANTED, slot, fence]`.
-const GRANTED: f64 = 0.0;
-/// `acquire`: queued; `out = [QUEUED, waiterSlot, waiterSerial]`.
-const QUEUED: f64 = 1.0;
-/// `acquire`: failed; the error waits in `takeError()`.
-const FAILED: f64 = -1.0;
-
-/// `release`: the handle named no held lease.
-const NOT_HELD: f64 = 0.0;
-/// `release`: released, the key is free.
-const FREED: f64 = 1.0;
-/// `release`, `cancel`, `nextGrant`: a waiter was granted;
-/// `out = [HANDED_ON, leaseSlot, leaseFence, waiterSlot]`.
-const HANDED_ON: f64 = 2.0;
-/// As HANDED_ON, and more grants follow the ones reported: `nextGrant()`
-/// reports the next. (A shared lease, or units, can let in several waiters
-/// at once; a plain hand-off never does.)
-const HANDED_ON_MORE: f64 = 3.0;
-
-/// With HANDED_ON and HANDED_ON_MORE: how many grants follow the first in
-/// this call's report, each as `[leaseSlot, leaseFence, waiterSlot]` from
-/// `out[MORE_AT]` on.
-const MORE_COUNT: usize = 6;
-const MORE_AT: usize = 7;
-const MORE_MAX: usize = (OUT_LEN - MORE_AT) / 3;
-
-/// `acquireKind`: `out[0]` flags, set when the acquire may wait, when it
-/// is of several keys (the JS layer knows; asking Node-API cost a call),
-/// and when those keys are its arguments rather than one array: one
-/// `napi_get_cb_info` reads up to [`ARGUMENT_KEYS`] of them, where an array
-/// costs a call per key.
-const MAY_WAIT: u32 = 1;
-const SEVERAL_KEYS: u32 = 2;
-const KEYS_AS_ARGUMENTS: u32 = 4;
-/// The most keys `acquireKind` takes as arguments (more come as an array).
-const ARGUMENT_KEYS: usize = 8;
-
-/// Where JS writes the lease of a deferred release: its slot, then its
-/// fence (0, which no lease has, when none is deferred).
-const DEFERRED_SLOT: usize = 4;
-const DEFERRED_FENCE: usize = 5;
+use crate::protocol::{
+    ARGUMENT_KEYS, DEFERRED_FENCE, DEFERRED_SLOT, FAILED, FREED, GRANTED, HANDED_ON, HANDED_ON_MORE, KEYS_AS_ARGUMENTS, MAY_WAIT, MORE_AT,
+    MORE_COUNT, MORE_MAX, NOT_HELD, QUEUED, SEVERAL_KEYS,
+};
 
 /// One local backend's lock state.
 struct LocalState {
@@ -289,7 +252,7 @@ impl LocalState {
 /// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
 /// out, acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a
 /// threshold is `null` when disabled). It exchanges numbers through the view
-/// `out()` returns ([`OUT_LEN`](crate::out::OUT_LEN) elements).
+/// `out()` returns ([`OUT_LEN`](crate::protocol::OUT_LEN) elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }

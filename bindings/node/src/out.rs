@@ -21,11 +21,7 @@ use napi::sys;
 
 use crate::raw::create;
 
-/// Elements of the array: a result code, up to three ids, the lease of a
-/// release JS deferred to the next call (slot, fence), and the grants one
-/// call makes after its first (a count, then 15 of slot, fence, waiter; see
-/// `crate::local`).
-pub const OUT_LEN: usize = 7 + 3 * 15;
+pub use crate::protocol::OUT_LEN;
 
 /// One block of `OUT_LEN` `f64` cells.
 pub struct OutMemory([AtomicU64; OUT_LEN]);

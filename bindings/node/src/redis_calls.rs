@@ -1,10 +1,9 @@
 //! The two calls a redis lease costs every user, `acquire` and `release`,
 //! as raw Node-API callbacks on a plain JS object: napi-rs class methods
-//! and class instances cost each call its receiver checks and borrow
-//! tracking, and each lease a class construction, about a seventh of what
-//! the JS thread spent per acquire + release (callgrind, 64 tasks on 64
-//! keys). Leases are napi-rs externals ([`LeaseHandle`]), read back with
-//! their type check.
+//! and class instances would cost each call its receiver checks and borrow
+//! tracking, and each lease a class construction, on the path every redis
+//! pair takes. Leases are napi-rs externals ([`LeaseHandle`]), read back
+//! with their type check.
 //!
 //! The object is `{ acquire(key, waitTimeoutMs, abort?), release(lease) }`,
 //! each function holding the backend as its data. Both return the promise
@@ -23,8 +22,8 @@ use napi::{sys, Env};
 use crate::executor::{spawn, Promise};
 use crate::guard::promise;
 use crate::key::KeyReader;
+use crate::lease::{lease_handle, LeaseHandle};
 use crate::raw::{call_info, object_of, or_throw, Method};
-use crate::redis::{lease_handle, LeaseHandle};
 
 /// What each function of the object holds.
 struct Calls {
