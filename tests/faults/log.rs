@@ -10,7 +10,8 @@
 //!   `S` (a reader's read accepted) or `-` (a counted section, which leaves
 //!   the store alone); `release` is `OK`, `FALSE` or the error code the
 //!   release failed with.
-//! - `F <code>`: an acquire failed with `code`.
+//! - `F <code> [<time>]`: an acquire failed with `code` (the Rust worker
+//!   adds when).
 //!
 //! `kind` is what the lease was asked for (see [`HoldKind`]): `x` a writer
 //! (exclusive, the only kind outside the mixed scenarios), `s` a reader
@@ -135,7 +136,7 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     asked: asked.parse().unwrap(),
                 });
             }
-            ["F", code] => *log.failures.entry(code.to_string()).or_default() += 1,
+            ["F", code] | ["F", code, _] => *log.failures.entry(code.to_string()).or_default() += 1,
             // A line cut short by SIGKILL.
             _ => {}
         }

@@ -1,0 +1,471 @@
+//! The partition harness (issue 39 §1, §2's first scenario): a Sentinel
+//! deployment in network namespaces, split by a real network partition,
+//! with clients on both sides; run it with `scripts/test-partitions` (root:
+//! `ip netns`). One scenario per setting, `sentinel-partition` without
+//! replica acknowledgement and `sentinel-partition-acks` with `replicaAcks: 1`
+//! (one name, a few, or none with `PARTITIONS_ONLY=<name>,<name>`; the
+//! partition lasts `PARTITIONS_SECONDS` after the promotion, 3 by default).
+//!
+//! The deployment: a primary `p`, two replicas `r1` `r2`, three sentinels
+//! (quorum 2, `down-after-milliseconds` 1000), one namespace each (see
+//! `net.rs`), and three client processes `c1` `c2` `c3` (the fault suite's
+//! Rust worker, `tests/faults/worker.rs`: acquire, fenced read-modify-write
+//! of a store every client reaches, release, each event logged with the
+//! time). Timeline: the clients run for a while; `p` and `c1` are cut off
+//! from everything else (the minority); the sentinels promote a replica;
+//! both sides go on for a while; the network heals; the sentinels turn `p`
+//! into a replica of the new primary; the clients run on, then stop.
+//!
+//! The checks, per key, over every client's history and the store's own:
+//! - no fence is ever granted twice;
+//! - the store never accepts a write whose fence is below one it accepted,
+//!   and loses no increment;
+//! - every interval in which two holders overlapped is explained by a
+//!   documented window, or counted as a violation: "partitioned old primary"
+//!   (one holder on the minority side, granted by the old primary between
+//!   the cut and its demotion: expected without replica acknowledgement,
+//!   a violation with it) or "expired lease" (a holder told `LEASE_LOST` /
+//!   `OUTCOME_UNKNOWN` at its release);
+//! - with `replicaAcks: 1` the minority is granted nothing after the cut,
+//!   and its client learns (an acquire failing) within [`LEARN_BOUND`];
+//! - after healing, the old primary is a replica within [`REJOIN_BOUND`].
+
+#[allow(dead_code)]
+#[path = "../faults/log.rs"]
+mod log;
+mod net;
+#[allow(dead_code)]
+#[path = "../faults/store.rs"]
+mod store;
+#[allow(dead_code)]
+#[path = "../faults/worker.rs"]
+mod worker;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use log::{mono_us, Hold};
+use net::{Net, SUBNET};
+use store::Attempt;
+
+const LEASE_MS: u32 = 1000;
+const COMMAND_TIMEOUT_MS: u32 = 800;
+const KEYS: u32 = 2;
+const HOLD_MS: u32 = 15;
+const PRIMARY_NAME: &str = "mymaster";
+/// The clients' run before the cut, and after the heal.
+const BEFORE_CUT: Duration = Duration::from_millis(1500);
+const AFTER_HEAL: Duration = Duration::from_millis(2500);
+/// How soon the majority's sentinels must promote a replica after the cut:
+/// `down-after-milliseconds` (1 s), the election and the promotion, and
+/// slack for a loaded machine.
+const PROMOTION_BOUND: Duration = Duration::from_secs(15);
+/// How soon after the heal the old primary must be a replica: the
+/// sentinels see it again at their next `INFO` (every second, every 10 s
+/// for a primary they think down), then send it `REPLICAOF`.
+const REJOIN_BOUND: Duration = Duration::from_secs(25);
+/// With `replicaAcks`, how soon after the cut the minority's client must
+/// learn (an acquire or release failing): a `WAIT` gives up after 3/4 of
+/// `commandTimeoutMs`, once the lease of a section in progress at the cut
+/// could no longer be renewed; plus slack.
+const LEARN_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 + 2 * COMMAND_TIMEOUT_MS as u64 + 500);
+
+struct Scenario {
+    name: &'static str,
+    replica_acks: u32,
+}
+
+const SCENARIOS: &[Scenario] =
+    &[Scenario { name: "sentinel-partition", replica_acks: 0 }, Scenario { name: "sentinel-partition-acks", replica_acks: 1 }];
+
+/// The nodes: name, host number, on the store network.
+const SERVERS: [(&str, u8); 3] = [("p", 1), ("r1", 2), ("r2", 3)];
+const SENTINELS: [(&str, u8); 3] = [("s1", 11), ("s2", 12), ("s3", 13)];
+const CLIENTS: [(&str, u8); 3] = [("c1", 21), ("c2", 22), ("c3", 23)];
+const STORE: (&str, u8) = ("store", 30);
+/// The minority: the old primary and one client.
+const MINORITY: [&str; 2] = ["p", "c1"];
+const MINORITY_CLIENT: &str = "c1";
+
+/// What one scenario showed.
+#[derive(Default)]
+struct Report {
+    name: &'static str,
+    replica_acks: u32,
+    grants: u64,
+    /// Grants to the minority's client while cut off (the old primary is
+    /// all it reaches), and between the heal and the old primary's demotion
+    /// (by whichever primary it reached); to the majority's clients while
+    /// the minority was cut off.
+    minority_grants: u64,
+    minority_after_heal: u64,
+    majority_grants: u64,
+    /// Overlapping pairs of sections by cause.
+    overlaps: BTreeMap<&'static str, u64>,
+    /// Writes the store accepted from the minority's sections while cut off.
+    minority_accepted: u64,
+    accepted: u64,
+    refused: u64,
+    failures: BTreeMap<String, u64>,
+    /// After the cut: the promotion, the heal.
+    promoted_ms: u128,
+    partition_ms: u128,
+    /// First failure the minority's client saw after the cut.
+    learned_ms: Option<u128>,
+    /// After the heal: the old primary a replica.
+    rejoined_ms: Option<u128>,
+    violations: Vec<String>,
+}
+
+fn redis_args(name: &str, dir: &Path, ip: &str, replica_of: Option<&str>) -> Vec<String> {
+    let data = dir.join(name);
+    std::fs::create_dir_all(&data).unwrap();
+    let mut args: Vec<String> = [
+        "--bind",
+        ip,
+        "--port",
+        "6379",
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--dir",
+        data.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(primary) = replica_of {
+        args.extend(["--replicaof".to_string(), primary.to_string(), "6379".to_string()]);
+    }
+    args
+}
+
+/// The value after `field` in redis-cli's one-per-line output of a flat reply.
+fn field<'a>(reply: &'a str, field: &str) -> Option<&'a str> {
+    let lines: Vec<&str> = reply.lines().collect();
+    lines.iter().position(|l| *l == field).and_then(|i| lines.get(i + 1).copied())
+}
+
+fn until(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}
+
+fn yaml(replica_acks: u32) -> String {
+    let nodes: Vec<String> = SENTINELS.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:26379")).collect();
+    let acks = if replica_acks > 0 { format!(", replicaAcks: {replica_acks}") } else { String::new() };
+    format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: 3000, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        sentinel: {{ nodes: [{}], primaryName: {PRIMARY_NAME} }}\n",
+        nodes.join(", ")
+    )
+}
+
+fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report {
+    let dir = root.join(scenario.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut report = Report { name: scenario.name, replica_acks: scenario.replica_acks, ..Report::default() };
+
+    let mut net = Net::new("dkp");
+    for (name, number) in SERVERS.iter().chain(&SENTINELS) {
+        net.add(name, *number, false);
+    }
+    for (name, number) in CLIENTS.iter().chain([&STORE]) {
+        net.add(name, *number, true);
+    }
+    net.seal();
+    let redis = PathBuf::from("redis-server");
+    let primary = net.addr("p");
+    for (name, _) in SERVERS {
+        let args = redis_args(name, &dir, &net.addr(name), (name != "p").then_some(primary.as_str()));
+        net.spawn(name, &redis, &args, &[], &dir.join(format!("{name}.out")));
+    }
+    let store_ip = format!("{SUBNET}.1.{}", STORE.1);
+    let store_args = redis_args("store", &dir, &store_ip, None);
+    net.spawn(STORE.0, &redis, &store_args, &[], &dir.join("store.out"));
+    until("the replicas sync", Duration::from_secs(20), || {
+        ["r1", "r2"].iter().all(|r| net.cli(r, &net.addr(r), 6379, &["INFO", "replication"]).contains("master_link_status:up"))
+    });
+    for (name, _) in SENTINELS {
+        let ip = net.addr(name);
+        let config = dir.join(format!("{name}.conf"));
+        std::fs::write(
+            &config,
+            format!(
+                "port 26379\nbind {ip}\nprotected-mode no\ndir {dir}\nlogfile {dir}/{name}.log\n\
+                 sentinel monitor {PRIMARY_NAME} {primary} 6379 2\n\
+                 sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+                 sentinel failover-timeout {PRIMARY_NAME} 2000\n\
+                 sentinel parallel-syncs {PRIMARY_NAME} 1\n",
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        net.spawn(name, &redis, &[config.display().to_string(), "--sentinel".into()], &[], &dir.join(format!("{name}.out")));
+    }
+    until("the sentinels find both replicas and each other", Duration::from_secs(30), || {
+        SENTINELS.iter().all(|(s, _)| {
+            let master = net.cli(s, &net.addr(s), 26379, &["SENTINEL", "MASTER", PRIMARY_NAME]);
+            field(&master, "num-slaves") == Some("2") && field(&master, "num-other-sentinels") == Some("2")
+        })
+    });
+    let mut store = redis::Client::open(format!("redis://{store_ip}:6379/0")).unwrap().get_connection().expect("the store answers");
+    let scripts = store::load(&mut store);
+
+    // The clients.
+    let stop = dir.join("stop");
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for (i, (name, _)) in CLIENTS.iter().enumerate() {
+        let log = dir.join(format!("{name}.log"));
+        let args = worker::WorkerArgs {
+            store_port: 6379,
+            keys: KEYS,
+            hold_ms: HOLD_MS,
+            run_ms: 120_000,
+            log: log.display().to_string(),
+            seed: mono_us() ^ ((i as u64) << 48),
+            read_sha: scripts.read.clone(),
+            write_sha: scripts.write.clone(),
+            shared_read_sha: scripts.shared_read.clone(),
+            limit: 0,
+        };
+        let mut argv = vec!["worker".to_string()];
+        argv.extend(args.to_args());
+        let env = [
+            (worker::YAML_VAR, yaml(scenario.replica_acks)),
+            (worker::STORE_HOST_VAR, store_ip.clone()),
+            (worker::STOP_FILE_VAR, stop.display().to_string()),
+        ];
+        let pid = net.spawn(name, &exe, &argv, &env, &dir.join(format!("{name}.stderr")));
+        workers.push((name.to_string(), pid, log));
+    }
+
+    // The partition.
+    sleep(BEFORE_CUT);
+    let cut_at = mono_us();
+    net.isolate(&MINORITY);
+    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || {
+        let named = net.cli("s1", &net.addr("s1"), 26379, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", PRIMARY_NAME]);
+        named.lines().next().is_some_and(|ip| ip != primary && ip.starts_with(SUBNET))
+    });
+    report.promoted_ms = promoted.as_millis();
+    sleep(partition);
+    net.heal();
+    let healed_at = mono_us();
+    report.partition_ms = u128::from(healed_at - cut_at) / 1000;
+    let rejoined = Instant::now();
+    let mut rejoined_at = None;
+    while rejoined.elapsed() < REJOIN_BOUND {
+        if net.cli("p", &primary, 6379, &["ROLE"]).lines().next() == Some("slave") {
+            rejoined_at = Some(mono_us());
+            report.rejoined_ms = Some(rejoined.elapsed().as_millis());
+            break;
+        }
+        sleep(Duration::from_millis(50));
+    }
+    if rejoined_at.is_none() {
+        report.violations.push(format!("the old primary was not a replica {REJOIN_BOUND:?} after the heal"));
+    }
+    sleep(AFTER_HEAL);
+    std::fs::write(&stop, "").unwrap();
+    for (name, pid, _) in &workers {
+        match net.wait(*pid, Duration::from_secs(15)) {
+            Some(true) => {}
+            Some(false) => report.violations.push(format!("client {name} failed (see {}/{name}.stderr)", dir.display())),
+            None => report.violations.push(format!("client {name} did not stop by itself")),
+        }
+    }
+    eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
+
+    // The histories.
+    let window_end = rejoined_at.unwrap_or(u64::MAX);
+    let mut holds: Vec<Hold> = Vec::new();
+    for (name, _, log) in &workers {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let parsed = log::parse(name, &text);
+        if let Some(open) = parsed.open {
+            report.violations.push(format!("client {name} left a section open on {}", open.key));
+        }
+        for (code, count) in parsed.failures {
+            *report.failures.entry(format!("{name} {code}")).or_default() += count;
+        }
+        if name == MINORITY_CLIENT {
+            // The first failure (an acquire failing, or a release told) after the cut.
+            let failed = text.lines().filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
+                ["F", _, at] => at.parse::<u64>().ok(),
+                ["E", _, _, _, end, _, release, ..] if !matches!(*release, "OK" | "FALSE") => end.parse().ok(),
+                _ => None,
+            });
+            report.learned_ms = failed.filter(|at| *at > cut_at).min().map(|at| u128::from(at - cut_at) / 1000);
+        }
+        holds.extend(parsed.holds);
+    }
+    report.grants = holds.len() as u64;
+    // The minority's client reaches only the old primary while cut off;
+    // after the heal, until the old primary is demoted, it may still be
+    // granted there.
+    let cut_off = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > cut_at && h.asked < healed_at;
+    let minority = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > cut_at && h.asked < window_end;
+    report.minority_grants = holds.iter().filter(|h| cut_off(h)).count() as u64;
+    report.minority_after_heal = holds.iter().filter(|h| minority(h) && !cut_off(h)).count() as u64;
+    report.majority_grants = holds.iter().filter(|h| h.worker != MINORITY_CLIENT && h.start > cut_at && h.start < healed_at).count() as u64;
+    report.minority_accepted = holds.iter().filter(|h| cut_off(h) && h.store == 'W').count() as u64;
+
+    for key in (0..KEYS).map(|k| format!("k{k}")) {
+        let mut of_key: Vec<&Hold> = holds.iter().filter(|h| h.key == key).collect();
+        of_key.sort_by_key(|h| h.start);
+        // Fences never repeat.
+        let mut fences: BTreeMap<u128, &str> = BTreeMap::new();
+        for h in &of_key {
+            if let Some(other) = fences.insert(h.fence, &h.worker) {
+                report.violations.push(format!("{key}: fence {} granted twice ({other} and {})", h.fence, h.worker));
+            }
+        }
+        // Overlaps, each explained or a violation.
+        for (i, a) in of_key.iter().enumerate() {
+            for b in of_key[i + 1..].iter().take_while(|b| b.start < a.end) {
+                let cause = if cut_off(a) != cut_off(b) {
+                    "partitioned old primary"
+                } else if minority(a) != minority(b) {
+                    "old primary after the heal, before its demotion"
+                } else if a.told() || b.told() {
+                    "expired lease"
+                } else {
+                    "unexplained"
+                };
+                *report.overlaps.entry(cause).or_default() += 1;
+                if cause == "unexplained" || (cause.contains("old primary") && scenario.replica_acks > 0) {
+                    report.violations.push(format!(
+                        "{key}: {} (fence {}) and {} (fence {}) overlapped {} us ({cause})",
+                        a.worker,
+                        a.fence,
+                        b.worker,
+                        b.fence,
+                        a.end.min(b.end) - b.start
+                    ));
+                }
+            }
+        }
+        // The store: accepted fences strictly grow; no increment lost.
+        let history = store::history(&mut store, &key);
+        let mut last = 0;
+        let mut accepted = 0;
+        for attempt in &history.attempts {
+            match *attempt {
+                Attempt::Accepted(fence) => {
+                    if fence <= last {
+                        report.violations.push(format!("{key}: the store accepted fence {fence} after {last}"));
+                    }
+                    last = fence;
+                    accepted += 1;
+                }
+                Attempt::Refused(_) => report.refused += 1,
+                Attempt::Read(_) => {}
+            }
+        }
+        report.accepted += accepted;
+        if history.value != accepted {
+            report.violations.push(format!("{key}: the store holds {} after {accepted} accepted increments", history.value));
+        }
+    }
+    if scenario.replica_acks > 0 {
+        if report.minority_grants > 0 {
+            report.violations.push(format!(
+                "the minority's client was granted {} sections by the old primary while cut off, despite replicaAcks",
+                report.minority_grants
+            ));
+        }
+        match report.learned_ms {
+            Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
+            Some(ms) => report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})")),
+            None => report.violations.push("the minority's client never learned of the partition".into()),
+        }
+    }
+    if report.majority_grants == 0 {
+        report.violations.push("the majority's clients were granted nothing during the partition".into());
+    }
+    report
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        worker::run(worker::WorkerArgs::parse(&args[1..]));
+        return;
+    }
+    let partition = Duration::from_secs(std::env::var("PARTITIONS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
+    let scenarios: Vec<&Scenario> = match std::env::var("PARTITIONS_ONLY") {
+        Ok(only) => {
+            let names: Vec<&str> = only.split(',').map(str::trim).collect();
+            let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+            if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+                eprintln!("partitions: PARTITIONS_ONLY names {unknown:?}, no scenario; the scenarios are: {}", known.join(", "));
+                std::process::exit(2);
+            }
+            SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect()
+        }
+        Err(_) => SCENARIOS.iter().collect(),
+    };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions");
+    let reports: Vec<Report> = scenarios.iter().map(|s| run_scenario(s, partition, &root)).collect();
+    if !Net::netem_available() {
+        println!("partitions: this kernel has no sch_netem: the delay and loss scenarios (issue 39 §2) cannot run here");
+    }
+
+    println!(
+        "\npartitions: Sentinel (primary, 2 replicas, 3 sentinels), the primary and 1 of 3 clients cut off for {} s after the promotion; lease {LEASE_MS} ms, {KEYS} keys (logs in {})",
+        partition.as_secs(),
+        root.display()
+    );
+    let mut violations = 0;
+    for r in &reports {
+        violations += r.violations.len();
+        let overlaps: Vec<String> = r.overlaps.iter().map(|(cause, n)| format!("{n} {cause}")).collect();
+        let failures: Vec<String> = r.failures.iter().map(|(what, n)| format!("{what} {n}")).collect();
+        println!("{} (replicaAcks {}): violations {}", r.name, r.replica_acks, r.violations.len());
+        println!(
+            "  timeline: cut; a replica promoted {} ms after the cut; healed {} ms after the cut; the old primary a replica {} ms after the heal",
+            r.promoted_ms,
+            r.partition_ms,
+            r.rejoined_ms.map_or("(never)".into(), |ms| ms.to_string())
+        );
+        println!(
+            "  grants: {} in all; while cut off: minority {} ({} store writes accepted), majority {}; minority after the heal, before the demotion: {}",
+            r.grants, r.minority_grants, r.minority_accepted, r.majority_grants, r.minority_after_heal
+        );
+        println!(
+            "  overlapping pairs: {}; store: {} writes accepted, {} refused; no fence granted twice: {}",
+            if overlaps.is_empty() { "none".into() } else { overlaps.join(", ") },
+            r.accepted,
+            r.refused,
+            !r.violations.iter().any(|v| v.contains("granted twice"))
+        );
+        println!(
+            "  the minority's client first failed {}; failed acquires: {}",
+            r.learned_ms.map_or("never during the run".into(), |ms| format!("{ms} ms after the cut")),
+            if failures.is_empty() { "none".into() } else { failures.join(", ") }
+        );
+        for v in &r.violations {
+            eprintln!("VIOLATION [{}] {v}", r.name);
+        }
+    }
+    if violations > 0 {
+        eprintln!("partitions: {violations} violations");
+        std::process::exit(1);
+    }
+}
