@@ -315,19 +315,56 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         }
         holds.extend(parsed.holds);
     }
+    let stores: BTreeMap<String, store::KeyHistory> =
+        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
+    let window = Window { cut_at, healed_at, demoted_at: window_end };
+    check_history(&holds, &stores, window, scenario.replica_acks, &mut report);
+    if scenario.replica_acks > 0 {
+        if report.minority_grants > 0 {
+            report.violations.push(format!(
+                "the minority's client was granted {} sections by the old primary while cut off, despite replicaAcks",
+                report.minority_grants
+            ));
+        }
+        match report.learned_ms {
+            Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
+            Some(ms) => report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})")),
+            None => report.violations.push("the minority's client never learned of the partition".into()),
+        }
+    }
+    if report.majority_grants == 0 {
+        report.violations.push("the majority's clients were granted nothing during the partition".into());
+    }
+    report
+}
+
+/// When the minority was cut off, healed, and its old primary demoted
+/// (`CLOCK_MONOTONIC` microseconds, as the clients log).
+#[derive(Clone, Copy)]
+struct Window {
+    cut_at: u64,
+    healed_at: u64,
+    demoted_at: u64,
+}
+
+/// The checks of a scenario's history (see the top of this file): the
+/// grants in the windows, then per key the fences, the overlaps and the
+/// store's history; every finding that breaks a guarantee is a violation.
+fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, window: Window, replica_acks: u32, report: &mut Report) {
     report.grants = holds.len() as u64;
     // The minority's client reaches only the old primary while cut off;
     // after the heal, until the old primary is demoted, it may still be
     // granted there.
-    let cut_off = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > cut_at && h.asked < healed_at;
-    let minority = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > cut_at && h.asked < window_end;
+    let cut_off = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > window.cut_at && h.asked < window.healed_at;
+    let minority = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > window.cut_at && h.asked < window.demoted_at;
     report.minority_grants = holds.iter().filter(|h| cut_off(h)).count() as u64;
     report.minority_after_heal = holds.iter().filter(|h| minority(h) && !cut_off(h)).count() as u64;
-    report.majority_grants = holds.iter().filter(|h| h.worker != MINORITY_CLIENT && h.start > cut_at && h.start < healed_at).count() as u64;
+    report.majority_grants =
+        holds.iter().filter(|h| h.worker != MINORITY_CLIENT && h.start > window.cut_at && h.start < window.healed_at).count() as u64;
     report.minority_accepted = holds.iter().filter(|h| cut_off(h) && h.store == 'W').count() as u64;
 
-    for key in (0..KEYS).map(|k| format!("k{k}")) {
-        let mut of_key: Vec<&Hold> = holds.iter().filter(|h| h.key == key).collect();
+    for (key, history) in stores {
+        let mut of_key: Vec<&Hold> = holds.iter().filter(|h| &h.key == key).collect();
         of_key.sort_by_key(|h| h.start);
         // Fences never repeat.
         let mut fences: BTreeMap<u128, &str> = BTreeMap::new();
@@ -349,7 +386,7 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
                     "unexplained"
                 };
                 *report.overlaps.entry(cause).or_default() += 1;
-                if cause == "unexplained" || (cause.contains("old primary") && scenario.replica_acks > 0) {
+                if cause == "unexplained" || (cause.contains("old primary") && replica_acks > 0) {
                     report.violations.push(format!(
                         "{key}: {} (fence {}) and {} (fence {}) overlapped {} us ({cause})",
                         a.worker,
@@ -362,7 +399,6 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
             }
         }
         // The store: accepted fences strictly grow; no increment lost.
-        let history = store::history(&mut store, &key);
         let mut last = 0;
         let mut accepted = 0;
         for attempt in &history.attempts {
@@ -383,23 +419,52 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
             report.violations.push(format!("{key}: the store holds {} after {accepted} accepted increments", history.value));
         }
     }
-    if scenario.replica_acks > 0 {
-        if report.minority_grants > 0 {
-            report.violations.push(format!(
-                "the minority's client was granted {} sections by the old primary while cut off, despite replicaAcks",
-                report.minority_grants
-            ));
-        }
-        match report.learned_ms {
-            Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
-            Some(ms) => report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})")),
-            None => report.violations.push("the minority's client never learned of the partition".into()),
-        }
-    }
-    if report.majority_grants == 0 {
-        report.violations.push("the majority's clients were granted nothing during the partition".into());
-    }
-    report
+}
+
+/// The checks must be able to fail: feed them broken histories first.
+fn self_test() {
+    let hold = |worker: &str, fence: u128, start: u64, end: u64, release: &str| Hold {
+        worker: worker.into(),
+        key: "k0".into(),
+        fence,
+        start,
+        end,
+        store: 'W',
+        release: release.into(),
+        kind: log::HoldKind::Writer,
+        asked: start,
+    };
+    let window = Window { cut_at: 100, healed_at: 200, demoted_at: 300 };
+    let store = |attempts: Vec<Attempt>| {
+        let value = attempts.iter().filter(|a| matches!(a, Attempt::Accepted(_))).count() as u64;
+        BTreeMap::from([("k0".to_string(), store::KeyHistory { value, refused: 0, attempts })])
+    };
+    let run = |holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, acks: u32| {
+        let mut report = Report::default();
+        check_history(holds, stores, window, acks, &mut report);
+        report
+    };
+    let fine = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
+    // The minority's client (c1) granted by the old primary while cut off,
+    // overlapping a majority holder: the documented window without replica
+    // acknowledgement, a violation with it.
+    let split = [hold("c2", 1, 110, 150, "OK"), hold("c1", 2, 120, 160, "OK")];
+    let report = run(&split, &fine, 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!((report.minority_grants, report.overlaps.get("partitioned old primary")), (1, Some(&1)));
+    assert!(!run(&split, &fine, 1).violations.is_empty(), "a minority grant with replicaAcks");
+    // Before the cut, an overlap is explained only by a told holder.
+    let before = [hold("c2", 1, 10, 50, "OK"), hold("c3", 2, 20, 60, "OK")];
+    assert!(!run(&before, &fine, 0).violations.is_empty(), "an unexplained overlap");
+    let told = [hold("c2", 1, 10, 50, "LEASE_LOST"), hold("c3", 2, 20, 60, "OK")];
+    assert!(run(&told, &fine, 0).violations.is_empty(), "a told holder's overlap");
+    let twice = [hold("c2", 1, 10, 20, "OK"), hold("c3", 1, 30, 40, "OK")];
+    assert!(!run(&twice, &fine, 0).violations.is_empty(), "a fence granted twice");
+    let lower = store(vec![Attempt::Accepted(2), Attempt::Accepted(1)]);
+    assert!(!run(&[], &lower, 0).violations.is_empty(), "the store accepted a lower fence");
+    let mut lost = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
+    lost.get_mut("k0").unwrap().value = 1;
+    assert!(!run(&[], &lost, 0).violations.is_empty(), "a lost increment");
 }
 
 fn main() {
@@ -408,6 +473,7 @@ fn main() {
         worker::run(worker::WorkerArgs::parse(&args[1..]));
         return;
     }
+    self_test();
     let partition = Duration::from_secs(std::env::var("PARTITIONS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
     let scenarios: Vec<&Scenario> = match std::env::var("PARTITIONS_ONLY") {
         Ok(only) => {

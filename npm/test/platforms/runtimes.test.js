@@ -46,8 +46,7 @@ test('linux-arm64-gnu: the real Node 24 for arm64 runs the smoke test under qemu
 /**
  * The bytes the redis driver's thread (`dokebi-lock-redis`, 15 characters of
  * it in /proc) passed to write(2) and writev(2) while smoke.mjs ran its redis
- * steps, from
- * the `thread writes` line smoke.mjs prints.
+ * steps, from the `thread writes` line smoke.mjs prints.
  */
 function redisThreadWrites(out) {
   const line = /^thread writes (.*)$/m.exec(out);
