@@ -207,23 +207,31 @@ impl Net {
 
     fn remove_all(&self) {
         let listed = Command::new("ip").args(["netns", "list"]).output().map(|o| o.stdout).unwrap_or_default();
-        for line in String::from_utf8_lossy(&listed).lines() {
-            let ns = line.split_whitespace().next().unwrap_or_default();
-            if ns.starts_with(&format!("{}-", self.prefix)) {
-                // Whatever still runs in it (a killed run's servers).
-                let pids = Command::new("ip").args(["netns", "pids", ns]).output().map(|o| o.stdout).unwrap_or_default();
-                for pid in String::from_utf8_lossy(&pids).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-                ip_quiet(&["netns", "del", ns]);
+        let namespaces: Vec<String> = String::from_utf8_lossy(&listed)
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|ns| ns.starts_with(&format!("{}-", self.prefix)))
+            .map(String::from)
+            .collect();
+        for ns in &namespaces {
+            // Whatever still runs in it (a killed run's servers).
+            let pids = Command::new("ip").args(["netns", "pids", ns]).output().map(|o| o.stdout).unwrap_or_default();
+            for pid in String::from_utf8_lossy(&pids).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
             }
         }
-        let links = Command::new("ip").args(["-o", "link", "show", "type", "bridge"]).output().map(|o| o.stdout).unwrap_or_default();
+        // The veths' host sides and the bridges first: a namespace goes
+        // away in the background, and its veths with it, too late for a
+        // next run that adds the same names at once.
+        let links = Command::new("ip").args(["-o", "link", "show"]).output().map(|o| o.stdout).unwrap_or_default();
         for line in String::from_utf8_lossy(&links).lines() {
-            let name = line.split(':').nth(1).unwrap_or_default().trim();
-            if name.starts_with(&format!("{}b", self.prefix)) {
+            let name = line.split(':').nth(1).unwrap_or_default().trim().split('@').next().unwrap_or_default();
+            if name.starts_with(&format!("{}h", self.prefix)) || name.starts_with(&format!("{}b", self.prefix)) {
                 ip_quiet(&["link", "del", name]);
             }
+        }
+        for ns in &namespaces {
+            ip_quiet(&["netns", "del", ns]);
         }
     }
 }
