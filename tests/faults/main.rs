@@ -504,7 +504,8 @@ impl Run {
             }
             match (log.open, worker.killed_at) {
                 (Some(mut open), Some(killed_at)) => {
-                    open.end = killed_at;
+                    // Killed in its section, or after it while releasing.
+                    open.end = open.end.min(killed_at);
                     holds.push(open);
                 }
                 (Some(_), None) => self.violations.push(format!("worker {} left a section open", worker.name)),

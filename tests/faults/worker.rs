@@ -188,6 +188,7 @@ pub fn run(args: WorkerArgs) {
             }
         };
         let end_us = mono_us();
+        line(format!("Q {end_us}\n"));
         let released = match futures::executor::block_on(lease.release()) {
             Ok(true) => "OK",
             Ok(false) => "FALSE",
