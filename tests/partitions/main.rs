@@ -1,33 +1,40 @@
-//! The partition harness (issue 39 §1, §2's first scenario): a Sentinel
-//! deployment in network namespaces, split by a real network partition,
-//! with clients on both sides; run it with `scripts/test-partitions` (root:
-//! `ip netns`). One scenario per setting, `sentinel-partition` without
-//! replica acknowledgement and `sentinel-partition-acks` with `replicaAcks: 1`
-//! (one name, a few, or none with `PARTITIONS_ONLY=<name>,<name>`; the
-//! partition lasts `PARTITIONS_SECONDS` after the promotion, 3 by default).
+//! The partition harness (issue 39 §1, and §2's Sentinel and Cluster
+//! scenarios): a deployment in network namespaces, split by a real network
+//! partition, with clients on both sides; run it with
+//! `scripts/test-partitions` (root: `ip netns`). One scenario per topology
+//! and setting: `sentinel-partition` and `cluster-partition` without replica
+//! acknowledgement, `sentinel-partition-acks` and `cluster-partition-acks`
+//! with `replicaAcks: 1` (one, a few, or all with
+//! `PARTITIONS_ONLY=<name>,<name>`; the partition lasts `PARTITIONS_SECONDS`
+//! after the promotion, 3 by default).
 //!
-//! The deployment: a primary `p`, two replicas `r1` `r2`, three sentinels
-//! (quorum 2, `down-after-milliseconds` 1000), one namespace each (see
-//! `net.rs`), and three client processes `c1` `c2` `c3` (the fault suite's
-//! Rust worker, `tests/faults/worker.rs`: acquire, fenced read-modify-write
-//! of a store every client reaches, release, each event logged with the
-//! time). Timeline: the clients run for a while; `p` and `c1` are cut off
-//! from everything else (the minority); the sentinels promote a replica;
-//! both sides go on for a while; the network heals; the sentinels turn `p`
-//! into a replica of the new primary; the clients run on, then stop.
+//! The deployments, one namespace per server (see `net.rs`): Sentinel, a
+//! primary `p`, two replicas `r1` `r2` and three sentinels (quorum 2,
+//! `down-after-milliseconds` 1000); Cluster, six nodes made 3 primaries
+//! with a replica each (`cluster-node-timeout` 1000). Three client processes
+//! `c1` `c2` `c3`, one namespace each (the fault suite's Rust worker,
+//! `tests/faults/worker.rs`: acquire, fenced read-modify-write of a store
+//! every client reaches, release, each event logged with the time).
+//! Timeline: the clients run for a while; `c1` and a primary (Sentinel's;
+//! in the cluster, the primary holding the most of the lock's names) are
+//! cut off from everything else (the minority); the majority promotes a
+//! replica; both sides go on for a while; the network heals; the old
+//! primary becomes a replica; the clients run on, then stop.
 //!
-//! The checks, per key, over every client's history and the store's own:
+//! The checks (see [`check_history`], proved able to fail by [`self_test`]),
+//! per key, over every client's history and the store's own:
 //! - no fence is ever granted twice;
 //! - the store never accepts a write whose fence is below one it accepted,
 //!   and loses no increment;
 //! - every interval in which two holders overlapped is explained by a
 //!   documented window, or counted as a violation: "partitioned old primary"
-//!   (one holder on the minority side, granted by the old primary between
-//!   the cut and its demotion: expected without replica acknowledgement,
-//!   a violation with it) or "expired lease" (a holder told `LEASE_LOST` /
+//!   (one holder the minority's client, granted while cut off, when the old
+//!   primary is all it reaches), "old primary after the heal, before its
+//!   demotion" (both expected without replica acknowledgement, violations
+//!   with it) or "expired lease" (a holder told `LEASE_LOST` /
 //!   `OUTCOME_UNKNOWN` at its release);
-//! - with `replicaAcks: 1` the minority is granted nothing after the cut,
-//!   and its client learns (an acquire failing) within [`LEARN_BOUND`];
+//! - with `replicaAcks: 1` the minority's client is granted nothing while
+//!   cut off, and learns (an acquire failing) within [`LEARN_BOUND`];
 //! - after healing, the old primary is a replica within [`REJOIN_BOUND`].
 
 #[allow(dead_code)]
@@ -75,18 +82,26 @@ const LEARN_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 + 2 * COMMAN
 struct Scenario {
     name: &'static str,
     replica_acks: u32,
+    /// A Redis Cluster (3 primaries, 3 replicas) instead of Sentinel.
+    cluster: bool,
 }
 
-const SCENARIOS: &[Scenario] =
-    &[Scenario { name: "sentinel-partition", replica_acks: 0 }, Scenario { name: "sentinel-partition-acks", replica_acks: 1 }];
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false },
+    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false },
+    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true },
+    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true },
+];
 
 /// The nodes: name, host number, on the store network.
 const SERVERS: [(&str, u8); 3] = [("p", 1), ("r1", 2), ("r2", 3)];
 const SENTINELS: [(&str, u8); 3] = [("s1", 11), ("s2", 12), ("s3", 13)];
 const CLIENTS: [(&str, u8); 3] = [("c1", 21), ("c2", 22), ("c3", 23)];
 const STORE: (&str, u8) = ("store", 30);
-/// The minority: the old primary and one client.
-const MINORITY: [&str; 2] = ["p", "c1"];
+/// The cluster's nodes: 3 primaries and 3 replicas, as `redis-cli --cluster
+/// create` pairs them.
+const CLUSTER_NODES: [(&str, u8); 6] = [("n1", 1), ("n2", 2), ("n3", 3), ("n4", 4), ("n5", 5), ("n6", 6)];
+/// The minority: the old primary and this client.
 const MINORITY_CLIENT: &str = "c1";
 
 /// What one scenario showed.
@@ -164,38 +179,29 @@ fn until(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) -> Durati
     started.elapsed()
 }
 
-fn yaml(replica_acks: u32) -> String {
-    let nodes: Vec<String> = SENTINELS.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:26379")).collect();
+fn yaml(replica_acks: u32, cluster: bool) -> String {
+    let endpoint = if cluster {
+        let nodes: Vec<String> = CLUSTER_NODES.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:6379")).collect();
+        format!("cluster: {{ nodes: [{}] }}", nodes.join(", "))
+    } else {
+        let nodes: Vec<String> = SENTINELS.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:26379")).collect();
+        format!("sentinel: {{ nodes: [{}], primaryName: {PRIMARY_NAME} }}", nodes.join(", "))
+    };
     let acks = if replica_acks > 0 { format!(", replicaAcks: {replica_acks}") } else { String::new() };
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: 3000, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        sentinel: {{ nodes: [{}], primaryName: {PRIMARY_NAME} }}\n",
-        nodes.join(", ")
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: 3000, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n"
     )
 }
 
-fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report {
-    let dir = root.join(scenario.name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut report = Report { name: scenario.name, replica_acks: scenario.replica_acks, ..Report::default() };
-
-    let mut net = Net::new("dkp");
-    for (name, number) in SERVERS.iter().chain(&SENTINELS) {
-        net.add(name, *number, false);
-    }
-    for (name, number) in CLIENTS.iter().chain([&STORE]) {
-        net.add(name, *number, true);
-    }
-    net.seal();
+/// A primary, two replicas and three sentinels; returns once every sentinel
+/// knows both replicas and the other sentinels.
+fn start_sentinel(net: &mut Net, dir: &Path) {
     let redis = PathBuf::from("redis-server");
     let primary = net.addr("p");
     for (name, _) in SERVERS {
-        let args = redis_args(name, &dir, &net.addr(name), (name != "p").then_some(primary.as_str()));
+        let args = redis_args(name, dir, &net.addr(name), (name != "p").then_some(primary.as_str()));
         net.spawn(name, &redis, &args, &[], &dir.join(format!("{name}.out")));
     }
-    let store_ip = format!("{SUBNET}.1.{}", STORE.1);
-    let store_args = redis_args("store", &dir, &store_ip, None);
-    net.spawn(STORE.0, &redis, &store_args, &[], &dir.join("store.out"));
     until("the replicas sync", Duration::from_secs(20), || {
         ["r1", "r2"].iter().all(|r| net.cli(r, &net.addr(r), 6379, &["INFO", "replication"]).contains("master_link_status:up"))
     });
@@ -222,6 +228,82 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
             field(&master, "num-slaves") == Some("2") && field(&master, "num-other-sentinels") == Some("2")
         })
     });
+}
+
+/// Six cluster nodes (`cluster-node-timeout` 1000 ms), joined by
+/// `redis-cli --cluster create` as 3 primaries with a replica each; returns
+/// once every node says the cluster is ok.
+fn start_cluster(net: &mut Net, dir: &Path) {
+    let redis = PathBuf::from("redis-server");
+    for (name, _) in CLUSTER_NODES {
+        let mut args = redis_args(name, dir, &net.addr(name), None);
+        let config = dir.join(name).join("nodes.conf");
+        args.extend(
+            ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file", config.to_str().unwrap()]
+                .map(String::from),
+        );
+        net.spawn(name, &redis, &args, &[], &dir.join(format!("{name}.out")));
+    }
+    until("every node answers", Duration::from_secs(20), || {
+        CLUSTER_NODES.iter().all(|(n, _)| net.cli(n, &net.addr(n), 6379, &["PING"]) == "PONG")
+    });
+    let mut create = vec!["--cluster", "create"].into_iter().map(String::from).collect::<Vec<_>>();
+    create.extend(CLUSTER_NODES.iter().map(|(n, _)| format!("{}:6379", net.addr(n))));
+    create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+    let created = net.exec("n1", "redis-cli", &create);
+    assert!(created.contains("[OK] All 16384 slots covered"), "redis-cli --cluster create: {created}");
+    until("the cluster is ok on every node", Duration::from_secs(30), || {
+        CLUSTER_NODES.iter().all(|(n, _)| net.cli(n, &net.addr(n), 6379, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    });
+}
+
+/// The cluster's primary holding the most of the lock's names (the keys'
+/// slots are the digests', so where they land is found, not chosen), and
+/// its replica.
+fn cluster_victim(net: &Net) -> (String, Option<String>) {
+    let primaries = CLUSTER_NODES.iter().filter(|(n, _)| net.cli(n, &net.addr(n), 6379, &["ROLE"]).lines().next() == Some("master"));
+    let (victim, _) = primaries
+        .map(|(n, _)| (n.to_string(), net.cli(n, &net.addr(n), 6379, &["DBSIZE"]).parse::<u64>().unwrap_or(0)))
+        .max_by_key(|(_, size)| *size)
+        .expect("a primary");
+    let nodes = net.cli(&victim, &net.addr(&victim), 6379, &["CLUSTER", "NODES"]);
+    let id = nodes.lines().find(|l| l.contains("myself")).and_then(|l| l.split(' ').next()).expect("the node's own id").to_string();
+    let replica_ip = nodes
+        .lines()
+        .find(|l| l.split(' ').nth(3) == Some(id.as_str()))
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|addr| addr.split(':').next())
+        .expect("the primary's replica")
+        .to_string();
+    let replica = CLUSTER_NODES.iter().find(|(n, _)| net.addr(n) == replica_ip).map(|(n, _)| n.to_string());
+    (victim, replica)
+}
+
+fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report {
+    let dir = root.join(scenario.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut report = Report { name: scenario.name, replica_acks: scenario.replica_acks, ..Report::default() };
+
+    let mut net = Net::new("dkp");
+    let servers: &[(&str, u8)] = if scenario.cluster { &CLUSTER_NODES } else { &SERVERS };
+    let sentinels: &[(&str, u8)] = if scenario.cluster { &[] } else { &SENTINELS };
+    for (name, number) in servers.iter().chain(sentinels) {
+        net.add(name, *number, false);
+    }
+    for (name, number) in CLIENTS.iter().chain([&STORE]) {
+        net.add(name, *number, true);
+    }
+    net.seal();
+    let redis = PathBuf::from("redis-server");
+    let store_ip = format!("{SUBNET}.1.{}", STORE.1);
+    let store_args = redis_args("store", &dir, &store_ip, None);
+    net.spawn(STORE.0, &redis, &store_args, &[], &dir.join("store.out"));
+    if scenario.cluster {
+        start_cluster(&mut net, &dir);
+    } else {
+        start_sentinel(&mut net, &dir);
+    }
     let mut store = redis::Client::open(format!("redis://{store_ip}:6379/0")).unwrap().get_connection().expect("the store answers");
     let scripts = store::load(&mut store);
 
@@ -247,7 +329,7 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         let mut argv = vec!["worker".to_string()];
         argv.extend(args.to_args());
         let env = [
-            (worker::YAML_VAR, yaml(scenario.replica_acks)),
+            (worker::YAML_VAR, yaml(scenario.replica_acks, scenario.cluster)),
             (worker::STORE_HOST_VAR, store_ip.clone()),
             (worker::STOP_FILE_VAR, stop.display().to_string()),
         ];
@@ -255,13 +337,23 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         workers.push((name.to_string(), pid, log));
     }
 
-    // The partition.
+    // The partition: the old primary (in a cluster, the primary holding
+    // the most of the lock's names) and one client cut off.
     sleep(BEFORE_CUT);
+    let (old, replica) = if scenario.cluster { cluster_victim(&net) } else { ("p".to_string(), None) };
+    let old_ip = net.addr(&old);
+    // The client first, then the primary, and the cut counted from when
+    // both are across: the client's requests from then on reach only the
+    // old primary (while the two move, a client still on the data bridge
+    // could be granted by a primary of the majority).
+    net.isolate(&[MINORITY_CLIENT, old.as_str()]);
     let cut_at = mono_us();
-    net.isolate(&MINORITY);
-    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || {
-        let named = net.cli("s1", &net.addr("s1"), 26379, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", PRIMARY_NAME]);
-        named.lines().next().is_some_and(|ip| ip != primary && ip.starts_with(SUBNET))
+    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || match &replica {
+        Some(replica) => net.cli(replica, &net.addr(replica), 6379, &["ROLE"]).lines().next() == Some("master"),
+        None => {
+            let named = net.cli("s1", &net.addr("s1"), 26379, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", PRIMARY_NAME]);
+            named.lines().next().is_some_and(|ip| ip != old_ip && ip.starts_with(SUBNET))
+        }
     });
     report.promoted_ms = promoted.as_millis();
     sleep(partition);
@@ -271,7 +363,7 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     let rejoined = Instant::now();
     let mut rejoined_at = None;
     while rejoined.elapsed() < REJOIN_BOUND {
-        if net.cli("p", &primary, 6379, &["ROLE"]).lines().next() == Some("slave") {
+        if net.cli(&old, &old_ip, 6379, &["ROLE"]).lines().next() == Some("slave") {
             rejoined_at = Some(mono_us());
             report.rejoined_ms = Some(rejoined.elapsed().as_millis());
             break;
@@ -494,7 +586,7 @@ fn main() {
     }
 
     println!(
-        "\npartitions: Sentinel (primary, 2 replicas, 3 sentinels), the primary and 1 of 3 clients cut off for {} s after the promotion; lease {LEASE_MS} ms, {KEYS} keys (logs in {})",
+        "\npartitions: Sentinel (primary, 2 replicas, 3 sentinels) / Cluster (3 primaries, 3 replicas), a primary and 1 of 3 clients cut off for {} s after the promotion; lease {LEASE_MS} ms, {KEYS} keys (logs in {})",
         partition.as_secs(),
         root.display()
     );

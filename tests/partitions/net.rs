@@ -205,6 +205,13 @@ impl Net {
         out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
     }
 
+    /// `program` with `args` in node `name`'s namespace, to its end; its
+    /// stdout and stderr.
+    pub fn exec(&self, name: &str, program: &str, args: &[String]) -> String {
+        let out = Command::new("ip").args(["netns", "exec", &self.namespace(name), program]).args(args).output().expect("ip netns exec");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    }
+
     fn remove_all(&self) {
         let listed = Command::new("ip").args(["netns", "list"]).output().map(|o| o.stdout).unwrap_or_default();
         let namespaces: Vec<String> = String::from_utf8_lossy(&listed)
