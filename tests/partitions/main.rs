@@ -73,11 +73,15 @@ const PROMOTION_BOUND: Duration = Duration::from_secs(15);
 /// sentinels see it again at their next `INFO` (every second, every 10 s
 /// for a primary they think down), then send it `REPLICAOF`.
 const REJOIN_BOUND: Duration = Duration::from_secs(25);
+/// The clients' `waitTimeoutMs`.
+const WAIT_TIMEOUT_MS: u32 = 3000;
 /// With `replicaAcks`, how soon after the cut the minority's client must
-/// learn (an acquire or release failing): a `WAIT` gives up after 3/4 of
-/// `commandTimeoutMs`, once the lease of a section in progress at the cut
-/// could no longer be renewed; plus slack.
-const LEARN_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 + 2 * COMMAND_TIMEOUT_MS as u64 + 500);
+/// learn (an acquire failing): an acquire under way at the cut that cannot
+/// reach its key's primary (in a cluster, one on the majority's side) keeps
+/// trying until its wait ends, then fails `PROVIDER_FAILED` (a run saw 3.3
+/// s); one on the old primary fails once its `WAIT` gives up (3/4 of
+/// `commandTimeoutMs`, 0.6-1.7 s seen). Plus slack.
+const LEARN_BOUND: Duration = Duration::from_millis(WAIT_TIMEOUT_MS as u64 + COMMAND_TIMEOUT_MS as u64 + 500);
 
 struct Scenario {
     name: &'static str,
@@ -189,7 +193,7 @@ fn yaml(replica_acks: u32, cluster: bool) -> String {
     };
     let acks = if replica_acks > 0 { format!(", replicaAcks: {replica_acks}") } else { String::new() };
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: 3000, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n"
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: {WAIT_TIMEOUT_MS}, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n"
     )
 }
 
