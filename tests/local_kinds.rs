@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dokebi_lock::local::LocalBackend;
 use dokebi_lock::options::LocalOptions;
@@ -56,6 +56,19 @@ fn threads_of_readers_and_writers_never_overlap_a_writer() {
         .map(|n| {
             let (backend, inside, most_readers, start) = (backend.clone(), inside.clone(), most_readers.clone(), start.clone());
             thread::spawn(move || {
+                // First every thread takes the key as a reader and holds it
+                // until all six hold it at once: readers share it.
+                let lease = backend.acquire_blocking_kind(&["doc"], SHARED, Some(Duration::from_secs(10))).unwrap();
+                most_readers.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while inside.load(Ordering::SeqCst) < 6 {
+                    let now = inside.load(Ordering::SeqCst);
+                    assert!(Instant::now() < deadline, "only {now} of 6 readers held the key at once");
+                    thread::yield_now();
+                }
+                start.wait();
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(lease.release());
                 start.wait();
                 for round in 0..300 {
                     let writer = (n + round) % 3 == 0;
@@ -79,7 +92,7 @@ fn threads_of_readers_and_writers_never_overlap_a_writer() {
         .collect();
     workers.into_iter().for_each(|w| w.join().unwrap());
     assert_eq!(backend.counts().held, 0);
-    assert!(most_readers.load(Ordering::SeqCst) >= 1);
+    assert_eq!(most_readers.load(Ordering::SeqCst), 6, "the six readers held the key together");
 }
 
 #[test]

@@ -10,13 +10,25 @@ export async function startProxy(target) {
   /** Bytes held while holding, in arrival order: [socket, chunk]. */
   let held = [];
 
-  const forward = (to, chunk) => (holding ? held.push([to, chunk]) : to.write(chunk));
+  /** Holds only the bytes to the server from a chunk that matches on (see holdScripts). */
+  let holdPattern = null;
+  const forward = (to, chunk, pair) => {
+    if (holding) return held.push([to, chunk]);
+    if (holdPattern && to === pair?.upstream && (pair.stalled || holdPattern.test(chunk.toString('latin1')))) {
+      pair.stalled = true;
+      return held.push([to, chunk]);
+    }
+    to.write(chunk);
+  };
+  /** The upstream (server-side) sockets, to tell which held bytes go to the server. */
+  const upstreams = new WeakSet();
 
   const server = createServer((client) => {
     const upstream = connect(target, '127.0.0.1');
     const pair = { client, upstream };
+    upstreams.add(upstream);
     pairs.add(pair);
-    client.on('data', (chunk) => forward(upstream, chunk));
+    client.on('data', (chunk) => forward(upstream, chunk, pair));
     upstream.on('data', (chunk) => forward(client, chunk));
     const end = () => {
       if (!pairs.delete(pair)) return;
@@ -38,9 +50,23 @@ export async function startProxy(target) {
     hold() {
       holding = true;
     },
+    /**
+     * Holds the commands a connection sends from its first script (EVALSHA)
+     * on, and lets everything else through (a new connection's handshake):
+     * scripts sent and never answered, on every connection.
+     */
+    holdScripts() {
+      holdPattern = /EVALSHA/i;
+    },
+    /** The bytes held on their way to the server, as text (RESP is text enough). */
+    heldToServer() {
+      return Buffer.concat(held.filter(([to]) => upstreams.has(to)).map(([, chunk]) => chunk)).toString('latin1');
+    },
     /** Lets the held bytes through, and every later one. */
     flow() {
       holding = false;
+      holdPattern = null;
+      for (const pair of pairs) pair.stalled = false;
       for (const [to, chunk] of held) if (!to.destroyed) to.write(chunk);
       held = [];
     },

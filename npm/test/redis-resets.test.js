@@ -51,24 +51,60 @@ test('after the connections are reset (RST) while idle, commands work again', as
   await proxy.close();
 });
 
-test('a reset (RST) while commands are in flight fails them, and later commands work', async () => {
-  const proxy = await startProxy(redis.port);
-  const provider = await open(proxy.url);
-  const backend = provider.backend('r');
-  await roundTrip(backend, 'a');
-  proxy.hold();
-  const inFlight = [1, 2, 3].map((n) => backend.acquire(`c${n}`, { waitTimeoutMs: 0 }).then(
+/** Waits until `count` EVALSHA commands in all have reached the (holding) proxy. */
+async function untilSent(proxy, count) {
+  const sent = () => proxy.heldToServer().match(/EVALSHA/gi)?.length ?? 0;
+  const deadline = Date.now() + 5000;
+  while (sent() < count) {
+    assert.ok(Date.now() < deadline, `only ${sent()} of ${count} scripts reached the proxy`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Three acquires of fresh keys, each settling to `true` (granted and released) or its error code. */
+function threeAcquires(backend, prefix) {
+  return [1, 2, 3].map((n) => backend.acquire(`${prefix}${n}`, { waitTimeoutMs: 0 }).then(
     (lease) => lease.release(),
     (error) => error.code,
   ));
-  // Let the commands reach the proxy, then reset.
-  await new Promise((resolve) => setImmediate(resolve));
-  proxy.reset();
-  proxy.flow();
-  for (const outcome of await Promise.all(inFlight)) assert.ok(outcome === true || outcome === 'OUTCOME_UNKNOWN' || outcome === 'PROVIDER_FAILED', String(outcome));
-  await eventually(() => roundTrip(backend, 'd'));
-  await provider.close();
-  await proxy.close();
+}
+
+// A command whose connection drops is retried once on a fresh connection
+// (every script compares the owner token, so a retry is harmless): one
+// reset costs nothing, a second one in a row fails the command.
+test('a reset (RST) while commands are in flight: each is retried once on a fresh connection, and a second reset fails them', async () => {
+  const proxy = await startProxy(redis.port);
+  const provider = await open(proxy.url);
+  // Closed also when an assertion fails: an open provider keeps the test file running.
+  try {
+    const backend = provider.backend('r');
+    await roundTrip(backend, 'a');
+
+    // One reset once the three scripts are sent (held at the proxy, never
+    // answered): their retries go through a fresh connection.
+    proxy.hold();
+    const retried = threeAcquires(backend, 'c');
+    await untilSent(proxy, 3);
+    proxy.reset();
+    proxy.flow();
+    assert.deepEqual(await Promise.all(retried), [true, true, true], 'retried once, granted');
+
+    // Two resets: the first attempts, then their retries (on a fresh
+    // connection, whose handshake goes through), sent and never answered.
+    proxy.holdScripts();
+    const failed = threeAcquires(backend, 'e');
+    await untilSent(proxy, 3);
+    proxy.reset();
+    await untilSent(proxy, 6);
+    proxy.reset();
+    proxy.flow();
+    assert.deepEqual(await Promise.all(failed), ['OUTCOME_UNKNOWN', 'OUTCOME_UNKNOWN', 'OUTCOME_UNKNOWN'], 'sent twice, never answered');
+
+    await eventually(() => roundTrip(backend, 'd'));
+  } finally {
+    await provider.close();
+    await proxy.close();
+  }
 });
 
 test('after CLIENT KILL of every normal connection, commands work again', async () => {

@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { openLock } from '../index.js';
 import { startCluster, startSentinel } from './redis-topologies.js';
+import { command } from './resp.js';
 
 /** A provider with one redis backend `r` on `connection`. */
 function open(connection, namespace) {
@@ -76,6 +77,22 @@ test('an app on a Redis Cluster locks keys of every slot and hands off between p
     // 48 keys land on all three primaries.
     const leases = await Promise.all(Array.from({ length: 48 }, (_, i) => a.backend('r').acquire(`cart:${i}`, { waitTimeoutMs: 0 })));
     assert.equal(a.status().r.held, 48);
+    // While they are held, each primary holds names of the namespace, on
+    // about as many slots as keys: the names of one key share a slot, two
+    // keys' digests share one of 16384 slots with a chance of 7% in all
+    // (48 * 47 / 2 / 16384), three keys on a slot or a primary with none
+    // of 48 keys (3 * (2/3)^48) far less.
+    const slots = new Set();
+    let primaries = 0;
+    for (const port of cluster.nodes.map((url) => new URL(url).port)) {
+      if (!(await command(port, 'ROLE')).includes('master')) continue;
+      primaries++;
+      const names = (await command(port, 'KEYS', 'cl:*')).split('\r\n').filter((line) => line.startsWith('cl:'));
+      assert.ok(names.length > 0, `the primary on port ${port} holds no name of the 48 keys`);
+      for (const name of names) slots.add(Number((await command(port, 'CLUSTER', 'KEYSLOT', name)).slice(1)));
+    }
+    assert.equal(primaries, 3);
+    assert.ok(slots.size >= 46 && slots.size <= 48, `the 48 keys' names are on ${slots.size} slots`);
     assert.deepEqual(await Promise.all(leases.map((lease) => lease.release())), Array(48).fill(true));
     const next = await handOff(a, b, 'cart:7');
     assert.equal(await next.release(), true);

@@ -10,7 +10,10 @@
 //!   `S` (a reader's read accepted) or `-` (a counted section, which leaves
 //!   the store alone); `release` is `OK`, `FALSE` or the error code the
 //!   release failed with.
-//! - `F <code>`: an acquire failed with `code`.
+//! - `Q <end>`: the section ended at `end`; the release is under way (a
+//!   worker killed now has left its section, and may have released).
+//! - `F <code> [<time>]`: an acquire failed with `code` (the Rust worker
+//!   adds when).
 //!
 //! `kind` is what the lease was asked for (see [`HoldKind`]): `x` a writer
 //! (exclusive, the only kind outside the mixed scenarios), `s` a reader
@@ -98,7 +101,8 @@ pub struct WorkerLog {
     pub holds: Vec<Hold>,
     /// Failed acquires by code.
     pub failures: BTreeMap<String, u64>,
-    /// A section granted but not ended (only a killed worker leaves one).
+    /// A section granted but not released (only a killed worker leaves
+    /// one); its `end` is `u64::MAX` unless the section ended (`Q`).
     pub open: Option<Hold>,
 }
 
@@ -135,7 +139,12 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     asked: asked.parse().unwrap(),
                 });
             }
-            ["F", code] => *log.failures.entry(code.to_string()).or_default() += 1,
+            ["Q", end] => {
+                if let Some(open) = log.open.as_mut() {
+                    open.end = end.parse().unwrap();
+                }
+            }
+            ["F", code] | ["F", code, _] => *log.failures.entry(code.to_string()).or_default() += 1,
             // A line cut short by SIGKILL.
             _ => {}
         }

@@ -183,6 +183,20 @@ impl Fault {
     fn topology(self) -> bool {
         matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
     }
+
+    /// The codes an acquire may fail with under this fault: a server gone or
+    /// stalled past `commandTimeoutMs` (`PROVIDER_FAILED`, `OUTCOME_UNKNOWN`),
+    /// and, where keys stay locked or unreachable for seconds, a wait that
+    /// ran out (`WAIT_TIMEOUT`). Where the fault leaves the server answering
+    /// within `commandTimeoutMs` and every lease goes within one lease
+    /// (`waitTimeoutMs` is 3 leases), an acquire never fails.
+    fn acquire_failures(self) -> &'static [&'static str] {
+        match self {
+            Fault::None | Fault::Latency | Fault::PubsubKill | Fault::ScriptFlush | Fault::DebugSleep | Fault::Stop | Fault::Kill => &[],
+            Fault::Restart | Fault::SnapshotRestart | Fault::Failover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN"],
+            Fault::Stall | Fault::SentinelFailover | Fault::ClusterFailover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -191,6 +205,9 @@ enum Kind {
     C,
     Node,
 }
+
+/// Every kind of worker a scenario runs, by the name its workers' names start with.
+const KINDS: [&str; 3] = ["rust", "c", "node"];
 
 struct Worker {
     name: String,
@@ -473,18 +490,22 @@ impl Run {
         }
     }
 
-    /// Every hold of every worker, and the failed acquires.
-    fn holds(&mut self) -> (Vec<Hold>, u64) {
+    /// Every hold of every worker, and the failed acquires by kind of
+    /// worker and code.
+    fn holds(&mut self) -> (Vec<Hold>, Failures) {
         let mut holds = Vec::new();
-        let mut failures = 0;
+        let mut failures = Failures::new();
         for worker in &self.workers {
             let text = std::fs::read_to_string(&worker.log).unwrap_or_default();
             let log = log::parse(&worker.name, &text);
             holds.extend(log.holds);
-            failures += log.failures.values().sum::<u64>();
+            for (code, count) in log.failures {
+                *failures.entry((kind_of(&worker.name).to_string(), code)).or_default() += count;
+            }
             match (log.open, worker.killed_at) {
                 (Some(mut open), Some(killed_at)) => {
-                    open.end = killed_at;
+                    // Killed in its section, or after it while releasing.
+                    open.end = open.end.min(killed_at);
                     holds.push(open);
                 }
                 (Some(_), None) => self.violations.push(format!("worker {} left a section open", worker.name)),
@@ -495,13 +516,59 @@ impl Run {
     }
 }
 
+/// Failed acquires by kind of worker (`rust`, `c`, `node`) and code.
+type Failures = BTreeMap<(String, String), u64>;
+
+/// The kind of worker (one of [`KINDS`]) that `worker` names.
+fn kind_of(worker: &str) -> &str {
+    worker.split('-').next().unwrap()
+}
+
+/// What a scenario must show besides the checks of `check.rs`, so that it
+/// tests what it is for: every kind of worker completed sections (a surface
+/// whose every acquire failed would otherwise pass: its workers log the
+/// failures and exit 0), and every failed acquire has a code that `fault`
+/// explains (see [`Fault::acquire_failures`]).
+fn progress_violations(fault: Fault, holds: &[Hold], failures: &Failures) -> Vec<String> {
+    let mut violations = Vec::new();
+    for kind in KINDS {
+        let sections = holds.iter().filter(|h| kind_of(&h.worker) == kind).count();
+        let failed: u64 = failures.iter().filter(|((k, _), _)| k == kind).map(|(_, n)| n).sum();
+        if sections == 0 {
+            violations.push(format!("no {kind} worker completed a section ({failed} acquires failed)"));
+        }
+    }
+    let allowed = fault.acquire_failures();
+    for ((kind, code), count) in failures {
+        if !allowed.contains(&code.as_str()) {
+            violations.push(format!(
+                "{count} acquires of {kind} workers failed with {code}, which this fault does not explain (expected only {allowed:?})"
+            ));
+        }
+    }
+    violations
+}
+
+/// `FAULTS_ONLY`'s scenarios (all when it is unset), or why it names none:
+/// a misspelt name must fail the run, not run nothing and pass.
+fn selected(only: Option<&str>) -> Result<Vec<&'static Scenario>, String> {
+    let Some(only) = only else { return Ok(SCENARIOS.iter().collect()) };
+    let names: Vec<&str> = only.split(',').map(str::trim).filter(|name| !name.is_empty()).collect();
+    let unknown: Vec<&str> = names.iter().copied().filter(|name| !SCENARIOS.iter().any(|s| s.name == *name)).collect();
+    if names.is_empty() || !unknown.is_empty() {
+        let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        return Err(format!("FAULTS_ONLY={only:?} names no scenario {unknown:?}; the scenarios are: {}", known.join(", ")));
+    }
+    Ok(SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect())
+}
+
 struct Row {
     name: &'static str,
     limit: u32,
     workers: usize,
     findings: Findings,
     faults: u64,
-    failures: u64,
+    failures: Failures,
     /// A failover scenario's figures: how long until a replica took over
     /// (as the harness saw it), and until a worker was granted a key of the
     /// killed primary again (and which worker).
@@ -590,16 +657,8 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
                 findings.violations.push(format!("no {what} sections: the mix did not happen"));
             }
         }
-        let by_kind: BTreeMap<&str, usize> = holds.iter().fold(BTreeMap::new(), |mut by_kind, h| {
-            *by_kind.entry(h.worker.split('-').next().unwrap()).or_default() += 1;
-            by_kind
-        });
-        for kind in ["rust", "c", "node"] {
-            if !by_kind.contains_key(kind) {
-                findings.violations.push(format!("no {kind} worker completed a section"));
-            }
-        }
     }
+    findings.violations.extend(progress_violations(scenario.fault, &holds, &failures));
     findings.violations.append(&mut run.violations);
     Row {
         name: scenario.name,
@@ -711,6 +770,26 @@ fn self_test() {
     assert!(!check(&[], &late_reader, true, 1000).violations.is_empty(), "a read accepted below a writer's fence");
     let fine = history(2, vec![Attempt::Accepted(1), Attempt::Read(3), Attempt::Read(2), Attempt::Refused(2), Attempt::Accepted(4)]);
     assert!(check(&[], &fine, true, 1000).violations.is_empty(), "readers in any order between writes");
+
+    // Every kind of worker made progress, and its failures are explained.
+    let every_kind = [hold("rust-0", 1, 0, 10, "OK"), hold("c-1", 2, 10, 20, "OK"), hold("node-2", 3, 20, 30, "OK")];
+    let failed = |kind: &str, code: &str| Failures::from([((kind.to_string(), code.to_string()), 5)]);
+    assert!(progress_violations(Fault::None, &every_kind, &Failures::new()).is_empty(), "every kind completed sections");
+    assert_eq!(
+        progress_violations(Fault::None, &every_kind[..2], &failed("node", "PROVIDER_FAILED")).len(),
+        2,
+        "a kind whose every acquire failed"
+    );
+    assert!(!progress_violations(Fault::None, &every_kind, &failed("c", "WAIT_TIMEOUT")).is_empty(), "a failure no fault explains");
+    assert!(
+        !progress_violations(Fault::Restart, &every_kind, &failed("c", "INVALID_KEY")).is_empty(),
+        "a failure the fault does not explain"
+    );
+    assert!(progress_violations(Fault::Restart, &every_kind, &failed("c", "PROVIDER_FAILED")).is_empty(), "a restart's failures");
+    assert_eq!(selected(None).map(|s| s.len()), Ok(SCENARIOS.len()), "no FAULTS_ONLY: every scenario");
+    assert_eq!(selected(Some("baseline,kill-pubsub")).map(|s| s.len()), Ok(2));
+    assert!(selected(Some("baseline,kill-pubsubb")).is_err(), "a misspelt name");
+    assert!(selected(Some("")).is_err(), "no name");
 }
 
 fn main() {
@@ -722,11 +801,14 @@ fn main() {
     self_test();
     let c_worker = PathBuf::from(std::env::var("FAULTS_C_WORKER").expect("FAULTS_C_WORKER names the C worker: run scripts/test-faults"));
     let seconds: u64 = std::env::var("FAULTS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let only = std::env::var("FAULTS_ONLY").ok();
+    let scenarios = selected(std::env::var("FAULTS_ONLY").ok().as_deref()).unwrap_or_else(|problem| {
+        eprintln!("fault suite: {problem}");
+        std::process::exit(2);
+    });
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults");
 
     let mut rows = Vec::new();
-    for scenario in SCENARIOS.iter().filter(|s| only.as_deref().is_none_or(|only| only.split(',').any(|only| only == s.name))) {
+    for scenario in scenarios {
         let row = run_scenario(scenario, Duration::from_secs(seconds), &c_worker, &root);
         for violation in &row.findings.violations {
             eprintln!("VIOLATION [{}] {violation}", row.name);
@@ -749,7 +831,7 @@ fn main() {
             row.workers,
             f.holds,
             row.faults,
-            row.failures,
+            row.failures.values().sum::<u64>(),
             f.lost,
             f.overlaps,
             format!("{}/{}", f.stale, f.told),
@@ -757,6 +839,10 @@ fn main() {
             f.refused,
             f.violations.len()
         );
+    }
+    for row in rows.iter().filter(|row| !row.failures.is_empty()) {
+        let failures: Vec<String> = row.failures.iter().map(|((kind, code), count)| format!("{kind} {code} {count}")).collect();
+        println!("{}: failed acquires by worker kind and code: {}", row.name, failures.join(", "));
     }
     for row in rows.iter().filter(|row| row.limit > 0) {
         let f = &row.findings;

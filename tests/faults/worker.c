@@ -160,6 +160,8 @@ int main(int argc, char **argv) {
             outcome = store_call(7, write_cmd) == 1 ? "W" : "X";
         }
         uint64_t end = mono_us();
+        fprintf(log, "Q %llu\n", (unsigned long long)end);
+        fflush(log);
         bool released = false;
         status = dokebi_lock_lease_release(lease, &released, NULL);
         const char *release = status != DOKEBI_LOCK_OK ? dokebi_lock_status_name(status) : released ? "OK" : "FALSE";

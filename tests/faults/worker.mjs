@@ -96,6 +96,7 @@ while (Date.now() < end) {
     outcome = written === 1 ? 'W' : 'X';
   }
   const sectionEnd = monoUs();
+  line(`Q ${sectionEnd}`);
   let released;
   try {
     released = (await lease.release()) ? 'OK' : 'FALSE';

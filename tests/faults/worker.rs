@@ -18,6 +18,12 @@ use crate::log::{mono_us, HoldKind};
 
 /// The environment variable that hands every worker its options (YAML).
 pub const YAML_VAR: &str = "FAULTS_LOCK_YAML";
+/// The store's host for the Rust worker, when not 127.0.0.1 (the partition
+/// harness runs its workers in network namespaces of their own).
+pub const STORE_HOST_VAR: &str = "FAULTS_STORE_HOST";
+/// A file whose appearance ends the Rust worker's run early (the partition
+/// harness ends its runs when a scenario's timeline is over).
+pub const STOP_FILE_VAR: &str = "FAULTS_STOP_FILE";
 
 /// Everything a worker is told on its command line (the C and Node workers
 /// take the same arguments in the same order); its options come in
@@ -115,13 +121,17 @@ pub fn run(args: WorkerArgs) {
     let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
     let backend = provider.backend("faults").unwrap();
     let mut store =
-        redis::Client::open(format!("redis://127.0.0.1:{}/0", args.store_port)).unwrap().get_connection().expect("the store is up");
+        redis::Client::open(format!("redis://{}:{}/0", std::env::var(STORE_HOST_VAR).as_deref().unwrap_or("127.0.0.1"), args.store_port))
+            .unwrap()
+            .get_connection()
+            .expect("the store is up");
     let mut log = OpenOptions::new().create(true).append(true).open(&args.log).unwrap();
     let mut line = |text: String| log.write_all(text.as_bytes()).expect("log line");
     let mut rng = Rng(args.seed | 1);
     let end = Instant::now() + Duration::from_millis(args.run_ms.into());
 
-    while Instant::now() < end {
+    let stop = std::env::var_os(STOP_FILE_VAR).map(std::path::PathBuf::from);
+    while Instant::now() < end && !stop.as_ref().is_some_and(|stop| stop.exists()) {
         let (key, kind) = pick(&mut rng, args.keys, args.limit);
         let key = format!("k{key}");
         let options = match kind {
@@ -133,7 +143,7 @@ pub fn run(args: WorkerArgs) {
         let lease = match futures::executor::block_on(backend.acquire(&key, options)) {
             Ok(lease) => lease,
             Err(err) => {
-                line(format!("F {}\n", err.code().as_str()));
+                line(format!("F {} {}\n", err.code().as_str(), mono_us()));
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
@@ -178,6 +188,7 @@ pub fn run(args: WorkerArgs) {
             }
         };
         let end_us = mono_us();
+        line(format!("Q {end_us}\n"));
         let released = match futures::executor::block_on(lease.release()) {
             Ok(true) => "OK",
             Ok(false) => "FALSE",

@@ -43,12 +43,43 @@ test('linux-arm64-gnu: the real Node 24 for arm64 runs the smoke test under qemu
   assert.match(out, /^runtime Node\.js\/24 linux-arm64$/m);
 });
 
-test('linux-x64-gnu on Bun: the local driver, and the redis driver on its own thread', async () => {
+/**
+ * The bytes the redis driver's thread (`dokebi-lock-redis`, 15 characters of
+ * it in /proc) passed to write(2) and writev(2) while smoke.mjs ran its redis
+ * steps, from the `thread writes` line smoke.mjs prints.
+ */
+function redisThreadWrites(out) {
+  const line = /^thread writes (.*)$/m.exec(out);
+  assert.ok(line, `smoke.mjs printed no thread writes:\n${out}`);
+  const entry = line[1].split(' ').find((pair) => pair.startsWith('dokebi-lock-red='));
+  assert.ok(entry, `no thread of the redis driver: ${line[1]}`);
+  return Number(entry.split('=')[1]);
+}
+
+/**
+ * Without libuv the driver runs its commands on its own thread: that thread
+ * writes them (tokio sends with writev(2), which wchar counts: some 40
+ * scripts and the scripts' first loads, each over 100 bytes) and wakes the
+ * JS thread with each result (an eventfd). Seen here: 44-58 kB on Bun, 12 kB
+ * on Deno; on Node, whose JS thread sends the commands itself, the driver's
+ * thread wrote 273 bytes (wakeups for its timers).
+ */
+const REDIS_THREAD_BYTES = 2000;
+
+test('linux-x64-gnu on Bun: the local driver, and the redis driver on its own thread', async (t) => {
   const app = await appWith(scratch, 'linux-x64-gnu');
-  assert.match(smoke(app, join(tools, 'bun', 'package', 'bin', 'bun'), []), /^runtime Bun\/1\.\S+ linux-x64$/m);
+  const out = smoke(app, join(tools, 'bun', 'package', 'bin', 'bun'), []);
+  assert.match(out, /^runtime Bun\/1\.\S+ linux-x64$/m);
+  const wrote = redisThreadWrites(out);
+  t.diagnostic(/^thread writes .*$/m.exec(out)[0]);
+  assert.ok(wrote >= REDIS_THREAD_BYTES, `the redis driver's thread wrote only ${wrote} bytes: the commands went another way`);
 });
 
-test('linux-x64-gnu on Deno: the local driver, and the redis driver on its own thread', async () => {
+test('linux-x64-gnu on Deno: the local driver, and the redis driver on its own thread', async (t) => {
   const app = await appWith(scratch, 'linux-x64-gnu');
-  assert.match(smoke(app, join(tools, 'deno', 'package', 'deno'), ['run', '--allow-all']), /^runtime Deno\/2\.\S+ linux-x64$/m);
+  const out = smoke(app, join(tools, 'deno', 'package', 'deno'), ['run', '--allow-all']);
+  assert.match(out, /^runtime Deno\/2\.\S+ linux-x64$/m);
+  const wrote = redisThreadWrites(out);
+  t.diagnostic(/^thread writes .*$/m.exec(out)[0]);
+  assert.ok(wrote >= REDIS_THREAD_BYTES, `the redis driver's thread wrote only ${wrote} bytes: the commands went another way`);
 });

@@ -8,6 +8,7 @@
 // step; exits non-zero on the first failure.
 import { openLock } from '@dokebi/lock';
 import { tracingChannel } from 'node:diagnostics_channel';
+import { readdirSync, readFileSync } from 'node:fs';
 import process from 'node:process';
 
 function check(condition, what) {
@@ -69,6 +70,7 @@ const config = (namespace) => ({
 });
 const namespace = `smoke-${process.pid}-${Date.now()}`;
 const [a, b] = [await openLock({ config: config(namespace) }), await openLock({ config: config(namespace) })];
+const writesBefore = threadWrites();
 const held = await a.backend('shared').acquire('order:42');
 check(held.valid && held.remainingMs > 0 && held.remainingMs <= 5000, 'a redis lease is held');
 let handedAt = 0;
@@ -95,6 +97,15 @@ check(pair.keys.join() === 'acct:1,acct:2' && pair.fences.size === 2, 'one redis
 const overlap = await sharedB.acquire(['acct:2', 'acct:3'], { waitTimeoutMs: 0 }).catch((err) => err.code);
 check(overlap === 'LOCK_BUSY', 'an overlapping set of keys is refused while held');
 await pair.release();
+// Which threads did the redis driver's work above: the bytes each passed to
+// write(2) and writev(2) meanwhile (the commands, where tokio sends them,
+// and the wakeups of another thread through an eventfd).
+const writesAfter = threadWrites();
+const wrote = new Map();
+for (const [tid, { name, bytes }] of writesAfter) {
+  wrote.set(name, (wrote.get(name) ?? 0) + bytes - (writesBefore.get(tid)?.bytes ?? 0));
+}
+console.log(`thread writes ${[...wrote].map(([name, bytes]) => `${name.replaceAll(' ', '_')}=${bytes}`).join(' ')}`);
 await Promise.all([a.close(), b.close()]);
 
 // The optional OpenTelemetry module, with the app's @opentelemetry/api.
@@ -103,3 +114,29 @@ const stop = instrumentLocks();
 check(typeof stop === 'function', '@dokebi/lock/otel loads and instruments the locks');
 stop();
 console.log('smoke passed');
+
+/**
+ * Linux: the bytes each thread of this process has passed to write(2) and
+ * writev(2) so far (wchar of /proc/self/task/<tid>/io), by thread id, with
+ * its name.
+ * Empty where /proc has no such files.
+ */
+function threadWrites() {
+  const writes = new Map();
+  let tids = [];
+  try {
+    tids = readdirSync('/proc/self/task');
+  } catch {
+    return writes;
+  }
+  for (const tid of tids) {
+    try {
+      const name = readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+      const bytes = Number(/^wchar: (\d+)$/m.exec(readFileSync(`/proc/self/task/${tid}/io`, 'utf8'))[1]);
+      writes.set(tid, { name, bytes });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return writes;
+}

@@ -1,0 +1,633 @@
+//! The partition harness (issue 39 §1, and §2's Sentinel and Cluster
+//! scenarios): a deployment in network namespaces, split by a real network
+//! partition, with clients on both sides; run it with
+//! `scripts/test-partitions` (root: `ip netns`). One scenario per topology
+//! and setting: `sentinel-partition` and `cluster-partition` without replica
+//! acknowledgement, `sentinel-partition-acks` and `cluster-partition-acks`
+//! with `replicaAcks: 1` (one, a few, or all with
+//! `PARTITIONS_ONLY=<name>,<name>`; the partition lasts `PARTITIONS_SECONDS`
+//! after the promotion, 3 by default).
+//!
+//! The deployments, one namespace per server (see `net.rs`): Sentinel, a
+//! primary `p`, two replicas `r1` `r2` and three sentinels (quorum 2,
+//! `down-after-milliseconds` 1000); Cluster, six nodes made 3 primaries
+//! with a replica each (`cluster-node-timeout` 1000). Three client processes
+//! `c1` `c2` `c3`, one namespace each (the fault suite's Rust worker,
+//! `tests/faults/worker.rs`: acquire, fenced read-modify-write of a store
+//! every client reaches, release, each event logged with the time).
+//! Timeline: the clients run for a while; `c1` and a primary (Sentinel's;
+//! in the cluster, the primary holding the most of the lock's names) are
+//! cut off from everything else (the minority); the majority promotes a
+//! replica; both sides go on for a while; the network heals; the old
+//! primary becomes a replica; the clients run on, then stop.
+//!
+//! The checks (see [`check_history`], proved able to fail by [`self_test`]),
+//! per key, over every client's history and the store's own:
+//! - no fence is ever granted twice;
+//! - the store never accepts a write whose fence is below one it accepted,
+//!   and loses no increment;
+//! - every interval in which two holders overlapped is explained by a
+//!   documented window, or counted as a violation: "partitioned old primary"
+//!   (one holder the minority's client, granted while cut off, when the old
+//!   primary is all it reaches), "old primary after the heal, before its
+//!   demotion" (both expected without replica acknowledgement, violations
+//!   with it) or "expired lease" (a holder told `LEASE_LOST` /
+//!   `OUTCOME_UNKNOWN` at its release);
+//! - with `replicaAcks: 1` the minority's client is granted nothing while
+//!   cut off, and learns (an acquire failing) within [`LEARN_BOUND`];
+//! - after healing, the old primary is a replica within [`REJOIN_BOUND`].
+
+#[allow(dead_code)]
+#[path = "../faults/log.rs"]
+mod log;
+mod net;
+#[allow(dead_code)]
+#[path = "../faults/store.rs"]
+mod store;
+#[allow(dead_code)]
+#[path = "../faults/worker.rs"]
+mod worker;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use log::{mono_us, Hold};
+use net::{Net, SUBNET};
+use store::Attempt;
+
+const LEASE_MS: u32 = 1000;
+const COMMAND_TIMEOUT_MS: u32 = 800;
+const KEYS: u32 = 2;
+const HOLD_MS: u32 = 15;
+const PRIMARY_NAME: &str = "mymaster";
+/// The clients' run before the cut, and after the heal.
+const BEFORE_CUT: Duration = Duration::from_millis(1500);
+const AFTER_HEAL: Duration = Duration::from_millis(2500);
+/// How soon the majority's sentinels must promote a replica after the cut:
+/// `down-after-milliseconds` (1 s), the election and the promotion, and
+/// slack for a loaded machine.
+const PROMOTION_BOUND: Duration = Duration::from_secs(15);
+/// How soon after the heal the old primary must be a replica: the
+/// sentinels see it again at their next `INFO` (every second, every 10 s
+/// for a primary they think down), then send it `REPLICAOF`.
+const REJOIN_BOUND: Duration = Duration::from_secs(25);
+/// The clients' `waitTimeoutMs`.
+const WAIT_TIMEOUT_MS: u32 = 3000;
+/// With `replicaAcks`, how soon after the cut the minority's client must
+/// learn (an acquire failing): an acquire under way at the cut that cannot
+/// reach its key's primary (in a cluster, one on the majority's side) keeps
+/// trying until its wait ends, then fails `PROVIDER_FAILED` (a run saw 3.3
+/// s); one on the old primary fails once its `WAIT` gives up (3/4 of
+/// `commandTimeoutMs`, 0.6-1.7 s seen). Plus slack.
+const LEARN_BOUND: Duration = Duration::from_millis(WAIT_TIMEOUT_MS as u64 + COMMAND_TIMEOUT_MS as u64 + 500);
+
+struct Scenario {
+    name: &'static str,
+    replica_acks: u32,
+    /// A Redis Cluster (3 primaries, 3 replicas) instead of Sentinel.
+    cluster: bool,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false },
+    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false },
+    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true },
+    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true },
+];
+
+/// The nodes: name, host number, on the store network.
+const SERVERS: [(&str, u8); 3] = [("p", 1), ("r1", 2), ("r2", 3)];
+const SENTINELS: [(&str, u8); 3] = [("s1", 11), ("s2", 12), ("s3", 13)];
+const CLIENTS: [(&str, u8); 3] = [("c1", 21), ("c2", 22), ("c3", 23)];
+const STORE: (&str, u8) = ("store", 30);
+/// The cluster's nodes: 3 primaries and 3 replicas, as `redis-cli --cluster
+/// create` pairs them.
+const CLUSTER_NODES: [(&str, u8); 6] = [("n1", 1), ("n2", 2), ("n3", 3), ("n4", 4), ("n5", 5), ("n6", 6)];
+/// The minority: the old primary and this client.
+const MINORITY_CLIENT: &str = "c1";
+
+/// What one scenario showed.
+#[derive(Default)]
+struct Report {
+    name: &'static str,
+    replica_acks: u32,
+    grants: u64,
+    /// Grants to the minority's client while cut off (the old primary is
+    /// all it reaches), and between the heal and the old primary's demotion
+    /// (by whichever primary it reached); to the majority's clients while
+    /// the minority was cut off.
+    minority_grants: u64,
+    minority_after_heal: u64,
+    majority_grants: u64,
+    /// Overlapping pairs of sections by cause.
+    overlaps: BTreeMap<&'static str, u64>,
+    /// Writes the store accepted from the minority's sections while cut off.
+    minority_accepted: u64,
+    accepted: u64,
+    refused: u64,
+    failures: BTreeMap<String, u64>,
+    /// After the cut: the promotion, the heal.
+    promoted_ms: u128,
+    partition_ms: u128,
+    /// First failure the minority's client saw after the cut.
+    learned_ms: Option<u128>,
+    /// After the heal: the old primary a replica.
+    rejoined_ms: Option<u128>,
+    violations: Vec<String>,
+}
+
+fn redis_args(name: &str, dir: &Path, ip: &str, replica_of: Option<&str>) -> Vec<String> {
+    let data = dir.join(name);
+    std::fs::create_dir_all(&data).unwrap();
+    let mut args: Vec<String> = [
+        "--bind",
+        ip,
+        "--port",
+        "6379",
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--dir",
+        data.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(primary) = replica_of {
+        args.extend(["--replicaof".to_string(), primary.to_string(), "6379".to_string()]);
+    }
+    args
+}
+
+/// The value after `field` in redis-cli's one-per-line output of a flat reply.
+fn field<'a>(reply: &'a str, field: &str) -> Option<&'a str> {
+    let lines: Vec<&str> = reply.lines().collect();
+    lines.iter().position(|l| *l == field).and_then(|i| lines.get(i + 1).copied())
+}
+
+fn until(what: &str, bound: Duration, mut ready: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}
+
+fn yaml(replica_acks: u32, cluster: bool) -> String {
+    let endpoint = if cluster {
+        let nodes: Vec<String> = CLUSTER_NODES.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:6379")).collect();
+        format!("cluster: {{ nodes: [{}] }}", nodes.join(", "))
+    } else {
+        let nodes: Vec<String> = SENTINELS.iter().map(|(_, n)| format!("redis://{SUBNET}.0.{n}:26379")).collect();
+        format!("sentinel: {{ nodes: [{}], primaryName: {PRIMARY_NAME} }}", nodes.join(", "))
+    };
+    let acks = if replica_acks > 0 { format!(", replicaAcks: {replica_acks}") } else { String::new() };
+    format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: parts, leaseMs: {LEASE_MS}, waitTimeoutMs: {WAIT_TIMEOUT_MS}, pollIntervalMs: 20{acks} }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n"
+    )
+}
+
+/// A primary, two replicas and three sentinels; returns once every sentinel
+/// knows both replicas and the other sentinels.
+fn start_sentinel(net: &mut Net, dir: &Path) {
+    let redis = PathBuf::from("redis-server");
+    let primary = net.addr("p");
+    for (name, _) in SERVERS {
+        let args = redis_args(name, dir, &net.addr(name), (name != "p").then_some(primary.as_str()));
+        net.spawn(name, &redis, &args, &[], &dir.join(format!("{name}.out")));
+    }
+    until("the replicas sync", Duration::from_secs(20), || {
+        ["r1", "r2"].iter().all(|r| net.cli(r, &net.addr(r), 6379, &["INFO", "replication"]).contains("master_link_status:up"))
+    });
+    for (name, _) in SENTINELS {
+        let ip = net.addr(name);
+        let config = dir.join(format!("{name}.conf"));
+        std::fs::write(
+            &config,
+            format!(
+                "port 26379\nbind {ip}\nprotected-mode no\ndir {dir}\nlogfile {dir}/{name}.log\n\
+                 sentinel monitor {PRIMARY_NAME} {primary} 6379 2\n\
+                 sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+                 sentinel failover-timeout {PRIMARY_NAME} 2000\n\
+                 sentinel parallel-syncs {PRIMARY_NAME} 1\n",
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        net.spawn(name, &redis, &[config.display().to_string(), "--sentinel".into()], &[], &dir.join(format!("{name}.out")));
+    }
+    until("the sentinels find both replicas and each other", Duration::from_secs(30), || {
+        SENTINELS.iter().all(|(s, _)| {
+            let master = net.cli(s, &net.addr(s), 26379, &["SENTINEL", "MASTER", PRIMARY_NAME]);
+            field(&master, "num-slaves") == Some("2") && field(&master, "num-other-sentinels") == Some("2")
+        })
+    });
+}
+
+/// Six cluster nodes (`cluster-node-timeout` 1000 ms), joined by
+/// `redis-cli --cluster create` as 3 primaries with a replica each; returns
+/// once every node says the cluster is ok.
+fn start_cluster(net: &mut Net, dir: &Path) {
+    let redis = PathBuf::from("redis-server");
+    for (name, _) in CLUSTER_NODES {
+        let mut args = redis_args(name, dir, &net.addr(name), None);
+        let config = dir.join(name).join("nodes.conf");
+        args.extend(
+            ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file", config.to_str().unwrap()]
+                .map(String::from),
+        );
+        net.spawn(name, &redis, &args, &[], &dir.join(format!("{name}.out")));
+    }
+    until("every node answers", Duration::from_secs(20), || {
+        CLUSTER_NODES.iter().all(|(n, _)| net.cli(n, &net.addr(n), 6379, &["PING"]) == "PONG")
+    });
+    let mut create = vec!["--cluster", "create"].into_iter().map(String::from).collect::<Vec<_>>();
+    create.extend(CLUSTER_NODES.iter().map(|(n, _)| format!("{}:6379", net.addr(n))));
+    create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+    let created = net.exec("n1", "redis-cli", &create);
+    assert!(created.contains("[OK] All 16384 slots covered"), "redis-cli --cluster create: {created}");
+    until("the cluster is ok on every node", Duration::from_secs(30), || {
+        CLUSTER_NODES.iter().all(|(n, _)| net.cli(n, &net.addr(n), 6379, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    });
+}
+
+/// The cluster's primary holding the most of the lock's names (the keys'
+/// slots are the digests', so where they land is found, not chosen), and
+/// its replica.
+fn cluster_victim(net: &Net) -> (String, Option<String>) {
+    let primaries = CLUSTER_NODES.iter().filter(|(n, _)| net.cli(n, &net.addr(n), 6379, &["ROLE"]).lines().next() == Some("master"));
+    let (victim, _) = primaries
+        .map(|(n, _)| (n.to_string(), net.cli(n, &net.addr(n), 6379, &["DBSIZE"]).parse::<u64>().unwrap_or(0)))
+        .max_by_key(|(_, size)| *size)
+        .expect("a primary");
+    let nodes = net.cli(&victim, &net.addr(&victim), 6379, &["CLUSTER", "NODES"]);
+    let id = nodes.lines().find(|l| l.contains("myself")).and_then(|l| l.split(' ').next()).expect("the node's own id").to_string();
+    let replica_ip = nodes
+        .lines()
+        .find(|l| l.split(' ').nth(3) == Some(id.as_str()))
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|addr| addr.split(':').next())
+        .expect("the primary's replica")
+        .to_string();
+    let replica = CLUSTER_NODES.iter().find(|(n, _)| net.addr(n) == replica_ip).map(|(n, _)| n.to_string());
+    (victim, replica)
+}
+
+fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report {
+    let dir = root.join(scenario.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut report = Report { name: scenario.name, replica_acks: scenario.replica_acks, ..Report::default() };
+
+    let mut net = Net::new("dkp");
+    let servers: &[(&str, u8)] = if scenario.cluster { &CLUSTER_NODES } else { &SERVERS };
+    let sentinels: &[(&str, u8)] = if scenario.cluster { &[] } else { &SENTINELS };
+    for (name, number) in servers.iter().chain(sentinels) {
+        net.add(name, *number, false);
+    }
+    for (name, number) in CLIENTS.iter().chain([&STORE]) {
+        net.add(name, *number, true);
+    }
+    net.seal();
+    let redis = PathBuf::from("redis-server");
+    let store_ip = format!("{SUBNET}.1.{}", STORE.1);
+    let store_args = redis_args("store", &dir, &store_ip, None);
+    net.spawn(STORE.0, &redis, &store_args, &[], &dir.join("store.out"));
+    if scenario.cluster {
+        start_cluster(&mut net, &dir);
+    } else {
+        start_sentinel(&mut net, &dir);
+    }
+    let mut store = redis::Client::open(format!("redis://{store_ip}:6379/0")).unwrap().get_connection().expect("the store answers");
+    let scripts = store::load(&mut store);
+
+    // The clients.
+    let stop = dir.join("stop");
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for (i, (name, _)) in CLIENTS.iter().enumerate() {
+        let log = dir.join(format!("{name}.log"));
+        let args = worker::WorkerArgs {
+            store_port: 6379,
+            keys: KEYS,
+            hold_ms: HOLD_MS,
+            run_ms: 120_000,
+            log: log.display().to_string(),
+            seed: mono_us() ^ ((i as u64) << 48),
+            read_sha: scripts.read.clone(),
+            write_sha: scripts.write.clone(),
+            shared_read_sha: scripts.shared_read.clone(),
+            limit: 0,
+        };
+        let mut argv = vec!["worker".to_string()];
+        argv.extend(args.to_args());
+        let env = [
+            (worker::YAML_VAR, yaml(scenario.replica_acks, scenario.cluster)),
+            (worker::STORE_HOST_VAR, store_ip.clone()),
+            (worker::STOP_FILE_VAR, stop.display().to_string()),
+        ];
+        let pid = net.spawn(name, &exe, &argv, &env, &dir.join(format!("{name}.stderr")));
+        workers.push((name.to_string(), pid, log));
+    }
+
+    // The partition: the old primary (in a cluster, the primary holding
+    // the most of the lock's names) and one client cut off.
+    sleep(BEFORE_CUT);
+    let (old, replica) = if scenario.cluster { cluster_victim(&net) } else { ("p".to_string(), None) };
+    let old_ip = net.addr(&old);
+    // The client first, then the primary, and the cut counted from when
+    // both are across: the client's requests from then on reach only the
+    // old primary (while the two move, a client still on the data bridge
+    // could be granted by a primary of the majority).
+    net.isolate(&[MINORITY_CLIENT, old.as_str()]);
+    let cut_at = mono_us();
+    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || match &replica {
+        Some(replica) => net.cli(replica, &net.addr(replica), 6379, &["ROLE"]).lines().next() == Some("master"),
+        None => {
+            let named = net.cli("s1", &net.addr("s1"), 26379, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", PRIMARY_NAME]);
+            named.lines().next().is_some_and(|ip| ip != old_ip && ip.starts_with(SUBNET))
+        }
+    });
+    report.promoted_ms = promoted.as_millis();
+    sleep(partition);
+    net.heal();
+    let healed_at = mono_us();
+    report.partition_ms = u128::from(healed_at - cut_at) / 1000;
+    let rejoined = Instant::now();
+    let mut rejoined_at = None;
+    while rejoined.elapsed() < REJOIN_BOUND {
+        if net.cli(&old, &old_ip, 6379, &["ROLE"]).lines().next() == Some("slave") {
+            rejoined_at = Some(mono_us());
+            report.rejoined_ms = Some(rejoined.elapsed().as_millis());
+            break;
+        }
+        sleep(Duration::from_millis(50));
+    }
+    if rejoined_at.is_none() {
+        report.violations.push(format!("the old primary was not a replica {REJOIN_BOUND:?} after the heal"));
+    }
+    sleep(AFTER_HEAL);
+    std::fs::write(&stop, "").unwrap();
+    for (name, pid, _) in &workers {
+        match net.wait(*pid, Duration::from_secs(15)) {
+            Some(true) => {}
+            Some(false) => report.violations.push(format!("client {name} failed (see {}/{name}.stderr)", dir.display())),
+            None => report.violations.push(format!("client {name} did not stop by itself")),
+        }
+    }
+    eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
+
+    // The histories.
+    let window_end = rejoined_at.unwrap_or(u64::MAX);
+    let mut holds: Vec<Hold> = Vec::new();
+    for (name, _, log) in &workers {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let parsed = log::parse(name, &text);
+        if let Some(open) = parsed.open {
+            report.violations.push(format!("client {name} left a section open on {}", open.key));
+        }
+        for (code, count) in parsed.failures {
+            *report.failures.entry(format!("{name} {code}")).or_default() += count;
+        }
+        if name == MINORITY_CLIENT {
+            // The first failure (an acquire failing, or a release told) after the cut.
+            let failed = text.lines().filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
+                ["F", _, at] => at.parse::<u64>().ok(),
+                ["E", _, _, _, end, _, release, ..] if !matches!(*release, "OK" | "FALSE") => end.parse().ok(),
+                _ => None,
+            });
+            report.learned_ms = failed.filter(|at| *at > cut_at).min().map(|at| u128::from(at - cut_at) / 1000);
+        }
+        holds.extend(parsed.holds);
+    }
+    let stores: BTreeMap<String, store::KeyHistory> =
+        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
+    let window = Window { cut_at, healed_at, demoted_at: window_end };
+    check_history(&holds, &stores, window, scenario.replica_acks, &mut report);
+    if scenario.replica_acks > 0 {
+        if report.minority_grants > 0 {
+            report.violations.push(format!(
+                "the minority's client was granted {} sections by the old primary while cut off, despite replicaAcks",
+                report.minority_grants
+            ));
+        }
+        match report.learned_ms {
+            Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
+            Some(ms) => report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})")),
+            None => report.violations.push("the minority's client never learned of the partition".into()),
+        }
+    }
+    if report.majority_grants == 0 {
+        report.violations.push("the majority's clients were granted nothing during the partition".into());
+    }
+    report
+}
+
+/// When the minority was cut off, healed, and its old primary demoted
+/// (`CLOCK_MONOTONIC` microseconds, as the clients log).
+#[derive(Clone, Copy)]
+struct Window {
+    cut_at: u64,
+    healed_at: u64,
+    demoted_at: u64,
+}
+
+/// The checks of a scenario's history (see the top of this file): the
+/// grants in the windows, then per key the fences, the overlaps and the
+/// store's history; every finding that breaks a guarantee is a violation.
+fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, window: Window, replica_acks: u32, report: &mut Report) {
+    report.grants = holds.len() as u64;
+    // The minority's client reaches only the old primary while cut off;
+    // after the heal, until the old primary is demoted, it may still be
+    // granted there.
+    let cut_off = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > window.cut_at && h.asked < window.healed_at;
+    let minority = |h: &Hold| h.worker == MINORITY_CLIENT && h.asked > window.cut_at && h.asked < window.demoted_at;
+    report.minority_grants = holds.iter().filter(|h| cut_off(h)).count() as u64;
+    report.minority_after_heal = holds.iter().filter(|h| minority(h) && !cut_off(h)).count() as u64;
+    report.majority_grants =
+        holds.iter().filter(|h| h.worker != MINORITY_CLIENT && h.start > window.cut_at && h.start < window.healed_at).count() as u64;
+    report.minority_accepted = holds.iter().filter(|h| cut_off(h) && h.store == 'W').count() as u64;
+
+    for (key, history) in stores {
+        let mut of_key: Vec<&Hold> = holds.iter().filter(|h| &h.key == key).collect();
+        of_key.sort_by_key(|h| h.start);
+        // Fences never repeat.
+        let mut fences: BTreeMap<u128, &str> = BTreeMap::new();
+        for h in &of_key {
+            if let Some(other) = fences.insert(h.fence, &h.worker) {
+                report.violations.push(format!("{key}: fence {} granted twice ({other} and {})", h.fence, h.worker));
+            }
+        }
+        // Overlaps, each explained or a violation.
+        for (i, a) in of_key.iter().enumerate() {
+            for b in of_key[i + 1..].iter().take_while(|b| b.start < a.end) {
+                let cause = if cut_off(a) != cut_off(b) {
+                    "partitioned old primary"
+                } else if minority(a) != minority(b) {
+                    "old primary after the heal, before its demotion"
+                } else if a.told() || b.told() {
+                    "expired lease"
+                } else {
+                    "unexplained"
+                };
+                *report.overlaps.entry(cause).or_default() += 1;
+                if cause == "unexplained" || (cause.contains("old primary") && replica_acks > 0) {
+                    report.violations.push(format!(
+                        "{key}: {} (fence {}) and {} (fence {}) overlapped {} us ({cause})",
+                        a.worker,
+                        a.fence,
+                        b.worker,
+                        b.fence,
+                        a.end.min(b.end) - b.start
+                    ));
+                }
+            }
+        }
+        // The store: accepted fences strictly grow; no increment lost.
+        let mut last = 0;
+        let mut accepted = 0;
+        for attempt in &history.attempts {
+            match *attempt {
+                Attempt::Accepted(fence) => {
+                    if fence <= last {
+                        report.violations.push(format!("{key}: the store accepted fence {fence} after {last}"));
+                    }
+                    last = fence;
+                    accepted += 1;
+                }
+                Attempt::Refused(_) => report.refused += 1,
+                Attempt::Read(_) => {}
+            }
+        }
+        report.accepted += accepted;
+        if history.value != accepted {
+            report.violations.push(format!("{key}: the store holds {} after {accepted} accepted increments", history.value));
+        }
+    }
+}
+
+/// The checks must be able to fail: feed them broken histories first.
+fn self_test() {
+    let hold = |worker: &str, fence: u128, start: u64, end: u64, release: &str| Hold {
+        worker: worker.into(),
+        key: "k0".into(),
+        fence,
+        start,
+        end,
+        store: 'W',
+        release: release.into(),
+        kind: log::HoldKind::Writer,
+        asked: start,
+    };
+    let window = Window { cut_at: 100, healed_at: 200, demoted_at: 300 };
+    let store = |attempts: Vec<Attempt>| {
+        let value = attempts.iter().filter(|a| matches!(a, Attempt::Accepted(_))).count() as u64;
+        BTreeMap::from([("k0".to_string(), store::KeyHistory { value, refused: 0, attempts })])
+    };
+    let run = |holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, acks: u32| {
+        let mut report = Report::default();
+        check_history(holds, stores, window, acks, &mut report);
+        report
+    };
+    let fine = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
+    // The minority's client (c1) granted by the old primary while cut off,
+    // overlapping a majority holder: the documented window without replica
+    // acknowledgement, a violation with it.
+    let split = [hold("c2", 1, 110, 150, "OK"), hold("c1", 2, 120, 160, "OK")];
+    let report = run(&split, &fine, 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!((report.minority_grants, report.overlaps.get("partitioned old primary")), (1, Some(&1)));
+    assert!(!run(&split, &fine, 1).violations.is_empty(), "a minority grant with replicaAcks");
+    // Before the cut, an overlap is explained only by a told holder.
+    let before = [hold("c2", 1, 10, 50, "OK"), hold("c3", 2, 20, 60, "OK")];
+    assert!(!run(&before, &fine, 0).violations.is_empty(), "an unexplained overlap");
+    let told = [hold("c2", 1, 10, 50, "LEASE_LOST"), hold("c3", 2, 20, 60, "OK")];
+    assert!(run(&told, &fine, 0).violations.is_empty(), "a told holder's overlap");
+    let twice = [hold("c2", 1, 10, 20, "OK"), hold("c3", 1, 30, 40, "OK")];
+    assert!(!run(&twice, &fine, 0).violations.is_empty(), "a fence granted twice");
+    let lower = store(vec![Attempt::Accepted(2), Attempt::Accepted(1)]);
+    assert!(!run(&[], &lower, 0).violations.is_empty(), "the store accepted a lower fence");
+    let mut lost = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
+    lost.get_mut("k0").unwrap().value = 1;
+    assert!(!run(&[], &lost, 0).violations.is_empty(), "a lost increment");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        worker::run(worker::WorkerArgs::parse(&args[1..]));
+        return;
+    }
+    self_test();
+    let partition = Duration::from_secs(std::env::var("PARTITIONS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
+    let scenarios: Vec<&Scenario> = match std::env::var("PARTITIONS_ONLY") {
+        Ok(only) => {
+            let names: Vec<&str> = only.split(',').map(str::trim).collect();
+            let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+            if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+                eprintln!("partitions: PARTITIONS_ONLY names {unknown:?}, no scenario; the scenarios are: {}", known.join(", "));
+                std::process::exit(2);
+            }
+            SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect()
+        }
+        Err(_) => SCENARIOS.iter().collect(),
+    };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions");
+    let reports: Vec<Report> = scenarios.iter().map(|s| run_scenario(s, partition, &root)).collect();
+    if !Net::netem_available() {
+        println!("partitions: this kernel has no sch_netem: the delay and loss scenarios (issue 39 §2) cannot run here");
+    }
+
+    println!(
+        "\npartitions: Sentinel (primary, 2 replicas, 3 sentinels) / Cluster (3 primaries, 3 replicas), a primary and 1 of 3 clients cut off for {} s after the promotion; lease {LEASE_MS} ms, {KEYS} keys (logs in {})",
+        partition.as_secs(),
+        root.display()
+    );
+    let mut violations = 0;
+    for r in &reports {
+        violations += r.violations.len();
+        let overlaps: Vec<String> = r.overlaps.iter().map(|(cause, n)| format!("{n} {cause}")).collect();
+        let failures: Vec<String> = r.failures.iter().map(|(what, n)| format!("{what} {n}")).collect();
+        println!("{} (replicaAcks {}): violations {}", r.name, r.replica_acks, r.violations.len());
+        println!(
+            "  timeline: cut; a replica promoted {} ms after the cut; healed {} ms after the cut; the old primary a replica {} ms after the heal",
+            r.promoted_ms,
+            r.partition_ms,
+            r.rejoined_ms.map_or("(never)".into(), |ms| ms.to_string())
+        );
+        println!(
+            "  grants: {} in all; while cut off: minority {} ({} store writes accepted), majority {}; minority after the heal, before the demotion: {}",
+            r.grants, r.minority_grants, r.minority_accepted, r.majority_grants, r.minority_after_heal
+        );
+        println!(
+            "  overlapping pairs: {}; store: {} writes accepted, {} refused; no fence granted twice: {}",
+            if overlaps.is_empty() { "none".into() } else { overlaps.join(", ") },
+            r.accepted,
+            r.refused,
+            !r.violations.iter().any(|v| v.contains("granted twice"))
+        );
+        println!(
+            "  the minority's client first failed {}; failed acquires: {}",
+            r.learned_ms.map_or("never during the run".into(), |ms| format!("{ms} ms after the cut")),
+            if failures.is_empty() { "none".into() } else { failures.join(", ") }
+        );
+        for v in &r.violations {
+            eprintln!("VIOLATION [{}] {v}", r.name);
+        }
+    }
+    if violations > 0 {
+        eprintln!("partitions: {violations} violations");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,254 @@
+//! A private network of Linux network namespaces, one per server and per
+//! client process, so that a test can partition it (issue 39 §1). Needs
+//! root (`ip netns`, veth pairs, bridges).
+//!
+//! Every namespace `<prefix>-<name>` has `eth0`, a veth whose peer is a
+//! port of the data bridge `<prefix>b0`, at `10.213.0.<n>`. Clients also
+//! have `eth1` on the store bridge `<prefix>b1` (`10.213.1.<n>`), which no
+//! partition touches: the fenced store stands for the resource the locks
+//! protect, reachable by every holder, and the harness (root namespace,
+//! `10.213.1.254`) reads it there.
+//!
+//! A partition moves the data ports of a group of namespaces to an island
+//! bridge of its own: they reach each other and nothing else. Every
+//! namespace knows every other's MAC address (permanent neighbour entries),
+//! so a frame for a node across the cut is flooded on a bridge where no
+//! port takes it and vanishes, as in a real partition: no ICMP, no RST, no
+//! ARP failure: connections go silent, new connects time out. Healing moves
+//! the ports back. (Delay and loss need `sch_netem`, which this kernel lacks:
+//! see [`Net::netem_available`].)
+//!
+//! Everything is removed on drop, also when the test panics; [`Net::new`]
+//! first removes what a killed run may have left under the same prefix.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// The data subnet (`.0.<n>`) and the store subnet (`.1.<n>`).
+pub const SUBNET: &str = "10.213";
+
+pub struct Net {
+    prefix: String,
+    /// Namespace names (short), with their host number.
+    nodes: Vec<(String, u8, bool)>,
+    islands: u32,
+    children: Vec<Child>,
+}
+
+/// Runs `ip` with `args`; panics with its stderr when it fails.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("iproute2 is installed");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+}
+
+/// Runs `ip` with `args`, ignoring failure (teardown of what may not exist).
+fn ip_quiet(args: &[&str]) {
+    let _ = Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
+impl Net {
+    /// An empty network under `prefix` (at most 5 characters: interface
+    /// names have 15). Removes leftovers of an earlier run first.
+    pub fn new(prefix: &str) -> Net {
+        assert!(prefix.len() <= 5, "prefix {prefix} too long for interface names");
+        let net = Net { prefix: prefix.into(), nodes: Vec::new(), islands: 0, children: Vec::new() };
+        net.remove_all();
+        for (bridge, store) in [(net.bridge(0), false), (net.bridge(1), true)] {
+            ip(&["link", "add", &bridge, "type", "bridge"]);
+            ip(&["link", "set", &bridge, "up"]);
+            if store {
+                ip(&["addr", "add", &format!("{SUBNET}.1.254/24"), "dev", &bridge]);
+            }
+        }
+        net
+    }
+
+    /// True when this kernel has `tc netem` (delay, loss).
+    pub fn netem_available() -> bool {
+        std::fs::read_to_string("/proc/net/psched").is_ok()
+            && Command::new("sh")
+                .args(["-c", "ip link add dknetem0 type dummy && tc qdisc add dev dknetem0 root netem delay 1ms; r=$?; ip link del dknetem0; exit $r"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    }
+
+    fn bridge(&self, n: u32) -> String {
+        format!("{}b{n}", self.prefix)
+    }
+
+    fn namespace(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    fn host_side(&self, number: u8, port: u8) -> String {
+        format!("{}h{number}p{port}", self.prefix)
+    }
+
+    fn mac(number: u8, port: u8) -> String {
+        format!("02:d6:00:00:{port:02x}:{number:02x}")
+    }
+
+    /// The data address of node `name`.
+    pub fn addr(&self, name: &str) -> String {
+        let &(_, number, _) = self.nodes.iter().find(|(n, _, _)| n == name).unwrap_or_else(|| panic!("no node {name}"));
+        format!("{SUBNET}.0.{number}")
+    }
+
+    /// Adds node `name` (host number `number`, 1..=250) on the data bridge,
+    /// and on the store bridge when `store` (clients and the store).
+    pub fn add(&mut self, name: &str, number: u8, store: bool) {
+        let ns = self.namespace(name);
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        for port in 0..if store { 2 } else { 1 } {
+            let host = self.host_side(number, port);
+            let inner = format!("eth{port}");
+            ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner, "netns", &ns]);
+            ip(&["-n", &ns, "link", "set", &inner, "address", &Self::mac(number, port)]);
+            ip(&["-n", &ns, "addr", "add", &format!("{SUBNET}.{port}.{number}/24"), "dev", &inner]);
+            ip(&["-n", &ns, "link", "set", &inner, "up"]);
+            ip(&["link", "set", &host, "master", &self.bridge(port.into())]);
+            ip(&["link", "set", &host, "up"]);
+        }
+        self.nodes.push((name.into(), number, store));
+    }
+
+    /// Once every node is added: permanent neighbour entries everywhere, so
+    /// no ARP is ever needed (a partition stays silent).
+    pub fn seal(&self) {
+        for (name, _, store) in &self.nodes {
+            let mut batch = String::new();
+            for (other, number, other_store) in &self.nodes {
+                if other == name {
+                    continue;
+                }
+                batch += &format!("neigh replace {SUBNET}.0.{number} lladdr {} dev eth0 nud permanent\n", Self::mac(*number, 0));
+                if *store && *other_store {
+                    batch += &format!("neigh replace {SUBNET}.1.{number} lladdr {} dev eth1 nud permanent\n", Self::mac(*number, 1));
+                }
+            }
+            let file = std::env::temp_dir().join(format!("{}-neigh-{name}", self.prefix));
+            std::fs::write(&file, batch).unwrap();
+            ip(&["-n", &self.namespace(name), "-batch", file.to_str().unwrap()]);
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
+    /// Cuts the nodes of `group` off from every other node (both ways);
+    /// they still reach each other. Returns when the cut is in place.
+    pub fn isolate(&mut self, group: &[&str]) {
+        self.islands += 1;
+        let island = self.bridge(1 + self.islands);
+        ip(&["link", "add", &island, "type", "bridge"]);
+        ip(&["link", "set", &island, "up"]);
+        for name in group {
+            let &(_, number, _) = self.nodes.iter().find(|(n, _, _)| n == name).unwrap();
+            ip(&["link", "set", &self.host_side(number, 0), "master", &island]);
+        }
+    }
+
+    /// Every node back on the data bridge; island bridges removed.
+    pub fn heal(&mut self) {
+        for &(_, number, _) in &self.nodes {
+            ip(&["link", "set", &self.host_side(number, 0), "master", &self.bridge(0)]);
+        }
+        for n in 1..=self.islands {
+            ip_quiet(&["link", "del", &self.bridge(1 + n)]);
+        }
+        self.islands = 0;
+    }
+
+    /// `program` with `args` in node `name`'s namespace; its stdout and
+    /// stderr go to `log`. Killed on drop.
+    pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], env: &[(&str, String)], log: &Path) -> u32 {
+        let log = std::fs::File::create(log).unwrap();
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.namespace(name)]).arg(program).args(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        // `ip netns exec` execs the program: the child's pid is its own.
+        let child = command.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("ip netns exec");
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Waits for the child `pid` to exit by itself within `timeout`;
+    /// returns whether it exited with success.
+    pub fn wait(&mut self, pid: u32, timeout: std::time::Duration) -> Option<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let child = self.children.iter_mut().find(|c| c.id() == pid)?;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status.success());
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// `redis-cli` in node `name`'s namespace, to `host:port`; its output
+    /// (empty when it fails).
+    pub fn cli(&self, name: &str, host: &str, port: u16, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.namespace(name), "redis-cli", "-h", host, "-p", &port.to_string()])
+            .args(args)
+            .stderr(Stdio::null())
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+    }
+
+    /// `program` with `args` in node `name`'s namespace, to its end; its
+    /// stdout and stderr.
+    pub fn exec(&self, name: &str, program: &str, args: &[String]) -> String {
+        let out = Command::new("ip").args(["netns", "exec", &self.namespace(name), program]).args(args).output().expect("ip netns exec");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    }
+
+    fn remove_all(&self) {
+        let listed = Command::new("ip").args(["netns", "list"]).output().map(|o| o.stdout).unwrap_or_default();
+        let namespaces: Vec<String> = String::from_utf8_lossy(&listed)
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|ns| ns.starts_with(&format!("{}-", self.prefix)))
+            .map(String::from)
+            .collect();
+        for ns in &namespaces {
+            // Whatever still runs in it (a killed run's servers).
+            let pids = Command::new("ip").args(["netns", "pids", ns]).output().map(|o| o.stdout).unwrap_or_default();
+            for pid in String::from_utf8_lossy(&pids).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        // The veths' host sides and the bridges first: a namespace goes
+        // away in the background, and its veths with it, too late for a
+        // next run that adds the same names at once.
+        let links = Command::new("ip").args(["-o", "link", "show"]).output().map(|o| o.stdout).unwrap_or_default();
+        for line in String::from_utf8_lossy(&links).lines() {
+            let name = line.split(':').nth(1).unwrap_or_default().trim().split('@').next().unwrap_or_default();
+            if name.starts_with(&format!("{}h", self.prefix)) || name.starts_with(&format!("{}b", self.prefix)) {
+                ip_quiet(&["link", "del", name]);
+            }
+        }
+        for ns in &namespaces {
+            ip_quiet(&["netns", "del", ns]);
+        }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.remove_all();
+    }
+}
