@@ -44,8 +44,16 @@ macro_rules! next_fence {
 /// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
 /// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
 /// key as waited for, for at least `waitingMs` (never shortening another
-/// waiter's mark), so that its release publishes a wake-up. A waiter retries
-/// (and so renews the mark) well within its `waitingMs`.
+/// waiter's mark), so that its release publishes a wake-up: behind a plain
+/// holder its mark is a member of the waiting set (`<ticket>:<token>`, the
+/// ticket the server's clock in microseconds on its first try, scored by
+/// when it lapses), so that the release hands it the key in its turn (see
+/// [`RELEASE`]); behind readers, of the queue set (see below), with the
+/// waiting name a plain mark. A waiter retries (and so renews the marks)
+/// well within its `waitingMs`.
+///
+/// A lock that already carries our token was granted (a retry) or handed
+/// to us by a release: either way it is ours now, with a new fence.
 ///
 /// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
 /// it fails does the script look further: a lock held by shared or
@@ -87,7 +95,9 @@ macro_rules! next_fence {
 const ACQUIRE: &str = concat!(
     r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-local ticket, now, hint = ARGV[4], nil, nil
+-- `queued`: held by readers (a writer's mark goes in the queue set) or by
+-- another plain holder (a waiter's mark goes in the waiting set).
+local ticket, now, hint, queued = ARGV[4], nil, nil, nil
 if not granted then
   local held = redis.pcall('GET', KEYS[1])
   if held == ARGV[1] then
@@ -105,25 +115,26 @@ if not granted then
       granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
     else
       hint = tonumber(first[2]) - now_ms
-      if ARGV[3] ~= '0' then
-        if ticket == '0' then
-          ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-        end
-        local waiting_ms = tonumber(ARGV[3])
-        redis.call('ZADD', KEYS[5], now_ms + waiting_ms, ticket .. ':' .. ARGV[1])
-        if redis.call('PTTL', KEYS[5]) < waiting_ms then
-          redis.call('PEXPIRE', KEYS[5], waiting_ms)
-        end
-      end
+      queued = KEYS[5]
     end
+  elseif held then
+    queued = KEYS[3]
   end
 end
 if granted then
-  -- A writer that waited takes its mark back; when it was the last, the
-  -- kind hash (kept for the marks after the readers left) goes too.
-  if ARGV[4] ~= '0' and redis.call('ZREM', KEYS[5], ARGV[4] .. ':' .. ARGV[1]) == 1
-      and redis.call('EXISTS', KEYS[5]) == 0 then
-    redis.call('DEL', KEYS[4])
+  -- A writer that waited takes its mark back; when it was the last in the
+  -- queue set, the kind hash (kept for the marks after the readers left)
+  -- goes too. A waiter behind a plain holder takes its mark out of the
+  -- waiting set (a string there is not a set of marks: pcall).
+  if ARGV[4] ~= '0' then
+    local mine = ARGV[4] .. ':' .. ARGV[1]
+    if redis.call('ZREM', KEYS[5], mine) == 1 then
+      if redis.call('EXISTS', KEYS[5]) == 0 then
+        redis.call('DEL', KEYS[4])
+      end
+    else
+      redis.pcall('ZREM', KEYS[3], mine)
+    end
   end
   now = now or redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
@@ -134,8 +145,25 @@ if granted then
     r"
   return {1, fence, 0}
 end
-if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+if ARGV[3] ~= '0' and queued then
+  local waiting_ms = tonumber(ARGV[3])
+  now = now or redis.call('TIME')
+  if ticket == '0' then
+    ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  end
+  local lapses, mine = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + waiting_ms, ticket .. ':' .. ARGV[1]
+  if type(redis.pcall('ZADD', queued, lapses, mine)) == 'table' then
+    -- The waiting mark of a kinds waiter ('1'): a set of marks says as
+    -- much (someone waits), and more.
+    redis.call('DEL', queued)
+    redis.call('ZADD', queued, lapses, mine)
+  end
+  if redis.call('PTTL', queued) < waiting_ms then
+    redis.call('PEXPIRE', queued, ARGV[3])
+  end
+  if queued == KEYS[5] and redis.call('PTTL', KEYS[3]) < waiting_ms then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  end
 end
 return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
 "
@@ -153,20 +181,55 @@ end
 return 0
 ";
 
-/// Deletes the lock if it still carries our token and, if some process
+/// Gives the lock up if it still carries our token and, if some process
 /// marked the key as waited for, tells waiters of every process (one message
 /// on the namespace's channel). An uncontended release publishes nothing, so
-/// it wakes no subscriber. The mark is deleted on its own: a `DEL` that
-/// finds nothing is not replicated, where one `DEL` of both names would
-/// send the absent mark's name to every replica on every release. A lock
-/// of shared or counted holders is never ours (`pcall`, as in renew).
+/// it wakes no subscriber, and writes nothing but the `DEL` of the lock (a
+/// `DEL` of an absent mark would still be replicated, with its name). A
+/// lock of shared or counted holders is never ours (`pcall`, as in renew).
+///
+/// No process starves: a plain waiter's mark is a member of the waiting
+/// name, a sorted set (`<ticket>:<token>` scored by when it lapses, see
+/// [`ACQUIRE`]), and a release that finds live marks there does not free
+/// the key but hands it to the oldest of them (lowest ticket, of any
+/// process): the lock then carries that waiter's token, for as long as its
+/// mark had left, so the releasing process's own next acquire waits its
+/// turn instead of taking the key back before the wake-up reaches the
+/// other process. The waiter's next try finds its token and is granted,
+/// with a new fence (a waiter that died holds the key only until its mark
+/// would have lapsed). Lapsed marks are dropped. A waiting name that is a
+/// kinds waiter's mark (a string) is deleted as before.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if redis.call('DEL', KEYS[2]) == 1 then
-    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('DEL', KEYS[1])
+    return 1
   end
+  local marks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local next, lapses, now_ms, lapsed = nil, nil, nil, false
+  if not marks.err then
+    local now = redis.call('TIME')
+    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for n = 1, #marks, 2 do
+      local score = tonumber(marks[n + 1])
+      if score <= now_ms then
+        lapsed = true
+      elseif not next or marks[n] < next then
+        next, lapses = marks[n], score
+      end
+    end
+  end
+  if next then
+    if lapsed then
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+    end
+    local token = string.sub(next, string.find(next, ':', 1, true) + 1)
+    redis.call('SET', KEYS[1], token, 'PX', string.format('%.0f', lapses - now_ms))
+  else
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
   return 1
 end
 return 0
@@ -743,11 +806,18 @@ return reply
 /// (`WAIT_TIMEOUT`, `ABORTED`, closed), so that it stops no reader and no
 /// counted request for the rest of its `waitingMs`; when it was the last
 /// mark of a key that others wait for, they are told at once (as by a
-/// release). Returns 0.
+/// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
+/// a key a release handed to it (the lock carries its token) is given up,
+/// and waiters told. Returns 0.
 const KINDS_WITHDRAW: &str = r"
 for i = 1, #KEYS, 5 do
-  if redis.call('ZREM', KEYS[i + 4], ARGV[7] .. ':' .. ARGV[1]) == 1 and redis.call('EXISTS', KEYS[i + 4]) == 0
-      and redis.call('DEL', KEYS[i + 2]) == 1 then
+  local mine = ARGV[7] .. ':' .. ARGV[1]
+  if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
+    if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
+      redis.call('PUBLISH', ARGV[8], KEYS[i])
+    end
+  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
     redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
 end
