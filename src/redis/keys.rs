@@ -30,7 +30,9 @@ use crate::error::{ErrorCode, LockError, Result};
 /// - `fence`, the fencing counter, expires `fenceRetentionMs` after the
 ///   key's last grant (each grant sets it again with that TTL);
 /// - `waiting` exists (with a TTL) while some acquire waits for the lock:
-///   only then does a release publish a wake-up;
+///   only then does a release publish a wake-up; behind a plain holder it
+///   is a sorted set of the waiters' marks, which a release reads to hand
+///   the key to the oldest (see the scripts);
 /// - `kind`, while shared or counted holders (or waiters) exist: a hash of
 ///   the key's `limit` and held `units`;
 /// - `queue`, while a writer or a counted request waits: a sorted set of

@@ -555,8 +555,17 @@ local function grant(first, last, r, waiting_ms)
     end
     -- A request that waited takes its mark back; a plain holder's key
     -- whose last mark that was keeps no kind hash (it stayed for the marks).
-    if mine and redis.call('ZREM', KEYS[i + 4], mine) == 1 and plain and redis.call('EXISTS', KEYS[i + 4]) == 0 then
-      redis.call('DEL', kind)
+    -- A plain request that waited behind a plain holder marked the waiting
+    -- set instead (see ACQUIRE): left there, a later release could hand the
+    -- key to this finished request.
+    if mine then
+      if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
+        if plain and redis.call('EXISTS', KEYS[i + 4]) == 0 then
+          redis.call('DEL', kind)
+        end
+      elseif plain then
+        redis.pcall('ZREM', KEYS[i + 2], mine)
+      end
     end
   end
   return fences
