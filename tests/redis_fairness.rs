@@ -125,3 +125,40 @@ on_topologies! {
         a_process_that_waits_gets_its_turn_against_one_that_loops => scenario_a_process_that_waits_gets_its_turn_against_one_that_loops,
     }
 }
+
+/// A waiter that died with its mark in the waiting set is handed the key by
+/// the next release, and so holds it only until its mark would have lapsed:
+/// then the next waiter is granted, with a fence above every earlier one.
+#[test]
+fn a_key_handed_to_a_waiter_that_died_is_free_again_when_its_mark_lapses() {
+    let server = support::redis_server::RedisServer::start();
+    let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let digest = support::topology::digest("k");
+    let (lock, waiting) = (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"));
+    let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    // The mark a waiter of another process left before it died: 800 ms to live.
+    let mut raw = server.client();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let lapses = seconds * 1000 + micros / 1000 + 800;
+    let dead = "00000000000000000000000000000dead";
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(&waiting)
+        .arg(lapses)
+        .arg(format!("{}:{dead}", seconds * 1_000_000 + micros))
+        .cmd("PEXPIRE")
+        .arg(&waiting)
+        .arg(800)
+        .query(&mut raw)
+        .unwrap();
+    let released_at = Instant::now();
+    assert!(block_on(held.release()).unwrap());
+    let holder: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, dead, "the release handed the key to the oldest waiter");
+    let next = block_on(backend(&app).acquire("k", wait(5_000))).expect("granted once the mark lapsed");
+    let waited = released_at.elapsed();
+    assert!(waited >= Duration::from_millis(600) && waited < Duration::from_millis(2_500), "granted after {waited:?}");
+    assert!(next.fence() > held.fence());
+    assert!(block_on(next.release()).unwrap());
+    block_on(app.close());
+}
