@@ -124,17 +124,15 @@ end
 if granted then
   -- A writer that waited takes its mark back; when it was the last in the
   -- queue set, the kind hash (kept for the marks after the readers left)
-  -- goes too. A waiter behind a plain holder takes its mark out of the
-  -- waiting set (a string there is not a set of marks: pcall).
+  -- goes too. A waiter that waited behind a plain holder (this try or an
+  -- earlier one) takes its mark out of the waiting set (a string there is
+  -- not a set of marks: pcall).
   if ARGV[4] ~= '0' then
     local mine = ARGV[4] .. ':' .. ARGV[1]
-    if redis.call('ZREM', KEYS[5], mine) == 1 then
-      if redis.call('EXISTS', KEYS[5]) == 0 then
-        redis.call('DEL', KEYS[4])
-      end
-    else
-      redis.pcall('ZREM', KEYS[3], mine)
+    if redis.call('ZREM', KEYS[5], mine) == 1 and redis.call('EXISTS', KEYS[5]) == 0 then
+      redis.call('DEL', KEYS[4])
     end
+    redis.pcall('ZREM', KEYS[3], mine)
   end
   now = now or redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
@@ -559,11 +557,10 @@ local function grant(first, last, r, waiting_ms)
     -- set instead (see ACQUIRE): left there, a later release could hand the
     -- key to this finished request.
     if mine then
-      if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
-        if plain and redis.call('EXISTS', KEYS[i + 4]) == 0 then
-          redis.call('DEL', kind)
-        end
-      elseif plain then
+      if redis.call('ZREM', KEYS[i + 4], mine) == 1 and plain and redis.call('EXISTS', KEYS[i + 4]) == 0 then
+        redis.call('DEL', kind)
+      end
+      if plain then
         redis.pcall('ZREM', KEYS[i + 2], mine)
       end
     end
