@@ -12,7 +12,7 @@ the driver sends), so the figures are of this checkout.
     python3 benches/redis-script-cost.py [CASE ...]   (default: every case)
 
 Cases:
-  plain          ACQUIRE + RELEASE of one free key (five names, as the driver sends)
+  plain          ACQUIRE + RELEASE of one free key (five names and two, as the driver sends)
   four-keys      KINDS_ACQUIRE + KINDS_RELEASE of 4 free keys (20 names)
   counted        KINDS_HANDOFF on a counted key (limit 8): one holder's unit
                  given back and granted to the next request in one call, as
@@ -24,6 +24,7 @@ Needs redis-server and valgrind (scripts/setup installs both). Python 3 only,
 no packages: it speaks RESP itself. A case takes a few seconds.
 """
 
+import base64
 import hashlib
 import os
 import re
@@ -36,6 +37,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS = 640
 DEPTH = 64
+RETENTION = 600000  # fenceRetentionMs, its default
 
 REDLOCK_LOCK = """
 for i, key in ipairs(KEYS) do
@@ -135,7 +137,7 @@ class Redis:
 
 def names(key):
     """The five Redis names of a user key (src/redis/keys.rs), namespace 'bench'."""
-    digest = hashlib.sha256(key.encode()).hexdigest()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest())[:22].decode()
     return [f"bench:{infix}:{{{digest}}}" for infix in ("lock", "lock-fence", "lock-waiting", "lock-kind", "lock-queue")]
 
 
@@ -159,7 +161,7 @@ def pairs(pair_of):
 def plain(redis, sha):
     def pair(j):
         k, t = names(f"k{j}"), token()
-        return [["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0], ["EVALSHA", sha["RELEASE"], 2, k[0], k[2], t, "bench:wake"]]
+        return [["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0, RETENTION], ["EVALSHA", sha["RELEASE"], 2, k[0], k[2], t, "bench:wake"]]
 
     return pairs(pair)
 
@@ -167,7 +169,7 @@ def plain(redis, sha):
 def four_keys(redis, sha):
     def pair(j):
         keys = [n for k in range(4) for n in names(f"k{j}-{k}")]
-        args = [token(), 10000, 30000, "x", 1, 1, 0, "bench:wake"]
+        args = [token(), 10000, 30000, "x", 1, 1, 0, "bench:wake", RETENTION]
         return [["EVALSHA", sha[script], len(keys), *keys, *args] for script in ("KINDS_ACQUIRE", "KINDS_RELEASE")]
 
     return pairs(pair)
@@ -184,18 +186,18 @@ def redlock(redis, sha):
 def counted(redis, sha):
     key = names("counted")
     holders = [token() for _ in range(8)]
-    for reply in redis.run([["EVALSHA", sha["KINDS_ACQUIRE"], 5, *key, t, 10000, 30000, "x", 8, 1, 0, "bench:wake"] for t in holders]):
+    for reply in redis.run([["EVALSHA", sha["KINDS_ACQUIRE"], 5, *key, t, 10000, 30000, "x", 8, 1, 0, "bench:wake", RETENTION] for t in holders]):
         if reply[0] != 1:
             raise RuntimeError(f"a first holder was not granted: {reply}")
 
     def batch():
-        # ARGV: channel, leaseMs, waitingMs, the released lease's keys, token,
+        # ARGV: channel, leaseMs, waitingMs, fenceRetentionMs, the released lease's keys, token,
         # mode, limit and weight, then the request's token, mode, limit,
         # weight, ticket and keys. Each call is a release and a grant: a pair.
         out = []
         for n, held in enumerate(holders):
             holders[n] = token()
-            out.append(["EVALSHA", sha["KINDS_HANDOFF"], 10, *key, *key, "bench:wake", 10000, 30000, 1, held, "x", 8, 1, holders[n], "x", 8, 1, 0, 1])
+            out.append(["EVALSHA", sha["KINDS_HANDOFF"], 10, *key, *key, "bench:wake", 10000, 30000, RETENTION, 1, held, "x", 8, 1, holders[n], "x", 8, 1, 0, 1])
         return out, len(out)
 
     return batch
@@ -213,7 +215,10 @@ def free_port():
 def instructions(case, pairs, scripts, out_dir):
     port, out = free_port(), os.path.join(out_dir, f"{case}.{pairs}")
     server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        # --hz 1: serverCron's work grows with the run's wall time, which a
+        # loaded machine stretches under valgrind (2-5% of a pair at the
+        # default 10 Hz); at 1 Hz two builds compare within about 1%.
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--hz", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

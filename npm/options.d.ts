@@ -53,6 +53,12 @@ export interface RedisBackendOptions {
   readonly connection?: string;
   readonly driver: "redis";
   /**
+   * How long a key's fence counter stays in Redis after the key's last grant; fences never repeat while no server that can become primary has a clock further behind than this.
+   * Integer from 1 to 2147483647.
+   * @default 600000
+   */
+  readonly fenceRetentionMs?: number;
+  /**
    * Lease time: a lease not renewed or released expires after this long.
    * Integer from 10 to 2147483647.
    */

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 const NAMES: &[&str] = &[
     "dokebi-lock", "dokebi-redis", "backends", "connections", "driver", "local", "redis", "connection", "main",
     "namespace", "leaseMs", "maxKeys", "maxWaiters", "waitTimeoutMs", "maxKeyBytes", "slowAcquireMs", "slowHoldMs",
-    "maxLeases", "replicaAcks", "shutdownTimeoutMs", "url", "sentinel", "cluster", "nodes", "primaryName", "username",
+    "maxLeases", "replicaAcks", "fenceRetentionMs", "shutdownTimeoutMs", "url", "sentinel", "cluster", "nodes", "primaryName", "username",
     "password", "db", "tls", "connectTimeoutMs", "commandTimeoutMs", "orders", "jobs", "shared", "x",
     "redis://127.0.0.1:6379/0", "rediss://h:1", "redis://[::1]:6379", "sentinel://s:26379", "",
 ];

@@ -18,5 +18,5 @@ export function command(port, ...args) {
 
 /** The Redis key a redis backend of `namespace` holds `key` under. */
 export function lockKey(namespace, key) {
-  return `${namespace}:lock:{${createHash('sha256').update(key).digest('hex')}}`;
+  return `${namespace}:lock:{${createHash('sha256').update(key).digest('base64url').slice(0, 22)}}`;
 }

@@ -130,6 +130,13 @@ pub const REDIS_FIELDS: &[Field] = &[
         0,
         "Replicas that must have each acquire and renew (WAIT) before it counts, so a failover right after keeps the lock; 0 waits for none.",
     ),
+    int(
+        "fenceRetentionMs",
+        1,
+        MAX_TIMER_MS,
+        600_000,
+        "How long a key's fence counter stays in Redis after the key's last grant; fences never repeat while no server that can become primary has a clock further behind than this.",
+    ),
     SLOW_ACQUIRE,
     SLOW_HOLD,
 ];

@@ -132,6 +132,10 @@ pub struct RedisOptions {
     pub shutdown_timeout_ms: u32,
     /// Replicas that must acknowledge each acquire and renew (`WAIT`).
     pub replica_acks: u32,
+    /// `fenceRetentionMs`: how long a key's fence counter stays in Redis
+    /// after the key's last grant. Fences never repeat as long as no server
+    /// that can become primary has a clock further behind than this.
+    pub fence_retention_ms: u32,
     /// `slowAcquireMs` and `slowHoldMs`.
     pub thresholds: Thresholds,
 }
@@ -150,6 +154,7 @@ impl RedisOptions {
             max_key_bytes: fields.int("maxKeyBytes"),
             shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
             replica_acks: fields.int("replicaAcks"),
+            fence_retention_ms: fields.int("fenceRetentionMs"),
             thresholds: Thresholds::from_fields(fields),
         }
     }

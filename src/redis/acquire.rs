@@ -87,9 +87,12 @@ impl Acquire {
         cancelled: oneshot::Receiver<()>,
         slot: InProgress,
     ) -> Result<Acquire> {
+        if core.connection.waiters.older_layout_on(&core.channel) {
+            return Err(older_layout(&core.options.namespace));
+        }
         let names: Vec<RedisKeys> = keys.iter().map(|key| RedisKeys::new(&core.options.namespace, key)).collect();
         let cluster = core.connection.is_cluster();
-        let claim = Arc::new(Claim::new(names, kind, owner_token()?, cluster));
+        let claim = Arc::new(Claim::new(names, kind, owner_token()?, cluster, u64::from(core.options.fence_retention_ms)));
         let request = (!wait.is_zero() && !cluster).then(|| Arc::new(Request::new(claim.clone())));
         let tickets: Vec<Ticket> = claim.keys.iter().map(|names| core.connection.waiters.join(names.lock(), request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
@@ -461,6 +464,20 @@ fn other_limit() -> LockError {
     LockError::new(
         ErrorCode::InvalidArgument,
         "the key is held or waited for with another limit: every caller of a key gives the same limit (a plain or shared acquire has limit 1)",
+    )
+}
+
+/// A process of the older key layout (64 hex digits in braces) releases
+/// keys in this namespace: it grants by other names than ours, so the two
+/// could hold one key at once. Nothing more is granted here.
+fn older_layout(namespace: &str) -> LockError {
+    LockError::new(
+        ErrorCode::ProviderFailed,
+        format!(
+            "a process of an older dokebi-lock key layout (0.4.1 before its release) shares the Redis namespace '{namespace}': \
+             the two layouts use different names and could hold one key at once, so this backend grants nothing more; \
+             stop every process of the older version (or give this one another namespace) and restart this one"
+        ),
     )
 }
 

@@ -27,6 +27,9 @@ pub(crate) struct Claim {
     pub keys: Vec<RedisKeys>,
     pub kind: LockKind,
     pub token: String,
+    /// `fenceRetentionMs`: how long each key's fence counter lives after a
+    /// grant of this claim.
+    pub retention_ms: u64,
     /// Indexes into `keys`: one group per script call, in the order taken.
     groups: Vec<Vec<usize>>,
 }
@@ -68,16 +71,18 @@ struct KindsArgs<'a> {
     weight: u32,
     ticket: u64,
     channel: &'a str,
+    retention_ms: u64,
 }
 
 impl Claim {
     /// A claim of `keys` (Redis names, the caller's order) of `kind`. On a
-    /// `cluster`, keys are grouped by hash slot.
-    pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool) -> Claim {
+    /// `cluster`, keys are grouped by hash slot; each grant keeps the keys'
+    /// fence counters for `retention_ms`.
+    pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool, retention_ms: u64) -> Claim {
         // Most claims: one key, one group (built without the grouping's
         // growing vectors, on every acquire).
         if keys.len() == 1 {
-            return Claim { keys, kind, token, groups: vec![vec![0]] };
+            return Claim { keys, kind, token, retention_ms, groups: vec![vec![0]] };
         }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -92,7 +97,7 @@ impl Claim {
         // order, whatever order it gave its keys in.
         let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
-        Claim { keys, kind, token, groups }
+        Claim { keys, kind, token, retention_ms, groups }
     }
 
     /// A plain lease on one key: the plain scripts serve it.
@@ -124,6 +129,7 @@ impl Claim {
             weight: self.kind.weight,
             ticket,
             channel,
+            retention_ms: self.retention_ms,
         }
     }
 
@@ -139,7 +145,17 @@ impl Claim {
             .eval::<T>(
                 script,
                 &keys,
-                &[&args.token, &args.lease_ms, &args.waiting_ms, &args.mode, &args.limit, &args.weight, &args.ticket, &args.channel],
+                &[
+                    &args.token,
+                    &args.lease_ms,
+                    &args.waiting_ms,
+                    &args.mode,
+                    &args.limit,
+                    &args.weight,
+                    &args.ticket,
+                    &args.channel,
+                    &args.retention_ms,
+                ],
             )
             .await
     }
@@ -159,8 +175,9 @@ impl Claim {
         let scripts = &connection.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer =
-                connection.eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket]).await?;
+            let answer = connection
+                .eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket, &self.retention_ms])
+                .await?;
             let (status, value, ticket) = answer.value;
             return Ok(match status {
                 1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
@@ -284,7 +301,8 @@ impl Claim {
         channel: &str,
     ) -> Result<HandedOver, Failure> {
         let mut keys: Vec<&str> = Vec::new();
-        let mut args: Vec<String> = vec![channel.to_owned(), lease_ms.to_string(), waiting_ms.to_string()];
+        let retention_ms = released.or(requests.first().map(|(claim, _)| *claim)).map_or(0, |claim| claim.retention_ms);
+        let mut args: Vec<String> = vec![channel.to_owned(), lease_ms.to_string(), waiting_ms.to_string(), retention_ms.to_string()];
         match released {
             Some(claim) => {
                 keys.extend(claim.all_keys());

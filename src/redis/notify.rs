@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::connection::RedisConnection;
+use super::keys::is_older_layout;
 
 pub(super) const RETRY_MIN: Duration = Duration::from_millis(50);
 pub(super) const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -42,7 +43,9 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>,
                     message = messages.next() => match message {
                         Some(message) => {
                             if let Ok(lock_key) = std::str::from_utf8(message.get_payload_bytes()) {
-                                if connection.acts_on(index, lock_key) {
+                                if is_older_layout(lock_key) {
+                                    connection.waiters.heard_older_layout(message.get_channel_name());
+                                } else if connection.acts_on(index, lock_key) {
                                     connection.waiters.wake(lock_key);
                                 }
                             }

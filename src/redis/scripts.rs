@@ -4,13 +4,22 @@
 
 use redis::Script;
 
-/// Raises the fence counter `fence_key` to `max(counter + 1, clock)` and
-/// sets `fence` (see [`ACQUIRE`]); `clock_n` is `clock` as a number.
+/// Raises the fence counter `fence_key` to `max(counter + 1, clock)`, to
+/// live `retention` ms from now, and sets `fence` (see [`ACQUIRE`]);
+/// `clock_n` is `clock` as a number.
+///
+/// One call reads and raises the counter, `SET ... PX retention GET` (Redis
+/// 6.2 and later): on an older server that call is a syntax error, caught by
+/// `pcall`, and a `GET` and a `SET` do the same in two.
 macro_rules! next_fence {
     () => {
         r"
   local fence = clock_n
-  local last = redis.call('GETSET', fence_key, clock)
+  local last = redis.pcall('SET', fence_key, clock, 'PX', retention, 'GET')
+  if type(last) == 'table' then
+    last = redis.call('GET', fence_key)
+    redis.call('SET', fence_key, clock, 'PX', retention)
+  end
   if last then
     local counter = tonumber(last)
     if not counter then
@@ -19,7 +28,7 @@ macro_rules! next_fence {
     end
     if counter >= fence then
       fence = counter + 1
-      redis.call('SET', fence_key, string.format('%.0f', fence))
+      redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', retention)
     end
   end
 "
@@ -31,12 +40,20 @@ macro_rules! next_fence {
 /// fence in the same step.
 ///
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: token, leaseMs,
-/// waitingMs, ticket (`0` for none yet).
+/// waitingMs, ticket (`0` for none yet), fenceRetentionMs.
 /// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
 /// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
 /// key as waited for, for at least `waitingMs` (never shortening another
-/// waiter's mark), so that its release publishes a wake-up. A waiter retries
-/// (and so renews the mark) well within its `waitingMs`.
+/// waiter's mark), so that its release publishes a wake-up: behind a plain
+/// holder its mark is a member of the waiting set (`<ticket>:<token>`, the
+/// ticket the server's clock in microseconds on its first try, scored by
+/// when it lapses), so that the release hands it the key in its turn (see
+/// [`RELEASE`]); behind readers, of the queue set (see below), with the
+/// waiting name a plain mark. A waiter retries (and so renews the marks)
+/// well within its `waitingMs`.
+///
+/// A lock that already carries our token was granted (a retry) or handed
+/// to us by a release: either way it is ours now, with a new fence.
 ///
 /// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
 /// it fails does the script look further: a lock held by shared or
@@ -59,10 +76,14 @@ macro_rules! next_fence {
 /// TIME_us)`, and stores it back. A restored counter is then overtaken by
 /// the clock, as long as the clocks of the servers that can become primary
 /// agree to within the time a restart or failover takes (see the README's
-/// Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// Guarantees). The counter lives `fenceRetentionMs` after the key's last
+/// grant and no longer (nothing of a free key stays): once it expired, the
+/// server's clock has passed the last grant by that much, which is above
+/// every fence the key had unless the clock stepped back further than that
+/// (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
 /// as a double it is still exact (below 2^53).
 ///
-/// The clock is written first with `GETSET` (in every Redis from 1.0; one
+/// The clock is written first with `SET ... GET` (see `next_fence!`; one
 /// call reads and raises the counter) and only overwritten with
 /// `counter + 1` when the counter is not behind the clock. The clock's
 /// decimal string is joined from `TIME`'s two fields rather than formatted
@@ -70,11 +91,13 @@ macro_rules! next_fence {
 ///
 /// `TIME` before a write needs effects replication (Redis 5 and later,
 /// checked at connect). A free key costs three calls (`SET NX`, `TIME`,
-/// `GETSET`); the script's cost is most of what Redis spends per acquire.
+/// `SET ... GET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = concat!(
     r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-local ticket, now, hint = ARGV[4], nil, nil
+-- `queued`: held by readers (a writer's mark goes in the queue set) or by
+-- another plain holder (a waiter's mark goes in the waiting set).
+local ticket, now, hint, queued = ARGV[4], nil, nil, nil
 if not granted then
   local held = redis.pcall('GET', KEYS[1])
   if held == ARGV[1] then
@@ -92,34 +115,53 @@ if not granted then
       granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
     else
       hint = tonumber(first[2]) - now_ms
-      if ARGV[3] ~= '0' then
-        if ticket == '0' then
-          ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-        end
-        local waiting_ms = tonumber(ARGV[3])
-        redis.call('ZADD', KEYS[5], now_ms + waiting_ms, ticket .. ':' .. ARGV[1])
-        if redis.call('PTTL', KEYS[5]) < waiting_ms then
-          redis.call('PEXPIRE', KEYS[5], waiting_ms)
-        end
-      end
+      queued = KEYS[5]
     end
+  elseif held then
+    queued = KEYS[3]
   end
 end
 if granted then
+  -- A writer that waited takes its mark back; when it was the last in the
+  -- queue set, the kind hash (kept for the marks after the readers left)
+  -- goes too. A waiter that waited behind a plain holder (this try or an
+  -- earlier one) takes its mark out of the waiting set (a string there is
+  -- not a set of marks: pcall).
   if ARGV[4] ~= '0' then
-    redis.call('ZREM', KEYS[5], ARGV[4] .. ':' .. ARGV[1])
+    local mine = ARGV[4] .. ':' .. ARGV[1]
+    if redis.call('ZREM', KEYS[5], mine) == 1 and redis.call('EXISTS', KEYS[5]) == 0 then
+      redis.call('DEL', KEYS[4])
+    end
+    redis.pcall('ZREM', KEYS[3], mine)
   end
   now = now or redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
   local clock_n = tonumber(clock)
-  local fence_key = KEYS[2]
+  local fence_key, retention = KEYS[2], ARGV[5]
 ",
     next_fence!(),
     r"
   return {1, fence, 0}
 end
-if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[3]) < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+if ARGV[3] ~= '0' and queued then
+  local waiting_ms = tonumber(ARGV[3])
+  now = now or redis.call('TIME')
+  if ticket == '0' then
+    ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  end
+  local lapses, mine = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + waiting_ms, ticket .. ':' .. ARGV[1]
+  if type(redis.pcall('ZADD', queued, lapses, mine)) == 'table' then
+    -- The waiting mark of a kinds waiter ('1'): a set of marks says as
+    -- much (someone waits), and more.
+    redis.call('DEL', queued)
+    redis.call('ZADD', queued, lapses, mine)
+  end
+  if redis.call('PTTL', queued) < waiting_ms then
+    redis.call('PEXPIRE', queued, ARGV[3])
+  end
+  if queued == KEYS[5] and redis.call('PTTL', KEYS[3]) < waiting_ms then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  end
 end
 return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
 "
@@ -137,18 +179,55 @@ end
 return 0
 ";
 
-/// Deletes the lock if it still carries our token and, if some process
+/// Gives the lock up if it still carries our token and, if some process
 /// marked the key as waited for, tells waiters of every process (one message
 /// on the namespace's channel). An uncontended release publishes nothing, so
-/// it wakes no subscriber. One `DEL` takes both keys: 2 deleted means the
-/// mark was there. A lock of shared or counted holders is never ours
-/// (`pcall`, as in renew).
+/// it wakes no subscriber, and writes nothing but the `DEL` of the lock (a
+/// `DEL` of an absent mark would still be replicated, with its name). A
+/// lock of shared or counted holders is never ours (`pcall`, as in renew).
+///
+/// No process starves: a plain waiter's mark is a member of the waiting
+/// name, a sorted set (`<ticket>:<token>` scored by when it lapses, see
+/// [`ACQUIRE`]), and a release that finds live marks there does not free
+/// the key but hands it to the oldest of them (lowest ticket, of any
+/// process): the lock then carries that waiter's token, for as long as its
+/// mark had left, so the releasing process's own next acquire waits its
+/// turn instead of taking the key back before the wake-up reaches the
+/// other process. The waiter's next try finds its token and is granted,
+/// with a new fence (a waiter that died holds the key only until its mark
+/// would have lapsed). Lapsed marks are dropped. A waiting name that is a
+/// kinds waiter's mark (a string) is deleted as before.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[2]) == 2 then
-    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('DEL', KEYS[1])
+    return 1
   end
+  local marks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local next, lapses, now_ms, lapsed = nil, nil, nil, false
+  if not marks.err then
+    local now = redis.call('TIME')
+    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for n = 1, #marks, 2 do
+      local score = tonumber(marks[n + 1])
+      if score <= now_ms then
+        lapsed = true
+      elseif not next or marks[n] < next then
+        next, lapses = marks[n], score
+      end
+    end
+  end
+  if next then
+    if lapsed then
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+    end
+    local token = string.sub(next, string.find(next, ':', 1, true) + 1)
+    redis.call('SET', KEYS[1], token, 'PX', string.format('%.0f', lapses - now_ms))
+  else
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  redis.call('PUBLISH', ARGV[2], KEYS[1])
   return 1
 end
 return 0
@@ -171,6 +250,9 @@ macro_rules! kinds_prelude {
 -- number passed to redis.call is formatted with %.17g, about 2000
 -- instructions each), and as a number, for arithmetic.
 local lease_text, lease_ms = ARGV[2], tonumber(ARGV[2])
+-- How long a fence counter lives after a grant (fenceRetentionMs), as
+-- given: each script that grants sets it before its first grant.
+local retention
 -- The server's clock, read by read_clock() when a script first needs it (a
 -- release does not): a redis.call costs about 1.5 us beyond its command.
 -- `clock` is its microseconds as a decimal string (the fence base), and
@@ -237,9 +319,9 @@ local function tell_waiters(freed, channel)
   end
 end
 -- Raises each fence counter of a grant as the plain script raises its one
--- (see ACQUIRE) and answers {1, fence...}: over several keys one MGET and
--- one MSET, not a GETSET (and maybe a SET) each. A counter that is not a
--- number is an error, before anything is written.
+-- (see ACQUIRE), to live `retention` ms, and answers {1, fence...}: over
+-- several keys one MGET, then a SET with its TTL each (MSET sets no TTL).
+-- A counter that is not a number is an error, before anything is written.
 local function raise_fences(fence_keys)
   local fences = {1}
   if #fence_keys == 1 then
@@ -264,10 +346,11 @@ local function raise_fences(fence_keys)
       end
     end
     fences[n + 1] = fence
-    writes[#writes + 1] = fence_key
-    writes[#writes + 1] = value
+    writes[n] = value
   end
-  redis.call('MSET', unpack(writes))
+  for n, fence_key in ipairs(fence_keys) do
+    redis.call('SET', fence_key, writes[n], 'PX', retention)
+  end
   return fences
 end
 -- A plain request over keys none of which has a kind hash (no shared or
@@ -468,8 +551,18 @@ local function grant(first, last, r, waiting_ms)
         extend(kind, lease_ms, lease_text)
       end
     end
+    -- A request that waited takes its mark back; a plain holder's key
+    -- whose last mark that was keeps no kind hash (it stayed for the marks).
+    -- A plain request that waited behind a plain holder marked the waiting
+    -- set instead (see ACQUIRE): left there, a later release could hand the
+    -- key to this finished request.
     if mine then
-      redis.call('ZREM', KEYS[i + 4], mine)
+      if redis.call('ZREM', KEYS[i + 4], mine) == 1 and plain and redis.call('EXISTS', KEYS[i + 4]) == 0 then
+        redis.call('DEL', kind)
+      end
+      if plain then
+        redis.pcall('ZREM', KEYS[i + 2], mine)
+      end
     end
   end
   return fences
@@ -576,7 +669,7 @@ end
 ///
 /// KEYS: five per user key (lock, fence, waiting, kind, queue). ARGV: token,
 /// leaseMs, waitingMs, mode (`x` or `s`), limit, weight, ticket (`0` for
-/// none), channel.
+/// none), channel, fenceRetentionMs.
 ///
 /// Returns `{1, fence...}` (one per key, in KEYS order) when granted;
 /// `{0, hint, ticket}` when not, where `hint` is how long (ms) until the
@@ -587,6 +680,7 @@ end
 const KINDS_ACQUIRE: &str = concat!(
     kinds_prelude!(),
     r"
+retention = ARGV[9]
 return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[3]))
 "
 );
@@ -650,9 +744,10 @@ return released
 ///
 /// KEYS: the released lease's five per user key, then each request's.
 /// ARGV: channel, leaseMs, waitingMs (marks left by the first request when
-/// it is not granted; 0 for none), the released lease's number of user keys
-/// (`0`: no release), its token, mode, limit and weight, then per request
-/// token, mode, limit, weight, ticket and its number of user keys.
+/// it is not granted; 0 for none), fenceRetentionMs, the released lease's
+/// number of user keys (`0`: no release), its token, mode, limit and
+/// weight, then per request token, mode, limit, weight, ticket and its
+/// number of user keys.
 /// Returns `{released, wake..., answer...}`: how many keys were given back;
 /// per released key 1 when a waiter may now be granted there (the process
 /// wakes its own), else 0; then for each request tried the answer
@@ -662,13 +757,14 @@ const KINDS_HANDOFF: &str = concat!(
     kinds_prelude!(),
     r"
 local channel, waiting_ms = ARGV[1], tonumber(ARGV[3])
-local last = tonumber(ARGV[4]) * 5
-local released, freed, gave = 0, {}, request(ARGV[5], ARGV[6], ARGV[7], ARGV[8], '0')
+retention = ARGV[4]
+local last = tonumber(ARGV[5]) * 5
+local released, freed, gave = 0, {}, request(ARGV[6], ARGV[7], ARGV[8], ARGV[9], '0')
 if last > 0 then
   released, freed = give_back(1, last, gave)
 end
 local answers, first = {}, last + 1
-for a = 9, #ARGV, 6 do
+for a = 10, #ARGV, 6 do
   local upto = first + tonumber(ARGV[a + 5]) * 5 - 1
   local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]), waiting_ms)
   if answer.err then
@@ -716,11 +812,18 @@ return reply
 /// (`WAIT_TIMEOUT`, `ABORTED`, closed), so that it stops no reader and no
 /// counted request for the rest of its `waitingMs`; when it was the last
 /// mark of a key that others wait for, they are told at once (as by a
-/// release). Returns 0.
+/// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
+/// a key a release handed to it (the lock carries its token) is given up,
+/// and waiters told. Returns 0.
 const KINDS_WITHDRAW: &str = r"
 for i = 1, #KEYS, 5 do
-  if redis.call('ZREM', KEYS[i + 4], ARGV[7] .. ':' .. ARGV[1]) == 1 and redis.call('EXISTS', KEYS[i + 4]) == 0
-      and redis.call('DEL', KEYS[i + 2]) == 1 then
+  local mine = ARGV[7] .. ':' .. ARGV[1]
+  if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
+    if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
+      redis.call('PUBLISH', ARGV[8], KEYS[i])
+    end
+  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
     redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
 end

@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -50,6 +51,10 @@ pub(crate) struct Waiters {
     enqueue: Mutex<()>,
     /// What this process's kinds leases hold, by Redis lock key.
     held: Mutex<HashMap<Box<str>, Held>>,
+    /// True once a release of the older key layout was heard on some
+    /// channel; `older_channels` says which.
+    older_layout: AtomicBool,
+    older_channels: Mutex<Vec<Box<str>>>,
 }
 
 /// What this process's kinds leases hold on one key.
@@ -161,6 +166,23 @@ impl Waiters {
         if let Some(entry) = self.lock().get(lock_key) {
             entry.wake.notify_one();
         }
+    }
+
+    /// Remembers that a process of the older key layout published a release
+    /// on `channel` (see [`super::keys::is_older_layout`]).
+    pub fn heard_older_layout(&self, channel: &str) {
+        let mut channels = self.older_channels.lock().unwrap_or_else(|e| e.into_inner());
+        if !channels.iter().any(|known| &**known == channel) {
+            channels.push(channel.into());
+        }
+        self.older_layout.store(true, Ordering::Release);
+    }
+
+    /// True when a process of the older key layout published a release on
+    /// `channel` (one atomic load while none ever did).
+    pub fn older_layout_on(&self, channel: &str) -> bool {
+        self.older_layout.load(Ordering::Acquire)
+            && self.older_channels.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|known| &**known == channel)
     }
 
     /// Wakes every head (notifications came up or went down: retry now and

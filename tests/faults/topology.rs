@@ -92,8 +92,21 @@ impl Lock {
 
 /// The Redis name of a user key's lock.
 pub fn lock_key(namespace: &str, key: &str) -> String {
-    let digest: String = Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    format!("{namespace}:lock:{{{digest}}}")
+    format!("{namespace}:lock:{{{}}}", digest(key))
+}
+
+/// The digest in a user key's Redis names: the first 132 bits of its
+/// SHA-256 in 22 base64url characters.
+fn digest(key: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = Sha256::digest(key.as_bytes());
+    let mut out = String::new();
+    for n in 0..22 {
+        let bit = n * 6;
+        let pair = u16::from(bytes[bit / 8]) << 8 | u16::from(bytes[bit / 8 + 1]);
+        out.push(char::from(ALPHABET[usize::from((pair >> (10 - bit % 8)) & 0x3f)]));
+    }
+    out
 }
 
 /// The first section, by any worker, on a key of the failed-over primary
