@@ -109,15 +109,13 @@ impl Login {
         let (message, fix) = if code == "NOAUTH" || (code == "WRONGPASS" && !self.has_password) {
             (
                 format!("{role} at {server} requires a password and {option} gives none"),
-                format!(
-                    "Put the user and password in {option} (redis://user:password@host:port/db; without a user the password is the default user's, requirepass)."
-                ),
+                format!("Put the user and password in {option}; without a user the password is the default user's (requirepass)."),
             )
         } else if code == "WRONGPASS" || err.kind() == ErrorKind::AuthenticationFailed {
             (
                 format!("{role} at {server} refused the credentials of user \"{user}\" (a wrong password, or no such enabled user)"),
                 format!(
-                    "Check the password of user \"{user}\" in {option} against the server's (requirepass, or ACL SETUSER {user} on >...); the password is never shown."
+                    "Check the password of user \"{user}\" in {option} against {role}'s (requirepass, or ACL SETUSER {user} on >...); the password is never shown."
                 ),
             )
         } else if code == "NOPERM" {

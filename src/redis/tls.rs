@@ -126,7 +126,12 @@ impl Tls {
             ) => {
                 let presented = match tls {
                     rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext { presented, .. }) if !presented.is_empty() => {
-                        format!(" (it names {})", presented.join(", "))
+                        // Each as rustls spells it, e.g. `DnsName("redis.internal")`: the name alone.
+                        let names: Vec<&str> = presented
+                            .iter()
+                            .map(|name| name.split_once('(').map_or(name.as_str(), |(_, inner)| inner.trim_end_matches(')').trim_matches('"')))
+                            .collect();
+                        format!(" (it names {})", names.join(", "))
                     }
                     _ => String::new(),
                 };
@@ -138,7 +143,10 @@ impl Tls {
             rustls::Error::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
                 let ago = match tls {
                     rustls::Error::InvalidCertificate(CertificateError::ExpiredContext { time, not_after }) => {
-                        format!(" {} s ago", time.as_secs().saturating_sub(not_after.as_secs()))
+                        match time.as_secs().saturating_sub(not_after.as_secs()) {
+                            secs if secs >= 2 * 86_400 => format!(" {} days ago", secs / 86_400),
+                            secs => format!(" {secs} s ago"),
+                        }
                     }
                     _ => String::new(),
                 };
