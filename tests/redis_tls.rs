@@ -11,7 +11,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Hooks, LockError, Options, Provider};
 use futures::executor::block_on;
@@ -154,20 +155,50 @@ impl Pki {
     /// for client certificates of this authority when `mutual`. Returns
     /// it and its TLS port.
     fn server(&self, name: &str, mutual: bool) -> (RedisServer, u16) {
-        let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let server = RedisServer::start_with(&[
-            "--tls-port",
-            &tls_port.to_string(),
-            "--tls-cert-file",
-            &self.path(&format!("{name}.pem")),
-            "--tls-key-file",
-            &self.path(&format!("{name}.key")),
-            "--tls-ca-cert-file",
-            &self.path("ca.pem"),
-            "--tls-auth-clients",
-            if mutual { "yes" } else { "no" },
-        ]);
+        self.server_with(name, mutual, &[])
+    }
+
+    /// [`Pki::server`] with `extra` arguments.
+    fn server_with(&self, name: &str, mutual: bool, extra: &[&str]) -> (RedisServer, u16) {
+        let tls_port = free_port();
+        let mut args = vec![
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            self.path(&format!("{name}.pem")),
+            "--tls-key-file".to_owned(),
+            self.path(&format!("{name}.key")),
+            "--tls-ca-cert-file".to_owned(),
+            self.path("ca.pem"),
+            "--tls-auth-clients".to_owned(),
+            if mutual { "yes" } else { "no" }.to_owned(),
+        ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
         (server, tls_port)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `condition` for up to 10 s.
+fn within_10s(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -337,4 +368,66 @@ fn a_private_key_never_appears_in_the_options_debug_text() {
     );
     let options = Options::from_yaml(&yaml).unwrap();
     assert!(!format!("{options:?}").contains("c2VjcmV0"), "{options:?}");
+}
+
+#[test]
+fn a_cluster_over_tls_uses_the_connection_s_tls_on_every_node() {
+    let pki = Pki::new("cluster");
+    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
+    // One node serving every slot, its cluster port TLS too (the slot map names the TLS port).
+    let nodes = pki.dir.join("nodes.conf").to_str().unwrap().to_owned();
+    let dir = pki.dir.to_str().unwrap().to_owned();
+    let (server, tls_port) = pki.server_with(
+        "server",
+        false,
+        &["--cluster-enabled", "yes", "--cluster-config-file", &nodes, "--dir", &dir, "--tls-cluster", "yes"],
+    );
+    let _: () = redis::cmd("CLUSTER").arg(&["ADDSLOTSRANGE", "0", "16383"]).query(&mut server.client()).unwrap();
+    within_10s("the cluster is ok", || {
+        redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut server.client()).unwrap().contains("cluster_state:ok")
+    });
+    let endpoint = format!("cluster: {{ nodes: ['rediss://localhost:{tls_port}'] }}");
+    let open_cluster = |tls: &str| {
+        let options = Options::from_yaml(&support::redis_yaml_at(&endpoint, "        leaseMs: 10000\n", tls)).unwrap();
+        Provider::open_with(options, Hooks::default()).unwrap()
+    };
+    assert_refused(&acquire(&open_cluster("")).unwrap_err(), &["unknown issuer"], &["connections.main.tls.caFile"]);
+    acquire(&open_cluster(&format!("        tls: {{ caFile: '{}' }}\n", pki.path("ca.pem")))).expect("the cluster's nodes are trusted");
+}
+
+#[test]
+fn a_sentinel_and_its_primary_over_tls_use_the_connection_s_tls() {
+    let pki = Pki::new("sentinel");
+    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
+    let (_primary, primary_tls) = pki.server("server", false);
+    // One sentinel, with a TLS port of its own, watching the primary over TLS.
+    let (sentinel_port, sentinel_tls) = (free_port(), free_port());
+    let config = pki.dir.join("sentinel.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "port {sentinel_port}\nbind 127.0.0.1\ntls-port {sentinel_tls}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\nsentinel monitor mymaster 127.0.0.1 {primary_tls} 1\n",
+            pki.path("server.pem"),
+            pki.path("server.key"),
+            pki.path("ca.pem"),
+        ),
+    )
+    .unwrap();
+    let _sentinel =
+        Killed(Command::new("redis-server").arg(&config).arg("--sentinel").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    within_10s("the sentinel knows the primary", || {
+        let asked = redis::Client::open(format!("redis://127.0.0.1:{sentinel_port}")).and_then(|client| {
+            let mut connection = client.get_connection()?;
+            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("mymaster").query::<Option<(String, u16)>>(&mut connection)
+        });
+        matches!(asked, Ok(Some((_, port))) if port == primary_tls)
+    });
+    let endpoint = format!("sentinel: {{ nodes: ['rediss://localhost:{sentinel_tls}'], primaryName: mymaster, tls: true }}");
+    let open_sentinel = |tls: &str| {
+        let options = Options::from_yaml(&support::redis_yaml_at(&endpoint, "        leaseMs: 10000\n", tls)).unwrap();
+        Provider::open_with(options, Hooks::default()).unwrap()
+    };
+    assert_refused(&acquire(&open_sentinel("")).unwrap_err(), &["unknown issuer"], &["connections.main.tls.caFile"]);
+    acquire(&open_sentinel(&format!("        tls: {{ caFile: '{}' }}\n", pki.path("ca.pem"))))
+        .expect("the sentinel and the primary are trusted");
 }
