@@ -135,3 +135,17 @@ fn a_cluster_that_refuses_the_credentials_names_the_first_seed_s_url() {
     let (provider, _) = open_redis_at(&format!("cluster: {{ nodes: [{}] }}", nodes.join(", ")), &[("leaseMs", "10000")], &[]);
     assert_authentication(&refused(&provider), &["refused the credentials of user \"ghost\""], &["connections.main.cluster.nodes.0"]);
 }
+
+#[test]
+fn passwords_never_appear_in_the_options_debug_text() {
+    let yaml = support::redis_yaml_at(
+        &format!("sentinel: {{ nodes: ['redis://s:{PASSWORD}@127.0.0.1:1'], primaryName: m, username: app, password: {PASSWORD} }}"),
+        "        leaseMs: 10000\n",
+        "",
+    );
+    let text = format!("{:?}", dokebi_lock::Options::from_yaml(&yaml).unwrap());
+    assert!(!text.contains(PASSWORD), "{text}");
+    let yaml = support::redis_yaml(&format!("redis://app:{PASSWORD}@127.0.0.1:1/0"), "        leaseMs: 10000\n", "");
+    let text = format!("{:?}", dokebi_lock::Options::from_yaml(&yaml).unwrap());
+    assert!(!text.contains(PASSWORD) && text.contains("redis://app:<redacted>@127.0.0.1:1/0"), "{text}");
+}

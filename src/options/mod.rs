@@ -187,6 +187,44 @@ pub struct TlsOptions {
     pub servername: Option<String>,
 }
 
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Server { url } => f.debug_struct("Server").field("url", &redact(url)).finish(),
+            Endpoint::Sentinel(sentinel) => f.debug_tuple("Sentinel").field(sentinel).finish(),
+            Endpoint::Cluster { nodes } => {
+                f.debug_struct("Cluster").field("nodes", &nodes.iter().map(|url| redact(url)).collect::<Vec<_>>()).finish()
+            }
+        }
+    }
+}
+
+/// `url` with the password of its user part (`scheme://user:password@`)
+/// replaced, for `Debug`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let user = user.split_once(':').map_or(user, |(user, _)| user);
+            format!("{scheme}://{user}:<redacted>@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl std::fmt::Debug for SentinelOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelOptions")
+            .field("nodes", &self.nodes.iter().map(|url| redact(url)).collect::<Vec<_>>())
+            .field("primary_name", &self.primary_name)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
 /// A PEM setting: the text itself, or the path of a file holding it (read
 /// when the provider opens). Its `Debug` never shows the text: it may be a
 /// private key.
@@ -208,8 +246,8 @@ impl std::fmt::Debug for Pem {
 }
 
 /// Where a connection finds Redis: exactly one of `url`, `sentinel`,
-/// `cluster`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `cluster`. Its `Debug` never shows a password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// One server.
     Server {
@@ -225,8 +263,8 @@ pub enum Endpoint {
     },
 }
 
-/// `connections.<name>.sentinel`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `connections.<name>.sentinel`. Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SentinelOptions {
     /// Sentinel URLs (their credentials are the sentinels').
     pub nodes: Vec<String>,

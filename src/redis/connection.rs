@@ -789,7 +789,8 @@ impl RedisConnection {
         let connection = match &lane.host {
             Some(host) => {
                 let stream = HostStream::new(host.as_ref(), socket)?;
-                let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+                let (connection, reader) =
+                    MultiplexedConnection::new_with_config(settings, stream, self.config()).await.map_err(explain)?;
                 host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
                 connection
             }
