@@ -6,6 +6,10 @@
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
 //!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens.
+//! - `link`: how every link to a node is opened (`tcp`: nodelay and the
+//!   keepalive the system takes; `tls`: the connection's own TLS); and
+//!   `refusal`: a server that refused our credentials, or a certificate
+//!   refused, told apart from an unreachable one.
 //! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
 //!   what one lease holds (its keys, kind and token) and which scripts take
 //!   and give it back (per hash slot on a Cluster).
