@@ -24,8 +24,8 @@ fn levels() -> [(TcpKeepalive, &'static str); 3] {
     let interval = time.clone().with_interval(Duration::from_secs(5));
     [
         (interval.clone().with_retries(3), ""),
-        (interval, "the probe count (TCP_KEEPCNT; the system's count applies)"),
-        (time, "the probe count and interval (TCP_KEEPCNT, TCP_KEEPINTVL; the system's apply)"),
+        (interval, "probe count (TCP_KEEPCNT)"),
+        (time, "probe count and interval (TCP_KEEPCNT, TCP_KEEPINTVL)"),
     ]
 }
 
@@ -47,8 +47,8 @@ fn choose(mut set: impl FnMut(&TcpKeepalive) -> io::Result<()>) -> Chosen {
     for (level, (keepalive, left_out)) in levels.iter().enumerate() {
         match set(keepalive) {
             Ok(()) => {
-                let refused =
-                    first_error.map(|err| format!("the system refused TCP keepalive {left_out} ({err}); keepalive is on without it"));
+                let refused = first_error
+                    .map(|err| format!("the system refused the TCP keepalive {left_out} ({err}); keepalive is on with the system's own"));
                 return Chosen { level, refused };
             }
             Err(err) => first_error = first_error.or(Some(err)),
