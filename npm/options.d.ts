@@ -188,6 +188,38 @@ export interface RedisClusterOptions {
   readonly nodes: readonly string[];
 }
 
+/** `connections.<name>.tls`. */
+export interface RedisTlsOptions {
+  /**
+   * PEM of the authorities that sign the server's certificate; they replace the system's trusted ones for this connection.
+   */
+  readonly ca?: string;
+  /**
+   * Path of a PEM file to use as ca.
+   */
+  readonly caFile?: string;
+  /**
+   * PEM of the client certificate (chain) for servers that demand one (mutual TLS, tls-auth-clients yes); needs key.
+   */
+  readonly cert?: string;
+  /**
+   * Path of a PEM file to use as cert.
+   */
+  readonly certFile?: string;
+  /**
+   * PEM of the client certificate's private key (never logged); needs cert.
+   */
+  readonly key?: string;
+  /**
+   * Path of a PEM file to use as key.
+   */
+  readonly keyFile?: string;
+  /**
+   * The name the server's certificate must carry (and SNI), when it is not the host of the URL.
+   */
+  readonly servername?: string;
+}
+
 /** The fields every connection has. */
 export interface RedisConnectionCommon {
   /**
@@ -202,6 +234,10 @@ export interface RedisConnectionCommon {
    * @default 5000
    */
   readonly connectTimeoutMs?: number;
+  /**
+   * How the connection's TLS links (rediss:// URLs, sentinel.tls) verify the server and prove the client: each PEM as text or as a file path.
+   */
+  readonly tls?: RedisTlsOptions;
 }
 
 /** A Redis connection under `dokebi-redis.connections.<name>`: exactly one of url, sentinel, cluster. */

@@ -212,12 +212,15 @@ struct Inner {
     message: String,
     details: Option<serde_json::Value>,
     cause: Option<Cause>,
+    /// A fix sentence for this error in particular (which user, which
+    /// option); the code's own when absent.
+    fix: Option<Box<str>>,
 }
 
 impl LockError {
     /// An error with `code` and a message that must not contain a key.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> LockError {
-        LockError(Box::new(Inner { code, message: message.into(), details: None, cause: None }))
+        LockError(Box::new(Inner { code, message: message.into(), details: None, cause: None, fix: None }))
     }
 
     /// `CLOSED`: a call on a closed provider or backend.
@@ -282,6 +285,13 @@ impl LockError {
         self
     }
 
+    /// The error with a fix sentence of its own (naming what to change,
+    /// never a secret), replacing the code's general one.
+    pub fn with_fix(mut self, fix: impl Into<String>) -> LockError {
+        self.0.fix = Some(fix.into().into_boxed_str());
+        self
+    }
+
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         self.0.code
@@ -292,9 +302,10 @@ impl LockError {
         &self.0.message
     }
 
-    /// One sentence telling the user what to do (the code's fix).
-    pub fn fix(&self) -> &'static str {
-        self.0.code.fix()
+    /// One sentence telling the user what to do: this error's own (see
+    /// [`LockError::with_fix`]), else the code's.
+    pub fn fix(&self) -> &str {
+        self.0.fix.as_deref().unwrap_or(self.0.code.fix())
     }
 
     /// Structured details, e.g. `issues` of `INVALID_OPTIONS`.

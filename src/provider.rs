@@ -26,12 +26,17 @@ pub struct Hooks {
     /// An event loop whose thread runs the redis operations started on it
     /// (see [`crate::redis::host`]); `None` runs them on the driver's thread.
     pub host: Option<Arc<dyn Host>>,
+    /// A PEM file of authorities that TLS links trust besides the system's
+    /// (a connection's own `tls.ca` replaces both). The Node surface passes
+    /// `NODE_EXTRA_CA_CERTS` here; one that cannot be read is logged
+    /// (`REDIS_EXTRA_CA_IGNORED`) and left out.
+    pub extra_authorities: Option<std::path::PathBuf>,
 }
 
 impl Default for Hooks {
     /// Warnings and errors to standard error, no telemetry, no host.
     fn default() -> Self {
-        Hooks { logger: stderr_logger(), telemetry: None, host: None }
+        Hooks { logger: stderr_logger(), telemetry: None, host: None, extra_authorities: None }
     }
 }
 use crate::options::{BackendOptions, Options};
@@ -61,8 +66,8 @@ impl Provider {
     /// Redis connections are made in the background: the call never blocks,
     /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
-        let Hooks { logger, telemetry, host } = hooks;
-        let redis = RedisDriver::open(&options, &logger, &telemetry, &host)?;
+        let Hooks { logger, telemetry, host, extra_authorities } = hooks;
+        let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         for (name, backend) in options.backends {

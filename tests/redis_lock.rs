@@ -417,6 +417,7 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
         logger: support::recording_logger().0,
         telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
         host: None,
+        extra_authorities: None,
     };
     let yaml = support::redis_yaml(&server.url(), "        leaseMs: 100\n        slowAcquireMs: 0\n", "        commandTimeoutMs: 90\n");
     let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();

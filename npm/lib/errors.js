@@ -12,6 +12,7 @@ export function fromInfo(info) {
   const extra = {};
   if (info.details != null) extra.details = JSON.parse(info.details);
   if (info.cause != null) extra.cause = new Error(info.cause);
+  if (info.fix != null) extra.fix = info.fix;
   return new LockError(info.code, info.message, extra);
 }
 

@@ -11,7 +11,7 @@ export const OUTPUT = new URL('../options.d.ts', import.meta.url);
 const TS_TYPES = { integer: 'number', string: 'string', null: 'null', boolean: 'boolean' };
 
 /** Interfaces of nested mappings, by property name (see `objectType`). */
-const NESTED = { sentinel: 'RedisSentinelOptions', cluster: 'RedisClusterOptions' };
+const NESTED = { sentinel: 'RedisSentinelOptions', cluster: 'RedisClusterOptions', tls: 'RedisTlsOptions' };
 
 function tsType(property, name) {
   if (property.const !== undefined) return JSON.stringify(property.const);
@@ -50,7 +50,9 @@ function objectType(name, schema, omit = []) {
  */
 function connectionTypes(schema) {
   const endpoints = schema.oneOf.map((choice) => choice.required[0]);
-  const nested = endpoints
+  // The endpoints' mappings, then the other mappings every connection may have (tls).
+  const others = Object.keys(schema.properties).filter((field) => !endpoints.includes(field));
+  const nested = [...endpoints, ...others]
     .filter((field) => schema.properties[field].type === 'object')
     .map((field) => [`/** \`connections.<name>.${field}\`. */`, objectType(NESTED[field], schema.properties[field])].join('\n'));
   const choices = endpoints.map((field) => {

@@ -49,6 +49,7 @@ import {
   type RedisConnectionOptions,
   type RedisOptions,
   type RedisSentinelOptions,
+  type RedisTlsOptions,
   type RedisStatus,
   type TelemetryPayloads,
   type WithLockOptions,
@@ -73,7 +74,15 @@ const settings: AppDriverSettings['memory'] = { size: 1 };
 const sentinel: RedisSentinelOptions = { nodes: ['redis://127.0.0.1:26379'], primaryName: 'main' };
 const cluster: RedisClusterOptions = { nodes: ['redis://127.0.0.1:7000'] };
 const common: RedisConnectionCommon = { commandTimeoutMs: 1000 };
-const connections: Record<string, RedisConnectionOptions> = { main: { url: 'redis://127.0.0.1:6379/0', ...common }, s: { sentinel }, c: { cluster } };
+const tls: RedisTlsOptions = { caFile: '/etc/ssl/private-ca.pem', certFile: 'client.pem', keyFile: 'client.key', servername: 'redis.internal' };
+const connections: Record<string, RedisConnectionOptions> = {
+  main: { url: 'redis://127.0.0.1:6379/0', ...common },
+  s: { sentinel },
+  c: { cluster },
+  t: { url: 'rediss://redis.internal:6380/0', tls },
+};
+// @ts-expect-error tls settings are PEM text or file paths, not buffers
+const bufferCa: RedisTlsOptions = { ca: new Uint8Array() };
 const backends: Record<string, BackendOptions> = { local, redis, app, defaults: null, sized: { driver: 'memory', ...settings } };
 const lockOptions: LockOptions = { backends };
 const redisOptions: RedisOptions = { connections };
@@ -291,4 +300,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

@@ -162,6 +162,12 @@ pub const CONNECTION_FIELDS: &[Field] = &[
         fallback: Fallback::Absent,
         description: "A Redis Cluster: each key goes to the primary of its slot.",
     },
+    Field {
+        name: "tls",
+        kind: Kind::Table(TLS_FIELDS),
+        fallback: Fallback::Absent,
+        description: "How the connection's TLS links (rediss:// URLs, sentinel.tls) verify the server and prove the client: each PEM as text or as a file path.",
+    },
     int("connectTimeoutMs", 1, 600_000, 5_000, "Bound on establishing a connection."),
     int("commandTimeoutMs", 1, 600_000, 2_000, "Bound on one command; past it the outcome is unknown (OUTCOME_UNKNOWN)."),
 ];
@@ -187,6 +193,40 @@ pub const SENTINEL_FIELDS: &[Field] = &[
     Field { name: "password", kind: Kind::Text, fallback: Fallback::Absent, description: "Password on the primary, if any." },
     int("db", 0, 1_000_000, 0, "Database number on the primary."),
     Field { name: "tls", kind: Kind::Boolean, fallback: Fallback::Boolean(false), description: "Connect to the primary over TLS." },
+];
+
+/// Fields of `connections.<name>.tls`: each PEM either as text (`ca`,
+/// `cert`, `key`) or as the path of a file holding it (`caFile`, ...), not
+/// both.
+pub const TLS_FIELDS: &[Field] = &[
+    Field {
+        name: "ca",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description:
+            "PEM of the authorities that sign the server's certificate; they replace the system's trusted ones for this connection.",
+    },
+    Field { name: "caFile", kind: Kind::Text, fallback: Fallback::Absent, description: "Path of a PEM file to use as ca." },
+    Field {
+        name: "cert",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "PEM of the client certificate (chain) for servers that demand one (mutual TLS, tls-auth-clients yes); needs key.",
+    },
+    Field { name: "certFile", kind: Kind::Text, fallback: Fallback::Absent, description: "Path of a PEM file to use as cert." },
+    Field {
+        name: "key",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "PEM of the client certificate's private key (never logged); needs cert.",
+    },
+    Field { name: "keyFile", kind: Kind::Text, fallback: Fallback::Absent, description: "Path of a PEM file to use as key." },
+    Field {
+        name: "servername",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "The name the server's certificate must carry (and SNI), when it is not the host of the URL.",
+    },
 ];
 
 /// Fields of `connections.<name>.cluster`.

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
-use declaration::{Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS};
+use declaration::{
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+};
 
 /// The name of this plugin's section in the `options` map.
 pub const LOCK_SECTION: &str = "dokebi-lock";
@@ -169,11 +171,88 @@ pub struct ConnectionOptions {
     pub connect_timeout_ms: u32,
     /// `commandTimeoutMs`: the bound on one command; past it the outcome is unknown.
     pub command_timeout_ms: u32,
+    /// `tls`: how its TLS links verify the server and prove the client.
+    pub tls: Option<TlsOptions>,
+}
+
+/// `connections.<name>.tls`: applies to every TLS link of the connection
+/// (a `rediss://` server or cluster node, the sentinels of `rediss://`
+/// URLs, the primary of `sentinel.tls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// `ca` / `caFile`: the authorities trusted for this connection, in
+    /// place of the system's.
+    pub ca: Option<Pem>,
+    /// `cert` / `certFile`: the client certificate (chain), for mutual TLS.
+    pub cert: Option<Pem>,
+    /// `key` / `keyFile`: the client certificate's private key.
+    pub key: Option<Pem>,
+    /// `servername`: the name the server's certificate must carry, when
+    /// not the host of the URL.
+    pub servername: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Server { url } => f.debug_struct("Server").field("url", &redact(url)).finish(),
+            Endpoint::Sentinel(sentinel) => f.debug_tuple("Sentinel").field(sentinel).finish(),
+            Endpoint::Cluster { nodes } => {
+                f.debug_struct("Cluster").field("nodes", &nodes.iter().map(|url| redact(url)).collect::<Vec<_>>()).finish()
+            }
+        }
+    }
+}
+
+/// `url` with the password of its user part (`scheme://user:password@`)
+/// replaced, for `Debug`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let user = user.split_once(':').map_or(user, |(user, _)| user);
+            format!("{scheme}://{user}:<redacted>@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl std::fmt::Debug for SentinelOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelOptions")
+            .field("nodes", &self.nodes.iter().map(|url| redact(url)).collect::<Vec<_>>())
+            .field("primary_name", &self.primary_name)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("db", &self.db)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// A PEM setting: the text itself, or the path of a file holding it (read
+/// when the provider opens). Its `Debug` never shows the text: it may be a
+/// private key.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Pem {
+    /// PEM text (`-----BEGIN ...`).
+    Text(String),
+    /// The path of a PEM file.
+    File(String),
+}
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pem::Text(text) => write!(f, "Text(<{} bytes>)", text.len()),
+            Pem::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
 }
 
 /// Where a connection finds Redis: exactly one of `url`, `sentinel`,
-/// `cluster`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `cluster`. Its `Debug` never shows a password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// One server.
     Server {
@@ -189,8 +268,8 @@ pub enum Endpoint {
     },
 }
 
-/// `connections.<name>.sentinel`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `connections.<name>.sentinel`. Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SentinelOptions {
     /// Sentinel URLs (their credentials are the sentinels').
     pub nodes: Vec<String>,
@@ -338,17 +417,67 @@ fn parse_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<S
                     continue;
                 }
             };
+            let tls = match fields.has("tls") {
+                true => match tls_options(&fields.table("tls", TLS_FIELDS), &endpoint, &format!("{path}.tls"), issues) {
+                    Some(tls) => Some(tls),
+                    None => continue,
+                },
+                false => None,
+            };
             connections.insert(
                 name.clone(),
                 ConnectionOptions {
                     endpoint,
                     connect_timeout_ms: fields.int("connectTimeoutMs"),
                     command_timeout_ms: fields.int("commandTimeoutMs"),
+                    tls,
                 },
             );
         }
     }
     connections
+}
+
+/// `connections.<name>.tls`; `None` (with the issues recorded) when its
+/// fields contradict each other or the connection has no TLS link.
+fn tls_options(fields: &Fields, endpoint: &Endpoint, path: &str, issues: &mut Issues) -> Option<TlsOptions> {
+    let before = issues.0.len();
+    let mut pem = |text: &str, file: &str| match (fields.optional_text(text), fields.optional_text(file)) {
+        (Some(_), Some(_)) => {
+            issues.push(path, format!("give {text} or {file}, not both"));
+            None
+        }
+        (Some(pem), None) if !pem.contains("-----BEGIN ") => {
+            issues.push(format!("{path}.{text}"), format!("expected PEM text (-----BEGIN ...); give a file's path as {file}"));
+            None
+        }
+        (Some(pem), None) => Some(Pem::Text(pem)),
+        (None, Some(file)) => Some(Pem::File(file)),
+        (None, None) => None,
+    };
+    let tls = TlsOptions {
+        ca: pem("ca", "caFile"),
+        cert: pem("cert", "certFile"),
+        key: pem("key", "keyFile"),
+        servername: fields.optional_text("servername"),
+    };
+    if fields.has("cert") || fields.has("certFile") {
+        if !(fields.has("key") || fields.has("keyFile")) {
+            issues.push(path, "cert needs its private key: give key or keyFile too");
+        }
+    } else if fields.has("key") || fields.has("keyFile") {
+        issues.push(path, "key needs its certificate: give cert or certFile too");
+    }
+    let tls_url = |url: &String| url.starts_with("rediss://");
+    let has_tls_link = match endpoint {
+        Endpoint::Server { url } => tls_url(url),
+        Endpoint::Sentinel(sentinel) => sentinel.tls || sentinel.nodes.iter().any(tls_url),
+        Endpoint::Cluster { nodes } => nodes.iter().any(tls_url),
+    };
+    if !has_tls_link {
+        issues.push(path, "applies to TLS links only, and this connection has none: use rediss:// URLs (or sentinel.tls: true)");
+    }
+    (issues.0.len() == before).then_some(tls)
 }
 
 fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, BackendOptions> {

@@ -10,7 +10,11 @@
 //! Every command is bounded: connecting by `connectTimeoutMs`, each command
 //! by `commandTimeoutMs`. Failures are classified once, here:
 //! - [`Failure::Unreachable`]: no connection could be made (refused, DNS,
-//!   TLS, auth, connect timeout): the command did not run.
+//!   connect timeout): the command did not run.
+//! - [`Failure::Denied`]: the server was reached and refused who we are
+//!   (credentials, an ACL permission, our client certificate), or we
+//!   refused its TLS certificate: a [`Refusal`] whose fix names what to
+//!   change. At connect, or at the first command (`NOAUTH`, `NOPERM`).
 //! - [`Failure::Unknown`]: the command was (or may have been) sent and no
 //!   answer came in time. The connection is replaced, since a connection
 //!   that left a command unanswered may be dead without knowing it.
@@ -39,24 +43,27 @@ use std::time::{Duration, Instant, SystemTime};
 use hashbrown::HashMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::Slot;
-use redis::io::tcp::socket2::TcpKeepalive;
-use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
-    ServerErrorKind, ToRedisArgs, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs,
+    Value,
 };
+use rustls::pki_types::CertificateDer;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::cluster::{Cluster, NodeName, SlotMap};
 use super::host::{Host, HostStream, InRuntime, Socket};
+use super::link::{redis_client, Dial, Links};
+use super::refusal::{Login, Refusal};
 use super::scripts::Scripts;
 use super::subscriptions::Subscriptions;
+use super::tcp;
+use super::tls::Tls;
 use super::topology::{NodeConnection, Topology};
 use super::waiters::Waiters;
 use crate::error::{Cause, ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
-use crate::options::ConnectionOptions;
+use crate::options::{ConnectionOptions, Endpoint};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// How long a failed connect answers for later callers, so that a dead
@@ -82,6 +89,8 @@ pub(crate) enum Failure {
     /// The server cannot do what the driver needs: too old, or too few
     /// replicas acknowledged a write (`replicaAcks`). The cause says which.
     Unmet(Cause),
+    /// The server refused who we are, or we refused its certificate.
+    Denied(Arc<Refusal>),
 }
 
 impl Failure {
@@ -96,11 +105,26 @@ impl Failure {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis refused the command")).with_shared_cause(cause)
             }
             Failure::Unmet(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
+            Failure::Denied(refusal) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {}", refusal.message))
+                .with_fix(refusal.fix.clone())
+                .with_shared_cause(refusal.cause.clone()),
             Failure::Unknown(cause) => LockError::new(
                 ErrorCode::OutcomeUnknown,
                 format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
             )
             .with_shared_cause(cause),
+        }
+    }
+
+    /// A connect failure: the refusal it carries, else unreachable.
+    fn connecting(err: RedisError) -> Failure {
+        match Refusal::find(&err) {
+            Some(refusal) => Failure::Denied(Arc::new(Refusal {
+                message: refusal.message.clone(),
+                fix: refusal.fix.clone(),
+                cause: refusal.cause.clone(),
+            })),
+            None => Failure::Unreachable(Arc::new(err)),
         }
     }
 }
@@ -131,6 +155,13 @@ struct Using {
     node: Shared,
     generation: u64,
     connection: NodeConnection,
+    peer: Arc<Peer>,
+}
+
+/// The node a connection went to, and as whom: what a refusal names.
+struct Peer {
+    addr: ConnectionAddr,
+    login: Login,
 }
 
 /// An open command connection.
@@ -139,8 +170,9 @@ struct Open {
     /// Set once its reader has ended (the server closed the socket, or it
     /// failed): a command sent after that never reached the server, so the
     /// next command reconnects first instead of losing an attempt. Never set
-    /// over TLS, whose connection redis-rs drives itself.
+    /// over `#insecure` TLS, whose connection redis-rs drives itself.
     ended: Arc<AtomicBool>,
+    peer: Arc<Peer>,
 }
 
 /// Command connections made on demand: on the runtime, or (with a host)
@@ -179,6 +211,12 @@ pub(crate) struct RedisConnection {
     name: String,
     telemetry: Option<Telemetry>,
     topology: Topology,
+    /// How its links are made (TCP, TLS).
+    links: Arc<Links>,
+    /// For what is logged once (a keepalive the system refused).
+    logger: Logger,
+    /// The backends that use it, by which such records are logged.
+    backends: Vec<String>,
     connect_timeout: Duration,
     command_timeout: Duration,
     /// Commands sent on the runtime's thread (all of them without a host).
@@ -199,21 +237,35 @@ pub(crate) struct RedisConnection {
 }
 
 impl RedisConnection {
-    /// Checks the URLs; opens no socket.
+    /// Checks the URLs and reads the TLS files; opens no socket. Its TLS
+    /// links trust `extra` authorities besides the system's (unless its
+    /// `tls.ca` replaces them). `backends` use it, and `logger` logs for
+    /// them.
     pub fn new(
         name: &str,
         options: &ConnectionOptions,
+        extra: &[CertificateDer<'static>],
+        logger: Logger,
+        backends: Vec<String>,
         telemetry: Option<Telemetry>,
         host: Option<Arc<dyn Host>>,
     ) -> Result<RedisConnection> {
         let connect_timeout = Duration::from_millis(options.connect_timeout_ms.into());
-        let topology = Topology::new(name, &options.endpoint)?;
+        let tls = match uses_tls(&options.endpoint) {
+            true => Some(Tls::new(name, options.tls.as_ref(), extra)?),
+            false => None,
+        };
+        let links = Arc::new(Links::new(tls));
+        let topology = Topology::new(name, &options.endpoint, links.clone())?;
         let host_lane = host.filter(|_| topology.has_plain_nodes()).map(|host| Lane::new(Some(host)));
         let subscriptions = Subscriptions::new(topology.subscribers());
         Ok(RedisConnection {
             name: name.to_owned(),
             telemetry,
             topology,
+            links,
+            logger,
+            backends,
             connect_timeout,
             command_timeout: Duration::from_millis(options.command_timeout_ms.into()),
             runtime_lane: Lane::new(None),
@@ -235,10 +287,26 @@ impl RedisConnection {
         self.subscriptions.count()
     }
 
-    /// A client for subscription `index` to release notifications (see
+    /// Where subscription `index` to release notifications goes (see
     /// [`Topology::subscriber`]).
-    pub async fn subscriber(&self, index: usize) -> RedisResult<Client> {
-        Client::open(with_tcp_settings(self.topology.subscriber(index, self.connect_timeout).await?))
+    pub async fn subscriber(&self, index: usize) -> RedisResult<Dial> {
+        self.note_keepalive();
+        Ok(Dial { links: self.links.clone(), info: self.topology.subscriber(index, self.connect_timeout).await? })
+    }
+
+    /// Logs, once per process, a TCP keepalive setting the system refused
+    /// (see [`tcp`]).
+    fn note_keepalive(&self) {
+        let (chosen, decided) = tcp::chosen();
+        let Some(refused) = chosen.refused.as_ref().filter(|_| decided) else { return };
+        for backend in &self.backends {
+            (self.logger)(&LogRecord {
+                level: Level::Warn,
+                backend: backend.clone(),
+                code: "REDIS_TCP_KEEPALIVE",
+                message: format!("connections.{}: {refused}", self.name),
+            });
+        }
     }
 
     /// Whether subscription `index` acts on a release message for
@@ -313,9 +381,10 @@ impl RedisConnection {
 
     /// With Sentinel: the sentinel to listen to on the `attempt`-th try, and
     /// the primary's name (see [`super::switches`]).
-    pub fn sentinel(&self, attempt: usize) -> Option<(Client, String)> {
+    pub fn sentinel(&self, attempt: usize) -> Option<(Dial, String)> {
         let (info, name) = self.topology.sentinel(attempt)?;
-        Some((Client::open(with_tcp_settings(info)).ok()?, name.to_owned()))
+        self.note_keepalive();
+        Some((Dial { links: self.links.clone(), info }, name.to_owned()))
     }
 
     /// The sentinels moved the primary: drops every command connection, so
@@ -438,7 +507,7 @@ impl RedisConnection {
                             if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
                                 self.invalidate(lane, &using).await;
                             }
-                            Failure::Refused(Arc::new(err))
+                            refused(&using.peer, err)
                         }
                     }
                 }
@@ -514,7 +583,10 @@ impl RedisConnection {
             Ok(Ok(reply)) => reply,
             Ok(Err(err)) => {
                 self.invalidate(lane, &using).await;
-                return Err(Failure::Unreachable(Arc::new(err)));
+                return Err(match refused(&using.peer, err) {
+                    Failure::Refused(err) => Failure::Unreachable(err),
+                    denied => denied,
+                });
             }
             Err(_) => {
                 self.invalidate(lane, &using).await;
@@ -561,7 +633,7 @@ impl RedisConnection {
                 if err.is_unrecoverable_error() || err.is_io_error() {
                     self.invalidate(lane, &using).await;
                 }
-                Err(self.failed(Failure::Refused(Arc::new(err))))
+                Err(self.failed(refused(&using.peer, err)))
             }
             Err(_) => {
                 self.invalidate(lane, &using).await;
@@ -592,9 +664,9 @@ impl RedisConnection {
         }
         match &current.connection {
             Some(open) if !open.ended.load(Ordering::Acquire) => {
-                let (generation, connection) = (current.generation, open.connection.clone());
+                let (generation, connection, peer) = (current.generation, open.connection.clone(), open.peer.clone());
                 drop(current);
-                return Ok(Using { node: shared, generation, connection });
+                return Ok(Using { node: shared, generation, connection, peer });
             }
             Some(_) => self.set_connection(lane, &mut current, None),
             None => {}
@@ -610,17 +682,17 @@ impl RedisConnection {
         let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
         let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
             Ok(open) => self.check_server(open).await,
-            Err(err) => Err(Failure::Unreachable(Arc::new(err))),
+            Err(err) => Err(Failure::connecting(err)),
         };
         match checked {
             Ok(open) => {
-                let connection = open.connection.clone();
+                let (connection, peer) = (open.connection.clone(), open.peer.clone());
                 current.generation += 1;
                 current.last_failure = None;
                 self.set_connection(lane, &mut current, Some(open));
                 let generation = current.generation;
                 drop(current);
-                Ok(Using { node: shared, generation, connection })
+                Ok(Using { node: shared, generation, connection, peer })
             }
             Err(failure) => {
                 current.last_failure = Some((Instant::now(), failure.clone()));
@@ -643,7 +715,8 @@ impl RedisConnection {
     /// With Sentinel the node must also say it is the primary: a sentinel
     /// that has not seen a failover yet may name the old one.
     async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
-        let info = self.info(&mut open.connection, "server").await?;
+        let peer = open.peer.clone();
+        let info = self.info(&mut open.connection, &peer, "server").await?;
         if let Some((version, major)) = info.as_deref().and_then(server_version) {
             if major < MIN_SERVER_MAJOR {
                 return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(
@@ -653,7 +726,7 @@ impl RedisConnection {
             }
         }
         if self.topology.needs_primary() {
-            let replication = self.info(&mut open.connection, "replication").await?;
+            let replication = self.info(&mut open.connection, &peer, "replication").await?;
             if replication.as_deref().is_some_and(|info| !info.lines().any(|line| line.trim() == "role:master")) {
                 return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
                     io::ErrorKind::NotConnected,
@@ -664,15 +737,19 @@ impl RedisConnection {
         Ok(open)
     }
 
-    /// One `INFO` section; `None` when the server refuses `INFO`.
-    async fn info(&self, connection: &mut NodeConnection, section: &str) -> Result<Option<String>, Failure> {
+    /// One `INFO` section; `None` when the server refuses `INFO` (a
+    /// renamed command, or an ACL that hides it), unless it wants
+    /// credentials first (`NOAUTH`). A TLS failure after the handshake
+    /// (the server refusing our client certificate) shows here.
+    async fn info(&self, connection: &mut NodeConnection, peer: &Peer, section: &str) -> Result<Option<String>, Failure> {
         let mut info = redis::cmd("INFO");
         info.arg(section);
         match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
             Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
-                Err(Failure::Unreachable(Arc::new(err)))
+                Err(Failure::connecting(self.links.explain(&peer.addr, err)))
             }
+            Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             Ok(Err(_)) => Ok(None),
             Ok(Ok(info)) => Ok(Some(info)),
         }
@@ -683,38 +760,51 @@ impl RedisConnection {
     /// socket is connected on the runtime (name resolution may block), then
     /// handed over. Over TLS redis-rs connects and drives it itself.
     async fn open(&self, lane: &Lane, node: Option<&NodeName>) -> RedisResult<Open> {
+        self.note_keepalive();
         let ended = Arc::new(AtomicBool::new(false));
         let info = self.topology.node(node, self.connect_timeout).await?;
-        let socket = match info.addr() {
-            ConnectionAddr::Tcp(name, port) => {
-                let stream = tokio::net::TcpStream::connect((name.as_str(), *port)).await?;
-                stream.set_nodelay(true)?;
-                redis::io::tcp::socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive())?;
-                Socket::Tcp(stream.into_std()?)
+        let peer =
+            Arc::new(Peer { addr: info.addr().clone(), login: Login::of(&info, "Redis", self.topology.credentials_option(&self.name)) });
+        // The server refused the credentials (at AUTH), or a TLS certificate.
+        let explain = |err: RedisError| {
+            let err = self.links.explain(&peer.addr, err);
+            match peer.login.refusal(&err).filter(|_| Refusal::find(&err).is_none()) {
+                Some(refusal) => refusal.into_redis(),
+                None => err,
             }
+        };
+        let socket = match info.addr() {
+            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await?.into_std()?),
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
-            _ => {
-                let client = Client::open(with_tcp_settings(info))?;
-                let connection = client.get_multiplexed_async_connection_with_config(&self.config()).await?;
-                return Ok(Open { connection, ended });
+            addr => {
+                let connection = match self.links.tls(addr).await {
+                    Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
+                    None => redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&self.config()).await,
+                };
+                return Ok(Open { connection: connection.map_err(explain)?, ended, peer });
             }
         };
         let settings = info.redis_settings();
         let connection = match &lane.host {
             Some(host) => {
                 let stream = HostStream::new(host.as_ref(), socket)?;
-                let (connection, reader) = MultiplexedConnection::new_with_config(settings, stream, self.config()).await?;
+                let (connection, reader) =
+                    MultiplexedConnection::new_with_config(settings, stream, self.config()).await.map_err(explain)?;
                 host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
                 connection
             }
             None => match socket {
-                Socket::Tcp(stream) => self.on_runtime(settings, tokio::net::TcpStream::from_std(stream)?, &ended).await?,
+                Socket::Tcp(stream) => {
+                    self.on_runtime(settings, tokio::net::TcpStream::from_std(stream)?, &ended).await.map_err(explain)?
+                }
                 #[cfg(unix)]
-                Socket::Unix(stream) => self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await?,
+                Socket::Unix(stream) => {
+                    self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await.map_err(explain)?
+                }
             },
         };
-        Ok(Open { connection, ended })
+        Ok(Open { connection, ended, peer })
     }
 
     /// A connection over `stream` whose reader runs on the runtime and sets
@@ -771,16 +861,24 @@ impl RedisConnection {
     }
 }
 
-/// `TCP_NODELAY`, so a small command is never held back waiting for the ACK
-/// of the previous one (Nagle's algorithm costs a hand-off tens of ms), and
-/// keepalive probes, so a peer that vanished without closing (the pub/sub
-/// connection is otherwise silent) is noticed within about 30 s.
-fn with_tcp_settings(info: ConnectionInfo) -> ConnectionInfo {
-    info.set_tcp_settings(TcpSettings::default().set_nodelay(true).set_keepalive(keepalive()))
+/// True when `endpoint` makes TLS links: a `rediss://` URL, or
+/// `sentinel.tls`.
+fn uses_tls(endpoint: &Endpoint) -> bool {
+    let tls = |url: &String| url.starts_with("rediss://");
+    match endpoint {
+        Endpoint::Server { url } => tls(url),
+        Endpoint::Sentinel(sentinel) => sentinel.tls || sentinel.nodes.iter().any(tls),
+        Endpoint::Cluster { nodes } => nodes.iter().any(tls),
+    }
 }
 
-fn keepalive() -> TcpKeepalive {
-    TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3)
+/// A command `peer` answered with an error: refused, or denied for who we
+/// are (`NOPERM`, `NOAUTH`, `WRONGPASS`).
+fn refused(peer: &Peer, err: RedisError) -> Failure {
+    match peer.login.refusal(&err) {
+        Some(refusal) => Failure::Denied(Arc::new(refusal)),
+        None => Failure::Refused(Arc::new(err)),
+    }
 }
 
 /// Runs a connection's reader, then records that it ended.

@@ -6,6 +6,10 @@
 //!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
 //!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens.
+//! - `link`: how every link to a node is opened (`tcp`: nodelay and the
+//!   keepalive the system takes; `tls`: the connection's own TLS); and
+//!   `refusal`: a server that refused our credentials, or a certificate
+//!   refused, told apart from an unreachable one.
 //! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
 //!   what one lease holds (its keys, kind and token) and which scripts take
 //!   and give it back (per hash slot on a Cluster).
@@ -57,11 +61,15 @@ pub mod host;
 pub mod keep_alive;
 pub(crate) mod keys;
 pub mod lease;
+pub(crate) mod link;
 pub(crate) mod notify;
+pub(crate) mod refusal;
 pub(crate) mod runtime;
 pub(crate) mod scripts;
 pub(crate) mod subscriptions;
 pub(crate) mod switches;
+pub(crate) mod tcp;
+pub(crate) mod tls;
 pub(crate) mod topology;
 pub(crate) mod waiters;
 
@@ -73,7 +81,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::log::Logger;
+use crate::log::{Level, LogRecord, Logger};
 use crate::options::{BackendOptions, Options, RedisOptions};
 use crate::telemetry::Telemetry;
 use connection::RedisConnection;
@@ -93,25 +101,52 @@ pub(crate) struct RedisDriver {
 impl RedisDriver {
     /// Starts the runtime and prepares (without connecting) each connection
     /// a redis backend of `options` names; `None` without redis backends.
-    /// With a `host`, operations started on its thread run there.
+    /// With a `host`, operations started on its thread run there. TLS
+    /// links trust the authorities of the PEM file `extra_authorities` too
+    /// (one that cannot be read is logged and left out, as Node does).
     pub fn open(
         options: &Options,
         logger: &Logger,
         telemetry: &Option<Telemetry>,
         host: &Option<Arc<dyn Host>>,
+        extra_authorities: Option<&std::path::Path>,
     ) -> Result<Option<RedisDriver>> {
         let mut used = options.backends.values().filter_map(|backend| match backend {
             BackendOptions::Redis(redis) => Some(redis.connection.as_str()),
             _ => None,
         });
         let Some(first) = used.next() else { return Ok(None) };
+        let users = |connection: &str| -> Vec<String> {
+            let uses = |backend: &BackendOptions| matches!(backend, BackendOptions::Redis(redis) if redis.connection == connection);
+            options.backends.iter().filter(|(_, backend)| uses(backend)).map(|(name, _)| name.clone()).collect()
+        };
+        let extra = match extra_authorities {
+            Some(file) => tls::extra_authorities(file).unwrap_or_else(|err| {
+                for backend in users(first) {
+                    logger(&LogRecord {
+                        level: Level::Warn,
+                        backend,
+                        code: "REDIS_EXTRA_CA_IGNORED",
+                        message: format!("ignoring the extra authorities of {} (NODE_EXTRA_CA_CERTS): {err}", file.display()),
+                    });
+                }
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
         let mut connections = BTreeMap::new();
         for name in std::iter::once(first).chain(used) {
             if !connections.contains_key(name) {
-                connections.insert(
-                    name.to_owned(),
-                    Arc::new(RedisConnection::new(name, &options.connections[name], telemetry.clone(), host.clone())?),
-                );
+                let connection = RedisConnection::new(
+                    name,
+                    &options.connections[name],
+                    &extra,
+                    logger.clone(),
+                    users(name),
+                    telemetry.clone(),
+                    host.clone(),
+                )?;
+                connections.insert(name.to_owned(), Arc::new(connection));
             }
         }
         let runtime = Arc::new(DriverRuntime::start(host.clone())?);

@@ -13,12 +13,15 @@
 //!   primary and follows `MOVED` and `ASK`, since a redirected command did
 //!   not run.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
 use super::cluster::{Cluster, NodeName};
+use super::link::Links;
+use super::refusal::{Login, Refusal};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::{Endpoint, SentinelOptions};
 
@@ -39,6 +42,10 @@ pub(crate) struct Sentinel {
     tls: bool,
     /// The sentinel that answered last: asked first next time.
     last_good: std::sync::atomic::AtomicUsize,
+    /// How links to the sentinels are made.
+    links: Arc<Links>,
+    /// The connection's name, for the options a refusal names.
+    connection: String,
 }
 
 /// A command connection to one node: a server, Sentinel's primary, or a
@@ -48,11 +55,11 @@ pub(crate) type NodeConnection = MultiplexedConnection;
 
 impl Topology {
     /// Checks the endpoint's URLs; opens no socket. `name` is the
-    /// connection's, for error paths.
-    pub fn new(name: &str, endpoint: &Endpoint) -> Result<Topology> {
+    /// connection's, for error paths; `links` makes the links to sentinels.
+    pub fn new(name: &str, endpoint: &Endpoint, links: Arc<Links>) -> Result<Topology> {
         match endpoint {
             Endpoint::Server { url } => Ok(Topology::Server(parse(url, &format!("connections.{name}.url"))?)),
-            Endpoint::Sentinel(options) => Ok(Topology::Sentinel(Sentinel::new(name, options)?)),
+            Endpoint::Sentinel(options) => Ok(Topology::Sentinel(Sentinel::new(name, options, links)?)),
             Endpoint::Cluster { nodes } => {
                 let path = format!("connections.{name}.cluster.nodes");
                 let seeds = nodes.iter().enumerate().map(|(i, url)| parse(url, &format!("{path}.{i}"))).collect::<Result<Vec<_>>>()?;
@@ -129,6 +136,18 @@ impl Topology {
         }
     }
 
+    /// The option that sets the credentials of the nodes commands go to
+    /// (connection `name`'s), for a refusal's fix.
+    pub fn credentials_option(&self, name: &str) -> String {
+        match self {
+            Topology::Server(_) => format!("connections.{name}.url (redis://user:password@host:port/db)"),
+            Topology::Sentinel(_) => format!("connections.{name}.sentinel (username, password)"),
+            Topology::Cluster(_) => {
+                format!("connections.{name}.cluster.nodes.0 (redis://user:password@host:port; they apply to every node)")
+            }
+        }
+    }
+
     /// True when the node reached must report itself a primary.
     pub fn needs_primary(&self) -> bool {
         matches!(self, Topology::Sentinel(_))
@@ -136,7 +155,7 @@ impl Topology {
 }
 
 impl Sentinel {
-    fn new(name: &str, options: &SentinelOptions) -> Result<Sentinel> {
+    fn new(name: &str, options: &SentinelOptions, links: Arc<Links>) -> Result<Sentinel> {
         let path = format!("connections.{name}.sentinel.nodes");
         let sentinels = options.nodes.iter().enumerate().map(|(i, url)| parse(url, &format!("{path}.{i}"))).collect::<Result<Vec<_>>>()?;
         let mut settings = RedisConnectionInfo::default().set_db(options.db.into());
@@ -152,6 +171,8 @@ impl Sentinel {
             settings,
             tls: options.tls,
             last_good: std::sync::atomic::AtomicUsize::new(0),
+            links,
+            connection: name.to_owned(),
         })
     }
 
@@ -174,7 +195,13 @@ impl Sentinel {
                     return Ok(self.sentinels[index].clone().set_addr(addr).set_redis_settings(self.settings.clone()));
                 }
                 Ok(Ok(None)) => last_error = Some(no_primary(&format!("the sentinels know no primary named {}", self.primary_name))),
-                Ok(Err(err)) => last_error = Some(err),
+                // A sentinel that refused us says more than one that is down.
+                Ok(Err(err)) => {
+                    let err = self.explain(index, err);
+                    if Refusal::find(&err).is_some() || last_error.as_ref().is_none_or(|last| Refusal::find(last).is_none()) {
+                        last_error = Some(err);
+                    }
+                }
                 Err(_) => last_error = Some(no_primary("a sentinel did not answer within commandTimeoutMs")),
             }
         }
@@ -182,10 +209,24 @@ impl Sentinel {
     }
 
     async fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Option<(String, u16)>> {
-        let client = Client::open(sentinel.clone())?;
         let config = AsyncConnectionConfig::new().set_response_timeout(None);
-        let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
+        let mut connection: MultiplexedConnection = self.links.command(sentinel, config).await?;
         redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.primary_name).query_async(&mut connection).await
+    }
+
+    /// `err` of sentinel `index` as the refusal it may be: its own
+    /// credentials (those of its URL), or its TLS certificate.
+    fn explain(&self, index: usize, err: redis::RedisError) -> redis::RedisError {
+        let sentinel = &self.sentinels[index];
+        let err = self.links.explain(sentinel.addr(), err);
+        if Refusal::find(&err).is_some() {
+            return err;
+        }
+        let option = format!("connections.{}.sentinel.nodes.{index} (the sentinel's own user and password, in its URL)", self.connection);
+        match Login::of(sentinel, "the sentinel", option).refusal(&err) {
+            Some(refusal) => refusal.into_redis(),
+            None => err,
+        }
     }
 }
 

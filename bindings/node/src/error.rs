@@ -24,6 +24,9 @@ pub struct ErrorInfo {
     pub details: Option<String>,
     /// The message of the underlying failure (a YAML or Redis error).
     pub cause: Option<String>,
+    /// The error's own fix sentence (which user, which option), when it has
+    /// one; else the JS layer takes the code's.
+    pub fix: Option<String>,
 }
 
 /// The error of the last call that returned a failure sentinel.
@@ -38,6 +41,7 @@ pub fn info(error: LockError) -> ErrorInfo {
         message: error.message().to_owned(),
         details: error.details().map(|d| d.to_string()),
         cause: error.cause().map(|c| c.to_string()),
+        fix: (error.fix() != error.code().fix()).then(|| error.fix().to_owned()),
     }
 }
 

@@ -94,7 +94,10 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
             log_wake.call((), ThreadsafeFunctionCallMode::NonBlocking);
         }
     });
-    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host })
+    // Node's way to add authorities for the whole process: its TLS reads
+    // the variable at startup, and so do our TLS links.
+    let extra_authorities = std::env::var_os("NODE_EXTRA_CA_CERTS").filter(|file| !file.is_empty()).map(std::path::PathBuf::from);
+    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host, extra_authorities })
         .map(|provider| RedisProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()
