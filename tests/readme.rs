@@ -2,7 +2,7 @@
 //! the front door cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS,
 };
 use dokebi_lock::ErrorCode;
 
@@ -32,7 +32,9 @@ fn row(field: &Field) -> String {
 #[test]
 fn the_readme_tables_state_every_field_with_its_range_and_default() {
     let readme = readme();
-    for field in LOCAL_FIELDS.iter().chain(REDIS_FIELDS).chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS) {
+    for field in
+        LOCAL_FIELDS.iter().chain(REDIS_FIELDS).chain(FILE_FIELDS).chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS)
+    {
         let row = row(field);
         assert!(readme.contains(&row), "README lacks the row {row}");
     }

@@ -15,6 +15,8 @@
 //!   the memory it exchanges numbers through.
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
 //!   polled on the JS thread; [`uv`]: their sockets watched by libuv.
+//! - [`file`]: the file driver's backends, their acquires polled by the
+//!   same executor.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
@@ -27,6 +29,7 @@
 
 mod error;
 mod executor;
+mod file;
 mod guard;
 mod keep_alive;
 mod key;
