@@ -78,6 +78,32 @@ fn child_process() {
             }
             writeln!(stdout, "done").unwrap();
         }
+        // Takes and releases the key in a loop (with `threads` tasks) for
+        // two seconds, counting its grants.
+        "loop" | "loop2" => {
+            let threads = if role == "loop" { 1 } else { 2 };
+            let started = std::time::Instant::now();
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let locks = locks.clone();
+                    std::thread::spawn(move || {
+                        let mut grants = 0u64;
+                        while started.elapsed() < Duration::from_secs(2) {
+                            let lease = block_on(locks.acquire("shared-key", wait(30_000))).unwrap();
+                            grants += 1;
+                            // A section, then at once the next acquire.
+                            std::thread::sleep(Duration::from_millis(1));
+                            drop(lease);
+                        }
+                        grants
+                    })
+                })
+                .collect();
+            writeln!(stdout, "looping").unwrap();
+            stdout.flush().unwrap();
+            let grants: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+            writeln!(stdout, "grants {grants}").unwrap();
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -171,4 +197,34 @@ fn a_stopped_holder_keeps_its_key_nothing_is_stolen() {
     assert!(child.wait().unwrap().success());
     block_on(locks.acquire("shared-key", wait(1_000))).expect("free after its release");
     block_on(provider.close());
+}
+
+/// A process that takes a key again and again lets a waiting process in.
+fn a_looping_process_lets_a_waiting_one_in(role: &str) {
+    let dir = fresh_directory(role);
+    let (provider, locks) = open(&dir, "");
+    let (mut child, mut out) = spawn(role, &dir, "");
+    expect_line(&mut out, "looping");
+    for _ in 0..5 {
+        let started = Instant::now();
+        let lease = block_on(locks.acquire("shared-key", wait(1_000))).expect("a waiter gets its turn while the other process loops");
+        eprintln!("{role}: waited {:?}", started.elapsed());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(lease);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let grants: u64 = expect_line(&mut out, "grants").parse().unwrap();
+    assert!(grants > 10, "the looping process was not stopped either ({grants} grants)");
+    assert!(child.wait().unwrap().success());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_process_releasing_and_acquiring_a_key_in_a_loop_lets_a_waiting_process_in() {
+    a_looping_process_lets_a_waiting_one_in("loop");
+}
+
+#[test]
+fn a_process_whose_own_tasks_hand_a_key_around_lets_a_waiting_process_in() {
+    a_looping_process_lets_a_waiting_one_in("loop2");
 }

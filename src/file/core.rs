@@ -6,10 +6,22 @@
 //! 21-byte read and write of the fence), so they run under the state's
 //! mutex: a grant and the queue it pops are one step. Waiters are handed
 //! their outcome through a oneshot channel and woken by it.
+//!
+//! Fairness between processes: a process that releases a key and takes it
+//! again (another task of it waiting, or the same task acquiring again)
+//! would win every time over a waiter of another process, which learns of
+//! the release only through its wake-up. So a head refused the lock writes
+//! a waiting mark into the lock file (its process and a deadline, refreshed
+//! at every retry), and a process that sees a fresh mark of another one
+//! gives way: its release keeps the lock file (the waiter holds its inode)
+//! and its own next try waits [`GIVE_WAY`], time for the waiter to take the
+//! key. The mark is only a hint: a stale one (its waiter gone) costs at
+//! most that delay, and exclusion never depends on it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use slab::Slab;
 use tokio::sync::oneshot;
@@ -28,6 +40,11 @@ use crate::telemetry::Reporter;
 /// so more than a few in a row mean something else is renaming files).
 const REPLACED_TRIES: u32 = 64;
 
+/// How long a process waits before it tries a key that a waiter of another
+/// process is marked waiting for: that waiter's wake-up and try take about
+/// a millisecond.
+const GIVE_WAY: Duration = Duration::from_millis(20);
+
 pub(crate) struct FileCore {
     pub name: String,
     pub options: FileOptions,
@@ -38,6 +55,8 @@ pub(crate) struct FileCore {
     pub acquired: AtomicU64,
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
+    /// This process's id, in the waiting marks it writes.
+    pid: u32,
     /// Itself, for the grants it makes.
     this: Weak<FileCore>,
 }
@@ -64,6 +83,9 @@ struct KeyState {
     queue: VecDeque<Waiter>,
     /// The open lock file the head waiter tries, and its inotify watch.
     head: Option<(LockFile, Option<i32>)>,
+    /// The head does not try before then: a waiter of another process is
+    /// to have the key first (see "Fairness" above).
+    defer_until: Option<Instant>,
 }
 
 struct Waiter {
@@ -117,6 +139,7 @@ impl FileCore {
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            pid: std::process::id(),
             this: this.clone(),
         })
     }
@@ -202,11 +225,23 @@ impl FileCore {
                 return;
             }
             if key.queue.is_empty() {
-                if let Some((_, Some(wd))) = key.head.take() {
-                    self.watch.remove(wd);
+                if let Some((file, wd)) = key.head.take() {
+                    // Nobody of ours waits any more: our mark would only
+                    // delay others.
+                    if file.waiting_mark().1 == self.pid {
+                        let _ = file.clear_mark();
+                    }
+                    if let Some(wd) = wd {
+                        self.watch.remove(wd);
+                    }
                 }
                 state.keys.remove(&name);
                 return;
+            }
+            match key.defer_until {
+                Some(until) if Instant::now() < until => return,
+                Some(_) => key.defer_until = None,
+                None => {}
             }
             if state.held >= self.options.max_keys as usize {
                 let error = LockError::key_limit("maxKeys", self.options.max_keys, "leases held at once by this process");
@@ -217,6 +252,13 @@ impl FileCore {
             let (file, wd) = match key.head.take() {
                 Some(head) => head,
                 None => match self.directory.open_file(&name) {
+                    Ok(file) if self.other_waits(&file) => {
+                        // A newcomer while another process waits: give way.
+                        let wd = self.watch.add(&self.directory.file_path(&name));
+                        key.head = Some((file, wd));
+                        key.defer_until = Some(Instant::now() + GIVE_WAY);
+                        return;
+                    }
                     Ok(file) => (file, None),
                     Err(error) => {
                         self.fail_head(state, name, error);
@@ -226,6 +268,7 @@ impl FileCore {
             };
             match file.try_lock() {
                 Ok(false) if wd.is_none() => {
+                    let _ = file.mark_waiting(self.mark_until(), self.pid);
                     // Watch, then try once more: a release between the try
                     // and the watch would otherwise go unnoticed.
                     let wd = self.watch.add(&self.directory.file_path(&name));
@@ -235,6 +278,7 @@ impl FileCore {
                     }
                 }
                 Ok(false) => {
+                    let _ = file.mark_waiting(self.mark_until(), self.pid);
                     key.head = Some((file, wd));
                     return;
                 }
@@ -258,6 +302,9 @@ impl FileCore {
                             self.fail_head(state, name, error);
                         }
                         continue;
+                    }
+                    if file.waiting_mark().1 == self.pid {
+                        let _ = file.clear_mark();
                     }
                     let fence = match file.advance_fence() {
                         Ok(fence) => fence,
@@ -294,6 +341,19 @@ impl FileCore {
         }
     }
 
+    /// A fresh waiting mark of another process is in `file`.
+    fn other_waits(&self, file: &LockFile) -> bool {
+        let (until, pid) = file.waiting_mark();
+        pid != 0 && pid != self.pid && until > fence::clock_us()
+    }
+
+    /// The deadline a waiting mark written now carries: past the next two
+    /// retries of the waiter that writes it.
+    fn mark_until(&self) -> u64 {
+        let interval_us = u64::from(self.options.poll_interval_ms) * 1_000;
+        fence::clock_us().saturating_add(2 * interval_us + 100_000)
+    }
+
     fn fail_head(&self, state: &mut State, name: LockName, error: LockError) {
         let key = state.keys.get_mut(&name).expect("the key has a queue");
         if let Some((_, Some(wd))) = key.head.take() {
@@ -320,12 +380,16 @@ impl FileCore {
             // is past this grant's fence (see `fence`): then `clock_us` keeps
             // fences rising. A fence ahead of the clock by more than a
             // millisecond leaves the file for a later release to remove.
-            if self.directory.names(&name, &file) && clock_passes(fence) {
+            // Kept when another process waits on it (fairness, above).
+            if !self.other_waits(&file) && self.directory.names(&name, &file) && clock_passes(fence) {
                 self.directory.remove(&name);
             }
             drop(file);
             state.keys.remove(&name);
         } else {
+            if self.other_waits(&file) {
+                key.defer_until = Some(Instant::now() + GIVE_WAY);
+            }
             drop(file);
             self.try_head(state, name);
         }
@@ -384,32 +448,38 @@ impl FileCore {
         (state.held, state.waiting)
     }
 
-    /// Retries the head of every queue whose key is not held here. False
-    /// (and the wake-up thread stops) when nobody waits or the backend is
-    /// closed.
-    fn retry_heads(&self) -> bool {
+    /// How long the wake-up thread may sleep: `interval`, or less when a
+    /// head gives way until sooner. `None` (and the thread stops) when
+    /// nobody waits or the backend is closed.
+    fn next_wait(&self, interval: Duration) -> Option<Duration> {
         let mut state = self.state();
         if state.closed || state.waiting == 0 {
             state.watching = false;
-            return false;
+            return None;
         }
+        let now = Instant::now();
+        let soonest = state.keys.values().filter_map(|key| key.defer_until).min();
+        Some(soonest.map_or(interval, |until| until.saturating_duration_since(now).min(interval)))
+    }
+
+    /// Retries the head of every queue whose key is not held here.
+    fn retry_heads(&self) {
+        let mut state = self.state();
         let names: Vec<LockName> = state.keys.iter().filter(|(_, key)| !key.held && !key.queue.is_empty()).map(|(name, _)| *name).collect();
         for name in names {
             self.try_head(&mut state, name);
         }
-        true
     }
 }
 
 /// The wake-up thread: waits for an event on a watched lock file or the
 /// safety-net interval, then has the heads retry; ends when nobody waits.
-fn watch_loop(core: Weak<FileCore>, watch: Arc<Watch>, interval: std::time::Duration) {
+fn watch_loop(core: Weak<FileCore>, watch: Arc<Watch>, interval: Duration) {
     loop {
-        watch.wait(interval);
+        let Some(timeout) = core.upgrade().and_then(|core| core.next_wait(interval)) else { return };
+        watch.wait(timeout);
         let Some(core) = core.upgrade() else { return };
-        if !core.retry_heads() {
-            return;
-        }
+        core.retry_heads();
     }
 }
 

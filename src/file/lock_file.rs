@@ -10,6 +10,9 @@ use std::path::Path;
 use super::directory::LockFileError;
 use super::fence;
 
+/// Where the waiting mark starts in a lock file, after the fence record.
+const MARK_AT: u64 = 32;
+
 /// An open lock file. Closing it (dropping it) releases its kernel lock,
 /// as the death of the process does.
 pub(crate) struct LockFile {
@@ -65,6 +68,36 @@ impl LockFile {
     /// True when `metadata` (of the lock file's path) is this open file.
     pub fn is(&self, metadata: &Metadata) -> bool {
         metadata.dev() == self.device && metadata.ino() == self.inode
+    }
+
+    /// Writes the waiting mark: a waiter of process `pid` was refused the
+    /// lock and counts on having it before `until_us` (the wall clock, in
+    /// microseconds). Written without the lock (the fence record is not
+    /// touched); the last writer wins, which is enough: see
+    /// [`super::core`] on fairness.
+    pub fn mark_waiting(&self, until_us: u64, pid: u32) -> io::Result<()> {
+        let mut mark = [0u8; 2 * fence::RECORD_LEN];
+        mark[..fence::RECORD_LEN].copy_from_slice(&fence::encode(until_us));
+        mark[fence::RECORD_LEN..].copy_from_slice(&fence::encode(pid.into()));
+        self.file.write_all_at(&mark, MARK_AT)
+    }
+
+    /// The waiting mark: `(until_us, pid)`, zeros when none (or torn).
+    pub fn waiting_mark(&self) -> (u64, u32) {
+        let mut mark = [0u8; 2 * fence::RECORD_LEN];
+        match self.file.read_at(&mut mark, MARK_AT) {
+            Ok(n) if n == mark.len() => {
+                let (until, pid) = mark.split_at(fence::RECORD_LEN);
+                (fence::decode(until), u32::try_from(fence::decode(pid)).unwrap_or(0))
+            }
+            _ => (0, 0),
+        }
+    }
+
+    /// Clears the waiting mark (while holding the lock: a mark of this
+    /// process once its waiter is granted).
+    pub fn clear_mark(&self) -> io::Result<()> {
+        self.file.write_all_at(&[0u8; 2 * fence::RECORD_LEN], MARK_AT)
     }
 
     /// Reads the last fence, writes and answers the next one; called while
