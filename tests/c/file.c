@@ -47,7 +47,8 @@ static void a_key_held_through_one_provider_makes_another_wait_until_released(vo
     struct waiter waiter = { b, NULL, 0 };
     pthread_t thread;
     CHECK(pthread_create(&thread, NULL, wait_for_key, &waiter) == 0);
-    usleep(50 * 1000);
+    struct timespec pause_for = { 0, 50 * 1000 * 1000 };
+    nanosleep(&pause_for, NULL);
     double released_ms = now_ms();
     bool released = false;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(held, &released, ERR));
