@@ -73,8 +73,10 @@ impl FileBackend {
     /// Acquires `key`: waits (FIFO among this process's acquires of the
     /// key) until the kernel lock is ours, `waitTimeoutMs` passes
     /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`). With a wait of 0
-    /// it tries once: `LOCK_BUSY` when the key is held, or when another
-    /// acquire of this process already waits for it. `QUEUE_FULL` past
+    /// it tries once: `LOCK_BUSY` when the key is held, when another
+    /// acquire of this process already waits for it, or when a waiter of
+    /// another process is marked waiting for it (no process starves
+    /// another, see the module `core`). `QUEUE_FULL` past
     /// `maxWaiters`, `KEY_LIMIT` past `maxKeys`, `CLOSED` after close,
     /// `PROVIDER_FAILED` for a lock file it cannot use or trust (a symbolic
     /// link, another user's file, a full disk, a read-only file system).
