@@ -458,7 +458,9 @@ impl FileCore {
             return None;
         }
         let now = Instant::now();
-        let soonest = state.keys.values().filter_map(|key| key.defer_until).min();
+        // Past deadlines wait for the next try to clear them (a key held
+        // here meanwhile is not tried): they must not make this a spin.
+        let soonest = state.keys.values().filter_map(|key| key.defer_until).filter(|until| *until > now).min();
         Some(soonest.map_or(interval, |until| until.saturating_duration_since(now).min(interval)))
     }
 

@@ -36,11 +36,13 @@ pub mod backend;
 pub(crate) mod core;
 #[cfg(unix)]
 pub(crate) mod directory;
+#[cfg(unix)]
 pub(crate) mod fence;
 #[cfg(unix)]
 pub mod lease;
 #[cfg(unix)]
 pub(crate) mod lock_file;
+#[cfg(unix)]
 pub(crate) mod name;
 #[cfg(unix)]
 pub(crate) mod watch;
