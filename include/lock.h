@@ -133,7 +133,8 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_DRIVER_INVALID = 12,
   /**
-   * Redis could not be reached or refused the command.
+   * Redis could not be reached or refused the command, or a file
+   * backend's lock file could not be used or trusted.
    */
   DOKEBI_LOCK_PROVIDER_FAILED = 13,
   /**
@@ -157,7 +158,7 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_UNKNOWN_DRIVER = 18,
   /**
-   * Two drivers share a name, or one redefines `local` or `redis` (Node surface).
+   * Two drivers share a name, or one redefines `local`, `redis` or `file` (Node surface).
    */
   DOKEBI_LOCK_DRIVER_CONFLICT = 19,
   /**

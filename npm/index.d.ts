@@ -184,7 +184,7 @@ export interface WithLockOptions extends AcquireOptions {
  * counts every acquire in progress), with `held` and `lost` null.
  */
 export interface BackendStatus {
-  /** The driver name: 'local', 'redis' or an app driver's. */
+  /** The driver name: 'local', 'redis', 'file' or an app driver's. */
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
@@ -244,7 +244,7 @@ export interface TelemetryPayloads {
 export interface WithLockTraceContext {
   /** The backend's name in the options. */
   readonly backend: string;
-  /** Its driver: 'local', 'redis' or an app driver's name. */
+  /** Its driver: 'local', 'redis', 'file' or an app driver's name. */
   readonly driver: string;
   /** The kind fields the options gave (only those given). */
   readonly mode?: 'exclusive' | 'shared';

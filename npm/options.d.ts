@@ -3,7 +3,7 @@
 /** A `driver: local` backend (the default driver). */
 export interface LocalBackendOptions {
   /**
-   * local (default), redis, or the name of an app driver.
+   * local (default), redis, file, or the name of an app driver.
    */
   readonly driver?: "local";
   /**
@@ -130,6 +130,62 @@ export interface RedisBackendOptions {
   readonly waitTimeoutMs?: number;
 }
 
+/** A `driver: file` backend: kernel locks on files of one directory, for the processes of one host. */
+export interface FileBackendOptions {
+  /**
+   * Directory of the lock files, on a local file system, owned by this user and writable by nobody else; created 0700 when missing.
+   */
+  readonly directory: string;
+  readonly driver: "file";
+  /**
+   * Largest key, in UTF-8 bytes.
+   * Integer from 1 to 1048576.
+   * @default 1024
+   */
+  readonly maxKeyBytes?: number;
+  /**
+   * Leases held at once by this process; one more acquire is KEY_LIMIT.
+   * Integer from 1 to 10000000.
+   * @default 10000
+   */
+  readonly maxKeys?: number;
+  /**
+   * Waiters of this process across the backend; one more is QUEUE_FULL. With 0 a free key is still granted.
+   * Integer from 0 to 1000000.
+   * @default 128
+   */
+  readonly maxWaiters?: number;
+  /**
+   * Processes share a key only within one directory and namespace.
+   * @default "dokebi-lock"
+   */
+  readonly namespace?: string;
+  /**
+   * Safety-net retry interval of a waiter; releases wake waiters at once through inotify (Linux), other systems wait this long.
+   * Integer from 1 to 60000.
+   * @default 50
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * Report an acquire that waited at least this long (telemetry, not an error); null disables.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly slowAcquireMs?: number | null;
+  /**
+   * Report a lease held at least this long when it ends; null disables.
+   * Integer from 0 to 2147483647.
+   * @default 60000
+   */
+  readonly slowHoldMs?: number | null;
+  /**
+   * Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly waitTimeoutMs?: number;
+}
+
 /**
  * The settings of app drivers by driver name. An app that types its options
  * declares its drivers here, e.g.
@@ -145,7 +201,7 @@ export type AppBackendOptions = {
 }[keyof AppDriverSettings];
 
 /** One backend under `dokebi-lock.backends.<name>` (null: every default). */
-export type BackendOptions = LocalBackendOptions | RedisBackendOptions | AppBackendOptions | null;
+export type BackendOptions = LocalBackendOptions | RedisBackendOptions | FileBackendOptions | AppBackendOptions | null;
 
 /** `connections.<name>.sentinel`. */
 export interface RedisSentinelOptions {

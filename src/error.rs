@@ -86,9 +86,10 @@ error_codes! {
     /// A driver factory returned an invalid driver (Node surface).
     DriverInvalid = 12, "DRIVER_INVALID",
         "A driver factory must return { view, close() } where view offers acquire(key, options).";
-    /// Redis could not be reached or refused the command.
+    /// Redis could not be reached or refused the command, or a file
+    /// backend's lock file could not be used or trusted.
     ProviderFailed = 13, "PROVIDER_FAILED",
-        "Redis could not be reached or refused the command; check the connection url, credentials and server health (see cause).";
+        "The lock store could not be used: Redis unreachable or refusing the command (check the connection url, credentials and server health), or a file backend's directory or lock file unusable or untrusted (see the message); the cause has details.";
     /// Redis did not answer in time: whether the command took effect is unknown.
     OutcomeUnknown = 14, "OUTCOME_UNKNOWN",
         "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.";
@@ -103,10 +104,10 @@ error_codes! {
         "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
     /// A backend names a driver that does not exist.
     UnknownDriver = 18, "UNKNOWN_DRIVER",
-        "Use driver: local, driver: redis, or a driver your entry module exports under drivers.";
-    /// Two drivers share a name, or one redefines `local` or `redis` (Node surface).
+        "Use driver: local, driver: redis, driver: file, or a driver your entry module exports under drivers.";
+    /// Two drivers share a name, or one redefines `local`, `redis` or `file` (Node surface).
     DriverConflict = 19, "DRIVER_CONFLICT",
-        "Give every driver a unique name that does not redefine local or redis.";
+        "Give every driver a unique name that does not redefine local, redis or file.";
     /// The entry module exports no valid extension (Node surface).
     InvalidEntry = 20, "INVALID_ENTRY",
         "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";

@@ -26,6 +26,7 @@
 pub mod abort;
 pub mod acquire;
 pub mod error;
+pub mod file;
 pub mod key;
 pub mod local;
 pub mod log;
@@ -40,6 +41,7 @@ pub mod with_lock;
 pub use abort::{AbortController, AbortSignal};
 pub use acquire::{AcquireOptions, LockKind, LockMode};
 pub use error::{ErrorCode, Issue, LockError, Result};
+pub use file::{FileBackend, FileCounts, FileLease};
 pub use options::Options;
 pub use provider::{Backend, Hooks, Lease, Provider};
 pub use redis::{RedisBackend, RedisCounts, RedisLease};

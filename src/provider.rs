@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::file::{FileBackend, FileLease};
 use crate::local::{LocalBackend, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::telemetry::Telemetry;
@@ -78,6 +79,7 @@ impl Provider {
                     redis_backends.insert(name.clone(), settings.clone());
                     Backend::Redis(driver.backend(&name, settings))
                 }
+                BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
@@ -148,6 +150,8 @@ pub enum Backend {
     Local(LocalBackend),
     /// A `driver: redis` backend.
     Redis(RedisBackend),
+    /// A `driver: file` backend.
+    File(FileBackend),
 }
 
 impl Backend {
@@ -157,6 +161,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+            Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
         }
     }
 
@@ -169,6 +174,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
+            Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
         }
     }
 
@@ -206,6 +212,19 @@ impl Backend {
                     }),
                 }
             }
+            Backend::File(file) => {
+                let counts = file.counts();
+                BackendStatus {
+                    driver: "file",
+                    held: counts.held,
+                    held_shared: 0,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: counts.lost,
+                    redis: None,
+                }
+            }
         }
     }
 
@@ -213,6 +232,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.close(),
             Backend::Redis(redis) => redis.close().await,
+            Backend::File(file) => file.close(),
         }
     }
 }
@@ -224,6 +244,8 @@ pub enum Lease {
     Local(LocalLease),
     /// A lease of a redis backend.
     Redis(RedisLease),
+    /// A lease of a file backend.
+    File(FileLease),
 }
 
 impl Lease {
@@ -233,6 +255,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.key(),
             Lease::Redis(lease) => lease.key(),
+            Lease::File(lease) => lease.key(),
         }
     }
 
@@ -241,6 +264,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
+            Lease::File(lease) => vec![lease.key()],
         }
     }
 
@@ -250,6 +274,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
+            Lease::File(lease) => lease.fence(),
         }
     }
 
@@ -259,6 +284,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
+            Lease::File(lease) => vec![(lease.key(), lease.fence())],
         }
     }
 
@@ -268,6 +294,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.is_valid(),
             Lease::Redis(lease) => lease.is_valid(),
+            Lease::File(lease) => lease.is_valid(),
         }
     }
 
@@ -276,6 +303,7 @@ impl Lease {
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+            Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::Redis(lease) => Some(lease.remaining()),
         }
     }
@@ -285,6 +313,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
+            Lease::File(lease) => Ok(lease.is_valid()),
         }
     }
 
@@ -294,6 +323,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
             Lease::Redis(lease) => lease.release().await,
+            Lease::File(lease) => lease.release(),
         }
     }
 }

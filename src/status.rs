@@ -7,7 +7,7 @@ use crate::error::ErrorCode;
 /// A snapshot of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendStatus {
-    /// `local` or `redis`.
+    /// `local`, `redis` or `file`.
     pub driver: &'static str,
     /// Leases held now by this process.
     pub held: usize,

@@ -2,7 +2,7 @@
 //! the front door cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 use dokebi_lock::ErrorCode;
 
@@ -32,8 +32,14 @@ fn row(field: &Field) -> String {
 #[test]
 fn the_readme_tables_state_every_field_with_its_range_and_default() {
     let readme = readme();
-    for field in
-        LOCAL_FIELDS.iter().chain(REDIS_FIELDS).chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS).chain(TLS_FIELDS)
+    for field in LOCAL_FIELDS
+        .iter()
+        .chain(REDIS_FIELDS)
+        .chain(FILE_FIELDS)
+        .chain(CONNECTION_FIELDS)
+        .chain(SENTINEL_FIELDS)
+        .chain(CLUSTER_FIELDS)
+        .chain(TLS_FIELDS)
     {
         let row = row(field);
         assert!(readme.contains(&row), "README lacks the row {row}");

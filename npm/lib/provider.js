@@ -3,6 +3,7 @@ import { invalidArgument, LockError, fromInfo } from './errors.js';
 import { native } from './native.js';
 import { openLocal } from './local.js';
 import { RedisGroup } from './redis.js';
+import { openFile } from './file.js';
 import { closeQuietly, DriverSet } from './drivers.js';
 
 /**
@@ -15,6 +16,7 @@ import { closeQuietly, DriverSet } from './drivers.js';
 const DRIVERS = new Map([
   ['local', openLocal],
   ['redis', ({ name, shared }) => shared.redis().driver(name)],
+  ['file', openFile],
 ]);
 
 /** Warnings and errors to stderr; debug dropped. Used when none is given. */

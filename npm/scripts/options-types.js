@@ -71,7 +71,7 @@ function connectionTypes(schema) {
 /** The text of options.d.ts for `schema`. */
 export function render(schema) {
   const options = schema.properties.options.properties;
-  const [local, redis, app] = options['dokebi-lock'].properties.backends.additionalProperties.anyOf;
+  const [local, redis, file, app] = options['dokebi-lock'].properties.backends.additionalProperties.anyOf;
   const connection = options['dokebi-redis'].properties.connections.additionalProperties;
   if (app.properties.driver.type !== 'string') throw new Error('options-types: unexpected app driver schema');
   return [
@@ -81,6 +81,8 @@ export function render(schema) {
     objectType('LocalBackendOptions', local),
     '/** A `driver: redis` backend. */',
     objectType('RedisBackendOptions', redis),
+    '/** A `driver: file` backend: kernel locks on files of one directory, for the processes of one host. */',
+    objectType('FileBackendOptions', file),
     [
       '/**',
       ' * The settings of app drivers by driver name. An app that types its options',
@@ -94,7 +96,7 @@ export function render(schema) {
     '/** A backend of an app driver declared in AppDriverSettings; the driver validates its settings at run time. */',
     'export type AppBackendOptions = {\n  [D in keyof AppDriverSettings]: { readonly driver: D } & AppDriverSettings[D];\n}[keyof AppDriverSettings];\n',
     '/** One backend under `dokebi-lock.backends.<name>` (null: every default). */',
-    'export type BackendOptions = LocalBackendOptions | RedisBackendOptions | AppBackendOptions | null;\n',
+    'export type BackendOptions = LocalBackendOptions | RedisBackendOptions | FileBackendOptions | AppBackendOptions | null;\n',
     connectionTypes(connection),
     '/** The `dokebi-lock` section of the options. */',
     'export interface LockOptions {\n  readonly backends?: Readonly<Record<string, BackendOptions>>;\n}\n',

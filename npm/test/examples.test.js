@@ -25,3 +25,11 @@ test('examples/15-redis starts its own redis-server and shows exclusion, hand-of
   assert.match(out, /fence grew: true/);
   assert.match(out, /web holds invoice:7 again: true/);
 });
+
+test('examples/17-file shows a key shared by two processes of one host, with fences', () => {
+  const out = run('17-file', { LOCK_DIR: '' });
+  assert.match(out, /report total 42/);
+  assert.match(out, /worker: LOCK_BUSY/);
+  assert.match(out, /worker got invoice:7 after the release/);
+  assert.match(out, /fence grew across processes: true/);
+});

@@ -24,6 +24,7 @@ import {
   type DriverBackend,
   type DriverFactory,
   type DriverInput,
+  type FileBackendOptions,
   type KeysLease,
   type KindOptions,
   type Lease,
@@ -69,6 +70,7 @@ declare module '@dokebi/lock' {
 
 const local: LocalBackendOptions = { maxKeys: 10, waitTimeoutMs: 0, slowHoldMs: null };
 const redis: RedisBackendOptions = { driver: 'redis', connection: 'main', leaseMs: 5000, replicaAcks: 1 };
+const file: FileBackendOptions = { driver: 'file', directory: '/var/tmp/app-locks', pollIntervalMs: 25 };
 const app: AppBackendOptions = { driver: 'memory', size: 3 };
 const settings: AppDriverSettings['memory'] = { size: 1 };
 const sentinel: RedisSentinelOptions = { nodes: ['redis://127.0.0.1:26379'], primaryName: 'main' };
@@ -83,7 +85,7 @@ const connections: Record<string, RedisConnectionOptions> = {
 };
 // @ts-expect-error tls settings are PEM text or file paths, not buffers
 const bufferCa: RedisTlsOptions = { ca: new Uint8Array() };
-const backends: Record<string, BackendOptions> = { local, redis, app, defaults: null, sized: { driver: 'memory', ...settings } };
+const backends: Record<string, BackendOptions> = { local, redis, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
 const lockOptions: LockOptions = { backends };
 const redisOptions: RedisOptions = { connections };
 const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOptions, 'other-plugin': { x: 1 } };
@@ -92,6 +94,8 @@ const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOp
 const typo: BackendOptions = { driver: 'redis', leasMs: 5000 };
 // @ts-expect-error a typo in a local backend's option
 const localTypo: BackendOptions = { driver: 'local', maxKey: 5 };
+// @ts-expect-error a file backend needs its directory
+const noDirectory: BackendOptions = { driver: 'file' };
 // @ts-expect-error a redis backend needs leaseMs
 const noLease: BackendOptions = { driver: 'redis' };
 // @ts-expect-error a driver nobody declared
@@ -300,4 +304,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

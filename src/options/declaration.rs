@@ -74,7 +74,7 @@ pub const DRIVER: Field = Field {
     name: "driver",
     kind: Kind::Text,
     fallback: Fallback::Text("local"),
-    description: "local (default), redis, or the name of an app driver.",
+    description: "local (default), redis, file, or the name of an app driver.",
 };
 
 const fn threshold(name: &'static str, default: u64, description: &'static str) -> Field {
@@ -136,6 +136,35 @@ pub const REDIS_FIELDS: &[Field] = &[
         MAX_TIMER_MS,
         600_000,
         "How long a key's fence counter stays in Redis after the key's last grant; fences never repeat while no server that can become primary has a clock further behind than this.",
+    ),
+    SLOW_ACQUIRE,
+    SLOW_HOLD,
+];
+
+/// Fields of a `driver: file` backend (besides `driver`).
+pub const FILE_FIELDS: &[Field] = &[
+    Field {
+        name: "directory",
+        kind: Kind::Text,
+        fallback: Fallback::Required,
+        description: "Directory of the lock files, on a local file system, owned by this user and writable by nobody else; created 0700 when missing.",
+    },
+    Field {
+        name: "namespace",
+        kind: Kind::Text,
+        fallback: Fallback::Text("dokebi-lock"),
+        description: "Processes share a key only within one directory and namespace.",
+    },
+    int("maxKeys", 1, 10_000_000, 10_000, "Leases held at once by this process; one more acquire is KEY_LIMIT."),
+    int("maxWaiters", 0, 1_000_000, 128, "Waiters of this process across the backend; one more is QUEUE_FULL. With 0 a free key is still granted."),
+    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    int(
+        "pollIntervalMs",
+        1,
+        60_000,
+        50,
+        "Safety-net retry interval of a waiter; releases wake waiters at once through inotify (Linux), other systems wait this long.",
     ),
     SLOW_ACQUIRE,
     SLOW_HOLD,
@@ -288,10 +317,12 @@ pub fn json_schema() -> Value {
     let local = object_schema(Some(json!({ "const": "local", "description": DRIVER.description })), LOCAL_FIELDS);
     let mut redis = object_schema(Some(json!({ "const": "redis" })), REDIS_FIELDS);
     redis["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
+    let mut file = object_schema(Some(json!({ "const": "file" })), FILE_FIELDS);
+    file["required"].as_array_mut().expect("directory is required").insert(0, Value::from("driver"));
     let app_driver = json!({
         "type": "object",
         "description": "A backend of an app driver: its settings are validated by that driver.",
-        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis"] } } },
+        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "file"] } } },
         "required": ["driver"]
     });
     let mut connection = object_schema(None, CONNECTION_FIELDS);
@@ -314,7 +345,7 @@ pub fn json_schema() -> Value {
                         "properties": {
                             "backends": {
                                 "type": "object",
-                                "additionalProperties": { "anyOf": [local, redis, app_driver] }
+                                "additionalProperties": { "anyOf": [local, redis, file, app_driver] }
                             }
                         }
                     },

@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
 use declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS,
+    TLS_FIELDS,
 };
 
 /// The name of this plugin's section in the `options` map.
@@ -39,6 +40,9 @@ pub enum BackendOptions {
     Local(LocalOptions),
     /// A `driver: redis` backend: a Redis lease.
     Redis(RedisOptions),
+    /// A `driver: file` backend: kernel file locks shared by the processes
+    /// of one host.
+    File(FileOptions),
     /// A driver the core does not implement (an app driver of the Node
     /// surface). Its settings are passed through to that driver unvalidated.
     App {
@@ -55,6 +59,7 @@ impl BackendOptions {
         match self {
             BackendOptions::Local(_) => "local",
             BackendOptions::Redis(_) => "redis",
+            BackendOptions::File(_) => "file",
             BackendOptions::App { driver, .. } => driver,
         }
     }
@@ -157,6 +162,43 @@ impl RedisOptions {
             shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
             replica_acks: fields.int("replicaAcks"),
             fence_retention_ms: fields.int("fenceRetentionMs"),
+            thresholds: Thresholds::from_fields(fields),
+        }
+    }
+}
+
+/// Options of a `driver: file` backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOptions {
+    /// `directory`: where the lock files live.
+    pub directory: String,
+    /// `namespace`: part of every lock file's name, so backends of one
+    /// directory with different namespaces never share a key.
+    pub namespace: String,
+    /// `maxKeys`: leases held at once by this process; one more is `KEY_LIMIT`.
+    pub max_keys: u32,
+    /// `maxWaiters`: waiters of this process; one more is `QUEUE_FULL`.
+    pub max_waiters: u32,
+    /// `waitTimeoutMs`: the default wait before `WAIT_TIMEOUT`; 0 tries once.
+    pub wait_timeout_ms: u32,
+    /// `maxKeyBytes`: the largest key, in UTF-8 bytes.
+    pub max_key_bytes: u32,
+    /// `pollIntervalMs`: the waiters' safety-net retry interval.
+    pub poll_interval_ms: u32,
+    /// `slowAcquireMs` and `slowHoldMs`.
+    pub thresholds: Thresholds,
+}
+
+impl FileOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        FileOptions {
+            directory: fields.text("directory"),
+            namespace: fields.text("namespace"),
+            max_keys: fields.int("maxKeys"),
+            max_waiters: fields.int("maxWaiters"),
+            wait_timeout_ms: fields.int("waitTimeoutMs"),
+            max_key_bytes: fields.int("maxKeyBytes"),
+            poll_interval_ms: fields.int("pollIntervalMs"),
             thresholds: Thresholds::from_fields(fields),
         }
     }
@@ -502,7 +544,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             None | Some(Value::Null) => "local",
             Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
             Some(_) => {
-                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, or an app driver)");
+                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, file, or an app driver)");
                 continue;
             }
         };
@@ -511,6 +553,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
         let backend = match driver {
             "local" => Fields::read(&settings, LOCAL_FIELDS, &path, issues).map(|f| BackendOptions::Local(LocalOptions::from_fields(&f))),
             "redis" => Fields::read(&settings, REDIS_FIELDS, &path, issues).map(|f| BackendOptions::Redis(RedisOptions::from_fields(&f))),
+            "file" => Fields::read(&settings, FILE_FIELDS, &path, issues).map(|f| BackendOptions::File(FileOptions::from_fields(&f))),
             other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
         };
         if let Some(backend) = backend {

@@ -24,7 +24,7 @@ pub fn wait(ms: u64) -> AcquireOptions {
 pub fn redis_counts(backend: &Backend) -> RedisCounts {
     match backend {
         Backend::Redis(redis) => redis.counts(),
-        Backend::Local(_) => panic!("not a redis backend"),
+        _ => panic!("not a redis backend"),
     }
 }
 

@@ -29,17 +29,18 @@ impl dokebi_lock_backend {
 
     /// Blocks the calling thread until the key is ours or the wait ends:
     /// on a condition variable (local), or driving the driver's async
-    /// acquire, whose I/O runs on the driver's own thread (redis). Answers
+    /// acquire, whose I/O runs on the driver's own thread (redis; file,
+    /// whose waiters are woken by its wake-up thread). Answers
     /// the lease as a new handle.
     #[inline(always)]
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         match &self.backend {
             Backend::Local(local) => dokebi_lock_lease::acquire_local(local, keys, kind, wait_timeout),
-            Backend::Redis(_) => Ok(dokebi_lock_lease::give(self.acquire_redis(keys, kind, wait_timeout)?)),
+            Backend::Redis(_) | Backend::File(_) => Ok(dokebi_lock_lease::give(self.acquire_redis(keys, kind, wait_timeout)?)),
         }
     }
 
-    /// Out of line: the redis acquire's future takes kilobytes, which the
+    /// Out of line (redis and file): the redis acquire's future takes kilobytes, which the
     /// local acquire's stack frame need not reserve.
     #[inline(never)]
     fn acquire_redis(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<Lease> {

@@ -328,6 +328,11 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
                     let _ = block_on(redis.release());
                     None
                 }
+                // A file lease releases at once, and its outcome is not reported.
+                Lease::File(file) => {
+                    let _ = file.release();
+                    None
+                }
             };
             // SAFETY: live (above) and dropped once; the memory is not read as a lease again.
             unsafe { memory.assume_init_drop() };

@@ -39,7 +39,8 @@ pub enum dokebi_lock_status {
     DOKEBI_LOCK_DRIVER_NOT_INSTALLED = 11,
     /// A driver factory returned an invalid driver (Node surface).
     DOKEBI_LOCK_DRIVER_INVALID = 12,
-    /// Redis could not be reached or refused the command.
+    /// Redis could not be reached or refused the command, or a file
+    /// backend's lock file could not be used or trusted.
     DOKEBI_LOCK_PROVIDER_FAILED = 13,
     /// Redis did not answer in time: whether the command took effect is unknown.
     DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
@@ -51,7 +52,7 @@ pub enum dokebi_lock_status {
     DOKEBI_LOCK_CLEANUP_TIMEOUT = 17,
     /// A backend names a driver that does not exist.
     DOKEBI_LOCK_UNKNOWN_DRIVER = 18,
-    /// Two drivers share a name, or one redefines `local` or `redis` (Node surface).
+    /// Two drivers share a name, or one redefines `local`, `redis` or `file` (Node surface).
     DOKEBI_LOCK_DRIVER_CONFLICT = 19,
     /// The entry module exports no valid extension (Node surface).
     DOKEBI_LOCK_INVALID_ENTRY = 20,

@@ -17,6 +17,8 @@
 //! - [`redis`] and [`executor`]: the core's redis backends, their futures
 //!   polled on the JS thread; [`uv`]: their sockets watched by libuv;
 //!   [`redis_calls`]: the calls of every lease; [`lease`]: a held lease.
+//! - [`file`]: the file driver's backends, their acquires polled by the
+//!   same executor.
 //! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
@@ -29,6 +31,7 @@
 
 mod error;
 mod executor;
+mod file;
 mod guard;
 mod keep_alive;
 mod key;

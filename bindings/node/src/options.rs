@@ -7,6 +7,7 @@ use napi::Env;
 use napi_derive::napi;
 
 use crate::error::stash;
+use crate::file::NativeFileBackend;
 use crate::guard::sentinel;
 use crate::local::LocalEngineObject;
 use crate::redis::{LogWake, RedisProvider};
@@ -71,6 +72,13 @@ impl NativeOptions {
     #[napi(ts_args_type = "onJsThread: boolean, logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
     pub fn open_redis(&self, env: &Env, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
         sentinel(|| crate::redis::open(env, &self.options, on_js_thread, log_wake, telemetry))
+    }
+
+    /// Opens the file backend `name` (`null` on failure, see `takeError`);
+    /// telemetry events go to `telemetry(entry)`.
+    #[napi(ts_args_type = "name: string, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
+    pub fn open_file(&self, name: String, telemetry: TelemetryForwarder) -> Option<NativeFileBackend> {
+        sentinel(|| crate::file::open(&self.options, &name, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers

@@ -117,7 +117,7 @@ impl RedisProvider {
     pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
         sentinel(|| match self.provider.backend(&name) {
             Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend: Finalized::new(backend) }),
-            Ok(Backend::Local(_)) => unreachable!("this provider holds redis backends only"),
+            Ok(_) => unreachable!("this provider holds redis backends only"),
             Err(error) => {
                 stash(error);
                 None

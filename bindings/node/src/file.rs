@@ -1,0 +1,132 @@
+//! The file driver: the core's file backends behind promises.
+//!
+//! An acquire is the core's future, polled on the JS thread by
+//! [`crate::executor`] (an uncontended one settles before the call
+//! returns); a waiting one is woken by the driver's wake-up thread through
+//! the executor's threadsafe function, and takes no libuv pool thread. A
+//! release is synchronous: closing a lock file does not block.
+//!
+//! Results come back as a lease handle or an `ErrorInfo` object, which the
+//! JS layer turns into a `LockError`.
+
+use std::time::Duration;
+
+use dokebi_lock::options::BackendOptions;
+use dokebi_lock::{
+    key, AbortController, AcquireOptions, Backend, ErrorCode, FileBackend, FileLease, LockError, LockKind, LockMode, Options,
+};
+use napi::bindgen_prelude::{External, Utf16String};
+use napi::Env;
+use napi_derive::napi;
+
+use crate::error::stash;
+use crate::executor::{spawn, Promise};
+use crate::guard::{promise, sentinel, Finalized};
+use crate::status::StatusInfo;
+use crate::telemetry::{sink, TelemetryForwarder};
+
+/// Opens the file backend `name` of `options` (`null` on failure, see
+/// `takeError`): its directory is created and checked now.
+pub fn open(options: &Options, name: &str, telemetry: TelemetryForwarder) -> Option<NativeFileBackend> {
+    let settings = match options.backends.get(name) {
+        Some(BackendOptions::File(settings)) => settings.clone(),
+        _ => {
+            stash(LockError::new(ErrorCode::UnknownBackend, "no file backend of that name is configured"));
+            return None;
+        }
+    };
+    FileBackend::open(name, settings, Some(sink(telemetry)))
+        .map(|backend| NativeFileBackend { backend: Finalized::new(backend) })
+        .map_err(stash)
+        .ok()
+}
+
+/// One file backend.
+#[napi]
+pub struct NativeFileBackend {
+    backend: Finalized<FileBackend>,
+}
+
+#[napi]
+impl NativeFileBackend {
+    /// The backend's default wait, in ms.
+    #[napi(getter, catch_unwind)]
+    pub fn wait_timeout_ms(&self) -> u32 {
+        self.backend.options().wait_timeout_ms
+    }
+
+    /// Acquires `keys` (one key unless `many`) in the kind asked (the core
+    /// refuses every kind but a plain one with `UNSUPPORTED_KIND`): the
+    /// promise of a lease handle or an `ErrorInfo`.
+    #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        &self,
+        env: &Env,
+        keys: Vec<Utf16String>,
+        many: bool,
+        shared: bool,
+        limit: u32,
+        weight: u32,
+        wait_timeout_ms: u32,
+        abort: Option<&External<AbortController>>,
+    ) -> napi::Result<Promise> {
+        promise(env, || {
+            let backend = Backend::File((*self.backend).clone());
+            let max_key_bytes = self.backend.options().max_key_bytes as usize;
+            let keys: dokebi_lock::Result<Vec<String>> = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
+            let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
+            let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
+            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal()));
+            let acquire = async move {
+                let keys = keys?;
+                let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let lease = match (many, &names[..]) {
+                    (false, [key]) => backend.acquire(key, options).await,
+                    _ => backend.acquire_many(&names, options).await,
+                }?;
+                match lease {
+                    dokebi_lock::Lease::File(lease) => Ok(lease),
+                    _ => unreachable!("a file backend grants file leases"),
+                }
+            };
+            spawn(env, acquire, |lease| External::new(FileLeaseBox(Finalized::new(lease))))
+        })
+    }
+
+    /// What the backend is doing now, as counts.
+    #[napi(catch_unwind)]
+    pub fn status(&self) -> StatusInfo {
+        Backend::File((*self.backend).clone()).status().into()
+    }
+
+    /// Rejects waiters with `CLOSED` and releases every held lease.
+    #[napi(catch_unwind)]
+    pub fn close(&self) {
+        self.backend.close();
+    }
+}
+
+/// What a file lease handle holds; its finalizer drops (and so releases)
+/// the lease if nobody did.
+pub struct FileLeaseBox(Finalized<FileLease>);
+
+/// The fencing token of `lease`, as a decimal string.
+#[napi(catch_unwind)]
+pub fn file_lease_fence(lease: &External<FileLeaseBox>) -> String {
+    lease.0.fence().to_string()
+}
+
+/// True until released (or the backend closed).
+#[napi(catch_unwind)]
+pub fn file_lease_valid(lease: &External<FileLeaseBox>) -> bool {
+    lease.0.is_valid()
+}
+
+/// Releases `lease`: true when released, false when already released;
+/// `null` on failure (`LEASE_LOST`: its lock file was removed or replaced
+/// while held; see `takeError`).
+#[napi(catch_unwind)]
+pub fn file_lease_release(lease: &External<FileLeaseBox>) -> Option<bool> {
+    sentinel(|| lease.0.release().map_err(stash).ok())
+}

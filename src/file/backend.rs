@@ -1,0 +1,223 @@
+//! The file backend: acquire with in-process FIFO waiting, close, counts.
+
+use std::future::{poll_fn, Future};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_timer::Delay;
+
+use super::core::{Admitted, FileCore};
+use super::directory::LockDirectory;
+use super::lease::FileLease;
+use super::name::LockName;
+use crate::abort::AbortSignal;
+use crate::acquire::AcquireOptions;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::options::FileOptions;
+use crate::telemetry::{Reporter, Shape, Telemetry};
+
+/// A backend whose locks are kernel locks on files of one directory,
+/// shared by every process of this host that uses the same directory and
+/// namespace. Cheap to clone.
+///
+/// Guarantees: a lease holds its key alone among every process using the
+/// directory and namespace (the kernel's `flock`); it stays held until
+/// released, the backend closed, or the holding process ends, however it
+/// ends (a dead process's locks are released by the kernel at once, and a
+/// waiting process is woken within milliseconds); nothing expires it, so a
+/// holder that hangs while alive keeps it. Waiters of one key in this
+/// process are served in FIFO order, and only the first of them tries the
+/// kernel lock. Fences grow per key: `max(counter + 1, clock_us)`, the
+/// counter kept in the lock file. Lock files of free keys are removed.
+///
+/// Exclusive leases on one key only: shared, counted and several-key
+/// acquires are `UNSUPPORTED_KIND`.
+#[derive(Clone)]
+pub struct FileBackend {
+    core: Arc<FileCore>,
+}
+
+/// Counts for `status()`; never keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileCounts {
+    /// Leases this backend holds now.
+    pub held: usize,
+    /// Acquires waiting now.
+    pub waiting: usize,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Acquires that ended in `WAIT_TIMEOUT` since the backend started.
+    pub timed_out: u64,
+    /// Releases that found their lock file removed or replaced
+    /// (`LEASE_LOST`).
+    pub lost: u64,
+}
+
+impl FileBackend {
+    /// Opens backend `name`: creates and checks its directory (see
+    /// [`LockDirectory::open`]); `INVALID_OPTIONS` for a directory it
+    /// refuses.
+    pub fn open(name: &str, options: FileOptions, telemetry: Option<Telemetry>) -> Result<FileBackend> {
+        let directory = LockDirectory::open(name, &options.directory)?;
+        let reporter = Reporter::new(telemetry, name, "file", options.thresholds);
+        Ok(FileBackend { core: FileCore::new(name, options, directory, reporter) })
+    }
+
+    /// The options the backend was opened with.
+    pub fn options(&self) -> &FileOptions {
+        &self.core.options
+    }
+
+    /// Acquires `key`: waits (FIFO among this process's acquires of the
+    /// key) until the kernel lock is ours, `waitTimeoutMs` passes
+    /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`). With a wait of 0
+    /// it tries once: `LOCK_BUSY` when the key is held, when another
+    /// acquire of this process already waits for it, or when a waiter of
+    /// another process is marked waiting for it (no process starves
+    /// another, see the module `core`). `QUEUE_FULL` past
+    /// `maxWaiters`, `KEY_LIMIT` past `maxKeys`, `CLOSED` after close,
+    /// `PROVIDER_FAILED` for a lock file it cannot use or trust (a symbolic
+    /// link, another user's file, a full disk, a read-only file system).
+    ///
+    /// Only exclusive leases: any other kind is `UNSUPPORTED_KIND`.
+    ///
+    /// Cancel safe: dropping the future ends the wait; a lease granted
+    /// meanwhile is released.
+    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<FileLease> {
+        let core = &self.core;
+        let mut acquiring = core.reporter.acquiring(Shape::asked(&options, 1));
+        let granted = self.wait_for(key, options, &mut acquiring).await;
+        match granted {
+            Ok(grant) => {
+                let hold = core.reporter.granted(acquiring, grant.fence);
+                FileLease::adopt(core.clone(), key, grant, hold)
+            }
+            Err(error) => {
+                if error.code() == ErrorCode::WaitTimeout {
+                    core.timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                core.reporter.failed(acquiring, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Several keys at once are not supported yet: `UNSUPPORTED_KIND` (a
+    /// set of one key is an acquire of that key).
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<FileLease> {
+        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
+        match keys {
+            [key] => self.acquire(key, options).await,
+            _ => Err(unsupported("several keys at once")),
+        }
+    }
+
+    async fn wait_for(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+        acquiring: &mut crate::telemetry::Acquiring,
+    ) -> Result<super::core::Grant> {
+        let core = &self.core;
+        crate::key::validate(key, core.options.max_key_bytes as usize)?;
+        if core.is_closed() {
+            return Err(LockError::closed());
+        }
+        let kind = options.kind()?;
+        if !kind.is_plain() {
+            return Err(unsupported(&kind.describe()));
+        }
+        let signal = options.signal.as_ref();
+        if signal.is_some_and(AbortSignal::is_aborted) {
+            return Err(LockError::aborted());
+        }
+        let timeout = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
+        let name = LockName::new(&core.options.namespace, key);
+        let (id, mut outcome) = match core.admit(name, !timeout.is_zero())? {
+            Admitted::Granted(grant) => return Ok(grant),
+            Admitted::Queued { id, outcome } => (id, outcome),
+        };
+        acquiring.queued();
+        // Dropped before its outcome (the acquire's future dropped), the
+        // waiter leaves the queue; a grant already sent is dropped with the
+        // channel, which releases it.
+        let mut queued = Queued { core, name, id, settled: false };
+        let mut delay = Delay::new(timeout);
+        let mut aborted = signal.map(|s| Box::pin(s.aborted()));
+        let result = poll_fn(|cx| {
+            if let Poll::Ready(outcome) = std::pin::Pin::new(&mut outcome).poll(cx) {
+                return Poll::Ready(outcome.unwrap_or_else(|_| Err(LockError::closed())));
+            }
+            let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
+            if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
+                if core.cancel(name, id) {
+                    return Poll::Ready(Err(if abort { LockError::aborted() } else { LockError::wait_timeout(timeout) }));
+                }
+                // Not in the queue any more: its outcome was sent, and is
+                // there to take.
+                if let Ok(outcome) = outcome.try_recv() {
+                    return Poll::Ready(outcome);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        queued.settled = true;
+        result
+    }
+
+    /// Counts for `status()`.
+    pub fn counts(&self) -> FileCounts {
+        let (held, waiting) = self.core.counts();
+        FileCounts {
+            held,
+            waiting,
+            acquired: self.core.acquired.load(Ordering::Relaxed),
+            timed_out: self.core.timed_out.load(Ordering::Relaxed),
+            lost: self.core.lost.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Rejects waiters with `CLOSED` and releases every held lease (their
+    /// `is_valid` turns false); later acquires are `CLOSED`. Idempotent.
+    pub fn close(&self) {
+        self.core.close();
+    }
+
+    /// True once the backend has started closing.
+    pub fn is_closed(&self) -> bool {
+        self.core.is_closed()
+    }
+}
+
+impl std::fmt::Debug for FileBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileBackend").field("name", &self.core.name).field("counts", &self.counts()).finish()
+    }
+}
+
+/// A waiter's place in its queue, left when dropped unsettled.
+struct Queued<'a> {
+    core: &'a FileCore,
+    name: LockName,
+    id: u64,
+    settled: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.core.cancel(self.name, self.id);
+        }
+    }
+}
+
+fn unsupported(what: &str) -> LockError {
+    LockError::new(
+        ErrorCode::UnsupportedKind,
+        format!("the file driver grants exclusive leases on one key only, not {what} (not supported yet)"),
+    )
+    .with_details(serde_json::json!({ "driver": "file" }))
+}

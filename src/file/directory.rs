@@ -1,0 +1,186 @@
+//! The lock directory: created `0700`, refused when other users can write
+//! into it or when it lies on a file system whose locks the kernel of this
+//! host does not alone enforce.
+//!
+//! Why both refusals: a user who can write into the directory can plant a
+//! symlink or a lock file of their own under a key's name, and a directory
+//! shared over the network (NFS, SMB, ...) may be locked by another host
+//! whose locks ours never see, or whose lock server forgets them. The
+//! network check reads the file system's magic number (`fstatfs`'s
+//! `f_type`) on Linux; other systems are not checked (the README says so).
+
+use std::fs::{DirBuilder, File};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::lock_file::LockFile;
+use super::name::LockName;
+use crate::error::{ErrorCode, Issue, LockError, Result};
+
+/// An open, checked lock directory.
+pub(crate) struct LockDirectory {
+    path: PathBuf,
+    /// The directory itself, held open to re-check its mode cheaply.
+    handle: File,
+    /// This process's effective user, who must own the directory and its
+    /// lock files.
+    user: u32,
+}
+
+/// Permission bits that let users other than the owner add or remove
+/// entries: group- and world-writable.
+const WRITABLE_BY_OTHERS: u32 = 0o022;
+
+impl LockDirectory {
+    /// Opens (and creates, `0700`, with any missing parents) the directory
+    /// of backend `backend`. A refusal is `INVALID_OPTIONS` whose issue
+    /// names `backends.<backend>.directory` and says how to fix it.
+    pub fn open(backend: &str, path: &str) -> Result<LockDirectory> {
+        let refuse = |message: String| LockError::invalid_options(vec![Issue::new(format!("backends.{backend}.directory"), message)]);
+        let path = PathBuf::from(path);
+        if !path.is_absolute() {
+            return Err(refuse("must be an absolute path".into()));
+        }
+        if let Err(err) = DirBuilder::new().recursive(true).mode(0o700).create(&path) {
+            return Err(refuse(format!("could not be created ({err}); create it, owned by this user with mode 0700")));
+        }
+        let handle = File::open(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
+        let user = rustix::process::geteuid().as_raw();
+        let directory = LockDirectory { path, handle, user };
+        directory.check_owner_and_mode().map_err(refuse)?;
+        network_file_system(&directory.handle).map_or(Ok(()), |kind| {
+            Err(refuse(format!(
+                "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example under /run/user/<uid> or /var/tmp)"
+            )))
+        })?;
+        Ok(directory)
+    }
+
+    /// The directory's path (a configuration value, never a key).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Checks again, before a lock file is opened, that nobody else has
+    /// been let write into the directory since it was opened:
+    /// `PROVIDER_FAILED` if so.
+    pub fn check(&self) -> Result<()> {
+        self.check_owner_and_mode().map_err(|message| {
+            LockError::new(ErrorCode::ProviderFailed, format!("the lock directory {} {message}", self.path.display()))
+                .with_details(serde_json::json!({ "directory": self.path }))
+        })
+    }
+
+    fn check_owner_and_mode(&self) -> std::result::Result<(), String> {
+        let metadata = self.handle.metadata().map_err(|err| format!("could not be inspected ({err})"))?;
+        if !metadata.is_dir() {
+            return Err("is not a directory".into());
+        }
+        if metadata.uid() != self.user && metadata.uid() != 0 {
+            return Err(format!(
+                "is owned by user {}, not by this process's user {}; use a directory of this user's own",
+                metadata.uid(),
+                self.user
+            ));
+        }
+        if metadata.mode() & WRITABLE_BY_OTHERS != 0 {
+            return Err(format!(
+                "is writable by other users (mode {:o}); make it private (chmod 700) or use a directory only this user can write into",
+                metadata.mode() & 0o7777
+            ));
+        }
+        Ok(())
+    }
+
+    /// The path of `name`'s lock file.
+    pub fn file_path(&self, name: &LockName) -> PathBuf {
+        self.path.join(name.file_name())
+    }
+
+    /// Opens (creating it if missing) the lock file of `name`, refusing a
+    /// symbolic link, anything but a regular file, and a file of another
+    /// owner (`PROVIDER_FAILED`, which also reports a full disk or a
+    /// read-only directory).
+    pub fn open_file(&self, name: &LockName) -> Result<LockFile> {
+        self.check()?;
+        LockFile::open(&self.file_path(name), self.user).map_err(|err| self.failure(err))
+    }
+
+    /// True while the lock file path of `name` still names `file` (the same
+    /// device and inode): false once it was removed or replaced.
+    pub fn names(&self, name: &LockName, file: &LockFile) -> bool {
+        std::fs::symlink_metadata(self.file_path(name)).is_ok_and(|metadata| file.is(&metadata))
+    }
+
+    /// Removes the lock file of `name`; the caller holds its kernel lock and
+    /// has checked that the path still names it.
+    pub fn remove(&self, name: &LockName) {
+        // A failure leaves the file for the next release to remove.
+        let _ = std::fs::remove_file(self.file_path(name));
+    }
+
+    /// `PROVIDER_FAILED` for an I/O failure on a lock file of this
+    /// directory.
+    pub fn failure(&self, err: LockFileError) -> LockError {
+        let message = match &err {
+            LockFileError::Refused(why) => format!("refused a lock file in {}: {why}", self.path.display()),
+            LockFileError::Io(io) if io.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+                format!("no space left for a lock file in {}; free space on its file system", self.path.display())
+            }
+            LockFileError::Io(io) if io.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => {
+                format!("the lock directory {} is on a read-only file system; use a writable directory", self.path.display())
+            }
+            LockFileError::Io(io) => format!("a lock file in {} could not be used: {io}", self.path.display()),
+        };
+        let error = LockError::new(ErrorCode::ProviderFailed, message).with_details(serde_json::json!({ "directory": self.path }));
+        match err {
+            LockFileError::Io(io) => error.with_cause(io),
+            LockFileError::Refused(_) => error,
+        }
+    }
+}
+
+/// Why a lock file could not be used.
+#[derive(Debug)]
+pub(crate) enum LockFileError {
+    /// The file is not one this driver may trust.
+    Refused(String),
+    /// The system refused an operation.
+    Io(io::Error),
+}
+
+impl From<io::Error> for LockFileError {
+    fn from(err: io::Error) -> Self {
+        LockFileError::Io(err)
+    }
+}
+
+/// The name of the network file system `directory` lies on, if it does.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn network_file_system(directory: &File) -> Option<&'static str> {
+    // Magic numbers of linux/magic.h and the file systems' own headers.
+    const NETWORK: [(i64, &str); 10] = [
+        (0x6969, "NFS"),
+        (0x517B, "SMB"),
+        (0xFF53_4D42, "CIFS"),
+        (0xFE53_4D42, "SMB2"),
+        (0x0102_1997, "9P"),
+        (0x5346_414F, "AFS"),
+        (0x6B41_4653, "kAFS"),
+        (0x00C3_6400, "Ceph"),
+        (0x7375_7245, "Coda"),
+        (0x0BD0_0BD0, "Lustre"),
+    ];
+    let stat = rustix::fs::fstatfs(directory).ok()?;
+    // `f_type` is a signed or unsigned word depending on the platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
+    NETWORK.iter().find(|(magic, _)| *magic == kind).map(|(_, name)| *name)
+}
+
+/// Other systems are not checked (see the module's documentation).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn network_file_system(_directory: &File) -> Option<&'static str> {
+    None
+}

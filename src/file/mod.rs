@@ -1,0 +1,57 @@
+//! The `file` driver: locks shared by the processes of one host through
+//! kernel locks on files of one directory; no server.
+//!
+//! - `name`: a key's lock file name, a digest (never the key).
+//! - `directory`: the checked directory (private, on a local file system);
+//!   `lock_file`: one open lock file (no symlinks, ours, `flock`ed without
+//!   blocking).
+//! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file.
+//! - `core`: per-key FIFO queues of this process, grants and releases;
+//!   `watch`: cross-process wake-ups (inotify, polling as the safety net).
+//! - [`backend`] and [`lease`]: the public API.
+//!
+//! ```no_run
+//! # futures::executor::block_on(async {
+//! use dokebi_lock::{AcquireOptions, Provider};
+//!
+//! let provider = Provider::from_yaml(
+//!     "schemaVersion: 1
+//! options:
+//!   dokebi-lock:
+//!     backends:
+//!       jobs: { driver: file, directory: /run/user/1000/my-app-locks }
+//! ",
+//! )?;
+//! let lease = provider.backend("jobs")?.acquire("nightly-report", AcquireOptions::default()).await?;
+//! // critical section: another process of this host acquiring the key waits
+//! lease.release().await?;
+//! provider.close().await;
+//! # Ok::<(), dokebi_lock::LockError>(())
+//! # }).unwrap();
+//! ```
+
+#[cfg(unix)]
+pub mod backend;
+#[cfg(unix)]
+pub(crate) mod core;
+#[cfg(unix)]
+pub(crate) mod directory;
+#[cfg(unix)]
+pub(crate) mod fence;
+#[cfg(unix)]
+pub mod lease;
+#[cfg(unix)]
+pub(crate) mod lock_file;
+#[cfg(unix)]
+pub(crate) mod name;
+#[cfg(unix)]
+pub(crate) mod watch;
+
+#[cfg(not(unix))]
+#[path = "unsupported.rs"]
+pub mod backend;
+#[cfg(not(unix))]
+pub use backend as lease;
+
+pub use backend::{FileBackend, FileCounts};
+pub use lease::FileLease;

@@ -1,0 +1,117 @@
+/* The file driver through the C API: a key of one directory shared by two
+ * providers and by two processes (the child forked before anything opens),
+ * a holder's death freeing it, fences rising. */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char yaml[512];
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1000.0 + (double)t.tv_nsec / 1e6;
+}
+
+struct waiter {
+    dokebi_lock_backend *backend;
+    dokebi_lock_lease *lease;
+    double granted_ms;
+};
+
+static void *wait_for_key(void *arg) {
+    struct waiter *waiter = arg;
+    waiter->lease = must_acquire(waiter->backend, "shared-key", 10000);
+    waiter->granted_ms = now_ms();
+    return NULL;
+}
+
+/* Two providers in one process open the lock files apart: the kernel keeps
+ * them apart as it keeps two processes. */
+static void a_key_held_through_one_provider_makes_another_wait_until_released(void) {
+    dokebi_lock_provider *one = open_provider(yaml), *two = open_provider(yaml);
+    dokebi_lock_backend *a = get_backend(one, "files"), *b = get_backend(two, "files");
+    dokebi_lock_lease *held = must_acquire(a, "shared-key", 0);
+    CHECK(dokebi_lock_lease_valid(held));
+    CHECK(dokebi_lock_lease_remaining_ms(held) == DOKEBI_LOCK_NEVER_EXPIRES);
+    dokebi_lock_lease *other = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(b, KEY("shared-key"), &other, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(b, KEY("shared-key"), 30, &other, ERR));
+
+    struct waiter waiter = { b, NULL, 0 };
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, wait_for_key, &waiter) == 0);
+    struct timespec pause_for = { 0, 50 * 1000 * 1000 };
+    nanosleep(&pause_for, NULL);
+    double released_ms = now_ms();
+    bool released = false;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(held, &released, ERR));
+    CHECK(released);
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK(waiter.granted_ms - released_ms < 1000.0);
+    CHECK(fence_of(waiter.lease) > fence_of(held));
+
+    dokebi_lock_lease_free(waiter.lease);
+    dokebi_lock_lease_free(held);
+    dokebi_lock_backend_free(a);
+    dokebi_lock_backend_free(b);
+    dokebi_lock_provider_free(one);
+    dokebi_lock_provider_free(two);
+}
+
+/* A child process holds the key until it is killed; the parent waits and
+ * gets the key as soon as the child is dead. */
+static void a_killed_holder_process_frees_the_key(void) {
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        close(ready[0]);
+        dokebi_lock_provider *provider = open_provider(yaml);
+        dokebi_lock_backend *files = get_backend(provider, "files");
+        dokebi_lock_lease *lease = must_acquire(files, "held-by-child", 0);
+        (void)lease;
+        CHECK(write(ready[1], "h", 1) == 1);
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char byte = 0;
+    CHECK(read(ready[0], &byte, 1) == 1 && byte == 'h');
+    close(ready[0]);
+
+    dokebi_lock_provider *provider = open_provider(yaml);
+    dokebi_lock_backend *files = get_backend(provider, "files");
+    dokebi_lock_lease *lease = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(files, KEY("held-by-child"), &lease, ERR));
+    double killed_ms = now_ms();
+    CHECK(kill(child, SIGKILL) == 0);
+    lease = must_acquire(files, "held-by-child", 10000);
+    CHECK(now_ms() - killed_ms < 1000.0);
+    CHECK(dokebi_lock_lease_valid(lease));
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_backend_free(files);
+    dokebi_lock_provider_free(provider);
+}
+
+int main(void) {
+    char directory[] = "/tmp/dokebi-lock-c-file-XXXXXX";
+    CHECK(mkdtemp(directory) != NULL);
+    /* A minute between polls: only a release's wake-up is in time. */
+    snprintf(yaml, sizeof yaml,
+             "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n"
+             "      files: { driver: file, directory: '%s/locks', pollIntervalMs: 60000 }\n",
+             directory);
+    a_killed_holder_process_frees_the_key();
+    a_key_held_through_one_provider_makes_another_wait_until_released();
+    printf("file: ok\n");
+    return 0;
+}

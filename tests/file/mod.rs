@@ -1,0 +1,50 @@
+//! What the file driver's tests share: a fresh private directory per test
+//! and a provider over it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dokebi_lock::{AcquireOptions, Backend, Provider};
+
+/// A directory under the system's temporary directory, unique to this
+/// process and call, not yet created (the driver creates it `0700`).
+pub fn fresh_directory(label: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("dokebi-file-{label}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The YAML of one file backend `locks` over `dir`, with `extra` settings
+/// (`key: value, ...`).
+pub fn yaml(dir: &Path, extra: &str) -> String {
+    let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
+    format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      locks: {{ driver: file, directory: '{}'{extra} }}\n",
+        dir.display()
+    )
+}
+
+/// A provider with the backend `locks` over `dir`.
+pub fn open(dir: &Path, extra: &str) -> (Provider, Backend) {
+    let provider = Provider::from_yaml(&yaml(dir, extra)).expect("the file backend opens");
+    let backend = provider.backend("locks").unwrap();
+    (provider, backend)
+}
+
+/// Acquire options that wait `ms`.
+pub fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
+}
+
+/// The names of the entries of `dir`.
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}

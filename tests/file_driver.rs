@@ -1,0 +1,310 @@
+//! The file driver in one process: its configuration and refusals, the
+//! codes of its waits, FIFO order, fences, and its lock files (named by a
+//! digest, never piling up, never a symlink followed).
+
+mod file;
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dokebi_lock::{AbortController, AcquireOptions, ErrorCode, LockMode, Provider};
+use file::{entries, fresh_directory, open, wait, yaml};
+use futures::executor::block_on;
+
+#[test]
+fn the_directory_is_created_private_and_a_key_is_held_alone() {
+    let dir = fresh_directory("basic");
+    let (provider, locks) = open(&dir, "");
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let lease = block_on(locks.acquire("order:42", wait(0))).unwrap();
+    assert!(lease.is_valid());
+    assert_eq!(lease.remaining(), None, "a file lease never expires while held");
+    assert_eq!(block_on(locks.acquire("order:42", wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    let other = block_on(locks.acquire("order:43", wait(0))).expect("another key is free");
+    assert!(block_on(lease.release()).unwrap());
+    assert!(!block_on(lease.release()).unwrap(), "a second release is false");
+    assert!(!lease.is_valid());
+    assert_eq!(lease.remaining(), Some(Duration::ZERO));
+    block_on(locks.acquire("order:42", wait(0))).expect("released, the key is free again");
+    drop(other);
+    block_on(provider.close());
+}
+
+#[test]
+fn the_directory_option_is_required_and_must_be_absolute() {
+    let err =
+        Provider::from_yaml("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      locks: { driver: file }\n").err().unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(err.issues()[0].path, "backends.locks.directory");
+    let err = Provider::from_yaml(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      locks: { driver: file, directory: relative/dir }\n",
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert!(err.issues()[0].message.contains("absolute"), "{err:?}");
+}
+
+#[test]
+fn a_directory_other_users_can_write_into_is_refused_at_open_and_later() {
+    let dir = fresh_directory("writable");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Provider::from_yaml(&yaml(&dir, "")).err().unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(err.issues()[0].path, "backends.locks.directory");
+    assert!(err.issues()[0].message.contains("chmod 700"), "the issue says how to fix it: {err:?}");
+
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (provider, locks) = open(&dir, "");
+    block_on(locks.acquire("k", wait(0))).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let err = block_on(locks.acquire("j", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "made group-writable after opening: refused");
+    assert!(err.message().contains("writable by other users"), "{err:?}");
+    block_on(provider.close());
+}
+
+#[test]
+fn a_key_never_appears_in_a_file_name_and_lock_files_of_free_keys_do_not_pile_up() {
+    let dir = fresh_directory("names");
+    let (provider, locks) = open(&dir, "");
+    let secret = "user@example.com/invoice-7";
+    let lease = block_on(locks.acquire(secret, wait(0))).unwrap();
+    let names = entries(&dir);
+    assert_eq!(names.len(), 1);
+    let name = &names[0];
+    assert!(name.ends_with(".lock") && name.len() == 37, "{name}");
+    assert!(name[..32].bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+    assert!(!name.contains("user") && !name.contains("invoice"));
+    drop(lease);
+    for n in 0..200 {
+        let lease = block_on(locks.acquire(&format!("job:{n}"), wait(0))).unwrap();
+        assert!(block_on(lease.release()).unwrap());
+    }
+    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock file is left for a free key");
+    block_on(provider.close());
+}
+
+#[test]
+fn fences_rise_with_every_grant_of_a_key_also_when_its_lock_file_is_removed_between_grants() {
+    let dir = fresh_directory("fences");
+    let (provider, locks) = open(&dir, "");
+    let mut last = 0;
+    for _ in 0..500 {
+        // Each release removes the key's file: the next grant starts a new
+        // counter, and the clock keeps the fences rising.
+        let lease = block_on(locks.acquire("hot", wait(0))).unwrap();
+        assert!(lease.fence() > last, "{} after {last}", lease.fence());
+        last = lease.fence();
+        drop(lease);
+    }
+    // Kept while someone of this process waits, the file's counter carries on.
+    let held = block_on(locks.acquire("hot", wait(0))).unwrap();
+    assert!(held.fence() > last);
+    last = held.fence();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("hot", wait(5_000))).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    drop(held);
+    let next = waiter.join().unwrap();
+    assert!(next.fence() > last);
+    block_on(provider.close());
+}
+
+#[test]
+fn a_lock_file_removed_while_held_makes_release_lease_lost_and_later_fences_still_rise() {
+    let dir = fresh_directory("removed");
+    let (provider, locks) = open(&dir, "");
+    let lease = block_on(locks.acquire("k", wait(0))).unwrap();
+    let fence = lease.fence();
+    let name = entries(&dir).remove(0);
+    std::fs::remove_file(dir.join(&name)).unwrap();
+    let err = block_on(lease.release()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::LeaseLost, "the holder learns that its section may have overlapped another");
+    assert!(!lease.is_valid());
+    assert_eq!(locks.status().lost, 1);
+    assert_eq!(locks.status().held, 0, "released all the same");
+    let next = block_on(locks.acquire("k", wait(0))).unwrap();
+    assert!(next.fence() > fence, "the counter went with the file; the clock keeps the fence rising");
+    assert!(block_on(next.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_planted_symlink_is_refused_and_never_followed() {
+    let dir = fresh_directory("symlink");
+    let (provider, locks) = open(&dir, "");
+    let lease = block_on(locks.acquire("k", wait(0))).unwrap();
+    let name = entries(&dir).remove(0);
+    drop(lease);
+    let target = fresh_directory("symlink-target");
+    std::os::unix::fs::symlink(&target, dir.join(&name)).unwrap();
+    let err = block_on(locks.acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    assert!(err.message().contains("symbolic link"), "{err:?}");
+    assert!(!target.exists(), "the link's target was not created");
+    block_on(provider.close());
+}
+
+#[test]
+fn a_lock_file_of_another_user_is_refused() {
+    if rustix_like_euid() != 0 {
+        // Giving a file away takes root; this machine's tests run as root.
+        eprintln!("skipped: not root");
+        return;
+    }
+    let dir = fresh_directory("owner");
+    let (provider, locks) = open(&dir, "");
+    let lease = block_on(locks.acquire("k", wait(0))).unwrap();
+    let name = entries(&dir).remove(0);
+    drop(lease);
+    let path = dir.join(&name);
+    std::fs::write(&path, b"").unwrap();
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let err = block_on(locks.acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    assert!(err.message().contains("owned by user 65534"), "{err:?}");
+    block_on(provider.close());
+}
+
+fn rustix_like_euid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    // The owner of a file this process creates is its effective user.
+    let probe = fresh_directory("euid");
+    std::fs::create_dir_all(&probe).unwrap();
+    let uid = std::fs::metadata(&probe).unwrap().uid();
+    let _ = std::fs::remove_dir(&probe);
+    uid
+}
+
+#[test]
+fn waiters_of_one_process_are_served_in_fifo_order() {
+    let dir = fresh_directory("fifo");
+    let (provider, locks) = open(&dir, "");
+    let first = block_on(locks.acquire("k", wait(0))).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for n in 0..6 {
+        let (queued, order) = (locks.clone(), order.clone());
+        threads.push(std::thread::spawn(move || {
+            let lease = block_on(queued.acquire("k", wait(10_000))).unwrap();
+            order.lock().unwrap().push(n);
+            std::thread::sleep(Duration::from_millis(2));
+            drop(lease);
+        }));
+        // Each joins the queue before the next starts.
+        while locks.status().waiting < n + 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    drop(first);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(entries(&dir), Vec::<String>::new());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_wait_ends_with_wait_timeout_aborted_or_closed_and_leaves_nothing_held() {
+    let dir = fresh_directory("codes");
+    let (provider, locks) = open(&dir, "");
+    let held = block_on(locks.acquire("k", wait(0))).unwrap();
+
+    let started = std::time::Instant::now();
+    let err = block_on(locks.acquire("k", wait(80))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::WaitTimeout);
+    assert!(started.elapsed() >= Duration::from_millis(80));
+    assert_eq!(locks.status().timed_out, 1);
+
+    let controller = AbortController::new();
+    let options = AcquireOptions { signal: Some(controller.signal()), ..wait(10_000) };
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        controller.abort();
+    });
+    assert_eq!(block_on(locks.acquire("k", options)).unwrap_err().code(), ErrorCode::Aborted);
+    aborter.join().unwrap();
+    let controller = AbortController::new();
+    controller.abort();
+    let options = AcquireOptions { signal: Some(controller.signal()), ..wait(10_000) };
+    assert_eq!(block_on(locks.acquire("free", options)).unwrap_err().code(), ErrorCode::Aborted, "aborted before");
+    assert_eq!(locks.status().waiting, 0);
+
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("k", wait(10_000))).unwrap_err().code()
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    block_on(provider.close());
+    assert_eq!(waiter.join().unwrap(), ErrorCode::Closed);
+    assert!(!held.is_valid(), "close releases held leases");
+    assert_eq!(block_on(locks.acquire("k", wait(0))).unwrap_err().code(), ErrorCode::Closed);
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+#[test]
+fn a_dropped_acquire_leaves_the_queue_and_the_next_waiter_is_served() {
+    let dir = fresh_directory("dropped");
+    let (provider, locks) = open(&dir, "");
+    let held = block_on(locks.acquire("k", wait(0))).unwrap();
+    let mut dropped = Box::pin(locks.acquire("k", wait(10_000)));
+    let waker = futures::task::noop_waker();
+    assert!(std::future::Future::poll(dropped.as_mut(), &mut std::task::Context::from_waker(&waker)).is_pending());
+    assert_eq!(locks.status().waiting, 1);
+    drop(dropped);
+    assert_eq!(locks.status().waiting, 0);
+    drop(held);
+    block_on(locks.acquire("k", wait(0))).expect("nothing holds the key");
+    block_on(provider.close());
+}
+
+#[test]
+fn max_waiters_is_queue_full_and_max_keys_is_key_limit() {
+    let dir = fresh_directory("limits");
+    let (provider, locks) = open(&dir, "maxWaiters: 1, maxKeys: 2");
+    let a = block_on(locks.acquire("a", wait(0))).unwrap();
+    let _b = block_on(locks.acquire("b", wait(0))).unwrap();
+    assert_eq!(block_on(locks.acquire("c", wait(0))).unwrap_err().code(), ErrorCode::KeyLimit);
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("a", wait(10_000))).map(|_| ())
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(block_on(locks.acquire("a", wait(1_000))).unwrap_err().code(), ErrorCode::QueueFull);
+    drop(a);
+    waiter.join().unwrap().unwrap();
+    block_on(provider.close());
+}
+
+#[test]
+fn kinds_the_driver_cannot_grant_are_unsupported_kind_never_an_exclusive_lease() {
+    let dir = fresh_directory("kinds");
+    let (provider, locks) = open(&dir, "");
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
+    assert_eq!(block_on(locks.acquire("k", shared)).unwrap_err().code(), ErrorCode::UnsupportedKind);
+    let counted = AcquireOptions { limit: Some(3), ..wait(0) };
+    assert_eq!(block_on(locks.acquire("k", counted)).unwrap_err().code(), ErrorCode::UnsupportedKind);
+    assert_eq!(block_on(locks.acquire_many(&["a", "b"], wait(0))).unwrap_err().code(), ErrorCode::UnsupportedKind);
+    assert_eq!(entries(&dir), Vec::<String>::new(), "nothing was taken");
+    block_on(provider.close());
+}
+
+#[test]
+fn status_counts_held_and_waiting_leases_of_the_file_driver() {
+    let dir = fresh_directory("status");
+    let (provider, locks) = open(&dir, "");
+    let lease = block_on(locks.acquire("k", wait(0))).unwrap();
+    let status = locks.status();
+    assert_eq!((status.driver, status.held, status.waiting, status.acquired), ("file", 1, 0, 1));
+    drop(lease);
+    assert_eq!(locks.status().held, 0);
+    block_on(provider.close());
+}

@@ -1,0 +1,230 @@
+//! The file driver between real processes: this test binary runs itself as
+//! the children (`child_process`, ignored in a plain run, is their entry
+//! point), which lock a key of one directory while the parent watches.
+
+mod file;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{ErrorCode, Provider};
+use file::{fresh_directory, open, wait, yaml};
+use futures::executor::block_on;
+
+/// Starts this test binary as a child running `role` over `dir`.
+fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("DOKEBI_FILE_CHILD", role)
+        .env("DOKEBI_FILE_YAML", yaml(dir, extra))
+        .env("DOKEBI_FILE_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdout)
+}
+
+/// What follows `prefix` on the next line the child printed with it.
+fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before printing {prefix}");
+        // The test harness may print its own words before ours on a line.
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_owned();
+        }
+    }
+}
+
+/// The children's entry point: does nothing unless run as a child.
+#[test]
+#[ignore = "the child process of the tests below, which run it"]
+fn child_process() {
+    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
+    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
+    let locks = provider.backend("locks").unwrap();
+    let dir = std::path::PathBuf::from(std::env::var("DOKEBI_FILE_DIR").unwrap());
+    let mut stdout = std::io::stdout();
+    match role.as_str() {
+        // Holds the key until told (a line on stdin), then releases it.
+        "hold" => {
+            let lease = block_on(locks.acquire("shared-key", wait(10_000))).unwrap();
+            writeln!(stdout, "held {}", lease.fence()).unwrap();
+            stdout.flush().unwrap();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            assert!(block_on(lease.release()).unwrap());
+            writeln!(stdout, "released").unwrap();
+        }
+        // Takes the key 200 times; inside, checks and updates a store that
+        // only the holder may touch (a read-modify-write of a count and the
+        // last fence, which must rise).
+        "hammer" => {
+            let store = dir.join("store.txt");
+            for _ in 0..200 {
+                let lease = block_on(locks.acquire("shared-key", wait(30_000))).unwrap();
+                let text = std::fs::read_to_string(&store).unwrap_or_else(|_| "0 0".into());
+                let mut parts = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+                let (count, last) = (parts.next().unwrap(), parts.next().unwrap());
+                assert!(lease.fence() > last, "fence {} not above the store's {last}", lease.fence());
+                std::fs::write(&store, format!("{} {}", count + 1, lease.fence())).unwrap();
+                std::thread::yield_now();
+                assert!(block_on(lease.release()).unwrap());
+            }
+            writeln!(stdout, "done").unwrap();
+        }
+        // Takes and releases the key in a loop (with `threads` tasks) for
+        // two seconds, counting its grants.
+        "loop" | "loop2" => {
+            let threads = if role == "loop" { 1 } else { 2 };
+            let started = std::time::Instant::now();
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let locks = locks.clone();
+                    std::thread::spawn(move || {
+                        let mut grants = 0u64;
+                        while started.elapsed() < Duration::from_secs(2) {
+                            let lease = block_on(locks.acquire("shared-key", wait(30_000))).unwrap();
+                            grants += 1;
+                            // A section, then at once the next acquire.
+                            std::thread::sleep(Duration::from_millis(1));
+                            drop(lease);
+                        }
+                        grants
+                    })
+                })
+                .collect();
+            writeln!(stdout, "looping").unwrap();
+            stdout.flush().unwrap();
+            let grants: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+            writeln!(stdout, "grants {grants}").unwrap();
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn processes_take_a_key_one_at_a_time_and_fences_rise_in_a_fenced_store() {
+    let dir = fresh_directory("hammer");
+    let (provider, _locks) = open(&dir, "");
+    let children: Vec<_> = (0..3).map(|_| spawn("hammer", &dir, "")).collect();
+    for (mut child, mut out) in children {
+        expect_line(&mut out, "done");
+        assert!(child.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(dir.join("store.txt")).unwrap();
+    assert_eq!(text.split_whitespace().next().unwrap(), "600", "every section saw the count of the one before it");
+    assert_eq!(file::entries(&dir), vec!["store.txt".to_owned()], "no lock file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn a_release_in_another_process_wakes_a_waiter_at_once_not_at_the_next_poll() {
+    let dir = fresh_directory("wake");
+    // A minute between polls: only the release's wake-up can be in time.
+    let (provider, locks) = open(&dir, "pollIntervalMs: 60000");
+    let (mut child, mut out) = spawn("hold", &dir, "");
+    let fence: u64 = expect_line(&mut out, "held").parse().unwrap();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || {
+            let lease = block_on(locks.acquire("shared-key", wait(10_000))).unwrap();
+            (Instant::now(), lease.fence())
+        }
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let released = Instant::now();
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    child.stdin.as_mut().unwrap().flush().unwrap();
+    let (granted, next) = waiter.join().unwrap();
+    let hand_off = granted.duration_since(released);
+    assert!(next > fence);
+    assert!(hand_off < Duration::from_secs(1), "woken after {hand_off:?}");
+    eprintln!("hand-off after a release in another process: {hand_off:?}");
+    assert!(child.wait().unwrap().success());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_killed_holder_frees_the_key_for_a_waiting_process_within_milliseconds() {
+    let dir = fresh_directory("kill");
+    let (provider, locks) = open(&dir, "pollIntervalMs: 60000");
+    let (mut child, mut out) = spawn("hold", &dir, "");
+    let fence: u64 = expect_line(&mut out, "held").parse().unwrap();
+    assert_eq!(block_on(locks.acquire("shared-key", wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || {
+            let lease = block_on(locks.acquire("shared-key", wait(10_000))).unwrap();
+            (Instant::now(), lease.fence())
+        }
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let killed = Instant::now();
+    child.kill().unwrap(); // SIGKILL: no release, no cleanup of its own.
+    let (granted, next) = waiter.join().unwrap();
+    let hand_off = granted.duration_since(killed);
+    eprintln!("hand-off after SIGKILL of the holder: {hand_off:?}");
+    assert!(hand_off < Duration::from_secs(1), "woken after {hand_off:?}");
+    assert!(next > fence, "the fence rises past the dead holder's");
+    let _ = child.wait();
+    block_on(provider.close());
+}
+
+#[test]
+fn a_stopped_holder_keeps_its_key_nothing_is_stolen() {
+    let dir = fresh_directory("stop");
+    let (provider, locks) = open(&dir, "");
+    let (mut child, mut out) = spawn("hold", &dir, "");
+    expect_line(&mut out, "held");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let err = block_on(locks.acquire("shared-key", wait(300))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::WaitTimeout, "a paused holder is not judged stale");
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    expect_line(&mut out, "released");
+    assert!(child.wait().unwrap().success());
+    block_on(locks.acquire("shared-key", wait(1_000))).expect("free after its release");
+    block_on(provider.close());
+}
+
+/// A process that takes a key again and again lets a waiting process in.
+fn a_looping_process_lets_a_waiting_one_in(role: &str) {
+    let dir = fresh_directory(role);
+    let (provider, locks) = open(&dir, "");
+    let (mut child, mut out) = spawn(role, &dir, "");
+    expect_line(&mut out, "looping");
+    for _ in 0..5 {
+        let started = Instant::now();
+        let lease = block_on(locks.acquire("shared-key", wait(1_000))).expect("a waiter gets its turn while the other process loops");
+        eprintln!("{role}: waited {:?}", started.elapsed());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(lease);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let grants: u64 = expect_line(&mut out, "grants").parse().unwrap();
+    assert!(grants > 10, "the looping process was not stopped either ({grants} grants)");
+    assert!(child.wait().unwrap().success());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_process_releasing_and_acquiring_a_key_in_a_loop_lets_a_waiting_process_in() {
+    a_looping_process_lets_a_waiting_one_in("loop");
+}
+
+#[test]
+fn a_process_whose_own_tasks_hand_a_key_around_lets_a_waiting_process_in() {
+    a_looping_process_lets_a_waiting_one_in("loop2");
+}
