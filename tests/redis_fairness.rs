@@ -154,11 +154,46 @@ fn a_key_handed_to_a_waiter_that_died_is_free_again_when_its_mark_lapses() {
     let released_at = Instant::now();
     assert!(block_on(held.release()).unwrap());
     let holder: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
-    assert_eq!(holder, dead, "the release handed the key to the oldest waiter");
+    assert_eq!(holder, format!("h:{dead}"), "the release reserved the key for the oldest waiter");
     let next = block_on(backend(&app).acquire("k", wait(5_000))).expect("granted once the mark lapsed");
     let waited = released_at.elapsed();
     assert!(waited >= Duration::from_millis(600) && waited < Duration::from_millis(2_500), "granted after {waited:?}");
     assert!(next.fence() > held.fence());
     assert!(block_on(next.release()).unwrap());
     block_on(app.close());
+}
+
+/// A failover to a replica that lagged can lose a grant yet keep the
+/// grantee's waiting mark (its try marked the key, the grant came after).
+/// The next release then hands the key to that mark: the holder of the lost
+/// grant, whose token the mark carries, must still find its lease lost
+/// (renew refused, release `LEASE_LOST`), not hold the key again unawares.
+#[test]
+fn a_holder_whose_grant_a_failover_lost_is_told_even_when_its_mark_is_handed_the_key() {
+    let server = support::redis_server::RedisServer::start();
+    let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let (other, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let digest = support::topology::digest("k");
+    let (lock, waiting) = (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"));
+    let mut raw = server.client();
+    let lost = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let token: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    // The failover: the grant is gone, the mark of its last try is not.
+    let _: () = redis::cmd("DEL").arg(&lock).query(&mut raw).unwrap();
+    let taker = block_on(backend(&other).acquire("k", wait(0))).unwrap();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(&waiting)
+        .arg(seconds * 1000 + micros / 1000 + 5_000)
+        .arg(format!("{}:{token}", seconds * 1_000_000 + micros))
+        .query(&mut raw)
+        .unwrap();
+    assert!(block_on(taker.release()).unwrap());
+    let reserved: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(reserved, format!("h:{token}"), "the release handed the key to the surviving mark");
+    assert!(!block_on(lost.renew()).unwrap(), "the lost lease is not renewed by the hand-off");
+    let error = block_on(lost.release()).expect_err("the lost lease's release is refused");
+    assert_eq!(error.code(), dokebi_lock::ErrorCode::LeaseLost);
+    block_on(app.close());
+    block_on(other.close());
 }

@@ -52,8 +52,9 @@ macro_rules! next_fence {
 /// waiting name a plain mark. A waiter retries (and so renews the marks)
 /// well within its `waitingMs`.
 ///
-/// A lock that already carries our token was granted (a retry) or handed
-/// to us by a release: either way it is ours now, with a new fence.
+/// A lock that already carries our token was granted (a retry), and one
+/// that carries it as `h:<token>` was handed to us by a release (see
+/// [`RELEASE`]): either way it is ours now, with a new fence.
 ///
 /// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
 /// it fails does the script look further: a lock held by shared or
@@ -100,7 +101,7 @@ local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local ticket, now, hint, queued = ARGV[4], nil, nil, nil
 if not granted then
   local held = redis.pcall('GET', KEYS[1])
-  if held == ARGV[1] then
+  if held == ARGV[1] or held == 'h:' .. ARGV[1] then
     granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   elseif type(held) == 'table' then
     local limit = redis.call('HGET', KEYS[4], 'limit')
@@ -190,10 +191,14 @@ return 0
 /// name, a sorted set (`<ticket>:<token>` scored by when it lapses, see
 /// [`ACQUIRE`]), and a release that finds live marks there does not free
 /// the key but hands it to the oldest of them (lowest ticket, of any
-/// process): the lock then carries that waiter's token, for as long as its
-/// mark had left, so the releasing process's own next acquire waits its
-/// turn instead of taking the key back before the wake-up reaches the
-/// other process. The waiter's next try finds its token and is granted,
+/// process): the lock then carries that waiter's token as `h:<token>`, for
+/// as long as its mark had left, so the releasing process's own next
+/// acquire waits its turn instead of taking the key back before the wake-up
+/// reaches the other process. Not the token itself: a holder of the same
+/// token whose grant a failover lost (its waiting mark survived on the
+/// replica, its grant did not) must find its release and renew refused
+/// (`LEASE_LOST`), not take the hand-off for its old lease. The waiter's
+/// next try finds its reservation and is granted,
 /// with a new fence (a waiter that died holds the key only until its mark
 /// would have lapsed). Lapsed marks are dropped. A waiting name that is a
 /// kinds waiter's mark (a string) is deleted as before.
@@ -223,7 +228,7 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
       redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
     end
     local token = string.sub(next, string.find(next, ':', 1, true) + 1)
-    redis.call('SET', KEYS[1], token, 'PX', string.format('%.0f', lapses - now_ms))
+    redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
   else
     redis.call('DEL', KEYS[1], KEYS[2])
   end
@@ -403,7 +408,8 @@ local function grant(first, last, r, waiting_ms)
       -- only if pruning needs it.
       local holders = cached and true or redis.pcall('ZCARD', lock)
       if type(holders) == 'table' then
-        if redis.call('GET', lock) ~= token then
+        local held = redis.call('GET', lock)
+        if held ~= token and held ~= 'h:' .. token then
           if not plain and not shared then
             return {-1, at}
           end
@@ -813,7 +819,7 @@ return reply
 /// counted request for the rest of its `waitingMs`; when it was the last
 /// mark of a key that others wait for, they are told at once (as by a
 /// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
-/// a key a release handed to it (the lock carries its token) is given up,
+/// a key a release handed to it (the lock carries `h:<token>`) is given up,
 /// and waiters told. Returns 0.
 const KINDS_WITHDRAW: &str = r"
 for i = 1, #KEYS, 5 do
@@ -822,7 +828,7 @@ for i = 1, #KEYS, 5 do
     if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
       redis.call('PUBLISH', ARGV[8], KEYS[i])
     end
-  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == ARGV[1] then
+  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
     redis.call('DEL', KEYS[i])
     redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
