@@ -9,12 +9,8 @@
 //! Results come back as a lease handle or an `ErrorInfo` object, which the
 //! JS layer turns into a `LockError`.
 
-use std::time::Duration;
-
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{
-    key, AbortController, AcquireOptions, Backend, ErrorCode, FileBackend, FileLease, LockError, LockKind, LockMode, Options,
-};
+use dokebi_lock::{AbortController, Backend, ErrorCode, FileBackend, FileLease, LockError, Options};
 use napi::bindgen_prelude::{External, Utf16String};
 use napi::Env;
 use napi_derive::napi;
@@ -22,6 +18,7 @@ use napi_derive::napi;
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
+use crate::kind_request::kind_request;
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
 
@@ -74,10 +71,7 @@ impl NativeFileBackend {
         promise(env, || {
             let backend = Backend::File((*self.backend).clone());
             let max_key_bytes = self.backend.options().max_key_bytes as usize;
-            let keys: dokebi_lock::Result<Vec<String>> = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
-            let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
-            let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
-            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal()));
+            let (keys, options) = kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort);
             let acquire = async move {
                 let keys = keys?;
                 let names: Vec<&str> = keys.iter().map(String::as_str).collect();

@@ -35,6 +35,7 @@ mod file;
 mod guard;
 mod keep_alive;
 mod key;
+mod kind_request;
 mod lease;
 mod local;
 mod options;

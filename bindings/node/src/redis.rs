@@ -13,13 +13,10 @@
 //! object, which the JS layer turns into a `LockError`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{
-    key, AbortController, AcquireOptions, Backend, ErrorCode, Hooks, LockError, LockKind, LockMode, Options, Provider, RedisBackend,
-};
+use dokebi_lock::{AbortController, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend};
 use napi::bindgen_prelude::{External, Unknown, Utf16String};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
@@ -29,6 +26,7 @@ use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
 use crate::keep_alive::NativeKeepAlive;
+use crate::kind_request::kind_request;
 use crate::lease::{lease_handle, LeaseHandle};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -207,10 +205,7 @@ impl NativeRedisBackend {
         promise(env, || {
             let backend = self.backend.clone();
             let max_key_bytes = backend.options().max_key_bytes as usize;
-            let keys: dokebi_lock::Result<Vec<String>> = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
-            let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
-            let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
-            let options = AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal()));
+            let (keys, options) = kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort);
             let acquire = async move {
                 let keys = keys?;
                 let names: Vec<&str> = keys.iter().map(String::as_str).collect();

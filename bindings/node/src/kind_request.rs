@@ -1,0 +1,24 @@
+//! The arguments of a kinds acquire (`acquireKind` of a redis backend,
+//! `acquire` of a file backend) as the core takes them.
+
+use std::time::Duration;
+
+use dokebi_lock::{key, AbortController, AcquireOptions, LockKind, LockMode};
+use napi::bindgen_prelude::{External, Utf16String};
+
+/// The keys (converted now, their error reported by the acquire) and the
+/// options of an acquire in the kind asked.
+pub fn kind_request(
+    keys: &[Utf16String],
+    max_key_bytes: usize,
+    shared: bool,
+    limit: u32,
+    weight: u32,
+    wait_timeout_ms: u32,
+    abort: Option<&External<AbortController>>,
+) -> (dokebi_lock::Result<Vec<String>>, AcquireOptions) {
+    let keys = keys.iter().map(|key| key::from_utf16(key, max_key_bytes)).collect();
+    let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
+    let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
+    (keys, AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal())))
+}
