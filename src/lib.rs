@@ -19,7 +19,7 @@
 //! ```
 
 // No unsafe code in the core, but for the one impl that lets a host's own
-// socket ride in redis-rs' `Send` connection (`redis::host::HostStream`), whose
+// socket ride in redis-rs' `Send` connection (`host::HostStream`), whose
 // contract the `unsafe trait Host` puts on the host.
 #![deny(unsafe_code)]
 
@@ -27,6 +27,7 @@ pub mod abort;
 pub mod acquire;
 pub mod error;
 pub mod file;
+pub mod host;
 pub mod key;
 pub mod local;
 pub mod log;
@@ -34,6 +35,7 @@ pub mod options;
 pub mod provider;
 pub mod redis;
 pub mod status;
+pub mod store;
 pub mod telemetry;
 mod trace;
 pub mod with_lock;
@@ -44,6 +46,7 @@ pub use error::{ErrorCode, Issue, LockError, Result};
 pub use file::{FileBackend, FileCounts, FileLease};
 pub use options::Options;
 pub use provider::{Backend, Hooks, Lease, Provider};
-pub use redis::{RedisBackend, RedisCounts, RedisLease};
+pub use redis::{RedisBackend, RedisLease};
 pub use status::BackendStatus;
+pub use store::StoreCounts;
 pub use with_lock::{Section, WithLockOptions};

@@ -25,7 +25,7 @@ pub struct Hooks {
     /// [`crate::telemetry::TelemetrySink`]); `None` measures nothing.
     pub telemetry: Option<Telemetry>,
     /// An event loop whose thread runs the redis operations started on it
-    /// (see [`crate::redis::host`]); `None` runs them on the driver's thread.
+    /// (see [`crate::host`]); `None` runs them on the driver's thread.
     pub host: Option<Arc<dyn Host>>,
     /// A PEM file of authorities that TLS links trust besides the system's
     /// (a connection's own `tls.ca` replaces both). The Node surface passes
@@ -40,8 +40,8 @@ impl Default for Hooks {
         Hooks { logger: stderr_logger(), telemetry: None, host: None, extra_authorities: None }
     }
 }
+use crate::host::Host;
 use crate::options::{BackendOptions, Options};
-use crate::redis::host::Host;
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
 use crate::status::{BackendStatus, RedisStatus};
 

@@ -17,7 +17,7 @@ const MAX_SWITCHES = PAIRS / 10;
 const skip = process.platform !== 'linux' && 'reads /proc/self/task';
 
 /** Voluntary context switches of the driver's runtime threads (named
- *  `dokebi-lock-redis`, cut to 15 characters by the kernel), summed. */
+ *  `dokebi-lock-io`), summed. */
 function runtimeSwitches() {
   let switches = 0;
   let threads = 0;
@@ -28,7 +28,7 @@ function runtimeSwitches() {
     } catch {
       continue; // the thread ended
     }
-    if (!/^Name:\s*dokebi-lock-red/m.test(status)) continue;
+    if (!/^Name:\s*dokebi-lock-io$/m.test(status)) continue;
     threads++;
     switches += Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)[1]);
   }

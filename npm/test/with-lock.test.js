@@ -426,7 +426,7 @@ test('a Redis that dies during the section aborts the signal and rejects with LE
 
 // Needs the core's keep-alive to fire "lost" when the lease's local validity
 // runs out with no renewal confirmed, even while a renewal is stalled
-// (src/redis/keep_alive.rs); until then the loss shows only when the stalled
+// (src/store/keep_alive.rs); until then the loss shows only when the stalled
 // renewal times out, after commandTimeoutMs.
 test('a network that holds every byte past the lease: the signal aborts and withLock rejects with LEASE_LOST without waiting for the release', async () => {
   const proxy = await startProxy(redis.port);

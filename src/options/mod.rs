@@ -39,7 +39,7 @@ pub enum BackendOptions {
     /// A `driver: local` backend: an in-process FIFO mutex.
     Local(LocalOptions),
     /// A `driver: redis` backend: a Redis lease.
-    Redis(RedisOptions),
+    Redis(StoreOptions),
     /// A `driver: file` backend: kernel file locks shared by the processes
     /// of one host.
     File(FileOptions),
@@ -114,9 +114,9 @@ impl LocalOptions {
     }
 }
 
-/// Options of a `driver: redis` backend.
+/// Options of a backend whose leases live in a store (`driver: redis`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisOptions {
+pub struct StoreOptions {
     /// `connection`: the name of a connection in `dokebi-redis.connections`.
     pub connection: String,
     /// `namespace`: the prefix of every Redis key this backend writes.
@@ -147,9 +147,9 @@ pub struct RedisOptions {
     pub thresholds: Thresholds,
 }
 
-impl RedisOptions {
+impl StoreOptions {
     fn from_fields(fields: &Fields) -> Self {
-        RedisOptions {
+        StoreOptions {
             connection: fields.text("connection"),
             namespace: fields.text("namespace"),
             lease_ms: fields.int("leaseMs"),
@@ -552,7 +552,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
         settings.remove("driver");
         let backend = match driver {
             "local" => Fields::read(&settings, LOCAL_FIELDS, &path, issues).map(|f| BackendOptions::Local(LocalOptions::from_fields(&f))),
-            "redis" => Fields::read(&settings, REDIS_FIELDS, &path, issues).map(|f| BackendOptions::Redis(RedisOptions::from_fields(&f))),
+            "redis" => Fields::read(&settings, REDIS_FIELDS, &path, issues).map(|f| BackendOptions::Redis(StoreOptions::from_fields(&f))),
             "file" => Fields::read(&settings, FILE_FIELDS, &path, issues).map(|f| BackendOptions::File(FileOptions::from_fields(&f))),
             other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
         };

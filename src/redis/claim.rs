@@ -15,50 +15,37 @@
 
 use redis::cluster_routing::Slot;
 
-use super::connection::{Answer, Failure, RedisConnection};
 use super::keys::RedisKeys;
-use super::topology::NodeConnection;
+use super::store::Shared;
+use super::transport::connection::{self, Answer};
+use super::transport::topology::NodeConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Cause;
+use crate::store::{Claim as StoreClaim, Failure, Taken};
 
 /// The keys, kind and token of one lease (or one acquire in progress).
-pub(crate) struct Claim {
+pub struct Claim {
     /// The Redis names of each key, in the caller's order.
-    pub keys: Vec<RedisKeys>,
-    pub kind: LockKind,
-    pub token: String,
+    pub(crate) keys: Vec<RedisKeys>,
+    pub(crate) kind: LockKind,
+    pub(crate) token: String,
     /// `fenceRetentionMs`: how long each key's fence counter lives after a
     /// grant of this claim.
-    pub retention_ms: u64,
+    pub(crate) retention_ms: u64,
     /// Indexes into `keys`: one group per script call, in the order taken.
     groups: Vec<Vec<usize>>,
-}
-
-/// What one try at taking a claim found.
-pub(crate) enum Taken {
-    /// Every key is ours: the fence of each (in the caller's order), and
-    /// where each group's grant was written (for `replicaAcks`).
-    Granted { fences: Vec<u64>, written: Vec<NodeConnection> },
-    /// Some key is held (or, for a reader or a counted request, waited for
-    /// first). `hint`: milliseconds until its first blocking holder
-    /// expires (negative: unknown); `ticket`: this request's place among
-    /// waiters, for the next try (0: none).
-    Busy { hint: i64, ticket: u64 },
-    /// Some key is held or waited for with a different limit.
-    OtherLimit,
 }
 
 /// What one call of the hand-off script did.
 pub(crate) struct HandedOver {
     /// How many keys the released lease gave back.
-    pub released: i64,
+    pub(crate) released: i64,
     /// Per key of the released lease: a waiter may now be granted there.
-    pub wake: Vec<bool>,
+    pub(crate) wake: Vec<bool>,
     /// Per request tried, in order, what its own try would have found (the
     /// requests after the first that was not granted were not tried).
-    pub taken: Vec<Taken>,
-    pub via: NodeConnection,
-    pub first_attempt_lost: Option<Cause>,
+    pub(crate) taken: Vec<Taken<NodeConnection>>,
+    pub(crate) first_attempt_lost: Option<Cause>,
 }
 
 /// The arguments every kinds script takes (see the scripts module).
@@ -78,7 +65,7 @@ impl Claim {
     /// A claim of `keys` (Redis names, the caller's order) of `kind`. On a
     /// `cluster`, keys are grouped by hash slot; each grant keeps the keys'
     /// fence counters for `retention_ms`.
-    pub fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool, retention_ms: u64) -> Claim {
+    pub(crate) fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool, retention_ms: u64) -> Claim {
         // Most claims: one key, one group (built without the grouping's
         // growing vectors, on every acquire).
         if keys.len() == 1 {
@@ -100,18 +87,8 @@ impl Claim {
         Claim { keys, kind, token, retention_ms, groups }
     }
 
-    /// A plain lease on one key: the plain scripts serve it.
-    pub fn is_plain(&self) -> bool {
-        self.keys.len() == 1 && self.kind.is_plain()
-    }
-
-    /// True when the claim is taken in more than one script call.
-    pub fn is_split(&self) -> bool {
-        self.groups.len() > 1
-    }
-
     /// The lock name of the first key (where a single key's `WAIT` goes).
-    pub fn first_lock(&self) -> &str {
+    pub(crate) fn first_lock(&self) -> &str {
         self.keys[0].lock()
     }
 
@@ -135,13 +112,14 @@ impl Claim {
 
     async fn kinds<T: redis::FromRedisValue>(
         &self,
-        connection: &RedisConnection,
+        shared: &Shared,
         script: &redis::Script,
         group: &[usize],
         args: &KindsArgs<'_>,
     ) -> Result<Answer<T>, Failure> {
         let keys = self.group_keys(group);
-        connection
+        shared
+            .connection
             .eval::<T>(
                 script,
                 &keys,
@@ -164,18 +142,19 @@ impl Claim {
     /// leaves no mark); `ticket` is the one the last try answered; groups
     /// given back before a wait publish on `channel`. On a failure part of
     /// a split claim may still be held: the caller cleans up by token.
-    pub async fn take(
+    pub(crate) async fn take(
         &self,
-        connection: &RedisConnection,
+        shared: &Shared,
         lease_ms: u64,
         waiting_ms: u64,
         ticket: u64,
         channel: &str,
-    ) -> Result<Taken, Failure> {
-        let scripts = &connection.scripts;
+    ) -> Result<Taken<NodeConnection>, Failure> {
+        let scripts = &shared.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = connection
+            let answer = shared
+                .connection
                 .eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket, &self.retention_ms])
                 .await?;
             let (status, value, ticket) = answer.value;
@@ -189,7 +168,7 @@ impl Claim {
         let mut fences = vec![0u64; self.keys.len()];
         let mut written = Vec::with_capacity(self.groups.len());
         for (taken, group) in self.groups.iter().enumerate() {
-            let answer = self.kinds::<Vec<i64>>(connection, &scripts.kinds_acquire, group, &args).await?;
+            let answer = self.kinds::<Vec<i64>>(shared, &scripts.kinds_acquire, group, &args).await?;
             let reply = &answer.value;
             match reply.first().copied() {
                 Some(1) if reply.len() == group.len() + 1 => {
@@ -199,14 +178,14 @@ impl Claim {
                     written.push(answer.via);
                 }
                 Some(0) => {
-                    self.give_back_groups(connection, &self.groups[..taken], channel).await?;
+                    self.give_back_groups(shared, &self.groups[..taken], channel).await?;
                     return Ok(Taken::Busy {
                         hint: reply.get(1).copied().unwrap_or(-1),
                         ticket: reply.get(2).copied().unwrap_or(0) as u64,
                     });
                 }
                 _ => {
-                    self.give_back_groups(connection, &self.groups[..taken], channel).await?;
+                    self.give_back_groups(shared, &self.groups[..taken], channel).await?;
                     return Ok(Taken::OtherLimit);
                 }
             }
@@ -216,17 +195,17 @@ impl Claim {
 
     /// Extends every key to `lease_ms` from now: true when each still
     /// carried our token, with where each renewal was written.
-    pub async fn extend(&self, connection: &RedisConnection, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    pub(crate) async fn extend(&self, shared: &Shared, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
-            let answer = connection.eval::<i64>(&connection.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
+            let answer = shared.connection.eval::<i64>(&shared.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
             return Ok((answer.value == 1, vec![answer.via]));
         }
         let args = self.args(lease_ms, 0, 0, "");
         let mut renewed = 0;
         let mut written = Vec::with_capacity(self.groups.len());
         for group in &self.groups {
-            let answer = self.kinds::<i64>(connection, &connection.scripts.kinds_renew, group, &args).await?;
+            let answer = self.kinds::<i64>(shared, &shared.scripts.kinds_renew, group, &args).await?;
             renewed += answer.value;
             written.push(answer.via);
         }
@@ -236,12 +215,12 @@ impl Claim {
     /// Gives back every key that still carries our token, telling waiters
     /// in every process (see the release scripts): `value` 1 when every key
     /// did, else 0. Every group is tried, also after one failed.
-    pub async fn give_back(&self, connection: &RedisConnection, channel: &str) -> Result<Answer<i64>, Failure> {
+    pub(crate) async fn give_back(&self, shared: &Shared, channel: &str) -> Result<Answer<i64>, Failure> {
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = connection.eval::<i64>(&connection.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
+            let answer = shared.connection.eval::<i64>(&shared.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
             if answer.value == 1 {
-                connection.waiters.wake(k.lock());
+                shared.waiters.wake(k.lock());
             }
             return Ok(answer);
         }
@@ -250,7 +229,7 @@ impl Claim {
         let mut first_failure = None;
         let mut answered: Option<Answer<i64>> = None;
         for group in &self.groups {
-            match self.kinds::<i64>(connection, &connection.scripts.kinds_release, group, &args).await {
+            match self.kinds::<i64>(shared, &shared.scripts.kinds_release, group, &args).await {
                 Ok(answer) => {
                     released += answer.value;
                     let lost = answered.take().and_then(|a| a.first_attempt_lost);
@@ -263,7 +242,7 @@ impl Claim {
         }
         if released > 0 {
             for key in &self.keys {
-                connection.waiters.wake(key.lock());
+                shared.waiters.wake(key.lock());
             }
         }
         match (first_failure, answered) {
@@ -276,13 +255,13 @@ impl Claim {
         }
     }
 
-    async fn give_back_groups(&self, connection: &RedisConnection, groups: &[Vec<usize>], channel: &str) -> Result<(), Failure> {
+    async fn give_back_groups(&self, shared: &Shared, groups: &[Vec<usize>], channel: &str) -> Result<(), Failure> {
         let args = self.args(0, 0, 0, channel);
         for group in groups {
-            self.kinds::<i64>(connection, &connection.scripts.kinds_release, group, &args).await?;
+            self.kinds::<i64>(shared, &shared.scripts.kinds_release, group, &args).await?;
         }
         for &i in groups.iter().flatten() {
-            connection.waiters.wake(self.keys[i].lock());
+            shared.waiters.wake(self.keys[i].lock());
         }
         Ok(())
     }
@@ -292,8 +271,8 @@ impl Claim {
     /// ticket) in turn, up to the first that cannot be granted; marks are
     /// left by the first request only, for `waiting_ms`. Single-group claims
     /// only (every key in one script).
-    pub async fn hand_over(
-        connection: &RedisConnection,
+    pub(crate) async fn hand_over(
+        shared: &Shared,
         released: Option<&Claim>,
         requests: &[(&Claim, u64)],
         lease_ms: u64,
@@ -322,9 +301,8 @@ impl Claim {
                 claim.keys.len().to_string(),
             ]);
         }
-        let args: Vec<&dyn super::connection::ToRedisArgsRef> =
-            args.iter().map(|arg| arg as &dyn super::connection::ToRedisArgsRef).collect();
-        let answer = connection.eval::<Vec<i64>>(&connection.scripts.kinds_handoff, &keys, &args).await?;
+        let args: Vec<&dyn connection::ToRedisArgsRef> = args.iter().map(|arg| arg as &dyn connection::ToRedisArgsRef).collect();
+        let answer = shared.connection.eval::<Vec<i64>>(&shared.scripts.kinds_handoff, &keys, &args).await?;
         let reply = answer.value;
         let wakes = released.map_or(0, |claim| claim.keys.len());
         let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
@@ -352,13 +330,7 @@ impl Claim {
                 None => break,
             }
         }
-        Ok(HandedOver {
-            released: reply.first().copied().unwrap_or(0),
-            wake,
-            taken,
-            via: answer.via,
-            first_attempt_lost: answer.first_attempt_lost,
-        })
+        Ok(HandedOver { released: reply.first().copied().unwrap_or(0), wake, taken, first_attempt_lost: answer.first_attempt_lost })
     }
 
     /// Every Redis name of every key, five per key, in the caller's order.
@@ -375,10 +347,30 @@ impl Claim {
 
     /// Takes back the marks a waiting try left under `ticket` (best
     /// effort), telling waiters on `channel` when they were the last.
-    pub async fn withdraw(&self, connection: &RedisConnection, ticket: u64, channel: &str) {
+    pub(crate) async fn withdraw(&self, shared: &Shared, ticket: u64, channel: &str) {
         let args = self.args(0, 0, ticket, channel);
         for group in &self.groups {
-            let _ = self.kinds::<i64>(connection, &connection.scripts.kinds_withdraw, group, &args).await;
+            let _ = self.kinds::<i64>(shared, &shared.scripts.kinds_withdraw, group, &args).await;
         }
+    }
+}
+
+impl StoreClaim for Claim {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The lock names: a release message names one.
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(RedisKeys::lock)
+    }
+
+    fn kind(&self) -> &LockKind {
+        &self.kind
+    }
+
+    /// On a Cluster, one call per hash slot.
+    fn is_split(&self) -> bool {
+        self.groups.len() > 1
     }
 }

@@ -1,22 +1,17 @@
 //! The `redis` driver: leases shared by processes through a Redis (or
 //! Valkey) server, with owner tokens, fencing tokens and pub/sub wake-ups.
+//! The lock layer (queues, hand-off, acquire, leases) is the one every store
+//! driver shares ([`crate::store`]); this driver supplies its store:
 //!
-//! - `connection`: one shared, bounded, self-healing connection per
-//!   `dokebi-redis.connections` entry; `notify`: its one subscription;
-//!   `topology`: where it finds Redis (a server, Sentinel, a cluster);
-//!   `cluster`: a cluster's slot map, by which commands go to its primaries;
-//!   `switches`: following a Sentinel failover the moment it happens.
-//! - `link`: how every link to a node is opened (`tcp`: nodelay and the
-//!   keepalive the system takes; `tls`: the connection's own TLS); and
-//!   `refusal`: a server that refused our credentials, or a certificate
-//!   refused, told apart from an unreachable one.
-//! - `scripts`: the Lua scripts (one round trip per operation); `claim`:
-//!   what one lease holds (its keys, kind and token) and which scripts take
-//!   and give it back (per hash slot on a Cluster).
-//! - `waiters`: per-key FIFO inside the process, only the head polls Redis.
-//! - [`backend`] and [`lease`]: the public API; `acquire`: one acquire's task.
-//! - `runtime`: the driver's own tokio runtime, started only when a redis
-//!   backend is configured.
+//! - `store`: [`RedisStore`], the seam's operations, and what the backends
+//!   of one connection share;
+//! - `claim`: what one lease holds in Redis (its keys' names, kind and
+//!   token) and which scripts take and give it back (per hash slot on a
+//!   Cluster); `scripts`: the Lua scripts (one round trip per operation);
+//!   `keys`: the Redis names of a user key, and owner tokens;
+//! - `notify`: release notifications, which wake this process's waiters;
+//! - `transport`: connections, topology (a server, Sentinel, a cluster),
+//!   links, TLS and refusals; it knows nothing of locks.
 //!
 //! Lock kinds (see [`RedisBackend::acquire`]): exclusive (the default),
 //! shared (a reader/writer lock: readers together, a writer alone; a writer
@@ -50,50 +45,40 @@
 //! # }).unwrap();
 //! ```
 
-pub(crate) mod acquire;
-pub mod backend;
 pub(crate) mod claim;
-pub(crate) mod cluster;
-pub(crate) mod connection;
-pub(crate) mod core;
-pub(crate) mod handoff;
-pub mod host;
-pub mod keep_alive;
 pub(crate) mod keys;
-pub mod lease;
-pub(crate) mod link;
 pub(crate) mod notify;
-pub(crate) mod refusal;
-pub(crate) mod runtime;
 pub(crate) mod scripts;
-pub(crate) mod subscriptions;
-pub(crate) mod switches;
-pub(crate) mod tcp;
-pub(crate) mod tls;
-pub(crate) mod topology;
-pub(crate) mod waiters;
+pub mod store;
+pub(crate) mod transport;
 
-pub use backend::{RedisBackend, RedisCounts};
-pub use keep_alive::KeepAlive;
-pub use lease::RedisLease;
+pub use store::RedisStore;
+
+/// A backend whose leases live in Redis (see [`StoreBackend`]).
+pub type RedisBackend = StoreBackend<RedisStore>;
+/// A lease held through Redis (see [`StoreLease`]).
+pub type RedisLease = StoreLease<RedisStore>;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::host::Host;
 use crate::log::{Level, LogRecord, Logger};
-use crate::options::{BackendOptions, Options, RedisOptions};
+use crate::options::{BackendOptions, Options, StoreOptions};
+use crate::store::runtime::DriverRuntime;
+use crate::store::{StoreBackend, StoreLease};
 use crate::telemetry::Telemetry;
-use connection::RedisConnection;
-use host::Host;
-use runtime::DriverRuntime;
+use store::Shared;
+use transport::connection::RedisConnection;
+use transport::tls;
 
 /// The driver's shared parts in one provider: the runtime and the
 /// connections its redis backends use. Exists only when there is at least
 /// one redis backend.
 pub(crate) struct RedisDriver {
     runtime: Arc<DriverRuntime>,
-    connections: BTreeMap<String, Arc<RedisConnection>>,
+    connections: BTreeMap<String, Arc<Shared>>,
     logger: Logger,
     telemetry: Option<Telemetry>,
 }
@@ -146,7 +131,7 @@ impl RedisDriver {
                     telemetry.clone(),
                     host.clone(),
                 )?;
-                connections.insert(name.to_owned(), Arc::new(connection));
+                connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
             }
         }
         let runtime = Arc::new(DriverRuntime::start(host.clone())?);
@@ -154,25 +139,26 @@ impl RedisDriver {
     }
 
     /// The backend `name` with `options` on its connection.
-    pub fn backend(&self, name: &str, options: RedisOptions) -> RedisBackend {
-        let connection = self.connections[&options.connection].clone();
-        RedisBackend::new(name, options, connection, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+    pub fn backend(&self, name: &str, options: StoreOptions) -> RedisBackend {
+        let store = RedisStore::new(self.connections[&options.connection].clone(), &options);
+        RedisBackend::new(name, options, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
     }
 
     /// Connects in the background: subscribes each connection to the release
     /// channels of its backends' namespaces and checks its eviction policy.
-    pub fn start(&self, backends: &BTreeMap<String, RedisOptions>) {
-        for (name, connection) in &self.connections {
-            let users: Vec<&RedisOptions> = backends.values().filter(|b| &b.connection == name).collect();
+    pub fn start(&self, backends: &BTreeMap<String, StoreOptions>) {
+        for (name, shared) in &self.connections {
+            let connection = &shared.connection;
+            let users: Vec<&StoreOptions> = backends.values().filter(|b| &b.connection == name).collect();
             let mut channels: Vec<String> = users.iter().map(|b| keys::release_channel(&b.namespace)).collect();
             channels.sort();
             channels.dedup();
             let names: Vec<String> = backends.iter().filter(|(_, b)| &b.connection == name).map(|(n, _)| n.clone()).collect();
             let handle = self.runtime.spawner().handle();
             for index in 0..connection.subscribers() {
-                handle.spawn(notify::run(connection.clone(), channels.clone(), index));
+                handle.spawn(notify::run(shared.clone(), channels.clone(), index));
             }
-            handle.spawn(switches::follow(connection.clone()));
+            handle.spawn(transport::switches::follow(connection.clone()));
             let (connection, logger) = (connection.clone(), self.logger.clone());
             handle.spawn(async move { connection.check_eviction_policy(&names, &logger).await });
         }
@@ -180,7 +166,7 @@ impl RedisDriver {
 
     /// Stops notifications and closes every connection.
     pub async fn shut_down(&self) {
-        let connections: Vec<Arc<RedisConnection>> = self.connections.values().cloned().collect();
+        let connections: Vec<Arc<RedisConnection>> = self.connections.values().map(|shared| shared.connection.clone()).collect();
         let _ = self
             .runtime
             .spawner()

@@ -1,5 +1,5 @@
 //! Release notifications: one pub/sub connection per Redis connection (in
-//! a cluster, one per seed node: see [`super::subscriptions`]), subscribed
+//! a cluster, one per seed node: see [`super::transport::subscriptions`]), subscribed
 //! to the release channel of each namespace that uses it (not one
 //! subscription per key). A message names a released lock key and wakes
 //! the head waiter of that key in this process.
@@ -8,18 +8,16 @@
 //! and waiters fall back to `pollIntervalMs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::connection::RedisConnection;
 use super::keys::is_older_layout;
-
-pub(super) const RETRY_MIN: Duration = Duration::from_millis(50);
-pub(super) const RETRY_MAX: Duration = Duration::from_secs(1);
+use super::store::Shared;
+use super::transport::{RETRY_MAX, RETRY_MIN};
 
 /// Keeps subscription `index` alive until the connection shuts down.
-pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>, index: usize) {
+pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>, index: usize) {
+    let connection = &shared.connection;
     let mut stopped = connection.stopped();
     let mut switches = connection.switches();
     let mut retry = RETRY_MIN;
@@ -36,7 +34,7 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>,
             retry = RETRY_MIN;
             connection.set_subscribed(index, true);
             // Releases may have happened while we were not listening.
-            connection.waiters.wake_all();
+            shared.waiters.wake_all();
             let mut messages = pubsub.into_on_message();
             loop {
                 tokio::select! {
@@ -44,9 +42,9 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>,
                         Some(message) => {
                             if let Ok(lock_key) = std::str::from_utf8(message.get_payload_bytes()) {
                                 if is_older_layout(lock_key) {
-                                    connection.waiters.heard_older_layout(message.get_channel_name());
+                                    shared.older_layout.heard_on(message.get_channel_name());
                                 } else if connection.acts_on(index, lock_key) {
-                                    connection.waiters.wake(lock_key);
+                                    shared.waiters.wake(lock_key);
                                 }
                             }
                         }
@@ -61,7 +59,7 @@ pub(crate) async fn run(connection: Arc<RedisConnection>, channels: Vec<String>,
                 }
             }
             connection.set_subscribed(index, false);
-            connection.waiters.wake_all();
+            shared.waiters.wake_all();
         }
         tokio::select! {
             _ = tokio::time::sleep(retry) => {}

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use dokebi_lock::log::{LogRecord, Logger};
-use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, RedisCounts};
+use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, StoreCounts};
 
 /// Acquire options that wait at most `ms`.
 pub fn wait(ms: u64) -> AcquireOptions {
@@ -21,7 +21,7 @@ pub fn wait(ms: u64) -> AcquireOptions {
 }
 
 /// The driver's own counts of a redis backend.
-pub fn redis_counts(backend: &Backend) -> RedisCounts {
+pub fn redis_counts(backend: &Backend) -> StoreCounts {
     match backend {
         Backend::Redis(redis) => redis.counts(),
         _ => panic!("not a redis backend"),

@@ -1,7 +1,7 @@
 //! Polls the core's redis futures on the JS thread.
 //!
 //! The core runs the operations started here on this thread (this module is
-//! its [`Host`], see `dokebi_lock::redis::host`), over a command connection
+//! its [`Host`], see `dokebi_lock::host`), over a command connection
 //! whose socket libuv watches ([`crate::uv`]): a command crosses no thread.
 //! A wake-up on the JS thread only queues its task, and the queue is
 //! drained before control returns to libuv (a socket's readiness drains it
@@ -26,9 +26,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use dokebi_lock::redis::host::Host;
+use dokebi_lock::host::Host;
 #[cfg(unix)]
-use dokebi_lock::redis::host::{RawSocket, Watch};
+use dokebi_lock::host::{RawSocket, Watch};
 
 use napi::bindgen_prelude::{FunctionCallContext, ToNapiValue};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};

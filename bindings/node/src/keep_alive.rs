@@ -9,7 +9,7 @@ use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
 
-use dokebi_lock::redis::KeepAlive;
+use dokebi_lock::store::KeepAlive;
 use dokebi_lock::{AbortController, AbortSignal};
 use napi::Env;
 use napi_derive::napi;

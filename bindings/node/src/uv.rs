@@ -1,5 +1,5 @@
 //! Socket readiness from libuv, the loop of this JS thread: the `Watch` of
-//! the core's host lane (see `dokebi_lock::redis::host`).
+//! the core's host lane (see `dokebi_lock::host`).
 //!
 //! A `uv_poll_t` per socket, unreferenced so that an idle connection never
 //! keeps Node alive (pending operations do, through the executor). A
@@ -26,7 +26,7 @@ use std::ptr;
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
-use dokebi_lock::redis::host::Watch;
+use dokebi_lock::host::Watch;
 use napi::{sys, Env};
 
 /// `UV_POLL` of `uv_handle_type`.

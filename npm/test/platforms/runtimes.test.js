@@ -44,14 +44,13 @@ test('linux-arm64-gnu: the real Node 24 for arm64 runs the smoke test under qemu
 });
 
 /**
- * The bytes the redis driver's thread (`dokebi-lock-redis`, 15 characters of
- * it in /proc) passed to write(2) and writev(2) while smoke.mjs ran its redis
+ * The bytes the store drivers' thread (`dokebi-lock-io` in /proc) passed to write(2) and writev(2) while smoke.mjs ran its redis
  * steps, from the `thread writes` line smoke.mjs prints.
  */
 function redisThreadWrites(out) {
   const line = /^thread writes (.*)$/m.exec(out);
   assert.ok(line, `smoke.mjs printed no thread writes:\n${out}`);
-  const entry = line[1].split(' ').find((pair) => pair.startsWith('dokebi-lock-red='));
+  const entry = line[1].split(' ').find((pair) => pair.startsWith('dokebi-lock-io='));
   assert.ok(entry, `no thread of the redis driver: ${line[1]}`);
   return Number(entry.split('=')[1]);
 }

@@ -1,43 +1,42 @@
-//! A held Redis lease.
+//! A held lease of a store driver.
 //!
 //! Validity is a conservative local estimate on the monotonic clock: a
 //! lease acquired (or renewed) by a command sent at `t` is valid until
 //! `t + leaseMs - drift`, with `drift = leaseMs / 100 + 2 ms`. Measuring from
 //! the send (not the reply) covers the round trip; the drift allowance
 //! covers the server's clock running up to 1% fast relative to ours, as
-//! Redis' own expiry precision is about a millisecond. The estimate can say
-//! "invalid" while Redis still holds our token, never the reverse, unless the
+//! a store's own expiry precision is about a millisecond. The estimate can say
+//! "invalid" while the store still holds our token, never the reverse, unless the
 //! clocks drift more than that or the server loses the key (restart without
 //! persistence, failover to a replica that missed the write, eviction).
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::claim::Claim;
-use super::connection::Failure;
 use super::core::BackendCore;
 use super::runtime::DriverRuntime;
+use super::{Claim, Store};
 use crate::error::{ErrorCode, Result};
 use crate::telemetry::Hold;
 
-/// A lease on one key (or several at once) held through Redis: exclusive,
-/// shared or some units of a counted key. Dropping it releases it in the
-/// background (best effort); call [`RedisLease::release`] to learn whether
-/// the section held its keys throughout.
-pub struct RedisLease {
-    shared: Arc<LeaseShared>,
+/// A lease on one key (or several at once) held through a store:
+/// exclusive, shared or some units of a counted key. Dropping it releases
+/// it in the background (best effort); call [`StoreLease::release`] to
+/// learn whether the section held its keys throughout.
+pub struct StoreLease<S: Store> {
+    shared: Arc<LeaseShared<S>>,
     _runtime: Arc<DriverRuntime>,
 }
 
 /// What the acquire task hands over; dropped unclaimed (the acquire was
 /// cancelled after the grant) it releases the lock.
-pub(crate) struct LeaseShared {
-    core: Arc<BackendCore>,
+pub(crate) struct LeaseShared<S: Store> {
+    core: Arc<BackendCore<S>>,
     /// The user keys, in the caller's order.
     keys: Box<[Box<str>]>,
     /// The fence of each key, in the same order.
     fences: Box<[u64]>,
-    claim: Arc<Claim>,
+    claim: Arc<S::Claim>,
     slot: usize,
     /// The hold as telemetry reports it; set by the acquire once it has
     /// reported the grant, which comes after the lease is registered.
@@ -76,11 +75,11 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
     sent + lease.saturating_sub(drift)
 }
 
-impl LeaseShared {
-    pub fn new(core: Arc<BackendCore>, keys: &[String], claim: Arc<Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> LeaseShared {
+impl<S: Store> LeaseShared<S> {
+    pub fn new(core: Arc<BackendCore<S>>, keys: &[String], claim: Arc<S::Claim>, fences: Vec<u64>, sent: Instant, slot: usize) -> Self {
         let valid_until = valid_until(sent, core.lease());
         if !claim.is_plain() {
-            core.connection.waiters.hold(&claim, true);
+            core.waiters().hold(&claim, true);
         }
         LeaseShared {
             core,
@@ -116,7 +115,7 @@ impl LeaseShared {
     /// it frees rather than try for it.
     pub fn unhold(&self) {
         if !self.claim.is_plain() {
-            self.core.connection.waiters.hold(&self.claim, false);
+            self.core.waiters().hold(&self.claim, false);
         }
     }
 
@@ -146,12 +145,12 @@ impl LeaseShared {
         }
     }
 
-    pub fn claim(&self) -> &Arc<Claim> {
+    pub fn claim(&self) -> &Arc<S::Claim> {
         &self.claim
     }
 }
 
-impl Drop for LeaseShared {
+impl<S: Store> Drop for LeaseShared<S> {
     fn drop(&mut self) {
         if self.take() {
             self.unhold();
@@ -162,12 +161,12 @@ impl Drop for LeaseShared {
     }
 }
 
-impl RedisLease {
-    pub(crate) fn new(shared: Arc<LeaseShared>, runtime: Arc<DriverRuntime>) -> RedisLease {
-        RedisLease { shared, _runtime: runtime }
+impl<S: Store> StoreLease<S> {
+    pub(crate) fn new(shared: Arc<LeaseShared<S>>, runtime: Arc<DriverRuntime>) -> Self {
+        StoreLease { shared, _runtime: runtime }
     }
 
-    pub(crate) fn downgrade(shared: &Arc<LeaseShared>) -> Weak<LeaseShared> {
+    pub(crate) fn downgrade(shared: &Arc<LeaseShared<S>>) -> Weak<LeaseShared<S>> {
         Arc::downgrade(shared)
     }
 
@@ -182,7 +181,7 @@ impl RedisLease {
         self.shared.keys.iter().map(|key| &**key).collect()
     }
 
-    /// The fence of each key, in the order of [`RedisLease::keys`].
+    /// The fence of each key, in the order of [`StoreLease::keys`].
     pub fn fences(&self) -> Vec<(&str, u64)> {
         self.shared.keys.iter().map(|key| &**key).zip(self.shared.fences.iter().copied()).collect()
     }
@@ -194,7 +193,7 @@ impl RedisLease {
     pub fn keep_alive(&self, every: Duration, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
         let weak = Arc::downgrade(&self.shared);
         let runtime = self._runtime.clone();
-        let renewer = move || weak.upgrade().map(|shared| RedisLease { shared, _runtime: runtime.clone() });
+        let renewer = move || weak.upgrade().map(|shared| StoreLease { shared, _runtime: runtime.clone() });
         super::keep_alive::KeepAlive::start(self.shared.core.spawner().handle(), renewer, every, on_lost)
     }
 
@@ -208,9 +207,9 @@ impl RedisLease {
     }
 
     /// The fencing token (of a lease over several keys, that of
-    /// [`RedisLease::key`]): larger than that of every earlier lease on this
+    /// [`StoreLease::key`]): larger than that of every earlier lease on this
     /// key and namespace, shared or not, in every process, across server
-    /// restarts (see the acquire script).
+    /// restarts (see the driver's take operation).
     pub fn fence(&self) -> u64 {
         self.shared.fence()
     }
@@ -232,7 +231,7 @@ impl RedisLease {
     }
 
     /// Extends the lease (every key of it; a shared or counted holder only
-    /// itself) to `leaseMs` from now if Redis still carries our token: false
+    /// itself) to `leaseMs` from now if the store still carries our token: false
     /// when some key does not (expired or taken over), when the lease was
     /// released, or once a renewal ended `OUTCOME_UNKNOWN` (the lease is
     /// then invalid for good and released by token in the background).
@@ -248,9 +247,9 @@ impl RedisLease {
                 let core = shared.core.clone();
                 let sent = Instant::now();
                 let lease_ms = core.lease().as_millis() as u64;
-                let outcome = shared.claim.extend(core.connection(), lease_ms).await;
+                let outcome = core.store().extend(&shared.claim, lease_ms).await;
                 let outcome = match outcome {
-                    Ok((true, written)) => core.replicated(&written).await.map(|()| true),
+                    Ok((true, written)) => core.store().replicated(&written).await.map(|()| true),
                     Ok((false, _)) => Ok(false),
                     Err(failure) => Err(failure),
                 };
@@ -270,21 +269,21 @@ impl RedisLease {
                         Ok(false)
                     }
                     Err(failure) => {
-                        if matches!(failure, Failure::Unknown(_)) {
+                        if failure.is_unknown() {
                             state.valid_until = Instant::now();
                             state.abandoned = true;
                             drop(state);
                             shared.lost(ErrorCode::OutcomeUnknown);
                             core.clean_up(shared.claim.clone());
                         }
-                        Err(failure.into_error("renew"))
+                        Err(core.error(failure, "renew"))
                     }
                 }
             })
             .await
     }
 
-    /// Releases the lease: true when Redis still carried our token and it is
+    /// Releases the lease: true when the store still carried our token and it is
     /// now deleted (waiters in every process are told), false when this
     /// lease was already released (by an earlier call or by close).
     /// `LEASE_LOST` when some key no longer carried our token: the lease had
@@ -316,10 +315,10 @@ impl RedisLease {
     }
 }
 
-impl std::fmt::Debug for RedisLease {
+impl<S: Store> std::fmt::Debug for StoreLease<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // No key: keys may carry user data.
-        f.debug_struct("RedisLease").field("fences", &self.shared.fences).finish_non_exhaustive()
+        f.debug_struct("StoreLease").field("fences", &self.shared.fences).finish_non_exhaustive()
     }
 }
 

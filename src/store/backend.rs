@@ -1,4 +1,4 @@
-//! The redis backend: acquire with in-process FIFO waiting, close, counts.
+//! A store backend's API: acquire with in-process FIFO waiting, close, counts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -7,42 +7,47 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::oneshot;
 
 use super::acquire::{key_limit, Acquire, InProgress};
-use super::connection::RedisConnection;
 use super::core::BackendCore;
-use super::lease::RedisLease;
+use super::lease::StoreLease;
 use super::runtime::DriverRuntime;
+use super::{Claim, Store};
 use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, Logger};
-use crate::options::RedisOptions;
+use crate::options::StoreOptions;
 use crate::telemetry::{Shape, Telemetry};
 
-/// A backend whose leases live in Redis, shared by every process that uses
-/// the same server and namespace. Cheap to clone.
+/// A backend whose leases live in a store (Redis), shared by every process
+/// that uses the same store and namespace. Cheap to clone.
 ///
 /// Guarantees: an exclusive lease holds its key alone (at most one owner
-/// token per key in Redis at a time), shared leases hold it only together,
+/// token per key in the store at a time), shared leases hold it only together,
 /// a counted key never has more than its limit of units held; waiters of
 /// one key in this process are served in FIFO order (across processes,
 /// only a waiting writer's and a waiting counted request's place is kept);
 /// fences grow per key and namespace. Every public
 /// future may be awaited from any executor; its work runs on the driver's
-/// own runtime, or on the host's thread (see [`super::host`]).
-#[derive(Clone)]
-pub struct RedisBackend {
-    core: Arc<BackendCore>,
+/// own runtime, or on the host's thread (see [`crate::host`]).
+pub struct StoreBackend<S: Store> {
+    core: Arc<BackendCore<S>>,
     runtime: Arc<DriverRuntime>,
+}
+
+impl<S: Store> Clone for StoreBackend<S> {
+    fn clone(&self) -> Self {
+        StoreBackend { core: self.core.clone(), runtime: self.runtime.clone() }
+    }
 }
 
 /// Counts for `status()`; never keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RedisCounts {
+pub struct StoreCounts {
     /// Leases this backend holds now.
     pub held: usize,
     /// Of `held`, the leases held in shared mode.
     pub held_shared: usize,
-    /// Acquires in progress (waiting for their turn or for Redis).
+    /// Acquires in progress (waiting for their turn or for the store).
     pub waiting: usize,
     /// Leases granted since the backend started.
     pub acquired: u64,
@@ -51,7 +56,7 @@ pub struct RedisCounts {
     /// Leases found lost (`LEASE_LOST`, `OUTCOME_UNKNOWN`, a renew that
     /// found another owner) since the backend started, once per lease.
     pub lost: u64,
-    /// When Redis last answered a command of this backend's connection.
+    /// When the store last answered a command of this backend's connection.
     pub last_answer: Option<SystemTime>,
     /// The command connection is open.
     pub connected: bool,
@@ -62,26 +67,26 @@ pub struct RedisCounts {
     pub last_error: Option<ErrorCode>,
 }
 
-impl RedisBackend {
+impl<S: Store> StoreBackend<S> {
     pub(crate) fn new(
         name: &str,
-        options: RedisOptions,
-        connection: Arc<RedisConnection>,
+        options: StoreOptions,
+        store: S,
         runtime: Arc<DriverRuntime>,
         logger: Logger,
         telemetry: Option<Telemetry>,
-    ) -> RedisBackend {
-        let core = BackendCore::new(name, options, connection, runtime.spawner().clone(), logger, telemetry);
-        RedisBackend { core: Arc::new(core), runtime }
+    ) -> Self {
+        let core = BackendCore::new(name, options, store, runtime.spawner().clone(), logger, telemetry);
+        StoreBackend { core: Arc::new(core), runtime }
     }
 
     /// The options the backend was opened with.
-    pub fn options(&self) -> &RedisOptions {
+    pub fn options(&self) -> &StoreOptions {
         &self.core.options
     }
 
     /// Acquires `key`: waits (FIFO among this process's acquires of the key,
-    /// whatever their kind) until Redis grants it, `waitTimeoutMs` passes
+    /// whatever their kind) until the store grants it, `waitTimeoutMs` passes
     /// (`WAIT_TIMEOUT`), or the signal aborts (`ABORTED`). With a wait of 0
     /// it tries once and fails with `LOCK_BUSY` when the key is held, or
     /// when another acquire of this process is already waiting for it (no
@@ -96,7 +101,7 @@ impl RedisBackend {
     /// every earlier grant of the key. A limit other than the one the key is
     /// held or waited for with is `INVALID_ARGUMENT`.
     ///
-    /// Fails fast with `PROVIDER_FAILED` when Redis is unreachable or
+    /// Fails fast with `PROVIDER_FAILED` when the store is unreachable or
     /// refuses, and with `OUTCOME_UNKNOWN` when the acquire command went
     /// unanswered (the lock is then released by token in the background).
     /// `QUEUE_FULL` when `maxWaiters` acquires are in progress, `KEY_LIMIT`
@@ -104,7 +109,7 @@ impl RedisBackend {
     ///
     /// Cancel safe: dropping the future ends the wait; a lease granted in the
     /// meantime is released.
-    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<RedisLease> {
+    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<StoreLease<S>> {
         self.start(&[key], options).await
     }
 
@@ -115,14 +120,14 @@ impl RedisBackend {
     /// already taken are given back before waiting again. The kind applies
     /// to each key; the lease has a fence per key, and renew and release
     /// cover every key.
-    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<StoreLease<S>> {
         self.start(keys, options).await
     }
 
     /// Checks the call, then runs the acquire on the driver's runtime. The
     /// report of the acquire starts here, on the caller's thread (a span's
     /// parent is the caller's); the task reports its outcome.
-    async fn start(&self, keys: &[&str], options: AcquireOptions) -> Result<RedisLease> {
+    async fn start(&self, keys: &[&str], options: AcquireOptions) -> Result<StoreLease<S>> {
         let core = &self.core;
         let acquiring = core.reporter.acquiring(Shape::asked(&options, keys.len()));
         // Dropping `_cancel` (this future dropped) ends the task's wait.
@@ -135,14 +140,14 @@ impl RedisBackend {
             }
         };
         let shared = core.spawner().run(task.run(acquiring)).await?;
-        Ok(RedisLease::new(shared, self.runtime.clone()))
+        Ok(StoreLease::new(shared, self.runtime.clone()))
     }
 
     /// What is checked before an acquire starts: the keys (one is
     /// checked as `acquire_many` checks a set of one), the backend open, the
     /// kind, the signal, `maxWaiters` and `maxLeases`. Answers the task,
     /// which joins the keys' queues now.
-    fn admit(&self, keys: &[&str], options: AcquireOptions, cancelled: oneshot::Receiver<()>) -> Result<Acquire> {
+    fn admit(&self, keys: &[&str], options: AcquireOptions, cancelled: oneshot::Receiver<()>) -> Result<Acquire<S>> {
         let core = &self.core;
         crate::acquire::check_keys(keys, core.options.max_key_bytes as usize)?;
         if *core.closed.borrow() {
@@ -161,30 +166,30 @@ impl RedisBackend {
     }
 
     /// Counts for `status()`.
-    pub fn counts(&self) -> RedisCounts {
-        let connection = &self.core.connection;
+    pub fn counts(&self) -> StoreCounts {
+        let connectivity = self.core.store().connectivity();
         let (held, held_shared) = {
             let held = self.core.held();
             let shared =
-                held.iter().filter_map(|(_, lease)| lease.upgrade()).filter(|lease| lease.claim().kind.mode == LockMode::Shared).count();
+                held.iter().filter_map(|(_, lease)| lease.upgrade()).filter(|lease| lease.claim().kind().mode == LockMode::Shared).count();
             (held.len(), shared)
         };
-        RedisCounts {
+        StoreCounts {
             held,
             held_shared,
             waiting: self.core.in_progress.load(Ordering::SeqCst),
             acquired: self.core.acquired.load(Ordering::Relaxed),
             timed_out: self.core.timed_out.load(Ordering::Relaxed),
             lost: self.core.lost.load(Ordering::Relaxed),
-            last_answer: connection.last_answer(),
-            connected: connection.is_connected(),
-            subscribed: connection.is_subscribed(),
-            last_error: connection.last_error(),
+            last_answer: connectivity.last_answer,
+            connected: connectivity.connected,
+            subscribed: connectivity.subscribed,
+            last_error: connectivity.last_error,
         }
     }
 
     /// Rejects waiters with `CLOSED`, lets acquires whose command is in
-    /// flight finish (a lease Redis grants them now is released at once),
+    /// flight finish (a lease the store grants them now is released at once),
     /// and releases every held lease, all within `shutdownTimeoutMs`.
     /// Failures are logged (`CLEANUP_FAILED`, `CLEANUP_TIMEOUT`) before
     /// close returns, never returned. Idempotent.
@@ -193,20 +198,26 @@ impl RedisBackend {
             return;
         }
         let core = self.core.clone();
-        let _ = self.core.spawner().run(async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(core.options.shutdown_timeout_ms.into());
-            if tokio::time::timeout_at(deadline, core.acquires_settled()).await.is_err() {
-                let left = core.in_progress.load(Ordering::SeqCst);
-                core.log(
-                    Level::Error,
-                    "CLEANUP_TIMEOUT",
-                    format!("{left} acquires still waited for Redis after shutdownTimeoutMs; a lease Redis grants them now expires after leaseMs"),
-                );
-            }
-            core.release_all(deadline).await;
-            Ok(())
-        })
-        .await;
+        let _ = self
+            .core
+            .spawner()
+            .run(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(core.options.shutdown_timeout_ms.into());
+                if tokio::time::timeout_at(deadline, core.acquires_settled()).await.is_err() {
+                    let left = core.in_progress.load(Ordering::SeqCst);
+                    core.log(
+                        Level::Error,
+                        "CLEANUP_TIMEOUT",
+                        format!(
+                            "{left} acquires still waited for {} after shutdownTimeoutMs; a lease it grants them now expires after leaseMs",
+                            S::NAME
+                        ),
+                    );
+                }
+                core.release_all(deadline).await;
+                Ok(())
+            })
+            .await;
     }
 
     /// True once the backend has started closing.
@@ -215,8 +226,8 @@ impl RedisBackend {
     }
 }
 
-impl std::fmt::Debug for RedisBackend {
+impl<S: Store> std::fmt::Debug for StoreBackend<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBackend").field("name", &self.core.name).field("counts", &self.counts()).finish()
+        f.debug_struct("StoreBackend").field("name", &self.core.name).field("counts", &self.counts()).finish()
     }
 }

@@ -1,5 +1,5 @@
-//! The shared state of one redis backend, and what every operation of it
-//! does with Redis: releasing by token, cleaning up after an unknown outcome,
+//! The shared state of one store backend, and what every operation of it
+//! does with the store: releasing by token, cleaning up after an unknown outcome,
 //! releasing everything at close, counting and reporting. The public API
 //! ([`super::backend`], [`super::lease`]) and one acquire's task
 //! ([`super::acquire`]) build on it; it depends on none of them but the
@@ -19,24 +19,20 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use slab::Slab;
 use tokio::sync::{watch, Notify};
 
-use super::claim::{Claim, Taken};
-use super::connection::{Answer, Failure, RedisConnection};
 use super::handoff::Grant;
-use super::keys::release_channel;
 use super::lease::LeaseShared;
 use super::runtime::Spawner;
-use super::topology::NodeConnection;
-use super::waiters::Picked;
+use super::waiters::{Picked, Waiters};
+use super::{Claim, Failure, Freed, Store, Taken};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
-use crate::options::RedisOptions;
+use crate::options::StoreOptions;
 use crate::telemetry::{Reporter, Telemetry};
 
-pub(crate) struct BackendCore {
+pub(crate) struct BackendCore<S: Store> {
     pub(super) name: String,
-    pub(super) options: RedisOptions,
-    pub(super) connection: Arc<RedisConnection>,
-    pub(super) channel: String,
+    pub(super) options: StoreOptions,
+    pub(super) store: S,
     spawner: Spawner,
     logger: Logger,
     pub(super) reporter: Reporter,
@@ -46,26 +42,17 @@ pub(crate) struct BackendCore {
     pub(super) acquired: AtomicU64,
     pub(super) timed_out: AtomicU64,
     pub(super) lost: AtomicU64,
-    held: Mutex<Slab<Weak<LeaseShared>>>,
+    held: Mutex<Slab<Weak<LeaseShared<S>>>>,
     pub(super) closed: watch::Sender<bool>,
 }
 
-impl BackendCore {
-    pub fn new(
-        name: &str,
-        options: RedisOptions,
-        connection: Arc<RedisConnection>,
-        spawner: Spawner,
-        logger: Logger,
-        telemetry: Option<Telemetry>,
-    ) -> BackendCore {
-        let channel = release_channel(&options.namespace);
-        let reporter = Reporter::new(telemetry, name, "redis", options.thresholds);
+impl<S: Store> BackendCore<S> {
+    pub fn new(name: &str, options: StoreOptions, store: S, spawner: Spawner, logger: Logger, telemetry: Option<Telemetry>) -> Self {
+        let reporter = Reporter::new(telemetry, name, S::DRIVER, options.thresholds);
         BackendCore {
             name: name.to_owned(),
             options,
-            connection,
-            channel,
+            store,
             spawner,
             logger,
             reporter,
@@ -87,11 +74,15 @@ impl BackendCore {
         &self.spawner
     }
 
-    pub fn connection(&self) -> &RedisConnection {
-        &self.connection
+    pub fn store(&self) -> &S {
+        &self.store
     }
 
-    pub(super) fn held(&self) -> MutexGuard<'_, Slab<Weak<LeaseShared>>> {
+    pub fn waiters(&self) -> &Waiters<S> {
+        self.store.waiters()
+    }
+
+    pub(super) fn held(&self) -> MutexGuard<'_, Slab<Weak<LeaseShared<S>>>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -100,17 +91,16 @@ impl BackendCore {
         self.held().try_remove(slot);
     }
 
-    /// Runs the release scripts: gives back every key of `claim` that
-    /// carries its token, tells waiters in every process, and wakes this
-    /// process's next waiters. A kinds lease hands what it frees to this
-    /// process's next waiters in the same call when it can (see
-    /// [`super::handoff`]; not on a Cluster, where one script reaches one
-    /// slot only).
-    async fn delete_if_ours(self: &Arc<Self>, claim: &Claim) -> Result<Answer<i64>, Failure> {
+    /// Gives back every key of `claim` that carries its token, tells
+    /// waiters in every process, and wakes this process's next waiters. A
+    /// kinds lease hands what it frees to this process's next waiters in
+    /// the same call when the store can (see [`super::handoff`] and
+    /// [`Store::hands_over`]).
+    async fn delete_if_ours(self: &Arc<Self>, claim: &S::Claim) -> Result<Freed, Failure> {
         let mut candidates = Vec::new();
-        if !claim.is_plain() && !self.connection.is_cluster() {
+        if !claim.is_plain() && self.store.hands_over() {
             let trying;
-            (candidates, trying) = self.connection.waiters.candidates(claim);
+            (candidates, trying) = self.waiters().candidates(claim);
             // A head's own try in flight went out before this release, so
             // it cannot see the units freed here, and handing them past it
             // would overtake it; a plain release would leave it to retry
@@ -118,28 +108,27 @@ impl BackendCore {
             // Its answer comes within a round trip: hand on after it.
             if let (true, Some(head)) = (candidates.is_empty(), trying) {
                 head.untried().await;
-                candidates = self.connection.waiters.candidates(claim).0;
+                candidates = self.waiters().candidates(claim).0;
             }
         }
         if candidates.is_empty() {
-            return claim.give_back(&self.connection, &self.channel).await;
+            return self.store.give_back(claim).await;
         }
-        let requests: Vec<(&Claim, u64)> = candidates.iter().map(|(request, ticket)| (&*request.claim, *ticket)).collect();
+        let requests: Vec<(&S::Claim, u64)> = candidates.iter().map(|(request, ticket)| (&*request.claim, *ticket)).collect();
         let lease_ms = u64::from(self.options.lease_ms);
         let sent = Instant::now();
-        match Claim::hand_over(&self.connection, Some(claim), &requests, lease_ms, 0, &self.channel).await {
+        match self.store.hand_over(Some(claim), &requests, lease_ms, 0).await {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
-                for (key, _) in claim.keys.iter().zip(&handed.wake).filter(|(_, wake)| **wake) {
-                    self.connection.waiters.wake(key.lock());
+                for (name, _) in claim.names().zip(&handed.wake).filter(|(_, wake)| **wake) {
+                    self.waiters().wake(name);
                 }
-                let value = i64::from(handed.released == claim.keys.len() as i64);
-                Ok(Answer { value, via: handed.via, first_attempt_lost: handed.first_attempt_lost })
+                Ok(handed.freed)
             }
             Err(failure) => {
-                self.deliver(&candidates, std::iter::empty(), sent, !matches!(failure, Failure::Unknown(_)));
-                for key in &claim.keys {
-                    self.connection.waiters.wake(key.lock());
+                self.deliver(&candidates, std::iter::empty(), sent, !failure.is_unknown());
+                for name in claim.names() {
+                    self.waiters().wake(name);
                 }
                 Err(failure)
             }
@@ -151,7 +140,13 @@ impl BackendCore {
     /// false when its outcome is unknown). A grant whose acquire gave up
     /// meanwhile is given back, and so is any grant of its token an
     /// unanswered call may have made.
-    pub(super) fn deliver(self: &Arc<Self>, requests: &[Picked], mut taken: impl Iterator<Item = Taken>, sent: Instant, answered: bool) {
+    pub(super) fn deliver(
+        self: &Arc<Self>,
+        requests: &[Picked<S>],
+        mut taken: impl Iterator<Item = Taken<S::Written>>,
+        sent: Instant,
+        answered: bool,
+    ) {
         for (request, _) in requests {
             let grant = match taken.next() {
                 Some(Taken::Granted { fences, written }) => Some(Grant { fences, written, sent }),
@@ -167,24 +162,29 @@ impl BackendCore {
 
     /// Releases a lease: `LEASE_LOST` if some key no longer carried its
     /// token; after an unanswered command a best-effort cleanup follows.
-    pub async fn release(self: &Arc<Self>, claim: &Arc<Claim>) -> Result<()> {
+    pub async fn release(self: &Arc<Self>, claim: &Arc<S::Claim>) -> Result<()> {
         match self.delete_if_ours(claim).await {
-            Ok(answer) if answer.value == 1 => Ok(()),
+            Ok(Freed { all: true, .. }) => Ok(()),
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
-            Ok(Answer { first_attempt_lost: Some(cause), .. }) => Err(Failure::Unknown(cause).into_error("release")),
+            Ok(Freed { first_attempt_lost: Some(cause), .. }) => Err(self.error(Failure::Unknown(cause), "release")),
             Ok(_) => Err(LockError::lease_lost()),
             // Whether or not the command ran, the lock may still be ours in
-            // Redis, and this lease is released for its holder: keep trying.
+            // the store, and this lease is released for its holder: keep trying.
             Err(failure) => {
                 self.clean_up(claim.clone());
-                Err(failure.into_error("release"))
+                Err(self.error(failure, "release"))
             }
         }
     }
 
+    /// The error a caller of `what` sees for `failure`.
+    pub fn error(&self, failure: Failure, what: &str) -> LockError {
+        failure.into_error(S::NAME, what)
+    }
+
     /// Releases a dropped lease; nobody awaits the outcome.
-    pub fn release_in_background(self: &Arc<Self>, claim: Arc<Claim>) {
+    pub fn release_in_background(self: &Arc<Self>, claim: Arc<S::Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
             let _ = core.release(&claim).await;
@@ -193,35 +193,35 @@ impl BackendCore {
 
     /// Takes back the waiting marks of an acquire that stopped waiting, in
     /// the background.
-    pub fn withdraw_in_background(self: &Arc<Self>, claim: Arc<Claim>, ticket: u64) {
+    pub fn withdraw_in_background(self: &Arc<Self>, claim: Arc<S::Claim>, ticket: u64) {
         let core = self.clone();
-        self.spawner.handle().spawn(async move { claim.withdraw(&core.connection, ticket, &core.channel).await });
+        self.spawner.handle().spawn(async move { core.store.withdraw(&claim, ticket).await });
     }
 
-    /// Deletes the lock of `token` in the background, once Redis can be
+    /// Deletes the lock of `token` in the background, once the store can be
     /// reached: after a command whose outcome is unknown, a grant that came
     /// too late or too weakly replicated, a release that failed. Tries with
-    /// a growing pause until Redis answers (it deleted the lock, or the lock
+    /// a growing pause until the store answers (it deleted the lock, or the lock
     /// is not ours) or the lock would have expired by itself (`leaseMs`, and
     /// a command timeout for a command of ours still on its way); after an
     /// answer that found nothing, once more a command timeout later, in case
     /// a command of ours still on its way takes the lock after all.
-    pub fn clean_up(self: &Arc<Self>, claim: Arc<Claim>) {
+    pub fn clean_up(self: &Arc<Self>, claim: Arc<S::Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
-            let command_timeout = core.connection.command_timeout();
+            let command_timeout = core.store.command_timeout();
             let give_up = Instant::now() + core.lease() + command_timeout;
             let mut pause = CLEAN_UP_PAUSE_MIN;
             let mut found_nothing = false;
             loop {
                 match core.delete_if_ours(&claim).await {
-                    Ok(answer) if answer.value == 1 || found_nothing => return,
+                    Ok(freed) if freed.all || found_nothing => return,
                     Ok(_) => {
                         found_nothing = true;
                         tokio::time::sleep(command_timeout).await;
                         continue;
                     }
-                    Err(_) if core.connection.is_shut_down() || Instant::now() + pause >= give_up => return,
+                    Err(_) if core.store.is_shut_down() || Instant::now() + pause >= give_up => return,
                     Err(_) => {}
                 }
                 tokio::time::sleep(pause).await;
@@ -246,10 +246,10 @@ impl BackendCore {
     }
 
     /// Close: release every held lease by `deadline`. A lease that had
-    /// already expired is not a failure; one Redis did not confirm is. The
+    /// already expired is not a failure; one the store did not confirm is. The
     /// releases run where close runs (the host's thread or the runtime).
     pub(super) async fn release_all(self: &Arc<Self>, deadline: tokio::time::Instant) {
-        let leases: Vec<Arc<LeaseShared>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
+        let leases: Vec<Arc<LeaseShared<S>>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
         let mut releases: FuturesUnordered<_> = leases
             .into_iter()
             .filter(|lease| lease.take())
@@ -285,28 +285,6 @@ impl BackendCore {
                 format!("{failed} of {total} leases could not be released; they expire after leaseMs"),
             );
         }
-    }
-
-    /// With `replicaAcks`, waits until that many replicas have each write
-    /// just made (a grant or renewal: through which connection): a failover right after
-    /// must not lose it. Fewer in time is [`Failure::Unmet`]
-    /// (`PROVIDER_FAILED`), and the caller gives the lock back (a grant) or
-    /// keeps its old estimate (a renewal).
-    pub async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
-        let wanted = self.options.replica_acks;
-        if wanted == 0 {
-            return Ok(());
-        }
-        let mut acknowledged = u32::MAX;
-        for via in written {
-            acknowledged = acknowledged.min(self.connection.wait_for_replicas(via, wanted).await?);
-        }
-        if acknowledged >= wanted {
-            return Ok(());
-        }
-        Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
-            "only {acknowledged} of the {wanted} replicas of replicaAcks had the write within commandTimeoutMs"
-        ))))))
     }
 
     /// Counts and reports a lease found lost (once per lease, by the caller).

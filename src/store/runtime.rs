@@ -1,12 +1,12 @@
-//! The driver's own tokio runtime.
+//! The store drivers' own tokio runtime.
 //!
-//! It is started only when a provider has at least one redis backend, so a
-//! local-only app runs no extra thread. One worker thread is enough: the
-//! driver only waits on sockets and timers. Every public future of the
-//! driver spawns its work here and awaits the result through a
+//! It is started only when a provider has at least one backend of a store
+//! driver, so a local-only app runs no extra thread. One worker thread is
+//! enough: the drivers only wait on sockets and timers. Every public future
+//! of a store driver spawns its work here and awaits the result through a
 //! `JoinHandle`, which any executor can poll (a plain thread blocking on it,
 //! napi's executor, the user's own tokio runtime), unless a [`Host`] runs it
-//! on the caller's own thread (see [`super::host`]).
+//! on the caller's own thread (see [`crate::host`]).
 //!
 //! Do not `fork()` a process after the runtime has started: the child gets
 //! no copy of its thread.
@@ -19,8 +19,8 @@ use std::task::{Context, Poll};
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
-use super::host::{Host, InRuntime};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::host::{Host, InRuntime};
 
 /// Owns the runtime; dropping the last owner shuts it down without blocking,
 /// so it may happen inside any async context.
@@ -32,8 +32,8 @@ pub(crate) struct DriverRuntime {
 impl DriverRuntime {
     pub fn start(host: Option<Arc<dyn Host>>) -> Result<DriverRuntime> {
         let runtime =
-            Builder::new_multi_thread().worker_threads(1).thread_name("dokebi-lock-redis").enable_io().enable_time().build().map_err(
-                |err| LockError::new(ErrorCode::ProviderFailed, "could not start the redis driver's runtime thread").with_cause(err),
+            Builder::new_multi_thread().worker_threads(1).thread_name("dokebi-lock-io").enable_io().enable_time().build().map_err(
+                |err| LockError::new(ErrorCode::ProviderFailed, "could not start the store drivers' runtime thread").with_cause(err),
             )?;
         let spawner = Spawner { handle: runtime.handle().clone(), host };
         Ok(DriverRuntime { runtime: Some(runtime), spawner })
@@ -97,7 +97,7 @@ impl<T, F: Future<Output = Result<T>>> Future for Run<F, T> {
         match self.project() {
             RunProjection::Here { work } => work.poll(cx),
             RunProjection::There { task } => Pin::new(task).poll(cx).map(|joined| {
-                joined.unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the redis driver's runtime has shut down")))
+                joined.unwrap_or_else(|_| Err(LockError::new(ErrorCode::Closed, "the store drivers' runtime has shut down")))
             }),
         }
     }

@@ -19,23 +19,22 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::claim::Claim;
-use super::topology::NodeConnection;
+use super::Store;
 
 /// One waiting acquire, as other script calls of its process see it.
-pub(crate) struct Request {
-    pub claim: Arc<Claim>,
-    state: Mutex<State>,
+pub(crate) struct Request<S: Store> {
+    pub claim: Arc<S::Claim>,
+    state: Mutex<State<S::Written>>,
     /// Told when a grant (or a hand-off's failure) is delivered.
     changed: Notify,
     /// Told when a try of its own task ends.
     tried: Notify,
-    /// A hand-off to it went unanswered: Redis may hold a grant of its
+    /// A hand-off to it went unanswered: the store may hold a grant of its
     /// token, which must be given back if the acquire gives up.
     dirty: AtomicBool,
 }
 
-enum State {
+enum State<W> {
     /// Waiting; `ticket` is its place among every process's waiters (0:
     /// none yet).
     Open { ticket: u64 },
@@ -44,7 +43,7 @@ enum State {
     /// In another script call in flight.
     Taken { ticket: u64 },
     /// Granted by another call, not yet picked up by its task.
-    Granted(Grant),
+    Granted(Grant<W>),
     /// Its acquire has ended (or picked up its grant).
     Gone,
 }
@@ -52,9 +51,9 @@ enum State {
 /// A grant made by another call: the fence of each key, where it was
 /// written (for `replicaAcks`) and when the call was sent (the lease's
 /// validity counts from there).
-pub(crate) struct Grant {
+pub(crate) struct Grant<W> {
     pub fences: Vec<u64>,
-    pub written: Vec<NodeConnection>,
+    pub written: Vec<W>,
     pub sent: Instant,
 }
 
@@ -70,25 +69,25 @@ pub(crate) enum Seen {
 }
 
 /// What an acquire's task does next (see [`Request::begin_try`]).
-pub(crate) enum Next {
-    /// Try Redis itself.
+pub(crate) enum Next<W> {
+    /// Try the store itself.
     Try,
     /// Another call has it: wait for the outcome.
     Wait,
     /// Granted already.
-    Granted(Grant),
+    Granted(Grant<W>),
 }
 
 /// What an acquire that gives up must still give back.
-pub(crate) struct Leftover {
+pub(crate) struct Leftover<W> {
     /// A grant delivered but not picked up.
-    pub grant: Option<Grant>,
-    /// Redis may hold a grant of its token (a hand-off went unanswered).
+    pub grant: Option<Grant<W>>,
+    /// The store may hold a grant of its token (a hand-off went unanswered).
     pub dirty: bool,
 }
 
-impl Request {
-    pub fn new(claim: Arc<Claim>) -> Request {
+impl<S: Store> Request<S> {
+    pub fn new(claim: Arc<S::Claim>) -> Request<S> {
         Request {
             claim,
             state: Mutex::new(State::Open { ticket: 0 }),
@@ -98,7 +97,7 @@ impl Request {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State<S::Written>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -129,7 +128,7 @@ impl Request {
     /// meanwhile) comes back, for the caller to give back; so does `false`
     /// for an unanswered call to a request that gave up: the caller then
     /// cleans up its token.
-    pub fn deliver(&self, grant: Option<Grant>, answered: bool) -> Result<(), Option<Grant>> {
+    pub fn deliver(&self, grant: Option<Grant<S::Written>>, answered: bool) -> Result<(), Option<Grant<S::Written>>> {
         if !answered {
             self.dirty.store(true, Ordering::SeqCst);
         }
@@ -151,9 +150,9 @@ impl Request {
         outcome
     }
 
-    /// Before its task tries Redis itself: try, wait for a call that has
+    /// Before its task tries the store itself: try, wait for a call that has
     /// it, or pick up a grant.
-    pub fn begin_try(&self) -> Next {
+    pub fn begin_try(&self) -> Next<S::Written> {
         let mut state = self.state();
         match std::mem::replace(&mut *state, State::Trying) {
             State::Open { .. } | State::Trying => Next::Try,
@@ -186,7 +185,7 @@ impl Request {
     }
 
     /// A delivered grant, picked up (the request is then gone).
-    pub fn granted(&self) -> Option<Grant> {
+    pub fn granted(&self) -> Option<Grant<S::Written>> {
         let mut state = self.state();
         match std::mem::replace(&mut *state, State::Gone) {
             State::Granted(grant) => Some(grant),
@@ -205,7 +204,7 @@ impl Request {
     /// The acquire ends (granted by its own try, or giving up): nobody may
     /// take it any more. A call that has it now delivers to nobody (and
     /// gives back what it granted, see [`Request::deliver`]).
-    pub fn leave(&self) -> Leftover {
+    pub fn leave(&self) -> Leftover<S::Written> {
         let grant = match std::mem::replace(&mut *self.state(), State::Gone) {
             State::Granted(grant) => Some(grant),
             _ => None,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::connection::RedisConnection;
-use super::notify::{RETRY_MAX, RETRY_MIN};
+use super::{RETRY_MAX, RETRY_MIN};
 
 /// The channel on which sentinels announce a new primary:
 /// `<name> <old ip> <old port> <new ip> <new port>`.

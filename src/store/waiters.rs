@@ -1,9 +1,9 @@
-//! Acquires in progress of one connection, by Redis lock key.
+//! Acquires in progress of one store, by the store's name of their keys.
 //!
 //! Per key, acquires queue in FIFO order for a *turn* (whatever their
 //! mode: a reader queued behind a writer waits for it); only the holder of
-//! the turn (the head) talks to Redis, so a hundred local waiters on one key
-//! cost Redis one retry, not a hundred. The head sleeps on the key's wake-up,
+//! the turn (the head) talks to the store, so a hundred local waiters on one key
+//! cost the store one retry, not a hundred. The head sleeps on the key's wake-up,
 //! which fires on a release notification from any process (pub/sub), on a
 //! release by this process, and when the subscription comes up or goes down.
 //!
@@ -26,35 +26,34 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use hashbrown::HashMap;
 use tokio::sync::{Mutex as TurnLock, Notify, OwnedMutexGuard};
 
-use super::claim::Claim;
 use super::handoff::{Request, Seen};
-use super::keys::RedisKeys;
+use super::{Claim, Store};
 use crate::acquire::{LockKind, LockMode};
 
 /// The most readers one call grants at once.
 const READERS_AT_ONCE: usize = 64;
 
-/// The registry of one connection.
-#[derive(Default)]
-pub(crate) struct Waiters {
-    keys: Mutex<HashMap<Box<str>, Entry>>,
+/// The registry of one store.
+pub struct Waiters<S: Store> {
+    keys: Mutex<HashMap<Box<str>, Entry<S>>>,
     /// Held while one acquire of several keys takes its places, so that of
     /// two such acquires one is ahead of the other in every queue they
     /// share (taking turns then never deadlocks).
     enqueue: Mutex<()>,
-    /// What this process's kinds leases hold, by Redis lock key.
+    /// What this process's kinds leases hold, by the store's key name.
     held: Mutex<HashMap<Box<str>, Held>>,
-    /// True once a release of the older key layout was heard on some
-    /// channel; `older_channels` says which.
-    older_layout: AtomicBool,
-    older_channels: Mutex<Vec<Box<str>>>,
+}
+
+impl<S: Store> Default for Waiters<S> {
+    fn default() -> Self {
+        Waiters { keys: Mutex::default(), enqueue: Mutex::default(), held: Mutex::default() }
+    }
 }
 
 /// What this process's kinds leases hold on one key.
@@ -67,21 +66,21 @@ struct Held {
     readers: u32,
 }
 
-struct Entry {
+struct Entry<S: Store> {
     turn: Arc<TurnLock<()>>,
     wake: Arc<Notify>,
     tickets: usize,
     /// The requests of the acquires waiting here, in queue order.
-    requests: VecDeque<Arc<Request>>,
+    requests: VecDeque<Arc<Request<S>>>,
 }
 
 /// One acquire's place in its key's queue; dropping it leaves the queue.
-pub(crate) struct Ticket {
-    waiters: Arc<Waiters>,
+pub(crate) struct Ticket<S: Store> {
+    waiters: Arc<Waiters<S>>,
     lock_key: Box<str>,
     turn: Arc<TurnLock<()>>,
     wake: Arc<Notify>,
-    request: Option<Arc<Request>>,
+    request: Option<Arc<Request<S>>>,
 }
 
 /// The turn of the head of a key's queue.
@@ -97,7 +96,7 @@ pub(crate) enum Place {
 
 impl Place {
     /// Waits for the turn (cancel safe).
-    pub async fn turn(self) -> Turn {
+    pub(crate) async fn turn(self) -> Turn {
         match self {
             Place::Turn(turn) => turn,
             Place::Queued(queued) => queued.await,
@@ -105,10 +104,10 @@ impl Place {
     }
 }
 
-impl Waiters {
+impl<S: Store> Waiters<S> {
     /// Joins the queue of `lock_key`, with the acquire's `request` when
     /// other calls may grant it.
-    pub fn join(self: &Arc<Self>, lock_key: &str, request: Option<Arc<Request>>) -> Ticket {
+    pub(crate) fn join(self: &Arc<Self>, lock_key: &str, request: Option<Arc<Request<S>>>) -> Ticket<S> {
         let mut keys = self.lock();
         let entry = keys.entry(lock_key.into()).or_insert_with(|| Entry {
             turn: Arc::new(TurnLock::new(())),
@@ -129,16 +128,17 @@ impl Waiters {
     /// [`READERS_AT_ONCE`] readers, of another key).
     /// Also returns a request whose own try in flight kept some key from
     /// being handed on.
-    pub fn candidates(&self, released: &Claim) -> (Vec<Picked>, Option<Arc<Request>>) {
+    pub(crate) fn candidates(&self, released: &S::Claim) -> (Vec<Picked<S>>, Option<Arc<Request<S>>>) {
         let keys = self.lock();
         let mut picked = Vec::new();
         let mut trying = None;
-        for key in &released.keys {
-            let room = match released.kind.limit {
+        let kind = released.kind();
+        for name in released.names() {
+            let room = match kind.limit {
                 1 => Room::Any,
-                limit => Room::Units { limit, left: released.kind.weight },
+                limit => Room::Units { limit, left: kind.weight },
             };
-            trying = pick(&keys, key.lock(), None, room, &mut picked).or(trying);
+            trying = pick(&keys, name, None, room, &mut picked).or(trying);
         }
         (picked, trying)
     }
@@ -146,71 +146,56 @@ impl Waiters {
     /// Takes the waiters right behind `head` (a counted or shared request on
     /// one key) that can be granted in the same call: the rest of a counted
     /// key's units, or the readers behind a reader.
-    pub fn followers(&self, head: &Arc<Request>) -> Vec<Picked> {
+    pub(crate) fn followers(&self, head: &Arc<Request<S>>) -> Vec<Picked<S>> {
         let claim = &head.claim;
-        let room = match claim.kind {
+        let room = match *claim.kind() {
             LockKind { mode: LockMode::Shared, .. } => Room::Readers(READERS_AT_ONCE),
             LockKind { limit, weight, .. } if limit > 1 => Room::Units { limit, left: limit.saturating_sub(weight) },
             _ => return Vec::new(),
         };
         let keys = self.lock();
         let mut picked = Vec::new();
-        if let [key] = &claim.keys[..] {
-            let _ = pick(&keys, key.lock(), Some(head), room, &mut picked);
+        if claim.len() == 1 {
+            let name = claim.names().next().expect("a claim of one key names it");
+            let _ = pick(&keys, name, Some(head), room, &mut picked);
         }
         picked
     }
 
     /// Wakes the head waiting on `lock_key`, if any (a release happened).
-    pub fn wake(&self, lock_key: &str) {
+    pub(crate) fn wake(&self, lock_key: &str) {
         if let Some(entry) = self.lock().get(lock_key) {
             entry.wake.notify_one();
         }
     }
 
-    /// Remembers that a process of the older key layout published a release
-    /// on `channel` (see [`super::keys::is_older_layout`]).
-    pub fn heard_older_layout(&self, channel: &str) {
-        let mut channels = self.older_channels.lock().unwrap_or_else(|e| e.into_inner());
-        if !channels.iter().any(|known| &**known == channel) {
-            channels.push(channel.into());
-        }
-        self.older_layout.store(true, Ordering::Release);
-    }
-
-    /// True when a process of the older key layout published a release on
-    /// `channel` (one atomic load while none ever did).
-    pub fn older_layout_on(&self, channel: &str) -> bool {
-        self.older_layout.load(Ordering::Acquire)
-            && self.older_channels.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|known| &**known == channel)
-    }
-
     /// Wakes every head (notifications came up or went down: retry now and
     /// pick the poll interval that fits).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         self.lock().values().for_each(|entry| entry.wake.notify_one());
     }
 
     /// Counts a granted kinds lease against its keys (`holds` true), or
     /// stops counting it once its release call has answered (so that
     /// during that call our next waiter waits to be handed what it frees).
-    pub fn hold(&self, claim: &Claim, holds: bool) {
+    pub(crate) fn hold(&self, claim: &S::Claim, holds: bool) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        for key in &claim.keys {
+        let kind = claim.kind();
+        for name in claim.names() {
             // Looked up before `entry`, which would allocate the name's key each call.
-            let entry = match held.get_mut(key.lock()) {
+            let entry = match held.get_mut(name) {
                 Some(entry) => entry,
-                None => held.entry(key.lock().into()).or_default(),
+                None => held.entry(name.into()).or_default(),
             };
-            entry.limit = claim.kind.limit;
-            let count = match claim.kind.mode {
+            entry.limit = kind.limit;
+            let count = match kind.mode {
                 LockMode::Shared => &mut entry.readers,
                 LockMode::Exclusive => &mut entry.units,
             };
-            let by = if claim.kind.mode == LockMode::Shared { 1 } else { claim.kind.weight };
+            let by = if kind.mode == LockMode::Shared { 1 } else { kind.weight };
             *count = if holds { *count + by } else { count.saturating_sub(by) };
             if entry.units == 0 && entry.readers == 0 {
-                held.remove(key.lock());
+                held.remove(name);
             }
         }
     }
@@ -220,12 +205,13 @@ impl Waiters {
     /// it; an exclusive request, while our readers hold it or its weight
     /// does not fit beside our units. (Another limit is for a try to
     /// refuse.)
-    pub fn held_by_us(&self, claim: &Claim) -> bool {
+    pub(crate) fn held_by_us(&self, claim: &S::Claim) -> bool {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let same_limit = |key: &RedisKeys| held.get(key.lock()).filter(|held| held.limit == claim.kind.limit);
-        claim.keys.iter().filter_map(same_limit).any(|held| match claim.kind.mode {
+        let kind = claim.kind();
+        let same_limit = |name: &str| held.get(name).filter(|held| held.limit == kind.limit);
+        claim.names().filter_map(same_limit).any(|held| match kind.mode {
             LockMode::Shared => held.units > 0,
-            LockMode::Exclusive => held.readers > 0 || held.units + claim.kind.weight > claim.kind.limit,
+            LockMode::Exclusive => held.readers > 0 || held.units + kind.weight > kind.limit,
         })
     }
 
@@ -233,7 +219,7 @@ impl Waiters {
     /// acquire of several keys is ahead of, or behind, another one in all
     /// the queues they share, so waiting for each turn in any order cannot
     /// deadlock within the process.
-    pub fn queue_all(tickets: &[Ticket]) -> Vec<Place> {
+    pub(crate) fn queue_all(tickets: &[Ticket<S>]) -> Vec<Place> {
         match tickets {
             [ticket] => vec![ticket.queue()],
             tickets => {
@@ -243,13 +229,13 @@ impl Waiters {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry<S>>> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// A request taken into a call, with its ticket.
-pub(crate) type Picked = (Arc<Request>, u64);
+pub(crate) type Picked<S> = (Arc<Request<S>>, u64);
 
 /// What a call may still grant on one key.
 #[derive(Clone, Copy)]
@@ -283,13 +269,13 @@ impl Room {
 /// requests that fit in `room`, into `picked`; requests already in `picked`
 /// (reached through another key) count against the room too. Returns the
 /// request trying by itself that it stopped at, if any.
-fn pick(
-    keys: &HashMap<Box<str>, Entry>,
+fn pick<S: Store>(
+    keys: &HashMap<Box<str>, Entry<S>>,
     lock: &str,
-    after: Option<&Arc<Request>>,
+    after: Option<&Arc<Request<S>>>,
     mut room: Room,
-    picked: &mut Vec<Picked>,
-) -> Option<Arc<Request>> {
+    picked: &mut Vec<Picked<S>>,
+) -> Option<Arc<Request<S>>> {
     let entry = keys.get(lock)?;
     let mut requests = entry.requests.iter();
     if let Some(after) = after {
@@ -304,7 +290,7 @@ fn pick(
             Seen::Trying => return Some(request.clone()),
             _ => {}
         }
-        let next = room.after(&request.claim.kind)?;
+        let next = room.after(request.claim.kind())?;
         if !ours {
             if !first_elsewhere(keys, request, lock) {
                 return None;
@@ -322,20 +308,19 @@ fn pick(
 
 /// True when, on each of its keys but `lock`, nobody still waiting is ahead
 /// of `request` in this process (granting it then overtakes nobody).
-fn first_elsewhere(keys: &HashMap<Box<str>, Entry>, request: &Arc<Request>, lock: &str) -> bool {
-    request.claim.keys.iter().filter(|key| key.lock() != lock).all(|key| {
-        keys.get(key.lock())
-            .is_some_and(|entry| entry.requests.iter().take_while(|r| !Arc::ptr_eq(r, request)).all(|r| r.seen() == Seen::Passed))
+fn first_elsewhere<S: Store>(keys: &HashMap<Box<str>, Entry<S>>, request: &Arc<Request<S>>, lock: &str) -> bool {
+    request.claim.names().filter(|name| *name != lock).all(|name| {
+        keys.get(name).is_some_and(|entry| entry.requests.iter().take_while(|r| !Arc::ptr_eq(r, request)).all(|r| r.seen() == Seen::Passed))
     })
 }
 
-impl Ticket {
+impl<S: Store> Ticket<S> {
     /// Takes this ticket's place in the queue now, on the caller's thread
     /// (FIFO per key). The turn's mutex queues a waiter when it is first
     /// polled, so polling here makes turns follow the order of the calls:
     /// left to the driver's runtime, a burst of acquire tasks is not
     /// necessarily first polled in the order it was spawned.
-    pub fn queue(&self) -> Place {
+    pub(crate) fn queue(&self) -> Place {
         // A free turn has nobody queued for it (tokio's mutex hands a
         // released turn straight to its first waiter).
         if let Some(turn) = self.try_turn() {
@@ -349,18 +334,18 @@ impl Ticket {
     }
 
     /// The turn if nobody is ahead, without waiting.
-    pub fn try_turn(&self) -> Option<Turn> {
+    pub(crate) fn try_turn(&self) -> Option<Turn> {
         self.turn.clone().try_lock_owned().ok()
     }
 
     /// Resolves at the next wake-up of this key (or at once if one came
     /// since the last).
-    pub async fn woken(&self) {
+    pub(crate) async fn woken(&self) {
         self.wake.notified().await;
     }
 }
 
-impl Drop for Ticket {
+impl<S: Store> Drop for Ticket<S> {
     fn drop(&mut self) {
         let mut keys = self.waiters.lock();
         if let Some(entry) = keys.get_mut(&self.lock_key) {

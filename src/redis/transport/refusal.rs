@@ -8,36 +8,12 @@
 //! Redis error it explains (see [`Refusal::into_redis`], [`Refusal::find`]).
 
 use std::error::Error;
-use std::fmt;
 use std::io;
 use std::sync::Arc;
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError};
 
-use crate::error::Cause;
-
-/// Why a server and this client did not get as far as a command.
-#[derive(Debug)]
-pub(crate) struct Refusal {
-    /// What happened, without the `what:` prefix of the error.
-    pub message: String,
-    /// What to change: one sentence.
-    pub fix: String,
-    /// The Redis or TLS error.
-    pub cause: Cause,
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl Error for Refusal {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        Some(&*self.cause)
-    }
-}
+pub(crate) use crate::store::Refusal;
 
 impl Refusal {
     /// A Redis error carrying the refusal, for paths typed `RedisResult`.
@@ -143,6 +119,7 @@ pub(crate) fn address(addr: &ConnectionAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Cause;
 
     #[test]
     fn a_refusal_is_found_inside_the_redis_error_that_carries_it() {

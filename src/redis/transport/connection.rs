@@ -1,8 +1,8 @@
 //! One Redis connection of `dokebi-redis.connections`, shared by every
 //! backend that names it: a multiplexed command connection (reconnected on
-//! demand) plus, in [`super::notify`], one pub/sub connection. With a
+//! demand) plus, in [`crate::redis::notify`], one pub/sub connection. With a
 //! [`Host`], commands sent on the host's thread use a second command
-//! connection, driven by the host's loop (see [`super::host`]). Where the
+//! connection, driven by the host's loop (see [`crate::host`]). Where the
 //! connection goes (a server, the primary Sentinel names, a cluster) is the
 //! [`Topology`]'s business; in a cluster each lane keeps one such connection
 //! per primary, and routes a script by its keys' slot (see [`super::cluster`]).
@@ -52,18 +52,17 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::cluster::{Cluster, NodeName, SlotMap};
-use super::host::{Host, HostStream, InRuntime, Socket};
 use super::link::{redis_client, Dial, Links};
 use super::refusal::{Login, Refusal};
-use super::scripts::Scripts;
 use super::subscriptions::Subscriptions;
 use super::tcp;
 use super::tls::Tls;
 use super::topology::{NodeConnection, Topology};
-use super::waiters::Waiters;
-use crate::error::{Cause, ErrorCode, LockError, Result};
+use crate::error::{Cause, ErrorCode, Result};
+use crate::host::{Host, HostStream, InRuntime, Socket};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::{ConnectionOptions, Endpoint};
+use crate::store::Failure;
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// How long a failed connect answers for later callers, so that a dead
@@ -80,52 +79,13 @@ fn server_version(info: &str) -> Option<(&str, u32)> {
     Some((version, major))
 }
 
-/// Why a command produced no answer.
-#[derive(Debug, Clone)]
-pub(crate) enum Failure {
-    Unreachable(Cause),
-    Unknown(Cause),
-    Refused(Cause),
-    /// The server cannot do what the driver needs: too old, or too few
-    /// replicas acknowledged a write (`replicaAcks`). The cause says which.
-    Unmet(Cause),
-    /// The server refused who we are, or we refused its certificate.
-    Denied(Arc<Refusal>),
-}
-
-impl Failure {
-    /// The error a caller sees: `PROVIDER_FAILED` or `OUTCOME_UNKNOWN`,
-    /// with the Redis error as cause.
-    pub fn into_error(self, what: &str) -> LockError {
-        match self {
-            Failure::Unreachable(cause) => {
-                LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis is unreachable")).with_shared_cause(cause)
-            }
-            Failure::Refused(cause) => {
-                LockError::new(ErrorCode::ProviderFailed, format!("{what}: Redis refused the command")).with_shared_cause(cause)
-            }
-            Failure::Unmet(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
-            Failure::Denied(refusal) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {}", refusal.message))
-                .with_fix(refusal.fix.clone())
-                .with_shared_cause(refusal.cause.clone()),
-            Failure::Unknown(cause) => LockError::new(
-                ErrorCode::OutcomeUnknown,
-                format!("{what}: Redis did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
-            )
-            .with_shared_cause(cause),
+/// A connect failure: the refusal it carries, else unreachable.
+fn connect_failure(err: RedisError) -> Failure {
+    match Refusal::find(&err) {
+        Some(refusal) => {
+            Failure::Denied(Arc::new(Refusal { message: refusal.message.clone(), fix: refusal.fix.clone(), cause: refusal.cause.clone() }))
         }
-    }
-
-    /// A connect failure: the refusal it carries, else unreachable.
-    fn connecting(err: RedisError) -> Failure {
-        match Refusal::find(&err) {
-            Some(refusal) => Failure::Denied(Arc::new(Refusal {
-                message: refusal.message.clone(),
-                fix: refusal.fix.clone(),
-                cause: refusal.cause.clone(),
-            })),
-            None => Failure::Unreachable(Arc::new(err)),
-        }
+        None => Failure::Unreachable(Arc::new(err)),
     }
 }
 
@@ -228,8 +188,6 @@ pub(crate) struct RedisConnection {
     subscriptions: Subscriptions,
     last_error: Mutex<Option<ErrorCode>>,
     last_answer: Mutex<Option<SystemTime>>,
-    pub scripts: Scripts,
-    pub waiters: Arc<Waiters>,
     stop: watch::Sender<bool>,
     /// Counts the primary switches seen (Sentinel): the subscription
     /// follows them.
@@ -274,8 +232,6 @@ impl RedisConnection {
             subscriptions,
             last_error: Mutex::new(None),
             last_answer: Mutex::new(None),
-            scripts: Scripts::new(),
-            waiters: Arc::new(Waiters::default()),
             stop: watch::channel(false).0,
             switched: watch::channel(0).0,
         })
@@ -682,7 +638,7 @@ impl RedisConnection {
         let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
         let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
             Ok(open) => self.check_server(open).await,
-            Err(err) => Err(Failure::connecting(err)),
+            Err(err) => Err(connect_failure(err)),
         };
         match checked {
             Ok(open) => {
@@ -747,7 +703,7 @@ impl RedisConnection {
         match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
             Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
-                Err(Failure::connecting(self.links.explain(&peer.addr, err)))
+                Err(connect_failure(self.links.explain(&peer.addr, err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             Ok(Err(_)) => Ok(None),

@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::lease::RedisLease;
+use super::lease::StoreLease;
+use super::Store;
 use crate::abort::AbortController;
 use crate::error::ErrorCode;
 
@@ -32,9 +33,9 @@ impl KeepAlive {
     /// `lease` gives the lease for one renewal, `None` once its owner dropped
     /// it: the renewals hold it only while renewing, so a dropped lease is
     /// still released (and never kept alive forever).
-    pub(crate) fn start(
+    pub(crate) fn start<S: Store>(
         handle: &Handle,
-        lease: impl Fn() -> Option<RedisLease> + Send + 'static,
+        lease: impl Fn() -> Option<StoreLease<S>> + Send + 'static,
         every: Duration,
         on_lost: AbortController,
     ) -> KeepAlive {
@@ -46,7 +47,7 @@ impl KeepAlive {
                 // a server that stopped answering is noticed in time.
                 let Some(remaining) = lease().map(|l| l.remaining()) else { return };
                 tokio::time::sleep(every.min(remaining).max(MIN_PAUSE)).await;
-                let Some(lease) = lease().filter(RedisLease::is_held) else {
+                let Some(lease) = lease().filter(StoreLease::is_held) else {
                     return; // released or dropped by its owner: nothing left to keep
                 };
                 // A renewal that stalls must not keep the section's signal

@@ -1,0 +1,195 @@
+//! The redis driver's side of the store seam ([`crate::store::Store`]):
+//! each operation is one script call per hash slot (see [`super::claim`]
+//! and [`super::scripts`]) on the transport's connection.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::claim::Claim;
+use super::keys::{owner_token, release_channel, RedisKeys};
+use super::scripts::Scripts;
+use super::transport::connection::RedisConnection;
+use super::transport::topology::NodeConnection;
+use crate::acquire::LockKind;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::options::StoreOptions;
+use crate::store::waiters::Waiters;
+use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken};
+
+/// What the redis backends of one connection share: the connection, the
+/// scripts, this process's queues of the connection's keys, and whether its
+/// notifications heard a process of the older key layout.
+pub(crate) struct Shared {
+    pub connection: Arc<RedisConnection>,
+    pub scripts: Scripts,
+    pub waiters: Arc<Waiters<RedisStore>>,
+    pub older_layout: OlderLayout,
+}
+
+impl Shared {
+    pub fn new(connection: Arc<RedisConnection>) -> Shared {
+        Shared { connection, scripts: Scripts::new(), waiters: Arc::default(), older_layout: OlderLayout::default() }
+    }
+}
+
+/// The release channels on which a process of the older key layout was
+/// heard (see [`super::keys::is_older_layout`]).
+#[derive(Default)]
+pub(crate) struct OlderLayout {
+    /// True once heard on some channel (one atomic load while never).
+    heard: AtomicBool,
+    channels: Mutex<Vec<Box<str>>>,
+}
+
+impl OlderLayout {
+    /// Remembers that a process of the older layout published a release on `channel`.
+    pub fn heard_on(&self, channel: &str) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if !channels.iter().any(|known| &**known == channel) {
+            channels.push(channel.into());
+        }
+        self.heard.store(true, Ordering::Release);
+    }
+
+    fn shares(&self, channel: &str) -> bool {
+        self.heard.load(Ordering::Acquire)
+            && self.channels.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|known| &**known == channel)
+    }
+}
+
+/// One redis backend's reach: its connection's shared parts and its
+/// namespace.
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    namespace: String,
+    /// Where releases in this namespace are published.
+    channel: String,
+    retention_ms: u64,
+    replica_acks: u32,
+}
+
+impl RedisStore {
+    pub(crate) fn new(shared: Arc<Shared>, options: &StoreOptions) -> RedisStore {
+        RedisStore {
+            shared,
+            channel: release_channel(&options.namespace),
+            namespace: options.namespace.clone(),
+            retention_ms: u64::from(options.fence_retention_ms),
+            replica_acks: options.replica_acks,
+        }
+    }
+
+    fn connection(&self) -> &RedisConnection {
+        &self.shared.connection
+    }
+}
+
+impl Store for RedisStore {
+    type Claim = Claim;
+    type Written = NodeConnection;
+    const NAME: &'static str = "Redis";
+    const DRIVER: &'static str = "redis";
+
+    fn waiters(&self) -> &Arc<Waiters<Self>> {
+        &self.shared.waiters
+    }
+
+    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Claim> {
+        if self.shared.older_layout.shares(&self.channel) {
+            return Err(older_layout(&self.namespace));
+        }
+        let names = keys.iter().map(|key| RedisKeys::new(&self.namespace, key)).collect();
+        Ok(Claim::new(names, kind, owner_token()?, self.connection().is_cluster(), self.retention_ms))
+    }
+
+    /// Not on a Cluster, where one script reaches one hash slot only.
+    fn hands_over(&self) -> bool {
+        !self.connection().is_cluster()
+    }
+
+    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
+        claim.take(&self.shared, lease_ms, waiting_ms, ticket, &self.channel).await
+    }
+
+    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
+        claim.extend(&self.shared, lease_ms).await
+    }
+
+    async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
+        let answer = claim.give_back(&self.shared, &self.channel).await?;
+        Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost })
+    }
+
+    async fn hand_over(
+        &self,
+        released: Option<&Claim>,
+        requests: &[(&Claim, u64)],
+        lease_ms: u64,
+        waiting_ms: u64,
+    ) -> Result<HandedOver<NodeConnection>, Failure> {
+        let handed = Claim::hand_over(&self.shared, released, requests, lease_ms, waiting_ms, &self.channel).await?;
+        let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
+    }
+
+    async fn withdraw(&self, claim: &Claim, ticket: u64) {
+        claim.withdraw(&self.shared, ticket, &self.channel).await
+    }
+
+    /// With `replicaAcks`, waits until that many replicas have each write
+    /// (on the connection that made it): a failover right after must not
+    /// lose it.
+    async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
+        let wanted = self.replica_acks;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let mut acknowledged = u32::MAX;
+        for via in written {
+            acknowledged = acknowledged.min(self.connection().wait_for_replicas(via, wanted).await?);
+        }
+        if acknowledged >= wanted {
+            return Ok(());
+        }
+        Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
+            "only {acknowledged} of the {wanted} replicas of replicaAcks had the write within commandTimeoutMs"
+        ))))))
+    }
+
+    fn is_notified(&self) -> bool {
+        self.connection().is_subscribed()
+    }
+
+    fn command_timeout(&self) -> Duration {
+        self.connection().command_timeout()
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.connection().is_shut_down()
+    }
+
+    fn connectivity(&self) -> Connectivity {
+        let connection = self.connection();
+        Connectivity {
+            last_answer: connection.last_answer(),
+            connected: connection.is_connected(),
+            subscribed: connection.is_subscribed(),
+            last_error: connection.last_error(),
+        }
+    }
+}
+
+/// A process of the older key layout (64 hex digits in braces) releases
+/// keys in this namespace: it grants by other names than ours, so the two
+/// could hold one key at once. Nothing more is granted here.
+fn older_layout(namespace: &str) -> LockError {
+    LockError::new(
+        ErrorCode::ProviderFailed,
+        format!(
+            "a process of an older dokebi-lock key layout (0.4.1 before its release) shares the Redis namespace '{namespace}': \
+             the two layouts use different names and could hold one key at once, so this backend grants nothing more; \
+             stop every process of the older version (or give this one another namespace) and restart this one"
+        ),
+    )
+}

@@ -1,0 +1,571 @@
+//! One acquire of a store backend, run as a task on the driver's runtime.
+//!
+//! The task joins its keys' in-process queues, and once it is the head of
+//! each it tries the store until it is granted, the wait ends (timeout,
+//! abort, close, or the caller dropping its future) or the store fails. A
+//! wait never interrupts a command in flight: an acquire that the store
+//! grants after its caller left is released through the lease's `Drop`.
+
+use std::future::pending;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, watch};
+
+use super::core::BackendCore;
+use super::handoff::{Grant, Next, Request};
+use super::lease::{valid_until, LeaseShared, StoreLease};
+use super::waiters::{Place, Ticket, Turn, Waiters};
+use super::{Claim, Failure, Store, Taken};
+use crate::abort::AbortSignal;
+use crate::acquire::LockKind;
+use crate::error::{ErrorCode, LockError, Result};
+use crate::telemetry::Acquiring;
+
+/// Counts one acquire in progress against `maxWaiters` until dropped.
+pub(super) struct InProgress<S: Store>(Arc<BackendCore<S>>);
+
+impl<S: Store> InProgress<S> {
+    pub fn enter(core: Arc<BackendCore<S>>) -> Result<Self> {
+        let max = core.options.max_waiters as usize;
+        core.in_progress.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).map_err(|_| {
+            LockError::new(ErrorCode::QueueFull, format!("maxWaiters ({max}) acquires are already in progress in this backend"))
+        })?;
+        Ok(InProgress(core))
+    }
+}
+
+impl<S: Store> Drop for InProgress<S> {
+    fn drop(&mut self) {
+        if self.0.in_progress.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
+    }
+}
+
+/// One acquire, run on the driver's runtime.
+pub(super) struct Acquire<S: Store> {
+    core: Arc<BackendCore<S>>,
+    /// The user keys, in the caller's order.
+    keys: Vec<String>,
+    claim: Arc<S::Claim>,
+    /// How other calls of this process see this acquire while it waits
+    /// (none for a single try, and where the store cannot hand over).
+    request: Option<Arc<Request<S>>>,
+    /// One place per key in its queue of this process.
+    tickets: Vec<Ticket<S>>,
+    /// The places in the keys' queues, taken when the acquire was called;
+    /// none for a single try, which never queues.
+    places: Option<Vec<Place>>,
+    wait: Duration,
+    signal: Option<AbortSignal>,
+    cancelled: oneshot::Receiver<()>,
+    _slot: InProgress<S>,
+}
+
+/// Why a wait ended early.
+enum Interrupt {
+    Aborted,
+    Closed,
+    TimedOut,
+}
+
+/// What ends a wait early: the signal, close, the caller leaving, the
+/// deadline.
+struct Interrupts {
+    signal: Option<AbortSignal>,
+    closed: watch::Receiver<bool>,
+    cancelled: oneshot::Receiver<()>,
+    deadline: Instant,
+    /// The wait asked for, for the timeout's message.
+    wait: Duration,
+}
+
+impl Interrupts {
+    /// Resolves when the wait must end (cancel safe: each call listens anew).
+    async fn next(&mut self) -> Interrupt {
+        tokio::select! {
+            biased;
+            _ = async { match &self.signal { Some(signal) => signal.aborted().await, None => pending().await } } => Interrupt::Aborted,
+            _ = self.closed.wait_for(|closed| *closed) => Interrupt::Closed,
+            _ = &mut self.cancelled => Interrupt::Aborted,
+            _ = tokio::time::sleep_until(self.deadline.into()) => Interrupt::TimedOut,
+        }
+    }
+
+    fn error(&self, why: Interrupt) -> LockError {
+        match why {
+            Interrupt::Aborted => LockError::aborted(),
+            Interrupt::Closed => LockError::closed(),
+            Interrupt::TimedOut => LockError::wait_timeout(self.wait),
+        }
+    }
+}
+
+/// An acquire under way: the phases of one round (its turns, whether it
+/// tries itself, the try, what the try found, the grant confirmed) and
+/// what they share.
+struct Attempt<S: Store> {
+    core: Arc<BackendCore<S>>,
+    keys: Vec<String>,
+    claim: Arc<S::Claim>,
+    request: Option<Arc<Request<S>>>,
+    tickets: Vec<Ticket<S>>,
+    /// The turns held (this acquire is the head of those queues).
+    turns: Vec<Turn>,
+    /// The places still waited for, last key first.
+    places: Vec<Place>,
+    interrupts: Interrupts,
+    single_try: bool,
+    lease_ms: u64,
+    /// How long a refused try's waiting mark lives: longer than any nap
+    /// between two tries, so the mark outlives it.
+    waiting_ms: u64,
+    /// This acquire's place among the waiters of every process (0: none
+    /// yet), given by the first try that had to wait.
+    ticket: u64,
+    /// The last wait ended by its nap: the next try goes to the store
+    /// whatever this process knows (the safety net).
+    napped: bool,
+}
+
+/// A try's outcome, as the round goes on from it.
+enum Found<W> {
+    /// Granted: the fence of each key and where the grant was written.
+    Granted(Vec<u64>, Vec<W>),
+    /// Refused for now: the next round.
+    Again,
+}
+
+impl<S: Store> Acquire<S> {
+    /// Joins the queue of each key (on the caller's thread, so that waiters
+    /// are served in the order of the calls; the places of one call's keys
+    /// are taken at once, see [`Waiters::queue_all`]). `cancelled` resolves
+    /// when the caller's future is dropped.
+    pub fn new(
+        core: Arc<BackendCore<S>>,
+        keys: &[&str],
+        kind: LockKind,
+        wait: Duration,
+        signal: Option<AbortSignal>,
+        cancelled: oneshot::Receiver<()>,
+        slot: InProgress<S>,
+    ) -> Result<Self> {
+        let claim = Arc::new(core.store().claim(keys, kind)?);
+        let request = (!wait.is_zero() && core.store().hands_over()).then(|| Arc::new(Request::new(claim.clone())));
+        let tickets: Vec<Ticket<S>> = claim.names().map(|name| core.store().waiters().join(name, request.clone())).collect();
+        let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
+        let keys = keys.iter().map(|key| (*key).to_owned()).collect();
+        Ok(Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot })
+    }
+
+    /// Acquires, then counts and reports the outcome (`acquiring`: since
+    /// the call; every store acquire counts as one that waits).
+    pub async fn run(self, mut acquiring: Acquiring) -> Result<Arc<LeaseShared<S>>> {
+        let core = self.core.clone();
+        acquiring.queued();
+        let outcome = self.attempt().await;
+        match &outcome {
+            Ok(shared) => {
+                core.acquired.fetch_add(1, Ordering::Relaxed);
+                shared.hold_begins(core.reporter.granted(acquiring, shared.fence()));
+            }
+            Err(err) => {
+                if err.code() == ErrorCode::WaitTimeout {
+                    core.timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                core.reporter.failed(acquiring, err);
+            }
+        }
+        outcome
+    }
+
+    /// Rounds until granted or ended: the turn of every key (unless another
+    /// call grants this acquire meanwhile), then a try of its own or the
+    /// grant another call made, then what it found.
+    async fn attempt(self) -> Result<Arc<LeaseShared<S>>> {
+        let Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot } = self;
+        let mut attempt = Attempt::start(core, keys, claim, request, tickets, places, wait, signal, cancelled)?;
+        loop {
+            if *attempt.core.closed.borrow() {
+                return Err(attempt.give_up(LockError::closed()));
+            }
+            let handed = match attempt.take_turns().await? {
+                Some(grant) => Some(grant),
+                None => match attempt.begin_try().await? {
+                    Begin::Try => None,
+                    Begin::Granted(grant) => Some(grant),
+                    Begin::Again => continue,
+                },
+            };
+            let (sent, taken) = match handed {
+                Some(grant) => (grant.sent, Ok(Taken::Granted { fences: grant.fences, written: grant.written })),
+                None => attempt.try_once().await,
+            };
+            match attempt.found(taken).await? {
+                Found::Granted(fences, written) => {
+                    if let Some(lease) = attempt.confirm(fences, written, sent).await? {
+                        return Ok(lease);
+                    }
+                }
+                Found::Again => {}
+            }
+        }
+    }
+}
+
+/// Whether a head tries the store itself (see [`Attempt::begin_try`]).
+enum Begin<W> {
+    Try,
+    Granted(Grant<W>),
+    /// Not now: the next round.
+    Again,
+}
+
+impl<S: Store> Attempt<S> {
+    #[allow(clippy::too_many_arguments)] // the parts of an Acquire, moved in
+    fn start(
+        core: Arc<BackendCore<S>>,
+        keys: Vec<String>,
+        claim: Arc<S::Claim>,
+        request: Option<Arc<Request<S>>>,
+        tickets: Vec<Ticket<S>>,
+        places: Option<Vec<Place>>,
+        wait: Duration,
+        signal: Option<AbortSignal>,
+        cancelled: oneshot::Receiver<()>,
+    ) -> Result<Self> {
+        let start = Instant::now();
+        let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
+        let single_try = wait.is_zero();
+        let mut turns: Vec<Turn> = Vec::with_capacity(tickets.len());
+        let places: Vec<Place> = match places {
+            None => {
+                for ticket in &tickets {
+                    turns.push(ticket.try_turn().ok_or_else(LockError::busy)?);
+                }
+                Vec::new()
+            }
+            Some(mut places) => {
+                places.reverse();
+                places
+            }
+        };
+        let options = &core.options;
+        let waiting_ms = if single_try { 0 } else { 2 * u64::from(options.poll_interval_ms.max(options.notify_poll_interval_ms)) + 1_000 };
+        let lease_ms = u64::from(options.lease_ms);
+        let closed = core.closed.subscribe();
+        Ok(Attempt {
+            core,
+            keys,
+            claim,
+            request,
+            tickets,
+            turns,
+            places,
+            interrupts: Interrupts { signal, closed, cancelled, deadline, wait },
+            single_try,
+            lease_ms,
+            waiting_ms,
+            ticket: 0,
+            napped: false,
+        })
+    }
+
+    /// Ends the wait without a grant, answering `err`: nobody may grant
+    /// this acquire any more, what another call granted it meanwhile is
+    /// given back, and its marks are taken back.
+    fn give_up(&self, err: LockError) -> LockError {
+        if let Some(request) = &self.request {
+            let left = request.leave();
+            if left.grant.is_some() {
+                self.core.release_in_background(self.claim.clone());
+            } else if left.dirty {
+                self.core.clean_up(self.claim.clone());
+            }
+        }
+        if self.ticket != 0 {
+            self.core.withdraw_in_background(self.claim.clone(), self.ticket);
+        }
+        err
+    }
+
+    fn interrupted(&self, why: Interrupt) -> LockError {
+        self.give_up(self.interrupts.error(why))
+    }
+
+    /// Phase 1: waits for the turn of every key still waited for, unless
+    /// another call grants this acquire meanwhile (that grant, then).
+    async fn take_turns(&mut self) -> Result<Option<Grant<S::Written>>> {
+        while let Some(place) = self.places.pop() {
+            let place = match place {
+                // Nobody ahead: no wait, so no timer is started.
+                Place::Turn(turn) => {
+                    self.turns.push(turn);
+                    continue;
+                }
+                place => place.turn(),
+            };
+            tokio::pin!(place);
+            loop {
+                tokio::select! {
+                    biased;
+                    why = self.interrupts.next() => return Err(self.interrupted(why)),
+                    turn = &mut place => {
+                        self.turns.push(turn);
+                        break;
+                    }
+                    _ = changed(&self.request) => {
+                        if let Some(grant) = self.request.as_ref().and_then(|request| request.granted()) {
+                            self.places.clear();
+                            return Ok(Some(grant));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Phase 2: the head decides whether to try the store itself now.
+    async fn begin_try(&mut self) -> Result<Begin<S::Written>> {
+        match self.request.as_ref().map_or(Next::Try, |request| request.begin_try()) {
+            // A key this process's leases keep full: a release of ours will
+            // hand it on, or wake this head when it leaves room.
+            Next::Try if !self.napped && !self.single_try && !self.claim.is_plain() && self.core.waiters().held_by_us(&self.claim) => {
+                if let Some(request) = &self.request {
+                    request.end_try(self.ticket);
+                }
+                let nap = Duration::from_millis(u64::from(poll_interval(&self.core)));
+                self.pause(nap).await?;
+                Ok(Begin::Again)
+            }
+            Next::Try => {
+                self.napped = false;
+                Ok(Begin::Try)
+            }
+            Next::Granted(grant) => Ok(Begin::Granted(grant)),
+            // Another call has it: its outcome decides.
+            Next::Wait => {
+                tokio::select! {
+                    biased;
+                    why = self.interrupts.next() => return Err(self.interrupted(why)),
+                    _ = changed(&self.request) => {}
+                }
+                Ok(Begin::Again)
+            }
+        }
+    }
+
+    /// Phase 3: one try of the claim, granting in the same call the
+    /// waiters right behind it that it covers (their outcomes delivered to
+    /// them). Answers when it was sent.
+    async fn try_once(&mut self) -> (Instant, Result<Taken<S::Written>, Failure>) {
+        let core = &self.core;
+        let followers = self.request.as_ref().map(|request| core.waiters().followers(request)).unwrap_or_default();
+        let sent = Instant::now();
+        if followers.is_empty() {
+            return (sent, core.store().take(&self.claim, self.lease_ms, self.waiting_ms, self.ticket).await);
+        }
+        let requests: Vec<(&S::Claim, u64)> = std::iter::once((&*self.claim, self.ticket))
+            .chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket)))
+            .collect();
+        let taken = match core.store().hand_over(None, &requests, self.lease_ms, self.waiting_ms).await {
+            Ok(handed) => {
+                let mut taken = handed.taken.into_iter();
+                let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket: self.ticket });
+                core.deliver(&followers, taken, sent, true);
+                Ok(own)
+            }
+            Err(failure) => {
+                core.deliver(&followers, std::iter::empty(), sent, !failure.is_unknown());
+                Err(failure)
+            }
+        };
+        (sent, taken)
+    }
+
+    /// Phase 4: what the try found. Refused for now: a pause until a
+    /// wake-up, a delivery or the nap (never past the first blocking
+    /// holder's expiry), then the next round.
+    async fn found(&mut self, taken: Result<Taken<S::Written>, Failure>) -> Result<Found<S::Written>> {
+        match taken {
+            Ok(Taken::Granted { fences, written }) => Ok(Found::Granted(fences, written)),
+            Ok(Taken::OtherLimit) => Err(self.give_up(other_limit())),
+            Ok(Taken::Busy { hint, ticket }) => {
+                if ticket != 0 {
+                    self.ticket = ticket;
+                }
+                if self.single_try {
+                    return Err(LockError::busy());
+                }
+                if let Some(request) = &self.request {
+                    request.end_try(self.ticket);
+                }
+                // -2: the key just became free; other negative hints: unknown.
+                let expires = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
+                let nap = Duration::from_millis(u64::from(poll_interval(&self.core)).min(expires.max(1)));
+                self.pause(nap).await?;
+                Ok(Found::Again)
+            }
+            Err(failure) => {
+                // A split claim may hold some of its keys already.
+                if failure.is_unknown() || self.claim.is_split() {
+                    self.core.clean_up(self.claim.clone());
+                }
+                let err = self.core.error(failure, "acquire");
+                Err(self.give_up(err))
+            }
+        }
+    }
+
+    /// Phase 5: a grant sent at `sent` becomes a lease if it is still
+    /// surely valid once the store has made it durable (`replicaAcks`);
+    /// `None`: it came too late, and the acquire goes on from its turns.
+    async fn confirm(&mut self, fences: Vec<u64>, written: Vec<S::Written>, sent: Instant) -> Result<Option<Arc<LeaseShared<S>>>> {
+        let core = self.core.clone();
+        let in_time = || Instant::now() < valid_until(sent, core.lease());
+        if in_time() {
+            if let Some(request) = &self.request {
+                request.leave();
+            }
+            if let Err(failure) = core.store().replicated(&written).await {
+                // Given back before the caller hears of it, so that a retry
+                // finds the key free (a failed give-back goes on in the
+                // background).
+                let _ = core.release(&self.claim).await;
+                return Err(core.error(failure, "acquire"));
+            }
+            // Asked again: the replicas' acknowledgement may have taken what
+            // was left of the lease.
+            if in_time() {
+                return register(&core, &self.keys, &self.claim, fences, sent).await.map(Some);
+            }
+            // Too late after all: the acquire goes on as from the start.
+            if let Some(request) = &self.request {
+                request.reopen(self.ticket);
+            }
+        }
+        // The answer (or the replicas' acknowledgement) came after the
+        // lease's local validity ran out (slower than leaseMs, or read late
+        // by a busy thread): the lock may have expired and gone to another
+        // owner already. Try again with the same token while the wait
+        // lasts: the store grants a lock that carries it afresh.
+        let why = if self.single_try {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                why = self.interrupts.next() => Some(why),
+                _ = std::future::ready(()) => {
+                    if let Some(request) = &self.request {
+                        request.reopen(self.ticket);
+                    }
+                    // A grant handed over came without the turns.
+                    if self.turns.len() < self.tickets.len() {
+                        self.turns.clear();
+                        self.places = Waiters::queue_all(&self.tickets);
+                        self.places.reverse();
+                    }
+                    return Ok(None);
+                }
+            }
+        };
+        core.clean_up(self.claim.clone());
+        let err = why.map_or_else(|| late_grant(S::NAME), |why| self.interrupts.error(why));
+        Err(self.give_up(err))
+    }
+
+    /// A waiter's pause between two tries: until a wake-up of its keys, a
+    /// delivery to its request, or `nap` (then the next try goes to the
+    /// store whatever this process knows). When an interrupt comes first,
+    /// the waiter gives up.
+    async fn pause(&mut self, nap: Duration) -> Result<()> {
+        self.napped = tokio::select! {
+            biased;
+            why = self.interrupts.next() => return Err(self.interrupted(why)),
+            _ = woken(&self.tickets) => false,
+            _ = changed(&self.request) => false,
+            _ = tokio::time::sleep(nap) => true,
+        };
+        Ok(())
+    }
+}
+
+/// The safety net's pause between two tries (with notifications, a long one).
+fn poll_interval<S: Store>(core: &BackendCore<S>) -> u32 {
+    if core.store().is_notified() {
+        core.options.notify_poll_interval_ms
+    } else {
+        core.options.poll_interval_ms
+    }
+}
+
+/// Resolves at the next delivery to `request` (never without one).
+async fn changed<S: Store>(request: &Option<Arc<Request<S>>>) {
+    match request {
+        Some(request) => request.changed().await,
+        None => pending().await,
+    }
+}
+
+/// Resolves at the next wake-up of any of the keys.
+async fn woken<S: Store>(tickets: &[Ticket<S>]) {
+    match tickets {
+        [ticket] => ticket.woken().await,
+        tickets => {
+            let _ = futures_util::future::select_all(tickets.iter().map(|ticket| Box::pin(ticket.woken()))).await;
+        }
+    }
+}
+
+/// Registers a granted lease, or gives the lock back if `maxLeases` were
+/// reached meanwhile.
+async fn register<S: Store>(
+    core: &Arc<BackendCore<S>>,
+    keys: &[String],
+    claim: &Arc<S::Claim>,
+    fences: Vec<u64>,
+    sent: Instant,
+) -> Result<Arc<LeaseShared<S>>> {
+    // Checked under the held set's lock: close() flags first and then takes
+    // the set, so a lease is either in the set it releases or sees the flag.
+    let registered = {
+        let mut held = core.held();
+        if *core.closed.borrow() {
+            Err(LockError::closed())
+        } else if held.len() >= core.options.max_leases as usize {
+            Err(key_limit(core.options.max_leases))
+        } else {
+            let entry = held.vacant_entry();
+            let shared = Arc::new(LeaseShared::new(core.clone(), keys, claim.clone(), fences, sent, entry.key()));
+            entry.insert(StoreLease::downgrade(&shared));
+            Ok(shared)
+        }
+    };
+    if registered.is_err() {
+        let _ = core.release(claim).await;
+    }
+    registered
+}
+
+fn other_limit() -> LockError {
+    LockError::new(
+        ErrorCode::InvalidArgument,
+        "the key is held or waited for with another limit: every caller of a key gives the same limit (a plain or shared acquire has limit 1)",
+    )
+}
+
+fn late_grant(store: &str) -> LockError {
+    LockError::new(
+        ErrorCode::ProviderFailed,
+        format!(
+            "acquire: {store} granted the lock, but its answer (or the replicas' acknowledgement of replicaAcks) came after the lease's validity had run out; the lock is given back"
+        ),
+    )
+}
+
+pub(super) fn key_limit(max: u32) -> LockError {
+    LockError::key_limit("maxLeases", max, "leases are")
+}

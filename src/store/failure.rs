@@ -1,0 +1,80 @@
+//! Why a store operation produced no answer, classified once by the
+//! driver's transport, and the error a caller then sees.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Cause, ErrorCode, LockError};
+
+/// Why a store command produced no answer.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// No connection could be made: the command did not run.
+    Unreachable(Cause),
+    /// The command was (or may have been) sent and no answer came in time:
+    /// it may have run.
+    Unknown(Cause),
+    /// The server answered with an error.
+    Refused(Cause),
+    /// The server cannot do what the driver needs: too old, or too few
+    /// replicas acknowledged a write (`replicaAcks`). The cause says which.
+    Unmet(Cause),
+    /// The server refused who we are, or we refused its certificate.
+    Denied(Arc<Refusal>),
+}
+
+/// Why a server and this client did not get as far as a command: the
+/// server was reached, so this is never "unreachable", and the fix names
+/// what to change (the user, the option, the authority), never a password.
+#[derive(Debug)]
+pub struct Refusal {
+    /// What happened, without the `what:` prefix of the error.
+    pub message: String,
+    /// What to change: one sentence.
+    pub fix: String,
+    /// The store's or the TLS library's error.
+    pub cause: Cause,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Error for Refusal {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.cause)
+    }
+}
+
+impl Failure {
+    /// The error a caller of `what` sees: `PROVIDER_FAILED` or
+    /// `OUTCOME_UNKNOWN`, with the store's error as cause (`store`: its
+    /// name in messages, e.g. "Redis").
+    pub fn into_error(self, store: &str, what: &str) -> LockError {
+        match self {
+            Failure::Unreachable(cause) => {
+                LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} is unreachable")).with_shared_cause(cause)
+            }
+            Failure::Refused(cause) => {
+                LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} refused the command")).with_shared_cause(cause)
+            }
+            Failure::Unmet(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),
+            Failure::Denied(refusal) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {}", refusal.message))
+                .with_fix(refusal.fix.clone())
+                .with_shared_cause(refusal.cause.clone()),
+            Failure::Unknown(cause) => LockError::new(
+                ErrorCode::OutcomeUnknown,
+                format!("{what}: {store} did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
+            )
+            .with_shared_cause(cause),
+        }
+    }
+
+    /// True when the command may have run (its outcome is unknown).
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Failure::Unknown(_))
+    }
+}

@@ -1,0 +1,39 @@
+//! The lock layer of every driver that keeps its leases in a store shared
+//! by processes (`redis`; `postgres` plugs in the same way): written once,
+//! whatever the store.
+//!
+//! A driver supplies a [`Store`]: how one lease's claim is named, and one
+//! round trip each to take it, extend it, give it back, hand it on to this
+//! process's next waiters and take back a waiting mark. Everything between
+//! those calls lives here:
+//! - `waiters`: per key, this process's acquires queue in FIFO order and only
+//!   the head talks to the store; the store's wake-ups (a release anywhere)
+//!   wake the head;
+//! - `handoff`: a release (or a counted/shared head's try) grants the next
+//!   local waiters in the same round trip;
+//! - `acquire`: one acquire's task, from its places in the queues to a
+//!   registered lease, through timeouts, aborts, close and late grants;
+//! - `core`: a backend's shared state: releasing, cleaning up after an
+//!   unknown outcome, releasing everything at close, counting;
+//! - [`backend`] and [`lease`]: the public API ([`StoreBackend`],
+//!   [`StoreLease`], [`KeepAlive`]); `runtime`: the drivers' own tokio thread;
+//! - `failure`: how a store command failed, and the error a caller sees.
+//!
+//! See `src/DRIVERS.md` for where a new driver goes.
+
+pub(crate) mod acquire;
+pub mod backend;
+pub(crate) mod core;
+pub(crate) mod failure;
+pub(crate) mod handoff;
+pub mod keep_alive;
+pub mod lease;
+pub(crate) mod runtime;
+mod seam;
+pub(crate) mod waiters;
+
+pub use backend::{StoreBackend, StoreCounts};
+pub(crate) use failure::{Failure, Refusal};
+pub use keep_alive::KeepAlive;
+pub use lease::StoreLease;
+pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, Taken};

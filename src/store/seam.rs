@@ -1,0 +1,157 @@
+//! What a store driver supplies to the lock layer: [`Store`] and its
+//! [`Claim`]. Each operation is one round trip (one script, one
+//! transaction) that applies every rule of the lease contract in the store
+//! itself: owner tokens, expiry on the store's clock, limits, the marks of
+//! waiters in other processes, a new fence per grant. The lock layer decides
+//! when to call them; the store never waits or retries on its own beyond
+//! its transport's reconnects.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::waiters::Waiters;
+use super::Failure;
+use crate::acquire::LockKind;
+use crate::error::{Cause, ErrorCode, Result};
+
+/// The keys, kind and owner token of one lease (or one acquire in
+/// progress), as the store names them.
+pub trait Claim: Send + Sync + 'static {
+    /// How many keys.
+    fn len(&self) -> usize;
+
+    /// The store's name of each key, in the caller's order. Also the name
+    /// of this process's queue for the key: backends that reach one store
+    /// key share its queue.
+    fn names(&self) -> impl Iterator<Item = &str>;
+
+    fn kind(&self) -> &LockKind;
+
+    /// A plain lease on one key (the store's fast path).
+    fn is_plain(&self) -> bool {
+        self.len() == 1 && self.kind().is_plain()
+    }
+
+    /// True when the store takes the claim in more than one call, so that a
+    /// try that failed may hold part of it.
+    fn is_split(&self) -> bool {
+        false
+    }
+}
+
+/// One driver's store, as one backend reaches it.
+pub trait Store: Send + Sync + Sized + 'static {
+    type Claim: Claim;
+    /// Where a write landed: what [`Store::replicated`] waits on.
+    type Written: Clone + Send + Sync + 'static;
+    /// The store's name in messages ("Redis").
+    const NAME: &'static str;
+    /// The driver's name in telemetry ("redis").
+    const DRIVER: &'static str;
+
+    /// This process's queues of the store's keys, shared by every backend
+    /// that reaches the same store (the store wakes them).
+    fn waiters(&self) -> &Arc<Waiters<Self>>;
+
+    /// A claim of `keys` of `kind` under a fresh owner token; an error when
+    /// the store takes no acquire at all now.
+    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Self::Claim>;
+
+    /// True when one call reaches every key of a claim, so a release can
+    /// hand its keys to this process's next waiters in the same call.
+    fn hands_over(&self) -> bool;
+
+    /// One try at taking every key of `claim` for `lease_ms`. `waiting_ms`
+    /// 0 is a single try (it leaves no waiting mark); else a refused try
+    /// leaves a mark for `waiting_ms` under `ticket` (0: a new one), so that
+    /// a release anywhere wakes this process and no later request of
+    /// another process overtakes it.
+    fn take(
+        &self,
+        claim: &Self::Claim,
+        lease_ms: u64,
+        waiting_ms: u64,
+        ticket: u64,
+    ) -> impl Future<Output = Result<Taken<Self::Written>, Failure>> + Send;
+
+    /// Extends every key to `lease_ms` from now: true when each still
+    /// carried the claim's token, with where each renewal was written.
+    fn extend(&self, claim: &Self::Claim, lease_ms: u64) -> impl Future<Output = Result<(bool, Vec<Self::Written>), Failure>> + Send;
+
+    /// Gives back every key that still carries the claim's token and tells
+    /// waiters in every process (this one's included).
+    fn give_back(&self, claim: &Self::Claim) -> impl Future<Output = Result<Freed, Failure>> + Send;
+
+    /// One call that gives back `released` (if any), then grants `requests`
+    /// (each a claim and its ticket) in turn, up to the first that cannot
+    /// be granted; only the first leaves a mark, for `waiting_ms`. Called
+    /// only when [`Store::hands_over`].
+    fn hand_over(
+        &self,
+        released: Option<&Self::Claim>,
+        requests: &[(&Self::Claim, u64)],
+        lease_ms: u64,
+        waiting_ms: u64,
+    ) -> impl Future<Output = Result<HandedOver<Self::Written>, Failure>> + Send;
+
+    /// Takes back the marks a waiting try left under `ticket` (best effort).
+    fn withdraw(&self, claim: &Self::Claim, ticket: u64) -> impl Future<Output = ()> + Send;
+
+    /// Waits until the writes just made (`written`) are as durable as the
+    /// backend asks (`replicaAcks`); fewer in time is [`Failure::Unmet`].
+    fn replicated(&self, written: &[Self::Written]) -> impl Future<Output = Result<(), Failure>> + Send;
+
+    /// True while releases in other processes wake this one (waiters then
+    /// retry at the long safety-net interval only).
+    fn is_notified(&self) -> bool;
+
+    fn command_timeout(&self) -> Duration;
+
+    /// True once the store's connection shut down (nothing more can reach it).
+    fn is_shut_down(&self) -> bool;
+
+    /// What `status()` reports of the connection.
+    fn connectivity(&self) -> Connectivity;
+}
+
+/// What one try at taking a claim found.
+pub enum Taken<W> {
+    /// Every key is ours: the fence of each (in the caller's order), and
+    /// where the grant was written.
+    Granted { fences: Vec<u64>, written: Vec<W> },
+    /// Some key is held (or, for a reader or a counted request, waited for
+    /// first). `hint`: milliseconds until its first blocking holder
+    /// expires (negative: unknown; -2: the key just became free); `ticket`:
+    /// this request's place among waiters, for the next try (0: none).
+    Busy { hint: i64, ticket: u64 },
+    /// Some key is held or waited for with a different limit.
+    OtherLimit,
+}
+
+/// What giving a claim back did.
+pub struct Freed {
+    /// Every key still carried the claim's token (else the lease was lost).
+    pub all: bool,
+    /// Set when the first attempt was lost with its connection and this is
+    /// the answer to the retry: the first attempt may have freed the keys.
+    pub first_attempt_lost: Option<Cause>,
+}
+
+/// What one hand-off call did.
+pub struct HandedOver<W> {
+    /// The released claim's keys, as [`Store::give_back`] would answer.
+    pub freed: Freed,
+    /// Per key of the released claim: a waiter may now be granted there.
+    pub wake: Vec<bool>,
+    /// Per request tried, in order, what its own try would have found.
+    pub taken: Vec<Taken<W>>,
+}
+
+/// The connection as `status()` reports it.
+pub struct Connectivity {
+    pub last_answer: Option<SystemTime>,
+    pub connected: bool,
+    pub subscribed: bool,
+    pub last_error: Option<ErrorCode>,
+}
