@@ -16,7 +16,7 @@
 use redis::cluster_routing::Slot;
 
 use super::keys::RedisKeys;
-use super::store::Shared;
+use super::scripts::Scripted;
 use super::transport::connection::{self, Answer};
 use super::transport::topology::NodeConnection;
 use crate::acquire::{LockKind, LockMode};
@@ -112,14 +112,13 @@ impl Claim {
 
     async fn kinds<T: redis::FromRedisValue>(
         &self,
-        shared: &Shared,
+        on: &Scripted,
         script: &redis::Script,
         group: &[usize],
         args: &KindsArgs<'_>,
     ) -> Result<Answer<T>, Failure> {
         let keys = self.group_keys(group);
-        shared
-            .connection
+        on.connection
             .eval::<T>(
                 script,
                 &keys,
@@ -140,20 +139,23 @@ impl Claim {
 
     /// One try at taking every key. `waiting_ms` 0 is a single try (it
     /// leaves no mark); `ticket` is the one the last try answered; groups
-    /// given back before a wait publish on `channel`. On a failure part of
-    /// a split claim may still be held: the caller cleans up by token.
+    /// given back before a wait publish on `channel` and `wake` this
+    /// process's heads of their keys. On a failure part of a split claim
+    /// may still be held: the caller cleans up by token.
+    #[allow(clippy::too_many_arguments)] // one script call's arguments
     pub(crate) async fn take(
         &self,
-        shared: &Shared,
+        on: &Scripted,
         lease_ms: u64,
         waiting_ms: u64,
         ticket: u64,
         channel: &str,
+        wake: &(dyn Fn(&str) + Sync),
     ) -> Result<Taken<NodeConnection>, Failure> {
-        let scripts = &shared.scripts;
+        let scripts = &on.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = shared
+            let answer = on
                 .connection
                 .eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket, &self.retention_ms])
                 .await?;
@@ -168,7 +170,7 @@ impl Claim {
         let mut fences = vec![0u64; self.keys.len()];
         let mut written = Vec::with_capacity(self.groups.len());
         for (taken, group) in self.groups.iter().enumerate() {
-            let answer = self.kinds::<Vec<i64>>(shared, &scripts.kinds_acquire, group, &args).await?;
+            let answer = self.kinds::<Vec<i64>>(on, &scripts.kinds_acquire, group, &args).await?;
             let reply = &answer.value;
             match reply.first().copied() {
                 Some(1) if reply.len() == group.len() + 1 => {
@@ -178,14 +180,14 @@ impl Claim {
                     written.push(answer.via);
                 }
                 Some(0) => {
-                    self.give_back_groups(shared, &self.groups[..taken], channel).await?;
+                    self.give_back_groups(on, &self.groups[..taken], channel, wake).await?;
                     return Ok(Taken::Busy {
                         hint: reply.get(1).copied().unwrap_or(-1),
                         ticket: reply.get(2).copied().unwrap_or(0) as u64,
                     });
                 }
                 _ => {
-                    self.give_back_groups(shared, &self.groups[..taken], channel).await?;
+                    self.give_back_groups(on, &self.groups[..taken], channel, wake).await?;
                     return Ok(Taken::OtherLimit);
                 }
             }
@@ -195,17 +197,17 @@ impl Claim {
 
     /// Extends every key to `lease_ms` from now: true when each still
     /// carried our token, with where each renewal was written.
-    pub(crate) async fn extend(&self, shared: &Shared, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    pub(crate) async fn extend(&self, on: &Scripted, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
-            let answer = shared.connection.eval::<i64>(&shared.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
+            let answer = on.connection.eval::<i64>(&on.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
             return Ok((answer.value == 1, vec![answer.via]));
         }
         let args = self.args(lease_ms, 0, 0, "");
         let mut renewed = 0;
         let mut written = Vec::with_capacity(self.groups.len());
         for group in &self.groups {
-            let answer = self.kinds::<i64>(shared, &shared.scripts.kinds_renew, group, &args).await?;
+            let answer = self.kinds::<i64>(on, &on.scripts.kinds_renew, group, &args).await?;
             renewed += answer.value;
             written.push(answer.via);
         }
@@ -213,14 +215,15 @@ impl Claim {
     }
 
     /// Gives back every key that still carries our token, telling waiters
-    /// in every process (see the release scripts): `value` 1 when every key
-    /// did, else 0. Every group is tried, also after one failed.
-    pub(crate) async fn give_back(&self, shared: &Shared, channel: &str) -> Result<Answer<i64>, Failure> {
+    /// in every process (see the release scripts; `wake`: this process's
+    /// heads of the keys freed): `value` 1 when every key did, else 0. Every
+    /// group is tried, also after one failed.
+    pub(crate) async fn give_back(&self, on: &Scripted, channel: &str, wake: &(dyn Fn(&str) + Sync)) -> Result<Answer<i64>, Failure> {
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = shared.connection.eval::<i64>(&shared.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
+            let answer = on.connection.eval::<i64>(&on.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
             if answer.value == 1 {
-                shared.waiters.wake(k.lock());
+                wake(k.lock());
             }
             return Ok(answer);
         }
@@ -229,7 +232,7 @@ impl Claim {
         let mut first_failure = None;
         let mut answered: Option<Answer<i64>> = None;
         for group in &self.groups {
-            match self.kinds::<i64>(shared, &shared.scripts.kinds_release, group, &args).await {
+            match self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await {
                 Ok(answer) => {
                     released += answer.value;
                     let lost = answered.take().and_then(|a| a.first_attempt_lost);
@@ -242,7 +245,7 @@ impl Claim {
         }
         if released > 0 {
             for key in &self.keys {
-                shared.waiters.wake(key.lock());
+                wake(key.lock());
             }
         }
         match (first_failure, answered) {
@@ -255,13 +258,19 @@ impl Claim {
         }
     }
 
-    async fn give_back_groups(&self, shared: &Shared, groups: &[Vec<usize>], channel: &str) -> Result<(), Failure> {
+    async fn give_back_groups(
+        &self,
+        on: &Scripted,
+        groups: &[Vec<usize>],
+        channel: &str,
+        wake: &(dyn Fn(&str) + Sync),
+    ) -> Result<(), Failure> {
         let args = self.args(0, 0, 0, channel);
         for group in groups {
-            self.kinds::<i64>(shared, &shared.scripts.kinds_release, group, &args).await?;
+            self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await?;
         }
         for &i in groups.iter().flatten() {
-            shared.waiters.wake(self.keys[i].lock());
+            wake(self.keys[i].lock());
         }
         Ok(())
     }
@@ -272,7 +281,7 @@ impl Claim {
     /// left by the first request only, for `waiting_ms`. Single-group claims
     /// only (every key in one script).
     pub(crate) async fn hand_over(
-        shared: &Shared,
+        on: &Scripted,
         released: Option<&Claim>,
         requests: &[(&Claim, u64)],
         lease_ms: u64,
@@ -302,7 +311,7 @@ impl Claim {
             ]);
         }
         let args: Vec<&dyn connection::ToRedisArgsRef> = args.iter().map(|arg| arg as &dyn connection::ToRedisArgsRef).collect();
-        let answer = shared.connection.eval::<Vec<i64>>(&shared.scripts.kinds_handoff, &keys, &args).await?;
+        let answer = on.connection.eval::<Vec<i64>>(&on.scripts.kinds_handoff, &keys, &args).await?;
         let reply = answer.value;
         let wakes = released.map_or(0, |claim| claim.keys.len());
         let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
@@ -347,10 +356,10 @@ impl Claim {
 
     /// Takes back the marks a waiting try left under `ticket` (best
     /// effort), telling waiters on `channel` when they were the last.
-    pub(crate) async fn withdraw(&self, shared: &Shared, ticket: u64, channel: &str) {
+    pub(crate) async fn withdraw(&self, on: &Scripted, ticket: u64, channel: &str) {
         let args = self.args(0, 0, ticket, channel);
         for group in &self.groups {
-            let _ = self.kinds::<i64>(shared, &shared.scripts.kinds_withdraw, group, &args).await;
+            let _ = self.kinds::<i64>(on, &on.scripts.kinds_withdraw, group, &args).await;
         }
     }
 }

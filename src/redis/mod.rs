@@ -148,7 +148,7 @@ impl RedisDriver {
     /// channels of its backends' namespaces and checks its eviction policy.
     pub fn start(&self, backends: &BTreeMap<String, StoreOptions>) {
         for (name, shared) in &self.connections {
-            let connection = &shared.connection;
+            let connection = shared.connection();
             let users: Vec<&StoreOptions> = backends.values().filter(|b| &b.connection == name).collect();
             let mut channels: Vec<String> = users.iter().map(|b| keys::release_channel(&b.namespace)).collect();
             channels.sort();
@@ -166,7 +166,7 @@ impl RedisDriver {
 
     /// Stops notifications and closes every connection.
     pub async fn shut_down(&self) {
-        let connections: Vec<Arc<RedisConnection>> = self.connections.values().map(|shared| shared.connection.clone()).collect();
+        let connections: Vec<Arc<RedisConnection>> = self.connections.values().map(|shared| shared.connection().clone()).collect();
         let _ = self
             .runtime
             .spawner()

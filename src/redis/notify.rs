@@ -17,7 +17,7 @@ use super::transport::{RETRY_MAX, RETRY_MIN};
 
 /// Keeps subscription `index` alive until the connection shuts down.
 pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>, index: usize) {
-    let connection = &shared.connection;
+    let connection = shared.connection();
     let mut stopped = connection.stopped();
     let mut switches = connection.switches();
     let mut retry = RETRY_MIN;

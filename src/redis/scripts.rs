@@ -2,7 +2,11 @@
 //! trip (`EVALSHA`; after `SCRIPT FLUSH` or a restart the `NOSCRIPT` reply
 //! makes redis-rs load the script and retry once).
 
+use std::sync::Arc;
+
 use redis::Script;
+
+use super::transport::connection::RedisConnection;
 
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)`, to
 /// live `retention` ms from now, and sets `fence` (see [`ACQUIRE`]);
@@ -861,4 +865,11 @@ impl Scripts {
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
         }
     }
+}
+
+/// The scripts and the connection that runs them: what a claim's operations
+/// go through.
+pub(crate) struct Scripted {
+    pub connection: Arc<RedisConnection>,
+    pub scripts: Scripts,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::claim::Claim;
 use super::keys::{owner_token, release_channel, RedisKeys};
-use super::scripts::Scripts;
+use super::scripts::{Scripted, Scripts};
 use super::transport::connection::RedisConnection;
 use super::transport::topology::NodeConnection;
 use crate::acquire::LockKind;
@@ -17,19 +17,28 @@ use crate::options::StoreOptions;
 use crate::store::waiters::Waiters;
 use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken};
 
-/// What the redis backends of one connection share: the connection, the
+/// What the redis backends of one connection share: the connection and its
 /// scripts, this process's queues of the connection's keys, and whether its
 /// notifications heard a process of the older key layout.
 pub(crate) struct Shared {
-    pub connection: Arc<RedisConnection>,
-    pub scripts: Scripts,
+    pub scripted: Scripted,
     pub waiters: Arc<Waiters<RedisStore>>,
     pub older_layout: OlderLayout,
 }
 
 impl Shared {
     pub fn new(connection: Arc<RedisConnection>) -> Shared {
-        Shared { connection, scripts: Scripts::new(), waiters: Arc::default(), older_layout: OlderLayout::default() }
+        let scripted = Scripted { connection, scripts: Scripts::new() };
+        Shared { scripted, waiters: Arc::default(), older_layout: OlderLayout::default() }
+    }
+
+    pub fn connection(&self) -> &Arc<RedisConnection> {
+        &self.scripted.connection
+    }
+
+    /// Wakes this process's head waiting on `lock` (a release freed it).
+    fn wake(&self, lock: &str) {
+        self.waiters.wake(lock);
     }
 }
 
@@ -81,7 +90,7 @@ impl RedisStore {
     }
 
     fn connection(&self) -> &RedisConnection {
-        &self.shared.connection
+        self.shared.connection()
     }
 }
 
@@ -109,15 +118,15 @@ impl Store for RedisStore {
     }
 
     async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
-        claim.take(&self.shared, lease_ms, waiting_ms, ticket, &self.channel).await
+        claim.take(&self.shared.scripted, lease_ms, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await
     }
 
     async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
-        claim.extend(&self.shared, lease_ms).await
+        claim.extend(&self.shared.scripted, lease_ms).await
     }
 
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let answer = claim.give_back(&self.shared, &self.channel).await?;
+        let answer = claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await?;
         Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost })
     }
 
@@ -128,13 +137,13 @@ impl Store for RedisStore {
         lease_ms: u64,
         waiting_ms: u64,
     ) -> Result<HandedOver<NodeConnection>, Failure> {
-        let handed = Claim::hand_over(&self.shared, released, requests, lease_ms, waiting_ms, &self.channel).await?;
+        let handed = Claim::hand_over(&self.shared.scripted, released, requests, lease_ms, waiting_ms, &self.channel).await?;
         let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
     }
 
     async fn withdraw(&self, claim: &Claim, ticket: u64) {
-        claim.withdraw(&self.shared, ticket, &self.channel).await
+        claim.withdraw(&self.shared.scripted, ticket, &self.channel).await
     }
 
     /// With `replicaAcks`, waits until that many replicas have each write
