@@ -19,6 +19,12 @@ Cases:
                  64 tasks on one counted key do
   redlock        redlock's multi-resource lock and unlock scripts on 4 keys
                  (redlock 5's text), for comparison
+  redlock-one    redlock's lock and unlock scripts on one key (its plain lock)
+  floor          SET key token PX NX + DEL: the least any Redis lock costs,
+                 with no owner check on release
+  empty-scripts  two EVALSHA calls of `return 0` with one key each: what any
+                 owner-checked release by script costs before its script does
+                 anything (Redis 7.0 has no compare-and-delete command)
 
 Needs redis-server and valgrind (scripts/setup installs both). Python 3 only,
 no packages: it speaks RESP itself. A case takes a few seconds.
@@ -183,6 +189,30 @@ def redlock(redis, sha):
     return pairs(pair)
 
 
+def redlock_one(redis, sha):
+    def pair(j):
+        key, t = f"redlock:k{j}", token()
+        return [["EVALSHA", sha["REDLOCK_LOCK"], 1, key, t, 10000], ["EVALSHA", sha["REDLOCK_UNLOCK"], 1, key, t]]
+
+    return pairs(pair)
+
+
+def floor(redis, sha):
+    def pair(j):
+        key = f"raw:k{j}"
+        return [["SET", key, token(), "PX", 10000, "NX"], ["DEL", key]]
+
+    return pairs(pair)
+
+
+def empty_scripts(redis, sha):
+    def pair(j):
+        key = f"empty:k{j}"
+        return [["EVALSHA", sha["EMPTY"], 1, key, token()], ["EVALSHA", sha["EMPTY"], 1, key, token()]]
+
+    return pairs(pair)
+
+
 def counted(redis, sha):
     key = names("counted")
     holders = [token() for _ in range(8)]
@@ -203,7 +233,15 @@ def counted(redis, sha):
     return batch
 
 
-CASES = {"plain": plain, "four-keys": four_keys, "counted": counted, "redlock": redlock}
+CASES = {
+    "plain": plain,
+    "four-keys": four_keys,
+    "counted": counted,
+    "redlock": redlock,
+    "redlock-one": redlock_one,
+    "floor": floor,
+    "empty-scripts": empty_scripts,
+}
 
 
 def free_port():
@@ -254,12 +292,12 @@ def main():
     if unknown:
         sys.exit(f"unknown case {unknown[0]}: {', '.join(CASES)}")
     scripts = scripts_of_source()
-    scripts.update(REDLOCK_LOCK=REDLOCK_LOCK, REDLOCK_UNLOCK=REDLOCK_UNLOCK)
+    scripts.update(REDLOCK_LOCK=REDLOCK_LOCK, REDLOCK_UNLOCK=REDLOCK_UNLOCK, EMPTY="return 0")
     with tempfile.TemporaryDirectory() as out_dir:
         for case in cases:
             short, n_short = instructions(case, PAIRS, scripts, out_dir)
             long, n_long = instructions(case, 3 * PAIRS, scripts, out_dir)
-            print(f"{case:10} {round((long - short) / (n_long - n_short)):>8} server instructions per pair", flush=True)
+            print(f"{case:13} {round((long - short) / (n_long - n_short)):>8} server instructions per pair", flush=True)
 
 
 if __name__ == "__main__":
