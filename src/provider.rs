@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::abort::AbortController;
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::file::{FileBackend, FileLease};
@@ -41,9 +42,10 @@ impl Default for Hooks {
     }
 }
 use crate::host::Host;
-use crate::options::{BackendOptions, Options};
+use crate::options::{BackendOptions, Options, StoreOptions};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
 use crate::status::{BackendStatus, RedisStatus};
+use crate::store::KeepAlive;
 
 /// All backends of one configuration.
 pub struct Provider {
@@ -228,6 +230,22 @@ impl Backend {
         }
     }
 
+    /// The options of a backend of a store driver (redis); `None` for the
+    /// drivers whose leases never expire.
+    pub fn store_options(&self) -> Option<&StoreOptions> {
+        match self {
+            Backend::Redis(redis) => Some(redis.options()),
+            Backend::Local(_) | Backend::File(_) => None,
+        }
+    }
+
+    /// How often a section's lease is renewed (see [`Backend::with_lock`]):
+    /// every `leaseMs / 3`, so two renewals may fail before the lease runs
+    /// out; `None` where leases never expire.
+    pub fn auto_renew_every(&self) -> Option<Duration> {
+        self.store_options().map(|options| Duration::from_millis(u64::from(options.lease_ms) / 3))
+    }
+
     async fn close(&self) {
         match self {
             Backend::Local(local) => local.close(),
@@ -314,6 +332,16 @@ impl Lease {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
+        }
+    }
+
+    /// Renews the lease every `every` on the store drivers' thread until the
+    /// returned guard is dropped, aborting `on_lost` the moment it is known
+    /// lost; `None` for a lease that never expires while held.
+    pub fn keep_alive(&self, every: Duration, on_lost: AbortController) -> Option<KeepAlive> {
+        match self {
+            Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
+            Lease::Local(_) | Lease::File(_) => None,
         }
     }
 

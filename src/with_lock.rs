@@ -1,22 +1,21 @@
-//! `with_lock`: acquire, run a section, release, in all cases; redis leases
-//! are renewed automatically while the section runs.
+//! `with_lock`: acquire, run a section, release, in all cases; the leases
+//! of store drivers (redis) are renewed automatically while the section runs.
 
 use std::future::Future;
-use std::time::Duration;
 
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
 use crate::provider::{Backend, Lease};
-use crate::redis::RedisBackend;
 
 /// Options of [`Backend::with_lock`].
 #[derive(Clone)]
 pub struct WithLockOptions {
     /// How to wait for the key.
     pub acquire: AcquireOptions,
-    /// Renew a redis lease every `leaseMs / 3` while the section runs
-    /// (default true). Local leases never expire and need no renewal.
+    /// Renew a store driver's lease every `leaseMs / 3` while the section
+    /// runs (default true). Local and file leases never expire and need no
+    /// renewal.
     pub auto_renew: bool,
 }
 
@@ -42,21 +41,13 @@ pub struct Section {
     pub signal: AbortSignal,
 }
 
-impl RedisBackend {
-    /// How often a section's lease is renewed: every `leaseMs / 3`, so two
-    /// renewals may fail before the lease runs out.
-    pub fn auto_renew_every(&self) -> Duration {
-        Duration::from_millis(u64::from(self.options().lease_ms) / 3)
-    }
-}
-
 impl Backend {
     /// Acquires `key`, runs `section`, and releases the lease whatever the
     /// section returned (a panic or a dropped future releases it too, through
     /// the lease's `Drop`). The section's output is returned unless the lease
     /// was lost at any point during the section: that is `LEASE_LOST` even
     /// when the section succeeded, since its work may have overlapped another
-    /// holder's. Renewals run on the redis driver's own thread, so a caller
+    /// holder's. Renewals run on the store drivers' own thread, so a caller
     /// whose executor stalls does not lose the lease for that reason.
     pub async fn with_lock<F, Fut, T>(&self, key: &str, options: impl Into<WithLockOptions>, section: F) -> Result<T>
     where
@@ -86,10 +77,8 @@ impl Backend {
         Fut: Future<Output = T>,
     {
         let lost = AbortController::new();
-        let keep_alive = match (self, &lease) {
-            (Backend::Redis(backend), Lease::Redis(redis)) if auto_renew => {
-                Some(redis.keep_alive(backend.auto_renew_every(), lost.clone()))
-            }
+        let keep_alive = match self.auto_renew_every() {
+            Some(every) if auto_renew => lease.keep_alive(every, lost.clone()),
             _ => None,
         };
         let output = section(Section { fence: lease.fence(), signal: lost.signal() }).await;

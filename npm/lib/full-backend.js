@@ -19,7 +19,7 @@
 // replace a frozen `acquire` nor report withLock.
 import { inspect } from 'node:util';
 import { withLock } from './with-lock.js';
-import { redisKeepAlive } from './redis.js';
+import { storeKeepAlive } from './store.js';
 import { askedKinds, declaredKinds, unsupportedKind } from './kinds.js';
 import * as tracing from './tracing.js';
 
@@ -224,12 +224,12 @@ class AppBackend {
 }
 
 /**
- * The renewals of a lease during a section: the core's for a redis lease
+ * The renewals of a lease during a section: the core's for a store lease
  * (also when a wrapper hands it out), else lease.renew() on JS timers for a
  * lease that expires; none for a lease that never does.
  */
 function keepAlive(lease) {
-  return redisKeepAlive(lease) ?? timerRenewals(lease);
+  return storeKeepAlive(lease) ?? timerRenewals(lease);
 }
 
 /**
@@ -237,7 +237,7 @@ function keepAlive(lease) {
  * lease.renew(); lost
  * when a renewal answers false or fails, or the lease turned invalid. The
  * timers never keep the process alive; a blocked event loop delays them
- * (the redis driver's renewals run on its own thread instead).
+ * (a store driver's renewals run on its own thread instead).
  */
 function timerRenewals(lease) {
   const remaining = lease.remainingMs;

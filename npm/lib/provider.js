@@ -2,7 +2,7 @@
 import { invalidArgument, LockError, fromInfo } from './errors.js';
 import { native } from './native.js';
 import { openLocal } from './local.js';
-import { RedisGroup } from './redis.js';
+import { StoreGroup } from './store.js';
 import { openFile } from './file.js';
 import { closeQuietly, DriverSet } from './drivers.js';
 
@@ -15,7 +15,7 @@ import { closeQuietly, DriverSet } from './drivers.js';
  */
 const DRIVERS = new Map([
   ['local', openLocal],
-  ['redis', ({ name, shared }) => shared.redis().driver(name)],
+  ['redis', ({ name, shared }) => shared.stores().driver(name, 'redis')],
   ['file', openFile],
 ]);
 
@@ -33,9 +33,9 @@ export const stderrLogger = Object.freeze({
  */
 export async function openProvider(options, logger = stderrLogger, drivers = new DriverSet()) {
   const opened = new Map();
-  let redis;
-  // The redis runtime and connections start only when a redis backend exists.
-  const shared = { redis: () => (redis ??= new RedisGroup(options, logger)) };
+  let stores;
+  // The store drivers' runtime and connections start only when such a backend exists.
+  const shared = { stores: () => (stores ??= new StoreGroup(options, logger)) };
   try {
     for (const { name, driver } of options.backends()) {
       const factory = DRIVERS.get(driver);
@@ -46,7 +46,7 @@ export async function openProvider(options, logger = stderrLogger, drivers = new
   } catch (error) {
     // Nothing half-open stays behind; close failures are secondary to `error`.
     for (const driver of opened.values()) closeQuietly(driver);
-    redis?.close().catch(() => {});
+    stores?.close().catch(() => {});
     throw error;
   }
   return new LockProvider(opened, logger);

@@ -4,7 +4,7 @@
 // protocol is documented in README.md ("Tracing") and index.d.ts.
 //
 // Done here, in the JS layer, once for every backend: the built-in views
-// (local.js, redis.js) and the library's Proxy over an app's object
+// (local.js, store.js) and the library's Proxy over an app's object
 // (full-backend.js) each make one guarded call per path. Zero cost when
 // nobody listens: a call site first asks acquireTraced() / withLockTraced(),
 // which read the `hasSubscribers` of the channels' `start` only (a whole

@@ -1,6 +1,6 @@
-//! Automatic renewal of a redis lease while a JS `withLock` section runs.
+//! Automatic renewal of a store driver's lease while a JS `withLock` section runs.
 //!
-//! The renewals are the core's [`KeepAlive`]: they run on the redis driver's
+//! The renewals are the core's [`KeepAlive`]: they run on the store drivers'
 //! thread, so a JS event loop blocked by the section does not delay them.
 //! Loss reaches JS through [`NativeKeepAlive::watch`], a promise on the
 //! executor's wake-up function that never keeps Node alive.

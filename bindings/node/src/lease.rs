@@ -1,9 +1,8 @@
-//! A held redis lease as JS holds it ([`LeaseHandle`]), and the calls on it
-//! other than `release` (which is one of [`crate::redis_calls`]).
+//! A held lease of a store driver as JS holds it ([`LeaseHandle`]), and the
+//! calls on it other than `release` (which is one of [`crate::store_calls`]).
 
 use std::sync::Arc;
 
-use dokebi_lock::RedisLease;
 use napi::bindgen_prelude::External;
 use napi::Env;
 use napi_derive::napi;
@@ -11,22 +10,22 @@ use napi_derive::napi;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, Finalized};
 
-/// A held redis lease, as JS holds it: an external whose finalizer drops
-/// the lease (which releases it, if nobody did).
+/// A held lease of a store driver, as JS holds it: an external whose
+/// finalizer drops the lease (which releases it, if nobody did).
 pub type LeaseHandle = External<Lease>;
 
 /// What a [`LeaseHandle`] holds.
-pub struct Lease(Finalized<Arc<RedisLease>>);
+pub struct Lease(Finalized<Arc<dokebi_lock::Lease>>);
 
 impl Lease {
     /// The lease, for an operation that outlives this call.
-    pub fn lease(&self) -> Arc<RedisLease> {
+    pub fn lease(&self) -> Arc<dokebi_lock::Lease> {
         Arc::clone(&self.0)
     }
 }
 
 /// The handle of a lease just granted.
-pub fn lease_handle(lease: RedisLease) -> LeaseHandle {
+pub fn lease_handle(lease: dokebi_lock::Lease) -> LeaseHandle {
     External::new(Lease(Finalized::new(Arc::new(lease))))
 }
 
@@ -52,7 +51,7 @@ pub fn lease_valid(lease: &LeaseHandle) -> bool {
 /// Time left by that estimate, in ms; 0 once invalid.
 #[napi(catch_unwind)]
 pub fn lease_remaining_ms(lease: &LeaseHandle) -> f64 {
-    lease.0.remaining().as_secs_f64() * 1000.0
+    lease.0.remaining().map_or(f64::INFINITY, |left| left.as_secs_f64() * 1000.0)
 }
 
 /// Extends `lease`; resolves `false` when it is no longer ours.

@@ -1,25 +1,26 @@
 //! The Node surface of dokebi-lock: converts between JS and the core, and
-//! hosts the core's redis futures on the JS thread (a small executor polled
-//! from libuv, which also watches the redis sockets); the local engine is
+//! hosts the core's store futures (redis) on the JS thread (a small executor
+//! polled from libuv, which also watches their sockets); the local engine is
 //! driven directly on the JS thread. Lock behaviour itself lives in the
 //! `dokebi-lock` crate; the JS layer of `@dokebi/lock` (`npm/`) turns what
 //! this module returns into promises, `Lease` objects and `LockError`s.
 //!
 //! Failures are not thrown: a synchronous call returns a sentinel (`FAILED`,
 //! `null`) and leaves the core's error in [`error::take_error`]; an async
-//! (redis) call resolves with the error's `ErrorInfo`. The JS layer builds
+//! (store or file) call resolves with the error's `ErrorInfo`. The JS layer builds
 //! every `LockError` in one place, and the hot path pays nothing for error
 //! plumbing.
 //!
 //! - [`local`]: the local driver's engine, driven on the JS thread; [`out`]:
 //!   the memory it exchanges numbers through; [`protocol`]: the numbers
 //!   (also `npm/lib/protocol.js`).
-//! - [`redis`] and [`executor`]: the core's redis backends, their futures
-//!   polled on the JS thread; [`uv`]: their sockets watched by libuv;
-//!   [`redis_calls`]: the calls of every lease; [`lease`]: a held lease.
+//! - [`store`] and [`executor`]: the backends of the core's store drivers
+//!   (redis), whatever the store, their futures polled on the JS thread;
+//!   [`uv`]: their sockets watched by libuv; [`store_calls`]: the calls of
+//!   every lease; [`lease`]: a held lease.
 //! - [`file`]: the file driver's backends, their acquires polled by the
 //!   same executor.
-//! - [`keep_alive`]: auto-renewal of a redis lease during a `withLock` section.
+//! - [`keep_alive`]: auto-renewal of a store lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
 //! - [`guard`]: no Rust panic crosses into Node.
@@ -44,9 +45,9 @@ mod out;
 mod probe;
 mod protocol;
 mod raw;
-mod redis;
-mod redis_calls;
 mod status;
+mod store;
+mod store_calls;
 mod telemetry;
 #[cfg(unix)]
 mod uv;

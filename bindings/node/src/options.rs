@@ -10,7 +10,7 @@ use crate::error::stash;
 use crate::file::NativeFileBackend;
 use crate::guard::sentinel;
 use crate::local::LocalEngineObject;
-use crate::redis::{LogWake, RedisProvider};
+use crate::store::{LogWake, StoreProvider};
 use crate::telemetry::TelemetryForwarder;
 
 /// Validated options of one provider.
@@ -64,14 +64,15 @@ impl NativeOptions {
             .collect()
     }
 
-    /// Opens the redis backends (`null` on failure, see `takeError`);
+    /// Opens the backends of the store drivers (redis) at once (`null` on
+    /// failure, see `takeError`);
     /// `onJsThread` says the event loop is Node's libuv, whose socket
     /// polling lets commands run on the JS thread (else they take the
     /// driver's thread); `logWake()` is called when driver warnings and
     /// errors wait in `takeLogs()`, telemetry events go to `telemetry(entry)`.
     #[napi(ts_args_type = "onJsThread: boolean, logWake: () => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
-    pub fn open_redis(&self, env: &Env, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
-        sentinel(|| crate::redis::open(env, &self.options, on_js_thread, log_wake, telemetry))
+    pub fn open_stores(&self, env: &Env, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<StoreProvider> {
+        sentinel(|| crate::store::open(env, &self.options, on_js_thread, log_wake, telemetry))
     }
 
     /// Opens the file backend `name` (`null` on failure, see `takeError`);

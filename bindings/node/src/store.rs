@@ -1,9 +1,10 @@
-//! The redis driver: the core's `Provider`, opened with the redis backends
-//! only, behind promises.
+//! The store drivers (redis): the core's `Provider`, opened with the
+//! backends of store drivers only, behind promises. Nothing here knows which
+//! store a backend uses: the core's `Backend` and `Lease` do.
 //!
 //! The core runs the operations started here on the JS thread, with this
 //! thread as its host ([`crate::executor`] polls them and settles their
-//! promises); its own runtime (started only when a redis backend exists)
+//! promises); its own runtime (started only when such a backend exists)
 //! keeps timers, notifications and renewals. A pending promise keeps Node alive only
 //! while its operation is in flight; the log wake-up is a weak threadsafe
 //! function, and so is the telemetry forwarder, so nothing is left to keep
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::BackendOptions;
-use dokebi_lock::{AbortController, Backend, ErrorCode, Hooks, LockError, Options, Provider, RedisBackend};
+use dokebi_lock::{AbortController, Backend, ErrorCode, Hooks, LockError, Options, Provider};
 use napi::bindgen_prelude::{External, Unknown, Utf16String};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
@@ -40,7 +41,7 @@ pub struct LogEntry {
     pub message: String,
 }
 
-/// Tells JS that log records wait in [`RedisProvider::take_logs`]; weak, so
+/// Tells JS that log records wait in [`StoreProvider::take_logs`]; weak, so
 /// it never keeps Node alive.
 pub type LogWake = ThreadsafeFunction<(), (), (), Status, false, true>;
 
@@ -61,13 +62,13 @@ impl LogQueue {
     }
 }
 
-/// Opens the redis backends of `options` (`null` on failure, see
-/// `takeError`). Warnings and errors of the driver (cleanup failures at
-/// close) wait in [`RedisProvider::take_logs`], announced by `log_wake`;
+/// Opens the store drivers' backends of `options` (`null` on failure, see
+/// `takeError`). Warnings and errors of the drivers (cleanup failures at
+/// close) wait in [`StoreProvider::take_logs`], announced by `log_wake`;
 /// telemetry events go to `telemetry`. With `on_js_thread` (the JS layer's
 /// word that the event loop is Node's libuv) commands run on this thread where
 /// it can watch their sockets; else on the driver's thread.
-pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<RedisProvider> {
+pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake, telemetry: TelemetryForwarder) -> Option<StoreProvider> {
     let host = match if on_js_thread { crate::executor::host(env) } else { Ok(None) } {
         Ok(host) => host,
         Err(error) => {
@@ -75,8 +76,8 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
             return None;
         }
     };
-    let mut redis_only = options.clone();
-    redis_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    let mut stores_only = options.clone();
+    stores_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
     let logs = Arc::new(LogQueue::default());
     let queue = logs.clone();
     let logger: Logger = Arc::new(move |record: &LogRecord| {
@@ -95,27 +96,26 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
     // Node's way to add authorities for the whole process: its TLS reads
     // the variable at startup, and so do our TLS links.
     let extra_authorities = std::env::var_os("NODE_EXTRA_CA_CERTS").filter(|file| !file.is_empty()).map(std::path::PathBuf::from);
-    Provider::open_with(redis_only, Hooks { logger, telemetry: Some(sink(telemetry)), host, extra_authorities })
-        .map(|provider| RedisProvider { provider: Finalized::new(Arc::new(provider)), logs })
+    Provider::open_with(stores_only, Hooks { logger, telemetry: Some(sink(telemetry)), host, extra_authorities })
+        .map(|provider| StoreProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()
 }
 
-/// The redis backends of one `LockProvider`.
+/// The store drivers' backends of one `LockProvider`.
 #[napi]
-pub struct RedisProvider {
+pub struct StoreProvider {
     provider: Finalized<Arc<Provider>>,
     logs: Arc<LogQueue>,
 }
 
 #[napi]
-impl RedisProvider {
+impl StoreProvider {
     /// The backend `name`; `null` on failure.
     #[napi(catch_unwind)]
-    pub fn backend(&self, name: String) -> Option<NativeRedisBackend> {
+    pub fn backend(&self, name: String) -> Option<NativeStoreBackend> {
         sentinel(|| match self.provider.backend(&name) {
-            Ok(Backend::Redis(backend)) => Some(NativeRedisBackend { backend: Finalized::new(backend) }),
-            Ok(_) => unreachable!("this provider holds redis backends only"),
+            Ok(backend) => Some(NativeStoreBackend::new(backend)),
             Err(error) => {
                 stash(error);
                 None
@@ -129,7 +129,7 @@ impl RedisProvider {
         self.logs.take()
     }
 
-    /// Closes every redis backend: waiters `CLOSED`, held leases released
+    /// Closes every backend: waiters `CLOSED`, held leases released
     /// within `shutdownTimeoutMs` (failures logged). Resolves to the log
     /// records not yet taken, those of the close among them.
     #[napi(ts_return_type = "Promise<LogEntry[] | ErrorInfo>", catch_unwind)]
@@ -148,27 +148,41 @@ impl RedisProvider {
     }
 }
 
-/// One redis backend: its settings and the calls made less often than
-/// once per lease (the calls of every lease are [`crate::redis_calls`]).
+/// One backend of a store driver: its settings and the calls made less
+/// often than once per lease (the calls of every lease are
+/// [`crate::store_calls`]).
 #[napi]
-pub struct NativeRedisBackend {
-    backend: Finalized<RedisBackend>,
+pub struct NativeStoreBackend {
+    backend: Finalized<Backend>,
+    wait_timeout_ms: u32,
+    max_key_bytes: u32,
+    /// `leaseMs / 3`: how often a `withLock` section's lease is renewed.
+    auto_renew_every: std::time::Duration,
+}
+
+impl NativeStoreBackend {
+    fn new(backend: Backend) -> NativeStoreBackend {
+        let options = backend.store_options().expect("this provider holds the backends of store drivers only");
+        let (wait_timeout_ms, max_key_bytes) = (options.wait_timeout_ms, options.max_key_bytes);
+        let auto_renew_every = backend.auto_renew_every().expect("a store driver's leases expire");
+        NativeStoreBackend { backend: Finalized::new(backend), wait_timeout_ms, max_key_bytes, auto_renew_every }
+    }
 }
 
 #[napi]
-impl NativeRedisBackend {
+impl NativeStoreBackend {
     /// The backend's default wait, in ms.
     #[napi(getter, catch_unwind)]
     pub fn wait_timeout_ms(&self) -> u32 {
-        self.backend.options().wait_timeout_ms
+        self.wait_timeout_ms
     }
 
     /// `{ acquire(key, waitTimeoutMs, abort?), release(lease) }`: see
-    /// [`crate::redis_calls`].
+    /// [`crate::store_calls`].
     #[napi(catch_unwind)]
     pub fn calls(&self, env: &Env) -> napi::Result<Unknown<'_>> {
         // SAFETY: `env` is this call's, on its JS thread.
-        let object = unsafe { crate::redis_calls::object(env.raw(), self.backend.clone()) }?;
+        let object = unsafe { crate::store_calls::object(env.raw(), self.backend.clone(), self.max_key_bytes) }?;
         // SAFETY: as above; `object` was just created in this env.
         Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), object) })
     }
@@ -176,14 +190,14 @@ impl NativeRedisBackend {
     /// What the backend is doing now, as counts.
     #[napi(catch_unwind)]
     pub fn status(&self) -> StatusInfo {
-        Backend::Redis(self.backend.clone()).status().into()
+        self.backend.status().into()
     }
 
-    /// Starts renewing `lease` every `leaseMs / 3` on the driver's thread,
+    /// Starts renewing `lease` every `leaseMs / 3` on the drivers' thread,
     /// until the returned handle is stopped.
     #[napi(catch_unwind)]
     pub fn keep_alive(&self, lease: &LeaseHandle) -> NativeKeepAlive {
-        NativeKeepAlive::new(|lost| lease.lease().keep_alive(self.backend.auto_renew_every(), lost))
+        NativeKeepAlive::new(|lost| lease.lease().keep_alive(self.auto_renew_every, lost).expect("a store driver's lease expires"))
     }
 
     /// As `acquire`, in a kind beyond a plain lease (checked by the JS layer
@@ -204,8 +218,7 @@ impl NativeRedisBackend {
     ) -> napi::Result<Promise> {
         promise(env, || {
             let backend = self.backend.clone();
-            let max_key_bytes = backend.options().max_key_bytes as usize;
-            let (keys, options) = kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort);
+            let (keys, options) = kind_request(&keys, self.max_key_bytes as usize, shared, limit, weight, wait_timeout_ms, abort);
             let acquire = async move {
                 let keys = keys?;
                 let names: Vec<&str> = keys.iter().map(String::as_str).collect();

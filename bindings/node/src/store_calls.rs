@@ -1,4 +1,4 @@
-//! The two calls a redis lease costs every user, `acquire` and `release`,
+//! The two calls a store driver's lease costs every user, `acquire` and `release`,
 //! as raw Node-API callbacks on a plain JS object: napi-rs class methods
 //! and class instances would cost each call its receiver checks and borrow
 //! tracking, and each lease a class construction, on the path every redis
@@ -15,7 +15,7 @@ use std::ffi::CStr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use dokebi_lock::{AbortController, AbortSignal, AcquireOptions, RedisBackend};
+use dokebi_lock::{AbortController, AbortSignal, AcquireOptions, Backend};
 use napi::bindgen_prelude::{External, FromNapiRef};
 use napi::{sys, Env};
 
@@ -27,7 +27,7 @@ use crate::raw::{call_info, object_of, or_throw, Method};
 
 /// What each function of the object holds.
 struct Calls {
-    backend: RedisBackend,
+    backend: Backend,
     keys: RefCell<KeyReader>,
 }
 
@@ -37,8 +37,8 @@ const METHODS: [(&CStr, Method); 2] = [(c"acquire", acquire), (c"release", relea
 ///
 /// # Safety
 /// `env` is the current call's environment, on its JS thread.
-pub unsafe fn object(env: sys::napi_env, backend: RedisBackend) -> napi::Result<sys::napi_value> {
-    let keys = RefCell::new(KeyReader::new(backend.options().max_key_bytes));
+pub unsafe fn object(env: sys::napi_env, backend: Backend, max_key_bytes: u32) -> napi::Result<sys::napi_value> {
+    let keys = RefCell::new(KeyReader::new(max_key_bytes));
     // SAFETY: as the caller promised.
     unsafe { object_of(env, &Rc::new(Calls { backend, keys }), &METHODS) }
 }

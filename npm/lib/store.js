@@ -1,6 +1,7 @@
-// The redis driver: LockBackend views over the core's redis backends. Every
-// operation is a promise the addon settles on this thread; this module only
-// converts arguments and results.
+// The store drivers (redis): LockBackend views over the core's backends of
+// drivers whose leases live in a store, whatever the store. Every operation
+// is a promise the addon settles on this thread; this module only converts
+// arguments and results.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
@@ -18,8 +19,8 @@ function unwrap(result) {
   return result;
 }
 
-/** A lease held through Redis. */
-class RedisLease {
+/** A lease held through a store (Redis). */
+class StoreLease {
   /** The addon's lease handle (an external). */
   #native;
   /** The backend's calls (release), and the backend (renewals). */
@@ -73,22 +74,22 @@ class RedisLease {
 
   /**
    * The core's renewals of `lease` while a withLock section runs (see
-   * with-lock.js), or undefined when `lease` is no redis lease. Found from
+   * with-lock.js), or undefined when `lease` is no store lease. Found from
    * the lease, so a section keeps them when a wrapBackend hands out the
-   * redis lease.
+   * store lease.
    */
   static keepAlive(lease) {
     return typeof lease === 'object' && lease !== null && #native in lease ? lease.#backend.keepAlive(lease.#native) : undefined;
   }
 
-  /** The addon's handle of `lease`, a RedisLease. */
+  /** The addon's handle of `lease`, a StoreLease. */
   static handle(lease) {
     return lease.#native;
   }
 }
 
-/** A redis lease over several keys: a fence per key. */
-class RedisKeysLease extends RedisLease {
+/** A store lease over several keys: a fence per key. */
+class StoreKeysLease extends StoreLease {
   #keys;
   #fences;
 
@@ -104,21 +105,21 @@ class RedisKeysLease extends RedisLease {
 
   /** Each key's fence, as decimal strings; each grows per key, never repeats. */
   get fences() {
-    this.#fences ??= native.leaseFences(RedisLease.handle(this));
+    this.#fences ??= native.leaseFences(StoreLease.handle(this));
     const fences = this.#fences;
     return new Map(this.#keys.map((key, index) => [key, fences[index]]));
   }
 }
 
-/** The core's renewals of a redis lease, undefined for any other lease. */
-export const redisKeepAlive = RedisLease.keepAlive;
+/** The core's renewals of a store lease, undefined for any other lease. */
+export const storeKeepAlive = StoreLease.keepAlive;
 
-/** The LockBackend of a redis backend. */
-class RedisBackend {
+/** The LockBackend of a store driver's backend. */
+class StoreBackend {
   #native;
   /** The group's state: `closed` once its close() began. */
   #group;
-  /** `{ acquire, release }`: the calls of every lease, made without napi-rs' class machinery (redis_calls.rs). */
+  /** `{ acquire, release }`: the calls of every lease, made without napi-rs' class machinery (store_calls.rs). */
   #calls;
   /** The backend's default wait (an option: it never changes). */
   #waitTimeoutMs;
@@ -128,15 +129,15 @@ class RedisBackend {
   // The group's state and the default wait are read here, not asked of the
   // addon on every acquire: each such getter was a Node-API call through
   // napi-rs' class machinery, about a tenth of a pair's instructions.
-  constructor(handle, name, group) {
+  constructor(handle, name, driver, group) {
     this.#native = handle;
     this.#calls = handle.calls();
     this.#group = group;
     this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#traced = tracing.tracedCalls(
-      { backend: name, driver: 'redis', seesReleases: true },
+      { backend: name, driver, seesReleases: true },
       (key, options) => this.#take(key, options),
-      (key, fn, options) => withLock(this, key, fn, options, RedisLease.keepAlive),
+      (key, fn, options) => withLock(this, key, fn, options, StoreLease.keepAlive),
     );
   }
 
@@ -190,7 +191,7 @@ class RedisBackend {
 
   /** The lease of a grant: of one key (a string) or of several (a frozen array). */
   #lease(handle, key) {
-    return typeof key === 'string' ? new RedisLease(handle, this.#calls, this.#native, key) : new RedisKeysLease(handle, this.#calls, this.#native, key);
+    return typeof key === 'string' ? new StoreLease(handle, this.#calls, this.#native, key) : new StoreKeysLease(handle, this.#calls, this.#native, key);
   }
 
   /**
@@ -199,7 +200,7 @@ class RedisBackend {
    */
   withLock(key, fn, options) {
     if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
-    return withLock(this, key, fn, options, RedisLease.keepAlive);
+    return withLock(this, key, fn, options, StoreLease.keepAlive);
   }
 
   /** Counts and connection health: `{ driver, held, waiting, acquired, timedOut, lost, redis }`. */
@@ -217,10 +218,10 @@ function logTo(logger, { level, backend, code, message }) {
 }
 
 /**
- * The redis part of one provider: the core opens every redis backend of the
+ * The store drivers' part of one provider: the core opens every such backend of the
  * options at once (one runtime, one connection per configured connection).
  */
-export class RedisGroup {
+export class StoreGroup {
   #native;
   #logger;
   #closing;
@@ -229,19 +230,19 @@ export class RedisGroup {
 
   constructor(options, logger) {
     this.#logger = logger;
-    this.#native = options.openRedis(libuvLoop, () => this.#flushLogs(), forwardTelemetry);
+    this.#native = options.openStores(libuvLoop, () => this.#flushLogs(), forwardTelemetry);
     if (this.#native === null) throw takeNativeError();
   }
 
-  /** The driver `{ view, close() }` of backend `name`. */
-  driver(name) {
+  /** The driver `{ view, close() }` of backend `name`, of driver `driver`. */
+  driver(name, driver) {
     const backend = this.#native.backend(name);
     if (backend === null) throw takeNativeError();
-    return { view: new RedisBackend(backend, name, this.#state), close: () => this.close() };
+    return { view: new StoreBackend(backend, name, driver, this.#state), close: () => this.close() };
   }
 
   /**
-   * Closes every redis backend once; later calls share the first close. It
+   * Closes every backend of the group once; later calls share the first close. It
    * resolves after the close's log records (CLEANUP_FAILED, ...) reached the
    * logger, so a process may exit right after.
    */
