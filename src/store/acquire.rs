@@ -128,6 +128,8 @@ struct Attempt<S: Store> {
     /// The last wait ended by its nap: the next try goes to the store
     /// whatever this process knows (the safety net).
     napped: bool,
+    /// Counts the acquire in progress until the attempt ends.
+    _slot: InProgress<S>,
 }
 
 /// A try's outcome, as the round goes on from it.
@@ -185,8 +187,7 @@ impl<S: Store> Acquire<S> {
     /// call grants this acquire meanwhile), then a try of its own or the
     /// grant another call made, then what it found.
     async fn attempt(self) -> Result<Arc<LeaseShared<S>>> {
-        let Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot } = self;
-        let mut attempt = Attempt::start(core, keys, claim, request, tickets, places, wait, signal, cancelled)?;
+        let mut attempt = Attempt::start(self)?;
         loop {
             if *attempt.core.closed.borrow() {
                 return Err(attempt.give_up(LockError::closed()));
@@ -224,18 +225,9 @@ enum Begin<W> {
 }
 
 impl<S: Store> Attempt<S> {
-    #[allow(clippy::too_many_arguments)] // the parts of an Acquire, moved in
-    fn start(
-        core: Arc<BackendCore<S>>,
-        keys: Vec<String>,
-        claim: Arc<S::Claim>,
-        request: Option<Arc<Request<S>>>,
-        tickets: Vec<Ticket<S>>,
-        places: Option<Vec<Place>>,
-        wait: Duration,
-        signal: Option<AbortSignal>,
-        cancelled: oneshot::Receiver<()>,
-    ) -> Result<Self> {
+    /// The acquire under way, from the places `acquire` took in its keys' queues.
+    fn start(acquire: Acquire<S>) -> Result<Self> {
+        let Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot } = acquire;
         let start = Instant::now();
         let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
         let single_try = wait.is_zero();
@@ -270,6 +262,7 @@ impl<S: Store> Attempt<S> {
             waiting_ms,
             ticket: 0,
             napped: false,
+            _slot,
         })
     }
 
