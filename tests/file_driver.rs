@@ -285,15 +285,79 @@ fn max_waiters_is_queue_full_and_max_keys_is_key_limit() {
 }
 
 #[test]
-fn kinds_the_driver_cannot_grant_are_unsupported_kind_never_an_exclusive_lease() {
-    let dir = fresh_directory("kinds");
+fn inside_a_process_readers_share_a_key_and_a_queued_writer_goes_before_later_readers() {
+    let dir = fresh_directory("kinds-shared");
     let (provider, locks) = open(&dir, "");
-    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
-    assert_eq!(block_on(locks.acquire("k", shared)).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    let counted = AcquireOptions { limit: Some(3), ..wait(0) };
-    assert_eq!(block_on(locks.acquire("k", counted)).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    assert_eq!(block_on(locks.acquire_many(&["a", "b"], wait(0))).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    assert_eq!(entries(&dir), Vec::<String>::new(), "nothing was taken");
+    let shared = |ms| AcquireOptions { mode: LockMode::Shared, ..wait(ms) };
+    let first = block_on(locks.acquire("k", shared(0))).unwrap();
+    let second = block_on(locks.acquire("k", shared(0))).expect("readers hold a key together");
+    assert_eq!(locks.status().held_shared, 2);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let writer = std::thread::spawn({
+        let (locks, order) = (locks.clone(), order.clone());
+        move || {
+            let lease = block_on(locks.acquire("k", wait(10_000))).unwrap();
+            order.lock().unwrap().push("writer");
+            std::thread::sleep(Duration::from_millis(20));
+            drop(lease);
+        }
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(block_on(locks.acquire("k", shared(0))).unwrap_err().code(), ErrorCode::LockBusy, "a later reader waits behind the writer");
+    let reader = std::thread::spawn({
+        let (locks, order) = (locks.clone(), order.clone());
+        move || {
+            let _lease = block_on(locks.acquire("k", shared(10_000))).unwrap();
+            order.lock().unwrap().push("reader");
+        }
+    });
+    while locks.status().waiting < 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop((first, second));
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
+    assert_eq!(entries(&dir), Vec::<String>::new(), "nothing is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn inside_a_process_a_counted_key_holds_up_to_its_limit_and_one_limit_per_key() {
+    let dir = fresh_directory("kinds-counted");
+    let (provider, locks) = open(&dir, "");
+    let counted = |limit, weight| AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(0) };
+    let two = block_on(locks.acquire("k", counted(3, 2))).unwrap();
+    let one = block_on(locks.acquire("k", counted(3, 1))).unwrap();
+    assert!(one.fence() > two.fence());
+    assert_eq!(block_on(locks.acquire("k", counted(3, 1))).unwrap_err().code(), ErrorCode::LockBusy);
+    assert_eq!(block_on(locks.acquire("k", counted(4, 1))).unwrap_err().code(), ErrorCode::InvalidArgument);
+    assert_eq!(block_on(locks.acquire("k", wait(0))).unwrap_err().code(), ErrorCode::InvalidArgument, "a plain acquire is limit 1");
+    drop(two);
+    let again = block_on(locks.acquire("k", counted(3, 2))).expect("released units are free again");
+    drop((one, again));
+    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn several_keys_are_held_all_or_none_with_a_fence_per_key() {
+    let dir = fresh_directory("kinds-many");
+    let (provider, locks) = open(&dir, "");
+    let b = block_on(locks.acquire("b", wait(0))).unwrap();
+    assert_eq!(block_on(locks.acquire_many(&["a", "b"], wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    block_on(locks.acquire("a", wait(0))).expect("a refused set holds none of its keys");
+    drop(b);
+    let both = block_on(locks.acquire_many(&["b", "a"], wait(0))).unwrap();
+    assert_eq!(both.keys(), ["b", "a"]);
+    let fences = both.fences();
+    assert_eq!(fences.iter().map(|(key, _)| *key).collect::<Vec<_>>(), ["b", "a"]);
+    assert!(fences.iter().all(|(_, fence)| *fence > 0));
+    assert_eq!(block_on(locks.acquire("a", wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    drop(both);
+    assert_eq!(entries(&dir), Vec::<String>::new(), "nothing is left behind");
     block_on(provider.close());
 }
 

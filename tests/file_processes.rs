@@ -4,42 +4,13 @@
 
 mod file;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
-use file::{fresh_directory, open, wait, yaml};
+use file::{expect_line, fresh_directory, open, spawn, wait};
 use futures::executor::block_on;
-
-/// Starts this test binary as a child running `role` over `dir`.
-fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", role)
-        .env("DOKEBI_FILE_YAML", yaml(dir, extra))
-        .env("DOKEBI_FILE_DIR", dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    (child, stdout)
-}
-
-/// What follows `prefix` on the next line the child printed with it.
-fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before printing {prefix}");
-        // The test harness may print its own words before ours on a line.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].trim().to_owned();
-        }
-    }
-}
 
 /// The children's entry point: does nothing unless run as a child.
 #[test]

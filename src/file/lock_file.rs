@@ -9,9 +9,14 @@ use std::path::Path;
 
 use super::directory::LockFileError;
 use super::fence;
+use crate::acquire::LockMode;
 
 /// Where the waiting mark starts in a lock file, after the fence record.
 const MARK_AT: u64 = 32;
+
+/// Where the limit record of a counted key starts, after the waiting mark:
+/// the limit its holders agreed on (0 or 1 for a plain or shared key).
+const LIMIT_AT: u64 = 96;
 
 /// An open lock file. Closing it (dropping it) releases its kernel lock,
 /// as the death of the process does.
@@ -26,20 +31,33 @@ impl LockFile {
     /// symbolic link (`O_NOFOLLOW`), anything but a regular file and a file
     /// `user` does not own.
     pub fn open(path: &Path, user: u32) -> std::result::Result<LockFile, LockFileError> {
-        let file = OpenOptions::new()
+        LockFile::open_with(path, user, true)?.ok_or_else(|| LockFileError::Io(io::ErrorKind::NotFound.into()))
+    }
+
+    /// [`LockFile::open`] without creating the file: `None` when missing.
+    pub fn open_existing(path: &Path, user: u32) -> std::result::Result<Option<LockFile>, LockFileError> {
+        LockFile::open_with(path, user, false)
+    }
+
+    fn open_with(path: &Path, user: u32, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
+        let opened = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .mode(0o600)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path)
-            .map_err(|err| {
-                if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                    LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into())
-                } else {
-                    LockFileError::Io(err)
-                }
-            })?;
+            .open(path);
+        let file = match opened {
+            Err(err) if !create && err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            opened => opened,
+        }
+        .map_err(|err| {
+            if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into())
+            } else {
+                LockFileError::Io(err)
+            }
+        })?;
         let metadata = file.metadata()?;
         if !metadata.file_type().is_file() {
             return Err(LockFileError::Refused("a lock file is not a regular file; remove it".into()));
@@ -50,19 +68,37 @@ impl LockFile {
                 metadata.uid()
             )));
         }
-        Ok(LockFile { file, device: metadata.dev(), inode: metadata.ino() })
+        Ok(Some(LockFile { file, device: metadata.dev(), inode: metadata.ino() }))
     }
 
     /// Takes the kernel lock if it is free now: `Ok(false)` when another
     /// open file (of this process or another) holds it. Never blocks.
     pub fn try_lock(&self) -> io::Result<bool> {
+        self.try_lock_in(LockMode::Exclusive)
+    }
+
+    /// [`LockFile::try_lock`] in `mode`: a shared lock is taken together
+    /// with other shared ones. Changing the mode of a lock this file holds
+    /// is not atomic (`flock` drops the old lock first): refused, it leaves
+    /// the file holding nothing.
+    pub fn try_lock_in(&self, mode: LockMode) -> io::Result<bool> {
+        use rustix::fs::FlockOperation;
+        let operation = match mode {
+            LockMode::Exclusive => FlockOperation::NonBlockingLockExclusive,
+            LockMode::Shared => FlockOperation::NonBlockingLockShared,
+        };
         // rustix's safe `flock` rather than `File::try_lock`, which needs
         // Rust 1.89 (the crate's floor is 1.85); the same system call.
-        match rustix::fs::flock(&self.file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(&self.file, operation) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
             Err(err) => Err(err.into()),
         }
+    }
+
+    /// Releases the kernel lock and keeps the file open.
+    pub fn unlock(&self) {
+        let _ = rustix::fs::flock(&self.file, rustix::fs::FlockOperation::Unlock);
     }
 
     /// True when `metadata` (of the lock file's path) is this open file.
@@ -100,19 +136,59 @@ impl LockFile {
         self.file.write_all_at(&[0u8; 2 * fence::RECORD_LEN], MARK_AT)
     }
 
+    /// True when a fresh waiting mark of a process other than `pid` is in
+    /// the file: a waiter there was refused the lock and is to have it
+    /// first.
+    pub fn marked_by_other(&self, pid: u32) -> bool {
+        let (until, marker) = self.waiting_mark();
+        marker != 0 && marker != pid && until > fence::clock_us()
+    }
+
     /// Reads the last fence, writes and answers the next one; called while
-    /// holding the kernel lock. Not synced (see [`super::fence`]).
+    /// holding the kernel lock exclusive. Not synced (see [`super::fence`]).
     pub fn advance_fence(&self) -> io::Result<u64> {
+        let next = fence::next(self.fence()?, fence::clock_us());
+        self.file.write_all_at(&fence::encode(next), 0)?;
+        Ok(next)
+    }
+
+    /// [`LockFile::advance_fence`] for a holder of a shared lock, whose
+    /// fellow holders may write the record at the same moment: it writes
+    /// again until the record is at least its own fence, so the record
+    /// never ends below a fence granted.
+    pub fn raise_fence(&self) -> io::Result<u64> {
+        let next = fence::next(self.fence()?, fence::clock_us());
+        while self.fence()? < next {
+            self.file.write_all_at(&fence::encode(next), 0)?;
+        }
+        Ok(next)
+    }
+
+    /// The last fence granted through this file (0 for a fresh one).
+    pub fn fence(&self) -> io::Result<u64> {
+        self.read_record(0)
+    }
+
+    /// The limit recorded by the holders of a counted key (0 or 1: none).
+    pub fn limit(&self) -> io::Result<u32> {
+        Ok(u32::try_from(self.read_record(LIMIT_AT)?).unwrap_or(u32::MAX))
+    }
+
+    /// Records the limit of the key's holders; called while holding the
+    /// kernel lock exclusive.
+    pub fn set_limit(&self, limit: u32) -> io::Result<()> {
+        self.file.write_all_at(&fence::encode(limit.into()), LIMIT_AT)
+    }
+
+    fn read_record(&self, at: u64) -> io::Result<u64> {
         let mut record = [0u8; fence::RECORD_LEN];
         let mut read = 0;
         while read < record.len() {
-            match self.file.read_at(&mut record[read..], read as u64)? {
+            match self.file.read_at(&mut record[read..], at + read as u64)? {
                 0 => break,
                 n => read += n,
             }
         }
-        let next = fence::next(fence::decode(&record[..read]), fence::clock_us());
-        self.file.write_all_at(&fence::encode(next), 0)?;
-        Ok(next)
+        Ok(fence::decode(&record[..read]))
     }
 }
