@@ -15,6 +15,10 @@ use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
 use file::{entries, expect_line, fresh_directory, open, spawn, wait};
 use futures::executor::block_on;
 
+/// A minute between safety-net polls: every wait ends by a release's
+/// wake-up, or not in time.
+const SLOW: &str = "pollIntervalMs: 60000";
+
 /// The work directory of the lock directory `dir`.
 fn work(dir: &Path) -> PathBuf {
     PathBuf::from(format!("{}-work", dir.display()))
@@ -142,14 +146,14 @@ fn setup(label: &str) -> (PathBuf, Provider, dokebi_lock::Backend) {
     let dir = fresh_directory(label);
     let _ = std::fs::remove_dir_all(work(&dir));
     std::fs::create_dir_all(work(&dir)).unwrap();
-    let (provider, locks) = open(&dir, "");
+    let (provider, locks) = open(&dir, SLOW);
     (dir, provider, locks)
 }
 
 #[test]
 fn readers_of_two_processes_hold_a_key_together_and_a_writer_waits_for_both() {
     let (dir, provider, locks) = setup("readers");
-    let (mut child, mut out) = spawn("hold:shared", &dir, "");
+    let (mut child, mut out) = spawn("hold:shared", &dir, SLOW);
     let first: u64 = expect_line(&mut out, "held").parse().unwrap();
     let reader = block_on(locks.acquire("k", shared(0))).expect("a reader joins another process's reader");
     assert!(reader.fence() > first, "every grant has a fence above the earlier ones");
@@ -169,7 +173,7 @@ fn readers_of_two_processes_hold_a_key_together_and_a_writer_waits_for_both() {
 #[test]
 fn writers_never_overlap_readers_or_each_other_across_processes() {
     let (dir, provider, _locks) = setup("read-write");
-    let children: Vec<_> = (0..3).map(|_| spawn("read-write", &dir, "")).collect();
+    let children: Vec<_> = (0..3).map(|_| spawn("read-write", &dir, SLOW)).collect();
     for (mut child, mut out) in children {
         expect_line(&mut out, "done");
         assert!(child.wait().unwrap().success());
@@ -182,7 +186,7 @@ fn writers_never_overlap_readers_or_each_other_across_processes() {
 #[test]
 fn a_writer_waiting_in_another_process_is_not_starved_by_readers() {
     let (dir, provider, locks) = setup("writer-first");
-    let (mut child, mut out) = spawn("hold:shared", &dir, "");
+    let (mut child, mut out) = spawn("hold:shared", &dir, SLOW);
     expect_line(&mut out, "held");
     // A writer of this process waits for the other process's reader.
     let writer = std::thread::spawn({
@@ -194,7 +198,7 @@ fn a_writer_waiting_in_another_process_is_not_starved_by_readers() {
     }
     // A later reader of another process does not join the reader ahead of
     // the marked writer.
-    let (mut late, mut late_out) = spawn("hold:shared", &dir, "");
+    let (mut late, mut late_out) = spawn("hold:shared", &dir, SLOW);
     std::thread::sleep(Duration::from_millis(100));
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
     expect_line(&mut out, "released");
@@ -209,14 +213,14 @@ fn a_writer_waiting_in_another_process_is_not_starved_by_readers() {
 #[test]
 fn units_of_a_counted_key_are_shared_by_processes_up_to_its_limit() {
     let (dir, provider, locks) = setup("units");
-    let (mut child, mut out) = spawn("hold:3/2", &dir, "");
+    let (mut child, mut out) = spawn("hold:3/2", &dir, SLOW);
     expect_line(&mut out, "held");
     let one = block_on(locks.acquire("k", counted(3, 1, 0))).expect("the third unit is free");
     assert_eq!(block_on(locks.acquire("k", counted(3, 1, 0))).unwrap_err().code(), ErrorCode::LockBusy, "no fourth unit");
     let mismatch = block_on(locks.acquire("k", counted(2, 1, 0))).unwrap_err();
     assert_eq!(mismatch.code(), ErrorCode::InvalidArgument, "another limit is refused: {mismatch}");
     drop(one);
-    let (mut other, mut other_out) = spawn("try:4/1", &dir, "");
+    let (mut other, mut other_out) = spawn("try:4/1", &dir, SLOW);
     assert_eq!(
         expect_line(&mut other_out, "outcome"),
         "INVALID_ARGUMENT",
@@ -235,7 +239,7 @@ fn units_of_a_counted_key_are_shared_by_processes_up_to_its_limit() {
 #[test]
 fn never_more_than_the_limit_of_units_are_held_across_processes() {
     let (dir, provider, _locks) = setup("units-load");
-    let children: Vec<_> = (0..3).map(|_| spawn("units", &dir, "")).collect();
+    let children: Vec<_> = (0..3).map(|_| spawn("units", &dir, SLOW)).collect();
     for (mut child, mut out) in children {
         let most: u32 = expect_line(&mut out, "most").parse().unwrap();
         assert!(most <= 3);
@@ -248,7 +252,7 @@ fn never_more_than_the_limit_of_units_are_held_across_processes() {
 #[test]
 fn several_keys_taken_in_opposite_orders_by_two_processes_never_deadlock() {
     let (dir, provider, _locks) = setup("many");
-    let children = [spawn("many:x,y,z", &dir, ""), spawn("many:z,y,x", &dir, ""), spawn("many:y,x", &dir, "")];
+    let children = [spawn("many:x,y,z", &dir, SLOW), spawn("many:z,y,x", &dir, SLOW), spawn("many:y,x", &dir, SLOW)];
     for (mut child, mut out) in children {
         expect_line(&mut out, "done");
         assert!(child.wait().unwrap().success());

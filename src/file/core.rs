@@ -26,8 +26,9 @@
 //! mark of another one gives way: its release keeps the lock file (the
 //! waiter holds its inode), and its next first try of the key waits
 //! [`GIVE_WAY`], time for the waiter to take the key; a shared acquire
-//! never joins the readers of a key another process's waiter is marked
-//! for, so readers of one process do not starve a writer of another. The
+//! does not join the readers of a key another process's waiter is marked
+//! for (up to [`READER_GIVES_WAY`] times in a row), so readers of one
+//! process do not starve a writer of another. The
 //! mark is only a hint: a stale one (its waiter gone) costs at most that
 //! delay, and exclusion never depends on it.
 
@@ -54,6 +55,12 @@ use crate::telemetry::Reporter;
 /// process is marked waiting for: that waiter's wake-up and try take about
 /// a millisecond.
 const GIVE_WAY: Duration = Duration::from_millis(20);
+
+/// How many times in a row a shared acquire gives way to another
+/// process's marked waiter before it joins the readers all the same: a
+/// writer elsewhere gets its turn, and a mark nobody acts on (its waiter
+/// stuck, or never woken) cannot stop readers for longer than this.
+const READER_GIVES_WAY: u32 = 10;
 
 pub(crate) struct FileCore {
     pub name: String,
@@ -109,6 +116,8 @@ struct Pending {
     tried: bool,
     /// Tried at least once.
     started: bool,
+    /// Gave way to another process's waiter in a row.
+    gave_way: u32,
 }
 
 /// The lock file a pending acquire waits on.
@@ -238,7 +247,7 @@ impl FileCore {
             Acquired::Granted(lease) => lease,
         };
         let request = request.expect("a grant made no waiter");
-        state.pending.push(Pending { request, lease, waits_on: None, defer_until: None, tried: false, started: false });
+        state.pending.push(Pending { request, lease, waits_on: None, defer_until: None, tried: false, started: false, gave_way: 0 });
         self.pump(&mut state);
         match outcome.try_recv() {
             Ok(Ok(grant)) => return Ok(Admitted::Granted(grant)),
@@ -288,7 +297,7 @@ impl FileCore {
     /// A pending acquire that will not be granted leaves: its watch, its
     /// mark and its place in the engine go.
     fn drop_pending(&self, state: &mut State, lease: LeaseId, names: &[LockName], waits_on: Option<Waiting>) {
-        if let Some(Waiting { index, file, wd }) = waits_on {
+        if let Some(Waiting { index, file, wd, .. }) = waits_on {
             if let Some(wd) = wd {
                 self.watch.remove(wd);
             }
@@ -315,7 +324,15 @@ impl FileCore {
     fn pump(&self, state: &mut State) {
         loop {
             while let Some((request, lease)) = state.engine.pop_granted() {
-                state.pending.push(Pending { request, lease, waits_on: None, defer_until: None, tried: false, started: false });
+                state.pending.push(Pending {
+                    request,
+                    lease,
+                    waits_on: None,
+                    defer_until: None,
+                    tried: false,
+                    started: false,
+                    gave_way: 0,
+                });
             }
             let Some(index) = state.pending.iter().position(|pending| !pending.tried) else { return };
             self.try_pending(state, index);
@@ -356,25 +373,34 @@ impl FileCore {
             }
             Ok(Attempt::Waits { index: key, file, give_way }) => {
                 let pending = &mut state.pending[index];
+                if !give_way {
+                    pending.gave_way = 0;
+                }
                 let name = pending.request.names[key];
                 if give_way {
                     pending.defer_until = Some(Instant::now() + GIVE_WAY);
                 } else {
                     let _ = file.mark_waiting(self.mark_until(), self.pid);
                 }
-                match &mut pending.waits_on {
-                    Some(waiting) if waiting.index == key && waiting.wd.is_some() => waiting.file = Some(file),
-                    other => {
-                        if let Some(Waiting { wd: Some(wd), .. }) = other.take() {
-                            self.watch.remove(wd);
-                        }
-                        // Watch, then try once more: a release between the
-                        // try and the watch would otherwise go unnoticed.
-                        let wd = self.watch.add(&self.directory.file_path(&name));
-                        pending.tried = wd.is_none() || give_way;
-                        pending.waits_on = Some(Waiting { index: key, file: Some(file), wd });
-                    }
+                // Watch the path's file now (the one released or removed
+                // next), whatever was watched before: the file may have been
+                // replaced since, and the kernel drops a removed file's
+                // watch. The same file gives the same watch back.
+                let path = self.directory.file_path(&name);
+                let wd = self.watch.add(&path);
+                let before = pending.waits_on.take().and_then(|waiting| waiting.wd);
+                if let Some(before) = before {
+                    self.watch.remove(before);
                 }
+                // A new watch: try once more, since a release between the try
+                // and the watch would go unnoticed; no watch because the file
+                // is gone: try again now, it was released.
+                let again = match wd {
+                    Some(wd) => before != Some(wd),
+                    None => !path.exists(),
+                };
+                pending.tried = give_way || !again;
+                pending.waits_on = Some(Waiting { index: key, file: Some(file), wd });
                 self.start_watching(state);
             }
             Err(error) => {
@@ -402,7 +428,14 @@ impl FileCore {
         };
         for index in order {
             let name = &names[index];
-            let file = pending.waits_on.as_mut().filter(|waiting| waiting.index == index).and_then(|waiting| waiting.file.take());
+            // The file waited on, unless removed meanwhile: a removed file's
+            // waiting mark (perhaps left there as it was removed) is stale.
+            let file = pending
+                .waits_on
+                .as_mut()
+                .filter(|waiting| waiting.index == index)
+                .and_then(|waiting| waiting.file.take())
+                .filter(|file| self.directory.names(name, file));
             let file = match file {
                 Some(file) => file,
                 None => match self.directory.open_file(name) {
@@ -415,8 +448,10 @@ impl FileCore {
             };
             // A newcomer (or any reader) gives way to a waiter of another
             // process marked on the key.
-            if (first || kind.mode == LockMode::Shared) && file.marked_by_other(self.pid) {
+            let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
+            if (first || reader_yields) && file.marked_by_other(self.pid) {
                 undo(taken);
+                pending.gave_way += 1;
                 return Ok(Attempt::Waits { index, file, give_way: true });
             }
             match take::take(&self.directory, name, kind, file) {
@@ -553,9 +588,13 @@ impl FileCore {
             state.watching = false;
             return None;
         }
+        // A deadline already past is retried at once (the try clears it);
+        // one ahead is slept to, rounded up to the millisecond `poll`
+        // counts in, so the wake-up is not early.
         let now = Instant::now();
-        let soonest = state.pending.iter().filter_map(|pending| pending.defer_until).filter(|until| *until > now).min();
-        Some(soonest.map_or(interval, |until| until.saturating_duration_since(now).min(interval)))
+        let soonest = state.pending.iter().filter_map(|pending| pending.defer_until).min();
+        let until = |deadline: Instant| Duration::from_millis(deadline.saturating_duration_since(now).as_micros().div_ceil(1_000) as u64);
+        Some(soonest.map_or(interval, |deadline| until(deadline).min(interval)))
     }
 
     /// Retries every pending acquire.

@@ -139,9 +139,11 @@ impl LockFile {
     /// True when a fresh waiting mark of a process other than `pid` is in
     /// the file: a waiter there was refused the lock and is to have it
     /// first.
+    /// A mark of a process that has ended (its waiter killed, say) is
+    /// stale whatever its deadline.
     pub fn marked_by_other(&self, pid: u32) -> bool {
         let (until, marker) = self.waiting_mark();
-        marker != 0 && marker != pid && until > fence::clock_us()
+        marker != 0 && marker != pid && until > fence::clock_us() && process_lives(marker)
     }
 
     /// Reads the last fence, writes and answers the next one; called while
@@ -191,4 +193,10 @@ impl LockFile {
         }
         Ok(fence::decode(&record[..read]))
     }
+}
+
+/// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
+fn process_lives(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod inotify {
+    use std::collections::HashMap;
     use std::path::Path;
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -28,11 +30,14 @@ mod inotify {
     /// One inotify instance.
     pub(crate) struct Watch {
         fd: Option<OwnedFd>,
+        /// How many waiters use each watch: the kernel gives one file's
+        /// watches one descriptor, and removes it at the first removal.
+        users: Mutex<HashMap<i32, usize>>,
     }
 
     impl Watch {
         pub fn new() -> Watch {
-            Watch { fd: inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok() }
+            Watch { fd: inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok(), users: Mutex::default() }
         }
 
         /// Watches the lock file at `path` for its release or removal;
@@ -40,11 +45,21 @@ mod inotify {
         pub fn add(&self, path: &Path) -> Option<i32> {
             let flags =
                 WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB | WatchFlags::DELETE_SELF | WatchFlags::MOVE_SELF | WatchFlags::DONT_FOLLOW;
-            inotify::add_watch(self.fd.as_ref()?, path, flags).ok()
+            let wd = inotify::add_watch(self.fd.as_ref()?, path, flags).ok()?;
+            *self.users.lock().unwrap_or_else(|e| e.into_inner()).entry(wd).or_default() += 1;
+            Some(wd)
         }
 
-        /// Stops watch `wd` (gone already when its file was deleted).
+        /// Stops watch `wd` once its last user stops (gone already when its
+        /// file was deleted).
         pub fn remove(&self, wd: i32) {
+            let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(count) = users.get_mut(&wd) else { return };
+            *count -= 1;
+            if *count > 0 {
+                return;
+            }
+            users.remove(&wd);
             if let Some(fd) = &self.fd {
                 let _ = inotify::remove_watch(fd, wd);
             }
