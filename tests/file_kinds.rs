@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
-use file::{entries, expect_line, fresh_directory, open, spawn, wait};
+use file::{entries_after_keep, expect_line, fresh_directory, open, spawn, wait};
 use futures::executor::block_on;
 
 /// A minute between safety-net polls: every wait ends by a release's
@@ -166,7 +166,7 @@ fn readers_of_two_processes_hold_a_key_together_and_a_writer_waits_for_both() {
     assert!(writer.fence() > first);
     drop(writer);
     assert!(child.wait().unwrap().success());
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
     block_on(provider.close());
 }
 
@@ -179,7 +179,7 @@ fn writers_never_overlap_readers_or_each_other_across_processes() {
         assert!(child.wait().unwrap().success());
     }
     assert_eq!(count(&work(&dir).join("store")), 150, "every writer saw the count of the one before it");
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
     block_on(provider.close());
 }
 
@@ -232,7 +232,7 @@ fn units_of_a_counted_key_are_shared_by_processes_up_to_its_limit() {
     assert!(child.wait().unwrap().success());
     let plain = block_on(locks.acquire("k", wait(0))).expect("free once every unit is released; a new limit is taken");
     drop(plain);
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
     block_on(provider.close());
 }
 
@@ -245,7 +245,7 @@ fn never_more_than_the_limit_of_units_are_held_across_processes() {
         assert!(most <= 3);
         assert!(child.wait().unwrap().success());
     }
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
     block_on(provider.close());
 }
 
@@ -260,6 +260,6 @@ fn several_keys_taken_in_opposite_orders_by_two_processes_never_deadlock() {
     for (key, grants) in [("x", 300), ("y", 300), ("z", 200)] {
         assert_eq!(count(&work(&dir).join(format!("count-{key}"))), grants, "every holder of {key} saw the one before it");
     }
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
     block_on(provider.close());
 }

@@ -40,6 +40,7 @@ use slab::Slab;
 use tokio::sync::oneshot;
 
 use super::directory::LockDirectory;
+use super::idle::IdleFiles;
 use super::lease::LeaseShared;
 use super::lock_file::LockFile;
 use super::name::LockName;
@@ -91,6 +92,8 @@ struct State {
     next_ticket: u64,
     /// The leases handed out and not yet released, for `close()`.
     leases: Slab<Weak<LeaseShared>>,
+    /// Lock files of free keys kept for reuse.
+    idle: IdleFiles,
     /// The wake-up thread runs.
     watching: bool,
 }
@@ -204,6 +207,7 @@ impl FileCore {
             held_shared: 0,
             next_ticket: 0,
             leases: Slab::new(),
+            idle: IdleFiles::default(),
             watching: false,
         };
         Arc::new_cyclic(|this| FileCore {
@@ -351,7 +355,7 @@ impl FileCore {
             None => {}
         }
         let first = !std::mem::replace(&mut pending.started, true);
-        match self.take_all(pending, first) {
+        match self.take_all(pending, &mut state.idle, first) {
             Ok(Attempt::Granted(keys)) => {
                 let pending = state.pending.remove(index);
                 if let Some(Waiting { wd: Some(wd), .. }) = pending.waits_on {
@@ -413,7 +417,7 @@ impl FileCore {
 
     /// Tries the kernel locks of every key of `pending`, in the order of
     /// their file names; all or none.
-    fn take_all(&self, pending: &mut Pending, first: bool) -> Result<Attempt> {
+    fn take_all(&self, pending: &mut Pending, idle: &mut IdleFiles, first: bool) -> Result<Attempt> {
         let names = &pending.request.names;
         let kind = pending.request.kind;
         let mut order: Vec<usize> = (0..names.len()).collect();
@@ -436,7 +440,7 @@ impl FileCore {
                 .filter(|waiting| waiting.index == index)
                 .and_then(|waiting| waiting.file.take())
                 .filter(|file| self.directory.names(name, file));
-            let file = match file {
+            let file = match file.or_else(|| idle.take(name)) {
                 Some(file) => file,
                 None => match self.directory.open_file(name) {
                     Ok(file) => file,
@@ -449,19 +453,12 @@ impl FileCore {
             // A newcomer (or any reader) gives way to a waiter of another
             // process marked on the key.
             let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
-            if (first || reader_yields) && file.marked_by_other(self.pid) {
-                undo(taken);
-                pending.gave_way += 1;
-                return Ok(Attempt::Waits { index, file, give_way: true });
-            }
-            match take::take(&self.directory, name, kind, file) {
-                Ok(Took::Held(held, fence)) => {
-                    if let Held::File(file, _) = &held {
-                        if file.waiting_mark().1 == self.pid {
-                            let _ = file.clear_mark();
-                        }
-                    }
-                    taken[index] = Some((held, fence));
+            match take::take(&self.directory, name, kind, file, self.pid, first || reader_yields) {
+                Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
+                Ok(Took::GiveWay(file)) => {
+                    undo(taken);
+                    pending.gave_way += 1;
+                    return Ok(Attempt::Waits { index, file, give_way: true });
                 }
                 Ok(Took::Busy(file)) => {
                     undo(taken);
@@ -497,12 +494,19 @@ impl FileCore {
         }
         let may_remove = state.engine.next_waiter(grant.lease).is_none();
         for (name, held, fence) in grant.keys.drain(..) {
-            if let Some(held) = held {
-                take::release(&self.directory, &name, held, fence, may_remove, self.pid);
+            match held {
+                Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
+                    state.idle.keep(&self.directory, name, file, fence, self.pid)
+                }
+                Some(held) => take::release(&self.directory, &name, held, fence, may_remove, self.pid),
+                None => {}
             }
         }
         state.engine.release(grant.lease);
         self.pump(state);
+        if !state.idle.is_done(Instant::now()) {
+            self.start_watching(state);
+        }
     }
 
     fn start_watching(&self, state: &mut State) {
@@ -562,6 +566,7 @@ impl FileCore {
             for request in state.engine.close() {
                 let _ = request.outcome.send(Err(LockError::closed()));
             }
+            state.idle.remove_due(&self.directory, None, self.pid);
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -580,11 +585,12 @@ impl FileCore {
     }
 
     /// How long the wake-up thread may sleep: `interval`, or less when a
-    /// pending acquire gives way until sooner. `None` (and the thread
-    /// stops) when nothing is pending or the backend is closed.
+    /// pending acquire gives way or a kept file is due sooner. `None` (and
+    /// the thread stops) when nothing is pending or kept, or the backend is
+    /// closed.
     fn next_wait(&self, interval: Duration) -> Option<Duration> {
         let mut state = self.state();
-        if state.engine.is_closed() || state.pending.is_empty() {
+        if state.engine.is_closed() || (state.pending.is_empty() && state.idle.is_done(Instant::now())) {
             state.watching = false;
             return None;
         }
@@ -592,18 +598,28 @@ impl FileCore {
         // one ahead is slept to, rounded up to the millisecond `poll`
         // counts in, so the wake-up is not early.
         let now = Instant::now();
-        let soonest = state.pending.iter().filter_map(|pending| pending.defer_until).min();
+        let soonest = state.pending.iter().filter_map(|pending| pending.defer_until).chain(state.idle.next_due()).min();
         let until = |deadline: Instant| Duration::from_millis(deadline.saturating_duration_since(now).as_micros().div_ceil(1_000) as u64);
         Some(soonest.map_or(interval, |deadline| until(deadline).min(interval)))
     }
 
-    /// Retries every pending acquire.
+    /// Retries every pending acquire, and removes the kept files due.
     fn retry_pending(&self) {
         let mut state = self.state();
+        state.idle.remove_due(&self.directory, Some(Instant::now()), self.pid);
         for pending in &mut state.pending {
             pending.tried = false;
         }
         self.pump(&mut state);
+    }
+}
+
+impl Drop for FileCore {
+    /// A backend dropped without `close()` still removes its kept files.
+    fn drop(&mut self) {
+        let pid = self.pid;
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        state.idle.remove_due(&self.directory, None, pid);
     }
 }
 

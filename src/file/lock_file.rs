@@ -139,17 +139,41 @@ impl LockFile {
     /// True when a fresh waiting mark of a process other than `pid` is in
     /// the file: a waiter there was refused the lock and is to have it
     /// first.
-    /// A mark of a process that has ended (its waiter killed, say) is
-    /// stale whatever its deadline.
     pub fn marked_by_other(&self, pid: u32) -> bool {
-        let (until, marker) = self.waiting_mark();
-        marker != 0 && marker != pid && until > fence::clock_us() && process_lives(marker)
+        marked_by_other(self.waiting_mark(), pid)
     }
 
-    /// Reads the last fence, writes and answers the next one; called while
-    /// holding the kernel lock exclusive. Not synced (see [`super::fence`]).
-    pub fn advance_fence(&self) -> io::Result<u64> {
-        let next = fence::next(self.fence()?, fence::clock_us());
+    /// The fence, waiting mark and limit records, in one read (a holder's
+    /// view of the file).
+    pub fn header(&self) -> io::Result<Header> {
+        let mut bytes = [0u8; LIMIT_AT as usize + fence::RECORD_LEN];
+        let mut read = 0;
+        while read < bytes.len() {
+            match self.file.read_at(&mut bytes[read..], read as u64)? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        let record = |at: u64| {
+            let at = at as usize;
+            if read >= at + fence::RECORD_LEN {
+                fence::decode(&bytes[at..at + fence::RECORD_LEN])
+            } else {
+                fence::decode(&bytes[at.min(read)..read])
+            }
+        };
+        Ok(Header {
+            fence: record(0),
+            mark: (record(MARK_AT), u32::try_from(record(MARK_AT + fence::RECORD_LEN as u64)).unwrap_or(0)),
+            limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Writes the fence after `last` (the header's) and answers it; called
+    /// while holding the kernel lock exclusive. Not synced (see
+    /// [`super::fence`]).
+    pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
+        let next = fence::next(last, fence::clock_us());
         self.file.write_all_at(&fence::encode(next), 0)?;
         Ok(next)
     }
@@ -192,6 +216,28 @@ impl LockFile {
             }
         }
         Ok(fence::decode(&record[..read]))
+    }
+}
+
+/// What a lock file records: the last fence, the waiting mark
+/// `(until_us, pid)` and the limit of a counted key's holders.
+pub(crate) struct Header {
+    pub fence: u64,
+    pub mark: (u64, u32),
+    pub limit: u32,
+}
+
+/// True when `mark` is a fresh mark of a live process other than `pid`. A
+/// mark of a process that has ended (its waiter killed, say) is stale
+/// whatever its deadline.
+fn marked_by_other((until, marker): (u64, u32), pid: u32) -> bool {
+    marker != 0 && marker != pid && until > fence::clock_us() && process_lives(marker)
+}
+
+impl Header {
+    /// [`LockFile::marked_by_other`] of the header's mark.
+    pub fn marked_by_other(&self, pid: u32) -> bool {
+        marked_by_other(self.mark, pid)
     }
 }
 

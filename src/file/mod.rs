@@ -7,7 +7,8 @@
 //!   blocking).
 //! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file.
 //! - `take`: one key's kernel locks for one grant, by kind (exclusive,
-//!   shared, counted units), and their release.
+//!   shared, counted units), and their release; `idle`: lock files of free
+//!   keys kept open a moment for reuse.
 //! - `core`: this process's queues (the local driver's engine), then the
 //!   kernel locks of every key of a grant, all or none; releases;
 //!   `watch`: cross-process wake-ups (inotify, polling as the safety net).
@@ -41,6 +42,8 @@ pub(crate) mod core;
 pub(crate) mod directory;
 #[cfg(unix)]
 pub(crate) mod fence;
+#[cfg(unix)]
+pub(crate) mod idle;
 #[cfg(unix)]
 pub mod lease;
 #[cfg(unix)]

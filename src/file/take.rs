@@ -47,21 +47,35 @@ pub(crate) enum Took {
     /// Held by others now: the key's lock file, to watch (and mark) until
     /// they release.
     Busy(LockFile),
+    /// Free, but a waiter of another process is marked on it, and this take
+    /// was to give way to one: the key's lock file, unlocked.
+    GiveWay(LockFile),
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
-/// the caller (a waiter keeps it between tries).
-pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile) -> Result<Took> {
+/// the caller (a waiter keeps it between tries). Process `pid` takes it;
+/// with `give_way`, not when another process's waiter is marked on it. A
+/// mark of `pid`'s own is cleared.
+pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, pid: u32, give_way: bool) -> Result<Took> {
     let lock_mode = if kind.limit > 1 { LockMode::Exclusive } else { kind.mode };
     let file = match lock_named(directory, name, lock_mode, file)? {
         Ok(file) => file,
         Err(busy) => return Ok(Took::Busy(busy)),
     };
-    check_limit(directory, name, &file, kind.limit, lock_mode == LockMode::Exclusive)?;
     let io = |err: std::io::Error| directory.failure(err.into());
+    // One read for every record: most pairs make no other.
+    let header = file.header().map_err(io)?;
+    if give_way && header.marked_by_other(pid) {
+        file.unlock();
+        return Ok(Took::GiveWay(file));
+    }
+    if header.mark.1 == pid {
+        let _ = file.clear_mark();
+    }
+    check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
     if kind.limit == 1 {
         let fence = match kind.mode {
-            LockMode::Exclusive => file.advance_fence(),
+            LockMode::Exclusive => file.advance_fence_from(header.fence),
             LockMode::Shared => file.raise_fence(),
         }
         .map_err(io)?;
@@ -85,7 +99,7 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
         file.unlock();
         return Ok(Took::Busy(file));
     }
-    let fence = file.advance_fence().map_err(io)?;
+    let fence = file.advance_fence_from(header.fence).map_err(io)?;
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
     Ok(Took::Held(Held::Units(units), fence))
@@ -117,12 +131,12 @@ fn lock_named(
     ))
 }
 
-/// Checks the limit record of `file` (locked) against `limit`: refused when
-/// units of another limit are held; a stale record (its units free) is
-/// replaced when `may_write` (the file is locked exclusive).
-fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, may_write: bool) -> Result<()> {
+/// Checks the limit record of `file` (locked), `recorded`, against `limit`:
+/// refused when units of another limit are held; a stale record (its units
+/// free) is replaced when `may_write` (the file is locked exclusive).
+fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, recorded: u32, limit: u32, may_write: bool) -> Result<()> {
     let io = |err: std::io::Error| directory.failure(err.into());
-    let recorded = file.limit().map_err(io)?.max(1);
+    let recorded = recorded.max(1);
     if recorded == limit {
         return Ok(());
     }

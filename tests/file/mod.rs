@@ -81,3 +81,17 @@ pub fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
         }
     }
 }
+
+/// The names of the entries of `dir` once the lock files a backend keeps
+/// for reuse after a release (half a second) are gone: waits up to two
+/// seconds for `dir` to empty.
+pub fn entries_after_keep(dir: &Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let names = entries(dir);
+        if names.is_empty() || std::time::Instant::now() > deadline {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
