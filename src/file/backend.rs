@@ -28,9 +28,10 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 /// ends (a dead process's locks are released by the kernel at once, and a
 /// waiting process is woken within milliseconds); nothing expires it, so a
 /// holder that hangs while alive keeps it. Waiters of one key in this
-/// process are served in FIFO order, and only the first of them tries the
-/// kernel lock. Fences grow per key: `max(counter + 1, clock_us)`, the
-/// counter kept in the lock file. Lock files of free keys are removed.
+/// process are served in FIFO order, and only those this process's leases
+/// leave room for try the kernel lock. Fences grow per key:
+/// `max(counter + 1, clock_us)`, the counter kept in the lock file. Lock
+/// files of free keys are kept open a moment for reuse, then removed.
 ///
 /// Every kind, across processes: shared leases hold a key together and
 /// with no exclusive one (`flock` shared and exclusive); of a counted key

@@ -1,13 +1,15 @@
 //! Cross-process wake-ups: inotify watches on the lock files that waiters
 //! of this process wait for (Linux), with polling as the safety net.
 //!
-//! Releasing a key closes its lock file (and removes it when nobody of the
-//! process waits), and a process that dies has its files closed by the
-//! kernel: either way the file's inode reports `IN_CLOSE_WRITE` (or
-//! `IN_ATTRIB` for the removal) to every inotify watch on it. So each key
+//! Releasing a key closes its lock file (or removes it), and a process that
+//! dies has its files closed by the kernel: either way the file's inode
+//! reports `IN_CLOSE_WRITE` (or `IN_ATTRIB` for the removal) to every
+//! inotify watch on it. A release that keeps the file open for reuse (see
+//! `idle`) reports nothing, and is made only when no waiter of another
+//! process has marked the file. So each key
 //! whose head waiter waits on a lock file held elsewhere has a watch on
 //! that file (a kernel object, no thread), and one thread per backend,
-//! started while anyone waits, sleeps in `poll` on the inotify descriptor
+//! started while anyone waits (or a kept file is due), sleeps in `poll` on the inotify descriptor
 //! and has the heads retry when something happened. `poll` also returns
 //! every `pollIntervalMs` so the heads retry anyway: the safety net for an
 //! event missed (an inotify queue overflow, a watch that could not be
