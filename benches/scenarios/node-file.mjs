@@ -12,10 +12,26 @@ import { fileSubjects } from './file-subjects.mjs';
 import { handOffs, handoffLatencies } from './node-handoff.mjs';
 import { mailbox } from '../lib/ipc.mjs';
 import { sequential } from '../lib/measure.mjs';
-import { duration } from '../lib/table.mjs';
+import { duration, rate } from '../lib/table.mjs';
 
 const SUBJECTS = ['dokebi-lock', 'proper-lockfile', 'lockfile'];
 const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
+const WORKER = fileURLToPath(new URL('./file-worker.mjs', import.meta.url));
+const PROCESSES = 4;
+const TASKS = 16;
+const KEYS = 64;
+
+/** Pairs per second of PROCESSES processes of TASKS tasks each on KEYS
+ *  keys for `seconds`, all on `dir`. */
+async function processesOnKeys(subject, dir, seconds) {
+  const ms = Math.round(seconds * 1e3);
+  const started = performance.now();
+  const workers = Array.from({ length: PROCESSES }, () => fork(WORKER, [subject, JSON.stringify(dir), TASKS, KEYS, ms], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  const counts = await Promise.all(workers.map((worker) => mailbox(worker).next('done')));
+  const elapsedS = (performance.now() - started) / 1e3;
+  const pairs = counts.reduce((sum, { pairs }) => sum + pairs, 0);
+  return { pairs, elapsedS, opsPerSec: pairs / elapsedS };
+}
 
 /** A fresh directory for one subject's lock files, removed after `fn`. */
 async function inDirectory(fn) {
@@ -44,6 +60,23 @@ export const scenarios = [
         } finally {
           await s.close();
         }
+      }),
+  },
+  {
+    id: 'node-file-processes',
+    title: `Node file: ${PROCESSES} processes x ${TASKS} tasks on ${KEYS} keys`,
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    note: 'Each task takes a random key of the 64, waiting as the subject offers (see defaults.wait), and releases it at once; pairs/s of all processes together, over the whole run of the processes (their start included).',
+    columns: [
+      { head: 'pairs/s', cell: (r) => rate(r.opsPerSec) },
+      { head: 'pairs', cell: (r) => String(r.pairs) },
+    ],
+    run: (subject, ctx) =>
+      inDirectory(async (dir) => {
+        const s = await fileSubjects[subject](dir);
+        await s.close();
+        return { version: s.version, defaults: s.defaults, ...(await processesOnKeys(subject, dir, ctx.smoke ? 0.2 : ctx.seconds)) };
       }),
   },
   {
