@@ -67,6 +67,7 @@ export const scenarios = [
     title: `Node file: ${PROCESSES} processes x ${TASKS} tasks on ${KEYS} keys`,
     unit: 'pairs/s',
     subjects: SUBJECTS,
+    target: 'printed with the same peers (issue 38 sets no figure)',
     note: 'Each task takes a random key of the 64, waiting as the subject offers (see defaults.wait), and releases it at once; pairs/s of all processes together, over the whole run of the processes (their start included).',
     columns: [
       { head: 'pairs/s', cell: (r) => rate(r.opsPerSec) },
