@@ -178,10 +178,12 @@ impl LockFile {
         Ok(next)
     }
 
-    /// [`LockFile::advance_fence`] for a holder of a shared lock, whose
-    /// fellow holders may write the record at the same moment: it writes
-    /// again until the record is at least its own fence, so the record
-    /// never ends below a fence granted.
+    /// [`LockFile::advance_fence_from`] for a holder of a shared lock,
+    /// whose fellow holders may write the record at the same moment: it
+    /// writes again until it reads at least its own fence. That narrows the
+    /// race without closing it (another reader's write may land after that
+    /// read), so the record may end below the higher of two fences granted
+    /// within one microsecond; the clock part of the next fence covers it.
     pub fn raise_fence(&self) -> io::Result<u64> {
         let next = fence::next(self.fence()?, fence::clock_us());
         while self.fence()? < next {
