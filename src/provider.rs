@@ -219,7 +219,7 @@ impl Backend {
                 BackendStatus {
                     driver: "file",
                     held: counts.held,
-                    held_shared: 0,
+                    held_shared: counts.held_shared,
                     waiting: counts.waiting,
                     acquired: counts.acquired,
                     timed_out: counts.timed_out,
@@ -282,7 +282,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
-            Lease::File(lease) => vec![lease.key()],
+            Lease::File(lease) => lease.keys(),
         }
     }
 
@@ -302,7 +302,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
-            Lease::File(lease) => vec![(lease.key(), lease.fence())],
+            Lease::File(lease) => lease.fences(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dokebi_lock::{AbortController, AcquireOptions, ErrorCode, LockMode, Provider};
-use file::{entries, fresh_directory, open, wait, yaml};
+use file::{entries, entries_after_keep, fresh_directory, open, wait, yaml};
 use futures::executor::block_on;
 
 #[test]
@@ -83,7 +83,8 @@ fn a_key_never_appears_in_a_file_name_and_lock_files_of_free_keys_do_not_pile_up
         let lease = block_on(locks.acquire(&format!("job:{n}"), wait(0))).unwrap();
         assert!(block_on(lease.release()).unwrap());
     }
-    assert_eq!(entries(&dir), Vec::<String>::new(), "no lock file is left for a free key");
+    assert!(entries(&dir).len() <= 64, "at most 64 free keys' files are kept for reuse");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left for a free key");
     block_on(provider.close());
 }
 
@@ -141,6 +142,7 @@ fn a_planted_symlink_is_refused_and_never_followed() {
     let lease = block_on(locks.acquire("k", wait(0))).unwrap();
     let name = entries(&dir).remove(0);
     drop(lease);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new());
     let target = fresh_directory("symlink-target");
     std::os::unix::fs::symlink(&target, dir.join(&name)).unwrap();
     let err = block_on(locks.acquire("k", wait(0))).unwrap_err();
@@ -162,6 +164,7 @@ fn a_lock_file_of_another_user_is_refused() {
     let lease = block_on(locks.acquire("k", wait(0))).unwrap();
     let name = entries(&dir).remove(0);
     drop(lease);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new());
     let path = dir.join(&name);
     std::fs::write(&path, b"").unwrap();
     std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
@@ -204,7 +207,7 @@ fn waiters_of_one_process_are_served_in_fifo_order() {
     drop(first);
     threads.into_iter().for_each(|t| t.join().unwrap());
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 5]);
-    assert_eq!(entries(&dir), Vec::<String>::new());
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new());
     block_on(provider.close());
 }
 
@@ -285,15 +288,79 @@ fn max_waiters_is_queue_full_and_max_keys_is_key_limit() {
 }
 
 #[test]
-fn kinds_the_driver_cannot_grant_are_unsupported_kind_never_an_exclusive_lease() {
-    let dir = fresh_directory("kinds");
+fn inside_a_process_readers_share_a_key_and_a_queued_writer_goes_before_later_readers() {
+    let dir = fresh_directory("kinds-shared");
     let (provider, locks) = open(&dir, "");
-    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
-    assert_eq!(block_on(locks.acquire("k", shared)).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    let counted = AcquireOptions { limit: Some(3), ..wait(0) };
-    assert_eq!(block_on(locks.acquire("k", counted)).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    assert_eq!(block_on(locks.acquire_many(&["a", "b"], wait(0))).unwrap_err().code(), ErrorCode::UnsupportedKind);
-    assert_eq!(entries(&dir), Vec::<String>::new(), "nothing was taken");
+    let shared = |ms| AcquireOptions { mode: LockMode::Shared, ..wait(ms) };
+    let first = block_on(locks.acquire("k", shared(0))).unwrap();
+    let second = block_on(locks.acquire("k", shared(0))).expect("readers hold a key together");
+    assert_eq!(locks.status().held_shared, 2);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let writer = std::thread::spawn({
+        let (locks, order) = (locks.clone(), order.clone());
+        move || {
+            let lease = block_on(locks.acquire("k", wait(10_000))).unwrap();
+            order.lock().unwrap().push("writer");
+            std::thread::sleep(Duration::from_millis(20));
+            drop(lease);
+        }
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(block_on(locks.acquire("k", shared(0))).unwrap_err().code(), ErrorCode::LockBusy, "a later reader waits behind the writer");
+    let reader = std::thread::spawn({
+        let (locks, order) = (locks.clone(), order.clone());
+        move || {
+            let _lease = block_on(locks.acquire("k", shared(10_000))).unwrap();
+            order.lock().unwrap().push("reader");
+        }
+    });
+    while locks.status().waiting < 2 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop((first, second));
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "nothing is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn inside_a_process_a_counted_key_holds_up_to_its_limit_and_one_limit_per_key() {
+    let dir = fresh_directory("kinds-counted");
+    let (provider, locks) = open(&dir, "");
+    let counted = |limit, weight| AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(0) };
+    let two = block_on(locks.acquire("k", counted(3, 2))).unwrap();
+    let one = block_on(locks.acquire("k", counted(3, 1))).unwrap();
+    assert!(one.fence() > two.fence());
+    assert_eq!(block_on(locks.acquire("k", counted(3, 1))).unwrap_err().code(), ErrorCode::LockBusy);
+    assert_eq!(block_on(locks.acquire("k", counted(4, 1))).unwrap_err().code(), ErrorCode::InvalidArgument);
+    assert_eq!(block_on(locks.acquire("k", wait(0))).unwrap_err().code(), ErrorCode::InvalidArgument, "a plain acquire is limit 1");
+    drop(two);
+    let again = block_on(locks.acquire("k", counted(3, 2))).expect("released units are free again");
+    drop((one, again));
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn several_keys_are_held_all_or_none_with_a_fence_per_key() {
+    let dir = fresh_directory("kinds-many");
+    let (provider, locks) = open(&dir, "");
+    let b = block_on(locks.acquire("b", wait(0))).unwrap();
+    assert_eq!(block_on(locks.acquire_many(&["a", "b"], wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    block_on(locks.acquire("a", wait(0))).expect("a refused set holds none of its keys");
+    drop(b);
+    let both = block_on(locks.acquire_many(&["b", "a"], wait(0))).unwrap();
+    assert_eq!(both.keys(), ["b", "a"]);
+    let fences = both.fences();
+    assert_eq!(fences.iter().map(|(key, _)| *key).collect::<Vec<_>>(), ["b", "a"]);
+    assert!(fences.iter().all(|(_, fence)| *fence > 0));
+    assert_eq!(block_on(locks.acquire("a", wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    drop(both);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "nothing is left behind");
     block_on(provider.close());
 }
 

@@ -1,13 +1,15 @@
 // The other process of the hand-off scenario: on "acquire" it starts waiting
 // for the key the holder has, reports "granted" with the CLOCK_MONOTONIC time
 // the lease arrived, and releases on "release".
-import { redisSubjects } from './redis-subjects.mjs';
 import { mailbox } from '../lib/ipc.mjs';
 import { nowNs } from '../lib/stats.mjs';
 
-// The connection is JSON: a URL, or a mapping for ours (a cluster).
-const [subject, connection] = process.argv.slice(2);
-const s = await redisSubjects[subject](JSON.parse(connection));
+// The family ('redis' or 'file'), the subject, and the JSON of what its
+// factory takes: for redis a URL or a mapping for ours (a cluster), for file
+// the directory.
+const [family, subject, argument] = process.argv.slice(2);
+const { [`${family}Subjects`]: subjects } = await import(`./${family}-subjects.mjs`);
+const s = await subjects[subject](JSON.parse(argument));
 const inbox = mailbox(process);
 process.send({ type: 'ready' });
 for (;;) {

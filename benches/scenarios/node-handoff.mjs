@@ -15,7 +15,10 @@ import { duration } from '../lib/table.mjs';
 
 const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
 
-async function handOffs(s, waiter, inbox, { rounds, maxMs, key }) {
+/** Hand-offs of `key` from `s` (this process) to the `waiter` process:
+ *  the release-to-grant latencies and the waits that gave up. Also used by
+ *  the file scenarios. */
+export async function handOffs(s, waiter, inbox, { rounds, maxMs, key }) {
   const latenciesUs = [];
   const failures = [];
   const end = performance.now() + maxMs;
@@ -70,7 +73,7 @@ async function waitingLoad(s, waiter, inbox, { primaries, nodes, key, windowMs }
  *  (a URL, or a mapping for ours), then the waiting load. */
 export async function measureHandoffs({ factory, connection, primaries, nodes, ctx }) {
   const s = await redisSubjects[factory](connection);
-  const waiter = fork(WAITER, [factory, JSON.stringify(connection)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const waiter = fork(WAITER, ['redis', factory, JSON.stringify(connection)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const inbox = mailbox(waiter);
   try {
     await inbox.next('ready');
@@ -82,21 +85,22 @@ export async function measureHandoffs({ factory, connection, primaries, nodes, c
       maxMs: ctx.smoke ? 1000 : 6000,
     });
     const load = await waitingLoad(s, waiter, inbox, { primaries, nodes, key, windowMs: ctx.smoke ? 200 : 1000 });
-    return {
-      version: s.version,
-      defaults: s.defaults,
-      handOffs: latenciesUs.length,
-      p50Us: quantile(latenciesUs, 0.5),
-      p99Us: quantile(latenciesUs, 0.99),
-      maxUs: quantile(latenciesUs, 1),
-      failures,
-      latenciesUs,
-      ...load,
-    };
+    return { version: s.version, defaults: s.defaults, failures, ...handoffLatencies(latenciesUs), ...load };
   } finally {
     waiter.kill();
     await s.close();
   }
+}
+
+/** The count, median, p99 and maximum of hand-off latencies (µs). */
+export function handoffLatencies(latenciesUs) {
+  return {
+    handOffs: latenciesUs.length,
+    p50Us: quantile(latenciesUs, 0.5),
+    p99Us: quantile(latenciesUs, 0.99),
+    maxUs: quantile(latenciesUs, 1),
+    latenciesUs,
+  };
 }
 
 export const handoffColumns = [

@@ -22,7 +22,7 @@ function unwrap(result) {
 /** No renewals: a file lease never expires while held. */
 const NO_KEEP_ALIVE = () => undefined;
 
-/** A lease held through a kernel lock on its key's lock file. */
+/** A lease held through kernel locks on its keys' lock files, in the kind asked (exclusive, shared, or units of a counted key). */
 class FileLease {
   /** The addon's lease handle (an external). */
   #native;
@@ -76,13 +76,16 @@ class FileLease {
   }
 }
 
-/** A file lease asked for as a set of keys (the driver grants sets of one key). */
+/** A file lease asked for as a set of keys: one kernel lock per key, all held or none. */
 class FileKeysLease extends FileLease {
   #keys;
+  #handle;
+  #fences;
 
   constructor(handle, keys) {
     super(handle, keys[0]);
     this.#keys = keys;
+    this.#handle = handle;
   }
 
   /** Every key, in the order the acquire gave them (frozen). */
@@ -92,7 +95,9 @@ class FileKeysLease extends FileLease {
 
   /** Each key's fence, as decimal strings. */
   get fences() {
-    return new Map([[this.#keys[0], this.fence]]);
+    this.#fences ??= native.fileLeaseFences(this.#handle);
+    const fences = this.#fences;
+    return new Map(this.#keys.map((key, index) => [key, fences[index]]));
   }
 }
 

@@ -16,6 +16,16 @@ function freshDirectory() {
   return join(mkdtempSync(join(tmpdir(), 'dokebi-file-node-')), 'locks');
 }
 
+/** The entries of `directory` once the lock files kept for reuse after a release (half a second) are gone: waits up to 2 s for it to empty. */
+async function entriesAfterKeep(directory) {
+  const deadline = performance.now() + 2_000;
+  for (;;) {
+    const names = readdirSync(directory);
+    if (names.length === 0 || performance.now() > deadline) return names;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 async function openFile(directory, settings = {}) {
   const provider = await openLock({ config: { 'dokebi-lock': { backends: { files: { driver: 'file', directory, ...settings } } } } });
   return { provider, backend: provider.backend('files') };
@@ -38,7 +48,7 @@ test('a file lease: key, valid, remainingMs Infinity, a decimal fence; release t
   assert.equal(await lease.release(), false);
   assert.equal(lease.valid, false);
   assert.equal(lease.remainingMs, 0);
-  assert.deepEqual(readdirSync(directory), [], 'the lock file of a free key is removed');
+  assert.deepEqual(await entriesAfterKeep(directory), [], 'the lock file of a free key is removed (after half a second kept for reuse)');
   const next = await backend.acquire('order:42');
   assert.ok(BigInt(next.fence) > BigInt(lease.fence), 'fences rise');
   await provider.close();
@@ -85,23 +95,57 @@ test('withLock holds the key for the section and releases it after', async () =>
   await provider.close();
 });
 
-test('kinds the driver cannot grant are UNSUPPORTED_KIND, and a shared directory is INVALID_OPTIONS', async () => {
+test('every kind in one process: readers together, units up to the limit, one limit per key, several keys with a fence each', async () => {
   const directory = freshDirectory();
   const { provider, backend } = await openFile(directory);
-  await rejectsWith(backend.acquire('k', { mode: 'shared' }), 'UNSUPPORTED_KIND');
-  await rejectsWith(backend.acquire(['a', 'b']), 'UNSUPPORTED_KIND');
+  const r1 = await backend.acquire('doc', { mode: 'shared' });
+  const r2 = await backend.acquire('doc', { mode: 'shared', waitTimeoutMs: 0 });
+  await rejectsWith(backend.acquire('doc', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  assert.equal(backend.status().heldShared, 2);
+  await r1.release();
+  await r2.release();
+  const u2 = await backend.acquire('pool', { limit: 3, weight: 2 });
+  const u1 = await backend.acquire('pool', { limit: 3, waitTimeoutMs: 0 });
+  await rejectsWith(backend.acquire('pool', { limit: 3, waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await rejectsWith(backend.acquire('pool', { limit: 2, waitTimeoutMs: 0 }), 'INVALID_ARGUMENT');
+  await u2.release();
+  await u1.release();
+  const both = await backend.acquire(['to', 'from']);
+  assert.deepEqual(both.keys, ['to', 'from']);
+  assert.deepEqual([...both.fences.keys()], ['to', 'from']);
+  for (const fence of both.fences.values()) assert.match(fence, /^[1-9][0-9]*$/);
+  await rejectsWith(backend.acquire('from', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await both.release();
+  assert.deepEqual(await entriesAfterKeep(directory), [], 'no lock or unit file is left behind');
+  await provider.close();
+});
+
+test('a directory other users can write into is INVALID_OPTIONS', async () => {
+  const directory = freshDirectory();
+  const { provider } = await openFile(directory);
   await provider.close();
   chmodSync(directory, 0o777);
   const error = await rejectsWith(openFile(directory), 'INVALID_OPTIONS');
   assert.equal(error.details.issues[0].path, 'backends.files.directory');
 });
 
-/** A second Node process that takes `key` of `directory`, says "held <fence>", and releases when its stdin ends. */
-function holder(directory, key) {
+/**
+ * A second Node process that takes `key` of `directory` (with acquire
+ * `options`), says "held <fence>" (or "refused <code>"), and releases when
+ * its stdin ends.
+ */
+function holder(directory, key, options = {}) {
   const script = `
     import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
     const provider = await openLock({ config: { 'dokebi-lock': { backends: { files: { driver: 'file', directory: ${JSON.stringify(directory)} } } } } });
-    const lease = await provider.backend('files').acquire(${JSON.stringify(key)});
+    let lease;
+    try {
+      lease = await provider.backend('files').acquire(${JSON.stringify(key)}, ${JSON.stringify(options)});
+    } catch (error) {
+      console.log('refused ' + error.code);
+      await provider.close();
+      process.exit(0);
+    }
     console.log('held ' + lease.fence);
     process.stdin.resume();
     process.stdin.on('end', async () => { await lease.release(); console.log('released'); await provider.close(); });
@@ -148,4 +192,47 @@ test('two Node processes: SIGKILL of the holder frees the key for the other at o
   assert.ok(waitedMs < 2_000, `woken after ${waitedMs} ms`);
   await lease.release();
   await provider.close();
+});
+
+test('two Node processes: readers share a key, a writer waits for them, units stop at the limit and another limit is refused', async () => {
+  const directory = freshDirectory();
+  const { provider, backend } = await openFile(directory, { pollIntervalMs: 60_000 });
+  const reader = holder(directory, 'doc', { mode: 'shared' });
+  assert.match(await reader.next(), /^held /);
+  const mine = await backend.acquire('doc', { mode: 'shared', waitTimeoutMs: 0 });
+  await rejectsWith(backend.acquire('doc', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await mine.release();
+  const writer = backend.acquire('doc', { waitTimeoutMs: 10_000 });
+  reader.child.stdin.end();
+  await (await writer).release();
+
+  const units = holder(directory, 'pool', { limit: 3, weight: 2 });
+  assert.match(await units.next(), /^held /);
+  const last = await backend.acquire('pool', { limit: 3, waitTimeoutMs: 0 });
+  await rejectsWith(backend.acquire('pool', { limit: 3, waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  await last.release();
+  const other = holder(directory, 'pool', { limit: 5 });
+  assert.equal(await other.next(), 'refused INVALID_ARGUMENT');
+  units.child.stdin.end();
+  await once(units.child, 'exit');
+  assert.deepEqual(await entriesAfterKeep(directory), [], 'no lock or unit file is left behind');
+  await provider.close();
+});
+
+test('two Node processes taking the same keys in opposite orders both finish', async () => {
+  const directory = freshDirectory();
+  const loop = (keys) => {
+    const script = `
+      import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+      const provider = await openLock({ config: { 'dokebi-lock': { backends: { files: { driver: 'file', directory: ${JSON.stringify(directory)}, pollIntervalMs: 60000 } } } } });
+      const files = provider.backend('files');
+      for (let round = 0; round < 200; round++) await (await files.acquire(${JSON.stringify(keys)}, { waitTimeoutMs: 10000 })).release();
+      await provider.close();
+    `;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'inherit'] });
+    return once(child, 'exit');
+  };
+  const [[one], [two]] = await Promise.all([loop(['left', 'right']), loop(['right', 'left'])]);
+  assert.deepEqual([one, two], [0, 0]);
+  assert.deepEqual(await entriesAfterKeep(directory), [], 'no lock file is left behind');
 });

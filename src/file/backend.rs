@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use futures_timer::Delay;
 
-use super::core::{Admitted, FileCore};
+use super::core::{Admitted, FileCore, Ticket};
 use super::directory::LockDirectory;
 use super::lease::FileLease;
-use super::name::LockName;
 use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::local::engine::CancelReason;
 use crate::options::FileOptions;
 use crate::telemetry::{Reporter, Shape, Telemetry};
 
@@ -28,12 +28,18 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 /// ends (a dead process's locks are released by the kernel at once, and a
 /// waiting process is woken within milliseconds); nothing expires it, so a
 /// holder that hangs while alive keeps it. Waiters of one key in this
-/// process are served in FIFO order, and only the first of them tries the
-/// kernel lock. Fences grow per key: `max(counter + 1, clock_us)`, the
-/// counter kept in the lock file. Lock files of free keys are removed.
+/// process are served in FIFO order, and only those this process's leases
+/// leave room for try the kernel lock. Fences grow per key:
+/// `max(counter + 1, clock_us)`, the counter kept in the lock file. Lock
+/// files of free keys are kept open a moment for reuse, then removed.
 ///
-/// Exclusive leases on one key only: shared, counted and several-key
-/// acquires are `UNSUPPORTED_KIND`.
+/// Every kind, across processes: shared leases hold a key together and
+/// with no exclusive one (`flock` shared and exclusive); of a counted key
+/// at most `limit` units are held (one unit file each), and every process
+/// gives the same limit; several keys are held all or none, and acquires of
+/// them in any order never deadlock. Inside a process the local driver's
+/// rules apply (FIFO per key across modes: a writer is not starved by later
+/// readers).
 #[derive(Clone)]
 pub struct FileBackend {
     core: Arc<FileCore>,
@@ -44,6 +50,8 @@ pub struct FileBackend {
 pub struct FileCounts {
     /// Leases this backend holds now.
     pub held: usize,
+    /// Of those, shared ones.
+    pub held_shared: usize,
     /// Acquires waiting now.
     pub waiting: usize,
     /// Leases granted since the backend started.
@@ -78,21 +86,38 @@ impl FileBackend {
     /// another process is marked waiting for it (no process starves
     /// another, see the module `core`). `QUEUE_FULL` past
     /// `maxWaiters`, `KEY_LIMIT` past `maxKeys`, `CLOSED` after close,
-    /// `PROVIDER_FAILED` for a lock file it cannot use or trust (a symbolic
-    /// link, another user's file, a full disk, a read-only file system).
-    ///
-    /// Only exclusive leases: any other kind is `UNSUPPORTED_KIND`.
+    /// `INVALID_ARGUMENT` for a limit other than the one the key is held
+    /// with (in this process, or by another process when this acquire
+    /// reaches the lock file), `PROVIDER_FAILED` for a lock file it cannot
+    /// use or trust (a symbolic link, another user's file, a full disk, a
+    /// read-only file system).
     ///
     /// Cancel safe: dropping the future ends the wait; a lease granted
     /// meanwhile is released.
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<FileLease> {
+        self.acquire_keys(&[key], options).await
+    }
+
+    /// Acquires every key of `keys` (at least one, none twice) in the kind
+    /// of `options`, all or none, as [`FileBackend::acquire`] does one:
+    /// this process's acquires of any of them go first, then the kernel
+    /// locks are tried without blocking in a fixed order and all released
+    /// when one is refused, so acquires of the same keys in opposite orders
+    /// never deadlock.
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<FileLease> {
+        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
+        self.acquire_keys(keys, options).await
+    }
+
+    async fn acquire_keys(&self, keys: &[&str], options: AcquireOptions) -> Result<FileLease> {
         let core = &self.core;
-        let mut acquiring = core.reporter.acquiring(Shape::asked(&options, 1));
-        let granted = self.wait_for(key, options, &mut acquiring).await;
+        let mut acquiring = core.reporter.acquiring(Shape::asked(&options, keys.len()));
+        let granted = self.wait_for(keys, options, &mut acquiring).await;
         match granted {
             Ok(grant) => {
-                let hold = core.reporter.granted(acquiring, grant.fence);
-                FileLease::adopt(core.clone(), key, grant, hold)
+                let fences = grant.fences();
+                let hold = core.reporter.granted(acquiring, fences[0]);
+                FileLease::adopt(core.clone(), keys, fences, grant, hold)
             }
             Err(error) => {
                 if error.code() == ErrorCode::WaitTimeout {
@@ -104,46 +129,34 @@ impl FileBackend {
         }
     }
 
-    /// Several keys at once are not supported yet: `UNSUPPORTED_KIND` (a
-    /// set of one key is an acquire of that key).
-    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<FileLease> {
-        crate::acquire::check_keys(keys, self.core.options.max_key_bytes as usize)?;
-        match keys {
-            [key] => self.acquire(key, options).await,
-            _ => Err(unsupported("several keys at once")),
-        }
-    }
-
     async fn wait_for(
         &self,
-        key: &str,
+        keys: &[&str],
         options: AcquireOptions,
         acquiring: &mut crate::telemetry::Acquiring,
     ) -> Result<super::core::Grant> {
         let core = &self.core;
-        crate::key::validate(key, core.options.max_key_bytes as usize)?;
+        if let [key] = keys {
+            crate::key::validate(key, core.options.max_key_bytes as usize)?;
+        }
         if core.is_closed() {
             return Err(LockError::closed());
         }
         let kind = options.kind()?;
-        if !kind.is_plain() {
-            return Err(unsupported(&kind.describe()));
-        }
         let signal = options.signal.as_ref();
         if signal.is_some_and(AbortSignal::is_aborted) {
             return Err(LockError::aborted());
         }
         let timeout = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
-        let name = LockName::new(&core.options.namespace, key);
-        let (id, mut outcome) = match core.admit(name, !timeout.is_zero())? {
+        let (ticket, mut outcome) = match core.admit(keys, kind, !timeout.is_zero())? {
             Admitted::Granted(grant) => return Ok(grant),
-            Admitted::Queued { id, outcome } => (id, outcome),
+            Admitted::Queued { ticket, outcome } => (ticket, outcome),
         };
         acquiring.queued();
         // Dropped before its outcome (the acquire's future dropped), the
         // waiter leaves the queue; a grant already sent is dropped with the
         // channel, which releases it.
-        let mut queued = Queued { core, name, id, settled: false };
+        let mut queued = Queued { core, ticket, settled: false };
         let mut delay = Delay::new(timeout);
         let mut aborted = signal.map(|s| Box::pin(s.aborted()));
         let result = poll_fn(|cx| {
@@ -152,7 +165,8 @@ impl FileBackend {
             }
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
             if abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready() {
-                if core.cancel(name, id) {
+                let reason = if abort { CancelReason::Aborted } else { CancelReason::TimedOut };
+                if core.cancel(ticket, reason) {
                     return Poll::Ready(Err(if abort { LockError::aborted() } else { LockError::wait_timeout(timeout) }));
                 }
                 // Not in the queue any more: its outcome was sent, and is
@@ -170,9 +184,10 @@ impl FileBackend {
 
     /// Counts for `status()`.
     pub fn counts(&self) -> FileCounts {
-        let (held, waiting) = self.core.counts();
+        let (held, held_shared, waiting) = self.core.counts();
         FileCounts {
             held,
+            held_shared,
             waiting,
             acquired: self.core.acquired.load(Ordering::Relaxed),
             timed_out: self.core.timed_out.load(Ordering::Relaxed),
@@ -201,23 +216,14 @@ impl std::fmt::Debug for FileBackend {
 /// A waiter's place in its queue, left when dropped unsettled.
 struct Queued<'a> {
     core: &'a FileCore,
-    name: LockName,
-    id: u64,
+    ticket: Ticket,
     settled: bool,
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            self.core.cancel(self.name, self.id);
+            self.core.cancel(self.ticket, CancelReason::Dropped);
         }
     }
-}
-
-fn unsupported(what: &str) -> LockError {
-    LockError::new(
-        ErrorCode::UnsupportedKind,
-        format!("the file driver grants exclusive leases on one key only, not {what} (not supported yet)"),
-    )
-    .with_details(serde_json::json!({ "driver": "file" }))
 }

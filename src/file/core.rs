@@ -1,24 +1,37 @@
-//! The file backend's state in one process: per key, whether a lease of
-//! this process holds it, its FIFO queue of waiters, and the open lock file
-//! its head waiter tries; the grants and releases that move it.
+//! The file backend's state in one process, in two steps per acquire.
 //!
-//! Every kernel call made here is non-blocking (`try_lock`, `open`, a
-//! 21-byte read and write of the fence), so they run under the state's
-//! mutex: a grant and the queue it pops are one step. Waiters are handed
-//! their outcome through a oneshot channel and woken by it.
+//! 1. In the process: the local driver's engine ([`LocalEngine`]) queues the
+//!    acquires of this process, with every kind's rules (FIFO per key
+//!    across modes, so a writer is not starved by later readers; counted
+//!    units; several keys all or nothing, without deadlock; one limit per
+//!    key). It grants an acquire once this process's other leases leave
+//!    room for it.
+//! 2. Across processes: an acquire the engine granted is *pending* until it
+//!    holds the kernel locks of its keys ([`super::take`]), tried without
+//!    blocking in the order of the keys' file names, all or nothing (one
+//!    refused, the others taken are released and the pending acquire waits
+//!    on the refused key's lock file): no two processes can deadlock.
+//!
+//! Every kernel call made here is non-blocking (`flock` tries, `open`, a
+//! few short reads and writes), so they run under the state's mutex: a
+//! grant and the queue it pops are one step. Waiters are handed their
+//! outcome through a oneshot channel and woken by it.
 //!
 //! Fairness between processes: a process that releases a key and takes it
 //! again (another task of it waiting, or the same task acquiring again)
 //! would win every time over a waiter of another process, which learns of
-//! the release only through its wake-up. So a head refused the lock writes
-//! a waiting mark into the lock file (its process and a deadline, refreshed
-//! at every retry), and a process that sees a fresh mark of another one
-//! gives way: its release keeps the lock file (the waiter holds its inode)
-//! and its own next try waits [`GIVE_WAY`], time for the waiter to take the
-//! key. The mark is only a hint: a stale one (its waiter gone) costs at
-//! most that delay, and exclusion never depends on it.
+//! the release only through its wake-up. So a pending acquire refused a
+//! lock writes a waiting mark into the lock file (its process and a
+//! deadline, refreshed at every retry), and a process that sees a fresh
+//! mark of another one gives way: its release keeps the lock file (the
+//! waiter holds its inode), and its next first try of the key waits
+//! [`GIVE_WAY`], time for the waiter to take the key; a shared acquire
+//! does not join the readers of a key another process's waiter is marked
+//! for (up to [`READER_GIVES_WAY`] times in a row), so readers of one
+//! process do not starve a writer of another. The
+//! mark is only a hint: a stale one (its waiter gone) costs at most that
+//! delay, and exclusion never depends on it.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -27,23 +40,28 @@ use slab::Slab;
 use tokio::sync::oneshot;
 
 use super::directory::LockDirectory;
+use super::idle::IdleFiles;
+use super::lease::LeaseShared;
 use super::lock_file::LockFile;
 use super::name::LockName;
+use super::take::{self, Held, Took};
 use super::watch::{safety_net, Watch};
-use super::{fence, lease::LeaseShared};
+use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::options::FileOptions;
+use crate::local::engine::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
+use crate::options::{FileOptions, LocalOptions};
 use crate::telemetry::Reporter;
-
-/// Tries of one grant whose lock file was replaced under it before the
-/// grant gives up with `PROVIDER_FAILED` (a replacement takes a release,
-/// so more than a few in a row mean something else is renaming files).
-const REPLACED_TRIES: u32 = 64;
 
 /// How long a process waits before it tries a key that a waiter of another
 /// process is marked waiting for: that waiter's wake-up and try take about
 /// a millisecond.
 const GIVE_WAY: Duration = Duration::from_millis(20);
+
+/// How many times in a row a shared acquire gives way to another
+/// process's marked waiter before it joins the readers all the same: a
+/// writer elsewhere gets its turn, and a mark nobody acts on (its waiter
+/// stuck, or never woken) cannot stop readers for longer than this.
+const READER_GIVES_WAY: u32 = 10;
 
 pub(crate) struct FileCore {
     pub name: String,
@@ -61,81 +79,144 @@ pub(crate) struct FileCore {
     this: Weak<FileCore>,
 }
 
-#[derive(Default)]
 struct State {
-    closed: bool,
-    keys: HashMap<LockName, KeyState>,
-    /// Keys held by leases of this process.
+    /// Step 1: this process's acquires, queued by kind.
+    engine: LocalEngine<Request>,
+    /// Step 2: acquires granted by the engine, trying their kernel locks,
+    /// oldest first.
+    pending: Vec<Pending>,
+    /// Grants handed out and not yet released.
     held: usize,
-    /// Waiters in every queue.
-    waiting: usize,
-    next_waiter: u64,
+    /// Of those, shared ones.
+    held_shared: usize,
+    next_ticket: u64,
     /// The leases handed out and not yet released, for `close()`.
     leases: Slab<Weak<LeaseShared>>,
+    /// Lock files of free keys kept for reuse.
+    idle: IdleFiles,
     /// The wake-up thread runs.
     watching: bool,
 }
 
-#[derive(Default)]
-struct KeyState {
-    /// A lease of this process holds the key (or its grant is on the way).
-    held: bool,
-    queue: VecDeque<Waiter>,
-    /// The open lock file the head waiter tries, and its inotify watch.
-    head: Option<(LockFile, Option<i32>)>,
-    /// The head does not try before then: a waiter of another process is
-    /// to have the key first (see "Fairness" above).
+/// One acquire: its kind, its keys' lock file names (in the caller's
+/// order) and where its outcome goes.
+struct Request {
+    ticket: u64,
+    kind: LockKind,
+    names: Box<[LockName]>,
+    outcome: oneshot::Sender<Result<Grant>>,
+}
+
+/// An acquire granted in the process, not yet across processes.
+struct Pending {
+    request: Request,
+    lease: LeaseId,
+    /// The lock file it waits on, kept open between tries.
+    waits_on: Option<Waiting>,
+    /// It does not try before then (see "Fairness" above).
     defer_until: Option<Instant>,
+    /// Tried since the last wake-up.
+    tried: bool,
+    /// Tried at least once.
+    started: bool,
+    /// Gave way to another process's waiter in a row.
+    gave_way: u32,
 }
 
-struct Waiter {
-    id: u64,
-    grant: oneshot::Sender<Result<Grant>>,
+/// The lock file a pending acquire waits on.
+struct Waiting {
+    /// Which of its keys.
+    index: usize,
+    /// The file, open (out while a try uses it).
+    file: Option<LockFile>,
+    /// Its inotify watch.
+    wd: Option<i32>,
 }
 
-/// A key's kernel lock, granted: dropping it releases the key (closing its
-/// lock file, and removing the file when nobody of this process waits).
+/// The kernel locks of a grant, held: dropping it releases them (and the
+/// key in this process), removing the files of keys nobody wants.
 pub(crate) struct Grant {
     core: Arc<FileCore>,
-    name: LockName,
-    file: Option<LockFile>,
-    pub fence: u64,
+    lease: LeaseId,
+    mode: LockMode,
+    /// Per key, in the caller's order: its name, locks and fence.
+    keys: Vec<(LockName, Option<Held>, u64)>,
 }
 
 impl Grant {
-    /// Still holds its lock file: the path of `name` still names it. False
-    /// once someone removed or replaced the file while it was held.
-    pub fn kept_its_file(&self) -> bool {
-        self.file.as_ref().is_some_and(|file| self.core.directory.names(&self.name, file))
+    /// The fence of each key, in the caller's order.
+    pub fn fences(&self) -> Vec<u64> {
+        self.keys.iter().map(|(_, _, fence)| *fence).collect()
+    }
+
+    /// Still holds its lock files: the path of each still names it. False
+    /// once someone removed or replaced one while it was held.
+    pub fn kept_its_files(&self) -> bool {
+        let directory = &self.core.directory;
+        self.keys.iter().all(|(name, held, _)| match held {
+            Some(Held::File(file, _)) => directory.names(name, file),
+            Some(Held::Units(units)) => {
+                units.iter().all(|(unit, file)| super::directory::names_at(&directory.unit_path(name, *unit), file))
+            }
+            None => false,
+        })
     }
 }
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        if let Some(file) = self.file.take() {
-            let mut state = self.core.state();
-            self.core.unhold(&mut state, self.name, file, self.fence);
+        // Empty once released under the state's lock already.
+        if !self.keys.is_empty() {
+            let core = self.core.clone();
+            let mut state = core.state();
+            core.unhold(&mut state, self);
         }
     }
 }
 
-/// An acquire that has joined its key's queue.
+/// Where an acquire waits, for [`FileCore::cancel`].
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket {
+    ticket: u64,
+    /// Its place in the engine's queues while the process's leases keep it
+    /// out.
+    queued: Option<WaiterId>,
+}
+
+/// An acquire admitted.
 pub(crate) enum Admitted {
     /// Granted at once.
     Granted(Grant),
-    /// Waiting: `id` in the queue of its key; the outcome comes on `outcome`.
-    Queued { id: u64, outcome: oneshot::Receiver<Result<Grant>> },
+    /// Waiting; the outcome comes on `outcome`.
+    Queued { ticket: Ticket, outcome: oneshot::Receiver<Result<Grant>> },
 }
 
 impl FileCore {
     pub fn new(name: &str, options: FileOptions, directory: LockDirectory, reporter: Reporter) -> Arc<FileCore> {
+        let limits = LocalOptions {
+            max_keys: options.max_keys,
+            max_waiters: options.max_waiters,
+            wait_timeout_ms: options.wait_timeout_ms,
+            max_key_bytes: options.max_key_bytes,
+            thresholds: options.thresholds,
+        };
+        let state = State {
+            engine: LocalEngine::new(limits),
+            pending: Vec::new(),
+            held: 0,
+            held_shared: 0,
+            next_ticket: 0,
+            leases: Slab::new(),
+            idle: IdleFiles::default(),
+            watching: false,
+        };
         Arc::new_cyclic(|this| FileCore {
             name: name.to_owned(),
             options,
             directory,
             reporter,
             watch: Arc::new(Watch::new()),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -148,29 +229,39 @@ impl FileCore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues an acquire of `name` behind the waiters of this process and
-    /// tries it at once if it is first: granted, queued (when it may wait),
-    /// or `LOCK_BUSY`, `QUEUE_FULL`, `KEY_LIMIT`, `CLOSED`, or the lock
-    /// file's failure.
-    pub fn admit(&self, name: LockName, may_wait: bool) -> Result<Admitted> {
+    /// Queues an acquire of `keys` (checked by the caller) in `kind` behind
+    /// this process's acquires and tries its kernel locks at once if the
+    /// process lets it: granted, queued (when it may wait), or `LOCK_BUSY`,
+    /// `QUEUE_FULL`, `KEY_LIMIT`, `INVALID_ARGUMENT` (another limit),
+    /// `CLOSED`, or a lock file's failure.
+    pub fn admit(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<Admitted> {
         let mut state = self.state();
-        if state.closed {
-            return Err(LockError::closed());
-        }
-        let id = state.next_waiter;
-        state.next_waiter += 1;
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
         let (sender, mut outcome) = oneshot::channel();
-        state.keys.entry(name).or_default().queue.push_back(Waiter { id, grant: sender });
-        state.waiting += 1;
-        self.try_head(&mut state, name);
+        let names = keys.iter().map(|key| LockName::new(&self.options.namespace, key)).collect();
+        let mut request = Some(Request { ticket, kind, names, outcome: sender });
+        let make_waiter = |_| request.take().expect("the engine makes one waiter");
+        let acquired = match keys {
+            [key] => state.engine.acquire_one(key, kind, may_wait, make_waiter),
+            _ => state.engine.acquire_many(keys, kind, may_wait, make_waiter),
+        }?;
+        let lease = match acquired {
+            Acquired::Queued(waiter) => return Ok(Admitted::Queued { ticket: Ticket { ticket, queued: Some(waiter) }, outcome }),
+            Acquired::Granted(lease) => lease,
+        };
+        let request = request.expect("a grant made no waiter");
+        state.pending.push(Pending { request, lease, waits_on: None, defer_until: None, tried: false, started: false, gave_way: 0 });
+        self.pump(&mut state);
         match outcome.try_recv() {
             Ok(Ok(grant)) => return Ok(Admitted::Granted(grant)),
             Ok(Err(error)) => return Err(error),
             Err(_) => {}
         }
+        let waiting = state.engine.counts().waiting + state.pending.len();
         let refused = if !may_wait {
             Some(LockError::busy())
-        } else if state.waiting > self.options.max_waiters as usize {
+        } else if waiting > self.options.max_waiters as usize {
             Some(LockError::new(
                 ErrorCode::QueueFull,
                 format!("{} acquires already wait on this backend (maxWaiters)", self.options.max_waiters),
@@ -179,227 +270,274 @@ impl FileCore {
             None
         };
         if let Some(error) = refused {
-            self.cancel_locked(&mut state, name, id);
+            self.cancel_locked(&mut state, Ticket { ticket, queued: None }, CancelReason::Dropped);
             return Err(error);
         }
-        if !state.watching {
-            state.watching = true;
-            let (core, watch, interval) = (self.this.clone(), self.watch.clone(), safety_net(self.options.poll_interval_ms));
-            let started = std::thread::Builder::new().name("dokebi-lock-file".into()).spawn(move || watch_loop(core, watch, interval));
-            if let Err(err) = started {
-                state.watching = false;
-                self.cancel_locked(&mut state, name, id);
-                return Err(LockError::new(ErrorCode::ProviderFailed, "could not start the file driver's wake-up thread").with_cause(err));
-            }
-        }
-        Ok(Admitted::Queued { id, outcome })
+        Ok(Admitted::Queued { ticket: Ticket { ticket, queued: None }, outcome })
     }
 
-    /// Takes waiter `id` out of the queue of `name`: true if it was there,
-    /// false if its outcome was already sent.
-    pub fn cancel(&self, name: LockName, id: u64) -> bool {
+    /// Takes the acquire of `ticket` out of the queues: true if it was
+    /// there, false if its outcome was already sent.
+    pub fn cancel(&self, ticket: Ticket, reason: CancelReason) -> bool {
         let mut state = self.state();
-        self.cancel_locked(&mut state, name, id)
+        self.cancel_locked(&mut state, ticket, reason)
     }
 
-    fn cancel_locked(&self, state: &mut State, name: LockName, id: u64) -> bool {
-        let Some(key) = state.keys.get_mut(&name) else { return false };
-        let Some(index) = key.queue.iter().position(|waiter| waiter.id == id) else { return false };
-        key.queue.remove(index);
-        state.waiting -= 1;
-        if index == 0 {
-            // The next waiter (if any) is head now.
-            self.try_head(state, name);
+    fn cancel_locked(&self, state: &mut State, ticket: Ticket, reason: CancelReason) -> bool {
+        if let Some(index) = state.pending.iter().position(|pending| pending.request.ticket == ticket.ticket) {
+            let pending = state.pending.remove(index);
+            self.drop_pending(state, pending.lease, &pending.request.names, pending.waits_on);
+            self.pump(state);
+            return true;
         }
-        true
+        let Some(waiter) = ticket.queued else { return false };
+        // The backend counts timed-out acquires itself, whichever step they
+        // waited in.
+        let cancelled = state.engine.cancel(waiter, reason).is_some();
+        self.pump(state);
+        cancelled
     }
 
-    /// Grants the key `name` to the head of its queue if the kernel lock is
-    /// free; else keeps the head's lock file open and watched. Sends the
-    /// head a failure of its lock file and goes on with the next.
-    fn try_head(&self, state: &mut State, name: LockName) {
-        let mut replaced = 0;
-        loop {
-            let Some(key) = state.keys.get_mut(&name) else { return };
-            if key.held {
-                return;
+    /// A pending acquire that will not be granted leaves: its watch, its
+    /// mark and its place in the engine go.
+    fn drop_pending(&self, state: &mut State, lease: LeaseId, names: &[LockName], waits_on: Option<Waiting>) {
+        if let Some(Waiting { index, file, wd, .. }) = waits_on {
+            if let Some(wd) = wd {
+                self.watch.remove(wd);
             }
-            if key.queue.is_empty() {
-                if let Some((file, wd)) = key.head.take() {
-                    // Nobody of ours waits any more: our mark would only
-                    // delay others.
-                    if file.waiting_mark().1 == self.pid {
-                        let _ = file.clear_mark();
-                    }
-                    if let Some(wd) = wd {
-                        self.watch.remove(wd);
-                    }
+            if let Some(file) = file {
+                // Nobody of ours waits on it any more: our mark would only
+                // delay others; and a file its holder kept for us is ours
+                // to remove if free now.
+                if file.waiting_mark().1 == self.pid {
+                    let _ = file.clear_mark();
                 }
-                state.keys.remove(&name);
-                return;
+                if file.try_lock().unwrap_or(false) {
+                    let fence = file.fence().unwrap_or(u64::MAX);
+                    let may_remove = state.engine.next_waiter(lease).is_none() && file.limit().unwrap_or(0) <= 1;
+                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.pid);
+                }
             }
-            match key.defer_until {
-                Some(until) if Instant::now() < until => return,
-                Some(_) => key.defer_until = None,
-                None => {}
+        }
+        state.engine.release(lease);
+    }
+
+    /// Moves the engine's new grants to the pending list and tries every
+    /// pending acquire not tried since its last wake-up, until nothing
+    /// changes.
+    fn pump(&self, state: &mut State) {
+        loop {
+            while let Some((request, lease)) = state.engine.pop_granted() {
+                state.pending.push(Pending {
+                    request,
+                    lease,
+                    waits_on: None,
+                    defer_until: None,
+                    tried: false,
+                    started: false,
+                    gave_way: 0,
+                });
             }
-            if state.held >= self.options.max_keys as usize {
-                let error = LockError::key_limit("maxKeys", self.options.max_keys, "leases held at once by this process");
-                self.fail_head(state, name, error);
-                continue;
+            let Some(index) = state.pending.iter().position(|pending| !pending.tried) else { return };
+            self.try_pending(state, index);
+        }
+    }
+
+    /// Tries the kernel locks of pending acquire `index`: granted (and sent
+    /// its grant), failed (and sent its error), or left waiting on a lock
+    /// file, watched and marked.
+    fn try_pending(&self, state: &mut State, index: usize) {
+        let pending = &mut state.pending[index];
+        pending.tried = true;
+        match pending.defer_until {
+            Some(until) if Instant::now() < until => return,
+            Some(_) => pending.defer_until = None,
+            None => {}
+        }
+        let first = !std::mem::replace(&mut pending.started, true);
+        match self.take_all(pending, &mut state.idle, first) {
+            Ok(Attempt::Granted(keys)) => {
+                let pending = state.pending.remove(index);
+                if let Some(Waiting { wd: Some(wd), .. }) = pending.waits_on {
+                    self.watch.remove(wd);
+                }
+                let mode = pending.request.kind.mode;
+                state.held += 1;
+                if mode == LockMode::Shared {
+                    state.held_shared += 1;
+                }
+                self.acquired.fetch_add(1, Ordering::Relaxed);
+                let core = self.this.upgrade().expect("a grant is made through a live backend");
+                let grant = Grant { core, lease: pending.lease, mode, keys };
+                if let Err(Ok(mut grant)) = pending.request.outcome.send(Ok(grant)) {
+                    // Its acquire was dropped meanwhile: release here (the
+                    // state is locked already).
+                    self.unhold(state, &mut grant);
+                }
             }
-            let Some(key) = state.keys.get_mut(&name) else { return };
-            let (file, wd) = match key.head.take() {
-                Some(head) => head,
-                None => match self.directory.open_file(&name) {
-                    Ok(file) if self.other_waits(&file) => {
-                        // A newcomer while another process waits: give way.
-                        let wd = self.watch.add(&self.directory.file_path(&name));
-                        key.head = Some((file, wd));
-                        key.defer_until = Some(Instant::now() + GIVE_WAY);
-                        return;
-                    }
-                    Ok(file) => (file, None),
+            Ok(Attempt::Waits { index: key, file, give_way }) => {
+                let pending = &mut state.pending[index];
+                if !give_way {
+                    pending.gave_way = 0;
+                }
+                let name = pending.request.names[key];
+                if give_way {
+                    pending.defer_until = Some(Instant::now() + GIVE_WAY);
+                } else {
+                    let _ = file.mark_waiting(self.mark_until(), self.pid);
+                }
+                // Watch the path's file now (the one released or removed
+                // next), whatever was watched before: the file may have been
+                // replaced since, and the kernel drops a removed file's
+                // watch. The same file gives the same watch back.
+                let path = self.directory.file_path(&name);
+                let wd = self.watch.add(&path);
+                let before = pending.waits_on.take().and_then(|waiting| waiting.wd);
+                if let Some(before) = before {
+                    self.watch.remove(before);
+                }
+                // A new watch: try once more, since a release between the try
+                // and the watch would go unnoticed; no watch because the file
+                // is gone: try again now, it was released.
+                let again = match wd {
+                    Some(wd) => before != Some(wd),
+                    None => !path.exists(),
+                };
+                pending.tried = give_way || !again;
+                pending.waits_on = Some(Waiting { index: key, file: Some(file), wd });
+                self.start_watching(state);
+            }
+            Err(error) => {
+                let pending = state.pending.remove(index);
+                self.drop_pending(state, pending.lease, &pending.request.names, pending.waits_on);
+                let _ = pending.request.outcome.send(Err(error));
+            }
+        }
+    }
+
+    /// Tries the kernel locks of every key of `pending`, in the order of
+    /// their file names; all or none.
+    fn take_all(&self, pending: &mut Pending, idle: &mut IdleFiles, first: bool) -> Result<Attempt> {
+        let names = &pending.request.names;
+        let kind = pending.request.kind;
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_unstable_by_key(|&index| names[index]);
+        let mut taken: Vec<Option<(Held, u64)>> = (0..names.len()).map(|_| None).collect();
+        let undo = |taken: Vec<Option<(Held, u64)>>| {
+            for (index, held) in taken.into_iter().enumerate() {
+                if let Some((held, fence)) = held {
+                    take::release(&self.directory, &names[index], held, fence, true, self.pid);
+                }
+            }
+        };
+        for index in order {
+            let name = &names[index];
+            // The file waited on, unless removed meanwhile: a removed file's
+            // waiting mark (perhaps left there as it was removed) is stale.
+            let file = pending
+                .waits_on
+                .as_mut()
+                .filter(|waiting| waiting.index == index)
+                .and_then(|waiting| waiting.file.take())
+                .filter(|file| self.directory.names(name, file));
+            let file = match file.or_else(|| idle.take(name)) {
+                Some(file) => file,
+                None => match self.directory.open_file(name) {
+                    Ok(file) => file,
                     Err(error) => {
-                        self.fail_head(state, name, error);
-                        continue;
+                        undo(taken);
+                        return Err(error);
                     }
                 },
             };
-            match file.try_lock() {
-                Ok(false) if wd.is_none() => {
-                    let _ = file.mark_waiting(self.mark_until(), self.pid);
-                    // Watch, then try once more: a release between the try
-                    // and the watch would otherwise go unnoticed.
-                    let wd = self.watch.add(&self.directory.file_path(&name));
-                    key.head = Some((file, wd));
-                    if wd.is_none() {
-                        return;
-                    }
+            // A newcomer (or any reader) gives way to a waiter of another
+            // process marked on the key.
+            let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
+            match take::take(&self.directory, name, kind, file, self.pid, first || reader_yields) {
+                Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
+                Ok(Took::GiveWay(file)) => {
+                    undo(taken);
+                    pending.gave_way += 1;
+                    return Ok(Attempt::Waits { index, file, give_way: true });
                 }
-                Ok(false) => {
-                    let _ = file.mark_waiting(self.mark_until(), self.pid);
-                    key.head = Some((file, wd));
-                    return;
+                Ok(Took::Busy(file)) => {
+                    undo(taken);
+                    return Ok(Attempt::Waits { index, file, give_way: false });
                 }
-                Ok(true) => {
-                    if let Some(wd) = wd {
-                        self.watch.remove(wd);
-                    }
-                    if !self.directory.names(&name, &file) {
-                        // Removed by its last holder (or replaced) before we
-                        // locked it: the key's lock is the path's file now.
-                        drop(file);
-                        replaced += 1;
-                        if replaced == REPLACED_TRIES {
-                            let error = LockError::new(
-                                ErrorCode::ProviderFailed,
-                                format!(
-                                    "the lock files in {} keep being replaced; only this driver may write there",
-                                    self.directory.path().display()
-                                ),
-                            );
-                            self.fail_head(state, name, error);
-                        }
-                        continue;
-                    }
-                    if file.waiting_mark().1 == self.pid {
-                        let _ = file.clear_mark();
-                    }
-                    let fence = match file.advance_fence() {
-                        Ok(fence) => fence,
-                        Err(err) => {
-                            let error = self.directory.failure(err.into());
-                            drop(file);
-                            self.fail_head(state, name, error);
-                            continue;
-                        }
-                    };
-                    let waiter = key.queue.pop_front().expect("the queue has a head");
-                    key.held = true;
-                    state.held += 1;
-                    state.waiting -= 1;
-                    self.acquired.fetch_add(1, Ordering::Relaxed);
-                    let core = self.this.upgrade().expect("a grant is made through a live backend");
-                    let grant = Grant { core, name, file: Some(file), fence };
-                    match waiter.grant.send(Ok(grant)) {
-                        Ok(()) => return,
-                        Err(unclaimed) => {
-                            // Its acquire was dropped meanwhile: release
-                            // here (the state is locked already) and go on.
-                            let Ok(mut grant) = unclaimed else { unreachable!("a grant was sent") };
-                            let file = grant.file.take().expect("a fresh grant holds its file");
-                            self.unhold(state, name, file, grant.fence);
-                        }
-                    }
-                }
-                Err(err) => {
-                    let error = self.directory.failure(err.into());
-                    self.fail_head(state, name, error);
+                Err(error) => {
+                    undo(taken);
+                    return Err(error);
                 }
             }
         }
+        let keys = names
+            .iter()
+            .zip(taken)
+            .map(|(name, held)| {
+                let (held, fence) = held.expect("every key was taken");
+                (*name, Some(held), fence)
+            })
+            .collect();
+        Ok(Attempt::Granted(keys))
     }
 
-    /// A fresh waiting mark of another process is in `file`.
-    fn other_waits(&self, file: &LockFile) -> bool {
-        let (until, pid) = file.waiting_mark();
-        pid != 0 && pid != self.pid && until > fence::clock_us()
+    /// The grant's keys are no longer held by this process: releases their
+    /// kernel locks (removing the files of keys nobody of this process
+    /// waits for), then the engine's lease.
+    fn unhold(&self, state: &mut State, grant: &mut Grant) {
+        if grant.keys.is_empty() {
+            return;
+        }
+        state.held -= 1;
+        if grant.mode == LockMode::Shared {
+            state.held_shared -= 1;
+        }
+        let may_remove = state.engine.next_waiter(grant.lease).is_none();
+        for (name, held, fence) in grant.keys.drain(..) {
+            match held {
+                Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
+                    state.idle.keep(&self.directory, name, file, fence, self.pid)
+                }
+                Some(held) => take::release(&self.directory, &name, held, fence, may_remove, self.pid),
+                None => {}
+            }
+        }
+        state.engine.release(grant.lease);
+        self.pump(state);
+        if !state.idle.is_done(Instant::now()) {
+            self.start_watching(state);
+        }
+    }
+
+    fn start_watching(&self, state: &mut State) {
+        if state.watching {
+            return;
+        }
+        state.watching = true;
+        let (core, watch, interval) = (self.this.clone(), self.watch.clone(), safety_net(self.options.poll_interval_ms));
+        let started = std::thread::Builder::new().name("dokebi-lock-file".into()).spawn(move || watch_loop(core, watch, interval));
+        if let Err(err) = started {
+            state.watching = false;
+            let error = LockError::new(ErrorCode::ProviderFailed, "could not start the file driver's wake-up thread").with_cause(err);
+            for pending in std::mem::take(&mut state.pending) {
+                self.drop_pending(state, pending.lease, &pending.request.names, pending.waits_on);
+                let _ = pending.request.outcome.send(Err(error.clone()));
+            }
+        }
     }
 
     /// The deadline a waiting mark written now carries: past the next two
     /// retries of the waiter that writes it.
     fn mark_until(&self) -> u64 {
         let interval_us = u64::from(self.options.poll_interval_ms) * 1_000;
-        fence::clock_us().saturating_add(2 * interval_us + 100_000)
-    }
-
-    fn fail_head(&self, state: &mut State, name: LockName, error: LockError) {
-        let key = state.keys.get_mut(&name).expect("the key has a queue");
-        if let Some((_, Some(wd))) = key.head.take() {
-            self.watch.remove(wd);
-        }
-        if let Some(waiter) = key.queue.pop_front() {
-            state.waiting -= 1;
-            let _ = waiter.grant.send(Err(error));
-        }
-    }
-
-    /// The key `name` is no longer held by this process: closes its lock
-    /// file (which releases the kernel lock), removing the file first when
-    /// nobody of this process waits for it.
-    fn unhold(&self, state: &mut State, name: LockName, file: LockFile, fence: u64) {
-        state.held -= 1;
-        let Some(key) = state.keys.get_mut(&name) else { return };
-        key.held = false;
-        if key.queue.is_empty() {
-            // Removed while we hold its lock, and only if the path still
-            // names our file: a process waiting on this inode finds the path
-            // gone once it locks it, and opens the path's new file instead.
-            // The next holder's counter restarts, so wait until the clock
-            // is past this grant's fence (see `fence`): then `clock_us` keeps
-            // fences rising. A fence ahead of the clock by more than a
-            // millisecond leaves the file for a later release to remove.
-            // Kept when another process waits on it (fairness, above).
-            if !self.other_waits(&file) && self.directory.names(&name, &file) && clock_passes(fence) {
-                self.directory.remove(&name);
-            }
-            drop(file);
-            state.keys.remove(&name);
-        } else {
-            if self.other_waits(&file) {
-                key.defer_until = Some(Instant::now() + GIVE_WAY);
-            }
-            drop(file);
-            self.try_head(state, name);
-        }
+        super::fence::clock_us().saturating_add(2 * interval_us + 100_000)
     }
 
     /// Remembers a lease handed out, for `close()`; `CLOSED` (the grant is
     /// then released) once the backend is closing.
     pub fn adopt(&self, lease: &Arc<LeaseShared>) -> Result<usize> {
         let mut state = self.state();
-        if state.closed {
+        if state.engine.is_closed() {
             return Err(LockError::closed());
         }
         Ok(state.leases.insert(Arc::downgrade(lease)))
@@ -416,21 +554,19 @@ impl FileCore {
     pub fn close(&self) {
         let leases: Vec<Weak<LeaseShared>> = {
             let mut state = self.state();
-            if std::mem::replace(&mut state.closed, true) {
+            if state.engine.is_closed() {
                 return;
             }
-            let names: Vec<LockName> = state.keys.keys().copied().collect();
-            for name in names {
-                let key = state.keys.get_mut(&name).expect("listed");
-                let waiters = std::mem::take(&mut key.queue);
-                if let Some((_, Some(wd))) = key.head.take() {
+            for pending in std::mem::take(&mut state.pending) {
+                if let Some(Waiting { wd: Some(wd), .. }) = pending.waits_on {
                     self.watch.remove(wd);
                 }
-                state.waiting -= waiters.len();
-                for waiter in waiters {
-                    let _ = waiter.grant.send(Err(LockError::closed()));
-                }
+                let _ = pending.request.outcome.send(Err(LockError::closed()));
             }
+            for request in state.engine.close() {
+                let _ = request.outcome.send(Err(LockError::closed()));
+            }
+            state.idle.remove_due(&self.directory, None, self.pid);
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -439,63 +575,71 @@ impl FileCore {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state().closed
+        self.state().engine.is_closed()
     }
 
-    /// Leases held and acquires waiting now.
-    pub fn counts(&self) -> (usize, usize) {
+    /// Leases held (all, shared) and acquires waiting now.
+    pub fn counts(&self) -> (usize, usize, usize) {
         let state = self.state();
-        (state.held, state.waiting)
+        (state.held, state.held_shared, state.engine.counts().waiting + state.pending.len())
     }
 
     /// How long the wake-up thread may sleep: `interval`, or less when a
-    /// head gives way until sooner. `None` (and the thread stops) when
-    /// nobody waits or the backend is closed.
+    /// pending acquire gives way or a kept file is due sooner. `None` (and
+    /// the thread stops) when nothing is pending or kept, or the backend is
+    /// closed.
     fn next_wait(&self, interval: Duration) -> Option<Duration> {
         let mut state = self.state();
-        if state.closed || state.waiting == 0 {
+        if state.engine.is_closed() || (state.pending.is_empty() && state.idle.is_done(Instant::now())) {
             state.watching = false;
             return None;
         }
+        // A deadline already past is retried at once (the try clears it);
+        // one ahead is slept to, rounded up to the millisecond `poll`
+        // counts in, so the wake-up is not early.
         let now = Instant::now();
-        // Past deadlines wait for the next try to clear them (a key held
-        // here meanwhile is not tried): they must not make this a spin.
-        let soonest = state.keys.values().filter_map(|key| key.defer_until).filter(|until| *until > now).min();
-        Some(soonest.map_or(interval, |until| until.saturating_duration_since(now).min(interval)))
+        let soonest = state.pending.iter().filter_map(|pending| pending.defer_until).chain(state.idle.next_due()).min();
+        let until = |deadline: Instant| Duration::from_millis(deadline.saturating_duration_since(now).as_micros().div_ceil(1_000) as u64);
+        Some(soonest.map_or(interval, |deadline| until(deadline).min(interval)))
     }
 
-    /// Retries the head of every queue whose key is not held here.
-    fn retry_heads(&self) {
+    /// Retries every pending acquire, and removes the kept files due.
+    fn retry_pending(&self) {
         let mut state = self.state();
-        let names: Vec<LockName> = state.keys.iter().filter(|(_, key)| !key.held && !key.queue.is_empty()).map(|(name, _)| *name).collect();
-        for name in names {
-            self.try_head(&mut state, name);
+        state.idle.remove_due(&self.directory, Some(Instant::now()), self.pid);
+        for pending in &mut state.pending {
+            pending.tried = false;
         }
+        self.pump(&mut state);
     }
 }
 
+impl Drop for FileCore {
+    /// A backend dropped without `close()` still removes its kept files.
+    fn drop(&mut self) {
+        let pid = self.pid;
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        state.idle.remove_due(&self.directory, None, pid);
+    }
+}
+
+/// What a try of a pending acquire's keys came to.
+enum Attempt {
+    /// Every key held: per key, in the caller's order.
+    Granted(Vec<(LockName, Option<Held>, u64)>),
+    /// Key `index` is held elsewhere (or, `give_way`, wanted by another
+    /// process's waiter): wait on its lock file `file`.
+    Waits { index: usize, file: LockFile, give_way: bool },
+}
+
 /// The wake-up thread: waits for an event on a watched lock file or the
-/// safety-net interval, then has the heads retry; ends when nobody waits.
+/// safety-net interval, then has the pending acquires retry; ends when
+/// nothing is pending.
 fn watch_loop(core: Weak<FileCore>, watch: Arc<Watch>, interval: Duration) {
     loop {
         let Some(timeout) = core.upgrade().and_then(|core| core.next_wait(interval)) else { return };
         watch.wait(timeout);
         let Some(core) = core.upgrade() else { return };
-        core.retry_heads();
-    }
-}
-
-/// Waits (at most a millisecond) until the clock is past `fence`.
-fn clock_passes(fence: u64) -> bool {
-    let deadline = fence::clock_us().saturating_add(1_000);
-    loop {
-        let now = fence::clock_us();
-        if now > fence {
-            return true;
-        }
-        if fence >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
+        core.retry_pending();
     }
 }

@@ -98,26 +98,41 @@ impl LockDirectory {
         self.path.join(name.file_name())
     }
 
+    /// The path of unit `unit` of `name`, a counted key.
+    pub fn unit_path(&self, name: &LockName, unit: u32) -> PathBuf {
+        self.path.join(name.unit_file_name(unit))
+    }
+
     /// Opens (creating it if missing) the lock file of `name`, refusing a
     /// symbolic link, anything but a regular file, and a file of another
     /// owner (`PROVIDER_FAILED`, which also reports a full disk or a
     /// read-only directory).
     pub fn open_file(&self, name: &LockName) -> Result<LockFile> {
+        self.open_at(&self.file_path(name))
+    }
+
+    /// [`LockDirectory::open_file`] of the file at `path` (of this directory).
+    pub fn open_at(&self, path: &Path) -> Result<LockFile> {
         self.check()?;
-        LockFile::open(&self.file_path(name), self.user).map_err(|err| self.failure(err))
+        LockFile::open(path, self.user).map_err(|err| self.failure(err))
+    }
+
+    /// [`LockDirectory::open_at`] without creating: `None` when missing.
+    pub fn open_existing_at(&self, path: &Path) -> Result<Option<LockFile>> {
+        self.check()?;
+        LockFile::open_existing(path, self.user).map_err(|err| self.failure(err))
     }
 
     /// True while the lock file path of `name` still names `file` (the same
     /// device and inode): false once it was removed or replaced.
     pub fn names(&self, name: &LockName, file: &LockFile) -> bool {
-        std::fs::symlink_metadata(self.file_path(name)).is_ok_and(|metadata| file.is(&metadata))
+        names_at(&self.file_path(name), file)
     }
 
     /// Removes the lock file of `name`; the caller holds its kernel lock and
     /// has checked that the path still names it.
     pub fn remove(&self, name: &LockName) {
-        // A failure leaves the file for the next release to remove.
-        let _ = std::fs::remove_file(self.file_path(name));
+        remove_at(&self.file_path(name));
     }
 
     /// `PROVIDER_FAILED` for an I/O failure on a lock file of this
@@ -183,4 +198,16 @@ fn network_file_system(directory: &File) -> Option<&'static str> {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn network_file_system(_directory: &File) -> Option<&'static str> {
     None
+}
+
+/// True while `path` names `file` (the same device and inode).
+pub(crate) fn names_at(path: &Path, file: &LockFile) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|metadata| file.is(&metadata))
+}
+
+/// Removes the file at `path`, whose kernel lock the caller holds (and
+/// which it has checked `path` names). A failure leaves the file for a
+/// later release to remove.
+pub(crate) fn remove_at(path: &Path) {
+    let _ = std::fs::remove_file(path);
 }

@@ -6,10 +6,11 @@ use super::core::{FileCore, Grant};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::telemetry::Hold;
 
-/// An exclusive lease on one key, held through the kernel lock of its lock
-/// file. It never expires while held: the kernel keeps the lock until the
-/// lease is released, the backend closed, or the process ends (even by
-/// `SIGKILL`). Dropping it releases it.
+/// A lease on one key or several, held through kernel locks on their lock
+/// files, in the kind it was asked for. It never expires while held: the
+/// kernel keeps the locks until the lease is released, the backend
+/// closed, or the process ends (even by `SIGKILL`). Dropping it releases
+/// it.
 #[derive(Debug)]
 pub struct FileLease {
     shared: Arc<LeaseShared>,
@@ -18,15 +19,15 @@ pub struct FileLease {
 /// What the lease and its backend's `close()` share.
 pub(crate) struct LeaseShared {
     core: Arc<FileCore>,
-    key: Box<str>,
-    fence: u64,
+    keys: Box<[Box<str>]>,
+    fences: Box<[u64]>,
     grant: Mutex<Option<Grant>>,
     slot: OnceLock<usize>,
     hold: Hold,
 }
 
 impl LeaseShared {
-    /// Ends the hold (close, drop): releases the key if still held.
+    /// Ends the hold (close, drop): releases the keys if still held.
     pub fn end(&self) {
         let _ = self.release();
     }
@@ -37,7 +38,7 @@ impl LeaseShared {
         if let Some(slot) = self.slot.get() {
             self.core.forget(*slot);
         }
-        let kept = grant.kept_its_file();
+        let kept = grant.kept_its_files();
         drop(grant);
         if kept {
             self.core.reporter.released(&self.hold, None);
@@ -48,7 +49,7 @@ impl LeaseShared {
             self.core.reporter.lost(ErrorCode::LeaseLost);
             Err(LockError::new(
                 ErrorCode::LeaseLost,
-                "the lock file was removed or replaced while the lease was held: another process may have held the key meanwhile; only this driver may touch the lock directory",
+                "a lock file was removed or replaced while the lease was held: another process may have held the key meanwhile; only this driver may touch the lock directory",
             ))
         }
     }
@@ -62,19 +63,19 @@ impl Drop for LeaseShared {
 
 impl std::fmt::Debug for LeaseShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileLease").field("fence", &self.fence).finish_non_exhaustive()
+        f.debug_struct("FileLease").field("fences", &self.fences).finish_non_exhaustive()
     }
 }
 
 impl FileLease {
-    /// The lease of `grant`, registered with its backend: `CLOSED` (and
-    /// the key released) if the backend began closing meanwhile.
-    pub(crate) fn adopt(core: Arc<FileCore>, key: &str, grant: Grant, hold: Hold) -> Result<FileLease> {
-        let fence = grant.fence;
+    /// The lease of `grant` on `keys` (with `fences`, in the same order),
+    /// registered with its backend: `CLOSED` (and the keys released) if the
+    /// backend began closing meanwhile.
+    pub(crate) fn adopt(core: Arc<FileCore>, keys: &[&str], fences: Vec<u64>, grant: Grant, hold: Hold) -> Result<FileLease> {
         let shared = Arc::new(LeaseShared {
             core: core.clone(),
-            key: key.into(),
-            fence,
+            keys: keys.iter().map(|&key| key.into()).collect(),
+            fences: fences.into(),
             grant: Mutex::new(Some(grant)),
             slot: OnceLock::new(),
             hold,
@@ -84,15 +85,25 @@ impl FileLease {
         Ok(FileLease { shared })
     }
 
-    /// The key this lease is on.
+    /// The key this lease is on (of several, the first the caller gave).
     pub fn key(&self) -> &str {
-        &self.shared.key
+        &self.shared.keys[0]
     }
 
-    /// The fencing token: above every earlier grant of the key in this
-    /// directory and namespace.
+    /// Every key this lease holds, in the order the caller gave them.
+    pub fn keys(&self) -> Vec<&str> {
+        self.shared.keys.iter().map(|key| &**key).collect()
+    }
+
+    /// The fencing token of [`FileLease::key`]: above every earlier grant of
+    /// the key in this directory and namespace.
     pub fn fence(&self) -> u64 {
-        self.shared.fence
+        self.shared.fences[0]
+    }
+
+    /// The fence of each key, in the order of [`FileLease::keys`].
+    pub fn fences(&self) -> Vec<(&str, u64)> {
+        self.shared.keys.iter().map(|key| &**key).zip(self.shared.fences.iter().copied()).collect()
     }
 
     /// True until released (by the user or by `close()`).
@@ -101,8 +112,8 @@ impl FileLease {
     }
 
     /// Releases the lease: true when this call released it, false when it
-    /// was already released. `LEASE_LOST` (the key released all the same)
-    /// when the lock file was removed or replaced while held: another
+    /// was already released. `LEASE_LOST` (the keys released all the same)
+    /// when a lock file was removed or replaced while held: another
     /// process may have held the key meanwhile.
     pub fn release(&self) -> Result<bool> {
         self.shared.release()

@@ -9,9 +9,14 @@ use std::path::Path;
 
 use super::directory::LockFileError;
 use super::fence;
+use crate::acquire::LockMode;
 
 /// Where the waiting mark starts in a lock file, after the fence record.
 const MARK_AT: u64 = 32;
+
+/// Where the limit record of a counted key starts, after the waiting mark:
+/// the limit its holders agreed on (0 or 1 for a plain or shared key).
+const LIMIT_AT: u64 = 96;
 
 /// An open lock file. Closing it (dropping it) releases its kernel lock,
 /// as the death of the process does.
@@ -26,20 +31,33 @@ impl LockFile {
     /// symbolic link (`O_NOFOLLOW`), anything but a regular file and a file
     /// `user` does not own.
     pub fn open(path: &Path, user: u32) -> std::result::Result<LockFile, LockFileError> {
-        let file = OpenOptions::new()
+        LockFile::open_with(path, user, true)?.ok_or_else(|| LockFileError::Io(io::ErrorKind::NotFound.into()))
+    }
+
+    /// [`LockFile::open`] without creating the file: `None` when missing.
+    pub fn open_existing(path: &Path, user: u32) -> std::result::Result<Option<LockFile>, LockFileError> {
+        LockFile::open_with(path, user, false)
+    }
+
+    fn open_with(path: &Path, user: u32, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
+        let opened = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .mode(0o600)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path)
-            .map_err(|err| {
-                if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                    LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into())
-                } else {
-                    LockFileError::Io(err)
-                }
-            })?;
+            .open(path);
+        let file = match opened {
+            Err(err) if !create && err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            opened => opened,
+        }
+        .map_err(|err| {
+            if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into())
+            } else {
+                LockFileError::Io(err)
+            }
+        })?;
         let metadata = file.metadata()?;
         if !metadata.file_type().is_file() {
             return Err(LockFileError::Refused("a lock file is not a regular file; remove it".into()));
@@ -50,19 +68,37 @@ impl LockFile {
                 metadata.uid()
             )));
         }
-        Ok(LockFile { file, device: metadata.dev(), inode: metadata.ino() })
+        Ok(Some(LockFile { file, device: metadata.dev(), inode: metadata.ino() }))
     }
 
     /// Takes the kernel lock if it is free now: `Ok(false)` when another
     /// open file (of this process or another) holds it. Never blocks.
     pub fn try_lock(&self) -> io::Result<bool> {
+        self.try_lock_in(LockMode::Exclusive)
+    }
+
+    /// [`LockFile::try_lock`] in `mode`: a shared lock is taken together
+    /// with other shared ones. Changing the mode of a lock this file holds
+    /// is not atomic (`flock` drops the old lock first): refused, it leaves
+    /// the file holding nothing.
+    pub fn try_lock_in(&self, mode: LockMode) -> io::Result<bool> {
+        use rustix::fs::FlockOperation;
+        let operation = match mode {
+            LockMode::Exclusive => FlockOperation::NonBlockingLockExclusive,
+            LockMode::Shared => FlockOperation::NonBlockingLockShared,
+        };
         // rustix's safe `flock` rather than `File::try_lock`, which needs
         // Rust 1.89 (the crate's floor is 1.85); the same system call.
-        match rustix::fs::flock(&self.file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(&self.file, operation) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
             Err(err) => Err(err.into()),
         }
+    }
+
+    /// Releases the kernel lock and keeps the file open.
+    pub fn unlock(&self) {
+        let _ = rustix::fs::flock(&self.file, rustix::fs::FlockOperation::Unlock);
     }
 
     /// True when `metadata` (of the lock file's path) is this open file.
@@ -100,19 +136,115 @@ impl LockFile {
         self.file.write_all_at(&[0u8; 2 * fence::RECORD_LEN], MARK_AT)
     }
 
-    /// Reads the last fence, writes and answers the next one; called while
-    /// holding the kernel lock. Not synced (see [`super::fence`]).
-    pub fn advance_fence(&self) -> io::Result<u64> {
-        let mut record = [0u8; fence::RECORD_LEN];
+    /// True when a fresh waiting mark of a process other than `pid` is in
+    /// the file: a waiter there was refused the lock and is to have it
+    /// first.
+    pub fn marked_by_other(&self, pid: u32) -> bool {
+        marked_by_other(self.waiting_mark(), pid)
+    }
+
+    /// The fence, waiting mark and limit records, in one read (a holder's
+    /// view of the file).
+    pub fn header(&self) -> io::Result<Header> {
+        let mut bytes = [0u8; LIMIT_AT as usize + fence::RECORD_LEN];
         let mut read = 0;
-        while read < record.len() {
-            match self.file.read_at(&mut record[read..], read as u64)? {
+        while read < bytes.len() {
+            match self.file.read_at(&mut bytes[read..], read as u64)? {
                 0 => break,
                 n => read += n,
             }
         }
-        let next = fence::next(fence::decode(&record[..read]), fence::clock_us());
+        let record = |at: u64| {
+            let at = at as usize;
+            if read >= at + fence::RECORD_LEN {
+                fence::decode(&bytes[at..at + fence::RECORD_LEN])
+            } else {
+                fence::decode(&bytes[at.min(read)..read])
+            }
+        };
+        Ok(Header {
+            fence: record(0),
+            mark: (record(MARK_AT), u32::try_from(record(MARK_AT + fence::RECORD_LEN as u64)).unwrap_or(0)),
+            limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Writes the fence after `last` (the header's) and answers it; called
+    /// while holding the kernel lock exclusive. Not synced (see
+    /// [`super::fence`]).
+    pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
+        let next = fence::next(last, fence::clock_us());
         self.file.write_all_at(&fence::encode(next), 0)?;
         Ok(next)
     }
+
+    /// [`LockFile::advance_fence_from`] for a holder of a shared lock,
+    /// whose fellow holders may write the record at the same moment: it
+    /// writes again until it reads at least its own fence. That narrows the
+    /// race without closing it (another reader's write may land after that
+    /// read), so the record may end below the higher of two fences granted
+    /// within one microsecond; the clock part of the next fence covers it.
+    pub fn raise_fence(&self) -> io::Result<u64> {
+        let next = fence::next(self.fence()?, fence::clock_us());
+        while self.fence()? < next {
+            self.file.write_all_at(&fence::encode(next), 0)?;
+        }
+        Ok(next)
+    }
+
+    /// The last fence granted through this file (0 for a fresh one).
+    pub fn fence(&self) -> io::Result<u64> {
+        self.read_record(0)
+    }
+
+    /// The limit recorded by the holders of a counted key (0 or 1: none).
+    pub fn limit(&self) -> io::Result<u32> {
+        Ok(u32::try_from(self.read_record(LIMIT_AT)?).unwrap_or(u32::MAX))
+    }
+
+    /// Records the limit of the key's holders; called while holding the
+    /// kernel lock exclusive.
+    pub fn set_limit(&self, limit: u32) -> io::Result<()> {
+        self.file.write_all_at(&fence::encode(limit.into()), LIMIT_AT)
+    }
+
+    fn read_record(&self, at: u64) -> io::Result<u64> {
+        let mut record = [0u8; fence::RECORD_LEN];
+        let mut read = 0;
+        while read < record.len() {
+            match self.file.read_at(&mut record[read..], at + read as u64)? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        Ok(fence::decode(&record[..read]))
+    }
+}
+
+/// What a lock file records: the last fence, the waiting mark
+/// `(until_us, pid)` and the limit of a counted key's holders.
+pub(crate) struct Header {
+    pub fence: u64,
+    pub mark: (u64, u32),
+    pub limit: u32,
+}
+
+/// True when `mark` is a fresh mark of a live process other than `pid`. A
+/// mark of a process that has ended (its waiter killed, say) is stale
+/// whatever its deadline.
+fn marked_by_other((until, marker): (u64, u32), pid: u32) -> bool {
+    marker != 0 && marker != pid && until > fence::clock_us() && process_lives(marker)
+}
+
+impl Header {
+    /// [`LockFile::marked_by_other`] of the header's mark.
+    pub fn marked_by_other(&self, pid: u32) -> bool {
+        marked_by_other(self.mark, pid)
+    }
+}
+
+/// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
+fn process_lives(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }

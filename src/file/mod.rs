@@ -6,7 +6,11 @@
 //!   `lock_file`: one open lock file (no symlinks, ours, `flock`ed without
 //!   blocking).
 //! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file.
-//! - `core`: per-key FIFO queues of this process, grants and releases;
+//! - `take`: one key's kernel locks for one grant, by kind (exclusive,
+//!   shared, counted units), and their release; `idle`: lock files of free
+//!   keys kept open a moment for reuse.
+//! - `core`: this process's queues (the local driver's engine), then the
+//!   kernel locks of every key of a grant, all or none; releases;
 //!   `watch`: cross-process wake-ups (inotify, polling as the safety net).
 //! - [`backend`] and [`lease`]: the public API.
 //!
@@ -39,11 +43,15 @@ pub(crate) mod directory;
 #[cfg(unix)]
 pub(crate) mod fence;
 #[cfg(unix)]
+pub(crate) mod idle;
+#[cfg(unix)]
 pub mod lease;
 #[cfg(unix)]
 pub(crate) mod lock_file;
 #[cfg(unix)]
 pub(crate) mod name;
+#[cfg(unix)]
+pub(crate) mod take;
 #[cfg(unix)]
 pub(crate) mod watch;
 

@@ -9,7 +9,7 @@
 use sha2::{Digest, Sha256};
 
 /// The lock file name of one key in one namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct LockName([u8; 16]);
 
 /// The suffix of every lock file the driver creates.
@@ -30,13 +30,24 @@ impl LockName {
 
     /// The file name: 32 lowercase hex digits and [`SUFFIX`].
     pub fn file_name(&self) -> String {
+        let mut name = self.digest();
+        name.push_str(SUFFIX);
+        name
+    }
+
+    /// The file of unit `unit` of a counted key: the digest, `.u<unit>` and
+    /// [`SUFFIX`].
+    pub fn unit_file_name(&self, unit: u32) -> String {
+        format!("{}.u{unit}{SUFFIX}", self.digest())
+    }
+
+    fn digest(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut name = String::with_capacity(32 + SUFFIX.len());
+        let mut name = String::with_capacity(48);
         for byte in self.0 {
             name.push(HEX[usize::from(byte >> 4)] as char);
             name.push(HEX[usize::from(byte & 15)] as char);
         }
-        name.push_str(SUFFIX);
         name
     }
 }

@@ -19,6 +19,8 @@ pub struct FileBackend {
 pub struct FileCounts {
     /// Leases this backend holds now.
     pub held: usize,
+    /// Of those, shared ones.
+    pub held_shared: usize,
     /// Acquires waiting now.
     pub waiting: usize,
     /// Leases granted since the backend started.
@@ -82,7 +84,17 @@ impl FileLease {
     }
 
     /// Never called: no lease exists.
+    pub fn keys(&self) -> Vec<&str> {
+        match self.never {}
+    }
+
+    /// Never called: no lease exists.
     pub fn fence(&self) -> u64 {
+        match self.never {}
+    }
+
+    /// Never called: no lease exists.
+    pub fn fences(&self) -> Vec<(&str, u64)> {
         match self.never {}
     }
 

@@ -1,9 +1,12 @@
 /* The file driver through the C API: a key of one directory shared by two
- * providers and by two processes (the child forked before anything opens),
- * a holder's death freeing it, fences rising. */
+ * providers and by two processes (each child forked before the parent opens
+ * anything), a holder's death freeing it, fences rising; shared and counted
+ * leases held across two processes, and sets of keys taken in opposite
+ * orders by two processes without deadlock. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -102,6 +105,95 @@ static void a_killed_holder_process_frees_the_key(void) {
     dokebi_lock_provider_free(provider);
 }
 
+static dokebi_lock_acquire_options kind(const dokebi_lock_key *keys, size_t count, uint32_t mode, uint32_t limit, uint32_t weight) {
+    dokebi_lock_acquire_options options = {mode, limit, weight, keys, count};
+    return options;
+}
+
+/* A child holds "doc" shared and 2 of 3 units of "pool" until told; the
+ * parent's reader joins it, its writer is refused, one unit is left, and
+ * another limit is INVALID_ARGUMENT. */
+static void readers_and_units_are_shared_by_two_processes(void) {
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    dokebi_lock_key doc = {KEY("doc")}, pool = {KEY("pool")};
+    dokebi_lock_acquire_options reader = kind(&doc, 1, DOKEBI_LOCK_MODE_SHARED, 0, 0);
+    dokebi_lock_acquire_options writer = kind(&doc, 1, DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0);
+    dokebi_lock_acquire_options unit = kind(&pool, 1, DOKEBI_LOCK_MODE_EXCLUSIVE, 3, 1);
+    dokebi_lock_acquire_options two_units = kind(&pool, 1, DOKEBI_LOCK_MODE_EXCLUSIVE, 3, 2);
+    dokebi_lock_acquire_options other_limit = kind(&pool, 1, DOKEBI_LOCK_MODE_EXCLUSIVE, 2, 1);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        dokebi_lock_provider *provider = open_provider(yaml);
+        dokebi_lock_backend *files = get_backend(provider, "files");
+        dokebi_lock_lease *reading = NULL, *units = NULL;
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(files, &reader, 0, &reading, ERR));
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(files, &two_units, 0, &units, ERR));
+        CHECK(write(ready[1], "h", 1) == 1);
+        char byte = 0;
+        CHECK(read(go[0], &byte, 1) == 1);
+        dokebi_lock_lease_free(reading);
+        dokebi_lock_lease_free(units);
+        dokebi_lock_backend_free(files);
+        dokebi_lock_provider_free(provider);
+        _exit(0);
+    }
+    char byte = 0;
+    CHECK(read(ready[0], &byte, 1) == 1 && byte == 'h');
+    dokebi_lock_provider *provider = open_provider(yaml);
+    dokebi_lock_backend *files = get_backend(provider, "files");
+    dokebi_lock_lease *reading = NULL, *last = NULL, *refused = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire_ex(files, &reader, &reading, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire_ex(files, &writer, &refused, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire_ex(files, &unit, &last, ERR));
+    dokebi_lock_lease_free(last);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_try_acquire_ex(files, &other_limit, &refused, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire_ex(files, &unit, &last, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire_ex(files, &unit, &refused, ERR));
+    dokebi_lock_lease_free(last);
+    dokebi_lock_lease_free(reading);
+    CHECK(write(go[1], "g", 1) == 1);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire_ex(files, &writer, &last, ERR));
+    dokebi_lock_lease_free(last);
+    dokebi_lock_backend_free(files);
+    dokebi_lock_provider_free(provider);
+    close(ready[0]);
+    close(ready[1]);
+    close(go[0]);
+    close(go[1]);
+}
+
+/* Takes {first, second} 200 times, each held a moment. */
+static void take_pairs(const char *first, const char *second) {
+    dokebi_lock_provider *provider = open_provider(yaml);
+    dokebi_lock_backend *files = get_backend(provider, "files");
+    dokebi_lock_key keys[] = {{KEY(first)}, {KEY(second)}};
+    dokebi_lock_acquire_options both = kind(keys, 2, DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0);
+    for (int round = 0; round < 200; round++) {
+        dokebi_lock_lease *lease = NULL;
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(files, &both, 10000, &lease, ERR));
+        CHECK(dokebi_lock_lease_key_count(lease) == 2);
+        dokebi_lock_lease_free(lease);
+    }
+    dokebi_lock_backend_free(files);
+    dokebi_lock_provider_free(provider);
+}
+
+static void sets_of_keys_in_opposite_orders_finish_in_two_processes(void) {
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        take_pairs("left", "right");
+        _exit(0);
+    }
+    take_pairs("right", "left");
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
     char directory[] = "/tmp/dokebi-lock-c-file-XXXXXX";
     CHECK(mkdtemp(directory) != NULL);
@@ -111,7 +203,21 @@ int main(void) {
              "      files: { driver: file, directory: '%s/locks', pollIntervalMs: 60000 }\n",
              directory);
     a_killed_holder_process_frees_the_key();
+    readers_and_units_are_shared_by_two_processes();
+    sets_of_keys_in_opposite_orders_finish_in_two_processes();
     a_key_held_through_one_provider_makes_another_wait_until_released();
+
+    /* Every key is free: no lock or unit file is left behind. */
+    char locks[600];
+    snprintf(locks, sizeof locks, "%s/locks", directory);
+    DIR *listing = opendir(locks);
+    CHECK(listing != NULL);
+    int left = 0;
+    for (struct dirent *entry; (entry = readdir(listing)) != NULL;) {
+        if (entry->d_name[0] != '.') left++;
+    }
+    closedir(listing);
+    CHECK(left == 0);
     printf("file: ok\n");
     return 0;
 }

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -47,4 +49,49 @@ pub fn entries(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
+}
+
+/// Starts this test binary as a child running `role` over `dir`: the
+/// binary's test `child_process` (ignored in a plain run) is the entry
+/// point, and reads `DOKEBI_FILE_CHILD`, `DOKEBI_FILE_YAML` and
+/// `DOKEBI_FILE_DIR`.
+pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("DOKEBI_FILE_CHILD", role)
+        .env("DOKEBI_FILE_YAML", yaml(dir, extra))
+        .env("DOKEBI_FILE_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdout)
+}
+
+/// What follows `prefix` on the next line the child printed with it.
+pub fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before printing {prefix}");
+        // The test harness may print its own words before ours on a line.
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_owned();
+        }
+    }
+}
+
+/// The names of the entries of `dir` once the lock files a backend keeps
+/// for reuse after a release (half a second) are gone: waits up to two
+/// seconds for `dir` to empty.
+pub fn entries_after_keep(dir: &Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let names = entries(dir);
+        if names.is_empty() || std::time::Instant::now() > deadline {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -52,8 +52,7 @@ impl NativeFileBackend {
         self.backend.options().wait_timeout_ms
     }
 
-    /// Acquires `keys` (one key unless `many`) in the kind asked (the core
-    /// refuses every kind but a plain one with `UNSUPPORTED_KIND`): the
+    /// Acquires `keys` (one key unless `many`) in the kind asked: the
     /// promise of a lease handle or an `ErrorInfo`.
     #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
@@ -109,6 +108,13 @@ pub struct FileLeaseBox(Finalized<FileLease>);
 #[napi(catch_unwind)]
 pub fn file_lease_fence(lease: &External<FileLeaseBox>) -> String {
     lease.0.fence().to_string()
+}
+
+/// The fencing token of each key of `lease`, in the order of its keys, as
+/// decimal strings.
+#[napi(catch_unwind)]
+pub fn file_lease_fences(lease: &External<FileLeaseBox>) -> Vec<String> {
+    lease.0.fences().into_iter().map(|(_, fence)| fence.to_string()).collect()
 }
 
 /// True until released (or the backend closed).

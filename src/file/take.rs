@@ -1,0 +1,234 @@
+//! One key's kernel locks for one grant, by kind, and their release.
+//!
+//! - Exclusive (limit 1): the key's lock file, `flock`ed exclusive for the
+//!   whole hold.
+//! - Shared: the same file `flock`ed shared, so readers of every process
+//!   hold it together and a writer (exclusive) alone.
+//! - Counted (`limit` n > 1): `weight` unit files of the key (`.u0` to
+//!   `.u<n-1>`), each `flock`ed exclusive for the hold; the key's lock file
+//!   is locked exclusive only for the moment of taking them, so takers of
+//!   units go one at a time and a unit file only ever changes (created,
+//!   locked, removed) under it. Its limit record holds the limit of the
+//!   key's holders: a taker that finds another limit while units of it are
+//!   held is refused (`INVALID_ARGUMENT`), as is an exclusive or shared
+//!   taker (limit 1) of a key whose units are held.
+//!
+//! Every lock is tried without blocking. After locking a file, the taker
+//! checks that its path still names it: a file removed by its last holder
+//! (see [`release`]) is locked by nobody who checks, so a waiter holding the
+//! old inode and a newcomer holding a new one never both hold the key.
+
+use std::path::PathBuf;
+
+use super::directory::{names_at, remove_at, LockDirectory};
+use super::fence;
+use super::lock_file::LockFile;
+use super::name::LockName;
+use crate::acquire::{LockKind, LockMode};
+use crate::error::{ErrorCode, LockError, Result};
+
+/// Tries of one take whose lock file was replaced under it before it gives
+/// up with `PROVIDER_FAILED` (a replacement takes a release, so more than a
+/// few in a row mean something else is renaming files).
+const REPLACED_TRIES: u32 = 64;
+
+/// The kernel locks one grant holds on one key.
+pub(crate) enum Held {
+    /// The key's lock file, locked in the lease's mode.
+    File(LockFile, LockMode),
+    /// Unit files of a counted key, each locked exclusive.
+    Units(Vec<(u32, LockFile)>),
+}
+
+/// What a try of one key came to.
+pub(crate) enum Took {
+    /// Held, with the grant's fence.
+    Held(Held, u64),
+    /// Held by others now: the key's lock file, to watch (and mark) until
+    /// they release.
+    Busy(LockFile),
+    /// Free, but a waiter of another process is marked on it, and this take
+    /// was to give way to one: the key's lock file, unlocked.
+    GiveWay(LockFile),
+}
+
+/// Tries to take `name` in `kind` through `file`, its lock file opened by
+/// the caller (a waiter keeps it between tries). Process `pid` takes it;
+/// with `give_way`, not when another process's waiter is marked on it. A
+/// mark of `pid`'s own is cleared.
+pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, pid: u32, give_way: bool) -> Result<Took> {
+    let lock_mode = if kind.limit > 1 { LockMode::Exclusive } else { kind.mode };
+    let file = match lock_named(directory, name, lock_mode, file)? {
+        Ok(file) => file,
+        Err(busy) => return Ok(Took::Busy(busy)),
+    };
+    let io = |err: std::io::Error| directory.failure(err.into());
+    // One read for every record: most pairs make no other.
+    let header = file.header().map_err(io)?;
+    if give_way && header.marked_by_other(pid) {
+        file.unlock();
+        return Ok(Took::GiveWay(file));
+    }
+    if header.mark.1 == pid {
+        let _ = file.clear_mark();
+    }
+    check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
+    if kind.limit == 1 {
+        let fence = match kind.mode {
+            LockMode::Exclusive => file.advance_fence_from(header.fence),
+            LockMode::Shared => file.raise_fence(),
+        }
+        .map_err(io)?;
+        return Ok(Took::Held(Held::File(file, kind.mode), fence));
+    }
+    let mut units = Vec::with_capacity(kind.weight as usize);
+    for unit in 0..kind.limit {
+        if units.len() == kind.weight as usize {
+            break;
+        }
+        let path = directory.unit_path(name, unit);
+        let unit_file = directory.open_at(&path)?;
+        // A unit file changes only under the key's lock file, which this
+        // take holds: the path names the file it opened.
+        if unit_file.try_lock().map_err(io)? && names_at(&path, &unit_file) {
+            units.push((unit, unit_file));
+        }
+    }
+    if units.len() < kind.weight as usize {
+        drop(units);
+        file.unlock();
+        return Ok(Took::Busy(file));
+    }
+    let fence = file.advance_fence_from(header.fence).map_err(io)?;
+    // Closing the lock file unlocks it; its watchers are woken by the
+    // close and find the units taken.
+    Ok(Took::Held(Held::Units(units), fence))
+}
+
+/// Locks `file` in `mode` if it is free and still the key's lock file (else
+/// opens the path's new file and tries that): `Err(file)` when held by
+/// others.
+fn lock_named(
+    directory: &LockDirectory,
+    name: &LockName,
+    mode: LockMode,
+    mut file: LockFile,
+) -> Result<std::result::Result<LockFile, LockFile>> {
+    for _ in 0..REPLACED_TRIES {
+        if !file.try_lock_in(mode).map_err(|err| directory.failure(err.into()))? {
+            return Ok(Err(file));
+        }
+        if directory.names(name, &file) {
+            return Ok(Ok(file));
+        }
+        // Removed by its last holder (or replaced) before we locked it: the
+        // key's lock is the path's file now.
+        file = directory.open_file(name)?;
+    }
+    Err(LockError::new(
+        ErrorCode::ProviderFailed,
+        format!("the lock files in {} keep being replaced; only this driver may write there", directory.path().display()),
+    ))
+}
+
+/// Checks the limit record of `file` (locked), `recorded`, against `limit`:
+/// refused when units of another limit are held; a stale record (its units
+/// free) is replaced when `may_write` (the file is locked exclusive).
+fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, recorded: u32, limit: u32, may_write: bool) -> Result<()> {
+    let io = |err: std::io::Error| directory.failure(err.into());
+    let recorded = recorded.max(1);
+    if recorded == limit {
+        return Ok(());
+    }
+    if recorded > 1 && units_held(directory, name, recorded)? {
+        return Err(LockError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "the key is held by another process with limit {recorded}, and this acquire asks for limit {limit}: every caller of a key gives the same limit"
+            ),
+        )
+        .with_details(serde_json::json!({ "driver": "file", "heldLimit": recorded, "limit": limit })));
+    }
+    if may_write {
+        file.set_limit(if limit > 1 { limit } else { 0 }).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// True when a unit file of `name` among the first `limit` is locked.
+fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<bool> {
+    for unit in 0..limit {
+        if let Some(file) = directory.open_existing_at(&directory.unit_path(name, unit))? {
+            if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Releases `held` (of key `name`, granted `fence`). When `may_remove` (no
+/// waiter of this process or mark of another wants the key) and the grant
+/// was the key's last holder, removes the key's files first, while still
+/// holding their locks: see the module's documentation for why that is
+/// safe, and [`fence`] for why the counter may restart.
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, pid: u32) {
+    match held {
+        Held::File(file, mode) => {
+            // A shared holder is the last one if it can lock exclusive (a
+            // refusal leaves it holding nothing, which is what it wants).
+            let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
+            if may_remove && last && !file.marked_by_other(pid) && directory.names(name, &file) && clock_passes(fence) {
+                directory.remove(name);
+            }
+        }
+        Held::Units(units) => {
+            drop(units);
+            // Open (and close) the key's lock file even when not removing:
+            // the close wakes the waiters watching it.
+            let Ok(Some(file)) = directory.open_existing_at(&directory.file_path(name)) else { return };
+            if may_remove && file.try_lock().unwrap_or(false) && !file.marked_by_other(pid) && directory.names(name, &file) {
+                remove_units(directory, name, &file);
+            }
+        }
+    }
+}
+
+/// Removes the unit files of a counted key and then its lock file, whose
+/// lock the caller holds, if no unit is held.
+fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile) {
+    let limit = file.limit().unwrap_or(0);
+    let mut free: Vec<(PathBuf, LockFile)> = Vec::new();
+    for unit in 0..limit {
+        let path = directory.unit_path(name, unit);
+        match directory.open_existing_at(&path) {
+            Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((path, unit_file)),
+            Ok(None) => {}
+            _ => return,
+        }
+    }
+    for (path, unit_file) in &free {
+        if names_at(path, unit_file) {
+            remove_at(path);
+        }
+    }
+    if file.fence().is_ok_and(clock_passes) {
+        directory.remove(name);
+    }
+}
+
+/// Waits (at most a millisecond) until the clock is past `fence`: then a
+/// counter restarted by a removed lock file stays above it.
+fn clock_passes(fence: u64) -> bool {
+    let deadline = fence::clock_us().saturating_add(1_000);
+    loop {
+        let now = fence::clock_us();
+        if now > fence {
+            return true;
+        }
+        if fence >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}

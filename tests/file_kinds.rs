@@ -1,0 +1,265 @@
+//! Every lock kind of the file driver between real processes: this test
+//! binary runs itself as the children (`child_process`, ignored in a plain
+//! run, is their entry point). The children check what they may see inside
+//! their sections in files of a work directory beside the lock directory:
+//! a store only writers change, presence files of the holders of a counted
+//! key, and per-key counters only holders update.
+
+mod file;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
+use file::{entries_after_keep, expect_line, fresh_directory, open, spawn, wait};
+use futures::executor::block_on;
+
+/// A minute between safety-net polls: every wait ends by a release's
+/// wake-up, or not in time.
+const SLOW: &str = "pollIntervalMs: 60000";
+
+/// The work directory of the lock directory `dir`.
+fn work(dir: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-work", dir.display()))
+}
+
+fn shared(ms: u64) -> AcquireOptions {
+    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
+}
+
+fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
+    AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
+}
+
+/// Adds one to the counter file `path` (read, then write: two holders at
+/// once would lose an update).
+fn bump(path: &Path) {
+    let count: u64 = std::fs::read_to_string(path).map_or(0, |text| text.trim().parse().unwrap());
+    std::thread::yield_now();
+    std::fs::write(path, (count + 1).to_string()).unwrap();
+}
+
+fn count(path: &Path) -> u64 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+/// The children's entry point: does nothing unless run as a child.
+#[test]
+#[ignore = "the child process of the tests below, which run it"]
+fn child_process() {
+    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
+    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
+    let locks = provider.backend("locks").unwrap();
+    let work = work(Path::new(&std::env::var("DOKEBI_FILE_DIR").unwrap()));
+    let mut stdout = std::io::stdout();
+    let pid = std::process::id();
+    let (role, argument) = role.split_once(':').unwrap_or((&role, ""));
+    match role {
+        // Holds "k" in the kind `argument` names (`shared`, or
+        // `<limit>/<weight>`) until told (a line on stdin), then releases.
+        "hold" => {
+            let options = match argument {
+                "shared" => shared(10_000),
+                units => {
+                    let (limit, weight) = units.split_once('/').unwrap();
+                    counted(limit.parse().unwrap(), weight.parse().unwrap(), 10_000)
+                }
+            };
+            let lease = block_on(locks.acquire("k", options)).unwrap();
+            writeln!(stdout, "held {}", lease.fence()).unwrap();
+            stdout.flush().unwrap();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            assert!(block_on(lease.release()).unwrap());
+            writeln!(stdout, "released").unwrap();
+        }
+        // Tries `<limit>/<weight>` units of "k" once and says what came of it.
+        "try" => {
+            let (limit, weight) = argument.split_once('/').unwrap();
+            let outcome = block_on(locks.acquire("k", counted(limit.parse().unwrap(), weight.parse().unwrap(), 0)));
+            let said = outcome.map_or_else(|err| err.code().as_str().to_owned(), |_| "granted".to_owned());
+            writeln!(stdout, "outcome {said}").unwrap();
+        }
+        // Writers and readers of "k": a writer bumps the store; a reader
+        // reads it twice, a moment apart, and must see no writer's change.
+        "read-write" => {
+            let store = work.join("store");
+            for round in 0..150 {
+                if round % 3 == 0 {
+                    let lease = block_on(locks.acquire("k", wait(30_000))).unwrap();
+                    bump(&store);
+                    drop(lease);
+                } else {
+                    let lease = block_on(locks.acquire("k", shared(30_000))).unwrap();
+                    let before = std::fs::read_to_string(&store).unwrap_or_default();
+                    std::thread::sleep(Duration::from_micros(300));
+                    assert_eq!(std::fs::read_to_string(&store).unwrap_or_default(), before, "a writer wrote while a reader held the key");
+                    drop(lease);
+                }
+            }
+            writeln!(stdout, "done").unwrap();
+        }
+        // Holders of 1 or 2 units of "k" (limit 3): each leaves a presence
+        // file while inside and counts the units of every holder present.
+        "units" => {
+            let mut most = 0;
+            for round in 0..100u32 {
+                let weight = 1 + round % 2;
+                let lease = block_on(locks.acquire("k", counted(3, weight, 30_000))).unwrap();
+                let mine = work.join(format!("in-{pid}-{round}-{weight}"));
+                std::fs::write(&mine, "").unwrap();
+                let present: u32 = std::fs::read_dir(&work)
+                    .unwrap()
+                    .filter_map(|entry| {
+                        let name = entry.ok()?.file_name().into_string().ok()?;
+                        name.strip_prefix("in-")?.rsplit('-').next()?.parse::<u32>().ok()
+                    })
+                    .sum();
+                assert!(present <= 3, "{present} units held at once, limit 3");
+                most = most.max(present);
+                std::thread::sleep(Duration::from_micros(500));
+                std::fs::remove_file(&mine).unwrap();
+                drop(lease);
+            }
+            writeln!(stdout, "most {most}").unwrap();
+        }
+        // Takes the keys of `argument` (comma-separated, in that order)
+        // together, and bumps each key's counter.
+        "many" => {
+            let keys: Vec<&str> = argument.split(',').collect();
+            for _ in 0..100 {
+                let lease = block_on(locks.acquire_many(&keys, wait(30_000))).unwrap();
+                for key in &keys {
+                    bump(&work.join(format!("count-{key}")));
+                }
+                drop(lease);
+            }
+            writeln!(stdout, "done").unwrap();
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// A fresh lock directory, its work directory (created), and a provider.
+fn setup(label: &str) -> (PathBuf, Provider, dokebi_lock::Backend) {
+    let dir = fresh_directory(label);
+    let _ = std::fs::remove_dir_all(work(&dir));
+    std::fs::create_dir_all(work(&dir)).unwrap();
+    let (provider, locks) = open(&dir, SLOW);
+    (dir, provider, locks)
+}
+
+#[test]
+fn readers_of_two_processes_hold_a_key_together_and_a_writer_waits_for_both() {
+    let (dir, provider, locks) = setup("readers");
+    let (mut child, mut out) = spawn("hold:shared", &dir, SLOW);
+    let first: u64 = expect_line(&mut out, "held").parse().unwrap();
+    let reader = block_on(locks.acquire("k", shared(0))).expect("a reader joins another process's reader");
+    assert!(reader.fence() > first, "every grant has a fence above the earlier ones");
+    assert_eq!(block_on(locks.acquire("k", wait(0))).unwrap_err().code(), ErrorCode::LockBusy, "a writer is not let in");
+    drop(reader);
+    assert_eq!(block_on(locks.acquire("k", wait(100))).unwrap_err().code(), ErrorCode::WaitTimeout, "the other reader still holds");
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    expect_line(&mut out, "released");
+    let writer = block_on(locks.acquire("k", wait(5_000))).expect("the writer gets the key once both readers left");
+    assert!(writer.fence() > first);
+    drop(writer);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn writers_never_overlap_readers_or_each_other_across_processes() {
+    let (dir, provider, _locks) = setup("read-write");
+    let children: Vec<_> = (0..3).map(|_| spawn("read-write", &dir, SLOW)).collect();
+    for (mut child, mut out) in children {
+        expect_line(&mut out, "done");
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(count(&work(&dir).join("store")), 150, "every writer saw the count of the one before it");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn a_writer_waiting_in_another_process_is_not_starved_by_readers() {
+    let (dir, provider, locks) = setup("writer-first");
+    let (mut child, mut out) = spawn("hold:shared", &dir, SLOW);
+    expect_line(&mut out, "held");
+    // A writer of this process waits for the other process's reader.
+    let writer = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("k", wait(10_000))).map(|lease| lease.fence())
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A later reader of another process does not join the reader ahead of
+    // the marked writer.
+    let (mut late, mut late_out) = spawn("hold:shared", &dir, SLOW);
+    std::thread::sleep(Duration::from_millis(100));
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    expect_line(&mut out, "released");
+    writer.join().unwrap().expect("the writer gets the key before the later reader");
+    expect_line(&mut late_out, "held");
+    writeln!(late.stdin.as_mut().unwrap()).unwrap();
+    expect_line(&mut late_out, "released");
+    assert!(child.wait().unwrap().success() && late.wait().unwrap().success());
+    block_on(provider.close());
+}
+
+#[test]
+fn units_of_a_counted_key_are_shared_by_processes_up_to_its_limit() {
+    let (dir, provider, locks) = setup("units");
+    let (mut child, mut out) = spawn("hold:3/2", &dir, SLOW);
+    expect_line(&mut out, "held");
+    let one = block_on(locks.acquire("k", counted(3, 1, 0))).expect("the third unit is free");
+    assert_eq!(block_on(locks.acquire("k", counted(3, 1, 0))).unwrap_err().code(), ErrorCode::LockBusy, "no fourth unit");
+    let mismatch = block_on(locks.acquire("k", counted(2, 1, 0))).unwrap_err();
+    assert_eq!(mismatch.code(), ErrorCode::InvalidArgument, "another limit is refused: {mismatch}");
+    drop(one);
+    let (mut other, mut other_out) = spawn("try:4/1", &dir, SLOW);
+    assert_eq!(
+        expect_line(&mut other_out, "outcome"),
+        "INVALID_ARGUMENT",
+        "a process giving another limit is refused while the key is held"
+    );
+    assert!(other.wait().unwrap().success());
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    expect_line(&mut out, "released");
+    assert!(child.wait().unwrap().success());
+    let plain = block_on(locks.acquire("k", wait(0))).expect("free once every unit is released; a new limit is taken");
+    drop(plain);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn never_more_than_the_limit_of_units_are_held_across_processes() {
+    let (dir, provider, _locks) = setup("units-load");
+    let children: Vec<_> = (0..3).map(|_| spawn("units", &dir, SLOW)).collect();
+    for (mut child, mut out) in children {
+        let most: u32 = expect_line(&mut out, "most").parse().unwrap();
+        assert!(most <= 3);
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+#[test]
+fn several_keys_taken_in_opposite_orders_by_two_processes_never_deadlock() {
+    let (dir, provider, _locks) = setup("many");
+    let children = [spawn("many:x,y,z", &dir, SLOW), spawn("many:z,y,x", &dir, SLOW), spawn("many:y,x", &dir, SLOW)];
+    for (mut child, mut out) in children {
+        expect_line(&mut out, "done");
+        assert!(child.wait().unwrap().success());
+    }
+    for (key, grants) in [("x", 300), ("y", 300), ("z", 200)] {
+        assert_eq!(count(&work(&dir).join(format!("count-{key}"))), grants, "every holder of {key} saw the one before it");
+    }
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
+    block_on(provider.close());
+}
