@@ -18,7 +18,7 @@ use napi_derive::napi;
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
-use crate::kind_request::kind_request;
+use crate::kind_request::{acquire_keys, kind_request};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
 
@@ -72,13 +72,7 @@ impl NativeFileBackend {
             let max_key_bytes = self.backend.options().max_key_bytes as usize;
             let (keys, options) = kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort);
             let acquire = async move {
-                let keys = keys?;
-                let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let lease = match (many, &names[..]) {
-                    (false, [key]) => backend.acquire(key, options).await,
-                    _ => backend.acquire_many(&names, options).await,
-                }?;
-                match lease {
+                match acquire_keys(backend, keys, many, options).await? {
                     dokebi_lock::Lease::File(lease) => Ok(lease),
                     _ => unreachable!("a file backend grants file leases"),
                 }

@@ -1,9 +1,9 @@
-//! The arguments of a kinds acquire (`acquireKind` of a redis backend,
+//! The arguments of a kinds acquire (`acquireKind` of a store backend,
 //! `acquire` of a file backend) as the core takes them.
 
 use std::time::Duration;
 
-use dokebi_lock::{key, AbortController, AcquireOptions, LockKind, LockMode};
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Lease, LockKind, LockMode};
 use napi::bindgen_prelude::{External, Utf16String};
 
 /// The keys (converted now, their error reported by the acquire) and the
@@ -21,4 +21,20 @@ pub fn kind_request(
     let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
     let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
     (keys, AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal())))
+}
+
+/// Acquires `keys` (converted by [`kind_request`]) on `backend` with
+/// `options`: one key's `acquire` unless `many`, else `acquire_many`.
+pub async fn acquire_keys(
+    backend: Backend,
+    keys: dokebi_lock::Result<Vec<String>>,
+    many: bool,
+    options: AcquireOptions,
+) -> dokebi_lock::Result<Lease> {
+    let keys = keys?;
+    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    match (many, &names[..]) {
+        (false, [key]) => backend.acquire(key, options).await,
+        _ => backend.acquire_many(&names, options).await,
+    }
 }

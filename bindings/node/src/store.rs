@@ -27,7 +27,7 @@ use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
 use crate::keep_alive::NativeKeepAlive;
-use crate::kind_request::kind_request;
+use crate::kind_request::{acquire_keys, kind_request};
 use crate::lease::{lease_handle, LeaseHandle};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -219,15 +219,7 @@ impl NativeStoreBackend {
         promise(env, || {
             let backend = self.backend.clone();
             let (keys, options) = kind_request(&keys, self.max_key_bytes as usize, shared, limit, weight, wait_timeout_ms, abort);
-            let acquire = async move {
-                let keys = keys?;
-                let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-                match (many, &names[..]) {
-                    (false, [key]) => backend.acquire(key, options).await,
-                    _ => backend.acquire_many(&names, options).await,
-                }
-            };
-            spawn(env, acquire, lease_handle)
+            spawn(env, acquire_keys(backend, keys, many, options), lease_handle)
         })
     }
 }
