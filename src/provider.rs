@@ -42,8 +42,9 @@ impl Default for Hooks {
 }
 use crate::host::Host;
 use crate::options::{BackendOptions, Options};
+use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, RedisStatus};
+use crate::status::{BackendStatus, PostgresStatus, RedisStatus};
 
 /// All backends of one configuration.
 pub struct Provider {
@@ -52,6 +53,9 @@ pub struct Provider {
     /// The redis driver's runtime and connections; `None` without redis
     /// backends, so a local-only provider starts no thread and opens no socket.
     redis: Option<RedisDriver>,
+    /// The postgres driver's runtime and connections; `None` without
+    /// postgres backends.
+    postgres: Option<PostgresDriver>,
 }
 
 impl Provider {
@@ -69,8 +73,10 @@ impl Provider {
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
         let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
+        let postgres = PostgresDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
+        let mut postgres_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
@@ -78,6 +84,11 @@ impl Provider {
                     let driver = redis.as_ref().expect("a redis backend starts the redis driver");
                     redis_backends.insert(name.clone(), settings.clone());
                     Backend::Redis(driver.backend(&name, settings))
+                }
+                BackendOptions::Postgres(settings) => {
+                    let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
+                    postgres_backends.insert(name.clone(), settings.clone());
+                    Backend::Postgres(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::App { driver, .. } => {
@@ -96,7 +107,10 @@ impl Provider {
         if let Some(driver) = &redis {
             driver.start(&redis_backends);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), redis })
+        if let Some(driver) = &postgres {
+            driver.start(&postgres_backends);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -140,6 +154,9 @@ impl Provider {
         if let Some(redis) = &self.redis {
             redis.shut_down().await;
         }
+        if let Some(postgres) = &self.postgres {
+            postgres.shut_down();
+        }
     }
 }
 
@@ -150,6 +167,8 @@ pub enum Backend {
     Local(LocalBackend),
     /// A `driver: redis` backend.
     Redis(RedisBackend),
+    /// A `driver: postgres` backend.
+    Postgres(PostgresBackend),
     /// A `driver: file` backend.
     File(FileBackend),
 }
@@ -161,6 +180,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+            Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
         }
     }
@@ -174,6 +194,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
+            Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
         }
     }
@@ -192,6 +213,7 @@ impl Backend {
                     timed_out: counts.timed_out,
                     lost: 0,
                     redis: None,
+                    postgres: None,
                 }
             }
             Backend::Redis(redis) => {
@@ -210,6 +232,26 @@ impl Backend {
                         last_error: counts.last_error,
                         last_probe: counts.last_answer,
                     }),
+                    postgres: None,
+                }
+            }
+            Backend::Postgres(postgres) => {
+                let counts = postgres.counts();
+                BackendStatus {
+                    driver: "postgres",
+                    held: counts.held,
+                    held_shared: counts.held_shared,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: counts.lost,
+                    redis: None,
+                    postgres: Some(PostgresStatus {
+                        connected: counts.connected,
+                        listening: counts.subscribed,
+                        last_error: counts.last_error,
+                        last_answer: counts.last_answer,
+                    }),
                 }
             }
             Backend::File(file) => {
@@ -223,6 +265,7 @@ impl Backend {
                     timed_out: counts.timed_out,
                     lost: counts.lost,
                     redis: None,
+                    postgres: None,
                 }
             }
         }
@@ -232,6 +275,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.close(),
             Backend::Redis(redis) => redis.close().await,
+            Backend::Postgres(postgres) => postgres.close().await,
             Backend::File(file) => file.close(),
         }
     }
@@ -244,6 +288,8 @@ pub enum Lease {
     Local(LocalLease),
     /// A lease of a redis backend.
     Redis(RedisLease),
+    /// A lease of a postgres backend.
+    Postgres(PostgresLease),
     /// A lease of a file backend.
     File(FileLease),
 }
@@ -255,6 +301,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.key(),
             Lease::Redis(lease) => lease.key(),
+            Lease::Postgres(lease) => lease.key(),
             Lease::File(lease) => lease.key(),
         }
     }
@@ -264,6 +311,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
+            Lease::Postgres(lease) => lease.keys(),
             Lease::File(lease) => vec![lease.key()],
         }
     }
@@ -274,6 +322,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
+            Lease::Postgres(lease) => lease.fence(),
             Lease::File(lease) => lease.fence(),
         }
     }
@@ -284,6 +333,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
+            Lease::Postgres(lease) => lease.fences(),
             Lease::File(lease) => vec![(lease.key(), lease.fence())],
         }
     }
@@ -294,6 +344,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.is_valid(),
             Lease::Redis(lease) => lease.is_valid(),
+            Lease::Postgres(lease) => lease.is_valid(),
             Lease::File(lease) => lease.is_valid(),
         }
     }
@@ -305,6 +356,7 @@ impl Lease {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::Redis(lease) => Some(lease.remaining()),
+            Lease::Postgres(lease) => Some(lease.remaining()),
         }
     }
 
@@ -313,6 +365,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
+            Lease::Postgres(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
         }
     }
@@ -323,6 +376,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
             Lease::Redis(lease) => lease.release().await,
+            Lease::Postgres(lease) => lease.release().await,
             Lease::File(lease) => lease.release(),
         }
     }

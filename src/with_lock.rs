@@ -8,7 +8,6 @@ use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
 use crate::provider::{Backend, Lease};
-use crate::redis::RedisBackend;
 
 /// Options of [`Backend::with_lock`].
 #[derive(Clone)]
@@ -42,7 +41,7 @@ pub struct Section {
     pub signal: AbortSignal,
 }
 
-impl RedisBackend {
+impl<S: crate::store::Store> crate::store::StoreBackend<S> {
     /// How often a section's lease is renewed: every `leaseMs / 3`, so two
     /// renewals may fail before the lease runs out.
     pub fn auto_renew_every(&self) -> Duration {
@@ -89,6 +88,9 @@ impl Backend {
         let keep_alive = match (self, &lease) {
             (Backend::Redis(backend), Lease::Redis(redis)) if auto_renew => {
                 Some(redis.keep_alive(backend.auto_renew_every(), lost.clone()))
+            }
+            (Backend::Postgres(backend), Lease::Postgres(postgres)) if auto_renew => {
+                Some(postgres.keep_alive(backend.auto_renew_every(), lost.clone()))
             }
             _ => None,
         };

@@ -14,7 +14,7 @@ fn row(field: &Field) -> String {
     let kind = match field.kind {
         Kind::Integer { min, max } => format!("integer {min}–{max}"),
         Kind::Threshold { max } => format!("integer 0–{max} or null"),
-        Kind::Text | Kind::RedisUrl => "string".to_owned(),
+        Kind::Text | Kind::RedisUrl | Kind::PostgresUrl | Kind::SqlName => "string".to_owned(),
         Kind::Boolean => "boolean".to_owned(),
         Kind::RedisUrls => "list of URLs".to_owned(),
         Kind::Table(_) => "mapping".to_owned(),
