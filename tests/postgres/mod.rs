@@ -78,8 +78,15 @@ impl Drop for Schema {
     }
 }
 
-/// The YAML of one postgres backend `shared` on `url`.
+/// The YAML of one postgres backend `shared` on `url` (`leaseMs` 10000
+/// unless `backend` gives one).
 pub fn yaml_on(url: &str, schema: &str, backend: &str, connection: &str) -> String {
+    let lease = if backend.contains("leaseMs:") {
+        ""
+    } else {
+        "        leaseMs: 10000
+"
+    };
     format!(
         "schemaVersion: 1
 options:
@@ -94,8 +101,7 @@ options:
         driver: postgres
         connection: main
         schema: {schema}
-        leaseMs: 10000
-{backend}"
+{lease}{backend}"
     )
 }
 
