@@ -128,6 +128,18 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 
 /// The operations. Every time is the server's `clock_timestamp()`.
 ///
+/// Durability: a grant (and a renewal) commits as the server's
+/// `synchronous_commit` says (on by default: the grant is on disk, or on
+/// the synchronous standbys, before the caller hears of it, so a crash
+/// loses no lease a caller holds). Everything a crash may lose without
+/// harm commits with `synchronous_commit = off` for its transaction only:
+/// a release or withdrawal (lost, the key stays held or waited for until
+/// its lease or mark lapses) and a refused try (its row locks and marks).
+/// A grant that follows an unflushed release flushes it with its own
+/// commit (the WAL is one sequence). Fences never rely on durability: a
+/// counter a crash lost is overtaken by the clock (`max(counter + 1,
+/// clock in µs)`).
+///
 /// `take`: locks each key's row in sorted order (inserting it when new),
 /// drops the holders and marks that lapsed, then refuses with `{-1, i}`
 /// when key `i` (from 1, the caller's order) is held or waited for with
@@ -186,6 +198,7 @@ BEGIN
     SELECT w.key FROM {waiting} w WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token AND w.lim <> p_limit
   ) o;
   IF at IS NOT NULL THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
     RETURN ARRAY[-1, at];
   END IF;
   SELECT array_agg(b.key), min(b.until) INTO blocked, hint FROM (
@@ -209,6 +222,7 @@ BEGIN
         SELECT DISTINCT p_ns, b, p_token, ticket, p_shared, p_limit, now_ts + p_waiting_ms * interval '1 millisecond' FROM unnest(blocked) b
         ON CONFLICT (namespace, key, token) DO UPDATE SET ticket = excluded.ticket, lapses_at = greatest(w.lapses_at, excluded.lapses_at);
     END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
     RETURN ARRAY[0, coalesce(hint, -1), ticket];
   END IF;
   WITH raised AS (
@@ -248,6 +262,7 @@ DECLARE
   freed text[];
   cleaned integer;
 BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
     DELETE FROM {holders} WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token RETURNING key, expires_at > now_ts AS live
@@ -277,6 +292,7 @@ DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
 BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
     DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token RETURNING key
