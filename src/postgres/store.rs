@@ -92,10 +92,11 @@ impl PostgresStore {
     }
 
     /// Makes sure the tables and functions exist before the first
-    /// operation: creates them (`autoCreate`; one transaction, serialised
-    /// between processes by a transaction-scoped advisory lock, which a
-    /// pooler in transaction mode keeps), or checks and refuses with the
-    /// SQL to run.
+    /// operation: finds them (one query), or creates them (`autoCreate`;
+    /// one transaction, serialised between processes by a
+    /// transaction-scoped advisory lock, which a pooler in transaction mode
+    /// keeps), or refuses with the SQL to run. Tables that are there are
+    /// left alone: the user need not own them.
     async fn ensure(&self) -> Result<(), Failure> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
@@ -104,20 +105,19 @@ impl PostgresStore {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let sql = self.table.create_sql();
-        if self.auto_create {
-            // One simple-protocol message: its statements run as one transaction.
-            self.connection().batch(&format!("SELECT pg_advisory_xact_lock(7238119025318740561);\n{sql}")).await?;
-        } else {
-            let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
-            let present = rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false);
-            if !present {
+        let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
+        let present = rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false);
+        if !present {
+            let sql = self.table.create_sql();
+            if !self.auto_create {
                 return Err(Failure::Denied(Arc::new(Refusal {
                     message: format!("the lock tables {} are missing (or incomplete) and autoCreate is false", self.table.display()),
                     fix: format!("Run this SQL as a user that may create them (or set autoCreate: true):\n{sql}"),
                     cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                 })));
             }
+            // One simple-protocol message: its statements run as one transaction.
+            self.connection().batch(&format!("SELECT pg_advisory_xact_lock(7238119025318740561);\n{sql}")).await?;
         }
         self.ready.store(true, Ordering::Release);
         Ok(())
