@@ -211,7 +211,7 @@ pub const POSTGRES_CONNECTION_FIELDS: &[Field] = &[
         kind: Kind::PostgresUrl,
         fallback: Fallback::Required,
         description:
-            "postgres://user:password@host:port/database[?sslmode=disable|prefer]; through a pooler in transaction mode (PgBouncer) too.",
+            "postgres://user:password@host:port/database, with libpq's sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert and sslkey; through a pooler in transaction mode (PgBouncer) too.",
     },
     Field {
         name: "listenUrl",

@@ -32,7 +32,7 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
     let mut retry = RETRY_MIN;
     let listen: String = channels.iter().map(|channel| format!("LISTEN \"{}\";", channel.replace('"', "\"\""))).collect();
     loop {
-        if let Ok((client, mut link)) = connection.connect(connection.listen_config()).await {
+        if let Ok((client, mut link)) = connection.connect(true).await {
             // The link's messages (notifications) come through a channel;
             // the task ends when the link does.
             let (sender, mut notifications) = mpsc::unbounded_channel();

@@ -15,8 +15,9 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, Connection, NoTls, Row, Socket};
+use tokio_postgres::{Client, Config, Connection, Row, Socket};
 
+use super::tls::{MakeRustls, RustlsStream};
 use super::url;
 use crate::error::{Cause, ErrorCode, Result};
 use crate::options::PostgresConnectionOptions;
@@ -42,7 +43,9 @@ pub(crate) struct PgConnection {
     /// `connections.<name>`, for messages.
     name: String,
     config: Config,
+    tls: MakeRustls,
     listen_config: Config,
+    listen_tls: MakeRustls,
     connect_timeout: Duration,
     command_timeout: Duration,
     slots: Vec<Slot>,
@@ -60,15 +63,23 @@ impl PgConnection {
     /// now); connects only when first used.
     pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle) -> Result<PgConnection> {
         let path = format!("dokebi-postgres.connections.{name}");
-        let config = url::config(&options.url, &format!("{path}.url"))?;
-        let listen_config = match &options.listen_url {
-            Some(listen) => url::config(listen, &format!("{path}.listenUrl"))?,
-            None => config.clone(),
+        let what = format!("{path}.url");
+        let (config, tls) = url::config(&options.url, &what)?;
+        let tls = MakeRustls::new(&tls, &what)?;
+        let (listen_config, listen_tls) = match &options.listen_url {
+            Some(listen) => {
+                let what = format!("{path}.listenUrl");
+                let (config, tls) = url::config(listen, &what)?;
+                (config, MakeRustls::new(&tls, &what)?)
+            }
+            None => (config.clone(), tls.clone()),
         };
         Ok(PgConnection {
             name: path,
             config,
+            tls,
             listen_config,
+            listen_tls,
             connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
             command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
             slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
@@ -140,7 +151,7 @@ impl PgConnection {
         if let Some(client) = current() {
             return Ok(client);
         }
-        let (client, connection) = match self.connect(&self.config).await {
+        let (client, connection) = match self.connect(false).await {
             Ok(pair) => pair,
             Err(failure) => {
                 self.failed(&failure);
@@ -155,21 +166,15 @@ impl PgConnection {
         Ok(client)
     }
 
-    /// A new connection with `config` (the statements' or the listener's),
-    /// within `connectTimeoutMs`; its connection task is the caller's to run.
-    pub async fn connect(
-        &self,
-        config: &Config,
-    ) -> std::result::Result<(Client, Connection<Socket, tokio_postgres::tls::NoTlsStream>), Failure> {
-        match tokio::time::timeout(self.connect_timeout, config.connect(NoTls)).await {
+    /// A new connection for statements, or for `listen`ing, within
+    /// `connectTimeoutMs`; its connection task is the caller's to run.
+    pub async fn connect(&self, listen: bool) -> std::result::Result<(Client, Connection<Socket, RustlsStream<Socket>>), Failure> {
+        let (config, tls) = if listen { (&self.listen_config, &self.listen_tls) } else { (&self.config, &self.tls) };
+        match tokio::time::timeout(self.connect_timeout, config.connect(tls.clone())).await {
             Ok(Ok(pair)) => Ok(pair),
             Ok(Err(err)) => Err(self.classify_connect(err)),
             Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
         }
-    }
-
-    pub fn listen_config(&self) -> &Config {
-        &self.listen_config
     }
 
     /// A failure before any statement ran: the server refusing who we are
@@ -190,6 +195,14 @@ impl PgConnection {
                 err,
             ),
             Some(_) => Failure::Refused(Arc::new(err)),
+            None if refused_certificate(&err) => denied(
+                format!("the TLS certificate of PostgreSQL was refused for {}", self.name),
+                format!(
+                    "Trust the server's authority (sslrootcert in {0}.url), connect by the name its certificate carries (verify-full), or lower sslmode.",
+                    self.name
+                ),
+                err,
+            ),
             // The server asked for a password the URL does not have.
             None if err.to_string().contains("password missing") => denied(
                 format!("PostgreSQL asks for a password and {}.url has none", self.name),
@@ -254,6 +267,29 @@ impl PgConnection {
         }
         self.connected.store(false, Ordering::Relaxed);
     }
+}
+
+/// True when the TLS handshake failed on the server's certificate (or the
+/// server has no TLS while the URL demands it).
+fn refused_certificate(err: &tokio_postgres::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        // rustls's error comes wrapped in an io::Error, whose source() skips it.
+        let wrapped = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for candidate in std::iter::once(cause).chain(wrapped) {
+            if matches!(candidate.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_))) {
+                return true;
+            }
+        }
+        if cause.to_string().contains("server does not support TLS") {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// A failure of a statement that was sent: the server's error (nothing was

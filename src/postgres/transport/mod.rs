@@ -1,9 +1,11 @@
 //! The postgres driver's connections, which know nothing of locks:
-//! `url` (what of a connection URL we accept), `connection` (a small pool
-//! of pipelined clients, the bound on every statement, and the
-//! classification of every failure into [`crate::store::Failure`]).
+//! `url` (a connection URL and its libpq TLS settings), `tls` (rustls
+//! under tokio-postgres), `connection` (a small pool of pipelined clients,
+//! the bound on every statement, and the classification of every failure
+//! into [`crate::store::Failure`]).
 
 pub(crate) mod connection;
+pub(crate) mod tls;
 pub(crate) mod url;
 
 use std::time::Duration;
