@@ -199,3 +199,39 @@ fn status_reports_the_connection_and_the_listener() {
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
 }
+
+#[test]
+fn sessions_an_administrator_terminates_are_replaced_and_the_listener_comes_back() {
+    let schema = Schema::fresh();
+    let application = format!("dl_term_{}", std::process::id());
+    let url = format!("{}?application_name={application}", postgres::url());
+    // A safety-net poll far longer than the wait: only NOTIFY can wake b.
+    let b = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        notifyPollIntervalMs: 600000\n", "")).unwrap();
+    let a = schema.open("");
+    let listeners =
+        || count(&format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND query LIKE 'LISTEN%'"));
+    assert!(block_on(block_on(backend(&b).acquire("warm", wait(0))).unwrap().release()).unwrap());
+    eventually("b listens", || listeners() == 1);
+    let killed = count(&format!(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{application}') t"
+    ));
+    assert!(killed >= 2, "the statement and listener sessions: {killed}");
+    // The first statement after may learn of the loss (never a grant it
+    // does not report); the pool then connects again.
+    eventually("b's statements work again", || match block_on(backend(&b).acquire("again", wait(0))) {
+        Ok(lease) => block_on(lease.release()).unwrap(),
+        Err(err) => {
+            assert!(matches!(err.code(), ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown), "{err}");
+            false
+        }
+    });
+    eventually("b listens again", || listeners() == 1 && backend(&b).status().postgres.unwrap().listening);
+    let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    let waiter_backend = backend(&b);
+    let waiter = thread::spawn(move || block_on(waiter_backend.acquire("k", wait(20_000))).map(|lease| lease.fence()));
+    eventually("b waits in the table", || count(&format!("SELECT count(*) FROM {}", schema.table("_waiting"))) == 1);
+    assert!(block_on(held.release()).unwrap());
+    assert!(waiter.join().unwrap().unwrap() > held.fence(), "woken through the new listener");
+    block_on(a.close());
+    block_on(b.close());
+}
