@@ -231,3 +231,26 @@ fn readers_writers_and_counted_holders_of_two_processes_under_load_never_overlap
         block_on(provider.close());
     }
 }
+
+#[test]
+fn a_release_handed_to_several_waiters_of_this_process_counts_every_unit() {
+    let schema = Schema::fresh();
+    let (one, other) = two(&schema);
+    let (a, b) = (backend(&one), backend(&other));
+    let heavy = take(&a, "pool", counted(3, 2, 0));
+    let light = take(&a, "pool", counted(3, 1, 0));
+    let first = later(&a, &["pool"], counted(3, 1, 10_000));
+    let second = later(&a, &["pool"], counted(3, 1, 10_000));
+    eventually("two wait", || counts(&a).waiting == 2);
+    release(heavy);
+    let first = first.join().unwrap().expect("granted");
+    let second = second.join().unwrap().expect("granted");
+    assert_eq!(code(block_on(b.acquire("pool", counted(3, 1, 0)))), ErrorCode::LockBusy, "3 units held: no room for another");
+    release(first);
+    release(take(&b, "pool", counted(3, 1, 0)));
+    release(second);
+    release(light);
+    assert_eq!(count(&format!("SELECT count(*) FROM {}", schema.table("_holders"))), 0);
+    block_on(one.close());
+    block_on(other.close());
+}

@@ -69,6 +69,8 @@ impl Table {
             .replace("{renew}", &self.name("_renew"))
             .replace("{give_back}", &self.name("_give_back"))
             .replace("{withdraw}", &self.name("_withdraw"))
+            .replace("{hand_over}", &self.name("_hand_over"))
+            .replace("{lock_keys}", &self.name("_lock_keys"))
     }
 
     /// The statement that answers true when every table and function is
@@ -76,7 +78,7 @@ impl Table {
     pub fn check_sql(&self) -> String {
         let procedure = |suffix: &str, arguments: &str| format!("to_regprocedure('{}({arguments})') IS NOT NULL", self.name(suffix));
         format!(
-            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {}",
+            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {}",
             self.name(""),
             self.name("_holders"),
             self.name("_waiting"),
@@ -84,6 +86,11 @@ impl Table {
             procedure("_renew", "text, text[], text, bigint"),
             procedure("_give_back", "text, text[], text, text"),
             procedure("_withdraw", "text, text[], text, text"),
+            procedure("_lock_keys", "text, text[]"),
+            procedure(
+                "_hand_over",
+                "text, text, bigint, bigint, bigint, bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
+            ),
         )
     }
 }
@@ -165,7 +172,36 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 ///
 /// `withdraw`: deletes the token's marks, announcing the keys others still
 /// wait for (they may have waited behind this one).
+///
+/// `hand_over`: locks every key of the call (in the one order, so it never
+/// deadlocks with a take), gives back a released lease (as `give_back`)
+/// and grants this process's next requests in turn (each as `take`, every
+/// rule included), up to the first that is not granted; only the first
+/// leaves marks. Answers `{released, wake..., answer...}`: per released
+/// key 1 unless a plain holder has it again, then each request's `take`
+/// answer. A grant commits as durably as `take`'s.
+///
+/// `lock_keys`: locks each key's row in sorted order, inserting it when
+/// new; answers the sorted keys.
 const FUNCTIONS: &str = r#"
+CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
+RETURNS text[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
+  k text;
+BEGIN
+  FOREACH k IN ARRAY sorted LOOP
+    LOOP
+      PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
+      EXIT WHEN FOUND;
+      INSERT INTO {keys} (namespace, key, fence, fence_until) VALUES (p_ns, k, 0, clock_timestamp()) ON CONFLICT DO NOTHING;
+      EXIT WHEN FOUND;
+    END LOOP;
+  END LOOP;
+  RETURN sorted;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
   p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
@@ -173,7 +209,6 @@ DECLARE
   now_ts timestamptz := clock_timestamp();
   clock_us bigint := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
   sorted text[];
-  k text;
   at integer;
   blocked text[];
   hint bigint;
@@ -181,15 +216,7 @@ DECLARE
   fences bigint[];
 BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
-  sorted := ARRAY(SELECT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
-  FOREACH k IN ARRAY sorted LOOP
-    LOOP
-      PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
-      EXIT WHEN FOUND;
-      INSERT INTO {keys} (namespace, key, fence, fence_until) VALUES (p_ns, k, 0, now_ts) ON CONFLICT DO NOTHING;
-      EXIT WHEN FOUND;
-    END LOOP;
-  END LOOP;
+  sorted := {lock_keys}(p_ns, p_keys);
   DELETE FROM {holders} WHERE namespace = p_ns AND key = ANY (sorted) AND expires_at <= now_ts;
   DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (sorted) AND lapses_at <= now_ts;
   SELECT min(array_position(p_keys, o.key::text)) INTO at FROM (
@@ -301,6 +328,45 @@ BEGIN
                                     THEN octet_length(p_ns) || ':' || p_ns || w.key ELSE '' END)
     FROM (SELECT DISTINCT key FROM {waiting} WHERE namespace = p_ns AND key = ANY (withdrawn) AND lapses_at > now_ts) w;
   RETURN coalesce(cardinality(withdrawn), 0);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
+  p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  durability text := current_setting('synchronous_commit');
+  released integer := 0;
+  reply bigint[];
+  answers bigint[] := '{}';
+  answer bigint[];
+  granted boolean := false;
+  at integer := 1;
+  r integer;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  PERFORM {lock_keys}(p_ns, p_released_keys || p_keys);
+  IF cardinality(p_released_keys) > 0 THEN
+    released := {give_back}(p_ns, p_released_keys, p_released_token, p_channel);
+  END IF;
+  FOR r IN 1 .. coalesce(cardinality(p_tokens), 0) LOOP
+    answer := {take}(p_ns, p_keys[at : at + p_counts[r] - 1], p_tokens[r], p_shared[r], p_limits[r], p_weights[r], p_lease_ms,
+      CASE WHEN r = 1 THEN p_waiting_ms ELSE 0 END, p_tickets[r], p_retention_ms, p_lock_timeout_ms);
+    answers := answers || answer;
+    EXIT WHEN answer[1] <> 1;
+    granted := true;
+    at := at + p_counts[r];
+  END LOOP;
+  IF granted THEN
+    PERFORM set_config('synchronous_commit', durability, true);
+  END IF;
+  reply := ARRAY[released::bigint];
+  reply := reply || ARRAY(
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = p_ns AND h.key = u.key AND NOT h.shared AND h.lim = 1
+                                AND h.expires_at > clock_timestamp()) THEN 0 ELSE 1 END
+    FROM unnest(p_released_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.ord);
+  RETURN reply || answers;
 END
 $fn$;
 "#;

@@ -9,12 +9,42 @@ use super::schema::Table;
 use super::transport::connection::PgConnection;
 use crate::store::{Failure, Taken};
 
-/// The four calls of one table.
+/// The calls of one table.
 pub(crate) struct Statements {
     take: String,
     renew: String,
     give_back: String,
     withdraw: String,
+    hand_over: String,
+}
+
+/// One hand-off's arguments (see `hand_over` in the schema): the released
+/// lease's keys and token (none: empty), then the requests', flattened.
+pub(crate) struct HandOverArgs<'a> {
+    pub namespace: &'a str,
+    pub channel: &'a str,
+    pub lease_ms: i64,
+    pub waiting_ms: i64,
+    pub retention_ms: i64,
+    pub lock_timeout_ms: i64,
+    pub released_keys: &'a [String],
+    pub released_token: &'a str,
+    pub tokens: Vec<&'a str>,
+    pub shared: Vec<bool>,
+    pub limits: Vec<i32>,
+    pub weights: Vec<i32>,
+    pub tickets: Vec<i64>,
+    pub counts: Vec<i32>,
+    pub keys: Vec<&'a str>,
+}
+
+/// What a hand-off did: how many released keys were still held, per
+/// released key whether a waiter may be granted there, and each tried
+/// request's answer.
+pub(crate) struct HandOverReply {
+    pub released: i64,
+    pub wake: Vec<bool>,
+    pub taken: Vec<Taken<()>>,
 }
 
 /// One request's arguments to `take`.
@@ -39,6 +69,7 @@ impl Statements {
             renew: format!("SELECT {}($1, $2, $3, $4)", table.name("_renew")),
             give_back: format!("SELECT {}($1, $2, $3, $4)", table.name("_give_back")),
             withdraw: format!("SELECT {}($1, $2, $3, $4)", table.name("_withdraw")),
+            hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
         }
     }
 
@@ -58,11 +89,48 @@ impl Statements {
             (&args.lock_timeout_ms, Type::INT8),
         ];
         let reply: Vec<i64> = single(connection.query(&self.take, &params).await?)?;
-        Ok(match reply.first() {
-            Some(1) => Taken::Granted { fences: reply[1..].iter().map(|&fence| fence as u64).collect(), written: vec![()] },
-            Some(0) => Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 },
-            _ => Taken::OtherLimit,
-        })
+        Ok(taken(&reply, args.keys.len()).0)
+    }
+
+    /// Gives back a lease and grants this process's next requests, in one
+    /// statement (see `hand_over` in the schema).
+    pub async fn hand_over(&self, connection: &PgConnection, args: &HandOverArgs<'_>) -> Result<HandOverReply, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 15] = [
+            (&args.namespace, Type::TEXT),
+            (&args.channel, Type::TEXT),
+            (&args.lease_ms, Type::INT8),
+            (&args.waiting_ms, Type::INT8),
+            (&args.retention_ms, Type::INT8),
+            (&args.lock_timeout_ms, Type::INT8),
+            (&args.released_keys, Type::TEXT_ARRAY),
+            (&args.released_token, Type::TEXT),
+            (&args.tokens, Type::TEXT_ARRAY),
+            (&args.shared, Type::BOOL_ARRAY),
+            (&args.limits, Type::INT4_ARRAY),
+            (&args.weights, Type::INT4_ARRAY),
+            (&args.tickets, Type::INT8_ARRAY),
+            (&args.counts, Type::INT4_ARRAY),
+            (&args.keys, Type::TEXT_ARRAY),
+        ];
+        let reply: Vec<i64> = single(connection.query(&self.hand_over, &params).await?)?;
+        let released = reply.first().copied().unwrap_or(0);
+        let wakes = args.released_keys.len();
+        let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
+        let mut rest = reply.get(1 + wakes..).unwrap_or_default();
+        let mut taken_all = Vec::new();
+        for &count in &args.counts {
+            if rest.is_empty() {
+                break;
+            }
+            let (answer, used) = taken(rest, count as usize);
+            let granted = matches!(answer, Taken::Granted { .. });
+            taken_all.push(answer);
+            rest = &rest[used.min(rest.len())..];
+            if !granted {
+                break;
+            }
+        }
+        Ok(HandOverReply { released, wake, taken: taken_all })
     }
 
     /// Extends the token's live holder rows: how many.
@@ -106,6 +174,19 @@ impl Statements {
         let params: [(&(dyn ToSql + Sync), Type); 4] =
             [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
         single(connection.query(&self.withdraw, &params).await?)
+    }
+}
+
+/// One `take` answer at the start of `reply`, for a request of `keys`
+/// keys, and how many numbers it took.
+fn taken(reply: &[i64], keys: usize) -> (Taken<()>, usize) {
+    match reply.first() {
+        Some(1) => {
+            let fences = reply.get(1..=keys).unwrap_or_default();
+            (Taken::Granted { fences: fences.iter().map(|&fence| fence as u64).collect(), written: vec![()] }, 1 + keys)
+        }
+        Some(0) => (Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 }, 3),
+        _ => (Taken::OtherLimit, 2),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::schema::Table;
-use super::sql::{Statements, TakeArgs};
+use super::sql::{HandOverArgs, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Result;
@@ -147,10 +147,9 @@ impl Store for PostgresStore {
         })
     }
 
-    /// Not yet: a release and the grants to this process's next waiters
-    /// are separate statements, so the lock layer wakes them instead.
+    /// One statement reaches every key.
     fn hands_over(&self) -> bool {
-        false
+        true
     }
 
     async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
@@ -160,8 +159,8 @@ impl Store for PostgresStore {
             keys: &claim.keys,
             token: &claim.token,
             shared: claim.kind.mode == LockMode::Shared,
-            limit: i32::try_from(claim.kind.limit).unwrap_or(i32::MAX),
-            weight: i32::try_from(claim.kind.weight).unwrap_or(i32::MAX),
+            limit: units(claim.kind.limit),
+            weight: units(claim.kind.weight),
             lease_ms: lease_ms as i64,
             waiting_ms: waiting_ms as i64,
             ticket: ticket as i64,
@@ -188,15 +187,34 @@ impl Store for PostgresStore {
         Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost: None })
     }
 
-    /// Never called ([`Store::hands_over`] is false).
     async fn hand_over(
         &self,
-        _released: Option<&Claim>,
-        _requests: &[(&Claim, u64)],
-        _lease_ms: u64,
-        _waiting_ms: u64,
+        released: Option<&Claim>,
+        requests: &[(&Claim, u64)],
+        lease_ms: u64,
+        waiting_ms: u64,
     ) -> Result<HandedOver<()>, Failure> {
-        unreachable!("the lock layer hands over only when Store::hands_over is true")
+        self.ensure().await?;
+        let args = HandOverArgs {
+            namespace: &self.namespace,
+            channel: &self.channel,
+            lease_ms: lease_ms as i64,
+            waiting_ms: waiting_ms as i64,
+            retention_ms: self.retention_ms,
+            lock_timeout_ms: self.lock_timeout_ms(),
+            released_keys: released.map_or(&[], |claim| &claim.keys),
+            released_token: released.map_or("", |claim| &claim.token),
+            tokens: requests.iter().map(|(claim, _)| claim.token.as_str()).collect(),
+            shared: requests.iter().map(|(claim, _)| claim.kind.mode == LockMode::Shared).collect(),
+            limits: requests.iter().map(|(claim, _)| units(claim.kind.limit)).collect(),
+            weights: requests.iter().map(|(claim, _)| units(claim.kind.weight)).collect(),
+            tickets: requests.iter().map(|(_, ticket)| *ticket as i64).collect(),
+            counts: requests.iter().map(|(claim, _)| claim.keys.len() as i32).collect(),
+            keys: requests.iter().flat_map(|(claim, _)| claim.keys.iter().map(String::as_str)).collect(),
+        };
+        let reply = self.statements.hand_over(self.connection(), &args).await?;
+        let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake: reply.wake, taken: reply.taken })
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
@@ -230,4 +248,9 @@ impl Store for PostgresStore {
             last_error: connection.last_error(),
         }
     }
+}
+
+/// A limit or weight as the tables keep it.
+fn units(units: u32) -> i32 {
+    i32::try_from(units).unwrap_or(i32::MAX)
 }
