@@ -235,3 +235,24 @@ fn sessions_an_administrator_terminates_are_replaced_and_the_listener_comes_back
     block_on(a.close());
     block_on(b.close());
 }
+
+#[test]
+fn functions_of_an_older_version_are_replaced_on_first_use() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(provider.close());
+    // As an older driver left it: another version, another body.
+    let take = schema.table("_take");
+    batch(&format!(
+        "CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer, \
+         p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint) \
+         RETURNS bigint[] LANGUAGE sql AS 'SELECT ARRAY[-1, 1]::bigint[]'; \
+         COMMENT ON FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint) \
+         IS 'dokebi-lock functions 0'"
+    ));
+    let provider = schema.open("");
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).expect("the current functions are back");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}

@@ -49,7 +49,9 @@ impl Table {
     }
 
     /// Everything the driver needs, idempotent: what `autoCreate` runs and
-    /// what a DBA runs by hand when it is off.
+    /// what a DBA runs by hand when it is off. The take function's comment
+    /// names the version of the functions, so a newer driver replaces
+    /// older ones (or asks for it).
     pub fn create_sql(&self) -> String {
         let mut sql = format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote(&self.schema));
         sql += &TABLES
@@ -57,6 +59,7 @@ impl Table {
             .replace("{holders}", &self.name("_holders"))
             .replace("{waiting}", &self.name("_waiting"));
         sql += &self.functions();
+        sql += &format!("COMMENT ON FUNCTION {}({TAKE_ARGUMENTS}) IS '{VERSION}';\n", self.name("_take"));
         sql
     }
 
@@ -77,12 +80,16 @@ impl Table {
     /// there (with `autoCreate: false`, before the first operation).
     pub fn check_sql(&self) -> String {
         let procedure = |suffix: &str, arguments: &str| format!("to_regprocedure('{}({arguments})') IS NOT NULL", self.name(suffix));
+        let version = format!(
+            "coalesce(obj_description(to_regprocedure('{}({TAKE_ARGUMENTS})'), 'pg_proc') = '{VERSION}', false)",
+            self.name("_take")
+        );
         format!(
-            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {}",
+            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {version}",
             self.name(""),
             self.name("_holders"),
             self.name("_waiting"),
-            procedure("_take", "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint"),
+            procedure("_take", TAKE_ARGUMENTS),
             procedure("_renew", "text, text[], text, bigint"),
             procedure("_give_back", "text, text[], text, text"),
             procedure("_withdraw", "text, text[], text, text"),
@@ -94,6 +101,14 @@ impl Table {
         )
     }
 }
+
+/// The version of the functions: raise it whenever a function changes, so
+/// that existing tables get the new ones (`CREATE OR REPLACE`; a change of
+/// a signature or of parameter names needs a `DROP FUNCTION` first).
+const VERSION: &str = "dokebi-lock functions 1";
+
+/// The argument types of the take function (its signature).
+const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
 
 /// `name` as a quoted identifier (a `"` doubled, though the options allow none).
 fn quote(name: &str) -> String {
