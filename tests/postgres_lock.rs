@@ -256,3 +256,44 @@ fn functions_of_an_older_version_are_replaced_on_first_use() {
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
 }
+
+#[test]
+fn with_lock_renews_a_section_that_outlives_its_lease_and_releases_it_after() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 600\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    let (a, b) = (Provider::from_yaml(&yaml).unwrap(), schema.open(""));
+    let other = backend(&b);
+    let output = block_on(backend(&a).with_lock("job", wait(0), |_| async move {
+        // Three leases long: only renewals keep the key.
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(300));
+            // From a thread of its own: the section already runs in block_on.
+            let tried = thread::scope(|scope| scope.spawn(|| block_on(other.acquire("job", wait(0)))).join().unwrap());
+            assert_eq!(code(tried), ErrorCode::LockBusy, "still ours");
+        }
+        "done"
+    }));
+    assert_eq!(output.unwrap(), "done");
+    assert_eq!(count(&format!("SELECT count(*) FROM {}", schema.table("_holders"))), 0, "released after the section");
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn a_lease_taken_over_during_a_section_fails_it_with_lease_lost() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 600\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    let a = Provider::from_yaml(&yaml).unwrap();
+    let holders = schema.table("_holders");
+    let result = block_on(backend(&a).with_lock("job", wait(0), |section| async move {
+        // Another owner takes the row over (as after an expiry and takeover).
+        batch(&format!("UPDATE {holders} SET token = 'someone-else'"));
+        while !section.signal.is_aborted() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+    block_on(a.close());
+}
