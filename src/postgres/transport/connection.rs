@@ -19,7 +19,7 @@ use tokio_postgres::{Client, Config, Connection, Row, Socket};
 
 use super::tls::{MakeRustls, RustlsStream};
 use super::url;
-use crate::error::{Cause, ErrorCode, Result};
+use crate::error::{ErrorCode, Result};
 use crate::options::PostgresConnectionOptions;
 use crate::store::{Failure, Refusal};
 
@@ -296,13 +296,12 @@ fn refused_certificate(err: &tokio_postgres::Error) -> bool {
 /// done: each statement is its own transaction), or no answer (it may have
 /// committed).
 fn classify_statement(err: tokio_postgres::Error) -> Failure {
-    let cause: Cause = Arc::new(err);
-    let err = cause.downcast_ref::<tokio_postgres::Error>().expect("just wrapped");
-    match err.as_db_error() {
+    let session_ended = err.as_db_error().map(|db| db.code().code().starts_with("57P"));
+    match session_ended {
         // An administrator ended our session (pg_terminate_backend) or the
         // server is shutting down: the statement may have committed first.
-        Some(db) if db.code().code().starts_with("57P") => Failure::Unknown(cause),
-        Some(_) => Failure::Refused(cause),
-        None => Failure::Unknown(cause),
+        Some(true) => Failure::Unknown(Arc::new(err)),
+        Some(false) => Failure::Refused(Arc::new(err)),
+        None => Failure::Unknown(Arc::new(err)),
     }
 }
