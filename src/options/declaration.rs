@@ -438,7 +438,7 @@ pub fn json_schema() -> Value {
                         "properties": {
                             "backends": {
                                 "type": "object",
-                                "additionalProperties": { "anyOf": [local, redis, postgres, file, app_driver] }
+                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres] }
                             }
                         }
                     },
