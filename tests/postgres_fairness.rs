@@ -3,7 +3,9 @@
 //! releasing and acquiring again at once, so each always has a waiter with
 //! a mark in the table. A try is granted only when no older mark of another
 //! owner waits, so the process that just released cannot take the key back
-//! ahead of the other's waiter: the grants alternate.
+//! ahead of the other's waiter: the grants alternate. (A waiter keeps its
+//! place by its token's oldest mark: when it passed a fresh ticket instead,
+//! one process took runs of 22 grants here.)
 
 mod postgres;
 
@@ -85,7 +87,5 @@ fn a_process_that_waits_gets_its_turn_against_one_that_loops() {
 #[test]
 fn a_process_waiting_for_several_keys_gets_its_turn_too() {
     let schema = Schema::fresh();
-    // Runs of up to 5 were seen here (of about 400 grants; single keys
-    // stay within 3): the cause is not found yet, so the bound is looser.
-    race(schema.open(""), schema.open(""), &["hot", "cold"], 8);
+    race(schema.open(""), schema.open(""), &["hot", "cold"], 4);
 }

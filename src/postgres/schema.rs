@@ -168,8 +168,10 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 /// another limit; answers `{0, hint, ticket}` when some key is held against
 /// the request (a reader by a writer, a writer by anyone, a counted request
 /// by more units than its limit leaves) or waited for by an older request
-/// of another owner (any mark older than this request's ticket; readers do
-/// not wait behind readers' marks), leaving or refreshing this request's
+/// of another owner (any mark older than this request's ticket, which is
+/// its token's oldest live mark if it has one, so a request never loses
+/// its place by passing a newer ticket or none; readers do not wait behind
+/// readers' marks), leaving or refreshing this request's
 /// mark on those keys for `waiting_ms` when it is not 0; else grants every
 /// key: the fence of each is `max(counter + 1, clock in µs)`, written back,
 /// and the key row kept `retention_ms`. Answers `{1, fence...}` in the
@@ -227,13 +229,17 @@ DECLARE
   at integer;
   blocked text[];
   hint bigint;
-  ticket bigint := p_ticket;
+  place bigint;
   fences bigint[];
 BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   sorted := {lock_keys}(p_ns, p_keys);
   DELETE FROM {holders} WHERE namespace = p_ns AND key = ANY (sorted) AND expires_at <= now_ts;
   DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (sorted) AND lapses_at <= now_ts;
+  -- A request that waited keeps its place, whatever ticket it passes: its
+  -- token's oldest live mark.
+  SELECT coalesce(least(nullif(p_ticket, 0), min(w.ticket)), 0) INTO place FROM {waiting} w
+    WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token = p_token;
   SELECT min(array_position(p_keys, o.key::text)) INTO at FROM (
     SELECT h.key FROM {holders} h WHERE h.namespace = p_ns AND h.key = ANY (sorted) AND h.token <> p_token AND h.lim <> p_limit
     UNION ALL
@@ -253,19 +259,19 @@ BEGIN
     UNION
     SELECT w.key, NULL FROM {waiting} w
     WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token
-      AND (p_ticket = 0 OR (w.ticket, w.token) < (p_ticket, p_token)) AND NOT (p_shared AND w.shared)
+      AND (place = 0 OR (w.ticket, w.token) < (place, p_token)) AND NOT (p_shared AND w.shared)
   ) b;
   IF blocked IS NOT NULL THEN
     IF p_waiting_ms > 0 THEN
-      IF ticket = 0 THEN
-        ticket := clock_us;
+      IF place = 0 THEN
+        place := clock_us;
       END IF;
       INSERT INTO {waiting} AS w (namespace, key, token, ticket, shared, lim, lapses_at)
-        SELECT DISTINCT p_ns, b, p_token, ticket, p_shared, p_limit, now_ts + p_waiting_ms * interval '1 millisecond' FROM unnest(blocked) b
-        ON CONFLICT (namespace, key, token) DO UPDATE SET ticket = excluded.ticket, lapses_at = greatest(w.lapses_at, excluded.lapses_at);
+        SELECT DISTINCT p_ns, b, p_token, place, p_shared, p_limit, now_ts + p_waiting_ms * interval '1 millisecond' FROM unnest(blocked) b
+        ON CONFLICT (namespace, key, token) DO UPDATE SET ticket = least(w.ticket, excluded.ticket), lapses_at = greatest(w.lapses_at, excluded.lapses_at);
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
-    RETURN ARRAY[0, coalesce(hint, -1), ticket];
+    RETURN ARRAY[0, coalesce(hint, -1), place];
   END IF;
   WITH raised AS (
     UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = now_ts + p_retention_ms * interval '1 millisecond'
@@ -276,7 +282,7 @@ BEGIN
   INSERT INTO {holders} AS h (namespace, key, token, shared, lim, weight, expires_at)
     SELECT p_ns, u, p_token, p_shared, p_limit, p_weight, now_ts + p_lease_ms * interval '1 millisecond' FROM unnest(p_keys) u
     ON CONFLICT (namespace, key, token) DO UPDATE SET expires_at = excluded.expires_at;
-  IF p_ticket <> 0 THEN
+  IF place <> 0 THEN
     DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (sorted) AND token = p_token;
   END IF;
   RETURN ARRAY[1] || fences;
