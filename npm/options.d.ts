@@ -3,7 +3,7 @@
 /** A `driver: local` backend (the default driver). */
 export interface LocalBackendOptions {
   /**
-   * local (default), redis, file, or the name of an app driver.
+   * local (default), redis, postgres, file, or the name of an app driver.
    */
   readonly driver?: "local";
   /**

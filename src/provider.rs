@@ -43,8 +43,9 @@ impl Default for Hooks {
 }
 use crate::host::Host;
 use crate::options::{BackendOptions, Options, StoreOptions};
+use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, RedisStatus};
+use crate::status::{BackendStatus, PostgresStatus, RedisStatus};
 use crate::store::KeepAlive;
 
 /// All backends of one configuration.
@@ -54,6 +55,9 @@ pub struct Provider {
     /// The redis driver's runtime and connections; `None` without redis
     /// backends, so a local-only provider starts no thread and opens no socket.
     redis: Option<RedisDriver>,
+    /// The postgres driver's runtime and connections; `None` without
+    /// postgres backends.
+    postgres: Option<PostgresDriver>,
 }
 
 impl Provider {
@@ -71,8 +75,10 @@ impl Provider {
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
         let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
+        let postgres = PostgresDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
+        let mut postgres_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
@@ -80,6 +86,11 @@ impl Provider {
                     let driver = redis.as_ref().expect("a redis backend starts the redis driver");
                     redis_backends.insert(name.clone(), settings.clone());
                     Backend::Redis(driver.backend(&name, settings))
+                }
+                BackendOptions::Postgres(settings) => {
+                    let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
+                    postgres_backends.insert(name.clone(), settings.clone());
+                    Backend::Postgres(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::App { driver, .. } => {
@@ -98,7 +109,10 @@ impl Provider {
         if let Some(driver) = &redis {
             driver.start(&redis_backends);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), redis })
+        if let Some(driver) = &postgres {
+            driver.start(&postgres_backends);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -142,6 +156,9 @@ impl Provider {
         if let Some(redis) = &self.redis {
             redis.shut_down().await;
         }
+        if let Some(postgres) = &self.postgres {
+            postgres.shut_down();
+        }
     }
 }
 
@@ -152,6 +169,8 @@ pub enum Backend {
     Local(LocalBackend),
     /// A `driver: redis` backend.
     Redis(RedisBackend),
+    /// A `driver: postgres` backend.
+    Postgres(PostgresBackend),
     /// A `driver: file` backend.
     File(FileBackend),
 }
@@ -163,6 +182,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+            Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
         }
     }
@@ -176,6 +196,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
+            Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
         }
     }
@@ -194,6 +215,7 @@ impl Backend {
                     timed_out: counts.timed_out,
                     lost: 0,
                     redis: None,
+                    postgres: None,
                 }
             }
             Backend::Redis(redis) => {
@@ -212,6 +234,26 @@ impl Backend {
                         last_error: counts.last_error,
                         last_probe: counts.last_answer,
                     }),
+                    postgres: None,
+                }
+            }
+            Backend::Postgres(postgres) => {
+                let counts = postgres.counts();
+                BackendStatus {
+                    driver: "postgres",
+                    held: counts.held,
+                    held_shared: counts.held_shared,
+                    waiting: counts.waiting,
+                    acquired: counts.acquired,
+                    timed_out: counts.timed_out,
+                    lost: counts.lost,
+                    redis: None,
+                    postgres: Some(PostgresStatus {
+                        connected: counts.connected,
+                        listening: counts.subscribed,
+                        last_error: counts.last_error,
+                        last_answer: counts.last_answer,
+                    }),
                 }
             }
             Backend::File(file) => {
@@ -225,6 +267,7 @@ impl Backend {
                     timed_out: counts.timed_out,
                     lost: counts.lost,
                     redis: None,
+                    postgres: None,
                 }
             }
         }
@@ -235,6 +278,7 @@ impl Backend {
     pub fn store_options(&self) -> Option<&StoreOptions> {
         match self {
             Backend::Redis(redis) => Some(redis.options()),
+            Backend::Postgres(postgres) => Some(postgres.options()),
             Backend::Local(_) | Backend::File(_) => None,
         }
     }
@@ -250,6 +294,7 @@ impl Backend {
         match self {
             Backend::Local(local) => local.close(),
             Backend::Redis(redis) => redis.close().await,
+            Backend::Postgres(postgres) => postgres.close().await,
             Backend::File(file) => file.close(),
         }
     }
@@ -262,6 +307,8 @@ pub enum Lease {
     Local(LocalLease),
     /// A lease of a redis backend.
     Redis(RedisLease),
+    /// A lease of a postgres backend.
+    Postgres(PostgresLease),
     /// A lease of a file backend.
     File(FileLease),
 }
@@ -273,6 +320,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.key(),
             Lease::Redis(lease) => lease.key(),
+            Lease::Postgres(lease) => lease.key(),
             Lease::File(lease) => lease.key(),
         }
     }
@@ -282,6 +330,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
+            Lease::Postgres(lease) => lease.keys(),
             Lease::File(lease) => lease.keys(),
         }
     }
@@ -292,6 +341,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
+            Lease::Postgres(lease) => lease.fence(),
             Lease::File(lease) => lease.fence(),
         }
     }
@@ -302,6 +352,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
+            Lease::Postgres(lease) => lease.fences(),
             Lease::File(lease) => lease.fences(),
         }
     }
@@ -312,6 +363,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => lease.is_valid(),
             Lease::Redis(lease) => lease.is_valid(),
+            Lease::Postgres(lease) => lease.is_valid(),
             Lease::File(lease) => lease.is_valid(),
         }
     }
@@ -323,6 +375,7 @@ impl Lease {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::Redis(lease) => Some(lease.remaining()),
+            Lease::Postgres(lease) => Some(lease.remaining()),
         }
     }
 
@@ -331,6 +384,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
+            Lease::Postgres(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
         }
     }
@@ -341,6 +395,7 @@ impl Lease {
     pub fn keep_alive(&self, every: Duration, on_lost: AbortController) -> Option<KeepAlive> {
         match self {
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
+            Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Local(_) | Lease::File(_) => None,
         }
     }
@@ -351,6 +406,7 @@ impl Lease {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
             Lease::Redis(lease) => lease.release().await,
+            Lease::Postgres(lease) => lease.release().await,
             Lease::File(lease) => lease.release(),
         }
     }

@@ -7,7 +7,7 @@ use crate::error::ErrorCode;
 /// A snapshot of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendStatus {
-    /// `local`, `redis` or `file`.
+    /// `local`, `redis`, `postgres` or `file`.
     pub driver: &'static str,
     /// Leases held now by this process.
     pub held: usize,
@@ -24,6 +24,8 @@ pub struct BackendStatus {
     pub lost: u64,
     /// The connection's health, for redis backends.
     pub redis: Option<RedisStatus>,
+    /// The connection's health, for postgres backends.
+    pub postgres: Option<PostgresStatus>,
 }
 
 /// The health of a redis backend's connection.
@@ -37,4 +39,18 @@ pub struct RedisStatus {
     pub last_error: Option<ErrorCode>,
     /// When Redis last answered.
     pub last_probe: Option<SystemTime>,
+}
+
+/// The health of a postgres backend's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresStatus {
+    /// The last lock statement was answered.
+    pub connected: bool,
+    /// The `LISTEN` connection that wakes waiters is live (else waiters
+    /// poll at `pollIntervalMs`).
+    pub listening: bool,
+    /// The code of the last failure talking to PostgreSQL, if any.
+    pub last_error: Option<ErrorCode>,
+    /// When PostgreSQL last answered a lock statement.
+    pub last_answer: Option<SystemTime>,
 }

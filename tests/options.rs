@@ -210,9 +210,9 @@ fn a_top_level_issue_reads_as_its_message_alone() {
 #[test]
 fn app_drivers_pass_their_settings_through() {
     let options =
-        Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "postgres", "table": "locks" } } } })).unwrap();
+        Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "mysql", "table": "locks" } } } })).unwrap();
     let BackendOptions::App { driver, settings } = &options.backends["pg"] else { panic!("app driver") };
-    assert_eq!(driver, "postgres");
+    assert_eq!(driver, "mysql");
     assert_eq!(settings["table"], "locks");
     let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "x": { "driver": 3 } } } })).unwrap_err();
     assert_eq!(issue_paths(&err), ["backends.x.driver"]);
@@ -313,4 +313,43 @@ fn a_connection_needs_exactly_one_endpoint_and_valid_topology_fields() {
             "connections.two",
         ]
     );
+}
+
+#[test]
+fn postgres_backends_read_their_connection_table_and_store_fields() {
+    let options = Options::from_yaml(
+        "schemaVersion: 1
+options:
+  dokebi-postgres:
+    connections:
+      main: { url: 'postgres://app:pw@db/app', listenUrl: 'postgres://app:pw@db-direct/app', poolSize: 4 }
+  dokebi-lock:
+    backends:
+      jobs: { driver: postgres, connection: main, leaseMs: 5000, schema: locks, table: leases, autoCreate: false }
+",
+    )
+    .unwrap();
+    let BackendOptions::Postgres(jobs) = &options.backends["jobs"] else { panic!("a postgres backend") };
+    assert_eq!((jobs.schema.as_str(), jobs.table.as_str(), jobs.auto_create), ("locks", "leases", false));
+    assert_eq!((jobs.store.lease_ms, jobs.store.namespace.as_str(), jobs.store.replica_acks), (5000, "dokebi-lock", 0));
+    let main = &options.postgres["main"];
+    assert_eq!((main.pool_size, main.listen_url.as_deref()), (4, Some("postgres://app:pw@db-direct/app")));
+    assert!(!format!("{main:?}").contains(":pw@"), "Debug hides the password");
+}
+
+#[test]
+fn postgres_backends_are_checked_like_redis_ones() {
+    let cases = [
+        ("{ driver: postgres, connection: nope, leaseMs: 5000 }", "backends.shared.connection"),
+        ("{ driver: postgres, connection: main, leaseMs: 1000 }", "backends.shared.leaseMs"),
+        ("{ driver: postgres, connection: main, leaseMs: 5000, table: 'a\"; drop' }", "backends.shared.table"),
+        ("{ driver: postgres, connection: main, leaseMs: 5000, replicaAcks: 1 }", "backends.shared.replicaAcks"),
+    ];
+    for (backend, path) in cases {
+        let text = format!(
+            "schemaVersion: 1\noptions:\n  dokebi-postgres:\n    connections:\n      main: {{ url: 'postgres://db/app', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      shared: {backend}\n"
+        );
+        let err = Options::from_yaml(&text).unwrap_err();
+        assert_eq!(issue_paths(&err)[0], path, "{text}");
+    }
 }

@@ -2,7 +2,8 @@
 //! the front door cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS,
+    REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 use dokebi_lock::ErrorCode;
 
@@ -14,7 +15,7 @@ fn row(field: &Field) -> String {
     let kind = match field.kind {
         Kind::Integer { min, max } => format!("integer {min}–{max}"),
         Kind::Threshold { max } => format!("integer 0–{max} or null"),
-        Kind::Text | Kind::RedisUrl => "string".to_owned(),
+        Kind::Text | Kind::RedisUrl | Kind::PostgresUrl | Kind::SqlName => "string".to_owned(),
         Kind::Boolean => "boolean".to_owned(),
         Kind::RedisUrls => "list of URLs".to_owned(),
         Kind::Table(_) => "mapping".to_owned(),
@@ -36,6 +37,8 @@ fn the_readme_tables_state_every_field_with_its_range_and_default() {
         .iter()
         .chain(REDIS_FIELDS)
         .chain(FILE_FIELDS)
+        .chain(POSTGRES_FIELDS)
+        .chain(POSTGRES_CONNECTION_FIELDS)
         .chain(CONNECTION_FIELDS)
         .chain(SENTINEL_FIELDS)
         .chain(CLUSTER_FIELDS)

@@ -30,6 +30,12 @@ pub enum Kind {
     Boolean,
     /// A non-empty list of `redis://` or `rediss://` URLs.
     RedisUrls,
+    /// A `postgres://` or `postgresql://` URL.
+    PostgresUrl,
+    /// An SQL identifier we write unquoted in messages and quoted in
+    /// statements: a lowercase letter or `_`, then up to 39 lowercase
+    /// letters, digits or `_` (room for the suffixes of our tables).
+    SqlName,
     /// A mapping with fields of its own.
     Table(&'static [Field]),
 }
@@ -74,7 +80,7 @@ pub const DRIVER: Field = Field {
     name: "driver",
     kind: Kind::Text,
     fallback: Fallback::Text("local"),
-    description: "local (default), redis, file, or the name of an app driver.",
+    description: "local (default), redis, postgres, file, or the name of an app driver.",
 };
 
 const fn threshold(name: &'static str, default: u64, description: &'static str) -> Field {
@@ -139,6 +145,89 @@ pub const REDIS_FIELDS: &[Field] = &[
     ),
     SLOW_ACQUIRE,
     SLOW_HOLD,
+];
+
+/// Fields of a `driver: postgres` backend (besides `driver`): the redis
+/// backend's where they mean the same, and where its table is.
+pub const POSTGRES_FIELDS: &[Field] = &[
+    Field {
+        name: "connection",
+        kind: Kind::Text,
+        fallback: Fallback::Text("default"),
+        description: "A name from dokebi-postgres.connections.",
+    },
+    Field {
+        name: "namespace",
+        kind: Kind::Text,
+        fallback: Fallback::Text("dokebi-lock"),
+        description: "Processes share a key only within one table and namespace.",
+    },
+    Field {
+        name: "leaseMs",
+        kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
+        fallback: Fallback::Required,
+        description: "Lease time: a lease not renewed or released expires after this long (on the server's clock).",
+    },
+    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter while the LISTEN connection is down."),
+    int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while the LISTEN connection is live."),
+    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
+    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
+    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+    int(
+        "fenceRetentionMs",
+        1,
+        MAX_TIMER_MS,
+        600_000,
+        "How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.",
+    ),
+    Field {
+        name: "schema",
+        kind: Kind::SqlName,
+        fallback: Fallback::Text("public"),
+        description: "The schema of the lock tables.",
+    },
+    Field {
+        name: "table",
+        kind: Kind::SqlName,
+        fallback: Fallback::Text("dokebi_lock"),
+        description: "The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...).",
+    },
+    Field {
+        name: "autoCreate",
+        kind: Kind::Boolean,
+        fallback: Fallback::Boolean(true),
+        description: "Create the schema, tables and functions on first use when missing; false fails with PROVIDER_FAILED whose fix is the SQL to run.",
+    },
+    SLOW_ACQUIRE,
+    SLOW_HOLD,
+];
+
+/// Fields of a connection under `dokebi-postgres.connections.<name>`.
+pub const POSTGRES_CONNECTION_FIELDS: &[Field] = &[
+    Field {
+        name: "url",
+        kind: Kind::PostgresUrl,
+        fallback: Fallback::Required,
+        description:
+            "postgres://user:password@host:port/database, with libpq's sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert and sslkey; through a pooler in transaction mode (PgBouncer) too.",
+    },
+    Field {
+        name: "listenUrl",
+        kind: Kind::PostgresUrl,
+        fallback: Fallback::Absent,
+        description: "A direct connection (not a pooler in transaction mode) for LISTEN wake-ups; url when omitted.",
+    },
+    int("connectTimeoutMs", 1, 600_000, 5_000, "Bound on establishing a connection."),
+    int(
+        "commandTimeoutMs",
+        1,
+        600_000,
+        2_000,
+        "Bound on one statement (and its row-lock waits); past it the outcome is unknown (OUTCOME_UNKNOWN).",
+    ),
+    int("poolSize", 1, 64, 2, "Connections for lock statements; each pipelines many statements."),
 ];
 
 /// Fields of a `driver: file` backend (besides `driver`).
@@ -274,6 +363,8 @@ fn field_schema(field: &Field) -> Value {
         Kind::Threshold { max } => json!({ "type": ["integer", "null"], "minimum": 0, "maximum": max }),
         Kind::Boolean => json!({ "type": "boolean" }),
         Kind::RedisUrls => json!({ "type": "array", "minItems": 1, "items": { "type": "string", "pattern": "^(redis|rediss)://" } }),
+        Kind::PostgresUrl => json!({ "type": "string", "pattern": "^postgres(ql)?://" }),
+        Kind::SqlName => json!({ "type": "string", "pattern": "^[a-z_][a-z0-9_]{0,39}$" }),
         Kind::Table(fields) => object_schema(None, fields),
     };
     let object = schema.as_object_mut().expect("schema is an object");
@@ -317,12 +408,14 @@ pub fn json_schema() -> Value {
     let local = object_schema(Some(json!({ "const": "local", "description": DRIVER.description })), LOCAL_FIELDS);
     let mut redis = object_schema(Some(json!({ "const": "redis" })), REDIS_FIELDS);
     redis["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
+    let mut postgres = object_schema(Some(json!({ "const": "postgres" })), POSTGRES_FIELDS);
+    postgres["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
     let mut file = object_schema(Some(json!({ "const": "file" })), FILE_FIELDS);
     file["required"].as_array_mut().expect("directory is required").insert(0, Value::from("driver"));
     let app_driver = json!({
         "type": "object",
         "description": "A backend of an app driver: its settings are validated by that driver.",
-        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "file"] } } },
+        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "postgres", "file"] } } },
         "required": ["driver"]
     });
     let mut connection = object_schema(None, CONNECTION_FIELDS);
@@ -337,7 +430,7 @@ pub fn json_schema() -> Value {
             "schemaVersion": { "const": 1 },
             "options": {
                 "type": "object",
-                "description": "Options of every plugin of the app; dokebi-lock reads the two below.",
+                "description": "Options of every plugin of the app; dokebi-lock reads the three below.",
                 "properties": {
                     "dokebi-lock": {
                         "type": "object",
@@ -345,8 +438,15 @@ pub fn json_schema() -> Value {
                         "properties": {
                             "backends": {
                                 "type": "object",
-                                "additionalProperties": { "anyOf": [local, redis, file, app_driver] }
+                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres] }
                             }
+                        }
+                    },
+                    "dokebi-postgres": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "connections": { "type": "object", "additionalProperties": object_schema(None, POSTGRES_CONNECTION_FIELDS) }
                         }
                     },
                     "dokebi-redis": {

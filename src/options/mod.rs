@@ -15,14 +15,16 @@ use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
 use declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS,
-    TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS,
+    POSTGRES_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 
 /// The name of this plugin's section in the `options` map.
 pub const LOCK_SECTION: &str = "dokebi-lock";
 /// The name of the Redis connections' section in the `options` map.
 pub const REDIS_SECTION: &str = "dokebi-redis";
+/// The name of the PostgreSQL connections' section in the `options` map.
+pub const POSTGRES_SECTION: &str = "dokebi-postgres";
 
 /// Validated options: every backend and every Redis connection.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +33,8 @@ pub struct Options {
     pub backends: BTreeMap<String, BackendOptions>,
     /// Every Redis connection, by name (`dokebi-redis.connections`).
     pub connections: BTreeMap<String, ConnectionOptions>,
+    /// Every PostgreSQL connection, by name (`dokebi-postgres.connections`).
+    pub postgres: BTreeMap<String, PostgresConnectionOptions>,
 }
 
 /// One backend, by driver.
@@ -40,6 +44,8 @@ pub enum BackendOptions {
     Local(LocalOptions),
     /// A `driver: redis` backend: a Redis lease.
     Redis(StoreOptions),
+    /// A `driver: postgres` backend: a lease row in PostgreSQL.
+    Postgres(PostgresOptions),
     /// A `driver: file` backend: kernel file locks shared by the processes
     /// of one host.
     File(FileOptions),
@@ -59,6 +65,7 @@ impl BackendOptions {
         match self {
             BackendOptions::Local(_) => "local",
             BackendOptions::Redis(_) => "redis",
+            BackendOptions::Postgres(_) => "postgres",
             BackendOptions::File(_) => "file",
             BackendOptions::App { driver, .. } => driver,
         }
@@ -148,6 +155,8 @@ pub struct StoreOptions {
 }
 
 impl StoreOptions {
+    /// The lock layer's options of a redis or postgres backend (a postgres
+    /// backend has no `replicaAcks`: 0).
     fn from_fields(fields: &Fields) -> Self {
         StoreOptions {
             connection: fields.text("connection"),
@@ -160,10 +169,64 @@ impl StoreOptions {
             max_leases: fields.int("maxLeases"),
             max_key_bytes: fields.int("maxKeyBytes"),
             shutdown_timeout_ms: fields.int("shutdownTimeoutMs"),
-            replica_acks: fields.int("replicaAcks"),
+            replica_acks: if fields.has("replicaAcks") { fields.int("replicaAcks") } else { 0 },
             fence_retention_ms: fields.int("fenceRetentionMs"),
             thresholds: Thresholds::from_fields(fields),
         }
+    }
+}
+
+/// Options of a `driver: postgres` backend: the lock layer's, and where
+/// its tables are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// The options every store-backed backend shares (`connection` names
+    /// one of `dokebi-postgres.connections`).
+    pub store: StoreOptions,
+    /// `schema`: the schema of the lock tables.
+    pub schema: String,
+    /// `table`: the key table's name, and the prefix of the others'.
+    pub table: String,
+    /// `autoCreate`: create missing tables and functions on first use.
+    pub auto_create: bool,
+}
+
+impl PostgresOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        PostgresOptions {
+            store: StoreOptions::from_fields(fields),
+            schema: fields.text("schema"),
+            table: fields.text("table"),
+            auto_create: fields.boolean("autoCreate"),
+        }
+    }
+}
+
+/// A PostgreSQL connection under `dokebi-postgres.connections.<name>`. Its
+/// `Debug` never shows a password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresConnectionOptions {
+    /// `url`: where the lock statements go (a pooler is fine).
+    pub url: String,
+    /// `listenUrl`: a direct connection for `LISTEN`; `None` uses `url`.
+    pub listen_url: Option<String>,
+    /// `connectTimeoutMs`: the bound on establishing a connection.
+    pub connect_timeout_ms: u32,
+    /// `commandTimeoutMs`: the bound on one statement.
+    pub command_timeout_ms: u32,
+    /// `poolSize`: connections for lock statements.
+    pub pool_size: u32,
+}
+
+impl std::fmt::Debug for PostgresConnectionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConnectionOptions")
+            .field("url", &redact(&self.url))
+            .field("listen_url", &self.listen_url.as_deref().map(redact))
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("pool_size", &self.pool_size)
+            .finish()
     }
 }
 
@@ -387,24 +450,35 @@ impl Options {
             }
         };
         let connections = parse_connections(root.get(REDIS_SECTION), &mut issues);
+        let postgres = parse_postgres_connections(root.get(POSTGRES_SECTION), &mut issues);
         let backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
 
         let mut unknown_connections = Issues::default();
         for (name, backend) in &backends {
-            if let BackendOptions::Redis(redis) = backend {
-                match connections.get(&redis.connection) {
+            let (redis, command_timeout_ms, section) = match backend {
+                BackendOptions::Redis(redis) => {
+                    (redis, connections.get(&redis.connection).map(|connection| connection.command_timeout_ms), REDIS_SECTION)
+                }
+                BackendOptions::Postgres(postgres_backend) => {
+                    let store = &postgres_backend.store;
+                    (store, postgres.get(&store.connection).map(|connection| connection.command_timeout_ms), POSTGRES_SECTION)
+                }
+                _ => continue,
+            };
+            {
+                match command_timeout_ms {
                     None => unknown_connections.0.push(
-                        Issue::new(format!("backends.{name}.connection"), format!("names no connection under {REDIS_SECTION}.connections"))
+                        Issue::new(format!("backends.{name}.connection"), format!("names no connection under {section}.connections"))
                             .with_code(ErrorCode::UnknownConnection),
                     ),
                     // A command may take up to commandTimeoutMs; one that
                     // may outlast the lease could return a grant already
                     // expired, or learn of a loss only after it happened.
-                    Some(connection) if connection.command_timeout_ms >= redis.lease_ms => issues.push(
+                    Some(command_timeout_ms) if command_timeout_ms >= redis.lease_ms => issues.push(
                         format!("backends.{name}.leaseMs"),
                         format!(
-                            "must be above the commandTimeoutMs ({}) of connections.{}; raise leaseMs or lower commandTimeoutMs",
-                            connection.command_timeout_ms, redis.connection
+                            "must be above the commandTimeoutMs ({command_timeout_ms}) of connections.{}; raise leaseMs or lower commandTimeoutMs",
+                            redis.connection
                         ),
                     ),
                     Some(_) => {}
@@ -420,7 +494,7 @@ impl Options {
         if !issues.0.is_empty() {
             return Err(LockError::invalid_options(issues.0));
         }
-        Ok(Options { backends, connections })
+        Ok(Options { backends, connections, postgres })
     }
 }
 
@@ -473,6 +547,32 @@ fn parse_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<S
                     connect_timeout_ms: fields.int("connectTimeoutMs"),
                     command_timeout_ms: fields.int("commandTimeoutMs"),
                     tls,
+                },
+            );
+        }
+    }
+    connections
+}
+
+fn parse_postgres_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, PostgresConnectionOptions> {
+    let mut connections = BTreeMap::new();
+    let Some(section) = mapping(section, POSTGRES_SECTION, issues) else { return connections };
+    for name in section.keys().filter(|k| *k != "connections") {
+        issues.push(format!("{POSTGRES_SECTION}.{name}"), "unknown field");
+    }
+    let Some(list) = mapping(section.get("connections"), "connections", issues) else { return connections };
+    for (name, value) in list {
+        let path = format!("{POSTGRES_SECTION}.connections.{name}");
+        let Some(map) = mapping(Some(value), &path, issues) else { continue };
+        if let Some(fields) = Fields::read(map, POSTGRES_CONNECTION_FIELDS, &path, issues) {
+            connections.insert(
+                name.clone(),
+                PostgresConnectionOptions {
+                    url: fields.text("url"),
+                    listen_url: fields.optional_text("listenUrl"),
+                    connect_timeout_ms: fields.int("connectTimeoutMs"),
+                    command_timeout_ms: fields.int("commandTimeoutMs"),
+                    pool_size: fields.int("poolSize"),
                 },
             );
         }
@@ -544,7 +644,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             None | Some(Value::Null) => "local",
             Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
             Some(_) => {
-                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, file, or an app driver)");
+                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, or an app driver)");
                 continue;
             }
         };
@@ -553,6 +653,9 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
         let backend = match driver {
             "local" => Fields::read(&settings, LOCAL_FIELDS, &path, issues).map(|f| BackendOptions::Local(LocalOptions::from_fields(&f))),
             "redis" => Fields::read(&settings, REDIS_FIELDS, &path, issues).map(|f| BackendOptions::Redis(StoreOptions::from_fields(&f))),
+            "postgres" => {
+                Fields::read(&settings, POSTGRES_FIELDS, &path, issues).map(|f| BackendOptions::Postgres(PostgresOptions::from_fields(&f)))
+            }
             "file" => Fields::read(&settings, FILE_FIELDS, &path, issues).map(|f| BackendOptions::File(FileOptions::from_fields(&f))),
             other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
         };
@@ -703,6 +806,20 @@ fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
             _ => Err("expected a non-empty list of redis:// or rediss:// URLs".into()),
         },
         Kind::Table(_) => unreachable!("tables are read by Fields::read"),
+        Kind::PostgresUrl => match value {
+            Value::String(s) if ["postgres://", "postgresql://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
+            Value::String(_) => Err("must start with postgres:// or postgresql://".into()),
+            _ => Err("expected a URL string".into()),
+        },
+        Kind::SqlName => match value {
+            Value::String(s)
+                if (1..=40).contains(&s.len())
+                    && s.bytes().enumerate().all(|(i, b)| b == b'_' || b.is_ascii_lowercase() || (i > 0 && b.is_ascii_digit())) =>
+            {
+                Ok(value.clone())
+            }
+            _ => Err("expected a lowercase SQL name: a letter or _, then up to 39 letters, digits or _".into()),
+        },
         Kind::RedisUrl => match value {
             Value::String(s) if ["redis://", "rediss://", "unix://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
             Value::String(_) => Err("must start with redis://, rediss:// or unix://".into()),

@@ -328,6 +328,11 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
                     let _ = block_on(redis.release());
                     None
                 }
+                // The same for a postgres lease.
+                Lease::Postgres(postgres) => {
+                    let _ = block_on(postgres.release());
+                    None
+                }
                 // A file lease releases at once, and its outcome is not reported.
                 Lease::File(file) => {
                     let _ = file.release();

@@ -1,0 +1,138 @@
+//! The `postgres` driver: leases shared by processes through rows of a
+//! PostgreSQL table, with owner tokens, expiry on the server's clock,
+//! fencing tokens and `LISTEN`/`NOTIFY` wake-ups. The lock layer (queues,
+//! acquire, leases, renewal) is the one every store driver shares
+//! ([`crate::store`]); this driver supplies its store:
+//!
+//! - `store`: [`PostgresStore`], the seam's operations, and what the
+//!   backends of one connection share;
+//! - `schema`: the tables and the functions that are the operations;
+//!   `sql`: the one statement that calls each;
+//! - `notify`: the `LISTEN` connection, which wakes this process's waiters;
+//! - `transport`: connections (a pool of pipelined clients), their URL and
+//!   the classification of failures; it knows nothing of locks.
+//!
+//! Every statement is one round trip and one transaction, with keys as bind
+//! parameters and no session state (no advisory lock held across
+//! statements, no named prepared statement), so a pooler in transaction
+//! mode (PgBouncer) may sit between; only `LISTEN` needs a direct
+//! connection, and without one waiters poll.
+//!
+//! ```no_run
+//! # futures::executor::block_on(async {
+//! use dokebi_lock::{AcquireOptions, Provider};
+//!
+//! let provider = Provider::from_yaml(
+//!     "schemaVersion: 1
+//! options:
+//!   dokebi-postgres:
+//!     connections:
+//!       main: { url: 'postgres://app@127.0.0.1:5432/app' }
+//!   dokebi-lock:
+//!     backends:
+//!       shared: { driver: postgres, connection: main, namespace: my-service, leaseMs: 10000 }
+//! ",
+//! )?;
+//! let lease = provider.backend("shared")?.acquire("order:42", AcquireOptions::default()).await?;
+//! // critical section: pass lease.fence() along with writes
+//! lease.release().await?; // LEASE_LOST if the lease expired meanwhile
+//! provider.close().await;
+//! # Ok::<(), dokebi_lock::LockError>(())
+//! # }).unwrap();
+//! ```
+
+pub(crate) mod notify;
+pub(crate) mod schema;
+pub(crate) mod sql;
+pub mod store;
+pub(crate) mod transport;
+
+pub use store::PostgresStore;
+
+/// A backend whose leases live in PostgreSQL (see [`StoreBackend`]).
+pub type PostgresBackend = StoreBackend<PostgresStore>;
+/// A lease held through PostgreSQL (see [`StoreLease`]).
+pub type PostgresLease = StoreLease<PostgresStore>;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::host::Host;
+use crate::log::Logger;
+use crate::options::{BackendOptions, Options, PostgresOptions};
+use crate::store::runtime::DriverRuntime;
+use crate::store::{StoreBackend, StoreLease};
+use crate::telemetry::Telemetry;
+use store::Shared;
+use transport::connection::PgConnection;
+
+/// The driver's shared parts in one provider: its runtime and the
+/// connections its backends use. Exists only when there is at least one
+/// postgres backend.
+pub(crate) struct PostgresDriver {
+    runtime: Arc<DriverRuntime>,
+    connections: BTreeMap<String, Arc<Shared>>,
+    logger: Logger,
+    telemetry: Option<Telemetry>,
+}
+
+impl PostgresDriver {
+    /// Starts the runtime and prepares (without connecting) each connection
+    /// a postgres backend of `options` names; `None` without postgres
+    /// backends. A URL that cannot be used is `PROVIDER_FAILED` now.
+    pub fn open(
+        options: &Options,
+        logger: &Logger,
+        telemetry: &Option<Telemetry>,
+        host: &Option<Arc<dyn Host>>,
+    ) -> Result<Option<PostgresDriver>> {
+        let used: Vec<&str> = options
+            .backends
+            .values()
+            .filter_map(|backend| match backend {
+                BackendOptions::Postgres(postgres) => Some(postgres.store.connection.as_str()),
+                _ => None,
+            })
+            .collect();
+        if used.is_empty() {
+            return Ok(None);
+        }
+        let runtime = Arc::new(DriverRuntime::start(host.clone())?);
+        let mut connections = BTreeMap::new();
+        for name in used {
+            if !connections.contains_key(name) {
+                let connection = PgConnection::new(name, &options.postgres[name], runtime.spawner().handle().clone())?;
+                connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
+            }
+        }
+        Ok(Some(PostgresDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
+    }
+
+    /// The backend `name` with `options` on its connection.
+    pub fn backend(&self, name: &str, options: PostgresOptions) -> PostgresBackend {
+        let store = PostgresStore::new(self.connections[&options.store.connection].clone(), &options);
+        PostgresBackend::new(name, options.store, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+    }
+
+    /// Starts each connection's listener, on the channels of its backends' tables.
+    pub fn start(&self, backends: &BTreeMap<String, PostgresOptions>) {
+        for (name, shared) in &self.connections {
+            let mut channels: Vec<String> = backends
+                .values()
+                .filter(|backend| &backend.store.connection == name)
+                .map(|backend| schema::Table::new(&backend.schema, &backend.table).channel())
+                .collect();
+            channels.sort();
+            channels.dedup();
+            self.runtime.spawner().handle().spawn(notify::run(shared.clone(), channels));
+        }
+    }
+
+    /// Stops the listeners and closes every connection.
+    pub fn shut_down(&self) {
+        for shared in self.connections.values() {
+            shared.connection.shut_down();
+        }
+    }
+}

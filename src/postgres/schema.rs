@@ -1,0 +1,393 @@
+//! Where a backend's leases live: three tables and four functions in
+//! `schema`, named after `table`, created on first use (`autoCreate`) or by
+//! a DBA from [`Table::create_sql`].
+//!
+//! - `<table>`: one row per key in use, `(namespace, key)`, with its fence
+//!   counter. The row is what every statement locks (`FOR UPDATE`, in one
+//!   global order) before it reads or changes the key, so each operation
+//!   on a key is serialised and a set of keys never deadlocks. It stays
+//!   `fenceRetentionMs` after the key's last grant, and is deleted (a few at
+//!   a time, by releases) once that passed and nothing holds or waits for
+//!   the key.
+//! - `<table>_holders`: one row per holder of a key (a plain or counted
+//!   holder, or a reader), with its owner token, weight, limit and expiry
+//!   on the server's clock.
+//! - `<table>_waiting`: the marks of requests waiting in any process
+//!   (ticket: the server's clock in µs at the first wait), so that no later
+//!   request overtakes them (see `take` in [`FUNCTIONS`]).
+//!
+//! The functions are the operations (see [`super::sql`]): each is called by
+//! one statement, so each operation is one round trip and one transaction
+//! with no session state. Names are checked by the options (lowercase
+//! letters, digits, `_`) and quoted all the same.
+
+/// The tables and functions of one backend, as quoted SQL names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Table {
+    schema: String,
+    table: String,
+}
+
+impl Table {
+    pub fn new(schema: &str, table: &str) -> Table {
+        Table { schema: schema.to_owned(), table: table.to_owned() }
+    }
+
+    /// `"schema"."<table><suffix>"`.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&format!("{}{suffix}", self.table)))
+    }
+
+    /// `schema.table`, unquoted, for messages (and the NOTIFY channel).
+    pub fn display(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+
+    /// The channel releases are announced on: one per table.
+    pub fn channel(&self) -> String {
+        self.display()
+    }
+
+    /// Everything the driver needs, idempotent: what `autoCreate` runs and
+    /// what a DBA runs by hand when it is off. The take function's comment
+    /// names the version of the functions, so a newer driver replaces
+    /// older ones (or asks for it).
+    pub fn create_sql(&self) -> String {
+        let mut sql = format!("CREATE SCHEMA IF NOT EXISTS {};\n", quote(&self.schema));
+        sql += &TABLES
+            .replace("{keys}", &self.name(""))
+            .replace("{holders}", &self.name("_holders"))
+            .replace("{waiting}", &self.name("_waiting"));
+        sql += &self.functions();
+        sql += &format!("COMMENT ON FUNCTION {}({TAKE_ARGUMENTS}) IS '{VERSION}';\n", self.name("_take"));
+        sql
+    }
+
+    fn functions(&self) -> String {
+        FUNCTIONS
+            .replace("{keys}", &self.name(""))
+            .replace("{holders}", &self.name("_holders"))
+            .replace("{waiting}", &self.name("_waiting"))
+            .replace("{take}", &self.name("_take"))
+            .replace("{renew}", &self.name("_renew"))
+            .replace("{give_back}", &self.name("_give_back"))
+            .replace("{withdraw}", &self.name("_withdraw"))
+            .replace("{hand_over}", &self.name("_hand_over"))
+            .replace("{lock_keys}", &self.name("_lock_keys"))
+    }
+
+    /// The statement that answers true when every table and function is
+    /// there (with `autoCreate: false`, before the first operation).
+    pub fn check_sql(&self) -> String {
+        let procedure = |suffix: &str, arguments: &str| format!("to_regprocedure('{}({arguments})') IS NOT NULL", self.name(suffix));
+        let version = format!(
+            "coalesce(obj_description(to_regprocedure('{}({TAKE_ARGUMENTS})'), 'pg_proc') = '{VERSION}', false)",
+            self.name("_take")
+        );
+        format!(
+            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {version}",
+            self.name(""),
+            self.name("_holders"),
+            self.name("_waiting"),
+            procedure("_take", TAKE_ARGUMENTS),
+            procedure("_renew", "text, text[], text, bigint"),
+            procedure("_give_back", "text, text[], text, text"),
+            procedure("_withdraw", "text, text[], text, text"),
+            procedure("_lock_keys", "text, text[]"),
+            procedure(
+                "_hand_over",
+                "text, text, bigint, bigint, bigint, bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
+            ),
+        )
+    }
+}
+
+/// The version of the functions: raise it whenever a function changes, so
+/// that existing tables get the new ones (`CREATE OR REPLACE`; a change of
+/// a signature or of parameter names needs a `DROP FUNCTION` first).
+const VERSION: &str = "dokebi-lock functions 1";
+
+/// The argument types of the take function (its signature).
+const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
+
+/// `name` as a quoted identifier (a `"` doubled, though the options allow none).
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The tables. `COLLATE "C"` on keys: every statement orders keys the
+/// same way, whatever the database's collation.
+const TABLES: &str = r#"
+CREATE TABLE IF NOT EXISTS {keys} (
+  namespace text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  fence bigint NOT NULL,
+  fence_until timestamptz NOT NULL,
+  PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS dokebi_fence_until ON {keys} (fence_until);
+CREATE TABLE IF NOT EXISTS {holders} (
+  namespace text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  token text NOT NULL,
+  shared boolean NOT NULL,
+  lim integer NOT NULL,
+  weight integer NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (namespace, key, token)
+);
+CREATE TABLE IF NOT EXISTS {waiting} (
+  namespace text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  token text NOT NULL,
+  ticket bigint NOT NULL,
+  shared boolean NOT NULL,
+  lim integer NOT NULL,
+  lapses_at timestamptz NOT NULL,
+  PRIMARY KEY (namespace, key, token)
+);
+"#;
+
+/// The operations. Every time is the server's `clock_timestamp()`.
+///
+/// Durability: a grant (and a renewal) commits as the server's
+/// `synchronous_commit` says (on by default: the grant is on disk, or on
+/// the synchronous standbys, before the caller hears of it, so a crash
+/// loses no lease a caller holds). Everything a crash may lose without
+/// harm commits with `synchronous_commit = off` for its transaction only:
+/// a release or withdrawal (lost, the key stays held or waited for until
+/// its lease or mark lapses) and a refused try (its row locks and marks).
+/// A grant that follows an unflushed release flushes it with its own
+/// commit (the WAL is one sequence). Fences never rely on durability: a
+/// counter a crash lost is overtaken by the clock (`max(counter + 1,
+/// clock in µs)`).
+///
+/// `take`: locks each key's row in sorted order (inserting it when new),
+/// drops the holders and marks that lapsed, then refuses with `{-1, i}`
+/// when key `i` (from 1, the caller's order) is held or waited for with
+/// another limit; answers `{0, hint, ticket}` when some key is held against
+/// the request (a reader by a writer, a writer by anyone, a counted request
+/// by more units than its limit leaves) or waited for by an older request
+/// of another owner (any mark older than this request's ticket, which is
+/// its token's oldest live mark if it has one, so a request never loses
+/// its place by passing a newer ticket or none; readers do not wait behind
+/// readers' marks), leaving or refreshing this request's
+/// mark on those keys for `waiting_ms` when it is not 0; else grants every
+/// key: the fence of each is `max(counter + 1, clock in µs)`, written back,
+/// and the key row kept `retention_ms`. Answers `{1, fence...}` in the
+/// caller's order. A retry of a grant whose answer was lost finds its own
+/// token and is granted again, with a new fence. Row locks wait at most
+/// `lock_timeout_ms` (`lock_timeout`, for this transaction only).
+///
+/// `renew`: extends each live holder row of the token; answers how many.
+///
+/// `give_back`: deletes the token's holder rows (answers how many were
+/// still live), announces each freed key that someone waits for on
+/// `channel` (payload: `<bytes of namespace>:<namespace><key>`, empty when
+/// too long for NOTIFY: every waiter then retries), and deletes up to four
+/// key rows whose retention passed and that nothing holds or waits for.
+///
+/// `withdraw`: deletes the token's marks, announcing the keys others still
+/// wait for (they may have waited behind this one).
+///
+/// `hand_over`: locks every key of the call (in the one order, so it never
+/// deadlocks with a take), gives back a released lease (as `give_back`)
+/// and grants this process's next requests in turn (each as `take`, every
+/// rule included), up to the first that is not granted; only the first
+/// leaves marks. Answers `{released, wake..., answer...}`: per released
+/// key 1 unless a plain holder has it again, then each request's `take`
+/// answer. A grant commits as durably as `take`'s.
+///
+/// `lock_keys`: locks each key's row in sorted order, inserting it when
+/// new; answers the sorted keys.
+const FUNCTIONS: &str = r#"
+CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
+RETURNS text[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
+  k text;
+BEGIN
+  FOREACH k IN ARRAY sorted LOOP
+    LOOP
+      PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
+      EXIT WHEN FOUND;
+      INSERT INTO {keys} (namespace, key, fence, fence_until) VALUES (p_ns, k, 0, clock_timestamp()) ON CONFLICT DO NOTHING;
+      EXIT WHEN FOUND;
+    END LOOP;
+  END LOOP;
+  RETURN sorted;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
+  p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  clock_us bigint := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
+  sorted text[];
+  at integer;
+  blocked text[];
+  hint bigint;
+  place bigint;
+  fences bigint[];
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  sorted := {lock_keys}(p_ns, p_keys);
+  DELETE FROM {holders} WHERE namespace = p_ns AND key = ANY (sorted) AND expires_at <= now_ts;
+  DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (sorted) AND lapses_at <= now_ts;
+  -- A request that waited keeps its place, whatever ticket it passes: its
+  -- token's oldest live mark.
+  SELECT coalesce(least(nullif(p_ticket, 0), min(w.ticket)), 0) INTO place FROM {waiting} w
+    WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token = p_token;
+  SELECT min(array_position(p_keys, o.key::text)) INTO at FROM (
+    SELECT h.key FROM {holders} h WHERE h.namespace = p_ns AND h.key = ANY (sorted) AND h.token <> p_token AND h.lim <> p_limit
+    UNION ALL
+    SELECT w.key FROM {waiting} w WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token AND w.lim <> p_limit
+  ) o;
+  IF at IS NOT NULL THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN ARRAY[-1, at];
+  END IF;
+  SELECT array_agg(b.key), min(b.until) INTO blocked, hint FROM (
+    SELECT h.key, (extract(epoch FROM min(h.expires_at) - now_ts) * 1000)::bigint AS until
+    FROM {holders} h WHERE h.namespace = p_ns AND h.key = ANY (sorted) AND h.token <> p_token
+    GROUP BY h.key
+    HAVING CASE WHEN p_shared THEN bool_or(NOT h.shared)
+                WHEN p_limit = 1 THEN true
+                ELSE sum(h.weight) + p_weight > p_limit END
+    UNION
+    SELECT w.key, NULL FROM {waiting} w
+    WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token
+      AND (place = 0 OR (w.ticket, w.token) < (place, p_token)) AND NOT (p_shared AND w.shared)
+  ) b;
+  IF blocked IS NOT NULL THEN
+    IF p_waiting_ms > 0 THEN
+      IF place = 0 THEN
+        place := clock_us;
+      END IF;
+      INSERT INTO {waiting} AS w (namespace, key, token, ticket, shared, lim, lapses_at)
+        SELECT DISTINCT p_ns, b, p_token, place, p_shared, p_limit, now_ts + p_waiting_ms * interval '1 millisecond' FROM unnest(blocked) b
+        ON CONFLICT (namespace, key, token) DO UPDATE SET ticket = least(w.ticket, excluded.ticket), lapses_at = greatest(w.lapses_at, excluded.lapses_at);
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN ARRAY[0, coalesce(hint, -1), place];
+  END IF;
+  WITH raised AS (
+    UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = now_ts + p_retention_ms * interval '1 millisecond'
+    FROM unnest(p_keys) WITH ORDINALITY AS u(key, ord)
+    WHERE r.namespace = p_ns AND r.key = u.key
+    RETURNING u.ord, r.fence
+  ) SELECT array_agg(raised.fence ORDER BY raised.ord) INTO fences FROM raised;
+  INSERT INTO {holders} AS h (namespace, key, token, shared, lim, weight, expires_at)
+    SELECT p_ns, u, p_token, p_shared, p_limit, p_weight, now_ts + p_lease_ms * interval '1 millisecond' FROM unnest(p_keys) u
+    ON CONFLICT (namespace, key, token) DO UPDATE SET expires_at = excluded.expires_at;
+  IF place <> 0 THEN
+    DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (sorted) AND token = p_token;
+  END IF;
+  RETURN ARRAY[1] || fences;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  renewed integer;
+BEGIN
+  UPDATE {holders} SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
+    WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at > now_ts;
+  GET DIAGNOSTICS renewed = ROW_COUNT;
+  RETURN renewed;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  released integer;
+  freed text[];
+  cleaned integer;
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
+  PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
+  WITH gone AS (
+    DELETE FROM {holders} WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token RETURNING key, expires_at > now_ts AS live
+  ) SELECT count(*) FILTER (WHERE live), array_agg(key) INTO released, freed FROM gone;
+  PERFORM pg_notify(p_channel, CASE WHEN octet_length(p_ns) + octet_length(w.key) < 7900
+                                    THEN octet_length(p_ns) || ':' || p_ns || w.key ELSE '' END)
+    FROM (SELECT DISTINCT key FROM {waiting} WHERE namespace = p_ns AND key = ANY (freed) AND lapses_at > now_ts) w;
+  WITH old AS (
+    SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts ORDER BY r.fence_until LIMIT 4 FOR UPDATE SKIP LOCKED
+  ), idle AS (
+    DELETE FROM {keys} r USING old WHERE r.namespace = old.namespace AND r.key = old.key
+      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
+      AND NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.namespace = r.namespace AND w.key = r.key AND w.lapses_at > now_ts)
+    RETURNING r.namespace, r.key
+  ), holders_gone AS (
+    DELETE FROM {holders} h USING idle WHERE h.namespace = idle.namespace AND h.key = idle.key
+  ), waiting_gone AS (
+    DELETE FROM {waiting} w USING idle WHERE w.namespace = idle.namespace AND w.key = idle.key
+  ) SELECT count(*) INTO cleaned FROM idle;
+  RETURN released;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  withdrawn text[];
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
+  PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
+  WITH gone AS (
+    DELETE FROM {waiting} WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token RETURNING key
+  ) SELECT array_agg(key) INTO withdrawn FROM gone;
+  PERFORM pg_notify(p_channel, CASE WHEN octet_length(p_ns) + octet_length(w.key) < 7900
+                                    THEN octet_length(p_ns) || ':' || p_ns || w.key ELSE '' END)
+    FROM (SELECT DISTINCT key FROM {waiting} WHERE namespace = p_ns AND key = ANY (withdrawn) AND lapses_at > now_ts) w;
+  RETURN coalesce(cardinality(withdrawn), 0);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
+  p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  durability text := current_setting('synchronous_commit');
+  released integer := 0;
+  reply bigint[];
+  answers bigint[] := '{}';
+  answer bigint[];
+  granted boolean := false;
+  at integer := 1;
+  r integer;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  PERFORM {lock_keys}(p_ns, p_released_keys || p_keys);
+  IF cardinality(p_released_keys) > 0 THEN
+    released := {give_back}(p_ns, p_released_keys, p_released_token, p_channel);
+  END IF;
+  FOR r IN 1 .. coalesce(cardinality(p_tokens), 0) LOOP
+    answer := {take}(p_ns, p_keys[at : at + p_counts[r] - 1], p_tokens[r], p_shared[r], p_limits[r], p_weights[r], p_lease_ms,
+      CASE WHEN r = 1 THEN p_waiting_ms ELSE 0 END, p_tickets[r], p_retention_ms, p_lock_timeout_ms);
+    answers := answers || answer;
+    EXIT WHEN answer[1] <> 1;
+    granted := true;
+    at := at + p_counts[r];
+  END LOOP;
+  IF granted THEN
+    PERFORM set_config('synchronous_commit', durability, true);
+  END IF;
+  reply := ARRAY[released::bigint];
+  reply := reply || ARRAY(
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = p_ns AND h.key = u.key AND NOT h.shared AND h.lim = 1
+                                AND h.expires_at > clock_timestamp()) THEN 0 ELSE 1 END
+    FROM unnest(p_released_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.ord);
+  RETURN reply || answers;
+END
+$fn$;
+"#;

@@ -1,0 +1,201 @@
+//! The statements the driver sends: each one call of a function of
+//! [`super::schema`], so each operation is one round trip and one
+//! transaction. Keys, namespace and token are always bind parameters.
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
+
+use super::schema::Table;
+use super::transport::connection::PgConnection;
+use crate::store::{Failure, Taken};
+
+/// The calls of one table.
+pub(crate) struct Statements {
+    take: String,
+    renew: String,
+    give_back: String,
+    withdraw: String,
+    hand_over: String,
+}
+
+/// One hand-off's arguments (see `hand_over` in the schema): the released
+/// lease's keys and token (none: empty), then the requests', flattened.
+pub(crate) struct HandOverArgs<'a> {
+    pub namespace: &'a str,
+    pub channel: &'a str,
+    pub lease_ms: i64,
+    pub waiting_ms: i64,
+    pub retention_ms: i64,
+    pub lock_timeout_ms: i64,
+    pub released_keys: &'a [String],
+    pub released_token: &'a str,
+    pub tokens: Vec<&'a str>,
+    pub shared: Vec<bool>,
+    pub limits: Vec<i32>,
+    pub weights: Vec<i32>,
+    pub tickets: Vec<i64>,
+    pub counts: Vec<i32>,
+    pub keys: Vec<&'a str>,
+}
+
+/// What a hand-off did: how many released keys were still held, per
+/// released key whether a waiter may be granted there, and each tried
+/// request's answer.
+pub(crate) struct HandOverReply {
+    pub released: i64,
+    pub wake: Vec<bool>,
+    pub taken: Vec<Taken<()>>,
+}
+
+/// One request's arguments to `take`.
+pub(crate) struct TakeArgs<'a> {
+    pub namespace: &'a str,
+    pub keys: &'a [String],
+    pub token: &'a str,
+    pub shared: bool,
+    pub limit: i32,
+    pub weight: i32,
+    pub lease_ms: i64,
+    pub waiting_ms: i64,
+    pub ticket: i64,
+    pub retention_ms: i64,
+    pub lock_timeout_ms: i64,
+}
+
+impl Statements {
+    pub fn new(table: &Table) -> Statements {
+        Statements {
+            take: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", table.name("_take")),
+            renew: format!("SELECT {}($1, $2, $3, $4)", table.name("_renew")),
+            give_back: format!("SELECT {}($1, $2, $3, $4)", table.name("_give_back")),
+            withdraw: format!("SELECT {}($1, $2, $3, $4)", table.name("_withdraw")),
+            hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
+        }
+    }
+
+    /// One try at taking every key (see `take` in the schema).
+    pub async fn take(&self, connection: &PgConnection, args: &TakeArgs<'_>) -> Result<Taken<()>, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
+            (&args.namespace, Type::TEXT),
+            (&args.keys, Type::TEXT_ARRAY),
+            (&args.token, Type::TEXT),
+            (&args.shared, Type::BOOL),
+            (&args.limit, Type::INT4),
+            (&args.weight, Type::INT4),
+            (&args.lease_ms, Type::INT8),
+            (&args.waiting_ms, Type::INT8),
+            (&args.ticket, Type::INT8),
+            (&args.retention_ms, Type::INT8),
+            (&args.lock_timeout_ms, Type::INT8),
+        ];
+        let reply: Vec<i64> = single(connection.query(&self.take, &params).await?)?;
+        Ok(taken(&reply, args.keys.len()).0)
+    }
+
+    /// Gives back a lease and grants this process's next requests, in one
+    /// statement (see `hand_over` in the schema).
+    pub async fn hand_over(&self, connection: &PgConnection, args: &HandOverArgs<'_>) -> Result<HandOverReply, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 15] = [
+            (&args.namespace, Type::TEXT),
+            (&args.channel, Type::TEXT),
+            (&args.lease_ms, Type::INT8),
+            (&args.waiting_ms, Type::INT8),
+            (&args.retention_ms, Type::INT8),
+            (&args.lock_timeout_ms, Type::INT8),
+            (&args.released_keys, Type::TEXT_ARRAY),
+            (&args.released_token, Type::TEXT),
+            (&args.tokens, Type::TEXT_ARRAY),
+            (&args.shared, Type::BOOL_ARRAY),
+            (&args.limits, Type::INT4_ARRAY),
+            (&args.weights, Type::INT4_ARRAY),
+            (&args.tickets, Type::INT8_ARRAY),
+            (&args.counts, Type::INT4_ARRAY),
+            (&args.keys, Type::TEXT_ARRAY),
+        ];
+        let reply: Vec<i64> = single(connection.query(&self.hand_over, &params).await?)?;
+        let released = reply.first().copied().unwrap_or(0);
+        let wakes = args.released_keys.len();
+        let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
+        let mut rest = reply.get(1 + wakes..).unwrap_or_default();
+        let mut taken_all = Vec::new();
+        for &count in &args.counts {
+            if rest.is_empty() {
+                break;
+            }
+            let (answer, used) = taken(rest, count as usize);
+            let granted = matches!(answer, Taken::Granted { .. });
+            taken_all.push(answer);
+            rest = &rest[used.min(rest.len())..];
+            if !granted {
+                break;
+            }
+        }
+        Ok(HandOverReply { released, wake, taken: taken_all })
+    }
+
+    /// Extends the token's live holder rows: how many.
+    pub async fn renew(
+        &self,
+        connection: &PgConnection,
+        namespace: &str,
+        keys: &[String],
+        token: &str,
+        lease_ms: i64,
+    ) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&lease_ms, Type::INT8)];
+        single(connection.query(&self.renew, &params).await?)
+    }
+
+    /// Gives back the token's keys, announcing them on `channel`: how many
+    /// were still held.
+    pub async fn give_back(
+        &self,
+        connection: &PgConnection,
+        namespace: &str,
+        keys: &[String],
+        token: &str,
+        channel: &str,
+    ) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
+        single(connection.query(&self.give_back, &params).await?)
+    }
+
+    /// Takes back the token's waiting marks.
+    pub async fn withdraw(
+        &self,
+        connection: &PgConnection,
+        namespace: &str,
+        keys: &[String],
+        token: &str,
+        channel: &str,
+    ) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
+        single(connection.query(&self.withdraw, &params).await?)
+    }
+}
+
+/// One `take` answer at the start of `reply`, for a request of `keys`
+/// keys, and how many numbers it took.
+fn taken(reply: &[i64], keys: usize) -> (Taken<()>, usize) {
+    match reply.first() {
+        Some(1) => {
+            let fences = reply.get(1..=keys).unwrap_or_default();
+            (Taken::Granted { fences: fences.iter().map(|&fence| fence as u64).collect(), written: vec![()] }, 1 + keys)
+        }
+        Some(0) => (Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 }, 3),
+        _ => (Taken::OtherLimit, 2),
+    }
+}
+
+/// The one value of a one-row, one-column answer.
+fn single<T: for<'a> tokio_postgres::types::FromSql<'a>>(rows: Vec<Row>) -> Result<T, Failure> {
+    let row = rows.first().ok_or_else(|| unexpected("no row"))?;
+    row.try_get(0).map_err(|err| Failure::Refused(std::sync::Arc::new(err)))
+}
+
+fn unexpected(what: &str) -> Failure {
+    Failure::Refused(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from PostgreSQL: {what}"))))
+}

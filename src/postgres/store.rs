@@ -1,0 +1,256 @@
+//! The postgres driver's side of the store seam ([`crate::store::Store`]):
+//! each operation is one statement (see [`super::sql`]) on the
+//! connection's pool; the tables are made sure of before the first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::schema::Table;
+use super::sql::{HandOverArgs, Statements, TakeArgs};
+use super::transport::connection::PgConnection;
+use crate::acquire::{LockKind, LockMode};
+use crate::error::Result;
+use crate::options::PostgresOptions;
+use crate::store::waiters::Waiters;
+use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken};
+
+/// What the postgres backends of one connection share: the connection and
+/// this process's queues of its keys.
+pub(crate) struct Shared {
+    pub connection: Arc<PgConnection>,
+    pub waiters: Arc<Waiters<PostgresStore>>,
+}
+
+impl Shared {
+    pub fn new(connection: Arc<PgConnection>) -> Shared {
+        Shared { connection, waiters: Arc::default() }
+    }
+}
+
+/// The name of a key in this process's queues and in release
+/// notifications: `<bytes of namespace>:<namespace><key>`, so no two
+/// (namespace, key) pairs share one.
+pub(crate) fn queue_name(namespace: &str, key: &str) -> String {
+    format!("{}:{namespace}{key}", namespace.len())
+}
+
+/// The keys, kind and owner token of one lease (or acquire in progress).
+pub struct Claim {
+    keys: Vec<String>,
+    names: Vec<String>,
+    kind: LockKind,
+    token: String,
+}
+
+impl StoreClaim for Claim {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+
+    fn kind(&self) -> &LockKind {
+        &self.kind
+    }
+}
+
+/// One postgres backend's reach: its connection, table and namespace.
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+    namespace: String,
+    table: Table,
+    statements: Statements,
+    channel: String,
+    retention_ms: i64,
+    auto_create: bool,
+    /// The tables were found (or created): checked once per backend.
+    ready: AtomicBool,
+    ensuring: tokio::sync::Mutex<()>,
+}
+
+impl PostgresStore {
+    pub(crate) fn new(shared: Arc<Shared>, options: &PostgresOptions) -> PostgresStore {
+        let table = Table::new(&options.schema, &options.table);
+        PostgresStore {
+            shared,
+            namespace: options.store.namespace.clone(),
+            statements: Statements::new(&table),
+            channel: table.channel(),
+            table,
+            retention_ms: i64::from(options.store.fence_retention_ms),
+            auto_create: options.auto_create,
+            ready: AtomicBool::new(false),
+            ensuring: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn connection(&self) -> &PgConnection {
+        &self.shared.connection
+    }
+
+    /// Makes sure the tables and functions exist before the first
+    /// operation: finds them (one query), or creates them (`autoCreate`;
+    /// one transaction, serialised between processes by a
+    /// transaction-scoped advisory lock, which a pooler in transaction mode
+    /// keeps), or refuses with the SQL to run. Tables that are there are
+    /// left alone: the user need not own them.
+    async fn ensure(&self) -> Result<(), Failure> {
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _ensuring = self.ensuring.lock().await;
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
+        let present = rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false);
+        if !present {
+            let sql = self.table.create_sql();
+            if !self.auto_create {
+                return Err(Failure::Denied(Arc::new(Refusal {
+                    message: format!("the lock tables {} are missing (or incomplete) and autoCreate is false", self.table.display()),
+                    fix: format!("Run this SQL as a user that may create them (or set autoCreate: true):\n{sql}"),
+                    cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
+                })));
+            }
+            // One simple-protocol message: its statements run as one transaction.
+            self.connection().batch(&format!("SELECT pg_advisory_xact_lock(7238119025318740561);\n{sql}")).await?;
+        }
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn lock_timeout_ms(&self) -> i64 {
+        self.command_timeout().as_millis() as i64
+    }
+}
+
+impl Store for PostgresStore {
+    type Claim = Claim;
+    type Written = ();
+    const NAME: &'static str = "PostgreSQL";
+    const DRIVER: &'static str = "postgres";
+
+    fn waiters(&self) -> &Arc<Waiters<Self>> {
+        &self.shared.waiters
+    }
+
+    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Claim> {
+        Ok(Claim {
+            keys: keys.iter().map(|key| (*key).to_owned()).collect(),
+            names: keys.iter().map(|key| queue_name(&self.namespace, key)).collect(),
+            kind,
+            token: crate::redis::keys::owner_token()?,
+        })
+    }
+
+    /// One statement reaches every key.
+    fn hands_over(&self) -> bool {
+        true
+    }
+
+    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
+        self.ensure().await?;
+        let args = TakeArgs {
+            namespace: &self.namespace,
+            keys: &claim.keys,
+            token: &claim.token,
+            shared: claim.kind.mode == LockMode::Shared,
+            limit: units(claim.kind.limit),
+            weight: units(claim.kind.weight),
+            lease_ms: lease_ms as i64,
+            waiting_ms: waiting_ms as i64,
+            ticket: ticket as i64,
+            retention_ms: self.retention_ms,
+            lock_timeout_ms: self.lock_timeout_ms(),
+        };
+        self.statements.take(self.connection(), &args).await
+    }
+
+    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<()>), Failure> {
+        let renewed = self.statements.renew(self.connection(), &self.namespace, &claim.keys, &claim.token, lease_ms as i64).await?;
+        Ok((renewed as usize == claim.keys.len(), vec![()]))
+    }
+
+    async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
+        let released = self.statements.give_back(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel).await?;
+        if released > 0 {
+            // This process's own next waiters need no round trip through
+            // the server's NOTIFY.
+            for name in &claim.names {
+                self.shared.waiters.wake(name);
+            }
+        }
+        Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost: None })
+    }
+
+    async fn hand_over(
+        &self,
+        released: Option<&Claim>,
+        requests: &[(&Claim, u64)],
+        lease_ms: u64,
+        waiting_ms: u64,
+    ) -> Result<HandedOver<()>, Failure> {
+        self.ensure().await?;
+        let args = HandOverArgs {
+            namespace: &self.namespace,
+            channel: &self.channel,
+            lease_ms: lease_ms as i64,
+            waiting_ms: waiting_ms as i64,
+            retention_ms: self.retention_ms,
+            lock_timeout_ms: self.lock_timeout_ms(),
+            released_keys: released.map_or(&[], |claim| &claim.keys),
+            released_token: released.map_or("", |claim| &claim.token),
+            tokens: requests.iter().map(|(claim, _)| claim.token.as_str()).collect(),
+            shared: requests.iter().map(|(claim, _)| claim.kind.mode == LockMode::Shared).collect(),
+            limits: requests.iter().map(|(claim, _)| units(claim.kind.limit)).collect(),
+            weights: requests.iter().map(|(claim, _)| units(claim.kind.weight)).collect(),
+            tickets: requests.iter().map(|(_, ticket)| *ticket as i64).collect(),
+            counts: requests.iter().map(|(claim, _)| claim.keys.len() as i32).collect(),
+            keys: requests.iter().flat_map(|(claim, _)| claim.keys.iter().map(String::as_str)).collect(),
+        };
+        let reply = self.statements.hand_over(self.connection(), &args).await?;
+        let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake: reply.wake, taken: reply.taken })
+    }
+
+    async fn withdraw(&self, claim: &Claim, _ticket: u64) {
+        let _ = self.statements.withdraw(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel).await;
+    }
+
+    /// A grant is as durable as the server's commit (`synchronous_commit`,
+    /// synchronous standbys): nothing more to wait for.
+    async fn replicated(&self, _written: &[()]) -> Result<(), Failure> {
+        Ok(())
+    }
+
+    fn is_notified(&self) -> bool {
+        self.connection().is_listening()
+    }
+
+    fn command_timeout(&self) -> Duration {
+        self.connection().command_timeout()
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.connection().is_shut_down()
+    }
+
+    fn connectivity(&self) -> Connectivity {
+        let connection = self.connection();
+        Connectivity {
+            last_answer: connection.last_answer(),
+            connected: connection.is_connected(),
+            subscribed: connection.is_listening(),
+            last_error: connection.last_error(),
+        }
+    }
+}
+
+/// A limit or weight as the tables keep it.
+fn units(units: u32) -> i32 {
+    i32::try_from(units).unwrap_or(i32::MAX)
+}

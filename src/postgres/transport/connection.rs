@@ -1,0 +1,307 @@
+//! One `dokebi-postgres` connection: a few pipelined clients (`poolSize`)
+//! for the lock statements, each statement bounded by `commandTimeoutMs`,
+//! and the classification of every failure into [`Failure`].
+//!
+//! Statements go out with `query_typed`: one unnamed statement, its
+//! parameters typed by us, in one round trip (Parse, Bind, Execute, Sync),
+//! so a pooler in transaction mode has no named statement to lose and no
+//! session state to carry.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Config, Connection, Row, Socket};
+
+use super::tls::{MakeRustls, RustlsStream};
+use super::url;
+use crate::error::{ErrorCode, Result};
+use crate::options::PostgresConnectionOptions;
+use crate::store::{Failure, Refusal};
+
+/// One pooled client and the lock that keeps two tasks from connecting it
+/// at once.
+#[derive(Default)]
+struct Slot {
+    client: Mutex<Option<Arc<Client>>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// What `status()` reports of the connection.
+#[derive(Default)]
+struct Health {
+    last_answer: Option<SystemTime>,
+    last_error: Option<ErrorCode>,
+}
+
+/// A named connection of `dokebi-postgres.connections`.
+pub(crate) struct PgConnection {
+    /// `connections.<name>`, for messages.
+    name: String,
+    config: Config,
+    tls: MakeRustls,
+    listen_config: Config,
+    listen_tls: MakeRustls,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    health: Mutex<Health>,
+    connected: AtomicBool,
+    listening: AtomicBool,
+    stopped: watch::Sender<bool>,
+    /// The driver's runtime, where each client's connection task runs.
+    runtime: Handle,
+}
+
+impl PgConnection {
+    /// Reads the options (a URL that cannot be used is `PROVIDER_FAILED`
+    /// now); connects only when first used.
+    pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle) -> Result<PgConnection> {
+        let path = format!("dokebi-postgres.connections.{name}");
+        let what = format!("{path}.url");
+        let (config, tls) = url::config(&options.url, &what)?;
+        let tls = MakeRustls::new(&tls, &what)?;
+        let (listen_config, listen_tls) = match &options.listen_url {
+            Some(listen) => {
+                let what = format!("{path}.listenUrl");
+                let (config, tls) = url::config(listen, &what)?;
+                (config, MakeRustls::new(&tls, &what)?)
+            }
+            None => (config.clone(), tls.clone()),
+        };
+        Ok(PgConnection {
+            name: path,
+            config,
+            tls,
+            listen_config,
+            listen_tls,
+            connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
+            command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
+            slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
+            health: Mutex::default(),
+            connected: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
+            stopped: watch::channel(false).0,
+            runtime,
+        })
+    }
+
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Runs one statement (`sql` with its typed parameters) on the next
+    /// client of the pool: its rows, or why there are none.
+    pub async fn query(&self, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> std::result::Result<Vec<Row>, Failure> {
+        if self.is_shut_down() {
+            return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
+        }
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let client = self.client(slot).await?;
+        let outcome = tokio::time::timeout(self.command_timeout, client.query_typed(sql, params)).await;
+        let failure = match outcome {
+            Ok(Ok(rows)) => {
+                self.answered();
+                return Ok(rows);
+            }
+            Ok(Err(err)) => classify_statement(err),
+            Err(elapsed) => Failure::Unknown(Arc::new(elapsed)),
+        };
+        if failure.is_unknown() {
+            // The client may be stuck behind the statement (a row lock, a
+            // stalled server) or gone: later statements get a fresh one.
+            let mut held = slot.client.lock().unwrap_or_else(|e| e.into_inner());
+            if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &client)) {
+                *held = None;
+            }
+        }
+        self.failed(&failure);
+        Err(failure)
+    }
+
+    /// Runs several statements in one simple-protocol message (the table's
+    /// DDL): no parameters, nothing returned.
+    pub async fn batch(&self, sql: &str) -> std::result::Result<(), Failure> {
+        let slot = &self.slots[0];
+        let client = self.client(slot).await?;
+        match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), client.batch_execute(sql)).await {
+            Ok(Ok(())) => {
+                self.answered();
+                Ok(())
+            }
+            Ok(Err(err)) => Err(classify_statement(err)),
+            Err(elapsed) => Err(Failure::Unknown(Arc::new(elapsed))),
+        }
+    }
+
+    /// The slot's client, connecting it first when it has none (or its
+    /// connection ended).
+    async fn client(&self, slot: &Slot) -> std::result::Result<Arc<Client>, Failure> {
+        let current = || slot.client.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|client| !client.is_closed());
+        if let Some(client) = current() {
+            return Ok(client);
+        }
+        let _connecting = slot.connecting.lock().await;
+        if let Some(client) = current() {
+            return Ok(client);
+        }
+        let (client, connection) = match self.connect(false).await {
+            Ok(pair) => pair,
+            Err(failure) => {
+                self.failed(&failure);
+                return Err(failure);
+            }
+        };
+        self.runtime.spawn(async move {
+            let _ = connection.await;
+        });
+        let client = Arc::new(client);
+        *slot.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// A new connection for statements, or for `listen`ing, within
+    /// `connectTimeoutMs`; its connection task is the caller's to run.
+    pub async fn connect(&self, listen: bool) -> std::result::Result<(Client, Connection<Socket, RustlsStream<Socket>>), Failure> {
+        let (config, tls) = if listen { (&self.listen_config, &self.listen_tls) } else { (&self.config, &self.tls) };
+        match tokio::time::timeout(self.connect_timeout, config.connect(tls.clone())).await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(err)) => Err(self.classify_connect(err)),
+            Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
+        }
+    }
+
+    /// A failure before any statement ran: the server refusing who we are
+    /// (the fix names the option, never the password), or unreachable.
+    fn classify_connect(&self, err: tokio_postgres::Error) -> Failure {
+        let denied = |message: String, fix: String, err: tokio_postgres::Error| {
+            Failure::Denied(Arc::new(Refusal { message, fix, cause: Arc::new(err) }))
+        };
+        match err.code() {
+            Some(code) if code.code().starts_with("28") => denied(
+                format!("PostgreSQL refused the credentials of {}", self.name),
+                format!("Check the user and password in {}.url (and the server's pg_hba.conf).", self.name),
+                err,
+            ),
+            Some(&SqlState::INVALID_CATALOG_NAME) => denied(
+                format!("the database of {} does not exist", self.name),
+                format!("Create the database or correct the database name in {}.url.", self.name),
+                err,
+            ),
+            Some(_) => Failure::Refused(Arc::new(err)),
+            None if refused_certificate(&err) => denied(
+                format!("the TLS certificate of PostgreSQL was refused for {}", self.name),
+                format!(
+                    "Trust the server's authority (sslrootcert in {0}.url), connect by the name its certificate carries (verify-full), or lower sslmode.",
+                    self.name
+                ),
+                err,
+            ),
+            // The server asked for a password the URL does not have.
+            None if err.to_string().contains("password missing") => denied(
+                format!("PostgreSQL asks for a password and {}.url has none", self.name),
+                format!("Add the password to {}.url.", self.name),
+                err,
+            ),
+            None => Failure::Unreachable(Arc::new(err)),
+        }
+    }
+
+    fn answered(&self) {
+        self.connected.store(true, Ordering::Relaxed);
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer = Some(SystemTime::now());
+    }
+
+    fn failed(&self, failure: &Failure) {
+        let code = match failure {
+            Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
+            _ => ErrorCode::ProviderFailed,
+        };
+        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
+            self.connected.store(false, Ordering::Relaxed);
+        }
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(code);
+    }
+
+    pub fn last_answer(&self) -> Option<SystemTime> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer
+    }
+
+    pub fn last_error(&self) -> Option<ErrorCode> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    pub fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Release);
+    }
+
+    /// True once [`PgConnection::shut_down`] ran.
+    pub fn is_shut_down(&self) -> bool {
+        *self.stopped.borrow()
+    }
+
+    /// Resolves when the connection shuts down.
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.subscribe()
+    }
+
+    /// Closes every client and stops the listener.
+    pub fn shut_down(&self) {
+        self.stopped.send_replace(true);
+        for slot in &self.slots {
+            slot.client.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        self.connected.store(false, Ordering::Relaxed);
+    }
+}
+
+/// True when the TLS handshake failed on the server's certificate (or the
+/// server has no TLS while the URL demands it).
+fn refused_certificate(err: &tokio_postgres::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        // rustls's error comes wrapped in an io::Error, whose source() skips it.
+        let wrapped = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for candidate in std::iter::once(cause).chain(wrapped) {
+            if matches!(candidate.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_))) {
+                return true;
+            }
+        }
+        if cause.to_string().contains("server does not support TLS") {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// A failure of a statement that was sent: the server's error (nothing was
+/// done: each statement is its own transaction), or no answer (it may have
+/// committed).
+fn classify_statement(err: tokio_postgres::Error) -> Failure {
+    let session_ended = err.as_db_error().map(|db| db.code().code().starts_with("57P"));
+    match session_ended {
+        // An administrator ended our session (pg_terminate_backend) or the
+        // server is shutting down: the statement may have committed first.
+        Some(true) => Failure::Unknown(Arc::new(err)),
+        Some(false) => Failure::Refused(Arc::new(err)),
+        None => Failure::Unknown(Arc::new(err)),
+    }
+}

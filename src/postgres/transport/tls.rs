@@ -1,0 +1,272 @@
+//! TLS to PostgreSQL through rustls, with libpq's settings in the URL:
+//! `sslmode` (`disable`, `prefer`: in the clear, as this driver has no
+//! opportunistic TLS; `require`: encrypted, the certificate not checked,
+//! unless `sslrootcert` is given, which makes it `verify-ca` as libpq does;
+//! `verify-ca`: signed by a trusted authority; `verify-full`: and naming
+//! the host), `sslrootcert` (a PEM file of authorities, or `system`; the
+//! system's authorities when omitted), `sslcert` and `sslkey` (a client
+//! certificate). A private key is read into rustls and never printed.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+use tokio_rustls::TlsConnector;
+
+use crate::error::{ErrorCode, LockError, Result};
+
+/// How much of the server's certificate is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verify {
+    /// Nothing: encrypted against a passive listener only.
+    Nothing,
+    /// Signed by a trusted authority, for any name.
+    Authority,
+    /// Signed by a trusted authority, for the host connected to.
+    Name,
+}
+
+/// The TLS settings libpq users write in the URL (paths, no secrets).
+#[derive(Debug, Default)]
+pub(crate) struct TlsSettings {
+    /// `sslmode=require` or stricter: `None` when the link is in the clear.
+    pub verify: Option<Verify>,
+    pub root_cert: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+/// Makes the TLS link of each new connection (one connector per
+/// PostgreSQL connection; cheap to clone).
+#[derive(Clone)]
+pub(crate) struct MakeRustls {
+    connector: Option<TlsConnector>,
+}
+
+impl MakeRustls {
+    /// The connector of `settings` (`what`: the option, for messages);
+    /// files that cannot be read are `PROVIDER_FAILED` now.
+    pub fn new(settings: &TlsSettings, what: &str) -> Result<MakeRustls> {
+        let Some(verify) = settings.verify else { return Ok(MakeRustls { connector: None }) };
+        let verify = match (verify, &settings.root_cert) {
+            (Verify::Nothing, Some(_)) => Verify::Authority,
+            (verify, _) => verify,
+        };
+        let mut roots = RootCertStore::empty();
+        match settings.root_cert.as_deref() {
+            Some("system") | None => {
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            }
+            Some(file) => {
+                let (added, _) = roots.add_parsable_certificates(certificates(file, "sslrootcert", what)?);
+                if added == 0 {
+                    return Err(unusable(what, "sslrootcert", "holds no usable certificate"));
+                }
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let algorithms = provider.signature_verification_algorithms;
+        let verifier: Arc<dyn ServerCertVerifier> = match verify {
+            Verify::Nothing => Arc::new(AnyCertificate(algorithms)),
+            Verify::Authority | Verify::Name => {
+                let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|err| unusable(what, "sslrootcert", &err.to_string()))?;
+                if verify == Verify::Authority {
+                    Arc::new(AnyName(webpki))
+                } else {
+                    webpki
+                }
+            }
+        };
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|err| unusable(what, "sslmode", &err.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let config = match (&settings.cert, &settings.key) {
+            (Some(cert), Some(key)) => {
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|_| unusable(what, "sslkey", "holds no readable private key"))?;
+                builder
+                    .with_client_auth_cert(certificates(cert, "sslcert", what)?, key)
+                    .map_err(|err| unusable(what, "sslcert", &err.to_string()))?
+            }
+            (None, None) => builder.with_no_client_auth(),
+            _ => return Err(unusable(what, "sslcert", "needs sslkey (and sslkey needs sslcert)")),
+        };
+        Ok(MakeRustls { connector: Some(TlsConnector::from(Arc::new(config))) })
+    }
+}
+
+fn certificates(file: &str, name: &str, what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certificates: Vec<_> = CertificateDer::pem_file_iter(file)
+        .map_err(|_| unusable(what, name, "cannot be read as PEM"))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| unusable(what, name, "cannot be read as PEM"))?;
+    if certificates.is_empty() {
+        return Err(unusable(what, name, "holds no certificate"));
+    }
+    Ok(certificates)
+}
+
+fn unusable(what: &str, name: &str, problem: &str) -> LockError {
+    LockError::new(ErrorCode::ProviderFailed, format!("{what}: the {name} file {problem}"))
+        .with_fix(format!("Point {name} in {what} at a readable PEM file."))
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for MakeRustls {
+    type Stream = RustlsStream<S>;
+    type TlsConnect = RustlsConnect;
+    type Error = io::Error;
+
+    /// Asked for every connection, TLS or not (`sslmode=disable` never
+    /// connects it).
+    fn make_tls_connect(&mut self, domain: &str) -> io::Result<RustlsConnect> {
+        let name = ServerName::try_from(domain.to_owned()).map_err(|_| io::Error::other("the host is not a valid TLS server name"))?;
+        Ok(RustlsConnect { connector: self.connector.clone(), name })
+    }
+}
+
+/// The TLS handshake of one connection.
+pub(crate) struct RustlsConnect {
+    connector: Option<TlsConnector>,
+    name: ServerName<'static>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for RustlsConnect {
+    type Stream = RustlsStream<S>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<RustlsStream<S>>> + Send>>;
+
+    fn connect(self, stream: S) -> Self::Future {
+        Box::pin(async move {
+            let connector = self.connector.ok_or_else(|| io::Error::other("this connection has no TLS (sslmode=disable)"))?;
+            Ok(RustlsStream(connector.connect(self.name, stream).await?))
+        })
+    }
+}
+
+/// A TLS link, as tokio-postgres reads and writes it (no channel binding:
+/// SCRAM without `-PLUS`).
+pub(crate) struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
+
+impl<S: AsyncRead + AsyncWrite + Unpin> tokio_postgres::tls::TlsStream for RustlsStream<S> {
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// `sslmode=require` without `sslrootcert`: any certificate (the handshake
+/// signatures are still checked).
+#[derive(Debug)]
+struct AnyCertificate(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// `sslmode=verify-ca`: the chain must lead to a trusted authority; the
+/// name in the certificate is not checked.
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}

@@ -1,0 +1,90 @@
+//! A connection URL: libpq's TLS settings (`sslmode`, `sslrootcert`,
+//! `sslcert`, `sslkey`) are read here (tokio-postgres knows only part of
+//! them), the rest by tokio-postgres. Messages never quote the URL: it may
+//! carry a password.
+
+use std::str::FromStr;
+
+use tokio_postgres::config::SslMode;
+use tokio_postgres::Config;
+
+use super::tls::{TlsSettings, Verify};
+use crate::error::{ErrorCode, LockError, Result};
+
+/// The client settings of `url` and its TLS settings (`what`: the option
+/// that holds it, for messages).
+pub(crate) fn config(url: &str, what: &str) -> Result<(Config, TlsSettings)> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut tls = TlsSettings { verify: Some(Verify::Nothing), ..TlsSettings::default() };
+    let mut mode = SslMode::Prefer;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decoded = || decode(value).ok_or_else(|| invalid(what, &format!("the value of {name} is not valid percent-encoded UTF-8")));
+        match name {
+            "sslmode" => {
+                (mode, tls.verify) = match value {
+                    "disable" | "allow" => (SslMode::Disable, None),
+                    "prefer" => (SslMode::Prefer, Some(Verify::Nothing)),
+                    "require" => (SslMode::Require, Some(Verify::Nothing)),
+                    "verify-ca" => (SslMode::Require, Some(Verify::Authority)),
+                    "verify-full" => (SslMode::Require, Some(Verify::Name)),
+                    _ => return Err(invalid(what, "sslmode must be disable, allow, prefer, require, verify-ca or verify-full")),
+                }
+            }
+            "sslrootcert" => tls.root_cert = Some(decoded()?),
+            "sslcert" => tls.cert = Some(decoded()?),
+            "sslkey" => tls.key = Some(decoded()?),
+            _ => rest.push(pair),
+        }
+    }
+    if tls.verify.is_none() {
+        tls = TlsSettings::default();
+    }
+    let url = if rest.is_empty() { base.to_owned() } else { format!("{base}?{}", rest.join("&")) };
+    let mut config = Config::from_str(&url).map_err(|err| invalid(what, &format!("not a PostgreSQL connection URL: {err}")))?;
+    config.ssl_mode(mode);
+    Ok((config, tls))
+}
+
+fn invalid(what: &str, problem: &str) -> LockError {
+    LockError::new(ErrorCode::ProviderFailed, format!("{what}: {problem}"))
+        .with_fix("Write it as postgres://user:password@host:port/database[?sslmode=verify-full&sslrootcert=/path/ca.pem].")
+}
+
+/// `%XX`-decoded `value`; `None` when that is not UTF-8.
+fn decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' && at + 2 < bytes.len() {
+            let byte = u8::from_str_radix(std::str::from_utf8(&bytes[at + 1..at + 3]).ok()?, 16).ok()?;
+            out.push(byte);
+            at += 3;
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_settings_are_read_and_the_rest_goes_to_tokio_postgres() {
+        let (read, tls) =
+            config("postgres://u:secret@h/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&application_name=x", "url").unwrap();
+        assert_eq!(tls.verify, Some(Verify::Name));
+        assert_eq!(tls.root_cert.as_deref(), Some("/tmp/ca.pem"));
+        assert_eq!(read.get_application_name(), Some("x"));
+        let (_, tls) = config("postgres://u@h/db?sslmode=disable", "url").unwrap();
+        assert_eq!(tls.verify, None);
+        let err = config("postgres://u:secret@h/db?sslmode=bogus", "connections.main.url").unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ProviderFailed);
+        assert!(!err.to_string().contains("secret"));
+    }
+}

@@ -1,0 +1,63 @@
+//! Statements whose answer is lost: a TCP proxy between the driver and
+//! PostgreSQL stops forwarding (connections stay open), so a statement is
+//! sent and no answer comes within `commandTimeoutMs`. The caller hears
+//! `OUTCOME_UNKNOWN`, never a grant or release it cannot rely on, and the
+//! key is not left held once the statement finally runs.
+
+mod postgres;
+
+#[path = "faults/proxy.rs"]
+mod proxy;
+
+use std::time::Duration;
+
+use dokebi_lock::{ErrorCode, Provider};
+use futures::executor::block_on;
+use postgres::{backend, code, wait, Schema};
+use proxy::Proxy;
+
+/// A provider whose statements go through `proxy` (its listener directly
+/// to the server), with leases far longer than the test, so that only the
+/// driver's clean-up can free a key.
+fn through(proxy: &Proxy, schema: &Schema) -> Provider {
+    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
+    let connection = format!("        listenUrl: '{}'\n", postgres::url());
+    let yaml = postgres::yaml_on(&url, &schema.0, "        leaseMs: 60000\n", &connection)
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    Provider::from_yaml(&yaml).unwrap()
+}
+
+#[test]
+fn an_acquire_whose_answer_is_lost_is_outcome_unknown_and_its_late_grant_is_given_back() {
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let (cut_off, other) = (through(&proxy, &schema), schema.open(""));
+    // Connected, and the tables made, before the link stalls.
+    assert!(block_on(block_on(backend(&cut_off).acquire("warm", wait(0))).unwrap().release()).unwrap());
+    proxy.hold();
+    assert_eq!(code(block_on(backend(&cut_off).acquire("k", wait(0)))), ErrorCode::OutcomeUnknown);
+    proxy.release();
+    // Whether or not the stalled statement granted the key when it went
+    // through at last, the driver gives it back.
+    let lease = block_on(backend(&other).acquire("k", wait(20_000))).expect("the key is not left held");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(cut_off.close());
+    block_on(other.close());
+}
+
+#[test]
+fn a_release_whose_answer_is_lost_is_outcome_unknown_and_the_key_is_freed_once_it_runs() {
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let (cut_off, other) = (through(&proxy, &schema), schema.open(""));
+    let lease = block_on(backend(&cut_off).acquire("k", wait(0))).unwrap();
+    proxy.hold();
+    assert_eq!(code(block_on(lease.release())), ErrorCode::OutcomeUnknown);
+    assert!(!lease.is_valid(), "a lease whose release may have run is no longer relied on");
+    proxy.release();
+    let next = block_on(backend(&other).acquire("k", wait(20_000))).expect("the release ran, or the driver gave the key back");
+    assert!(next.fence() > lease.fence());
+    assert!(block_on(next.release()).unwrap());
+    block_on(cut_off.close());
+    block_on(other.close());
+}

@@ -1,0 +1,299 @@
+//! The postgres driver's lease contract against the machine's PostgreSQL:
+//! exclusion between providers, fences, expiry, renew, release, waiting,
+//! abort, close, wake-ups, hostile names, and tables made by hand.
+
+mod postgres;
+
+use std::thread;
+use std::time::Duration;
+
+use dokebi_lock::{AbortController, AcquireOptions, ErrorCode, Provider};
+use futures::executor::block_on;
+use postgres::{backend, batch, code, count, counts, eventually, rows, wait, Schema};
+
+#[test]
+fn two_providers_exclude_each_other_and_fences_rise() {
+    let schema = Schema::fresh();
+    let (a, b) = (schema.open(""), schema.open(""));
+    let held = block_on(backend(&a).acquire("order:1", wait(0))).unwrap();
+    assert!(held.is_valid());
+    assert_eq!(code(block_on(backend(&b).acquire("order:1", wait(0)))), ErrorCode::LockBusy);
+    // Another key is free.
+    let other = block_on(backend(&b).acquire("order:2", wait(0))).unwrap();
+    assert!(block_on(held.release()).unwrap());
+    let next = block_on(backend(&b).acquire("order:1", wait(0))).unwrap();
+    assert!(next.fence() > held.fence(), "{} > {}", next.fence(), held.fence());
+    assert!(block_on(next.release()).unwrap());
+    assert!(block_on(other.release()).unwrap());
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn a_waiter_in_another_provider_is_woken_by_the_release_notification() {
+    let schema = Schema::fresh();
+    // A safety-net poll far longer than the wait: only NOTIFY can wake it.
+    let (a, b) = (schema.open(""), schema.open("        notifyPollIntervalMs: 600000\n"));
+    let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    eventually("b listens", || backend(&b).status().postgres.unwrap().listening);
+    let waiter_backend = backend(&b);
+    let waiter = thread::spawn(move || block_on(waiter_backend.acquire("k", wait(20_000))).map(|lease| lease.fence()));
+    eventually("b waits in the table", || count(&format!("SELECT count(*) FROM {}", schema.table("_waiting"))) == 1);
+    assert!(block_on(held.release()).unwrap());
+    let fence = waiter.join().unwrap().unwrap();
+    assert!(fence > held.fence());
+    // The grant took its mark back.
+    assert_eq!(count(&format!("SELECT count(*) FROM {}", schema.table("_waiting"))), 0);
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn an_expired_lease_is_taken_over_and_its_renew_and_release_report_it_lost() {
+    let schema = Schema::fresh();
+    let (a, b) = (schema.open(""), schema.open(""));
+    let first = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert!(block_on(first.renew()).unwrap(), "a live lease renews");
+    // Expire it on the server's clock.
+    batch(&format!("UPDATE {} SET expires_at = clock_timestamp() - interval '1 second'", schema.table("_holders")));
+    assert!(!block_on(first.renew()).unwrap(), "an expired lease does not renew");
+    let second = block_on(backend(&b).acquire("k", wait(0))).unwrap();
+    assert!(second.fence() > first.fence());
+    assert_eq!(code(block_on(first.release())), ErrorCode::LeaseLost);
+    // The takeover is untouched by the loser's release.
+    assert_eq!(code(block_on(backend(&a).acquire("k", wait(0)))), ErrorCode::LockBusy);
+    assert!(block_on(second.renew()).unwrap());
+    assert!(block_on(second.release()).unwrap());
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn fences_keep_rising_after_the_key_rows_are_cleaned_up() {
+    let schema = Schema::fresh();
+    let provider = schema.open("        fenceRetentionMs: 1\n");
+    let mut last = 0;
+    for round in 0..3 {
+        let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+        assert!(lease.fence() > last, "round {round}: {} > {last}", lease.fence());
+        last = lease.fence();
+        assert!(block_on(lease.release()).unwrap());
+        thread::sleep(Duration::from_millis(5));
+        // Any release cleans up key rows whose retention passed.
+        let other = block_on(backend(&provider).acquire("other", wait(0))).unwrap();
+        assert!(block_on(other.release()).unwrap());
+        assert_eq!(count(&format!("SELECT count(*) FROM {} WHERE key = 'k'", schema.table(""))), 0, "round {round}: k's row is gone");
+    }
+    assert_eq!(count(&format!("SELECT count(*) FROM {}", schema.table("_holders"))), 0);
+    block_on(provider.close());
+}
+
+#[test]
+fn a_wait_that_times_out_or_is_aborted_leaves_nothing_behind() {
+    let schema = Schema::fresh();
+    let (a, b) = (schema.open(""), schema.open(""));
+    let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    assert_eq!(code(block_on(backend(&b).acquire("k", wait(200)))), ErrorCode::WaitTimeout);
+    let controller = AbortController::new();
+    let options =
+        AcquireOptions { wait_timeout: Some(Duration::from_secs(20)), signal: Some(controller.signal()), ..AcquireOptions::default() };
+    let waiter_backend = backend(&b);
+    let waiter = thread::spawn(move || code(block_on(waiter_backend.acquire("k", options))));
+    eventually("b waits", || counts(&backend(&b)).waiting == 1);
+    controller.abort();
+    assert_eq!(waiter.join().unwrap(), ErrorCode::Aborted);
+    eventually("the marks are withdrawn", || count(&format!("SELECT count(*) FROM {}", schema.table("_waiting"))) == 0);
+    assert_eq!(counts(&backend(&b)).held, 0);
+    assert!(block_on(held.release()).unwrap());
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn close_releases_held_leases_and_rejects_later_calls() {
+    let schema = Schema::fresh();
+    let (a, b) = (schema.open(""), schema.open(""));
+    let _held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    block_on(a.close());
+    assert_eq!(code(a.backend("shared")), ErrorCode::Closed);
+    let lease = block_on(backend(&b).acquire("k", wait(0))).expect("close released the key");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(b.close());
+}
+
+#[test]
+fn an_unreachable_server_is_provider_failed() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on("postgres://postgres@127.0.0.1:1/test", &schema.0, "", "        connectTimeoutMs: 1000\n");
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert_eq!(backend(&provider).status().postgres.unwrap().last_error, Some(ErrorCode::ProviderFailed));
+    block_on(provider.close());
+}
+
+#[test]
+fn refused_credentials_are_provider_failed_and_never_show_the_password() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on("postgres://no_such_role_dl:S3cret-pw@127.0.0.1:5432/test", &schema.0, "", "");
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let mut everything = format!("{err} {err:?} {}", err.fix());
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        everything += &format!(" {cause} {cause:?}");
+        source = cause.source();
+    }
+    assert!(everything.contains("credentials"), "{everything}");
+    assert!(!everything.contains("S3cret-pw"), "{everything}");
+    block_on(provider.close());
+}
+
+#[test]
+fn a_hostile_key_or_namespace_is_only_ever_data() {
+    let schema = Schema::fresh();
+    let hostile = r#"x'); DROP TABLE pg_class; --"#;
+    let provider = schema.open(&format!("        namespace: \"{}\"\n", r#"n'; DELETE FROM x; -- \"q\""#));
+    let lease = block_on(backend(&provider).acquire(hostile, wait(0))).unwrap();
+    let many = block_on(backend(&provider).acquire_many(&["a;b", "\"c\"", "$1"], wait(0))).unwrap();
+    let stored: Vec<(String, String)> =
+        rows(&format!("SELECT namespace, key FROM {} ORDER BY key", schema.table(""))).iter().map(|row| (row.get(0), row.get(1))).collect();
+    let namespace = r#"n'; DELETE FROM x; -- "q""#.to_owned();
+    let mut expected: Vec<(String, String)> =
+        [hostile, "a;b", "\"c\"", "$1"].iter().map(|key| (namespace.clone(), (*key).to_owned())).collect();
+    expected.sort_by(|x, y| x.1.as_bytes().cmp(y.1.as_bytes()));
+    assert_eq!(stored, expected);
+    assert!(block_on(lease.release()).unwrap());
+    assert!(block_on(many.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn without_auto_create_missing_tables_fail_with_the_sql_as_the_fix() {
+    let schema = Schema::fresh();
+    let provider = schema.open("        autoCreate: false\n");
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("autoCreate"), "{err}");
+    let fix = err.fix().to_owned();
+    let sql = fix.split_once('\n').expect("the fix carries the SQL").1;
+    assert!(sql.contains("CREATE TABLE"), "{fix}");
+    batch(sql);
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).expect("granted once the DBA ran the SQL");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn status_reports_the_connection_and_the_listener() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+    let status = backend(&provider).status();
+    assert_eq!(status.driver, "postgres");
+    assert_eq!(status.held, 1);
+    let health = status.postgres.unwrap();
+    assert!(health.connected && health.last_answer.is_some() && health.last_error.is_none());
+    eventually("listening", || backend(&provider).status().postgres.unwrap().listening);
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn sessions_an_administrator_terminates_are_replaced_and_the_listener_comes_back() {
+    let schema = Schema::fresh();
+    let application = format!("dl_term_{}", std::process::id());
+    let url = format!("{}?application_name={application}", postgres::url());
+    // A safety-net poll far longer than the wait: only NOTIFY can wake b.
+    let b = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        notifyPollIntervalMs: 600000\n", "")).unwrap();
+    let a = schema.open("");
+    let listeners =
+        || count(&format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND query LIKE 'LISTEN%'"));
+    assert!(block_on(block_on(backend(&b).acquire("warm", wait(0))).unwrap().release()).unwrap());
+    eventually("b listens", || listeners() == 1);
+    let killed = count(&format!(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{application}') t"
+    ));
+    assert!(killed >= 2, "the statement and listener sessions: {killed}");
+    // The first statement after may learn of the loss (never a grant it
+    // does not report); the pool then connects again.
+    eventually("b's statements work again", || match block_on(backend(&b).acquire("again", wait(0))) {
+        Ok(lease) => block_on(lease.release()).unwrap(),
+        Err(err) => {
+            assert!(matches!(err.code(), ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown), "{err}");
+            false
+        }
+    });
+    eventually("b listens again", || listeners() == 1 && backend(&b).status().postgres.unwrap().listening);
+    let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
+    let waiter_backend = backend(&b);
+    let waiter = thread::spawn(move || block_on(waiter_backend.acquire("k", wait(20_000))).map(|lease| lease.fence()));
+    eventually("b waits in the table", || count(&format!("SELECT count(*) FROM {}", schema.table("_waiting"))) == 1);
+    assert!(block_on(held.release()).unwrap());
+    assert!(waiter.join().unwrap().unwrap() > held.fence(), "woken through the new listener");
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn functions_of_an_older_version_are_replaced_on_first_use() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(provider.close());
+    // As an older driver left it: another version, another body.
+    let take = schema.table("_take");
+    batch(&format!(
+        "CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer, \
+         p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint) \
+         RETURNS bigint[] LANGUAGE sql AS 'SELECT ARRAY[-1, 1]::bigint[]'; \
+         COMMENT ON FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint) \
+         IS 'dokebi-lock functions 0'"
+    ));
+    let provider = schema.open("");
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).expect("the current functions are back");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn with_lock_renews_a_section_that_outlives_its_lease_and_releases_it_after() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 600\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    let (a, b) = (Provider::from_yaml(&yaml).unwrap(), schema.open(""));
+    let other = backend(&b);
+    let output = block_on(backend(&a).with_lock("job", wait(0), |_| async move {
+        // Three leases long: only renewals keep the key.
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(300));
+            // From a thread of its own: the section already runs in block_on.
+            let tried = thread::scope(|scope| scope.spawn(|| block_on(other.acquire("job", wait(0)))).join().unwrap());
+            assert_eq!(code(tried), ErrorCode::LockBusy, "still ours");
+        }
+        "done"
+    }));
+    assert_eq!(output.unwrap(), "done");
+    assert_eq!(count(&format!("SELECT count(*) FROM {}", schema.table("_holders"))), 0, "released after the section");
+    block_on(a.close());
+    block_on(b.close());
+}
+
+#[test]
+fn a_lease_taken_over_during_a_section_fails_it_with_lease_lost() {
+    let schema = Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 600\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    let a = Provider::from_yaml(&yaml).unwrap();
+    let holders = schema.table("_holders");
+    let result = block_on(backend(&a).with_lock("job", wait(0), |section| async move {
+        // Another owner takes the row over (as after an expiry and takeover).
+        batch(&format!("UPDATE {holders} SET token = 'someone-else'"));
+        while !section.signal.is_aborted() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+    block_on(a.close());
+}

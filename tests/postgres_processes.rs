@@ -1,0 +1,119 @@
+//! The postgres driver between real processes: this test binary runs
+//! itself as the children (`child_process`, ignored in a plain run, is
+//! their entry point), which lock a key of one schema while the parent
+//! watches.
+
+mod postgres;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use dokebi_lock::{ErrorCode, Provider};
+use futures::executor::block_on;
+use postgres::{backend, code, wait, Schema};
+
+/// Starts this test binary as a child running `role` with `yaml`.
+fn spawn(role: &str, yaml: &str, store: &Path) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("DOKEBI_PG_CHILD", role)
+        .env("DOKEBI_PG_YAML", yaml)
+        .env("DOKEBI_PG_STORE", store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdout)
+}
+
+/// What follows `prefix` on the next line the child printed with it.
+fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before printing {prefix}");
+        // The test harness may print its own words before ours on a line.
+        if let Some(at) = line.find(prefix) {
+            return line[at + prefix.len()..].trim().to_owned();
+        }
+    }
+}
+
+/// A file only the holder of the key may touch: `<count> <last fence>`.
+fn fresh_store(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("dokebi-pg-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The children's entry point: does nothing unless run as a child.
+#[test]
+#[ignore = "the child process of the tests below, which run it"]
+fn child_process() {
+    let Ok(role) = std::env::var("DOKEBI_PG_CHILD") else { return };
+    let provider = Provider::from_yaml(&std::env::var("DOKEBI_PG_YAML").unwrap()).unwrap();
+    let locks = backend(&provider);
+    let store = PathBuf::from(std::env::var("DOKEBI_PG_STORE").unwrap());
+    let mut stdout = std::io::stdout();
+    match role.as_str() {
+        // Holds the key and never releases it (the parent kills it).
+        "hold" => {
+            let lease = block_on(locks.acquire("shared-key", wait(10_000))).unwrap();
+            writeln!(stdout, "held {}", lease.fence()).unwrap();
+            stdout.flush().unwrap();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            std::mem::forget(lease);
+        }
+        // Takes the key 50 times; inside, a read-modify-write of the store
+        // (a count and the last fence, which must rise).
+        "hammer" => {
+            for _ in 0..50 {
+                let lease = block_on(locks.acquire("shared-key", wait(30_000))).unwrap();
+                let text = std::fs::read_to_string(&store).unwrap_or_else(|_| "0 0".into());
+                let mut parts = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+                let (count, last) = (parts.next().unwrap(), parts.next().unwrap());
+                assert!(lease.fence() > last, "fence {} not above the store's {last}", lease.fence());
+                std::fs::write(&store, format!("{} {}", count + 1, lease.fence())).unwrap();
+                std::thread::yield_now();
+                assert!(block_on(lease.release()).unwrap());
+            }
+            writeln!(stdout, "done").unwrap();
+        }
+        other => panic!("unknown role {other}"),
+    }
+    block_on(provider.close());
+}
+
+#[test]
+fn processes_take_a_key_one_at_a_time_and_fences_rise_in_a_fenced_store() {
+    let schema = Schema::fresh();
+    let store = fresh_store("hammer");
+    let yaml = schema.yaml("", "");
+    let children: Vec<_> = (0..3).map(|_| spawn("hammer", &yaml, &store)).collect();
+    for (mut child, mut out) in children {
+        expect_line(&mut out, "done");
+        assert!(child.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&store).unwrap();
+    assert_eq!(text.split_whitespace().next().unwrap(), "150", "every section saw the count of the one before it");
+    let _ = std::fs::remove_file(&store);
+}
+
+#[test]
+fn a_process_killed_while_holding_keeps_the_key_only_until_its_lease_ends() {
+    let schema = Schema::fresh();
+    let store = fresh_store("killed");
+    let (mut child, mut out) = spawn("hold", &schema.yaml("        leaseMs: 3000\n", ""), &store);
+    let fence: u64 = expect_line(&mut out, "held").parse().unwrap();
+    let provider = schema.open("");
+    assert_eq!(code(block_on(backend(&provider).acquire("shared-key", wait(0)))), ErrorCode::LockBusy);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lease = block_on(backend(&provider).acquire("shared-key", wait(20_000))).expect("granted once the dead holder's lease ended");
+    assert!(lease.fence() > fence);
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}

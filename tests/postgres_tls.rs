@@ -1,0 +1,87 @@
+//! TLS to the machine's PostgreSQL (Debian's default: `ssl = on` with the
+//! snakeoil certificate, self-signed for `localhost`), with libpq's
+//! `sslmode` and `sslrootcert` in the URL.
+
+mod postgres;
+
+use dokebi_lock::{ErrorCode, Provider};
+use futures::executor::block_on;
+use postgres::{backend, count, wait, Schema};
+
+/// The server's own certificate, which is its own authority.
+const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+
+fn open(schema: &Schema, url: &str) -> Provider {
+    Provider::from_yaml(&postgres::yaml_on(url, &schema.0, "", "")).unwrap()
+}
+
+/// Takes and gives back a key; answers how many of the server's sessions
+/// named `application` were encrypted while it was held.
+fn encrypted_sessions(provider: &Provider, application: &str) -> i64 {
+    let lease = match block_on(backend(provider).acquire("k", wait(0))) {
+        Ok(lease) => lease,
+        Err(err) => {
+            let mut chain = format!("{err:?}");
+            let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                chain += &format!(" / {cause:?}");
+                source = cause.source();
+            }
+            panic!("{application}: {chain}");
+        }
+    };
+    let encrypted = count(&format!(
+        "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND application_name = '{application}'"
+    ));
+    assert!(block_on(lease.release()).unwrap());
+    encrypted
+}
+
+#[test]
+fn verify_full_connects_to_the_name_the_certificate_carries() {
+    let schema = Schema::fresh();
+    let url = format!(
+        "postgres://postgres@localhost:5432/test?hostaddr=127.0.0.1&application_name=dl_full&sslmode=verify-full&sslrootcert={SNAKEOIL}"
+    );
+    let provider = open(&schema, &url);
+    assert!(encrypted_sessions(&provider, "dl_full") >= 1);
+    block_on(provider.close());
+}
+
+#[test]
+fn verify_full_refuses_a_certificate_for_another_name_and_verify_ca_accepts_it() {
+    let schema = Schema::fresh();
+    let refused = open(&schema, &format!("postgres://postgres@127.0.0.1:5432/test?sslmode=verify-full&sslrootcert={SNAKEOIL}"));
+    let err = block_on(backend(&refused).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    block_on(refused.close());
+    let url = format!("postgres://postgres@127.0.0.1:5432/test?application_name=dl_ca&sslmode=verify-ca&sslrootcert={SNAKEOIL}");
+    let provider = open(&schema, &url);
+    assert!(encrypted_sessions(&provider, "dl_ca") >= 1);
+    block_on(provider.close());
+}
+
+#[test]
+fn a_certificate_another_authority_signed_is_refused() {
+    let schema = Schema::fresh();
+    // Any authority but the snakeoil certificate's own (Debian's ca-certificates).
+    let url = "postgres://postgres@localhost:5432/test?hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert=/etc/ssl/certs/ISRG_Root_X1.pem";
+    let provider = open(&schema, url);
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(err.fix().contains("sslrootcert"), "{}", err.fix());
+    block_on(provider.close());
+}
+
+#[test]
+fn require_encrypts_without_checking_and_disable_stays_in_the_clear() {
+    let schema = Schema::fresh();
+    let provider = open(&schema, "postgres://postgres@127.0.0.1:5432/test?application_name=dl_require&sslmode=require");
+    assert!(encrypted_sessions(&provider, "dl_require") >= 1);
+    block_on(provider.close());
+    let provider = open(&schema, "postgres://postgres@127.0.0.1:5432/test?application_name=dl_clear&sslmode=disable");
+    assert_eq!(encrypted_sessions(&provider, "dl_clear"), 0);
+    block_on(provider.close());
+}
