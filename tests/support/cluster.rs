@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -396,18 +396,22 @@ fn try_client(port: u16) -> redis::RedisResult<redis::Connection> {
     Ok(connection)
 }
 
-/// `n` distinct ports where both the port and its cluster bus port (+10000)
-/// are free now, the bus port below 65536. The listeners are held until all
-/// are chosen, so no port is picked twice.
-/// `n` ports whose cluster bus ports (port + 10000) are free too, both below
-/// the ephemeral range (from 32768 on Linux), where the kernel never puts an
-/// outgoing connection of some other test between our check and the bind.
+/// `n` distinct ports of this process's range (see [`port_range`]) whose
+/// cluster bus ports (port + 10000) are free too, both below the ephemeral
+/// range (from 32768 on Linux), where the kernel never puts an outgoing
+/// connection of some other test between our check and the bind. The
+/// listeners are held until all are chosen, so no port is picked twice.
 fn free_port_pairs(n: usize) -> Vec<u16> {
+    let (start, span) = port_range();
     let mut held = Vec::new();
     let mut ports = Vec::new();
-    let mut candidate = 10_000 + (std::process::id() % 500) as u16 * 17 + (nanos() % 17) as u16;
+    let mut offset = (nanos() % u32::from(span)) as u16;
+    let mut tried = 0;
     while ports.len() < n {
-        candidate = 10_000 + (candidate - 10_000 + 37) % 12_000;
+        assert!(tried < span, "fewer than {n} free port pairs in {start}..{}", start + span);
+        tried += 1;
+        offset = (offset + 37) % span;
+        let candidate = start + offset;
         let (Ok(listener), Ok(bus)) = (TcpListener::bind(("127.0.0.1", candidate)), TcpListener::bind(("127.0.0.1", candidate + 10_000)))
         else {
             continue;
@@ -417,6 +421,33 @@ fn free_port_pairs(n: usize) -> Vec<u16> {
         ports.push(candidate);
     }
     ports
+}
+
+/// How many ranges the cluster ports (10000-21999) are cut into, and how
+/// many ports each has.
+const RANGES: u16 = 20;
+const RANGE_PORTS: u16 = 600;
+
+/// The cluster ports this test process has to itself: suites run side by
+/// side (scripts/test-rust), and a port one of them frees by killing a node
+/// must never become a node of another, which the first one's clients would
+/// then reach as if it were theirs. Each process claims one range for its
+/// life by an exclusive lock on that range's file.
+fn port_range() -> (u16, u16) {
+    static CLAIMED: OnceLock<(std::fs::File, u16)> = OnceLock::new();
+    let (_, range) = CLAIMED.get_or_init(|| {
+        let first = (std::process::id() % u32::from(RANGES)) as u16;
+        for n in 0..RANGES {
+            let range = (first + n) % RANGES;
+            let path = std::env::temp_dir().join(format!("dokebi-lock-test-cluster-ports-{range}.lock"));
+            let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).unwrap();
+            if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+                return (file, range);
+            }
+        }
+        panic!("every one of the {RANGES} cluster port ranges is claimed by another test process");
+    });
+    (10_000 + range * RANGE_PORTS, RANGE_PORTS)
 }
 
 /// Some bits that differ between two clusters started at once.
