@@ -184,7 +184,7 @@ export interface WithLockOptions extends AcquireOptions {
  * counts every acquire in progress), with `held` and `lost` null.
  */
 export interface BackendStatus {
-  /** The driver name: 'local', 'redis', 'file' or an app driver's. */
+  /** The driver name: 'local', 'redis', 'postgres', 'file' or an app driver's. */
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
@@ -200,6 +200,8 @@ export interface BackendStatus {
   readonly lost: number | null;
   /** The connection's health, for redis backends. */
   readonly redis?: RedisStatus;
+  /** The connection's health, for postgres backends. */
+  readonly postgres?: PostgresStatus;
 }
 
 /** The health of a redis backend's connection. */
@@ -212,6 +214,18 @@ export interface RedisStatus {
   readonly lastError: LockErrorCode | null;
   /** When Redis last answered, in ms since the Unix epoch. */
   readonly lastProbeAt: number | null;
+}
+
+/** The health of a postgres backend's connection. */
+export interface PostgresStatus {
+  /** The last lock statement was answered. */
+  readonly connected: boolean;
+  /** The LISTEN connection that wakes waiters is live (else waiters poll at pollIntervalMs). */
+  readonly listening: boolean;
+  /** The code of the last failure talking to PostgreSQL. */
+  readonly lastError: LockErrorCode | null;
+  /** When PostgreSQL last answered a lock statement, in ms since the Unix epoch. */
+  readonly lastAnswerAt: number | null;
 }
 
 /**
@@ -244,7 +258,7 @@ export interface TelemetryPayloads {
 export interface WithLockTraceContext {
   /** The backend's name in the options. */
   readonly backend: string;
-  /** Its driver: 'local', 'redis', 'file' or an app driver's name. */
+  /** Its driver: 'local', 'redis', 'postgres', 'file' or an app driver's name. */
   readonly driver: string;
   /** The kind fields the options gave (only those given). */
   readonly mode?: 'exclusive' | 'shared';
@@ -384,6 +398,13 @@ export declare const dependency: { readonly name: 'dokebi-lock'; readonly descri
  */
 export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly optional: true; readonly description: string };
 
+/**
+ * The plugin's own (optional) dependency when a backend has driver:
+ * postgres: a registered dokebi-postgres plugin's value
+ * `{ options: { connections } }` supplies the connections.
+ */
+export declare const postgresDependency: { readonly name: 'dokebi-postgres'; readonly optional: true; readonly description: string };
+
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
   readonly logger?: LockLogger;
@@ -402,8 +423,9 @@ export interface LockPlugin {
 /** Input of createPlugin. */
 export interface CreatePluginInput {
   /**
-   * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
-   * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
+   * The host app; its `config['dokebi-lock']`, `config['dokebi-redis']` and
+   * `config['dokebi-postgres']` are read. With a redis (postgres) backend,
+   * `start` checks that `@dokebi/lock-redis` (`@dokebi/lock-postgres`)
    * resolves, through `resolve` when the host offers it, else from `root`
    * (the app's directory), else from the process's entry module (never the
    * working directory): DRIVER_NOT_INSTALLED otherwise.
