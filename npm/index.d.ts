@@ -141,17 +141,17 @@ export interface AcquireOptions extends KindOptions {
 export interface Lease extends AsyncDisposable {
   /** The acquired key (of a KeysLease: its first key). */
   readonly key: string;
-  /** local: true until release or close. redis: a conservative local estimate. */
+  /** local: true until release or close. redis, postgres: a conservative local estimate. */
   readonly valid: boolean;
-  /** local: Infinity while valid. redis: the lease time left. 0 when invalid. */
+  /** local: Infinity while valid. redis, postgres: the lease time left. 0 when invalid. */
   readonly remainingMs: number;
   /** Fencing token: a decimal string that grows with every acquire; compare with BigInt. */
   readonly fence: string;
-  /** local: resolves to `valid`. redis: extends the lease after checking ownership. */
+  /** local: resolves to `valid`. redis, postgres: extends the lease after checking ownership. */
   renew(): Promise<boolean>;
   /**
    * True when this call released (and handed on) the lease, false when already
-   * released. redis: rejects with LEASE_LOST when the key no longer carried our token.
+   * released. redis, postgres: rejects with LEASE_LOST when the key no longer carried our token.
    */
   release(): Promise<boolean>;
 }
@@ -171,7 +171,7 @@ export interface KeysLease extends Lease {
 /** Options of withLock: those of acquire, plus autoRenew. */
 export interface WithLockOptions extends AcquireOptions {
   /**
-   * redis: renew the lease every leaseMs / 3 on the driver's thread while fn
+   * redis, postgres: renew the lease every leaseMs / 3 on the driver's thread while fn
    * runs (default true). Local leases never expire.
    */
   readonly autoRenew?: boolean;
@@ -308,8 +308,8 @@ export interface LockBackend {
    * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
-   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis also
-   * PROVIDER_FAILED and OUTCOME_UNKNOWN.
+   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis and postgres
+   * also PROVIDER_FAILED and OUTCOME_UNKNOWN.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**
@@ -323,14 +323,14 @@ export interface LockBackend {
   /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
    * fn did; resolves with fn's value, rejects with fn's error. fn is called
-   * after withLock has returned, never inside the call. redis: the
+   * after withLock has returned, never inside the call. redis, postgres: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
    * (the lost lease is released in the background). `signal` also aborts when
    * `options.signal` does; fn decides whether to stop. A backend whose driver
    * or wrapBackend supplies no withLock gets this one, built on its acquire:
-   * a redis lease it hands out keeps the core's renewals; another lease that
+   * a redis or postgres lease it hands out keeps the core's renewals; another lease that
    * expires (finite remainingMs) is renewed with `renew()` on JS timers,
    * every third of its time left at the grant.
    */

@@ -85,16 +85,15 @@ function createPluginWith(input, definedDrivers) {
     provides: dependency,
     /** Opens the backends; the returned provider is what app.get(plugin) gives. */
     async start(context) {
-      let opened = validated;
-      if (stores.length > 0) {
-        const registered = { ...storeSections };
-        for (const { store, backend } of stores) {
-          requireDriverPackage(app, store, backend);
-          const plugin = context?.getDependency?.(STORE_DEPENDENCIES.get(store.driver));
-          if (plugin != null) registered[store.plugin] = registeredConnections(store, plugin);
-        }
-        if (stores.some(({ store }) => registered[store.plugin] !== storeSections[store.plugin])) opened = validate(section, registered);
+      const sections = { ...storeSections };
+      for (const { store, backend } of stores) {
+        requireDriverPackage(app, store, backend);
+        const plugin = context?.getDependency?.(STORE_DEPENDENCIES.get(store.driver));
+        if (plugin != null) sections[store.plugin] = registeredConnections(store, plugin);
       }
+      // A registered store plugin's connections replace its section: checked again, with the same errors.
+      const replaced = STORE_PLUGINS.some(({ plugin }) => sections[plugin] !== storeSections[plugin]);
+      const opened = replaced ? validate(section, sections) : validated;
       const getDependency = context?.getDependency?.bind(context);
       provider = await openProvider(opened, context?.logger, new DriverSet(registry, hooks, getDependency));
       return provider;

@@ -106,6 +106,22 @@ test('waiters of one key in one provider are served in FIFO order', async () => 
   await provider.close();
 });
 
+test('an aborted signal is ABORTED before and while waiting, and the abort leaves the key to the next', async () => {
+  const [a, b] = await pair();
+  await rejectsWith(a.backend('pg').acquire('k', { signal: AbortSignal.abort() }), 'ABORTED');
+  const held = await a.backend('pg').acquire('k');
+  const controller = new AbortController();
+  const waiting = b.backend('pg').acquire('k', { signal: controller.signal, waitTimeoutMs: 30_000 });
+  while (b.backend('pg').status().waiting !== 1) await sleep(5);
+  controller.abort();
+  await rejectsWith(waiting, 'ABORTED');
+  assert.equal(b.backend('pg').status().waiting, 0);
+  await held.release();
+  const next = await b.backend('pg').acquire('k', { waitTimeoutMs: 0 });
+  await next.release();
+  await Promise.all([a.close(), b.close()]);
+});
+
 test('withLock renews the lease while a section longer than leaseMs runs; without autoRenew it is LEASE_LOST', async () => {
   const [a, b] = await pair({ leaseMs: 600 });
   const value = await a.backend('pg').withLock('k', async (lease) => {
