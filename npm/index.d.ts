@@ -141,17 +141,17 @@ export interface AcquireOptions extends KindOptions {
 export interface Lease extends AsyncDisposable {
   /** The acquired key (of a KeysLease: its first key). */
   readonly key: string;
-  /** local: true until release or close. redis: a conservative local estimate. */
+  /** local: true until release or close. redis, postgres: a conservative local estimate. */
   readonly valid: boolean;
-  /** local: Infinity while valid. redis: the lease time left. 0 when invalid. */
+  /** local: Infinity while valid. redis, postgres: the lease time left. 0 when invalid. */
   readonly remainingMs: number;
   /** Fencing token: a decimal string that grows with every acquire; compare with BigInt. */
   readonly fence: string;
-  /** local: resolves to `valid`. redis: extends the lease after checking ownership. */
+  /** local: resolves to `valid`. redis, postgres: extends the lease after checking ownership. */
   renew(): Promise<boolean>;
   /**
    * True when this call released (and handed on) the lease, false when already
-   * released. redis: rejects with LEASE_LOST when the key no longer carried our token.
+   * released. redis, postgres: rejects with LEASE_LOST when the key no longer carried our token.
    */
   release(): Promise<boolean>;
 }
@@ -171,7 +171,7 @@ export interface KeysLease extends Lease {
 /** Options of withLock: those of acquire, plus autoRenew. */
 export interface WithLockOptions extends AcquireOptions {
   /**
-   * redis: renew the lease every leaseMs / 3 on the driver's thread while fn
+   * redis, postgres: renew the lease every leaseMs / 3 on the driver's thread while fn
    * runs (default true). Local leases never expire.
    */
   readonly autoRenew?: boolean;
@@ -184,7 +184,7 @@ export interface WithLockOptions extends AcquireOptions {
  * counts every acquire in progress), with `held` and `lost` null.
  */
 export interface BackendStatus {
-  /** The driver name: 'local', 'redis', 'file' or an app driver's. */
+  /** The driver name: 'local', 'redis', 'postgres', 'file' or an app driver's. */
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
@@ -200,6 +200,8 @@ export interface BackendStatus {
   readonly lost: number | null;
   /** The connection's health, for redis backends. */
   readonly redis?: RedisStatus;
+  /** The connection's health, for postgres backends. */
+  readonly postgres?: PostgresStatus;
 }
 
 /** The health of a redis backend's connection. */
@@ -212,6 +214,18 @@ export interface RedisStatus {
   readonly lastError: LockErrorCode | null;
   /** When Redis last answered, in ms since the Unix epoch. */
   readonly lastProbeAt: number | null;
+}
+
+/** The health of a postgres backend's connection. */
+export interface PostgresStatus {
+  /** The last lock statement was answered. */
+  readonly connected: boolean;
+  /** The LISTEN connection that wakes waiters is live (else waiters poll at pollIntervalMs). */
+  readonly listening: boolean;
+  /** The code of the last failure talking to PostgreSQL. */
+  readonly lastError: LockErrorCode | null;
+  /** When PostgreSQL last answered a lock statement, in ms since the Unix epoch. */
+  readonly lastAnswerAt: number | null;
 }
 
 /**
@@ -244,7 +258,7 @@ export interface TelemetryPayloads {
 export interface WithLockTraceContext {
   /** The backend's name in the options. */
   readonly backend: string;
-  /** Its driver: 'local', 'redis', 'file' or an app driver's name. */
+  /** Its driver: 'local', 'redis', 'postgres', 'file' or an app driver's name. */
   readonly driver: string;
   /** The kind fields the options gave (only those given). */
   readonly mode?: 'exclusive' | 'shared';
@@ -294,8 +308,8 @@ export interface LockBackend {
    * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
-   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis also
-   * PROVIDER_FAILED and OUTCOME_UNKNOWN.
+   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis and postgres
+   * also PROVIDER_FAILED and OUTCOME_UNKNOWN.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**
@@ -309,14 +323,14 @@ export interface LockBackend {
   /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
    * fn did; resolves with fn's value, rejects with fn's error. fn is called
-   * after withLock has returned, never inside the call. redis: the
+   * after withLock has returned, never inside the call. redis, postgres: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
    * (the lost lease is released in the background). `signal` also aborts when
    * `options.signal` does; fn decides whether to stop. A backend whose driver
    * or wrapBackend supplies no withLock gets this one, built on its acquire:
-   * a redis lease it hands out keeps the core's renewals; another lease that
+   * a redis or postgres lease it hands out keeps the core's renewals; another lease that
    * expires (finite remainingMs) is renewed with `renew()` on JS timers,
    * every third of its time left at the grant.
    */
@@ -384,6 +398,13 @@ export declare const dependency: { readonly name: 'dokebi-lock'; readonly descri
  */
 export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly optional: true; readonly description: string };
 
+/**
+ * The plugin's own (optional) dependency when a backend has driver:
+ * postgres: a registered dokebi-postgres plugin's value
+ * `{ options: { connections } }` supplies the connections.
+ */
+export declare const postgresDependency: { readonly name: 'dokebi-postgres'; readonly optional: true; readonly description: string };
+
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
   readonly logger?: LockLogger;
@@ -402,8 +423,9 @@ export interface LockPlugin {
 /** Input of createPlugin. */
 export interface CreatePluginInput {
   /**
-   * The host app; its `config['dokebi-lock']` and `config['dokebi-redis']` are
-   * read. With a redis backend, `start` checks that `@dokebi/lock-redis`
+   * The host app; its `config['dokebi-lock']`, `config['dokebi-redis']` and
+   * `config['dokebi-postgres']` are read. With a redis (postgres) backend,
+   * `start` checks that `@dokebi/lock-redis` (`@dokebi/lock-postgres`)
    * resolves, through `resolve` when the host offers it, else from `root`
    * (the app's directory), else from the process's entry module (never the
    * working directory): DRIVER_NOT_INSTALLED otherwise.

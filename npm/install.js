@@ -3,12 +3,10 @@
 // native addon, so the CLI can run it before the platform package is there.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { STORE_PLUGINS, storePluginsOf } from './lib/store-plugins.js';
 
 /** The plugin manifest (schemaVersion 2), as shipped in dokebi.manifest.json. */
 export const manifest = Object.freeze(JSON.parse(readFileSync(new URL('./dokebi.manifest.json', import.meta.url), 'utf8')));
-
-const REDIS_PLUGIN = 'dokebi-redis';
-const REDIS_DRIVER_PACKAGE = manifest.drivers.redis.package;
 
 /**
  * The backends of `config`: the dokebi-lock section (`{ backends }`, what
@@ -21,44 +19,47 @@ function backends(config) {
   return Object.entries(entries).map(([name, settings]) => ({ name, driver: settings?.driver ?? 'local' }));
 }
 
-/** The plugins `config` needs at runtime: dokebi-redis when a redis backend exists. */
-function requires(config) {
-  return backends(config).some((backend) => backend.driver === 'redis') ? [REDIS_PLUGIN] : [];
+/** The store plugins (lib/store-plugins.js) that `config`'s backends use. */
+function storesOf(config) {
+  return storePluginsOf(backends(config)).map(({ store }) => store);
 }
 
 /**
- * What adding @dokebi/lock to an app does: the plugins it requires, the
- * npm packages to install, and the user-owned entry file to create from the
- * template (once; the app owns it afterwards).
+ * What adding @dokebi/lock to an app does: the plugins it requires
+ * (dokebi-redis, dokebi-postgres, as its backends' drivers need), the npm
+ * packages to install (their marker packages), and the user-owned entry
+ * file to create from the template (once; the app owns it afterwards).
  */
 export function planInstall(config) {
-  const redis = requires(config).length > 0;
+  const stores = storesOf(config);
   return {
     plugin: manifest.plugin,
-    requires: requires(config),
-    packages: redis ? [REDIS_DRIVER_PACKAGE] : [],
+    requires: stores.map((store) => store.plugin),
+    packages: stores.map((store) => store.package),
     files: [{ path: manifest.entry.path, template: fileURLToPath(new URL(manifest.entry.template, import.meta.url)), owner: manifest.entry.owner }],
   };
 }
 
 /**
  * Checks an app: `config` as for planInstall, `pkg` the app's package.json
- * (parsed). One error diagnostic DRIVER_PACKAGE_MISSING per redis backend
- * when neither `dependencies` nor `optionalDependencies` lists
- * @dokebi/lock-redis.
+ * (parsed). One error diagnostic DRIVER_PACKAGE_MISSING per redis or
+ * postgres backend when neither `dependencies` nor `optionalDependencies`
+ * lists its driver's marker package.
  */
 export function check(config, pkg) {
-  const installed = [pkg?.dependencies, pkg?.optionalDependencies].some((deps) => deps != null && Object.hasOwn(deps, REDIS_DRIVER_PACKAGE));
-  const diagnostics = installed
-    ? []
-    : backends(config)
-        .filter((backend) => backend.driver === 'redis')
-        .map((backend) => ({
-          level: 'error',
-          code: 'DRIVER_PACKAGE_MISSING',
-          path: `backends.${backend.name}.driver`,
-          message: `backend ${backend.name} uses driver: redis, but package.json does not depend on ${REDIS_DRIVER_PACKAGE}`,
-          fix: `npm install ${REDIS_DRIVER_PACKAGE}`,
-        }));
-  return { requires: requires(config), diagnostics };
+  const installed = (name) => [pkg?.dependencies, pkg?.optionalDependencies].some((deps) => deps != null && Object.hasOwn(deps, name));
+  const diagnostics = backends(config).flatMap(({ name, driver }) => {
+    const store = STORE_PLUGINS.find((candidate) => candidate.driver === driver);
+    if (store === undefined || installed(store.package)) return [];
+    return [
+      {
+        level: 'error',
+        code: 'DRIVER_PACKAGE_MISSING',
+        path: `backends.${name}.driver`,
+        message: `backend ${name} uses driver: ${driver}, but package.json does not depend on ${store.package}`,
+        fix: `npm install ${store.package}`,
+      },
+    ];
+  });
+  return { requires: storesOf(config).map((store) => store.plugin), diagnostics };
 }

@@ -130,6 +130,103 @@ export interface RedisBackendOptions {
   readonly waitTimeoutMs?: number;
 }
 
+/** A `driver: postgres` backend: leases in a PostgreSQL table. */
+export interface PostgresBackendOptions {
+  /**
+   * Create the schema, tables and functions on first use when missing; false fails with PROVIDER_FAILED whose fix is the SQL to run.
+   * @default true
+   */
+  readonly autoCreate?: boolean;
+  /**
+   * A name from dokebi-postgres.connections.
+   * @default "default"
+   */
+  readonly connection?: string;
+  readonly driver: "postgres";
+  /**
+   * How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.
+   * Integer from 1 to 2147483647.
+   * @default 600000
+   */
+  readonly fenceRetentionMs?: number;
+  /**
+   * Lease time: a lease not renewed or released expires after this long (on the server's clock).
+   * Integer from 10 to 2147483647.
+   */
+  readonly leaseMs: number;
+  /**
+   * Largest key, in UTF-8 bytes.
+   * Integer from 1 to 1048576.
+   * @default 1024
+   */
+  readonly maxKeyBytes?: number;
+  /**
+   * Leases held by this process; one more is KEY_LIMIT.
+   * Integer from 1 to 10000000.
+   * @default 10000
+   */
+  readonly maxLeases?: number;
+  /**
+   * Acquires in progress in this process (every one counts); one more is QUEUE_FULL.
+   * Integer from 1 to 100000.
+   * @default 4096
+   */
+  readonly maxWaiters?: number;
+  /**
+   * Processes share a key only within one table and namespace.
+   * @default "dokebi-lock"
+   */
+  readonly namespace?: string;
+  /**
+   * Safety-net retry interval of a waiter while the LISTEN connection is live.
+   * Integer from 1 to 600000.
+   * @default 250
+   */
+  readonly notifyPollIntervalMs?: number;
+  /**
+   * Retry interval of a waiter while the LISTEN connection is down.
+   * Integer from 1 to 60000.
+   * @default 25
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * The schema of the lock tables.
+   * Matches `^[a-z_][a-z0-9_]{0,39}$`.
+   * @default "public"
+   */
+  readonly schema?: string;
+  /**
+   * How long close() spends releasing held leases.
+   * Integer from 0 to 600000.
+   * @default 5000
+   */
+  readonly shutdownTimeoutMs?: number;
+  /**
+   * Report an acquire that waited at least this long (telemetry, not an error); null disables.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly slowAcquireMs?: number | null;
+  /**
+   * Report a lease held at least this long when it ends; null disables.
+   * Integer from 0 to 2147483647.
+   * @default 60000
+   */
+  readonly slowHoldMs?: number | null;
+  /**
+   * The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...).
+   * Matches `^[a-z_][a-z0-9_]{0,39}$`.
+   * @default "dokebi_lock"
+   */
+  readonly table?: string;
+  /**
+   * Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly waitTimeoutMs?: number;
+}
+
 /** A `driver: file` backend: kernel locks on files of one directory, for the processes of one host. */
 export interface FileBackendOptions {
   /**
@@ -201,7 +298,7 @@ export type AppBackendOptions = {
 }[keyof AppDriverSettings];
 
 /** One backend under `dokebi-lock.backends.<name>` (null: every default). */
-export type BackendOptions = LocalBackendOptions | RedisBackendOptions | FileBackendOptions | AppBackendOptions | null;
+export type BackendOptions = LocalBackendOptions | RedisBackendOptions | PostgresBackendOptions | FileBackendOptions | AppBackendOptions | null;
 
 /** `connections.<name>.sentinel`. */
 export interface RedisSentinelOptions {
@@ -334,9 +431,47 @@ export interface RedisOptions {
   readonly connections?: Readonly<Record<string, RedisConnectionOptions>>;
 }
 
+/** A PostgreSQL connection under `dokebi-postgres.connections.<name>`. */
+export interface PostgresConnectionOptions {
+  /**
+   * Bound on one statement (and its row-lock waits); past it the outcome is unknown (OUTCOME_UNKNOWN).
+   * Integer from 1 to 600000.
+   * @default 2000
+   */
+  readonly commandTimeoutMs?: number;
+  /**
+   * Bound on establishing a connection.
+   * Integer from 1 to 600000.
+   * @default 5000
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * A direct connection (not a pooler in transaction mode) for LISTEN wake-ups; url when omitted.
+   * Matches `^postgres(ql)?://`.
+   */
+  readonly listenUrl?: string;
+  /**
+   * Connections for lock statements; each pipelines many statements.
+   * Integer from 1 to 64.
+   * @default 2
+   */
+  readonly poolSize?: number;
+  /**
+   * postgres://user:password@host:port/database, with libpq's sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert and sslkey; through a pooler in transaction mode (PgBouncer) too.
+   * Matches `^postgres(ql)?://`.
+   */
+  readonly url: string;
+}
+
+/** The `dokebi-postgres` section of the options. */
+export interface PostgresOptions {
+  readonly connections?: Readonly<Record<string, PostgresConnectionOptions>>;
+}
+
 /** The `options` map of the YAML file, as far as @dokebi/lock reads it. */
 export interface LockConfig {
   readonly 'dokebi-lock'?: LockOptions;
   readonly 'dokebi-redis'?: RedisOptions;
+  readonly 'dokebi-postgres'?: PostgresOptions;
   readonly [plugin: string]: unknown;
 }

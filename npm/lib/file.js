@@ -171,7 +171,8 @@ class FileBackend {
 
   /** Counts: `{ driver: 'file', held, heldShared, waiting, acquired, timedOut, lost }`. */
   status() {
-    const { redis, ...counts } = this.#native.status();
+    // The addon's snapshot has the store drivers' health fields, unset here.
+    const { redis, postgres, ...counts } = this.#native.status();
     return counts;
   }
 }

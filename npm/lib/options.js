@@ -49,8 +49,12 @@ export async function loadOpenInput(input) {
   return loaded(native.loadConfig(json(config, 'options')));
 }
 
-/** The two plugin sections (either may be undefined). */
-export function loadSections(lock, redis) {
+/**
+ * The dokebi-lock section and the store plugins' sections
+ * (`{ 'dokebi-redis': ..., 'dokebi-postgres': ... }`); any may be undefined.
+ */
+export function loadSections(lock, stores) {
   const text = (value, path) => (value === undefined ? null : json(value, path));
-  return loaded(native.loadSections(text(lock, 'dokebi-lock'), text(redis, 'dokebi-redis')));
+  const store = (plugin) => text(stores[plugin], plugin);
+  return loaded(native.loadSections(text(lock, 'dokebi-lock'), store('dokebi-redis'), store('dokebi-postgres')));
 }

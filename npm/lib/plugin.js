@@ -8,30 +8,36 @@ import { loadSections } from './options.js';
 import { openProvider } from './provider.js';
 import { checkDependencies, readEntry } from './extension.js';
 import { checkDriverMap, checkKnownDrivers, collectDrivers, DriverSet } from './drivers.js';
+import { STORE_PLUGINS, storePluginsOf } from './store-plugins.js';
 
 /** The token a consumer plugin names in metadata.dependencies. */
 export const dependency = Object.freeze({ name: 'dokebi-lock', description: 'the LockProvider of @dokebi/lock' });
 
+/** The token of store plugin `store` (lib/store-plugins.js) in metadata.dependencies. */
+function storeDependency(store) {
+  return Object.freeze({ name: store.plugin, optional: true, description: store.description });
+}
+
 /**
- * The token of the dokebi-redis plugin (@dokebi/redis), in
- * metadata.dependencies when a backend has driver: redis. A token names the
- * plugin that provides it; `optional`: the app may leave dokebi-redis out,
- * and then the connections come from `options['dokebi-redis']`. When it is
- * registered, the value its start returned carries the connection options
- * used: `{ options: { connections: { <name>: { url, ... } } } }`.
+ * The token of each store plugin by driver, in metadata.dependencies when a
+ * backend has that driver. A token names the plugin that provides it;
+ * `optional`: the app may leave the plugin out, and then the connections
+ * come from `options['<plugin>']`. When it is registered, the value its
+ * start returned carries the connection options used:
+ * `{ options: { connections: { <name>: { url, ... } } } }`.
  */
-export const redisDependency = Object.freeze({
-  name: 'dokebi-redis',
-  optional: true,
-  description: 'the Redis connections of @dokebi/redis (optional)',
-});
+const STORE_DEPENDENCIES = new Map(STORE_PLUGINS.map((store) => [store.driver, storeDependency(store)]));
 
-/** The package an app installs to use `driver: redis` (README.md, "Install"). */
-export const REDIS_DRIVER_PACKAGE = '@dokebi/lock-redis';
+/** The token of the dokebi-redis plugin (@dokebi/redis), with a redis backend. */
+export const redisDependency = STORE_DEPENDENCIES.get('redis');
+
+/** The token of the dokebi-postgres plugin (@dokebi/postgres), with a postgres backend. */
+export const postgresDependency = STORE_DEPENDENCIES.get('postgres');
 
 /**
- * Creates the plugin. Reads `app.config['dokebi-lock']` (and
- * `['dokebi-redis']`) unless `options` (the dokebi-lock section) is given.
+ * Creates the plugin. Reads `app.config['dokebi-lock']` (and the store
+ * plugins' sections, `['dokebi-redis']`, `['dokebi-postgres']`) unless
+ * `options` (the dokebi-lock section) is given.
  * Invalid options fail here, with INVALID_PLUGIN_OPTIONS; so do a bad
  * entry module (INVALID_ENTRY, INVALID_EXTENSION), clashing driver names
  * (DRIVER_CONFLICT) and, when no createDriver hook could supply one, a
@@ -63,12 +69,13 @@ function createPluginWith(input, definedDrivers) {
   ]);
   const config = app.config ?? {};
   const section = options ?? config['dokebi-lock'];
-  const validated = validate(section, config['dokebi-redis']);
+  const storeSections = Object.fromEntries(STORE_PLUGINS.map((store) => [store.plugin, config[store.plugin]]));
+  const validated = validate(section, storeSections);
   const backends = validated.backends();
   if (hooks?.createDriver === undefined) checkKnownDrivers(backends, registry);
-  const redis = backends.find((backend) => backend.driver === 'redis');
+  const stores = storePluginsOf(backends);
   const dependencies = [
-    ...(redis === undefined ? [] : [redisDependency]),
+    ...stores.map(({ store }) => STORE_DEPENDENCIES.get(store.driver)),
     ...(hooks?.dependencies === undefined ? [] : checkDependencies(hooks.dependencies())),
   ];
   let provider;
@@ -78,12 +85,15 @@ function createPluginWith(input, definedDrivers) {
     provides: dependency,
     /** Opens the backends; the returned provider is what app.get(plugin) gives. */
     async start(context) {
-      let opened = validated;
-      if (redis !== undefined) {
-        requireRedisDriverPackage(app, redis.name);
-        const redisPlugin = context?.getDependency?.(redisDependency);
-        if (redisPlugin != null) opened = validate(section, registeredConnections(redisPlugin));
+      const sections = { ...storeSections };
+      for (const { store, backend } of stores) {
+        requireDriverPackage(app, store, backend);
+        const plugin = context?.getDependency?.(STORE_DEPENDENCIES.get(store.driver));
+        if (plugin != null) sections[store.plugin] = registeredConnections(store, plugin);
       }
+      // A registered store plugin's connections replace its section: checked again, with the same errors.
+      const replaced = STORE_PLUGINS.some(({ plugin }) => sections[plugin] !== storeSections[plugin]);
+      const opened = replaced ? validate(section, sections) : validated;
       const getDependency = context?.getDependency?.bind(context);
       provider = await openProvider(opened, context?.logger, new DriverSet(registry, hooks, getDependency));
       return provider;
@@ -96,13 +106,14 @@ function createPluginWith(input, definedDrivers) {
 }
 
 /**
- * The validated native options of the two plugin sections, or
- * INVALID_PLUGIN_OPTIONS whose cause is the core's error (INVALID_OPTIONS or
- * UNKNOWN_CONNECTION; every issue in details.issues carries its code).
+ * The validated native options of the dokebi-lock section and the store
+ * plugins' (`{ [plugin]: section }`), or INVALID_PLUGIN_OPTIONS whose cause
+ * is the core's error (INVALID_OPTIONS or UNKNOWN_CONNECTION; every issue
+ * in details.issues carries its code).
  */
-function validate(lock, redis) {
+function validate(lock, stores) {
   try {
-    return loadSections(lock, redis);
+    return loadSections(lock, stores);
   } catch (cause) {
     throw new LockError('INVALID_PLUGIN_OPTIONS', `invalid dokebi-lock plugin options: ${cause.message}`, {
       details: cause.details,
@@ -111,12 +122,12 @@ function validate(lock, redis) {
   }
 }
 
-/** The `dokebi-redis` options a registered dokebi-redis plugin exposes (see redisDependency). */
-function registeredConnections(redisPlugin) {
-  const options = redisPlugin.options;
+/** The options a registered store plugin exposes (see STORE_DEPENDENCIES). */
+function registeredConnections(store, plugin) {
+  const options = plugin.options;
   if (typeof options === 'object' && options !== null) return options;
-  const issue = { path: 'dokebi-redis', message: 'the registered dokebi-redis plugin exposes no options', code: 'INVALID_OPTIONS' };
-  throw new LockError('INVALID_PLUGIN_OPTIONS', 'invalid dokebi-lock plugin options: the registered dokebi-redis plugin exposes no options { connections }', {
+  const issue = { path: store.plugin, message: `the registered ${store.plugin} plugin exposes no options`, code: 'INVALID_OPTIONS' };
+  throw new LockError('INVALID_PLUGIN_OPTIONS', `invalid dokebi-lock plugin options: the registered ${store.plugin} plugin exposes no options { connections }`, {
     details: { issues: [issue] },
   });
 }
@@ -151,13 +162,16 @@ function entryModule() {
   }
 }
 
-/** DRIVER_NOT_INSTALLED unless the app resolves @dokebi/lock-redis (see appResolver). */
-function requireRedisDriverPackage(app, backend) {
+/** DRIVER_NOT_INSTALLED unless the app resolves the marker package of `store` (see appResolver). */
+function requireDriverPackage(app, store, backend) {
   try {
-    appResolver(app)(REDIS_DRIVER_PACKAGE);
+    appResolver(app)(store.package);
   } catch (cause) {
-    throw new LockError('DRIVER_NOT_INSTALLED', `backend ${backend} uses driver: redis, but ${REDIS_DRIVER_PACKAGE} is not installed`, {
-      details: { backend, driver: 'redis', package: REDIS_DRIVER_PACKAGE },
+    const { driver, package: name } = store;
+    throw new LockError('DRIVER_NOT_INSTALLED', `backend ${backend} uses driver: ${driver}, but ${name} is not installed`, {
+      details: { backend, driver, package: name },
+      // The core's sentence names the redis package; this one names the driver's own.
+      fix: `Install the driver package: npm install ${name}.`,
       cause,
     });
   }

@@ -10,12 +10,16 @@ import { closeQuietly, DriverSet } from './drivers.js';
  * The drivers built into this package, by the `driver` name of the options.
  * Every backend is built here and nowhere else; app drivers and extension
  * hooks join through the DriverSet (lib/drivers.js). A driver factory takes
- * `{ name, options, shared }` and returns `{ view, close() }`; `shared` holds
- * what backends of one driver share in a provider.
+ * `{ name, driver, options, shared }` and returns `{ view, close() }`;
+ * `shared` holds what backends of one driver share in a provider. The store
+ * drivers (redis, postgres) share one factory: the core opens their backends
+ * together (lib/store.js), whatever the store.
  */
+const openStore = ({ name, driver, shared }) => shared.stores().driver(name, driver);
 const DRIVERS = new Map([
   ['local', openLocal],
-  ['redis', ({ name, shared }) => shared.stores().driver(name, 'redis')],
+  ['redis', openStore],
+  ['postgres', openStore],
   ['file', openFile],
 ]);
 
@@ -39,7 +43,7 @@ export async function openProvider(options, logger = stderrLogger, drivers = new
   try {
     for (const { name, driver } of options.backends()) {
       const factory = DRIVERS.get(driver);
-      const builtIn = factory && (() => factory({ name, options, shared }));
+      const builtIn = factory && (() => factory({ name, driver, options, shared }));
       opened.set(name, await drivers.open({ name, driver, options, logger }, builtIn));
       logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
     }

@@ -1,4 +1,4 @@
-// The store drivers (redis): LockBackend views over the core's backends of
+// The store drivers (redis, postgres): LockBackend views over the core's backends of
 // drivers whose leases live in a store, whatever the store. Every operation
 // is a promise the addon settles on this thread; this module only converts
 // arguments and results.
@@ -19,7 +19,7 @@ function unwrap(result) {
   return result;
 }
 
-/** A lease held through a store (Redis). */
+/** A lease held through a store (Redis, PostgreSQL). */
 class StoreLease {
   /** The addon's lease handle (an external). */
   #native;
@@ -203,12 +203,25 @@ class StoreBackend {
     return withLock(this, key, fn, options, StoreLease.keepAlive);
   }
 
-  /** Counts and connection health: `{ driver, held, waiting, acquired, timedOut, lost, redis }`. */
+  /**
+   * Counts and the store connection's health, under the driver's name:
+   * `{ driver, held, heldShared, waiting, acquired, timedOut, lost, redis }`
+   * or `{ ..., postgres }`.
+   */
   status() {
-    const { redis, ...counts } = this.#native.status();
-    const { connected, subscribed, lastError = null, lastProbeAt = null } = redis;
-    return { ...counts, redis: { connected, subscribed, lastError, lastProbeAt } };
+    const { redis, postgres, ...counts } = this.#native.status();
+    return redis != null ? { ...counts, redis: redisHealth(redis) } : { ...counts, postgres: postgresHealth(postgres) };
   }
+}
+
+/** The redis health of the addon's status, with every field present (`null` when not known). */
+function redisHealth({ connected, subscribed, lastError = null, lastProbeAt = null }) {
+  return { connected, subscribed, lastError, lastProbeAt };
+}
+
+/** The postgres health of the addon's status, with every field present (`null` when not known). */
+function postgresHealth({ connected, listening, lastError = null, lastAnswerAt = null }) {
+  return { connected, listening, lastError, lastAnswerAt };
 }
 
 /** Hands a native log record `{ level, backend, code, message }` to `logger`. */

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { PG_URL, psql } from './postgres-server.js';
 
 function run(example, env = {}) {
   const main = fileURLToPath(new URL(`../../examples/${example}/main.js`, import.meta.url));
@@ -23,6 +24,18 @@ test('examples/15-redis starts its own redis-server and shows exclusion, hand-of
   assert.match(out, /worker: LOCK_BUSY/);
   assert.match(out, /worker got invoice:7 after the release/);
   assert.match(out, /fence grew: true/);
+  assert.match(out, /web holds invoice:7 again: true/);
+});
+
+test('examples/16-postgres shows exclusion, a LISTEN wake-up, fences and status on the machine\'s PostgreSQL', (t) => {
+  // The example keeps its tables in a schema of its own; the test leaves none behind.
+  t.after(() => psql('DROP SCHEMA IF EXISTS dokebi_example_16 CASCADE'));
+  const out = run('16-postgres', { DATABASE_URL: PG_URL });
+  assert.match(out, /worker: LOCK_BUSY/);
+  assert.match(out, /worker got invoice:7 after the release/);
+  assert.match(out, /fence grew: true/);
+  assert.match(out, /web runs report:daily, valid: true/);
+  assert.match(out, /web connected: true lastError: null/);
   assert.match(out, /web holds invoice:7 again: true/);
 });
 

@@ -49,12 +49,15 @@ test('check reports DRIVER_PACKAGE_MISSING per redis backend when package.json l
   assert.deepEqual(check(localOnly, {}), { requires: [], diagnostics: [] });
 });
 
-test('the manifest is schemaVersion 2 and declares dokebi-redis optional', () => {
+test('the manifest is schemaVersion 2 and declares dokebi-redis and dokebi-postgres optional', () => {
   assert.equal(manifest.schemaVersion, 2);
   assert.equal(manifest.version, pkg.version);
   assert.deepEqual(
     manifest.dependencies.map(({ plugin, optional }) => ({ plugin, optional })),
-    [{ plugin: 'dokebi-redis', optional: true }],
+    [
+      { plugin: 'dokebi-redis', optional: true },
+      { plugin: 'dokebi-postgres', optional: true },
+    ],
   );
   assert.equal(createRequire(import.meta.url)('@dokebi/lock/dokebi.manifest.json').schemaVersion, 2);
 });
@@ -63,6 +66,8 @@ test('the driver packages and @opentelemetry/api (of @dokebi/lock/otel) are opti
   assert.deepEqual(pkg.peerDependenciesMeta, {
     '@dokebi/redis': { optional: true },
     '@dokebi/lock-redis': { optional: true },
+    '@dokebi/postgres': { optional: true },
+    '@dokebi/lock-postgres': { optional: true },
     '@opentelemetry/api': { optional: true },
   });
   assert.deepEqual(Object.keys(pkg.peerDependencies).sort(), Object.keys(pkg.peerDependenciesMeta).sort());

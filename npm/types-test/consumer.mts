@@ -8,6 +8,7 @@ import {
   defineLockPlugin,
   dependency,
   redisDependency,
+  postgresDependency,
   DokebiError,
   LockError,
   LockExtension,
@@ -44,6 +45,10 @@ import {
   type OptionIssue,
   type PluginContext,
   type PluginToken,
+  type PostgresBackendOptions,
+  type PostgresConnectionOptions,
+  type PostgresOptions,
+  type PostgresStatus,
   type RedisBackendOptions,
   type RedisClusterOptions,
   type RedisConnectionCommon,
@@ -71,6 +76,8 @@ declare module '@dokebi/lock' {
 const local: LocalBackendOptions = { maxKeys: 10, waitTimeoutMs: 0, slowHoldMs: null };
 const redis: RedisBackendOptions = { driver: 'redis', connection: 'main', leaseMs: 5000, replicaAcks: 1 };
 const file: FileBackendOptions = { driver: 'file', directory: '/var/tmp/app-locks', pollIntervalMs: 25 };
+const postgres: PostgresBackendOptions = { driver: 'postgres', connection: 'pg', leaseMs: 5000, schema: 'locks', autoCreate: false };
+const pgConnection: PostgresConnectionOptions = { url: 'postgres://app@127.0.0.1:5432/app', listenUrl: 'postgres://app@db:5432/app', poolSize: 4 };
 const app: AppBackendOptions = { driver: 'memory', size: 3 };
 const settings: AppDriverSettings['memory'] = { size: 1 };
 const sentinel: RedisSentinelOptions = { nodes: ['redis://127.0.0.1:26379'], primaryName: 'main' };
@@ -85,10 +92,11 @@ const connections: Record<string, RedisConnectionOptions> = {
 };
 // @ts-expect-error tls settings are PEM text or file paths, not buffers
 const bufferCa: RedisTlsOptions = { ca: new Uint8Array() };
-const backends: Record<string, BackendOptions> = { local, redis, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
+const backends: Record<string, BackendOptions> = { local, redis, postgres, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
 const lockOptions: LockOptions = { backends };
 const redisOptions: RedisOptions = { connections };
-const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOptions, 'other-plugin': { x: 1 } };
+const postgresOptions: PostgresOptions = { connections: { pg: pgConnection } };
+const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOptions, 'dokebi-postgres': postgresOptions, 'other-plugin': { x: 1 } };
 
 // @ts-expect-error a typo in a built-in backend's option
 const typo: BackendOptions = { driver: 'redis', leasMs: 5000 };
@@ -98,6 +106,8 @@ const localTypo: BackendOptions = { driver: 'local', maxKey: 5 };
 const noDirectory: BackendOptions = { driver: 'file' };
 // @ts-expect-error a redis backend needs leaseMs
 const noLease: BackendOptions = { driver: 'redis' };
+// @ts-expect-error a postgres backend needs leaseMs
+const noPostgresLease: BackendOptions = { driver: 'postgres', connection: 'pg' };
 // @ts-expect-error a driver nobody declared
 const undeclared: BackendOptions = { driver: 'sqlite', file: 'x.db' };
 // @ts-expect-error a connection has one of url, sentinel and cluster
@@ -170,7 +180,7 @@ class Metered implements DriverBackend {
 
 class AppExtension extends LockExtension {
   protected override dependencies(): readonly PluginToken[] {
-    return [dependency, redisDependency];
+    return [dependency, redisDependency, postgresDependency];
   }
   protected override createDriver(input: CreateDriverInput): Promise<LockDriver> {
     return input.driver === 'memory' ? Promise.resolve(memory(input)) : input.open();
@@ -235,7 +245,8 @@ async function standalone(): Promise<void> {
   const acquiredSoFar: number = (provider.backend('sized') as LockBackend & Metered).acquired;
   const held: number | null = status.held;
   const redisStatus: RedisStatus | undefined = provider.status().redis?.redis;
-  console.log(total, text, wrong, acquiredSoFar, held, redisStatus?.connected, provider.names());
+  const postgresStatus: PostgresStatus | undefined = provider.status().pg?.postgres;
+  console.log(total, text, wrong, acquiredSoFar, held, redisStatus?.connected, postgresStatus?.listening, provider.names());
   await provider.close();
   await provider[Symbol.asyncDispose]();
   // @ts-expect-error a provider comes from openLock or a plugin

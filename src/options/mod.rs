@@ -1,7 +1,7 @@
 //! Loading and validating the options.
 //!
 //! Three ways in, one validator: the whole YAML file (`schemaVersion: 1`,
-//! `options: …`), the already-parsed `options` map, or the two plugin sections
+//! `options: …`), the already-parsed `options` map, or the plugin sections
 //! given separately (what a dokebi host passes to `createPlugin`). Validation
 //! collects every problem before failing, so a user fixes a file in one pass.
 
@@ -422,21 +422,18 @@ impl Options {
         Options::validate_config(&options, issues)
     }
 
-    /// Loads the parsed `options` map (keys `dokebi-lock`, `dokebi-redis`;
-    /// other plugins' sections are ignored).
+    /// Loads the parsed `options` map (keys `dokebi-lock`, `dokebi-redis`,
+    /// `dokebi-postgres`; other plugins' sections are ignored).
     pub fn from_config(options: &Value) -> Result<Options> {
         Options::validate_config(options, Issues::default())
     }
 
-    /// Loads the two plugin sections given separately; either may be absent.
-    pub fn from_sections(lock: Option<&Value>, redis: Option<&Value>) -> Result<Options> {
-        let mut map = Map::new();
-        if let Some(lock) = lock {
-            map.insert(LOCK_SECTION.into(), lock.clone());
-        }
-        if let Some(redis) = redis {
-            map.insert(REDIS_SECTION.into(), redis.clone());
-        }
+    /// Loads the plugin sections given separately (`dokebi-lock`,
+    /// `dokebi-redis`, `dokebi-postgres`); any may be absent.
+    pub fn from_sections(lock: Option<&Value>, redis: Option<&Value>, postgres: Option<&Value>) -> Result<Options> {
+        let sections = [(LOCK_SECTION, lock), (REDIS_SECTION, redis), (POSTGRES_SECTION, postgres)];
+        let map: Map<String, Value> =
+            sections.into_iter().filter_map(|(name, section)| Some((name.to_owned(), section?.clone()))).collect();
         Options::from_config(&Value::Object(map))
     }
 

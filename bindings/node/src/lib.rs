@@ -1,5 +1,5 @@
 //! The Node surface of dokebi-lock: converts between JS and the core, and
-//! hosts the core's store futures (redis) on the JS thread (a small executor
+//! hosts the core's store futures (redis, postgres) on the JS thread (a small executor
 //! polled from libuv, which also watches their sockets); the local engine is
 //! driven directly on the JS thread. Lock behaviour itself lives in the
 //! `dokebi-lock` crate; the JS layer of `@dokebi/lock` (`npm/`) turns what
@@ -15,7 +15,7 @@
 //!   the memory it exchanges numbers through; [`protocol`]: the numbers
 //!   (also `npm/lib/protocol.js`).
 //! - [`store`] and [`executor`]: the backends of the core's store drivers
-//!   (redis), whatever the store, their futures polled on the JS thread;
+//!   (redis, postgres), whatever the store, their futures polled on the JS thread;
 //!   [`uv`]: their sockets watched by libuv; [`store_calls`]: the calls of
 //!   every lease; [`lease`]: a held lease.
 //! - [`file`]: the file driver's backends, their acquires polled by the

@@ -38,18 +38,17 @@ pub fn load_config(json: String) -> Option<NativeOptions> {
     sentinel(|| wrap(parse_json(&json).and_then(|config| Options::from_config(&config))))
 }
 
-/// Loads the two plugin sections, each given as JSON text or absent;
-/// `null` on failure.
+/// Loads the plugin sections (`dokebi-lock`, `dokebi-redis`,
+/// `dokebi-postgres`), each given as JSON text or absent; `null` on failure.
 #[napi(catch_unwind)]
-pub fn load_sections(lock: Option<String>, redis: Option<String>) -> Option<NativeOptions> {
+pub fn load_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>) -> Option<NativeOptions> {
+    sentinel(|| wrap(from_sections(lock, redis, postgres)))
+}
+
+fn from_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>) -> dokebi_lock::Result<Options> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
-    sentinel(|| {
-        wrap(
-            parse(lock)
-                .and_then(|lock| Ok((lock, parse(redis)?)))
-                .and_then(|(lock, redis)| Options::from_sections(lock.as_ref(), redis.as_ref())),
-        )
-    })
+    let (lock, redis, postgres) = (parse(lock)?, parse(redis)?, parse(postgres)?);
+    Options::from_sections(lock.as_ref(), redis.as_ref(), postgres.as_ref())
 }
 
 #[napi]
@@ -64,7 +63,7 @@ impl NativeOptions {
             .collect()
     }
 
-    /// Opens the backends of the store drivers (redis) at once (`null` on
+    /// Opens the backends of the store drivers (redis, postgres) at once (`null` on
     /// failure, see `takeError`);
     /// `onJsThread` says the event loop is Node's libuv, whose socket
     /// polling lets commands run on the JS thread (else they take the

@@ -1,13 +1,13 @@
 //! `status()` snapshots as JS objects: counts only, never keys.
 
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use dokebi_lock::local::LocalCounts;
 use dokebi_lock::BackendStatus;
 use napi_derive::napi;
 
-/// The counts of a local engine (`driver`, `lost` and `redis` are added by
-/// the JS layer).
+/// The counts of a local engine (`driver` and `lost` are added by the JS
+/// layer).
 #[napi(object)]
 pub struct CountsInfo {
     pub held: f64,
@@ -29,7 +29,8 @@ impl From<LocalCounts> for CountsInfo {
     }
 }
 
-/// A snapshot of a redis backend.
+/// A snapshot of a store driver's backend: counts, and the health of its
+/// store's connection (`redis` or `postgres`, by driver).
 #[napi(object)]
 pub struct StatusInfo {
     pub driver: String,
@@ -40,6 +41,7 @@ pub struct StatusInfo {
     pub timed_out: f64,
     pub lost: f64,
     pub redis: Option<RedisStatusInfo>,
+    pub postgres: Option<PostgresStatusInfo>,
 }
 
 /// The health of a redis backend's connection.
@@ -51,6 +53,24 @@ pub struct RedisStatusInfo {
     pub last_error: Option<String>,
     /// When Redis last answered, in ms since the Unix epoch.
     pub last_probe_at: Option<f64>,
+}
+
+/// The health of a postgres backend's connection.
+#[napi(object)]
+pub struct PostgresStatusInfo {
+    /// The last lock statement was answered.
+    pub connected: bool,
+    /// The `LISTEN` connection that wakes waiters is live.
+    pub listening: bool,
+    /// The code of the last failure talking to PostgreSQL.
+    pub last_error: Option<String>,
+    /// When PostgreSQL last answered a lock statement, in ms since the Unix epoch.
+    pub last_answer_at: Option<f64>,
+}
+
+/// `time` in ms since the Unix epoch, as JS dates count.
+fn epoch_ms(time: SystemTime) -> Option<f64> {
+    time.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as f64)
 }
 
 impl From<BackendStatus> for StatusInfo {
@@ -67,7 +87,13 @@ impl From<BackendStatus> for StatusInfo {
                 connected: redis.connected,
                 subscribed: redis.subscribed,
                 last_error: redis.last_error.map(|code| code.as_str().to_owned()),
-                last_probe_at: redis.last_probe.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as f64),
+                last_probe_at: redis.last_probe.and_then(epoch_ms),
+            }),
+            postgres: status.postgres.map(|postgres| PostgresStatusInfo {
+                connected: postgres.connected,
+                listening: postgres.listening,
+                last_error: postgres.last_error.map(|code| code.as_str().to_owned()),
+                last_answer_at: postgres.last_answer.and_then(epoch_ms),
             }),
         }
     }

@@ -1,4 +1,4 @@
-//! The store drivers (redis): the core's `Provider`, opened with the
+//! The store drivers (redis, postgres): the core's `Provider`, opened with the
 //! backends of store drivers only, behind promises. Nothing here knows which
 //! store a backend uses: the core's `Backend` and `Lease` do.
 //!
@@ -77,7 +77,7 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
         }
     };
     let mut stores_only = options.clone();
-    stores_only.backends.retain(|_, backend| matches!(backend, BackendOptions::Redis(_)));
+    stores_only.backends.retain(|_, backend| is_store(backend));
     let logs = Arc::new(LogQueue::default());
     let queue = logs.clone();
     let logger: Logger = Arc::new(move |record: &LogRecord| {
@@ -100,6 +100,16 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
         .map(|provider| StoreProvider { provider: Finalized::new(Arc::new(provider)), logs })
         .map_err(stash)
         .ok()
+}
+
+/// Whether `backend` is of a store driver: the core's lock layer over a
+/// store shared by processes (`src/store/`), whose backends this module opens
+/// (local and file backends have their own modules; app drivers live in JS).
+fn is_store(backend: &BackendOptions) -> bool {
+    match backend {
+        BackendOptions::Redis(_) | BackendOptions::Postgres(_) => true,
+        BackendOptions::Local(_) | BackendOptions::File(_) | BackendOptions::App { .. } => false,
+    }
 }
 
 /// The store drivers' backends of one `LockProvider`.
