@@ -8,17 +8,15 @@
 //! process 1 ms farther from the server got 125 of 580 grants, in runs of
 //! up to 22 of the other's. Run on one server, Sentinel and a Cluster.
 
+mod fairness;
 mod support;
 
 #[path = "faults/proxy.rs"]
 mod proxy;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{Backend, Lease};
+use fairness::{assert_fair, Grant};
 use futures::executor::block_on;
 use support::deployment::{on_topologies, Deployment};
 use support::topology::backend;
@@ -26,86 +24,25 @@ use support::wait;
 
 const BACKEND: &[(&str, &str)] = &[("leaseMs", "10000")];
 
-/// Loops acquire and release of `keys` until `stop`,
-/// recording every grant's fence and who got it.
-fn hammer(
-    backend: Backend,
-    keys: Vec<String>,
-    who: usize,
-    stop: Arc<AtomicBool>,
-    grants: Arc<Mutex<Vec<(u64, usize)>>>,
-) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        while !stop.load(Ordering::Relaxed) {
-            let lease: Lease = block_on(backend.acquire_many(&keys, wait(10_000))).expect("granted");
-            grants.lock().unwrap().push((lease.fences()[0].1, who));
-            assert!(block_on(lease.release()).unwrap());
-        }
-    })
-}
-
-/// Two processes looping on `keys` for `run`: the grants of each, and who
-/// got each grant, in fence order.
-fn race(deployment: &Deployment, keys: &[&str], run: Duration) -> (usize, usize, Vec<usize>) {
+/// Two processes looping on `keys` for `run`, both connected and subscribed
+/// first; the grants, in fence order.
+fn race(deployment: &Deployment, keys: &[&str], run: Duration) -> Vec<Grant> {
     race_between(deployment.name(), deployment.open(BACKEND), deployment.open(BACKEND), keys, run)
 }
 
-fn race_between(
-    name: &str,
-    a: dokebi_lock::Provider,
-    b: dokebi_lock::Provider,
-    keys: &[&str],
-    run: Duration,
-) -> (usize, usize, Vec<usize>) {
-    // Both connected and subscribed before the race begins.
+fn race_between(name: &str, a: dokebi_lock::Provider, b: dokebi_lock::Provider, keys: &[&str], run: Duration) -> Vec<Grant> {
     for provider in [&a, &b] {
         let lease = block_on(backend(provider).acquire_many(keys, wait(5_000))).unwrap();
         assert!(block_on(lease.release()).unwrap());
     }
-    let (stop, grants) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
-    let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-    // Two tasks a process: while one holds the key, the other waits in Redis.
-    let threads: Vec<_> = [(&a, 0), (&b, 1), (&a, 0), (&b, 1)]
-        .into_iter()
-        .map(|(provider, who)| hammer(backend(provider), keys.clone(), who, stop.clone(), grants.clone()))
-        .collect();
-    let started = Instant::now();
-    thread::sleep(run);
-    stop.store(true, Ordering::Relaxed);
-    for thread in threads {
-        thread.join().unwrap();
-    }
-    let elapsed = started.elapsed();
-    let mut grants = grants.lock().unwrap().clone();
-    grants.sort_unstable();
-    let order: Vec<usize> = grants.iter().map(|&(_, who)| who).collect();
-    let of = |who| order.iter().filter(|&&w| w == who).count();
-    let (first, second) = (of(0), of(1));
-    eprintln!("{name}: {first} : {second} grants in {elapsed:?}, longest run {}", longest_run(&order));
+    let grants = fairness::race(name, &backend(&a), &backend(&b), keys, run);
     block_on(a.close());
     block_on(b.close());
-    (first, second, order)
-}
-
-/// The longest run of grants one process took while the other waited.
-fn longest_run(order: &[usize]) -> usize {
-    order.chunk_by(|a, b| a == b).map(<[usize]>::len).max().unwrap_or(0)
-}
-
-/// Fair: each process gets at least 40% of the grants, and no process takes
-/// more than a few grants in a row (the ends of the race aside: the tasks
-/// start and stop one after another).
-fn assert_fair(name: &str, (first, second, order): (usize, usize, Vec<usize>)) {
-    let total = first + second;
-    assert!(total >= 20, "{name}: the loop ran ({total} grants)");
-    assert!(first.min(second) * 10 >= total * 4, "{name}: a fair share: {first} : {second}");
-    let run = longest_run(&order[2..order.len() - 2]);
-    assert!(run <= 4, "{name}: turns alternate (a run of {run}): {order:?}");
+    grants
 }
 
 fn scenario_a_process_that_waits_gets_its_turn_against_one_that_loops(deployment: &mut Deployment) {
-    assert_fair(deployment.name(), race(deployment, &["hot"], Duration::from_millis(1_500)));
+    assert_fair(deployment.name(), &race(deployment, &["hot"], Duration::from_millis(1_500)));
 }
 
 /// The case: one process a little nearer the server (the other's
@@ -117,7 +54,7 @@ fn a_process_farther_from_the_server_gets_its_turn_against_a_nearer_one_that_loo
     let far = proxy::Proxy::start(server.port(), Duration::from_millis(1));
     let (near, _) = support::open_redis(&server.url(), BACKEND, &[]);
     let (farther, _) = support::open_redis(&far.url(), BACKEND, &[]);
-    assert_fair("server, one farther", race_between("server, one farther", near, farther, &["hot"], Duration::from_millis(1_500)));
+    assert_fair("server, one farther", &race_between("server, one farther", near, farther, &["hot"], Duration::from_millis(1_500)));
 }
 
 on_topologies! {
