@@ -35,13 +35,15 @@ const EXPECTED = {
 const GLIBC_LIBRARIES = ['libc.so.6', 'libm.so.6', 'libpthread.so.0', 'libdl.so.2', 'libgcc_s.so.1', 'ld-linux-x86-64.so.2', 'ld-linux-aarch64.so.1'];
 const MUSL_LIBRARIES = ['libc.so'];
 // Every macOS has these: libSystem, libiconv and libcharset (Rust's std
-// links them), and the two frameworks of the trust store (scripts/darwin-sdk).
+// links them), the two frameworks of the trust store and SystemConfiguration
+// (tokio-postgres' default user name; scripts/darwin-sdk).
 const MACOS_LIBRARIES = [
   '/usr/lib/libSystem.B.dylib',
   '/usr/lib/libiconv.2.dylib',
   '/usr/lib/libcharset.1.dylib',
   '/System/Library/Frameworks/Security.framework/Versions/A/Security',
   '/System/Library/Frameworks/CoreFoundation.framework/Versions/A/CoreFoundation',
+  '/System/Library/Frameworks/SystemConfiguration.framework/Versions/A/SystemConfiguration',
 ];
 // Windows 10's own DLLs (UCRT through its api sets); never node.exe: the
 // addon finds Node-API in the process that loads it.
