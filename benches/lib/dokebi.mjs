@@ -54,20 +54,21 @@ export async function oneNativeCall() {
 
 /** YAML of a provider with one backend called "bench" (YAML flow mappings
  *  are JSON, so the settings are written as JSON). `connection` is a URL
- *  (one server) or a connection mapping such as { cluster: { nodes } }. */
-export function yamlFor(settings, connection) {
+ *  (one server) or a connection mapping such as { cluster: { nodes } },
+ *  named "main" in the driver's section (`dokebi-redis`, `dokebi-postgres`). */
+export function yamlFor(settings, connection, section = 'dokebi-redis') {
   const lines = ['schemaVersion: 1', 'options:', '  dokebi-lock:', `    backends: { bench: ${JSON.stringify(settings)} }`];
   if (connection) {
     const main = typeof connection === 'string' ? { url: connection } : connection;
-    lines.push('  dokebi-redis:', `    connections: { main: ${JSON.stringify(main)} }`);
+    lines.push(`  ${section}:`, `    connections: { main: ${JSON.stringify(main)} }`);
   }
   return lines.join('\n') + '\n';
 }
 
 /** Opens a provider over `backend` settings; resolves to { provider, backend, version }. */
-export async function openBackend(settings, connection) {
+export async function openBackend(settings, connection, section) {
   const { mod, version } = await loadDokebi();
-  const provider = await mod.openLock({ yaml: yamlFor(settings, connection) });
+  const provider = await mod.openLock({ yaml: yamlFor(settings, connection, section) });
   return { provider, backend: provider.backend('bench'), version };
 }
 

@@ -11,10 +11,11 @@ import { scenarios as nodeRedisKinds } from './node-redis-kinds.mjs';
 import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
 import { clusterPeers, sentinelPeers, sentinelPrimaryPeers } from './node-redis-topology-peers.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
+import { scenarios as nodePostgres } from './node-postgres.mjs';
 import { scenarios as nodeFile } from './node-file.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodeFile, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodePostgres, ...nodeFile, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

@@ -1,0 +1,105 @@
+// Node, postgres driver against the PostgreSQL locks of npm, on the machine's
+// PostgreSQL (BENCH_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test):
+// sequential pairs on one key, 64 callers on 64 keys, and the hand-off to a
+// waiter in another process. Besides the timing, the server's CPU per pair
+// (lib/postgres-cpu.mjs) and this process's.
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { postgresSubjects, FLOOR } from './postgres-subjects.mjs';
+import { handOffs, handoffLatencies } from './node-handoff.mjs';
+import { tasksOnOwnKeys } from './node-redis.mjs';
+import { mailbox } from '../lib/ipc.mjs';
+import { sequential } from '../lib/measure.mjs';
+import { postgresCpu } from '../lib/postgres-cpu.mjs';
+import { duration, rate } from '../lib/table.mjs';
+
+const PG_URL = process.env.BENCH_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
+const SUBJECTS = ['dokebi-lock', FLOOR, 'advisory-lock'];
+const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
+
+const columns = [
+  { head: 'pairs/s', cell: (r) => rate(r.opsPerSec) },
+  { head: 'p50', cell: (r) => duration(r.p50Us) },
+  { head: 'p99', cell: (r) => duration(r.p99Us) },
+  { head: 'app CPU / pair', cell: (r) => duration(r.appCpuUsPerPair) },
+  { head: 'server CPU / pair', cell: (r) => (r.serverCpuUsPerPair === null ? 'n/a' : duration(r.serverCpuUsPerPair)) },
+];
+
+/** Runs `timed` between two CPU readings of this process and of the server. */
+async function withCpu(s, timed) {
+  const server = await postgresCpu(PG_URL);
+  const serverBefore = server.seconds();
+  const appBefore = process.cpuUsage();
+  const r = await timed();
+  const app = process.cpuUsage(appBefore);
+  const serverAfter = server.seconds();
+  return {
+    ...r,
+    version: s.version,
+    defaults: s.defaults,
+    appCpuUsPerPair: (app.user + app.system) / r.allOps,
+    serverCpuUsPerPair: serverBefore === null ? null : ((serverAfter - serverBefore) * 1e6) / r.allOps,
+  };
+}
+
+/** Runs `fn` over a fresh subject, closed afterwards. */
+async function withSubject(subject, fn) {
+  const s = await postgresSubjects[subject](PG_URL);
+  try {
+    return await fn(s);
+  } finally {
+    await s.close();
+  }
+}
+
+export const scenarios = [
+  {
+    id: 'node-postgres-sequential-one-key',
+    title: 'Node postgres: sequential acquire+release of one key',
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    target: 'printed with the same peers (issue 37 sets no figure)',
+    note: 'The floor holds a session advisory lock on a pooled connection: no expiry, no fence, lost with the connection. advisory-lock connects anew for every lock (its design), and that is what its users pay.',
+    columns,
+    run: (subject, ctx) => withSubject(subject, (s) => withCpu(s, () => sequential({ loop: s.loop, keyAt: () => 'k', seconds: ctx.seconds, batch: 1 }))),
+  },
+  {
+    id: 'node-postgres-64-tasks-64-keys',
+    title: 'Node postgres: 64 tasks on 64 keys',
+    unit: 'pairs/s',
+    subjects: SUBJECTS,
+    target: 'printed with the same peers (issue 37 sets no figure)',
+    note: 'Ours over its pool of 2 connections (each pipelines statements), the floor over pg.Pool\'s 10, advisory-lock over a connection per held lock.',
+    columns,
+    run: (subject, ctx) => withSubject(subject, (s) => withCpu(s, () => tasksOnOwnKeys(s, ctx))),
+  },
+  {
+    id: 'node-postgres-handoff',
+    title: 'Node postgres: hand-off to a waiter in another process',
+    unit: 'latency',
+    subjects: SUBJECTS,
+    headline: 'p50Us',
+    lowerIsBetter: true,
+    target: 'median under 1 ms, p99 under 5 ms (as redis)',
+    note: 'Latency: holder calls release() -> the waiting process has the lock. Ours wakes the waiter by NOTIFY; the advisory locks wait inside the server (pg_advisory_lock), which grants at once.',
+    columns: [
+      { head: 'median', cell: (r) => duration(r.p50Us) },
+      { head: 'p99', cell: (r) => duration(r.p99Us) },
+      { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
+    ],
+    run: (subject, ctx) =>
+      withSubject(subject, async (s) => {
+        const waiter = fork(WAITER, ['postgres', subject, JSON.stringify(PG_URL)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+        const inbox = mailbox(waiter);
+        try {
+          await inbox.next('ready');
+          const key = `handoff:${process.pid}`;
+          await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity });
+          const { latenciesUs, failures } = await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 2 : 150, maxMs: ctx.smoke ? 1000 : 6000 });
+          return { version: s.version, defaults: s.defaults, failures, ...handoffLatencies(latenciesUs) };
+        } finally {
+          waiter.kill();
+        }
+      }),
+  },
+];
