@@ -46,8 +46,9 @@ const MACOS_LIBRARIES = [
   '/System/Library/Frameworks/SystemConfiguration.framework/Versions/A/SystemConfiguration',
 ];
 // Windows 10's own DLLs (UCRT through its api sets); never node.exe: the
-// addon finds Node-API in the process that loads it.
-const WINDOWS_LIBRARY = /^(kernel32|ntdll|ws2_32|bcrypt|bcryptprimitives|advapi32|crypt32|userenv|api-ms-win-(core|crt)-[a-z0-9-]+)\.dll$/i;
+// addon finds Node-API in the process that loads it. ncrypt and secur32
+// (schannel's) appear in unoptimised builds only (scripts/test-platforms).
+const WINDOWS_LIBRARY = /^(kernel32|ntdll|ws2_32|bcrypt|bcryptprimitives|advapi32|crypt32|userenv|ncrypt|secur32|api-ms-win-(core|crt)-[a-z0-9-]+)\.dll$/i;
 
 const tool = (command, ...args) => execFileSync(command, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
 

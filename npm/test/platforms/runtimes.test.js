@@ -3,17 +3,20 @@
 // the real Node 24 for arm64 under qemu user-mode emulation (on an arm64
 // Debian sysroot), the x64 Linux build on Bun and on Deno, which load
 // Node-API addons but have no libuv (the redis driver then runs its commands
-// on its own thread). Against a private redis-server.
+// on its own thread). Against a private redis-server, the machine's
+// PostgreSQL (a schema of its own) and a private lock directory.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startRedis } from '../redis-server.js';
+import { PG_URL, useSchemas } from '../postgres-server.js';
 import { appWith, scratchDir, tools } from './helpers.js';
 
 let redis;
 let scratch;
+const schema = useSchemas('smoke');
 before(async () => {
   redis = await startRedis();
   scratch = await scratchDir();
@@ -23,11 +26,12 @@ after(async () => {
   if (scratch) await rm(scratch, { recursive: true, force: true });
 });
 
+let smokes = 0;
 /** Runs smoke.mjs in `app` with `command`; returns its output after checking it passed. */
 function smoke(app, command, args) {
   const run = spawnSync(command, [...args, 'smoke.mjs'], {
     cwd: app,
-    env: { HOME: scratch, PATH: process.env.PATH, REDIS_URL: redis.url },
+    env: { HOME: scratch, PATH: process.env.PATH, REDIS_URL: redis.url, PG_URL, PG_SCHEMA: schema(), FILE_LOCK_DIR: join(scratch, `locks-${smokes++}`) },
     encoding: 'utf8',
     timeout: 120_000,
   });
@@ -65,7 +69,7 @@ function redisThreadWrites(out) {
  */
 const REDIS_THREAD_BYTES = 2000;
 
-test('linux-x64-gnu on Bun: the local driver, and the redis driver on its own thread', async (t) => {
+test('linux-x64-gnu on Bun: every driver, the store drivers on their own thread', async (t) => {
   const app = await appWith(scratch, 'linux-x64-gnu');
   const out = smoke(app, join(tools, 'bun', 'package', 'bin', 'bun'), []);
   assert.match(out, /^runtime Bun\/1\.\S+ linux-x64$/m);
@@ -74,7 +78,7 @@ test('linux-x64-gnu on Bun: the local driver, and the redis driver on its own th
   assert.ok(wrote >= REDIS_THREAD_BYTES, `the redis driver's thread wrote only ${wrote} bytes: the commands went another way`);
 });
 
-test('linux-x64-gnu on Deno: the local driver, and the redis driver on its own thread', async (t) => {
+test('linux-x64-gnu on Deno: every driver, the store drivers on their own thread', async (t) => {
   const app = await appWith(scratch, 'linux-x64-gnu');
   const out = smoke(app, join(tools, 'deno', 'package', 'deno'), ['run', '--allow-all']);
   assert.match(out, /^runtime Deno\/2\.\S+ linux-x64$/m);

@@ -7,7 +7,8 @@
 // import resolved by Windows' loader, its initialisers run, its Node-API
 // entry point found. Node 22 does start under Wine (NODE_SKIP_PLATFORM_CHECK
 // quiets its check of the Windows version Wine reports): it runs the smoke
-// test, the redis driver included, from an app that installed the tarballs.
+// test, the redis and postgres drivers included, from an app that installed
+// the tarballs; the file driver is refused there (not on Windows yet).
 // Wine, like Windows before 10 version 1703, refuses TCP_KEEPCNT
 // (WSAENOPROTOOPT): the connection goes on with the keepalive it takes.
 import { after, before, test } from 'node:test';
@@ -17,6 +18,7 @@ import { closeSync, openSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startRedis } from '../redis-server.js';
+import { PG_URL, useSchemas } from '../postgres-server.js';
 import { appWith, platformTarball, scratchDir, tools } from './helpers.js';
 
 const here = new URL('./windows/', import.meta.url).pathname;
@@ -24,6 +26,7 @@ const zigCc = (...args) => execFileSync(join(tools, 'zigbuild', 'bin', 'python3'
 
 let scratch;
 let redis;
+const schema = useSchemas('wine');
 before(async () => {
   scratch = await scratchDir();
   redis = await startRedis();
@@ -54,7 +57,7 @@ test('win32-x64: Windows (Wine) loads the packed addon and finds napi_register_m
   assert.equal(run.stdout.trim(), 'loaded; napi_register_module_v1 exported');
 });
 
-test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, a hand-off) from an app installed from the tarballs', async () => {
+test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, postgres, hand-offs; file refused) from an app installed from the tarballs', async () => {
   const app = await appWith(scratch, 'win32-x64');
   // The bcryptprimitives.dll stand-in in the app's folder, where the
   // addon's imports are looked for.
@@ -66,7 +69,7 @@ test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, a hand-of
   const node = join(tools, 'node22-win', 'package', 'bin', 'node.exe');
   const run = spawnSync('wine', [node, 'smoke.mjs'], {
     cwd: app,
-    env: { ...wineEnv(), NODE_SKIP_PLATFORM_CHECK: '1', REDIS_URL: redis.url },
+    env: { ...wineEnv(), NODE_SKIP_PLATFORM_CHECK: '1', REDIS_URL: redis.url, PG_URL, PG_SCHEMA: schema(), FILE_LOCK_DIR: 'C:\\dokebi-locks' },
     stdio: ['ignore', outFd, errFd],
     timeout: 600_000,
   });
