@@ -105,7 +105,7 @@ impl Table {
 /// The version of the functions: raise it whenever a function changes, so
 /// that existing tables get the new ones (`CREATE OR REPLACE`; a change of
 /// a signature or of parameter names needs a `DROP FUNCTION` first).
-const VERSION: &str = "dokebi-lock functions 1";
+const VERSION: &str = "dokebi-lock functions 2";
 
 /// The argument types of the take function (its signature).
 const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
@@ -149,6 +149,15 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 "#;
 
 /// The operations. Every time is the server's `clock_timestamp()`.
+///
+/// Plans: every function runs its statements with generic plans
+/// (`plan_cache_mode = force_generic_plan`, PostgreSQL 12 and later, for
+/// the function's statements only). Under the default `auto` the planner
+/// kept planning statements again on most calls: 300 take + give_back
+/// pairs in one session of the machine's PostgreSQL 15 took 0.77 ms of
+/// server time per pair (1.34 ms with custom plans only), 0.33 ms with
+/// generic plans. The statements look rows up by primary key, which a
+/// generic plan does as well as a custom one.
 ///
 /// Durability: a grant (and a renewal) commits as the server's
 /// `synchronous_commit` says (on by default: the grant is on disk, or on
@@ -202,7 +211,7 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 /// new; answers the sorted keys.
 const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
-RETURNS text[] LANGUAGE plpgsql AS $fn$
+RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
   k text;
@@ -221,7 +230,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
   p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   clock_us bigint := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
@@ -290,7 +299,7 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
-RETURNS integer LANGUAGE plpgsql AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   renewed integer;
@@ -303,7 +312,7 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE plpgsql AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   released integer;
@@ -335,7 +344,7 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE plpgsql AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
@@ -355,7 +364,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
   p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
   p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   durability text := current_setting('synchronous_commit');
   released integer := 0;
