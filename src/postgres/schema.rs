@@ -157,7 +157,10 @@ CREATE TABLE IF NOT EXISTS {waiting} (
 /// pairs in one session of the machine's PostgreSQL 15 took 0.77 ms of
 /// server time per pair (1.34 ms with custom plans only), 0.33 ms with
 /// generic plans. The statements look rows up by primary key, which a
-/// generic plan does as well as a custom one.
+/// generic plan does as well as a custom one. In the driver's own use a
+/// pair is two transactions, and what those cost besides the statements
+/// still dominates (BENCHMARKS.md: about 0.9 to 1.2 ms of server CPU per
+/// pair, with generic plans).
 ///
 /// Durability: a grant (and a renewal) commits as the server's
 /// `synchronous_commit` says (on by default: the grant is on disk, or on

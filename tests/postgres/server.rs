@@ -33,12 +33,8 @@ fn bin(program: &str) -> PathBuf {
 
 /// Runs `program args` as the `postgres` user; panics with its output on failure.
 fn run_as_postgres(program: &str, args: &[&str]) {
-    let output = Command::new("runuser")
-        .args(["-u", "postgres", "--"])
-        .arg(bin(program))
-        .args(args)
-        .output()
-        .expect("runuser (util-linux)");
+    let output =
+        Command::new("runuser").args(["-u", "postgres", "--"]).arg(bin(program)).args(args).output().expect("runuser (util-linux)");
     assert!(
         output.status.success(),
         "{program} {args:?} failed: {}{}",
@@ -107,7 +103,10 @@ impl PrivateServer {
     pub fn start_again(&mut self) {
         let options = format!("-p {} -k {}", self.port, self.dir.display());
         let log = self.dir.join("server.log");
-        run_as_postgres("pg_ctl", &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"]);
+        run_as_postgres(
+            "pg_ctl",
+            &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"],
+        );
         self.running = true;
     }
 
