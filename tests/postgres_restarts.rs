@@ -19,30 +19,28 @@ fn open(url: &str) -> Provider {
     Provider::from_yaml(&postgres::yaml_on(url, "dokebi", "", "")).unwrap()
 }
 
-/// Grants each of `keys` once (acquire and release); the highest fence.
-fn grant_each(provider: &Provider, keys: &[String]) -> u64 {
+/// The fences of one grant (acquire, then release) of each of `keys`,
+/// each waiting at most `wait_ms` for its key.
+fn fences(provider: &Provider, keys: &[String], wait_ms: u64) -> Vec<u64> {
     keys.iter()
         .map(|key| {
-            let lease = block_on(backend(provider).acquire(key, wait(5000))).unwrap();
+            let lease = block_on(backend(provider).acquire(key, wait(wait_ms))).unwrap();
             let fence = lease.fence();
             assert!(block_on(lease.release()).unwrap());
             fence
         })
-        .max()
-        .unwrap()
+        .collect()
 }
 
-/// The lowest fence of a new grant of each of `keys`.
+/// Grants each of `keys` once; the highest fence.
+fn grant_each(provider: &Provider, keys: &[String]) -> u64 {
+    fences(provider, keys, 5000).into_iter().max().unwrap()
+}
+
+/// The lowest fence of a new grant of each of `keys` (after a restart:
+/// waiting longer, while the driver reconnects).
 fn lowest_fence(provider: &Provider, keys: &[String]) -> u64 {
-    keys.iter()
-        .map(|key| {
-            let lease = block_on(backend(provider).acquire(key, wait(15_000))).unwrap();
-            let fence = lease.fence();
-            assert!(block_on(lease.release()).unwrap());
-            fence
-        })
-        .min()
-        .unwrap()
+    fences(provider, keys, 15_000).into_iter().min().unwrap()
 }
 
 fn keys(prefix: &str) -> Vec<String> {

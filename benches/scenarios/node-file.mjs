@@ -9,13 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fileSubjects } from './file-subjects.mjs';
-import { handOffs, handoffLatencies } from './node-handoff.mjs';
+import { handoffsToProcess, latencyColumns } from './node-handoff.mjs';
 import { mailbox } from '../lib/ipc.mjs';
 import { sequential } from '../lib/measure.mjs';
-import { duration, rate } from '../lib/table.mjs';
+import { rate } from '../lib/table.mjs';
 
 const SUBJECTS = ['dokebi-lock', 'proper-lockfile', 'lockfile'];
-const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
 const WORKER = fileURLToPath(new URL('./file-worker.mjs', import.meta.url));
 const PROCESSES = 4;
 const TASKS = 16;
@@ -89,23 +88,13 @@ export const scenarios = [
     lowerIsBetter: true,
     target: 'median under 0.5 ms, p99 under 5 ms',
     note: 'Latency: holder calls release() -> the waiting process has the lock. The peers wait the way their documentation offers (see defaults.wait): they poll.',
-    columns: [
-      { head: 'median', cell: (r) => duration(r.p50Us) },
-      { head: 'p99', cell: (r) => duration(r.p99Us) },
-      { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
-    ],
+    columns: latencyColumns,
     run: (subject, ctx) =>
       inDirectory(async (dir) => {
         const s = await fileSubjects[subject](dir);
-        const waiter = fork(WAITER, ['file', subject, JSON.stringify(dir)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-        const inbox = mailbox(waiter);
         try {
-          await inbox.next('ready');
-          await handOffs(s, waiter, inbox, { key: 'handoff', rounds: ctx.smoke ? 1 : 3, maxMs: Infinity });
-          const { latenciesUs, failures } = await handOffs(s, waiter, inbox, { key: 'handoff', rounds: ctx.smoke ? 2 : 150, maxMs: ctx.smoke ? 1000 : 8000 });
-          return { version: s.version, defaults: s.defaults, failures, ...handoffLatencies(latenciesUs) };
+          return await handoffsToProcess(s, { family: 'file', subject, argument: dir, key: 'handoff', ctx, maxMs: 8000 });
         } finally {
-          waiter.kill();
           await s.close();
         }
       }),

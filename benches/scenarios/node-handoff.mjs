@@ -103,12 +103,31 @@ export function handoffLatencies(latenciesUs) {
   };
 }
 
-export const handoffColumns = [
+/** Hand-offs of `key` from `s` to a forked waiter of `family`'s `subject`
+ *  over `argument` (what handoff-waiter.mjs passes to the factory): a few
+ *  to warm up, then up to 150 within `maxMs`. The postgres and file
+ *  scenarios' measurement; redis's measures the waiting load too. */
+export async function handoffsToProcess(s, { family, subject, argument, key, ctx, maxMs }) {
+  const waiter = fork(WAITER, [family, subject, JSON.stringify(argument)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const inbox = mailbox(waiter);
+  try {
+    await inbox.next('ready');
+    await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity });
+    const { latenciesUs, failures } = await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 2 : 150, maxMs: ctx.smoke ? 1000 : maxMs });
+    return { version: s.version, defaults: s.defaults, failures, ...handoffLatencies(latenciesUs) };
+  } finally {
+    waiter.kill();
+  }
+}
+
+/** The latency columns of every hand-off scenario. */
+export const latencyColumns = [
   { head: 'median', cell: (r) => duration(r.p50Us) },
   { head: 'p99', cell: (r) => duration(r.p99Us) },
   { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
-  { head: 'commands/s while waiting', cell: (r) => r.commandsPerSecWhileWaiting.toFixed(1) },
 ];
+
+export const handoffColumns = [...latencyColumns, { head: 'commands/s while waiting', cell: (r) => r.commandsPerSecWhileWaiting.toFixed(1) }];
 
 export const scenarios = [
   {

@@ -3,19 +3,15 @@
 // sequential pairs on one key, 64 callers on 64 keys, and the hand-off to a
 // waiter in another process. Besides the timing, the server's CPU per pair
 // (lib/postgres-cpu.mjs) and this process's.
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { postgresSubjects, FLOOR } from './postgres-subjects.mjs';
-import { handOffs, handoffLatencies } from './node-handoff.mjs';
+import { handoffsToProcess, latencyColumns } from './node-handoff.mjs';
 import { tasksOnOwnKeys } from './node-redis.mjs';
-import { mailbox } from '../lib/ipc.mjs';
 import { sequential } from '../lib/measure.mjs';
 import { postgresCpu } from '../lib/postgres-cpu.mjs';
 import { duration, rate } from '../lib/table.mjs';
 
 const PG_URL = process.env.BENCH_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
 const SUBJECTS = ['dokebi-lock', FLOOR, 'advisory-lock'];
-const WAITER = fileURLToPath(new URL('./handoff-waiter.mjs', import.meta.url));
 
 const columns = [
   { head: 'pairs/s', cell: (r) => rate(r.opsPerSec) },
@@ -82,24 +78,8 @@ export const scenarios = [
     lowerIsBetter: true,
     target: 'median under 1 ms, p99 under 5 ms (as redis)',
     note: 'Latency: holder calls release() -> the waiting process has the lock. Ours wakes the waiter by NOTIFY; the advisory locks wait inside the server (pg_advisory_lock), which grants at once.',
-    columns: [
-      { head: 'median', cell: (r) => duration(r.p50Us) },
-      { head: 'p99', cell: (r) => duration(r.p99Us) },
-      { head: 'hand-offs', cell: (r) => String(r.handOffs) + (r.failures.length ? ` (${r.failures.length} waits gave up)` : '') },
-    ],
+    columns: latencyColumns,
     run: (subject, ctx) =>
-      withSubject(subject, async (s) => {
-        const waiter = fork(WAITER, ['postgres', subject, JSON.stringify(PG_URL)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-        const inbox = mailbox(waiter);
-        try {
-          await inbox.next('ready');
-          const key = `handoff:${process.pid}`;
-          await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 1 : 3, maxMs: Infinity });
-          const { latenciesUs, failures } = await handOffs(s, waiter, inbox, { key, rounds: ctx.smoke ? 2 : 150, maxMs: ctx.smoke ? 1000 : 6000 });
-          return { version: s.version, defaults: s.defaults, failures, ...handoffLatencies(latenciesUs) };
-        } finally {
-          waiter.kill();
-        }
-      }),
+      withSubject(subject, (s) => handoffsToProcess(s, { family: 'postgres', subject, argument: PG_URL, key: `handoff:${process.pid}`, ctx, maxMs: 6000 })),
   },
 ];
