@@ -109,6 +109,28 @@ fn a_wait_that_times_out_or_is_aborted_leaves_nothing_behind() {
     block_on(b.close());
 }
 
+/// Close takes back the marks of the waiters it stops before it closes the
+/// connection (they are withdrawn in the background, which close once did
+/// not wait for): none is left to refuse other processes' tries.
+#[test]
+fn close_takes_back_the_marks_of_the_waiters_it_stops() {
+    let schema = Schema::fresh();
+    let holder = schema.open("");
+    let waiting_rows = format!("SELECT count(*) FROM {}", schema.table("_waiting"));
+    for round in 0..10 {
+        let a = schema.open("");
+        let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
+        let waiting = backend(&a);
+        let waiter = thread::spawn(move || code(block_on(waiting.acquire("k", wait(60_000)))));
+        eventually("the waiter left its mark", || count(&waiting_rows) == 1);
+        block_on(a.close());
+        assert_eq!(waiter.join().unwrap(), ErrorCode::Closed);
+        assert_eq!(count(&waiting_rows), 0, "round {round}: close took the waiter's mark back");
+        assert!(block_on(held.release()).unwrap());
+    }
+    block_on(holder.close());
+}
+
 #[test]
 fn close_releases_held_leases_and_rejects_later_calls() {
     let schema = Schema::fresh();

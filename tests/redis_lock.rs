@@ -218,7 +218,34 @@ fn close_releases_held_leases_and_rejects_waiters() {
     }
     assert_eq!(a.backend("shared").err().map(|e| e.code()), Some(ErrorCode::Closed));
     assert!(records.lock().unwrap().iter().all(|r| !r.code.starts_with("CLEANUP")));
+    // The waiter's mark went with it: left behind, it would refuse every
+    // other process's try of the key until it expired, waitTimeoutMs later.
+    let marks: Vec<String> = server.keys().into_iter().filter(|k| k.starts_with("test:lock-waiting:")).collect();
+    assert!(marks.is_empty(), "close took the waiter's mark back: {marks:?}");
     block_on(other.release()).unwrap();
+    block_on(backend(&holder).acquire("held-elsewhere", wait(0))).expect("no mark of the closed waiter refuses a try");
+}
+
+/// Close takes back the marks of the acquires it stops before it shuts the
+/// connection down, every time (the mark is given back in the background,
+/// which close once did not wait for).
+#[test]
+fn close_takes_back_the_marks_of_the_waiters_it_stops() {
+    let server = RedisServer::start();
+    let (holder, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    for round in 0..20 {
+        let key = format!("k{round}");
+        let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+        let held = block_on(backend(&holder).acquire(&key, wait(0))).unwrap();
+        let waiting = backend(&a);
+        let waiter = thread::spawn(move || code(block_on(waiting.acquire(&key, wait(60_000)))));
+        eventually("the waiter left its mark", || server.keys().iter().any(|k| k.starts_with("test:lock-waiting:")));
+        block_on(a.close());
+        assert_eq!(waiter.join().unwrap(), ErrorCode::Closed);
+        let marks: Vec<String> = server.keys().into_iter().filter(|k| k.starts_with("test:lock-waiting:")).collect();
+        assert!(marks.is_empty(), "round {round}: close took the waiter's mark back: {marks:?}");
+        block_on(held.release()).unwrap();
+    }
 }
 
 #[test]

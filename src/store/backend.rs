@@ -189,7 +189,8 @@ impl<S: Store> StoreBackend<S> {
     }
 
     /// Rejects waiters with `CLOSED`, lets acquires whose command is in
-    /// flight finish (a lease the store grants them now is released at once),
+    /// flight finish (a lease the store grants them now is released at once)
+    /// and the waiting marks of those that stopped waiting be taken back,
     /// and releases every held lease, all within `shutdownTimeoutMs`.
     /// Failures are logged (`CLEANUP_FAILED`, `CLEANUP_TIMEOUT`) before
     /// close returns, never returned. Idempotent.
@@ -204,7 +205,7 @@ impl<S: Store> StoreBackend<S> {
             .run(async move {
                 let deadline = tokio::time::Instant::now() + Duration::from_millis(core.options.shutdown_timeout_ms.into());
                 if tokio::time::timeout_at(deadline, core.acquires_settled()).await.is_err() {
-                    let left = core.in_progress.load(Ordering::SeqCst);
+                    let left = core.unsettled();
                     core.log(
                         Level::Error,
                         "CLEANUP_TIMEOUT",

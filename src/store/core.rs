@@ -37,7 +37,11 @@ pub(crate) struct BackendCore<S: Store> {
     logger: Logger,
     pub(super) reporter: Reporter,
     pub(super) in_progress: AtomicUsize,
-    /// Told when the last acquire in progress ends.
+    /// Give-backs of acquires that ended, still on their way to the store
+    /// (see [`Unsettled`]).
+    in_background: AtomicUsize,
+    /// Told when the last acquire in progress, or the last give-back in the
+    /// background, ends.
     pub(super) settled: Notify,
     pub(super) acquired: AtomicU64,
     pub(super) timed_out: AtomicU64,
@@ -57,6 +61,7 @@ impl<S: Store> BackendCore<S> {
             logger,
             reporter,
             in_progress: AtomicUsize::new(0),
+            in_background: AtomicUsize::new(0),
             settled: Notify::new(),
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
@@ -185,17 +190,17 @@ impl<S: Store> BackendCore<S> {
 
     /// Releases a dropped lease; nobody awaits the outcome.
     pub fn release_in_background(self: &Arc<Self>, claim: Arc<S::Claim>) {
-        let core = self.clone();
+        let unsettled = Unsettled::new(self.clone());
         self.spawner.handle().spawn(async move {
-            let _ = core.release(&claim).await;
+            let _ = unsettled.0.release(&claim).await;
         });
     }
 
     /// Takes back the waiting marks of an acquire that stopped waiting, in
     /// the background.
     pub fn withdraw_in_background(self: &Arc<Self>, claim: Arc<S::Claim>, ticket: u64) {
-        let core = self.clone();
-        self.spawner.handle().spawn(async move { core.store.withdraw(&claim, ticket).await });
+        let unsettled = Unsettled::new(self.clone());
+        self.spawner.handle().spawn(async move { unsettled.0.store.withdraw(&claim, ticket).await });
     }
 
     /// Deletes the lock of `token` in the background, once the store can be
@@ -230,7 +235,8 @@ impl<S: Store> BackendCore<S> {
         });
     }
 
-    /// Resolves once no acquire is in progress.
+    /// Resolves once no acquire is in progress and no give-back of one that
+    /// ended is still under way.
     pub(super) async fn acquires_settled(&self) {
         loop {
             let settled = self.settled.notified();
@@ -238,11 +244,16 @@ impl<S: Store> BackendCore<S> {
             // Registered before the count is read, so a last acquire ending
             // in between is not missed.
             settled.as_mut().enable();
-            if self.in_progress.load(Ordering::SeqCst) == 0 {
+            if self.in_progress.load(Ordering::SeqCst) == 0 && self.in_background.load(Ordering::SeqCst) == 0 {
                 return;
             }
             settled.await;
         }
+    }
+
+    /// Acquires in progress and give-backs under way, for close's report.
+    pub(super) fn unsettled(&self) -> usize {
+        self.in_progress.load(Ordering::SeqCst) + self.in_background.load(Ordering::SeqCst)
     }
 
     /// Close: release every held lease by `deadline`. A lease that had
@@ -295,5 +306,27 @@ impl<S: Store> BackendCore<S> {
 
     pub(super) fn log(&self, level: Level, code: &'static str, message: String) {
         (self.logger)(&LogRecord { level, backend: self.name.clone(), code, message });
+    }
+}
+
+/// Counts a give-back in the background (the lease of an acquire that
+/// ended, or the waiting marks it left) until it is done: close waits for it
+/// as for an acquire in progress. Otherwise close shuts the connection down
+/// under it, and a mark left in the store refuses other processes' tries
+/// until it expires (`waitTimeoutMs` later), a lease until `leaseMs`.
+struct Unsettled<S: Store>(Arc<BackendCore<S>>);
+
+impl<S: Store> Unsettled<S> {
+    fn new(core: Arc<BackendCore<S>>) -> Self {
+        core.in_background.fetch_add(1, Ordering::SeqCst);
+        Unsettled(core)
+    }
+}
+
+impl<S: Store> Drop for Unsettled<S> {
+    fn drop(&mut self) {
+        if self.0.in_background.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
     }
 }
