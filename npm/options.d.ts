@@ -434,7 +434,7 @@ export interface RedisOptions {
 /** A PostgreSQL connection under `dokebi-postgres.connections.<name>`. */
 export interface PostgresConnectionOptions {
   /**
-   * Bound on one statement (and its row-lock waits); past it the outcome is unknown (OUTCOME_UNKNOWN).
+   * Bound on one statement; past it the outcome is unknown (OUTCOME_UNKNOWN). Row-lock waits end at three quarters of it, refused by the server (PROVIDER_FAILED, nothing done).
    * Integer from 1 to 600000.
    * @default 2000
    */

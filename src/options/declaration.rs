@@ -225,7 +225,7 @@ pub const POSTGRES_CONNECTION_FIELDS: &[Field] = &[
         1,
         600_000,
         2_000,
-        "Bound on one statement (and its row-lock waits); past it the outcome is unknown (OUTCOME_UNKNOWN).",
+        "Bound on one statement; past it the outcome is unknown (OUTCOME_UNKNOWN). Row-lock waits end at three quarters of it, refused by the server (PROVIDER_FAILED, nothing done).",
     ),
     int("poolSize", 1, 64, 2, "Connections for lock statements; each pipelines many statements."),
 ];

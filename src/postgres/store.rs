@@ -123,8 +123,12 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Row-lock waits end at three quarters of `commandTimeoutMs`: a
+    /// statement stalled behind another session's row lock is then refused
+    /// by the server (nothing done, `PROVIDER_FAILED`) before the driver
+    /// stops waiting for its answer, which would leave the outcome unknown.
     fn lock_timeout_ms(&self) -> i64 {
-        self.command_timeout().as_millis() as i64
+        (self.command_timeout().as_millis() as i64 * 3 / 4).max(1)
     }
 }
 

@@ -1,0 +1,151 @@
+//! The driver's server sessions ended under it while it works: an
+//! administrator's `pg_terminate_backend` (or a pooler or failover doing the
+//! same) of every connection of two providers, again and again, while four
+//! threads take turns on three keys. Each call either does what it says or
+//! fails with a code that says what the caller may rely on; no key is ever
+//! held twice, a fenced store never sees a fence twice or out of order, and
+//! the providers work again once the terminations stop. And a statement
+//! stalled on a key row another session keeps locked is refused by the
+//! server within `commandTimeoutMs`: the caller knows nothing was done.
+
+mod postgres;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{ErrorCode, Provider};
+use futures::executor::block_on;
+use postgres::{backend, code, count, wait, Schema};
+
+const KEYS: [&str; 3] = ["a", "b", "c"];
+
+/// A provider whose every session (statements and listener) carries
+/// `application_name = tag`, so that the test can find and end them.
+fn tagged(schema: &Schema, tag: &str) -> Provider {
+    let url = format!("{}?application_name={tag}", postgres::url());
+    Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", "")).unwrap()
+}
+
+/// Ends every session named `tag`; answers how many there were.
+fn terminate(tag: &str) -> i64 {
+    count(&format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{tag}'"))
+}
+
+/// A store that accepts a write only with a fence above the last it
+/// accepted for the key, as a fenced resource does.
+#[derive(Default)]
+struct FencedStore(Mutex<HashMap<&'static str, u64>>);
+
+impl FencedStore {
+    fn write(&self, key: &'static str, fence: u64) {
+        let mut last = self.0.lock().unwrap();
+        let previous = last.insert(key, fence).unwrap_or(0);
+        assert!(fence > previous, "{key}: fence {fence} after {previous}");
+    }
+}
+
+#[test]
+fn sessions_ended_under_load_never_give_a_key_twice_and_the_driver_recovers() {
+    let schema = Schema::fresh();
+    let tag = format!("dl_terminated_{}", std::process::id());
+    let providers = [tagged(&schema, &tag), tagged(&schema, &tag)];
+    let store = FencedStore::default();
+    let held: HashMap<&str, AtomicBool> = KEYS.iter().map(|key| (*key, AtomicBool::new(false))).collect();
+    let (sections, failures) = (AtomicUsize::new(0), Mutex::new(HashMap::<ErrorCode, usize>::new()));
+    let working = Arc::new(AtomicBool::new(true));
+    let mut ended = 0;
+    std::thread::scope(|scope| {
+        for worker in 0..4 {
+            let (provider, store, held, sections, failures, working) =
+                (&providers[worker % 2], &store, &held, &sections, &failures, working.clone());
+            scope.spawn(move || {
+                let lock = backend(provider);
+                let mut turn = worker;
+                while working.load(Ordering::Relaxed) {
+                    let key = KEYS[turn % KEYS.len()];
+                    turn += 1;
+                    let lease = match block_on(lock.acquire(key, wait(3000))) {
+                        Ok(lease) => lease,
+                        Err(err) => {
+                            *failures.lock().unwrap().entry(err.code()).or_default() += 1;
+                            continue;
+                        }
+                    };
+                    assert!(!held[key].swap(true, Ordering::SeqCst), "{key} granted while another holds it");
+                    store.write(key, lease.fence());
+                    std::thread::sleep(Duration::from_millis(2));
+                    held[key].store(false, Ordering::SeqCst);
+                    sections.fetch_add(1, Ordering::Relaxed);
+                    if let Err(err) = block_on(lease.release()) {
+                        *failures.lock().unwrap().entry(err.code()).or_default() += 1;
+                    }
+                }
+            });
+        }
+        // Work first, then end every session of both providers every 150 ms
+        // for 3 s, then let them work again.
+        std::thread::sleep(Duration::from_millis(500));
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            ended += terminate(&tag);
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        working.store(false, Ordering::Relaxed);
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(ended >= 10, "only {ended} sessions were ended");
+    assert!(sections.load(Ordering::Relaxed) >= 30, "only {} sections ran", sections.load(Ordering::Relaxed));
+    // What a caller may hear when its session ends under a call: the server
+    // is gone (PROVIDER_FAILED), the statement may have run (OUTCOME_UNKNOWN),
+    // or a key stayed held by a lease whose release was lost (WAIT_TIMEOUT).
+    for failed in failures.keys() {
+        assert!(
+            matches!(failed, ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown | ErrorCode::WaitTimeout),
+            "{failed:?} in {failures:?}"
+        );
+    }
+    assert!(!failures.is_empty(), "no call noticed its session ending");
+    // Both providers work again: every key, once the driver's clean-up has
+    // given back what lost releases left held.
+    for provider in &providers {
+        for key in KEYS {
+            let lease = block_on(backend(provider).acquire(key, wait(20_000))).expect("the provider recovers");
+            store.write(key, lease.fence());
+            assert!(block_on(lease.release()).unwrap());
+        }
+    }
+    for provider in &providers {
+        block_on(provider.close());
+    }
+    assert_eq!(count(&format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"))), 0);
+}
+
+#[test]
+fn a_statement_stalled_on_a_row_another_session_locks_is_refused_within_the_command_timeout() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let lock = backend(&provider);
+    // The key's row exists once it has been granted.
+    assert!(block_on(block_on(lock.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let keeper = std::thread::spawn({
+        let keys = schema.table("");
+        move || postgres::batch(&format!("BEGIN; SELECT 1 FROM {keys} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(4); COMMIT;"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let stalled = block_on(lock.acquire("k", wait(0)));
+    let took = started.elapsed();
+    assert_eq!(code(stalled), ErrorCode::ProviderFailed);
+    // commandTimeoutMs is 2000 in these tests, row-lock waits end at 1500
+    // ms (the server refuses: nothing was done), and the row stays locked 4 s.
+    assert!(took >= Duration::from_millis(1400) && took < Duration::from_millis(2000), "took {took:?}");
+    // Other keys are not held up meanwhile, and the key itself once the row is free.
+    assert!(block_on(block_on(lock.acquire("other", wait(0))).unwrap().release()).unwrap());
+    keeper.join().unwrap();
+    let lease = block_on(lock.acquire("k", wait(0))).expect("the key once the other session let go of its row");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
