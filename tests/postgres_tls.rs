@@ -1,8 +1,13 @@
 //! TLS to the machine's PostgreSQL (Debian's default: `ssl = on` with the
 //! snakeoil certificate, self-signed for `localhost`), with libpq's
-//! `sslmode` and `sslrootcert` in the URL.
+//! `sslmode` and `sslrootcert` in the URL; and client certificates
+//! (`sslcert`, `sslkey`) to a private server that takes no other login.
 
+#[path = "support/pki.rs"]
+mod pki;
 mod postgres;
+#[path = "postgres/server.rs"]
+mod server;
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
@@ -84,4 +89,44 @@ fn require_encrypts_without_checking_and_disable_stays_in_the_clear() {
     let provider = open(&schema, "postgres://postgres@127.0.0.1:5432/test?application_name=dl_clear&sslmode=disable");
     assert_eq!(encrypted_sessions(&provider, "dl_clear"), 0);
     block_on(provider.close());
+}
+
+/// A private server that takes only certificate logins (tests/postgres/server.rs),
+/// with an authority of the test's own (tests/support/pki.rs).
+mod client_certificates {
+    use super::*;
+
+    use crate::pki::Pki;
+    use crate::server::PrivateServer;
+
+    /// Takes and gives back a key through a provider on `url`.
+    fn take(url: &str) -> Result<(), dokebi_lock::LockError> {
+        let provider = Provider::from_yaml(&postgres::yaml_on(url, "dl_cert", "", "")).unwrap();
+        let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| assert!(block_on(lease.release()).unwrap()));
+        block_on(provider.close());
+        taken
+    }
+
+    #[test]
+    fn a_server_that_asks_for_a_client_certificate_gets_sslcert_and_sslkey() {
+        let pki = Pki::new("pg-client");
+        pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
+        pki.issue("postgres", "DNS:postgres", None, true);
+        pki.issue("someone", "DNS:someone", None, true);
+        let mut server = PrivateServer::start("client-certificates", &[]);
+        server.require_client_certificates(&pki.dir);
+        let base = format!(
+            "postgres://postgres@localhost:{}/postgres?hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert={}",
+            server.port(),
+            pki.path("ca.pem")
+        );
+        let with = |name: &str| format!("{base}&sslcert={}&sslkey={}", pki.path(&format!("{name}.pem")), pki.path(&format!("{name}.key")));
+        take(&with("postgres")).expect("the certificate of user postgres logs in");
+        // Without one, or with another user's, the server refuses who we are.
+        for url in [base.clone(), with("someone")] {
+            let err = take(&url).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+            assert!(err.to_string().contains("refused the credentials"), "{err}");
+        }
+    }
 }

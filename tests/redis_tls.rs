@@ -10,147 +10,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Hooks, LockError, Options, Provider};
 use futures::executor::block_on;
+use support::pki::Pki;
 use support::redis_server::RedisServer;
 use support::{open_redis, recording_logger, redis_yaml, wait};
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl").args(args).current_dir(dir).stderr(Stdio::null()).stdout(Stdio::null()).status().unwrap();
-    assert!(status.success(), "openssl {args:?}");
-}
-
-/// A private certificate authority in a temp dir, removed on drop.
-struct Pki {
-    dir: PathBuf,
-}
-
 impl Pki {
-    /// A fresh authority: `ca.pem`, `ca.key`.
-    fn new(name: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("dokebi-lock-tls-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=dokebi test CA",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-            ],
-        );
-        // What `openssl ca` (for set validity dates) needs.
-        std::fs::write(dir.join("index.txt"), "").unwrap();
-        std::fs::write(dir.join("serial"), "01\n").unwrap();
-        std::fs::write(
-            dir.join("ca.cnf"),
-            "[ca]\ndefault_ca = test\n[test]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = any\nunique_subject = no\n[any]\ncommonName = supplied\n",
-        )
-        .unwrap();
-        Pki { dir }
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).to_str().unwrap().to_owned()
-    }
-
-    fn text(&self, file: &str) -> String {
-        std::fs::read_to_string(self.dir.join(file)).unwrap()
-    }
-
-    /// `<name>.pem` and `<name>.key`: a certificate the authority signed
-    /// for the subject alternative names `san` (e.g. `DNS:localhost`),
-    /// valid from `validity` (`None`: from now for a day; else `openssl ca`
-    /// start and end dates, `YYYYMMDDHHMMSSZ`). `client` makes it a client
-    /// certificate.
-    fn issue(&self, name: &str, san: &str, validity: Option<(&str, &str)>, client: bool) {
-        let key = format!("{name}.key");
-        let csr = format!("{name}.csr");
-        let pem = format!("{name}.pem");
-        let ext = format!("{name}.ext");
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-subj",
-                &format!("/CN={name}"),
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-            ],
-        );
-        let usage = if client { "clientAuth" } else { "serverAuth" };
-        std::fs::write(self.dir.join(&ext), format!("subjectAltName={san}\nextendedKeyUsage={usage}\n")).unwrap();
-        match validity {
-            None => openssl(
-                &self.dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &csr,
-                    "-CA",
-                    "ca.pem",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-days",
-                    "1",
-                    "-out",
-                    &pem,
-                    "-extfile",
-                    &ext,
-                ],
-            ),
-            Some((start, end)) => openssl(
-                &self.dir,
-                &[
-                    "ca",
-                    "-batch",
-                    "-notext",
-                    "-config",
-                    "ca.cnf",
-                    "-cert",
-                    "ca.pem",
-                    "-keyfile",
-                    "ca.key",
-                    "-in",
-                    &csr,
-                    "-out",
-                    &pem,
-                    "-startdate",
-                    start,
-                    "-enddate",
-                    end,
-                    "-extfile",
-                    &ext,
-                ],
-            ),
-        }
-    }
-
     /// A redis-server with a TLS port serving certificate `name`, asking
     /// for client certificates of this authority when `mutual`. Returns
     /// it and its TLS port.
@@ -199,12 +68,6 @@ fn within_10s(what: &str, mut condition: impl FnMut() -> bool) {
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -4,7 +4,10 @@
 //! stopped and removed on drop (also when the test fails). It can crash
 //! (`pg_ctl stop -m immediate`: no checkpoint, whatever was not flushed is
 //! lost, recovery on the next start), restart, and give an asynchronous
-//! streaming standby (`pg_basebackup -R`) that can be promoted.
+//! streaming standby (`pg_basebackup -R`) that can be promoted, or take
+//! only client certificate logins.
+
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -121,6 +124,30 @@ impl PrivateServer {
     pub fn stop(&mut self) {
         run_as_postgres("pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "fast", "-w", "stop"]);
         self.running = false;
+    }
+
+    /// Restarts the server with TLS on (`server.pem`/`.key` of the
+    /// authority in `pki`, whose `ca.pem` it trusts for clients) and only
+    /// certificate logins over TCP (`hostssl ... cert`: the certificate's
+    /// common name is the user); local connections stay trusted.
+    pub fn require_client_certificates(&mut self, pki: &Path) {
+        self.stop();
+        let data = self.data();
+        for file in ["ca.pem", "server.pem", "server.key"] {
+            std::fs::copy(pki.join(file), data.join(file)).unwrap();
+            let status = Command::new("chown").args(["postgres:postgres"]).arg(data.join(file)).status().unwrap();
+            assert!(status.success(), "chown of {file}");
+        }
+        append(
+            &data.join("postgresql.conf"),
+            "ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\nssl_ca_file = 'ca.pem'\n",
+        );
+        std::fs::write(data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 cert\n").unwrap();
+        self.start_again();
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Promotes a standby to a primary and waits until it is one.
