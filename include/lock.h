@@ -221,7 +221,7 @@ enum dokebi_lock_event_kind
    */
   DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
   /**
-   * A Redis connection (`connection`) went up or down (`up`).
+   * A Redis or PostgreSQL connection (`connection`) went up or down (`up`).
    */
   DOKEBI_LOCK_EVENT_CONNECTION = 5,
   /**

@@ -241,7 +241,7 @@ export interface TelemetryPayloads {
   'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
   /** A redis lease turned out lost. */
   'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
-  /** A Redis connection (a name of dokebi-redis.connections) went up or down. */
+  /** A Redis or PostgreSQL connection (a name of dokebi-redis.connections or dokebi-postgres.connections) went up or down. */
   connection: { readonly connection: string; readonly up: boolean };
 }
 

@@ -60,7 +60,8 @@ pub enum TelemetryEvent {
         /// `LEASE_LOST` or `OUTCOME_UNKNOWN`.
         code: ErrorCode,
     },
-    /// A Redis connection went up or down.
+    /// A Redis or PostgreSQL connection went up (answered) or down (could
+    /// not be reached, or its answer was lost).
     Connection {
         /// The connection's name.
         connection: String,

@@ -61,3 +61,36 @@ fn a_release_whose_answer_is_lost_is_outcome_unknown_and_the_key_is_freed_once_i
     block_on(cut_off.close());
     block_on(other.close());
 }
+
+#[test]
+fn telemetry_reports_the_connection_going_down_and_up() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    use std::sync::{Arc, Mutex};
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let hooks = dokebi_lock::Hooks {
+        telemetry: Some(Arc::new(move |event: &TelemetryEvent| {
+            if let TelemetryEvent::Connection { connection, up } = event {
+                sink.lock().unwrap().push((connection.clone(), *up));
+            }
+        })),
+        ..dokebi_lock::Hooks::default()
+    };
+    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
+    let yaml = postgres::yaml_on(&url, &schema.0, "", &format!("        listenUrl: '{}'\n", postgres::url()))
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
+    let provider = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
+    let main = |up: bool| ("main".to_owned(), up);
+    assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
+    assert_eq!(*events.lock().unwrap(), [main(true)]);
+    proxy.hold();
+    assert_eq!(code(block_on(backend(&provider).acquire("k", wait(0)))), ErrorCode::OutcomeUnknown);
+    assert_eq!(*events.lock().unwrap(), [main(true), main(false)]);
+    proxy.release();
+    let lease = block_on(backend(&provider).acquire("j", wait(5000))).expect("the connection comes back");
+    assert!(block_on(lease.release()).unwrap());
+    assert_eq!(events.lock().unwrap()[..3], [main(true), main(false), main(true)]);
+    block_on(provider.close());
+}

@@ -102,7 +102,7 @@ impl PostgresDriver {
         let mut connections = BTreeMap::new();
         for name in used {
             if !connections.contains_key(name) {
-                let connection = PgConnection::new(name, &options.postgres[name], runtime.spawner().handle().clone())?;
+                let connection = PgConnection::new(name, &options.postgres[name], runtime.spawner().handle().clone(), telemetry.clone())?;
                 connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
             }
         }

@@ -28,7 +28,7 @@ pub enum dokebi_lock_event_kind {
     DOKEBI_LOCK_EVENT_WAIT_TIMEOUT = 3,
     /// A lease turned out lost; `code` is `LEASE_LOST` or `OUTCOME_UNKNOWN`.
     DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
-    /// A Redis connection (`connection`) went up or down (`up`).
+    /// A Redis or PostgreSQL connection (`connection`) went up or down (`up`).
     DOKEBI_LOCK_EVENT_CONNECTION = 5,
     /// An acquire call ended, after `duration_ms`; `code` is its outcome
     /// (`DOKEBI_LOCK_OK` when granted). Only with `DOKEBI_LOCK_TRACE_ACQUIRE`

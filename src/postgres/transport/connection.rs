@@ -22,6 +22,7 @@ use super::url;
 use crate::error::{ErrorCode, Result};
 use crate::options::PostgresConnectionOptions;
 use crate::store::{Failure, Refusal};
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// One pooled client and the lock that keeps two tasks from connecting it
 /// at once.
@@ -42,6 +43,9 @@ struct Health {
 pub(crate) struct PgConnection {
     /// `connections.<name>`, for messages.
     name: String,
+    /// `<name>`, for telemetry's `connection` events.
+    short_name: String,
+    telemetry: Option<Telemetry>,
     config: Config,
     tls: MakeRustls,
     listen_config: Config,
@@ -61,7 +65,7 @@ pub(crate) struct PgConnection {
 impl PgConnection {
     /// Reads the options (a URL that cannot be used is `PROVIDER_FAILED`
     /// now); connects only when first used.
-    pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle) -> Result<PgConnection> {
+    pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle, telemetry: Option<Telemetry>) -> Result<PgConnection> {
         let path = format!("dokebi-postgres.connections.{name}");
         let what = format!("{path}.url");
         let (config, tls) = url::config(&options.url, &what)?;
@@ -76,6 +80,8 @@ impl PgConnection {
         };
         Ok(PgConnection {
             name: path,
+            short_name: name.to_owned(),
+            telemetry,
             config,
             tls,
             listen_config,
@@ -214,7 +220,7 @@ impl PgConnection {
     }
 
     fn answered(&self) {
-        self.connected.store(true, Ordering::Relaxed);
+        self.set_connected(true);
         self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer = Some(SystemTime::now());
     }
 
@@ -224,7 +230,7 @@ impl PgConnection {
             _ => ErrorCode::ProviderFailed,
         };
         if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
-            self.connected.store(false, Ordering::Relaxed);
+            self.set_connected(false);
         }
         self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(code);
     }
@@ -265,7 +271,17 @@ impl PgConnection {
         for slot in &self.slots {
             slot.client.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
-        self.connected.store(false, Ordering::Relaxed);
+        self.set_connected(false);
+    }
+
+    /// Records whether the server answers, telling telemetry when that
+    /// changes (a `connection` event, as a Redis connection's).
+    fn set_connected(&self, up: bool) {
+        if self.connected.swap(up, Ordering::Relaxed) != up {
+            if let Some(telemetry) = &self.telemetry {
+                telemetry.event(&TelemetryEvent::Connection { connection: self.short_name.clone(), up });
+            }
+        }
     }
 }
 
