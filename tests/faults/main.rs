@@ -19,6 +19,11 @@
 //! table row per scenario (and the failover times) and fails on any
 //! violation.
 //!
+//! The `pg-*` scenarios put the lock in the machine's PostgreSQL (`driver:
+//! postgres`, a schema of the scenario's own; see `topology.rs`) under the
+//! faults that do not need Redis, and end every worker session with
+//! `pg_terminate_backend` (`pg-terminate`).
+//!
 //! The `mixed-*` scenarios take the lock kinds of issue 21 under the faults
 //! that outlast a lease: the workers' sections on `k0` and `k1` are readers
 //! (shared) or writers (exclusive), and those on `k2` hold 1 or 2 units of a
@@ -29,6 +34,8 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../postgres/mod.rs"]
+mod postgres;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 #[path = "../support/sentinel.rs"]
@@ -52,7 +59,7 @@ use log::{mono_us, Hold, HoldKind};
 use proxy::Proxy;
 use redis_server::RedisServer;
 use store::Attempt;
-use topology::{Failover, Lock};
+use topology::{Failover, Lock, PgLock};
 use worker::WorkerArgs;
 
 const LEASE_MS: u32 = 1000;
@@ -106,6 +113,11 @@ enum Fault {
     /// replica; the workers follow it by themselves. Replication is
     /// asynchronous, so the last locks and releases may be lost with it.
     SentinelFailover,
+    /// PostgreSQL: every session of the workers ended by the server
+    /// (`pg_terminate_backend`) every 300 ms, as an administrator, a pooler
+    /// or a failover does: statements in flight end `OUTCOME_UNKNOWN`, the
+    /// listeners reconnect.
+    Terminate,
     /// The lock is a Redis Cluster (3 primaries, 3 replicas); once, while a
     /// worker holds a lease, the primary of `k0`'s slot (and of any other
     /// key's there) is killed (SIGKILL). Its keys fail until its replica is
@@ -121,30 +133,41 @@ struct Scenario {
     /// 0: every section exclusive. Else mixed kinds, the last key counted
     /// with this limit (see `worker.rs`).
     limit: u32,
+    /// The workers' driver: the lock on a redis-server (or the topology
+    /// the fault needs), or in the machine's PostgreSQL.
+    postgres: bool,
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "baseline", fault: Fault::None, hold_ms: 15, limit: 0 },
-    Scenario { name: "sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0 },
-    Scenario { name: "sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0 },
-    Scenario { name: "restart-redis", fault: Fault::Restart, hold_ms: 300, limit: 0 },
-    Scenario { name: "kill-pubsub", fault: Fault::PubsubKill, hold_ms: 15, limit: 0 },
-    Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15, limit: 0 },
-    Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15, limit: 0 },
-    Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15, limit: 0 },
-    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0 },
-    Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300, limit: 0 },
-    Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300, limit: 0 },
-    Scenario { name: "sentinel-failover", fault: Fault::SentinelFailover, hold_ms: 300, limit: 0 },
-    Scenario { name: "cluster-failover", fault: Fault::ClusterFailover, hold_ms: 300, limit: 0 },
+    Scenario { name: "baseline", fault: Fault::None, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "restart-redis", fault: Fault::Restart, hold_ms: 300, limit: 0, postgres: false },
+    Scenario { name: "kill-pubsub", fault: Fault::PubsubKill, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, postgres: false },
+    Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300, limit: 0, postgres: false },
+    Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300, limit: 0, postgres: false },
+    Scenario { name: "sentinel-failover", fault: Fault::SentinelFailover, hold_ms: 300, limit: 0, postgres: false },
+    Scenario { name: "cluster-failover", fault: Fault::ClusterFailover, hold_ms: 300, limit: 0, postgres: false },
     // Mixed kinds under the faults that make leases expire under their
     // holders: a holder paused (SIGSTOP) past its lease, the lock server
     // restarted empty under long sections (every lease gone at once, readers'
     // and counted ones with the writers'), and a proxy stall past the lease
     // and `commandTimeoutMs` (renewals and releases end OUTCOME_UNKNOWN).
-    Scenario { name: "mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT },
-    Scenario { name: "mixed-restart", fault: Fault::Restart, hold_ms: 300, limit: MIXED_LIMIT },
-    Scenario { name: "mixed-stall", fault: Fault::Stall, hold_ms: 15, limit: MIXED_LIMIT },
+    Scenario { name: "mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, postgres: false },
+    Scenario { name: "mixed-restart", fault: Fault::Restart, hold_ms: 300, limit: MIXED_LIMIT, postgres: false },
+    Scenario { name: "mixed-stall", fault: Fault::Stall, hold_ms: 15, limit: MIXED_LIMIT, postgres: false },
+    // The postgres driver, from every surface, under the faults that do
+    // not depend on Redis, and its sessions ended by the server.
+    Scenario { name: "pg-baseline", fault: Fault::None, hold_ms: 15, limit: 0, postgres: true },
+    Scenario { name: "pg-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, postgres: true },
+    Scenario { name: "pg-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, postgres: true },
+    Scenario { name: "pg-stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, postgres: true },
+    Scenario { name: "pg-terminate", fault: Fault::Terminate, hold_ms: 15, limit: 0, postgres: true },
+    Scenario { name: "pg-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, postgres: true },
 ];
 
 /// How long a scenario with a real failover runs at least: the kill comes
@@ -175,7 +198,13 @@ impl Fault {
     fn leaves_expiring_keys(self) -> bool {
         matches!(
             self,
-            Fault::Kill | Fault::Stall | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover
+            Fault::Kill
+                | Fault::Stall
+                | Fault::Terminate
+                | Fault::SnapshotRestart
+                | Fault::Failover
+                | Fault::SentinelFailover
+                | Fault::ClusterFailover
         )
     }
 
@@ -194,7 +223,9 @@ impl Fault {
         match self {
             Fault::None | Fault::Latency | Fault::PubsubKill | Fault::ScriptFlush | Fault::DebugSleep | Fault::Stop | Fault::Kill => &[],
             Fault::Restart | Fault::SnapshotRestart | Fault::Failover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN"],
-            Fault::Stall | Fault::SentinelFailover | Fault::ClusterFailover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
+            Fault::Stall | Fault::Terminate | Fault::SentinelFailover | Fault::ClusterFailover => {
+                &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"]
+            }
         }
     }
 }
@@ -240,8 +271,9 @@ struct Run {
 }
 
 impl Run {
-    fn lock_endpoint(&self) -> String {
-        self.lock.endpoint_yaml(self.proxy.as_ref().map(Proxy::url))
+    fn lock_yaml(&self) -> String {
+        let endpoint = self.lock.endpoint_yaml(self.proxy.as_ref().map(Proxy::port));
+        worker::yaml(self.lock.driver(), &self.lock.backend_yaml(), &endpoint, NAMESPACE, LEASE_MS)
     }
 
     fn spawn(&mut self, kind: Kind) {
@@ -272,7 +304,7 @@ impl Run {
                 command
             }
         };
-        command.env(worker::YAML_VAR, worker::yaml(&self.lock_endpoint(), NAMESPACE, LEASE_MS));
+        command.env(worker::YAML_VAR, self.lock_yaml());
         let stderr = std::fs::File::create(self.dir.join(format!("{name}.stderr"))).unwrap();
         let child =
             command.args(args.to_args()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr).spawn().expect("a worker starts");
@@ -434,6 +466,13 @@ impl Run {
                     }
                 }
                 Fault::SentinelFailover | Fault::ClusterFailover => sleep(Duration::from_millis(100)),
+                Fault::Terminate => {
+                    sleep(Duration::from_millis(300));
+                    let Lock::Postgres(lock) = &self.lock else { panic!("terminate is a postgres fault") };
+                    if lock.terminate_sessions() > 0 {
+                        self.faults += 1;
+                    }
+                }
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
                     self.lock_command(redis::cmd("DEBUG").arg("SLEEP").arg("0.25"));
@@ -478,12 +517,12 @@ impl Run {
         let grace = if fault.leaves_expiring_keys() { Duration::from_millis(u64::from(LEASE_MS) + 500) } else { Duration::ZERO };
         let until = Instant::now() + grace;
         loop {
-            let left = self.lock.keys().into_iter().filter(|k| k.starts_with(&format!("{NAMESPACE}:lock:"))).count();
+            let left = self.lock.left_behind(NAMESPACE);
             if left == 0 {
                 return;
             }
             if Instant::now() >= until {
-                self.violations.push(format!("{left} lock keys left in Redis after every worker closed"));
+                self.violations.push(format!("{left} locks left held or waited for after every worker closed"));
                 return;
             }
             sleep(Duration::from_millis(50));
@@ -583,6 +622,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     std::fs::create_dir_all(&dir).unwrap();
     let run = if scenario.fault.topology() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
+        _ if scenario.postgres => Lock::Postgres(PgLock::new(scenario.name)),
         Fault::SentinelFailover => Lock::Sentinel(sentinel::Sentinels::start()),
         Fault::ClusterFailover => Lock::Cluster(cluster::Cluster::start()),
         // Its snapshots go to a data dir of its own, which a restart loads.
@@ -594,8 +634,8 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let store = RedisServer::start();
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
-        Fault::Latency => Some(Proxy::start(lock.server().port(), Duration::from_millis(20))),
-        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.server().port(), Duration::ZERO)),
+        Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
+        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {

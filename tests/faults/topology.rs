@@ -3,7 +3,8 @@
 //! (`cluster-failover`), and the failover those two scenarios inject: the
 //! primary (of the Sentinel deployment, or of the slot of `k0`'s lock key)
 //! is killed with SIGKILL once, while a worker holds a lease, and the
-//! harness waits until a replica took over.
+//! harness waits until a replica took over. Or, in the `pg-*` scenarios,
+//! the machine's PostgreSQL (a schema of the scenario's own, dropped after).
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cluster::Cluster;
 use crate::log::{mono_us, Hold};
+use crate::postgres;
 use crate::redis_server::RedisServer;
 use crate::sentinel::Sentinels;
 
@@ -18,6 +20,41 @@ pub enum Lock {
     Server(RedisServer),
     Sentinel(Sentinels),
     Cluster(Cluster),
+    Postgres(PgLock),
+}
+
+/// The postgres scenarios' lock: the driver's tables in `schema` of the
+/// machine's PostgreSQL, every worker session named `application` (so
+/// that the harness can end them).
+pub struct PgLock {
+    pub schema: String,
+    pub application: String,
+}
+
+/// The machine's PostgreSQL (tests/postgres/mod.rs), where the workers go
+/// unless a proxy stands in front of it.
+const PG_PORT: u16 = 5432;
+
+impl PgLock {
+    pub fn new(scenario: &str) -> PgLock {
+        let schema = format!("faults_{}_{}", std::process::id(), scenario.replace('-', "_"));
+        postgres::batch(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        PgLock { schema, application: format!("faults_{}", std::process::id()) }
+    }
+
+    /// Ends every session of the workers; answers how many there were.
+    pub fn terminate_sessions(&self) -> i64 {
+        postgres::count(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{}'",
+            self.application
+        ))
+    }
+}
+
+impl Drop for PgLock {
+    fn drop(&mut self) {
+        postgres::batch(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
 }
 
 /// One primary killed during a run.
@@ -46,13 +83,57 @@ impl Lock {
         }
     }
 
-    /// The workers' connection endpoint, one line of YAML; `url` replaces
-    /// the single server's own URL (a proxy in front of it).
-    pub fn endpoint_yaml(&self, url: Option<String>) -> String {
+    /// The workers' driver.
+    pub fn driver(&self) -> &'static str {
         match self {
-            Lock::Server(server) => format!("url: \"{}\"", url.unwrap_or_else(|| server.url())),
+            Lock::Postgres(_) => "postgres",
+            _ => "redis",
+        }
+    }
+
+    /// The port a proxy in front of the (single) lock server forwards to.
+    pub fn port(&self) -> u16 {
+        match self {
+            Lock::Postgres(_) => PG_PORT,
+            _ => self.server().port(),
+        }
+    }
+
+    /// The workers' backend fields besides the common ones, `, name: value` each.
+    pub fn backend_yaml(&self) -> String {
+        match self {
+            Lock::Postgres(lock) => format!(", schema: {}", lock.schema),
+            _ => String::new(),
+        }
+    }
+
+    /// The workers' connection endpoint, one line of YAML; `proxy` (a port)
+    /// stands in front of the single server.
+    pub fn endpoint_yaml(&self, proxy: Option<u16>) -> String {
+        match self {
+            Lock::Server(server) => {
+                format!("url: \"{}\"", proxy.map_or_else(|| server.url(), |port| format!("redis://127.0.0.1:{port}/0")))
+            }
             Lock::Sentinel(sentinels) => sentinels.endpoint_yaml(),
             Lock::Cluster(cluster) => cluster.endpoint_yaml(),
+            Lock::Postgres(lock) => format!(
+                "url: \"postgres://postgres@127.0.0.1:{}/test?sslmode=disable&application_name={}\"",
+                proxy.unwrap_or(PG_PORT),
+                lock.application
+            ),
+        }
+    }
+
+    /// How many of the workers' locks in `namespace` are held or waited for
+    /// (Redis: lock keys; PostgreSQL: live holder and waiting rows).
+    pub fn left_behind(&self, namespace: &str) -> usize {
+        match self {
+            Lock::Postgres(lock) => postgres::count(&format!(
+                "SELECT (SELECT count(*) FROM {0}.dokebi_lock_holders WHERE namespace = '{namespace}' AND expires_at > now())
+                      + (SELECT count(*) FROM {0}.dokebi_lock_waiting WHERE namespace = '{namespace}' AND lapses_at > now())",
+                lock.schema
+            )) as usize,
+            _ => self.keys().into_iter().filter(|k| k.starts_with(&format!("{namespace}:lock:"))).count(),
         }
     }
 
@@ -62,6 +143,7 @@ impl Lock {
             Lock::Server(server) => server.keys(),
             Lock::Sentinel(sentinels) => sentinels.primary().keys(),
             Lock::Cluster(cluster) => cluster.keys("*"),
+            Lock::Postgres(_) => panic!("a postgres lock has no Redis keys"),
         }
     }
 
@@ -69,7 +151,7 @@ impl Lock {
     /// (Cluster), and waits until a replica took over, at most `bound`.
     pub fn fail_over(&mut self, namespace: &str, keys: &[String], bound: Duration) -> Failover {
         match self {
-            Lock::Server(_) => panic!("a single server has no replica to fail over to"),
+            Lock::Server(_) | Lock::Postgres(_) => panic!("a single server has no replica to fail over to"),
             Lock::Sentinel(sentinels) => {
                 let old = sentinels.kill_primary();
                 let killed_at = mono_us();

@@ -76,14 +76,16 @@ impl WorkerArgs {
     }
 }
 
-/// The options of every worker: one redis backend `faults` on a connection
-/// whose endpoint is `endpoint`, one line of YAML: `url: "redis://..."`,
-/// `sentinel: { nodes: [...], primaryName: ... }` or `cluster: { nodes: [...] }`.
-/// The C and Node workers take the same YAML (in [`YAML_VAR`]), so the
-/// topology reaches every worker the same way.
-pub fn yaml(endpoint: &str, namespace: &str, lease_ms: u32) -> String {
+/// The options of every worker: one backend `faults` of `driver` (`redis`
+/// or `postgres`, with the further fields `backend`, `, name: value` each)
+/// on a connection whose endpoint is `endpoint`, one line of YAML: `url:
+/// "redis://..."` (or `"postgres://..."`), `sentinel: { nodes: [...],
+/// primaryName: ... }` or `cluster: { nodes: [...] }`. The C and Node
+/// workers take the same YAML (in [`YAML_VAR`]), so the lock reaches every
+/// worker the same way.
+pub fn yaml(driver: &str, backend: &str, endpoint: &str, namespace: &str, lease_ms: u32) -> String {
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: redis, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20 }}\n  dokebi-redis:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n"
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: {driver}, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20{backend} }}\n  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n"
     )
 }
 
