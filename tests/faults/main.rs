@@ -22,7 +22,9 @@
 //! The `pg-*` scenarios put the lock in the machine's PostgreSQL (`driver:
 //! postgres`, a schema of the scenario's own; see `topology.rs`) under the
 //! faults that do not need Redis, and end every worker session with
-//! `pg_terminate_backend` (`pg-terminate`).
+//! `pg_terminate_backend` (`pg-terminate`). The `file-*` ones use the file
+//! driver (lock files in a directory of the scenario's own), where no fault
+//! lets sections overlap: there is no lease, a paused holder keeps its lock.
 //!
 //! The `mixed-*` scenarios take the lock kinds of issue 21 under the faults
 //! that outlast a lease: the workers' sections on `k0` and `k1` are readers
@@ -133,41 +135,58 @@ struct Scenario {
     /// 0: every section exclusive. Else mixed kinds, the last key counted
     /// with this limit (see `worker.rs`).
     limit: u32,
-    /// The workers' driver: the lock on a redis-server (or the topology
-    /// the fault needs), or in the machine's PostgreSQL.
-    postgres: bool,
+    /// Where the workers' lock is.
+    on: On,
+}
+
+/// The workers' driver.
+#[derive(Clone, Copy, PartialEq)]
+enum On {
+    /// A redis-server, or the topology the fault needs.
+    Redis,
+    /// The machine's PostgreSQL.
+    Postgres,
+    /// Lock files in a directory of the scenario's own: no lease, so no
+    /// fault here lets two sections overlap.
+    File,
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "baseline", fault: Fault::None, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "restart-redis", fault: Fault::Restart, hold_ms: 300, limit: 0, postgres: false },
-    Scenario { name: "kill-pubsub", fault: Fault::PubsubKill, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, postgres: false },
-    Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300, limit: 0, postgres: false },
-    Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300, limit: 0, postgres: false },
-    Scenario { name: "sentinel-failover", fault: Fault::SentinelFailover, hold_ms: 300, limit: 0, postgres: false },
-    Scenario { name: "cluster-failover", fault: Fault::ClusterFailover, hold_ms: 300, limit: 0, postgres: false },
+    Scenario { name: "baseline", fault: Fault::None, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "restart-redis", fault: Fault::Restart, hold_ms: 300, limit: 0, on: On::Redis },
+    Scenario { name: "kill-pubsub", fault: Fault::PubsubKill, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "script-flush", fault: Fault::ScriptFlush, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "debug-sleep", fault: Fault::DebugSleep, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "latency-proxy", fault: Fault::Latency, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, on: On::Redis },
+    Scenario { name: "snapshot-restart", fault: Fault::SnapshotRestart, hold_ms: 300, limit: 0, on: On::Redis },
+    Scenario { name: "replica-failover", fault: Fault::Failover, hold_ms: 300, limit: 0, on: On::Redis },
+    Scenario { name: "sentinel-failover", fault: Fault::SentinelFailover, hold_ms: 300, limit: 0, on: On::Redis },
+    Scenario { name: "cluster-failover", fault: Fault::ClusterFailover, hold_ms: 300, limit: 0, on: On::Redis },
     // Mixed kinds under the faults that make leases expire under their
     // holders: a holder paused (SIGSTOP) past its lease, the lock server
     // restarted empty under long sections (every lease gone at once, readers'
     // and counted ones with the writers'), and a proxy stall past the lease
     // and `commandTimeoutMs` (renewals and releases end OUTCOME_UNKNOWN).
-    Scenario { name: "mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, postgres: false },
-    Scenario { name: "mixed-restart", fault: Fault::Restart, hold_ms: 300, limit: MIXED_LIMIT, postgres: false },
-    Scenario { name: "mixed-stall", fault: Fault::Stall, hold_ms: 15, limit: MIXED_LIMIT, postgres: false },
+    Scenario { name: "mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::Redis },
+    Scenario { name: "mixed-restart", fault: Fault::Restart, hold_ms: 300, limit: MIXED_LIMIT, on: On::Redis },
+    Scenario { name: "mixed-stall", fault: Fault::Stall, hold_ms: 15, limit: MIXED_LIMIT, on: On::Redis },
     // The postgres driver, from every surface, under the faults that do
     // not depend on Redis, and its sessions ended by the server.
-    Scenario { name: "pg-baseline", fault: Fault::None, hold_ms: 15, limit: 0, postgres: true },
-    Scenario { name: "pg-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, postgres: true },
-    Scenario { name: "pg-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, postgres: true },
-    Scenario { name: "pg-stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, postgres: true },
-    Scenario { name: "pg-terminate", fault: Fault::Terminate, hold_ms: 15, limit: 0, postgres: true },
-    Scenario { name: "pg-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, postgres: true },
+    Scenario { name: "pg-baseline", fault: Fault::None, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-terminate", fault: Fault::Terminate, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::Postgres },
+    // The file driver: a paused holder keeps its kernel lock (the others
+    // wait), a killed one's is dropped by the kernel at once.
+    Scenario { name: "file-baseline", fault: Fault::None, hold_ms: 15, limit: 0, on: On::File },
+    Scenario { name: "file-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::File },
+    Scenario { name: "file-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::File },
+    Scenario { name: "file-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::File },
 ];
 
 /// How long a scenario with a real failover runs at least: the kill comes
@@ -272,8 +291,7 @@ struct Run {
 
 impl Run {
     fn lock_yaml(&self) -> String {
-        let endpoint = self.lock.endpoint_yaml(self.proxy.as_ref().map(Proxy::port));
-        worker::yaml(self.lock.driver(), &self.lock.backend_yaml(), &endpoint, NAMESPACE, LEASE_MS)
+        self.lock.worker_yaml(self.proxy.as_ref().map(Proxy::port), NAMESPACE, LEASE_MS)
     }
 
     fn spawn(&mut self, kind: Kind) {
@@ -622,7 +640,8 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     std::fs::create_dir_all(&dir).unwrap();
     let run = if scenario.fault.topology() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
-        _ if scenario.postgres => Lock::Postgres(PgLock::new(scenario.name)),
+        _ if scenario.on == On::Postgres => Lock::Postgres(PgLock::new(scenario.name)),
+        _ if scenario.on == On::File => Lock::File(dir.join("locks")),
         Fault::SentinelFailover => Lock::Sentinel(sentinel::Sentinels::start()),
         Fault::ClusterFailover => Lock::Cluster(cluster::Cluster::start()),
         // Its snapshots go to a data dir of its own, which a restart loads.
@@ -667,7 +686,8 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let (holds, failures) = run.holds();
     let mut client = run.store.client();
     let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
-    let mut findings = check(&holds, &stores, scenario.fault.exclusive(), u64::from(LEASE_MS) * 1000);
+    let exclusive = scenario.fault.exclusive() || scenario.on == On::File;
+    let mut findings = check(&holds, &stores, exclusive, u64::from(LEASE_MS) * 1000);
     if findings.holds < 10 {
         findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
     }
@@ -858,7 +878,7 @@ fn main() {
     println!("\nfault suite: {seconds} s per scenario ({} s with a failover), lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", FAILOVER_RUN.as_secs().max(seconds), root.display());
     println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
     println!(
-        "{:<17} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
         "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
     );
     let mut violations = 0;
@@ -866,7 +886,7 @@ fn main() {
         let f = &row.findings;
         violations += f.violations.len();
         println!(
-            "{:<17} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
             row.name,
             row.workers,
             f.holds,

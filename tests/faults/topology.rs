@@ -4,8 +4,11 @@
 //! primary (of the Sentinel deployment, or of the slot of `k0`'s lock key)
 //! is killed with SIGKILL once, while a worker holds a lease, and the
 //! harness waits until a replica took over. Or, in the `pg-*` scenarios,
-//! the machine's PostgreSQL (a schema of the scenario's own, dropped after).
+//! the machine's PostgreSQL (a schema of the scenario's own, dropped after);
+//! in the `file-*` ones, lock files in a directory of the scenario's own.
 
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -15,12 +18,15 @@ use crate::log::{mono_us, Hold};
 use crate::postgres;
 use crate::redis_server::RedisServer;
 use crate::sentinel::Sentinels;
+use crate::worker;
 
 pub enum Lock {
     Server(RedisServer),
     Sentinel(Sentinels),
     Cluster(Cluster),
     Postgres(PgLock),
+    /// The file driver: lock files in this directory.
+    File(PathBuf),
 }
 
 /// The postgres scenarios' lock: the driver's tables in `schema` of the
@@ -83,14 +89,6 @@ impl Lock {
         }
     }
 
-    /// The workers' driver.
-    pub fn driver(&self) -> &'static str {
-        match self {
-            Lock::Postgres(_) => "postgres",
-            _ => "redis",
-        }
-    }
-
     /// The port a proxy in front of the (single) lock server forwards to.
     pub fn port(&self) -> u16 {
         match self {
@@ -99,29 +97,37 @@ impl Lock {
         }
     }
 
-    /// The workers' backend fields besides the common ones, `, name: value` each.
-    pub fn backend_yaml(&self) -> String {
-        match self {
-            Lock::Postgres(lock) => format!(", schema: {}", lock.schema),
-            _ => String::new(),
-        }
-    }
-
-    /// The workers' connection endpoint, one line of YAML; `proxy` (a port)
-    /// stands in front of the single server.
-    pub fn endpoint_yaml(&self, proxy: Option<u16>) -> String {
-        match self {
+    /// The workers' options (see `worker::yaml`); `proxy` (a port) stands
+    /// in front of the single server.
+    pub fn worker_yaml(&self, proxy: Option<u16>, namespace: &str, lease_ms: u32) -> String {
+        let common = format!("namespace: {namespace}, waitTimeoutMs: 3000, pollIntervalMs: 20");
+        let connection = |driver: &str, endpoint: String| {
+            format!("  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n")
+        };
+        let (backend, driver) = match self {
             Lock::Server(server) => {
-                format!("url: \"{}\"", proxy.map_or_else(|| server.url(), |port| format!("redis://127.0.0.1:{port}/0")))
+                let url = proxy.map_or_else(|| server.url(), |port| format!("redis://127.0.0.1:{port}/0"));
+                ("driver: redis, connection: main".to_owned(), connection("redis", format!("url: \"{url}\"")))
             }
-            Lock::Sentinel(sentinels) => sentinels.endpoint_yaml(),
-            Lock::Cluster(cluster) => cluster.endpoint_yaml(),
-            Lock::Postgres(lock) => format!(
-                "url: \"postgres://postgres@127.0.0.1:{}/test?sslmode=disable&application_name={}\"",
-                proxy.unwrap_or(PG_PORT),
-                lock.application
+            Lock::Sentinel(sentinels) => ("driver: redis, connection: main".to_owned(), connection("redis", sentinels.endpoint_yaml())),
+            Lock::Cluster(cluster) => ("driver: redis, connection: main".to_owned(), connection("redis", cluster.endpoint_yaml())),
+            Lock::Postgres(lock) => (
+                format!("driver: postgres, connection: main, schema: {}", lock.schema),
+                connection(
+                    "postgres",
+                    format!(
+                        "url: \"postgres://postgres@127.0.0.1:{}/test?sslmode=disable&application_name={}\"",
+                        proxy.unwrap_or(PG_PORT),
+                        lock.application
+                    ),
+                ),
             ),
-        }
+            // No lease: a kernel lock lasts as long as its holder.
+            Lock::File(directory) => {
+                return worker::yaml(&format!("driver: file, directory: \"{}\", {common}", directory.display()), "");
+            }
+        };
+        worker::yaml(&format!("{backend}, {common}, leaseMs: {lease_ms}"), &driver)
     }
 
     /// How many of the workers' locks in `namespace` are held or waited for
@@ -133,6 +139,10 @@ impl Lock {
                       + (SELECT count(*) FROM {0}.dokebi_lock_waiting WHERE namespace = '{namespace}' AND lapses_at > now())",
                 lock.schema
             )) as usize,
+            // Every lock file nobody holds can be locked now.
+            Lock::File(directory) => std::fs::read_dir(directory)
+                .map(|entries| entries.filter_map(|entry| entry.ok()).filter(|entry| !lockable(&entry.path())).count())
+                .unwrap_or(0),
             _ => self.keys().into_iter().filter(|k| k.starts_with(&format!("{namespace}:lock:"))).count(),
         }
     }
@@ -143,7 +153,7 @@ impl Lock {
             Lock::Server(server) => server.keys(),
             Lock::Sentinel(sentinels) => sentinels.primary().keys(),
             Lock::Cluster(cluster) => cluster.keys("*"),
-            Lock::Postgres(_) => panic!("a postgres lock has no Redis keys"),
+            Lock::Postgres(_) | Lock::File(_) => panic!("only a Redis lock has Redis keys"),
         }
     }
 
@@ -151,7 +161,7 @@ impl Lock {
     /// (Cluster), and waits until a replica took over, at most `bound`.
     pub fn fail_over(&mut self, namespace: &str, keys: &[String], bound: Duration) -> Failover {
         match self {
-            Lock::Server(_) | Lock::Postgres(_) => panic!("a single server has no replica to fail over to"),
+            Lock::Server(_) | Lock::Postgres(_) | Lock::File(_) => panic!("a single server has no replica to fail over to"),
             Lock::Sentinel(sentinels) => {
                 let old = sentinels.kill_primary();
                 let killed_at = mono_us();
@@ -215,4 +225,12 @@ pub fn served_again_by_kind(failover: &Failover, holds: &[Hold]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// True when `file` can be locked exclusively now (and it is let go at
+/// once): no process holds a kernel lock on it.
+fn lockable(file: &Path) -> bool {
+    let Ok(opened) = std::fs::File::open(file) else { return true };
+    // SAFETY: flock(2) on a descriptor `opened` keeps open.
+    unsafe { libc::flock(opened.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }

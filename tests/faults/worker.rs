@@ -76,17 +76,15 @@ impl WorkerArgs {
     }
 }
 
-/// The options of every worker: one backend `faults` of `driver` (`redis`
-/// or `postgres`, with the further fields `backend`, `, name: value` each)
-/// on a connection whose endpoint is `endpoint`, one line of YAML: `url:
-/// "redis://..."` (or `"postgres://..."`), `sentinel: { nodes: [...],
-/// primaryName: ... }` or `cluster: { nodes: [...] }`. The C and Node
-/// workers take the same YAML (in [`YAML_VAR`]), so the lock reaches every
-/// worker the same way.
-pub fn yaml(driver: &str, backend: &str, endpoint: &str, namespace: &str, lease_ms: u32) -> String {
-    format!(
-        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ driver: {driver}, connection: main, namespace: {namespace}, leaseMs: {lease_ms}, waitTimeoutMs: 3000, pollIntervalMs: 20{backend} }}\n  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n"
-    )
+/// The options of every worker: one backend `faults` with the fields
+/// `backend` (`name: value, ...`), and the driver's own options `driver`
+/// (YAML lines under `options:`, e.g. its connection: `url:
+/// "redis://..."`, `sentinel: { nodes: [...], primaryName: ... }`,
+/// `cluster: { nodes: [...] }` or a postgres URL; none for the file driver).
+/// The C and Node workers take the same YAML (in [`YAML_VAR`]), so the lock
+/// reaches every worker the same way.
+pub fn yaml(backend: &str, driver: &str) -> String {
+    format!("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ {backend} }}\n{driver}")
 }
 
 /// A small xorshift generator: the worker needs no quality, only variety.
