@@ -409,9 +409,15 @@ impl Run {
                 Fault::Kill => {
                     sleep(Duration::from_millis(300));
                     if let Some(worker) = self.find_holder() {
+                        // The holder's section ends when the signal is sent:
+                        // it runs nothing after, and its locks go when it
+                        // dies (the file driver's at once, by the kernel). A
+                        // time read after kill() may come after a next
+                        // holder's grant on a loaded host (seen: 5 ms).
+                        let killed_at = mono_us();
                         self.signal(worker, libc::SIGKILL);
                         let worker = &mut self.workers[worker];
-                        worker.killed_at = Some(mono_us());
+                        worker.killed_at = Some(killed_at);
                         let _ = worker.child.wait();
                         let kind = worker.kind;
                         self.spawn(kind);
