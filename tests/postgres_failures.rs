@@ -20,11 +20,14 @@ use proxy::Proxy;
 /// to the server), with leases far longer than the test, so that only the
 /// driver's clean-up can free a key.
 fn through(proxy: &Proxy, schema: &Schema) -> Provider {
+    Provider::from_yaml(&through_yaml(proxy, schema)).unwrap()
+}
+
+/// The options of [`through`].
+fn through_yaml(proxy: &Proxy, schema: &Schema) -> String {
     let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
     let connection = format!("        listenUrl: '{}'\n", postgres::url());
-    let yaml = postgres::yaml_on(&url, &schema.0, "        leaseMs: 60000\n", &connection)
-        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
-    Provider::from_yaml(&yaml).unwrap()
+    postgres::yaml_on(&url, &schema.0, "        leaseMs: 60000\n", &connection).replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500")
 }
 
 #[test]
@@ -78,10 +81,7 @@ fn telemetry_reports_the_connection_going_down_and_up() {
         })),
         ..dokebi_lock::Hooks::default()
     };
-    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-    let yaml = postgres::yaml_on(&url, &schema.0, "", &format!("        listenUrl: '{}'\n", postgres::url()))
-        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 500");
-    let provider = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
+    let provider = Provider::open_with(dokebi_lock::Options::from_yaml(&through_yaml(&proxy, &schema)).unwrap(), hooks).unwrap();
     let main = |up: bool| ("main".to_owned(), up);
     assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
     assert_eq!(*events.lock().unwrap(), [main(true)]);

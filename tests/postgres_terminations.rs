@@ -28,11 +28,6 @@ fn tagged(schema: &Schema, tag: &str) -> Provider {
     Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", "")).unwrap()
 }
 
-/// Ends every session named `tag`; answers how many there were.
-fn terminate(tag: &str) -> i64 {
-    count(&format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{tag}'"))
-}
-
 /// A store that accepts a write only with a fence above the last it
 /// accepted for the key, as a fenced resource does.
 #[derive(Default)]
@@ -89,7 +84,7 @@ fn sessions_ended_under_load_never_give_a_key_twice_and_the_driver_recovers() {
         std::thread::sleep(Duration::from_millis(500));
         let until = Instant::now() + Duration::from_secs(3);
         while Instant::now() < until {
-            ended += terminate(&tag);
+            ended += postgres::terminate_sessions(&tag);
             std::thread::sleep(Duration::from_millis(150));
         }
         std::thread::sleep(Duration::from_millis(1500));

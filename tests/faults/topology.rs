@@ -50,10 +50,7 @@ impl PgLock {
 
     /// Ends every session of the workers; answers how many there were.
     pub fn terminate_sessions(&self) -> i64 {
-        postgres::count(&format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{}'",
-            self.application
-        ))
+        postgres::terminate_sessions(&self.application)
     }
 }
 

@@ -43,6 +43,12 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
+/// Ends every server session named `application` (`application_name`), as
+/// an administrator, a pooler or a failover does; answers how many there were.
+pub fn terminate_sessions(application: &str) -> i64 {
+    count(&format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{application}'"))
+}
+
 /// A schema of the test's own, dropped (with everything in it) on drop.
 pub struct Schema(pub String);
 
