@@ -2,7 +2,10 @@
 //! (`ENOSPC` from a small tmpfs this test mounts) and a read-only one (the
 //! tmpfs remounted read-only). Each gives a clear `LockError`, and nothing
 //! is granted twice meanwhile. Mounting takes root (these tests run as root
-//! here); without it they fail rather than pass unchecked.
+//! here); without it they fail rather than pass unchecked. Unix only: on
+//! Windows there is no tmpfs to mount.
+
+#![cfg(unix)]
 
 mod file;
 

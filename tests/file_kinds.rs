@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
-use file::{entries_after_keep, expect_line, fresh_directory, open, spawn, wait};
+use file::{entries_after_keep, expect_line, fresh_directory, open, spawn, wait, WAKE_UP};
 use futures::executor::block_on;
 
-/// A minute between safety-net polls: every wait ends by a release's
-/// wake-up, or not in time.
-const SLOW: &str = "pollIntervalMs: 60000";
+/// Every wait ends by a release's wake-up, or not in time (see
+/// [`WAKE_UP`]).
+const SLOW: &str = WAKE_UP;
 
 /// The work directory of the lock directory `dir`.
 fn work(dir: &Path) -> PathBuf {

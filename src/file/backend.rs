@@ -23,11 +23,12 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 /// namespace. Cheap to clone.
 ///
 /// Guarantees: a lease holds its key alone among every process using the
-/// directory and namespace (the kernel's `flock`); it stays held until
-/// released, the backend closed, or the holding process ends, however it
-/// ends (a dead process's locks are released by the kernel at once, and a
-/// waiting process is woken within milliseconds); nothing expires it, so a
-/// holder that hangs while alive keeps it. Waiters of one key in this
+/// directory and namespace (the kernel's `flock`, `LockFileEx` on
+/// Windows); it stays held until released, the backend closed, or the
+/// holding process ends, however it ends (a dead process's locks are
+/// released by the kernel at once, and a waiting process is woken within
+/// milliseconds); nothing expires it, so a holder that hangs while alive
+/// keeps it. Waiters of one key in this
 /// process are served in FIFO order, and only those this process's leases
 /// leave room for try the kernel lock. Fences grow per key:
 /// `max(counter + 1, clock_us)`, the counter kept in the lock file. Lock

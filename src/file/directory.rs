@@ -1,21 +1,24 @@
-//! The lock directory: created `0700`, refused when other users can write
-//! into it or when it lies on a file system whose locks the kernel of this
-//! host does not alone enforce.
+//! The lock directory: created private (`0700`; on Windows an access
+//! control list of its own letting only this user, SYSTEM and
+//! Administrators in), refused when other users can write into it or when
+//! it lies on a file system whose locks the kernel of this host does not
+//! alone enforce.
 //!
 //! Why both refusals: a user who can write into the directory can plant a
 //! symlink or a lock file of their own under a key's name, and a directory
 //! shared over the network (NFS, SMB, ...) may be locked by another host
 //! whose locks ours never see, or whose lock server forgets them. The
 //! network check reads the file system's magic number (`fstatfs`'s
-//! `f_type`) on Linux; other systems are not checked (the README says so).
+//! `f_type`) on Linux, and the path (UNC) and drive type on Windows; other
+//! systems are not checked (the README says so). See [`super::sys`].
 
-use std::fs::{DirBuilder, File};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::lock_file::LockFile;
 use super::name::LockName;
+use super::sys::{self, User};
 use crate::error::{ErrorCode, Issue, LockError, Result};
 
 /// An open, checked lock directory.
@@ -25,15 +28,11 @@ pub(crate) struct LockDirectory {
     handle: File,
     /// This process's effective user, who must own the directory and its
     /// lock files.
-    user: u32,
+    user: User,
 }
 
-/// Permission bits that let users other than the owner add or remove
-/// entries: group- and world-writable.
-const WRITABLE_BY_OTHERS: u32 = 0o022;
-
 impl LockDirectory {
-    /// Opens (and creates, `0700`, with any missing parents) the directory
+    /// Opens (and creates, private, with any missing parents) the directory
     /// of backend `backend`. A refusal is `INVALID_OPTIONS` whose issue
     /// names `backends.<backend>.directory` and says how to fix it.
     pub fn open(backend: &str, path: &str) -> Result<LockDirectory> {
@@ -42,14 +41,14 @@ impl LockDirectory {
         if !path.is_absolute() {
             return Err(refuse("must be an absolute path".into()));
         }
-        if let Err(err) = DirBuilder::new().recursive(true).mode(0o700).create(&path) {
+        if let Err(err) = sys::create_private_dir(&path) {
             return Err(refuse(format!("could not be created ({err}); create it, owned by this user with mode 0700")));
         }
-        let handle = File::open(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
-        let user = rustix::process::geteuid().as_raw();
+        let handle = sys::open_dir(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
+        let user = sys::current_user().map_err(|err| refuse(format!("could not be checked: this process's user is unknown ({err})")))?;
         let directory = LockDirectory { path, handle, user };
         directory.check_owner_and_mode().map_err(refuse)?;
-        network_file_system(&directory.handle).map_or(Ok(()), |kind| {
+        sys::network_file_system(&directory.path, &directory.handle).map_or(Ok(()), |kind| {
             Err(refuse(format!(
                 "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example under /run/user/<uid> or /var/tmp)"
             )))
@@ -73,24 +72,7 @@ impl LockDirectory {
     }
 
     fn check_owner_and_mode(&self) -> std::result::Result<(), String> {
-        let metadata = self.handle.metadata().map_err(|err| format!("could not be inspected ({err})"))?;
-        if !metadata.is_dir() {
-            return Err("is not a directory".into());
-        }
-        if metadata.uid() != self.user && metadata.uid() != 0 {
-            return Err(format!(
-                "is owned by user {}, not by this process's user {}; use a directory of this user's own",
-                metadata.uid(),
-                self.user
-            ));
-        }
-        if metadata.mode() & WRITABLE_BY_OTHERS != 0 {
-            return Err(format!(
-                "is writable by other users (mode {:o}); make it private (chmod 700) or use a directory only this user can write into",
-                metadata.mode() & 0o7777
-            ));
-        }
-        Ok(())
+        sys::check_private(&self.handle, &self.user)
     }
 
     /// The path of `name`'s lock file.
@@ -114,13 +96,13 @@ impl LockDirectory {
     /// [`LockDirectory::open_file`] of the file at `path` (of this directory).
     pub fn open_at(&self, path: &Path) -> Result<LockFile> {
         self.check()?;
-        LockFile::open(path, self.user).map_err(|err| self.failure(err))
+        LockFile::open(path, &self.user).map_err(|err| self.failure(err))
     }
 
     /// [`LockDirectory::open_at`] without creating: `None` when missing.
     pub fn open_existing_at(&self, path: &Path) -> Result<Option<LockFile>> {
         self.check()?;
-        LockFile::open_existing(path, self.user).map_err(|err| self.failure(err))
+        LockFile::open_existing(path, &self.user).map_err(|err| self.failure(err))
     }
 
     /// True while the lock file path of `name` still names `file` (the same
@@ -140,10 +122,10 @@ impl LockDirectory {
     pub fn failure(&self, err: LockFileError) -> LockError {
         let message = match &err {
             LockFileError::Refused(why) => format!("refused a lock file in {}: {why}", self.path.display()),
-            LockFileError::Io(io) if io.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+            LockFileError::Io(io) if io.kind() == io::ErrorKind::StorageFull => {
                 format!("no space left for a lock file in {}; free space on its file system", self.path.display())
             }
-            LockFileError::Io(io) if io.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => {
+            LockFileError::Io(io) if io.kind() == io::ErrorKind::ReadOnlyFilesystem => {
                 format!("the lock directory {} is on a read-only file system; use a writable directory", self.path.display())
             }
             LockFileError::Io(io) => format!("a lock file in {} could not be used: {io}", self.path.display()),
@@ -171,38 +153,10 @@ impl From<io::Error> for LockFileError {
     }
 }
 
-/// The name of the network file system `directory` lies on, if it does.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn network_file_system(directory: &File) -> Option<&'static str> {
-    // Magic numbers of linux/magic.h and the file systems' own headers.
-    const NETWORK: [(i64, &str); 10] = [
-        (0x6969, "NFS"),
-        (0x517B, "SMB"),
-        (0xFF53_4D42, "CIFS"),
-        (0xFE53_4D42, "SMB2"),
-        (0x0102_1997, "9P"),
-        (0x5346_414F, "AFS"),
-        (0x6B41_4653, "kAFS"),
-        (0x00C3_6400, "Ceph"),
-        (0x7375_7245, "Coda"),
-        (0x0BD0_0BD0, "Lustre"),
-    ];
-    let stat = rustix::fs::fstatfs(directory).ok()?;
-    // `f_type` is a signed or unsigned word depending on the platform.
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
-    NETWORK.iter().find(|(magic, _)| *magic == kind).map(|(_, name)| *name)
-}
-
-/// Other systems are not checked (see the module's documentation).
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn network_file_system(_directory: &File) -> Option<&'static str> {
-    None
-}
-
-/// True while `path` names `file` (the same device and inode).
+/// True while `path` names `file` (the same device and inode; volume and
+/// file index on Windows).
 pub(crate) fn names_at(path: &Path, file: &LockFile) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|metadata| file.is(&metadata))
+    sys::path_id(path).is_some_and(|id| file.is(id))
 }
 
 /// Removes the file at `path`, whose kernel lock the caller holds (and

@@ -1,14 +1,14 @@
 //! One open lock file: opened without following symbolic links, checked to
-//! be a regular file of ours, locked with the kernel's `flock` and never
-//! with a blocking call.
+//! be a regular file of ours, locked with the kernel's lock (`flock`,
+//! `LockFileEx`: see [`super::sys`]) and never with a blocking call.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::directory::LockFileError;
 use super::fence;
+use super::sys::{self, FileId, Opened, User};
 use crate::acquire::LockMode;
 
 /// Where the waiting mark starts in a lock file, after the fence record.
@@ -22,53 +22,41 @@ const LIMIT_AT: u64 = 96;
 /// as the death of the process does.
 pub(crate) struct LockFile {
     file: File,
-    device: u64,
-    inode: u64,
+    id: FileId,
 }
 
 impl LockFile {
-    /// Opens `path` read-write, creating it `0600` if missing; refuses a
-    /// symbolic link (`O_NOFOLLOW`), anything but a regular file and a file
-    /// `user` does not own.
-    pub fn open(path: &Path, user: u32) -> std::result::Result<LockFile, LockFileError> {
+    /// Opens `path` read-write, creating it (`0600` on Unix) if missing;
+    /// refuses a symbolic link (never followed), anything but a regular
+    /// file and a file `user` does not own.
+    pub fn open(path: &Path, user: &User) -> std::result::Result<LockFile, LockFileError> {
         LockFile::open_with(path, user, true)?.ok_or_else(|| LockFileError::Io(io::ErrorKind::NotFound.into()))
     }
 
     /// [`LockFile::open`] without creating the file: `None` when missing.
-    pub fn open_existing(path: &Path, user: u32) -> std::result::Result<Option<LockFile>, LockFileError> {
+    pub fn open_existing(path: &Path, user: &User) -> std::result::Result<Option<LockFile>, LockFileError> {
         LockFile::open_with(path, user, false)
     }
 
-    fn open_with(path: &Path, user: u32, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
-        let opened = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path);
-        let file = match opened {
-            Err(err) if !create && err.kind() == io::ErrorKind::NotFound => return Ok(None),
-            opened => opened,
-        }
-        .map_err(|err| {
-            if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into())
-            } else {
-                LockFileError::Io(err)
+    fn open_with(path: &Path, user: &User, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
+        let file = match sys::open_no_follow(path, create)? {
+            Opened::File(file) => file,
+            Opened::Missing => return Ok(None),
+            Opened::Link => {
+                return Err(LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into()))
             }
-        })?;
+        };
         let metadata = file.metadata()?;
         if !metadata.file_type().is_file() {
             return Err(LockFileError::Refused("a lock file is not a regular file; remove it".into()));
         }
-        if metadata.uid() != user {
+        if let Some(owner) = sys::foreign_owner(&file, &metadata, user)? {
             return Err(LockFileError::Refused(format!(
-                "a lock file is owned by user {}, not by this process's user {user}; remove it",
-                metadata.uid()
+                "a lock file is owned by user {owner}, not by this process's user {user}; remove it"
             )));
         }
-        Ok(Some(LockFile { file, device: metadata.dev(), inode: metadata.ino() }))
+        let id = sys::file_id(&file, &metadata)?;
+        Ok(Some(LockFile { file, id }))
     }
 
     /// Takes the kernel lock if it is free now: `Ok(false)` when another
@@ -79,31 +67,20 @@ impl LockFile {
 
     /// [`LockFile::try_lock`] in `mode`: a shared lock is taken together
     /// with other shared ones. Changing the mode of a lock this file holds
-    /// is not atomic (`flock` drops the old lock first): refused, it leaves
+    /// is not atomic (the old lock is dropped first): refused, it leaves
     /// the file holding nothing.
     pub fn try_lock_in(&self, mode: LockMode) -> io::Result<bool> {
-        use rustix::fs::FlockOperation;
-        let operation = match mode {
-            LockMode::Exclusive => FlockOperation::NonBlockingLockExclusive,
-            LockMode::Shared => FlockOperation::NonBlockingLockShared,
-        };
-        // rustix's safe `flock` rather than `File::try_lock`, which needs
-        // Rust 1.89 (the crate's floor is 1.85); the same system call.
-        match rustix::fs::flock(&self.file, operation) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        sys::try_lock(&self.file, mode)
     }
 
     /// Releases the kernel lock and keeps the file open.
     pub fn unlock(&self) {
-        let _ = rustix::fs::flock(&self.file, rustix::fs::FlockOperation::Unlock);
+        sys::unlock(&self.file);
     }
 
-    /// True when `metadata` (of the lock file's path) is this open file.
-    pub fn is(&self, metadata: &Metadata) -> bool {
-        metadata.dev() == self.device && metadata.ino() == self.inode
+    /// True when `id` (of the lock file's path) is this open file.
+    pub fn is(&self, id: FileId) -> bool {
+        id == self.id
     }
 
     /// Writes the waiting mark: a waiter of process `pid` was refused the
@@ -115,13 +92,13 @@ impl LockFile {
         let mut mark = [0u8; 2 * fence::RECORD_LEN];
         mark[..fence::RECORD_LEN].copy_from_slice(&fence::encode(until_us));
         mark[fence::RECORD_LEN..].copy_from_slice(&fence::encode(pid.into()));
-        self.file.write_all_at(&mark, MARK_AT)
+        sys::write_all_at(&self.file, &mark, MARK_AT)
     }
 
     /// The waiting mark: `(until_us, pid)`, zeros when none (or torn).
     pub fn waiting_mark(&self) -> (u64, u32) {
         let mut mark = [0u8; 2 * fence::RECORD_LEN];
-        match self.file.read_at(&mut mark, MARK_AT) {
+        match sys::read_at(&self.file, &mut mark, MARK_AT) {
             Ok(n) if n == mark.len() => {
                 let (until, pid) = mark.split_at(fence::RECORD_LEN);
                 (fence::decode(until), u32::try_from(fence::decode(pid)).unwrap_or(0))
@@ -133,7 +110,7 @@ impl LockFile {
     /// Clears the waiting mark (while holding the lock: a mark of this
     /// process once its waiter is granted).
     pub fn clear_mark(&self) -> io::Result<()> {
-        self.file.write_all_at(&[0u8; 2 * fence::RECORD_LEN], MARK_AT)
+        sys::write_all_at(&self.file, &[0u8; 2 * fence::RECORD_LEN], MARK_AT)
     }
 
     /// True when a fresh waiting mark of a process other than `pid` is in
@@ -149,7 +126,7 @@ impl LockFile {
         let mut bytes = [0u8; LIMIT_AT as usize + fence::RECORD_LEN];
         let mut read = 0;
         while read < bytes.len() {
-            match self.file.read_at(&mut bytes[read..], read as u64)? {
+            match sys::read_at(&self.file, &mut bytes[read..], read as u64)? {
                 0 => break,
                 n => read += n,
             }
@@ -174,7 +151,7 @@ impl LockFile {
     /// [`super::fence`]).
     pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
         let next = fence::next(last, fence::clock_us());
-        self.file.write_all_at(&fence::encode(next), 0)?;
+        sys::write_all_at(&self.file, &fence::encode(next), 0)?;
         Ok(next)
     }
 
@@ -187,7 +164,7 @@ impl LockFile {
     pub fn raise_fence(&self) -> io::Result<u64> {
         let next = fence::next(self.fence()?, fence::clock_us());
         while self.fence()? < next {
-            self.file.write_all_at(&fence::encode(next), 0)?;
+            sys::write_all_at(&self.file, &fence::encode(next), 0)?;
         }
         Ok(next)
     }
@@ -205,14 +182,14 @@ impl LockFile {
     /// Records the limit of the key's holders; called while holding the
     /// kernel lock exclusive.
     pub fn set_limit(&self, limit: u32) -> io::Result<()> {
-        self.file.write_all_at(&fence::encode(limit.into()), LIMIT_AT)
+        sys::write_all_at(&self.file, &fence::encode(limit.into()), LIMIT_AT)
     }
 
     fn read_record(&self, at: u64) -> io::Result<u64> {
         let mut record = [0u8; fence::RECORD_LEN];
         let mut read = 0;
         while read < record.len() {
-            match self.file.read_at(&mut record[read..], at + read as u64)? {
+            match sys::read_at(&self.file, &mut record[read..], at + read as u64)? {
                 0 => break,
                 n => read += n,
             }
@@ -233,7 +210,7 @@ pub(crate) struct Header {
 /// mark of a process that has ended (its waiter killed, say) is stale
 /// whatever its deadline.
 fn marked_by_other((until, marker): (u64, u32), pid: u32) -> bool {
-    marker != 0 && marker != pid && until > fence::clock_us() && process_lives(marker)
+    marker != 0 && marker != pid && until > fence::clock_us() && sys::process_lives(marker)
 }
 
 impl Header {
@@ -241,10 +218,4 @@ impl Header {
     pub fn marked_by_other(&self, pid: u32) -> bool {
         marked_by_other(self.mark, pid)
     }
-}
-
-/// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
-fn process_lives(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
-    !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }

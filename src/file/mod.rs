@@ -3,15 +3,17 @@
 //!
 //! - `name`: a key's lock file name, a digest (never the key).
 //! - `directory`: the checked directory (private, on a local file system);
-//!   `lock_file`: one open lock file (no symlinks, ours, `flock`ed without
-//!   blocking).
+//!   `lock_file`: one open lock file (no symlinks, ours, locked without
+//!   blocking); `sys`: what they ask of the system, with a Unix half
+//!   (`flock`) and a Windows half (`LockFileEx`).
 //! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file.
 //! - `take`: one key's kernel locks for one grant, by kind (exclusive,
 //!   shared, counted units), and their release; `idle`: lock files of free
 //!   keys kept open a moment for reuse.
 //! - `core`: this process's queues (the local driver's engine), then the
 //!   kernel locks of every key of a grant, all or none; releases;
-//!   `watch`: cross-process wake-ups (inotify, polling as the safety net).
+//!   `watch`: cross-process wake-ups (inotify, polling as the safety net;
+//!   polling alone where there is no inotify: macOS, the BSDs, Windows).
 //! - [`backend`] and [`lease`]: the public API.
 //!
 //! ```no_run
@@ -34,32 +36,17 @@
 //! # }).unwrap();
 //! ```
 
-#[cfg(unix)]
 pub mod backend;
-#[cfg(unix)]
 pub(crate) mod core;
-#[cfg(unix)]
 pub(crate) mod directory;
-#[cfg(unix)]
 pub(crate) mod fence;
-#[cfg(unix)]
 pub(crate) mod idle;
-#[cfg(unix)]
 pub mod lease;
-#[cfg(unix)]
 pub(crate) mod lock_file;
-#[cfg(unix)]
 pub(crate) mod name;
-#[cfg(unix)]
+pub(crate) mod sys;
 pub(crate) mod take;
-#[cfg(unix)]
 pub(crate) mod watch;
-
-#[cfg(not(unix))]
-#[path = "unsupported.rs"]
-pub mod backend;
-#[cfg(not(unix))]
-pub use backend as lease;
 
 pub use backend::{FileBackend, FileCounts};
 pub use lease::FileLease;

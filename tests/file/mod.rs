@@ -38,6 +38,13 @@ pub fn open(dir: &Path, extra: &str) -> (Provider, Backend) {
     (provider, backend)
 }
 
+/// The setting of a backend whose waits on other processes must end by
+/// the release (or the death) itself: a minute between safety-net polls
+/// where inotify wakes the waiters (Linux). Elsewhere (Windows, macOS)
+/// polling is the wake-up: every 10 ms, which the tests' bounds allow for.
+pub const WAKE_UP: &str =
+    if cfg!(any(target_os = "linux", target_os = "android")) { "pollIntervalMs: 60000" } else { "pollIntervalMs: 10" };
+
 /// Acquire options that wait `ms`.
 pub fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }

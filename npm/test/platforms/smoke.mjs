@@ -126,25 +126,19 @@ check(BigInt(rowTaken.fence) > BigInt(row.fence), 'the waiting postgres provider
 await rowTaken.release();
 await Promise.all([pgA.close(), pgB.close()]);
 
-// The file driver (FILE_LOCK_DIR): the kernel's lock, handed between two
-// providers as between two processes. Not on Windows yet (LockFileEx is not
-// wired): there opening the backend is PROVIDER_FAILED, as the README says.
+// The file driver (FILE_LOCK_DIR): the kernel's lock (flock; LockFileEx on
+// Windows), handed between two providers as between two processes.
 const fileConfig = { 'dokebi-lock': { backends: { files: { driver: 'file', directory: process.env.FILE_LOCK_DIR, namespace } } } };
-if (process.platform === 'win32') {
-  const refused = await openLock({ config: fileConfig }).then((provider) => provider.close().then(() => 'opened'), (err) => err.code);
-  check(refused === 'PROVIDER_FAILED', 'the file driver is refused on Windows (PROVIDER_FAILED)');
-} else {
-  const [fileA, fileB] = [await openLock({ config: fileConfig }), await openLock({ config: fileConfig })];
-  const locked = await fileA.backend('files').acquire('report');
-  check(locked.valid && locked.remainingMs === Infinity, 'a file lease is held');
-  check((await fileB.backend('files').acquire('report', { waitTimeoutMs: 0 }).catch((err) => err.code)) === 'LOCK_BUSY', 'the other file provider is refused while the key is held');
-  const lockedNext = fileB.backend('files').acquire('report', { waitTimeoutMs: 5000 });
-  check((await locked.release()) === true, 'a file release succeeds');
-  const lockedTaken = await lockedNext;
-  check(BigInt(lockedTaken.fence) > BigInt(locked.fence), 'the waiting file provider gets the key with a higher fence');
-  await lockedTaken.release();
-  await Promise.all([fileA.close(), fileB.close()]);
-}
+const [fileA, fileB] = [await openLock({ config: fileConfig }), await openLock({ config: fileConfig })];
+const locked = await fileA.backend('files').acquire('report');
+check(locked.valid && locked.remainingMs === Infinity, 'a file lease is held');
+check((await fileB.backend('files').acquire('report', { waitTimeoutMs: 0 }).catch((err) => err.code)) === 'LOCK_BUSY', 'the other file provider is refused while the key is held');
+const lockedNext = fileB.backend('files').acquire('report', { waitTimeoutMs: 5000 });
+check((await locked.release()) === true, 'a file release succeeds');
+const lockedTaken = await lockedNext;
+check(BigInt(lockedTaken.fence) > BigInt(locked.fence), 'the waiting file provider gets the key with a higher fence');
+await lockedTaken.release();
+await Promise.all([fileA.close(), fileB.close()]);
 
 // The optional OpenTelemetry module, with the app's @opentelemetry/api.
 const { instrumentLocks } = await import('@dokebi/lock/otel');

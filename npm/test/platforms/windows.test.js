@@ -8,7 +8,7 @@
 // entry point found. Node 22 does start under Wine (NODE_SKIP_PLATFORM_CHECK
 // quiets its check of the Windows version Wine reports): it runs the smoke
 // test, the redis and postgres drivers included, from an app that installed
-// the tarballs; the file driver is refused there (not on Windows yet).
+// the tarballs, the file driver (LockFileEx) included.
 // Wine, like Windows before 10 version 1703, refuses TCP_KEEPCNT
 // (WSAENOPROTOOPT): the connection goes on with the keepalive it takes.
 import { after, before, test } from 'node:test';
@@ -57,7 +57,7 @@ test('win32-x64: Windows (Wine) loads the packed addon and finds napi_register_m
   assert.equal(run.stdout.trim(), 'loaded; napi_register_module_v1 exported');
 });
 
-test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, postgres, hand-offs; file refused) from an app installed from the tarballs', async () => {
+test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, postgres, file, hand-offs) from an app installed from the tarballs', async () => {
   const app = await appWith(scratch, 'win32-x64');
   // The bcryptprimitives.dll stand-in in the app's folder, where the
   // addon's imports are looked for.
@@ -79,6 +79,7 @@ test('win32-x64: Node 22 under Wine runs the smoke test (local, redis, postgres,
   assert.equal(run.status, 0, `${stdout}\n${stderr}`);
   assert.match(stdout, /^runtime Node\.js\/22 win32-x64$/m);
   assert.match(stdout, /^ok the waiting provider gets the key with a higher fence/m);
+  assert.match(stdout, /^ok the waiting file provider gets the key with a higher fence/m);
   assert.match(stdout, /^smoke passed$/m);
   // Wine, like Windows before 10 version 1703, has no TCP_KEEPCNT: said once, and the connection works.
   assert.equal(stderr.match(/REDIS_TCP_KEEPALIVE/g)?.length ?? 0, 1, stderr);

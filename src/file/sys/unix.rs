@@ -1,0 +1,163 @@
+//! The Unix half of [`super`]: `O_NOFOLLOW`, `flock`, device and inode,
+//! `kill(pid, 0)`, mode bits and `fstatfs`.
+
+use std::fs::{DirBuilder, File, Metadata, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::Opened;
+use crate::acquire::LockMode;
+
+/// A user: the effective user id.
+pub(crate) type User = u32;
+
+/// This process's effective user, who must own the directory and its lock
+/// files.
+pub(crate) fn current_user() -> io::Result<User> {
+    Ok(rustix::process::geteuid().as_raw())
+}
+
+/// Opens `path` read-write, creating it `0600` if missing when `create`;
+/// a symbolic link is not followed (`O_NOFOLLOW`).
+pub(crate) fn open_no_follow(path: &Path, create: bool) -> io::Result<Opened> {
+    let opened = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path);
+    match opened {
+        Ok(file) => Ok(Opened::File(file)),
+        Err(err) if !create && err.kind() == io::ErrorKind::NotFound => Ok(Opened::Missing),
+        Err(err) if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => Ok(Opened::Link),
+        Err(err) => Err(err),
+    }
+}
+
+/// The owner of `file` (whose metadata is `metadata`) when it is not
+/// `user`.
+pub(crate) fn foreign_owner(_file: &File, metadata: &Metadata, user: &User) -> io::Result<Option<User>> {
+    Ok((metadata.uid() != *user).then_some(metadata.uid()))
+}
+
+/// Takes `file`'s `flock` in `mode` if it is free now: `Ok(false)` when
+/// another open file holds it. Never blocks. Changing the mode of a lock
+/// the file holds is not atomic (`flock` drops the old lock first):
+/// refused, it leaves the file holding nothing.
+pub(crate) fn try_lock(file: &File, mode: LockMode) -> io::Result<bool> {
+    use rustix::fs::FlockOperation;
+    let operation = match mode {
+        LockMode::Exclusive => FlockOperation::NonBlockingLockExclusive,
+        LockMode::Shared => FlockOperation::NonBlockingLockShared,
+    };
+    // rustix's safe `flock` rather than `File::try_lock`, which needs
+    // Rust 1.89 (the crate's floor is 1.85); the same system call.
+    match rustix::fs::flock(file, operation) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Releases `file`'s lock, keeping the file open.
+pub(crate) fn unlock(file: &File) {
+    let _ = rustix::fs::flock(file, rustix::fs::FlockOperation::Unlock);
+}
+
+/// Reads into `buf` from `offset`: the bytes read.
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    file.read_at(buf, offset)
+}
+
+/// Writes all of `buf` at `offset`.
+pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    file.write_all_at(buf, offset)
+}
+
+/// Which file a file is: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileId(u64, u64);
+
+/// The identity of `file`, whose metadata is `metadata`.
+pub(crate) fn file_id(_file: &File, metadata: &Metadata) -> io::Result<FileId> {
+    Ok(FileId(metadata.dev(), metadata.ino()))
+}
+
+/// The identity of the file `path` names (a link itself, not followed);
+/// `None` when it names nothing.
+pub(crate) fn path_id(path: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(path).ok().map(|metadata| FileId(metadata.dev(), metadata.ino()))
+}
+
+/// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
+pub(crate) fn process_lives(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH))
+}
+
+/// Creates the directory `path` `0700`, with any missing parents; one
+/// already there is kept as it is (and checked by [`check_private`]).
+pub(crate) fn create_private_dir(path: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
+/// Opens the directory `path`, held open to re-check it cheaply.
+pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+/// Permission bits that let users other than the owner add or remove
+/// entries: group- and world-writable.
+const WRITABLE_BY_OTHERS: u32 = 0o022;
+
+/// Refuses (saying why, and how to fix it) a directory that is not one, is
+/// owned by another user than `user` or root, or that the group or others
+/// may write into.
+pub(crate) fn check_private(directory: &File, user: &User) -> std::result::Result<(), String> {
+    let metadata = directory.metadata().map_err(|err| format!("could not be inspected ({err})"))?;
+    if !metadata.is_dir() {
+        return Err("is not a directory".into());
+    }
+    if metadata.uid() != *user && metadata.uid() != 0 {
+        return Err(format!("is owned by user {}, not by this process's user {user}; use a directory of this user's own", metadata.uid()));
+    }
+    if metadata.mode() & WRITABLE_BY_OTHERS != 0 {
+        return Err(format!(
+            "is writable by other users (mode {:o}); make it private (chmod 700) or use a directory only this user can write into",
+            metadata.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// The name of the network file system `directory` (at `_path`) lies on,
+/// if it does: Linux's magic numbers of `fstatfs`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn network_file_system(_path: &Path, directory: &File) -> Option<&'static str> {
+    // Magic numbers of linux/magic.h and the file systems' own headers.
+    const NETWORK: [(i64, &str); 10] = [
+        (0x6969, "NFS"),
+        (0x517B, "SMB"),
+        (0xFF53_4D42, "CIFS"),
+        (0xFE53_4D42, "SMB2"),
+        (0x0102_1997, "9P"),
+        (0x5346_414F, "AFS"),
+        (0x6B41_4653, "kAFS"),
+        (0x00C3_6400, "Ceph"),
+        (0x7375_7245, "Coda"),
+        (0x0BD0_0BD0, "Lustre"),
+    ];
+    let stat = rustix::fs::fstatfs(directory).ok()?;
+    // `f_type` is a signed or unsigned word depending on the platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
+    NETWORK.iter().find(|(magic, _)| *magic == kind).map(|(_, name)| *name)
+}
+
+/// Other Unix systems are not checked (the README says so).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn network_file_system(_path: &Path, _directory: &File) -> Option<&'static str> {
+    None
+}
