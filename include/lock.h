@@ -239,6 +239,16 @@ enum dokebi_lock_event_kind
    * `DOKEBI_LOCK_TRACE_HOLD`; the event is a `dokebi_lock_trace_event`.
    */
   DOKEBI_LOCK_EVENT_HOLD = 7,
+  /**
+   * A Redis server of `connection` granted `backend` a fence at least a
+   * second below one granted before: its clock is at least `duration_ms`
+   * behind the latest server time seen (a primary promoted with a clock
+   * behind). `threshold_ms` is the backend's `fenceRetentionMs`: fences
+   * never repeat while the clock is less behind than that; past it they
+   * can. At most one every 10 s per connection; the log says so too
+   * (`REDIS_CLOCK_BEHIND`).
+   */
+  DOKEBI_LOCK_EVENT_CLOCK_BEHIND = 8,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -352,15 +362,18 @@ typedef struct dokebi_lock_event {
    */
   const char *backend;
   /**
-   * The connection's name (NUL-terminated); NULL but for a connection event.
+   * The connection's name (NUL-terminated); NULL but for a connection
+   * event and a clock-behind one.
    */
   const char *connection;
   /**
-   * How long the acquire waited or the lease was held; 0 otherwise.
+   * How long the acquire waited or the lease was held (a clock-behind
+   * event: how far the clock is behind); 0 otherwise.
    */
   uint64_t duration_ms;
   /**
-   * The threshold a slow event crossed; 0 otherwise.
+   * The threshold a slow event crossed (a clock-behind event:
+   * `fenceRetentionMs`); 0 otherwise.
    */
   uint64_t threshold_ms;
   /**

@@ -243,6 +243,14 @@ export interface TelemetryPayloads {
   'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
   /** A Redis or PostgreSQL connection (a name of dokebi-redis.connections or dokebi-postgres.connections) went up or down. */
   connection: { readonly connection: string; readonly up: boolean };
+  /**
+   * A Redis server granted a fence at least a second below one granted before the request
+   * was sent: its clock is at least `behindMs` behind the latest server time the connection
+   * saw (a primary promoted with a clock behind). Fences never repeat while that stays under
+   * the backend's `fenceRetentionMs`; past it they can. At most one every 10 s per
+   * connection; the log says so too (`REDIS_CLOCK_BEHIND`).
+   */
+  'clock-behind': { readonly backend: string; readonly connection: string; readonly behindMs: number; readonly fenceRetentionMs: number };
 }
 
 /**

@@ -1,5 +1,6 @@
 //! Telemetry: measurements worth observing that are not failures (slow
-//! acquires, slow holds, wait timeouts, lost leases, Redis connectivity).
+//! acquires, slow holds, wait timeouts, lost leases, Redis connectivity, a
+//! Redis server's clock found behind).
 //!
 //! It has its own channel, separate from errors and the log: an error
 //! reporter expects every record to be a failure, and a contention measurement
@@ -68,6 +69,22 @@ pub enum TelemetryEvent {
         /// True when it came up, false when it went down.
         up: bool,
     },
+    /// A Redis server granted a fence at least a second below one the
+    /// connection was granted before the request was sent: its clock is at
+    /// least `behind` behind the latest server time seen (a primary promoted
+    /// with a clock behind the old one's). Fences never repeat while that
+    /// stays under `fence_retention`; past it they can. At most one every 10
+    /// s per connection; the log says so too (`REDIS_CLOCK_BEHIND`).
+    ClockBehind {
+        /// The backend whose grant showed it.
+        backend: String,
+        /// Its connection's name.
+        connection: String,
+        /// How far the server's clock is at least behind.
+        behind: Duration,
+        /// The backend's `fenceRetentionMs`.
+        fence_retention: Duration,
+    },
 }
 
 impl TelemetryEvent {
@@ -79,6 +96,7 @@ impl TelemetryEvent {
             TelemetryEvent::WaitTimeout { .. } => "wait-timeout",
             TelemetryEvent::LeaseLost { .. } => "lease-lost",
             TelemetryEvent::Connection { .. } => "connection",
+            TelemetryEvent::ClockBehind { .. } => "clock-behind",
         }
     }
 }

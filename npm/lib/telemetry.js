@@ -12,8 +12,9 @@ export const slowHold = channel('dokebi-lock:slow-hold');
 export const waitTimeout = channel('dokebi-lock:wait-timeout');
 export const leaseLost = channel('dokebi-lock:lease-lost');
 export const connection = channel('dokebi-lock:connection');
+export const clockBehind = channel('dokebi-lock:clock-behind');
 
-const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
+const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection, clockBehind].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
 
 /** Publishes an event of the core (redis backends): the fields it has, by name. */
 export function forwardTelemetry({ name, ...fields }) {

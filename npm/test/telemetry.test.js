@@ -1,5 +1,6 @@
 // Telemetry on node:diagnostics_channel (dokebi-lock:*): slow acquires,
-// slow holds, wait timeouts, lost leases, Redis connectivity. Never keys.
+// slow holds, wait timeouts, lost leases, Redis connectivity, a server
+// clock found behind. Never keys.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
@@ -9,7 +10,7 @@ import { openLocal, rejectsWith } from './helpers.js';
 import { useRedis } from './redis-server.js';
 import { command, lockKey } from './resp.js';
 
-const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection'];
+const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection', 'clock-behind'];
 const KEY = 'customer:secret-key-7';
 
 /** Records every event of every channel until stop(). */
@@ -166,4 +167,30 @@ test('redis: the core reports connection, wait-timeout, slow-acquire, slow-hold 
   assert.deepEqual(await recorder.next('lease-lost'), { backend: 'r', code: 'LEASE_LOST' });
   recorder.stop();
   await Promise.all([a.close(), b.close()]);
+});
+
+test('redis: a fence below one granted before the request was sent is a clock-behind event, once', async () => {
+  // A fence is max(counter + 1, the server's clock in us): a counter 60 s
+  // ahead of the clock (as one kept from a primary whose clock ran ahead)
+  // makes one key's fences 60 s ahead, and another key's grant, from the
+  // clock, then falls 60 s below them. (tests/partitions/clock.rs promotes
+  // a replica whose clock runs behind.)
+  const recorder = record();
+  const namespace = `tm${++namespaces}`;
+  const ahead = lockKey(namespace, KEY).replace(':lock:{', ':lock-fence:{');
+  // *2 $10 <seconds> $6 <microseconds>
+  const [, , seconds, , micros] = (await command(redis.port, 'TIME')).split('\r\n');
+  const aheadUs = (BigInt(seconds) + 60n) * 1_000_000n + BigInt(micros);
+  await command(redis.port, 'SET', ahead, aheadUs.toString(), 'PX', '60000');
+  const a = await openRedis({ fenceRetentionMs: 30_000 }, namespace);
+  const lease = await a.backend('r').acquire(KEY);
+  assert.equal(lease.fence, (aheadUs + 1n).toString(), 'the counter ahead of the clock');
+  await lease.release();
+  for (const other of ['other-secret-1', 'other-secret-2']) await (await a.backend('r').acquire(other)).release();
+  const behind = await recorder.next('clock-behind');
+  assert.deepEqual([behind.backend, behind.connection, behind.fenceRetentionMs], ['r', 'main', 30_000]);
+  assert.ok(behind.behindMs > 59_000 && behind.behindMs < 60_001, String(behind.behindMs));
+  assert.equal(recorder.named('clock-behind').length, 1, 'one report in 10 s');
+  recorder.stop();
+  await a.close();
 });

@@ -8,8 +8,10 @@
 //! - `claim`: what one lease holds in Redis (its keys' names, kind and
 //!   token) and which scripts take and give it back (per hash slot on a
 //!   Cluster); `scripts`: the Lua scripts (one round trip per operation);
-//!   `keys`: the Redis names of a user key, and owner tokens;
+//!   `keys`: the Redis names of a user key;
 //! - `notify`: release notifications, which wake this process's waiters;
+//! - `clock`: the servers' clocks as their fences show them (a primary
+//!   whose clock is behind is reported, `REDIS_CLOCK_BEHIND`);
 //! - `transport`: connections, topology (a server, Sentinel, a cluster),
 //!   links, TLS and refusals; it knows nothing of locks.
 //!
@@ -46,6 +48,7 @@
 //! ```
 
 pub(crate) mod claim;
+pub(crate) mod clock;
 pub(crate) mod keys;
 pub(crate) mod notify;
 pub(crate) mod scripts;
@@ -140,7 +143,8 @@ impl RedisDriver {
 
     /// The backend `name` with `options` on its connection.
     pub fn backend(&self, name: &str, options: StoreOptions) -> RedisBackend {
-        let store = RedisStore::new(self.connections[&options.connection].clone(), &options);
+        let store =
+            RedisStore::new(self.connections[&options.connection].clone(), &options, name, self.logger.clone(), self.telemetry.clone());
         RedisBackend::new(name, options, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
     }
 

@@ -4,32 +4,38 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::claim::Claim;
-use super::keys::{owner_token, release_channel, RedisKeys};
+use super::clock::ServerClock;
+use super::keys::{release_channel, RedisKeys};
 use super::scripts::{Scripted, Scripts};
 use super::transport::connection::RedisConnection;
 use super::transport::topology::NodeConnection;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
+use crate::store::token::owner_token;
 use crate::store::waiters::Waiters;
 use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken};
+use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What the redis backends of one connection share: the connection and its
-/// scripts, this process's queues of the connection's keys, and whether its
-/// notifications heard a process of the older key layout.
+/// scripts, this process's queues of the connection's keys, whether its
+/// notifications heard a process of the older key layout, and the highest
+/// fence it was granted (see [`super::clock`]).
 pub(crate) struct Shared {
     pub scripted: Scripted,
     pub waiters: Arc<Waiters<RedisStore>>,
     pub older_layout: OlderLayout,
+    clock: ServerClock,
 }
 
 impl Shared {
     pub fn new(connection: Arc<RedisConnection>) -> Shared {
         let scripted = Scripted { connection, scripts: Scripts::new() };
-        Shared { scripted, waiters: Arc::default(), older_layout: OlderLayout::default() }
+        Shared { scripted, waiters: Arc::default(), older_layout: OlderLayout::default(), clock: ServerClock::default() }
     }
 
     pub fn connection(&self) -> &Arc<RedisConnection> {
@@ -76,21 +82,84 @@ pub struct RedisStore {
     channel: String,
     retention_ms: u64,
     replica_acks: u32,
+    /// Who says so when a server's clock is found behind.
+    speaker: Speaker,
+}
+
+/// The backend's name, its connection's, and where it reports.
+struct Speaker {
+    backend: String,
+    connection: String,
+    logger: Logger,
+    telemetry: Option<Telemetry>,
 }
 
 impl RedisStore {
-    pub(crate) fn new(shared: Arc<Shared>, options: &StoreOptions) -> RedisStore {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        options: &StoreOptions,
+        backend: &str,
+        logger: Logger,
+        telemetry: Option<Telemetry>,
+    ) -> RedisStore {
         RedisStore {
             shared,
             channel: release_channel(&options.namespace),
             namespace: options.namespace.clone(),
             retention_ms: u64::from(options.fence_retention_ms),
             replica_acks: options.replica_acks,
+            speaker: Speaker { backend: backend.into(), connection: options.connection.clone(), logger, telemetry },
         }
     }
 
     fn connection(&self) -> &RedisConnection {
         self.shared.connection()
+    }
+
+    /// A grant of `fences` to a request sent at `sent`: says so when the
+    /// granting server's clock is found behind (see [`super::clock`]).
+    fn granted<W>(&self, taken: &Taken<W>, sent: Instant) {
+        let Taken::Granted { fences, .. } = taken else { return };
+        for &fence in fences {
+            if let Some(behind) = self.shared.clock.granted(fence, sent) {
+                self.clock_behind(behind);
+            }
+        }
+    }
+
+    #[cold]
+    fn clock_behind(&self, behind: Duration) {
+        let Speaker { backend, connection, logger, telemetry } = &self.speaker;
+        let retention = Duration::from_millis(self.retention_ms);
+        let past = behind >= retention;
+        logger(&LogRecord {
+            level: if past { Level::Error } else { Level::Warn },
+            backend: backend.clone(),
+            code: "REDIS_CLOCK_BEHIND",
+            message: format!(
+                "a server of Redis connection '{connection}' granted a fence {:.1} s below one granted before the request was sent: \
+                 its clock is at least {:.1} s behind the latest server time this connection saw ({}); \
+                 keep the clocks of the servers that can become primary in step (NTP, slewing)",
+                behind.as_secs_f64(),
+                behind.as_secs_f64(),
+                if past {
+                    format!(
+                        "more than fenceRetentionMs, {} ms: fences can repeat, and a fenced store refuses the lower ones",
+                        self.retention_ms
+                    )
+                } else {
+                    format!("less than fenceRetentionMs, {} ms: fences still never repeat", self.retention_ms)
+                }
+            ),
+        });
+        if let Some(telemetry) = telemetry {
+            telemetry.event(&TelemetryEvent::ClockBehind {
+                backend: backend.clone(),
+                connection: connection.clone(),
+                behind,
+                fence_retention: retention,
+            });
+        }
     }
 }
 
@@ -118,7 +187,10 @@ impl Store for RedisStore {
     }
 
     async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
-        claim.take(&self.shared.scripted, lease_ms, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await
+        let sent = Instant::now();
+        let taken = claim.take(&self.shared.scripted, lease_ms, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
+        self.granted(&taken, sent);
+        Ok(taken)
     }
 
     async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
@@ -137,7 +209,11 @@ impl Store for RedisStore {
         lease_ms: u64,
         waiting_ms: u64,
     ) -> Result<HandedOver<NodeConnection>, Failure> {
+        let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, lease_ms, waiting_ms, &self.channel).await?;
+        for taken in &handed.taken {
+            self.granted(taken, sent);
+        }
         let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
     }

@@ -16,7 +16,7 @@
 //! port takes it and vanishes, as in a real partition: no ICMP, no RST, no
 //! ARP failure: connections go silent, new connects time out. Healing moves
 //! the ports back. (Delay and loss need `sch_netem`, which this kernel lacks:
-//! see [`Net::netem_available`].)
+//! see [`Net::netem_missing`].)
 //!
 //! Everything is removed on drop, also when the test panics; [`Net::new`]
 //! first removes what a killed run may have left under the same prefix.
@@ -63,15 +63,23 @@ impl Net {
         net
     }
 
-    /// True when this kernel has `tc netem` (delay, loss).
-    pub fn netem_available() -> bool {
-        std::fs::read_to_string("/proc/net/psched").is_ok()
-            && Command::new("sh")
-                .args(["-c", "ip link add dknetem0 type dummy && tc qdisc add dev dknetem0 root netem delay 1ms; r=$?; ip link del dknetem0; exit $r"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
+    /// `None` when this kernel has `tc netem` (delay, loss), else why not:
+    /// what `tc` said when asked for it on the loopback of a namespace of
+    /// its own (removed after). A kernel built without `sch_netem` and
+    /// without modules says "Specified qdisc kind is unknown".
+    pub fn netem_missing() -> Option<String> {
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                "ip netns add dknetem && ip -n dknetem link set lo up && tc -n dknetem qdisc add dev lo root netem delay 1ms; r=$?; ip netns del dknetem 2>/dev/null; exit $r",
+            ])
+            .stdout(Stdio::null())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+            Err(err) => Some(err.to_string()),
+        }
     }
 
     fn bridge(&self, n: u32) -> String {
@@ -147,6 +155,26 @@ impl Net {
             let &(_, number, _) = self.nodes.iter().find(|(n, _, _)| n == name).unwrap();
             ip(&["link", "set", &self.host_side(number, 0), "master", &island]);
         }
+    }
+
+    /// Drops `percent`% of the packets leaving node `name`'s data port
+    /// (`eth0`) and of those reaching it, each at random (an nftables
+    /// `numgen random` rule in its namespace): loss without delay, which
+    /// TCP turns into retransmissions (200 ms and more each). Removed with
+    /// the namespace, or by [`Net::lossless`].
+    pub fn lossy(&self, name: &str, percent: u8) {
+        let rules = format!(
+            "table inet dkloss {{\n  chain out {{ type filter hook output priority 0; oifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n}}\n"
+        );
+        let file = std::env::temp_dir().join(format!("{}-loss-{name}", self.prefix));
+        std::fs::write(&file, rules).unwrap();
+        ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
+        let _ = std::fs::remove_file(file);
+    }
+
+    /// Node `name` without [`Net::lossy`]'s loss.
+    pub fn lossless(&self, name: &str) {
+        ip(&["netns", "exec", &self.namespace(name), "nft", "delete", "table", "inet", "dkloss"]);
     }
 
     /// Every node back on the data bridge; island bridges removed.

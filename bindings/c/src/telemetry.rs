@@ -41,6 +41,14 @@ pub enum dokebi_lock_event_kind {
     /// `CLOSED` for a local lease whose provider closed). Only with
     /// `DOKEBI_LOCK_TRACE_HOLD`; the event is a `dokebi_lock_trace_event`.
     DOKEBI_LOCK_EVENT_HOLD = 7,
+    /// A Redis server of `connection` granted `backend` a fence at least a
+    /// second below one granted before: its clock is at least `duration_ms`
+    /// behind the latest server time seen (a primary promoted with a clock
+    /// behind). `threshold_ms` is the backend's `fenceRetentionMs`: fences
+    /// never repeat while the clock is less behind than that; past it they
+    /// can. At most one every 10 s per connection; the log says so too
+    /// (`REDIS_CLOCK_BEHIND`).
+    DOKEBI_LOCK_EVENT_CLOCK_BEHIND = 8,
 }
 
 /// `dokebi_lock_provider_open_with_trace_events`: an event
@@ -57,11 +65,14 @@ pub struct dokebi_lock_event {
     pub kind: dokebi_lock_event_kind,
     /// The backend's name (NUL-terminated); NULL for a connection event.
     pub backend: *const c_char,
-    /// The connection's name (NUL-terminated); NULL but for a connection event.
+    /// The connection's name (NUL-terminated); NULL but for a connection
+    /// event and a clock-behind one.
     pub connection: *const c_char,
-    /// How long the acquire waited or the lease was held; 0 otherwise.
+    /// How long the acquire waited or the lease was held (a clock-behind
+    /// event: how far the clock is behind); 0 otherwise.
     pub duration_ms: u64,
-    /// The threshold a slow event crossed; 0 otherwise.
+    /// The threshold a slow event crossed (a clock-behind event:
+    /// `fenceRetentionMs`); 0 otherwise.
     pub threshold_ms: u64,
     /// The outcome (see the kinds); `DOKEBI_LOCK_OK` otherwise.
     pub code: dokebi_lock_status,
@@ -176,6 +187,7 @@ impl Callback {
     fn deliver(&self, event: &TelemetryEvent) {
         let mut c = blank(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_CONNECTION);
         let held_name;
+        let held_connection;
         match event {
             TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
                 held_name = name(backend);
@@ -209,6 +221,15 @@ impl Callback {
                 held_name = name(connection);
                 c.connection = held_name.as_ptr();
                 c.up = *up;
+            }
+            TelemetryEvent::ClockBehind { backend, connection, behind, fence_retention } => {
+                held_name = name(backend);
+                held_connection = name(connection);
+                c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_CLOCK_BEHIND;
+                c.backend = held_name.as_ptr();
+                c.connection = held_connection.as_ptr();
+                c.duration_ms = millis(*behind);
+                c.threshold_ms = millis(*fence_retention);
             }
         }
         // SAFETY: the host gave this function and data for exactly this call

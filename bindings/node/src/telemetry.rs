@@ -24,6 +24,10 @@ pub struct TelemetryEntry {
     pub held_ms: Option<f64>,
     pub threshold_ms: Option<f64>,
     pub up: Option<bool>,
+    /// A clock-behind event: how far the server's clock is at least behind.
+    pub behind_ms: Option<f64>,
+    /// A clock-behind event: the backend's `fenceRetentionMs`.
+    pub fence_retention_ms: Option<f64>,
 }
 
 /// Calls the JS telemetry sink; weak, so it never keeps Node alive.
@@ -47,6 +51,8 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
         held_ms: None,
         threshold_ms: None,
         up: None,
+        behind_ms: None,
+        fence_retention_ms: None,
     };
     match event {
         TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
@@ -72,6 +78,12 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
         TelemetryEvent::Connection { connection, up } => {
             entry.connection = Some(connection.clone());
             entry.up = Some(*up);
+        }
+        TelemetryEvent::ClockBehind { backend, connection, behind, fence_retention } => {
+            entry.backend = Some(backend.clone());
+            entry.connection = Some(connection.clone());
+            entry.behind_ms = ms(behind);
+            entry.fence_retention_ms = ms(fence_retention);
         }
     }
     entry
