@@ -457,7 +457,7 @@ export interface PostgresConnectionOptions {
    */
   readonly poolSize?: number;
   /**
-   * postgres://user:password@host:port/database, with libpq's sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert and sslkey; through a pooler in transaction mode (PgBouncer) too.
+   * postgres://user:password@host:port/database, with libpq's sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert, sslcert, sslkey and channel_binding (disable, prefer, require: SCRAM bound to the TLS link); through a pooler in transaction mode (PgBouncer) too.
    * Matches `^postgres(ql)?://`.
    */
   readonly url: string;

@@ -1,7 +1,8 @@
 //! TLS to the machine's PostgreSQL (Debian's default: `ssl = on` with the
 //! snakeoil certificate, self-signed for `localhost`), with libpq's
-//! `sslmode` and `sslrootcert` in the URL; and client certificates
-//! (`sslcert`, `sslkey`) to a private server that takes no other login.
+//! `sslmode` and `sslrootcert` in the URL; client certificates (`sslcert`,
+//! `sslkey`) to a private server that takes no other login; and SCRAM bound
+//! to the TLS link (`channel_binding=require`) on another.
 
 #[path = "support/pki.rs"]
 mod pki;
@@ -128,5 +129,58 @@ mod client_certificates {
             assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
             assert!(err.to_string().contains("refused the credentials"), "{err}");
         }
+    }
+}
+
+/// A private server that takes only SCRAM logins over TLS, with certificates
+/// signed by each hash a `tls-server-end-point` binding is made with.
+mod channel_binding {
+    use super::*;
+
+    use crate::pki::openssl;
+    use crate::server::PrivateServer;
+
+    const PASSWORD: &str = "open-sesame-7431";
+
+    /// Takes and gives back a key through a provider on `url`.
+    fn take(url: &str) -> Result<(), dokebi_lock::LockError> {
+        let provider = Provider::from_yaml(&postgres::yaml_on(url, "dl_binding", "", "")).unwrap();
+        let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| assert!(block_on(lease.release()).unwrap()));
+        block_on(provider.close());
+        taken
+    }
+
+    #[test]
+    fn scram_is_bound_to_the_tls_link_whatever_hash_signed_the_certificate() {
+        let dir = std::env::temp_dir().join(format!("dokebi-lock-binding-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = PrivateServer::start("channel-binding", &[]);
+        postgres::batch_on(&server.url(), &format!("ALTER ROLE postgres PASSWORD '{PASSWORD}'"));
+        // Self-signed: sslmode=require checks no certificate, which is
+        // what channel binding guards (a relay with any certificate).
+        let keys: [(&str, &[&str]); 3] = [
+            ("-sha256", &["-newkey", "rsa:2048"]),
+            ("-sha384", &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"]),
+            ("-sha512", &["-newkey", "rsa:2048"]),
+        ];
+        for (digest, key) in keys {
+            let mut args = vec!["req", "-x509", digest, "-nodes", "-days", "1", "-subj", "/CN=localhost"];
+            args.extend_from_slice(key);
+            args.extend_from_slice(&["-keyout", "server.key", "-out", "server.pem"]);
+            openssl(&dir, &args);
+            server.require_scram_over_tls(&dir);
+            let url = |password: &str| {
+                format!("postgres://postgres:{password}@127.0.0.1:{}/postgres?sslmode=require&channel_binding=require", server.port())
+            };
+            // tokio-postgres refuses `require` unless SCRAM-SHA-256-PLUS
+            // ran, and the server refuses a binding that is not its own
+            // certificate's hash.
+            take(&url(PASSWORD)).unwrap_or_else(|err| panic!("{digest}: {err:?}"));
+            let err = take(&url("not-the-password")).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::ProviderFailed, "{digest}: {err}");
+            assert!(!format!("{err:?}").contains("not-the-password"), "{digest}: the password appears in {err:?}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

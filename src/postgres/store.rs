@@ -147,7 +147,7 @@ impl Store for PostgresStore {
             keys: keys.iter().map(|key| (*key).to_owned()).collect(),
             names: keys.iter().map(|key| queue_name(&self.namespace, key)).collect(),
             kind,
-            token: crate::redis::keys::owner_token()?,
+            token: crate::store::token::owner_token()?,
         })
     }
 

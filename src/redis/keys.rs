@@ -1,4 +1,4 @@
-//! Redis key names and owner tokens.
+//! Redis key names.
 //!
 //! A user key never reaches Redis: it is hashed, so Redis (and anything that
 //! reads its keyspace, its slow log or its MONITOR stream) only ever sees
@@ -18,8 +18,6 @@
 //! [`is_older_layout`] recognises the older ones in a release message.
 
 use sha2::{Digest, Sha256};
-
-use crate::error::{ErrorCode, LockError, Result};
 
 /// The Redis names of one user key in one namespace, in one buffer (one
 /// allocation per key, where five formatted names cost five and their
@@ -119,25 +117,6 @@ pub(crate) fn release_channel(namespace: &str) -> String {
     format!("{namespace}:lock-released")
 }
 
-/// A fresh owner token: 128 bits from the operating system's CSPRNG, as hex.
-pub(crate) fn owner_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|err| LockError::new(ErrorCode::ProviderFailed, format!("the operating system's random source failed: {err}")))?;
-    let mut digits = [0u8; 32];
-    Ok(hex_into(&mut digits, &bytes).to_owned())
-}
-
-/// `bytes` in lowercase hex, written into `out` (twice as long as `bytes`).
-fn hex_into<'a>(out: &'a mut [u8], bytes: &[u8]) -> &'a str {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(byte >> 4)];
-        pair[1] = DIGITS[usize::from(byte & 0xf)];
-    }
-    std::str::from_utf8(out).expect("hex digits are ASCII")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,13 +140,5 @@ mod tests {
         assert!(is_older_layout("ns:lock:{ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad}"));
         assert!(!is_older_layout(RedisKeys::new("ns", "abc").lock()));
         assert!(!is_older_layout("ns:lock:{not-a-digest}"));
-    }
-
-    #[test]
-    fn owner_tokens_are_128_bit_and_fresh() {
-        let (a, b) = (owner_token().unwrap(), owner_token().unwrap());
-        assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
     }
 }

@@ -17,7 +17,8 @@
 //!   unknown outcome, releasing everything at close, counting;
 //! - [`backend`] and [`lease`]: the public API ([`StoreBackend`],
 //!   [`StoreLease`], [`KeepAlive`]); `runtime`: the drivers' own tokio thread;
-//! - `failure`: how a store command failed, and the error a caller sees.
+//! - `failure`: how a store command failed, and the error a caller sees;
+//!   `token`: the owner token each claim carries.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
@@ -30,6 +31,7 @@ pub mod keep_alive;
 pub mod lease;
 pub(crate) mod runtime;
 mod seam;
+pub(crate) mod token;
 pub(crate) mod waiters;
 
 pub use backend::{StoreBackend, StoreCounts};

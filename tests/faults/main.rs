@@ -38,6 +38,8 @@
 mod cluster;
 #[path = "../postgres/mod.rs"]
 mod postgres;
+#[path = "../postgres/server.rs"]
+mod postgres_server;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
 #[path = "../support/sentinel.rs"]
@@ -82,6 +84,18 @@ enum Fault {
     /// empty at once (no persistence): long sections make the next holder
     /// overlap the old one, which only the fence can stop.
     Restart,
+    /// Once, the lock server crashes while a worker holds a lease (PostgreSQL:
+    /// `pg_ctl stop -m immediate`, no checkpoint) and starts again at once,
+    /// recovering from its WAL: grants were committed synchronously, so
+    /// every one survives and sections never overlap.
+    Crash,
+    /// The lock server (PostgreSQL) has an asynchronous streaming standby
+    /// fed through a proxy; once, the link stops forwarding (the standby
+    /// lags), and a moment later, while a worker holds a lease, the primary
+    /// crashes, the standby is promoted and the workers' proxy is pointed
+    /// at it. The grants it had not received are lost: a next holder may
+    /// overlap the holder of one, which only the fence can stop.
+    Promote,
     /// `CLIENT KILL TYPE pubsub`: every subscription dropped.
     PubsubKill,
     /// `SCRIPT FLUSH`: the next `EVALSHA` answers NOSCRIPT.
@@ -180,6 +194,8 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "pg-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::Postgres },
     Scenario { name: "pg-stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, on: On::Postgres },
     Scenario { name: "pg-terminate", fault: Fault::Terminate, hold_ms: 15, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-crash", fault: Fault::Crash, hold_ms: 300, limit: 0, on: On::Postgres },
+    Scenario { name: "pg-failover", fault: Fault::Promote, hold_ms: 300, limit: 0, on: On::Postgres },
     Scenario { name: "pg-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::Postgres },
     // The file driver: a paused holder keeps its kernel lock (the others
     // wait), a killed one's is dropped by the kernel at once.
@@ -204,7 +220,13 @@ impl Fault {
     fn exclusive(self) -> bool {
         !matches!(
             self,
-            Fault::Stop | Fault::Restart | Fault::SnapshotRestart | Fault::Failover | Fault::SentinelFailover | Fault::ClusterFailover
+            Fault::Stop
+                | Fault::Restart
+                | Fault::SnapshotRestart
+                | Fault::Failover
+                | Fault::Promote
+                | Fault::SentinelFailover
+                | Fault::ClusterFailover
         )
     }
 
@@ -220,6 +242,8 @@ impl Fault {
             Fault::Kill
                 | Fault::Stall
                 | Fault::Terminate
+                | Fault::Crash
+                | Fault::Promote
                 | Fault::SnapshotRestart
                 | Fault::Failover
                 | Fault::SentinelFailover
@@ -242,7 +266,7 @@ impl Fault {
         match self {
             Fault::None | Fault::Latency | Fault::PubsubKill | Fault::ScriptFlush | Fault::DebugSleep | Fault::Stop | Fault::Kill => &[],
             Fault::Restart | Fault::SnapshotRestart | Fault::Failover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN"],
-            Fault::Stall | Fault::Terminate | Fault::SentinelFailover | Fault::ClusterFailover => {
+            Fault::Stall | Fault::Terminate | Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover => {
                 &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"]
             }
         }
@@ -490,6 +514,32 @@ impl Run {
                     }
                 }
                 Fault::SentinelFailover | Fault::ClusterFailover => sleep(Duration::from_millis(100)),
+                // Once: recovery takes a second or more on a loaded host,
+                // and the rest of the run is the workers' after it.
+                Fault::Crash if self.faults == 0 => {
+                    sleep(Duration::from_millis(700));
+                    if self.find_holder().is_some() {
+                        let Lock::Postgres(lock) = &mut self.lock else { panic!("crash is a postgres fault") };
+                        lock.crash_and_recover();
+                        self.faults += 1;
+                    }
+                }
+                Fault::Crash => sleep(Duration::from_millis(100)),
+                Fault::Promote => {
+                    sleep(Duration::from_millis(400));
+                    let Lock::Postgres(lock) = &self.lock else { panic!("promote is a postgres fault") };
+                    // The standby stops receiving: the grants of the next
+                    // moment are the primary's alone.
+                    lock.hold_standby();
+                    sleep(Duration::from_millis(300));
+                    if self.find_holder().is_some() {
+                        let Lock::Postgres(lock) = &mut self.lock else { panic!("promote is a postgres fault") };
+                        if let Some(port) = lock.promote_standby() {
+                            self.proxy.as_ref().expect("a front proxy").retarget(port);
+                            self.faults += 1;
+                        }
+                    }
+                }
                 Fault::Terminate => {
                     sleep(Duration::from_millis(300));
                     let Lock::Postgres(lock) = &self.lock else { panic!("terminate is a postgres fault") };
@@ -646,6 +696,8 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     std::fs::create_dir_all(&dir).unwrap();
     let run = if scenario.fault.topology() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
+        Fault::Crash => Lock::Postgres(PgLock::private(scenario.name)),
+        Fault::Promote => Lock::Postgres(PgLock::with_standby(scenario.name)),
         _ if scenario.on == On::Postgres => Lock::Postgres(PgLock::new(scenario.name)),
         _ if scenario.on == On::File => Lock::File(dir.join("locks")),
         Fault::SentinelFailover => Lock::Sentinel(sentinel::Sentinels::start()),
@@ -660,7 +712,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
         Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
-        Fault::Stall | Fault::Failover => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        Fault::Stall | Fault::Failover | Fault::Promote => Some(Proxy::start(lock.port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {

@@ -4,7 +4,8 @@
 //! primary (of the Sentinel deployment, or of the slot of `k0`'s lock key)
 //! is killed with SIGKILL once, while a worker holds a lease, and the
 //! harness waits until a replica took over. Or, in the `pg-*` scenarios,
-//! the machine's PostgreSQL (a schema of the scenario's own, dropped after);
+//! the machine's PostgreSQL (a schema of the scenario's own, dropped after)
+//! or, where it crashes or fails over, a private PostgreSQL (and its standby);
 //! in the `file-*` ones, lock files in a directory of the scenario's own.
 
 use std::os::fd::AsRawFd;
@@ -16,6 +17,8 @@ use sha2::{Digest, Sha256};
 use crate::cluster::Cluster;
 use crate::log::{mono_us, Hold};
 use crate::postgres;
+use crate::postgres_server::PrivateServer;
+use crate::proxy::Proxy;
 use crate::redis_server::RedisServer;
 use crate::sentinel::Sentinels;
 use crate::worker;
@@ -30,33 +33,114 @@ pub enum Lock {
 }
 
 /// The postgres scenarios' lock: the driver's tables in `schema` of the
-/// machine's PostgreSQL, every worker session named `application` (so
-/// that the harness can end them).
+/// machine's PostgreSQL, or of a private server the scenario crashes
+/// (`server`), every worker session named `application` (so that the
+/// harness can end them).
 pub struct PgLock {
     pub schema: String,
     pub application: String,
+    server: Option<PrivateServer>,
+    /// An asynchronous streaming standby of `server`, until promoted, and
+    /// the proxy it streams through.
+    standby: Option<(PrivateServer, Proxy)>,
 }
 
 /// The machine's PostgreSQL (tests/postgres/mod.rs), where the workers go
-/// unless a proxy stands in front of it.
+/// unless a proxy or a private server stands in for it.
 const PG_PORT: u16 = 5432;
 
 impl PgLock {
     pub fn new(scenario: &str) -> PgLock {
+        let lock = PgLock::on(scenario, None);
+        postgres::batch(&format!("DROP SCHEMA IF EXISTS {} CASCADE", lock.schema));
+        lock
+    }
+
+    /// The lock on a private server of its own (grants committed
+    /// synchronously, its default), which [`PgLock::crash_and_recover`] crashes.
+    pub fn private(scenario: &str) -> PgLock {
+        PgLock::on(scenario, Some(PrivateServer::start(&format!("faults-{scenario}"), &[])))
+    }
+
+    /// [`PgLock::private`] with an asynchronous streaming standby
+    /// (`pg_basebackup -R`) fed through a proxy, which
+    /// [`PgLock::promote_standby`] promotes.
+    pub fn with_standby(scenario: &str) -> PgLock {
+        let mut lock = PgLock::private(scenario);
+        let primary = lock.server.as_ref().expect("a private server");
+        let link = Proxy::start(primary.port(), Duration::ZERO);
+        lock.standby = Some((primary.standby_through(&format!("faults-{scenario}-standby"), link.port()), link));
+        lock
+    }
+
+    /// Stops the standby's replication link forwarding: it lags behind.
+    pub fn hold_standby(&self) {
+        if let Some((_, link)) = &self.standby {
+            link.hold();
+        }
+    }
+
+    fn on(scenario: &str, server: Option<PrivateServer>) -> PgLock {
         let schema = format!("faults_{}_{}", std::process::id(), scenario.replace('-', "_"));
-        postgres::batch(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-        PgLock { schema, application: format!("faults_{}", std::process::id()) }
+        PgLock { schema, application: format!("faults_{}", std::process::id()), server, standby: None }
+    }
+
+    /// The URL of the lock's server, for the harness's own queries.
+    fn url(&self) -> String {
+        self.server.as_ref().map_or_else(postgres::url, PrivateServer::url)
+    }
+
+    fn port(&self) -> u16 {
+        self.server.as_ref().map_or(PG_PORT, PrivateServer::port)
+    }
+
+    /// The database the workers use.
+    fn database(&self) -> &'static str {
+        if self.server.is_some() {
+            "postgres"
+        } else {
+            "test"
+        }
     }
 
     /// Ends every session of the workers; answers how many there were.
     pub fn terminate_sessions(&self) -> i64 {
-        postgres::terminate_sessions(&self.application)
+        postgres::terminate_sessions_on(&self.url(), &self.application)
+    }
+
+    /// Crashes the primary and promotes its standby, which may not have
+    /// received the last grants (it streams asynchronously); answers the
+    /// new primary's port, or `None` once the standby was promoted.
+    pub fn promote_standby(&mut self) -> Option<u16> {
+        let (standby, _link) = self.standby.take()?;
+        // The scenario is a failover that lost grants only if the standby
+        // lags: WAL the primary wrote that it never received.
+        let written = postgres::count_on(&self.url(), "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+        let received = postgres::count_on(&standby.url(), "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint");
+        assert!(written > received, "the standby was to lag behind the primary (received {received} of {written} bytes of WAL)");
+        self.server.as_mut().expect("a private server").crash();
+        standby.promote();
+        let port = standby.port();
+        // The old primary goes, with its data directory.
+        self.server = Some(standby);
+        Some(port)
+    }
+
+    /// Crashes the private server (`pg_ctl stop -m immediate`: no
+    /// checkpoint) and starts it again, recovering from its WAL.
+    pub fn crash_and_recover(&mut self) {
+        let server = self.server.as_mut().expect("a crash needs the lock on a private server");
+        server.crash();
+        server.start_again();
     }
 }
 
 impl Drop for PgLock {
     fn drop(&mut self) {
-        postgres::batch(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        // A private server goes with its data directory.
+        if self.server.is_none() {
+            postgres::batch(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
     }
 }
 
@@ -89,7 +173,7 @@ impl Lock {
     /// The port a proxy in front of the (single) lock server forwards to.
     pub fn port(&self) -> u16 {
         match self {
-            Lock::Postgres(_) => PG_PORT,
+            Lock::Postgres(lock) => lock.port(),
             _ => self.server().port(),
         }
     }
@@ -113,8 +197,9 @@ impl Lock {
                 connection(
                     "postgres",
                     format!(
-                        "url: \"postgres://postgres@127.0.0.1:{}/test?sslmode=disable&application_name={}\"",
-                        proxy.unwrap_or(PG_PORT),
+                        "url: \"postgres://postgres@127.0.0.1:{}/{}?sslmode=disable&application_name={}\"",
+                        proxy.unwrap_or(lock.port()),
+                        lock.database(),
                         lock.application
                     ),
                 ),
@@ -131,11 +216,14 @@ impl Lock {
     /// (Redis: lock keys; PostgreSQL: live holder and waiting rows).
     pub fn left_behind(&self, namespace: &str) -> usize {
         match self {
-            Lock::Postgres(lock) => postgres::count(&format!(
-                "SELECT (SELECT count(*) FROM {0}.dokebi_lock_holders WHERE namespace = '{namespace}' AND expires_at > now())
+            Lock::Postgres(lock) => postgres::count_on(
+                &lock.url(),
+                &format!(
+                    "SELECT (SELECT count(*) FROM {0}.dokebi_lock_holders WHERE namespace = '{namespace}' AND expires_at > now())
                       + (SELECT count(*) FROM {0}.dokebi_lock_waiting WHERE namespace = '{namespace}' AND lapses_at > now())",
-                lock.schema
-            )) as usize,
+                    lock.schema
+                ),
+            ) as usize,
             // Every lock file nobody holds can be locked now.
             Lock::File(directory) => std::fs::read_dir(directory)
                 .map(|entries| entries.filter_map(|entry| entry.ok()).filter(|entry| !lockable(&entry.path())).count())

@@ -18,8 +18,13 @@ pub fn url() -> String {
 /// Runs `sql` (simple protocol, several statements allowed) on a
 /// connection of its own; the rows of the last statement are not kept.
 pub fn batch(sql: &str) {
+    batch_on(&url(), sql)
+}
+
+/// [`batch`] on the server at `url`.
+pub fn batch_on(url: &str, sql: &str) {
     runtime().block_on(async {
-        let (client, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("the test server is up");
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("the test server is up");
         tokio::spawn(connection);
         client.batch_execute(sql).await.unwrap();
     })
@@ -27,8 +32,13 @@ pub fn batch(sql: &str) {
 
 /// The rows of one statement without parameters.
 pub fn rows(sql: &str) -> Vec<Row> {
+    rows_on(&url(), sql)
+}
+
+/// [`rows`] on the server at `url`.
+pub fn rows_on(url: &str, sql: &str) -> Vec<Row> {
     runtime().block_on(async {
-        let (client, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("the test server is up");
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("the test server is up");
         tokio::spawn(connection);
         client.query(sql, &[]).await.unwrap()
     })
@@ -36,7 +46,12 @@ pub fn rows(sql: &str) -> Vec<Row> {
 
 /// The one number `sql` answers.
 pub fn count(sql: &str) -> i64 {
-    rows(sql)[0].get(0)
+    count_on(&url(), sql)
+}
+
+/// [`count`] on the server at `url`.
+pub fn count_on(url: &str, sql: &str) -> i64 {
+    rows_on(url, sql)[0].get(0)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -46,7 +61,12 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Ends every server session named `application` (`application_name`), as
 /// an administrator, a pooler or a failover does; answers how many there were.
 pub fn terminate_sessions(application: &str) -> i64 {
-    count(&format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{application}'"))
+    terminate_sessions_on(&url(), application)
+}
+
+/// [`terminate_sessions`] on the server at `url`.
+pub fn terminate_sessions_on(url: &str, application: &str) -> i64 {
+    count_on(url, &format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{application}'"))
 }
 
 /// A schema of the test's own, dropped (with everything in it) on drop.

@@ -5,7 +5,7 @@
 //! (`pg_ctl stop -m immediate`: no checkpoint, whatever was not flushed is
 //! lost, recovery on the next start), restart, and give an asynchronous
 //! streaming standby (`pg_basebackup -R`) that can be promoted, or take
-//! only client certificate logins.
+//! only client certificate logins, or only SCRAM logins over TLS.
 
 #![allow(dead_code)]
 
@@ -81,9 +81,15 @@ impl PrivateServer {
 
     /// An asynchronous streaming standby of this server, started.
     pub fn standby(&self, name: &str) -> PrivateServer {
+        self.standby_through(name, self.port)
+    }
+
+    /// [`PrivateServer::standby`] streaming from `port`, a proxy of this
+    /// server's (which a test can hold to make the standby lag).
+    pub fn standby_through(&self, name: &str, port: u16) -> PrivateServer {
         let dir = private_dir(name);
         let data = dir.join("data");
-        let port = self.port.to_string();
+        let port = port.to_string();
         run_as_postgres(
             "pg_basebackup",
             &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", data.to_str().unwrap(), "-R", "-X", "stream", "--no-sync"],
@@ -131,18 +137,29 @@ impl PrivateServer {
     /// certificate logins over TCP (`hostssl ... cert`: the certificate's
     /// common name is the user); local connections stay trusted.
     pub fn require_client_certificates(&mut self, pki: &Path) {
+        self.restart_with_tls(pki, &["ca.pem", "server.pem", "server.key"], "ssl_ca_file = 'ca.pem'\n", "cert");
+    }
+
+    /// Restarts the server with TLS on (`server.pem`/`.key` in `dir`) and
+    /// only password logins by SCRAM over TCP; local connections stay
+    /// trusted.
+    pub fn require_scram_over_tls(&mut self, dir: &Path) {
+        self.restart_with_tls(dir, &["server.pem", "server.key"], "", "scram-sha-256");
+    }
+
+    /// Stops the server, copies `files` from `dir` into its data directory,
+    /// turns TLS on (with `conf`, more settings) and takes TCP logins only
+    /// over TLS, by `method`; then starts it again.
+    fn restart_with_tls(&mut self, dir: &Path, files: &[&str], conf: &str, method: &str) {
         self.stop();
         let data = self.data();
-        for file in ["ca.pem", "server.pem", "server.key"] {
-            std::fs::copy(pki.join(file), data.join(file)).unwrap();
+        for file in files {
+            std::fs::copy(dir.join(file), data.join(file)).unwrap();
             let status = Command::new("chown").args(["postgres:postgres"]).arg(data.join(file)).status().unwrap();
             assert!(status.success(), "chown of {file}");
         }
-        append(
-            &data.join("postgresql.conf"),
-            "ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\nssl_ca_file = 'ca.pem'\n",
-        );
-        std::fs::write(data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 cert\n").unwrap();
+        append(&data.join("postgresql.conf"), &format!("ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\n{conf}"));
+        std::fs::write(data.join("pg_hba.conf"), format!("local all all trust\nhostssl all all 127.0.0.1/32 {method}\n")).unwrap();
         self.start_again();
     }
 

@@ -41,10 +41,9 @@ struct Health {
 
 /// A named connection of `dokebi-postgres.connections`.
 pub(crate) struct PgConnection {
-    /// `connections.<name>`, for messages.
+    /// `<name>` of `dokebi-postgres.connections.<name>` (telemetry's
+    /// `connection` events; messages name the whole option: [`option`]).
     name: String,
-    /// `<name>`, for telemetry's `connection` events.
-    short_name: String,
     telemetry: Option<Telemetry>,
     config: Config,
     tls: MakeRustls,
@@ -66,7 +65,7 @@ impl PgConnection {
     /// Reads the options (a URL that cannot be used is `PROVIDER_FAILED`
     /// now); connects only when first used.
     pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle, telemetry: Option<Telemetry>) -> Result<PgConnection> {
-        let path = format!("dokebi-postgres.connections.{name}");
+        let path = option(name);
         let what = format!("{path}.url");
         let (config, tls) = url::config(&options.url, &what)?;
         let tls = MakeRustls::new(&tls, &what)?;
@@ -79,8 +78,7 @@ impl PgConnection {
             None => (config.clone(), tls.clone()),
         };
         Ok(PgConnection {
-            name: path,
-            short_name: name.to_owned(),
+            name: name.to_owned(),
             telemetry,
             config,
             tls,
@@ -186,33 +184,33 @@ impl PgConnection {
     /// A failure before any statement ran: the server refusing who we are
     /// (the fix names the option, never the password), or unreachable.
     fn classify_connect(&self, err: tokio_postgres::Error) -> Failure {
+        let name = option(&self.name);
         let denied = |message: String, fix: String, err: tokio_postgres::Error| {
             Failure::Denied(Arc::new(Refusal { message, fix, cause: Arc::new(err) }))
         };
         match err.code() {
             Some(code) if code.code().starts_with("28") => denied(
-                format!("PostgreSQL refused the credentials of {}", self.name),
-                format!("Check the user and password in {}.url (and the server's pg_hba.conf).", self.name),
+                format!("PostgreSQL refused the credentials of {name}"),
+                format!("Check the user and password in {name}.url (and the server's pg_hba.conf)."),
                 err,
             ),
             Some(&SqlState::INVALID_CATALOG_NAME) => denied(
-                format!("the database of {} does not exist", self.name),
-                format!("Create the database or correct the database name in {}.url.", self.name),
+                format!("the database of {name} does not exist"),
+                format!("Create the database or correct the database name in {name}.url."),
                 err,
             ),
             Some(_) => Failure::Refused(Arc::new(err)),
             None if refused_certificate(&err) => denied(
-                format!("the TLS certificate of PostgreSQL was refused for {}", self.name),
+                format!("the TLS certificate of PostgreSQL was refused for {name}"),
                 format!(
-                    "Trust the server's authority (sslrootcert in {0}.url), connect by the name its certificate carries (verify-full), or lower sslmode.",
-                    self.name
+                    "Trust the server's authority (sslrootcert in {name}.url), connect by the name its certificate carries (verify-full), or lower sslmode."
                 ),
                 err,
             ),
             // The server asked for a password the URL does not have.
             None if err.to_string().contains("password missing") => denied(
-                format!("PostgreSQL asks for a password and {}.url has none", self.name),
-                format!("Add the password to {}.url.", self.name),
+                format!("PostgreSQL asks for a password and {name}.url has none"),
+                format!("Add the password to {name}.url."),
                 err,
             ),
             None => Failure::Unreachable(Arc::new(err)),
@@ -279,7 +277,7 @@ impl PgConnection {
     fn set_connected(&self, up: bool) {
         if self.connected.swap(up, Ordering::Relaxed) != up {
             if let Some(telemetry) = &self.telemetry {
-                telemetry.event(&TelemetryEvent::Connection { connection: self.short_name.clone(), up });
+                telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
             }
         }
     }
@@ -287,6 +285,11 @@ impl PgConnection {
 
 /// True when the TLS handshake failed on the server's certificate (or the
 /// server has no TLS while the URL demands it).
+/// The option of connection `name`, as messages name it.
+fn option(name: &str) -> String {
+    format!("dokebi-postgres.connections.{name}")
+}
+
 fn refused_certificate(err: &tokio_postgres::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(cause) = source {

@@ -1,11 +1,13 @@
 //! TLS to PostgreSQL through rustls, with libpq's settings in the URL:
-//! `sslmode` (`disable`, `prefer`: in the clear, as this driver has no
-//! opportunistic TLS; `require`: encrypted, the certificate not checked,
+//! `sslmode` (`disable`; `prefer`: TLS when the server offers it, the
+//! certificate not checked; `require`: encrypted, the certificate not checked,
 //! unless `sslrootcert` is given, which makes it `verify-ca` as libpq does;
 //! `verify-ca`: signed by a trusted authority; `verify-full`: and naming
 //! the host), `sslrootcert` (a PEM file of authorities, or `system`; the
 //! system's authorities when omitted), `sslcert` and `sslkey` (a client
 //! certificate). A private key is read into rustls and never printed.
+//! `channel_binding` is tokio-postgres's: SCRAM bound to the link, with the
+//! binding this module computes (see [`RustlsStream`]).
 
 use std::future::Future;
 use std::io;
@@ -156,14 +158,72 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Rustl
     }
 }
 
-/// A TLS link, as tokio-postgres reads and writes it (no channel binding:
-/// SCRAM without `-PLUS`).
+/// A TLS link, as tokio-postgres reads and writes it.
 pub(crate) struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin> tokio_postgres::tls::TlsStream for RustlsStream<S> {
+    /// `tls-server-end-point` (RFC 5929), what PostgreSQL offers for
+    /// `SCRAM-SHA-256-PLUS`: it ties the password exchange to this TLS
+    /// link, so that a party in the middle holding a certificate the
+    /// client accepts (`sslmode=require` checks none) cannot relay the
+    /// login. With `channel_binding=require` in the URL a server that
+    /// cannot bind is refused.
     fn channel_binding(&self) -> ChannelBinding {
-        ChannelBinding::none()
+        let certificate = self.0.get_ref().1.peer_certificates().and_then(|chain| chain.first());
+        certificate.and_then(|der| end_point_hash(der)).map_or_else(ChannelBinding::none, ChannelBinding::tls_server_end_point)
     }
+}
+
+/// The `tls-server-end-point` binding of a certificate (DER): its hash by
+/// the hash function of its signature algorithm, SHA-256 for MD5 and SHA-1
+/// (RFC 5929 §4.1). `None` for an algorithm with no such hash (Ed25519,
+/// RSASSA-PSS, whose hash is in its parameters), as PostgreSQL 15's
+/// server has none for them either; SCRAM then runs without `-PLUS`.
+fn end_point_hash(der: &[u8]) -> Option<Vec<u8>> {
+    use sha2::{Digest, Sha256, Sha384, Sha512};
+    // Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, ... };
+    // AlgorithmIdentifier ::= SEQUENCE { algorithm OBJECT IDENTIFIER, ... }.
+    let (certificate, _) = der_element(der, 0x30)?;
+    let (_, after_tbs) = der_element(certificate, 0x30)?;
+    let (algorithm, _) = der_element(after_tbs, 0x30)?;
+    let (oid, _) = der_element(algorithm, 0x06)?;
+    let (last, arcs) = oid.split_last()?;
+    Some(match (arcs, last) {
+        // md5, sha1 and sha256WithRSAEncryption; ecdsa-with-SHA1, -SHA256.
+        (RSA_PKCS1, 0x04 | 0x05 | 0x0b) | (ECDSA, 0x01) | (ECDSA_SHA2, 0x02) => Sha256::digest(der).to_vec(),
+        (RSA_PKCS1, 0x0c) | (ECDSA_SHA2, 0x03) => Sha384::digest(der).to_vec(),
+        (RSA_PKCS1, 0x0d) | (ECDSA_SHA2, 0x04) => Sha512::digest(der).to_vec(),
+        _ => return None,
+    })
+}
+
+/// 1.2.840.113549.1.1 (PKCS #1), without its last arc.
+const RSA_PKCS1: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+/// 1.2.840.10045.4 (ECDSA signatures; ecdsa-with-SHA1 is its arc 1).
+const ECDSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04];
+/// ecdsa-with-SHA2 (1.2.840.10045.4.3), without its last arc.
+const ECDSA_SHA2: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];
+
+/// The contents of the DER element at the start of `bytes`, which must
+/// have tag `tag`, and what follows it.
+fn der_element(bytes: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&found, rest) = bytes.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    if found != tag {
+        return None;
+    }
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        // The long form: the next `first & 0x7f` bytes, big-endian.
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let (digits, rest) = rest.split_at(count);
+        (digits.iter().fold(0usize, |length, digit| length << 8 | usize::from(*digit)), rest)
+    };
+    (rest.len() >= length).then(|| rest.split_at(length))
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
