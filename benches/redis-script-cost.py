@@ -20,11 +20,28 @@ Cases:
   redlock        redlock's multi-resource lock and unlock scripts on 4 keys
                  (redlock 5's text), for comparison
   redlock-one    redlock's lock and unlock scripts on one key (its plain lock)
+  semaphore      redis-semaphore's Semaphore (limit 8, its 5.x text): one
+                 holder's ZREM, then an acquire script granting the freed unit,
+                 as 64 tasks on one counted key do (the peer of `counted`)
+  least-counted  semaphore with a fence per grant (TIME, SET fence PX GET):
+                 the cheapest fenced counted lock found
+  least-1        least-4 on one key (the peer of `plain`)
+  least-4        the cheapest fenced, owner-checked lock of 4 keys found:
+                 SET NX each, TIME, SET fence PX GET each; MGET + DEL (no
+                 waiting marks, wake-ups, kinds or fairness)
+  least-4-unfenced  least-4 without the fences (TIME and the 4 SETs)
   floor          SET key token PX NX + DEL: the least any Redis lock costs,
                  with no owner check on release
   empty-scripts  two EVALSHA calls of `return 0` with one key each: what any
                  owner-checked release by script costs before its script does
                  anything (Redis 7.0 has no compare-and-delete command)
+  empty-scripts-wide  the same with the 20 names and 9 arguments each that
+                 four-keys passes: what passing them costs
+  kinds-prelude  two calls of the kinds scripts' prelude followed by
+                 `return 0`, passed as empty-scripts-wide: what defining its
+                 functions on every call costs
+  four-keys-flat four-keys' 14 calls (its free keys' path) written as two flat
+                 scripts, passed the same: what the kinds scripts' shape costs
 
 Needs redis-server and valgrind (scripts/setup installs both). Python 3 only,
 no packages: it speaks RESP itself. A case takes a few seconds.
@@ -55,6 +72,89 @@ for i, key in ipairs(KEYS) do
   redis.call("set", key, ARGV[1], "PX", ARGV[2])
 end
 return #KEYS
+"""
+# redis-semaphore 5.x's acquire script (lib/semaphore/acquire/lua.js); its
+# release is a plain ZREM.
+SEMAPHORE_ACQUIRE = """
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local identifier = ARGV[2]
+local lockTimeout = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+local expiredTimestamp = now - lockTimeout
+redis.call('zremrangebyscore', key, '-inf', expiredTimestamp)
+if redis.call('zcard', key) < limit then
+  redis.call('zadd', key, now, identifier)
+  redis.call('pexpire', key, lockTimeout)
+  return 1
+else
+  return 0
+end
+"""
+# The least-counted case: redis-semaphore's acquire with a fence (as
+# LEAST_ACQUIRE raises one) on a granted unit.
+LEAST_COUNTED_ACQUIRE = SEMAPHORE_ACQUIRE.replace(
+    "  return 1\n",
+    """  local now = redis.call('TIME')
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local last = tonumber(redis.call('SET', KEYS[2], clock, 'PX', ARGV[5], 'GET'))
+  return {1, math.max(tonumber(clock), (last or 0) + 1)}
+""",
+)
+# The least-4 case: every user key passes its lock and fence names.
+LEAST_ACQUIRE = """
+for i = 1, #KEYS, 2 do
+  if not redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    for j = 1, i - 2, 2 do
+      redis.call('DEL', KEYS[j])
+    end
+    return 0
+  end
+end
+if ARGV[3] == '0' then
+  return 1
+end
+local now = redis.call('TIME')
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+local fences = {1}
+for i = 2, #KEYS, 2 do
+  local last = tonumber(redis.call('SET', KEYS[i], clock, 'PX', ARGV[3], 'GET'))
+  fences[#fences + 1] = math.max(tonumber(clock), (last or 0) + 1)
+end
+return fences
+"""
+LEAST_RELEASE = """
+local held, ours = redis.call('MGET', unpack(KEYS)), {}
+for n = 1, #held do
+  if held[n] == ARGV[1] then
+    ours[#ours + 1] = KEYS[n]
+  end
+end
+return redis.call('DEL', unpack(ours))
+"""
+# The four-keys case's 14 calls written flat (the free-key path only, with
+# the same names and arguments): what the kinds scripts' shape costs beyond
+# its calls.
+FLAT_ACQUIRE = """
+if redis.call('EXISTS', KEYS[4], KEYS[9], KEYS[14], KEYS[19]) > 0 then
+  return 0
+end
+for i = 1, 20, 5 do
+  redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2])
+end
+local now = redis.call('TIME')
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+redis.call('MGET', KEYS[2], KEYS[7], KEYS[12], KEYS[17])
+for i = 2, 20, 5 do
+  redis.call('SET', KEYS[i], clock, 'PX', ARGV[9])
+end
+return {1, tonumber(clock), tonumber(clock), tonumber(clock), tonumber(clock)}
+"""
+FLAT_RELEASE = """
+redis.call('MGET', KEYS[1], KEYS[6], KEYS[11], KEYS[16])
+redis.call('DEL', KEYS[1], KEYS[6], KEYS[11], KEYS[16])
+redis.call('DEL', KEYS[3], KEYS[8], KEYS[13], KEYS[18])
+return 4
 """
 REDLOCK_UNLOCK = """
 local count = 0
@@ -197,6 +297,49 @@ def redlock_one(redis, sha):
     return pairs(pair)
 
 
+def semaphore(fenced):
+    """redis-semaphore's Semaphore on one key of limit 8 (`fenced`: with a
+    fence per grant, the least-counted case)."""
+
+    def case(redis, sha):
+        script, keys = ("LEAST_COUNTED_ACQUIRE", ["semaphore:counted", "semaphore:fence"]) if fenced else ("SEMAPHORE_ACQUIRE", ["semaphore:counted"])
+        holders = [token() for _ in range(8)]
+
+        def acquire(t):
+            return ["EVALSHA", sha[script], len(keys), *keys, 8, t, 10000, int(time.time() * 1000), RETENTION]
+
+        for reply in redis.run([acquire(t) for t in holders]):
+            if reply in (0, None):
+                raise RuntimeError("a first holder was not granted")
+
+        def batch():
+            out = []
+            for n, held in enumerate(holders):
+                holders[n] = token()
+                out += [["ZREM", keys[0], held], acquire(holders[n])]
+            return out, len(holders)
+
+        return batch
+
+    return case
+
+
+def least(keys, fenced):
+    """The least fenced (or unfenced), owner-checked lock of `keys` keys."""
+
+    def case(redis, sha):
+        def pair(j):
+            locks, t = [names(f"k{j}-{k}")[:2] for k in range(keys)], token()
+            return [
+                ["EVALSHA", sha["LEAST_ACQUIRE"], 2 * keys, *[n for pair in locks for n in pair], t, 10000, RETENTION if fenced else 0],
+                ["EVALSHA", sha["LEAST_RELEASE"], keys, *[pair[0] for pair in locks], t],
+            ]
+
+        return pairs(pair)
+
+    return case
+
+
 def floor(redis, sha):
     def pair(j):
         key = f"raw:k{j}"
@@ -211,6 +354,20 @@ def empty_scripts(redis, sha):
         return [["EVALSHA", sha["EMPTY"], 1, key, token()], ["EVALSHA", sha["EMPTY"], 1, key, token()]]
 
     return pairs(pair)
+
+
+def four_keys_as(acquire, release):
+    """Two scripts given what four-keys passes: 20 names and 9 arguments each."""
+
+    def case(redis, sha):
+        def pair(j):
+            keys = [n for k in range(4) for n in names(f"k{j}-{k}")]
+            args = [token(), 10000, 30000, "x", 1, 1, 0, "bench:wake", RETENTION]
+            return [["EVALSHA", sha[script], len(keys), *keys, *args] for script in (acquire, release)]
+
+        return pairs(pair)
+
+    return case
 
 
 def counted(redis, sha):
@@ -239,8 +396,16 @@ CASES = {
     "counted": counted,
     "redlock": redlock,
     "redlock-one": redlock_one,
+    "semaphore": semaphore(False),
+    "least-counted": semaphore(True),
+    "least-1": least(1, True),
+    "least-4": least(4, True),
+    "least-4-unfenced": least(4, False),
     "floor": floor,
     "empty-scripts": empty_scripts,
+    "empty-scripts-wide": four_keys_as("EMPTY", "EMPTY"),
+    "kinds-prelude": four_keys_as("PRELUDE", "PRELUDE"),
+    "four-keys-flat": four_keys_as("FLAT_ACQUIRE", "FLAT_RELEASE"),
 }
 
 
@@ -278,6 +443,8 @@ def instructions(case, pairs, scripts, out_dir):
                 # A hand-off answers {released, wake, 1, fence}: granted.
                 if case == "counted" and (reply[0] != 1 or reply[2] != 1):
                     raise RuntimeError(f"a hand-off was not granted: {reply}")
+                if case.startswith(("least", "semaphore")) and reply in (0, [0], None):
+                    raise RuntimeError(f"a {case} acquire was refused")
             done += made
         redis.send([["SHUTDOWN", "NOSAVE"]])
     finally:
@@ -292,7 +459,19 @@ def main():
     if unknown:
         sys.exit(f"unknown case {unknown[0]}: {', '.join(CASES)}")
     scripts = scripts_of_source()
-    scripts.update(REDLOCK_LOCK=REDLOCK_LOCK, REDLOCK_UNLOCK=REDLOCK_UNLOCK, EMPTY="return 0")
+    scripts.update(
+        REDLOCK_LOCK=REDLOCK_LOCK,
+        REDLOCK_UNLOCK=REDLOCK_UNLOCK,
+        SEMAPHORE_ACQUIRE=SEMAPHORE_ACQUIRE,
+        LEAST_ACQUIRE=LEAST_ACQUIRE,
+        LEAST_RELEASE=LEAST_RELEASE,
+        LEAST_COUNTED_ACQUIRE=LEAST_COUNTED_ACQUIRE,
+        FLAT_ACQUIRE=FLAT_ACQUIRE,
+        FLAT_RELEASE=FLAT_RELEASE,
+        EMPTY="return 0",
+    )
+    kinds = scripts["KINDS_ACQUIRE"]
+    scripts["PRELUDE"] = kinds[: kinds.index("retention = ARGV[9]")] + "\nreturn 0\n"
     with tempfile.TemporaryDirectory() as out_dir:
         for case in cases:
             short, n_short = instructions(case, PAIRS, scripts, out_dir)
