@@ -92,6 +92,15 @@ fn require_encrypts_without_checking_and_disable_stays_in_the_clear() {
     block_on(provider.close());
 }
 
+/// Takes and gives back a key through a provider on `url`, its tables in
+/// `schema`.
+fn take_once(url: &str, schema: &str) -> Result<(), dokebi_lock::LockError> {
+    let provider = Provider::from_yaml(&postgres::yaml_on(url, schema, "", "")).unwrap();
+    let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| assert!(block_on(lease.release()).unwrap()));
+    block_on(provider.close());
+    taken
+}
+
 /// A private server that takes only certificate logins (tests/postgres/server.rs),
 /// with an authority of the test's own (tests/support/pki.rs).
 mod client_certificates {
@@ -100,12 +109,8 @@ mod client_certificates {
     use crate::pki::Pki;
     use crate::server::PrivateServer;
 
-    /// Takes and gives back a key through a provider on `url`.
     fn take(url: &str) -> Result<(), dokebi_lock::LockError> {
-        let provider = Provider::from_yaml(&postgres::yaml_on(url, "dl_cert", "", "")).unwrap();
-        let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| assert!(block_on(lease.release()).unwrap()));
-        block_on(provider.close());
-        taken
+        take_once(url, "dl_cert")
     }
 
     #[test]
@@ -142,12 +147,8 @@ mod channel_binding {
 
     const PASSWORD: &str = "open-sesame-7431";
 
-    /// Takes and gives back a key through a provider on `url`.
     fn take(url: &str) -> Result<(), dokebi_lock::LockError> {
-        let provider = Provider::from_yaml(&postgres::yaml_on(url, "dl_binding", "", "")).unwrap();
-        let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| assert!(block_on(lease.release()).unwrap()));
-        block_on(provider.close());
-        taken
+        take_once(url, "dl_binding")
     }
 
     #[test]
