@@ -2,14 +2,16 @@
 // directory of its own under `dir`, at its documented settings: ours (driver
 // file, the defaults), proper-lockfile `lock(file)` (a `<file>.lock`
 // directory, an mtime refresh every stale/2 ms; it locks an existing file,
-// so one is created per key), lockfile `lock(path)` (an O_EXCL file). Each
+// so one is created per key), lockfile `lock(path)` (an O_EXCL file),
+// fs-ext `flock(fd, 'ex')` (the kernel's lock; a blocked `flock` waits in a
+// thread of libuv's pool, 4 of them, which every `fs` call shares). Each
 // factory returns { version, defaults, loop(keyAt, n), acquire(key) ->
 // Promise<release()>, close() }. proper-lockfile's default is not to retry a
 // held lock, lockfile's not to wait: `acquire` (the hand-off scenario's
 // waiter) gives each the waiting its documentation offers, named in
 // `defaults.wait`.
 import { createRequire } from 'node:module';
-import { mkdirSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync, writeFileSync, existsSync, open, closeSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { openBackend } from '../lib/dokebi.mjs';
@@ -67,5 +69,28 @@ export const fileSubjects = {
       return () => unlock(path);
     };
     return subject(versionOf('lockfile'), { wait: 'wait 10000, pollPeriod 100 ms (default: no wait)' }, take);
+  },
+  async 'fs-ext'(dir) {
+    const { flock, flockSync } = require('fs-ext');
+    const base = join(dir, 'fs-ext');
+    mkdirSync(base, { recursive: true });
+    const openFile = promisify(open);
+    const lock = promisify(flock);
+    const take = async (key, wait = true) => {
+      const fd = await openFile(fileOf(base, key), 'a');
+      try {
+        await lock(fd, wait ? 'ex' : 'exnb');
+      } catch (error) {
+        closeSync(fd);
+        throw error;
+      }
+      // Unlocked synchronously: an async unlock would queue in libuv's pool
+      // behind this process's waiters blocked in `flock` and never run.
+      return async () => {
+        flockSync(fd, 'un');
+        closeSync(fd);
+      };
+    };
+    return subject(versionOf('fs-ext'), { wait: "flock(fd, 'ex'), blocking a libuv pool thread (default)" }, take);
   },
 };

@@ -14,7 +14,7 @@ import { mailbox } from '../lib/ipc.mjs';
 import { sequential } from '../lib/measure.mjs';
 import { rate } from '../lib/table.mjs';
 
-const SUBJECTS = ['dokebi-lock', 'proper-lockfile', 'lockfile'];
+const SUBJECTS = ['dokebi-lock', 'proper-lockfile', 'lockfile', 'fs-ext'];
 const WORKER = fileURLToPath(new URL('./file-worker.mjs', import.meta.url));
 const PROCESSES = 4;
 const TASKS = 16;
@@ -87,7 +87,7 @@ export const scenarios = [
     headline: 'p50Us',
     lowerIsBetter: true,
     target: 'median under 0.5 ms, p99 under 5 ms',
-    note: 'Latency: holder calls release() -> the waiting process has the lock. The peers wait the way their documentation offers (see defaults.wait): they poll.',
+    note: 'Latency: holder calls release() -> the waiting process has the lock. The peers wait the way their documentation offers (see defaults.wait): proper-lockfile and lockfile poll; fs-ext blocks a thread of libuv\'s pool in flock, which the kernel wakes.',
     columns: latencyColumns,
     run: (subject, ctx) =>
       inDirectory(async (dir) => {

@@ -42,7 +42,7 @@ impl LockDirectory {
             return Err(refuse("must be an absolute path".into()));
         }
         if let Err(err) = sys::create_private_dir(&path) {
-            return Err(refuse(format!("could not be created ({err}); create it, owned by this user with mode 0700")));
+            return Err(refuse(format!("could not be created ({err}); create it, {}", sys::PRIVATE_DIR)));
         }
         let handle = sys::open_dir(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
         let user = sys::current_user().map_err(|err| refuse(format!("could not be checked: this process's user is unknown ({err})")))?;
@@ -50,7 +50,8 @@ impl LockDirectory {
         directory.check_owner_and_mode().map_err(refuse)?;
         sys::network_file_system(&directory.path, &directory.handle).map_or(Ok(()), |kind| {
             Err(refuse(format!(
-                "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example under /run/user/<uid> or /var/tmp)"
+                "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example {})",
+                sys::LOCAL_DIR_EXAMPLE
             )))
         })?;
         Ok(directory)

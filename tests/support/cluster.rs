@@ -325,7 +325,7 @@ impl Cluster {
     /// True when the cluster is ok as every live node sees it: state ok,
     /// every slot served by a node not failing, every killed node flagged
     /// `fail`, every live primary serving slots knows itself as such, and
-    /// every live replica in sync.
+    /// every live replica in sync, as it and its primary see it.
     pub fn is_ok(&self) -> bool {
         let killed: Vec<&str> = self.nodes.iter().filter(|n| n.child.is_none()).map(|n| n.id.as_str()).collect();
         let mut served = 0u32;
@@ -346,6 +346,13 @@ impl Cluster {
             }
             let Ok(replication) = redis::cmd("INFO").arg("replication").query::<String>(&mut client) else { return false };
             if replication.lines().any(|l| l.trim() == "role:slave") && !replication.lines().any(|l| l.trim() == "master_link_status:up") {
+                return false;
+            }
+            // A replica says its link is up before its primary counts it
+            // online (diskless sync: at its first ACK); until then a WAIT on
+            // the primary finds no replica.
+            let replica_not_online = |l: &str| l.starts_with("slave") && l.contains(":ip=") && !l.contains(",state=online,");
+            if replication.lines().any(replica_not_online) {
                 return false;
             }
             if let Some(view) = self.view(port) {

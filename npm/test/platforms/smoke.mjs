@@ -17,6 +17,21 @@ function check(condition, what) {
   console.log(`ok ${what}`);
 }
 
+/** A key of backend `name` held through provider `a` (`held` checks the
+ *  lease) is refused to `b`, then handed to `b`'s waiting acquire when `a`
+ *  releases, with a higher fence. */
+async function handOff(driver, [a, b], name, held) {
+  const lease = await a.backend(name).acquire('order:42');
+  check(held(lease), `a ${driver} lease is held`);
+  const refused = await b.backend(name).acquire('order:42', { waitTimeoutMs: 0 }).catch((err) => err.code);
+  check(refused === 'LOCK_BUSY', `the other ${driver} provider is refused while the key is held`);
+  const next = b.backend(name).acquire('order:42', { waitTimeoutMs: 5000 });
+  check((await lease.release()) === true, `a ${driver} release succeeds`);
+  const taken = await next;
+  check(BigInt(taken.fence) > BigInt(lease.fence), `the waiting ${driver} provider gets the key with a higher fence`);
+  await taken.release();
+}
+
 console.log(`runtime ${navigator.userAgent} ${process.platform}-${process.arch}`);
 
 const local = await openLock({ config: { 'dokebi-lock': { backends: { local: {} } } } });
@@ -116,28 +131,14 @@ const pgConfig = {
   'dokebi-postgres': { connections: { main: { url: process.env.PG_URL } } },
 };
 const [pgA, pgB] = [await openLock({ config: pgConfig }), await openLock({ config: pgConfig })];
-const row = await pgA.backend('rows').acquire('order:42');
-check(row.valid && row.remainingMs > 0 && row.remainingMs <= 5000, 'a postgres lease is held');
-check((await pgB.backend('rows').acquire('order:42', { waitTimeoutMs: 0 }).catch((err) => err.code)) === 'LOCK_BUSY', 'the other postgres provider is refused while the key is held');
-const rowNext = pgB.backend('rows').acquire('order:42', { waitTimeoutMs: 5000 });
-check((await row.release()) === true, 'a postgres release succeeds');
-const rowTaken = await rowNext;
-check(BigInt(rowTaken.fence) > BigInt(row.fence), 'the waiting postgres provider gets the key with a higher fence');
-await rowTaken.release();
+await handOff('postgres', [pgA, pgB], 'rows', (lease) => lease.valid && lease.remainingMs > 0 && lease.remainingMs <= 5000);
 await Promise.all([pgA.close(), pgB.close()]);
 
 // The file driver (FILE_LOCK_DIR): the kernel's lock (flock; LockFileEx on
 // Windows), handed between two providers as between two processes.
 const fileConfig = { 'dokebi-lock': { backends: { files: { driver: 'file', directory: process.env.FILE_LOCK_DIR, namespace } } } };
 const [fileA, fileB] = [await openLock({ config: fileConfig }), await openLock({ config: fileConfig })];
-const locked = await fileA.backend('files').acquire('report');
-check(locked.valid && locked.remainingMs === Infinity, 'a file lease is held');
-check((await fileB.backend('files').acquire('report', { waitTimeoutMs: 0 }).catch((err) => err.code)) === 'LOCK_BUSY', 'the other file provider is refused while the key is held');
-const lockedNext = fileB.backend('files').acquire('report', { waitTimeoutMs: 5000 });
-check((await locked.release()) === true, 'a file release succeeds');
-const lockedTaken = await lockedNext;
-check(BigInt(lockedTaken.fence) > BigInt(locked.fence), 'the waiting file provider gets the key with a higher fence');
-await lockedTaken.release();
+await handOff('file', [fileA, fileB], 'files', (lease) => lease.valid && lease.remainingMs === Infinity);
 await Promise.all([fileA.close(), fileB.close()]);
 
 // The optional OpenTelemetry module, with the app's @opentelemetry/api.

@@ -13,7 +13,8 @@
 //!   path are (device and inode; volume serial number and file index);
 //! - [`process_lives`]: whether a waiting mark's process still exists;
 //! - [`create_private_dir`], [`open_dir`], [`check_private`] and
-//!   [`network_file_system`]: the lock directory.
+//!   [`network_file_system`]: the lock directory ([`PRIVATE_DIR`] and
+//!   [`LOCAL_DIR_EXAMPLE`]: the platform's advice in its refusals).
 
 #[cfg(unix)]
 #[path = "unix.rs"]
@@ -24,7 +25,7 @@ mod imp;
 
 pub(crate) use imp::{
     check_private, create_private_dir, current_user, file_id, foreign_owner, network_file_system, open_dir, open_no_follow, path_id,
-    process_lives, read_at, try_lock, unlock, write_all_at, FileId, User,
+    process_lives, read_at, try_lock, unlock, write_all_at, FileId, User, LOCAL_DIR_EXAMPLE, PRIVATE_DIR,
 };
 
 /// What opening a lock file's path found.

@@ -97,6 +97,13 @@ pub(crate) fn process_lives(pid: u32) -> bool {
     !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }
 
+/// How to make a lock directory private, for the error that refuses one.
+pub(crate) const PRIVATE_DIR: &str = "owned by this user with mode 0700";
+
+/// Where a local lock directory can go, for the error that refuses a
+/// network file system.
+pub(crate) const LOCAL_DIR_EXAMPLE: &str = "under /run/user/<uid> or /var/tmp";
+
 /// Creates the directory `path` `0700`, with any missing parents; one
 /// already there is kept as it is (and checked by [`check_private`]).
 pub(crate) fn create_private_dir(path: &Path) -> io::Result<()> {

@@ -303,6 +303,13 @@ pub(crate) fn process_lives(pid: u32) -> bool {
 /// `GENERIC_WRITE`.
 const WRITES_INTO: u32 = 0x2 | 0x4 | 0x40 | 0x1_0000 | 0x4_0000 | 0x8_0000 | 0x1000_0000 | 0x4000_0000;
 
+/// How to make a lock directory private, for the error that refuses one.
+pub(crate) const PRIVATE_DIR: &str = "owned by this user, with only this user, SYSTEM and Administrators allowed to write into it";
+
+/// Where a local lock directory can go, for the error that refuses a
+/// network drive.
+pub(crate) const LOCAL_DIR_EXAMPLE: &str = "under %LOCALAPPDATA%";
+
 /// Creates the directory `path`, with any missing parents (as their own
 /// parents let them be); the directory itself gets an access control list
 /// of its own, not inherited, that lets only this process's user, SYSTEM
