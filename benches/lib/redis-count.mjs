@@ -92,6 +92,24 @@ export async function serverCpu(urls) {
   };
 }
 
+/** The bytes the primaries at `urls` (one URL or a list) have put in their
+ *  replication streams (INFO replication's master_repl_offset, summed): what
+ *  every replica of theirs receives. `bytes()` is null where no primary has
+ *  a replica (a server without one keeps no stream). */
+export async function replicationStream(urls) {
+  const admins = [urls].flat().map((url) => new Redis(url, { lazyConnect: true }));
+  await Promise.all(admins.map((a) => a.connect()));
+  const field = (info, name) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+  return {
+    bytes: async () => {
+      const infos = await Promise.all(admins.map((a) => a.info('replication')));
+      if (infos.every((info) => field(info, 'connected_slaves') === 0)) return null;
+      return infos.reduce((total, info) => total + field(info, 'master_repl_offset'), 0);
+    },
+    close: () => admins.forEach((a) => a.disconnect()),
+  };
+}
+
 /** Runs `body` under MONITOR on each of `urls` (one URL or a list: every
  *  node of a cluster); resolves to the number of commands clients sent
  *  meanwhile (script-internal ones excluded) and the result of body.

@@ -8,7 +8,7 @@
 // servers on the other, where a thread hop in a driver shows.
 import { redisSubjects } from './redis-subjects.mjs';
 import { CLUSTER, SENTINEL, SENTINEL_PRIMARY, placement } from './topology.mjs';
-import { SUBJECTS, FLOOR, measureWithCounts, columns, tasksOnOwnKeys } from './node-redis.mjs';
+import { SUBJECTS, FLOOR, measureWithCounts, columns, replicatedColumn, tasksOnOwnKeys } from './node-redis.mjs';
 import { shareColumn } from './node-redis-topologies.mjs';
 
 /** The scenario of `topology` (CLUSTER, SENTINEL or SENTINEL_PRIMARY) under `id`. */
@@ -23,7 +23,7 @@ function peers({ id, topology, service, title, target, note, extraColumns = [] }
     needs: [service],
     target,
     note: `Each row ÷ the ${FLOOR} floor on the same ${topology}; the line under the table is dokebi-lock ÷ each peer. ${note}`,
-    columns: [...columns('pairs/s'), ...extraColumns],
+    columns: [...columns('pairs/s'), replicatedColumn, ...extraColumns],
     async run(subject, ctx) {
       const where = placement(topology, ctx);
       const s = await redisSubjects[subject](where.connection);
@@ -65,5 +65,5 @@ export const sentinelPrimaryPeers = peers({
   service: 'sentinel',
   title: 'Node redis: 64 tasks on 64 keys on the Sentinel deployment\'s primary by URL (its replica and sentinels running), every library by URL',
   target: 'none: it tells how much of the Sentinel scenario\'s gap to one server is the replica\'s',
-  note: 'The servers of the Sentinel scenario, reached as one server is. Counted on the primary; the CPU columns count every process of the deployment.',
+  note: 'The servers of the Sentinel scenario, reached as one server is. Counted on the primary; the CPU columns count every process of the deployment. "bytes replicated" is what a pair adds to the primary\'s replication stream (master_repl_offset), which the replica receives.',
 });

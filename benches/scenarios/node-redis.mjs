@@ -3,7 +3,7 @@
 // Besides the timing, each measurement counts what reached Redis per pair.
 import { redisSubjects } from './redis-subjects.mjs';
 import { sequential, concurrent } from '../lib/measure.mjs';
-import { commandstats, commandDelta, countClientCommands, serverCpu, sum, addCounts } from '../lib/redis-count.mjs';
+import { commandstats, commandDelta, countClientCommands, replicationStream, serverCpu, sum, addCounts } from '../lib/redis-count.mjs';
 import { rate, duration } from '../lib/table.mjs';
 
 export const FLOOR = 'ioredis SET NX PX + DEL';
@@ -35,22 +35,32 @@ export const columns = (unit) => [
   { head: 'server CPU / pair', cell: (r) => duration(r.serverCpuUsPerPair) },
 ];
 
+/** The bytes a pair adds to the primaries' replication streams (blank on
+ *  a server without replicas). */
+export const replicatedColumn = {
+  head: 'bytes replicated / pair',
+  cell: (r) => (r.replicatedBytesPerPair == null ? '' : r.replicatedBytesPerPair.toFixed(0)),
+};
+
 /** Runs `timed` between two commandstats snapshots of the server at `url`
- *  (or of each of a list: a cluster's primaries) and two CPU readings of the
- *  app (this process, every thread) and of the servers at `cpuNodes` (by
- *  default `monitored`), then counts with MONITOR on `monitored` (every node
- *  of a cluster) the commands clients send for COUNTED_PAIRS more sequential
- *  pairs. */
+ *  (or of each of a list: a cluster's primaries), two readings of their
+ *  replication streams, and two CPU readings of the app (this process,
+ *  every thread) and of the servers at `cpuNodes` (by default `monitored`),
+ *  then counts with MONITOR on `monitored` (every node of a cluster) the
+ *  commands clients send for COUNTED_PAIRS more sequential pairs. */
 export async function measureWithCounts(s, url, timed, monitored = url, cpuNodes = monitored) {
   const stats = await commandstats(url);
   const servers = await serverCpu(cpuNodes);
+  const stream = await replicationStream(url);
   try {
     const before = await stats.snapshotEach();
     const serverBefore = await servers.seconds();
+    const streamBefore = await stream.bytes();
     const appBefore = process.cpuUsage();
     const r = await timed();
     const app = process.cpuUsage(appBefore);
     const serverSeconds = (await servers.seconds()) - serverBefore;
+    const streamAfter = await stream.bytes();
     const byNode = (await stats.snapshotEach()).map((after, i) => commandDelta(before[i], after));
     const calls = addCounts(byNode);
     let n = 0;
@@ -65,8 +75,10 @@ export async function measureWithCounts(s, url, timed, monitored = url, cpuNodes
       serverCallsByNode: byNode.map(sum),
       appCpuUsPerPair: (app.user + app.system) / r.allOps,
       serverCpuUsPerPair: (serverSeconds * 1e6) / r.allOps,
+      replicatedBytesPerPair: streamBefore == null || streamAfter == null ? null : (streamAfter - streamBefore) / r.allOps,
     };
   } finally {
+    stream.close();
     servers.close();
     await stats.close();
   }
