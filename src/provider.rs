@@ -12,7 +12,7 @@ use crate::abort::AbortController;
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::file::{FileBackend, FileLease};
-use crate::local::{LocalBackend, LocalLease};
+use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::telemetry::Telemetry;
 
@@ -45,7 +45,7 @@ use crate::host::Host;
 use crate::options::{BackendOptions, Options, StoreOptions};
 use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, PostgresStatus, RedisStatus};
+use crate::status::{BackendStatus, LeaseCounts, PostgresStatus, RedisStatus};
 use crate::store::KeepAlive;
 
 /// All backends of one configuration.
@@ -205,71 +205,30 @@ impl Backend {
     pub fn status(&self) -> BackendStatus {
         match self {
             Backend::Local(local) => {
-                let counts = local.counts();
-                BackendStatus {
-                    driver: "local",
-                    held: counts.held,
-                    held_shared: counts.held_shared,
-                    waiting: counts.waiting,
-                    acquired: counts.acquired,
-                    timed_out: counts.timed_out,
-                    lost: 0,
-                    redis: None,
-                    postgres: None,
-                }
+                let LocalCounts { held, held_shared, waiting, acquired, timed_out } = local.counts();
+                BackendStatus::of("local", LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost: 0 })
             }
             Backend::Redis(redis) => {
                 let counts = redis.counts();
-                BackendStatus {
-                    driver: "redis",
-                    held: counts.held,
-                    held_shared: counts.held_shared,
-                    waiting: counts.waiting,
-                    acquired: counts.acquired,
-                    timed_out: counts.timed_out,
-                    lost: counts.lost,
-                    redis: Some(RedisStatus {
-                        connected: counts.connected,
-                        subscribed: counts.subscribed,
-                        last_error: counts.last_error,
-                        last_probe: counts.last_answer,
-                    }),
-                    postgres: None,
-                }
+                let redis = RedisStatus {
+                    connected: counts.connected,
+                    subscribed: counts.subscribed,
+                    last_error: counts.last_error,
+                    last_probe: counts.last_answer,
+                };
+                BackendStatus { redis: Some(redis), ..BackendStatus::of("redis", counts.leases()) }
             }
             Backend::Postgres(postgres) => {
                 let counts = postgres.counts();
-                BackendStatus {
-                    driver: "postgres",
-                    held: counts.held,
-                    held_shared: counts.held_shared,
-                    waiting: counts.waiting,
-                    acquired: counts.acquired,
-                    timed_out: counts.timed_out,
-                    lost: counts.lost,
-                    redis: None,
-                    postgres: Some(PostgresStatus {
-                        connected: counts.connected,
-                        listening: counts.subscribed,
-                        last_error: counts.last_error,
-                        last_answer: counts.last_answer,
-                    }),
-                }
+                let postgres = PostgresStatus {
+                    connected: counts.connected,
+                    listening: counts.subscribed,
+                    last_error: counts.last_error,
+                    last_answer: counts.last_answer,
+                };
+                BackendStatus { postgres: Some(postgres), ..BackendStatus::of("postgres", counts.leases()) }
             }
-            Backend::File(file) => {
-                let counts = file.counts();
-                BackendStatus {
-                    driver: "file",
-                    held: counts.held,
-                    held_shared: counts.held_shared,
-                    waiting: counts.waiting,
-                    acquired: counts.acquired,
-                    timed_out: counts.timed_out,
-                    lost: counts.lost,
-                    redis: None,
-                    postgres: None,
-                }
-            }
+            Backend::File(file) => BackendStatus::of("file", file.counts()),
         }
     }
 

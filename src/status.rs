@@ -4,6 +4,24 @@ use std::time::SystemTime;
 
 use crate::error::ErrorCode;
 
+/// What every driver counts of its leases for `status()`; never keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leases held now by this process.
+    pub held: usize,
+    /// Of those, the leases held in shared mode.
+    pub held_shared: usize,
+    /// Acquires waiting now (for their turn, or for the store).
+    pub waiting: usize,
+    /// Leases granted since the backend started.
+    pub acquired: u64,
+    /// Waits that ended in `WAIT_TIMEOUT` since the backend started.
+    pub timed_out: u64,
+    /// Leases found lost since the backend started, once per lease; always
+    /// 0 for local leases, which cannot be lost.
+    pub lost: u64,
+}
+
 /// A snapshot of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendStatus {
@@ -26,6 +44,14 @@ pub struct BackendStatus {
     pub redis: Option<RedisStatus>,
     /// The connection's health, for postgres backends.
     pub postgres: Option<PostgresStatus>,
+}
+
+impl BackendStatus {
+    /// The status of a backend of `driver` that has no connection to report.
+    pub(crate) fn of(driver: &'static str, counts: LeaseCounts) -> BackendStatus {
+        let LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost } = counts;
+        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None }
+    }
 }
 
 /// The health of a redis backend's connection.

@@ -16,6 +16,7 @@ use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::engine::CancelReason;
 use crate::options::FileOptions;
+use crate::status::LeaseCounts;
 use crate::telemetry::{Reporter, Shape, Telemetry};
 
 /// A backend whose locks are kernel locks on files of one directory,
@@ -44,24 +45,6 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 #[derive(Clone)]
 pub struct FileBackend {
     core: Arc<FileCore>,
-}
-
-/// Counts for `status()`; never keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileCounts {
-    /// Leases this backend holds now.
-    pub held: usize,
-    /// Of those, shared ones.
-    pub held_shared: usize,
-    /// Acquires waiting now.
-    pub waiting: usize,
-    /// Leases granted since the backend started.
-    pub acquired: u64,
-    /// Acquires that ended in `WAIT_TIMEOUT` since the backend started.
-    pub timed_out: u64,
-    /// Releases that found their lock file removed or replaced
-    /// (`LEASE_LOST`).
-    pub lost: u64,
 }
 
 impl FileBackend {
@@ -184,9 +167,9 @@ impl FileBackend {
     }
 
     /// Counts for `status()`.
-    pub fn counts(&self) -> FileCounts {
+    pub fn counts(&self) -> LeaseCounts {
         let (held, held_shared, waiting) = self.core.counts();
-        FileCounts {
+        LeaseCounts {
             held,
             held_shared,
             waiting,

@@ -48,5 +48,5 @@ pub(crate) mod sys;
 pub(crate) mod take;
 pub(crate) mod watch;
 
-pub use backend::{FileBackend, FileCounts};
+pub use backend::FileBackend;
 pub use lease::FileLease;

@@ -16,6 +16,7 @@ use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, Logger};
 use crate::options::StoreOptions;
+use crate::status::LeaseCounts;
 use crate::telemetry::{Shape, Telemetry};
 
 /// A backend whose leases live in a store (Redis), shared by every process
@@ -65,6 +66,14 @@ pub struct StoreCounts {
     /// The code of the connection's last failure (`PROVIDER_FAILED`,
     /// `OUTCOME_UNKNOWN`), if any.
     pub last_error: Option<ErrorCode>,
+}
+
+impl StoreCounts {
+    /// The counts every driver has.
+    pub fn leases(&self) -> LeaseCounts {
+        let StoreCounts { held, held_shared, waiting, acquired, timed_out, lost, .. } = *self;
+        LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost }
+    }
 }
 
 impl<S: Store> StoreBackend<S> {
