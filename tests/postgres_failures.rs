@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
-use postgres::{backend, code, wait, Schema};
+use postgres::{backend, code, count, wait, Schema};
 use proxy::Proxy;
 
 /// A provider whose statements go through `proxy` (its listener directly
@@ -93,4 +93,56 @@ fn telemetry_reports_the_connection_going_down_and_up() {
     assert!(block_on(lease.release()).unwrap());
     assert_eq!(events.lock().unwrap()[..3], [main(true), main(false), main(true)]);
     block_on(provider.close());
+}
+
+/// A release sent through `proxy` with 400 ms of latency each way, whose
+/// connection the proxy cuts once `before_the_cut` holds: what the caller
+/// hears, and the provider's last error.
+fn release_cut_off(before_the_cut: impl Fn(&Schema) -> bool) -> (Result<bool, dokebi_lock::LockError>, Option<ErrorCode>) {
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
+    let connection = format!("        listenUrl: '{}'\n", postgres::url());
+    let cut_off = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        leaseMs: 60000\n", &connection)).unwrap();
+    let other = schema.open("");
+    let lease = block_on(backend(&cut_off).acquire("k", wait(0))).unwrap();
+    let fence = lease.fence();
+    proxy.set_latency(Duration::from_millis(400));
+    let releasing = std::thread::spawn(move || block_on(lease.release()));
+    postgres::eventually("the moment to cut", || before_the_cut(&schema));
+    proxy.cut();
+    proxy.set_latency(Duration::ZERO);
+    let released = releasing.join().unwrap();
+    let last_error = backend(&cut_off).status().postgres.unwrap().last_error;
+    if released.is_ok() {
+        let next = block_on(backend(&other).acquire("k", wait(0))).expect("the key is free at once");
+        assert!(next.fence() > fence);
+        assert!(block_on(next.release()).unwrap());
+    }
+    block_on(cut_off.close());
+    block_on(other.close());
+    (released, last_error)
+}
+
+#[test]
+fn a_release_whose_connection_is_cut_after_it_committed_is_retried_and_reported_released() {
+    // The release committed (its row is freed) and its answer is on its way
+    // back through the proxy, 400 ms late, when the connection is cut.
+    let committed =
+        |schema: &Schema| count(&format!("SELECT count(*) FROM {} WHERE expires_at = '-infinity'", schema.table("_holders"))) == 1;
+    let (released, last_error) = release_cut_off(committed);
+    assert_eq!(last_error, Some(ErrorCode::OutcomeUnknown), "the first attempt's answer was lost");
+    assert!(released.expect("the retry finds the key released by this lease's token"));
+}
+
+#[test]
+fn a_release_whose_connection_is_cut_before_it_ran_is_retried_and_releases() {
+    // The statement is still in the proxy, 400 ms from the server.
+    let sent = |schema: &Schema| {
+        std::thread::sleep(Duration::from_millis(100));
+        count(&format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"))) == 1
+    };
+    let (released, last_error) = release_cut_off(sent);
+    assert_eq!(last_error, Some(ErrorCode::OutcomeUnknown), "the first attempt's answer was lost");
+    assert!(released.expect("the retry releases the lease"));
 }

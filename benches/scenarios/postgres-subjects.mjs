@@ -27,11 +27,12 @@ const SCHEMA = 'dokebi_bench';
  *  as a bigint parameter). */
 const advisoryKey = (name) => createHash('sha256').update(name).digest().readBigInt64LE(0).toString();
 
-/** VACUUM of the driver's tables: each subject starts without the dead rows
- *  of the scenarios before it. Every grant inserts a holder row and every
- *  release deletes it, and until autovacuum's next pass (a minute apart by
- *  default) a hot key's look-ups step over its dead versions: give_back took
- *  1.0 ms of server time with 15k of them, 0.27 ms after a VACUUM. */
+/** VACUUM of the driver's tables: each subject starts from the same tables
+ *  whatever ran before it. Since functions 5 a grant and a release update a
+ *  key's holder row in place (HOT updates, pruned in the page), so few dead
+ *  rows are left to vacuum; functions 4 inserted a holder row per grant and
+ *  deleted it on release, and give_back took 1.0 ms of server time with 15k
+ *  of them, 0.27 ms after a VACUUM. */
 async function vacuumTables(url) {
   const { Client } = require('pg');
   const client = new Client({ connectionString: url });
@@ -118,7 +119,7 @@ export const postgresSubjects = {
     // As the driver's first try: a plain lease, a mark left for 2 s when
     // refused, the default retention (10 min) and lock timeout (commandTimeoutMs).
     const TAKE = `SELECT ${fn('take')}($1, ARRAY[$2], $3, false, 1, 1, ${LEASE_MS}, 2000, 0, 600000, 5000) AS r`;
-    const GIVE_BACK = `SELECT ${fn('give_back')}($1, ARRAY[$2], $3, $4)`;
+    const GIVE_BACK = `SELECT ${fn('give_back')}($1, ARRAY[$2], $3, $4, false)`;
     const take = async (key) => {
       const token = randomBytes(16).toString('hex');
       const { rows } = await pool.query(TAKE, ['bench', key, token]);

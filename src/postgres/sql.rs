@@ -67,7 +67,7 @@ impl Statements {
         Statements {
             take: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", table.name("_take")),
             renew: format!("SELECT {}($1, $2, $3, $4)", table.name("_renew")),
-            give_back: format!("SELECT {}($1, $2, $3, $4)", table.name("_give_back")),
+            give_back: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_give_back")),
             withdraw: format!("SELECT {}($1, $2, $3, $4)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
         }
@@ -148,7 +148,8 @@ impl Statements {
     }
 
     /// Gives back the token's keys, announcing them on `channel`: how many
-    /// were still held.
+    /// were still held; on a `retry` of a give-back whose answer was lost,
+    /// how many are given back by this token, by either attempt.
     pub async fn give_back(
         &self,
         connection: &PgConnection,
@@ -156,9 +157,10 @@ impl Statements {
         keys: &[String],
         token: &str,
         channel: &str,
+        retry: bool,
     ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
+        let params: [(&(dyn ToSql + Sync), Type); 5] =
+            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT), (&retry, Type::BOOL)];
         single(connection.query(&self.give_back, &params).await?)
     }
 

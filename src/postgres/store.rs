@@ -179,8 +179,38 @@ impl Store for PostgresStore {
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
+    /// A give-back whose connection was lost under it (a session ended, a
+    /// connection cut: [`lost_with_its_connection`]) is sent again on
+    /// another, as a retry: the function counts what either attempt gave
+    /// back by this token (a released row keeps its token, see
+    /// `give_back` in the schema), so a caller hears that its lease was
+    /// released rather than `OUTCOME_UNKNOWN`. It is safe whatever the
+    /// first attempt did: only this token's rows are touched, a row
+    /// released once is not released again, and a row another owner took
+    /// over no longer carries the token (then not every key counts, and
+    /// the outcome stays unknown). Not after a timeout: the first attempt
+    /// may still be on its way, and a retry would wait behind it.
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let released = self.statements.give_back(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel).await?;
+        let give_back =
+            |retry| self.statements.give_back(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel, retry);
+        let (released, first_attempt_lost) = match give_back(false).await {
+            Ok(released) => (released, None),
+            Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
+                // The pool's other clients may have been lost with it: each
+                // that fails is replaced, so one of this many retries runs
+                // on a fresh connection.
+                let mut retries = self.connection().pool_size();
+                loop {
+                    match give_back(true).await {
+                        Ok(released) => break (released, Some(cause)),
+                        Err(Failure::Unknown(again)) if retries > 1 && lost_with_its_connection(&again) => retries -= 1,
+                        // The first attempt may have run.
+                        Err(_) => return Err(Failure::Unknown(cause)),
+                    }
+                }
+            }
+            Err(failure) => return Err(failure),
+        };
         if released > 0 {
             // This process's own next waiters need no round trip through
             // the server's NOTIFY.
@@ -188,7 +218,7 @@ impl Store for PostgresStore {
                 self.shared.waiters.wake(name);
             }
         }
-        Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost: None })
+        Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost })
     }
 
     async fn hand_over(
@@ -252,6 +282,13 @@ impl Store for PostgresStore {
             last_error: connection.last_error(),
         }
     }
+}
+
+/// An unknown outcome from a connection that ended under the statement
+/// (the server's answer was an end of session, or the socket closed), not
+/// from a statement that ran out of time (its cause is a timeout).
+fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
+    cause.downcast_ref::<tokio_postgres::Error>().is_some()
 }
 
 /// A limit or weight as the tables keep it.

@@ -100,6 +100,11 @@ impl PgConnection {
         self.command_timeout
     }
 
+    /// How many clients the pool keeps.
+    pub fn pool_size(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Runs one statement (`sql` with its typed parameters) on the next
     /// client of the pool: its rows, or why there are none.
     pub async fn query(&self, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> std::result::Result<Vec<Row>, Failure> {
