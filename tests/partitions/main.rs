@@ -1,15 +1,22 @@
-//! The partition harness (issue 39 §1, and §2's Sentinel and Cluster
-//! scenarios): a deployment in network namespaces, split by a real network
-//! partition, with clients on both sides; run it with
-//! `scripts/test-partitions` (root: `ip netns`). One scenario per topology
-//! and setting: `sentinel-partition` and `cluster-partition` without replica
-//! acknowledgement, `sentinel-partition-acks` and `cluster-partition-acks`
-//! with `replicaAcks: 1`, `sentinel-lossy` (no partition: 5% of the
-//! packets lost each way on every client's link, by nftables, no delay:
-//! this kernel has no `sch_netem`) and `clock-skew` (a replica whose clock
-//! runs behind promoted, see `clock.rs`) (one, a few, or all with
-//! `PARTITIONS_ONLY=<name>,<name>`; the partition lasts `PARTITIONS_SECONDS`
-//! after the promotion, 3 by default).
+//! The partition harness (issue 39 §1, and §2's Sentinel, Cluster,
+//! Postgres and slow-network scenarios): a deployment in network
+//! namespaces, split by a real network partition, with clients on both
+//! sides; run it with `scripts/test-partitions` (root: `ip netns`). One
+//! scenario per topology and setting: `sentinel-partition` and
+//! `cluster-partition` without replica acknowledgement,
+//! `sentinel-partition-acks` and `cluster-partition-acks` with
+//! `replicaAcks: 1`, `sentinel-lossy` (no partition: 5% of the packets lost
+//! each way on every client's link, by nftables, no delay),
+//! `sentinel-deaf-client` (a one-way cut: a client's requests reach the
+//! primary, its answers are lost), `slow-network` (every client's link a
+//! user-space wire, `wire.rs`, holding each frame 50 ms each way and losing
+//! 5%: this kernel has no `sch_netem`), the postgres ones of `pg.rs`
+//! (`pg-commit-cut`, `pg-failover`, `pg-failover-sync`) and `clock-skew` (a
+//! replica whose clock runs behind promoted, see `clock.rs`) (one, a few,
+//! or all with `PARTITIONS_ONLY=<name>,<name>`; the partition lasts
+//! `PARTITIONS_SECONDS` after the promotion, 3 by default). The long form,
+//! `PARTITIONS_LONG_S=<seconds>`, cycles partitions and heals per topology
+//! and prints the totals (see [`long_form`]).
 //!
 //! The deployments, one namespace per server (see `net.rs`): Sentinel, a
 //! primary `p`, two replicas `r1` `r2` and three sentinels (quorum 2,
@@ -45,9 +52,11 @@ mod clock;
 #[path = "../faults/log.rs"]
 mod log;
 mod net;
+mod pg;
 #[allow(dead_code)]
 #[path = "../faults/store.rs"]
 mod store;
+mod wire;
 #[allow(dead_code)]
 #[path = "../faults/worker.rs"]
 mod worker;
@@ -95,14 +104,23 @@ struct Scenario {
     /// Instead of a partition, this percentage of the packets lost each
     /// way on every client's link (no delay: see [`Net::netem_missing`]).
     loss: u8,
+    /// Instead of a partition, a one-way cut: the minority's client no
+    /// longer hears the primary, whose answers are lost, while its
+    /// requests still arrive and are acted on.
+    deaf: bool,
+    /// With `loss`: every client's data link is a user-space wire (see
+    /// `wire.rs`) that also holds each frame this long, each way.
+    delay_ms: u32,
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false, loss: 0 },
-    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false, loss: 0 },
-    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true, loss: 0 },
-    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true, loss: 0 },
-    Scenario { name: "sentinel-lossy", replica_acks: 0, cluster: false, loss: 5 },
+    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false, loss: 0, deaf: false, delay_ms: 0 },
+    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false, loss: 0, deaf: false, delay_ms: 0 },
+    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true, loss: 0, deaf: false, delay_ms: 0 },
+    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true, loss: 0, deaf: false, delay_ms: 0 },
+    Scenario { name: "sentinel-lossy", replica_acks: 0, cluster: false, loss: 5, deaf: false, delay_ms: 0 },
+    Scenario { name: "sentinel-deaf-client", replica_acks: 0, cluster: false, loss: 0, deaf: true, delay_ms: 0 },
+    Scenario { name: "slow-network", replica_acks: 0, cluster: false, loss: 5, deaf: false, delay_ms: 50 },
 ];
 
 /// The scenario of a primary promoted with its clock behind (`clock.rs`).
@@ -134,6 +152,9 @@ struct Report {
     majority_grants: u64,
     /// Overlapping pairs of sections by cause.
     overlaps: BTreeMap<&'static str, u64>,
+    /// Fences granted twice, once by the partitioned old primary and once
+    /// by the majority's.
+    repeated_across: u64,
     /// Writes the store accepted from the minority's sections while cut off.
     minority_accepted: u64,
     accepted: u64,
@@ -149,8 +170,12 @@ struct Report {
     /// A lossy scenario: its loss, and how long acquires took to be granted
     /// (from the call to the section) before it and during it.
     loss: u8,
+    delay_ms: u32,
     latency: Option<(Latency, Latency)>,
     violations: Vec<String>,
+    /// A scenario of its own kind (postgres): reported by its `notes`.
+    custom: bool,
+    notes: Vec<String>,
 }
 
 fn redis_args(name: &str, dir: &Path, ip: &str, replica_of: Option<&str>) -> Vec<String> {
@@ -311,7 +336,11 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         net.add(name, *number, false);
     }
     for (name, number) in CLIENTS.iter().chain([&STORE]) {
-        net.add(name, *number, true);
+        if scenario.delay_ms > 0 && *name != STORE.0 {
+            net.add_wired(name, *number, true, &std::env::current_exe().unwrap(), &dir.join(format!("wire-{name}")));
+        } else {
+            net.add(name, *number, true);
+        }
     }
     net.seal();
     let redis = PathBuf::from("redis-server");
@@ -328,35 +357,15 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
 
     // The clients.
     let stop = dir.join("stop");
-    let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
-    let mut workers = Vec::new();
-    for (i, (name, _)) in CLIENTS.iter().enumerate() {
-        let log = dir.join(format!("{name}.log"));
-        let args = worker::WorkerArgs {
-            store_port: 6379,
-            keys: KEYS,
-            hold_ms: HOLD_MS,
-            run_ms: 120_000,
-            log: log.display().to_string(),
-            seed: mono_us() ^ ((i as u64) << 48),
-            read_sha: scripts.read.clone(),
-            write_sha: scripts.write.clone(),
-            shared_read_sha: scripts.shared_read.clone(),
-            limit: 0,
-        };
-        let mut argv = vec!["worker".to_string()];
-        argv.extend(args.to_args());
-        let env = [
-            (worker::YAML_VAR, yaml(if drop_acks() { 0 } else { scenario.replica_acks }, scenario.cluster)),
-            (worker::STORE_HOST_VAR, store_ip.clone()),
-            (worker::STOP_FILE_VAR, stop.display().to_string()),
-        ];
-        let pid = net.spawn(name, &exe, &argv, &env, &dir.join(format!("{name}.stderr")));
-        workers.push((name.to_string(), pid, log));
-    }
+    let workers = start_clients(&mut net, &dir, &store_ip, &scripts, &stop, |_| {
+        yaml(if drop_acks() { 0 } else { scenario.replica_acks }, scenario.cluster)
+    });
 
     sleep(BEFORE_CUT);
+    if scenario.deaf {
+        return deaf_client(partition, net, &dir, &workers, &stop, &mut store, report);
+    }
     if scenario.loss > 0 {
         return lossy(scenario, partition, net, &dir, &workers, &stop, &mut store, report);
     }
@@ -397,39 +406,12 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         report.violations.push(format!("the old primary was not a replica {REJOIN_BOUND:?} after the heal"));
     }
     sleep(AFTER_HEAL);
-    std::fs::write(&stop, "").unwrap();
-    for (name, pid, _) in &workers {
-        match net.wait(*pid, Duration::from_secs(15)) {
-            Some(true) => {}
-            Some(false) => report.violations.push(format!("client {name} failed (see {}/{name}.stderr)", dir.display())),
-            None => report.violations.push(format!("client {name} did not stop by itself")),
-        }
-    }
+    stop_clients(&mut net, &dir, &workers, &stop, &mut report);
     eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
 
     // The histories.
     let window_end = rejoined_at.unwrap_or(u64::MAX);
-    let mut holds: Vec<Hold> = Vec::new();
-    for (name, _, log) in &workers {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let parsed = log::parse(name, &text);
-        if let Some(open) = parsed.open {
-            report.violations.push(format!("client {name} left a section open on {}", open.key));
-        }
-        for (code, count) in parsed.failures {
-            *report.failures.entry(format!("{name} {code}")).or_default() += count;
-        }
-        if name == MINORITY_CLIENT {
-            // The first failure (an acquire failing, or a release told) after the cut.
-            let failed = text.lines().filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
-                ["F", _, at] => at.parse::<u64>().ok(),
-                ["E", _, _, _, end, _, release, ..] if !matches!(*release, "OK" | "FALSE") => end.parse().ok(),
-                _ => None,
-            });
-            report.learned_ms = failed.filter(|at| *at > cut_at).min().map(|at| u128::from(at - cut_at) / 1000);
-        }
-        holds.extend(parsed.holds);
-    }
+    let holds = histories(&workers, cut_at, &mut report);
     let stores: BTreeMap<String, store::KeyHistory> =
         (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
     let window = Window { cut_at, healed_at, demoted_at: window_end, fence_clock };
@@ -450,6 +432,85 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         report.violations.push("the majority's clients were granted nothing during the partition".into());
     }
     report
+}
+
+/// The client processes `c1` `c2` `c3`, each the fault suite's Rust
+/// worker in its own namespace, with the options `yaml(name)`; they run
+/// until `stop` exists.
+fn start_clients(
+    net: &mut Net,
+    dir: &Path,
+    store_ip: &str,
+    scripts: &store::Scripts,
+    stop: &Path,
+    yaml: impl Fn(&str) -> String,
+) -> Vec<(String, u32, PathBuf)> {
+    let exe = std::env::current_exe().unwrap();
+    let mut workers = Vec::new();
+    for (i, (name, _)) in CLIENTS.iter().enumerate() {
+        let log = dir.join(format!("{name}.log"));
+        let args = worker::WorkerArgs {
+            store_port: 6379,
+            keys: KEYS,
+            hold_ms: HOLD_MS,
+            run_ms: 120_000,
+            log: log.display().to_string(),
+            seed: mono_us() ^ ((i as u64) << 48),
+            read_sha: scripts.read.clone(),
+            write_sha: scripts.write.clone(),
+            shared_read_sha: scripts.shared_read.clone(),
+            limit: 0,
+        };
+        let mut argv = vec!["worker".to_string()];
+        argv.extend(args.to_args());
+        let env = [
+            (worker::YAML_VAR, yaml(name)),
+            (worker::STORE_HOST_VAR, store_ip.to_string()),
+            (worker::STOP_FILE_VAR, stop.display().to_string()),
+        ];
+        let pid = net.spawn(name, &exe, &argv, &env, &dir.join(format!("{name}.stderr")));
+        workers.push((name.to_string(), pid, log));
+    }
+    workers
+}
+
+/// Tells the clients to stop, and waits for each to exit by itself.
+fn stop_clients(net: &mut Net, dir: &Path, workers: &[(String, u32, PathBuf)], stop: &Path, report: &mut Report) {
+    std::fs::write(stop, "").unwrap();
+    for (name, pid, _) in workers {
+        match net.wait(*pid, Duration::from_secs(15)) {
+            Some(true) => {}
+            Some(false) => report.violations.push(format!("client {name} failed (see {}/{name}.stderr)", dir.display())),
+            None => report.violations.push(format!("client {name} did not stop by itself")),
+        }
+    }
+}
+
+/// Every client's sections, its failures counted in `report`, and when the
+/// minority's client first failed after `cut_at`.
+fn histories(workers: &[(String, u32, PathBuf)], cut_at: u64, report: &mut Report) -> Vec<Hold> {
+    let mut holds: Vec<Hold> = Vec::new();
+    for (name, _, log) in workers {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let parsed = log::parse(name, &text);
+        if let Some(open) = parsed.open {
+            report.violations.push(format!("client {name} left a section open on {}", open.key));
+        }
+        for (code, count) in parsed.failures {
+            *report.failures.entry(format!("{name} {code}")).or_default() += count;
+        }
+        if name == MINORITY_CLIENT {
+            // The first failure (an acquire failing, or a release told) after the cut.
+            let failed = text.lines().filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
+                ["F", _, at] => at.parse::<u64>().ok(),
+                ["E", _, _, _, end, _, release, ..] if !matches!(*release, "OK" | "FALSE") => end.parse().ok(),
+                _ => None,
+            });
+            report.learned_ms = failed.filter(|at| *at > cut_at).min().map(|at| u128::from(at - cut_at) / 1000);
+        }
+        holds.extend(parsed.holds);
+    }
+    holds
 }
 
 /// The acquires' latencies, from the call to the section, in ms.
@@ -487,13 +548,25 @@ fn lossy(
     mut report: Report,
 ) -> Report {
     report.loss = scenario.loss;
+    report.delay_ms = scenario.delay_ms;
     for (name, _) in CLIENTS {
-        net.lossy(name, scenario.loss);
+        if scenario.delay_ms > 0 {
+            // PARTITIONS_BREAK=1: a wire too slow for anything to be granted.
+            let delay = if break_cut() { 5000 } else { scenario.delay_ms };
+            std::fs::write(dir.join(format!("wire-{name}")), format!("{delay} {}", scenario.loss)).unwrap();
+        } else {
+            net.lossy(name, scenario.loss);
+        }
     }
-    let lossy_at = mono_us();
+    // The wires read their settings every 20 ms.
+    let lossy_at = mono_us() + if scenario.delay_ms > 0 { 40_000 } else { 0 };
     sleep(partition + Duration::from_secs(2));
     for (name, _) in CLIENTS {
-        net.lossless(name);
+        if scenario.delay_ms > 0 {
+            std::fs::remove_file(dir.join(format!("wire-{name}"))).unwrap();
+        } else {
+            net.lossless(name);
+        }
     }
     let lossless_at = mono_us();
     report.partition_ms = u128::from(lossless_at - lossy_at) / 1000;
@@ -532,6 +605,104 @@ fn lossy(
     report
 }
 
+/// The rest of a one-way scenario, once the clients ran `BEFORE_CUT`: the
+/// minority's client stops hearing the primary for as long as a partition
+/// lasts (its requests arrive: the primary grants, renews and releases as
+/// asked; its answers are lost), then hears it again. No promotion (the
+/// sentinels hear the primary). The same history checks with no window
+/// to explain an overlap (only a holder told its lease may be gone); the
+/// client must hear `OUTCOME_UNKNOWN` (a grant it never heard of is
+/// released by token in the background, or ends with its lease), the
+/// others go on being granted, and it is granted again once it hears.
+fn deaf_client(
+    partition: Duration,
+    mut net: Net,
+    dir: &Path,
+    workers: &[(String, u32, PathBuf)],
+    stop: &Path,
+    store: &mut redis::Connection,
+    mut report: Report,
+) -> Report {
+    if !break_cut() {
+        net.deafen(MINORITY_CLIENT, "p");
+    }
+    let deaf_at = mono_us();
+    sleep(partition);
+    if !break_cut() {
+        net.hear(MINORITY_CLIENT);
+    }
+    let hears_at = mono_us();
+    report.partition_ms = u128::from(hears_at - deaf_at) / 1000;
+    sleep(Duration::from_millis(1500));
+    stop_clients(&mut net, dir, workers, stop, &mut report);
+    let holds = histories(workers, deaf_at, &mut report);
+    let stores: BTreeMap<String, store::KeyHistory> =
+        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(store, &key))).collect();
+    let never = Window { cut_at: u64::MAX, healed_at: u64::MAX, demoted_at: u64::MAX, fence_clock: FenceClock::now() };
+    check_history(&holds, &stores, never, 0, &mut report);
+    let text = std::fs::read_to_string(dir.join(format!("{MINORITY_CLIENT}.log"))).unwrap_or_default();
+    let told = |code: &str| {
+        text.lines()
+            .filter(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
+                ["F", c, at] => *c == code && at.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at)),
+                ["E", _, _, _, end, _, release, ..] => {
+                    *release == code && end.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at))
+                }
+                _ => false,
+            })
+            .count()
+    };
+    let unknown = told("OUTCOME_UNKNOWN");
+    let during: Vec<&Hold> = holds.iter().filter(|h| h.worker != MINORITY_CLIENT && h.asked >= deaf_at && h.start < hears_at).collect();
+    let minority_during = holds.iter().filter(|h| h.worker == MINORITY_CLIENT && h.start >= deaf_at && h.start < hears_at).count();
+    let again = holds.iter().filter(|h| h.worker == MINORITY_CLIENT && h.asked > hears_at).count();
+    report.majority_grants = during.len() as u64;
+    report.minority_grants = minority_during as u64;
+    let latency = Latency::of(&during);
+    report.custom = true;
+    report.notes.push(format!(
+        "the client heard nothing from the primary for {} ms (its requests arrived): it heard OUTCOME_UNKNOWN {unknown} times, PROVIDER_FAILED {} times, was granted {minority_during} times then and {again} times after",
+        report.partition_ms,
+        told("PROVIDER_FAILED")
+    ));
+    report.notes.push(format!(
+        "the other clients meanwhile: {} grants, acquire to section p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        latency.grants, latency.p50, latency.p99, latency.max
+    ));
+    report.notes.push(format!(
+        "grants {} in all; overlapping pairs: {}; store: {} accepted, {} refused",
+        report.grants,
+        if report.overlaps.is_empty() {
+            "none".into()
+        } else {
+            report.overlaps.iter().map(|(c, n)| format!("{n} {c}")).collect::<Vec<_>>().join(", ")
+        },
+        report.accepted,
+        report.refused
+    ));
+    if unknown == 0 {
+        report.violations.push("the deaf client never heard OUTCOME_UNKNOWN".into());
+    }
+    if minority_during > 0 {
+        report.violations.push(format!("the deaf client entered {minority_during} sections while it heard nothing"));
+    }
+    if again == 0 {
+        report.violations.push("the deaf client was granted nothing once it heard again".into());
+    }
+    if during.is_empty() {
+        report.violations.push("the other clients were granted nothing while one was deaf".into());
+    }
+    report
+}
+
+/// `PARTITIONS_BREAK=1`: `sentinel-deaf-client` leaves its client hearing
+/// (no cut), `slow-network` holds each frame 5 s instead of 50 ms (nothing
+/// can be granted), `pg-commit-cut` frees its stranded lease early (see
+/// pg.rs): the checks of each must fail. By hand.
+fn break_cut() -> bool {
+    std::env::var("PARTITIONS_BREAK").is_ok_and(|v| v == "1")
+}
+
 /// `PARTITIONS_DROP_ACKS=1`: the clients run without `replicaAcks` while
 /// the checks still expect what it promises, so the `-acks` scenarios must
 /// fail (the checker's own proof against a real partition; by hand).
@@ -562,6 +733,11 @@ struct FenceClock {
 }
 
 impl FenceClock {
+    /// `mono` (`CLOCK_MONOTONIC` us) on the servers' wall clock.
+    fn real(&self, mono: u64) -> i64 {
+        mono as i64 + self.offset_us
+    }
+
     fn now() -> FenceClock {
         let mono = mono_us() as i64;
         let real = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
@@ -616,7 +792,7 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
         let after_cut = |us: u64| (us as i64 - window.cut_at as i64) as f64 / 1000.0;
         for h in holds.iter().filter(|h| cut_off(h)) {
             report.violations.push(format!(
-                "the minority's client was granted {} (fence {}) while cut off, despite replicaAcks: asked {:.1} ms, granted {:.1} ms (by the fence), started {:.1} ms after the cut",
+                "the minority's client was granted {} (fence {}) while cut off, despite replica acknowledgement (replicaAcks, or synchronous replication): asked {:.1} ms, granted {:.1} ms (by the fence), started {:.1} ms after the cut",
                 h.key,
                 h.fence,
                 after_cut(h.asked),
@@ -630,10 +806,37 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
         let mut of_key: Vec<&Hold> = holds.iter().filter(|h| &h.key == key).collect();
         of_key.sort_by_key(|h| h.start);
         // Fences never repeat.
-        let mut fences: BTreeMap<u128, &str> = BTreeMap::new();
+        let mut fences: BTreeMap<u128, &Hold> = BTreeMap::new();
         for h in &of_key {
-            if let Some(other) = fences.insert(h.fence, &h.worker) {
-                report.violations.push(format!("{key}: fence {} granted twice ({other} and {})", h.fence, h.worker));
+            if let Some(other) = fences.insert(h.fence, h) {
+                let at = |h: &Hold| {
+                    let since = |us: u64| (us as i64 - window.cut_at as i64) as f64 / 1000.0;
+                    let side = if cut_off(h) { ", cut off" } else { "" };
+                    if window.cut_at == u64::MAX {
+                        String::new()
+                    } else {
+                        format!(" asked {:.1} ms, started {:.1} ms after the cut{side}", since(h.asked), since(h.start))
+                    }
+                };
+                // Two live primaries each follow their own counter and
+                // clock: one grant of the partitioned old primary and one
+                // of the majority's may carry the same fence (the same
+                // microsecond). Inside that window without replica
+                // acknowledgement, counted; anywhere else a violation.
+                let across = cut_off(h) != cut_off(other);
+                if across {
+                    report.repeated_across += 1;
+                }
+                if !across || replica_acks > 0 {
+                    report.violations.push(format!(
+                        "{key}: fence {} granted twice ({}{} and {}{})",
+                        h.fence,
+                        other.worker,
+                        at(other),
+                        h.worker,
+                        at(h)
+                    ));
+                }
             }
         }
         // Overlaps, each explained or a violation.
@@ -740,6 +943,15 @@ fn self_test() {
     assert!(run(&told, &fine, 0).violations.is_empty(), "a told holder's overlap");
     let twice = [hold("c2", 1, 10, 20, "OK"), hold("c3", 1, 30, 40, "OK")];
     assert!(!run(&twice, &fine, 0).violations.is_empty(), "a fence granted twice");
+    // The same fence from the two sides of a partition (the old primary's
+    // grant to c1 while cut off, the majority's to c2): the window, without
+    // acknowledgement only.
+    let across = [hold("c2", 120, 118, 125, "OK"), hold("c1", 120, 119, 130, "OK")];
+    let report = run(&across, &fine, 0);
+    assert!(report.violations.iter().all(|v| !v.contains("twice")) && report.repeated_across == 1, "{:?}", report.violations);
+    assert!(run(&across, &fine, 1).violations.iter().any(|v| v.contains("twice")), "a fence twice across the cut with acks");
+    let same_side = [hold("c1", 120, 118, 125, "OK"), hold("c1", 120, 126, 130, "OK")];
+    assert!(run(&same_side, &fine, 0).violations.iter().any(|v| v.contains("twice")), "a fence twice on one side");
     let lower = store(vec![Attempt::Accepted(2), Attempt::Accepted(1)]);
     assert!(!run(&[], &lower, 0).violations.is_empty(), "the store accepted a lower fence");
     let mut lost = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
@@ -753,19 +965,32 @@ fn main() {
         worker::run(worker::WorkerArgs::parse(&args[1..]));
         return;
     }
+    if args.first().map(String::as_str) == Some("wire") {
+        wire::run(&args[1..]);
+        return;
+    }
     self_test();
+    if let Some(seconds) = std::env::var("PARTITIONS_LONG_S").ok().and_then(|s| s.parse::<u64>().ok()) {
+        long_form(Duration::from_secs(seconds));
+        return;
+    }
     let partition = Duration::from_secs(std::env::var("PARTITIONS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
-    let (scenarios, clock_skew): (Vec<&Scenario>, bool) = match std::env::var("PARTITIONS_ONLY") {
+    let (scenarios, pg_scenarios, clock_skew): (Vec<&Scenario>, Vec<&pg::PgScenario>, bool) = match std::env::var("PARTITIONS_ONLY") {
         Ok(only) => {
             let names: Vec<&str> = only.split(',').map(str::trim).collect();
-            let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).chain([CLOCK_SKEW]).collect();
+            let known: Vec<&str> =
+                SCENARIOS.iter().map(|s| s.name).chain(pg::PG_SCENARIOS.iter().map(|s| s.name)).chain([CLOCK_SKEW]).collect();
             if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
                 eprintln!("partitions: PARTITIONS_ONLY names {unknown:?}, no scenario; the scenarios are: {}", known.join(", "));
                 std::process::exit(2);
             }
-            (SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect(), names.contains(&CLOCK_SKEW))
+            (
+                SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect(),
+                pg::PG_SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect(),
+                names.contains(&CLOCK_SKEW),
+            )
         }
-        Err(_) => (SCENARIOS.iter().collect(), true),
+        Err(_) => (SCENARIOS.iter().collect(), pg::PG_SCENARIOS.iter().collect(), true),
     };
     if clock_skew {
         let started = Instant::now();
@@ -776,9 +1001,10 @@ fn main() {
         );
     }
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions");
-    let reports: Vec<Report> = scenarios.iter().map(|s| run_scenario(s, partition, &root)).collect();
+    let mut reports: Vec<Report> = scenarios.iter().map(|s| run_scenario(s, partition, &root)).collect();
+    reports.extend(pg_scenarios.iter().map(|s| pg::run(s, partition, &root)));
     if let Some(why) = Net::netem_missing() {
-        println!("partitions: no delay scenario (issue 39 §2; loss is sentinel-lossy's nftables rule): `tc qdisc add ... netem` fails here: {why}");
+        println!("partitions: `tc qdisc add ... netem` fails here ({why}): slow-network delays by a user-space wire (wire.rs)");
     }
 
     println!(
@@ -791,12 +1017,23 @@ fn main() {
         violations += r.violations.len();
         let overlaps: Vec<String> = r.overlaps.iter().map(|(cause, n)| format!("{n} {cause}")).collect();
         let failures: Vec<String> = r.failures.iter().map(|(what, n)| format!("{what} {n}")).collect();
+        if r.custom {
+            println!("{}: violations {}", r.name, r.violations.len());
+            for note in &r.notes {
+                println!("  {note}");
+            }
+            for v in &r.violations {
+                eprintln!("VIOLATION [{}] {v}", r.name);
+            }
+            continue;
+        }
         println!("{} (replicaAcks {}): violations {}", r.name, r.replica_acks, r.violations.len());
         if let Some((before, during)) = r.latency {
             println!(
-                "  {}% of the packets lost each way on every client link for {} ms (no delay); overlapping pairs: {}; store: {} writes accepted, {} refused; failed acquires: {}",
+                "  {}% of the packets lost each way on every client link for {} ms ({}); overlapping pairs: {}; store: {} writes accepted, {} refused; failed acquires: {}",
                 r.loss,
                 r.partition_ms,
+                if r.delay_ms > 0 { format!("each frame held {} ms each way by a user-space wire", r.delay_ms) } else { "no delay".into() },
                 if overlaps.is_empty() { "none".into() } else { overlaps.join(", ") },
                 r.accepted,
                 r.refused,
@@ -821,10 +1058,11 @@ fn main() {
             r.grants, r.minority_grants, r.minority_accepted, r.majority_grants, r.minority_after_heal
         );
         println!(
-            "  overlapping pairs: {}; store: {} writes accepted, {} refused; no fence granted twice: {}",
+            "  overlapping pairs: {}; store: {} writes accepted, {} refused; fences granted by both primaries: {}; no fence granted twice otherwise: {}",
             if overlaps.is_empty() { "none".into() } else { overlaps.join(", ") },
             r.accepted,
             r.refused,
+            r.repeated_across,
             !r.violations.iter().any(|v| v.contains("granted twice"))
         );
         println!(
@@ -839,5 +1077,106 @@ fn main() {
     if violations > 0 {
         eprintln!("partitions: {violations} violations");
         std::process::exit(1);
+    }
+}
+
+/// The long form (`PARTITIONS_LONG_S=<seconds>`): per topology (all three,
+/// or those `PARTITIONS_ONLY` names: `sentinel`, `cluster`, `postgres`),
+/// cycle after cycle for that long, each a fresh deployment partitioned
+/// and healed once (its scenarios in turn, with and without replica
+/// acknowledgement; the partition 2 to 5 s after the promotion, by turns),
+/// then the totals: cycles, grants, overlaps by cause, violations. A cycle
+/// whose harness gave up (a bound not met) is counted as such, and fails
+/// the run as a violation does.
+fn long_form(each: Duration) {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions-long");
+    let topologies: Vec<(&str, Vec<&str>)> = vec![
+        ("sentinel", vec!["sentinel-partition", "sentinel-partition-acks"]),
+        ("cluster", vec!["cluster-partition", "cluster-partition-acks"]),
+        ("postgres", vec!["pg-commit-cut", "pg-failover", "pg-failover-sync"]),
+    ];
+    let only: Option<Vec<String>> = std::env::var("PARTITIONS_ONLY").ok().map(|o| o.split(',').map(|s| s.trim().to_string()).collect());
+    if let Some(names) = &only {
+        if let Some(unknown) = names.iter().find(|n| !topologies.iter().any(|(t, _)| t == n)) {
+            eprintln!("partitions: in the long form PARTITIONS_ONLY names topologies (sentinel, cluster, postgres), not {unknown:?}");
+            std::process::exit(2);
+        }
+    }
+    let mut failed = false;
+    for (topology, names) in topologies.iter().filter(|(t, _)| only.as_ref().is_none_or(|o| o.iter().any(|n| n == t))) {
+        let started = Instant::now();
+        let mut cycles = 0u64;
+        let mut per: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut gave_up: Vec<String> = Vec::new();
+        let mut total = Report::default();
+        let mut violations: Vec<String> = Vec::new();
+        while started.elapsed() < each {
+            let name = names[cycles as usize % names.len()];
+            let partition = Duration::from_secs(2 + (cycles / names.len() as u64) % 4);
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match SCENARIOS.iter().find(|s| s.name == name) {
+                Some(scenario) => run_scenario(scenario, partition, &root),
+                None => pg::run(pg::PG_SCENARIOS.iter().find(|s| s.name == name).unwrap(), partition, &root),
+            }));
+            cycles += 1;
+            *per.entry(name).or_default() += 1;
+            match run {
+                Ok(r) if !r.violations.is_empty() => {
+                    // Its logs, before the next cycle of the scenario overwrites them.
+                    let _ = std::process::Command::new("cp")
+                        .arg("-a")
+                        .arg(root.join(name))
+                        .arg(root.join(format!("{name}-cycle{cycles}")))
+                        .status();
+                    violations.extend(r.violations.iter().map(|v| format!("[{name} cycle {cycles}] {v}")));
+                    add(&mut total, &r);
+                }
+                Ok(r) => add(&mut total, &r),
+                Err(panic) => {
+                    let why = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                    gave_up.push(format!("[{name} cycle {cycles}] {}", why.unwrap_or_default()));
+                }
+            }
+            eprintln!("[long {topology}] {cycles} cycles, {} s, {} violations so far", started.elapsed().as_secs(), violations.len());
+        }
+        let overlaps: Vec<String> = total.overlaps.iter().map(|(cause, n)| format!("{n} {cause}")).collect();
+        println!(
+            "\npartitions, long form, {topology}: {cycles} cycles of partition and heal in {} s ({}); grants {} (while cut off: minority {}, of which {} store writes accepted; majority {}); overlapping pairs: {}; store: {} accepted, {} refused; fences granted by both primaries {}; violations {}; cycles the harness gave up {}",
+            started.elapsed().as_secs(),
+            per.iter().map(|(n, c)| format!("{c} {n}")).collect::<Vec<_>>().join(", "),
+            total.grants,
+            total.minority_grants,
+            total.minority_accepted,
+            total.majority_grants,
+            if overlaps.is_empty() { "none".into() } else { overlaps.join(", ") },
+            total.accepted,
+            total.refused,
+            total.repeated_across,
+            violations.len(),
+            gave_up.len()
+        );
+        for v in violations.iter().chain(&gave_up) {
+            eprintln!("VIOLATION {v}");
+        }
+        failed |= !violations.is_empty() || !gave_up.is_empty();
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+/// Adds a cycle's figures to the long form's totals (overlaps also by
+/// setting: with replica acknowledgement or synchronous replication, or
+/// without).
+fn add(total: &mut Report, r: &Report) {
+    total.grants += r.grants;
+    total.minority_grants += r.minority_grants;
+    total.majority_grants += r.majority_grants;
+    total.minority_accepted += r.minority_accepted;
+    total.accepted += r.accepted;
+    total.refused += r.refused;
+    total.repeated_across += r.repeated_across;
+    for (cause, n) in &r.overlaps {
+        *total.overlaps.entry(cause).or_default() += n;
+        *total.overlaps.entry(if r.replica_acks > 0 { "in cycles with acknowledgement" } else { "in cycles without" }).or_default() += n;
     }
 }

@@ -123,6 +123,48 @@ impl Net {
         self.nodes.push((name.into(), number, store));
     }
 
+    /// [`Net::add`], but with node `name`'s data port (`eth0`) a TAP device
+    /// whose frames a user-space wire (`exe wire ...`, see `wire.rs`)
+    /// carries to and from its port on the bridge, delayed and lost as the
+    /// file `control` says. The wire is killed on drop.
+    pub fn add_wired(&mut self, name: &str, number: u8, store: bool, exe: &Path, control: &Path) {
+        let ns = self.namespace(name);
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        let inner = format!("{}w{number}", self.prefix);
+        let host = self.host_side(number, 0);
+        let child = Command::new(exe)
+            .args(["wire", &inner, &host, control.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the wire");
+        self.children.push(child);
+        let started = std::time::Instant::now();
+        let exists = |dev: &str| Command::new("ip").args(["link", "show", dev]).output().is_ok_and(|o| o.status.success());
+        while !(exists(&inner) && exists(&host)) {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "the wire's TAP devices {inner} {host}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        ip(&["link", "set", &inner, "netns", &ns]);
+        ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
+        ip(&["-n", &ns, "link", "set", "eth0", "address", &Self::mac(number, 0)]);
+        ip(&["-n", &ns, "addr", "add", &format!("{SUBNET}.0.{number}/24"), "dev", "eth0"]);
+        ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+        ip(&["link", "set", &host, "master", &self.bridge(0)]);
+        ip(&["link", "set", &host, "up"]);
+        if store {
+            let host = self.host_side(number, 1);
+            ip(&["link", "add", &host, "type", "veth", "peer", "name", "eth1", "netns", &ns]);
+            ip(&["-n", &ns, "link", "set", "eth1", "address", &Self::mac(number, 1)]);
+            ip(&["-n", &ns, "addr", "add", &format!("{SUBNET}.1.{number}/24"), "dev", "eth1"]);
+            ip(&["-n", &ns, "link", "set", "eth1", "up"]);
+            ip(&["link", "set", &host, "master", &self.bridge(1)]);
+            ip(&["link", "set", &host, "up"]);
+        }
+        self.nodes.push((name.into(), number, store));
+    }
+
     /// Once every node is added: permanent neighbour entries everywhere, so
     /// no ARP is ever needed (a partition stays silent).
     pub fn seal(&self) {
@@ -170,6 +212,32 @@ impl Net {
         std::fs::write(&file, rules).unwrap();
         ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
         let _ = std::fs::remove_file(file);
+    }
+
+    /// Cuts one direction only: node `name` no longer receives what node
+    /// `from` sends it on the data network (an nftables rule on its
+    /// `eth0` input), while what it sends still arrives. For a client and
+    /// its server: its requests arrive and are acted on, their answers are
+    /// lost. Removed with the namespace, or by [`Net::hear`].
+    pub fn deafen(&self, name: &str, from: &str) {
+        let rules = format!(
+            "table inet dkoneway {{\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" ip saddr {} drop; }}\n}}\n",
+            self.addr(from)
+        );
+        let file = std::env::temp_dir().join(format!("{}-oneway-{name}", self.prefix));
+        std::fs::write(&file, rules).unwrap();
+        ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
+        let _ = std::fs::remove_file(file);
+    }
+
+    /// Node `name` without [`Net::deafen`]'s rule.
+    pub fn hear(&self, name: &str) {
+        ip(&["netns", "exec", &self.namespace(name), "nft", "delete", "table", "inet", "dkoneway"]);
+    }
+
+    /// The namespace's name of node `name` (to run a program in it).
+    pub fn namespace_of(&self, name: &str) -> String {
+        self.namespace(name)
     }
 
     /// Node `name` without [`Net::lossy`]'s loss.
