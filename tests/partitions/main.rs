@@ -53,6 +53,8 @@ mod clock;
 mod log;
 mod net;
 mod pg;
+#[path = "../support/pg_programs.rs"]
+mod pg_programs;
 #[allow(dead_code)]
 #[path = "../faults/store.rs"]
 mod store;

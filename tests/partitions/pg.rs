@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::log::mono_us;
 use crate::net::{Net, SUBNET};
+use crate::pg_programs::{bin, postgres_dir, run_as_postgres};
 use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, KEYS, LEARN_BOUND, LEASE_MS, MINORITY_CLIENT};
 
 pub struct PgScenario {
@@ -62,18 +63,6 @@ const DETECT: Duration = Duration::from_millis(1000);
 /// acquire that gave up (`waitTimeoutMs`) starts again at once.
 const FREE_BOUND_US: i64 = 1_000_000;
 
-/// The directory of PostgreSQL's programs: the newest under Debian's
-/// /usr/lib/postgresql (as tests/postgres/server.rs finds it).
-fn bin(program: &str) -> PathBuf {
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL's programs in /usr/lib/postgresql")
-        .map(|entry| entry.unwrap().path().join("bin"))
-        .filter(|dir| dir.join("initdb").exists())
-        .collect();
-    versions.sort_by_key(|dir| dir.parent().unwrap().file_name().unwrap().to_string_lossy().parse::<u32>().unwrap_or(0));
-    versions.pop().expect("an initdb under /usr/lib/postgresql").join(program)
-}
-
 /// One private server, in its node's namespace; stopped (immediately) and
 /// its directory removed on drop, also when the scenario panics.
 struct PgServer {
@@ -87,30 +76,6 @@ struct PgServer {
 impl PgServer {
     fn data(&self) -> PathBuf {
         self.dir.join("data")
-    }
-
-    /// `program args` as the `postgres` user, in namespace `ns` when given.
-    fn run(ns: Option<&str>, program: &str, args: &[&str]) {
-        let mut command = Command::new(if ns.is_some() { "ip" } else { "runuser" });
-        if let Some(ns) = ns {
-            command.args(["netns", "exec", ns, "runuser"]);
-        }
-        let out = command.args(["-u", "postgres", "--"]).arg(bin(program)).args(args).output().expect("runuser (util-linux)");
-        assert!(
-            out.status.success(),
-            "{program} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn fresh_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("dkp-pg-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().unwrap();
-        assert!(status.success(), "chown of {}", dir.display());
-        dir
     }
 
     /// This node's own settings, after whatever a base backup copied.
@@ -127,7 +92,7 @@ impl PgServer {
 
     fn start(&mut self, net: &Net) {
         let log = self.dir.join("server.log");
-        Self::run(
+        run_as_postgres(
             Some(&net.namespace_of(&self.name)),
             "pg_ctl",
             &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-w", "-t", "60", "start"],
@@ -137,9 +102,9 @@ impl PgServer {
 
     /// A new primary; `synchronous`: every commit waits for a standby.
     fn primary(net: &Net, name: &str, synchronous: bool, keep: &Path) -> PgServer {
-        let mut server = PgServer { name: name.into(), dir: Self::fresh_dir(name), running: false, keep: keep.into() };
+        let mut server = PgServer { name: name.into(), dir: postgres_dir("dkp-pg", name), running: false, keep: keep.into() };
         let data = server.data();
-        Self::run(None, "initdb", &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]);
+        run_as_postgres(None, "initdb", &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]);
         std::fs::write(
             data.join("pg_hba.conf"),
             format!("local all all trust\nlocal replication all trust\nhost all all {SUBNET}.0.0/16 trust\nhost replication all {SUBNET}.0.0/16 trust\n"),
@@ -154,9 +119,9 @@ impl PgServer {
     /// A streaming standby of `primary` (`pg_basebackup -R` over the data
     /// network, so that a partition cuts its stream).
     fn standby(net: &Net, name: &str, primary: &PgServer) -> PgServer {
-        let mut server = PgServer { name: name.into(), dir: Self::fresh_dir(name), running: false, keep: primary.keep.clone() };
+        let mut server = PgServer { name: name.into(), dir: postgres_dir("dkp-pg", name), running: false, keep: primary.keep.clone() };
         let data = server.data();
-        Self::run(
+        run_as_postgres(
             Some(&net.namespace_of(name)),
             "pg_basebackup",
             &[
@@ -206,7 +171,7 @@ impl PgServer {
     }
 
     fn promote(&self) {
-        Self::run(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-w", "-t", "60", "promote"]);
+        run_as_postgres(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-w", "-t", "60", "promote"]);
     }
 
     /// Stops the server at once (SIGQUIT, as a crash or a fencing agent).

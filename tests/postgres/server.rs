@@ -13,47 +13,15 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../support/pg_programs.rs"]
+mod pg_programs;
+
+use pg_programs::{bin, postgres_dir, run_as_postgres};
+
 pub struct PrivateServer {
     dir: PathBuf,
     port: u16,
     running: bool,
-}
-
-/// The directory of the PostgreSQL programs (`initdb`, `pg_ctl`, ...): the
-/// newest under Debian's /usr/lib/postgresql, or `DOKEBI_PG_BIN`.
-fn bin(program: &str) -> PathBuf {
-    if let Ok(dir) = std::env::var("DOKEBI_PG_BIN") {
-        return Path::new(&dir).join(program);
-    }
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL's programs in /usr/lib/postgresql (or DOKEBI_PG_BIN)")
-        .map(|entry| entry.unwrap().path().join("bin"))
-        .filter(|dir| dir.join("initdb").exists())
-        .collect();
-    versions.sort_by_key(|dir| dir.parent().unwrap().file_name().unwrap().to_string_lossy().parse::<u32>().unwrap_or(0));
-    versions.pop().expect("an initdb under /usr/lib/postgresql").join(program)
-}
-
-/// Runs `program args` as the `postgres` user; panics with its output on failure.
-fn run_as_postgres(program: &str, args: &[&str]) {
-    let output =
-        Command::new("runuser").args(["-u", "postgres", "--"]).arg(bin(program)).args(args).output().expect("runuser (util-linux)");
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A fresh directory under the system's temporary one, owned by `postgres`.
-fn private_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dokebi-pg-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().unwrap();
-    assert!(status.success(), "chown of {}", dir.display());
-    dir
 }
 
 fn free_port() -> u16 {
@@ -64,9 +32,9 @@ impl PrivateServer {
     /// A new cluster with `settings` (`name=value`, postgresql.conf lines),
     /// started, ready for a standby to stream from it.
     pub fn start(name: &str, settings: &[&str]) -> PrivateServer {
-        let dir = private_dir(name);
+        let dir = postgres_dir("dokebi-pg", name);
         let data = dir.join("data");
-        run_as_postgres("initdb", &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]);
+        run_as_postgres(None, "initdb", &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]);
         let mut conf = String::from("listen_addresses = '127.0.0.1'\nwal_level = replica\nmax_wal_senders = 4\nfsync = on\n");
         for setting in settings {
             conf += setting;
@@ -87,10 +55,11 @@ impl PrivateServer {
     /// [`PrivateServer::standby`] streaming from `port`, a proxy of this
     /// server's (which a test can hold to make the standby lag).
     pub fn standby_through(&self, name: &str, port: u16) -> PrivateServer {
-        let dir = private_dir(name);
+        let dir = postgres_dir("dokebi-pg", name);
         let data = dir.join("data");
         let port = port.to_string();
         run_as_postgres(
+            None,
             "pg_basebackup",
             &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", data.to_str().unwrap(), "-R", "-X", "stream", "--no-sync"],
         );
@@ -113,6 +82,7 @@ impl PrivateServer {
         let options = format!("-p {} -k {}", self.port, self.dir.display());
         let log = self.dir.join("server.log");
         run_as_postgres(
+            None,
             "pg_ctl",
             &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"],
         );
@@ -122,13 +92,13 @@ impl PrivateServer {
     /// Crashes the server: SIGQUIT to every process, no checkpoint, nothing
     /// flushed that was not already; the next start recovers from the WAL.
     pub fn crash(&mut self) {
-        run_as_postgres("pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        run_as_postgres(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
         self.running = false;
     }
 
     /// Stops the server cleanly (a standby then stops streaming).
     pub fn stop(&mut self) {
-        run_as_postgres("pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "fast", "-w", "stop"]);
+        run_as_postgres(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-m", "fast", "-w", "stop"]);
         self.running = false;
     }
 
@@ -169,7 +139,7 @@ impl PrivateServer {
 
     /// Promotes a standby to a primary and waits until it is one.
     pub fn promote(&self) {
-        run_as_postgres("pg_ctl", &["-D", self.data().to_str().unwrap(), "-w", "-t", "60", "promote"]);
+        run_as_postgres(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-w", "-t", "60", "promote"]);
     }
 }
 
