@@ -203,10 +203,7 @@ fn without_auto_create_missing_tables_fail_with_the_sql_as_the_fix() {
     let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
     assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
     assert!(err.to_string().contains("autoCreate"), "{err}");
-    let fix = err.fix().to_owned();
-    let sql = fix.split_once('\n').expect("the fix carries the SQL").1;
-    assert!(sql.contains("CREATE TABLE"), "{fix}");
-    batch(sql);
+    batch(&create_sql(&err));
     let lease = block_on(backend(&provider).acquire("k", wait(0))).expect("granted once the DBA ran the SQL");
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
@@ -263,6 +260,55 @@ fn sessions_an_administrator_terminates_are_replaced_and_the_listener_comes_back
     assert!(waiter.join().unwrap().unwrap() > held.fence(), "woken through the new listener");
     block_on(a.close());
     block_on(b.close());
+}
+
+/// The SQL a refusal with `autoCreate: false` gives as its fix.
+fn create_sql(err: &dokebi_lock::LockError) -> String {
+    let sql = err.fix().split_once('\n').expect("the fix carries the SQL").1;
+    assert!(sql.contains("CREATE TABLE"), "{}", err.fix());
+    sql.to_owned()
+}
+
+/// The creators' lock of the driver (src/postgres/store.rs).
+const CREATORS_LOCK: i64 = 7238119025318740561;
+
+#[test]
+fn a_process_that_waited_to_create_the_tables_runs_no_ddl_once_another_created_them() {
+    // A second creation would take a SHARE lock on the keys table (CREATE
+    // INDEX IF NOT EXISTS) and wait behind every grant in flight, and
+    // every later grant behind it: here a session holding ROW EXCLUSIVE on
+    // the keys table, as a grant in flight does, would hold it up for good.
+    let schema = Schema::fresh();
+    let refusing = schema.open("        autoCreate: false\n");
+    let sql = create_sql(&block_on(backend(&refusing).acquire("k", wait(0))).unwrap_err());
+    block_on(refusing.close());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let session = || {
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            client
+        })
+    };
+    let (creators, grant) = (session(), session());
+    runtime.block_on(creators.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({CREATORS_LOCK})"))).unwrap();
+    let provider = schema.open("");
+    let (granted, outcome) = std::sync::mpsc::channel();
+    let acquiring = thread::spawn({
+        let backend = backend(&provider);
+        move || granted.send(block_on(backend.acquire("k", wait(0))).map(|lease| block_on(lease.release()))).unwrap()
+    });
+    eventually("the provider waits for the creators' lock", || {
+        count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'") == 1
+    });
+    batch(&sql);
+    runtime.block_on(grant.batch_execute(&format!("BEGIN; LOCK TABLE {} IN ROW EXCLUSIVE MODE", schema.table("")))).unwrap();
+    runtime.block_on(creators.batch_execute("COMMIT")).unwrap();
+    let released = outcome.recv_timeout(Duration::from_secs(5)).expect("the acquire ran no DDL behind the grant in flight");
+    assert!(released.expect("granted").unwrap());
+    runtime.block_on(grant.batch_execute("COMMIT")).unwrap();
+    acquiring.join().unwrap();
+    block_on(provider.close());
 }
 
 #[test]

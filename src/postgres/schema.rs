@@ -89,13 +89,34 @@ impl Table {
     /// The statement that answers true when every table and function is
     /// there (with `autoCreate: false`, before the first operation).
     pub fn check_sql(&self) -> String {
+        format!("SELECT {}", self.present())
+    }
+
+    /// [`Self::create_sql`] for a driver that found the tables missing, run
+    /// by whoever holds the creators' lock (`lock`, a transaction-scoped
+    /// advisory lock): when another process created them meanwhile, it
+    /// stops at once with SQLSTATE [`ALREADY_CREATED`] instead of running
+    /// the DDL again. Again would not be harmless: `CREATE INDEX IF NOT
+    /// EXISTS` takes a `SHARE` lock on the keys table until its
+    /// transaction commits, so every grant waited (past `lock_timeout` on
+    /// a busy server) while a late creator replaced functions in use.
+    pub fn create_once_sql(&self, lock: i64) -> String {
+        format!(
+            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; END $created$;\n{}",
+            self.present(),
+            self.create_sql()
+        )
+    }
+
+    /// True when every table and function is there, at this version.
+    fn present(&self) -> String {
         let procedure = |suffix: &str, arguments: &str| format!("to_regprocedure('{}({arguments})') IS NOT NULL", self.name(suffix));
         let version = format!(
             "coalesce(obj_description(to_regprocedure('{}({TAKE_ARGUMENTS})'), 'pg_proc') = '{VERSION}', false)",
             self.name("_take")
         );
         format!(
-            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {version}",
+            "(to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {version})",
             self.name(""),
             self.name("_holders"),
             self.name("_waiting"),
@@ -111,6 +132,10 @@ impl Table {
         )
     }
 }
+
+/// The SQLSTATE of [`Table::create_once_sql`] finding the tables created
+/// by another process meanwhile (class `DL`, not one of PostgreSQL's).
+pub const ALREADY_CREATED: &str = "DL001";
 
 /// The version of the functions: raise it whenever a function changes, so
 /// that existing tables get the new ones (`CREATE OR REPLACE`; a change of

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::Table;
+use super::schema::{Table, ALREADY_CREATED};
 use super::sql::{HandOverArgs, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
-use crate::error::Result;
+use crate::error::{Cause, Result};
 use crate::options::PostgresOptions;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken};
@@ -116,8 +116,13 @@ impl PostgresStore {
                     cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                 })));
             }
-            // One simple-protocol message: its statements run as one transaction.
-            self.connection().batch(&format!("SELECT pg_advisory_xact_lock(7238119025318740561);\n{sql}")).await?;
+            // One simple-protocol message: its statements run as one
+            // transaction, which stops early when another process created
+            // the tables while this one waited for the creators' lock.
+            match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await {
+                Err(Failure::Refused(cause)) if is_already_created(&cause) => {}
+                outcome => outcome?,
+            }
         }
         self.ready.store(true, Ordering::Release);
         Ok(())
@@ -130,6 +135,15 @@ impl PostgresStore {
     fn lock_timeout_ms(&self) -> i64 {
         (self.command_timeout().as_millis() as i64 * 3 / 4).max(1)
     }
+}
+
+/// The transaction-scoped advisory lock that serialises the processes
+/// creating the tables.
+const CREATORS_LOCK: i64 = 7238119025318740561;
+
+/// The creation found the tables created by another process meanwhile.
+fn is_already_created(cause: &Cause) -> bool {
+    cause.downcast_ref::<tokio_postgres::Error>().and_then(|err| err.as_db_error()).is_some_and(|db| db.code().code() == ALREADY_CREATED)
 }
 
 impl Store for PostgresStore {
