@@ -97,6 +97,13 @@ const WAIT_TIMEOUT_MS: u32 = 3000;
 /// s); one on the old primary fails once its `WAIT` gives up (3/4 of
 /// `commandTimeoutMs`, 0.6-1.7 s seen). Plus slack.
 const LEARN_BOUND: Duration = Duration::from_millis(WAIT_TIMEOUT_MS as u64 + COMMAND_TIMEOUT_MS as u64 + 500);
+/// How long another client may wait for a key while one client is deaf: a
+/// key granted to the deaf client without its hearing of it stays held
+/// until its lease ends, and each of the deaf client's retries of that
+/// acquire (idempotent: the same token) reaches the primary and sets the
+/// lease anew, for as long as it goes on trying (`waitTimeoutMs`). So a
+/// lease after its last try, plus slack for the queue and a loaded machine.
+const DEAF_WAIT_BOUND: Duration = Duration::from_millis(WAIT_TIMEOUT_MS as u64 + LEASE_MS as u64 + 500);
 
 struct Scenario {
     name: &'static str,
@@ -693,6 +700,13 @@ fn deaf_client(
     }
     if during.is_empty() {
         report.violations.push("the other clients were granted nothing while one was deaf".into());
+    }
+    if latency.max > DEAF_WAIT_BOUND.as_secs_f64() * 1000.0 {
+        report.violations.push(format!(
+            "another client waited {:.0} ms for a section while one was deaf, past the bound of {} ms",
+            latency.max,
+            DEAF_WAIT_BOUND.as_millis()
+        ));
     }
     report
 }
