@@ -8,7 +8,10 @@
 //! `replicaAcks: 1`, `sentinel-lossy` (no partition: 5% of the packets lost
 //! each way on every client's link, by nftables, no delay),
 //! `sentinel-deaf-client` (a one-way cut: a client's requests reach the
-//! primary, its answers are lost), `slow-network` (every client's link a
+//! primary, its answers are lost), `sentinel-one-way` and
+//! `sentinel-one-way-acks` (the partition one-way: the old primary and its
+//! client hear nothing from the majority, which still hears them),
+//! `slow-network` (every client's link a
 //! user-space wire, `wire.rs`, holding each frame 50 ms each way and losing
 //! 5%: this kernel has no `sch_netem`), the postgres ones of `pg.rs`
 //! (`pg-commit-cut`, `pg-failover`, `pg-failover-sync`) and `clock-skew` (a
@@ -117,19 +120,24 @@ struct Scenario {
     /// longer hears the primary, whose answers are lost, while its
     /// requests still arrive and are acted on.
     deaf: bool,
+    /// The partition one-way: the minority (the old primary and its
+    /// client) no longer hears the majority, which still hears it.
+    one_way: bool,
     /// With `loss`: every client's data link is a user-space wire (see
     /// `wire.rs`) that also holds each frame this long, each way.
     delay_ms: u32,
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false, loss: 0, deaf: false, delay_ms: 0 },
-    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false, loss: 0, deaf: false, delay_ms: 0 },
-    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true, loss: 0, deaf: false, delay_ms: 0 },
-    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true, loss: 0, deaf: false, delay_ms: 0 },
-    Scenario { name: "sentinel-lossy", replica_acks: 0, cluster: false, loss: 5, deaf: false, delay_ms: 0 },
-    Scenario { name: "sentinel-deaf-client", replica_acks: 0, cluster: false, loss: 0, deaf: true, delay_ms: 0 },
-    Scenario { name: "slow-network", replica_acks: 0, cluster: false, loss: 5, deaf: false, delay_ms: 50 },
+    Scenario { name: "sentinel-partition", replica_acks: 0, cluster: false, loss: 0, deaf: false, one_way: false, delay_ms: 0 },
+    Scenario { name: "sentinel-partition-acks", replica_acks: 1, cluster: false, loss: 0, deaf: false, one_way: false, delay_ms: 0 },
+    Scenario { name: "cluster-partition", replica_acks: 0, cluster: true, loss: 0, deaf: false, one_way: false, delay_ms: 0 },
+    Scenario { name: "cluster-partition-acks", replica_acks: 1, cluster: true, loss: 0, deaf: false, one_way: false, delay_ms: 0 },
+    Scenario { name: "sentinel-lossy", replica_acks: 0, cluster: false, loss: 5, deaf: false, one_way: false, delay_ms: 0 },
+    Scenario { name: "sentinel-deaf-client", replica_acks: 0, cluster: false, loss: 0, deaf: true, one_way: false, delay_ms: 0 },
+    Scenario { name: "sentinel-one-way", replica_acks: 0, cluster: false, loss: 0, deaf: false, one_way: true, delay_ms: 0 },
+    Scenario { name: "sentinel-one-way-acks", replica_acks: 1, cluster: false, loss: 0, deaf: false, one_way: true, delay_ms: 0 },
+    Scenario { name: "slow-network", replica_acks: 0, cluster: false, loss: 5, deaf: false, one_way: false, delay_ms: 50 },
 ];
 
 /// The scenario of a primary promoted with its clock behind (`clock.rs`).
@@ -386,7 +394,11 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     // both are across: the client's requests from then on reach only the
     // old primary (while the two move, a client still on the data bridge
     // could be granted by a primary of the majority).
-    net.isolate(&[MINORITY_CLIENT, old.as_str()]);
+    if scenario.one_way {
+        net.deafen_group(&[MINORITY_CLIENT, old.as_str()]);
+    } else {
+        net.isolate(&[MINORITY_CLIENT, old.as_str()]);
+    }
     let cut_at = mono_us();
     let fence_clock = FenceClock::now();
     let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || match &replica {
@@ -398,7 +410,12 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     });
     report.promoted_ms = promoted.as_millis();
     sleep(partition);
-    net.heal();
+    if scenario.one_way {
+        net.hear(MINORITY_CLIENT);
+        net.hear(&old);
+    } else {
+        net.heal();
+    }
     let healed_at = mono_us();
     report.partition_ms = u128::from(healed_at - cut_at) / 1000;
     let rejoined = Instant::now();

@@ -230,7 +230,28 @@ impl Net {
         let _ = std::fs::remove_file(file);
     }
 
-    /// Node `name` without [`Net::deafen`]'s rule.
+    /// A one-way partition: the nodes of `group` no longer receive what any
+    /// node outside it sends them on the data network (an nftables rule on
+    /// each one's `eth0` input), while what they send still arrives and
+    /// they still hear each other. TCP needs both directions, so every
+    /// connection across breaks, but the majority's servers and clients
+    /// still hear from the group's (a primary's replication stream, its
+    /// answers to a sentinel's requests that it never received). Removed
+    /// by [`Net::hear`] on each node of the group.
+    pub fn deafen_group(&self, group: &[&str]) {
+        let heard = group.iter().map(|name| self.addr(name)).collect::<Vec<_>>().join(", ");
+        for name in group {
+            let rules = format!(
+                "table inet dkoneway {{\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" ip saddr != {{ {heard} }} drop; }}\n}}\n"
+            );
+            let file = std::env::temp_dir().join(format!("{}-oneway-{name}", self.prefix));
+            std::fs::write(&file, rules).unwrap();
+            ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
+    /// Node `name` without [`Net::deafen`]'s or [`Net::deafen_group`]'s rule.
     pub fn hear(&self, name: &str) {
         ip(&["netns", "exec", &self.namespace(name), "nft", "delete", "table", "inet", "dkoneway"]);
     }
