@@ -1153,8 +1153,12 @@ fn long_form(each: Duration) {
             cycles += 1;
             *per.entry(name).or_default() += 1;
             match run {
-                Ok(r) if !r.violations.is_empty() => {
-                    // Its logs, before the next cycle of the scenario overwrites them.
+                Ok(r) if !r.violations.is_empty() || r.repeated_across > 0 => {
+                    // Its logs, before the next cycle of the scenario overwrites them
+                    // (also of a fence both primaries granted: pg.rs notes how).
+                    for note in r.notes.iter().filter(|n| n.starts_with("the same fence")) {
+                        eprintln!("[{name} cycle {cycles}] {note}");
+                    }
                     let _ = std::process::Command::new("cp")
                         .arg("-a")
                         .arg(root.join(name))

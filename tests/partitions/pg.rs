@@ -198,7 +198,10 @@ impl Drop for PgServer {
 /// The server's record of every holder row: each insert, update and
 /// delete, with the session's client address, the row's token and expiry
 /// before and after (µs on the server's clock; a release writes
-/// `-infinity`), and when (`clock_timestamp()`).
+/// `-infinity`), and when (`clock_timestamp()`); and of every fence a key
+/// row was raised to (`fences`: the counter before, the fence, the clock
+/// and the statement's start), so that a fence both primaries granted
+/// shows how each computed it.
 /// And a slow commit on demand: a grant to a client listed in `slow`
 /// takes 300 ms more (the transaction sleeps before it commits), so that
 /// the harness can cut its answers while it is under way.
@@ -227,7 +230,20 @@ BEGIN
   END IF;
   RETURN NEW;
 END $$;
-CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON parts.dokebi_lock_holders FOR EACH ROW EXECUTE FUNCTION parts.audit_row();";
+CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON parts.dokebi_lock_holders FOR EACH ROW EXECUTE FUNCTION parts.audit_row();
+CREATE TABLE parts.fences (id bigserial PRIMARY KEY, key text, old_fence bigint, fence bigint, at bigint, stmt bigint, pid int, client inet);
+CREATE FUNCTION parts.fence_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO parts.fences (key, old_fence, fence, at, stmt, pid, client) VALUES (NEW.key, OLD.fence, NEW.fence, parts.us(clock_timestamp()), parts.us(statement_timestamp()), pg_backend_pid(), inet_client_addr());
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fences AFTER UPDATE ON parts.dokebi_lock FOR EACH ROW WHEN (OLD.fence IS DISTINCT FROM NEW.fence) EXECUTE FUNCTION parts.fence_row();";
+
+/// Every fence a server granted, as `fences` recorded it: `id|key|counter
+/// before|fence|clock|statement start|backend|client` (µs on its clock).
+fn fences(server: &PgServer) -> Vec<String> {
+    server.query("SELECT * FROM parts.fences ORDER BY id").lines().map(str::to_owned).collect()
+}
 
 /// One change of a holder row, as the server recorded it.
 #[derive(Debug, Clone)]
@@ -345,7 +361,9 @@ fn yaml(hosts: &[String]) -> String {
 
 /// `PARTITIONS_BREAK=1`: `pg-commit-cut` frees the stranded lease by hand
 /// (deletes its row) as soon as it is found, as a server that gave a key
-/// back before its lease ended would: its checks must fail (by hand).
+/// back before its lease ended would; `pg-failover` leaves the old primary
+/// running after the heal while the checks take it for stopped, as a
+/// failover without fencing would: the checks of each must fail (by hand).
 fn break_lease() -> bool {
     std::env::var("PARTITIONS_BREAK").is_ok_and(|v| v == "1")
 }
@@ -407,6 +425,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
 
     let minority_ip = net.addr(MINORITY_CLIENT);
     let (cut_at, healed_at, demoted_at, fence_clock);
+    let mut old_fences = Vec::new();
     let mut stranded: Option<Audit> = None;
     let mut old_audit = Vec::new();
     if !scenario.failover {
@@ -491,10 +510,13 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         report.notes.push(format!("{} promoted {} ms after the cut, {} follows it", pgs[new].name, report.promoted_ms, pgs[other].name));
         sleep(partition);
         old_audit = audit(&pgs[0], 0);
+        old_fences = fences(&pgs[0]);
         net.heal();
         healed_at = mono_us();
         // The failover manager's fencing: the old primary goes.
-        pgs[0].kill();
+        if !break_lease() {
+            pgs[0].kill();
+        }
         demoted_at = mono_us();
         report.partition_ms = u128::from(healed_at - cut_at) / 1000;
         report.notes.push(format!(
@@ -583,6 +605,17 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         // The servers' record: the old primary's (read before it stopped)
         // and the new one's (which holds what reached it before the cut).
         let new_rows = audit(&pgs[0], 0);
+        let new_fences = fences(&pgs[0]);
+        std::fs::write(dir.join("fences"), format!("old primary:\n{}\nnew primary:\n{}\n", old_fences.join("\n"), new_fences.join("\n")))
+            .unwrap();
+        // A fence each primary granted on its own (not one the new one
+        // replicated before the cut): both rows, to see how they came about.
+        let fence_of = |row: &String| row.split('|').nth(3).map(str::to_owned);
+        for row in old_fences.iter().filter(|row| !new_fences.contains(row)) {
+            for twin in new_fences.iter().filter(|twin| !old_fences.contains(twin) && fence_of(twin) == fence_of(row)) {
+                report.notes.push(format!("the same fence from both primaries (id|key|counter before|fence|clock|statement start|backend|client): old {row}, new {twin}"));
+            }
+        }
         let mut rows = old_audit.clone();
         for row in new_rows.iter().cloned() {
             if !rows.iter().any(|r| r.op == row.op && r.token == row.token && r.at == row.at) {
