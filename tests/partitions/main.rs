@@ -1124,7 +1124,7 @@ fn main() {
 fn long_form(each: Duration) {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions-long");
     let topologies: Vec<(&str, Vec<&str>)> = vec![
-        ("sentinel", vec!["sentinel-partition", "sentinel-partition-acks"]),
+        ("sentinel", vec!["sentinel-partition", "sentinel-partition-acks", "sentinel-one-way", "sentinel-one-way-acks"]),
         ("cluster", vec!["cluster-partition", "cluster-partition-acks"]),
         ("postgres", vec!["pg-commit-cut", "pg-failover", "pg-failover-sync"]),
     ];
