@@ -328,7 +328,7 @@ impl Cluster {
     /// every live replica in sync, as it and its primary see it.
     pub fn is_ok(&self) -> bool {
         let killed: Vec<&str> = self.nodes.iter().filter(|n| n.child.is_none()).map(|n| n.id.as_str()).collect();
-        let mut served = 0u32;
+        let (mut served, mut replicas, mut online) = (0u32, 0usize, 0usize);
         for port in self.live_ports() {
             let Ok(mut client) = try_client(port) else { return false };
             let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut client) else { return false };
@@ -355,13 +355,19 @@ impl Cluster {
             if replication.lines().any(replica_not_online) {
                 return false;
             }
-            if let Some(view) = self.view(port) {
-                if view.primary {
-                    served += view.slots.iter().map(|&(from, to)| u32::from(to - from) + 1).sum::<u32>();
-                }
+            online += replication.lines().filter(|l| l.starts_with("slave") && l.contains(",state=online,")).count();
+            match self.view(port) {
+                // A node that is to be a replica is a primary without slots
+                // until it hears its `CLUSTER REPLICATE`: its primary lists
+                // no replica then, and a WAIT there finds none.
+                Some(view) if view.primary && view.slots.is_empty() => return false,
+                Some(view) if view.primary => served += view.slots.iter().map(|&(from, to)| u32::from(to - from) + 1).sum::<u32>(),
+                Some(_) => replicas += 1,
+                None => return false,
             }
         }
-        served == 16384
+        // Every replica counted online by a primary, not only linked.
+        served == 16384 && online == replicas
     }
 
     /// Waits until [`Cluster::is_ok`].
