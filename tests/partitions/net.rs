@@ -205,13 +205,13 @@ impl Net {
     /// TCP turns into retransmissions (200 ms and more each). Removed with
     /// the namespace, or by [`Net::lossless`].
     pub fn lossy(&self, name: &str, percent: u8) {
-        let rules = format!(
-            "table inet dkloss {{\n  chain out {{ type filter hook output priority 0; oifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n}}\n"
+        self.nft_table(
+            name,
+            "dkloss",
+            &format!(
+                "  chain out {{ type filter hook output priority 0; oifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n"
+            ),
         );
-        let file = std::env::temp_dir().join(format!("{}-loss-{name}", self.prefix));
-        std::fs::write(&file, rules).unwrap();
-        ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
-        let _ = std::fs::remove_file(file);
     }
 
     /// Cuts one direction only: node `name` no longer receives what node
@@ -220,35 +220,40 @@ impl Net {
     /// its server: its requests arrive and are acted on, their answers are
     /// lost. Removed with the namespace, or by [`Net::hear`].
     pub fn deafen(&self, name: &str, from: &str) {
-        let rules = format!(
-            "table inet dkoneway {{\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" ip saddr {} drop; }}\n}}\n",
-            self.addr(from)
-        );
-        let file = std::env::temp_dir().join(format!("{}-oneway-{name}", self.prefix));
-        std::fs::write(&file, rules).unwrap();
-        ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
-        let _ = std::fs::remove_file(file);
+        self.drop_input(name, &self.addr(from));
     }
 
     /// A one-way partition: the nodes of `group` no longer receive what any
     /// node outside it sends them on the data network (an nftables rule on
     /// each one's `eth0` input), while what they send still arrives and
     /// they still hear each other. TCP needs both directions, so every
-    /// connection across breaks, but the majority's servers and clients
+    /// connection across stalls, but the majority's servers and clients
     /// still hear from the group's (a primary's replication stream, its
     /// answers to a sentinel's requests that it never received). Removed
     /// by [`Net::hear`] on each node of the group.
     pub fn deafen_group(&self, group: &[&str]) {
         let heard = group.iter().map(|name| self.addr(name)).collect::<Vec<_>>().join(", ");
         for name in group {
-            let rules = format!(
-                "table inet dkoneway {{\n  chain in {{ type filter hook input priority 0; iifname \"eth0\" ip saddr != {{ {heard} }} drop; }}\n}}\n"
-            );
-            let file = std::env::temp_dir().join(format!("{}-oneway-{name}", self.prefix));
-            std::fs::write(&file, rules).unwrap();
-            ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
-            let _ = std::fs::remove_file(file);
+            self.drop_input(name, &format!("!= {{ {heard} }}"));
         }
+    }
+
+    /// Node `name` drops what reaches its data port from the sources that
+    /// `saddr` (an nftables address match) selects: table `dkoneway`.
+    fn drop_input(&self, name: &str, saddr: &str) {
+        self.nft_table(
+            name,
+            "dkoneway",
+            &format!("  chain in {{ type filter hook input priority 0; iifname \"eth0\" ip saddr {saddr} drop; }}\n"),
+        );
+    }
+
+    /// Loads `table inet <table>` with `chains` in node `name`'s namespace.
+    fn nft_table(&self, name: &str, table: &str, chains: &str) {
+        let file = std::env::temp_dir().join(format!("{}-{table}-{name}", self.prefix));
+        std::fs::write(&file, format!("table inet {table} {{\n{chains}}}\n")).unwrap();
+        ip(&["netns", "exec", &self.namespace(name), "nft", "-f", file.to_str().unwrap()]);
+        let _ = std::fs::remove_file(file);
     }
 
     /// Node `name` without [`Net::deafen`]'s or [`Net::deafen_group`]'s rule.
