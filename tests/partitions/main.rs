@@ -671,8 +671,12 @@ fn deaf_client(
         text.lines()
             .filter(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
                 ["F", c, at] => *c == code && at.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at)),
+                // A section's line carries when its release was asked: one
+                // asked up to a command timeout before the cut may still
+                // have been waiting for the answer the cut lost.
                 ["E", _, _, _, end, _, release, ..] => {
-                    *release == code && end.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at))
+                    let since = deaf_at.saturating_sub(u64::from(COMMAND_TIMEOUT_MS) * 1000);
+                    *release == code && end.parse::<u64>().is_ok_and(|at| (since..hears_at + 1_000_000).contains(&at))
                 }
                 _ => false,
             })
