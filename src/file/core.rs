@@ -155,7 +155,7 @@ impl Grant {
         let directory = &self.core.directory;
         self.keys.iter().all(|(name, held, _)| match held {
             Some(Held::File(file, _)) => directory.names(name, file),
-            Some(Held::Units(units)) => {
+            Some(Held::Units { units, .. }) => {
                 units.iter().all(|(unit, file)| super::directory::names_at(&directory.unit_path(name, *unit), file))
             }
             None => false,
@@ -423,10 +423,10 @@ impl FileCore {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_unstable_by_key(|&index| names[index]);
         let mut taken: Vec<Option<(Held, u64)>> = (0..names.len()).map(|_| None).collect();
-        let undo = |taken: Vec<Option<(Held, u64)>>| {
+        let undo = |taken: Vec<Option<(Held, u64)>>, idle: &mut IdleFiles| {
             for (index, held) in taken.into_iter().enumerate() {
                 if let Some((held, fence)) = held {
-                    take::release(&self.directory, &names[index], held, fence, true, self.pid);
+                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.pid));
                 }
             }
         };
@@ -445,7 +445,7 @@ impl FileCore {
                 None => match self.directory.open_file(name) {
                     Ok(file) => file,
                     Err(error) => {
-                        undo(taken);
+                        undo(taken, idle);
                         return Err(error);
                     }
                 },
@@ -456,16 +456,16 @@ impl FileCore {
             match take::take(&self.directory, name, kind, file, self.pid, first || reader_yields) {
                 Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
                 Ok(Took::GiveWay(file)) => {
-                    undo(taken);
+                    undo(taken, idle);
                     pending.gave_way += 1;
                     return Ok(Attempt::Waits { index, file, give_way: true });
                 }
                 Ok(Took::Busy(file)) => {
-                    undo(taken);
+                    undo(taken, idle);
                     return Ok(Attempt::Waits { index, file, give_way: false });
                 }
                 Err(error) => {
-                    undo(taken);
+                    undo(taken, idle);
                     return Err(error);
                 }
             }
@@ -498,7 +498,7 @@ impl FileCore {
                 Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
                     state.idle.keep(&self.directory, name, file, fence, self.pid)
                 }
-                Some(held) => take::release(&self.directory, &name, held, fence, may_remove, self.pid),
+                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.pid)),
                 None => {}
             }
         }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::directory::LockDirectory;
 use super::lock_file::LockFile;
 use super::name::LockName;
-use super::take::{self, Held};
+use super::take::{self, Held, Untidy};
 use crate::acquire::LockMode;
 
 /// How long a free key's lock file is kept for reuse.
@@ -31,6 +31,15 @@ pub(crate) const KEEP_FOR: Duration = Duration::from_millis(500);
 
 /// At most this many files are kept (each is an open descriptor).
 const MOST_KEPT: usize = 64;
+
+/// The first retry of an untidy key's removal comes this long after its
+/// release (another process's take or release holds the lock file for
+/// about that long), each later one twice as long after the one before.
+const TIDY_FIRST: Duration = Duration::from_millis(5);
+
+/// Tries of an untidy key's removal before its files are left to the next
+/// release of the key (the last one about 0.6 s after the release).
+const TIDY_TRIES: u32 = 8;
 
 /// The kept files of one backend.
 #[derive(Default)]
@@ -40,6 +49,9 @@ pub(crate) struct IdleFiles {
     /// thread stays until then rather than end and start again at every
     /// release of a busy key.
     last_due: Option<Instant>,
+    /// Counted keys left untidy: their limit, the next try and how many
+    /// were made.
+    untidy: HashMap<LockName, (u32, Instant, u32)>,
 }
 
 impl IdleFiles {
@@ -66,10 +78,18 @@ impl IdleFiles {
         self.last_due = Some(due);
     }
 
-    /// When the next kept file is due for removal, or, with none kept,
-    /// the last one kept would have been.
+    /// Has the files of `untidy` removed later.
+    pub fn tidy_later(&mut self, untidy: Option<Untidy>) {
+        if let Some(Untidy { name, limit }) = untidy {
+            self.untidy.entry(name).or_insert((limit, Instant::now() + TIDY_FIRST, 0));
+        }
+    }
+
+    /// When the next kept file or untidy key is due, or, with none, the
+    /// last file kept would have been.
     pub fn next_due(&self) -> Option<Instant> {
-        self.files.values().map(|(_, due)| *due).min().or(self.last_due)
+        let files = self.files.values().map(|(_, due)| *due);
+        files.chain(self.untidy.values().map(|(_, due, _)| *due)).min().or(self.last_due)
     }
 
     /// True when no file is kept and none was within [`KEEP_FOR`].
@@ -77,12 +97,28 @@ impl IdleFiles {
         if self.last_due.is_some_and(|due| due <= now) {
             self.last_due = None;
         }
-        self.files.is_empty() && self.last_due.is_none()
+        self.files.is_empty() && self.untidy.is_empty() && self.last_due.is_none()
     }
 
     /// Removes the kept files due by `now` (all of them when `now` is
-    /// `None`), each if its key is still free.
+    /// `None`), each if its key is still free, and tries the untidy keys
+    /// due (all of them, once more, when `None`).
     pub fn remove_due(&mut self, directory: &LockDirectory, now: Option<Instant>, pid: u32) {
+        self.untidy.retain(|name, (limit, due, tries)| {
+            let Some(now) = now else {
+                take::tidy(directory, name, *limit, pid);
+                return false;
+            };
+            if *due > now {
+                return true;
+            }
+            if take::tidy(directory, name, *limit, pid) {
+                return false;
+            }
+            *tries += 1;
+            *due = now + TIDY_FIRST * 2u32.pow(*tries);
+            *tries < TIDY_TRIES
+        });
         let due: Vec<LockName> =
             self.files.iter().filter(|(_, (_, due))| now.is_none_or(|now| *due <= now)).map(|(name, _)| *name).collect();
         for name in due {
@@ -94,5 +130,65 @@ impl IdleFiles {
                 take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, pid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::take::tests::{entries, fresh_directory, take_a_unit};
+
+    /// An idle list with `name` (one unit of which `directory` holds) left
+    /// untidy, and the other open file that locks its lock file.
+    fn untidy(directory: &LockDirectory, name: &LockName) -> (IdleFiles, LockFile) {
+        let (held, fence) = take_a_unit(directory, name);
+        let other = directory.open_file(name).unwrap();
+        assert!(other.try_lock().unwrap());
+        let mut idle = IdleFiles::default();
+        idle.tidy_later(take::release(directory, name, held, fence, true, 1));
+        (idle, other)
+    }
+
+    #[test]
+    fn an_untidy_key_is_tried_again_when_due_until_its_files_are_removed() {
+        let directory = fresh_directory("idle-untidy");
+        let name = LockName::new("ns", "k");
+        let (mut idle, other) = untidy(&directory, &name);
+        let due = idle.next_due().expect("a try is due");
+        assert!(!idle.is_done(due));
+        idle.remove_due(&directory, Some(due - Duration::from_millis(1)), 1);
+        assert_eq!(idle.next_due(), Some(due), "not tried before it is due");
+        idle.remove_due(&directory, Some(due), 1);
+        let again = idle.next_due().expect("tried again later: the lock file is locked");
+        assert!(again >= due + TIDY_FIRST * 2);
+        assert_eq!(entries(&directory), 2);
+        drop(other);
+        idle.remove_due(&directory, Some(again), 1);
+        assert_eq!(entries(&directory), 0);
+        assert!(idle.is_done(again));
+    }
+
+    #[test]
+    fn an_untidy_key_is_left_after_its_last_try() {
+        let directory = fresh_directory("idle-gives-up");
+        let name = LockName::new("ns", "k");
+        let (mut idle, _other) = untidy(&directory, &name);
+        for _ in 0..TIDY_TRIES {
+            let due = idle.next_due().expect("another try is due");
+            idle.remove_due(&directory, Some(due), 1);
+        }
+        assert!(idle.is_done(Instant::now() + Duration::from_secs(60)), "no more tries");
+        assert_eq!(entries(&directory), 2, "left for the next release of the key");
+    }
+
+    #[test]
+    fn closing_tries_every_untidy_key_once_more() {
+        let directory = fresh_directory("idle-close");
+        let name = LockName::new("ns", "k");
+        let (mut idle, other) = untidy(&directory, &name);
+        drop(other);
+        idle.remove_due(&directory, None, 1);
+        assert_eq!(entries(&directory), 0);
+        assert!(idle.is_done(Instant::now()));
     }
 }

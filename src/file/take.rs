@@ -36,8 +36,20 @@ const REPLACED_TRIES: u32 = 64;
 pub(crate) enum Held {
     /// The key's lock file, locked in the lease's mode.
     File(LockFile, LockMode),
-    /// Unit files of a counted key, each locked exclusive.
-    Units(Vec<(u32, LockFile)>),
+    /// Unit files of a counted key of limit `limit`, each locked exclusive.
+    Units { units: Vec<(u32, LockFile)>, limit: u32 },
+}
+
+/// A counted key whose files its release could not remove although it
+/// left every unit free: the key's lock file was locked by another process
+/// at that moment (whose check of the units may have come before this
+/// release freed its own), or was gone with unit files left beside it
+/// (Wine, and Windows without POSIX delete semantics, keep a removed
+/// file's name while another process holds it open, so a taker may lock it
+/// and make units under it). [`tidy`] tries again later.
+pub(crate) struct Untidy {
+    pub name: LockName,
+    pub limit: u32,
 }
 
 /// What a try of one key came to.
@@ -102,7 +114,7 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     let fence = file.advance_fence_from(header.fence).map_err(io)?;
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
-    Ok(Took::Held(Held::Units(units), fence))
+    Ok(Took::Held(Held::Units { units, limit: kind.limit }, fence))
 }
 
 /// Locks `file` in `mode` if it is free and still the key's lock file (else
@@ -171,8 +183,9 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
 /// waiter of this process or mark of another wants the key) and the grant
 /// was the key's last holder, removes the key's files first, while still
 /// holding their locks: see the module's documentation for why that is
-/// safe, and [`fence`] for why the counter may restart.
-pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, pid: u32) {
+/// safe, and [`fence`] for why the counter may restart. A counted key whose
+/// files could not be removed yet comes back as [`Untidy`].
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, pid: u32) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
             // A shared holder is the last one if it can lock exclusive (a
@@ -181,23 +194,65 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             if may_remove && last && !file.marked_by_other(pid) && directory.names(name, &file) && clock_passes(fence) {
                 directory.remove(name);
             }
+            None
         }
-        Held::Units(units) => {
+        Held::Units { units, limit } => {
+            let mine: Vec<u32> = units.iter().map(|(unit, _)| *unit).collect();
             drop(units);
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
-            let Ok(Some(file)) = directory.open_existing_at(&directory.file_path(name)) else { return };
-            if may_remove && file.try_lock().unwrap_or(false) && !file.marked_by_other(pid) && directory.names(name, &file) {
-                remove_units(directory, name, &file);
+            let untidy = Some(Untidy { name: *name, limit });
+            match directory.open_existing_at(&directory.file_path(name)) {
+                Ok(Some(file)) if may_remove => match file.try_lock() {
+                    Ok(true) if file.marked_by_other(pid) => None,
+                    Ok(true) if directory.names(name, &file) => {
+                        remove_units(directory, name, &file, limit);
+                        None
+                    }
+                    // Locked by another process, or replaced since opened.
+                    Ok(_) => untidy,
+                    Err(_) => None,
+                },
+                Ok(None) if mine.iter().any(|unit| directory.unit_path(name, *unit).exists()) => untidy,
+                _ => None,
             }
         }
     }
 }
 
-/// Removes the unit files of a counted key and then its lock file, whose
-/// lock the caller holds, if no unit is held.
-fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile) {
-    let limit = file.limit().unwrap_or(0);
+/// Removes the files of counted key `name` (limit `limit`) if none of its
+/// units is held and no waiter of another process is marked on it: what
+/// the release that left [`Untidy`] could not do. False when that is still
+/// not known (its lock file is locked or replaced now): try again later.
+pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, pid: u32) -> bool {
+    let path = directory.file_path(name);
+    let file = match directory.open_existing_at(&path) {
+        Ok(Some(file)) => file,
+        // Unit files without a lock file: lock a new one to remove them
+        // under (and then it).
+        Ok(None) if (0..limit).any(|unit| directory.unit_path(name, unit).exists()) => match directory.open_at(&path) {
+            Ok(file) => file,
+            Err(_) => return true,
+        },
+        _ => return true,
+    };
+    match file.try_lock() {
+        Ok(true) if directory.names(name, &file) => {
+            if !file.marked_by_other(pid) {
+                remove_units(directory, name, &file, limit);
+            }
+            true
+        }
+        Ok(_) => false,
+        Err(_) => true,
+    }
+}
+
+/// Removes the unit files of a counted key (of limit `limit`, or the larger
+/// one its lock file records) and then its lock file, whose lock the caller
+/// holds, if no unit is held.
+fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32) {
+    let limit = file.limit().unwrap_or(0).max(limit);
     let mut free: Vec<(PathBuf, LockFile)> = Vec::new();
     for unit in 0..limit {
         let path = directory.unit_path(name, unit);
@@ -230,5 +285,86 @@ fn clock_passes(fence: u64) -> bool {
             return false;
         }
         std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A fresh lock directory of this test process.
+    pub(crate) fn fresh_directory(test: &str) -> LockDirectory {
+        let path = std::env::temp_dir().join(format!("dokebi-lock-take-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        LockDirectory::open("test", path.to_str().unwrap()).unwrap()
+    }
+
+    pub(crate) fn entries(directory: &LockDirectory) -> usize {
+        std::fs::read_dir(directory.path()).unwrap().count()
+    }
+
+    /// Takes one unit of `name`, counted to 2, as process 1.
+    pub(crate) fn take_a_unit(directory: &LockDirectory, name: &LockName) -> (Held, u64) {
+        let kind = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
+        match take(directory, name, kind, directory.open_file(name).unwrap(), 1, false).unwrap() {
+            Took::Held(held, fence) => (held, fence),
+            _ => panic!("the key was free"),
+        }
+    }
+
+    #[test]
+    fn the_last_release_of_a_counted_key_removes_its_files() {
+        let directory = fresh_directory("last");
+        let name = LockName::new("ns", "k");
+        let (held, fence) = take_a_unit(&directory, &name);
+        assert_eq!(entries(&directory), 2, "the lock file and unit 0");
+        assert!(release(&directory, &name, held, fence, true, 1).is_none());
+        assert_eq!(entries(&directory), 0);
+    }
+
+    #[test]
+    fn a_release_that_finds_the_lock_file_locked_leaves_the_key_untidy_until_tidied() {
+        let directory = fresh_directory("busy");
+        let name = LockName::new("ns", "k");
+        let (held, fence) = take_a_unit(&directory, &name);
+        // Another process's take or release, holding the key's lock file
+        // (a second open file: its lock conflicts with ours, as another
+        // process's would).
+        let other = directory.open_file(&name).unwrap();
+        assert!(other.try_lock().unwrap());
+        let untidy = release(&directory, &name, held, fence, true, 1).expect("its files were not removed");
+        assert_eq!(untidy.limit, 2);
+        assert_eq!(entries(&directory), 2);
+        assert!(!tidy(&directory, &name, untidy.limit, 1), "not known while the lock file is locked");
+        drop(other);
+        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert_eq!(entries(&directory), 0, "nothing is left");
+    }
+
+    #[test]
+    fn unit_files_left_without_their_lock_file_are_tidied() {
+        let directory = fresh_directory("orphans");
+        let name = LockName::new("ns", "k");
+        let (held, fence) = take_a_unit(&directory, &name);
+        // What Windows leaves when it keeps a removed lock file's name while
+        // another process holds it open: units made under it outlive it.
+        std::fs::remove_file(directory.file_path(&name)).unwrap();
+        let untidy = release(&directory, &name, held, fence, true, 1).expect("its unit file was left");
+        assert_eq!(entries(&directory), 1);
+        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
+    }
+
+    #[test]
+    fn a_unit_held_keeps_the_key_s_files() {
+        let directory = fresh_directory("held");
+        let name = LockName::new("ns", "k");
+        let (first, first_fence) = take_a_unit(&directory, &name);
+        let (second, _) = take_a_unit(&directory, &name);
+        assert!(release(&directory, &name, first, first_fence, true, 1).is_none());
+        assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
+        assert!(tidy(&directory, &name, 2, 1), "a holder's release will remove them");
+        assert_eq!(entries(&directory), 3);
+        drop(second);
     }
 }
