@@ -9,9 +9,10 @@
 //   redis-server --port 16399 --save '' --daemonize yes
 //   taskset -c 0 .tools/node24/bin/node benches/gc-tail.mjs redis://127.0.0.1:16399 [seconds]
 //
-// With `--trace-gc-nvp` Node prints each collection's phases: for ours,
-// `heap.external_weak_global_handles` is the time spent on the weak
-// handles of the lease handles that died (Node-API finalizers).
+// With `--trace-gc-nvp` Node prints each collection's phases:
+// `heap.external_weak_global_handles` is the time spent on weak handles
+// (Node-API finalizers), which store leases had until stop 47 (BENCHMARKS.md,
+// "where the p99 tail goes").
 import { PerformanceObserver, performance, monitorEventLoopDelay } from 'node:perf_hooks';
 import { openRedisBackend } from './lib/dokebi.mjs';
 

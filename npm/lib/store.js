@@ -19,21 +19,46 @@ function unwrap(result) {
   return result;
 }
 
+/** A fence as the addon gives it: a number while exact (below 2^53), else its decimal string. */
+function fenceString(fence) {
+  return typeof fence === 'string' ? fence : String(fence);
+}
+
+/**
+ * What the leases of one backend share: the backend's calls (release, drop),
+ * the addon's backend (renewals, validity) and the registry that gives back a
+ * lease dropped unreleased.
+ */
+class LeaseOwner {
+  constructor(calls, native) {
+    this.calls = calls;
+    this.native = native;
+    // A lease dropped unreleased is released when collected. release() takes
+    // its entry off first, so a released lease leaves nothing for the
+    // collector (the addon's table, not a native handle, holds the lease: see
+    // bindings/node/src/lease.rs).
+    this.unreleased = new FinalizationRegistry((id) => calls.drop(id));
+    /** The id of the last lease granted: ids count up and never come back. */
+    this.lastId = 0;
+  }
+}
+
 /** A lease held through a store (Redis, PostgreSQL). */
 class StoreLease {
-  /** The addon's lease handle (an external). */
-  #native;
-  /** The backend's calls (release), and the backend (renewals). */
-  #calls;
-  #backend;
+  /** Its id in the addon's table of the backend's leases. */
+  #id;
+  /** The backend's LeaseOwner. */
+  #owner;
   #key;
+  /** A number or a string until first read, then the string. */
   #fence;
 
-  constructor(handle, calls, backend, key) {
-    this.#native = handle;
-    this.#calls = calls;
-    this.#backend = backend;
+  constructor(id, fence, owner, key) {
+    this.#id = id;
+    this.#fence = fence;
+    this.#owner = owner;
     this.#key = key;
+    owner.unreleased.register(this, id, this);
   }
 
   get key() {
@@ -42,29 +67,30 @@ class StoreLease {
 
   /** A conservative local estimate: false after expiry, release or an unknown outcome. */
   get valid() {
-    return native.leaseValid(this.#native);
+    return this.#owner.native.leaseValid(this.#id);
   }
 
   /** The lease time left by that estimate; 0 when invalid. */
   get remainingMs() {
-    return native.leaseRemainingMs(this.#native);
+    return this.#owner.native.leaseRemainingMs(this.#id);
   }
 
   /** Decimal string (about 1.8e15: microseconds of the server clock); grows per key, never repeats. Compare with BigInt. */
   get fence() {
-    // Read once, on first use: most sections never look at it.
-    this.#fence ??= native.leaseFence(this.#native);
-    return this.#fence;
+    const fence = this.#fence;
+    return typeof fence === 'string' ? fence : (this.#fence = String(fence));
   }
 
   /** Extends the TTL after comparing the owner token; false when no longer ours. */
   renew() {
-    return native.leaseRenew(this.#native).then(unwrap);
+    return this.#owner.native.leaseRenew(this.#id).then(unwrap);
   }
 
   /** True when released, false when already released; LEASE_LOST when another owner had it. */
   release() {
-    const releasing = this.#calls.release(this.#native).then(unwrap);
+    const owner = this.#owner;
+    owner.unreleased.unregister(this);
+    const releasing = owner.calls.release(this.#id).then(unwrap);
     return tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
   }
 
@@ -74,28 +100,25 @@ class StoreLease {
 
   /**
    * The core's renewals of `lease` while a withLock section runs (see
-   * with-lock.js), or undefined when `lease` is no store lease. Found from
-   * the lease, so a section keeps them when a wrapBackend hands out the
-   * store lease.
+   * with-lock.js), or undefined when `lease` is no store lease or is
+   * released. Found from the lease, so a section keeps them when a
+   * wrapBackend hands out the store lease.
    */
   static keepAlive(lease) {
-    return typeof lease === 'object' && lease !== null && #native in lease ? lease.#backend.keepAlive(lease.#native) : undefined;
-  }
-
-  /** The addon's handle of `lease`, a StoreLease. */
-  static handle(lease) {
-    return lease.#native;
+    return typeof lease === 'object' && lease !== null && #id in lease ? (lease.#owner.native.keepAlive(lease.#id) ?? undefined) : undefined;
   }
 }
 
 /** A store lease over several keys: a fence per key. */
 class StoreKeysLease extends StoreLease {
   #keys;
+  /** Each key's fence, as the addon gave them. */
   #fences;
 
-  constructor(handle, calls, backend, keys) {
-    super(handle, calls, backend, keys[0]);
+  constructor(id, fences, owner, keys) {
+    super(id, fences[0], owner, keys[0]);
     this.#keys = keys;
+    this.#fences = fences;
   }
 
   /** Every key, in the order the acquire gave them (frozen). */
@@ -105,9 +128,8 @@ class StoreKeysLease extends StoreLease {
 
   /** Each key's fence, as decimal strings; each grows per key, never repeats. */
   get fences() {
-    this.#fences ??= native.leaseFences(StoreLease.handle(this));
     const fences = this.#fences;
-    return new Map(this.#keys.map((key, index) => [key, fences[index]]));
+    return new Map(this.#keys.map((key, index) => [key, fenceString(fences[index])]));
   }
 }
 
@@ -119,8 +141,10 @@ class StoreBackend {
   #native;
   /** The group's state: `closed` once its close() began. */
   #group;
-  /** `{ acquire, release }`: the calls of every lease, made without napi-rs' class machinery (store_calls.rs). */
+  /** `{ acquire, release, drop }`: the calls of every lease, made without napi-rs' class machinery (store_calls.rs). */
   #calls;
+  /** What this backend's leases share (LeaseOwner). */
+  #owner;
   /** The backend's default wait (an option: it never changes). */
   #waitTimeoutMs;
   /** acquire and withLock, traced (tracing.js). */
@@ -132,6 +156,7 @@ class StoreBackend {
   constructor(handle, name, driver, group) {
     this.#native = handle;
     this.#calls = handle.calls();
+    this.#owner = new LeaseOwner(this.#calls, handle);
     this.#group = group;
     this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#traced = tracing.tracedCalls(
@@ -167,31 +192,36 @@ class StoreBackend {
     }
     // Several keys are copied, so later changes to the caller's array change nothing.
     if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
-    if (signal === undefined) return this.#lease(unwrap(await this.#acquire(key, kind, options, waitMs)), key);
+    const id = ++this.#owner.lastId;
+    if (signal === undefined) return this.#lease(id, unwrap(await this.#acquire(key, kind, options, waitMs, id)), key, kind);
     const abort = native.newAbort();
     const onAbort = () => native.abort(abort);
     signal.addEventListener('abort', onAbort, { once: true });
     try {
-      const result = await this.#acquire(key, kind, options, waitMs, abort);
+      const result = await this.#acquire(key, kind, options, waitMs, id, abort);
       // The core knows nothing of the JS signal: its ABORTED gets the reason here.
       if (result?.code === 'ABORTED') throw abortedBy(signal);
-      return this.#lease(unwrap(result), key);
+      return this.#lease(id, unwrap(result), key, kind);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }
   }
 
-  /** The native acquire: plain (`kind` 0), or of a checked kind. */
-  #acquire(key, kind, options, waitMs, abort) {
-    if (kind === 0) return abort === undefined ? this.#calls.acquire(key, waitMs) : this.#calls.acquire(key, waitMs, abort);
+  /**
+   * The native acquire of lease `id`: plain (`kind` 0), whose promise carries
+   * the fence, or of a checked kind, whose promise carries each key's fence.
+   */
+  #acquire(key, kind, options, waitMs, id, abort) {
+    if (kind === 0) return abort === undefined ? this.#calls.acquire(key, waitMs, id) : this.#calls.acquire(key, waitMs, id, abort);
     const many = typeof key !== 'string';
     const { mode, limit = 1, weight = 1 } = options ?? {};
-    return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, abort);
+    return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, id, abort);
   }
 
-  /** The lease of a grant: of one key (a string) or of several (a frozen array). */
-  #lease(handle, key) {
-    return typeof key === 'string' ? new StoreLease(handle, this.#calls, this.#native, key) : new StoreKeysLease(handle, this.#calls, this.#native, key);
+  /** Lease `id`, granted with `fence` (`fences` of a kind): of one key (a string) or of several (a frozen array). */
+  #lease(id, fence, key, kind) {
+    if (typeof key !== 'string') return new StoreKeysLease(id, fence, this.#owner, key);
+    return new StoreLease(id, kind === 0 ? fence : fence[0], this.#owner, key);
   }
 
   /**

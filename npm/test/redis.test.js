@@ -36,7 +36,54 @@ test('a redis lease has key, valid, remainingMs within leaseMs, and a decimal fe
   assert.equal(await lease.release(), false);
   assert.equal(lease.valid, false);
   assert.equal(lease.remainingMs, 0);
+  assert.equal(await lease.renew(), false, 'a released lease is no longer ours');
   await provider.close();
+});
+
+test('a fence first read after the release is the one granted', async () => {
+  const [provider] = await pair();
+  const backend = provider.backend('r');
+  const first = await backend.acquire('k');
+  await first.release();
+  const [second, many] = [await backend.acquire('k'), await backend.acquire(['x', 'y'])];
+  await Promise.all([second.release(), many.release()]);
+  assert.match(first.fence, /^[1-9][0-9]*$/);
+  assert.ok(BigInt(second.fence) > BigInt(first.fence), `${second.fence} after ${first.fence}`);
+  assert.deepEqual([...many.fences.keys()], ['x', 'y']);
+  for (const fence of many.fences.values()) assert.match(fence, /^[1-9][0-9]*$/);
+  assert.equal(many.fence, many.fences.get('x'));
+  await provider.close();
+});
+
+test('a redis lease dropped unreleased is given back once collected, long before it would expire', () => {
+  // leaseMs 60 s, each later acquire waits at most 5 s: only the release
+  // of the collected leases lets them through.
+  const child = `
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ config: {
+  'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 60000, namespace: 'dropped-${process.pid}' } } },
+  'dokebi-redis': { connections: { main: { url: ${JSON.stringify(redis.url)} } } },
+} });
+const backend = provider.backend('r');
+await (async () => {
+  await backend.acquire('plain');
+  await backend.acquire('shared', { mode: 'shared' });
+  await backend.acquire(['x', 'y']);
+})();
+for (let i = 0; i < 5; i++) {
+  gc();
+  await new Promise((resolve) => setTimeout(resolve, 20));
+}
+const outcomes = [];
+for (const [key, options] of [['plain', {}], ['shared', {}], [['y', 'x'], {}]]) {
+  outcomes.push(await backend.acquire(key, { ...options, waitTimeoutMs: 5000 }).then((lease) => lease.release(), (error) => error.code));
+}
+await provider.close();
+console.log(outcomes.join(' '));
+`;
+  const result = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', child], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(result.status, 0, result.stderr);
+  assert.equal(result.stdout.trim(), 'true true true');
 });
 
 test('exclusion across providers: LOCK_BUSY, WAIT_TIMEOUT, then a hand-off on release', async () => {

@@ -13,6 +13,7 @@
 //! Results come back as `lease | boolean | undefined` or an `ErrorInfo`
 //! object, which the JS layer turns into a `LockError`.
 
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
@@ -28,7 +29,7 @@ use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
 use crate::keep_alive::NativeKeepAlive;
 use crate::kind_request::{acquire_keys, kind_request};
-use crate::lease::{lease_handle, LeaseHandle};
+use crate::lease::{id_of, Fence, Leases};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
 
@@ -168,6 +169,8 @@ pub struct NativeStoreBackend {
     max_key_bytes: u32,
     /// `leaseMs / 3`: how often a `withLock` section's lease is renewed.
     auto_renew_every: std::time::Duration,
+    /// The leases held, by the ids JS gave them (see [`crate::lease`]).
+    leases: Finalized<Rc<Leases>>,
 }
 
 impl NativeStoreBackend {
@@ -175,7 +178,8 @@ impl NativeStoreBackend {
         let options = backend.store_options().expect("this provider holds the backends of store drivers only");
         let (wait_timeout_ms, max_key_bytes) = (options.wait_timeout_ms, options.max_key_bytes);
         let auto_renew_every = backend.auto_renew_every().expect("a store driver's leases expire");
-        NativeStoreBackend { backend: Finalized::new(backend), wait_timeout_ms, max_key_bytes, auto_renew_every }
+        let leases = Finalized::new(Rc::default());
+        NativeStoreBackend { backend: Finalized::new(backend), wait_timeout_ms, max_key_bytes, auto_renew_every, leases }
     }
 }
 
@@ -187,12 +191,13 @@ impl NativeStoreBackend {
         self.wait_timeout_ms
     }
 
-    /// `{ acquire(key, waitTimeoutMs, abort?), release(lease) }`: see
-    /// [`crate::store_calls`].
+    /// `{ acquire(key, waitTimeoutMs, id, abort?), release(id), drop(id) }`:
+    /// see [`crate::store_calls`].
     #[napi(catch_unwind)]
     pub fn calls(&self, env: &Env) -> napi::Result<Unknown<'_>> {
+        let (backend, leases) = (self.backend.clone(), Rc::clone(&self.leases));
         // SAFETY: `env` is this call's, on its JS thread.
-        let object = unsafe { crate::store_calls::object(env.raw(), self.backend.clone(), self.max_key_bytes) }?;
+        let object = unsafe { crate::store_calls::object(env.raw(), backend, self.max_key_bytes, leases) }?;
         // SAFETY: as above; `object` was just created in this env.
         Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), object) })
     }
@@ -203,17 +208,53 @@ impl NativeStoreBackend {
         self.backend.status().into()
     }
 
-    /// Starts renewing `lease` every `leaseMs / 3` on the drivers' thread,
-    /// until the returned handle is stopped.
+    /// Starts renewing lease `id` every `leaseMs / 3` on the drivers'
+    /// thread, until the returned handle is stopped; `null` once the lease
+    /// was released.
     #[napi(catch_unwind)]
-    pub fn keep_alive(&self, lease: &LeaseHandle) -> NativeKeepAlive {
-        NativeKeepAlive::new(|lost| lease.lease().keep_alive(self.auto_renew_every, lost).expect("a store driver's lease expires"))
+    pub fn keep_alive(&self, id: f64) -> napi::Result<Option<NativeKeepAlive>> {
+        let Some(lease) = self.leases.get(id_of(id)?) else { return Ok(None) };
+        Ok(Some(NativeKeepAlive::new(|lost| lease.keep_alive(self.auto_renew_every, lost).expect("a store driver's lease expires"))))
+    }
+
+    /// The conservative local validity estimate of lease `id`: false once
+    /// released.
+    #[napi(catch_unwind)]
+    pub fn lease_valid(&self, id: f64) -> napi::Result<bool> {
+        Ok(self.leases.get(id_of(id)?).is_some_and(|lease| lease.is_valid()))
+    }
+
+    /// Time left of lease `id` by that estimate, in ms; 0 once invalid.
+    #[napi(catch_unwind)]
+    pub fn lease_remaining_ms(&self, id: f64) -> napi::Result<f64> {
+        let remaining = self.leases.get(id_of(id)?).map_or(Some(std::time::Duration::ZERO), |lease| lease.remaining());
+        Ok(remaining.map_or(f64::INFINITY, |left| left.as_secs_f64() * 1000.0))
+    }
+
+    /// Extends lease `id`; resolves `false` when it is no longer ours
+    /// (released among other reasons).
+    #[napi(ts_return_type = "Promise<boolean | ErrorInfo>", catch_unwind)]
+    pub fn lease_renew(&self, env: &Env, id: f64) -> napi::Result<Promise> {
+        let lease = self.leases.get(id_of(id)?);
+        promise(env, || {
+            spawn(
+                env,
+                async move {
+                    match lease {
+                        Some(lease) => lease.renew().await,
+                        None => Ok(false),
+                    }
+                },
+                |renewed| renewed,
+            )
+        })
     }
 
     /// As `acquire`, in a kind beyond a plain lease (checked by the JS layer
     /// and again by the core): shared, or `weight` units of a key counted
-    /// to `limit`; of every key of `keys` as one lease when `many`.
-    #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
+    /// to `limit`; of every key of `keys` as one lease when `many`. The
+    /// lease is kept as `id`; the promise carries the fence of each key.
+    #[napi(ts_return_type = "Promise<Array<number | string> | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_kind(
         &self,
@@ -224,12 +265,14 @@ impl NativeStoreBackend {
         limit: u32,
         weight: u32,
         wait_timeout_ms: u32,
+        id: f64,
         abort: Option<&External<AbortController>>,
     ) -> napi::Result<Promise> {
+        let id = id_of(id)?;
         promise(env, || {
-            let backend = self.backend.clone();
+            let (backend, leases) = (self.backend.clone(), Rc::clone(&self.leases));
             let (keys, options) = kind_request(&keys, self.max_key_bytes as usize, shared, limit, weight, wait_timeout_ms, abort);
-            spawn(env, acquire_keys(backend, keys, many, options), lease_handle)
+            spawn(env, acquire_keys(backend, keys, many, options), move |lease| -> Vec<Fence> { leases.grant_keys(id, lease) })
         })
     }
 }
