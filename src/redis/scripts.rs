@@ -15,19 +15,29 @@ use super::transport::connection::RedisConnection;
 /// One call reads and raises the counter, `SET ... PX retention GET` (Redis
 /// 6.2 and later): on an older server that call is a syntax error, caught by
 /// `pcall`, and a `GET` and a `SET` do the same in two.
+///
+/// The counter is written on this server only (`redis.set_repl`): what
+/// replicas and the AOF get is [`reserve_fences!`]'s bound, written when a
+/// fence enters a new second. Replication stays off after it: a script that
+/// writes more turns it back on (a script's writes are replicated again at
+/// its next run whatever it left: `set_repl` costs about 2,000 instructions,
+/// and the plain script ends with its fence).
 macro_rules! next_fence {
     () => {
         r"
   local fence = clock_n
+  redis.set_repl(redis.REPL_NONE)
   local last = redis.pcall('SET', fence_key, clock, 'PX', retention, 'GET')
   if type(last) == 'table' then
     last = redis.call('GET', fence_key)
     redis.call('SET', fence_key, clock, 'PX', retention)
   end
+  local counter = 0
   if last then
-    local counter = tonumber(last)
+    counter = tonumber(last)
     if not counter then
       redis.call('SET', fence_key, last)
+      redis.set_repl(redis.REPL_ALL)
       return redis.error_reply('ERR a fence counter is not a number')
     end
     if counter >= fence then
@@ -35,59 +45,47 @@ macro_rules! next_fence {
       redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', retention)
     end
   end
+  if math.floor(fence / RESERVED_US) > math.floor(counter / RESERVED_US) then
+    reserve(fence_key, fence, retention)
+  end
 "
     };
 }
 
-/// Takes the lock when it is free (or already carries our token, which
-/// makes a retry after a dropped connection idempotent) and increments the
-/// fence in the same step.
+/// The function `reserve(fence_key, fence, retention)`, and the length of
+/// a reservation, `RESERVED_US`: what replicas and the AOF learn of a fence
+/// counter.
 ///
-/// KEYS: lock, fence, waiting, kind, queue. ARGV: token, leaseMs,
-/// waitingMs, ticket (`0` for none yet), fenceRetentionMs.
-/// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
-/// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
-/// key as waited for, for at least `waitingMs` (never shortening another
-/// waiter's mark), so that its release publishes a wake-up: behind a plain
-/// holder its mark is a member of the waiting set (`<ticket>:<token>`, the
-/// ticket the server's clock in microseconds on its first try, scored by
-/// when it lapses), so that the release hands it the key in its turn (see
-/// [`RELEASE`]); behind readers, of the queue set (see below), with the
-/// waiting name a plain mark. A waiter retries (and so renews the marks)
-/// well within its `waitingMs`.
-///
-/// A lock that already carries our token was granted (a retry), and one
-/// that carries it as `h:<token>` was handed to us by a release (see
-/// [`RELEASE`]): either way it is ours now, with a new fence.
-///
-/// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
-/// it fails does the script look further: a lock held by shared or
-/// counted holders is a sorted set under the same name (see
-/// [`KINDS_ACQUIRE`]), so `GET` answers `WRONGTYPE` (caught by `pcall`).
-/// Then a key held with a limit other than 1 is `{-1, 0, 0}` (the caller's
-/// `INVALID_ARGUMENT`); readers whose leases ended are pruned (a reader that
-/// died keeps the writer out only until its own lease ends: the set's TTL is
-/// that of its longest lease, and the answer's wait is until the first one
-/// ends), the key is granted if none is left, and otherwise the
-/// writer leaves a mark in the queue set (`<ticket>:<token>`, the ticket the server's clock
-/// in microseconds on the first try), which stops new readers until the
-/// writer is granted (and takes the mark back) or stops waiting.
-///
-/// Fences never repeat, even when the counter comes back older than the
-/// fences already handed out (a restart from an RDB snapshot taken a few
-/// grants ago, an AOF that lost its unsynced tail, a failover to a replica
-/// that lagged, eviction or deletion): every grant raises the counter to at
-/// least the server's `TIME` in microseconds, `fence = max(counter + 1,
-/// TIME_us)`, and stores it back. A restored counter is then overtaken by
-/// the clock, as long as the clocks of the servers that can become primary
-/// agree to within the time a restart or failover takes (see the README's
-/// Guarantees). The counter lives `fenceRetentionMs` after the key's last
-/// grant and no longer (nothing of a free key stays): once it expired, the
-/// server's clock has passed the last grant by that much, which is above
-/// every fence the key had unless the clock stepped back further than that
-/// (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
-/// as a double it is still exact (below 2^53).
-///
+/// Each grant writes its key's counter on the primary alone; replicas and
+/// the AOF get, the first time a key's fence enters a new second (of the
+/// server's clock in microseconds), the end of that second as the counter:
+/// a bound above every fence the primary grants the key until the next
+/// reservation. So a grant replicates one write (the lock) where it
+/// replicated two in a transaction (`MULTI`, the lock, the counter,
+/// `EXEC`), and a replica promoted, or a server restarted from its AOF,
+/// finds a counter at least as high as the one it would have found with
+/// every fence replicated. The bound expires `retention` ms after its own
+/// end, so never before the primary's counter would. A replica that
+/// resynchronises gets the primary's counters themselves, and then holds
+/// them until each key's next reservation: at most a second of grants.
+/// `reserve` leaves replication off (`REPL_NONE`); the caller turns it back
+/// on.
+macro_rules! reserve_fences {
+    () => {
+        r"
+local RESERVED_US = 1000000
+local function reserve(fence_key, fence, retention)
+  local bound = (math.floor(fence / RESERVED_US) + 1) * RESERVED_US
+  local lapses = math.floor(bound / 1000) + tonumber(retention)
+  redis.set_repl(redis.REPL_ALL)
+  redis.call('SET', fence_key, string.format('%.0f', bound), 'PXAT', string.format('%.0f', lapses))
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', retention)
+end
+"
+    };
+}
+
 /// The clock is written first with `SET ... GET` (see `next_fence!`; one
 /// call reads and raises the counter) and only overwritten with
 /// `counter + 1` when the counter is not behind the clock. The clock's
@@ -98,6 +96,7 @@ macro_rules! next_fence {
 /// checked at connect). A free key costs three calls (`SET NX`, `TIME`,
 /// `SET ... GET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = concat!(
+    reserve_fences!(),
     r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 -- `queued`: held by readers (a writer's mark goes in the queue set) or by
@@ -254,6 +253,7 @@ return 0
 macro_rules! kinds_prelude {
     () => {
         concat!(
+            reserve_fences!(),
             r"
 -- Every kinds script's ARGV[2] is its leaseMs: as given, for commands (a
 -- number passed to redis.call is formatted with %.17g, about 2000
@@ -338,14 +338,15 @@ local function raise_fences(fence_keys)
 ",
             next_fence!(),
             r"
+    redis.set_repl(redis.REPL_ALL)
     fences[2] = fence
     return fences
   end
-  local stored, writes = redis.call('MGET', unpack(fence_keys)), {}
+  local stored, writes, counters = redis.call('MGET', unpack(fence_keys)), {}, {}
   for n, fence_key in ipairs(fence_keys) do
-    local fence, value = clock_n, clock
+    local fence, value, counter = clock_n, clock, 0
     if stored[n] then
-      local counter = tonumber(stored[n])
+      counter = tonumber(stored[n])
       if not counter then
         return redis.error_reply('ERR a fence counter is not a number')
       end
@@ -356,10 +357,18 @@ local function raise_fences(fence_keys)
     end
     fences[n + 1] = fence
     writes[n] = value
+    counters[n] = counter
   end
+  redis.set_repl(redis.REPL_NONE)
   for n, fence_key in ipairs(fence_keys) do
-    redis.call('SET', fence_key, writes[n], 'PX', retention)
+    local fence = fences[n + 1]
+    if math.floor(fence / RESERVED_US) > math.floor(counters[n] / RESERVED_US) then
+      reserve(fence_key, fence, retention)
+    else
+      redis.call('SET', fence_key, writes[n], 'PX', retention)
+    end
   end
+  redis.set_repl(redis.REPL_ALL)
   return fences
 end
 -- A plain request over keys none of which has a kind hash (no shared or
