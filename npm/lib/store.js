@@ -50,7 +50,7 @@ class StoreLease {
   /** The backend's LeaseOwner. */
   #owner;
   #key;
-  /** A number or a string until first read, then the string. */
+  /** As the addon gave it until first read, then its string. */
   #fence;
 
   constructor(id, fence, owner, key) {
@@ -77,8 +77,7 @@ class StoreLease {
 
   /** Decimal string (about 1.8e15: microseconds of the server clock); grows per key, never repeats. Compare with BigInt. */
   get fence() {
-    const fence = this.#fence;
-    return typeof fence === 'string' ? fence : (this.#fence = String(fence));
+    return (this.#fence = fenceString(this.#fence));
   }
 
   /** Extends the TTL after comparing the owner token; false when no longer ours. */

@@ -177,18 +177,7 @@ impl Cluster {
 
     fn view(&self, port: u16) -> Option<NodeView> {
         let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut try_client(port).ok()?).ok()?;
-        let line = nodes.lines().find(|line| line.split(' ').nth(2).is_some_and(|flags| flags.split(',').any(|f| f == "myself")))?;
-        let fields: Vec<&str> = line.split(' ').collect();
-        let primary = fields[2].split(',').any(|f| f == "master");
-        let slots = fields[8..]
-            .iter()
-            .filter(|s| !s.starts_with('['))
-            .map(|s| match s.split_once('-') {
-                Some((from, to)) => (from.parse().unwrap(), to.parse().unwrap()),
-                None => (s.parse().unwrap(), s.parse().unwrap()),
-            })
-            .collect();
-        Some(NodeView { port, id: fields[0].to_string(), primary, slots })
+        view_in(port, &nodes)
     }
 
     /// The live primary that serves `slot` (as it says itself).
@@ -356,7 +345,7 @@ impl Cluster {
                 return false;
             }
             online += replication.lines().filter(|l| l.starts_with("slave") && l.contains(",state=online,")).count();
-            match self.view(port) {
+            match view_in(port, &nodes) {
                 // A node that is to be a replica is a primary without slots
                 // until it hears its `CLUSTER REPLICATE`: its primary lists
                 // no replica then, and a WAIT there finds none.
@@ -466,4 +455,21 @@ fn port_range() -> (u16, u16) {
 /// Some bits that differ between two clusters started at once.
 fn nanos() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+}
+
+/// How the node on `port` sees itself in its `CLUSTER NODES` answer
+/// `nodes` (the `myself` line).
+fn view_in(port: u16, nodes: &str) -> Option<NodeView> {
+    let line = nodes.lines().find(|line| line.split(' ').nth(2).is_some_and(|flags| flags.split(',').any(|f| f == "myself")))?;
+    let fields: Vec<&str> = line.split(' ').collect();
+    let primary = fields[2].split(',').any(|f| f == "master");
+    let slots = fields[8..]
+        .iter()
+        .filter(|s| !s.starts_with('['))
+        .map(|s| match s.split_once('-') {
+            Some((from, to)) => (from.parse().unwrap(), to.parse().unwrap()),
+            None => (s.parse().unwrap(), s.parse().unwrap()),
+        })
+        .collect();
+    Some(NodeView { port, id: fields[0].to_string(), primary, slots })
 }
