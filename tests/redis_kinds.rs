@@ -322,6 +322,32 @@ fn scenario_a_release_handed_to_several_waiters_counts_every_unit(deployment: &D
     block_on(other.close());
 }
 
+// One unit handed from a holder to a waiter of its own process with the
+// same weight, no other request queued: the hand-off script's straight path.
+fn scenario_a_unit_handed_to_a_waiter_of_the_same_weight_is_held_and_counted_once(deployment: &Deployment) {
+    let (one, other) = (deployment.open(BACKEND), deployment.open(BACKEND));
+    let (a, b) = (backend(&one), backend(&other));
+    let first = take(&a, "slots", counted(2, 1, 0));
+    let second = take(&a, "slots", counted(2, 1, 0));
+    let waiter = acquire_later(&a, &["slots"], counted(2, 1, 8_000));
+    until_waiting(&a, 1);
+    let first_fence = first.fence();
+    release(first);
+    let handed = waiter.join().unwrap().0.expect("granted");
+    assert!(handed.fence() > first_fence, "a new fence for the unit handed on");
+    let holders: i64 = deployment.query(&lock_key("slots"), redis::cmd("ZCARD").arg(lock_key("slots")));
+    assert_eq!(holders, 2, "the holder that left is gone from the set and the new one is in it");
+    let units: HashMap<String, i64> = deployment.query(&lock_key("slots"), redis::cmd("HGETALL").arg(kind_key("slots")));
+    assert_eq!(units.get("units"), Some(&2));
+    assert_eq!(code(block_on(b.acquire("slots", counted(2, 1, 0)))), ErrorCode::LockBusy, "2 of 2 units are held");
+    release(handed);
+    release(second);
+    release(take(&b, "slots", counted(2, 1, 0)));
+    assert!(deployment.keys("test:lock:*").is_empty() && deployment.keys("test:lock-kind:*").is_empty(), "nothing stays once released");
+    block_on(one.close());
+    block_on(other.close());
+}
+
 fn kind_key(key: &str) -> String {
     lock_key(key).replacen(":lock:", ":lock-kind:", 1)
 }
@@ -588,6 +614,7 @@ on_topologies! {
         a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for => scenario_a_limit_is_forgotten_once_the_key_is_neither_held_nor_waited_for,
         a_kind_hash_outlives_its_set_of_holders => scenario_a_kind_hash_outlives_its_set_of_holders,
         a_release_handed_to_several_waiters_counts_every_unit => scenario_a_release_handed_to_several_waiters_counts_every_unit,
+        a_unit_handed_to_a_waiter_of_the_same_weight_is_held_and_counted_once => scenario_a_unit_handed_to_a_waiter_of_the_same_weight_is_held_and_counted_once,
         fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader => scenario_fences_grow_per_key_across_modes_and_a_writer_is_above_every_reader,
         several_keys_are_taken_all_or_nothing => scenario_several_keys_are_taken_all_or_nothing,
         a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held => scenario_a_timed_out_or_aborted_acquire_of_several_keys_leaves_nothing_held,

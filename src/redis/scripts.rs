@@ -250,10 +250,11 @@ return 0
 /// limit, weight and ticket (`0` for none); its KEYS are five per user key
 /// (lock, fence, waiting, kind, queue: see [`super::keys::RedisKeys`]),
 /// `grant` and `give_back` take the range of KEYS that is the request's.
+///
+/// It calls [`reserve_fences!`]'s function: a script puts that first.
 macro_rules! kinds_prelude {
     () => {
         concat!(
-            reserve_fences!(),
             r"
 -- Every kinds script's ARGV[2] is its leaseMs: as given, for commands (a
 -- number passed to redis.call is formatted with %.17g, about 2000
@@ -697,6 +698,7 @@ end
 /// try, which leaves no mark); `{-1, i}` when key `i` (from 1) is held or
 /// waited for with another limit.
 const KINDS_ACQUIRE: &str = concat!(
+    reserve_fences!(),
     kinds_prelude!(),
     r"
 retention = ARGV[9]
@@ -709,6 +711,7 @@ return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), ton
 /// expired), each to `leaseMs` from now. Returns how many keys were renewed.
 /// KEYS and ARGV as for [`KINDS_ACQUIRE`].
 const KINDS_RENEW: &str = concat!(
+    reserve_fences!(),
     kinds_prelude!(),
     r"
 local r = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
@@ -741,6 +744,7 @@ return renewed
 /// `tell_waiters`). Returns how many keys were released. KEYS and ARGV as
 /// for [`KINDS_ACQUIRE`].
 const KINDS_RELEASE: &str = concat!(
+    reserve_fences!(),
     kinds_prelude!(),
     r"
 local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]))
@@ -748,6 +752,60 @@ tell_waiters(freed, ARGV[8])
 return released
 "
 );
+
+/// The common hand-off of [`KINDS_HANDOFF`], as a straight path run before
+/// the kinds prelude (whose functions and tables the general path makes
+/// anew at every call: most of a hand-off's instructions): one counted
+/// lease of one key gives back its units to one request of the same key,
+/// limit and weight that left no mark, and no older request is queued. The
+/// answer, the writes and the wake-up are the general path's for that case:
+/// the units count is unchanged (the request takes what the lease gave
+/// back), the key's waiters are told only when it is not full, and the
+/// fence is raised before anything of the grant is written (a counter that
+/// is not a number fails the grant, the release stands). Anything else, a
+/// lease no longer in the set among it (`ZREM` answers 0 and nothing is
+/// written), goes on to the general path.
+macro_rules! handoff_straight {
+    () => {
+        concat!(
+            r"
+if #ARGV == 15 and ARGV[5] == '1' and ARGV[15] == '1' and ARGV[7] == 'x' and ARGV[11] == 'x' and ARGV[8] ~= '1'
+  and ARGV[12] == ARGV[8] and ARGV[13] == ARGV[9] and ARGV[14] == '0' and KEYS[6] == KEYS[1]
+  and redis.call('EXISTS', KEYS[5]) == 0 and redis.pcall('ZREM', KEYS[1], ARGV[6] .. ':' .. ARGV[9]) == 1 then
+  local now = redis.call('TIME')
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local clock_n = tonumber(clock)
+  local fence_key, retention = KEYS[2], ARGV[4]
+",
+            next_fence!(),
+            r"
+  redis.set_repl(redis.REPL_ALL)
+  local lease_ms = tonumber(ARGV[2])
+  local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
+  if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[10] .. ':' .. ARGV[13]) == 0 then
+    -- The request held already (a retry of its grant): the units given
+    -- back went to nobody.
+    redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[9])
+  end
+  local wake = 0
+  if tonumber(redis.call('HGET', KEYS[4], 'units') or '0') < tonumber(ARGV[8]) then
+    wake = 1
+    if redis.call('DEL', KEYS[3]) > 0 then
+      redis.call('PUBLISH', ARGV[1], KEYS[1])
+    end
+  end
+  if redis.call('PTTL', KEYS[1]) < lease_ms then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if redis.call('PTTL', KEYS[4]) < lease_ms then
+      redis.call('PEXPIRE', KEYS[4], ARGV[2])
+    end
+  end
+  return {1, wake, 1, fence}
+end
+"
+        )
+    };
+}
 
 /// Hands units from one process's lease to that process's next waiters in
 /// one call, and grants one acquire together with the waiters queued
@@ -773,6 +831,8 @@ return released
 /// [`KINDS_ACQUIRE`] would give (`{1, fence...}`, `{0, hint, ticket}` or
 /// `{-1, i}`), flattened, up to the first that is not a grant.
 const KINDS_HANDOFF: &str = concat!(
+    reserve_fences!(),
+    handoff_straight!(),
     kinds_prelude!(),
     r"
 local channel, waiting_ms = ARGV[1], tonumber(ARGV[3])
