@@ -760,18 +760,18 @@ return released
 /// limit and weight that left no mark, and no older request is queued. The
 /// answer, the writes and the wake-up are the general path's for that case:
 /// the units count is unchanged (the request takes what the lease gave
-/// back), the key's waiters are told only when it is not full, and the
-/// fence is raised before anything of the grant is written (a counter that
-/// is not a number fails the grant, the release stands). Anything else, a
-/// lease no longer in the set among it (`ZREM` answers 0 and nothing is
-/// written), goes on to the general path.
+/// back) and the key's waiters are told only when it is not full. The fence
+/// is raised first: a counter that is not a number fails the call before
+/// anything else is written. Anything else goes on to the general path,
+/// a lease no longer in the set among it (`ZREM` answers 0; the fence
+/// counter was raised, which only skips a fence).
 macro_rules! handoff_straight {
     () => {
         concat!(
             r"
 if #ARGV == 15 and ARGV[5] == '1' and ARGV[15] == '1' and ARGV[7] == 'x' and ARGV[11] == 'x' and ARGV[8] ~= '1'
   and ARGV[12] == ARGV[8] and ARGV[13] == ARGV[9] and ARGV[14] == '0' and KEYS[6] == KEYS[1]
-  and redis.call('EXISTS', KEYS[5]) == 0 and redis.pcall('ZREM', KEYS[1], ARGV[6] .. ':' .. ARGV[9]) == 1 then
+  and redis.call('EXISTS', KEYS[5]) == 0 then
   local now = redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
   local clock_n = tonumber(clock)
@@ -780,27 +780,29 @@ if #ARGV == 15 and ARGV[5] == '1' and ARGV[15] == '1' and ARGV[7] == 'x' and ARG
             next_fence!(),
             r"
   redis.set_repl(redis.REPL_ALL)
-  local lease_ms = tonumber(ARGV[2])
-  local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
-  if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[10] .. ':' .. ARGV[13]) == 0 then
-    -- The request held already (a retry of its grant): the units given
-    -- back went to nobody.
-    redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[9])
-  end
-  local wake = 0
-  if tonumber(redis.call('HGET', KEYS[4], 'units') or '0') < tonumber(ARGV[8]) then
-    wake = 1
-    if redis.call('DEL', KEYS[3]) > 0 then
-      redis.call('PUBLISH', ARGV[1], KEYS[1])
+  if redis.pcall('ZREM', KEYS[1], ARGV[6] .. ':' .. ARGV[9]) == 1 then
+    local lease_ms = tonumber(ARGV[2])
+    local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
+    if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[10] .. ':' .. ARGV[13]) == 0 then
+      -- The request held already (a retry of its grant): the units given
+      -- back went to nobody.
+      redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[9])
     end
-  end
-  if redis.call('PTTL', KEYS[1]) < lease_ms then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if redis.call('PTTL', KEYS[4]) < lease_ms then
-      redis.call('PEXPIRE', KEYS[4], ARGV[2])
+    local wake = 0
+    if tonumber(redis.call('HGET', KEYS[4], 'units') or '0') < tonumber(ARGV[8]) then
+      wake = 1
+      if redis.call('DEL', KEYS[3]) > 0 then
+        redis.call('PUBLISH', ARGV[1], KEYS[1])
+      end
     end
+    if redis.call('PTTL', KEYS[1]) < lease_ms then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      if redis.call('PTTL', KEYS[4]) < lease_ms then
+        redis.call('PEXPIRE', KEYS[4], ARGV[2])
+      end
+    end
+    return {1, wake, 1, fence}
   end
-  return {1, wake, 1, fence}
 end
 "
         )
