@@ -54,7 +54,9 @@ macro_rules! next_fence {
 
 /// The function `reserve(fence_key, fence, retention)`, and the length of
 /// a reservation, `RESERVED_US`: what replicas and the AOF learn of a fence
-/// counter.
+/// counter. Its callers call it when a key's fence lies in a later second
+/// than the counter before it (that check is written out at each caller: a
+/// Lua call on every grant would cost the server more than the check).
 ///
 /// Each grant writes its key's counter on the primary alone; replicas and
 /// the AOF get, the first time a key's fence enters a new second (of the
@@ -86,6 +88,55 @@ end
     };
 }
 
+/// Takes the lock when it is free (or already carries our token, which
+/// makes a retry after a dropped connection idempotent) and increments the
+/// fence in the same step.
+///
+/// KEYS: lock, fence, waiting, kind, queue. ARGV: token, leaseMs,
+/// waitingMs, ticket (`0` for none yet), fenceRetentionMs.
+/// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
+/// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
+/// key as waited for, for at least `waitingMs` (never shortening another
+/// waiter's mark), so that its release publishes a wake-up: behind a plain
+/// holder its mark is a member of the waiting set (`<ticket>:<token>`, the
+/// ticket the server's clock in microseconds on its first try, scored by
+/// when it lapses), so that the release hands it the key in its turn (see
+/// [`RELEASE`]); behind readers, of the queue set (see below), with the
+/// waiting name a plain mark. A waiter retries (and so renews the marks)
+/// well within its `waitingMs`.
+///
+/// A lock that already carries our token was granted (a retry), and one
+/// that carries it as `h:<token>` was handed to us by a release (see
+/// [`RELEASE`]): either way it is ours now, with a new fence.
+///
+/// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
+/// it fails does the script look further: a lock held by shared or
+/// counted holders is a sorted set under the same name (see
+/// [`KINDS_ACQUIRE`]), so `GET` answers `WRONGTYPE` (caught by `pcall`).
+/// Then a key held with a limit other than 1 is `{-1, 0, 0}` (the caller's
+/// `INVALID_ARGUMENT`); readers whose leases ended are pruned (a reader that
+/// died keeps the writer out only until its own lease ends: the set's TTL is
+/// that of its longest lease, and the answer's wait is until the first one
+/// ends), the key is granted if none is left, and otherwise the
+/// writer leaves a mark in the queue set (`<ticket>:<token>`, the ticket the server's clock
+/// in microseconds on the first try), which stops new readers until the
+/// writer is granted (and takes the mark back) or stops waiting.
+///
+/// Fences never repeat, even when the counter comes back older than the
+/// fences already handed out (a restart from an RDB snapshot taken a few
+/// grants ago, an AOF that lost its unsynced tail, a failover to a replica
+/// that lagged, eviction or deletion): every grant raises the counter to at
+/// least the server's `TIME` in microseconds, `fence = max(counter + 1,
+/// TIME_us)`, and stores it back. A restored counter is then overtaken by
+/// the clock, as long as the clocks of the servers that can become primary
+/// agree to within the time a restart or failover takes (see the README's
+/// Guarantees). The counter lives `fenceRetentionMs` after the key's last
+/// grant and no longer (nothing of a free key stays): once it expired, the
+/// server's clock has passed the last grant by that much, which is above
+/// every fence the key had unless the clock stepped back further than that
+/// (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// as a double it is still exact (below 2^53).
+///
 /// The clock is written first with `SET ... GET` (see `next_fence!`; one
 /// call reads and raises the counter) and only overwritten with
 /// `counter + 1` when the counter is not behind the clock. The clock's
