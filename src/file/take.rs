@@ -201,21 +201,12 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             drop(units);
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
-            let untidy = Some(Untidy { name: *name, limit });
-            match directory.open_existing_at(&directory.file_path(name)) {
-                Ok(Some(file)) if may_remove => match file.try_lock() {
-                    Ok(true) if file.marked_by_other(pid) => None,
-                    Ok(true) if directory.names(name, &file) => {
-                        remove_units(directory, name, &file, limit);
-                        None
-                    }
-                    // Locked by another process, or replaced since opened.
-                    Ok(_) => untidy,
-                    Err(_) => None,
-                },
-                Ok(None) if mine.iter().any(|unit| directory.unit_path(name, *unit).exists()) => untidy,
-                _ => None,
-            }
+            let later = match directory.open_existing_at(&directory.file_path(name)) {
+                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, pid),
+                Ok(None) => mine.iter().any(|unit| directory.unit_path(name, *unit).exists()),
+                _ => false,
+            };
+            later.then_some(Untidy { name: *name, limit })
         }
     }
 }
@@ -236,10 +227,18 @@ pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, pid: 
         },
         _ => return true,
     };
+    remove_if_free(directory, name, &file, limit, pid)
+}
+
+/// Locks `file`, the lock file of counted key `name`, and removes the key's
+/// files (see [`remove_units`]) unless a waiter of another process is marked
+/// on it. False when that cannot be done now: another process holds the
+/// lock file, or it is no longer the path's file.
+fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, pid: u32) -> bool {
     match file.try_lock() {
-        Ok(true) if directory.names(name, &file) => {
+        Ok(true) if directory.names(name, file) => {
             if !file.marked_by_other(pid) {
-                remove_units(directory, name, &file, limit);
+                remove_units(directory, name, file, limit);
             }
             true
         }

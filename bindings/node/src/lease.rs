@@ -52,7 +52,7 @@ impl Leases {
     /// Keeps `lease`, just granted, as `id`: its fence.
     pub fn grant(&self, id: u64, lease: Lease) -> Fence {
         let value = fence(lease.fence());
-        self.0.borrow_mut().insert(id, Arc::new(lease));
+        self.keep(id, lease);
         value
     }
 
@@ -60,8 +60,12 @@ impl Leases {
     /// of each key, in the acquire's order.
     pub fn grant_keys(&self, id: u64, lease: Lease) -> Vec<Fence> {
         let fences = lease.fences().into_iter().map(|(_, value)| fence(value)).collect();
-        self.0.borrow_mut().insert(id, Arc::new(lease));
+        self.keep(id, lease);
         fences
+    }
+
+    fn keep(&self, id: u64, lease: Lease) {
+        self.0.borrow_mut().insert(id, Arc::new(lease));
     }
 
     /// The lease `id`, while it is held (not yet released or dropped).
