@@ -36,6 +36,8 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/names.rs"]
+mod names;
 #[path = "../postgres/mod.rs"]
 mod postgres;
 #[path = "../postgres/server.rs"]
@@ -251,6 +253,19 @@ impl Fault {
         )
     }
 
+    /// How many times a run must inject this fault, at the least and at the
+    /// most, to have tested what its scenario names: a scenario whose fault
+    /// never happened (no holder showed up to pause, the server's answer
+    /// said nothing was killed) must fail, not pass as if it had held.
+    fn injections(self) -> (usize, usize) {
+        match self {
+            Fault::None => (0, 0),
+            // Once by design: recovery or an election takes the rest of the run.
+            Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover | Fault::Latency => (1, 1),
+            _ => (1, usize::MAX),
+        }
+    }
+
     /// True for the scenarios whose lock is a Sentinel deployment or a cluster.
     fn topology(self) -> bool {
         matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
@@ -307,7 +322,8 @@ struct Run {
     run: Duration,
     hold_ms: u32,
     limit: u32,
-    faults: u64,
+    /// Each fault injected, with what it was done to (`SIGSTOP rust-3`).
+    faults: Vec<String>,
     violations: Vec<String>,
     /// The primary killed in a failover scenario.
     failover: Option<Failover>,
@@ -382,7 +398,7 @@ impl Run {
         if self.limit == 0 {
             return self.find_holder();
         }
-        let turn = self.faults % 3;
+        let turn = self.faults.len() % 3;
         let wanted = move |kind: HoldKind| match kind {
             HoldKind::Reader => turn == 0,
             HoldKind::Counted { .. } => turn == 1,
@@ -427,7 +443,7 @@ impl Run {
                         self.signal(worker, libc::SIGSTOP);
                         sleep(lease + Duration::from_millis(300));
                         self.signal(worker, libc::SIGCONT);
-                        self.faults += 1;
+                        self.faults.push(format!("SIGSTOP {} in its section", self.workers[worker].name));
                     }
                 }
                 Fault::Kill => {
@@ -443,28 +459,36 @@ impl Run {
                         let worker = &mut self.workers[worker];
                         worker.killed_at = Some(killed_at);
                         let _ = worker.child.wait();
-                        let kind = worker.kind;
+                        let (kind, name) = (worker.kind, worker.name.clone());
                         self.spawn(kind);
-                        self.faults += 1;
+                        self.faults.push(format!("SIGKILL {name} in its section"));
                     }
                 }
                 Fault::Restart => {
                     sleep(Duration::from_millis(400));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         self.lock.server_mut().stop();
                         self.lock.server_mut().restart();
-                        self.faults += 1;
+                        self.faults.push(format!("the lock server restarted empty under {}", self.workers[worker].name));
                     }
                 }
                 Fault::PubsubKill => {
                     sleep(Duration::from_millis(250));
-                    self.lock_command(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
-                    self.faults += 1;
+                    let killed: i64 = redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg("pubsub")
+                        .query(&mut self.lock.server().client())
+                        .expect("the lock server takes CLIENT KILL");
+                    // A kill that found no subscription tested nothing.
+                    if killed > 0 {
+                        self.faults.push(format!("CLIENT KILL TYPE pubsub: {killed} subscriptions"));
+                    }
                 }
                 Fault::ScriptFlush => {
                     sleep(Duration::from_millis(200));
                     self.lock_command(redis::cmd("SCRIPT").arg("FLUSH"));
-                    self.faults += 1;
+                    self.faults.push("SCRIPT FLUSH on the lock server".into());
                 }
                 Fault::Stall => {
                     sleep(Duration::from_millis(700));
@@ -473,7 +497,7 @@ impl Run {
                     sleep(Duration::from_millis(150));
                     proxy.set_latency(Duration::ZERO);
                     sleep(Duration::from_millis(1700));
-                    self.faults += 1;
+                    self.faults.push("every worker's connection stalled 1.7 s".into());
                 }
                 Fault::SnapshotRestart => {
                     sleep(Duration::from_millis(150));
@@ -481,10 +505,10 @@ impl Run {
                     // Grants after the snapshot: the restart brings the
                     // counters back older than the fences they handed out.
                     sleep(Duration::from_millis(250));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         self.lock.server_mut().stop();
                         self.lock.server_mut().restart();
-                        self.faults += 1;
+                        self.faults.push(format!("the lock server restarted from a snapshot under {}", self.workers[worker].name));
                     }
                 }
                 Fault::Failover => {
@@ -493,35 +517,35 @@ impl Run {
                     // The link stops forwarding: the replica lags behind.
                     self.replica.as_ref().unwrap().1.hold();
                     sleep(Duration::from_millis(300));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         let (replica, _link) = self.replica.take().unwrap();
                         self.lock.server_mut().stop();
                         replica.replicate_from(None);
                         self.proxy.as_ref().expect("a front proxy").retarget(replica.port());
                         // The old primary (killed) goes, with its data dir.
                         self.lock = Lock::Server(replica);
-                        self.faults += 1;
+                        self.faults.push(format!("the primary killed, its lagging replica promoted under {}", self.workers[worker].name));
                     } else {
                         self.replica = None;
                     }
                 }
                 Fault::SentinelFailover | Fault::ClusterFailover if self.failover.is_none() => {
                     sleep(FAILOVER_AFTER.saturating_sub(self.started.elapsed()));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         let keys: Vec<String> = (0..KEYS).map(|k| format!("k{k}")).collect();
                         self.failover = Some(self.lock.fail_over(NAMESPACE, &keys, FAILOVER_BOUND));
-                        self.faults += 1;
+                        self.faults.push(format!("a primary killed (SIGKILL) under {}", self.workers[worker].name));
                     }
                 }
                 Fault::SentinelFailover | Fault::ClusterFailover => sleep(Duration::from_millis(100)),
                 // Once: recovery takes a second or more on a loaded host,
                 // and the rest of the run is the workers' after it.
-                Fault::Crash if self.faults == 0 => {
+                Fault::Crash if self.faults.is_empty() => {
                     sleep(Duration::from_millis(700));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         let Lock::Postgres(lock) = &mut self.lock else { panic!("crash is a postgres fault") };
                         lock.crash_and_recover();
-                        self.faults += 1;
+                        self.faults.push(format!("PostgreSQL crashed and recovered under {}", self.workers[worker].name));
                     }
                 }
                 Fault::Crash => sleep(Duration::from_millis(100)),
@@ -532,25 +556,27 @@ impl Run {
                     // moment are the primary's alone.
                     lock.hold_standby();
                     sleep(Duration::from_millis(300));
-                    if self.find_holder().is_some() {
+                    if let Some(worker) = self.find_holder() {
                         let Lock::Postgres(lock) = &mut self.lock else { panic!("promote is a postgres fault") };
                         if let Some(port) = lock.promote_standby() {
                             self.proxy.as_ref().expect("a front proxy").retarget(port);
-                            self.faults += 1;
+                            self.faults
+                                .push(format!("the primary crashed, its lagging standby promoted under {}", self.workers[worker].name));
                         }
                     }
                 }
                 Fault::Terminate => {
                     sleep(Duration::from_millis(300));
                     let Lock::Postgres(lock) = &self.lock else { panic!("terminate is a postgres fault") };
-                    if lock.terminate_sessions() > 0 {
-                        self.faults += 1;
+                    let ended = lock.terminate_sessions();
+                    if ended > 0 {
+                        self.faults.push(format!("pg_terminate_backend: {ended} sessions"));
                     }
                 }
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
                     self.lock_command(redis::cmd("DEBUG").arg("SLEEP").arg("0.25"));
-                    self.faults += 1;
+                    self.faults.push("DEBUG SLEEP 0.25 on the lock server".into());
                 }
             }
         }
@@ -662,6 +688,17 @@ fn progress_violations(fault: Fault, holds: &[Hold], failures: &Failures) -> Vec
     violations
 }
 
+/// A violation when `injected` (one line a fault, with its target) is
+/// fewer or more faults than `fault` stands for.
+fn injection_violation(fault: Fault, injected: &[String]) -> Option<String> {
+    let (fewest, most) = fault.injections();
+    let count = injected.len();
+    (count < fewest || count > most).then(|| {
+        let bound = if most == usize::MAX { format!("at least {fewest}") } else { format!("{fewest} to {most}") };
+        format!("{count} faults injected, where the scenario stands for {bound}: {injected:?}")
+    })
+}
+
 /// `FAULTS_ONLY`'s scenarios (all when it is unset), or why it names none:
 /// a misspelt name must fail the run, not run nothing and pass.
 fn selected(only: Option<&str>) -> Result<Vec<&'static Scenario>, String> {
@@ -680,7 +717,8 @@ struct Row {
     limit: u32,
     workers: usize,
     findings: Findings,
-    faults: u64,
+    /// Each fault injected, with its target.
+    faults: Vec<String>,
     failures: Failures,
     /// A failover scenario's figures: how long until a replica took over
     /// (as the harness saw it), and until a worker was granted a key of the
@@ -728,7 +766,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         run,
         hold_ms: scenario.hold_ms,
         limit: scenario.limit,
-        faults: 0,
+        faults: Vec::new(),
         violations: Vec::new(),
         failover: None,
     };
@@ -737,7 +775,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     }
     run.inject(scenario.fault);
     if scenario.fault == Fault::Latency {
-        run.faults = 1;
+        run.faults.push("20 ms each way on every worker's connection".into());
     }
     run.wait_workers();
     run.check_lock_keys(scenario.fault);
@@ -777,6 +815,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         }
     }
     findings.violations.extend(progress_violations(scenario.fault, &holds, &failures));
+    findings.violations.extend(injection_violation(scenario.fault, &run.faults));
     findings.violations.append(&mut run.violations);
     Row {
         name: scenario.name,
@@ -904,6 +943,15 @@ fn self_test() {
         "a failure the fault does not explain"
     );
     assert!(progress_violations(Fault::Restart, &every_kind, &failed("c", "PROVIDER_FAILED")).is_empty(), "a restart's failures");
+    // A scenario fails when its fault did not happen as often as it names.
+    let once = || vec!["SIGSTOP rust-0 in its section".to_string()];
+    assert!(injection_violation(Fault::None, &[]).is_none(), "the baseline injects nothing");
+    for fault in [Fault::Stop, Fault::Kill, Fault::Restart, Fault::Crash, Fault::Promote, Fault::Terminate, Fault::SentinelFailover] {
+        assert!(injection_violation(fault, &[]).is_some(), "a scenario that injected nothing");
+        assert!(injection_violation(fault, &once()).is_none(), "one fault injected");
+    }
+    assert!(injection_violation(Fault::Crash, &[once(), once()].concat()).is_some(), "a crash meant once, twice");
+    assert!(injection_violation(Fault::Stop, &[once(), once()].concat()).is_none(), "pauses repeat");
     assert_eq!(selected(None).map(|s| s.len()), Ok(SCENARIOS.len()), "no FAULTS_ONLY: every scenario");
     assert_eq!(selected(Some("baseline,kill-pubsub")).map(|s| s.len()), Ok(2));
     assert!(selected(Some("baseline,kill-pubsubb")).is_err(), "a misspelt name");
@@ -948,7 +996,7 @@ fn main() {
             row.name,
             row.workers,
             f.holds,
-            row.faults,
+            row.faults.len(),
             row.failures.values().sum::<u64>(),
             f.lost,
             f.overlaps,
@@ -957,6 +1005,13 @@ fn main() {
             f.refused,
             f.violations.len()
         );
+    }
+    for row in rows.iter().filter(|row| !row.faults.is_empty()) {
+        // The first few targets, and how many of each kind of fault.
+        let shown: Vec<&str> = row.faults.iter().take(4).map(String::as_str).collect();
+        let more = row.faults.len().saturating_sub(shown.len());
+        let more = if more > 0 { format!("; {more} more") } else { String::new() };
+        println!("{}: faults injected: {}{more}", row.name, shown.join("; "));
     }
     for row in rows.iter().filter(|row| !row.failures.is_empty()) {
         let failures: Vec<String> = row.failures.iter().map(|((kind, code), count)| format!("{kind} {code} {count}")).collect();

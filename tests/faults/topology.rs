@@ -12,8 +12,6 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
 use crate::cluster::Cluster;
 use crate::log::{mono_us, Hold};
 use crate::postgres;
@@ -267,24 +265,7 @@ impl Lock {
     }
 }
 
-/// The Redis name of a user key's lock.
-pub fn lock_key(namespace: &str, key: &str) -> String {
-    format!("{namespace}:lock:{{{}}}", digest(key))
-}
-
-/// The digest in a user key's Redis names: the first 132 bits of its
-/// SHA-256 in 22 base64url characters.
-fn digest(key: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = Sha256::digest(key.as_bytes());
-    let mut out = String::new();
-    for n in 0..22 {
-        let bit = n * 6;
-        let pair = u16::from(bytes[bit / 8]) << 8 | u16::from(bytes[bit / 8 + 1]);
-        out.push(char::from(ALPHABET[usize::from((pair >> (10 - bit % 8)) & 0x3f)]));
-    }
-    out
-}
+pub use crate::names::lock_key;
 
 /// The first section, by any worker, on a key of the failed-over primary
 /// that was granted after the kill: how long after it, and by whom.

@@ -54,6 +54,10 @@ mod clock;
 #[allow(dead_code)]
 #[path = "../faults/log.rs"]
 mod log;
+mod monitor;
+#[allow(dead_code)]
+#[path = "../support/names.rs"]
+mod names;
 mod net;
 mod pg;
 #[path = "../support/pg_programs.rs"]
@@ -66,7 +70,7 @@ mod wire;
 #[path = "../faults/worker.rs"]
 mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -379,6 +383,15 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
         yaml(if drop_acks() { 0 } else { scenario.replica_acks }, scenario.cluster)
     });
 
+    // Each server's record of what it was sent, to tell which primary
+    // granted the minority's client after the heal.
+    let monitored: Vec<&str> = servers.iter().map(|(name, _)| *name).collect();
+    if !scenario.deaf && scenario.loss == 0 {
+        for name in &monitored {
+            let args = vec!["monitor".to_string(), net.addr(name)];
+            net.spawn(name, &std::env::current_exe().unwrap(), &args, &[], &dir.join(format!("monitor-{name}")));
+        }
+    }
     sleep(BEFORE_CUT);
     if scenario.deaf {
         return deaf_client(partition, net, &dir, &workers, &stop, &mut store, report);
@@ -401,12 +414,20 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     }
     let cut_at = mono_us();
     let fence_clock = FenceClock::now();
-    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || match &replica {
-        Some(replica) => net.cli(replica, &net.addr(replica), 6379, &["ROLE"]).lines().next() == Some("master"),
-        None => {
-            let named = net.cli("s1", &net.addr("s1"), 26379, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", PRIMARY_NAME]);
-            named.lines().next().is_some_and(|ip| ip != old_ip && ip.starts_with(SUBNET))
+    // The promotion, at the earliest: the last time every replica that
+    // may be promoted still answered it was one (each was asked after).
+    let candidates: Vec<String> = match &replica {
+        Some(replica) => vec![replica.clone()],
+        None => SERVERS.iter().map(|(name, _)| name.to_string()).filter(|name| *name != old).collect(),
+    };
+    let mut promoted_at = cut_at;
+    let promoted = until("a replica promoted by the majority", PROMOTION_BOUND, || {
+        let asked = mono_us();
+        let promoted = candidates.iter().any(|r| net.cli(r, &net.addr(r), 6379, &["ROLE"]).lines().next() == Some("master"));
+        if !promoted {
+            promoted_at = asked;
         }
+        promoted
     });
     report.promoted_ms = promoted.as_millis();
     sleep(partition);
@@ -440,13 +461,15 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     let holds = histories(&workers, cut_at, &mut report);
     let stores: BTreeMap<String, store::KeyHistory> =
         (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
-    let window = Window { cut_at, healed_at, demoted_at: window_end, fence_clock };
+    let logs = monitor::logs(&dir, &monitored);
+    let by_old = monitor::granted_by(&old, MINORITY_CLIENT, &net.addr(MINORITY_CLIENT), &holds, &logs, fence_clock.offset_us);
+    let window = Window { cut_at, promoted_at, healed_at, demoted_at: window_end, fence_clock, by_old };
     std::fs::write(
         dir.join("timeline"),
         format!("cut {cut_at}\nhealed {healed_at}\ndemoted {window_end}\nrealtime-minus-monotonic {}\n", fence_clock.offset_us),
     )
     .unwrap();
-    check_history(&holds, &stores, window, scenario.replica_acks, &mut report);
+    check_history(&holds, &stores, &window, scenario.replica_acks, &mut report);
     if scenario.replica_acks > 0 {
         match report.learned_ms {
             Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
@@ -619,8 +642,7 @@ fn lossy(
     let stores: BTreeMap<String, store::KeyHistory> =
         (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(store, &key))).collect();
     // No partition: no window explains an overlap.
-    let never = Window { cut_at: u64::MAX, healed_at: u64::MAX, demoted_at: u64::MAX, fence_clock: FenceClock::now() };
-    check_history(&holds, &stores, never, 0, &mut report);
+    check_history(&holds, &stores, &Window::never(FenceClock::now()), 0, &mut report);
     let before: Vec<&Hold> = holds.iter().filter(|h| h.asked < lossy_at).collect();
     let during: Vec<&Hold> = holds.iter().filter(|h| h.asked >= lossy_at && h.start < lossless_at).collect();
     report.majority_grants = during.len() as u64;
@@ -664,8 +686,7 @@ fn deaf_client(
     let holds = histories(workers, deaf_at, &mut report);
     let stores: BTreeMap<String, store::KeyHistory> =
         (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(store, &key))).collect();
-    let never = Window { cut_at: u64::MAX, healed_at: u64::MAX, demoted_at: u64::MAX, fence_clock: FenceClock::now() };
-    check_history(&holds, &stores, never, 0, &mut report);
+    check_history(&holds, &stores, &Window::never(FenceClock::now()), 0, &mut report);
     let text = std::fs::read_to_string(dir.join(format!("{MINORITY_CLIENT}.log"))).unwrap_or_default();
     let told = |code: &str| {
         text.lines()
@@ -747,15 +768,20 @@ fn drop_acks() -> bool {
     std::env::var("PARTITIONS_DROP_ACKS").is_ok_and(|v| v == "1")
 }
 
-/// When the minority was cut off, healed, and its old primary demoted
-/// (`CLOCK_MONOTONIC` microseconds, as the clients log), and how to read a
-/// fence as the time of its grant.
-#[derive(Clone, Copy)]
+/// When the minority was cut off, when the majority's primary was
+/// promoted (at the earliest), healed, and its old primary demoted
+/// (`CLOCK_MONOTONIC` microseconds, as the clients log), how to read a fence
+/// as the time of its grant, and which of the minority client's grants the
+/// old primary made (its own record: `MONITOR`, or the audit rows).
+#[derive(Clone)]
 struct Window {
     cut_at: u64,
+    promoted_at: u64,
     healed_at: u64,
     demoted_at: u64,
     fence_clock: FenceClock,
+    /// The minority client's sections (key, start) granted by the old primary.
+    by_old: BTreeSet<(String, u64)>,
 }
 
 /// A fence is `max(counter + 1, TIME_us)` of the server that granted it:
@@ -783,6 +809,11 @@ impl FenceClock {
 }
 
 impl Window {
+    /// No partition: no window explains anything.
+    fn never(fence_clock: FenceClock) -> Window {
+        Window { cut_at: u64::MAX, promoted_at: u64::MAX, healed_at: u64::MAX, demoted_at: u64::MAX, fence_clock, by_old: BTreeSet::new() }
+    }
+
     /// When `h` was granted: by its fence, within what the client saw (it
     /// asked at `asked`, and the section began at `start` once the answer
     /// came). `asked` and `start` alone do not place a grant whose acquire
@@ -802,25 +833,49 @@ impl Window {
     }
 
     /// Granted to the minority's client from the cut until the old primary
-    /// was demoted: after the heal it may still be granted there.
+    /// was demoted: after the heal it may still be granted there, or by
+    /// the new primary.
     fn minority(&self, h: &Hold) -> bool {
         h.worker == MINORITY_CLIENT && (self.cut_at..self.demoted_at).contains(&self.granted(h))
+    }
+
+    /// Granted to the minority's client by the old primary after the heal,
+    /// before its demotion, by the old primary's own record.
+    fn old_after_heal(&self, h: &Hold) -> bool {
+        self.minority(h) && !self.cut_off(h) && self.by_old.contains(&(h.key.clone(), h.start))
+    }
+
+    /// Granted to a majority client by the new primary: after the
+    /// promotion (the majority's clients reach nothing else after the cut).
+    fn by_new_primary(&self, h: &Hold) -> bool {
+        h.worker != MINORITY_CLIENT && self.granted(h) >= self.promoted_at
+    }
+
+    /// The README's windows: two live primaries, from the promotion on,
+    /// each granting to its own side. `None` when `a` and `b` are not one
+    /// grant of each.
+    fn two_primaries(&self, a: &Hold, b: &Hold) -> Option<&'static str> {
+        [(a, b), (b, a)].into_iter().find_map(|(old, new)| match () {
+            _ if !self.by_new_primary(new) => None,
+            _ if self.cut_off(old) => Some("partitioned old primary"),
+            _ if self.old_after_heal(old) => Some("old primary after the heal, before its demotion"),
+            _ => None,
+        })
     }
 }
 
 /// The checks of a scenario's history (see the top of this file): the
 /// grants in the windows, then per key the fences, the overlaps and the
 /// store's history; every finding that breaks a guarantee is a violation.
-fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, window: Window, replica_acks: u32, report: &mut Report) {
+fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, window: &Window, replica_acks: u32, report: &mut Report) {
     report.grants = holds.len() as u64;
     // The minority's client reaches only the old primary while cut off;
     // after the heal, until the old primary is demoted, it may still be
     // granted there. Each grant is placed by when it was made (see
     // `Window::granted`).
     let cut_off = |h: &Hold| window.cut_off(h);
-    let minority = |h: &Hold| window.minority(h);
     report.minority_grants = holds.iter().filter(|h| cut_off(h)).count() as u64;
-    report.minority_after_heal = holds.iter().filter(|h| minority(h) && !cut_off(h)).count() as u64;
+    report.minority_after_heal = holds.iter().filter(|h| window.minority(h) && !cut_off(h)).count() as u64;
     report.majority_grants =
         holds.iter().filter(|h| h.worker != MINORITY_CLIENT && (window.cut_at..window.healed_at).contains(&window.granted(h))).count()
             as u64;
@@ -856,11 +911,11 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
                     }
                 };
                 // Two live primaries each follow their own counter and
-                // clock: one grant of the partitioned old primary and one
-                // of the majority's may carry the same fence (the same
-                // microsecond). Inside that window without replica
-                // acknowledgement, counted; anywhere else a violation.
-                let across = cut_off(h) != cut_off(other);
+                // clock: one grant of the old primary and one of the new
+                // may carry the same fence (the same microsecond). Inside
+                // that window without replica acknowledgement, counted;
+                // anywhere else a violation.
+                let across = window.two_primaries(h, other).is_some();
                 if across {
                     report.repeated_across += 1;
                 }
@@ -876,14 +931,40 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
                 }
             }
         }
+        // Fences of sections one after the other grow, but across the two
+        // primaries (each follows its own counter).
+        for (i, a) in of_key.iter().enumerate() {
+            for b in of_key[i + 1..].iter().filter(|b| b.start >= a.end && b.fence <= a.fence) {
+                if window.two_primaries(a, b).is_none() {
+                    report.violations.push(format!(
+                        "{key}: fence {} ({}) granted after the section of fence {} ({}) ended",
+                        b.fence, b.worker, a.fence, a.worker
+                    ));
+                }
+            }
+        }
+        // A write the store refused was a stale holder's: a higher fence
+        // began before its section ended (and that overlap is checked below).
+        for h in of_key.iter().filter(|h| h.store == 'X' || h.store == 'R') {
+            if !of_key.iter().any(|b| b.fence > h.fence && b.start < h.end) {
+                report.violations.push(format!(
+                    "{key}: the store refused fence {} ({}) though no higher fence was granted before its section ended",
+                    h.fence, h.worker
+                ));
+            }
+        }
         // Overlaps, each explained or a violation.
         for (i, a) in of_key.iter().enumerate() {
             for b in of_key[i + 1..].iter().take_while(|b| b.start < a.end) {
-                let cause = if cut_off(a) != cut_off(b) {
-                    "partitioned old primary"
-                } else if minority(a) != minority(b) {
-                    "old primary after the heal, before its demotion"
-                } else if a.told() || b.told() {
+                // The older holder is the stale one; an expired lease
+                // explains the overlap only if it was told, and only if
+                // its lease ran out before the other began (it was
+                // granted after `asked`, so not before `asked + lease`).
+                let older = if a.fence < b.fence { a } else { b };
+                let newer = if a.fence < b.fence { b } else { a };
+                let cause = if let Some(window) = window.two_primaries(a, b) {
+                    window
+                } else if older.told() && newer.start >= older.asked + u64::from(LEASE_MS) * 1000 {
                     "expired lease"
                 } else {
                     "unexplained"
@@ -937,21 +1018,31 @@ fn self_test() {
         kind: log::HoldKind::Writer,
         asked: start,
     };
-    let window = Window { cut_at: 100, healed_at: 200, demoted_at: 300, fence_clock: FenceClock::default() };
+    // Cut at 100, the new primary promoted at 150, healed at 200, the old
+    // primary demoted at 300; after the heal, it granted c1 the section
+    // that starts at 210.
+    let window = Window {
+        cut_at: 100,
+        promoted_at: 150,
+        healed_at: 200,
+        demoted_at: 300,
+        fence_clock: FenceClock::default(),
+        by_old: BTreeSet::from([("k0".to_string(), 210)]),
+    };
     let store = |attempts: Vec<Attempt>| {
         let value = attempts.iter().filter(|a| matches!(a, Attempt::Accepted(_))).count() as u64;
         BTreeMap::from([("k0".to_string(), store::KeyHistory { value, refused: 0, attempts })])
     };
     let run = |holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, acks: u32| {
         let mut report = Report::default();
-        check_history(holds, stores, window, acks, &mut report);
+        check_history(holds, stores, &window, acks, &mut report);
         report
     };
     let fine = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
     // The minority's client (c1) granted by the old primary while cut off,
-    // overlapping a majority holder: the documented window without replica
-    // acknowledgement, a violation with it.
-    let split = [hold("c2", 1, 110, 150, "OK"), hold("c1", 2, 120, 160, "OK")];
+    // overlapping a majority holder the new primary granted: the documented
+    // window without replica acknowledgement, a violation with it.
+    let split = [hold("c2", 160, 160, 190, "OK"), hold("c1", 120, 120, 170, "OK")];
     let report = run(&split, &fine, 0);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!((report.minority_grants, report.overlaps.get("partitioned old primary")), (1, Some(&1)));
@@ -976,14 +1067,50 @@ fn self_test() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     let before = [hold("c2", 1, 10, 50, "OK"), hold("c3", 2, 20, 60, "OK")];
     assert!(!run(&before, &fine, 0).violations.is_empty(), "an unexplained overlap");
-    let told = [hold("c2", 1, 10, 50, "LEASE_LOST"), hold("c3", 2, 20, 60, "OK")];
+    // An expired lease: the older holder told, and the newer one began
+    // after the older one's lease (from its call) ran out.
+    let told = [hold("c2", 1, 10, 2_000_000, "LEASE_LOST"), hold("c3", 2, 1_500_000, 1_600_000, "OK")];
     assert!(run(&told, &fine, 0).violations.is_empty(), "a told holder's overlap");
+    let early = [hold("c2", 1, 10, 50, "LEASE_LOST"), hold("c3", 2, 20, 60, "OK")];
+    assert!(!run(&early, &fine, 0).violations.is_empty(), "told, but granted again before its lease could have ended");
+    let newer_told = [hold("c2", 1, 10, 2_000_000, "OK"), hold("c3", 2, 1_500_000, 1_600_000, "LEASE_LOST")];
+    assert!(!run(&newer_told, &fine, 0).violations.is_empty(), "the newer holder told, the stale one not");
+    // A double grant by the old primary itself: c1 while cut off, over a
+    // holder it granted before the cut, or one granted before any promotion.
+    let old_twice = [hold("c2", 90, 90, 140, "OK"), hold("c1", 120, 120, 130, "OK")];
+    assert!(!run(&old_twice, &fine, 0).violations.is_empty(), "the old primary granted a key twice");
+    let before_promotion = [hold("c1", 120, 120, 140, "OK"), hold("c2", 130, 130, 170, "OK")];
+    assert!(!run(&before_promotion, &fine, 0).violations.is_empty(), "a majority grant before the promotion");
+    // After the heal: excused only for a grant the old primary made.
+    let by_old = [hold("c2", 205, 205, 230, "OK"), asked(hold("c1", 208, 210, 220, "OK"), 205)];
+    let report = run(&by_old, &fine, 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.overlaps.get("old primary after the heal, before its demotion"), Some(&1));
+    assert!(!run(&by_old, &fine, 1).violations.is_empty(), "the old primary after the heal, with replicaAcks");
+    let by_new = [hold("c2", 205, 205, 230, "OK"), asked(hold("c1", 208, 211, 220, "OK"), 205)];
+    assert!(!run(&by_new, &fine, 0).violations.is_empty(), "after the heal, a double grant by the new primary");
+    // Fences of sections one after another: lower only across the primaries.
+    let backwards = [hold("c2", 5, 10, 20, "OK"), hold("c3", 4, 30, 40, "OK")];
+    assert!(!run(&backwards, &fine, 0).violations.is_empty(), "a fence below an earlier section's");
+    let across_lower = [asked(hold("c1", 180, 175, 178, "OK"), 170), hold("c2", 170, 179, 185, "OK")];
+    let report = run(&across_lower, &fine, 0);
+    assert!(report.violations.is_empty(), "a lower fence from the other primary: {:?}", report.violations);
+    // A write the store refused: only from a holder a higher fence overtook.
+    let refused = |mut h: Hold| {
+        h.store = 'X';
+        h
+    };
+    let no_cause = [refused(hold("c2", 5, 10, 20, "OK"))];
+    assert!(!run(&no_cause, &fine, 0).violations.is_empty(), "a write refused with no higher fence granted");
+    let overtaken = [refused(hold("c2", 1, 10, 2_000_000, "LEASE_LOST")), hold("c3", 2, 1_500_000, 1_600_000, "OK")];
+    let report = run(&overtaken, &fine, 0);
+    assert!(report.violations.is_empty(), "a stale holder's write refused: {:?}", report.violations);
     let twice = [hold("c2", 1, 10, 20, "OK"), hold("c3", 1, 30, 40, "OK")];
     assert!(!run(&twice, &fine, 0).violations.is_empty(), "a fence granted twice");
     // The same fence from the two sides of a partition (the old primary's
     // grant to c1 while cut off, the majority's to c2): the window, without
     // acknowledgement only.
-    let across = [hold("c2", 120, 118, 125, "OK"), hold("c1", 120, 119, 130, "OK")];
+    let across = [hold("c2", 160, 160, 170, "OK"), asked(hold("c1", 160, 165, 180, "OK"), 120)];
     let report = run(&across, &fine, 0);
     assert!(report.violations.iter().all(|v| !v.contains("twice")) && report.repeated_across == 1, "{:?}", report.violations);
     assert!(run(&across, &fine, 1).violations.iter().any(|v| v.contains("twice")), "a fence twice across the cut with acks");
@@ -1004,6 +1131,10 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("wire") {
         wire::run(&args[1..]);
+        return;
+    }
+    if args.first().map(String::as_str) == Some("monitor") {
+        monitor::run(&args[1..]);
         return;
     }
     self_test();

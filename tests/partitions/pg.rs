@@ -427,7 +427,9 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
     let (cut_at, healed_at, demoted_at, fence_clock);
     let mut old_fences = Vec::new();
     let mut stranded: Option<Audit> = None;
-    let mut old_audit = Vec::new();
+    // Where the old primary ends up in `pgs` (the promoted standby's place).
+    let mut old_at = 0;
+    let mut promoted_at = u64::MAX;
     if !scenario.failover {
         // Answers lost first, then, once the server granted the client a
         // lease it will not hear of, everything.
@@ -499,6 +501,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         let received =
             |s: &PgServer| s.query("SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::bigint").parse::<i64>().unwrap_or(0);
         let (new, other) = if received(&pgs[2]) > received(&pgs[1]) { (2, 1) } else { (1, 2) };
+        promoted_at = mono_us();
         pgs[new].promote();
         report.promoted_ms = u128::from(mono_us() - cut_at) / 1000;
         pgs[other].query(&format!(
@@ -509,7 +512,6 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         pgs[other].query("SELECT pg_reload_conf()");
         report.notes.push(format!("{} promoted {} ms after the cut, {} follows it", pgs[new].name, report.promoted_ms, pgs[other].name));
         sleep(partition);
-        old_audit = audit(&pgs[0], 0);
         old_fences = fences(&pgs[0]);
         net.heal();
         healed_at = mono_us();
@@ -529,6 +531,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
             report.notes.push(format!("the new primary has {follows} streaming standby at the heal"));
         }
         pgs.swap(0, new);
+        old_at = new;
     }
     report.partition_ms = u128::from(healed_at - cut_at) / 1000;
     sleep(crate::AFTER_HEAL);
@@ -541,8 +544,8 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
     let minority_failed: Vec<String> = report.failures.keys().filter(|k| k.starts_with(MINORITY_CLIENT)).cloned().collect();
     if !scenario.failover {
         // No old primary: nothing but a told holder explains an overlap.
-        let never = Window { cut_at: u64::MAX, healed_at: u64::MAX, demoted_at: u64::MAX, fence_clock };
-        crate::check_history(&holds, &stores, never, 0, &mut report);
+        let never = Window::never(fence_clock);
+        crate::check_history(&holds, &stores, &never, 0, &mut report);
         report.majority_grants =
             holds.iter().filter(|h| h.worker != MINORITY_CLIENT && (cut_at..healed_at).contains(&never.granted(h))).count() as u64;
         let unknown = std::fs::read_to_string(dir.join(format!("{MINORITY_CLIENT}.log")))
@@ -600,11 +603,27 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
             }
         }
     } else {
-        let window = Window { cut_at, healed_at, demoted_at, fence_clock };
-        crate::check_history(&holds, &stores, window, report.replica_acks, &mut report);
-        // The servers' record: the old primary's (read before it stopped)
-        // and the new one's (which holds what reached it before the cut).
+        // The servers' record: the old primary's (started again once the
+        // clients stopped, to read all it granted, after the heal too) and
+        // the new one's (which holds what reached it before the cut).
+        if !pgs[old_at].running {
+            pgs[old_at].start(&net);
+        }
+        let old_audit = audit(&pgs[old_at], 0);
         let new_rows = audit(&pgs[0], 0);
+        // The minority client's sections the old primary granted: its grant
+        // row to the client between the acquire's call and the section.
+        let by_old = holds
+            .iter()
+            .filter(|h| h.worker == MINORITY_CLIENT)
+            .filter(|h| {
+                let granted = fence_clock.real(h.asked)..=fence_clock.real(h.start);
+                old_audit.iter().any(|r| r.grant() && r.client == minority_ip && r.key == h.key && granted.contains(&r.at))
+            })
+            .map(|h| (h.key.clone(), h.start))
+            .collect();
+        let window = Window { cut_at, promoted_at, healed_at, demoted_at, fence_clock, by_old };
+        crate::check_history(&holds, &stores, &window, report.replica_acks, &mut report);
         let new_fences = fences(&pgs[0]);
         std::fs::write(dir.join("fences"), format!("old primary:\n{}\nnew primary:\n{}\n", old_fences.join("\n"), new_fences.join("\n")))
             .unwrap();
@@ -622,6 +641,10 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
                 rows.push(row);
             }
         }
+        // Each server alone never held a key for two at once; the two
+        // together may, while both were primaries (the window).
+        server_overlaps(&old_audit, &mut report);
+        server_overlaps(&new_rows, &mut report);
         let mut server_report = Report::default();
         let overlaps = server_overlaps(&rows, &mut server_report);
         let lost = old_audit.iter().filter(|r| r.grant() && !new_rows.iter().any(|n| n.token == r.token && n.grant())).count();

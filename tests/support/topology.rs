@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Lease, LockError, Provider};
 use futures::executor::block_on;
-use sha2::{Digest, Sha256};
 
 use super::{eventually, redis_counts, wait};
 
@@ -23,23 +22,11 @@ pub fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
     result.expect_err("expected an error").code()
 }
 
+pub use super::names::digest;
+
 /// The Redis name of a user key's lock in the tests' namespace.
 pub fn lock_key(key: &str) -> String {
-    format!("test:lock:{{{}}}", digest(key))
-}
-
-/// The digest in a user key's Redis names: the first 132 bits of its
-/// SHA-256 in 22 base64url characters.
-pub fn digest(key: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = Sha256::digest(key.as_bytes());
-    let mut out = String::new();
-    for n in 0..22 {
-        let bit = n * 6;
-        let pair = u16::from(bytes[bit / 8]) << 8 | u16::from(bytes[bit / 8 + 1]);
-        out.push(char::from(ALPHABET[usize::from((pair >> (10 - bit % 8)) & 0x3f)]));
-    }
-    out
+    super::names::lock_key("test", key)
 }
 
 /// Polls that never fire within a test: a waiter is served within 2 s only
