@@ -42,8 +42,9 @@ fn child_process() {
                 let mut parts = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
                 let (count, last) = (parts.next().unwrap(), parts.next().unwrap());
                 assert!(lease.fence() > last, "fence {} not above the store's {last}", lease.fence());
+                // 1 ms between the read and the write: two holders at once lose a count.
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 std::fs::write(&store, format!("{} {}", count + 1, lease.fence())).unwrap();
-                std::thread::yield_now();
                 assert!(block_on(lease.release()).unwrap());
             }
             writeln!(stdout, "done").unwrap();

@@ -391,6 +391,17 @@ fn churn(table: &str) -> (i64, i64, i64, i64, i64) {
     (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
 }
 
+/// Updated in place: every update of `table` a heap-only tuple (no new
+/// index entry), whose dead versions the page's own pruning removes as it
+/// goes, with no VACUUM (autovacuum is off): the table stays one page,
+/// however many rounds it went through.
+fn assert_churn_is_pruned(table: &str, rounds: i64, updated: i64, hot: i64, dead: i64) {
+    assert!(updated >= rounds, "{table}: {updated} updates in {rounds} rounds");
+    assert_eq!(hot, updated, "{table}: every update is HOT (no index entry added)");
+    let pages = count(&format!("SELECT pg_relation_size('{table}') / current_setting('block_size')::bigint"));
+    assert_eq!(pages, 1, "{table}: {pages} pages after {rounds} rounds ({dead} dead versions): not pruned in place");
+}
+
 #[test]
 fn a_grant_and_its_release_update_one_holder_row_in_place_and_leave_no_rows_to_vacuum() {
     const PAIRS: i64 = 300;
@@ -415,6 +426,7 @@ fn a_grant_and_its_release_update_one_holder_row_in_place_and_leave_no_rows_to_v
     // A row inserted by a grant and deleted by its release is a dead row
     // per pair, with its index entry, until VACUUM.
     assert_eq!((inserted, deleted), (1, 0), "the key's one holder row serves every grant");
+    assert_churn_is_pruned(&holders, PAIRS, updated, hot, dead);
     assert_eq!(count(&format!("SELECT count(*) FROM {holders}")), 1);
 }
 
@@ -447,6 +459,7 @@ fn a_waiter_s_mark_is_a_row_updated_in_place_too() {
     let (inserted, updated, hot, deleted, dead) = churn(&waiting);
     eprintln!("marks after {ROUNDS} hand-offs: {inserted} inserted, {updated} updated ({hot} HOT), {deleted} deleted, {dead} dead");
     assert_eq!((inserted, deleted), (1, 0), "the key's one mark row serves every wait");
+    assert_churn_is_pruned(&waiting, ROUNDS, updated, hot, dead);
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod postgres;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
@@ -68,7 +69,8 @@ fn child_process() {
             std::mem::forget(lease);
         }
         // Takes the key 50 times; inside, a read-modify-write of the store
-        // (a count and the last fence, which must rise).
+        // (a count and the last fence, which must rise), with 3 ms between
+        // the read and the write: two holders at once lose a count.
         "hammer" => {
             for _ in 0..50 {
                 let lease = block_on(locks.acquire("shared-key", wait(30_000))).unwrap();
@@ -76,8 +78,8 @@ fn child_process() {
                 let mut parts = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
                 let (count, last) = (parts.next().unwrap(), parts.next().unwrap());
                 assert!(lease.fence() > last, "fence {} not above the store's {last}", lease.fence());
+                std::thread::sleep(std::time::Duration::from_millis(3));
                 std::fs::write(&store, format!("{} {}", count + 1, lease.fence())).unwrap();
-                std::thread::yield_now();
                 assert!(block_on(lease.release()).unwrap());
             }
             writeln!(stdout, "done").unwrap();
@@ -108,11 +110,18 @@ fn a_process_killed_while_holding_keeps_the_key_only_until_its_lease_ends() {
     let store = fresh_store("killed");
     let (mut child, mut out) = spawn("hold", &schema.yaml("        leaseMs: 3000\n", ""), &store);
     let fence: u64 = expect_line(&mut out, "held").parse().unwrap();
+    let held = Instant::now();
     let provider = schema.open("");
     assert_eq!(code(block_on(backend(&provider).acquire("shared-key", wait(0)))), ErrorCode::LockBusy);
     child.kill().unwrap();
     child.wait().unwrap();
     let lease = block_on(backend(&provider).acquire("shared-key", wait(20_000))).expect("granted once the dead holder's lease ended");
+    // Not before the lease (3 s from the grant, which came before "held"),
+    // and soon after it: a waiter polls every `pollIntervalMs` (25 ms) and
+    // `notifyPollIntervalMs` (250 ms); 1.5 s of slack for a loaded host.
+    let waited = held.elapsed();
+    assert!(waited >= Duration::from_millis(2_500), "granted {waited:?} after the holder's grant, within its 3 s lease");
+    assert!(waited <= Duration::from_millis(4_500), "granted only {waited:?} after the holder's grant: its 3 s lease was kept longer");
     assert!(lease.fence() > fence);
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());

@@ -80,6 +80,8 @@ test('another provider is LOCK_BUSY, WAIT_TIMEOUT, and a waiter is woken by the 
   await listening(b);
   const waiting = b.backend('pg').acquire('k', { waitTimeoutMs: 30_000 });
   while (b.backend('pg').status().waiting !== 1) await sleep(5);
+  // Time for many round trips: a waiter the store granted would be settled.
+  await sleep(200);
   assert.equal(await isSettled(waiting), false);
   await held.release();
   const next = await waiting;
