@@ -84,6 +84,11 @@ fn child_process() {
             }
             writeln!(stdout, "done").unwrap();
         }
+        // Waits for the key (the parent holds it) until killed.
+        "wait" => {
+            let granted = block_on(locks.acquire("shared-key", wait(60_000)));
+            panic!("the waiter was to be killed while waiting, not: {:?}", granted.map(|lease| lease.fence()));
+        }
         other => panic!("unknown role {other}"),
     }
     block_on(provider.close());
@@ -125,4 +130,35 @@ fn a_process_killed_while_holding_keeps_the_key_only_until_its_lease_ends() {
     assert!(lease.fence() > fence);
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
+}
+
+/// A waiter killed while waiting leaves its mark: the next waiter, behind
+/// it, is granted only once the mark lapses (2 x max(poll intervals) + 1 s
+/// after its last try: 1.5 s here), and then at its next poll.
+#[test]
+fn a_dead_waiter_s_mark_delays_the_next_waiter_only_until_it_lapses() {
+    let schema = Schema::fresh();
+    let store = fresh_store("dead-waiter");
+    let holder = schema.open("");
+    let held = block_on(backend(&holder).acquire("shared-key", wait(0))).unwrap();
+    let (mut child, _out) = spawn("wait", &schema.yaml("", ""), &store);
+    let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
+    postgres::eventually("the child waits, with a mark", || postgres::count(&marks) == 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let next_provider = schema.open("");
+    let waiter = backend(&next_provider);
+    let next = std::thread::spawn(move || block_on(waiter.acquire("shared-key", wait(10_000))));
+    postgres::eventually("the next waiter waits behind the dead one's mark", || postgres::count(&marks) == 2);
+    assert!(block_on(held.release()).unwrap());
+    let lease = next.join().unwrap().expect("granted once the dead waiter's mark lapsed");
+    let waited = killed.elapsed();
+    // Its last try was at most a notify poll (250 ms) before the kill.
+    assert!(waited >= Duration::from_millis(1_000), "granted {waited:?} after the kill: the dead waiter's mark was not kept");
+    assert!(waited <= Duration::from_millis(3_000), "granted only {waited:?} after the kill: the mark outlived its 1.5 s bound");
+    assert!(lease.fence() > held.fence());
+    assert!(block_on(lease.release()).unwrap());
+    block_on(holder.close());
+    block_on(next_provider.close());
 }
