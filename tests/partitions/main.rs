@@ -39,13 +39,20 @@
 //! - no fence is ever granted twice;
 //! - the store never accepts a write whose fence is below one it accepted,
 //!   and loses no increment;
+//! - a section's fence is above that of every section that ended before it
+//!   began, and a write the store refused was overtaken by a higher fence,
+//!   but across the two primaries;
 //! - every interval in which two holders overlapped is explained by a
-//!   documented window, or counted as a violation: "partitioned old primary"
-//!   (one holder the minority's client, granted while cut off, when the old
-//!   primary is all it reaches), "old primary after the heal, before its
-//!   demotion" (both expected without replica acknowledgement, violations
-//!   with it) or "expired lease" (a holder told `LEASE_LOST` /
-//!   `OUTCOME_UNKNOWN` at its release);
+//!   documented window, or counted as a violation: two live primaries from
+//!   the promotion on, each granting to its side, "partitioned old primary"
+//!   (the minority's client granted while cut off, when the old primary is
+//!   all it reaches, against a majority client granted after the
+//!   promotion) and "old primary after the heal, before its demotion" (the
+//!   minority's client granted then by the old primary, as its own
+//!   `MONITOR` record shows: see `monitor.rs`) (both expected without
+//!   replica acknowledgement, violations with it); or "expired lease" (the
+//!   older holder told `LEASE_LOST` / `OUTCOME_UNKNOWN` at its release, the
+//!   newer one begun a lease after the older one's acquire was called);
 //! - with `replicaAcks: 1` the minority's client is granted nothing while
 //!   cut off, and learns (an acquire failing) within [`LEARN_BOUND`];
 //! - after healing, the old primary is a replica within [`REJOIN_BOUND`].
