@@ -24,7 +24,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { Deadlines } from './deadlines.js';
-import { withLockReleasedAtOnce } from './with-lock.js';
+import { leaseLost, withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
 import * as tracing from './tracing.js';
 
@@ -73,6 +73,9 @@ class LocalCore {
     /** How many Waiters are queued: while none, releases are deferred. */
     this.queued = 0;
     this.closed = false;
+    /** Aborted by close, which ends every lease: withLock sections watch it (with-lock.js). */
+    this.closer = new AbortController();
+    this.closing = this.closer.signal;
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
 
@@ -249,6 +252,7 @@ class LocalCore {
       this.waiters[slot] = undefined;
       waiter.fail(fromInfo(native.closedError()));
     }
+    this.closer.abort(leaseLost());
   }
 }
 

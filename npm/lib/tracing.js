@@ -78,6 +78,7 @@ export function tracedLocal(name, core, releasedAtOnce) {
   const takes = {
     take: (key, options) => calls.acquire(key, options),
     releaseNow: (lease) => core.releaseNow(lease),
+    closing: core.closing,
   };
   const calls = tracedCalls(
     { backend: name, driver: 'local', seesReleases: true },

@@ -291,6 +291,21 @@ test('redis: acquire, withLock and hold, a contended wait, WAIT_TIMEOUT, and a l
   await provider.close();
 });
 
+test('redis: a second release while the first is under way answers false after it, and the hold ends once with the first one\'s result', async () => {
+  const provider = await openRedis(`tr${++namespaces}`);
+  const recorder = recordTracing(['hold']);
+  const lease = await provider.backend('r').acquire(KEY);
+  const settled = [];
+  const first = lease.release().then((released) => (settled.push('first'), released));
+  const second = lease.release().then((released) => (settled.push('second'), released));
+  assert.deepEqual(await Promise.all([first, second]), [true, false]);
+  assert.deepEqual(settled, ['first', 'second'], 'the second waits for the first');
+  assert.deepEqual(recorder.sequence('hold'), PROMISE, 'the hold ended once');
+  assert.equal(recorder.contexts('hold')[0].released, true, 'with the first release\'s result');
+  recorder.stop();
+  await provider.close();
+});
+
 test('redis: AsyncLocalStorage values reach fn without a subscriber too', async () => {
   const provider = await openRedis(`tr${++namespaces}`);
   const als = new AsyncLocalStorage();

@@ -30,7 +30,7 @@ use super::delivery::{self, lock};
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
 use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
-use crate::abort::AbortSignal;
+use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::LocalOptions;
@@ -47,6 +47,8 @@ struct Shared {
     engine: delivery::Engine,
     options: LocalOptions,
     reporter: Reporter,
+    /// Aborted by close, which ends every lease (see [`LocalBackend::closing`]).
+    closing: AbortController,
 }
 
 /// How long a thread that queues first in line checks for its hand-off
@@ -96,7 +98,7 @@ impl LocalBackend {
     pub fn with_telemetry(name: &str, options: LocalOptions, telemetry: Option<Telemetry>) -> Self {
         let engine = Mutex::new(LocalEngine::new(options));
         let reporter = Reporter::new(telemetry, name, "local", options.thresholds);
-        LocalBackend { shared: Arc::new(Shared { engine, options, reporter }) }
+        LocalBackend { shared: Arc::new(Shared { engine, options, reporter, closing: AbortController::new() }) }
     }
 
     /// The options the backend was opened with.
@@ -264,7 +266,14 @@ impl LocalBackend {
     /// later calls fail with `CLOSED`.
     pub fn close(&self) {
         let waiters = lock(&self.shared.engine).close();
+        self.shared.closing.abort();
         waiters.iter().for_each(|slot| slot.close());
+    }
+
+    /// Aborted once [`LocalBackend::close`] has run: every lease held then
+    /// has ended (what a `with_lock` section learns through its signal).
+    pub fn closing(&self) -> AbortSignal {
+        self.shared.closing.signal()
     }
 
     /// True once [`LocalBackend::close`] has run.
