@@ -172,7 +172,8 @@ export interface KeysLease extends Lease {
 export interface WithLockOptions extends AcquireOptions {
   /**
    * redis, postgres: renew the lease every leaseMs / 3 on the driver's thread while fn
-   * runs (default true). Local leases never expire.
+   * runs (default true). With false the lease is still watched: the section's signal
+   * aborts (LEASE_LOST) when it runs out. Local and file leases never expire.
    */
   readonly autoRenew?: boolean;
 }
@@ -335,7 +336,10 @@ export interface LockBackend {
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
-   * (the lost lease is released in the background). `signal` also aborts when
+   * (the lost lease is released in the background; a loss found by the
+   * release is LEASE_LOST too, with fn's error as its cause if fn threw).
+   * On every driver, close() during the section takes its lease: `signal`
+   * aborts and withLock rejects with LEASE_LOST. `signal` also aborts when
    * `options.signal` does; fn decides whether to stop. A backend whose driver
    * or wrapBackend supplies no withLock gets this one, built on its acquire:
    * a redis or postgres lease it hands out keeps the core's renewals; another lease that

@@ -59,8 +59,10 @@ fn check_length(len: usize, max_key_bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// The error of a key of `len` bytes of UTF-8, more than `max_key_bytes`
+/// (for a surface that measures an oversized key without converting it).
 #[cold]
-fn too_long(len: usize, max_key_bytes: usize) -> LockError {
+pub fn too_long(len: usize, max_key_bytes: usize) -> LockError {
     LockError::new(ErrorCode::InvalidKey, format!("key is {len} bytes of UTF-8, more than maxKeyBytes ({max_key_bytes})"))
         .with_details(serde_json::json!({ "bytes": len, "maxKeyBytes": max_key_bytes }))
 }

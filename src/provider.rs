@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::abort::AbortController;
+use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::file::{FileBackend, FileLease};
@@ -249,6 +249,16 @@ impl Backend {
         self.store_options().map(|options| Duration::from_millis(u64::from(options.lease_ms) / 3))
     }
 
+    /// Aborted once the backend starts closing, for the drivers whose
+    /// leases nothing but close ends (local, file); `None` for the others.
+    pub(crate) fn closing(&self) -> Option<AbortSignal> {
+        match self {
+            Backend::Local(local) => Some(local.closing()),
+            Backend::File(file) => Some(file.closing()),
+            Backend::Redis(_) | Backend::Postgres(_) => None,
+        }
+    }
+
     async fn close(&self) {
         match self {
             Backend::Local(local) => local.close(),
@@ -348,10 +358,11 @@ impl Lease {
         }
     }
 
-    /// Renews the lease every `every` on the store drivers' thread until the
-    /// returned guard is dropped, aborting `on_lost` the moment it is known
-    /// lost; `None` for a lease that never expires while held.
-    pub fn keep_alive(&self, every: Duration, on_lost: AbortController) -> Option<KeepAlive> {
+    /// Renews the lease every `every` (`None`: never, only watching it) on
+    /// the store drivers' thread until the returned guard is dropped,
+    /// aborting `on_lost` the moment it is known lost or its backend starts
+    /// closing; `None` for a lease that never expires while held.
+    pub fn keep_alive(&self, every: Option<Duration>, on_lost: AbortController) -> Option<KeepAlive> {
         match self {
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),

@@ -36,7 +36,8 @@ impl From<AcquireOptions> for WithLockOptions {
 pub struct Section {
     /// The lease's fencing token: pass it along with writes to other stores.
     pub fence: u64,
-    /// Aborted the moment the lease is known lost; a section doing long work
+    /// Aborted the moment the lease is known lost (a takeover, its end
+    /// without renewals, or the backend closing); a section doing long work
     /// should stop when it fires.
     pub signal: AbortSignal,
 }
@@ -45,9 +46,9 @@ impl Backend {
     /// Acquires `key`, runs `section`, and releases the lease whatever the
     /// section returned (a panic or a dropped future releases it too, through
     /// the lease's `Drop`). The section's output is returned unless the lease
-    /// was lost at any point during the section: that is `LEASE_LOST` even
-    /// when the section succeeded, since its work may have overlapped another
-    /// holder's. Renewals run on the store drivers' own thread, so a caller
+    /// was lost at any point during the section (the backend closing takes
+    /// it too): that is `LEASE_LOST` even when the section succeeded, since
+    /// its work may have overlapped another holder's. Renewals run on the store drivers' own thread, so a caller
     /// whose executor stalls does not lose the lease for that reason.
     pub async fn with_lock<F, Fut, T>(&self, key: &str, options: impl Into<WithLockOptions>, section: F) -> Result<T>
     where
@@ -77,12 +78,16 @@ impl Backend {
         Fut: Future<Output = T>,
     {
         let lost = AbortController::new();
-        let keep_alive = match self.auto_renew_every() {
-            Some(every) if auto_renew => lease.keep_alive(every, lost.clone()),
-            _ => None,
+        // Local and file leases never expire: only close takes them, so the
+        // backend's closing is their loss. A store lease is watched (and
+        // renewed unless `auto_renew` is false) until the section ends: its
+        // end, a takeover or close abort the signal.
+        let (keep_alive, signal) = match self.closing() {
+            Some(closing) => (None, closing),
+            None => (lease.keep_alive(self.auto_renew_every().filter(|_| auto_renew), lost.clone()), lost.signal()),
         };
-        let output = section(Section { fence: lease.fence(), signal: lost.signal() }).await;
-        let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost());
+        let output = section(Section { fence: lease.fence(), signal: signal.clone() }).await;
+        let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost()) || signal.is_aborted();
         drop(keep_alive);
         if was_lost {
             // Released in the background (the lease's `Drop`): the server
@@ -91,8 +96,13 @@ impl Backend {
             drop(lease);
             return Err(LockError::lease_lost());
         }
-        let released = lease.release().await;
-        // A release that finds another owner is LEASE_LOST already.
-        released.map(|_| output)
+        match lease.release().await {
+            Ok(true) => Ok(output),
+            // The section has no handle to release its lease by: something
+            // else ended it (close, between the checks above and here).
+            Ok(false) => Err(LockError::lease_lost()),
+            // A release that finds another owner is LEASE_LOST already.
+            Err(err) => Err(err),
+        }
     }
 }

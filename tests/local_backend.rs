@@ -318,6 +318,20 @@ fn with_lock_runs_the_section_exclusively_and_releases_in_all_cases() {
 }
 
 #[test]
+fn close_during_a_with_lock_section_aborts_its_signal_and_fails_with_lease_lost() {
+    let provider = Provider::from_yaml(YAML).unwrap();
+    let orders = provider.backend("orders").unwrap();
+    let (provider, aborted) = (&provider, &AtomicBool::new(false));
+    let result = block_on(orders.with_lock("k", wait(0), |section| async move {
+        provider.close().await;
+        aborted.store(section.signal.is_aborted(), Ordering::SeqCst);
+        "finished after close took the lease"
+    }));
+    assert!(aborted.load(Ordering::SeqCst), "the section's signal aborted when close took its lease");
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+}
+
+#[test]
 fn a_lease_gives_back_its_backend_handle_for_the_next_blocking_acquire() {
     let (a, b) = (backend(), backend());
     let mut lease = a.acquire_blocking("k", None).unwrap();

@@ -182,6 +182,36 @@ fn a_wait_for_a_key_set_that_ends_without_a_grant_leaves_nothing_held() {
 }
 
 #[test]
+fn waiters_sharing_one_aborted_signal_are_all_aborted_and_none_is_granted() {
+    // The first polled leaves its queue, which lets the reader behind it
+    // in; that reader's signal was aborted before its grant.
+    let backend = LocalBackend::new(LocalOptions::default());
+    let reader = block_on(backend.acquire("k", shared())).unwrap();
+    let controller = AbortController::new();
+    let with_signal = |options: AcquireOptions| AcquireOptions { signal: Some(controller.signal()), ..options };
+    let mut writer = Box::pin(backend.acquire("k", with_signal(AcquireOptions::default())));
+    let mut behind = Box::pin(backend.acquire("k", with_signal(shared())));
+    assert!((&mut writer).now_or_never().is_none());
+    assert!((&mut behind).now_or_never().is_none());
+    controller.abort();
+    assert_eq!(block_on(writer).unwrap_err().code(), ErrorCode::Aborted);
+    assert_eq!(block_on(behind).map(|lease| lease.fence()).unwrap_err().code(), ErrorCode::Aborted);
+    assert_eq!((backend.counts().held, backend.counts().waiting), (1, 0));
+    drop(reader);
+    assert_eq!(backend.counts().held, 0);
+}
+
+#[test]
+fn a_key_set_larger_than_max_keys_is_key_limit_before_its_keys_are_checked() {
+    let backend = LocalBackend::new(LocalOptions { max_keys: 10, ..LocalOptions::default() });
+    let mut keys: Vec<String> = (0..1_000).map(|i| format!("k{i}")).collect();
+    keys.push("k0".into());
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    assert_eq!(block_on(backend.acquire_many(&keys, AcquireOptions::default())).unwrap_err().code(), ErrorCode::KeyLimit);
+    assert_eq!(backend.counts().held, 0);
+}
+
+#[test]
 fn bad_kinds_and_key_sets_are_invalid_argument() {
     let backend = LocalBackend::new(LocalOptions::default());
     for options in [

@@ -45,6 +45,42 @@ fn without_auto_renew_a_section_outliving_its_lease_is_lease_lost() {
 }
 
 #[test]
+fn without_auto_renew_the_signal_still_aborts_when_the_lease_runs_out() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "200")], &[("commandTimeoutMs", "150")]);
+    let options = WithLockOptions { acquire: wait(0), auto_renew: false };
+    let result = block_on(a.backend("shared").unwrap().with_lock("job", options, |section| async move {
+        let started = Instant::now();
+        while !section.signal.is_aborted() {
+            assert!(started.elapsed() < Duration::from_secs(2), "the signal never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+}
+
+#[test]
+fn close_during_a_section_aborts_its_signal_and_fails_with_lease_lost() {
+    // Close gives the section's key back: another process can hold it while
+    // the section still runs.
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "10000")], &[]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "10000")], &[]);
+    let (a, b) = (&a, &b);
+    let result = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
+        a.close().await;
+        let other = b.backend("shared").unwrap().acquire("job", wait(0)).await.expect("close gave the key back");
+        let started = Instant::now();
+        while !section.signal.is_aborted() {
+            assert!(started.elapsed() < Duration::from_secs(2), "the signal never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        other
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+}
+
+#[test]
 fn a_lease_taken_over_during_the_section_aborts_its_signal_and_fails_with_lease_lost() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[("commandTimeoutMs", "250")]);

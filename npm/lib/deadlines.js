@@ -80,7 +80,11 @@ export class Deadlines {
     let next = Infinity;
     for (const list of this.#lists.values()) {
       let waiter = list.head;
-      for (; waiter !== undefined && waiter.deadline <= now; waiter = waiter.deadlineNext) expired.push(waiter);
+      for (; waiter !== undefined && waiter.deadline <= now; waiter = waiter.deadlineNext) {
+        // Marked before any expires: one leaving may let another in (local.js refuses it).
+        waiter.expired = true;
+        expired.push(waiter);
+      }
       if (waiter !== undefined) next = Math.min(next, waiter.deadline);
     }
     // Expiring removes each waiter, which may rearm; arm for the rest first.

@@ -7,7 +7,7 @@ import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
-import { withLock } from './with-lock.js';
+import { closeWatch, leaseLost, withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
 
@@ -19,8 +19,6 @@ function unwrap(result) {
   return result;
 }
 
-/** No renewals: a file lease never expires while held. */
-const NO_KEEP_ALIVE = () => undefined;
 
 /** A lease held through kernel locks on its keys' lock files, in the kind asked (exclusive, shared, or units of a counted key). */
 class FileLease {
@@ -108,14 +106,18 @@ class FileBackend {
   #waitTimeoutMs;
   #traced;
 
+  /** No renewals (a file lease never expires while held): only close ends a lease. */
+  #keepAlive;
+
   constructor(handle, name, state) {
     this.#native = handle;
     this.#state = state;
+    this.#keepAlive = closeWatch(state.closer.signal);
     this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#traced = tracing.tracedCalls(
       { backend: name, driver: 'file', seesReleases: true },
       (key, options) => this.#take(key, options),
-      (key, fn, options) => withLock(this, key, fn, options, NO_KEEP_ALIVE),
+      (key, fn, options) => withLock(this, key, fn, options, this.#keepAlive),
     );
   }
 
@@ -166,7 +168,7 @@ class FileBackend {
   /** Acquires, runs `fn(lease, signal)`, releases in all cases (nothing to renew). */
   withLock(key, fn, options) {
     if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
-    return withLock(this, key, fn, options, NO_KEEP_ALIVE);
+    return withLock(this, key, fn, options, this.#keepAlive);
   }
 
   /** Counts: `{ driver: 'file', held, heldShared, waiting, acquired, timedOut, lost }`. */
@@ -184,12 +186,13 @@ class FileBackend {
 export function openFile({ name, options }) {
   const handle = options.openFile(name, forwardTelemetry);
   if (handle === null) throw takeNativeError();
-  const state = { closed: false };
+  const state = { closed: false, closer: new AbortController() };
   return {
     view: new FileBackend(handle, name, state),
     close: async () => {
       state.closed = true;
       handle.close();
+      state.closer.abort(leaseLost());
     },
   };
 }

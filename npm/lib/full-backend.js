@@ -226,10 +226,11 @@ class AppBackend {
 /**
  * The renewals of a lease during a section: the core's for a store lease
  * (also when a wrapper hands it out), else lease.renew() on JS timers for a
- * lease that expires; none for a lease that never does.
+ * lease that expires; none for a lease that never does. With `renew`
+ * false, a store lease is still watched (its end, close), an app lease not.
  */
-function keepAlive(lease) {
-  return storeKeepAlive(lease) ?? timerRenewals(lease);
+function keepAlive(lease, renew) {
+  return storeKeepAlive(lease, renew) ?? (renew ? timerRenewals(lease) : undefined);
 }
 
 /**

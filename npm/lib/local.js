@@ -24,7 +24,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { Deadlines } from './deadlines.js';
-import { withLockReleasedAtOnce } from './with-lock.js';
+import { leaseLost, withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
 import * as tracing from './tracing.js';
 
@@ -73,6 +73,9 @@ class LocalCore {
     /** How many Waiters are queued: while none, releases are deferred. */
     this.queued = 0;
     this.closed = false;
+    /** Aborted by close, which ends every lease: withLock sections watch it (with-lock.js). */
+    this.closer = new AbortController();
+    this.closing = this.closer.signal;
     this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
   }
 
@@ -249,6 +252,7 @@ class LocalCore {
       this.waiters[slot] = undefined;
       waiter.fail(fromInfo(native.closedError()));
     }
+    this.closer.abort(leaseLost());
   }
 }
 
@@ -264,6 +268,8 @@ class Waiter {
     this.leaseSlot = 0;
     this.leaseFence = 0;
     this.nextGranted = undefined;
+    /** Set by the deadlines once this wait is past its deadline. */
+    this.expired = false;
     this.promise = new Promise((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
@@ -278,6 +284,16 @@ class Waiter {
   }
 
   grant(slot, fence) {
+    // A wait that is over is never granted: listeners of one signal, and
+    // waiters whose deadlines passed together, leave one at a time, and the
+    // first to leave can let the others in before their turn to leave. The
+    // lease goes back (to the next waiter); a dropped lease would hold its
+    // keys for the life of the process.
+    if (this.expired || this.signal?.aborted) {
+      this.fail(this.expired ? fromInfo(native.waitTimeoutError(this.deadlineMs)) : abortedBy(this.signal));
+      this.core.release(slot, fence);
+      return;
+    }
     this.settle();
     this.core.waited(this, undefined);
     this.resolve(this.core.lease(this.key, slot, fence));
@@ -295,12 +311,13 @@ class Waiter {
     // same thread, which also ended its deadline and listener; nothing leaks.
     const core = this.core;
     const cancelled = core.engine.cancel(this.slot, this.serial, timedOut);
+    // Its table entry goes first: settling the grants below runs telemetry
+    // subscribers, whose acquires may queue in the slot it freed.
+    if (cancelled) core.waiters[this.slot] = undefined;
     // Leaving can let waiters behind this one in (readers queued behind a
     // writer that gave up): settle them before anything else runs JS.
     core.grantAll(core.out[0]);
-    if (!cancelled) return;
-    core.waiters[this.slot] = undefined;
-    this.fail(error);
+    if (cancelled) this.fail(error);
   }
 
   settle() {

@@ -19,6 +19,8 @@ function unwrap(result) {
   return result;
 }
 
+const FALSE = () => false;
+
 /** A fence as the addon gives it: a number while exact (below 2^53), else its decimal string. */
 function fenceString(fence) {
   return typeof fence === 'string' ? fence : String(fence);
@@ -52,6 +54,8 @@ class StoreLease {
   #key;
   /** As the addon gave it until first read, then its string. */
   #fence;
+  /** The first release()'s promise, once called. */
+  #releasing;
 
   constructor(id, fence, owner, key) {
     this.#id = id;
@@ -85,12 +89,18 @@ class StoreLease {
     return this.#owner.native.leaseRenew(this.#id).then(unwrap);
   }
 
-  /** True when released, false when already released; LEASE_LOST when another owner had it. */
+  /**
+   * True when released, false when already released; LEASE_LOST when
+   * another owner had it. A call while an earlier one is under way answers
+   * false once that one has settled: until then the lease may be held.
+   */
   release() {
+    if (this.#releasing !== undefined) return this.#releasing.then(FALSE, FALSE);
     const owner = this.#owner;
     owner.unreleased.unregister(this);
     const releasing = owner.calls.release(this.#id).then(unwrap);
-    return tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
+    this.#releasing = tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
+    return this.#releasing;
   }
 
   async [Symbol.asyncDispose]() {
@@ -98,13 +108,13 @@ class StoreLease {
   }
 
   /**
-   * The core's renewals of `lease` while a withLock section runs (see
-   * with-lock.js), or undefined when `lease` is no store lease or is
+   * The core's renewals of `lease` (with `renew` false, its watch alone)
+   * while a withLock section runs (see with-lock.js), or undefined when `lease` is no store lease or is
    * released. Found from the lease, so a section keeps them when a
    * wrapBackend hands out the store lease.
    */
-  static keepAlive(lease) {
-    return typeof lease === 'object' && lease !== null && #id in lease ? (lease.#owner.native.keepAlive(lease.#id) ?? undefined) : undefined;
+  static keepAlive(lease, renew) {
+    return typeof lease === 'object' && lease !== null && #id in lease ? (lease.#owner.native.keepAlive(lease.#id, renew) ?? undefined) : undefined;
   }
 }
 

@@ -78,6 +78,7 @@ export function tracedLocal(name, core, releasedAtOnce) {
   const takes = {
     take: (key, options) => calls.acquire(key, options),
     releaseNow: (lease) => core.releaseNow(lease),
+    closing: core.closing,
   };
   const calls = tracedCalls(
     { backend: name, driver: 'local', seesReleases: true },
@@ -194,10 +195,19 @@ function traceWithLock(source, key, fn, options, run) {
   return trace(withLockChannel, context, () => run(section), () => {});
 }
 
+/**
+ * Ends the hold of a lease collected unreleased (a store lease is then given
+ * back: store.js). V8 runs this only after a full collection, which may come
+ * long after the lease was dropped.
+ */
+const dropped = new FinalizationRegistry((hold) => endHold(hold, false));
+
 /** Starts the hold of `lease` granted at `since` (performance.now()). */
 function startHold(lease, context, since) {
   if (!holdStart.hasSubscribers) return;
-  holds.set(lease, { context, since });
+  const hold = { context, since };
+  holds.set(lease, hold);
+  dropped.register(lease, hold, lease);
   open.holds++;
   holdChannel.start.publish(context);
   // A hold has no synchronous part: it ends when released or lost.
@@ -221,6 +231,12 @@ export function holdEnded(lease, released, error) {
   const hold = holds.get(lease);
   if (hold === undefined) return;
   holds.delete(lease);
+  dropped.unregister(lease);
+  endHold(hold, released, error);
+}
+
+/** Publishes the end of `hold` ({ context, since }). */
+function endHold(hold, released, error) {
   open.holds--;
   const { context, since } = hold;
   context.heldMs = performance.now() - since;

@@ -15,7 +15,7 @@
 // LEASE_LOST even when the section succeeded: its work may have overlapped
 // another holder's.
 import { native } from './native.js';
-import { fromInfo, invalidArgument } from './errors.js';
+import { fromInfo, invalidArgument, LockError } from './errors.js';
 import { holdEnded, holdsOpen, holdsWatched, sectionHolds } from './tracing.js';
 
 /** The signal of a section nothing can abort. */
@@ -59,17 +59,50 @@ function sectionOptions(options) {
   return { acquire: acquireOptions(options), autoRenew: options.autoRenew ?? true };
 }
 
-function leaseLost(cause) {
+export function leaseLost(cause) {
   const error = fromInfo(native.leaseLostError());
   if (cause !== undefined) error.cause = cause;
   return error;
 }
 
 /**
- * Runs `fn(lease, signal)` holding `key` of `backend`. `keepAlive(lease)`
- * starts the lease's renewals (the core's, for redis leases):
- * `{ watch(): Promise<boolean>, stop(): boolean }`, both true when the lease
- * was lost; it returns undefined for a lease that needs none.
+ * The keepAlive of withLock for leases that nothing but close ends (file):
+ * no renewals, the lease lost once `closing` (the backend's signal, aborted
+ * by close) aborts.
+ */
+export function closeWatch(closing) {
+  return () => new CloseWatch(closing);
+}
+
+class CloseWatch {
+  #closing;
+  #onClose;
+
+  constructor(closing) {
+    this.#closing = closing;
+  }
+
+  watch() {
+    if (this.#closing.aborted) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      this.#onClose = () => resolve(true);
+      this.#closing.addEventListener('abort', this.#onClose, { once: true });
+    });
+  }
+
+  /** True when the backend closed during the section; removes the listener (the backend outlives its sections). */
+  stop() {
+    if (this.#onClose !== undefined) this.#closing.removeEventListener('abort', this.#onClose);
+    return this.#closing.aborted;
+  }
+}
+
+/**
+ * Runs `fn(lease, signal)` holding `key` of `backend`. `keepAlive(lease,
+ * renew)` starts watching the lease (and, with `renew`, its renewals: the
+ * core's, for store leases): `{ watch(): Promise<boolean>, stop(): boolean }`,
+ * both true when the lease was lost (its end without renewals, a takeover,
+ * the backend closing); it returns undefined for a lease nothing can take.
  *
  * The section's signal aborts when the lease is lost (reason: LEASE_LOST)
  * and when the caller's `signal` aborts (its reason); a caller's abort after
@@ -89,7 +122,7 @@ export async function withLock(backend, key, fn, options, keepAlive) {
   let failed = false;
   try {
     let signal = callerSignal ?? NEVER;
-    if (autoRenew && keepAlive !== undefined) renewals = keepAlive(lease);
+    if (keepAlive !== undefined) renewals = keepAlive(lease, autoRenew);
     if (renewals !== undefined) {
       lost = new AbortController();
       // The watch never rejects; the handler only guards against a bug there
@@ -118,8 +151,11 @@ export async function withLock(backend, key, fn, options, keepAlive) {
     if (holdsOpen()) holdEnded(lease, released === true);
   } catch (error) {
     if (holdsOpen()) holdEnded(lease, false, error);
-    // The section's own error wins over a failed release; a release that
-    // finds the lease lost is LEASE_LOST either way.
+    // A release that finds the lease lost is LEASE_LOST either way (the
+    // section's error as its cause): the caller must learn of a possible
+    // overlap, whenever the loss was found. Otherwise the section's own
+    // error wins over a failed release.
+    if (failed && error instanceof LockError && error.code === 'LEASE_LOST') throw leaseLost(failure);
     if (!failed) throw error;
   }
   if (failed) throw failure;
@@ -136,7 +172,10 @@ const NOW = Promise.resolve();
  * over a failed release, and it rejects, never throws. `source.take(key,
  * acquireOptions)` is acquire returning the lease itself when granted at
  * once (else acquire's promise); `source.releaseNow(lease)` releases in the
- * call, throwing on failure.
+ * call (whether it did), throwing on failure; `source.closing` is a signal
+ * aborted when the backend closes, which ends every lease: the section's
+ * signal aborts with it, and a section whose lease it ended rejects with
+ * LEASE_LOST.
  */
 export function withLockReleasedAtOnce(source, key, fn, options) {
   if (typeof fn !== 'function') return Promise.reject(invalidArgument(NOT_A_FUNCTION));
@@ -150,7 +189,8 @@ export function withLockReleasedAtOnce(source, key, fn, options) {
       return Promise.reject(error);
     }
   }
-  const signal = acquire?.signal ?? NEVER;
+  const callerSignal = acquire?.signal;
+  const signal = callerSignal === undefined ? source.closing : AbortSignal.any([callerSignal, source.closing]);
   const taken = source.take(key, acquire);
   if (taken instanceof Promise) return taken.then((lease) => runSection(source, lease, fn, signal));
   return NOW.then(() => runSection(source, taken, fn, signal));
@@ -171,10 +211,9 @@ function runSection(source, lease, fn, signal) {
       return finishSection(source, lease, output);
     }
   } catch (error) {
-    releaseQuietly(source, lease);
-    throw error;
+    throw releaseAfterFailure(source, lease, error);
   }
-  source.releaseNow(lease);
+  release(source, lease);
   return output;
 }
 
@@ -184,18 +223,27 @@ async function finishSection(source, lease, pending) {
   try {
     output = await pending;
   } catch (error) {
-    releaseQuietly(source, lease);
-    throw error;
+    throw releaseAfterFailure(source, lease, error);
   }
-  source.releaseNow(lease);
+  release(source, lease);
   return output;
 }
 
-/** Releases after a failed section, whose error is the one to report. */
-function releaseQuietly(source, lease) {
+/** Releases after a section that succeeded: LEASE_LOST when close ended the lease meanwhile. */
+function release(source, lease) {
+  if (!source.releaseNow(lease) && source.closing.aborted) throw leaseLost();
+}
+
+/**
+ * Releases after a failed section: what to throw, the section's error unless
+ * close ended the lease meanwhile (then LEASE_LOST, with it as the cause).
+ */
+function releaseAfterFailure(source, lease, error) {
+  let released = true;
   try {
-    source.releaseNow(lease);
+    released = source.releaseNow(lease);
   } catch {
     // The section's own error wins over a failed release.
   }
+  return !released && source.closing.aborted ? leaseLost(error) : error;
 }

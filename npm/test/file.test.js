@@ -95,6 +95,27 @@ test('withLock holds the key for the section and releases it after', async () =>
   await provider.close();
 });
 
+test('close during a file section gives its key away: the signal aborts and withLock rejects with LEASE_LOST', async () => {
+  const directory = freshDirectory();
+  const { provider, backend } = await openFile(directory);
+  const { provider: other } = await openFile(directory);
+  let taken;
+  let signal;
+  await rejectsWith(
+    backend.withLock('job', async (lease, sectionSignal) => {
+      signal = sectionSignal;
+      await provider.close();
+      taken = await other.backend('files').acquire('job', { waitTimeoutMs: 0 });
+      return 'finished while another backend held the key';
+    }),
+    'LEASE_LOST',
+  );
+  assert.equal(taken.valid, true, 'close gave the key away during the section');
+  assert.equal(signal.aborted, true);
+  assert.equal(signal.reason.code, 'LEASE_LOST');
+  await other.close();
+});
+
 test('every kind in one process: readers together, units up to the limit, one limit per key, several keys with a fence each', async () => {
   const directory = freshDirectory();
   const { provider, backend } = await openFile(directory);

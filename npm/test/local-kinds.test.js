@@ -101,6 +101,80 @@ test('a writer that times out lets the readers queued behind it in', async () =>
   await provider.close();
 });
 
+test('waiters sharing one aborted signal are all ABORTED: the first one leaving lets none of the others in', async () => {
+  // Abort listeners run one at a time: the writer's cancel lets the reader
+  // behind it in before the reader's own listener runs.
+  const { provider, backend } = await openLocal();
+  const reader = await backend.acquire('k', { mode: 'shared' });
+  const controller = new AbortController();
+  const writer = backend.acquire('k', { signal: controller.signal });
+  const behind = backend.acquire('k', { mode: 'shared', signal: controller.signal });
+  controller.abort();
+  const outcomes = await Promise.allSettled([writer, behind]);
+  assert.deepEqual(
+    outcomes.map((outcome) => outcome.reason?.code ?? `granted, signal.aborted ${controller.signal.aborted}`),
+    ['ABORTED', 'ABORTED'],
+  );
+  assert.deepEqual([backend.status().held, backend.status().waiting], [1, 0], 'only the first reader holds the key');
+  assert.equal(await reader.release(), true);
+  assert.equal((await backend.acquire('k', { waitTimeoutMs: 0 })).valid, true, 'nothing is left holding the key');
+  await provider.close();
+});
+
+test('waiters whose deadlines pass together all time out: the first one leaving lets none of the others in', async () => {
+  const { provider, backend } = await openLocal();
+  const reader = await backend.acquire('k', { mode: 'shared' });
+  const writer = backend.acquire('k', { waitTimeoutMs: 20 });
+  const behind = backend.acquire('k', { mode: 'shared', waitTimeoutMs: 20 });
+  // Both deadlines pass before the timer runs: it finds them expired together.
+  const until = performance.now() + 60;
+  while (performance.now() < until);
+  const outcomes = await Promise.allSettled([writer, behind]);
+  assert.deepEqual(
+    outcomes.map((outcome) => outcome.reason?.code ?? 'granted'),
+    ['WAIT_TIMEOUT', 'WAIT_TIMEOUT'],
+  );
+  assert.deepEqual([backend.status().held, backend.status().waiting], [1, 0], 'only the first reader holds the key');
+  assert.equal(await reader.release(), true);
+  assert.equal((await backend.acquire('k', { waitTimeoutMs: 0 })).valid, true, 'nothing is left holding the key');
+  await provider.close();
+});
+
+test('a slow-acquire subscriber that queues while a cancel lets readers in keeps its place in the waiter table', async () => {
+  // The cancel settles the reader it let in, whose slow-acquire subscriber
+  // queues two acquires: the second takes the cancelled writer's slot.
+  const { subscribe, unsubscribe } = await import('node:diagnostics_channel');
+  const { provider, backend } = await openLocal({ slowAcquireMs: 1 });
+  const reader = await backend.acquire('k', { mode: 'shared' });
+  const held = await backend.acquire('h');
+  const controller = new AbortController();
+  const writer = backend.acquire('k', { signal: controller.signal });
+  const behind = backend.acquire('k', { mode: 'shared' });
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const queued = [];
+  const onSlow = () => {
+    if (queued.length === 0) queued.push(backend.acquire('h'), backend.acquire('h'));
+  };
+  subscribe('dokebi-lock:slow-acquire', onSlow);
+  try {
+    controller.abort();
+    await rejectsWith(writer, 'ABORTED');
+    const second = await behind;
+    assert.equal(queued.length, 2);
+    assert.equal(backend.status().waiting, 2);
+    assert.equal(await held.release(), true);
+    const first = await queued[0];
+    assert.equal(await first.release(), true);
+    const last = await queued[1];
+    assert.equal(last.valid, true);
+    await Promise.all([reader.release(), second.release(), last.release()]);
+    assert.deepEqual([backend.status().held, backend.status().waiting], [0, 0]);
+  } finally {
+    unsubscribe('dokebi-lock:slow-acquire', onSlow);
+    await provider.close();
+  }
+});
+
 test('a counted key holds at most limit units, by weight, and a heavy request first in line is not overtaken', async () => {
   const { provider, backend } = await openLocal();
   const a = await backend.acquire('exports', { limit: 3 });

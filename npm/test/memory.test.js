@@ -48,3 +48,31 @@ test('1e6 local acquire/release cycles keep the resident set and the heap flat',
   assert.ok(growth('heapUsed') <= MiB / 4, `the heap grew by ${growth('heapUsed')} bytes: ${show('heapUsed')}`);
   assert.ok(growth('rss') <= 4 * MiB, `the resident set grew by ${growth('rss')} bytes: ${show('rss')}`);
 });
+
+// An oversized key is refused from its length alone: nothing of it is
+// decoded, and the backend's key buffer keeps no more than maxKeyBytes.
+const oversized = `
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ yaml: 'schemaVersion: 1\\noptions:\\n  dokebi-lock:\\n    backends:\\n      b: {}\\n' });
+const backend = provider.backend('b');
+await (await backend.acquire('warm-up')).release();
+gc();
+const before = process.memoryUsage().rss;
+let key = 'x'.repeat(200 * 2 ** 20);
+const error = await backend.acquire(key).catch((error) => error);
+key = undefined;
+gc();
+const after = process.memoryUsage().rss;
+await provider.close();
+console.log(JSON.stringify({ code: error.code, details: error.details, before, after }));
+`;
+
+test('a 200 MiB key is refused with its length, and the backend keeps none of it', () => {
+  const result = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', oversized], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(result.status, 0, result.stderr);
+  const { code, details, before, after } = JSON.parse(result.stdout);
+  assert.equal(code, 'INVALID_KEY');
+  assert.deepEqual(details, { bytes: 200 * MiB, maxKeyBytes: 1024 });
+  // The decoded key was 200 MiB of UTF-8: kept, the resident set stays that much larger.
+  assert.ok(after - before <= 32 * MiB, `the resident set grew by ${((after - before) / MiB).toFixed(1)} MiB`);
+});

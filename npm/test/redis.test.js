@@ -86,6 +86,37 @@ console.log(outcomes.join(' '));
   assert.equal(result.stdout.trim(), 'true true true');
 });
 
+test('a redis lease dropped unreleased stays held through minor collections: only a full one gives it back', () => {
+  // V8 keeps a FinalizationRegistry's targets through scavenges (the limit
+  // the README states); --trace-gc shows which collections ran.
+  const child = `
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ config: {
+  'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 60000, namespace: 'scavenged-${process.pid}' } } },
+  'dokebi-redis': { connections: { main: { url: ${JSON.stringify(redis.url)} } } },
+} });
+const backend = provider.backend('r');
+await (async () => { await backend.acquire('forgotten'); })();
+let junk;
+for (let round = 0; round < 50; round++) {
+  for (let i = 0; i < 100000; i++) junk = { i, list: [i] };
+  await new Promise((resolve) => setImmediate(resolve));
+}
+console.log('MINOR-ONLY held ' + backend.status().held);
+gc();
+for (let i = 0; i < 5 && backend.status().held > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+console.log('FULL held ' + backend.status().held);
+await provider.close();
+`;
+  const result = spawnSync(process.execPath, ['--expose-gc', '--trace-gc', '--input-type=module', '-e', child], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(result.status, 0, result.stderr);
+  const [minorPhase, fullPhase] = result.stdout.split(/^MINOR-ONLY /m);
+  assert.match(minorPhase, /Scavenge/, 'minor collections ran');
+  assert.doesNotMatch(minorPhase, /Mark-Compact/, 'and only minor ones');
+  assert.match(fullPhase, /^held 1$/m, 'a lease dropped unreleased is still held after minor collections');
+  assert.match(fullPhase, /^FULL held 0$/m, 'a full collection gives it back');
+});
+
 test('exclusion across providers: LOCK_BUSY, WAIT_TIMEOUT, then a hand-off on release', async () => {
   const [a, b] = await pair();
   const held = await a.backend('r').acquire('k');

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { tracingChannel } from 'node:diagnostics_channel';
+import { spawnSync } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LockExtension, openLock } from '../index.js';
 import { openLocal, rejectsWith } from './helpers.js';
@@ -289,6 +290,40 @@ test('redis: acquire, withLock and hold, a contended wait, WAIT_TIMEOUT, and a l
   assert.equal(holdEnds.length, recorder.contexts('hold').length, 'every hold ended once');
   recorder.stop();
   await provider.close();
+});
+
+test('redis: a second release while the first is under way answers false after it, and the hold ends once with the first one\'s result', async () => {
+  const provider = await openRedis(`tr${++namespaces}`);
+  const recorder = recordTracing(['hold']);
+  const lease = await provider.backend('r').acquire(KEY);
+  const settled = [];
+  const first = lease.release().then((released) => (settled.push('first'), released));
+  const second = lease.release().then((released) => (settled.push('second'), released));
+  assert.deepEqual(await Promise.all([first, second]), [true, false]);
+  assert.deepEqual(settled, ['first', 'second'], 'the second waits for the first');
+  assert.deepEqual(recorder.sequence('hold'), PROMISE, 'the hold ended once');
+  assert.equal(recorder.contexts('hold')[0].released, true, 'with the first release\'s result');
+  recorder.stop();
+  await provider.close();
+});
+
+test('a lease collected unreleased ends its hold (released false) once a full collection found it', () => {
+  const child = `
+import { tracingChannel } from 'node:diagnostics_channel';
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const ends = [];
+tracingChannel('dokebi-lock:hold').subscribe({ start() {}, end() {}, asyncStart() {}, error() {}, asyncEnd: (context) => ends.push(context.released) });
+const provider = await openLock({ config: { 'dokebi-lock': { backends: { b: {} } } } });
+await (async () => { await provider.backend('b').acquire('forgotten'); })();
+for (let round = 0; round < 5 && ends.length === 0; round++) {
+  gc();
+  await new Promise((resolve) => setTimeout(resolve, 20));
+}
+console.log(JSON.stringify(ends));
+`;
+  const result = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', child], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(result.status, 0, result.stderr);
+  assert.deepEqual(JSON.parse(result.stdout), [false]);
 });
 
 test('redis: AsyncLocalStorage values reach fn without a subscriber too', async () => {

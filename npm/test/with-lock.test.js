@@ -257,15 +257,38 @@ test('a section that released its lease early does not release the next holder a
   await provider.close();
 });
 
-test('close during a section: the section still resolves with its value', async () => {
+test('close during a local section ends its lease: the signal aborts and withLock rejects with LEASE_LOST', async () => {
   const sections = [
-    [(provider) => (provider.close(), 'returned'), 'returned'],
-    [async (provider) => (await provider.close(), 'resolved'), 'resolved'],
+    (provider) => (provider.close(), 'returned'),
+    async (provider) => (await provider.close(), 'resolved'),
+    async (provider) => {
+      await provider.close();
+      throw new Error('the section failed too');
+    },
   ];
-  for (const [fn, value] of sections) {
+  for (const fn of sections) {
     const { provider, backend } = await openLocal();
-    assert.equal(await backend.withLock('k', () => fn(provider)), value);
+    let signal;
+    const error = await rejectsWith(
+      backend.withLock('k', (lease, sectionSignal) => ((signal = sectionSignal), fn(provider))),
+      'LEASE_LOST',
+    );
+    assert.equal(signal.aborted, true);
+    assert.equal(signal.reason.code, 'LEASE_LOST');
+    if (error.cause !== undefined) assert.equal(error.cause.message, 'the section failed too');
   }
+});
+
+test('close during a local section with a caller signal aborts the section signal too', async () => {
+  const { provider, backend } = await openLocal();
+  const caller = new AbortController();
+  let signal;
+  await rejectsWith(
+    backend.withLock('k', async (lease, sectionSignal) => ((signal = sectionSignal), await provider.close()), { signal: caller.signal }),
+    'LEASE_LOST',
+  );
+  assert.equal(signal.aborted, true);
+  assert.equal(caller.signal.aborted, false);
 });
 
 test('sections returning plain values under contention run one at a time, in FIFO order', async () => {
@@ -363,6 +386,58 @@ test('autoRenew false: a section that outlives the lease rejects with LEASE_LOST
   );
   // With renewals, the same section succeeds.
   assert.equal(await a.backend('r').withLock('k', async () => (await sleep(400), 'renewed')), 'renewed');
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('close during a redis section gives its key away: the signal aborts and withLock rejects with LEASE_LOST', async () => {
+  const { a, b } = await pair();
+  let taken;
+  let reason;
+  await rejectsWith(
+    a.backend('r').withLock('k', async (lease, signal) => {
+      await a.close();
+      taken = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
+      if (!signal.aborted) await Promise.race([once(signal, 'abort'), sleep(5000)]);
+      reason = signal.reason;
+      return 'finished while another process held the key';
+    }),
+    'LEASE_LOST',
+  );
+  assert.equal(taken.valid, true, 'close gave the key away during the section');
+  assert.equal(reason?.code, 'LEASE_LOST', 'the signal aborted');
+  await b.close();
+});
+
+test('autoRenew false: the signal aborts with LEASE_LOST when the lease runs out', async () => {
+  const { a, b } = await pair({ leaseMs: 200 });
+  let reason;
+  await rejectsWith(
+    a.backend('r').withLock(
+      'k',
+      async (lease, signal) => {
+        await Promise.race([once(signal, 'abort'), sleep(3000)]);
+        reason = signal.reason;
+      },
+      { autoRenew: false },
+    ),
+    'LEASE_LOST',
+  );
+  assert.equal(reason?.code, 'LEASE_LOST', 'the signal aborted');
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a redis section that throws after its lease was taken over rejects with LEASE_LOST, the section error as its cause', async () => {
+  const { a, b, namespace } = await pair();
+  const boom = new Error('boom');
+  const error = await rejectsWith(
+    a.backend('r').withLock('k', async () => {
+      // Taken over, and the section throws before any renewal could notice.
+      assert.match(await command(redis.port, 'SET', lockKey(namespace, 'k'), 'another-owner', 'PX', '10000'), /^\+OK/);
+      throw boom;
+    }),
+    'LEASE_LOST',
+  );
+  assert.equal(error.cause, boom);
   await Promise.all([a.close(), b.close()]);
 });
 

@@ -11,7 +11,7 @@ use futures_timer::Delay;
 use super::core::{Admitted, FileCore, Ticket};
 use super::directory::LockDirectory;
 use super::lease::FileLease;
-use crate::abort::AbortSignal;
+use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::local::engine::CancelReason;
@@ -45,6 +45,8 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 #[derive(Clone)]
 pub struct FileBackend {
     core: Arc<FileCore>,
+    /// Aborted by close, which ends every lease (see [`FileBackend::closing`]).
+    closing: AbortController,
 }
 
 impl FileBackend {
@@ -54,7 +56,7 @@ impl FileBackend {
     pub fn open(name: &str, options: FileOptions, telemetry: Option<Telemetry>) -> Result<FileBackend> {
         let directory = LockDirectory::open(name, &options.directory)?;
         let reporter = Reporter::new(telemetry, name, "file", options.thresholds);
-        Ok(FileBackend { core: FileCore::new(name, options, directory, reporter) })
+        Ok(FileBackend { core: FileCore::new(name, options, directory, reporter), closing: AbortController::new() })
     }
 
     /// The options the backend was opened with.
@@ -183,6 +185,13 @@ impl FileBackend {
     /// `is_valid` turns false); later acquires are `CLOSED`. Idempotent.
     pub fn close(&self) {
         self.core.close();
+        self.closing.abort();
+    }
+
+    /// Aborted once [`FileBackend::close`] has run: every lease held then
+    /// has ended (what a `with_lock` section learns through its signal).
+    pub fn closing(&self) -> AbortSignal {
+        self.closing.signal()
     }
 
     /// True once the backend has started closing.

@@ -30,7 +30,7 @@ use super::delivery::{self, lock};
 use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
 use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
-use crate::abort::AbortSignal;
+use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::LocalOptions;
@@ -47,6 +47,8 @@ struct Shared {
     engine: delivery::Engine,
     options: LocalOptions,
     reporter: Reporter,
+    /// Aborted by close, which ends every lease (see [`LocalBackend::closing`]).
+    closing: AbortController,
 }
 
 /// How long a thread that queues first in line checks for its hand-off
@@ -96,7 +98,7 @@ impl LocalBackend {
     pub fn with_telemetry(name: &str, options: LocalOptions, telemetry: Option<Telemetry>) -> Self {
         let engine = Mutex::new(LocalEngine::new(options));
         let reporter = Reporter::new(telemetry, name, "local", options.thresholds);
-        LocalBackend { shared: Arc::new(Shared { engine, options, reporter }) }
+        LocalBackend { shared: Arc::new(Shared { engine, options, reporter, closing: AbortController::new() }) }
     }
 
     /// The options the backend was opened with.
@@ -150,9 +152,25 @@ impl LocalBackend {
         let mut pending = Pending { backend: self, waiter, slot, settled: false };
         let mut delay = Delay::new(timeout);
         let mut aborted = signal.map(|s| Box::pin(s.aborted()));
+        let deadline = Instant::now().checked_add(timeout);
         let outcome = poll_fn(|cx| {
             if let Poll::Ready(outcome) = pending.slot.poll(cx.waker()) {
-                return Poll::Ready(delivered(outcome));
+                // A wait that is over (its signal aborted or its deadline
+                // passed before this poll) is never granted: the cancel of
+                // another waiter sharing its signal or deadline may have
+                // let it in. The lease goes on to the next waiter.
+                let ended = if signal.is_some_and(AbortSignal::is_aborted) {
+                    Some(LockError::aborted())
+                } else {
+                    deadline.filter(|deadline| Instant::now() >= *deadline).map(|_| LockError::wait_timeout(timeout))
+                };
+                return Poll::Ready(match (delivered(outcome), ended) {
+                    (Ok(lease), Some(error)) => {
+                        self.release(lease);
+                        Err(error)
+                    }
+                    (outcome, _) => outcome,
+                });
             }
             let abort = aborted.as_mut().is_some_and(|a| a.as_mut().poll(cx).is_ready());
             let ended = abort || std::pin::Pin::new(&mut delay).poll(cx).is_ready();
@@ -216,6 +234,7 @@ impl LocalBackend {
         let started = acquiring.queued();
         let mut deadline = started.checked_add(timeout);
         let mut spin = next.then_some(SPIN_QUEUED_FIRST);
+        let mut timed_out = false;
         loop {
             if let Some(spin_for) = spin.take().filter(|_| spinning_helps()) {
                 let until = Instant::now() + spin_for;
@@ -228,8 +247,14 @@ impl LocalBackend {
                 }
                 // A releaser dequeued us and is about to deliver: wait for it.
                 deadline = None;
+                timed_out = true;
             }
             match slot.wait(left.filter(|left| !left.is_zero())) {
+                // A wait past its deadline is never granted (as in `wait_for`).
+                Some(News::Outcome(Outcome::Granted(lease))) if timed_out => {
+                    self.release(lease);
+                    return Err(LockError::wait_timeout(timeout));
+                }
                 Some(News::Outcome(outcome)) => return delivered(outcome),
                 Some(News::Next) => spin = Some(SPIN_WOKEN_FIRST),
                 None => {}
@@ -241,7 +266,14 @@ impl LocalBackend {
     /// later calls fail with `CLOSED`.
     pub fn close(&self) {
         let waiters = lock(&self.shared.engine).close();
+        self.shared.closing.abort();
         waiters.iter().for_each(|slot| slot.close());
+    }
+
+    /// Aborted once [`LocalBackend::close`] has run: every lease held then
+    /// has ended (what a `with_lock` section learns through its signal).
+    pub fn closing(&self) -> AbortSignal {
+        self.shared.closing.signal()
     }
 
     /// True once [`LocalBackend::close`] has run.

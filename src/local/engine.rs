@@ -327,6 +327,11 @@ impl<W> LocalEngine<W> {
         if self.closed {
             return Err(LockError::closed());
         }
+        // A set larger than maxKeys can never be held: refused before its
+        // keys are read (O(k) as that is).
+        if keys.len() > self.options.max_keys as usize {
+            return Err(key_limit(&self.options));
+        }
         crate::acquire::check_keys(keys, self.options.max_key_bytes as usize)?;
         check_kind(kind)?;
         if let [key] = keys {

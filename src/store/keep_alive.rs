@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::lease::StoreLease;
@@ -32,47 +33,68 @@ const MIN_PAUSE: Duration = Duration::from_millis(10);
 impl KeepAlive {
     /// `lease` gives the lease for one renewal, `None` once its owner dropped
     /// it: the renewals hold it only while renewing, so a dropped lease is
-    /// still released (and never kept alive forever).
+    /// still released (and never kept alive forever). With `every` `None`
+    /// nothing is renewed: the lease is only watched, and known lost when
+    /// its local estimate runs out. Either way the lease is known lost once
+    /// its backend starts closing (`closed` turns true), since close takes
+    /// every lease it holds.
     pub(crate) fn start<S: Store>(
         handle: &Handle,
         lease: impl Fn() -> Option<StoreLease<S>> + Send + 'static,
-        every: Duration,
+        every: Option<Duration>,
+        mut closed: watch::Receiver<bool>,
         on_lost: AbortController,
     ) -> KeepAlive {
         let lost = Arc::new(AtomicBool::new(false));
         let flag = lost.clone();
         let task = handle.spawn(async move {
+            let lost = |lease: &StoreLease<S>, counted: bool| {
+                flag.store(true, Ordering::SeqCst);
+                if counted {
+                    lease.report_lost(ErrorCode::LeaseLost);
+                }
+                on_lost.abort();
+            };
             loop {
                 // Wake no later than the local validity estimate runs out, so
                 // a server that stopped answering is noticed in time.
                 let Some(remaining) = lease().map(|l| l.remaining()) else { return };
-                tokio::time::sleep(every.min(remaining).max(MIN_PAUSE)).await;
+                let pause = every.map_or(remaining, |every| every.min(remaining)).max(MIN_PAUSE);
+                let closing = tokio::select! {
+                    _ = tokio::time::sleep(pause) => false,
+                    _ = closed.wait_for(|closed| *closed) => true,
+                };
                 let Some(lease) = lease().filter(StoreLease::is_held) else {
                     return; // released or dropped by its owner: nothing left to keep
                 };
-                // A renewal that stalls must not keep the section's signal
-                // quiet past the lease: the loss is known when the local
-                // estimate runs out, whatever the renewal later answers.
-                let gone = tokio::select! {
-                    outcome = lease.renew() => match outcome {
-                        Ok(renewed) => !renewed,
-                        Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
+                if closing {
+                    // Not counted as lost: close gives the lease back on purpose.
+                    return lost(&lease, false);
+                }
+                let gone = match every {
+                    None => lease.remaining().is_zero(),
+                    // A renewal that stalls must not keep the section's signal
+                    // quiet past the lease: the loss is known when the local
+                    // estimate runs out, whatever the renewal later answers.
+                    Some(_) => tokio::select! {
+                        outcome = lease.renew() => match outcome {
+                            Ok(renewed) => !renewed,
+                            Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
+                        },
+                        _ = tokio::time::sleep(lease.remaining()) => true,
                     },
-                    _ = tokio::time::sleep(lease.remaining()) => true,
                 };
                 if gone && lease.is_held() {
-                    flag.store(true, Ordering::SeqCst);
-                    lease.report_lost(ErrorCode::LeaseLost);
-                    on_lost.abort();
-                    return;
+                    return lost(&lease, true);
                 }
             }
         });
         KeepAlive { task, lost }
     }
 
-    /// True once a renewal found the lease no longer ours, or the local
-    /// estimate ran out before a renewal succeeded.
+    /// True once a renewal found the lease no longer ours, the local
+    /// estimate ran out before a renewal succeeded, or the backend started
+    /// closing.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }

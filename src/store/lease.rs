@@ -186,15 +186,17 @@ impl<S: Store> StoreLease<S> {
         self.shared.keys.iter().map(|key| &**key).zip(self.shared.fences.iter().copied()).collect()
     }
 
-    /// Renews the lease every `every` on the driver's runtime until the
-    /// returned guard is dropped; `on_lost` is aborted the moment the lease
-    /// is known lost (see [`KeepAlive`](super::KeepAlive)).
+    /// Renews the lease every `every` (`None`: never, only watching it) on
+    /// the driver's runtime until the returned guard is dropped; `on_lost`
+    /// is aborted the moment the lease is known lost, or its backend starts
+    /// closing (see [`KeepAlive`](super::KeepAlive)).
     /// Renewals stop by themselves once the lease is released or dropped.
-    pub fn keep_alive(&self, every: Duration, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
+    pub fn keep_alive(&self, every: Option<Duration>, on_lost: crate::abort::AbortController) -> super::keep_alive::KeepAlive {
         let weak = Arc::downgrade(&self.shared);
         let runtime = self._runtime.clone();
         let renewer = move || weak.upgrade().map(|shared| StoreLease { shared, _runtime: runtime.clone() });
-        super::keep_alive::KeepAlive::start(self.shared.core.spawner().handle(), renewer, every, on_lost)
+        let closed = self.shared.core.closed.subscribe();
+        super::keep_alive::KeepAlive::start(self.shared.core.spawner().handle(), renewer, every, closed, on_lost)
     }
 
     /// True until released (by its owner, by close, or on drop).

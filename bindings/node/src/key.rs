@@ -38,11 +38,12 @@ impl KeyReader {
         if len <= self.max_key_bytes {
             return key::from_utf16_into(&self.units[..len], self.max_key_bytes, &mut self.key);
         }
-        // Too long (or cut short by the buffer): read it whole so the error
-        // reports the real length.
+        // Too long: V8 measures its UTF-8 length for the error without a
+        // copy (a lone surrogate counts as the 3 bytes of U+FFFD, as it
+        // would in UTF-8), so an oversized key costs no memory of its size.
         // SAFETY: `env` and `value` are the current callback's, as promised by our caller.
-        let whole = unsafe { read_whole(env, value) }?;
-        key::from_utf16_into(&whole, self.max_key_bytes, &mut self.key)
+        let bytes = unsafe { utf8_len(env, value) }?;
+        Err(key::too_long(bytes, self.max_key_bytes))
     }
 
     /// The key of the last successful [`KeyReader::read`]. (`read` does not
@@ -53,20 +54,15 @@ impl KeyReader {
     }
 }
 
-unsafe fn read_whole(env: sys::napi_env, value: sys::napi_value) -> Result<Vec<u16>> {
+/// The length in UTF-8 of string `value`, read without converting it.
+///
+/// # Safety
+/// `env` and `value` are the current callback's.
+unsafe fn utf8_len(env: sys::napi_env, value: sys::napi_value) -> Result<usize> {
     let mut len = 0;
-    let failed = || LockError::new(ErrorCode::InvalidKey, "key is not a string");
-    // SAFETY: `env` and `value` are the current callback's (our caller's promise, see
-    // `KeyReader::read`); a NULL buffer asks only for the length.
-    if unsafe { sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut len) } != sys::Status::napi_ok {
-        return Err(failed());
+    // SAFETY: as the caller promised; a NULL buffer asks only for the length.
+    if unsafe { sys::napi_get_value_string_utf8(env, value, ptr::null_mut(), 0, &mut len) } != sys::Status::napi_ok {
+        return Err(LockError::new(ErrorCode::InvalidKey, "key is not a string"));
     }
-    let mut units = vec![0u16; len + 1];
-    let mut written = 0;
-    // SAFETY: as above; the buffer pointer and its length describe `units`.
-    if unsafe { sys::napi_get_value_string_utf16(env, value, units.as_mut_ptr(), units.len(), &mut written) } != sys::Status::napi_ok {
-        return Err(failed());
-    }
-    units.truncate(written);
-    Ok(units)
+    Ok(len)
 }

@@ -209,12 +209,13 @@ impl NativeStoreBackend {
     }
 
     /// Starts renewing lease `id` every `leaseMs / 3` on the drivers'
-    /// thread, until the returned handle is stopped; `null` once the lease
-    /// was released.
+    /// thread (with `renew` false, only watching it run out), until the
+    /// returned handle is stopped; `null` once the lease was released.
     #[napi(catch_unwind)]
-    pub fn keep_alive(&self, id: f64) -> napi::Result<Option<NativeKeepAlive>> {
+    pub fn keep_alive(&self, id: f64, renew: bool) -> napi::Result<Option<NativeKeepAlive>> {
         let Some(lease) = self.leases.get(id_of(id)?) else { return Ok(None) };
-        Ok(Some(NativeKeepAlive::new(|lost| lease.keep_alive(self.auto_renew_every, lost).expect("a store driver's lease expires"))))
+        let every = renew.then_some(self.auto_renew_every);
+        Ok(Some(NativeKeepAlive::new(|lost| lease.keep_alive(every, lost).expect("a store driver's lease expires"))))
     }
 
     /// The conservative local validity estimate of lease `id`: false once
