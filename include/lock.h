@@ -16,8 +16,10 @@
  * - Threads: any thread may call any function, also concurrently on the same
  *   handle, except that a handle may be freed only once no other thread uses it.
  *   Asynchronous acquire callbacks run on the provider's completion thread.
- * - fork() after a provider was opened is unsupported (its threads and locks do
- *   not survive into the child); open providers in the child instead.
+ * - fork(): the child inherits the handles but not the threads, and shares a file
+ *   backend's lock files with the parent. Its calls on handles made before the fork
+ *   fail with DOKEBI_LOCK_CLOSED (never hang) and its _free calls leak them (nothing
+ *   of the parent's is released); open providers in the child instead.
  * - No Rust panic crosses this boundary: a caught one is DOKEBI_LOCK_PANIC.
  * - ABI: status values never change and are only appended; functions are only
  *   added. Freeing a lease that is still held releases it.
@@ -390,13 +392,18 @@ typedef struct dokebi_lock_event {
  * Receives telemetry events with the `user_data` given at open.
  *
  * Called on the thread that observed the event: the caller's own thread for
- * its local acquires and for releases, the redis driver's thread for the
- * outcomes of redis acquires, connection changes and leases found lost by
- * renewals; so possibly from several threads at once. Kinds may be
- * appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE` and
- * `_HOLD` come only to hosts that ask for them). It must return soon, must not unwind (no C++ exception,
- * no longjmp), and must not close or free the provider; it may keep nothing
- * of the event past the call.
+ * its local acquires and for releases, the store drivers' thread for the
+ * outcomes of redis and postgres acquires, connection changes and leases
+ * found lost by renewals; so possibly from several threads at once. Kinds
+ * may be appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE`
+ * and `_HOLD` come only to hosts that ask for them). It must return soon,
+ * must not unwind (no C++ exception, no longjmp), and must not close or
+ * free the provider; it may keep nothing of the event past the call. On
+ * the store drivers' thread a blocking call on a redis, postgres or file
+ * backend (acquire, renew, release, with_lock) would wait for that thread
+ * itself: it fails with `DOKEBI_LOCK_INVALID_ARGUMENT` (a lease freed there
+ * is released in the background). Never called once
+ * `dokebi_lock_provider_free` has returned.
  */
 typedef void (*dokebi_lock_telemetry_fn)(const struct dokebi_lock_event *event,
                                          void *user_data);
@@ -575,7 +582,8 @@ dokebi_lock_status dokebi_lock_try_acquire_ex(const struct dokebi_lock_backend *
 
 /**
  * Frees a backend handle; leases and pending acquires taken from it stay
- * valid. NULL is accepted.
+ * valid. NULL is accepted. In a child forked after its provider was opened
+ * the handle is leaked.
  *
  * # Safety
  * `backend` is NULL or a live backend handle that no other thread uses any
@@ -778,8 +786,10 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
 
 /**
  * Frees the lease. A lease still held is released first (its outcome is
- * not reported: call `dokebi_lock_lease_release` to learn it). NULL is
- * accepted.
+ * not reported: call `dokebi_lock_lease_release` to learn it; from a
+ * telemetry callback on the store drivers' thread, in the background).
+ * NULL is accepted. In a child forked after the lease was granted, the
+ * handle is leaked: the parent's lease stays the parent's.
  *
  * The calling thread keeps the handle's memory for its next acquire (of
  * any backend), and, for a local lease, the lease's reference to its
@@ -902,7 +912,7 @@ dokebi_lock_status dokebi_lock_provider_open(const char *yaml,
  * # Safety
  * As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
  * may be called with `user_data` from any thread, also concurrently, until
- * the provider is freed.
+ * `dokebi_lock_provider_free` returns (never after).
  */
 dokebi_lock_status dokebi_lock_provider_open_with_telemetry(const char *yaml,
                                                             size_t yaml_len,
@@ -973,8 +983,11 @@ dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provide
  * `DOKEBI_LOCK_CLOSED`, held leases are released (redis: within
  * `shutdownTimeoutMs`, failures logged, never returned) or become invalid
  * (local), and every later call fails with `CLOSED`. Returns once every
- * completion callback has returned (except when called from inside a
- * callback: then the other callbacks run after it returns). Idempotent.
+ * completion callback of this provider has returned (except when called
+ * from inside one of them: then the others run after it returns; and when
+ * two providers' callbacks close each other's providers at once: one of
+ * them does not wait). Idempotent. In a child forked after the provider
+ * was opened: `CLOSED`, and nothing of the parent's is released.
  *
  * # Safety
  * `provider` is NULL or a live provider handle.
@@ -982,8 +995,12 @@ dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provide
 dokebi_lock_status dokebi_lock_provider_close(struct dokebi_lock_provider *provider);
 
 /**
- * Closes the provider (as `dokebi_lock_provider_close`) and frees it. NULL is
- * accepted.
+ * Closes the provider (as `dokebi_lock_provider_close`) and frees it. Once
+ * it returns, no telemetry callback of the provider runs any more (it
+ * waits for those running on other threads), though backend and lease
+ * handles taken from it live on. NULL is accepted. In a child forked after
+ * the provider was opened, the handle is left as it is (leaked): closing
+ * it would release the parent's leases.
  *
  * # Safety
  * `provider` is NULL or a live provider handle that no other thread uses any

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::{self, handle, wait_timeout, Out};
-use super::completion::{block_on, Completions};
+use super::completion::{block_on, refuse_on_driver_thread, Completions};
 use super::error::dokebi_lock_error;
+use super::fork;
 use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
@@ -20,11 +21,26 @@ use dokebi_lock::provider::{Backend, Lease};
 pub struct dokebi_lock_backend {
     pub(crate) backend: Backend,
     pub(crate) completions: Arc<Completions>,
+    /// The process its provider was opened in (see [`fork`]).
+    pub(crate) born: u32,
 }
 
 impl dokebi_lock_backend {
-    pub(crate) fn new(backend: Backend, completions: Arc<Completions>) -> Self {
-        dokebi_lock_backend { backend, completions }
+    pub(crate) fn new(backend: Backend, completions: Arc<Completions>, born: u32) -> Self {
+        dokebi_lock_backend { backend, completions, born }
+    }
+
+    /// The backend of a live handle, `CLOSED` in a child forked after its
+    /// provider was opened.
+    ///
+    /// # Safety
+    /// `backend` is NULL or a live backend handle, for `'a`.
+    #[inline(always)]
+    pub(crate) unsafe fn usable<'a>(backend: *const dokebi_lock_backend) -> Result<&'a dokebi_lock_backend> {
+        // SAFETY: as promised by our caller (# Safety).
+        let backend = unsafe { handle(backend, "backend") }?;
+        fork::check(backend.born)?;
+        Ok(backend)
     }
 
     /// Blocks the calling thread until the key is ours or the wait ends:
@@ -46,6 +62,7 @@ impl dokebi_lock_backend {
     /// local acquire's stack frame need not reserve.
     #[inline(never)]
     fn acquire_redis(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<Lease> {
+        refuse_on_driver_thread()?;
         let options = AcquireOptions::of_kind(kind, wait_timeout, None);
         match keys {
             [key] => block_on(self.backend.acquire(key, options)),
@@ -108,7 +125,7 @@ unsafe fn acquire(
     out_lease: *mut *mut dokebi_lock_lease,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
     let key = unsafe { args::key(key, key_len) }?;
@@ -170,7 +187,7 @@ unsafe fn acquire_ex(
     out_lease: *mut *mut dokebi_lock_lease,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `options` and its keys are readable (# Safety).
     let (keys, kind) = unsafe { kinds::read(options) }?;
@@ -179,7 +196,8 @@ unsafe fn acquire_ex(
 }
 
 /// Frees a backend handle; leases and pending acquires taken from it stay
-/// valid. NULL is accepted.
+/// valid. NULL is accepted. In a child forked after its provider was opened
+/// the handle is leaked.
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle that no other thread uses any
@@ -189,7 +207,11 @@ pub unsafe extern "C" fn dokebi_lock_backend_free(backend: *mut dokebi_lock_back
     boundary(|| {
         if !backend.is_null() {
             // SAFETY: the handle came from Box::into_raw in `provider_backend`.
-            drop(unsafe { Box::from_raw(backend) });
+            let backend = unsafe { Box::from_raw(backend) };
+            // In a child forked since, dropping its last reference could close the parent's.
+            if fork::inherited(backend.born) {
+                std::mem::forget(backend);
+            }
         }
     })
 }

@@ -118,7 +118,7 @@ unsafe fn start(
     out_pending: *mut *mut dokebi_lock_pending,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
     let keys: Vec<String> = keys.iter().map(|&key| key.to_owned()).collect();
     let controller = AbortController::new();

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use super::args::{self, handle, wait_timeout, Out};
 use super::backend::dokebi_lock_backend;
-use super::completion::block_on;
+use super::completion::{block_on, refuse_on_driver_thread};
 use super::error::dokebi_lock_error;
 use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::{decimal, FENCE_CAPACITY};
@@ -13,6 +13,7 @@ use super::status::dokebi_lock_status;
 use dokebi_lock::abort::AbortSignal;
 use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::{ErrorCode, Result};
+use dokebi_lock::provider::Backend;
 use dokebi_lock::Section;
 
 /// What a section run by `dokebi_lock_with_lock` can ask; valid only during
@@ -98,7 +99,10 @@ unsafe fn run(
     out_result: *mut c_int,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
+    if !matches!(backend.backend, Backend::Local(_)) {
+        refuse_on_driver_thread()?;
+    }
     let out = Out::new(out_result, "out_result")?;
     let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
     let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, None);
