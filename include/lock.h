@@ -441,23 +441,27 @@ typedef struct dokebi_lock_backend_status {
    */
   uint64_t lost;
   /**
-   * True for a redis backend; the fields below are meaningful only then.
+   * True for a redis backend. The fields below describe the connection
+   * of a redis or a postgres backend (`dokebi_lock_backend_driver` says
+   * which); for the others they are false, 0 and -1.
    */
   bool is_redis;
   /**
-   * The command connection answered its last command.
+   * The command connection answered its last command (postgres: its last
+   * lock statement).
    */
   bool connected;
   /**
-   * The pub/sub subscription that wakes waiters is live.
+   * The connection that wakes waiters is live: the pub/sub subscription
+   * (redis), the `LISTEN` connection (postgres).
    */
   bool subscribed;
   /**
-   * The code of the last failure talking to Redis, `DOKEBI_LOCK_OK` if none.
+   * The code of the last failure talking to the server, `DOKEBI_LOCK_OK` if none.
    */
   uint32_t last_error;
   /**
-   * When Redis last answered, in ms since the Unix epoch; -1 if never.
+   * When the server last answered, in ms since the Unix epoch; -1 if never.
    */
   int64_t last_probe_unix_ms;
 } dokebi_lock_backend_status;
@@ -474,7 +478,8 @@ typedef struct dokebi_lock_trace_event {
    */
   struct dokebi_lock_event event;
   /**
-   * The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+   * The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+   * NUL-terminated, static).
    */
   const char *driver;
   /**
@@ -517,7 +522,8 @@ const char *dokebi_lock_version(void);
  * `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
  * `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
  * `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
- * `OUTCOME_UNKNOWN`.
+ * `OUTCOME_UNKNOWN`. No call cancels the wait but closing the provider:
+ * for a wait to cancel, use `dokebi_lock_acquire_async`.
  *
  * # Safety
  * `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -797,7 +803,9 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
  * operations less per acquire/free pair). Two consequences:
  * - That memory does not reach the allocator until the thread's next
  *   acquire (or its exit), so a use of the freed handle in that window (a
- *   bug of the caller) is not reported by AddressSanitizer.
+ *   bug of the caller) is not reported by AddressSanitizer; after it, the
+ *   freed handle's address is that new lease's, and a stale release or
+ *   free acts on it (handles carry no generation to tell them apart).
  * - The backend's shared state stays allocated until the thread's next
  *   acquire on a local backend (its lease takes the reference over when
  *   it is of the same backend; else it is dropped), its next free of a
@@ -1087,6 +1095,16 @@ dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backe
  * `backend` is NULL or a live backend handle.
  */
 size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend);
+
+/**
+ * The backend's driver: `"local"`, `"redis"`, `"postgres"` or `"file"`
+ * (static, NUL-terminated; empty for a driver this library does not
+ * know). NULL for NULL.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle.
+ */
+const char *dokebi_lock_backend_driver(const struct dokebi_lock_backend *backend);
 
 /**
  * The stable name of a status as a static NUL-terminated string (`"OK"`,

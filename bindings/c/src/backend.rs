@@ -77,7 +77,8 @@ impl dokebi_lock_backend {
 /// `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
 /// `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
 /// `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
-/// `OUTCOME_UNKNOWN`.
+/// `OUTCOME_UNKNOWN`. No call cancels the wait but closing the provider:
+/// for a wait to cancel, use `dokebi_lock_acquire_async`.
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle; `key` is NULL or points to

@@ -321,7 +321,9 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 /// operations less per acquire/free pair). Two consequences:
 /// - That memory does not reach the allocator until the thread's next
 ///   acquire (or its exit), so a use of the freed handle in that window (a
-///   bug of the caller) is not reported by AddressSanitizer.
+///   bug of the caller) is not reported by AddressSanitizer; after it, the
+///   freed handle's address is that new lease's, and a stale release or
+///   free acts on it (handles carry no generation to tell them apart).
 /// - The backend's shared state stays allocated until the thread's next
 ///   acquire on a local backend (its lease takes the reference over when
 ///   it is of the same backend; else it is dropped), its next free of a

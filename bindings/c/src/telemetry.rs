@@ -89,7 +89,8 @@ pub struct dokebi_lock_trace_event {
     /// The event: `kind`, `backend`, `duration_ms` (the wait, or the
     /// hold), `code` (the outcome).
     pub event: dokebi_lock_event,
-    /// The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+    /// The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+    /// NUL-terminated, static).
     pub driver: *const c_char,
     /// The lease's fence (of its first key, as `dokebi_lock_lease_fence`);
     /// 0 for an acquire that failed.
@@ -358,11 +359,14 @@ impl Callback {
     }
 }
 
-/// The driver's name as a static C string.
-fn driver_name(driver: &str) -> *const c_char {
+/// The driver's name as a static C string (empty for a driver this surface
+/// does not know yet).
+pub(crate) fn driver_name(driver: &str) -> *const c_char {
     let name: &'static CStr = match driver {
         "local" => c"local",
         "redis" => c"redis",
+        "postgres" => c"postgres",
+        "file" => c"file",
         _ => c"",
     };
     name.as_ptr()
