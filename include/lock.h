@@ -995,7 +995,9 @@ dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provide
  * from inside one of them: then the others run after it returns; and when
  * two providers' callbacks close each other's providers at once: one of
  * them does not wait). Idempotent. In a child forked after the provider
- * was opened: `CLOSED`, and nothing of the parent's is released.
+ * was opened: `CLOSED`, and nothing of the parent's is released. From a
+ * telemetry callback on the store drivers' thread (which it must not do):
+ * `INVALID_ARGUMENT`, not a hang.
  *
  * # Safety
  * `provider` is NULL or a live provider handle.

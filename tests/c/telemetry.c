@@ -116,22 +116,27 @@ static void no_callback_runs_after_the_provider_is_freed(const char *yaml, size_
  * would wait for that thread itself. It is refused (INVALID_ARGUMENT),
  * never a hang (SIGALRM ends a hung test). */
 static struct {
+    dokebi_lock_provider *provider;
     const dokebi_lock_backend *shared;
-    bool on_driver_thread;
+    const dokebi_lock_lease *held;
+    bool armed, on_driver_thread;
     pthread_t caller;
     int calls;
-    dokebi_lock_status acquired, renewed, released;
+    dokebi_lock_status acquired, renewed, released, closed;
 } nested;
 
 static void call_back_in(const dokebi_lock_event *event, void *user_data) {
     (void)user_data;
-    if (event->kind != DOKEBI_LOCK_EVENT_ACQUIRE || nested.calls > 0 || pthread_equal(pthread_self(), nested.caller)) {
+    if (!nested.armed || event->kind != DOKEBI_LOCK_EVENT_ACQUIRE || nested.calls > 0 || pthread_equal(pthread_self(), nested.caller)) {
         return;
     }
     nested.calls++;
     nested.on_driver_thread = true;
     dokebi_lock_lease *inner = NULL;
     nested.acquired = dokebi_lock_try_acquire(nested.shared, KEY("nested-inner"), &inner, NULL);
+    nested.renewed = dokebi_lock_lease_renew(nested.held, NULL, NULL);
+    nested.released = dokebi_lock_lease_release(nested.held, NULL, NULL);
+    nested.closed = dokebi_lock_provider_close(nested.provider);
     dokebi_lock_lease_free(inner);
 }
 
@@ -141,14 +146,23 @@ static void a_blocking_call_from_the_drivers_thread_is_refused(const char *yaml,
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open_with_trace_events(yaml, len, call_back_in, NULL, DOKEBI_LOCK_TRACE_ACQUIRE,
                                                                              &provider, ERR));
     dokebi_lock_backend *shared = get_backend(provider, "shared");
+    nested.provider = provider;
     nested.shared = shared;
     nested.caller = pthread_self();
+    dokebi_lock_lease *held = must_acquire(shared, "nested-held", 0);
+    nested.held = held;
+    nested.armed = true;
     dokebi_lock_lease *lease = must_acquire(shared, "nested-outer", 0);
     CHECK(nested.on_driver_thread);
-    CHECK(nested.acquired == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(nested.acquired == DOKEBI_LOCK_INVALID_ARGUMENT && nested.renewed == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(nested.released == DOKEBI_LOCK_INVALID_ARGUMENT && nested.closed == DOKEBI_LOCK_INVALID_ARGUMENT);
     /* The driver still serves callers on other threads. */
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR));
+    bool released = false;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(held, &released, ERR));
+    CHECK(released);
     dokebi_lock_lease_free(lease);
+    dokebi_lock_lease_free(held);
     dokebi_lock_backend_free(shared);
     dokebi_lock_provider_free(provider);
     alarm(0);

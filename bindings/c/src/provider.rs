@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::args::{give, handle, text, Out};
 use super::backend::dokebi_lock_backend;
-use super::completion::{block_on, Completions};
+use super::completion::{block_on, refuse_on_driver_thread, Completions};
 use super::error::{c_text, dokebi_lock_error};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
@@ -186,7 +186,9 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
 /// from inside one of them: then the others run after it returns; and when
 /// two providers' callbacks close each other's providers at once: one of
 /// them does not wait). Idempotent. In a child forked after the provider
-/// was opened: `CLOSED`, and nothing of the parent's is released.
+/// was opened: `CLOSED`, and nothing of the parent's is released. From a
+/// telemetry callback on the store drivers' thread (which it must not do):
+/// `INVALID_ARGUMENT`, not a hang.
 ///
 /// # Safety
 /// `provider` is NULL or a live provider handle.
@@ -196,6 +198,8 @@ pub unsafe extern "C" fn dokebi_lock_provider_close(provider: *mut dokebi_lock_p
         // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
         let provider = unsafe { handle(provider, "provider") }?;
         fork::check(provider.born)?;
+        // Closing waits for the drivers' thread, on which this would run.
+        refuse_on_driver_thread()?;
         provider.close();
         Ok(())
     })
