@@ -280,7 +280,8 @@ typedef struct dokebi_lock_error dokebi_lock_error;
 typedef struct dokebi_lock_lease dokebi_lock_lease;
 
 /**
- * Cancels one asynchronous acquire; freed with `dokebi_lock_pending_free`.
+ * Cancels one asynchronous acquire, or the blocking acquires given it
+ * (`dokebi_lock_pending_new`); freed with `dokebi_lock_pending_free`.
  */
 typedef struct dokebi_lock_pending dokebi_lock_pending;
 
@@ -522,8 +523,8 @@ const char *dokebi_lock_version(void);
  * `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
  * `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
  * `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
- * `OUTCOME_UNKNOWN`. No call cancels the wait but closing the provider:
- * for a wait to cancel, use `dokebi_lock_acquire_async`.
+ * `OUTCOME_UNKNOWN`. Only closing the provider ends the wait early: for a
+ * wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
  *
  * # Safety
  * `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -585,6 +586,23 @@ dokebi_lock_status dokebi_lock_try_acquire_ex(const struct dokebi_lock_backend *
                                               const struct dokebi_lock_acquire_options *options,
                                               struct dokebi_lock_lease **out_lease,
                                               struct dokebi_lock_error **out_error);
+
+/**
+ * Acquires as `dokebi_lock_acquire_ex` does, and ends the wait with
+ * `DOKEBI_LOCK_ABORTED` (nothing held) once `cancel` is cancelled
+ * (`dokebi_lock_pending_cancel`, from any thread; see
+ * `dokebi_lock_pending_new`). NULL `cancel` is `dokebi_lock_acquire_ex`.
+ *
+ * # Safety
+ * As `dokebi_lock_acquire_ex`; `cancel` is NULL or a live pending handle
+ * for the whole call.
+ */
+dokebi_lock_status dokebi_lock_acquire_ex_cancellable(const struct dokebi_lock_backend *backend,
+                                                      const struct dokebi_lock_acquire_options *options,
+                                                      int64_t wait_timeout_ms,
+                                                      const struct dokebi_lock_pending *cancel,
+                                                      struct dokebi_lock_lease **out_lease,
+                                                      struct dokebi_lock_error **out_error);
 
 /**
  * Frees a backend handle; leases and pending acquires taken from it stay
@@ -820,6 +838,19 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
  * and that is not used afterwards.
  */
 void dokebi_lock_lease_free(struct dokebi_lock_lease *lease);
+
+/**
+ * A cancel handle of its own, for blocking acquires
+ * (`dokebi_lock_acquire_ex_cancellable`): once `dokebi_lock_pending_cancel`
+ * was called on it, every acquire given it that is still waiting ends with
+ * `DOKEBI_LOCK_ABORTED`, and every later one fails so at once. One handle
+ * may serve several calls, also on several threads.
+ *
+ * # Safety
+ * `out_pending` is writable; `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_pending_new(struct dokebi_lock_pending **out_pending,
+                                           struct dokebi_lock_error **out_error);
 
 /**
  * Starts acquiring `key` without blocking; `callback(userdata, ...)` gets

@@ -16,6 +16,8 @@ use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::Result;
 use dokebi_lock::provider::{Backend, Lease};
 
+use super::pending::dokebi_lock_pending;
+
 /// One backend of a provider. Shared by any number of threads; freed with
 /// `dokebi_lock_backend_free`.
 pub struct dokebi_lock_backend {
@@ -77,8 +79,8 @@ impl dokebi_lock_backend {
 /// `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
 /// `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
 /// `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
-/// `OUTCOME_UNKNOWN`. No call cancels the wait but closing the provider:
-/// for a wait to cancel, use `dokebi_lock_acquire_async`.
+/// `OUTCOME_UNKNOWN`. Only closing the provider ends the wait early: for a
+/// wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -194,6 +196,48 @@ unsafe fn acquire_ex(
     let (keys, kind) = unsafe { kinds::read(options) }?;
     out.write(backend.acquire(&keys, kind, wait_timeout?)?);
     Ok(())
+}
+
+/// Acquires as `dokebi_lock_acquire_ex` does, and ends the wait with
+/// `DOKEBI_LOCK_ABORTED` (nothing held) once `cancel` is cancelled
+/// (`dokebi_lock_pending_cancel`, from any thread; see
+/// `dokebi_lock_pending_new`). NULL `cancel` is `dokebi_lock_acquire_ex`.
+///
+/// # Safety
+/// As `dokebi_lock_acquire_ex`; `cancel` is NULL or a live pending handle
+/// for the whole call.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire_ex_cancellable(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout_ms: i64,
+    cancel: *const dokebi_lock_pending,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        // SAFETY: the caller promised `cancel` is NULL or a live pending handle (# Safety).
+        let Some(cancel) = (unsafe { cancel.as_ref() }) else {
+            // SAFETY: as `dokebi_lock_acquire_ex` (# Safety).
+            return unsafe { acquire_ex(backend, options, wait_timeout(wait_timeout_ms), out_lease) };
+        };
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+        let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
+        let out = Out::new(out_lease, "out_lease")?;
+        // SAFETY: the caller promised `options` and its keys are readable (# Safety).
+        let (keys, kind) = unsafe { kinds::read(options) }?;
+        if !matches!(backend.backend, Backend::Local(_)) {
+            refuse_on_driver_thread()?;
+        }
+        // The core's acquire with the handle's signal, waited for on this thread.
+        let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, Some(cancel.controller.signal()));
+        let lease = match &keys[..] {
+            [key] => block_on(backend.backend.acquire(key, options)),
+            _ => block_on(backend.backend.acquire_many(&keys, options)),
+        }?;
+        out.write(dokebi_lock_lease::give(lease));
+        Ok(())
+    })
 }
 
 /// Frees a backend handle; leases and pending acquires taken from it stay
