@@ -113,11 +113,11 @@ pub unsafe extern "C" fn dokebi_lock_provider_open_with_trace_events(
         // SAFETY: the caller promised `yaml` is NULL or points to `yaml_len` readable bytes (# Safety,
         // as `dokebi_lock_provider_open`).
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
+        fork::watch();
         let callback = hook(telemetry, user_data, trace_events)?;
         let hooks = Hooks { telemetry: callback.clone().map(|callback| callback as Telemetry), ..Hooks::default() };
         let provider = Provider::open_with(Options::from_yaml(yaml)?, hooks)?;
         let names = provider.names().into_iter().map(c_text).collect();
-        fork::watch();
         let born = fork::now();
         out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default(), telemetry: callback, born }));
         Ok(())

@@ -1,4 +1,4 @@
-//! `dokebi_lock_with_lock` and `dokebi_lock_backend_get_status`.
+//! `dokebi_lock_with_lock`, `dokebi_lock_backend_get_status` and `dokebi_lock_backend_driver`.
 
 use std::ffi::{c_char, c_int, c_void};
 
