@@ -16,8 +16,10 @@
  * - Threads: any thread may call any function, also concurrently on the same
  *   handle, except that a handle may be freed only once no other thread uses it.
  *   Asynchronous acquire callbacks run on the provider's completion thread.
- * - fork() after a provider was opened is unsupported (its threads and locks do
- *   not survive into the child); open providers in the child instead.
+ * - fork(): the child inherits the handles but not the threads, and shares a file
+ *   backend's lock files with the parent. Its calls on handles made before the fork
+ *   fail with DOKEBI_LOCK_CLOSED (never hang) and its _free calls leak them (nothing
+ *   of the parent's is released); open providers in the child instead.
  * - No Rust panic crosses this boundary: a caught one is DOKEBI_LOCK_PANIC.
  * - ABI: status values never change and are only appended; functions are only
  *   added. Freeing a lease that is still held releases it.
@@ -278,7 +280,8 @@ typedef struct dokebi_lock_error dokebi_lock_error;
 typedef struct dokebi_lock_lease dokebi_lock_lease;
 
 /**
- * Cancels one asynchronous acquire; freed with `dokebi_lock_pending_free`.
+ * Cancels one asynchronous acquire, or the blocking acquires given it
+ * (`dokebi_lock_pending_new`); freed with `dokebi_lock_pending_free`.
  */
 typedef struct dokebi_lock_pending dokebi_lock_pending;
 
@@ -390,13 +393,18 @@ typedef struct dokebi_lock_event {
  * Receives telemetry events with the `user_data` given at open.
  *
  * Called on the thread that observed the event: the caller's own thread for
- * its local acquires and for releases, the redis driver's thread for the
- * outcomes of redis acquires, connection changes and leases found lost by
- * renewals; so possibly from several threads at once. Kinds may be
- * appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE` and
- * `_HOLD` come only to hosts that ask for them). It must return soon, must not unwind (no C++ exception,
- * no longjmp), and must not close or free the provider; it may keep nothing
- * of the event past the call.
+ * its local acquires and for releases, the store drivers' thread for the
+ * outcomes of redis and postgres acquires, connection changes and leases
+ * found lost by renewals; so possibly from several threads at once. Kinds
+ * may be appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE`
+ * and `_HOLD` come only to hosts that ask for them). It must return soon,
+ * must not unwind (no C++ exception, no longjmp), and must not close or
+ * free the provider; it may keep nothing of the event past the call. On
+ * the store drivers' thread a blocking call on a redis, postgres or file
+ * backend (acquire, renew, release, with_lock) would wait for that thread
+ * itself: it fails with `DOKEBI_LOCK_INVALID_ARGUMENT` (a lease freed there
+ * is released in the background). Never called once
+ * `dokebi_lock_provider_free` has returned.
  */
 typedef void (*dokebi_lock_telemetry_fn)(const struct dokebi_lock_event *event,
                                          void *user_data);
@@ -434,23 +442,27 @@ typedef struct dokebi_lock_backend_status {
    */
   uint64_t lost;
   /**
-   * True for a redis backend; the fields below are meaningful only then.
+   * True for a redis backend. The fields below describe the connection
+   * of a redis or a postgres backend (`dokebi_lock_backend_driver` says
+   * which); for the others they are false, 0 and -1.
    */
   bool is_redis;
   /**
-   * The command connection answered its last command.
+   * The command connection answered its last command (postgres: its last
+   * lock statement).
    */
   bool connected;
   /**
-   * The pub/sub subscription that wakes waiters is live.
+   * The connection that wakes waiters is live: the pub/sub subscription
+   * (redis), the `LISTEN` connection (postgres).
    */
   bool subscribed;
   /**
-   * The code of the last failure talking to Redis, `DOKEBI_LOCK_OK` if none.
+   * The code of the last failure talking to the server, `DOKEBI_LOCK_OK` if none.
    */
   uint32_t last_error;
   /**
-   * When Redis last answered, in ms since the Unix epoch; -1 if never.
+   * When the server last answered, in ms since the Unix epoch; -1 if never.
    */
   int64_t last_probe_unix_ms;
 } dokebi_lock_backend_status;
@@ -467,7 +479,8 @@ typedef struct dokebi_lock_trace_event {
    */
   struct dokebi_lock_event event;
   /**
-   * The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+   * The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+   * NUL-terminated, static).
    */
   const char *driver;
   /**
@@ -510,7 +523,8 @@ const char *dokebi_lock_version(void);
  * `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
  * `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
  * `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
- * `OUTCOME_UNKNOWN`.
+ * `OUTCOME_UNKNOWN`. Only closing the provider ends the wait early: for a
+ * wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
  *
  * # Safety
  * `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -574,8 +588,26 @@ dokebi_lock_status dokebi_lock_try_acquire_ex(const struct dokebi_lock_backend *
                                               struct dokebi_lock_error **out_error);
 
 /**
+ * Acquires as `dokebi_lock_acquire_ex` does, and ends the wait with
+ * `DOKEBI_LOCK_ABORTED` (nothing held) once `cancel` is cancelled
+ * (`dokebi_lock_pending_cancel`, from any thread; see
+ * `dokebi_lock_pending_new`). NULL `cancel` is `dokebi_lock_acquire_ex`.
+ *
+ * # Safety
+ * As `dokebi_lock_acquire_ex`; `cancel` is NULL or a live pending handle
+ * for the whole call.
+ */
+dokebi_lock_status dokebi_lock_acquire_ex_cancellable(const struct dokebi_lock_backend *backend,
+                                                      const struct dokebi_lock_acquire_options *options,
+                                                      int64_t wait_timeout_ms,
+                                                      const struct dokebi_lock_pending *cancel,
+                                                      struct dokebi_lock_lease **out_lease,
+                                                      struct dokebi_lock_error **out_error);
+
+/**
  * Frees a backend handle; leases and pending acquires taken from it stay
- * valid. NULL is accepted.
+ * valid. NULL is accepted. In a child forked after its provider was opened
+ * the handle is leaked.
  *
  * # Safety
  * `backend` is NULL or a live backend handle that no other thread uses any
@@ -778,8 +810,10 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
 
 /**
  * Frees the lease. A lease still held is released first (its outcome is
- * not reported: call `dokebi_lock_lease_release` to learn it). NULL is
- * accepted.
+ * not reported: call `dokebi_lock_lease_release` to learn it; from a
+ * telemetry callback on the store drivers' thread, in the background).
+ * NULL is accepted. In a child forked after the lease was granted, the
+ * handle is leaked: the parent's lease stays the parent's.
  *
  * The calling thread keeps the handle's memory for its next acquire (of
  * any backend), and, for a local lease, the lease's reference to its
@@ -787,7 +821,9 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
  * operations less per acquire/free pair). Two consequences:
  * - That memory does not reach the allocator until the thread's next
  *   acquire (or its exit), so a use of the freed handle in that window (a
- *   bug of the caller) is not reported by AddressSanitizer.
+ *   bug of the caller) is not reported by AddressSanitizer; after it, the
+ *   freed handle's address is that new lease's, and a stale release or
+ *   free acts on it (handles carry no generation to tell them apart).
  * - The backend's shared state stays allocated until the thread's next
  *   acquire on a local backend (its lease takes the reference over when
  *   it is of the same backend; else it is dropped), its next free of a
@@ -802,6 +838,19 @@ dokebi_lock_status dokebi_lock_lease_release(const struct dokebi_lock_lease *lea
  * and that is not used afterwards.
  */
 void dokebi_lock_lease_free(struct dokebi_lock_lease *lease);
+
+/**
+ * A cancel handle of its own, for blocking acquires
+ * (`dokebi_lock_acquire_ex_cancellable`): once `dokebi_lock_pending_cancel`
+ * was called on it, every acquire given it that is still waiting ends with
+ * `DOKEBI_LOCK_ABORTED`, and every later one fails so at once. One handle
+ * may serve several calls, also on several threads.
+ *
+ * # Safety
+ * `out_pending` is writable; `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_pending_new(struct dokebi_lock_pending **out_pending,
+                                           struct dokebi_lock_error **out_error);
 
 /**
  * Starts acquiring `key` without blocking; `callback(userdata, ...)` gets
@@ -902,7 +951,7 @@ dokebi_lock_status dokebi_lock_provider_open(const char *yaml,
  * # Safety
  * As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
  * may be called with `user_data` from any thread, also concurrently, until
- * the provider is freed.
+ * `dokebi_lock_provider_free` returns (never after).
  */
 dokebi_lock_status dokebi_lock_provider_open_with_telemetry(const char *yaml,
                                                             size_t yaml_len,
@@ -973,8 +1022,13 @@ dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provide
  * `DOKEBI_LOCK_CLOSED`, held leases are released (redis: within
  * `shutdownTimeoutMs`, failures logged, never returned) or become invalid
  * (local), and every later call fails with `CLOSED`. Returns once every
- * completion callback has returned (except when called from inside a
- * callback: then the other callbacks run after it returns). Idempotent.
+ * completion callback of this provider has returned (except when called
+ * from inside one of them: then the others run after it returns; and when
+ * two providers' callbacks close each other's providers at once: one of
+ * them does not wait). Idempotent. In a child forked after the provider
+ * was opened: `CLOSED`, and nothing of the parent's is released. From a
+ * telemetry callback on the store drivers' thread (which it must not do):
+ * `INVALID_ARGUMENT`, not a hang.
  *
  * # Safety
  * `provider` is NULL or a live provider handle.
@@ -982,8 +1036,12 @@ dokebi_lock_status dokebi_lock_provider_backend(const struct dokebi_lock_provide
 dokebi_lock_status dokebi_lock_provider_close(struct dokebi_lock_provider *provider);
 
 /**
- * Closes the provider (as `dokebi_lock_provider_close`) and frees it. NULL is
- * accepted.
+ * Closes the provider (as `dokebi_lock_provider_close`) and frees it. Once
+ * it returns, no telemetry callback of the provider runs any more (it
+ * waits for those running on other threads), though backend and lease
+ * handles taken from it live on. NULL is accepted. In a child forked after
+ * the provider was opened, the handle is left as it is (leaked): closing
+ * it would release the parent's leases.
  *
  * # Safety
  * `provider` is NULL or a live provider handle that no other thread uses any
@@ -1070,6 +1128,16 @@ dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backe
  * `backend` is NULL or a live backend handle.
  */
 size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend);
+
+/**
+ * The backend's driver: `"local"`, `"redis"`, `"postgres"` or `"file"`
+ * (static, NUL-terminated; empty for a driver this library does not
+ * know). NULL for NULL.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle.
+ */
+const char *dokebi_lock_backend_driver(const struct dokebi_lock_backend *backend);
 
 /**
  * The stable name of a status as a static NUL-terminated string (`"OK"`,

@@ -86,7 +86,9 @@ public:
     explicit operator bool() const noexcept { return ok(); }
     /// The value; only when ok().
     T &value() & { return std::get<0>(outcome_); }
-    T &&value() && { return std::get<0>(std::move(outcome_)); }
+    /// The value moved out of a temporary Result, by value: a reference into
+    /// the temporary would die at the end of the statement that bound it.
+    T value() && { return std::get<0>(std::move(outcome_)); }
     /// The error; only when !ok().
     const Error &error() const { return std::get<1>(outcome_); }
 

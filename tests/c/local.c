@@ -1,5 +1,8 @@
 /* The local driver through the C API: acquire, wait, limits, fences,
- * release, the asynchronous acquire and close. */
+ * release, the asynchronous acquire, a blocking acquire cancelled from
+ * another thread, and close. */
+#include <sched.h>
+
 #include "check.h"
 
 static const char *const YAML =
@@ -257,6 +260,52 @@ static void close_rejects_waiters_and_ends_leases(dokebi_lock_provider *provider
     dokebi_lock_lease_free(held);
 }
 
+/* A blocking acquire given a cancel handle: cancelled from another thread
+ * while it waits, it ends ABORTED with nothing held; a handle cancelled
+ * before aborts the next call at once; without one it waits as usual. */
+struct cancelled_wait {
+    const dokebi_lock_backend *backend;
+    const dokebi_lock_pending *cancel;
+    dokebi_lock_status status;
+};
+
+static void *wait_to_be_cancelled(void *arg) {
+    struct cancelled_wait *wait = arg;
+    dokebi_lock_key key = {KEY("cancel-me")};
+    dokebi_lock_acquire_options options = {DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0, &key, 1};
+    dokebi_lock_lease *lease = NULL;
+    wait->status = dokebi_lock_acquire_ex_cancellable(wait->backend, &options, 60000, wait->cancel, &lease, NULL);
+    CHECK(lease == NULL);
+    return NULL;
+}
+
+static void a_blocking_acquire_is_cancelled_from_another_thread(const dokebi_lock_backend *backend) {
+    dokebi_lock_lease *held = must_acquire(backend, "cancel-me", 0);
+    dokebi_lock_pending *cancel = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_new(&cancel, ERR));
+    struct cancelled_wait wait = {backend, cancel, DOKEBI_LOCK_OK};
+    pthread_t waiter;
+    CHECK(pthread_create(&waiter, NULL, wait_to_be_cancelled, &wait) == 0);
+    dokebi_lock_backend_status status;
+    do {
+        sched_yield();
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(backend, &status, ERR));
+    } while (status.waiting == 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(cancel));
+    CHECK(pthread_join(waiter, NULL) == 0);
+    CHECK(wait.status == DOKEBI_LOCK_ABORTED);
+    /* Cancelled for good: the next call with it aborts at once, even for a free key. */
+    dokebi_lock_key other = {KEY("free-key")};
+    dokebi_lock_acquire_options options = {DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0, &other, 1};
+    dokebi_lock_lease *lease = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_ABORTED, dokebi_lock_acquire_ex_cancellable(backend, &options, 0, cancel, &lease, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex_cancellable(backend, &options, 0, NULL, &lease, ERR));
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_pending_free(cancel);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_pending_new(NULL, ERR));
+    dokebi_lock_lease_free(held);
+}
+
 int main(void) {
     dokebi_lock_provider *provider = open_provider(YAML);
     names_are_listed_sorted(provider);
@@ -269,6 +318,7 @@ int main(void) {
     key_limit_and_queue_full(tiny);
     async_waiters_are_served_in_order(main_);
     async_acquire_times_out_and_is_cancelled(main_);
+    a_blocking_acquire_is_cancelled_from_another_thread(main_);
     a_callback_may_block_and_close_its_provider();
     close_rejects_waiters_and_ends_leases(provider, main_);
 

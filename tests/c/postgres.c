@@ -82,6 +82,19 @@ static void close_releases_held_leases(dokebi_lock_provider *provider, const dok
     dokebi_lock_lease_free(lease);
 }
 
+/* The status of a postgres backend reports its connection, as a redis
+ * one's does, and the backend names its driver. */
+static void the_status_reports_the_connection(const dokebi_lock_backend *one) {
+    dokebi_lock_lease *lease = must_acquire(one, "status", 0);
+    dokebi_lock_backend_status status;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(one, &status, ERR));
+    CHECK(strcmp(dokebi_lock_backend_driver(one), "postgres") == 0);
+    CHECK(!status.is_redis && status.held == 1);
+    CHECK(status.connected && status.last_error == DOKEBI_LOCK_OK && status.last_probe_unix_ms > 0);
+    dokebi_lock_lease_free(lease);
+    CHECK(dokebi_lock_backend_driver(NULL) == NULL);
+}
+
 int main(void) {
     const char *url = getenv("PG_URL");
     if (url == NULL) {
@@ -95,6 +108,7 @@ int main(void) {
     dokebi_lock_backend *two = get_backend(second, "shared");
 
     a_lease_is_shared_between_providers(one, two);
+    the_status_reports_the_connection(one);
     an_unreachable_server_is_provider_failed();
     close_releases_held_leases(first, one, two);
 

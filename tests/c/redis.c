@@ -156,6 +156,43 @@ static void close_releases_held_leases(dokebi_lock_provider *provider, const dok
     dokebi_lock_lease_free(lease);
 }
 
+/* A blocking acquire waiting for a key another provider holds ends ABORTED
+ * when its cancel handle is cancelled from another thread. */
+struct cancelled_wait {
+    const dokebi_lock_backend *backend;
+    const dokebi_lock_pending *cancel;
+    dokebi_lock_status status;
+};
+
+static void *wait_to_be_cancelled(void *arg) {
+    struct cancelled_wait *wait = arg;
+    dokebi_lock_key key = {KEY("cancel-me")};
+    dokebi_lock_acquire_options options = {DOKEBI_LOCK_MODE_EXCLUSIVE, 0, 0, &key, 1};
+    dokebi_lock_lease *lease = NULL;
+    wait->status = dokebi_lock_acquire_ex_cancellable(wait->backend, &options, 60000, wait->cancel, &lease, NULL);
+    CHECK(lease == NULL);
+    return NULL;
+}
+
+static void a_blocking_acquire_is_cancelled_from_another_thread(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    dokebi_lock_lease *held = must_acquire(one, "cancel-me", 0);
+    dokebi_lock_pending *cancel = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_new(&cancel, ERR));
+    struct cancelled_wait wait = {two, cancel, DOKEBI_LOCK_OK};
+    pthread_t waiter;
+    CHECK(pthread_create(&waiter, NULL, wait_to_be_cancelled, &wait) == 0);
+    dokebi_lock_backend_status status;
+    do {
+        sleep_ms(10);
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(two, &status, ERR));
+    } while (status.waiting == 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(cancel));
+    CHECK(pthread_join(waiter, NULL) == 0);
+    CHECK(wait.status == DOKEBI_LOCK_ABORTED);
+    dokebi_lock_pending_free(cancel);
+    dokebi_lock_lease_free(held);
+}
+
 int main(void) {
     const char *url = getenv("REDIS_URL");
     CHECK(url != NULL);
@@ -169,6 +206,7 @@ int main(void) {
 
     a_lease_is_shared_between_providers(one, two);
     an_expired_lease_is_lost(brief);
+    a_blocking_acquire_is_cancelled_from_another_thread(one, two);
     threads_of_two_providers_never_hold_at_once(one, two);
     an_unreachable_server_is_provider_failed();
     close_releases_held_leases(first, one, two);

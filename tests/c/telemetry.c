@@ -1,7 +1,12 @@
 /* Telemetry for C hosts (dokebi_lock_provider_open_with_telemetry): slow
  * acquires and holds, wait timeouts and a Redis connection coming up reach
- * the callback, with backend and connection names and codes, never keys. */
+ * the callback, with backend and connection names and codes, never keys; no
+ * callback runs once dokebi_lock_provider_free has returned, though handles
+ * taken from the provider outlive it. */
+/* alarm is POSIX, not C11: glibc shows it anyway, musl only when asked. */
+#define _POSIX_C_SOURCE 200809L
 #include <sched.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -66,6 +71,103 @@ static void *acquire_and_release(void *backend) {
     return NULL;
 }
 
+/* The host data of a provider freed before its handles: freed right after
+ * the provider, so a later callback is a use after free (AddressSanitizer),
+ * and counted against `provider_freed` (without it). */
+struct host {
+    int events;
+};
+
+static bool provider_freed;
+
+static void count_on_host(const dokebi_lock_event *event, void *user_data) {
+    (void)event;
+    CHECK(!provider_freed);
+    ((struct host *)user_data)->events++;
+}
+
+static void no_callback_runs_after_the_provider_is_freed(const char *yaml, size_t len) {
+    struct host *host = calloc(1, sizeof *host);
+    CHECK(host != NULL);
+    dokebi_lock_provider *provider = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open_with_trace_events(yaml, len, count_on_host, host,
+                                                                             DOKEBI_LOCK_TRACE_ACQUIRE | DOKEBI_LOCK_TRACE_HOLD,
+                                                                             &provider, ERR));
+    dokebi_lock_backend *orders = get_backend(provider, "orders"), *shared = get_backend(provider, "shared");
+    dokebi_lock_lease *local = must_acquire(orders, "after-free", 0), *remote = must_acquire(shared, "after-free", 0);
+    CHECK(host->events >= 2);
+    dokebi_lock_provider_free(provider);
+    provider_freed = true;
+    free(host);
+    /* The handles outlive the provider: their calls fail or end the leases,
+     * with nobody told. */
+    dokebi_lock_lease_free(local);
+    dokebi_lock_lease_free(remote);
+    dokebi_lock_lease *none = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(orders, KEY("after-free"), 0, &none, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(shared, KEY("after-free"), 0, &none, ERR));
+    dokebi_lock_backend_free(orders);
+    dokebi_lock_backend_free(shared);
+    provider_freed = false;
+}
+
+/* A callback that calls into a redis backend from the event of a redis
+ * acquire: the store drivers' thread runs it, and a blocking call there
+ * would wait for that thread itself. It is refused (INVALID_ARGUMENT),
+ * never a hang (SIGALRM ends a hung test). */
+static struct {
+    dokebi_lock_provider *provider;
+    const dokebi_lock_backend *shared;
+    const dokebi_lock_lease *held;
+    bool armed, on_driver_thread;
+    pthread_t caller;
+    int calls;
+    dokebi_lock_status acquired, renewed, released, closed;
+} nested;
+
+static void call_back_in(const dokebi_lock_event *event, void *user_data) {
+    (void)user_data;
+    if (!nested.armed || event->kind != DOKEBI_LOCK_EVENT_ACQUIRE || nested.calls > 0 || pthread_equal(pthread_self(), nested.caller)) {
+        return;
+    }
+    nested.calls++;
+    nested.on_driver_thread = true;
+    dokebi_lock_lease *inner = NULL;
+    nested.acquired = dokebi_lock_try_acquire(nested.shared, KEY("nested-inner"), &inner, NULL);
+    nested.renewed = dokebi_lock_lease_renew(nested.held, NULL, NULL);
+    nested.released = dokebi_lock_lease_release(nested.held, NULL, NULL);
+    nested.closed = dokebi_lock_provider_close(nested.provider);
+    dokebi_lock_lease_free(inner);
+}
+
+static void a_blocking_call_from_the_drivers_thread_is_refused(const char *yaml, size_t len) {
+    alarm(60);
+    dokebi_lock_provider *provider = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open_with_trace_events(yaml, len, call_back_in, NULL, DOKEBI_LOCK_TRACE_ACQUIRE,
+                                                                             &provider, ERR));
+    dokebi_lock_backend *shared = get_backend(provider, "shared");
+    nested.provider = provider;
+    nested.shared = shared;
+    nested.caller = pthread_self();
+    dokebi_lock_lease *held = must_acquire(shared, "nested-held", 0);
+    nested.held = held;
+    nested.armed = true;
+    dokebi_lock_lease *lease = must_acquire(shared, "nested-outer", 0);
+    CHECK(nested.on_driver_thread);
+    CHECK(nested.acquired == DOKEBI_LOCK_INVALID_ARGUMENT && nested.renewed == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(nested.released == DOKEBI_LOCK_INVALID_ARGUMENT && nested.closed == DOKEBI_LOCK_INVALID_ARGUMENT);
+    /* The driver still serves callers on other threads. */
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, NULL, ERR));
+    bool released = false;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(held, &released, ERR));
+    CHECK(released);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_lease_free(held);
+    dokebi_lock_backend_free(shared);
+    dokebi_lock_provider_free(provider);
+    alarm(0);
+}
+
 int main(void) {
     const char *url = getenv("REDIS_URL");
     CHECK(url != NULL);
@@ -122,6 +224,9 @@ int main(void) {
     dokebi_lock_backend_free(shared);
     dokebi_lock_backend_free(orders);
     dokebi_lock_provider_free(provider);
+
+    no_callback_runs_after_the_provider_is_freed(yaml, (size_t)len);
+    a_blocking_call_from_the_drivers_thread_is_refused(yaml, (size_t)len);
     printf("telemetry: ok\n");
     return 0;
 }

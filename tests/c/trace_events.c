@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -213,6 +214,51 @@ static int open_yaml(char *yaml, size_t size, const char *url, const char *names
     return len;
 }
 
+/* The file and postgres drivers name themselves in their events too. */
+static void file_and_postgres_events_name_their_driver(void) {
+    char directory[] = "/tmp/dokebi-lock-c-trace-XXXXXX";
+    CHECK(mkdtemp(directory) != NULL);
+    const char *pg = getenv("PG_URL");
+    if (pg == NULL) {
+        pg = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable";
+    }
+    char yaml[1024];
+    int len = snprintf(yaml, sizeof yaml,
+                       "schemaVersion: 1\n"
+                       "options:\n"
+                       "  dokebi-lock:\n"
+                       "    backends:\n"
+                       "      files: { driver: file, directory: '%s' }\n"
+                       "      rows: { driver: postgres, connection: main, schema: dokebi_c_test, namespace: c-trace-%ld-%ld, leaseMs: 5000 }\n"
+                       "  dokebi-postgres:\n"
+                       "    connections:\n"
+                       "      main: { url: \"%s\", connectTimeoutMs: 5000, commandTimeoutMs: 2000 }\n",
+                       directory, (long)time(NULL), (long)getpid(), pg);
+    CHECK(len > 0 && (size_t)len < sizeof yaml);
+    dokebi_lock_provider *provider = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_open_with_trace_events(yaml, (size_t)len, record, &traced,
+                                                                              DOKEBI_LOCK_TRACE_ACQUIRE | DOKEBI_LOCK_TRACE_HOLD,
+                                                                              &provider, ERR));
+    const char *names[] = {"files", "rows"}, *drivers[] = {"file", "postgres"};
+    for (int i = 0; i < 2; i++) {
+        dokebi_lock_backend *backend = get_backend(provider, names[i]);
+        dokebi_lock_lease *lease = must_acquire(backend, "secret-order-45", 0);
+        uint64_t fence = fence_of(lease);
+        release(lease, DOKEBI_LOCK_OK);
+        seen_event acquired = the(&traced, DOKEBI_LOCK_EVENT_ACQUIRE, names[i], fence, DOKEBI_LOCK_OK);
+        seen_event held = the(&traced, DOKEBI_LOCK_EVENT_HOLD, names[i], fence, DOKEBI_LOCK_OK);
+        if (strcmp(acquired.driver, drivers[i]) != 0 || strcmp(held.driver, drivers[i]) != 0) {
+            fprintf(stderr, "trace_events: %s's events name the driver \"%s\" and \"%s\"\n", names[i], acquired.driver, held.driver);
+        }
+        CHECK(strcmp(acquired.driver, drivers[i]) == 0 && strcmp(held.driver, drivers[i]) == 0);
+        dokebi_lock_backend_free(backend);
+    }
+    dokebi_lock_provider_free(provider);
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf '%s'", directory);
+    CHECK(system(command) == 0);
+}
+
 int main(void) {
     const char *url = getenv("REDIS_URL");
     CHECK(url != NULL);
@@ -269,6 +315,7 @@ int main(void) {
     dokebi_lock_backend_free(orders);
     dokebi_lock_provider_free(provider);
 
+    file_and_postgres_events_name_their_driver();
     printf("trace_events: ok\n");
     return 0;
 }

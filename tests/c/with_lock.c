@@ -1,10 +1,13 @@
 /* dokebi_lock_with_lock and dokebi_lock_backend_get_status: a section runs with
  * the lease held and releases it after; a redis section longer than its
- * lease stays exclusive because the driver renews it. The redis half uses
- * the private server in REDIS_URL (started and killed by scripts/test-c). */
-/* nanosleep is POSIX, not C11: glibc shows it anyway, musl only when asked. */
+ * lease stays exclusive because the driver renews it; a section whose lease
+ * another thread's close took (file, redis, postgres) sees it lost and the
+ * call fails. The redis half uses the private server in REDIS_URL (started
+ * and killed by scripts/test-c), the postgres one the machine's (PG_URL). */
+/* nanosleep and mkdtemp are POSIX, not C11: glibc shows them anyway, musl only when asked. */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -76,6 +79,53 @@ static void a_redis_section_longer_than_its_lease_stays_exclusive(const dokebi_l
     CHECK(status.last_probe_unix_ms > 0);
 }
 
+/* A section during which another thread closes the provider. */
+struct closing {
+    dokebi_lock_provider *provider;
+    bool lost; /* what the section saw once close had returned */
+};
+
+static void *close_provider(void *provider) {
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
+    return NULL;
+}
+
+static int closed_under_it(const dokebi_lock_section *granted, void *user_data) {
+    struct closing *closing = user_data;
+    pthread_t closer;
+    CHECK(pthread_create(&closer, NULL, close_provider, closing->provider) == 0);
+    CHECK(pthread_join(closer, NULL) == 0);
+    /* Close took the lease: the section must learn it (within 5 s, a bound
+     * far above any delivery; the check is of the outcome, not its speed). */
+    for (int i = 0; i < 100 && !dokebi_lock_section_lost(granted); i++) {
+        sleep_ms(50);
+    }
+    closing->lost = dokebi_lock_section_lost(granted);
+    return 42;
+}
+
+/* Close gives the section's key away (released, so another process may take
+ * it): the section sees it lost and the call fails, CLOSED or LEASE_LOST,
+ * never OK with out_result written. */
+static void a_section_whose_provider_closes_under_it_fails(const char *config, const char *backend_name) {
+    dokebi_lock_provider *provider = open_provider(config);
+    dokebi_lock_backend *backend = get_backend(provider, backend_name);
+    struct closing closing = {provider, false};
+    int result = 7;
+    dokebi_lock_error *error = NULL;
+    dokebi_lock_status status = dokebi_lock_with_lock(backend, KEY("closing"), 0, closed_under_it, &closing, &result, &error);
+    if (status != DOKEBI_LOCK_CLOSED && status != DOKEBI_LOCK_LEASE_LOST) {
+        fprintf(stderr, "with_lock (%s) after close: %s, section_lost %d, result %d\n", backend_name, dokebi_lock_status_name(status),
+                (int)closing.lost, result);
+    }
+    CHECK(status == DOKEBI_LOCK_CLOSED || status == DOKEBI_LOCK_LEASE_LOST);
+    CHECK(closing.lost);
+    CHECK(result == 7);
+    dokebi_lock_error_free(error);
+    dokebi_lock_backend_free(backend);
+    dokebi_lock_provider_free(provider);
+}
+
 int main(void) {
     dokebi_lock_provider *provider = open_provider("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      main: {}\n");
     dokebi_lock_backend *local = get_backend(provider, "main");
@@ -103,6 +153,34 @@ int main(void) {
     dokebi_lock_backend_free(two);
     dokebi_lock_provider_free(first);
     dokebi_lock_provider_free(second);
+    a_section_whose_provider_closes_under_it_fails(yaml, "shared");
+
+    char directory[] = "/tmp/dokebi-lock-c-with-lock-XXXXXX";
+    CHECK(mkdtemp(directory) != NULL);
+    len = snprintf(yaml, sizeof yaml, "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      files: { driver: file, directory: '%s' }\n",
+                   directory);
+    CHECK(len > 0 && (size_t)len < sizeof yaml);
+    a_section_whose_provider_closes_under_it_fails(yaml, "files");
+    char command[128];
+    snprintf(command, sizeof command, "rm -rf '%s'", directory);
+    CHECK(system(command) == 0);
+
+    const char *pg = getenv("PG_URL");
+    if (pg == NULL) {
+        pg = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable";
+    }
+    len = snprintf(yaml, sizeof yaml,
+                   "schemaVersion: 1\n"
+                   "options:\n"
+                   "  dokebi-lock:\n"
+                   "    backends:\n"
+                   "      rows: { driver: postgres, connection: main, schema: dokebi_c_test, namespace: c-with-lock-%ld-%ld, leaseMs: 5000 }\n"
+                   "  dokebi-postgres:\n"
+                   "    connections:\n"
+                   "      main: { url: \"%s\", connectTimeoutMs: 5000, commandTimeoutMs: 2000 }\n",
+                   (long)time(NULL), (long)getpid(), pg);
+    CHECK(len > 0 && (size_t)len < sizeof yaml);
+    a_section_whose_provider_closes_under_it_fails(yaml, "rows");
     puts("with_lock: ok");
     return 0;
 }

@@ -1,6 +1,8 @@
 // The C++ wrapper (lock.hpp) without exceptions (compiled with
 // -fno-exceptions): every call that could throw returns a lock::Result.
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "check.h"
 #include "lock.hpp"
@@ -11,6 +13,11 @@
 
 using namespace std::chrono_literals;
 namespace lock = dokebi::lock;
+
+// value() of a temporary Result hands its value over: a reference to it
+// would die with the Result at the end of the statement that bound it.
+static_assert(!std::is_reference<decltype(std::declval<lock::Result<lock::Lease>>().value())>::value,
+              "Result<T>::value() && must return T, not a reference into the temporary");
 
 int main() {
     auto invalid = lock::Provider::open("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: { maxKeys: -1 }\n");
@@ -37,6 +44,10 @@ int main() {
     CHECK(status.ok() && status.value().held == 1);
     auto released = lease.value().release();
     CHECK(released.ok() && released.value());
+
+    // Bound from a temporary Result: the lease lives as long as the reference.
+    auto &&taken = orders.value().acquire("taken").value();
+    CHECK(taken.valid() && taken.key() == "taken");
 
     auto output = orders.value().with_lock("job", [](const lock::Section &section) { return section.fence().size(); });
     CHECK(output.ok() && output.value() > 0);

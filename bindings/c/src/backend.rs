@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::{self, handle, wait_timeout, Out};
-use super::completion::{block_on, Completions};
+use super::completion::{block_on, refuse_on_driver_thread, Completions};
 use super::error::dokebi_lock_error;
+use super::fork;
 use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
@@ -15,16 +16,33 @@ use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::Result;
 use dokebi_lock::provider::{Backend, Lease};
 
+use super::pending::dokebi_lock_pending;
+
 /// One backend of a provider. Shared by any number of threads; freed with
 /// `dokebi_lock_backend_free`.
 pub struct dokebi_lock_backend {
     pub(crate) backend: Backend,
     pub(crate) completions: Arc<Completions>,
+    /// The process its provider was opened in (see [`fork`]).
+    pub(crate) born: u32,
 }
 
 impl dokebi_lock_backend {
-    pub(crate) fn new(backend: Backend, completions: Arc<Completions>) -> Self {
-        dokebi_lock_backend { backend, completions }
+    pub(crate) fn new(backend: Backend, completions: Arc<Completions>, born: u32) -> Self {
+        dokebi_lock_backend { backend, completions, born }
+    }
+
+    /// The backend of a live handle, `CLOSED` in a child forked after its
+    /// provider was opened.
+    ///
+    /// # Safety
+    /// `backend` is NULL or a live backend handle, for `'a`.
+    #[inline(always)]
+    pub(crate) unsafe fn usable<'a>(backend: *const dokebi_lock_backend) -> Result<&'a dokebi_lock_backend> {
+        // SAFETY: as promised by our caller (# Safety).
+        let backend = unsafe { handle(backend, "backend") }?;
+        fork::check(backend.born)?;
+        Ok(backend)
     }
 
     /// Blocks the calling thread until the key is ours or the wait ends:
@@ -46,6 +64,7 @@ impl dokebi_lock_backend {
     /// local acquire's stack frame need not reserve.
     #[inline(never)]
     fn acquire_redis(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<Lease> {
+        refuse_on_driver_thread()?;
         let options = AcquireOptions::of_kind(kind, wait_timeout, None);
         match keys {
             [key] => block_on(self.backend.acquire(key, options)),
@@ -60,7 +79,8 @@ impl dokebi_lock_backend {
 /// `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
 /// `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
 /// `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
-/// `OUTCOME_UNKNOWN`.
+/// `OUTCOME_UNKNOWN`. Only closing the provider ends the wait early: for a
+/// wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -108,7 +128,7 @@ unsafe fn acquire(
     out_lease: *mut *mut dokebi_lock_lease,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `key` is NULL or points to `key_len` readable bytes (# Safety).
     let key = unsafe { args::key(key, key_len) }?;
@@ -170,7 +190,7 @@ unsafe fn acquire_ex(
     out_lease: *mut *mut dokebi_lock_lease,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let out = Out::new(out_lease, "out_lease")?;
     // SAFETY: the caller promised `options` and its keys are readable (# Safety).
     let (keys, kind) = unsafe { kinds::read(options) }?;
@@ -178,8 +198,51 @@ unsafe fn acquire_ex(
     Ok(())
 }
 
+/// Acquires as `dokebi_lock_acquire_ex` does, and ends the wait with
+/// `DOKEBI_LOCK_ABORTED` (nothing held) once `cancel` is cancelled
+/// (`dokebi_lock_pending_cancel`, from any thread; see
+/// `dokebi_lock_pending_new`). NULL `cancel` is `dokebi_lock_acquire_ex`.
+///
+/// # Safety
+/// As `dokebi_lock_acquire_ex`; `cancel` is NULL or a live pending handle
+/// for the whole call.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_acquire_ex_cancellable(
+    backend: *const dokebi_lock_backend,
+    options: *const dokebi_lock_acquire_options,
+    wait_timeout_ms: i64,
+    cancel: *const dokebi_lock_pending,
+    out_lease: *mut *mut dokebi_lock_lease,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        // SAFETY: the caller promised `cancel` is NULL or a live pending handle (# Safety).
+        let Some(cancel) = (unsafe { cancel.as_ref() }) else {
+            // SAFETY: as `dokebi_lock_acquire_ex` (# Safety).
+            return unsafe { acquire_ex(backend, options, wait_timeout(wait_timeout_ms), out_lease) };
+        };
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+        let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
+        let out = Out::new(out_lease, "out_lease")?;
+        // SAFETY: the caller promised `options` and its keys are readable (# Safety).
+        let (keys, kind) = unsafe { kinds::read(options) }?;
+        if !matches!(backend.backend, Backend::Local(_)) {
+            refuse_on_driver_thread()?;
+        }
+        // The core's acquire with the handle's signal, waited for on this thread.
+        let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, Some(cancel.controller.signal()));
+        let lease = match &keys[..] {
+            [key] => block_on(backend.backend.acquire(key, options)),
+            _ => block_on(backend.backend.acquire_many(&keys, options)),
+        }?;
+        out.write(dokebi_lock_lease::give(lease));
+        Ok(())
+    })
+}
+
 /// Frees a backend handle; leases and pending acquires taken from it stay
-/// valid. NULL is accepted.
+/// valid. NULL is accepted. In a child forked after its provider was opened
+/// the handle is leaked.
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle that no other thread uses any
@@ -189,7 +252,11 @@ pub unsafe extern "C" fn dokebi_lock_backend_free(backend: *mut dokebi_lock_back
     boundary(|| {
         if !backend.is_null() {
             // SAFETY: the handle came from Box::into_raw in `provider_backend`.
-            drop(unsafe { Box::from_raw(backend) });
+            let backend = unsafe { Box::from_raw(backend) };
+            // In a child forked since, dropping its last reference could close the parent's.
+            if fork::inherited(backend.born) {
+                std::mem::forget(backend);
+            }
         }
     })
 }

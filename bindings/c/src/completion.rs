@@ -18,9 +18,39 @@ use futures_executor::ThreadPool;
 use dokebi_lock::error::{ErrorCode, LockError, Result};
 
 thread_local! {
-    /// True on a completion thread, where waiting for callbacks to finish
-    /// would wait for the running callback itself.
-    static ON_COMPLETION_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// On a completion thread, the address of the [`Completions`] it runs
+    /// (0 elsewhere): waiting for those to finish would wait for the
+    /// running callback itself.
+    static SERVING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Which completion thread waits for which other provider's callbacks (by
+/// the [`Completions`]' addresses): two callbacks freeing each other's
+/// providers would otherwise wait for each other for good.
+static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// The name the core gives the store drivers' runtime thread
+/// (`src/store/runtime.rs`), where telemetry callbacks of redis and
+/// postgres events run.
+const DRIVER_THREAD: &str = "dokebi-lock-io";
+
+/// True on the store drivers' thread: a telemetry callback runs there.
+pub(crate) fn on_driver_thread() -> bool {
+    thread::current().name() == Some(DRIVER_THREAD)
+}
+
+/// `INVALID_ARGUMENT` on the store drivers' thread: a blocking call of a
+/// store driver made there (from a telemetry callback) would park the one
+/// thread that has to answer it, and hang the driver for good.
+pub(crate) fn refuse_on_driver_thread() -> Result<()> {
+    if on_driver_thread() {
+        return Err(LockError::new(
+            ErrorCode::InvalidArgument,
+            "a blocking call on a redis, postgres or file backend from a telemetry callback running on the store drivers' \
+             thread would wait for that thread itself; make the call from another thread",
+        ));
+    }
+    Ok(())
 }
 
 /// Runs a future to completion on the calling thread, parking it between
@@ -73,18 +103,30 @@ impl Completions {
         Ok(())
     }
 
-    /// Waits until every spawned task has finished. On the completion thread
-    /// itself (a callback closing its provider) it cannot wait for the other
+    /// Waits until every spawned task has finished. On its own completion
+    /// thread (a callback closing its provider) it cannot wait for the other
     /// tasks, which run after the current callback returns, so it returns at
-    /// once.
+    /// once; on another provider's completion thread it waits, unless that
+    /// provider's callbacks wait (through others, maybe) for its own: then
+    /// neither could return, and this one does not wait.
     pub(crate) fn wait_idle(&self) {
-        if ON_COMPLETION_THREAD.get() {
+        let me = self.address();
+        let serving = SERVING.get();
+        if serving == me {
             return;
         }
+        let _waiting = match Waiting::enter(serving, me) {
+            Some(waiting) => waiting,
+            None => return,
+        };
         let mut in_flight = lock(&self.in_flight);
         while *in_flight > 0 {
             in_flight = self.idle.wait(in_flight).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     fn pool(&self) -> Result<ThreadPool> {
@@ -94,13 +136,49 @@ impl Completions {
         }
         // One thread: the callbacks of one provider never run concurrently,
         // and the waiting itself is done by the core, not by this thread.
+        let me = self.address();
         let created = ThreadPool::builder()
             .pool_size(1)
             .name_prefix("dokebi-lock-completion-")
-            .after_start(|_| ON_COMPLETION_THREAD.set(true))
+            .after_start(move |_| SERVING.set(me))
             .create()
             .map_err(|err| LockError::new(ErrorCode::ProviderFailed, "could not start the completion thread").with_cause(err))?;
         Ok(pool.insert(created).clone())
+    }
+}
+
+/// A completion thread's wait for another provider's callbacks, listed in
+/// [`WAITS`] until dropped.
+struct Waiting(Option<(usize, usize)>);
+
+impl Waiting {
+    /// The wait of `serving`'s completion thread (none: another thread) for
+    /// `awaited`; `None` when `awaited` already waits for `serving`.
+    fn enter(serving: usize, awaited: usize) -> Option<Waiting> {
+        if serving == 0 {
+            return Some(Waiting(None));
+        }
+        let mut waits = lock(&WAITS);
+        let mut next = awaited;
+        while let Some(&(_, further)) = waits.iter().find(|&&(waiter, _)| waiter == next) {
+            if further == serving {
+                return None;
+            }
+            next = further;
+        }
+        waits.push((serving, awaited));
+        Some(Waiting(Some((serving, awaited))))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(edge) = self.0 {
+            let mut waits = lock(&WAITS);
+            if let Some(at) = waits.iter().position(|&e| e == edge) {
+                waits.swap_remove(at);
+            }
+        }
     }
 }
 

@@ -7,8 +7,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::args::{handle, Out};
-use super::completion::block_on;
+use super::completion::{block_on, on_driver_thread, refuse_on_driver_thread};
 use super::error::dokebi_lock_error;
+use super::fork;
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
 use dokebi_lock::acquire::LockKind;
@@ -35,11 +36,26 @@ pub struct dokebi_lock_lease {
     /// The fence of each key, as the same kind of strings, written by the
     /// first call of `dokebi_lock_lease_fence_at`.
     fences: OnceLock<Box<[[u8; FENCE_CAPACITY]]>>,
+    /// The process it was granted in (see [`fork`]).
+    born: u32,
 }
 
 impl dokebi_lock_lease {
     pub(crate) fn new(lease: Lease) -> Self {
-        dokebi_lock_lease { fence: OnceLock::new(), fences: OnceLock::new(), lease }
+        dokebi_lock_lease { fence: OnceLock::new(), fences: OnceLock::new(), lease, born: fork::now() }
+    }
+
+    /// The lease of a live handle, `CLOSED` in a child forked after it was
+    /// granted.
+    ///
+    /// # Safety
+    /// `lease` is NULL or a live lease handle, for `'a`.
+    #[inline(always)]
+    unsafe fn usable<'a>(lease: *const dokebi_lock_lease) -> Result<&'a Lease> {
+        // SAFETY: as promised by our caller (# Safety).
+        let lease = unsafe { handle(lease, "lease") }?;
+        fork::check(lease.born)?;
+        Ok(&lease.lease)
     }
 
     /// The lease as a new handle, in the memory of the last handle this
@@ -249,8 +265,12 @@ pub unsafe extern "C" fn dokebi_lock_lease_renew(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `handle` requires.
-        let valid = block_on(unsafe { handle(lease, "lease") }?.lease.renew())?;
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `usable` requires.
+        let lease = unsafe { dokebi_lock_lease::usable(lease) }?;
+        if !matches!(lease, Lease::Local(_)) {
+            refuse_on_driver_thread()?;
+        }
+        let valid = block_on(lease.renew())?;
         if let Some(out) = Out::optional(out_valid) {
             out.write(valid);
         }
@@ -273,11 +293,14 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
     out_error: *mut *mut dokebi_lock_error,
 ) -> dokebi_lock_status {
     call(out_error, || {
-        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `handle` requires.
-        let released = match &unsafe { handle(lease, "lease") }?.lease {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety), as `usable` requires.
+        let released = match unsafe { dokebi_lock_lease::usable(lease) }? {
             // Local: released at once, without building the future.
             Lease::Local(local) => local.release(),
-            lease => block_on(lease.release())?,
+            lease => {
+                refuse_on_driver_thread()?;
+                block_on(lease.release())?
+            }
         };
         if let Some(out) = Out::optional(out_released) {
             out.write(released);
@@ -287,8 +310,10 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 }
 
 /// Frees the lease. A lease still held is released first (its outcome is
-/// not reported: call `dokebi_lock_lease_release` to learn it). NULL is
-/// accepted.
+/// not reported: call `dokebi_lock_lease_release` to learn it; from a
+/// telemetry callback on the store drivers' thread, in the background).
+/// NULL is accepted. In a child forked after the lease was granted, the
+/// handle is leaked: the parent's lease stays the parent's.
 ///
 /// The calling thread keeps the handle's memory for its next acquire (of
 /// any backend), and, for a local lease, the lease's reference to its
@@ -296,7 +321,9 @@ pub unsafe extern "C" fn dokebi_lock_lease_release(
 /// operations less per acquire/free pair). Two consequences:
 /// - That memory does not reach the allocator until the thread's next
 ///   acquire (or its exit), so a use of the freed handle in that window (a
-///   bug of the caller) is not reported by AddressSanitizer.
+///   bug of the caller) is not reported by AddressSanitizer; after it, the
+///   freed handle's address is that new lease's, and a stale release or
+///   free acts on it (handles carry no generation to tell them apart).
 /// - The backend's shared state stays allocated until the thread's next
 ///   acquire on a local backend (its lease takes the reference over when
 ///   it is of the same backend; else it is dropped), its next free of a
@@ -317,20 +344,33 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
             // `MaybeUninit` of the same layout) when it was acquired, and is freed once (# Safety).
             let mut memory: Box<MaybeUninit<dokebi_lock_lease>> = unsafe { Box::from_raw(lease.cast()) };
             // SAFETY: the handle holds a live lease until the drop below.
-            let kept = match &mut unsafe { memory.assume_init_mut() }.lease {
+            let live = unsafe { memory.assume_init_mut() };
+            // In a child forked since, ending the lease would release the
+            // parent's (a file lease unlocks the parent's lock file): leaked.
+            if fork::inherited(live.born) {
+                std::mem::forget(memory);
+                return;
+            }
+            let kept = match &mut live.lease {
                 // Ending a local lease releases it, at once; its backend handle stays
                 // with the memory, for this thread's next acquire.
                 Lease::Local(local) => local.take_backend(),
                 // Dropping a redis lease would release it in the background;
                 // release before returning, so the key is free for others
-                // once free returns (bounded by commandTimeoutMs).
+                // once free returns (bounded by commandTimeoutMs). Not on the
+                // store drivers' thread (a telemetry callback), which the
+                // release needs: there the drop below releases in the background.
                 Lease::Redis(redis) => {
-                    let _ = block_on(redis.release());
+                    if !on_driver_thread() {
+                        let _ = block_on(redis.release());
+                    }
                     None
                 }
                 // The same for a postgres lease.
                 Lease::Postgres(postgres) => {
-                    let _ = block_on(postgres.release());
+                    if !on_driver_thread() {
+                        let _ = block_on(postgres.release());
+                    }
                     None
                 }
                 // A file lease releases at once, and its outcome is not reported.

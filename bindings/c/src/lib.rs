@@ -14,8 +14,8 @@
 //! - No panic crosses the boundary ([`panic`]); a caught one is
 //!   `DOKEBI_LOCK_PANIC`.
 //! - Any thread may call any function, concurrently, except that a handle is
-//!   freed only once no other thread uses it. `fork()` after a provider was
-//!   opened is unsupported.
+//!   freed only once no other thread uses it. A child of `fork()` cannot use
+//!   the handles made before it ([`fork`]).
 
 // The C names are the API (`dokebi_lock_lease`, `DOKEBI_LOCK_OK`).
 #![allow(non_camel_case_types)]
@@ -24,6 +24,7 @@ pub mod args;
 pub mod backend;
 pub mod completion;
 pub mod error;
+pub mod fork;
 pub mod kinds;
 pub mod lease;
 pub mod panic;

@@ -23,9 +23,30 @@ pub type dokebi_lock_acquire_callback = Option<
     unsafe extern "C" fn(userdata: *mut c_void, status: dokebi_lock_status, lease: *mut dokebi_lock_lease, error: *mut dokebi_lock_error),
 >;
 
-/// Cancels one asynchronous acquire; freed with `dokebi_lock_pending_free`.
+/// Cancels one asynchronous acquire, or the blocking acquires given it
+/// (`dokebi_lock_pending_new`); freed with `dokebi_lock_pending_free`.
 pub struct dokebi_lock_pending {
-    controller: AbortController,
+    pub(crate) controller: AbortController,
+}
+
+/// A cancel handle of its own, for blocking acquires
+/// (`dokebi_lock_acquire_ex_cancellable`): once `dokebi_lock_pending_cancel`
+/// was called on it, every acquire given it that is still waiting ends with
+/// `DOKEBI_LOCK_ABORTED`, and every later one fails so at once. One handle
+/// may serve several calls, also on several threads.
+///
+/// # Safety
+/// `out_pending` is writable; `out_error` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_pending_new(
+    out_pending: *mut *mut dokebi_lock_pending,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        let out = Out::new(out_pending, "out_pending")?;
+        out.write(give(dokebi_lock_pending { controller: AbortController::new() }));
+        Ok(())
+    })
 }
 
 /// The caller's context pointer, handed to the callback on another thread
@@ -118,7 +139,7 @@ unsafe fn start(
     out_pending: *mut *mut dokebi_lock_pending,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
     let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
     let keys: Vec<String> = keys.iter().map(|&key| key.to_owned()).collect();
     let controller = AbortController::new();

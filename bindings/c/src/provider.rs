@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::args::{give, handle, text, Out};
 use super::backend::dokebi_lock_backend;
-use super::completion::{block_on, Completions};
+use super::completion::{block_on, refuse_on_driver_thread, Completions};
 use super::error::{c_text, dokebi_lock_error};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
@@ -13,7 +13,9 @@ use dokebi_lock::error::{ErrorCode, LockError};
 use dokebi_lock::provider::{Hooks, Provider};
 use dokebi_lock::Options;
 
-use super::telemetry::{dokebi_lock_telemetry_fn, hook};
+use super::fork;
+use super::telemetry::{dokebi_lock_telemetry_fn, hook, Callback};
+use dokebi_lock::telemetry::Telemetry;
 
 /// Every backend of one configuration. Shared by any number of threads;
 /// freed with `dokebi_lock_provider_free`.
@@ -22,6 +24,10 @@ pub struct dokebi_lock_provider {
     /// The backend names, sorted, as C strings owned by the provider.
     names: Vec<CString>,
     completions: Arc<Completions>,
+    /// The telemetry callback, silenced when the provider is freed.
+    telemetry: Option<Arc<Callback>>,
+    /// The process that opened it (see [`fork`]).
+    born: u32,
 }
 
 /// Opens a provider from the text of a YAML configuration file
@@ -63,7 +69,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_open(
 /// # Safety
 /// As `dokebi_lock_provider_open`; `telemetry` is NULL or a function that
 /// may be called with `user_data` from any thread, also concurrently, until
-/// the provider is freed.
+/// `dokebi_lock_provider_free` returns (never after).
 #[no_mangle]
 pub unsafe extern "C" fn dokebi_lock_provider_open_with_telemetry(
     yaml: *const c_char,
@@ -107,10 +113,13 @@ pub unsafe extern "C" fn dokebi_lock_provider_open_with_trace_events(
         // SAFETY: the caller promised `yaml` is NULL or points to `yaml_len` readable bytes (# Safety,
         // as `dokebi_lock_provider_open`).
         let yaml = unsafe { text(yaml, yaml_len, "yaml", ErrorCode::InvalidOptions) }?;
-        let hooks = Hooks { telemetry: hook(telemetry, user_data, trace_events)?, ..Hooks::default() };
+        fork::watch();
+        let callback = hook(telemetry, user_data, trace_events)?;
+        let hooks = Hooks { telemetry: callback.clone().map(|callback| callback as Telemetry), ..Hooks::default() };
         let provider = Provider::open_with(Options::from_yaml(yaml)?, hooks)?;
         let names = provider.names().into_iter().map(c_text).collect();
-        out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default() }));
+        let born = fork::now();
+        out.write(give(dokebi_lock_provider { provider, names, completions: Arc::default(), telemetry: callback, born }));
         Ok(())
     })
 }
@@ -154,6 +163,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
     call(out_error, || {
         // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
         let provider = unsafe { handle(provider, "provider") }?;
+        fork::check(provider.born)?;
         let out = Out::new(out_backend, "out_backend")?;
         // SAFETY: the caller promised `name` is NULL or a NUL-terminated string (# Safety); this only
         // rejects NULL, its first byte is readable.
@@ -163,7 +173,7 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
             LockError::new(ErrorCode::UnknownBackend, "no backend of that name is configured (the name is not valid UTF-8)")
         })?;
         let backend = provider.provider.backend(name)?;
-        out.write(give(dokebi_lock_backend::new(backend, provider.completions.clone())));
+        out.write(give(dokebi_lock_backend::new(backend, provider.completions.clone(), provider.born)));
         Ok(())
     })
 }
@@ -172,8 +182,13 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
 /// `DOKEBI_LOCK_CLOSED`, held leases are released (redis: within
 /// `shutdownTimeoutMs`, failures logged, never returned) or become invalid
 /// (local), and every later call fails with `CLOSED`. Returns once every
-/// completion callback has returned (except when called from inside a
-/// callback: then the other callbacks run after it returns). Idempotent.
+/// completion callback of this provider has returned (except when called
+/// from inside one of them: then the others run after it returns; and when
+/// two providers' callbacks close each other's providers at once: one of
+/// them does not wait). Idempotent. In a child forked after the provider
+/// was opened: `CLOSED`, and nothing of the parent's is released. From a
+/// telemetry callback on the store drivers' thread (which it must not do):
+/// `INVALID_ARGUMENT`, not a hang.
 ///
 /// # Safety
 /// `provider` is NULL or a live provider handle.
@@ -181,13 +196,21 @@ pub unsafe extern "C" fn dokebi_lock_provider_backend(
 pub unsafe extern "C" fn dokebi_lock_provider_close(provider: *mut dokebi_lock_provider) -> dokebi_lock_status {
     call(std::ptr::null_mut(), || {
         // SAFETY: the caller promised `provider` is NULL or a live provider handle (# Safety).
-        unsafe { handle(provider, "provider") }?.close();
+        let provider = unsafe { handle(provider, "provider") }?;
+        fork::check(provider.born)?;
+        // Closing waits for the drivers' thread, on which this would run.
+        refuse_on_driver_thread()?;
+        provider.close();
         Ok(())
     })
 }
 
-/// Closes the provider (as `dokebi_lock_provider_close`) and frees it. NULL is
-/// accepted.
+/// Closes the provider (as `dokebi_lock_provider_close`) and frees it. Once
+/// it returns, no telemetry callback of the provider runs any more (it
+/// waits for those running on other threads), though backend and lease
+/// handles taken from it live on. NULL is accepted. In a child forked after
+/// the provider was opened, the handle is left as it is (leaked): closing
+/// it would release the parent's leases.
 ///
 /// # Safety
 /// `provider` is NULL or a live provider handle that no other thread uses any
@@ -198,7 +221,14 @@ pub unsafe extern "C" fn dokebi_lock_provider_free(provider: *mut dokebi_lock_pr
         if !provider.is_null() {
             // SAFETY: the handle came from Box::into_raw in `open`.
             let provider = unsafe { Box::from_raw(provider) };
+            if fork::inherited(provider.born) {
+                std::mem::forget(provider);
+                return;
+            }
             provider.close();
+            if let Some(callback) = &provider.telemetry {
+                callback.silence();
+            }
         }
     })
 }

@@ -1,18 +1,20 @@
-//! `dokebi_lock_with_lock` and `dokebi_lock_backend_get_status`.
+//! `dokebi_lock_with_lock`, `dokebi_lock_backend_get_status` and `dokebi_lock_backend_driver`.
 
 use std::ffi::{c_char, c_int, c_void};
 
 use super::args::{self, handle, wait_timeout, Out};
 use super::backend::dokebi_lock_backend;
-use super::completion::block_on;
+use super::completion::{block_on, refuse_on_driver_thread};
 use super::error::dokebi_lock_error;
 use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::{decimal, FENCE_CAPACITY};
 use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
+use super::telemetry::driver_name;
 use dokebi_lock::abort::AbortSignal;
 use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::{ErrorCode, Result};
+use dokebi_lock::provider::Backend;
 use dokebi_lock::Section;
 
 /// What a section run by `dokebi_lock_with_lock` can ask; valid only during
@@ -98,7 +100,10 @@ unsafe fn run(
     out_result: *mut c_int,
 ) -> Result<()> {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
-    let backend = unsafe { handle(backend, "backend") }?;
+    let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
+    if !matches!(backend.backend, Backend::Local(_)) {
+        refuse_on_driver_thread()?;
+    }
     let out = Out::new(out_result, "out_result")?;
     let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
     let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, None);
@@ -157,15 +162,19 @@ pub struct dokebi_lock_backend_status {
     pub timed_out: u64,
     /// Leases found lost (always 0 for local backends).
     pub lost: u64,
-    /// True for a redis backend; the fields below are meaningful only then.
+    /// True for a redis backend. The fields below describe the connection
+    /// of a redis or a postgres backend (`dokebi_lock_backend_driver` says
+    /// which); for the others they are false, 0 and -1.
     pub is_redis: bool,
-    /// The command connection answered its last command.
+    /// The command connection answered its last command (postgres: its last
+    /// lock statement).
     pub connected: bool,
-    /// The pub/sub subscription that wakes waiters is live.
+    /// The connection that wakes waiters is live: the pub/sub subscription
+    /// (redis), the `LISTEN` connection (postgres).
     pub subscribed: bool,
-    /// The code of the last failure talking to Redis, `DOKEBI_LOCK_OK` if none.
+    /// The code of the last failure talking to the server, `DOKEBI_LOCK_OK` if none.
     pub last_error: u32,
-    /// When Redis last answered, in ms since the Unix epoch; -1 if never.
+    /// When the server last answered, in ms since the Unix epoch; -1 if never.
     pub last_probe_unix_ms: i64,
 }
 
@@ -185,7 +194,12 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
         let backend = unsafe { handle(backend, "backend") }?;
         let out = Out::new(out_status, "out_status")?;
         let status = backend.backend.status();
-        let redis = status.redis.as_ref();
+        // The connection's health, of a redis or a postgres backend, in the same fields.
+        let connection = match (&status.redis, &status.postgres) {
+            (Some(r), _) => Some((r.connected, r.subscribed, r.last_error, r.last_probe)),
+            (None, Some(p)) => Some((p.connected, p.listening, p.last_error, p.last_answer)),
+            (None, None) => None,
+        };
         let unix_ms = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(-1, |d| d.as_millis() as i64);
         out.write(dokebi_lock_backend_status {
             held: status.held as u64,
@@ -193,11 +207,11 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
             acquired: status.acquired,
             timed_out: status.timed_out,
             lost: status.lost,
-            is_redis: redis.is_some(),
-            connected: redis.is_some_and(|r| r.connected),
-            subscribed: redis.is_some_and(|r| r.subscribed),
-            last_error: redis.and_then(|r| r.last_error).map_or(0, |code| code as u32),
-            last_probe_unix_ms: redis.and_then(|r| r.last_probe).map_or(-1, unix_ms),
+            is_redis: status.redis.is_some(),
+            connected: connection.is_some_and(|c| c.0),
+            subscribed: connection.is_some_and(|c| c.1),
+            last_error: connection.and_then(|c| c.2).map_or(0, |code| code as u32),
+            last_probe_unix_ms: connection.and_then(|c| c.3).map_or(-1, unix_ms),
         });
         Ok(())
     })
@@ -213,4 +227,16 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
 pub unsafe extern "C" fn dokebi_lock_backend_held_shared(backend: *const dokebi_lock_backend) -> usize {
     // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
     boundary(|| unsafe { backend.as_ref() }.map_or(0, |b| b.backend.status().held_shared))
+}
+
+/// The backend's driver: `"local"`, `"redis"`, `"postgres"` or `"file"`
+/// (static, NUL-terminated; empty for a driver this library does not
+/// know). NULL for NULL.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_backend_driver(backend: *const dokebi_lock_backend) -> *const c_char {
+    // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+    boundary(|| unsafe { backend.as_ref() }.map_or(std::ptr::null(), |b| driver_name(b.backend.status().driver)))
 }

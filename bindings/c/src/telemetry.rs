@@ -4,11 +4,12 @@
 //! trace events, for a host's own tracer); counts, durations and codes
 //! only, never keys.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use dokebi_lock::error::{ErrorCode, LockError, Result};
-use dokebi_lock::telemetry::{Interest, Telemetry, TelemetryEvent, TelemetrySink, TraceEvent};
+use dokebi_lock::telemetry::{Interest, TelemetryEvent, TelemetrySink, TraceEvent};
 use dokebi_lock::LockMode;
 
 use super::kinds::{DOKEBI_LOCK_MODE_EXCLUSIVE, DOKEBI_LOCK_MODE_SHARED};
@@ -88,7 +89,8 @@ pub struct dokebi_lock_trace_event {
     /// The event: `kind`, `backend`, `duration_ms` (the wait, or the
     /// hold), `code` (the outcome).
     pub event: dokebi_lock_event,
-    /// The backend's driver (`"local"` or `"redis"`, NUL-terminated).
+    /// The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+    /// NUL-terminated, static).
     pub driver: *const c_char,
     /// The lease's fence (of its first key, as `dokebi_lock_lease_fence`);
     /// 0 for an acquire that failed.
@@ -107,21 +109,43 @@ pub struct dokebi_lock_trace_event {
 /// Receives telemetry events with the `user_data` given at open.
 ///
 /// Called on the thread that observed the event: the caller's own thread for
-/// its local acquires and for releases, the redis driver's thread for the
-/// outcomes of redis acquires, connection changes and leases found lost by
-/// renewals; so possibly from several threads at once. Kinds may be
-/// appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE` and
-/// `_HOLD` come only to hosts that ask for them). It must return soon, must not unwind (no C++ exception,
-/// no longjmp), and must not close or free the provider; it may keep nothing
-/// of the event past the call.
+/// its local acquires and for releases, the store drivers' thread for the
+/// outcomes of redis and postgres acquires, connection changes and leases
+/// found lost by renewals; so possibly from several threads at once. Kinds
+/// may be appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE`
+/// and `_HOLD` come only to hosts that ask for them). It must return soon,
+/// must not unwind (no C++ exception, no longjmp), and must not close or
+/// free the provider; it may keep nothing of the event past the call. On
+/// the store drivers' thread a blocking call on a redis, postgres or file
+/// backend (acquire, renew, release, with_lock) would wait for that thread
+/// itself: it fails with `DOKEBI_LOCK_INVALID_ARGUMENT` (a lease freed there
+/// is released in the background). Never called once
+/// `dokebi_lock_provider_free` has returned.
 pub type dokebi_lock_telemetry_fn = Option<unsafe extern "C" fn(event: *const dokebi_lock_event, user_data: *mut c_void)>;
 
 /// The host's callback and its data, callable from any thread, and the
-/// trace events it asked for.
-struct Callback {
+/// trace events it asked for; silenced when its provider is freed (backend
+/// and lease handles outlive it, and would still report).
+pub(crate) struct Callback {
     function: unsafe extern "C" fn(*const dokebi_lock_event, *mut c_void),
     user_data: *mut c_void,
     interest: Interest,
+    calls: Mutex<Calls>,
+    /// Signalled when the last running call returns.
+    returned: Condvar,
+}
+
+/// Whether the callback may still be called, and how many calls run now.
+#[derive(Default)]
+struct Calls {
+    silenced: bool,
+    running: usize,
+}
+
+thread_local! {
+    /// The callbacks running on this thread (a callback that causes an
+    /// event of its own, or of another provider, nests them).
+    static RUNNING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 // SAFETY: `dokebi_lock_provider_open_with_telemetry` documents that the
@@ -133,7 +157,7 @@ unsafe impl Sync for Callback {}
 
 /// The core's telemetry hook that calls `function` (none when NULL), with
 /// the trace events of the `DOKEBI_LOCK_TRACE_*` bits of `trace_events`.
-pub(crate) fn hook(function: dokebi_lock_telemetry_fn, user_data: *mut c_void, trace_events: u32) -> Result<Option<Telemetry>> {
+pub(crate) fn hook(function: dokebi_lock_telemetry_fn, user_data: *mut c_void, trace_events: u32) -> Result<Option<Arc<Callback>>> {
     if trace_events & !(DOKEBI_LOCK_TRACE_ACQUIRE | DOKEBI_LOCK_TRACE_HOLD) != 0 {
         return Err(LockError::new(
             ErrorCode::InvalidArgument,
@@ -147,7 +171,68 @@ pub(crate) fn hook(function: dokebi_lock_telemetry_fn, user_data: *mut c_void, t
         return Ok(None);
     };
     let interest = Interest { acquires: trace_events & DOKEBI_LOCK_TRACE_ACQUIRE != 0, holds: trace_events & DOKEBI_LOCK_TRACE_HOLD != 0 };
-    Ok(Some(Arc::new(Callback { function, user_data, interest })))
+    Ok(Some(Arc::new(Callback { function, user_data, interest, calls: Mutex::default(), returned: Condvar::new() })))
+}
+
+impl Callback {
+    /// Calls the host's function with `event`, unless silenced.
+    fn call(&self, event: *const dokebi_lock_event) {
+        {
+            let mut calls = lock(&self.calls);
+            if calls.silenced {
+                return;
+            }
+            calls.running += 1;
+        }
+        let _running = Running::enter(self);
+        // SAFETY: the host gave this function and data for exactly this call
+        // (see `dokebi_lock_telemetry_fn`); the event and its strings live
+        // until it returns.
+        unsafe { (self.function)(event, self.user_data) };
+    }
+
+    /// No call starts after this; returns once the calls running on other
+    /// threads have returned (those of this thread, a callback freeing its
+    /// own provider against the rules, cannot be waited for).
+    pub(crate) fn silence(&self) {
+        let here = RUNNING.with(|running| running.borrow().iter().filter(|&&at| at == self.address()).count());
+        let mut calls = lock(&self.calls);
+        calls.silenced = true;
+        while calls.running > here {
+            calls = self.returned.wait(calls).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+}
+
+/// One running call of a callback, counted until dropped (also when the
+/// host's function unwinds against the rules).
+struct Running<'a>(&'a Callback);
+
+impl<'a> Running<'a> {
+    fn enter(callback: &'a Callback) -> Running<'a> {
+        RUNNING.with(|running| running.borrow_mut().push(callback.address()));
+        Running(callback)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        RUNNING.with(|running| running.borrow_mut().pop());
+        let mut calls = lock(&self.0.calls);
+        calls.running -= 1;
+        if calls.running == 0 {
+            self.0.returned.notify_all();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Two counters: a panic elsewhere cannot leave them inconsistent.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl TelemetrySink for Callback {
@@ -232,10 +317,7 @@ impl Callback {
                 c.threshold_ms = millis(*fence_retention);
             }
         }
-        // SAFETY: the host gave this function and data for exactly this call
-        // (see `dokebi_lock_telemetry_fn`); the event and its strings live
-        // until it returns.
-        unsafe { (self.function)(&c, self.user_data) };
+        self.call(&c);
     }
 
     fn deliver_trace(&self, event: &TraceEvent<'_>) {
@@ -271,18 +353,20 @@ impl Callback {
         };
         let backend = name(backend);
         let c = dokebi_lock_trace_event { event: dokebi_lock_event { backend: backend.as_ptr(), ..c.event }, ..c };
-        // SAFETY: as in `deliver`; the event is the first field of the
-        // `repr(C)` trace event, so the pointer is both (see
-        // `dokebi_lock_event_trace`).
-        unsafe { (self.function)(&c.event, self.user_data) };
+        // The event is the first field of the `repr(C)` trace event, so the
+        // pointer is both (see `dokebi_lock_event_trace`).
+        self.call(&c.event);
     }
 }
 
-/// The driver's name as a static C string.
-fn driver_name(driver: &str) -> *const c_char {
+/// The driver's name as a static C string (empty for a driver this surface
+/// does not know yet).
+pub(crate) fn driver_name(driver: &str) -> *const c_char {
     let name: &'static CStr = match driver {
         "local" => c"local",
         "redis" => c"redis",
+        "postgres" => c"postgres",
+        "file" => c"file",
         _ => c"",
     };
     name.as_ptr()
