@@ -199,75 +199,128 @@ fn release(lease: Lease) {
 
 // ---- Where: backends whose keys live apart share no queue. ----
 
-/// `a` and `b` keep their keys apart (they differ in where their keys are
-/// written; `a_table`: `a`'s schema and table, checked for leftovers). Three ways one process's queue of a key name could
-/// join them, each checked:
-/// - `b` waiting while `a` releases: `b`'s lease is in `b`'s place (another
-///   process on `b` is refused the keys while it is valid), and nothing
-///   stays held in `a`'s;
-/// - a single try on `b` while an acquire of `a` waits for the key: granted
-///   (not `LOCK_BUSY`);
-/// - a wait on `b` behind that acquire of `a`: granted at once (not
-///   `WAIT_TIMEOUT`).
-fn keys_apart(store: &Store, a: Fields, b: Fields, a_table: Option<(&str, &str)>) {
-    let provider = store.open(a, b);
-    let other = store.open(a, b);
-    store.subscribed(&provider);
-    let (on_a, on_b) = (provider.backend("a").unwrap(), provider.backend("b").unwrap());
+/// Two backends of one connection whose keys live apart, and where `a`'s
+/// keys are (postgres: its schema and table, checked for leftovers).
+struct Apart {
+    store: Store,
+    a: Vec<(&'static str, String)>,
+    b: Vec<(&'static str, String)>,
+    a_table: Option<(String, String)>,
+}
 
+/// What tells `a`'s keys from `b`'s.
+enum Split {
+    RedisNamespaces,
+    PostgresNamespaces,
+    PostgresTables,
+    PostgresSchemas,
+}
+
+impl Split {
+    fn apart(self) -> Apart {
+        let field = |name: &'static str, value: &str| vec![(name, value.to_owned())];
+        match self {
+            Split::RedisNamespaces => {
+                Apart { store: Store::redis(), a: field("namespace", "one"), b: field("namespace", "two"), a_table: None }
+            }
+            Split::PostgresNamespaces => {
+                Apart { store: Store::postgres(), a: field("namespace", "one"), b: field("namespace", "two"), a_table: None }
+            }
+            Split::PostgresTables => {
+                let store = Store::postgres();
+                let Store::Postgres(schema, _) = &store else { unreachable!() };
+                let a_table = Some((schema.0.clone(), "locks_a".to_owned()));
+                Apart { store, a: field("table", "locks_a"), b: field("table", "locks_b"), a_table }
+            }
+            Split::PostgresSchemas => {
+                let mut store = Store::postgres();
+                let (one, two) = (store.other_schema(), store.other_schema());
+                let a_table = Some((one.clone(), "dokebi_lock".to_owned()));
+                Apart { store, a: field("schema", &one), b: field("schema", &two), a_table }
+            }
+        }
+    }
+}
+
+impl Apart {
+    /// A provider with both backends, once it hears releases.
+    fn open(&self) -> Provider {
+        let provider = self.store.open(&borrowed(&self.a), &borrowed(&self.b));
+        self.store.subscribed(&provider);
+        provider
+    }
+}
+
+fn borrowed<'a>(fields: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    fields.iter().map(|(name, value)| (*name, value.as_str())).collect()
+}
+
+/// `b` waits for `k` and `j` while `a` holds them and releases: `b`'s lease
+/// is in `b`'s place (another process on `b` is refused the keys while it
+/// is valid), and nothing stays held in `a`'s.
+fn waiter_granted_in_its_own_place(split: Split) {
+    let apart = split.apart();
+    let (provider, other) = (apart.open(), apart.open());
+    let (on_a, on_b) = (provider.backend("a").unwrap(), provider.backend("b").unwrap());
     let held = take(&on_a, &["k", "j"], wait(0));
     let waiter = later(&on_b, &["k", "j"], wait(20_000));
     thread::sleep(Duration::from_millis(300));
     release(held);
     let granted = waiter.join().unwrap().expect("b is granted");
     assert!(granted.is_valid());
-    if let Some(table) = a_table {
-        assert_eq!(store.lease_left_ms(Some(table)), 0, "nothing is held in a's place");
+    if let Some((schema, table)) = &apart.a_table {
+        assert_eq!(apart.store.lease_left_ms(Some((schema, table))), 0, "nothing is held in a's place");
     }
     let again = block_on(other.backend("b").unwrap().acquire_many(&["k", "j"], wait(0)));
     assert_eq!(again.map(|_| ()).unwrap_err().code(), ErrorCode::LockBusy, "b's keys are held in b's place while b's lease is valid");
     release(granted);
-
-    let held = take(&on_a, &["k"], wait(0));
-    let queued = later(&on_a, &["k"], wait(20_000));
-    until_waiting(&on_a, 1);
-    let single = block_on(on_b.acquire("k", wait(0))).expect("a single try on b is not refused by a's queue");
-    release(single);
-    let waited = block_on(on_b.acquire("k", wait(1_000))).expect("a wait on b is not held up by a's queue");
-    release(waited);
-    release(held);
-    release(queued.join().unwrap().expect("a's waiter is granted"));
     block_on(provider.close());
     block_on(other.close());
 }
 
-#[test]
-fn redis_backends_of_two_namespaces_share_no_queue() {
-    let store = Store::redis();
-    keys_apart(&store, &[("namespace", "one")], &[("namespace", "two")], None);
+/// While `a` holds `k` and another acquire of `a` waits for it, `b` is
+/// granted `k` by a single try (`wait` 0), or by a wait of a second (`wait`
+/// 1000): not `LOCK_BUSY`, not `WAIT_TIMEOUT` behind `a`'s queue.
+fn not_held_up_by_the_others_queue(split: Split, wait_ms: u64) {
+    let apart = split.apart();
+    let provider = apart.open();
+    let (on_a, on_b) = (provider.backend("a").unwrap(), provider.backend("b").unwrap());
+    let held = take(&on_a, &["k"], wait(0));
+    let queued = later(&on_a, &["k"], wait(20_000));
+    until_waiting(&on_a, 1);
+    let granted = block_on(on_b.acquire("k", wait(wait_ms)));
+    let granted = granted.unwrap_or_else(|err| panic!("b is granted k, whatever a's queue holds: {:?}", err.code()));
+    release(granted);
+    release(held);
+    release(queued.join().unwrap().expect("a's waiter is granted"));
+    block_on(provider.close());
 }
 
-#[test]
-fn postgres_backends_of_two_namespaces_share_no_queue() {
-    let store = Store::postgres();
-    keys_apart(&store, &[("namespace", "one")], &[("namespace", "two")], None);
+macro_rules! in_every_split {
+    ($($module:ident: $split:expr;)*) => {$(
+        mod $module {
+            use super::*;
+            #[test]
+            fn a_waiter_is_granted_in_its_own_place() {
+                waiter_granted_in_its_own_place($split);
+            }
+            #[test]
+            fn a_single_try_is_not_refused_by_the_others_queue() {
+                not_held_up_by_the_others_queue($split, 0);
+            }
+            #[test]
+            fn a_wait_is_not_held_up_by_the_others_queue() {
+                not_held_up_by_the_others_queue($split, 1_000);
+            }
+        }
+    )*};
 }
 
-#[test]
-fn postgres_backends_of_two_tables_share_no_queue() {
-    let store = Store::postgres();
-    let schema = match &store {
-        Store::Postgres(schema, _) => schema.0.clone(),
-        Store::Redis(_) => unreachable!(),
-    };
-    keys_apart(&store, &[("table", "locks_a")], &[("table", "locks_b")], Some((&schema, "locks_a")));
-}
-
-#[test]
-fn postgres_backends_of_two_schemas_share_no_queue() {
-    let mut store = Store::postgres();
-    let (one, two) = (store.other_schema(), store.other_schema());
-    keys_apart(&store, &[("schema", &one)], &[("schema", &two)], Some((&one, "dokebi_lock")));
+in_every_split! {
+    redis_namespaces: Split::RedisNamespaces;
+    postgres_namespaces: Split::PostgresNamespaces;
+    postgres_tables: Split::PostgresTables;
+    postgres_schemas: Split::PostgresSchemas;
 }
 
 // ---- How: a hand-off writes the receiver's lease terms. ----
