@@ -80,6 +80,8 @@ pub struct RedisStore {
     namespace: String,
     /// Where releases in this namespace are published.
     channel: String,
+    /// This backend's `fenceRetentionMs`, for the clock's warning only: a
+    /// grant reads its own from its claim (`Claim::terms`).
     retention_ms: u64,
     replica_acks: u32,
     /// Who says so when a server's clock is found behind.
