@@ -378,13 +378,14 @@ def counted(redis, sha):
             raise RuntimeError(f"a first holder was not granted: {reply}")
 
     def batch():
-        # ARGV: channel, leaseMs, waitingMs, fenceRetentionMs, the released lease's keys, token,
-        # mode, limit and weight, then the request's token, mode, limit,
-        # weight, ticket and keys. Each call is a release and a grant: a pair.
+        # ARGV: channel, waitingMs, the released lease's keys, token, mode,
+        # limit and weight, then the request's token, mode, limit, weight,
+        # ticket, keys, leaseMs and fenceRetentionMs. Each call is a release
+        # and a grant: a pair.
         out = []
         for n, held in enumerate(holders):
             holders[n] = token()
-            out.append(["EVALSHA", sha["KINDS_HANDOFF"], 10, *key, *key, "bench:wake", 10000, 30000, RETENTION, 1, held, "x", 8, 1, holders[n], "x", 8, 1, 0, 1])
+            out.append(["EVALSHA", sha["KINDS_HANDOFF"], 10, *key, *key, "bench:wake", 30000, 1, held, "x", 8, 1, holders[n], "x", 8, 1, 0, 1, 10000, RETENTION])
         return out, len(out)
 
     return batch

@@ -1,8 +1,9 @@
 //! Release wake-ups: one `LISTEN` connection per `dokebi-postgres`
 //! connection (`listenUrl`, else `url`: it must reach the server directly,
 //! not through a pooler in transaction mode), listening on the channel of
-//! each table its backends use. A notification names a released key (see
-//! [`super::store::queue_name`]) and wakes this process's head waiter of
+//! each table its backends use. A notification names a released key of its
+//! channel's table, which together name the key's queue (see
+//! [`super::store::queue_name`]), and wakes this process's head waiter of
 //! it; an empty one wakes every waiter.
 //!
 //! While the listener is down, [`run`] reconnects with a capped backoff and
@@ -16,7 +17,7 @@ use futures_util::stream::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
-use super::store::Shared;
+use super::store::{queue_name, Shared};
 use super::transport::{RETRY_MAX, RETRY_MIN};
 
 /// How often an idle listener checks that its connection still answers.
@@ -40,7 +41,8 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                 let mut messages = futures_util::stream::poll_fn(move |cx| link.poll_message(cx));
                 while let Some(Ok(message)) = messages.next().await {
                     if let AsyncMessage::Notification(notification) = message {
-                        let _ = sender.send(notification.payload().to_owned());
+                        let payload = notification.payload();
+                        let _ = sender.send((!payload.is_empty()).then(|| queue_name(notification.channel(), payload)));
                     }
                 }
             });
@@ -55,8 +57,8 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                 loop {
                     tokio::select! {
                         payload = notifications.recv() => match payload {
-                            Some(name) if name.is_empty() => shared.waiters.wake_all(),
-                            Some(name) => shared.waiters.wake(&name),
+                            Some(None) => shared.waiters.wake_all(),
+                            Some(Some(name)) => shared.waiters.wake(&name),
                             None => break,
                         },
                         _ = probe.tick() => {

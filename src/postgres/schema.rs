@@ -127,7 +127,7 @@ impl Table {
             procedure("_lock_keys", "text, text[]"),
             procedure(
                 "_hand_over",
-                "text, text, bigint, bigint, bigint, bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
+                "text, text, bigint[], bigint, bigint[], bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
             ),
         )
     }
@@ -142,8 +142,10 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// a signature or of parameter names needs a `DROP FUNCTION` first). 5: the
 /// holders and waiting tables keyed by slot (migrated in [`TABLES`]),
 /// `give_back` with `p_retry` (the four-argument one stays for drivers of
-/// 4).
-const VERSION: &str = "dokebi-lock functions 5";
+/// 4). 6: `hand_over` takes each request's `leaseMs` and `fenceRetentionMs`
+/// (`p_lease_ms` and `p_retention_ms` are arrays; the one of 5, with one of
+/// each for every request, stays for drivers of 5).
+const VERSION: &str = "dokebi-lock functions 6";
 
 /// The argument types of the take function (its signature).
 const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
@@ -283,8 +285,9 @@ $migrate$;
 /// `hand_over`: locks every key of the call (in the one order, so it never
 /// deadlocks with a take), gives back a released lease (as `give_back`)
 /// and grants this process's next requests in turn (each as `take`, every
-/// rule included), up to the first that is not granted; only the first
-/// leaves marks. Answers `{released, wake..., answer...}`: per released
+/// rule included, on its own `p_lease_ms[r]` and `p_retention_ms[r]`: the
+/// requests may be of several backends of the table and namespace), up to
+/// the first that is not granted; only the first leaves marks. Answers `{released, wake..., answer...}`: per released
 /// key 1 unless a plain holder has it again, then each request's `take`
 /// answer. A grant commits as durably as `take`'s.
 ///
@@ -520,7 +523,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
+CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint[], p_waiting_ms bigint, p_retention_ms bigint[],
   p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
   p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
 RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -540,8 +543,8 @@ BEGIN
     released := {give_back}(p_ns, p_released_keys, p_released_token, p_channel, false);
   END IF;
   FOR r IN 1 .. coalesce(cardinality(p_tokens), 0) LOOP
-    answer := {take}(p_ns, p_keys[at : at + p_counts[r] - 1], p_tokens[r], p_shared[r], p_limits[r], p_weights[r], p_lease_ms,
-      CASE WHEN r = 1 THEN p_waiting_ms ELSE 0 END, p_tickets[r], p_retention_ms, p_lock_timeout_ms);
+    answer := {take}(p_ns, p_keys[at : at + p_counts[r] - 1], p_tokens[r], p_shared[r], p_limits[r], p_weights[r], p_lease_ms[r],
+      CASE WHEN r = 1 THEN p_waiting_ms ELSE 0 END, p_tickets[r], p_retention_ms[r], p_lock_timeout_ms);
     answers := answers || answer;
     EXIT WHEN answer[1] <> 1;
     granted := true;

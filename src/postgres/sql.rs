@@ -19,13 +19,14 @@ pub(crate) struct Statements {
 }
 
 /// One hand-off's arguments (see `hand_over` in the schema): the released
-/// lease's keys and token (none: empty), then the requests', flattened.
+/// lease's keys and token (none: empty), then the requests', flattened,
+/// each with its own lease terms (`lease_ms`, `retention_ms`).
 pub(crate) struct HandOverArgs<'a> {
     pub namespace: &'a str,
     pub channel: &'a str,
-    pub lease_ms: i64,
+    pub lease_ms: Vec<i64>,
     pub waiting_ms: i64,
-    pub retention_ms: i64,
+    pub retention_ms: Vec<i64>,
     pub lock_timeout_ms: i64,
     pub released_keys: &'a [String],
     pub released_token: &'a str,
@@ -98,9 +99,9 @@ impl Statements {
         let params: [(&(dyn ToSql + Sync), Type); 15] = [
             (&args.namespace, Type::TEXT),
             (&args.channel, Type::TEXT),
-            (&args.lease_ms, Type::INT8),
+            (&args.lease_ms, Type::INT8_ARRAY),
             (&args.waiting_ms, Type::INT8),
-            (&args.retention_ms, Type::INT8),
+            (&args.retention_ms, Type::INT8_ARRAY),
             (&args.lock_timeout_ms, Type::INT8),
             (&args.released_keys, Type::TEXT_ARRAY),
             (&args.released_token, Type::TEXT),

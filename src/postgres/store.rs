@@ -13,7 +13,7 @@ use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
 use crate::options::PostgresOptions;
 use crate::store::waiters::Waiters;
-use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken};
+use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken, Terms};
 
 /// What the postgres backends of one connection share: the connection and
 /// this process's queues of its keys.
@@ -28,18 +28,29 @@ impl Shared {
     }
 }
 
-/// The name of a key in this process's queues and in release
-/// notifications: `<bytes of namespace>:<namespace><key>`, so no two
-/// (namespace, key) pairs share one.
-pub(crate) fn queue_name(namespace: &str, key: &str) -> String {
+/// The name of a key in this process's queues: its table's release
+/// channel (see [`super::schema::Table::channel`]), a space, and the key as
+/// release notifications name it, `<bytes of namespace>:<namespace><key>`.
+/// So no two (schema, table, namespace, key) share one: the backends of one
+/// connection that keep their keys in different tables or schemas share no
+/// queue. The channel names one table and has no space in it (the options
+/// allow lowercase letters, digits and `_` in the names).
+pub(crate) fn queue_name(channel: &str, notified: &str) -> String {
+    format!("{channel} {notified}")
+}
+
+/// A key as release notifications name it (see `give_back` in the schema).
+fn notified_name(namespace: &str, key: &str) -> String {
     format!("{}:{namespace}{key}", namespace.len())
 }
 
-/// The keys, kind and owner token of one lease (or acquire in progress).
+/// The keys, kind, lease terms and owner token of one lease (or acquire in
+/// progress).
 pub struct Claim {
     keys: Vec<String>,
     names: Vec<String>,
     kind: LockKind,
+    terms: Terms,
     token: String,
 }
 
@@ -55,6 +66,10 @@ impl StoreClaim for Claim {
     fn kind(&self) -> &LockKind {
         &self.kind
     }
+
+    fn terms(&self) -> Terms {
+        self.terms
+    }
 }
 
 /// One postgres backend's reach: its connection, table and namespace.
@@ -64,7 +79,6 @@ pub struct PostgresStore {
     table: Table,
     statements: Statements,
     channel: String,
-    retention_ms: i64,
     auto_create: bool,
     /// The tables were found (or created): checked once per backend.
     ready: AtomicBool,
@@ -80,7 +94,6 @@ impl PostgresStore {
             statements: Statements::new(&table),
             channel: table.channel(),
             table,
-            retention_ms: i64::from(options.store.fence_retention_ms),
             auto_create: options.auto_create,
             ready: AtomicBool::new(false),
             ensuring: tokio::sync::Mutex::new(()),
@@ -156,11 +169,12 @@ impl Store for PostgresStore {
         &self.shared.waiters
     }
 
-    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Claim> {
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Claim> {
         Ok(Claim {
             keys: keys.iter().map(|key| (*key).to_owned()).collect(),
-            names: keys.iter().map(|key| queue_name(&self.namespace, key)).collect(),
+            names: keys.iter().map(|key| queue_name(&self.channel, &notified_name(&self.namespace, key))).collect(),
             kind,
+            terms,
             token: crate::store::token::owner_token()?,
         })
     }
@@ -170,7 +184,7 @@ impl Store for PostgresStore {
         true
     }
 
-    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
+    async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
         self.ensure().await?;
         let args = TakeArgs {
             namespace: &self.namespace,
@@ -179,17 +193,18 @@ impl Store for PostgresStore {
             shared: claim.kind.mode == LockMode::Shared,
             limit: units(claim.kind.limit),
             weight: units(claim.kind.weight),
-            lease_ms: lease_ms as i64,
+            lease_ms: millis(claim.terms.lease_ms),
             waiting_ms: waiting_ms as i64,
             ticket: ticket as i64,
-            retention_ms: self.retention_ms,
+            retention_ms: millis(claim.terms.retention_ms),
             lock_timeout_ms: self.lock_timeout_ms(),
         };
         self.statements.take(self.connection(), &args).await
     }
 
-    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self.statements.renew(self.connection(), &self.namespace, &claim.keys, &claim.token, lease_ms as i64).await?;
+    async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
+        let renewed =
+            self.statements.renew(self.connection(), &self.namespace, &claim.keys, &claim.token, millis(claim.terms.lease_ms)).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
@@ -235,20 +250,14 @@ impl Store for PostgresStore {
         Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost })
     }
 
-    async fn hand_over(
-        &self,
-        released: Option<&Claim>,
-        requests: &[(&Claim, u64)],
-        lease_ms: u64,
-        waiting_ms: u64,
-    ) -> Result<HandedOver<()>, Failure> {
+    async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<()>, Failure> {
         self.ensure().await?;
         let args = HandOverArgs {
             namespace: &self.namespace,
             channel: &self.channel,
-            lease_ms: lease_ms as i64,
+            lease_ms: requests.iter().map(|(claim, _)| millis(claim.terms.lease_ms)).collect(),
             waiting_ms: waiting_ms as i64,
-            retention_ms: self.retention_ms,
+            retention_ms: requests.iter().map(|(claim, _)| millis(claim.terms.retention_ms)).collect(),
             lock_timeout_ms: self.lock_timeout_ms(),
             released_keys: released.map_or(&[], |claim| &claim.keys),
             released_token: released.map_or("", |claim| &claim.token),
@@ -303,6 +312,12 @@ impl Store for PostgresStore {
 /// from a statement that ran out of time (its cause is a timeout).
 fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
     cause.downcast_ref::<tokio_postgres::Error>().is_some()
+}
+
+/// Milliseconds as the functions take them (the options keep every one
+/// far below `i64::MAX`).
+fn millis(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// A limit or weight as the tables keep it.

@@ -21,17 +21,18 @@ use super::transport::connection::{self, Answer};
 use super::transport::topology::NodeConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Cause;
-use crate::store::{Claim as StoreClaim, Failure, Taken};
+use crate::store::{Claim as StoreClaim, Failure, Taken, Terms};
 
-/// The keys, kind and token of one lease (or one acquire in progress).
+/// The keys, kind, lease terms and token of one lease (or one acquire in
+/// progress).
 pub struct Claim {
     /// The Redis names of each key, in the caller's order.
     pub(crate) keys: Vec<RedisKeys>,
     pub(crate) kind: LockKind,
     pub(crate) token: String,
-    /// `fenceRetentionMs`: how long each key's fence counter lives after a
-    /// grant of this claim.
-    pub(crate) retention_ms: u64,
+    /// Every grant and renewal of this claim: its `leaseMs` and how long
+    /// each key's fence counter lives after a grant.
+    pub(crate) terms: Terms,
     /// Indexes into `keys`: one group per script call, in the order taken.
     groups: Vec<Vec<usize>>,
 }
@@ -62,14 +63,13 @@ struct KindsArgs<'a> {
 }
 
 impl Claim {
-    /// A claim of `keys` (Redis names, the caller's order) of `kind`. On a
-    /// `cluster`, keys are grouped by hash slot; each grant keeps the keys'
-    /// fence counters for `retention_ms`.
-    pub(crate) fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool, retention_ms: u64) -> Claim {
+    /// A claim of `keys` (Redis names, the caller's order) of `kind`,
+    /// granted on `terms`. On a `cluster`, keys are grouped by hash slot.
+    pub(crate) fn new(keys: Vec<RedisKeys>, kind: LockKind, token: String, cluster: bool, terms: Terms) -> Claim {
         // Most claims: one key, one group (built without the grouping's
         // growing vectors, on every acquire).
         if keys.len() == 1 {
-            return Claim { keys, kind, token, retention_ms, groups: vec![vec![0]] };
+            return Claim { keys, kind, token, terms, groups: vec![vec![0]] };
         }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -84,7 +84,7 @@ impl Claim {
         // order, whatever order it gave its keys in.
         let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
-        Claim { keys, kind, token, retention_ms, groups }
+        Claim { keys, kind, token, terms, groups }
     }
 
     /// The lock name of the first key (where a single key's `WAIT` goes).
@@ -96,17 +96,17 @@ impl Claim {
         group.iter().flat_map(|&i| self.keys[i].all()).collect()
     }
 
-    fn args<'a>(&'a self, lease_ms: u64, waiting_ms: u64, ticket: u64, channel: &'a str) -> KindsArgs<'a> {
+    fn args<'a>(&'a self, waiting_ms: u64, ticket: u64, channel: &'a str) -> KindsArgs<'a> {
         KindsArgs {
             token: &self.token,
-            lease_ms,
+            lease_ms: self.terms.lease_ms,
             waiting_ms,
             mode: self.mode(),
             limit: self.kind.limit,
             weight: self.kind.weight,
             ticket,
             channel,
-            retention_ms: self.retention_ms,
+            retention_ms: self.terms.retention_ms,
         }
     }
 
@@ -137,7 +137,7 @@ impl Claim {
             .await
     }
 
-    /// One try at taking every key. `waiting_ms` 0 is a single try (it
+    /// One try at taking every key, on the claim's terms. `waiting_ms` 0 is a single try (it
     /// leaves no mark); `ticket` is the one the last try answered; groups
     /// given back before a wait publish on `channel` and `wake` this
     /// process's heads of their keys. On a failure part of a split claim
@@ -146,7 +146,6 @@ impl Claim {
     pub(crate) async fn take(
         &self,
         on: &Scripted,
-        lease_ms: u64,
         waiting_ms: u64,
         ticket: u64,
         channel: &str,
@@ -157,7 +156,11 @@ impl Claim {
             let k = &self.keys[0];
             let answer = on
                 .connection
-                .eval::<(i64, i64, i64)>(&scripts.acquire, &k.all(), &[&self.token, &lease_ms, &waiting_ms, &ticket, &self.retention_ms])
+                .eval::<(i64, i64, i64)>(
+                    &scripts.acquire,
+                    &k.all(),
+                    &[&self.token, &self.terms.lease_ms, &waiting_ms, &ticket, &self.terms.retention_ms],
+                )
                 .await?;
             let (status, value, ticket) = answer.value;
             return Ok(match status {
@@ -166,7 +169,7 @@ impl Claim {
                 _ => Taken::OtherLimit,
             });
         }
-        let args = self.args(lease_ms, waiting_ms, ticket, channel);
+        let args = self.args(waiting_ms, ticket, channel);
         let mut fences = vec![0u64; self.keys.len()];
         let mut written = Vec::with_capacity(self.groups.len());
         for (taken, group) in self.groups.iter().enumerate() {
@@ -195,15 +198,15 @@ impl Claim {
         Ok(Taken::Granted { fences, written })
     }
 
-    /// Extends every key to `lease_ms` from now: true when each still
-    /// carried our token, with where each renewal was written.
-    pub(crate) async fn extend(&self, on: &Scripted, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    /// Extends every key to the claim's `leaseMs` from now: true when each
+    /// still carried our token, with where each renewal was written.
+    pub(crate) async fn extend(&self, on: &Scripted) -> Result<(bool, Vec<NodeConnection>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
-            let answer = on.connection.eval::<i64>(&on.scripts.renew, &[lock], &[&self.token, &lease_ms]).await?;
+            let answer = on.connection.eval::<i64>(&on.scripts.renew, &[lock], &[&self.token, &self.terms.lease_ms]).await?;
             return Ok((answer.value == 1, vec![answer.via]));
         }
-        let args = self.args(lease_ms, 0, 0, "");
+        let args = self.args(0, 0, "");
         let mut renewed = 0;
         let mut written = Vec::with_capacity(self.groups.len());
         for group in &self.groups {
@@ -227,7 +230,7 @@ impl Claim {
             }
             return Ok(answer);
         }
-        let args = self.args(0, 0, 0, channel);
+        let args = self.args(0, 0, channel);
         let mut released = 0;
         let mut first_failure = None;
         let mut answered: Option<Answer<i64>> = None;
@@ -265,7 +268,7 @@ impl Claim {
         channel: &str,
         wake: &(dyn Fn(&str) + Sync),
     ) -> Result<(), Failure> {
-        let args = self.args(0, 0, 0, channel);
+        let args = self.args(0, 0, channel);
         for group in groups {
             self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await?;
         }
@@ -277,20 +280,18 @@ impl Claim {
 
     /// One call of the hand-off script (see the scripts module): gives back
     /// `released` if given, then grants `requests` (each a claim and its
-    /// ticket) in turn, up to the first that cannot be granted; marks are
-    /// left by the first request only, for `waiting_ms`. Single-group claims
-    /// only (every key in one script).
+    /// ticket) in turn, each on its own terms, up to the first that cannot
+    /// be granted; marks are left by the first request only, for
+    /// `waiting_ms`. Single-group claims only (every key in one script).
     pub(crate) async fn hand_over(
         on: &Scripted,
         released: Option<&Claim>,
         requests: &[(&Claim, u64)],
-        lease_ms: u64,
         waiting_ms: u64,
         channel: &str,
     ) -> Result<HandedOver, Failure> {
         let mut keys: Vec<&str> = Vec::new();
-        let retention_ms = released.or(requests.first().map(|(claim, _)| *claim)).map_or(0, |claim| claim.retention_ms);
-        let mut args: Vec<String> = vec![channel.to_owned(), lease_ms.to_string(), waiting_ms.to_string(), retention_ms.to_string()];
+        let mut args: Vec<String> = vec![channel.to_owned(), waiting_ms.to_string()];
         match released {
             Some(claim) => {
                 keys.extend(claim.all_keys());
@@ -308,6 +309,8 @@ impl Claim {
                 claim.kind.weight.to_string(),
                 ticket.to_string(),
                 claim.keys.len().to_string(),
+                claim.terms.lease_ms.to_string(),
+                claim.terms.retention_ms.to_string(),
             ]);
         }
         let args: Vec<&dyn connection::ToRedisArgsRef> = args.iter().map(|arg| arg as &dyn connection::ToRedisArgsRef).collect();
@@ -357,7 +360,7 @@ impl Claim {
     /// Takes back the marks a waiting try left under `ticket` (best
     /// effort), telling waiters on `channel` when they were the last.
     pub(crate) async fn withdraw(&self, on: &Scripted, ticket: u64, channel: &str) {
-        let args = self.args(0, 0, ticket, channel);
+        let args = self.args(0, ticket, channel);
         for group in &self.groups {
             let _ = self.kinds::<i64>(on, &on.scripts.kinds_withdraw, group, &args).await;
         }
@@ -376,6 +379,10 @@ impl StoreClaim for Claim {
 
     fn kind(&self) -> &LockKind {
         &self.kind
+    }
+
+    fn terms(&self) -> Terms {
+        self.terms
     }
 
     /// On a Cluster, one call per hash slot.

@@ -298,7 +298,9 @@ return 0
 /// release and hand-off scripts, so each rule is written once).
 ///
 /// A request is the arguments of one lease: token, mode (`x` or `s`),
-/// limit, weight and ticket (`0` for none); its KEYS are five per user key
+/// limit, weight, ticket (`0` for none), and its terms: leaseMs and
+/// fenceRetentionMs. A grant reads its terms from its request only, so a
+/// hand-off writes each request's own; its KEYS are five per user key
 /// (lock, fence, waiting, kind, queue: see [`super::keys::RedisKeys`]),
 /// `grant` and `give_back` take the range of KEYS that is the request's.
 ///
@@ -307,13 +309,6 @@ macro_rules! kinds_prelude {
     () => {
         concat!(
             r"
--- Every kinds script's ARGV[2] is its leaseMs: as given, for commands (a
--- number passed to redis.call is formatted with %.17g, about 2000
--- instructions each), and as a number, for arithmetic.
-local lease_text, lease_ms = ARGV[2], tonumber(ARGV[2])
--- How long a fence counter lives after a grant (fenceRetentionMs), as
--- given: each script that grants sets it before its first grant.
-local retention
 -- The server's clock, read by read_clock() when a script first needs it (a
 -- release does not): a redis.call costs about 1.5 us beyond its command.
 -- `clock` is its microseconds as a decimal string (the fence base), and
@@ -353,12 +348,15 @@ local function extend(key, ms, text)
   end
   return false
 end
--- `limit_text` and `weight_text` are the request's limit and weight as
--- given: a stored limit is compared with it as a string (every writer
--- stores the canonical decimal), and commands take it without formatting.
-local function request(token, mode, limit, weight, ticket)
+-- `limit_text`, `weight_text` and `lease_text` are the request's limit,
+-- weight and leaseMs as given: a stored limit is compared with it as a
+-- string (every writer stores the canonical decimal), and commands take
+-- them without formatting (a number passed to redis.call is formatted with
+-- %.17g, about 2000 instructions each). `retention` is its
+-- fenceRetentionMs, as given.
+local function request(token, mode, limit, weight, ticket, lease, retention)
   local r = {token = token, shared = mode == 's', limit = tonumber(limit), weight = tonumber(weight), ticket = ticket,
-    limit_text = limit, weight_text = weight}
+    limit_text = limit, weight_text = weight, lease_text = lease, lease_ms = tonumber(lease), retention = retention}
   r.plain = not r.shared and r.limit == 1
   r.member = token .. ':' .. (r.shared and 's' or weight)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
@@ -383,7 +381,7 @@ end
 -- (see ACQUIRE), to live `retention` ms, and answers {1, fence...}: over
 -- several keys one MGET, then a SET with its TTL each (MSET sets no TTL).
 -- A counter that is not a number is an error, before anything is written.
-local function raise_fences(fence_keys)
+local function raise_fences(fence_keys, retention)
   local fences = {1}
   if #fence_keys == 1 then
     local fence_key = fence_keys[1]
@@ -428,12 +426,12 @@ end
 -- as the plain script takes one, or, at the first that is held, gives back
 -- the ones it took and answers false (the full check then decides). For
 -- such keys this is exactly that check's answer, in about half the calls.
-local function take_free(first, last, token)
+local function take_free(first, last, r)
   if redis.call('EXISTS', unpack(names(first, last, 3))) > 0 then
     return false
   end
   for i = first, last, 5 do
-    if not redis.call('SET', KEYS[i], token, 'NX', 'PX', lease_text) then
+    if not redis.call('SET', KEYS[i], r.token, 'NX', 'PX', r.lease_text) then
       if i > first then
         redis.call('DEL', unpack(names(first, i - 5, 0)))
       end
@@ -458,9 +456,9 @@ macro_rules! kinds_grant {
             r"
 local function grant(first, last, r, waiting_ms)
   local token, shared, plain, limit, weight, member, mine = r.token, r.shared, r.plain, r.limit, r.weight, r.member, r.mine
-  local ticket = r.ticket
+  local ticket, lease_ms, lease_text = r.ticket, r.lease_ms, r.lease_text
   read_clock()
-  local taken = plain and take_free(first, last, token)
+  local taken = plain and take_free(first, last, r)
   local kinds = {}
   if not taken then
     local blocked, hint = {}, nil
@@ -580,7 +578,7 @@ local function grant(first, last, r, waiting_ms)
       return {0, hint or -1, tonumber(ticket)}
     end
   end
-  local fences = raise_fences(names(first, last, 1))
+  local fences = raise_fences(names(first, last, 1), r.retention)
   if fences.err then
     -- No fence, no grant: give back the keys take_free took.
     if taken then
@@ -740,7 +738,8 @@ end
 ///
 /// KEYS: five per user key (lock, fence, waiting, kind, queue). ARGV: token,
 /// leaseMs, waitingMs, mode (`x` or `s`), limit, weight, ticket (`0` for
-/// none), channel, fenceRetentionMs.
+/// none), channel, fenceRetentionMs (the release and withdraw scripts take
+/// the same, and use what they need).
 ///
 /// Returns `{1, fence...}` (one per key, in KEYS order) when granted;
 /// `{0, hint, ticket}` when not, where `hint` is how long (ms) until the
@@ -752,8 +751,7 @@ const KINDS_ACQUIRE: &str = concat!(
     reserve_fences!(),
     kinds_prelude!(),
     r"
-retention = ARGV[9]
-return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]), tonumber(ARGV[3]))
+return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9]), tonumber(ARGV[3]))
 "
 );
 
@@ -765,7 +763,8 @@ const KINDS_RENEW: &str = concat!(
     reserve_fences!(),
     kinds_prelude!(),
     r"
-local r = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+local r = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9])
+local lease_ms, lease_text = r.lease_ms, r.lease_text
 read_clock()
 local renewed = 0
 for i = 1, #KEYS, 5 do
@@ -798,7 +797,7 @@ const KINDS_RELEASE: &str = concat!(
     reserve_fences!(),
     kinds_prelude!(),
     r"
-local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7]))
+local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9]))
 tell_waiters(freed, ARGV[8])
 return released
 "
@@ -811,7 +810,8 @@ return released
 /// limit and weight that left no mark, and no older request is queued. The
 /// answer, the writes and the wake-up are the general path's for that case:
 /// the units count is unchanged (the request takes what the lease gave
-/// back) and the key's waiters are told only when it is not full. The fence
+/// back), the request's lease and fence counter are written on its own
+/// terms, and the key's waiters are told only when it is not full. The fence
 /// is raised first: a counter that is not a number fails the call before
 /// anything else is written. Anything else goes on to the general path,
 /// a lease no longer in the set among it (`ZREM` answers 0; the fence
@@ -820,36 +820,36 @@ macro_rules! handoff_straight {
     () => {
         concat!(
             r"
-if #ARGV == 15 and ARGV[5] == '1' and ARGV[15] == '1' and ARGV[7] == 'x' and ARGV[11] == 'x' and ARGV[8] ~= '1'
-  and ARGV[12] == ARGV[8] and ARGV[13] == ARGV[9] and ARGV[14] == '0' and KEYS[6] == KEYS[1]
+if #ARGV == 15 and ARGV[3] == '1' and ARGV[13] == '1' and ARGV[5] == 'x' and ARGV[9] == 'x' and ARGV[6] ~= '1'
+  and ARGV[10] == ARGV[6] and ARGV[11] == ARGV[7] and ARGV[12] == '0' and KEYS[6] == KEYS[1]
   and redis.call('EXISTS', KEYS[5]) == 0 then
   local now = redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
   local clock_n = tonumber(clock)
-  local fence_key, retention = KEYS[2], ARGV[4]
+  local fence_key, retention = KEYS[2], ARGV[15]
 ",
             next_fence!(),
             r"
   redis.set_repl(redis.REPL_ALL)
-  if redis.pcall('ZREM', KEYS[1], ARGV[6] .. ':' .. ARGV[9]) == 1 then
-    local lease_ms = tonumber(ARGV[2])
+  if redis.pcall('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
+    local lease_ms = tonumber(ARGV[14])
     local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
-    if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[10] .. ':' .. ARGV[13]) == 0 then
+    if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[8] .. ':' .. ARGV[11]) == 0 then
       -- The request held already (a retry of its grant): the units given
       -- back went to nobody.
-      redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[9])
+      redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[7])
     end
     local wake = 0
-    if tonumber(redis.call('HGET', KEYS[4], 'units') or '0') < tonumber(ARGV[8]) then
+    if tonumber(redis.call('HGET', KEYS[4], 'units') or '0') < tonumber(ARGV[6]) then
       wake = 1
       if redis.call('DEL', KEYS[3]) > 0 then
         redis.call('PUBLISH', ARGV[1], KEYS[1])
       end
     end
     if redis.call('PTTL', KEYS[1]) < lease_ms then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      redis.call('PEXPIRE', KEYS[1], ARGV[14])
       if redis.call('PTTL', KEYS[4]) < lease_ms then
-        redis.call('PEXPIRE', KEYS[4], ARGV[2])
+        redis.call('PEXPIRE', KEYS[4], ARGV[14])
       end
     end
     return {1, wake, 1, fence}
@@ -873,11 +873,12 @@ end
 /// was granted is read again.)
 ///
 /// KEYS: the released lease's five per user key, then each request's.
-/// ARGV: channel, leaseMs, waitingMs (marks left by the first request when
-/// it is not granted; 0 for none), fenceRetentionMs, the released lease's
-/// number of user keys (`0`: no release), its token, mode, limit and
-/// weight, then per request token, mode, limit, weight, ticket and its
-/// number of user keys.
+/// ARGV: channel, waitingMs (marks left by the first request when it is not
+/// granted; 0 for none), the released lease's number of user keys (`0`: no
+/// release), its token, mode, limit and weight, then per request token,
+/// mode, limit, weight, ticket, its number of user keys, and its terms:
+/// leaseMs and fenceRetentionMs (the requests may be of several backends,
+/// each granted on its own).
 /// Returns `{released, wake..., answer...}`: how many keys were given back;
 /// per released key 1 when a waiter may now be granted there (the process
 /// wakes its own), else 0; then for each request tried the answer
@@ -888,17 +889,17 @@ const KINDS_HANDOFF: &str = concat!(
     handoff_straight!(),
     kinds_prelude!(),
     r"
-local channel, waiting_ms = ARGV[1], tonumber(ARGV[3])
-retention = ARGV[4]
-local last = tonumber(ARGV[5]) * 5
-local released, freed, gave = 0, {}, request(ARGV[6], ARGV[7], ARGV[8], ARGV[9], '0')
+local channel, waiting_ms = ARGV[1], tonumber(ARGV[2])
+local last = tonumber(ARGV[3]) * 5
+local released, freed, gave = 0, {}, request(ARGV[4], ARGV[5], ARGV[6], ARGV[7], '0', '0', '0')
 if last > 0 then
   released, freed = give_back(1, last, gave)
 end
 local answers, first = {}, last + 1
-for a = 10, #ARGV, 6 do
+for a = 8, #ARGV, 8 do
   local upto = first + tonumber(ARGV[a + 5]) * 5 - 1
-  local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]), waiting_ms)
+  local answer = grant(first, upto, request(ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 6], ARGV[a + 7]),
+    waiting_ms)
   if answer.err then
     return answer
   end

@@ -18,7 +18,7 @@ use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
 use crate::store::token::owner_token;
 use crate::store::waiters::Waiters;
-use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken};
+use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken, Terms};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What the redis backends of one connection share: the connection and its
@@ -80,6 +80,8 @@ pub struct RedisStore {
     namespace: String,
     /// Where releases in this namespace are published.
     channel: String,
+    /// This backend's `fenceRetentionMs`, for the clock's warning only: a
+    /// grant reads its own from its claim (`Claim::terms`).
     retention_ms: u64,
     replica_acks: u32,
     /// Who says so when a server's clock is found behind.
@@ -173,12 +175,12 @@ impl Store for RedisStore {
         &self.shared.waiters
     }
 
-    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Claim> {
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Claim> {
         if self.shared.older_layout.shares(&self.channel) {
             return Err(older_layout(&self.namespace));
         }
         let names = keys.iter().map(|key| RedisKeys::new(&self.namespace, key)).collect();
-        Ok(Claim::new(names, kind, owner_token()?, self.connection().is_cluster(), self.retention_ms))
+        Ok(Claim::new(names, kind, owner_token()?, self.connection().is_cluster(), terms))
     }
 
     /// Not on a Cluster, where one script reaches one hash slot only.
@@ -186,15 +188,15 @@ impl Store for RedisStore {
         !self.connection().is_cluster()
     }
 
-    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
+    async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
         let sent = Instant::now();
-        let taken = claim.take(&self.shared.scripted, lease_ms, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
+        let taken = claim.take(&self.shared.scripted, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
         self.granted(&taken, sent);
         Ok(taken)
     }
 
-    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
-        claim.extend(&self.shared.scripted, lease_ms).await
+    async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<NodeConnection>), Failure> {
+        claim.extend(&self.shared.scripted).await
     }
 
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
@@ -206,11 +208,10 @@ impl Store for RedisStore {
         &self,
         released: Option<&Claim>,
         requests: &[(&Claim, u64)],
-        lease_ms: u64,
         waiting_ms: u64,
     ) -> Result<HandedOver<NodeConnection>, Failure> {
         let sent = Instant::now();
-        let handed = Claim::hand_over(&self.shared.scripted, released, requests, lease_ms, waiting_ms, &self.channel).await?;
+        let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
         for taken in &handed.taken {
             self.granted(taken, sent);
         }

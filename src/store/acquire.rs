@@ -118,7 +118,6 @@ struct Attempt<S: Store> {
     places: Vec<Place>,
     interrupts: Interrupts,
     single_try: bool,
-    lease_ms: u64,
     /// How long a refused try's waiting mark lives: longer than any nap
     /// between two tries, so the mark outlives it.
     waiting_ms: u64,
@@ -154,7 +153,7 @@ impl<S: Store> Acquire<S> {
         cancelled: oneshot::Receiver<()>,
         slot: InProgress<S>,
     ) -> Result<Self> {
-        let claim = Arc::new(core.store().claim(keys, kind)?);
+        let claim = Arc::new(core.store().claim(keys, kind, core.terms())?);
         let request = (!wait.is_zero() && core.store().hands_over()).then(|| Arc::new(Request::new(claim.clone())));
         let tickets: Vec<Ticket<S>> = claim.names().map(|name| core.store().waiters().join(name, request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
@@ -246,7 +245,6 @@ impl<S: Store> Attempt<S> {
         };
         let options = &core.options;
         let waiting_ms = if single_try { 0 } else { 2 * u64::from(options.poll_interval_ms.max(options.notify_poll_interval_ms)) + 1_000 };
-        let lease_ms = u64::from(options.lease_ms);
         let closed = core.closed.subscribe();
         Ok(Attempt {
             core,
@@ -258,7 +256,6 @@ impl<S: Store> Attempt<S> {
             places,
             interrupts: Interrupts { signal, closed, cancelled, deadline, wait },
             single_try,
-            lease_ms,
             waiting_ms,
             ticket: 0,
             napped: false,
@@ -359,12 +356,12 @@ impl<S: Store> Attempt<S> {
         let followers = self.request.as_ref().map(|request| core.waiters().followers(request)).unwrap_or_default();
         let sent = Instant::now();
         if followers.is_empty() {
-            return (sent, core.store().take(&self.claim, self.lease_ms, self.waiting_ms, self.ticket).await);
+            return (sent, core.store().take(&self.claim, self.waiting_ms, self.ticket).await);
         }
         let requests: Vec<(&S::Claim, u64)> = std::iter::once((&*self.claim, self.ticket))
             .chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket)))
             .collect();
-        let taken = match core.store().hand_over(None, &requests, self.lease_ms, self.waiting_ms).await {
+        let taken = match core.store().hand_over(None, &requests, self.waiting_ms).await {
             Ok(handed) => {
                 let mut taken = handed.taken.into_iter();
                 let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket: self.ticket });

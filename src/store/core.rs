@@ -23,7 +23,7 @@ use super::handoff::Grant;
 use super::lease::LeaseShared;
 use super::runtime::Spawner;
 use super::waiters::{Picked, Waiters};
-use super::{Claim, Failure, Freed, Store, Taken};
+use super::{Claim, Failure, Freed, Store, Taken, Terms};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
@@ -75,6 +75,11 @@ impl<S: Store> BackendCore<S> {
         Duration::from_millis(self.options.lease_ms.into())
     }
 
+    /// What this backend's grants are written with (see [`Terms`]).
+    pub fn terms(&self) -> Terms {
+        Terms { lease_ms: self.options.lease_ms.into(), retention_ms: self.options.fence_retention_ms.into() }
+    }
+
     pub fn spawner(&self) -> &Spawner {
         &self.spawner
     }
@@ -120,9 +125,8 @@ impl<S: Store> BackendCore<S> {
             return self.store.give_back(claim).await;
         }
         let requests: Vec<(&S::Claim, u64)> = candidates.iter().map(|(request, ticket)| (&*request.claim, *ticket)).collect();
-        let lease_ms = u64::from(self.options.lease_ms);
         let sent = Instant::now();
-        match self.store.hand_over(Some(claim), &requests, lease_ms, 0).await {
+        match self.store.hand_over(Some(claim), &requests, 0).await {
             Ok(handed) => {
                 self.deliver(&candidates, handed.taken.into_iter(), sent, true);
                 for (name, _) in claim.names().zip(&handed.wake).filter(|(_, wake)| **wake) {
@@ -208,14 +212,16 @@ impl<S: Store> BackendCore<S> {
     /// too late or too weakly replicated, a release that failed. Tries with
     /// a growing pause until the store answers (it deleted the lock, or the lock
     /// is not ours) or the lock would have expired by itself (`leaseMs`, and
-    /// a command timeout for a command of ours still on its way); after an
-    /// answer that found nothing, once more a command timeout later, in case
-    /// a command of ours still on its way takes the lock after all.
+    /// a command timeout for a command of ours still on its way: the
+    /// claim's own `leaseMs`, which a hand-over granted it with whatever
+    /// backend cleans up); after an answer that found nothing, once more a
+    /// command timeout later, in case a command of ours still on its way
+    /// takes the lock after all.
     pub fn clean_up(self: &Arc<Self>, claim: Arc<S::Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
             let command_timeout = core.store.command_timeout();
-            let give_up = Instant::now() + core.lease() + command_timeout;
+            let give_up = Instant::now() + Duration::from_millis(claim.terms().lease_ms) + command_timeout;
             let mut pause = CLEAN_UP_PAUSE_MIN;
             let mut found_nothing = false;
             loop {

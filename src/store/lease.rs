@@ -248,8 +248,7 @@ impl<S: Store> StoreLease<S> {
             .run(async move {
                 let core = shared.core.clone();
                 let sent = Instant::now();
-                let lease_ms = core.lease().as_millis() as u64;
-                let outcome = core.store().extend(&shared.claim, lease_ms).await;
+                let outcome = core.store().extend(&shared.claim).await;
                 let outcome = match outcome {
                     Ok((true, written)) => core.store().replicated(&written).await.map(|()| true),
                     Ok((false, _)) => Ok(false),

@@ -38,4 +38,4 @@ pub use backend::{StoreBackend, StoreCounts};
 pub(crate) use failure::{Failure, Refusal};
 pub use keep_alive::KeepAlive;
 pub use lease::StoreLease;
-pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, Taken};
+pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, Taken, Terms};

@@ -15,18 +15,39 @@ use super::Failure;
 use crate::acquire::LockKind;
 use crate::error::{Cause, ErrorCode, Result};
 
-/// The keys, kind and owner token of one lease (or one acquire in
-/// progress), as the store names them.
+/// How a grant is written beside its keys and token: the lease terms of
+/// the backend that asked for it. Each claim carries its own, and every
+/// operation that writes a grant (a take, a hand-over, a renewal) reads them
+/// from the claim it writes: a hand-over grants requests of several
+/// backends of one store location in one call, each on its own terms, not
+/// the releaser's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Terms {
+    /// `leaseMs`: how long a grant (or a renewal) lives in the store.
+    pub lease_ms: u64,
+    /// `fenceRetentionMs`: how long a grant keeps its keys' fence counters.
+    pub retention_ms: u64,
+}
+
+/// The keys, kind, lease terms and owner token of one lease (or one
+/// acquire in progress), as the store names them.
 pub trait Claim: Send + Sync + 'static {
     /// How many keys.
     fn len(&self) -> usize;
 
-    /// The store's name of each key, in the caller's order. Also the name
-    /// of this process's queue for the key: backends that reach one store
-    /// key share its queue.
+    /// The name of each key, in the caller's order, unique to the key's
+    /// place in the store: it tells apart every option that changes where
+    /// the key is written (the store behind the connection, schema, table,
+    /// namespace). It is the name of this process's queue for the key, shared
+    /// by every backend of the connection: backends share a queue exactly
+    /// when they reach one store key, so a queue never holds a request a
+    /// hand-over there could not grant in its own place.
     fn names(&self) -> impl Iterator<Item = &str>;
 
     fn kind(&self) -> &LockKind;
+
+    /// The terms every grant of this claim is written with.
+    fn terms(&self) -> Terms;
 
     /// A plain lease on one key (the store's fast path).
     fn is_plain(&self) -> bool {
@@ -50,48 +71,45 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// The driver's name in telemetry ("redis").
     const DRIVER: &'static str;
 
-    /// This process's queues of the store's keys, shared by every backend
-    /// that reaches the same store (the store wakes them).
+    /// This process's queues of the store's keys (by [`Claim::names`]),
+    /// shared by every backend of the connection (the store wakes them).
     fn waiters(&self) -> &Arc<Waiters<Self>>;
 
-    /// A claim of `keys` of `kind` under a fresh owner token; an error when
-    /// the store takes no acquire at all now.
-    fn claim(&self, keys: &[&str], kind: LockKind) -> Result<Self::Claim>;
+    /// A claim of `keys` of `kind`, granted on `terms`, under a fresh owner
+    /// token; an error when the store takes no acquire at all now.
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Self::Claim>;
 
     /// True when one call reaches every key of a claim, so a release can
     /// hand its keys to this process's next waiters in the same call.
     fn hands_over(&self) -> bool;
 
-    /// One try at taking every key of `claim` for `lease_ms`. `waiting_ms`
+    /// One try at taking every key of `claim` on its terms. `waiting_ms`
     /// 0 is a single try (it leaves no waiting mark); else a refused try
     /// leaves a mark for `waiting_ms` under `ticket` (0: a new one), so that
     /// a release anywhere wakes this process and no later request of
     /// another process overtakes it.
-    fn take(
-        &self,
-        claim: &Self::Claim,
-        lease_ms: u64,
-        waiting_ms: u64,
-        ticket: u64,
-    ) -> impl Future<Output = Result<Taken<Self::Written>, Failure>> + Send;
+    fn take(&self, claim: &Self::Claim, waiting_ms: u64, ticket: u64)
+        -> impl Future<Output = Result<Taken<Self::Written>, Failure>> + Send;
 
-    /// Extends every key to `lease_ms` from now: true when each still
-    /// carried the claim's token, with where each renewal was written.
-    fn extend(&self, claim: &Self::Claim, lease_ms: u64) -> impl Future<Output = Result<(bool, Vec<Self::Written>), Failure>> + Send;
+    /// Extends every key to the claim's `leaseMs` from now: true when each
+    /// still carried the claim's token, with where each renewal was written.
+    fn extend(&self, claim: &Self::Claim) -> impl Future<Output = Result<(bool, Vec<Self::Written>), Failure>> + Send;
 
     /// Gives back every key that still carries the claim's token and tells
     /// waiters in every process (this one's included).
     fn give_back(&self, claim: &Self::Claim) -> impl Future<Output = Result<Freed, Failure>> + Send;
 
     /// One call that gives back `released` (if any), then grants `requests`
-    /// (each a claim and its ticket) in turn, up to the first that cannot
-    /// be granted; only the first leaves a mark, for `waiting_ms`. Called
-    /// only when [`Store::hands_over`].
+    /// (each a claim and its ticket) in turn, each on its own claim's terms
+    /// (the requests may be of other backends of the connection), up to the
+    /// first that cannot be granted; only the first leaves a mark, for
+    /// `waiting_ms`. Called only when [`Store::hands_over`], with requests
+    /// queued where `released` (or the first request) is: their keys'
+    /// names are its names.
     fn hand_over(
         &self,
         released: Option<&Self::Claim>,
         requests: &[(&Self::Claim, u64)],
-        lease_ms: u64,
         waiting_ms: u64,
     ) -> impl Future<Output = Result<HandedOver<Self::Written>, Failure>> + Send;
 
