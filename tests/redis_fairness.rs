@@ -70,7 +70,7 @@ on_topologies! {
 fn a_key_handed_to_a_waiter_that_died_is_free_again_when_its_mark_lapses() {
     let server = support::redis_server::RedisServer::start();
     let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
-    let digest = support::topology::digest("k");
+    let digest = support::names::digest("k");
     let (lock, waiting) = (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"));
     let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
     // The mark a waiter of another process left before it died: 800 ms to live.
@@ -110,7 +110,7 @@ fn a_holder_whose_grant_a_failover_lost_is_told_even_when_its_mark_is_handed_the
     let server = support::redis_server::RedisServer::start();
     let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
     let (other, _) = support::open_redis(&server.url(), BACKEND, &[]);
-    let digest = support::topology::digest("k");
+    let digest = support::names::digest("k");
     let (lock, waiting) = (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"));
     let mut raw = server.client();
     let lost = block_on(backend(&app).acquire("k", wait(0))).unwrap();

@@ -198,7 +198,7 @@ fn scenario_fences_rise_across_an_expired_counter(deployment: &mut Deployment) {
     for (name, options) in kinds {
         let key = format!("fenced:{name}");
         let before = fence_of(options.clone(), &[&key]);
-        let counter = format!("test:lock-fence:{{{}}}", support::topology::digest(&key));
+        let counter = format!("test:lock-fence:{{{}}}", support::names::digest(&key));
         let ttl: i64 = deployment.query(&counter, redis::cmd("PTTL").arg(&counter));
         assert!(ttl > 0 && ttl <= RETENTION_MS as i64, "{name}: the counter lives the retention: {ttl}");
         support::eventually("the counter expires", || deployment.query::<i64>(&counter, redis::cmd("EXISTS").arg(&counter)) == 0);
@@ -207,7 +207,7 @@ fn scenario_fences_rise_across_an_expired_counter(deployment: &mut Deployment) {
     }
     // Several keys: one counter expired (pair:2's), one kept (pair:1 is
     // granted alone meanwhile, which keeps its counter).
-    let counter = |key: &str| format!("test:lock-fence:{{{}}}", support::topology::digest(key));
+    let counter = |key: &str| format!("test:lock-fence:{{{}}}", support::names::digest(key));
     let exists = |key: &str| deployment.query::<i64>(&counter(key), redis::cmd("EXISTS").arg(counter(key)));
     let before = fence_of(wait(0), &["pair:1", "pair:2"]);
     let mut kept = before[0];

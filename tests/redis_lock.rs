@@ -185,7 +185,7 @@ fn redis_sees_only_the_sha256_of_a_key() {
     let lease = block_on(backend(&a).acquire("secret-order-42", wait(0))).unwrap();
     // Its first 132 bits, in 22 base64url characters (Python:
     // base64.urlsafe_b64encode(hashlib.sha256(b"secret-order-42").digest())[:22]).
-    let digest = support::topology::digest("secret-order-42");
+    let digest = support::names::digest("secret-order-42");
     assert_eq!(digest, "mZyILfHdDUyslstZtfyItq");
     // The digest in braces is a hash tag: one Redis Cluster slot for all of a key's names.
     assert_eq!(server.keys(), vec![format!("test:lock-fence:{{{digest}}}"), format!("test:lock:{{{digest}}}")]);

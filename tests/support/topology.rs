@@ -22,8 +22,6 @@ pub fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
     result.expect_err("expected an error").code()
 }
 
-pub use super::names::digest;
-
 /// The Redis name of a user key's lock in the tests' namespace.
 pub fn lock_key(key: &str) -> String {
     super::names::lock_key("test", key)
