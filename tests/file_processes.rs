@@ -224,3 +224,52 @@ fn a_process_releasing_and_acquiring_a_key_in_a_loop_lets_a_waiting_process_in()
 fn a_process_whose_own_tasks_hand_a_key_around_lets_a_waiting_process_in() {
     a_looping_process_lets_a_waiting_one_in("loop2");
 }
+
+/// Two backends of one process on one directory are two waiters' worth of
+/// identity: a waiter of backend `b` behind a task taking the key again
+/// and again on backend `a` gets its turn as a waiter of another process
+/// does (the looping tests above), within a few of the holder's cycles.
+/// Measured in cycles, not time: with one mark per process, `a` took `b`'s
+/// mark for its own, cleared it and kept the key for hundreds of cycles.
+#[test]
+fn a_waiter_of_another_backend_of_this_process_gets_its_turn_within_a_few_holder_cycles() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = fresh_directory("two-backends");
+    let yaml = format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: {{ driver: file, directory: '{0}' }}\n      b: {{ driver: file, directory: '{0}' }}\n",
+        dir.display()
+    );
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let (a, b) = (provider.backend("a").unwrap(), provider.backend("b").unwrap());
+    let cycles = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = std::thread::spawn({
+        let (cycles, stop) = (cycles.clone(), stop.clone());
+        move || {
+            while !stop.load(Ordering::SeqCst) {
+                let lease = block_on(a.acquire("shared-key", wait(30_000))).unwrap();
+                cycles.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+                drop(lease);
+            }
+        }
+    });
+    while cycles.load(Ordering::SeqCst) < 5 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut most = 0;
+    for _ in 0..5 {
+        let before = cycles.load(Ordering::SeqCst);
+        let lease = block_on(b.acquire("shared-key", wait(30_000))).expect("the waiter of b is granted");
+        most = most.max(cycles.load(Ordering::SeqCst) - before);
+        std::thread::sleep(Duration::from_millis(5));
+        drop(lease);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    holder.join().unwrap();
+    eprintln!("the most holder cycles a waiter of b waited through: {most}");
+    assert!(most <= 20, "a waiter of b waited through {most} grants of a");
+    block_on(provider.close());
+}

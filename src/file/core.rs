@@ -21,9 +21,9 @@
 //! again (another task of it waiting, or the same task acquiring again)
 //! would win every time over a waiter of another process, which learns of
 //! the release only through its wake-up. So a pending acquire refused a
-//! lock writes a waiting mark into the lock file (its process and a
-//! deadline, refreshed at every retry), and a process that sees a fresh
-//! mark of another one gives way: its release keeps the lock file (the
+//! lock writes a waiting mark into the lock file (its process, its backend
+//! and a deadline, refreshed at every retry), and a backend that sees a fresh
+//! mark of another one (of another process, or of this one) gives way: its release keeps the lock file (the
 //! waiter holds its inode), and its next first try of the key waits
 //! [`GIVE_WAY`], time for the waiter to take the key; a shared acquire
 //! does not join the readers of a key another process's waiter is marked
@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 use super::directory::LockDirectory;
 use super::idle::IdleFiles;
 use super::lease::LeaseShared;
-use super::lock_file::LockFile;
+use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::take::{self, Held, Took};
 use super::watch::{safety_net, Watch};
@@ -73,8 +73,9 @@ pub(crate) struct FileCore {
     pub acquired: AtomicU64,
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
-    /// This process's id, in the waiting marks it writes.
-    pid: u32,
+    /// This backend's identity (its process and a number of its own), in
+    /// the waiting marks it writes.
+    marker: Marker,
     /// Itself, for the grants it makes.
     this: Weak<FileCore>,
 }
@@ -220,7 +221,7 @@ impl FileCore {
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
-            pid: std::process::id(),
+            marker: Marker::new_backend(),
             this: this.clone(),
         })
     }
@@ -309,13 +310,13 @@ impl FileCore {
                 // Nobody of ours waits on it any more: our mark would only
                 // delay others; and a file its holder kept for us is ours
                 // to remove if free now.
-                if file.waiting_mark().1 == self.pid {
+                if file.waiting_mark().1 == self.marker {
                     let _ = file.clear_mark();
                 }
                 if file.try_lock().unwrap_or(false) {
                     let fence = file.fence().unwrap_or(u64::MAX);
                     let may_remove = state.engine.next_waiter(lease).is_none() && file.limit().unwrap_or(0) <= 1;
-                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.pid);
+                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.marker);
                 }
             }
         }
@@ -384,7 +385,7 @@ impl FileCore {
                 if give_way {
                     pending.defer_until = Some(Instant::now() + GIVE_WAY);
                 } else {
-                    let _ = file.mark_waiting(self.mark_until(), self.pid);
+                    let _ = file.mark_waiting(self.mark_until(), self.marker);
                 }
                 // Watch the path's file now (the one released or removed
                 // next), whatever was watched before: the file may have been
@@ -426,7 +427,7 @@ impl FileCore {
         let undo = |taken: Vec<Option<(Held, u64)>>, idle: &mut IdleFiles| {
             for (index, held) in taken.into_iter().enumerate() {
                 if let Some((held, fence)) = held {
-                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.pid));
+                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.marker));
                 }
             }
         };
@@ -453,7 +454,7 @@ impl FileCore {
             // A newcomer (or any reader) gives way to a waiter of another
             // process marked on the key.
             let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
-            match take::take(&self.directory, name, kind, file, self.pid, first || reader_yields) {
+            match take::take(&self.directory, name, kind, file, self.marker, first || reader_yields) {
                 Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
                 Ok(Took::GiveWay(file)) => {
                     undo(taken, idle);
@@ -496,9 +497,9 @@ impl FileCore {
         for (name, held, fence) in grant.keys.drain(..) {
             match held {
                 Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
-                    state.idle.keep(&self.directory, name, file, fence, self.pid)
+                    state.idle.keep(&self.directory, name, file, fence, self.marker)
                 }
-                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.pid)),
+                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.marker)),
                 None => {}
             }
         }
@@ -566,7 +567,7 @@ impl FileCore {
             for request in state.engine.close() {
                 let _ = request.outcome.send(Err(LockError::closed()));
             }
-            state.idle.remove_due(&self.directory, None, self.pid);
+            state.idle.remove_due(&self.directory, None, self.marker);
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -606,7 +607,7 @@ impl FileCore {
     /// Retries every pending acquire, and removes the kept files due.
     fn retry_pending(&self) {
         let mut state = self.state();
-        state.idle.remove_due(&self.directory, Some(Instant::now()), self.pid);
+        state.idle.remove_due(&self.directory, Some(Instant::now()), self.marker);
         for pending in &mut state.pending {
             pending.tried = false;
         }
@@ -617,9 +618,9 @@ impl FileCore {
 impl Drop for FileCore {
     /// A backend dropped without `close()` still removes its kept files.
     fn drop(&mut self) {
-        let pid = self.pid;
+        let marker = self.marker;
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        state.idle.remove_due(&self.directory, None, pid);
+        state.idle.remove_due(&self.directory, None, marker);
     }
 }
 

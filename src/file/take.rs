@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use super::directory::{names_at, remove_at, LockDirectory};
 use super::fence;
-use super::lock_file::LockFile;
+use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
@@ -65,10 +65,10 @@ pub(crate) enum Took {
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
-/// the caller (a waiter keeps it between tries). Process `pid` takes it;
-/// with `give_way`, not when another process's waiter is marked on it. A
-/// mark of `pid`'s own is cleared.
-pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, pid: u32, give_way: bool) -> Result<Took> {
+/// the caller (a waiter keeps it between tries). Backend `me` takes it;
+/// with `give_way`, not when another backend's waiter is marked on it. A
+/// mark of `me`'s own is cleared.
+pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, me: Marker, give_way: bool) -> Result<Took> {
     let lock_mode = if kind.limit > 1 { LockMode::Exclusive } else { kind.mode };
     let file = match lock_named(directory, name, lock_mode, file)? {
         Ok(file) => file,
@@ -77,11 +77,11 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     let io = |err: std::io::Error| directory.failure(err.into());
     // One read for every record: most pairs make no other.
     let header = file.header().map_err(io)?;
-    if give_way && header.marked_by_other(pid) {
+    if give_way && header.marked_by_other(me) {
         file.unlock();
         return Ok(Took::GiveWay(file));
     }
-    if header.mark.1 == pid {
+    if header.mark.1 == me {
         let _ = file.clear_mark();
     }
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
@@ -185,13 +185,13 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
 /// holding their locks: see the module's documentation for why that is
 /// safe, and [`fence`] for why the counter may restart. A counted key whose
 /// files could not be removed yet comes back as [`Untidy`].
-pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, pid: u32) -> Option<Untidy> {
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, me: Marker) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
             // A shared holder is the last one if it can lock exclusive (a
             // refusal leaves it holding nothing, which is what it wants).
             let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
-            if may_remove && last && !file.marked_by_other(pid) && directory.names(name, &file) && clock_passes(fence) {
+            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(fence) {
                 directory.remove(name);
             }
             None
@@ -202,7 +202,7 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
             let later = match directory.open_existing_at(&directory.file_path(name)) {
-                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, pid),
+                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, me),
                 Ok(None) => mine.iter().any(|unit| directory.unit_path(name, *unit).exists()),
                 _ => false,
             };
@@ -215,7 +215,7 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
 /// units is held and no waiter of another process is marked on it: what
 /// the release that left [`Untidy`] could not do. False when that is still
 /// not known (its lock file is locked or replaced now): try again later.
-pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, pid: u32) -> bool {
+pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, me: Marker) -> bool {
     let path = directory.file_path(name);
     let file = match directory.open_existing_at(&path) {
         Ok(Some(file)) => file,
@@ -227,17 +227,17 @@ pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, pid: 
         },
         _ => return true,
     };
-    remove_if_free(directory, name, &file, limit, pid)
+    remove_if_free(directory, name, &file, limit, me)
 }
 
 /// Locks `file`, the lock file of counted key `name`, and removes the key's
 /// files (see [`remove_units`]) unless a waiter of another process is marked
 /// on it. False when that cannot be done now: another process holds the
 /// lock file, or it is no longer the path's file.
-fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, pid: u32) -> bool {
+fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, me: Marker) -> bool {
     match file.try_lock() {
         Ok(true) if directory.names(name, file) => {
-            if !file.marked_by_other(pid) {
+            if !file.marked_by_other(me) {
                 remove_units(directory, name, file, limit);
             }
             true
@@ -291,6 +291,9 @@ fn clock_passes(fence: u64) -> bool {
 pub(crate) mod tests {
     use super::*;
 
+    /// The backend the tests take keys as.
+    pub(crate) const ME: Marker = Marker { pid: 1, backend: 1 };
+
     /// A fresh lock directory of this test process.
     pub(crate) fn fresh_directory(test: &str) -> LockDirectory {
         let path = std::env::temp_dir().join(format!("dokebi-lock-take-{test}-{}", std::process::id()));
@@ -305,7 +308,7 @@ pub(crate) mod tests {
     /// Takes one unit of `name`, counted to 2, as process 1.
     pub(crate) fn take_a_unit(directory: &LockDirectory, name: &LockName) -> (Held, u64) {
         let kind = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
-        match take(directory, name, kind, directory.open_file(name).unwrap(), 1, false).unwrap() {
+        match take(directory, name, kind, directory.open_file(name).unwrap(), ME, false).unwrap() {
             Took::Held(held, fence) => (held, fence),
             _ => panic!("the key was free"),
         }
@@ -317,7 +320,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (held, fence) = take_a_unit(&directory, &name);
         assert_eq!(entries(&directory), 2, "the lock file and unit 0");
-        assert!(release(&directory, &name, held, fence, true, 1).is_none());
+        assert!(release(&directory, &name, held, fence, true, ME).is_none());
         assert_eq!(entries(&directory), 0);
     }
 
@@ -331,12 +334,12 @@ pub(crate) mod tests {
         // process's would).
         let other = directory.open_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        let untidy = release(&directory, &name, held, fence, true, 1).expect("its files were not removed");
+        let untidy = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
         assert_eq!(untidy.limit, 2);
         assert_eq!(entries(&directory), 2);
-        assert!(!tidy(&directory, &name, untidy.limit, 1), "not known while the lock file is locked");
+        assert!(!tidy(&directory, &name, untidy.limit, ME), "not known while the lock file is locked");
         drop(other);
-        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert!(tidy(&directory, &name, untidy.limit, ME));
         assert_eq!(entries(&directory), 0, "nothing is left");
     }
 
@@ -348,9 +351,9 @@ pub(crate) mod tests {
         // What Windows leaves when it keeps a removed lock file's name while
         // another process holds it open: units made under it outlive it.
         std::fs::remove_file(directory.file_path(&name)).unwrap();
-        let untidy = release(&directory, &name, held, fence, true, 1).expect("its unit file was left");
+        let untidy = release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
         assert_eq!(entries(&directory), 1);
-        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert!(tidy(&directory, &name, untidy.limit, ME));
         assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
     }
 
@@ -360,9 +363,9 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (first, first_fence) = take_a_unit(&directory, &name);
         let (second, _) = take_a_unit(&directory, &name);
-        assert!(release(&directory, &name, first, first_fence, true, 1).is_none());
+        assert!(release(&directory, &name, first, first_fence, true, ME).is_none());
         assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
-        assert!(tidy(&directory, &name, 2, 1), "a holder's release will remove them");
+        assert!(tidy(&directory, &name, 2, ME), "a holder's release will remove them");
         assert_eq!(entries(&directory), 3);
         drop(second);
     }
