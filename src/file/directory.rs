@@ -50,7 +50,7 @@ impl LockDirectory {
         directory.check_owner_and_mode().map_err(refuse)?;
         sys::network_file_system(&directory.path, &directory.handle).map_or(Ok(()), |kind| {
             Err(refuse(format!(
-                "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example {})",
+                "is on {kind}, a network or user-space file system whose locks other hosts (or the other side of a virtual machine's share) may not see; use a directory on a local file system of this host (for example {})",
                 sys::LOCAL_DIR_EXAMPLE
             )))
         })?;

@@ -143,8 +143,21 @@ pub(crate) fn check_private(directory: &File, user: &User) -> std::result::Resul
 /// if it does: Linux's magic numbers of `fstatfs`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn network_file_system(_path: &Path, directory: &File) -> Option<&'static str> {
+    let stat = rustix::fs::fstatfs(directory).ok()?;
+    // `f_type` is a signed or unsigned word depending on the platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
+    network_kind(kind)
+}
+
+/// The network file system of `fstatfs` magic number `magic`, if it is one.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn network_kind(magic: i64) -> Option<&'static str> {
     // Magic numbers of linux/magic.h and the file systems' own headers.
-    const NETWORK: [(i64, &str); 10] = [
+    // FUSE is refused whole: virtiofs, sshfs, gcsfuse and GlusterFS's
+    // client are FUSE, and nothing tells them from a local FUSE file system;
+    // vboxsf shares a host's directory with a VM.
+    const NETWORK: [(i64, &str); 15] = [
         (0x6969, "NFS"),
         (0x517B, "SMB"),
         (0xFF53_4D42, "CIFS"),
@@ -155,12 +168,48 @@ pub(crate) fn network_file_system(_path: &Path, directory: &File) -> Option<&'st
         (0x00C3_6400, "Ceph"),
         (0x7375_7245, "Coda"),
         (0x0BD0_0BD0, "Lustre"),
+        (0x6573_5546, "FUSE"),
+        (0x786F_4256, "vboxsf"),
+        (0x4750_4653, "GPFS"),
+        (0x1983_0326, "BeeGFS"),
+        (0x2003_0528, "OrangeFS"),
     ];
-    let stat = rustix::fs::fstatfs(directory).ok()?;
-    // `f_type` is a signed or unsigned word depending on the platform.
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
-    NETWORK.iter().find(|(magic, _)| *magic == kind).map(|(_, name)| *name)
+    NETWORK.iter().find(|(known, _)| *known == magic).map(|(_, name)| *name)
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::network_kind;
+
+    /// Every file system whose locks processes on two sides of it do not
+    /// share, by its magic number (linux/magic.h, and the file systems'
+    /// sources for those outside the kernel).
+    #[test]
+    fn network_and_user_space_file_systems_are_refused_by_their_magic_number() {
+        let refused: [(i64, &str); 13] = [
+            (0x6969, "NFS"),
+            (0x517B, "SMB"),
+            (0xFF53_4D42, "CIFS"),
+            (0xFE53_4D42, "SMB2"),
+            (0x0102_1997, "9P"),
+            (0x5346_414F, "AFS"),
+            (0x00C3_6400, "Ceph"),
+            (0x0BD0_0BD0, "Lustre"),
+            // FUSE_SUPER_MAGIC: virtiofs, sshfs, gcsfuse, GlusterFS, s3fs...
+            (0x6573_5546, "FUSE"),
+            (0x786F_4256, "vboxsf"),
+            (0x4750_4653, "GPFS"),
+            (0x1983_0326, "BeeGFS"),
+            (0x2003_0528, "OrangeFS"),
+        ];
+        for (magic, name) in refused {
+            assert_eq!(network_kind(magic), Some(name), "{magic:#x} is {name}");
+        }
+        // Local file systems: ext4, tmpfs, xfs, btrfs.
+        for magic in [0xEF53, 0x0102_1994, 0x5846_5342, 0x9123_683E] {
+            assert_eq!(network_kind(magic), None, "{magic:#x} is local");
+        }
+    }
 }
 
 /// Other Unix systems are not checked (the README says so).
