@@ -150,17 +150,17 @@ impl Grant {
         self.keys.iter().map(|(_, _, fence)| *fence).collect()
     }
 
-    /// Still holds its lock files: the path of each still names it. False
-    /// once someone removed or replaced one while it was held.
+    /// Still holds its lock files: the name of each still names it, in the
+    /// directory the path still names. False once someone removed or
+    /// replaced one, or the directory, while it was held.
     pub fn kept_its_files(&self) -> bool {
         let directory = &self.core.directory;
-        self.keys.iter().all(|(name, held, _)| match held {
-            Some(Held::File(file, _)) => directory.names(name, file),
-            Some(Held::Units { units, .. }) => {
-                units.iter().all(|(unit, file)| super::directory::names_at(&directory.unit_path(name, *unit), file))
-            }
-            None => false,
-        })
+        directory.still_named()
+            && self.keys.iter().all(|(name, held, _)| match held {
+                Some(Held::File(file, _)) => directory.names(name, file),
+                Some(Held::Units { units, .. }) => units.iter().all(|(unit, file)| directory.unit_names(name, *unit, file)),
+                None => false,
+            })
     }
 }
 
@@ -402,7 +402,7 @@ impl FileCore {
                 // is gone: try again now, it was released.
                 let again = match wd {
                     Some(wd) => before != Some(wd),
-                    None => !path.exists(),
+                    None => !self.directory.exists(&name),
                 };
                 pending.tried = give_way || !again;
                 pending.waits_on = Some(Waiting { index: key, file: Some(file), wd });
@@ -419,6 +419,9 @@ impl FileCore {
     /// Tries the kernel locks of every key of `pending`, in the order of
     /// their file names; all or none.
     fn take_all(&self, pending: &mut Pending, idle: &mut IdleFiles, first: bool) -> Result<Attempt> {
+        // Every try is checked against a replaced directory, also one
+        // through a kept or waited-on file, which opens nothing.
+        self.directory.check()?;
         let names = &pending.request.names;
         let kind = pending.request.kind;
         let mut order: Vec<usize> = (0..names.len()).collect();

@@ -62,21 +62,20 @@ pub(crate) struct LockFile {
 }
 
 impl LockFile {
-    /// Opens `path` read-write, creating it (`0600` on Unix) if missing;
-    /// refuses a symbolic link (never followed), anything but a regular
-    /// file and a file `user` does not own.
-    pub fn open(path: &Path, user: &User) -> std::result::Result<LockFile, LockFileError> {
-        LockFile::open_with(path, user, true)?.ok_or_else(|| LockFileError::Io(io::ErrorKind::NotFound.into()))
-    }
-
-    /// [`LockFile::open`] without creating the file: `None` when missing.
-    pub fn open_existing(path: &Path, user: &User) -> std::result::Result<Option<LockFile>, LockFileError> {
-        LockFile::open_with(path, user, false)
-    }
-
-    fn open_with(path: &Path, user: &User, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
-        let file = match sys::open_no_follow(path, create)? {
+    /// Opens `name` of the directory `dir` (at `dir_path`) read-write,
+    /// creating it (`0600` on Unix) if missing when `create` (else `None`
+    /// when missing); refuses a symbolic link (never followed), anything
+    /// but a regular file and a file `user` does not own.
+    pub fn open(
+        dir: &File,
+        dir_path: &Path,
+        name: &str,
+        user: &User,
+        create: bool,
+    ) -> std::result::Result<Option<LockFile>, LockFileError> {
+        let file = match sys::open_no_follow_at(dir, dir_path, name, create)? {
             Opened::File(file) => file,
+            Opened::Missing if create => return Err(LockFileError::Io(io::ErrorKind::NotFound.into())),
             Opened::Missing => return Ok(None),
             Opened::Link => {
                 return Err(LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into()))

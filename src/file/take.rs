@@ -18,9 +18,7 @@
 //! (see [`release`]) is locked by nobody who checks, so a waiter holding the
 //! old inode and a newcomer holding a new one never both hold the key.
 
-use std::path::PathBuf;
-
-use super::directory::{names_at, remove_at, LockDirectory};
+use super::directory::LockDirectory;
 use super::fence;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
@@ -98,11 +96,10 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
         if units.len() == kind.weight as usize {
             break;
         }
-        let path = directory.unit_path(name, unit);
-        let unit_file = directory.open_at(&path)?;
+        let unit_file = directory.open_unit(name, unit)?;
         // A unit file changes only under the key's lock file, which this
-        // take holds: the path names the file it opened.
-        if unit_file.try_lock().map_err(io)? && names_at(&path, &unit_file) {
+        // take holds: its name names the file it opened.
+        if unit_file.try_lock().map_err(io)? && directory.unit_names(name, unit, &unit_file) {
             units.push((unit, unit_file));
         }
     }
@@ -170,7 +167,7 @@ fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, reco
 /// True when a unit file of `name` among the first `limit` is locked.
 fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<bool> {
     for unit in 0..limit {
-        if let Some(file) = directory.open_existing_at(&directory.unit_path(name, unit))? {
+        if let Some(file) = directory.open_existing_unit(name, unit)? {
             if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
                 return Ok(true);
             }
@@ -201,9 +198,9 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             drop(units);
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
-            let later = match directory.open_existing_at(&directory.file_path(name)) {
+            let later = match directory.open_existing(name) {
                 Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, me),
-                Ok(None) => mine.iter().any(|unit| directory.unit_path(name, *unit).exists()),
+                Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
             later.then_some(Untidy { name: *name, limit })
@@ -216,12 +213,11 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
 /// the release that left [`Untidy`] could not do. False when that is still
 /// not known (its lock file is locked or replaced now): try again later.
 pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, me: Marker) -> bool {
-    let path = directory.file_path(name);
-    let file = match directory.open_existing_at(&path) {
+    let file = match directory.open_existing(name) {
         Ok(Some(file)) => file,
         // Unit files without a lock file: lock a new one to remove them
         // under (and then it).
-        Ok(None) if (0..limit).any(|unit| directory.unit_path(name, unit).exists()) => match directory.open_at(&path) {
+        Ok(None) if (0..limit).any(|unit| directory.unit_exists(name, unit)) => match directory.open_file(name) {
             Ok(file) => file,
             Err(_) => return true,
         },
@@ -252,18 +248,17 @@ fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, l
 /// holds, if no unit is held.
 fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32) {
     let limit = file.limit().unwrap_or(0).max(limit);
-    let mut free: Vec<(PathBuf, LockFile)> = Vec::new();
+    let mut free: Vec<(u32, LockFile)> = Vec::new();
     for unit in 0..limit {
-        let path = directory.unit_path(name, unit);
-        match directory.open_existing_at(&path) {
-            Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((path, unit_file)),
+        match directory.open_existing_unit(name, unit) {
+            Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((unit, unit_file)),
             Ok(None) => {}
             _ => return,
         }
     }
-    for (path, unit_file) in &free {
-        if names_at(path, unit_file) {
-            remove_at(path);
+    for (unit, unit_file) in &free {
+        if directory.unit_names(name, *unit, unit_file) {
+            directory.remove_unit(name, *unit);
         }
     }
     if file.fence().is_ok_and(clock_passes) {

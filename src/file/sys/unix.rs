@@ -1,9 +1,9 @@
 //! The Unix half of [`super`]: `O_NOFOLLOW`, `flock`, device and inode,
 //! `kill(pid, 0)`, mode bits and `fstatfs`.
 
-use std::fs::{DirBuilder, File, Metadata, OpenOptions};
+use std::fs::{DirBuilder, File, Metadata};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt};
 use std::path::Path;
 
 use super::Opened;
@@ -18,21 +18,22 @@ pub(crate) fn current_user() -> io::Result<User> {
     Ok(rustix::process::geteuid().as_raw())
 }
 
-/// Opens `path` read-write, creating it `0600` if missing when `create`;
-/// a symbolic link is not followed (`O_NOFOLLOW`).
-pub(crate) fn open_no_follow(path: &Path, create: bool) -> io::Result<Opened> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path);
-    match opened {
-        Ok(file) => Ok(Opened::File(file)),
-        Err(err) if !create && err.kind() == io::ErrorKind::NotFound => Ok(Opened::Missing),
-        Err(err) if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => Ok(Opened::Link),
-        Err(err) => Err(err),
+/// Opens `name` in the directory `dir` (whose path is `_dir_path`)
+/// read-write, creating it `0600` if missing when `create`; a symbolic
+/// link is not followed (`O_NOFOLLOW`). Relative to the directory's handle
+/// (`openat`): a directory swapped under its path since it was opened
+/// cannot send the open elsewhere.
+pub(crate) fn open_no_follow_at(dir: &File, _dir_path: &Path, name: &str, create: bool) -> io::Result<Opened> {
+    use rustix::fs::{Mode, OFlags};
+    let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if create {
+        flags |= OFlags::CREATE;
+    }
+    match rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => Ok(Opened::File(File::from(fd))),
+        Err(rustix::io::Errno::NOENT) if !create => Ok(Opened::Missing),
+        Err(rustix::io::Errno::LOOP) => Ok(Opened::Link),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -85,10 +86,31 @@ pub(crate) fn file_id(_file: &File, metadata: &Metadata) -> io::Result<FileId> {
     Ok(FileId(metadata.dev(), metadata.ino()))
 }
 
-/// The identity of the file `path` names (a link itself, not followed);
-/// `None` when it names nothing.
-pub(crate) fn path_id(path: &Path) -> Option<FileId> {
-    std::fs::symlink_metadata(path).ok().map(|metadata| FileId(metadata.dev(), metadata.ino()))
+/// The identity of the file `name` names in the directory `dir` (a link
+/// itself, not followed: `fstatat` relative to the handle); `None` when it
+/// names nothing.
+pub(crate) fn id_at(dir: &File, _dir_path: &Path, name: &str) -> Option<FileId> {
+    let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    // `st_dev` and `st_ino` are signed or unsigned words depending on the
+    // platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some(FileId(stat.st_dev as u64, stat.st_ino as u64))
+}
+
+/// Removes `name` from the directory `dir` (`unlinkat`, relative to the
+/// handle).
+pub(crate) fn remove_at(dir: &File, _dir_path: &Path, name: &str) -> io::Result<()> {
+    Ok(rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty())?)
+}
+
+/// True while `path` (not followed at its last component) names the
+/// directory `dir` was opened as: false once the directory was removed and
+/// made again, or a symbolic link on the path was pointed elsewhere.
+pub(crate) fn dir_named(dir: &File, path: &Path) -> bool {
+    match (std::fs::symlink_metadata(path), dir.metadata()) {
+        (Ok(named), Ok(held)) => named.dev() == held.dev() && named.ino() == held.ino(),
+        _ => false,
+    }
 }
 
 /// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
@@ -110,9 +132,22 @@ pub(crate) fn create_private_dir(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
-/// Opens the directory `path`, held open to re-check it cheaply.
+/// Opens the directory `path`, held open to re-check it cheaply and to
+/// open its files relative to it: `O_DIRECTORY | O_NOFOLLOW`, a symbolic
+/// link at its last component refused (one higher up is followed here, and
+/// [`dir_named`] notices when it is pointed elsewhere later).
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
-    File::open(path)
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        // `O_NOFOLLOW` on a link is `ELOOP`; with `O_DIRECTORY` some
+        // systems answer `ENOTDIR`.
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+            Err(io::Error::other("it is a symbolic link; give the directory it points to"))
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// Permission bits that let users other than the owner add or remove
