@@ -158,7 +158,7 @@ impl Grant {
         directory.still_named()
             && self.keys.iter().all(|(name, held, _)| match held {
                 Some(Held::File(file, _)) => directory.names(name, file),
-                Some(Held::Units { units, .. }) => units.iter().all(|(unit, file)| directory.unit_names(name, *unit, file)),
+                Some(Held::Units(units)) => units.iter().all(|(unit, file)| directory.unit_names(name, *unit, file)),
                 None => false,
             })
     }

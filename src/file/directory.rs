@@ -29,6 +29,10 @@ pub(crate) struct LockDirectory {
     /// This process's effective user, who must own the directory and its
     /// lock files.
     user: User,
+    /// Entries opened or looked up, for the tests of what an operation
+    /// costs.
+    #[cfg(test)]
+    pub probes: std::sync::atomic::AtomicUsize,
 }
 
 impl LockDirectory {
@@ -46,7 +50,13 @@ impl LockDirectory {
         }
         let handle = sys::open_dir(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
         let user = sys::current_user().map_err(|err| refuse(format!("could not be checked: this process's user is unknown ({err})")))?;
-        let directory = LockDirectory { path, handle, user };
+        let directory = LockDirectory {
+            path,
+            handle,
+            user,
+            #[cfg(test)]
+            probes: Default::default(),
+        };
         directory.check_owner_and_mode().map_err(refuse)?;
         sys::network_file_system(&directory.path, &directory.handle).map_or(Ok(()), |kind| {
             Err(refuse(format!(
@@ -127,6 +137,7 @@ impl LockDirectory {
 
     fn open_entry(&self, entry: &str, create: bool) -> Result<Option<LockFile>> {
         self.check()?;
+        self.probed();
         LockFile::open(&self.handle, &self.path, entry, &self.user, create).map_err(|err| self.failure(err))
     }
 
@@ -142,17 +153,26 @@ impl LockDirectory {
     }
 
     fn entry_names(&self, entry: &str, file: &LockFile) -> bool {
+        self.probed();
         sys::id_at(&self.handle, &self.path, entry).is_some_and(|id| file.is(id))
     }
 
     /// True when `name` has a lock file.
     pub fn exists(&self, name: &LockName) -> bool {
+        self.probed();
         sys::id_at(&self.handle, &self.path, &name.file_name()).is_some()
     }
 
     /// True when unit `unit` of `name` has a file.
     pub fn unit_exists(&self, name: &LockName, unit: u32) -> bool {
+        self.probed();
         sys::id_at(&self.handle, &self.path, &name.unit_file_name(unit)).is_some()
+    }
+
+    /// Counts a probe of an entry (in tests).
+    fn probed(&self) {
+        #[cfg(test)]
+        self.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Removes the lock file of `name`; the caller holds its kernel lock and
@@ -162,9 +182,10 @@ impl LockDirectory {
         let _ = sys::remove_at(&self.handle, &self.path, &name.file_name());
     }
 
-    /// [`LockDirectory::remove`] of unit `unit` of `name`.
-    pub fn remove_unit(&self, name: &LockName, unit: u32) {
-        let _ = sys::remove_at(&self.handle, &self.path, &name.unit_file_name(unit));
+    /// [`LockDirectory::remove`] of unit `unit` of `name`: false when it
+    /// failed.
+    pub fn remove_unit(&self, name: &LockName, unit: u32) -> bool {
+        sys::remove_at(&self.handle, &self.path, &name.unit_file_name(unit)).is_ok()
     }
 
     /// `PROVIDER_FAILED` for an I/O failure on a lock file of this

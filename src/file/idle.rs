@@ -49,9 +49,8 @@ pub(crate) struct IdleFiles {
     /// thread stays until then rather than end and start again at every
     /// release of a busy key.
     last_due: Option<Instant>,
-    /// Counted keys left untidy: their limit, the next try and how many
-    /// were made.
-    untidy: HashMap<LockName, (u32, Instant, u32)>,
+    /// Counted keys left untidy: the next try and how many were made.
+    untidy: HashMap<LockName, (Instant, u32)>,
 }
 
 impl IdleFiles {
@@ -80,8 +79,8 @@ impl IdleFiles {
 
     /// Has the files of `untidy` removed later.
     pub fn tidy_later(&mut self, untidy: Option<Untidy>) {
-        if let Some(Untidy { name, limit }) = untidy {
-            self.untidy.entry(name).or_insert((limit, Instant::now() + TIDY_FIRST, 0));
+        if let Some(Untidy(name)) = untidy {
+            self.untidy.entry(name).or_insert((Instant::now() + TIDY_FIRST, 0));
         }
     }
 
@@ -89,7 +88,7 @@ impl IdleFiles {
     /// last file kept would have been.
     pub fn next_due(&self) -> Option<Instant> {
         let files = self.files.values().map(|(_, due)| *due);
-        files.chain(self.untidy.values().map(|(_, due, _)| *due)).min().or(self.last_due)
+        files.chain(self.untidy.values().map(|(due, _)| *due)).min().or(self.last_due)
     }
 
     /// True when no file is kept and none was within [`KEEP_FOR`].
@@ -104,15 +103,15 @@ impl IdleFiles {
     /// `None`), each if its key is still free, and tries the untidy keys
     /// due (all of them, once more, when `None`).
     pub fn remove_due(&mut self, directory: &LockDirectory, now: Option<Instant>, me: Marker) {
-        self.untidy.retain(|name, (limit, due, tries)| {
+        self.untidy.retain(|name, (due, tries)| {
             let Some(now) = now else {
-                take::tidy(directory, name, *limit, me);
+                take::tidy(directory, name, me);
                 return false;
             };
             if *due > now {
                 return true;
             }
-            if take::tidy(directory, name, *limit, me) {
+            if take::tidy(directory, name, me) {
                 return false;
             }
             *tries += 1;

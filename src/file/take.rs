@@ -34,8 +34,8 @@ const REPLACED_TRIES: u32 = 64;
 pub(crate) enum Held {
     /// The key's lock file, locked in the lease's mode.
     File(LockFile, LockMode),
-    /// Unit files of a counted key of limit `limit`, each locked exclusive.
-    Units { units: Vec<(u32, LockFile)>, limit: u32 },
+    /// Unit files of a counted key, each locked exclusive.
+    Units(Vec<(u32, LockFile)>),
 }
 
 /// A counted key whose files its release could not remove although it
@@ -45,10 +45,7 @@ pub(crate) enum Held {
 /// (Wine, and Windows without POSIX delete semantics, keep a removed
 /// file's name while another process holds it open, so a taker may lock it
 /// and make units under it). [`tidy`] tries again later.
-pub(crate) struct Untidy {
-    pub name: LockName,
-    pub limit: u32,
-}
+pub(crate) struct Untidy(pub LockName);
 
 /// What a try of one key came to.
 pub(crate) enum Took {
@@ -111,7 +108,7 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     let fence = file.advance_fence_from(header.fence).map_err(io)?;
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
-    Ok(Took::Held(Held::Units { units, limit: kind.limit }, fence))
+    Ok(Took::Held(Held::Units(units), fence))
 }
 
 /// Locks `file` in `mode` if it is free and still the key's lock file (else
@@ -164,13 +161,14 @@ fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, reco
     Ok(())
 }
 
-/// True when a unit file of `name` among the first `limit` is locked.
+/// True when a unit file of `name` among the first `limit` is locked. The
+/// unit files that exist are always `.u0` up to some `.u<m>` (see
+/// [`remove_units`]): the look-ups stop at the first one missing.
 fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<bool> {
     for unit in 0..limit {
-        if let Some(file) = directory.open_existing_unit(name, unit)? {
-            if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
-                return Ok(true);
-            }
+        let Some(file) = directory.open_existing_unit(name, unit)? else { break };
+        if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -193,48 +191,48 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             }
             None
         }
-        Held::Units { units, limit } => {
+        Held::Units(units) => {
             let mine: Vec<u32> = units.iter().map(|(unit, _)| *unit).collect();
             drop(units);
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
             let later = match directory.open_existing(name) {
-                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, me),
+                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, me),
                 Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
-            later.then_some(Untidy { name: *name, limit })
+            later.then_some(Untidy(*name))
         }
     }
 }
 
-/// Removes the files of counted key `name` (limit `limit`) if none of its
+/// Removes the files of counted key `name` if none of its
 /// units is held and no waiter of another process is marked on it: what
 /// the release that left [`Untidy`] could not do. False when that is still
 /// not known (its lock file is locked or replaced now): try again later.
-pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, me: Marker) -> bool {
+pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, me: Marker) -> bool {
     let file = match directory.open_existing(name) {
         Ok(Some(file)) => file,
         // Unit files without a lock file: lock a new one to remove them
         // under (and then it).
-        Ok(None) if (0..limit).any(|unit| directory.unit_exists(name, unit)) => match directory.open_file(name) {
+        Ok(None) if directory.unit_exists(name, 0) => match directory.open_file(name) {
             Ok(file) => file,
             Err(_) => return true,
         },
         _ => return true,
     };
-    remove_if_free(directory, name, &file, limit, me)
+    remove_if_free(directory, name, &file, me)
 }
 
 /// Locks `file`, the lock file of counted key `name`, and removes the key's
 /// files (see [`remove_units`]) unless a waiter of another process is marked
 /// on it. False when that cannot be done now: another process holds the
 /// lock file, or it is no longer the path's file.
-fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, me: Marker) -> bool {
+fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
     match file.try_lock() {
         Ok(true) if directory.names(name, file) => {
             if !file.marked_by_other(me) {
-                remove_units(directory, name, file, limit);
+                remove_units(directory, name, file);
             }
             true
         }
@@ -243,22 +241,28 @@ fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, l
     }
 }
 
-/// Removes the unit files of a counted key (of limit `limit`, or the larger
-/// one its lock file records) and then its lock file, whose lock the caller
-/// holds, if no unit is held.
-fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32) {
-    let limit = file.limit().unwrap_or(0).max(limit);
+/// Removes the unit files of a counted key and then its lock file, whose
+/// lock the caller holds, if no unit is held.
+///
+/// What it costs follows the units that exist, not the key's limit (a
+/// limit of a million would be a million look-ups): a taker creates unit
+/// files in order from `.u0` (see [`take`]), under the key's lock file, so
+/// the units that exist are `.u0` up to some `.u<m>`; the look-ups stop at
+/// the first one missing, and the removal goes from the highest down, and
+/// stops at a failure, so that what a crash or a failure leaves is such a
+/// prefix still.
+fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile) {
     let mut free: Vec<(u32, LockFile)> = Vec::new();
-    for unit in 0..limit {
+    for unit in 0..u32::MAX {
         match directory.open_existing_unit(name, unit) {
             Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((unit, unit_file)),
-            Ok(None) => {}
+            Ok(None) => break,
             _ => return,
         }
     }
-    for (unit, unit_file) in &free {
-        if directory.unit_names(name, *unit, unit_file) {
-            directory.remove_unit(name, *unit);
+    for (unit, unit_file) in free.iter().rev() {
+        if !directory.unit_names(name, *unit, unit_file) || !directory.remove_unit(name, *unit) {
+            return;
         }
     }
     if file.fence().is_ok_and(clock_passes) {
@@ -329,12 +333,12 @@ pub(crate) mod tests {
         // process's would).
         let other = directory.open_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        let untidy = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
-        assert_eq!(untidy.limit, 2);
+        let Untidy(untidy) = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
+        assert_eq!(untidy, name);
         assert_eq!(entries(&directory), 2);
-        assert!(!tidy(&directory, &name, untidy.limit, ME), "not known while the lock file is locked");
+        assert!(!tidy(&directory, &name, ME), "not known while the lock file is locked");
         drop(other);
-        assert!(tidy(&directory, &name, untidy.limit, ME));
+        assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "nothing is left");
     }
 
@@ -346,10 +350,48 @@ pub(crate) mod tests {
         // What Windows leaves when it keeps a removed lock file's name while
         // another process holds it open: units made under it outlive it.
         std::fs::remove_file(directory.file_path(&name)).unwrap();
-        let untidy = release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
+        release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
         assert_eq!(entries(&directory), 1);
-        assert!(tidy(&directory, &name, untidy.limit, ME));
+        assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
+    }
+
+    /// Entries of `directory` probed by `operation`.
+    fn probes<T>(directory: &LockDirectory, operation: impl FnOnce() -> T) -> (T, usize) {
+        use std::sync::atomic::Ordering;
+        let before = directory.probes.load(Ordering::Relaxed);
+        let result = operation();
+        (result, directory.probes.load(Ordering::Relaxed) - before)
+    }
+
+    /// A counted key of a million units costs what its units held cost, not
+    /// a look-up per unit of its limit: its take, its release (which removes
+    /// its files), another limit's refusal, and a tidy of it.
+    #[test]
+    fn a_counted_key_costs_the_units_that_exist_not_its_limit() {
+        let directory = fresh_directory("million");
+        let name = LockName::new("ns", "k");
+        let million = LockKind { mode: LockMode::Exclusive, limit: 1_000_000, weight: 2 };
+        let take_million = || match take(&directory, &name, million, directory.open_file(&name).unwrap(), ME, false).unwrap() {
+            Took::Held(held, fence) => (held, fence),
+            _ => panic!("the key has room"),
+        };
+        let ((first, first_fence), cost) = probes(&directory, take_million);
+        assert!(cost <= 10, "a take probed {cost} entries");
+        let (second, second_fence) = take_million();
+        let other_limit = LockKind { mode: LockMode::Exclusive, limit: 3, weight: 1 };
+        let (refused, cost) = probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false));
+        assert_eq!(refused.err().map(|err| err.code()), Some(ErrorCode::InvalidArgument));
+        assert!(cost <= 20, "checking another limit against the units held probed {cost} entries");
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, true, ME));
+        assert!(untidy.is_none());
+        assert!(cost <= 20, "a release with units left probed {cost} entries");
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, true, ME));
+        assert!(untidy.is_none());
+        assert!(cost <= 20, "the last release probed {cost} entries");
+        assert_eq!(entries(&directory), 0, "its files are removed");
+        let (_, cost) = probes(&directory, || tidy(&directory, &name, ME));
+        assert!(cost <= 10, "a tidy probed {cost} entries");
     }
 
     #[test]
@@ -360,7 +402,7 @@ pub(crate) mod tests {
         let (second, _) = take_a_unit(&directory, &name);
         assert!(release(&directory, &name, first, first_fence, true, ME).is_none());
         assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
-        assert!(tidy(&directory, &name, 2, ME), "a holder's release will remove them");
+        assert!(tidy(&directory, &name, ME), "a holder's release will remove them");
         assert_eq!(entries(&directory), 3);
         drop(second);
     }
