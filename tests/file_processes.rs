@@ -273,3 +273,74 @@ fn a_waiter_of_another_backend_of_this_process_gets_its_turn_within_a_few_holder
     assert!(most <= 20, "a waiter of b waited through {most} grants of a");
     block_on(provider.close());
 }
+
+/// What a child forked from a process with a file backend does with it,
+/// as its exit status: 0 when every use is refused (the child's copy of the
+/// backend shares its parent's open lock files, and with them their
+/// locks); else the number of the first use that went through.
+#[cfg(unix)]
+fn use_the_parent_s_backend_in_a_forked_child(provider: &Provider, locks: &dokebi_lock::Backend, held: dokebi_lock::Lease) -> i32 {
+    let refused = |result: Result<bool, dokebi_lock::LockError>| match result {
+        Err(err) => err.code() == ErrorCode::ProviderFailed && err.message().contains("fork"),
+        Ok(_) => false,
+    };
+    // A key whose lock file the parent keeps open for reuse.
+    if !refused(block_on(locks.acquire("kept", wait(0))).map(|_| true)) {
+        return 1;
+    }
+    // The parent's lease: its release would unlock the parent's lock.
+    if !refused(block_on(held.release())) {
+        return 2;
+    }
+    // Closing would release and remove the parent's files.
+    block_on(provider.close());
+    0
+}
+
+/// fork(): the child's copy of a file backend shares its parent's open
+/// lock files, so the child could be granted a key through a file its
+/// parent keeps for reuse, and a release or close in the child would unlock
+/// or remove its parent's files. The child is refused every use (a clear
+/// error, never a hang), and its parent's lease and files stay as they were.
+#[test]
+#[cfg(unix)]
+fn a_forked_child_is_refused_its_parent_s_file_backend_and_leaves_the_parent_s_locks_alone() {
+    let dir = fresh_directory("fork");
+    let (provider, locks) = open(&dir, "");
+    let held = block_on(locks.acquire("held", wait(0))).unwrap();
+    assert!(block_on(block_on(locks.acquire("kept", wait(0))).unwrap().release()).unwrap());
+    let files = file::entries(&dir);
+    // SAFETY: the child uses the allocator and the library's own code, then
+    // leaves with `_exit` (no test harness, no destructors of the parent's).
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let code = use_the_parent_s_backend_in_a_forked_child(&provider, &locks, held);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut status = 0;
+    loop {
+        // SAFETY: our child; `status` is writable.
+        let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if done == child {
+            break;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            panic!("the forked child hung using its parent's backend");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status), "the child ended by a signal: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "a use of the parent's backend in the child went through (see the child's steps)");
+    assert_eq!(file::entries(&dir), files, "the child removed none of the parent's lock files");
+    let (other_provider, other) = open(&dir, "");
+    let busy = block_on(other.acquire("held", wait(0))).expect_err("the parent still holds its key");
+    assert_eq!(busy.code(), ErrorCode::LockBusy);
+    assert!(block_on(held.release()).unwrap(), "the parent's lease is intact");
+    block_on(other_provider.close());
+    block_on(provider.close());
+}

@@ -166,6 +166,11 @@ impl Grant {
 
 impl Drop for Grant {
     fn drop(&mut self) {
+        // In a forked child the files are only closed: their locks are the
+        // parent's (see `FileCore::forked`).
+        if self.core.forked().is_err() {
+            self.keys.clear();
+        }
         // Empty once released under the state's lock already.
         if !self.keys.is_empty() {
             let core = self.core.clone();
@@ -230,12 +235,35 @@ impl FileCore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `PROVIDER_FAILED` in a child forked from the process that opened the
+    /// backend. The child's copy shares its parent's open lock files and
+    /// their kernel locks (`flock` belongs to the open file, which `fork`
+    /// shares): through a file the parent keeps for reuse or waits on it
+    /// could be granted a key its parent holds, and a release or close would
+    /// unlock or remove the parent's files. So the child uses nothing of it,
+    /// and checks this before taking the state's mutex, which another thread
+    /// of the parent may have held at the fork (no thread but the forking
+    /// one runs in the child: it would never be let go).
+    pub fn forked(&self) -> Result<()> {
+        if std::process::id() == self.marker.pid {
+            return Ok(());
+        }
+        Err(LockError::new(
+            ErrorCode::ProviderFailed,
+            format!(
+                "the file backend {} was opened by process {}, and this process is a child forked from it: a child shares its parent's lock files and may not use them; open a provider in the child",
+                self.name, self.marker.pid
+            ),
+        ))
+    }
+
     /// Queues an acquire of `keys` (checked by the caller) in `kind` behind
     /// this process's acquires and tries its kernel locks at once if the
     /// process lets it: granted, queued (when it may wait), or `LOCK_BUSY`,
     /// `QUEUE_FULL`, `KEY_LIMIT`, `INVALID_ARGUMENT` (another limit),
     /// `CLOSED`, or a lock file's failure.
     pub fn admit(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<Admitted> {
+        self.forked()?;
         let mut state = self.state();
         let ticket = state.next_ticket;
         state.next_ticket += 1;
@@ -280,6 +308,9 @@ impl FileCore {
     /// Takes the acquire of `ticket` out of the queues: true if it was
     /// there, false if its outcome was already sent.
     pub fn cancel(&self, ticket: Ticket, reason: CancelReason) -> bool {
+        if self.forked().is_err() {
+            return true;
+        }
         let mut state = self.state();
         self.cancel_locked(&mut state, ticket, reason)
     }
@@ -549,6 +580,9 @@ impl FileCore {
 
     /// Forgets lease `slot` (released).
     pub fn forget(&self, slot: usize) {
+        if self.forked().is_err() {
+            return;
+        }
         let mut state = self.state();
         state.leases.try_remove(slot);
     }
@@ -556,6 +590,9 @@ impl FileCore {
     /// Rejects every waiter with `CLOSED` and releases every lease; later
     /// acquires are `CLOSED`. Idempotent.
     pub fn close(&self) {
+        if self.forked().is_err() {
+            return;
+        }
         let leases: Vec<Weak<LeaseShared>> = {
             let mut state = self.state();
             if state.engine.is_closed() {
@@ -579,7 +616,7 @@ impl FileCore {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state().engine.is_closed()
+        self.forked().is_err() || self.state().engine.is_closed()
     }
 
     /// Leases held (all, shared) and acquires waiting now.
@@ -621,6 +658,9 @@ impl FileCore {
 impl Drop for FileCore {
     /// A backend dropped without `close()` still removes its kept files.
     fn drop(&mut self) {
+        if self.forked().is_err() {
+            return;
+        }
         let marker = self.marker;
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         state.idle.remove_due(&self.directory, None, marker);
