@@ -74,6 +74,48 @@ fn child_process() {
             let grants: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
             writeln!(stdout, "grants {grants}").unwrap();
         }
+        // Opens four more backends, each over a directory of its own, with
+        // an acquire waiting on each, and counts this process's inotify
+        // instances.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        "inotify" => {
+            let _held = block_on(locks.acquire("shared-key", wait(0))).unwrap();
+            let mut others = Vec::new();
+            for n in 0..4 {
+                let (provider, backend) = file::open(&dir.join(format!("more-{n}")), "");
+                let _held = block_on(backend.acquire("shared-key", wait(0))).unwrap();
+                // A second provider over the same directory waits on the key.
+                let (waiting_provider, waiting) = file::open(&dir.join(format!("more-{n}")), "");
+                let waiter = std::thread::spawn(move || block_on(waiting.acquire("shared-key", wait(300))).map(drop));
+                others.push((provider, waiting_provider, waiter, _held));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let instances = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|entry| std::fs::read_link(entry.unwrap().path()).ok())
+                .filter(|target| target.as_os_str() == "anon_inode:inotify")
+                .count();
+            writeln!(stdout, "inotify {instances}").unwrap();
+            for (_, _, waiter, _) in others {
+                let _ = waiter.join();
+            }
+        }
+        // Lowers its limit of open files to 64, then takes keys until an
+        // acquire fails, and prints that failure.
+        #[cfg(unix)]
+        "few-files" => {
+            use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+            let hard = getrlimit(Resource::Nofile).maximum;
+            setrlimit(Resource::Nofile, Rlimit { current: Some(64), maximum: hard }).unwrap();
+            let mut held = Vec::new();
+            let error = loop {
+                match block_on(locks.acquire(&format!("key-{}", held.len()), wait(0))) {
+                    Ok(lease) => held.push(lease),
+                    Err(error) => break error,
+                }
+            };
+            writeln!(stdout, "failed {:?} {}", error.code(), error.message()).unwrap();
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -343,4 +385,29 @@ fn a_forked_child_is_refused_its_parent_s_file_backend_and_leaves_the_parent_s_l
     assert!(block_on(held.release()).unwrap(), "the parent's lease is intact");
     block_on(other_provider.close());
     block_on(provider.close());
+}
+
+/// Every file backend of a process shares one inotify instance: the
+/// user's `max_user_instances` (128 by default) would otherwise be spent
+/// by 128 backends, after which waiters fell back to polling silently.
+#[test]
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn the_file_backends_of_a_process_share_one_inotify_instance() {
+    let dir = fresh_directory("inotify");
+    let (mut child, mut out) = spawn("inotify", &dir, "");
+    let instances: usize = expect_line(&mut out, "inotify").parse().unwrap();
+    assert_eq!(instances, 1, "nine backends, four of them with a waiter, use one inotify instance");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A process out of file descriptors is told which limit to raise.
+#[test]
+#[cfg(unix)]
+fn running_out_of_file_descriptors_says_which_limit_to_raise() {
+    let dir = fresh_directory("few-files");
+    let (mut child, mut out) = spawn("few-files", &dir, "");
+    let failed = expect_line(&mut out, "failed");
+    assert!(failed.starts_with("ProviderFailed"), "{failed}");
+    assert!(failed.contains("ulimit -n") && failed.contains("LimitNOFILE"), "the error names the limit to raise: {failed}");
+    assert!(child.wait().unwrap().success());
 }

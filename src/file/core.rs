@@ -221,7 +221,7 @@ impl FileCore {
             options,
             directory,
             reporter,
-            watch: Arc::new(Watch::new()),
+            watch: Watch::shared(),
             state: Mutex::new(state),
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
@@ -680,9 +680,12 @@ enum Attempt {
 /// safety-net interval, then has the pending acquires retry; ends when
 /// nothing is pending.
 fn watch_loop(core: Weak<FileCore>, watch: Arc<Watch>, interval: Duration) {
+    // No count seen yet: the first wait ends at once, and the retry after
+    // it covers the events read before this thread started.
+    let mut seen = u64::MAX;
     loop {
         let Some(timeout) = core.upgrade().and_then(|core| core.next_wait(interval)) else { return };
-        watch.wait(timeout);
+        watch.wait(timeout, &mut seen);
         let Some(core) = core.upgrade() else { return };
         core.retry_pending();
     }

@@ -199,6 +199,10 @@ impl LockDirectory {
             LockFileError::Io(io) if io.kind() == io::ErrorKind::ReadOnlyFilesystem => {
                 format!("the lock directory {} is on a read-only file system; use a writable directory", self.path.display())
             }
+            LockFileError::Io(io) if sys::too_many_open_files(io) => format!(
+                "a lock file in {} could not be opened: this process has too many open files ({io}); each lease keeps one open per key and per unit of a counted key, each acquire trying a key one, and each backend up to 64 of free keys: raise the process's limit (ulimit -n, LimitNOFILE= under systemd) or lower maxKeys and maxWaiters",
+                self.path.display()
+            ),
             LockFileError::Io(io) => format!("a lock file in {} could not be used: {io}", self.path.display()),
         };
         let error = LockError::new(ErrorCode::ProviderFailed, message).with_details(serde_json::json!({ "directory": self.path }));

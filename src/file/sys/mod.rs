@@ -15,6 +15,7 @@
 //!   name of the directory are (device and inode, `fstatat` without
 //!   following; volume serial number and file index);
 //! - [`process_lives`]: whether a waiting mark's process still exists;
+//!   [`too_many_open_files`]: an open refused for want of descriptors;
 //! - [`create_private_dir`], [`open_dir`], [`dir_named`] (the path still
 //!   names the directory opened), [`check_private`] and
 //!   [`network_file_system`]: the lock directory ([`PRIVATE_DIR`] and
@@ -29,7 +30,8 @@ mod imp;
 
 pub(crate) use imp::{
     check_private, create_private_dir, current_user, dir_named, file_id, foreign_owner, id_at, network_file_system, open_dir,
-    open_no_follow_at, process_lives, read_at, remove_at, try_lock, unlock, write_all_at, FileId, User, LOCAL_DIR_EXAMPLE, PRIVATE_DIR,
+    open_no_follow_at, process_lives, read_at, remove_at, too_many_open_files, try_lock, unlock, write_all_at, FileId, User,
+    LOCAL_DIR_EXAMPLE, PRIVATE_DIR,
 };
 
 /// What opening a lock file's path found.

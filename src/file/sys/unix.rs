@@ -113,6 +113,12 @@ pub(crate) fn dir_named(dir: &File, path: &Path) -> bool {
     }
 }
 
+/// True when `err` says the process (`EMFILE`) or the system (`ENFILE`) has
+/// no file descriptor left.
+pub(crate) fn too_many_open_files(err: &io::Error) -> bool {
+    [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE].iter().any(|errno| err.raw_os_error() == Some(errno.raw_os_error()))
+}
+
 /// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
 pub(crate) fn process_lives(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };

@@ -310,6 +310,13 @@ fn path_id(path: &Path) -> Option<FileId> {
     file_id(&file, &metadata).ok()
 }
 
+/// True when `err` says the process has no handle left
+/// (`ERROR_TOO_MANY_OPEN_FILES`).
+pub(crate) fn too_many_open_files(err: &io::Error) -> bool {
+    // winerror.h: ERROR_TOO_MANY_OPEN_FILES.
+    err.raw_os_error() == Some(4)
+}
+
 /// True unless process `pid` surely does not exist: `OpenProcess` finds
 /// no such process, or it has exited (`GetExitCodeProcess`).
 pub(crate) fn process_lives(pid: u32) -> bool {
