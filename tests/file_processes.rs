@@ -411,3 +411,36 @@ fn running_out_of_file_descriptors_says_which_limit_to_raise() {
     assert!(failed.contains("ulimit -n") && failed.contains("LimitNOFILE"), "the error names the limit to raise: {failed}");
     assert!(child.wait().unwrap().success());
 }
+
+/// A child forked without `exec` keeps copies of the lock files its parent
+/// had open, and a kernel lock lasts while any copy of its open file does:
+/// a key the parent releases must not stay locked by the child's copies.
+/// Here the units of a counted key, whose release closes their files.
+#[test]
+#[cfg(unix)]
+fn a_key_released_by_a_parent_is_free_while_a_forked_child_lives_on() {
+    let dir = fresh_directory("fork-lives");
+    let (provider, locks) = open(&dir, "");
+    let units = |ms| dokebi_lock::AcquireOptions { limit: Some(2), weight: Some(2), ..wait(ms) };
+    let held = block_on(locks.acquire("counted", units(0))).unwrap();
+    // SAFETY: the child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        std::thread::sleep(Duration::from_secs(30));
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    assert!(block_on(held.release()).unwrap());
+    let (other_provider, other) = open(&dir, "");
+    let granted = block_on(other.acquire("counted", units(0)));
+    // SAFETY: our child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let lease = granted.expect("the parent's release freed the key, though the child still has its files open");
+    drop(lease);
+    block_on(other_provider.close());
+    block_on(provider.close());
+}

@@ -59,6 +59,21 @@ impl Marker {
 pub(crate) struct LockFile {
     file: File,
     id: FileId,
+    /// The process that opened it.
+    pid: u32,
+}
+
+impl Drop for LockFile {
+    /// Unlocks before closing, in the process that opened the file: a lock
+    /// lasts while any copy of its open file does, and a child forked
+    /// without `exec` holds copies of every file open at the fork, so a
+    /// close alone would leave the key locked for the life of the child. A
+    /// child's copies only close: the lock is its parent's.
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            self.unlock();
+        }
+    }
 }
 
 impl LockFile {
@@ -91,7 +106,7 @@ impl LockFile {
             )));
         }
         let id = sys::file_id(&file, &metadata)?;
-        Ok(Some(LockFile { file, id }))
+        Ok(Some(LockFile { file, id, pid: std::process::id() }))
     }
 
     /// Takes the kernel lock if it is free now: `Ok(false)` when another
