@@ -452,3 +452,74 @@ fn status_counts_held_and_waiting_leases_of_the_file_driver() {
     assert_eq!(locks.status().held, 0);
     block_on(provider.close());
 }
+
+/// Two providers over one lock directory, reached through `link`, with
+/// `k` held through the first (and `j`'s file kept by the second); then
+/// `swap` replaces the directory under them: the second must not be granted `k` in the new directory while the
+/// first holds it in the old one (two holders), and the first learns at
+/// release that its section may have overlapped.
+#[cfg(unix)]
+fn a_replaced_directory_is_refused_and_its_holders_are_told(label: &str, swap: impl FnOnce(&std::path::Path)) {
+    let base = fresh_directory(label);
+    std::fs::create_dir_all(base.join("one")).unwrap();
+    std::os::unix::fs::symlink(base.join("one"), base.join("link")).unwrap();
+    let dir = base.join("link").join("locks");
+    let (first_provider, first) = open(&dir, "");
+    let (second_provider, second) = open(&dir, "");
+    let lease = block_on(first.acquire("k", wait(0))).unwrap();
+    // `j`'s lock file is kept open for reuse by the second provider: a
+    // grant through it opens nothing, and is refused all the same.
+    assert!(block_on(block_on(second.acquire("j", wait(0))).unwrap().release()).unwrap());
+    swap(&base);
+    let err = block_on(second.acquire("j", wait(0))).expect_err("no grant through a kept file of the old directory");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err:?}");
+    match block_on(second.acquire("k", wait(0))) {
+        Ok(_) => panic!("granted k in the new directory while the first provider holds it in the old one"),
+        Err(err) => {
+            assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err:?}");
+            assert!(err.message().contains("replaced"), "the error says what happened: {err:?}");
+        }
+    }
+    let err = block_on(lease.release()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::LeaseLost, "the holder is told: {err:?}");
+    // A provider opened now works in the directory the path names now.
+    let (third_provider, third) = open(&dir, "");
+    assert!(block_on(block_on(third.acquire("k", wait(0))).unwrap().release()).unwrap());
+    for provider in [first_provider, second_provider, third_provider] {
+        block_on(provider.close());
+    }
+}
+
+#[test]
+#[cfg(unix)]
+fn a_lock_directory_behind_a_repointed_symlink_is_refused_and_its_holders_are_told() {
+    a_replaced_directory_is_refused_and_its_holders_are_told("repointed", |base| {
+        std::fs::create_dir_all(base.join("two").join("locks")).unwrap();
+        std::fs::set_permissions(base.join("two").join("locks"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(base.join("two"), base.join("link.new")).unwrap();
+        std::fs::rename(base.join("link.new"), base.join("link")).unwrap();
+    });
+}
+
+#[test]
+#[cfg(unix)]
+fn a_lock_directory_removed_and_made_again_is_refused_and_its_holders_are_told() {
+    a_replaced_directory_is_refused_and_its_holders_are_told("remade", |base| {
+        let dir = base.join("one").join("locks");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    });
+}
+
+#[test]
+#[cfg(unix)]
+fn a_lock_directory_that_is_a_symbolic_link_itself_is_refused_at_open() {
+    let base = fresh_directory("dir-link");
+    std::fs::create_dir_all(base.join("real")).unwrap();
+    std::fs::set_permissions(base.join("real"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
+    let err = Provider::from_yaml(&yaml(&base.join("link"), "")).err().unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert!(err.issues()[0].message.contains("symbolic link"), "{err:?}");
+}

@@ -75,6 +75,48 @@ fn child_process() {
             let grants: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
             writeln!(stdout, "grants {grants}").unwrap();
         }
+        // Opens four more backends, each over a directory of its own, with
+        // an acquire waiting on each, and counts this process's inotify
+        // instances.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        "inotify" => {
+            let _held = block_on(locks.acquire("shared-key", wait(0))).unwrap();
+            let mut others = Vec::new();
+            for n in 0..4 {
+                let (provider, backend) = file::open(&dir.join(format!("more-{n}")), "");
+                let _held = block_on(backend.acquire("shared-key", wait(0))).unwrap();
+                // A second provider over the same directory waits on the key.
+                let (waiting_provider, waiting) = file::open(&dir.join(format!("more-{n}")), "");
+                let waiter = std::thread::spawn(move || block_on(waiting.acquire("shared-key", wait(300))).map(drop));
+                others.push((provider, waiting_provider, waiter, _held));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let instances = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|entry| std::fs::read_link(entry.unwrap().path()).ok())
+                .filter(|target| target.as_os_str() == "anon_inode:inotify")
+                .count();
+            writeln!(stdout, "inotify {instances}").unwrap();
+            for (_, _, waiter, _) in others {
+                let _ = waiter.join();
+            }
+        }
+        // Lowers its limit of open files to 64, then takes keys until an
+        // acquire fails, and prints that failure.
+        #[cfg(unix)]
+        "few-files" => {
+            use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+            let hard = getrlimit(Resource::Nofile).maximum;
+            setrlimit(Resource::Nofile, Rlimit { current: Some(64), maximum: hard }).unwrap();
+            let mut held = Vec::new();
+            let error = loop {
+                match block_on(locks.acquire(&format!("key-{}", held.len()), wait(0))) {
+                    Ok(lease) => held.push(lease),
+                    Err(error) => break error,
+                }
+            };
+            writeln!(stdout, "failed {:?} {}", error.code(), error.message()).unwrap();
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -224,4 +266,182 @@ fn a_process_releasing_and_acquiring_a_key_in_a_loop_lets_a_waiting_process_in()
 #[test]
 fn a_process_whose_own_tasks_hand_a_key_around_lets_a_waiting_process_in() {
     a_looping_process_lets_a_waiting_one_in("loop2");
+}
+
+/// Two backends of one process on one directory are two waiters' worth of
+/// identity: a waiter of backend `b` behind a task taking the key again
+/// and again on backend `a` gets its turn as a waiter of another process
+/// does (the looping tests above), within a few of the holder's cycles.
+/// Measured in cycles, not time: with one mark per process, `a` took `b`'s
+/// mark for its own, cleared it and kept the key for hundreds of cycles.
+#[test]
+fn a_waiter_of_another_backend_of_this_process_gets_its_turn_within_a_few_holder_cycles() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = fresh_directory("two-backends");
+    let yaml = format!(
+        "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      a: {{ driver: file, directory: '{0}' }}\n      b: {{ driver: file, directory: '{0}' }}\n",
+        dir.display()
+    );
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let (a, b) = (provider.backend("a").unwrap(), provider.backend("b").unwrap());
+    let cycles = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = std::thread::spawn({
+        let (cycles, stop) = (cycles.clone(), stop.clone());
+        move || {
+            while !stop.load(Ordering::SeqCst) {
+                let lease = block_on(a.acquire("shared-key", wait(30_000))).unwrap();
+                cycles.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+                drop(lease);
+            }
+        }
+    });
+    while cycles.load(Ordering::SeqCst) < 5 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut most = 0;
+    for _ in 0..5 {
+        let before = cycles.load(Ordering::SeqCst);
+        let lease = block_on(b.acquire("shared-key", wait(30_000))).expect("the waiter of b is granted");
+        most = most.max(cycles.load(Ordering::SeqCst) - before);
+        std::thread::sleep(Duration::from_millis(5));
+        drop(lease);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    holder.join().unwrap();
+    eprintln!("the most holder cycles a waiter of b waited through: {most}");
+    assert!(most <= 20, "a waiter of b waited through {most} grants of a");
+    block_on(provider.close());
+}
+
+/// What a child forked from a process with a file backend does with it,
+/// as its exit status: 0 when every use is refused (the child's copy of the
+/// backend shares its parent's open lock files, and with them their
+/// locks); else the number of the first use that went through.
+#[cfg(unix)]
+fn use_the_parent_s_backend_in_a_forked_child(provider: &Provider, locks: &dokebi_lock::Backend, held: dokebi_lock::Lease) -> i32 {
+    let refused = |result: Result<bool, dokebi_lock::LockError>| match result {
+        Err(err) => err.code() == ErrorCode::ProviderFailed && err.message().contains("fork"),
+        Ok(_) => false,
+    };
+    // A key whose lock file the parent keeps open for reuse.
+    if !refused(block_on(locks.acquire("kept", wait(0))).map(|_| true)) {
+        return 1;
+    }
+    // The parent's lease: its release would unlock the parent's lock.
+    if !refused(block_on(held.release())) {
+        return 2;
+    }
+    // Closing would release and remove the parent's files.
+    block_on(provider.close());
+    0
+}
+
+/// fork(): the child's copy of a file backend shares its parent's open
+/// lock files, so the child could be granted a key through a file its
+/// parent keeps for reuse, and a release or close in the child would unlock
+/// or remove its parent's files. The child is refused every use (a clear
+/// error, never a hang), and its parent's lease and files stay as they were.
+#[test]
+#[cfg(unix)]
+fn a_forked_child_is_refused_its_parent_s_file_backend_and_leaves_the_parent_s_locks_alone() {
+    let dir = fresh_directory("fork");
+    let (provider, locks) = open(&dir, "");
+    let held = block_on(locks.acquire("held", wait(0))).unwrap();
+    assert!(block_on(block_on(locks.acquire("kept", wait(0))).unwrap().release()).unwrap());
+    let files = file::entries(&dir);
+    // SAFETY: the child uses the allocator and the library's own code, then
+    // leaves with `_exit` (no test harness, no destructors of the parent's).
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let code = use_the_parent_s_backend_in_a_forked_child(&provider, &locks, held);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut status = 0;
+    loop {
+        // SAFETY: our child; `status` is writable.
+        let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if done == child {
+            break;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            panic!("the forked child hung using its parent's backend");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status), "the child ended by a signal: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "a use of the parent's backend in the child went through (see the child's steps)");
+    assert_eq!(file::entries(&dir), files, "the child removed none of the parent's lock files");
+    let (other_provider, other) = open(&dir, "");
+    let busy = block_on(other.acquire("held", wait(0))).expect_err("the parent still holds its key");
+    assert_eq!(busy.code(), ErrorCode::LockBusy);
+    assert!(block_on(held.release()).unwrap(), "the parent's lease is intact");
+    block_on(other_provider.close());
+    block_on(provider.close());
+}
+
+/// Every file backend of a process shares one inotify instance: the
+/// user's `max_user_instances` (128 by default) would otherwise be spent
+/// by 128 backends, after which waiters fell back to polling silently.
+#[test]
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn the_file_backends_of_a_process_share_one_inotify_instance() {
+    let dir = fresh_directory("inotify");
+    let (mut child, mut out) = spawn("inotify", &dir, "");
+    let instances: usize = expect_line(&mut out, "inotify").parse().unwrap();
+    assert_eq!(instances, 1, "nine backends, four of them with a waiter, use one inotify instance");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A process out of file descriptors is told which limit to raise.
+#[test]
+#[cfg(unix)]
+fn running_out_of_file_descriptors_says_which_limit_to_raise() {
+    let dir = fresh_directory("few-files");
+    let (mut child, mut out) = spawn("few-files", &dir, "");
+    let failed = expect_line(&mut out, "failed");
+    assert!(failed.starts_with("ProviderFailed"), "{failed}");
+    assert!(failed.contains("ulimit -n") && failed.contains("LimitNOFILE"), "the error names the limit to raise: {failed}");
+    assert!(child.wait().unwrap().success());
+}
+
+/// A child forked without `exec` keeps copies of the lock files its parent
+/// had open, and a kernel lock lasts while any copy of its open file does:
+/// a key the parent releases must not stay locked by the child's copies.
+/// Here the units of a counted key, whose release closes their files.
+#[test]
+#[cfg(unix)]
+fn a_key_released_by_a_parent_is_free_while_a_forked_child_lives_on() {
+    let dir = fresh_directory("fork-lives");
+    let (provider, locks) = open(&dir, "");
+    let units = |ms| dokebi_lock::AcquireOptions { limit: Some(2), weight: Some(2), ..wait(ms) };
+    let held = block_on(locks.acquire("counted", units(0))).unwrap();
+    // SAFETY: the child only sleeps, then leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        std::thread::sleep(Duration::from_secs(30));
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    assert!(block_on(held.release()).unwrap());
+    let (other_provider, other) = open(&dir, "");
+    let granted = block_on(other.acquire("counted", units(0)));
+    // SAFETY: our child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let lease = granted.expect("the parent's release freed the key, though the child still has its files open");
+    drop(lease);
+    block_on(other_provider.close());
+    block_on(provider.close());
 }

@@ -125,6 +125,7 @@ impl FileBackend {
         if let [key] = keys {
             crate::key::validate(key, core.options.max_key_bytes as usize)?;
         }
+        core.forked()?;
         if core.is_closed() {
             return Err(LockError::closed());
         }

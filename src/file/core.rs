@@ -21,9 +21,9 @@
 //! again (another task of it waiting, or the same task acquiring again)
 //! would win every time over a waiter of another process, which learns of
 //! the release only through its wake-up. So a pending acquire refused a
-//! lock writes a waiting mark into the lock file (its process and a
-//! deadline, refreshed at every retry), and a process that sees a fresh
-//! mark of another one gives way: its release keeps the lock file (the
+//! lock writes a waiting mark into the lock file (its process, its backend
+//! and a deadline, refreshed at every retry), and a backend that sees a fresh
+//! mark of another one (of another process, or of this one) gives way: its release keeps the lock file (the
 //! waiter holds its inode), and its next first try of the key waits
 //! [`GIVE_WAY`], time for the waiter to take the key; a shared acquire
 //! does not join the readers of a key another process's waiter is marked
@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 use super::directory::LockDirectory;
 use super::idle::IdleFiles;
 use super::lease::LeaseShared;
-use super::lock_file::LockFile;
+use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::take::{self, Held, Took};
 use super::watch::{safety_net, Watch};
@@ -73,8 +73,9 @@ pub(crate) struct FileCore {
     pub acquired: AtomicU64,
     pub timed_out: AtomicU64,
     pub lost: AtomicU64,
-    /// This process's id, in the waiting marks it writes.
-    pid: u32,
+    /// This backend's identity (its process and a number of its own), in
+    /// the waiting marks it writes.
+    marker: Marker,
     /// Itself, for the grants it makes.
     this: Weak<FileCore>,
 }
@@ -149,22 +150,27 @@ impl Grant {
         self.keys.iter().map(|(_, _, fence)| *fence).collect()
     }
 
-    /// Still holds its lock files: the path of each still names it. False
-    /// once someone removed or replaced one while it was held.
+    /// Still holds its lock files: the name of each still names it, in the
+    /// directory the path still names. False once someone removed or
+    /// replaced one, or the directory, while it was held.
     pub fn kept_its_files(&self) -> bool {
         let directory = &self.core.directory;
-        self.keys.iter().all(|(name, held, _)| match held {
-            Some(Held::File(file, _)) => directory.names(name, file),
-            Some(Held::Units { units, .. }) => {
-                units.iter().all(|(unit, file)| super::directory::names_at(&directory.unit_path(name, *unit), file))
-            }
-            None => false,
-        })
+        directory.still_named()
+            && self.keys.iter().all(|(name, held, _)| match held {
+                Some(Held::File(file, _)) => directory.names(name, file),
+                Some(Held::Units(units)) => units.iter().all(|(unit, file)| directory.unit_names(name, *unit, file)),
+                None => false,
+            })
     }
 }
 
 impl Drop for Grant {
     fn drop(&mut self) {
+        // In a forked child the files are only closed: their locks are the
+        // parent's (see `FileCore::forked`).
+        if self.core.forked().is_err() {
+            self.keys.clear();
+        }
         // Empty once released under the state's lock already.
         if !self.keys.is_empty() {
             let core = self.core.clone();
@@ -215,12 +221,12 @@ impl FileCore {
             options,
             directory,
             reporter,
-            watch: Arc::new(Watch::new()),
+            watch: Watch::shared(),
             state: Mutex::new(state),
             acquired: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
-            pid: std::process::id(),
+            marker: Marker::new_backend(),
             this: this.clone(),
         })
     }
@@ -229,12 +235,35 @@ impl FileCore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `PROVIDER_FAILED` in a child forked from the process that opened the
+    /// backend. The child's copy shares its parent's open lock files and
+    /// their kernel locks (`flock` belongs to the open file, which `fork`
+    /// shares): through a file the parent keeps for reuse or waits on it
+    /// could be granted a key its parent holds, and a release or close would
+    /// unlock or remove the parent's files. So the child uses nothing of it,
+    /// and checks this before taking the state's mutex, which another thread
+    /// of the parent may have held at the fork (no thread but the forking
+    /// one runs in the child: it would never be let go).
+    pub fn forked(&self) -> Result<()> {
+        if std::process::id() == self.marker.pid {
+            return Ok(());
+        }
+        Err(LockError::new(
+            ErrorCode::ProviderFailed,
+            format!(
+                "the file backend {} was opened by process {}, and this process is a child forked from it: a child shares its parent's lock files and may not use them; open a provider in the child",
+                self.name, self.marker.pid
+            ),
+        ))
+    }
+
     /// Queues an acquire of `keys` (checked by the caller) in `kind` behind
     /// this process's acquires and tries its kernel locks at once if the
     /// process lets it: granted, queued (when it may wait), or `LOCK_BUSY`,
     /// `QUEUE_FULL`, `KEY_LIMIT`, `INVALID_ARGUMENT` (another limit),
     /// `CLOSED`, or a lock file's failure.
     pub fn admit(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<Admitted> {
+        self.forked()?;
         let mut state = self.state();
         let ticket = state.next_ticket;
         state.next_ticket += 1;
@@ -279,6 +308,9 @@ impl FileCore {
     /// Takes the acquire of `ticket` out of the queues: true if it was
     /// there, false if its outcome was already sent.
     pub fn cancel(&self, ticket: Ticket, reason: CancelReason) -> bool {
+        if self.forked().is_err() {
+            return true;
+        }
         let mut state = self.state();
         self.cancel_locked(&mut state, ticket, reason)
     }
@@ -309,13 +341,13 @@ impl FileCore {
                 // Nobody of ours waits on it any more: our mark would only
                 // delay others; and a file its holder kept for us is ours
                 // to remove if free now.
-                if file.waiting_mark().1 == self.pid {
+                if file.waiting_mark().1 == self.marker {
                     let _ = file.clear_mark();
                 }
                 if file.try_lock().unwrap_or(false) {
                     let fence = file.fence().unwrap_or(u64::MAX);
                     let may_remove = state.engine.next_waiter(lease).is_none() && file.limit().unwrap_or(0) <= 1;
-                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.pid);
+                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.marker);
                 }
             }
         }
@@ -384,7 +416,7 @@ impl FileCore {
                 if give_way {
                     pending.defer_until = Some(Instant::now() + GIVE_WAY);
                 } else {
-                    let _ = file.mark_waiting(self.mark_until(), self.pid);
+                    let _ = file.mark_waiting(self.mark_until(), self.marker);
                 }
                 // Watch the path's file now (the one released or removed
                 // next), whatever was watched before: the file may have been
@@ -401,7 +433,7 @@ impl FileCore {
                 // is gone: try again now, it was released.
                 let again = match wd {
                     Some(wd) => before != Some(wd),
-                    None => !path.exists(),
+                    None => !self.directory.exists(&name),
                 };
                 pending.tried = give_way || !again;
                 pending.waits_on = Some(Waiting { index: key, file: Some(file), wd });
@@ -418,6 +450,9 @@ impl FileCore {
     /// Tries the kernel locks of every key of `pending`, in the order of
     /// their file names; all or none.
     fn take_all(&self, pending: &mut Pending, idle: &mut IdleFiles, first: bool) -> Result<Attempt> {
+        // Every try is checked against a replaced directory, also one
+        // through a kept or waited-on file, which opens nothing.
+        self.directory.check()?;
         let names = &pending.request.names;
         let kind = pending.request.kind;
         let mut order: Vec<usize> = (0..names.len()).collect();
@@ -426,7 +461,7 @@ impl FileCore {
         let undo = |taken: Vec<Option<(Held, u64)>>, idle: &mut IdleFiles| {
             for (index, held) in taken.into_iter().enumerate() {
                 if let Some((held, fence)) = held {
-                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.pid));
+                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.marker));
                 }
             }
         };
@@ -453,7 +488,7 @@ impl FileCore {
             // A newcomer (or any reader) gives way to a waiter of another
             // process marked on the key.
             let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
-            match take::take(&self.directory, name, kind, file, self.pid, first || reader_yields) {
+            match take::take(&self.directory, name, kind, file, self.marker, first || reader_yields) {
                 Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
                 Ok(Took::GiveWay(file)) => {
                     undo(taken, idle);
@@ -496,9 +531,9 @@ impl FileCore {
         for (name, held, fence) in grant.keys.drain(..) {
             match held {
                 Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
-                    state.idle.keep(&self.directory, name, file, fence, self.pid)
+                    state.idle.keep(&self.directory, name, file, fence, self.marker)
                 }
-                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.pid)),
+                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.marker)),
                 None => {}
             }
         }
@@ -545,6 +580,9 @@ impl FileCore {
 
     /// Forgets lease `slot` (released).
     pub fn forget(&self, slot: usize) {
+        if self.forked().is_err() {
+            return;
+        }
         let mut state = self.state();
         state.leases.try_remove(slot);
     }
@@ -552,6 +590,9 @@ impl FileCore {
     /// Rejects every waiter with `CLOSED` and releases every lease; later
     /// acquires are `CLOSED`. Idempotent.
     pub fn close(&self) {
+        if self.forked().is_err() {
+            return;
+        }
         let leases: Vec<Weak<LeaseShared>> = {
             let mut state = self.state();
             if state.engine.is_closed() {
@@ -566,7 +607,7 @@ impl FileCore {
             for request in state.engine.close() {
                 let _ = request.outcome.send(Err(LockError::closed()));
             }
-            state.idle.remove_due(&self.directory, None, self.pid);
+            state.idle.remove_due(&self.directory, None, self.marker);
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -575,7 +616,7 @@ impl FileCore {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state().engine.is_closed()
+        self.forked().is_err() || self.state().engine.is_closed()
     }
 
     /// Leases held (all, shared) and acquires waiting now.
@@ -606,7 +647,7 @@ impl FileCore {
     /// Retries every pending acquire, and removes the kept files due.
     fn retry_pending(&self) {
         let mut state = self.state();
-        state.idle.remove_due(&self.directory, Some(Instant::now()), self.pid);
+        state.idle.remove_due(&self.directory, Some(Instant::now()), self.marker);
         for pending in &mut state.pending {
             pending.tried = false;
         }
@@ -617,9 +658,12 @@ impl FileCore {
 impl Drop for FileCore {
     /// A backend dropped without `close()` still removes its kept files.
     fn drop(&mut self) {
-        let pid = self.pid;
+        if self.forked().is_err() {
+            return;
+        }
+        let marker = self.marker;
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        state.idle.remove_due(&self.directory, None, pid);
+        state.idle.remove_due(&self.directory, None, marker);
     }
 }
 
@@ -636,9 +680,12 @@ enum Attempt {
 /// safety-net interval, then has the pending acquires retry; ends when
 /// nothing is pending.
 fn watch_loop(core: Weak<FileCore>, watch: Arc<Watch>, interval: Duration) {
+    // No count seen yet: the first wait ends at once, and the retry after
+    // it covers the events read before this thread started.
+    let mut seen = u64::MAX;
     loop {
         let Some(timeout) = core.upgrade().and_then(|core| core.next_wait(interval)) else { return };
-        watch.wait(timeout);
+        watch.wait(timeout, &mut seen);
         let Some(core) = core.upgrade() else { return };
         core.retry_pending();
     }

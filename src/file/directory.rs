@@ -29,6 +29,10 @@ pub(crate) struct LockDirectory {
     /// This process's effective user, who must own the directory and its
     /// lock files.
     user: User,
+    /// Entries opened or looked up, for the tests of what an operation
+    /// costs.
+    #[cfg(test)]
+    pub probes: std::sync::atomic::AtomicUsize,
 }
 
 impl LockDirectory {
@@ -46,11 +50,17 @@ impl LockDirectory {
         }
         let handle = sys::open_dir(&path).map_err(|err| refuse(format!("could not be opened ({err})")))?;
         let user = sys::current_user().map_err(|err| refuse(format!("could not be checked: this process's user is unknown ({err})")))?;
-        let directory = LockDirectory { path, handle, user };
+        let directory = LockDirectory {
+            path,
+            handle,
+            user,
+            #[cfg(test)]
+            probes: Default::default(),
+        };
         directory.check_owner_and_mode().map_err(refuse)?;
         sys::network_file_system(&directory.path, &directory.handle).map_or(Ok(()), |kind| {
             Err(refuse(format!(
-                "is on {kind}, a network file system whose locks other hosts may not see; use a directory on a local file system of this host (for example {})",
+                "is on {kind}, a network or user-space file system whose locks other hosts (or the other side of a virtual machine's share) may not see; use a directory on a local file system of this host (for example {})",
                 sys::LOCAL_DIR_EXAMPLE
             )))
         })?;
@@ -63,59 +73,119 @@ impl LockDirectory {
     }
 
     /// Checks again, before a lock file is opened, that nobody else has
-    /// been let write into the directory since it was opened:
-    /// `PROVIDER_FAILED` if so.
+    /// been let write into the directory since it was opened, and that its
+    /// path still names it: `PROVIDER_FAILED` if not. A directory removed
+    /// and made again (a tmp cleaner, logind at logout for
+    /// `/run/user/<uid>`) or a symbolic link on its path pointed elsewhere
+    /// would split this backend, working in the directory it opened, from
+    /// processes that open the path now: it grants nothing more, and its
+    /// holders' releases are `LEASE_LOST` ([`LockDirectory::still_named`]).
     pub fn check(&self) -> Result<()> {
-        self.check_owner_and_mode().map_err(|message| {
+        let failed = |message: String| {
             LockError::new(ErrorCode::ProviderFailed, format!("the lock directory {} {message}", self.path.display()))
                 .with_details(serde_json::json!({ "directory": self.path }))
-        })
+        };
+        self.check_owner_and_mode().map_err(failed)?;
+        if !self.still_named() {
+            return Err(failed(
+                "was replaced (removed and made again, or a symbolic link on its path pointed elsewhere) since this backend opened it: its locks no longer exclude those of processes that open it now; open the provider again, and keep tmp cleaners off the directory".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// True while the directory's path names the directory this backend
+    /// opened.
+    pub fn still_named(&self) -> bool {
+        sys::dir_named(&self.handle, &self.path)
     }
 
     fn check_owner_and_mode(&self) -> std::result::Result<(), String> {
         sys::check_private(&self.handle, &self.user)
     }
 
-    /// The path of `name`'s lock file.
+    /// The path of `name`'s lock file, for its inotify watch (which takes a
+    /// path: [`LockDirectory::check`] notices when it leads elsewhere).
     pub fn file_path(&self, name: &LockName) -> PathBuf {
         self.path.join(name.file_name())
-    }
-
-    /// The path of unit `unit` of `name`, a counted key.
-    pub fn unit_path(&self, name: &LockName, unit: u32) -> PathBuf {
-        self.path.join(name.unit_file_name(unit))
     }
 
     /// Opens (creating it if missing) the lock file of `name`, refusing a
     /// symbolic link, anything but a regular file, and a file of another
     /// owner (`PROVIDER_FAILED`, which also reports a full disk or a
-    /// read-only directory).
+    /// read-only directory). Every operation on the directory's entries is
+    /// relative to its handle (`openat`, `fstatat`, `unlinkat`; by path on
+    /// Windows).
     pub fn open_file(&self, name: &LockName) -> Result<LockFile> {
-        self.open_at(&self.file_path(name))
+        self.open_entry(&name.file_name(), true).map(|file| file.expect("created"))
     }
 
-    /// [`LockDirectory::open_file`] of the file at `path` (of this directory).
-    pub fn open_at(&self, path: &Path) -> Result<LockFile> {
+    /// [`LockDirectory::open_file`] without creating: `None` when missing.
+    pub fn open_existing(&self, name: &LockName) -> Result<Option<LockFile>> {
+        self.open_entry(&name.file_name(), false)
+    }
+
+    /// [`LockDirectory::open_file`] of unit `unit` of `name`, a counted key.
+    pub fn open_unit(&self, name: &LockName, unit: u32) -> Result<LockFile> {
+        self.open_entry(&name.unit_file_name(unit), true).map(|file| file.expect("created"))
+    }
+
+    /// [`LockDirectory::open_unit`] without creating: `None` when missing.
+    pub fn open_existing_unit(&self, name: &LockName, unit: u32) -> Result<Option<LockFile>> {
+        self.open_entry(&name.unit_file_name(unit), false)
+    }
+
+    fn open_entry(&self, entry: &str, create: bool) -> Result<Option<LockFile>> {
         self.check()?;
-        LockFile::open(path, &self.user).map_err(|err| self.failure(err))
+        self.probed();
+        LockFile::open(&self.handle, &self.path, entry, &self.user, create).map_err(|err| self.failure(err))
     }
 
-    /// [`LockDirectory::open_at`] without creating: `None` when missing.
-    pub fn open_existing_at(&self, path: &Path) -> Result<Option<LockFile>> {
-        self.check()?;
-        LockFile::open_existing(path, &self.user).map_err(|err| self.failure(err))
-    }
-
-    /// True while the lock file path of `name` still names `file` (the same
+    /// True while the lock file name of `name` still names `file` (the same
     /// device and inode): false once it was removed or replaced.
     pub fn names(&self, name: &LockName, file: &LockFile) -> bool {
-        names_at(&self.file_path(name), file)
+        self.entry_names(&name.file_name(), file)
+    }
+
+    /// [`LockDirectory::names`] of unit `unit` of `name`.
+    pub fn unit_names(&self, name: &LockName, unit: u32, file: &LockFile) -> bool {
+        self.entry_names(&name.unit_file_name(unit), file)
+    }
+
+    fn entry_names(&self, entry: &str, file: &LockFile) -> bool {
+        self.probed();
+        sys::id_at(&self.handle, &self.path, entry).is_some_and(|id| file.is(id))
+    }
+
+    /// True when `name` has a lock file.
+    pub fn exists(&self, name: &LockName) -> bool {
+        self.probed();
+        sys::id_at(&self.handle, &self.path, &name.file_name()).is_some()
+    }
+
+    /// True when unit `unit` of `name` has a file.
+    pub fn unit_exists(&self, name: &LockName, unit: u32) -> bool {
+        self.probed();
+        sys::id_at(&self.handle, &self.path, &name.unit_file_name(unit)).is_some()
+    }
+
+    /// Counts a probe of an entry (in tests).
+    fn probed(&self) {
+        #[cfg(test)]
+        self.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Removes the lock file of `name`; the caller holds its kernel lock and
-    /// has checked that the path still names it.
+    /// has checked that the name still names it. A failure leaves the file
+    /// for a later release to remove.
     pub fn remove(&self, name: &LockName) {
-        remove_at(&self.file_path(name));
+        let _ = sys::remove_at(&self.handle, &self.path, &name.file_name());
+    }
+
+    /// [`LockDirectory::remove`] of unit `unit` of `name`: false when it
+    /// failed.
+    pub fn remove_unit(&self, name: &LockName, unit: u32) -> bool {
+        sys::remove_at(&self.handle, &self.path, &name.unit_file_name(unit)).is_ok()
     }
 
     /// `PROVIDER_FAILED` for an I/O failure on a lock file of this
@@ -129,6 +199,10 @@ impl LockDirectory {
             LockFileError::Io(io) if io.kind() == io::ErrorKind::ReadOnlyFilesystem => {
                 format!("the lock directory {} is on a read-only file system; use a writable directory", self.path.display())
             }
+            LockFileError::Io(io) if sys::too_many_open_files(io) => format!(
+                "a lock file in {} could not be opened: this process has too many open files ({io}); each lease keeps one open per key and per unit of a counted key, each acquire trying a key one, and each backend up to 64 of free keys: raise the process's limit (ulimit -n, LimitNOFILE= under systemd) or lower maxKeys and maxWaiters",
+                self.path.display()
+            ),
             LockFileError::Io(io) => format!("a lock file in {} could not be used: {io}", self.path.display()),
         };
         let error = LockError::new(ErrorCode::ProviderFailed, message).with_details(serde_json::json!({ "directory": self.path }));
@@ -152,17 +226,4 @@ impl From<io::Error> for LockFileError {
     fn from(err: io::Error) -> Self {
         LockFileError::Io(err)
     }
-}
-
-/// True while `path` names `file` (the same device and inode; volume and
-/// file index on Windows).
-pub(crate) fn names_at(path: &Path, file: &LockFile) -> bool {
-    sys::path_id(path).is_some_and(|id| file.is(id))
-}
-
-/// Removes the file at `path`, whose kernel lock the caller holds (and
-/// which it has checked `path` names). A failure leaves the file for a
-/// later release to remove.
-pub(crate) fn remove_at(path: &Path) {
-    let _ = std::fs::remove_file(path);
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::directory::LockDirectory;
-use super::lock_file::LockFile;
+use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::take::{self, Held, Untidy};
 use crate::acquire::LockMode;
@@ -49,9 +49,8 @@ pub(crate) struct IdleFiles {
     /// thread stays until then rather than end and start again at every
     /// release of a busy key.
     last_due: Option<Instant>,
-    /// Counted keys left untidy: their limit, the next try and how many
-    /// were made.
-    untidy: HashMap<LockName, (u32, Instant, u32)>,
+    /// Counted keys left untidy: the next try and how many were made.
+    untidy: HashMap<LockName, (Instant, u32)>,
 }
 
 impl IdleFiles {
@@ -63,14 +62,14 @@ impl IdleFiles {
     /// Releases `file`, the exclusively locked lock file of `name` (fence
     /// `fence`), keeping it open when nobody of another process waits for
     /// it and there is room; else releases it as [`take::release`] does.
-    pub fn keep(&mut self, directory: &LockDirectory, name: LockName, file: LockFile, fence: u64, pid: u32) {
+    pub fn keep(&mut self, directory: &LockDirectory, name: LockName, file: LockFile, fence: u64, me: Marker) {
         if self.files.len() >= MOST_KEPT || self.files.contains_key(&name) {
-            take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, pid);
+            take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, me);
             return;
         }
         // Unlock, then look for a mark (see the module's documentation).
         file.unlock();
-        if file.marked_by_other(pid) || !directory.names(&name, &file) {
+        if file.marked_by_other(me) || !directory.names(&name, &file) {
             return; // closed: the waiter is woken
         }
         let due = Instant::now() + KEEP_FOR;
@@ -80,8 +79,8 @@ impl IdleFiles {
 
     /// Has the files of `untidy` removed later.
     pub fn tidy_later(&mut self, untidy: Option<Untidy>) {
-        if let Some(Untidy { name, limit }) = untidy {
-            self.untidy.entry(name).or_insert((limit, Instant::now() + TIDY_FIRST, 0));
+        if let Some(Untidy(name)) = untidy {
+            self.untidy.entry(name).or_insert((Instant::now() + TIDY_FIRST, 0));
         }
     }
 
@@ -89,7 +88,7 @@ impl IdleFiles {
     /// last file kept would have been.
     pub fn next_due(&self) -> Option<Instant> {
         let files = self.files.values().map(|(_, due)| *due);
-        files.chain(self.untidy.values().map(|(_, due, _)| *due)).min().or(self.last_due)
+        files.chain(self.untidy.values().map(|(due, _)| *due)).min().or(self.last_due)
     }
 
     /// True when no file is kept and none was within [`KEEP_FOR`].
@@ -103,16 +102,16 @@ impl IdleFiles {
     /// Removes the kept files due by `now` (all of them when `now` is
     /// `None`), each if its key is still free, and tries the untidy keys
     /// due (all of them, once more, when `None`).
-    pub fn remove_due(&mut self, directory: &LockDirectory, now: Option<Instant>, pid: u32) {
-        self.untidy.retain(|name, (limit, due, tries)| {
+    pub fn remove_due(&mut self, directory: &LockDirectory, now: Option<Instant>, me: Marker) {
+        self.untidy.retain(|name, (due, tries)| {
             let Some(now) = now else {
-                take::tidy(directory, name, *limit, pid);
+                take::tidy(directory, name, me);
                 return false;
             };
             if *due > now {
                 return true;
             }
-            if take::tidy(directory, name, *limit, pid) {
+            if take::tidy(directory, name, me) {
                 return false;
             }
             *tries += 1;
@@ -127,7 +126,7 @@ impl IdleFiles {
             // its file: its limit record guards the units.
             if file.try_lock().unwrap_or(false) && file.limit().is_ok_and(|limit| limit <= 1) {
                 let fence = file.fence().unwrap_or(u64::MAX);
-                take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, pid);
+                take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, me);
             }
         }
     }
@@ -136,7 +135,7 @@ impl IdleFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::take::tests::{entries, fresh_directory, take_a_unit};
+    use crate::file::take::tests::{entries, fresh_directory, take_a_unit, ME};
 
     /// An idle list with `name` (one unit of which `directory` holds) left
     /// untidy, and the other open file that locks its lock file.
@@ -145,7 +144,7 @@ mod tests {
         let other = directory.open_file(name).unwrap();
         assert!(other.try_lock().unwrap());
         let mut idle = IdleFiles::default();
-        idle.tidy_later(take::release(directory, name, held, fence, true, 1));
+        idle.tidy_later(take::release(directory, name, held, fence, true, ME));
         (idle, other)
     }
 
@@ -156,14 +155,14 @@ mod tests {
         let (mut idle, other) = untidy(&directory, &name);
         let due = idle.next_due().expect("a try is due");
         assert!(!idle.is_done(due));
-        idle.remove_due(&directory, Some(due - Duration::from_millis(1)), 1);
+        idle.remove_due(&directory, Some(due - Duration::from_millis(1)), ME);
         assert_eq!(idle.next_due(), Some(due), "not tried before it is due");
-        idle.remove_due(&directory, Some(due), 1);
+        idle.remove_due(&directory, Some(due), ME);
         let again = idle.next_due().expect("tried again later: the lock file is locked");
         assert!(again >= due + TIDY_FIRST * 2);
         assert_eq!(entries(&directory), 2);
         drop(other);
-        idle.remove_due(&directory, Some(again), 1);
+        idle.remove_due(&directory, Some(again), ME);
         assert_eq!(entries(&directory), 0);
         assert!(idle.is_done(again));
     }
@@ -175,7 +174,7 @@ mod tests {
         let (mut idle, _other) = untidy(&directory, &name);
         for _ in 0..TIDY_TRIES {
             let due = idle.next_due().expect("another try is due");
-            idle.remove_due(&directory, Some(due), 1);
+            idle.remove_due(&directory, Some(due), ME);
         }
         assert!(idle.is_done(Instant::now() + Duration::from_secs(60)), "no more tries");
         assert_eq!(entries(&directory), 2, "left for the next release of the key");
@@ -187,7 +186,7 @@ mod tests {
         let name = LockName::new("ns", "k");
         let (mut idle, other) = untidy(&directory, &name);
         drop(other);
-        idle.remove_due(&directory, None, 1);
+        idle.remove_due(&directory, None, ME);
         assert_eq!(entries(&directory), 0);
         assert!(idle.is_done(Instant::now()));
     }

@@ -35,6 +35,9 @@ impl LeaseShared {
     fn release(&self) -> Result<bool> {
         let grant = self.grant.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(grant) = grant else { return Ok(false) };
+        // A forked child's copy of the lease only closes its files: their
+        // locks are the parent's.
+        self.core.forked()?;
         if let Some(slot) = self.slot.get() {
             self.core.forget(*slot);
         }

@@ -5,42 +5,92 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::directory::LockFileError;
 use super::fence;
 use super::sys::{self, FileId, Opened, User};
 use crate::acquire::LockMode;
 
-/// Where the waiting mark starts in a lock file, after the fence record.
+/// Where the waiting mark starts in a lock file, after the fence record:
+/// three records, its deadline, its process and its backend (see
+/// [`Marker`]).
 const MARK_AT: u64 = 32;
+
+/// The bytes of a waiting mark.
+const MARK_LEN: usize = 3 * fence::RECORD_LEN;
 
 /// Where the limit record of a counted key starts, after the waiting mark:
 /// the limit its holders agreed on (0 or 1 for a plain or shared key).
 const LIMIT_AT: u64 = 96;
+
+const _: () = assert!(MARK_AT as usize + MARK_LEN <= LIMIT_AT as usize);
+
+/// Who writes a waiting mark: one backend of one process. The process
+/// alone is not enough: two backends of one process on one directory each
+/// took the other's mark for their own. `backend` is 0 in a mark of an
+/// older version (pid only), which no backend of this one takes for its
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marker {
+    pub pid: u32,
+    pub backend: u64,
+}
+
+impl Marker {
+    /// The identity of a backend opened now in this process: the process id
+    /// and a number above every earlier backend's of this process, taken
+    /// from the microsecond clock so that two copies of the library in one
+    /// process (two addons) do not hand out the same numbers.
+    pub fn new_backend() -> Marker {
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let now = fence::clock_us();
+        let next = |last: u64| last.saturating_add(1).max(now);
+        let (Ok(previous) | Err(previous)) = LAST.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last)));
+        Marker { pid: std::process::id(), backend: next(previous) }
+    }
+
+    /// No mark.
+    const NONE: Marker = Marker { pid: 0, backend: 0 };
+}
 
 /// An open lock file. Closing it (dropping it) releases its kernel lock,
 /// as the death of the process does.
 pub(crate) struct LockFile {
     file: File,
     id: FileId,
+    /// The process that opened it.
+    pid: u32,
+}
+
+impl Drop for LockFile {
+    /// Unlocks before closing, in the process that opened the file: a lock
+    /// lasts while any copy of its open file does, and a child forked
+    /// without `exec` holds copies of every file open at the fork, so a
+    /// close alone would leave the key locked for the life of the child. A
+    /// child's copies only close: the lock is its parent's.
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            self.unlock();
+        }
+    }
 }
 
 impl LockFile {
-    /// Opens `path` read-write, creating it (`0600` on Unix) if missing;
-    /// refuses a symbolic link (never followed), anything but a regular
-    /// file and a file `user` does not own.
-    pub fn open(path: &Path, user: &User) -> std::result::Result<LockFile, LockFileError> {
-        LockFile::open_with(path, user, true)?.ok_or_else(|| LockFileError::Io(io::ErrorKind::NotFound.into()))
-    }
-
-    /// [`LockFile::open`] without creating the file: `None` when missing.
-    pub fn open_existing(path: &Path, user: &User) -> std::result::Result<Option<LockFile>, LockFileError> {
-        LockFile::open_with(path, user, false)
-    }
-
-    fn open_with(path: &Path, user: &User, create: bool) -> std::result::Result<Option<LockFile>, LockFileError> {
-        let file = match sys::open_no_follow(path, create)? {
+    /// Opens `name` of the directory `dir` (at `dir_path`) read-write,
+    /// creating it (`0600` on Unix) if missing when `create` (else `None`
+    /// when missing); refuses a symbolic link (never followed), anything
+    /// but a regular file and a file `user` does not own.
+    pub fn open(
+        dir: &File,
+        dir_path: &Path,
+        name: &str,
+        user: &User,
+        create: bool,
+    ) -> std::result::Result<Option<LockFile>, LockFileError> {
+        let file = match sys::open_no_follow_at(dir, dir_path, name, create)? {
             Opened::File(file) => file,
+            Opened::Missing if create => return Err(LockFileError::Io(io::ErrorKind::NotFound.into())),
             Opened::Missing => return Ok(None),
             Opened::Link => {
                 return Err(LockFileError::Refused("a lock file is a symbolic link; remove it (someone or something planted it)".into()))
@@ -56,7 +106,7 @@ impl LockFile {
             )));
         }
         let id = sys::file_id(&file, &metadata)?;
-        Ok(Some(LockFile { file, id }))
+        Ok(Some(LockFile { file, id, pid: std::process::id() }))
     }
 
     /// Takes the kernel lock if it is free now: `Ok(false)` when another
@@ -83,41 +133,40 @@ impl LockFile {
         id == self.id
     }
 
-    /// Writes the waiting mark: a waiter of process `pid` was refused the
-    /// lock and counts on having it before `until_us` (the wall clock, in
-    /// microseconds). Written without the lock (the fence record is not
+    /// Writes the waiting mark: a waiter of backend `marker` was refused
+    /// the lock and counts on having it before `until_us` (the wall clock,
+    /// in microseconds). Written without the lock (the fence record is not
     /// touched); the last writer wins, which is enough: see
     /// [`super::core`] on fairness.
-    pub fn mark_waiting(&self, until_us: u64, pid: u32) -> io::Result<()> {
-        let mut mark = [0u8; 2 * fence::RECORD_LEN];
-        mark[..fence::RECORD_LEN].copy_from_slice(&fence::encode(until_us));
-        mark[fence::RECORD_LEN..].copy_from_slice(&fence::encode(pid.into()));
+    pub fn mark_waiting(&self, until_us: u64, marker: Marker) -> io::Result<()> {
+        let mut mark = [0u8; MARK_LEN];
+        let records = [until_us, marker.pid.into(), marker.backend];
+        for (record, value) in mark.chunks_exact_mut(fence::RECORD_LEN).zip(records) {
+            record.copy_from_slice(&fence::encode(value));
+        }
         sys::write_all_at(&self.file, &mark, MARK_AT)
     }
 
-    /// The waiting mark: `(until_us, pid)`, zeros when none (or torn).
-    pub fn waiting_mark(&self) -> (u64, u32) {
-        let mut mark = [0u8; 2 * fence::RECORD_LEN];
+    /// The waiting mark: `(until_us, marker)`, zeros when none (or torn).
+    pub fn waiting_mark(&self) -> (u64, Marker) {
+        let mut mark = [0u8; MARK_LEN];
         match sys::read_at(&self.file, &mut mark, MARK_AT) {
-            Ok(n) if n == mark.len() => {
-                let (until, pid) = mark.split_at(fence::RECORD_LEN);
-                (fence::decode(until), u32::try_from(fence::decode(pid)).unwrap_or(0))
-            }
-            _ => (0, 0),
+            Ok(n) if n == mark.len() => decode_mark(&mark),
+            _ => (0, Marker::NONE),
         }
     }
 
     /// Clears the waiting mark (while holding the lock: a mark of this
-    /// process once its waiter is granted).
+    /// backend once its waiter is granted).
     pub fn clear_mark(&self) -> io::Result<()> {
-        sys::write_all_at(&self.file, &[0u8; 2 * fence::RECORD_LEN], MARK_AT)
+        sys::write_all_at(&self.file, &[0u8; MARK_LEN], MARK_AT)
     }
 
-    /// True when a fresh waiting mark of a process other than `pid` is in
-    /// the file: a waiter there was refused the lock and is to have it
-    /// first.
-    pub fn marked_by_other(&self, pid: u32) -> bool {
-        marked_by_other(self.waiting_mark(), pid)
+    /// True when a fresh waiting mark of another backend than `marker` (of
+    /// this process or another) is in the file: a waiter there was refused
+    /// the lock and is to have it first.
+    pub fn marked_by_other(&self, marker: Marker) -> bool {
+        marked_by_other(self.waiting_mark(), marker)
     }
 
     /// The fence, waiting mark and limit records, in one read (a holder's
@@ -139,11 +188,9 @@ impl LockFile {
                 fence::decode(&bytes[at.min(read)..read])
             }
         };
-        Ok(Header {
-            fence: record(0),
-            mark: (record(MARK_AT), u32::try_from(record(MARK_AT + fence::RECORD_LEN as u64)).unwrap_or(0)),
-            limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX),
-        })
+        let at = MARK_AT as usize;
+        let mark = if read >= at + MARK_LEN { decode_mark(&bytes[at..at + MARK_LEN]) } else { (0, Marker::NONE) };
+        Ok(Header { fence: record(0), mark, limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX) })
     }
 
     /// Writes the fence after `last` (the header's) and answers it; called
@@ -199,23 +246,29 @@ impl LockFile {
 }
 
 /// What a lock file records: the last fence, the waiting mark
-/// `(until_us, pid)` and the limit of a counted key's holders.
+/// `(until_us, marker)` and the limit of a counted key's holders.
 pub(crate) struct Header {
     pub fence: u64,
-    pub mark: (u64, u32),
+    pub mark: (u64, Marker),
     pub limit: u32,
 }
 
-/// True when `mark` is a fresh mark of a live process other than `pid`. A
-/// mark of a process that has ended (its waiter killed, say) is stale
-/// whatever its deadline.
-fn marked_by_other((until, marker): (u64, u32), pid: u32) -> bool {
-    marker != 0 && marker != pid && until > fence::clock_us() && sys::process_lives(marker)
+/// The waiting mark of its [`MARK_LEN`] bytes.
+fn decode_mark(mark: &[u8]) -> (u64, Marker) {
+    let record = |index: usize| fence::decode(&mark[index * fence::RECORD_LEN..(index + 1) * fence::RECORD_LEN]);
+    (record(0), Marker { pid: u32::try_from(record(1)).unwrap_or(0), backend: record(2) })
+}
+
+/// True when `mark` is a fresh mark of a live process's backend other than
+/// `me`. A mark of a process that has ended (its waiter killed, say) is
+/// stale whatever its deadline.
+fn marked_by_other((until, marker): (u64, Marker), me: Marker) -> bool {
+    marker.pid != 0 && marker != me && until > fence::clock_us() && sys::process_lives(marker.pid)
 }
 
 impl Header {
     /// [`LockFile::marked_by_other`] of the header's mark.
-    pub fn marked_by_other(&self, pid: u32) -> bool {
-        marked_by_other(self.mark, pid)
+    pub fn marked_by_other(&self, me: Marker) -> bool {
+        marked_by_other(self.mark, me)
     }
 }

@@ -18,11 +18,9 @@
 //! (see [`release`]) is locked by nobody who checks, so a waiter holding the
 //! old inode and a newcomer holding a new one never both hold the key.
 
-use std::path::PathBuf;
-
-use super::directory::{names_at, remove_at, LockDirectory};
+use super::directory::LockDirectory;
 use super::fence;
-use super::lock_file::LockFile;
+use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
@@ -36,8 +34,8 @@ const REPLACED_TRIES: u32 = 64;
 pub(crate) enum Held {
     /// The key's lock file, locked in the lease's mode.
     File(LockFile, LockMode),
-    /// Unit files of a counted key of limit `limit`, each locked exclusive.
-    Units { units: Vec<(u32, LockFile)>, limit: u32 },
+    /// Unit files of a counted key, each locked exclusive.
+    Units(Vec<(u32, LockFile)>),
 }
 
 /// A counted key whose files its release could not remove although it
@@ -47,10 +45,7 @@ pub(crate) enum Held {
 /// (Wine, and Windows without POSIX delete semantics, keep a removed
 /// file's name while another process holds it open, so a taker may lock it
 /// and make units under it). [`tidy`] tries again later.
-pub(crate) struct Untidy {
-    pub name: LockName,
-    pub limit: u32,
-}
+pub(crate) struct Untidy(pub LockName);
 
 /// What a try of one key came to.
 pub(crate) enum Took {
@@ -65,10 +60,10 @@ pub(crate) enum Took {
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
-/// the caller (a waiter keeps it between tries). Process `pid` takes it;
-/// with `give_way`, not when another process's waiter is marked on it. A
-/// mark of `pid`'s own is cleared.
-pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, pid: u32, give_way: bool) -> Result<Took> {
+/// the caller (a waiter keeps it between tries). Backend `me` takes it;
+/// with `give_way`, not when another backend's waiter is marked on it. A
+/// mark of `me`'s own is cleared.
+pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, me: Marker, give_way: bool) -> Result<Took> {
     let lock_mode = if kind.limit > 1 { LockMode::Exclusive } else { kind.mode };
     let file = match lock_named(directory, name, lock_mode, file)? {
         Ok(file) => file,
@@ -77,11 +72,11 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     let io = |err: std::io::Error| directory.failure(err.into());
     // One read for every record: most pairs make no other.
     let header = file.header().map_err(io)?;
-    if give_way && header.marked_by_other(pid) {
+    if give_way && header.marked_by_other(me) {
         file.unlock();
         return Ok(Took::GiveWay(file));
     }
-    if header.mark.1 == pid {
+    if header.mark.1 == me {
         let _ = file.clear_mark();
     }
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
@@ -98,11 +93,10 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
         if units.len() == kind.weight as usize {
             break;
         }
-        let path = directory.unit_path(name, unit);
-        let unit_file = directory.open_at(&path)?;
+        let unit_file = directory.open_unit(name, unit)?;
         // A unit file changes only under the key's lock file, which this
-        // take holds: the path names the file it opened.
-        if unit_file.try_lock().map_err(io)? && names_at(&path, &unit_file) {
+        // take holds: its name names the file it opened.
+        if unit_file.try_lock().map_err(io)? && directory.unit_names(name, unit, &unit_file) {
             units.push((unit, unit_file));
         }
     }
@@ -114,7 +108,7 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     let fence = file.advance_fence_from(header.fence).map_err(io)?;
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
-    Ok(Took::Held(Held::Units { units, limit: kind.limit }, fence))
+    Ok(Took::Held(Held::Units(units), fence))
 }
 
 /// Locks `file` in `mode` if it is free and still the key's lock file (else
@@ -167,13 +161,14 @@ fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, reco
     Ok(())
 }
 
-/// True when a unit file of `name` among the first `limit` is locked.
+/// True when a unit file of `name` among the first `limit` is locked. The
+/// unit files that exist are always `.u0` up to some `.u<m>` (see
+/// [`remove_units`]): the look-ups stop at the first one missing.
 fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<bool> {
     for unit in 0..limit {
-        if let Some(file) = directory.open_existing_at(&directory.unit_path(name, unit))? {
-            if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
-                return Ok(true);
-            }
+        let Some(file) = directory.open_existing_unit(name, unit)? else { break };
+        if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -185,60 +180,59 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
 /// holding their locks: see the module's documentation for why that is
 /// safe, and [`fence`] for why the counter may restart. A counted key whose
 /// files could not be removed yet comes back as [`Untidy`].
-pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, pid: u32) -> Option<Untidy> {
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, me: Marker) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
             // A shared holder is the last one if it can lock exclusive (a
             // refusal leaves it holding nothing, which is what it wants).
             let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
-            if may_remove && last && !file.marked_by_other(pid) && directory.names(name, &file) && clock_passes(fence) {
+            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(fence) {
                 directory.remove(name);
             }
             None
         }
-        Held::Units { units, limit } => {
+        Held::Units(units) => {
             let mine: Vec<u32> = units.iter().map(|(unit, _)| *unit).collect();
             drop(units);
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
-            let later = match directory.open_existing_at(&directory.file_path(name)) {
-                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, limit, pid),
-                Ok(None) => mine.iter().any(|unit| directory.unit_path(name, *unit).exists()),
+            let later = match directory.open_existing(name) {
+                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, me),
+                Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
-            later.then_some(Untidy { name: *name, limit })
+            later.then_some(Untidy(*name))
         }
     }
 }
 
-/// Removes the files of counted key `name` (limit `limit`) if none of its
+/// Removes the files of counted key `name` if none of its
 /// units is held and no waiter of another process is marked on it: what
 /// the release that left [`Untidy`] could not do. False when that is still
 /// not known (its lock file is locked or replaced now): try again later.
-pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, limit: u32, pid: u32) -> bool {
-    let path = directory.file_path(name);
-    let file = match directory.open_existing_at(&path) {
+pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, me: Marker) -> bool {
+    let file = match directory.open_existing(name) {
         Ok(Some(file)) => file,
         // Unit files without a lock file: lock a new one to remove them
         // under (and then it).
-        Ok(None) if (0..limit).any(|unit| directory.unit_path(name, unit).exists()) => match directory.open_at(&path) {
+        Ok(None) if directory.unit_exists(name, 0) => match directory.open_file(name) {
             Ok(file) => file,
             Err(_) => return true,
         },
         _ => return true,
     };
-    remove_if_free(directory, name, &file, limit, pid)
+    remove_if_free(directory, name, &file, me)
 }
 
 /// Locks `file`, the lock file of counted key `name`, and removes the key's
 /// files (see [`remove_units`]) unless a waiter of another process is marked
 /// on it. False when that cannot be done now: another process holds the
 /// lock file, or it is no longer the path's file.
-fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32, pid: u32) -> bool {
+fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
     match file.try_lock() {
         Ok(true) if directory.names(name, file) => {
-            if !file.marked_by_other(pid) {
-                remove_units(directory, name, file, limit);
+            if !file.marked_by_other(me) {
+                remove_units(directory, name, file);
             }
             true
         }
@@ -247,23 +241,28 @@ fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, l
     }
 }
 
-/// Removes the unit files of a counted key (of limit `limit`, or the larger
-/// one its lock file records) and then its lock file, whose lock the caller
-/// holds, if no unit is held.
-fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile, limit: u32) {
-    let limit = file.limit().unwrap_or(0).max(limit);
-    let mut free: Vec<(PathBuf, LockFile)> = Vec::new();
-    for unit in 0..limit {
-        let path = directory.unit_path(name, unit);
-        match directory.open_existing_at(&path) {
-            Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((path, unit_file)),
-            Ok(None) => {}
+/// Removes the unit files of a counted key and then its lock file, whose
+/// lock the caller holds, if no unit is held.
+///
+/// What it costs follows the units that exist, not the key's limit (a
+/// limit of a million would be a million look-ups): a taker creates unit
+/// files in order from `.u0` (see [`take`]), under the key's lock file, so
+/// the units that exist are `.u0` up to some `.u<m>`; the look-ups stop at
+/// the first one missing, and the removal goes from the highest down, and
+/// stops at a failure, so that what a crash or a failure leaves is such a
+/// prefix still.
+fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile) {
+    let mut free: Vec<(u32, LockFile)> = Vec::new();
+    for unit in 0..u32::MAX {
+        match directory.open_existing_unit(name, unit) {
+            Ok(Some(unit_file)) if unit_file.try_lock().unwrap_or(false) => free.push((unit, unit_file)),
+            Ok(None) => break,
             _ => return,
         }
     }
-    for (path, unit_file) in &free {
-        if names_at(path, unit_file) {
-            remove_at(path);
+    for (unit, unit_file) in free.iter().rev() {
+        if !directory.unit_names(name, *unit, unit_file) || !directory.remove_unit(name, *unit) {
+            return;
         }
     }
     if file.fence().is_ok_and(clock_passes) {
@@ -291,6 +290,9 @@ fn clock_passes(fence: u64) -> bool {
 pub(crate) mod tests {
     use super::*;
 
+    /// The backend the tests take keys as.
+    pub(crate) const ME: Marker = Marker { pid: 1, backend: 1 };
+
     /// A fresh lock directory of this test process.
     pub(crate) fn fresh_directory(test: &str) -> LockDirectory {
         let path = std::env::temp_dir().join(format!("dokebi-lock-take-{test}-{}", std::process::id()));
@@ -305,7 +307,7 @@ pub(crate) mod tests {
     /// Takes one unit of `name`, counted to 2, as process 1.
     pub(crate) fn take_a_unit(directory: &LockDirectory, name: &LockName) -> (Held, u64) {
         let kind = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
-        match take(directory, name, kind, directory.open_file(name).unwrap(), 1, false).unwrap() {
+        match take(directory, name, kind, directory.open_file(name).unwrap(), ME, false).unwrap() {
             Took::Held(held, fence) => (held, fence),
             _ => panic!("the key was free"),
         }
@@ -317,7 +319,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (held, fence) = take_a_unit(&directory, &name);
         assert_eq!(entries(&directory), 2, "the lock file and unit 0");
-        assert!(release(&directory, &name, held, fence, true, 1).is_none());
+        assert!(release(&directory, &name, held, fence, true, ME).is_none());
         assert_eq!(entries(&directory), 0);
     }
 
@@ -331,12 +333,12 @@ pub(crate) mod tests {
         // process's would).
         let other = directory.open_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        let untidy = release(&directory, &name, held, fence, true, 1).expect("its files were not removed");
-        assert_eq!(untidy.limit, 2);
+        let Untidy(untidy) = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
+        assert_eq!(untidy, name);
         assert_eq!(entries(&directory), 2);
-        assert!(!tidy(&directory, &name, untidy.limit, 1), "not known while the lock file is locked");
+        assert!(!tidy(&directory, &name, ME), "not known while the lock file is locked");
         drop(other);
-        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "nothing is left");
     }
 
@@ -348,10 +350,48 @@ pub(crate) mod tests {
         // What Windows leaves when it keeps a removed lock file's name while
         // another process holds it open: units made under it outlive it.
         std::fs::remove_file(directory.file_path(&name)).unwrap();
-        let untidy = release(&directory, &name, held, fence, true, 1).expect("its unit file was left");
+        release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
         assert_eq!(entries(&directory), 1);
-        assert!(tidy(&directory, &name, untidy.limit, 1));
+        assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
+    }
+
+    /// Entries of `directory` probed by `operation`.
+    fn probes<T>(directory: &LockDirectory, operation: impl FnOnce() -> T) -> (T, usize) {
+        use std::sync::atomic::Ordering;
+        let before = directory.probes.load(Ordering::Relaxed);
+        let result = operation();
+        (result, directory.probes.load(Ordering::Relaxed) - before)
+    }
+
+    /// A counted key of a million units costs what its units held cost, not
+    /// a look-up per unit of its limit: its take, its release (which removes
+    /// its files), another limit's refusal, and a tidy of it.
+    #[test]
+    fn a_counted_key_costs_the_units_that_exist_not_its_limit() {
+        let directory = fresh_directory("million");
+        let name = LockName::new("ns", "k");
+        let million = LockKind { mode: LockMode::Exclusive, limit: 1_000_000, weight: 2 };
+        let take_million = || match take(&directory, &name, million, directory.open_file(&name).unwrap(), ME, false).unwrap() {
+            Took::Held(held, fence) => (held, fence),
+            _ => panic!("the key has room"),
+        };
+        let ((first, first_fence), cost) = probes(&directory, take_million);
+        assert!(cost <= 10, "a take probed {cost} entries");
+        let (second, second_fence) = take_million();
+        let other_limit = LockKind { mode: LockMode::Exclusive, limit: 3, weight: 1 };
+        let (refused, cost) = probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false));
+        assert_eq!(refused.err().map(|err| err.code()), Some(ErrorCode::InvalidArgument));
+        assert!(cost <= 20, "checking another limit against the units held probed {cost} entries");
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, true, ME));
+        assert!(untidy.is_none());
+        assert!(cost <= 20, "a release with units left probed {cost} entries");
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, true, ME));
+        assert!(untidy.is_none());
+        assert!(cost <= 20, "the last release probed {cost} entries");
+        assert_eq!(entries(&directory), 0, "its files are removed");
+        let (_, cost) = probes(&directory, || tidy(&directory, &name, ME));
+        assert!(cost <= 10, "a tidy probed {cost} entries");
     }
 
     #[test]
@@ -360,9 +400,9 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (first, first_fence) = take_a_unit(&directory, &name);
         let (second, _) = take_a_unit(&directory, &name);
-        assert!(release(&directory, &name, first, first_fence, true, 1).is_none());
+        assert!(release(&directory, &name, first, first_fence, true, ME).is_none());
         assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
-        assert!(tidy(&directory, &name, 2, 1), "a holder's release will remove them");
+        assert!(tidy(&directory, &name, ME), "a holder's release will remove them");
         assert_eq!(entries(&directory), 3);
         drop(second);
     }

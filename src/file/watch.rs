@@ -8,9 +8,11 @@
 //! `idle`) reports nothing, and is made only when no waiter of another
 //! process has marked the file. So each key
 //! whose head waiter waits on a lock file held elsewhere has a watch on
-//! that file (a kernel object, no thread), and one thread per backend,
-//! started while anyone waits (or a kept file is due), sleeps in `poll` on the inotify descriptor
-//! and has the heads retry when something happened. `poll` also returns
+//! that file (a kernel object, no thread). The process has one inotify
+//! instance, whatever its number of backends, and one thread reading its
+//! events while any watch is set; one thread per backend, started while
+//! anyone waits (or a kept file is due), sleeps until that reader has read
+//! events and has the heads retry. The wait also ends
 //! every `pollIntervalMs` so the heads retry anyway: the safety net for an
 //! event missed (an inotify queue overflow, a watch that could not be
 //! added: the per-user watch limit) and the only wake-up on systems
@@ -22,63 +24,135 @@ use std::time::Duration;
 mod inotify {
     use std::collections::HashMap;
     use std::path::Path;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard};
     use std::time::Duration;
 
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     use rustix::fd::OwnedFd;
     use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
-    /// One inotify instance.
+    /// How long the reader thread waits for an event before it looks
+    /// whether any watch is left (and ends if none is).
+    const READER_IDLE: Duration = Duration::from_secs(1);
+
+    /// The process's inotify instance, shared by every file backend: one
+    /// per backend would spend the user's `max_user_instances` (128 by
+    /// default) on 128 backends, after which waiters fell back to polling.
+    /// One reader thread, running while any watch is set, reads its events
+    /// and counts them in `events`; each backend's wake-up thread waits for
+    /// that count to move past the one it saw.
     pub(crate) struct Watch {
+        /// The process that made it: a child forked from it makes its own.
+        pid: u32,
         fd: Option<OwnedFd>,
+        state: Mutex<State>,
+        moved: Condvar,
+    }
+
+    #[derive(Default)]
+    struct State {
         /// How many waiters use each watch: the kernel gives one file's
         /// watches one descriptor, and removes it at the first removal.
-        users: Mutex<HashMap<i32, usize>>,
+        users: HashMap<i32, usize>,
+        /// Batches of events read so far.
+        events: u64,
+        /// The reader thread runs.
+        reading: bool,
     }
 
     impl Watch {
-        pub fn new() -> Watch {
-            Watch { fd: inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok(), users: Mutex::default() }
+        /// The process's instance (made at the first call).
+        pub fn shared() -> Arc<Watch> {
+            static SHARED: Mutex<Option<Arc<Watch>>> = Mutex::new(None);
+            let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            let pid = std::process::id();
+            match &*shared {
+                Some(watch) if watch.pid == pid => watch.clone(),
+                _ => {
+                    let watch = Arc::new(Watch {
+                        pid,
+                        fd: inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok(),
+                        state: Mutex::default(),
+                        moved: Condvar::new(),
+                    });
+                    *shared = Some(watch.clone());
+                    watch
+                }
+            }
+        }
+
+        fn state(&self) -> MutexGuard<'_, State> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
         }
 
         /// Watches the lock file at `path` for its release or removal;
         /// `None` when it cannot (polling then covers it).
-        pub fn add(&self, path: &Path) -> Option<i32> {
+        pub fn add(self: &Arc<Self>, path: &Path) -> Option<i32> {
             let flags =
                 WatchFlags::CLOSE_WRITE | WatchFlags::ATTRIB | WatchFlags::DELETE_SELF | WatchFlags::MOVE_SELF | WatchFlags::DONT_FOLLOW;
             let wd = inotify::add_watch(self.fd.as_ref()?, path, flags).ok()?;
-            *self.users.lock().unwrap_or_else(|e| e.into_inner()).entry(wd).or_default() += 1;
+            let mut state = self.state();
+            *state.users.entry(wd).or_default() += 1;
+            if !state.reading {
+                let watch = self.clone();
+                let started = std::thread::Builder::new().name("dokebi-lock-inotify".into()).spawn(move || watch.read());
+                // Without the reader the waiters poll, as without inotify.
+                state.reading = started.is_ok();
+            }
             Some(wd)
         }
 
         /// Stops watch `wd` once its last user stops (gone already when its
         /// file was deleted).
         pub fn remove(&self, wd: i32) {
-            let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(count) = users.get_mut(&wd) else { return };
+            let mut state = self.state();
+            let Some(count) = state.users.get_mut(&wd) else { return };
             *count -= 1;
             if *count > 0 {
                 return;
             }
-            users.remove(&wd);
+            state.users.remove(&wd);
             if let Some(fd) = &self.fd {
                 let _ = inotify::remove_watch(fd, wd);
             }
         }
 
-        /// Sleeps until a watched file reports something or `timeout`
-        /// passes, then empties the event queue.
-        pub fn wait(&self, timeout: Duration) {
-            let Some(fd) = &self.fd else {
+        /// Sleeps until events were read since `seen` (the count this
+        /// waiter last saw, updated) or `timeout` passes.
+        pub fn wait(&self, timeout: Duration, seen: &mut u64) {
+            if self.fd.is_none() {
                 std::thread::sleep(timeout);
                 return;
-            };
-            let timeout = Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
-            let mut fds = [PollFd::new(fd, PollFlags::IN)];
-            let _ = poll(&mut fds, Some(&timeout));
-            let mut events = [0u8; 4096];
-            while matches!(rustix::io::read(fd, &mut events), Ok(n) if n > 0) {}
+            }
+            let state = self.state();
+            let (state, _) =
+                self.moved.wait_timeout_while(state, timeout, |state| state.events == *seen).unwrap_or_else(|e| e.into_inner());
+            *seen = state.events;
+        }
+
+        /// The reader thread: reads every event, counts it and wakes the
+        /// waiters; ends once no watch is left.
+        fn read(self: Arc<Self>) {
+            let Some(fd) = &self.fd else { return };
+            loop {
+                let timeout = Timespec { tv_sec: READER_IDLE.as_secs() as _, tv_nsec: READER_IDLE.subsec_nanos() as _ };
+                let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                let _ = poll(&mut fds, Some(&timeout));
+                let mut events = [0u8; 4096];
+                let mut read = false;
+                while matches!(rustix::io::read(fd, &mut events), Ok(n) if n > 0) {
+                    read = true;
+                }
+                let mut state = self.state();
+                if read {
+                    state.events += 1;
+                    self.moved.notify_all();
+                }
+                if state.users.is_empty() {
+                    state.reading = false;
+                    return;
+                }
+            }
         }
     }
 }
@@ -86,23 +160,24 @@ mod inotify {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod inotify {
     use std::path::Path;
+    use std::sync::Arc;
     use std::time::Duration;
 
     /// No inotify: waiters poll.
     pub(crate) struct Watch;
 
     impl Watch {
-        pub fn new() -> Watch {
-            Watch
+        pub fn shared() -> Arc<Watch> {
+            Arc::new(Watch)
         }
 
-        pub fn add(&self, _path: &Path) -> Option<i32> {
+        pub fn add(self: &Arc<Self>, _path: &Path) -> Option<i32> {
             None
         }
 
         pub fn remove(&self, _wd: i32) {}
 
-        pub fn wait(&self, timeout: Duration) {
+        pub fn wait(&self, timeout: Duration, _seen: &mut u64) {
             std::thread::sleep(timeout);
         }
     }

@@ -1,9 +1,9 @@
 //! The Unix half of [`super`]: `O_NOFOLLOW`, `flock`, device and inode,
 //! `kill(pid, 0)`, mode bits and `fstatfs`.
 
-use std::fs::{DirBuilder, File, Metadata, OpenOptions};
+use std::fs::{DirBuilder, File, Metadata};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt};
 use std::path::Path;
 
 use super::Opened;
@@ -18,21 +18,22 @@ pub(crate) fn current_user() -> io::Result<User> {
     Ok(rustix::process::geteuid().as_raw())
 }
 
-/// Opens `path` read-write, creating it `0600` if missing when `create`;
-/// a symbolic link is not followed (`O_NOFOLLOW`).
-pub(crate) fn open_no_follow(path: &Path, create: bool) -> io::Result<Opened> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path);
-    match opened {
-        Ok(file) => Ok(Opened::File(file)),
-        Err(err) if !create && err.kind() == io::ErrorKind::NotFound => Ok(Opened::Missing),
-        Err(err) if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => Ok(Opened::Link),
-        Err(err) => Err(err),
+/// Opens `name` in the directory `dir` (whose path is `_dir_path`)
+/// read-write, creating it `0600` if missing when `create`; a symbolic
+/// link is not followed (`O_NOFOLLOW`). Relative to the directory's handle
+/// (`openat`): a directory swapped under its path since it was opened
+/// cannot send the open elsewhere.
+pub(crate) fn open_no_follow_at(dir: &File, _dir_path: &Path, name: &str, create: bool) -> io::Result<Opened> {
+    use rustix::fs::{Mode, OFlags};
+    let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if create {
+        flags |= OFlags::CREATE;
+    }
+    match rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => Ok(Opened::File(File::from(fd))),
+        Err(rustix::io::Errno::NOENT) if !create => Ok(Opened::Missing),
+        Err(rustix::io::Errno::LOOP) => Ok(Opened::Link),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -85,10 +86,37 @@ pub(crate) fn file_id(_file: &File, metadata: &Metadata) -> io::Result<FileId> {
     Ok(FileId(metadata.dev(), metadata.ino()))
 }
 
-/// The identity of the file `path` names (a link itself, not followed);
-/// `None` when it names nothing.
-pub(crate) fn path_id(path: &Path) -> Option<FileId> {
-    std::fs::symlink_metadata(path).ok().map(|metadata| FileId(metadata.dev(), metadata.ino()))
+/// The identity of the file `name` names in the directory `dir` (a link
+/// itself, not followed: `fstatat` relative to the handle); `None` when it
+/// names nothing.
+pub(crate) fn id_at(dir: &File, _dir_path: &Path, name: &str) -> Option<FileId> {
+    let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    // `st_dev` and `st_ino` are signed or unsigned words depending on the
+    // platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some(FileId(stat.st_dev as u64, stat.st_ino as u64))
+}
+
+/// Removes `name` from the directory `dir` (`unlinkat`, relative to the
+/// handle).
+pub(crate) fn remove_at(dir: &File, _dir_path: &Path, name: &str) -> io::Result<()> {
+    Ok(rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty())?)
+}
+
+/// True while `path` (not followed at its last component) names the
+/// directory `dir` was opened as: false once the directory was removed and
+/// made again, or a symbolic link on the path was pointed elsewhere.
+pub(crate) fn dir_named(dir: &File, path: &Path) -> bool {
+    match (std::fs::symlink_metadata(path), dir.metadata()) {
+        (Ok(named), Ok(held)) => named.dev() == held.dev() && named.ino() == held.ino(),
+        _ => false,
+    }
+}
+
+/// True when `err` says the process (`EMFILE`) or the system (`ENFILE`) has
+/// no file descriptor left.
+pub(crate) fn too_many_open_files(err: &io::Error) -> bool {
+    [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE].iter().any(|errno| err.raw_os_error() == Some(errno.raw_os_error()))
 }
 
 /// True unless process `pid` surely does not exist (`kill(pid, 0)` says so).
@@ -110,9 +138,22 @@ pub(crate) fn create_private_dir(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
-/// Opens the directory `path`, held open to re-check it cheaply.
+/// Opens the directory `path`, held open to re-check it cheaply and to
+/// open its files relative to it: `O_DIRECTORY | O_NOFOLLOW`, a symbolic
+/// link at its last component refused (one higher up is followed here, and
+/// [`dir_named`] notices when it is pointed elsewhere later).
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
-    File::open(path)
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        // `O_NOFOLLOW` on a link is `ELOOP`; with `O_DIRECTORY` some
+        // systems answer `ENOTDIR`.
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+            Err(io::Error::other("it is a symbolic link; give the directory it points to"))
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// Permission bits that let users other than the owner add or remove
@@ -143,8 +184,21 @@ pub(crate) fn check_private(directory: &File, user: &User) -> std::result::Resul
 /// if it does: Linux's magic numbers of `fstatfs`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn network_file_system(_path: &Path, directory: &File) -> Option<&'static str> {
+    let stat = rustix::fs::fstatfs(directory).ok()?;
+    // `f_type` is a signed or unsigned word depending on the platform.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
+    network_kind(kind)
+}
+
+/// The network file system of `fstatfs` magic number `magic`, if it is one.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn network_kind(magic: i64) -> Option<&'static str> {
     // Magic numbers of linux/magic.h and the file systems' own headers.
-    const NETWORK: [(i64, &str); 10] = [
+    // FUSE is refused whole: virtiofs, sshfs, gcsfuse and GlusterFS's
+    // client are FUSE, and nothing tells them from a local FUSE file system;
+    // vboxsf shares a host's directory with a VM.
+    const NETWORK: [(i64, &str); 15] = [
         (0x6969, "NFS"),
         (0x517B, "SMB"),
         (0xFF53_4D42, "CIFS"),
@@ -155,12 +209,48 @@ pub(crate) fn network_file_system(_path: &Path, directory: &File) -> Option<&'st
         (0x00C3_6400, "Ceph"),
         (0x7375_7245, "Coda"),
         (0x0BD0_0BD0, "Lustre"),
+        (0x6573_5546, "FUSE"),
+        (0x786F_4256, "vboxsf"),
+        (0x4750_4653, "GPFS"),
+        (0x1983_0326, "BeeGFS"),
+        (0x2003_0528, "OrangeFS"),
     ];
-    let stat = rustix::fs::fstatfs(directory).ok()?;
-    // `f_type` is a signed or unsigned word depending on the platform.
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let kind = i64::from(stat.f_type as i64) & 0xFFFF_FFFF;
-    NETWORK.iter().find(|(magic, _)| *magic == kind).map(|(_, name)| *name)
+    NETWORK.iter().find(|(known, _)| *known == magic).map(|(_, name)| *name)
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::network_kind;
+
+    /// Every file system whose locks processes on two sides of it do not
+    /// share, by its magic number (linux/magic.h, and the file systems'
+    /// sources for those outside the kernel).
+    #[test]
+    fn network_and_user_space_file_systems_are_refused_by_their_magic_number() {
+        let refused: [(i64, &str); 13] = [
+            (0x6969, "NFS"),
+            (0x517B, "SMB"),
+            (0xFF53_4D42, "CIFS"),
+            (0xFE53_4D42, "SMB2"),
+            (0x0102_1997, "9P"),
+            (0x5346_414F, "AFS"),
+            (0x00C3_6400, "Ceph"),
+            (0x0BD0_0BD0, "Lustre"),
+            // FUSE_SUPER_MAGIC: virtiofs, sshfs, gcsfuse, GlusterFS, s3fs...
+            (0x6573_5546, "FUSE"),
+            (0x786F_4256, "vboxsf"),
+            (0x4750_4653, "GPFS"),
+            (0x1983_0326, "BeeGFS"),
+            (0x2003_0528, "OrangeFS"),
+        ];
+        for (magic, name) in refused {
+            assert_eq!(network_kind(magic), Some(name), "{magic:#x} is {name}");
+        }
+        // Local file systems: ext4, tmpfs, xfs, btrfs.
+        for magic in [0xEF53, 0x0102_1994, 0x5846_5342, 0x9123_683E] {
+            assert_eq!(network_kind(magic), None, "{magic:#x} is local");
+        }
+    }
 }
 
 /// Other Unix systems are not checked (the README says so).

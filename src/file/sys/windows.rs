@@ -138,12 +138,41 @@ pub(crate) fn current_user() -> io::Result<User> {
     Ok(unsafe { User::copy((*buffer.as_ptr().cast::<TOKEN_USER>()).User.Sid) })
 }
 
+/// [`open_no_follow`] of `name` in the directory `dir_path`. By path:
+/// Windows has no `openat` in its Win32 API (`NtCreateFile` relative to a
+/// handle would be one); [`dir_named`], checked before every open, notices
+/// a directory replaced under its path.
+pub(crate) fn open_no_follow_at(_dir: &File, dir_path: &Path, name: &str, create: bool) -> io::Result<Opened> {
+    open_no_follow(&dir_path.join(name), create)
+}
+
+/// [`path_id`] of `name` in the directory `dir_path` (by path, as
+/// [`open_no_follow_at`]).
+pub(crate) fn id_at(_dir: &File, dir_path: &Path, name: &str) -> Option<FileId> {
+    path_id(&dir_path.join(name))
+}
+
+/// Removes `name` from the directory `dir_path` (by path, as
+/// [`open_no_follow_at`]).
+pub(crate) fn remove_at(_dir: &File, dir_path: &Path, name: &str) -> io::Result<()> {
+    std::fs::remove_file(dir_path.join(name))
+}
+
+/// True while `path` (a reparse point at its end not followed) names the
+/// directory `dir` was opened as.
+pub(crate) fn dir_named(dir: &File, path: &Path) -> bool {
+    match (path_id(path), dir.metadata().and_then(|metadata| file_id(dir, &metadata))) {
+        (Some(named), Ok(held)) => named == held,
+        _ => false,
+    }
+}
+
 /// Opens `path` read-write, creating it if missing when `create`; a
 /// reparse point (a symbolic link, a junction) is opened itself, never
 /// followed (`FILE_FLAG_OPEN_REPARSE_POINT`), and reported as a link.
 /// Opened as std opens files, sharing read, write and delete: the driver
 /// removes files others hold open.
-pub(crate) fn open_no_follow(path: &Path, create: bool) -> io::Result<Opened> {
+fn open_no_follow(path: &Path, create: bool) -> io::Result<Opened> {
     let opened = OpenOptions::new().read(true).write(true).create(create).custom_flags(FILE_FLAG_OPEN_REPARSE_POINT).open(path);
     match opened {
         Ok(file) if file.metadata()?.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT != 0 => Ok(Opened::Link),
@@ -275,10 +304,17 @@ pub(crate) fn file_id(file: &File, _metadata: &Metadata) -> io::Result<FileId> {
 /// The identity of the file `path` names (a reparse point itself, not
 /// followed); `None` when it names nothing, or nothing that can be opened
 /// (a file pending deletion, on file systems that keep its name meanwhile).
-pub(crate) fn path_id(path: &Path) -> Option<FileId> {
+fn path_id(path: &Path) -> Option<FileId> {
     let file = OpenOptions::new().access_mode(0).custom_flags(FILE_FLAG_OPEN_REPARSE_POINT | FILE_FLAG_BACKUP_SEMANTICS).open(path).ok()?;
     let metadata = file.metadata().ok()?;
     file_id(&file, &metadata).ok()
+}
+
+/// True when `err` says the process has no handle left
+/// (`ERROR_TOO_MANY_OPEN_FILES`).
+pub(crate) fn too_many_open_files(err: &io::Error) -> bool {
+    // winerror.h: ERROR_TOO_MANY_OPEN_FILES.
+    err.raw_os_error() == Some(4)
 }
 
 /// True unless process `pid` surely does not exist: `OpenProcess` finds
@@ -356,9 +392,15 @@ fn wide(text: &std::ffi::OsStr) -> Vec<u16> {
 }
 
 /// Opens the directory `path` (which takes `FILE_FLAG_BACKUP_SEMANTICS`),
-/// held open to re-check it cheaply.
+/// held open to re-check it cheaply; a reparse point (a junction, a
+/// symbolic link) at its end is opened itself and refused, as Unix refuses
+/// a symbolic link there.
 pub(crate) fn open_dir(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(FILE_FLAG_BACKUP_SEMANTICS).open(path)
+    let dir = OpenOptions::new().read(true).custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT).open(path)?;
+    if dir.metadata()?.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+        return Err(io::Error::other("it is a junction or symbolic link; give the directory it points to"));
+    }
+    Ok(dir)
 }
 
 /// Refuses (saying why, and how to fix it) a directory that is not one, is
