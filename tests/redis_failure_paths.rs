@@ -218,6 +218,32 @@ fn a_grant_whose_replica_acknowledgement_outlasts_its_validity_is_given_back_not
 }
 
 #[test]
+fn renewals_a_slow_replica_does_not_acknowledge_are_provider_failed_and_keep_the_holders_keys() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    // Redis bounds each WAIT at 3/4 of commandTimeoutMs (750 ms): on one
+    // shared connection the second of two WAITs would answer at 1500 ms,
+    // past the client's 1000 ms, and that renewal would end unknown.
+    let (a, _) = open_redis(&primary.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
+    let backend = a.backend("shared").unwrap();
+    let leases: Vec<_> = ["k1", "k2", "k3"].iter().map(|key| block_on(backend.acquire(key, wait(0))).unwrap()).collect();
+    replica.pause();
+    let renewals = block_on(futures::future::join_all(leases.iter().map(|lease| lease.renew())));
+    // Meanwhile the holders are inside: every key must still be theirs.
+    let held = lock_keys(&primary);
+    replica.resume();
+    for renewal in renewals {
+        assert_eq!(code(renewal), ErrorCode::ProviderFailed, "a write the replica did not acknowledge is no unknown outcome");
+    }
+    assert_eq!(held.len(), 3, "no holder's key is cleaned up: {held:?}");
+    for lease in &leases {
+        assert!(lease.is_valid(), "a failed renewal keeps the old estimate");
+        assert!(block_on(lease.release()).unwrap());
+    }
+}
+
+#[test]
 fn with_lock_learns_of_a_loss_by_the_deadline_not_by_a_reply() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port(), Duration::ZERO);

@@ -11,7 +11,7 @@ use super::clock::ServerClock;
 use super::keys::{release_channel, RedisKeys};
 use super::scripts::{Scripted, Scripts};
 use super::transport::connection::RedisConnection;
-use super::transport::topology::NodeConnection;
+use super::transport::connection::Via;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
@@ -165,7 +165,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     type Claim = Claim;
-    type Written = NodeConnection;
+    type Written = Via;
     const NAME: &'static str = "Redis";
     const DRIVER: &'static str = "redis";
 
@@ -186,14 +186,14 @@ impl Store for RedisStore {
         !self.connection().is_cluster()
     }
 
-    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
+    async fn take(&self, claim: &Claim, lease_ms: u64, waiting_ms: u64, ticket: u64) -> Result<Taken<Via>, Failure> {
         let sent = Instant::now();
         let taken = claim.take(&self.shared.scripted, lease_ms, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
         self.granted(&taken, sent);
         Ok(taken)
     }
 
-    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<Via>), Failure> {
         claim.extend(&self.shared.scripted, lease_ms).await
     }
 
@@ -208,7 +208,7 @@ impl Store for RedisStore {
         requests: &[(&Claim, u64)],
         lease_ms: u64,
         waiting_ms: u64,
-    ) -> Result<HandedOver<NodeConnection>, Failure> {
+    ) -> Result<HandedOver<Via>, Failure> {
         let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, lease_ms, waiting_ms, &self.channel).await?;
         for taken in &handed.taken {
@@ -225,7 +225,7 @@ impl Store for RedisStore {
     /// With `replicaAcks`, waits until that many replicas have each write
     /// (on the connection that made it): a failover right after must not
     /// lose it.
-    async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
+    async fn replicated(&self, written: &[Via]) -> Result<(), Failure> {
         let wanted = self.replica_acks;
         if wanted == 0 {
             return Ok(());

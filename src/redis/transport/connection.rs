@@ -44,8 +44,8 @@ use hashbrown::HashMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::Slot;
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs,
-    Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    ServerErrorKind, ToRedisArgs, Value,
 };
 use rustls::pki_types::CertificateDer;
 use tokio::runtime::Handle;
@@ -92,9 +92,8 @@ fn connect_failure(err: RedisError) -> Failure {
 /// A script's reply.
 pub(crate) struct Answer<T> {
     pub value: T,
-    /// The connection that carried it, for a `WAIT` that must follow on
-    /// the same one.
-    pub via: NodeConnection,
+    /// The node that ran it, for a `WAIT` on its write.
+    pub via: Via,
     /// Set when the first attempt was lost with its connection (the error)
     /// and this is the reply to the retry: the first attempt may have run too.
     pub first_attempt_lost: Option<Cause>,
@@ -120,9 +119,19 @@ struct Using {
 
 /// The node a connection went to, and as whom: what a refusal names.
 struct Peer {
-    addr: ConnectionAddr,
+    info: ConnectionInfo,
     login: Login,
 }
+
+/// The node a script ran on, as it was reached: where a `WAIT` for the
+/// script's write goes (see [`RedisConnection::wait_for_replicas`]).
+#[derive(Clone)]
+pub struct Via {
+    peer: Arc<Peer>,
+}
+
+/// How many `WAIT` connections are kept open between uses.
+const WAITING_IDLE: usize = 8;
 
 /// An open command connection.
 struct Open {
@@ -192,6 +201,8 @@ pub(crate) struct RedisConnection {
     /// Counts the primary switches seen (Sentinel): the subscription
     /// follows them.
     switched: watch::Sender<u64>,
+    /// Open `WAIT` connections not in use, to any node.
+    waiting: Mutex<Vec<Open>>,
 }
 
 impl RedisConnection {
@@ -234,6 +245,7 @@ impl RedisConnection {
             last_answer: Mutex::new(None),
             stop: watch::channel(false).0,
             switched: watch::channel(0).0,
+            waiting: Mutex::new(Vec::new()),
         })
     }
 
@@ -369,6 +381,7 @@ impl RedisConnection {
     }
 
     async fn drop_connections(&self) {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
         for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
             for node in lane.all() {
                 self.set_connection(lane, &mut *node.lock().await, None);
@@ -423,7 +436,7 @@ impl RedisConnection {
                         Ok(Ok(value)) => {
                             self.answered();
                             return match redis::from_redis_value(value) {
-                                Ok(value) => Ok(Answer { value, via: using.connection, first_attempt_lost }),
+                                Ok(value) => Ok(Answer { value, via: Via { peer: using.peer }, first_attempt_lost }),
                                 Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
                             };
                         }
@@ -555,22 +568,56 @@ impl RedisConnection {
         })
     }
 
-    /// Waits until `replicas` replicas have every write `via` carried so
-    /// far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many did.
-    /// `via` is the connection to the node a script ran on.
-    pub async fn wait_for_replicas(&self, via: &NodeConnection, replicas: u32) -> Result<u32, Failure> {
-        let mut command = redis::cmd("WAIT");
-        // Redis' own bound, inside ours, so that an answer (how many) comes.
-        command.arg(replicas).arg(self.command_timeout.as_millis() as u64 * 3 / 4);
-        let mut via = via.clone();
-        match tokio::time::timeout(self.command_timeout, command.query_async::<i64>(&mut via)).await {
-            Ok(Ok(acknowledged)) => {
+    /// Waits until `replicas` replicas have every write made on `via`'s
+    /// node so far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many
+    /// did.
+    ///
+    /// Redis blocks a client for the whole of its `WAIT`, and every command
+    /// queued behind it on that client waits too: on the lane's shared
+    /// connection, two `WAIT`s in a row (or a script behind them) would pass
+    /// their timeout and end unknown. So a `WAIT` has a connection of its own,
+    /// to the very node the script ran on, made current by a `PING` first
+    /// (a client's `WAIT` counts from the replication offset after its last
+    /// command, which is past the script's write). No failure here is an
+    /// unknown outcome: the write stands; only its copies are unconfirmed.
+    pub async fn wait_for_replicas(&self, via: &Via, replicas: u32) -> Result<u32, Failure> {
+        let mut open = match self.idle_waiting(via) {
+            Some(open) => open,
+            None => {
+                let connect = tokio::time::timeout(self.connect_timeout, self.open_to(None, via.peer.info.clone())).await;
+                match connect.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
+                    Ok(open) => open,
+                    Err(err) => return Err(self.failed(connect_failure(err))),
+                }
+            }
+        };
+        let mut command = redis::pipe();
+        command.cmd("PING").ignore().cmd("WAIT").arg(replicas).arg(wait_bound(self.command_timeout));
+        match tokio::time::timeout(self.command_timeout, command.query_async::<(i64,)>(&mut open.connection)).await {
+            Ok(Ok((acknowledged,))) => {
                 self.answered();
+                self.keep_waiting(open);
                 Ok(u32::try_from(acknowledged).unwrap_or(0))
             }
-            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unknown(Arc::new(err)))),
-            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
-            Err(_) => Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unreachable(Arc::new(err)))),
+            Ok(Err(err)) => Err(self.failed(refused(&open.peer, err))),
+            Err(_) => Err(self.failed(Failure::Unmet(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
+        }
+    }
+
+    /// An idle `WAIT` connection to `via`'s node.
+    fn idle_waiting(&self, via: &Via) -> Option<Open> {
+        let mut idle = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|open| !open.ended.load(Ordering::Acquire));
+        let at = idle.iter().position(|open| open.peer.info.addr() == via.peer.info.addr())?;
+        Some(idle.swap_remove(at))
+    }
+
+    /// Keeps a `WAIT` connection that answered for the next `WAIT`.
+    fn keep_waiting(&self, open: Open) {
+        let mut idle = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < WAITING_IDLE && !*self.stop.borrow() {
+            idle.push(open);
         }
     }
 
@@ -703,7 +750,7 @@ impl RedisConnection {
         match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
             Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
-                Err(connect_failure(self.links.explain(&peer.addr, err)))
+                Err(connect_failure(self.links.explain(peer.info.addr(), err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             Ok(Err(_)) => Ok(None),
@@ -717,13 +764,19 @@ impl RedisConnection {
     /// handed over. Over TLS redis-rs connects and drives it itself.
     async fn open(&self, lane: &Lane, node: Option<&NodeName>) -> RedisResult<Open> {
         self.note_keepalive();
-        let ended = Arc::new(AtomicBool::new(false));
         let info = self.topology.node(node, self.connect_timeout).await?;
-        let peer =
-            Arc::new(Peer { addr: info.addr().clone(), login: Login::of(&info, "Redis", self.topology.credentials_option(&self.name)) });
+        self.open_to(lane.host.as_ref(), info).await
+    }
+
+    /// Connects a command connection to the node `info` names; see
+    /// [`RedisConnection::open`].
+    async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo) -> RedisResult<Open> {
+        let ended = Arc::new(AtomicBool::new(false));
+        let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
+        let peer = Arc::new(Peer { info: info.clone(), login });
         // The server refused the credentials (at AUTH), or a TLS certificate.
         let explain = |err: RedisError| {
-            let err = self.links.explain(&peer.addr, err);
+            let err = self.links.explain(peer.info.addr(), err);
             match peer.login.refusal(&err).filter(|_| Refusal::find(&err).is_none()) {
                 Some(refusal) => refusal.into_redis(),
                 None => err,
@@ -742,7 +795,7 @@ impl RedisConnection {
             }
         };
         let settings = info.redis_settings();
-        let connection = match &lane.host {
+        let connection = match host {
             Some(host) => {
                 let stream = HostStream::new(host.as_ref(), socket)?;
                 let (connection, reader) =
@@ -874,6 +927,12 @@ fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Fa
     }
 }
 
+/// Redis' own bound on a `WAIT` (inside ours, so that an answer, how many,
+/// comes): never 0, which waits forever.
+fn wait_bound(command_timeout: Duration) -> u64 {
+    (command_timeout.as_millis() as u64 * 3 / 4).max(1)
+}
+
 fn timeout_error(message: &'static str) -> RedisError {
     RedisError::from(io::Error::new(io::ErrorKind::TimedOut, message))
 }
@@ -940,5 +999,11 @@ mod tests {
         assert_eq!(server_version(info), Some(("4.0.14", 4)));
         assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", 7)));
         assert_eq!(server_version("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn a_wait_is_bounded_by_redis_never_with_0_which_waits_forever() {
+        assert_eq!(wait_bound(Duration::from_millis(1)), 1);
+        assert_eq!(wait_bound(Duration::from_millis(1000)), 750);
     }
 }

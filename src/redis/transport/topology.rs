@@ -49,8 +49,7 @@ pub(crate) struct Sentinel {
 }
 
 /// A command connection to one node: a server, Sentinel's primary, or a
-/// cluster's primary (a `WAIT` after a script follows on the connection
-/// that carried it, so it reaches the node the script ran on).
+/// cluster's primary.
 pub(crate) type NodeConnection = MultiplexedConnection;
 
 impl Topology {
