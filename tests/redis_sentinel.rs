@@ -45,6 +45,20 @@ fn a_failover_is_followed_with_the_first_listed_sentinel_dead() {
     block_on(provider.close());
 }
 
+#[test]
+fn a_hung_first_sentinel_delays_connects_but_the_others_are_asked() {
+    let sentinels = Sentinels::start();
+    // Asked first, it takes the connection and never answers.
+    sentinels.pause_sentinel(0);
+    let provider = open(&sentinels, &[("leaseMs", "5000")]);
+    let shared = backend(&provider);
+    for key in ["k1", "k2"] {
+        let lease = block_on(shared.acquire(key, wait(0))).expect("another sentinel names the primary");
+        assert!(block_on(lease.release()).unwrap());
+    }
+    block_on(provider.close());
+}
+
 /// After `SENTINEL FAILOVER` the old primary, alive, goes on reporting
 /// `role:master` and taking writes until the sentinels demote it (about 8 s
 /// later), with no READONLY and no drop: only the sentinels' `+switch-master`

@@ -175,6 +175,13 @@ impl Sentinels {
         }
     }
 
+    /// Freezes the `index`-th sentinel (SIGSTOP): its socket takes
+    /// connections and never answers. Killed on drop all the same.
+    pub fn pause_sentinel(&self, index: usize) {
+        let pid = self.sentinels[index].1.as_ref().expect("a live sentinel").id();
+        assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+    }
+
     /// Kills the primary the sentinels name (SIGKILL); returns its port.
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.primary_port();
