@@ -243,6 +243,27 @@ fn renewals_a_slow_replica_does_not_acknowledge_are_provider_failed_and_keep_the
     }
 }
 
+/// Redis 7.0 answers a script's write on a replica `READONLY …` (Redis 6
+/// wraps it in `ERR Error running script`; both forms are unit-tested in
+/// `transport/connection.rs`): the script did not run, so it is sent again
+/// on a fresh connection until `commandTimeoutMs`, then `PROVIDER_FAILED`.
+#[test]
+fn a_script_a_replica_refuses_did_not_run_and_is_tried_again_on_a_fresh_connection() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    let (a, _) = open_redis(&replica.url(), &[("leaseMs", "5000")], &[("commandTimeoutMs", "500")]);
+    let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("a replica grants nothing");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let calls = replica.command_calls();
+    let evalsha = calls.iter().find(|(name, _)| name == "evalsha").map_or(0, |(_, calls)| *calls);
+    assert!(evalsha > 1, "a script that did not run is sent again: {calls:?}");
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut replica.client()).unwrap();
+    let connections: u64 = info.lines().find_map(|l| l.strip_prefix("total_connections_received:")).unwrap().trim().parse().unwrap();
+    // The pub/sub connection, the first command connection, a fresh one per retry, and ours.
+    assert!(connections > 3, "each retry reconnects (asks where the primary is now): {connections}");
+}
+
 #[test]
 fn with_lock_learns_of_a_loss_by_the_deadline_not_by_a_reply() {
     let server = RedisServer::start();

@@ -460,12 +460,12 @@ impl RedisConnection {
                             if self.redirected(&err, &mut asked) {
                                 continue;
                             }
-                            match err.kind() {
-                                // A demoted primary: the next connection
-                                // asks where the primary is now.
-                                ErrorKind::Server(ServerErrorKind::ReadOnly) => self.invalidate(lane, &using).await,
-                                ErrorKind::Server(ServerErrorKind::ClusterDown) => self.topology.cluster().map_or((), Cluster::mark_stale),
-                                _ => {}
+                            // A demoted primary: the next connection asks
+                            // where the primary is now.
+                            if is_read_only(&err) {
+                                self.invalidate(lane, &using).await;
+                            } else if err.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown) {
+                                self.topology.cluster().map_or((), Cluster::mark_stale);
                             }
                             tokio::time::sleep(RETRY_PAUSE).await;
                             continue;
@@ -473,7 +473,7 @@ impl RedisConnection {
                         Ok(Err(err)) => {
                             // A protocol or auth error, or READONLY after a failover
                             // demoted this server: the next command reconnects.
-                            if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                            if err.is_unrecoverable_error() || is_read_only(&err) {
                                 self.invalidate(lane, &using).await;
                             }
                             refused(&using.peer, err)
@@ -902,18 +902,28 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// True for a reply that says the command did not run here: it may be sent
 /// again (to where the reply points, or once the condition passes).
 fn did_not_run(err: &RedisError) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::Moved
-                | ServerErrorKind::Ask
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::BusyLoading
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::MasterDown
+    is_read_only(err)
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::MasterDown
+            )
         )
-    )
+}
+
+/// True for `READONLY`: the node is a replica (a demoted primary). Redis 7
+/// answers a script's write there with `READONLY …`; Redis 6 wraps it as
+/// `ERR Error running script … -READONLY …`. Either way nothing was
+/// written: a replica takes no write.
+fn is_read_only(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || (err.code() == Some("ERR")
+            && err.detail().is_some_and(|detail| detail.starts_with("Error running script") && detail.contains("-READONLY ")))
 }
 
 /// The failure of a retry whose first attempt was lost with its connection:
@@ -999,6 +1009,24 @@ mod tests {
         assert_eq!(server_version(info), Some(("4.0.14", 4)));
         assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", 7)));
         assert_eq!(server_version("# Server\r\n"), None);
+    }
+
+    fn reply_error(reply: &str) -> RedisError {
+        redis::parse_redis_value(reply.as_bytes()).unwrap().extract_error().unwrap_err()
+    }
+
+    #[test]
+    fn a_script_a_replica_refused_did_not_run_in_the_form_of_redis_7_and_of_redis_6() {
+        // Redis 7.0.15, a script writing on a replica (tests/redis_failure_paths.rs runs it).
+        let redis_7 = "-READONLY You can't write against a read only replica. script: 131b5f2ed4a6e4f431cc21897ae043d687859f08, on @user_script:1.\r\n";
+        // Redis 6.x wraps the error of a script's redis.call.
+        let redis_6 = "-ERR Error running script (call to f_131b5f2ed4a6e4f431cc21897ae043d687859f08): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica. \r\n";
+        for reply in [redis_7, redis_6] {
+            assert!(did_not_run(&reply_error(reply)), "{reply}");
+            assert!(is_read_only(&reply_error(reply)), "{reply}");
+        }
+        let other = "-ERR Error running script (call to f_131b): @user_script:1: user_script:1: Script attempted to access nonexistent global variable 'x' \r\n";
+        assert!(!did_not_run(&reply_error(other)));
     }
 
     #[test]
