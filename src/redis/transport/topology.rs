@@ -109,12 +109,13 @@ impl Topology {
     }
 
     /// Where subscription `index` to release notifications goes: the
-    /// server, the primary, or the `index`-th seed node of a cluster.
+    /// server, the primary, or the `index`-th seed node of a cluster, with
+    /// the first seed's credentials and TLS, as every command to a node.
     pub async fn subscriber(&self, index: usize, timeout: Duration) -> RedisResult<ConnectionInfo> {
         match self {
             Topology::Server(info) => Ok(info.clone()),
             Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
-            Topology::Cluster(cluster) => Ok(cluster.seeds()[index].clone()),
+            Topology::Cluster(cluster) => Ok(cluster.seed(index)),
         }
     }
 
