@@ -464,8 +464,10 @@ impl RedisConnection {
                             // where the primary is now.
                             if is_read_only(&err) {
                                 self.invalidate(lane, &using).await;
-                            } else if err.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown) {
-                                self.topology.cluster().map_or((), Cluster::mark_stale);
+                            } else if let (ErrorKind::Server(ServerErrorKind::ClusterDown), Some(cluster)) =
+                                (err.kind(), self.topology.cluster())
+                            {
+                                cluster.mark_stale();
                             }
                             tokio::time::sleep(RETRY_PAUSE).await;
                             continue;
