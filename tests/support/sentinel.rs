@@ -219,6 +219,23 @@ impl Sentinels {
         self.wait_new_primary(old, timeout)
     }
 
+    /// A planned failover asked of the `index`-th sentinel; waits until it
+    /// names a new primary that says it is one (the others may lag, or be
+    /// paused). Returns the new primary's port.
+    pub fn failover_asking(&self, index: usize, timeout: Duration) -> u16 {
+        let sentinel = self.sentinels[index].0;
+        let old = self.named_by(sentinel).expect("the sentinel names the primary");
+        let _: String = sentinel_query(sentinel, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(new) = self.named_by(sentinel).filter(|&new| new != old && self.is_primary(new)) {
+                return new;
+            }
+            assert!(Instant::now() < deadline, "sentinel {index} named no new primary within {timeout:?}");
+            sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until the server on `port` is a replica in sync (a demoted
     /// primary once the sentinels reconfigured it).
     pub fn wait_replica_synced(&self, port: u16, timeout: Duration) {
