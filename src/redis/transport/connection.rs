@@ -23,8 +23,9 @@
 //! A command the server answered without running it (`MOVED`, `ASK`,
 //! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `READONLY` from a demoted primary)
 //! is tried again, on a fresh connection where that helps, until
-//! `commandTimeoutMs` has passed since the first try: after `MOVED` at
-//! once on the node it names, after `ASK` once there behind `ASKING`. So is
+//! `commandTimeoutMs` has passed since the first try: after `MOVED` on the
+//! node it names, after `ASK` once there behind `ASKING` (the first redirect
+//! at once, later ones after a pause). So is
 //! one that could not reach a cluster node whose slot a fresh slot map
 //! gives to another (a failover): it never left.
 //!
@@ -413,6 +414,8 @@ impl RedisConnection {
         let deadline = tokio::time::Instant::now() + self.command_timeout;
         // After `ASK`: the node to try next, behind `ASKING`.
         let mut asked: Option<NodeName> = None;
+        // `MOVED` and `ASK` replies so far.
+        let mut redirects = 0u32;
         loop {
             let node = match asked.clone() {
                 Some(node) => Some(node),
@@ -458,6 +461,13 @@ impl RedisConnection {
                         }
                         Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
                             if self.redirected(&err, &mut asked) {
+                                // The first redirect is followed at once; one
+                                // that does not settle (nodes that send it back
+                                // and forth while their maps disagree) waits.
+                                redirects += 1;
+                                if redirects > 1 {
+                                    tokio::time::sleep(RETRY_PAUSE).await;
+                                }
                                 continue;
                             }
                             // A demoted primary: the next connection asks
