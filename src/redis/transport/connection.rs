@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::Slot;
@@ -538,20 +539,43 @@ impl RedisConnection {
     }
 
     /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
-    /// that gives it, unless another command just did.
+    /// that gives it, unless another command just did. Every command waits
+    /// for the map, so one node may not hold it up: the sources are asked in
+    /// turn, the next one also asked once the one before has taken its share
+    /// of a connect and a command's time, and the whole fetch ends with that.
     async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster) -> Result<(), Failure> {
         let _fetching = cluster.fetching().await;
         if !cluster.is_stale() {
             return Ok(());
         }
+        let sources = cluster.map_sources();
+        let bound = self.connect_timeout + self.command_timeout;
+        let share = bound / sources.len().max(1) as u32;
+        let mut sources = sources.iter().peekable();
+        let mut asking = FuturesUnordered::new();
         let mut failure = None;
-        for node in cluster.map_sources() {
-            match self.cluster_slots(lane, &node).await {
-                Ok(map) => {
-                    cluster.replace(map);
-                    return Ok(());
+        let all = tokio::time::sleep(bound);
+        tokio::pin!(all);
+        loop {
+            if asking.is_empty() {
+                let Some(node) = sources.next() else { break };
+                asking.push(self.cluster_slots(lane, node));
+            }
+            tokio::select! {
+                Some(answer) = asking.next() => match answer {
+                    Ok(map) => {
+                        cluster.replace(map);
+                        return Ok(());
+                    }
+                    Err(err) => failure = Some(err),
+                },
+                _ = tokio::time::sleep(share), if sources.peek().is_some() => {
+                    asking.extend(sources.next().map(|node| self.cluster_slots(lane, node)));
                 }
-                Err(err) => failure = Some(err),
+                _ = &mut all => {
+                    failure = Some(Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map within connectTimeoutMs and commandTimeoutMs"))));
+                    break;
+                }
             }
         }
         Err(self.failed(failure.expect("a cluster has a seed node")))
