@@ -392,6 +392,24 @@ fn serve(client: TcpStream, answer: fn(&[String]) -> String) {
     }
 }
 
+/// Making a connection includes its checks (`INFO`): a server that takes
+/// the connection and never answers them is unreachable within
+/// `connectTimeoutMs`, not after `commandTimeoutMs` more.
+#[test]
+fn a_server_that_never_answers_the_connect_checks_is_unreachable_within_connect_timeout() {
+    let port = fake_server(|words| match words.first().map(String::as_str) {
+        Some("INFO") => String::new(),
+        _ => "+OK\r\n".to_owned(),
+    });
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let (a, _) = open_redis(&url, &[("leaseMs", "60000")], &[("connectTimeoutMs", "300"), ("commandTimeoutMs", "20000")]);
+    let started = Instant::now();
+    let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("no connection");
+    let took = started.elapsed();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: the checks waited for commandTimeoutMs (20 s), not connectTimeoutMs");
+}
+
 /// Scripts the two nodes of [`ping_pong_cluster`] were sent.
 static PING_PONG_SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The two nodes' ports.

@@ -716,13 +716,18 @@ impl RedisConnection {
             }
         }
         // Boxed: connecting is rare, and its futures are large; inline they
-        // would make every command's future (and its moves) as large.
-        let connect: Pin<Box<dyn Future<Output = RedisResult<Open>> + Send + '_>> = Box::pin(self.open(lane, node));
-        let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
-        let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
-            Ok(open) => self.check_server(open).await,
-            Err(err) => Err(connect_failure(err)),
-        };
+        // would make every command's future (and its moves) as large. The
+        // checks are part of making the connection: `connectTimeoutMs` bounds
+        // them too.
+        let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
+            match self.open(lane, node).await {
+                Ok(open) => self.check_server(open).await,
+                Err(err) => Err(connect_failure(err)),
+            }
+        });
+        let checked = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .unwrap_or_else(|_| Err(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))));
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
