@@ -6,11 +6,14 @@
 
 mod support;
 
+use std::thread;
+use std::time::{Duration, Instant};
+
 use futures::executor::block_on;
 use support::cluster::Cluster;
 use support::deployment::Deployment;
-use support::topology::{backend, lock_key};
-use support::wait;
+use support::topology::{backend, hand_off, lock_key, CONNECTION, SLOW_POLLS};
+use support::{open_redis_at, wait};
 
 /// The slot of `key`'s lock key, the primary serving it, and another primary.
 fn slot_and_primaries(cluster: &Cluster, key: &str) -> (u16, u16, u16) {
@@ -63,5 +66,68 @@ fn a_renewal_of_a_lease_whose_key_is_being_migrated_is_sent_to_the_importing_nod
     cluster.assign_slot(slot, to);
     assert!(block_on(lease.release()).unwrap(), "the release follows MOVED");
     assert!(!cluster.exists_on(to, &lock_key(key)));
+    block_on(provider.close());
+}
+
+/// A seed that hangs (SIGSTOP: its socket stays open, nothing answers) is
+/// noticed by its subscription's `PING`, so that another seed's
+/// subscription acts on the releases the hung one would have: the waiter
+/// is woken by the notification, not by its 10 s poll.
+#[test]
+fn a_hung_seed_s_subscription_is_noticed_and_another_seed_acts_on_its_releases() {
+    let cluster = Cluster::start();
+    let primaries = cluster.primaries();
+    let replica = cluster.replica_of(primaries[0]).expect("a replica");
+    // The replica first: the first live seed acts on a key whose primary
+    // is no seed (here the second primary's keys).
+    let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{replica}, redis://127.0.0.1:{}] }}", primaries[0]);
+    let holder = open_redis_at(&endpoint, &SLOW_POLLS, CONNECTION).0;
+    let other = open_redis_at(&endpoint, &SLOW_POLLS, CONNECTION).0;
+    let key = (0..).map(|i| format!("job:{i}")).find(|key| cluster.primary_of(&lock_key(key)) == primaries[1]).unwrap();
+    let warm = block_on(backend(&other).acquire(&key, wait(0))).unwrap();
+    assert!(block_on(warm.release()).unwrap());
+    cluster.pause(replica);
+    // Its subscription's PING goes unanswered: a second of quiet, then
+    // commandTimeoutMs (1 s).
+    thread::sleep(Duration::from_millis(3000));
+    let took = hand_off(&holder, &other, &key);
+    cluster.resume(replica);
+    assert!(took < Duration::from_secs(2), "hand-off took {took:?}: the notification did not wake the waiter");
+    block_on(other.close());
+    block_on(holder.close());
+}
+
+/// A primary that hangs (SIGSTOP: connects are taken, nothing answers) is
+/// the first the slot map is asked of (it serves slot 0). A command on
+/// another primary's key, arriving while the map is stale, is not held up
+/// for a connect to it: the map comes from the next node meanwhile.
+#[test]
+fn a_hung_primary_holds_up_no_slot_map_fetch_for_the_other_primaries_keys() {
+    let cluster = Cluster::start();
+    // The other primaries' slots stay served while the hung one is failed.
+    for port in cluster.ports() {
+        let _: () =
+            redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg("no").query(&mut cluster.client(port)).unwrap();
+    }
+    let hung = cluster.primary_of_slot(0);
+    let (provider, _) =
+        open_redis_at(&cluster.endpoint_yaml(), &[("leaseMs", "10000")], &[("connectTimeoutMs", "5000"), ("commandTimeoutMs", "500")]);
+    let served_by =
+        |hung_node: bool| (0..).map(|i| format!("job:{i}")).find(|key| (cluster.primary_of(&lock_key(key)) == hung) == hung_node).unwrap();
+    let (on_hung, elsewhere) = (served_by(true), served_by(false));
+    for key in [&on_hung, &elsewhere] {
+        let lease = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
+        assert!(block_on(lease.release()).unwrap());
+    }
+    cluster.pause(hung);
+    // Its command goes unanswered: the map is stale now.
+    assert!(block_on(backend(&provider).acquire(&on_hung, wait(0))).is_err());
+    let started = Instant::now();
+    let lease = block_on(backend(&provider).acquire(&elsewhere, wait(0)));
+    let took = started.elapsed();
+    cluster.resume(hung);
+    let lease = lease.expect("another primary's key is served");
+    assert!(took < Duration::from_millis(2500), "took {took:?}: the map fetch waited for the hung primary (connectTimeoutMs is 5 s)");
+    assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
 }

@@ -11,7 +11,7 @@ use futures::executor::block_on;
 use support::cluster::Cluster;
 use support::redis_server::RedisServer;
 use support::sentinel::Sentinels;
-use support::{open_redis, open_redis_at, wait};
+use support::{eventually, open_redis, open_redis_at, wait};
 
 /// The password no message, fix or cause may show.
 const PASSWORD: &str = "s3cret-pw";
@@ -134,6 +134,31 @@ fn a_cluster_that_refuses_the_credentials_names_the_first_seed_s_url() {
     let nodes: Vec<String> = cluster.urls().iter().map(|url| url.replace("redis://", "redis://ghost:wrong-pw@")).collect();
     let (provider, _) = open_redis_at(&format!("cluster: {{ nodes: [{}] }}", nodes.join(", ")), &[("leaseMs", "10000")], &[]);
     assert_authentication(&refused(&provider), &["refused the credentials of user \"ghost\""], &["connections.main.cluster.nodes.0"]);
+}
+
+/// The first seed's credentials apply to every node, the release
+/// subscriptions' too: a seed written without them is still subscribed.
+#[test]
+fn a_cluster_s_first_seed_credentials_reach_every_seed_s_release_subscription() {
+    let cluster = Cluster::start();
+    let authenticated = |port: u16| redis::Client::open(format!("redis://:{PASSWORD}@127.0.0.1:{port}")).unwrap().get_connection().unwrap();
+    for port in cluster.ports() {
+        let mut node = cluster.client(port);
+        let _: () = redis::cmd("CONFIG").arg("SET").arg("masterauth").arg(PASSWORD).query(&mut node).unwrap();
+        let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg(PASSWORD).query(&mut node).unwrap();
+    }
+    let mut nodes = cluster.urls();
+    nodes[0] = nodes[0].replace("redis://", &format!("redis://:{PASSWORD}@"));
+    let (provider, _) = open_redis_at(&format!("cluster: {{ nodes: [{}] }}", nodes.join(", ")), &[("leaseMs", "10000")], &[]);
+    let lease = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).expect("commands carry the first seed's password");
+    assert!(block_on(lease.release()).unwrap());
+    eventually("every seed has the release subscription", || {
+        cluster.ports().into_iter().all(|port| {
+            let channels: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").query(&mut authenticated(port)).unwrap();
+            !channels.is_empty()
+        })
+    });
+    block_on(provider.close());
 }
 
 #[test]

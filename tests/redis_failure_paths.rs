@@ -218,6 +218,53 @@ fn a_grant_whose_replica_acknowledgement_outlasts_its_validity_is_given_back_not
 }
 
 #[test]
+fn renewals_a_slow_replica_does_not_acknowledge_are_provider_failed_and_keep_the_holders_keys() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    // Redis bounds each WAIT at 3/4 of commandTimeoutMs (750 ms): on one
+    // shared connection the second of two WAITs would answer at 1500 ms,
+    // past the client's 1000 ms, and that renewal would end unknown.
+    let (a, _) = open_redis(&primary.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
+    let backend = a.backend("shared").unwrap();
+    let leases: Vec<_> = ["k1", "k2", "k3"].iter().map(|key| block_on(backend.acquire(key, wait(0))).unwrap()).collect();
+    replica.pause();
+    let renewals = block_on(futures::future::join_all(leases.iter().map(|lease| lease.renew())));
+    // Meanwhile the holders are inside: every key must still be theirs.
+    let held = lock_keys(&primary);
+    replica.resume();
+    for renewal in renewals {
+        assert_eq!(code(renewal), ErrorCode::ProviderFailed, "a write the replica did not acknowledge is no unknown outcome");
+    }
+    assert_eq!(held.len(), 3, "no holder's key is cleaned up: {held:?}");
+    for lease in &leases {
+        assert!(lease.is_valid(), "a failed renewal keeps the old estimate");
+        assert!(block_on(lease.release()).unwrap());
+    }
+}
+
+/// Redis 7.0 answers a script's write on a replica `READONLY …` (Redis 6
+/// wraps it in `ERR Error running script`; both forms are unit-tested in
+/// `transport/connection.rs`): the script did not run, so it is sent again
+/// on a fresh connection until `commandTimeoutMs`, then `PROVIDER_FAILED`.
+#[test]
+fn a_script_a_replica_refuses_did_not_run_and_is_tried_again_on_a_fresh_connection() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    let (a, _) = open_redis(&replica.url(), &[("leaseMs", "5000")], &[("commandTimeoutMs", "500")]);
+    let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("a replica grants nothing");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let calls = replica.command_calls();
+    let evalsha = calls.iter().find(|(name, _)| name == "evalsha").map_or(0, |(_, calls)| *calls);
+    assert!(evalsha > 1, "a script that did not run is sent again: {calls:?}");
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut replica.client()).unwrap();
+    let connections: u64 = info.lines().find_map(|l| l.strip_prefix("total_connections_received:")).unwrap().trim().parse().unwrap();
+    // The pub/sub connection, the first command connection, a fresh one per retry, and ours.
+    assert!(connections > 3, "each retry reconnects (asks where the primary is now): {connections}");
+}
+
+#[test]
 fn with_lock_learns_of_a_loss_by_the_deadline_not_by_a_reply() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port(), Duration::ZERO);
@@ -296,17 +343,30 @@ fn close_stays_within_the_shutdown_timeout_while_an_acquire_waits_for_redis() {
 
 /// A fake server that speaks just enough RESP to say it is Redis 4.0.14.
 fn old_server() -> u16 {
+    fake_server(|words| match words.first().map(String::as_str) {
+        Some("INFO") => bulk("# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n"),
+        _ => "+OK\r\n".to_owned(),
+    })
+}
+
+fn bulk(text: &str) -> String {
+    format!("${}\r\n{text}\r\n", text.len())
+}
+
+/// A fake Redis on a free port: each command (its words, the first in
+/// upper case) gets `answer`'s reply.
+fn fake_server(answer: fn(&[String]) -> String) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
         for client in listener.incoming().flatten() {
-            thread::spawn(move || answer_as_redis_4(client));
+            thread::spawn(move || serve(client, answer));
         }
     });
     port
 }
 
-fn answer_as_redis_4(client: TcpStream) {
+fn serve(client: TcpStream, answer: fn(&[String]) -> String) {
     let mut reader = BufReader::new(client.try_clone().unwrap());
     let mut writer = client;
     let mut line = String::new();
@@ -317,24 +377,101 @@ fn answer_as_redis_4(client: TcpStream) {
         }
         let Some(count) = line.trim_end().strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) else { return };
         let mut words = Vec::with_capacity(count);
-        for _ in 0..count {
+        for i in 0..count {
             line.clear();
             reader.read_line(&mut line).unwrap();
             let len: usize = line.trim_end().trim_start_matches('$').parse().unwrap();
             let mut word = vec![0u8; len + 2];
             reader.read_exact(&mut word).unwrap();
-            words.push(String::from_utf8_lossy(&word[..len]).to_uppercase());
+            let word = String::from_utf8_lossy(&word[..len]).into_owned();
+            words.push(if i == 0 { word.to_uppercase() } else { word });
         }
-        let reply = if words.first().is_some_and(|w| w == "INFO") {
-            let info = "# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n";
-            format!("${}\r\n{info}\r\n", info.len())
-        } else {
-            "+OK\r\n".to_owned()
-        };
-        if writer.write_all(reply.as_bytes()).is_err() {
+        if writer.write_all(answer(&words).as_bytes()).is_err() {
             return;
         }
     }
+}
+
+/// Making a connection includes its checks (`INFO`): a server that takes
+/// the connection and never answers them is unreachable within
+/// `connectTimeoutMs`, not after `commandTimeoutMs` more.
+#[test]
+fn a_server_that_never_answers_the_connect_checks_is_unreachable_within_connect_timeout() {
+    let port = fake_server(|words| match words.first().map(String::as_str) {
+        Some("INFO") => String::new(),
+        _ => "+OK\r\n".to_owned(),
+    });
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let (a, _) = open_redis(&url, &[("leaseMs", "60000")], &[("connectTimeoutMs", "300"), ("commandTimeoutMs", "20000")]);
+    let started = Instant::now();
+    let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("no connection");
+    let took = started.elapsed();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: the checks waited for commandTimeoutMs (20 s), not connectTimeoutMs");
+}
+
+/// Scripts the two nodes of [`ping_pong_cluster`] were sent.
+static PING_PONG_SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The two nodes' ports.
+static PING_PONG_PORTS: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+
+/// Two fake cluster nodes whose map gives every slot to the first, and
+/// which answer every script `MOVED` to the other: a redirect that never
+/// settles (a slot map in flux, or a misconfigured cluster).
+fn ping_pong_cluster() -> (u16, u16) {
+    *PING_PONG_PORTS.get_or_init(|| {
+        let a = fake_server(|words| {
+            let (a, b) = *PING_PONG_PORTS.get().unwrap();
+            ping_pong(words, b, a)
+        });
+        let b = fake_server(|words| {
+            let (a, _) = *PING_PONG_PORTS.get().unwrap();
+            ping_pong(words, a, a)
+        });
+        (a, b)
+    })
+}
+
+/// A node of [`ping_pong_cluster`]: its map names `first`, its scripts
+/// are `MOVED` to `other`.
+fn ping_pong(words: &[String], other: u16, first: u16) -> String {
+    match words.first().map(String::as_str) {
+        Some("INFO") => bulk("# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\n"),
+        Some("CLUSTER") => format!("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{first}\r\n"),
+        Some("EVALSHA") => {
+            PING_PONG_SCRIPTS.fetch_add(1, Ordering::SeqCst);
+            format!("-MOVED {} 127.0.0.1:{other}\r\n", key_slot(words[3].as_bytes()))
+        }
+        _ => "+OK\r\n".to_owned(),
+    }
+}
+
+/// A key's hash slot (CRC16/XMODEM of its hash tag, or of it all).
+fn key_slot(key: &[u8]) -> u16 {
+    let tag = key.iter().position(|&c| c == b'{').and_then(|open| {
+        let close = key[open + 1..].iter().position(|&c| c == b'}')?;
+        (close > 0).then(|| &key[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tag.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[test]
+fn a_moved_redirect_that_never_settles_is_tried_again_after_a_pause_until_command_timeout() {
+    let (a, b) = ping_pong_cluster();
+    let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{a}, redis://127.0.0.1:{b}] }}");
+    let (provider, _) = support::open_redis_at(&endpoint, &[("leaseMs", "5000")], &[("commandTimeoutMs", "500")]);
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).expect_err("no node runs the script");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let sent = PING_PONG_SCRIPTS.load(Ordering::SeqCst);
+    // One at once after the first MOVED, then one per 20 ms pause within 500 ms.
+    assert!(sent <= 30, "{sent} scripts sent in 500 ms: a redirect loop without a pause");
 }
 
 #[test]

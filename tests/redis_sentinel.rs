@@ -7,7 +7,8 @@
 
 mod support;
 
-use std::time::Instant;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
@@ -42,6 +43,20 @@ fn a_failover_is_followed_with_the_first_listed_sentinel_dead() {
     assert!(sentinels.server(new).keys().contains(&lock_key("k")), "granted on the promoted replica");
     assert!(lease.fence() > before.fence());
     assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn a_hung_first_sentinel_delays_connects_but_the_others_are_asked() {
+    let sentinels = Sentinels::start();
+    // Asked first, it takes the connection and never answers.
+    sentinels.pause_sentinel(0);
+    let provider = open(&sentinels, &[("leaseMs", "5000")]);
+    let shared = backend(&provider);
+    for key in ["k1", "k2"] {
+        let lease = block_on(shared.acquire(key, wait(0))).expect("another sentinel names the primary");
+        assert!(block_on(lease.release()).unwrap());
+    }
     block_on(provider.close());
 }
 
@@ -80,6 +95,33 @@ fn after_a_planned_sentinel_failover_an_old_connection_and_a_new_one_never_both_
         "the provider connected after is refused the held key"
     );
     assert!(on(new) && !on(old), "the key is held on the new primary only");
+    block_on(after.close());
+    block_on(before.close());
+}
+
+/// The switch watch listens to one sentinel at a time, the first one first.
+/// That one hangs (SIGSTOP: its socket stays open, nothing answers): the
+/// watch's `PING` goes unanswered, it moves to the next sentinel, and a
+/// planned failover is still followed the moment it happens.
+#[test]
+fn a_hung_sentinel_s_switch_watch_moves_on_and_a_planned_failover_is_still_followed() {
+    let sentinels = Sentinels::start();
+    let before = open(&sentinels, &[("leaseMs", "5000")]);
+    let warm = block_on(backend(&before).acquire("warm-up", wait(0))).unwrap();
+    assert!(block_on(warm.release()).unwrap());
+    sentinels.pause_sentinel(0);
+    // A second of quiet, then commandTimeoutMs (1 s) for the PING.
+    thread::sleep(Duration::from_millis(3000));
+    let old = sentinels.primary_port();
+    let new = sentinels.failover_asking(1, FAILOVER_BOUND);
+    let after = open(&sentinels, &[("leaseMs", "5000")]);
+    let a = block_on(backend(&before).acquire("split", wait(0)));
+    let b = block_on(backend(&after).acquire("split", wait(0)));
+    let on = |port: u16| sentinels.server(port).keys().contains(&lock_key("split"));
+    assert!(!on(old), "the provider connected before the switch left the old primary");
+    assert!(a.is_ok(), "it followed the switch and holds the key: {:?}", a.as_ref().map_err(|e| e.code()));
+    assert_eq!(b.as_ref().map(|_| ()).map_err(|e| e.code()), Err(ErrorCode::LockBusy));
+    assert!(on(new));
     block_on(after.close());
     block_on(before.close());
 }

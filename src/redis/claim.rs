@@ -17,8 +17,7 @@ use redis::cluster_routing::Slot;
 
 use super::keys::RedisKeys;
 use super::scripts::Scripted;
-use super::transport::connection::{self, Answer};
-use super::transport::topology::NodeConnection;
+use super::transport::connection::{self, Answer, Via};
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Cause;
 use crate::store::{Claim as StoreClaim, Failure, Taken, Terms};
@@ -45,7 +44,7 @@ pub(crate) struct HandedOver {
     pub(crate) wake: Vec<bool>,
     /// Per request tried, in order, what its own try would have found (the
     /// requests after the first that was not granted were not tried).
-    pub(crate) taken: Vec<Taken<NodeConnection>>,
+    pub(crate) taken: Vec<Taken<Via>>,
     pub(crate) first_attempt_lost: Option<Cause>,
 }
 
@@ -150,7 +149,7 @@ impl Claim {
         ticket: u64,
         channel: &str,
         wake: &(dyn Fn(&str) + Sync),
-    ) -> Result<Taken<NodeConnection>, Failure> {
+    ) -> Result<Taken<Via>, Failure> {
         let scripts = &on.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
@@ -200,7 +199,7 @@ impl Claim {
 
     /// Extends every key to the claim's `leaseMs` from now: true when each
     /// still carried our token, with where each renewal was written.
-    pub(crate) async fn extend(&self, on: &Scripted) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    pub(crate) async fn extend(&self, on: &Scripted) -> Result<(bool, Vec<Via>), Failure> {
         if self.is_plain() {
             let lock = self.first_lock();
             let answer = on.connection.eval::<i64>(&on.scripts.renew, &[lock], &[&self.token, &self.terms.lease_ms]).await?;

@@ -9,10 +9,9 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
-
 use super::keys::is_older_layout;
 use super::store::Shared;
+use super::transport::listening::Listening;
 use super::transport::{RETRY_MAX, RETRY_MIN};
 
 /// Keeps subscription `index` alive until the connection shuts down.
@@ -35,7 +34,7 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>, index: usize
             connection.set_subscribed(index, true);
             // Releases may have happened while we were not listening.
             shared.waiters.wake_all();
-            let mut messages = pubsub.into_on_message();
+            let mut messages = Listening::new(pubsub, connection.command_timeout());
             loop {
                 tokio::select! {
                     message = messages.next() => match message {

@@ -11,7 +11,7 @@ use super::clock::ServerClock;
 use super::keys::{release_channel, RedisKeys};
 use super::scripts::{Scripted, Scripts};
 use super::transport::connection::RedisConnection;
-use super::transport::topology::NodeConnection;
+use super::transport::connection::Via;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::log::{Level, LogRecord, Logger};
@@ -167,7 +167,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     type Claim = Claim;
-    type Written = NodeConnection;
+    type Written = Via;
     const NAME: &'static str = "Redis";
     const DRIVER: &'static str = "redis";
 
@@ -188,14 +188,14 @@ impl Store for RedisStore {
         !self.connection().is_cluster()
     }
 
-    async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<NodeConnection>, Failure> {
+    async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<Via>, Failure> {
         let sent = Instant::now();
         let taken = claim.take(&self.shared.scripted, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
         self.granted(&taken, sent);
         Ok(taken)
     }
 
-    async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<NodeConnection>), Failure> {
+    async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<Via>), Failure> {
         claim.extend(&self.shared.scripted).await
     }
 
@@ -209,7 +209,7 @@ impl Store for RedisStore {
         released: Option<&Claim>,
         requests: &[(&Claim, u64)],
         waiting_ms: u64,
-    ) -> Result<HandedOver<NodeConnection>, Failure> {
+    ) -> Result<HandedOver<Via>, Failure> {
         let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
         for taken in &handed.taken {
@@ -226,7 +226,7 @@ impl Store for RedisStore {
     /// With `replicaAcks`, waits until that many replicas have each write
     /// (on the connection that made it): a failover right after must not
     /// lose it.
-    async fn replicated(&self, written: &[NodeConnection]) -> Result<(), Failure> {
+    async fn replicated(&self, written: &[Via]) -> Result<(), Failure> {
         let wanted = self.replica_acks;
         if wanted == 0 {
             return Ok(());

@@ -288,6 +288,22 @@ impl Cluster {
         }
     }
 
+    /// Freezes the node on `port` (SIGSTOP): its sockets stay open, nothing
+    /// answers. Killed on drop all the same.
+    pub fn pause(&self, port: u16) {
+        self.signal(port, "-STOP");
+    }
+
+    pub fn resume(&self, port: u16) {
+        self.signal(port, "-CONT");
+    }
+
+    fn signal(&self, port: u16, signal: &str) {
+        let node = self.nodes.iter().find(|n| n.port == port).expect("a node of this cluster");
+        let pid = node.child.as_ref().expect("a live node").id();
+        assert!(Command::new("kill").args([signal, &pid.to_string()]).status().unwrap().success());
+    }
+
     /// `CLUSTER FAILOVER` on the replica on `replica` (a planned failover:
     /// the replica catches up with its primary, then takes over), and waits
     /// until it serves as primary and the cluster is ok. Redis gives up a

@@ -175,6 +175,13 @@ impl Sentinels {
         }
     }
 
+    /// Freezes the `index`-th sentinel (SIGSTOP): its socket takes
+    /// connections and never answers. Killed on drop all the same.
+    pub fn pause_sentinel(&self, index: usize) {
+        let pid = self.sentinels[index].1.as_ref().expect("a live sentinel").id();
+        assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+    }
+
     /// Kills the primary the sentinels name (SIGKILL); returns its port.
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.primary_port();
@@ -210,6 +217,23 @@ impl Sentinels {
         let asked = self.sentinels.iter().find(|(_, child)| child.is_some()).expect("a live sentinel").0;
         let _: String = sentinel_query(asked, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
         self.wait_new_primary(old, timeout)
+    }
+
+    /// A planned failover asked of the `index`-th sentinel; waits until it
+    /// names a new primary that says it is one (the others may lag, or be
+    /// paused). Returns the new primary's port.
+    pub fn failover_asking(&self, index: usize, timeout: Duration) -> u16 {
+        let sentinel = self.sentinels[index].0;
+        let old = self.named_by(sentinel).expect("the sentinel names the primary");
+        let _: String = sentinel_query(sentinel, redis::cmd("SENTINEL").arg("FAILOVER").arg(PRIMARY_NAME)).expect("SENTINEL FAILOVER");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(new) = self.named_by(sentinel).filter(|&new| new != old && self.is_primary(new)) {
+                return new;
+            }
+            assert!(Instant::now() < deadline, "sentinel {index} named no new primary within {timeout:?}");
+            sleep(Duration::from_millis(20));
+        }
     }
 
     /// Waits until the server on `port` is a replica in sync (a demoted

@@ -60,6 +60,11 @@ impl Cluster {
         &self.seeds
     }
 
+    /// How to connect to the `index`-th seed (see [`Cluster::connection_info`]).
+    pub fn seed(&self, index: usize) -> ConnectionInfo {
+        self.connection_info(&self.seed_names[index])
+    }
+
     /// True when every node is reached over plain TCP (not TLS): the
     /// driver then opens their sockets itself, and a host may drive them.
     pub fn is_plain(&self) -> bool {

@@ -23,8 +23,9 @@
 //! A command the server answered without running it (`MOVED`, `ASK`,
 //! `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `READONLY` from a demoted primary)
 //! is tried again, on a fresh connection where that helps, until
-//! `commandTimeoutMs` has passed since the first try: after `MOVED` at
-//! once on the node it names, after `ASK` once there behind `ASKING`. So is
+//! `commandTimeoutMs` has passed since the first try: after `MOVED` on the
+//! node it names, after `ASK` once there behind `ASKING` (the first redirect
+//! at once, later ones after a pause). So is
 //! one that could not reach a cluster node whose slot a fresh slot map
 //! gives to another (a failover): it never left.
 //!
@@ -40,12 +41,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_routing::Slot;
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs,
-    Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    ServerErrorKind, ToRedisArgs, Value,
 };
 use rustls::pki_types::CertificateDer;
 use tokio::runtime::Handle;
@@ -92,9 +94,8 @@ fn connect_failure(err: RedisError) -> Failure {
 /// A script's reply.
 pub(crate) struct Answer<T> {
     pub value: T,
-    /// The connection that carried it, for a `WAIT` that must follow on
-    /// the same one.
-    pub via: NodeConnection,
+    /// The node that ran it, for a `WAIT` on its write.
+    pub via: Via,
     /// Set when the first attempt was lost with its connection (the error)
     /// and this is the reply to the retry: the first attempt may have run too.
     pub first_attempt_lost: Option<Cause>,
@@ -120,9 +121,19 @@ struct Using {
 
 /// The node a connection went to, and as whom: what a refusal names.
 struct Peer {
-    addr: ConnectionAddr,
+    info: ConnectionInfo,
     login: Login,
 }
+
+/// The node a script ran on, as it was reached: where a `WAIT` for the
+/// script's write goes (see [`RedisConnection::wait_for_replicas`]).
+#[derive(Clone)]
+pub struct Via {
+    peer: Arc<Peer>,
+}
+
+/// How many `WAIT` connections are kept open between uses.
+const WAITING_IDLE: usize = 8;
 
 /// An open command connection.
 struct Open {
@@ -192,6 +203,8 @@ pub(crate) struct RedisConnection {
     /// Counts the primary switches seen (Sentinel): the subscription
     /// follows them.
     switched: watch::Sender<u64>,
+    /// Open `WAIT` connections not in use, to any node.
+    waiting: Mutex<Vec<Open>>,
 }
 
 impl RedisConnection {
@@ -234,6 +247,7 @@ impl RedisConnection {
             last_answer: Mutex::new(None),
             stop: watch::channel(false).0,
             switched: watch::channel(0).0,
+            waiting: Mutex::new(Vec::new()),
         })
     }
 
@@ -369,6 +383,7 @@ impl RedisConnection {
     }
 
     async fn drop_connections(&self) {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
         for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
             for node in lane.all() {
                 self.set_connection(lane, &mut *node.lock().await, None);
@@ -400,6 +415,8 @@ impl RedisConnection {
         let deadline = tokio::time::Instant::now() + self.command_timeout;
         // After `ASK`: the node to try next, behind `ASKING`.
         let mut asked: Option<NodeName> = None;
+        // `MOVED` and `ASK` replies so far.
+        let mut redirects = 0u32;
         loop {
             let node = match asked.clone() {
                 Some(node) => Some(node),
@@ -423,7 +440,7 @@ impl RedisConnection {
                         Ok(Ok(value)) => {
                             self.answered();
                             return match redis::from_redis_value(value) {
-                                Ok(value) => Ok(Answer { value, via: using.connection, first_attempt_lost }),
+                                Ok(value) => Ok(Answer { value, via: Via { peer: using.peer }, first_attempt_lost }),
                                 Err(err) => Err(self.failed(Failure::Refused(Arc::new(RedisError::from(err))))),
                             };
                         }
@@ -445,14 +462,23 @@ impl RedisConnection {
                         }
                         Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
                             if self.redirected(&err, &mut asked) {
+                                // The first redirect is followed at once; one
+                                // that does not settle (nodes that send it back
+                                // and forth while their maps disagree) waits.
+                                redirects += 1;
+                                if redirects > 1 {
+                                    tokio::time::sleep(RETRY_PAUSE).await;
+                                }
                                 continue;
                             }
-                            match err.kind() {
-                                // A demoted primary: the next connection
-                                // asks where the primary is now.
-                                ErrorKind::Server(ServerErrorKind::ReadOnly) => self.invalidate(lane, &using).await,
-                                ErrorKind::Server(ServerErrorKind::ClusterDown) => self.topology.cluster().map_or((), Cluster::mark_stale),
-                                _ => {}
+                            // A demoted primary: the next connection asks
+                            // where the primary is now.
+                            if is_read_only(&err) {
+                                self.invalidate(lane, &using).await;
+                            } else if let (ErrorKind::Server(ServerErrorKind::ClusterDown), Some(cluster)) =
+                                (err.kind(), self.topology.cluster())
+                            {
+                                cluster.mark_stale();
                             }
                             tokio::time::sleep(RETRY_PAUSE).await;
                             continue;
@@ -460,7 +486,7 @@ impl RedisConnection {
                         Ok(Err(err)) => {
                             // A protocol or auth error, or READONLY after a failover
                             // demoted this server: the next command reconnects.
-                            if err.is_unrecoverable_error() || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                            if err.is_unrecoverable_error() || is_read_only(&err) {
                                 self.invalidate(lane, &using).await;
                             }
                             refused(&using.peer, err)
@@ -513,20 +539,43 @@ impl RedisConnection {
     }
 
     /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
-    /// that gives it, unless another command just did.
+    /// that gives it, unless another command just did. Every command waits
+    /// for the map, so one node may not hold it up: the sources are asked in
+    /// turn, the next one also asked once the one before has taken its share
+    /// of a connect and a command's time, and the whole fetch ends with that.
     async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster) -> Result<(), Failure> {
         let _fetching = cluster.fetching().await;
         if !cluster.is_stale() {
             return Ok(());
         }
+        let sources = cluster.map_sources();
+        let bound = self.connect_timeout + self.command_timeout;
+        let share = bound / sources.len().max(1) as u32;
+        let mut sources = sources.iter().peekable();
+        let mut asking = FuturesUnordered::new();
         let mut failure = None;
-        for node in cluster.map_sources() {
-            match self.cluster_slots(lane, &node).await {
-                Ok(map) => {
-                    cluster.replace(map);
-                    return Ok(());
+        let all = tokio::time::sleep(bound);
+        tokio::pin!(all);
+        loop {
+            if asking.is_empty() {
+                let Some(node) = sources.next() else { break };
+                asking.push(self.cluster_slots(lane, node));
+            }
+            tokio::select! {
+                Some(answer) = asking.next() => match answer {
+                    Ok(map) => {
+                        cluster.replace(map);
+                        return Ok(());
+                    }
+                    Err(err) => failure = Some(err),
+                },
+                _ = tokio::time::sleep(share), if sources.peek().is_some() => {
+                    asking.extend(sources.next().map(|node| self.cluster_slots(lane, node)));
                 }
-                Err(err) => failure = Some(err),
+                _ = &mut all => {
+                    failure = Some(Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map within connectTimeoutMs and commandTimeoutMs"))));
+                    break;
+                }
             }
         }
         Err(self.failed(failure.expect("a cluster has a seed node")))
@@ -555,22 +604,56 @@ impl RedisConnection {
         })
     }
 
-    /// Waits until `replicas` replicas have every write `via` carried so
-    /// far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many did.
-    /// `via` is the connection to the node a script ran on.
-    pub async fn wait_for_replicas(&self, via: &NodeConnection, replicas: u32) -> Result<u32, Failure> {
-        let mut command = redis::cmd("WAIT");
-        // Redis' own bound, inside ours, so that an answer (how many) comes.
-        command.arg(replicas).arg(self.command_timeout.as_millis() as u64 * 3 / 4);
-        let mut via = via.clone();
-        match tokio::time::timeout(self.command_timeout, command.query_async::<i64>(&mut via)).await {
-            Ok(Ok(acknowledged)) => {
+    /// Waits until `replicas` replicas have every write made on `via`'s
+    /// node so far (`WAIT`), within `commandTimeoutMs`: `Ok` with how many
+    /// did.
+    ///
+    /// Redis blocks a client for the whole of its `WAIT`, and every command
+    /// queued behind it on that client waits too: on the lane's shared
+    /// connection, two `WAIT`s in a row (or a script behind them) would pass
+    /// their timeout and end unknown. So a `WAIT` has a connection of its own,
+    /// to the very node the script ran on, made current by a `PING` first
+    /// (a client's `WAIT` counts from the replication offset after its last
+    /// command, which is past the script's write). No failure here is an
+    /// unknown outcome: the write stands; only its copies are unconfirmed.
+    pub async fn wait_for_replicas(&self, via: &Via, replicas: u32) -> Result<u32, Failure> {
+        let mut open = match self.idle_waiting(via) {
+            Some(open) => open,
+            None => {
+                let connect = tokio::time::timeout(self.connect_timeout, self.open_to(None, via.peer.info.clone())).await;
+                match connect.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
+                    Ok(open) => open,
+                    Err(err) => return Err(self.failed(connect_failure(err))),
+                }
+            }
+        };
+        let mut command = redis::pipe();
+        command.cmd("PING").ignore().cmd("WAIT").arg(replicas).arg(wait_bound(self.command_timeout));
+        match tokio::time::timeout(self.command_timeout, command.query_async::<(i64,)>(&mut open.connection)).await {
+            Ok(Ok((acknowledged,))) => {
                 self.answered();
+                self.keep_waiting(open);
                 Ok(u32::try_from(acknowledged).unwrap_or(0))
             }
-            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unknown(Arc::new(err)))),
-            Ok(Err(err)) => Err(self.failed(Failure::Refused(Arc::new(err)))),
-            Err(_) => Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unreachable(Arc::new(err)))),
+            Ok(Err(err)) => Err(self.failed(refused(&open.peer, err))),
+            Err(_) => Err(self.failed(Failure::Unmet(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
+        }
+    }
+
+    /// An idle `WAIT` connection to `via`'s node.
+    fn idle_waiting(&self, via: &Via) -> Option<Open> {
+        let mut idle = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|open| !open.ended.load(Ordering::Acquire));
+        let at = idle.iter().position(|open| open.peer.info.addr() == via.peer.info.addr())?;
+        Some(idle.swap_remove(at))
+    }
+
+    /// Keeps a `WAIT` connection that answered for the next `WAIT`.
+    fn keep_waiting(&self, open: Open) {
+        let mut idle = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < WAITING_IDLE && !*self.stop.borrow() {
+            idle.push(open);
         }
     }
 
@@ -633,13 +716,18 @@ impl RedisConnection {
             }
         }
         // Boxed: connecting is rare, and its futures are large; inline they
-        // would make every command's future (and its moves) as large.
-        let connect: Pin<Box<dyn Future<Output = RedisResult<Open>> + Send + '_>> = Box::pin(self.open(lane, node));
-        let attempt = tokio::time::timeout(self.connect_timeout, connect).await;
-        let checked = match attempt.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
-            Ok(open) => self.check_server(open).await,
-            Err(err) => Err(connect_failure(err)),
-        };
+        // would make every command's future (and its moves) as large. The
+        // checks are part of making the connection: `connectTimeoutMs` bounds
+        // them too.
+        let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
+            match self.open(lane, node).await {
+                Ok(open) => self.check_server(open).await,
+                Err(err) => Err(connect_failure(err)),
+            }
+        });
+        let checked = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .unwrap_or_else(|_| Err(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))));
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
@@ -703,7 +791,7 @@ impl RedisConnection {
         match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
             Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
-                Err(connect_failure(self.links.explain(&peer.addr, err)))
+                Err(connect_failure(self.links.explain(peer.info.addr(), err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             Ok(Err(_)) => Ok(None),
@@ -717,13 +805,19 @@ impl RedisConnection {
     /// handed over. Over TLS redis-rs connects and drives it itself.
     async fn open(&self, lane: &Lane, node: Option<&NodeName>) -> RedisResult<Open> {
         self.note_keepalive();
-        let ended = Arc::new(AtomicBool::new(false));
         let info = self.topology.node(node, self.connect_timeout).await?;
-        let peer =
-            Arc::new(Peer { addr: info.addr().clone(), login: Login::of(&info, "Redis", self.topology.credentials_option(&self.name)) });
+        self.open_to(lane.host.as_ref(), info).await
+    }
+
+    /// Connects a command connection to the node `info` names; see
+    /// [`RedisConnection::open`].
+    async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo) -> RedisResult<Open> {
+        let ended = Arc::new(AtomicBool::new(false));
+        let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
+        let peer = Arc::new(Peer { info: info.clone(), login });
         // The server refused the credentials (at AUTH), or a TLS certificate.
         let explain = |err: RedisError| {
-            let err = self.links.explain(&peer.addr, err);
+            let err = self.links.explain(peer.info.addr(), err);
             match peer.login.refusal(&err).filter(|_| Refusal::find(&err).is_none()) {
                 Some(refusal) => refusal.into_redis(),
                 None => err,
@@ -742,7 +836,7 @@ impl RedisConnection {
             }
         };
         let settings = info.redis_settings();
-        let connection = match &lane.host {
+        let connection = match host {
             Some(host) => {
                 let stream = HostStream::new(host.as_ref(), socket)?;
                 let (connection, reader) =
@@ -849,18 +943,28 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// True for a reply that says the command did not run here: it may be sent
 /// again (to where the reply points, or once the condition passes).
 fn did_not_run(err: &RedisError) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::Moved
-                | ServerErrorKind::Ask
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::BusyLoading
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::MasterDown
+    is_read_only(err)
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::MasterDown
+            )
         )
-    )
+}
+
+/// True for `READONLY`: the node is a replica (a demoted primary). Redis 7
+/// answers a script's write there with `READONLY …`; Redis 6 wraps it as
+/// `ERR Error running script … -READONLY …`. Either way nothing was
+/// written: a replica takes no write.
+fn is_read_only(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || (err.code() == Some("ERR")
+            && err.detail().is_some_and(|detail| detail.starts_with("Error running script") && detail.contains("-READONLY ")))
 }
 
 /// The failure of a retry whose first attempt was lost with its connection:
@@ -872,6 +976,12 @@ fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Fa
         (_, Some(lost)) => Failure::Unknown(lost),
         (failure, None) => failure,
     }
+}
+
+/// Redis' own bound on a `WAIT` (inside ours, so that an answer, how many,
+/// comes): never 0, which waits forever.
+fn wait_bound(command_timeout: Duration) -> u64 {
+    (command_timeout.as_millis() as u64 * 3 / 4).max(1)
 }
 
 fn timeout_error(message: &'static str) -> RedisError {
@@ -940,5 +1050,29 @@ mod tests {
         assert_eq!(server_version(info), Some(("4.0.14", 4)));
         assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", 7)));
         assert_eq!(server_version("# Server\r\n"), None);
+    }
+
+    fn reply_error(reply: &str) -> RedisError {
+        redis::parse_redis_value(reply.as_bytes()).unwrap().extract_error().unwrap_err()
+    }
+
+    #[test]
+    fn a_script_a_replica_refused_did_not_run_in_the_form_of_redis_7_and_of_redis_6() {
+        // Redis 7.0.15, a script writing on a replica (tests/redis_failure_paths.rs runs it).
+        let redis_7 = "-READONLY You can't write against a read only replica. script: 131b5f2ed4a6e4f431cc21897ae043d687859f08, on @user_script:1.\r\n";
+        // Redis 6.x wraps the error of a script's redis.call.
+        let redis_6 = "-ERR Error running script (call to f_131b5f2ed4a6e4f431cc21897ae043d687859f08): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica. \r\n";
+        for reply in [redis_7, redis_6] {
+            assert!(did_not_run(&reply_error(reply)), "{reply}");
+            assert!(is_read_only(&reply_error(reply)), "{reply}");
+        }
+        let other = "-ERR Error running script (call to f_131b): @user_script:1: user_script:1: Script attempted to access nonexistent global variable 'x' \r\n";
+        assert!(!did_not_run(&reply_error(other)));
+    }
+
+    #[test]
+    fn a_wait_is_bounded_by_redis_never_with_0_which_waits_forever() {
+        assert_eq!(wait_bound(Duration::from_millis(1)), 1);
+        assert_eq!(wait_bound(Duration::from_millis(1000)), 750);
     }
 }

@@ -5,6 +5,7 @@
 //! - `topology`: where it finds Redis (a server, Sentinel, a cluster);
 //!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens;
+//!   `listening`: a pub/sub connection whose server went silent ends;
 //! - `link`: how every link to a node is opened (`tcp`: nodelay and the
 //!   keepalive the system takes; `tls`: the connection's own TLS), and
 //!   `refusal`: a server that refused our credentials, or a certificate
@@ -15,6 +16,7 @@ use std::time::Duration;
 pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod link;
+pub(crate) mod listening;
 pub(crate) mod refusal;
 pub(crate) mod subscriptions;
 pub(crate) mod switches;

@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
-
 use super::connection::RedisConnection;
+use super::listening::Listening;
 use super::{RETRY_MAX, RETRY_MIN};
 
 /// The channel on which sentinels announce a new primary:
@@ -35,7 +34,7 @@ pub(crate) async fn follow(connection: Arc<RedisConnection>) {
             if attempt > 0 {
                 connection.primary_switched().await;
             }
-            let mut messages = pubsub.into_on_message();
+            let mut messages = Listening::new(pubsub, connection.command_timeout());
             loop {
                 let message = tokio::select! {
                     message = messages.next() => message,

@@ -3,7 +3,9 @@
 //!
 //! - A server is one address.
 //! - With Sentinel the primary is asked of the sentinels (in turn, the last
-//!   one that answered first) every time a command connection is made, and
+//!   one that answered first, the next one also asked once the one before
+//!   has taken its share of `connectTimeoutMs`) every time a command
+//!   connection is made, and
 //!   the node that answers must say it is a primary. A failover is thus
 //!   followed by the next connection: the old one ends when the old primary
 //!   dies, or answers `READONLY` once demoted, and either drops it.
@@ -16,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
@@ -49,8 +52,7 @@ pub(crate) struct Sentinel {
 }
 
 /// A command connection to one node: a server, Sentinel's primary, or a
-/// cluster's primary (a `WAIT` after a script follows on the connection
-/// that carried it, so it reaches the node the script ran on).
+/// cluster's primary.
 pub(crate) type NodeConnection = MultiplexedConnection;
 
 impl Topology {
@@ -107,12 +109,13 @@ impl Topology {
     }
 
     /// Where subscription `index` to release notifications goes: the
-    /// server, the primary, or the `index`-th seed node of a cluster.
+    /// server, the primary, or the `index`-th seed node of a cluster, with
+    /// the first seed's credentials and TLS, as every command to a node.
     pub async fn subscriber(&self, index: usize, timeout: Duration) -> RedisResult<ConnectionInfo> {
         match self {
             Topology::Server(info) => Ok(info.clone()),
             Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
-            Topology::Cluster(cluster) => Ok(cluster.seeds()[index].clone()),
+            Topology::Cluster(cluster) => Ok(cluster.seed(index)),
         }
     }
 
@@ -176,16 +179,39 @@ impl Sentinel {
         })
     }
 
-    /// Asks the sentinels, in turn, where the primary is; each within
-    /// `timeout`.
+    /// Asks the sentinels where the primary is, the last one that answered
+    /// first, within `timeout` (`connectTimeoutMs`) in all. One that has not
+    /// answered within its share of `timeout` (a hung sentinel, a socket
+    /// that takes connections and says nothing) is left to answer while the
+    /// next one is asked too: one sentinel never holds up the others.
     async fn primary(&self, timeout: Duration) -> RedisResult<ConnectionInfo> {
         use std::sync::atomic::Ordering;
+        let count = self.sentinels.len();
         let first = self.last_good.load(Ordering::Relaxed);
+        let mut order = (0..count).map(|i| (first + i) % count).peekable();
+        let share = timeout / count.max(1) as u32;
+        let mut asking = FuturesUnordered::new();
         let mut last_error = None;
-        for i in 0..self.sentinels.len() {
-            let index = (first + i) % self.sentinels.len();
-            match tokio::time::timeout(timeout, self.ask(&self.sentinels[index])).await {
-                Ok(Ok(Some((host, port)))) => {
+        let all = tokio::time::sleep(timeout);
+        tokio::pin!(all);
+        loop {
+            if asking.is_empty() {
+                let Some(index) = order.next() else { break };
+                asking.push(self.ask_indexed(index));
+            }
+            let (index, answer) = tokio::select! {
+                Some(answered) = asking.next() => answered,
+                _ = tokio::time::sleep(share), if order.peek().is_some() => {
+                    asking.extend(order.next().map(|index| self.ask_indexed(index)));
+                    continue;
+                }
+                _ = &mut all => {
+                    last_error = Some(no_primary("no sentinel answered within connectTimeoutMs"));
+                    break;
+                }
+            };
+            match answer {
+                Ok(Some((host, port))) => {
                     self.last_good.store(index, Ordering::Relaxed);
                     let addr = if self.tls {
                         ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
@@ -194,18 +220,22 @@ impl Sentinel {
                     };
                     return Ok(self.sentinels[index].clone().set_addr(addr).set_redis_settings(self.settings.clone()));
                 }
-                Ok(Ok(None)) => last_error = Some(no_primary(&format!("the sentinels know no primary named {}", self.primary_name))),
+                Ok(None) => last_error = Some(no_primary(&format!("the sentinels know no primary named {}", self.primary_name))),
                 // A sentinel that refused us says more than one that is down.
-                Ok(Err(err)) => {
+                Err(err) => {
                     let err = self.explain(index, err);
                     if Refusal::find(&err).is_some() || last_error.as_ref().is_none_or(|last| Refusal::find(last).is_none()) {
                         last_error = Some(err);
                     }
                 }
-                Err(_) => last_error = Some(no_primary("a sentinel did not answer within commandTimeoutMs")),
             }
         }
         Err(last_error.unwrap_or_else(|| no_primary("no sentinel is configured")))
+    }
+
+    /// Sentinel `index`'s answer, with its index.
+    async fn ask_indexed(&self, index: usize) -> (usize, RedisResult<Option<(String, u16)>>) {
+        (index, self.ask(&self.sentinels[index]).await)
     }
 
     async fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Option<(String, u16)>> {
