@@ -294,19 +294,19 @@ fn close_stays_within_the_shutdown_timeout_while_an_acquire_waits_for_redis() {
     assert_eq!(code(acquiring.join().unwrap()), ErrorCode::Closed);
 }
 
-/// A fake server that speaks just enough RESP to say it is Redis 4.0.14.
-fn old_server() -> u16 {
+/// A fake server that speaks just enough RESP to say it is Redis `version`.
+fn old_server(version: &'static str) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
         for client in listener.incoming().flatten() {
-            thread::spawn(move || answer_as_redis_4(client));
+            thread::spawn(move || answer_as_redis(client, version));
         }
     });
     port
 }
 
-fn answer_as_redis_4(client: TcpStream) {
+fn answer_as_redis(client: TcpStream, version: &str) {
     let mut reader = BufReader::new(client.try_clone().unwrap());
     let mut writer = client;
     let mut line = String::new();
@@ -326,7 +326,7 @@ fn answer_as_redis_4(client: TcpStream) {
             words.push(String::from_utf8_lossy(&word[..len]).to_uppercase());
         }
         let reply = if words.first().is_some_and(|w| w == "INFO") {
-            let info = "# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n";
+            let info = format!("# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n");
             format!("${}\r\n{info}\r\n", info.len())
         } else {
             "+OK\r\n".to_owned()
@@ -338,11 +338,15 @@ fn answer_as_redis_4(client: TcpStream) {
 }
 
 #[test]
-fn a_server_older_than_redis_5_is_provider_failed_naming_the_minimum() {
-    let url = format!("redis://127.0.0.1:{}/0", old_server());
-    let (a, _) = open_redis(&url, &[("leaseMs", "30000")], &[]);
-    let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("Redis 4 is refused");
-    assert_eq!(err.code(), ErrorCode::ProviderFailed);
-    let message = err.to_string();
-    assert!(message.contains("4.0.14") && message.contains("Redis 5.0 or later"), "{message}");
+fn a_server_older_than_redis_6_2_is_provider_failed_naming_the_minimum() {
+    // 5.0-6.1 too: there every grant that reserves a fence failed (SET ...
+    // PXAT) after ACQUIRE's SET NX, leaving the key locked for leaseMs.
+    for version in ["4.0.14", "6.0.16"] {
+        let url = format!("redis://127.0.0.1:{}/0", old_server(version));
+        let (a, _) = open_redis(&url, &[("leaseMs", "30000")], &[]);
+        let err = block_on(a.backend("shared").unwrap().acquire("k", wait(0))).expect_err("an old server is refused");
+        assert_eq!(err.code(), ErrorCode::ProviderFailed);
+        let message = err.to_string();
+        assert!(message.contains(version) && message.contains("Redis 6.2 or later"), "{message}");
+    }
 }
