@@ -111,6 +111,31 @@ end
     };
 }
 
+/// The function `marks_of(set, token)`: the members of the sorted set of
+/// marks `set` that are `token`'s (`<ticket>:<token>`; none when `set` is
+/// a string, a kinds waiter's `'1'`). One `ZRANGE` over the key's waiters:
+/// run where a mark's ticket is not known (a withdraw, a hand-off), never
+/// on a grant.
+macro_rules! marks_of {
+    () => {
+        r"
+local function marks_of(set, token)
+  local found, suffix = {}, ':' .. token
+  local members = redis.pcall('ZRANGE', set, 0, -1)
+  if members.err then
+    return found
+  end
+  for _, m in ipairs(members) do
+    if string.sub(m, -#suffix) == suffix then
+      found[#found + 1] = m
+    end
+  end
+  return found
+end
+"
+    };
+}
+
 /// Takes the lock when it is free (or already carries our token, which
 /// makes a retry after a dropped connection idempotent) and increments the
 /// fence in the same step.
@@ -245,8 +270,16 @@ if ARGV[3] ~= '0' and queued then
   if redis.call('PTTL', queued) < waiting_ms then
     redis.call('PEXPIRE', queued, ARGV[3])
   end
-  if queued == KEYS[5] and redis.call('PTTL', KEYS[3]) < waiting_ms then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  if queued == KEYS[5] then
+    -- A set of plain waiters' marks says as much (someone waits): kept.
+    local ttl = redis.call('PTTL', KEYS[3])
+    if ttl < waiting_ms then
+      if ttl ~= -2 and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
+        redis.call('PEXPIRE', KEYS[3], ARGV[3])
+      else
+        redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+      end
+    end
   end
 end
 return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
@@ -288,7 +321,9 @@ return 0
 /// would have lapsed). Lapsed marks are dropped. A waiting name that is a
 /// kinds waiter's mark (a string) is deleted as before.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
-const RELEASE: &str = r"
+const RELEASE: &str = concat!(
+    marks_of!(),
+    r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('DEL', KEYS[1])
@@ -314,6 +349,17 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
     end
     local token = string.sub(next, string.find(next, ':', 1, true) + 1)
     redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
+    -- Every other mark of that token goes (a first try sent twice by an
+    -- older client left two): one hand-off per waiter.
+    local others = marks_of(KEYS[2], token)
+    for n = #others, 1, -1 do
+      if others[n] == next then
+        table.remove(others, n)
+      end
+    end
+    if #others > 0 then
+      redis.call('ZREM', KEYS[2], unpack(others))
+    end
   else
     redis.call('DEL', KEYS[1], KEYS[2])
   end
@@ -321,7 +367,8 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-";
+"
+);
 
 /// The start of the kinds scripts: the server's clock (read when first
 /// needed), and the functions
@@ -394,6 +441,20 @@ local function request(token, mode, limit, weight, ticket)
   r.member = token .. ':' .. (r.shared and 's' or weight)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
   return r
+end
+-- Marks the waiting name `waiting` for at least `ms` (`text`: the same, as
+-- a decimal string): a '1', unless it is a set of plain waiters' marks,
+-- which says as much (someone waits) and is kept, to live as long: a
+-- release hands the key to the oldest of them.
+local function mark_waited(waiting, ms, text)
+  local ttl = redis.call('PTTL', waiting)
+  if ttl < ms then
+    if ttl ~= -2 and redis.call('TYPE', waiting)['ok'] == 'zset' then
+      redis.call('PEXPIRE', waiting, text)
+    else
+      redis.call('SET', waiting, '1', 'PX', text)
+    end
+  end
 end
 -- Tells waiters in every process that the keys at KEYS indices `freed` may
 -- be granted now: when some process marked any of them as waited for, it
@@ -591,9 +652,7 @@ local function grant(first, last, r, waiting_ms)
       if waiting_ms > 0 then
         local waiting_text, mark_expiry = string.format('%.0f', waiting_ms), string.format('%.0f', now_ms + waiting_ms)
         for _, i in ipairs(blocked) do
-          if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
-            redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_text)
-          end
+          mark_waited(KEYS[i + 2], waiting_ms, waiting_text)
           if not shared then
             if ticket == '0' then
               ticket = clock
@@ -976,21 +1035,34 @@ return reply
 /// mark of a key that others wait for, they are told at once (as by a
 /// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
 /// a key a release handed to it (the lock carries `h:<token>`) is given up,
-/// and waiters told. Returns 0.
-const KINDS_WITHDRAW: &str = r"
+/// and waiters told, whatever the waiting name holds now. Every mark of the
+/// token goes, whatever its ticket (ARGV[7] is not needed): a first try
+/// sent twice, or one whose answer was lost, left marks under tickets the
+/// caller may not know. Returns 0.
+const KINDS_WITHDRAW: &str = concat!(
+    marks_of!(),
+    r"
 for i = 1, #KEYS, 5 do
-  local mine = ARGV[7] .. ':' .. ARGV[1]
-  if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
+  local queued = marks_of(KEYS[i + 4], ARGV[1])
+  if #queued > 0 then
+    redis.call('ZREM', KEYS[i + 4], unpack(queued))
     if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
       redis.call('PUBLISH', ARGV[8], KEYS[i])
     end
-  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[8], KEYS[i])
+  else
+    local waited = marks_of(KEYS[i + 2], ARGV[1])
+    if #waited > 0 then
+      redis.call('ZREM', KEYS[i + 2], unpack(waited))
+    end
+    if redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
+      redis.call('DEL', KEYS[i])
+      redis.call('PUBLISH', ARGV[8], KEYS[i])
+    end
   end
 end
 return 0
-";
+"
+);
 
 /// The scripts, hashed once per connection.
 pub(crate) struct Scripts {
