@@ -1054,10 +1054,12 @@ for i = 1, #KEYS, 5 do
     if #waited > 0 then
       redis.call('ZREM', KEYS[i + 2], unpack(waited))
     end
-    if redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
-      redis.call('DEL', KEYS[i])
-      redis.call('PUBLISH', ARGV[8], KEYS[i])
-    end
+  end
+  -- A plain waiter may have marked both sets (behind readers, then
+  -- behind a plain holder): a key handed to it is given up either way.
+  if redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
 end
 return 0
