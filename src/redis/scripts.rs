@@ -178,11 +178,11 @@ end
 /// TIME_us)`, and stores it back. A restored counter is then overtaken by
 /// the clock, as long as the clocks of the servers that can become primary
 /// agree to within the time a restart or failover takes (see the README's
-/// Guarantees). The counter lives `fenceRetentionMs` after the key's last
-/// grant and no longer (nothing of a free key stays): once it expired, the
-/// server's clock has passed the last grant by that much, which is above
-/// every fence the key had unless the clock stepped back further than that
-/// (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// Guarantees). The counter lives `fenceRetentionMs` past its value (after
+/// the key's last grant, or after the clock passed a counter ahead of it)
+/// and no longer (nothing of a free key stays): once it expired, the
+/// server's clock has passed every fence the key had by that much, unless
+/// the clock stepped back further than that (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
 /// as a double it is still exact (below 2^53).
 ///
 /// The clock is written first with `SET ... GET` (see `next_fence!`; one
