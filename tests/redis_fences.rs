@@ -379,3 +379,29 @@ fn a_counter_ahead_of_the_clock_lives_until_the_clock_passes_it_by_the_retention
     let next = grants(&app, "k", 1)[0];
     assert_above_all(next, &before);
 }
+
+#[test]
+fn an_aof_rewrite_between_two_reloads_never_repeats_a_fence() {
+    // A rewrite copies the primary's exact counter into the AOF, without
+    // the reservation of its second: a fence granted above the clock after
+    // it must still reach the AOF.
+    let server = RedisServer::start_persistent(&["--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"]);
+    let app = open(&server.url());
+    let mut client = server.client();
+    for trial in 0..3 {
+        let key = format!("k{trial}");
+        let mut fences = grants(&app, &key, 1);
+        let _: String = redis::cmd("DEBUG").arg("LOADAOF").query(&mut client).unwrap();
+        fences.extend(grants(&app, &key, 1));
+        let _: String = redis::cmd("BGREWRITEAOF").query(&mut client).unwrap();
+        eventually("the rewrite is done", || {
+            let info: String = redis::cmd("INFO").arg("persistence").query(&mut client).unwrap();
+            info.lines().any(|line| line.trim() == "aof_rewrite_in_progress:0")
+                && info.lines().any(|line| line.trim() == "aof_rewrite_scheduled:0")
+        });
+        fences.extend(grants(&app, &key, 1));
+        let _: String = redis::cmd("DEBUG").arg("LOADAOF").query(&mut client).unwrap();
+        let next = grants(&app, &key, 1)[0];
+        assert_above_all(next, &fences);
+    }
+}
