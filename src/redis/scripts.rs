@@ -114,8 +114,7 @@ end
 /// The function `marks_of(set, token)`: the members of the sorted set of
 /// marks `set` that are `token`'s (`<ticket>:<token>`; none when `set` is
 /// a string, a kinds waiter's `'1'`). One `ZRANGE` over the key's waiters:
-/// run where a mark's ticket is not known (a withdraw, a hand-off), never
-/// on a grant.
+/// run where a mark's ticket is not known (a withdraw), never on a grant.
 macro_rules! marks_of {
     () => {
         r"
@@ -321,9 +320,7 @@ return 0
 /// would have lapsed). Lapsed marks are dropped. A waiting name that is a
 /// kinds waiter's mark (a string) is deleted as before.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
-const RELEASE: &str = concat!(
-    marks_of!(),
-    r"
+const RELEASE: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('DEL', KEYS[1])
@@ -349,12 +346,12 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
     end
     local token = string.sub(next, string.find(next, ':', 1, true) + 1)
     redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
-    -- Every other mark of that token goes (a first try sent twice by an
-    -- older client left two): one hand-off per waiter.
-    local others = marks_of(KEYS[2], token)
-    for n = #others, 1, -1 do
-      if others[n] == next then
-        table.remove(others, n)
+    -- Every other mark of that token goes (a first try sent twice, its
+    -- answer lost, left two): one hand-off per waiter.
+    local others, suffix = {}, ':' .. token
+    for n = 1, #marks, 2 do
+      if marks[n] ~= next and string.sub(marks[n], -#suffix) == suffix then
+        others[#others + 1] = marks[n]
       end
     end
     if #others > 0 then
@@ -367,8 +364,7 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-"
-);
+";
 
 /// The start of the kinds scripts: the server's clock (read when first
 /// needed), and the functions
