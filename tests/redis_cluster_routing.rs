@@ -131,3 +131,35 @@ fn a_hung_primary_holds_up_no_slot_map_fetch_for_the_other_primaries_keys() {
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
 }
+
+/// The README's stated limit: while a key's slot is being migrated, its
+/// acquire fails. Every lock script names all five of a key's Redis names
+/// (lock, fence, waiting, kind, queue), most of which do not exist: the
+/// source answers `TRYAGAIN` while it holds some of them and `ASK` once it
+/// holds none, and the importing node answers `TRYAGAIN` to a script on
+/// several keys some of which it lacks. So the acquire fails (surely not
+/// run: `PROVIDER_FAILED`, after retries within `commandTimeoutMs`) until
+/// the slot is assigned, and is granted right after.
+#[test]
+fn an_acquire_on_a_slot_being_migrated_fails_until_the_migration_ends() {
+    let deployment = Deployment::cluster();
+    let Deployment::Cluster(cluster) = &deployment else { unreachable!() };
+    let provider = deployment.open_with(&[("leaseMs", "10000")], &[("commandTimeoutMs", "1000")]);
+    let key = "migrating:1";
+    let first = block_on(backend(&provider).acquire(key, wait(0))).unwrap();
+    assert!(block_on(first.release()).unwrap());
+
+    let (slot, from, to) = slot_and_primaries(cluster, key);
+    cluster.start_migrating(slot, from, to);
+    let err = block_on(backend(&provider).acquire(key, wait(0))).expect_err("the source holds the fence counter alone: TRYAGAIN");
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
+    cluster.migrate_keys(slot, from, to);
+    let err = block_on(backend(&provider).acquire(key, wait(0))).expect_err("ASK, then TRYAGAIN from the importing node");
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
+
+    cluster.assign_slot(slot, to);
+    let second = block_on(backend(&provider).acquire(key, wait(0))).expect("granted once the slot is assigned");
+    assert!(second.fence() > first.fence());
+    assert!(block_on(second.release()).unwrap());
+    block_on(provider.close());
+}

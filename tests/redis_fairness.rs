@@ -134,3 +134,121 @@ fn a_holder_whose_grant_a_failover_lost_is_told_even_when_its_mark_is_handed_the
     block_on(app.close());
     block_on(other.close());
 }
+
+/// Leaves a plain waiter's mark for `token` in `waiting` (as a waiter of
+/// another process does), ticketed `back_us` before now, to lapse in
+/// `lapse_ms`; answers the mark.
+fn mark(server: &support::redis_server::RedisServer, waiting: &str, token: &str, back_us: u64, lapse_ms: u64) -> String {
+    let mut raw = server.client();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let member = format!("{}:{token}", seconds * 1_000_000 + micros - back_us);
+    let lapses = seconds * 1000 + micros / 1000 + lapse_ms;
+    let _: () =
+        redis::pipe().cmd("ZADD").arg(waiting).arg(lapses).arg(&member).cmd("PEXPIRE").arg(waiting).arg(lapse_ms).query(&mut raw).unwrap();
+    member
+}
+
+fn names(key: &str) -> (String, String) {
+    let digest = support::topology::digest(key);
+    (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"))
+}
+
+/// A reader (a kinds waiter) that queues behind a plain holder keeps the
+/// plain waiters' marks: the next release still hands the key to the
+/// oldest of them. Before, its `SET waiting '1'` replaced the set of marks.
+#[test]
+fn a_reader_queued_behind_a_plain_holder_keeps_the_plain_waiters_marks() {
+    let server = support::redis_server::RedisServer::start();
+    let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    // Its marks live 2 x notifyPollIntervalMs + 1 s: longer than the mark below.
+    let (reader_app, _) = support::open_redis(&server.url(), &[("leaseMs", "10000"), ("notifyPollIntervalMs", "10000")], &[]);
+    let (lock, waiting) = names("k");
+    let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let oldest = "0000000000000000000000000000000b0";
+    let member = mark(&server, &waiting, oldest, 1_000, 1_500);
+    let reader = std::thread::spawn(move || {
+        let options = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(10_000) };
+        let lease = block_on(backend(&reader_app).acquire("k", options)).expect("the reader is granted in the end");
+        assert!(block_on(lease.release()).unwrap());
+        block_on(reader_app.close());
+    });
+    // The reader's try marked the key for its 10 s wait.
+    support::eventually("the reader waits", || {
+        let ttl: i64 = redis::cmd("PTTL").arg(&waiting).query(&mut server.client()).unwrap();
+        ttl > 3_000
+    });
+    let kind: String = redis::cmd("TYPE").arg(&waiting).query(&mut server.client()).unwrap();
+    assert_eq!(kind, "zset", "the plain waiters' marks were replaced");
+    let marks: Vec<String> = redis::cmd("ZRANGE").arg(&waiting).arg(0).arg(-1).query(&mut server.client()).unwrap();
+    assert_eq!(marks, vec![member]);
+    assert!(block_on(held.release()).unwrap());
+    let holder: String = redis::cmd("GET").arg(&lock).query(&mut server.client()).unwrap();
+    assert_eq!(holder, format!("h:{oldest}"), "the release handed the key to the oldest plain waiter");
+    reader.join().unwrap();
+    block_on(app.close());
+}
+
+/// A waiter whose first try was sent twice (its answer lost, the try sent
+/// again) left two marks under two tickets; it gives up with the ticket it
+/// learned. Its withdraw takes back every mark of its token, so the next
+/// release does not hand the key to the other one (which nobody would
+/// take before the mark lapsed).
+#[test]
+fn a_withdraw_takes_back_every_mark_of_its_token() {
+    let server = support::redis_server::RedisServer::start();
+    let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let (waiter_app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let (lock, waiting) = names("k");
+    let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let err = block_on(backend(&waiter_app).acquire("k", wait(1_000))).expect_err("the key stays held");
+        assert_eq!(err.code(), dokebi_lock::ErrorCode::WaitTimeout);
+        waiter_app
+    });
+    let mut raw = server.client();
+    support::eventually("the waiter marked the key", || redis::cmd("ZCARD").arg(&waiting).query::<i64>(&mut raw).unwrap_or(0) == 1);
+    let marks: Vec<String> = redis::cmd("ZRANGE").arg(&waiting).arg(0).arg(-1).query(&mut raw).unwrap();
+    let token = marks[0].split_once(':').unwrap().1.to_owned();
+    // The lost first try's mark: an older ticket, the same token.
+    mark(&server, &waiting, &token, 5_000, 30_000);
+    let waiter_app = waiter.join().unwrap();
+    support::eventually("the withdraw ran", || {
+        let left: Vec<String> = redis::cmd("ZRANGE").arg(&waiting).arg(0).arg(-1).query(&mut raw).unwrap();
+        left.len() < 2
+    });
+    assert!(block_on(held.release()).unwrap());
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, None, "the release handed the key to a waiter that gave up");
+    block_on(waiter_app.close());
+    block_on(app.close());
+}
+
+/// A waiter with two marks (a first try sent twice, its answer lost with
+/// its connection: two tickets, one token) is handed the key once: the
+/// hand-off takes every mark of its token, so its own release frees the
+/// key instead of handing it to itself again (for nobody to take).
+#[test]
+fn a_waiter_with_two_marks_is_handed_the_key_once() {
+    let server = support::redis_server::RedisServer::start();
+    let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let (waiter_app, _) = support::open_redis(&server.url(), BACKEND, &[]);
+    let (lock, waiting) = names("k");
+    let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let lease = block_on(backend(&waiter_app).acquire("k", wait(10_000))).expect("handed the key");
+        (waiter_app, lease)
+    });
+    let mut raw = server.client();
+    support::eventually("the waiter marked the key", || redis::cmd("ZCARD").arg(&waiting).query::<i64>(&mut raw).unwrap_or(0) == 1);
+    let marks: Vec<String> = redis::cmd("ZRANGE").arg(&waiting).arg(0).arg(-1).query(&mut raw).unwrap();
+    let token = marks[0].split_once(':').unwrap().1.to_owned();
+    // The first try's mark, older than the one whose ticket the waiter knows.
+    mark(&server, &waiting, &token, 5_000, 30_000);
+    assert!(block_on(held.release()).unwrap());
+    let (waiter_app, lease) = waiter.join().unwrap();
+    assert!(block_on(lease.release()).unwrap());
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, None, "the waiter's own release handed the key back to its other mark");
+    block_on(waiter_app.close());
+    block_on(app.close());
+}

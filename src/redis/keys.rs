@@ -25,8 +25,9 @@ use sha2::{Digest, Sha256};
 /// - `lock` holds the owner token, with `PX leaseMs` (a plain lease), or the
 ///   shared or counted holders: a sorted set of `<token>:<s|weight>` scored
 ///   by expiry (see the kinds scripts);
-/// - `fence`, the fencing counter, expires `fenceRetentionMs` after the
-///   key's last grant (each grant sets it again with that TTL);
+/// - `fence`, the fencing counter, expires `fenceRetentionMs` past its
+///   value, in ms (each grant sets it again so): after the key's last
+///   grant, or after the clock passed a counter ahead of it;
 /// - `waiting` exists (with a TTL) while some acquire waits for the lock:
 ///   only then does a release publish a wake-up; behind a plain holder it
 ///   is a sorted set of the waiters' marks, which a release reads to hand

@@ -9,67 +9,89 @@ use redis::Script;
 use super::transport::connection::RedisConnection;
 
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)`, to
-/// live `retention` ms from now, and sets `fence` (see [`ACQUIRE`]);
-/// `clock_n` is `clock` as a number.
+/// live `retention` ms past its value, and sets `fence` (see [`ACQUIRE`]);
+/// `clock_n` is `clock` as a number. `$undo` is Lua run when the counter
+/// cannot be raised, before the error is answered: it takes back what the
+/// caller wrote before (a lock `SET NX` took), so a refused grant leaves
+/// nothing held.
 ///
 /// One call reads and raises the counter, `SET ... PX retention GET` (Redis
-/// 6.2 and later): on an older server that call is a syntax error, caught by
-/// `pcall`, and a `GET` and a `SET` do the same in two.
+/// 6.2 and later, checked at connect; on an older server it is a syntax
+/// error, caught by `pcall`, and the grant is refused with nothing
+/// written). A counter that is not a number (or not a string) is put back
+/// as it was, with that TTL, and refused.
 ///
 /// The counter is written on this server only (`redis.set_repl`): what
-/// replicas and the AOF get is [`reserve_fences!`]'s bound, written when a
-/// fence enters a new second. Replication stays off after it: a script that
+/// replicas and the AOF get is [`reserve_fences!`]'s bound, written when
+/// the fence is not below the reservation the counter implies, or lies
+/// above the clock. Replication stays off after it: a script that
 /// writes more turns it back on (a script's writes are replicated again at
 /// its next run whatever it left: `set_repl` costs about 2,000 instructions,
 /// and the plain script ends with its fence).
 macro_rules! next_fence {
-    () => {
-        r"
+    ($undo:literal) => {
+        concat!(
+            r"
   local fence = clock_n
   redis.set_repl(redis.REPL_NONE)
   local last = redis.pcall('SET', fence_key, clock, 'PX', retention, 'GET')
-  if type(last) == 'table' then
-    last = redis.call('GET', fence_key)
-    redis.call('SET', fence_key, clock, 'PX', retention)
-  end
   local counter = 0
   if last then
-    counter = tonumber(last)
+    counter = type(last) == 'string' and tonumber(last)
     if not counter then
-      redis.call('SET', fence_key, last)
+      if type(last) == 'string' then
+        redis.call('SET', fence_key, last, 'KEEPTTL')
+      end
       redis.set_repl(redis.REPL_ALL)
-      return redis.error_reply('ERR a fence counter is not a number')
+",
+            $undo,
+            r"
+      return redis.error_reply('ERR a fence counter is not a number (or the server is older than Redis 6.2)')
     end
     if counter >= fence then
       fence = counter + 1
-      redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', retention)
     end
   end
-  if math.floor(fence / RESERVED_US) > math.floor(counter / RESERVED_US) then
+  if fence > clock_n or fence >= math.ceil(counter / RESERVED_US) * RESERVED_US then
     reserve(fence_key, fence, retention)
   end
 "
+        )
     };
 }
 
 /// The function `reserve(fence_key, fence, retention)`, and the length of
 /// a reservation, `RESERVED_US`: what replicas and the AOF learn of a fence
-/// counter. Its callers call it when a key's fence lies in a later second
-/// than the counter before it (that check is written out at each caller: a
-/// Lua call on every grant would cost the server more than the check).
+/// counter. Its callers call it when a key's fence is not below the
+/// reservation its counter implies, or lies above the clock (that check is
+/// written out at each caller: a Lua call on every grant would cost the
+/// server more than the check).
 ///
 /// Each grant writes its key's counter on the primary alone; replicas and
-/// the AOF get, the first time a key's fence enters a new second (of the
-/// server's clock in microseconds), the end of that second as the counter:
-/// a bound above every fence the primary grants the key until the next
-/// reservation. So a grant replicates one write (the lock) where it
-/// replicated two in a transaction (`MULTI`, the lock, the counter,
-/// `EXEC`), and a replica promoted, or a server restarted from its AOF,
-/// finds a counter at least as high as the one it would have found with
-/// every fence replicated. The bound expires `retention` ms after its own
-/// end, so never before the primary's counter would. A replica that
-/// resynchronises gets the primary's counters themselves, and then holds
-/// them until each key's next reservation: at most a second of grants.
+/// the AOF get a reservation: the end of the fence's second (of the
+/// server's clock in microseconds) as the counter, a bound above every
+/// fence the primary grants the key until the next reservation. So a grant
+/// replicates one write (the lock) where it replicated two in a transaction
+/// (`MULTI`, the lock, the counter, `EXEC`), and a replica promoted, or a
+/// server restarted from its AOF, finds a counter at least as high as the
+/// one it would have found with every fence replicated.
+///
+/// When a reservation is due, as the model in `tests/fence_model.rs`
+/// checks: a counter implies the reservation at the end of its second,
+/// `ceil(counter / RESERVED_US) * RESERVED_US` (a counter that is a whole
+/// second, as a reservation brought back by a restart or a promotion is,
+/// implies only itself), and a fence at or past it needs a new one. A fence
+/// above the clock (`counter + 1`, the counter at or ahead of the clock:
+/// after such a restore, or under a clock behind) needs one too, whatever
+/// its second: an exact copy of the primary's counter (an RDB snapshot, an
+/// AOF rewrite, a full resync, `MIGRATE`) carries no reservation, and only
+/// the clock covers the fences granted after it, which it does only for
+/// fences it has passed. Only the first grant of a key in a second, and
+/// grants above the clock, replicate a counter.
+///
+/// Each write of a counter expires `retention` ms after its value (`PXAT`,
+/// the value in ms): a counter ahead of the clock then lives until the
+/// clock has passed it by `retention`, as one that follows the clock does.
 /// `reserve` leaves replication off (`REPL_NONE`); the caller turns it back
 /// on.
 macro_rules! reserve_fences {
@@ -82,7 +104,32 @@ local function reserve(fence_key, fence, retention)
   redis.set_repl(redis.REPL_ALL)
   redis.call('SET', fence_key, string.format('%.0f', bound), 'PXAT', string.format('%.0f', lapses))
   redis.set_repl(redis.REPL_NONE)
-  redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', retention)
+  lapses = math.floor(fence / 1000) + tonumber(retention)
+  redis.call('SET', fence_key, string.format('%.0f', fence), 'PXAT', string.format('%.0f', lapses))
+end
+"
+    };
+}
+
+/// The function `marks_of(set, token)`: the members of the sorted set of
+/// marks `set` that are `token`'s (`<ticket>:<token>`; none when `set` is
+/// a string, a kinds waiter's `'1'`). One `ZRANGE` over the key's waiters:
+/// run where a mark's ticket is not known (a withdraw), never on a grant.
+macro_rules! marks_of {
+    () => {
+        r"
+local function marks_of(set, token)
+  local found, suffix = {}, ':' .. token
+  local members = redis.pcall('ZRANGE', set, 0, -1)
+  if members.err then
+    return found
+  end
+  for _, m in ipairs(members) do
+    if string.sub(m, -#suffix) == suffix then
+      found[#found + 1] = m
+    end
+  end
+  return found
 end
 "
     };
@@ -130,11 +177,11 @@ end
 /// TIME_us)`, and stores it back. A restored counter is then overtaken by
 /// the clock, as long as the clocks of the servers that can become primary
 /// agree to within the time a restart or failover takes (see the README's
-/// Guarantees). The counter lives `fenceRetentionMs` after the key's last
-/// grant and no longer (nothing of a free key stays): once it expired, the
-/// server's clock has passed the last grant by that much, which is above
-/// every fence the key had unless the clock stepped back further than that
-/// (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// Guarantees). The counter lives `fenceRetentionMs` past its value (after
+/// the key's last grant, or after the clock passed a counter ahead of it)
+/// and no longer (nothing of a free key stays): once it expired, the
+/// server's clock has passed every fence the key had by that much, unless
+/// the clock stepped back further than that (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
 /// as a double it is still exact (below 2^53).
 ///
 /// The clock is written first with `SET ... GET` (see `next_fence!`; one
@@ -143,20 +190,22 @@ end
 /// decimal string is joined from `TIME`'s two fields rather than formatted
 /// from a double: `string.format('%.0f')` alone cost about 0.5 us per grant.
 ///
-/// `TIME` before a write needs effects replication (Redis 5 and later,
-/// checked at connect). A free key costs three calls (`SET NX`, `TIME`,
+/// `TIME` before a write needs effects replication, and `SET ... GET` and
+/// `PXAT` Redis 6.2 (checked at connect). A free key costs three calls (`SET NX`, `TIME`,
 /// `SET ... GET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = concat!(
     reserve_fences!(),
     r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 -- `queued`: held by readers (a writer's mark goes in the queue set) or by
--- another plain holder (a waiter's mark goes in the waiting set).
-local ticket, now, hint, queued = ARGV[4], nil, nil, nil
+-- another plain holder (a waiter's mark goes in the waiting set). `again`:
+-- the lock is ours already (a retry, or a hand-off): it is written once
+-- the fence is raised, so that a refused fence leaves it as it was.
+local ticket, now, hint, queued, again = ARGV[4], nil, nil, nil, false
 if not granted then
   local held = redis.pcall('GET', KEYS[1])
   if held == ARGV[1] or held == 'h:' .. ARGV[1] then
-    granted = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    granted, again = true, true
   elseif type(held) == 'table' then
     local limit = redis.call('HGET', KEYS[4], 'limit')
     if limit and limit ~= '1' then
@@ -177,6 +226,19 @@ if not granted then
   end
 end
 if granted then
+  now = now or redis.call('TIME')
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local clock_n = tonumber(clock)
+  local fence_key, retention = KEYS[2], ARGV[5]
+",
+    next_fence!("      if not again then\n        redis.call('DEL', KEYS[1])\n      end\n"),
+    r"
+  if again or ARGV[4] ~= '0' then
+    redis.set_repl(redis.REPL_ALL)
+  end
+  if again then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  end
   -- A writer that waited takes its mark back; when it was the last in the
   -- queue set, the kind hash (kept for the marks after the readers left)
   -- goes too. A waiter that waited behind a plain holder (this try or an
@@ -189,13 +251,6 @@ if granted then
     end
     redis.pcall('ZREM', KEYS[3], mine)
   end
-  now = now or redis.call('TIME')
-  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  local clock_n = tonumber(clock)
-  local fence_key, retention = KEYS[2], ARGV[5]
-",
-    next_fence!(),
-    r"
   return {1, fence, 0}
 end
 if ARGV[3] ~= '0' and queued then
@@ -214,8 +269,16 @@ if ARGV[3] ~= '0' and queued then
   if redis.call('PTTL', queued) < waiting_ms then
     redis.call('PEXPIRE', queued, ARGV[3])
   end
-  if queued == KEYS[5] and redis.call('PTTL', KEYS[3]) < waiting_ms then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  if queued == KEYS[5] then
+    -- A set of plain waiters' marks says as much (someone waits): kept.
+    local ttl = redis.call('PTTL', KEYS[3])
+    if ttl < waiting_ms then
+      if ttl ~= -2 and redis.call('TYPE', KEYS[3])['ok'] == 'zset' then
+        redis.call('PEXPIRE', KEYS[3], ARGV[3])
+      else
+        redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+      end
+    end
   end
 end
 return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
@@ -283,6 +346,17 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
     end
     local token = string.sub(next, string.find(next, ':', 1, true) + 1)
     redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
+    -- Every other mark of that token goes (a first try sent twice, its
+    -- answer lost, left two): one hand-off per waiter.
+    local others, suffix = {}, ':' .. token
+    for n = 1, #marks, 2 do
+      if marks[n] ~= next and string.sub(marks[n], -#suffix) == suffix then
+        others[#others + 1] = marks[n]
+      end
+    end
+    if #others > 0 then
+      redis.call('ZREM', KEYS[2], unpack(others))
+    end
   else
     redis.call('DEL', KEYS[1], KEYS[2])
   end
@@ -362,6 +436,20 @@ local function request(token, mode, limit, weight, ticket, lease, retention)
   r.mine = ticket ~= '0' and (ticket .. ':' .. token) or nil
   return r
 end
+-- Marks the waiting name `waiting` for at least `ms` (`text`: the same, as
+-- a decimal string): a '1', unless it is a set of plain waiters' marks,
+-- which says as much (someone waits) and is kept, to live as long: a
+-- release hands the key to the oldest of them.
+local function mark_waited(waiting, ms, text)
+  local ttl = redis.call('PTTL', waiting)
+  if ttl < ms then
+    if ttl ~= -2 and redis.call('TYPE', waiting)['ok'] == 'zset' then
+      redis.call('PEXPIRE', waiting, text)
+    else
+      redis.call('SET', waiting, '1', 'PX', text)
+    end
+  end
+end
 -- Tells waiters in every process that the keys at KEYS indices `freed` may
 -- be granted now: when some process marked any of them as waited for, it
 -- takes the marks (one DEL for all) and publishes each key (one that had
@@ -386,15 +474,15 @@ local function raise_fences(fence_keys, retention)
   if #fence_keys == 1 then
     local fence_key = fence_keys[1]
 ",
-            next_fence!(),
+            next_fence!(""),
             r"
     redis.set_repl(redis.REPL_ALL)
     fences[2] = fence
     return fences
   end
-  local stored, writes, counters = redis.call('MGET', unpack(fence_keys)), {}, {}
+  local stored, counters = redis.call('MGET', unpack(fence_keys)), {}
   for n, fence_key in ipairs(fence_keys) do
-    local fence, value, counter = clock_n, clock, 0
+    local fence, counter = clock_n, 0
     if stored[n] then
       counter = tonumber(stored[n])
       if not counter then
@@ -402,20 +490,19 @@ local function raise_fences(fence_keys, retention)
       end
       if counter >= fence then
         fence = counter + 1
-        value = string.format('%.0f', fence)
       end
     end
     fences[n + 1] = fence
-    writes[n] = value
     counters[n] = counter
   end
   redis.set_repl(redis.REPL_NONE)
   for n, fence_key in ipairs(fence_keys) do
     local fence = fences[n + 1]
-    if math.floor(fence / RESERVED_US) > math.floor(counters[n] / RESERVED_US) then
+    if fence > clock_n or fence >= math.ceil(counters[n] / RESERVED_US) * RESERVED_US then
       reserve(fence_key, fence, retention)
     else
-      redis.call('SET', fence_key, writes[n], 'PX', retention)
+      -- The fence is the clock: `retention` from now is from its value.
+      redis.call('SET', fence_key, clock, 'PX', retention)
     end
   end
   redis.set_repl(redis.REPL_ALL)
@@ -559,9 +646,7 @@ local function grant(first, last, r, waiting_ms)
       if waiting_ms > 0 then
         local waiting_text, mark_expiry = string.format('%.0f', waiting_ms), string.format('%.0f', now_ms + waiting_ms)
         for _, i in ipairs(blocked) do
-          if redis.call('PTTL', KEYS[i + 2]) < waiting_ms then
-            redis.call('SET', KEYS[i + 2], '1', 'PX', waiting_text)
-          end
+          mark_waited(KEYS[i + 2], waiting_ms, waiting_text)
           if not shared then
             if ticket == '0' then
               ticket = clock
@@ -828,7 +913,7 @@ if #ARGV == 15 and ARGV[3] == '1' and ARGV[13] == '1' and ARGV[5] == 'x' and ARG
   local clock_n = tonumber(clock)
   local fence_key, retention = KEYS[2], ARGV[15]
 ",
-            next_fence!(),
+            next_fence!(""),
             r"
   redis.set_repl(redis.REPL_ALL)
   if redis.pcall('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
@@ -947,21 +1032,36 @@ return reply
 /// mark of a key that others wait for, they are told at once (as by a
 /// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
 /// a key a release handed to it (the lock carries `h:<token>`) is given up,
-/// and waiters told. Returns 0.
-const KINDS_WITHDRAW: &str = r"
+/// and waiters told, whatever the waiting name holds now. Every mark of the
+/// token goes, whatever its ticket (ARGV[7] is not needed): a first try
+/// sent twice, or one whose answer was lost, left marks under tickets the
+/// caller may not know. Returns 0.
+const KINDS_WITHDRAW: &str = concat!(
+    marks_of!(),
+    r"
 for i = 1, #KEYS, 5 do
-  local mine = ARGV[7] .. ':' .. ARGV[1]
-  if redis.call('ZREM', KEYS[i + 4], mine) == 1 then
+  local queued = marks_of(KEYS[i + 4], ARGV[1])
+  if #queued > 0 then
+    redis.call('ZREM', KEYS[i + 4], unpack(queued))
     if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
       redis.call('PUBLISH', ARGV[8], KEYS[i])
     end
-  elseif redis.pcall('ZREM', KEYS[i + 2], mine) == 1 and redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
+  else
+    local waited = marks_of(KEYS[i + 2], ARGV[1])
+    if #waited > 0 then
+      redis.call('ZREM', KEYS[i + 2], unpack(waited))
+    end
+  end
+  -- A plain waiter may have marked both sets (behind readers, then
+  -- behind a plain holder): a key handed to it is given up either way.
+  if redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
     redis.call('DEL', KEYS[i])
     redis.call('PUBLISH', ARGV[8], KEYS[i])
   end
 end
 return 0
-";
+"
+);
 
 /// The scripts, hashed once per connection.
 pub(crate) struct Scripts {

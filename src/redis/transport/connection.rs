@@ -71,14 +71,27 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 /// server costs one connect attempt, not one per waiting acquire.
 const CONNECT_FAILURE_REUSE: Duration = Duration::from_millis(100);
 
-/// The oldest Redis major version the driver runs on.
-const MIN_SERVER_MAJOR: u32 = 5;
+/// The oldest Redis version the driver runs on, major and minor: a grant
+/// raises its fence with `SET ... GET` and writes reservations with `PXAT`
+/// (both 6.2). On 5.0-6.1 every grant that reserves would fail.
+const MIN_SERVER: (u32, u32) = (6, 2);
 
-/// The `redis_version` of an `INFO server` reply, and its major number.
-fn server_version(info: &str) -> Option<(&str, u32)> {
+/// The `redis_version` of an `INFO server` reply, and its major and minor
+/// numbers (a missing minor reads as 0).
+fn server_version(info: &str) -> Option<(&str, (u32, u32))> {
     let version = info.lines().find_map(|line| line.strip_prefix("redis_version:"))?.trim();
-    let major = version.split('.').next()?.parse().ok()?;
-    Some((version, major))
+    let mut numbers = version.split('.');
+    let major = numbers.next()?.parse().ok()?;
+    let minor = numbers.next().map_or(Some(0), |minor| minor.parse().ok())?;
+    Some((version, (major, minor)))
+}
+
+/// Why a server of `version` (major, minor) is refused, if it is.
+fn too_old(version: &str, numbers: (u32, u32)) -> Option<String> {
+    (numbers < MIN_SERVER).then(|| {
+        let (major, minor) = MIN_SERVER;
+        format!("the server runs Redis {version}; dokebi-lock needs Redis {major}.{minor} or later (SET ... GET and PXAT in its scripts)")
+    })
 }
 
 /// A connect failure: the refusal it carries, else unreachable.
@@ -753,21 +766,17 @@ impl RedisConnection {
         AsyncConnectionConfig::new().set_connection_timeout(Some(self.connect_timeout)).set_response_timeout(None)
     }
 
-    /// Refuses a server older than [`MIN_SERVER_MAJOR`]: its scripts would
-    /// replicate verbatim, and the acquire script reads `TIME` before it
-    /// writes. A server that hides `INFO` (a renamed command) is taken as is.
+    /// Refuses a server older than [`MIN_SERVER`]: its scripts would fail
+    /// (`SET ... GET`, `PXAT`). A server that hides `INFO` (a renamed
+    /// command) is taken as is: there a grant refuses at its first fence,
+    /// with nothing written.
     /// With Sentinel the node must also say it is the primary: a sentinel
     /// that has not seen a failover yet may name the old one.
     async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
         let peer = open.peer.clone();
         let info = self.info(&mut open.connection, &peer, "server").await?;
-        if let Some((version, major)) = info.as_deref().and_then(server_version) {
-            if major < MIN_SERVER_MAJOR {
-                return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    format!("the server runs Redis {version}; dokebi-lock needs Redis {MIN_SERVER_MAJOR}.0 or later (scripts with effects replication)"),
-                )))));
-            }
+        if let Some(refusal) = info.as_deref().and_then(server_version).and_then(|(version, numbers)| too_old(version, numbers)) {
+            return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::Unsupported, refusal)))));
         }
         if self.topology.needs_primary() {
             let replication = self.info(&mut open.connection, &peer, "replication").await?;
@@ -1047,8 +1056,9 @@ mod tests {
     #[test]
     fn the_server_version_is_read_from_info() {
         let info = "# Server\r\nredis_version:4.0.14\r\nredis_git_sha1:00000000\r\n";
-        assert_eq!(server_version(info), Some(("4.0.14", 4)));
-        assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", 7)));
+        assert_eq!(server_version(info), Some(("4.0.14", (4, 0))));
+        assert_eq!(server_version("redis_version:7.2.4\r\n"), Some(("7.2.4", (7, 2))));
+        assert_eq!(server_version("redis_version:8\r\n"), Some(("8", (8, 0))));
         assert_eq!(server_version("# Server\r\n"), None);
     }
 
@@ -1074,5 +1084,22 @@ mod tests {
     fn a_wait_is_bounded_by_redis_never_with_0_which_waits_forever() {
         assert_eq!(wait_bound(Duration::from_millis(1)), 1);
         assert_eq!(wait_bound(Duration::from_millis(1000)), 750);
+    }
+
+    #[test]
+    fn servers_older_than_redis_6_2_are_refused() {
+        // Redis 5.0-6.1 passed the check that asked for 5: there every grant
+        // that reserves failed (SET ... PXAT), after ACQUIRE's SET NX.
+        for old in ["4.0.14", "5.0.7", "6.0.16", "6.1.0"] {
+            let info = format!("redis_version:{old}\r\n");
+            let (version, numbers) = server_version(&info).unwrap();
+            let refusal = too_old(version, numbers).unwrap_or_else(|| panic!("{old} is accepted"));
+            assert!(refusal.contains(old) && refusal.contains("6.2 or later"), "{refusal}");
+        }
+        for new in ["6.2.0", "6.2.14", "7.0.15", "7.2.4", "8.0.0"] {
+            let info = format!("redis_version:{new}\r\n");
+            let (version, numbers) = server_version(&info).unwrap();
+            assert_eq!(too_old(version, numbers), None, "{new} is refused");
+        }
     }
 }
