@@ -84,6 +84,8 @@ impl Table {
             .replace("{withdraw}", &self.name("_withdraw"))
             .replace("{hand_over}", &self.name("_hand_over"))
             .replace("{lock_keys}", &self.name("_lock_keys"))
+            .replace("{read_committed}", READ_COMMITTED)
+            .replace("{durable}", DURABLE)
     }
 
     /// The statement that answers true when every table and function is
@@ -143,7 +145,10 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// holders and waiting tables keyed by slot (migrated in [`TABLES`]),
 /// `give_back` with `p_retry` (the four-argument one stays for drivers of
 /// 4).
-const VERSION: &str = "dokebi-lock functions 5";
+/// 6: `renew` locks its key rows, the clean-up checks its candidates again
+/// once they are locked and passes held ones over, every function pins its
+/// `search_path` and checks the isolation, grants are durable.
+const VERSION: &str = "dokebi-lock functions 6";
 
 /// The argument types of the take function (its signature).
 const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
@@ -222,6 +227,24 @@ END
 $migrate$;
 "#;
 
+/// What the functions rely on of the transaction they run in, checked at
+/// their start: each statement sees what committed before it (READ
+/// COMMITTED), so a statement run after a key's row lock was taken sees
+/// every change made under it. A session's default isolation cannot be
+/// changed inside the transaction (a pooler's other client may have set
+/// it): the call is refused, naming the setting.
+const READ_COMMITTED: &str = "IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'dokebi-lock: the lock functions run only in READ COMMITTED transactions, not %', current_setting('transaction_isolation')
+      USING ERRCODE = '55000', HINT = 'Reset default_transaction_isolation for the role or the sessions the lock driver uses.';
+  END IF;";
+
+/// A grant or a renewal commits at least as durably as `on`, whatever a
+/// session left in `synchronous_commit` (a pooler's other client may have
+/// turned it off): `remote_write` and `remote_apply` stay.
+const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+    PERFORM set_config('synchronous_commit', 'on', true);
+  END IF;";
+
 /// The operations. Every time is the server's `clock_timestamp()`.
 ///
 /// Plans: every function runs its statements with generic plans
@@ -236,9 +259,9 @@ $migrate$;
 /// postgres driver").
 ///
 /// Durability: a grant (and a renewal) commits as the server's
-/// `synchronous_commit` says (on by default: the grant is on disk, or on
-/// the synchronous standbys, before the caller hears of it, so a crash
-/// loses no lease a caller holds). Everything a crash may lose without
+/// `synchronous_commit` says, never weaker than `on` (see [`DURABLE`]: the
+/// grant is on disk, or on the synchronous standbys, before the caller
+/// hears of it, so a crash loses no lease a caller holds). Everything a crash may lose without
 /// harm commits with `synchronous_commit = off` for its transaction only:
 /// a release or withdrawal (lost, the key stays held or waited for until
 /// its lease or mark lapses) and a refused try (its row locks and marks).
@@ -267,7 +290,10 @@ $migrate$;
 /// with a new fence. Row locks wait at most
 /// `lock_timeout_ms` (`lock_timeout`, for this transaction only).
 ///
-/// `renew`: extends each live holder row of the token; answers how many.
+/// `renew`: locks each key's row (as every operation on a key, so a take
+/// or a clean-up that found the lease ended cannot overwrite a renewal
+/// committing meanwhile), then extends each holder row of the token still
+/// live on the clock after the wait; answers how many.
 ///
 /// `give_back`: frees the token's live holder rows, keeping the token and
 /// setting the expiry to `-infinity`, which nothing else writes there
@@ -275,7 +301,13 @@ $migrate$;
 /// was lost, how many rows this token freed, by either attempt), announces
 /// each freed key that someone waits for on `channel` (payload: `<bytes of namespace>:<namespace><key>`, empty when
 /// too long for NOTIFY: every waiter then retries), and deletes up to four
-/// key rows whose retention passed and that nothing holds or waits for.
+/// key rows whose retention passed and that nothing holds or waits for
+/// (checked again once their rows are locked).
+///
+/// Every function runs with `search_path = pg_catalog, pg_temp` (a
+/// session's own functions or operators never stand in for built-ins; the
+/// tables are named with their schema) and in READ COMMITTED only
+/// ([`READ_COMMITTED`]).
 ///
 /// `withdraw`: frees the token's live marks, announcing the keys others still
 /// wait for (they may have waited behind this one).
@@ -292,11 +324,12 @@ $migrate$;
 /// new; answers the sorted keys.
 const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
-RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
   k text;
 BEGIN
+  {read_committed}
   FOREACH k IN ARRAY sorted LOOP
     LOOP
       PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
@@ -311,7 +344,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
   p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
-RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   clock_us bigint := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
@@ -402,6 +435,7 @@ BEGIN
   ELSE
     place := 0;
   END IF;
+  {durable}
   -- fence_until only moves forward, a retention bucket at a time: a grant
   -- that leaves it as it was changes no indexed column, so the update is a
   -- HOT one (no new index entries, the old version pruned in place).
@@ -422,7 +456,7 @@ BEGIN
   )
   UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
     expires_at = now_ts + p_lease_ms * interval '1 millisecond'
-    FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot;
+    FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot AND (h.token = p_token OR h.expires_at <= now_ts);
   GET DIAGNOSTICS placed = ROW_COUNT;
   IF placed < cardinality(sorted) THEN
     INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at)
@@ -439,11 +473,19 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  now_ts timestamptz := clock_timestamp();
+  now_ts timestamptz;
   renewed integer;
 BEGIN
+  {read_committed}
+  {durable}
+  -- The key rows first, as every operation on a key: a take or a clean-up
+  -- that found the lease ended then either committed before (the token is
+  -- gone: nothing renewed) or waits for this commit and sees the renewal.
+  -- The expiry is checked on the clock after the wait.
+  PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
+  now_ts := clock_timestamp();
   UPDATE {holders} SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
     WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at > now_ts;
   GET DIAGNOSTICS renewed = ROW_COUNT;
@@ -452,13 +494,16 @@ END
 $fn$;
 
 CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   released integer;
   freed text[];
+  old_ns text[];
+  old_keys text[];
   cleaned integer;
 BEGIN
+  {read_committed}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   -- A released row stays, free, with its token and the expiry -infinity,
@@ -481,8 +526,24 @@ BEGIN
   IF NOT FOUND THEN
     RETURN released;
   END IF;
+  -- Candidates: rows past their retention that look idle (a key held or
+  -- waited for past its retention is passed over, or four of them would stop
+  -- every other row from going), locked unless another operation has them.
+  SELECT array_agg(c.namespace), array_agg(c.key) INTO old_ns, old_keys FROM (
+    SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts
+      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
+      AND NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.namespace = r.namespace AND w.key = r.key AND w.lapses_at > now_ts)
+    ORDER BY r.fence_until LIMIT 4 FOR UPDATE OF r SKIP LOCKED
+  ) c;
+  IF old_keys IS NULL THEN
+    RETURN released;
+  END IF;
+  -- Checked again in a statement of its own, whose snapshot is taken with
+  -- the rows locked: it sees every renewal, grant and mark of these keys
+  -- (each is made under the key's row lock), which the statement above may
+  -- have read from before one committed.
   WITH old AS (
-    SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts ORDER BY r.fence_until LIMIT 4 FOR UPDATE SKIP LOCKED
+    SELECT * FROM unnest(old_ns, old_keys) AS o(namespace, key)
   ), idle AS (
     DELETE FROM {keys} r USING old WHERE r.namespace = old.namespace AND r.key = old.key
       AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
@@ -499,14 +560,15 @@ $fn$;
 
 -- What drivers of functions 4 call.
 CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE sql AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false) $fn$;
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false) $fn$;
 
 CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
 BEGIN
+  {read_committed}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
@@ -523,9 +585,9 @@ $fn$;
 CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
   p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
   p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
-RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  durability text := current_setting('synchronous_commit');
+  durability text := CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END;
   released integer := 0;
   reply bigint[];
   answers bigint[] := '{}';
