@@ -53,9 +53,18 @@ impl Table {
         format!("{}.{}", self.schema, self.table)
     }
 
-    /// The channel releases are announced on: one per table.
+    /// The channel releases are announced on: one per table, `schema.table`
+    /// when that fits in an identifier (63 bytes: PostgreSQL refuses a
+    /// longer channel in NOTIFY and cuts it short in LISTEN), else a digest
+    /// of it, which every process computes the same.
     pub fn channel(&self) -> String {
-        self.display()
+        let name = self.display();
+        if name.len() <= MAX_IDENTIFIER_BYTES {
+            return name;
+        }
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(name.as_bytes());
+        format!("dokebi_lock_{}", digest[..16].iter().map(|byte| format!("{byte:02x}")).collect::<String>())
     }
 
     /// Everything the driver needs, idempotent: what `autoCreate` runs and
@@ -67,7 +76,8 @@ impl Table {
         sql += &TABLES
             .replace("{keys}", &self.name(""))
             .replace("{holders}", &self.name("_holders"))
-            .replace("{waiting}", &self.name("_waiting"));
+            .replace("{waiting}", &self.name("_waiting"))
+            .replace("{fence_index}", &quote(&format!("{}_fence_until", self.table)));
         sql += &self.functions();
         sql += &format!("COMMENT ON FUNCTION {}({TAKE_ARGUMENTS}) IS '{VERSION}';\n", self.name("_take"));
         sql
@@ -135,6 +145,9 @@ impl Table {
     }
 }
 
+/// The longest identifier PostgreSQL keeps whole (`NAMEDATALEN - 1`).
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
 /// The SQLSTATE of [`Table::create_once_sql`] finding the tables created
 /// by another process meanwhile (class `DL`, not one of PostgreSQL's).
 pub const ALREADY_CREATED: &str = "DL001";
@@ -168,7 +181,17 @@ CREATE TABLE IF NOT EXISTS {keys} (
   fence_until timestamptz NOT NULL,
   PRIMARY KEY (namespace, key)
 ) WITH (fillfactor = 70);
-CREATE INDEX IF NOT EXISTS dokebi_fence_until ON {keys} (fence_until);
+DO $index$
+BEGIN
+  -- Named after the table (functions 5 and older named it
+  -- dokebi_fence_until, one name per schema, so a second table in the
+  -- schema had none): created unless the table has one on fence_until.
+  IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                 WHERE i.indrelid = '{keys}'::regclass AND i.indnatts = 1 AND a.attname = 'fence_until') THEN
+    CREATE INDEX {fence_index} ON {keys} (fence_until);
+  END IF;
+END
+$index$;
 CREATE TABLE IF NOT EXISTS {holders} (
   namespace text COLLATE "C" NOT NULL,
   key text COLLATE "C" NOT NULL,
