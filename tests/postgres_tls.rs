@@ -185,3 +185,21 @@ mod channel_binding {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// libpq uses no TLS on a Unix-domain socket (the server refuses it there),
+/// whatever `sslmode` asks.
+#[test]
+fn a_unix_domain_socket_connects_in_the_clear() {
+    let schema = Schema::fresh();
+    // The socket of the machine's PostgreSQL (Debian's directory).
+    let socket = "%2Fvar%2Frun%2Fpostgresql";
+    for mode in ["prefer", "disable", "require"] {
+        let application = format!("dl_unix_{mode}");
+        let url = format!("postgres://postgres@/test?host={socket}&application_name={application}&sslmode={mode}");
+        let provider = open(&schema, &url);
+        assert_eq!(encrypted_sessions(&provider, &application), 0, "sslmode={mode}");
+        let local = count(&format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND client_port = -1"));
+        assert!(local >= 1, "sslmode={mode}: the sessions came through the socket");
+        block_on(provider.close());
+    }
+}

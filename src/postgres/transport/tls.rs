@@ -132,17 +132,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for M
     type Error = io::Error;
 
     /// Asked for every connection, TLS or not (`sslmode=disable` never
-    /// connects it).
+    /// connects it): a host that is no server name (a Unix-domain
+    /// socket's is empty) fails only a handshake that is tried.
     fn make_tls_connect(&mut self, domain: &str) -> io::Result<RustlsConnect> {
-        let name = ServerName::try_from(domain.to_owned()).map_err(|_| io::Error::other("the host is not a valid TLS server name"))?;
-        Ok(RustlsConnect { connector: self.connector.clone(), name })
+        Ok(RustlsConnect { connector: self.connector.clone(), name: ServerName::try_from(domain.to_owned()).ok() })
     }
 }
 
 /// The TLS handshake of one connection.
 pub(crate) struct RustlsConnect {
     connector: Option<TlsConnector>,
-    name: ServerName<'static>,
+    name: Option<ServerName<'static>>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for RustlsConnect {
@@ -153,7 +153,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Rustl
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
             let connector = self.connector.ok_or_else(|| io::Error::other("this connection has no TLS (sslmode=disable)"))?;
-            Ok(RustlsStream(connector.connect(self.name, stream).await?))
+            let name = self.name.ok_or_else(|| io::Error::other("the host is not a valid TLS server name"))?;
+            Ok(RustlsStream(connector.connect(name, stream).await?))
         })
     }
 }

@@ -43,8 +43,21 @@ pub(crate) fn config(url: &str, what: &str) -> Result<(Config, TlsSettings)> {
     }
     let url = if rest.is_empty() { base.to_owned() } else { format!("{base}?{}", rest.join("&")) };
     let mut config = Config::from_str(&url).map_err(|err| invalid(what, &format!("not a PostgreSQL connection URL: {err}")))?;
+    // libpq uses no TLS on a Unix-domain socket, whatever sslmode says
+    // (the server refuses it there).
+    if unix_sockets_only(&config) {
+        return Ok((config.ssl_mode(SslMode::Disable).clone(), TlsSettings::default()));
+    }
     config.ssl_mode(mode);
     Ok((config, tls))
+}
+
+/// True when every host of `config` is a Unix-domain socket.
+fn unix_sockets_only(config: &Config) -> bool {
+    #[cfg(unix)]
+    return !config.get_hosts().is_empty() && config.get_hosts().iter().all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)));
+    #[cfg(not(unix))]
+    return false;
 }
 
 fn invalid(what: &str, problem: &str) -> LockError {
