@@ -160,7 +160,7 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 4).
 /// 6: `renew` locks its key rows, the clean-up checks its candidates again
 /// once they are locked and passes held ones over, every function pins its
-/// `search_path` and checks the isolation, grants are durable.
+/// `search_path` and checks the isolation, a session's `synchronous_commit` cannot weaken a grant.
 const VERSION: &str = "dokebi-lock functions 6";
 
 /// The argument types of the take function (its signature).
@@ -261,11 +261,13 @@ const READ_COMMITTED: &str = "IF current_setting('transaction_isolation') <> 're
       USING ERRCODE = '55000', HINT = 'Reset default_transaction_isolation for the role or the sessions the lock driver uses.';
   END IF;";
 
-/// A grant or a renewal commits at least as durably as `on`, whatever a
-/// session left in `synchronous_commit` (a pooler's other client may have
-/// turned it off): `remote_write` and `remote_apply` stay.
+/// A grant or a renewal commits at least as durably as the server, the
+/// database or the role says (`reset_val`), whatever a session `SET` in
+/// `synchronous_commit` (a pooler's other client may have turned it off on
+/// the server connection the call runs on). Looked up only when the
+/// session's is weaker than `on`.
 const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM set_config('synchronous_commit', s.reset_val, true) FROM pg_settings s WHERE s.name = 'synchronous_commit';
   END IF;";
 
 /// The operations. Every time is the server's `clock_timestamp()`.
@@ -282,7 +284,7 @@ const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'loca
 /// postgres driver").
 ///
 /// Durability: a grant (and a renewal) commits as the server's
-/// `synchronous_commit` says, never weaker than `on` (see [`DURABLE`]: the
+/// `synchronous_commit` says, never weaker for a session's `SET` (see [`DURABLE`]: the
 /// grant is on disk, or on the synchronous standbys, before the caller
 /// hears of it, so a crash loses no lease a caller holds). Everything a crash may lose without
 /// harm commits with `synchronous_commit = off` for its transaction only:
@@ -610,7 +612,8 @@ CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms big
   p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
 RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  durability text := CASE WHEN current_setting('synchronous_commit') IN ('off', 'local') THEN 'on' ELSE current_setting('synchronous_commit') END;
+  durability text := CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
+    THEN (SELECT s.reset_val FROM pg_settings s WHERE s.name = 'synchronous_commit') ELSE current_setting('synchronous_commit') END;
   released integer := 0;
   reply bigint[];
   answers bigint[] := '{}';
