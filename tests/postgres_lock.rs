@@ -333,6 +333,25 @@ fn functions_of_an_older_version_are_replaced_on_first_use() {
 }
 
 #[test]
+fn functions_of_a_newer_version_are_never_replaced_by_an_older_driver() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(provider.close());
+    // As a newer driver left it.
+    let take = schema.table("_take");
+    batch(&format!("COMMENT ON FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint) IS 'dokebi-lock functions 99'"));
+    let provider = schema.open("");
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("newer"), "{err}");
+    assert!(err.fix().contains("Upgrade"), "{}", err.fix());
+    let comment: String = rows(&format!("SELECT obj_description('{take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint)'::regprocedure, 'pg_proc')"))[0].get(0);
+    assert_eq!(comment, "dokebi-lock functions 99", "the newer functions stay");
+    block_on(provider.close());
+}
+
+#[test]
 fn with_lock_renews_a_section_that_outlives_its_lease_and_releases_it_after() {
     let schema = Schema::fresh();
     let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 600\n", "")

@@ -101,7 +101,17 @@ impl Table {
     /// The statement that answers true when every table and function is
     /// there (with `autoCreate: false`, before the first operation).
     pub fn check_sql(&self) -> String {
-        format!("SELECT {}", self.present())
+        format!("SELECT {}, {}", self.present(), self.newer())
+    }
+
+    /// True when the installed functions are of a newer version than this
+    /// driver's: they are never replaced by older ones.
+    fn newer(&self) -> String {
+        format!(
+            "coalesce(substring(obj_description(to_regprocedure('{}({TAKE_ARGUMENTS})'), 'pg_proc') from '^dokebi-lock functions ([0-9]+)$')::integer > {}, false)",
+            self.name("_take"),
+            VERSION.rsplit(' ').next().unwrap_or("0")
+        )
     }
 
     /// [`Self::create_sql`] for a driver that found the tables missing, run
@@ -114,8 +124,10 @@ impl Table {
     /// a busy server) while a late creator replaced functions in use.
     pub fn create_once_sql(&self, lock: i64) -> String {
         format!(
-            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; END $created$;\n{}",
+            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; \
+             IF {} THEN RAISE EXCEPTION 'newer functions installed meanwhile' USING ERRCODE = '{NEWER_INSTALLED}'; END IF; END $created$;\n{}",
             self.present(),
+            self.newer(),
             self.create_sql()
         )
     }
@@ -144,6 +156,10 @@ impl Table {
         )
     }
 }
+
+/// The SQLSTATE of [`Table::create_once_sql`] finding functions of a newer
+/// driver installed by another process meanwhile.
+pub const NEWER_INSTALLED: &str = "DL002";
 
 /// The longest identifier PostgreSQL keeps whole (`NAMEDATALEN - 1`).
 const MAX_IDENTIFIER_BYTES: usize = 63;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::{Table, ALREADY_CREATED};
+use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
 use super::sql::{HandOverArgs, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
@@ -106,8 +106,11 @@ impl PostgresStore {
             return Ok(());
         }
         let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
-        let present = rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false);
-        if !present {
+        let column = |at| rows.first().and_then(|row| row.try_get::<_, Option<bool>>(at).ok().flatten()).unwrap_or(false);
+        if column(1) {
+            return Err(self.newer_installed());
+        }
+        if !column(0) {
             let sql = self.table.create_sql();
             if !self.auto_create {
                 return Err(Failure::Denied(Arc::new(Refusal {
@@ -120,12 +123,24 @@ impl PostgresStore {
             // transaction, which stops early when another process created
             // the tables while this one waited for the creators' lock.
             match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await {
-                Err(Failure::Refused(cause)) if is_already_created(&cause) => {}
+                Err(Failure::Refused(cause)) if has_state(&cause, ALREADY_CREATED) => {}
+                Err(Failure::Refused(cause)) if has_state(&cause, NEWER_INSTALLED) => return Err(self.newer_installed()),
                 outcome => outcome?,
             }
         }
         self.ready.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The functions in the schema are a newer driver's: this (older) one
+    /// neither replaces them, which would take their fixes from every
+    /// process, nor calls them.
+    fn newer_installed(&self) -> Failure {
+        Failure::Denied(Arc::new(Refusal {
+            message: format!("the lock functions of {} are a newer dokebi-lock's than this process's", self.table.display()),
+            fix: "Upgrade dokebi-lock in this process: an older driver does not replace newer functions.".to_owned(),
+            cause: Arc::new(std::io::Error::other(format!("newer functions in {}", self.table.display()))),
+        }))
     }
 
     /// Row-lock waits end at three quarters of `commandTimeoutMs`: a
@@ -141,9 +156,10 @@ impl PostgresStore {
 /// creating the tables.
 const CREATORS_LOCK: i64 = 7238119025318740561;
 
-/// The creation found the tables created by another process meanwhile.
-fn is_already_created(cause: &Cause) -> bool {
-    cause.downcast_ref::<tokio_postgres::Error>().and_then(|err| err.as_db_error()).is_some_and(|db| db.code().code() == ALREADY_CREATED)
+/// The creation stopped with SQLSTATE `state` (see [`ALREADY_CREATED`] and
+/// [`NEWER_INSTALLED`]).
+fn has_state(cause: &Cause, state: &str) -> bool {
+    cause.downcast_ref::<tokio_postgres::Error>().and_then(|err| err.as_db_error()).is_some_and(|db| db.code().code() == state)
 }
 
 impl Store for PostgresStore {
