@@ -47,8 +47,12 @@ pub(crate) struct PgConnection {
     telemetry: Option<Telemetry>,
     config: Config,
     tls: MakeRustls,
+    /// `sslmode=allow`: `config` with TLS, tried when the server refused
+    /// the connection in the clear.
+    tls_fallback: Option<Config>,
     listen_config: Config,
     listen_tls: MakeRustls,
+    listen_tls_fallback: Option<Config>,
     connect_timeout: Duration,
     command_timeout: Duration,
     slots: Vec<Slot>,
@@ -66,24 +70,20 @@ impl PgConnection {
     /// now); connects only when first used.
     pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle, telemetry: Option<Telemetry>) -> Result<PgConnection> {
         let path = option(name);
-        let what = format!("{path}.url");
-        let (config, tls) = url::config(&options.url, &what)?;
-        let tls = MakeRustls::new(&tls, &what)?;
-        let (listen_config, listen_tls) = match &options.listen_url {
-            Some(listen) => {
-                let what = format!("{path}.listenUrl");
-                let (config, tls) = url::config(listen, &what)?;
-                (config, MakeRustls::new(&tls, &what)?)
-            }
-            None => (config.clone(), tls.clone()),
+        let (config, tls, tls_fallback) = target(&options.url, &format!("{path}.url"))?;
+        let (listen_config, listen_tls, listen_tls_fallback) = match &options.listen_url {
+            Some(listen) => target(listen, &format!("{path}.listenUrl"))?,
+            None => (config.clone(), tls.clone(), tls_fallback.clone()),
         };
         Ok(PgConnection {
             name: name.to_owned(),
             telemetry,
             config,
             tls,
+            tls_fallback,
             listen_config,
             listen_tls,
+            listen_tls_fallback,
             connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
             command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
             slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
@@ -178,8 +178,19 @@ impl PgConnection {
     /// A new connection for statements, or for `listen`ing, within
     /// `connectTimeoutMs`; its connection task is the caller's to run.
     pub async fn connect(&self, listen: bool) -> std::result::Result<(Client, Connection<Socket, RustlsStream<Socket>>), Failure> {
-        let (config, tls) = if listen { (&self.listen_config, &self.listen_tls) } else { (&self.config, &self.tls) };
-        match tokio::time::timeout(self.connect_timeout, config.connect(tls.clone())).await {
+        let (config, tls, fallback) = if listen {
+            (&self.listen_config, &self.listen_tls, &self.listen_tls_fallback)
+        } else {
+            (&self.config, &self.tls, &self.tls_fallback)
+        };
+        let attempt = async {
+            match (config.connect(tls.clone()).await, fallback) {
+                // The server answered, refusing the connection in the clear.
+                (Err(err), Some(fallback)) if err.code().is_some() => fallback.connect(tls.clone()).await,
+                (outcome, _) => outcome,
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(Ok(pair)) => Ok(pair),
             Ok(Err(err)) => Err(self.classify_connect(err)),
             Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
@@ -286,6 +297,18 @@ impl PgConnection {
             }
         }
     }
+}
+
+/// The client settings of `url` (`what`: its option), its TLS, and with
+/// `sslmode=allow` the same settings with TLS required, for a second try.
+fn target(url: &str, what: &str) -> Result<(Config, MakeRustls, Option<Config>)> {
+    let (config, settings) = url::config(url, what)?;
+    let fallback = settings.allow.then(|| {
+        let mut with_tls = config.clone();
+        with_tls.ssl_mode(tokio_postgres::config::SslMode::Require);
+        with_tls
+    });
+    Ok((config, MakeRustls::new(&settings, what)?, fallback))
 }
 
 /// True when the TLS handshake failed on the server's certificate (or the

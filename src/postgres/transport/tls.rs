@@ -1,10 +1,13 @@
 //! TLS to PostgreSQL through rustls, with libpq's settings in the URL:
-//! `sslmode` (`disable`; `prefer`: TLS when the server offers it, the
-//! certificate not checked; `require`: encrypted, the certificate not checked,
-//! unless `sslrootcert` is given, which makes it `verify-ca` as libpq does;
+//! `sslmode` as libpq 16 (`disable`; `allow`: in the clear, TLS when the
+//! server refuses that; `prefer`: TLS when the server offers it, the
+//! certificate not checked; `require`: encrypted, the certificate not checked;
 //! `verify-ca`: signed by a trusted authority; `verify-full`: and naming
-//! the host), `sslrootcert` (a PEM file of authorities, or `system`; the
-//! system's authorities when omitted), `sslcert` and `sslkey` (a client
+//! the host; with authorities, every mode with TLS checks the chain, as
+//! `verify-ca`), `sslrootcert` (a PEM file of authorities, else
+//! `~/.postgresql/root.crt` when it exists, which `verify-ca` and
+//! `verify-full` need; or `system`, the system's authorities, which implies
+//! `verify-full` and refuses weaker modes), `sslcert` and `sslkey` (a client
 //! certificate). A private key is read into rustls and never printed.
 //! `channel_binding` is tokio-postgres's: SCRAM bound to the link, with the
 //! binding this module computes (see [`RustlsStream`]).
@@ -43,6 +46,8 @@ pub(crate) enum Verify {
 pub(crate) struct TlsSettings {
     /// `sslmode=require` or stricter: `None` when the link is in the clear.
     pub verify: Option<Verify>,
+    /// `sslmode=allow`: in the clear first, TLS when the server refuses that.
+    pub allow: bool,
     pub root_cert: Option<String>,
     pub cert: Option<String>,
     pub key: Option<String>,
