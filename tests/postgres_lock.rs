@@ -92,6 +92,31 @@ fn fences_keep_rising_after_the_key_rows_are_cleaned_up() {
 }
 
 #[test]
+fn keys_held_past_their_retention_do_not_stop_other_keys_rows_from_going() {
+    let schema = Schema::fresh();
+    let provider = schema.open("        fenceRetentionMs: 1000\n");
+    let backend = backend(&provider);
+    // Held first, so their rows are the oldest past retention.
+    let held: Vec<_> = (0..5).map(|n| block_on(backend.acquire(&format!("held{n}"), wait(0))).unwrap()).collect();
+    for n in 0..20 {
+        assert!(block_on(block_on(backend.acquire(&format!("cycled{n}"), wait(0))).unwrap().release()).unwrap());
+    }
+    eventually("every row is past its retention", || {
+        count(&format!("SELECT count(*) FROM {} WHERE fence_until >= clock_timestamp()", schema.table(""))) == 0
+    });
+    // Each release deletes up to four rows: ten are room for the twenty.
+    for _ in 0..10 {
+        assert!(block_on(block_on(backend.acquire("trigger", wait(0))).unwrap().release()).unwrap());
+    }
+    let left = |like: &str| count(&format!("SELECT count(*) FROM {} WHERE key LIKE '{like}'", schema.table("")));
+    assert_eq!((left("cycled%"), left("held%")), (0, 5));
+    for lease in held {
+        assert!(block_on(lease.release()).unwrap());
+    }
+    block_on(provider.close());
+}
+
+#[test]
 fn a_wait_that_times_out_or_is_aborted_leaves_nothing_behind() {
     let schema = Schema::fresh();
     let (a, b) = (schema.open(""), schema.open(""));
