@@ -166,3 +166,28 @@ fn the_retention_clean_up_never_deletes_a_key_whose_renew_is_committing() {
     block_on(a.close());
     block_on(b.close());
 }
+
+/// A statement the driver stopped waiting for is cancelled on the server,
+/// not left running behind the caller's OUTCOME_UNKNOWN.
+#[test]
+fn a_statement_that_ran_out_of_time_is_cancelled_on_the_server() {
+    let schema = Schema::fresh();
+    let application = format!("dl_slow_{}", std::process::id());
+    let url = format!("{}?application_name={application}", url());
+    let provider = dokebi_lock::Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", "")).unwrap();
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+    // Every renewal sleeps a minute before its commit.
+    postgres::batch(&format!(
+        "CREATE FUNCTION {s}.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NEW; END $$;
+         CREATE TRIGGER slow BEFORE UPDATE ON {holders} FOR EACH ROW
+           WHEN (OLD.token = NEW.token AND NEW.expires_at > OLD.expires_at) EXECUTE FUNCTION {s}.slow();",
+        s = schema.0,
+        holders = schema.table("_holders"),
+    ));
+    assert_eq!(block_on(lease.renew()).unwrap_err().code(), ErrorCode::OutcomeUnknown);
+    eventually("the renewal stopped running on the server", || {
+        count(&format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND wait_event = 'PgSleep'")) == 0
+    });
+    postgres::batch(&format!("DROP TRIGGER slow ON {}", schema.table("_holders")));
+    block_on(provider.close());
+}

@@ -120,7 +120,16 @@ impl PgConnection {
                 return Ok(rows);
             }
             Ok(Err(err)) => classify_statement(err),
-            Err(elapsed) => Failure::Unknown(Arc::new(elapsed)),
+            Err(elapsed) => {
+                // The server may still be running it (stalled behind a lock
+                // or a slow commit): cancelled, so that it does not run on
+                // while retries pile up behind it.
+                let (token, tls) = (client.cancel_token(), self.tls.clone());
+                self.runtime.spawn(async move {
+                    let _ = token.cancel_query(tls).await;
+                });
+                Failure::Unknown(Arc::new(elapsed))
+            }
         };
         if failure.is_unknown() {
             // The client may be stuck behind the statement (a row lock, a
