@@ -191,3 +191,34 @@ fn a_statement_that_ran_out_of_time_is_cancelled_on_the_server() {
     postgres::batch(&format!("DROP TRIGGER slow ON {}", schema.table("_holders")));
     block_on(provider.close());
 }
+
+/// A renew or a release stuck behind another session's row lock is refused
+/// by the server (`lock_timeout`, nothing done: PROVIDER_FAILED) before the
+/// driver stops waiting for it, as a take is.
+#[test]
+fn a_renew_or_release_behind_a_row_lock_is_provider_failed_not_outcome_unknown() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let blocker = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url(), NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    });
+    runtime
+        .block_on(blocker.batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {} FOR UPDATE; SELECT 1 FROM {} FOR UPDATE;",
+            schema.table(""),
+            schema.table("_holders")
+        )))
+        .unwrap();
+    assert_eq!(block_on(lease.renew()).unwrap_err().code(), ErrorCode::ProviderFailed, "renew");
+    assert_eq!(block_on(lease.release()).unwrap_err().code(), ErrorCode::ProviderFailed, "release");
+    runtime.block_on(blocker.batch_execute("COMMIT")).unwrap();
+    // The release is tried again by the lease layer: the key comes free.
+    let next = block_on(backend(&provider).acquire("k", wait(10_000))).unwrap();
+    assert!(next.fence() > lease.fence());
+    assert!(block_on(next.release()).unwrap());
+    block_on(provider.close());
+}

@@ -96,6 +96,7 @@ impl Table {
             .replace("{lock_keys}", &self.name("_lock_keys"))
             .replace("{read_committed}", READ_COMMITTED)
             .replace("{durable}", DURABLE)
+            .replace("{lock_timeout}", LOCK_TIMEOUT)
     }
 
     /// The statement that answers true when every table and function is
@@ -145,9 +146,9 @@ impl Table {
             self.name("_holders"),
             self.name("_waiting"),
             procedure("_take", TAKE_ARGUMENTS),
-            procedure("_renew", "text, text[], text, bigint"),
-            procedure("_give_back", "text, text[], text, text, boolean"),
-            procedure("_withdraw", "text, text[], text, text"),
+            procedure("_renew", "text, text[], text, bigint, bigint"),
+            procedure("_give_back", "text, text[], text, text, boolean, bigint"),
+            procedure("_withdraw", "text, text[], text, text, bigint"),
             procedure("_lock_keys", "text, text[]"),
             procedure(
                 "_hand_over",
@@ -176,7 +177,9 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 4).
 /// 6: `renew` locks its key rows, the clean-up checks its candidates again
 /// once they are locked and passes held ones over, every function pins its
-/// `search_path` and checks the isolation, a session's `synchronous_commit` cannot weaken a grant.
+/// `search_path` and checks the isolation, a session's `synchronous_commit` cannot weaken a grant;
+/// `renew`, `give_back` and `withdraw` take `p_lock_timeout_ms` (the older
+/// signatures stay, for `hand_over` and older drivers).
 const VERSION: &str = "dokebi-lock functions 6";
 
 /// The argument types of the take function (its signature).
@@ -284,6 +287,14 @@ const READ_COMMITTED: &str = "IF current_setting('transaction_isolation') <> 're
 /// session's is weaker than `on`.
 const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'local') THEN
     PERFORM set_config('synchronous_commit', s.reset_val, true) FROM pg_settings s WHERE s.name = 'synchronous_commit';
+  END IF;";
+
+/// Row-lock waits of a renewal, a release or a withdrawal end at
+/// `p_lock_timeout_ms` (for the transaction), as a take's: the server then
+/// refuses the call (nothing done) before the driver stops waiting for it.
+/// NULL (hand_over, older drivers) leaves the caller's.
+const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   END IF;";
 
 /// The operations. Every time is the server's `clock_timestamp()`.
@@ -513,7 +524,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
+CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint, p_lock_timeout_ms bigint)
 RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz;
@@ -521,6 +532,7 @@ DECLARE
 BEGIN
   {read_committed}
   {durable}
+  {lock_timeout}
   -- The key rows first, as every operation on a key: a take or a clean-up
   -- that found the lease ended then either committed before (the token is
   -- gone: nothing renewed) or waits for this commit and sees the renewal.
@@ -534,7 +546,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean)
+CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean,
+  p_lock_timeout_ms bigint)
 RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
@@ -545,6 +558,7 @@ DECLARE
   cleaned integer;
 BEGIN
   {read_committed}
+  {lock_timeout}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   -- A released row stays, free, with its token and the expiry -infinity,
@@ -599,17 +613,24 @@ BEGIN
 END
 $fn$;
 
--- What drivers of functions 4 call.
+-- What hand_over and drivers of functions 4 and 5 call: the lock timeout
+-- is left as the caller set it.
+CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT {give_back}(p_ns, p_keys, p_token, p_channel, p_retry, NULL) $fn$;
 CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false) $fn$;
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false, NULL) $fn$;
+CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {renew}(p_ns, p_keys, p_token, p_lease_ms, NULL) $fn$;
 
-CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
+CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text, p_lock_timeout_ms bigint)
 RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
 BEGIN
   {read_committed}
+  {lock_timeout}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
@@ -622,6 +643,9 @@ BEGIN
   RETURN coalesce(cardinality(withdrawn), 0);
 END
 $fn$;
+
+CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {withdraw}(p_ns, p_keys, p_token, p_channel, NULL) $fn$;
 
 CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint, p_waiting_ms bigint, p_retention_ms bigint,
   p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],

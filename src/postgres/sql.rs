@@ -66,9 +66,9 @@ impl Statements {
     pub fn new(table: &Table) -> Statements {
         Statements {
             take: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", table.name("_take")),
-            renew: format!("SELECT {}($1, $2, $3, $4)", table.name("_renew")),
-            give_back: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_give_back")),
-            withdraw: format!("SELECT {}($1, $2, $3, $4)", table.name("_withdraw")),
+            renew: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_renew")),
+            give_back: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_give_back")),
+            withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
         }
     }
@@ -141,9 +141,15 @@ impl Statements {
         keys: &[String],
         token: &str,
         lease_ms: i64,
+        lock_timeout_ms: i64,
     ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&lease_ms, Type::INT8)];
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&namespace, Type::TEXT),
+            (&keys, Type::TEXT_ARRAY),
+            (&token, Type::TEXT),
+            (&lease_ms, Type::INT8),
+            (&lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.renew, &params).await?)
     }
 
@@ -158,9 +164,16 @@ impl Statements {
         token: &str,
         channel: &str,
         retry: bool,
+        lock_timeout_ms: i64,
     ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 5] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT), (&retry, Type::BOOL)];
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&namespace, Type::TEXT),
+            (&keys, Type::TEXT_ARRAY),
+            (&token, Type::TEXT),
+            (&channel, Type::TEXT),
+            (&retry, Type::BOOL),
+            (&lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.give_back, &params).await?)
     }
 
@@ -172,9 +185,15 @@ impl Statements {
         keys: &[String],
         token: &str,
         channel: &str,
+        lock_timeout_ms: i64,
     ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&namespace, Type::TEXT),
+            (&keys, Type::TEXT_ARRAY),
+            (&token, Type::TEXT),
+            (&channel, Type::TEXT),
+            (&lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.withdraw, &params).await?)
     }
 }

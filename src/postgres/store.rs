@@ -205,7 +205,10 @@ impl Store for PostgresStore {
     }
 
     async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self.statements.renew(self.connection(), &self.namespace, &claim.keys, &claim.token, lease_ms as i64).await?;
+        let renewed = self
+            .statements
+            .renew(self.connection(), &self.namespace, &claim.keys, &claim.token, lease_ms as i64, self.lock_timeout_ms())
+            .await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
@@ -221,8 +224,17 @@ impl Store for PostgresStore {
     /// the outcome stays unknown). Not after a timeout: the first attempt
     /// may still be on its way, and a retry would wait behind it.
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let give_back =
-            |retry| self.statements.give_back(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel, retry);
+        let give_back = |retry| {
+            self.statements.give_back(
+                self.connection(),
+                &self.namespace,
+                &claim.keys,
+                &claim.token,
+                &self.channel,
+                retry,
+                self.lock_timeout_ms(),
+            )
+        };
         let (released, first_attempt_lost) = match give_back(false).await {
             Ok(released) => (released, None),
             Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
@@ -282,7 +294,10 @@ impl Store for PostgresStore {
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
-        let _ = self.statements.withdraw(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel).await;
+        let _ = self
+            .statements
+            .withdraw(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel, self.lock_timeout_ms())
+            .await;
     }
 
     /// A grant is as durable as the server's commit (`synchronous_commit`,
