@@ -101,16 +101,19 @@ impl PostgresStore {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let _ensuring = self.ensuring.lock().await;
-        if self.ready.load(Ordering::Acquire) {
-            return Ok(());
-        }
+        // Checked by each caller at once (not one after the other behind
+        // the creators' mutex: with the server unreachable, the k-th would
+        // fail after k connect timeouts); only creating is serialised.
         let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
         let column = |at| rows.first().and_then(|row| row.try_get::<_, Option<bool>>(at).ok().flatten()).unwrap_or(false);
         if column(1) {
             return Err(self.newer_installed());
         }
         if !column(0) {
+            let _ensuring = self.ensuring.lock().await;
+            if self.ready.load(Ordering::Acquire) {
+                return Ok(());
+            }
             let sql = self.table.create_sql();
             if !self.auto_create {
                 return Err(Failure::Denied(Arc::new(Refusal {

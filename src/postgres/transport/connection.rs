@@ -7,7 +7,7 @@
 //! so a pooler in transaction mode has no named statement to lose and no
 //! session state to carry.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,6 +30,12 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 struct Slot {
     client: Mutex<Option<Arc<Client>>>,
     connecting: tokio::sync::Mutex<()>,
+    /// Connect attempts finished, and the last one's failure: a task that
+    /// waited behind an attempt that failed takes its failure rather than
+    /// trying again (with the server unreachable, the k-th of many waited
+    /// k connect timeouts).
+    attempts: AtomicU64,
+    failure: Mutex<Option<Failure>>,
 }
 
 /// What `status()` reports of the connection.
@@ -165,11 +171,21 @@ impl PgConnection {
         if let Some(client) = current() {
             return Ok(client);
         }
+        let seen = slot.attempts.load(Ordering::Acquire);
         let _connecting = slot.connecting.lock().await;
         if let Some(client) = current() {
             return Ok(client);
         }
-        let (client, connection) = match self.connect(false).await {
+        let failure = || slot.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.attempts.load(Ordering::Acquire) != seen {
+            if let Some(failure) = failure().clone() {
+                return Err(failure);
+            }
+        }
+        let outcome = self.connect(false).await;
+        *failure() = outcome.as_ref().err().cloned();
+        slot.attempts.fetch_add(1, Ordering::AcqRel);
+        let (client, connection) = match outcome {
             Ok(pair) => pair,
             Err(failure) => {
                 self.failed(&failure);
