@@ -47,6 +47,15 @@ pub(crate) struct HandOverReply {
     pub taken: Vec<Taken<()>>,
 }
 
+/// The rows of one owner token that a renewal, a give-back or a withdrawal
+/// changes, and how long it waits for their keys' row locks.
+pub(crate) struct Owner<'a> {
+    pub namespace: &'a str,
+    pub keys: &'a [String],
+    pub token: &'a str,
+    pub lock_timeout_ms: i64,
+}
+
 /// One request's arguments to `take`.
 pub(crate) struct TakeArgs<'a> {
     pub namespace: &'a str,
@@ -134,21 +143,13 @@ impl Statements {
     }
 
     /// Extends the token's live holder rows: how many.
-    pub async fn renew(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        lease_ms: i64,
-        lock_timeout_ms: i64,
-    ) -> Result<i32, Failure> {
+    pub async fn renew(&self, connection: &PgConnection, owner: &Owner<'_>, lease_ms: i64) -> Result<i32, Failure> {
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
-            (&namespace, Type::TEXT),
-            (&keys, Type::TEXT_ARRAY),
-            (&token, Type::TEXT),
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
             (&lease_ms, Type::INT8),
-            (&lock_timeout_ms, Type::INT8),
+            (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.renew, &params).await?)
     }
@@ -156,43 +157,26 @@ impl Statements {
     /// Gives back the token's keys, announcing them on `channel`: how many
     /// were still held; on a `retry` of a give-back whose answer was lost,
     /// how many are given back by this token, by either attempt.
-    pub async fn give_back(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        channel: &str,
-        retry: bool,
-        lock_timeout_ms: i64,
-    ) -> Result<i32, Failure> {
+    pub async fn give_back(&self, connection: &PgConnection, owner: &Owner<'_>, channel: &str, retry: bool) -> Result<i32, Failure> {
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
-            (&namespace, Type::TEXT),
-            (&keys, Type::TEXT_ARRAY),
-            (&token, Type::TEXT),
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
             (&channel, Type::TEXT),
             (&retry, Type::BOOL),
-            (&lock_timeout_ms, Type::INT8),
+            (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.give_back, &params).await?)
     }
 
     /// Takes back the token's waiting marks.
-    pub async fn withdraw(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        channel: &str,
-        lock_timeout_ms: i64,
-    ) -> Result<i32, Failure> {
+    pub async fn withdraw(&self, connection: &PgConnection, owner: &Owner<'_>, channel: &str) -> Result<i32, Failure> {
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
-            (&namespace, Type::TEXT),
-            (&keys, Type::TEXT_ARRAY),
-            (&token, Type::TEXT),
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
             (&channel, Type::TEXT),
-            (&lock_timeout_ms, Type::INT8),
+            (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.withdraw, &params).await?)
     }

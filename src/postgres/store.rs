@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
-use super::sql::{HandOverArgs, Statements, TakeArgs};
+use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
@@ -146,6 +146,11 @@ impl PostgresStore {
         }))
     }
 
+    /// The rows `claim`'s token owns in this backend's namespace.
+    fn owner<'a>(&'a self, claim: &'a Claim) -> Owner<'a> {
+        Owner { namespace: &self.namespace, keys: &claim.keys, token: &claim.token, lock_timeout_ms: self.lock_timeout_ms() }
+    }
+
     /// Row-lock waits end at three quarters of `commandTimeoutMs`: a
     /// statement stalled behind another session's row lock is then refused
     /// by the server (nothing done, `PROVIDER_FAILED`) before the driver
@@ -208,10 +213,7 @@ impl Store for PostgresStore {
     }
 
     async fn extend(&self, claim: &Claim, lease_ms: u64) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self
-            .statements
-            .renew(self.connection(), &self.namespace, &claim.keys, &claim.token, lease_ms as i64, self.lock_timeout_ms())
-            .await?;
+        let renewed = self.statements.renew(self.connection(), &self.owner(claim), lease_ms as i64).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
@@ -227,17 +229,8 @@ impl Store for PostgresStore {
     /// the outcome stays unknown). Not after a timeout: the first attempt
     /// may still be on its way, and a retry would wait behind it.
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let give_back = |retry| {
-            self.statements.give_back(
-                self.connection(),
-                &self.namespace,
-                &claim.keys,
-                &claim.token,
-                &self.channel,
-                retry,
-                self.lock_timeout_ms(),
-            )
-        };
+        let owner = self.owner(claim);
+        let give_back = |retry| self.statements.give_back(self.connection(), &owner, &self.channel, retry);
         let (released, first_attempt_lost) = match give_back(false).await {
             Ok(released) => (released, None),
             Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
@@ -297,10 +290,7 @@ impl Store for PostgresStore {
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
-        let _ = self
-            .statements
-            .withdraw(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel, self.lock_timeout_ms())
-            .await;
+        let _ = self.statements.withdraw(self.connection(), &self.owner(claim), &self.channel).await;
     }
 
     /// A grant is as durable as the server's commit (`synchronous_commit`,
