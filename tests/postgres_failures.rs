@@ -146,3 +146,46 @@ fn a_release_whose_connection_is_cut_before_it_ran_is_retried_and_releases() {
     assert_eq!(last_error, Some(ErrorCode::OutcomeUnknown), "the first attempt's answer was lost");
     assert!(released.expect("the retry releases the lease"));
 }
+
+/// A server that takes connections and never answers: each connect of the
+/// driver runs out its `connectTimeoutMs`. Concurrent acquires share the
+/// failure of the attempt they waited behind instead of each trying again
+/// in turn (the k-th of 20 failed after about k / poolSize connect timeouts):
+/// the listener sees at most one attempt per pooled client.
+#[test]
+fn concurrent_acquires_share_one_failed_connect_per_pooled_client() {
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+    }
+    let schema = Schema::fresh();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/test?sslmode=disable");
+    // The listener on the real server: only statements meet the silent one.
+    let connection = format!("        connectTimeoutMs: 300\n        poolSize: 2\n        listenUrl: '{}'\n", postgres::url());
+    let provider = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", &connection)).unwrap();
+    let acquires: Vec<_> = (0..20)
+        .map(|n| {
+            let backend = backend(&provider);
+            std::thread::spawn(move || block_on(backend.acquire(&format!("k{n}"), wait(0))).map(|_| ()))
+        })
+        .collect();
+    for acquire in acquires {
+        assert_eq!(acquire.join().unwrap().unwrap_err().code(), ErrorCode::ProviderFailed);
+    }
+    let attempts = accepted.load(Ordering::SeqCst);
+    assert!(attempts <= 2, "{attempts} connect attempts for 20 acquires on a pool of 2");
+    block_on(provider.close());
+}

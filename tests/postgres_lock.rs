@@ -92,6 +92,31 @@ fn fences_keep_rising_after_the_key_rows_are_cleaned_up() {
 }
 
 #[test]
+fn keys_held_past_their_retention_do_not_stop_other_keys_rows_from_going() {
+    let schema = Schema::fresh();
+    let provider = schema.open("        fenceRetentionMs: 1000\n");
+    let backend = backend(&provider);
+    // Held first, so their rows are the oldest past retention.
+    let held: Vec<_> = (0..5).map(|n| block_on(backend.acquire(&format!("held{n}"), wait(0))).unwrap()).collect();
+    for n in 0..20 {
+        assert!(block_on(block_on(backend.acquire(&format!("cycled{n}"), wait(0))).unwrap().release()).unwrap());
+    }
+    eventually("every row is past its retention", || {
+        count(&format!("SELECT count(*) FROM {} WHERE fence_until >= clock_timestamp()", schema.table(""))) == 0
+    });
+    // Each release deletes up to four rows: ten are room for the twenty.
+    for _ in 0..10 {
+        assert!(block_on(block_on(backend.acquire("trigger", wait(0))).unwrap().release()).unwrap());
+    }
+    let left = |like: &str| count(&format!("SELECT count(*) FROM {} WHERE key LIKE '{like}'", schema.table("")));
+    assert_eq!((left("cycled%"), left("held%")), (0, 5));
+    for lease in held {
+        assert!(block_on(lease.release()).unwrap());
+    }
+    block_on(provider.close());
+}
+
+#[test]
 fn a_wait_that_times_out_or_is_aborted_leaves_nothing_behind() {
     let schema = Schema::fresh();
     let (a, b) = (schema.open(""), schema.open(""));
@@ -329,6 +354,25 @@ fn functions_of_an_older_version_are_replaced_on_first_use() {
     let provider = schema.open("");
     let lease = block_on(backend(&provider).acquire("k", wait(0))).expect("the current functions are back");
     assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+#[test]
+fn functions_of_a_newer_version_are_never_replaced_by_an_older_driver() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(backend(&provider).acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(provider.close());
+    // As a newer driver left it.
+    let take = schema.table("_take");
+    batch(&format!("COMMENT ON FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint) IS 'dokebi-lock functions 99'"));
+    let provider = schema.open("");
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("newer"), "{err}");
+    assert!(err.fix().contains("Upgrade"), "{}", err.fix());
+    let comment: String = rows(&format!("SELECT obj_description('{take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint)'::regprocedure, 'pg_proc')"))[0].get(0);
+    assert_eq!(comment, "dokebi-lock functions 99", "the newer functions stay");
     block_on(provider.close());
 }
 

@@ -150,3 +150,92 @@ fn behind_a_pooler_without_a_direct_listener_waiters_are_served_by_polling() {
     block_on(a.close());
     block_on(b.close());
 }
+
+/// Through a pooler with no `listenUrl`, `LISTEN` runs on a server
+/// connection the pooler lends to other clients next: notifications are
+/// lost. The listener hears its own probe `NOTIFY` or reports that it does
+/// not listen, and waiters poll at `pollIntervalMs`.
+#[test]
+fn behind_a_pooler_without_a_direct_listener_status_says_not_listening_and_waiters_poll() {
+    let bouncer = Bouncer::start("not-listening");
+    let schema = Schema::fresh();
+    // A waiter that believed it listens would retry only after 600 s.
+    let lines = "        notifyPollIntervalMs: 600000\n        pollIntervalMs: 50\n";
+    let provider = through(&bouncer, &schema, lines, None);
+    let holder = schema.open("");
+    let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
+    // Long enough for the listener to connect and probe (it claimed to
+    // listen within milliseconds before it probed).
+    for _ in 0..200 {
+        if backend(&provider).status().postgres.unwrap().listening {
+            break;
+        }
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let waiter = {
+        let waiting = backend(&provider);
+        thread::spawn(move || block_on(waiting.acquire("k", wait(20_000))).map(|lease| lease.fence()))
+    };
+    eventually("the waiter waits", || postgres::counts(&backend(&provider)).waiting == 1);
+    assert!(block_on(held.release()).unwrap());
+    assert!(waiter.join().unwrap().expect("granted by a poll") > held.fence());
+    assert!(!backend(&provider).status().postgres.unwrap().listening, "status says listening through the pooler");
+    block_on(provider.close());
+    block_on(holder.close());
+}
+
+/// Another client of the pooler turned `synchronous_commit` off on the one
+/// server connection: a grant through it still commits as the server says.
+#[test]
+fn a_setting_another_client_of_the_pooler_left_does_not_weaken_a_grant() {
+    let bouncer = Bouncer::start("leaked-settings");
+    let schema = Schema::fresh();
+    let provider = through(&bouncer, &schema, "", Some(&postgres::url()));
+    // The tables, then a trigger that records the setting each grant
+    // commits with (a deferred constraint trigger runs at the commit).
+    assert!(block_on(block_on(backend(&provider).acquire("first", wait(0))).unwrap().release()).unwrap());
+    batch(&format!(
+        "CREATE TABLE {s}.seen (setting text);
+         CREATE FUNCTION {s}.record() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN INSERT INTO {s}.seen VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER record AFTER UPDATE OR INSERT ON {holders} DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW WHEN (NEW.expires_at > 'epoch') EXECUTE FUNCTION {s}.record();",
+        s = schema.0,
+        holders = schema.table("_holders"),
+    ));
+    postgres::batch_on(&bouncer.url(), "SET synchronous_commit = off");
+    assert_eq!(
+        postgres::count_on(&bouncer.url(), "SELECT count(*) FROM pg_settings WHERE name = 'synchronous_commit' AND setting = 'off'"),
+        1
+    );
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+    assert!(block_on(lease.renew()).unwrap());
+    let seen: Vec<String> = postgres::rows(&format!("SELECT setting FROM {}.seen", schema.0)).iter().map(|row| row.get(0)).collect();
+    assert_eq!(seen, ["on", "on"], "the grant, then the renewal");
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+}
+
+/// Another client of the pooler left `default_transaction_isolation` at
+/// REPEATABLE READ on the one server connection: the functions, which rely
+/// on each statement seeing what committed before it, refuse the call with
+/// the setting named rather than run on one snapshot.
+#[test]
+fn an_isolation_another_client_of_the_pooler_left_is_refused_by_name() {
+    let bouncer = Bouncer::start("leaked-isolation");
+    let schema = Schema::fresh();
+    let provider = through(&bouncer, &schema, "", Some(&postgres::url()));
+    assert!(block_on(block_on(backend(&provider).acquire("first", wait(0))).unwrap().release()).unwrap());
+    postgres::batch_on(&bouncer.url(), "SET default_transaction_isolation = 'repeatable read'");
+    let err = block_on(backend(&provider).acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let mut chain = format!("{err}");
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        chain += &format!(" / {cause:?}");
+        source = cause.source();
+    }
+    assert!(chain.contains("READ COMMITTED"), "{chain}");
+    postgres::batch_on(&bouncer.url(), "RESET default_transaction_isolation");
+    block_on(provider.close());
+}

@@ -185,3 +185,153 @@ mod channel_binding {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// libpq uses no TLS on a Unix-domain socket (the server refuses it there),
+/// whatever `sslmode` asks.
+#[test]
+fn a_unix_domain_socket_connects_in_the_clear() {
+    let schema = Schema::fresh();
+    // The socket of the machine's PostgreSQL (Debian's directory).
+    let socket = "%2Fvar%2Frun%2Fpostgresql";
+    for mode in ["prefer", "disable", "require"] {
+        let application = format!("dl_unix_{mode}");
+        let url = format!("postgres://postgres@/test?host={socket}&application_name={application}&sslmode={mode}");
+        let provider = open(&schema, &url);
+        assert_eq!(encrypted_sessions(&provider, &application), 0, "sslmode={mode}");
+        let local = count(&format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND client_port = -1"));
+        assert!(local >= 1, "sslmode={mode}: the sessions came through the socket");
+        block_on(provider.close());
+    }
+}
+
+/// Takes and gives back a key through a provider on `url`: how many of the
+/// server's sessions named `application` were encrypted, or why it failed
+/// (when the provider is opened or at the acquire).
+fn outcome(schema: &Schema, url: &str, application: &str) -> Result<i64, dokebi_lock::LockError> {
+    let provider = Provider::from_yaml(&postgres::yaml_on(url, &schema.0, "", ""))?;
+    let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| {
+        let encrypted = count(&format!(
+            "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND application_name = '{application}'"
+        ));
+        assert!(block_on(lease.release()).unwrap());
+        encrypted
+    });
+    block_on(provider.close());
+    taken
+}
+
+/// libpq 16's table of `sslmode` and `sslrootcert`, row by row, against the
+/// machine's PostgreSQL (TLS offered, clear connections taken, the
+/// snakeoil certificate self-signed for `localhost`).
+#[test]
+fn sslmode_and_sslrootcert_behave_as_libpq_16_row_by_row() {
+    let schema = Schema::fresh();
+    assert!(
+        !std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(".postgresql/root.crt").exists(),
+        "the rows below assume no ~/.postgresql/root.crt"
+    );
+    const ISRG: &str = "/etc/ssl/certs/ISRG_Root_X1.pem";
+    #[derive(Debug, PartialEq)]
+    enum Expect {
+        Clear,
+        Encrypted,
+        /// Refused, with these words in the message.
+        Refused(&'static str),
+    }
+    use Expect::*;
+    let rows: &[(&str, &str, &str, Expect)] = &[
+        ("disable", "", "127.0.0.1", Clear),
+        ("allow", "", "127.0.0.1", Clear),
+        ("prefer", "", "127.0.0.1", Encrypted),
+        ("require", "", "127.0.0.1", Encrypted),
+        ("verify-ca", "", "127.0.0.1", Refused("root.crt")),
+        ("verify-full", "", "localhost", Refused("root.crt")),
+        // With authorities every mode with TLS checks the chain (not the name).
+        ("prefer", SNAKEOIL, "127.0.0.1", Encrypted),
+        ("require", SNAKEOIL, "127.0.0.1", Encrypted),
+        ("verify-ca", SNAKEOIL, "127.0.0.1", Encrypted),
+        ("verify-full", SNAKEOIL, "127.0.0.1", Refused("certificate")),
+        ("verify-full", SNAKEOIL, "localhost", Encrypted),
+        ("prefer", ISRG, "127.0.0.1", Refused("certificate")),
+        ("require", ISRG, "127.0.0.1", Refused("certificate")),
+        ("verify-ca", ISRG, "127.0.0.1", Refused("certificate")),
+        // sslrootcert=system: verify-full, and nothing weaker (Debian's
+        // system store, /etc/ssl/certs, holds the snakeoil certificate).
+        ("", "system", "localhost", Encrypted),
+        ("", "system", "127.0.0.1", Refused("certificate")),
+        ("verify-full", "system", "localhost", Encrypted),
+        ("disable", "system", "localhost", Refused("verify-full")),
+        ("allow", "system", "localhost", Refused("verify-full")),
+        ("prefer", "system", "localhost", Refused("verify-full")),
+        ("require", "system", "localhost", Refused("verify-full")),
+        ("verify-ca", "system", "localhost", Refused("verify-full")),
+    ];
+    for (at, (mode, root, host, expect)) in rows.iter().enumerate() {
+        let application = format!("dl_row_{at}");
+        let mut url = format!("postgres://postgres@{host}:5432/test?hostaddr=127.0.0.1&application_name={application}");
+        if !mode.is_empty() {
+            url += &format!("&sslmode={mode}");
+        }
+        if !root.is_empty() {
+            url += &format!("&sslrootcert={root}");
+        }
+        let row = format!("sslmode={mode:?} sslrootcert={root:?} host={host}");
+        match (outcome(&schema, &url, &application), expect) {
+            (Ok(0), Clear) => {}
+            (Ok(n), Encrypted) if n > 0 => {}
+            (Err(err), Refused(words)) => {
+                assert_eq!(err.code(), ErrorCode::ProviderFailed, "{row}: {err}");
+                assert!(format!("{err} {}", err.fix()).contains(words), "{row}: {err} / {}", err.fix());
+            }
+            (got, _) => panic!("{row}: expected {expect:?}, got {got:?}"),
+        }
+    }
+}
+
+/// sslrootcert=system alone is verify-full: a server without TLS is refused,
+/// not used in the clear.
+#[test]
+fn sslrootcert_system_alone_refuses_a_server_without_tls() {
+    let server = server::PrivateServer::start("no-tls", &[]);
+    let url = format!("postgres://postgres@localhost:{}/postgres?hostaddr=127.0.0.1&sslrootcert=system", server.port());
+    let err = take_once(&url, "dl_system").unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    // The same server in the clear, as a check that it is up.
+    take_once(&format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable", server.port()), "dl_system").unwrap();
+}
+
+/// sslmode=allow: in the clear first, then TLS when the server takes only TLS.
+#[test]
+fn allow_uses_tls_when_the_server_refuses_the_clear() {
+    let dir = std::env::temp_dir().join(format!("dokebi-lock-allow-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    pki::openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-sha256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-newkey",
+            "rsa:2048",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.pem",
+        ],
+    );
+    let mut server = server::PrivateServer::start("allow", &[]);
+    postgres::batch_on(&server.url(), "ALTER ROLE postgres PASSWORD 'allow-7431'");
+    server.require_scram_over_tls(&dir);
+    take_once(&format!("postgres://postgres:allow-7431@127.0.0.1:{}/postgres?sslmode=allow", server.port()), "dl_allow")
+        .expect("the second try, with TLS, logs in");
+    let err =
+        take_once(&format!("postgres://postgres:allow-7431@127.0.0.1:{}/postgres?sslmode=disable", server.port()), "dl_allow").unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -6,8 +6,11 @@
 //! [`super::store::queue_name`]), and wakes this process's head waiter of
 //! it; an empty one wakes every waiter.
 //!
-//! While the listener is down, [`run`] reconnects with a capped backoff and
-//! waiters poll at `pollIntervalMs`. A connection that died without a word
+//! A listener counts as up (`status().postgres.listening`) once it heard a
+//! `NOTIFY` of its own sent through `url`: through a pooler in transaction
+//! mode LISTEN runs on a server connection lent to others next, and hears
+//! nothing. While the listener is down, [`run`] reconnects with a capped
+//! backoff (30 s when it heard nothing) and waiters poll at `pollIntervalMs`. A connection that died without a word
 //! (no reset from a dead host) is found by a probe every few seconds.
 
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use std::time::Duration;
 
 use futures_util::stream::StreamExt;
 use tokio::sync::mpsc;
+use tokio_postgres::types::Type;
 use tokio_postgres::AsyncMessage;
 
 use super::store::{queue_name, Shared};
@@ -22,6 +26,42 @@ use super::transport::{RETRY_MAX, RETRY_MIN};
 
 /// How often an idle listener checks that its connection still answers.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a listener that did not hear its own probe waits before it
+/// tries again.
+const UNHEARD_RETRY: Duration = Duration::from_secs(30);
+
+/// Sends a `NOTIFY` on `channel` through the statement pool (`url`) and
+/// waits up to `bound` to hear it on the listener: true when it came, so
+/// that `status()` says listening only when releases reach this process;
+/// `None` when the probe could not be sent. Notifications heard meanwhile
+/// wake their waiters as usual. The payload starts with no digit, so no
+/// listener takes it for a released key.
+async fn hears_itself(
+    shared: &Shared,
+    channel: &str,
+    notifications: &mut mpsc::UnboundedReceiver<String>,
+    bound: Duration,
+) -> Option<bool> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let payload = format!("probe:{}:{nanos}", std::process::id());
+    let sent =
+        shared.connection.query("SELECT pg_catalog.pg_notify($1, $2)", &[(&channel, Type::TEXT), (&payload.as_str(), Type::TEXT)]).await;
+    if sent.is_err() {
+        return None;
+    }
+    let heard = async {
+        while let Some(name) = notifications.recv().await {
+            match name {
+                name if name == payload => return true,
+                name if name.is_empty() => shared.waiters.wake_all(),
+                name => shared.waiters.wake(&name),
+            }
+        }
+        false
+    };
+    Some(tokio::time::timeout(bound, heard).await.unwrap_or(false))
+}
 
 /// Keeps the listener alive until the connection shuts down.
 pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
@@ -47,7 +87,27 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                 }
             });
             let bound = connection.command_timeout();
-            if let Ok(Ok(())) = tokio::time::timeout(bound, client.batch_execute(&listen)).await {
+            let mut listening = matches!(tokio::time::timeout(bound, client.batch_execute(&listen)).await, Ok(Ok(())));
+            if listening {
+                match hears_itself(&shared, &channels[0], &mut notifications, bound).await {
+                    Some(true) => {}
+                    // The probe could not be sent: try again as after any failure.
+                    None => listening = false,
+                    Some(false) => {
+                        // A pooler in transaction mode ran LISTEN on a server
+                        // connection it lends to others: nothing will come.
+                        // Waiters poll; try again (the pooler may be gone)
+                        // much later.
+                        pump.abort();
+                        tokio::select! {
+                            _ = tokio::time::sleep(UNHEARD_RETRY) => {}
+                            _ = stopped.changed() => return,
+                        }
+                        continue;
+                    }
+                }
+            }
+            if listening {
                 retry = RETRY_MIN;
                 connection.set_listening(true);
                 // Releases may have happened while we were not listening.

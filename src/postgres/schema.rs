@@ -53,9 +53,18 @@ impl Table {
         format!("{}.{}", self.schema, self.table)
     }
 
-    /// The channel releases are announced on: one per table.
+    /// The channel releases are announced on: one per table, `schema.table`
+    /// when that fits in an identifier (63 bytes: PostgreSQL refuses a
+    /// longer channel in NOTIFY and cuts it short in LISTEN), else a digest
+    /// of it, which every process computes the same.
     pub fn channel(&self) -> String {
-        self.display()
+        let name = self.display();
+        if name.len() <= MAX_IDENTIFIER_BYTES {
+            return name;
+        }
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(name.as_bytes());
+        format!("dokebi_lock_{}", digest[..16].iter().map(|byte| format!("{byte:02x}")).collect::<String>())
     }
 
     /// Everything the driver needs, idempotent: what `autoCreate` runs and
@@ -67,7 +76,8 @@ impl Table {
         sql += &TABLES
             .replace("{keys}", &self.name(""))
             .replace("{holders}", &self.name("_holders"))
-            .replace("{waiting}", &self.name("_waiting"));
+            .replace("{waiting}", &self.name("_waiting"))
+            .replace("{fence_index}", &quote(&format!("{}_fence_until", self.table)));
         sql += &self.functions();
         sql += &format!("COMMENT ON FUNCTION {}({TAKE_ARGUMENTS}) IS '{VERSION}';\n", self.name("_take"));
         sql
@@ -84,12 +94,25 @@ impl Table {
             .replace("{withdraw}", &self.name("_withdraw"))
             .replace("{hand_over}", &self.name("_hand_over"))
             .replace("{lock_keys}", &self.name("_lock_keys"))
+            .replace("{read_committed}", READ_COMMITTED)
+            .replace("{durable}", DURABLE)
+            .replace("{lock_timeout}", LOCK_TIMEOUT)
     }
 
     /// The statement that answers true when every table and function is
     /// there (with `autoCreate: false`, before the first operation).
     pub fn check_sql(&self) -> String {
-        format!("SELECT {}", self.present())
+        format!("SELECT {}, {}", self.present(), self.newer())
+    }
+
+    /// True when the installed functions are of a newer version than this
+    /// driver's: they are never replaced by older ones.
+    fn newer(&self) -> String {
+        format!(
+            "coalesce(substring(obj_description(to_regprocedure('{}({TAKE_ARGUMENTS})'), 'pg_proc') from '^dokebi-lock functions ([0-9]+)$')::integer > {}, false)",
+            self.name("_take"),
+            VERSION.rsplit(' ').next().unwrap_or("0")
+        )
     }
 
     /// [`Self::create_sql`] for a driver that found the tables missing, run
@@ -102,8 +125,10 @@ impl Table {
     /// a busy server) while a late creator replaced functions in use.
     pub fn create_once_sql(&self, lock: i64) -> String {
         format!(
-            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; END $created$;\n{}",
+            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; \
+             IF {} THEN RAISE EXCEPTION 'newer functions installed meanwhile' USING ERRCODE = '{NEWER_INSTALLED}'; END IF; END $created$;\n{}",
             self.present(),
+            self.newer(),
             self.create_sql()
         )
     }
@@ -121,9 +146,9 @@ impl Table {
             self.name("_holders"),
             self.name("_waiting"),
             procedure("_take", TAKE_ARGUMENTS),
-            procedure("_renew", "text, text[], text, bigint"),
-            procedure("_give_back", "text, text[], text, text, boolean"),
-            procedure("_withdraw", "text, text[], text, text"),
+            procedure("_renew", "text, text[], text, bigint, bigint"),
+            procedure("_give_back", "text, text[], text, text, boolean, bigint"),
+            procedure("_withdraw", "text, text[], text, text, bigint"),
             procedure("_lock_keys", "text, text[]"),
             procedure(
                 "_hand_over",
@@ -132,6 +157,13 @@ impl Table {
         )
     }
 }
+
+/// The SQLSTATE of [`Table::create_once_sql`] finding functions of a newer
+/// driver installed by another process meanwhile.
+pub const NEWER_INSTALLED: &str = "DL002";
+
+/// The longest identifier PostgreSQL keeps whole (`NAMEDATALEN - 1`).
+const MAX_IDENTIFIER_BYTES: usize = 63;
 
 /// The SQLSTATE of [`Table::create_once_sql`] finding the tables created
 /// by another process meanwhile (class `DL`, not one of PostgreSQL's).
@@ -142,9 +174,15 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// a signature or of parameter names needs a `DROP FUNCTION` first). 5: the
 /// holders and waiting tables keyed by slot (migrated in [`TABLES`]),
 /// `give_back` with `p_retry` (the four-argument one stays for drivers of
-/// 4). 6: `hand_over` takes each request's `leaseMs` and `fenceRetentionMs`
-/// (`p_lease_ms` and `p_retention_ms` are arrays; the one of 5, with one of
-/// each for every request, stays for drivers of 5).
+/// 4).
+/// 6: `renew` locks its key rows, the clean-up checks its candidates again
+/// once they are locked and passes held ones over, every function pins its
+/// `search_path` and checks the isolation, a session's `synchronous_commit` cannot weaken a grant;
+/// `renew`, `give_back` and `withdraw` take `p_lock_timeout_ms` (the older
+/// signatures stay, for `hand_over` and older drivers); `hand_over` takes
+/// each request's `leaseMs` and `fenceRetentionMs` (`p_lease_ms` and
+/// `p_retention_ms` are arrays; the one of 5, with one of each for every
+/// request, stays for drivers of 5).
 const VERSION: &str = "dokebi-lock functions 6";
 
 /// The argument types of the take function (its signature).
@@ -165,7 +203,17 @@ CREATE TABLE IF NOT EXISTS {keys} (
   fence_until timestamptz NOT NULL,
   PRIMARY KEY (namespace, key)
 ) WITH (fillfactor = 70);
-CREATE INDEX IF NOT EXISTS dokebi_fence_until ON {keys} (fence_until);
+DO $index$
+BEGIN
+  -- Named after the table (functions 5 and older named it
+  -- dokebi_fence_until, one name per schema, so a second table in the
+  -- schema had none): created unless the table has one on fence_until.
+  IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                 WHERE i.indrelid = '{keys}'::regclass AND i.indnatts = 1 AND a.attname = 'fence_until') THEN
+    CREATE INDEX {fence_index} ON {keys} (fence_until);
+  END IF;
+END
+$index$;
 CREATE TABLE IF NOT EXISTS {holders} (
   namespace text COLLATE "C" NOT NULL,
   key text COLLATE "C" NOT NULL,
@@ -224,6 +272,34 @@ END
 $migrate$;
 "#;
 
+/// What the functions rely on of the transaction they run in, checked at
+/// their start: each statement sees what committed before it (READ
+/// COMMITTED), so a statement run after a key's row lock was taken sees
+/// every change made under it. A session's default isolation cannot be
+/// changed inside the transaction (a pooler's other client may have set
+/// it): the call is refused, naming the setting.
+const READ_COMMITTED: &str = "IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'dokebi-lock: the lock functions run only in READ COMMITTED transactions, not %', current_setting('transaction_isolation')
+      USING ERRCODE = '55000', HINT = 'Reset default_transaction_isolation for the role or the sessions the lock driver uses.';
+  END IF;";
+
+/// A grant or a renewal commits at least as durably as the server, the
+/// database or the role says (`reset_val`), whatever a session `SET` in
+/// `synchronous_commit` (a pooler's other client may have turned it off on
+/// the server connection the call runs on). Looked up only when the
+/// session's is weaker than `on`.
+const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+    PERFORM set_config('synchronous_commit', s.reset_val, true) FROM pg_settings s WHERE s.name = 'synchronous_commit';
+  END IF;";
+
+/// Row-lock waits of a renewal, a release or a withdrawal end at
+/// `p_lock_timeout_ms` (for the transaction), as a take's: the server then
+/// refuses the call (nothing done) before the driver stops waiting for it.
+/// NULL (hand_over, older drivers) leaves the caller's.
+const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  END IF;";
+
 /// The operations. Every time is the server's `clock_timestamp()`.
 ///
 /// Plans: every function runs its statements with generic plans
@@ -238,9 +314,9 @@ $migrate$;
 /// postgres driver").
 ///
 /// Durability: a grant (and a renewal) commits as the server's
-/// `synchronous_commit` says (on by default: the grant is on disk, or on
-/// the synchronous standbys, before the caller hears of it, so a crash
-/// loses no lease a caller holds). Everything a crash may lose without
+/// `synchronous_commit` says, never weaker for a session's `SET` (see [`DURABLE`]: the
+/// grant is on disk, or on the synchronous standbys, before the caller
+/// hears of it, so a crash loses no lease a caller holds). Everything a crash may lose without
 /// harm commits with `synchronous_commit = off` for its transaction only:
 /// a release or withdrawal (lost, the key stays held or waited for until
 /// its lease or mark lapses) and a refused try (its row locks and marks).
@@ -269,7 +345,10 @@ $migrate$;
 /// with a new fence. Row locks wait at most
 /// `lock_timeout_ms` (`lock_timeout`, for this transaction only).
 ///
-/// `renew`: extends each live holder row of the token; answers how many.
+/// `renew`: locks each key's row (as every operation on a key, so a take
+/// or a clean-up that found the lease ended cannot overwrite a renewal
+/// committing meanwhile), then extends each holder row of the token still
+/// live on the clock after the wait; answers how many.
 ///
 /// `give_back`: frees the token's live holder rows, keeping the token and
 /// setting the expiry to `-infinity`, which nothing else writes there
@@ -277,7 +356,13 @@ $migrate$;
 /// was lost, how many rows this token freed, by either attempt), announces
 /// each freed key that someone waits for on `channel` (payload: `<bytes of namespace>:<namespace><key>`, empty when
 /// too long for NOTIFY: every waiter then retries), and deletes up to four
-/// key rows whose retention passed and that nothing holds or waits for.
+/// key rows whose retention passed and that nothing holds or waits for
+/// (checked again once their rows are locked).
+///
+/// Every function runs with `search_path = pg_catalog, pg_temp` (a
+/// session's own functions or operators never stand in for built-ins; the
+/// tables are named with their schema) and in READ COMMITTED only
+/// ([`READ_COMMITTED`]).
 ///
 /// `withdraw`: frees the token's live marks, announcing the keys others still
 /// wait for (they may have waited behind this one).
@@ -295,11 +380,12 @@ $migrate$;
 /// new; answers the sorted keys.
 const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
-RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
   k text;
 BEGIN
+  {read_committed}
   FOREACH k IN ARRAY sorted LOOP
     LOOP
       PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
@@ -314,7 +400,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
   p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
-RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   clock_us bigint := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
@@ -405,6 +491,7 @@ BEGIN
   ELSE
     place := 0;
   END IF;
+  {durable}
   -- fence_until only moves forward, a retention bucket at a time: a grant
   -- that leaves it as it was changes no indexed column, so the update is a
   -- HOT one (no new index entries, the old version pruned in place).
@@ -425,7 +512,7 @@ BEGIN
   )
   UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
     expires_at = now_ts + p_lease_ms * interval '1 millisecond'
-    FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot;
+    FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot AND (h.token = p_token OR h.expires_at <= now_ts);
   GET DIAGNOSTICS placed = ROW_COUNT;
   IF placed < cardinality(sorted) THEN
     INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at)
@@ -441,12 +528,21 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint, p_lock_timeout_ms bigint)
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  now_ts timestamptz := clock_timestamp();
+  now_ts timestamptz;
   renewed integer;
 BEGIN
+  {read_committed}
+  {durable}
+  {lock_timeout}
+  -- The key rows first, as every operation on a key: a take or a clean-up
+  -- that found the lease ended then either committed before (the token is
+  -- gone: nothing renewed) or waits for this commit and sees the renewal.
+  -- The expiry is checked on the clock after the wait.
+  PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
+  now_ts := clock_timestamp();
   UPDATE {holders} SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
     WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at > now_ts;
   GET DIAGNOSTICS renewed = ROW_COUNT;
@@ -454,14 +550,19 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean,
+  p_lock_timeout_ms bigint)
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   released integer;
   freed text[];
+  old_ns text[];
+  old_keys text[];
   cleaned integer;
 BEGIN
+  {read_committed}
+  {lock_timeout}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   -- A released row stays, free, with its token and the expiry -infinity,
@@ -484,8 +585,24 @@ BEGIN
   IF NOT FOUND THEN
     RETURN released;
   END IF;
+  -- Candidates: rows past their retention that look idle (a key held or
+  -- waited for past its retention is passed over, or four of them would stop
+  -- every other row from going), locked unless another operation has them.
+  SELECT array_agg(c.namespace), array_agg(c.key) INTO old_ns, old_keys FROM (
+    SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts
+      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
+      AND NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.namespace = r.namespace AND w.key = r.key AND w.lapses_at > now_ts)
+    ORDER BY r.fence_until LIMIT 4 FOR UPDATE OF r SKIP LOCKED
+  ) c;
+  IF old_keys IS NULL THEN
+    RETURN released;
+  END IF;
+  -- Checked again in a statement of its own, whose snapshot is taken with
+  -- the rows locked: it sees every renewal, grant and mark of these keys
+  -- (each is made under the key's row lock), which the statement above may
+  -- have read from before one committed.
   WITH old AS (
-    SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts ORDER BY r.fence_until LIMIT 4 FOR UPDATE SKIP LOCKED
+    SELECT * FROM unnest(old_ns, old_keys) AS o(namespace, key)
   ), idle AS (
     DELETE FROM {keys} r USING old WHERE r.namespace = old.namespace AND r.key = old.key
       AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
@@ -500,16 +617,24 @@ BEGIN
 END
 $fn$;
 
--- What drivers of functions 4 call.
+-- What hand_over and drivers of functions 4 and 5 call: the lock timeout
+-- is left as the caller set it.
+CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text, p_retry boolean)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT {give_back}(p_ns, p_keys, p_token, p_channel, p_retry, NULL) $fn$;
 CREATE OR REPLACE FUNCTION {give_back}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE sql AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false) $fn$;
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {give_back}(p_ns, p_keys, p_token, p_channel, false, NULL) $fn$;
+CREATE OR REPLACE FUNCTION {renew}(p_ns text, p_keys text[], p_token text, p_lease_ms bigint)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {renew}(p_ns, p_keys, p_token, p_lease_ms, NULL) $fn$;
 
-CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
-RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text, p_lock_timeout_ms bigint)
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
 BEGIN
+  {read_committed}
+  {lock_timeout}
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
@@ -523,12 +648,16 @@ BEGIN
 END
 $fn$;
 
+CREATE OR REPLACE FUNCTION {withdraw}(p_ns text, p_keys text[], p_token text, p_channel text)
+RETURNS integer LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$ SELECT {withdraw}(p_ns, p_keys, p_token, p_channel, NULL) $fn$;
+
 CREATE OR REPLACE FUNCTION {hand_over}(p_ns text, p_channel text, p_lease_ms bigint[], p_waiting_ms bigint, p_retention_ms bigint[],
   p_lock_timeout_ms bigint, p_released_keys text[], p_released_token text, p_tokens text[], p_shared boolean[], p_limits integer[],
   p_weights integer[], p_tickets bigint[], p_counts integer[], p_keys text[])
-RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  durability text := current_setting('synchronous_commit');
+  durability text := CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')
+    THEN (SELECT s.reset_val FROM pg_settings s WHERE s.name = 'synchronous_commit') ELSE current_setting('synchronous_commit') END;
   released integer := 0;
   reply bigint[];
   answers bigint[] := '{}';

@@ -48,6 +48,15 @@ pub(crate) struct HandOverReply {
     pub taken: Vec<Taken<()>>,
 }
 
+/// The rows of one owner token that a renewal, a give-back or a withdrawal
+/// changes, and how long it waits for their keys' row locks.
+pub(crate) struct Owner<'a> {
+    pub namespace: &'a str,
+    pub keys: &'a [String],
+    pub token: &'a str,
+    pub lock_timeout_ms: i64,
+}
+
 /// One request's arguments to `take`.
 pub(crate) struct TakeArgs<'a> {
     pub namespace: &'a str,
@@ -67,9 +76,9 @@ impl Statements {
     pub fn new(table: &Table) -> Statements {
         Statements {
             take: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", table.name("_take")),
-            renew: format!("SELECT {}($1, $2, $3, $4)", table.name("_renew")),
-            give_back: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_give_back")),
-            withdraw: format!("SELECT {}($1, $2, $3, $4)", table.name("_withdraw")),
+            renew: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_renew")),
+            give_back: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_give_back")),
+            withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
         }
     }
@@ -135,47 +144,41 @@ impl Statements {
     }
 
     /// Extends the token's live holder rows: how many.
-    pub async fn renew(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        lease_ms: i64,
-    ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&lease_ms, Type::INT8)];
+    pub async fn renew(&self, connection: &PgConnection, owner: &Owner<'_>, lease_ms: i64) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
+            (&lease_ms, Type::INT8),
+            (&owner.lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.renew, &params).await?)
     }
 
     /// Gives back the token's keys, announcing them on `channel`: how many
     /// were still held; on a `retry` of a give-back whose answer was lost,
     /// how many are given back by this token, by either attempt.
-    pub async fn give_back(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        channel: &str,
-        retry: bool,
-    ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 5] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT), (&retry, Type::BOOL)];
+    pub async fn give_back(&self, connection: &PgConnection, owner: &Owner<'_>, channel: &str, retry: bool) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
+            (&channel, Type::TEXT),
+            (&retry, Type::BOOL),
+            (&owner.lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.give_back, &params).await?)
     }
 
     /// Takes back the token's waiting marks.
-    pub async fn withdraw(
-        &self,
-        connection: &PgConnection,
-        namespace: &str,
-        keys: &[String],
-        token: &str,
-        channel: &str,
-    ) -> Result<i32, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&namespace, Type::TEXT), (&keys, Type::TEXT_ARRAY), (&token, Type::TEXT), (&channel, Type::TEXT)];
+    pub async fn withdraw(&self, connection: &PgConnection, owner: &Owner<'_>, channel: &str) -> Result<i32, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&owner.namespace, Type::TEXT),
+            (&owner.keys, Type::TEXT_ARRAY),
+            (&owner.token, Type::TEXT),
+            (&channel, Type::TEXT),
+            (&owner.lock_timeout_ms, Type::INT8),
+        ];
         single(connection.query(&self.withdraw, &params).await?)
     }
 }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::{Table, ALREADY_CREATED};
-use super::sql::{HandOverArgs, Statements, TakeArgs};
+use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
+use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
@@ -114,13 +114,19 @@ impl PostgresStore {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let _ensuring = self.ensuring.lock().await;
-        if self.ready.load(Ordering::Acquire) {
-            return Ok(());
-        }
+        // Checked by each caller at once (not one after the other behind
+        // the creators' mutex: with the server unreachable, the k-th would
+        // fail after k connect timeouts); only creating is serialised.
         let rows = self.connection().query(&self.table.check_sql(), &[]).await?;
-        let present = rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false);
-        if !present {
+        let column = |at| rows.first().and_then(|row| row.try_get::<_, Option<bool>>(at).ok().flatten()).unwrap_or(false);
+        if column(1) {
+            return Err(self.newer_installed());
+        }
+        if !column(0) {
+            let _ensuring = self.ensuring.lock().await;
+            if self.ready.load(Ordering::Acquire) {
+                return Ok(());
+            }
             let sql = self.table.create_sql();
             if !self.auto_create {
                 return Err(Failure::Denied(Arc::new(Refusal {
@@ -133,12 +139,29 @@ impl PostgresStore {
             // transaction, which stops early when another process created
             // the tables while this one waited for the creators' lock.
             match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await {
-                Err(Failure::Refused(cause)) if is_already_created(&cause) => {}
+                Err(Failure::Refused(cause)) if has_state(&cause, ALREADY_CREATED) => {}
+                Err(Failure::Refused(cause)) if has_state(&cause, NEWER_INSTALLED) => return Err(self.newer_installed()),
                 outcome => outcome?,
             }
         }
         self.ready.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The functions in the schema are a newer driver's: this (older) one
+    /// neither replaces them, which would take their fixes from every
+    /// process, nor calls them.
+    fn newer_installed(&self) -> Failure {
+        Failure::Denied(Arc::new(Refusal {
+            message: format!("the lock functions of {} are a newer dokebi-lock's than this process's", self.table.display()),
+            fix: "Upgrade dokebi-lock in this process: an older driver does not replace newer functions.".to_owned(),
+            cause: Arc::new(std::io::Error::other(format!("newer functions in {}", self.table.display()))),
+        }))
+    }
+
+    /// The rows `claim`'s token owns in this backend's namespace.
+    fn owner<'a>(&'a self, claim: &'a Claim) -> Owner<'a> {
+        Owner { namespace: &self.namespace, keys: &claim.keys, token: &claim.token, lock_timeout_ms: self.lock_timeout_ms() }
     }
 
     /// Row-lock waits end at three quarters of `commandTimeoutMs`: a
@@ -154,9 +177,10 @@ impl PostgresStore {
 /// creating the tables.
 const CREATORS_LOCK: i64 = 7238119025318740561;
 
-/// The creation found the tables created by another process meanwhile.
-fn is_already_created(cause: &Cause) -> bool {
-    cause.downcast_ref::<tokio_postgres::Error>().and_then(|err| err.as_db_error()).is_some_and(|db| db.code().code() == ALREADY_CREATED)
+/// The creation stopped with SQLSTATE `state` (see [`ALREADY_CREATED`] and
+/// [`NEWER_INSTALLED`]).
+fn has_state(cause: &Cause, state: &str) -> bool {
+    cause.downcast_ref::<tokio_postgres::Error>().and_then(|err| err.as_db_error()).is_some_and(|db| db.code().code() == state)
 }
 
 impl Store for PostgresStore {
@@ -203,8 +227,7 @@ impl Store for PostgresStore {
     }
 
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
-        let renewed =
-            self.statements.renew(self.connection(), &self.namespace, &claim.keys, &claim.token, millis(claim.terms.lease_ms)).await?;
+        let renewed = self.statements.renew(self.connection(), &self.owner(claim), millis(claim.terms.lease_ms)).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
@@ -220,8 +243,8 @@ impl Store for PostgresStore {
     /// the outcome stays unknown). Not after a timeout: the first attempt
     /// may still be on its way, and a retry would wait behind it.
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let give_back =
-            |retry| self.statements.give_back(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel, retry);
+        let owner = self.owner(claim);
+        let give_back = |retry| self.statements.give_back(self.connection(), &owner, &self.channel, retry);
         let (released, first_attempt_lost) = match give_back(false).await {
             Ok(released) => (released, None),
             Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
@@ -275,7 +298,7 @@ impl Store for PostgresStore {
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
-        let _ = self.statements.withdraw(self.connection(), &self.namespace, &claim.keys, &claim.token, &self.channel).await;
+        let _ = self.statements.withdraw(self.connection(), &self.owner(claim), &self.channel).await;
     }
 
     /// A grant is as durable as the server's commit (`synchronous_commit`,

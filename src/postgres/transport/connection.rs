@@ -7,7 +7,7 @@
 //! so a pooler in transaction mode has no named statement to lose and no
 //! session state to carry.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,6 +30,12 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 struct Slot {
     client: Mutex<Option<Arc<Client>>>,
     connecting: tokio::sync::Mutex<()>,
+    /// Connect attempts finished, and the last one's failure: a task that
+    /// waited behind an attempt that failed takes its failure rather than
+    /// trying again (with the server unreachable, the k-th of many waited
+    /// k connect timeouts).
+    attempts: AtomicU64,
+    failure: Mutex<Option<Failure>>,
 }
 
 /// What `status()` reports of the connection.
@@ -47,8 +53,12 @@ pub(crate) struct PgConnection {
     telemetry: Option<Telemetry>,
     config: Config,
     tls: MakeRustls,
+    /// `sslmode=allow`: `config` with TLS, tried when the server refused
+    /// the connection in the clear.
+    tls_fallback: Option<Config>,
     listen_config: Config,
     listen_tls: MakeRustls,
+    listen_tls_fallback: Option<Config>,
     connect_timeout: Duration,
     command_timeout: Duration,
     slots: Vec<Slot>,
@@ -66,24 +76,20 @@ impl PgConnection {
     /// now); connects only when first used.
     pub fn new(name: &str, options: &PostgresConnectionOptions, runtime: Handle, telemetry: Option<Telemetry>) -> Result<PgConnection> {
         let path = option(name);
-        let what = format!("{path}.url");
-        let (config, tls) = url::config(&options.url, &what)?;
-        let tls = MakeRustls::new(&tls, &what)?;
-        let (listen_config, listen_tls) = match &options.listen_url {
-            Some(listen) => {
-                let what = format!("{path}.listenUrl");
-                let (config, tls) = url::config(listen, &what)?;
-                (config, MakeRustls::new(&tls, &what)?)
-            }
-            None => (config.clone(), tls.clone()),
+        let (config, tls, tls_fallback) = target(&options.url, &format!("{path}.url"))?;
+        let (listen_config, listen_tls, listen_tls_fallback) = match &options.listen_url {
+            Some(listen) => target(listen, &format!("{path}.listenUrl"))?,
+            None => (config.clone(), tls.clone(), tls_fallback.clone()),
         };
         Ok(PgConnection {
             name: name.to_owned(),
             telemetry,
             config,
             tls,
+            tls_fallback,
             listen_config,
             listen_tls,
+            listen_tls_fallback,
             connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
             command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
             slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
@@ -120,7 +126,16 @@ impl PgConnection {
                 return Ok(rows);
             }
             Ok(Err(err)) => classify_statement(err),
-            Err(elapsed) => Failure::Unknown(Arc::new(elapsed)),
+            Err(elapsed) => {
+                // The server may still be running it (stalled behind a lock
+                // or a slow commit): cancelled, so that it does not run on
+                // while retries pile up behind it.
+                let (token, tls) = (client.cancel_token(), self.tls.clone());
+                self.runtime.spawn(async move {
+                    let _ = token.cancel_query(tls).await;
+                });
+                Failure::Unknown(Arc::new(elapsed))
+            }
         };
         if failure.is_unknown() {
             // The client may be stuck behind the statement (a row lock, a
@@ -156,11 +171,21 @@ impl PgConnection {
         if let Some(client) = current() {
             return Ok(client);
         }
+        let seen = slot.attempts.load(Ordering::Acquire);
         let _connecting = slot.connecting.lock().await;
         if let Some(client) = current() {
             return Ok(client);
         }
-        let (client, connection) = match self.connect(false).await {
+        let failure = || slot.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.attempts.load(Ordering::Acquire) != seen {
+            if let Some(failure) = failure().clone() {
+                return Err(failure);
+            }
+        }
+        let outcome = self.connect(false).await;
+        *failure() = outcome.as_ref().err().cloned();
+        slot.attempts.fetch_add(1, Ordering::AcqRel);
+        let (client, connection) = match outcome {
             Ok(pair) => pair,
             Err(failure) => {
                 self.failed(&failure);
@@ -178,8 +203,19 @@ impl PgConnection {
     /// A new connection for statements, or for `listen`ing, within
     /// `connectTimeoutMs`; its connection task is the caller's to run.
     pub async fn connect(&self, listen: bool) -> std::result::Result<(Client, Connection<Socket, RustlsStream<Socket>>), Failure> {
-        let (config, tls) = if listen { (&self.listen_config, &self.listen_tls) } else { (&self.config, &self.tls) };
-        match tokio::time::timeout(self.connect_timeout, config.connect(tls.clone())).await {
+        let (config, tls, fallback) = if listen {
+            (&self.listen_config, &self.listen_tls, &self.listen_tls_fallback)
+        } else {
+            (&self.config, &self.tls, &self.tls_fallback)
+        };
+        let attempt = async {
+            match (config.connect(tls.clone()).await, fallback) {
+                // The server answered, refusing the connection in the clear.
+                (Err(err), Some(fallback)) if err.code().is_some() => fallback.connect(tls.clone()).await,
+                (outcome, _) => outcome,
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
             Ok(Ok(pair)) => Ok(pair),
             Ok(Err(err)) => Err(self.classify_connect(err)),
             Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
@@ -286,6 +322,18 @@ impl PgConnection {
             }
         }
     }
+}
+
+/// The client settings of `url` (`what`: its option), its TLS, and with
+/// `sslmode=allow` the same settings with TLS required, for a second try.
+fn target(url: &str, what: &str) -> Result<(Config, MakeRustls, Option<Config>)> {
+    let (config, settings) = url::config(url, what)?;
+    let fallback = settings.allow.then(|| {
+        let mut with_tls = config.clone();
+        with_tls.ssl_mode(tokio_postgres::config::SslMode::Require);
+        with_tls
+    });
+    Ok((config, MakeRustls::new(&settings, what)?, fallback))
 }
 
 /// True when the TLS handshake failed on the server's certificate (or the

@@ -1,10 +1,13 @@
 //! TLS to PostgreSQL through rustls, with libpq's settings in the URL:
-//! `sslmode` (`disable`; `prefer`: TLS when the server offers it, the
-//! certificate not checked; `require`: encrypted, the certificate not checked,
-//! unless `sslrootcert` is given, which makes it `verify-ca` as libpq does;
+//! `sslmode` as libpq 16 (`disable`; `allow`: in the clear, TLS when the
+//! server refuses that; `prefer`: TLS when the server offers it, the
+//! certificate not checked; `require`: encrypted, the certificate not checked;
 //! `verify-ca`: signed by a trusted authority; `verify-full`: and naming
-//! the host), `sslrootcert` (a PEM file of authorities, or `system`; the
-//! system's authorities when omitted), `sslcert` and `sslkey` (a client
+//! the host; with authorities, every mode with TLS checks the chain, as
+//! `verify-ca`), `sslrootcert` (a PEM file of authorities, else
+//! `~/.postgresql/root.crt` when it exists, which `verify-ca` and
+//! `verify-full` need; or `system`, the system's authorities, which implies
+//! `verify-full` and refuses weaker modes), `sslcert` and `sslkey` (a client
 //! certificate). A private key is read into rustls and never printed.
 //! `channel_binding` is tokio-postgres's: SCRAM bound to the link, with the
 //! binding this module computes (see [`RustlsStream`]).
@@ -43,6 +46,8 @@ pub(crate) enum Verify {
 pub(crate) struct TlsSettings {
     /// `sslmode=require` or stricter: `None` when the link is in the clear.
     pub verify: Option<Verify>,
+    /// `sslmode=allow`: in the clear first, TLS when the server refuses that.
+    pub allow: bool,
     pub root_cert: Option<String>,
     pub cert: Option<String>,
     pub key: Option<String>,
@@ -132,17 +137,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for M
     type Error = io::Error;
 
     /// Asked for every connection, TLS or not (`sslmode=disable` never
-    /// connects it).
+    /// connects it): a host that is no server name (a Unix-domain
+    /// socket's is empty) fails only a handshake that is tried.
     fn make_tls_connect(&mut self, domain: &str) -> io::Result<RustlsConnect> {
-        let name = ServerName::try_from(domain.to_owned()).map_err(|_| io::Error::other("the host is not a valid TLS server name"))?;
-        Ok(RustlsConnect { connector: self.connector.clone(), name })
+        Ok(RustlsConnect { connector: self.connector.clone(), name: ServerName::try_from(domain.to_owned()).ok() })
     }
 }
 
 /// The TLS handshake of one connection.
 pub(crate) struct RustlsConnect {
     connector: Option<TlsConnector>,
-    name: ServerName<'static>,
+    name: Option<ServerName<'static>>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for RustlsConnect {
@@ -153,7 +158,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Rustl
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
             let connector = self.connector.ok_or_else(|| io::Error::other("this connection has no TLS (sslmode=disable)"))?;
-            Ok(RustlsStream(connector.connect(self.name, stream).await?))
+            let name = self.name.ok_or_else(|| io::Error::other("the host is not a valid TLS server name"))?;
+            Ok(RustlsStream(connector.connect(name, stream).await?))
         })
     }
 }
