@@ -149,7 +149,7 @@ fn mark(server: &support::redis_server::RedisServer, waiting: &str, token: &str,
 }
 
 fn names(key: &str) -> (String, String) {
-    let digest = support::topology::digest(key);
+    let digest = support::names::digest(key);
     (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"))
 }
 

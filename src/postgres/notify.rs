@@ -40,7 +40,7 @@ const UNHEARD_RETRY: Duration = Duration::from_secs(30);
 async fn hears_itself(
     shared: &Shared,
     channel: &str,
-    notifications: &mut mpsc::UnboundedReceiver<String>,
+    notifications: &mut mpsc::UnboundedReceiver<(String, String)>,
     bound: Duration,
 ) -> Option<bool> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
@@ -51,16 +51,26 @@ async fn hears_itself(
         return None;
     }
     let heard = async {
-        while let Some(name) = notifications.recv().await {
-            match name {
-                name if name == payload => return true,
-                name if name.is_empty() => shared.waiters.wake_all(),
-                name => shared.waiters.wake(&name),
+        while let Some((on, notified)) = notifications.recv().await {
+            if notified == payload {
+                return true;
             }
+            wake(shared, &on, &notified);
         }
         false
     };
     Some(tokio::time::timeout(bound, heard).await.unwrap_or(false))
+}
+
+/// Wakes the waiters of the key a release notified on `channel` (its
+/// queue), or every waiter when the payload is empty (a key too long to
+/// name).
+fn wake(shared: &Shared, channel: &str, notified: &str) {
+    if notified.is_empty() {
+        shared.waiters.wake_all();
+    } else {
+        shared.waiters.wake(&queue_name(channel, notified));
+    }
 }
 
 /// Keeps the listener alive until the connection shuts down.
@@ -81,8 +91,7 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                 let mut messages = futures_util::stream::poll_fn(move |cx| link.poll_message(cx));
                 while let Some(Ok(message)) = messages.next().await {
                     if let AsyncMessage::Notification(notification) = message {
-                        let payload = notification.payload();
-                        let _ = sender.send((!payload.is_empty()).then(|| queue_name(notification.channel(), payload)));
+                        let _ = sender.send((notification.channel().to_owned(), notification.payload().to_owned()));
                     }
                 }
             });
@@ -116,9 +125,8 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                 probe.tick().await;
                 loop {
                     tokio::select! {
-                        payload = notifications.recv() => match payload {
-                            Some(None) => shared.waiters.wake_all(),
-                            Some(Some(name)) => shared.waiters.wake(&name),
+                        notification = notifications.recv() => match notification {
+                            Some((on, notified)) => wake(&shared, &on, &notified),
                             None => break,
                         },
                         _ = probe.tick() => {
