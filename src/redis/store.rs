@@ -204,12 +204,7 @@ impl Store for RedisStore {
         Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost })
     }
 
-    async fn hand_over(
-        &self,
-        released: Option<&Claim>,
-        requests: &[(&Claim, u64)],
-        waiting_ms: u64,
-    ) -> Result<HandedOver<Via>, Failure> {
+    async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<Via>, Failure> {
         let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
         for taken in &handed.taken {
