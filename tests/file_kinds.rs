@@ -11,26 +11,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
-use file::{entries_after_keep, expect_line, fresh_directory, open, spawn, wait, WAKE_UP};
+use dokebi_lock::{ErrorCode, Provider};
+use file::{counted, entries_after_keep, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
 use futures::executor::block_on;
 
 /// Every wait ends by a release's wake-up, or not in time (see
 /// [`WAKE_UP`]).
 const SLOW: &str = WAKE_UP;
-
-/// The work directory of the lock directory `dir`.
-fn work(dir: &Path) -> PathBuf {
-    PathBuf::from(format!("{}-work", dir.display()))
-}
-
-fn shared(ms: u64) -> AcquireOptions {
-    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
-
-fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
-    AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
-}
 
 /// Adds one to the counter file `path` (read, then write: two holders at
 /// once would lose an update).

@@ -14,22 +14,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
-use file::{expect_line, fresh_directory, open, spawn, wait, WAKE_UP};
+use dokebi_lock::{ErrorCode, Provider};
+use file::{counted, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
 use futures::executor::block_on;
-
-/// The work directory of the lock directory `dir`.
-fn work(dir: &Path) -> PathBuf {
-    PathBuf::from(format!("{}-work", dir.display()))
-}
-
-fn shared(ms: u64) -> AcquireOptions {
-    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
-
-fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
-    AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
-}
 
 /// The wall clock in nanoseconds: one clock for every process of the host.
 fn now_ns() -> u128 {

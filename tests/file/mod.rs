@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, Backend, Provider};
+use dokebi_lock::{AcquireOptions, Backend, LockMode, Provider};
 
 /// A directory under the system's temporary directory, unique to this
 /// process and call, not yet created (the driver creates it `0700`).
@@ -101,4 +101,17 @@ pub fn entries_after_keep(dir: &Path) -> Vec<String> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The work directory of the lock directory `dir`.
+pub fn work(dir: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-work", dir.display()))
+}
+
+pub fn shared(ms: u64) -> AcquireOptions {
+    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
+}
+
+pub fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
+    AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
 }
