@@ -83,6 +83,13 @@ pub enum Event {
     },
     /// A store name or row seen by the leftover check.
     Residue(Residue),
+    /// A fault the store's fault thread injected, from `at` to `until`
+    /// (for the report; no rule reads it).
+    Fault {
+        at: u64,
+        until: u64,
+        name: &'static str,
+    },
 }
 
 /// One name (redis) or row (postgres) the store held at `at`; `ttl_ms`

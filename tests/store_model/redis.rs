@@ -38,9 +38,10 @@ impl RedisModel {
         command.query::<redis::Value>(&mut self.server.client()).is_ok()
     }
 
-    /// `DEBUG LOADAOF`, unless the last one was under two seconds ago and
-    /// that is known to repeat fences (see `KNOWN_OPEN`); a second one soon
-    /// after now and then where it is not.
+    /// `DEBUG LOADAOF`, unless the last one was under 2.5 s ago and that is
+    /// known to repeat fences (see `KNOWN_OPEN`: a restored reservation's
+    /// second and the next one); where it is not, now and then one or two
+    /// more a moment after.
     fn load_aof(&self, rng: &mut Rng) -> bool {
         let mut last = self.last_load.lock().unwrap();
         let soon = last.is_some_and(|at| at.elapsed() < Duration::from_millis(2500));
@@ -49,8 +50,10 @@ impl RedisModel {
         }
         let mut loaded = self.debug(&["LOADAOF"]);
         if Trigger::LoadAofWithinTwoSeconds.enabled() && rng.chance(50) {
-            std::thread::sleep(Duration::from_millis(rng.between(100, 900)));
-            loaded &= self.debug(&["LOADAOF"]);
+            for _ in 0..rng.between(1, 2) {
+                std::thread::sleep(Duration::from_millis(rng.between(100, 700)));
+                loaded &= self.debug(&["LOADAOF"]);
+            }
         }
         *last = Some(Instant::now());
         loaded
