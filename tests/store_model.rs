@@ -1,5 +1,5 @@
 //! The model-based concurrency test of each store driver on its real
-//! server (issue 49 §2): random schedules of every kind of acquire,
+//! server (issue 49 §2; the file driver in a private directory): random schedules of every kind of acquire,
 //! renew, release, close and lease expiry across three clients with two
 //! backends each, under restarts, reloads and slow commits; the checker
 //! (`store_model/check.rs`) reads the history for two holders at once, an
@@ -17,6 +17,7 @@ mod server;
 
 mod store_model {
     pub mod check;
+    pub mod file;
     pub mod history;
     pub mod model;
     pub mod postgres;
@@ -37,4 +38,9 @@ fn redis_keeps_one_holder_and_rising_fences_under_reloads() {
 #[test]
 fn postgres_keeps_one_holder_and_rising_fences_under_restarts() {
     run(&store_model::postgres::PostgresModel::start(), seconds(SHORT_SECONDS));
+}
+
+#[test]
+fn file_keeps_one_holder_and_rising_fences() {
+    run(&store_model::file::FileModel::start(), seconds(SHORT_SECONDS));
 }

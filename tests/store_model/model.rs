@@ -264,7 +264,8 @@ impl Worker<'_> {
         let recv = self.recorder.now();
         match result {
             Ok(lease) => {
-                let valid_until = self.recorder.now() + lease.remaining().unwrap().as_micros() as u64;
+                // A file lease never expires while held (`None`).
+                let valid_until = lease.remaining().map_or(u64::MAX, |left| self.recorder.now() + left.as_micros() as u64);
                 let id = self.recorder.lease_id();
                 self.recorder.push(Event::Grant(Grant {
                     lease: id,
@@ -300,14 +301,14 @@ impl Worker<'_> {
 
     fn renew(&mut self, i: usize) {
         let held = &self.held[i];
-        let remaining = held.lease.remaining().unwrap_or_default();
+        let remaining = held.lease.remaining().unwrap_or(Duration::MAX);
         if !self.late_renews && remaining < Duration::from_millis(held.lease_ms / 2) {
             return;
         }
         let sent = self.recorder.now();
         let result = block_on(held.lease.renew());
         let recv = self.recorder.now();
-        let valid_until = self.recorder.now() + held.lease.remaining().unwrap_or_default().as_micros() as u64;
+        let valid_until = held.lease.remaining().map_or(u64::MAX, |left| self.recorder.now() + left.as_micros() as u64);
         let renewed = matches!(result, Ok(true));
         self.recorder.push(Event::Renew(Renew { lease: held.id, sent, recv, renewed, valid_until }));
         self.counts.add(match result {
