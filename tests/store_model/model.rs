@@ -29,11 +29,6 @@ use super::rng::Rng;
 /// comma-separated list of their names (`LeaseMsDiffers,...`) some of them
 /// (to see a finding again).
 pub const KNOWN_OPEN: &[(Trigger, &str)] = &[
-    (Trigger::LeaseMsDiffers, "49 §1 across stores: a hand-over writes the releaser's leaseMs for the receiver"),
-    (Trigger::SchemaDiffers, "49 §1 across stores: the postgres waiter queue is keyed without schema and table"),
-    (Trigger::TableDiffers, "49 §1 across stores: the postgres waiter queue is keyed without schema and table"),
-    (Trigger::LoadAofWithinTwoSeconds, "49 redis 1: fences repeat after two DEBUG LOADAOF within a second"),
-    (Trigger::RenewNearExpiry, "49 postgres 1: renew is not serialised with take"),
     (
         Trigger::CountedUnderLoadAof,
         "new, found by this test, cause not established: a redis counted key held over its limit (3 of about 11 short runs with \
