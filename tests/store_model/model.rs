@@ -28,15 +28,13 @@ use super::rng::Rng;
 /// `STORE_MODEL_ALL=1` runs them all anyway, `STORE_MODEL_ENABLE=` a
 /// comma-separated list of their names (`LeaseMsDiffers,...`) some of them
 /// (to see a finding again).
-pub const KNOWN_OPEN: &[(Trigger, &str)] = &[
-    (
-        Trigger::CountedUnderLoadAof,
-        "new, found by this test, cause not established: a redis counted key held over its limit (3 of about 11 short runs with \
+pub const KNOWN_OPEN: &[(Trigger, &str)] = &[(
+    Trigger::CountedUnderLoadAof,
+    "new, found by this test, cause not established: a redis counted key held over its limit (3 of about 11 short runs with \
          DEBUG LOADAOF among the faults, seeds 4766852180060081, 7841771608846309, 3356550905828737; none of 5 without it); in \
          the last, a grant right after a LOADAOF (its fence the restored reservation + 1) went over a holder granted 0.8 s \
          before the load, as if that holder's units had not reached the AOF",
-    ),
-];
+)];
 
 /// A configuration or schedule of the model that a known open item breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
