@@ -345,7 +345,8 @@ fn functions_of_an_older_version_are_replaced_on_first_use() {
     // As an older driver left it: another version, another body.
     let take = schema.table("_take");
     batch(&format!(
-        "CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer, \
+        "DROP FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint); \
+         CREATE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer, \
          p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint) \
          RETURNS bigint[] LANGUAGE sql AS 'SELECT ARRAY[-1, 1]::bigint[]'; \
          COMMENT ON FUNCTION {take}(text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint) \

@@ -97,6 +97,7 @@ impl Table {
             .replace("{read_committed}", READ_COMMITTED)
             .replace("{durable}", DURABLE)
             .replace("{lock_timeout}", LOCK_TIMEOUT)
+            .replace("{take_arguments}", TAKE_ARGUMENTS)
     }
 
     /// The statement that answers true when every table and function is
@@ -398,8 +399,14 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
-  p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_timeout_ms bigint)
+-- Dropped first: its last parameter's name is not that of functions 5
+-- (`p_lock_timeout_ms`), which `CREATE OR REPLACE` cannot change. That is on
+-- purpose: a driver of 5, which has no check for newer functions, fails
+-- its install (one transaction) against these instead of putting back its
+-- renew, which does not lock the key rows, beside our takes.
+DROP FUNCTION IF EXISTS {take}({take_arguments});
+CREATE FUNCTION {take}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
+  p_weight integer, p_lease_ms bigint, p_waiting_ms bigint, p_ticket bigint, p_retention_ms bigint, p_lock_wait_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz := clock_timestamp();
@@ -419,8 +426,14 @@ DECLARE
   fences bigint[];
   placed integer;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
   sorted := {lock_keys}(p_ns, p_keys);
+  -- The clock once the key rows are locked: a take that waited for them
+  -- (behind another grant's commit) must not grant at the time it began,
+  -- below a fence granted, and its row cleaned up, meanwhile.
+  now_ts := clock_timestamp();
+  clock_us := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
+  retain_until := 'epoch'::timestamptz + ((clock_us + p_retention_ms * 1000) / bucket_us + 1) * bucket_us * interval '1 microsecond';
   -- A key nobody holds and nobody else waits for (the usual case, and a
   -- waiter's try after the release it was woken by) is granted without the
   -- checks below: one look at both tables instead of five statements.
