@@ -124,6 +124,9 @@ struct Attempt<S: Store> {
     /// This acquire's place among the waiters of every process (0: none
     /// yet), given by the first try that had to wait.
     ticket: u64,
+    /// A waiting try's answer was lost: it may have left marks without a
+    /// ticket, which giving up must take back.
+    marks_unknown: bool,
     /// The last wait ended by its nap: the next try goes to the store
     /// whatever this process knows (the safety net).
     napped: bool,
@@ -258,6 +261,7 @@ impl<S: Store> Attempt<S> {
             single_try,
             waiting_ms,
             ticket: 0,
+            marks_unknown: false,
             napped: false,
             _slot,
         })
@@ -275,7 +279,7 @@ impl<S: Store> Attempt<S> {
                 self.core.clean_up(self.claim.clone());
             }
         }
-        if self.ticket != 0 {
+        if self.ticket != 0 || self.marks_unknown {
             self.core.withdraw_in_background(self.claim.clone(), self.ticket);
         }
         err
@@ -404,6 +408,10 @@ impl<S: Store> Attempt<S> {
                 if failure.is_unknown() || self.claim.is_split() {
                     self.core.clean_up(self.claim.clone());
                 }
+                // A waiting try whose answer was lost may have left marks
+                // this acquire has no ticket for: give_up takes them back
+                // too (a withdraw takes every mark of the token).
+                self.marks_unknown |= failure.is_unknown() && self.waiting_ms > 0;
                 let err = self.core.error(failure, "acquire");
                 Err(self.give_up(err))
             }
