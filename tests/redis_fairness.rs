@@ -228,7 +228,7 @@ fn a_withdraw_takes_back_every_mark_of_its_token() {
 /// hand-off takes every mark of its token, so its own release frees the
 /// key instead of handing it to itself again (for nobody to take).
 #[test]
-#[ignore = "open (issue 49, liveness): fails 1 run in 5, the waiter's release hands the key back to its own mark"]
+#[ignore = "open (issue 49, liveness): a release keeps the mark it hands the key to; the waiter takes back only its known ticket's"]
 fn a_waiter_with_two_marks_is_handed_the_key_once() {
     let server = support::redis_server::RedisServer::start();
     let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);
