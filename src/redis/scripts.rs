@@ -346,17 +346,16 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
     end
     local token = string.sub(next, string.find(next, ':', 1, true) + 1)
     redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
-    -- Every other mark of that token goes (a first try sent twice, its
-    -- answer lost, left two): one hand-off per waiter.
-    local others, suffix = {}, ':' .. token
+    -- Every mark of that token goes, the one handed to too (a first try
+    -- sent twice, its answer lost, left two, and the waiter's grant takes
+    -- back only the mark of the ticket it knows): one hand-off per waiter.
+    local own, suffix = {}, ':' .. token
     for n = 1, #marks, 2 do
-      if marks[n] ~= next and string.sub(marks[n], -#suffix) == suffix then
-        others[#others + 1] = marks[n]
+      if string.sub(marks[n], -#suffix) == suffix then
+        own[#own + 1] = marks[n]
       end
     end
-    if #others > 0 then
-      redis.call('ZREM', KEYS[2], unpack(others))
-    end
+    redis.call('ZREM', KEYS[2], unpack(own))
   else
     redis.call('DEL', KEYS[1], KEYS[2])
   end
