@@ -81,6 +81,33 @@ fn close_during_a_section_aborts_its_signal_and_fails_with_lease_lost() {
 }
 
 #[test]
+fn close_during_a_renewal_still_aborts_the_signal() {
+    // A renewal in flight when close starts: the watch looks at the lease
+    // only once the renewal answers, after close has released it. A watch
+    // that counted only held leases as lost left the signal quiet for good
+    // (CI's Node run: 'expected a LockError LEASE_LOST, got undefined').
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "900")], &[("commandTimeoutMs", "800")]);
+    let (b, _) = open_redis(&server.url(), &[("leaseMs", "900")], &[("commandTimeoutMs", "800")]);
+    let (a, b) = (&a, &b);
+    let mut client = server.client();
+    let result = block_on(a.backend("shared").unwrap().with_lock("job", wait(0), |section| async move {
+        // Writes stall for 400 ms; the renewal due at 300 ms waits behind it.
+        let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(400).arg("WRITE").query(&mut client).unwrap();
+        std::thread::sleep(Duration::from_millis(320));
+        a.close().await;
+        let other = b.backend("shared").unwrap().acquire("job", wait(2000)).await.expect("close gave the key back");
+        let started = Instant::now();
+        while !section.signal.is_aborted() {
+            assert!(started.elapsed() < Duration::from_secs(2), "the signal never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        other
+    }));
+    assert_eq!(result.unwrap_err().code(), ErrorCode::LeaseLost);
+}
+
+#[test]
 fn a_lease_taken_over_during_the_section_aborts_its_signal_and_fails_with_lease_lost() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "300")], &[("commandTimeoutMs", "250")]);

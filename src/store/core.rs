@@ -269,7 +269,7 @@ impl<S: Store> BackendCore<S> {
         let leases: Vec<Arc<LeaseShared<S>>> = self.held().iter().filter_map(|(_, weak)| weak.upgrade()).collect();
         let mut releases: FuturesUnordered<_> = leases
             .into_iter()
-            .filter(|lease| lease.take())
+            .filter(|lease| lease.take_at_close())
             .map(|lease| async move {
                 lease.hold_ended(None);
                 let released = self.delete_if_ours(lease.claim()).await;

@@ -64,13 +64,18 @@ impl KeepAlive {
                     _ = tokio::time::sleep(pause) => false,
                     _ = closed.wait_for(|closed| *closed) => true,
                 };
+                if closing {
+                    // Not counted as lost: close gives the lease back on
+                    // purpose. It may have done so before this wake-up, so
+                    // only a lease its owner released (or dropped) is spared.
+                    if let Some(lease) = lease().filter(StoreLease::held_until_close) {
+                        lost(&lease, false);
+                    }
+                    return;
+                }
                 let Some(lease) = lease().filter(StoreLease::is_held) else {
                     return; // released or dropped by its owner: nothing left to keep
                 };
-                if closing {
-                    // Not counted as lost: close gives the lease back on purpose.
-                    return lost(&lease, false);
-                }
                 let gone = match every {
                     None => lease.remaining().is_zero(),
                     // A renewal that stalls must not keep the section's signal

@@ -47,6 +47,9 @@ pub(crate) struct LeaseShared<S: Store> {
 struct State {
     /// False once released (by the user, by close, or on drop).
     held: bool,
+    /// Released by its backend's close, not by its owner: lost to a
+    /// section still running (see [`super::KeepAlive`]).
+    taken_by_close: bool,
     /// End of the local validity estimate.
     valid_until: Instant,
     /// Already counted as lost.
@@ -88,7 +91,7 @@ impl<S: Store> LeaseShared<S> {
             claim,
             slot,
             hold: OnceLock::new(),
-            state: Mutex::new(State { held: true, valid_until, lost: false, abandoned: false }),
+            state: Mutex::new(State { held: true, taken_by_close: false, valid_until, lost: false, abandoned: false }),
         }
     }
 
@@ -99,9 +102,19 @@ impl<S: Store> LeaseShared<S> {
     /// Marks the lease released; true if it was held. Called once per lease
     /// by whoever releases it (user, close, drop).
     pub fn take(&self) -> bool {
+        self.take_as(false)
+    }
+
+    /// [`LeaseShared::take`] by the backend's close.
+    pub fn take_at_close(&self) -> bool {
+        self.take_as(true)
+    }
+
+    fn take_as(&self, by_close: bool) -> bool {
         let mut state = self.state();
         let was_held = state.held;
         state.held = false;
+        state.taken_by_close |= was_held && by_close;
         drop(state);
         if was_held {
             self.core.forget(self.slot);
@@ -202,6 +215,12 @@ impl<S: Store> StoreLease<S> {
     /// True until released (by its owner, by close, or on drop).
     pub(crate) fn is_held(&self) -> bool {
         self.shared.state().held
+    }
+
+    /// Held, or released by its backend's close rather than by its owner.
+    pub(crate) fn held_until_close(&self) -> bool {
+        let state = self.shared.state();
+        state.held || state.taken_by_close
     }
 
     pub(crate) fn report_lost(&self, code: ErrorCode) {
