@@ -223,6 +223,49 @@ fn a_withdraw_takes_back_every_mark_of_its_token() {
     block_on(app.close());
 }
 
+/// A writer that waited behind readers (the last mark of the queue set)
+/// and gives up tells those waiting, but keeps the plain waiters' marks:
+/// the plain holder's release still hands the key to the oldest of them.
+/// Before, its withdraw deleted the waiting name whatever it was, and the
+/// set of marks with it: the release then freed the key for whoever asked
+/// first.
+#[test]
+fn a_writer_that_gives_up_keeps_the_plain_waiters_marks() {
+    let server = support::redis_server::RedisServer::start();
+    let polls: &[(&str, &str)] = &[("leaseMs", "10000"), ("pollIntervalMs", "5000"), ("notifyPollIntervalMs", "5000")];
+    let (readers, _) = support::open_redis(&server.url(), polls, &[]);
+    let (writer_app, _) = support::open_redis(&server.url(), polls, &[]);
+    let (lock, waiting) = names("k");
+    let queue = lock.replacen(":lock:", ":lock-queue:", 1);
+    let shared = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) };
+    let reader = block_on(backend(&readers).acquire("k", shared)).unwrap();
+    let writer = std::thread::spawn(move || {
+        let err = block_on(backend(&writer_app).acquire("k", wait(1_500))).expect_err("the key stays held");
+        assert_eq!(err.code(), dokebi_lock::ErrorCode::WaitTimeout);
+        writer_app
+    });
+    let mut raw = server.client();
+    support::eventually("the writer queued", || redis::cmd("ZCARD").arg(&queue).query::<i64>(&mut raw).unwrap_or(0) == 1);
+    // The reader's lease lapses (no release, no wake-up) and a plain holder
+    // takes the free key; a plain waiter queues behind it: its mark makes
+    // the waiting name a set of marks (as its try would).
+    let _: () = redis::cmd("DEL").arg(&lock).query(&mut raw).unwrap();
+    let held = block_on(backend(&readers).acquire("k", wait(0))).unwrap();
+    let _: () = redis::cmd("DEL").arg(&waiting).query(&mut raw).unwrap();
+    let other = "0000000000000000000000000000000c0";
+    let member = mark(&server, &waiting, other, 1_000, 30_000);
+    let writer_app = writer.join().unwrap();
+    support::eventually("the withdraw ran", || redis::cmd("EXISTS").arg(&queue).query::<i64>(&mut raw).unwrap() == 0);
+    let marks: Vec<String> = redis::cmd("ZRANGE").arg(&waiting).arg(0).arg(-1).query(&mut raw).unwrap_or_default();
+    assert_eq!(marks, vec![member], "the writer's withdraw took the plain waiter's mark");
+    assert!(block_on(held.release()).unwrap());
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, Some(format!("h:{other}")), "the release handed the key to the plain waiter");
+    drop(reader);
+    block_on(writer_app.close());
+    block_on(readers.close());
+}
+
 /// A waiter with two marks (a first try sent twice, its answer lost with
 /// its connection: two tickets, one token) is handed the key once: the
 /// hand-off takes every mark of its token, so its own release frees the
@@ -257,13 +300,10 @@ fn a_waiter_with_two_marks_is_handed_the_key_once() {
 /// A waiter with two marks (a first try sent twice: two tickets, one
 /// token) that is granted the key without a hand-off (the holder died and
 /// its lease lapsed, so the waiter's next try takes the free key) takes
-/// back only the mark of the ticket it knows. Its own release drops its
-/// other mark. Open (a review found it; the fix, a release dropping the
-/// releasing token's own marks, awaits its review): it hands the key to
-/// it, `h:<its token>`, which nobody takes (the next waiter stays out until
-/// that mark lapses).
+/// back only the mark of the ticket it knows. Its own release must drop
+/// its other mark, not hand the key to it, `h:<its token>`, which nobody
+/// would take (the next waiter would stay out until that mark lapsed).
 #[test]
-#[ignore = "open (issue 49, liveness): a release hands the key to the releasing token's own stale mark"]
 fn a_waiter_with_two_marks_granted_a_free_key_does_not_hand_it_to_itself() {
     let server = support::redis_server::RedisServer::start();
     let (app, _) = support::open_redis(&server.url(), BACKEND, &[]);

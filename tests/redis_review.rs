@@ -260,13 +260,13 @@ fn zmembers(server: &RedisServer, name: &str) -> Vec<String> {
 
 /// Two plain writers wait behind readers (marks in the queue set), then
 /// behind a plain holder (marks in the waiting set). One stops waiting:
-/// its withdraw finds its mark in the queue set and so never looks at the
-/// waiting set, whose mark stays. The plain holder's release then hands
-/// the key to the writer that left (`h:<token>`), not to the one still
-/// waiting, which waits out the dead mark's `waitingMs` (11 s here, past
-/// its 4 s wait) while nobody holds the key.
+/// its withdraw must take back both marks. A withdraw that found its mark
+/// in the queue set and so never looked at the waiting set left the other:
+/// the plain holder's release then handed the key to the writer that left
+/// (`h:<token>`), not to the one still waiting, which waited out the dead
+/// mark's `waitingMs` (11 s here, past its 4 s wait) while nobody held the
+/// key.
 #[test]
-#[ignore = "open (issue 49, liveness): KINDS_WITHDRAW leaves a writer's plain-set mark"]
 fn a_withdrawn_writer_with_marks_in_both_sets_is_still_handed_the_key() {
     let server = RedisServer::start();
     let polls: &[(&str, &str)] = &[("leaseMs", "30000"), ("pollIntervalMs", "5000"), ("notifyPollIntervalMs", "5000")];

@@ -317,7 +317,15 @@ return 0
 /// (`LEASE_LOST`), not take the hand-off for its old lease. The waiter's
 /// next try finds its reservation and is granted,
 /// with a new fence (a waiter that died holds the key only until its mark
-/// would have lapsed). Lapsed marks are dropped. A waiting name that is a
+/// would have lapsed). Lapsed marks are dropped, and so are the releasing
+/// token's own: a holder waits no more, but a grant takes back only the
+/// mark of the ticket it knows, and a first try sent twice (its answer
+/// lost) can have left one under another ticket, or under one a granted
+/// try never learned. Handed to, such a mark would keep the key for nobody
+/// until it lapsed. They go here rather than at the grant: the release
+/// reads the set anyway, where a grant would need one more call on every
+/// waiter's grant (a scan for marks it does not know) and one on the free
+/// key's path too. A waiting name that is a
 /// kinds waiter's mark (a string) is deleted as before.
 /// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
 const RELEASE: &str = r"
@@ -328,6 +336,11 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   end
   local marks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
   local next, lapses, now_ms, lapsed = nil, nil, nil, false
+  -- The releasing token's own marks are never handed to: it holds, so it
+  -- waits no more (a first try sent twice, its answer lost, left a mark
+  -- under a ticket its grant did not know, or the try that was granted
+  -- never knew one). They go with the marks of the token handed to.
+  local mine = ':' .. ARGV[1]
   if not marks.err then
     local now = redis.call('TIME')
     now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -335,7 +348,7 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
       local score = tonumber(marks[n + 1])
       if score <= now_ms then
         lapsed = true
-      elseif not next or marks[n] < next then
+      elseif (not next or marks[n] < next) and string.sub(marks[n], -#mine) ~= mine then
         next, lapses = marks[n], score
       end
     end
@@ -349,13 +362,13 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
     -- Every mark of that token goes, the one handed to too (a first try
     -- sent twice, its answer lost, left two, and the waiter's grant takes
     -- back only the mark of the ticket it knows): one hand-off per waiter.
-    local own, suffix = {}, ':' .. token
+    local gone, theirs = {}, ':' .. token
     for n = 1, #marks, 2 do
-      if string.sub(marks[n], -#suffix) == suffix then
-        own[#own + 1] = marks[n]
+      if string.sub(marks[n], -#theirs) == theirs or string.sub(marks[n], -#mine) == mine then
+        gone[#gone + 1] = marks[n]
       end
     end
-    redis.call('ZREM', KEYS[2], unpack(own))
+    redis.call('ZREM', KEYS[2], unpack(gone))
   else
     redis.call('DEL', KEYS[1], KEYS[2])
   end
@@ -1028,34 +1041,48 @@ return reply
 /// Takes back the waiting marks of a request that stopped waiting
 /// (`WAIT_TIMEOUT`, `ABORTED`, closed), so that it stops no reader and no
 /// counted request for the rest of its `waitingMs`; when it was the last
-/// mark of a key that others wait for, they are told at once (as by a
+/// mark of the queue set, those waiting are told at once (as by a
 /// release). A plain waiter's mark is in the waiting set (see [`RELEASE`]):
 /// a key a release handed to it (the lock carries `h:<token>`) is given up,
 /// and waiters told, whatever the waiting name holds now. Every mark of the
 /// token goes, whatever its ticket (ARGV[7] is not needed): a first try
 /// sent twice, or one whose answer was lost, left marks under tickets the
-/// caller may not know. Returns 0.
+/// caller may not know. And both sets are looked at: a plain writer that
+/// waited behind readers, then behind a plain holder, has marks in each,
+/// and its mark left in the waiting set would have the holder's release
+/// hand the key to it, for nobody, until the mark lapsed. Returns 0.
+///
+/// The waiting name is deleted only when it is a kinds waiter's `'1'`
+/// (those waiters mark it again at their next try): a set of plain
+/// waiters' marks is theirs, and stays for the holder's release to hand the
+/// key to the oldest. Whoever waited is told whichever it is; the queue set
+/// is looked at first, while the waiting name still says someone waits
+/// (the withdrawn marks may be the last of the set of marks).
 const KINDS_WITHDRAW: &str = concat!(
     marks_of!(),
     r"
 for i = 1, #KEYS, 5 do
-  local queued = marks_of(KEYS[i + 4], ARGV[1])
+  local lock, waiting, queue = KEYS[i], KEYS[i + 2], KEYS[i + 4]
+  local queued = marks_of(queue, ARGV[1])
   if #queued > 0 then
-    redis.call('ZREM', KEYS[i + 4], unpack(queued))
-    if redis.call('EXISTS', KEYS[i + 4]) == 0 and redis.call('DEL', KEYS[i + 2]) == 1 then
-      redis.call('PUBLISH', ARGV[8], KEYS[i])
-    end
-  else
-    local waited = marks_of(KEYS[i + 2], ARGV[1])
-    if #waited > 0 then
-      redis.call('ZREM', KEYS[i + 2], unpack(waited))
+    redis.call('ZREM', queue, unpack(queued))
+    if redis.call('EXISTS', queue) == 0 then
+      local waited_for = redis.call('TYPE', waiting)['ok']
+      if waited_for ~= 'none' then
+        if waited_for ~= 'zset' then
+          redis.call('DEL', waiting)
+        end
+        redis.call('PUBLISH', ARGV[8], lock)
+      end
     end
   end
-  -- A plain waiter may have marked both sets (behind readers, then
-  -- behind a plain holder): a key handed to it is given up either way.
-  if redis.pcall('GET', KEYS[i]) == 'h:' .. ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[8], KEYS[i])
+  local waited = marks_of(waiting, ARGV[1])
+  if #waited > 0 then
+    redis.call('ZREM', waiting, unpack(waited))
+  end
+  if redis.pcall('GET', lock) == 'h:' .. ARGV[1] then
+    redis.call('DEL', lock)
+    redis.call('PUBLISH', ARGV[8], lock)
   end
 end
 return 0
