@@ -169,20 +169,29 @@ return count
 
 
 def scripts_of_source():
-    """The scripts' texts, expanding the concat!() of raw strings and macros."""
+    """The scripts' texts, expanding the concat!() of raw strings and macros
+    (with no parameter, or one string literal: `$name` in the body)."""
     source = open(os.path.join(ROOT, "src", "redis", "scripts.rs")).read()
-    macros = dict(re.findall(r"macro_rules! (\w+) \{\s*\(\) => \{\s*(.*?)\n    \};\n\}", source, re.S))
+    macros = {
+        name: (param, body)
+        for name, param, body in re.findall(r"macro_rules! (\w+) \{\s*\((?:\$(\w+):literal)?\) => \{\s*(.*?)\n    \};\n\}", source, re.S)
+    }
 
-    def expand(expr):
+    def expand(expr, bound=None):
         out, i = [], 0
         while i < len(expr):
             if expr.startswith('r"', i):
                 end = expr.index('"', i + 2)
                 out.append(expr[i + 2 : end])
                 i = end + 1
-            elif m := re.match(r"(\w+)!\(\)", expr[i:]):
-                out.append(expand(macros[m.group(1)]))
+            elif m := re.match(r'(\w+)!\((?:"((?:[^"\\]|\\.)*)")?\)', expr[i:]):
+                param, body = macros[m.group(1)]
+                argument = (m.group(2) or "").encode().decode("unicode_escape")
+                out.append(expand(body, (param, argument) if param else None))
                 i += m.end()
+            elif bound and expr.startswith("$" + bound[0], i):
+                out.append(bound[1])
+                i += 1 + len(bound[0])
             else:
                 i += 1  # concat!( , ) and whitespace: the raw strings carry the text
         return "".join(out)
@@ -472,7 +481,7 @@ def main():
         EMPTY="return 0",
     )
     kinds = scripts["KINDS_ACQUIRE"]
-    scripts["PRELUDE"] = kinds[: kinds.index("retention = ARGV[9]")] + "\nreturn 0\n"
+    scripts["PRELUDE"] = kinds[: kinds.rindex("return grant(")] + "\nreturn 0\n"
     with tempfile.TemporaryDirectory() as out_dir:
         for case in cases:
             short, n_short = instructions(case, PAIRS, scripts, out_dir)
