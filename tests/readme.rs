@@ -1,5 +1,5 @@
-//! The README's configuration tables are checked against the declaration, so
-//! the front door cannot drift from the code.
+//! The docs' configuration tables are checked against the declaration, and
+//! the error table against the codes, so the pages cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
     Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS,
@@ -7,8 +7,10 @@ use dokebi_lock::options::declaration::{
 };
 use dokebi_lock::ErrorCode;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+/// A page of the docs, by its path from the repository's root.
+fn page(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn row(field: &Field) -> String {
@@ -31,28 +33,54 @@ fn row(field: &Field) -> String {
 }
 
 #[test]
-fn the_readme_tables_state_every_field_with_its_range_and_default() {
-    let readme = readme();
-    for field in LOCAL_FIELDS
-        .iter()
-        .chain(REDIS_FIELDS)
-        .chain(FILE_FIELDS)
-        .chain(POSTGRES_FIELDS)
-        .chain(POSTGRES_CONNECTION_FIELDS)
-        .chain(CONNECTION_FIELDS)
-        .chain(SENTINEL_FIELDS)
-        .chain(CLUSTER_FIELDS)
-        .chain(TLS_FIELDS)
-    {
-        let row = row(field);
-        assert!(readme.contains(&row), "README lacks the row {row}");
+fn each_driver_page_states_every_field_with_its_range_and_default() {
+    let pages: [(&str, Vec<&Field>); 4] = [
+        ("docs/local.md", LOCAL_FIELDS.iter().collect()),
+        ("docs/file.md", FILE_FIELDS.iter().collect()),
+        (
+            "docs/redis.md",
+            REDIS_FIELDS.iter().chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS).chain(TLS_FIELDS).collect(),
+        ),
+        ("docs/postgres.md", POSTGRES_FIELDS.iter().chain(POSTGRES_CONNECTION_FIELDS).collect()),
+    ];
+    for (path, fields) in pages {
+        let text = page(path);
+        for field in fields {
+            let row = row(field);
+            assert!(text.contains(&row), "{path} lacks the row {row}");
+        }
     }
 }
 
 #[test]
-fn the_readme_lists_every_error_code() {
-    let readme = readme();
+fn the_error_page_lists_every_error_code() {
+    let text = page("docs/errors.md");
     for code in ErrorCode::ALL {
-        assert!(readme.contains(&format!("`{}`", code.as_str())), "README lacks {code}");
+        assert!(text.contains(&format!("`{}`", code.as_str())), "docs/errors.md lacks {code}");
     }
+}
+
+/// The first ```lang block after `heading` in the README.
+fn readme_block(heading: &str, lang: &str) -> String {
+    let readme = page("README.md");
+    let section = &readme[readme.find(heading).unwrap_or_else(|| panic!("README lacks {heading}"))..];
+    let start = section.find(&format!("```{lang}\n")).unwrap_or_else(|| panic!("{heading} has no {lang} block")) + lang.len() + 4;
+    section[start..start + section[start..].find("```").unwrap()].to_owned()
+}
+
+/// The README's Rust quick start, compiled and run here as it is written.
+mod quickstart {
+    include!("../examples/quickstart.rs");
+
+    pub fn run() -> Result<(), LockError> {
+        main()
+    }
+}
+
+#[test]
+fn the_readme_quick_starts_are_the_examples_that_build_and_run() {
+    assert_eq!(readme_block("## Quick start: Rust", "rust"), page("examples/quickstart.rs"), "README's Rust quick start differs from examples/quickstart.rs");
+    // scripts/test-c builds and runs examples/c/quickstart.c with the README's shell lines.
+    assert_eq!(readme_block("## Quick start: C", "c"), page("examples/c/quickstart.c"), "README's C quick start differs from examples/c/quickstart.c");
+    quickstart::run().unwrap();
 }
