@@ -52,11 +52,38 @@ fn each_driver_page_states_every_field_with_its_range_and_default() {
     }
 }
 
+/// The HTTP answer `npm/lib/lock-error.js` gives for `code` (`error.http`):
+/// overload, shutdown, then every other transient code as a store outage.
+fn http_answer(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::QueueFull | ErrorCode::KeyLimit => "503 `LOCK_OVERLOADED`",
+        ErrorCode::Closed => "503 `LOCK_UNAVAILABLE`",
+        code if code.is_transient() => "503 `REDIS_UNAVAILABLE`",
+        _ => "none",
+    }
+}
+
 #[test]
-fn the_error_page_lists_every_error_code() {
+fn the_error_table_gives_every_code_its_c_number_http_answer_and_transience() {
     let text = page("docs/errors.md");
+    // Each row: codes, C numbers, HTTP answer, transient, drivers, when.
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|line| line.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let codes: Vec<&str> = cells[0].trim_start_matches("| ").split(", ").map(|code| code.trim_matches('`')).collect();
+        let numbers: Vec<&str> = cells[1].split(", ").collect();
+        assert_eq!(codes.len(), numbers.len(), "docs/errors.md: {line}");
+        for (code, number) in codes.into_iter().zip(numbers) {
+            rows.push((code.to_owned(), number.to_owned(), cells[2].to_owned(), cells[3].to_owned()));
+        }
+    }
     for code in ErrorCode::ALL {
-        assert!(text.contains(&format!("`{}`", code.as_str())), "docs/errors.md lacks {code}");
+        let found: Vec<_> = rows.iter().filter(|(name, ..)| name == code.as_str()).collect();
+        assert_eq!(found.len(), 1, "docs/errors.md has {} rows for {code}", found.len());
+        let (_, number, http, transient) = found[0];
+        assert_eq!(*number, (code as u32).to_string(), "docs/errors.md: the C number of {code}");
+        assert!(http.starts_with(http_answer(code)), "docs/errors.md: the HTTP answer of {code} is {}, not {http}", http_answer(code));
+        assert_eq!(*transient, if code.is_transient() { "yes" } else { "no" }, "docs/errors.md: whether {code} is transient");
     }
 }
 
