@@ -97,7 +97,7 @@ fn readme_block(heading: &str, lang: &str) -> String {
 
 /// The README's Rust quick start, compiled and run here as it is written.
 mod quickstart {
-    include!("../examples/quickstart.rs");
+    include!("readme/quickstart.rs");
 
     pub fn run() -> Result<(), LockError> {
         main()
@@ -106,8 +106,16 @@ mod quickstart {
 
 #[test]
 fn the_readme_quick_starts_are_the_examples_that_build_and_run() {
-    assert_eq!(readme_block("## Quick start: Rust", "rust"), page("examples/quickstart.rs"), "README's Rust quick start differs from examples/quickstart.rs");
+    assert_eq!(
+        readme_block("## Quick start: Rust", "rust"),
+        page("tests/readme/quickstart.rs"),
+        "README's Rust quick start differs from tests/readme/quickstart.rs"
+    );
     // scripts/test-c builds and runs examples/c/quickstart.c with the README's shell lines.
-    assert_eq!(readme_block("## Quick start: C", "c"), page("examples/c/quickstart.c"), "README's C quick start differs from examples/c/quickstart.c");
+    assert_eq!(
+        readme_block("## Quick start: C", "c"),
+        page("examples/c/quickstart.c"),
+        "README's C quick start differs from examples/c/quickstart.c"
+    );
     quickstart::run().unwrap();
 }
