@@ -119,3 +119,72 @@ fn the_readme_quick_starts_are_the_examples_that_build_and_run() {
     );
     quickstart::run().unwrap();
 }
+
+/// Every whole configuration file the pages show (a ```yaml block that starts
+/// with `schemaVersion`) loads; the other blocks are parts of one.
+#[test]
+fn every_whole_configuration_the_pages_show_loads() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut pages: Vec<String> = std::fs::read_dir(&docs)
+        .unwrap()
+        .map(|entry| format!("docs/{}", entry.unwrap().file_name().to_string_lossy()))
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    pages.push("README.md".to_owned());
+    let mut loaded = 0;
+    for path in pages {
+        let text = page(&path);
+        for block in text.split("```yaml\n").skip(1).map(|rest| &rest[..rest.find("```").unwrap()]) {
+            if block.starts_with("schemaVersion:") {
+                dokebi_lock::Options::from_yaml(block).unwrap_or_else(|e| panic!("{path}: a configuration does not load: {e}\n{block}"));
+                loaded += 1;
+            }
+        }
+    }
+    assert!(loaded >= 2, "the pages show {loaded} whole configurations; docs/configuration.md and docs/file.md have one each");
+}
+
+/// GitHub's anchor of a heading: lowercase, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The text of a page outside its code blocks.
+fn prose(text: &str) -> String {
+    text.split("```").step_by(2).collect::<Vec<_>>().join("\n")
+}
+
+/// Every relative link of the README, the maintainers' pages and docs/ names a
+/// file that exists, and a heading of it when it has an anchor.
+#[test]
+fn every_link_between_the_pages_leads_somewhere() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<String> =
+        ["README.md", "TESTING.md", "CONTRIBUTING.md", "BENCHMARKS.md", "npm/README.md"].map(str::to_owned).to_vec();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        pages.push(format!("docs/{}", entry.unwrap().file_name().to_string_lossy()));
+    }
+    for path in pages.iter().filter(|path| path.ends_with(".md")) {
+        let text = prose(&page(path));
+        for link in text.split("](").skip(1).map(|rest| &rest[..rest.find(')').unwrap_or(0)]) {
+            if link.starts_with("http") || link.contains(' ') || link.is_empty() {
+                continue;
+            }
+            let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() { root.join(path) } else { root.join(path).parent().unwrap().join(file) };
+            assert!(target.exists(), "{path}: the link {link} leads nowhere");
+            if !fragment.is_empty() {
+                let headings = prose(&std::fs::read_to_string(&target).unwrap());
+                let found =
+                    headings.lines().filter(|line| line.starts_with('#')).any(|line| anchor(line.trim_start_matches('#')) == fragment);
+                assert!(found, "{path}: the link {link} names no heading of {}", target.display());
+            }
+        }
+    }
+}
