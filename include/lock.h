@@ -1,7 +1,7 @@
 /*
  * lock.h: the C API of dokebi-lock (liblock). Keyed locks with fencing tokens.
  *
- * Rules (see README.md, section "C"):
+ * Rules (see docs/c.md):
  * - Handles are opaque: dokebi_lock_provider, dokebi_lock_backend, dokebi_lock_lease,
  *   dokebi_lock_pending, dokebi_lock_error. The caller owns every handle it receives
  *   and frees it with its _free function; every _free accepts NULL.
@@ -929,7 +929,7 @@ void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
  * failovers are followed), or `cluster` (`nodes`: seed URLs); plus
  * `connectTimeoutMs` and `commandTimeoutMs` (below every `leaseMs` that uses
  * it). A redis backend may set `replicaAcks` (acquire and renew wait for that
- * many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
+ * many replicas). See docs/configuration.md and docs/redis.md, "Sentinel and Cluster".
  *
  * # Safety
  * `yaml` points to `yaml_len` readable bytes; `out_provider` is writable;
