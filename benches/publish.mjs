@@ -1,7 +1,7 @@
 // Copies the latest full run (results/latest.json and .md) into the "Latest
 // run" section of BENCHMARKS.md, between its two marker comments, and
 // derives from that section the summary at the top ("Where we stand") and
-// its chart (benches/standing.svg, shown in the README).
+// its chart (benches/standing.svg, shown in BENCHMARKS.md).
 // Usage: node benches/publish.mjs ["note about the conditions of the run"]
 //        node benches/publish.mjs --check   the summary and the chart match
 //                                           "Latest run" (scripts/test)

@@ -1,7 +1,7 @@
 /*
  * lock.h: the C API of dokebi-lock (liblock). Keyed locks with fencing tokens.
  *
- * Rules (see README.md, section "C"):
+ * Rules (see docs/c.md):
  * - Handles are opaque: dokebi_lock_provider, dokebi_lock_backend, dokebi_lock_lease,
  *   dokebi_lock_pending, dokebi_lock_error. The caller owns every handle it receives
  *   and frees it with its _free function; every _free accepts NULL.
@@ -99,7 +99,7 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_UNKNOWN_BACKEND = 3,
   /**
-   * A backend names a Redis connection that is not defined.
+   * A backend names a Redis or PostgreSQL connection that is not defined.
    */
   DOKEBI_LOCK_UNKNOWN_CONNECTION = 4,
   /**
@@ -135,12 +135,13 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_DRIVER_INVALID = 12,
   /**
-   * Redis could not be reached or refused the command, or a file
-   * backend's lock file could not be used or trusted.
+   * Redis or PostgreSQL could not be reached or refused the command, or
+   * a file backend's lock file could not be used or trusted.
    */
   DOKEBI_LOCK_PROVIDER_FAILED = 13,
   /**
-   * Redis did not answer in time: whether the command took effect is unknown.
+   * Redis or PostgreSQL did not answer in time: whether the command took
+   * effect is unknown.
    */
   DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
   /**
@@ -522,8 +523,8 @@ const char *dokebi_lock_version(void);
  * at most `wait_timeout_ms` (`DOKEBI_LOCK_WAIT_DEFAULT` for the backend's
  * `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
  * `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
- * `QUEUE_FULL`, `CLOSED`, and for redis `PROVIDER_FAILED` /
- * `OUTCOME_UNKNOWN`. Only closing the provider ends the wait early: for a
+ * `QUEUE_FULL`, `CLOSED`, `PROVIDER_FAILED` (redis, postgres, file) and
+ * `OUTCOME_UNKNOWN` (redis, postgres). Only closing the provider ends the wait early: for a
  * wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
  *
  * # Safety
@@ -928,7 +929,7 @@ void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
  * failovers are followed), or `cluster` (`nodes`: seed URLs); plus
  * `connectTimeoutMs` and `commandTimeoutMs` (below every `leaseMs` that uses
  * it). A redis backend may set `replicaAcks` (acquire and renew wait for that
- * many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
+ * many replicas). See docs/configuration.md and docs/redis.md, "Sentinel and Cluster".
  *
  * # Safety
  * `yaml` points to `yaml_len` readable bytes; `out_provider` is writable;

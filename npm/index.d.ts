@@ -95,8 +95,10 @@ export class LockError extends DokebiError {
   readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
   /**
    * The answer for web hosts: QUEUE_FULL / KEY_LIMIT -> 503 LOCK_OVERLOADED,
-   * CLOSED -> 503 LOCK_UNAVAILABLE, a transient Redis failure -> 503
-   * REDIS_UNAVAILABLE, each with `Retry-After: 1`; undefined otherwise.
+   * CLOSED -> 503 LOCK_UNAVAILABLE, a transient failure of any store (redis,
+   * postgres, file: PROVIDER_FAILED, OUTCOME_UNKNOWN) -> 503 REDIS_UNAVAILABLE
+   * (the name predates the other drivers), each with `Retry-After: 1`;
+   * undefined otherwise.
    */
   readonly http?: LockHttpAnswer;
 }
@@ -141,17 +143,18 @@ export interface AcquireOptions extends KindOptions {
 export interface Lease extends AsyncDisposable {
   /** The acquired key (of a KeysLease: its first key). */
   readonly key: string;
-  /** local: true until release or close. redis, postgres: a conservative local estimate. */
+  /** local, file: true until release or close. redis, postgres: a conservative local estimate. */
   readonly valid: boolean;
-  /** local: Infinity while valid. redis, postgres: the lease time left. 0 when invalid. */
+  /** local, file: Infinity while valid. redis, postgres: the lease time left. 0 when invalid. */
   readonly remainingMs: number;
   /** Fencing token: a decimal string that grows with every acquire; compare with BigInt. */
   readonly fence: string;
-  /** local: resolves to `valid`. redis, postgres: extends the lease after checking ownership. */
+  /** local, file: resolves to `valid`. redis, postgres: extends the lease after checking ownership. */
   renew(): Promise<boolean>;
   /**
    * True when this call released (and handed on) the lease, false when already
-   * released. redis, postgres: rejects with LEASE_LOST when the key no longer carried our token.
+   * released. redis, postgres: rejects with LEASE_LOST when the key no longer carried our token;
+   * file: when its lock file or directory was removed or replaced while held.
    */
   release(): Promise<boolean>;
 }
@@ -240,12 +243,12 @@ export interface TelemetryPayloads {
   'slow-hold': { readonly backend: string; readonly heldMs: number; readonly thresholdMs: number };
   /** A wait ended with WAIT_TIMEOUT. */
   'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
-  /** A redis lease turned out lost. */
+  /** A lease of a redis, postgres or file backend turned out lost (OUTCOME_UNKNOWN: redis, postgres). */
   'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
   /** A Redis or PostgreSQL connection (a name of dokebi-redis.connections or dokebi-postgres.connections) went up or down. */
   connection: { readonly connection: string; readonly up: boolean };
   /**
-   * A Redis server granted a fence at least a second below one granted before the request
+   * redis backends only: a Redis server granted a fence at least a second below one granted before the request
    * was sent: its clock is at least `behindMs` behind the latest server time the connection
    * saw (a primary promoted with a clock behind). Fences never repeat while that stays under
    * the backend's `fenceRetentionMs`; past it they can. At most one every 10 s per
@@ -318,7 +321,7 @@ export interface LockBackend {
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
    * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis and postgres
-   * also PROVIDER_FAILED and OUTCOME_UNKNOWN.
+   * also PROVIDER_FAILED and OUTCOME_UNKNOWN, file also PROVIDER_FAILED.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /**

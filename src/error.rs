@@ -59,9 +59,9 @@ error_codes! {
     /// No backend of that name is configured.
     UnknownBackend = 3, "UNKNOWN_BACKEND",
         "Use one of the names configured under dokebi-lock.backends (provider.names() lists them).";
-    /// A backend names a Redis connection that is not defined.
+    /// A backend names a Redis or PostgreSQL connection that is not defined.
     UnknownConnection = 4, "UNKNOWN_CONNECTION",
-        "Define the connection under dokebi-redis.connections or point the backend at an existing one.";
+        "Define the connection under dokebi-redis.connections (redis backends) or dokebi-postgres.connections (postgres backends), or point the backend at an existing one.";
     /// The provider was closed.
     Closed = 5, "CLOSED",
         "The lock provider was closed; open a new provider or stop calling it during shutdown.";
@@ -70,7 +70,7 @@ error_codes! {
         "The key is held and waitTimeoutMs was 0; retry later or wait with a positive waitTimeoutMs.";
     /// Too many leases are held at once (`maxKeys`, `maxLeases`).
     KeyLimit = 7, "KEY_LIMIT",
-        "Too many leases are held at once; release leases sooner or raise maxKeys (local) or maxLeases (redis).";
+        "Too many leases are held at once; release leases sooner or raise maxKeys (local, file) or maxLeases (redis, postgres).";
     /// Too many acquires are waiting (`maxWaiters`).
     QueueFull = 8, "QUEUE_FULL",
         "Too many acquires are waiting; shed load, retry later, or raise maxWaiters.";
@@ -86,13 +86,14 @@ error_codes! {
     /// A driver factory returned an invalid driver (Node surface).
     DriverInvalid = 12, "DRIVER_INVALID",
         "A driver factory must return { view, close() } where view offers acquire(key, options).";
-    /// Redis could not be reached or refused the command, or a file
-    /// backend's lock file could not be used or trusted.
+    /// Redis or PostgreSQL could not be reached or refused the command, or
+    /// a file backend's lock file could not be used or trusted.
     ProviderFailed = 13, "PROVIDER_FAILED",
-        "The lock store could not be used: Redis unreachable or refusing the command (check the connection url, credentials and server health), or a file backend's directory or lock file unusable or untrusted (see the message); the cause has details.";
-    /// Redis did not answer in time: whether the command took effect is unknown.
+        "The lock store could not be used: Redis or PostgreSQL unreachable or refusing the command (check the connection url, credentials and server health), or a file backend's directory or lock file unusable or untrusted (see the message); the cause has details.";
+    /// Redis or PostgreSQL did not answer in time: whether the command took
+    /// effect is unknown.
     OutcomeUnknown = 14, "OUTCOME_UNKNOWN",
-        "Redis did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.";
+        "The store (Redis or PostgreSQL) did not answer in time, so it is unknown whether the command took effect; treat the lease as lost and retry the acquire.";
     /// The lease expired or was taken over before it was released.
     LeaseLost = 15, "LEASE_LOST",
         "The lease expired or was taken over before it was released; the critical section may have overlapped another holder, so rely on fencing tokens and consider a longer leaseMs.";
@@ -104,10 +105,10 @@ error_codes! {
         "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
     /// A backend names a driver that does not exist.
     UnknownDriver = 18, "UNKNOWN_DRIVER",
-        "Use driver: local, driver: redis, driver: file, or a driver your entry module exports under drivers.";
-    /// Two drivers share a name, or one redefines `local`, `redis` or `file` (Node surface).
+        "Use driver: local, redis, postgres or file, or a driver your entry module exports under drivers.";
+    /// Two drivers share a name, or one redefines `local`, `redis`, `postgres` or `file` (Node surface).
     DriverConflict = 19, "DRIVER_CONFLICT",
-        "Give every driver a unique name that does not redefine local, redis or file.";
+        "Give every driver a unique name that does not redefine local, redis, postgres or file.";
     /// The entry module exports no valid extension (Node surface).
     InvalidEntry = 20, "INVALID_ENTRY",
         "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";
@@ -126,7 +127,7 @@ error_codes! {
     /// mode, a limit, several keys): it refuses instead of granting a plain
     /// exclusive lease.
     UnsupportedKind = 24, "UNSUPPORTED_KIND",
-        "This backend's driver cannot grant shared, counted or several-key leases; use a driver that can (local, redis) or acquire plain exclusive leases.";
+        "This backend's driver cannot grant shared, counted or several-key leases; use a driver that can (local, redis, postgres, file) or acquire plain exclusive leases.";
 }
 
 impl ErrorCode {

@@ -19,14 +19,14 @@
 //!   than a microsecond);
 //! - a restart or a promotion takes at least one tick, and the server
 //!   that comes back may have a clock behind by up to `behind` ticks (less
-//!   than the retention: the README's bound) when it holds a replicated
+//!   than the retention: docs/guarantees.md's bound) when it holds a replicated
 //!   write (a replica or an AOF that had the key's last reservation). Onto
 //!   an exact copy with no replicated write after it, a clock behind is the
-//!   README's stated window (a replica that resynchronised), not checked.
+//!   stated window of docs/guarantees.md (a replica that resynchronised), not checked.
 //!
 //! Restores bring back everything persisted (an AOF synced on every write,
 //! a replica that acknowledged): a lost tail is the clock's window (the
-//! README's first assumption), not the rule's.
+//! first assumption of docs/guarantees.md), not the rule's.
 //!
 //! The rule the scripts had before (a reservation only when a fence enters
 //! a later second than the counter before it) and the counter's TTL from

@@ -3,7 +3,7 @@
 //! above an earlier grant's, or more units held than a counted key's limit.
 //! The two tests of readers' fences are ignored: they fail (readers of two
 //! processes granted in one microsecond read one counter and get one fence),
-//! an open finding the README states; run them with `--ignored`.
+//! an open finding docs/guarantees.md states; run them with `--ignored`.
 //! This test binary runs itself as the children (`child_process`, ignored
 //! in a plain run, is their entry point); they record what they saw in a
 //! work directory beside the lock directory, and the parent checks it.
@@ -324,7 +324,7 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
 }
 
 /// fork() without exec: the child keeps copies of its parent's open lock
-/// files (it never uses them: see the README's fork()). A lease the parent
+/// files (it never uses them: see docs/file.md's fork()). A lease the parent
 /// then releases must leave the key free for others while the child lives
 /// on; a counted key's units are only closed by a release (no unlock), and
 /// a lock belongs to the open file the child's copy shares, so they stay

@@ -4,7 +4,7 @@
 //! server, and a failover to a standby that missed the last grants. Each
 //! test runs PostgreSQL servers of its own (tests/postgres/server.rs: root
 //! runs them as the `postgres` user), on the same host, so the servers
-//! share one clock: the case the README's fence guarantee assumes.
+//! share one clock: the case the fence guarantee of docs/guarantees.md assumes.
 
 mod postgres;
 #[path = "postgres/server.rs"]

@@ -132,7 +132,7 @@ fn a_hung_primary_holds_up_no_slot_map_fetch_for_the_other_primaries_keys() {
     block_on(provider.close());
 }
 
-/// The README's stated limit: while a key's slot is being migrated, its
+/// The stated limit (docs/redis.md): while a key's slot is being migrated, its
 /// acquire fails. Every lock script names all five of a key's Redis names
 /// (lock, fence, waiting, kind, queue), most of which do not exist: the
 /// source answers `TRYAGAIN` while it holds some of them and `ASK` once it

@@ -26,7 +26,8 @@ function httpAnswer(code) {
     case 'CLOSED':
       return UNAVAILABLE;
     default:
-      // The remaining transient codes are Redis failures (unreachable, unknown outcome).
+      // The remaining transient codes are store failures (redis, postgres, file:
+      // unreachable, unknown outcome), under the HTTP code's first name.
       return codeTable.get(code)?.transient ? REDIS_UNAVAILABLE : undefined;
   }
 }

@@ -31,6 +31,13 @@ async function quickStart() {
   return section.match(/```js\n([\s\S]*?)```/)[1];
 }
 
+/** The code block under "## Quick start: Node" of the repository's README.md. */
+async function repositoryQuickStart() {
+  const readme = await readFile(join(packageDir, '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Quick start: Node'));
+  return section.match(/```js\n([\s\S]*?)```/)[1];
+}
+
 async function which(name, path) {
   for (const dir of path.split(delimiter)) {
     try {
@@ -86,6 +93,16 @@ test('npm pack, install the tarballs offline with no Rust toolchain, run the qui
     "const [file] = planInstall({}).files; readFileSync(file.template); console.log('install ok', manifest.schemaVersion)";
   const install = spawnSync(process.execPath, ['--input-type=module', '-e', installCheck], { cwd: app, env, encoding: 'utf8' });
   assert.equal(install.stdout.trim(), 'install ok 2', install.stderr);
+});
+
+test("the repository README's Node quick start runs as written, installed from the tarballs", { skip: !linuxX64 }, async () => {
+  await writeFile(join(app, 'quickstart.mjs'), await repositoryQuickStart());
+  // TMPDIR: the quick start's lock directory goes in this test's scratch folder.
+  const run = spawnSync(process.execPath, ['quickstart.mjs'], { cwd: app, env: { ...env, TMPDIR: scratch }, encoding: 'utf8', timeout: 30_000 });
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stdout, /^fence \d+ wrote: true$/m);
+  assert.match(run.stdout, /^the paused holder's late write: false$/m);
+  assert.match(run.stdout, /^order 42: paid, fence \d+$/m);
 });
 
 test(`the packed addon needs only glibc ${GLIBC_FLOOR} or later, is stripped, and locks in Node 24`, { skip: !linuxX64 }, async () => {

@@ -10,7 +10,7 @@
 //! whose locks ours never see, or whose lock server forgets them. The
 //! network check reads the file system's magic number (`fstatfs`'s
 //! `f_type`) on Linux, and the path (UNC) and drive type on Windows; other
-//! systems are not checked (the README says so). See [`super::sys`].
+//! systems are not checked (docs/file.md says so). See [`super::sys`].
 
 use std::fs::File;
 use std::io;

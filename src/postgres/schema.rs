@@ -311,8 +311,8 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// server time per pair (1.34 ms with custom plans only), 0.33 ms with
 /// generic plans. The statements look rows up by primary key, which a
 /// generic plan does as well as a custom one. In the driver's own use a
-/// pair is two transactions, about 0.5 ms of server CPU (README "The
-/// postgres driver").
+/// pair is two transactions, about 0.5 ms of server CPU (docs/postgres.md,
+/// "Speed").
 ///
 /// Durability: a grant (and a renewal) commits as the server's
 /// `synchronous_commit` says, never weaker for a session's `SET` (see [`DURABLE`]: the

@@ -4,8 +4,8 @@
 //! server's clock in microseconds at the grant.
 //!
 //! Fences never repeat while no server that can become primary has a
-//! clock more than `fenceRetentionMs` behind the others' (the README's
-//! Guarantees). A primary whose clock is behind shows itself when it
+//! clock more than `fenceRetentionMs` behind the others' (see
+//! docs/guarantees.md). A primary whose clock is behind shows itself when it
 //! grants from its clock (a key whose counter it does not have, or whose
 //! counter lapsed) a fence below the highest fence the connection was
 //! granted before this request was even sent: that grant came later, so

@@ -176,12 +176,12 @@ end
 /// least the server's `TIME` in microseconds, `fence = max(counter + 1,
 /// TIME_us)`, and stores it back. A restored counter is then overtaken by
 /// the clock, as long as the clocks of the servers that can become primary
-/// agree to within the time a restart or failover takes (see the README's
-/// Guarantees). The counter lives `fenceRetentionMs` past its value (after
+/// agree to within the time a restart or failover takes (see
+/// docs/guarantees.md). The counter lives `fenceRetentionMs` past its value (after
 /// the key's last grant, or after the clock passed a counter ahead of it)
 /// and no longer (nothing of a free key stays): once it expired, the
 /// server's clock has passed every fence the key had by that much, unless
-/// the clock stepped back further than that (the README's Guarantees). A fence is about 1.8e15: it fits a signed 64-bit column, and
+/// the clock stepped back further than that (docs/guarantees.md). A fence is about 1.8e15: it fits a signed 64-bit column, and
 /// as a double it is still exact (below 2^53).
 ///
 /// The clock is written first with `SET ... GET` (see `next_fence!`; one

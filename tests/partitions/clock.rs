@@ -1,5 +1,5 @@
 //! A replica whose clock runs 30 s behind is promoted (issue 39 §2,
-//! "Clocks"; the README's "Fences, under which assumption"): a primary on
+//! "Clocks"; docs/guarantees.md's "Fences, under which assumption"): a primary on
 //! this machine's clock, its replica a real `redis-server` under Debian's
 //! libfaketime (`FAKETIME=-30s`, preloaded as `faketime -f -30s` does;
 //! scripts/setup faults), and one sentinel that fails over to the replica
@@ -194,8 +194,8 @@ impl Deployment {
     /// Returns once the replica has every write the primary made: a
     /// failover that lost the last grants would leave their keys without a
     /// counter on the new primary, whose fences then follow its clock at
-    /// once, 30 s below (a run saw that: the other assumption of the
-    /// README, clocks agreeing within the time a failover takes).
+    /// once, 30 s below (a run saw that: the other assumption of
+    /// docs/guarantees.md, clocks agreeing within the time a failover takes).
     fn wait_replicated(&self) {
         let offset = |info: &str, field: &str| -> Option<u64> {
             let at = info.find(field)? + field.len();

@@ -858,7 +858,7 @@ impl Window {
         h.worker != MINORITY_CLIENT && self.granted(h) >= self.promoted_at
     }
 
-    /// The README's windows: two live primaries, from the promotion on,
+    /// The windows of docs/guarantees.md: two live primaries, from the promotion on,
     /// each granting to its own side. `None` when `a` and `b` are not one
     /// grant of each.
     fn two_primaries(&self, a: &Hold, b: &Hold) -> Option<&'static str> {

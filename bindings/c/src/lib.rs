@@ -1,7 +1,7 @@
 //! The C surface: `include/lock.h` (generated from this module by cbindgen
 //! in `build.rs`) over `liblock`.
 //!
-//! Modelled on rustls-ffi. The rules, also in the header and the README:
+//! Modelled on rustls-ffi. The rules, also in the header and docs/c.md:
 //! - Opaque handles (`dokebi_lock_provider`, `_backend`, `_lease`, `_pending`,
 //!   `_error`); each has a `_free` that accepts NULL.
 //! - Acting functions return a [`dokebi_lock_status`] (`DOKEBI_LOCK_OK` = 0,

@@ -41,7 +41,7 @@ pub struct dokebi_lock_provider {
 /// failovers are followed), or `cluster` (`nodes`: seed URLs); plus
 /// `connectTimeoutMs` and `commandTimeoutMs` (below every `leaseMs` that uses
 /// it). A redis backend may set `replicaAcks` (acquire and renew wait for that
-/// many replicas). See README.md, "Configuration" and "Sentinel and Cluster".
+/// many replicas). See docs/configuration.md and docs/redis.md, "Sentinel and Cluster".
 ///
 /// # Safety
 /// `yaml` points to `yaml_len` readable bytes; `out_provider` is writable;

@@ -545,7 +545,7 @@ pub fn host(env: &Env) -> napi::Result<Option<Arc<dyn Host>>> {
 
 /// On Windows the commands always take the driver's thread: the host lane
 /// would watch Winsock sockets through libuv's AFD polling, a path no
-/// Windows Node that runs here can prove (see the README's platform table).
+/// Windows Node that runs here can prove (see the platform table in docs/node.md).
 #[cfg(windows)]
 pub fn host(_env: &Env) -> napi::Result<Option<Arc<dyn Host>>> {
     Ok(None)

@@ -253,7 +253,7 @@ mod tests {
     }
 }
 
-/// Other Unix systems are not checked (the README says so).
+/// Other Unix systems are not checked (docs/file.md says so).
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn network_file_system(_path: &Path, _directory: &File) -> Option<&'static str> {
     None
