@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{ErrorCode, LockError, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, LockError, LockMode, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
@@ -262,6 +262,37 @@ fn a_script_a_replica_refuses_did_not_run_and_is_tried_again_on_a_fresh_connecti
     let connections: u64 = info.lines().find_map(|l| l.strip_prefix("total_connections_received:")).unwrap().trim().parse().unwrap();
     // The pub/sub connection, the first command connection, a fresh one per retry, and ours.
     assert!(connections > 3, "each retry reconnects (asks where the primary is now): {connections}");
+}
+
+/// A shared and a counted holder whose primary was demoted under them (its
+/// replica promoted with their keys): their scripts on the old primary
+/// write nothing (`READONLY`), so a release or renewal there says nothing
+/// of whether the lease is still theirs. The release scripts caught the
+/// refused `ZREM` with `pcall` as "not a member" and answered `LEASE_LOST`,
+/// the renewals `false`, while the new primary still carried both leases.
+#[test]
+fn shared_and_counted_holders_on_a_demoted_primary_are_refused_not_told_their_lease_is_lost() {
+    let primary = RedisServer::start_persistent(&[]);
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is in sync", || replica.replica_synced());
+    let (a, _) = open_redis(&primary.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "500")]);
+    let backend = a.backend("shared").unwrap();
+    let reader = block_on(backend.acquire("readers", AcquireOptions { mode: LockMode::Shared, ..wait(0) })).unwrap();
+    let unit = block_on(backend.acquire("units", AcquireOptions { limit: Some(2), weight: Some(1), ..wait(0) })).unwrap();
+    // The failover: the replica (which acknowledged both grants) becomes
+    // the primary, the old primary its replica.
+    replica.replicate_from(None);
+    primary.replicate_from(Some(replica.port()));
+    eventually("the old primary follows the new one", || primary.replica_synced());
+    let held = lock_keys(&replica);
+    for (what, lease) in [("the reader", &reader), ("the counted holder", &unit)] {
+        let renewed = block_on(lease.renew());
+        assert_ne!(renewed.as_ref().ok(), Some(&false), "{what}'s renewal on the demoted primary said the lease is not ours");
+        let released = block_on(lease.release());
+        assert_ne!(released.as_ref().map_err(LockError::code).err(), Some(ErrorCode::LeaseLost), "{what}: {released:?}");
+        assert_ne!(released.as_ref().ok(), Some(&false), "{what}'s release on the demoted primary said the lease was not ours");
+    }
+    assert_eq!(held.len(), 2, "both leases are on the new primary: {held:?}");
 }
 
 #[test]

@@ -34,7 +34,7 @@ macro_rules! next_fence {
             r"
   local fence = clock_n
   redis.set_repl(redis.REPL_NONE)
-  local last = redis.pcall('SET', fence_key, clock, 'PX', retention, 'GET')
+  local last = pwrite('SET', fence_key, clock, 'PX', retention, 'GET')
   local counter = 0
   if last then
     counter = type(last) == 'string' and tonumber(last)
@@ -57,6 +57,28 @@ macro_rules! next_fence {
   end
 "
         )
+    };
+}
+
+/// The function `pwrite(...)`: `redis.pcall` for a write to a name that
+/// may hold another type, whose `WRONGTYPE` (or a counter's refusal) the
+/// caller reads as an answer. `READONLY` is no answer: the server is a
+/// primary demoted under us, every write of the script was refused, so
+/// nothing was written and the script ends with that error, as
+/// `redis.call` would end it (the driver then sends it again where the
+/// primary is now). Caught, it told a shared or counted holder its lease
+/// was gone while the new primary still carried it.
+macro_rules! refused_writes {
+    () => {
+        r"
+local function pwrite(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err and string.find(reply.err, 'READONLY', 1, true) then
+    error(reply)
+  end
+  return reply
+end
+"
     };
 }
 
@@ -195,6 +217,7 @@ end
 /// `SET ... GET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = concat!(
     reserve_fences!(),
+    refused_writes!(),
     r"
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 -- `queued`: held by readers (a writer's mark goes in the queue set) or by
@@ -249,7 +272,7 @@ if granted then
     if redis.call('ZREM', KEYS[5], mine) == 1 and redis.call('EXISTS', KEYS[5]) == 0 then
       redis.call('DEL', KEYS[4])
     end
-    redis.pcall('ZREM', KEYS[3], mine)
+    pwrite('ZREM', KEYS[3], mine)
   end
   return {1, fence, 0}
 end
@@ -260,7 +283,7 @@ if ARGV[3] ~= '0' and queued then
     ticket = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
   end
   local lapses, mine = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + waiting_ms, ticket .. ':' .. ARGV[1]
-  if type(redis.pcall('ZADD', queued, lapses, mine)) == 'table' then
+  if type(pwrite('ZADD', queued, lapses, mine)) == 'table' then
     -- The waiting mark of a kinds waiter ('1'): a set of marks says as
     -- much (someone waits), and more.
     redis.call('DEL', queued)
@@ -727,7 +750,7 @@ local function grant(first, last, r, waiting_ms)
         redis.call('DEL', kind)
       end
       if plain then
-        redis.pcall('ZREM', KEYS[i + 2], mine)
+        pwrite('ZREM', KEYS[i + 2], mine)
       end
     end
   end
@@ -767,7 +790,7 @@ local function give_back(first, last, r)
   for i = first, last, 5 do
     local lock, kind, queue = KEYS[i], KEYS[i + 3], KEYS[i + 4]
     local done = false
-    if redis.pcall('ZREM', lock, r.member) == 1 then
+    if pwrite('ZREM', lock, r.member) == 1 then
       done = true
       -- Units left are held by members still in the set (a pruned member
       -- takes its units along): then the set is not empty.
@@ -846,6 +869,7 @@ end
 /// waited for with another limit.
 const KINDS_ACQUIRE: &str = concat!(
     reserve_fences!(),
+    refused_writes!(),
     kinds_prelude!(),
     r"
 return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9]), tonumber(ARGV[3]))
@@ -858,6 +882,7 @@ return grant(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV
 /// KEYS and ARGV as for [`KINDS_ACQUIRE`].
 const KINDS_RENEW: &str = concat!(
     reserve_fences!(),
+    refused_writes!(),
     kinds_prelude!(),
     r"
 local r = request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9])
@@ -892,6 +917,7 @@ return renewed
 /// for [`KINDS_ACQUIRE`].
 const KINDS_RELEASE: &str = concat!(
     reserve_fences!(),
+    refused_writes!(),
     kinds_prelude!(),
     r"
 local released, freed = give_back(1, #KEYS, request(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[2], ARGV[9]))
@@ -928,7 +954,7 @@ if #ARGV == 15 and ARGV[3] == '1' and ARGV[13] == '1' and ARGV[5] == 'x' and ARG
             next_fence!(""),
             r"
   redis.set_repl(redis.REPL_ALL)
-  if redis.pcall('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
+  if pwrite('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
     local lease_ms = tonumber(ARGV[14])
     local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
     if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[8] .. ':' .. ARGV[11]) == 0 then
@@ -983,6 +1009,7 @@ end
 /// `{-1, i}`), flattened, up to the first that is not a grant.
 const KINDS_HANDOFF: &str = concat!(
     reserve_fences!(),
+    refused_writes!(),
     handoff_straight!(),
     kinds_prelude!(),
     r"
