@@ -99,10 +99,10 @@ fn telemetry_reports_the_connection_going_down_and_up() {
     block_on(provider.close());
 }
 
-/// [`through`] with `commandTimeoutMs` 2000: a statement with 400 ms of
-/// latency each way is answered in time.
+/// [`through`] with `commandTimeoutMs` 3000: a statement with up to 900 ms
+/// of latency each way is answered in time.
 fn through_in_time(proxy: &Proxy, schema: &Schema) -> Provider {
-    Provider::from_yaml(&through_yaml(proxy, schema).replace("commandTimeoutMs: 500", "commandTimeoutMs: 2000")).unwrap()
+    Provider::from_yaml(&through_yaml(proxy, schema).replace("commandTimeoutMs: 500", "commandTimeoutMs: 3000")).unwrap()
 }
 
 /// A release sent through `proxy` with 400 ms of latency each way, whose
@@ -208,7 +208,8 @@ enum Loss {
 
 /// A reader's release that hands the key to a writer waiting in the same
 /// provider (one `_hand_over` call: the give-back and the writer's try, in
-/// one transaction), sent through a proxy with 400 ms of latency each way,
+/// one transaction), sent through a proxy with 900 ms of latency each way
+/// (time for a loaded host to see the commit before the answer is through),
 /// whose answer is lost (`loss`) once the call committed and the key was
 /// granted again: to that writer by the call itself, or, when `other_waits`
 /// (another process's writer waiting since before it, whose older mark the
@@ -233,14 +234,14 @@ fn hand_over_lost(other_waits: bool, loss: Loss) -> Result<bool, dokebi_lock::Lo
     }
     let local = writer(&here);
     postgres::eventually("this process's writer waits", || count(&marks) == if other_waits { 2 } else { 1 });
-    proxy.set_latency(Duration::from_millis(400));
+    proxy.set_latency(Duration::from_millis(900));
     let fence = reader.fence();
     let releasing = std::thread::spawn(move || block_on(reader.release()));
     // A grant after the release raises the key's fence: the call committed
     // (and granted the key), or the other writer took it after the call.
     let fences = format!("SELECT coalesce(max(fence), 0) FROM {} WHERE key = 'k'", schema.table(""));
     postgres::eventually("the release committed and the key was granted again", || count(&fences) > fence as i64);
-    // The answer in flight keeps its 400 ms; whatever the driver sends
+    // The answer in flight keeps its 900 ms; whatever the driver sends
     // next (a retry) goes through at once.
     proxy.set_latency(Duration::ZERO);
     match loss {
