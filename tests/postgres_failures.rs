@@ -2,7 +2,11 @@
 //! PostgreSQL stops forwarding (connections stay open), so a statement is
 //! sent and no answer comes within `commandTimeoutMs`. The caller hears
 //! `OUTCOME_UNKNOWN`, never a grant or release it cannot rely on, and the
-//! key is not left held once the statement finally runs.
+//! key is not left held once the statement finally runs. The proxy can also
+//! cut connections with an answer in flight: a plain release is retried and
+//! says what it did; a release that hands the key over in the same call
+//! (`_hand_over`) is not retried and stays `OUTCOME_UNKNOWN`, never
+//! released or `LEASE_LOST` by what a later call finds.
 
 mod postgres;
 
@@ -95,16 +99,19 @@ fn telemetry_reports_the_connection_going_down_and_up() {
     block_on(provider.close());
 }
 
+/// [`through`] with `commandTimeoutMs` 3000: a statement with up to 900 ms
+/// of latency each way is answered in time.
+fn through_in_time(proxy: &Proxy, schema: &Schema) -> Provider {
+    Provider::from_yaml(&through_yaml(proxy, schema).replace("commandTimeoutMs: 500", "commandTimeoutMs: 3000")).unwrap()
+}
+
 /// A release sent through `proxy` with 400 ms of latency each way, whose
 /// connection the proxy cuts once `before_the_cut` holds: what the caller
 /// hears, and the provider's last error.
 fn release_cut_off(before_the_cut: impl Fn(&Schema) -> bool) -> (Result<bool, dokebi_lock::LockError>, Option<ErrorCode>) {
     let schema = Schema::fresh();
     let proxy = Proxy::start(5432, Duration::ZERO);
-    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-    let connection = format!("        listenUrl: '{}'\n", postgres::url());
-    let cut_off = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        leaseMs: 60000\n", &connection)).unwrap();
-    let other = schema.open("");
+    let (cut_off, other) = (through_in_time(&proxy, &schema), schema.open(""));
     let lease = block_on(backend(&cut_off).acquire("k", wait(0))).unwrap();
     let fence = lease.fence();
     proxy.set_latency(Duration::from_millis(400));
@@ -188,4 +195,94 @@ fn concurrent_acquires_share_one_failed_connect_per_pooled_client() {
     let attempts = accepted.load(Ordering::SeqCst);
     assert!(attempts <= 2, "{attempts} connect attempts for 20 acquires on a pool of 2");
     block_on(provider.close());
+}
+
+/// How the answer of a statement in flight through the proxy is lost.
+#[derive(Clone, Copy)]
+enum Loss {
+    /// The connection is cut (the driver sees it close).
+    Cut,
+    /// Nothing more comes through until `commandTimeoutMs` has passed.
+    Held,
+}
+
+/// A reader's release that hands the key to a writer waiting in the same
+/// provider (one `_hand_over` call: the give-back and the writer's try, in
+/// one transaction), sent through a proxy with 900 ms of latency each way
+/// (time for a loaded host to see the commit before the answer is through),
+/// whose answer is lost (`loss`) once the call committed and the key was
+/// granted again: to that writer by the call itself, or, when `other_waits`
+/// (another process's writer waiting since before it, whose older mark the
+/// call's try must leave first), to that other writer right after the call.
+/// Answers what the release reported, and checks that the key then passes
+/// on.
+fn hand_over_lost(other_waits: bool, loss: Loss) -> Result<bool, dokebi_lock::LockError> {
+    use dokebi_lock::{AcquireOptions, LockMode};
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let (cut_off, other) = (through_in_time(&proxy, &schema), schema.open(""));
+    let (here, there) = (backend(&cut_off), backend(&other));
+    let reader = block_on(here.acquire("k", AcquireOptions { mode: LockMode::Shared, ..wait(0) })).unwrap();
+    let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
+    let writer = |backend: &dokebi_lock::Backend| {
+        let backend = backend.clone();
+        std::thread::spawn(move || block_on(backend.acquire("k", wait(20_000))))
+    };
+    let elsewhere = other_waits.then(|| writer(&there));
+    if other_waits {
+        postgres::eventually("the other process's writer waits", || count(&marks) == 1);
+    }
+    let local = writer(&here);
+    postgres::eventually("this process's writer waits", || count(&marks) == if other_waits { 2 } else { 1 });
+    proxy.set_latency(Duration::from_millis(900));
+    let fence = reader.fence();
+    let releasing = std::thread::spawn(move || block_on(reader.release()));
+    // A grant after the release raises the key's fence: the call committed
+    // (and granted the key), or the other writer took it after the call.
+    let fences = format!("SELECT coalesce(max(fence), 0) FROM {} WHERE key = 'k'", schema.table(""));
+    postgres::eventually("the release committed and the key was granted again", || count(&fences) > fence as i64);
+    // The answer in flight keeps its 900 ms; whatever the driver sends
+    // next (a retry) goes through at once.
+    proxy.set_latency(Duration::ZERO);
+    match loss {
+        Loss::Cut => proxy.cut(),
+        Loss::Held => proxy.hold(),
+    }
+    let released = releasing.join().unwrap();
+    proxy.release();
+    if let Some(elsewhere) = elsewhere {
+        let lease = elsewhere.join().unwrap().expect("the other process's writer, first in line, takes the key");
+        assert!(lease.fence() > fence);
+        assert!(block_on(lease.release()).unwrap());
+    }
+    // This process's writer picks up the lost call's grant with a try of
+    // its own (which may meet the cut connection too, then the driver gives
+    // its grant back): either way the key is not left held.
+    match local.join().unwrap() {
+        Ok(lease) => {
+            assert!(lease.fence() > fence);
+            assert!(block_on(lease.release()).unwrap());
+        }
+        Err(err) => assert!(matches!(err.code(), ErrorCode::OutcomeUnknown | ErrorCode::ProviderFailed), "{err}"),
+    }
+    let next = block_on(there.acquire("k", wait(20_000))).expect("the key is not left held");
+    assert!(block_on(next.release()).unwrap());
+    block_on(cut_off.close());
+    block_on(other.close());
+    released
+}
+
+#[test]
+fn a_release_handed_over_whose_connection_is_cut_after_it_committed_is_outcome_unknown() {
+    assert_eq!(code(hand_over_lost(false, Loss::Cut)), ErrorCode::OutcomeUnknown);
+}
+
+#[test]
+fn a_release_handed_over_whose_answer_times_out_after_it_committed_is_outcome_unknown() {
+    assert_eq!(code(hand_over_lost(false, Loss::Held)), ErrorCode::OutcomeUnknown);
+}
+
+#[test]
+fn a_release_handed_over_whose_connection_is_cut_after_another_process_took_the_key_is_outcome_unknown() {
+    assert_eq!(code(hand_over_lost(true, Loss::Cut)), ErrorCode::OutcomeUnknown);
 }

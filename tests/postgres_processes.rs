@@ -134,7 +134,10 @@ fn a_process_killed_while_holding_keeps_the_key_only_until_its_lease_ends() {
 
 /// A waiter killed while waiting leaves its mark: the next waiter, behind
 /// it, is granted only once the mark lapses (2 x max(poll intervals) + 1 s
-/// after its last try: 1.5 s here), and then at its next poll.
+/// after its last try: 1.5 s here), and then at its next poll. Both on the
+/// server's clock: the mark's `lapses_at`, and the grant's fence, which is
+/// the clock in µs when the grant's try looked at the marks (above the
+/// key's counter, last raised at the holder's grant).
 #[test]
 fn a_dead_waiter_s_mark_delays_the_next_waiter_only_until_it_lapses() {
     let schema = Schema::fresh();
@@ -147,6 +150,12 @@ fn a_dead_waiter_s_mark_delays_the_next_waiter_only_until_it_lapses() {
     child.kill().unwrap();
     child.wait().unwrap();
     let killed = Instant::now();
+    let micros = |at: &str| format!("floor(extract(epoch FROM {at}) * 1000000)::bigint");
+    let killed_us = postgres::count(&format!("SELECT {}", micros("clock_timestamp()")));
+    let lapses_us = postgres::count(&format!("SELECT {} FROM {}", micros("max(lapses_at)"), schema.table("_waiting")));
+    // Its last try was at most a notify poll (250 ms) before the kill.
+    let left = Duration::from_micros(u64::try_from(lapses_us - killed_us).expect("the dead waiter's mark is live at the kill"));
+    assert!(left <= Duration::from_millis(1_500), "the dead waiter's mark lapses {left:?} after the kill: past its 1.5 s bound");
     let next_provider = schema.open("");
     let waiter = backend(&next_provider);
     let next = std::thread::spawn(move || block_on(waiter.acquire("shared-key", wait(10_000))));
@@ -154,8 +163,11 @@ fn a_dead_waiter_s_mark_delays_the_next_waiter_only_until_it_lapses() {
     assert!(block_on(held.release()).unwrap());
     let lease = next.join().unwrap().expect("granted once the dead waiter's mark lapsed");
     let waited = killed.elapsed();
-    // Its last try was at most a notify poll (250 ms) before the kill.
-    assert!(waited >= Duration::from_millis(1_000), "granted {waited:?} after the kill: the dead waiter's mark was not kept");
+    let granted_us = lease.fence() as i64;
+    assert!(granted_us >= lapses_us, "granted {} µs before the dead waiter's mark lapsed", lapses_us - granted_us);
+    // At its next poll (250 ms), with slack for a loaded host.
+    let late = Duration::from_micros((granted_us - lapses_us) as u64);
+    assert!(late <= Duration::from_millis(1_500), "granted only {late:?} after the dead waiter's mark lapsed");
     assert!(waited <= Duration::from_millis(3_000), "granted only {waited:?} after the kill: the mark outlived its 1.5 s bound");
     assert!(lease.fence() > held.fence());
     assert!(block_on(lease.release()).unwrap());

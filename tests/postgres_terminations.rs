@@ -6,9 +6,13 @@
 //! held twice, a fenced store never sees a fence twice or out of order, and
 //! the providers work again once the terminations stop. And a statement
 //! stalled on a key row another session keeps locked is refused by the
-//! server within `commandTimeoutMs`: the caller knows nothing was done.
+//! server within `commandTimeoutMs`: the caller knows nothing was done. And
+//! a release that handed its key over (`_hand_over`), whose session is ended
+//! after it committed, is `OUTCOME_UNKNOWN` (on a server of its own).
 
 mod postgres;
+#[path = "postgres/server.rs"]
+mod server;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -143,4 +147,65 @@ fn a_statement_stalled_on_a_row_another_session_locks_is_refused_within_the_comm
     let lease = block_on(lock.acquire("k", wait(0))).expect("the key once the other session let go of its row");
     assert!(block_on(lease.release()).unwrap());
     block_on(provider.close());
+}
+
+/// A reader's release that hands the key to a writer waiting in the same
+/// provider (one `_hand_over` call) commits, then waits for a synchronous
+/// standby that is not there (the grant in it commits as durably as the
+/// server says), and its session is ended there, as a failover tool or an
+/// administrator does: the server has committed it locally, the driver
+/// hears only its connection close. The release is `OUTCOME_UNKNOWN`:
+/// neither released (the driver cannot know) nor `LEASE_LOST` (the key was
+/// its holder's until the call). A private server: the test changes
+/// `synchronous_standby_names`.
+#[test]
+fn a_release_handed_over_whose_session_ends_after_it_committed_is_outcome_unknown() {
+    use dokebi_lock::{AcquireOptions, LockMode};
+    let server = server::PrivateServer::start("handed-over-ended", &[]);
+    let admin = server.url();
+    let tag = "dl_handed_over";
+    let url = format!("{admin}&application_name={tag}");
+    let provider = Provider::from_yaml(&postgres::yaml_on(&url, "dokebi", "        leaseMs: 60000\n", "")).unwrap();
+    let lock = backend(&provider);
+    let reader = block_on(lock.acquire("k", AcquireOptions { mode: LockMode::Shared, ..wait(0) })).unwrap();
+    let writer = {
+        let lock = lock.clone();
+        std::thread::spawn(move || block_on(lock.acquire("k", wait(30_000))))
+    };
+    let marks = "SELECT count(*) FROM dokebi.dokebi_lock_waiting WHERE lapses_at > now()";
+    postgres::eventually("the writer waits", || postgres::count_on(&admin, marks) == 1);
+    let standby = |names: &str| {
+        postgres::batch_on(&admin, &format!("ALTER SYSTEM SET synchronous_standby_names = '{names}'"));
+        postgres::batch_on(&admin, "SELECT pg_reload_conf()");
+    };
+    standby("nobody");
+    let fence = reader.fence();
+    let releasing = std::thread::spawn(move || block_on(reader.release()));
+    let waiting_for_the_standby = format!("FROM pg_stat_activity WHERE application_name = '{tag}' AND wait_event = 'SyncRep'");
+    postgres::eventually("the release waits for the standby", || {
+        postgres::count_on(&admin, &format!("SELECT count(*) {waiting_for_the_standby}")) == 1
+    });
+    assert_eq!(postgres::count_on(&admin, &format!("SELECT count(pg_terminate_backend(pid)) {waiting_for_the_standby}")), 1);
+    // Others see a commit once its wait for the standby ended; until the
+    // standby is given up, no later grant is seen (each waits for it too).
+    let fences = "SELECT max(fence) FROM dokebi.dokebi_lock WHERE key = 'k'";
+    postgres::eventually("the call's grant, committed before it waited, is seen", || postgres::count_on(&admin, fences) > fence as i64);
+    standby("");
+    let released = releasing.join().unwrap();
+    assert_eq!(code(released), ErrorCode::OutcomeUnknown);
+    // The writer picks up the ended call's grant with a try of its own (or
+    // that try meets a session ended too, and the driver gives its grant
+    // back): either way the key is not left held.
+    match writer.join().unwrap() {
+        Ok(lease) => {
+            assert!(lease.fence() > fence);
+            assert!(block_on(lease.release()).unwrap());
+        }
+        Err(err) => assert!(matches!(err.code(), ErrorCode::OutcomeUnknown | ErrorCode::ProviderFailed), "{err}"),
+    }
+    let other = Provider::from_yaml(&postgres::yaml_on(&admin, "dokebi", "", "")).unwrap();
+    let next = block_on(backend(&other).acquire("k", wait(20_000))).expect("the key is not left held");
+    assert!(block_on(next.release()).unwrap());
+    block_on(provider.close());
+    block_on(other.close());
 }

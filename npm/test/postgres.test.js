@@ -128,9 +128,15 @@ test('an aborted signal is ABORTED before and while waiting, and the abort leave
 });
 
 test('withLock renews the lease while a section longer than leaseMs runs; without autoRenew it is LEASE_LOST', async () => {
-  const [a, b] = await pair({ leaseMs: 600 });
+  // A renewal commits durably (an fsync of the WAL) and must be answered
+  // within the two thirds of the lease left after its pause: 1.3 s here.
+  // On a host writing heavily to disk (a build beside the tests) a commit
+  // took up to 620 ms, so a lease of 600 ms (0.39 s left per renewal) was
+  // lost there about one run in two, rightly.
+  const [a, b] = await pair({ leaseMs: 2000 });
   const value = await a.backend('pg').withLock('k', async (lease) => {
-    await sleep(2000);
+    // Over two leases long: only renewals keep the key.
+    await sleep(4500);
     // Another process still cannot take the key: the renewals kept it ours.
     await rejectsWith(b.backend('pg').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
     assert.equal(lease.valid, true);
@@ -140,7 +146,7 @@ test('withLock renews the lease while a section longer than leaseMs runs; withou
   const after = await b.backend('pg').acquire('k', { waitTimeoutMs: 0 });
   await after.release();
   await rejectsWith(
-    a.backend('pg').withLock('k', () => sleep(2000), { autoRenew: false }),
+    a.backend('pg').withLock('k', () => sleep(2500), { autoRenew: false }),
     'LEASE_LOST',
   );
   await Promise.all([a.close(), b.close()]);
