@@ -12,7 +12,7 @@
  * - Getters return their value directly; given a NULL handle they return NULL,
  *   false or 0. Strings they return belong to the handle and live as long as it.
  * - A NULL handle or required out-parameter is DOKEBI_LOCK_INVALID_ARGUMENT.
- *   Keys are (pointer, length) in UTF-8; invalid UTF-8 is DOKEBI_LOCK_INVALID_KEY.
+ *   Keys are (pointer, length) in UTF-8; invalid UTF-8 or a NUL byte is DOKEBI_LOCK_INVALID_KEY.
  * - Threads: any thread may call any function, also concurrently on the same
  *   handle, except that a handle may be freed only once no other thread uses it.
  *   Asynchronous acquire callbacks run on the provider's completion thread.

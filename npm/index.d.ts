@@ -317,7 +317,7 @@ export interface AcquireTraceContext extends WithLockTraceContext {
  */
 export interface LockBackend {
   /**
-   * Acquires `key` (non-empty, well-formed, at most maxKeyBytes of UTF-8).
+   * Acquires `key` (non-empty, well-formed, without U+0000, at most maxKeyBytes of UTF-8).
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
    * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis and postgres

@@ -1,7 +1,7 @@
 //! Lock key rules, shared by every driver and surface.
 //!
-//! A key is non-empty, well-formed Unicode, and at most `maxKeyBytes` bytes of
-//! UTF-8. Surfaces hand keys over in their native encoding (Rust `&str`, Node
+//! A key is non-empty, well-formed Unicode without U+0000, and at most
+//! `maxKeyBytes` bytes of UTF-8. Surfaces hand keys over in their native encoding (Rust `&str`, Node
 //! UTF-16, C bytes); each entry point here validates one encoding. Errors never
 //! echo the key.
 
@@ -10,7 +10,7 @@ use crate::error::{ErrorCode, LockError, Result};
 /// Checks a key that is already a Rust string (so already valid UTF-8).
 #[inline]
 pub fn validate(key: &str, max_key_bytes: usize) -> Result<()> {
-    check_length(key.len(), max_key_bytes)
+    check(key, max_key_bytes)
 }
 
 /// Converts UTF-16 code units (Node strings) into a key; a lone surrogate is
@@ -36,25 +36,32 @@ pub fn from_utf16_into(units: &[u16], max_key_bytes: usize, key: &mut String) ->
     for unit in char::decode_utf16(rest.iter().copied()) {
         key.push(unit.map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not well-formed UTF-16 (it contains a lone surrogate)"))?);
     }
-    check_length(key.len(), max_key_bytes)
+    check(key, max_key_bytes)
 }
 
 /// Converts raw bytes (C callers) into a key; invalid UTF-8 is `INVALID_KEY`.
 #[inline]
 pub fn from_utf8(bytes: &[u8], max_key_bytes: usize) -> Result<&str> {
     let key = std::str::from_utf8(bytes).map_err(|_| LockError::new(ErrorCode::InvalidKey, "key is not valid UTF-8"))?;
-    check_length(key.len(), max_key_bytes)?;
+    check(key, max_key_bytes)?;
     Ok(key)
 }
 
 // Inlined into every entry point; the errors are built out of line.
 #[inline]
-fn check_length(len: usize, max_key_bytes: usize) -> Result<()> {
+fn check(key: &str, max_key_bytes: usize) -> Result<()> {
+    let len = key.len();
     if len == 0 {
         return Err(empty());
     }
     if len > max_key_bytes {
         return Err(too_long(len, max_key_bytes));
+    }
+    // PostgreSQL's text cannot hold U+0000: rather than a key one driver
+    // alone refuses (as the server's error, after a round trip), every
+    // driver refuses it here, before anything is sent.
+    if key.as_bytes().contains(&0) {
+        return Err(nul());
     }
     Ok(())
 }
@@ -70,6 +77,11 @@ pub fn too_long(len: usize, max_key_bytes: usize) -> LockError {
 #[cold]
 fn empty() -> LockError {
     LockError::new(ErrorCode::InvalidKey, "key is empty")
+}
+
+#[cold]
+fn nul() -> LockError {
+    LockError::new(ErrorCode::InvalidKey, "key contains U+0000 (NUL), which no driver takes in a key")
 }
 
 #[cfg(test)]
@@ -118,6 +130,14 @@ mod tests {
         from_utf16_into(&[0x6B], 100, &mut key).unwrap();
         assert_eq!(key, "k");
         assert_eq!(from_utf16_into(&[0xD800], 100, &mut key).unwrap_err().code(), ErrorCode::InvalidKey);
+    }
+
+    #[test]
+    fn u0000_is_invalid_in_every_encoding() {
+        assert_eq!(validate("a\u{0}b", 10).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf16(&[0x61, 0], 10).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf16(&[0xE9, 0], 10).unwrap_err().code(), ErrorCode::InvalidKey);
+        assert_eq!(from_utf8(b"\0", 10).unwrap_err().code(), ErrorCode::InvalidKey);
     }
 
     #[test]

@@ -87,8 +87,8 @@ proptest! {
     }
 
     #[test]
-    fn utf16_keys_are_accepted_exactly_when_well_formed_and_short_enough(units in proptest::collection::vec(prop_oneof![any::<u16>(), 0xD800u16..0xE000], 0..40), max in 1usize..64) {
-        let expected = String::from_utf16(&units).ok().filter(|k| !k.is_empty() && k.len() <= max);
+    fn utf16_keys_are_accepted_exactly_when_well_formed_without_u0000_and_short_enough(units in proptest::collection::vec(prop_oneof![any::<u16>(), 0xD800u16..0xE000], 0..40), max in 1usize..64) {
+        let expected = String::from_utf16(&units).ok().filter(|k| !k.is_empty() && k.len() <= max && !k.contains('\0'));
         match key::from_utf16(&units, max) {
             Ok(key) => prop_assert_eq!(Some(key), expected),
             Err(err) => {
@@ -99,8 +99,8 @@ proptest! {
     }
 
     #[test]
-    fn utf8_keys_are_accepted_exactly_when_valid_and_short_enough(bytes in proptest::collection::vec(any::<u8>(), 0..40), max in 1usize..64) {
-        let expected = std::str::from_utf8(&bytes).ok().filter(|k| !k.is_empty() && k.len() <= max);
+    fn utf8_keys_are_accepted_exactly_when_valid_without_u0000_and_short_enough(bytes in proptest::collection::vec(any::<u8>(), 0..40), max in 1usize..64) {
+        let expected = std::str::from_utf8(&bytes).ok().filter(|k| !k.is_empty() && k.len() <= max && !k.contains('\0'));
         match key::from_utf8(&bytes, max) {
             Ok(key) => prop_assert_eq!(Some(key), expected),
             Err(err) => {

@@ -54,3 +54,16 @@ fn every_table_of_a_schema_gets_its_own_index_on_the_retention() {
     };
     assert_eq!((indexed("locks_a"), indexed("locks_b")), (1, 1));
 }
+
+#[test]
+fn a_key_with_u0000_is_invalid_key_as_on_every_driver_not_a_server_refusal() {
+    // PostgreSQL's text holds no U+0000: the server refused such a key
+    // (PROVIDER_FAILED, after a round trip) where every other driver took it.
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let err = block_on(backend(&provider).acquire("a\u{0}b", wait(0))).expect_err("no lease on a key with U+0000");
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::InvalidKey, "{err}");
+    let err = block_on(backend(&provider).acquire_many(&["k", "\u{0}"], wait(0))).expect_err("nor on a set of keys with one");
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::InvalidKey, "{err}");
+    block_on(provider.close());
+}

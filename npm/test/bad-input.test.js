@@ -37,6 +37,7 @@ const badKeys = [
   ['', 'INVALID_KEY'],
   ['\uD800', 'INVALID_KEY'],
   ['a\uDFFFb', 'INVALID_KEY'],
+  ['a\u0000b', 'INVALID_KEY'],
   ['\uDC00\uD800', 'INVALID_KEY'],
   [`${SECRET}9`, 'INVALID_KEY'], // 9 bytes
   ['1234567\u00e9', 'INVALID_KEY'], // 7 + 2 bytes

@@ -52,7 +52,7 @@ pub(crate) fn give<T>(object: T) -> *mut T {
     Box::into_raw(Box::new(object))
 }
 
-/// The key `key_len` bytes at `key`: empty or invalid UTF-8 is `INVALID_KEY`
+/// The key `key_len` bytes at `key`: empty, invalid UTF-8 or with a NUL is `INVALID_KEY`
 /// (the backend checks its `maxKeyBytes`); NULL with a length is
 /// `INVALID_ARGUMENT`.
 ///

@@ -10,7 +10,7 @@
 //! - Getters return their value directly; given a NULL handle they answer
 //!   NULL, false or 0. Returned strings belong to the handle.
 //! - A NULL handle or out-parameter is `DOKEBI_LOCK_INVALID_ARGUMENT`; keys
-//!   are pointer + length and invalid UTF-8 is `DOKEBI_LOCK_INVALID_KEY`.
+//!   are pointer + length and invalid UTF-8 or a NUL byte is `DOKEBI_LOCK_INVALID_KEY`.
 //! - No panic crosses the boundary ([`panic`]); a caught one is
 //!   `DOKEBI_LOCK_PANIC`.
 //! - Any thread may call any function, concurrently, except that a handle is
