@@ -156,11 +156,13 @@ test('an app driver\'s expiring lease is renewed while withLock runs; a renewal 
   const file = join(dir, 'locks.db');
   // A lease long enough that one renewal delayed by a loaded machine (this
   // suite runs beside builds and servers) does not lose it.
-  const sqlite = config({ s: { driver: 'sqlite', file, leaseMs: 400, pollIntervalMs: 5 } });
+  // 400 ms lost a lease when one renewal (every leaseMs / 3) waited past
+  // the rest of it behind CI's parallel builds.
+  const sqlite = config({ s: { driver: 'sqlite', file, leaseMs: 1000, pollIntervalMs: 5 } });
   const [a, b] = [await openLock({ config: sqlite, drivers }), await openLock({ config: sqlite, drivers })];
 
   const value = await a.backend('s').withLock('k', async (lease, signal) => {
-    await sleep(1600); // four lease lengths
+    await sleep(2500); // two and a half lease lengths
     assert.equal(lease.valid, true);
     assert.equal(signal.aborted, false);
     await rejectsWith(b.backend('s').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
