@@ -1,0 +1,160 @@
+//! A review of the fence reservations (session of 2026-12-05): a restore
+//! puts a key's counter ahead of the server's clock (a reservation is the
+//! end of its fence's second), and the fences granted above the clock until
+//! the clock passes it are persisted only by a later reservation. A second
+//! restore within that second that loses the later writes (an AOF's
+//! unsynced tail, a replica that lagged) brings back the earlier
+//! reservation, and the clock, which agrees with itself, has not passed the
+//! fences granted above it: one is granted again.
+//!
+//! Both tests fail today (open findings, ignored): run with `--ignored`.
+
+mod support;
+
+#[path = "faults/proxy.rs"]
+mod proxy;
+
+use std::time::Duration;
+
+use dokebi_lock::{Backend, Provider};
+use futures::executor::block_on;
+use proxy::Proxy;
+use support::redis_server::RedisServer;
+use support::{eventually, open_redis, wait};
+
+fn backend(provider: &Provider) -> Backend {
+    provider.backend("shared").unwrap()
+}
+
+fn open(url: &str) -> Provider {
+    open_redis(url, &[("leaseMs", "30000")], &[]).0
+}
+
+fn grant(provider: &Provider, key: &str) -> u64 {
+    let lease = block_on(backend(provider).acquire(key, wait(5_000))).expect("acquire");
+    assert!(block_on(lease.release()).unwrap());
+    lease.fence()
+}
+
+fn counter(server: &RedisServer, key: &str) -> Option<u64> {
+    redis::cmd("GET").arg(key).query(&mut server.client()).unwrap()
+}
+
+fn fence_key(server: &RedisServer) -> String {
+    let keys: Vec<String> = server.keys().into_iter().filter(|k| k.contains("lock-fence")).collect();
+    assert_eq!(keys.len(), 1, "one fence counter: {keys:?}");
+    keys.into_iter().next().unwrap()
+}
+
+const SECOND_US: u64 = 1_000_000;
+
+fn reservation(fence: u64) -> u64 {
+    (fence / SECOND_US + 1) * SECOND_US
+}
+
+/// Waits until `server`'s clock is in the first tenth of a second: the
+/// test then has most of that second before the clock passes the
+/// reservation of its first grant.
+fn at_the_start_of_a_second(server: &RedisServer) {
+    loop {
+        let (_, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
+        if micros < 100_000 {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(SECOND_US - micros + 1_000));
+    }
+}
+
+fn assert_above_all(next: u64, before: &[u64]) {
+    for (i, &fence) in before.iter().enumerate() {
+        assert!(next > fence, "the next fence {next} is not above fence #{} ({fence}) of {before:?}", i + 1);
+    }
+}
+
+/// The AOF's incr file (Redis 7's multi-part AOF).
+fn incr_file(server: &RedisServer) -> std::path::PathBuf {
+    std::fs::read_dir(server.data_dir().join("appendonlydir"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.to_string_lossy().ends_with(".incr.aof"))
+        .expect("Redis 7 keeps a multi-part AOF with an incr file")
+}
+
+fn aof_written(server: &RedisServer) {
+    eventually("the AOF buffer is written", || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut server.client()).unwrap();
+        info.lines().any(|line| line.trim() == "aof_buffer_length:0")
+    });
+}
+
+#[test]
+#[ignore = "open (review 2026-12-05): a lost AOF tail within a second of a restart repeats a fence"]
+fn an_aof_that_lost_its_tail_within_a_second_of_a_restart_never_repeats_a_fence() {
+    // Two crashes within a second, the second losing the AOF's unsynced
+    // tail (appendfsync everysec, as in
+    // redis_fences::an_aof_that_lost_its_unsynced_tail_never_repeats_a_fence).
+    // The servers' clock is one: the README's clock assumption holds.
+    let mut server = RedisServer::start_persistent(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let app = open(&server.url());
+    // The app's connection is opened outside the second under test.
+    grant(&app, "k");
+    at_the_start_of_a_second(&server);
+    let mut fences = vec![grant(&app, "k")];
+    let key = fence_key(&server);
+    // First crash: nothing lost, the AOF has the first grant's reservation.
+    aof_written(&server);
+    server.stop();
+    server.restart();
+    assert_eq!(counter(&server, &key), Some(reservation(fences[0])), "the restart brought back the reservation");
+    // A grant above the clock: its own reservation goes to the AOF ...
+    aof_written(&server);
+    let incr = incr_file(&server);
+    let synced = std::fs::metadata(&incr).unwrap().len();
+    fences.push(grant(&app, "k"));
+    aof_written(&server);
+    server.stop();
+    // ... and is the unsynced tail the second crash loses.
+    assert!(std::fs::metadata(&incr).unwrap().len() > synced, "the second grant's reservation reached the AOF");
+    std::fs::OpenOptions::new().write(true).open(&incr).unwrap().set_len(synced).unwrap();
+    server.restart();
+    let next = grant(&app, "k");
+    assert_above_all(next, &fences);
+}
+
+#[test]
+#[ignore = "open (review 2026-12-05): a lagging replica promoted within a second of a failover repeats a fence"]
+fn a_replica_that_lagged_promoted_within_a_second_of_a_failover_never_repeats_a_fence() {
+    // A primary and two replicas. A failover to the first replica (quick:
+    // a planned FAILOVER, a cluster's manual failover), then, within the
+    // second, a failover to the second, which lagged behind the first (the
+    // first failed before it caught up): two failovers to replicas, each of
+    // which had everything of the primary before the one it replaced.
+    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let first = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let link = Proxy::start(primary.port(), Duration::ZERO);
+    let second = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
+    eventually("the replicas are synced", || first.replica_synced() && second.replica_synced());
+    let app = open(&primary.url());
+    // A first grant of another key opens the app's connection outside the
+    // second under test.
+    grant(&app, "warm-up");
+    let warmed: Vec<String> = primary.keys();
+    at_the_start_of_a_second(&primary);
+    let mut fences = vec![grant(&app, "k")];
+    let key = primary.keys().into_iter().find(|k| k.contains("lock-fence") && !warmed.contains(k)).expect("k's counter");
+    eventually("both replicas have the reservation", || {
+        counter(&first, &key) == Some(reservation(fences[0])) && counter(&second, &key) == Some(reservation(fences[0]))
+    });
+    // The second replica stops hearing from the primary (it would follow
+    // the first replica once that is promoted: it has not caught up yet).
+    link.hold();
+    first.replicate_from(None);
+    let moved = open(&first.url());
+    fences.push(grant(&moved, "k"));
+    // The first replica fails; the second is promoted.
+    second.replicate_from(None);
+    let again = open(&second.url());
+    let next = grant(&again, "k");
+    assert_above_all(next, &fences);
+    drop((app, moved));
+}
