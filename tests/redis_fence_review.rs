@@ -220,3 +220,28 @@ fn a_shared_grant_a_replica_refuses_is_tried_again_as_a_plain_one_is() {
     let evalsha = calls.iter().find(|(name, _)| name == "evalsha").map_or(0, |(_, calls)| *calls);
     assert!(evalsha > 2, "a script that wrote nothing on a replica is sent again ({err}): {calls:?}");
 }
+
+#[test]
+#[ignore = "open (review 2026-12-05): a shared release on a demoted primary answers LEASE_LOST, not READONLY"]
+fn a_shared_release_on_a_demoted_primary_is_not_lease_lost() {
+    // The kinds release removes a reader with `redis.pcall('ZREM', ...)`:
+    // on a replica the READONLY comes back to Lua, the member counts as not
+    // there, and the holder hears LEASE_LOST while its lease is still held
+    // on the new primary (a plain release there is READONLY, tried again,
+    // and PROVIDER_FAILED at worst).
+    let old = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &old.port().to_string()]);
+    eventually("the replica is synced", || new.replica_synced());
+    let (app, _) = open_redis(&old.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "500")]);
+    let shared = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) };
+    let reader = block_on(backend(&app).acquire("k", shared)).expect("a reader");
+    let plain = block_on(backend(&app).acquire("p", wait(0))).expect("a writer");
+    eventually("the replica has both", || new.keys().iter().filter(|k| k.contains(":lock:")).count() == 2);
+    // Planned failover: the replica is promoted, the old primary follows it.
+    new.replicate_from(None);
+    old.replicate_from(Some(new.port()));
+    eventually("the old primary is a synced replica", || old.replica_synced());
+    let plain_code = block_on(plain.release()).map_err(|err| err.code());
+    let reader_code = block_on(reader.release()).map_err(|err| err.code());
+    assert_eq!(reader_code, plain_code, "a reader's release on the demoted primary answers as a writer's does");
+}
