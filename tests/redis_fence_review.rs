@@ -1,13 +1,22 @@
-//! A review of the fence reservations (session of 2026-12-05): a restore
-//! puts a key's counter ahead of the server's clock (a reservation is the
-//! end of its fence's second), and the fences granted above the clock until
-//! the clock passes it are persisted only by a later reservation. A second
-//! restore within that second that loses the later writes (an AOF's
-//! unsynced tail, a replica that lagged) brings back the earlier
-//! reservation, and the clock, which agrees with itself, has not passed the
-//! fences granted above it: one is granted again.
+//! What the review of the store protocols of 2026-12-05 found against real
+//! Redis servers; each test fails today (open findings, ignored: run with
+//! `--ignored`).
 //!
-//! Both tests fail today (open findings, ignored): run with `--ignored`.
+//! - Fences: a restore puts a key's counter at its reservation (the end of
+//!   the last fence's second), ahead of the server's clock, and the fences
+//!   granted above the clock until it passes are persisted only by a later
+//!   reservation. A second restore within that second that loses the later
+//!   writes (an AOF's unsynced tail, a replica that lagged) brings back the
+//!   earlier reservation, and the clock, which agrees with itself, has not
+//!   passed the fences granted above it: one is granted again.
+//! - `replicaAcks` on Redis 7.2 and later: the `WAIT` on a connection of its
+//!   own counts from that connection's last propagated write (none), so it
+//!   is met at once by a replica that never got the grant (needs
+//!   `DOKEBI_TEST_REDIS_SERVER` naming such a `redis-server`).
+//! - `READONLY` inside the kinds scripts: a first write through
+//!   `redis.pcall` takes the error as a value (a shared grant on a demoted
+//!   primary answers 'a fence counter is not a number' and is not tried
+//!   again; a reader's release answers `LEASE_LOST`).
 
 mod support;
 
