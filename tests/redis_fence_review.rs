@@ -139,9 +139,9 @@ fn a_replica_that_lagged_promoted_within_a_second_of_a_failover_never_repeats_a_
     // first failed before it caught up): two failovers to replicas, each of
     // which had everything of the primary before the one it replaced.
     let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let first = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let first = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     let link = Proxy::start(primary.port(), Duration::ZERO);
-    let second = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
+    let second = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
     eventually("the replicas are synced", || first.replica_synced() && second.replica_synced());
     let app = open(&primary.url());
     // A first grant of another key opens the app's connection outside the
@@ -238,8 +238,8 @@ fn a_shared_release_on_a_demoted_primary_is_not_lease_lost() {
     // there, and the holder hears LEASE_LOST while its lease is still held
     // on the new primary (a plain release there is READONLY, tried again,
     // and PROVIDER_FAILED at worst).
-    let old = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &old.port().to_string()]);
+    let old = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"]);
+    let new = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &old.port().to_string()]);
     eventually("the replica is synced", || new.replica_synced());
     let (app, _) = open_redis(&old.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "500")]);
     let shared = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) };
