@@ -66,7 +66,10 @@ impl RedisServer {
     /// with what it persisted there (the server loads it before it answers).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before restarting it");
-        let child = Command::new("redis-server")
+        // DOKEBI_TEST_REDIS_SERVER: another redis-server binary (a newer
+        // Redis than the machine's), for a test run by hand.
+        let program = std::env::var("DOKEBI_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let child = Command::new(program)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
             .stdout(Stdio::null())
