@@ -303,7 +303,7 @@ impl Store for PostgresStore {
 
     /// A grant is as durable as the server's commit (`synchronous_commit`,
     /// synchronous standbys): nothing more to wait for.
-    async fn replicated(&self, _written: &[()]) -> Result<(), Failure> {
+    async fn replicated(&self, _claim: &Claim, _written: &[()]) -> Result<(), Failure> {
         Ok(())
     }
 

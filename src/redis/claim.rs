@@ -197,6 +197,13 @@ impl Claim {
         Ok(Taken::Granted { fences, written })
     }
 
+    /// The name a `WAIT` for the claim's `write`-th write (of one script
+    /// call: one per group, in the order taken) writes first: one of that
+    /// call's slot (see [`RedisKeys::acks`]).
+    pub(crate) fn acks(&self, write: usize) -> String {
+        self.keys[self.groups.get(write).map_or(0, |group| group[0])].acks()
+    }
+
     /// Extends every key to the claim's `leaseMs` from now: true when each
     /// still carried our token, with where each renewal was written.
     pub(crate) async fn extend(&self, on: &Scripted) -> Result<(bool, Vec<Via>), Failure> {

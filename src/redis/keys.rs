@@ -7,8 +7,9 @@
 //! waits, `<namespace>:lock-waiting:{<digest>}`; for shared and counted holds
 //! also `<namespace>:lock-kind:{<digest>}` (the key's limit and held units)
 //! and, while a writer or a counted request waits,
-//! `<namespace>:lock-queue:{<digest>}` (their marks). Every one of them has a
-//! TTL. The digest is the first 132 bits of SHA-256 of the key in 22 base64url
+//! `<namespace>:lock-queue:{<digest>}` (their marks); with `replicaAcks`,
+//! `<namespace>:lock-acks:{<digest>}` for a second after a grant or renewal
+//! (what its `WAIT` writes). Every one of them has a TTL. The digest is the first 132 bits of SHA-256 of the key in 22 base64url
 //! characters (`A-Z a-z 0-9 - _`); in braces it is a hash tag: Redis Cluster
 //! puts the names of one user key in one slot, so one script can touch them
 //! all.
@@ -79,6 +80,13 @@ impl RedisKeys {
         self.name(2)
     }
 
+    /// `<namespace>:lock-acks:{<digest>}`, in the names' slot: what a
+    /// `WAIT` for `replicaAcks` writes first (for a second), so it counts
+    /// from past the script's write.
+    pub fn acks(&self) -> String {
+        self.lock().replacen(":lock:{", ":lock-acks:{", 1)
+    }
+
     fn name(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.names[start..self.ends[i]]
@@ -134,6 +142,7 @@ mod tests {
         assert_eq!(kind, "ns:lock-kind:{ungWv48Bz-pBQUDeXa4iI7}");
         assert_eq!(queue, "ns:lock-queue:{ungWv48Bz-pBQUDeXa4iI7}");
         assert_eq!((keys.lock(), keys.waiting()), (lock, waiting));
+        assert_eq!(keys.acks(), "ns:lock-acks:{ungWv48Bz-pBQUDeXa4iI7}");
     }
 
     #[test]

@@ -221,14 +221,14 @@ impl Store for RedisStore {
     /// With `replicaAcks`, waits until that many replicas have each write
     /// (on the connection that made it): a failover right after must not
     /// lose it.
-    async fn replicated(&self, written: &[Via]) -> Result<(), Failure> {
+    async fn replicated(&self, claim: &Claim, written: &[Via]) -> Result<(), Failure> {
         let wanted = self.replica_acks;
         if wanted == 0 {
             return Ok(());
         }
         let mut acknowledged = u32::MAX;
-        for via in written {
-            acknowledged = acknowledged.min(self.connection().wait_for_replicas(via, wanted).await?);
+        for (write, via) in written.iter().enumerate() {
+            acknowledged = acknowledged.min(self.connection().wait_for_replicas(via, &claim.acks(write), wanted).await?);
         }
         if acknowledged >= wanted {
             return Ok(());

@@ -428,7 +428,7 @@ impl<S: Store> Attempt<S> {
             if let Some(request) = &self.request {
                 request.leave();
             }
-            if let Err(failure) = core.store().replicated(&written).await {
+            if let Err(failure) = core.store().replicated(&self.claim, &written).await {
                 // Given back before the caller hears of it, so that a retry
                 // finds the key free (a failed give-back goes on in the
                 // background).

@@ -269,7 +269,7 @@ impl<S: Store> StoreLease<S> {
                 let sent = Instant::now();
                 let outcome = core.store().extend(&shared.claim).await;
                 let outcome = match outcome {
-                    Ok((true, written)) => core.store().replicated(&written).await.map(|()| true),
+                    Ok((true, written)) => core.store().replicated(&shared.claim, &written).await.map(|()| true),
                     Ok((false, _)) => Ok(false),
                     Err(failure) => Err(failure),
                 };

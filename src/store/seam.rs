@@ -116,9 +116,10 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// Takes back the marks a waiting try left under `ticket` (best effort).
     fn withdraw(&self, claim: &Self::Claim, ticket: u64) -> impl Future<Output = ()> + Send;
 
-    /// Waits until the writes just made (`written`) are as durable as the
-    /// backend asks (`replicaAcks`); fewer in time is [`Failure::Unmet`].
-    fn replicated(&self, written: &[Self::Written]) -> impl Future<Output = Result<(), Failure>> + Send;
+    /// Waits until the writes just made for `claim` (`written`) are as
+    /// durable as the backend asks (`replicaAcks`); fewer in time is
+    /// [`Failure::Unmet`].
+    fn replicated(&self, claim: &Self::Claim, written: &[Self::Written]) -> impl Future<Output = Result<(), Failure>> + Send;
 
     /// True while releases in other processes wake this one (waiters then
     /// retry at the long safety-net interval only).

@@ -145,6 +145,10 @@ pub struct Via {
     peer: Arc<Peer>,
 }
 
+/// How long a `WAIT`'s own write (see [`RedisConnection::wait_for_replicas`])
+/// lives: it only has to reach the replication stream.
+const PROBE_MS: u64 = 1000;
+
 /// How many `WAIT` connections are kept open between uses.
 const WAITING_IDLE: usize = 8;
 
@@ -625,11 +629,14 @@ impl RedisConnection {
     /// queued behind it on that client waits too: on the lane's shared
     /// connection, two `WAIT`s in a row (or a script behind them) would pass
     /// their timeout and end unknown. So a `WAIT` has a connection of its own,
-    /// to the very node the script ran on, made current by a `PING` first
-    /// (a client's `WAIT` counts from the replication offset after its last
-    /// command, which is past the script's write). No failure here is an
+    /// to the very node the script ran on. A client's `WAIT` counts from its
+    /// last write that reached the replication stream (Redis 7.2 and later;
+    /// before, from its last command): so that connection first writes
+    /// `probe`, a name of the script's slot, which puts its offset past the
+    /// script's write (with a `PING` alone, Redis 7.2+ let a replica that
+    /// never got the grant meet the `WAIT` at once). No failure here is an
     /// unknown outcome: the write stands; only its copies are unconfirmed.
-    pub async fn wait_for_replicas(&self, via: &Via, replicas: u32) -> Result<u32, Failure> {
+    pub async fn wait_for_replicas(&self, via: &Via, probe: &str, replicas: u32) -> Result<u32, Failure> {
         let mut open = match self.idle_waiting(via) {
             Some(open) => open,
             None => {
@@ -641,7 +648,16 @@ impl RedisConnection {
             }
         };
         let mut command = redis::pipe();
-        command.cmd("PING").ignore().cmd("WAIT").arg(replicas).arg(wait_bound(self.command_timeout));
+        command
+            .cmd("SET")
+            .arg(probe)
+            .arg(1)
+            .arg("PX")
+            .arg(PROBE_MS)
+            .ignore()
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_bound(self.command_timeout));
         match tokio::time::timeout(self.command_timeout, command.query_async::<(i64,)>(&mut open.connection)).await {
             Ok(Ok((acknowledged,))) => {
                 self.answered();
