@@ -242,3 +242,37 @@ fn a_writer_whose_first_try_was_sent_twice_keeps_readers_out_after_its_release()
     block_on(writer_app.close());
     block_on(readers.close());
 }
+
+/// The same with one lost answer: the reader leaves while the writer's
+/// first try's answer is on its way back, so the try sent again is granted
+/// the free key with no ticket yet (ticket 0 takes back no mark), and the
+/// first try's mark, the writer's only one, stays in the queue set.
+#[test]
+#[ignore = "open (liveness): a granted writer's mark of a lost first try stays in the queue set and keeps readers out"]
+fn a_writer_granted_by_its_first_try_sent_again_keeps_readers_out_after_its_release() {
+    let server = RedisServer::start();
+    let slow = proxy::Proxy::start(server.port(), std::time::Duration::from_millis(300));
+    let (readers, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (writer_app, _) = support::open_redis(&slow.url(), POLLS, &[]);
+    let (_, _, queue) = names("k");
+    let reader = block_on(backend(&readers).acquire("k", shared(0))).unwrap();
+    let writer = std::thread::spawn(move || {
+        let lease = block_on(backend(&writer_app).acquire("k", wait(8_000))).expect("granted once the reader left");
+        (writer_app, lease)
+    });
+    support::eventually("the writer's first try queued", || zmembers(&server, &queue).len() == 1);
+    assert!(block_on(reader.release()).unwrap());
+    slow.cut();
+    slow.set_latency(std::time::Duration::ZERO);
+    let (writer_app, lease) = writer.join().unwrap();
+    assert!(block_on(lease.release()).unwrap());
+    let left = zmembers(&server, &queue);
+    let next = block_on(backend(&readers).acquire("k", shared(0)));
+    assert!(
+        next.is_ok(),
+        "a reader was refused ({:?}) after the writer released: the queue set kept {left:?}",
+        next.as_ref().err().map(|e| e.code())
+    );
+    block_on(writer_app.close());
+    block_on(readers.close());
+}
