@@ -276,3 +276,34 @@ fn a_writer_granted_by_its_first_try_sent_again_keeps_readers_out_after_its_rele
     block_on(writer_app.close());
     block_on(readers.close());
 }
+
+/// Held (7fc1651's release): a plain waiter whose first try's answer was
+/// lost while its holder's lease lapsed is granted the free key by the try
+/// sent again (ticket 0: no mark taken back); its release drops the first
+/// try's mark instead of handing the key to it.
+#[test]
+fn a_waiter_granted_by_its_first_try_sent_again_does_not_hand_the_key_to_itself() {
+    let server = RedisServer::start();
+    let slow = proxy::Proxy::start(server.port(), std::time::Duration::from_millis(300));
+    let (app, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (waiter_app, _) = support::open_redis(&slow.url(), POLLS, &[]);
+    let (lock, waiting, _) = names("k");
+    let mut raw = server.client();
+    let held = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let lease = block_on(backend(&waiter_app).acquire("k", wait(8_000))).expect("granted once the holder's lease lapsed");
+        (waiter_app, lease)
+    });
+    support::eventually("the waiter's first try marked the key", || zmembers(&server, &waiting).len() == 1);
+    let _: () = redis::cmd("DEL").arg(&lock).query(&mut raw).unwrap();
+    slow.cut();
+    slow.set_latency(std::time::Duration::ZERO);
+    let (waiter_app, lease) = waiter.join().unwrap();
+    drop(held);
+    assert_eq!(zmembers(&server, &waiting).len(), 1, "the first try's mark is still there");
+    assert!(block_on(lease.release()).unwrap());
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, None, "the release handed the key to its own first try's mark");
+    block_on(waiter_app.close());
+    block_on(app.close());
+}
