@@ -13,6 +13,8 @@
 //! so no caller holds part of a set while it waits (no deadlock between
 //! callers asking for overlapping sets in different orders).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use redis::cluster_routing::Slot;
 
 use super::keys::RedisKeys;
@@ -34,6 +36,11 @@ pub struct Claim {
     pub(crate) terms: Terms,
     /// Indexes into `keys`: one group per script call, in the order taken.
     groups: Vec<Vec<usize>>,
+    /// A waiting try was sent twice (its first answer lost with its
+    /// connection): the first may have left a mark under a ticket this
+    /// acquire never learned, which its grant must take back (see
+    /// [`Claim::take`]).
+    marks_unknown: AtomicBool,
 }
 
 /// What one call of the hand-off script did.
@@ -68,7 +75,7 @@ impl Claim {
         // Most claims: one key, one group (built without the grouping's
         // growing vectors, on every acquire).
         if keys.len() == 1 {
-            return Claim { keys, kind, token, terms, groups: vec![vec![0]] };
+            return Claim { keys, kind, token, terms, groups: vec![vec![0]], marks_unknown: AtomicBool::new(false) };
         }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -83,7 +90,7 @@ impl Claim {
         // order, whatever order it gave its keys in.
         let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
-        Claim { keys, kind, token, terms, groups }
+        Claim { keys, kind, token, terms, groups, marks_unknown: AtomicBool::new(false) }
     }
 
     /// The lock name of the first key (where a single key's `WAIT` goes).
@@ -161,6 +168,7 @@ impl Claim {
                     &[&self.token, &self.terms.lease_ms, &waiting_ms, &ticket, &self.terms.retention_ms],
                 )
                 .await?;
+            self.note_lost_try(&answer, waiting_ms);
             let (status, value, ticket) = answer.value;
             return Ok(match status {
                 1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
@@ -173,6 +181,7 @@ impl Claim {
         let mut written = Vec::with_capacity(self.groups.len());
         for (taken, group) in self.groups.iter().enumerate() {
             let answer = self.kinds::<Vec<i64>>(on, &scripts.kinds_acquire, group, &args).await?;
+            self.note_lost_try(&answer, waiting_ms);
             let reply = &answer.value;
             match reply.first().copied() {
                 Some(1) if reply.len() == group.len() + 1 => {
@@ -365,6 +374,23 @@ impl Claim {
 
     /// Takes back the marks a waiting try left under `ticket` (best
     /// effort), telling waiters on `channel` when they were the last.
+    /// Remembers a waiting try whose first attempt was lost (see
+    /// `marks_unknown`).
+    fn note_lost_try<T>(&self, answer: &Answer<T>, waiting_ms: u64) {
+        if waiting_ms > 0 && answer.first_attempt_lost.is_some() {
+            self.marks_unknown.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True once, after a waiting try was sent twice: a grant then takes
+    /// back every mark of its token ([`Claim::withdraw`], which leaves a lock
+    /// the token holds alone), or a writer's leftover mark would keep
+    /// readers out after its release, and a leftover waiting mark could be
+    /// handed the key once this lease lapsed.
+    pub(crate) fn marks_left(&self) -> bool {
+        self.marks_unknown.swap(false, Ordering::Relaxed)
+    }
+
     pub(crate) async fn withdraw(&self, on: &Scripted, ticket: u64, channel: &str) {
         let args = self.args(0, ticket, channel);
         for group in &self.groups {

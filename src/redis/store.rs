@@ -191,6 +191,9 @@ impl Store for RedisStore {
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<Via>, Failure> {
         let sent = Instant::now();
         let taken = claim.take(&self.shared.scripted, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
+        if matches!(taken, Taken::Granted { .. }) && claim.marks_left() {
+            claim.withdraw(&self.shared.scripted, ticket, &self.channel).await;
+        }
         self.granted(&taken, sent);
         Ok(taken)
     }
