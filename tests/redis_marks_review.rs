@@ -183,7 +183,6 @@ fn a_waiter_that_gives_up_as_the_key_is_handed_to_it_leaves_it_to_the_next() {
 /// wait) although the key has room for it. Not from 7fc1651 (the same
 /// condition before it); found while reading its withdraw.
 #[test]
-#[ignore = "open (liveness): a withdraw tells waiters only when the queue set empties"]
 fn a_counted_request_behind_one_that_gives_up_is_told_it_is_first() {
     let server = RedisServer::start();
     let open = || support::open_redis(&server.url(), POLLS, &[]).0;

@@ -1101,6 +1101,10 @@ for i = 1, #KEYS, 5 do
         end
         redis.call('PUBLISH', ARGV[8], lock)
       end
+    else
+      -- A request queued behind it may be first now (a counted one the
+      -- key has room for): told, not left to its next poll.
+      redis.call('PUBLISH', ARGV[8], lock)
     end
   end
   local waited = marks_of(waiting, ARGV[1])
