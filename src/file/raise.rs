@@ -54,3 +54,30 @@ pub(crate) fn raise(directory: &LockDirectory, name: &LockName, file: &LockFile)
     drop(raise_file);
     Ok(Some(fence))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acquire::LockMode;
+    use crate::file::take::tests::fresh_directory;
+
+    /// A raise lock held by another open file (another reader's raise, in
+    /// this process or another) holds the raise up: given up after
+    /// [`RAISE_TRIES_FOR`], the counter untouched; once it is let go, the
+    /// raise goes above the counter.
+    #[test]
+    fn a_raise_waits_for_another_s_and_gives_up_on_one_held_too_long() {
+        let directory = fresh_directory("raise");
+        let name = LockName::new("ns", "k");
+        let reader = directory.open_file(&name).unwrap();
+        assert!(reader.try_lock_in(LockMode::Shared).unwrap());
+        let first = raise(&directory, &name, &reader).unwrap().expect("no other raise");
+        let other = directory.open_raise_file(&name).unwrap();
+        assert!(other.try_lock().unwrap());
+        assert_eq!(raise(&directory, &name, &reader).unwrap(), None, "given up while another raise holds the lock");
+        assert_eq!(reader.fence().unwrap(), first, "the counter is untouched");
+        drop(other);
+        let second = raise(&directory, &name, &reader).unwrap().expect("the lock was let go");
+        assert!(second > first);
+    }
+}
