@@ -207,6 +207,57 @@ fn a_lock_file_removed_while_held_makes_release_lease_lost_and_later_fences_stil
     block_on(provider.close());
 }
 
+/// A waiter of another backend waits on the holder's lock file; the file is
+/// removed and another process takes the path's new file (done at once
+/// here, a file locked beforehand renamed over the old one, so that the
+/// waiter cannot take the new file first); the holder then releases,
+/// leaving the removed file's lock free. The waiter, retrying, takes the
+/// path's file, is refused, marks it and waits: it is never granted the key
+/// through the removed file while the new one is held, and once granted its
+/// release finds its file under the key's name. Unix: where a removed
+/// file's name stays while it is open (Wine, older Windows), no new file
+/// can take it.
+#[test]
+#[cfg(unix)]
+fn a_waiter_whose_lock_file_was_removed_takes_the_new_one_and_never_holds_the_old() {
+    use std::os::fd::AsRawFd;
+    let dir = fresh_directory("waiter-removed");
+    let (provider, holder) = open(&dir, "");
+    let (waiter_provider, waiter) = open(&dir, "");
+    let old = block_on(holder.acquire("k", wait(0))).unwrap();
+    let (granted, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let waiter = waiter.clone();
+        move || granted.send(block_on(waiter.acquire("k", wait(30_000))).map(|lease| block_on(lease.release())))
+    });
+    let path = dir.join(entries(&dir).remove(0));
+    while file::waiting_mark(&path).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let new = std::fs::File::create(dir.join("new")).unwrap();
+    // SAFETY: an open file of ours.
+    assert_eq!(unsafe { libc::flock(new.as_raw_fd(), libc::LOCK_EX) }, 0);
+    std::fs::rename(dir.join("new"), &path).unwrap();
+    let _ = block_on(old.release());
+    // A mark written after this one (a later deadline) is a retry made
+    // after the release.
+    let before = file::waiting_mark(&path).map_or(0, |(until, _)| until);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while file::waiting_mark(&path).is_none_or(|(until, _)| until <= before) {
+        if let Ok(released) = outcome.try_recv() {
+            panic!("the waiter was granted the key through its removed lock file while the new one is held (its release: {released:?})");
+        }
+        assert!(std::time::Instant::now() < deadline, "the waiter never tried the new file");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(outcome.try_recv().is_err(), "the waiter was granted while the new file is held");
+    drop(new);
+    let released = outcome.recv_timeout(Duration::from_secs(10)).unwrap().expect("granted once the new file is free");
+    assert!(released.expect("its release finds its file under the key's name"), "a release of a held lease is true");
+    block_on(waiter_provider.close());
+    block_on(provider.close());
+}
+
 /// Unix only: Wine 8's `CreateSymbolicLinkW` makes a plain empty file, not
 /// a link (real Windows needs a privilege or developer mode to make one).
 #[test]

@@ -7,8 +7,9 @@
 
 mod file;
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dokebi_lock::{ErrorCode, Provider};
@@ -45,6 +46,8 @@ fn child_process() {
     match role {
         // Holds "k" in the kind `argument` names (`shared`, or
         // `<limit>/<weight>`) until told (a line on stdin), then releases.
+        // Says `waiting` first if its acquire waits (its backend counts it
+        // among its waiters), so that the parent knows it tried.
         "hold" => {
             let options = match argument {
                 "shared" => shared(10_000),
@@ -53,7 +56,22 @@ fn child_process() {
                     counted(limit.parse().unwrap(), weight.parse().unwrap(), 10_000)
                 }
             };
-            let lease = block_on(locks.acquire("k", options)).unwrap();
+            let acquiring = AtomicBool::new(true);
+            let lease = std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    while acquiring.load(Ordering::SeqCst) {
+                        if locks.status().waiting > 0 {
+                            writeln!(std::io::stdout(), "waiting").unwrap();
+                            std::io::stdout().flush().unwrap();
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                let lease = block_on(locks.acquire("k", options)).unwrap();
+                acquiring.store(false, Ordering::SeqCst);
+                lease
+            });
             writeln!(stdout, "held {}", lease.fence()).unwrap();
             stdout.flush().unwrap();
             let mut line = String::new();
@@ -184,15 +202,28 @@ fn a_writer_waiting_in_another_process_is_not_starved_by_readers() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // A later reader of another process does not join the reader ahead of
-    // the marked writer.
-    let (mut late, mut late_out) = spawn("hold:shared", &dir, SLOW);
-    std::thread::sleep(Duration::from_millis(100));
+    // the marked writer: it tries, and waits, giving way again every 20 ms,
+    // 10 times in a row at most (about 200 ms, after which it joins: the
+    // writer must have the key by then, so the test looks for 50 ms only).
+    let (mut late, late_out) = spawn("hold:shared", &dir, SLOW);
+    let (said, late_lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || late_out.lines().map_while(Result::ok).try_for_each(|line| said.send(line)));
+    let late_said = |word: &str| loop {
+        let line = late_lines.recv_timeout(Duration::from_secs(10)).expect("the later reader said nothing more");
+        if line.contains("held") || line.contains("waiting") || line.contains("released") {
+            assert!(line.contains(word), "the later reader said {line:?} where {word:?} was due");
+            return;
+        }
+    };
+    late_said("waiting");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(late_lines.try_iter().all(|line| !line.contains("held")), "the later reader joined the reader ahead of the marked writer");
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
     expect_line(&mut out, "released");
     writer.join().unwrap().expect("the writer gets the key before the later reader");
-    expect_line(&mut late_out, "held");
+    late_said("held");
     writeln!(late.stdin.as_mut().unwrap()).unwrap();
-    expect_line(&mut late_out, "released");
+    late_said("released");
     assert!(child.wait().unwrap().success() && late.wait().unwrap().success());
     block_on(provider.close());
 }

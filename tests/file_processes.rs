@@ -31,6 +31,11 @@ fn child_process() {
             assert!(block_on(lease.release()).unwrap());
             writeln!(stdout, "released").unwrap();
         }
+        // Waits for the key (a minute at most), marking its lock file.
+        "wait" => {
+            let outcome = block_on(locks.acquire("shared-key", wait(60_000)));
+            writeln!(stdout, "granted {}", outcome.is_ok()).unwrap();
+        }
         // Takes the key 200 times; inside, checks and updates a store that
         // only the holder may touch (a read-modify-write of a count and the
         // last fence, which must rise).
@@ -229,6 +234,93 @@ fn a_stopped_holder_keeps_its_key_nothing_is_stolen() {
     expect_line(&mut out, "released");
     assert!(child.wait().unwrap().success());
     block_on(locks.acquire("shared-key", wait(1_000))).expect("free after its release");
+    block_on(provider.close());
+}
+
+/// A child killed (`SIGKILL`) when dropped, also when its test fails: a
+/// stopped child would keep the test harness's output open.
+#[cfg(unix)]
+struct Killed(std::process::Child);
+
+#[cfg(unix)]
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child waiting for "shared-key", which this process holds, with
+/// `pollIntervalMs` of 2 s: the child and the key's lock file, once the
+/// child's mark is in it.
+#[cfg(unix)]
+fn a_child_marked_on_a_held_key(dir: &std::path::Path) -> (Killed, std::path::PathBuf) {
+    let path = dir.join(file::entries(dir).remove(0));
+    let (child, _out) = spawn("wait", dir, "pollIntervalMs: 2000");
+    let child = Killed(child);
+    while file::waiting_mark(&path).is_none_or(|(_, pid)| pid != child.0.id()) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (child, path)
+}
+
+/// A waiting mark whose process has ended (its waiter killed) is ignored
+/// at once, though its deadline is seconds ahead: a reader that may not
+/// wait, which gives way to a fresh mark of a live process (see the next
+/// test), is granted.
+#[test]
+#[cfg(unix)]
+fn a_waiting_mark_of_a_dead_process_is_ignored() {
+    let dir = fresh_directory("dead-mark");
+    let (provider, locks) = open(&dir, WAKE_UP);
+    let held = block_on(locks.acquire("shared-key", wait(0))).unwrap();
+    let (child, path) = a_child_marked_on_a_held_key(&dir);
+    drop(child);
+    let (until, _) = file::waiting_mark(&path).expect("a killed waiter leaves its mark");
+    drop(held);
+    let (other_provider, other) = open(&dir, WAKE_UP);
+    let reader = block_on(other.acquire("shared-key", file::shared(0)));
+    assert!(file::clock_us() < until, "the mark was past its deadline before the test could use it");
+    reader.expect("a reader is granted: the mark's process is dead");
+    block_on(other_provider.close());
+    block_on(provider.close());
+}
+
+/// A waiting mark nobody acts on (its waiter's process stopped) delays
+/// others at most as the README says: its deadline is at most
+/// `2 × pollIntervalMs + 100 ms` past its writing; until then a writer gives
+/// way once (20 ms) and a reader up to 10 times (about 200 ms), each
+/// granted long before the deadline; past it the mark is ignored, its
+/// process alive or not.
+#[test]
+#[cfg(unix)]
+fn a_stale_waiting_mark_delays_acquires_at_most_its_stated_bound() {
+    use std::process::Command;
+    let dir = fresh_directory("stale-mark");
+    let (provider, locks) = open(&dir, WAKE_UP);
+    let held = block_on(locks.acquire("shared-key", wait(0))).unwrap();
+    let (child, path) = a_child_marked_on_a_held_key(&dir);
+    let pid = child.0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let (until, _) = file::waiting_mark(&path).unwrap();
+    assert!(until <= file::clock_us() + 2 * 2_000_000 + 100_000, "a mark's deadline is more than 2 × pollIntervalMs + 100 ms ahead");
+    drop(held);
+    let (other_provider, other) = open(&dir, WAKE_UP);
+    let refused = block_on(other.acquire("shared-key", file::shared(0))).err().map(|err| err.code());
+    assert!(file::clock_us() < until, "the mark was past its deadline before the test could use it");
+    assert_eq!(refused, Some(ErrorCode::LockBusy), "a reader that may not wait gives way to a fresh mark of a live process");
+    let writer = block_on(other.acquire("shared-key", wait(10_000))).unwrap();
+    assert!(file::clock_us() < until, "a writer waited for the stale mark's deadline");
+    drop(writer);
+    let reader = block_on(other.acquire("shared-key", file::shared(10_000))).unwrap();
+    assert!(file::clock_us() < until, "a reader waited for the stale mark's deadline");
+    drop(reader);
+    while file::clock_us() <= until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    block_on(other.acquire("shared-key", file::shared(0))).expect("a reader that may not wait is granted past the mark's deadline");
+    drop(child);
+    block_on(other_provider.close());
     block_on(provider.close());
 }
 

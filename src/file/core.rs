@@ -499,6 +499,11 @@ impl FileCore {
                     undo(taken, idle);
                     return Ok(Attempt::Waits { index, file, give_way: false });
                 }
+                // Not a waiter's turn: no mark, and not counted as giving way.
+                Ok(Took::RaiseStalled(file)) => {
+                    undo(taken, idle);
+                    return Ok(Attempt::Waits { index, file, give_way: true });
+                }
                 Err(error) => {
                     undo(taken, idle);
                     return Err(error);
@@ -672,7 +677,9 @@ enum Attempt {
     /// Every key held: per key, in the caller's order.
     Granted(Vec<(LockName, Option<Held>, u64)>),
     /// Key `index` is held elsewhere (or, `give_way`, wanted by another
-    /// process's waiter): wait on its lock file `file`.
+    /// process's waiter, or its counter held by another reader's stalled
+    /// raise: try again after [`GIVE_WAY`], unmarked): wait on its lock
+    /// file `file`.
     Waits { index: usize, file: LockFile, give_way: bool },
 }
 

@@ -135,6 +135,12 @@ impl LockDirectory {
         self.open_entry(&name.unit_file_name(unit), false)
     }
 
+    /// [`LockDirectory::open_file`] of the raise file of `name` (see
+    /// [`super::raise`]).
+    pub fn open_raise_file(&self, name: &LockName) -> Result<LockFile> {
+        self.open_entry(&name.raise_file_name(), true).map(|file| file.expect("created"))
+    }
+
     fn open_entry(&self, entry: &str, create: bool) -> Result<Option<LockFile>> {
         self.check()?;
         self.probed();
@@ -175,10 +181,15 @@ impl LockDirectory {
         self.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Removes the lock file of `name`; the caller holds its kernel lock and
-    /// has checked that the name still names it. A failure leaves the file
-    /// for a later release to remove.
+    /// Removes the lock file of `name`, and first its raise file if it has
+    /// one; the caller holds the lock file's kernel lock exclusive and has
+    /// checked that the name still names it. The raise file goes first, so
+    /// that it only ever goes under the lock file (see [`super::raise`]):
+    /// once the lock file is gone, readers of a new one may create and
+    /// lock a new raise file. A failure leaves the files for a later release
+    /// to remove.
     pub fn remove(&self, name: &LockName) {
+        let _ = sys::remove_at(&self.handle, &self.path, &name.raise_file_name());
         let _ = sys::remove_at(&self.handle, &self.path, &name.file_name());
     }
 

@@ -3,9 +3,12 @@
 //!
 //! The holder of a key writes the fence it was granted into the lock file
 //! while it holds the kernel lock, so the next holder reads it and goes
-//! above it. The write is not `fsync`ed: a crash of the process loses
-//! nothing (the page cache belongs to the kernel), and a crash of the host
-//! that loses the write also takes a reboot, after which the wall clock in
+//! above it; readers, holding the lock shared together, read and write it
+//! one at a time under the key's raise lock (see [`super::raise`]), so no
+//! two grants of any kind get one fence. The write is not `fsync`ed: a
+//! crash of the process loses nothing (the page cache belongs to the
+//! kernel), and a crash of the host that loses the write also takes a
+//! reboot, after which the wall clock in
 //! microseconds is above every fence granted before (fences follow the
 //! clock, and run ahead of it only by the grants made within one
 //! microsecond). For the same reason a deleted lock file (the driver

@@ -193,26 +193,13 @@ impl LockFile {
         Ok(Header { fence: record(0), mark, limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX) })
     }
 
-    /// Writes the fence after `last` (the header's) and answers it; called
-    /// while holding the kernel lock exclusive. Not synced (see
-    /// [`super::fence`]).
+    /// Writes the fence after `last` (the counter read by the caller) and
+    /// answers it; called while holding the kernel lock exclusive, or
+    /// shared and the key's raise lock (see [`super::raise`]). Not synced
+    /// (see [`super::fence`]).
     pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
         let next = fence::next(last, fence::clock_us());
         sys::write_all_at(&self.file, &fence::encode(next), 0)?;
-        Ok(next)
-    }
-
-    /// [`LockFile::advance_fence_from`] for a holder of a shared lock,
-    /// whose fellow holders may write the record at the same moment: it
-    /// writes again until it reads at least its own fence. That narrows the
-    /// race without closing it (another reader's write may land after that
-    /// read), so the record may end below the higher of two fences granted
-    /// within one microsecond; the clock part of the next fence covers it.
-    pub fn raise_fence(&self) -> io::Result<u64> {
-        let next = fence::next(self.fence()?, fence::clock_us());
-        while self.fence()? < next {
-            sys::write_all_at(&self.file, &fence::encode(next), 0)?;
-        }
         Ok(next)
     }
 

@@ -6,7 +6,8 @@
 //!   `lock_file`: one open lock file (no symlinks, ours, locked without
 //!   blocking); `sys`: what they ask of the system, with a Unix half
 //!   (`flock`) and a Windows half (`LockFileEx`).
-//! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file.
+//! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file;
+//!   `raise`: the lock under which readers holding a key together raise it.
 //! - `take`: one key's kernel locks for one grant, by kind (exclusive,
 //!   shared, counted units), and their release; `idle`: lock files of free
 //!   keys kept open a moment for reuse.
@@ -44,6 +45,7 @@ pub(crate) mod idle;
 pub mod lease;
 pub(crate) mod lock_file;
 pub(crate) mod name;
+pub(crate) mod raise;
 pub(crate) mod sys;
 pub(crate) mod take;
 pub(crate) mod watch;

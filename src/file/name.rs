@@ -41,6 +41,12 @@ impl LockName {
         format!("{}.u{unit}{SUFFIX}", self.digest())
     }
 
+    /// The raise file of a key, locked by its readers while they raise its
+    /// counter (see [`super::raise`]): the digest, `.raise` and [`SUFFIX`].
+    pub fn raise_file_name(&self) -> String {
+        format!("{}.raise{SUFFIX}", self.digest())
+    }
+
     fn digest(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut name = String::with_capacity(48);

@@ -3,7 +3,8 @@
 //! - Exclusive (limit 1): the key's lock file, `flock`ed exclusive for the
 //!   whole hold.
 //! - Shared: the same file `flock`ed shared, so readers of every process
-//!   hold it together and a writer (exclusive) alone.
+//!   hold it together and a writer (exclusive) alone; each reader raises
+//!   the counter under the key's raise lock (see [`raise`]).
 //! - Counted (`limit` n > 1): `weight` unit files of the key (`.u0` to
 //!   `.u<n-1>`), each `flock`ed exclusive for the hold; the key's lock file
 //!   is locked exclusive only for the moment of taking them, so takers of
@@ -22,6 +23,7 @@ use super::directory::LockDirectory;
 use super::fence;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
+use super::raise;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 
@@ -57,6 +59,10 @@ pub(crate) enum Took {
     /// Free, but a waiter of another process is marked on it, and this take
     /// was to give way to one: the key's lock file, unlocked.
     GiveWay(LockFile),
+    /// Free for a reader, but another reader's raise of the counter held
+    /// the raise lock too long (see [`raise`]): the key's lock file,
+    /// unlocked, to try again shortly.
+    RaiseStalled(LockFile),
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
@@ -82,10 +88,15 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
     if kind.limit == 1 {
         let fence = match kind.mode {
-            LockMode::Exclusive => file.advance_fence_from(header.fence),
-            LockMode::Shared => file.raise_fence(),
-        }
-        .map_err(io)?;
+            LockMode::Exclusive => file.advance_fence_from(header.fence).map_err(io)?,
+            LockMode::Shared => match raise::raise(directory, name, &file)? {
+                Some(fence) => fence,
+                None => {
+                    file.unlock();
+                    return Ok(Took::RaiseStalled(file));
+                }
+            },
+        };
         return Ok(Took::Held(Held::File(file, kind.mode), fence));
     }
     let mut units = Vec::with_capacity(kind.weight as usize);
@@ -186,7 +197,10 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // A shared holder is the last one if it can lock exclusive (a
             // refusal leaves it holding nothing, which is what it wants).
             let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
-            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(fence) {
+            // A reader's own fence may be below the counter: readers granted
+            // after it raised it further.
+            let counter = || if mode == LockMode::Exclusive { fence } else { file.fence().unwrap_or(u64::MAX) };
+            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(counter()) {
                 directory.remove(name);
             }
             None

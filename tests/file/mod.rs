@@ -89,6 +89,21 @@ pub fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
     }
 }
 
+/// The waiting mark in the lock file at `path` (see the driver's
+/// `lock_file`: three records of 21 bytes from byte 32): its deadline in
+/// microseconds of the wall clock and its process; `None` when there is
+/// none.
+pub fn waiting_mark(path: &Path) -> Option<(u64, u32)> {
+    let bytes = std::fs::read(path).ok()?;
+    let record = |at: usize| std::str::from_utf8(bytes.get(at..at + 20)?).ok()?.parse::<u64>().ok();
+    Some((record(32)?, u32::try_from(record(53)?).ok()?)).filter(|(_, pid)| *pid != 0)
+}
+
+/// The wall clock in microseconds, as the driver's marks count it.
+pub fn clock_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
+}
+
 /// The names of the entries of `dir` once the lock files a backend keeps
 /// for reuse after a release (half a second) are gone: waits up to two
 /// seconds for `dir` to empty.
