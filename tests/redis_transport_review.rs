@@ -18,6 +18,9 @@
 //!   and `MISCONF` refuse a script's first write in the same way, with
 //!   nothing written, and a reader's release still reads the refusal as
 //!   'not a member': `LEASE_LOST` while its lease is held.
+//! - A primary demoted with `replica-read-only no` takes the scripts'
+//!   writes and keeps them: no READONLY to see, and a grant there is on no
+//!   other server (nothing checks the role of a plain URL's server).
 //! - The keep-alive looks at the backend's close only between renewals: a
 //!   renewal waiting for its replica keeps a section's signal quiet after
 //!   close gave its key to another holder.
@@ -234,4 +237,27 @@ fn a_renewal_while_its_slot_migrates_is_renewed_and_says_so() {
         Err(err) => panic!("the renewal extended the lease (TTL {ttl} ms) but answered: {err} ({:?})", std::error::Error::source(&err)),
     }
     assert!(block_on(lease.release()).unwrap());
+}
+
+#[test]
+#[ignore = "open (transport review 2026-12-05): a demoted primary with replica-read-only no grants on a connection opened before the demotion"]
+fn a_demoted_primary_that_takes_writes_grants_nothing() {
+    // `replica-read-only no`: a replica takes writes and keeps them to
+    // itself. A primary demoted so (the app's address still leads to it, or
+    // Sentinel has not yet told the app) answers the plain script as a
+    // primary would: no READONLY for pwrite or the transport to see. Its
+    // grant is on no other server, so the new primary grants the key too.
+    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let old = RedisServer::start_persistent(&["--replica-read-only", "no"]);
+    let (app, _) = open_redis(&old.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "500")]);
+    let warm = block_on(backend(&app).acquire("warm-up", wait(0))).expect("a grant on the primary");
+    assert!(block_on(warm.release()).unwrap());
+    old.replicate_from(Some(new.port()));
+    eventually("the old primary follows the new one", || old.replica_synced());
+    let first = block_on(backend(&app).acquire("k", wait(0)));
+    let (other, _) = open_redis(&new.url(), &[("leaseMs", "30000")], &[]);
+    let second = block_on(backend(&other).acquire("k", wait(0)));
+    if let (Ok(first), Ok(second)) = (&first, &second) {
+        panic!("two holders of k: fence {} on the demoted primary and fence {} on the new one", first.fence(), second.fence());
+    }
 }
