@@ -14,6 +14,9 @@
 //!   before the `WAIT` it answered true). So it does while the key's slot
 //!   migrates (Cluster): the probe's name is not on the source node, and
 //!   its `ASK` is not followed.
+//! - The probe's name replaces the first ':lock:{' of the lock name: in a
+//!   namespace holding that text it is another namespace's lock name, and
+//!   the probe takes that lock away (two holders).
 //! - `pwrite` re-raises `READONLY` only: `NOREPLICAS` (`min-replicas-to-write`)
 //!   and `MISCONF` refuse a script's first write in the same way, with
 //!   nothing written, and a reader's release still reads the refusal as
@@ -260,4 +263,40 @@ fn a_demoted_primary_that_takes_writes_grants_nothing() {
     if let (Ok(first), Ok(second)) = (&first, &second) {
         panic!("two holders of k: fence {} on the demoted primary and fence {} on the new one", first.fence(), second.fence());
     }
+}
+
+/// A provider whose backend `shared` has `namespace` and `replicaAcks`.
+fn open_in(url: &str, namespace: &str, replica_acks: u32) -> Provider {
+    let yaml = format!(
+        "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main:\n        url: {url}\n  dokebi-lock:\n    backends:\n      shared:\n        driver: redis\n        connection: main\n        namespace: '{namespace}'\n        leaseMs: 30000\n        replicaAcks: {replica_acks}\n"
+    );
+    Provider::open(dokebi_lock::Options::from_yaml(&yaml).unwrap()).unwrap()
+}
+
+#[test]
+#[ignore = "open (transport review 2026-12-05): the replicaAcks probe name is another namespace's lock name when a namespace holds ':lock:{'"]
+fn the_replica_acks_probe_writes_no_other_namespaces_lock() {
+    // The probe's name is the lock name with its first ':lock:{' made
+    // ':lock-acks:{'. A namespace may hold that text (any string is a
+    // namespace): then the first one is the namespace's own, and the probe
+    // is the lock of namespace 'a:lock-acks:{t}' for the same key. Its SET
+    // (value 1, one second) takes that holder's lock away.
+    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    eventually("the replica is synced", || replica.replica_synced());
+    let holder = open_in(&primary.url(), "a:lock-acks:{t}", 0);
+    let held = block_on(backend(&holder).acquire("k", wait(0))).expect("k in namespace a:lock-acks:{t}");
+    let acknowledged = open_in(&primary.url(), "a:lock:{t}", 1);
+    let other = block_on(backend(&acknowledged).acquire("k", wait(5_000))).expect("k in namespace a:lock:{t}");
+    std::thread::sleep(Duration::from_millis(1_100));
+    let rival = open_in(&primary.url(), "a:lock-acks:{t}", 0);
+    if let Ok(second) = block_on(backend(&rival).acquire("k", wait(0))) {
+        panic!(
+            "two holders of k in namespace a:lock-acks:{{t}}: fence {} (renews: {:?}) and fence {}",
+            held.fence(),
+            block_on(held.renew()).map_err(|err| err.code()),
+            second.fence()
+        );
+    }
+    drop(other);
 }
