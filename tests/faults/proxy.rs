@@ -91,6 +91,13 @@ impl Proxy {
         self.cut();
     }
 
+    /// New connections go to `127.0.0.1:upstream`; the open ones stay
+    /// where they were (a DNS name or a load balancer that follows a
+    /// failover: a client's open connection to the old primary lives on).
+    pub fn redirect(&self, upstream: u16) {
+        self.upstream.store(upstream, Ordering::SeqCst);
+    }
+
     /// Cuts every open connection (both directions).
     pub fn cut(&self) {
         for socket in self.sockets.lock().unwrap().drain(..) {
