@@ -45,6 +45,15 @@ fn backend(provider: &Provider) -> Backend {
     provider.backend("shared").unwrap()
 }
 
+/// A first grant, tried until the replica acknowledges it: a replica just
+/// synced and online can still leave a first `WAIT` unmet.
+fn warm_up(provider: &Provider) {
+    eventually("a first grant is acknowledged", || match block_on(backend(provider).acquire("warm-up", wait(0))) {
+        Ok(lease) => block_on(lease.release()).unwrap(),
+        Err(_) => false,
+    });
+}
+
 fn lock_keys(server: &RedisServer) -> Vec<String> {
     server.keys().into_iter().filter(|k| k.contains(":lock:")).collect()
 }
@@ -62,7 +71,7 @@ fn replica_acks_wait_on_the_server_that_ran_the_script_not_where_the_address_now
     let old = RedisServer::start();
     let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &new.port().to_string()]);
-    eventually("new's replica is synced", || replica.replica_synced());
+    eventually("new's replica is synced and online", || replica.replica_synced() && new.replica_online());
     let front = Proxy::start(old.port(), Duration::ZERO);
     let (app, _) = open_redis(&front.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
     // The command connection is opened by a try at a key someone holds (a
@@ -89,12 +98,12 @@ fn replica_acks_wait_on_the_server_that_ran_the_script_not_where_the_address_now
 }
 
 #[test]
-#[ignore = "open (transport review 2026-12-05): at maxmemory the replicaAcks probe SET fails a renewal that extended the lease"]
 fn a_renewal_at_maxmemory_that_extended_the_lease_says_so() {
     let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-    eventually("the replica is synced", || replica.replica_synced());
+    eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let (app, _) = open_redis(&primary.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
+    warm_up(&app);
     let lease = block_on(backend(&app).acquire("k", wait(5_000))).expect("a grant");
     // The server fills up (noeviction, the default): writes that may grow
     // memory are refused; a renewal's PEXPIRE is not one of them.
@@ -139,7 +148,6 @@ fn replica_acks_on_a_cluster_wait_for_each_slot_of_a_claim_on_its_own_primary() 
 }
 
 #[test]
-#[ignore = "open (transport review 2026-12-05): a reader's release refused by min-replicas-to-write answers LEASE_LOST"]
 fn a_shared_release_the_server_refuses_for_want_of_replicas_is_not_lease_lost() {
     // `min-replicas-to-write` (docs/redis.md names it beside replicaAcks)
     // refuses a script's first write, as a replica's READONLY does, with
@@ -164,7 +172,6 @@ fn a_shared_release_the_server_refuses_for_want_of_replicas_is_not_lease_lost() 
 }
 
 #[test]
-#[ignore = "open (transport review 2026-12-05): close leaves a section's signal quiet while a renewal waits for its replica"]
 fn close_during_a_renewal_waiting_for_its_replica_aborts_the_signal_before_the_key_is_another_holders() {
     // The watch looks at `closed` only between renewals. A renewal whose
     // WAIT waits for a slow replica (up to 3/4 of commandTimeoutMs) keeps
@@ -173,8 +180,9 @@ fn close_during_a_renewal_waiting_for_its_replica_aborts_the_signal_before_the_k
     // until the WAIT gives up (2.7 s here).
     let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-    eventually("the replica is synced", || replica.replica_synced());
+    eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let (a, _) = open_redis(&primary.url(), &[("leaseMs", "6000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "4000")]);
+    warm_up(&a);
     let (b, _) = open_redis(&primary.url(), &[("leaseMs", "6000")], &[]);
     let (a, b, replica) = (&a, &b, &replica);
     let result = block_on(backend(a).with_lock("job", wait(5_000), |section| async move {
@@ -274,7 +282,6 @@ fn open_in(url: &str, namespace: &str, replica_acks: u32) -> Provider {
 }
 
 #[test]
-#[ignore = "open (transport review 2026-12-05): the replicaAcks probe name is another namespace's lock name when a namespace holds ':lock:{'"]
 fn the_replica_acks_probe_writes_no_other_namespaces_lock() {
     // The probe's name is the lock name with its first ':lock:{' made
     // ':lock-acks:{'. A namespace may hold that text (any string is a
@@ -283,10 +290,11 @@ fn the_replica_acks_probe_writes_no_other_namespaces_lock() {
     // (value 1, one second) takes that holder's lock away.
     let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-    eventually("the replica is synced", || replica.replica_synced());
+    eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let holder = open_in(&primary.url(), "a:lock-acks:{t}", 0);
     let held = block_on(backend(&holder).acquire("k", wait(0))).expect("k in namespace a:lock-acks:{t}");
     let acknowledged = open_in(&primary.url(), "a:lock:{t}", 1);
+    warm_up(&acknowledged);
     let other = block_on(backend(&acknowledged).acquire("k", wait(5_000))).expect("k in namespace a:lock:{t}");
     std::thread::sleep(Duration::from_millis(1_100));
     let rival = open_in(&primary.url(), "a:lock-acks:{t}", 0);

@@ -7,9 +7,10 @@
 //! waits, `<namespace>:lock-waiting:{<digest>}`; for shared and counted holds
 //! also `<namespace>:lock-kind:{<digest>}` (the key's limit and held units)
 //! and, while a writer or a counted request waits,
-//! `<namespace>:lock-queue:{<digest>}` (their marks); with `replicaAcks`,
-//! `<namespace>:lock-acks:{<digest>}` for a second after a grant or renewal
-//! (what its `WAIT` writes). Every one of them has a TTL. The digest is the first 132 bits of SHA-256 of the key in 22 base64url
+//! `<namespace>:lock-queue:{<digest>}` (their marks); with `replicaAcks`
+//! on a Cluster, `<namespace>:lock-acks:{<digest>}` for a second after a
+//! grant or renewal (what its `WAIT` writes). Every one of them has a TTL.
+//! The digest is the first 132 bits of SHA-256 of the key in 22 base64url
 //! characters (`A-Z a-z 0-9 - _`); in braces it is a hash tag: Redis Cluster
 //! puts the names of one user key in one slot, so one script can touch them
 //! all.
@@ -81,10 +82,15 @@ impl RedisKeys {
     }
 
     /// `<namespace>:lock-acks:{<digest>}`, in the names' slot: what a
-    /// `WAIT` for `replicaAcks` writes first (for a second), so it counts
-    /// from past the script's write.
+    /// `WAIT` for `replicaAcks` publishes on (on a Cluster, sets) first, so
+    /// it counts from past the script's write (see
+    /// `RedisConnection::wait_for_replicas`). Built from
+    /// the lock name's parts: a namespace may itself hold `:lock:{`.
     pub fn acks(&self) -> String {
-        self.lock().replacen(":lock:{", ":lock-acks:{", 1)
+        let lock = self.lock();
+        let namespace = &lock[..lock.len() - INFIXES[0].len() - DIGEST_CHARS - 1];
+        let digest = &lock[lock.len() - DIGEST_CHARS - 1..lock.len() - 1];
+        format!("{namespace}:lock-acks:{{{digest}}}")
     }
 
     fn name(&self, i: usize) -> &str {
@@ -143,6 +149,8 @@ mod tests {
         assert_eq!(queue, "ns:lock-queue:{ungWv48Bz-pBQUDeXa4iI7}");
         assert_eq!((keys.lock(), keys.waiting()), (lock, waiting));
         assert_eq!(keys.acks(), "ns:lock-acks:{ungWv48Bz-pBQUDeXa4iI7}");
+        // A namespace that holds the lock name's infix keeps it.
+        assert_eq!(RedisKeys::new("a:lock:{t}", "abc").acks(), "a:lock:{t}:lock-acks:{ungWv48Bz-pBQUDeXa4iI7}");
     }
 
     #[test]

@@ -61,19 +61,20 @@ macro_rules! next_fence {
 }
 
 /// The function `pwrite(...)`: `redis.pcall` for a write to a name that
-/// may hold another type, whose `WRONGTYPE` (or a counter's refusal) the
-/// caller reads as an answer. `READONLY` is no answer: the server is a
-/// primary demoted under us, every write of the script was refused, so
-/// nothing was written and the script ends with that error, as
-/// `redis.call` would end it (the driver then sends it again where the
-/// primary is now). Caught, it told a shared or counted holder its lease
-/// was gone while the new primary still carried it.
+/// may hold another type, whose `WRONGTYPE` the caller reads as an answer
+/// ("not ours"). Any other refusal is no answer and ends the script, as
+/// `redis.call` would end it: `READONLY` (a primary demoted under us),
+/// `NOREPLICAS` (`min-replicas-to-write`), `MISCONF`, `OOM` refuse a
+/// script's first write only, so nothing was written (and the driver sends
+/// it again where the primary is now, or fails it). Caught, `READONLY` told
+/// a shared or counted holder its lease was gone while the new primary
+/// still carried it.
 macro_rules! refused_writes {
     () => {
         r"
 local function pwrite(...)
   local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err and string.find(reply.err, 'READONLY', 1, true) then
+  if type(reply) == 'table' and reply.err and not string.find(reply.err, 'WRONGTYPE', 1, true) then
     error(reply)
   end
   return reply

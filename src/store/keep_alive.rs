@@ -81,12 +81,21 @@ impl KeepAlive {
                     // A renewal that stalls must not keep the section's signal
                     // quiet past the lease: the loss is known when the local
                     // estimate runs out, whatever the renewal later answers.
+                    // Close gives the lease back even while a renewal waits
+                    // (for a slow replica's acknowledgement, say): the
+                    // section learns it then, not after the renewal.
                     Some(_) => tokio::select! {
                         outcome = lease.renew() => match outcome {
                             Ok(renewed) => !renewed,
                             Err(err) => err.code() == ErrorCode::OutcomeUnknown || !lease.is_valid(),
                         },
                         _ = tokio::time::sleep(lease.remaining()) => true,
+                        _ = closed.wait_for(|closed| *closed) => {
+                            if lease.held_until_close() {
+                                lost(&lease, false);
+                            }
+                            return;
+                        }
                     },
                 };
                 if gone && lease.is_held() {

@@ -140,6 +140,15 @@ impl RedisServer {
         info.is_ok_and(|info| info.lines().any(|line| line.trim() == "master_link_status:up"))
     }
 
+    /// True once this primary counts a replica as online: after a diskless
+    /// sync only from the replica's first acknowledgement (up to a second
+    /// after its link is up), and `WAIT` counts no replica before.
+    pub fn replica_online(&self) -> bool {
+        let Ok(mut client) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) else { return false };
+        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("replication").query(&mut client);
+        info.is_ok_and(|info| info.lines().any(|line| line.starts_with("slave") && line.contains("state=online")))
+    }
+
     /// A plain synchronous client for inspecting the server.
     pub fn client(&self) -> redis::Connection {
         redis::Client::open(self.url()).unwrap().get_connection().unwrap()

@@ -631,11 +631,16 @@ impl RedisConnection {
     /// their timeout and end unknown. So a `WAIT` has a connection of its own,
     /// to the very node the script ran on. A client's `WAIT` counts from its
     /// last write that reached the replication stream (Redis 7.2 and later;
-    /// before, from its last command): so that connection first writes
-    /// `probe`, a name of the script's slot, which puts its offset past the
-    /// script's write (with a `PING` alone, Redis 7.2+ let a replica that
-    /// never got the grant meet the `WAIT` at once). No failure here is an
-    /// unknown outcome: the write stands; only its copies are unconfirmed.
+    /// before, from its last command): so that connection first puts its
+    /// offset past the script's write (with a `PING` alone, Redis 7.2+ let a
+    /// replica that never got the grant meet the `WAIT` at once). It
+    /// publishes an empty message on channel `probe`: no key, never refused
+    /// for memory nor redirected, and replicated outside a Cluster. A
+    /// Cluster replicates no `PUBLISH`: there it sets the name `probe` of
+    /// the script's slot for a second (refused at `maxmemory`, redirected
+    /// while the slot migrates: the write is then unconfirmed). No failure
+    /// here is an unknown outcome: the write stands; only its copies are
+    /// unconfirmed.
     pub async fn wait_for_replicas(&self, via: &Via, probe: &str, replicas: u32) -> Result<u32, Failure> {
         let mut open = match self.idle_waiting(via) {
             Some(open) => open,
@@ -648,16 +653,11 @@ impl RedisConnection {
             }
         };
         let mut command = redis::pipe();
-        command
-            .cmd("SET")
-            .arg(probe)
-            .arg(1)
-            .arg("PX")
-            .arg(PROBE_MS)
-            .ignore()
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(wait_bound(self.command_timeout));
+        match self.topology.cluster() {
+            None => command.cmd("PUBLISH").arg(probe).arg("").ignore(),
+            Some(_) => command.cmd("SET").arg(probe).arg(1).arg("PX").arg(PROBE_MS).ignore(),
+        };
+        command.cmd("WAIT").arg(replicas).arg(wait_bound(self.command_timeout));
         match tokio::time::timeout(self.command_timeout, command.query_async::<(i64,)>(&mut open.connection)).await {
             Ok(Ok((acknowledged,))) => {
                 self.answered();
