@@ -3,7 +3,10 @@
 //! above an earlier grant's, or more units held than a counted key's limit.
 //! The two tests of readers' fences failed before readers raised the
 //! counter under the key's raise lock (readers of two processes granted in
-//! one microsecond read one counter and got one fence).
+//! one microsecond read one counter and got one fence). The ordering tests
+//! (`grants_...`) check every grant, readers' too, against every grant
+//! returned before its acquire was called, with threads of backends of
+//! their own in each process (and children forked, stopped, killed).
 //! This test binary runs itself as the children (`child_process`, ignored
 //! in a plain run, is their entry point); they record what they saw in a
 //! work directory beside the lock directory, and the parent checks it.
@@ -162,6 +165,103 @@ fn child_process() {
             stdout.flush().unwrap();
             let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
             return;
+        }
+        // Threads of this process, each through a backend of its own (two
+        // on the same directory as `locks`, which they do not use), take
+        // "k" `rounds` times each in kinds drawn from `mix` (`r` a waiting
+        // reader, `t` a reader that may not wait, `w` a writer, `m` a
+        // reader of "j" and "k" at once, `n` a writer of "k" and "z" at
+        // once), holding it a random moment, and record each grant's fence
+        // of "k" with the moments its acquire was called and returned and
+        // its release was called.
+        "order" => {
+            let mut parts = argument.split('/');
+            let rounds: usize = parts.next().unwrap().parse().unwrap();
+            let threads: usize = parts.next().unwrap().parse().unwrap();
+            let mix: Vec<char> = parts.next().unwrap().chars().collect();
+            let yaml = std::env::var("DOKEBI_FILE_YAML").unwrap();
+            // With a fourth part `fork`: a thread forks children (no exec)
+            // all along, each keeping copies of every lock file and raise
+            // file open at that moment for a random moment.
+            #[cfg(unix)]
+            if parts.next() == Some("fork") {
+                std::thread::spawn(|| {
+                    let mut seed = now_ns() as u64 | 1;
+                    loop {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let sleep = (seed % 20_000) as libc::c_uint;
+                        // SAFETY: the child only sleeps and leaves with `_exit`.
+                        let child = unsafe { libc::fork() };
+                        if child == 0 {
+                            // SAFETY: async-signal-safe calls only.
+                            unsafe {
+                                libc::usleep(sleep);
+                                libc::_exit(0);
+                            }
+                        }
+                        // SAFETY: reaps the children that ended.
+                        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+                        std::thread::sleep(std::time::Duration::from_micros(seed % 2_000));
+                    }
+                });
+            }
+            let workers: Vec<_> = (0..threads)
+                .map(|thread| {
+                    let (yaml, mix, work) = (yaml.clone(), mix.clone(), work.clone());
+                    std::thread::spawn(move || {
+                        let provider = Provider::from_yaml(&yaml).unwrap();
+                        let backend = provider.backend("locks").unwrap();
+                        let mut seed = (now_ns() as u64) ^ (u64::from(pid) << 20) ^ (thread as u64 + 1) | 1;
+                        let mut random = move |below: u64| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 7;
+                            seed ^= seed << 17;
+                            seed % below
+                        };
+                        // Appended at each grant in one write, so that a kill
+                        // leaves whole lines.
+                        let mut log =
+                            std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("ord-{pid}-{thread}"))).unwrap();
+                        for _ in 0..rounds {
+                            let kind = mix[random(mix.len() as u64) as usize];
+                            let call = now_ns();
+                            let outcome = match kind {
+                                'r' => block_on(backend.acquire("k", shared(30_000))),
+                                't' => block_on(backend.acquire("k", shared(0))),
+                                'w' => block_on(backend.acquire("k", wait(30_000))),
+                                'm' => block_on(backend.acquire_many(&["j", "k"], shared(30_000))),
+                                'n' => block_on(backend.acquire_many(&["k", "z"], wait(30_000))),
+                                other => panic!("unknown kind {other}"),
+                            };
+                            let lease = match outcome {
+                                Ok(lease) => lease,
+                                Err(error) if error.code() == ErrorCode::LockBusy && kind == 't' => continue,
+                                Err(error) => panic!("{error}"),
+                            };
+                            let returned = now_ns();
+                            let fence = lease.fences().into_iter().find(|(key, _)| *key == "k").unwrap().1;
+                            let pause = random(4);
+                            if pause > 0 {
+                                std::thread::sleep(std::time::Duration::from_micros(random(100 * pause)));
+                            }
+                            let release = now_ns();
+                            assert!(block_on(lease.release()).unwrap(), "a lease lost");
+                            let kind = if matches!(kind, 'w' | 'n') { 'w' } else { 'r' };
+                            log.write_all(format!("{kind} {fence} {call} {returned} {release}\n").as_bytes()).unwrap();
+                            if random(3) == 0 {
+                                std::thread::sleep(std::time::Duration::from_micros(random(300)));
+                            }
+                        }
+                        block_on(provider.close());
+                    })
+                })
+                .collect();
+            for worker in workers {
+                worker.join().unwrap();
+            }
+            writeln!(stdout, "done").unwrap();
         }
         other => panic!("unknown role {other}"),
     }
@@ -433,5 +533,206 @@ fn units_a_parent_released_are_free_while_a_child_forked_before_lives_on() {
     }
     assert!(outcome.is_ok(), "a unit of the released key was refused while the forked child lives: {:?}", outcome.err());
     block_on(other_provider.close());
+    block_on(provider.close());
+}
+
+/// One grant of "k" an `order` child recorded: when its acquire was called
+/// and returned, and when its release was called.
+struct Timed {
+    kind: char,
+    fence: u64,
+    call: u128,
+    returned: u128,
+    release: u128,
+}
+
+fn timed_records(work: &Path) -> Vec<Timed> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(work).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with("ord-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let [kind, fence, call, returned, release] = parts[..] else { continue };
+            let (Ok(fence), Ok(call), Ok(returned), Ok(release)) = (fence.parse(), call.parse(), returned.parse(), release.parse()) else {
+                continue;
+            };
+            all.push(Timed { kind: kind.chars().next().unwrap(), fence, call, returned, release });
+        }
+    }
+    all
+}
+
+/// Grants of several processes, each with threads of backends of their
+/// own, of every kind (waiting and non-waiting readers, writers, and leases
+/// over several keys), held for random moments so that the key's files are
+/// removed and made again all along: no fence repeats, a grant whose
+/// acquire was called after another's returned has a higher fence, readers
+/// included, and no writer's hold overlaps another hold.
+#[test]
+fn grants_of_every_kind_are_ordered_by_their_fences_across_processes_and_backends() {
+    let dir = fresh_directory("review-order");
+    let _ = std::fs::remove_dir_all(work(&dir));
+    std::fs::create_dir_all(work(&dir)).unwrap();
+    let (provider, _locks) = open(&dir, WAKE_UP);
+    let rounds = std::env::var("DOKEBI_ORDER_ROUNDS").map_or(1_500, |rounds| rounds.parse().unwrap());
+    let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
+    let fork = if std::env::var("DOKEBI_ORDER_FORK").is_ok() { "/fork" } else { "" };
+    let children: Vec<_> = (0..3).map(|_| spawn(&format!("order:{rounds}/2/{mix}{fork}"), &dir, WAKE_UP)).collect();
+    for (mut child, mut out) in children {
+        expect_line(&mut out, "done");
+        assert!(child.wait().unwrap().success());
+    }
+    check_order(&timed_records(&work(&dir)));
+    block_on(provider.close());
+}
+
+/// Checks the grants of `records`: no fence repeated, none not above a
+/// grant returned before its acquire was called, no writer's hold
+/// overlapping another hold.
+fn check_order(records: &[Timed]) {
+    let mut by_fence: Vec<&Timed> = records.iter().collect();
+    by_fence.sort_by_key(|record| record.fence);
+    let repeated: Vec<String> = by_fence
+        .windows(2)
+        .filter(|pair| pair[0].fence == pair[1].fence)
+        .map(|pair| format!("{} ({} and {})", pair[0].fence, pair[0].kind, pair[1].kind))
+        .collect();
+    // Each grant against the highest fence of the grants returned before
+    // its acquire was called.
+    let mut by_return: Vec<&Timed> = records.iter().collect();
+    by_return.sort_by_key(|record| record.returned);
+    let mut by_call: Vec<&Timed> = records.iter().collect();
+    by_call.sort_by_key(|record| record.call);
+    let (mut returned, mut highest, mut below) = (0, None::<&Timed>, Vec::new());
+    for record in &by_call {
+        while returned < by_return.len() && by_return[returned].returned < record.call {
+            let done = by_return[returned];
+            if highest.is_none_or(|high| done.fence > high.fence) {
+                highest = Some(done);
+            }
+            returned += 1;
+        }
+        if let Some(high) = highest.filter(|high| record.fence <= high.fence) {
+            below.push(format!(
+                "{} {} called {} ns after {} {} returned",
+                record.kind,
+                record.fence,
+                record.call - high.returned,
+                high.kind,
+                high.fence
+            ));
+        }
+    }
+    // Holds: a writer's overlaps none.
+    let mut by_hold: Vec<&Timed> = records.iter().collect();
+    by_hold.sort_by_key(|record| record.returned);
+    let mut overlaps = Vec::new();
+    for (at, record) in by_hold.iter().enumerate() {
+        for later in &by_hold[at + 1..] {
+            if later.returned >= record.release {
+                break;
+            }
+            if record.kind == 'w' || later.kind == 'w' {
+                overlaps.push(format!("{} {} and {} {}", record.kind, record.fence, later.kind, later.fence));
+            }
+        }
+    }
+    let readers = records.iter().filter(|record| record.kind == 'r').count();
+    eprintln!(
+        "{} grants ({readers} shared), {} fences repeated, {} not above an earlier grant's, {} holds overlapping a writer's",
+        records.len(),
+        repeated.len(),
+        below.len(),
+        overlaps.len()
+    );
+    assert!(overlaps.is_empty(), "a writer held the key with another: {:?}", &overlaps[..overlaps.len().min(5)]);
+    assert!(repeated.is_empty(), "fences granted twice: {:?}", &repeated[..repeated.len().min(5)]);
+    assert!(below.is_empty(), "fences not above a grant returned before: {:?}", &below[..below.len().min(5)]);
+}
+
+/// [`grants_of_every_kind_are_ordered_by_their_fences_across_processes_and_backends`]
+/// while the children are stopped (`SIGSTOP`) for random moments, in a
+/// raise, a release or a removal, and resumed, or killed and replaced.
+#[test]
+#[ignore = "long: run with --ignored"]
+#[cfg(target_os = "linux")]
+fn grants_stay_ordered_while_their_processes_are_stopped_resumed_and_killed() {
+    let dir = fresh_directory("review-stops");
+    let _ = std::fs::remove_dir_all(work(&dir));
+    std::fs::create_dir_all(work(&dir)).unwrap();
+    let (provider, _locks) = open(&dir, WAKE_UP);
+    let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
+    let seconds = std::env::var("DOKEBI_ORDER_SECONDS").map_or(8, |seconds| seconds.parse().unwrap());
+    let start = || spawn(&format!("order:1000000000/2/{mix}"), &dir, "pollIntervalMs: 50");
+    let mut children: Vec<_> = (0..4).map(|_| start()).collect();
+    let mut seed = now_ns() as u64 | 1;
+    let mut random = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let (mut stops, mut kills) = (0, 0);
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5 + random(40)));
+        let victim = random(children.len() as u64) as usize;
+        let pid = children[victim].0.id() as i32;
+        if random(6) == 0 {
+            let (child, _) = &mut children[victim];
+            child.kill().unwrap();
+            child.wait().unwrap();
+            kills += 1;
+            children[victim] = start();
+        } else {
+            // SAFETY: signals to our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(std::time::Duration::from_micros(random(30_000)));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            stops += 1;
+        }
+    }
+    for (child, _) in &mut children {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    eprintln!("{stops} stops, {kills} kills");
+    check_order(&timed_records(&work(&dir)));
+    block_on(provider.close());
+}
+
+/// A reader granted a fence ahead of the clock (readers granted within one
+/// microsecond run the counter ahead of it; here its counter is put 700 µs
+/// ahead, as a burst of raises would) and released before an earlier
+/// reader, whose own fence is behind the clock: that last release removes
+/// the key's file only once the clock has passed the counter, so the next
+/// grant, which restarts from the clock, is above the ahead reader's.
+#[test]
+#[cfg(unix)]
+fn the_last_reader_removes_the_file_only_once_the_clock_passes_a_later_reader_s_fence() {
+    let dir = fresh_directory("review-ahead");
+    let (provider, locks) = open(&dir, WAKE_UP);
+    let early = block_on(locks.acquire("k", shared(0))).unwrap();
+    // `<32 hex digits>.lock`, not its raise file.
+    let lock_file = file::entries(&dir).into_iter().find(|name| name.len() == 37).expect("the key's lock file");
+    let ahead = file::clock_us() + 700;
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new().write(true).open(dir.join(&lock_file)).unwrap(),
+        format!("{ahead:0>20}\n").as_bytes(),
+        0,
+    )
+    .unwrap();
+    let later = block_on(locks.acquire("k", shared(0))).unwrap();
+    assert!(later.fence() > ahead);
+    let later_fence = later.fence();
+    drop(later);
+    drop(early);
+    let next = block_on(locks.acquire("k", wait(0))).unwrap();
+    assert!(next.fence() > later_fence, "fence {} after a reader's {later_fence}", next.fence());
+    drop(next);
     block_on(provider.close());
 }
