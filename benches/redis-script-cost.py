@@ -170,28 +170,31 @@ return count
 
 def scripts_of_source():
     """The scripts' texts, expanding the concat!() of raw strings and macros
-    (with no parameter, or one string literal: `$name` in the body)."""
+    (with no parameter, or string literals: `$name` in the body)."""
     source = open(os.path.join(ROOT, "src", "redis", "scripts.rs")).read()
     macros = {
-        name: (param, body)
-        for name, param, body in re.findall(r"macro_rules! (\w+) \{\s*\((?:\$(\w+):literal)?\) => \{\s*(.*?)\n    \};\n\}", source, re.S)
+        name: (re.findall(r"\$(\w+):literal", params), body)
+        for name, params, body in re.findall(r"macro_rules! (\w+) \{\s*\(([^)]*)\) => \{\s*(.*?)\n    \};\n\}", source, re.S)
     }
 
     def expand(expr, bound=None):
+        bound = bound or {}
+        # The longest name first: one may begin another.
+        names = sorted(bound, key=len, reverse=True)
         out, i = [], 0
         while i < len(expr):
             if expr.startswith('r"', i):
                 end = expr.index('"', i + 2)
                 out.append(expr[i + 2 : end])
                 i = end + 1
-            elif m := re.match(r'(\w+)!\((?:"((?:[^"\\]|\\.)*)")?\)', expr[i:]):
-                param, body = macros[m.group(1)]
-                argument = (m.group(2) or "").encode().decode("unicode_escape")
-                out.append(expand(body, (param, argument) if param else None))
+            elif m := re.match(r'(\w+)!\(((?:\s*"(?:[^"\\]|\\.)*"\s*,?)*)\)', expr[i:]):
+                params, body = macros[m.group(1)]
+                arguments = [a.encode().decode("unicode_escape") for a in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))]
+                out.append(expand(body, dict(zip(params, arguments))))
                 i += m.end()
-            elif bound and expr.startswith("$" + bound[0], i):
-                out.append(bound[1])
-                i += 1 + len(bound[0])
+            elif name := next((n for n in names if expr.startswith("$" + n, i)), None):
+                out.append(bound[name])
+                i += 1 + len(name)
             else:
                 i += 1  # concat!( , ) and whitespace: the raw strings carry the text
         return "".join(out)

@@ -1,14 +1,16 @@
 //! What the review of the store protocols of 2026-12-05 found against real
-//! Redis servers; each test fails today (open findings, ignored: run with
-//! `--ignored`).
+//! Redis servers; each test failed then (an open finding stays ignored: run
+//! with `--ignored`).
 //!
-//! - Fences: a restore puts a key's counter at its reservation (the end of
-//!   the last fence's second), ahead of the server's clock, and the fences
-//!   granted above the clock until it passes are persisted only by a later
-//!   reservation. A second restore within that second that loses the later
-//!   writes (an AOF's unsynced tail, a replica that lagged) brings back the
-//!   earlier reservation, and the clock, which agrees with itself, has not
-//!   passed the fences granted above it: one is granted again.
+//! - Fences (fixed): a restore puts a key's counter at its reservation (the
+//!   end of the last fence's second), ahead of the server's clock, and the
+//!   fences granted above the clock until it passed were persisted only by a
+//!   later reservation. A second restore within that second that loses the
+//!   later writes (an AOF's unsynced tail, a replica that lagged) brings back
+//!   the earlier reservation, and the clock, which agrees with itself, had
+//!   not passed the fences granted above it: one was granted again. Now a
+//!   grant above a restored reservation waits until the clock passes its
+//!   fence (`next_fence!` in src/redis/scripts.rs).
 //! - `replicaAcks` on Redis 7.2 and later: the `WAIT` on a connection of its
 //!   own counts from that connection's last propagated write (none), so it
 //!   is met at once by a replica that never got the grant (needs
@@ -97,7 +99,6 @@ fn aof_written(server: &RedisServer) {
 }
 
 #[test]
-#[ignore = "open (review 2026-12-05): a lost AOF tail within a second of a restart repeats a fence"]
 fn an_aof_that_lost_its_tail_within_a_second_of_a_restart_never_repeats_a_fence() {
     // Two crashes within a second, the second losing the AOF's unsynced
     // tail (appendfsync everysec, as in
@@ -131,7 +132,6 @@ fn an_aof_that_lost_its_tail_within_a_second_of_a_restart_never_repeats_a_fence(
 }
 
 #[test]
-#[ignore = "open (review 2026-12-05): a lagging replica promoted within a second of a failover repeats a fence"]
 fn a_replica_that_lagged_promoted_within_a_second_of_a_failover_never_repeats_a_fence() {
     // A primary and two replicas. A failover to the first replica (quick:
     // a planned FAILOVER, a cluster's manual failover), then, within the

@@ -405,3 +405,134 @@ fn an_aof_rewrite_between_two_reloads_never_repeats_a_fence() {
         assert_above_all(next, &fences);
     }
 }
+
+/// How far above the server's clock a fence may be granted (`LEAD_US` in
+/// the scripts): grants of one key within a microsecond or so.
+const LEAD_US: u64 = 100;
+
+/// The server's clock, in microseconds.
+fn server_time(server: &RedisServer) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
+    seconds * SECOND_US + micros
+}
+
+/// Puts each counter at the end of the current second of the server's
+/// clock, early in that second: what a restart or a promotion brings back
+/// (the reservation of a fence granted just before it), most of a second
+/// ahead of the clock.
+fn restore_reservation(server: &RedisServer, counters: &[&str]) -> u64 {
+    loop {
+        let now = server_time(server);
+        if now % SECOND_US < 300_000 {
+            let restored = reservation(now);
+            for key in counters {
+                let _: String = redis::cmd("SET").arg(key).arg(restored).arg("PX").arg(60_000).query(&mut server.client()).unwrap();
+            }
+            return restored;
+        }
+        std::thread::sleep(Duration::from_micros(SECOND_US - now % SECOND_US + 1_000));
+    }
+}
+
+/// A fence granted above a restored reservation was granted once the
+/// server's clock had passed it (but for `LEAD_US`): only the clock
+/// survives every later restore.
+fn assert_waited_for_the_clock(server: &RedisServer, fence: u64, restored: u64) {
+    assert!(fence > restored, "the fence {fence} is above the restored counter {restored}");
+    let now = server_time(server);
+    assert!(now + LEAD_US >= fence, "the fence {fence} was granted {} us ahead of the server's clock ({now})", fence - now);
+}
+
+#[test]
+fn a_fence_above_a_restored_reservation_waits_for_the_clock_on_every_path() {
+    // Two restores within a second, the second losing what the first's
+    // grants wrote, repeat a fence granted above the clock (see
+    // redis_fence_review.rs): each kind of grant waits instead.
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    let shared = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(5_000) };
+    let counted = dokebi_lock::AcquireOptions { limit: Some(3), weight: Some(2), ..wait(5_000) };
+    let paths: [(&str, &[&str], dokebi_lock::AcquireOptions); 4] = [
+        ("plain", &["p"], wait(5_000)),
+        ("shared", &["s"], shared.clone()),
+        ("counted", &["c"], counted.clone()),
+        ("several keys", &["m1", "m2"], wait(5_000)),
+    ];
+    for (path, keys, options) in paths {
+        let counters: Vec<String> = keys.iter().map(|key| new_fence_key(&server, &app, key)).collect();
+        let counters: Vec<&str> = counters.iter().map(String::as_str).collect();
+        let restored = restore_reservation(&server, &counters);
+        // A single try is refused, and leaves the key free and its counter as it was.
+        let single = dokebi_lock::AcquireOptions { wait_timeout: Some(Duration::ZERO), ..options.clone() };
+        let err = block_on(backend(&app).acquire_many(keys, single)).expect_err(path);
+        assert_eq!(err.code(), ErrorCode::LockBusy, "{path}: {err}");
+        for key in &counters {
+            assert_eq!(counter(&server, key), Some(restored), "{path}: the refused grant put the counter back");
+            let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut server.client()).unwrap();
+            assert!(ttl > 0, "{path}: the counter put back expires: {ttl}");
+        }
+        let locks: Vec<String> = server.keys().into_iter().filter(|k| k.contains(":lock:")).collect();
+        assert!(locks.is_empty(), "{path}: a refused grant left {locks:?}");
+        // A waiting acquire is granted once the clock has passed the fence.
+        let lease = block_on(backend(&app).acquire_many(keys, options)).expect(path);
+        for (_, fence) in lease.fences() {
+            assert_waited_for_the_clock(&server, fence, restored);
+        }
+        assert!(block_on(lease.release()).unwrap());
+    }
+}
+
+#[test]
+fn a_hand_off_above_a_restored_reservation_leaves_the_waiter_to_try_again() {
+    // A counted lease released with a waiter of its process behind it: the
+    // hand-off script grants the waiter in the release's call, unless its
+    // fence must wait for the clock; then the key is given back and the
+    // waiter, not lost, is granted once the clock has passed its fence.
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    let counted = dokebi_lock::AcquireOptions { limit: Some(2), weight: Some(2), ..wait(5_000) };
+    let key = new_fence_key(&server, &app, "h");
+    for trial in 0..3 {
+        let holder = block_on(backend(&app).acquire("h", counted.clone())).expect("the holder");
+        let waiter = {
+            let backend = backend(&app);
+            let counted = counted.clone();
+            std::thread::spawn(move || block_on(backend.acquire("h", counted)))
+        };
+        eventually("the waiter waits", || support::redis_counts(&backend(&app)).waiting == 1);
+        std::thread::sleep(Duration::from_millis(100));
+        let restored = restore_reservation(&server, &[&key]);
+        assert!(block_on(holder.release()).unwrap());
+        let lease = waiter.join().unwrap().unwrap_or_else(|err| panic!("trial {trial}: the waiter was lost: {err}"));
+        assert_waited_for_the_clock(&server, lease.fence(), restored);
+        assert!(block_on(lease.release()).unwrap());
+    }
+}
+
+#[test]
+fn a_plain_hand_off_above_a_restored_reservation_stays_the_waiters() {
+    // A plain release hands the key to the oldest waiter of any process
+    // (the lock carries `h:<token>`); the waiter's next try is granted with
+    // a fence. When that fence must wait for the clock, the key stays the
+    // waiter's until it is granted, once the clock has passed its fence.
+    let server = RedisServer::start();
+    let (app, other) = (open(&server.url()), open(&server.url()));
+    let key = new_fence_key(&server, &app, "q");
+    for trial in 0..3 {
+        let holder = block_on(backend(&app).acquire("q", wait(0))).expect("the holder");
+        let waiter = {
+            let backend = backend(&other);
+            std::thread::spawn(move || block_on(backend.acquire("q", wait(5_000))))
+        };
+        eventually("the waiter left its mark", || server.keys().iter().any(|k| k.contains("lock-waiting")));
+        let restored = restore_reservation(&server, &[&key]);
+        assert!(block_on(holder.release()).unwrap());
+        // Handed to the waiter, whose grant waits for the clock (most of a second).
+        let lock = server.keys().into_iter().find(|k| k.contains(":lock:{")).expect("the key is handed on, not freed");
+        let held: Option<String> = redis::cmd("GET").arg(&lock).query(&mut server.client()).unwrap();
+        assert!(held.as_deref().is_some_and(|held| held.starts_with("h:")), "trial {trial}: handed to the waiter: {held:?}");
+        let lease = waiter.join().unwrap().unwrap_or_else(|err| panic!("trial {trial}: the waiter was lost: {err}"));
+        assert_waited_for_the_clock(&server, lease.fence(), restored);
+        assert!(block_on(lease.release()).unwrap());
+    }
+}

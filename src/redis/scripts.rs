@@ -11,9 +11,12 @@ use super::transport::connection::RedisConnection;
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)`, to
 /// live `retention` ms past its value, and sets `fence` (see [`ACQUIRE`]);
 /// `clock_n` is `clock` as a number. `$undo` is Lua run when the counter
-/// cannot be raised, before the error is answered: it takes back what the
-/// caller wrote before (a lock `SET NX` took), so a refused grant leaves
-/// nothing held.
+/// cannot be raised, or the fence must wait for the clock, before the
+/// answer: it takes back what the caller wrote before (a lock `SET NX`
+/// took), so a refused grant leaves nothing held. `$wait` is Lua run last
+/// when the fence must wait for the clock, with `wait_ms` set: it answers
+/// "not granted" (or, where the caller goes on, leaves `wait_ms` for it to
+/// read; `wait_ms` is nil when the fence was set).
 ///
 /// One call reads and raises the counter, `SET ... PX retention GET` (Redis
 /// 6.2 and later, checked at connect; on an older server it is a syntax
@@ -21,18 +24,27 @@ use super::transport::connection::RedisConnection;
 /// written). A counter that is not a number (or not a string) is put back
 /// as it was, with that TTL, and refused.
 ///
+/// Fences wait for the clock (see [`reserve_fences!`]): a fence more than
+/// `LEAD_US` above the clock, and no more than `RESERVED_US + LEAD_US`,
+/// is not granted; the counter is put back as it was (its value, and its
+/// expiry `retention` past it), the caller's writes are taken back, and the
+/// answer is "not granted", to try again in `wait_ms`, when the clock has
+/// passed the fence. The check costs nothing on a grant from the clock:
+/// only a counter at or ahead of the clock gets to it.
+///
 /// The counter is written on this server only (`redis.set_repl`): what
 /// replicas and the AOF get is [`reserve_fences!`]'s bound, written when
 /// the fence is not below the reservation the counter implies, or lies
 /// above the clock. Replication stays off after it: a script that
 /// writes more turns it back on (a script's writes are replicated again at
 /// its next run whatever it left: `set_repl` costs about 2,000 instructions,
-/// and the plain script ends with its fence).
+/// and the plain script ends with its fence). Putting a counter back is
+/// not replicated either: replicas and the AOF never had the raise.
 macro_rules! next_fence {
-    ($undo:literal) => {
+    ($undo:literal, $wait:literal) => {
         concat!(
             r"
-  local fence = clock_n
+  local fence, wait_ms = clock_n, nil
   redis.set_repl(redis.REPL_NONE)
   local last = pwrite('SET', fence_key, clock, 'PX', retention, 'GET')
   local counter = 0
@@ -50,9 +62,22 @@ macro_rules! next_fence {
     end
     if counter >= fence then
       fence = counter + 1
+      local lead = fence - clock_n
+      if lead > LEAD_US and lead <= RESERVED_US + LEAD_US then
+        redis.call('SET', fence_key, last, 'PXAT', string.format('%.0f', math.floor(counter / 1000) + tonumber(retention)))
+        redis.set_repl(redis.REPL_ALL)
+        wait_ms = math.ceil(lead / 1000)
+",
+            $undo,
+            r"
+      end
     end
   end
-  if fence > clock_n or fence >= math.ceil(counter / RESERVED_US) * RESERVED_US then
+  if wait_ms then
+",
+            $wait,
+            r"
+  elseif fence > clock_n or fence >= math.ceil(counter / RESERVED_US) * RESERVED_US then
     reserve(fence_key, fence, retention)
   end
 "
@@ -112,6 +137,28 @@ end
 /// fences it has passed. Only the first grant of a key in a second, and
 /// grants above the clock, replicate a counter.
 ///
+/// Fences wait for the clock (`LEAD_US`): only the clock survives every
+/// restore (the writes after a reservation, or the reservation itself,
+/// can be lost: an AOF's unsynced tail, a replica that lagged), so a fence
+/// is safe from restores once the clock has passed it. A restore that
+/// brought back a reservation puts the counter up to a second ahead of the
+/// clock; its `counter + 1` granted then is persisted only by a newer
+/// reservation, and a second restore within that second that lost it
+/// would bring the counter back below it, with the clock not past it yet:
+/// that fence would be granted again. So a fence `lead = counter + 1 -
+/// clock` µs above the clock is granted only when `lead <= LEAD_US` (100
+/// µs: grants of one key within a microsecond or so of each other, between
+/// which no restart or failover fits, so the clock has passed them by the
+/// time any restore has taken place); when `LEAD_US < lead <= RESERVED_US + LEAD_US`
+/// (a reservation a restore brought back, the clocks in agreement) the
+/// grant is refused with nothing written, to be tried again when the clock
+/// has passed the fence (in at most a second). A counter further ahead
+/// (`lead > RESERVED_US + LEAD_US`) is not a reservation of this clock: the
+/// server's clock is behind by more than a second (a promoted replica with
+/// a skewed clock). Waiting for it would keep the key from everyone for the
+/// whole skew, so `counter + 1` is granted as before: there fences rest on
+/// the reservations, not the clock (docs/guarantees.md).
+///
 /// Each write of a counter expires `retention` ms after its value (`PXAT`,
 /// the value in ms): a counter ahead of the clock then lives until the
 /// clock has passed it by `retention`, as one that follows the clock does.
@@ -120,7 +167,7 @@ end
 macro_rules! reserve_fences {
     () => {
         r"
-local RESERVED_US = 1000000
+local RESERVED_US, LEAD_US = 1000000, 100
 local function reserve(fence_key, fence, retention)
   local bound = (math.floor(fence / RESERVED_US) + 1) * RESERVED_US
   local lapses = math.floor(bound / 1000) + tonumber(retention)
@@ -164,7 +211,11 @@ end
 ///
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: token, leaseMs,
 /// waitingMs, ticket (`0` for none yet), fenceRetentionMs.
-/// Returns `{1, fence, 0}` when granted, `{0, pttl, ticket}` when held by
+/// Returns `{1, fence, 0}` when granted, `{0, ms, 0}` when the key's next
+/// fence must wait `ms` for the server's clock (see `next_fence!`: within a
+/// second of a restart or failover; nothing is written or marked, and a
+/// waiting acquire tries again then, a single try answers `LOCK_BUSY`),
+/// `{0, pttl, ticket}` when held by
 /// another owner; then, unless `waitingMs` is 0 (a single try), it marks the
 /// key as waited for, for at least `waitingMs` (never shortening another
 /// waiter's mark), so that its release publishes a wake-up: behind a plain
@@ -200,7 +251,9 @@ end
 /// TIME_us)`, and stores it back. A restored counter is then overtaken by
 /// the clock, as long as the clocks of the servers that can become primary
 /// agree to within the time a restart or failover takes (see
-/// docs/guarantees.md). The counter lives `fenceRetentionMs` past its value (after
+/// docs/guarantees.md); a reservation a restore brought back, ahead of the
+/// clock, makes the grant wait until the clock has passed it (see
+/// `next_fence!`). The counter lives `fenceRetentionMs` past its value (after
 /// the key's last grant, or after the clock passed a counter ahead of it)
 /// and no longer (nothing of a free key stays): once it expired, the
 /// server's clock has passed every fence the key had by that much, unless
@@ -255,7 +308,7 @@ if granted then
   local clock_n = tonumber(clock)
   local fence_key, retention = KEYS[2], ARGV[5]
 ",
-    next_fence!("      if not again then\n        redis.call('DEL', KEYS[1])\n      end\n"),
+    next_fence!("      if not again then\n        redis.call('DEL', KEYS[1])\n      end\n", "    return {0, wait_ms, 0}\n"),
     r"
   if again or ARGV[4] ~= '0' then
     redis.set_repl(redis.REPL_ALL)
@@ -504,19 +557,21 @@ end
 -- Raises each fence counter of a grant as the plain script raises its one
 -- (see ACQUIRE), to live `retention` ms, and answers {1, fence...}: over
 -- several keys one MGET, then a SET with its TTL each (MSET sets no TTL).
--- A counter that is not a number is an error, before anything is written.
+-- A counter that is not a number is an error, and a fence that must wait
+-- for the clock (see next_fence!) answers {0, wait_ms, 0}, not granted,
+-- either before anything is written.
 local function raise_fences(fence_keys, retention)
   local fences = {1}
   if #fence_keys == 1 then
     local fence_key = fence_keys[1]
 ",
-            next_fence!(""),
+            next_fence!("", "    return {0, wait_ms, 0}\n"),
             r"
     redis.set_repl(redis.REPL_ALL)
     fences[2] = fence
     return fences
   end
-  local stored, counters = redis.call('MGET', unpack(fence_keys)), {}
+  local stored, counters, wait_ms = redis.call('MGET', unpack(fence_keys)), {}, nil
   for n, fence_key in ipairs(fence_keys) do
     local fence, counter = clock_n, 0
     if stored[n] then
@@ -526,10 +581,19 @@ local function raise_fences(fence_keys, retention)
       end
       if counter >= fence then
         fence = counter + 1
+        local lead = fence - clock_n
+        if lead > LEAD_US and lead <= RESERVED_US + LEAD_US then
+          wait_ms = math.max(wait_ms or 0, math.ceil(lead / 1000))
+        end
       end
     end
     fences[n + 1] = fence
     counters[n] = counter
+  end
+  -- A fence that waits for the clock holds up the grant of every key:
+  -- nothing is written yet.
+  if wait_ms then
+    return {0, wait_ms, 0}
   end
   redis.set_repl(redis.REPL_NONE)
   for n, fence_key in ipairs(fence_keys) do
@@ -700,7 +764,7 @@ local function grant(first, last, r, waiting_ms)
     end
   end
   local fences = raise_fences(names(first, last, 1), r.retention)
-  if fences.err then
+  if fences.err or fences[1] == 0 then
     -- No fence, no grant: give back the keys take_free took.
     if taken then
       redis.call('DEL', unpack(names(first, last, 0)))
@@ -863,7 +927,9 @@ end
 /// the same, and use what they need).
 ///
 /// Returns `{1, fence...}` (one per key, in KEYS order) when granted;
-/// `{0, hint, ticket}` when not, where `hint` is how long (ms) until the
+/// `{0, ms, 0}` when a key's fence must wait `ms` for the server's clock
+/// (see `next_fence!`; nothing written or marked); `{0, hint, ticket}` when
+/// not, where `hint` is how long (ms) until the
 /// first blocking holder expires (negative: unknown), and `ticket` this
 /// request's place among waiters (kept for the next try; `0` for a single
 /// try, which leaves no mark); `{-1, i}` when key `i` (from 1) is held or
@@ -939,7 +1005,10 @@ return released
 /// is raised first: a counter that is not a number fails the call before
 /// anything else is written. Anything else goes on to the general path,
 /// a lease no longer in the set among it (`ZREM` answers 0; the fence
-/// counter was raised, which only skips a fence).
+/// counter was raised, which only skips a fence), and so does a fence that
+/// must wait for the clock (`wait_ms`, the counter put back): there the
+/// lease is given back, the request's grant refused as its own try would
+/// be (`{0, ms, 0}`), and the key's waiters told.
 macro_rules! handoff_straight {
     () => {
         concat!(
@@ -952,10 +1021,10 @@ if #ARGV == 15 and ARGV[3] == '1' and ARGV[13] == '1' and ARGV[5] == 'x' and ARG
   local clock_n = tonumber(clock)
   local fence_key, retention = KEYS[2], ARGV[15]
 ",
-            next_fence!(""),
+            next_fence!("", ""),
             r"
   redis.set_repl(redis.REPL_ALL)
-  if pwrite('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
+  if not wait_ms and pwrite('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
     local lease_ms = tonumber(ARGV[14])
     local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
     if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[8] .. ':' .. ARGV[11]) == 0 then
