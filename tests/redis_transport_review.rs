@@ -59,7 +59,6 @@ fn lock_keys(server: &RedisServer) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "open (transport review 2026-12-05): replicaAcks confirms a grant on the server the address reaches at WAIT time"]
 fn replica_acks_wait_on_the_server_that_ran_the_script_not_where_the_address_now_leads() {
     // The app reaches Redis by one address (a DNS name, a load balancer)
     // that follows the primary. `old` grants; between its answer and the

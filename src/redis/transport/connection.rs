@@ -38,7 +38,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -84,6 +84,11 @@ fn server_version(info: &str) -> Option<(&str, (u32, u32))> {
     let major = numbers.next()?.parse().ok()?;
     let minor = numbers.next().map_or(Some(0), |minor| minor.parse().ok())?;
     Some((version, (major, minor)))
+}
+
+/// The `run_id` of an `INFO server` reply: one per server process.
+fn run_id(info: &str) -> Option<&str> {
+    info.lines().find_map(|line| line.strip_prefix("run_id:")).map(str::trim)
 }
 
 /// Why a server of `version` (major, minor) is refused, if it is.
@@ -136,6 +141,20 @@ struct Using {
 struct Peer {
     info: ConnectionInfo,
     login: Login,
+    /// The server's `run_id` (`INFO server`), once read: tells whether two
+    /// connections to one address reach one server (an address that
+    /// follows a failover, a DNS name or a load balancer, may not).
+    run_id: OnceLock<String>,
+}
+
+impl Peer {
+    /// False when both servers' `run_id`s are known and differ.
+    fn same_server(&self, other: &Peer) -> bool {
+        match (self.run_id.get(), other.run_id.get()) {
+            (Some(mine), Some(theirs)) => mine == theirs,
+            _ => true,
+        }
+    }
 }
 
 /// The node a script ran on, as it was reached: where a `WAIT` for the
@@ -646,10 +665,23 @@ impl RedisConnection {
             Some(open) => open,
             None => {
                 let connect = tokio::time::timeout(self.connect_timeout, self.open_to(None, via.peer.info.clone())).await;
-                match connect.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
+                let mut open = match connect.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
                     Ok(open) => open,
                     Err(err) => return Err(self.failed(connect_failure(err))),
+                };
+                // The write's server, or its WAIT would count another
+                // server's replicas: an address that moved to a new
+                // primary since the write's connection was opened.
+                let peer = open.peer.clone();
+                if let Some(run_id) = self.info(&mut open.connection, &peer, "server").await?.as_deref().and_then(run_id) {
+                    let _ = peer.run_id.set(run_id.to_owned());
                 }
+                if !peer.same_server(&via.peer) {
+                    return Err(self.failed(Failure::Unmet(Arc::new(RedisError::from(io::Error::other(
+                        "the WAIT's connection reached another server than the write's (the address moved): the write is unconfirmed",
+                    ))))));
+                }
+                open
             }
         };
         let mut command = redis::pipe();
@@ -674,7 +706,7 @@ impl RedisConnection {
     fn idle_waiting(&self, via: &Via) -> Option<Open> {
         let mut idle = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|open| !open.ended.load(Ordering::Acquire));
-        let at = idle.iter().position(|open| open.peer.info.addr() == via.peer.info.addr())?;
+        let at = idle.iter().position(|open| open.peer.info.addr() == via.peer.info.addr() && open.peer.same_server(&via.peer))?;
         Some(idle.swap_remove(at))
     }
 
@@ -791,6 +823,9 @@ impl RedisConnection {
     async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
         let peer = open.peer.clone();
         let info = self.info(&mut open.connection, &peer, "server").await?;
+        if let Some(run_id) = info.as_deref().and_then(run_id) {
+            let _ = peer.run_id.set(run_id.to_owned());
+        }
         if let Some(refusal) = info.as_deref().and_then(server_version).and_then(|(version, numbers)| too_old(version, numbers)) {
             return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::Unsupported, refusal)))));
         }
@@ -839,7 +874,7 @@ impl RedisConnection {
     async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo) -> RedisResult<Open> {
         let ended = Arc::new(AtomicBool::new(false));
         let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
-        let peer = Arc::new(Peer { info: info.clone(), login });
+        let peer = Arc::new(Peer { info: info.clone(), login, run_id: OnceLock::new() });
         // The server refused the credentials (at AUTH), or a TLS certificate.
         let explain = |err: RedisError| {
             let err = self.links.explain(peer.info.addr(), err);
