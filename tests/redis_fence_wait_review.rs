@@ -92,3 +92,36 @@ fn a_single_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
     }
     assert!(held.is_empty(), "a single try was answered LOCK_BUSY, but the key stays held by its token for the lease: {held:?}");
 }
+
+/// - A counter more than a second ahead of the clock (a server whose clock
+///   is behind, e.g. a replica promoted under a skewed clock) is granted
+///   `counter + 1` "as before: waiting would keep the key from everyone for
+///   the whole skew". Those grants raise the counter by one while the clock
+///   catches up, and once the counter is no more than a second ahead the
+///   key's next grant waits for the clock after all: a free key is refused
+///   for about a second, not "within a second of a restart or failover"
+///   but whenever the skew runs out (30 s after a promotion onto a clock 30 s
+///   behind), and a single try answers `LOCK_BUSY` with nobody holding it.
+#[test]
+fn a_key_granted_above_a_clock_behind_is_not_refused_when_the_skew_runs_out() {
+    let server = RedisServer::start();
+    let app = open(&server.url());
+    let lease = block_on(backend(&app).acquire("k", wait(0))).expect("a first grant");
+    assert!(block_on(lease.release()).unwrap());
+    let fence_key = server.keys().into_iter().find(|k| k.contains("lock-fence")).expect("the counter");
+    // A promotion onto a clock 1.3 s behind the one that reserved the counter.
+    let ahead = server_time(&server) + 1_300_000;
+    let _: String = redis::cmd("SET").arg(&fence_key).arg(ahead).arg("PX").arg(60_000).query(&mut server.client()).unwrap();
+    let lease = block_on(backend(&app).acquire("k", wait(0))).expect("granted above the clock behind, at once");
+    assert_eq!(lease.fence(), ahead + 1);
+    assert!(block_on(lease.release()).unwrap());
+    // The clock goes on: 0.4 s later the counter is under a second ahead.
+    std::thread::sleep(Duration::from_millis(400));
+    let next = block_on(backend(&app).acquire("k", wait(0)));
+    let locks: Vec<String> = server.keys().into_iter().filter(|k| k.contains(":lock:")).collect();
+    assert!(
+        next.is_ok(),
+        "a free key (locks: {locks:?}) granted above a clock behind was refused once the skew ran out: {:?}",
+        next.as_ref().err().map(|err| err.code())
+    );
+}
