@@ -7,8 +7,9 @@
 //!   retry meets a counter ahead of the clock (a restore between the two
 //!   sends), the fence waits and the answer is "not granted", but the
 //!   lock (or the member and its units) the first send wrote stays: a
-//!   single try answers `LOCK_BUSY` to its caller while the key stays held
-//!   by that token for the whole lease, for nobody.
+//!   single try answers `LOCK_BUSY` (a waiting acquire whose wait ends
+//!   first, `WAIT_TIMEOUT`) to its caller while the key stays held by that
+//!   token for the whole lease, for nobody.
 
 mod support;
 
@@ -42,9 +43,11 @@ fn single(options: &AcquireOptions) -> AcquireOptions {
 }
 
 #[test]
-fn a_single_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
+fn a_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
     let counted = AcquireOptions { limit: Some(2), weight: Some(2), ..wait(0) };
-    let paths: [(&str, AcquireOptions); 2] = [("plain", wait(0)), ("counted", counted)];
+    // A waiting acquire whose wait ends before the clock passes the counter
+    // (WAIT_TIMEOUT) leaves it the same way.
+    let paths: [(&str, AcquireOptions); 3] = [("plain", wait(0)), ("counted", counted), ("plain, waiting 200 ms", wait(200))];
     let mut held = Vec::new();
     for (path, options) in paths {
         let server = RedisServer::start();
@@ -58,7 +61,7 @@ fn a_single_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
         let lock = fence_key.replace("lock-fence", "lock");
         let tried = {
             let backend = backend(&app);
-            let options = single(&options);
+            let options = options.clone();
             std::thread::spawn(move || block_on(backend.acquire("k", options)))
         };
         // The first send ran: the key is granted on the server, its answer on
@@ -79,7 +82,8 @@ fn a_single_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
             assert!(block_on(lease.release()).unwrap());
             continue;
         }
-        assert_eq!(code, Some(ErrorCode::LockBusy), "{path}: the try sent again was refused for the clock");
+        let expected = if options.wait_timeout == Some(Duration::ZERO) { ErrorCode::LockBusy } else { ErrorCode::WaitTimeout };
+        assert_eq!(code, Some(expected), "{path}: the try sent again was refused for the clock");
         // The caller was told "not granted": the key must be free for others
         // once the clock has passed the counter.
         std::thread::sleep(Duration::from_millis(700));
@@ -90,7 +94,10 @@ fn a_single_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
         }
         drop(app);
     }
-    assert!(held.is_empty(), "a single try was answered LOCK_BUSY, but the key stays held by its token for the lease: {held:?}");
+    assert!(
+        held.is_empty(),
+        "a try sent again was refused for the clock (LOCK_BUSY, WAIT_TIMEOUT), but the key stays held by its token for the lease: {held:?}"
+    );
 }
 
 /// - A counter more than a second ahead of the clock (a server whose clock
