@@ -315,7 +315,6 @@ fn a_waiter_granted_by_its_first_try_sent_again_does_not_hand_the_key_to_itself(
 /// try sent twice stays in the queue set and keeps readers out after the
 /// writer released, for nobody, until it lapses.
 #[test]
-#[ignore = "open (liveness, round 2): a grant handed over by a release of the same process skips the withdraw of e3f522e"]
 fn a_writer_handed_the_key_after_its_first_try_was_sent_twice_keeps_readers_out_after_its_release() {
     let server = RedisServer::start();
     let slow = proxy::Proxy::start(server.port(), std::time::Duration::from_millis(300));
@@ -356,7 +355,6 @@ fn a_writer_handed_the_key_after_its_first_try_was_sent_twice_keeps_readers_out_
 /// pollInterval + 1 s after the try), and every other counted request is
 /// kept out meanwhile too: the key is blocked for nobody.
 #[test]
-#[ignore = "open (liveness, round 2): a counted request's own first-try mark, sent twice, queues ahead of it until it lapses"]
 fn a_counted_request_whose_first_try_was_sent_twice_is_granted_once_the_key_is_free() {
     let server = RedisServer::start();
     let slow = proxy::Proxy::start(server.port(), std::time::Duration::from_millis(300));

@@ -41,6 +41,9 @@ pub struct Claim {
     /// acquire never learned, which its grant must take back (see
     /// [`Claim::take`]).
     marks_unknown: AtomicBool,
+    /// The last try was sent twice: its first send may have granted what
+    /// the second refused (see [`Claim::sent_twice`]).
+    sent_twice: AtomicBool,
 }
 
 /// What one call of the hand-off script did.
@@ -75,7 +78,15 @@ impl Claim {
         // Most claims: one key, one group (built without the grouping's
         // growing vectors, on every acquire).
         if keys.len() == 1 {
-            return Claim { keys, kind, token, terms, groups: vec![vec![0]], marks_unknown: AtomicBool::new(false) };
+            return Claim {
+                keys,
+                kind,
+                token,
+                terms,
+                groups: vec![vec![0]],
+                marks_unknown: AtomicBool::new(false),
+                sent_twice: AtomicBool::new(false),
+            };
         }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -90,7 +101,7 @@ impl Claim {
         // order, whatever order it gave its keys in.
         let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
-        Claim { keys, kind, token, terms, groups, marks_unknown: AtomicBool::new(false) }
+        Claim { keys, kind, token, terms, groups, marks_unknown: AtomicBool::new(false), sent_twice: AtomicBool::new(false) }
     }
 
     /// The lock name of the first key (where a single key's `WAIT` goes).
@@ -168,7 +179,7 @@ impl Claim {
                     &[&self.token, &self.terms.lease_ms, &waiting_ms, &ticket, &self.terms.retention_ms],
                 )
                 .await?;
-            self.note_lost_try(&answer, waiting_ms);
+            self.note_lost_try(answer.first_attempt_lost.is_some(), waiting_ms);
             let (status, value, ticket) = answer.value;
             return Ok(match status {
                 1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
@@ -181,7 +192,7 @@ impl Claim {
         let mut written = Vec::with_capacity(self.groups.len());
         for (taken, group) in self.groups.iter().enumerate() {
             let answer = self.kinds::<Vec<i64>>(on, &scripts.kinds_acquire, group, &args).await?;
-            self.note_lost_try(&answer, waiting_ms);
+            self.note_lost_try(answer.first_attempt_lost.is_some(), waiting_ms);
             let reply = &answer.value;
             match reply.first().copied() {
                 Some(1) if reply.len() == group.len() + 1 => {
@@ -376,10 +387,22 @@ impl Claim {
     /// effort), telling waiters on `channel` when they were the last.
     /// Remembers a waiting try whose first attempt was lost (see
     /// `marks_unknown`).
-    fn note_lost_try<T>(&self, answer: &Answer<T>, waiting_ms: u64) {
-        if waiting_ms > 0 && answer.first_attempt_lost.is_some() {
-            self.marks_unknown.store(true, Ordering::Relaxed);
+    pub(crate) fn note_lost_try(&self, first_attempt_lost: bool, waiting_ms: u64) {
+        if first_attempt_lost {
+            self.sent_twice.store(true, Ordering::Relaxed);
+            if waiting_ms > 0 {
+                self.marks_unknown.store(true, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// True once, after a try that was sent twice: when the second send
+    /// was not granted, the first may have been (a grant the second then
+    /// had to refuse: its fence waits for the clock after a restore), and
+    /// what it holds is given back ([`Claim::give_back`]) rather than left
+    /// to lapse after `leaseMs`.
+    pub(crate) fn sent_twice(&self) -> bool {
+        self.sent_twice.swap(false, Ordering::Relaxed)
     }
 
     /// True once, after a waiting try was sent twice: a grant then takes

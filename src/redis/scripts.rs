@@ -727,8 +727,11 @@ local function grant(first, last, r, waiting_ms)
         if shared then
           free = redis.call('EXISTS', queue) == 0
         else
+          -- Marks of this token are its own (a try sent twice left one
+          -- under a ticket it never learned): never ahead of it.
+          local own = ':' .. token
           for _, m in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-            if m ~= mine and (not mine or m < mine) then
+            if string.sub(m, -#own) ~= own and (not mine or m < mine) then
               free = false
               break
             end

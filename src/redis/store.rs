@@ -165,6 +165,17 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// After a grant of `claim`, whose waiting tries may have left marks
+    /// under tickets it never learned (a try sent twice): takes back every
+    /// mark of its token (the withdraw leaves a lock the token holds alone).
+    async fn take_back_marks(&self, claim: &Claim, ticket: u64) {
+        if claim.marks_left() {
+            claim.withdraw(&self.shared.scripted, ticket, &self.channel).await;
+        }
+    }
+}
+
 impl Store for RedisStore {
     type Claim = Claim;
     type Written = Via;
@@ -191,8 +202,12 @@ impl Store for RedisStore {
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<Via>, Failure> {
         let sent = Instant::now();
         let taken = claim.take(&self.shared.scripted, waiting_ms, ticket, &self.channel, &|lock| self.shared.wake(lock)).await?;
-        if matches!(taken, Taken::Granted { .. }) && claim.marks_left() {
-            claim.withdraw(&self.shared.scripted, ticket, &self.channel).await;
+        let sent_twice = claim.sent_twice();
+        match taken {
+            Taken::Granted { .. } => self.take_back_marks(claim, ticket).await,
+            // Best effort: what is not given back lapses after leaseMs.
+            _ if sent_twice => drop(claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await),
+            _ => {}
         }
         self.granted(&taken, sent);
         Ok(taken)
@@ -210,7 +225,14 @@ impl Store for RedisStore {
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<Via>, Failure> {
         let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
-        for taken in &handed.taken {
+        // Without a released lease the call is the first request's own try.
+        if let (None, Some((first, _))) = (released, requests.first()) {
+            first.note_lost_try(handed.first_attempt_lost.is_some(), waiting_ms);
+        }
+        for (taken, (claim, ticket)) in handed.taken.iter().zip(requests) {
+            if matches!(taken, Taken::Granted { .. }) {
+                self.take_back_marks(claim, *ticket).await;
+            }
             self.granted(taken, sent);
         }
         let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
