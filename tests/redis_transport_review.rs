@@ -114,6 +114,8 @@ fn replica_acks_behind_a_moving_address_refuse_a_grant_also_where_info_is_refuse
     eventually("new's replica is synced and online", || replica.replica_synced() && new.replica_online());
     add_user_without_info(&old);
     add_user_without_info(&new);
+    // new's replica has acknowledged a WAIT before (a first one can go unmet).
+    warm_up(&open_redis(&new.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[]).0);
     let front = Proxy::start(old.port(), Duration::ZERO);
     let url = format!("redis://app:pw@127.0.0.1:{}/0", front.port());
     let (app, _) = open_redis(&url, &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
