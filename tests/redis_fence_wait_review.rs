@@ -141,7 +141,6 @@ fn a_key_granted_above_a_clock_behind_is_not_refused_when_the_skew_runs_out() {
 ///   send's members stay for the lease after both acquires ended
 ///   (`WAIT_TIMEOUT`): a writer is refused for 30 s with nobody holding k.
 #[test]
-#[ignore = "open (review of 79c0871): a head's try with followers (hand_over) sent twice and refused for the clock leaves the first send's grants for the lease"]
 fn a_head_and_followers_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
     let server = RedisServer::start();
     let slow = Proxy::start(server.port(), Duration::ZERO);

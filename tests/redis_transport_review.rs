@@ -103,7 +103,6 @@ fn add_user_without_info(server: &RedisServer) {
 }
 
 #[test]
-#[ignore = "open (review of b447468): with INFO refused (ACL) no run_id is known and the WAIT may count another server's replica"]
 fn replica_acks_behind_a_moving_address_refuse_a_grant_also_where_info_is_refused() {
     // As above (the address follows the primary: `old` grants, the WAIT's
     // connection reaches `new`), for a user whose ACL refuses INFO: the

@@ -225,15 +225,26 @@ impl Store for RedisStore {
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<Via>, Failure> {
         let sent = Instant::now();
         let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
-        // Without a released lease the call is the first request's own try.
-        if let (None, Some((first, _))) = (released, requests.first()) {
-            first.note_lost_try(handed.first_attempt_lost.is_some(), waiting_ms);
+        // Without a released lease the call is the first request's own try
+        // (with the waiters behind it).
+        let own_try_sent_twice = released.is_none() && handed.first_attempt_lost.is_some();
+        if let (true, Some((first, _))) = (released.is_none(), requests.first()) {
+            first.note_lost_try(own_try_sent_twice, waiting_ms);
+            first.sent_twice(); // answered here, below
         }
-        for (taken, (claim, ticket)) in handed.taken.iter().zip(requests) {
-            if matches!(taken, Taken::Granted { .. }) {
-                self.take_back_marks(claim, *ticket).await;
+        for (index, (claim, ticket)) in requests.iter().enumerate() {
+            match handed.taken.get(index) {
+                Some(taken @ Taken::Granted { .. }) => {
+                    self.take_back_marks(claim, *ticket).await;
+                    self.granted(taken, sent);
+                }
+                // The first send may have granted what the second refused
+                // (see `take`): nobody was told, so it is given back.
+                _ if own_try_sent_twice => {
+                    drop(claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await)
+                }
+                _ => {}
             }
-            self.granted(taken, sent);
         }
         let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })

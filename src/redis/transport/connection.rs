@@ -148,12 +148,10 @@ struct Peer {
 }
 
 impl Peer {
-    /// False when both servers' `run_id`s are known and differ.
+    /// True when both servers' `run_id`s are known and equal: a server that
+    /// refuses `INFO` cannot be told apart from another behind its address.
     fn same_server(&self, other: &Peer) -> bool {
-        match (self.run_id.get(), other.run_id.get()) {
-            (Some(mine), Some(theirs)) => mine == theirs,
-            _ => true,
-        }
+        matches!((self.run_id.get(), other.run_id.get()), (Some(mine), Some(theirs)) if mine == theirs)
     }
 }
 
@@ -678,7 +676,7 @@ impl RedisConnection {
                 }
                 if !peer.same_server(&via.peer) {
                     return Err(self.failed(Failure::Unmet(Arc::new(RedisError::from(io::Error::other(
-                        "the WAIT's connection reached another server than the write's (the address moved): the write is unconfirmed",
+                        "the WAIT's connection reached another server than the write's (the address moved), or the server refused INFO (replicaAcks needs it to tell): the write is unconfirmed",
                     ))))));
                 }
                 open
