@@ -369,7 +369,7 @@ impl Harness {
     /// knows: `Some(allowed)`; the caller checks membership.
     fn expected(&self, backend: usize, key: &[u8], wait_ms: i64, nothing_waits: bool) -> Vec<dokebi_lock_status> {
         let (_, max_keys, max_key_bytes) = BACKENDS[backend];
-        let utf8 = std::str::from_utf8(key).ok().filter(|k| !k.is_empty());
+        let utf8 = std::str::from_utf8(key).ok().filter(|k| !k.is_empty() && !k.contains('\0'));
         let Some(text) = utf8 else { return vec![DOKEBI_LOCK_INVALID_KEY] };
         if wait_ms < -1 {
             return vec![DOKEBI_LOCK_INVALID_ARGUMENT];
@@ -468,7 +468,7 @@ impl Harness {
                         error_arg,
                     )
                 } as u32;
-                let valid_key = std::str::from_utf8(&key).is_ok_and(|k| !k.is_empty());
+                let valid_key = std::str::from_utf8(&key).is_ok_and(|k| !k.is_empty() && !k.contains('\0'));
                 let allowed: &[_] = if !valid_key {
                     &[DOKEBI_LOCK_INVALID_KEY]
                 } else if wait.ms() < -1 {

@@ -1,7 +1,7 @@
 //! The key rules (`dokebi_lock::key`): `validate`, `from_utf8`,
 //! `from_utf16` and `from_utf16_into` never panic, accept exactly the
-//! non-empty well-formed keys of at most `maxKeyBytes` UTF-8 bytes, agree
-//! with each other (a well-formed UTF-16 key and its UTF-8 form are accepted
+//! non-empty well-formed keys without U+0000 of at most `maxKeyBytes` UTF-8
+//! bytes, agree with each other (a well-formed UTF-16 key and its UTF-8 form are accepted
 //! or rejected alike, with the same message), answer only `INVALID_KEY`, and
 //! never put the key in a message.
 //!
@@ -21,6 +21,7 @@ fn check_error(err: &LockError, utf8_len: Option<usize>, max: usize) {
         message == "key is empty"
             || message == "key is not valid UTF-8"
             || message == "key is not well-formed UTF-16 (it contains a lone surrogate)"
+            || message == "key contains U+0000 (NUL), which no driver takes in a key"
             || Some(message) == too_long.as_deref(),
         "unexpected key error message: {message:?}"
     );
@@ -47,7 +48,7 @@ fn check_utf16(units: &[u16], max: usize) {
     let converted = key::from_utf16(units, max);
     let (into, buffer) = into_reused(units, max);
     match &expected {
-        Some(text) if !text.is_empty() && text.len() <= max => {
+        Some(text) if !text.is_empty() && text.len() <= max && !text.contains('\0') => {
             assert_eq!(converted.as_deref().ok(), Some(text.as_str()), "from_utf16 rejected a valid key");
             assert!(into.is_ok(), "from_utf16_into rejected a valid key");
             assert_eq!(&buffer, text, "from_utf16_into left another key in the buffer");
@@ -80,12 +81,12 @@ fuzz_target!(|data: &[u8]| {
     match key::from_utf8(bytes, max) {
         Ok(key) => {
             assert_eq!(Some(key), expected, "from_utf8 accepted bytes that are not that UTF-8 text");
-            assert!(!key.is_empty() && key.len() <= max);
+            assert!(!key.is_empty() && key.len() <= max && !key.contains('\0'));
         }
         Err(err) => {
             check_error(&err, expected.map(str::len), max);
             if let Some(text) = expected {
-                assert!(text.is_empty() || text.len() > max, "from_utf8 rejected a valid key");
+                assert!(text.is_empty() || text.len() > max || text.contains('\0'), "from_utf8 rejected a valid key");
             }
         }
     }
