@@ -57,6 +57,10 @@ impl Bouncer {
             command.arg(&ini).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("pgbouncer runs (scripts/setup installs it)");
         let bouncer = Bouncer { child, port, dir };
         eventually("pgbouncer listens", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        // Listening is not serving yet: CI's run once had the first
+        // acquire through a fresh pooler refused ('error connecting to
+        // server').
+        eventually("pgbouncer serves a query", || postgres::answers(&bouncer.url()));
         bouncer
     }
 

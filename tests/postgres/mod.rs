@@ -54,6 +54,15 @@ pub fn count_on(url: &str, sql: &str) -> i64 {
     rows_on(url, sql)[0].get(0)
 }
 
+/// True when the server (or pooler) at `url` answers a query now.
+pub fn answers(url: &str) -> bool {
+    runtime().block_on(async {
+        let Ok((client, connection)) = tokio_postgres::connect(url, NoTls).await else { return false };
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await.is_ok()
+    })
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
