@@ -163,9 +163,7 @@ impl RedisStore {
             });
         }
     }
-}
 
-impl RedisStore {
     /// After a grant of `claim`, whose waiting tries may have left marks
     /// under tickets it never learned (a try sent twice): takes back every
     /// mark of its token (the withdraw leaves a lock the token holds alone).
@@ -173,6 +171,13 @@ impl RedisStore {
         if claim.marks_left() {
             claim.withdraw(&self.shared.scripted, ticket, &self.channel).await;
         }
+    }
+
+    /// Gives back what the first send of a try sent twice may have granted
+    /// `claim` when the second was refused: nobody was told of it. Best
+    /// effort: what is not given back lapses after leaseMs.
+    async fn give_back_untold(&self, claim: &Claim) {
+        let _ = claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await;
     }
 }
 
@@ -205,8 +210,7 @@ impl Store for RedisStore {
         let sent_twice = claim.sent_twice();
         match taken {
             Taken::Granted { .. } => self.take_back_marks(claim, ticket).await,
-            // Best effort: what is not given back lapses after leaseMs.
-            _ if sent_twice => drop(claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await),
+            _ if sent_twice => self.give_back_untold(claim).await,
             _ => {}
         }
         self.granted(&taken, sent);
@@ -238,11 +242,7 @@ impl Store for RedisStore {
                     self.take_back_marks(claim, *ticket).await;
                     self.granted(taken, sent);
                 }
-                // The first send may have granted what the second refused
-                // (see `take`): nobody was told, so it is given back.
-                _ if own_try_sent_twice => {
-                    drop(claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await)
-                }
+                _ if own_try_sent_twice => self.give_back_untold(claim).await,
                 _ => {}
             }
         }
