@@ -281,3 +281,60 @@ fn several_keys_taken_in_opposite_orders_by_two_processes_never_deadlock() {
     assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
     block_on(provider.close());
 }
+
+/// The lock file of counted key `k` in `dir` (beside its unit files).
+fn lock_file_of_counted_key(dir: &Path) -> PathBuf {
+    dir.join(file::entries(dir).into_iter().find(|name| !name.contains(".u")).expect("the key's lock file"))
+}
+
+/// Two backends over `dir` (one directory's backends in one process give
+/// way to each other as processes do): the holder's, then the waiter's.
+fn holder_and_waiter(label: &str) -> (PathBuf, [(Provider, dokebi_lock::Backend); 2]) {
+    let dir = fresh_directory(label);
+    let backends = [open(&dir, SLOW), open(&dir, SLOW)];
+    (dir, backends)
+}
+
+/// A backend closed while its acquire waits on a counted key that another
+/// one holds takes its waiting mark with it, so the holder's release, the
+/// key's last, removes the key's files. Before, the closed waiter's mark
+/// stayed fresh, the release left the files to it, and nobody came back for
+/// them: the key's lock and unit files were left for good (the file model's
+/// residue).
+#[test]
+fn a_waiter_closed_away_takes_its_mark_and_a_counted_key_s_last_release_removes_its_files() {
+    let (dir, [(holder_provider, holder), (waiter_provider, waiter)]) = holder_and_waiter("closed-waiter");
+    let held = block_on(holder.acquire("k", counted(3, 3, 0))).unwrap();
+    let waiting = std::thread::spawn(move || block_on(waiter.acquire("k", counted(3, 1, 10_000))).unwrap_err().code());
+    let lock_file = lock_file_of_counted_key(&dir);
+    while file::waiting_mark(&lock_file).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    block_on(waiter_provider.close());
+    assert_eq!(waiting.join().unwrap(), ErrorCode::Closed);
+    assert!(block_on(held.release()).unwrap());
+    assert_eq!(file::entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(holder_provider.close());
+}
+
+/// A waiter that leaves (its acquire dropped) just after the key's last
+/// release left the key's files to its mark removes them. Its wake-up
+/// thread, woken by that release, races the drop; before, whenever the drop
+/// came first the lock and unit files were left for good (a waiter that
+/// left a counted key never removed its files), in most of the rounds.
+#[test]
+fn a_waiter_leaving_just_after_a_release_left_it_a_counted_key_removes_the_key_s_files() {
+    let waker = futures::task::noop_waker();
+    for round in 0..50 {
+        let (dir, [(holder_provider, holder), (waiter_provider, waiter)]) = holder_and_waiter("leaving-waiter");
+        let held = block_on(holder.acquire("k", counted(3, 3, 0))).unwrap();
+        let mut waiting = Box::pin(waiter.acquire("k", counted(3, 1, 10_000)));
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut std::task::Context::from_waker(&waker)).is_pending());
+        assert!(file::waiting_mark(&lock_file_of_counted_key(&dir)).is_some(), "the waiter marked the key");
+        assert!(block_on(held.release()).unwrap());
+        drop(waiting);
+        block_on(waiter_provider.close());
+        block_on(holder_provider.close());
+        assert_eq!(file::entries(&dir), Vec::<String>::new(), "round {round}: no lock or unit file is left behind");
+    }
+}

@@ -333,25 +333,32 @@ impl FileCore {
     /// A pending acquire that will not be granted leaves: its watch, its
     /// mark and its place in the engine go.
     fn drop_pending(&self, state: &mut State, lease: LeaseId, names: &[LockName], waits_on: Option<Waiting>) {
-        if let Some(Waiting { index, file, wd, .. }) = waits_on {
-            if let Some(wd) = wd {
-                self.watch.remove(wd);
-            }
-            if let Some(file) = file {
-                // Nobody of ours waits on it any more: our mark would only
-                // delay others; and a file its holder kept for us is ours
-                // to remove if free now.
-                if file.waiting_mark().1 == self.marker {
-                    let _ = file.clear_mark();
-                }
-                if file.try_lock().unwrap_or(false) {
-                    let fence = file.fence().unwrap_or(u64::MAX);
-                    let may_remove = state.engine.next_waiter(lease).is_none() && file.limit().unwrap_or(0) <= 1;
-                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.marker);
-                }
-            }
-        }
+        let may_remove = state.engine.next_waiter(lease).is_none();
+        self.stop_waiting(names, waits_on, may_remove);
         state.engine.release(lease);
+    }
+
+    /// A pending acquire stops waiting on its lock file: its watch and its
+    /// mark go, and, when `may_remove` (nobody of this backend waits for
+    /// the key), the key's files if it is free now. A release that found
+    /// our mark left them to us, counting on our next try: without this, a
+    /// waiter that leaves instead (timed out, dropped, closed) leaves them
+    /// for good, a counted key's unit files too.
+    fn stop_waiting(&self, names: &[LockName], waits_on: Option<Waiting>, may_remove: bool) {
+        let Some(Waiting { index, file, wd }) = waits_on else { return };
+        if let Some(wd) = wd {
+            self.watch.remove(wd);
+        }
+        let Some(file) = file else { return };
+        // Our mark would only delay others now. Cleared before the lock is
+        // tried: a release that saw it while holding the file reads it again
+        // after letting go (see `take::remove_if_free`).
+        if file.waiting_mark().1 == self.marker {
+            let _ = file.clear_mark();
+        }
+        if may_remove {
+            take::remove_if_free(&self.directory, &names[index], &file, self.marker);
+        }
     }
 
     /// Moves the engine's new grants to the pending list and tries every
@@ -603,10 +610,9 @@ impl FileCore {
             if state.engine.is_closed() {
                 return;
             }
+            // No acquire of this backend waits any more.
             for pending in std::mem::take(&mut state.pending) {
-                if let Some(Waiting { wd: Some(wd), .. }) = pending.waits_on {
-                    self.watch.remove(wd);
-                }
+                self.stop_waiting(&pending.request.names, pending.waits_on, true);
                 let _ = pending.request.outcome.send(Err(LockError::closed()));
             }
             for request in state.engine.close() {

@@ -238,17 +238,27 @@ pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, me: Marker) -> bo
     remove_if_free(directory, name, &file, me)
 }
 
-/// Locks `file`, the lock file of counted key `name`, and removes the key's
-/// files (see [`remove_units`]) unless a waiter of another process is marked
-/// on it. False when that cannot be done now: another process holds the
-/// lock file, or it is no longer the path's file.
-fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
+/// Locks `file`, the lock file of key `name`, and removes the key's files
+/// (see [`remove_units`]; a plain key has no unit files) unless a waiter of
+/// another process is marked on it. False when that cannot be done now:
+/// another process holds the lock file, or it is no longer the path's file,
+/// or the mark that kept the files went meanwhile.
+///
+/// A marked waiter that leaves without a grant clears its mark and then
+/// removes the files itself if it can lock the lock file (see the backend's
+/// `stop_waiting`). Its lock is refused while this holds the file, so a mark
+/// seen here is read again once this has let the file go: gone then, the
+/// waiter may have found the file locked by this, and the removal is tried
+/// again later.
+pub(crate) fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
     match file.try_lock() {
         Ok(true) if directory.names(name, file) => {
             if !file.marked_by_other(me) {
                 remove_units(directory, name, file);
+                return true;
             }
-            true
+            file.unlock();
+            file.marked_by_other(me)
         }
         Ok(_) => false,
         Err(_) => true,
