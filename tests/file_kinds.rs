@@ -342,3 +342,46 @@ fn a_waiter_leaving_just_after_a_release_left_it_a_counted_key_removes_the_key_s
         assert_eq!(file::entries(&dir), Vec::<String>::new(), "round {round}: no lock or unit file is left behind");
     }
 }
+
+/// A counted lease that `close()` releases while another process holds the
+/// key's lock file (its take or release, for a moment) cannot remove the
+/// key's files then: they are removed by a later try, as after any other
+/// release. Before, the backend's wake-up thread stopped at the close and
+/// nothing tried again while the backend lived.
+#[test]
+#[cfg(unix)]
+fn a_counted_key_released_by_close_while_its_lock_file_is_held_elsewhere_loses_its_files_later() {
+    use rustix::fs::{flock, FlockOperation};
+    let dir = fresh_directory("untidy-close");
+    let (provider, locks) = open(&dir, SLOW);
+    let held = block_on(locks.acquire("k", counted(3, 1, 0))).unwrap();
+    let other = std::fs::OpenOptions::new().read(true).write(true).open(lock_file_of_counted_key(&dir)).unwrap();
+    flock(&other, FlockOperation::NonBlockingLockExclusive).unwrap();
+    block_on(provider.close());
+    assert!(!held.is_valid(), "close released the lease");
+    std::thread::sleep(Duration::from_millis(20));
+    drop(other);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    drop((held, locks, provider));
+}
+
+/// A counted key whose release found its lock file held by another process
+/// (its take or release, for a moment) is tried again later; a close of the
+/// backend meanwhile tries it once more and, the lock file still held then,
+/// leaves it to the later tries. Before, that one try was the last one: the
+/// key's files were left for good.
+#[test]
+#[cfg(unix)]
+fn a_counted_key_left_untidy_just_before_a_close_loses_its_files_later() {
+    use rustix::fs::{flock, FlockOperation};
+    let dir = fresh_directory("untidy-before-close");
+    let (provider, locks) = open(&dir, SLOW);
+    let held = block_on(locks.acquire("k", counted(3, 1, 0))).unwrap();
+    let other = std::fs::OpenOptions::new().read(true).write(true).open(lock_file_of_counted_key(&dir)).unwrap();
+    flock(&other, FlockOperation::NonBlockingLockExclusive).unwrap();
+    assert!(block_on(held.release()).unwrap());
+    block_on(provider.close());
+    drop(other);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    drop((locks, provider));
+}

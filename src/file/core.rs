@@ -619,6 +619,9 @@ impl FileCore {
                 let _ = request.outcome.send(Err(LockError::closed()));
             }
             state.idle.remove_due(&self.directory, None, self.marker);
+            if !state.idle.is_done(Instant::now()) {
+                self.start_watching(&mut state);
+            }
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -638,11 +641,13 @@ impl FileCore {
 
     /// How long the wake-up thread may sleep: `interval`, or less when a
     /// pending acquire gives way or a kept file is due sooner. `None` (and
-    /// the thread stops) when nothing is pending or kept, or the backend is
-    /// closed.
+    /// the thread stops) when nothing is pending or kept. A closed backend
+    /// has nothing pending or kept, but its thread stays for its untidy
+    /// keys: those its close could not tidy yet, and those of the leases it
+    /// released.
     fn next_wait(&self, interval: Duration) -> Option<Duration> {
         let mut state = self.state();
-        if state.engine.is_closed() || (state.pending.is_empty() && state.idle.is_done(Instant::now())) {
+        if state.pending.is_empty() && state.idle.is_done(Instant::now()) {
             state.watching = false;
             return None;
         }
