@@ -385,3 +385,48 @@ fn a_counted_key_left_untidy_just_before_a_close_loses_its_files_later() {
     assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
     drop((locks, provider));
 }
+
+/// The release of several keys removes the files of each key it leaves
+/// free. Before, it kept every key's files when a waiter of this process
+/// queued for the first one, and the other keys' were left for good.
+#[test]
+fn the_release_of_several_keys_removes_the_files_of_each_key_it_leaves_free() {
+    let dir = fresh_directory("several-released");
+    let (provider, locks) = open(&dir, SLOW);
+    let both = block_on(locks.acquire_many(&["a", "b"], counted(3, 3, 0))).unwrap();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("a", counted(3, 1, 10_000))).map(drop)
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(block_on(both.release()).unwrap());
+    waiter.join().unwrap().expect("the waiter of the first key is granted");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+/// A release removes the files of a key it leaves free even while a waiter
+/// of this process queues for the key: that waiter may leave without coming
+/// back for it (here it also waits for a key another lease holds, and times
+/// out). Before, the files were kept for it, and left for good.
+#[test]
+fn a_release_removes_a_free_key_s_files_though_a_waiter_of_this_process_queues_for_it() {
+    let dir = fresh_directory("queued-waiter-leaves");
+    let (provider, locks) = open(&dir, SLOW);
+    let a = block_on(locks.acquire("a", counted(3, 3, 0))).unwrap();
+    let c = block_on(locks.acquire("c", counted(3, 3, 0))).unwrap();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire_many(&["a", "c"], counted(3, 1, 300))).unwrap_err().code()
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(block_on(a.release()).unwrap());
+    assert_eq!(waiter.join().unwrap(), ErrorCode::WaitTimeout);
+    assert!(block_on(c.release()).unwrap());
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}

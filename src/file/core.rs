@@ -333,18 +333,16 @@ impl FileCore {
     /// A pending acquire that will not be granted leaves: its watch, its
     /// mark and its place in the engine go.
     fn drop_pending(&self, state: &mut State, lease: LeaseId, names: &[LockName], waits_on: Option<Waiting>) {
-        let may_remove = state.engine.next_waiter(lease).is_none();
-        self.stop_waiting(names, waits_on, may_remove);
+        self.stop_waiting(names, waits_on);
         state.engine.release(lease);
     }
 
     /// A pending acquire stops waiting on its lock file: its watch and its
-    /// mark go, and, when `may_remove` (nobody of this backend waits for
-    /// the key), the key's files if it is free now. A release that found
+    /// mark go, and the key's files if it is free now. A release that found
     /// our mark left them to us, counting on our next try: without this, a
     /// waiter that leaves instead (timed out, dropped, closed) leaves them
     /// for good, a counted key's unit files too.
-    fn stop_waiting(&self, names: &[LockName], waits_on: Option<Waiting>, may_remove: bool) {
+    fn stop_waiting(&self, names: &[LockName], waits_on: Option<Waiting>) {
         let Some(Waiting { index, file, wd }) = waits_on else { return };
         if let Some(wd) = wd {
             self.watch.remove(wd);
@@ -356,9 +354,7 @@ impl FileCore {
         if file.waiting_mark().1 == self.marker {
             let _ = file.clear_mark();
         }
-        if may_remove {
-            take::remove_if_free(&self.directory, &names[index], &file, self.marker);
-        }
+        take::remove_if_free(&self.directory, &names[index], &file, self.marker);
     }
 
     /// Moves the engine's new grants to the pending list and tries every
@@ -468,7 +464,7 @@ impl FileCore {
         let undo = |taken: Vec<Option<(Held, u64)>>, idle: &mut IdleFiles| {
             for (index, held) in taken.into_iter().enumerate() {
                 if let Some((held, fence)) = held {
-                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.marker));
+                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, self.marker));
                 }
             }
         };
@@ -529,8 +525,8 @@ impl FileCore {
     }
 
     /// The grant's keys are no longer held by this process: releases their
-    /// kernel locks (removing the files of keys nobody of this process
-    /// waits for), then the engine's lease.
+    /// kernel locks (removing the files of keys it leaves free, see
+    /// [`take::release`]), then the engine's lease.
     fn unhold(&self, state: &mut State, grant: &mut Grant) {
         if grant.keys.is_empty() {
             return;
@@ -539,13 +535,12 @@ impl FileCore {
         if grant.mode == LockMode::Shared {
             state.held_shared -= 1;
         }
-        let may_remove = state.engine.next_waiter(grant.lease).is_none();
         for (name, held, fence) in grant.keys.drain(..) {
             match held {
                 Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
                     state.idle.keep(&self.directory, name, file, fence, self.marker)
                 }
-                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.marker)),
+                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, self.marker)),
                 None => {}
             }
         }
@@ -612,7 +607,7 @@ impl FileCore {
             }
             // No acquire of this backend waits any more.
             for pending in std::mem::take(&mut state.pending) {
-                self.stop_waiting(&pending.request.names, pending.waits_on, true);
+                self.stop_waiting(&pending.request.names, pending.waits_on);
                 let _ = pending.request.outcome.send(Err(LockError::closed()));
             }
             for request in state.engine.close() {

@@ -185,13 +185,16 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
     Ok(false)
 }
 
-/// Releases `held` (of key `name`, granted `fence`). When `may_remove` (no
-/// waiter of this process or mark of another wants the key) and the grant
-/// was the key's last holder, removes the key's files first, while still
-/// holding their locks: see the module's documentation for why that is
-/// safe, and [`fence`] for why the counter may restart. A counted key whose
-/// files could not be removed yet comes back as [`Untidy`].
-pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, me: Marker) -> Option<Untidy> {
+/// Releases `held` (of key `name`, granted `fence`). When no mark of
+/// another backend's waiter wants the key and the grant was the key's last
+/// holder, removes the key's files first, while still holding their locks:
+/// see the module's documentation for why that is safe, and [`fence`] for
+/// why the counter may restart. Waiters of this backend are no reason to
+/// keep them: one queued behind several keys, or leaving, may never come
+/// back for this one, and one that does opens the path's new file. A
+/// counted key whose files could not be removed yet comes back as
+/// [`Untidy`].
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, me: Marker) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
             // A shared holder is the last one if it can lock exclusive (a
@@ -200,7 +203,7 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // A reader's own fence may be below the counter: readers granted
             // after it raised it further.
             let counter = || if mode == LockMode::Exclusive { fence } else { file.fence().unwrap_or(u64::MAX) };
-            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(counter()) {
+            if last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(counter()) {
                 directory.remove(name);
             }
             None
@@ -211,7 +214,7 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
             let later = match directory.open_existing(name) {
-                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, me),
+                Ok(Some(file)) => !remove_if_free(directory, name, &file, me),
                 Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
@@ -343,7 +346,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (held, fence) = take_a_unit(&directory, &name);
         assert_eq!(entries(&directory), 2, "the lock file and unit 0");
-        assert!(release(&directory, &name, held, fence, true, ME).is_none());
+        assert!(release(&directory, &name, held, fence, ME).is_none());
         assert_eq!(entries(&directory), 0);
     }
 
@@ -357,7 +360,7 @@ pub(crate) mod tests {
         // process's would).
         let other = directory.open_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        let Untidy(untidy) = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
+        let Untidy(untidy) = release(&directory, &name, held, fence, ME).expect("its files were not removed");
         assert_eq!(untidy, name);
         assert_eq!(entries(&directory), 2);
         assert!(!tidy(&directory, &name, ME), "not known while the lock file is locked");
@@ -374,7 +377,7 @@ pub(crate) mod tests {
         // What Windows leaves when it keeps a removed lock file's name while
         // another process holds it open: units made under it outlive it.
         std::fs::remove_file(directory.file_path(&name)).unwrap();
-        release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
+        release(&directory, &name, held, fence, ME).expect("its unit file was left");
         assert_eq!(entries(&directory), 1);
         assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
@@ -407,10 +410,10 @@ pub(crate) mod tests {
         let (refused, cost) = probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false));
         assert_eq!(refused.err().map(|err| err.code()), Some(ErrorCode::InvalidArgument));
         assert!(cost <= 20, "checking another limit against the units held probed {cost} entries");
-        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, true, ME));
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, ME));
         assert!(untidy.is_none());
         assert!(cost <= 20, "a release with units left probed {cost} entries");
-        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, true, ME));
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, ME));
         assert!(untidy.is_none());
         assert!(cost <= 20, "the last release probed {cost} entries");
         assert_eq!(entries(&directory), 0, "its files are removed");
@@ -424,7 +427,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (first, first_fence) = take_a_unit(&directory, &name);
         let (second, _) = take_a_unit(&directory, &name);
-        assert!(release(&directory, &name, first, first_fence, true, ME).is_none());
+        assert!(release(&directory, &name, first, first_fence, ME).is_none());
         assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
         assert!(tidy(&directory, &name, ME), "a holder's release will remove them");
         assert_eq!(entries(&directory), 3);
