@@ -49,7 +49,7 @@ pub(crate) struct IdleFiles {
     /// thread stays until then rather than end and start again at every
     /// release of a busy key.
     last_due: Option<Instant>,
-    /// Counted keys left untidy: the next try and how many were made.
+    /// Keys left untidy: the next try and how many were made.
     untidy: HashMap<LockName, (Instant, u32)>,
 }
 
@@ -64,7 +64,7 @@ impl IdleFiles {
     /// it and there is room; else releases it as [`take::release`] does.
     pub fn keep(&mut self, directory: &LockDirectory, name: LockName, file: LockFile, fence: u64, me: Marker) {
         if self.files.len() >= MOST_KEPT || self.files.contains_key(&name) {
-            take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me);
+            self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
             return;
         }
         // Unlock, then look for a mark (see the module's documentation).
@@ -130,7 +130,7 @@ impl IdleFiles {
             // its file: its limit record guards the units.
             if file.try_lock().unwrap_or(false) && file.limit().is_ok_and(|limit| limit <= 1) {
                 let fence = file.fence().unwrap_or(u64::MAX);
-                take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me);
+                self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
             }
         }
     }

@@ -40,10 +40,12 @@ pub(crate) enum Held {
     Units(Vec<(u32, LockFile)>),
 }
 
-/// A counted key whose files its release could not remove although it
-/// left every unit free: the key's lock file was locked by another process
-/// at that moment (whose check of the units may have come before this
-/// release freed its own), or was gone with unit files left beside it
+/// A key whose files its release could not remove although it left the key
+/// free: a waiting mark it saw went before it let the lock file go (see
+/// [`remove_if_free`]), or, for a counted key, the key's lock file was
+/// locked by another process at that moment (whose check of the units may
+/// have come before this release freed its own), or was gone with unit
+/// files left beside it
 /// (Wine, and Windows without POSIX delete semantics, keep a removed
 /// file's name while another process holds it open, so a taker may lock it
 /// and make units under it). [`tidy`] tries again later.
@@ -191,9 +193,8 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
 /// see the module's documentation for why that is safe, and [`fence`] for
 /// why the counter may restart. Waiters of this backend are no reason to
 /// keep them: one queued behind several keys, or leaving, may never come
-/// back for this one, and one that does opens the path's new file. A
-/// counted key whose files could not be removed yet comes back as
-/// [`Untidy`].
+/// back for this one, and one that does opens the path's new file. A key
+/// whose files could not be removed yet comes back as [`Untidy`].
 pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, me: Marker) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
@@ -203,7 +204,15 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // A reader's own fence may be below the counter: readers granted
             // after it raised it further.
             let counter = || if mode == LockMode::Exclusive { fence } else { file.fence().unwrap_or(u64::MAX) };
-            if last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(counter()) {
+            if !last || !directory.names(name, &file) {
+                return None;
+            }
+            if file.marked_by_other(me) {
+                // Read again once let go, as in `remove_if_free`.
+                file.unlock();
+                return (!file.marked_by_other(me)).then_some(Untidy(*name));
+            }
+            if clock_passes(counter()) {
                 directory.remove(name);
             }
             None
@@ -419,6 +428,59 @@ pub(crate) mod tests {
         assert_eq!(entries(&directory), 0, "its files are removed");
         let (_, cost) = probes(&directory, || tidy(&directory, &name, ME));
         assert!(cost <= 10, "a tidy probed {cost} entries");
+    }
+
+    /// A marked waiter that leaves clears its mark, then removes the key's
+    /// files if it can lock the key's lock file (the backend's
+    /// `stop_waiting`); the key's last release, holding that file, leaves the
+    /// files to a mark it sees. Raced: one of the two removes them, or the
+    /// release comes back untidy, for a later try that does. Answers the
+    /// rounds that left them.
+    fn race_a_leaving_waiter(label: &str, kind: LockKind) -> usize {
+        let directory = fresh_directory(label);
+        let name = LockName::new("ns", "k");
+        let waiter = Marker { pid: std::process::id(), backend: 2 };
+        let mut left = 0;
+        for _ in 0..3_000 {
+            let Took::Held(held, fence) = take(&directory, &name, kind, directory.open_file(&name).unwrap(), ME, false).unwrap() else {
+                panic!("the key was free")
+            };
+            let waits_on = directory.open_file(&name).unwrap();
+            waits_on.mark_waiting(fence::clock_us() + 10_000_000, waiter).unwrap();
+            let barrier = std::sync::Barrier::new(2);
+            let untidy = std::thread::scope(|scope| {
+                let (directory, name, barrier) = (&directory, &name, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    waits_on.clear_mark().unwrap();
+                    remove_if_free(directory, name, &waits_on, waiter);
+                });
+                barrier.wait();
+                release(&directory, &name, held, fence, ME)
+            });
+            if let Some(Untidy(untidy)) = untidy {
+                assert!(tidy(&directory, &untidy, ME));
+            }
+            if entries(&directory) > 0 {
+                left += 1;
+                assert!(tidy(&directory, &name, ME) && entries(&directory) == 0);
+            }
+        }
+        left
+    }
+
+    #[test]
+    fn a_leaving_waiter_racing_the_last_release_never_leaves_a_counted_key_s_files() {
+        let counted = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
+        assert_eq!(race_a_leaving_waiter("leaving-counted", counted), 0, "rounds that left the key's files");
+    }
+
+    #[test]
+    fn a_leaving_waiter_racing_the_last_release_never_leaves_a_plain_key_s_file() {
+        for (label, mode) in [("leaving-writer", LockMode::Exclusive), ("leaving-reader", LockMode::Shared)] {
+            let kind = LockKind { mode, limit: 1, weight: 1 };
+            assert_eq!(race_a_leaving_waiter(label, kind), 0, "{mode:?}: rounds that left the key's file");
+        }
     }
 
     #[test]
