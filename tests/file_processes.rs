@@ -274,8 +274,10 @@ fn a_child_marked_on_a_held_key(dir: &std::path::Path) -> (Killed, std::path::Pa
 #[cfg(unix)]
 fn stop(child: &Killed) {
     let pid = child.0.id() as libc::pid_t;
+    // SAFETY: a signal to our child, which is not reaped before it is dropped.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     let mut status = 0;
+    // SAFETY: our child; `status` is writable.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) }, pid);
     assert!(libc::WIFSTOPPED(status), "the child ended instead of stopping: {status}");
 }

@@ -456,7 +456,7 @@ pub(crate) mod tests {
                     remove_if_free(directory, name, &waits_on, waiter);
                 });
                 barrier.wait();
-                release(&directory, &name, held, fence, ME)
+                release(directory, name, held, fence, ME)
             });
             if let Some(Untidy(untidy)) = untidy {
                 assert!(tidy(&directory, &untidy, ME));
