@@ -281,3 +281,152 @@ fn several_keys_taken_in_opposite_orders_by_two_processes_never_deadlock() {
     assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock file is left behind");
     block_on(provider.close());
 }
+
+/// The lock file of counted key `k` in `dir` (beside its unit files).
+fn lock_file_of_counted_key(dir: &Path) -> PathBuf {
+    dir.join(file::entries(dir).into_iter().find(|name| !name.contains(".u")).expect("the key's lock file"))
+}
+
+/// Two backends over `dir` (one directory's backends in one process give
+/// way to each other as processes do): the holder's, then the waiter's.
+fn holder_and_waiter(label: &str) -> (PathBuf, [(Provider, dokebi_lock::Backend); 2]) {
+    let dir = fresh_directory(label);
+    let backends = [open(&dir, SLOW), open(&dir, SLOW)];
+    (dir, backends)
+}
+
+/// A backend closed while its acquire waits on a counted key that another
+/// one holds takes its waiting mark with it, so the holder's release, the
+/// key's last, removes the key's files. Before, the closed waiter's mark
+/// stayed fresh, the release left the files to it, and nobody came back for
+/// them: the key's lock and unit files were left for good (the file model's
+/// residue).
+#[test]
+fn a_waiter_closed_away_takes_its_mark_and_a_counted_key_s_last_release_removes_its_files() {
+    let (dir, [(holder_provider, holder), (waiter_provider, waiter)]) = holder_and_waiter("closed-waiter");
+    let held = block_on(holder.acquire("k", counted(3, 3, 0))).unwrap();
+    let waiting = std::thread::spawn(move || block_on(waiter.acquire("k", counted(3, 1, 10_000))).unwrap_err().code());
+    let lock_file = lock_file_of_counted_key(&dir);
+    while file::waiting_mark(&lock_file).is_none() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    block_on(waiter_provider.close());
+    assert_eq!(waiting.join().unwrap(), ErrorCode::Closed);
+    assert!(block_on(held.release()).unwrap());
+    assert_eq!(file::entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(holder_provider.close());
+}
+
+/// A waiter that leaves (its acquire dropped) just after the key's last
+/// release left the key's files to its mark removes them. Its wake-up
+/// thread, woken by that release, races the drop; before, whenever the drop
+/// came first the lock and unit files were left for good (a waiter that
+/// left a counted key never removed its files), in most of the rounds.
+#[test]
+fn a_waiter_leaving_just_after_a_release_left_it_a_counted_key_removes_the_key_s_files() {
+    let waker = futures::task::noop_waker();
+    for round in 0..50 {
+        let (dir, [(holder_provider, holder), (waiter_provider, waiter)]) = holder_and_waiter("leaving-waiter");
+        let held = block_on(holder.acquire("k", counted(3, 3, 0))).unwrap();
+        let mut waiting = Box::pin(waiter.acquire("k", counted(3, 1, 10_000)));
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut std::task::Context::from_waker(&waker)).is_pending());
+        // Each try clears the waiter's mark and writes it again once
+        // refused: seen between the two, it is not there yet.
+        while file::waiting_mark(&lock_file_of_counted_key(&dir)).is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(block_on(held.release()).unwrap());
+        drop(waiting);
+        block_on(waiter_provider.close());
+        block_on(holder_provider.close());
+        assert_eq!(file::entries(&dir), Vec::<String>::new(), "round {round}: no lock or unit file is left behind");
+    }
+}
+
+/// A counted lease that `close()` releases while another process holds the
+/// key's lock file (its take or release, for a moment) cannot remove the
+/// key's files then: they are removed by a later try, as after any other
+/// release. Before, the backend's wake-up thread stopped at the close and
+/// nothing tried again while the backend lived.
+#[test]
+#[cfg(unix)]
+fn a_counted_key_released_by_close_while_its_lock_file_is_held_elsewhere_loses_its_files_later() {
+    use rustix::fs::{flock, FlockOperation};
+    let dir = fresh_directory("untidy-close");
+    let (provider, locks) = open(&dir, SLOW);
+    let held = block_on(locks.acquire("k", counted(3, 1, 0))).unwrap();
+    let other = std::fs::OpenOptions::new().read(true).write(true).open(lock_file_of_counted_key(&dir)).unwrap();
+    flock(&other, FlockOperation::NonBlockingLockExclusive).unwrap();
+    block_on(provider.close());
+    assert!(!held.is_valid(), "close released the lease");
+    std::thread::sleep(Duration::from_millis(20));
+    drop(other);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    drop((held, locks, provider));
+}
+
+/// A counted key whose release found its lock file held by another process
+/// (its take or release, for a moment) is tried again later; a close of the
+/// backend meanwhile tries it once more and, the lock file still held then,
+/// leaves it to the later tries. Before, that one try was the last one: the
+/// key's files were left for good.
+#[test]
+#[cfg(unix)]
+fn a_counted_key_left_untidy_just_before_a_close_loses_its_files_later() {
+    use rustix::fs::{flock, FlockOperation};
+    let dir = fresh_directory("untidy-before-close");
+    let (provider, locks) = open(&dir, SLOW);
+    let held = block_on(locks.acquire("k", counted(3, 1, 0))).unwrap();
+    let other = std::fs::OpenOptions::new().read(true).write(true).open(lock_file_of_counted_key(&dir)).unwrap();
+    flock(&other, FlockOperation::NonBlockingLockExclusive).unwrap();
+    assert!(block_on(held.release()).unwrap());
+    block_on(provider.close());
+    drop(other);
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    drop((locks, provider));
+}
+
+/// The release of several keys removes the files of each key it leaves
+/// free. Before, it kept every key's files when a waiter of this process
+/// queued for the first one, and the other keys' were left for good.
+#[test]
+fn the_release_of_several_keys_removes_the_files_of_each_key_it_leaves_free() {
+    let dir = fresh_directory("several-released");
+    let (provider, locks) = open(&dir, SLOW);
+    let both = block_on(locks.acquire_many(&["a", "b"], counted(3, 3, 0))).unwrap();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire("a", counted(3, 1, 10_000))).map(drop)
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(block_on(both.release()).unwrap());
+    waiter.join().unwrap().expect("the waiter of the first key is granted");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}
+
+/// A release removes the files of a key it leaves free even while a waiter
+/// of this process queues for the key: that waiter may leave without coming
+/// back for it (here it also waits for a key another lease holds, and times
+/// out). Before, the files were kept for it, and left for good.
+#[test]
+fn a_release_removes_a_free_key_s_files_though_a_waiter_of_this_process_queues_for_it() {
+    let dir = fresh_directory("queued-waiter-leaves");
+    let (provider, locks) = open(&dir, SLOW);
+    let a = block_on(locks.acquire("a", counted(3, 3, 0))).unwrap();
+    let c = block_on(locks.acquire("c", counted(3, 3, 0))).unwrap();
+    let waiter = std::thread::spawn({
+        let locks = locks.clone();
+        move || block_on(locks.acquire_many(&["a", "c"], counted(3, 1, 300))).unwrap_err().code()
+    });
+    while locks.status().waiting == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(block_on(a.release()).unwrap());
+    assert_eq!(waiter.join().unwrap(), ErrorCode::WaitTimeout);
+    assert!(block_on(c.release()).unwrap());
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    block_on(provider.close());
+}

@@ -333,25 +333,28 @@ impl FileCore {
     /// A pending acquire that will not be granted leaves: its watch, its
     /// mark and its place in the engine go.
     fn drop_pending(&self, state: &mut State, lease: LeaseId, names: &[LockName], waits_on: Option<Waiting>) {
-        if let Some(Waiting { index, file, wd, .. }) = waits_on {
-            if let Some(wd) = wd {
-                self.watch.remove(wd);
-            }
-            if let Some(file) = file {
-                // Nobody of ours waits on it any more: our mark would only
-                // delay others; and a file its holder kept for us is ours
-                // to remove if free now.
-                if file.waiting_mark().1 == self.marker {
-                    let _ = file.clear_mark();
-                }
-                if file.try_lock().unwrap_or(false) {
-                    let fence = file.fence().unwrap_or(u64::MAX);
-                    let may_remove = state.engine.next_waiter(lease).is_none() && file.limit().unwrap_or(0) <= 1;
-                    take::release(&self.directory, &names[index], Held::File(file, LockMode::Exclusive), fence, may_remove, self.marker);
-                }
-            }
-        }
+        self.stop_waiting(names, waits_on);
         state.engine.release(lease);
+    }
+
+    /// A pending acquire stops waiting on its lock file: its watch and its
+    /// mark go, and the key's files if it is free now. A release that found
+    /// our mark left them to us, counting on our next try: without this, a
+    /// waiter that leaves instead (timed out, dropped, closed) leaves them
+    /// for good, a counted key's unit files too.
+    fn stop_waiting(&self, names: &[LockName], waits_on: Option<Waiting>) {
+        let Some(Waiting { index, file, wd }) = waits_on else { return };
+        if let Some(wd) = wd {
+            self.watch.remove(wd);
+        }
+        let Some(file) = file else { return };
+        // Our mark would only delay others now. Cleared before the lock is
+        // tried: a release that saw it while holding the file reads it again
+        // after letting go (see `take::remove_if_free`).
+        if file.waiting_mark().1 == self.marker {
+            let _ = file.clear_mark();
+        }
+        take::remove_if_free(&self.directory, &names[index], &file, self.marker);
     }
 
     /// Moves the engine's new grants to the pending list and tries every
@@ -461,7 +464,7 @@ impl FileCore {
         let undo = |taken: Vec<Option<(Held, u64)>>, idle: &mut IdleFiles| {
             for (index, held) in taken.into_iter().enumerate() {
                 if let Some((held, fence)) = held {
-                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, true, self.marker));
+                    idle.tidy_later(take::release(&self.directory, &names[index], held, fence, self.marker));
                 }
             }
         };
@@ -522,8 +525,8 @@ impl FileCore {
     }
 
     /// The grant's keys are no longer held by this process: releases their
-    /// kernel locks (removing the files of keys nobody of this process
-    /// waits for), then the engine's lease.
+    /// kernel locks (removing the files of keys it leaves free, see
+    /// [`take::release`]), then the engine's lease.
     fn unhold(&self, state: &mut State, grant: &mut Grant) {
         if grant.keys.is_empty() {
             return;
@@ -532,13 +535,12 @@ impl FileCore {
         if grant.mode == LockMode::Shared {
             state.held_shared -= 1;
         }
-        let may_remove = state.engine.next_waiter(grant.lease).is_none();
         for (name, held, fence) in grant.keys.drain(..) {
             match held {
                 Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
                     state.idle.keep(&self.directory, name, file, fence, self.marker)
                 }
-                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, may_remove, self.marker)),
+                Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, self.marker)),
                 None => {}
             }
         }
@@ -603,16 +605,18 @@ impl FileCore {
             if state.engine.is_closed() {
                 return;
             }
+            // No acquire of this backend waits any more.
             for pending in std::mem::take(&mut state.pending) {
-                if let Some(Waiting { wd: Some(wd), .. }) = pending.waits_on {
-                    self.watch.remove(wd);
-                }
+                self.stop_waiting(&pending.request.names, pending.waits_on);
                 let _ = pending.request.outcome.send(Err(LockError::closed()));
             }
             for request in state.engine.close() {
                 let _ = request.outcome.send(Err(LockError::closed()));
             }
             state.idle.remove_due(&self.directory, None, self.marker);
+            if !state.idle.is_done(Instant::now()) {
+                self.start_watching(&mut state);
+            }
             state.leases.drain().collect()
         };
         for lease in leases.iter().filter_map(Weak::upgrade) {
@@ -632,11 +636,13 @@ impl FileCore {
 
     /// How long the wake-up thread may sleep: `interval`, or less when a
     /// pending acquire gives way or a kept file is due sooner. `None` (and
-    /// the thread stops) when nothing is pending or kept, or the backend is
-    /// closed.
+    /// the thread stops) when nothing is pending or kept. A closed backend
+    /// has nothing pending or kept, but its thread stays for its untidy
+    /// keys: those its close could not tidy yet, and those of the leases it
+    /// released.
     fn next_wait(&self, interval: Duration) -> Option<Duration> {
         let mut state = self.state();
-        if state.engine.is_closed() || (state.pending.is_empty() && state.idle.is_done(Instant::now())) {
+        if state.pending.is_empty() && state.idle.is_done(Instant::now()) {
             state.watching = false;
             return None;
         }

@@ -49,7 +49,7 @@ pub(crate) struct IdleFiles {
     /// thread stays until then rather than end and start again at every
     /// release of a busy key.
     last_due: Option<Instant>,
-    /// Counted keys left untidy: the next try and how many were made.
+    /// Keys left untidy: the next try and how many were made.
     untidy: HashMap<LockName, (Instant, u32)>,
 }
 
@@ -64,7 +64,7 @@ impl IdleFiles {
     /// it and there is room; else releases it as [`take::release`] does.
     pub fn keep(&mut self, directory: &LockDirectory, name: LockName, file: LockFile, fence: u64, me: Marker) {
         if self.files.len() >= MOST_KEPT || self.files.contains_key(&name) {
-            take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, me);
+            self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
             return;
         }
         // Unlock, then look for a mark (see the module's documentation).
@@ -101,13 +101,17 @@ impl IdleFiles {
 
     /// Removes the kept files due by `now` (all of them when `now` is
     /// `None`), each if its key is still free, and tries the untidy keys
-    /// due (all of them, once more, when `None`).
+    /// due (all of them when `None`: those still untidy then stay for their
+    /// later tries).
     pub fn remove_due(&mut self, directory: &LockDirectory, now: Option<Instant>, me: Marker) {
+        if now.is_none() {
+            // Nothing is kept any more: nothing is due later.
+            self.last_due = None;
+        }
         self.untidy.retain(|name, (due, tries)| {
-            let Some(now) = now else {
-                take::tidy(directory, name, me);
-                return false;
-            };
+            // Once more at a close, and left to the later tries if still
+            // untidy: the close may come just after the release.
+            let Some(now) = now else { return !take::tidy(directory, name, me) };
             if *due > now {
                 return true;
             }
@@ -126,7 +130,7 @@ impl IdleFiles {
             // its file: its limit record guards the units.
             if file.try_lock().unwrap_or(false) && file.limit().is_ok_and(|limit| limit <= 1) {
                 let fence = file.fence().unwrap_or(u64::MAX);
-                take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, true, me);
+                self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
             }
         }
     }
@@ -144,7 +148,7 @@ mod tests {
         let other = directory.open_file(name).unwrap();
         assert!(other.try_lock().unwrap());
         let mut idle = IdleFiles::default();
-        idle.tidy_later(take::release(directory, name, held, fence, true, ME));
+        idle.tidy_later(take::release(directory, name, held, fence, ME));
         (idle, other)
     }
 
@@ -189,5 +193,19 @@ mod tests {
         idle.remove_due(&directory, None, ME);
         assert_eq!(entries(&directory), 0);
         assert!(idle.is_done(Instant::now()));
+    }
+
+    #[test]
+    fn an_untidy_key_a_close_cannot_tidy_yet_stays_for_its_later_tries() {
+        let directory = fresh_directory("idle-close-busy");
+        let name = LockName::new("ns", "k");
+        let (mut idle, other) = untidy(&directory, &name);
+        idle.remove_due(&directory, None, ME);
+        assert_eq!(entries(&directory), 2, "the lock file is locked");
+        let due = idle.next_due().expect("tried again later");
+        drop(other);
+        idle.remove_due(&directory, Some(due), ME);
+        assert_eq!(entries(&directory), 0);
+        assert!(idle.is_done(due));
     }
 }

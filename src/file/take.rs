@@ -40,10 +40,12 @@ pub(crate) enum Held {
     Units(Vec<(u32, LockFile)>),
 }
 
-/// A counted key whose files its release could not remove although it
-/// left every unit free: the key's lock file was locked by another process
-/// at that moment (whose check of the units may have come before this
-/// release freed its own), or was gone with unit files left beside it
+/// A key whose files its release could not remove although it left the key
+/// free: a waiting mark it saw went before it let the lock file go (see
+/// [`remove_if_free`]), or, for a counted key, the key's lock file was
+/// locked by another process at that moment (whose check of the units may
+/// have come before this release freed its own), or was gone with unit
+/// files left beside it
 /// (Wine, and Windows without POSIX delete semantics, keep a removed
 /// file's name while another process holds it open, so a taker may lock it
 /// and make units under it). [`tidy`] tries again later.
@@ -185,13 +187,15 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<
     Ok(false)
 }
 
-/// Releases `held` (of key `name`, granted `fence`). When `may_remove` (no
-/// waiter of this process or mark of another wants the key) and the grant
-/// was the key's last holder, removes the key's files first, while still
-/// holding their locks: see the module's documentation for why that is
-/// safe, and [`fence`] for why the counter may restart. A counted key whose
-/// files could not be removed yet comes back as [`Untidy`].
-pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, may_remove: bool, me: Marker) -> Option<Untidy> {
+/// Releases `held` (of key `name`, granted `fence`). When no mark of
+/// another backend's waiter wants the key and the grant was the key's last
+/// holder, removes the key's files first, while still holding their locks:
+/// see the module's documentation for why that is safe, and [`fence`] for
+/// why the counter may restart. Waiters of this backend are no reason to
+/// keep them: one queued behind several keys, or leaving, may never come
+/// back for this one, and one that does opens the path's new file. A key
+/// whose files could not be removed yet comes back as [`Untidy`].
+pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, me: Marker) -> Option<Untidy> {
     match held {
         Held::File(file, mode) => {
             // A shared holder is the last one if it can lock exclusive (a
@@ -200,7 +204,15 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // A reader's own fence may be below the counter: readers granted
             // after it raised it further.
             let counter = || if mode == LockMode::Exclusive { fence } else { file.fence().unwrap_or(u64::MAX) };
-            if may_remove && last && !file.marked_by_other(me) && directory.names(name, &file) && clock_passes(counter()) {
+            if !last || !directory.names(name, &file) {
+                return None;
+            }
+            if file.marked_by_other(me) {
+                // Read again once let go, as in `remove_if_free`.
+                file.unlock();
+                return (!file.marked_by_other(me)).then_some(Untidy(*name));
+            }
+            if clock_passes(counter()) {
                 directory.remove(name);
             }
             None
@@ -211,7 +223,7 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // Open (and close) the key's lock file even when not removing:
             // the close wakes the waiters watching it.
             let later = match directory.open_existing(name) {
-                Ok(Some(file)) if may_remove => !remove_if_free(directory, name, &file, me),
+                Ok(Some(file)) => !remove_if_free(directory, name, &file, me),
                 Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
@@ -238,17 +250,27 @@ pub(crate) fn tidy(directory: &LockDirectory, name: &LockName, me: Marker) -> bo
     remove_if_free(directory, name, &file, me)
 }
 
-/// Locks `file`, the lock file of counted key `name`, and removes the key's
-/// files (see [`remove_units`]) unless a waiter of another process is marked
-/// on it. False when that cannot be done now: another process holds the
-/// lock file, or it is no longer the path's file.
-fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
+/// Locks `file`, the lock file of key `name`, and removes the key's files
+/// (see [`remove_units`]; a plain key has no unit files) unless a waiter of
+/// another process is marked on it. False when that cannot be done now:
+/// another process holds the lock file, or it is no longer the path's file,
+/// or the mark that kept the files went meanwhile.
+///
+/// A marked waiter that leaves without a grant clears its mark and then
+/// removes the files itself if it can lock the lock file (see the backend's
+/// `stop_waiting`). Its lock is refused while this holds the file, so a mark
+/// seen here is read again once this has let the file go: gone then, the
+/// waiter may have found the file locked by this, and the removal is tried
+/// again later.
+pub(crate) fn remove_if_free(directory: &LockDirectory, name: &LockName, file: &LockFile, me: Marker) -> bool {
     match file.try_lock() {
         Ok(true) if directory.names(name, file) => {
             if !file.marked_by_other(me) {
                 remove_units(directory, name, file);
+                return true;
             }
-            true
+            file.unlock();
+            file.marked_by_other(me)
         }
         Ok(_) => false,
         Err(_) => true,
@@ -333,7 +355,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (held, fence) = take_a_unit(&directory, &name);
         assert_eq!(entries(&directory), 2, "the lock file and unit 0");
-        assert!(release(&directory, &name, held, fence, true, ME).is_none());
+        assert!(release(&directory, &name, held, fence, ME).is_none());
         assert_eq!(entries(&directory), 0);
     }
 
@@ -347,7 +369,7 @@ pub(crate) mod tests {
         // process's would).
         let other = directory.open_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        let Untidy(untidy) = release(&directory, &name, held, fence, true, ME).expect("its files were not removed");
+        let Untidy(untidy) = release(&directory, &name, held, fence, ME).expect("its files were not removed");
         assert_eq!(untidy, name);
         assert_eq!(entries(&directory), 2);
         assert!(!tidy(&directory, &name, ME), "not known while the lock file is locked");
@@ -364,7 +386,7 @@ pub(crate) mod tests {
         // What Windows leaves when it keeps a removed lock file's name while
         // another process holds it open: units made under it outlive it.
         std::fs::remove_file(directory.file_path(&name)).unwrap();
-        release(&directory, &name, held, fence, true, ME).expect("its unit file was left");
+        release(&directory, &name, held, fence, ME).expect("its unit file was left");
         assert_eq!(entries(&directory), 1);
         assert!(tidy(&directory, &name, ME));
         assert_eq!(entries(&directory), 0, "the unit file and the lock file made to remove it under are gone");
@@ -397,15 +419,68 @@ pub(crate) mod tests {
         let (refused, cost) = probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false));
         assert_eq!(refused.err().map(|err| err.code()), Some(ErrorCode::InvalidArgument));
         assert!(cost <= 20, "checking another limit against the units held probed {cost} entries");
-        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, true, ME));
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, ME));
         assert!(untidy.is_none());
         assert!(cost <= 20, "a release with units left probed {cost} entries");
-        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, true, ME));
+        let (untidy, cost) = probes(&directory, || release(&directory, &name, second, second_fence, ME));
         assert!(untidy.is_none());
         assert!(cost <= 20, "the last release probed {cost} entries");
         assert_eq!(entries(&directory), 0, "its files are removed");
         let (_, cost) = probes(&directory, || tidy(&directory, &name, ME));
         assert!(cost <= 10, "a tidy probed {cost} entries");
+    }
+
+    /// A marked waiter that leaves clears its mark, then removes the key's
+    /// files if it can lock the key's lock file (the backend's
+    /// `stop_waiting`); the key's last release, holding that file, leaves the
+    /// files to a mark it sees. Raced: one of the two removes them, or the
+    /// release comes back untidy, for a later try that does. Answers the
+    /// rounds that left them.
+    fn race_a_leaving_waiter(label: &str, kind: LockKind) -> usize {
+        let directory = fresh_directory(label);
+        let name = LockName::new("ns", "k");
+        let waiter = Marker { pid: std::process::id(), backend: 2 };
+        let mut left = 0;
+        for _ in 0..3_000 {
+            let Took::Held(held, fence) = take(&directory, &name, kind, directory.open_file(&name).unwrap(), ME, false).unwrap() else {
+                panic!("the key was free")
+            };
+            let waits_on = directory.open_file(&name).unwrap();
+            waits_on.mark_waiting(fence::clock_us() + 10_000_000, waiter).unwrap();
+            let barrier = std::sync::Barrier::new(2);
+            let untidy = std::thread::scope(|scope| {
+                let (directory, name, barrier) = (&directory, &name, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    waits_on.clear_mark().unwrap();
+                    remove_if_free(directory, name, &waits_on, waiter);
+                });
+                barrier.wait();
+                release(directory, name, held, fence, ME)
+            });
+            if let Some(Untidy(untidy)) = untidy {
+                assert!(tidy(&directory, &untidy, ME));
+            }
+            if entries(&directory) > 0 {
+                left += 1;
+                assert!(tidy(&directory, &name, ME) && entries(&directory) == 0);
+            }
+        }
+        left
+    }
+
+    #[test]
+    fn a_leaving_waiter_racing_the_last_release_never_leaves_a_counted_key_s_files() {
+        let counted = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
+        assert_eq!(race_a_leaving_waiter("leaving-counted", counted), 0, "rounds that left the key's files");
+    }
+
+    #[test]
+    fn a_leaving_waiter_racing_the_last_release_never_leaves_a_plain_key_s_file() {
+        for (label, mode) in [("leaving-writer", LockMode::Exclusive), ("leaving-reader", LockMode::Shared)] {
+            let kind = LockKind { mode, limit: 1, weight: 1 };
+            assert_eq!(race_a_leaving_waiter(label, kind), 0, "{mode:?}: rounds that left the key's file");
+        }
     }
 
     #[test]
@@ -414,7 +489,7 @@ pub(crate) mod tests {
         let name = LockName::new("ns", "k");
         let (first, first_fence) = take_a_unit(&directory, &name);
         let (second, _) = take_a_unit(&directory, &name);
-        assert!(release(&directory, &name, first, first_fence, true, ME).is_none());
+        assert!(release(&directory, &name, first, first_fence, ME).is_none());
         assert_eq!(entries(&directory), 3, "the lock file and both units: one is held");
         assert!(tidy(&directory, &name, ME), "a holder's release will remove them");
         assert_eq!(entries(&directory), 3);

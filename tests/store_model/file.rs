@@ -5,14 +5,9 @@
 //! free keys must be gone.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
-
-use dokebi_lock::{AcquireOptions, Provider};
-use futures::executor::block_on;
 
 use super::history::{Location, Recorder};
-use super::model::{residue, Difference, Spec, Store, COUNTED_KEYS, COUNTED_LIMIT, PLAIN_KEYS};
+use super::model::{residue, Difference, Spec, Store};
 use super::rng::Rng;
 
 pub struct FileModel {
@@ -59,26 +54,6 @@ impl Store for FileModel {
 
     fn faults(&self) -> Vec<&'static str> {
         Vec::new()
-    }
-
-    /// A release that found another process holding a unit of its key
-    /// leaves the key's files to the next release of the key (docs/file.md,
-    /// "No lock file piles up"): each key is taken and released once.
-    fn sweep(&self, providers: &[Arc<Provider>]) {
-        let Some(provider) = providers.first() else { return };
-        for backend in ["a", "b"] {
-            let backend = provider.backend(backend).unwrap();
-            let wait = || AcquireOptions { wait_timeout: Some(Duration::from_secs(5)), ..AcquireOptions::default() };
-            for key in PLAIN_KEYS {
-                let lease = block_on(backend.acquire(key, wait())).expect("the sweep's acquire");
-                assert!(block_on(lease.release()).unwrap());
-            }
-            for key in COUNTED_KEYS {
-                let counted = AcquireOptions { limit: Some(COUNTED_LIMIT), weight: Some(1), ..wait() };
-                let lease = block_on(backend.acquire(key, counted)).expect("the sweep's counted acquire");
-                assert!(block_on(lease.release()).unwrap());
-            }
-        }
     }
 
     fn residue(&self, recorder: &Recorder, after_retention: bool) {
