@@ -77,7 +77,10 @@ enum Interrupt {
 struct Interrupts {
     signal: Option<AbortSignal>,
     closed: watch::Receiver<bool>,
-    cancelled: oneshot::Receiver<()>,
+    /// Resolves when the caller's future is dropped; `None` once it did
+    /// (an interrupt may be heard, and the wait go on, while a try that
+    /// was sent finishes: then heard again).
+    cancelled: Option<oneshot::Receiver<()>>,
     /// None for a single try: it is one try, however long its connect
     /// and command take (their own bounds).
     deadline: Option<Instant>,
@@ -92,7 +95,7 @@ impl Interrupts {
             biased;
             _ = async { match &self.signal { Some(signal) => signal.aborted().await, None => pending().await } } => Interrupt::Aborted,
             _ = self.closed.wait_for(|closed| *closed) => Interrupt::Closed,
-            _ = &mut self.cancelled => Interrupt::Aborted,
+            _ = caller_left(&mut self.cancelled) => Interrupt::Aborted,
             _ = async { match self.deadline { Some(deadline) => tokio::time::sleep_until(deadline.into()).await, None => pending().await } } => Interrupt::TimedOut,
         }
     }
@@ -104,6 +107,15 @@ impl Interrupts {
             Interrupt::TimedOut => LockError::wait_timeout(self.wait),
         }
     }
+}
+
+/// Resolves once the caller's future was dropped (at once, every time
+/// after the first).
+async fn caller_left(cancelled: &mut Option<oneshot::Receiver<()>>) {
+    if let Some(receiver) = cancelled.as_mut() {
+        let _ = receiver.await;
+    }
+    *cancelled = None;
 }
 
 /// An acquire under way: the phases of one round (its turns, whether it
@@ -260,7 +272,7 @@ impl<S: Store> Attempt<S> {
             tickets,
             turns,
             places,
-            interrupts: Interrupts { signal, closed, cancelled, deadline, wait },
+            interrupts: Interrupts { signal, closed, cancelled: Some(cancelled), deadline, wait },
             single_try,
             waiting_ms,
             ticket: 0,
