@@ -12,13 +12,16 @@ mod postgres;
 
 #[path = "faults/proxy.rs"]
 mod proxy;
+#[path = "faults/silent.rs"]
+mod silent;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use postgres::{backend, code, count, wait, Schema};
 use proxy::Proxy;
+use silent::Silent;
 
 /// A provider whose statements go through `proxy` (its listener directly
 /// to the server), with leases far longer than the test, so that only the
@@ -161,28 +164,8 @@ fn a_release_whose_connection_is_cut_before_it_ran_is_retried_and_releases() {
 /// the listener sees at most one attempt per pooled client.
 #[test]
 fn concurrent_acquires_share_one_failed_connect_per_pooled_client() {
-    use std::net::TcpListener;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    {
-        let accepted = accepted.clone();
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            for stream in listener.incoming().flatten() {
-                accepted.fetch_add(1, Ordering::SeqCst);
-                held.push(stream);
-            }
-        });
-    }
-    let schema = Schema::fresh();
-    let url = format!("postgres://postgres@127.0.0.1:{port}/test?sslmode=disable");
-    // The listener on the real server: only statements meet the silent one.
-    let connection = format!("        connectTimeoutMs: 300\n        poolSize: 2\n        listenUrl: '{}'\n", postgres::url());
-    let provider = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", &connection)).unwrap();
+    let silent = Silent::start();
+    let provider = unreachable(&silent, "        connectTimeoutMs: 300\n        poolSize: 2\n");
     let acquires: Vec<_> = (0..20)
         .map(|n| {
             let backend = backend(&provider);
@@ -192,9 +175,100 @@ fn concurrent_acquires_share_one_failed_connect_per_pooled_client() {
     for acquire in acquires {
         assert_eq!(acquire.join().unwrap().unwrap_err().code(), ErrorCode::ProviderFailed);
     }
-    let attempts = accepted.load(Ordering::SeqCst);
+    let attempts = silent.accepted();
     assert!(attempts <= 2, "{attempts} connect attempts for 20 acquires on a pool of 2");
     block_on(provider.close());
+}
+
+/// A provider whose statements go to `silent` (its listener to the real
+/// server: only statements meet the silent one), with `connection`'s options.
+fn unreachable(silent: &Silent, connection: &str) -> Provider {
+    let schema = Schema::fresh();
+    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", silent.port());
+    let connection = format!("{connection}        listenUrl: '{}'\n", postgres::url());
+    Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", &connection)).unwrap()
+}
+
+/// Acquires that wait, of one key and of several, against a server that
+/// never answers: each fails within about one `connectTimeoutMs`. Those
+/// of one key queue in this process and try one after the other; each
+/// tried its own connect, so the k-th failed after about k connect
+/// timeouts (10 of one key: the last after 5 s).
+#[test]
+fn waiting_acquires_against_an_unreachable_server_fail_within_one_connect_timeout() {
+    let silent = Silent::start();
+    let provider = unreachable(&silent, "        connectTimeoutMs: 500\n        poolSize: 2\n");
+    let started = Instant::now();
+    let acquires: Vec<_> = (0..20)
+        .map(|n| {
+            let backend = backend(&provider);
+            let key = if n % 2 == 0 { "one".to_owned() } else { format!("k{n}") };
+            std::thread::spawn(move || {
+                let outcome = block_on(backend.acquire(&key, wait(30_000))).map(|_| ());
+                (key, outcome, started.elapsed())
+            })
+        })
+        .collect();
+    let mut last = Duration::ZERO;
+    for acquire in acquires {
+        let (key, outcome, after) = acquire.join().unwrap();
+        assert_eq!(code(outcome), ErrorCode::ProviderFailed, "{key}");
+        assert!(after < Duration::from_millis(1_500), "{key} failed after {after:?} (connectTimeoutMs 500)");
+        last = last.max(after);
+    }
+    eprintln!("20 acquires against a silent server: the last failed after {} ms (connectTimeoutMs 500)", last.as_millis());
+    block_on(provider.close());
+}
+
+/// An acquire that waits less than a connect takes ends when its wait
+/// does, `PROVIDER_FAILED` (PostgreSQL could not be reached, nothing was
+/// done; not `WAIT_TIMEOUT`, which says the key was held): it waited the
+/// whole `connectTimeoutMs`.
+#[test]
+fn an_acquire_whose_wait_ends_while_connecting_fails_when_its_wait_ends() {
+    let silent = Silent::start();
+    let provider = unreachable(&silent, "        connectTimeoutMs: 20000\n");
+    let started = Instant::now();
+    let err = block_on(backend(&provider).acquire("k", wait(300))).unwrap_err();
+    let after = started.elapsed();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.message().contains("waitTimeoutMs"), "{err}");
+    assert!(after >= Duration::from_millis(300) && after < Duration::from_millis(2_000), "failed after {after:?} (waitTimeoutMs 300)");
+    block_on(provider.close());
+}
+
+/// An abort ends an acquire at once while it connects (it waited the whole
+/// `connectTimeoutMs`, then answered `PROVIDER_FAILED`), and so does
+/// `close()` (`CLOSED`).
+#[test]
+fn an_abort_or_close_ends_an_acquire_while_it_connects() {
+    use dokebi_lock::{AbortController, AcquireOptions};
+    let silent = Silent::start();
+    let provider = unreachable(&silent, "        connectTimeoutMs: 20000\n");
+    let controller = AbortController::new();
+    let options = AcquireOptions { signal: Some(controller.signal()), ..wait(60_000) };
+    let acquiring = {
+        let backend = backend(&provider);
+        std::thread::spawn(move || block_on(backend.acquire("k", options)).map(|_| ()))
+    };
+    postgres::eventually("the acquire connects", || silent.accepted() > 0);
+    let aborted = Instant::now();
+    controller.abort();
+    let outcome = acquiring.join().unwrap();
+    let after = aborted.elapsed();
+    assert_eq!(code(outcome), ErrorCode::Aborted);
+    assert!(after < Duration::from_millis(1_000), "ended {after:?} after the abort");
+
+    let acquiring = {
+        let backend = backend(&provider);
+        std::thread::spawn(move || block_on(backend.acquire("j", wait(60_000))).map(|_| ()))
+    };
+    postgres::eventually("the acquire connects again", || silent.accepted() > 1);
+    let closed = Instant::now();
+    block_on(provider.close());
+    let outcome = acquiring.join().unwrap();
+    assert_eq!(code(outcome), ErrorCode::Closed);
+    assert!(closed.elapsed() < Duration::from_millis(1_000), "ended {:?} after close()", closed.elapsed());
 }
 
 /// How the answer of a statement in flight through the proxy is lost.

@@ -1,6 +1,8 @@
 //! The redis driver when the server fails: paused, killed, restarted (with
 //! and without data), its pub/sub connections killed.
 
+#[path = "faults/silent.rs"]
+mod silent;
 mod support;
 
 use std::thread;
@@ -8,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
 use futures::executor::block_on;
+use silent::Silent;
 use support::redis_server::RedisServer;
 use support::{eventually, open_redis, redis_counts, wait};
 
@@ -163,4 +166,80 @@ fn a_server_that_never_answers_the_connect_is_provider_failed_within_the_connect
     assert!(err.cause().is_some());
     assert!(took < Duration::from_millis(2000), "the acquire failed only after {took:?}, not within the 200 ms connect timeout");
     eprintln!("a silent server: the acquire failed PROVIDER_FAILED after {} ms (connectTimeoutMs 200)", took.as_millis());
+}
+
+/// A command whose connection drops while its answer is awaited is sent
+/// again on a new connection (see `src/redis/transport/connection.rs`);
+/// reconnects, retries and the checks of a new connection included, it
+/// ends within `connectTimeoutMs + commandTimeoutMs` of its start. The
+/// server pauses writes (`CLIENT PAUSE … WRITE`: a script waits, `INFO`
+/// and a new connection are served), and the connection is killed 1.5 s
+/// into the script's wait: the retry had a whole `commandTimeoutMs` of its
+/// own, so the acquire ended about 3.5 s after it started, past the 2.2 s
+/// bound.
+#[test]
+fn a_command_with_its_retries_ends_within_the_connect_and_command_timeouts() {
+    let server = RedisServer::start();
+    let (a, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "2000"), ("connectTimeoutMs", "200")]);
+    block_on(block_on(backend(&a).acquire("warm", wait(0))).unwrap().release()).unwrap();
+    let mut admin = server.client();
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("WRITE").query(&mut admin).unwrap();
+    let started = Instant::now();
+    let acquiring = {
+        let backend = backend(&a);
+        thread::spawn(move || block_on(backend.acquire("k", wait(0))).map(|_| ()))
+    };
+    thread::sleep(Duration::from_millis(1_500));
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut admin).unwrap();
+    assert!(killed >= 1, "the driver's command connection was killed");
+    let outcome = acquiring.join().unwrap();
+    let took = started.elapsed();
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut admin).unwrap();
+    assert_eq!(error(outcome).code(), ErrorCode::OutcomeUnknown, "the first attempt may have run");
+    assert!(
+        took < Duration::from_millis(2_200 + 400),
+        "the command ended after {took:?}, past connectTimeoutMs + commandTimeoutMs (2.2 s)"
+    );
+    eprintln!("a command retried after its connection dropped ended after {} ms (bound 2200 ms)", took.as_millis());
+    block_on(a.close());
+}
+
+/// An acquire stops waiting for a connect when its wait ends
+/// (`PROVIDER_FAILED`: Redis could not be reached, nothing was done), when
+/// its signal aborts (`ABORTED`) and at `close()` (`CLOSED`), as the
+/// postgres driver's: it waited the whole `connectTimeoutMs`.
+#[test]
+fn a_wait_abort_or_close_ends_an_acquire_while_it_connects() {
+    use dokebi_lock::AbortController;
+    let silent = Silent::start();
+    let url = format!("redis://127.0.0.1:{}/0", silent.port());
+    let (a, _) = open_redis(&url, &[("leaseMs", "30000")], &[("connectTimeoutMs", "20000")]);
+    let started = Instant::now();
+    let err = error(block_on(backend(&a).acquire("k", wait(300))));
+    let took = started.elapsed();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.message().contains("waitTimeoutMs"), "{err}");
+    assert!(took < Duration::from_millis(2_000), "the acquire ended after {took:?} (waitTimeoutMs 300)");
+
+    let controller = AbortController::new();
+    let options = AcquireOptions { signal: Some(controller.signal()), ..wait(60_000) };
+    let acquiring = {
+        let backend = backend(&a);
+        thread::spawn(move || block_on(backend.acquire("k", options)).map(|_| ()))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let aborted = Instant::now();
+    controller.abort();
+    assert_eq!(error(acquiring.join().unwrap()).code(), ErrorCode::Aborted);
+    assert!(aborted.elapsed() < Duration::from_millis(1_000), "ended {:?} after the abort", aborted.elapsed());
+
+    let acquiring = {
+        let backend = backend(&a);
+        thread::spawn(move || block_on(backend.acquire("k", wait(60_000))).map(|_| ()))
+    };
+    thread::sleep(Duration::from_millis(300));
+    let closed = Instant::now();
+    block_on(a.close());
+    assert_eq!(error(acquiring.join().unwrap()).code(), ErrorCode::Closed);
+    assert!(closed.elapsed() < Duration::from_millis(1_000), "ended {:?} after close()", closed.elapsed());
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
+use super::connecting::Stage;
 use super::core::BackendCore;
 use super::handoff::{Grant, Next, Request};
 use super::lease::{valid_until, LeaseShared, StoreLease};
@@ -76,8 +77,13 @@ enum Interrupt {
 struct Interrupts {
     signal: Option<AbortSignal>,
     closed: watch::Receiver<bool>,
-    cancelled: oneshot::Receiver<()>,
-    deadline: Instant,
+    /// Resolves when the caller's future is dropped; `None` once it did
+    /// (an interrupt may be heard, and the wait go on, while a try that
+    /// was sent finishes: then heard again).
+    cancelled: Option<oneshot::Receiver<()>>,
+    /// None for a single try: it is one try, however long its connect
+    /// and command take (their own bounds).
+    deadline: Option<Instant>,
     /// The wait asked for, for the timeout's message.
     wait: Duration,
 }
@@ -89,8 +95,8 @@ impl Interrupts {
             biased;
             _ = async { match &self.signal { Some(signal) => signal.aborted().await, None => pending().await } } => Interrupt::Aborted,
             _ = self.closed.wait_for(|closed| *closed) => Interrupt::Closed,
-            _ = &mut self.cancelled => Interrupt::Aborted,
-            _ = tokio::time::sleep_until(self.deadline.into()) => Interrupt::TimedOut,
+            _ = caller_left(&mut self.cancelled) => Interrupt::Aborted,
+            _ = async { match self.deadline { Some(deadline) => tokio::time::sleep_until(deadline.into()).await, None => pending().await } } => Interrupt::TimedOut,
         }
     }
 
@@ -101,6 +107,15 @@ impl Interrupts {
             Interrupt::TimedOut => LockError::wait_timeout(self.wait),
         }
     }
+}
+
+/// Resolves once the caller's future was dropped (at once, every time
+/// after the first).
+async fn caller_left(cancelled: &mut Option<oneshot::Receiver<()>>) {
+    if let Some(receiver) = cancelled.as_mut() {
+        let _ = receiver.await;
+    }
+    *cancelled = None;
 }
 
 /// An acquire under way: the phases of one round (its turns, whether it
@@ -204,7 +219,7 @@ impl<S: Store> Acquire<S> {
             };
             let (sent, taken) = match handed {
                 Some(grant) => (grant.sent, Ok(Taken::Granted { fences: grant.fences, written: grant.written })),
-                None => attempt.try_once().await,
+                None => attempt.try_once().await?,
             };
             match attempt.found(taken).await? {
                 Found::Granted(fences, written) => {
@@ -231,8 +246,8 @@ impl<S: Store> Attempt<S> {
     fn start(acquire: Acquire<S>) -> Result<Self> {
         let Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot } = acquire;
         let start = Instant::now();
-        let deadline = start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365));
         let single_try = wait.is_zero();
+        let deadline = (!single_try).then(|| start.checked_add(wait).unwrap_or(start + Duration::from_secs(86_400 * 365)));
         let mut turns: Vec<Turn> = Vec::with_capacity(tickets.len());
         let places: Vec<Place> = match places {
             None => {
@@ -257,7 +272,7 @@ impl<S: Store> Attempt<S> {
             tickets,
             turns,
             places,
-            interrupts: Interrupts { signal, closed, cancelled, deadline, wait },
+            interrupts: Interrupts { signal, closed, cancelled: Some(cancelled), deadline, wait },
             single_try,
             waiting_ms,
             ticket: 0,
@@ -354,30 +369,53 @@ impl<S: Store> Attempt<S> {
 
     /// Phase 3: one try of the claim, granting in the same call the
     /// waiters right behind it that it covers (their outcomes delivered to
-    /// them). Answers when it was sent.
-    async fn try_once(&mut self) -> (Instant, Result<Taken<S::Written>, Failure>) {
-        let core = &self.core;
+    /// them). Answers when it was sent. A wait that ends while the try is
+    /// still connecting (nothing sent) ends it there: see
+    /// [`super::connecting`].
+    async fn try_once(&mut self) -> Result<(Instant, Result<Taken<S::Written>, Failure>)> {
+        let core = self.core.clone();
         let followers = self.request.as_ref().map(|request| core.waiters().followers(request)).unwrap_or_default();
         let sent = Instant::now();
-        if followers.is_empty() {
-            return (sent, core.store().take(&self.claim, self.waiting_ms, self.ticket).await);
-        }
-        let requests: Vec<(&S::Claim, u64)> = std::iter::once((&*self.claim, self.ticket))
-            .chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket)))
-            .collect();
-        let taken = match core.store().hand_over(None, &requests, self.waiting_ms).await {
-            Ok(handed) => {
-                let mut taken = handed.taken.into_iter();
-                let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket: self.ticket });
-                core.deliver(&followers, taken, sent, true);
-                Ok(own)
+        let stage = Stage::new();
+        let (claim, waiting_ms, ticket) = (&*self.claim, self.waiting_ms, self.ticket);
+        let call = async {
+            if followers.is_empty() {
+                return core.store().take(claim, waiting_ms, ticket).await;
             }
-            Err(failure) => {
-                core.deliver(&followers, std::iter::empty(), sent, !failure.is_unknown());
-                Err(failure)
+            let requests: Vec<(&S::Claim, u64)> =
+                std::iter::once((claim, ticket)).chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket))).collect();
+            match core.store().hand_over(None, &requests, waiting_ms).await {
+                Ok(handed) => {
+                    let mut taken = handed.taken.into_iter();
+                    let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
+                    core.deliver(&followers, taken, sent, true);
+                    Ok(own)
+                }
+                Err(failure) => {
+                    core.deliver(&followers, std::iter::empty(), sent, !failure.is_unknown());
+                    Err(failure)
+                }
             }
         };
-        (sent, taken)
+        let interrupts = &mut self.interrupts;
+        let cut = async {
+            let why = interrupts.next().await;
+            stage.cuttable().await;
+            why
+        };
+        let why = tokio::select! {
+            biased;
+            taken = stage.run(call) => return Ok((sent, taken)),
+            why = cut => why,
+        };
+        // Nothing was sent: the followers go on waiting, as after a try
+        // that surely did not run.
+        core.deliver(&followers, std::iter::empty(), sent, true);
+        let err = match why {
+            Interrupt::TimedOut => unreachable_within(S::NAME, self.interrupts.wait),
+            why => self.interrupts.error(why),
+        };
+        Err(self.give_up(err))
     }
 
     /// Phase 4: what the try found. Refused for now: a pause until a
@@ -552,6 +590,19 @@ fn other_limit() -> LockError {
     LockError::new(
         ErrorCode::InvalidArgument,
         "the key is held or waited for with another limit: every caller of a key gives the same limit (a plain or shared acquire has limit 1)",
+    )
+}
+
+/// A wait that ended while its try was still connecting to the store:
+/// nothing was done, as when the connect fails (not `WAIT_TIMEOUT`, which
+/// says the key stayed held).
+fn unreachable_within(store: &str, wait: Duration) -> LockError {
+    LockError::new(
+        ErrorCode::ProviderFailed,
+        format!(
+            "acquire: {store} could not be reached within waitTimeoutMs ({} ms): the connect was still under way (connectTimeoutMs bounds it)",
+            wait.as_millis()
+        ),
     )
 }
 

@@ -18,12 +18,14 @@
 //! - [`backend`] and [`lease`]: the public API ([`StoreBackend`],
 //!   [`StoreLease`], [`KeepAlive`]); `runtime`: the drivers' own tokio thread;
 //! - `failure`: how a store command failed, and the error a caller sees;
-//!   `token`: the owner token each claim carries.
+//!   `token`: the owner token each claim carries; `connecting`: the part
+//!   of a store call (its connect) that an acquire's wait may cut short.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
 pub(crate) mod acquire;
 pub mod backend;
+mod connecting;
 pub(crate) mod core;
 pub(crate) mod failure;
 pub(crate) mod handoff;
@@ -35,6 +37,7 @@ pub(crate) mod token;
 pub(crate) mod waiters;
 
 pub use backend::{StoreBackend, StoreCounts};
+pub(crate) use connecting::connecting;
 pub(crate) use failure::{Failure, Refusal};
 pub use keep_alive::KeepAlive;
 pub use lease::StoreLease;

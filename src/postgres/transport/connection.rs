@@ -7,9 +7,9 @@
 //! so a pooler in transaction mode has no named statement to lose and no
 //! session state to carry.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -30,12 +30,19 @@ use crate::telemetry::{Telemetry, TelemetryEvent};
 struct Slot {
     client: Mutex<Option<Arc<Client>>>,
     connecting: tokio::sync::Mutex<()>,
-    /// Connect attempts finished, and the last one's failure: a task that
-    /// waited behind an attempt that failed takes its failure rather than
-    /// trying again (with the server unreachable, the k-th of many waited
-    /// k connect timeouts).
-    attempts: AtomicU64,
-    failure: Mutex<Option<Failure>>,
+}
+
+/// How long a failed connect answers for later callers, so that a dead
+/// server costs one connect attempt, not one per waiting acquire (as a
+/// Redis connection's).
+const CONNECT_FAILURE_REUSE: Duration = Duration::from_millis(100);
+
+/// The connect attempts of every slot: how many ended, and the last one's
+/// failure (none after a success).
+#[derive(Default)]
+struct Attempts {
+    ended: u64,
+    failure: Option<(Instant, Failure)>,
 }
 
 /// What `status()` reports of the connection.
@@ -63,6 +70,12 @@ pub(crate) struct PgConnection {
     command_timeout: Duration,
     slots: Vec<Slot>,
     next: AtomicUsize,
+    /// A task that waited behind a connect attempt that failed (on any
+    /// slot), or that comes within [`CONNECT_FAILURE_REUSE`] of one, takes
+    /// its failure rather than trying again: with the server unreachable,
+    /// the k-th of many acquires (the k-th waiter of one key, each trying
+    /// once its turn came) waited k connect timeouts.
+    attempts: Mutex<Attempts>,
     health: Mutex<Health>,
     connected: AtomicBool,
     listening: AtomicBool,
@@ -94,6 +107,7 @@ impl PgConnection {
             command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
             slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
+            attempts: Mutex::default(),
             health: Mutex::default(),
             connected: AtomicBool::new(false),
             listening: AtomicBool::new(false),
@@ -118,7 +132,9 @@ impl PgConnection {
             return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
         }
         let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let connecting = crate::store::connecting();
         let client = self.client(slot).await?;
+        drop(connecting);
         let outcome = tokio::time::timeout(self.command_timeout, client.query_typed(sql, params)).await;
         let failure = match outcome {
             Ok(Ok(rows)) => {
@@ -153,7 +169,9 @@ impl PgConnection {
     /// DDL): no parameters, nothing returned.
     pub async fn batch(&self, sql: &str) -> std::result::Result<(), Failure> {
         let slot = &self.slots[0];
+        let connecting = crate::store::connecting();
         let client = self.client(slot).await?;
+        drop(connecting);
         match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), client.batch_execute(sql)).await {
             Ok(Ok(())) => {
                 self.answered();
@@ -171,20 +189,29 @@ impl PgConnection {
         if let Some(client) = current() {
             return Ok(client);
         }
-        let seen = slot.attempts.load(Ordering::Acquire);
+        let attempts = || self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = attempts().ended;
         let _connecting = slot.connecting.lock().await;
         if let Some(client) = current() {
             return Ok(client);
         }
-        let failure = || slot.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.attempts.load(Ordering::Acquire) != seen {
-            if let Some(failure) = failure().clone() {
-                return Err(failure);
-            }
+        let reused = {
+            let attempts = attempts();
+            attempts
+                .failure
+                .as_ref()
+                .filter(|(at, _)| attempts.ended != seen || at.elapsed() < CONNECT_FAILURE_REUSE)
+                .map(|(_, failure)| failure.clone())
+        };
+        if let Some(failure) = reused {
+            return Err(failure);
         }
         let outcome = self.connect(false).await;
-        *failure() = outcome.as_ref().err().cloned();
-        slot.attempts.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut attempts = attempts();
+            attempts.ended += 1;
+            attempts.failure = outcome.as_ref().err().map(|failure| (Instant::now(), failure.clone()));
+        }
         let (client, connection) = match outcome {
             Ok(pair) => pair,
             Err(failure) => {

@@ -7,8 +7,11 @@
 //! [`Topology`]'s business; in a cluster each lane keeps one such connection
 //! per primary, and routes a script by its keys' slot (see [`super::cluster`]).
 //!
-//! Every command is bounded: connecting by `connectTimeoutMs`, each command
-//! by `commandTimeoutMs`. Failures are classified once, here:
+//! Every command is bounded: connecting (with the new connection's checks)
+//! by `connectTimeoutMs`, each attempt by `commandTimeoutMs`, and the whole
+//! command, its reconnects, retries and slot map fetches included, by the
+//! two together from its start (past that: unknown once an attempt was
+//! sent, else unreachable). Failures are classified once, here:
 //! - [`Failure::Unreachable`]: no connection could be made (refused, DNS,
 //!   connect timeout): the command did not run.
 //! - [`Failure::Denied`]: the server was reached and refused who we are
@@ -446,31 +449,42 @@ impl RedisConnection {
         let slot = self.topology.cluster().and_then(|_| keys.first()).map(Slot::for_key);
         let mut first_attempt_lost: Option<Cause> = None;
         let lane = self.lane();
-        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        let started = tokio::time::Instant::now();
+        // Replies that say the command did not run are followed until then.
+        let deadline = started + self.command_timeout;
+        let end = self.command_end(started);
         // After `ASK`: the node to try next, behind `ASKING`.
         let mut asked: Option<NodeName> = None;
         // `MOVED` and `ASK` replies so far.
         let mut redirects = 0u32;
         loop {
+            // Until the script is sent, an acquire may stop waiting (the
+            // first time round only: see `crate::store::connecting`).
+            let connecting = crate::store::connecting();
             let node = match asked.clone() {
                 Some(node) => Some(node),
-                None => match self.route(lane, slot).await {
+                None => match within(end, self.route(lane, slot)).await {
                     Ok(node) => node,
                     Err(failure) => return Err(self.failed(after_lost_attempt(failure, first_attempt_lost))),
                 },
             };
-            let failure = match self.connection(lane, node.as_ref()).await {
+            let failure = match within(end, self.connection(lane, node.as_ref())).await {
                 // A failover may have moved the slot; not after `ASK`, though:
                 // the map would send the command back to the node that sent it here.
                 Err(failure) => {
-                    if asked.is_none() && tokio::time::Instant::now() < deadline && self.rerouted(lane, slot, node.as_ref()).await {
+                    if asked.is_none()
+                        && tokio::time::Instant::now() < deadline
+                        && tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await.unwrap_or(false)
+                    {
                         continue;
                     }
                     failure
                 }
                 Ok(mut using) => {
+                    drop(connecting);
                     let asking = asked.take().is_some();
-                    match tokio::time::timeout(self.command_timeout, run_script(&mut using.connection, script, &command, asking)).await {
+                    let (bound, unanswered) = self.answer_bound(end);
+                    match tokio::time::timeout_at(bound, run_script(&mut using.connection, script, &command, asking)).await {
                         Ok(Ok(value)) => {
                             self.answered();
                             return match redis::from_redis_value(value) {
@@ -480,7 +494,7 @@ impl RedisConnection {
                         }
                         Err(_) => {
                             self.invalidate(lane, &using).await;
-                            Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))
+                            Failure::Unknown(Arc::new(timeout_error(unanswered)))
                         }
                         Ok(Err(err)) if err.is_timeout() => {
                             self.invalidate(lane, &using).await;
@@ -662,18 +676,28 @@ impl RedisConnection {
         let mut open = match self.idle_waiting(via) {
             Some(open) => open,
             None => {
-                let connect = tokio::time::timeout(self.connect_timeout, self.open_to(None, via.peer.info.clone())).await;
-                let mut open = match connect.unwrap_or_else(|_| Err(timeout_error("no connection within connectTimeoutMs"))) {
-                    Ok(open) => open,
-                    Err(err) => return Err(self.failed(connect_failure(err))),
+                // The connection's check (INFO) is part of making it:
+                // `connectTimeoutMs` bounds both, as for every connection,
+                // so the whole stays within a connect and a command's time.
+                let connect = async {
+                    let mut open = self.open_to(None, via.peer.info.clone()).await.map_err(connect_failure)?;
+                    let peer = open.peer.clone();
+                    if let Some(run_id) = self.info(&mut open.connection, &peer, "server").await?.as_deref().and_then(run_id) {
+                        let _ = peer.run_id.set(run_id.to_owned());
+                    }
+                    Ok(open)
+                };
+                let open = match tokio::time::timeout(self.connect_timeout, connect).await {
+                    Ok(Ok(open)) => open,
+                    Ok(Err(failure)) => return Err(self.failed(failure)),
+                    Err(_) => {
+                        return Err(self.failed(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))))
+                    }
                 };
                 // The write's server, or its WAIT would count another
                 // server's replicas: an address that moved to a new
                 // primary since the write's connection was opened.
                 let peer = open.peer.clone();
-                if let Some(run_id) = self.info(&mut open.connection, &peer, "server").await?.as_deref().and_then(run_id) {
-                    let _ = peer.run_id.set(run_id.to_owned());
-                }
                 if !peer.same_server(&via.peer) {
                     return Err(self.failed(Failure::Unmet(Arc::new(RedisError::from(io::Error::other(
                         "the WAIT's connection reached another server than the write's (the address moved), or the server refused INFO (replicaAcks needs it to tell): the write is unconfirmed",
@@ -720,9 +744,11 @@ impl RedisConnection {
     /// any primary.
     pub async fn query<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, Failure> {
         let lane = self.lane();
-        let node = self.route(lane, None).await?;
-        let mut using = self.connection(lane, node.as_ref()).await?;
-        match tokio::time::timeout(self.command_timeout, command.query_async::<T>(&mut using.connection)).await {
+        let end = self.command_end(tokio::time::Instant::now());
+        let node = within(end, self.route(lane, None)).await.map_err(|failure| self.failed(failure))?;
+        let mut using = within(end, self.connection(lane, node.as_ref())).await.map_err(|failure| self.failed(failure))?;
+        let (bound, unanswered) = self.answer_bound(end);
+        match tokio::time::timeout_at(bound, command.query_async::<T>(&mut using.connection)).await {
             Ok(Ok(value)) => {
                 self.answered();
                 Ok(value)
@@ -735,8 +761,28 @@ impl RedisConnection {
             }
             Err(_) => {
                 self.invalidate(lane, &using).await;
-                Err(self.failed(Failure::Unknown(Arc::new(timeout_error("no answer within commandTimeoutMs")))))
+                Err(self.failed(Failure::Unknown(Arc::new(timeout_error(unanswered)))))
             }
+        }
+    }
+
+    /// When a command started at `started` ends at the latest, whatever
+    /// it meets: a connect (with the new connection's checks) and a
+    /// command's time. Each attempt has its own `commandTimeoutMs` within
+    /// it, but reconnects and retries do not extend it.
+    fn command_end(&self, started: tokio::time::Instant) -> tokio::time::Instant {
+        started + self.connect_timeout + self.command_timeout
+    }
+
+    /// How long an attempt sent now may wait for its answer (its own
+    /// `commandTimeoutMs`, or what is left of the command's bound `end`),
+    /// and what to say when it is not answered.
+    fn answer_bound(&self, end: tokio::time::Instant) -> (tokio::time::Instant, &'static str) {
+        let own = tokio::time::Instant::now() + self.command_timeout;
+        if own <= end {
+            (own, "no answer within commandTimeoutMs")
+        } else {
+            (end, "no answer within connectTimeoutMs + commandTimeoutMs of the command's start (its retries included)")
         }
     }
 
@@ -755,10 +801,7 @@ impl RedisConnection {
         let shared = lane.to(node);
         let mut current = shared.lock().await;
         if *self.stop.borrow() {
-            return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "the connection was shut down",
-            )))));
+            return Err(shut_down());
         }
         match &current.connection {
             Some(open) if !open.ended.load(Ordering::Acquire) => {
@@ -784,9 +827,16 @@ impl RedisConnection {
                 Err(err) => Err(connect_failure(err)),
             }
         });
-        let checked = tokio::time::timeout(self.connect_timeout, connect)
-            .await
-            .unwrap_or_else(|_| Err(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))));
+        // A shut-down ends it: `close()` takes every node's lock, which a
+        // connect to a server that does not answer held for the whole
+        // `connectTimeoutMs`.
+        let mut stop = self.stop.subscribe();
+        let checked = tokio::select! {
+            checked = tokio::time::timeout(self.connect_timeout, connect) => {
+                checked.unwrap_or_else(|_| Err(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))))
+            }
+            _ = stop.wait_for(|stopped| *stopped) => return Err(shut_down()),
+        };
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
@@ -1040,6 +1090,20 @@ fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Fa
 /// comes): never 0, which waits forever.
 fn wait_bound(command_timeout: Duration) -> u64 {
     (command_timeout.as_millis() as u64 * 3 / 4).max(1)
+}
+
+fn shut_down() -> Failure {
+    Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::NotConnected, "the connection was shut down"))))
+}
+
+/// `step` of a command (a route, a connect), cut short at the command's
+/// bound `end`: nothing was sent by it.
+async fn within<T>(end: tokio::time::Instant, step: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+    tokio::time::timeout_at(end, step).await.unwrap_or_else(|_| {
+        Err(Failure::Unreachable(Arc::new(timeout_error(
+            "no connection within connectTimeoutMs + commandTimeoutMs of the command's start (its retries included)",
+        ))))
+    })
 }
 
 fn timeout_error(message: &'static str) -> RedisError {
