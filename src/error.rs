@@ -128,6 +128,11 @@ error_codes! {
     /// exclusive lease.
     UnsupportedKind = 24, "UNSUPPORTED_KIND",
         "This backend's driver cannot grant shared, counted or several-key leases; use a driver that can (local, redis, postgres, file) or acquire plain exclusive leases.";
+    /// No backend a policy's rule allows for the key (at or above its
+    /// minimum tier) could serve it: each was unreachable, refusing or
+    /// failing, or passed over in its cooldown. `details.tried` says why.
+    NoEligibleBackend = 25, "NO_ELIGIBLE_BACKEND",
+        "No backend the key's policy rule allows could serve it; start or repair the backends listed in details.tried, or change the rule (onUnavailable: fallBack, another backend at or above its minTier) if its keys may live elsewhere.";
 }
 
 impl ErrorCode {
@@ -141,7 +146,12 @@ impl ErrorCode {
     pub const fn is_transient(self) -> bool {
         matches!(
             self,
-            ErrorCode::QueueFull | ErrorCode::KeyLimit | ErrorCode::Closed | ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown
+            ErrorCode::QueueFull
+                | ErrorCode::KeyLimit
+                | ErrorCode::Closed
+                | ErrorCode::ProviderFailed
+                | ErrorCode::OutcomeUnknown
+                | ErrorCode::NoEligibleBackend
         )
     }
 }
