@@ -294,7 +294,12 @@ const RULE_ON_UNAVAILABLE: Field = Field {
 /// Fields of one entry of a policy's `rules`: exactly one of `prefix` and
 /// `glob` says which keys it takes.
 pub const RULE_FIELDS: &[Field] = &[
-    Field { name: "prefix", kind: Kind::Text, fallback: Fallback::Absent, description: "The rule takes the keys that start with this text." },
+    Field {
+        name: "prefix",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "The rule takes the keys that start with this text.",
+    },
     Field {
         name: "glob",
         kind: Kind::Text,
@@ -326,7 +331,13 @@ pub const POLICY_FIELDS: &[Field] = &[
         fallback: Fallback::Required,
         description: "The rule of the keys no entry of rules takes.",
     },
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT, across every backend tried; 0 tries once, then LOCK_BUSY."),
+    int(
+        "waitTimeoutMs",
+        0,
+        MAX_TIMER_MS,
+        5_000,
+        "Default wait before WAIT_TIMEOUT, across every backend tried; 0 tries once, then LOCK_BUSY.",
+    ),
     int(
         "reprobeCooldownMs",
         0,

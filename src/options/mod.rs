@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
-use declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS,
-    POSTGRES_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS, DEFAULT_RULE_FIELDS, PATTERN_FIELDS, POLICY_FIELDS, RULE_FIELDS,
-};
 use crate::policy::{OnUnavailable, Pattern, Tier};
+use declaration::{
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, DEFAULT_RULE_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS,
+    PATTERN_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+};
 
 /// The name of this plugin's section in the `options` map.
 pub const LOCK_SECTION: &str = "dokebi-lock";
@@ -319,9 +319,10 @@ impl RuleOptions {
 
 impl PolicyOptions {
     fn from_fields(fields: &Fields) -> Self {
-        let rules = fields.0.get("rules").and_then(Value::as_array).map_or_else(Vec::new, |list| {
-            list.iter().map(|rule| RuleOptions::from_fields(&Fields::of_table(rule, RULE_FIELDS))).collect()
-        });
+        let rules =
+            fields.0.get("rules").and_then(Value::as_array).map_or_else(Vec::new, |list| {
+                list.iter().map(|rule| RuleOptions::from_fields(&Fields::of_table(rule, RULE_FIELDS))).collect()
+            });
         PolicyOptions {
             rules,
             default: RuleOptions::from_fields(&fields.table("default", DEFAULT_RULE_FIELDS)),
@@ -738,17 +739,15 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
 /// A `driver: policy` backend's settings; every rule but the default has
 /// exactly one pattern. Its members are checked by [`settle_policy`].
 fn read_policy(settings: &Map<String, Value>, path: &str, issues: &mut Issues) -> Option<BackendOptions> {
-    let fields = Fields::read(settings, POLICY_FIELDS, path, issues)?;
-    let policy = PolicyOptions::from_fields(&fields);
     let before = issues.0.len();
-    let rules = fields.0.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
-    for (index, rule) in rules.iter().enumerate() {
-        let given = PATTERN_FIELDS.iter().filter(|name| rule.get(**name).is_some()).count();
-        if given != 1 {
+    let rules = settings.get("rules").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    for (index, rule) in rules.iter().enumerate().filter(|(_, rule)| rule.is_object()) {
+        if PATTERN_FIELDS.iter().filter(|name| rule.get(**name).is_some()).count() != 1 {
             issues.push(format!("{path}.rules[{index}]"), "needs exactly one of prefix and glob");
         }
     }
-    (issues.0.len() == before).then_some(BackendOptions::Policy(policy))
+    let fields = Fields::read(settings, POLICY_FIELDS, path, issues)?;
+    (issues.0.len() == before).then(|| BackendOptions::Policy(PolicyOptions::from_fields(&fields)))
 }
 
 /// Checks a policy's rules against the other backends, which must exist

@@ -290,8 +290,16 @@ impl Router {
             }
             None => {
                 let name = &self.members[member].name;
-                self.log("LOCK_POLICY_SKIPPED", format!("backend {name} is unavailable ({code}: {reason}); it is tried again after {} ms", self.cooldown.as_millis()));
-                self.event(TelemetryEvent::PolicySkipped { backend: self.name.clone(), member: name.clone(), code, reason: reason.clone() });
+                self.log(
+                    "LOCK_POLICY_SKIPPED",
+                    format!("backend {name} is unavailable ({code}: {reason}); it is tried again after {} ms", self.cooldown.as_millis()),
+                );
+                self.event(TelemetryEvent::PolicySkipped {
+                    backend: self.name.clone(),
+                    member: name.clone(),
+                    code,
+                    reason: reason.clone(),
+                });
                 states[member].skip = Some(Skip { since: now, retry_at: now + self.cooldown, code, reason, fallback_logged: false });
             }
         }
@@ -343,12 +351,9 @@ impl Attempt {
             let member = rule.members[self.position];
             self.position += 1;
             match &mut states[member].skip {
-                Some(skip) if skip.retry_at > now => self.tried.push(Tried {
-                    member,
-                    code: skip.code,
-                    reason: skip.reason.clone(),
-                    retry_in: Some(skip.retry_at - now),
-                }),
+                Some(skip) if skip.retry_at > now => {
+                    self.tried.push(Tried { member, code: skip.code, reason: skip.reason.clone(), retry_in: Some(skip.retry_at - now) })
+                }
                 Some(skip) => {
                     // This acquire probes it; the others wait another cooldown.
                     skip.retry_at = now + self.router.cooldown;
@@ -400,7 +405,10 @@ impl Attempt {
                     skip.fallback_logged = true;
                     router.log(
                         "LOCK_POLICY_FALLBACK",
-                        format!("{} keys move from {} to {} while it is unavailable", rule.label, router.members[preferred].name, info.name),
+                        format!(
+                            "{} keys move from {} to {} while it is unavailable",
+                            rule.label, router.members[preferred].name, info.name
+                        ),
                     );
                 }
                 router.event(TelemetryEvent::PolicyFallback {
