@@ -105,10 +105,10 @@ error_codes! {
         "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
     /// A backend names a driver that does not exist.
     UnknownDriver = 18, "UNKNOWN_DRIVER",
-        "Use driver: local, redis, postgres or file, or a driver your entry module exports under drivers.";
-    /// Two drivers share a name, or one redefines `local`, `redis`, `postgres` or `file` (Node surface).
+        "Use driver: local, redis, postgres, file or policy, or a driver your entry module exports under drivers.";
+    /// Two drivers share a name, or one redefines a built-in driver (Node surface).
     DriverConflict = 19, "DRIVER_CONFLICT",
-        "Give every driver a unique name that does not redefine local, redis, postgres or file.";
+        "Give every driver a unique name that does not redefine local, redis, postgres, file or policy.";
     /// The entry module exports no valid extension (Node surface).
     InvalidEntry = 20, "INVALID_ENTRY",
         "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";

@@ -713,7 +713,8 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             None | Some(Value::Null) => "local",
             Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
             Some(_) => {
-                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, or an app driver)");
+                issues
+                    .push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, policy, or an app driver)");
                 continue;
             }
         };

@@ -1,0 +1,238 @@
+//! The policy driver for JS: the core's [`Router`] decides (which rule, which
+//! member next, whether a failure moves on, what to count and report), and
+//! the JS layer (`npm/lib/policy.js`) runs each try on the member backends
+//! it opened, whatever their driver. No decision is made in JS.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use dokebi_lock::log::{Level, LogRecord, Logger};
+use dokebi_lock::options::{BackendOptions, Options};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Router, Step, Tier};
+use dokebi_lock::{ErrorCode, LockError};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::Status;
+use napi_derive::napi;
+
+use crate::error::{info, stash, ErrorInfo};
+use crate::store::LogEntry;
+use crate::telemetry::{sink, TelemetryForwarder};
+
+/// Calls the JS logger with one record; weak, so it never keeps Node alive.
+pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
+
+/// The policy backend `name` of `options`, reporting through `log` and
+/// `telemetry`; `None` (with the error stashed) when it is not one.
+pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
+    let Some(BackendOptions::Policy(policy)) = options.backends.get(name) else {
+        stash(LockError::new(ErrorCode::UnknownBackend, "no policy backend of that name is configured"));
+        return None;
+    };
+    let logger: Logger = Arc::new(move |record: &LogRecord| {
+        if record.level >= Level::Warn {
+            let entry = LogEntry {
+                level: record.level.as_str().to_owned(),
+                backend: record.backend.clone(),
+                code: record.code.to_owned(),
+                message: record.message.clone(),
+            };
+            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    });
+    let info_of = |member: &str| {
+        let backend = &options.backends[member];
+        (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
+    };
+    let router = Router::new(name, policy, info_of, logger, Some(sink(telemetry)));
+    Some(NativePolicy { router: Arc::new(router) })
+}
+
+fn driver_name(backend: &BackendOptions) -> &'static str {
+    match backend {
+        BackendOptions::Local(_) => "local",
+        BackendOptions::File(_) => "file",
+        BackendOptions::Redis(_) => "redis",
+        BackendOptions::Postgres(_) => "postgres",
+        BackendOptions::Policy(_) | BackendOptions::App { .. } => unreachable!("not a policy member"),
+    }
+}
+
+/// A member backend: its name, driver and tier.
+#[napi(object)]
+pub struct MemberJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    /// Whether its leases carry fences (each comparable only with fences of
+    /// the same member).
+    pub fenced: bool,
+}
+
+fn member_js(member: &MemberInfo) -> MemberJs {
+    MemberJs {
+        backend: member.name.clone(),
+        driver: member.driver.to_owned(),
+        tier: member.tier.as_str().to_owned(),
+        fenced: member.fences(),
+    }
+}
+
+/// Which member served a lease, and when (ms since the Unix epoch).
+#[napi(object)]
+pub struct ServedJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    pub fenced: bool,
+    pub served_at_ms: f64,
+}
+
+fn served_js(acquisition: &Acquisition) -> ServedJs {
+    let member = member_js(&acquisition.member);
+    ServedJs {
+        backend: member.backend,
+        driver: member.driver,
+        tier: member.tier,
+        fenced: acquisition.fenced,
+        served_at_ms: acquisition.at.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+    }
+}
+
+/// What the policy says of one key.
+#[napi(object)]
+pub struct KeyStatusJs {
+    pub rule: String,
+    pub pattern: Option<String>,
+    pub backends: Vec<MemberJs>,
+    pub min_tier: String,
+    pub on_unavailable: String,
+    pub last: Option<ServedJs>,
+}
+
+/// One member's counts in `status()`.
+#[napi(object)]
+pub struct MemberStatusJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    pub served: f64,
+    pub fallbacks: f64,
+    pub refusals: f64,
+    pub skipped: bool,
+}
+
+/// The decisions of one policy backend.
+#[napi]
+pub struct NativePolicy {
+    router: Arc<Router>,
+}
+
+#[napi]
+impl NativePolicy {
+    /// The member backends' names, in the order tries index them.
+    #[napi(catch_unwind)]
+    pub fn members(&self) -> Vec<String> {
+        self.router.members().iter().map(|member| member.name.clone()).collect()
+    }
+
+    /// The policy's default wait, across every member tried.
+    #[napi(getter)]
+    pub fn wait_timeout_ms(&self) -> u32 {
+        u32::try_from(self.router.wait_timeout().as_millis()).unwrap_or(u32::MAX)
+    }
+
+    /// Starts an acquire of `keys` (one rule for all; `null` when they fall
+    /// under several, see `takeError`).
+    #[napi(catch_unwind)]
+    pub fn attempt(&self, keys: Vec<String>) -> Option<NativeAttempt> {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        match self.router.rule_of_all(&keys) {
+            Ok(rule) => Some(NativeAttempt { attempt: Some(self.router.attempt(rule)) }),
+            Err(error) => {
+                stash(error);
+                None
+            }
+        }
+    }
+
+    /// The rule of `key` and its last acquisition through this policy.
+    #[napi(catch_unwind)]
+    pub fn key_status(&self, key: String) -> KeyStatusJs {
+        let status = self.router.key_status(&key);
+        KeyStatusJs {
+            rule: status.rule,
+            pattern: status.pattern,
+            backends: status.backends.iter().map(member_js).collect(),
+            min_tier: status.min_tier.as_str().to_owned(),
+            on_unavailable: status.on_unavailable.as_str().to_owned(),
+            last: status.last.as_ref().map(served_js),
+        }
+    }
+
+    /// Each member's counts and whether it is skipped now.
+    #[napi(catch_unwind)]
+    pub fn member_status(&self) -> Vec<MemberStatusJs> {
+        self.router
+            .member_status()
+            .into_iter()
+            .map(|status| {
+                let member = member_js(&status.member);
+                MemberStatusJs {
+                    backend: member.backend,
+                    driver: member.driver,
+                    tier: member.tier,
+                    served: status.counts.served as f64,
+                    fallbacks: status.counts.fallbacks as f64,
+                    refusals: status.counts.refusals as f64,
+                    skipped: status.skipped,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One acquire's way through its rule's members (see the core's `Attempt`).
+#[napi]
+pub struct NativeAttempt {
+    /// Taken by `served` or `refusal`, which end it.
+    attempt: Option<Attempt>,
+}
+
+impl NativeAttempt {
+    fn attempt(&mut self) -> &mut Attempt {
+        self.attempt.as_mut().expect("the JS layer ends an attempt once")
+    }
+}
+
+#[napi]
+impl NativeAttempt {
+    /// The index of the next member to try, or -1 when none is left.
+    #[napi(catch_unwind)]
+    pub fn next(&mut self) -> i32 {
+        self.attempt().next().map_or(-1, |member| member as i32)
+    }
+
+    /// The try of member `member` failed with the error `code` (`message`
+    /// as the member's error said it): true when the acquire moves on to
+    /// the next member, false when this error ends it.
+    #[napi(catch_unwind)]
+    pub fn failed(&mut self, member: u32, code: String, message: String) -> bool {
+        // An error the core does not know (an app's, a TypeError) is no unavailability.
+        let Some(code) = ErrorCode::from_name(&code) else { return false };
+        self.attempt().failed(member as usize, &LockError::new(code, message)) == Step::Next
+    }
+
+    /// Member `member` granted the lease of `keys`.
+    #[napi(catch_unwind)]
+    pub fn served(&mut self, member: u32, keys: Vec<String>) -> ServedJs {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let attempt = self.attempt.take().expect("the JS layer ends an attempt once");
+        served_js(&attempt.served(member as usize, &keys))
+    }
+
+    /// The acquire's `NO_ELIGIBLE_BACKEND` error when no member served.
+    #[napi(catch_unwind)]
+    pub fn refusal(&mut self) -> ErrorInfo {
+        info(self.attempt.take().expect("the JS layer ends an attempt once").refusal())
+    }
+}
