@@ -225,6 +225,14 @@ fn redis_stopped_mid_run_fails_closed_names_falls_back_the_others_and_comes_back
         assert!(!format!("{refused} {details} {}", refused.fix()).contains("secret-key"));
         assert!(refused.fix().contains("cache"), "{}", refused.fix());
     }
+    // The hazard, measured: the other process takes the key held on Redis on
+    // PostgreSQL, while the Redis holder's lease is still valid by its own
+    // estimate (until it learns of the loss, at the latest leaseMs after its
+    // last renewal). Both hold the name, on two stores.
+    let overlap = acquire_past_unknown(&locks_b, "order:held", 2).unwrap();
+    assert_eq!(served_by(&overlap), "db");
+    assert!(held_on_redis.is_valid());
+    drop(overlap);
     // The held lease stays on Redis: its renewal fails there, it does not move.
     assert_ne!(block_on(held_on_redis.renew()).ok(), Some(true));
     assert_eq!(served_by(&held_on_redis), "cache");
