@@ -121,7 +121,7 @@ class PolicyBackend {
     const counts = this.#counts;
     counts.waiting += 1;
     try {
-      for (let member = attempt.next(); member !== -1; member = attempt.next()) {
+      for (let member = attempt.nextMember(); member !== -1; member = attempt.nextMember()) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
         let served;
         const entered = (lease) => {

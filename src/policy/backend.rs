@@ -72,7 +72,7 @@ impl PolicyBackend {
         let wait = options.wait_timeout.unwrap_or_else(|| inner.router.wait_timeout());
         let deadline = Instant::now() + wait;
         let mut attempt = inner.router.attempt(rule);
-        while let Some(member) = attempt.next() {
+        while let Some(member) = attempt.next_member() {
             options.wait_timeout = Some(deadline.saturating_duration_since(Instant::now()).min(wait));
             let backend = &inner.members[member];
             // Boxed: a member is a `Backend`, whose acquire may be a policy's (the options forbid it, the types do not).

@@ -143,7 +143,7 @@ impl std::fmt::Debug for Router {
 }
 
 impl Router {
-    /// The router of the policy backend `name`; `tier_of(member)` gives
+    /// The router of the policy backend `name`; `info_of(member)` gives
     /// each member's driver and tier (the options were checked: every
     /// member exists and has one).
     pub fn new(
@@ -190,7 +190,7 @@ impl Router {
         &self.name
     }
 
-    /// Every member, in the order [`Attempt::next`] indexes them.
+    /// Every member, in the order [`Attempt::next_member`] indexes them.
     pub fn members(&self) -> &[MemberInfo] {
         &self.members
     }
@@ -327,7 +327,7 @@ pub struct Attempt {
 /// What a failed try means for the acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// The member is unavailable: ask [`Attempt::next`] for another.
+    /// The member is unavailable: ask [`Attempt::next_member`] for another.
     Next,
     /// The error ends the acquire, as it is.
     Stop,
@@ -339,7 +339,7 @@ impl Attempt {
     /// cooldown is passed over; the first acquire after the cooldown tries
     /// it (and the others go on passing it over while that try runs). A
     /// rule that fails closed has only its first member.
-    pub fn next(&mut self) -> Option<usize> {
+    pub fn next_member(&mut self) -> Option<usize> {
         let rule = &self.router.rules[self.rule];
         let last = match rule.on_unavailable {
             OnUnavailable::FailClosed => 1,

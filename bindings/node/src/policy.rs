@@ -208,8 +208,8 @@ impl NativeAttempt {
 impl NativeAttempt {
     /// The index of the next member to try, or -1 when none is left.
     #[napi(catch_unwind)]
-    pub fn next(&mut self) -> i32 {
-        self.attempt().next().map_or(-1, |member| member as i32)
+    pub fn next_member(&mut self) -> i32 {
+        self.attempt().next_member().map_or(-1, |member| member as i32)
     }
 
     /// The try of member `member` failed with the error `code` (`message`
