@@ -132,7 +132,7 @@ impl Stores {
 
     fn yaml(&self) -> String {
         let connections = format!(
-            "  dokebi-redis:\n    connections:\n      main: {{ url: '{}', connectTimeoutMs: 300, commandTimeoutMs: 300 }}\n  dokebi-postgres:\n    connections:\n      main: {{ url: '{}' }}\n",
+            "  dokebi-redis:\n    connections:\n      main: {{ url: '{}', connectTimeoutMs: 1000, commandTimeoutMs: 300 }}\n  dokebi-postgres:\n    connections:\n      main: {{ url: '{}' }}\n",
             self.redis.url(),
             postgres::url()
         );

@@ -126,7 +126,7 @@ test('Redis killed mid-run: fail-closed names refused, fallback names on the fil
         default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' },
       },
     },
-    { main: { url: redis.url, connectTimeoutMs: 300, commandTimeoutMs: 300 } },
+    { main: { url: redis.url, connectTimeoutMs: 1000, commandTimeoutMs: 300 } },
   );
   const [one, two] = [await openLock({ config: settings }), await openLock({ config: settings })];
   t.after(() => Promise.all([one.close(), two.close()]));
