@@ -292,3 +292,105 @@ fn with_lock_renews_a_policy_lease_on_the_member_that_granted_it() {
     assert!(fence > 0);
     block_on(provider.close());
 }
+
+/// What the load test saw of one rule's keys.
+#[derive(Default, Debug)]
+struct RuleCounts {
+    granted: std::collections::BTreeMap<String, u64>,
+    errors: std::collections::BTreeMap<&'static str, u64>,
+    overlaps: u64,
+    cross_backend: u64,
+}
+
+/// Two providers, four threads each, loop on `pay:` keys (fail closed) and
+/// `order:` keys (fall back) while Redis is killed and restarted: the holders
+/// of each key are tracked, so that an overlap (and one across members) is
+/// counted per rule. Fail-closed keys are never granted anywhere but Redis
+/// and never overlap; fallback keys move to PostgreSQL and come back.
+#[test]
+fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_per_rule() {
+    use std::collections::HashMap;
+    let mut stores = Stores::start();
+    let providers = [stores.open().0, stores.open().0];
+    let holders: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
+    let counts: Arc<Mutex<[RuleCounts; 2]>> = Arc::default();
+    let run_until = Instant::now() + Duration::from_millis(1_500 + 2_000 + COOLDOWN_MS + 1_500);
+    let mut threads = Vec::new();
+    for (p, provider) in providers.iter().enumerate() {
+        for t in 0..4 {
+            let locks = provider.backend("locks").unwrap();
+            let (holders, counts) = (holders.clone(), counts.clone());
+            threads.push(thread::spawn(move || {
+                let mut i = 0usize;
+                while Instant::now() < run_until {
+                    i += 1;
+                    let rule = (i + t) % 2;
+                    let key = format!("{}{}", ["pay:", "order:"][rule], (i + p) % 3);
+                    match block_on(locks.acquire(&key, wait(300))) {
+                        Ok(lease) => {
+                            let member = served_by(&lease);
+                            {
+                                let mut holders = holders.lock().unwrap();
+                                let held = holders.entry(key.clone()).or_default();
+                                let mut counts = counts.lock().unwrap();
+                                if !held.is_empty() {
+                                    counts[rule].overlaps += 1;
+                                    if held.iter().any(|other| *other != member) {
+                                        counts[rule].cross_backend += 1;
+                                    }
+                                }
+                                held.push(member.clone());
+                                *counts[rule].granted.entry(member.clone()).or_default() += 1;
+                            }
+                            thread::sleep(Duration::from_millis(2));
+                            {
+                                let mut holders = holders.lock().unwrap();
+                                let held = holders.get_mut(&key).unwrap();
+                                let at = held.iter().position(|m| *m == member).unwrap();
+                                held.remove(at);
+                            }
+                            assert_eq!(served_by(&lease), member, "a lease never changes member");
+                            let _ = block_on(lease.release());
+                        }
+                        Err(error) => {
+                            let code = error.code().as_str();
+                            *counts.lock().unwrap()[rule].errors.entry(code).or_default() += 1;
+                            if error.code() == ErrorCode::NoEligibleBackend {
+                                thread::sleep(Duration::from_millis(20));
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    thread::sleep(Duration::from_millis(1_500));
+    stores.redis.stop();
+    thread::sleep(Duration::from_millis(2_000));
+    stores.redis.restart();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let counts = counts.lock().unwrap();
+    let [pay, order] = &*counts;
+    println!("pay: (failClosed on cache) {pay:?}");
+    println!("default: (fallBack cache, db) {order:?}");
+    for provider in &providers {
+        println!("members: {:?}", provider.status()["locks"].policy.as_ref().unwrap());
+    }
+    assert_eq!(pay.granted.keys().collect::<Vec<_>>(), ["cache"], "fail-closed keys are granted on their one member only");
+    assert_eq!(pay.overlaps, 0);
+    assert!(pay.errors.get("NO_ELIGIBLE_BACKEND").is_some_and(|n| *n > 0), "{pay:?}");
+    assert!(order.granted.get("db").is_some_and(|n| *n > 0) && order.granted.get("cache").is_some_and(|n| *n > 0), "{order:?}");
+    assert!(!order.errors.contains_key("NO_ELIGIBLE_BACKEND"), "{order:?}");
+    // Back on Redis after the cooldown: both providers' last grant of an order key.
+    for provider in &providers {
+        let Backend::Policy(policy) = provider.backend("locks").unwrap() else { unreachable!() };
+        let members = policy.members();
+        assert!(!members[0].skipped, "{members:?}");
+        assert_eq!(policy.key_status("order:1").last.unwrap().member.name, "cache");
+    }
+    for provider in &providers {
+        block_on(provider.close());
+    }
+}
