@@ -159,11 +159,11 @@ export interface Lease extends AsyncDisposable {
    */
   release(): Promise<boolean>;
   /** A lease of a policy backend: the member that granted it (the lease lives there for its whole life); absent for the other drivers. */
-  readonly served?: PolicyServed;
+  readonly served?: PolicyMember;
 }
 
-/** Which member of a policy backend granted a lease, and when. */
-export interface PolicyServed {
+/** A member of a policy backend: the one that granted a lease (`lease.served`), or one a rule allows. */
+export interface PolicyMember {
   /** The member backend's name. */
   readonly backend: string;
   /** Its driver: 'local', 'file', 'redis' or 'postgres'. */
@@ -172,6 +172,10 @@ export interface PolicyServed {
   readonly tier: PolicyTier;
   /** Its leases carry fences; they compare only with fences of the same member. */
   readonly fenced: boolean;
+}
+
+/** Which member of a policy backend granted a key's last lease, and when. */
+export interface PolicyServed extends PolicyMember {
   /** When it granted, in ms since the Unix epoch. */
   readonly servedAtMs: number;
 }
@@ -186,7 +190,7 @@ export interface PolicyKeyStatus {
   /** That rule's pattern, 'prefix:<text>' or 'glob:<text>'; null for the default rule. */
   readonly pattern: string | null;
   /** The members the rule allows, preferred first. */
-  readonly backends: readonly { readonly backend: string; readonly driver: string; readonly tier: PolicyTier; readonly fenced: boolean }[];
+  readonly backends: readonly PolicyMember[];
   /** The rule's minimum tier. */
   readonly minTier: PolicyTier;
   /** What the rule does while its preferred member cannot serve. */

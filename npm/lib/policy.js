@@ -23,7 +23,7 @@ class PolicyLease {
     this.#counts = counts;
   }
 
-  /** `{ backend, driver, tier, fenced, servedAtMs }`: the member that granted it. Its fence compares only with that member's. */
+  /** `{ backend, driver, tier, fenced }`: the member that granted it (frozen). Its fence compares only with that member's. */
   get served() {
     return this.#served;
   }
@@ -76,12 +76,15 @@ class PolicyLease {
 class PolicyBackend {
   #native;
   #members;
+  /** Per member, the frozen `lease.served` of its leases: `{ backend, driver, tier, fenced }`. */
+  #served;
   #state;
   #counts = { held: 0, waiting: 0, acquired: 0, timedOut: 0 };
 
   constructor(handle, members, state) {
     this.#native = handle;
     this.#members = members;
+    this.#served = handle.members().map((member) => Object.freeze(member));
     this.#state = state;
   }
 
@@ -106,7 +109,7 @@ class PolicyBackend {
    * One acquire through the rule of `key`: `run(view, options, entered)` tries a
    * member with `options` (the caller's, its wait what is left of it);
    * `entered(lease)`, called with the member's lease when it granted, ends
-   * the attempt and answers the policy's lease.
+   * the acquire and answers the policy's lease.
    */
   async #serve(key, options, acquireOptions, run) {
     if (this.#state.closed) throw fromInfo(native.closedError());
@@ -114,38 +117,40 @@ class PolicyBackend {
     if (typeof key === 'string') keys = [key];
     else if (Array.isArray(key) && key.length > 0 && key.every((k) => typeof k === 'string')) keys = key;
     else throw Array.isArray(key) ? invalidArgument('keys must be a non-empty array of strings') : notAStringKey();
-    const waitMs = acquireOptions === undefined ? this.#native.waitTimeoutMs : waitTimeout(acquireOptions, this.#native.waitTimeoutMs);
-    const attempt = this.#native.attempt(keys);
-    if (attempt === null) throw takeNativeError();
+    const policy = this.#native;
+    const waitMs = acquireOptions === undefined ? policy.waitTimeoutMs : waitTimeout(acquireOptions, policy.waitTimeoutMs);
+    const id = policy.begin(keys);
+    if (id === -1) throw takeNativeError();
     const deadline = performance.now() + waitMs;
     const counts = this.#counts;
     counts.waiting += 1;
     try {
-      for (let member = attempt.nextMember(); member !== -1; member = attempt.nextMember()) {
+      for (let member = policy.nextMember(id); member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
-        let served;
+        let granted = false;
         const entered = (lease) => {
-          served = Object.freeze(attempt.served(member, keys));
+          granted = true;
+          policy.served(id, member);
           counts.acquired += 1;
           counts.held += 1;
-          return new PolicyLease(lease, served, counts);
+          return new PolicyLease(lease, this.#served[member], counts);
         };
         try {
           return await run(this.#members[member], { ...options, waitTimeoutMs: left }, entered);
         } catch (error) {
-          if (served !== undefined) throw error;
+          if (granted) throw error;
           const code = error instanceof LockError ? error.code : '';
           if (code === 'WAIT_TIMEOUT') counts.timedOut += 1;
-          if (!attempt.failed(member, code, error instanceof LockError ? error.message : '')) throw error;
+          if (!policy.failed(id, member, code, error instanceof LockError ? error.message : '')) throw error;
         }
       }
-      throw fromInfo(attempt.refusal());
+      throw fromInfo(policy.refusal(id));
     } finally {
       counts.waiting -= 1;
     }
   }
 
-  /** `{ rule, pattern, backends, minTier, onUnavailable, last }` of `key`: its rule, and which member served it last. */
+  /** `{ rule, pattern, backends, minTier, onUnavailable, last }` of `key`: its rule, and which member served it last (with `servedAtMs`). */
   keyStatus(key) {
     if (typeof key !== 'string') throw notAStringKey();
     const status = this.#native.keyStatus(key);
@@ -174,7 +179,7 @@ export function openPolicy({ name, options, shared, logger }) {
   const handle = options.openPolicy(name, (entry) => logTo(logger, entry), forwardTelemetry);
   if (handle === null) throw takeNativeError();
   const state = { closed: false };
-  const members = handle.members().map((member) => shared.view(member));
+  const members = handle.members().map((member) => shared.view(member.backend));
   return {
     view: new PolicyBackend(handle, members, state),
     // Its members are closed as backends of the provider.

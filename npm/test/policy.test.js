@@ -50,7 +50,8 @@ test('a key falls under the first matching rule; the lease says which member ser
   });
   const locks = provider.backend('locks');
   const lease = await locks.acquire('job:7:run', { waitTimeoutMs: 0 });
-  assert.deepEqual({ ...lease.served, servedAtMs: 0 }, { backend: 'host', driver: 'file', tier: 'host', fenced: true, servedAtMs: 0 });
+  assert.deepEqual({ ...lease.served }, { backend: 'host', driver: 'file', tier: 'host', fenced: true });
+  assert.ok(Object.isFrozen(lease.served));
   assert.equal(lease.key, 'job:7:run');
   assert.match(lease.fence, /^\d+$/);
   assert.equal(lease.valid, true);
@@ -61,6 +62,7 @@ test('a key falls under the first matching rule; the lease says which member ser
   assert.equal(status.minTier, 'host');
   assert.equal(status.onUnavailable, 'failClosed');
   assert.equal(status.last.backend, 'host');
+  assert.ok(Math.abs(status.last.servedAtMs - Date.now()) < 10_000);
   assert.equal(locks.keyStatus('never').last, null);
   assert.equal(await lease.release(), true);
   assert.equal(await lease.release(), false);

@@ -33,6 +33,7 @@ import {
   type PolicyDefaultRuleOptions,
   type PolicyRuleOptions,
   type PolicyKeyStatus,
+  type PolicyMember,
   type PolicyMemberStatus,
   type PolicyServed,
   type PolicyTier,
@@ -137,11 +138,12 @@ const badTier: PolicyBackendOptions = { driver: 'policy', default: { backends: [
 async function policy(provider: LockProvider): Promise<void> {
   const locks = provider.backend('tiers') as PolicyBackend;
   const lease = await locks.acquire('pay:1');
-  const served: PolicyServed | undefined = lease.served;
+  const served: PolicyMember | undefined = lease.served;
   const tier: PolicyTier | undefined = served?.tier;
+  const last: PolicyServed | null = locks.keyStatus('pay:1').last;
   const status: PolicyKeyStatus = locks.keyStatus('pay:1');
   const members: readonly PolicyMemberStatus[] | undefined = locks.status().members;
-  console.log(tier, status.rule, status.last?.backend, members?.[0]?.skipped, tiers.driver);
+  console.log(tier, last?.servedAtMs, status.rule, status.last?.backend, members?.[0]?.skipped, tiers.driver);
 }
 
 const logger: LockLogger = { debug() {}, error(fields, message) { console.error(fields.backend, fields.code, message); } };

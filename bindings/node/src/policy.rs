@@ -44,7 +44,7 @@ pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: Telemet
         (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
     };
     let router = Router::new(name, policy, info_of, logger, Some(sink(telemetry)));
-    Some(NativePolicy { router: Arc::new(router) })
+    Some(NativePolicy { router: Arc::new(router), attempts: Vec::new(), free: Vec::new() })
 }
 
 fn driver_name(backend: &BackendOptions) -> &'static str {
@@ -121,18 +121,22 @@ pub struct MemberStatusJs {
     pub skipped: bool,
 }
 
-/// The decisions of one policy backend.
+/// The decisions of one policy backend, and its acquires in progress.
 #[napi]
 pub struct NativePolicy {
     router: Arc<Router>,
+    /// Acquires in progress by id (a JS number: no object per acquire), with
+    /// their keys; a slot is free again once its acquire ended.
+    attempts: Vec<Option<(Attempt, Vec<String>)>>,
+    free: Vec<u32>,
 }
 
 #[napi]
 impl NativePolicy {
-    /// The member backends' names, in the order tries index them.
+    /// Each member, in the order tries index them.
     #[napi(catch_unwind)]
-    pub fn members(&self) -> Vec<String> {
-        self.router.members().iter().map(|member| member.name.clone()).collect()
+    pub fn members(&self) -> Vec<MemberJs> {
+        self.router.members().iter().map(member_js).collect()
     }
 
     /// The policy's default wait, across every member tried.
@@ -141,18 +145,70 @@ impl NativePolicy {
         u32::try_from(self.router.wait_timeout().as_millis()).unwrap_or(u32::MAX)
     }
 
-    /// Starts an acquire of `keys` (one rule for all; `null` when they fall
-    /// under several, see `takeError`).
+    /// Starts an acquire of `keys`: its id, or -1 when they fall under
+    /// several rules (see `takeError`). It ends with `served`, `refusal`,
+    /// or a `failed` that answers false.
     #[napi(catch_unwind)]
-    pub fn attempt(&self, keys: Vec<String>) -> Option<NativeAttempt> {
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        match self.router.rule_of_all(&keys) {
-            Ok(rule) => Some(NativeAttempt { attempt: Some(self.router.attempt(rule)) }),
+    pub fn begin(&mut self, keys: Vec<String>) -> i32 {
+        let rule = {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            self.router.rule_of_all(&keys)
+        };
+        let rule = match rule {
+            Ok(rule) => rule,
             Err(error) => {
                 stash(error);
-                None
+                return -1;
             }
+        };
+        let entry = Some((self.router.attempt(rule), keys));
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.attempts[id as usize] = entry;
+                id
+            }
+            None => {
+                self.attempts.push(entry);
+                (self.attempts.len() - 1) as u32
+            }
+        };
+        id as i32
+    }
+
+    /// The index of the next member acquire `id` tries, or -1 when none is left.
+    #[napi(catch_unwind)]
+    pub fn next_member(&mut self, id: u32) -> i32 {
+        self.attempt(id).0.next_member().map_or(-1, |member| member as i32)
+    }
+
+    /// The try of member `member` failed with the error `code` (`message`
+    /// as the member's error said it): true when acquire `id` moves on to the
+    /// next member, false when this error ends it (and the acquire with it).
+    #[napi(catch_unwind)]
+    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String) -> bool {
+        // An error the core does not know (an app's, a TypeError) is no unavailability.
+        let step = match ErrorCode::from_name(&code) {
+            Some(code) => self.attempt(id).0.failed(member as usize, &LockError::new(code, message)),
+            None => Step::Stop,
+        };
+        if step == Step::Stop {
+            self.end(id);
         }
+        step == Step::Next
+    }
+
+    /// Member `member` granted acquire `id`: counted, remembered, reported.
+    #[napi(catch_unwind)]
+    pub fn served(&mut self, id: u32, member: u32) {
+        let (attempt, keys) = self.end(id);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        attempt.served(member as usize, &keys);
+    }
+
+    /// The `NO_ELIGIBLE_BACKEND` error of acquire `id`, which no member served.
+    #[napi(catch_unwind)]
+    pub fn refusal(&mut self, id: u32) -> ErrorInfo {
+        info(self.end(id).0.refusal())
     }
 
     /// The rule of `key` and its last acquisition through this policy.
@@ -191,48 +247,14 @@ impl NativePolicy {
     }
 }
 
-/// One acquire's way through its rule's members (see the core's `Attempt`).
-#[napi]
-pub struct NativeAttempt {
-    /// Taken by `served` or `refusal`, which end it.
-    attempt: Option<Attempt>,
-}
-
-impl NativeAttempt {
-    fn attempt(&mut self) -> &mut Attempt {
-        self.attempt.as_mut().expect("the JS layer ends an attempt once")
-    }
-}
-
-#[napi]
-impl NativeAttempt {
-    /// The index of the next member to try, or -1 when none is left.
-    #[napi(catch_unwind)]
-    pub fn next_member(&mut self) -> i32 {
-        self.attempt().next_member().map_or(-1, |member| member as i32)
+impl NativePolicy {
+    fn attempt(&mut self, id: u32) -> &mut (Attempt, Vec<String>) {
+        self.attempts[id as usize].as_mut().expect("the JS layer uses an acquire's id until it ends")
     }
 
-    /// The try of member `member` failed with the error `code` (`message`
-    /// as the member's error said it): true when the acquire moves on to
-    /// the next member, false when this error ends it.
-    #[napi(catch_unwind)]
-    pub fn failed(&mut self, member: u32, code: String, message: String) -> bool {
-        // An error the core does not know (an app's, a TypeError) is no unavailability.
-        let Some(code) = ErrorCode::from_name(&code) else { return false };
-        self.attempt().failed(member as usize, &LockError::new(code, message)) == Step::Next
-    }
-
-    /// Member `member` granted the lease of `keys`.
-    #[napi(catch_unwind)]
-    pub fn served(&mut self, member: u32, keys: Vec<String>) -> ServedJs {
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let attempt = self.attempt.take().expect("the JS layer ends an attempt once");
-        served_js(&attempt.served(member as usize, &keys))
-    }
-
-    /// The acquire's `NO_ELIGIBLE_BACKEND` error when no member served.
-    #[napi(catch_unwind)]
-    pub fn refusal(&mut self) -> ErrorInfo {
-        info(self.attempt.take().expect("the JS layer ends an attempt once").refusal())
+    fn end(&mut self, id: u32) -> (Attempt, Vec<String>) {
+        let ended = self.attempts[id as usize].take().expect("the JS layer ends an acquire once");
+        self.free.push(id);
+        ended
     }
 }
