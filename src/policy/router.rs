@@ -80,8 +80,8 @@ pub struct MemberStatus {
 /// Which member served a key, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquisition {
-    /// The member that granted it.
-    pub member: MemberInfo,
+    /// The member that granted it (shared: a grant copies no name).
+    pub member: Arc<MemberInfo>,
     /// Whether that member's leases carry fences.
     pub fenced: bool,
     /// When it was granted.
@@ -126,7 +126,7 @@ struct MemberState {
 /// The decisions of one policy backend, shared by its acquires.
 pub struct Router {
     name: String,
-    members: Vec<MemberInfo>,
+    members: Vec<Arc<MemberInfo>>,
     rules: Vec<Rule>,
     cooldown: Duration,
     wait_timeout: Duration,
@@ -153,12 +153,12 @@ impl Router {
         logger: Logger,
         telemetry: Option<Telemetry>,
     ) -> Router {
-        let mut members: Vec<MemberInfo> = Vec::new();
+        let mut members: Vec<Arc<MemberInfo>> = Vec::new();
         let mut index_of = |member: &str| match members.iter().position(|m| m.name == member) {
             Some(index) => index,
             None => {
                 let (driver, tier) = info_of(member);
-                members.push(MemberInfo { name: member.to_owned(), driver, tier });
+                members.push(Arc::new(MemberInfo { name: member.to_owned(), driver, tier }));
                 members.len() - 1
             }
         };
@@ -191,7 +191,7 @@ impl Router {
     }
 
     /// Every member, in the order [`Attempt::next_member`] indexes them.
-    pub fn members(&self) -> &[MemberInfo] {
+    pub fn members(&self) -> &[Arc<MemberInfo>] {
         &self.members
     }
 
@@ -236,7 +236,7 @@ impl Router {
         KeyStatus {
             rule: rule.label.clone(),
             pattern: rule.pattern.as_ref().map(Pattern::describe),
-            backends: rule.members.iter().map(|&m| self.members[m].clone()).collect(),
+            backends: rule.members.iter().map(|&m| MemberInfo::clone(&self.members[m])).collect(),
             min_tier: rule.min_tier,
             on_unavailable: rule.on_unavailable,
             last: lock(&self.acquisitions).get(key),
@@ -251,7 +251,7 @@ impl Router {
             .iter()
             .zip(states.iter())
             .map(|(member, state)| MemberStatus {
-                member: member.clone(),
+                member: MemberInfo::clone(member),
                 counts: state.counts.clone(),
                 skipped: state.skip.as_ref().is_some_and(|skip| skip.retry_at > now),
             })
