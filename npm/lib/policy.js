@@ -72,9 +72,13 @@ class PolicyLease {
   }
 }
 
+/** `begin` answers `id * MEMBERS + member + 1` (bindings/node/src/policy.rs): one call, not two. */
+const MEMBERS = 65536;
+
 /** The LockBackend of a policy backend. */
 class PolicyBackend {
   #native;
+  #waitTimeoutMs;
   #members;
   /** Per member, the frozen `lease.served` of its leases: `{ backend, driver, tier, fenced }`. */
   #served;
@@ -83,6 +87,7 @@ class PolicyBackend {
 
   constructor(handle, members, state) {
     this.#native = handle;
+    this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#members = members;
     this.#served = handle.members().map((member) => Object.freeze(member));
     this.#state = state;
@@ -118,14 +123,15 @@ class PolicyBackend {
     else if (Array.isArray(key) && key.length > 0 && key.every((k) => typeof k === 'string')) keys = key;
     else throw Array.isArray(key) ? invalidArgument('keys must be a non-empty array of strings') : notAStringKey();
     const policy = this.#native;
-    const waitMs = acquireOptions === undefined ? policy.waitTimeoutMs : waitTimeout(acquireOptions, policy.waitTimeoutMs);
-    const id = policy.begin(keys);
-    if (id === -1) throw takeNativeError();
+    const waitMs = acquireOptions === undefined ? this.#waitTimeoutMs : waitTimeout(acquireOptions, this.#waitTimeoutMs);
+    const begun = policy.begin(keys);
+    if (begun === -1) throw takeNativeError();
+    const id = Math.floor(begun / MEMBERS);
     const deadline = performance.now() + waitMs;
     const counts = this.#counts;
     counts.waiting += 1;
     try {
-      for (let member = policy.nextMember(id); member !== -1; member = policy.nextMember(id)) {
+      for (let member = (begun % MEMBERS) - 1; member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
         let granted = false;
         const entered = (lease) => {
