@@ -186,6 +186,11 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_UNSUPPORTED_KIND = 24,
   /**
+   * No backend a policy's rule allows for the key could serve it (each
+   * unreachable, refusing or failing, or passed over in its cooldown).
+   */
+  DOKEBI_LOCK_NO_ELIGIBLE_BACKEND = 25,
+  /**
    * A Rust panic was caught at the C boundary: a bug in dokebi-lock.
    */
   DOKEBI_LOCK_PANIC = 1000,
@@ -252,6 +257,23 @@ enum dokebi_lock_event_kind
    * (`REDIS_CLOCK_BEHIND`).
    */
   DOKEBI_LOCK_EVENT_CLOCK_BEHIND = 8,
+  /**
+   * The policy backend `backend` had an acquire served by its member
+   * `connection` (the field names the member in policy events), not the
+   * rule's preferred one, which could not serve: `code` says why
+   * (`PROVIDER_FAILED`).
+   */
+  DOKEBI_LOCK_EVENT_POLICY_FALLBACK = 9,
+  /**
+   * The policy backend `backend` found its member `connection`
+   * unavailable (`code`): acquires pass it over until its cooldown ends.
+   */
+  DOKEBI_LOCK_EVENT_POLICY_SKIPPED = 10,
+  /**
+   * The member `connection` of the policy backend `backend`, skipped for
+   * `duration_ms`, answered again: acquires use it again.
+   */
+  DOKEBI_LOCK_EVENT_POLICY_BACK = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -367,7 +389,8 @@ typedef struct dokebi_lock_event {
   const char *backend;
   /**
    * The connection's name (NUL-terminated); NULL but for a connection
-   * event and a clock-behind one.
+   * event and a clock-behind one. In a policy event: the member backend's
+   * name.
    */
   const char *connection;
   /**
@@ -781,6 +804,27 @@ int64_t dokebi_lock_lease_remaining_ms(const struct dokebi_lock_lease *lease);
  * `lease` is NULL or a live lease handle.
  */
 const char *dokebi_lock_lease_fence(const struct dokebi_lock_lease *lease);
+
+/**
+ * Of a lease a policy backend granted: the name of the member backend that
+ * served it (NUL-terminated, owned by the lease). NULL for NULL and for a
+ * lease of any other driver. `dokebi_lock_lease_served_tier` says its tier.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease handle.
+ */
+const char *dokebi_lock_lease_served_by(const struct dokebi_lock_lease *lease);
+
+/**
+ * Of a lease a policy backend granted: the tier of the member that served
+ * it, `"process"` (local), `"host"` (file) or `"shared"` (redis,
+ * postgres), static and NUL-terminated. NULL for NULL and for a lease of
+ * any other driver. Its fence compares only with fences of that member.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease handle.
+ */
+const char *dokebi_lock_lease_served_tier(const struct dokebi_lock_lease *lease);
 
 /**
  * Extends the lease (redis: by `leaseMs`); `*out_valid` (when not NULL)

@@ -31,6 +31,7 @@ export type LockErrorCode =
   | 'INVALID_PLUGIN_OPTIONS'
   | 'INVALID_ARGUMENT'
   | 'UNSUPPORTED_KIND'
+  | 'NO_ELIGIBLE_BACKEND'
   // Thrown by the import itself when the addon cannot be loaded.
   | 'PLATFORM_UNSUPPORTED'
   | 'PLATFORM_PACKAGE_MISSING'
@@ -157,6 +158,60 @@ export interface Lease extends AsyncDisposable {
    * file: when its lock file or directory was removed or replaced while held.
    */
   release(): Promise<boolean>;
+  /** A lease of a policy backend: the member that granted it (the lease lives there for its whole life); absent for the other drivers. */
+  readonly served?: PolicyMember;
+}
+
+/** A member of a policy backend: the one that granted a lease (`lease.served`), or one a rule allows. */
+export interface PolicyMember {
+  /** The member backend's name. */
+  readonly backend: string;
+  /** Its driver: 'local', 'file', 'redis' or 'postgres'. */
+  readonly driver: string;
+  /** What it can promise: 'process' (local) < 'host' (file) < 'shared' (redis, postgres). */
+  readonly tier: PolicyTier;
+  /** Its leases carry fences; they compare only with fences of the same member. */
+  readonly fenced: boolean;
+}
+
+/** Which member of a policy backend granted a key's last lease, and when. */
+export interface PolicyServed extends PolicyMember {
+  /** When it granted, in ms since the Unix epoch. */
+  readonly servedAtMs: number;
+}
+
+/** The tiers of a policy's members, lowest first: 'process' < 'host' < 'shared'. */
+export type PolicyTier = 'process' | 'host' | 'shared';
+
+/** What a policy backend says of one key (`keyStatus(key)`). */
+export interface PolicyKeyStatus {
+  /** The rule it falls under: 'rules[<i>]' or 'default'. */
+  readonly rule: string;
+  /** That rule's pattern, 'prefix:<text>' or 'glob:<text>'; null for the default rule. */
+  readonly pattern: string | null;
+  /** The members the rule allows, preferred first. */
+  readonly backends: readonly PolicyMember[];
+  /** The rule's minimum tier. */
+  readonly minTier: PolicyTier;
+  /** What the rule does while its preferred member cannot serve. */
+  readonly onUnavailable: 'failClosed' | 'fallBack';
+  /** The key's last acquisition through this policy in this process (the last 10,000 keys are kept); null if none. */
+  readonly last: PolicyServed | null;
+}
+
+/** One member of a policy backend in `status().members`. */
+export interface PolicyMemberStatus {
+  readonly backend: string;
+  readonly driver: string;
+  readonly tier: PolicyTier;
+  /** Acquires it served. */
+  readonly served: number;
+  /** Of those, acquires whose rule prefers another member. */
+  readonly fallbacks: number;
+  /** NO_ELIGIBLE_BACKEND refusals of rules that prefer it. */
+  readonly refusals: number;
+  /** Found unavailable: passed over until its reprobeCooldownMs ends. */
+  readonly skipped: boolean;
 }
 
 /**
@@ -188,7 +243,7 @@ export interface WithLockOptions extends AcquireOptions {
  * counts every acquire in progress), with `held` and `lost` null.
  */
 export interface BackendStatus {
-  /** The driver name: 'local', 'redis', 'postgres', 'file' or an app driver's. */
+  /** The driver name: 'local', 'redis', 'postgres', 'file', 'policy' or an app driver's. */
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
@@ -206,6 +261,8 @@ export interface BackendStatus {
   readonly redis?: RedisStatus;
   /** The connection's health, for postgres backends. */
   readonly postgres?: PostgresStatus;
+  /** policy backends: each member's counts and whether it is skipped now. */
+  readonly members?: readonly PolicyMemberStatus[];
 }
 
 /** The health of a redis backend's connection. */
@@ -255,6 +312,12 @@ export interface TelemetryPayloads {
    * connection; the log says so too (`REDIS_CLOCK_BEHIND`).
    */
   'clock-behind': { readonly backend: string; readonly connection: string; readonly behindMs: number; readonly fenceRetentionMs: number };
+  /** A policy backend's acquire was served by `member`, not the rule's `preferred` member, which could not (`code`). */
+  'policy-fallback': { readonly backend: string; readonly member: string; readonly preferred: string; readonly code: LockErrorCode };
+  /** A policy backend found its `member` unavailable (`code`, `reason`: the member's error message): passed over for reprobeCooldownMs. */
+  'policy-skipped': { readonly backend: string; readonly member: string; readonly code: LockErrorCode; readonly reason: string };
+  /** A skipped `member` answered again after `skippedMs`: acquires use it again. */
+  'policy-back': { readonly backend: string; readonly member: string; readonly skippedMs: number };
 }
 
 /**
@@ -356,6 +419,12 @@ export interface LockBackend {
   withLock<T>(key: string | readonly string[], fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /** What the backend is doing now, as counts. */
   status(): BackendStatus;
+}
+
+/** The backend of a `driver: policy` backend: a LockBackend that also answers per key. */
+export interface PolicyBackend extends LockBackend {
+  /** The rule `key` falls under and its last acquisition through this policy. */
+  keyStatus(key: string): PolicyKeyStatus;
 }
 
 /** Receives the operational log: fields are `backend` and `code` only. */

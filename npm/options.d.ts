@@ -3,7 +3,7 @@
 /** A `driver: local` backend (the default driver). */
 export interface LocalBackendOptions {
   /**
-   * local (default), redis, postgres, file, or the name of an app driver.
+   * local (default), redis, postgres, file, policy, or the name of an app driver.
    */
   readonly driver?: "local";
   /**
@@ -283,6 +283,65 @@ export interface FileBackendOptions {
   readonly waitTimeoutMs?: number;
 }
 
+/** The rule of the keys no other rule of a policy takes (`default`), and the fields of every rule. */
+export interface PolicyDefaultRuleOptions {
+  /**
+   * Backends of this configuration (local, file, redis or postgres) that may serve the rule's keys, preferred first.
+   */
+  readonly backends: readonly string[];
+  /**
+   * The lowest tier that may serve the rule's keys (process < host < shared); the first backend's tier when omitted. Every listed backend must be at or above it.
+   */
+  readonly minTier?: "process" | "host" | "shared";
+  /**
+   * failClosed: only the first backend serves, and its unavailability is NO_ELIGIBLE_BACKEND; fallBack: the next listed backend serves while an earlier one is unreachable or failing (never on contention).
+   * @default "failClosed"
+   */
+  readonly onUnavailable?: "failClosed" | "fallBack";
+}
+
+/** One entry of a policy's `rules`: exactly one of prefix, glob. */
+export type PolicyRuleOptions =
+  | (PolicyDefaultRuleOptions & {
+    /**
+     * The rule takes the keys that start with this text.
+     */
+    readonly prefix: string;
+    readonly glob?: never;
+  })
+  | (PolicyDefaultRuleOptions & {
+    /**
+     * The rule takes the keys this pattern matches whole: * any run of characters, ? one character.
+     */
+    readonly glob: string;
+    readonly prefix?: never;
+  });
+
+/** A `driver: policy` backend: other backends of the options, chosen per key by rules. */
+export interface PolicyBackendOptions {
+  /**
+   * The rule of the keys no entry of rules takes.
+   */
+  readonly default: PolicyDefaultRuleOptions;
+  readonly driver: "policy";
+  /**
+   * How long a backend found unavailable is passed over before one acquire tries it again.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly reprobeCooldownMs?: number;
+  /**
+   * Rules by key, tried in order: the first whose prefix or glob matches a key decides where it lives.
+   */
+  readonly rules?: readonly PolicyRuleOptions[];
+  /**
+   * Default wait before WAIT_TIMEOUT, across every backend tried; 0 tries once, then LOCK_BUSY.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly waitTimeoutMs?: number;
+}
+
 /**
  * The settings of app drivers by driver name. An app that types its options
  * declares its drivers here, e.g.
@@ -298,7 +357,14 @@ export type AppBackendOptions = {
 }[keyof AppDriverSettings];
 
 /** One backend under `dokebi-lock.backends.<name>` (null: every default). */
-export type BackendOptions = LocalBackendOptions | RedisBackendOptions | PostgresBackendOptions | FileBackendOptions | AppBackendOptions | null;
+export type BackendOptions =
+  | LocalBackendOptions
+  | RedisBackendOptions
+  | PostgresBackendOptions
+  | FileBackendOptions
+  | PolicyBackendOptions
+  | AppBackendOptions
+  | null;
 
 /** `connections.<name>.sentinel`. */
 export interface RedisSentinelOptions {

@@ -105,10 +105,10 @@ error_codes! {
         "Shutdown did not release every lease within shutdownTimeoutMs; the rest expire by themselves after leaseMs.";
     /// A backend names a driver that does not exist.
     UnknownDriver = 18, "UNKNOWN_DRIVER",
-        "Use driver: local, redis, postgres or file, or a driver your entry module exports under drivers.";
-    /// Two drivers share a name, or one redefines `local`, `redis`, `postgres` or `file` (Node surface).
+        "Use driver: local, redis, postgres, file or policy, or a driver your entry module exports under drivers.";
+    /// Two drivers share a name, or one redefines a built-in driver (Node surface).
     DriverConflict = 19, "DRIVER_CONFLICT",
-        "Give every driver a unique name that does not redefine local, redis, postgres or file.";
+        "Give every driver a unique name that does not redefine local, redis, postgres, file or policy.";
     /// The entry module exports no valid extension (Node surface).
     InvalidEntry = 20, "INVALID_ENTRY",
         "The entry module must export a LockExtension subclass (default or named) and optionally a drivers object.";
@@ -128,6 +128,11 @@ error_codes! {
     /// exclusive lease.
     UnsupportedKind = 24, "UNSUPPORTED_KIND",
         "This backend's driver cannot grant shared, counted or several-key leases; use a driver that can (local, redis, postgres, file) or acquire plain exclusive leases.";
+    /// No backend a policy's rule allows for the key (at or above its
+    /// minimum tier) could serve it: each was unreachable, refusing or
+    /// failing, or passed over in its cooldown. `details.tried` says why.
+    NoEligibleBackend = 25, "NO_ELIGIBLE_BACKEND",
+        "No backend the key's policy rule allows could serve it; start or repair the backends listed in details.tried, or change the rule (onUnavailable: fallBack, another backend at or above its minTier) if its keys may live elsewhere.";
 }
 
 impl ErrorCode {
@@ -141,7 +146,12 @@ impl ErrorCode {
     pub const fn is_transient(self) -> bool {
         matches!(
             self,
-            ErrorCode::QueueFull | ErrorCode::KeyLimit | ErrorCode::Closed | ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown
+            ErrorCode::QueueFull
+                | ErrorCode::KeyLimit
+                | ErrorCode::Closed
+                | ErrorCode::ProviderFailed
+                | ErrorCode::OutcomeUnknown
+                | ErrorCode::NoEligibleBackend
         )
     }
 }

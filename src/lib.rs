@@ -32,6 +32,7 @@ pub mod key;
 pub mod local;
 pub mod log;
 pub mod options;
+pub mod policy;
 pub mod postgres;
 pub mod provider;
 pub mod redis;

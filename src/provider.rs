@@ -14,6 +14,7 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::file::{FileBackend, FileLease};
 use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
+use crate::policy::{Acquisition, PolicyBackend, PolicyLease, Router, Tier};
 use crate::telemetry::Telemetry;
 
 /// Where a provider reports what is not an error of a call.
@@ -79,7 +80,10 @@ impl Provider {
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         let mut postgres_backends = BTreeMap::new();
-        for (name, backend) in options.backends {
+        // Policies compose the other backends, so they are built last.
+        let (policies, others): (Vec<_>, Vec<_>) =
+            options.backends.into_iter().partition(|(_, backend)| matches!(backend, BackendOptions::Policy(_)));
+        for (name, backend) in others.into_iter().chain(policies) {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
                 BackendOptions::Redis(settings) => {
@@ -93,6 +97,7 @@ impl Provider {
                     Backend::Postgres(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
+                BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &backends, &logger, &telemetry)),
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
@@ -162,6 +167,30 @@ impl Provider {
     }
 }
 
+/// The policy backend `name` over `built` (every other backend, built
+/// already; the options were checked to name only those).
+fn open_policy(
+    name: &str,
+    settings: &crate::options::PolicyOptions,
+    built: &BTreeMap<String, Backend>,
+    logger: &Logger,
+    telemetry: &Option<Telemetry>,
+) -> PolicyBackend {
+    let member = |member: &str| built.get(member).expect("a policy names built backends of its provider");
+    let router = Router::new(
+        name,
+        settings,
+        |name| {
+            let backend = member(name);
+            (backend.driver(), backend.tier().expect("a policy's members have a tier"))
+        },
+        logger.clone(),
+        telemetry.clone(),
+    );
+    let members = router.members().iter().map(|info| member(&info.name).clone()).collect();
+    PolicyBackend::new(router, members)
+}
+
 /// One backend of any driver. Cheap to clone.
 #[derive(Clone, Debug)]
 pub enum Backend {
@@ -173,9 +202,32 @@ pub enum Backend {
     Postgres(PostgresBackend),
     /// A `driver: file` backend.
     File(FileBackend),
+    /// A `driver: policy` backend.
+    Policy(PolicyBackend),
 }
 
 impl Backend {
+    /// Its driver's name.
+    pub fn driver(&self) -> &'static str {
+        match self {
+            Backend::Local(_) => "local",
+            Backend::Redis(_) => "redis",
+            Backend::Postgres(_) => "postgres",
+            Backend::File(_) => "file",
+            Backend::Policy(_) => "policy",
+        }
+    }
+
+    /// What it can promise; `None` for a policy, whose members each have one.
+    pub fn tier(&self) -> Option<Tier> {
+        match self {
+            Backend::Local(_) => Some(Tier::Process),
+            Backend::File(_) => Some(Tier::Host),
+            Backend::Redis(_) | Backend::Postgres(_) => Some(Tier::Shared),
+            Backend::Policy(_) => None,
+        }
+    }
+
     /// Acquires `key` (see [`AcquireOptions`] for waiting, cancellation
     /// and the kind of hold: exclusive, shared or counted).
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
@@ -184,6 +236,7 @@ impl Backend {
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
+            Backend::Policy(policy) => policy.acquire(key, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
     }
 
@@ -198,6 +251,7 @@ impl Backend {
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
+            Backend::Policy(policy) => policy.acquire_many(keys, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
     }
 
@@ -229,6 +283,7 @@ impl Backend {
                 BackendStatus { postgres: Some(postgres), ..BackendStatus::of("postgres", counts.leases()) }
             }
             Backend::File(file) => BackendStatus::of("file", file.counts()),
+            Backend::Policy(policy) => BackendStatus { policy: Some(policy.members()), ..BackendStatus::of("policy", policy.counts()) },
         }
     }
 
@@ -238,7 +293,7 @@ impl Backend {
         match self {
             Backend::Redis(redis) => Some(redis.options()),
             Backend::Postgres(postgres) => Some(postgres.options()),
-            Backend::Local(_) | Backend::File(_) => None,
+            Backend::Local(_) | Backend::File(_) | Backend::Policy(_) => None,
         }
     }
 
@@ -255,7 +310,7 @@ impl Backend {
         match self {
             Backend::Local(local) => Some(local.closing()),
             Backend::File(file) => Some(file.closing()),
-            Backend::Redis(_) | Backend::Postgres(_) => None,
+            Backend::Redis(_) | Backend::Postgres(_) | Backend::Policy(_) => None,
         }
     }
 
@@ -265,6 +320,8 @@ impl Backend {
             Backend::Redis(redis) => redis.close().await,
             Backend::Postgres(postgres) => postgres.close().await,
             Backend::File(file) => file.close(),
+            // Its members are closed as backends of the provider.
+            Backend::Policy(_) => {}
         }
     }
 }
@@ -280,6 +337,8 @@ pub enum Lease {
     Postgres(PostgresLease),
     /// A lease of a file backend.
     File(FileLease),
+    /// A lease a policy backend got from one of its members.
+    Policy(Box<PolicyLease>),
 }
 
 impl Lease {
@@ -291,6 +350,7 @@ impl Lease {
             Lease::Redis(lease) => lease.key(),
             Lease::Postgres(lease) => lease.key(),
             Lease::File(lease) => lease.key(),
+            Lease::Policy(lease) => lease.lease().key(),
         }
     }
 
@@ -301,6 +361,7 @@ impl Lease {
             Lease::Redis(lease) => lease.keys(),
             Lease::Postgres(lease) => lease.keys(),
             Lease::File(lease) => lease.keys(),
+            Lease::Policy(lease) => lease.lease().keys(),
         }
     }
 
@@ -312,6 +373,7 @@ impl Lease {
             Lease::Redis(lease) => lease.fence(),
             Lease::Postgres(lease) => lease.fence(),
             Lease::File(lease) => lease.fence(),
+            Lease::Policy(lease) => lease.lease().fence(),
         }
     }
 
@@ -323,6 +385,7 @@ impl Lease {
             Lease::Redis(lease) => lease.fences(),
             Lease::Postgres(lease) => lease.fences(),
             Lease::File(lease) => lease.fences(),
+            Lease::Policy(lease) => lease.lease().fences(),
         }
     }
 
@@ -334,6 +397,7 @@ impl Lease {
             Lease::Redis(lease) => lease.is_valid(),
             Lease::Postgres(lease) => lease.is_valid(),
             Lease::File(lease) => lease.is_valid(),
+            Lease::Policy(lease) => lease.lease().is_valid(),
         }
     }
 
@@ -345,6 +409,7 @@ impl Lease {
             Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::Redis(lease) => Some(lease.remaining()),
             Lease::Postgres(lease) => Some(lease.remaining()),
+            Lease::Policy(lease) => lease.lease().remaining(),
         }
     }
 
@@ -355,6 +420,7 @@ impl Lease {
             Lease::Redis(lease) => lease.renew().await,
             Lease::Postgres(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
+            Lease::Policy(lease) => Box::pin(lease.renew()).await,
         }
     }
 
@@ -367,6 +433,7 @@ impl Lease {
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Local(_) | Lease::File(_) => None,
+            Lease::Policy(lease) => lease.lease().keep_alive(every, on_lost),
         }
     }
 
@@ -378,6 +445,25 @@ impl Lease {
             Lease::Redis(lease) => lease.release().await,
             Lease::Postgres(lease) => lease.release().await,
             Lease::File(lease) => lease.release(),
+            Lease::Policy(lease) => Box::pin(lease.release()).await,
+        }
+    }
+
+    /// Of a lease a policy backend got: which member served it (its
+    /// driver, tier, whether it fences, when); `None` for the others.
+    pub fn served(&self) -> Option<&Acquisition> {
+        match self {
+            Lease::Policy(lease) => Some(lease.served()),
+            _ => None,
+        }
+    }
+
+    /// The backend whose lease this is: a policy lease's member, else
+    /// `None` (the backend it was acquired from).
+    pub(crate) fn member(&self) -> Option<&Backend> {
+        match self {
+            Lease::Policy(lease) => Some(lease.backend()),
+            _ => None,
         }
     }
 }

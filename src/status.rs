@@ -3,6 +3,7 @@
 use std::time::SystemTime;
 
 use crate::error::ErrorCode;
+use crate::policy::MemberStatus;
 
 /// What every driver counts of its leases for `status()`; never keys.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub struct LeaseCounts {
 /// A snapshot of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendStatus {
-    /// `local`, `redis`, `postgres` or `file`.
+    /// `local`, `redis`, `postgres`, `file` or `policy`.
     pub driver: &'static str,
     /// Leases held now by this process.
     pub held: usize,
@@ -44,13 +45,15 @@ pub struct BackendStatus {
     pub redis: Option<RedisStatus>,
     /// The connection's health, for postgres backends.
     pub postgres: Option<PostgresStatus>,
+    /// For policy backends: each member's counts and whether it is skipped.
+    pub policy: Option<Vec<MemberStatus>>,
 }
 
 impl BackendStatus {
     /// The status of a backend of `driver` that has no connection to report.
     pub(crate) fn of(driver: &'static str, counts: LeaseCounts) -> BackendStatus {
         let LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost } = counts;
-        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None }
+        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None, policy: None }
     }
 }
 

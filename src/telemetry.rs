@@ -85,6 +85,40 @@ pub enum TelemetryEvent {
         /// The backend's `fenceRetentionMs`.
         fence_retention: Duration,
     },
+    /// A policy backend's acquire was served by a member other than its
+    /// rule's preferred one, which could not serve.
+    PolicyFallback {
+        /// The policy backend's name.
+        backend: String,
+        /// The rule's preferred member.
+        preferred: String,
+        /// The member that served.
+        served: String,
+        /// Why the preferred member did not serve (`PROVIDER_FAILED`).
+        code: ErrorCode,
+    },
+    /// A policy's member was found unavailable: acquires pass it over
+    /// until its `reprobeCooldownMs` ends.
+    PolicySkipped {
+        /// The policy backend's name.
+        backend: String,
+        /// The member found unavailable.
+        member: String,
+        /// The code of its failure.
+        code: ErrorCode,
+        /// The failure's message (never a key).
+        reason: String,
+    },
+    /// A member skipped before answered again (it served, or found the key
+    /// held): acquires use it again.
+    PolicyBack {
+        /// The policy backend's name.
+        backend: String,
+        /// The member that came back.
+        member: String,
+        /// How long it was skipped.
+        skipped: Duration,
+    },
 }
 
 impl TelemetryEvent {
@@ -97,6 +131,9 @@ impl TelemetryEvent {
             TelemetryEvent::LeaseLost { .. } => "lease-lost",
             TelemetryEvent::Connection { .. } => "connection",
             TelemetryEvent::ClockBehind { .. } => "clock-behind",
+            TelemetryEvent::PolicyFallback { .. } => "policy-fallback",
+            TelemetryEvent::PolicySkipped { .. } => "policy-skipped",
+            TelemetryEvent::PolicyBack { .. } => "policy-back",
         }
     }
 }

@@ -77,14 +77,16 @@ impl Backend {
         F: FnOnce(Section) -> Fut,
         Fut: Future<Output = T>,
     {
+        // A policy's lease lives on its member: the member's renewal and close apply.
+        let owner = lease.member().unwrap_or(self);
         let lost = AbortController::new();
         // Local and file leases never expire: only close takes them, so the
         // backend's closing is their loss. A store lease is watched (and
         // renewed unless `auto_renew` is false) until the section ends: its
         // end, a takeover or close abort the signal.
-        let (keep_alive, signal) = match self.closing() {
+        let (keep_alive, signal) = match owner.closing() {
             Some(closing) => (None, closing),
-            None => (lease.keep_alive(self.auto_renew_every().filter(|_| auto_renew), lost.clone()), lost.signal()),
+            None => (lease.keep_alive(owner.auto_renew_every().filter(|_| auto_renew), lost.clone()), lost.signal()),
         };
         let output = section(Section { fence: lease.fence(), signal: signal.clone() }).await;
         let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost()) || signal.is_aborted();

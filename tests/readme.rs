@@ -2,8 +2,8 @@
 //! the error table against the codes, so the pages cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS,
-    REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS,
+    POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 use dokebi_lock::ErrorCode;
 
@@ -21,6 +21,9 @@ fn row(field: &Field) -> String {
         Kind::Boolean => "boolean".to_owned(),
         Kind::RedisUrls => "list of URLs".to_owned(),
         Kind::Table(_) => "mapping".to_owned(),
+        Kind::List(_) => "list of mappings".to_owned(),
+        Kind::Names => "list of backend names".to_owned(),
+        Kind::Choice(choices) => choices.join(", "),
     };
     let default = match field.fallback {
         Fallback::Required => "required".to_owned(),
@@ -34,7 +37,7 @@ fn row(field: &Field) -> String {
 
 #[test]
 fn each_driver_page_states_every_field_with_its_range_and_default() {
-    let pages: [(&str, Vec<&Field>); 4] = [
+    let pages: [(&str, Vec<&Field>); 5] = [
         ("docs/local.md", LOCAL_FIELDS.iter().collect()),
         ("docs/file.md", FILE_FIELDS.iter().collect()),
         (
@@ -42,6 +45,7 @@ fn each_driver_page_states_every_field_with_its_range_and_default() {
             REDIS_FIELDS.iter().chain(CONNECTION_FIELDS).chain(SENTINEL_FIELDS).chain(CLUSTER_FIELDS).chain(TLS_FIELDS).collect(),
         ),
         ("docs/postgres.md", POSTGRES_FIELDS.iter().chain(POSTGRES_CONNECTION_FIELDS).collect()),
+        ("docs/policy.md", POLICY_FIELDS.iter().chain(RULE_FIELDS).collect()),
     ];
     for (path, fields) in pages {
         let text = page(path);

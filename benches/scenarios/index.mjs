@@ -13,9 +13,10 @@ import { clusterPeers, sentinelPeers, sentinelPrimaryPeers } from './node-redis-
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as nodePostgres } from './node-postgres.mjs';
 import { scenarios as nodeFile } from './node-file.mjs';
+import { scenarios as nodePolicy } from './node-policy.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodePostgres, ...nodeFile, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodePostgres, ...nodeFile, ...nodePolicy, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

@@ -5,7 +5,7 @@ import { invalidArgument, invalidExtension, LockError } from './errors.js';
 import { fullBackend, ownBackend } from './full-backend.js';
 
 /** Driver names an app driver may not take. */
-export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis', 'postgres', 'file']);
+export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis', 'postgres', 'file', 'policy']);
 
 /**
  * Checks that `drivers` is an object whose every value is a factory

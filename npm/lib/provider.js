@@ -4,6 +4,7 @@ import { native } from './native.js';
 import { openLocal } from './local.js';
 import { StoreGroup } from './store.js';
 import { openFile } from './file.js';
+import { openPolicy } from './policy.js';
 import { closeQuietly, DriverSet } from './drivers.js';
 
 /**
@@ -21,6 +22,7 @@ const DRIVERS = new Map([
   ['redis', openStore],
   ['postgres', openStore],
   ['file', openFile],
+  ['policy', openPolicy],
 ]);
 
 /** Warnings and errors to stderr; debug dropped. Used when none is given. */
@@ -39,11 +41,14 @@ export async function openProvider(options, logger = stderrLogger, drivers = new
   const opened = new Map();
   let stores;
   // The store drivers' runtime and connections start only when such a backend exists.
-  const shared = { stores: () => (stores ??= new StoreGroup(options, logger)) };
+  // A policy's members are views opened before it.
+  const shared = { stores: () => (stores ??= new StoreGroup(options, logger)), view: (name) => opened.get(name).view };
+  const backends = options.backends();
+  const policiesLast = [...backends.filter(({ driver }) => driver !== 'policy'), ...backends.filter(({ driver }) => driver === 'policy')];
   try {
-    for (const { name, driver } of options.backends()) {
+    for (const { name, driver } of policiesLast) {
       const factory = DRIVERS.get(driver);
-      const builtIn = factory && (() => factory({ name, driver, options, shared }));
+      const builtIn = factory && (() => factory({ name, driver, options, shared, logger }));
       opened.set(name, await drivers.open({ name, driver, options, logger }, builtIn));
       logger.debug({ backend: name, code: 'LOCK_BACKEND_READY' }, 'lock backend ready');
     }
@@ -53,7 +58,8 @@ export async function openProvider(options, logger = stderrLogger, drivers = new
     stores?.close().catch(() => {});
     throw error;
   }
-  return new LockProvider(opened, logger);
+  // Handed out by name, sorted, as the options list them.
+  return new LockProvider(new Map(backends.map(({ name }) => [name, opened.get(name)])), logger);
 }
 
 export class LockProvider {

@@ -264,7 +264,7 @@ function postgresHealth({ connected, listening, lastError = null, lastAnswerAt =
 }
 
 /** Hands a native log record `{ level, backend, code, message }` to `logger`. */
-function logTo(logger, { level, backend, code, message }) {
+export function logTo(logger, { level, backend, code, message }) {
   const log = level === 'warn' ? (logger.warn ?? logger.error) : logger.error;
   log.call(logger, { backend, code }, message);
 }

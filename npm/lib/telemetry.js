@@ -13,8 +13,11 @@ export const waitTimeout = channel('dokebi-lock:wait-timeout');
 export const leaseLost = channel('dokebi-lock:lease-lost');
 export const connection = channel('dokebi-lock:connection');
 export const clockBehind = channel('dokebi-lock:clock-behind');
+export const policyFallback = channel('dokebi-lock:policy-fallback');
+export const policySkipped = channel('dokebi-lock:policy-skipped');
+export const policyBack = channel('dokebi-lock:policy-back');
 
-const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection, clockBehind].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
+const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection, clockBehind, policyFallback, policySkipped, policyBack].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
 
 /** Publishes an event of the core (redis backends): the fields it has, by name. */
 export function forwardTelemetry({ name, ...fields }) {

@@ -27,6 +27,14 @@ test('examples/15-redis starts its own redis-server and shows exclusion, hand-of
   assert.match(out, /web holds invoice:7 again: true/);
 });
 
+test('examples/18-tiers moves report:daily to the file member while its Redis is down, refuses pay:42, and comes back after the cooldown', () => {
+  const out = run('18-tiers');
+  assert.match(out, /report:daily served by cache \(tier shared\)/);
+  assert.match(out, /report:daily served by host \(tier host\)/);
+  assert.match(out, /pay:42: NO_ELIGIBLE_BACKEND - cache: PROVIDER_FAILED/);
+  assert.match(out, /after the cooldown report:daily served by cache/);
+});
+
 test('examples/16-postgres shows exclusion, a LISTEN wake-up, fences and status on the machine\'s PostgreSQL', (t) => {
   // The example keeps its tables in a schema of its own; the test leaves none behind.
   t.after(() => psql('DROP SCHEMA IF EXISTS dokebi_example_16 CASCADE'));

@@ -28,7 +28,10 @@ async function answersPing(port) {
 /** `{ url, port, stop() }` of a fresh redis-server without persistence,
  *  started with the `extra` arguments. */
 export async function startRedis(extra = []) {
-  const port = await freePort();
+  return startRedisOn(await freePort(), extra);
+}
+
+async function startRedisOn(port, extra) {
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], {
     stdio: 'ignore',
   });
@@ -50,6 +53,10 @@ export async function startRedis(extra = []) {
     async stop() {
       if (child.exitCode === null) child.kill('SIGKILL');
       await exited;
+    },
+    /** A fresh (empty) server on the same port, once this one is stopped. */
+    restart() {
+      return startRedisOn(port, extra);
     },
   };
 }

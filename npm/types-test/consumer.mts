@@ -28,6 +28,15 @@ import {
   type FileBackendOptions,
   type KeysLease,
   type KindOptions,
+  type PolicyBackend,
+  type PolicyBackendOptions,
+  type PolicyDefaultRuleOptions,
+  type PolicyRuleOptions,
+  type PolicyKeyStatus,
+  type PolicyMember,
+  type PolicyMemberStatus,
+  type PolicyServed,
+  type PolicyTier,
   type Lease,
   type LocalBackendOptions,
   type LockBackend,
@@ -112,6 +121,30 @@ const noPostgresLease: BackendOptions = { driver: 'postgres', connection: 'pg' }
 const undeclared: BackendOptions = { driver: 'sqlite', file: 'x.db' };
 // @ts-expect-error a connection has one of url, sentinel and cluster
 const twoConnections: RedisConnectionOptions = { url: 'redis://127.0.0.1', cluster };
+
+const payments: PolicyRuleOptions = { prefix: 'pay:', backends: ['redis'] };
+const everything: PolicyDefaultRuleOptions = { backends: ['local'] };
+const tiers: PolicyBackendOptions = {
+  driver: 'policy',
+  reprobeCooldownMs: 5000,
+  rules: [payments, { glob: 'report:*:daily', backends: ['redis', 'file'], minTier: 'host', onUnavailable: 'fallBack' }],
+  default: everything,
+};
+// @ts-expect-error a rule has one of prefix and glob
+const twoPatterns: PolicyBackendOptions = { driver: 'policy', rules: [{ prefix: 'a', glob: 'b*', backends: ['redis'] }], default: { backends: ['redis'] } };
+// @ts-expect-error tiers are process, host and shared
+const badTier: PolicyBackendOptions = { driver: 'policy', default: { backends: ['redis'], minTier: 'global' } };
+
+async function policy(provider: LockProvider): Promise<void> {
+  const locks = provider.backend('tiers') as PolicyBackend;
+  const lease = await locks.acquire('pay:1');
+  const served: PolicyMember | undefined = lease.served;
+  const tier: PolicyTier | undefined = served?.tier;
+  const last: PolicyServed | null = locks.keyStatus('pay:1').last;
+  const status: PolicyKeyStatus = locks.keyStatus('pay:1');
+  const members: readonly PolicyMemberStatus[] | undefined = locks.status().members;
+  console.log(tier, last?.servedAtMs, status.rule, status.last?.backend, members?.[0]?.skipped, tiers.driver);
+}
 
 const logger: LockLogger = { debug() {}, error(fields, message) { console.error(fields.backend, fields.code, message); } };
 
@@ -315,4 +348,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { policy, twoPatterns, badTier, standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

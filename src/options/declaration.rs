@@ -38,6 +38,12 @@ pub enum Kind {
     SqlName,
     /// A mapping with fields of its own.
     Table(&'static [Field]),
+    /// A list of mappings, each with these fields.
+    List(&'static [Field]),
+    /// A non-empty list of distinct non-empty strings (names of backends).
+    Names,
+    /// One of these strings.
+    Choice(&'static [&'static str]),
 }
 
 /// The value a field takes when it is omitted.
@@ -80,7 +86,7 @@ pub const DRIVER: Field = Field {
     name: "driver",
     kind: Kind::Text,
     fallback: Fallback::Text("local"),
-    description: "local (default), redis, postgres, file, or the name of an app driver.",
+    description: "local (default), redis, postgres, file, policy, or the name of an app driver.",
 };
 
 const fn threshold(name: &'static str, default: u64, description: &'static str) -> Field {
@@ -259,6 +265,88 @@ pub const FILE_FIELDS: &[Field] = &[
     SLOW_HOLD,
 ];
 
+/// The tiers a backend can promise, lowest first (see `src/policy/tier.rs`).
+pub const TIERS: &[&str] = &["process", "host", "shared"];
+
+/// What a rule does when its preferred backend cannot serve.
+pub const ON_UNAVAILABLE: &[&str] = &["failClosed", "fallBack"];
+
+/// The fields every rule of a policy has, the default rule's all of them.
+const RULE_BACKENDS: Field = Field {
+    name: "backends",
+    kind: Kind::Names,
+    fallback: Fallback::Required,
+    description: "Backends of this configuration (local, file, redis or postgres) that may serve the rule's keys, preferred first.",
+};
+const RULE_MIN_TIER: Field = Field {
+    name: "minTier",
+    kind: Kind::Choice(TIERS),
+    fallback: Fallback::Absent,
+    description: "The lowest tier that may serve the rule's keys (process < host < shared); the first backend's tier when omitted. Every listed backend must be at or above it.",
+};
+const RULE_ON_UNAVAILABLE: Field = Field {
+    name: "onUnavailable",
+    kind: Kind::Choice(ON_UNAVAILABLE),
+    fallback: Fallback::Text("failClosed"),
+    description: "failClosed: only the first backend serves, and its unavailability is NO_ELIGIBLE_BACKEND; fallBack: the next listed backend serves while an earlier one is unreachable or failing (never on contention).",
+};
+
+/// Fields of one entry of a policy's `rules`: exactly one of `prefix` and
+/// `glob` says which keys it takes.
+pub const RULE_FIELDS: &[Field] = &[
+    Field {
+        name: "prefix",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "The rule takes the keys that start with this text.",
+    },
+    Field {
+        name: "glob",
+        kind: Kind::Text,
+        fallback: Fallback::Absent,
+        description: "The rule takes the keys this pattern matches whole: * any run of characters, ? one character.",
+    },
+    RULE_BACKENDS,
+    RULE_MIN_TIER,
+    RULE_ON_UNAVAILABLE,
+];
+
+/// The names of the fields of which a rule has exactly one.
+pub const PATTERN_FIELDS: [&str; 2] = ["prefix", "glob"];
+
+/// Fields of a policy's `default` rule: the keys no other rule takes.
+pub const DEFAULT_RULE_FIELDS: &[Field] = &[RULE_BACKENDS, RULE_MIN_TIER, RULE_ON_UNAVAILABLE];
+
+/// Fields of a `driver: policy` backend (besides `driver`).
+pub const POLICY_FIELDS: &[Field] = &[
+    Field {
+        name: "rules",
+        kind: Kind::List(RULE_FIELDS),
+        fallback: Fallback::Absent,
+        description: "Rules by key, tried in order: the first whose prefix or glob matches a key decides where it lives.",
+    },
+    Field {
+        name: "default",
+        kind: Kind::Table(DEFAULT_RULE_FIELDS),
+        fallback: Fallback::Required,
+        description: "The rule of the keys no entry of rules takes.",
+    },
+    int(
+        "waitTimeoutMs",
+        0,
+        MAX_TIMER_MS,
+        5_000,
+        "Default wait before WAIT_TIMEOUT, across every backend tried; 0 tries once, then LOCK_BUSY.",
+    ),
+    int(
+        "reprobeCooldownMs",
+        0,
+        MAX_TIMER_MS,
+        5_000,
+        "How long a backend found unavailable is passed over before one acquire tries it again.",
+    ),
+];
+
 /// Fields of a connection under `dokebi-redis.connections.<name>`: exactly
 /// one of `url`, `sentinel` and `cluster` says where Redis is.
 pub const CONNECTION_FIELDS: &[Field] = &[
@@ -366,6 +454,9 @@ fn field_schema(field: &Field) -> Value {
         Kind::PostgresUrl => json!({ "type": "string", "pattern": "^postgres(ql)?://" }),
         Kind::SqlName => json!({ "type": "string", "pattern": "^[a-z_][a-z0-9_]{0,39}$" }),
         Kind::Table(fields) => object_schema(None, fields),
+        Kind::List(fields) => json!({ "type": "array", "items": object_schema(None, fields) }),
+        Kind::Names => json!({ "type": "array", "minItems": 1, "uniqueItems": true, "items": { "type": "string", "minLength": 1 } }),
+        Kind::Choice(choices) => json!({ "type": "string", "enum": choices }),
     };
     let object = schema.as_object_mut().expect("schema is an object");
     object.insert("description".into(), Value::from(field.description));
@@ -412,10 +503,13 @@ pub fn json_schema() -> Value {
     postgres["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
     let mut file = object_schema(Some(json!({ "const": "file" })), FILE_FIELDS);
     file["required"].as_array_mut().expect("directory is required").insert(0, Value::from("driver"));
+    let mut policy = object_schema(Some(json!({ "const": "policy" })), POLICY_FIELDS);
+    policy["required"].as_array_mut().expect("default is required").insert(0, Value::from("driver"));
+    policy["properties"]["rules"]["items"]["oneOf"] = PATTERN_FIELDS.iter().map(|name| json!({ "required": [name] })).collect();
     let app_driver = json!({
         "type": "object",
         "description": "A backend of an app driver: its settings are validated by that driver.",
-        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "postgres", "file"] } } },
+        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "postgres", "file", "policy"] } } },
         "required": ["driver"]
     });
     let mut connection = object_schema(None, CONNECTION_FIELDS);
@@ -438,7 +532,7 @@ pub fn json_schema() -> Value {
                         "properties": {
                             "backends": {
                                 "type": "object",
-                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres] }
+                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres, policy] }
                             }
                         }
                     },

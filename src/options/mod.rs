@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
+use crate::policy::{OnUnavailable, Pattern, Tier};
 use declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POSTGRES_CONNECTION_FIELDS,
-    POSTGRES_FIELDS, REDIS_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, DEFAULT_RULE_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS,
+    PATTERN_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 
 /// The name of this plugin's section in the `options` map.
@@ -49,6 +50,9 @@ pub enum BackendOptions {
     /// A `driver: file` backend: kernel file locks shared by the processes
     /// of one host.
     File(FileOptions),
+    /// A `driver: policy` backend: other backends of these options, chosen
+    /// per key by rules.
+    Policy(PolicyOptions),
     /// A driver the core does not implement (an app driver of the Node
     /// surface). Its settings are passed through to that driver unvalidated.
     App {
@@ -67,6 +71,7 @@ impl BackendOptions {
             BackendOptions::Redis(_) => "redis",
             BackendOptions::Postgres(_) => "postgres",
             BackendOptions::File(_) => "file",
+            BackendOptions::Policy(_) => "policy",
             BackendOptions::App { driver, .. } => driver,
         }
     }
@@ -267,6 +272,66 @@ impl FileOptions {
     }
 }
 
+/// A `driver: policy` backend (see `src/policy/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyOptions {
+    /// Rules by key, the first that matches decides.
+    pub rules: Vec<RuleOptions>,
+    /// The rule of the keys no entry of `rules` takes (its `pattern` is `None`).
+    pub default: RuleOptions,
+    /// Default wait, across every member tried.
+    pub wait_timeout_ms: u32,
+    /// How long a member found unavailable is passed over.
+    pub reprobe_cooldown_ms: u32,
+}
+
+/// One rule of a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleOptions {
+    /// The keys it takes; `None` for the default rule.
+    pub pattern: Option<Pattern>,
+    /// The member backends that may serve them, preferred first.
+    pub backends: Vec<String>,
+    /// The lowest tier that may serve them (the first member's when the
+    /// options leave it out).
+    pub min_tier: Tier,
+    /// What happens while the first member cannot serve.
+    pub on_unavailable: OnUnavailable,
+}
+
+impl RuleOptions {
+    /// A rule as read; its minimum tier is settled by [`settle_policy`]
+    /// once every backend's tier is known.
+    fn from_fields(fields: &Fields) -> Self {
+        let pattern = match (fields.optional_text("prefix"), fields.optional_text("glob")) {
+            (Some(prefix), _) => Some(Pattern::Prefix(prefix)),
+            (None, Some(glob)) => Some(Pattern::Glob(glob)),
+            (None, None) => None,
+        };
+        RuleOptions {
+            pattern,
+            backends: fields.texts("backends"),
+            min_tier: fields.optional_text("minTier").and_then(|name| Tier::from_name(&name)).unwrap_or(Tier::Process),
+            on_unavailable: OnUnavailable::from_name(&fields.text("onUnavailable")).expect("validated choice"),
+        }
+    }
+}
+
+impl PolicyOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        let rules =
+            fields.0.get("rules").and_then(Value::as_array).map_or_else(Vec::new, |list| {
+                list.iter().map(|rule| RuleOptions::from_fields(&Fields::of_table(rule, RULE_FIELDS))).collect()
+            });
+        PolicyOptions {
+            rules,
+            default: RuleOptions::from_fields(&fields.table("default", DEFAULT_RULE_FIELDS)),
+            wait_timeout_ms: fields.int("waitTimeoutMs"),
+            reprobe_cooldown_ms: fields.int("reprobeCooldownMs"),
+        }
+    }
+}
+
 /// A Redis connection under `dokebi-redis.connections.<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionOptions {
@@ -448,7 +513,14 @@ impl Options {
         };
         let connections = parse_connections(root.get(REDIS_SECTION), &mut issues);
         let postgres = parse_postgres_connections(root.get(POSTGRES_SECTION), &mut issues);
-        let backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
+        let mut backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
+        let tiers: BTreeMap<String, Option<Tier>> = backends.iter().map(|(name, backend)| (name.clone(), Tier::of(backend))).collect();
+        for (name, backend) in backends.iter_mut() {
+            if let BackendOptions::Policy(policy) = backend {
+                let given = root.get(LOCK_SECTION).and_then(|lock| lock.get("backends")?.get(name)).unwrap_or(&Value::Null);
+                settle_policy(name, policy, &tiers, given, &mut issues);
+            }
+        }
 
         let mut unknown_connections = Issues::default();
         for (name, backend) in &backends {
@@ -641,7 +713,8 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             None | Some(Value::Null) => "local",
             Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
             Some(_) => {
-                issues.push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, or an app driver)");
+                issues
+                    .push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, policy, or an app driver)");
                 continue;
             }
         };
@@ -654,6 +727,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
                 Fields::read(&settings, POSTGRES_FIELDS, &path, issues).map(|f| BackendOptions::Postgres(PostgresOptions::from_fields(&f)))
             }
             "file" => Fields::read(&settings, FILE_FIELDS, &path, issues).map(|f| BackendOptions::File(FileOptions::from_fields(&f))),
+            "policy" => read_policy(&settings, &path, issues),
             other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
         };
         if let Some(backend) = backend {
@@ -661,6 +735,71 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
         }
     }
     backends
+}
+
+/// A `driver: policy` backend's settings; every rule but the default has
+/// exactly one pattern. Its members are checked by [`settle_policy`].
+fn read_policy(settings: &Map<String, Value>, path: &str, issues: &mut Issues) -> Option<BackendOptions> {
+    let before = issues.0.len();
+    let rules = settings.get("rules").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    for (index, rule) in rules.iter().enumerate().filter(|(_, rule)| rule.is_object()) {
+        if PATTERN_FIELDS.iter().filter(|name| rule.get(**name).is_some()).count() != 1 {
+            issues.push(format!("{path}.rules[{index}]"), "needs exactly one of prefix and glob");
+        }
+    }
+    let fields = Fields::read(settings, POLICY_FIELDS, path, issues)?;
+    (issues.0.len() == before).then(|| BackendOptions::Policy(PolicyOptions::from_fields(&fields)))
+}
+
+/// Checks a policy's rules against the other backends, which must exist
+/// and be of a driver with a tier, and settles each rule's minimum tier:
+/// the first member's when omitted, and no member below it. A rule that
+/// fails closed is served by its first member only, so it lists one.
+fn settle_policy(name: &str, policy: &mut PolicyOptions, tiers: &BTreeMap<String, Option<Tier>>, given: &Value, issues: &mut Issues) {
+    let rules = policy.rules.iter_mut().enumerate().map(|(i, rule)| (format!("rules[{i}]"), rule));
+    for (label, rule) in rules.chain(std::iter::once(("default".to_owned(), &mut policy.default))) {
+        let path = format!("backends.{name}.{label}");
+        let mut member_tiers = Vec::new();
+        for member in &rule.backends {
+            match tiers.get(member) {
+                None => issues.push(format!("{path}.backends"), format!("names {member}, which is not a backend of these options")),
+                Some(None) => issues.push(
+                    format!("{path}.backends"),
+                    format!("names {member}, whose driver a policy cannot compose (only local, file, redis and postgres backends)"),
+                ),
+                Some(Some(tier)) => member_tiers.push((member, *tier)),
+            }
+        }
+        let minimum_given = rule_field(given, &label, "minTier").is_some();
+        if !minimum_given {
+            if let Some((_, first)) = member_tiers.first() {
+                rule.min_tier = *first;
+            }
+        }
+        for (member, tier) in &member_tiers {
+            if *tier < rule.min_tier {
+                issues.push(
+                    format!("{path}.backends"),
+                    format!("names {member} (tier {}), below the rule's minTier {}", tier.as_str(), rule.min_tier.as_str()),
+                );
+            }
+        }
+        if rule.on_unavailable == OnUnavailable::FailClosed && rule.backends.len() > 1 {
+            issues.push(
+                format!("{path}.backends"),
+                "a rule that fails closed is served by its first backend only: list one, or set onUnavailable: fallBack",
+            );
+        }
+    }
+}
+
+/// The field `field` of the policy rule `label` as the options wrote it.
+fn rule_field<'a>(settings: &'a Value, label: &str, field: &str) -> Option<&'a Value> {
+    let rule = match label.strip_prefix("rules[").and_then(|rest| rest.strip_suffix(']')) {
+        Some(index) => settings.get("rules")?.get(index.parse::<usize>().ok()?)?,
+        None => settings.get("default")?,
+    };
+    rule.get(field)
 }
 
 /// Reads an optional mapping; anything else but absence is an issue.
@@ -707,10 +846,34 @@ impl Fields {
                     match value {
                         Value::Object(map) => {
                             if let Some(inner) = Fields::read(map, table, &at, issues) {
-                                values.insert(field.name, Value::Object(inner.0.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
+                                values.insert(field.name, inner.into_value());
                             }
                         }
                         _ => issues.push(at, "expected a mapping"),
+                    }
+                }
+                (Some(value), _) if matches!(field.kind, Kind::List(_)) => {
+                    let Kind::List(table) = field.kind else { unreachable!() };
+                    let Value::Array(items) = value else {
+                        issues.push(at, "expected a list of mappings");
+                        continue;
+                    };
+                    let read: Vec<Option<Value>> = items
+                        .iter()
+                        .enumerate()
+                        .map(|(index, item)| {
+                            let at = format!("{at}[{index}]");
+                            match item {
+                                Value::Object(map) => Fields::read(map, table, &at, issues).map(Fields::into_value),
+                                _ => {
+                                    issues.push(at, "expected a mapping");
+                                    None
+                                }
+                            }
+                        })
+                        .collect();
+                    if let Some(list) = read.into_iter().collect::<Option<Vec<Value>>>() {
+                        values.insert(field.name, Value::Array(list));
                     }
                 }
                 (None, Fallback::Integer(default)) => {
@@ -762,8 +925,17 @@ impl Fields {
 
     /// The validated fields of the nested table `name`.
     fn table(&self, name: &str, table: &'static [Field]) -> Fields {
-        let map = self.0[name].as_object().expect("validated table");
+        Fields::of_table(&self.0[name], table)
+    }
+
+    /// The fields of a table validated already (see [`Fields::into_value`]).
+    fn of_table(value: &Value, table: &'static [Field]) -> Fields {
+        let map = value.as_object().expect("validated table");
         Fields(table.iter().filter_map(|field| map.get(field.name).map(|value| (field.name, value.clone()))).collect())
+    }
+
+    fn into_value(self) -> Value {
+        Value::Object(self.0.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
     }
 }
 
@@ -802,7 +974,27 @@ fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
             }
             _ => Err("expected a non-empty list of redis:// or rediss:// URLs".into()),
         },
-        Kind::Table(_) => unreachable!("tables are read by Fields::read"),
+        Kind::Table(_) | Kind::List(_) => unreachable!("tables and lists of tables are read by Fields::read"),
+        Kind::Names => match value {
+            Value::Array(names) if !names.is_empty() => {
+                for (index, name) in names.iter().enumerate() {
+                    match name {
+                        Value::String(s) if !s.is_empty() => {
+                            if names[..index].contains(name) {
+                                return Err(format!("names {s} twice"));
+                            }
+                        }
+                        _ => return Err("every entry must be a non-empty string".into()),
+                    }
+                }
+                Ok(value.clone())
+            }
+            _ => Err("expected a non-empty list of backend names".into()),
+        },
+        Kind::Choice(choices) => match value {
+            Value::String(s) if choices.contains(&s.as_str()) => Ok(value.clone()),
+            _ => Err(format!("expected one of {}", choices.join(", "))),
+        },
         Kind::PostgresUrl => match value {
             Value::String(s) if ["postgres://", "postgresql://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
             Value::String(_) => Err("must start with postgres:// or postgresql://".into()),

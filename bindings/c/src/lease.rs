@@ -36,13 +36,15 @@ pub struct dokebi_lock_lease {
     /// The fence of each key, as the same kind of strings, written by the
     /// first call of `dokebi_lock_lease_fence_at`.
     fences: OnceLock<Box<[[u8; FENCE_CAPACITY]]>>,
+    /// The member that served a policy lease, as `dokebi_lock_lease_served_by` answers it.
+    served: OnceLock<std::ffi::CString>,
     /// The process it was granted in (see [`fork`]).
     born: u32,
 }
 
 impl dokebi_lock_lease {
     pub(crate) fn new(lease: Lease) -> Self {
-        dokebi_lock_lease { fence: OnceLock::new(), fences: OnceLock::new(), lease, born: fork::now() }
+        dokebi_lock_lease { fence: OnceLock::new(), fences: OnceLock::new(), served: OnceLock::new(), lease, born: fork::now() }
     }
 
     /// The lease of a live handle, `CLOSED` in a child forked after it was
@@ -251,6 +253,42 @@ pub unsafe extern "C" fn dokebi_lock_lease_fence(lease: *const dokebi_lock_lease
     boundary(|| unsafe { lease.as_ref() }.map_or(std::ptr::null(), |l| l.fence.get_or_init(|| decimal(l.lease.fence())).as_ptr().cast()))
 }
 
+/// Of a lease a policy backend granted: the name of the member backend that
+/// served it (NUL-terminated, owned by the lease). NULL for NULL and for a
+/// lease of any other driver. `dokebi_lock_lease_served_tier` says its tier.
+///
+/// # Safety
+/// `lease` is NULL or a live lease handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_lease_served_by(lease: *const dokebi_lock_lease) -> *const c_char {
+    boundary(|| {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
+        let Some(lease) = (unsafe { lease.as_ref() }) else { return std::ptr::null() };
+        let Some(served) = lease.lease.served() else { return std::ptr::null() };
+        lease.served.get_or_init(|| std::ffi::CString::new(served.member.name.as_str()).unwrap_or_default()).as_ptr()
+    })
+}
+
+/// Of a lease a policy backend granted: the tier of the member that served
+/// it, `"process"` (local), `"host"` (file) or `"shared"` (redis,
+/// postgres), static and NUL-terminated. NULL for NULL and for a lease of
+/// any other driver. Its fence compares only with fences of that member.
+///
+/// # Safety
+/// `lease` is NULL or a live lease handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_lease_served_tier(lease: *const dokebi_lock_lease) -> *const c_char {
+    boundary(|| {
+        // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
+        let served = unsafe { lease.as_ref() }.and_then(|lease| lease.lease.served());
+        served.map_or(std::ptr::null(), |served| match served.member.tier {
+            dokebi_lock::policy::Tier::Process => c"process".as_ptr(),
+            dokebi_lock::policy::Tier::Host => c"host".as_ptr(),
+            dokebi_lock::policy::Tier::Shared => c"shared".as_ptr(),
+        })
+    })
+}
+
 /// Extends the lease (redis: by `leaseMs`); `*out_valid` (when not NULL)
 /// tells whether it is still ours. A local lease never expires, so renewing
 /// reports its validity.
@@ -370,6 +408,13 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
                 Lease::Postgres(postgres) => {
                     if !on_driver_thread() {
                         let _ = block_on(postgres.release());
+                    }
+                    None
+                }
+                // A policy's lease is released on its member, as that member's would be.
+                Lease::Policy(policy) => {
+                    if !on_driver_thread() {
+                        let _ = block_on(policy.release());
                     }
                     None
                 }

@@ -66,6 +66,9 @@ pub enum dokebi_lock_status {
     /// The backend's driver cannot grant the kind of lease asked for (shared,
     /// counted, several keys).
     DOKEBI_LOCK_UNSUPPORTED_KIND = 24,
+    /// No backend a policy's rule allows for the key could serve it (each
+    /// unreachable, refusing or failing, or passed over in its cooldown).
+    DOKEBI_LOCK_NO_ELIGIBLE_BACKEND = 25,
     /// A Rust panic was caught at the C boundary: a bug in dokebi-lock.
     DOKEBI_LOCK_PANIC = 1000,
 }
@@ -119,7 +122,8 @@ error_statuses!(
     DOKEBI_LOCK_INVALID_EXTENSION,
     DOKEBI_LOCK_INVALID_PLUGIN_OPTIONS,
     DOKEBI_LOCK_INVALID_ARGUMENT,
-    DOKEBI_LOCK_UNSUPPORTED_KIND
+    DOKEBI_LOCK_UNSUPPORTED_KIND,
+    DOKEBI_LOCK_NO_ELIGIBLE_BACKEND
 );
 
 impl From<ErrorCode> for dokebi_lock_status {
@@ -168,7 +172,8 @@ mod tests {
         assert_eq!(name(10), "WAIT_TIMEOUT");
         assert_eq!(name(1000), "PANIC");
         assert_eq!(name(24), "UNSUPPORTED_KIND");
-        assert_eq!(name(25), "UNKNOWN");
+        assert_eq!(name(25), "NO_ELIGIBLE_BACKEND");
+        assert_eq!(name(26), "UNKNOWN");
         assert_eq!(name(u32::MAX), "UNKNOWN");
     }
 }

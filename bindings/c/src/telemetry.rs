@@ -50,6 +50,17 @@ pub enum dokebi_lock_event_kind {
     /// can. At most one every 10 s per connection; the log says so too
     /// (`REDIS_CLOCK_BEHIND`).
     DOKEBI_LOCK_EVENT_CLOCK_BEHIND = 8,
+    /// The policy backend `backend` had an acquire served by its member
+    /// `connection` (the field names the member in policy events), not the
+    /// rule's preferred one, which could not serve: `code` says why
+    /// (`PROVIDER_FAILED`).
+    DOKEBI_LOCK_EVENT_POLICY_FALLBACK = 9,
+    /// The policy backend `backend` found its member `connection`
+    /// unavailable (`code`): acquires pass it over until its cooldown ends.
+    DOKEBI_LOCK_EVENT_POLICY_SKIPPED = 10,
+    /// The member `connection` of the policy backend `backend`, skipped for
+    /// `duration_ms`, answered again: acquires use it again.
+    DOKEBI_LOCK_EVENT_POLICY_BACK = 11,
 }
 
 /// `dokebi_lock_provider_open_with_trace_events`: an event
@@ -67,7 +78,8 @@ pub struct dokebi_lock_event {
     /// The backend's name (NUL-terminated); NULL for a connection event.
     pub backend: *const c_char,
     /// The connection's name (NUL-terminated); NULL but for a connection
-    /// event and a clock-behind one.
+    /// event and a clock-behind one. In a policy event: the member backend's
+    /// name.
     pub connection: *const c_char,
     /// How long the acquire waited or the lease was held (a clock-behind
     /// event: how far the clock is behind); 0 otherwise.
@@ -307,6 +319,30 @@ impl Callback {
                 c.connection = held_name.as_ptr();
                 c.up = *up;
             }
+            TelemetryEvent::PolicyFallback { backend, served, code, .. } => {
+                held_name = name(backend);
+                held_connection = name(served);
+                c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_POLICY_FALLBACK;
+                c.backend = held_name.as_ptr();
+                c.connection = held_connection.as_ptr();
+                c.code = (*code).into();
+            }
+            TelemetryEvent::PolicySkipped { backend, member, code, .. } => {
+                held_name = name(backend);
+                held_connection = name(member);
+                c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_POLICY_SKIPPED;
+                c.backend = held_name.as_ptr();
+                c.connection = held_connection.as_ptr();
+                c.code = (*code).into();
+            }
+            TelemetryEvent::PolicyBack { backend, member, skipped } => {
+                held_name = name(backend);
+                held_connection = name(member);
+                c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_POLICY_BACK;
+                c.backend = held_name.as_ptr();
+                c.connection = held_connection.as_ptr();
+                c.duration_ms = millis(*skipped);
+            }
             TelemetryEvent::ClockBehind { backend, connection, behind, fence_retention } => {
                 held_name = name(backend);
                 held_connection = name(connection);
@@ -367,6 +403,7 @@ pub(crate) fn driver_name(driver: &str) -> *const c_char {
         "redis" => c"redis",
         "postgres" => c"postgres",
         "file" => c"file",
+        "policy" => c"policy",
         _ => c"",
     };
     name.as_ptr()

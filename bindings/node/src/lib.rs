@@ -20,6 +20,8 @@
 //!   every lease; [`lease`]: a held lease.
 //! - [`file`]: the file driver's backends, their acquires polled by the
 //!   same executor.
+//! - [`policy`]: the policy driver's decisions; the JS layer tries its
+//!   members.
 //! - [`keep_alive`]: auto-renewal of a store lease during a `withLock` section.
 //! - [`telemetry`], [`status`]: the core's telemetry and status, for JS.
 //! - [`options`], [`key`], [`error`]: loading, key conversion, error data.
@@ -41,6 +43,7 @@ mod lease;
 mod local;
 mod options;
 mod out;
+mod policy;
 #[cfg(feature = "panic-probe")]
 mod probe;
 mod protocol;

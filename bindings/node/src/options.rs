@@ -10,6 +10,7 @@ use crate::error::stash;
 use crate::file::NativeFileBackend;
 use crate::guard::sentinel;
 use crate::local::LocalEngineObject;
+use crate::policy::{LogForwarder, NativePolicy};
 use crate::store::{LogWake, StoreProvider};
 use crate::telemetry::TelemetryForwarder;
 
@@ -79,6 +80,14 @@ impl NativeOptions {
     #[napi(ts_args_type = "name: string, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
     pub fn open_file(&self, name: String, telemetry: TelemetryForwarder) -> Option<NativeFileBackend> {
         sentinel(|| crate::file::open(&self.options, &name, telemetry))
+    }
+
+    /// The decisions of the policy backend `name` (`null` when it is not
+    /// one, see `takeError`): its logs go to `log(entry)`, its telemetry
+    /// events to `telemetry(entry)`.
+    #[napi(ts_args_type = "name: string, log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
+    pub fn open_policy(&self, name: String, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
+        sentinel(|| crate::policy::open(&self.options, &name, log, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers

@@ -109,7 +109,7 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
 fn is_store(backend: &BackendOptions) -> bool {
     match backend {
         BackendOptions::Redis(_) | BackendOptions::Postgres(_) => true,
-        BackendOptions::Local(_) | BackendOptions::File(_) | BackendOptions::App { .. } => false,
+        BackendOptions::Local(_) | BackendOptions::File(_) | BackendOptions::Policy(_) | BackendOptions::App { .. } => false,
     }
 }
 

@@ -28,6 +28,15 @@ pub struct TelemetryEntry {
     pub behind_ms: Option<f64>,
     /// A clock-behind event: the backend's `fenceRetentionMs`.
     pub fence_retention_ms: Option<f64>,
+    /// A policy event: the member backend (skipped, back) or the member
+    /// that served (fallback).
+    pub member: Option<String>,
+    /// A policy-fallback event: the rule's preferred member, which could not serve.
+    pub preferred: Option<String>,
+    /// A policy-skipped event: why the member could not serve (never a key).
+    pub reason: Option<String>,
+    /// A policy-back event: how long the member was skipped.
+    pub skipped_ms: Option<f64>,
 }
 
 /// Calls the JS telemetry sink; weak, so it never keeps Node alive.
@@ -53,6 +62,10 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
         up: None,
         behind_ms: None,
         fence_retention_ms: None,
+        member: None,
+        preferred: None,
+        reason: None,
+        skipped_ms: None,
     };
     match event {
         TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
@@ -84,6 +97,23 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
             entry.connection = Some(connection.clone());
             entry.behind_ms = ms(behind);
             entry.fence_retention_ms = ms(fence_retention);
+        }
+        TelemetryEvent::PolicyFallback { backend, preferred, served, code } => {
+            entry.backend = Some(backend.clone());
+            entry.member = Some(served.clone());
+            entry.preferred = Some(preferred.clone());
+            entry.code = Some(code.as_str().to_owned());
+        }
+        TelemetryEvent::PolicySkipped { backend, member, code, reason } => {
+            entry.backend = Some(backend.clone());
+            entry.member = Some(member.clone());
+            entry.code = Some(code.as_str().to_owned());
+            entry.reason = Some(reason.clone());
+        }
+        TelemetryEvent::PolicyBack { backend, member, skipped } => {
+            entry.backend = Some(backend.clone());
+            entry.member = Some(member.clone());
+            entry.skipped_ms = ms(skipped);
         }
     }
     entry

@@ -1,0 +1,273 @@
+//! The policy driver for JS: the core's [`Router`] decides (which rule, which
+//! member next, whether a failure moves on, what to count and report), and
+//! the JS layer (`npm/lib/policy.js`) runs each try on the member backends
+//! it opened, whatever their driver. No decision is made in JS.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use dokebi_lock::log::{Level, LogRecord, Logger};
+use dokebi_lock::options::{BackendOptions, Options};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Router, Step, Tier};
+use dokebi_lock::{ErrorCode, LockError};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::Status;
+use napi_derive::napi;
+
+use crate::error::{info, stash, ErrorInfo};
+use crate::store::LogEntry;
+use crate::telemetry::{sink, TelemetryForwarder};
+
+/// Calls the JS logger with one record; weak, so it never keeps Node alive.
+pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false, true>;
+
+/// The policy backend `name` of `options`, reporting through `log` and
+/// `telemetry`; `None` (with the error stashed) when it is not one.
+pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
+    let Some(BackendOptions::Policy(policy)) = options.backends.get(name) else {
+        stash(LockError::new(ErrorCode::UnknownBackend, "no policy backend of that name is configured"));
+        return None;
+    };
+    let logger: Logger = Arc::new(move |record: &LogRecord| {
+        if record.level >= Level::Warn {
+            let entry = LogEntry {
+                level: record.level.as_str().to_owned(),
+                backend: record.backend.clone(),
+                code: record.code.to_owned(),
+                message: record.message.clone(),
+            };
+            log.call(entry, ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    });
+    let info_of = |member: &str| {
+        let backend = &options.backends[member];
+        (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
+    };
+    let router = Router::new(name, policy, info_of, logger, Some(sink(telemetry)));
+    if router.members().len() as u64 >= MEMBERS {
+        stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 1)));
+        return None;
+    }
+    Some(NativePolicy { router: Arc::new(router), attempts: Vec::new(), free: Vec::new() })
+}
+
+fn driver_name(backend: &BackendOptions) -> &'static str {
+    match backend {
+        BackendOptions::Local(_) => "local",
+        BackendOptions::File(_) => "file",
+        BackendOptions::Redis(_) => "redis",
+        BackendOptions::Postgres(_) => "postgres",
+        BackendOptions::Policy(_) | BackendOptions::App { .. } => unreachable!("not a policy member"),
+    }
+}
+
+/// A member backend: its name, driver and tier.
+#[napi(object)]
+pub struct MemberJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    /// Whether its leases carry fences (each comparable only with fences of
+    /// the same member).
+    pub fenced: bool,
+}
+
+fn member_js(member: &MemberInfo) -> MemberJs {
+    MemberJs {
+        backend: member.name.clone(),
+        driver: member.driver.to_owned(),
+        tier: member.tier.as_str().to_owned(),
+        fenced: member.fences(),
+    }
+}
+
+/// Which member served a lease, and when (ms since the Unix epoch).
+#[napi(object)]
+pub struct ServedJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    pub fenced: bool,
+    pub served_at_ms: f64,
+}
+
+fn served_js(acquisition: &Acquisition) -> ServedJs {
+    let member = member_js(&acquisition.member);
+    ServedJs {
+        backend: member.backend,
+        driver: member.driver,
+        tier: member.tier,
+        fenced: acquisition.fenced,
+        served_at_ms: acquisition.at.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+    }
+}
+
+/// What the policy says of one key.
+#[napi(object)]
+pub struct KeyStatusJs {
+    pub rule: String,
+    pub pattern: Option<String>,
+    pub backends: Vec<MemberJs>,
+    pub min_tier: String,
+    pub on_unavailable: String,
+    pub last: Option<ServedJs>,
+}
+
+/// One member's counts in `status()`.
+#[napi(object)]
+pub struct MemberStatusJs {
+    pub backend: String,
+    pub driver: String,
+    pub tier: String,
+    pub served: f64,
+    pub fallbacks: f64,
+    pub refusals: f64,
+    pub skipped: bool,
+}
+
+/// The bound on a policy's members that `begin`'s answer packs an acquire's
+/// id above (options name at most a few; more are refused at open).
+const MEMBERS: u64 = 65_536;
+
+/// The decisions of one policy backend, and its acquires in progress.
+#[napi]
+pub struct NativePolicy {
+    router: Arc<Router>,
+    /// Acquires in progress by id (a JS number: no object per acquire), with
+    /// their keys; a slot is free again once its acquire ended.
+    attempts: Vec<Option<(Attempt, Vec<String>)>>,
+    free: Vec<u32>,
+}
+
+#[napi]
+impl NativePolicy {
+    /// Each member, in the order tries index them.
+    #[napi(catch_unwind)]
+    pub fn members(&self) -> Vec<MemberJs> {
+        self.router.members().iter().map(|member| member_js(member)).collect()
+    }
+
+    /// The policy's default wait, across every member tried.
+    #[napi(getter)]
+    pub fn wait_timeout_ms(&self) -> u32 {
+        u32::try_from(self.router.wait_timeout().as_millis()).unwrap_or(u32::MAX)
+    }
+
+    /// Starts an acquire of `keys` and picks its first member, in one call
+    /// (each call costs hundreds of ns): `id * MEMBERS + member + 1`, with
+    /// `member + 1` 0 when no member is left to try (see `MEMBERS` in
+    /// `npm/lib/policy.js`); -1 when the keys fall under several rules (see
+    /// `takeError`). The acquire ends with `served`, `refusal`, or a
+    /// `failed` that answers false.
+    #[napi(catch_unwind)]
+    pub fn begin(&mut self, keys: Vec<String>) -> f64 {
+        let rule = {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            self.router.rule_of_all(&keys)
+        };
+        let rule = match rule {
+            Ok(rule) => rule,
+            Err(error) => {
+                stash(error);
+                return -1.0;
+            }
+        };
+        let mut attempt = self.router.attempt(rule);
+        let first = attempt.next_member().map_or(0, |member| member as u64 + 1);
+        let entry = Some((attempt, keys));
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.attempts[id as usize] = entry;
+                id
+            }
+            None => {
+                self.attempts.push(entry);
+                (self.attempts.len() - 1) as u32
+            }
+        };
+        (u64::from(id) * MEMBERS + first) as f64
+    }
+
+    /// The index of the next member acquire `id` tries, or -1 when none is left.
+    #[napi(catch_unwind)]
+    pub fn next_member(&mut self, id: u32) -> i32 {
+        self.attempt(id).0.next_member().map_or(-1, |member| member as i32)
+    }
+
+    /// The try of member `member` failed with the error `code` (`message`
+    /// as the member's error said it): true when acquire `id` moves on to the
+    /// next member, false when this error ends it (and the acquire with it).
+    #[napi(catch_unwind)]
+    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String) -> bool {
+        // An error the core does not know (an app's, a TypeError) is no unavailability.
+        let step = match ErrorCode::from_name(&code) {
+            Some(code) => self.attempt(id).0.failed(member as usize, &LockError::new(code, message)),
+            None => Step::Stop,
+        };
+        if step == Step::Stop {
+            self.end(id);
+        }
+        step == Step::Next
+    }
+
+    /// Member `member` granted acquire `id`: counted, remembered, reported.
+    #[napi(catch_unwind)]
+    pub fn served(&mut self, id: u32, member: u32) {
+        let (attempt, keys) = self.end(id);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        attempt.served(member as usize, &keys);
+    }
+
+    /// The `NO_ELIGIBLE_BACKEND` error of acquire `id`, which no member served.
+    #[napi(catch_unwind)]
+    pub fn refusal(&mut self, id: u32) -> ErrorInfo {
+        info(self.end(id).0.refusal())
+    }
+
+    /// The rule of `key` and its last acquisition through this policy.
+    #[napi(catch_unwind)]
+    pub fn key_status(&self, key: String) -> KeyStatusJs {
+        let status = self.router.key_status(&key);
+        KeyStatusJs {
+            rule: status.rule,
+            pattern: status.pattern,
+            backends: status.backends.iter().map(member_js).collect(),
+            min_tier: status.min_tier.as_str().to_owned(),
+            on_unavailable: status.on_unavailable.as_str().to_owned(),
+            last: status.last.as_ref().map(served_js),
+        }
+    }
+
+    /// Each member's counts and whether it is skipped now.
+    #[napi(catch_unwind)]
+    pub fn member_status(&self) -> Vec<MemberStatusJs> {
+        self.router
+            .member_status()
+            .into_iter()
+            .map(|status| {
+                let member = member_js(&status.member);
+                MemberStatusJs {
+                    backend: member.backend,
+                    driver: member.driver,
+                    tier: member.tier,
+                    served: status.counts.served as f64,
+                    fallbacks: status.counts.fallbacks as f64,
+                    refusals: status.counts.refusals as f64,
+                    skipped: status.skipped,
+                }
+            })
+            .collect()
+    }
+}
+
+impl NativePolicy {
+    fn attempt(&mut self, id: u32) -> &mut (Attempt, Vec<String>) {
+        self.attempts[id as usize].as_mut().expect("the JS layer uses an acquire's id until it ends")
+    }
+
+    fn end(&mut self, id: u32) -> (Attempt, Vec<String>) {
+        let ended = self.attempts[id as usize].take().expect("the JS layer ends an acquire once");
+        self.free.push(id);
+        ended
+    }
+}

@@ -1,0 +1,196 @@
+// The policy driver: one backend over the provider's other backends, a
+// rule per key. The core decides (lib: NativePolicy, src/policy/router.rs):
+// which rule a key falls under, which member to try next, whether a failure
+// moves the acquire on (only a member's unavailability does, before a
+// grant), what to count and report. This module only runs each try on the
+// member's own view, so every kind, withLock's renewals and the member's
+// tracing are the member's.
+import { fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
+import { native } from './native.js';
+import { notAStringKey, waitTimeout } from './args.js';
+import { forwardTelemetry } from './telemetry.js';
+import { logTo } from './store.js';
+
+/** A member's lease, with which member served it: it stays on that member for its whole life. */
+class PolicyLease {
+  #lease;
+  #served;
+  #counts;
+
+  constructor(lease, served, counts) {
+    this.#lease = lease;
+    this.#served = served;
+    this.#counts = counts;
+  }
+
+  /** `{ backend, driver, tier, fenced }`: the member that granted it (frozen). Its fence compares only with that member's. */
+  get served() {
+    return this.#served;
+  }
+
+  get key() {
+    return this.#lease.key;
+  }
+
+  get keys() {
+    return this.#lease.keys;
+  }
+
+  get fences() {
+    return this.#lease.fences;
+  }
+
+  get valid() {
+    return this.#lease.valid;
+  }
+
+  get remainingMs() {
+    return this.#lease.remainingMs;
+  }
+
+  get fence() {
+    return this.#lease.fence;
+  }
+
+  /** Renews it on its member. */
+  renew() {
+    return this.#lease.renew();
+  }
+
+  /** Releases it on its member. */
+  async release() {
+    const released = await this.#lease.release();
+    if (released === true && this.#counts !== undefined) {
+      this.#counts.held -= 1;
+      this.#counts = undefined;
+    }
+    return released;
+  }
+
+  async [Symbol.asyncDispose]() {
+    await this.release();
+  }
+}
+
+/** `begin` answers `id * MEMBERS + member + 1` (bindings/node/src/policy.rs): one call, not two. */
+const MEMBERS = 65536;
+
+/** The LockBackend of a policy backend. */
+class PolicyBackend {
+  #native;
+  #waitTimeoutMs;
+  #members;
+  /** Per member, the frozen `lease.served` of its leases: `{ backend, driver, tier, fenced }`. */
+  #served;
+  #state;
+  #counts = { held: 0, waiting: 0, acquired: 0, timedOut: 0 };
+
+  constructor(handle, members, state) {
+    this.#native = handle;
+    this.#waitTimeoutMs = handle.waitTimeoutMs;
+    this.#members = members;
+    this.#served = handle.members().map((member) => Object.freeze(member));
+    this.#state = state;
+  }
+
+  /** Acquires `key` (or an array of keys, as one lease) on the first member its rule allows that can serve. */
+  acquire(key, options) {
+    return this.#serve(key, options, options, (view, wait, entered) => view.acquire(key, wait).then(entered));
+  }
+
+  /**
+   * Runs `fn(lease, signal)` under `key` on the member that serves it, with
+   * that member's withLock (its renewals, its loss): a try moves on to the
+   * next member only when the member could not grant, never once fn ran.
+   */
+  withLock(key, fn, options) {
+    if (typeof fn !== 'function') return Promise.reject(invalidArgument('withLock needs a function: withLock(key, fn, options?)'));
+    return this.#serve(key, options, waitOptions(options), (view, wait, entered) =>
+      view.withLock(key, (lease, signal) => fn(entered(lease), signal), wait),
+    );
+  }
+
+  /**
+   * One acquire through the rule of `key`: `run(view, options, entered)` tries a
+   * member with `options` (the caller's, its wait what is left of it);
+   * `entered(lease)`, called with the member's lease when it granted, ends
+   * the acquire and answers the policy's lease.
+   */
+  async #serve(key, options, acquireOptions, run) {
+    if (this.#state.closed) throw fromInfo(native.closedError());
+    let keys;
+    if (typeof key === 'string') keys = [key];
+    else if (Array.isArray(key) && key.length > 0 && key.every((k) => typeof k === 'string')) keys = key;
+    else throw Array.isArray(key) ? invalidArgument('keys must be a non-empty array of strings') : notAStringKey();
+    const policy = this.#native;
+    const waitMs = acquireOptions === undefined ? this.#waitTimeoutMs : waitTimeout(acquireOptions, this.#waitTimeoutMs);
+    const begun = policy.begin(keys);
+    if (begun === -1) throw takeNativeError();
+    const id = Math.floor(begun / MEMBERS);
+    const deadline = performance.now() + waitMs;
+    const counts = this.#counts;
+    counts.waiting += 1;
+    try {
+      for (let member = (begun % MEMBERS) - 1; member !== -1; member = policy.nextMember(id)) {
+        const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
+        let granted = false;
+        const entered = (lease) => {
+          granted = true;
+          policy.served(id, member);
+          counts.acquired += 1;
+          counts.held += 1;
+          return new PolicyLease(lease, this.#served[member], counts);
+        };
+        try {
+          return await run(this.#members[member], { ...options, waitTimeoutMs: left }, entered);
+        } catch (error) {
+          if (granted) throw error;
+          const code = error instanceof LockError ? error.code : '';
+          if (code === 'WAIT_TIMEOUT') counts.timedOut += 1;
+          if (!policy.failed(id, member, code, error instanceof LockError ? error.message : '')) throw error;
+        }
+      }
+      throw fromInfo(policy.refusal(id));
+    } finally {
+      counts.waiting -= 1;
+    }
+  }
+
+  /** `{ rule, pattern, backends, minTier, onUnavailable, last }` of `key`: its rule, and which member served it last (with `servedAtMs`). */
+  keyStatus(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    const status = this.#native.keyStatus(key);
+    return { ...status, pattern: status.pattern ?? null, last: status.last ?? null };
+  }
+
+  /** Counts: `{ driver: 'policy', held, heldShared, waiting, acquired, timedOut, lost, members }`; `members`: each member's served, fallbacks, refusals and whether it is skipped now. */
+  status() {
+    const { held, waiting, acquired, timedOut } = this.#counts;
+    return { driver: 'policy', held, heldShared: 0, waiting, acquired, timedOut, lost: 0, members: this.#native.memberStatus() };
+  }
+}
+
+/** The acquire options among withLock's (its wait, for the policy to share out); the member checks the rest. */
+function waitOptions(options) {
+  if (options === undefined) return undefined;
+  if (typeof options !== 'object' || options === null) return options;
+  return options.waitTimeoutMs === undefined ? {} : { waitTimeoutMs: options.waitTimeoutMs };
+}
+
+/**
+ * The driver `{ view, close() }` of policy backend `name`; `member(name)`
+ * is the view the provider opened for each member backend.
+ */
+export function openPolicy({ name, options, shared, logger }) {
+  const handle = options.openPolicy(name, (entry) => logTo(logger, entry), forwardTelemetry);
+  if (handle === null) throw takeNativeError();
+  const state = { closed: false };
+  const members = handle.members().map((member) => shared.view(member.backend));
+  return {
+    view: new PolicyBackend(handle, members, state),
+    // Its members are closed as backends of the provider.
+    close: async () => {
+      state.closed = true;
+    },
+  };
+}

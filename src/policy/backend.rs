@@ -1,0 +1,186 @@
+//! The policy backend of the Rust (and C) surface: the router's attempt,
+//! driven over the provider's own member backends.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::router::{Acquisition, KeyStatus, MemberStatus, Router, Step};
+use crate::acquire::AcquireOptions;
+use crate::error::{ErrorCode, Result};
+use crate::provider::{Backend, Lease};
+use crate::status::LeaseCounts;
+
+/// A `driver: policy` backend. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PolicyBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    router: Arc<Router>,
+    /// The member backends, in the router's member order.
+    members: Vec<Backend>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    held: AtomicUsize,
+    waiting: AtomicUsize,
+    acquired: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+impl PolicyBackend {
+    /// A policy over `members` (in `router`'s member order).
+    pub(crate) fn new(router: Router, members: Vec<Backend>) -> PolicyBackend {
+        PolicyBackend { inner: Arc::new(Inner { router: Arc::new(router), members, counts: Arc::default() }) }
+    }
+
+    /// Acquires `key` on the first member its rule allows that can serve.
+    pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<PolicyLease> {
+        self.acquire_many(&[key], options).await
+    }
+
+    /// Acquires every key of `keys` as one lease on one member; the keys
+    /// must fall under one rule.
+    pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<PolicyLease> {
+        let inner = &self.inner;
+        let rule = inner.router.rule_of_all(keys)?;
+        let counts = &inner.counts;
+        counts.waiting.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.serve(rule, keys, options).await;
+        counts.waiting.fetch_sub(1, Ordering::Relaxed);
+        match &outcome {
+            Ok(_) => {
+                counts.acquired.fetch_add(1, Ordering::Relaxed);
+                counts.held.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) if error.code() == ErrorCode::WaitTimeout => {
+                counts.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    async fn serve(&self, rule: usize, keys: &[&str], mut options: AcquireOptions) -> Result<PolicyLease> {
+        let inner = &self.inner;
+        // One wait across every member tried: a fallback uses what is left.
+        let wait = options.wait_timeout.unwrap_or_else(|| inner.router.wait_timeout());
+        let deadline = Instant::now() + wait;
+        let mut attempt = inner.router.attempt(rule);
+        while let Some(member) = attempt.next_member() {
+            options.wait_timeout = Some(deadline.saturating_duration_since(Instant::now()).min(wait));
+            let backend = &inner.members[member];
+            // Boxed: a member is a `Backend`, whose acquire may be a policy's (the options forbid it, the types do not).
+            let tried = if keys.len() == 1 {
+                Box::pin(backend.acquire(keys[0], options.clone())).await
+            } else {
+                Box::pin(backend.acquire_many(keys, options.clone())).await
+            };
+            match tried {
+                Ok(lease) => {
+                    let served = attempt.served(member, keys);
+                    return Ok(PolicyLease { lease, backend: backend.clone(), served, counts: inner.counts.clone(), counted: true.into() });
+                }
+                Err(error) => {
+                    if attempt.failed(member, &error) == Step::Stop {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        Err(attempt.refusal())
+    }
+
+    /// What the policy says of `key`: its rule and its last acquisition.
+    pub fn key_status(&self, key: &str) -> KeyStatus {
+        self.inner.router.key_status(key)
+    }
+
+    /// Each member's counts and whether it is skipped now.
+    pub fn members(&self) -> Vec<MemberStatus> {
+        self.inner.router.member_status()
+    }
+
+    /// This backend's own counts: its acquires, not its members'.
+    pub fn counts(&self) -> LeaseCounts {
+        let counts = &self.inner.counts;
+        LeaseCounts {
+            held: counts.held.load(Ordering::Relaxed),
+            held_shared: 0,
+            waiting: counts.waiting.load(Ordering::Relaxed),
+            acquired: counts.acquired.load(Ordering::Relaxed),
+            timed_out: counts.timed_out.load(Ordering::Relaxed),
+            lost: 0,
+        }
+    }
+
+    /// The router, for surfaces that drive members of their own.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.inner.router
+    }
+}
+
+/// A lease a policy backend got from one of its members: it stays on that
+/// member for its whole life (renew, release, loss).
+#[derive(Debug)]
+pub struct PolicyLease {
+    lease: Lease,
+    backend: Backend,
+    served: Acquisition,
+    counts: Arc<Counts>,
+    /// Still counted as held by the policy (until released or dropped).
+    counted: std::sync::atomic::AtomicBool,
+}
+
+impl PolicyLease {
+    /// The member's lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The member backend that granted it.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Which member served it, its driver and tier, whether it fences, when.
+    pub fn served(&self) -> &Acquisition {
+        &self.served
+    }
+
+    /// Releases it on its member.
+    pub async fn release(&self) -> Result<bool> {
+        let released = self.lease.release().await;
+        if matches!(released, Ok(true)) {
+            self.uncount();
+        }
+        released
+    }
+
+    fn uncount(&self) {
+        if self.counted.swap(false, Ordering::Relaxed) {
+            self.counts.held.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Renews it on its member.
+    pub async fn renew(&self) -> Result<bool> {
+        self.lease.renew().await
+    }
+
+    /// How often `with_lock` renews it: its member's interval.
+    pub fn auto_renew_every(&self) -> Option<Duration> {
+        self.backend.auto_renew_every()
+    }
+}
+
+impl Drop for PolicyLease {
+    fn drop(&mut self) {
+        self.uncount();
+    }
+}
