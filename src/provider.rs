@@ -42,10 +42,11 @@ impl Default for Hooks {
     }
 }
 use crate::host::Host;
+use crate::mysql::{MysqlBackend, MysqlDriver, MysqlLease};
 use crate::options::{BackendOptions, Options, StoreOptions};
 use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, LeaseCounts, PostgresStatus, RedisStatus};
+use crate::status::{BackendStatus, LeaseCounts, MysqlStatus, PostgresStatus, RedisStatus};
 use crate::store::KeepAlive;
 
 /// All backends of one configuration.
@@ -58,6 +59,9 @@ pub struct Provider {
     /// The postgres driver's runtime and connections; `None` without
     /// postgres backends.
     postgres: Option<PostgresDriver>,
+    /// The mysql driver's runtime and connections; `None` without mysql
+    /// backends.
+    mysql: Option<MysqlDriver>,
 }
 
 impl Provider {
@@ -76,6 +80,7 @@ impl Provider {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
         let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
         let postgres = PostgresDriver::open(&options, &logger, &telemetry, &host)?;
+        let mysql = MysqlDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         let mut postgres_backends = BTreeMap::new();
@@ -91,6 +96,10 @@ impl Provider {
                     let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
                     postgres_backends.insert(name.clone(), settings.clone());
                     Backend::Postgres(driver.backend(&name, settings))
+                }
+                BackendOptions::Mysql(settings) => {
+                    let driver = mysql.as_ref().expect("a mysql backend starts the mysql driver");
+                    Backend::Mysql(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::App { driver, .. } => {
@@ -112,7 +121,7 @@ impl Provider {
         if let Some(driver) = &postgres {
             driver.start(&postgres_backends);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres })
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres, mysql })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -159,6 +168,9 @@ impl Provider {
         if let Some(postgres) = &self.postgres {
             postgres.shut_down();
         }
+        if let Some(mysql) = &self.mysql {
+            mysql.shut_down();
+        }
     }
 }
 
@@ -171,6 +183,8 @@ pub enum Backend {
     Redis(RedisBackend),
     /// A `driver: postgres` backend.
     Postgres(PostgresBackend),
+    /// A `driver: mysql` backend.
+    Mysql(MysqlBackend),
     /// A `driver: file` backend.
     File(FileBackend),
 }
@@ -183,6 +197,7 @@ impl Backend {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
+            Backend::Mysql(mysql) => mysql.acquire(key, options).await.map(Lease::Mysql),
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
         }
     }
@@ -197,6 +212,7 @@ impl Backend {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
+            Backend::Mysql(mysql) => mysql.acquire_many(keys, options).await.map(Lease::Mysql),
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
         }
     }
@@ -228,6 +244,11 @@ impl Backend {
                 };
                 BackendStatus { postgres: Some(postgres), ..BackendStatus::of("postgres", counts.leases()) }
             }
+            Backend::Mysql(mysql) => {
+                let counts = mysql.counts();
+                let mysql = MysqlStatus { connected: counts.connected, last_error: counts.last_error, last_answer: counts.last_answer };
+                BackendStatus { mysql: Some(mysql), ..BackendStatus::of("mysql", counts.leases()) }
+            }
             Backend::File(file) => BackendStatus::of("file", file.counts()),
         }
     }
@@ -238,6 +259,7 @@ impl Backend {
         match self {
             Backend::Redis(redis) => Some(redis.options()),
             Backend::Postgres(postgres) => Some(postgres.options()),
+            Backend::Mysql(mysql) => Some(mysql.options()),
             Backend::Local(_) | Backend::File(_) => None,
         }
     }
@@ -255,7 +277,7 @@ impl Backend {
         match self {
             Backend::Local(local) => Some(local.closing()),
             Backend::File(file) => Some(file.closing()),
-            Backend::Redis(_) | Backend::Postgres(_) => None,
+            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) => None,
         }
     }
 
@@ -264,6 +286,7 @@ impl Backend {
             Backend::Local(local) => local.close(),
             Backend::Redis(redis) => redis.close().await,
             Backend::Postgres(postgres) => postgres.close().await,
+            Backend::Mysql(mysql) => mysql.close().await,
             Backend::File(file) => file.close(),
         }
     }
@@ -278,6 +301,8 @@ pub enum Lease {
     Redis(RedisLease),
     /// A lease of a postgres backend.
     Postgres(PostgresLease),
+    /// A lease of a mysql backend.
+    Mysql(MysqlLease),
     /// A lease of a file backend.
     File(FileLease),
 }
@@ -290,6 +315,7 @@ impl Lease {
             Lease::Local(lease) => lease.key(),
             Lease::Redis(lease) => lease.key(),
             Lease::Postgres(lease) => lease.key(),
+            Lease::Mysql(lease) => lease.key(),
             Lease::File(lease) => lease.key(),
         }
     }
@@ -300,6 +326,7 @@ impl Lease {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
             Lease::Postgres(lease) => lease.keys(),
+            Lease::Mysql(lease) => lease.keys(),
             Lease::File(lease) => lease.keys(),
         }
     }
@@ -311,6 +338,7 @@ impl Lease {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
             Lease::Postgres(lease) => lease.fence(),
+            Lease::Mysql(lease) => lease.fence(),
             Lease::File(lease) => lease.fence(),
         }
     }
@@ -322,6 +350,7 @@ impl Lease {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
             Lease::Postgres(lease) => lease.fences(),
+            Lease::Mysql(lease) => lease.fences(),
             Lease::File(lease) => lease.fences(),
         }
     }
@@ -333,6 +362,7 @@ impl Lease {
             Lease::Local(lease) => lease.is_valid(),
             Lease::Redis(lease) => lease.is_valid(),
             Lease::Postgres(lease) => lease.is_valid(),
+            Lease::Mysql(lease) => lease.is_valid(),
             Lease::File(lease) => lease.is_valid(),
         }
     }
@@ -345,6 +375,7 @@ impl Lease {
             Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
             Lease::Redis(lease) => Some(lease.remaining()),
             Lease::Postgres(lease) => Some(lease.remaining()),
+            Lease::Mysql(lease) => Some(lease.remaining()),
         }
     }
 
@@ -354,6 +385,7 @@ impl Lease {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
             Lease::Postgres(lease) => lease.renew().await,
+            Lease::Mysql(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
         }
     }
@@ -366,6 +398,7 @@ impl Lease {
         match self {
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),
+            Lease::Mysql(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Local(_) | Lease::File(_) => None,
         }
     }
@@ -377,6 +410,7 @@ impl Lease {
             Lease::Local(lease) => Ok(lease.release()),
             Lease::Redis(lease) => lease.release().await,
             Lease::Postgres(lease) => lease.release().await,
+            Lease::Mysql(lease) => lease.release().await,
             Lease::File(lease) => lease.release(),
         }
     }

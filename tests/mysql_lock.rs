@@ -1,0 +1,140 @@
+//! The mysql driver against the machine's MariaDB, between two providers
+//! (each with its own connections, as two processes): fences that rise,
+//! every kind, several keys all or nothing, names longer than a column and
+//! hostile ones, and the failures a caller sees.
+
+mod mysql;
+
+use std::time::Duration;
+
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockMode, Provider};
+use futures::executor::block_on;
+use mysql::{count, rows, url, yaml, Table};
+
+fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
+}
+
+fn open(table: &Table) -> (Provider, Backend) {
+    let provider = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    (provider, backend)
+}
+
+fn code<T: std::fmt::Debug>(outcome: dokebi_lock::Result<T>) -> ErrorCode {
+    outcome.expect_err("refused").code()
+}
+
+#[test]
+fn a_key_is_held_by_one_process_at_a_time_with_rising_fences() {
+    let table = Table::fresh();
+    let ((_one, a), (_other, b)) = (open(&table), open(&table));
+    let first = block_on(a.acquire("order:1", wait(0))).unwrap();
+    assert_eq!(code(block_on(b.acquire("order:1", wait(0)))), ErrorCode::LockBusy);
+    let fence = first.fence();
+    assert!(block_on(first.release()).unwrap());
+    let second = block_on(b.acquire("order:1", wait(0))).unwrap();
+    assert!(second.fence() > fence, "{} after {fence}", second.fence());
+    // A waiter in the other process is served once the key is released.
+    let waiter = std::thread::spawn({
+        let a = a.clone();
+        move || block_on(a.acquire("order:1", wait(3000))).map(|lease| lease.fence())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let last = second.fence();
+    assert!(block_on(second.release()).unwrap());
+    assert!(waiter.join().unwrap().unwrap() > last);
+}
+
+#[test]
+fn readers_share_counted_keys_hold_their_limit_and_several_keys_are_all_or_nothing() {
+    let table = Table::fresh();
+    let ((_one, a), (_other, b)) = (open(&table), open(&table));
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
+    let r1 = block_on(a.acquire("doc", shared.clone())).unwrap();
+    let r2 = block_on(b.acquire("doc", shared.clone())).unwrap();
+    assert_eq!(code(block_on(b.acquire("doc", wait(0)))), ErrorCode::LockBusy, "a writer waits for the readers");
+    assert!(block_on(r1.release()).unwrap() && block_on(r2.release()).unwrap());
+
+    let counted = |weight| AcquireOptions { limit: Some(3), weight: Some(weight), ..wait(0) };
+    let c1 = block_on(a.acquire("pool", counted(2))).unwrap();
+    assert_eq!(code(block_on(b.acquire("pool", counted(2)))), ErrorCode::LockBusy);
+    let c2 = block_on(b.acquire("pool", counted(1))).unwrap();
+    let other_limit = AcquireOptions { limit: Some(4), ..wait(0) };
+    assert_eq!(code(block_on(b.acquire("pool", other_limit))), ErrorCode::InvalidArgument);
+    assert!(block_on(c1.release()).unwrap() && block_on(c2.release()).unwrap());
+
+    let held = block_on(a.acquire("k2", wait(0))).unwrap();
+    assert_eq!(code(block_on(b.acquire_many(&["k3", "k1", "k2"], wait(0)))), ErrorCode::LockBusy);
+    assert!(block_on(b.acquire("k1", wait(0))).is_ok_and(|lease| block_on(lease.release()).unwrap()), "nothing of the refused set is held");
+    assert!(block_on(held.release()).unwrap());
+    let many = block_on(b.acquire_many(&["k3", "k1", "k2"], wait(0))).unwrap();
+    let fences = many.fences();
+    assert_eq!(fences.len(), 3);
+    assert!(block_on(many.release()).unwrap());
+}
+
+#[test]
+fn long_and_hostile_keys_and_namespaces_are_only_data() {
+    let table = Table::fresh();
+    let provider = Provider::from_yaml(&yaml(&table.0, ", namespace: \"x'); DROP TABLE t; --\", maxKeyBytes: 4000")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    let long = "é".repeat(1000);
+    let (a, b) = (format!("{long}a"), format!("{long}b"));
+    for key in ["'); DROP TABLE x; --", "\\", "a,b", "a;b", a.as_str(), b.as_str()] {
+        let lease = block_on(backend.acquire(key, wait(0))).unwrap_or_else(|err| panic!("{key:?}: {err}"));
+        if key == a {
+            // Digests of two long keys are two keys.
+            let other = block_on(backend.acquire(&b, wait(0))).unwrap();
+            assert!(block_on(other.release()).unwrap());
+        }
+        assert!(block_on(lease.release()).unwrap());
+    }
+    // Six keys, the long ones as 0xFF and their SHA-256.
+    assert_eq!(count(&format!("SELECT COUNT(*) FROM `{}`", table.0)), 6);
+    assert_eq!(count(&format!("SELECT MAX(LENGTH(k)) FROM `{}`", table.0)), 33);
+}
+
+#[test]
+fn refused_credentials_name_the_user_never_the_password_and_an_unreachable_server_says_so() {
+    let table = Table::fresh();
+    let wrong = url().replacen("mysql://root@", "mysql://dokebi_nobody:hunter2secret@", 1);
+    let yaml = mysql::yaml(&table.0, "").replace(&url(), &wrong);
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    let text = format!("{err} {}", err.fix());
+    assert!(text.contains("dokebi_nobody") && !text.contains("hunter2secret"), "{text}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let yaml = mysql::yaml(&table.0, "").replace(&url(), &format!("mysql://root@127.0.0.1:{port}/test"));
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    assert!(err.to_string().contains("unreachable"), "{err}");
+}
+
+#[test]
+fn without_auto_create_the_fix_is_the_sql_to_run_and_it_works() {
+    let table = Table::fresh();
+    let provider = Provider::from_yaml(&yaml(&table.0, ", autoCreate: false")).unwrap();
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    let fix = err.fix().to_owned();
+    assert!(fix.contains(&format!("CREATE PROCEDURE `{}_take`", table.0)), "{fix}");
+    // What autoCreate installs is what the fix says.
+    let (_auto, backend) = open(&table);
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let lease = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    assert!(block_on(lease.release()).unwrap());
+    assert_eq!(
+        rows(&format!(
+            "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'test' AND ROUTINE_NAME LIKE '{}\\_%'",
+            table.0
+        ))[0][0]
+            .as_deref(),
+        Some("8")
+    );
+}
