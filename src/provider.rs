@@ -84,6 +84,7 @@ impl Provider {
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         let mut postgres_backends = BTreeMap::new();
+        let mut mysql_backends = BTreeMap::new();
         for (name, backend) in options.backends {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
@@ -99,6 +100,7 @@ impl Provider {
                 }
                 BackendOptions::Mysql(settings) => {
                     let driver = mysql.as_ref().expect("a mysql backend starts the mysql driver");
+                    mysql_backends.insert(name.clone(), settings.clone());
                     Backend::Mysql(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
@@ -120,6 +122,9 @@ impl Provider {
         }
         if let Some(driver) = &postgres {
             driver.start(&postgres_backends);
+        }
+        if let Some(driver) = &mysql {
+            driver.start(&mysql_backends);
         }
         Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres, mysql })
     }
@@ -246,7 +251,12 @@ impl Backend {
             }
             Backend::Mysql(mysql) => {
                 let counts = mysql.counts();
-                let mysql = MysqlStatus { connected: counts.connected, last_error: counts.last_error, last_answer: counts.last_answer };
+                let mysql = MysqlStatus {
+                    connected: counts.connected,
+                    polling: counts.subscribed,
+                    last_error: counts.last_error,
+                    last_answer: counts.last_answer,
+                };
                 BackendStatus { mysql: Some(mysql), ..BackendStatus::of("mysql", counts.leases()) }
             }
             Backend::File(file) => BackendStatus::of("file", file.counts()),

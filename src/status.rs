@@ -88,6 +88,9 @@ pub struct PostgresStatus {
 pub struct MysqlStatus {
     /// The last lock statement was answered.
     pub connected: bool,
+    /// The release poller reads the log (else waiters poll at
+    /// `pollIntervalMs`).
+    pub polling: bool,
     /// The code of the last failure talking to MySQL, if any.
     pub last_error: Option<ErrorCode>,
     /// When MySQL last answered a lock statement.

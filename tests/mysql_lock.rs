@@ -138,3 +138,40 @@ fn without_auto_create_the_fix_is_the_sql_to_run_and_it_works() {
         Some("8")
     );
 }
+
+#[test]
+fn a_release_wakes_a_waiter_of_another_process_long_before_its_next_poll() {
+    let table = Table::fresh();
+    // Polls 5 s apart: a waiter served sooner was woken by the release log.
+    let slow = ", pollIntervalMs: 5000, notifyPollIntervalMs: 5000";
+    let open = || {
+        let provider = Provider::from_yaml(&yaml(&table.0, slow)).unwrap();
+        let backend = provider.backend("shared").unwrap();
+        (provider, backend)
+    };
+    let ((_one, a), (_other, b)) = (open(), open());
+    let mut handoffs = Vec::new();
+    for round in 0..30 {
+        let held = block_on(a.acquire("baton", wait(0))).unwrap();
+        let waiter = std::thread::spawn({
+            let b = b.clone();
+            move || {
+                let lease = block_on(b.acquire("baton", wait(10_000))).unwrap();
+                let granted = std::time::Instant::now();
+                assert!(block_on(lease.release()).unwrap());
+                granted
+            }
+        });
+        // The waiter's first try was refused and it waits (and, from the
+        // second round on, the poller is live).
+        std::thread::sleep(Duration::from_millis(if round == 0 { 500 } else { 50 }));
+        let released = std::time::Instant::now();
+        assert!(block_on(held.release()).unwrap());
+        handoffs.push(waiter.join().unwrap().duration_since(released));
+    }
+    handoffs.sort();
+    let (median, p99) = (handoffs[handoffs.len() / 2], handoffs[handoffs.len() * 99 / 100]);
+    println!("hand-off between processes: median {median:?}, p99 {p99:?}");
+    assert!(matches!(b.status().mysql, Some(ref mysql) if mysql.polling), "the poller reads the log");
+    assert!(median < Duration::from_millis(100), "median {median:?}: woken by its poll, not the release");
+}

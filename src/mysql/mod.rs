@@ -8,6 +8,7 @@
 //!   of one connection share;
 //! - `schema`: the tables and the stored procedures that are the
 //!   operations; `sql`: the one `CALL` of each;
+//! - `notify`: the release poller, which wakes this process's waiters;
 //! - `transport`: connections (a small pool), their URL and TLS, and the
 //!   classification of failures; it knows nothing of locks.
 //!
@@ -15,9 +16,9 @@
 //! as text with nothing of a key in its SQL but hex digits, and leaves no
 //! session state (no `GET_LOCK`, no user variable, no temporary table, no
 //! prepared statement), so a multiplexing proxy (ProxySQL) may sit
-//! between. Releases in other processes are found by polling
-//! (`pollIntervalMs`): MySQL has no `LISTEN`, and the driver has no
-//! wake-up channel yet.
+//! between. MySQL has no `LISTEN`: releases in other processes are found
+//! by one poller per connection, reading a log of releases every
+//! millisecond while this process has an acquire in progress.
 //!
 //! ```no_run
 //! # futures::executor::block_on(async {
@@ -42,6 +43,7 @@
 //! # }).unwrap();
 //! ```
 
+pub(crate) mod notify;
 pub(crate) mod schema;
 pub(crate) mod sql;
 pub mod store;
@@ -113,6 +115,17 @@ impl MysqlDriver {
     pub fn backend(&self, name: &str, options: MysqlOptions) -> MysqlBackend {
         let store = MysqlStore::new(self.connections[&options.store.connection].clone(), &options);
         MysqlBackend::new(name, options.store, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+    }
+
+    /// Starts each connection's release poller, on the tables of its backends.
+    pub fn start(&self, backends: &BTreeMap<String, MysqlOptions>) {
+        for (name, shared) in &self.connections {
+            let mut tables: Vec<String> =
+                backends.values().filter(|backend| &backend.store.connection == name).map(|backend| backend.table.clone()).collect();
+            tables.sort();
+            tables.dedup();
+            self.runtime.spawner().handle().spawn(notify::run(shared.clone(), tables));
+        }
     }
 
     /// Closes every connection.

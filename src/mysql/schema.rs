@@ -21,6 +21,9 @@
 //! - `<table>_waiting`: the marks of requests waiting in any process
 //!   (ticket: the server's clock in µs at the first wait), so that no later
 //!   request overtakes them.
+//! - `<table>_released`: a log of the keys a release (or a withdrawn mark)
+//!   freed while someone waited for them, read by each process's poller
+//!   (see [`super::notify`]); a release deletes entries older than a minute.
 //!
 //! Each public procedure is one transaction in READ COMMITTED (`SET
 //! TRANSACTION` before its own `START TRANSACTION`: for that transaction
@@ -85,15 +88,16 @@ impl Table {
     }
 
     /// The query that answers the installed version of the take
-    /// procedure's (NULL: missing) and how many of the three tables exist.
+    /// procedure's (NULL: missing) and how many of the four tables exist.
     pub fn check_sql(&self) -> String {
         format!(
             "SELECT (SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' \
-             AND ROUTINE_NAME = '{}'), (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}'))",
+             AND ROUTINE_NAME = '{}'), (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
             format_args!("{}_take", self.table),
             self.table,
             format_args!("{}_holders", self.table),
             format_args!("{}_waiting", self.table),
+            format_args!("{}_released", self.table),
         )
     }
 
@@ -102,6 +106,7 @@ impl Table {
             .replace("{keys}", &self.name(""))
             .replace("{holders}", &self.name("_holders"))
             .replace("{waiting}", &self.name("_waiting"))
+            .replace("{released}", &self.name("_released"))
             .replace("{version}", VERSION)
             .replace("{clock}", CLOCK)
             .replace("{enter}", ENTER)
@@ -129,7 +134,7 @@ pub(crate) fn installed(comment: Option<&str>, tables: i64) -> Installed {
     let ours = number(VERSION).unwrap_or(0);
     match comment.and_then(number) {
         Some(theirs) if theirs > ours => Installed::Newer,
-        Some(theirs) if theirs == ours && tables == 3 => Installed::Current,
+        Some(theirs) if theirs == ours && tables == 4 => Installed::Current,
         _ => Installed::Missing,
     }
 }
@@ -184,6 +189,14 @@ CREATE TABLE IF NOT EXISTS {waiting} (
   lim INT NOT NULL,
   lapses_at BIGINT NOT NULL,
   PRIMARY KEY (ns, k, slot)
+) ENGINE = InnoDB;
+CREATE TABLE IF NOT EXISTS {released} (
+  id BIGINT NOT NULL AUTO_INCREMENT,
+  ns VARBINARY(255) NOT NULL,
+  k VARBINARY(255) NOT NULL,
+  at_us BIGINT NOT NULL,
+  PRIMARY KEY (id),
+  KEY at_us (at_us)
 ) ENGINE = InnoDB;
 ";
 
@@ -401,8 +414,12 @@ BEGIN
       SET v_c = (SELECT COUNT(*) FROM {holders} WHERE ns = p_ns AND k = v_k AND token = p_token AND expires_at = 0);
     END IF;
     SET p_released = p_released + v_c;
+    IF v_c > 0 AND EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND lapses_at > v_now) THEN
+      INSERT INTO {released} (ns, k, at_us) VALUES (p_ns, v_k, v_now);
+    END IF;
     SET v_i = v_i + 1;
   END WHILE;
+  DELETE FROM {released} WHERE at_us < v_now - 60000000 LIMIT 16;
   -- Up to four key rows past their retention that nothing holds or waits
   -- for, locked unless another call has them, checked again once locked.
   IF EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) THEN
@@ -497,14 +514,22 @@ BEGIN
   DECLARE v_i INT DEFAULT 1;
   DECLARE v_now BIGINT;
   DECLARE v_withdrawn INT DEFAULT 0;
+  DECLARE v_k VARBINARY(255);
   {enter}
   CALL {lock}(p_ns, p_keys);
   SET v_now = {clock};
   WHILE v_i <= v_n DO
-    UPDATE {waiting} SET lapses_at = 0 WHERE ns = p_ns AND k = ",
+    SET v_k = ",
             item!("p_keys", "v_i"),
-            " AND token = p_token AND lapses_at > v_now;
-    SET v_withdrawn = v_withdrawn + ROW_COUNT();
+            ";
+    UPDATE {waiting} SET lapses_at = 0 WHERE ns = p_ns AND k = v_k AND token = p_token AND lapses_at > v_now;
+    -- Others waiting behind this one may go now.
+    IF ROW_COUNT() > 0 THEN
+      SET v_withdrawn = v_withdrawn + 1;
+      IF EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND lapses_at > v_now) THEN
+        INSERT INTO {released} (ns, k, at_us) VALUES (p_ns, v_k, v_now);
+      END IF;
+    END IF;
     SET v_i = v_i + 1;
   END WHILE;
   {leave}

@@ -28,6 +28,14 @@ impl Shared {
     }
 }
 
+/// The name of a key in this process's queues: its table, namespace and
+/// key as their columns keep them (hex), as the release log names them. So
+/// no two (table, namespace, key) share one: the backends of one connection
+/// that keep their keys in different tables or namespaces share no queue.
+pub(crate) fn queue_name(table: &str, namespace: &str, key: &str) -> String {
+    format!("{table} {namespace} {key}")
+}
+
 /// The longest name a column keeps whole (`VARBINARY(255)`).
 const NAME_COLUMN_BYTES: usize = 255;
 
@@ -102,11 +110,9 @@ pub struct MysqlStore {
     shared: Arc<Shared>,
     /// The namespace's stored name, hex.
     namespace: String,
-    /// What every queue name of this backend starts with: the table and
-    /// the namespace, so backends of one connection that keep their keys in
-    /// different tables or namespaces share no queue.
-    queue_prefix: String,
     table: Table,
+    /// The table's name, as queue names start with it.
+    table_name: String,
     statements: Statements,
     auto_create: bool,
     /// The tables and procedures were found (or created): checked once per
@@ -122,7 +128,7 @@ impl MysqlStore {
         MysqlStore {
             shared,
             namespace: hex(&stored(namespace)),
-            queue_prefix: format!("{} {}:{namespace}", options.table, namespace.len()),
+            table_name: options.table.clone(),
             statements: Statements::new(&table),
             table,
             auto_create: options.auto_create,
@@ -253,8 +259,8 @@ impl Store for MysqlStore {
         Ok(Claim {
             sorted: hex_list(order.iter().map(|&at| stored[at].as_slice())),
             order,
+            names: stored.iter().map(|key| queue_name(&self.table_name, &self.namespace, &hex(key))).collect(),
             stored,
-            names: keys.iter().map(|key| format!("{}{key}", self.queue_prefix)).collect(),
             kind,
             terms,
             token: crate::store::token::owner_token()?,
@@ -368,10 +374,9 @@ impl Store for MysqlStore {
         Ok(())
     }
 
-    /// Releases in other processes wake no one here yet: waiters poll at
-    /// `pollIntervalMs`.
+    /// True while the release poller reads the log (see [`super::notify`]).
     fn is_notified(&self) -> bool {
-        false
+        self.connection().is_listening()
     }
 
     fn command_timeout(&self) -> Duration {
@@ -387,7 +392,7 @@ impl Store for MysqlStore {
         Connectivity {
             last_answer: connection.last_answer(),
             connected: connection.is_connected(),
-            subscribed: false,
+            subscribed: connection.is_listening(),
             last_error: connection.last_error(),
         }
     }

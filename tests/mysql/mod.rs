@@ -67,7 +67,7 @@ impl Drop for Table {
 /// Drops the tables and procedures named after `table`.
 pub fn drop_tables(table: &str) {
     let mut sql = String::new();
-    for suffix in ["", "_holders", "_waiting"] {
+    for suffix in ["", "_holders", "_waiting", "_released"] {
         sql += &format!("DROP TABLE IF EXISTS `{table}{suffix}`;");
     }
     for suffix in ["_lock", "_try", "_release", "_take", "_renew", "_give_back", "_withdraw", "_hand_over"] {
@@ -80,7 +80,7 @@ pub fn drop_tables(table: &str) {
 /// `fields` added to it.
 pub fn yaml(table: &str, fields: &str) -> String {
     format!(
-        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      shared: {{ driver: mysql, connection: main, table: {table}, leaseMs: 5000, pollIntervalMs: 10{fields} }}\n",
+        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      shared: {{ driver: mysql, connection: main, table: {table}, leaseMs: 5000{fields} }}\n",
         url()
     )
 }

@@ -43,6 +43,8 @@ pub(crate) struct MysqlConnection {
     next: AtomicUsize,
     health: Mutex<Health>,
     connected: AtomicBool,
+    /// The release poller reads the log (see `super::super::notify`).
+    listening: AtomicBool,
     stopped: AtomicBool,
     runtime: Handle,
 }
@@ -76,6 +78,7 @@ impl MysqlConnection {
             next: AtomicUsize::new(0),
             health: Mutex::default(),
             connected: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             runtime,
         })
@@ -173,7 +176,7 @@ impl MysqlConnection {
 
     /// A new connection within `connectTimeoutMs`: with TLS first under
     /// `PREFERRED`, in the clear when the server has none.
-    async fn connect(&self) -> std::result::Result<Conn, Failure> {
+    pub async fn connect(&self) -> std::result::Result<Conn, Failure> {
         let attempt = async {
             match Conn::new(self.target.opts.clone()).await {
                 Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
@@ -259,6 +262,14 @@ impl MysqlConnection {
 
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    pub fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Release);
     }
 
     /// True once [`MysqlConnection::shut_down`] ran.
