@@ -1,12 +1,12 @@
 //! The model on the machine's MariaDB, in tables of the run's own (the
 //! server is shared, so it is not restarted): its faults are killed
-//! connections (every connection running a call of the run's procedures
-//! is ended with `KILL`, as an administrator or a failover does, the
-//! answer lost: at most one in 3 s) and slow commits (for a while, every
-//! write of a holder row sleeps up to 0.1 s before its statement ends, the
-//! row locked). Once every lease was released and the retention passed,
-//! and a few releases went by to clean up, no row of a model key may be
-//! left in any table.
+//! connections (every connection running a call of the run's procedures,
+//! or a statement on its tables, is ended with `KILL`, as an administrator
+//! or a failover does, the answer lost: at most one in 3 s) and slow
+//! commits (for a while, every write of a holder row sleeps up to 0.1 s
+//! before its statement ends, the row locked). Once every lease was
+//! released and the retention passed, and a few releases went by to clean
+//! up, no row of a model key may be left in any table.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,8 +53,10 @@ impl MysqlModel {
         if last.elapsed() < Duration::from_secs(3) {
             return false;
         }
-        // A call lasts about a millisecond: looked for until one is caught.
-        let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'CALL `{}\\_%'", self.prefix);
+        // A call lasts about a millisecond: looked for until one is caught,
+        // by its `CALL` or (inside the procedure) the statement it runs.
+        let sql =
+            format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '%`{}\\_%' AND ID <> CONNECTION_ID()", self.prefix);
         let looking = Instant::now();
         while looking.elapsed() < Duration::from_secs(2) {
             let Ok(ids) = try_rows(&sql) else { continue };
