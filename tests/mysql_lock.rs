@@ -175,3 +175,31 @@ fn a_release_wakes_a_waiter_of_another_process_long_before_its_next_poll() {
     assert!(matches!(b.status().mysql, Some(ref mysql) if mysql.polling), "the poller reads the log");
     assert!(median < Duration::from_millis(100), "median {median:?}: woken by its poll, not the release");
 }
+
+#[test]
+fn key_sets_in_opposite_orders_in_two_processes_never_deadlock_or_overlap() {
+    let table = Table::fresh();
+    let ((_one, a), (_other, b)) = (open(&table), open(&table));
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let orders: [&[&str]; 4] = [&["x", "y", "z"], &["z", "y", "x"], &["y", "z"], &["z", "x"]];
+    let workers: Vec<_> = (0..8)
+        .map(|worker| {
+            let backend = if worker % 2 == 0 { a.clone() } else { b.clone() };
+            let inside = inside.clone();
+            std::thread::spawn(move || {
+                for round in 0..15 {
+                    let keys = orders[(worker + round) % orders.len()];
+                    let lease = block_on(backend.acquire_many(keys, wait(20_000))).unwrap_or_else(|err| panic!("{keys:?}: {err}"));
+                    // Every set shares z: one holder at a time.
+                    assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders of z");
+                    std::thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    assert!(block_on(lease.release()).unwrap());
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+}

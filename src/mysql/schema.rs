@@ -23,7 +23,8 @@
 //!   request overtakes them.
 //! - `<table>_released`: a log of the keys a release (or a withdrawn mark)
 //!   freed while someone waited for them, read by each process's poller
-//!   (see [`super::notify`]); a release deletes entries older than a minute.
+//!   (see [`super::notify`]); one release in 32 deletes up to 64 entries
+//!   older than a minute.
 //!
 //! Each public procedure is one transaction in READ COMMITTED (`SET
 //! TRANSACTION` before its own `START TRANSACTION`: for that transaction
@@ -419,7 +420,11 @@ BEGIN
     END IF;
     SET v_i = v_i + 1;
   END WHILE;
-  DELETE FROM {released} WHERE at_us < v_now - 60000000 LIMIT 16;
+  -- One release in 32 trims the log, so releases seldom wait for each
+  -- other's deletes of the same old entries.
+  IF RAND() < 0.03125 THEN
+    DELETE FROM {released} WHERE at_us < v_now - 60000000 LIMIT 64;
+  END IF;
   -- Up to four key rows past their retention that nothing holds or waits
   -- for, locked unless another call has them, checked again once locked.
   IF EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) THEN
