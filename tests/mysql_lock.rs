@@ -4,6 +4,7 @@
 //! hostile ones, and the failures a caller sees.
 
 mod mysql;
+mod support;
 
 use std::time::Duration;
 
@@ -202,4 +203,40 @@ fn key_sets_in_opposite_orders_in_two_processes_never_deadlock_or_overlap() {
     for worker in workers {
         worker.join().unwrap();
     }
+}
+
+/// Waits until `table` has one live waiting mark.
+fn one_mark(table: &Table) {
+    let sql = format!(
+        "SELECT COUNT(*) FROM `{}_waiting` WHERE lapses_at > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+        table.0
+    );
+    support::eventually("the waiter left its mark", || count(&sql) == 1);
+}
+
+#[test]
+fn a_writer_or_a_heavy_request_waiting_in_another_process_is_not_overtaken() {
+    let table = Table::fresh();
+    let ((_one, r), (_other, w)) = (open(&table), open(&table));
+    let shared = |ms| AcquireOptions { mode: LockMode::Shared, ..wait(ms) };
+    let reader = block_on(r.acquire("doc", shared(0))).unwrap();
+    let writer = std::thread::spawn({
+        let w = w.clone();
+        move || block_on(w.acquire("doc", wait(10_000)))
+    });
+    one_mark(&table);
+    assert_eq!(code(block_on(r.acquire("doc", shared(0)))), ErrorCode::LockBusy, "a new reader waits behind the writer");
+    assert!(block_on(reader.release()).unwrap());
+    assert!(block_on(writer.join().unwrap().expect("the writer goes first").release()).unwrap());
+
+    let counted = |weight, ms| AcquireOptions { limit: Some(2), weight: Some(weight), ..wait(ms) };
+    let held = block_on(r.acquire("pool", counted(1, 0))).unwrap();
+    let heavy = std::thread::spawn({
+        let w = w.clone();
+        move || block_on(w.acquire("pool", counted(2, 10_000)))
+    });
+    one_mark(&table);
+    assert_eq!(code(block_on(r.acquire("pool", counted(1, 0)))), ErrorCode::LockBusy, "one unit is free, but the heavy request is first");
+    assert!(block_on(held.release()).unwrap());
+    assert!(block_on(heavy.join().unwrap().expect("the heavy request is granted").release()).unwrap());
 }
