@@ -240,3 +240,29 @@ fn a_writer_or_a_heavy_request_waiting_in_another_process_is_not_overtaken() {
     assert!(block_on(held.release()).unwrap());
     assert!(block_on(heavy.join().unwrap().expect("the heavy request is granted").release()).unwrap());
 }
+
+#[test]
+fn processes_that_start_together_install_the_procedures_without_failing_each_other() {
+    for _ in 0..3 {
+        let table = Table::fresh();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let workers: Vec<_> = (0..6)
+            .map(|worker| {
+                let (yaml, start) = (yaml(&table.0, ""), start.clone());
+                std::thread::spawn(move || {
+                    let provider = Provider::from_yaml(&yaml).unwrap();
+                    let backend = provider.backend("shared").unwrap();
+                    start.wait();
+                    for round in 0..5 {
+                        let key = format!("k{worker}-{round}");
+                        let lease = block_on(backend.acquire(&key, wait(5000))).unwrap_or_else(|err| panic!("{key}: {err}"));
+                        assert!(block_on(lease.release()).unwrap());
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+    }
+}

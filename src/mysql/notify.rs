@@ -6,17 +6,17 @@
 //! freed key someone waited for, which with its table names the key's
 //! queue (see [`super::store::queue_name`]), whose head it wakes.
 //!
-//! The log is read by id from a little below the highest id seen, skipping
-//! ids seen already: a release whose id was taken before another's but
-//! that committed after it is still found (if fewer than [`REREAD`] ids
-//! came between). One found later, or never (the poller's connection
-//! down), costs its waiter at most `notifyPollIntervalMs`, the safety-net
-//! retry, or `pollIntervalMs` while the poller is down
+//! The log is read by id from above the highest id seen, or from below the
+//! oldest gap under it: an id skipped is a release that took its id before
+//! another's and has not committed yet (or rolled back), so it is looked
+//! for again for [`GAP_KEPT`]. One found later, or never (the poller's
+//! connection down), costs its waiter at most `notifyPollIntervalMs`, the
+//! safety-net retry, or `pollIntervalMs` while the poller is down
 //! (`status().mysql` then says so).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 
@@ -28,8 +28,11 @@ const EVERY: Duration = Duration::from_millis(1);
 /// How often an idle poller looks whether an acquire started.
 const IDLE: Duration = Duration::from_millis(2);
 
-/// How far below the highest id seen each read starts.
-const REREAD: i64 = 256;
+/// How long an id skipped in the log is looked for again.
+const GAP_KEPT: Duration = Duration::from_secs(1);
+
+/// The most skipped ids looked for at once (the oldest go first).
+const GAPS_KEPT: usize = 256;
 
 /// The first and the longest wait before connecting the poller again.
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -41,13 +44,13 @@ struct Log {
     /// The highest id seen; `None` until the first read, which starts at
     /// the log's end.
     top: Option<i64>,
-    /// The ids seen from `top - REREAD` on.
-    seen: BTreeSet<i64>,
+    /// The ids under `top` not seen yet, and when each was skipped.
+    gaps: BTreeMap<i64, Instant>,
 }
 
 /// Keeps the poller alive until the connection shuts down.
 pub(crate) async fn run(shared: Arc<Shared>, tables: Vec<String>) {
-    let mut logs: Vec<Log> = tables.into_iter().map(|table| Log { table, top: None, seen: BTreeSet::new() }).collect();
+    let mut logs: Vec<Log> = tables.into_iter().map(|table| Log { table, top: None, gaps: BTreeMap::new() }).collect();
     let mut retry = RETRY_MIN;
     while !shared.connection.is_shut_down() {
         let Ok(mut conn) = shared.connection.connect().await else {
@@ -101,18 +104,61 @@ async fn poll(conn: &mut mysql_async::Conn, log: &mut Log) -> Result<Vec<(String
         log.top = Some(end.unwrap_or(0));
         return Ok(Vec::new());
     };
-    let low = top - REREAD;
+    let now = Instant::now();
+    log.gaps.retain(|_, skipped| now.duration_since(*skipped) < GAP_KEPT);
+    let low = log.gaps.keys().next().map_or(top, |oldest| oldest - 1);
     let rows: Vec<(i64, String, String)> = conn
         .query(format!("SELECT id, LOWER(HEX(ns)), LOWER(HEX(k)) FROM `{}_released` WHERE id > {low} ORDER BY id LIMIT 1024", log.table))
         .await?;
-    let mut freed = BTreeMap::new();
-    for (id, ns, key) in rows {
-        if log.seen.insert(id) {
-            freed.insert((ns, key), ());
+    Ok(log.read(top, rows, now))
+}
+
+impl Log {
+    /// The freed keys of `rows` (the log from below the oldest gap, by id)
+    /// not seen before; `top` is the highest id seen so far.
+    fn read(&mut self, mut top: i64, rows: Vec<(i64, String, String)>, now: Instant) -> Vec<(String, String)> {
+        let mut freed = BTreeSet::new();
+        for (id, ns, key) in rows {
+            if id > top {
+                // A jump of more than GAPS_KEPT ids keeps its last ones only.
+                for skipped in (top + 1).max(id - GAPS_KEPT as i64)..id {
+                    self.gaps.insert(skipped, now);
+                }
+                top = id;
+            } else if self.gaps.remove(&id).is_none() {
+                continue;
+            }
+            freed.insert((ns, key));
         }
-        log.top = Some(log.top.unwrap_or(0).max(id));
+        self.top = Some(top);
+        while self.gaps.len() > GAPS_KEPT {
+            self.gaps.pop_first();
+        }
+        freed.into_iter().collect()
     }
-    let floor = log.top.unwrap_or(0) - REREAD;
-    log.seen = log.seen.split_off(&floor);
-    Ok(freed.into_keys().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, key: &str) -> (i64, String, String) {
+        (id, "6d".to_owned(), key.to_owned())
+    }
+
+    #[test]
+    fn a_release_that_commits_after_a_later_one_is_found_once() {
+        let mut log = Log { table: "t".to_owned(), top: Some(10), gaps: BTreeMap::new() };
+        let now = Instant::now();
+        // 11 took its id first and has not committed: 12 is read, 11 is a gap.
+        assert_eq!(log.read(10, vec![row(12, "b")], now), [("6d".to_owned(), "b".to_owned())]);
+        assert_eq!(log.gaps.keys().copied().collect::<Vec<_>>(), [11]);
+        // The next read starts below the gap: 11 is new, 12 was seen.
+        assert_eq!(log.read(12, vec![row(11, "a"), row(12, "b")], now), [("6d".to_owned(), "a".to_owned())]);
+        assert!(log.gaps.is_empty());
+        assert_eq!(log.read(12, vec![], now), Vec::<(String, String)>::new());
+        // A jump keeps the last GAPS_KEPT ids only.
+        log.read(12, vec![row(10_000, "c")], now);
+        assert_eq!(log.gaps.len(), GAPS_KEPT);
+    }
 }

@@ -47,8 +47,8 @@ pub(crate) struct Table {
 }
 
 /// The version of the procedures: raise it whenever one changes, so that
-/// existing installations get the new ones (each is dropped and created
-/// again). Kept as the take procedure's `COMMENT`.
+/// existing installations get the new ones (each older one is dropped and
+/// created again). Kept as every procedure's `COMMENT`.
 const VERSION: &str = "dokebi-lock procedures 1";
 
 impl Table {
@@ -66,39 +66,58 @@ impl Table {
         &self.table
     }
 
-    /// Every statement of the installation, in order, each sent on its own
-    /// (a `CREATE PROCEDURE` is one statement): idempotent, what
-    /// `autoCreate` runs and what a DBA runs by hand when it is off.
-    pub fn create_statements(&self) -> Vec<String> {
-        let mut statements: Vec<String> = TABLES.split(";\n").map(|sql| self.fill(sql)).filter(|sql| !sql.trim().is_empty()).collect();
-        for (suffix, body) in PROCEDURES {
-            statements.push(format!("DROP PROCEDURE IF EXISTS {}", self.name(suffix)));
-            statements.push(self.fill(body));
-        }
-        statements
+    /// The tables' statements, each sent on its own: idempotent.
+    pub fn tables(&self) -> Vec<String> {
+        TABLES.split(";\n").map(|sql| self.fill(sql)).filter(|sql| !sql.trim().is_empty()).collect()
     }
 
-    /// [`Self::create_statements`] as one script for the `mysql` client.
+    /// Each procedure's name (unquoted) and its `CREATE PROCEDURE`, which
+    /// carries the version as its `COMMENT`.
+    pub fn procedures(&self) -> Vec<(String, String)> {
+        PROCEDURES
+            .iter()
+            .map(|(suffix, body)| {
+                let body = body.replacen("MODIFIES SQL DATA", &format!("MODIFIES SQL DATA COMMENT '{VERSION}'"), 1);
+                (format!("{}{suffix}", self.table), self.fill(&body))
+            })
+            .collect()
+    }
+
+    /// Everything, as one idempotent script for the `mysql` client: what a
+    /// DBA runs by hand when `autoCreate` is off.
     pub fn create_sql(&self) -> String {
         let mut script = String::from("DELIMITER $$\n");
-        for statement in self.create_statements() {
+        for statement in self.tables() {
             script += statement.trim();
             script += "$$\n";
+        }
+        for (name, create) in self.procedures() {
+            script += &format!("DROP PROCEDURE IF EXISTS {}$$\n{}$$\n", quote(&name), create.trim());
         }
         script + "DELIMITER ;\n"
     }
 
-    /// The query that answers the installed version of the take
-    /// procedure's (NULL: missing) and how many of the four tables exist.
+    /// The query that answers the installed procedures of the table, as
+    /// `name=comment` joined by `|` (NULL: none), and how many of the four
+    /// tables exist.
     pub fn check_sql(&self) -> String {
+        let names: Vec<String> = self.procedures().into_iter().map(|(name, _)| format!("'{name}'")).collect();
         format!(
-            "SELECT (SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' \
-             AND ROUTINE_NAME = '{}'), (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
-            format_args!("{}_take", self.table),
+            "SELECT (SELECT GROUP_CONCAT(CONCAT(ROUTINE_NAME, '=', ROUTINE_COMMENT) SEPARATOR '|') FROM information_schema.ROUTINES \
+             WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN ({})), \
+             (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
+            names.join(", "),
             self.table,
             format_args!("{}_holders", self.table),
             format_args!("{}_waiting", self.table),
             format_args!("{}_released", self.table),
+        )
+    }
+
+    /// The query that answers one procedure's version (its `COMMENT`).
+    pub fn version_sql(&self, name: &str) -> String {
+        format!(
+            "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = '{name}'"
         )
     }
 
@@ -108,7 +127,6 @@ impl Table {
             .replace("{holders}", &self.name("_holders"))
             .replace("{waiting}", &self.name("_waiting"))
             .replace("{released}", &self.name("_released"))
-            .replace("{version}", VERSION)
             .replace("{clock}", CLOCK)
             .replace("{enter}", ENTER)
             .replace("{leave}", LEAVE);
@@ -129,14 +147,31 @@ pub(crate) enum Installed {
     Newer,
 }
 
-/// Reads [`Table::check_sql`]'s answer.
-pub(crate) fn installed(comment: Option<&str>, tables: i64) -> Installed {
-    let number = |comment: &str| comment.strip_prefix("dokebi-lock procedures ").and_then(|n| n.parse::<u32>().ok());
-    let ours = number(VERSION).unwrap_or(0);
-    match comment.and_then(number) {
-        Some(theirs) if theirs > ours => Installed::Newer,
-        Some(theirs) if theirs == ours && tables == 4 => Installed::Current,
-        _ => Installed::Missing,
+/// A procedure's version, from its comment.
+pub(crate) fn version(comment: &str) -> Option<u32> {
+    comment.strip_prefix("dokebi-lock procedures ").and_then(|n| n.parse::<u32>().ok())
+}
+
+/// This driver's version of the procedures.
+pub(crate) fn ours() -> u32 {
+    version(VERSION).unwrap_or(0)
+}
+
+/// Reads [`Table::check_sql`]'s answer: current when every procedure is
+/// of this driver's version and every table is there.
+pub(crate) fn installed(listing: Option<&str>, procedures: usize, tables: i64) -> Installed {
+    let versions: Vec<Option<u32>> = listing
+        .unwrap_or("")
+        .split('|')
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| entry.split_once('=').and_then(|(_, c)| version(c)))
+        .collect();
+    if versions.iter().any(|theirs| theirs.is_some_and(|theirs| theirs > ours())) {
+        Installed::Newer
+    } else if versions.len() == procedures && versions.iter().all(|theirs| *theirs == Some(ours())) && tables == 4 {
+        Installed::Current
+    } else {
+        Installed::Missing
     }
 }
 
@@ -450,7 +485,7 @@ END"
         "_take",
         "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
   IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, IN p_lock_wait_s INT)
-  MODIFIES SQL DATA COMMENT '{version}'
+  MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
   DECLARE v_answer TEXT;
@@ -612,8 +647,10 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_filled() {
-        for statement in Table::new("t").create_statements() {
+        let table = Table::new("t");
+        for statement in table.tables().into_iter().chain(table.procedures().into_iter().map(|(_, create)| create)) {
             assert!(!statement.contains('{'), "{statement}");
+            assert!(!statement.contains("COMMENT") || statement.contains(VERSION));
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::{installed, Installed, Table};
+use super::schema::{installed, ours, version, Installed, Table};
 use super::sql::{hex, hex_list, Owner, Request, Statements, TakeArgs};
 use super::transport::connection::MysqlConnection;
 use crate::acquire::{LockKind, LockMode};
@@ -142,11 +142,9 @@ impl MysqlStore {
     }
 
     /// Makes sure the tables and procedures exist before the first
-    /// operation: finds them (one query), or installs them (`autoCreate`;
-    /// one statement each: MySQL's DDL is not transactional, so two
-    /// processes installing at once may both run them, and a statement that
-    /// finds its procedure created meanwhile is passed over), or refuses
-    /// with the SQL to run. A newer driver's procedures are left alone.
+    /// operation: finds them (one query), or installs them (`autoCreate`),
+    /// or refuses with the SQL to run. A newer driver's procedures are left
+    /// alone.
     async fn ensure(&self) -> Result<(), Failure> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
@@ -173,14 +171,16 @@ impl MysqlStore {
                         cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                     })));
                 }
-                for statement in self.table.create_statements() {
-                    match self.connection().install(&statement).await {
-                        Err(Failure::Refused(cause)) if server_code(&cause) == Some(ALREADY_EXISTS) => {}
-                        outcome => outcome?,
+                self.install().await?;
+                match self.installed().await? {
+                    Installed::Current => {}
+                    Installed::Newer => return Err(self.newer_installed()),
+                    Installed::Missing => {
+                        return Err(Failure::Refused(Arc::new(std::io::Error::other(format!(
+                            "the lock procedures of {} are still missing after their installation",
+                            self.table.display()
+                        )))))
                     }
-                }
-                if let Installed::Newer = self.installed().await? {
-                    return Err(self.newer_installed());
                 }
             }
         }
@@ -188,11 +188,43 @@ impl MysqlStore {
         Ok(())
     }
 
+    /// Creates what is missing, one statement each (MySQL's DDL is not
+    /// transactional). A procedure is never dropped while it is of this
+    /// version: processes starting together may install at once, and a
+    /// process that found everything in place calls the procedures while
+    /// another still installs; only an older one is dropped and created
+    /// again (an upgrade: a call in that window fails once).
+    async fn install(&self) -> Result<(), Failure> {
+        for table in self.table.tables() {
+            self.connection().install(&table).await?;
+        }
+        for (name, create) in self.table.procedures() {
+            match self.connection().install(&create).await {
+                Err(Failure::Refused(cause)) if server_code(&cause) == Some(ALREADY_EXISTS) => {
+                    let row = self.connection().query(&self.table.version_sql(&name)).await?;
+                    match row.first().cloned().flatten().as_deref().and_then(version) {
+                        Some(theirs) if theirs == ours() => {}
+                        Some(theirs) if theirs > ours() => return Err(self.newer_installed()),
+                        _ => {
+                            self.connection().install(&format!("DROP PROCEDURE IF EXISTS `{name}`")).await?;
+                            match self.connection().install(&create).await {
+                                Err(Failure::Refused(cause)) if server_code(&cause) == Some(ALREADY_EXISTS) => {}
+                                outcome => outcome?,
+                            }
+                        }
+                    }
+                }
+                outcome => outcome?,
+            }
+        }
+        Ok(())
+    }
+
     async fn installed(&self) -> Result<Installed, Failure> {
         let row = self.connection().query(&self.table.check_sql()).await?;
-        let comment = row.first().cloned().flatten();
+        let listing = row.first().cloned().flatten();
         let tables = row.get(1).cloned().flatten().and_then(|count| count.parse().ok()).unwrap_or(0);
-        Ok(installed(comment.as_deref(), tables))
+        Ok(installed(listing.as_deref(), self.table.procedures().len(), tables))
     }
 
     fn newer_installed(&self) -> Failure {
