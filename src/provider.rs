@@ -43,10 +43,11 @@ impl Default for Hooks {
     }
 }
 use crate::host::Host;
+use crate::mysql::{MysqlBackend, MysqlDriver, MysqlLease};
 use crate::options::{BackendOptions, Options, StoreOptions};
 use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, LeaseCounts, PostgresStatus, RedisStatus};
+use crate::status::{BackendStatus, LeaseCounts, MysqlStatus, PostgresStatus, RedisStatus};
 use crate::store::KeepAlive;
 
 /// All backends of one configuration.
@@ -59,6 +60,9 @@ pub struct Provider {
     /// The postgres driver's runtime and connections; `None` without
     /// postgres backends.
     postgres: Option<PostgresDriver>,
+    /// The mysql driver's runtime and connections; `None` without mysql
+    /// backends.
+    mysql: Option<MysqlDriver>,
 }
 
 impl Provider {
@@ -77,9 +81,11 @@ impl Provider {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
         let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
         let postgres = PostgresDriver::open(&options, &logger, &telemetry, &host)?;
+        let mysql = MysqlDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
         let mut redis_backends = BTreeMap::new();
         let mut postgres_backends = BTreeMap::new();
+        let mut mysql_backends = BTreeMap::new();
         // Policies compose the other backends, so they are built last.
         let (policies, others): (Vec<_>, Vec<_>) =
             options.backends.into_iter().partition(|(_, backend)| matches!(backend, BackendOptions::Policy(_)));
@@ -95,6 +101,11 @@ impl Provider {
                     let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
                     postgres_backends.insert(name.clone(), settings.clone());
                     Backend::Postgres(driver.backend(&name, settings))
+                }
+                BackendOptions::Mysql(settings) => {
+                    let driver = mysql.as_ref().expect("a mysql backend starts the mysql driver");
+                    mysql_backends.insert(name.clone(), settings.clone());
+                    Backend::Mysql(driver.backend(&name, settings))
                 }
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &backends, &logger, &telemetry)),
@@ -117,7 +128,10 @@ impl Provider {
         if let Some(driver) = &postgres {
             driver.start(&postgres_backends);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres })
+        if let Some(driver) = &mysql {
+            driver.start(&mysql_backends);
+        }
+        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres, mysql })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -164,6 +178,9 @@ impl Provider {
         if let Some(postgres) = &self.postgres {
             postgres.shut_down();
         }
+        if let Some(mysql) = &self.mysql {
+            mysql.shut_down();
+        }
     }
 }
 
@@ -200,6 +217,8 @@ pub enum Backend {
     Redis(RedisBackend),
     /// A `driver: postgres` backend.
     Postgres(PostgresBackend),
+    /// A `driver: mysql` backend.
+    Mysql(MysqlBackend),
     /// A `driver: file` backend.
     File(FileBackend),
     /// A `driver: policy` backend.
@@ -213,6 +232,7 @@ impl Backend {
             Backend::Local(_) => "local",
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
+            Backend::Mysql(_) => "mysql",
             Backend::File(_) => "file",
             Backend::Policy(_) => "policy",
         }
@@ -223,7 +243,7 @@ impl Backend {
         match self {
             Backend::Local(_) => Some(Tier::Process),
             Backend::File(_) => Some(Tier::Host),
-            Backend::Redis(_) | Backend::Postgres(_) => Some(Tier::Shared),
+            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) => Some(Tier::Shared),
             Backend::Policy(_) => None,
         }
     }
@@ -235,6 +255,7 @@ impl Backend {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
+            Backend::Mysql(mysql) => mysql.acquire(key, options).await.map(Lease::Mysql),
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
             Backend::Policy(policy) => policy.acquire(key, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
@@ -250,6 +271,7 @@ impl Backend {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
             Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
+            Backend::Mysql(mysql) => mysql.acquire_many(keys, options).await.map(Lease::Mysql),
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
             Backend::Policy(policy) => policy.acquire_many(keys, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
@@ -282,6 +304,16 @@ impl Backend {
                 };
                 BackendStatus { postgres: Some(postgres), ..BackendStatus::of("postgres", counts.leases()) }
             }
+            Backend::Mysql(mysql) => {
+                let counts = mysql.counts();
+                let mysql = MysqlStatus {
+                    connected: counts.connected,
+                    polling: counts.subscribed,
+                    last_error: counts.last_error,
+                    last_answer: counts.last_answer,
+                };
+                BackendStatus { mysql: Some(mysql), ..BackendStatus::of("mysql", counts.leases()) }
+            }
             Backend::File(file) => BackendStatus::of("file", file.counts()),
             Backend::Policy(policy) => BackendStatus { policy: Some(policy.members()), ..BackendStatus::of("policy", policy.counts()) },
         }
@@ -293,6 +325,7 @@ impl Backend {
         match self {
             Backend::Redis(redis) => Some(redis.options()),
             Backend::Postgres(postgres) => Some(postgres.options()),
+            Backend::Mysql(mysql) => Some(mysql.options()),
             Backend::Local(_) | Backend::File(_) | Backend::Policy(_) => None,
         }
     }
@@ -310,7 +343,7 @@ impl Backend {
         match self {
             Backend::Local(local) => Some(local.closing()),
             Backend::File(file) => Some(file.closing()),
-            Backend::Redis(_) | Backend::Postgres(_) | Backend::Policy(_) => None,
+            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) | Backend::Policy(_) => None,
         }
     }
 
@@ -319,6 +352,7 @@ impl Backend {
             Backend::Local(local) => local.close(),
             Backend::Redis(redis) => redis.close().await,
             Backend::Postgres(postgres) => postgres.close().await,
+            Backend::Mysql(mysql) => mysql.close().await,
             Backend::File(file) => file.close(),
             // Its members are closed as backends of the provider.
             Backend::Policy(_) => {}
@@ -335,6 +369,8 @@ pub enum Lease {
     Redis(RedisLease),
     /// A lease of a postgres backend.
     Postgres(PostgresLease),
+    /// A lease of a mysql backend.
+    Mysql(MysqlLease),
     /// A lease of a file backend.
     File(FileLease),
     /// A lease a policy backend got from one of its members.
@@ -349,6 +385,7 @@ impl Lease {
             Lease::Local(lease) => lease.key(),
             Lease::Redis(lease) => lease.key(),
             Lease::Postgres(lease) => lease.key(),
+            Lease::Mysql(lease) => lease.key(),
             Lease::File(lease) => lease.key(),
             Lease::Policy(lease) => lease.lease().key(),
         }
@@ -360,6 +397,7 @@ impl Lease {
             Lease::Local(lease) => lease.keys(),
             Lease::Redis(lease) => lease.keys(),
             Lease::Postgres(lease) => lease.keys(),
+            Lease::Mysql(lease) => lease.keys(),
             Lease::File(lease) => lease.keys(),
             Lease::Policy(lease) => lease.lease().keys(),
         }
@@ -372,6 +410,7 @@ impl Lease {
             Lease::Local(lease) => lease.fence(),
             Lease::Redis(lease) => lease.fence(),
             Lease::Postgres(lease) => lease.fence(),
+            Lease::Mysql(lease) => lease.fence(),
             Lease::File(lease) => lease.fence(),
             Lease::Policy(lease) => lease.lease().fence(),
         }
@@ -384,6 +423,7 @@ impl Lease {
             Lease::Local(lease) => lease.fences(),
             Lease::Redis(lease) => lease.fences(),
             Lease::Postgres(lease) => lease.fences(),
+            Lease::Mysql(lease) => lease.fences(),
             Lease::File(lease) => lease.fences(),
             Lease::Policy(lease) => lease.lease().fences(),
         }
@@ -396,6 +436,7 @@ impl Lease {
             Lease::Local(lease) => lease.is_valid(),
             Lease::Redis(lease) => lease.is_valid(),
             Lease::Postgres(lease) => lease.is_valid(),
+            Lease::Mysql(lease) => lease.is_valid(),
             Lease::File(lease) => lease.is_valid(),
             Lease::Policy(lease) => lease.lease().is_valid(),
         }
@@ -410,6 +451,7 @@ impl Lease {
             Lease::Redis(lease) => Some(lease.remaining()),
             Lease::Postgres(lease) => Some(lease.remaining()),
             Lease::Policy(lease) => lease.lease().remaining(),
+            Lease::Mysql(lease) => Some(lease.remaining()),
         }
     }
 
@@ -419,6 +461,7 @@ impl Lease {
             Lease::Local(lease) => Ok(lease.renew()),
             Lease::Redis(lease) => lease.renew().await,
             Lease::Postgres(lease) => lease.renew().await,
+            Lease::Mysql(lease) => lease.renew().await,
             Lease::File(lease) => Ok(lease.is_valid()),
             Lease::Policy(lease) => Box::pin(lease.renew()).await,
         }
@@ -432,6 +475,7 @@ impl Lease {
         match self {
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),
+            Lease::Mysql(lease) => Some(lease.keep_alive(every, on_lost)),
             Lease::Local(_) | Lease::File(_) => None,
             Lease::Policy(lease) => lease.lease().keep_alive(every, on_lost),
         }
@@ -444,6 +488,7 @@ impl Lease {
             Lease::Local(lease) => Ok(lease.release()),
             Lease::Redis(lease) => lease.release().await,
             Lease::Postgres(lease) => lease.release().await,
+            Lease::Mysql(lease) => lease.release().await,
             Lease::File(lease) => lease.release(),
             Lease::Policy(lease) => Box::pin(lease.release()).await,
         }

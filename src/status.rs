@@ -26,7 +26,7 @@ pub struct LeaseCounts {
 /// A snapshot of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendStatus {
-    /// `local`, `redis`, `postgres`, `file` or `policy`.
+    /// `local`, `redis`, `postgres`, `mysql`, `file` or `policy`.
     pub driver: &'static str,
     /// Leases held now by this process.
     pub held: usize,
@@ -45,6 +45,8 @@ pub struct BackendStatus {
     pub redis: Option<RedisStatus>,
     /// The connection's health, for postgres backends.
     pub postgres: Option<PostgresStatus>,
+    /// The connection's health, for mysql backends.
+    pub mysql: Option<MysqlStatus>,
     /// For policy backends: each member's counts and whether it is skipped.
     pub policy: Option<Vec<MemberStatus>>,
 }
@@ -53,7 +55,7 @@ impl BackendStatus {
     /// The status of a backend of `driver` that has no connection to report.
     pub(crate) fn of(driver: &'static str, counts: LeaseCounts) -> BackendStatus {
         let LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost } = counts;
-        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None, policy: None }
+        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None, mysql: None, policy: None }
     }
 }
 
@@ -81,5 +83,19 @@ pub struct PostgresStatus {
     /// The code of the last failure talking to PostgreSQL, if any.
     pub last_error: Option<ErrorCode>,
     /// When PostgreSQL last answered a lock statement.
+    pub last_answer: Option<SystemTime>,
+}
+
+/// The health of a mysql backend's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MysqlStatus {
+    /// The last lock statement was answered.
+    pub connected: bool,
+    /// The release poller reads the log (else waiters poll at
+    /// `pollIntervalMs`).
+    pub polling: bool,
+    /// The code of the last failure talking to MySQL, if any.
+    pub last_error: Option<ErrorCode>,
+    /// When MySQL last answered a lock statement.
     pub last_answer: Option<SystemTime>,
 }

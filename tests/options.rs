@@ -227,9 +227,9 @@ fn a_top_level_issue_reads_as_its_message_alone() {
 #[test]
 fn app_drivers_pass_their_settings_through() {
     let options =
-        Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "mysql", "table": "locks" } } } })).unwrap();
+        Options::from_config(&json!({ "dokebi-lock": { "backends": { "pg": { "driver": "dynamo", "table": "locks" } } } })).unwrap();
     let BackendOptions::App { driver, settings } = &options.backends["pg"] else { panic!("app driver") };
-    assert_eq!(driver, "mysql");
+    assert_eq!(driver, "dynamo");
     assert_eq!(settings["table"], "locks");
     let err = Options::from_config(&json!({ "dokebi-lock": { "backends": { "x": { "driver": 3 } } } })).unwrap_err();
     assert_eq!(issue_paths(&err), ["backends.x.driver"]);
@@ -353,6 +353,42 @@ options:
     let main = &options.postgres["main"];
     assert_eq!((main.pool_size, main.listen_url.as_deref()), (4, Some("postgres://app:pw@db-direct/app")));
     assert!(!format!("{main:?}").contains(":pw@"), "Debug hides the password");
+}
+
+#[test]
+fn mysql_backends_read_their_connection_table_and_store_fields_and_are_checked_alike() {
+    let options = Options::from_yaml(
+        "schemaVersion: 1
+options:
+  dokebi-mysql:
+    connections:
+      main: { url: 'mysql://app:pw@db:3306/app?ssl-mode=REQUIRED', poolSize: 8 }
+  dokebi-lock:
+    backends:
+      jobs: { driver: mysql, connection: main, leaseMs: 5000, table: leases, autoCreate: false }
+",
+    )
+    .unwrap();
+    let BackendOptions::Mysql(jobs) = &options.backends["jobs"] else { panic!("a mysql backend") };
+    assert_eq!((jobs.table.as_str(), jobs.auto_create, jobs.store.lease_ms), ("leases", false, 5000));
+    let main = &options.mysql["main"];
+    assert_eq!((main.pool_size, main.command_timeout_ms), (8, 2000));
+    assert!(!format!("{main:?}").contains(":pw@"), "Debug hides the password");
+    let cases = [
+        ("{ driver: mysql, connection: nope, leaseMs: 5000 }", "backends.shared.connection"),
+        ("{ driver: mysql, connection: main, leaseMs: 1000 }", "backends.shared.leaseMs"),
+        ("{ driver: mysql, connection: main, leaseMs: 5000, table: 'a`; drop' }", "backends.shared.table"),
+        ("{ driver: mysql, connection: main, leaseMs: 5000, schema: other }", "backends.shared.schema"),
+    ];
+    for (backend, path) in cases {
+        let text = format!(
+            "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: 'mysql://db/app', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      shared: {backend}\n"
+        );
+        let err = Options::from_yaml(&text).unwrap_err();
+        assert_eq!(issue_paths(&err)[0], path, "{text}");
+    }
+    let text = "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: { url: 'postgres://db/app' }\n";
+    assert_eq!(issue_paths(&Options::from_yaml(text).unwrap_err()), ["dokebi-mysql.connections.main.url"]);
 }
 
 #[test]

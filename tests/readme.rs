@@ -2,8 +2,8 @@
 //! the error table against the codes, so the pages cannot drift from the code.
 
 use dokebi_lock::options::declaration::{
-    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS,
-    POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, FILE_FIELDS, LOCAL_FIELDS, MYSQL_CONNECTION_FIELDS, MYSQL_FIELDS,
+    POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 use dokebi_lock::ErrorCode;
 
@@ -17,7 +17,7 @@ fn row(field: &Field) -> String {
     let kind = match field.kind {
         Kind::Integer { min, max } => format!("integer {min}–{max}"),
         Kind::Threshold { max } => format!("integer 0–{max} or null"),
-        Kind::Text | Kind::RedisUrl | Kind::PostgresUrl | Kind::SqlName => "string".to_owned(),
+        Kind::Text | Kind::RedisUrl | Kind::PostgresUrl | Kind::MysqlUrl | Kind::SqlName => "string".to_owned(),
         Kind::Boolean => "boolean".to_owned(),
         Kind::RedisUrls => "list of URLs".to_owned(),
         Kind::Table(_) => "mapping".to_owned(),
@@ -46,6 +46,7 @@ fn each_driver_page_states_every_field_with_its_range_and_default() {
         ),
         ("docs/postgres.md", POSTGRES_FIELDS.iter().chain(POSTGRES_CONNECTION_FIELDS).collect()),
         ("docs/policy.md", POLICY_FIELDS.iter().chain(RULE_FIELDS).collect()),
+        ("docs/mysql.md", MYSQL_FIELDS.iter().chain(MYSQL_CONNECTION_FIELDS).collect()),
     ];
     for (path, fields) in pages {
         let text = page(path);

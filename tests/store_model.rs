@@ -1,5 +1,5 @@
 //! The model-based concurrency test of each store driver on its real
-//! server (issue 49 §2; the file driver in a private directory): random schedules of every kind of acquire,
+//! server (issue 49 §2; the file driver in a private directory, mysql the machine's MariaDB in tables of its own): random schedules of every kind of acquire,
 //! renew, release, close and lease expiry across three clients with two
 //! backends each, under restarts, reloads and slow commits; the checker
 //! (`store_model/check.rs`) reads the history for two holders at once, an
@@ -15,11 +15,15 @@ mod support;
 #[path = "postgres/server.rs"]
 mod server;
 
+#[path = "mysql/mod.rs"]
+mod mysql;
+
 mod store_model {
     pub mod check;
     pub mod file;
     pub mod history;
     pub mod model;
+    pub mod mysql;
     pub mod postgres;
     pub mod redis;
     pub mod rng;
@@ -38,6 +42,11 @@ fn redis_keeps_one_holder_and_rising_fences_under_reloads() {
 #[test]
 fn postgres_keeps_one_holder_and_rising_fences_under_restarts() {
     run(&store_model::postgres::PostgresModel::start(), seconds(SHORT_SECONDS));
+}
+
+#[test]
+fn mysql_keeps_one_holder_and_rising_fences_under_killed_connections() {
+    run(&store_model::mysql::MysqlModel::start(), seconds(SHORT_SECONDS));
 }
 
 #[test]

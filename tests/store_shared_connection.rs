@@ -1,5 +1,5 @@
 //! Backends that share one connection, on every store driver (redis,
-//! postgres): each differs from the other in one option that changes where
+//! postgres, mysql): each differs from the other in one option that changes where
 //! or how a grant is written. A queue of this process belongs to one store
 //! location (server, schema, table) and namespace, never to a key name
 //! alone: backends whose keys live apart neither wait for each other nor
@@ -11,6 +11,7 @@
 //! Each provider stands for a process: `other` is a second provider with
 //! its own connection, so what it is granted is what any process would be.
 
+mod mysql;
 mod postgres;
 mod support;
 
@@ -30,6 +31,8 @@ enum Store {
     /// The machine's server: the test's own schema (the default of every
     /// backend) and any other schema a backend names.
     Postgres(Schema, Vec<Schema>),
+    /// The machine's MariaDB: tables named after the test's own name.
+    Mysql(mysql::Table),
 }
 
 /// One backend's fields beside the defaults of [`Store::yaml`].
@@ -44,6 +47,10 @@ impl Store {
         Store::Postgres(Schema::fresh(), Vec::new())
     }
 
+    fn mysql() -> Store {
+        Store::Mysql(mysql::Table::fresh())
+    }
+
     /// A schema of the test's own for a backend that names one (postgres).
     fn other_schema(&mut self) -> String {
         match self {
@@ -51,7 +58,7 @@ impl Store {
                 others.push(Schema::fresh());
                 others.last().unwrap().0.clone()
             }
-            Store::Redis(_) => unreachable!("redis has no schemas"),
+            Store::Redis(_) | Store::Mysql(_) => unreachable!("only postgres has schemas"),
         }
     }
 
@@ -75,6 +82,14 @@ impl Store {
                 "postgres",
                 vec![("schema", schema.0.as_str())],
             ),
+            Store::Mysql(table) => (
+                format!(
+                    "  dokebi-mysql:\n    connections:\n      main:\n        url: '{}'\n        commandTimeoutMs: 2000\n",
+                    mysql::url()
+                ),
+                "mysql",
+                vec![("table", table.0.as_str())],
+            ),
         };
         let backend = |name: &str, fields: Fields| {
             let mut all: Vec<(&str, &str)> = vec![
@@ -96,8 +111,12 @@ impl Store {
         format!("schemaVersion: 1\noptions:\n{connection}  dokebi-lock:\n    backends:\n{}{}", backend("a", a), backend("b", b))
     }
 
-    /// Waits until the provider's backends hear releases of other processes.
+    /// Waits until the provider's backends hear releases of other processes
+    /// (mysql has no wake-ups yet: its waiters poll).
     fn subscribed(&self, provider: &Provider) {
+        if let Store::Mysql(_) = self {
+            return;
+        }
         for name in ["a", "b"] {
             let backend = provider.backend(name).unwrap();
             support::eventually("release notifications are live", || counts(&backend).subscribed);
@@ -133,6 +152,12 @@ impl Store {
                     "SELECT coalesce(max(extract(epoch FROM expires_at - clock_timestamp()) * 1000), 0)::bigint FROM \"{schema}\".\"{table}_holders\" WHERE expires_at > clock_timestamp()"
                 ))
             }
+            Store::Mysql(own) => {
+                let table = table.map_or(own.0.as_str(), |(_, table)| table);
+                mysql::count(&format!(
+                    "SELECT COALESCE(MAX(expires_at - {MYSQL_CLOCK}), 0) DIV 1000 FROM `{table}_holders` WHERE expires_at > {MYSQL_CLOCK}"
+                ))
+            }
         }
     }
 
@@ -153,14 +178,21 @@ impl Store {
                 "SELECT coalesce(max(extract(epoch FROM fence_until - clock_timestamp()) * 1000), 0)::bigint FROM \"{}\".dokebi_lock",
                 schema.0
             )),
+            Store::Mysql(table) => {
+                mysql::count(&format!("SELECT COALESCE(MAX(fence_until - {MYSQL_CLOCK}), 0) DIV 1000 FROM `{}`", table.0))
+            }
         }
     }
 }
+
+/// MariaDB's clock in µs, as the mysql driver reads it.
+const MYSQL_CLOCK: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 fn counts(backend: &Backend) -> StoreCounts {
     match backend {
         Backend::Redis(redis) => redis.counts(),
         Backend::Postgres(postgres) => postgres.counts(),
+        Backend::Mysql(mysql) => mysql.counts(),
         _ => panic!("not a store backend"),
     }
 }
@@ -214,6 +246,8 @@ enum Split {
     PostgresNamespaces,
     PostgresTables,
     PostgresSchemas,
+    MysqlNamespaces,
+    MysqlTables,
 }
 
 impl Split {
@@ -237,6 +271,16 @@ impl Split {
                 let (one, two) = (store.other_schema(), store.other_schema());
                 let a_table = Some((one.clone(), "dokebi_lock".to_owned()));
                 Apart { store, a: field("schema", &one), b: field("schema", &two), a_table }
+            }
+            Split::MysqlNamespaces => {
+                Apart { store: Store::mysql(), a: field("namespace", "one"), b: field("namespace", "two"), a_table: None }
+            }
+            Split::MysqlTables => {
+                let store = Store::mysql();
+                let Store::Mysql(table) = &store else { unreachable!() };
+                let (one, two) = (table.0.clone(), table.named("b"));
+                let a_table = Some((String::new(), one.clone()));
+                Apart { store, a: field("table", &one), b: field("table", &two), a_table }
             }
         }
     }
@@ -321,6 +365,8 @@ in_every_split! {
     postgres_namespaces: Split::PostgresNamespaces;
     postgres_tables: Split::PostgresTables;
     postgres_schemas: Split::PostgresSchemas;
+    mysql_namespaces: Split::MysqlNamespaces;
+    mysql_tables: Split::MysqlTables;
 }
 
 // ---- How: a hand-off writes the receiver's lease terms. ----
@@ -461,6 +507,10 @@ macro_rules! on_every_store {
         mod postgres_driver {
             use super::*;
             $(#[test] fn $name() { $check(&Store::postgres(), $handing); })*
+        }
+        mod mysql_driver {
+            use super::*;
+            $(#[test] fn $name() { $check(&Store::mysql(), $handing); })*
         }
     };
 }

@@ -32,6 +32,8 @@ pub enum Kind {
     RedisUrls,
     /// A `postgres://` or `postgresql://` URL.
     PostgresUrl,
+    /// A `mysql://` URL.
+    MysqlUrl,
     /// An SQL identifier we write unquoted in messages and quoted in
     /// statements: a lowercase letter or `_`, then up to 39 lowercase
     /// letters, digits or `_` (room for the suffixes of our tables).
@@ -86,7 +88,7 @@ pub const DRIVER: Field = Field {
     name: "driver",
     kind: Kind::Text,
     fallback: Fallback::Text("local"),
-    description: "local (default), redis, postgres, file, policy, or the name of an app driver.",
+    description: "local (default), redis, postgres, mysql, file, policy, or the name of an app driver.",
 };
 
 const fn threshold(name: &'static str, default: u64, description: &'static str) -> Field {
@@ -236,6 +238,78 @@ pub const POSTGRES_CONNECTION_FIELDS: &[Field] = &[
     int("poolSize", 1, 64, 2, "Connections for lock statements; each pipelines many statements."),
 ];
 
+/// Fields of a `driver: mysql` backend (besides `driver`): the postgres
+/// backend's where they mean the same; no schema (the tables live in the
+/// URL's database).
+pub const MYSQL_FIELDS: &[Field] = &[
+    Field {
+        name: "connection",
+        kind: Kind::Text,
+        fallback: Fallback::Text("default"),
+        description: "A name from dokebi-mysql.connections.",
+    },
+    Field {
+        name: "namespace",
+        kind: Kind::Text,
+        fallback: Fallback::Text("dokebi-lock"),
+        description: "Processes share a key only within one table and namespace.",
+    },
+    Field {
+        name: "leaseMs",
+        kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
+        fallback: Fallback::Required,
+        description: "Lease time: a lease not renewed or released expires after this long (on the server's clock).",
+    },
+    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter: releases in other processes are found by polling."),
+    int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while a wake-up channel is live (none yet: pollIntervalMs applies)."),
+    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
+    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
+    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes; a key over 255 bytes is kept as its SHA-256."),
+    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+    int(
+        "fenceRetentionMs",
+        1,
+        MAX_TIMER_MS,
+        600_000,
+        "How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.",
+    ),
+    Field {
+        name: "table",
+        kind: Kind::SqlName,
+        fallback: Fallback::Text("dokebi_lock"),
+        description: "The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...).",
+    },
+    Field {
+        name: "autoCreate",
+        kind: Kind::Boolean,
+        fallback: Fallback::Boolean(true),
+        description: "Create the tables and procedures on first use when missing; false fails with PROVIDER_FAILED whose fix is the SQL to run.",
+    },
+    SLOW_ACQUIRE,
+    SLOW_HOLD,
+];
+
+/// Fields of a connection under `dokebi-mysql.connections.<name>`.
+pub const MYSQL_CONNECTION_FIELDS: &[Field] = &[
+    Field {
+        name: "url",
+        kind: Kind::MysqlUrl,
+        fallback: Fallback::Required,
+        description:
+            "mysql://user:password@host:port/database, with the mysql client's ssl-mode (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY), ssl-ca, ssl-cert and ssl-key.",
+    },
+    int("connectTimeoutMs", 1, 600_000, 5_000, "Bound on establishing a connection."),
+    int(
+        "commandTimeoutMs",
+        1,
+        600_000,
+        2_000,
+        "Bound on one statement; past it the outcome is unknown (OUTCOME_UNKNOWN). Row-lock waits end at three quarters of it in whole seconds (at least 1 s), refused by the server (PROVIDER_FAILED, nothing done).",
+    ),
+    int("poolSize", 1, 64, 4, "Connections for lock statements; each runs one statement at a time."),
+];
+
 /// Fields of a `driver: file` backend (besides `driver`).
 pub const FILE_FIELDS: &[Field] = &[
     Field {
@@ -276,7 +350,7 @@ const RULE_BACKENDS: Field = Field {
     name: "backends",
     kind: Kind::Names,
     fallback: Fallback::Required,
-    description: "Backends of this configuration (local, file, redis or postgres) that may serve the rule's keys, preferred first.",
+    description: "Backends of this configuration (local, file, redis, postgres or mysql) that may serve the rule's keys, preferred first.",
 };
 const RULE_MIN_TIER: Field = Field {
     name: "minTier",
@@ -452,6 +526,7 @@ fn field_schema(field: &Field) -> Value {
         Kind::Boolean => json!({ "type": "boolean" }),
         Kind::RedisUrls => json!({ "type": "array", "minItems": 1, "items": { "type": "string", "pattern": "^(redis|rediss)://" } }),
         Kind::PostgresUrl => json!({ "type": "string", "pattern": "^postgres(ql)?://" }),
+        Kind::MysqlUrl => json!({ "type": "string", "pattern": "^mysql://" }),
         Kind::SqlName => json!({ "type": "string", "pattern": "^[a-z_][a-z0-9_]{0,39}$" }),
         Kind::Table(fields) => object_schema(None, fields),
         Kind::List(fields) => json!({ "type": "array", "items": object_schema(None, fields) }),
@@ -501,6 +576,8 @@ pub fn json_schema() -> Value {
     redis["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
     let mut postgres = object_schema(Some(json!({ "const": "postgres" })), POSTGRES_FIELDS);
     postgres["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
+    let mut mysql = object_schema(Some(json!({ "const": "mysql" })), MYSQL_FIELDS);
+    mysql["required"].as_array_mut().expect("leaseMs is required").insert(0, Value::from("driver"));
     let mut file = object_schema(Some(json!({ "const": "file" })), FILE_FIELDS);
     file["required"].as_array_mut().expect("directory is required").insert(0, Value::from("driver"));
     let mut policy = object_schema(Some(json!({ "const": "policy" })), POLICY_FIELDS);
@@ -509,7 +586,7 @@ pub fn json_schema() -> Value {
     let app_driver = json!({
         "type": "object",
         "description": "A backend of an app driver: its settings are validated by that driver.",
-        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "postgres", "file", "policy"] } } },
+        "properties": { "driver": { "type": "string", "minLength": 1, "not": { "enum": ["local", "redis", "postgres", "mysql", "file", "policy"] } } },
         "required": ["driver"]
     });
     let mut connection = object_schema(None, CONNECTION_FIELDS);
@@ -532,8 +609,15 @@ pub fn json_schema() -> Value {
                         "properties": {
                             "backends": {
                                 "type": "object",
-                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres, policy] }
+                                "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres, mysql, policy] }
                             }
+                        }
+                    },
+                    "dokebi-mysql": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "connections": { "type": "object", "additionalProperties": object_schema(None, MYSQL_CONNECTION_FIELDS) }
                         }
                     },
                     "dokebi-postgres": {

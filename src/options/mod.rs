@@ -17,7 +17,8 @@ use crate::error::{ErrorCode, Issue, LockError, Result};
 use crate::policy::{OnUnavailable, Pattern, Tier};
 use declaration::{
     Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, DEFAULT_RULE_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS,
-    PATTERN_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS, REDIS_FIELDS, RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
+    MYSQL_CONNECTION_FIELDS, MYSQL_FIELDS, PATTERN_FIELDS, POLICY_FIELDS, POSTGRES_CONNECTION_FIELDS, POSTGRES_FIELDS, REDIS_FIELDS,
+    RULE_FIELDS, SENTINEL_FIELDS, TLS_FIELDS,
 };
 
 /// The name of this plugin's section in the `options` map.
@@ -26,6 +27,8 @@ pub const LOCK_SECTION: &str = "dokebi-lock";
 pub const REDIS_SECTION: &str = "dokebi-redis";
 /// The name of the PostgreSQL connections' section in the `options` map.
 pub const POSTGRES_SECTION: &str = "dokebi-postgres";
+/// The name of the MySQL connections' section in the `options` map.
+pub const MYSQL_SECTION: &str = "dokebi-mysql";
 
 /// Validated options: every backend and every Redis connection.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +39,8 @@ pub struct Options {
     pub connections: BTreeMap<String, ConnectionOptions>,
     /// Every PostgreSQL connection, by name (`dokebi-postgres.connections`).
     pub postgres: BTreeMap<String, PostgresConnectionOptions>,
+    /// Every MySQL connection, by name (`dokebi-mysql.connections`).
+    pub mysql: BTreeMap<String, MysqlConnectionOptions>,
 }
 
 /// One backend, by driver.
@@ -47,6 +52,8 @@ pub enum BackendOptions {
     Redis(StoreOptions),
     /// A `driver: postgres` backend: a lease row in PostgreSQL.
     Postgres(PostgresOptions),
+    /// A `driver: mysql` backend: a lease row in MySQL or MariaDB.
+    Mysql(MysqlOptions),
     /// A `driver: file` backend: kernel file locks shared by the processes
     /// of one host.
     File(FileOptions),
@@ -70,6 +77,7 @@ impl BackendOptions {
             BackendOptions::Local(_) => "local",
             BackendOptions::Redis(_) => "redis",
             BackendOptions::Postgres(_) => "postgres",
+            BackendOptions::Mysql(_) => "mysql",
             BackendOptions::File(_) => "file",
             BackendOptions::Policy(_) => "policy",
             BackendOptions::App { driver, .. } => driver,
@@ -228,6 +236,50 @@ impl std::fmt::Debug for PostgresConnectionOptions {
         f.debug_struct("PostgresConnectionOptions")
             .field("url", &redact(&self.url))
             .field("listen_url", &self.listen_url.as_deref().map(redact))
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// Options of a `driver: mysql` backend: the lock layer's, and where its
+/// tables are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MysqlOptions {
+    /// The options every store-backed backend shares (`connection` names
+    /// one of `dokebi-mysql.connections`).
+    pub store: StoreOptions,
+    /// `table`: the key table's name, and the prefix of the others'.
+    pub table: String,
+    /// `autoCreate`: create missing tables and procedures on first use.
+    pub auto_create: bool,
+}
+
+impl MysqlOptions {
+    fn from_fields(fields: &Fields) -> Self {
+        MysqlOptions { store: StoreOptions::from_fields(fields), table: fields.text("table"), auto_create: fields.boolean("autoCreate") }
+    }
+}
+
+/// A MySQL connection under `dokebi-mysql.connections.<name>`. Its `Debug`
+/// never shows a password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MysqlConnectionOptions {
+    /// `url`: where the lock statements go.
+    pub url: String,
+    /// `connectTimeoutMs`: the bound on establishing a connection.
+    pub connect_timeout_ms: u32,
+    /// `commandTimeoutMs`: the bound on one statement.
+    pub command_timeout_ms: u32,
+    /// `poolSize`: connections for lock statements.
+    pub pool_size: u32,
+}
+
+impl std::fmt::Debug for MysqlConnectionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlConnectionOptions")
+            .field("url", &redact(&self.url))
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("command_timeout_ms", &self.command_timeout_ms)
             .field("pool_size", &self.pool_size)
@@ -513,6 +565,7 @@ impl Options {
         };
         let connections = parse_connections(root.get(REDIS_SECTION), &mut issues);
         let postgres = parse_postgres_connections(root.get(POSTGRES_SECTION), &mut issues);
+        let mysql = parse_mysql_connections(root.get(MYSQL_SECTION), &mut issues);
         let mut backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
         let tiers: BTreeMap<String, Option<Tier>> = backends.iter().map(|(name, backend)| (name.clone(), Tier::of(backend))).collect();
         for (name, backend) in backends.iter_mut() {
@@ -531,6 +584,10 @@ impl Options {
                 BackendOptions::Postgres(postgres_backend) => {
                     let store = &postgres_backend.store;
                     (store, postgres.get(&store.connection).map(|connection| connection.command_timeout_ms), POSTGRES_SECTION)
+                }
+                BackendOptions::Mysql(mysql_backend) => {
+                    let store = &mysql_backend.store;
+                    (store, mysql.get(&store.connection).map(|connection| connection.command_timeout_ms), MYSQL_SECTION)
                 }
                 _ => continue,
             };
@@ -563,7 +620,7 @@ impl Options {
         if !issues.0.is_empty() {
             return Err(LockError::invalid_options(issues.0));
         }
-        Ok(Options { backends, connections, postgres })
+        Ok(Options { backends, connections, postgres, mysql })
     }
 }
 
@@ -649,6 +706,31 @@ fn parse_postgres_connections(section: Option<&Value>, issues: &mut Issues) -> B
     connections
 }
 
+fn parse_mysql_connections(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, MysqlConnectionOptions> {
+    let mut connections = BTreeMap::new();
+    let Some(section) = mapping(section, MYSQL_SECTION, issues) else { return connections };
+    for name in section.keys().filter(|k| *k != "connections") {
+        issues.push(format!("{MYSQL_SECTION}.{name}"), "unknown field");
+    }
+    let Some(list) = mapping(section.get("connections"), "connections", issues) else { return connections };
+    for (name, value) in list {
+        let path = format!("{MYSQL_SECTION}.connections.{name}");
+        let Some(map) = mapping(Some(value), &path, issues) else { continue };
+        if let Some(fields) = Fields::read(map, MYSQL_CONNECTION_FIELDS, &path, issues) {
+            connections.insert(
+                name.clone(),
+                MysqlConnectionOptions {
+                    url: fields.text("url"),
+                    connect_timeout_ms: fields.int("connectTimeoutMs"),
+                    command_timeout_ms: fields.int("commandTimeoutMs"),
+                    pool_size: fields.int("poolSize"),
+                },
+            );
+        }
+    }
+    connections
+}
+
 /// `connections.<name>.tls`; `None` (with the issues recorded) when its
 /// fields contradict each other or the connection has no TLS link.
 fn tls_options(fields: &Fields, endpoint: &Endpoint, path: &str, issues: &mut Issues) -> Option<TlsOptions> {
@@ -713,8 +795,10 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             None | Some(Value::Null) => "local",
             Some(Value::String(driver)) if !driver.is_empty() => driver.as_str(),
             Some(_) => {
-                issues
-                    .push(format!("{path}.driver"), "must be a non-empty string (local, redis, postgres, file, policy, or an app driver)");
+                issues.push(
+                    format!("{path}.driver"),
+                    "must be a non-empty string (local, redis, postgres, mysql, file, policy, or an app driver)",
+                );
                 continue;
             }
         };
@@ -726,6 +810,7 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
             "postgres" => {
                 Fields::read(&settings, POSTGRES_FIELDS, &path, issues).map(|f| BackendOptions::Postgres(PostgresOptions::from_fields(&f)))
             }
+            "mysql" => Fields::read(&settings, MYSQL_FIELDS, &path, issues).map(|f| BackendOptions::Mysql(MysqlOptions::from_fields(&f))),
             "file" => Fields::read(&settings, FILE_FIELDS, &path, issues).map(|f| BackendOptions::File(FileOptions::from_fields(&f))),
             "policy" => read_policy(&settings, &path, issues),
             other => Some(BackendOptions::App { driver: other.to_owned(), settings }),
@@ -998,6 +1083,11 @@ fn check(kind: Kind, value: &Value) -> std::result::Result<Value, String> {
         Kind::PostgresUrl => match value {
             Value::String(s) if ["postgres://", "postgresql://"].iter().any(|p| s.starts_with(p)) => Ok(value.clone()),
             Value::String(_) => Err("must start with postgres:// or postgresql://".into()),
+            _ => Err("expected a URL string".into()),
+        },
+        Kind::MysqlUrl => match value {
+            Value::String(s) if s.starts_with("mysql://") => Ok(value.clone()),
+            Value::String(_) => Err("must start with mysql://".into()),
             _ => Err("expected a URL string".into()),
         },
         Kind::SqlName => match value {

@@ -44,7 +44,7 @@ impl Tier {
         match backend {
             BackendOptions::Local(_) => Some(Tier::Process),
             BackendOptions::File(_) => Some(Tier::Host),
-            BackendOptions::Redis(_) | BackendOptions::Postgres(_) => Some(Tier::Shared),
+            BackendOptions::Redis(_) | BackendOptions::Postgres(_) | BackendOptions::Mysql(_) => Some(Tier::Shared),
             BackendOptions::Policy(_) | BackendOptions::App { .. } => None,
         }
     }

@@ -7,6 +7,7 @@ use tokio_postgres::Row;
 
 use super::schema::Table;
 use super::transport::connection::PgConnection;
+use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
 /// The calls of one table.
@@ -37,15 +38,6 @@ pub(crate) struct HandOverArgs<'a> {
     pub tickets: Vec<i64>,
     pub counts: Vec<i32>,
     pub keys: Vec<&'a str>,
-}
-
-/// What a hand-off did: how many released keys were still held, per
-/// released key whether a waiter may be granted there, and each tried
-/// request's answer.
-pub(crate) struct HandOverReply {
-    pub released: i64,
-    pub wake: Vec<bool>,
-    pub taken: Vec<Taken<()>>,
 }
 
 /// The rows of one owner token that a renewal, a give-back or a withdrawal
@@ -99,7 +91,7 @@ impl Statements {
             (&args.lock_timeout_ms, Type::INT8),
         ];
         let reply: Vec<i64> = single(connection.query(&self.take, &params).await?)?;
-        Ok(taken(&reply, args.keys.len()).0)
+        Ok(reply::taken(&reply, args.keys.len()).0)
     }
 
     /// Gives back a lease and grants this process's next requests, in one
@@ -123,24 +115,7 @@ impl Statements {
             (&args.keys, Type::TEXT_ARRAY),
         ];
         let reply: Vec<i64> = single(connection.query(&self.hand_over, &params).await?)?;
-        let released = reply.first().copied().unwrap_or(0);
-        let wakes = args.released_keys.len();
-        let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
-        let mut rest = reply.get(1 + wakes..).unwrap_or_default();
-        let mut taken_all = Vec::new();
-        for &count in &args.counts {
-            if rest.is_empty() {
-                break;
-            }
-            let (answer, used) = taken(rest, count as usize);
-            let granted = matches!(answer, Taken::Granted { .. });
-            taken_all.push(answer);
-            rest = &rest[used.min(rest.len())..];
-            if !granted {
-                break;
-            }
-        }
-        Ok(HandOverReply { released, wake, taken: taken_all })
+        Ok(reply::hand_over(&reply, args.released_keys.len(), args.counts.iter().map(|&count| count as usize)))
     }
 
     /// Extends the token's live holder rows: how many.
@@ -180,19 +155,6 @@ impl Statements {
             (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.withdraw, &params).await?)
-    }
-}
-
-/// One `take` answer at the start of `reply`, for a request of `keys`
-/// keys, and how many numbers it took.
-fn taken(reply: &[i64], keys: usize) -> (Taken<()>, usize) {
-    match reply.first() {
-        Some(1) => {
-            let fences = reply.get(1..=keys).unwrap_or_default();
-            (Taken::Granted { fences: fences.iter().map(|&fence| fence as u64).collect(), written: vec![()] }, 1 + keys)
-        }
-        Some(0) => (Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 }, 3),
-        _ => (Taken::OtherLimit, 2),
     }
 }
 

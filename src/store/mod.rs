@@ -1,5 +1,5 @@
 //! The lock layer of every driver that keeps its leases in a store shared
-//! by processes (`redis`; `postgres` plugs in the same way): written once,
+//! by processes (`redis`; `postgres` and `mysql` plug in the same way): written once,
 //! whatever the store.
 //!
 //! A driver supplies a [`Store`]: how one lease's claim is named, and one
@@ -18,6 +18,7 @@
 //! - [`backend`] and [`lease`]: the public API ([`StoreBackend`],
 //!   [`StoreLease`], [`KeepAlive`]); `runtime`: the drivers' own tokio thread;
 //! - `failure`: how a store command failed, and the error a caller sees;
+//!   `reply`: the answers of the SQL drivers' routines;
 //!   `token`: the owner token each claim carries; `connecting`: the part
 //!   of a store call (its connect) that an acquire's wait may cut short.
 //!
@@ -31,6 +32,7 @@ pub(crate) mod failure;
 pub(crate) mod handoff;
 pub mod keep_alive;
 pub mod lease;
+pub(crate) mod reply;
 pub(crate) mod runtime;
 mod seam;
 pub(crate) mod token;

@@ -169,6 +169,12 @@ impl<S: Store> Waiters<S> {
         }
     }
 
+    /// True when no acquire of this process is in progress on any key (a
+    /// store that polls for releases need not then).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Wakes every head (notifications came up or went down: retry now and
     /// pick the poll interval that fits).
     pub(crate) fn wake_all(&self) {

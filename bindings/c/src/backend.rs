@@ -54,7 +54,7 @@ impl dokebi_lock_backend {
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         match &self.backend {
             Backend::Local(local) => dokebi_lock_lease::acquire_local(local, keys, kind, wait_timeout),
-            Backend::Redis(_) | Backend::Postgres(_) | Backend::File(_) | Backend::Policy(_) => {
+            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) | Backend::File(_) | Backend::Policy(_) => {
                 Ok(dokebi_lock_lease::give(self.acquire_redis(keys, kind, wait_timeout)?))
             }
         }

@@ -418,6 +418,13 @@ pub unsafe extern "C" fn dokebi_lock_lease_free(lease: *mut dokebi_lock_lease) {
                     }
                     None
                 }
+                // And for a mysql lease.
+                Lease::Mysql(mysql) => {
+                    if !on_driver_thread() {
+                        let _ = block_on(mysql.release());
+                    }
+                    None
+                }
                 // A file lease releases at once, and its outcome is not reported.
                 Lease::File(file) => {
                     let _ = file.release();

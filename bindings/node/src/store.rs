@@ -108,7 +108,7 @@ pub fn open(env: &Env, options: &Options, on_js_thread: bool, log_wake: LogWake,
 /// (local and file backends have their own modules; app drivers live in JS).
 fn is_store(backend: &BackendOptions) -> bool {
     match backend {
-        BackendOptions::Redis(_) | BackendOptions::Postgres(_) => true,
+        BackendOptions::Redis(_) | BackendOptions::Postgres(_) | BackendOptions::Mysql(_) => true,
         BackendOptions::Local(_) | BackendOptions::File(_) | BackendOptions::Policy(_) | BackendOptions::App { .. } => false,
     }
 }

@@ -1,0 +1,137 @@
+//! The `mysql` driver: leases shared by processes through rows of InnoDB
+//! tables in MySQL or MariaDB, with owner tokens, expiry on the server's
+//! clock and fencing tokens. The lock layer (queues, acquire, leases,
+//! renewal) is the one every store driver shares ([`crate::store`]); this
+//! driver supplies its store:
+//!
+//! - `store`: [`MysqlStore`], the seam's operations, and what the backends
+//!   of one connection share;
+//! - `schema`: the tables and the stored procedures that are the
+//!   operations; `sql`: the one `CALL` of each;
+//! - `notify`: the release poller, which wakes this process's waiters;
+//! - `transport`: connections (a small pool), their URL and TLS, and the
+//!   classification of failures; it knows nothing of locks.
+//!
+//! Every operation is one `CALL`, one round trip and one transaction, sent
+//! as text with nothing of a key in its SQL but hex digits, and leaves no
+//! session state (no `GET_LOCK`, no user variable, no temporary table, no
+//! prepared statement), so a multiplexing proxy (ProxySQL) may sit
+//! between. MySQL has no `LISTEN`: releases in other processes are found
+//! by one poller per connection, reading a log of releases every
+//! millisecond while this process has an acquire in progress.
+//!
+//! ```no_run
+//! # futures::executor::block_on(async {
+//! use dokebi_lock::{AcquireOptions, Provider};
+//!
+//! let provider = Provider::from_yaml(
+//!     "schemaVersion: 1
+//! options:
+//!   dokebi-mysql:
+//!     connections:
+//!       main: { url: 'mysql://app@127.0.0.1:3306/app' }
+//!   dokebi-lock:
+//!     backends:
+//!       shared: { driver: mysql, connection: main, namespace: my-service, leaseMs: 10000 }
+//! ",
+//! )?;
+//! let lease = provider.backend("shared")?.acquire("order:42", AcquireOptions::default()).await?;
+//! // critical section: pass lease.fence() along with writes
+//! lease.release().await?; // LEASE_LOST if the lease expired meanwhile
+//! provider.close().await;
+//! # Ok::<(), dokebi_lock::LockError>(())
+//! # }).unwrap();
+//! ```
+
+pub(crate) mod notify;
+pub(crate) mod schema;
+pub(crate) mod sql;
+pub mod store;
+pub(crate) mod transport;
+
+pub use store::MysqlStore;
+
+/// A backend whose leases live in MySQL or MariaDB (see [`StoreBackend`]).
+pub type MysqlBackend = StoreBackend<MysqlStore>;
+/// A lease held through MySQL or MariaDB (see [`StoreLease`]).
+pub type MysqlLease = StoreLease<MysqlStore>;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::host::Host;
+use crate::log::Logger;
+use crate::options::{BackendOptions, MysqlOptions, Options};
+use crate::store::runtime::DriverRuntime;
+use crate::store::{StoreBackend, StoreLease};
+use crate::telemetry::Telemetry;
+use store::Shared;
+use transport::connection::MysqlConnection;
+
+/// The driver's shared parts in one provider: its runtime and the
+/// connections its backends use. Exists only when there is at least one
+/// mysql backend.
+pub(crate) struct MysqlDriver {
+    runtime: Arc<DriverRuntime>,
+    connections: BTreeMap<String, Arc<Shared>>,
+    logger: Logger,
+    telemetry: Option<Telemetry>,
+}
+
+impl MysqlDriver {
+    /// Starts the runtime and prepares (without connecting) each connection
+    /// a mysql backend of `options` names; `None` without mysql backends. A
+    /// URL that cannot be used is `PROVIDER_FAILED` now.
+    pub fn open(
+        options: &Options,
+        logger: &Logger,
+        telemetry: &Option<Telemetry>,
+        host: &Option<Arc<dyn Host>>,
+    ) -> Result<Option<MysqlDriver>> {
+        let used: Vec<&str> = options
+            .backends
+            .values()
+            .filter_map(|backend| match backend {
+                BackendOptions::Mysql(mysql) => Some(mysql.store.connection.as_str()),
+                _ => None,
+            })
+            .collect();
+        if used.is_empty() {
+            return Ok(None);
+        }
+        let runtime = Arc::new(DriverRuntime::start(host.clone())?);
+        let mut connections = BTreeMap::new();
+        for name in used {
+            if !connections.contains_key(name) {
+                let connection = MysqlConnection::new(name, &options.mysql[name], runtime.spawner().handle().clone(), telemetry.clone())?;
+                connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
+            }
+        }
+        Ok(Some(MysqlDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
+    }
+
+    /// The backend `name` with `options` on its connection.
+    pub fn backend(&self, name: &str, options: MysqlOptions) -> MysqlBackend {
+        let store = MysqlStore::new(self.connections[&options.store.connection].clone(), &options);
+        MysqlBackend::new(name, options.store, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+    }
+
+    /// Starts each connection's release poller, on the tables of its backends.
+    pub fn start(&self, backends: &BTreeMap<String, MysqlOptions>) {
+        for (name, shared) in &self.connections {
+            let mut tables: Vec<String> =
+                backends.values().filter(|backend| &backend.store.connection == name).map(|backend| backend.table.clone()).collect();
+            tables.sort();
+            tables.dedup();
+            self.runtime.spawner().handle().spawn(notify::run(shared.clone(), tables));
+        }
+    }
+
+    /// Closes every connection.
+    pub fn shut_down(&self) {
+        for shared in self.connections.values() {
+            shared.connection.shut_down();
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The statements the driver sends: each one `CALL` of a procedure of
+//! [`super::schema`], so each operation is one round trip and one
+//! transaction.
+//!
+//! The calls go out as text, not as prepared statements: a prepared
+//! statement costs a second round trip (prepare, then execute) or stays
+//! open on the server, which a multiplexing proxy has to pin a connection
+//! for. So nothing of a key, a namespace or a token is ever SQL text: a
+//! namespace is a hex literal (`X'…'`), keys travel as a string of hex
+//! digits and commas, tokens are hex digits already, the rest numbers the
+//! driver formats. A hostile key cannot change a statement: every
+//! character it puts into one is `0-9a-f`.
+
+use super::schema::Table;
+use super::transport::connection::MysqlConnection;
+use crate::store::reply::{self, HandOverReply};
+use crate::store::{Failure, Taken};
+
+/// One request's arguments to `take`: keys as [`hex_list`] of their
+/// stored names, sorted.
+pub(crate) struct TakeArgs<'a> {
+    pub namespace: &'a str,
+    pub keys: &'a str,
+    pub count: usize,
+    pub token: &'a str,
+    pub shared: bool,
+    pub limit: u32,
+    pub weight: u32,
+    pub lease_ms: u64,
+    pub waiting_ms: u64,
+    pub ticket: u64,
+    pub retention_ms: u64,
+    pub lock_wait_s: u64,
+}
+
+/// One request of a hand-off: its arguments to `take` but the wait.
+pub(crate) struct Request<'a> {
+    pub keys: &'a str,
+    pub count: usize,
+    pub token: &'a str,
+    pub shared: bool,
+    pub limit: u32,
+    pub weight: u32,
+    pub lease_ms: u64,
+    pub ticket: u64,
+    pub retention_ms: u64,
+}
+
+/// The calls of one table.
+pub(crate) struct Statements {
+    table: Table,
+}
+
+impl Statements {
+    pub fn new(table: &Table) -> Statements {
+        Statements { table: table.clone() }
+    }
+
+    /// One try at taking every key (see `_try` in the schema); fences in
+    /// the order of `args.keys`.
+    pub async fn take(&self, connection: &MysqlConnection, args: &TakeArgs<'_>) -> Result<Taken<()>, Failure> {
+        let sql = format!(
+            "CALL {}(X'{}', '{}', '{}', {}, {}, {}, {}, {}, {}, {}, {})",
+            self.table.name("_take"),
+            args.namespace,
+            args.keys,
+            args.token,
+            u8::from(args.shared),
+            args.limit,
+            args.weight,
+            args.lease_ms,
+            args.waiting_ms,
+            args.ticket,
+            args.retention_ms,
+            args.lock_wait_s
+        );
+        let reply = numbers(connection.query(&sql).await?)?;
+        Ok(reply::taken(&reply, args.count).0)
+    }
+
+    /// Gives back `released` (keys, token; none: empty) and grants
+    /// `requests` in turn, locking `lock_keys` (every key of the call,
+    /// sorted) first.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn hand_over(
+        &self,
+        connection: &MysqlConnection,
+        namespace: &str,
+        lock_keys: &str,
+        released: (&str, usize, &str),
+        requests: &[Request<'_>],
+        waiting_ms: u64,
+        lock_wait_s: u64,
+    ) -> Result<HandOverReply, Failure> {
+        let list = |item: &dyn Fn(&Request) -> String| requests.iter().map(item).collect::<Vec<_>>().join(",");
+        let sql = format!(
+            "CALL {}(X'{namespace}', '{lock_keys}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', {waiting_ms}, {lock_wait_s})",
+            self.table.name("_hand_over"),
+            released.0,
+            released.2,
+            list(&|request| request.token.to_owned()),
+            list(&|request| u8::from(request.shared).to_string()),
+            list(&|request| request.limit.to_string()),
+            list(&|request| request.weight.to_string()),
+            list(&|request| request.ticket.to_string()),
+            list(&|request| request.lease_ms.to_string()),
+            list(&|request| request.retention_ms.to_string()),
+            requests.iter().map(|request| request.keys).collect::<Vec<_>>().join(";"),
+        );
+        let reply = numbers(connection.query(&sql).await?)?;
+        Ok(reply::hand_over(&reply, released.1, requests.iter().map(|request| request.count)))
+    }
+
+    /// Extends the token's live holder rows: how many.
+    pub async fn renew(&self, connection: &MysqlConnection, owner: &Owner<'_>, lease_ms: u64) -> Result<i64, Failure> {
+        let sql = format!(
+            "CALL {}(X'{}', '{}', '{}', {lease_ms}, {})",
+            self.table.name("_renew"),
+            owner.namespace,
+            owner.keys,
+            owner.token,
+            owner.lock_wait_s
+        );
+        single(connection.query(&sql).await?)
+    }
+
+    /// Gives back the token's keys: how many were still held; on a `retry`
+    /// of a give-back whose answer was lost, how many this token gave back,
+    /// by either attempt.
+    pub async fn give_back(&self, connection: &MysqlConnection, owner: &Owner<'_>, retry: bool) -> Result<i64, Failure> {
+        let sql = format!(
+            "CALL {}(X'{}', '{}', '{}', {}, {})",
+            self.table.name("_give_back"),
+            owner.namespace,
+            owner.keys,
+            owner.token,
+            u8::from(retry),
+            owner.lock_wait_s
+        );
+        single(connection.query(&sql).await?)
+    }
+
+    /// Takes back the token's waiting marks.
+    pub async fn withdraw(&self, connection: &MysqlConnection, owner: &Owner<'_>) -> Result<i64, Failure> {
+        let sql = format!(
+            "CALL {}(X'{}', '{}', '{}', {})",
+            self.table.name("_withdraw"),
+            owner.namespace,
+            owner.keys,
+            owner.token,
+            owner.lock_wait_s
+        );
+        single(connection.query(&sql).await?)
+    }
+}
+
+/// The rows of one owner token that a renewal, a give-back or a withdrawal
+/// changes (keys as [`hex_list`]), and how long it waits for row locks.
+pub(crate) struct Owner<'a> {
+    pub namespace: &'a str,
+    pub keys: &'a str,
+    pub token: &'a str,
+    pub lock_wait_s: u64,
+}
+
+/// `bytes` as lowercase hex digits.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Names as the procedures take a list of them: hex, comma-separated.
+pub(crate) fn hex_list<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> String {
+    names.into_iter().map(hex).collect::<Vec<_>>().join(",")
+}
+
+/// A reply of comma-separated integers.
+fn numbers(row: Vec<Option<String>>) -> Result<Vec<i64>, Failure> {
+    let text = row.into_iter().next().flatten().ok_or_else(|| unexpected("no answer"))?;
+    text.split(',').map(|number| number.trim().parse::<i64>().map_err(|_| unexpected("not a list of integers"))).collect()
+}
+
+/// The one integer of a one-row, one-column answer.
+fn single(row: Vec<Option<String>>) -> Result<i64, Failure> {
+    numbers(row)?.first().copied().ok_or_else(|| unexpected("no answer"))
+}
+
+fn unexpected(what: &str) -> Failure {
+    Failure::Refused(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from MySQL: {what}"))))
+}

@@ -1,0 +1,345 @@
+//! One `dokebi-mysql` connection: a few connections (`poolSize`) for the
+//! lock statements, one statement at a time on each, every statement
+//! bounded by `commandTimeoutMs`, and the classification of every failure
+//! into [`Failure`].
+//!
+//! Statements go out as text (`COM_QUERY`): one round trip, no prepared
+//! statement left on the server, nothing else sent on a connection (no
+//! reset, no `SET`), so a multiplexing proxy (ProxySQL) keeps sharing its
+//! backend connections. A statement that outlasts its bound has its
+//! connection killed (`KILL`, from a connection of its own), so the server
+//! rolls it back unless it committed, and the connection is replaced.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use tokio::runtime::Handle;
+
+use super::url::{target, SslMode, Target};
+use crate::error::{ErrorCode, Result};
+use crate::options::MysqlConnectionOptions;
+use crate::store::{Failure, Refusal};
+use crate::telemetry::{Telemetry, TelemetryEvent};
+
+/// What `status()` reports of the connection.
+#[derive(Default)]
+struct Health {
+    last_answer: Option<SystemTime>,
+    last_error: Option<ErrorCode>,
+}
+
+/// A named connection of `dokebi-mysql.connections`.
+pub(crate) struct MysqlConnection {
+    /// `<name>` of `dokebi-mysql.connections.<name>`.
+    name: String,
+    telemetry: Option<Telemetry>,
+    target: Target,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    next: AtomicUsize,
+    health: Mutex<Health>,
+    connected: AtomicBool,
+    /// The release poller reads the log (see `super::super::notify`).
+    listening: AtomicBool,
+    stopped: AtomicBool,
+    runtime: Handle,
+}
+
+/// MySQL's and MariaDB's error numbers the classification names.
+mod code {
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const BAD_DB: u16 = 1049;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    pub const TABLE_ACCESS_DENIED: u16 = 1142;
+    pub const COLUMN_ACCESS_DENIED: u16 = 1143;
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+    pub const PROCEDURE_ACCESS_DENIED: u16 = 1370;
+    pub const CONNECTION_KILLED: u16 = 1927;
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
+}
+
+impl MysqlConnection {
+    /// Reads the options (a URL that cannot be used is `PROVIDER_FAILED`
+    /// now); connects only when first used.
+    pub fn new(name: &str, options: &MysqlConnectionOptions, runtime: Handle, telemetry: Option<Telemetry>) -> Result<MysqlConnection> {
+        let target = target(&options.url, &format!("{}.url", option(name)))?;
+        Ok(MysqlConnection {
+            name: name.to_owned(),
+            telemetry,
+            target,
+            connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
+            command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
+            slots: (0..options.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            health: Mutex::default(),
+            connected: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            runtime,
+        })
+    }
+
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// How many connections the pool keeps.
+    pub fn pool_size(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The user of the URL, for messages.
+    pub fn user(&self) -> &str {
+        &self.target.user
+    }
+
+    /// The database of the URL, where the tables live.
+    pub fn database(&self) -> &str {
+        &self.target.database
+    }
+
+    /// Runs one statement and answers the first row's columns as text
+    /// (NULL: `None`); no row: empty.
+    pub async fn query(&self, sql: &str) -> std::result::Result<Vec<Option<String>>, Failure> {
+        self.run(sql, self.command_timeout).await
+    }
+
+    /// Runs one statement of the installation (DDL), with a longer bound.
+    pub async fn install(&self, sql: &str) -> std::result::Result<(), Failure> {
+        self.run(sql, self.command_timeout.max(Duration::from_secs(10))).await.map(drop)
+    }
+
+    async fn run(&self, sql: &str, bound: Duration) -> std::result::Result<Vec<Option<String>>, Failure> {
+        if self.is_shut_down() {
+            return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
+        }
+        let mut slot = self.slot().await;
+        let mut conn = match slot.take() {
+            Some(conn) => conn,
+            None => self.connect().await.inspect_err(|failure| self.failed(failure))?,
+        };
+        let id = conn.id();
+        let outcome = tokio::time::timeout(bound, conn.query_first::<mysql_async::Row, _>(sql)).await;
+        let failure = match outcome {
+            Ok(Ok(row)) => {
+                *slot = Some(conn);
+                self.answered();
+                let columns = row.map(|row| {
+                    (0..row.len()).map(|at| row.get_opt::<Option<String>, _>(at).and_then(|value| value.ok()).flatten()).collect()
+                });
+                return Ok(columns.unwrap_or_default());
+            }
+            Ok(Err(err)) => {
+                let failure = classify_statement(err, self);
+                if !failure.is_unknown() {
+                    // The server answered: the connection is as good as before.
+                    *slot = Some(conn);
+                }
+                failure
+            }
+            Err(elapsed) => {
+                // The server may still be running it (behind a row lock, a
+                // slow commit): its connection is ended, so it does not run
+                // on while retries pile up behind it.
+                drop(conn);
+                let opts = self.target.opts.clone();
+                let connect_timeout = self.connect_timeout;
+                self.runtime.spawn(async move {
+                    if let Ok(Ok(mut killer)) = tokio::time::timeout(connect_timeout, Conn::new(opts)).await {
+                        let _ = killer.query_drop(format!("KILL {id}")).await;
+                        let _ = killer.disconnect().await;
+                    }
+                });
+                Failure::Unknown(Arc::new(elapsed))
+            }
+        };
+        self.failed(&failure);
+        Err(failure)
+    }
+
+    /// A free slot of the pool: the first one not in use from the next in
+    /// turn, else the next in turn once it is free.
+    async fn slot(&self) -> tokio::sync::MutexGuard<'_, Option<Conn>> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for at in 0..self.slots.len() {
+            if let Ok(slot) = self.slots[(start + at) % self.slots.len()].try_lock() {
+                return slot;
+            }
+        }
+        self.slots[start % self.slots.len()].lock().await
+    }
+
+    /// A new connection within `connectTimeoutMs`: with TLS first under
+    /// `PREFERRED`, in the clear when the server has none.
+    pub async fn connect(&self) -> std::result::Result<Conn, Failure> {
+        let attempt = async {
+            match Conn::new(self.target.opts.clone()).await {
+                Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
+                    if self.target.mode == SslMode::Preferred =>
+                {
+                    Conn::new(self.target.in_the_clear()).await
+                }
+                outcome => outcome,
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) => Err(self.classify_connect(err)),
+            Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
+        }
+    }
+
+    /// A failure before any statement ran: the server refusing who we are
+    /// (the message names the user, never the password), or unreachable.
+    fn classify_connect(&self, err: mysql_async::Error) -> Failure {
+        let name = option(&self.name);
+        let (user, database) = (self.user(), self.database());
+        let denied = |message: String, fix: String, err: mysql_async::Error| {
+            Failure::Denied(Arc::new(Refusal { message, fix, cause: Arc::new(err) }))
+        };
+        match &err {
+            mysql_async::Error::Server(server) => match server.code {
+                code::ACCESS_DENIED => denied(
+                    format!("MySQL refused the credentials of user '{user}' of {name}"),
+                    format!("Check the user and password in {name}.url (and the account's host in mysql.user)."),
+                    err,
+                ),
+                code::DB_ACCESS_DENIED => {
+                    denied(format!("user '{user}' of {name} may not use database '{database}'"), grant(user, database), err)
+                }
+                code::BAD_DB => denied(
+                    format!("the database '{database}' of {name} does not exist"),
+                    format!("Create the database (CREATE DATABASE `{database}`) or correct the database name in {name}.url."),
+                    err,
+                ),
+                _ => Failure::Refused(Arc::new(err)),
+            },
+            mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer) => denied(
+                format!("the MySQL server of {name} has no TLS and ssl-mode asks for it"),
+                format!("Turn TLS on in the server, or lower ssl-mode in {name}.url."),
+                err,
+            ),
+            mysql_async::Error::Io(mysql_async::IoError::Tls(_)) => denied(
+                format!("the TLS certificate of MySQL was refused for {name}"),
+                format!(
+                    "Trust the server's authority (ssl-ca in {name}.url), connect by the name its certificate carries (VERIFY_IDENTITY), or lower ssl-mode."
+                ),
+                err,
+            ),
+            mysql_async::Error::Driver(_) | mysql_async::Error::Other(_) | mysql_async::Error::Url(_) => Failure::Refused(Arc::new(err)),
+            mysql_async::Error::Io(_) => Failure::Unreachable(Arc::new(err)),
+        }
+    }
+
+    fn answered(&self) {
+        self.set_connected(true);
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer = Some(SystemTime::now());
+    }
+
+    fn failed(&self, failure: &Failure) {
+        let code = match failure {
+            Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
+            _ => ErrorCode::ProviderFailed,
+        };
+        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
+            self.set_connected(false);
+        }
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(code);
+    }
+
+    pub fn last_answer(&self) -> Option<SystemTime> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer
+    }
+
+    pub fn last_error(&self) -> Option<ErrorCode> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    pub fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Release);
+    }
+
+    /// True once [`MysqlConnection::shut_down`] ran.
+    pub fn is_shut_down(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Closes every idle connection; statements under way end with theirs.
+    pub fn shut_down(&self) {
+        self.stopped.store(true, Ordering::Release);
+        for slot in &self.slots {
+            if let Ok(mut slot) = slot.try_lock() {
+                if let Some(conn) = slot.take() {
+                    self.runtime.spawn(conn.disconnect());
+                }
+            }
+        }
+        self.set_connected(false);
+    }
+
+    /// Records whether the server answers, telling telemetry when that
+    /// changes (a `connection` event, as the other stores').
+    fn set_connected(&self, up: bool) {
+        if self.connected.swap(up, Ordering::Relaxed) != up {
+            if let Some(telemetry) = &self.telemetry {
+                telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
+            }
+        }
+    }
+}
+
+/// The option of connection `name`, as messages name it.
+fn option(name: &str) -> String {
+    format!("dokebi-mysql.connections.{name}")
+}
+
+/// The `GRANT` that lets `user` run the driver in `database`.
+fn grant(user: &str, database: &str) -> String {
+    format!(
+        "Run as an administrator: GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{database}`.* TO '{user}'@'%' (with CREATE, ALTER ROUTINE and CREATE ROUTINE too while autoCreate is true)."
+    )
+}
+
+/// A failure of a statement that was sent: the server's error (each
+/// procedure rolls its transaction back whole on an error: nothing was
+/// done), a missing privilege (with its `GRANT`), or no answer (it may
+/// have committed).
+fn classify_statement(err: mysql_async::Error, connection: &MysqlConnection) -> Failure {
+    match &err {
+        mysql_async::Error::Server(server) => match server.code {
+            // An administrator ended our connection or query, or the server
+            // is shutting down: the commit may have happened first.
+            code::CONNECTION_KILLED | code::QUERY_INTERRUPTED | code::SERVER_SHUTDOWN => Failure::Unknown(Arc::new(err)),
+            code::TABLE_ACCESS_DENIED
+            | code::COLUMN_ACCESS_DENIED
+            | code::PROCEDURE_ACCESS_DENIED
+            | code::DB_ACCESS_DENIED
+            | code::SPECIFIC_ACCESS_DENIED => {
+                let message = format!(
+                    "user '{}' of {} lacks a privilege the lock driver needs ({})",
+                    connection.user(),
+                    option(&connection.name),
+                    server.message
+                );
+                Failure::Denied(Arc::new(Refusal { message, fix: grant(connection.user(), connection.database()), cause: Arc::new(err) }))
+            }
+            // 1205 (lock wait timeout), 1213 (deadlock), 1290 and 1792
+            // (read-only) and the rest: refused, nothing done.
+            _ => Failure::Refused(Arc::new(err)),
+        },
+        _ => Failure::Unknown(Arc::new(err)),
+    }
+}

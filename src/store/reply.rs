@@ -1,0 +1,50 @@
+//! The answers of the SQL drivers' take and hand-over routines (postgres
+//! functions, mysql procedures), one list of integers each: read here once.
+
+use super::Taken;
+
+/// One take answer at the start of `reply`, for a request of `keys` keys,
+/// and how many numbers it took: `1, fence...` (granted, a fence per key in
+/// the order the routine was given them), `0, hint, ticket` (busy) or
+/// `-1, i` (another limit).
+pub(crate) fn taken(reply: &[i64], keys: usize) -> (Taken<()>, usize) {
+    match reply.first() {
+        Some(1) => {
+            let fences = reply.get(1..=keys).unwrap_or_default();
+            (Taken::Granted { fences: fences.iter().map(|&fence| fence as u64).collect(), written: vec![()] }, 1 + keys)
+        }
+        Some(0) => (Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 }, 3),
+        _ => (Taken::OtherLimit, 2),
+    }
+}
+
+/// What a hand-off answered: how many released keys were still held, per
+/// released key whether a waiter may be granted there, and each tried
+/// request's answer.
+pub(crate) struct HandOverReply {
+    pub released: i64,
+    pub wake: Vec<bool>,
+    pub taken: Vec<Taken<()>>,
+}
+
+/// Reads `released, wake..., answer...`: `wakes` flags, then the answers
+/// of requests of `counts` keys each, up to the first not granted.
+pub(crate) fn hand_over(reply: &[i64], wakes: usize, counts: impl IntoIterator<Item = usize>) -> HandOverReply {
+    let released = reply.first().copied().unwrap_or(0);
+    let wake = reply.iter().skip(1).take(wakes).map(|&flag| flag == 1).collect();
+    let mut rest = reply.get(1 + wakes..).unwrap_or_default();
+    let mut taken_all = Vec::new();
+    for count in counts {
+        if rest.is_empty() {
+            break;
+        }
+        let (answer, used) = taken(rest, count);
+        let granted = matches!(answer, Taken::Granted { .. });
+        taken_all.push(answer);
+        rest = &rest[used.min(rest.len())..];
+        if !granted {
+            break;
+        }
+    }
+    HandOverReply { released, wake, taken: taken_all }
+}

@@ -1,0 +1,103 @@
+//! What a caller sees when MariaDB refuses or loses a mysql driver call:
+//! a row lock held past the lock wait (1205: refused, nothing done), a
+//! connection killed under a call (the answer lost: `OUTCOME_UNKNOWN`), and
+//! a user without the privileges the driver needs (the `GRANT` to run).
+
+mod mysql;
+
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
+use futures::executor::block_on;
+use mysql::{rows, try_rows, url, yaml, Table};
+use mysql_async::prelude::Queryable;
+
+fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
+}
+
+/// Holds the row lock of key `k` of `table` (namespace `dokebi-lock`) in an
+/// open transaction of its own until the returned sender is dropped.
+fn hold_row(table: &str) -> std::sync::mpsc::Sender<()> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let sql = format!("SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url()).unwrap()).prefer_socket(false);
+            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+            conn.query_drop("START TRANSACTION").await.unwrap();
+            let row: Option<i64> = conn.query_first(sql).await.unwrap();
+            locked.send(row.is_some()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+            conn.query_drop("ROLLBACK").await.unwrap();
+        });
+    });
+    assert!(is_locked.recv().unwrap(), "the key's row exists");
+    stop
+}
+
+#[test]
+fn a_row_lock_held_past_the_lock_wait_is_refused_with_nothing_done() {
+    let table = Table::fresh();
+    let provider = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let held = hold_row(&table.0);
+    let started = Instant::now();
+    let err = block_on(backend.acquire("k", wait(0))).unwrap_err();
+    // commandTimeoutMs 2000: the server gives up the row lock wait at 1 s.
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("refused"), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(1900), "refused by the server before commandTimeoutMs: {:?}", started.elapsed());
+    drop(held);
+    let lease = block_on(backend.acquire("k", wait(0))).expect("nothing of the refused try is held");
+    assert!(block_on(lease.release()).unwrap());
+}
+
+#[test]
+fn a_connection_killed_under_a_call_leaves_the_outcome_unknown() {
+    let table = Table::fresh();
+    let provider = Provider::from_yaml(&yaml(&table.0, "").replace("commandTimeoutMs: 2000", "commandTimeoutMs: 4000")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let held = hold_row(&table.0);
+    let killer = std::thread::spawn({
+        let table = table.0.clone();
+        move || {
+            // Inside a procedure the list shows the statement running: the
+            // take waits in its row lock (`INSERT … ON DUPLICATE KEY UPDATE`).
+            let sql = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO `{table}` %'");
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(2) {
+                if let Some(id) = rows(&sql).first().and_then(|row| row[0].clone()) {
+                    let _ = try_rows(&format!("KILL {id}"));
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            false
+        }
+    });
+    let err = block_on(backend.acquire("k", wait(0))).unwrap_err();
+    assert!(killer.join().unwrap(), "the call was found and killed");
+    assert_eq!(err.code(), ErrorCode::OutcomeUnknown, "{err}");
+    drop(held);
+}
+
+#[test]
+fn a_user_without_the_privileges_hears_the_grant_to_run_and_never_the_password() {
+    let table = Table::fresh();
+    let user = format!("dokebi_{}", table.0);
+    let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    rows(&format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-secret-1'"));
+    rows(&format!("GRANT SELECT ON test.* TO '{user}'@'%'"));
+    let limited = url().replacen("mysql://root@", &format!("mysql://{user}:pw-secret-1@"), 1);
+    let provider = Provider::from_yaml(&yaml(&table.0, "").replace(&url(), &limited)).unwrap();
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap_err();
+    let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    assert_eq!(err.code(), ErrorCode::ProviderFailed);
+    let text = format!("{err} {}", err.fix());
+    assert!(text.contains(&user) && text.contains("GRANT") && !text.contains("pw-secret-1"), "{text}");
+}
