@@ -13,11 +13,12 @@
 
 mod file;
 
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dokebi_lock::{ErrorCode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, Lease, Provider};
 use file::{counted, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
 use futures::executor::block_on;
 
@@ -183,8 +184,18 @@ fn child_process() {
             // With a fourth part `fork`: a thread forks children (no exec)
             // all along, each keeping copies of every lock file and raise
             // file open at that moment for a random moment.
+            // Further parts: `fork` (below) and `close`: a thread opens a
+            // provider of its own, has another thread acquire "k" through it,
+            // and closes it at a random moment of that acquire (before its
+            // grant, at it, or after), all along.
+            let flags: Vec<&str> = parts.collect();
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let closer = flags.contains(&"close").then(|| {
+                let (yaml, work, done) = (yaml.clone(), work.clone(), done.clone());
+                std::thread::spawn(move || close_racing_acquires(&yaml, &work, pid, &done))
+            });
             #[cfg(unix)]
-            if parts.next() == Some("fork") {
+            if flags.contains(&"fork") {
                 std::thread::spawn(|| {
                     let mut seed = now_ns() as u64 | 1;
                     loop {
@@ -233,11 +244,21 @@ fn child_process() {
                                 'w' => block_on(backend.acquire("k", wait(30_000))),
                                 'm' => block_on(backend.acquire_many(&["j", "k"], shared(30_000))),
                                 'n' => block_on(backend.acquire_many(&["k", "z"], wait(30_000))),
+                                // Waiters that leave without the key: timed
+                                // out, dropped, aborted (see `leaving`).
+                                'x' => leaving(&backend, &["k"], wait(30_000), Leave::TimesOut, random(3_000)),
+                                'y' => leaving(&backend, &["k"], shared(30_000), Leave::TimesOut, random(3_000)),
+                                'd' => leaving(&backend, &["k"], wait(30_000), Leave::Dropped, random(3_000)),
+                                'e' => leaving(&backend, &["k"], shared(30_000), Leave::Dropped, random(3_000)),
+                                'a' => leaving(&backend, &["k"], wait(30_000), Leave::Aborted, random(3_000)),
+                                'q' => leaving(&backend, &["k", "z"], wait(30_000), Leave::TimesOut, random(3_000)),
+                                'p' => leaving(&backend, &["j", "k"], shared(30_000), Leave::Dropped, random(3_000)),
                                 other => panic!("unknown kind {other}"),
                             };
                             let lease = match outcome {
                                 Ok(lease) => lease,
                                 Err(error) if error.code() == ErrorCode::LockBusy && kind == 't' => continue,
+                                Err(error) if error.code() == ErrorCode::WaitTimeout && "xyadepq".contains(kind) => continue,
                                 Err(error) => panic!("{error}"),
                             };
                             let returned = now_ns();
@@ -248,7 +269,7 @@ fn child_process() {
                             }
                             let release = now_ns();
                             assert!(block_on(lease.release()).unwrap(), "a lease lost");
-                            let kind = if matches!(kind, 'w' | 'n') { 'w' } else { 'r' };
+                            let kind = if matches!(kind, 'w' | 'n' | 'x' | 'd' | 'a' | 'q') { 'w' } else { 'r' };
                             log.write_all(format!("{kind} {fence} {call} {returned} {release}\n").as_bytes()).unwrap();
                             if random(3) == 0 {
                                 std::thread::sleep(std::time::Duration::from_micros(random(300)));
@@ -261,12 +282,108 @@ fn child_process() {
             for worker in workers {
                 worker.join().unwrap();
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(closer) = closer {
+                closer.join().unwrap();
+            }
             writeln!(stdout, "done").unwrap();
         }
         other => panic!("unknown role {other}"),
     }
     block_on(second.close());
     block_on(provider.close());
+}
+
+/// How a waiter of `leaving` leaves.
+#[derive(Clone, Copy)]
+enum Leave {
+    /// Its wait times out.
+    TimesOut,
+    /// Its acquire's future is dropped.
+    Dropped,
+    /// Its signal aborts.
+    Aborted,
+}
+
+/// Acquires `keys` in `options`' kind, waiting at most `pause_us` µs and
+/// then leaving as `how` says: the lease if granted before, else the
+/// error (`WAIT_TIMEOUT` stands for every way of leaving). Exercises the
+/// waiter's leaving (its mark cleared, the key's files removed if free).
+fn leaving(backend: &dokebi_lock::Backend, keys: &[&str], mut options: AcquireOptions, how: Leave, pause_us: u64) -> dokebi_lock::Result<Lease> {
+    let pause = std::time::Duration::from_micros(pause_us + 1);
+    let controller = dokebi_lock::AbortController::new();
+    match how {
+        Leave::TimesOut => options.wait_timeout = Some(pause),
+        Leave::Aborted => options.signal = Some(controller.signal()),
+        Leave::Dropped => {}
+    }
+    let mut acquire = Box::pin(backend.acquire_many(keys, options));
+    if matches!(how, Leave::TimesOut) {
+        return block_on(acquire);
+    }
+    let waker = futures::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    if let std::task::Poll::Ready(outcome) = acquire.as_mut().poll(&mut context) {
+        return outcome;
+    }
+    std::thread::sleep(pause);
+    if matches!(how, Leave::Aborted) {
+        controller.abort();
+    }
+    match acquire.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(Err(error)) if error.code() == ErrorCode::Aborted => Err(dokebi_lock::LockError::wait_timeout(pause)),
+        std::task::Poll::Ready(outcome) => outcome,
+        std::task::Poll::Pending => Err(dokebi_lock::LockError::wait_timeout(pause)),
+    }
+}
+
+/// The `close` part of the `order` role: until `done`, opens a provider,
+/// has a thread acquire "k" through it (a writer or a reader in turn) and
+/// closes the provider at a random moment of that acquire. A grant's hold
+/// is recorded from its return to a moment at which it was seen still
+/// valid (the close ends it, at some moment after).
+fn close_racing_acquires(yaml: &str, work: &Path, pid: u32, done: &std::sync::atomic::AtomicBool) {
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("ord-{pid}-closer"))).unwrap();
+    let mut seed = (now_ns() as u64) ^ (u64::from(pid) << 24) | 1;
+    let mut random = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut round = 0u64;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        round += 1;
+        let provider = Provider::from_yaml(yaml).unwrap();
+        let writer = round % 2 == 0;
+        let acquiring = {
+            let backend = provider.backend("locks").unwrap();
+            std::thread::spawn(move || {
+                let call = now_ns();
+                let options = if writer { wait(30_000) } else { shared(30_000) };
+                let lease = match block_on(backend.acquire("k", options)) {
+                    Ok(lease) => lease,
+                    Err(error) if error.code() == ErrorCode::Closed => return None::<Option<String>>,
+                    Err(error) => panic!("{error}"),
+                };
+                let returned = now_ns();
+                let fence = lease.fence();
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                let seen = now_ns();
+                // Valid after `seen`: held from `returned` to `seen`. One
+                // that the close ended before is left out: it may have ended
+                // before it returned.
+                let valid = lease.is_valid();
+                drop(lease);
+                Some(valid.then(|| format!("{} {fence} {call} {returned} {seen}\n", if writer { 'w' } else { 'r' })))
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_micros(random(3_000)));
+        block_on(provider.close());
+        if let Some(line) = acquiring.join().unwrap().flatten() {
+            log.write_all(line.as_bytes()).unwrap();
+        }
+    }
 }
 
 /// The most units held at once by the counted grants of `records` (whose
@@ -580,7 +697,8 @@ fn grants_of_every_kind_are_ordered_by_their_fences_across_processes_and_backend
     let rounds = std::env::var("DOKEBI_ORDER_ROUNDS").map_or(1_500, |rounds| rounds.parse().unwrap());
     let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
     let fork = if std::env::var("DOKEBI_ORDER_FORK").is_ok() { "/fork" } else { "" };
-    let children: Vec<_> = (0..3).map(|_| spawn(&format!("order:{rounds}/2/{mix}{fork}"), &dir, WAKE_UP)).collect();
+    let close = if std::env::var("DOKEBI_ORDER_CLOSE").is_ok() { "/close" } else { "" };
+    let children: Vec<_> = (0..3).map(|_| spawn(&format!("order:{rounds}/2/{mix}{fork}{close}"), &dir, WAKE_UP)).collect();
     for (mut child, mut out) in children {
         expect_line(&mut out, "done");
         assert!(child.wait().unwrap().success());
@@ -666,7 +784,8 @@ fn grants_stay_ordered_while_their_processes_are_stopped_resumed_and_killed() {
     let (provider, _locks) = open(&dir, WAKE_UP);
     let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
     let seconds = std::env::var("DOKEBI_ORDER_SECONDS").map_or(8, |seconds| seconds.parse().unwrap());
-    let start = || spawn(&format!("order:1000000000/2/{mix}"), &dir, "pollIntervalMs: 50");
+    let close = if std::env::var("DOKEBI_ORDER_CLOSE").is_ok() { "/close" } else { "" };
+    let start = || spawn(&format!("order:1000000000/2/{mix}{close}"), &dir, "pollIntervalMs: 50");
     let mut children: Vec<_> = (0..4).map(|_| start()).collect();
     let mut seed = now_ns() as u64 | 1;
     let mut random = move |below: u64| {
