@@ -288,6 +288,101 @@ fn child_process() {
             }
             writeln!(stdout, "done").unwrap();
         }
+        // Threads of this process, each through a backend of its own, take
+        // counted key "c" (limit 3) `rounds` times each in kinds drawn from
+        // `mix` (`1`, `2` units waiting, `u` one unit leaving, `v` two units
+        // leaving, `w` a writer waiting a moment, `l` a writer leaving, `r`
+        // a reader waiting a moment, `s` a reader leaving; see `leaving`),
+        // and inside leave a presence file and count the others': a writer
+        // with anyone, a reader with a writer or units, or more than three
+        // units are faults. Records each grant's fence.
+        "units-leave" => {
+            let mut parts = argument.split('/');
+            let rounds: usize = parts.next().unwrap().parse().unwrap();
+            let threads: usize = parts.next().unwrap().parse().unwrap();
+            let mix: Vec<char> = parts.next().unwrap().chars().collect();
+            let yaml = std::env::var("DOKEBI_FILE_YAML").unwrap();
+            let workers: Vec<_> = (0..threads)
+                .map(|thread| {
+                    let (yaml, mix, work) = (yaml.clone(), mix.clone(), work.clone());
+                    std::thread::spawn(move || {
+                        let provider = Provider::from_yaml(&yaml).unwrap();
+                        let backend = provider.backend("locks").unwrap();
+                        let mut seed = (now_ns() as u64) ^ (u64::from(pid) << 20) ^ (thread as u64 + 1) | 1;
+                        let mut random = move |below: u64| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 7;
+                            seed ^= seed << 17;
+                            seed % below
+                        };
+                        let ways = [Leave::TimesOut, Leave::Dropped, Leave::Aborted];
+                        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("fence-{pid}-{thread}"))).unwrap();
+                        let (mut grants, mut faults) = (0, Vec::new());
+                        for round in 0..rounds {
+                            let kind = mix[random(mix.len() as u64) as usize];
+                            let how = ways[random(3) as usize];
+                            let pause = random(3_000);
+                            let outcome = match kind {
+                                '1' => block_on(backend.acquire("c", counted(3, 1, 30_000))),
+                                '2' => block_on(backend.acquire("c", counted(3, 2, 30_000))),
+                                'u' => leaving(&backend, &["c"], counted(3, 1, 30_000), how, pause),
+                                'v' => leaving(&backend, &["c"], counted(3, 2, 30_000), how, pause),
+                                'w' => block_on(backend.acquire("c", wait(1 + random(20)))),
+                                'l' => leaving(&backend, &["c"], wait(30_000), how, pause),
+                                'r' => block_on(backend.acquire("c", shared(1 + random(20)))),
+                                's' => leaving(&backend, &["c"], shared(30_000), how, pause),
+                                other => panic!("unknown kind {other}"),
+                            };
+                            let lease = match outcome {
+                                Ok(lease) => lease,
+                                Err(error) if matches!(error.code(), ErrorCode::WaitTimeout | ErrorCode::InvalidArgument) => continue,
+                                Err(error) => panic!("{error}"),
+                            };
+                            grants += 1;
+                            let tag = match kind {
+                                '1' | 'u' => "u1",
+                                '2' | 'v' => "u2",
+                                'w' | 'l' => "w",
+                                _ => "r",
+                            };
+                            let mine = work.join(format!("in-{tag}-{pid}-{thread}-{round}"));
+                            std::fs::write(&mine, "").unwrap();
+                            let (mut units, mut writers, mut readers) = (0, 0, 0);
+                            for entry in std::fs::read_dir(&work).unwrap() {
+                                let name = entry.unwrap().file_name().into_string().unwrap();
+                                if name.starts_with("in-u1-") {
+                                    units += 1;
+                                } else if name.starts_with("in-u2-") {
+                                    units += 2;
+                                } else if name.starts_with("in-w-") {
+                                    writers += 1;
+                                } else if name.starts_with("in-r-") {
+                                    readers += 1;
+                                }
+                            }
+                            if units > 3 || (writers > 0 && units + writers + readers > 1) || (readers > 0 && units > 0) {
+                                faults.push(format!("{units} units, {writers} writers and {readers} readers at once"));
+                            }
+                            if random(2) == 0 {
+                                std::thread::sleep(std::time::Duration::from_micros(random(300)));
+                            }
+                            std::fs::remove_file(&mine).unwrap();
+                            log.write_all(format!("{tag} {}\n", lease.fence()).as_bytes()).unwrap();
+                            assert!(block_on(lease.release()).unwrap(), "a lease lost");
+                        }
+                        block_on(provider.close());
+                        (grants, faults)
+                    })
+                })
+                .collect();
+            let (mut grants, mut faults) = (0, Vec::new());
+            for worker in workers {
+                let (more, found) = worker.join().unwrap();
+                grants += more;
+                faults.extend(found);
+            }
+            writeln!(stdout, "done {grants} grants, {} faults {:?}", faults.len(), &faults[..faults.len().min(3)]).unwrap();
+        }
         other => panic!("unknown role {other}"),
     }
     block_on(second.close());
@@ -854,4 +949,46 @@ fn the_last_reader_removes_the_file_only_once_the_clock_passes_a_later_reader_s_
     assert!(next.fence() > later_fence, "fence {} after a reader's {later_fence}", next.fence());
     drop(next);
     block_on(provider.close());
+}
+
+/// Processes whose threads take a counted key's units, waiting or leaving
+/// (timed out, dropped, aborted), and take it as writers and readers,
+/// waiting or leaving: never more than the limit of units, a writer never
+/// with anyone, a reader never with units; no fence twice; and once every
+/// process has closed its backends, none of the key's files is left.
+#[test]
+fn leaving_waiters_of_a_counted_key_keep_its_units_and_fences_and_leave_no_files() {
+    let dir = fresh_directory("review-units-leave");
+    let _ = std::fs::remove_dir_all(work(&dir));
+    std::fs::create_dir_all(work(&dir)).unwrap();
+    let (provider, _locks) = open(&dir, WAKE_UP);
+    let rounds = std::env::var("DOKEBI_UNITS_ROUNDS").map_or(1_000, |rounds| rounds.parse().unwrap());
+    let mix = std::env::var("DOKEBI_UNITS_MIX").unwrap_or_else(|_| "12uv12uvwlrs".into());
+    let children: Vec<_> = (0..3).map(|_| spawn(&format!("units-leave:{rounds}/2/{mix}"), &dir, WAKE_UP)).collect();
+    let mut faults = Vec::new();
+    for (mut child, mut out) in children {
+        let line = expect_line(&mut out, "done");
+        eprintln!("{line}");
+        if !line.contains(" 0 faults") {
+            faults.push(line);
+        }
+        assert!(child.wait().unwrap().success());
+    }
+    let mut fences: Vec<(u64, String)> = Vec::new();
+    for entry in std::fs::read_dir(work(&dir)).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("fence-") {
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                let (tag, fence) = line.split_once(' ').unwrap();
+                fences.push((fence.parse().unwrap(), tag.to_owned()));
+            }
+        }
+    }
+    fences.sort();
+    let repeated: Vec<_> = fences.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| format!("{:?} {:?}", pair[0], pair[1])).collect();
+    let left = file::entries_after_keep(&dir);
+    block_on(provider.close());
+    assert!(faults.is_empty(), "holders at once beyond the key's kind: {faults:?}");
+    assert!(repeated.is_empty(), "fences granted twice: {:?}", &repeated[..repeated.len().min(5)]);
+    assert_eq!(left, Vec::<String>::new(), "files left once every backend closed");
 }
