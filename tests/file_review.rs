@@ -106,7 +106,17 @@ fn child_process() {
         // (`chaos-r`), or 1 or 2 units of "c", limit 3 (`chaos-u`), through
         // either backend, and appends each grant's record (and any fault it
         // saw) at once, so that what a killed child did is kept.
-        "chaos-w" | "chaos-r" | "chaos-u" => {
+        // `chaos-x`, `chaos-y`, `chaos-l`: as `chaos-w`, `chaos-r`,
+        // `chaos-u`, but every other acquire leaves (times out, dropped,
+        // aborted) after a random moment if not granted by then.
+        "chaos-w" | "chaos-r" | "chaos-u" | "chaos-x" | "chaos-y" | "chaos-l" => {
+            let leaves = matches!(role, "chaos-x" | "chaos-y" | "chaos-l");
+            let role = match role {
+                "chaos-x" => "chaos-w",
+                "chaos-y" => "chaos-r",
+                "chaos-l" => "chaos-u",
+                role => role,
+            };
             let writer = role == "chaos-w";
             let reader = role == "chaos-r";
             let key = if writer || reader { "k" } else { "c" };
@@ -131,7 +141,16 @@ fn child_process() {
                 } else {
                     char::from_digit(weight, 10).unwrap()
                 };
-                let lease = block_on(backend.acquire(key, options)).unwrap();
+                let lease = if leaves && round % 2 == 1 {
+                    let how = [Leave::TimesOut, Leave::Dropped, Leave::Aborted][(round / 2 % 3) as usize];
+                    match leaving(backend, &[key], options, how, now_ns() as u64 % 3_000) {
+                        Ok(lease) => lease,
+                        Err(error) if error.code() == ErrorCode::WaitTimeout => continue,
+                        Err(error) => panic!("{error}"),
+                    }
+                } else {
+                    block_on(backend.acquire(key, options)).unwrap()
+                };
                 let start = now_ns();
                 if !writer && !reader {
                     // A section long enough for others to overlap it.
@@ -669,7 +688,12 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
     let _ = std::fs::remove_dir_all(work(&dir));
     std::fs::create_dir_all(work(&dir)).unwrap();
     let (provider, _locks) = open(&dir, WAKE_UP);
-    let roles = ["chaos-w", "chaos-w", "chaos-r", "chaos-r", "chaos-u", "chaos-u", "chaos-u"];
+    let roles = if std::env::var("DOKEBI_CHAOS_LEAVE").is_ok() {
+        ["chaos-x", "chaos-w", "chaos-y", "chaos-r", "chaos-l", "chaos-l", "chaos-u"]
+    } else {
+        ["chaos-w", "chaos-w", "chaos-r", "chaos-r", "chaos-u", "chaos-u", "chaos-u"]
+    };
+    let seconds = std::env::var("DOKEBI_CHAOS_SECONDS").map_or(8, |seconds| seconds.parse().unwrap());
     let start = |role: &str| {
         let (child, mut out) = spawn(role, &dir, "pollIntervalMs: 50");
         expect_line(&mut out, "started");
@@ -683,7 +707,7 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
         seed ^= seed << 17;
         seed % below
     };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     let mut kills = 0;
     while std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(20 + random(150)));
