@@ -335,7 +335,8 @@ fn child_process() {
                             seed % below
                         };
                         let ways = [Leave::TimesOut, Leave::Dropped, Leave::Aborted];
-                        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("fence-{pid}-{thread}"))).unwrap();
+                        let mut log =
+                            std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("fence-{pid}-{thread}"))).unwrap();
                         let (mut grants, mut faults) = (0, Vec::new());
                         for round in 0..rounds {
                             let kind = mix[random(mix.len() as u64) as usize];
@@ -423,7 +424,13 @@ enum Leave {
 /// then leaving as `how` says: the lease if granted before, else the
 /// error (`WAIT_TIMEOUT` stands for every way of leaving). Exercises the
 /// waiter's leaving (its mark cleared, the key's files removed if free).
-fn leaving(backend: &dokebi_lock::Backend, keys: &[&str], mut options: AcquireOptions, how: Leave, pause_us: u64) -> dokebi_lock::Result<Lease> {
+fn leaving(
+    backend: &dokebi_lock::Backend,
+    keys: &[&str],
+    mut options: AcquireOptions,
+    how: Leave,
+    pause_us: u64,
+) -> dokebi_lock::Result<Lease> {
     let pause = std::time::Duration::from_micros(pause_us + 1);
     let controller = dokebi_lock::AbortController::new();
     match how {
@@ -1009,10 +1016,60 @@ fn leaving_waiters_of_a_counted_key_keep_its_units_and_fences_and_leave_no_files
         }
     }
     fences.sort();
-    let repeated: Vec<_> = fences.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| format!("{:?} {:?}", pair[0], pair[1])).collect();
+    let repeated: Vec<_> =
+        fences.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| format!("{:?} {:?}", pair[0], pair[1])).collect();
     let left = file::entries_after_keep(&dir);
     block_on(provider.close());
     assert!(faults.is_empty(), "holders at once beyond the key's kind: {faults:?}");
     assert!(repeated.is_empty(), "fences granted twice: {:?}", &repeated[..repeated.len().min(5)]);
     assert_eq!(left, Vec::<String>::new(), "files left once every backend closed");
+}
+
+/// Readers of a key whose lock file still records a counted key's limit
+/// (its unit files free: left by a counted release that could not remove
+/// them, or by a process killed) each look whether a unit is held by
+/// locking the unit files for a moment, holding the key's lock file only
+/// shared, so two readers looking at once each find the other's look: one
+/// is refused `INVALID_ARGUMENT` though no unit is held. Not two holders; a
+/// reader refused for nothing.
+#[test]
+#[cfg(unix)]
+fn readers_of_a_key_with_a_stale_limit_record_are_not_refused_for_each_other_s_look_at_its_units() {
+    let dir = fresh_directory("review-stale-limit");
+    let (provider, locks) = open(&dir, WAKE_UP);
+    // The key's file names, from a grant of a unit (removed at its release).
+    let unit = block_on(locks.acquire("c", counted(3, 1, 0))).unwrap();
+    let names = file::entries(&dir);
+    drop(unit);
+    assert_eq!(file::entries_after_keep(&dir), Vec::<String>::new());
+    // What such a release leaves: the lock file with limit 3, unit 0 free.
+    let lock_name = names.iter().find(|name| !name.contains(".u")).unwrap();
+    let mut record = vec![0u8; 117];
+    record[..21].copy_from_slice(format!("{:0>20}\n", file::clock_us()).as_bytes());
+    record[96..].copy_from_slice(format!("{:0>20}\n", 3).as_bytes());
+    std::fs::write(dir.join(lock_name), &record).unwrap();
+    std::fs::write(dir.join(names.iter().find(|name| name.contains(".u0")).unwrap()), "").unwrap();
+    // A reader holds the key all along, so no release is the last one.
+    let holder = block_on(locks.acquire("c", shared(0))).expect("no unit is held");
+    let refused = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let (provider, backend) = open(&dir, WAKE_UP);
+                for _ in 0..2_000 {
+                    match block_on(backend.acquire("c", shared(5_000))) {
+                        Ok(lease) => drop(lease),
+                        Err(error) if error.code() == ErrorCode::InvalidArgument => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(error) => panic!("{error}"),
+                    }
+                }
+                block_on(provider.close());
+            });
+        }
+    });
+    drop(holder);
+    block_on(provider.close());
+    assert_eq!(refused.into_inner(), 0, "readers refused INVALID_ARGUMENT while no unit was held");
 }

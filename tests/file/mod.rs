@@ -67,7 +67,8 @@ pub fn entries(dir: &Path) -> Vec<String> {
 /// separated by spaces), every other child (the first, the third, ...) runs
 /// under it: `strace -f -e inject=...:delay_exit=...` widens the windows
 /// between its system calls (an open and its lock, a check and an unlink)
-/// while the others run at full speed.
+/// while the others run at full speed. Not for tests that kill their
+/// children: a kill ends the wrapper, and the child runs on untraced.
 pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
     static SPAWNED: AtomicUsize = AtomicUsize::new(0);
     let exe = std::env::current_exe().unwrap();
