@@ -403,6 +403,14 @@ fn child_process() {
             }
             writeln!(stdout, "done {grants} grants, {} faults {:?}", faults.len(), &faults[..faults.len().min(3)]).unwrap();
         }
+        // Holds a unit of counted key "c" (limit 3) until killed.
+        "unit-held" => {
+            let lease = block_on(locks.acquire("c", counted(3, 1, 0))).unwrap();
+            writeln!(stdout, "held").unwrap();
+            stdout.flush().unwrap();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+            drop(lease);
+        }
         other => panic!("unknown role {other}"),
     }
     block_on(second.close());
@@ -1027,28 +1035,23 @@ fn leaving_waiters_of_a_counted_key_keep_its_units_and_fences_and_leave_no_files
 
 /// Readers of a key whose lock file still records a counted key's limit
 /// (its unit files free: left by a counted release that could not remove
-/// them, or by a process killed) each look whether a unit is held by
-/// locking the unit files for a moment, holding the key's lock file only
-/// shared, so two readers looking at once each find the other's look: one
-/// is refused `INVALID_ARGUMENT` though no unit is held. Not two holders; a
-/// reader refused for nothing.
+/// them, or, here, by a holder of a unit killed) each look whether a unit
+/// is held by locking the unit files for a moment, holding the key's lock
+/// file only shared, so two readers looking at once each find the other's
+/// look: one is refused `INVALID_ARGUMENT` though no unit is held. Not two
+/// holders; a reader refused for nothing.
 #[test]
 #[cfg(unix)]
 fn readers_of_a_key_with_a_stale_limit_record_are_not_refused_for_each_other_s_look_at_its_units() {
     let dir = fresh_directory("review-stale-limit");
     let (provider, locks) = open(&dir, WAKE_UP);
-    // The key's file names, from a grant of a unit (removed at its release).
-    let unit = block_on(locks.acquire("c", counted(3, 1, 0))).unwrap();
-    let names = file::entries(&dir);
-    drop(unit);
-    assert_eq!(file::entries_after_keep(&dir), Vec::<String>::new());
-    // What such a release leaves: the lock file with limit 3, unit 0 free.
-    let lock_name = names.iter().find(|name| !name.contains(".u")).unwrap();
-    let mut record = vec![0u8; 117];
-    record[..21].copy_from_slice(format!("{:0>20}\n", file::clock_us()).as_bytes());
-    record[96..].copy_from_slice(format!("{:0>20}\n", 3).as_bytes());
-    std::fs::write(dir.join(lock_name), &record).unwrap();
-    std::fs::write(dir.join(names.iter().find(|name| name.contains(".u0")).unwrap()), "").unwrap();
+    // What a holder of a unit killed leaves: the lock file with limit 3,
+    // and unit 0, free.
+    let (mut child, mut out) = spawn("unit-held", &dir, WAKE_UP);
+    expect_line(&mut out, "held");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(file::entries(&dir).len(), 2, "the key's lock file and unit 0");
     // A reader holds the key all along, so no release is the last one.
     let holder = block_on(locks.acquire("c", shared(0))).expect("no unit is held");
     let refused = std::sync::atomic::AtomicUsize::new(0);
