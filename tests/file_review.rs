@@ -1056,10 +1056,10 @@ fn readers_of_a_key_with_a_stale_limit_record_are_not_refused_for_each_other_s_l
     let holder = block_on(locks.acquire("c", shared(0))).expect("no unit is held");
     let refused = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        for _ in 0..2 {
+        for _ in 0..4 {
             scope.spawn(|| {
                 let (provider, backend) = open(&dir, WAKE_UP);
-                for _ in 0..2_000 {
+                for _ in 0..3_000 {
                     match block_on(backend.acquire("c", shared(5_000))) {
                         Ok(lease) => drop(lease),
                         Err(error) if error.code() == ErrorCode::InvalidArgument => {
