@@ -13,11 +13,12 @@
 
 mod file;
 
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dokebi_lock::{ErrorCode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, Lease, Provider};
 use file::{counted, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
 use futures::executor::block_on;
 
@@ -105,7 +106,17 @@ fn child_process() {
         // (`chaos-r`), or 1 or 2 units of "c", limit 3 (`chaos-u`), through
         // either backend, and appends each grant's record (and any fault it
         // saw) at once, so that what a killed child did is kept.
-        "chaos-w" | "chaos-r" | "chaos-u" => {
+        // `chaos-x`, `chaos-y`, `chaos-l`: as `chaos-w`, `chaos-r`,
+        // `chaos-u`, but every other acquire leaves (times out, dropped,
+        // aborted) after a random moment if not granted by then.
+        "chaos-w" | "chaos-r" | "chaos-u" | "chaos-x" | "chaos-y" | "chaos-l" => {
+            let leaves = matches!(role, "chaos-x" | "chaos-y" | "chaos-l");
+            let role = match role {
+                "chaos-x" => "chaos-w",
+                "chaos-y" => "chaos-r",
+                "chaos-l" => "chaos-u",
+                role => role,
+            };
             let writer = role == "chaos-w";
             let reader = role == "chaos-r";
             let key = if writer || reader { "k" } else { "c" };
@@ -130,7 +141,16 @@ fn child_process() {
                 } else {
                     char::from_digit(weight, 10).unwrap()
                 };
-                let lease = block_on(backend.acquire(key, options)).unwrap();
+                let lease = if leaves && round % 2 == 1 {
+                    let how = [Leave::TimesOut, Leave::Dropped, Leave::Aborted][(round / 2 % 3) as usize];
+                    match leaving(backend, &[key], options, how, now_ns() as u64 % 3_000) {
+                        Ok(lease) => lease,
+                        Err(error) if error.code() == ErrorCode::WaitTimeout => continue,
+                        Err(error) => panic!("{error}"),
+                    }
+                } else {
+                    block_on(backend.acquire(key, options)).unwrap()
+                };
                 let start = now_ns();
                 if !writer && !reader {
                     // A section long enough for others to overlap it.
@@ -183,8 +203,18 @@ fn child_process() {
             // With a fourth part `fork`: a thread forks children (no exec)
             // all along, each keeping copies of every lock file and raise
             // file open at that moment for a random moment.
+            // Further parts: `fork` (below) and `close`: a thread opens a
+            // provider of its own, has another thread acquire "k" through it,
+            // and closes it at a random moment of that acquire (before its
+            // grant, at it, or after), all along.
+            let flags: Vec<&str> = parts.collect();
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let closer = flags.contains(&"close").then(|| {
+                let (yaml, work, done) = (yaml.clone(), work.clone(), done.clone());
+                std::thread::spawn(move || close_racing_acquires(&yaml, &work, pid, &done))
+            });
             #[cfg(unix)]
-            if parts.next() == Some("fork") {
+            if flags.contains(&"fork") {
                 std::thread::spawn(|| {
                     let mut seed = now_ns() as u64 | 1;
                     loop {
@@ -233,11 +263,21 @@ fn child_process() {
                                 'w' => block_on(backend.acquire("k", wait(30_000))),
                                 'm' => block_on(backend.acquire_many(&["j", "k"], shared(30_000))),
                                 'n' => block_on(backend.acquire_many(&["k", "z"], wait(30_000))),
+                                // Waiters that leave without the key: timed
+                                // out, dropped, aborted (see `leaving`).
+                                'x' => leaving(&backend, &["k"], wait(30_000), Leave::TimesOut, random(3_000)),
+                                'y' => leaving(&backend, &["k"], shared(30_000), Leave::TimesOut, random(3_000)),
+                                'd' => leaving(&backend, &["k"], wait(30_000), Leave::Dropped, random(3_000)),
+                                'e' => leaving(&backend, &["k"], shared(30_000), Leave::Dropped, random(3_000)),
+                                'a' => leaving(&backend, &["k"], wait(30_000), Leave::Aborted, random(3_000)),
+                                'q' => leaving(&backend, &["k", "z"], wait(30_000), Leave::TimesOut, random(3_000)),
+                                'p' => leaving(&backend, &["j", "k"], shared(30_000), Leave::Dropped, random(3_000)),
                                 other => panic!("unknown kind {other}"),
                             };
                             let lease = match outcome {
                                 Ok(lease) => lease,
                                 Err(error) if error.code() == ErrorCode::LockBusy && kind == 't' => continue,
+                                Err(error) if error.code() == ErrorCode::WaitTimeout && "xyadepq".contains(kind) => continue,
                                 Err(error) => panic!("{error}"),
                             };
                             let returned = now_ns();
@@ -248,7 +288,7 @@ fn child_process() {
                             }
                             let release = now_ns();
                             assert!(block_on(lease.release()).unwrap(), "a lease lost");
-                            let kind = if matches!(kind, 'w' | 'n') { 'w' } else { 'r' };
+                            let kind = if matches!(kind, 'w' | 'n' | 'x' | 'd' | 'a' | 'q') { 'w' } else { 'r' };
                             log.write_all(format!("{kind} {fence} {call} {returned} {release}\n").as_bytes()).unwrap();
                             if random(3) == 0 {
                                 std::thread::sleep(std::time::Duration::from_micros(random(300)));
@@ -261,12 +301,218 @@ fn child_process() {
             for worker in workers {
                 worker.join().unwrap();
             }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(closer) = closer {
+                closer.join().unwrap();
+            }
             writeln!(stdout, "done").unwrap();
+        }
+        // Threads of this process, each through a backend of its own, take
+        // counted key "c" (limit 3) `rounds` times each in kinds drawn from
+        // `mix` (`1`, `2` units waiting, `u` one unit leaving, `v` two units
+        // leaving, `w` a writer waiting a moment, `l` a writer leaving, `r`
+        // a reader waiting a moment, `s` a reader leaving; see `leaving`),
+        // and inside leave a presence file and count the others': a writer
+        // with anyone, a reader with a writer or units, or more than three
+        // units are faults. Records each grant's fence.
+        "units-leave" => {
+            let mut parts = argument.split('/');
+            let rounds: usize = parts.next().unwrap().parse().unwrap();
+            let threads: usize = parts.next().unwrap().parse().unwrap();
+            let mix: Vec<char> = parts.next().unwrap().chars().collect();
+            let yaml = std::env::var("DOKEBI_FILE_YAML").unwrap();
+            let workers: Vec<_> = (0..threads)
+                .map(|thread| {
+                    let (yaml, mix, work) = (yaml.clone(), mix.clone(), work.clone());
+                    std::thread::spawn(move || {
+                        let provider = Provider::from_yaml(&yaml).unwrap();
+                        let backend = provider.backend("locks").unwrap();
+                        let mut seed = (now_ns() as u64) ^ (u64::from(pid) << 20) ^ (thread as u64 + 1) | 1;
+                        let mut random = move |below: u64| {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 7;
+                            seed ^= seed << 17;
+                            seed % below
+                        };
+                        let ways = [Leave::TimesOut, Leave::Dropped, Leave::Aborted];
+                        let mut log =
+                            std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("fence-{pid}-{thread}"))).unwrap();
+                        let (mut grants, mut faults) = (0, Vec::new());
+                        for round in 0..rounds {
+                            let kind = mix[random(mix.len() as u64) as usize];
+                            let how = ways[random(3) as usize];
+                            let pause = random(3_000);
+                            let outcome = match kind {
+                                '1' => block_on(backend.acquire("c", counted(3, 1, 30_000))),
+                                '2' => block_on(backend.acquire("c", counted(3, 2, 30_000))),
+                                'u' => leaving(&backend, &["c"], counted(3, 1, 30_000), how, pause),
+                                'v' => leaving(&backend, &["c"], counted(3, 2, 30_000), how, pause),
+                                'w' => block_on(backend.acquire("c", wait(1 + random(20)))),
+                                'l' => leaving(&backend, &["c"], wait(30_000), how, pause),
+                                'r' => block_on(backend.acquire("c", shared(1 + random(20)))),
+                                's' => leaving(&backend, &["c"], shared(30_000), how, pause),
+                                other => panic!("unknown kind {other}"),
+                            };
+                            let lease = match outcome {
+                                Ok(lease) => lease,
+                                Err(error) if matches!(error.code(), ErrorCode::WaitTimeout | ErrorCode::InvalidArgument) => continue,
+                                Err(error) => panic!("{error}"),
+                            };
+                            grants += 1;
+                            let tag = match kind {
+                                '1' | 'u' => "u1",
+                                '2' | 'v' => "u2",
+                                'w' | 'l' => "w",
+                                _ => "r",
+                            };
+                            let mine = work.join(format!("in-{tag}-{pid}-{thread}-{round}"));
+                            std::fs::write(&mine, "").unwrap();
+                            let (mut units, mut writers, mut readers) = (0, 0, 0);
+                            for entry in std::fs::read_dir(&work).unwrap() {
+                                let name = entry.unwrap().file_name().into_string().unwrap();
+                                if name.starts_with("in-u1-") {
+                                    units += 1;
+                                } else if name.starts_with("in-u2-") {
+                                    units += 2;
+                                } else if name.starts_with("in-w-") {
+                                    writers += 1;
+                                } else if name.starts_with("in-r-") {
+                                    readers += 1;
+                                }
+                            }
+                            if units > 3 || (writers > 0 && units + writers + readers > 1) || (readers > 0 && units > 0) {
+                                faults.push(format!("{units} units, {writers} writers and {readers} readers at once"));
+                            }
+                            if random(2) == 0 {
+                                std::thread::sleep(std::time::Duration::from_micros(random(300)));
+                            }
+                            std::fs::remove_file(&mine).unwrap();
+                            log.write_all(format!("{tag} {}\n", lease.fence()).as_bytes()).unwrap();
+                            assert!(block_on(lease.release()).unwrap(), "a lease lost");
+                        }
+                        block_on(provider.close());
+                        (grants, faults)
+                    })
+                })
+                .collect();
+            let (mut grants, mut faults) = (0, Vec::new());
+            for worker in workers {
+                let (more, found) = worker.join().unwrap();
+                grants += more;
+                faults.extend(found);
+            }
+            writeln!(stdout, "done {grants} grants, {} faults {:?}", faults.len(), &faults[..faults.len().min(3)]).unwrap();
+        }
+        // Holds a unit of counted key "c" (limit 3) until killed.
+        "unit-held" => {
+            let lease = block_on(locks.acquire("c", counted(3, 1, 0))).unwrap();
+            writeln!(stdout, "held").unwrap();
+            stdout.flush().unwrap();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+            drop(lease);
         }
         other => panic!("unknown role {other}"),
     }
     block_on(second.close());
     block_on(provider.close());
+}
+
+/// How a waiter of `leaving` leaves.
+#[derive(Clone, Copy)]
+enum Leave {
+    /// Its wait times out.
+    TimesOut,
+    /// Its acquire's future is dropped.
+    Dropped,
+    /// Its signal aborts.
+    Aborted,
+}
+
+/// Acquires `keys` in `options`' kind, waiting at most `pause_us` µs and
+/// then leaving as `how` says: the lease if granted before, else the
+/// error (`WAIT_TIMEOUT` stands for every way of leaving). Exercises the
+/// waiter's leaving (its mark cleared, the key's files removed if free).
+fn leaving(
+    backend: &dokebi_lock::Backend,
+    keys: &[&str],
+    mut options: AcquireOptions,
+    how: Leave,
+    pause_us: u64,
+) -> dokebi_lock::Result<Lease> {
+    let pause = std::time::Duration::from_micros(pause_us + 1);
+    let controller = dokebi_lock::AbortController::new();
+    match how {
+        Leave::TimesOut => options.wait_timeout = Some(pause),
+        Leave::Aborted => options.signal = Some(controller.signal()),
+        Leave::Dropped => {}
+    }
+    let mut acquire = Box::pin(backend.acquire_many(keys, options));
+    if matches!(how, Leave::TimesOut) {
+        return block_on(acquire);
+    }
+    let waker = futures::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    if let std::task::Poll::Ready(outcome) = acquire.as_mut().poll(&mut context) {
+        return outcome;
+    }
+    std::thread::sleep(pause);
+    if matches!(how, Leave::Aborted) {
+        controller.abort();
+    }
+    match acquire.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(Err(error)) if error.code() == ErrorCode::Aborted => Err(dokebi_lock::LockError::wait_timeout(pause)),
+        std::task::Poll::Ready(outcome) => outcome,
+        std::task::Poll::Pending => Err(dokebi_lock::LockError::wait_timeout(pause)),
+    }
+}
+
+/// The `close` part of the `order` role: until `done`, opens a provider,
+/// has a thread acquire "k" through it (a writer or a reader in turn) and
+/// closes the provider at a random moment of that acquire. A grant's hold
+/// is recorded from its return to a moment at which it was seen still
+/// valid (the close ends it, at some moment after).
+fn close_racing_acquires(yaml: &str, work: &Path, pid: u32, done: &std::sync::atomic::AtomicBool) {
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("ord-{pid}-closer"))).unwrap();
+    let mut seed = (now_ns() as u64) ^ (u64::from(pid) << 24) | 1;
+    let mut random = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut round = 0u64;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        round += 1;
+        let provider = Provider::from_yaml(yaml).unwrap();
+        let writer = round % 2 == 0;
+        let acquiring = {
+            let backend = provider.backend("locks").unwrap();
+            std::thread::spawn(move || {
+                let call = now_ns();
+                let options = if writer { wait(30_000) } else { shared(30_000) };
+                let lease = match block_on(backend.acquire("k", options)) {
+                    Ok(lease) => lease,
+                    Err(error) if error.code() == ErrorCode::Closed => return None::<Option<String>>,
+                    Err(error) => panic!("{error}"),
+                };
+                let returned = now_ns();
+                let fence = lease.fence();
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                let seen = now_ns();
+                // Valid after `seen`: held from `returned` to `seen`. One
+                // that the close ended before is left out: it may have ended
+                // before it returned.
+                let valid = lease.is_valid();
+                drop(lease);
+                Some(valid.then(|| format!("{} {fence} {call} {returned} {seen}\n", if writer { 'w' } else { 'r' })))
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_micros(random(3_000)));
+        block_on(provider.close());
+        if let Some(line) = acquiring.join().unwrap().flatten() {
+            log.write_all(line.as_bytes()).unwrap();
+        }
+    }
 }
 
 /// The most units held at once by the counted grants of `records` (whose
@@ -457,7 +703,12 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
     let _ = std::fs::remove_dir_all(work(&dir));
     std::fs::create_dir_all(work(&dir)).unwrap();
     let (provider, _locks) = open(&dir, WAKE_UP);
-    let roles = ["chaos-w", "chaos-w", "chaos-r", "chaos-r", "chaos-u", "chaos-u", "chaos-u"];
+    let roles = if std::env::var("DOKEBI_CHAOS_LEAVE").is_ok() {
+        ["chaos-x", "chaos-w", "chaos-y", "chaos-r", "chaos-l", "chaos-l", "chaos-u"]
+    } else {
+        ["chaos-w", "chaos-w", "chaos-r", "chaos-r", "chaos-u", "chaos-u", "chaos-u"]
+    };
+    let seconds = std::env::var("DOKEBI_CHAOS_SECONDS").map_or(8, |seconds| seconds.parse().unwrap());
     let start = |role: &str| {
         let (child, mut out) = spawn(role, &dir, "pollIntervalMs: 50");
         expect_line(&mut out, "started");
@@ -471,7 +722,7 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
         seed ^= seed << 17;
         seed % below
     };
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     let mut kills = 0;
     while std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(20 + random(150)));
@@ -580,7 +831,8 @@ fn grants_of_every_kind_are_ordered_by_their_fences_across_processes_and_backend
     let rounds = std::env::var("DOKEBI_ORDER_ROUNDS").map_or(1_500, |rounds| rounds.parse().unwrap());
     let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
     let fork = if std::env::var("DOKEBI_ORDER_FORK").is_ok() { "/fork" } else { "" };
-    let children: Vec<_> = (0..3).map(|_| spawn(&format!("order:{rounds}/2/{mix}{fork}"), &dir, WAKE_UP)).collect();
+    let close = if std::env::var("DOKEBI_ORDER_CLOSE").is_ok() { "/close" } else { "" };
+    let children: Vec<_> = (0..3).map(|_| spawn(&format!("order:{rounds}/2/{mix}{fork}{close}"), &dir, WAKE_UP)).collect();
     for (mut child, mut out) in children {
         expect_line(&mut out, "done");
         assert!(child.wait().unwrap().success());
@@ -666,7 +918,8 @@ fn grants_stay_ordered_while_their_processes_are_stopped_resumed_and_killed() {
     let (provider, _locks) = open(&dir, WAKE_UP);
     let mix = std::env::var("DOKEBI_ORDER_MIX").unwrap_or_else(|_| "rrrttwmn".into());
     let seconds = std::env::var("DOKEBI_ORDER_SECONDS").map_or(8, |seconds| seconds.parse().unwrap());
-    let start = || spawn(&format!("order:1000000000/2/{mix}"), &dir, "pollIntervalMs: 50");
+    let close = if std::env::var("DOKEBI_ORDER_CLOSE").is_ok() { "/close" } else { "" };
+    let start = || spawn(&format!("order:1000000000/2/{mix}{close}"), &dir, "pollIntervalMs: 50");
     let mut children: Vec<_> = (0..4).map(|_| start()).collect();
     let mut seed = now_ns() as u64 | 1;
     let mut random = move |below: u64| {
@@ -735,4 +988,91 @@ fn the_last_reader_removes_the_file_only_once_the_clock_passes_a_later_reader_s_
     assert!(next.fence() > later_fence, "fence {} after a reader's {later_fence}", next.fence());
     drop(next);
     block_on(provider.close());
+}
+
+/// Processes whose threads take a counted key's units, waiting or leaving
+/// (timed out, dropped, aborted), and take it as writers and readers,
+/// waiting or leaving: never more than the limit of units, a writer never
+/// with anyone, a reader never with units; no fence twice; and once every
+/// process has closed its backends, none of the key's files is left.
+#[test]
+fn leaving_waiters_of_a_counted_key_keep_its_units_and_fences_and_leave_no_files() {
+    let dir = fresh_directory("review-units-leave");
+    let _ = std::fs::remove_dir_all(work(&dir));
+    std::fs::create_dir_all(work(&dir)).unwrap();
+    let (provider, _locks) = open(&dir, WAKE_UP);
+    let rounds = std::env::var("DOKEBI_UNITS_ROUNDS").map_or(1_000, |rounds| rounds.parse().unwrap());
+    let mix = std::env::var("DOKEBI_UNITS_MIX").unwrap_or_else(|_| "12uv12uvwlrs".into());
+    let children: Vec<_> = (0..3).map(|_| spawn(&format!("units-leave:{rounds}/2/{mix}"), &dir, WAKE_UP)).collect();
+    let mut faults = Vec::new();
+    for (mut child, mut out) in children {
+        let line = expect_line(&mut out, "done");
+        eprintln!("{line}");
+        if !line.contains(" 0 faults") {
+            faults.push(line);
+        }
+        assert!(child.wait().unwrap().success());
+    }
+    let mut fences: Vec<(u64, String)> = Vec::new();
+    for entry in std::fs::read_dir(work(&dir)).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("fence-") {
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                let (tag, fence) = line.split_once(' ').unwrap();
+                fences.push((fence.parse().unwrap(), tag.to_owned()));
+            }
+        }
+    }
+    fences.sort();
+    let repeated: Vec<_> =
+        fences.windows(2).filter(|pair| pair[0].0 == pair[1].0).map(|pair| format!("{:?} {:?}", pair[0], pair[1])).collect();
+    let left = file::entries_after_keep(&dir);
+    block_on(provider.close());
+    assert!(faults.is_empty(), "holders at once beyond the key's kind: {faults:?}");
+    assert!(repeated.is_empty(), "fences granted twice: {:?}", &repeated[..repeated.len().min(5)]);
+    assert_eq!(left, Vec::<String>::new(), "files left once every backend closed");
+}
+
+/// Readers of a key whose lock file still records a counted key's limit
+/// (its unit files free: left by a counted release that could not remove
+/// them, or, here, by a holder of a unit killed) each look whether a unit
+/// is held by locking the unit files for a moment, holding the key's lock
+/// file only shared, so two readers looking at once each find the other's
+/// look: one is refused `INVALID_ARGUMENT` though no unit is held. Not two
+/// holders; a reader refused for nothing.
+#[test]
+#[cfg(unix)]
+fn readers_of_a_key_with_a_stale_limit_record_are_not_refused_for_each_other_s_look_at_its_units() {
+    let dir = fresh_directory("review-stale-limit");
+    let (provider, locks) = open(&dir, WAKE_UP);
+    // What a holder of a unit killed leaves: the lock file with limit 3,
+    // and unit 0, free.
+    let (mut child, mut out) = spawn("unit-held", &dir, WAKE_UP);
+    expect_line(&mut out, "held");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(file::entries(&dir).len(), 2, "the key's lock file and unit 0");
+    // A reader holds the key all along, so no release is the last one.
+    let holder = block_on(locks.acquire("c", shared(0))).expect("no unit is held");
+    let refused = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let (provider, backend) = open(&dir, WAKE_UP);
+                for _ in 0..3_000 {
+                    match block_on(backend.acquire("c", shared(5_000))) {
+                        Ok(lease) => drop(lease),
+                        Err(error) if error.code() == ErrorCode::InvalidArgument => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(error) => panic!("{error}"),
+                    }
+                }
+                block_on(provider.close());
+            });
+        }
+    });
+    drop(holder);
+    block_on(provider.close());
+    assert_eq!(refused.into_inner(), 0, "readers refused INVALID_ARGUMENT while no unit was held");
 }

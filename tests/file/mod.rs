@@ -62,8 +62,28 @@ pub fn entries(dir: &Path) -> Vec<String> {
 /// binary's test `child_process` (ignored in a plain run) is the entry
 /// point, and reads `DOKEBI_FILE_CHILD`, `DOKEBI_FILE_YAML` and
 /// `DOKEBI_FILE_DIR`.
+///
+/// With `DOKEBI_FILE_CHILD_WRAPPER` set (a command and its arguments,
+/// separated by spaces), every other child (the first, the third, ...) runs
+/// under it: `strace -f -e inject=...:delay_exit=...` widens the windows
+/// between its system calls (an open and its lock, a check and an unlink)
+/// while the others run at full speed. Not for tests that kill their
+/// children: a kill ends the wrapper, and the child runs on untraced.
 pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    static SPAWNED: AtomicUsize = AtomicUsize::new(0);
+    let exe = std::env::current_exe().unwrap();
+    let wrapped = SPAWNED.fetch_add(1, Ordering::SeqCst) % 2 == 0;
+    let wrapper = std::env::var("DOKEBI_FILE_CHILD_WRAPPER").ok().filter(|_| wrapped).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(&exe);
+            command
+        }
+        None => Command::new(&exe),
+    };
+    let mut child = command
         .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
         .env("DOKEBI_FILE_CHILD", role)
         .env("DOKEBI_FILE_YAML", yaml(dir, extra))
