@@ -159,7 +159,11 @@ fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, reco
     if recorded == limit {
         return Ok(());
     }
-    if recorded > 1 && units_held(directory, name, recorded)? {
+    // Readers hold the lock file shared, so several look at the units at
+    // once: they look with a shared try, which a unit's holder (exclusive)
+    // still refuses but another reader's look does not.
+    let look = if may_write { LockMode::Exclusive } else { LockMode::Shared };
+    if recorded > 1 && units_held(directory, name, recorded, look)? {
         return Err(LockError::new(
             ErrorCode::InvalidArgument,
             format!(
@@ -174,13 +178,14 @@ fn check_limit(directory: &LockDirectory, name: &LockName, file: &LockFile, reco
     Ok(())
 }
 
-/// True when a unit file of `name` among the first `limit` is locked. The
-/// unit files that exist are always `.u0` up to some `.u<m>` (see
-/// [`remove_units`]): the look-ups stop at the first one missing.
-fn units_held(directory: &LockDirectory, name: &LockName, limit: u32) -> Result<bool> {
+/// True when a unit file of `name` among the first `limit` is locked, as
+/// a try to lock it in `look` tells. The unit files that exist are always
+/// `.u0` up to some `.u<m>` (see [`remove_units`]): the look-ups stop at
+/// the first one missing.
+fn units_held(directory: &LockDirectory, name: &LockName, limit: u32, look: LockMode) -> Result<bool> {
     for unit in 0..limit {
         let Some(file) = directory.open_existing_unit(name, unit)? else { break };
-        if !file.try_lock().map_err(|err| directory.failure(err.into()))? {
+        if !file.try_lock_in(look).map_err(|err| directory.failure(err.into()))? {
             return Ok(true);
         }
     }
