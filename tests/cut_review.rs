@@ -73,20 +73,26 @@ fn storm(backend: Backend, length: Duration, cutter: impl Fn() + Send + 'static)
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             while !stop.load(Ordering::Relaxed) {
                 thread::sleep(Duration::from_millis(30 + rng.below(200)));
-                cutter();
+                if std::env::var_os("CUT_REVIEW_NO_CUTS").is_none() {
+                    cutter();
+                }
             }
         })
     };
+    // `CUT_REVIEW_ENDINGS`: which endings the workers draw from (0 the
+    // wait, 1 an abort, 2 a dropped future), all by default.
+    let endings: Vec<u64> =
+        std::env::var("CUT_REVIEW_ENDINGS").unwrap_or_else(|_| "012".to_owned()).bytes().map(|b| u64::from(b - b'0')).collect();
     let workers: Vec<_> = (0..12u64)
         .map(|n| {
-            let (backend, seen, stop, holders) = (backend.clone(), seen.clone(), stop.clone(), holders.clone());
+            let (backend, seen, stop, holders, endings) = (backend.clone(), seen.clone(), stop.clone(), holders.clone(), endings.clone());
             thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                 let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (n + 1) * 0x1000_0001);
                 let (key, slot, most): (&'static str, usize, usize) = if n % 2 == 0 { ("x", 0, 1) } else { ("c", 1, 2) };
                 while !stop.load(Ordering::Relaxed) {
                     let wait_ms = rng.below(80);
-                    let ending = match rng.below(3) {
+                    let ending = match endings[rng.below(endings.len() as u64) as usize] {
                         0 => Ending::Wait,
                         1 => Ending::Abort(rng.below(60)),
                         _ => Ending::Drop(rng.below(60)),
