@@ -123,7 +123,12 @@ fn storm(backend: Backend, length: Duration, cutter: impl Fn() + Send + 'static)
                         Some(Ok(_)) => "granted".to_owned(),
                         Some(Err(err)) if err.message().contains("could not be reached within waitTimeoutMs") => "cut by the wait".to_owned(),
                         Some(Err(err)) => {
-                            let message: String = err.message().chars().take(90).collect();
+                            let mut message: String = err.message().chars().take(90).collect();
+                            if err.code() == dokebi_lock::ErrorCode::ProviderFailed {
+                                use std::error::Error;
+                                let cause = err.source().map(|cause| format!("{cause:?}")).unwrap_or_default();
+                                message.push_str(&format!(" <{}>", cause.chars().take(160).collect::<String>()));
+                            }
                             format!("{:?} {message}", err.code())
                         }
                     };
@@ -230,7 +235,7 @@ fn report(store: &str, seen: &Seen, left: &[String]) {
 #[test]
 fn redis_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
     let server = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(server.port(), Duration::from_millis(2)));
+    let proxy = Arc::new(Proxy::start(server.port(), latency()));
     let connection = [("connectTimeoutMs", "2000"), ("commandTimeoutMs", "2000")];
     let (stormed, _) = support::open_redis(&proxy.url(), &[("leaseMs", "30000")], &connection);
     let (direct, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &connection);
@@ -249,7 +254,7 @@ fn redis_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
 #[test]
 fn postgres_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
     let upstream: u16 = postgres::url().rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|p| p.parse().ok()).unwrap();
-    let proxy = Arc::new(Proxy::start(upstream, Duration::from_millis(2)));
+    let proxy = Arc::new(Proxy::start(upstream, latency()));
     let schema = postgres::Schema::fresh();
     let through = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
     let connection = format!("        connectTimeoutMs: 2000\n        poolSize: 3\n        listenUrl: '{}'\n", postgres::url());
@@ -272,4 +277,10 @@ fn postgres_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
 /// `CUT_REVIEW_SECS` (default 20).
 fn storm_length() -> Duration {
     Duration::from_secs(std::env::var("CUT_REVIEW_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20))
+}
+
+/// `CUT_REVIEW_LATENCY_MS` (default 2): the proxy's delay each way; a longer
+/// one makes a connect (several round trips) a longer target for a cut.
+fn latency() -> Duration {
+    Duration::from_millis(std::env::var("CUT_REVIEW_LATENCY_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(2))
 }
