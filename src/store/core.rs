@@ -128,7 +128,12 @@ impl<S: Store> BackendCore<S> {
         let sent = Instant::now();
         match self.store.hand_over(Some(claim), &requests, 0).await {
             Ok(handed) => {
-                self.deliver(&candidates, handed.taken.into_iter(), sent, true);
+                // A first attempt whose answer was lost may have granted the
+                // requests a retry then found not granted: they are told the
+                // outcome is unknown, so that one that gave up meanwhile has
+                // its grant given back.
+                let answered = handed.freed.first_attempt_lost.is_none();
+                self.deliver(&candidates, handed.taken.into_iter(), sent, answered);
                 for (name, _) in claim.names().zip(&handed.wake).filter(|(_, wake)| **wake) {
                     self.waiters().wake(name);
                 }
