@@ -1,8 +1,10 @@
 //! Review R4 of the policy driver: ways its promises (docs/policy.md, issue
 //! 51) break, each against a real store. Every test here failed on work/h3.
 
+mod postgres;
 mod support;
 
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -82,6 +84,60 @@ fn a_waiter_whose_hand_over_went_unanswered_never_starts_on_the_fallback() {
             served_by(&lease),
             dump(&redis)
         ),
+        Err(error) => assert_eq!(error.code(), ErrorCode::OutcomeUnknown, "{error}"),
+    }
+    block_on(provider.close());
+}
+
+/// The same through the machine's PostgreSQL: the release's hand-over to
+/// the waiter is cut off by the end of its session (an administrator's
+/// `pg_terminate_backend`: `OUTCOME_UNKNOWN`), and the waiter's own next
+/// try is refused (its key row is locked past `lock_timeout` by another
+/// session: `PROVIDER_FAILED`). The policy moves it to the files.
+#[test]
+fn a_waiter_whose_postgres_hand_over_went_unanswered_never_starts_on_the_fallback() {
+    let schema = postgres::Schema::fresh();
+    let text = format!(
+        "schemaVersion: 1\noptions:\n  dokebi-postgres:\n    connections:\n      main: {{ url: '{}?application_name=r4_hand_over', commandTimeoutMs: 1000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: postgres, connection: main, schema: {}, leaseMs: 30000, pollIntervalMs: 20000, notifyPollIntervalMs: 20000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        waitTimeoutMs: 8000\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+        postgres::url(),
+        schema.0,
+        dir("postgres-hand-over")
+    );
+    let provider = Provider::from_yaml(&text).unwrap();
+    let locks = provider.backend("locks").unwrap();
+    let first = block_on(locks.acquire("report:1", all_units(0))).unwrap();
+    assert_eq!(served_by(&first), "db");
+    let waiting = locks.clone();
+    let waiter = thread::spawn(move || block_on(waiting.acquire("report:1", all_units(8_000))));
+    eventually("the second acquire waits on PostgreSQL", || provider.status()["db"].waiting == 1);
+
+    // Another session holds the key's row, so the hand-over waits for it.
+    let (done, hold) = mpsc::channel::<()>();
+    let (has_locked, locked) = mpsc::channel::<()>();
+    let table = schema.table("");
+    let holder = thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let client = runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            client.batch_execute(&format!("BEGIN; SELECT 1 FROM {table} WHERE key = 'report:1' FOR UPDATE")).await.unwrap();
+            client
+        });
+        has_locked.send(()).unwrap();
+        let _ = hold.recv();
+        runtime.block_on(client.batch_execute("ROLLBACK")).unwrap();
+    });
+    locked.recv().unwrap();
+    let releasing = thread::spawn(move || block_on(first.release()));
+    let blocked = "FROM pg_stat_activity WHERE application_name = 'r4_hand_over' AND wait_event_type = 'Lock'";
+    postgres::eventually("the hand-over waits for the row", || postgres::count(&format!("SELECT count(*) {blocked}")) == 1);
+    assert_eq!(postgres::count(&format!("SELECT count(pg_terminate_backend(pid)) {blocked}")), 1);
+    assert_eq!(releasing.join().unwrap().unwrap_err().code(), ErrorCode::OutcomeUnknown);
+    let outcome = waiter.join().unwrap();
+    done.send(()).unwrap();
+    holder.join().unwrap();
+    match outcome {
+        Ok(lease) => panic!("the waiter was served by {} although its hand-over on PostgreSQL went unanswered", served_by(&lease)),
         Err(error) => assert_eq!(error.code(), ErrorCode::OutcomeUnknown, "{error}"),
     }
     block_on(provider.close());
