@@ -50,6 +50,10 @@ async function startRedisOn(port, extra) {
     pause() {
       child.kill('SIGSTOP');
     },
+    /** Thaws a paused server (SIGCONT): it runs what it had read. */
+    resume() {
+      child.kill('SIGCONT');
+    },
     async stop() {
       if (child.exitCode === null) child.kill('SIGKILL');
       await exited;

@@ -1,0 +1,68 @@
+// Review R4 of the policy driver through Node: ways its promises
+// (docs/policy.md, issue 51) break, against a private redis-server and a
+// file directory. Every test here failed on work/h3.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { openLock } from '../index.js';
+import { startRedis } from './redis-server.js';
+
+// Both units of a key of limit 2: a kinds lease, whose release hands its
+// units to this process's next waiter in the same script call.
+const ALL_UNITS = { limit: 2, weight: 2 };
+
+async function waitFor(what, condition) {
+  for (let i = 0; i < 500; i++) {
+    if (condition()) return;
+    await sleep(10);
+  }
+  throw new Error(`timed out waiting until ${what}`);
+}
+
+// The release hands the key to the waiter in a call Redis never answers
+// (frozen): the waiter's outcome on Redis is unknown (Redis runs the call,
+// granting it, once thawed). Its own next try cannot reach Redis
+// (PROVIDER_FAILED), and the policy must not start it on the files then.
+test('a waiter whose Redis hand-over went unanswered never starts on the fallback member', async (t) => {
+  const redis = await startRedis();
+  t.after(() => redis.stop());
+  const provider = await openLock({
+    config: {
+      'dokebi-redis': { connections: { main: { url: redis.url, connectTimeoutMs: 300, commandTimeoutMs: 300 } } },
+      'dokebi-lock': {
+        backends: {
+          cache: { driver: 'redis', connection: 'main', namespace: 'review-node', leaseMs: 30000 },
+          host: { driver: 'file', directory: join(mkdtempSync(join(tmpdir(), 'dokebi-policy-review-')), 'locks') },
+          locks: { driver: 'policy', waitTimeoutMs: 5000, default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' } },
+        },
+      },
+    },
+  });
+  t.after(() => provider.close());
+  const locks = provider.backend('locks');
+  const waiting = () => provider.backend('cache').status().waiting === 1;
+  // Once answered, so that Redis has the hand-over script (a first EVALSHA
+  // is refused with NOSCRIPT and would grant nothing).
+  const warm = await locks.acquire('report:0', { ...ALL_UNITS, waitTimeoutMs: 0 });
+  const warmWaiter = locks.acquire('report:0', { ...ALL_UNITS, waitTimeoutMs: 5000 });
+  await waitFor('the first waiter waits on Redis', waiting);
+  assert.equal(await warm.release(), true);
+  assert.equal(await (await warmWaiter).release(), true);
+
+  const first = await locks.acquire('report:1', { ...ALL_UNITS, waitTimeoutMs: 0 });
+  assert.equal(first.served.backend, 'cache');
+  const waiter = locks.acquire('report:1', { ...ALL_UNITS, waitTimeoutMs: 5000 }).then(
+    (lease) => ({ lease }),
+    (error) => ({ error }),
+  );
+  await waitFor('the second acquire waits on Redis', waiting);
+  redis.pause();
+  await assert.rejects(first.release(), { code: 'OUTCOME_UNKNOWN' });
+  const { lease, error } = await waiter;
+  redis.resume();
+  assert.equal(lease?.served.backend, undefined, 'served by the fallback although Redis may have granted the waiter (its hand-over went unanswered)');
+  assert.equal(error.code, 'OUTCOME_UNKNOWN');
+});
