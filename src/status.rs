@@ -55,7 +55,19 @@ impl BackendStatus {
     /// The status of a backend of `driver` that has no connection to report.
     pub(crate) fn of(driver: &'static str, counts: LeaseCounts) -> BackendStatus {
         let LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost } = counts;
-        BackendStatus { driver, held, held_shared, waiting, acquired, timed_out, lost, redis: None, postgres: None, mysql: None, policy: None }
+        BackendStatus {
+            driver,
+            held,
+            held_shared,
+            waiting,
+            acquired,
+            timed_out,
+            lost,
+            redis: None,
+            postgres: None,
+            mysql: None,
+            policy: None,
+        }
     }
 }
 

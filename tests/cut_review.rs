@@ -88,7 +88,7 @@ fn storm(backend: Backend, length: Duration, cutter: impl Fn() + Send + 'static)
             let (backend, seen, stop, holders, endings) = (backend.clone(), seen.clone(), stop.clone(), holders.clone(), endings.clone());
             thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (n + 1) * 0x1000_0001);
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((n + 1) * 0x1000_0001));
                 let (key, slot, most): (&'static str, usize, usize) = if n % 2 == 0 { ("x", 0, 1) } else { ("c", 1, 2) };
                 while !stop.load(Ordering::Relaxed) {
                     let wait_ms = rng.below(80);

@@ -37,7 +37,7 @@ fn row(field: &Field) -> String {
 
 #[test]
 fn each_driver_page_states_every_field_with_its_range_and_default() {
-    let pages: [(&str, Vec<&Field>); 5] = [
+    let pages: [(&str, Vec<&Field>); 6] = [
         ("docs/local.md", LOCAL_FIELDS.iter().collect()),
         ("docs/file.md", FILE_FIELDS.iter().collect()),
         (

@@ -70,10 +70,11 @@ impl PolicyBackend {
         let inner = &self.inner;
         // One wait across every member tried: a fallback uses what is left.
         let wait = options.wait_timeout.unwrap_or_else(|| inner.router.wait_timeout());
-        let deadline = Instant::now() + wait;
+        // A wait too long to add to the clock has no deadline, as the members take it.
+        let deadline = Instant::now().checked_add(wait);
         let mut attempt = inner.router.attempt(rule);
         while let Some(member) = attempt.next_member() {
-            options.wait_timeout = Some(deadline.saturating_duration_since(Instant::now()).min(wait));
+            options.wait_timeout = Some(deadline.map_or(wait, |deadline| deadline.saturating_duration_since(Instant::now()).min(wait)));
             let backend = &inner.members[member];
             // Boxed: a member is a `Backend`, whose acquire may be a policy's (the options forbid it, the types do not).
             let tried = if keys.len() == 1 {

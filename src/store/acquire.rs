@@ -285,13 +285,25 @@ impl<S: Store> Attempt<S> {
     /// Ends the wait without a grant, answering `err`: nobody may grant
     /// this acquire any more, what another call granted it meanwhile is
     /// given back, and its marks are taken back.
-    fn give_up(&self, err: LockError) -> LockError {
+    fn give_up(&self, mut err: LockError) -> LockError {
         if let Some(request) = &self.request {
             let left = request.leave();
             if left.grant.is_some() {
                 self.core.release_in_background(self.claim.clone());
             } else if left.dirty {
                 self.core.clean_up(self.claim.clone());
+                // A call whose answer was lost may have granted this
+                // acquire: a store failure of its own try since does not
+                // make "nothing done" true, and a caller told so could take
+                // the key elsewhere (a policy's next member) while the store
+                // holds it until the clean-up lands.
+                if err.code() == ErrorCode::ProviderFailed {
+                    err = LockError::new(
+                        ErrorCode::OutcomeUnknown,
+                        "acquire: an earlier call that may have granted this acquire went unanswered, and the store then failed, so the outcome is unknown",
+                    )
+                    .with_cause(err);
+                }
             }
         }
         if self.ticket != 0 || self.marks_unknown {
