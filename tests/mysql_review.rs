@@ -181,3 +181,29 @@ fn key_sets_longer_than_a_text_are_granted_on_a_strict_server() {
         assert!(block_on(lease.release()).unwrap());
     }
 }
+
+/// Finding 4. A procedure keeps the `sql_mode` of the session that created
+/// it (autoCreate: the server's default). Under MariaDB's
+/// `EMPTY_STRING_IS_NULL`, `_try`'s `DEFAULT ''` lists are NULL: a key held
+/// against the request is never seen as blocking (`NULL <> ''`), so every
+/// take grants, and the answer (`CONCAT('1', NULL)`) is NULL, which the
+/// driver reads as a refusal, nothing done. Two processes: two live holder
+/// rows of one key, and neither knows it holds it (no clean-up follows a
+/// refusal).
+#[test]
+fn procedures_do_not_depend_on_the_sql_mode_they_were_created_in() {
+    let server = Private::start(&["--sql-mode=EMPTY_STRING_IS_NULL"]);
+    let table = "r3_mode";
+    let config = yaml(table, "").replace(&url(), &server.url());
+    let (one, other) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
+    let (a, b) = (one.backend("shared").unwrap(), other.backend("shared").unwrap());
+    let first = block_on(a.acquire("k", wait(0)));
+    let second = block_on(b.acquire("k", wait(0)));
+    let live = server.sql(&format!("SELECT COUNT(*) FROM test.`{table}_holders` WHERE expires_at > 0")).unwrap();
+    assert!(
+        live <= 1 && first.is_ok() && second.is_err(),
+        "{live} live holder rows of one key; first: {:?}, second: {:?}",
+        first.as_ref().map(|lease| lease.fence()).map_err(|err| err.to_string()),
+        second.as_ref().map(|lease| lease.fence()).map_err(|err| err.to_string())
+    );
+}
