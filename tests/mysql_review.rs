@@ -142,7 +142,7 @@ fn many_short_keys() -> Vec<String> {
 }
 
 /// Finding 3. The grant's answer is cut instead: on a server that is not
-/// strict every key is held, but the answer carries 3,855 fences, the last
+/// strict every key is held, but the answer carries some 3,850 fences, the last
 /// one cut short; `reply::taken` makes that a grant with no fences, and the
 /// lease's fences are all 0, below every earlier grant of those keys.
 #[test]
