@@ -49,7 +49,19 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 1";
+const VERSION: &str = "dokebi-lock procedures 2";
+
+/// The `sql_mode` the procedures are created in (a procedure keeps its
+/// creator's, whatever the caller's): strict, so a value too long for its
+/// variable is an error, never cut; and none of the modes that change what
+/// the bodies mean (MariaDB's `EMPTY_STRING_IS_NULL` makes their `''`
+/// NULL, `ANSI_QUOTES`, `PIPES_AS_CONCAT`, …). Set on the installer's own
+/// connection only (see [`super::transport::connection::Installer`]).
+pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION";
+
+/// What [`Table::check_sql`] appends to the comment of a procedure created
+/// in another `sql_mode`: not current, replaced like an older one.
+const OTHER_MODE: &str = " in another sql_mode";
 
 impl Table {
     pub fn new(table: &str) -> Table {
@@ -86,7 +98,8 @@ impl Table {
     /// Everything, as one idempotent script for the `mysql` client: what a
     /// DBA runs by hand when `autoCreate` is off.
     pub fn create_sql(&self) -> String {
-        let mut script = String::from("DELIMITER $$\n");
+        // The procedures keep this session's sql_mode (see `SQL_MODE`).
+        let mut script = format!("DELIMITER $$\nSET SESSION sql_mode = '{SQL_MODE}'$$\n");
         for statement in self.tables() {
             script += statement.trim();
             script += "$$\n";
@@ -103,9 +116,10 @@ impl Table {
     pub fn check_sql(&self) -> String {
         let names: Vec<String> = self.procedures().into_iter().map(|(name, _)| format!("'{name}'")).collect();
         format!(
-            "SELECT (SELECT GROUP_CONCAT(CONCAT(ROUTINE_NAME, '=', ROUTINE_COMMENT) SEPARATOR '|') FROM information_schema.ROUTINES \
+            "SELECT (SELECT GROUP_CONCAT(CONCAT(ROUTINE_NAME, '=', {}) SEPARATOR '|') FROM information_schema.ROUTINES \
              WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN ({})), \
              (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
+            comment(),
             names.join(", "),
             self.table,
             format_args!("{}_holders", self.table),
@@ -114,10 +128,12 @@ impl Table {
         )
     }
 
-    /// The query that answers one procedure's version (its `COMMENT`).
+    /// The query that answers one procedure's version (its `COMMENT`, see
+    /// [`version`]).
     pub fn version_sql(&self, name: &str) -> String {
         format!(
-            "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = '{name}'"
+            "SELECT {} FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = '{name}'",
+            comment()
         )
     }
 
@@ -129,6 +145,8 @@ impl Table {
             .replace("{released}", &self.name("_released"))
             .replace("{clock}", CLOCK)
             .replace("{enter}", ENTER)
+            .replace("{counted}", COUNTED)
+            .replace("{lock_counted}", LOCK_COUNTED)
             .replace("{leave}", LEAVE);
         for (suffix, _) in PROCEDURES {
             sql = sql.replace(&format!("{{{}}}", &suffix[1..]), &self.name(suffix));
@@ -147,28 +165,38 @@ pub(crate) enum Installed {
     Newer,
 }
 
-/// A procedure's version, from its comment.
-pub(crate) fn version(comment: &str) -> Option<u32> {
-    comment.strip_prefix("dokebi-lock procedures ").and_then(|n| n.parse::<u32>().ok())
+/// A procedure's comment as the checks read it: [`OTHER_MODE`] appended
+/// when it was created in another `sql_mode` than [`SQL_MODE`]. No `''`
+/// in it: the checks run in the server's `sql_mode`, where `''` may be NULL.
+fn comment() -> String {
+    format!("IF(SQL_MODE = '{SQL_MODE}', ROUTINE_COMMENT, CONCAT(ROUTINE_COMMENT, '{OTHER_MODE}'))")
+}
+
+/// A procedure's version, from its comment as the checks read it, and
+/// whether it was created in [`SQL_MODE`].
+pub(crate) fn version(comment: &str) -> (Option<u32>, bool) {
+    let (comment, in_our_mode) = comment.strip_suffix(OTHER_MODE).map_or((comment, true), |comment| (comment, false));
+    (comment.strip_prefix("dokebi-lock procedures ").and_then(|n| n.parse::<u32>().ok()), in_our_mode)
 }
 
 /// This driver's version of the procedures.
 pub(crate) fn ours() -> u32 {
-    version(VERSION).unwrap_or(0)
+    version(VERSION).0.unwrap_or(0)
 }
 
 /// Reads [`Table::check_sql`]'s answer: current when every procedure is
-/// of this driver's version and every table is there.
+/// of this driver's version, created in [`SQL_MODE`], and every table is
+/// there.
 pub(crate) fn installed(listing: Option<&str>, procedures: usize, tables: i64) -> Installed {
-    let versions: Vec<Option<u32>> = listing
+    let versions: Vec<(Option<u32>, bool)> = listing
         .unwrap_or("")
         .split('|')
         .filter(|entry| !entry.is_empty())
-        .map(|entry| entry.split_once('=').and_then(|(_, c)| version(c)))
+        .map(|entry| entry.split_once('=').map_or((None, true), |(_, c)| version(c)))
         .collect();
-    if versions.iter().any(|theirs| theirs.is_some_and(|theirs| theirs > ours())) {
+    if versions.iter().any(|(theirs, _)| theirs.is_some_and(|theirs| theirs > ours())) {
         Installed::Newer
-    } else if versions.len() == procedures && versions.iter().all(|theirs| *theirs == Some(ours())) && tables == 4 {
+    } else if versions.len() == procedures && versions.iter().all(|theirs| *theirs == (Some(ours()), true)) && tables == 4 {
         Installed::Current
     } else {
         Installed::Missing
@@ -257,6 +285,22 @@ macro_rules! number {
     };
 }
 
+/// Refuses a call whose list `p_keys` has not `p_count` keys: a list cut
+/// on its way (a server that cuts a too long argument instead of refusing
+/// it) is rolled back, never granted in part.
+macro_rules! counted {
+    ($list:literal) => {
+        concat!(
+            "IF NOT (",
+            count!($list),
+            " <=> p_count) THEN\n    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'dokebi-lock: a key list arrived cut short';\n  END IF;"
+        )
+    };
+}
+
+const COUNTED: &str = counted!("p_keys");
+const LOCK_COUNTED: &str = counted!("p_lock_keys");
+
 /// The procedures, by suffix. `_lock`, `_try` and `_release` are parts of
 /// the others (no transaction of their own); `_take`, `_renew`,
 /// `_give_back`, `_withdraw` and `_hand_over` are the operations.
@@ -276,7 +320,7 @@ const PROCEDURES: &[(&str, &str)] = &[
     (
         "_lock",
         concat!(
-            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys TEXT) MODIFIES SQL DATA
+            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT) MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
             count!("p_keys"),
@@ -295,8 +339,8 @@ END"
     (
         "_try",
         concat!(
-            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
-  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer TEXT)
+            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer LONGTEXT)
   MODIFIES SQL DATA
 try: BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -308,14 +352,14 @@ try: BEGIN
   DECLARE v_bucket BIGINT DEFAULT GREATEST(p_retention_ms * 125, 1);
   DECLARE v_place BIGINT DEFAULT 0;
   DECLARE v_hint BIGINT DEFAULT NULL;
-  DECLARE v_blocked TEXT DEFAULT '';
+  DECLARE v_blocked LONGTEXT DEFAULT '';
   DECLARE v_x BIGINT;
   DECLARE v_count BIGINT;
   DECLARE v_sum BIGINT;
   DECLARE v_writer INT;
   DECLARE v_slot INT;
   DECLARE v_fence BIGINT;
-  DECLARE v_fences TEXT DEFAULT '';
+  DECLARE v_fences LONGTEXT DEFAULT '';
   -- Another limit on any key: refused.
   WHILE v_i <= v_n DO
     SET v_k = ",
@@ -420,7 +464,7 @@ END"
     (
         "_release",
         concat!(
-            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
+            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -483,13 +527,14 @@ END"
     ),
     (
         "_take",
-        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
-  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, IN p_lock_wait_s INT)
+        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, IN p_count INT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-  DECLARE v_answer TEXT;
+  DECLARE v_answer LONGTEXT;
   {enter}
+  {counted}
   CALL {lock}(p_ns, p_keys);
   CALL {try}(p_ns, p_keys, p_token, p_shared, p_limit, p_weight, p_lease_ms, p_waiting_ms, p_ticket, p_retention_ms, v_answer);
   {leave}
@@ -499,7 +544,7 @@ END",
     (
         "_renew",
         concat!(
-            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -529,7 +574,7 @@ END"
     ),
     (
         "_give_back",
-        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
+        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -544,7 +589,7 @@ END",
     (
         "_withdraw",
         concat!(
-            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys TEXT, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -580,23 +625,27 @@ END"
     (
         "_hand_over",
         concat!(
-            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys TEXT, IN p_released_keys TEXT, IN p_released_token VARBINARY(64),
-  IN p_tokens TEXT, IN p_shared TEXT, IN p_limits TEXT, IN p_weights TEXT, IN p_tickets TEXT, IN p_lease_ms TEXT, IN p_retention_ms TEXT,
-  IN p_keys TEXT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys LONGTEXT, IN p_released_keys LONGTEXT, IN p_released_token VARBINARY(64),
+  IN p_tokens LONGTEXT, IN p_shared LONGTEXT, IN p_limits LONGTEXT, IN p_weights LONGTEXT, IN p_tickets LONGTEXT, IN p_lease_ms LONGTEXT, IN p_retention_ms LONGTEXT,
+  IN p_keys LONGTEXT, IN p_count INT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
   DECLARE v_released INT DEFAULT 0;
   DECLARE v_n INT DEFAULT ",
-            count!("p_tokens"),
+            count!("COALESCE(p_tokens, '')"),
             ";
   DECLARE v_r INT DEFAULT 1;
   DECLARE v_i INT DEFAULT 1;
-  DECLARE v_answer TEXT;
-  DECLARE v_answers TEXT DEFAULT '';
-  DECLARE v_wakes TEXT DEFAULT '';
+  DECLARE v_answer LONGTEXT;
+  DECLARE v_answers LONGTEXT DEFAULT '';
+  DECLARE v_wakes LONGTEXT DEFAULT '';
   DECLARE v_now BIGINT;
   {enter}
+  {lock_counted}
+  -- A caller whose sql_mode is EMPTY_STRING_IS_NULL passes an empty list
+  -- (no release, no request) as NULL.
+  SET p_released_keys = COALESCE(p_released_keys, '');
   -- Every key of the call, in the one order, so it never deadlocks with a take.
   CALL {lock}(p_ns, p_lock_keys);
   IF p_released_keys <> '' THEN

@@ -60,7 +60,7 @@ impl Statements {
     /// the order of `args.keys`.
     pub async fn take(&self, connection: &MysqlConnection, args: &TakeArgs<'_>) -> Result<Taken<()>, Failure> {
         let sql = format!(
-            "CALL {}(X'{}', '{}', '{}', {}, {}, {}, {}, {}, {}, {}, {})",
+            "CALL {}(X'{}', '{}', '{}', {}, {}, {}, {}, {}, {}, {}, {}, {})",
             self.table.name("_take"),
             args.namespace,
             args.keys,
@@ -72,21 +72,22 @@ impl Statements {
             args.waiting_ms,
             args.ticket,
             args.retention_ms,
+            args.count,
             args.lock_wait_s
         );
         let reply = numbers(connection.query(&sql).await?)?;
-        Ok(reply::taken(&reply, args.count).0)
+        Ok(reply::taken(&reply, args.count)?.0)
     }
 
-    /// Gives back `released` (keys, token; none: empty) and grants
-    /// `requests` in turn, locking `lock_keys` (every key of the call,
-    /// sorted) first.
+    /// Gives back `released` (keys, how many, token; none: empty) and
+    /// grants `requests` in turn, locking `lock_keys` (every key of the
+    /// call, sorted, and how many) first.
     #[allow(clippy::too_many_arguments)]
     pub async fn hand_over(
         &self,
         connection: &MysqlConnection,
         namespace: &str,
-        lock_keys: &str,
+        lock_keys: (&str, usize),
         released: (&str, usize, &str),
         requests: &[Request<'_>],
         waiting_ms: u64,
@@ -94,8 +95,9 @@ impl Statements {
     ) -> Result<HandOverReply, Failure> {
         let list = |item: &dyn Fn(&Request) -> String| requests.iter().map(item).collect::<Vec<_>>().join(",");
         let sql = format!(
-            "CALL {}(X'{namespace}', '{lock_keys}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', {waiting_ms}, {lock_wait_s})",
+            "CALL {}(X'{namespace}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', {}, {waiting_ms}, {lock_wait_s})",
             self.table.name("_hand_over"),
+            lock_keys.0,
             released.0,
             released.2,
             list(&|request| request.token.to_owned()),
@@ -106,9 +108,10 @@ impl Statements {
             list(&|request| request.lease_ms.to_string()),
             list(&|request| request.retention_ms.to_string()),
             requests.iter().map(|request| request.keys).collect::<Vec<_>>().join(";"),
+            lock_keys.1,
         );
         let reply = numbers(connection.query(&sql).await?)?;
-        Ok(reply::hand_over(&reply, released.1, requests.iter().map(|request| request.count)))
+        reply::hand_over(&reply, released.1, requests.iter().map(|request| request.count))
     }
 
     /// Extends the token's live holder rows: how many.
@@ -173,7 +176,9 @@ pub(crate) fn hex_list<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> String 
     names.into_iter().map(hex).collect::<Vec<_>>().join(",")
 }
 
-/// A reply of comma-separated integers.
+/// A reply of comma-separated integers. Every procedure commits before
+/// its answer: one that is missing (NULL) or not a list leaves what the
+/// call did unknown, never "nothing done".
 fn numbers(row: Vec<Option<String>>) -> Result<Vec<i64>, Failure> {
     let text = row.into_iter().next().flatten().ok_or_else(|| unexpected("no answer"))?;
     text.split(',').map(|number| number.trim().parse::<i64>().map_err(|_| unexpected("not a list of integers"))).collect()
@@ -185,5 +190,5 @@ fn single(row: Vec<Option<String>>) -> Result<i64, Failure> {
 }
 
 fn unexpected(what: &str) -> Failure {
-    Failure::Refused(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from MySQL: {what}"))))
+    Failure::Unknown(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from MySQL: {what}"))))
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schema::{installed, ours, version, Installed, Table};
+use super::schema::{installed, ours, version, Installed, Table, SQL_MODE};
 use super::sql::{hex, hex_list, Owner, Request, Statements, TakeArgs};
 use super::transport::connection::MysqlConnection;
 use crate::acquire::{LockKind, LockMode};
@@ -193,28 +193,31 @@ impl MysqlStore {
     /// version: processes starting together may install at once, and a
     /// process that found everything in place calls the procedures while
     /// another still installs; only an older one is dropped and created
-    /// again (an upgrade: a call in that window fails once).
+    /// again (an upgrade: a call in that window fails once), and so is one
+    /// created in another `sql_mode`. All on a connection of its own, whose
+    /// `sql_mode` the procedures keep; the pool's are never changed.
     async fn install(&self) -> Result<(), Failure> {
+        let mut installer = self.connection().installer(SQL_MODE).await?;
         for table in self.table.tables() {
-            self.connection().install(&table).await?;
+            installer.run(&table).await?;
         }
         for (name, create) in self.table.procedures() {
-            match self.connection().install(&create).await {
+            match installer.run(&create).await {
                 Err(Failure::Refused(cause)) if server_code(&cause) == Some(ALREADY_EXISTS) => {
-                    let row = self.connection().query(&self.table.version_sql(&name)).await?;
-                    match row.first().cloned().flatten().as_deref().and_then(version) {
-                        Some(theirs) if theirs == ours() => {}
-                        Some(theirs) if theirs > ours() => return Err(self.newer_installed()),
+                    let row = installer.run(&self.table.version_sql(&name)).await?;
+                    match row.first().cloned().flatten().as_deref().map(version) {
+                        Some((Some(theirs), true)) if theirs == ours() => {}
+                        Some((Some(theirs), _)) if theirs > ours() => return Err(self.newer_installed()),
                         _ => {
-                            self.connection().install(&format!("DROP PROCEDURE IF EXISTS `{name}`")).await?;
-                            match self.connection().install(&create).await {
+                            installer.run(&format!("DROP PROCEDURE IF EXISTS `{name}`")).await?;
+                            match installer.run(&create).await {
                                 Err(Failure::Refused(cause)) if server_code(&cause) == Some(ALREADY_EXISTS) => {}
-                                outcome => outcome?,
+                                outcome => drop(outcome?),
                             }
                         }
                     }
                 }
-                outcome => outcome?,
+                outcome => drop(outcome?),
             }
         }
         Ok(())
@@ -386,7 +389,15 @@ impl Store for MysqlStore {
         let released_args = released.map_or(("", 0, ""), |claim| (claim.sorted.as_str(), claim.stored.len(), claim.token.as_str()));
         let reply = self
             .statements
-            .hand_over(self.connection(), &self.namespace, &hex_list(every), released_args, &calls, waiting_ms, self.lock_wait_s())
+            .hand_over(
+                self.connection(),
+                &self.namespace,
+                (&hex_list(every.iter().copied()), every.len()),
+                released_args,
+                &calls,
+                waiting_ms,
+                self.lock_wait_s(),
+            )
             .await
             .map_err(|failure| self.noticed(failure))?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.stored.len());

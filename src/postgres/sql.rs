@@ -91,7 +91,7 @@ impl Statements {
             (&args.lock_timeout_ms, Type::INT8),
         ];
         let reply: Vec<i64> = single(connection.query(&self.take, &params).await?)?;
-        Ok(reply::taken(&reply, args.keys.len()).0)
+        Ok(reply::taken(&reply, args.keys.len())?.0)
     }
 
     /// Gives back a lease and grants this process's next requests, in one
@@ -115,7 +115,7 @@ impl Statements {
             (&args.keys, Type::TEXT_ARRAY),
         ];
         let reply: Vec<i64> = single(connection.query(&self.hand_over, &params).await?)?;
-        Ok(reply::hand_over(&reply, args.released_keys.len(), args.counts.iter().map(|&count| count as usize)))
+        reply::hand_over(&reply, args.released_keys.len(), args.counts.iter().map(|&count| count as usize))
     }
 
     /// Extends the token's live holder rows: how many.

@@ -49,6 +49,31 @@ pub(crate) struct MysqlConnection {
     runtime: Handle,
 }
 
+/// The installation's own connection (see [`MysqlConnection::installer`]),
+/// closed when dropped: its session state (`sql_mode`) ends with it.
+pub(crate) struct Installer<'a> {
+    connection: &'a MysqlConnection,
+    conn: Conn,
+}
+
+impl Installer<'_> {
+    /// Runs one statement of the installation (DDL, or a check), with a
+    /// longer bound than a lock statement's: the first row's columns.
+    pub async fn run(&mut self, sql: &str) -> std::result::Result<Vec<Option<String>>, Failure> {
+        let bound = self.connection.command_timeout.max(Duration::from_secs(10));
+        match tokio::time::timeout(bound, self.conn.query_first::<mysql_async::Row, _>(sql)).await {
+            Ok(Ok(row)) => Ok(row.map(|row| columns(&row)).unwrap_or_default()),
+            Ok(Err(err)) => Err(classify_statement(err, self.connection)),
+            Err(elapsed) => Err(Failure::Unknown(Arc::new(elapsed))),
+        }
+    }
+}
+
+/// A row's columns as text (NULL: `None`).
+fn columns(row: &mysql_async::Row) -> Vec<Option<String>> {
+    (0..row.len()).map(|at| row.get_opt::<Option<String>, _>(at).and_then(|value| value.ok()).flatten()).collect()
+}
+
 /// MySQL's and MariaDB's error numbers the classification names.
 mod code {
     pub const DB_ACCESS_DENIED: u16 = 1044;
@@ -109,9 +134,13 @@ impl MysqlConnection {
         self.run(sql, self.command_timeout).await
     }
 
-    /// Runs one statement of the installation (DDL), with a longer bound.
-    pub async fn install(&self, sql: &str) -> std::result::Result<(), Failure> {
-        self.run(sql, self.command_timeout.max(Duration::from_secs(10))).await.map(drop)
+    /// A connection of its own for the installation, in `sql_mode`: the
+    /// pool's connections never carry a `SET` (see the module's comment).
+    pub async fn installer(&self, sql_mode: &str) -> std::result::Result<Installer<'_>, Failure> {
+        let conn = self.connect().await.inspect_err(|failure| self.failed(failure))?;
+        let mut installer = Installer { connection: self, conn };
+        installer.run(&format!("SET SESSION sql_mode = '{sql_mode}'")).await?;
+        Ok(installer)
     }
 
     async fn run(&self, sql: &str, bound: Duration) -> std::result::Result<Vec<Option<String>>, Failure> {
@@ -129,10 +158,7 @@ impl MysqlConnection {
             Ok(Ok(row)) => {
                 *slot = Some(conn);
                 self.answered();
-                let columns = row.map(|row| {
-                    (0..row.len()).map(|at| row.get_opt::<Option<String>, _>(at).and_then(|value| value.ok()).flatten()).collect()
-                });
-                return Ok(columns.unwrap_or_default());
+                return Ok(row.map(|row| columns(&row)).unwrap_or_default());
             }
             Ok(Err(err)) => {
                 let failure = classify_statement(err, self);
