@@ -42,10 +42,10 @@ impl Private {
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--user={}", user()))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("install.log")).unwrap())
             .status()
             .expect("mariadb-install-db runs");
-        assert!(installed.success(), "mariadb-install-db failed");
+        assert!(installed.success(), "mariadb-install-db failed: {}", std::fs::read_to_string(dir.join("install.log")).unwrap_or_default());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
