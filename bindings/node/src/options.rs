@@ -42,11 +42,21 @@ pub fn load_config(json: String) -> Option<NativeOptions> {
 /// `dokebi-postgres`, `dokebi-mysql`), each given as JSON text or absent;
 /// `null` on failure.
 #[napi(catch_unwind)]
-pub fn load_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>, mysql: Option<String>) -> Option<NativeOptions> {
+pub fn load_sections(
+    lock: Option<String>,
+    redis: Option<String>,
+    postgres: Option<String>,
+    mysql: Option<String>,
+) -> Option<NativeOptions> {
     sentinel(|| wrap(from_sections(lock, redis, postgres, mysql)))
 }
 
-fn from_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>, mysql: Option<String>) -> dokebi_lock::Result<Options> {
+fn from_sections(
+    lock: Option<String>,
+    redis: Option<String>,
+    postgres: Option<String>,
+    mysql: Option<String>,
+) -> dokebi_lock::Result<Options> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
     let (lock, redis, postgres, mysql) = (parse(lock)?, parse(redis)?, parse(postgres)?, parse(mysql)?);
     Options::from_sections(lock.as_ref(), redis.as_ref(), postgres.as_ref(), mysql.as_ref())
