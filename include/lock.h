@@ -99,7 +99,7 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_UNKNOWN_BACKEND = 3,
   /**
-   * A backend names a Redis or PostgreSQL connection that is not defined.
+   * A backend names a Redis, PostgreSQL or MySQL connection that is not defined.
    */
   DOKEBI_LOCK_UNKNOWN_CONNECTION = 4,
   /**
@@ -135,12 +135,12 @@ enum dokebi_lock_status
    */
   DOKEBI_LOCK_DRIVER_INVALID = 12,
   /**
-   * Redis or PostgreSQL could not be reached or refused the command, or
+   * Redis, PostgreSQL or MySQL could not be reached or refused the command, or
    * a file backend's lock file could not be used or trusted.
    */
   DOKEBI_LOCK_PROVIDER_FAILED = 13,
   /**
-   * Redis or PostgreSQL did not answer in time: whether the command took
+   * Redis, PostgreSQL or MySQL did not answer in time: whether the command took
    * effect is unknown.
    */
   DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
@@ -229,7 +229,7 @@ enum dokebi_lock_event_kind
    */
   DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
   /**
-   * A Redis or PostgreSQL connection (`connection`) went up or down (`up`).
+   * A Redis, PostgreSQL or MySQL connection (`connection`) went up or down (`up`).
    */
   DOKEBI_LOCK_EVENT_CONNECTION = 5,
   /**
@@ -418,13 +418,13 @@ typedef struct dokebi_lock_event {
  *
  * Called on the thread that observed the event: the caller's own thread for
  * its local acquires and for releases, the store drivers' thread for the
- * outcomes of redis and postgres acquires, connection changes and leases
+ * outcomes of redis, postgres and mysql acquires, connection changes and leases
  * found lost by renewals; so possibly from several threads at once. Kinds
  * may be appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE`
  * and `_HOLD` come only to hosts that ask for them). It must return soon,
  * must not unwind (no C++ exception, no longjmp), and must not close or
  * free the provider; it may keep nothing of the event past the call. On
- * the store drivers' thread a blocking call on a redis, postgres or file
+ * the store drivers' thread a blocking call on a redis, postgres, mysql or file
  * backend (acquire, renew, release, with_lock) would wait for that thread
  * itself: it fails with `DOKEBI_LOCK_INVALID_ARGUMENT` (a lease freed there
  * is released in the background). Never called once
@@ -467,18 +467,19 @@ typedef struct dokebi_lock_backend_status {
   uint64_t lost;
   /**
    * True for a redis backend. The fields below describe the connection
-   * of a redis or a postgres backend (`dokebi_lock_backend_driver` says
-   * which); for the others they are false, 0 and -1.
+   * of a redis, a postgres or a mysql backend (`dokebi_lock_backend_driver`
+   * says which); for the others they are false, 0 and -1.
    */
   bool is_redis;
   /**
-   * The command connection answered its last command (postgres: its last
-   * lock statement).
+   * The command connection answered its last command (postgres, mysql:
+   * its last lock statement).
    */
   bool connected;
   /**
    * The connection that wakes waiters is live: the pub/sub subscription
-   * (redis), the `LISTEN` connection (postgres).
+   * (redis), the `LISTEN` connection (postgres), the release poller
+   * (mysql).
    */
   bool subscribed;
   /**
@@ -503,7 +504,7 @@ typedef struct dokebi_lock_trace_event {
    */
   struct dokebi_lock_event event;
   /**
-   * The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+   * The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`,
    * NUL-terminated, static).
    */
   const char *driver;
@@ -546,8 +547,8 @@ const char *dokebi_lock_version(void);
  * at most `wait_timeout_ms` (`DOKEBI_LOCK_WAIT_DEFAULT` for the backend's
  * `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
  * `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
- * `QUEUE_FULL`, `CLOSED`, `PROVIDER_FAILED` (redis, postgres, file) and
- * `OUTCOME_UNKNOWN` (redis, postgres). Only closing the provider ends the wait early: for a
+ * `QUEUE_FULL`, `CLOSED`, `PROVIDER_FAILED` (redis, postgres, mysql, file) and
+ * `OUTCOME_UNKNOWN` (redis, postgres, mysql). Only closing the provider ends the wait early: for a
  * wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
  *
  * # Safety
@@ -1175,7 +1176,7 @@ dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backe
 size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend);
 
 /**
- * The backend's driver: `"local"`, `"redis"`, `"postgres"` or `"file"`
+ * The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`
  * (static, NUL-terminated; empty for a driver this library does not
  * know). NULL for NULL.
  *

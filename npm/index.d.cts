@@ -14,6 +14,7 @@ export declare const defineLockPlugin: Lock['defineLockPlugin'];
 export declare const dependency: Lock['dependency'];
 export declare const redisDependency: Lock['redisDependency'];
 export declare const postgresDependency: Lock['postgresDependency'];
+export declare const mysqlDependency: Lock['mysqlDependency'];
 export declare const DokebiError: Lock['DokebiError'];
 export type DokebiError = import('./index.js', { with: { 'resolution-mode': 'import' } }).DokebiError;
 export declare const LockError: Lock['LockError'];

@@ -97,7 +97,7 @@ export class LockError extends DokebiError {
   /**
    * The answer for web hosts: QUEUE_FULL / KEY_LIMIT -> 503 LOCK_OVERLOADED,
    * CLOSED -> 503 LOCK_UNAVAILABLE, a transient failure of any store (redis,
-   * postgres, file: PROVIDER_FAILED, OUTCOME_UNKNOWN) -> 503 REDIS_UNAVAILABLE
+   * postgres, mysql, file: PROVIDER_FAILED, OUTCOME_UNKNOWN) -> 503 REDIS_UNAVAILABLE
    * (the name predates the other drivers), each with `Retry-After: 1`;
    * undefined otherwise.
    */
@@ -144,17 +144,17 @@ export interface AcquireOptions extends KindOptions {
 export interface Lease extends AsyncDisposable {
   /** The acquired key (of a KeysLease: its first key). */
   readonly key: string;
-  /** local, file: true until release or close. redis, postgres: a conservative local estimate. */
+  /** local, file: true until release or close. redis, postgres, mysql: a conservative local estimate. */
   readonly valid: boolean;
-  /** local, file: Infinity while valid. redis, postgres: the lease time left. 0 when invalid. */
+  /** local, file: Infinity while valid. redis, postgres, mysql: the lease time left. 0 when invalid. */
   readonly remainingMs: number;
   /** Fencing token: a decimal string that grows with every acquire; compare with BigInt. */
   readonly fence: string;
-  /** local, file: resolves to `valid`. redis, postgres: extends the lease after checking ownership. */
+  /** local, file: resolves to `valid`. redis, postgres, mysql: extends the lease after checking ownership. */
   renew(): Promise<boolean>;
   /**
    * True when this call released (and handed on) the lease, false when already
-   * released. redis, postgres: rejects with LEASE_LOST when the key no longer carried our token;
+   * released. redis, postgres, mysql: rejects with LEASE_LOST when the key no longer carried our token;
    * file: when its lock file or directory was removed or replaced while held.
    */
   release(): Promise<boolean>;
@@ -229,7 +229,7 @@ export interface KeysLease extends Lease {
 /** Options of withLock: those of acquire, plus autoRenew. */
 export interface WithLockOptions extends AcquireOptions {
   /**
-   * redis, postgres: renew the lease every leaseMs / 3 on the driver's thread while fn
+   * redis, postgres, mysql: renew the lease every leaseMs / 3 on the driver's thread while fn
    * runs (default true). With false the lease is still watched: the section's signal
    * aborts (LEASE_LOST) when it runs out. Local and file leases never expire.
    */
@@ -243,7 +243,7 @@ export interface WithLockOptions extends AcquireOptions {
  * counts every acquire in progress), with `held` and `lost` null.
  */
 export interface BackendStatus {
-  /** The driver name: 'local', 'redis', 'postgres', 'file', 'policy' or an app driver's. */
+  /** The driver name: 'local', 'redis', 'postgres', 'mysql', 'file', 'policy' or an app driver's. */
   readonly driver: string;
   /** Leases held now by this process; null when the driver does not report it. */
   readonly held: number | null;
@@ -261,6 +261,8 @@ export interface BackendStatus {
   readonly redis?: RedisStatus;
   /** The connection's health, for postgres backends. */
   readonly postgres?: PostgresStatus;
+  /** The connection's health, for mysql backends. */
+  readonly mysql?: MysqlStatus;
   /** policy backends: each member's counts and whether it is skipped now. */
   readonly members?: readonly PolicyMemberStatus[];
 }
@@ -289,6 +291,18 @@ export interface PostgresStatus {
   readonly lastAnswerAt: number | null;
 }
 
+/** The health of a mysql backend's connection. */
+export interface MysqlStatus {
+  /** The last lock statement was answered. */
+  readonly connected: boolean;
+  /** The poller that reads the release log and wakes waiters is live (else waiters poll at pollIntervalMs). */
+  readonly polling: boolean;
+  /** The code of the last failure talking to MySQL. */
+  readonly lastError: LockErrorCode | null;
+  /** When MySQL last answered a lock statement, in ms since the Unix epoch. */
+  readonly lastAnswerAt: number | null;
+}
+
 /**
  * Payloads of the node:diagnostics_channel channels `dokebi-lock:<name>`.
  * They carry the backend, codes and durations (ms), never keys.
@@ -300,9 +314,9 @@ export interface TelemetryPayloads {
   'slow-hold': { readonly backend: string; readonly heldMs: number; readonly thresholdMs: number };
   /** A wait ended with WAIT_TIMEOUT. */
   'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
-  /** A lease of a redis, postgres or file backend turned out lost (OUTCOME_UNKNOWN: redis, postgres). */
+  /** A lease of a redis, postgres, mysql or file backend turned out lost (OUTCOME_UNKNOWN: redis, postgres, mysql). */
   'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
-  /** A Redis or PostgreSQL connection (a name of dokebi-redis.connections or dokebi-postgres.connections) went up or down. */
+  /** A Redis, PostgreSQL or MySQL connection (a name of the connections of dokebi-redis, dokebi-postgres or dokebi-mysql) went up or down. */
   connection: { readonly connection: string; readonly up: boolean };
   /**
    * redis backends only: a Redis server granted a fence at least a second below one granted before the request
@@ -333,7 +347,7 @@ export interface TelemetryPayloads {
 export interface WithLockTraceContext {
   /** The backend's name in the options. */
   readonly backend: string;
-  /** Its driver: 'local', 'redis', 'postgres', 'file' or an app driver's name. */
+  /** Its driver: 'local', 'redis', 'postgres', 'mysql', 'file' or an app driver's name. */
   readonly driver: string;
   /** The kind fields the options gave (only those given). */
   readonly mode?: 'exclusive' | 'shared';
@@ -383,7 +397,7 @@ export interface LockBackend {
    * Acquires `key` (non-empty, well-formed, without U+0000, at most maxKeyBytes of UTF-8).
    * Same key: FIFO among this process's waiters; different keys: held at once.
    * Rejects with LockError: INVALID_KEY, INVALID_ARGUMENT, LOCK_BUSY,
-   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis and postgres
+   * WAIT_TIMEOUT, ABORTED, KEY_LIMIT, QUEUE_FULL, CLOSED; redis, postgres and mysql
    * also PROVIDER_FAILED and OUTCOME_UNKNOWN, file also PROVIDER_FAILED.
    */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
@@ -398,7 +412,7 @@ export interface LockBackend {
   /**
    * Acquires `key`, runs `fn(lease, signal)` and releases the lease whatever
    * fn did; resolves with fn's value, rejects with fn's error. fn is called
-   * after withLock has returned, never inside the call. redis, postgres: the
+   * after withLock has returned, never inside the call. redis, postgres, mysql: the
    * lease is renewed on the driver's thread while fn runs (autoRenew); the
    * moment it is lost, `signal` aborts (reason: LEASE_LOST) and withLock
    * rejects with LEASE_LOST as soon as fn settles, even if fn succeeded
@@ -408,7 +422,7 @@ export interface LockBackend {
    * aborts and withLock rejects with LEASE_LOST. `signal` also aborts when
    * `options.signal` does; fn decides whether to stop. A backend whose driver
    * or wrapBackend supplies no withLock gets this one, built on its acquire:
-   * a redis or postgres lease it hands out keeps the core's renewals; another lease that
+   * a redis, postgres or mysql lease it hands out keeps the core's renewals; another lease that
    * expires (finite remainingMs) is renewed with `renew()` on JS timers,
    * every third of its time left at the grant.
    */
@@ -489,6 +503,13 @@ export declare const redisDependency: { readonly name: 'dokebi-redis'; readonly 
  */
 export declare const postgresDependency: { readonly name: 'dokebi-postgres'; readonly optional: true; readonly description: string };
 
+/**
+ * The plugin's own (optional) dependency when a backend has driver: mysql:
+ * a registered dokebi-mysql plugin's value `{ options: { connections } }`
+ * supplies the connections.
+ */
+export declare const mysqlDependency: { readonly name: 'dokebi-mysql'; readonly optional: true; readonly description: string };
+
 /** What a dokebi host passes to the plugin's start and stop. */
 export interface PluginContext {
   readonly logger?: LockLogger;
@@ -507,10 +528,10 @@ export interface LockPlugin {
 /** Input of createPlugin. */
 export interface CreatePluginInput {
   /**
-   * The host app; its `config['dokebi-lock']`, `config['dokebi-redis']` and
-   * `config['dokebi-postgres']` are read. With a redis (postgres) backend,
-   * `start` checks that `@dokebi/lock-redis` (`@dokebi/lock-postgres`)
-   * resolves, through `resolve` when the host offers it, else from `root`
+   * The host app; its `config['dokebi-lock']`, `config['dokebi-redis']`,
+   * `config['dokebi-postgres']` and `config['dokebi-mysql']` are read. With a
+   * redis (postgres, mysql) backend, `start` checks that `@dokebi/lock-redis`
+   * (`@dokebi/lock-postgres`, `@dokebi/lock-mysql`) resolves, through `resolve` when the host offers it, else from `root`
    * (the app's directory), else from the process's entry module (never the
    * working directory): DRIVER_NOT_INSTALLED otherwise.
    */

@@ -5,7 +5,7 @@ import { readEntry } from './lib/extension.js';
 import { collectDrivers, DriverSet, optionDrivers } from './lib/drivers.js';
 
 export { DokebiError, LockError } from './lib/errors.js';
-export { createPlugin, defineLockPlugin, dependency, postgresDependency, redisDependency } from './lib/plugin.js';
+export { createPlugin, defineLockPlugin, dependency, mysqlDependency, postgresDependency, redisDependency } from './lib/plugin.js';
 export { LockExtension } from './lib/extension.js';
 export { LockProvider };
 

@@ -12,7 +12,7 @@ export interface LockManifest {
   readonly options: { readonly section: 'dokebi-lock'; readonly schema: string };
   /** The user-owned entry file `dokebi add` creates from the template. */
   readonly entry: { readonly path: string; readonly template: string; readonly owner: 'user' };
-  /** Plugins this one may need; dokebi-redis and dokebi-postgres are optional (only with a backend of their driver). */
+  /** Plugins this one may need; dokebi-redis, dokebi-postgres and dokebi-mysql are optional (only with a backend of their driver). */
   readonly dependencies: readonly {
     readonly plugin: string;
     readonly package: string;
@@ -30,9 +30,9 @@ export type InstallConfig = LockOptions | LockConfig;
 
 export interface InstallPlan {
   readonly plugin: 'dokebi-lock';
-  /** `'dokebi-redis'` when a redis backend exists, `'dokebi-postgres'` when a postgres one does. */
+  /** `'dokebi-redis'` when a redis backend exists, `'dokebi-postgres'` when a postgres one does, `'dokebi-mysql'` when a mysql one does. */
   readonly requires: readonly string[];
-  /** npm packages to install: `'@dokebi/lock-redis'` with a redis backend, `'@dokebi/lock-postgres'` with a postgres one. */
+  /** npm packages to install: `'@dokebi/lock-redis'` with a redis backend, `'@dokebi/lock-postgres'` with a postgres one, `'@dokebi/lock-mysql'` with a mysql one. */
   readonly packages: readonly string[];
   /** Files to create once from a template; the app owns them afterwards. */
   readonly files: readonly { readonly path: string; readonly template: string; readonly owner: 'user' }[];

@@ -26,7 +26,7 @@ function storesOf(config) {
 
 /**
  * What adding @dokebi/lock to an app does: the plugins it requires
- * (dokebi-redis, dokebi-postgres, as its backends' drivers need), the npm
+ * (dokebi-redis, dokebi-postgres, dokebi-mysql, as its backends' drivers need), the npm
  * packages to install (their marker packages), and the user-owned entry
  * file to create from the template (once; the app owns it afterwards).
  */
@@ -42,8 +42,8 @@ export function planInstall(config) {
 
 /**
  * Checks an app: `config` as for planInstall, `pkg` the app's package.json
- * (parsed). One error diagnostic DRIVER_PACKAGE_MISSING per redis or
- * postgres backend when neither `dependencies` nor `optionalDependencies`
+ * (parsed). One error diagnostic DRIVER_PACKAGE_MISSING per redis,
+ * postgres or mysql backend when neither `dependencies` nor `optionalDependencies`
  * lists its driver's marker package.
  */
 export function check(config, pkg) {

@@ -3,7 +3,7 @@
 /** A `driver: local` backend (the default driver). */
 export interface LocalBackendOptions {
   /**
-   * local (default), redis, postgres, file, policy, or the name of an app driver.
+   * local (default), redis, postgres, mysql, file, policy, or the name of an app driver.
    */
   readonly driver?: "local";
   /**
@@ -227,6 +227,97 @@ export interface PostgresBackendOptions {
   readonly waitTimeoutMs?: number;
 }
 
+/** A `driver: mysql` backend: leases in a MySQL or MariaDB table. */
+export interface MysqlBackendOptions {
+  /**
+   * Create the tables and procedures on first use when missing; false fails with PROVIDER_FAILED whose fix is the SQL to run.
+   * @default true
+   */
+  readonly autoCreate?: boolean;
+  /**
+   * A name from dokebi-mysql.connections.
+   * @default "default"
+   */
+  readonly connection?: string;
+  readonly driver: "mysql";
+  /**
+   * How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.
+   * Integer from 1 to 2147483647.
+   * @default 600000
+   */
+  readonly fenceRetentionMs?: number;
+  /**
+   * Lease time: a lease not renewed or released expires after this long (on the server's clock).
+   * Integer from 10 to 2147483647.
+   */
+  readonly leaseMs: number;
+  /**
+   * Largest key, in UTF-8 bytes; a key over 255 bytes is kept as its SHA-256.
+   * Integer from 1 to 1048576.
+   * @default 1024
+   */
+  readonly maxKeyBytes?: number;
+  /**
+   * Leases held by this process; one more is KEY_LIMIT.
+   * Integer from 1 to 10000000.
+   * @default 10000
+   */
+  readonly maxLeases?: number;
+  /**
+   * Acquires in progress in this process (every one counts); one more is QUEUE_FULL.
+   * Integer from 1 to 100000.
+   * @default 4096
+   */
+  readonly maxWaiters?: number;
+  /**
+   * Processes share a key only within one table and namespace.
+   * @default "dokebi-lock"
+   */
+  readonly namespace?: string;
+  /**
+   * Safety-net retry interval of a waiter while the release poller reads the log.
+   * Integer from 1 to 600000.
+   * @default 250
+   */
+  readonly notifyPollIntervalMs?: number;
+  /**
+   * Retry interval of a waiter while the release poller is down.
+   * Integer from 1 to 60000.
+   * @default 25
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * How long close() spends releasing held leases.
+   * Integer from 0 to 600000.
+   * @default 5000
+   */
+  readonly shutdownTimeoutMs?: number;
+  /**
+   * Report an acquire that waited at least this long (telemetry, not an error); null disables.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly slowAcquireMs?: number | null;
+  /**
+   * Report a lease held at least this long when it ends; null disables.
+   * Integer from 0 to 2147483647.
+   * @default 60000
+   */
+  readonly slowHoldMs?: number | null;
+  /**
+   * The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...).
+   * Matches `^[a-z_][a-z0-9_]{0,39}$`.
+   * @default "dokebi_lock"
+   */
+  readonly table?: string;
+  /**
+   * Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.
+   * Integer from 0 to 2147483647.
+   * @default 5000
+   */
+  readonly waitTimeoutMs?: number;
+}
+
 /** A `driver: file` backend: kernel locks on files of one directory, for the processes of one host. */
 export interface FileBackendOptions {
   /**
@@ -286,7 +377,7 @@ export interface FileBackendOptions {
 /** The rule of the keys no other rule of a policy takes (`default`), and the fields of every rule. */
 export interface PolicyDefaultRuleOptions {
   /**
-   * Backends of this configuration (local, file, redis or postgres) that may serve the rule's keys, preferred first.
+   * Backends of this configuration (local, file, redis, postgres or mysql) that may serve the rule's keys, preferred first.
    */
   readonly backends: readonly string[];
   /**
@@ -361,6 +452,7 @@ export type BackendOptions =
   | LocalBackendOptions
   | RedisBackendOptions
   | PostgresBackendOptions
+  | MysqlBackendOptions
   | FileBackendOptions
   | PolicyBackendOptions
   | AppBackendOptions
@@ -534,10 +626,43 @@ export interface PostgresOptions {
   readonly connections?: Readonly<Record<string, PostgresConnectionOptions>>;
 }
 
+/** A MySQL or MariaDB connection under `dokebi-mysql.connections.<name>`. */
+export interface MysqlConnectionOptions {
+  /**
+   * Bound on one statement; past it the outcome is unknown (OUTCOME_UNKNOWN). Row-lock waits end at three quarters of it in whole seconds (at least 1 s), refused by the server (PROVIDER_FAILED, nothing done).
+   * Integer from 1 to 600000.
+   * @default 2000
+   */
+  readonly commandTimeoutMs?: number;
+  /**
+   * Bound on establishing a connection.
+   * Integer from 1 to 600000.
+   * @default 5000
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * Connections for lock statements; each runs one statement at a time.
+   * Integer from 1 to 64.
+   * @default 4
+   */
+  readonly poolSize?: number;
+  /**
+   * mysql://user:password@host:port/database, with the mysql client's ssl-mode (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY), ssl-ca, ssl-cert and ssl-key.
+   * Matches `^mysql://`.
+   */
+  readonly url: string;
+}
+
+/** The `dokebi-mysql` section of the options. */
+export interface MysqlOptions {
+  readonly connections?: Readonly<Record<string, MysqlConnectionOptions>>;
+}
+
 /** The `options` map of the YAML file, as far as @dokebi/lock reads it. */
 export interface LockConfig {
   readonly 'dokebi-lock'?: LockOptions;
   readonly 'dokebi-redis'?: RedisOptions;
   readonly 'dokebi-postgres'?: PostgresOptions;
+  readonly 'dokebi-mysql'?: MysqlOptions;
   readonly [plugin: string]: unknown;
 }

@@ -60,18 +60,29 @@ fn the_parsed_options_map_and_the_sections_load_the_same() {
     let document: serde_json::Value = serde_yaml::from_str(SEED_FILE).unwrap();
     let config = &document["options"];
     assert_eq!(Options::from_config(config).unwrap(), from_file);
-    assert_eq!(Options::from_sections(Some(&config["dokebi-lock"]), Some(&config["dokebi-redis"]), None).unwrap(), from_file);
+    assert_eq!(Options::from_sections(Some(&config["dokebi-lock"]), Some(&config["dokebi-redis"]), None, None).unwrap(), from_file);
 }
 
 #[test]
 fn the_postgres_section_given_apart_opens_a_postgres_backend_as_the_whole_map_does() {
     let lock = json!({ "backends": { "pg": { "driver": "postgres", "connection": "main", "leaseMs": 10000 } } });
     let postgres = json!({ "connections": { "main": { "url": "postgres://app@127.0.0.1:5432/app" } } });
-    let apart = Options::from_sections(Some(&lock), None, Some(&postgres)).unwrap();
+    let apart = Options::from_sections(Some(&lock), None, Some(&postgres), None).unwrap();
     assert_eq!(apart, Options::from_config(&json!({ "dokebi-lock": lock, "dokebi-postgres": postgres })).unwrap());
     assert!(matches!(apart.backends["pg"], BackendOptions::Postgres(_)));
     // Without its section the backend names no connection.
-    let err = Options::from_sections(Some(&lock), None, None).unwrap_err();
+    let err = Options::from_sections(Some(&lock), None, None, None).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::UnknownConnection);
+}
+
+#[test]
+fn the_mysql_section_given_apart_opens_a_mysql_backend_as_the_whole_map_does() {
+    let lock = json!({ "backends": { "my": { "driver": "mysql", "connection": "main", "leaseMs": 10000 } } });
+    let mysql = json!({ "connections": { "main": { "url": "mysql://app@127.0.0.1:3306/app" } } });
+    let apart = Options::from_sections(Some(&lock), None, None, Some(&mysql)).unwrap();
+    assert_eq!(apart, Options::from_config(&json!({ "dokebi-lock": lock, "dokebi-mysql": mysql })).unwrap());
+    assert!(matches!(apart.backends["my"], BackendOptions::Mysql(_)));
+    let err = Options::from_sections(Some(&lock), None, None, None).unwrap_err();
     assert_eq!(err.code(), ErrorCode::UnknownConnection);
 }
 
@@ -129,6 +140,7 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                     Some(&json!({ "backends": { "x": backend } })),
                     Some(&json!({ "connections": { "main": { "url": "redis://h", "commandTimeoutMs": 1 } } })),
                     None,
+                    None,
                 )
                 .expect_err(&format!("{driver}.{} = {value} is accepted", field.name));
                 assert_eq!(issue_paths(&err), [format!("backends.x.{}", field.name)]);
@@ -140,6 +152,7 @@ fn each_integer_field_rejects_values_just_outside_its_range() {
                 Options::from_sections(
                     Some(&json!({ "backends": { "x": backend } })),
                     Some(&json!({ "connections": { "main": { "url": "redis://h", "commandTimeoutMs": 1 } } })),
+                    None,
                     None,
                 )
                 .unwrap_or_else(|e| panic!("{driver}.{} = {value} is rejected: {e}", field.name));
@@ -167,6 +180,7 @@ fn redis_backends_require_lease_ms() {
         Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "main" } } })),
         Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
         None,
+        None,
     )
     .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidOptions);
@@ -179,6 +193,7 @@ fn a_connection_that_names_nothing_is_unknown_connection() {
         Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 } } })),
         None,
         None,
+        None,
     )
     .unwrap_err();
     assert_eq!(err.code(), ErrorCode::UnknownConnection);
@@ -189,6 +204,7 @@ fn a_connection_that_names_nothing_is_unknown_connection() {
 fn an_unknown_connection_among_other_problems_is_listed_with_them() {
     let err = Options::from_sections(
         Some(&json!({ "backends": { "shared": { "driver": "redis", "connection": "nope", "leaseMs": 1000 }, "a": { "maxKeys": 0 } } })),
+        None,
         None,
         None,
     )
@@ -264,13 +280,14 @@ fn a_redis_lease_not_above_its_connection_command_timeout_is_invalid_options() {
         "below": { "driver": "redis", "connection": "main", "leaseMs": 500 },
         "fine": { "driver": "redis", "connection": "quick", "leaseMs": 500 },
     } });
-    let err = Options::from_sections(Some(&backends), Some(&connections), None).unwrap_err();
+    let err = Options::from_sections(Some(&backends), Some(&connections), None, None).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidOptions);
     assert_eq!(issue_paths(&err), ["backends.below.leaseMs", "backends.equal.leaseMs"]);
     // The default commandTimeoutMs (2000) counts too.
     let err = Options::from_sections(
         Some(&json!({ "backends": { "x": { "driver": "redis", "connection": "main", "leaseMs": 2000 } } })),
         Some(&json!({ "connections": { "main": { "url": "redis://h" } } })),
+        None,
         None,
     )
     .unwrap_err();

@@ -1,11 +1,11 @@
-// The driver registry of one provider: the built-in drivers (local, redis, postgres, file)
+// The driver registry of one provider: the built-in drivers (local, redis, postgres, mysql, file)
 // plus the app's, and the two extension hooks that act on every backend
 // (createDriver, wrapBackend). See README.md, "Extensions".
 import { invalidArgument, invalidExtension, LockError } from './errors.js';
 import { fullBackend, ownBackend } from './full-backend.js';
 
 /** Driver names an app driver may not take. */
-export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis', 'postgres', 'file', 'policy']);
+export const BUILT_IN_DRIVERS = Object.freeze(['local', 'redis', 'postgres', 'mysql', 'file', 'policy']);
 
 /**
  * Checks that `drivers` is an object whose every value is a factory

@@ -174,7 +174,7 @@ class FileBackend {
   /** Counts: `{ driver: 'file', held, heldShared, waiting, acquired, timedOut, lost }`. */
   status() {
     // The addon's snapshot has the store drivers' health fields, unset here.
-    const { redis, postgres, ...counts } = this.#native.status();
+    const { redis, postgres, mysql, ...counts } = this.#native.status();
     return counts;
   }
 }

@@ -26,7 +26,7 @@ function httpAnswer(code) {
     case 'CLOSED':
       return UNAVAILABLE;
     default:
-      // The remaining transient codes are store failures (redis, postgres, file:
+      // The remaining transient codes are store failures (redis, postgres, mysql, file:
       // unreachable, unknown outcome), under the HTTP code's first name.
       return codeTable.get(code)?.transient ? REDIS_UNAVAILABLE : undefined;
   }

@@ -51,10 +51,10 @@ export async function loadOpenInput(input) {
 
 /**
  * The dokebi-lock section and the store plugins' sections
- * (`{ 'dokebi-redis': ..., 'dokebi-postgres': ... }`); any may be undefined.
+ * (`{ 'dokebi-redis': ..., 'dokebi-postgres': ..., 'dokebi-mysql': ... }`); any may be undefined.
  */
 export function loadSections(lock, stores) {
   const text = (value, path) => (value === undefined ? null : json(value, path));
   const store = (plugin) => text(stores[plugin], plugin);
-  return loaded(native.loadSections(text(lock, 'dokebi-lock'), store('dokebi-redis'), store('dokebi-postgres')));
+  return loaded(native.loadSections(text(lock, 'dokebi-lock'), store('dokebi-redis'), store('dokebi-postgres'), store('dokebi-mysql')));
 }

@@ -34,9 +34,12 @@ export const redisDependency = STORE_DEPENDENCIES.get('redis');
 /** The token of the dokebi-postgres plugin (@dokebi/postgres), with a postgres backend. */
 export const postgresDependency = STORE_DEPENDENCIES.get('postgres');
 
+/** The token of the dokebi-mysql plugin (@dokebi/mysql), with a mysql backend. */
+export const mysqlDependency = STORE_DEPENDENCIES.get('mysql');
+
 /**
  * Creates the plugin. Reads `app.config['dokebi-lock']` (and the store
- * plugins' sections, `['dokebi-redis']`, `['dokebi-postgres']`) unless
+ * plugins' sections, `['dokebi-redis']`, `['dokebi-postgres']`, `['dokebi-mysql']`) unless
  * `options` (the dokebi-lock section) is given.
  * Invalid options fail here, with INVALID_PLUGIN_OPTIONS; so do a bad
  * entry module (INVALID_ENTRY, INVALID_EXTENSION), clashing driver names

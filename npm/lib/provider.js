@@ -13,7 +13,7 @@ import { closeQuietly, DriverSet } from './drivers.js';
  * hooks join through the DriverSet (lib/drivers.js). A driver factory takes
  * `{ name, driver, options, shared }` and returns `{ view, close() }`;
  * `shared` holds what backends of one driver share in a provider. The store
- * drivers (redis, postgres) share one factory: the core opens their backends
+ * drivers (redis, postgres, mysql) share one factory: the core opens their backends
  * together (lib/store.js), whatever the store.
  */
 const openStore = ({ name, driver, shared }) => shared.stores().driver(name, driver);
@@ -21,6 +21,7 @@ const DRIVERS = new Map([
   ['local', openLocal],
   ['redis', openStore],
   ['postgres', openStore],
+  ['mysql', openStore],
   ['file', openFile],
   ['policy', openPolicy],
 ]);

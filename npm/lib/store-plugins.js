@@ -24,6 +24,7 @@ export const STORE_PLUGINS = Object.freeze(
       package: '@dokebi/lock-postgres',
       description: 'the PostgreSQL connections of @dokebi/postgres (optional)',
     },
+    { driver: 'mysql', plugin: 'dokebi-mysql', package: '@dokebi/lock-mysql', description: 'the MySQL connections of @dokebi/mysql (optional)' },
   ].map((entry) => Object.freeze(entry)),
 );
 

@@ -1,4 +1,4 @@
-// The store drivers (redis, postgres): LockBackend views over the core's backends of
+// The store drivers (redis, postgres, mysql): LockBackend views over the core's backends of
 // drivers whose leases live in a store, whatever the store. Every operation
 // is a promise the addon settles on this thread; this module only converts
 // arguments and results.
@@ -245,11 +245,12 @@ class StoreBackend {
   /**
    * Counts and the store connection's health, under the driver's name:
    * `{ driver, held, heldShared, waiting, acquired, timedOut, lost, redis }`
-   * or `{ ..., postgres }`.
+   * `{ ..., postgres }` or `{ ..., mysql }`.
    */
   status() {
-    const { redis, postgres, ...counts } = this.#native.status();
-    return redis != null ? { ...counts, redis: redisHealth(redis) } : { ...counts, postgres: postgresHealth(postgres) };
+    const { redis, postgres, mysql, ...counts } = this.#native.status();
+    if (redis != null) return { ...counts, redis: redisHealth(redis) };
+    return postgres != null ? { ...counts, postgres: postgresHealth(postgres) } : { ...counts, mysql: mysqlHealth(mysql) };
   }
 }
 
@@ -261,6 +262,11 @@ function redisHealth({ connected, subscribed, lastError = null, lastProbeAt = nu
 /** The postgres health of the addon's status, with every field present (`null` when not known). */
 function postgresHealth({ connected, listening, lastError = null, lastAnswerAt = null }) {
   return { connected, listening, lastError, lastAnswerAt };
+}
+
+/** The mysql health of the addon's status, with every field present (`null` when not known). */
+function mysqlHealth({ connected, polling, lastError = null, lastAnswerAt = null }) {
+  return { connected, polling, lastError, lastAnswerAt };
 }
 
 /** Hands a native log record `{ level, backend, code, message }` to `logger`. */

@@ -1,5 +1,9 @@
 // Shared helpers of the Node tests.
 import assert from 'node:assert/strict';
+import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { openLock, LockError } from '../index.js';
 
 /** Opens a provider with one local backend `b` of the given settings. */
@@ -40,4 +44,21 @@ export function compareVersions(a, b) {
     if (d !== 0) return Math.sign(d);
   }
   return 0;
+}
+
+/**
+ * A temporary app directory (removed after test `t`); with `driver`, the
+ * marker package of that store driver (packages/lock-<driver>) is installed
+ * into its node_modules.
+ */
+export async function appDir(t, driver = undefined) {
+  const root = await mkdtemp(join(tmpdir(), 'dokebi-lock-app-'));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  await writeFile(join(root, 'package.json'), '{ "name": "app", "type": "module" }\n');
+  if (driver !== undefined) {
+    const marker = fileURLToPath(new URL(`../packages/lock-${driver}`, import.meta.url));
+    await mkdir(join(root, 'node_modules', '@dokebi'), { recursive: true });
+    await cp(marker, join(root, 'node_modules', '@dokebi', `lock-${driver}`), { recursive: true });
+  }
+  return root;
 }

@@ -49,7 +49,7 @@ test('check reports DRIVER_PACKAGE_MISSING per redis backend when package.json l
   assert.deepEqual(check(localOnly, {}), { requires: [], diagnostics: [] });
 });
 
-test('the manifest is schemaVersion 2 and declares dokebi-redis and dokebi-postgres optional', () => {
+test('the manifest is schemaVersion 2 and declares dokebi-redis, dokebi-postgres and dokebi-mysql optional', () => {
   assert.equal(manifest.schemaVersion, 2);
   assert.equal(manifest.version, pkg.version);
   assert.deepEqual(
@@ -57,6 +57,7 @@ test('the manifest is schemaVersion 2 and declares dokebi-redis and dokebi-postg
     [
       { plugin: 'dokebi-redis', optional: true },
       { plugin: 'dokebi-postgres', optional: true },
+      { plugin: 'dokebi-mysql', optional: true },
     ],
   );
   assert.equal(createRequire(import.meta.url)('@dokebi/lock/dokebi.manifest.json').schemaVersion, 2);
@@ -68,6 +69,8 @@ test('the driver packages and @opentelemetry/api (of @dokebi/lock/otel) are opti
     '@dokebi/lock-redis': { optional: true },
     '@dokebi/postgres': { optional: true },
     '@dokebi/lock-postgres': { optional: true },
+    '@dokebi/mysql': { optional: true },
+    '@dokebi/lock-mysql': { optional: true },
     '@opentelemetry/api': { optional: true },
   });
   assert.deepEqual(Object.keys(pkg.peerDependencies).sort(), Object.keys(pkg.peerDependenciesMeta).sort());

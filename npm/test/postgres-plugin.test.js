@@ -5,36 +5,20 @@
 // install plan. Backends talk to the machine's PostgreSQL.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFile } from 'node:fs/promises';
 import { check, manifest, planInstall } from '@dokebi/lock/install';
 import { createPlugin, defineLockPlugin, dependency, openLock, postgresDependency, redisDependency } from '../index.js';
 import { createApp } from '../host.js';
 import { STORE_PLUGINS } from '../lib/store-plugins.js';
-import { rejectsWith } from './helpers.js';
+import { appDir, rejectsWith } from './helpers.js';
 import { PG_URL, useSchemas } from './postgres-server.js';
 
 const freshSchema = useSchemas('plugin');
 const DEAD = 'postgres://postgres@127.0.0.1:1/test';
-const MARKER = fileURLToPath(new URL('../packages/lock-postgres', import.meta.url));
 
 /** The dokebi-lock section: a local backend and a postgres one in `schema`. */
 const lockSection = (schema) => ({ backends: { orders: {}, shared: { driver: 'postgres', connection: 'main', schema, leaseMs: 5000 } } });
 const postgresSection = (url) => ({ connections: { main: { url } } });
-
-/** A temporary app directory; `withDriver` installs @dokebi/lock-postgres into its node_modules. */
-async function appDir(t, { withDriver }) {
-  const root = await mkdtemp(join(tmpdir(), 'dokebi-lock-app-'));
-  t.after(() => rm(root, { recursive: true, force: true }));
-  await writeFile(join(root, 'package.json'), '{ "name": "app", "type": "module" }\n');
-  if (withDriver) {
-    await mkdir(join(root, 'node_modules', '@dokebi'), { recursive: true });
-    await cp(MARKER, join(root, 'node_modules', '@dokebi', 'lock-postgres'), { recursive: true });
-  }
-  return root;
-}
 
 /** A dokebi-postgres plugin as @dokebi/postgres would register it: its value's `options` are its section. */
 function postgresPlugin(connections, events) {
@@ -85,7 +69,7 @@ test('postgres is a built-in driver: an app driver of that name is DRIVER_CONFLI
 });
 
 test('DRIVER_NOT_INSTALLED when the app does not resolve @dokebi/lock-postgres', async (t) => {
-  const app = createApp({ config: { 'dokebi-lock': lockSection('s'), 'dokebi-postgres': postgresSection(DEAD) }, root: await appDir(t, { withDriver: false }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection('s'), 'dokebi-postgres': postgresSection(DEAD) }, root: await appDir(t) });
   app.register(createPlugin({ app }));
   const error = await rejectsWith(app.start(), 'DRIVER_NOT_INSTALLED');
   assert.equal(error.fix, 'Install the driver package: npm install @dokebi/lock-postgres.');
@@ -95,7 +79,7 @@ test('DRIVER_NOT_INSTALLED when the app does not resolve @dokebi/lock-postgres',
 });
 
 test('with @dokebi/lock-postgres installed, the connections come from options.dokebi-postgres', async (t) => {
-  const app = createApp({ config: { 'dokebi-lock': lockSection(freshSchema()), 'dokebi-postgres': postgresSection(PG_URL) }, root: await appDir(t, { withDriver: true }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection(freshSchema()), 'dokebi-postgres': postgresSection(PG_URL) }, root: await appDir(t, 'postgres') });
   const lock = createPlugin({ app });
   app.register(lock);
   await app.start();
@@ -108,7 +92,7 @@ test('with @dokebi/lock-postgres installed, the connections come from options.do
 test('a registered dokebi-postgres plugin supplies the connections, starts first and stops last', async (t) => {
   const events = [];
   // The YAML's section points at nothing: only the plugin's options reach the server.
-  const app = createApp({ config: { 'dokebi-lock': lockSection(freshSchema()), 'dokebi-postgres': postgresSection(DEAD) }, root: await appDir(t, { withDriver: true }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection(freshSchema()), 'dokebi-postgres': postgresSection(DEAD) }, root: await appDir(t, 'postgres') });
   const lock = createPlugin({ app });
   const consumer = {
     name: 'orders',

@@ -9,6 +9,7 @@ import {
   dependency,
   redisDependency,
   postgresDependency,
+  mysqlDependency,
   DokebiError,
   LockError,
   LockExtension,
@@ -58,6 +59,10 @@ import {
   type PostgresConnectionOptions,
   type PostgresOptions,
   type PostgresStatus,
+  type MysqlBackendOptions,
+  type MysqlConnectionOptions,
+  type MysqlOptions,
+  type MysqlStatus,
   type RedisBackendOptions,
   type RedisClusterOptions,
   type RedisConnectionCommon,
@@ -87,6 +92,8 @@ const redis: RedisBackendOptions = { driver: 'redis', connection: 'main', leaseM
 const file: FileBackendOptions = { driver: 'file', directory: '/var/tmp/app-locks', pollIntervalMs: 25 };
 const postgres: PostgresBackendOptions = { driver: 'postgres', connection: 'pg', leaseMs: 5000, schema: 'locks', autoCreate: false };
 const pgConnection: PostgresConnectionOptions = { url: 'postgres://app@127.0.0.1:5432/app', listenUrl: 'postgres://app@db:5432/app', poolSize: 4 };
+const mysql: MysqlBackendOptions = { driver: 'mysql', connection: 'my', leaseMs: 5000, table: 'app_locks', autoCreate: false };
+const myConnection: MysqlConnectionOptions = { url: 'mysql://app@127.0.0.1:3306/app?ssl-mode=REQUIRED', poolSize: 4 };
 const app: AppBackendOptions = { driver: 'memory', size: 3 };
 const settings: AppDriverSettings['memory'] = { size: 1 };
 const sentinel: RedisSentinelOptions = { nodes: ['redis://127.0.0.1:26379'], primaryName: 'main' };
@@ -101,11 +108,18 @@ const connections: Record<string, RedisConnectionOptions> = {
 };
 // @ts-expect-error tls settings are PEM text or file paths, not buffers
 const bufferCa: RedisTlsOptions = { ca: new Uint8Array() };
-const backends: Record<string, BackendOptions> = { local, redis, postgres, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
+const backends: Record<string, BackendOptions> = { local, redis, postgres, mysql, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
 const lockOptions: LockOptions = { backends };
 const redisOptions: RedisOptions = { connections };
 const postgresOptions: PostgresOptions = { connections: { pg: pgConnection } };
-const config: LockConfig = { 'dokebi-lock': lockOptions, 'dokebi-redis': redisOptions, 'dokebi-postgres': postgresOptions, 'other-plugin': { x: 1 } };
+const mysqlOptions: MysqlOptions = { connections: { my: myConnection } };
+const config: LockConfig = {
+  'dokebi-lock': lockOptions,
+  'dokebi-redis': redisOptions,
+  'dokebi-postgres': postgresOptions,
+  'dokebi-mysql': mysqlOptions,
+  'other-plugin': { x: 1 },
+};
 
 // @ts-expect-error a typo in a built-in backend's option
 const typo: BackendOptions = { driver: 'redis', leasMs: 5000 };
@@ -117,6 +131,8 @@ const noDirectory: BackendOptions = { driver: 'file' };
 const noLease: BackendOptions = { driver: 'redis' };
 // @ts-expect-error a postgres backend needs leaseMs
 const noPostgresLease: BackendOptions = { driver: 'postgres', connection: 'pg' };
+// @ts-expect-error a mysql backend has a table, not a schema
+const mysqlSchema: BackendOptions = { driver: 'mysql', connection: 'my', leaseMs: 5000, schema: 'locks' };
 // @ts-expect-error a driver nobody declared
 const undeclared: BackendOptions = { driver: 'sqlite', file: 'x.db' };
 // @ts-expect-error a connection has one of url, sentinel and cluster
@@ -213,7 +229,7 @@ class Metered implements DriverBackend {
 
 class AppExtension extends LockExtension {
   protected override dependencies(): readonly PluginToken[] {
-    return [dependency, redisDependency, postgresDependency];
+    return [dependency, redisDependency, postgresDependency, mysqlDependency];
   }
   protected override createDriver(input: CreateDriverInput): Promise<LockDriver> {
     return input.driver === 'memory' ? Promise.resolve(memory(input)) : input.open();
@@ -279,7 +295,8 @@ async function standalone(): Promise<void> {
   const held: number | null = status.held;
   const redisStatus: RedisStatus | undefined = provider.status().redis?.redis;
   const postgresStatus: PostgresStatus | undefined = provider.status().pg?.postgres;
-  console.log(total, text, wrong, acquiredSoFar, held, redisStatus?.connected, postgresStatus?.listening, provider.names());
+  const mysqlStatus: MysqlStatus | undefined = provider.status().mysql?.mysql;
+  console.log(total, text, wrong, acquiredSoFar, held, redisStatus?.connected, postgresStatus?.listening, mysqlStatus?.polling, provider.names());
   await provider.close();
   await provider[Symbol.asyncDispose]();
   // @ts-expect-error a provider comes from openLock or a plugin

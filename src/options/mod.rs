@@ -540,15 +540,15 @@ impl Options {
     }
 
     /// Loads the parsed `options` map (keys `dokebi-lock`, `dokebi-redis`,
-    /// `dokebi-postgres`; other plugins' sections are ignored).
+    /// `dokebi-postgres`, `dokebi-mysql`; other plugins' sections are ignored).
     pub fn from_config(options: &Value) -> Result<Options> {
         Options::validate_config(options, Issues::default())
     }
 
     /// Loads the plugin sections given separately (`dokebi-lock`,
-    /// `dokebi-redis`, `dokebi-postgres`); any may be absent.
-    pub fn from_sections(lock: Option<&Value>, redis: Option<&Value>, postgres: Option<&Value>) -> Result<Options> {
-        let sections = [(LOCK_SECTION, lock), (REDIS_SECTION, redis), (POSTGRES_SECTION, postgres)];
+    /// `dokebi-redis`, `dokebi-postgres`, `dokebi-mysql`); any may be absent.
+    pub fn from_sections(lock: Option<&Value>, redis: Option<&Value>, postgres: Option<&Value>, mysql: Option<&Value>) -> Result<Options> {
+        let sections = [(LOCK_SECTION, lock), (REDIS_SECTION, redis), (POSTGRES_SECTION, postgres), (MYSQL_SECTION, mysql)];
         let map: Map<String, Value> =
             sections.into_iter().filter_map(|(name, section)| Some((name.to_owned(), section?.clone()))).collect();
         Options::from_config(&Value::Object(map))

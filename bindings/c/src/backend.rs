@@ -78,8 +78,8 @@ impl dokebi_lock_backend {
 /// at most `wait_timeout_ms` (`DOKEBI_LOCK_WAIT_DEFAULT` for the backend's
 /// `waitTimeoutMs`; 0 tries once): `DOKEBI_LOCK_WAIT_TIMEOUT` after a wait,
 /// `DOKEBI_LOCK_LOCK_BUSY` with 0. Also `INVALID_KEY`, `KEY_LIMIT`,
-/// `QUEUE_FULL`, `CLOSED`, `PROVIDER_FAILED` (redis, postgres, file) and
-/// `OUTCOME_UNKNOWN` (redis, postgres). Only closing the provider ends the wait early: for a
+/// `QUEUE_FULL`, `CLOSED`, `PROVIDER_FAILED` (redis, postgres, mysql, file) and
+/// `OUTCOME_UNKNOWN` (redis, postgres, mysql). Only closing the provider ends the wait early: for a
 /// wait another thread can cancel, see `dokebi_lock_acquire_ex_cancellable`.
 ///
 /// # Safety

@@ -163,14 +163,15 @@ pub struct dokebi_lock_backend_status {
     /// Leases found lost (always 0 for local backends).
     pub lost: u64,
     /// True for a redis backend. The fields below describe the connection
-    /// of a redis or a postgres backend (`dokebi_lock_backend_driver` says
-    /// which); for the others they are false, 0 and -1.
+    /// of a redis, a postgres or a mysql backend (`dokebi_lock_backend_driver`
+    /// says which); for the others they are false, 0 and -1.
     pub is_redis: bool,
-    /// The command connection answered its last command (postgres: its last
-    /// lock statement).
+    /// The command connection answered its last command (postgres, mysql:
+    /// its last lock statement).
     pub connected: bool,
     /// The connection that wakes waiters is live: the pub/sub subscription
-    /// (redis), the `LISTEN` connection (postgres).
+    /// (redis), the `LISTEN` connection (postgres), the release poller
+    /// (mysql).
     pub subscribed: bool,
     /// The code of the last failure talking to the server, `DOKEBI_LOCK_OK` if none.
     pub last_error: u32,
@@ -194,11 +195,12 @@ pub unsafe extern "C" fn dokebi_lock_backend_get_status(
         let backend = unsafe { handle(backend, "backend") }?;
         let out = Out::new(out_status, "out_status")?;
         let status = backend.backend.status();
-        // The connection's health, of a redis or a postgres backend, in the same fields.
-        let connection = match (&status.redis, &status.postgres) {
-            (Some(r), _) => Some((r.connected, r.subscribed, r.last_error, r.last_probe)),
-            (None, Some(p)) => Some((p.connected, p.listening, p.last_error, p.last_answer)),
-            (None, None) => None,
+        // The connection's health, of a redis, a postgres or a mysql backend, in the same fields.
+        let connection = match (&status.redis, &status.postgres, &status.mysql) {
+            (Some(r), _, _) => Some((r.connected, r.subscribed, r.last_error, r.last_probe)),
+            (None, Some(p), _) => Some((p.connected, p.listening, p.last_error, p.last_answer)),
+            (None, None, Some(m)) => Some((m.connected, m.polling, m.last_error, m.last_answer)),
+            (None, None, None) => None,
         };
         let unix_ms = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(-1, |d| d.as_millis() as i64);
         out.write(dokebi_lock_backend_status {
@@ -229,7 +231,7 @@ pub unsafe extern "C" fn dokebi_lock_backend_held_shared(backend: *const dokebi_
     boundary(|| unsafe { backend.as_ref() }.map_or(0, |b| b.backend.status().held_shared))
 }
 
-/// The backend's driver: `"local"`, `"redis"`, `"postgres"` or `"file"`
+/// The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`
 /// (static, NUL-terminated; empty for a driver this library does not
 /// know). NULL for NULL.
 ///

@@ -21,7 +21,7 @@ pub enum dokebi_lock_status {
     DOKEBI_LOCK_INVALID_KEY = 2,
     /// No backend of that name is configured.
     DOKEBI_LOCK_UNKNOWN_BACKEND = 3,
-    /// A backend names a Redis or PostgreSQL connection that is not defined.
+    /// A backend names a Redis, PostgreSQL or MySQL connection that is not defined.
     DOKEBI_LOCK_UNKNOWN_CONNECTION = 4,
     /// The provider was closed.
     DOKEBI_LOCK_CLOSED = 5,
@@ -39,10 +39,10 @@ pub enum dokebi_lock_status {
     DOKEBI_LOCK_DRIVER_NOT_INSTALLED = 11,
     /// A driver factory returned an invalid driver (Node surface).
     DOKEBI_LOCK_DRIVER_INVALID = 12,
-    /// Redis or PostgreSQL could not be reached or refused the command, or
+    /// Redis, PostgreSQL or MySQL could not be reached or refused the command, or
     /// a file backend's lock file could not be used or trusted.
     DOKEBI_LOCK_PROVIDER_FAILED = 13,
-    /// Redis or PostgreSQL did not answer in time: whether the command took
+    /// Redis, PostgreSQL or MySQL did not answer in time: whether the command took
     /// effect is unknown.
     DOKEBI_LOCK_OUTCOME_UNKNOWN = 14,
     /// The lease expired or was taken over before it was released.

@@ -29,7 +29,7 @@ pub enum dokebi_lock_event_kind {
     DOKEBI_LOCK_EVENT_WAIT_TIMEOUT = 3,
     /// A lease turned out lost; `code` is `LEASE_LOST` or `OUTCOME_UNKNOWN`.
     DOKEBI_LOCK_EVENT_LEASE_LOST = 4,
-    /// A Redis or PostgreSQL connection (`connection`) went up or down (`up`).
+    /// A Redis, PostgreSQL or MySQL connection (`connection`) went up or down (`up`).
     DOKEBI_LOCK_EVENT_CONNECTION = 5,
     /// An acquire call ended, after `duration_ms`; `code` is its outcome
     /// (`DOKEBI_LOCK_OK` when granted). Only with `DOKEBI_LOCK_TRACE_ACQUIRE`
@@ -101,7 +101,7 @@ pub struct dokebi_lock_trace_event {
     /// The event: `kind`, `backend`, `duration_ms` (the wait, or the
     /// hold), `code` (the outcome).
     pub event: dokebi_lock_event,
-    /// The backend's driver (`"local"`, `"redis"`, `"postgres"` or `"file"`,
+    /// The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`,
     /// NUL-terminated, static).
     pub driver: *const c_char,
     /// The lease's fence (of its first key, as `dokebi_lock_lease_fence`);
@@ -122,13 +122,13 @@ pub struct dokebi_lock_trace_event {
 ///
 /// Called on the thread that observed the event: the caller's own thread for
 /// its local acquires and for releases, the store drivers' thread for the
-/// outcomes of redis and postgres acquires, connection changes and leases
+/// outcomes of redis, postgres and mysql acquires, connection changes and leases
 /// found lost by renewals; so possibly from several threads at once. Kinds
 /// may be appended: ignore those you do not know (`DOKEBI_LOCK_EVENT_ACQUIRE`
 /// and `_HOLD` come only to hosts that ask for them). It must return soon,
 /// must not unwind (no C++ exception, no longjmp), and must not close or
 /// free the provider; it may keep nothing of the event past the call. On
-/// the store drivers' thread a blocking call on a redis, postgres or file
+/// the store drivers' thread a blocking call on a redis, postgres, mysql or file
 /// backend (acquire, renew, release, with_lock) would wait for that thread
 /// itself: it fails with `DOKEBI_LOCK_INVALID_ARGUMENT` (a lease freed there
 /// is released in the background). Never called once
@@ -402,6 +402,7 @@ pub(crate) fn driver_name(driver: &str) -> *const c_char {
         "local" => c"local",
         "redis" => c"redis",
         "postgres" => c"postgres",
+        "mysql" => c"mysql",
         "file" => c"file",
         "policy" => c"policy",
         _ => c"",

@@ -40,16 +40,27 @@ pub fn load_config(json: String) -> Option<NativeOptions> {
 }
 
 /// Loads the plugin sections (`dokebi-lock`, `dokebi-redis`,
-/// `dokebi-postgres`), each given as JSON text or absent; `null` on failure.
+/// `dokebi-postgres`, `dokebi-mysql`), each given as JSON text or absent;
+/// `null` on failure.
 #[napi(catch_unwind)]
-pub fn load_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>) -> Option<NativeOptions> {
-    sentinel(|| wrap(from_sections(lock, redis, postgres)))
+pub fn load_sections(
+    lock: Option<String>,
+    redis: Option<String>,
+    postgres: Option<String>,
+    mysql: Option<String>,
+) -> Option<NativeOptions> {
+    sentinel(|| wrap(from_sections(lock, redis, postgres, mysql)))
 }
 
-fn from_sections(lock: Option<String>, redis: Option<String>, postgres: Option<String>) -> dokebi_lock::Result<Options> {
+fn from_sections(
+    lock: Option<String>,
+    redis: Option<String>,
+    postgres: Option<String>,
+    mysql: Option<String>,
+) -> dokebi_lock::Result<Options> {
     let parse = |text: Option<String>| text.map(|t| parse_json(&t)).transpose();
-    let (lock, redis, postgres) = (parse(lock)?, parse(redis)?, parse(postgres)?);
-    Options::from_sections(lock.as_ref(), redis.as_ref(), postgres.as_ref())
+    let (lock, redis, postgres, mysql) = (parse(lock)?, parse(redis)?, parse(postgres)?, parse(mysql)?);
+    Options::from_sections(lock.as_ref(), redis.as_ref(), postgres.as_ref(), mysql.as_ref())
 }
 
 #[napi]
@@ -64,7 +75,7 @@ impl NativeOptions {
             .collect()
     }
 
-    /// Opens the backends of the store drivers (redis, postgres) at once (`null` on
+    /// Opens the backends of the store drivers (redis, postgres, mysql) at once (`null` on
     /// failure, see `takeError`);
     /// `onJsThread` says the event loop is Node's libuv, whose socket
     /// polling lets commands run on the JS thread (else they take the

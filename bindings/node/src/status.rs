@@ -30,7 +30,7 @@ impl From<LocalCounts> for CountsInfo {
 }
 
 /// A snapshot of a store driver's backend: counts, and the health of its
-/// store's connection (`redis` or `postgres`, by driver).
+/// store's connection (`redis`, `postgres` or `mysql`, by driver).
 #[napi(object)]
 pub struct StatusInfo {
     pub driver: String,
@@ -42,6 +42,7 @@ pub struct StatusInfo {
     pub lost: f64,
     pub redis: Option<RedisStatusInfo>,
     pub postgres: Option<PostgresStatusInfo>,
+    pub mysql: Option<MysqlStatusInfo>,
 }
 
 /// The health of a redis backend's connection.
@@ -65,6 +66,20 @@ pub struct PostgresStatusInfo {
     /// The code of the last failure talking to PostgreSQL.
     pub last_error: Option<String>,
     /// When PostgreSQL last answered a lock statement, in ms since the Unix epoch.
+    pub last_answer_at: Option<f64>,
+}
+
+/// The health of a mysql backend's connection.
+#[napi(object)]
+pub struct MysqlStatusInfo {
+    /// The last lock statement was answered.
+    pub connected: bool,
+    /// The release poller that wakes waiters reads the log (else waiters
+    /// poll at `pollIntervalMs`).
+    pub polling: bool,
+    /// The code of the last failure talking to MySQL.
+    pub last_error: Option<String>,
+    /// When MySQL last answered a lock statement, in ms since the Unix epoch.
     pub last_answer_at: Option<f64>,
 }
 
@@ -94,6 +109,12 @@ impl From<BackendStatus> for StatusInfo {
                 listening: postgres.listening,
                 last_error: postgres.last_error.map(|code| code.as_str().to_owned()),
                 last_answer_at: postgres.last_answer.and_then(epoch_ms),
+            }),
+            mysql: status.mysql.map(|mysql| MysqlStatusInfo {
+                connected: mysql.connected,
+                polling: mysql.polling,
+                last_error: mysql.last_error.map(|code| code.as_str().to_owned()),
+                last_answer_at: mysql.last_answer.and_then(epoch_ms),
             }),
         }
     }

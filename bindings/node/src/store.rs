@@ -1,4 +1,4 @@
-//! The store drivers (redis, postgres): the core's `Provider`, opened with the
+//! The store drivers (redis, postgres, mysql): the core's `Provider`, opened with the
 //! backends of store drivers only, behind promises. Nothing here knows which
 //! store a backend uses: the core's `Backend` and `Lease` do.
 //!
