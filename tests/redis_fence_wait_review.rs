@@ -54,15 +54,16 @@ fn a_try_sent_again_that_must_wait_for_the_clock_leaves_the_key_free() {
         let slow = Proxy::start(server.port(), Duration::from_millis(300));
         let app = open(&slow.url());
         let other = open(&server.url());
-        // Connected before the try: a wait (200 ms) ends an acquire still
-        // connecting through the slow proxy before anything is sent.
-        let warm = block_on(backend(&app).acquire("warm", wait(5_000))).expect("a grant through the proxy");
-        assert!(block_on(warm.release()).unwrap());
         // The key's counter exists (a grant before).
         let lease = block_on(backend(&other).acquire("k", single(&options))).expect("a first grant");
         assert!(block_on(lease.release()).unwrap());
         let fence_key = server.keys().into_iter().find(|k| k.contains("lock-fence")).expect("the counter");
         let lock = fence_key.replace("lock-fence", "lock");
+        // Connected before the try (a connect through the slow proxy takes
+        // several of its round trips, which a wait of 200 ms or the whole
+        // command's bound would cut before anything is sent).
+        let warm = block_on(backend(&app).acquire("warm", wait(10_000))).expect("a grant through the proxy");
+        assert!(block_on(warm.release()).unwrap());
         let tried = {
             let backend = backend(&app);
             let options = options.clone();
