@@ -57,6 +57,7 @@ fn driver_name(backend: &BackendOptions) -> &'static str {
         BackendOptions::File(_) => "file",
         BackendOptions::Redis(_) => "redis",
         BackendOptions::Postgres(_) => "postgres",
+        BackendOptions::Mysql(_) => "mysql",
         BackendOptions::Policy(_) | BackendOptions::App { .. } => unreachable!("not a policy member"),
     }
 }
