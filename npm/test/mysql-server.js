@@ -60,6 +60,6 @@ export function mysqlConfig(table, settings = {}, { url = MYSQL_URL, connection 
   return {
     'dokebi-lock': { backends: { my: { driver: 'mysql', connection: 'main', table, leaseMs: 10_000, ...settings } } },
     // Statements time out below the lease, as the options require.
-    'dokebi-mysql': { connections: { main: { url, commandTimeoutMs: Math.min(2000, Math.floor((settings.leaseMs ?? 10_000) * 0.9)), ...connection } } },
+    'dokebi-mysql': { connections: { main: { url, commandTimeoutMs: Math.min(5000, Math.floor((settings.leaseMs ?? 10_000) * 0.9)), ...connection } } },
   };
 }
