@@ -177,14 +177,16 @@ function holder(directory, key, options = {}) {
     const [line] = await once(lines, 'line');
     return line;
   };
-  return { child, next };
+  // Listened for from the start: the child may exit before the test awaits it.
+  const exited = once(child, 'exit');
+  return { child, next, exited };
 }
 
 test('two Node processes: a key held in one makes the other wait, and its release wakes the waiter at once', async () => {
   const directory = freshDirectory();
   // A minute between polls: only the release's wake-up can be in time.
   const { provider, backend } = await openFile(directory, { pollIntervalMs: 60_000 });
-  const { child, next } = holder(directory, 'shared-key');
+  const { child, next, exited } = holder(directory, 'shared-key');
   const held = await next();
   assert.match(held, /^held [0-9]+$/);
   await rejectsWith(backend.acquire('shared-key', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
@@ -196,7 +198,7 @@ test('two Node processes: a key held in one makes the other wait, and its releas
   assert.ok(waitedMs < 2_000, `woken after ${waitedMs} ms`);
   assert.ok(BigInt(lease.fence) > BigInt(held.slice('held '.length)), 'the fence rises across processes');
   await lease.release();
-  await once(child, 'exit');
+  await exited;
   await provider.close();
 });
 
@@ -235,7 +237,7 @@ test('two Node processes: readers share a key, a writer waits for them, units st
   const other = holder(directory, 'pool', { limit: 5 });
   assert.equal(await other.next(), 'refused INVALID_ARGUMENT');
   units.child.stdin.end();
-  await once(units.child, 'exit');
+  await units.exited;
   assert.deepEqual(await entriesAfterKeep(directory), [], 'no lock or unit file is left behind');
   await provider.close();
 });
