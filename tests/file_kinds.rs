@@ -313,7 +313,7 @@ fn a_waiter_closed_away_takes_its_mark_and_a_counted_key_s_last_release_removes_
     block_on(waiter_provider.close());
     assert_eq!(waiting.join().unwrap(), ErrorCode::Closed);
     assert!(block_on(held.release()).unwrap());
-    assert_eq!(file::entries(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
+    assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
     block_on(holder_provider.close());
 }
 
@@ -322,6 +322,13 @@ fn a_waiter_closed_away_takes_its_mark_and_a_counted_key_s_last_release_removes_
 /// thread, woken by that release, races the drop; before, whenever the drop
 /// came first the lock and unit files were left for good (a waiter that
 /// left a counted key never removed its files), in most of the rounds.
+///
+/// Left for good, not left at the instant of the closes: a backend whose
+/// close found the key's lock file locked by the other's removal tries
+/// again after its close, and where a removed file keeps its name while a
+/// handle is open (Wine, Windows without POSIX delete semantics) that try's
+/// handle holds the name a moment (CI's run of 2026-12-05 under Wine: the
+/// `.lock`, removed, still listed as the check ran).
 #[test]
 fn a_waiter_leaving_just_after_a_release_left_it_a_counted_key_removes_the_key_s_files() {
     let waker = futures::task::noop_waker();
@@ -339,7 +346,7 @@ fn a_waiter_leaving_just_after_a_release_left_it_a_counted_key_removes_the_key_s
         drop(waiting);
         block_on(waiter_provider.close());
         block_on(holder_provider.close());
-        assert_eq!(file::entries(&dir), Vec::<String>::new(), "round {round}: no lock or unit file is left behind");
+        assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "round {round}: no lock or unit file is left behind");
     }
 }
 
