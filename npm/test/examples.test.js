@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { PG_URL, psql } from './postgres-server.js';
+import { MYSQL_URL, dropTables } from './mysql-server.js';
 
 function run(example, env = {}) {
   const main = fileURLToPath(new URL(`../../examples/${example}/main.js`, import.meta.url));
@@ -44,6 +45,19 @@ test('examples/16-postgres shows exclusion, a LISTEN wake-up, fences and status 
   assert.match(out, /fence grew: true/);
   assert.match(out, /web runs report:daily, valid: true/);
   assert.match(out, /web connected: true lastError: null/);
+  assert.match(out, /web holds invoice:7 again: true/);
+});
+
+test('examples/19-mysql shows exclusion, a wake-up through the release log, fences, status and close on the machine\'s MariaDB', (t) => {
+  // The example names its tables and procedures after dokebi_example_19; the test leaves none behind.
+  t.after(() => dropTables('dokebi_example_19'));
+  const out = run('19-mysql', { MYSQL_URL });
+  assert.match(out, /worker: LOCK_BUSY/);
+  assert.match(out, /worker got invoice:7 after the release/);
+  assert.match(out, /fence grew: true/);
+  assert.match(out, /web runs report:daily, valid: true/);
+  assert.match(out, /web connected: true lastError: null/);
+  assert.match(out, /worker lease valid after close: false/);
   assert.match(out, /web holds invoice:7 again: true/);
 });
 

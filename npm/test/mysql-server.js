@@ -26,7 +26,8 @@ export function mysql(sql) {
 const TABLE_SUFFIXES = ['', '_holders', '_waiting', '_released'];
 const PROCEDURE_SUFFIXES = ['_lock', '_try', '_release', '_take', '_renew', '_give_back', '_withdraw', '_hand_over'];
 
-function dropTables(table) {
+/** Drops the tables and procedures of backend table `table`. */
+export function dropTables(table) {
   mysql(
     [
       ...TABLE_SUFFIXES.map((suffix) => `DROP TABLE IF EXISTS \`${table}${suffix}\`;`),
