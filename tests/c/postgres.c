@@ -4,24 +4,12 @@
  * dokebi_c_test under a namespace of this run. Two providers stand for two
  * processes sharing the server; the checks are those of every store
  * (store.h). */
-/* getpid is POSIX, not C11: musl shows it only when asked. */
+/* getpid is POSIX, not C11 (store.h): musl shows it only when asked. */
 #define _POSIX_C_SOURCE 200809L
-#include <time.h>
-#include <unistd.h>
-
 #include "store.h"
 
-static const sql_store postgres = {
-    .driver = "postgres",
-    .section = "dokebi-postgres",
-    .place = "schema: dokebi_c_test",
-    .url_variable = "PG_URL",
-    .default_url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
-    .unreachable_url = "postgres://postgres@127.0.0.1:1/test",
-};
+static const sql_store postgres = {.driver = "postgres", .section = "dokebi-postgres", .place = "schema: dokebi_c_test",
+                                   .url_variable = "PG_URL", .default_url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+                                   .unreachable_url = "postgres://postgres@127.0.0.1:1/test"};
 
-int main(void) {
-    char namespace_[64];
-    snprintf(namespace_, sizeof namespace_, "c-test-%ld-%ld", (long)time(NULL), (long)getpid());
-    return test_sql_store(&postgres, namespace_);
-}
+int main(void) { return test_sql_store(&postgres); }

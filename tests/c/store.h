@@ -6,6 +6,11 @@
 #ifndef DOKEBI_LOCK_TEST_STORE_H
 #define DOKEBI_LOCK_TEST_STORE_H
 
+/* getpid is POSIX, not C11: a test including this header asks for it
+ * (_POSIX_C_SOURCE) before any include, or musl does not show it. */
+#include <time.h>
+#include <unistd.h>
+
 #include "check.h"
 
 static inline void a_lease_is_shared_between_providers(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
@@ -123,13 +128,15 @@ static inline const char *sql_config(const sql_store *store, const char *url, co
     return yaml;
 }
 
-/* Runs every check above against the store, `namespace_` keeping this run
- * apart from others on the same server; prints "<driver>: ok". */
-static inline int test_sql_store(const sql_store *store, const char *namespace_) {
+/* Runs every check above against the store, under a namespace of this run
+ * (apart from others on the same server); prints "<driver>: ok". */
+static inline int test_sql_store(const sql_store *store) {
     const char *url = getenv(store->url_variable);
     if (url == NULL) {
         url = store->default_url;
     }
+    char namespace_[64];
+    snprintf(namespace_, sizeof namespace_, "c-test-%ld-%ld", (long)time(NULL), (long)getpid());
     char yaml[2048];
     dokebi_lock_provider *first = open_provider(sql_config(store, url, namespace_, yaml, sizeof yaml));
     dokebi_lock_provider *second = open_provider(yaml);
