@@ -41,14 +41,7 @@ static inline void a_lease_is_shared_between_providers(const dokebi_lock_backend
     CHECK(fence_of(waiter.lease) > first);
 
     /* A waiter cancelled while the key is held ends with ABORTED. */
-    outcome cancelled;
-    outcome_init(&cancelled);
-    dokebi_lock_pending *pending = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(one, KEY("order:42"), 10000, on_acquired, &cancelled, &pending, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
-    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
-    dokebi_lock_pending_free(pending);
-    outcome_destroy(&cancelled);
+    a_cancelled_wait_is_aborted(one, "order:42");
     outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
     dokebi_lock_lease_free(lease);
 
