@@ -504,7 +504,7 @@ typedef struct dokebi_lock_trace_event {
    */
   struct dokebi_lock_event event;
   /**
-   * The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`,
+   * The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"`, `"file"` or `"policy"`,
    * NUL-terminated, static).
    */
   const char *driver;
@@ -1176,7 +1176,7 @@ dokebi_lock_status dokebi_lock_backend_get_status(const struct dokebi_lock_backe
 size_t dokebi_lock_backend_held_shared(const struct dokebi_lock_backend *backend);
 
 /**
- * The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`
+ * The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"`, `"file"` or `"policy"`
  * (static, NUL-terminated; empty for a driver this library does not
  * know). NULL for NULL.
  *

@@ -26,9 +26,12 @@ const DRIVERS = new Map([
   ['policy', openPolicy],
 ]);
 
-/** Warnings and errors to stderr; debug dropped. Used when none is given. */
+/** Warnings and errors to stderr, each under its level; debug dropped. Used when none is given. */
 export const stderrLogger = Object.freeze({
   debug() {},
+  warn(fields, message) {
+    console.error(`dokebi-lock warn [${fields.backend}] ${fields.code}: ${message}`);
+  },
   error(fields, message) {
     console.error(`dokebi-lock error [${fields.backend}] ${fields.code}: ${message}`);
   },

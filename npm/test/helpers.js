@@ -4,7 +4,7 @@ import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openLock, LockError } from '../index.js';
+import { dependency, openLock, LockError } from '../index.js';
 
 /** Opens a provider with one local backend `b` of the given settings. */
 export async function openLocal(settings = {}) {
@@ -61,4 +61,37 @@ export async function appDir(t, driver = undefined) {
     await cp(marker, join(root, 'node_modules', '@dokebi', `lock-${driver}`), { recursive: true });
   }
   return root;
+}
+
+/**
+ * A store's dokebi plugin as its package would register it (`name`
+ * dokebi-redis, dokebi-postgres, ...): its start returns the provider whose
+ * `options` are its section `{ connections }`. Its starts and stops are
+ * pushed onto `events`.
+ */
+export function storePlugin(name, connections, events = []) {
+  return {
+    name,
+    metadata: { dependencies: [] },
+    start() {
+      events.push(`start ${name}`);
+      return { options: { connections } };
+    },
+    stop() {
+      events.push(`stop ${name}`);
+    },
+  };
+}
+
+/** A plugin `orders` that depends on dokebi-lock and gets its provider; its start and stop are pushed onto `events`. */
+export function lockConsumer(events = []) {
+  return {
+    name: 'orders',
+    metadata: { dependencies: [dependency] },
+    start: (context) => {
+      events.push('start orders');
+      return context.getDependency(dependency);
+    },
+    stop: () => events.push('stop orders'),
+  };
 }

@@ -6,51 +6,23 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { createPlugin, dependency, DokebiError, LockError, LockExtension, openLock, redisDependency } from '../index.js';
+import { createPlugin, DokebiError, LockError, LockExtension, openLock, redisDependency } from '../index.js';
 import { createApp } from '../host.js';
-import { rejectsWith } from './helpers.js';
+import { appDir, lockConsumer, rejectsWith, storePlugin } from './helpers.js';
 import { useRedis } from './redis-server.js';
 
 const redis = useRedis();
 const require = createRequire(import.meta.url);
 const DEAD = 'redis://127.0.0.1:1/0';
-const MARKER = fileURLToPath(new URL('../packages/lock-redis', import.meta.url));
 
 const lockSection = { backends: { orders: {}, shared: { driver: 'redis', connection: 'main', leaseMs: 5000 } } };
 
-/** A temporary app directory; `withDriver` installs @dokebi/lock-redis into its node_modules. */
-async function appDir(t, { withDriver }) {
-  const root = await mkdtemp(join(tmpdir(), 'dokebi-lock-app-'));
-  t.after(() => rm(root, { recursive: true, force: true }));
-  await writeFile(join(root, 'package.json'), '{ "name": "app", "type": "module" }\n');
-  if (withDriver) {
-    await mkdir(join(root, 'node_modules', '@dokebi'), { recursive: true });
-    await cp(MARKER, join(root, 'node_modules', '@dokebi', 'lock-redis'), { recursive: true });
-  }
-  return root;
-}
-
-/**
- * A dokebi-redis plugin as @dokebi/redis would register it: its start
- * returns the provider whose `options` are its section `{ connections }`.
- */
-function redisPlugin(connections, events) {
-  return {
-    name: 'dokebi-redis',
-    metadata: { dependencies: [] },
-    start() {
-      events.push('start dokebi-redis');
-      return { options: { connections } };
-    },
-    stop() {
-      events.push('stop dokebi-redis');
-    },
-  };
-}
+/** A dokebi-redis plugin as @dokebi/redis would register it. */
+const redisPlugin = (connections, events) => storePlugin('dokebi-redis', connections, events);
 
 test('with a redis backend the plugin names dokebi-redis in metadata.dependencies, optional; with local only, none', async () => {
   const withRedis = createPlugin({ app: { config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: DEAD } } } } } });
@@ -66,18 +38,9 @@ test('with a redis backend the plugin names dokebi-redis in metadata.dependencie
 test('a registered dokebi-redis plugin supplies the connections, starts first and stops last', async (t) => {
   const events = [];
   // The YAML's section points at nothing: only the plugin's options reach the server.
-  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: DEAD } } } }, root: await appDir(t, { withDriver: true }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: DEAD } } } }, root: await appDir(t, 'redis') });
   const lock = createPlugin({ app });
-  const consumer = {
-    name: 'orders',
-    metadata: { dependencies: [dependency] },
-    start: (context) => {
-      events.push('start orders');
-      return context.getDependency(dependency);
-    },
-    stop: () => events.push('stop orders'),
-  };
-  app.register(redisPlugin({ main: { url: redis.url } }, events)).register(lock).register(consumer);
+  app.register(redisPlugin({ main: { url: redis.url } }, events)).register(lock).register(lockConsumer(events));
   await app.start();
   const lease = await app.get(lock).backend('shared').acquire('order:42', { waitTimeoutMs: 1000 });
   assert.equal(await lease.release(), true);
@@ -91,7 +54,7 @@ test('a registered dokebi-redis plugin supplies the connections, starts first an
 });
 
 test('without a dokebi-redis plugin the connections come from options.dokebi-redis', async (t) => {
-  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: redis.url } } } }, root: await appDir(t, { withDriver: true }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: redis.url } } } }, root: await appDir(t, 'redis') });
   const lock = createPlugin({ app });
   app.register(lock);
   await app.start();
@@ -101,7 +64,7 @@ test('without a dokebi-redis plugin the connections come from options.dokebi-red
 });
 
 test('a registered dokebi-redis plugin without the named connection fails start with UNKNOWN_CONNECTION as the cause', async (t) => {
-  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: redis.url } } } }, root: await appDir(t, { withDriver: true }) });
+  const app = createApp({ config: { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: redis.url } } } }, root: await appDir(t, 'redis') });
   app.register(redisPlugin({ other: { url: redis.url } }, [])).register(createPlugin({ app }));
   const error = await rejectsWith(app.start(), 'INVALID_PLUGIN_OPTIONS');
   assert.equal(error.cause.code, 'UNKNOWN_CONNECTION');
@@ -169,8 +132,8 @@ try {
 }
 
 test('DRIVER_NOT_INSTALLED is decided from the app entry module, not the working directory', async (t) => {
-  const installed = await appDir(t, { withDriver: true });
-  const bare = await appDir(t, { withDriver: false });
+  const installed = await appDir(t, 'redis');
+  const bare = await appDir(t);
   // An installed app started from another directory starts.
   assert.equal(await runApp(installed, bare), 'started');
   // An app without the driver fails, even from a directory that has it.
@@ -178,8 +141,8 @@ test('DRIVER_NOT_INSTALLED is decided from the app entry module, not the working
 });
 
 test('DRIVER_NOT_INSTALLED resolves from app.root when the host gives the app directory', async (t) => {
-  const installed = await appDir(t, { withDriver: true });
-  const bare = await appDir(t, { withDriver: false });
+  const installed = await appDir(t, 'redis');
+  const bare = await appDir(t);
   const config = { 'dokebi-lock': lockSection, 'dokebi-redis': { connections: { main: { url: redis.url } } } };
   const fromRoot = createApp({ config, root: pathToFileURL(installed) });
   const lock = createPlugin({ app: fromRoot });

@@ -7,9 +7,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { check, planInstall } from '@dokebi/lock/install';
-import { createPlugin, defineLockPlugin, dependency, mysqlDependency, openLock, postgresDependency } from '../index.js';
+import { createPlugin, defineLockPlugin, mysqlDependency, openLock, postgresDependency } from '../index.js';
 import { createApp } from '../host.js';
-import { appDir, rejectsWith } from './helpers.js';
+import { appDir, lockConsumer, rejectsWith, storePlugin } from './helpers.js';
 import { MYSQL_URL, useTables } from './mysql-server.js';
 
 const freshTable = useTables('plugin');
@@ -73,20 +73,13 @@ test('with @dokebi/lock-mysql installed, the connections come from options.dokeb
   // The YAML's section points at nothing: only the plugin's options reach the server.
   const events = [];
   const registered = createApp({ config: { 'dokebi-lock': lockSection(freshTable()), 'dokebi-mysql': mysqlSection(DEAD) }, root });
-  const plugin = {
-    name: 'dokebi-mysql',
-    metadata: { dependencies: [] },
-    start: () => (events.push('start dokebi-mysql'), { options: mysqlSection(MYSQL_URL) }),
-    stop: () => events.push('stop dokebi-mysql'),
-  };
-  const consumer = { name: 'orders', metadata: { dependencies: [dependency] }, start: (context) => context.getDependency(dependency), stop() {} };
   const other = createPlugin({ app: registered });
-  registered.register(plugin).register(other).register(consumer);
+  registered.register(storePlugin('dokebi-mysql', mysqlSection(MYSQL_URL).connections, events)).register(other).register(lockConsumer(events));
   await registered.start();
   const again = await registered.get(other).backend('shared').acquire('order:42', { waitTimeoutMs: 1000 });
   assert.equal(await again.release(), true);
   await registered.stop();
-  assert.deepEqual(events, ['start dokebi-mysql', 'stop dokebi-mysql']);
+  assert.deepEqual(events, ['start dokebi-mysql', 'start orders', 'stop orders', 'stop dokebi-mysql']);
 });
 
 test('planInstall and check: dokebi-mysql and @dokebi/lock-mysql with a mysql backend', () => {

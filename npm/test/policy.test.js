@@ -6,6 +6,7 @@
 // moving, contention never falling back.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -210,4 +211,32 @@ test('withLock renews a lease on the member that granted it', async (t) => {
     return lease.served.backend;
   });
   assert.equal(output, 'cache');
+});
+
+test("without a logger, the policy's warnings are printed to stderr as warnings, not as errors", () => {
+  // Redis where nothing listens: the first acquire skips it (LOCK_POLICY_SKIPPED)
+  // and falls back to the file member (LOCK_POLICY_FALLBACK), both warnings.
+  const settings = config(
+    {
+      cache: { driver: 'redis', connection: 'main', leaseMs: 3000 },
+      locks: { driver: 'policy', default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' } },
+    },
+    { main: { url: 'redis://127.0.0.1:1/0', connectTimeoutMs: 200, commandTimeoutMs: 300 } },
+  );
+  const child = `
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+const provider = await openLock({ config: ${JSON.stringify(settings)} });
+const lease = await provider.backend('locks').acquire('k', { waitTimeoutMs: 0 });
+console.log(lease.served.backend);
+await lease.release();
+await provider.close();
+// Log delivery from the driver thread, which does not keep the process alive.
+await new Promise((resolve) => setTimeout(resolve, 200));
+`;
+  const result = spawnSync(process.execPath, ['--input-type=module', '-e', child], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(result.status, 0, result.stderr);
+  assert.equal(result.stdout.trim(), 'host');
+  assert.match(result.stderr, /^dokebi-lock warn \[locks\] LOCK_POLICY_SKIPPED: /m);
+  assert.match(result.stderr, /^dokebi-lock warn \[locks\] LOCK_POLICY_FALLBACK: /m);
+  assert.doesNotMatch(result.stderr, /dokebi-lock error/);
 });

@@ -7,10 +7,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { check, manifest, planInstall } from '@dokebi/lock/install';
-import { createPlugin, defineLockPlugin, dependency, openLock, postgresDependency, redisDependency } from '../index.js';
+import { createPlugin, defineLockPlugin, openLock, postgresDependency, redisDependency } from '../index.js';
 import { createApp } from '../host.js';
 import { STORE_PLUGINS } from '../lib/store-plugins.js';
-import { appDir, rejectsWith } from './helpers.js';
+import { appDir, lockConsumer, rejectsWith, storePlugin } from './helpers.js';
 import { PG_URL, useSchemas } from './postgres-server.js';
 
 const freshSchema = useSchemas('plugin');
@@ -20,20 +20,8 @@ const DEAD = 'postgres://postgres@127.0.0.1:1/test';
 const lockSection = (schema) => ({ backends: { orders: {}, shared: { driver: 'postgres', connection: 'main', schema, leaseMs: 5000 } } });
 const postgresSection = (url) => ({ connections: { main: { url } } });
 
-/** A dokebi-postgres plugin as @dokebi/postgres would register it: its value's `options` are its section. */
-function postgresPlugin(connections, events) {
-  return {
-    name: 'dokebi-postgres',
-    metadata: { dependencies: [] },
-    start() {
-      events.push('start dokebi-postgres');
-      return { options: { connections } };
-    },
-    stop() {
-      events.push('stop dokebi-postgres');
-    },
-  };
-}
+/** A dokebi-postgres plugin as @dokebi/postgres would register it. */
+const postgresPlugin = (connections, events) => storePlugin('dokebi-postgres', connections, events);
 
 test('with a postgres backend the plugin names dokebi-postgres in metadata.dependencies, optional; beside redis, both', () => {
   const config = { 'dokebi-lock': lockSection('s'), 'dokebi-postgres': postgresSection(DEAD) };
@@ -94,16 +82,7 @@ test('a registered dokebi-postgres plugin supplies the connections, starts first
   // The YAML's section points at nothing: only the plugin's options reach the server.
   const app = createApp({ config: { 'dokebi-lock': lockSection(freshSchema()), 'dokebi-postgres': postgresSection(DEAD) }, root: await appDir(t, 'postgres') });
   const lock = createPlugin({ app });
-  const consumer = {
-    name: 'orders',
-    metadata: { dependencies: [dependency] },
-    start: (context) => {
-      events.push('start orders');
-      return context.getDependency(dependency);
-    },
-    stop: () => events.push('stop orders'),
-  };
-  app.register(postgresPlugin({ main: { url: PG_URL } }, events)).register(lock).register(consumer);
+  app.register(postgresPlugin({ main: { url: PG_URL } }, events)).register(lock).register(lockConsumer(events));
   await app.start();
   const lease = await app.get(lock).backend('shared').acquire('order:42', { waitTimeoutMs: 1000 });
   assert.equal(await lease.release(), true);

@@ -5,25 +5,37 @@ import { spawnSync } from 'node:child_process';
 import { openLock } from '../index.js';
 import { rejectsWith } from './helpers.js';
 import { startRedis, useRedis } from './redis-server.js';
+import {
+  aWaiterGetsTheKeyOnRelease,
+  anAbortLeavesTheKeyToTheNext,
+  closeReleasesHeldLeases,
+  exitsByItself,
+  unreachableIsProviderFailed,
+  waitersAreServedInOrder,
+} from './store-tests.js';
 
 const redis = useRedis();
 
 let namespaces = 0;
+/** The options of one redis backend `r` in a namespace of its own test. */
+function config(settings = {}, { url = redis.url, namespace, connection = {} } = {}) {
+  return {
+    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace: namespace ?? `t${namespaces}`, ...settings } } },
+    // Commands time out below the lease, as the options require.
+    'dokebi-redis': { connections: { main: { url, commandTimeoutMs: Math.min(2000, Math.floor((settings.leaseMs ?? 10_000) * 0.9)), ...connection } } },
+  };
+}
 /** A provider with one redis backend `r` in a namespace of its own test. */
-function open(settings = {}, { url = redis.url, namespace, connection = {} } = {}) {
-  return openLock({
-    config: {
-      'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10_000, namespace: namespace ?? `t${namespaces}`, ...settings } } },
-      // Commands time out below the lease, as the options require.
-      'dokebi-redis': { connections: { main: { url, commandTimeoutMs: Math.min(2000, Math.floor((settings.leaseMs ?? 10_000) * 0.9)), ...connection } } },
-    },
-  });
+function open(settings = {}, where = {}) {
+  return openLock({ config: config(settings, where) });
 }
 /** Two providers (two "processes") sharing one namespace. */
 async function pair(settings = {}) {
   const namespace = `t${++namespaces}`;
   return [await open(settings, { namespace }), await open(settings, { namespace })];
 }
+/** The redis backend as the scenarios every store passes take it. */
+const store = { backend: 'r', pair };
 
 test('a redis lease has key, valid, remainingMs within leaseMs, and a decimal fence', async () => {
   const [provider] = await pair({ leaseMs: 5000 });
@@ -117,47 +129,11 @@ await provider.close();
   assert.match(fullPhase, /^FULL held 0$/m, 'a full collection gives it back');
 });
 
-test('exclusion across providers: LOCK_BUSY, WAIT_TIMEOUT, then a hand-off on release', async () => {
-  const [a, b] = await pair();
-  const held = await a.backend('r').acquire('k');
-  await rejectsWith(b.backend('r').acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY');
-  await rejectsWith(b.backend('r').acquire('k', { waitTimeoutMs: 50 }), 'WAIT_TIMEOUT');
-  const waiting = b.backend('r').acquire('k', { waitTimeoutMs: 5000 });
-  await held.release();
-  const next = await waiting;
-  assert.ok(BigInt(next.fence) > BigInt(held.fence), 'the fence grows per key');
-  await next.release();
-  await Promise.all([a.close(), b.close()]);
-});
+test('exclusion across providers: LOCK_BUSY, WAIT_TIMEOUT, then a hand-off on release', () => aWaiterGetsTheKeyOnRelease(store));
 
-test('waiters of one key in one provider are served in FIFO order', async () => {
-  const [provider] = await pair();
-  const backend = provider.backend('r');
-  const holder = await backend.acquire('k');
-  const order = [];
-  const waiters = [1, 2, 3].map((n) =>
-    backend.acquire('k').then(async (lease) => {
-      order.push(n);
-      await lease.release();
-    }),
-  );
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  await holder.release();
-  await Promise.all(waiters);
-  assert.deepEqual(order, [1, 2, 3]);
-  await provider.close();
-});
+test('waiters of one key in one provider are served in FIFO order', () => waitersAreServedInOrder(store));
 
-test('an aborted signal is ABORTED before and while waiting', async () => {
-  const [a, b] = await pair();
-  await rejectsWith(a.backend('r').acquire('k', { signal: AbortSignal.abort() }), 'ABORTED');
-  await a.backend('r').acquire('k');
-  const controller = new AbortController();
-  const waiting = b.backend('r').acquire('k', { signal: controller.signal });
-  setTimeout(() => controller.abort(), 30);
-  await rejectsWith(waiting, 'ABORTED');
-  await Promise.all([a.close(), b.close()]);
-});
+test('an aborted signal is ABORTED before and while waiting', () => anAbortLeavesTheKeyToTheNext(store));
 
 test('renew extends an expiring lease; an expired lease is invalid and its release is LEASE_LOST', async () => {
   const [a, b] = await pair({ leaseMs: 300 });
@@ -195,18 +171,7 @@ test('maxWaiters acquires in progress, then QUEUE_FULL (503 LOCK_OVERLOADED)', a
   await waiting;
 });
 
-test('close releases held leases, rejects waiters with CLOSED, and later calls are CLOSED', async () => {
-  const [a, b] = await pair();
-  const lease = await a.backend('r').acquire('k');
-  const waiter = rejectsWith(a.backend('r').acquire('k', { waitTimeoutMs: 60_000 }), 'CLOSED');
-  await a.close();
-  await waiter;
-  assert.equal(lease.valid, false);
-  await rejectsWith(() => a.backend('r'), 'CLOSED');
-  const other = await b.backend('r').acquire('k', { waitTimeoutMs: 0 });
-  assert.equal(other.valid, true, 'close released the lease in Redis');
-  await b.close();
-});
+test('close releases held leases, rejects waiters with CLOSED, and later calls are CLOSED', () => closeReleasesHeldLeases(store, 'Redis'));
 
 test('once close() begins, every redis backend of the provider is CLOSED, also those the core closes after another', async () => {
   const namespace = `t${++namespaces}`;
@@ -239,10 +204,9 @@ test('await using releases a redis lease at the end of the block', async () => {
 });
 
 test('an unreachable Redis is PROVIDER_FAILED with the Redis error as cause (503 for web hosts)', async () => {
-  const provider = await open({}, { url: 'redis://127.0.0.1:1/0', connection: { connectTimeoutMs: 200 } });
-  const error = await rejectsWith(provider.backend('r').acquire('k', { waitTimeoutMs: 0 }), 'PROVIDER_FAILED');
-  assert.ok(error.cause instanceof Error);
-  assert.equal(error.http.status, 503);
+  const password = 'hunter2-secret';
+  const provider = await open({}, { url: `redis://:${password}@127.0.0.1:1/0`, connection: { connectTimeoutMs: 200 } });
+  await unreachableIsProviderFailed(provider, 'r', password);
   await provider.close();
 });
 
@@ -255,23 +219,7 @@ test('bad keys and arguments are LockErrors on redis backends too', async () => 
   await provider.close();
 });
 
-test('a process that opens redis, locks, closes exits by itself', () => {
-  const child = `
-import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
-const provider = await openLock({ config: {
-  'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 10000, namespace: 'exit' } } },
-  'dokebi-redis': { connections: { main: { url: ${JSON.stringify(redis.url)} } } },
-} });
-const lease = await provider.backend('r').acquire('k');
-const waiter = provider.backend('r').acquire('k', { waitTimeoutMs: 600000 }).catch((error) => error.code);
-await provider.close();
-console.log(await waiter, lease.valid);
-`;
-  const result = spawnSync(process.execPath, ['--input-type=module', '-e', child], { encoding: 'utf8', timeout: 20_000 });
-  assert.equal(result.signal, null, 'the child had to be killed: something kept it alive');
-  assert.equal(result.status, 0, result.stderr);
-  assert.equal(result.stdout.trim(), 'CLOSED false');
-});
+test('a process that opens redis, locks, closes exits by itself', () => exitsByItself(config({}, { namespace: 'exit' }), 'r'));
 
 test('a failed cleanup at close is logged with the fields backend and code only, never thrown', async () => {
   const doomed = await startRedis();

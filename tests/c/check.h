@@ -106,4 +106,19 @@ static inline void outcome_destroy(outcome *o) {
     pthread_cond_destroy(&o->done);
 }
 
+/* An asynchronous acquire of `key` on `backend`, where another holds it, is
+ * cancelled while it waits: it ends with ABORTED, and cancelling again
+ * does nothing. */
+static inline void a_cancelled_wait_is_aborted(const dokebi_lock_backend *backend, const char *key) {
+    outcome cancelled;
+    outcome_init(&cancelled);
+    dokebi_lock_pending *pending = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(backend, KEY(key), 60000, on_acquired, &cancelled, &pending, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
+    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending)); /* idempotent */
+    dokebi_lock_pending_free(pending);
+    outcome_destroy(&cancelled);
+}
+
 #endif

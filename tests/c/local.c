@@ -167,20 +167,13 @@ static void async_acquire_times_out_and_is_cancelled(const dokebi_lock_backend *
     CHECK(timed.lease == NULL);
     outcome_destroy(&timed);
 
-    outcome cancelled;
-    outcome_init(&cancelled);
-    dokebi_lock_pending *pending = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(main_, KEY("async"), 60000, on_acquired, &cancelled, &pending, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
-    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending)); /* idempotent */
-    dokebi_lock_pending_free(pending);
-    outcome_destroy(&cancelled);
+    a_cancelled_wait_is_aborted(main_, "async");
 
     /* Cancelling after the grant does nothing. */
     dokebi_lock_lease_free(holder);
     outcome granted;
     outcome_init(&granted);
+    dokebi_lock_pending *pending = NULL;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(main_, KEY("async"), 60000, on_acquired, &granted, &pending, ERR));
     CHECK(outcome_wait(&granted) == DOKEBI_LOCK_OK);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));

@@ -1,11 +1,12 @@
 /* The redis driver through the C API, against the private redis-server whose
  * URL is in REDIS_URL (started and killed by scripts/test-c). Two providers
- * stand for two processes sharing the server. */
+ * stand for two processes sharing the server; the checks of every store are
+ * in store.h, those of redis alone here. */
 /* nanosleep is POSIX, not C11: glibc shows it anyway, musl only when asked. */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
 
-#include "check.h"
+#include "store.h"
 
 static char yaml[2048];
 
@@ -32,51 +33,6 @@ static const char *config(const char *url, const char *namespace_) {
 static void sleep_ms(long ms) {
     struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&pause, NULL);
-}
-
-static void a_lease_is_shared_between_providers(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
-    dokebi_lock_lease *lease = must_acquire(one, "order:42", 0);
-    CHECK(dokebi_lock_lease_valid(lease));
-    int64_t remaining = dokebi_lock_lease_remaining_ms(lease);
-    CHECK(remaining > 0 && remaining <= 5000);
-    unsigned long long first = fence_of(lease);
-
-    dokebi_lock_lease *other = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(two, KEY("order:42"), &other, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(two, KEY("order:42"), 50, &other, ERR));
-    CHECK(other == NULL);
-
-    /* A waiter in the other provider gets the key when it is released. */
-    outcome waiter;
-    outcome_init(&waiter);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(two, KEY("order:42"), 10000, on_acquired, &waiter, NULL, ERR));
-    bool valid = false, released = false;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(lease, &valid, ERR));
-    CHECK(valid);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
-    CHECK(released);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
-    CHECK(!released);
-    CHECK(!dokebi_lock_lease_valid(lease) && dokebi_lock_lease_remaining_ms(lease) == 0);
-    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
-    CHECK(fence_of(waiter.lease) > first);
-
-    /* A waiter cancelled while the key is held ends with ABORTED. */
-    outcome cancelled;
-    outcome_init(&cancelled);
-    dokebi_lock_pending *pending = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(one, KEY("order:42"), 10000, on_acquired, &cancelled, &pending, ERR));
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_pending_cancel(pending));
-    CHECK(outcome_wait(&cancelled) == DOKEBI_LOCK_ABORTED);
-    dokebi_lock_pending_free(pending);
-    outcome_destroy(&cancelled);
-    outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
-    dokebi_lock_lease_free(lease);
-
-    /* Freeing a held lease releases it for everyone. */
-    lease = must_acquire(two, "order:42", 0);
-    dokebi_lock_lease_free(lease);
-    dokebi_lock_lease_free(must_acquire(one, "order:42", 0));
 }
 
 static void an_expired_lease_is_lost(const dokebi_lock_backend *brief) {
@@ -131,31 +87,6 @@ static void threads_of_two_providers_never_hold_at_once(const dokebi_lock_backen
     CHECK(overlaps == 0 && counter == 200);
 }
 
-static void an_unreachable_server_is_provider_failed(void) {
-    /* Port 1 on localhost: nothing listens there. */
-    dokebi_lock_provider *provider = open_provider(config("redis://127.0.0.1:1/0", "c-test"));
-    dokebi_lock_backend *backend = get_backend(provider, "shared");
-    dokebi_lock_lease *lease = NULL;
-    dokebi_lock_error *error = NULL;
-    CHECK(dokebi_lock_acquire(backend, KEY("k"), 0, &lease, &error) == DOKEBI_LOCK_PROVIDER_FAILED);
-    CHECK(lease == NULL);
-    CHECK(dokebi_lock_error_cause(error) != NULL);
-    CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
-    dokebi_lock_error_free(error);
-    dokebi_lock_backend_free(backend);
-    dokebi_lock_provider_free(provider);
-}
-
-static void close_releases_held_leases(dokebi_lock_provider *provider, const dokebi_lock_backend *held_by, const dokebi_lock_backend *other) {
-    dokebi_lock_lease *lease = must_acquire(held_by, "closing", 0);
-    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
-    CHECK(!dokebi_lock_lease_valid(lease));
-    dokebi_lock_lease_free(must_acquire(other, "closing", 0));
-    dokebi_lock_lease *late = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(held_by, KEY("closing"), 0, &late, ERR));
-    dokebi_lock_lease_free(lease);
-}
-
 /* A blocking acquire waiting for a key another provider holds ends ABORTED
  * when its cancel handle is cancelled from another thread. */
 struct cancelled_wait {
@@ -208,7 +139,8 @@ int main(void) {
     an_expired_lease_is_lost(brief);
     a_blocking_acquire_is_cancelled_from_another_thread(one, two);
     threads_of_two_providers_never_hold_at_once(one, two);
-    an_unreachable_server_is_provider_failed();
+    /* Port 1 on localhost: nothing listens there. */
+    an_unreachable_server_is_provider_failed(config("redis://127.0.0.1:1/0", "c-test"));
     close_releases_held_leases(first, one, two);
 
     dokebi_lock_backend_free(one);

@@ -30,8 +30,8 @@ thread_local! {
 static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// The name the core gives the store drivers' runtime thread
-/// (`src/store/runtime.rs`), where telemetry callbacks of redis and
-/// postgres events run.
+/// (`src/store/runtime.rs`), where telemetry callbacks of the store
+/// drivers' events (redis, postgres, mysql, and a policy's over them) run.
 const DRIVER_THREAD: &str = "dokebi-lock-io";
 
 /// True on the store drivers' thread: a telemetry callback runs there.
@@ -39,15 +39,16 @@ pub(crate) fn on_driver_thread() -> bool {
     thread::current().name() == Some(DRIVER_THREAD)
 }
 
-/// `INVALID_ARGUMENT` on the store drivers' thread: a blocking call of a
-/// store driver made there (from a telemetry callback) would park the one
-/// thread that has to answer it, and hang the driver for good.
+/// `INVALID_ARGUMENT` on the store drivers' thread: a blocking call on any
+/// backend but a local one, or a close, made there (from a telemetry
+/// callback) would park the one thread that has to answer it, and hang the
+/// driver for good.
 pub(crate) fn refuse_on_driver_thread() -> Result<()> {
     if on_driver_thread() {
         return Err(LockError::new(
             ErrorCode::InvalidArgument,
-            "a blocking call on a redis, postgres or file backend from a telemetry callback running on the store drivers' \
-             thread would wait for that thread itself; make the call from another thread",
+            "a blocking call on a redis, postgres, mysql, file or policy backend (or closing the provider) from a telemetry \
+             callback running on the store drivers' thread would wait for that thread itself; make the call from another thread",
         ));
     }
     Ok(())
@@ -223,6 +224,18 @@ mod tests {
         }
         completions.wait_idle();
         assert_eq!(done.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn the_refusal_on_the_drivers_thread_names_every_driver_it_refuses() {
+        let refusal =
+            thread::Builder::new().name(DRIVER_THREAD.into()).spawn(|| refuse_on_driver_thread().unwrap_err()).unwrap().join().unwrap();
+        assert_eq!(refusal.code(), ErrorCode::InvalidArgument);
+        // Every backend but a local one blocks on this thread (backend.rs, lease.rs, section.rs).
+        for driver in ["redis", "postgres", "mysql", "file", "policy"] {
+            assert!(refusal.message().contains(driver), "{driver}: {}", refusal.message());
+        }
+        assert!(refuse_on_driver_thread().is_ok(), "another thread is not refused");
     }
 
     #[test]

@@ -231,7 +231,7 @@ pub unsafe extern "C" fn dokebi_lock_backend_held_shared(backend: *const dokebi_
     boundary(|| unsafe { backend.as_ref() }.map_or(0, |b| b.backend.status().held_shared))
 }
 
-/// The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`
+/// The backend's driver: `"local"`, `"redis"`, `"postgres"`, `"mysql"`, `"file"` or `"policy"`
 /// (static, NUL-terminated; empty for a driver this library does not
 /// know). NULL for NULL.
 ///

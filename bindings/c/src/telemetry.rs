@@ -101,7 +101,7 @@ pub struct dokebi_lock_trace_event {
     /// The event: `kind`, `backend`, `duration_ms` (the wait, or the
     /// hold), `code` (the outcome).
     pub event: dokebi_lock_event,
-    /// The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"` or `"file"`,
+    /// The backend's driver (`"local"`, `"redis"`, `"postgres"`, `"mysql"`, `"file"` or `"policy"`,
     /// NUL-terminated, static).
     pub driver: *const c_char,
     /// The lease's fence (of its first key, as `dokebi_lock_lease_fence`);

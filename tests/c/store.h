@@ -1,0 +1,152 @@
+/* What every store-backed driver (redis, postgres, mysql) promises through
+ * the C API, written once: each driver's test calls these with its own
+ * backends, so a check added here holds for every store (header-only, as
+ * check.h: scripts/test-c compiles each test from its one .c file). Two
+ * providers on one server stand for two processes. */
+#ifndef DOKEBI_LOCK_TEST_STORE_H
+#define DOKEBI_LOCK_TEST_STORE_H
+
+/* getpid is POSIX, not C11: a test including this header asks for it
+ * (_POSIX_C_SOURCE) before any include, or musl does not show it. */
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static inline void a_lease_is_shared_between_providers(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    dokebi_lock_lease *lease = must_acquire(one, "order:42", 0);
+    CHECK(dokebi_lock_lease_valid(lease));
+    int64_t remaining = dokebi_lock_lease_remaining_ms(lease);
+    CHECK(remaining > 0 && remaining <= 5000);
+    unsigned long long first = fence_of(lease);
+
+    dokebi_lock_lease *other = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(two, KEY("order:42"), &other, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(two, KEY("order:42"), 50, &other, ERR));
+    CHECK(other == NULL);
+
+    /* A waiter in the other provider gets the key when it is released. */
+    outcome waiter;
+    outcome_init(&waiter);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(two, KEY("order:42"), 10000, on_acquired, &waiter, NULL, ERR));
+    bool valid = false, released = false;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(lease, &valid, ERR));
+    CHECK(valid);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(released);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(!released);
+    CHECK(!dokebi_lock_lease_valid(lease) && dokebi_lock_lease_remaining_ms(lease) == 0);
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
+    CHECK(fence_of(waiter.lease) > first);
+
+    /* A waiter cancelled while the key is held ends with ABORTED. */
+    a_cancelled_wait_is_aborted(one, "order:42");
+    outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
+    dokebi_lock_lease_free(lease);
+
+    /* Freeing a held lease releases it for everyone. */
+    lease = must_acquire(two, "order:42", 0);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_lease_free(must_acquire(one, "order:42", 0));
+}
+
+/* `yaml` names a server where nothing listens (port 1 on localhost) for its
+ * backend `shared`: an acquire is PROVIDER_FAILED, with a cause and a fix. */
+static inline void an_unreachable_server_is_provider_failed(const char *yaml) {
+    dokebi_lock_provider *provider = open_provider(yaml);
+    dokebi_lock_backend *backend = get_backend(provider, "shared");
+    dokebi_lock_lease *lease = NULL;
+    dokebi_lock_error *error = NULL;
+    CHECK(dokebi_lock_acquire(backend, KEY("k"), 0, &lease, &error) == DOKEBI_LOCK_PROVIDER_FAILED);
+    CHECK(lease == NULL);
+    CHECK(dokebi_lock_error_cause(error) != NULL);
+    CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
+    dokebi_lock_error_free(error);
+    CHECK_STATUS(DOKEBI_LOCK_PROVIDER_FAILED, dokebi_lock_try_acquire(backend, KEY("k"), &lease, ERR));
+    CHECK(lease == NULL);
+    dokebi_lock_backend_free(backend);
+    dokebi_lock_provider_free(provider);
+}
+
+static inline void close_releases_held_leases(dokebi_lock_provider *provider, const dokebi_lock_backend *held_by, const dokebi_lock_backend *other) {
+    dokebi_lock_lease *lease = must_acquire(held_by, "closing", 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_provider_close(provider));
+    CHECK(!dokebi_lock_lease_valid(lease));
+    dokebi_lock_lease_free(must_acquire(other, "closing", 0));
+    dokebi_lock_lease *late = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_acquire(held_by, KEY("closing"), 0, &late, ERR));
+    dokebi_lock_lease_free(lease);
+}
+
+/* The status of a backend on a SQL store reports its connection, as a redis
+ * one's does, and the backend names its driver. */
+static inline void the_status_reports_the_connection(const dokebi_lock_backend *one, const char *driver) {
+    dokebi_lock_lease *lease = must_acquire(one, "status", 0);
+    dokebi_lock_backend_status status;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(one, &status, ERR));
+    CHECK(strcmp(dokebi_lock_backend_driver(one), driver) == 0);
+    CHECK(!status.is_redis && status.held == 1);
+    CHECK(status.connected && status.last_error == DOKEBI_LOCK_OK && status.last_probe_unix_ms > 0);
+    dokebi_lock_lease_free(lease);
+    CHECK(dokebi_lock_backend_driver(NULL) == NULL);
+}
+
+/* A SQL store's test: its driver, the options section of its connections,
+ * where its tables go (`schema: ...`, `table: ...`), the variable naming its
+ * server and the URL used without it, and a URL where nothing listens. */
+typedef struct {
+    const char *driver;
+    const char *section;
+    const char *place;
+    const char *url_variable;
+    const char *default_url;
+    const char *unreachable_url;
+} sql_store;
+
+/* A configuration with the backend `shared` (leaseMs 5000) on `url`, under
+ * `namespace`, in a buffer of the caller's. */
+static inline const char *sql_config(const sql_store *store, const char *url, const char *namespace_, char *yaml, size_t size) {
+    int len = snprintf(yaml, size,
+                       "schemaVersion: 1\n"
+                       "options:\n"
+                       "  dokebi-lock:\n"
+                       "    backends:\n"
+                       "      shared: { driver: %s, connection: main, %s, namespace: %s, leaseMs: 5000 }\n"
+                       "  %s:\n"
+                       "    connections:\n"
+                       "      main: { url: \"%s\", connectTimeoutMs: 5000, commandTimeoutMs: 2000 }\n",
+                       store->driver, store->place, namespace_, store->section, url);
+    CHECK(len > 0 && (size_t)len < size);
+    return yaml;
+}
+
+/* Runs every check above against the store, under a namespace of this run
+ * (apart from others on the same server); prints "<driver>: ok". */
+static inline int test_sql_store(const sql_store *store) {
+    const char *url = getenv(store->url_variable);
+    if (url == NULL) {
+        url = store->default_url;
+    }
+    char namespace_[64];
+    snprintf(namespace_, sizeof namespace_, "c-test-%ld-%ld", (long)time(NULL), (long)getpid());
+    char yaml[2048];
+    dokebi_lock_provider *first = open_provider(sql_config(store, url, namespace_, yaml, sizeof yaml));
+    dokebi_lock_provider *second = open_provider(yaml);
+    dokebi_lock_backend *one = get_backend(first, "shared");
+    dokebi_lock_backend *two = get_backend(second, "shared");
+
+    a_lease_is_shared_between_providers(one, two);
+    the_status_reports_the_connection(one, store->driver);
+    an_unreachable_server_is_provider_failed(sql_config(store, store->unreachable_url, "unreachable", yaml, sizeof yaml));
+    close_releases_held_leases(first, one, two);
+
+    dokebi_lock_backend_free(one);
+    dokebi_lock_backend_free(two);
+    dokebi_lock_provider_free(first);
+    dokebi_lock_provider_free(second);
+    printf("%s: ok\n", store->driver);
+    return 0;
+}
+
+#endif
