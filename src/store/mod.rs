@@ -23,13 +23,15 @@
 //!   of a store call (its connect) that an acquire's wait may cut short;
 //!   `health`: what `status()` reports of the SQL drivers' connections;
 //!   `shared`: what their backends of one connection share; `give_back`:
-//!   their give-back, sent again when its connection was lost.
+//!   their give-back, sent again when its connection was lost;
+//!   `connections`: their runtime and connections in one provider.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
 pub(crate) mod acquire;
 pub mod backend;
 mod connecting;
+pub(crate) mod connections;
 pub(crate) mod core;
 pub(crate) mod failure;
 pub(crate) mod give_back;
