@@ -24,7 +24,8 @@
 //!   `health`: what `status()` reports of the SQL drivers' connections;
 //!   `shared`: what their backends of one connection share; `give_back`:
 //!   their give-back, sent again when its connection was lost;
-//!   `connections`: their runtime and connections in one provider.
+//!   `connections`: their runtime and connections in one provider;
+//!   `url_query`: the percent-encoded values of their URLs.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
@@ -44,6 +45,7 @@ pub(crate) mod runtime;
 mod seam;
 mod shared;
 pub(crate) mod token;
+pub(crate) mod url_query;
 pub(crate) mod waiters;
 
 pub use backend::{StoreBackend, StoreCounts};
