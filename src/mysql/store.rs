@@ -69,6 +69,21 @@ impl Claim {
         ordered
     }
 
+    /// The claim as a take or a hand-off asks for it, under `ticket`.
+    fn request(&self, ticket: u64) -> Request<'_> {
+        Request {
+            keys: &self.sorted,
+            count: self.stored.len(),
+            token: &self.token,
+            shared: self.kind.mode == LockMode::Shared,
+            limit: self.kind.limit,
+            weight: self.kind.weight,
+            lease_ms: self.terms.lease_ms,
+            ticket,
+            retention_ms: self.terms.retention_ms,
+        }
+    }
+
     /// A grant's fences in the caller's order.
     fn reordered(&self, taken: Taken<()>) -> Taken<()> {
         match taken {
@@ -300,20 +315,7 @@ impl Store for MysqlStore {
 
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
         self.ensure().await?;
-        let args = TakeArgs {
-            namespace: &self.namespace,
-            keys: &claim.sorted,
-            count: claim.stored.len(),
-            token: &claim.token,
-            shared: claim.kind.mode == LockMode::Shared,
-            limit: claim.kind.limit,
-            weight: claim.kind.weight,
-            lease_ms: claim.terms.lease_ms,
-            waiting_ms,
-            ticket,
-            retention_ms: claim.terms.retention_ms,
-            lock_wait_s: self.lock_wait_s(),
-        };
+        let args = TakeArgs { namespace: &self.namespace, request: claim.request(ticket), waiting_ms, lock_wait_s: self.lock_wait_s() };
         let taken = self.statements.take(self.connection(), &args).await.map_err(|failure| self.noticed(failure))?;
         Ok(claim.reordered(taken))
     }
@@ -340,20 +342,7 @@ impl Store for MysqlStore {
             .collect();
         every.sort();
         every.dedup();
-        let calls: Vec<Request> = requests
-            .iter()
-            .map(|(claim, ticket)| Request {
-                keys: &claim.sorted,
-                count: claim.stored.len(),
-                token: &claim.token,
-                shared: claim.kind.mode == LockMode::Shared,
-                limit: claim.kind.limit,
-                weight: claim.kind.weight,
-                lease_ms: claim.terms.lease_ms,
-                ticket: *ticket,
-                retention_ms: claim.terms.retention_ms,
-            })
-            .collect();
+        let calls: Vec<Request> = requests.iter().map(|(claim, ticket)| claim.request(*ticket)).collect();
         let released_args = released.map_or(("", 0, ""), |claim| (claim.sorted.as_str(), claim.stored.len(), claim.token.as_str()));
         let reply = self
             .statements
