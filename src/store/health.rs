@@ -29,7 +29,8 @@ struct Last {
 }
 
 impl Health {
-    /// Not connected and not listening until a statement answers.
+    /// Not connected until a statement answers, not listening until the
+    /// driver's wake-ups say so.
     pub fn new(name: &str, telemetry: Option<Telemetry>) -> Health {
         Health {
             name: name.to_owned(),

@@ -47,8 +47,8 @@ struct Attempts {
 
 /// A named connection of `dokebi-postgres.connections`.
 pub(crate) struct PgConnection {
-    /// `<name>` of `dokebi-postgres.connections.<name>` (telemetry's
-    /// `connection` events; messages name the whole option: [`option`]).
+    /// `<name>` of `dokebi-postgres.connections.<name>` (messages name the
+    /// whole option: [`option`]).
     name: String,
     config: Config,
     tls: MakeRustls,
