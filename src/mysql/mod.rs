@@ -63,21 +63,15 @@ use crate::error::Result;
 use crate::host::Host;
 use crate::log::Logger;
 use crate::options::{BackendOptions, MysqlOptions, Options};
-use crate::store::runtime::DriverRuntime;
+use crate::store::connections::Connections;
 use crate::store::{StoreBackend, StoreLease};
 use crate::telemetry::Telemetry;
-use store::Shared;
 use transport::connection::MysqlConnection;
 
 /// The driver's shared parts in one provider: its runtime and the
 /// connections its backends use. Exists only when there is at least one
 /// mysql backend.
-pub(crate) struct MysqlDriver {
-    runtime: Arc<DriverRuntime>,
-    connections: BTreeMap<String, Arc<Shared>>,
-    logger: Logger,
-    telemetry: Option<Telemetry>,
-}
+pub(crate) struct MysqlDriver(Connections<MysqlStore, MysqlConnection>);
 
 impl MysqlDriver {
     /// Starts the runtime and prepares (without connecting) each connection
@@ -89,49 +83,27 @@ impl MysqlDriver {
         telemetry: &Option<Telemetry>,
         host: &Option<Arc<dyn Host>>,
     ) -> Result<Option<MysqlDriver>> {
-        let used: Vec<&str> = options
-            .backends
-            .values()
-            .filter_map(|backend| match backend {
-                BackendOptions::Mysql(mysql) => Some(mysql.store.connection.as_str()),
-                _ => None,
-            })
-            .collect();
-        if used.is_empty() {
-            return Ok(None);
-        }
-        let runtime = Arc::new(DriverRuntime::start(host.clone())?);
-        let mut connections = BTreeMap::new();
-        for name in used {
-            if !connections.contains_key(name) {
-                let connection = MysqlConnection::new(name, &options.mysql[name], runtime.spawner().handle().clone(), telemetry.clone())?;
-                connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
-            }
-        }
-        Ok(Some(MysqlDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
+        let used = options.backends.values().filter_map(|backend| match backend {
+            BackendOptions::Mysql(mysql) => Some(mysql.store.connection.as_str()),
+            _ => None,
+        });
+        let prepare = |name: &str, runtime, telemetry| MysqlConnection::new(name, &options.mysql[name], runtime, telemetry);
+        Ok(Connections::open(used, logger, telemetry, host, prepare)?.map(MysqlDriver))
     }
 
     /// The backend `name` with `options` on its connection.
     pub fn backend(&self, name: &str, options: MysqlOptions) -> MysqlBackend {
-        let store = MysqlStore::new(self.connections[&options.store.connection].clone(), &options);
-        MysqlBackend::new(name, options.store, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+        self.0.backend(name, options.store.clone(), |shared| MysqlStore::new(shared, &options))
     }
 
     /// Starts each connection's release poller, on the tables of its backends.
     pub fn start(&self, backends: &BTreeMap<String, MysqlOptions>) {
-        for (name, shared) in &self.connections {
-            let mut tables: Vec<String> =
-                backends.values().filter(|backend| &backend.store.connection == name).map(|backend| backend.table.clone()).collect();
-            tables.sort();
-            tables.dedup();
-            self.runtime.spawner().handle().spawn(notify::run(shared.clone(), tables));
-        }
+        let tables = backends.values().map(|backend| (backend.store.connection.as_str(), backend.table.clone()));
+        self.0.start(tables, notify::run);
     }
 
     /// Closes every connection.
     pub fn shut_down(&self) {
-        for shared in self.connections.values() {
-            shared.connection.shut_down();
-        }
+        self.0.each().for_each(MysqlConnection::shut_down);
     }
 }

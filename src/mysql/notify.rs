@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 
 use super::store::{queue_name, Shared};
+use crate::store::StoreConnection;
 
 /// How often the log is read while acquires are in progress.
 const EVERY: Duration = Duration::from_millis(1);
@@ -77,23 +78,23 @@ pub(crate) async fn run(shared: Arc<Shared>, tables: Vec<String>) {
             if !read {
                 break;
             }
-            if !shared.connection.is_listening() {
+            if !shared.connection.health().is_listening() {
                 retry = RETRY_MIN;
-                shared.connection.set_listening(true);
+                shared.connection.health().set_listening(true);
                 // Releases may have happened while nobody read the log.
                 shared.waiters.wake_all();
             }
             tokio::time::sleep(EVERY).await;
         }
-        if shared.connection.is_listening() {
-            shared.connection.set_listening(false);
+        if shared.connection.health().is_listening() {
+            shared.connection.health().set_listening(false);
             shared.waiters.wake_all();
         }
         drop(conn);
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(RETRY_MAX);
     }
-    shared.connection.set_listening(false);
+    shared.connection.health().set_listening(false);
 }
 
 /// Reads what `log` has not seen: the freed keys, each as its namespace

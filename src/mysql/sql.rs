@@ -16,24 +16,17 @@ use super::transport::connection::MysqlConnection;
 use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
-/// One request's arguments to `take`: keys as [`hex_list`] of their
-/// stored names, sorted.
+/// One request's arguments to `take`: the request, in the backend's
+/// namespace, waiting `waiting_ms` when refused.
 pub(crate) struct TakeArgs<'a> {
     pub namespace: &'a str,
-    pub keys: &'a str,
-    pub count: usize,
-    pub token: &'a str,
-    pub shared: bool,
-    pub limit: u32,
-    pub weight: u32,
-    pub lease_ms: u64,
+    pub request: Request<'a>,
     pub waiting_ms: u64,
-    pub ticket: u64,
-    pub retention_ms: u64,
     pub lock_wait_s: u64,
 }
 
-/// One request of a hand-off: its arguments to `take` but the wait.
+/// One request, of a take or a hand-off: keys as [`hex_list`] of their
+/// stored names, sorted.
 pub(crate) struct Request<'a> {
     pub keys: &'a str,
     pub count: usize,
@@ -63,20 +56,20 @@ impl Statements {
             "CALL {}(X'{}', '{}', '{}', {}, {}, {}, {}, {}, {}, {}, {}, {})",
             self.table.name("_take"),
             args.namespace,
-            args.keys,
-            args.token,
-            u8::from(args.shared),
-            args.limit,
-            args.weight,
-            args.lease_ms,
+            args.request.keys,
+            args.request.token,
+            u8::from(args.request.shared),
+            args.request.limit,
+            args.request.weight,
+            args.request.lease_ms,
             args.waiting_ms,
-            args.ticket,
-            args.retention_ms,
-            args.count,
+            args.request.ticket,
+            args.request.retention_ms,
+            args.request.count,
             args.lock_wait_s
         );
         let reply = numbers(connection.query(&sql).await?)?;
-        Ok(reply::taken(&reply, args.count)?.0)
+        Ok(reply::taken(&reply, args.request.count)?.0)
     }
 
     /// Gives back `released` (keys, how many, token; none: empty) and
@@ -116,44 +109,34 @@ impl Statements {
 
     /// Extends the token's live holder rows: how many.
     pub async fn renew(&self, connection: &MysqlConnection, owner: &Owner<'_>, lease_ms: u64) -> Result<i64, Failure> {
-        let sql = format!(
-            "CALL {}(X'{}', '{}', '{}', {lease_ms}, {})",
-            self.table.name("_renew"),
-            owner.namespace,
-            owner.keys,
-            owner.token,
-            owner.lock_wait_s
-        );
-        single(connection.query(&sql).await?)
+        single(connection.query(&self.owners_call("_renew", owner, Some(lease_ms))).await?)
     }
 
     /// Gives back the token's keys: how many were still held; on a `retry`
     /// of a give-back whose answer was lost, how many this token gave back,
     /// by either attempt.
     pub async fn give_back(&self, connection: &MysqlConnection, owner: &Owner<'_>, retry: bool) -> Result<i64, Failure> {
-        let sql = format!(
-            "CALL {}(X'{}', '{}', '{}', {}, {})",
-            self.table.name("_give_back"),
-            owner.namespace,
-            owner.keys,
-            owner.token,
-            u8::from(retry),
-            owner.lock_wait_s
-        );
-        single(connection.query(&sql).await?)
+        single(connection.query(&self.owners_call("_give_back", owner, Some(u64::from(retry)))).await?)
     }
 
     /// Takes back the token's waiting marks.
     pub async fn withdraw(&self, connection: &MysqlConnection, owner: &Owner<'_>) -> Result<i64, Failure> {
-        let sql = format!(
-            "CALL {}(X'{}', '{}', '{}', {})",
-            self.table.name("_withdraw"),
+        single(connection.query(&self.owners_call("_withdraw", owner, None)).await?)
+    }
+
+    /// The `CALL` of `procedure` on `owner`'s rows: their namespace, keys
+    /// and token, the procedure's own `argument` (if any), and the row-lock
+    /// wait.
+    fn owners_call(&self, procedure: &str, owner: &Owner<'_>, argument: Option<u64>) -> String {
+        let argument = argument.map_or_else(String::new, |argument| format!("{argument}, "));
+        format!(
+            "CALL {}(X'{}', '{}', '{}', {argument}{})",
+            self.table.name(procedure),
             owner.namespace,
             owner.keys,
             owner.token,
             owner.lock_wait_s
-        );
-        single(connection.query(&sql).await?)
+        )
     }
 }
 
@@ -191,4 +174,18 @@ fn single(row: Vec<Option<String>>) -> Result<i64, Failure> {
 
 fn unexpected(what: &str) -> Failure {
     Failure::Unknown(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from MySQL: {what}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_calls_on_an_owners_rows_name_the_namespace_keys_token_and_row_lock_wait() {
+        let statements = Statements::new(&Table::new("t"));
+        let owner = Owner { namespace: "6e73", keys: "6b31,6b32", token: "ab12", lock_wait_s: 2 };
+        assert_eq!(statements.owners_call("_renew", &owner, Some(500)), "CALL `t_renew`(X'6e73', '6b31,6b32', 'ab12', 500, 2)");
+        assert_eq!(statements.owners_call("_give_back", &owner, Some(1)), "CALL `t_give_back`(X'6e73', '6b31,6b32', 'ab12', 1, 2)");
+        assert_eq!(statements.owners_call("_withdraw", &owner, None), "CALL `t_withdraw`(X'6e73', '6b31,6b32', 'ab12', 2)");
+    }
 }

@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::schema::{installed, ours, version, Installed, Table, SQL_MODE};
 use super::sql::{hex, hex_list, Owner, Request, Statements, TakeArgs};
@@ -12,21 +11,13 @@ use super::transport::connection::MysqlConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Result;
 use crate::options::MysqlOptions;
+use crate::store::give_back::give_back;
 use crate::store::waiters::Waiters;
-use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken, Terms};
+use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
 /// What the mysql backends of one connection share: the connection and
 /// this process's queues of its keys.
-pub(crate) struct Shared {
-    pub connection: Arc<MysqlConnection>,
-    pub waiters: Arc<Waiters<MysqlStore>>,
-}
-
-impl Shared {
-    pub fn new(connection: Arc<MysqlConnection>) -> Shared {
-        Shared { connection, waiters: Arc::default() }
-    }
-}
+pub(crate) type Shared = crate::store::Shared<MysqlStore, MysqlConnection>;
 
 /// The name of a key in this process's queues: its table, namespace and
 /// key as their columns keep them (hex), as the release log names them. So
@@ -76,6 +67,21 @@ impl Claim {
             ordered[index] = answers.get(at).copied().unwrap_or_default();
         }
         ordered
+    }
+
+    /// The claim as a take or a hand-off asks for it, under `ticket`.
+    fn request(&self, ticket: u64) -> Request<'_> {
+        Request {
+            keys: &self.sorted,
+            count: self.stored.len(),
+            token: &self.token,
+            shared: self.kind.mode == LockMode::Shared,
+            limit: self.kind.limit,
+            weight: self.kind.weight,
+            lease_ms: self.terms.lease_ms,
+            ticket,
+            retention_ms: self.terms.retention_ms,
+        }
     }
 
     /// A grant's fences in the caller's order.
@@ -260,7 +266,7 @@ impl MysqlStore {
     /// nothing done) before the driver stops waiting for its answer, for a
     /// `commandTimeoutMs` of 1334 or more.
     fn lock_wait_s(&self) -> u64 {
-        (self.command_timeout().as_millis() as u64 * 3 / 4 / 1000).max(1)
+        (self.connection().command_timeout().as_millis() as u64 * 3 / 4 / 1000).max(1)
     }
 }
 
@@ -309,20 +315,7 @@ impl Store for MysqlStore {
 
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
         self.ensure().await?;
-        let args = TakeArgs {
-            namespace: &self.namespace,
-            keys: &claim.sorted,
-            count: claim.stored.len(),
-            token: &claim.token,
-            shared: claim.kind.mode == LockMode::Shared,
-            limit: claim.kind.limit,
-            weight: claim.kind.weight,
-            lease_ms: claim.terms.lease_ms,
-            waiting_ms,
-            ticket,
-            retention_ms: claim.terms.retention_ms,
-            lock_wait_s: self.lock_wait_s(),
-        };
+        let args = TakeArgs { namespace: &self.namespace, request: claim.request(ticket), waiting_ms, lock_wait_s: self.lock_wait_s() };
         let taken = self.statements.take(self.connection(), &args).await.map_err(|failure| self.noticed(failure))?;
         Ok(claim.reordered(taken))
     }
@@ -332,35 +325,12 @@ impl Store for MysqlStore {
         Ok((renewed as usize == claim.stored.len(), vec![()]))
     }
 
-    /// A give-back whose connection was lost under it (killed, cut) is sent
-    /// again on another, as a retry that counts what either attempt gave
-    /// back by this token (see the postgres driver's `give_back`: the same
-    /// rule, the same reasons). Not after a timeout: the first attempt may
-    /// still be on its way.
+    /// Sent again when its connection was lost under it (killed, cut), as
+    /// [`give_back`] says.
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
         let owner = self.owner(claim);
-        let give_back = |retry| self.statements.give_back(self.connection(), &owner, retry);
-        let (released, first_attempt_lost) = match give_back(false).await {
-            Ok(released) => (released, None),
-            Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
-                let mut retries = self.connection().pool_size();
-                loop {
-                    match give_back(true).await {
-                        Ok(released) => break (released, Some(cause)),
-                        Err(Failure::Unknown(again)) if retries > 1 && lost_with_its_connection(&again) => retries -= 1,
-                        Err(_) => return Err(Failure::Unknown(cause)),
-                    }
-                }
-            }
-            Err(failure) => return Err(failure),
-        };
-        if released > 0 {
-            // This process's own next waiters need no round trip.
-            for name in &claim.names {
-                self.shared.waiters.wake(name);
-            }
-        }
-        Ok(Freed { all: released as usize == claim.stored.len(), first_attempt_lost })
+        let call = |retry| self.statements.give_back(self.connection(), &owner, retry);
+        give_back(claim, &self.shared.waiters, self.connection().pool_size(), lost_with_its_connection, call).await
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<()>, Failure> {
@@ -372,20 +342,7 @@ impl Store for MysqlStore {
             .collect();
         every.sort();
         every.dedup();
-        let calls: Vec<Request> = requests
-            .iter()
-            .map(|(claim, ticket)| Request {
-                keys: &claim.sorted,
-                count: claim.stored.len(),
-                token: &claim.token,
-                shared: claim.kind.mode == LockMode::Shared,
-                limit: claim.kind.limit,
-                weight: claim.kind.weight,
-                lease_ms: claim.terms.lease_ms,
-                ticket: *ticket,
-                retention_ms: claim.terms.retention_ms,
-            })
-            .collect();
+        let calls: Vec<Request> = requests.iter().map(|(claim, ticket)| claim.request(*ticket)).collect();
         let released_args = released.map_or(("", 0, ""), |claim| (claim.sorted.as_str(), claim.stored.len(), claim.token.as_str()));
         let reply = self
             .statements
@@ -417,27 +374,8 @@ impl Store for MysqlStore {
         Ok(())
     }
 
-    /// True while the release poller reads the log (see [`super::notify`]).
-    fn is_notified(&self) -> bool {
-        self.connection().is_listening()
-    }
-
-    fn command_timeout(&self) -> Duration {
-        self.connection().command_timeout()
-    }
-
-    fn is_shut_down(&self) -> bool {
-        self.connection().is_shut_down()
-    }
-
-    fn connectivity(&self) -> Connectivity {
-        let connection = self.connection();
-        Connectivity {
-            last_answer: connection.last_answer(),
-            connected: connection.is_connected(),
-            subscribed: connection.is_listening(),
-            last_error: connection.last_error(),
-        }
+    fn store_connection(&self) -> &dyn StoreConnection {
+        self.connection()
     }
 }
 

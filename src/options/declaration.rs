@@ -100,12 +100,43 @@ const SLOW_ACQUIRE: Field =
     threshold("slowAcquireMs", 5_000, "Report an acquire that waited at least this long (telemetry, not an error); null disables.");
 const SLOW_HOLD: Field = threshold("slowHoldMs", 60_000, "Report a lease held at least this long when it ends; null disables.");
 
+/// Fields that mean the same in every driver that has them.
+const WAIT_TIMEOUT: Field = int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY.");
+const MAX_KEY_BYTES: Field = int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes.");
+
+/// Fields that mean the same in every store driver (redis, postgres, mysql).
+const MAX_WAITERS: Field =
+    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL.");
+const MAX_LEASES: Field = int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT.");
+const SHUTDOWN_TIMEOUT: Field = int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases.");
+
+/// Fields that mean the same in the SQL drivers (postgres, mysql).
+const SQL_NAMESPACE: Field = Field {
+    name: "namespace",
+    kind: Kind::Text,
+    fallback: Fallback::Text("dokebi-lock"),
+    description: "Processes share a key only within one table and namespace.",
+};
+const SQL_LEASE: Field = Field {
+    name: "leaseMs",
+    kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
+    fallback: Fallback::Required,
+    description: "Lease time: a lease not renewed or released expires after this long (on the server's clock).",
+};
+const SQL_FENCE_RETENTION: Field = int(
+    "fenceRetentionMs",
+    1,
+    MAX_TIMER_MS,
+    600_000,
+    "How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.",
+);
+
 /// Fields of a `driver: local` backend (besides `driver`).
 pub const LOCAL_FIELDS: &[Field] = &[
     int("maxKeys", 1, 10_000_000, 10_000, "Keys held at once; one more acquire of a free key is KEY_LIMIT."),
     int("maxWaiters", 0, 1_000_000, 128, "Waiters across the whole backend; one more is QUEUE_FULL. With 0 a free key is still granted."),
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
-    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    WAIT_TIMEOUT,
+    MAX_KEY_BYTES,
     SLOW_ACQUIRE,
     SLOW_HOLD,
 ];
@@ -130,13 +161,13 @@ pub const REDIS_FIELDS: &[Field] = &[
         fallback: Fallback::Required,
         description: "Lease time: a lease not renewed or released expires after this long.",
     },
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    WAIT_TIMEOUT,
     int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter while release notifications are down."),
     int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while release notifications are live."),
-    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
-    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
-    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
-    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
+    MAX_WAITERS,
+    MAX_LEASES,
+    MAX_KEY_BYTES,
+    SHUTDOWN_TIMEOUT,
     int(
         "replicaAcks",
         0,
@@ -164,32 +195,16 @@ pub const POSTGRES_FIELDS: &[Field] = &[
         fallback: Fallback::Text("default"),
         description: "A name from dokebi-postgres.connections.",
     },
-    Field {
-        name: "namespace",
-        kind: Kind::Text,
-        fallback: Fallback::Text("dokebi-lock"),
-        description: "Processes share a key only within one table and namespace.",
-    },
-    Field {
-        name: "leaseMs",
-        kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
-        fallback: Fallback::Required,
-        description: "Lease time: a lease not renewed or released expires after this long (on the server's clock).",
-    },
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    SQL_NAMESPACE,
+    SQL_LEASE,
+    WAIT_TIMEOUT,
     int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter while the LISTEN connection is down."),
     int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while the LISTEN connection is live."),
-    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
-    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
-    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
-    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
-    int(
-        "fenceRetentionMs",
-        1,
-        MAX_TIMER_MS,
-        600_000,
-        "How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.",
-    ),
+    MAX_WAITERS,
+    MAX_LEASES,
+    MAX_KEY_BYTES,
+    SHUTDOWN_TIMEOUT,
+    SQL_FENCE_RETENTION,
     Field {
         name: "schema",
         kind: Kind::SqlName,
@@ -248,32 +263,16 @@ pub const MYSQL_FIELDS: &[Field] = &[
         fallback: Fallback::Text("default"),
         description: "A name from dokebi-mysql.connections.",
     },
-    Field {
-        name: "namespace",
-        kind: Kind::Text,
-        fallback: Fallback::Text("dokebi-lock"),
-        description: "Processes share a key only within one table and namespace.",
-    },
-    Field {
-        name: "leaseMs",
-        kind: Kind::Integer { min: 10, max: MAX_TIMER_MS },
-        fallback: Fallback::Required,
-        description: "Lease time: a lease not renewed or released expires after this long (on the server's clock).",
-    },
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
+    SQL_NAMESPACE,
+    SQL_LEASE,
+    WAIT_TIMEOUT,
     int("pollIntervalMs", 1, 60_000, 25, "Retry interval of a waiter while the release poller is down."),
     int("notifyPollIntervalMs", 1, 600_000, 250, "Safety-net retry interval of a waiter while the release poller reads the log."),
-    int("maxWaiters", 1, 100_000, 4_096, "Acquires in progress in this process (every one counts); one more is QUEUE_FULL."),
-    int("maxLeases", 1, 10_000_000, 10_000, "Leases held by this process; one more is KEY_LIMIT."),
+    MAX_WAITERS,
+    MAX_LEASES,
     int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes; a key over 255 bytes is kept as its SHA-256."),
-    int("shutdownTimeoutMs", 0, 600_000, 5_000, "How long close() spends releasing held leases."),
-    int(
-        "fenceRetentionMs",
-        1,
-        MAX_TIMER_MS,
-        600_000,
-        "How long a key's row (its fence counter) stays after the key's last grant once nothing holds or waits for it; fences never repeat while the server's clock does not step back further than this.",
-    ),
+    SHUTDOWN_TIMEOUT,
+    SQL_FENCE_RETENTION,
     Field {
         name: "table",
         kind: Kind::SqlName,
@@ -326,8 +325,8 @@ pub const FILE_FIELDS: &[Field] = &[
     },
     int("maxKeys", 1, 10_000_000, 10_000, "Leases held at once by this process; one more acquire is KEY_LIMIT."),
     int("maxWaiters", 0, 1_000_000, 128, "Waiters of this process across the backend; one more is QUEUE_FULL. With 0 a free key is still granted."),
-    int("waitTimeoutMs", 0, MAX_TIMER_MS, 5_000, "Default wait before WAIT_TIMEOUT; 0 tries once, then LOCK_BUSY."),
-    int("maxKeyBytes", 1, 1_048_576, 1_024, "Largest key, in UTF-8 bytes."),
+    WAIT_TIMEOUT,
+    MAX_KEY_BYTES,
     int(
         "pollIntervalMs",
         1,

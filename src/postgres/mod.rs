@@ -61,21 +61,15 @@ use crate::error::Result;
 use crate::host::Host;
 use crate::log::Logger;
 use crate::options::{BackendOptions, Options, PostgresOptions};
-use crate::store::runtime::DriverRuntime;
+use crate::store::connections::Connections;
 use crate::store::{StoreBackend, StoreLease};
 use crate::telemetry::Telemetry;
-use store::Shared;
 use transport::connection::PgConnection;
 
 /// The driver's shared parts in one provider: its runtime and the
 /// connections its backends use. Exists only when there is at least one
 /// postgres backend.
-pub(crate) struct PostgresDriver {
-    runtime: Arc<DriverRuntime>,
-    connections: BTreeMap<String, Arc<Shared>>,
-    logger: Logger,
-    telemetry: Option<Telemetry>,
-}
+pub(crate) struct PostgresDriver(Connections<PostgresStore, PgConnection>);
 
 impl PostgresDriver {
     /// Starts the runtime and prepares (without connecting) each connection
@@ -87,52 +81,29 @@ impl PostgresDriver {
         telemetry: &Option<Telemetry>,
         host: &Option<Arc<dyn Host>>,
     ) -> Result<Option<PostgresDriver>> {
-        let used: Vec<&str> = options
-            .backends
-            .values()
-            .filter_map(|backend| match backend {
-                BackendOptions::Postgres(postgres) => Some(postgres.store.connection.as_str()),
-                _ => None,
-            })
-            .collect();
-        if used.is_empty() {
-            return Ok(None);
-        }
-        let runtime = Arc::new(DriverRuntime::start(host.clone())?);
-        let mut connections = BTreeMap::new();
-        for name in used {
-            if !connections.contains_key(name) {
-                let connection = PgConnection::new(name, &options.postgres[name], runtime.spawner().handle().clone(), telemetry.clone())?;
-                connections.insert(name.to_owned(), Arc::new(Shared::new(Arc::new(connection))));
-            }
-        }
-        Ok(Some(PostgresDriver { runtime, connections, logger: logger.clone(), telemetry: telemetry.clone() }))
+        let used = options.backends.values().filter_map(|backend| match backend {
+            BackendOptions::Postgres(postgres) => Some(postgres.store.connection.as_str()),
+            _ => None,
+        });
+        let prepare = |name: &str, runtime, telemetry| PgConnection::new(name, &options.postgres[name], runtime, telemetry);
+        Ok(Connections::open(used, logger, telemetry, host, prepare)?.map(PostgresDriver))
     }
 
     /// The backend `name` with `options` on its connection.
     pub fn backend(&self, name: &str, options: PostgresOptions) -> PostgresBackend {
-        let store = PostgresStore::new(self.connections[&options.store.connection].clone(), &options);
-        PostgresBackend::new(name, options.store, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+        self.0.backend(name, options.store.clone(), |shared| PostgresStore::new(shared, &options))
     }
 
     /// Starts each connection's listener, on the channels of its backends' tables.
     pub fn start(&self, backends: &BTreeMap<String, PostgresOptions>) {
-        for (name, shared) in &self.connections {
-            let mut channels: Vec<String> = backends
-                .values()
-                .filter(|backend| &backend.store.connection == name)
-                .map(|backend| schema::Table::new(&backend.schema, &backend.table).channel())
-                .collect();
-            channels.sort();
-            channels.dedup();
-            self.runtime.spawner().handle().spawn(notify::run(shared.clone(), channels));
-        }
+        let channels = backends
+            .values()
+            .map(|backend| (backend.store.connection.as_str(), schema::Table::new(&backend.schema, &backend.table).channel()));
+        self.0.start(channels, notify::run);
     }
 
     /// Stops the listeners and closes every connection.
     pub fn shut_down(&self) {
-        for shared in self.connections.values() {
-            shared.connection.shut_down();
-        }
+        self.0.each().for_each(PgConnection::shut_down);
     }
 }

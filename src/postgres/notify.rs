@@ -23,6 +23,7 @@ use tokio_postgres::AsyncMessage;
 
 use super::store::{queue_name, Shared};
 use super::transport::{RETRY_MAX, RETRY_MIN};
+use crate::store::StoreConnection;
 
 /// How often an idle listener checks that its connection still answers.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
@@ -118,7 +119,7 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
             }
             if listening {
                 retry = RETRY_MIN;
-                connection.set_listening(true);
+                connection.health().set_listening(true);
                 // Releases may have happened while we were not listening.
                 shared.waiters.wake_all();
                 let mut probe = tokio::time::interval(PROBE_EVERY);
@@ -136,13 +137,13 @@ pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>) {
                         }
                         // The one change there is: shut down.
                         _ = stopped.changed() => {
-                            connection.set_listening(false);
+                            connection.health().set_listening(false);
                             pump.abort();
                             return;
                         }
                     }
                 }
-                connection.set_listening(false);
+                connection.health().set_listening(false);
                 shared.waiters.wake_all();
             }
             pump.abort();

@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
 use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
@@ -12,21 +11,13 @@ use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
 use crate::options::PostgresOptions;
+use crate::store::give_back::give_back;
 use crate::store::waiters::Waiters;
-use crate::store::{Claim as StoreClaim, Connectivity, Failure, Freed, HandedOver, Refusal, Store, Taken, Terms};
+use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
 /// What the postgres backends of one connection share: the connection and
 /// this process's queues of its keys.
-pub(crate) struct Shared {
-    pub connection: Arc<PgConnection>,
-    pub waiters: Arc<Waiters<PostgresStore>>,
-}
-
-impl Shared {
-    pub fn new(connection: Arc<PgConnection>) -> Shared {
-        Shared { connection, waiters: Arc::default() }
-    }
-}
+pub(crate) type Shared = crate::store::Shared<PostgresStore, PgConnection>;
 
 /// The name of a key in this process's queues: its table's release
 /// channel (see [`super::schema::Table::channel`]), a space, and the key as
@@ -169,7 +160,7 @@ impl PostgresStore {
     /// by the server (nothing done, `PROVIDER_FAILED`) before the driver
     /// stops waiting for its answer, which would leave the outcome unknown.
     fn lock_timeout_ms(&self) -> i64 {
-        (self.command_timeout().as_millis() as i64 * 3 / 4).max(1)
+        (self.connection().command_timeout().as_millis() as i64 * 3 / 4).max(1)
     }
 }
 
@@ -231,46 +222,13 @@ impl Store for PostgresStore {
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
-    /// A give-back whose connection was lost under it (a session ended, a
-    /// connection cut: [`lost_with_its_connection`]) is sent again on
-    /// another, as a retry: the function counts what either attempt gave
-    /// back by this token (a released row keeps its token, see
-    /// `give_back` in the schema), so a caller hears that its lease was
-    /// released rather than `OUTCOME_UNKNOWN`. It is safe whatever the
-    /// first attempt did: only this token's rows are touched, a row
-    /// released once is not released again, and a row another owner took
-    /// over no longer carries the token (then not every key counts, and
-    /// the outcome stays unknown). Not after a timeout: the first attempt
-    /// may still be on its way, and a retry would wait behind it.
+    /// Sent again when its connection was lost under it (a session ended,
+    /// a connection cut: [`lost_with_its_connection`]), as [`give_back`]
+    /// says (a released row keeps its token, see `give_back` in the schema).
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let owner = self.owner(claim);
-        let give_back = |retry| self.statements.give_back(self.connection(), &owner, &self.channel, retry);
-        let (released, first_attempt_lost) = match give_back(false).await {
-            Ok(released) => (released, None),
-            Err(Failure::Unknown(cause)) if lost_with_its_connection(&cause) => {
-                // The pool's other clients may have been lost with it: each
-                // that fails is replaced, so one of this many retries runs
-                // on a fresh connection.
-                let mut retries = self.connection().pool_size();
-                loop {
-                    match give_back(true).await {
-                        Ok(released) => break (released, Some(cause)),
-                        Err(Failure::Unknown(again)) if retries > 1 && lost_with_its_connection(&again) => retries -= 1,
-                        // The first attempt may have run.
-                        Err(_) => return Err(Failure::Unknown(cause)),
-                    }
-                }
-            }
-            Err(failure) => return Err(failure),
-        };
-        if released > 0 {
-            // This process's own next waiters need no round trip through
-            // the server's NOTIFY.
-            for name in &claim.names {
-                self.shared.waiters.wake(name);
-            }
-        }
-        Ok(Freed { all: released as usize == claim.keys.len(), first_attempt_lost })
+        let owner = &self.owner(claim);
+        let call = |retry| async move { self.statements.give_back(self.connection(), owner, &self.channel, retry).await.map(i64::from) };
+        give_back(claim, &self.shared.waiters, self.connection().pool_size(), lost_with_its_connection, call).await
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<()>, Failure> {
@@ -307,26 +265,8 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    fn is_notified(&self) -> bool {
-        self.connection().is_listening()
-    }
-
-    fn command_timeout(&self) -> Duration {
-        self.connection().command_timeout()
-    }
-
-    fn is_shut_down(&self) -> bool {
-        self.connection().is_shut_down()
-    }
-
-    fn connectivity(&self) -> Connectivity {
-        let connection = self.connection();
-        Connectivity {
-            last_answer: connection.last_answer(),
-            connected: connection.is_connected(),
-            subscribed: connection.is_listening(),
-            last_error: connection.last_error(),
-        }
+    fn store_connection(&self) -> &dyn StoreConnection {
+        self.connection()
     }
 }
 

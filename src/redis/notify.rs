@@ -13,6 +13,7 @@ use super::keys::is_older_layout;
 use super::store::Shared;
 use super::transport::listening::Listening;
 use super::transport::{RETRY_MAX, RETRY_MIN};
+use crate::store::StoreConnection;
 
 /// Keeps subscription `index` alive until the connection shuts down.
 pub(crate) async fn run(shared: Arc<Shared>, channels: Vec<String>, index: usize) {

@@ -18,7 +18,7 @@ use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
 use crate::store::token::owner_token;
 use crate::store::waiters::Waiters;
-use crate::store::{Connectivity, Failure, Freed, HandedOver, Store, Taken, Terms};
+use crate::store::{Failure, Freed, HandedOver, Store, StoreConnection, Taken, Terms};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What the redis backends of one connection share: the connection and its
@@ -274,26 +274,8 @@ impl Store for RedisStore {
         ))))))
     }
 
-    fn is_notified(&self) -> bool {
-        self.connection().is_subscribed()
-    }
-
-    fn command_timeout(&self) -> Duration {
-        self.connection().command_timeout()
-    }
-
-    fn is_shut_down(&self) -> bool {
-        self.connection().is_shut_down()
-    }
-
-    fn connectivity(&self) -> Connectivity {
-        let connection = self.connection();
-        Connectivity {
-            last_answer: connection.last_answer(),
-            connected: connection.is_connected(),
-            subscribed: connection.is_subscribed(),
-            last_error: connection.last_error(),
-        }
+    fn store_connection(&self) -> &dyn StoreConnection {
+        self.connection()
     }
 }
 

@@ -543,7 +543,7 @@ impl<S: Store> Attempt<S> {
 
 /// The safety net's pause between two tries (with notifications, a long one).
 fn poll_interval<S: Store>(core: &BackendCore<S>) -> u32 {
-    if core.store().is_notified() {
+    if core.store().store_connection().is_notified() {
         core.options.notify_poll_interval_ms
     } else {
         core.options.poll_interval_ms

@@ -176,7 +176,7 @@ impl<S: Store> StoreBackend<S> {
 
     /// Counts for `status()`.
     pub fn counts(&self) -> StoreCounts {
-        let connectivity = self.core.store().connectivity();
+        let connectivity = self.core.store().store_connection().connectivity();
         let (held, held_shared) = {
             let held = self.core.held();
             let shared =

@@ -225,7 +225,7 @@ impl<S: Store> BackendCore<S> {
     pub fn clean_up(self: &Arc<Self>, claim: Arc<S::Claim>) {
         let core = self.clone();
         self.spawner.handle().spawn(async move {
-            let command_timeout = core.store.command_timeout();
+            let command_timeout = core.store.store_connection().command_timeout();
             let give_up = Instant::now() + Duration::from_millis(claim.terms().lease_ms) + command_timeout;
             let mut pause = CLEAN_UP_PAUSE_MIN;
             let mut found_nothing = false;
@@ -237,7 +237,7 @@ impl<S: Store> BackendCore<S> {
                         tokio::time::sleep(command_timeout).await;
                         continue;
                     }
-                    Err(_) if core.store.is_shut_down() || Instant::now() + pause >= give_up => return,
+                    Err(_) if core.store.store_connection().is_shut_down() || Instant::now() + pause >= give_up => return,
                     Err(_) => {}
                 }
                 tokio::time::sleep(pause).await;

@@ -20,27 +20,39 @@
 //! - `failure`: how a store command failed, and the error a caller sees;
 //!   `reply`: the answers of the SQL drivers' routines;
 //!   `token`: the owner token each claim carries; `connecting`: the part
-//!   of a store call (its connect) that an acquire's wait may cut short.
+//!   of a store call (its connect) that an acquire's wait may cut short;
+//!   `health`: what `status()` reports of the SQL drivers' connections;
+//!   `shared`: what their backends of one connection share; `give_back`:
+//!   their give-back, sent again when its connection was lost;
+//!   `connections`: their runtime and connections in one provider;
+//!   `url_query`: the percent-encoded values of their URLs.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
 pub(crate) mod acquire;
 pub mod backend;
 mod connecting;
+pub(crate) mod connections;
 pub(crate) mod core;
 pub(crate) mod failure;
+pub(crate) mod give_back;
 pub(crate) mod handoff;
+mod health;
 pub mod keep_alive;
 pub mod lease;
 pub(crate) mod reply;
 pub(crate) mod runtime;
 mod seam;
+mod shared;
 pub(crate) mod token;
+pub(crate) mod url_query;
 pub(crate) mod waiters;
 
 pub use backend::{StoreBackend, StoreCounts};
 pub(crate) use connecting::connecting;
 pub(crate) use failure::{Failure, Refusal};
+pub(crate) use health::Health;
 pub use keep_alive::KeepAlive;
 pub use lease::StoreLease;
-pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, Taken, Terms};
+pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, StoreConnection, Taken, Terms};
+pub(crate) use shared::Shared;

@@ -121,13 +121,21 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// [`Failure::Unmet`].
     fn replicated(&self, claim: &Self::Claim, written: &[Self::Written]) -> impl Future<Output = Result<(), Failure>> + Send;
 
+    /// The connection the backend's calls go through, as the lock layer
+    /// reads it.
+    fn store_connection(&self) -> &dyn StoreConnection;
+}
+
+/// What the lock layer reads of a store's connection, whatever the store:
+/// asked of the connection itself, so that no store repeats it.
+pub trait StoreConnection: Send + Sync + 'static {
     /// True while releases in other processes wake this one (waiters then
     /// retry at the long safety-net interval only).
     fn is_notified(&self) -> bool;
 
     fn command_timeout(&self) -> Duration;
 
-    /// True once the store's connection shut down (nothing more can reach it).
+    /// True once the connection shut down (nothing more can reach it).
     fn is_shut_down(&self) -> bool;
 
     /// What `status()` reports of the connection.

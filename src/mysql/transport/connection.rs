@@ -11,40 +11,29 @@
 //! rolls it back unless it committed, and the connection is replaced.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use tokio::runtime::Handle;
 
 use super::url::{target, SslMode, Target};
-use crate::error::{ErrorCode, Result};
+use crate::error::Result;
 use crate::options::MysqlConnectionOptions;
-use crate::store::{Failure, Refusal};
-use crate::telemetry::{Telemetry, TelemetryEvent};
-
-/// What `status()` reports of the connection.
-#[derive(Default)]
-struct Health {
-    last_answer: Option<SystemTime>,
-    last_error: Option<ErrorCode>,
-}
+use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
+use crate::telemetry::Telemetry;
 
 /// A named connection of `dokebi-mysql.connections`.
 pub(crate) struct MysqlConnection {
     /// `<name>` of `dokebi-mysql.connections.<name>`.
     name: String,
-    telemetry: Option<Telemetry>,
     target: Target,
     connect_timeout: Duration,
     command_timeout: Duration,
     slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
     next: AtomicUsize,
-    health: Mutex<Health>,
-    connected: AtomicBool,
-    /// The release poller reads the log (see `super::super::notify`).
-    listening: AtomicBool,
+    health: Health,
     stopped: AtomicBool,
     runtime: Handle,
 }
@@ -95,22 +84,15 @@ impl MysqlConnection {
         let target = target(&options.url, &format!("{}.url", option(name)))?;
         Ok(MysqlConnection {
             name: name.to_owned(),
-            telemetry,
             target,
             connect_timeout: Duration::from_millis(u64::from(options.connect_timeout_ms)),
             command_timeout: Duration::from_millis(u64::from(options.command_timeout_ms)),
             slots: (0..options.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
-            health: Mutex::default(),
-            connected: AtomicBool::new(false),
-            listening: AtomicBool::new(false),
+            health: Health::new(name, telemetry),
             stopped: AtomicBool::new(false),
             runtime,
         })
-    }
-
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
     }
 
     /// How many connections the pool keeps.
@@ -137,7 +119,7 @@ impl MysqlConnection {
     /// A connection of its own for the installation, in `sql_mode`: the
     /// pool's connections never carry a `SET` (see the module's comment).
     pub async fn installer(&self, sql_mode: &str) -> std::result::Result<Installer<'_>, Failure> {
-        let conn = self.connect().await.inspect_err(|failure| self.failed(failure))?;
+        let conn = self.connect().await.inspect_err(|failure| self.health.failed(failure))?;
         let mut installer = Installer { connection: self, conn };
         installer.run(&format!("SET SESSION sql_mode = '{sql_mode}'")).await?;
         Ok(installer)
@@ -150,14 +132,14 @@ impl MysqlConnection {
         let mut slot = self.slot().await;
         let mut conn = match slot.take() {
             Some(conn) => conn,
-            None => self.connect().await.inspect_err(|failure| self.failed(failure))?,
+            None => self.connect().await.inspect_err(|failure| self.health.failed(failure))?,
         };
         let id = conn.id();
         let outcome = tokio::time::timeout(bound, conn.query_first::<mysql_async::Row, _>(sql)).await;
         let failure = match outcome {
             Ok(Ok(row)) => {
                 *slot = Some(conn);
-                self.answered();
+                self.health.answered();
                 return Ok(row.map(|row| columns(&row)).unwrap_or_default());
             }
             Ok(Err(err)) => {
@@ -184,7 +166,7 @@ impl MysqlConnection {
                 Failure::Unknown(Arc::new(elapsed))
             }
         };
-        self.failed(&failure);
+        self.health.failed(&failure);
         Err(failure)
     }
 
@@ -262,45 +244,9 @@ impl MysqlConnection {
         }
     }
 
-    fn answered(&self) {
-        self.set_connected(true);
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer = Some(SystemTime::now());
-    }
-
-    fn failed(&self, failure: &Failure) {
-        let code = match failure {
-            Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
-            _ => ErrorCode::ProviderFailed,
-        };
-        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
-            self.set_connected(false);
-        }
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(code);
-    }
-
-    pub fn last_answer(&self) -> Option<SystemTime> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer
-    }
-
-    pub fn last_error(&self) -> Option<ErrorCode> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error
-    }
-
-    pub fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
-    }
-
-    pub fn is_listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
-    }
-
-    pub fn set_listening(&self, listening: bool) {
-        self.listening.store(listening, Ordering::Release);
-    }
-
-    /// True once [`MysqlConnection::shut_down`] ran.
-    pub fn is_shut_down(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
+    /// What `status()` reports, and whether releases reach this process.
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Closes every idle connection; statements under way end with theirs.
@@ -313,17 +259,27 @@ impl MysqlConnection {
                 }
             }
         }
-        self.set_connected(false);
+        self.health.set_connected(false);
+    }
+}
+
+impl StoreConnection for MysqlConnection {
+    /// True while the release poller reads the log (see `super::super::notify`).
+    fn is_notified(&self) -> bool {
+        self.health.is_listening()
     }
 
-    /// Records whether the server answers, telling telemetry when that
-    /// changes (a `connection` event, as the other stores').
-    fn set_connected(&self, up: bool) {
-        if self.connected.swap(up, Ordering::Relaxed) != up {
-            if let Some(telemetry) = &self.telemetry {
-                telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
-            }
-        }
+    fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// True once [`MysqlConnection::shut_down`] ran.
+    fn is_shut_down(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    fn connectivity(&self) -> Connectivity {
+        self.health.connectivity()
     }
 }
 

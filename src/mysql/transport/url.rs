@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use mysql_async::{ClientIdentity, Opts, OptsBuilder, SslOpts};
 
 use crate::error::{ErrorCode, LockError, Result};
+use crate::store::url_query;
 
 /// The MySQL client's `--ssl-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub(crate) fn target(url: &str, what: &str) -> Result<Target> {
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decoded = || decode(value).ok_or_else(|| invalid(what, &format!("the value of {name} is not valid percent-encoded UTF-8")));
+        let decoded = || url_query::decoded(name, value).map_err(|problem| invalid(what, &problem));
         match name {
             "ssl-mode" => mode = Some(value.to_ascii_uppercase()),
             "ssl-ca" => ca = Some(decoded()?),
@@ -113,23 +114,6 @@ pub(crate) fn target(url: &str, what: &str) -> Result<Target> {
 fn invalid(what: &str, problem: &str) -> LockError {
     LockError::new(ErrorCode::ProviderFailed, format!("{what}: {problem}"))
         .with_fix("Write it as mysql://user:password@host:port/database[?ssl-mode=VERIFY_IDENTITY&ssl-ca=/path/ca.pem].")
-}
-
-/// `%XX`-decoded `value`; `None` when that is not UTF-8.
-fn decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] == b'%' && at + 2 < bytes.len() {
-            out.push(u8::from_str_radix(std::str::from_utf8(&bytes[at + 1..at + 3]).ok()?, 16).ok()?);
-            at += 3;
-        } else {
-            out.push(bytes[at]);
-            at += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! so a pooler in transaction mode has no named statement to lose and no
 //! session state to carry.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -19,10 +19,10 @@ use tokio_postgres::{Client, Config, Connection, Row, Socket};
 
 use super::tls::{MakeRustls, RustlsStream};
 use super::url;
-use crate::error::{ErrorCode, Result};
+use crate::error::Result;
 use crate::options::PostgresConnectionOptions;
-use crate::store::{Failure, Refusal};
-use crate::telemetry::{Telemetry, TelemetryEvent};
+use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
+use crate::telemetry::Telemetry;
 
 /// One pooled client and the lock that keeps two tasks from connecting it
 /// at once.
@@ -45,19 +45,11 @@ struct Attempts {
     failure: Option<(Instant, Failure)>,
 }
 
-/// What `status()` reports of the connection.
-#[derive(Default)]
-struct Health {
-    last_answer: Option<SystemTime>,
-    last_error: Option<ErrorCode>,
-}
-
 /// A named connection of `dokebi-postgres.connections`.
 pub(crate) struct PgConnection {
-    /// `<name>` of `dokebi-postgres.connections.<name>` (telemetry's
-    /// `connection` events; messages name the whole option: [`option`]).
+    /// `<name>` of `dokebi-postgres.connections.<name>` (messages name the
+    /// whole option: [`option`]).
     name: String,
-    telemetry: Option<Telemetry>,
     config: Config,
     tls: MakeRustls,
     /// `sslmode=allow`: `config` with TLS, tried when the server refused
@@ -76,9 +68,7 @@ pub(crate) struct PgConnection {
     /// the k-th of many acquires (the k-th waiter of one key, each trying
     /// once its turn came) waited k connect timeouts.
     attempts: Mutex<Attempts>,
-    health: Mutex<Health>,
-    connected: AtomicBool,
-    listening: AtomicBool,
+    health: Health,
     stopped: watch::Sender<bool>,
     /// The driver's runtime, where each client's connection task runs.
     runtime: Handle,
@@ -96,7 +86,6 @@ impl PgConnection {
         };
         Ok(PgConnection {
             name: name.to_owned(),
-            telemetry,
             config,
             tls,
             tls_fallback,
@@ -108,16 +97,10 @@ impl PgConnection {
             slots: (0..options.pool_size).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
             attempts: Mutex::default(),
-            health: Mutex::default(),
-            connected: AtomicBool::new(false),
-            listening: AtomicBool::new(false),
+            health: Health::new(name, telemetry),
             stopped: watch::channel(false).0,
             runtime,
         })
-    }
-
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
     }
 
     /// How many clients the pool keeps.
@@ -138,7 +121,7 @@ impl PgConnection {
         let outcome = tokio::time::timeout(self.command_timeout, client.query_typed(sql, params)).await;
         let failure = match outcome {
             Ok(Ok(rows)) => {
-                self.answered();
+                self.health.answered();
                 return Ok(rows);
             }
             Ok(Err(err)) => classify_statement(err),
@@ -161,7 +144,7 @@ impl PgConnection {
                 *held = None;
             }
         }
-        self.failed(&failure);
+        self.health.failed(&failure);
         Err(failure)
     }
 
@@ -174,7 +157,7 @@ impl PgConnection {
         drop(connecting);
         match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), client.batch_execute(sql)).await {
             Ok(Ok(())) => {
-                self.answered();
+                self.health.answered();
                 Ok(())
             }
             Ok(Err(err)) => Err(classify_statement(err)),
@@ -215,7 +198,7 @@ impl PgConnection {
         let (client, connection) = match outcome {
             Ok(pair) => pair,
             Err(failure) => {
-                self.failed(&failure);
+                self.health.failed(&failure);
                 return Err(failure);
             }
         };
@@ -285,45 +268,9 @@ impl PgConnection {
         }
     }
 
-    fn answered(&self) {
-        self.set_connected(true);
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer = Some(SystemTime::now());
-    }
-
-    fn failed(&self, failure: &Failure) {
-        let code = match failure {
-            Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
-            _ => ErrorCode::ProviderFailed,
-        };
-        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
-            self.set_connected(false);
-        }
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error = Some(code);
-    }
-
-    pub fn last_answer(&self) -> Option<SystemTime> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_answer
-    }
-
-    pub fn last_error(&self) -> Option<ErrorCode> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner()).last_error
-    }
-
-    pub fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
-    }
-
-    pub fn is_listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
-    }
-
-    pub fn set_listening(&self, listening: bool) {
-        self.listening.store(listening, Ordering::Release);
-    }
-
-    /// True once [`PgConnection::shut_down`] ran.
-    pub fn is_shut_down(&self) -> bool {
-        *self.stopped.borrow()
+    /// What `status()` reports, and whether releases reach this process.
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Resolves when the connection shuts down.
@@ -337,17 +284,26 @@ impl PgConnection {
         for slot in &self.slots {
             slot.client.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
-        self.set_connected(false);
+        self.health.set_connected(false);
+    }
+}
+
+impl StoreConnection for PgConnection {
+    fn is_notified(&self) -> bool {
+        self.health.is_listening()
     }
 
-    /// Records whether the server answers, telling telemetry when that
-    /// changes (a `connection` event, as a Redis connection's).
-    fn set_connected(&self, up: bool) {
-        if self.connected.swap(up, Ordering::Relaxed) != up {
-            if let Some(telemetry) = &self.telemetry {
-                telemetry.event(&TelemetryEvent::Connection { connection: self.name.clone(), up });
-            }
-        }
+    fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// True once [`PgConnection::shut_down`] ran.
+    fn is_shut_down(&self) -> bool {
+        *self.stopped.borrow()
+    }
+
+    fn connectivity(&self) -> Connectivity {
+        self.health.connectivity()
     }
 }
 

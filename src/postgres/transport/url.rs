@@ -10,6 +10,7 @@ use tokio_postgres::Config;
 
 use super::tls::{TlsSettings, Verify};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::store::url_query;
 
 /// The client settings of `url` and its TLS settings (`what`: the option
 /// that holds it, for messages).
@@ -20,7 +21,7 @@ pub(crate) fn config(url: &str, what: &str) -> Result<(Config, TlsSettings)> {
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decoded = || decode(value).ok_or_else(|| invalid(what, &format!("the value of {name} is not valid percent-encoded UTF-8")));
+        let decoded = || url_query::decoded(name, value).map_err(|problem| invalid(what, &problem));
         match name {
             "sslmode" => sslmode = Some(value.to_owned()),
             "sslrootcert" => tls.root_cert = Some(decoded()?),
@@ -90,24 +91,6 @@ fn unix_sockets_only(config: &Config) -> bool {
 fn invalid(what: &str, problem: &str) -> LockError {
     LockError::new(ErrorCode::ProviderFailed, format!("{what}: {problem}"))
         .with_fix("Write it as postgres://user:password@host:port/database[?sslmode=verify-full&sslrootcert=/path/ca.pem].")
-}
-
-/// `%XX`-decoded `value`; `None` when that is not UTF-8.
-fn decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] == b'%' && at + 2 < bytes.len() {
-            let byte = u8::from_str_radix(std::str::from_utf8(&bytes[at + 1..at + 3]).ok()?, 16).ok()?;
-            out.push(byte);
-            at += 3;
-        } else {
-            out.push(bytes[at]);
-            at += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ use crate::error::{Cause, ErrorCode, Result};
 use crate::host::{Host, HostStream, InRuntime, Socket};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::{ConnectionOptions, Endpoint};
-use crate::store::Failure;
+use crate::store::{Connectivity, Failure, StoreConnection};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// How long a failed connect answers for later callers, so that a dead
@@ -331,33 +331,8 @@ impl RedisConnection {
         self.connect_timeout
     }
 
-    pub fn command_timeout(&self) -> Duration {
-        self.command_timeout
-    }
-
-    /// True while a command connection is open.
-    pub fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
-    }
-
-    /// True while release notifications are subscribed (in a cluster, on
-    /// some seed node).
-    pub fn is_subscribed(&self) -> bool {
-        self.subscriptions.any()
-    }
-
     pub fn set_subscribed(&self, index: usize, live: bool) {
         self.subscriptions.set(index, live);
-    }
-
-    /// The code of the last failure talking to Redis, if any.
-    pub fn last_error(&self) -> Option<ErrorCode> {
-        *self.last_error.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// When Redis last answered a command.
-    pub fn last_answer(&self) -> Option<SystemTime> {
-        *self.last_answer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes `open` (or none) `current`'s connection (one of `lane`'s),
@@ -406,11 +381,6 @@ impl RedisConnection {
     /// Changes with every primary switch.
     pub fn switches(&self) -> watch::Receiver<u64> {
         self.switched.subscribe()
-    }
-
-    /// True once [`RedisConnection::shut_down`] was called.
-    pub fn is_shut_down(&self) -> bool {
-        *self.stop.borrow()
     }
 
     /// Stops the notification task and closes the command connections.
@@ -1015,6 +985,34 @@ impl RedisConnection {
                     ),
                 });
             }
+        }
+    }
+}
+
+impl StoreConnection for RedisConnection {
+    /// True while release notifications are subscribed (in a cluster, on
+    /// some seed node).
+    fn is_notified(&self) -> bool {
+        self.subscriptions.any()
+    }
+
+    fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// True once [`RedisConnection::shut_down`] was called.
+    fn is_shut_down(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Connected while a command connection is open; the last answer and
+    /// the code of the last failure talking to Redis.
+    fn connectivity(&self) -> Connectivity {
+        Connectivity {
+            last_answer: *self.last_answer.lock().unwrap_or_else(|e| e.into_inner()),
+            connected: self.connected.load(Ordering::Relaxed),
+            subscribed: self.is_notified(),
+            last_error: *self.last_error.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::connection::RedisConnection;
 use super::listening::Listening;
 use super::{RETRY_MAX, RETRY_MIN};
+use crate::store::StoreConnection;
 
 /// The channel on which sentinels announce a new primary:
 /// `<name> <old ip> <old port> <new ip> <new port>`.
