@@ -1,0 +1,249 @@
+//! Review R4 of the mysql driver: interleavings, restarts, clocks and
+//! server settings that the first review (`tests/mysql_review.rs`) did not
+//! try, against MariaDB 10.11 (the machine's, or a private `mariadbd` on a
+//! free port when a test needs a server setting of its own). Each test
+//! fails on the driver as reviewed.
+
+mod mysql;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use dokebi_lock::{AcquireOptions, Provider};
+use futures::executor::block_on;
+use mysql::{url, yaml, Table};
+
+fn wait(ms: u64) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
+}
+
+/// A private `mariadbd` on a free port of 127.0.0.1 with `args` added
+/// (privileges off, so `root` without a password), its data in a directory
+/// of its own; stopped and removed on drop.
+struct Private {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+static SERVERS: AtomicUsize = AtomicUsize::new(0);
+
+impl Private {
+    fn start(args: &[&str]) -> Private {
+        let dir =
+            std::env::temp_dir().join(format!("dokebi-r4-mariadb-{}-{}", std::process::id(), SERVERS.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("data");
+        let user = std::env::var("USER").unwrap_or_else(|_| "root".to_owned());
+        let installed = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal"])
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--user={user}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db runs");
+        assert!(installed.success(), "mariadb-install-db failed");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
+            .arg(format!("--user={user}"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("mariadbd starts");
+        let server = Private { child, dir, port };
+        let started = Instant::now();
+        while !server.ready() {
+            assert!(started.elapsed() < Duration::from_secs(60), "the private mariadbd did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    fn ready(&self) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            use mysql_async::prelude::Queryable;
+            let opts = mysql_async::Opts::from_url(&format!("mysql://root@127.0.0.1:{}", self.port)).unwrap();
+            let Ok(mut conn) = mysql_async::Conn::new(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)).await else {
+                return false;
+            };
+            // The setting under test may leave a transaction open: commit it.
+            let created = conn.query_drop("CREATE DATABASE IF NOT EXISTS test").await.is_ok() && conn.query_drop("COMMIT").await.is_ok();
+            let _ = conn.disconnect().await;
+            created
+        })
+    }
+
+    /// A provider of one backend `shared` on table `table` of this server.
+    fn provider(&self, table: &str, fields: &str) -> Provider {
+        Provider::from_yaml(&yaml(table, fields).replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", self.port))).unwrap()
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Finding 1: contention moves a policy acquire, and two processes hold a
+/// key. A take that waits for a key's row lock longer than
+/// `innodb_lock_wait_timeout` (three quarters of `commandTimeoutMs`: 1 s
+/// at the default 2000) is refused with 1205, which the driver reports as
+/// `PROVIDER_FAILED`, "nothing done". But that row lock is held by another
+/// call on the same key, here another process's acquire of 2,000 keys (a
+/// key set the driver supports; its one `CALL` holds the first key's row
+/// lock for about 3 s on this machine): the key is busy, not the store
+/// unavailable. A policy that falls back treats `PROVIDER_FAILED` as
+/// unavailability and serves the key from its next member, although
+/// policy.md says contention never moves an acquire: both processes hold
+/// "k", the first through `shared`, the second through `spare` (another
+/// mysql table, the same tier). A deadlock (1213) is the same case.
+#[test]
+fn a_key_row_locked_by_another_call_is_busy_never_a_reason_to_fall_back() {
+    let table = Table::fresh();
+    // The batch process: a large key set needs a long commandTimeoutMs.
+    let batch_config =
+        yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 120000").replace("commandTimeoutMs: 2000", "commandTimeoutMs: 60000");
+    let batch = Provider::from_yaml(&batch_config).unwrap().backend("shared").unwrap();
+    // The service: the same table through a policy that may fall back to
+    // a second mysql table, at the default commandTimeoutMs.
+    let service_config = yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 60000")
+        + &format!(
+            "      spare: {{ driver: mysql, connection: main, table: {}, leaseMs: 60000 }}\n      locks:\n        driver: policy\n        default: {{ backends: [shared, spare], minTier: shared, onUnavailable: fallBack }}\n",
+            table.named("b")
+        );
+    let service_provider = Provider::from_yaml(&service_config).unwrap();
+    let service = service_provider.backend("locks").unwrap();
+    // Both installed and ready before the race.
+    for backend in [&batch, &service_provider.backend("shared").unwrap(), &service_provider.backend("spare").unwrap()] {
+        assert!(block_on(block_on(backend.acquire("warm-up", wait(0))).unwrap().release()).unwrap());
+    }
+    let keys: Vec<String> = std::iter::once("k".to_owned()).chain((1..2000).map(|at| format!("z{at:05}"))).collect();
+    let batch_take = std::thread::spawn(move || {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        block_on(batch.acquire_many(&names, wait(0))).map(|lease| (lease.fences()[0].1, lease))
+    });
+    // The batch's CALL has locked "k" (the first in byte order) by now.
+    std::thread::sleep(Duration::from_millis(300));
+    let served = block_on(service.acquire("k", wait(0)));
+    let batch_held = batch_take.join().unwrap();
+    // Then shared is passed over for reprobeCooldownMs: a key the batch
+    // holds, which nobody contended, moves too.
+    let other = block_on(service.acquire("z00001", wait(0)));
+    let member = |lease: &dokebi_lock::Result<dokebi_lock::Lease>| {
+        lease.as_ref().ok().and_then(|lease| lease.served()).map_or("none".to_owned(), |served| served.member.name.clone())
+    };
+    assert!(
+        !(batch_held.is_ok() && served.is_ok()),
+        "two holders of k: the batch process through shared (fence {}), the service through {} after shared answered busy as PROVIDER_FAILED; \
+         then z00001, held by the batch too, was served to the service by {}",
+        batch_held.as_ref().map(|(fence, _)| *fence).unwrap_or(0),
+        member(&served),
+        member(&other),
+    );
+}
+
+/// Finding 2: with `autocommit` off and `SERIALIZABLE` as the server's
+/// defaults (the brief's "set globally"), the release poller's plain
+/// `SELECT`s of `<table>_released` become share-locking reads in one
+/// transaction that never ends (the poller never commits): it keeps a
+/// next-key lock on the log's end. Every release that frees a key someone
+/// waits for inserts into the log (in READ COMMITTED, but an insert still
+/// waits for another's gap lock), waits `innodb_lock_wait_timeout` and is
+/// refused (1205): the holder's release is `PROVIDER_FAILED`, its
+/// background retries fail the same way, and the waiter gets the key only
+/// when the lease expires.
+#[test]
+fn a_release_is_not_refused_while_a_waiter_s_poller_reads_the_log_on_a_serializable_server_without_autocommit() {
+    let server = Private::start(&["--autocommit=0", "--transaction-isolation=SERIALIZABLE"]);
+    let (holder, waiter) = (server.provider("r4_ser", ""), server.provider("r4_ser", ""));
+    let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
+    let held = block_on(a.acquire("k", wait(0))).unwrap();
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        block_on(b.acquire("k", wait(8_000))).map(|_| started.elapsed())
+    });
+    // The waiter's try was refused (its mark left) and its poller reads the log.
+    std::thread::sleep(Duration::from_millis(500));
+    let released = block_on(held.release());
+    let served = waiting.join().unwrap();
+    assert!(
+        matches!(released, Ok(true)),
+        "the release was refused: {:?}; the waiter was served after {served:?} (the lease is 5 s)",
+        released.map_err(|err| (err.code(), err.to_string()))
+    );
+}
+
+/// Finding 3: with `autocommit` off as the server's default (and its
+/// default REPEATABLE READ), the poller's first `SELECT` opens a
+/// transaction that it never commits: every later read of the log sees the
+/// snapshot of that first one, so no release of another process is ever
+/// found. Waiters are served by their safety-net retry
+/// (`notifyPollIntervalMs`, here 5 s) while `status().mysql.polling` says
+/// the log is read, and the open snapshot holds back InnoDB's purge for as
+/// long as the process runs.
+#[test]
+fn the_release_log_is_read_afresh_on_a_server_without_autocommit() {
+    let server = Private::start(&["--autocommit=0"]);
+    let slow = ", pollIntervalMs: 5000, notifyPollIntervalMs: 5000";
+    let (holder, waiter) = (server.provider("r4_auto", slow), server.provider("r4_auto", slow));
+    let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
+    let mut handoffs = Vec::new();
+    for round in 0..3 {
+        let held = block_on(a.acquire("baton", wait(0))).unwrap();
+        let waiting = std::thread::spawn({
+            let b = b.clone();
+            move || {
+                let lease = block_on(b.acquire("baton", wait(10_000))).unwrap();
+                let granted = Instant::now();
+                assert!(block_on(lease.release()).unwrap());
+                granted
+            }
+        });
+        std::thread::sleep(Duration::from_millis(if round == 0 { 500 } else { 100 }));
+        let released = Instant::now();
+        assert!(block_on(held.release()).unwrap());
+        handoffs.push(waiting.join().unwrap().duration_since(released));
+    }
+    let polling = matches!(b.status().mysql, Some(ref mysql) if mysql.polling);
+    assert!(
+        handoffs.iter().all(|handoff| *handoff < Duration::from_secs(1)),
+        "hand-offs {handoffs:?} (polling: {polling}): the waiter was served by its 5 s retry, not by the release log"
+    );
+}
+
+/// Finding 4: with `completion_type = CHAIN` as the server's default, each
+/// procedure's `COMMIT` starts the next transaction at once; the next
+/// `CALL` on that connection fails at its `SET TRANSACTION` (1568, the
+/// handler's `ROLLBACK` chains again), so every connection of the pool
+/// serves one call and then refuses every call for good. (With
+/// `completion_type = RELEASE` the `COMMIT` ends the connection: every call
+/// commits and answers 1927, `OUTCOME_UNKNOWN`; checked by hand.)
+#[test]
+fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() {
+    let server = Private::start(&["--completion-type=CHAIN"]);
+    let provider = server.provider("r4_chain", "");
+    let backend = provider.backend("shared").unwrap();
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let outcome = block_on(backend.acquire("k", wait(0))).map(|lease| block_on(lease.release()));
+        outcomes.push(match outcome {
+            Ok(Ok(released)) => format!("released: {released}"),
+            Ok(Err(err)) | Err(err) => format!("{:?}: {err}", err.code()),
+        });
+    }
+    assert!(outcomes.iter().all(|outcome| outcome == "released: true"), "{outcomes:#?}");
+}
