@@ -26,6 +26,7 @@ struct Private {
     child: Child,
     dir: PathBuf,
     port: u16,
+    args: Vec<String>,
 }
 
 static SERVERS: AtomicUsize = AtomicUsize::new(0);
@@ -37,36 +38,37 @@ impl Private {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let data = dir.join("data");
-        let user = std::env::var("USER").unwrap_or_else(|_| "root".to_owned());
         let installed = Command::new("mariadb-install-db")
             .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal"])
             .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--user={user}"))
+            .arg(format!("--user={}", user()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .expect("mariadb-install-db runs");
         assert!(installed.success(), "mariadb-install-db failed");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.join("sock").display()))
-            .arg(format!("--port={port}"))
-            .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
-            .arg(format!("--user={user}"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("log")).unwrap())
-            .spawn()
-            .expect("mariadbd starts");
-        let server = Private { child, dir, port };
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        let child = spawn(&dir, port, &args);
+        let server = Private { child, dir, port, args };
+        server.wait_ready();
+        server
+    }
+
+    /// A crash (SIGKILL) and a start on the same data and port.
+    fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(&self.dir, self.port, &self.args);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
         let started = Instant::now();
-        while !server.ready() {
+        while !self.ready() {
             assert!(started.elapsed() < Duration::from_secs(60), "the private mariadbd did not come up");
             std::thread::sleep(Duration::from_millis(100));
         }
-        server
     }
 
     fn ready(&self) -> bool {
@@ -86,8 +88,33 @@ impl Private {
 
     /// A provider of one backend `shared` on table `table` of this server.
     fn provider(&self, table: &str, fields: &str) -> Provider {
-        Provider::from_yaml(&yaml(table, fields).replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", self.port))).unwrap()
+        Provider::from_yaml(&self.config(table, fields)).unwrap()
     }
+
+    /// [`yaml`] on this server.
+    fn config(&self, table: &str, fields: &str) -> String {
+        yaml(table, fields).replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", self.port))
+    }
+}
+
+/// `mariadbd` on the data of `dir`, on `port`, with `args` added.
+fn spawn(dir: &std::path::Path, port: u16, args: &[String]) -> Child {
+    Command::new("mariadbd")
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--socket={}", dir.join("sock").display()))
+        .arg(format!("--port={port}"))
+        .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
+        .arg(format!("--user={}", user()))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.join("log")).unwrap())
+        .spawn()
+        .expect("mariadbd starts")
+}
+
+fn user() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "root".to_owned())
 }
 
 impl Drop for Private {
@@ -246,4 +273,164 @@ fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() 
         });
     }
     assert!(outcomes.iter().all(|outcome| outcome == "released: true"), "{outcomes:#?}");
+}
+
+/// Finding 5: with the binary log on and `binlog_format = STATEMENT` (a
+/// setting some replication setups keep), InnoDB refuses every write of a
+/// READ COMMITTED transaction (1665: it can be logged by rows only), and
+/// each procedure runs in READ COMMITTED: every acquire is
+/// `PROVIDER_FAILED` ("MySQL refused the command", with nothing that names
+/// the setting), while docs/mysql.md speaks of binary logging only as
+/// needing no `SUPER`.
+#[test]
+fn the_driver_works_on_a_server_that_logs_statements() {
+    let server = Private::start(&["--log-bin", "--server-id=1", "--binlog-format=STATEMENT"]);
+    let provider = server.provider("r4_stmt", "");
+    let outcome = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|lease| block_on(lease.release()));
+    assert!(matches!(outcome, Ok(Ok(true))), "{:?}", outcome.map_err(|err| (err.code(), err.to_string())));
+}
+
+/// Finding 6 (a lease lost, not two holders): a pooled connection that
+/// the server closed while it sat idle (its `wait_timeout`, often 60 to
+/// 600 s where set; or a restart, a failover) is used as it is: the
+/// statement goes out on a dead socket, the read fails, and the outcome is
+/// `OUTCOME_UNKNOWN`, although a statement on a connection the server
+/// closed before it was sent never ran. A renewal that lands there loses a
+/// lease that is intact on the server (and `withLock` aborts its section);
+/// an acquire there fails. The pool spreads calls over its `poolSize`
+/// connections in turn, so a process whose calls are further apart than
+/// `wait_timeout` / `poolSize` meets one at every call.
+#[test]
+fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wait_timeout() {
+    let server = Private::start(&["--wait-timeout=2"]);
+    let provider = Provider::from_yaml(&server.config("r4_idle", "").replace("leaseMs: 5000", "leaseMs: 20000")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    let lease = block_on(backend.acquire("k", wait(0))).unwrap();
+    // Every connection of the pool (4) opened and used once.
+    for _ in 0..4 {
+        assert!(block_on(lease.renew()).unwrap());
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let renewed = block_on(lease.renew());
+    assert!(
+        matches!(renewed, Ok(true)),
+        "the renewal after 3 s idle: {:?}; the lease was intact, and is now given up: another process's acquire of k: {:?}",
+        renewed.map_err(|err| (err.code(), err.to_string())),
+        block_on(server.provider("r4_idle", "").backend("shared").unwrap().acquire("k", wait(0))).map(|_| "granted to another").map_err(|err| err.code()),
+    );
+}
+
+/// The same after a crash and restart of the server: the lease survives
+/// on the server (the other process still finds the key busy), but its
+/// next renewal on a connection from before the crash loses it.
+#[test]
+fn a_lease_is_renewed_after_the_server_crashed_and_came_back() {
+    let mut server = Private::start(&[]);
+    let provider = Provider::from_yaml(&server.config("r4_crash", "").replace("leaseMs: 5000", "leaseMs: 30000")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    let lease = block_on(backend.acquire("k", wait(0))).unwrap();
+    for _ in 0..4 {
+        assert!(block_on(lease.renew()).unwrap());
+    }
+    server.crash_and_restart();
+    let other = server.provider("r4_crash", "");
+    let busy = block_on(other.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).map_err(|err| err.code());
+    assert_eq!(busy, Err(dokebi_lock::ErrorCode::LockBusy), "the grant did not survive the crash");
+    let renewed = block_on(lease.renew());
+    assert!(matches!(renewed, Ok(true)), "the renewal after the restart: {:?}", renewed.map_err(|err| (err.code(), err.to_string())));
+}
+
+/// Not a finding (what was tried): three providers of three threads each
+/// take one or two of three keys for a few ms while a killer ends their
+/// `CALL`s at random (`KILL QUERY` or `KILL`, every 2 to 20 ms); no two
+/// sections of a key overlap and each key's fences rise in the order of
+/// the sections.
+#[test]
+#[ignore = "a chaos run of RV2_CHAOS_S seconds (default 20): evidence, not a deterministic check"]
+fn killed_calls_never_give_a_key_two_holders() {
+    use mysql_async::prelude::Queryable;
+    use std::sync::{Arc, Mutex};
+    let table = Table::fresh();
+    let seconds: u64 = std::env::var("RV2_CHAOS_S").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let config = yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 3000").replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    let providers: Vec<Provider> = (0..3).map(|_| Provider::from_yaml(&config).unwrap()).collect();
+    let sections: Arc<Mutex<Vec<(String, u64, Instant, Instant)>>> = Arc::default();
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let killer = std::thread::spawn({
+        let prefix = format!("CALL `{}_", table.0);
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url()).unwrap()).prefer_socket(false);
+                let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+                let (mut kills, mut at) = (0u64, 0u64);
+                while Instant::now() < until {
+                    at += 1;
+                    let ids: Vec<u64> = conn
+                        .query(format!("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '{prefix}%'"))
+                        .await
+                        .unwrap_or_default();
+                    if let Some(id) = ids.get(at as usize % ids.len().max(1)) {
+                        let how = if at % 2 == 0 { "KILL QUERY" } else { "KILL" };
+                        if conn.query_drop(format!("{how} {id}")).await.is_ok() {
+                            kills += 1;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2 + at * 7 % 19)).await;
+                }
+                kills
+            })
+        }
+    });
+    let mut workers = Vec::new();
+    for (p, provider) in providers.iter().enumerate() {
+        for w in 0..3 {
+            let backend = provider.backend("shared").unwrap();
+            let sections = sections.clone();
+            workers.push(std::thread::spawn(move || {
+                let (mut granted, mut failed, mut seed) = (0, 0, (p * 3 + w) as u64);
+                while Instant::now() < until {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let n = (seed >> 33) as usize;
+                    let keys: Vec<String> = match n % 4 {
+                        0 => vec![format!("c{}", n % 3), format!("c{}", (n % 3 + 1 + n / 3 % 2) % 3)],
+                        _ => vec![format!("c{}", n % 3)],
+                    };
+                    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    match block_on(backend.acquire_many(&names, wait(2_000))) {
+                        Ok(lease) => {
+                            granted += 1;
+                            let start = Instant::now();
+                            std::thread::sleep(Duration::from_millis((n % 4) as u64));
+                            let end = Instant::now();
+                            let valid = lease.is_valid();
+                            let fences = lease.fences();
+                            let _ = block_on(lease.release());
+                            if valid {
+                                let mut sections = sections.lock().unwrap();
+                                for (key, fence) in fences {
+                                    sections.push((key.to_string(), fence, start, end));
+                                }
+                            }
+                        }
+                        Err(_) => failed += 1,
+                    }
+                }
+                (granted, failed)
+            }));
+        }
+    }
+    let counts: Vec<(i32, i32)> = workers.into_iter().map(|worker| worker.join().unwrap()).collect();
+    let kills = killer.join().unwrap();
+    let mut sections = sections.lock().unwrap().clone();
+    sections.sort_by_key(|(key, _, start, _)| (key.clone(), *start));
+    let mut overlaps = Vec::new();
+    for pair in sections.windows(2) {
+        let ((k1, f1, _, e1), (k2, f2, s2, _)) = (&pair[0], &pair[1]);
+        if k1 == k2 && (s2 < e1 || f2 <= f1) {
+            overlaps.push((k1.clone(), *f1, *f2));
+        }
+    }
+    println!("{} sections, {kills} kills, (granted, failed) per worker {counts:?}", sections.len());
+    assert!(overlaps.is_empty(), "{overlaps:?}");
 }
