@@ -129,58 +129,93 @@ impl Drop for Private {
 /// key. A take that waits for a key's row lock longer than
 /// `innodb_lock_wait_timeout` (three quarters of `commandTimeoutMs`: 1 s
 /// at the default 2000) is refused with 1205, which the driver reports as
-/// `PROVIDER_FAILED`, "nothing done". But that row lock is held by another
-/// call on the same key, here another process's acquire of 2,000 keys (a
-/// key set the driver supports; its one `CALL` holds the first key's row
-/// lock for about 3 s on this machine): the key is busy, not the store
-/// unavailable. A policy that falls back treats `PROVIDER_FAILED` as
-/// unavailability and serves the key from its next member, although
-/// policy.md says contention never moves an acquire: both processes hold
-/// "k", the first through `shared`, the second through `spare` (another
-/// mysql table, the same tier). A deadlock (1213) is the same case.
+/// `PROVIDER_FAILED`, "nothing done". But the row lock is another call's on
+/// the same key: the key is busy, not the store unavailable. A policy that
+/// falls back takes `PROVIDER_FAILED` for unavailability and serves the
+/// key from its next member, although policy.md says contention never
+/// moves an acquire; and it then passes the member over for
+/// `reprobeCooldownMs`, so keys nobody contends move too.
+///
+/// Here two processes of one configuration (a policy over `shared`, then
+/// `spare`, another mysql table: the same tier): the first acquires "k",
+/// "y1" and "y2", and its one `CALL` holds the row lock of "k" while it
+/// waits 0.8 s for each of the others (held by two other calls in flight,
+/// here plain sessions; each wait within its 1 s, the whole within its
+/// 2 s). The second acquires "k" meanwhile: refused 1 s later, it falls
+/// back to `spare`, and the first is granted "k" on `shared`. Without the other calls: an
+/// acquire of 2,000 keys holds its first key's row lock for 2.7 s on this
+/// machine (4,000: 9.9 s), long enough alone. A deadlock (1213) is the
+/// same case.
 #[test]
 fn a_key_row_locked_by_another_call_is_busy_never_a_reason_to_fall_back() {
     let table = Table::fresh();
-    // The batch process: a large key set needs a long commandTimeoutMs.
-    let batch_config =
-        yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 120000").replace("commandTimeoutMs: 2000", "commandTimeoutMs: 60000");
-    let batch = Provider::from_yaml(&batch_config).unwrap().backend("shared").unwrap();
-    // The service: the same table through a policy that may fall back to
-    // a second mysql table, at the default commandTimeoutMs.
-    let service_config = yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 60000")
+    let config = yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 60000")
         + &format!(
             "      spare: {{ driver: mysql, connection: main, table: {}, leaseMs: 60000 }}\n      locks:\n        driver: policy\n        default: {{ backends: [shared, spare], minTier: shared, onUnavailable: fallBack }}\n",
             table.named("b")
         );
-    let service_provider = Provider::from_yaml(&service_config).unwrap();
-    let service = service_provider.backend("locks").unwrap();
+    let (first, second) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
     // Both installed and ready before the race.
-    for backend in [&batch, &service_provider.backend("shared").unwrap(), &service_provider.backend("spare").unwrap()] {
-        assert!(block_on(block_on(backend.acquire("warm-up", wait(0))).unwrap().release()).unwrap());
+    for provider in [&first, &second] {
+        for member in ["shared", "spare"] {
+            let lease = block_on(provider.backend(member).unwrap().acquire("warm-up", wait(0))).unwrap();
+            assert!(block_on(lease.release()).unwrap());
+        }
     }
-    let keys: Vec<String> = std::iter::once("k".to_owned()).chain((1..2000).map(|at| format!("z{at:05}"))).collect();
-    let batch_take = std::thread::spawn(move || {
-        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        block_on(batch.acquire_many(&names, wait(0))).map(|lease| (lease.fences()[0].1, lease))
+    let others: Vec<_> = [("y1", 800), ("y2", 1600)]
+        .into_iter()
+        .map(|(key, ms)| hold_row_lock(&table.0, key, Duration::from_millis(ms)))
+        .collect();
+    let first_take = std::thread::spawn({
+        let locks = first.backend("locks").unwrap();
+        move || block_on(locks.acquire_many(&["k", "y1", "y2"], wait(0)))
     });
-    // The batch's CALL has locked "k" (the first in byte order) by now.
-    std::thread::sleep(Duration::from_millis(300));
-    let served = block_on(service.acquire("k", wait(0)));
-    let batch_held = batch_take.join().unwrap();
-    // Then shared is passed over for reprobeCooldownMs: a key the batch
-    // holds, which nobody contended, moves too.
-    let other = block_on(service.acquire("z00001", wait(0)));
-    let member = |lease: &dokebi_lock::Result<dokebi_lock::Lease>| {
-        lease.as_ref().ok().and_then(|lease| lease.served()).map_or("none".to_owned(), |served| served.member.name.clone())
+    // The first's CALL has locked "k" (the first in byte order) by now.
+    std::thread::sleep(Duration::from_millis(200));
+    let locks = second.backend("locks").unwrap();
+    let served = block_on(locks.acquire("k", wait(0)));
+    let first_held = first_take.join().unwrap();
+    others.into_iter().for_each(|other| other.join().unwrap());
+    // Then shared is passed over: a key the first holds, which nobody
+    // contended, moves too.
+    let other = block_on(locks.acquire("y2", wait(0)));
+    let member = |lease: &dokebi_lock::Result<dokebi_lock::Lease>| match lease {
+        Ok(lease) => format!("{} (fence {})", lease.served().map_or("?", |served| served.member.name.as_str()), lease.fence()),
+        Err(err) => format!("{:?}", err.code()),
     };
     assert!(
-        !(batch_held.is_ok() && served.is_ok()),
-        "two holders of k: the batch process through shared (fence {}), the service through {} after shared answered busy as PROVIDER_FAILED; \
-         then z00001, held by the batch too, was served to the service by {}",
-        batch_held.as_ref().map(|(fence, _)| *fence).unwrap_or(0),
+        !(first_held.is_ok() && served.is_ok()),
+        "two holders of k: the first process through {}, the second through {} after shared answered its busy key \
+         PROVIDER_FAILED; then y2, held by the first, was served to the second by {}",
+        member(&first_held),
         member(&served),
         member(&other),
     );
+}
+
+/// Holds the row lock of `key` in `table` (the default namespace) for
+/// `held`, as a call of the driver in flight does: answers once it is held.
+fn hold_row_lock(table: &str, key: &str, held: Duration) -> std::thread::JoinHandle<()> {
+    let hex = |text: &str| text.bytes().map(|byte| format!("{byte:02x}")).collect::<String>();
+    let call = format!("CALL `{table}_lock`(X'{}', '{}')", hex("dokebi-lock"), hex(key));
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        use mysql_async::prelude::Queryable;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url()).unwrap()).prefer_socket(false);
+            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+            conn.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await.unwrap();
+            conn.query_drop("START TRANSACTION").await.unwrap();
+            conn.query_drop(call).await.unwrap();
+            locked.send(()).unwrap();
+            tokio::time::sleep(held).await;
+            conn.query_drop("ROLLBACK").await.unwrap();
+            let _ = conn.disconnect().await;
+        });
+    });
+    is_locked.recv().unwrap();
+    holder
 }
 
 /// Finding 2: with `autocommit` off and `SERIALIZABLE` as the server's
