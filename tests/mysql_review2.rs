@@ -162,10 +162,8 @@ fn a_key_row_locked_by_another_call_is_busy_never_a_reason_to_fall_back() {
             assert!(block_on(lease.release()).unwrap());
         }
     }
-    let others: Vec<_> = [("y1", 800), ("y2", 1600)]
-        .into_iter()
-        .map(|(key, ms)| hold_row_lock(&table.0, key, Duration::from_millis(ms)))
-        .collect();
+    let others: Vec<_> =
+        [("y1", 800), ("y2", 1600)].into_iter().map(|(key, ms)| hold_row_lock(&table.0, key, Duration::from_millis(ms))).collect();
     let first_take = std::thread::spawn({
         let locks = first.backend("locks").unwrap();
         move || block_on(locks.acquire_many(&["k", "y1", "y2"], wait(0)))
@@ -351,7 +349,9 @@ fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wai
         matches!(renewed, Ok(true)),
         "the renewal after 3 s idle: {:?}; the lease was intact, and is now given up: another process's acquire of k: {:?}",
         renewed.map_err(|err| (err.code(), err.to_string())),
-        block_on(server.provider("r4_idle", "").backend("shared").unwrap().acquire("k", wait(0))).map(|_| "granted to another").map_err(|err| err.code()),
+        block_on(server.provider("r4_idle", "").backend("shared").unwrap().acquire("k", wait(0)))
+            .map(|_| "granted to another")
+            .map_err(|err| err.code()),
     );
 }
 
@@ -489,12 +489,20 @@ fn killed_calls_never_give_a_key_two_holders() {
         if !fences.insert((key.clone(), *fence)) {
             broken.push(format!("{key}: fence {fence} repeated"));
         }
-        let overlapping: Vec<&(String, char, u64, Instant, Instant)> =
-            sections.iter().enumerate().filter(|(other, s)| *other != at && s.0 == *key && s.3 < *end && *start < s.4).map(|(_, s)| s).collect();
+        let overlapping: Vec<&(String, char, u64, Instant, Instant)> = sections
+            .iter()
+            .enumerate()
+            .filter(|(other, s)| *other != at && s.0 == *key && s.3 < *end && *start < s.4)
+            .map(|(_, s)| s)
+            .collect();
         match kind {
-            'x' | 'w' if !overlapping.is_empty() => broken.push(format!("{key}: {kind} section of fence {fence} overlaps {}", overlapping.len())),
+            'x' | 'w' if !overlapping.is_empty() => {
+                broken.push(format!("{key}: {kind} section of fence {fence} overlaps {}", overlapping.len()))
+            }
             'r' if overlapping.iter().any(|s| s.1 == 'w') => broken.push(format!("{key}: a reader overlaps a writer")),
-            'n' if overlapping.iter().filter(|s| s.3 <= *start).count() >= 2 => broken.push(format!("{key}: three counted sections at once")),
+            'n' if overlapping.iter().filter(|s| s.3 <= *start).count() >= 2 => {
+                broken.push(format!("{key}: three counted sections at once"))
+            }
             _ => {}
         }
         if *kind == 'x' {
