@@ -49,7 +49,7 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 2";
+const VERSION: &str = "dokebi-lock procedures 3";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -213,14 +213,17 @@ const CLOCK: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMES
 
 /// The start of every public procedure: a READ COMMITTED transaction whose
 /// row-lock waits end at `p_lock_wait_s`, rolled back (and the session's
-/// timeout put back) on any error, which is then raised again.
-const ENTER: &str = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET innodb_lock_wait_timeout = v_old_wait; RESIGNAL; END;
+/// timeout put back) on any error, which is then raised again. Its end,
+/// either way, starts no next transaction and keeps the connection, whatever
+/// the server's `completion_type` (`CHAIN` would leave one open, which the
+/// next call's `SET TRANSACTION` refuses; `RELEASE` would close it).
+const ENTER: &str = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK AND NO CHAIN NO RELEASE; SET innodb_lock_wait_timeout = v_old_wait; RESIGNAL; END;
   SET innodb_lock_wait_timeout = p_lock_wait_s;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;";
 
 /// The end of every public procedure, before its answer.
-const LEAVE: &str = "COMMIT;
+const LEAVE: &str = "COMMIT AND NO CHAIN NO RELEASE;
   SET innodb_lock_wait_timeout = v_old_wait;";
 
 /// The tables, statements separated by `;\n`.
