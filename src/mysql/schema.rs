@@ -38,7 +38,10 @@
 //!
 //! Lists travel as text of hex digits (see [`super::sql`]): `p_keys` is the
 //! request's key names, hex, comma-separated, sorted; hand-overs pass
-//! several requests as groups separated by `;`.
+//! several requests as groups separated by `;`. Every list is `LONGTEXT
+//! CHARACTER SET ascii`, whatever the database's default character set (in
+//! utf16, utf32 or ucs2 a digit takes two bytes or more: `UNHEX` of the
+//! list would be NULL and `LENGTH` would count bytes, not characters).
 
 /// The tables and procedures of one backend, as quoted SQL names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -323,7 +326,7 @@ const PROCEDURES: &[(&str, &str)] = &[
     (
         "_lock",
         concat!(
-            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT) MODIFIES SQL DATA
+            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii) MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
             count!("p_keys"),
@@ -342,8 +345,8 @@ END"
     (
         "_try",
         concat!(
-            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
-  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer LONGTEXT)
+            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer LONGTEXT CHARACTER SET ascii)
   MODIFIES SQL DATA
 try: BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -355,14 +358,14 @@ try: BEGIN
   DECLARE v_bucket BIGINT DEFAULT GREATEST(p_retention_ms * 125, 1);
   DECLARE v_place BIGINT DEFAULT 0;
   DECLARE v_hint BIGINT DEFAULT NULL;
-  DECLARE v_blocked LONGTEXT DEFAULT '';
+  DECLARE v_blocked LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_x BIGINT;
   DECLARE v_count BIGINT;
   DECLARE v_sum BIGINT;
   DECLARE v_writer INT;
   DECLARE v_slot INT;
   DECLARE v_fence BIGINT;
-  DECLARE v_fences LONGTEXT DEFAULT '';
+  DECLARE v_fences LONGTEXT CHARACTER SET ascii DEFAULT '';
   -- Another limit on any key: refused.
   WHILE v_i <= v_n DO
     SET v_k = ",
@@ -467,7 +470,7 @@ END"
     (
         "_release",
         concat!(
-            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
+            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -530,12 +533,12 @@ END"
     ),
     (
         "_take",
-        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
   IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, IN p_count INT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-  DECLARE v_answer LONGTEXT;
+  DECLARE v_answer LONGTEXT CHARACTER SET ascii;
   {enter}
   {counted}
   CALL {lock}(p_ns, p_keys);
@@ -547,7 +550,7 @@ END",
     (
         "_renew",
         concat!(
-            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -577,7 +580,7 @@ END"
     ),
     (
         "_give_back",
-        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
+        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -592,7 +595,7 @@ END",
     (
         "_withdraw",
         concat!(
-            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -628,9 +631,9 @@ END"
     (
         "_hand_over",
         concat!(
-            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys LONGTEXT, IN p_released_keys LONGTEXT, IN p_released_token VARBINARY(64),
-  IN p_tokens LONGTEXT, IN p_shared LONGTEXT, IN p_limits LONGTEXT, IN p_weights LONGTEXT, IN p_tickets LONGTEXT, IN p_lease_ms LONGTEXT, IN p_retention_ms LONGTEXT,
-  IN p_keys LONGTEXT, IN p_count INT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys LONGTEXT CHARACTER SET ascii, IN p_released_keys LONGTEXT CHARACTER SET ascii, IN p_released_token VARBINARY(64),
+  IN p_tokens LONGTEXT CHARACTER SET ascii, IN p_shared LONGTEXT CHARACTER SET ascii, IN p_limits LONGTEXT CHARACTER SET ascii, IN p_weights LONGTEXT CHARACTER SET ascii, IN p_tickets LONGTEXT CHARACTER SET ascii, IN p_lease_ms LONGTEXT CHARACTER SET ascii, IN p_retention_ms LONGTEXT CHARACTER SET ascii,
+  IN p_keys LONGTEXT CHARACTER SET ascii, IN p_count INT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -640,9 +643,9 @@ BEGIN
             ";
   DECLARE v_r INT DEFAULT 1;
   DECLARE v_i INT DEFAULT 1;
-  DECLARE v_answer LONGTEXT;
-  DECLARE v_answers LONGTEXT DEFAULT '';
-  DECLARE v_wakes LONGTEXT DEFAULT '';
+  DECLARE v_answer LONGTEXT CHARACTER SET ascii;
+  DECLARE v_answers LONGTEXT CHARACTER SET ascii DEFAULT '';
+  DECLARE v_wakes LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_now BIGINT;
   {enter}
   {lock_counted}
