@@ -311,16 +311,46 @@ fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() 
 /// Finding 5: with the binary log on and `binlog_format = STATEMENT` (a
 /// setting some replication setups keep), InnoDB refuses every write of a
 /// READ COMMITTED transaction (1665: it can be logged by rows only), and
-/// each procedure runs in READ COMMITTED: every acquire is
+/// each procedure runs in READ COMMITTED: every acquire was
 /// `PROVIDER_FAILED` ("MySQL refused the command", with nothing that names
-/// the setting), while docs/mysql.md speaks of binary logging only as
-/// needing no `SUPER`.
+/// the setting). The driver cannot work there (its isolation is what keeps
+/// neighbouring keys from locking each other): it refuses at its first
+/// use, with a message and a fix that name the setting.
 #[test]
-fn the_driver_works_on_a_server_that_logs_statements() {
+fn a_server_that_logs_statements_is_refused_with_a_fix_that_names_binlog_format() {
     let server = Private::start(&["--log-bin", "--server-id=1", "--binlog-format=STATEMENT"]);
     let provider = server.provider("r4_stmt", "");
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).unwrap_err();
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("binlog_format"), "{err}");
+    assert!(err.fix().contains("ROW") && err.fix().contains("MIXED"), "{}", err.fix());
+    // Nothing was installed on a server the driver cannot use.
+    let tables =
+        rows_of(&server, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'r4_stmt%'");
+    assert_eq!(tables, "0");
+}
+
+/// What the refusal's fix proposes works: with `binlog_format = MIXED` a
+/// READ COMMITTED write is logged by rows.
+#[test]
+fn the_driver_works_on_a_server_that_logs_mixed() {
+    let server = Private::start(&["--log-bin", "--server-id=1", "--binlog-format=MIXED"]);
+    let provider = server.provider("r4_mixed", "");
     let outcome = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|lease| block_on(lease.release()));
     assert!(matches!(outcome, Ok(Ok(true))), "{:?}", outcome.map_err(|err| (err.code(), err.to_string())));
+}
+
+/// The first column of the first row of `sql` on `server`.
+fn rows_of(server: &Private, sql: &str) -> String {
+    use mysql_async::prelude::Queryable;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let opts = mysql_async::Opts::from_url(&format!("mysql://root@127.0.0.1:{}/test", server.port)).unwrap();
+        let mut conn = mysql_async::Conn::new(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)).await.unwrap();
+        let value: Option<String> = conn.query_first(sql).await.unwrap();
+        let _ = conn.disconnect().await;
+        value.unwrap_or_default()
+    })
 }
 
 /// Finding 6 (a lease lost, not two holders): a pooled connection that
