@@ -38,9 +38,14 @@ impl Private {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let data = dir.join("data");
+        // Temporary files in the server's own directory: the bootstraps of
+        // servers starting together in a shared /tmp sometimes failed
+        // ("Could not remove temporary table", 1051).
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
         let installed = Command::new("mariadb-install-db")
             .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal"])
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--user={}", user()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -103,6 +108,7 @@ fn spawn(dir: &std::path::Path, port: u16, args: &[String]) -> Child {
         .arg("--no-defaults")
         .arg(format!("--datadir={}", dir.join("data").display()))
         .arg(format!("--socket={}", dir.join("sock").display()))
+        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
         .arg(format!("--port={port}"))
         .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
         .arg(format!("--user={}", user()))
@@ -440,7 +446,8 @@ fn killed_calls_never_give_a_key_two_holders() {
     let config = yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 3000").replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
     let providers: Vec<Provider> = (0..3).map(|_| Provider::from_yaml(&config).unwrap()).collect();
     // (key, kind: x plain, r reader, w writer, n counted; fence, start, end)
-    let sections: Arc<Mutex<Vec<(String, char, u64, Instant, Instant)>>> = Arc::default();
+    type Section = (String, char, u64, Instant, Instant);
+    let sections: Arc<Mutex<Vec<Section>>> = Arc::default();
     let until = Instant::now() + Duration::from_secs(seconds);
     let killer = std::thread::spawn({
         let prefix = format!("CALL `{}_", table.0);
@@ -519,7 +526,7 @@ fn killed_calls_never_give_a_key_two_holders() {
         if !fences.insert((key.clone(), *fence)) {
             broken.push(format!("{key}: fence {fence} repeated"));
         }
-        let overlapping: Vec<&(String, char, u64, Instant, Instant)> = sections
+        let overlapping: Vec<&Section> = sections
             .iter()
             .enumerate()
             .filter(|(other, s)| *other != at && s.0 == *key && s.3 < *end && *start < s.4)
