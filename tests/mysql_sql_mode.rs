@@ -1,7 +1,7 @@
 //! The procedures against the server's settings: a key list that arrives
-//! cut is never granted, and procedures created in another `sql_mode`
-//! (which they keep, whatever the caller's) are replaced, against the
-//! machine's MariaDB.
+//! cut is never granted, procedures created in another `sql_mode` (which
+//! they keep, whatever the caller's) are replaced, and so are older
+//! versions (never newer ones), against the machine's MariaDB.
 
 mod mysql;
 
@@ -60,4 +60,32 @@ fn procedures_created_in_another_sql_mode_are_replaced() {
     let first = block_on(one.backend("shared").unwrap().acquire("k", wait(0)));
     let second = block_on(other.backend("shared").unwrap().acquire("k", wait(0)));
     assert!(first.is_ok() && second.is_err(), "first: {:?}, second: {:?}", first.is_ok(), second.is_ok());
+}
+
+/// A procedure of an older version (as a process from before the last
+/// change of the procedures left it) is replaced by the next process; one
+/// of a newer version never is: an older process refuses to call it, so
+/// two versions' processes never put their procedures back over each
+/// other's.
+#[test]
+fn older_procedures_are_replaced_and_newer_ones_never() {
+    let table = Table::fresh();
+    drop(installed(&table));
+    let name = format!("{}_take", table.0);
+    let comment = || {
+        let sql = format!(
+            "SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = '{name}'"
+        );
+        rows(&sql)[0][0].clone().unwrap_or_default()
+    };
+    let ours = comment();
+    let older = format!("dokebi-lock procedures {}", ours.rsplit(' ').next().unwrap().parse::<u32>().unwrap() - 1);
+    rows(&format!("ALTER PROCEDURE `{name}` COMMENT '{older}'"));
+    drop(installed(&table));
+    assert_eq!(comment(), ours, "the older procedure was replaced");
+    rows(&format!("ALTER PROCEDURE `{name}` COMMENT 'dokebi-lock procedures 99'"));
+    let provider = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).unwrap_err();
+    assert!(err.to_string().contains("newer"), "{err}");
+    assert_eq!(comment(), "dokebi-lock procedures 99", "the newer procedure stays");
 }

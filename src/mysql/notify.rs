@@ -54,7 +54,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tables: Vec<String>) {
     let mut logs: Vec<Log> = tables.into_iter().map(|table| Log { table, top: None, gaps: BTreeMap::new() }).collect();
     let mut retry = RETRY_MIN;
     while !shared.connection.is_shut_down() {
-        let Ok(mut conn) = shared.connection.connect().await else {
+        let Ok(mut conn) = own_session(&shared).await else {
             tokio::time::sleep(retry).await;
             retry = (retry * 2).min(RETRY_MAX);
             continue;
@@ -95,6 +95,24 @@ pub(crate) async fn run(shared: Arc<Shared>, tables: Vec<String>) {
         retry = (retry * 2).min(RETRY_MAX);
     }
     shared.connection.health().set_listening(false);
+}
+
+/// The poller's connection, its reads made independent of the server's
+/// defaults: with `autocommit` off the first read would open a transaction
+/// that never ends (each later read sees its snapshot, so no release is
+/// ever found; under `SERIALIZABLE` its share locks on the log's end make
+/// every release that logs wait and fail). Session state on this
+/// connection only: the pool's never carry a `SET`.
+async fn own_session(shared: &Shared) -> Result<mysql_async::Conn, ()> {
+    let mut conn = shared.connection.connect().await.map_err(drop)?;
+    let set = async {
+        conn.query_drop("SET SESSION autocommit = 1").await?;
+        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await
+    };
+    match tokio::time::timeout(shared.connection.command_timeout(), set).await {
+        Ok(Ok(())) => Ok(conn),
+        _ => Err(()),
+    }
 }
 
 /// Reads what `log` has not seen: the freed keys, each as its namespace

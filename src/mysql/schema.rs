@@ -38,7 +38,10 @@
 //!
 //! Lists travel as text of hex digits (see [`super::sql`]): `p_keys` is the
 //! request's key names, hex, comma-separated, sorted; hand-overs pass
-//! several requests as groups separated by `;`.
+//! several requests as groups separated by `;`. Every list is `LONGTEXT
+//! CHARACTER SET ascii`, whatever the database's default character set (in
+//! utf16, utf32 or ucs2 a digit takes two bytes or more: `UNHEX` of the
+//! list would be NULL and `LENGTH` would count bytes, not characters).
 
 /// The tables and procedures of one backend, as quoted SQL names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -49,7 +52,7 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 2";
+const VERSION: &str = "dokebi-lock procedures 3";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -111,14 +114,18 @@ impl Table {
     }
 
     /// The query that answers the installed procedures of the table, as
-    /// `name=comment` joined by `|` (NULL: none), and how many of the four
-    /// tables exist.
+    /// `name=comment` joined by `|` (NULL: none), how many of the four
+    /// tables exist, and whether the server logs this session's statements
+    /// as statements (1: `binlog_format = STATEMENT` with the binary log on
+    /// for it), which refuses every write of a READ COMMITTED transaction
+    /// (1665), so every procedure's.
     pub fn check_sql(&self) -> String {
         let names: Vec<String> = self.procedures().into_iter().map(|(name, _)| format!("'{name}'")).collect();
         format!(
             "SELECT (SELECT GROUP_CONCAT(CONCAT(ROUTINE_NAME, '=', {}) SEPARATOR '|') FROM information_schema.ROUTINES \
              WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN ({})), \
-             (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
+             (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}')), \
+             (@@log_bin = 1 AND @@SESSION.sql_log_bin = 1 AND @@SESSION.binlog_format = 'STATEMENT')",
             comment(),
             names.join(", "),
             self.table,
@@ -213,14 +220,17 @@ const CLOCK: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMES
 
 /// The start of every public procedure: a READ COMMITTED transaction whose
 /// row-lock waits end at `p_lock_wait_s`, rolled back (and the session's
-/// timeout put back) on any error, which is then raised again.
-const ENTER: &str = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET innodb_lock_wait_timeout = v_old_wait; RESIGNAL; END;
+/// timeout put back) on any error, which is then raised again. Its end,
+/// either way, starts no next transaction and keeps the connection, whatever
+/// the server's `completion_type` (`CHAIN` would leave one open, which the
+/// next call's `SET TRANSACTION` refuses; `RELEASE` would close it).
+const ENTER: &str = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK AND NO CHAIN NO RELEASE; SET innodb_lock_wait_timeout = v_old_wait; RESIGNAL; END;
   SET innodb_lock_wait_timeout = p_lock_wait_s;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;";
 
 /// The end of every public procedure, before its answer.
-const LEAVE: &str = "COMMIT;
+const LEAVE: &str = "COMMIT AND NO CHAIN NO RELEASE;
   SET innodb_lock_wait_timeout = v_old_wait;";
 
 /// The tables, statements separated by `;\n`.
@@ -320,7 +330,7 @@ const PROCEDURES: &[(&str, &str)] = &[
     (
         "_lock",
         concat!(
-            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT) MODIFIES SQL DATA
+            "CREATE PROCEDURE {lock}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii) MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
             count!("p_keys"),
@@ -339,8 +349,8 @@ END"
     (
         "_try",
         concat!(
-            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
-  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer LONGTEXT)
+            "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+  IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, OUT p_answer LONGTEXT CHARACTER SET ascii)
   MODIFIES SQL DATA
 try: BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -352,14 +362,14 @@ try: BEGIN
   DECLARE v_bucket BIGINT DEFAULT GREATEST(p_retention_ms * 125, 1);
   DECLARE v_place BIGINT DEFAULT 0;
   DECLARE v_hint BIGINT DEFAULT NULL;
-  DECLARE v_blocked LONGTEXT DEFAULT '';
+  DECLARE v_blocked LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_x BIGINT;
   DECLARE v_count BIGINT;
   DECLARE v_sum BIGINT;
   DECLARE v_writer INT;
   DECLARE v_slot INT;
   DECLARE v_fence BIGINT;
-  DECLARE v_fences LONGTEXT DEFAULT '';
+  DECLARE v_fences LONGTEXT CHARACTER SET ascii DEFAULT '';
   -- Another limit on any key: refused.
   WHILE v_i <= v_n DO
     SET v_k = ",
@@ -464,7 +474,7 @@ END"
     (
         "_release",
         concat!(
-            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
+            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -527,12 +537,12 @@ END"
     ),
     (
         "_take",
-        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+        "CREATE PROCEDURE {take}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
   IN p_weight INT, IN p_lease_ms BIGINT, IN p_waiting_ms BIGINT, IN p_ticket BIGINT, IN p_retention_ms BIGINT, IN p_count INT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-  DECLARE v_answer LONGTEXT;
+  DECLARE v_answer LONGTEXT CHARACTER SET ascii;
   {enter}
   {counted}
   CALL {lock}(p_ns, p_keys);
@@ -544,7 +554,7 @@ END",
     (
         "_renew",
         concat!(
-            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {renew}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -574,7 +584,7 @@ END"
     ),
     (
         "_give_back",
-        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
+        "CREATE PROCEDURE {give_back}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -589,7 +599,7 @@ END",
     (
         "_withdraw",
         concat!(
-            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {withdraw}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -625,9 +635,9 @@ END"
     (
         "_hand_over",
         concat!(
-            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys LONGTEXT, IN p_released_keys LONGTEXT, IN p_released_token VARBINARY(64),
-  IN p_tokens LONGTEXT, IN p_shared LONGTEXT, IN p_limits LONGTEXT, IN p_weights LONGTEXT, IN p_tickets LONGTEXT, IN p_lease_ms LONGTEXT, IN p_retention_ms LONGTEXT,
-  IN p_keys LONGTEXT, IN p_count INT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
+            "CREATE PROCEDURE {hand_over}(IN p_ns VARBINARY(255), IN p_lock_keys LONGTEXT CHARACTER SET ascii, IN p_released_keys LONGTEXT CHARACTER SET ascii, IN p_released_token VARBINARY(64),
+  IN p_tokens LONGTEXT CHARACTER SET ascii, IN p_shared LONGTEXT CHARACTER SET ascii, IN p_limits LONGTEXT CHARACTER SET ascii, IN p_weights LONGTEXT CHARACTER SET ascii, IN p_tickets LONGTEXT CHARACTER SET ascii, IN p_lease_ms LONGTEXT CHARACTER SET ascii, IN p_retention_ms LONGTEXT CHARACTER SET ascii,
+  IN p_keys LONGTEXT CHARACTER SET ascii, IN p_count INT, IN p_waiting_ms BIGINT, IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -637,9 +647,9 @@ BEGIN
             ";
   DECLARE v_r INT DEFAULT 1;
   DECLARE v_i INT DEFAULT 1;
-  DECLARE v_answer LONGTEXT;
-  DECLARE v_answers LONGTEXT DEFAULT '';
-  DECLARE v_wakes LONGTEXT DEFAULT '';
+  DECLARE v_answer LONGTEXT CHARACTER SET ascii;
+  DECLARE v_answers LONGTEXT CHARACTER SET ascii DEFAULT '';
+  DECLARE v_wakes LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_now BIGINT;
   {enter}
   {lock_counted}

@@ -12,6 +12,7 @@ use crate::acquire::{LockKind, LockMode};
 use crate::error::Result;
 use crate::options::MysqlOptions;
 use crate::store::give_back::give_back;
+use crate::store::resend::resend_if_lost;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
@@ -233,6 +234,9 @@ impl MysqlStore {
         let row = self.connection().query(&self.table.check_sql()).await?;
         let listing = row.first().cloned().flatten();
         let tables = row.get(1).cloned().flatten().and_then(|count| count.parse().ok()).unwrap_or(0);
+        if row.get(2).cloned().flatten().as_deref() == Some("1") {
+            return Err(self.logs_statements());
+        }
         Ok(installed(listing.as_deref(), self.table.procedures().len(), tables))
     }
 
@@ -241,6 +245,21 @@ impl MysqlStore {
             message: format!("the lock procedures of {} are a newer dokebi-lock's than this process's", self.table.display()),
             fix: "Upgrade dokebi-lock in this process: an older driver does not replace newer procedures.".to_owned(),
             cause: Arc::new(std::io::Error::other(format!("newer procedures for {}", self.table.display()))),
+        }))
+    }
+
+    /// The server logs statements (`binlog_format = STATEMENT`): it refuses
+    /// every write of the procedures' READ COMMITTED transactions (1665),
+    /// and that isolation is what keeps a key's call from locking its
+    /// neighbours' rows, so the driver does not run there at all.
+    fn logs_statements(&self) -> Failure {
+        Failure::Denied(Arc::new(Refusal {
+            message: format!(
+                "the MySQL server of {} logs statements (binlog_format = STATEMENT), which refuses every write of the lock procedures' READ COMMITTED transactions",
+                self.connection().option()
+            ),
+            fix: "Set the server's binlog_format to ROW or MIXED (SET GLOBAL binlog_format = 'ROW', and binlog_format = ROW in its configuration, which a restart reads).".to_owned(),
+            cause: Arc::new(std::io::Error::other("binlog_format = STATEMENT")),
         }))
     }
 
@@ -275,6 +294,19 @@ impl MysqlStore {
 const ALREADY_EXISTS: u16 = 1304;
 const NO_SUCH_TABLE: u16 = 1146;
 const NO_SUCH_PROCEDURE: u16 = 1305;
+/// "Lock wait timeout" (1205) and "deadlock" (1213).
+const LOCK_WAIT_TIMEOUT: u16 = 1205;
+const DEADLOCK: u16 = 1213;
+
+/// A try refused because another call held a row lock of its keys too
+/// long (1205), or locked them in a cycle with it (1213): the server rolled
+/// the call back whole, nothing done, and the keys are busy, not the store
+/// unavailable (a policy falls back on `PROVIDER_FAILED`, never on
+/// contention). Only for a try: a give-back, renewal or hand-over refused
+/// so did not run, which is never "done".
+fn key_busy(cause: &crate::error::Cause) -> bool {
+    matches!(server_code(cause), Some(LOCK_WAIT_TIMEOUT | DEADLOCK))
+}
 
 fn server_code(cause: &crate::error::Cause) -> Option<u16> {
     match cause.downcast_ref::<mysql_async::Error>() {
@@ -316,12 +348,22 @@ impl Store for MysqlStore {
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
         self.ensure().await?;
         let args = TakeArgs { namespace: &self.namespace, request: claim.request(ticket), waiting_ms, lock_wait_s: self.lock_wait_s() };
-        let taken = self.statements.take(self.connection(), &args).await.map_err(|failure| self.noticed(failure))?;
+        let taken = match self.statements.take(self.connection(), &args).await {
+            Err(Failure::Refused(cause)) if key_busy(&cause) => Taken::Busy { hint: -1, ticket },
+            taken => taken.map_err(|failure| self.noticed(failure))?,
+        };
         Ok(claim.reordered(taken))
     }
 
+    /// Sent again when its connection was lost under it (a connection the
+    /// server closed while it sat in the pool, a restart), as
+    /// [`resend_if_lost`] says: a renewal extends only the live rows of the
+    /// lease's token, and counts them, whatever the first attempt did. The
+    /// lease's validity still counts from the first attempt's send.
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self.statements.renew(self.connection(), &self.owner(claim), claim.terms.lease_ms).await?;
+        let owner = self.owner(claim);
+        let call = |_retry| self.statements.renew(self.connection(), &owner, claim.terms.lease_ms);
+        let (renewed, _) = resend_if_lost(self.connection().pool_size(), lost_with_its_connection, call).await?;
         Ok((renewed as usize == claim.stored.len(), vec![()]))
     }
 
@@ -344,7 +386,7 @@ impl Store for MysqlStore {
         every.dedup();
         let calls: Vec<Request> = requests.iter().map(|(claim, ticket)| claim.request(*ticket)).collect();
         let released_args = released.map_or(("", 0, ""), |claim| (claim.sorted.as_str(), claim.stored.len(), claim.token.as_str()));
-        let reply = self
+        let reply = match self
             .statements
             .hand_over(
                 self.connection(),
@@ -356,7 +398,14 @@ impl Store for MysqlStore {
                 self.lock_wait_s(),
             )
             .await
-            .map_err(|failure| self.noticed(failure))?;
+        {
+            // Only tries, no release: busy keys, as for a take.
+            Err(Failure::Refused(cause)) if released.is_none() && key_busy(&cause) => {
+                let taken = requests.iter().map(|(_, ticket)| Taken::Busy { hint: -1, ticket: *ticket }).collect();
+                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken });
+            }
+            reply => reply.map_err(|failure| self.noticed(failure))?,
+        };
         let all = released.is_some_and(|claim| reply.released as usize == claim.stored.len());
         let wake = released.map_or_else(Vec::new, |claim| claim.in_callers_order(&reply.wake));
         let taken = reply.taken.into_iter().zip(requests).map(|(taken, (claim, _))| claim.reordered(taken)).collect();

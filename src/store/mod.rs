@@ -23,7 +23,8 @@
 //!   of a store call (its connect) that an acquire's wait may cut short;
 //!   `health`: what `status()` reports of the SQL drivers' connections;
 //!   `shared`: what their backends of one connection share; `give_back`:
-//!   their give-back, sent again when its connection was lost;
+//!   their give-back, and `resend`: a call on an owner's rows (a give-back,
+//!   a renewal) sent again when its connection was lost;
 //!   `connections`: their runtime and connections in one provider;
 //!   `url_query`: the percent-encoded values of their URLs.
 //!
@@ -41,6 +42,7 @@ mod health;
 pub mod keep_alive;
 pub mod lease;
 pub(crate) mod reply;
+pub(crate) mod resend;
 pub(crate) mod runtime;
 mod seam;
 mod shared;

@@ -105,6 +105,11 @@ impl MysqlConnection {
         &self.target.user
     }
 
+    /// `dokebi-mysql.connections.<name>`, for messages.
+    pub fn option(&self) -> String {
+        option(&self.name)
+    }
+
     /// The database of the URL, where the tables live.
     pub fn database(&self) -> &str {
         &self.target.database
