@@ -224,20 +224,34 @@ fn postgres_each_connection_keeps_its_own_command_timeout_and_status() {
 }
 
 /// A connection that never reached its server is not connected, and says
-/// why (mysql's not before its first statement either); the one beside it in the same provider that did is connected with
-/// no error; after close neither is connected.
+/// why (mysql's not before its first statement either); the one beside it
+/// in the same provider that did is connected with no error; telemetry's
+/// `connection` events name the connection that came up or went down, and
+/// after close neither is connected.
 #[test]
 fn sql_connections_of_one_provider_report_their_own_connectivity() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    use std::sync::{Arc, Mutex};
     let table = mysql::Table::fresh();
     let schema = postgres::Schema::fresh();
     let yaml = format!(
-        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      up: {{ url: '{}' }}\n      down: {{ url: 'mysql://root@127.0.0.1:1/test', connectTimeoutMs: 500 }}\n  dokebi-postgres:\n    connections:\n      up: {{ url: '{}' }}\n      down: {{ url: 'postgres://postgres@127.0.0.1:1/test', connectTimeoutMs: 500 }}\n  dokebi-lock:\n    backends:\n      mu: {{ driver: mysql, connection: up, table: {table}, leaseMs: 10000 }}\n      md: {{ driver: mysql, connection: down, table: {table}, leaseMs: 10000 }}\n      pu: {{ driver: postgres, connection: up, schema: {schema}, leaseMs: 10000 }}\n      pd: {{ driver: postgres, connection: down, schema: {schema}, leaseMs: 10000 }}\n",
+        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      mup: {{ url: '{}' }}\n      mdown: {{ url: 'mysql://root@127.0.0.1:1/test', connectTimeoutMs: 500 }}\n  dokebi-postgres:\n    connections:\n      pup: {{ url: '{}' }}\n      pdown: {{ url: 'postgres://postgres@127.0.0.1:1/test', connectTimeoutMs: 500 }}\n  dokebi-lock:\n    backends:\n      mu: {{ driver: mysql, connection: mup, table: {table}, leaseMs: 10000 }}\n      md: {{ driver: mysql, connection: mdown, table: {table}, leaseMs: 10000 }}\n      pu: {{ driver: postgres, connection: pup, schema: {schema}, leaseMs: 10000 }}\n      pd: {{ driver: postgres, connection: pdown, schema: {schema}, leaseMs: 10000 }}\n",
         mysql::url(),
         postgres::url(),
         table = table.0,
         schema = schema.0,
     );
-    let provider = Provider::from_yaml(&yaml).unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let hooks = dokebi_lock::Hooks {
+        telemetry: Some(Arc::new(move |event: &TelemetryEvent| {
+            if let TelemetryEvent::Connection { connection, up } = event {
+                sink.lock().unwrap().push((connection.clone(), *up));
+            }
+        })),
+        ..dokebi_lock::Hooks::default()
+    };
+    let provider = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
     for (up_name, down) in [("mu", "md"), ("pu", "pd")] {
         let (up, down) = (provider.backend(up_name).unwrap(), provider.backend(down).unwrap());
         // Postgres's listener connects (and so answers) from the start.
@@ -255,4 +269,9 @@ fn sql_connections_of_one_provider_report_their_own_connectivity() {
     for backend in &backends {
         assert!(!counts(backend).connected, "closed: {:?}", counts(backend));
     }
+    let mut seen = events.lock().unwrap().clone();
+    seen.sort();
+    let event = |name: &str, up: bool| (name.to_owned(), up);
+    // A connection never up never goes down either.
+    assert_eq!(seen, [event("mup", false), event("mup", true), event("pup", false), event("pup", true)]);
 }
