@@ -275,3 +275,105 @@ fn sql_connections_of_one_provider_report_their_own_connectivity() {
     // A connection never up never goes down either.
     assert_eq!(seen, [event("mup", false), event("mup", true), event("pup", false), event("pup", true)]);
 }
+
+/// A storm on one table: two providers (processes), each with backends
+/// `a` and `b` on one connection in two namespaces, two threads per backend
+/// taking and releasing `k`, while `kill_one` (every 30 ms) ends one of the
+/// driver's sessions on the table, answering whether it found one: mysql's
+/// running a statement (takes, their row-lock waits, give-backs and their
+/// retries, hand-overs); postgres's a running one first, else an idle one
+/// or the listener. Checked per namespace: never two holders at once,
+/// and each holder's fence above every fence before it.
+/// `SEAM_REVIEW_SECS` (default 8).
+fn storm(yaml: &str, kill_one: impl Fn() -> bool + Send + 'static) {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let secs = std::env::var("SEAM_REVIEW_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let providers: Vec<Provider> = (0..2).map(|_| Provider::from_yaml(yaml).unwrap()).collect();
+    // Per namespace: whether held now, and the last fence given.
+    let state: Arc<Mutex<BTreeMap<&'static str, (bool, u64)>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let outcomes: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for provider in &providers {
+        for name in ["a", "b"] {
+            for _ in 0..2 {
+                let backend = provider.backend(name).unwrap();
+                let (state, violations, outcomes, stop) = (state.clone(), violations.clone(), outcomes.clone(), stop.clone());
+                workers.push(thread::spawn(move || {
+                    let note = |what: String| *outcomes.lock().unwrap().entry(what).or_default() += 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        let lease = match block_on(backend.acquire("k", wait(2000))) {
+                            Ok(lease) => lease,
+                            Err(err) => {
+                                note(format!("acquire {:?}", err.code()));
+                                continue;
+                            }
+                        };
+                        {
+                            let mut state = state.lock().unwrap();
+                            let (held, last) = state.entry(name).or_default();
+                            if *held {
+                                violations.lock().unwrap().push(format!("{name}: two holders (fence {})", lease.fence()));
+                            }
+                            if lease.fence() <= *last {
+                                violations.lock().unwrap().push(format!("{name}: fence {} after {last}", lease.fence()));
+                            }
+                            (*held, *last) = (true, lease.fence().max(*last));
+                        }
+                        thread::sleep(Duration::from_millis(3));
+                        state.lock().unwrap().get_mut(name).unwrap().0 = false;
+                        match block_on(lease.release()) {
+                            Ok(released) => note(format!("release {released}")),
+                            Err(err) => note(format!("release {:?}", err.code())),
+                        }
+                    }
+                }));
+            }
+        }
+    }
+    let killer = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut killed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                killed += usize::from(kill_one());
+                thread::sleep(Duration::from_millis(30));
+            }
+            killed
+        })
+    };
+    thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let killed = killer.join().unwrap();
+    workers.into_iter().for_each(|worker| worker.join().unwrap());
+    eprintln!("killed {killed}; outcomes {:?}; last fences {:?}", outcomes.lock().unwrap(), state.lock().unwrap());
+    assert!(killed > 0, "the storm ended statements");
+    let violations = violations.lock().unwrap();
+    assert!(violations.is_empty(), "{violations:#?}");
+    for provider in providers {
+        block_on(provider.close());
+    }
+}
+
+#[test]
+fn mysql_killed_statements_never_give_a_key_of_either_namespace_twice() {
+    let table = mysql::Table::fresh();
+    let find = format!("SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE '%`{}%'", table.0);
+    storm(&mysql_two_namespaces(&table.0, 4000), move || {
+        let id = mysql::try_rows(&find).ok().and_then(|rows| rows.first().and_then(|row| row[0].clone()));
+        id.is_some_and(|id| mysql::try_rows(&format!("KILL {id}")).is_ok())
+    });
+}
+
+#[test]
+fn postgres_ended_sessions_never_give_a_key_of_either_namespace_twice() {
+    let schema = postgres::Schema::fresh();
+    let end = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE '%{}%' ORDER BY state = 'active' DESC LIMIT 1) t",
+        schema.0
+    );
+    storm(&postgres_two_namespaces(&schema.0, 4000), move || postgres::count(&end) > 0);
+}
