@@ -52,7 +52,7 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 3";
+const VERSION: &str = "dokebi-lock procedures 4";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -516,7 +516,12 @@ BEGIN
   END IF;
   -- Up to four key rows past their retention that nothing holds or waits
   -- for, locked unless another call has them, checked again once locked.
-  IF EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) THEN
+  -- Looked for with a plain read (SELECT … INTO): in a procedure, IF
+  -- EXISTS (SELECT …) is a locking read that waits for every such row
+  -- another call has locked (two releases deadlocked on each other's rows,
+  -- 1213; one behind a take in flight waited out the lock wait, 1205).
+  SELECT EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) INTO v_c;
+  IF v_c THEN
     OPEN v_old;
     clean: LOOP
       FETCH v_old INTO v_ns, v_k;
