@@ -10,6 +10,7 @@ import { startRedis } from './lib/redis-server.mjs';
 import { startCluster } from './lib/redis-cluster.mjs';
 import { startReplicated } from './lib/redis-replicated.mjs';
 import { startSentinel } from './lib/redis-sentinel.mjs';
+import { ourTables } from './scenarios/mysql-subjects.mjs';
 import { pinned, mode, runPinned, checkPinned, APP_CORE } from './lib/pin.mjs';
 import { describeMachine, describeCommit } from './lib/machine.mjs';
 import { median } from './lib/stats.mjs';
@@ -62,8 +63,10 @@ function medianRound(results, scenario) {
 // Servers a scenario names in `needs`, besides the run's redis-server: each
 // started before the first selected scenario that needs it and stopped after
 // the last one, so that six idle cluster nodes do not run beside the other
-// measurements. One that fails to start fails its scenarios, not the run.
-const SERVICES = { cluster: startCluster, replicated: startReplicated, sentinel: startSentinel };
+// measurements; and the mysql scenarios' tables in the machine's database,
+// dropped after the last. One that fails to start fails its scenarios, not
+// the run.
+const SERVICES = { cluster: startCluster, replicated: startReplicated, sentinel: startSentinel, mysqlTables: ourTables };
 const services = new Map(); // name -> { service } or { error }
 
 /** The data (URLs) of the services `scenario` needs, started if need be. */

@@ -55,7 +55,7 @@ export async function oneNativeCall() {
 /** YAML of a provider with one backend called "bench" (YAML flow mappings
  *  are JSON, so the settings are written as JSON). `connection` is a URL
  *  (one server) or a connection mapping such as { cluster: { nodes } },
- *  named "main" in the driver's section (`dokebi-redis`, `dokebi-postgres`). */
+ *  named "main" in the driver's section (`dokebi-redis`, `dokebi-postgres`, `dokebi-mysql`). */
 export function yamlFor(settings, connection, section = 'dokebi-redis') {
   const lines = ['schemaVersion: 1', 'options:', '  dokebi-lock:', `    backends: { bench: ${JSON.stringify(settings)} }`];
   if (connection) {

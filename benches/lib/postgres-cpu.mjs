@@ -7,18 +7,9 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { procStat, ticksToSeconds } from './server-cpu.mjs';
 
 const require = createRequire(import.meta.url);
-const TICKS_PER_SECOND = 100; // USER_HZ on Linux
-
-/** utime, stime, cutime, cstime (ticks) and ppid of process `pid`. */
-function stat(pid) {
-  const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // The fields after the command name, which may itself hold spaces.
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  const at = (n) => Number(fields[n - 3]);
-  return { ppid: at(4), utime: at(14), stime: at(15), cutime: at(16), cstime: at(17) };
-}
 
 /** The postmaster's pid of the server at `url`, or null. */
 async function postmasterOf(url) {
@@ -41,18 +32,18 @@ export async function postgresCpu(url) {
   return {
     seconds() {
       if (postmaster === null) return null;
-      const main = stat(postmaster);
+      const main = procStat(postmaster);
       let ticks = main.utime + main.stime + main.cutime + main.cstime;
       for (const entry of readdirSync('/proc')) {
         if (!/^\d+$/.test(entry) || Number(entry) === postmaster) continue;
         try {
-          const child = stat(entry);
+          const child = procStat(entry);
           if (child.ppid === postmaster) ticks += child.utime + child.stime;
         } catch {
           // The process ended between the listing and the read.
         }
       }
-      return ticks / TICKS_PER_SECOND;
+      return ticksToSeconds(ticks);
     },
   };
 }

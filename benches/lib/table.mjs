@@ -18,6 +18,8 @@ export function rate(x) {
 /** Microseconds rendered with a unit that keeps 3 significant digits. */
 export function duration(us) {
   if (!Number.isFinite(us)) return '-';
+  // From a second up, seconds: toPrecision(3) would print 1160 ms as "1.16e+3".
+  if (us >= 1e6) return (us / 1e6).toPrecision(3) + ' s';
   if (us >= 1e3) return (us / 1e3).toPrecision(3) + ' ms';
   if (us >= 1) return us.toPrecision(3) + ' us';
   return (us * 1e3).toPrecision(3) + ' ns';

@@ -4,9 +4,9 @@
 import { mailbox } from '../lib/ipc.mjs';
 import { nowNs } from '../lib/stats.mjs';
 
-// The family ('redis', 'postgres' or 'file'), the subject, and the JSON of
-// what its factory takes: for redis a URL or a mapping for ours (a cluster),
-// for postgres the URL, for file the directory.
+// The family ('redis', 'postgres', 'mysql' or 'file'), the subject, and the
+// JSON of what its factory takes: for redis a URL or a mapping for ours (a
+// cluster), for postgres and mysql the URL, for file the directory.
 const [family, subject, argument] = process.argv.slice(2);
 const { [`${family}Subjects`]: subjects } = await import(`./${family}-subjects.mjs`);
 const s = await subjects[subject](JSON.parse(argument));

@@ -12,11 +12,12 @@ import { scenarios as nodeRedisTopologies } from './node-redis-topologies.mjs';
 import { clusterPeers, sentinelPeers, sentinelPrimaryPeers } from './node-redis-topology-peers.mjs';
 import { scenarios as nodeHandoff } from './node-handoff.mjs';
 import { scenarios as nodePostgres } from './node-postgres.mjs';
+import { scenarios as nodeMysql } from './node-mysql.mjs';
 import { scenarios as nodeFile } from './node-file.mjs';
 import { scenarios as nodePolicy } from './node-policy.mjs';
 import { scenarios as cLocal } from './c-local.mjs';
 
-export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodePostgres, ...nodeFile, ...nodePolicy, ...cLocal];
+export const scenarios = [...nodeLocal, ...nodeLocalKinds, ...nodeTracing, ...nodeLocalScale, ...nodeRedis, ...nodeRedisKinds, ...nodeHandoff, clusterPeers, ...nodeRedisTopologies, sentinelPeers, sentinelPrimaryPeers, ...nodePostgres, ...nodeMysql, ...nodeFile, ...nodePolicy, ...cLocal];
 
 export function findScenario(id) {
   const scenario = scenarios.find((s) => s.id === id);

@@ -105,7 +105,7 @@ export function handoffLatencies(latenciesUs) {
 
 /** Hand-offs of `key` from `s` to a forked waiter of `family`'s `subject`
  *  over `argument` (what handoff-waiter.mjs passes to the factory): a few
- *  to warm up, then up to 150 within `maxMs`. The postgres and file
+ *  to warm up, then up to 150 within `maxMs`. The postgres, mysql and file
  *  scenarios' measurement; redis's measures the waiting load too. */
 export async function handoffsToProcess(s, { family, subject, argument, key, ctx, maxMs }) {
   const waiter = fork(WAITER, [family, subject, JSON.stringify(argument)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });

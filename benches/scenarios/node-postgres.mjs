@@ -8,37 +8,15 @@ import { handoffsToProcess, latencyColumns } from './node-handoff.mjs';
 import { tasksOnOwnKeys } from './node-redis.mjs';
 import { sequential } from '../lib/measure.mjs';
 import { postgresCpu } from '../lib/postgres-cpu.mjs';
-import { duration, rate } from '../lib/table.mjs';
+import { cpuColumns as columns, withServerCpu } from '../lib/server-cpu.mjs';
 
 const PG_URL = process.env.BENCH_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
 const SUBJECTS = ['dokebi-lock', FLOOR, 'advisory-lock'];
 // The statements of ours by hand cannot wait: not in the hand-off.
 const PAIR_SUBJECTS = [...SUBJECTS, BY_HAND];
 
-const columns = [
-  { head: 'pairs/s', cell: (r) => rate(r.opsPerSec) },
-  { head: 'p50', cell: (r) => duration(r.p50Us) },
-  { head: 'p99', cell: (r) => duration(r.p99Us) },
-  { head: 'app CPU / pair', cell: (r) => duration(r.appCpuUsPerPair) },
-  { head: 'server CPU / pair', cell: (r) => (r.serverCpuUsPerPair === null ? 'n/a' : duration(r.serverCpuUsPerPair)) },
-];
-
 /** Runs `timed` between two CPU readings of this process and of the server. */
-async function withCpu(s, timed) {
-  const server = await postgresCpu(PG_URL);
-  const serverBefore = server.seconds();
-  const appBefore = process.cpuUsage();
-  const r = await timed();
-  const app = process.cpuUsage(appBefore);
-  const serverAfter = server.seconds();
-  return {
-    ...r,
-    version: s.version,
-    defaults: s.defaults,
-    appCpuUsPerPair: (app.user + app.system) / r.allOps,
-    serverCpuUsPerPair: serverBefore === null ? null : ((serverAfter - serverBefore) * 1e6) / r.allOps,
-  };
-}
+const withCpu = async (s, timed) => withServerCpu(await postgresCpu(PG_URL), s, timed);
 
 /** Runs `fn` over a fresh subject, closed afterwards. */
 async function withSubject(subject, fn) {
