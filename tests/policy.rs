@@ -394,3 +394,32 @@ fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_
         block_on(provider.close());
     }
 }
+
+/// A wait that ends while the preferred member is still connecting is no
+/// sign that it is down: the connect may be slow, not failing, while it
+/// serves other processes. Such an acquire fails (`PROVIDER_FAILED`, the
+/// connect still under way) without moving the key. Before, the policy took
+/// it for an outage and served the key from its next member (the fault
+/// suite's policy scenario at a 30 ms wait on a loaded host: two holders
+/// with Redis up).
+#[test]
+fn a_wait_that_ends_while_the_preferred_member_connects_never_moves_the_key() {
+    // Takes connections and never answers: every connect stays under way.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let text = yaml(
+        &format!("  dokebi-redis:\n    connections:\n      main: {{ url: '{url}', connectTimeoutMs: 5000 }}\n"),
+        &(LOCAL_AND_FILE.replace("DIR", &dir())
+            + "      cache: { driver: redis, connection: main, leaseMs: 5000 }\n      locks:\n        driver: policy\n        default: { backends: [cache, host], minTier: host, onUnavailable: fallBack }\n"),
+    );
+    let provider = Provider::from_yaml(&text).unwrap();
+    let locks = provider.backend("locks").unwrap();
+    let started = Instant::now();
+    let error = block_on(locks.acquire("order:1", wait(50))).expect_err("not served while the preferred member connects");
+    assert_eq!(error.code(), ErrorCode::ProviderFailed, "{error}");
+    assert!(started.elapsed() < Duration::from_secs(2), "ended at its wait, not at connectTimeoutMs: {:?}", started.elapsed());
+    let members = provider.status()["locks"].policy.clone().unwrap();
+    assert!(members.iter().all(|m| m.counts.fallbacks == 0 && !m.skipped), "{members:?}");
+    drop(silent);
+    block_on(provider.close());
+}

@@ -147,7 +147,8 @@ class PolicyBackend {
           if (granted) throw error;
           const code = error instanceof LockError ? error.code : '';
           if (code === 'WAIT_TIMEOUT') counts.timedOut += 1;
-          if (!policy.failed(id, member, code, error instanceof LockError ? error.message : '')) throw error;
+          const lockError = error instanceof LockError;
+          if (!policy.failed(id, member, code, lockError ? error.message : '', false)) throw error;
         }
       }
       throw fromInfo(policy.refusal(id));

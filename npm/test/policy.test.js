@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -239,4 +241,33 @@ await new Promise((resolve) => setTimeout(resolve, 200));
   assert.match(result.stderr, /^dokebi-lock warn \[locks\] LOCK_POLICY_SKIPPED: /m);
   assert.match(result.stderr, /^dokebi-lock warn \[locks\] LOCK_POLICY_FALLBACK: /m);
   assert.doesNotMatch(result.stderr, /dokebi-lock error/);
+});
+
+test('a wait that ends while the preferred member still connects fails without moving the key', async () => {
+  // Takes connections and never answers: every connect stays under way.
+  const silent = createServer(() => {});
+  silent.listen(0, '127.0.0.1');
+  await once(silent, 'listening');
+  const url = `redis://127.0.0.1:${silent.address().port}`;
+  const lock = await openLock({
+    config: config(
+      {
+        cache: { driver: 'redis', connection: 'main', leaseMs: 5000 },
+        locks: { driver: 'policy', default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' } },
+      },
+      { main: { url, connectTimeoutMs: 5000 } },
+    ),
+  });
+  const locks = lock.backend('locks');
+  const error = await locks.acquire('order:1', { waitTimeoutMs: 50 }).then(
+    (lease) => assert.fail(`served by ${lease.served.backend} while the preferred member connects`),
+    (error) => error,
+  );
+  assert.ok(error instanceof LockError);
+  assert.equal(error.code, 'PROVIDER_FAILED', error.message);
+  assert.equal(error.details?.connecting, true);
+  const members = locks.status().members;
+  assert.ok(members.every((m) => m.fallbacks === 0 && !m.skipped), JSON.stringify(members));
+  await lock.close();
+  silent.close();
 });

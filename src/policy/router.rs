@@ -366,13 +366,17 @@ impl Attempt {
     }
 
     /// The try of `member` failed with `error`. Only unavailability (the
-    /// store unreachable, refusing or failing: `PROVIDER_FAILED`) moves
-    /// on; contention, limits, an abort, close and an unknown outcome end
+    /// store unreachable, refusing or failing: `PROVIDER_FAILED`, unless the
+    /// wait ended while it was still connecting) moves on; contention, limits, an abort, close and an unknown outcome end
     /// the acquire, since another member would give a second holder, or
     /// might while the first try's grant stands.
     pub fn failed(&mut self, member: usize, error: &LockError) -> Step {
         let mut states = lock(&self.router.states);
         match error.code() {
+            // The acquire's wait ended while the member was still
+            // connecting: slow is not down (it may serve others meanwhile),
+            // so the key does not move.
+            ErrorCode::ProviderFailed if still_connecting(error) => Step::Stop,
             ErrorCode::ProviderFailed => {
                 self.router.unavailable(&mut states, member, error);
                 self.tried.push(Tried { member, code: error.code(), reason: error.message().to_owned(), retry_in: None });
@@ -510,6 +514,12 @@ impl Acquisitions {
     fn get(&self, key: &str) -> Option<Acquisition> {
         self.by_key.get(key).cloned()
     }
+}
+
+/// A store's `PROVIDER_FAILED` for a wait that ended while it connected
+/// (`details.connecting`), not for a connect that failed.
+pub fn still_connecting(error: &LockError) -> bool {
+    error.details().and_then(|details| details.get("connecting")).and_then(serde_json::Value::as_bool) == Some(true)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

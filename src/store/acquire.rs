@@ -608,6 +608,8 @@ fn other_limit() -> LockError {
 /// A wait that ended while its try was still connecting to the store:
 /// nothing was done, as when the connect fails (not `WAIT_TIMEOUT`, which
 /// says the key stayed held).
+/// `details.connecting`: the store may be slow to connect, not down, so a
+/// policy does not fall back on it (see `policy::router`).
 fn unreachable_within(store: &str, wait: Duration) -> LockError {
     LockError::new(
         ErrorCode::ProviderFailed,
@@ -616,6 +618,7 @@ fn unreachable_within(store: &str, wait: Duration) -> LockError {
             wait.as_millis()
         ),
     )
+    .with_details(serde_json::json!({ "connecting": true }))
 }
 
 fn late_grant(store: &str) -> LockError {

@@ -196,13 +196,19 @@ impl NativePolicy {
     }
 
     /// The try of member `member` failed with the error `code` (`message`
-    /// as the member's error said it): true when acquire `id` moves on to the
-    /// next member, false when this error ends it (and the acquire with it).
+    /// as the member's error said it; `connecting`: its `details.connecting`,
+    /// a wait that ended while the member connected): true when acquire
+    /// `id` moves on to the next member, false when this error ends it (and
+    /// the acquire with it).
     #[napi(catch_unwind)]
-    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String) -> bool {
+    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String, connecting: bool) -> bool {
         // An error the core does not know (an app's, a TypeError) is no unavailability.
         let step = match ErrorCode::from_name(&code) {
-            Some(code) => self.attempt(id).0.failed(member as usize, &LockError::new(code, message)),
+            Some(code) => {
+                let error = LockError::new(code, message);
+                let error = if connecting { error.with_details(serde_json::json!({ "connecting": true })) } else { error };
+                self.attempt(id).0.failed(member as usize, &error)
+            }
             None => Step::Stop,
         };
         if step == Step::Stop {
