@@ -54,3 +54,34 @@ fn a_hand_over_s_clean_up_never_deletes_a_key_row_the_same_call_grants() {
     assert_eq!(count(&rows), 3, "each granted key keeps its row (its fence counter)");
     assert!(block_on(lease.release()).unwrap());
 }
+
+/// The same clean-up, on the released key itself: a counted lease of this
+/// process is released to a waiter of this process that never tried the
+/// store (its turn came while our own lease kept the key full, so it napped
+/// without a try, and left no mark). The key's row is past its retention
+/// (here `fenceRetentionMs: 1`; by default any lease held over ten
+/// minutes), so the release deletes it, counter and all, in the call that
+/// then grants it to the waiter: the same NULL answer, OUTCOME_UNKNOWN for
+/// a release that happened, and the waiter's grant made without a fence.
+#[test]
+fn a_counted_release_handed_to_a_waiter_that_never_tried_is_answered() {
+    let table = Table::fresh();
+    let provider = Provider::from_yaml(&yaml(&table.0, ", fenceRetentionMs: 1, pollIntervalMs: 10000, notifyPollIntervalMs: 10000")).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    let counted = |ms| AcquireOptions { limit: Some(2), weight: Some(2), ..wait(ms) };
+    let held = block_on(backend.acquire("pool", counted(0))).unwrap();
+    let waiter = std::thread::spawn({
+        let backend = backend.clone();
+        move || block_on(backend.acquire("pool", counted(20_000)))
+    });
+    // The waiter naps (our lease keeps the key full): no try, no mark.
+    std::thread::sleep(Duration::from_millis(300));
+    let marks = format!("SELECT COUNT(*) FROM `{}_waiting`", table.0);
+    assert_eq!(count(&marks), 0, "the waiter has not tried the store");
+    let released = block_on(held.release());
+    assert!(released.as_ref().is_ok_and(|all| *all), "the release was answered: {released:?}");
+    let lease = waiter.join().unwrap().expect("the waiter is granted");
+    let rows = format!("SELECT COUNT(*) FROM `{}`", table.0);
+    assert_eq!(count(&rows), 1, "the granted key keeps its row (its fence counter)");
+    assert!(block_on(lease.release()).unwrap());
+}
