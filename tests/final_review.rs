@@ -3,6 +3,7 @@
 //! servers, failing until it is fixed.
 
 mod mysql;
+mod postgres;
 mod support;
 
 use std::time::Duration;
@@ -66,7 +67,8 @@ fn a_hand_over_s_clean_up_never_deletes_a_key_row_the_same_call_grants() {
 #[test]
 fn a_counted_release_handed_to_a_waiter_that_never_tried_is_answered() {
     let table = Table::fresh();
-    let provider = Provider::from_yaml(&yaml(&table.0, ", fenceRetentionMs: 1, pollIntervalMs: 10000, notifyPollIntervalMs: 10000")).unwrap();
+    let provider =
+        Provider::from_yaml(&yaml(&table.0, ", fenceRetentionMs: 1, pollIntervalMs: 10000, notifyPollIntervalMs: 10000")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let counted = |ms| AcquireOptions { limit: Some(2), weight: Some(2), ..wait(ms) };
     let held = block_on(backend.acquire("pool", counted(0))).unwrap();
@@ -84,4 +86,95 @@ fn a_counted_release_handed_to_a_waiter_that_never_tried_is_answered() {
     let rows = format!("SELECT COUNT(*) FROM `{}`", table.0);
     assert_eq!(count(&rows), 1, "the granted key keeps its row (its fence counter)");
     assert!(block_on(lease.release()).unwrap());
+}
+
+/// A waiting acquire's own try carries the waiters right behind it on its
+/// key (followers), whose other keys it locks too; a row lock on such a key
+/// now makes the whole call busy (1205), so the head, whose own key is
+/// free, is told busy, tries again with the same follower, and waits as
+/// long as that other key's row stays locked (here until its wait ends),
+/// though nobody holds its key. Before, the same call failed it
+/// (PROVIDER_FAILED); either way it is never granted while the row lock
+/// lasts: a refused hand-over could try the head alone before waiting on.
+#[test]
+fn a_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_is_row_locked() {
+    let table = Table::fresh();
+    let ((_one, a), (_other, b)) = (open(&table), open(&table));
+    let counted = |ms| AcquireOptions { limit: Some(3), weight: Some(1), ..wait(ms) };
+    let full = block_on(b.acquire("pool", AcquireOptions { weight: Some(3), ..counted(0) })).unwrap();
+    let head = std::thread::spawn({
+        let a = a.clone();
+        move || {
+            let started = std::time::Instant::now();
+            block_on(a.acquire("pool", counted(6000))).map(|_lease| started.elapsed())
+        }
+    });
+    let marks = format!("SELECT COUNT(*) FROM `{}_waiting`", table.0);
+    support::eventually("the head left its mark", || count(&marks) == 1);
+    let _follower = std::thread::spawn({
+        let a = a.clone();
+        move || block_on(a.acquire_many(&["pool", "z"], counted(6000))).map(|lease| block_on(lease.release()))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // Another session's transaction holds z's row for 8 s.
+    let namespace = mysql::rows(&format!("SELECT HEX(ns) FROM `{}` LIMIT 1", table.0))[0][0].clone().unwrap();
+    let mut locker = std::process::Command::new("mysql")
+        .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
+        .arg(format!(
+            "BEGIN; INSERT INTO `{}` (ns, k, fence, fence_until) VALUES (X'{namespace}', 'z', 0, 0); DO SLEEP(8); ROLLBACK;",
+            table.0
+        ))
+        .spawn()
+        .unwrap();
+    let sleeping = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(8)%'";
+    support::eventually("z's row is locked", || count(sleeping) == 1);
+    let freed = std::time::Instant::now();
+    assert!(block_on(full.release()).unwrap());
+    let waited = head.join().unwrap();
+    let free_for = freed.elapsed();
+    let _ = locker.wait();
+    assert!(waited.is_ok(), "the head, whose key answered {free_for:?} after its key was freed, was refused: {waited:?}");
+}
+
+/// The same on PostgreSQL: the head's hand-over with its follower waits
+/// out `lock_timeout` on the follower's other key (55P03), is answered
+/// busy, and is sent again with the same follower until the head's wait
+/// ends.
+#[test]
+fn a_postgres_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_is_row_locked() {
+    let schema = postgres::Schema::fresh();
+    let (one, other) = (schema.open(""), schema.open(""));
+    let (a, b) = (postgres::backend(&one), postgres::backend(&other));
+    let counted = |ms| AcquireOptions { limit: Some(3), weight: Some(1), ..wait(ms) };
+    let full = block_on(b.acquire("pool", AcquireOptions { weight: Some(3), ..counted(0) })).unwrap();
+    let head = std::thread::spawn({
+        let a = a.clone();
+        move || block_on(a.acquire("pool", counted(6000))).map(|_lease| ())
+    });
+    let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
+    postgres::eventually("the head left its mark", || postgres::count(&marks) == 1);
+    let _follower = std::thread::spawn({
+        let a = a.clone();
+        move || block_on(a.acquire_many(&["pool", "z"], counted(6000))).map(|lease| block_on(lease.release()))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // Another session's transaction holds z's row for 8 s.
+    let mut locker = std::process::Command::new("psql")
+        .arg(postgres::url())
+        .args(["-q", "-c"])
+        .arg(format!(
+            "BEGIN; INSERT INTO {keys} (namespace, key, fence, fence_until) SELECT namespace, 'z', 0, now() FROM {keys} LIMIT 1; SELECT pg_sleep(8); ROLLBACK;",
+            keys = schema.table("")
+        ))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; INSERT INTO%pg_sleep(8)%'";
+    postgres::eventually("z's row is locked", || postgres::count(sleeping) == 1);
+    let freed = std::time::Instant::now();
+    assert!(block_on(full.release()).unwrap());
+    let waited = head.join().unwrap();
+    let free_for = freed.elapsed();
+    let _ = locker.wait();
+    assert!(waited.is_ok(), "the head, whose key answered {free_for:?} after its key was freed, was refused: {waited:?}");
 }
