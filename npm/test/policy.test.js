@@ -258,16 +258,20 @@ test('a wait that ends while the preferred member still connects fails without m
       { main: { url, connectTimeoutMs: 5000 } },
     ),
   });
-  const locks = lock.backend('locks');
-  const error = await locks.acquire('order:1', { waitTimeoutMs: 50 }).then(
-    (lease) => assert.fail(`served by ${lease.served.backend} while the preferred member connects`),
-    (error) => error,
-  );
-  assert.ok(error instanceof LockError);
-  assert.equal(error.code, 'PROVIDER_FAILED', error.message);
-  assert.equal(error.details?.connecting, true);
-  const members = locks.status().members;
-  assert.ok(members.every((m) => m.fallbacks === 0 && !m.skipped), JSON.stringify(members));
-  await lock.close();
-  silent.close();
+  try {
+    const locks = lock.backend('locks');
+    const error = await locks.acquire('order:1', { waitTimeoutMs: 50 }).then(
+      (lease) => assert.fail(`served by ${lease.served.backend} while the preferred member connects`),
+      (error) => error,
+    );
+    assert.ok(error instanceof LockError, String(error));
+    assert.equal(error.code, 'PROVIDER_FAILED', error.message);
+    assert.equal(error.details?.connecting, true);
+    const members = locks.status().members;
+    assert.ok(members.every((m) => m.fallbacks === 0 && !m.skipped), JSON.stringify(members));
+  } finally {
+    // Also when it failed: the provider and the silent server would keep the test process alive.
+    await lock.close();
+    silent.close();
+  }
 });
