@@ -121,13 +121,15 @@ fn a_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_is_row_lo
     let mut locker = std::process::Command::new("mysql")
         .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
         .arg(format!(
-            "BEGIN; INSERT INTO `{}` (ns, k, fence, fence_until) VALUES (X'{namespace}', 'z', 0, 0); DO SLEEP(8); ROLLBACK;",
+            "BEGIN; INSERT INTO `{0}` (ns, k, fence, fence_until) VALUES (X'{namespace}', 'z', 0, 0); DO SLEEP(8 + 0 * LENGTH('{0}')); ROLLBACK;",
             table.0
         ))
         .spawn()
         .unwrap();
-    let sleeping = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(8)%'";
-    support::eventually("z's row is locked", || count(sleeping) == 1);
+    // This test's session only (its table in the text).
+    let sleeping =
+        format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(8 + 0 * LENGTH(''{}''))%'", table.0);
+    support::eventually("z's row is locked", || count(&sleeping) == 1);
     let freed = std::time::Instant::now();
     assert!(block_on(full.release()).unwrap());
     let waited = head.join().unwrap();
@@ -169,8 +171,12 @@ fn a_postgres_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; INSERT INTO%pg_sleep(8)%'";
-    postgres::eventually("z's row is locked", || postgres::count(sleeping) == 1);
+    // This test's session only (its schema's table in the text).
+    let sleeping = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; INSERT INTO {}%pg_sleep(8)%'",
+        schema.table("")
+    );
+    postgres::eventually("z's row is locked", || postgres::count(&sleeping) == 1);
     let freed = std::time::Instant::now();
     assert!(block_on(full.release()).unwrap());
     let waited = head.join().unwrap();

@@ -187,15 +187,16 @@ fn postgres_two_timeouts(schema: &str) -> String {
 }
 
 /// While another session holds the key's row for 3 s: `fast`'s try is
-/// refused by the server at its own row-lock wait (from 2000 ms), `slow`'s
-/// (from 8000 ms) waits the row out and is granted.
+/// refused by the server at its own row-lock wait (from 2000 ms: a busy
+/// key, `LOCK_BUSY`), `slow`'s (from 8000 ms) waits the row out and is
+/// granted.
 fn each_connection_keeps_its_command_timeout(provider: &Provider, hold: impl Fn(u64) -> thread::JoinHandle<()>) {
     let (fast, slow) = (provider.backend("fast").unwrap(), provider.backend("slow").unwrap());
     assert!(block_on(block_on(slow.acquire("k", wait(0))).unwrap().release()).unwrap());
     let held = hold(3000);
     let started = Instant::now();
     let refused = block_on(fast.acquire("k", wait(0))).unwrap_err();
-    assert_eq!(refused.code(), ErrorCode::ProviderFailed, "{refused}");
+    assert_eq!(refused.code(), ErrorCode::LockBusy, "{refused}");
     assert!(started.elapsed() < Duration::from_millis(1900), "refused within fast's own timeout: {:?}", started.elapsed());
     let lease = block_on(slow.acquire("k", wait(0))).expect("slow's try outwaits the row lock (its lock wait is 6 s)");
     assert!(started.elapsed() >= Duration::from_millis(2500), "slow waited for the row: {:?}", started.elapsed());

@@ -52,7 +52,7 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 4";
+const VERSION: &str = "dokebi-lock procedures 5";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -474,7 +474,7 @@ END"
     (
         "_release",
         concat!(
-            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, OUT p_released INT)
+            "CREATE PROCEDURE {release}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_retry TINYINT, IN p_clean TINYINT, OUT p_released INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_n INT DEFAULT ",
@@ -516,11 +516,17 @@ BEGIN
   END IF;
   -- Up to four key rows past their retention that nothing holds or waits
   -- for, locked unless another call has them, checked again once locked.
+  -- Not in a hand-over (p_clean 0): its own locked rows are not skipped, and
+  -- it would delete the rows of the keys it grants next (a new row's
+  -- fence_until is 0), whose answers then read no fence.
   -- Looked for with a plain read (SELECT … INTO): in a procedure, IF
   -- EXISTS (SELECT …) is a locking read that waits for every such row
   -- another call has locked (two releases deadlocked on each other's rows,
   -- 1213; one behind a take in flight waited out the lock wait, 1205).
-  SELECT EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) INTO v_c;
+  SET v_c = 0;
+  IF p_clean THEN
+    SELECT EXISTS (SELECT 1 FROM {keys} WHERE fence_until < v_now) INTO v_c;
+  END IF;
   IF v_c THEN
     OPEN v_old;
     clean: LOOP
@@ -596,7 +602,7 @@ BEGIN
   DECLARE v_released INT;
   {enter}
   CALL {lock}(p_ns, p_keys);
-  CALL {release}(p_ns, p_keys, p_token, p_retry, v_released);
+  CALL {release}(p_ns, p_keys, p_token, p_retry, 1, v_released);
   {leave}
   SELECT v_released;
 END",
@@ -664,7 +670,7 @@ BEGIN
   -- Every key of the call, in the one order, so it never deadlocks with a take.
   CALL {lock}(p_ns, p_lock_keys);
   IF p_released_keys <> '' THEN
-    CALL {release}(p_ns, p_released_keys, p_released_token, 0, v_released);
+    CALL {release}(p_ns, p_released_keys, p_released_token, 0, 0, v_released);
   END IF;
   hand: WHILE v_r <= v_n DO
     CALL {try}(p_ns, SUBSTRING_INDEX(SUBSTRING_INDEX(p_keys, ';', v_r), ';', -1),

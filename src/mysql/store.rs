@@ -399,10 +399,14 @@ impl Store for MysqlStore {
             )
             .await
         {
-            // Only tries, no release: busy keys, as for a take.
+            // Only tries, no release: busy keys, as for a take. The busy row
+            // may be a follower's other key: the acquire's own claim tries
+            // alone, and the followers are told nothing was done (they try
+            // on their own), or a free key would wait out its whole wait.
             Err(Failure::Refused(cause)) if released.is_none() && key_busy(&cause) => {
-                let taken = requests.iter().map(|(_, ticket)| Taken::Busy { hint: -1, ticket: *ticket }).collect();
-                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken });
+                let (claim, ticket) = requests[0];
+                let own = if requests.len() > 1 { self.take(claim, waiting_ms, ticket).await? } else { Taken::Busy { hint: -1, ticket } };
+                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: vec![own] });
             }
             reply => reply.map_err(|failure| self.noticed(failure))?,
         };

@@ -252,10 +252,15 @@ impl Store for PostgresStore {
         };
         let reply = match self.statements.hand_over(self.connection(), &args).await {
             // An acquire's own try with the waiters behind it (nothing
-            // released) that waited too long for a key's row: busy, as a
-            // take is, and the waiters try again.
+            // released) that waited too long for a key's row: the busy row
+            // may be a follower's other key, so the acquire's own claim
+            // tries alone (busy as a take is, if its own), and the followers
+            // are told nothing was done (they try on their own); else a free
+            // key would wait out its whole wait.
             Err(failure) if released.is_none() && row_lock_refused(&failure) => {
-                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: Vec::new() })
+                let (claim, ticket) = requests[0];
+                let own = if requests.len() > 1 { self.take(claim, waiting_ms, ticket).await? } else { Taken::Busy { hint: -1, ticket } };
+                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: vec![own] });
             }
             reply => reply?,
         };
