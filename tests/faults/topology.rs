@@ -48,8 +48,11 @@ const FALLBACK: &str = "postgres";
 /// How long the policy passes over a member found unavailable: short, so
 /// that a 3 s run sees the fallback names go back to Redis.
 pub const REPROBE_COOLDOWN_MS: u64 = 500;
+/// The policy's wait: short, so that contention often ends an acquire
+/// (`WAIT_TIMEOUT`), which must never move it to the other member.
+const POLICY_WAIT_MS: u32 = 30;
 /// Every worker connection's `commandTimeoutMs`.
-pub const COMMAND_TIMEOUT_MS: u64 = 800;
+const COMMAND_TIMEOUT_MS: u64 = 800;
 
 /// The postgres scenarios' lock: the driver's tables in `schema` of the
 /// machine's PostgreSQL, or of a private server the scenario crashes
@@ -263,7 +266,7 @@ impl Lock {
                     .collect();
                 let default = POLICY_RULES.iter().find(|r| r.prefix.is_empty()).map(rule).expect("a default rule");
                 let policy = format!(
-                    "driver: policy, waitTimeoutMs: 3000, reprobeCooldownMs: {REPROBE_COOLDOWN_MS}, rules: [{}], default: {{ {default} }}",
+                    "driver: policy, waitTimeoutMs: {POLICY_WAIT_MS}, reprobeCooldownMs: {REPROBE_COOLDOWN_MS}, rules: [{}], default: {{ {default} }}",
                     rules.join(", ")
                 );
                 let leased = |backend: String| format!("{backend}, {common}, leaseMs: {lease_ms}");
