@@ -127,11 +127,11 @@ pub struct RuleFindings {
 
 /// A policy scenario's checks: [`check`]'s per key and member (every section
 /// exclusive), with the stale holders of a fallback's overlaps excused, and
-/// the rules' own (see the module's doc). `refused` is the failed acquires by
-/// key and code.
+/// the rules' own (see the module's doc). `failed` is the failed acquires:
+/// key, code and time.
 pub fn check_policy(
     holds: &[Hold],
-    refused: &BTreeMap<(String, String), u64>,
+    failed: &[(String, String, u64)],
     stores: &BTreeMap<String, KeyHistory>,
     lease_us: u64,
     policy: &Policy,
@@ -141,13 +141,13 @@ pub fn check_policy(
         policy.rules.iter().map(|rule| RuleFindings { label: rule.label, fall_back: rule.fall_back, ..RuleFindings::default() }).collect();
     let index = |key: &str| policy.rules.iter().position(|rule| std::ptr::eq(rule, policy.rule(key))).unwrap();
     let inside = |at: u64| policy.inside(at);
-    for ((key, code), count) in refused {
-        if code == "NO_ELIGIBLE_BACKEND" {
-            rules[index(key)].refusals += count;
+    for (key, _, at) in failed.iter().filter(|(_, code, _)| code == "NO_ELIGIBLE_BACKEND") {
+        rules[index(key)].refusals += 1;
+        if policy.rule(key).fall_back {
             // Its fallback member (PostgreSQL) stayed up.
-            if policy.rule(key).fall_back {
-                violations.push(format!("{key}: {count} acquires of a fallback rule refused NO_ELIGIBLE_BACKEND"));
-            }
+            violations.push(format!("{key}: an acquire of a fallback rule refused NO_ELIGIBLE_BACKEND at {at}"));
+        } else if !inside(*at) {
+            violations.push(format!("{key}: refused NO_ELIGIBLE_BACKEND at {at}, outside the outage"));
         }
     }
     let mut excused = Vec::new();
@@ -400,8 +400,9 @@ pub fn self_test_policy() {
         member: member.into(),
     };
     let none = BTreeMap::new();
-    let refused = BTreeMap::from([(("pay:1".to_string(), "NO_ELIGIBLE_BACKEND".to_string()), 3)]);
-    let check = |holds: &[Hold], refused: &BTreeMap<(String, String), u64>| check_policy(holds, refused, &none, 1000, &policy);
+    let refusal = |key: &str, at: u64| (key.to_string(), "NO_ELIGIBLE_BACKEND".to_string(), at);
+    let refused = [refusal("pay:1", 120), refusal("pay:1", 150), refusal("pay:2", 240)];
+    let check = |holds: &[Hold], refused: &[(String, String, u64)]| check_policy(holds, refused, &none, 1000, &policy);
     // Before the kill on Redis; at the kill, a holder on Redis overlapped by
     // one on PostgreSQL, whose read made the store refuse the first's write,
     // and nobody told it (its release failed with Redis); back on Redis after.
@@ -431,9 +432,9 @@ pub fn self_test_policy() {
     let no_outage = Policy { outage: None, ..policy };
     assert!(!check_policy(&fine, &refused, &none, 1000, &no_outage).violations.is_empty(), "a fallback without an outage");
     // A policy run that neither fell back nor refused tested nothing.
-    assert!(!check(&fine[..2], &BTreeMap::new()).violations.is_empty(), "no fallback, no refusal");
-    let refused_fallback = BTreeMap::from([(("k".to_string(), "NO_ELIGIBLE_BACKEND".to_string()), 1)]);
-    assert!(!check(&fine, &refused_fallback).violations.is_empty(), "a fallback key refused while its fallback served");
+    assert!(!check(&fine[..2], &[]).violations.is_empty(), "no fallback, no refusal");
+    assert!(!check(&fine, &[refusal("k", 120)]).violations.is_empty(), "a fallback key refused while its fallback served");
+    assert!(!check(&fine, &[refusal("pay:1", 300)]).violations.is_empty(), "a fail-closed key refused outside the outage");
     // Fences compare per member: a lower PostgreSQL fence after a Redis one is no violation...
     let mut per_member = fine.clone();
     per_member[3].fence = 1;

@@ -103,8 +103,8 @@ pub struct WorkerLog {
     pub holds: Vec<Hold>,
     /// Failed acquires by code.
     pub failures: BTreeMap<String, u64>,
-    /// The same by key and code.
-    pub failures_by_key: BTreeMap<(String, String), u64>,
+    /// Each failed acquire: its key, code and time.
+    pub failed: Vec<(String, String, u64)>,
     /// A section granted but not released (only a killed worker leaves
     /// one); its `end` is `u64::MAX` unless the section ended (`Q`).
     pub open: Option<Hold>,
@@ -155,9 +155,9 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     open.end = end.parse().unwrap();
                 }
             }
-            ["F", code, _, key] => {
+            ["F", code, at, key] => {
                 *log.failures.entry(code.to_string()).or_default() += 1;
-                *log.failures_by_key.entry((key.to_string(), code.to_string())).or_default() += 1;
+                log.failed.push((key.to_string(), code.to_string(), at.parse().unwrap()));
             }
             // A line cut short by SIGKILL.
             _ => {}

@@ -676,11 +676,11 @@ impl Run {
     }
 
     /// Every hold of every worker, and the failed acquires by kind of
-    /// worker and code, and by key and code.
-    fn holds(&mut self) -> (Vec<Hold>, Failures, Failures) {
+    /// worker and code, and each failed acquire (key, code, time).
+    fn holds(&mut self) -> (Vec<Hold>, Failures, Vec<(String, String, u64)>) {
         let mut holds = Vec::new();
         let mut failures = Failures::new();
-        let mut by_key = Failures::new();
+        let mut failed = Vec::new();
         for worker in &self.workers {
             let text = std::fs::read_to_string(&worker.log).unwrap_or_default();
             let log = log::parse(&worker.name, &text);
@@ -688,9 +688,7 @@ impl Run {
             for (code, count) in log.failures {
                 *failures.entry((kind_of(&worker.name).to_string(), code)).or_default() += count;
             }
-            for (key_code, count) in log.failures_by_key {
-                *by_key.entry(key_code).or_default() += count;
-            }
+            failed.extend(log.failed);
             for moved in log.moved {
                 self.violations.push(format!("worker {}: a lease moved: {moved}", worker.name));
             }
@@ -704,7 +702,7 @@ impl Run {
                 (None, _) => {}
             }
         }
-        (holds, failures, by_key)
+        (holds, failures, failed)
     }
 }
 
@@ -834,7 +832,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     }
     run.wait_workers();
     run.check_lock_keys(scenario.fault);
-    let (holds, failures, failures_by_key) = run.holds();
+    let (holds, failures, failed) = run.holds();
     let mut client = run.store.client();
     let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
     let exclusive = scenario.fault.exclusive() || scenario.on == On::File;
@@ -848,7 +846,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         // seen, the last fallback 240 ms after the return).
         let after_back = (topology::REPROBE_COOLDOWN_MS + 500) * 1000;
         let policy = Policy { rules: topology::POLICY_RULES, preferred: topology::PREFERRED, outage: run.outage, after_back };
-        check_policy(&holds, &failures_by_key, &stores, lease_us, &policy)
+        check_policy(&holds, &failed, &stores, lease_us, &policy)
     } else {
         check(&holds, &stores, exclusive, lease_us)
     };
