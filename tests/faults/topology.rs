@@ -48,9 +48,13 @@ const FALLBACK: &str = "postgres";
 /// How long the policy passes over a member found unavailable: short, so
 /// that a 3 s run sees the fallback names go back to Redis.
 pub const REPROBE_COOLDOWN_MS: u64 = 500;
-/// The policy's wait: short, so that contention often ends an acquire
-/// (`WAIT_TIMEOUT`), which must never move it to the other member.
-const POLICY_WAIT_MS: u32 = 30;
+/// The policy's wait: short, so that contention sometimes ends an acquire
+/// (`WAIT_TIMEOUT`), which must never move it to the other member. Not
+/// shorter: a wait that runs out while a process's first connect to Redis is
+/// under way ends that try `PROVIDER_FAILED`, which the policy takes for
+/// unavailability and falls back (at 30 ms, seen on a loaded host: keys served
+/// by PostgreSQL while Redis served the others, before any fault).
+const POLICY_WAIT_MS: u32 = 100;
 /// Every worker connection's `commandTimeoutMs`.
 const COMMAND_TIMEOUT_MS: u64 = 800;
 
@@ -148,16 +152,6 @@ impl PgLock {
         Some(port)
     }
 
-    /// Crashes the private server (`pg_ctl stop -m immediate`: no
-    /// checkpoint) and starts it again, recovering from its WAL.
-    pub fn crash_and_recover(&mut self) {
-        let server = self.server.as_mut().expect("a crash needs the lock on a private server");
-        server.crash();
-        server.start_again();
-    }
-}
-
-impl PgLock {
     /// Its live holder and waiting rows in `namespace`.
     fn left_behind(&self, namespace: &str) -> usize {
         postgres::count_on(
@@ -168,6 +162,14 @@ impl PgLock {
                 self.schema
             ),
         ) as usize
+    }
+
+    /// Crashes the private server (`pg_ctl stop -m immediate`: no
+    /// checkpoint) and starts it again, recovering from its WAL.
+    pub fn crash_and_recover(&mut self) {
+        let server = self.server.as_mut().expect("a crash needs the lock on a private server");
+        server.crash();
+        server.start_again();
     }
 }
 
@@ -196,7 +198,7 @@ pub struct Failover {
 }
 
 impl Lock {
-    /// The single server (the scenarios that use one).
+    /// The single server (the scenarios that use one; a policy's Redis member).
     pub fn server(&self) -> &RedisServer {
         match self {
             Lock::Server(server) | Lock::Policy(server, _) => server,
