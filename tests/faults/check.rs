@@ -23,6 +23,15 @@
 //!   paused it) is excused; and a stale holder must always have been told
 //!   (`LEASE_LOST` / `OUTCOME_UNKNOWN`).
 //! - Every key is taken with one limit (the lock refuses another).
+//! - Under a policy backend (see [`check_policy`]), fences compare only
+//!   between sections one member granted, so the rules above hold per key
+//!   and member. A key of a fail-closed rule is served by its one member
+//!   only and overlaps nothing. A key of a fallback rule is served by the
+//!   other member only while the preferred one could not serve (the
+//!   outage's window), and may then have a holder on each member: those
+//!   overlaps are the fallback's known hazard (the store's fence refuses
+//!   the stale one, which nobody told), counted and excused only inside
+//!   that window.
 
 use std::collections::BTreeMap;
 
@@ -58,7 +67,139 @@ pub struct Findings {
     pub refused: u64,
     /// Readers' reads the store accepted.
     pub reads: u64,
+    /// Under a policy backend, each rule's figures.
+    pub rules: Vec<RuleFindings>,
     pub violations: Vec<String>,
+}
+
+/// A rule of a policy scenario, as the checks see it.
+pub struct Rule {
+    /// As the policy's status names it (`rules[0]`, `default`).
+    pub label: &'static str,
+    /// The keys it takes, those that start with it (the default's is empty:
+    /// the rules are tried in order, the default last).
+    pub prefix: &'static str,
+    /// `onUnavailable: fallBack` (else `failClosed`, on the preferred member only).
+    pub fall_back: bool,
+}
+
+/// What the checks of a policy scenario know of it.
+pub struct Policy<'a> {
+    pub rules: &'a [Rule],
+    /// The member every rule prefers (the one the fault takes away).
+    pub preferred: &'a str,
+    /// When (µs, `CLOCK_MONOTONIC`) the preferred member was killed, and
+    /// when it answered again; `None`: no outage happened.
+    pub outage: Option<(u64, u64)>,
+    /// How long after it answered again a process may still pass it over,
+    /// and the fallback's sections granted then last.
+    pub after_back: u64,
+}
+
+impl Policy<'_> {
+    pub fn rule(&self, key: &str) -> &Rule {
+        self.rules.iter().find(|rule| key.starts_with(rule.prefix)).expect("the default rule takes every key")
+    }
+
+    /// True at the instants a fallback may serve: the outage's window.
+    fn inside(&self, at: u64) -> bool {
+        self.outage.is_some_and(|(down, back)| (down..=back + self.after_back).contains(&at))
+    }
+}
+
+/// One rule's figures in a policy scenario.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RuleFindings {
+    pub label: &'static str,
+    pub fall_back: bool,
+    /// Sections by the member that served them.
+    pub grants: BTreeMap<String, u64>,
+    /// Sections served by a member other than the preferred one.
+    pub fallbacks: u64,
+    /// Acquires refused `NO_ELIGIBLE_BACKEND`.
+    pub refusals: u64,
+    /// Pairs of its sections that overlapped in time, and of those, the
+    /// pairs with a holder on each member inside the window (allowed for a
+    /// fallback rule only).
+    pub overlaps: u64,
+    pub cross_overlaps: u64,
+}
+
+/// A policy scenario's checks: [`check`]'s per key and member (every section
+/// exclusive), with the stale holders of a fallback's overlaps excused, and
+/// the rules' own (see the module's doc). `failed` is the failed acquires:
+/// key, code and time.
+pub fn check_policy(
+    holds: &[Hold],
+    failed: &[(String, String, u64)],
+    stores: &BTreeMap<String, KeyHistory>,
+    lease_us: u64,
+    policy: &Policy,
+) -> Findings {
+    let mut violations = Vec::new();
+    let mut rules: Vec<RuleFindings> =
+        policy.rules.iter().map(|rule| RuleFindings { label: rule.label, fall_back: rule.fall_back, ..RuleFindings::default() }).collect();
+    let index = |key: &str| policy.rules.iter().position(|rule| std::ptr::eq(rule, policy.rule(key))).unwrap();
+    let inside = |at: u64| policy.inside(at);
+    for (key, _, at) in failed.iter().filter(|(_, code, _)| code == "NO_ELIGIBLE_BACKEND") {
+        rules[index(key)].refusals += 1;
+        if policy.rule(key).fall_back {
+            // Its fallback member (PostgreSQL) stayed up.
+            violations.push(format!("{key}: an acquire of a fallback rule refused NO_ELIGIBLE_BACKEND at {at}"));
+        } else if !inside(*at) {
+            violations.push(format!("{key}: refused NO_ELIGIBLE_BACKEND at {at}, outside the outage"));
+        }
+    }
+    let mut excused = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        let rule = policy.rule(&a.key);
+        let found = &mut rules[index(&a.key)];
+        *found.grants.entry(a.member.clone()).or_default() += 1;
+        if a.member != policy.preferred {
+            found.fallbacks += 1;
+            if !rule.fall_back {
+                violations.push(format!("{}: fence {} of a fail-closed rule served by {}", a.key, a.fence, a.member));
+            } else if !inside(a.start) {
+                violations.push(format!("{}: fence {} served by {} outside the outage", a.key, a.fence, a.member));
+            }
+        }
+        for b in holds.iter().skip(i + 1).filter(|b| b.key == a.key) {
+            let from = a.start.max(b.start);
+            if from >= a.end.min(b.end) {
+                continue;
+            }
+            found.overlaps += 1;
+            let cross = a.member != b.member;
+            if !rule.fall_back {
+                violations.push(format!(
+                    "{}: fail-closed sections of fences {} ({}) and {} ({}) overlapped",
+                    a.key, a.fence, a.member, b.fence, b.member
+                ));
+            } else if cross && inside(from) {
+                found.cross_overlaps += 1;
+                excused.extend([(a.worker.clone(), a.fence), (b.worker.clone(), b.fence)]);
+            } else if cross {
+                violations.push(format!(
+                    "{}: sections of fences {} ({}) and {} ({}) overlapped outside the outage",
+                    a.key, a.fence, a.member, b.fence, b.member
+                ));
+            }
+        }
+    }
+    if rules.iter().all(|rule| rule.fallbacks == 0 && rule.refusals == 0) {
+        violations.push("no acquire fell back and none was refused NO_ELIGIBLE_BACKEND: the policy was not exercised".into());
+    }
+    // After the outage, the fallback keys go back to the preferred member.
+    if let Some((_, back)) = policy.outage {
+        let returned = holds.iter().any(|hold| policy.rule(&hold.key).fall_back && hold.member == policy.preferred && hold.start > back);
+        if !returned {
+            violations.push(format!("no fallback key was served by {} again after the outage", policy.preferred));
+        }
+    }
+    let mut findings = check_excusing(holds, stores, true, lease_us, &|hold| excused.contains(&(hold.worker.clone(), hold.fence)));
+    findings.rules = rules;
+    findings.violations.extend(violations);
+    findings
 }
 
 /// `exclusive`: no fault of the scenario outlasts a lease, so no two
@@ -66,15 +207,27 @@ pub struct Findings {
 /// (`lease_us`): the machine paused it (a loaded CI host can), which is a
 /// fault past the lease, and its holder must have been told like any other.
 pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: bool, lease_us: u64) -> Findings {
+    check_excusing(holds, stores, exclusive, lease_us, &|_| false)
+}
+
+/// [`check`], per key and member (a fence compares only with its member's),
+/// where a stale holder `excused` need not have been told.
+fn check_excusing(
+    holds: &[Hold],
+    stores: &BTreeMap<String, KeyHistory>,
+    exclusive: bool,
+    lease_us: u64,
+    excused: &dyn Fn(&Hold) -> bool,
+) -> Findings {
     let mut findings = Findings { holds: holds.len() as u64, ..Findings::default() };
     findings.lost = holds.iter().filter(|h| h.told() && h.release != "KILLED").count() as u64;
     findings.readers = holds.iter().filter(|h| h.kind == HoldKind::Reader).count() as u64;
     findings.counted = holds.iter().filter(|h| matches!(h.kind, HoldKind::Counted { .. })).count() as u64;
-    let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    let mut by_key: BTreeMap<(&str, &str), Vec<&Hold>> = BTreeMap::new();
     for hold in holds {
-        by_key.entry(&hold.key).or_default().push(hold);
+        by_key.entry((&hold.key, &hold.member)).or_default().push(hold);
     }
-    for (key, mut holds) in by_key {
+    for ((key, _), mut holds) in by_key {
         holds.sort_by_key(|h| h.start);
         let limits: std::collections::BTreeSet<u32> = holds.iter().map(|h| h.kind.units().0).collect();
         if limits.len() > 1 {
@@ -133,7 +286,7 @@ pub fn check(holds: &[Hold], stores: &BTreeMap<String, KeyHistory>, exclusive: b
                 findings.stale += 1;
                 if hold.told() {
                     findings.told += 1;
-                } else {
+                } else if !excused(hold) {
                     findings.violations.push(format!(
                         "{key}: the stale holder of fence {} (worker {}) was not told (release {})",
                         hold.fence, hold.worker, hold.release
@@ -226,4 +379,67 @@ fn check_store(key: &str, history: &KeyHistory, findings: &mut Findings) {
     }
     findings.accepted += accepted;
     findings.refused += history.refused;
+}
+
+/// The policy checks must be able to fail: hand-made histories (run by the
+/// suite's self-test). Redis was killed at 100 and back at 200; a fallback
+/// may serve until 250.
+pub fn self_test_policy() {
+    let rules = [Rule { label: "rules[0]", prefix: "pay:", fall_back: false }, Rule { label: "default", prefix: "", fall_back: true }];
+    let policy = Policy { rules: &rules, preferred: "redis", outage: Some((100, 200)), after_back: 50 };
+    let hold = |key: &str, member: &str, worker: &str, fence: u128, (start, end): (u64, u64), store: char, release: &str| Hold {
+        worker: worker.into(),
+        key: key.into(),
+        fence,
+        start,
+        end,
+        store,
+        release: release.into(),
+        kind: HoldKind::Writer,
+        asked: start,
+        member: member.into(),
+    };
+    let none = BTreeMap::new();
+    let refusal = |key: &str, at: u64| (key.to_string(), "NO_ELIGIBLE_BACKEND".to_string(), at);
+    let refused = [refusal("pay:1", 120), refusal("pay:1", 150), refusal("pay:2", 240)];
+    let check = |holds: &[Hold], refused: &[(String, String, u64)]| check_policy(holds, refused, &none, 1000, &policy);
+    // Before the kill on Redis; at the kill, a holder on Redis overlapped by
+    // one on PostgreSQL, whose read made the store refuse the first's write,
+    // and nobody told it (its release failed with Redis); back on Redis after.
+    let fine = [
+        hold("k", "redis", "a", 10, (50, 60), 'W', "OK"),
+        hold("pay:1", "redis", "b", 11, (55, 70), 'W', "OK"),
+        hold("k", "redis", "a", 12, (95, 130), 'X', "PROVIDER_FAILED"),
+        hold("k", "postgres", "b", 20, (110, 150), 'W', "OK"),
+        hold("k", "redis", "c", 30, (260, 270), 'W', "OK"),
+    ];
+    let findings = check(&fine, &refused);
+    assert!(findings.violations.is_empty(), "a fallback's overlap inside the outage: {:?}", findings.violations);
+    let default = &findings.rules[1];
+    assert_eq!((default.fallbacks, default.overlaps, default.cross_overlaps), (1, 1, 1));
+    assert_eq!((findings.rules[0].refusals, findings.rules[0].overlaps), (3, 0));
+
+    let with = |extra: &[Hold]| [&fine[..], extra].concat();
+    // Fail-closed: no overlap, even inside the outage, on one member or two.
+    let pay_overlap =
+        with(&[hold("pay:1", "redis", "c", 13, (98, 130), 'X', "LEASE_LOST"), hold("pay:1", "redis", "d", 21, (120, 140), 'W', "OK")]);
+    assert!(!check(&pay_overlap, &refused).violations.is_empty(), "an overlap on a fail-closed key");
+    let pay_moved = with(&[hold("pay:2", "postgres", "c", 22, (120, 140), 'W', "OK")]);
+    assert!(!check(&pay_moved, &refused).violations.is_empty(), "a fail-closed key served by the fallback");
+    // Fallback: an overlap outside the window, or a fallback without an outage.
+    let late = with(&[hold("k", "redis", "c", 40, (300, 330), 'X', "OK"), hold("k", "postgres", "d", 41, (310, 350), 'W', "OK")]);
+    assert!(!check(&late, &refused).violations.is_empty(), "a fallback key's overlap outside the outage");
+    let no_outage = Policy { outage: None, ..policy };
+    assert!(!check_policy(&fine, &refused, &none, 1000, &no_outage).violations.is_empty(), "a fallback without an outage");
+    // A policy run that neither fell back nor refused tested nothing.
+    assert!(!check(&fine[..2], &[]).violations.is_empty(), "no fallback, no refusal");
+    assert!(!check(&fine, &[refusal("k", 120)]).violations.is_empty(), "a fallback key refused while its fallback served");
+    assert!(!check(&fine, &[refusal("pay:1", 300)]).violations.is_empty(), "a fail-closed key refused outside the outage");
+    // Fences compare per member: a lower PostgreSQL fence after a Redis one is no violation...
+    let mut per_member = fine.clone();
+    per_member[3].fence = 1;
+    assert!(check(&per_member, &refused).violations.is_empty(), "fences of two members do not compare");
+    // ... but one member's going backwards is.
+    per_member[4].fence = 9;
+    assert!(!check(&per_member, &refused).violations.is_empty(), "a member's fences going backwards");
 }

@@ -2,9 +2,10 @@
 //! microseconds of `CLOCK_MONOTONIC` (one clock for every process of the
 //! machine, so holds of different processes compare directly):
 //!
-//! - `A <key> <fence> <start> <kind> <asked>`: the lease was granted (the
-//!   section starts); the acquire was called at `asked`.
-//! - `E <key> <fence> <start> <end> <store> <release> <kind> <asked>`: the section
+//! - `A <key> <fence> <start> <kind> <asked> <member>`: the lease was granted (the
+//!   section starts); the acquire was called at `asked`; `member` is the
+//!   policy member that served it (`-` for a lease of any other driver).
+//! - `E <key> <fence> <start> <end> <store> <release> <kind> <asked> <member>`: the section
 //!   ended at `end`, just before the release. `store` is `W` (write
 //!   accepted), `X` (write refused as stale), `R` (read refused as stale),
 //!   `S` (a reader's read accepted) or `-` (a counted section, which leaves
@@ -12,8 +13,7 @@
 //!   release failed with.
 //! - `Q <end>`: the section ended at `end`; the release is under way (a
 //!   worker killed now has left its section, and may have released).
-//! - `F <code> [<time>]`: an acquire failed with `code` (the Rust worker
-//!   adds when).
+//! - `F <code> <time> <key>`: an acquire of `key` failed with `code` at `time`.
 //!
 //! `kind` is what the lease was asked for (see [`HoldKind`]): `x` a writer
 //! (exclusive, the only kind outside the mixed scenarios), `s` a reader
@@ -86,6 +86,8 @@ pub struct Hold {
     pub kind: HoldKind,
     /// When the acquire was called: the lease was granted between this and `start`.
     pub asked: u64,
+    /// The policy member that served the lease, `-` for another driver's.
+    pub member: String,
 }
 
 impl Hold {
@@ -101,9 +103,13 @@ pub struct WorkerLog {
     pub holds: Vec<Hold>,
     /// Failed acquires by code.
     pub failures: BTreeMap<String, u64>,
+    /// Each failed acquire: its key, code and time.
+    pub failed: Vec<(String, String, u64)>,
     /// A section granted but not released (only a killed worker leaves
     /// one); its `end` is `u64::MAX` unless the section ended (`Q`).
     pub open: Option<Hold>,
+    /// Leases whose end was logged with another member than their grant.
+    pub moved: Vec<String>,
 }
 
 pub fn parse(worker: &str, text: &str) -> WorkerLog {
@@ -111,7 +117,7 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
     for line in text.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
         match fields.as_slice() {
-            ["A", key, fence, start, kind, asked] => {
+            ["A", key, fence, start, kind, asked, member] => {
                 let start = start.parse().unwrap();
                 log.open = Some(Hold {
                     worker: worker.into(),
@@ -123,10 +129,14 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     release: "KILLED".into(),
                     kind: HoldKind::parse(kind),
                     asked: asked.parse().unwrap(),
+                    member: member.to_string(),
                 });
             }
-            ["E", key, fence, start, end, store, release, kind, asked] => {
-                log.open = None;
+            ["E", key, fence, start, end, store, release, kind, asked, member] => {
+                // A lease never moves: it ends on the member that granted it.
+                if let Some(open) = log.open.take().filter(|open| open.member != *member) {
+                    log.moved.push(format!("{key} fence {fence} granted by {} ended on {member}", open.member));
+                }
                 log.holds.push(Hold {
                     worker: worker.into(),
                     key: key.to_string(),
@@ -137,6 +147,7 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     release: release.to_string(),
                     kind: HoldKind::parse(kind),
                     asked: asked.parse().unwrap(),
+                    member: member.to_string(),
                 });
             }
             ["Q", end] => {
@@ -144,7 +155,10 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
                     open.end = end.parse().unwrap();
                 }
             }
-            ["F", code] | ["F", code, _] => *log.failures.entry(code.to_string()).or_default() += 1,
+            ["F", code, at, key] => {
+                *log.failures.entry(code.to_string()).or_default() += 1;
+                log.failed.push((key.to_string(), code.to_string(), at.parse().unwrap()));
+            }
             // A line cut short by SIGKILL.
             _ => {}
         }
@@ -157,7 +171,7 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
 pub fn holding(text: &str) -> Option<HoldKind> {
     let line = text.lines().last()?;
     match line.split(' ').collect::<Vec<_>>().as_slice() {
-        ["A", _, _, _, kind, _] => Some(HoldKind::parse(kind)),
+        ["A", _, _, _, kind, _, _] => Some(HoldKind::parse(kind)),
         _ => None,
     }
 }

@@ -26,6 +26,15 @@
 //! driver (lock files in a directory of the scenario's own), where no fault
 //! lets sections overlap: there is no lease, a paused holder keeps its lock.
 //!
+//! The `policy-*` scenario puts the lock behind a policy backend (`driver:
+//! policy`, see `docs/policy.md`) over a private redis-server and the
+//! machine's PostgreSQL (see [`topology::POLICY_RULES`]): `k0` fails closed
+//! on Redis, the other keys fall back to PostgreSQL. The fault kills Redis
+//! once under load and restarts it empty a while later. There the check
+//! (see `check::check_policy`) also holds each rule to its promise: no
+//! overlap at all on a fail-closed key, and a fallback only, with its
+//! cross-backend overlaps, inside the outage's window.
+//!
 //! The `mixed-*` scenarios take the lock kinds of issue 21 under the faults
 //! that outlast a lease: the workers' sections on `k0` and `k1` are readers
 //! (shared) or writers (exclusive), and those on `k2` hold 1 or 2 units of a
@@ -60,7 +69,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use check::{check, Findings};
+use check::{check, check_policy, Findings, Policy};
 use log::{mono_us, Hold, HoldKind};
 use proxy::Proxy;
 use redis_server::RedisServer;
@@ -141,7 +150,17 @@ enum Fault {
     /// key's there) is killed (SIGKILL). Its keys fail until its replica is
     /// elected; the other keys go on.
     ClusterFailover,
+    /// The policy's Redis member killed (SIGKILL) once while a worker holds
+    /// a lease, and restarted empty [`OUTAGE`] later: meanwhile fallback
+    /// keys are served by PostgreSQL and fail-closed ones refused
+    /// `NO_ELIGIBLE_BACKEND`, until each process tries Redis again.
+    Outage,
 }
+
+/// How long the policy's Redis member stays down: past every section, so
+/// that each process finds it unavailable, and short enough that a 3 s run
+/// goes on well past the fallback's window.
+const OUTAGE: Duration = Duration::from_millis(500);
 
 struct Scenario {
     name: &'static str,
@@ -165,6 +184,8 @@ enum On {
     /// Lock files in a directory of the scenario's own: no lease, so no
     /// fault here lets two sections overlap.
     File,
+    /// A policy backend over a redis-server and the machine's PostgreSQL.
+    Policy,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -205,6 +226,8 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "file-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::File },
+    // Redis, a policy's preferred member, gone for a while under load.
+    Scenario { name: "policy-redis-down", fault: Fault::Outage, hold_ms: 15, limit: 0, on: On::Policy },
 ];
 
 /// How long a scenario with a real failover runs at least: the kill comes
@@ -261,7 +284,7 @@ impl Fault {
         match self {
             Fault::None => (0, 0),
             // Once by design: recovery or an election takes the rest of the run.
-            Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover | Fault::Latency => (1, 1),
+            Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover | Fault::Latency | Fault::Outage => (1, 1),
             _ => (1, usize::MAX),
         }
     }
@@ -293,6 +316,10 @@ impl Fault {
             Fault::Stall | Fault::Terminate | Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover => {
                 &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"]
             }
+            // A fail-closed key while Redis cannot serve, a command in
+            // flight when it died, and contention under the policy's short
+            // wait (neither of which moves an acquire to another member).
+            Fault::Outage => &["NO_ELIGIBLE_BACKEND", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
         }
     }
 }
@@ -336,6 +363,8 @@ struct Run {
     violations: Vec<String>,
     /// The primary killed in a failover scenario.
     failover: Option<Failover>,
+    /// [`Fault::Outage`]: when Redis was killed, and when it answered again.
+    outage: Option<(u64, u64)>,
 }
 
 impl Run {
@@ -547,6 +576,23 @@ impl Run {
                     }
                 }
                 Fault::SentinelFailover | Fault::ClusterFailover => sleep(Duration::from_millis(100)),
+                // Once, the run's first second: the rest is the fallback's
+                // and the return to Redis after the cooldown.
+                Fault::Outage if self.faults.is_empty() => {
+                    sleep(Duration::from_millis(600));
+                    if let Some(worker) = self.find_holder() {
+                        let down = mono_us();
+                        self.lock.server_mut().stop();
+                        sleep(OUTAGE);
+                        self.lock.server_mut().restart();
+                        self.outage = Some((down, mono_us()));
+                        self.faults.push(format!(
+                            "Redis killed under {}, restarted empty {} ms later",
+                            self.workers[worker].name,
+                            OUTAGE.as_millis()
+                        ));
+                    }
+                }
                 // Once: recovery takes a second or more on a loaded host,
                 // and the rest of the run is the workers' after it.
                 Fault::Crash if self.faults.is_empty() => {
@@ -557,7 +603,7 @@ impl Run {
                         self.faults.push(format!("PostgreSQL crashed and recovered under {}", self.workers[worker].name));
                     }
                 }
-                Fault::Crash => sleep(Duration::from_millis(100)),
+                Fault::Crash | Fault::Outage => sleep(Duration::from_millis(100)),
                 Fault::Promote => {
                     sleep(Duration::from_millis(400));
                     let Lock::Postgres(lock) = &self.lock else { panic!("promote is a postgres fault") };
@@ -639,16 +685,21 @@ impl Run {
     }
 
     /// Every hold of every worker, and the failed acquires by kind of
-    /// worker and code.
-    fn holds(&mut self) -> (Vec<Hold>, Failures) {
+    /// worker and code, and each failed acquire (key, code, time).
+    fn holds(&mut self) -> (Vec<Hold>, Failures, Vec<(String, String, u64)>) {
         let mut holds = Vec::new();
         let mut failures = Failures::new();
+        let mut failed = Vec::new();
         for worker in &self.workers {
             let text = std::fs::read_to_string(&worker.log).unwrap_or_default();
             let log = log::parse(&worker.name, &text);
             holds.extend(log.holds);
             for (code, count) in log.failures {
                 *failures.entry((kind_of(&worker.name).to_string(), code)).or_default() += count;
+            }
+            failed.extend(log.failed);
+            for moved in log.moved {
+                self.violations.push(format!("worker {}: a lease moved: {moved}", worker.name));
             }
             match (log.open, worker.killed_at) {
                 (Some(mut open), Some(killed_at)) => {
@@ -660,7 +711,7 @@ impl Run {
                 (None, _) => {}
             }
         }
-        (holds, failures)
+        (holds, failures, failed)
     }
 }
 
@@ -747,6 +798,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         Fault::Promote => Lock::Postgres(PgLock::with_standby(scenario.name)),
         _ if scenario.on == On::Postgres => Lock::Postgres(PgLock::new(scenario.name)),
         _ if scenario.on == On::File => Lock::File(dir.join("locks")),
+        _ if scenario.on == On::Policy => Lock::Policy(RedisServer::start(), PgLock::new(scenario.name)),
         Fault::SentinelFailover => Lock::Sentinel(sentinel::Sentinels::start()),
         Fault::ClusterFailover => Lock::Cluster(cluster::Cluster::start()),
         // Its snapshots go to a data dir of its own, which a restart loads.
@@ -778,6 +830,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         faults: Vec::new(),
         violations: Vec::new(),
         failover: None,
+        outage: None,
     };
     for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
         run.spawn(kind);
@@ -788,11 +841,24 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     }
     run.wait_workers();
     run.check_lock_keys(scenario.fault);
-    let (holds, failures) = run.holds();
+    let (holds, failures, failed) = run.holds();
     let mut client = run.store.client();
     let stores = (0..KEYS).map(|k| (format!("k{k}"), store::history(&mut client, &format!("k{k}")))).collect();
     let exclusive = scenario.fault.exclusive() || scenario.on == On::File;
-    let mut findings = check(&holds, &stores, exclusive, u64::from(LEASE_MS) * 1000);
+    let lease_us = u64::from(LEASE_MS) * 1000;
+    let mut findings = if scenario.on == On::Policy {
+        // A fallback may serve from the kill until every process tried
+        // Redis again: a killed server refuses connections at once, so a
+        // process's last failing try ends by the time Redis is back, its
+        // cooldown runs from there, and a section the fallback granted just
+        // before lasts a while (half a second of slack for a loaded host:
+        // seen, the last fallback 240 ms after the return).
+        let after_back = (topology::REPROBE_COOLDOWN_MS + 500) * 1000;
+        let policy = Policy { rules: topology::POLICY_RULES, preferred: topology::PREFERRED, outage: run.outage, after_back };
+        check_policy(&holds, &failed, &stores, lease_us, &policy)
+    } else {
+        check(&holds, &stores, exclusive, lease_us)
+    };
     if findings.holds < 10 {
         findings.violations.push(format!("only {} sections completed: the workers made no progress", findings.holds));
     }
@@ -854,6 +920,7 @@ fn self_test() {
         release: release.into(),
         kind,
         asked: start,
+        member: "-".into(),
     };
     let hold =
         |worker: &str, fence: u128, start: u64, end: u64, release: &str| of_kind(HoldKind::Writer, worker, fence, start, end, release);
@@ -961,6 +1028,9 @@ fn self_test() {
     }
     assert!(injection_violation(Fault::Crash, &[once(), once()].concat()).is_some(), "a crash meant once, twice");
     assert!(injection_violation(Fault::Stop, &[once(), once()].concat()).is_none(), "pauses repeat");
+    check::self_test_policy();
+    let moved = log::parse("rust-0", "A k1 5 10 x 9 redis\nQ 20\nE k1 5 10 20 W OK x 9 postgres\n");
+    assert_eq!(moved.moved.len(), 1, "a lease that ended on another member than its grant's");
     assert_eq!(selected(None).map(|s| s.len()), Ok(SCENARIOS.len()), "no FAULTS_ONLY: every scenario");
     assert_eq!(selected(Some("baseline,kill-pubsub")).map(|s| s.len()), Ok(2));
     assert!(selected(Some("baseline,kill-pubsubb")).is_err(), "a misspelt name");
@@ -1042,6 +1112,21 @@ fn main() {
         );
     }
     for row in &rows {
+        for rule in &row.findings.rules {
+            let grants: Vec<String> = rule.grants.iter().map(|(member, n)| format!("{member} {n}")).collect();
+            let allowed = if rule.fall_back { "allowed inside the outage" } else { "none allowed" };
+            println!(
+                "{}: {} ({}): grants {}; fallbacks {}; NO_ELIGIBLE_BACKEND {}; overlaps {} of which cross-backend {} ({allowed})",
+                row.name,
+                rule.label,
+                if rule.fall_back { "fallBack" } else { "failClosed" },
+                grants.join(", "),
+                rule.fallbacks,
+                rule.refusals,
+                rule.overlaps,
+                rule.cross_overlaps
+            );
+        }
         if let Some((took_over, served)) = &row.failover {
             let served =
                 served.as_ref().map_or("never".to_string(), |(after, worker)| format!("{} ms (worker {worker})", after.as_millis()));

@@ -12,6 +12,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::check::Rule;
 use crate::cluster::Cluster;
 use crate::log::{mono_us, Hold};
 use crate::postgres;
@@ -28,7 +29,34 @@ pub enum Lock {
     Postgres(PgLock),
     /// The file driver: lock files in this directory.
     File(PathBuf),
+    /// A policy backend (the `policy-*` scenarios) over a redis-server, the
+    /// member every rule prefers, and the machine's PostgreSQL, which the
+    /// fallback rules fall back to (see [`POLICY_RULES`]).
+    Policy(RedisServer, PgLock),
 }
+
+/// The policy scenarios' rules, tried in order, the default last: `k0` is
+/// like a `pay:` name, served by Redis only; the others fall back.
+pub const POLICY_RULES: &[Rule] = &[
+    Rule { label: "rules[0]", prefix: "k0", fall_back: false },
+    Rule { label: "rules[1]", prefix: "k1", fall_back: true },
+    Rule { label: "default", prefix: "", fall_back: true },
+];
+/// The members of the policy scenarios' backend.
+pub const PREFERRED: &str = "redis";
+const FALLBACK: &str = "postgres";
+/// How long the policy passes over a member found unavailable: short, so
+/// that a 3 s run sees the fallback names go back to Redis.
+pub const REPROBE_COOLDOWN_MS: u64 = 500;
+/// The policy's wait: short, so that contention sometimes ends an acquire
+/// (`WAIT_TIMEOUT`), which must never move it to the other member. Not
+/// shorter: a wait that runs out while a process's first connect to Redis is
+/// under way ends that try `PROVIDER_FAILED`, which the policy takes for
+/// unavailability and falls back (at 30 ms, seen on a loaded host: keys served
+/// by PostgreSQL while Redis served the others, before any fault).
+const POLICY_WAIT_MS: u32 = 100;
+/// Every worker connection's `commandTimeoutMs`.
+const COMMAND_TIMEOUT_MS: u64 = 800;
 
 /// The postgres scenarios' lock: the driver's tables in `schema` of the
 /// machine's PostgreSQL, or of a private server the scenario crashes
@@ -124,6 +152,18 @@ impl PgLock {
         Some(port)
     }
 
+    /// Its live holder and waiting rows in `namespace`.
+    fn left_behind(&self, namespace: &str) -> usize {
+        postgres::count_on(
+            &self.url(),
+            &format!(
+                "SELECT (SELECT count(*) FROM {0}.dokebi_lock_holders WHERE namespace = '{namespace}' AND expires_at > now())
+                  + (SELECT count(*) FROM {0}.dokebi_lock_waiting WHERE namespace = '{namespace}' AND lapses_at > now())",
+                self.schema
+            ),
+        ) as usize
+    }
+
     /// Crashes the private server (`pg_ctl stop -m immediate`: no
     /// checkpoint) and starts it again, recovering from its WAL.
     pub fn crash_and_recover(&mut self) {
@@ -131,6 +171,11 @@ impl PgLock {
         server.crash();
         server.start_again();
     }
+}
+
+/// The lock keys in `namespace` among a Redis server's `keys`.
+fn redis_locks(keys: Vec<String>, namespace: &str) -> usize {
+    keys.into_iter().filter(|k| k.starts_with(&format!("{namespace}:lock:"))).count()
 }
 
 impl Drop for PgLock {
@@ -153,17 +198,17 @@ pub struct Failover {
 }
 
 impl Lock {
-    /// The single server (the scenarios that use one).
+    /// The single server (the scenarios that use one; a policy's Redis member).
     pub fn server(&self) -> &RedisServer {
         match self {
-            Lock::Server(server) => server,
+            Lock::Server(server) | Lock::Policy(server, _) => server,
             _ => panic!("this scenario's lock is not a single server"),
         }
     }
 
     pub fn server_mut(&mut self) -> &mut RedisServer {
         match self {
-            Lock::Server(server) => server,
+            Lock::Server(server) | Lock::Policy(server, _) => server,
             _ => panic!("this scenario's lock is not a single server"),
         }
     }
@@ -181,16 +226,10 @@ impl Lock {
     pub fn worker_yaml(&self, proxy: Option<u16>, namespace: &str, lease_ms: u32) -> String {
         let common = format!("namespace: {namespace}, waitTimeoutMs: 3000, pollIntervalMs: 20");
         let connection = |driver: &str, endpoint: String| {
-            format!("  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: 800\n        {endpoint}\n")
+            format!("  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n")
         };
-        let (backend, driver) = match self {
-            Lock::Server(server) => {
-                let url = proxy.map_or_else(|| server.url(), |port| format!("redis://127.0.0.1:{port}/0"));
-                ("driver: redis, connection: main".to_owned(), connection("redis", format!("url: \"{url}\"")))
-            }
-            Lock::Sentinel(sentinels) => ("driver: redis, connection: main".to_owned(), connection("redis", sentinels.endpoint_yaml())),
-            Lock::Cluster(cluster) => ("driver: redis, connection: main".to_owned(), connection("redis", cluster.endpoint_yaml())),
-            Lock::Postgres(lock) => (
+        let postgres = |lock: &PgLock| {
+            (
                 format!("driver: postgres, connection: main, schema: {}", lock.schema),
                 connection(
                     "postgres",
@@ -201,32 +240,59 @@ impl Lock {
                         lock.application
                     ),
                 ),
-            ),
+            )
+        };
+        let (backend, driver) = match self {
+            Lock::Server(server) => {
+                let url = proxy.map_or_else(|| server.url(), |port| format!("redis://127.0.0.1:{port}/0"));
+                ("driver: redis, connection: main".to_owned(), connection("redis", format!("url: \"{url}\"")))
+            }
+            Lock::Sentinel(sentinels) => ("driver: redis, connection: main".to_owned(), connection("redis", sentinels.endpoint_yaml())),
+            Lock::Cluster(cluster) => ("driver: redis, connection: main".to_owned(), connection("redis", cluster.endpoint_yaml())),
+            Lock::Postgres(lock) => postgres(lock),
             // No lease: a kernel lock lasts as long as its holder.
             Lock::File(directory) => {
-                return worker::yaml(&format!("driver: file, directory: \"{}\", {common}", directory.display()), "");
+                return worker::yaml(&[("faults", format!("driver: file, directory: \"{}\", {common}", directory.display()))], "");
+            }
+            Lock::Policy(server, lock) => {
+                let (pg_backend, pg_driver) = postgres(lock);
+                let rule = |rule: &Rule| {
+                    let (members, on) =
+                        if rule.fall_back { (format!("{PREFERRED}, {FALLBACK}"), "fallBack") } else { (PREFERRED.into(), "failClosed") };
+                    format!("backends: [{members}], onUnavailable: {on}")
+                };
+                let rules: Vec<String> = POLICY_RULES
+                    .iter()
+                    .filter(|r| !r.prefix.is_empty())
+                    .map(|r| format!("{{ prefix: '{}', {} }}", r.prefix, rule(r)))
+                    .collect();
+                let default = POLICY_RULES.iter().find(|r| r.prefix.is_empty()).map(rule).expect("a default rule");
+                let policy = format!(
+                    "driver: policy, waitTimeoutMs: {POLICY_WAIT_MS}, reprobeCooldownMs: {REPROBE_COOLDOWN_MS}, rules: [{}], default: {{ {default} }}",
+                    rules.join(", ")
+                );
+                let leased = |backend: String| format!("{backend}, {common}, leaseMs: {lease_ms}");
+                return worker::yaml(
+                    &[("faults", policy), (PREFERRED, leased("driver: redis, connection: main".into())), (FALLBACK, leased(pg_backend))],
+                    &format!("{}{pg_driver}", connection("redis", format!("url: \"{}\"", server.url()))),
+                );
             }
         };
-        worker::yaml(&format!("{backend}, {common}, leaseMs: {lease_ms}"), &driver)
+        worker::yaml(&[("faults", format!("{backend}, {common}, leaseMs: {lease_ms}"))], &driver)
     }
 
     /// How many of the workers' locks in `namespace` are held or waited for
-    /// (Redis: lock keys; PostgreSQL: live holder and waiting rows).
+    /// (Redis: lock keys; PostgreSQL: live holder and waiting rows; a
+    /// policy's: its members').
     pub fn left_behind(&self, namespace: &str) -> usize {
         match self {
-            Lock::Postgres(lock) => postgres::count_on(
-                &lock.url(),
-                &format!(
-                    "SELECT (SELECT count(*) FROM {0}.dokebi_lock_holders WHERE namespace = '{namespace}' AND expires_at > now())
-                      + (SELECT count(*) FROM {0}.dokebi_lock_waiting WHERE namespace = '{namespace}' AND lapses_at > now())",
-                    lock.schema
-                ),
-            ) as usize,
+            Lock::Policy(server, lock) => lock.left_behind(namespace) + redis_locks(server.keys(), namespace),
+            Lock::Postgres(lock) => lock.left_behind(namespace),
             // Every lock file nobody holds can be locked now.
             Lock::File(directory) => std::fs::read_dir(directory)
                 .map(|entries| entries.filter_map(|entry| entry.ok()).filter(|entry| !lockable(&entry.path())).count())
                 .unwrap_or(0),
-            _ => self.keys().into_iter().filter(|k| k.starts_with(&format!("{namespace}:lock:"))).count(),
+            _ => redis_locks(self.keys(), namespace),
         }
     }
 
@@ -236,6 +302,7 @@ impl Lock {
             Lock::Server(server) => server.keys(),
             Lock::Sentinel(sentinels) => sentinels.primary().keys(),
             Lock::Cluster(cluster) => cluster.keys("*"),
+            Lock::Policy(server, _) => server.keys(),
             Lock::Postgres(_) | Lock::File(_) => panic!("only a Redis lock has Redis keys"),
         }
     }
@@ -244,7 +311,9 @@ impl Lock {
     /// (Cluster), and waits until a replica took over, at most `bound`.
     pub fn fail_over(&mut self, namespace: &str, keys: &[String], bound: Duration) -> Failover {
         match self {
-            Lock::Server(_) | Lock::Postgres(_) | Lock::File(_) => panic!("a single server has no replica to fail over to"),
+            Lock::Server(_) | Lock::Postgres(_) | Lock::File(_) | Lock::Policy(..) => {
+                panic!("a single server has no replica to fail over to")
+            }
             Lock::Sentinel(sentinels) => {
                 let old = sentinels.kill_primary();
                 let killed_at = mono_us();

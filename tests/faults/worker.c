@@ -129,14 +129,17 @@ int main(int argc, char **argv) {
             limit == 0 ? dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL)
                        : dokebi_lock_acquire_ex(backend, &options, DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL);
         if (status != DOKEBI_LOCK_OK) {
-            fprintf(log, "F %s\n", dokebi_lock_status_name(status));
+            fprintf(log, "F %s %llu %s\n", dokebi_lock_status_name(status), (unsigned long long)mono_us(), key);
             fflush(log);
             sleep_ms(20);
             continue;
         }
         const char *fence = dokebi_lock_lease_fence(lease);
         uint64_t start = mono_us();
-        fprintf(log, "A %s %s %llu %s %llu\n", key, fence, (unsigned long long)start, kind, (unsigned long long)asked);
+        /* The policy member that served the lease, asked again at its end: it must not have moved. */
+        const char *member = dokebi_lock_lease_served_by(lease);
+        fprintf(log, "A %s %s %llu %s %llu %s\n", key, fence, (unsigned long long)start, kind, (unsigned long long)asked,
+                member ? member : "-");
         fflush(log);
         snprintf(hash, sizeof hash, "store:%s", key);
         snprintf(attempts, sizeof attempts, "attempts:%s", key);
@@ -162,11 +165,14 @@ int main(int argc, char **argv) {
         uint64_t end = mono_us();
         fprintf(log, "Q %llu\n", (unsigned long long)end);
         fflush(log);
+        char served[64];
+        member = dokebi_lock_lease_served_by(lease);
+        snprintf(served, sizeof served, "%s", member ? member : "-");
         bool released = false;
         status = dokebi_lock_lease_release(lease, &released, NULL);
         const char *release = status != DOKEBI_LOCK_OK ? dokebi_lock_status_name(status) : released ? "OK" : "FALSE";
-        fprintf(log, "E %s %s %llu %llu %s %s %s %llu\n", key, fence, (unsigned long long)start, (unsigned long long)end, outcome,
-                release, kind, (unsigned long long)asked);
+        fprintf(log, "E %s %s %llu %llu %s %s %s %llu %s\n", key, fence, (unsigned long long)start, (unsigned long long)end, outcome,
+                release, kind, (unsigned long long)asked, served);
         fflush(log);
         dokebi_lock_lease_free(lease);
     }

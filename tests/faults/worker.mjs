@@ -78,12 +78,14 @@ while (Date.now() < end) {
   try {
     lease = options ? await backend.acquire(key, options) : await backend.acquire(key);
   } catch (error) {
-    line(`F ${error.code}`);
+    line(`F ${error.code} ${monoUs()} ${key}`);
     await sleep(20);
     continue;
   }
   const start = monoUs();
-  line(`A ${key} ${lease.fence} ${start} ${kind} ${asked}`);
+  // The policy member that served the lease, asked again at its end: it must not have moved.
+  const member = () => lease.served?.backend ?? '-';
+  line(`A ${key} ${lease.fence} ${start} ${kind} ${asked} ${member()}`);
   let read = 0;
   if (kind === 'x') read = await store.call('EVALSHA', readSha, 1, `store:${key}`, lease.fence);
   else if (kind === 's') read = await store.call('EVALSHA', sharedReadSha, 2, `store:${key}`, `attempts:${key}`, lease.fence);
@@ -97,13 +99,14 @@ while (Date.now() < end) {
   }
   const sectionEnd = monoUs();
   line(`Q ${sectionEnd}`);
+  const served = member();
   let released;
   try {
     released = (await lease.release()) ? 'OK' : 'FALSE';
   } catch (error) {
     released = error.code;
   }
-  line(`E ${key} ${lease.fence} ${start} ${sectionEnd} ${outcome} ${released} ${kind} ${asked}`);
+  line(`E ${key} ${lease.fence} ${start} ${sectionEnd} ${outcome} ${released} ${kind} ${asked} ${served}`);
 }
 store.close();
 await provider.close();

@@ -76,15 +76,17 @@ impl WorkerArgs {
     }
 }
 
-/// The options of every worker: one backend `faults` with the fields
-/// `backend` (`name: value, ...`), and the driver's own options `driver`
+/// The options of every worker: the backend `faults` (and, under a policy,
+/// its members), each a name and its fields (`name: value, ...`), and the
+/// drivers' own options `driver`
 /// (YAML lines under `options:`, e.g. its connection: `url:
 /// "redis://..."`, `sentinel: { nodes: [...], primaryName: ... }`,
 /// `cluster: { nodes: [...] }` or a postgres URL; none for the file driver).
 /// The C and Node workers take the same YAML (in [`YAML_VAR`]), so the lock
 /// reaches every worker the same way.
-pub fn yaml(backend: &str, driver: &str) -> String {
-    format!("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      faults: {{ {backend} }}\n{driver}")
+pub fn yaml(backends: &[(&str, String)], driver: &str) -> String {
+    let backends: String = backends.iter().map(|(name, fields)| format!("      {name}: {{ {fields} }}\n")).collect();
+    format!("schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n{backends}{driver}")
 }
 
 /// A small xorshift generator: the worker needs no quality, only variety.
@@ -143,7 +145,7 @@ pub fn run(args: WorkerArgs) {
         let lease = match futures::executor::block_on(backend.acquire(&key, options)) {
             Ok(lease) => lease,
             Err(err) => {
-                line(format!("F {} {}\n", err.code().as_str(), mono_us()));
+                line(format!("F {} {} {key}\n", err.code().as_str(), mono_us()));
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
@@ -151,7 +153,9 @@ pub fn run(args: WorkerArgs) {
         let fence = lease.fence();
         let start = mono_us();
         let token = kind.token();
-        line(format!("A {key} {fence} {start} {token} {asked}\n"));
+        // Which policy member served the lease, asked again at its end: it must not have moved.
+        let member = |lease: &dokebi_lock::Lease| lease.served().map_or("-".to_owned(), |served| served.member.name.clone());
+        line(format!("A {key} {fence} {start} {token} {asked} {}\n", member(&lease)));
         let read: i64 = match kind {
             HoldKind::Writer => redis::cmd("EVALSHA").arg(&args.read_sha).arg(1).arg(format!("store:{key}")).arg(fence).query(&mut store),
             HoldKind::Reader => redis::cmd("EVALSHA")
@@ -189,12 +193,13 @@ pub fn run(args: WorkerArgs) {
         };
         let end_us = mono_us();
         line(format!("Q {end_us}\n"));
+        let served = member(&lease);
         let released = match futures::executor::block_on(lease.release()) {
             Ok(true) => "OK",
             Ok(false) => "FALSE",
             Err(err) => err.code().as_str(),
         };
-        line(format!("E {key} {fence} {start} {end_us} {outcome} {released} {token} {asked}\n"));
+        line(format!("E {key} {fence} {start} {end_us} {outcome} {released} {token} {asked} {served}\n"));
     }
     futures::executor::block_on(provider.close());
 }

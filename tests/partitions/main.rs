@@ -558,7 +558,7 @@ fn histories(workers: &[(String, u32, PathBuf)], cut_at: u64, report: &mut Repor
         if name == MINORITY_CLIENT {
             // The first failure (an acquire failing, or a release told) after the cut.
             let failed = text.lines().filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
-                ["F", _, at] => at.parse::<u64>().ok(),
+                ["F", _, at, ..] => at.parse::<u64>().ok(),
                 ["E", _, _, _, end, _, release, ..] if !matches!(*release, "OK" | "FALSE") => end.parse().ok(),
                 _ => None,
             });
@@ -698,7 +698,7 @@ fn deaf_client(
     let told = |code: &str| {
         text.lines()
             .filter(|l| match l.split(' ').collect::<Vec<_>>().as_slice() {
-                ["F", c, at] => *c == code && at.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at)),
+                ["F", c, at, ..] => *c == code && at.parse::<u64>().is_ok_and(|at| (deaf_at..hears_at + 1_000_000).contains(&at)),
                 // A section's line carries when its release was asked: one
                 // asked up to a command timeout before the cut may still
                 // have been waiting for the answer the cut lost.
@@ -1024,6 +1024,7 @@ fn self_test() {
         release: release.into(),
         kind: log::HoldKind::Writer,
         asked: start,
+        member: "-".into(),
     };
     // Cut at 100, the new primary promoted at 150, healed at 200, the old
     // primary demoted at 300; after the heal, it granted c1 the section
