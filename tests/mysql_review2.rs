@@ -200,9 +200,18 @@ fn a_key_row_locked_by_another_call_is_busy_never_a_reason_to_fall_back() {
 /// Holds the row lock of `key` in `table` (the default namespace) for
 /// `held`, as a call of the driver in flight does: answers once it is held.
 fn hold_row_lock(table: &str, key: &str, held: Duration) -> std::thread::JoinHandle<()> {
-    let hex = |text: &str| text.bytes().map(|byte| format!("{byte:02x}")).collect::<String>();
-    let call = format!("CALL `{table}_lock`(X'{}', '{}')", hex("dokebi-lock"), hex(key));
-    let (locked, is_locked) = std::sync::mpsc::channel();
+    hold_in_a_transaction(format!("CALL `{table}_lock`(X'{}', '{}')", hex("dokebi-lock"), hex(key)), held)
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Runs `statement` in a READ COMMITTED transaction of a connection of its
+/// own, then keeps the transaction open for `held` (its row locks and
+/// changes with it) and rolls it back: answers once `statement` ran.
+fn hold_in_a_transaction(statement: String, held: Duration) -> std::thread::JoinHandle<()> {
+    let (done, is_done) = std::sync::mpsc::channel();
     let holder = std::thread::spawn(move || {
         use mysql_async::prelude::Queryable;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -211,14 +220,14 @@ fn hold_row_lock(table: &str, key: &str, held: Duration) -> std::thread::JoinHan
             let mut conn = mysql_async::Conn::new(opts).await.unwrap();
             conn.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await.unwrap();
             conn.query_drop("START TRANSACTION").await.unwrap();
-            conn.query_drop(call).await.unwrap();
-            locked.send(()).unwrap();
+            conn.query_drop(statement).await.unwrap();
+            done.send(()).unwrap();
             tokio::time::sleep(held).await;
             conn.query_drop("ROLLBACK").await.unwrap();
             let _ = conn.disconnect().await;
         });
     });
-    is_locked.recv().unwrap();
+    is_done.recv().unwrap();
     holder
 }
 
@@ -585,25 +594,8 @@ fn a_release_never_waits_for_rows_that_other_calls_lock_past_their_retention() {
 /// (its `fence_until` lowered, still past) for `held`, as another call's
 /// take in flight does: answers once it is held.
 fn hold_changed_row(table: &str, key: &str, held: Duration) -> std::thread::JoinHandle<()> {
-    let hex = |text: &str| text.bytes().map(|byte| format!("{byte:02x}")).collect::<String>();
-    let change = format!("UPDATE `{table}` SET fence_until = fence_until - 1 WHERE ns = X'{}' AND k = X'{}'", hex("dokebi-lock"), hex(key));
-    let (locked, is_locked) = std::sync::mpsc::channel();
-    let holder = std::thread::spawn(move || {
-        use mysql_async::prelude::Queryable;
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url()).unwrap()).prefer_socket(false);
-            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-            conn.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await.unwrap();
-            conn.query_drop("START TRANSACTION").await.unwrap();
-            conn.query_drop(change).await.unwrap();
-            assert_eq!(conn.affected_rows(), 1, "the key's row exists");
-            locked.send(()).unwrap();
-            tokio::time::sleep(held).await;
-            conn.query_drop("ROLLBACK").await.unwrap();
-            let _ = conn.disconnect().await;
-        });
-    });
-    is_locked.recv().unwrap();
-    holder
+    hold_in_a_transaction(
+        format!("UPDATE `{table}` SET fence_until = fence_until - 1 WHERE ns = X'{}' AND k = X'{}'", hex("dokebi-lock"), hex(key)),
+        held,
+    )
 }
