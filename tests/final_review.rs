@@ -121,7 +121,8 @@ fn a_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_is_row_lo
     let mut locker = std::process::Command::new("mysql")
         .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
         .arg(format!(
-            "BEGIN; INSERT INTO `{0}` (ns, k, fence, fence_until) VALUES (X'{namespace}', 'z', 0, 0); DO SLEEP(8 + 0 * LENGTH('{0}')); ROLLBACK;",
+            // Made or, when a try of the follower's made it first, locked by a no-op update.
+            "BEGIN; INSERT INTO `{0}` (ns, k, fence, fence_until) VALUES (X'{namespace}', 'z', 0, 0) ON DUPLICATE KEY UPDATE fence = fence; DO SLEEP(8 + 0 * LENGTH('{0}')); ROLLBACK;",
             table.0
         ))
         .spawn()
@@ -165,7 +166,8 @@ fn a_postgres_waiter_whose_key_is_free_is_granted_though_a_follower_s_other_key_
         .arg(postgres::url())
         .args(["-q", "-c"])
         .arg(format!(
-            "BEGIN; INSERT INTO {keys} (namespace, key, fence, fence_until) SELECT namespace, 'z', 0, now() FROM {keys} LIMIT 1; SELECT pg_sleep(8); ROLLBACK;",
+            // Made or, when a try of the follower's made it first, locked by a no-op update.
+            "BEGIN; INSERT INTO {keys} (namespace, key, fence, fence_until) SELECT namespace, 'z', 0, now() FROM {keys} LIMIT 1 ON CONFLICT (namespace, key) DO UPDATE SET fence = {keys}.fence; SELECT pg_sleep(8); ROLLBACK;",
             keys = schema.table("")
         ))
         .stdout(std::process::Stdio::null())
