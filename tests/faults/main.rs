@@ -319,7 +319,10 @@ impl Fault {
             // A fail-closed key while Redis cannot serve, a command in
             // flight when it died, and contention under the policy's short
             // wait (neither of which moves an acquire to another member).
-            Fault::Outage => &["NO_ELIGIBLE_BACKEND", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
+            // PROVIDER_FAILED: an acquire whose wait ended while the
+            // restarted Redis was still being connected to (a slow connect
+            // is not an outage: the policy does not fall back on it).
+            Fault::Outage => &["NO_ELIGIBLE_BACKEND", "OUTCOME_UNKNOWN", "PROVIDER_FAILED", "WAIT_TIMEOUT"],
         }
     }
 }
