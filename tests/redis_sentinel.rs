@@ -1,9 +1,10 @@
 //! What only Redis Sentinel has (a primary, one replica, 3 sentinels;
 //! real servers, see `support/sentinel.rs`): a failover followed with a
-//! sentinel dead, and the old primary that goes on taking writes after a
-//! planned failover. The scenarios every topology shares (leases on the
-//! named primary, hand-off by notification, limits, the primary killed or
-//! failed over, `replicaAcks`) are in `redis_deployments.rs`.
+//! sentinel dead, the old primary that goes on taking writes after a
+//! planned failover, and a primary set to take writes once demoted. The
+//! scenarios every topology shares (leases on the named primary, hand-off
+//! by notification, limits, the primary killed or failed over,
+//! `replicaAcks`) are in `redis_deployments.rs`.
 
 mod support;
 
@@ -124,4 +125,19 @@ fn a_hung_sentinel_s_switch_watch_moves_on_and_a_planned_failover_is_still_follo
     assert!(on(new));
     block_on(after.close());
     block_on(before.close());
+}
+
+/// A primary set `replica-read-only no` would, once demoted, take the
+/// scripts' writes of a connection made before (tests/redis_transport_review.rs):
+/// the primary the sentinels name is refused at connect, as a plain URL's
+/// server is.
+#[test]
+fn a_primary_that_would_take_writes_once_demoted_is_refused() {
+    let sentinels = Sentinels::start();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("no").query(&mut sentinels.primary().client()).unwrap();
+    let provider = open(&sentinels, &[("leaseMs", "5000")]);
+    let err = block_on(backend(&provider).acquire("k", wait(0))).map(|_| ()).expect_err("a primary set replica-read-only no is refused");
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("replica-read-only no"), "{err}");
+    block_on(provider.close());
 }

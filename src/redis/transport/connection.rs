@@ -37,6 +37,7 @@
 //! harmless, and [`Answer::first_attempt_lost`] tells callers whose answer
 //! depends on whether the first attempt ran (release).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -99,6 +100,22 @@ fn too_old(version: &str, numbers: (u32, u32)) -> Option<String> {
     (numbers < MIN_SERVER).then(|| {
         let (major, minor) = MIN_SERVER;
         format!("the server runs Redis {version}; dokebi-lock needs Redis {major}.{minor} or later (SET ... GET and PXAT in its scripts)")
+    })
+}
+
+/// Why a server whose `CONFIG GET replica-read-only` answered `reply` (by
+/// name: a RESP2 array of pairs or a RESP3 map) is refused, if it is: set
+/// `no`, once demoted (a failover, `REPLICAOF`) it answers the scripts as a
+/// primary would, with no `READONLY` to tell, and keeps their writes to
+/// itself, so a connection made before the demotion grants keys the new
+/// primary grants too. `server` is its address.
+fn writable_replica(server: &str, reply: &BTreeMap<String, String>) -> Option<Refusal> {
+    (reply.get("replica-read-only").map(String::as_str) == Some("no")).then(|| Refusal {
+        message: format!(
+            "Redis at {server} is set replica-read-only no: demoted to a replica, it would go on granting locks its new primary grants too"
+        ),
+        fix: "Set replica-read-only yes (Redis's default) on every server that can be demoted: CONFIG SET replica-read-only yes, and in its configuration file.".to_owned(),
+        cause: Arc::new(io::Error::other("CONFIG GET replica-read-only answered no")),
     })
 }
 
@@ -838,6 +855,10 @@ impl RedisConnection {
     /// with nothing written.
     /// With Sentinel the node must also say it is the primary: a sentinel
     /// that has not seen a failover yet may name the old one.
+    /// Outside a Cluster a server set `replica-read-only no` is refused (see
+    /// [`writable_replica`]); one that refuses `CONFIG` (managed services
+    /// rename or forbid it) is taken as is. A Cluster's replica answers a
+    /// script `MOVED` whatever the setting.
     async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
         let peer = open.peer.clone();
         let info = self.info(&mut open.connection, &peer, "server").await?;
@@ -846,6 +867,14 @@ impl RedisConnection {
         }
         if let Some(refusal) = info.as_deref().and_then(server_version).and_then(|(version, numbers)| too_old(version, numbers)) {
             return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::Unsupported, refusal)))));
+        }
+        if !self.is_cluster() {
+            let setting = redis::cmd("CONFIG").arg("GET").arg("replica-read-only").to_owned();
+            let reply: Option<BTreeMap<String, String>> =
+                self.optional(&mut open.connection, &peer, &setting, "no answer to CONFIG GET within commandTimeoutMs").await?;
+            if let Some(refusal) = reply.and_then(|reply| writable_replica(&peer.login.server, &reply)) {
+                return Err(Failure::Denied(Arc::new(refusal)));
+            }
         }
         if self.topology.needs_primary() {
             let replication = self.info(&mut open.connection, &peer, "replication").await?;
@@ -859,21 +888,32 @@ impl RedisConnection {
         Ok(open)
     }
 
-    /// One `INFO` section; `None` when the server refuses `INFO` (a
-    /// renamed command, or an ACL that hides it), unless it wants
-    /// credentials first (`NOAUTH`). A TLS failure after the handshake
-    /// (the server refusing our client certificate) shows here.
+    /// One `INFO` section (see [`RedisConnection::optional`]).
     async fn info(&self, connection: &mut NodeConnection, peer: &Peer, section: &str) -> Result<Option<String>, Failure> {
-        let mut info = redis::cmd("INFO");
-        info.arg(section);
-        match tokio::time::timeout(self.command_timeout, info.query_async::<String>(connection)).await {
-            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error("no answer to INFO within commandTimeoutMs")))),
+        let info = redis::cmd("INFO").arg(section).to_owned();
+        self.optional(connection, peer, &info, "no answer to INFO within commandTimeoutMs").await
+    }
+
+    /// The reply to a check made at connect; `None` when the server refuses
+    /// `command` (a renamed command, or an ACL that hides it), unless it
+    /// wants credentials first (`NOAUTH`). A TLS failure after the handshake
+    /// (the server refusing our client certificate) shows here. `unanswered`
+    /// says what went unanswered.
+    async fn optional<T: FromRedisValue>(
+        &self,
+        connection: &mut NodeConnection,
+        peer: &Peer,
+        command: &Cmd,
+        unanswered: &'static str,
+    ) -> Result<Option<T>, Failure> {
+        match tokio::time::timeout(self.command_timeout, command.query_async::<T>(connection)).await {
+            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error(unanswered)))),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
                 Err(connect_failure(self.links.explain(peer.info.addr(), err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             Ok(Err(_)) => Ok(None),
-            Ok(Ok(info)) => Ok(Some(info)),
+            Ok(Ok(reply)) => Ok(Some(reply)),
         }
     }
 
