@@ -137,11 +137,28 @@ fn leases_kinds_and_wake_ups_work_through_pgbouncer_in_transaction_mode() {
     assert!(log.contains("login attempt: db=test"), "the statements went through pgbouncer: {log}");
 }
 
+/// Waits long enough for `provider`'s listener to connect and probe (it
+/// claimed to listen within milliseconds before it probed), or until it
+/// says it listens.
+fn let_the_listener_probe(provider: &Provider) {
+    for _ in 0..200 {
+        if backend(provider).status().postgres.unwrap().listening {
+            break;
+        }
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Behind a pooler with no `listenUrl` a waiter learns that a key is free
+/// by polling at `pollIntervalMs`: here the key is freed with no `NOTIFY`
+/// at all (its holder row expired by hand, no release), and a waiter that
+/// counted on notifications would try again only after its holder's 60 s
+/// lease or `notifyPollIntervalMs` (600 s), past its 20 s wait.
 #[test]
 fn behind_a_pooler_without_a_direct_listener_waiters_are_served_by_polling() {
     let bouncer = Bouncer::start("polling");
     let schema = Schema::fresh();
-    let poll = "        notifyPollIntervalMs: 50\n        pollIntervalMs: 50\n";
+    let poll = "        leaseMs: 60000\n        notifyPollIntervalMs: 600000\n        pollIntervalMs: 50\n";
     let (a, b) = (through(&bouncer, &schema, poll, None), through(&bouncer, &schema, poll, None));
     let held = block_on(backend(&a).acquire("k", wait(0))).unwrap();
     let waiter = {
@@ -149,8 +166,12 @@ fn behind_a_pooler_without_a_direct_listener_waiters_are_served_by_polling() {
         thread::spawn(move || block_on(two.acquire("k", wait(20_000))).map(|lease| lease.fence()))
     };
     eventually("b waits", || postgres::counts(&backend(&b)).waiting == 1);
-    assert!(block_on(held.release()).unwrap());
+    // A listener that comes up after the key is freed wakes its waiters,
+    // as after any reconnection.
+    let_the_listener_probe(&b);
+    batch(&format!("UPDATE {} SET expires_at = clock_timestamp() - interval '1 second'", schema.table("_holders")));
     assert!(waiter.join().unwrap().expect("granted by a poll") > held.fence());
+    assert_eq!(code(block_on(held.release())), ErrorCode::LeaseLost);
     block_on(a.close());
     block_on(b.close());
 }
@@ -168,14 +189,7 @@ fn behind_a_pooler_without_a_direct_listener_status_says_not_listening_and_waite
     let provider = through(&bouncer, &schema, lines, None);
     let holder = schema.open("");
     let held = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
-    // Long enough for the listener to connect and probe (it claimed to
-    // listen within milliseconds before it probed).
-    for _ in 0..200 {
-        if backend(&provider).status().postgres.unwrap().listening {
-            break;
-        }
-        thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let_the_listener_probe(&provider);
     let waiter = {
         let waiting = backend(&provider);
         thread::spawn(move || block_on(waiting.acquire("k", wait(20_000))).map(|lease| lease.fence()))

@@ -965,13 +965,14 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
             for b in of_key[i + 1..].iter().take_while(|b| b.start < a.end) {
                 // The older holder is the stale one; an expired lease
                 // explains the overlap only if it was told, and only if
-                // its lease ran out before the other began (it was
-                // granted after `asked`, so not before `asked + lease`).
+                // its lease ran out before the other began: a lease from
+                // its grant, placed by its fence (an acquire that waited
+                // for the key was granted well after `asked`).
                 let older = if a.fence < b.fence { a } else { b };
                 let newer = if a.fence < b.fence { b } else { a };
                 let cause = if let Some(window) = window.two_primaries(a, b) {
                     window
-                } else if older.told() && newer.start >= older.asked + u64::from(LEASE_MS) * 1000 {
+                } else if older.told() && newer.start >= window.granted(older) + u64::from(LEASE_MS) * 1000 {
                     "expired lease"
                 } else {
                     "unexplained"
@@ -1083,6 +1084,10 @@ fn self_test() {
     assert!(!run(&early, &fine, 0).violations.is_empty(), "told, but granted again before its lease could have ended");
     let newer_told = [hold("c2", 1, 10, 2_000_000, "OK"), hold("c3", 2, 1_500_000, 1_600_000, "LEASE_LOST")];
     assert!(!run(&newer_told, &fine, 0).violations.is_empty(), "the newer holder told, the stale one not");
+    // Its acquire called at 10 but granted (by its fence) at 600,000, after
+    // a wait: its lease ran to 1,600,000, past the newer one's start.
+    let waited = [asked(hold("c2", 600_000, 600_010, 2_000_000, "LEASE_LOST"), 10), hold("c3", 1_200_000, 1_200_000, 1_300_000, "OK")];
+    assert!(!run(&waited, &fine, 0).violations.is_empty(), "told, but granted again before its lease from its grant could have ended");
     // A double grant by the old primary itself: c1 while cut off, over a
     // holder it granted before the cut, or one granted before any promotion.
     let old_twice = [hold("c2", 90, 90, 140, "OK"), hold("c1", 120, 120, 130, "OK")];
@@ -1129,6 +1134,8 @@ fn self_test() {
     let mut lost = store(vec![Attempt::Accepted(1), Attempt::Accepted(2)]);
     lost.get_mut("k0").unwrap().value = 1;
     assert!(!run(&[], &lost, 0).violations.is_empty(), "a lost increment");
+    // pg-failover: each server's own record of its holders.
+    pg::self_test();
 }
 
 fn main() {

@@ -298,8 +298,10 @@ struct Held {
 }
 
 /// Per key, the server's holders in the order granted: each from its
-/// grant to its release, its row given to another or deleted, or its
-/// lease's end (renewals extend it), whichever first.
+/// grant to its release, its row deleted, or its lease's end (renewals
+/// extend it), whichever first. A row given to another token ends its old
+/// holder only where that holder's lease had ended (released or lapsed):
+/// a live lease's row given away is a takeover, both held.
 fn holder_intervals(rows: &[Audit]) -> BTreeMap<String, Vec<Held>> {
     let mut by_key: BTreeMap<String, Vec<Held>> = BTreeMap::new();
     // Open holds: (key, token) -> index in by_key[key].
@@ -311,8 +313,10 @@ fn holder_intervals(rows: &[Audit]) -> BTreeMap<String, Vec<Held>> {
                 held[i].to = held[i].to.min(at);
             }
         };
-        if row.op != 'I' && (row.op == 'D' || row.old_token != row.token || row.expires <= row.at) {
+        if row.op == 'D' || (row.op == 'U' && row.expires <= row.at) {
             end(held, &mut open, &row.old_token, row.at);
+        } else if row.op == 'U' && row.old_token != row.token {
+            end(held, &mut open, &row.old_token, row.at.max(row.old_expires));
         }
         if row.grant() {
             end(held, &mut open, &row.token, row.at);
@@ -349,6 +353,47 @@ fn server_overlaps(rows: &[Audit], report: &mut Report) -> u64 {
         }
     }
     found
+}
+
+/// The servers' own check ([`server_overlaps`]) must be able to fail:
+/// hand-made audit rows of one server, on its clock in microseconds.
+pub fn self_test() {
+    let row = |op: char, (old_token, token): (&str, &str), at: i64, (old_expires, expires): (i64, i64)| Audit {
+        op,
+        key: "k0".into(),
+        old_token: old_token.into(),
+        token: token.into(),
+        client: "10.0.0.2".into(),
+        at,
+        old_expires,
+        expires,
+    };
+    let released = -9_223_372_036_854_775_807;
+    let overlaps = |rows: &[Audit]| {
+        let mut report = Report::default();
+        let found = server_overlaps(rows, &mut report);
+        assert_eq!(found as usize, report.violations.len(), "each pair held at once is a violation: {:?}", report.violations);
+        found
+    };
+    // b granted in a second slot while a's lease (to 100) is live.
+    let twice = [row('I', ("", "a"), 10, (0, 100)), row('I', ("", "b"), 50, (0, 150))];
+    assert_eq!(overlaps(&twice), 1, "one server held a key for two at once");
+    // a renewed to 200 before b's grant at 150: held by two.
+    let renewed = [row('I', ("", "a"), 10, (0, 100)), row('U', ("a", "a"), 90, (100, 200)), row('I', ("", "b"), 150, (0, 250))];
+    assert_eq!(overlaps(&renewed), 1, "a renewed holder and a later grant held at once");
+    // a's row given to b at 50 while a's lease ran to 100 (no release, no
+    // lapse): a takeover, both held.
+    let taken_over = [row('I', ("", "a"), 10, (0, 100)), row('U', ("a", "b"), 50, (100, 150))];
+    assert_eq!(overlaps(&taken_over), 1, "a live holder's row given to another");
+    // a released at 40, its slot given to b at 50; then b's lease lapsed
+    // (at 150) and c took the slot at 160: one holder at a time.
+    let in_turn = [
+        row('I', ("", "a"), 10, (0, 100)),
+        row('U', ("a", "a"), 40, (100, released)),
+        row('U', ("a", "b"), 50, (released, 150)),
+        row('U', ("b", "c"), 160, (150, 260)),
+    ];
+    assert_eq!(overlaps(&in_turn), 0, "holders one after another");
 }
 
 fn yaml(hosts: &[String]) -> String {
