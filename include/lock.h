@@ -376,6 +376,103 @@ typedef void (*dokebi_lock_acquire_callback)(void *userdata,
                                              struct dokebi_lock_error *error);
 
 /**
+ * What a policy backend says of one key (`dokebi_lock_policy_get_key_status`).
+ * Its strings are static or belong to the backend handle, and live as long
+ * as it: a policy's rules and members are fixed when its provider opens.
+ */
+typedef struct dokebi_lock_policy_key_status {
+  /**
+   * The rule the key falls under: `"rules[<i>]"` or `"default"`.
+   */
+  const char *rule;
+  /**
+   * Its index: `<i>` of `rules[<i>]`; the default rule's is the number
+   * of `rules` (it comes after them).
+   */
+  size_t rule_index;
+  /**
+   * The rule's pattern, `"prefix:<text>"` or `"glob:<text>"`; NULL for
+   * the default rule.
+   */
+  const char *pattern;
+  /**
+   * The member the rule prefers (its first backend).
+   */
+  const char *preferred;
+  /**
+   * The rule's minimum tier: `"process"`, `"host"` or `"shared"` (static).
+   */
+  const char *min_tier;
+  /**
+   * `"failClosed"` or `"fallBack"` (static): what the rule does while its
+   * preferred member cannot serve.
+   */
+  const char *on_unavailable;
+  /**
+   * The key was acquired through this policy in this process and is
+   * still remembered (the last 10,000 keys are); the `last_` fields
+   * below say how, else they are NULL, false and -1.
+   */
+  bool has_last;
+  /**
+   * The member that served the last acquisition.
+   */
+  const char *last_backend;
+  /**
+   * That member's tier (static).
+   */
+  const char *last_tier;
+  /**
+   * Whether that lease carried a fence (comparable only with fences of
+   * the same member).
+   */
+  bool last_fenced;
+  /**
+   * When it was granted, in ms since the Unix epoch.
+   */
+  int64_t last_unix_ms;
+} dokebi_lock_policy_key_status;
+
+/**
+ * One member of a policy backend (`dokebi_lock_policy_get_member_status`):
+ * counts since the provider opened, never keys. `backend` belongs to the
+ * backend handle and lives as long as it; `driver` and `tier` are static.
+ */
+typedef struct dokebi_lock_policy_member_status {
+  /**
+   * The member's backend name.
+   */
+  const char *backend;
+  /**
+   * Its driver: `"local"`, `"file"`, `"redis"`, `"postgres"`, `"mysql"`.
+   */
+  const char *driver;
+  /**
+   * Its tier: `"process"`, `"host"` or `"shared"`.
+   */
+  const char *tier;
+  /**
+   * Acquires it served.
+   */
+  uint64_t served;
+  /**
+   * Of those, acquires whose rule prefers another member.
+   */
+  uint64_t fallbacks;
+  /**
+   * Acquires refused with `DOKEBI_LOCK_NO_ELIGIBLE_BACKEND` whose rule
+   * prefers it (the fail-closed refusals, and the fallbacks that found
+   * no member either).
+   */
+  uint64_t refusals;
+  /**
+   * It was found unavailable and is passed over until its
+   * `reprobeCooldownMs` ends.
+   */
+  bool skipped;
+} dokebi_lock_policy_member_status;
+
+/**
  * One telemetry event. The strings are valid during the callback only.
  */
 typedef struct dokebi_lock_event {
@@ -961,6 +1058,50 @@ dokebi_lock_status dokebi_lock_pending_cancel(const struct dokebi_lock_pending *
  * `pending` is NULL or a live pending handle, not used afterwards.
  */
 void dokebi_lock_pending_free(struct dokebi_lock_pending *pending);
+
+/**
+ * Writes what the policy `backend` says of `key` (`key_len` bytes of
+ * UTF-8) to `*out_status`: the rule it falls under and the key's last
+ * acquisition through this policy in this process. `INVALID_ARGUMENT` for
+ * a NULL backend or out-parameter and for a backend of another driver;
+ * `INVALID_KEY` for an empty key, invalid UTF-8 or a NUL byte (the
+ * message never quotes the key). Acquires nothing, waits for nothing.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `key` is NULL or points to
+ * `key_len` readable bytes; `out_status` is writable; `out_error` is NULL
+ * or writable.
+ */
+dokebi_lock_status dokebi_lock_policy_get_key_status(const struct dokebi_lock_backend *backend,
+                                                     const char *key,
+                                                     size_t key_len,
+                                                     struct dokebi_lock_policy_key_status *out_status,
+                                                     struct dokebi_lock_error **out_error);
+
+/**
+ * How many members the policy `backend` has, each a backend that one of
+ * its rules names; 0 for NULL and for a backend of another driver.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle.
+ */
+size_t dokebi_lock_policy_member_count(const struct dokebi_lock_backend *backend);
+
+/**
+ * Writes member `index` (below `dokebi_lock_policy_member_count`; members
+ * are in the order the rules first name them) of the policy `backend` to
+ * `*out_status`: what it served, its fallbacks and refusals, and whether it
+ * is skipped now. `INVALID_ARGUMENT` for a NULL backend or out-parameter,
+ * a backend of another driver and an index out of range.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `out_status` is writable;
+ * `out_error` is NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_policy_get_member_status(const struct dokebi_lock_backend *backend,
+                                                        size_t index,
+                                                        struct dokebi_lock_policy_member_status *out_status,
+                                                        struct dokebi_lock_error **out_error);
 
 /**
  * Opens a provider from the text of a YAML configuration file

@@ -195,6 +195,12 @@ impl Router {
         &self.members
     }
 
+    /// Every rule, in the order [`Router::rule_of`] indexes them: the
+    /// options' `rules`, then the default rule.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
     /// The policy's default wait, across every member tried.
     pub fn wait_timeout(&self) -> Duration {
         self.wait_timeout

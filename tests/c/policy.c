@@ -2,11 +2,38 @@
  * served it and its tier, is released on that member when freed; a rule that
  * fails closed on an unreachable Redis (a port nothing listens on) is
  * NO_ELIGIBLE_BACKEND, and a rule that falls back is served by the file
- * member; the policy's events name the member. */
+ * member; the policy's events name the member. Per key, the policy says the
+ * rule and the last acquisition (member, fenced, when); per member, what it
+ * served, its fallbacks and refusals, and whether it is skipped. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <time.h>
 #include <unistd.h>
+
+static int64_t now_unix_ms(void) {
+    struct timespec now;
+    CHECK(clock_gettime(CLOCK_REALTIME, &now) == 0);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static dokebi_lock_policy_key_status key_status(const dokebi_lock_backend *policy, const char *key) {
+    dokebi_lock_policy_key_status status;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_policy_get_key_status(policy, KEY(key), &status, ERR));
+    return status;
+}
+
+/* Member `index` of `policy`, which must be called `name` and have served,
+ * fallen back for and refused what it is given. */
+static void check_member(const dokebi_lock_backend *policy, size_t index, const char *name, const char *driver,
+                         const char *tier, uint64_t served, uint64_t fallbacks, uint64_t refusals, bool skipped) {
+    dokebi_lock_policy_member_status member;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_policy_get_member_status(policy, index, &member, ERR));
+    CHECK(strcmp(member.backend, name) == 0);
+    CHECK(strcmp(member.driver, driver) == 0 && strcmp(member.tier, tier) == 0);
+    CHECK(member.served == served && member.fallbacks == fallbacks && member.refusals == refusals);
+    CHECK(member.skipped == skipped);
+}
 
 static char yaml[2048];
 static int skipped_events, fallback_events;
@@ -68,7 +95,9 @@ int main(void) {
     CHECK(strstr(dokebi_lock_error_fix(error), "cache") != NULL);
     dokebi_lock_error_free(error);
 
+    int64_t before = now_unix_ms();
     lease = must_acquire(locks, "order:1", 1000);
+    int64_t after = now_unix_ms();
     CHECK(strcmp(dokebi_lock_lease_served_by(lease), "host") == 0);
     CHECK(strcmp(dokebi_lock_lease_served_tier(lease), "host") == 0);
     bool released = false;
@@ -78,11 +107,68 @@ int main(void) {
     CHECK(__atomic_load_n(&skipped_events, __ATOMIC_SEQ_CST) == 1);
     CHECK(__atomic_load_n(&fallback_events, __ATOMIC_SEQ_CST) == 1);
 
+    /* Per key: the rule, and which member served it last, fenced, when. */
+    dokebi_lock_policy_key_status status = key_status(locks, "order:1");
+    CHECK(strcmp(status.rule, "default") == 0 && status.rule_index == 2 && status.pattern == NULL);
+    CHECK(strcmp(status.preferred, "cache") == 0 && strcmp(status.min_tier, "host") == 0);
+    CHECK(strcmp(status.on_unavailable, "fallBack") == 0);
+    CHECK(status.has_last && strcmp(status.last_backend, "host") == 0 && strcmp(status.last_tier, "host") == 0);
+    CHECK(status.last_fenced);
+    CHECK(status.last_unix_ms >= before && status.last_unix_ms <= after);
+    const char *preferred = status.preferred;
+    status = key_status(locks, "tmp:1");
+    CHECK(strcmp(status.rule, "rules[1]") == 0 && status.rule_index == 1 && strcmp(status.pattern, "glob:tmp:*") == 0);
+    CHECK(strcmp(status.preferred, "mem") == 0 && strcmp(status.min_tier, "process") == 0);
+    CHECK(status.has_last && strcmp(status.last_backend, "mem") == 0 && strcmp(status.last_tier, "process") == 0);
+    CHECK(status.last_unix_ms <= before);
+    /* A refused key was acquired nowhere. */
+    status = key_status(locks, "pay:secret");
+    CHECK(strcmp(status.rule, "rules[0]") == 0 && status.rule_index == 0 && strcmp(status.pattern, "prefix:pay:") == 0);
+    CHECK(strcmp(status.preferred, "cache") == 0 && strcmp(status.min_tier, "shared") == 0);
+    CHECK(strcmp(status.on_unavailable, "failClosed") == 0);
+    CHECK(!status.has_last && status.last_backend == NULL && status.last_tier == NULL && !status.last_fenced);
+    CHECK(status.last_unix_ms == -1);
+    status = key_status(locks, "order:never");
+    CHECK(status.rule_index == 2 && !status.has_last);
+    /* The names belong to the backend handle: the same string each call. */
+    CHECK(status.preferred == preferred);
+
+    /* Per member, in the order the rules first name them: cache refused
+     * pay:secret and is skipped, mem served tmp:1 twice (LOCK_BUSY is not
+     * served), host served order:1 as a fallback. */
+    CHECK(dokebi_lock_policy_member_count(locks) == 3);
+    check_member(locks, 0, "cache", "redis", "shared", 0, 0, 1, true);
+    check_member(locks, 1, "mem", "local", "process", 2, 0, 0, false);
+    check_member(locks, 2, "host", "file", "host", 1, 1, 0, false);
+    dokebi_lock_policy_member_status member;
+    error = NULL;
+    CHECK(dokebi_lock_policy_get_member_status(locks, 3, &member, &error) == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(dokebi_lock_error_message(error), "3 members") != NULL);
+    dokebi_lock_error_free(error);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_policy_get_member_status(locks, 0, NULL, ERR));
+
+    /* Bad keys are INVALID_KEY, never quoted; NULLs INVALID_ARGUMENT. */
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_policy_get_key_status(locks, "", 0, &status, ERR));
+    error = NULL;
+    CHECK(dokebi_lock_policy_get_key_status(locks, "pay:\xff-secret", 12, &status, &error) == DOKEBI_LOCK_INVALID_KEY);
+    CHECK(strstr(dokebi_lock_error_message(error), "secret") == NULL);
+    dokebi_lock_error_free(error);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_policy_get_key_status(NULL, KEY("order:1"), &status, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_policy_get_key_status(locks, KEY("order:1"), NULL, ERR));
+    CHECK(dokebi_lock_policy_member_count(NULL) == 0);
+
     /* A lease of another driver serves nobody's policy. */
     dokebi_lock_backend *mem = get_backend(provider, "mem");
     lease = must_acquire(mem, "direct", 0);
     CHECK(dokebi_lock_lease_served_by(lease) == NULL && dokebi_lock_lease_served_tier(lease) == NULL);
     dokebi_lock_lease_free(lease);
+    /* Nor does its backend answer for one. */
+    error = NULL;
+    CHECK(dokebi_lock_policy_get_key_status(mem, KEY("direct"), &status, &error) == DOKEBI_LOCK_INVALID_ARGUMENT);
+    CHECK(strstr(dokebi_lock_error_message(error), "direct") == NULL);
+    dokebi_lock_error_free(error);
+    CHECK(dokebi_lock_policy_member_count(mem) == 0);
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_policy_get_member_status(mem, 0, &member, ERR));
 
     dokebi_lock_backend_free(mem);
     dokebi_lock_backend_free(locks);

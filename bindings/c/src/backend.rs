@@ -1,7 +1,7 @@
 //! The backend handle and the blocking acquires.
 
 use std::ffi::c_char;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::args::{self, handle, wait_timeout, Out};
@@ -11,6 +11,7 @@ use super::fork;
 use super::kinds::{self, dokebi_lock_acquire_options};
 use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call};
+use super::policy::PolicyNames;
 use super::status::dokebi_lock_status;
 use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::Result;
@@ -25,11 +26,13 @@ pub struct dokebi_lock_backend {
     pub(crate) completions: Arc<Completions>,
     /// The process its provider was opened in (see [`fork`]).
     pub(crate) born: u32,
+    /// A policy backend's member and rule names, made on first use.
+    pub(crate) policy_names: OnceLock<PolicyNames>,
 }
 
 impl dokebi_lock_backend {
     pub(crate) fn new(backend: Backend, completions: Arc<Completions>, born: u32) -> Self {
-        dokebi_lock_backend { backend, completions, born }
+        dokebi_lock_backend { backend, completions, born, policy_names: OnceLock::new() }
     }
 
     /// The backend of a live handle, `CLOSED` in a child forked after its

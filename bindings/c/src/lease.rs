@@ -11,6 +11,7 @@ use super::completion::{block_on, on_driver_thread, refuse_on_driver_thread};
 use super::error::dokebi_lock_error;
 use super::fork;
 use super::panic::{boundary, call};
+use super::policy::tier_name;
 use super::status::dokebi_lock_status;
 use dokebi_lock::acquire::LockKind;
 use dokebi_lock::error::Result;
@@ -281,11 +282,7 @@ pub unsafe extern "C" fn dokebi_lock_lease_served_tier(lease: *const dokebi_lock
     boundary(|| {
         // SAFETY: the caller promised `lease` is NULL or a live lease handle (# Safety).
         let served = unsafe { lease.as_ref() }.and_then(|lease| lease.lease.served());
-        served.map_or(std::ptr::null(), |served| match served.member.tier {
-            dokebi_lock::policy::Tier::Process => c"process".as_ptr(),
-            dokebi_lock::policy::Tier::Host => c"host".as_ptr(),
-            dokebi_lock::policy::Tier::Shared => c"shared".as_ptr(),
-        })
+        served.map_or(std::ptr::null(), |served| tier_name(served.member.tier))
     })
 }
 

@@ -29,6 +29,7 @@ pub mod kinds;
 pub mod lease;
 pub mod panic;
 pub mod pending;
+pub mod policy;
 pub mod provider;
 pub mod section;
 pub mod status;
