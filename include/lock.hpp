@@ -222,6 +222,10 @@ class Lease {
 public:
     explicit Lease(dokebi_lock_lease *raw) noexcept : lease_(raw) {}
 
+    /// The C handle, still owned by this lease: for the C calls the wrapper
+    /// has no method for (dokebi_lock_lease_served_by, for one).
+    dokebi_lock_lease *native_handle() const noexcept { return lease_.get(); }
+
     /// The key (of a lease over several keys, the first).
     std::string_view key() const noexcept {
         std::size_t len = 0;
@@ -309,6 +313,11 @@ private:
 class Backend {
 public:
     explicit Backend(dokebi_lock_backend *raw) noexcept : backend_(raw) {}
+
+    /// The C handle, still owned by this backend: for the C calls the
+    /// wrapper has no method for (a policy's dokebi_lock_policy_get_key_status,
+    /// for one).
+    dokebi_lock_backend *native_handle() const noexcept { return backend_.get(); }
 
     /// The keys of one lease over several keys, in the caller's order.
     using Keys = std::vector<std::string_view>;

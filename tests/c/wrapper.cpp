@@ -136,6 +136,10 @@ int main() {
         CHECK(std::string(timeout.code()) == "WAIT_TIMEOUT");
         CHECK(!timeout.fix().empty());
         CHECK(lease.renew());
+        // What the wrapper has no method for: the C calls on its handles.
+        CHECK(std::string(dokebi_lock_backend_driver(orders.native_handle())) == "local");
+        CHECK(std::string(dokebi_lock_lease_fence(lease.native_handle())) == lease.fence());
+        CHECK(dokebi_lock_lease_served_by(lease.native_handle()) == nullptr);  // not a policy's lease
     }  // released here by the destructor
 
     auto again = orders.try_acquire("order:42");
