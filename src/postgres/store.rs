@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
-use super::sql::{row_lock_refused, HandOverArgs, Owner, Statements, TakeArgs};
+use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
@@ -250,20 +250,7 @@ impl Store for PostgresStore {
             counts: requests.iter().map(|(claim, _)| claim.keys.len() as i32).collect(),
             keys: requests.iter().flat_map(|(claim, _)| claim.keys.iter().map(String::as_str)).collect(),
         };
-        let reply = match self.statements.hand_over(self.connection(), &args).await {
-            // An acquire's own try with the waiters behind it (nothing
-            // released) that waited too long for a key's row: the busy row
-            // may be a follower's other key, so the acquire's own claim
-            // tries alone (busy as a take is, if its own), and the followers
-            // are told nothing was done (they try on their own); else a free
-            // key would wait out its whole wait.
-            Err(failure) if released.is_none() && row_lock_refused(&failure) => {
-                let (claim, ticket) = requests[0];
-                let own = if requests.len() > 1 { self.take(claim, waiting_ms, ticket).await? } else { Taken::Busy { hint: -1, ticket } };
-                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: vec![own] });
-            }
-            reply => reply?,
-        };
+        let reply = self.statements.hand_over(self.connection(), &args).await?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake: reply.wake, taken: reply.taken })
     }
