@@ -12,6 +12,7 @@ use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
 use crate::options::PostgresOptions;
 use crate::store::give_back::give_back;
+use crate::store::resend::resend_if_lost;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
@@ -217,8 +218,15 @@ impl Store for PostgresStore {
         self.statements.take(self.connection(), &args).await
     }
 
+    /// Sent again when its connection was lost under it (a session ended,
+    /// a connection cut: [`lost_with_its_connection`]), as
+    /// [`resend_if_lost`] says: a renewal extends only the live rows of the
+    /// lease's token, and counts them, whatever the first attempt did. The
+    /// lease's validity still counts from the first attempt's send.
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self.statements.renew(self.connection(), &self.owner(claim), millis(claim.terms.lease_ms)).await?;
+        let owner = &self.owner(claim);
+        let call = |_retry| self.statements.renew(self.connection(), owner, millis(claim.terms.lease_ms));
+        let (renewed, _) = resend_if_lost(self.connection().pool_size(), lost_with_its_connection, call).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
