@@ -4,6 +4,7 @@
 //! of the test's own schema that waits for an advisory lock the test holds;
 //! another operation runs meanwhile; then the first commits. No two
 //! holders may come of it, and a renew that answered true was not overtaken.
+//! A renew whose session is ended there is sent again, and keeps its lease.
 
 mod postgres;
 
@@ -165,6 +166,39 @@ fn the_retention_clean_up_never_deletes_a_key_whose_renew_is_committing() {
     }
     block_on(a.close());
     block_on(b.close());
+}
+
+/// A renewal whose session is ended under it (an administrator's
+/// `pg_terminate_backend`, a pooler's or a failover tool's) is sent again
+/// on another connection, as a release is: the intact lease is kept, not
+/// given up as `OUTCOME_UNKNOWN`. Ended here after its checks and
+/// before its commit, held by the gate. The retry is safe whatever the
+/// first attempt did: it extends only the live rows of the lease's token.
+#[test]
+fn a_renew_whose_session_ends_under_it_is_sent_again_and_keeps_the_lease() {
+    let schema = Schema::fresh();
+    let holder = format!("dl_ended_renewer_{}", std::process::id());
+    let provider = open(&schema, &holder, "");
+    let lease = block_on(backend(&provider).acquire("k", wait(0))).unwrap();
+    let gate = Gate::close(gate_key(3));
+    stall_renewals(&schema, gate.key);
+    let renewing = thread::spawn(move || {
+        let renewed = block_on(lease.renew());
+        (lease, renewed)
+    });
+    eventually("the renew stalls before its commit", || stalled(&holder) == 1);
+    let pid = count(&format!("SELECT pid::bigint FROM pg_stat_activity WHERE application_name = '{holder}' AND wait_event = 'advisory'"));
+    assert_eq!(count(&format!("SELECT count(pg_terminate_backend({pid}))")), 1);
+    // Gone before the gate opens: the first attempt never commits.
+    eventually("the renew's session ended", || count(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")) == 0);
+    gate.open();
+    let (lease, renewed) = renewing.join().unwrap();
+    assert!(matches!(renewed, Ok(true)), "the renew whose session ended: {:?}", renewed.map_err(|err| (err.code(), err.to_string())));
+    let other = open(&schema, &format!("dl_other_{}", std::process::id()), "");
+    assert_eq!(block_on(backend(&other).acquire("k", wait(0))).unwrap_err().code(), ErrorCode::LockBusy);
+    assert!(block_on(lease.release()).unwrap());
+    block_on(provider.close());
+    block_on(other.close());
 }
 
 /// A statement the driver stopped waiting for is cancelled on the server,

@@ -316,20 +316,6 @@ impl MysqlStore {
 const ALREADY_EXISTS: u16 = 1304;
 const NO_SUCH_TABLE: u16 = 1146;
 const NO_SUCH_PROCEDURE: u16 = 1305;
-/// "Lock wait timeout" (1205) and "deadlock" (1213).
-const LOCK_WAIT_TIMEOUT: u16 = 1205;
-const DEADLOCK: u16 = 1213;
-
-/// A try refused because another call held a row lock of its keys too
-/// long (1205), or locked them in a cycle with it (1213): the server rolled
-/// the call back whole, nothing done, and the keys are busy, not the store
-/// unavailable (a policy falls back on `PROVIDER_FAILED`, never on
-/// contention). Only for a try: a give-back, renewal or hand-over refused
-/// so did not run, which is never "done".
-fn key_busy(cause: &crate::error::Cause) -> bool {
-    matches!(server_code(cause), Some(LOCK_WAIT_TIMEOUT | DEADLOCK))
-}
-
 fn server_code(cause: &crate::error::Cause) -> Option<u16> {
     match cause.downcast_ref::<mysql_async::Error>() {
         Some(mysql_async::Error::Server(server)) => Some(server.code),
@@ -370,10 +356,7 @@ impl Store for MysqlStore {
     async fn take(&self, claim: &Claim, waiting_ms: u64, ticket: u64) -> Result<Taken<()>, Failure> {
         self.ensure().await?;
         let args = TakeArgs { namespace: &self.namespace, request: claim.request(ticket), waiting_ms, lock_wait_s: self.lock_wait_s() };
-        let taken = match self.statements.take(self.connection(), &args).await {
-            Err(Failure::Refused(cause)) if key_busy(&cause) => Taken::Busy { hint: -1, ticket },
-            taken => taken.map_err(|failure| self.noticed(failure))?,
-        };
+        let taken = self.statements.take(self.connection(), &args).await.map_err(|failure| self.noticed(failure))?;
         Ok(claim.reordered(taken))
     }
 
@@ -408,7 +391,7 @@ impl Store for MysqlStore {
         every.dedup();
         let calls: Vec<Request> = requests.iter().map(|(claim, ticket)| claim.request(*ticket)).collect();
         let released_args = released.map_or(("", 0, ""), |claim| (claim.sorted.as_str(), claim.stored.len(), claim.token.as_str()));
-        let reply = match self
+        let reply = self
             .statements
             .hand_over(
                 self.connection(),
@@ -420,18 +403,7 @@ impl Store for MysqlStore {
                 self.lock_wait_s(),
             )
             .await
-        {
-            // Only tries, no release: busy keys, as for a take. The busy row
-            // may be a follower's other key: the acquire's own claim tries
-            // alone, and the followers are told nothing was done (they try
-            // on their own), or a free key would wait out its whole wait.
-            Err(Failure::Refused(cause)) if released.is_none() && key_busy(&cause) => {
-                let (claim, ticket) = requests[0];
-                let own = if requests.len() > 1 { self.take(claim, waiting_ms, ticket).await? } else { Taken::Busy { hint: -1, ticket } };
-                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: vec![own] });
-            }
-            reply => reply.map_err(|failure| self.noticed(failure))?,
-        };
+            .map_err(|failure| self.noticed(failure))?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.stored.len());
         let wake = released.map_or_else(Vec::new, |claim| claim.in_callers_order(&reply.wake));
         let taken = reply.taken.into_iter().zip(requests).map(|(taken, (claim, _))| claim.reordered(taken)).collect();

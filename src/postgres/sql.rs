@@ -2,7 +2,6 @@
 //! [`super::schema`], so each operation is one round trip and one
 //! transaction. Keys, namespace and token are always bind parameters.
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
@@ -91,11 +90,7 @@ impl Statements {
             (&args.retention_ms, Type::INT8),
             (&args.lock_timeout_ms, Type::INT8),
         ];
-        let rows = match connection.query(&self.take, &params).await {
-            Err(failure) if row_lock_refused(&failure) => return Ok(Taken::Busy { hint: -1, ticket: args.ticket as u64 }),
-            rows => rows?,
-        };
-        let reply: Vec<i64> = single(rows)?;
+        let reply: Vec<i64> = single(connection.query(&self.take, &params).await?)?;
         Ok(reply::taken(&reply, args.keys.len())?.0)
     }
 
@@ -171,16 +166,4 @@ fn single<T: for<'a> tokio_postgres::types::FromSql<'a>>(rows: Vec<Row>) -> Resu
 
 fn unexpected(what: &str) -> Failure {
     Failure::Refused(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from PostgreSQL: {what}"))))
-}
-
-/// A statement the server refused because it waited too long for a key's
-/// row that another session locks (`lock_timeout`), or chose as a
-/// deadlock's victim: rolled back, nothing done. For a take that means the
-/// key is busy, not the store down: another call on the key holds its row
-/// (a take of thousands of keys holds its first rows for seconds), and a
-/// policy backend must never fall back on contention.
-pub(crate) fn row_lock_refused(failure: &Failure) -> bool {
-    let Failure::Refused(cause) = failure else { return false };
-    let code = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code);
-    code.is_some_and(|code| *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::T_R_DEADLOCK_DETECTED)
 }

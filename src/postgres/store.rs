@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
-use super::sql::{row_lock_refused, HandOverArgs, Owner, Statements, TakeArgs};
+use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
 use crate::options::PostgresOptions;
 use crate::store::give_back::give_back;
+use crate::store::resend::resend_if_lost;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
@@ -217,8 +218,15 @@ impl Store for PostgresStore {
         self.statements.take(self.connection(), &args).await
     }
 
+    /// Sent again when its connection was lost under it (a session ended,
+    /// a connection cut: [`lost_with_its_connection`]), as
+    /// [`resend_if_lost`] says: a renewal extends only the live rows of the
+    /// lease's token, and counts them, whatever the first attempt did. The
+    /// lease's validity still counts from the first attempt's send.
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
-        let renewed = self.statements.renew(self.connection(), &self.owner(claim), millis(claim.terms.lease_ms)).await?;
+        let owner = &self.owner(claim);
+        let call = |_retry| self.statements.renew(self.connection(), owner, millis(claim.terms.lease_ms));
+        let (renewed, _) = resend_if_lost(self.connection().pool_size(), lost_with_its_connection, call).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
@@ -250,20 +258,7 @@ impl Store for PostgresStore {
             counts: requests.iter().map(|(claim, _)| claim.keys.len() as i32).collect(),
             keys: requests.iter().flat_map(|(claim, _)| claim.keys.iter().map(String::as_str)).collect(),
         };
-        let reply = match self.statements.hand_over(self.connection(), &args).await {
-            // An acquire's own try with the waiters behind it (nothing
-            // released) that waited too long for a key's row: the busy row
-            // may be a follower's other key, so the acquire's own claim
-            // tries alone (busy as a take is, if its own), and the followers
-            // are told nothing was done (they try on their own); else a free
-            // key would wait out its whole wait.
-            Err(failure) if released.is_none() && row_lock_refused(&failure) => {
-                let (claim, ticket) = requests[0];
-                let own = if requests.len() > 1 { self.take(claim, waiting_ms, ticket).await? } else { Taken::Busy { hint: -1, ticket } };
-                return Ok(HandedOver { freed: Freed { all: false, first_attempt_lost: None }, wake: Vec::new(), taken: vec![own] });
-            }
-            reply => reply?,
-        };
+        let reply = self.statements.hand_over(self.connection(), &args).await?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake: reply.wake, taken: reply.taken })
     }

@@ -392,7 +392,7 @@ impl<S: Store> Attempt<S> {
         let (claim, waiting_ms, ticket) = (&*self.claim, self.waiting_ms, self.ticket);
         let call = async {
             if followers.is_empty() {
-                return core.store().take(claim, waiting_ms, ticket).await;
+                return busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket);
             }
             let requests: Vec<(&S::Claim, u64)> =
                 std::iter::once((claim, ticket)).chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket))).collect();
@@ -402,6 +402,14 @@ impl<S: Store> Attempt<S> {
                     let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
                     core.deliver(&followers, taken, sent, true);
                     Ok(own)
+                }
+                // The row the call waited for may be a follower's other
+                // key: the followers are told nothing was done (they try on
+                // their own), and this claim tries alone; else a free key
+                // would wait out its whole wait behind a follower's.
+                Err(Failure::Contended(_)) => {
+                    core.deliver(&followers, std::iter::empty(), sent, true);
+                    busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket)
                 }
                 Err(failure) => {
                     core.deliver(&followers, std::iter::empty(), sent, !failure.is_unknown());
@@ -538,6 +546,18 @@ impl<S: Store> Attempt<S> {
             _ = tokio::time::sleep(nap) => true,
         };
         Ok(())
+    }
+}
+
+/// A try refused because another call held a row lock of its keys
+/// ([`Failure::Contended`]): the keys are busy, not the store down (a
+/// policy falls back on `PROVIDER_FAILED`, never on contention). Nothing
+/// was done, so the acquire keeps its `ticket`; a single try answers
+/// `LOCK_BUSY`, a waiter waits on.
+fn busy_if_contended<W>(taken: Result<Taken<W>, Failure>, ticket: u64) -> Result<Taken<W>, Failure> {
+    match taken {
+        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: -1, ticket }),
+        taken => taken,
     }
 }
 

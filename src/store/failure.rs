@@ -17,6 +17,13 @@ pub enum Failure {
     Unknown(Cause),
     /// The server answered with an error.
     Refused(Cause),
+    /// The server refused the command because another call held a row
+    /// lock it needed too long, or locked rows in a cycle with it (a
+    /// deadlock's victim): rolled back whole, nothing done. For a try at
+    /// taking keys that says the keys are busy, not the store down (see
+    /// [`super::acquire`]); any other command was refused, as for
+    /// [`Failure::Refused`].
+    Contended(Cause),
     /// The server cannot do what the driver needs: too old, or too few
     /// replicas acknowledged a write (`replicaAcks`). The cause says which.
     Unmet(Cause),
@@ -58,7 +65,7 @@ impl Failure {
             Failure::Unreachable(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} is unreachable")).with_shared_cause(cause)
             }
-            Failure::Refused(cause) => {
+            Failure::Refused(cause) | Failure::Contended(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} refused the command")).with_shared_cause(cause)
             }
             Failure::Unmet(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {cause}")).with_shared_cause(cause),

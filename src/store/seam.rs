@@ -87,7 +87,9 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// 0 is a single try (it leaves no waiting mark); else a refused try
     /// leaves a mark for `waiting_ms` under `ticket` (0: a new one), so that
     /// a release anywhere wakes this process and no later request of
-    /// another process overtakes it.
+    /// another process overtakes it. A try the store refused for a row
+    /// lock another call held is [`Failure::Contended`], as any operation
+    /// refused so is: the lock layer decides what that means for each.
     fn take(&self, claim: &Self::Claim, waiting_ms: u64, ticket: u64)
         -> impl Future<Output = Result<Taken<Self::Written>, Failure>> + Send;
 

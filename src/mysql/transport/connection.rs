@@ -71,6 +71,8 @@ mod code {
     pub const SERVER_SHUTDOWN: u16 = 1053;
     pub const TABLE_ACCESS_DENIED: u16 = 1142;
     pub const COLUMN_ACCESS_DENIED: u16 = 1143;
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const DEADLOCK: u16 = 1213;
     pub const QUERY_INTERRUPTED: u16 = 1317;
     pub const PROCEDURE_ACCESS_DENIED: u16 = 1370;
     pub const CONNECTION_KILLED: u16 = 1927;
@@ -323,8 +325,10 @@ fn classify_statement(err: mysql_async::Error, connection: &MysqlConnection) -> 
                 );
                 Failure::Denied(Arc::new(Refusal { message, fix: grant(connection.user(), connection.database()), cause: Arc::new(err) }))
             }
-            // 1205 (lock wait timeout), 1213 (deadlock), 1290 and 1792
-            // (read-only) and the rest: refused, nothing done.
+            // It waited longer than `innodb_lock_wait_timeout` for a row
+            // another call locks, or was chosen as a deadlock's victim.
+            code::LOCK_WAIT_TIMEOUT | code::DEADLOCK => Failure::Contended(Arc::new(err)),
+            // 1290 and 1792 (read-only) and the rest: refused, nothing done.
             _ => Failure::Refused(Arc::new(err)),
         },
         _ => Failure::Unknown(Arc::new(err)),

@@ -348,15 +348,17 @@ fn refused_certificate(err: &tokio_postgres::Error) -> bool {
 }
 
 /// A failure of a statement that was sent: the server's error (nothing was
-/// done: each statement is its own transaction), or no answer (it may have
-/// committed).
+/// done: each statement is its own transaction), contention for a key's
+/// row among them, or no answer (it may have committed).
 fn classify_statement(err: tokio_postgres::Error) -> Failure {
-    let session_ended = err.as_db_error().map(|db| db.code().code().starts_with("57P"));
-    match session_ended {
+    let Some(code) = err.code() else { return Failure::Unknown(Arc::new(err)) };
+    match code {
         // An administrator ended our session (pg_terminate_backend) or the
         // server is shutting down: the statement may have committed first.
-        Some(true) => Failure::Unknown(Arc::new(err)),
-        Some(false) => Failure::Refused(Arc::new(err)),
-        None => Failure::Unknown(Arc::new(err)),
+        code if code.code().starts_with("57P") => Failure::Unknown(Arc::new(err)),
+        // It waited longer than `lock_timeout` for a row another session
+        // locks, or was chosen as a deadlock's victim.
+        code if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::T_R_DEADLOCK_DETECTED => Failure::Contended(Arc::new(err)),
+        _ => Failure::Refused(Arc::new(err)),
     }
 }
