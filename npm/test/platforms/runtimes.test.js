@@ -4,7 +4,8 @@
 // Debian sysroot), the x64 Linux build on Bun and on Deno, which load
 // Node-API addons but have no libuv (the redis driver then runs its commands
 // on its own thread). Against a private redis-server, the machine's
-// PostgreSQL (a schema of its own) and a private lock directory.
+// PostgreSQL (a schema of its own), its MariaDB (tables of its own) and a
+// private lock directory.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -12,11 +13,13 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startRedis } from '../redis-server.js';
 import { PG_URL, useSchemas } from '../postgres-server.js';
+import { MYSQL_URL, useTables } from '../mysql-server.js';
 import { appWith, scratchDir, tools } from './helpers.js';
 
 let redis;
 let scratch;
 const schema = useSchemas('smoke');
+const table = useTables('smoke');
 before(async () => {
   redis = await startRedis();
   scratch = await scratchDir();
@@ -31,12 +34,13 @@ let smokes = 0;
 function smoke(app, command, args) {
   const run = spawnSync(command, [...args, 'smoke.mjs'], {
     cwd: app,
-    env: { HOME: scratch, PATH: process.env.PATH, REDIS_URL: redis.url, PG_URL, PG_SCHEMA: schema(), FILE_LOCK_DIR: join(scratch, `locks-${smokes++}`) },
+    env: { HOME: scratch, PATH: process.env.PATH, REDIS_URL: redis.url, PG_URL, PG_SCHEMA: schema(), MYSQL_URL, MYSQL_TABLE: table(), FILE_LOCK_DIR: join(scratch, `locks-${smokes++}`) },
     encoding: 'utf8',
     timeout: 120_000,
   });
   assert.equal(run.status, 0, `${run.stdout}\n${run.stderr}`);
   assert.match(run.stdout, /^smoke passed$/m);
+  assert.match(run.stdout, /^ok the waiting mysql provider gets the key/m);
   return run.stdout;
 }
 

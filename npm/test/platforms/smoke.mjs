@@ -3,8 +3,8 @@
 // local acquire, release, fence and FIFO; the lock kinds (readers, a counted
 // key, several keys) on both drivers; redis acquire and release, and a
 // hand-off between two providers (as two processes would), against the
-// redis-server at REDIS_URL; the same hand-off on the postgres driver (PG_URL)
-// and the file driver (FILE_LOCK_DIR); the acquire tracing channel, and
+// redis-server at REDIS_URL; the same hand-off on the postgres driver (PG_URL),
+// the mysql driver (MYSQL_URL, where given) and the file driver (FILE_LOCK_DIR); the acquire tracing channel, and
 // @dokebi/lock/otel loaded through the package's exports. Prints one line per
 // step; exits non-zero on the first failure.
 import { openLock } from '@dokebi/lock';
@@ -133,6 +133,19 @@ const pgConfig = {
 const [pgA, pgB] = [await openLock({ config: pgConfig }), await openLock({ config: pgConfig })];
 await handOff('postgres', [pgA, pgB], 'rows', (lease) => lease.valid && lease.remainingMs > 0 && lease.remainingMs <= 5000);
 await Promise.all([pgA.close(), pgB.close()]);
+
+// The mysql driver (MYSQL_URL, its tables and procedures named MYSQL_TABLE;
+// the runs under Wine give none): the hand-off between two providers, woken
+// by the driver's release log.
+if (process.env.MYSQL_URL) {
+  const myConfig = {
+    'dokebi-lock': { backends: { rows: { driver: 'mysql', connection: 'main', namespace, table: process.env.MYSQL_TABLE, leaseMs: 5000 } } },
+    'dokebi-mysql': { connections: { main: { url: process.env.MYSQL_URL } } },
+  };
+  const [myA, myB] = [await openLock({ config: myConfig }), await openLock({ config: myConfig })];
+  await handOff('mysql', [myA, myB], 'rows', (lease) => lease.valid && lease.remainingMs > 0 && lease.remainingMs <= 5000);
+  await Promise.all([myA.close(), myB.close()]);
+}
 
 // The file driver (FILE_LOCK_DIR): the kernel's lock (flock; LockFileEx on
 // Windows), handed between two providers as between two processes.
