@@ -237,11 +237,6 @@ impl MysqlStore {
         if row.get(2).cloned().flatten().as_deref() == Some("1") {
             return Err(self.logs_statements());
         }
-        // A statement of its own: MySQL 8 has no `@@wsrep_on` to select
-        // (an error there), while SHOW answers no row.
-        if self.connection().query("SHOW GLOBAL VARIABLES LIKE 'wsrep\\_on'").await?.get(1).cloned().flatten().as_deref() == Some("ON") {
-            return Err(self.galera());
-        }
         Ok(installed(listing.as_deref(), self.table.procedures().len(), tables))
     }
 
@@ -265,23 +260,6 @@ impl MysqlStore {
             ),
             fix: "Set the server's binlog_format to ROW or MIXED (SET GLOBAL binlog_format = 'ROW', and binlog_format = ROW in its configuration, which a restart reads).".to_owned(),
             cause: Arc::new(std::io::Error::other("binlog_format = STATEMENT")),
-        }))
-    }
-
-    /// A node of a Galera cluster (`wsrep_on`): a row lock holds on its
-    /// own node only, and another node's call on the same key meets it at
-    /// certification, which aborts one commit (1213). Releases failed so,
-    /// and acquires stalled past their command timeout, on a two-node
-    /// cluster here (tests/mysql_galera.rs), so the driver does not run
-    /// there at all.
-    fn galera(&self) -> Failure {
-        Failure::Denied(Arc::new(Refusal {
-            message: format!(
-                "the MySQL server of {} is a node of a Galera cluster (wsrep_on = ON), where the lock procedures' row locks hold on one node only and certification aborts their commits",
-                self.connection().option()
-            ),
-            fix: "Keep the locks on a MariaDB or MySQL server outside the Galera cluster (asynchronous or semi-synchronous replication is supported), or use another driver: docs/mysql.md says why.".to_owned(),
-            cause: Arc::new(std::io::Error::other("wsrep_on = ON")),
         }))
     }
 

@@ -896,7 +896,8 @@ impl RedisConnection {
 
     /// The reply to a check made at connect; `None` when the server refuses
     /// `command` (a renamed command, or an ACL that hides it), unless it
-    /// wants credentials first (`NOAUTH`). A TLS failure after the handshake
+    /// wants credentials first (`NOAUTH`) or is busy with a script (`BUSY`:
+    /// the connect fails, and the next one checks again). A TLS failure after the handshake
     /// (the server refusing our client certificate) shows here. `unanswered`
     /// says what went unanswered.
     async fn optional<T: FromRedisValue>(
@@ -912,6 +913,10 @@ impl RedisConnection {
                 Err(connect_failure(self.links.explain(peer.info.addr(), err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
+            // A script past `busy-reply-threshold`: the server answers every
+            // command BUSY until it ends, and a connection taken unchecked
+            // now would outlive it.
+            Ok(Err(err)) if err.code() == Some("BUSY") => Err(Failure::Unreachable(Arc::new(err))),
             Ok(Err(_)) => Ok(None),
             Ok(Ok(reply)) => Ok(Some(reply)),
         }
