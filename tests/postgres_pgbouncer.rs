@@ -25,6 +25,11 @@ struct Bouncer {
 
 impl Bouncer {
     fn start(name: &str) -> Bouncer {
+        Bouncer::start_with(name, "")
+    }
+
+    /// With `settings` (lines of the `[pgbouncer]` section) added.
+    fn start_with(name: &str, settings: &str) -> Bouncer {
         let dir = std::env::temp_dir().join(format!("dokebi-pgbouncer-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -36,7 +41,7 @@ impl Bouncer {
                 "[databases]\ntest = host=127.0.0.1 port=5432 dbname=test user=postgres\n\
                  [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\nauth_type = any\n\
                  pool_mode = transaction\ndefault_pool_size = 1\nmax_client_conn = 200\n\
-                 ignore_startup_parameters = extra_float_digits,options\nlogfile = {0}/pgbouncer.log\npidfile = {0}/pgbouncer.pid\n",
+                 ignore_startup_parameters = extra_float_digits,options\nlogfile = {0}/pgbouncer.log\npidfile = {0}/pgbouncer.pid\n{settings}",
                 dir.display()
             ),
         )
@@ -256,4 +261,52 @@ fn an_isolation_another_client_of_the_pooler_left_is_refused_by_name() {
     assert!(chain.contains("READ COMMITTED"), "{chain}");
     postgres::batch_on(&bouncer.url(), "RESET default_transaction_isolation");
     block_on(provider.close());
+}
+
+/// A pooler that gives up on a statement (`query_timeout`; "server conn
+/// crashed?" is the same case) answers `FATAL 08P01` and closes both
+/// connections, but the server runs the statement on: here a take behind
+/// another session's row lock commits its grant a second later. The
+/// driver read that FATAL as "refused, nothing done" (`PROVIDER_FAILED`),
+/// so a policy moved the key to its next member while the first member's
+/// grant to the same acquire stood: the key held on two members at once.
+#[test]
+fn a_take_the_pooler_gave_up_on_never_moves_the_key_while_its_grant_stands() {
+    let bouncer = Bouncer::start_with("query-timeout", "query_timeout = 1\n");
+    let schema = Schema::fresh();
+    let directory = std::env::temp_dir().join(format!("dokebi-pgbouncer-host-{}", std::process::id()));
+    let yaml = format!(
+        "schemaVersion: 1\noptions:\n  dokebi-postgres:\n    connections:\n      main: {{ url: '{}', commandTimeoutMs: 5000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: postgres, connection: main, schema: {}, leaseMs: 30000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+        bouncer.url(),
+        schema.0,
+        directory.display()
+    );
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    // Installed, and the key's row made, before the race.
+    assert!(block_on(block_on(provider.backend("db").unwrap().acquire("k", wait(0))).unwrap().release()).unwrap());
+    // Another session holds the key's row 2.5 s: past the pooler's 1 s,
+    // within the take's lock_timeout (3.75 s).
+    let table = schema.table("");
+    let holder = thread::spawn(move || {
+        postgres::batch(&format!("BEGIN; SELECT 1 FROM {table} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(2.5); ROLLBACK"))
+    });
+    eventually("the row is locked", || {
+        count("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2.5)%' AND state = 'active' AND pid <> pg_backend_pid()")
+            == 1
+    });
+    let outcome = block_on(provider.backend("locks").unwrap().acquire("k", wait(0)));
+    holder.join().unwrap();
+    thread::sleep(std::time::Duration::from_millis(500));
+    let standing = count(&format!("SELECT count(*) FROM {} WHERE key = 'k' AND expires_at > clock_timestamp()", schema.table("_holders")));
+    let served = match &outcome {
+        Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
+        Err(err) => format!("{:?}", err.code()),
+    };
+    assert!(
+        !(served == "host" && standing > 0),
+        "the acquire was served by host while db granted k to it ({standing} live holder row after the pooler's FATAL \
+         08P01 was read as PROVIDER_FAILED): the key is held on two members"
+    );
+    block_on(provider.close());
+    let _ = std::fs::remove_dir_all(&directory);
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
-use tokio_postgres::error::SqlState;
+use tokio_postgres::error::{Severity, SqlState};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Connection, Row, Socket};
 
@@ -351,14 +351,30 @@ fn refused_certificate(err: &tokio_postgres::Error) -> bool {
 /// done: each statement is its own transaction), contention for a key's
 /// row among them, or no answer (it may have committed).
 fn classify_statement(err: tokio_postgres::Error) -> Failure {
-    let Some(code) = err.code() else { return Failure::Unknown(Arc::new(err)) };
-    match code {
-        // An administrator ended our session (pg_terminate_backend) or the
-        // server is shutting down: the statement may have committed first.
-        code if code.code().starts_with("57P") => Failure::Unknown(Arc::new(err)),
-        // It waited longer than `lock_timeout` for a row another session
-        // locks, or was chosen as a deadlock's victim.
-        code if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::T_R_DEADLOCK_DETECTED => Failure::Contended(Arc::new(err)),
-        _ => Failure::Refused(Arc::new(err)),
+    let Some(db) = err.as_db_error() else { return Failure::Unknown(Arc::new(err)) };
+    let code = db.code();
+    if session_ended(db) {
+        return Failure::Unknown(Arc::new(err));
     }
+    // It waited longer than `lock_timeout` for a row another session
+    // locks, or was chosen as a deadlock's victim.
+    if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return Failure::Contended(Arc::new(err));
+    }
+    Failure::Refused(Arc::new(err))
+}
+
+/// An error that ends the session rather than the statement: an
+/// administrator ended it (pg_terminate_backend) or the server is shutting
+/// down (57P*), or a pooler gave up on the statement and closes the
+/// connection (PgBouncer's `query_timeout`, "server conn crashed?": FATAL
+/// 08P01) while the server runs it on. Either way the statement may have
+/// committed, or may still. The unlocalized severity where the sender
+/// gives one (a server since 9.6), else its own (a pooler's is English).
+fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
+    let fatal = match db.parsed_severity() {
+        Some(severity) => matches!(severity, Severity::Fatal | Severity::Panic),
+        None => matches!(db.severity(), "FATAL" | "PANIC"),
+    };
+    fatal || db.code().code().starts_with("57P")
 }
