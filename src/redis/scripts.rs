@@ -720,7 +720,7 @@ local function grant(first, last, r, waiting_ms)
           end
           units = 0
         end
-        kinds[i] = {stored = stored, units = units}
+        kinds[i] = {stored = stored, units = units, fresh = holders == 0}
       end
       if free and not plain and redis.call('EXISTS', queue) == 1 then
         redis.call('ZREMRANGEBYSCORE', queue, '-inf', now_ms)
@@ -786,11 +786,35 @@ local function grant(first, last, r, waiting_ms)
     else
       local units, stored = kinds[i].units, kinds[i].stored
       local added = redis.call('ZADD', lock, expiry, member) == 1
+      -- What the AOF or a replica replays must be this set and these units,
+      -- whatever it still holds of the key. An RDB load drops a set whose
+      -- TTL passed with no DEL reaching the AOF (or a replica), so a replay
+      -- can still hold that set, its holders all dead, and a ZADD that made
+      -- the set anew added to it there: members no units counted (a prune
+      -- or a late release of theirs took their weight off once more: over
+      -- the limit). So a set made anew is stored whole, onto itself from
+      -- this grant's expiry on: here only this member, there the dead ones
+      -- (lapsed before this grant) are left out. And units that read 0 here
+      -- (a hash new or reset, or one a waiter made anew with HSETNX while a
+      -- replay still holds the old one) are written as a value, not added
+      -- to. From then on the set and units agree with what a replay holds,
+      -- and every later write (a prune, a ZREM and its HINCRBY) keeps them
+      -- agreeing. Cheaper than counting the units from the members on each
+      -- prune and release (a read of every member): the ZRANGESTORE takes
+      -- the place of the PTTL that extending a new set would cost.
+      local extended
+      if kinds[i].fresh then
+        redis.call('ZRANGESTORE', lock, lock, expiry, '+inf', 'BYSCORE')
+        redis.call('PEXPIRE', lock, lease_text)
+        extended = true
+      else
+        extended = extend(lock, lease_ms, lease_text)
+      end
       if not shared then
         -- The hash holds `units` now (the checks above read, pruned or
         -- reset it): a new holder adds its weight, and a hash without a
         -- limit gets both fields.
-        if not stored then
+        if not stored or (added and units == 0) then
           units = added and units + weight or units
           redis.call('HSET', kind, 'limit', r.limit_text, 'units', string.format('%.0f', units))
         elseif added then
@@ -804,7 +828,7 @@ local function grant(first, last, r, waiting_ms)
       -- The kind hash outlives its set of holders: every script that
       -- extends the set extends the hash as far. So a set that needs no
       -- extending has a hash that needs none, unless the hash is new.
-      if extend(lock, lease_ms, lease_text) or not stored then
+      if extended or not stored then
         extend(kind, lease_ms, lease_text)
       end
     end

@@ -28,13 +28,7 @@ use super::rng::Rng;
 /// `STORE_MODEL_ALL=1` runs them all anyway, `STORE_MODEL_ENABLE=` a
 /// comma-separated list of their names (`LeaseMsDiffers,...`) some of them
 /// (to see a finding again).
-pub const KNOWN_OPEN: &[(Trigger, &str)] = &[(
-    Trigger::CountedUnderLoadAof,
-    "found by this test (3 of about 11 short runs with DEBUG LOADAOF and DEBUG RELOAD among the faults), explained by the \
-     redis review: a counted holder set an RDB load (DEBUG RELOAD) dropped as expired without a DEL in the AOF comes back \
-     at the next DEBUG LOADAOF, under a units count that started afresh, and the key goes over its limit \
-     (tests/redis_review.rs, ignored)",
-)];
+pub const KNOWN_OPEN: &[(Trigger, &str)] = &[];
 
 /// A configuration or schedule of the model that a known open item breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +41,6 @@ pub enum Trigger {
     TableDiffers,
     /// Two `DEBUG LOADAOF` less than 2.5 s apart (redis).
     LoadAofWithinTwoSeconds,
-    /// Counted keys on a store whose faults include `DEBUG LOADAOF` (redis).
-    CountedUnderLoadAof,
     /// A renew sent in the last half of the lease or after a stall past
     /// it, and (postgres) slow commits of up to 0.3 s a row, not 0.1.
     RenewNearExpiry,
@@ -121,10 +113,6 @@ pub trait Store: Sync {
     fn inject(&self, rng: &mut Rng, recorder: &Recorder) -> &'static str;
     /// The fault names the run must have injected at least once.
     fn faults(&self) -> Vec<&'static str>;
-    /// False where counted keys are left out (see `KNOWN_OPEN`).
-    fn counted_keys(&self) -> bool {
-        true
-    }
     /// Records what the store holds now (`after_retention`: nothing may).
     fn residue(&self, recorder: &Recorder, after_retention: bool);
     /// Lets the store drop what its retention allows, through `providers`
@@ -237,7 +225,7 @@ impl Worker<'_> {
             Ok(backend) => backend,
             Err(err) => return self.counts.add(format!("acquire {}", code_name(err.code()))),
         };
-        let (keys, kind): (Vec<&str>, Kind) = if self.rng.chance(65) || !self.store.counted_keys() {
+        let (keys, kind): (Vec<&str>, Kind) = if self.rng.chance(65) {
             let kind = if self.rng.chance(65) { Kind::EXCLUSIVE } else { Kind::SHARED };
             (self.pick(PLAIN_KEYS), kind)
         } else {

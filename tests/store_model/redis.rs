@@ -104,10 +104,6 @@ impl Store for RedisModel {
         vec![LOADAOF, RELOAD, SLEEP, "expiry check"]
     }
 
-    fn counted_keys(&self) -> bool {
-        Trigger::CountedUnderLoadAof.enabled()
-    }
-
     fn residue(&self, recorder: &Recorder, after_retention: bool) {
         let mut client = self.server.client();
         for name in self.server.keys() {
