@@ -26,6 +26,12 @@
 //! driver (lock files in a directory of the scenario's own), where no fault
 //! lets sections overlap: there is no lease, a paused holder keeps its lock.
 //!
+//! The `mysql-*` scenarios put the lock in a private MariaDB (`driver:
+//! mysql`, see `topology.rs`): it crashes (SIGKILL) and restarts on its
+//! data (`mysql-crash`), every worker connection is ended by `KILL`
+//! (`mysql-kill`), or it fails over to a lagging replica, asynchronous
+//! (`mysql-failover`) or semi-synchronous (`mysql-failover-semisync`).
+//!
 //! The `policy-*` scenario puts the lock behind a policy backend (`driver:
 //! policy`, see `docs/policy.md`) over a private redis-server and the
 //! machine's PostgreSQL (see [`topology::POLICY_RULES`]): `k0` fails closed
@@ -45,6 +51,8 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../mysql/server.rs"]
+mod mysql_server;
 #[path = "../support/names.rs"]
 mod names;
 #[path = "../postgres/mod.rs"]
@@ -74,7 +82,7 @@ use log::{mono_us, Hold, HoldKind};
 use proxy::Proxy;
 use redis_server::RedisServer;
 use store::Attempt;
-use topology::{Failover, Lock, PgLock};
+use topology::{Failover, Lock, MyLock, PgLock};
 use worker::WorkerArgs;
 
 const LEASE_MS: u32 = 1000;
@@ -96,17 +104,26 @@ enum Fault {
     /// overlap the old one, which only the fence can stop.
     Restart,
     /// Once, the lock server crashes while a worker holds a lease (PostgreSQL:
-    /// `pg_ctl stop -m immediate`, no checkpoint) and starts again at once,
-    /// recovering from its WAL: grants were committed synchronously, so
-    /// every one survives and sections never overlap.
+    /// `pg_ctl stop -m immediate`, no checkpoint; MariaDB: SIGKILL) and
+    /// starts again at once, recovering from its WAL (redo log): grants
+    /// were committed synchronously, so every one survives and sections
+    /// never overlap.
     Crash,
-    /// The lock server (PostgreSQL) has an asynchronous streaming standby
-    /// fed through a proxy; once, the link stops forwarding (the standby
-    /// lags), and a moment later, while a worker holds a lease, the primary
-    /// crashes, the standby is promoted and the workers' proxy is pointed
-    /// at it. The grants it had not received are lost: a next holder may
-    /// overlap the holder of one, which only the fence can stop.
+    /// The lock server (PostgreSQL, MariaDB) has an asynchronous streaming
+    /// standby (replica) fed through a proxy; once, the link stops
+    /// forwarding (the standby lags), and a moment later, while a worker
+    /// holds a lease, the primary crashes, the standby is promoted and the
+    /// workers' proxy is pointed at it. The grants it had not received are
+    /// lost: a next holder may overlap the holder of one, which only the
+    /// fence can stop.
     Promote,
+    /// [`Fault::Promote`] with a semi-synchronous replica (MariaDB,
+    /// `rpl_semi_sync_master_enabled`, waiting before the commit): a grant
+    /// is answered only once the replica received it, so the held link
+    /// stalls every commit (acquires and renewals end `OUTCOME_UNKNOWN`),
+    /// the replica has every grant its holder was told of, and sections
+    /// never overlap.
+    SyncPromote,
     /// `CLIENT KILL TYPE pubsub`: every subscription dropped.
     PubsubKill,
     /// `SCRIPT FLUSH`: the next `EVALSHA` answers NOSCRIPT.
@@ -140,9 +157,9 @@ enum Fault {
     /// replica; the workers follow it by themselves. Replication is
     /// asynchronous, so the last locks and releases may be lost with it.
     SentinelFailover,
-    /// PostgreSQL: every session of the workers ended by the server
-    /// (`pg_terminate_backend`) every 300 ms, as an administrator, a pooler
-    /// or a failover does: statements in flight end `OUTCOME_UNKNOWN`, the
+    /// Every session of the workers ended by the server every 300 ms
+    /// (PostgreSQL: `pg_terminate_backend`; MariaDB: `KILL`), as an
+    /// administrator, a pooler or a failover does: statements in flight end `OUTCOME_UNKNOWN`, the
     /// listeners reconnect.
     Terminate,
     /// The lock is a Redis Cluster (3 primaries, 3 replicas); once, while a
@@ -186,6 +203,8 @@ enum On {
     File,
     /// A policy backend over a redis-server and the machine's PostgreSQL.
     Policy,
+    /// A private MariaDB (and, for a failover, its replica).
+    Mysql,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -226,6 +245,12 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "file-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::File },
+    // The mysql driver, from every surface: its server crashed, its
+    // connections killed, a failover to a lagging replica.
+    Scenario { name: "mysql-crash", fault: Fault::Crash, hold_ms: 300, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-kill", fault: Fault::Terminate, hold_ms: 15, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-failover", fault: Fault::Promote, hold_ms: 300, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-failover-semisync", fault: Fault::SyncPromote, hold_ms: 300, limit: 0, on: On::Mysql },
     // Redis, a policy's preferred member, gone for a while under load.
     Scenario { name: "policy-redis-down", fault: Fault::Outage, hold_ms: 15, limit: 0, on: On::Policy },
 ];
@@ -269,6 +294,7 @@ impl Fault {
                 | Fault::Terminate
                 | Fault::Crash
                 | Fault::Promote
+                | Fault::SyncPromote
                 | Fault::SnapshotRestart
                 | Fault::Failover
                 | Fault::SentinelFailover
@@ -284,7 +310,13 @@ impl Fault {
         match self {
             Fault::None => (0, 0),
             // Once by design: recovery or an election takes the rest of the run.
-            Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover | Fault::Latency | Fault::Outage => (1, 1),
+            Fault::Crash
+            | Fault::Promote
+            | Fault::SyncPromote
+            | Fault::SentinelFailover
+            | Fault::ClusterFailover
+            | Fault::Latency
+            | Fault::Outage => (1, 1),
             _ => (1, usize::MAX),
         }
     }
@@ -300,7 +332,7 @@ impl Fault {
     /// CI's run of 2026-12-05 at load 10 saw pg-crash's recovery take most
     /// of a 3 s run, 8 sections in all), and the run must go on long after.
     fn runs_long(self) -> bool {
-        self.topology() || matches!(self, Fault::Crash | Fault::Promote)
+        self.topology() || matches!(self, Fault::Crash | Fault::Promote | Fault::SyncPromote)
     }
 
     /// The codes an acquire may fail with under this fault: a server gone or
@@ -313,9 +345,13 @@ impl Fault {
         match self {
             Fault::None | Fault::Latency | Fault::PubsubKill | Fault::ScriptFlush | Fault::DebugSleep | Fault::Stop | Fault::Kill => &[],
             Fault::Restart | Fault::SnapshotRestart | Fault::Failover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN"],
-            Fault::Stall | Fault::Terminate | Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover => {
-                &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"]
-            }
+            Fault::Stall
+            | Fault::Terminate
+            | Fault::Crash
+            | Fault::Promote
+            | Fault::SyncPromote
+            | Fault::SentinelFailover
+            | Fault::ClusterFailover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
             // A fail-closed key while Redis cannot serve, a command in
             // flight when it died, and contention under the policy's short
             // wait (neither of which moves an acquire to another member).
@@ -601,22 +637,30 @@ impl Run {
                 Fault::Crash if self.faults.is_empty() => {
                     sleep(Duration::from_millis(700));
                     if let Some(worker) = self.find_holder() {
-                        let Lock::Postgres(lock) = &mut self.lock else { panic!("crash is a postgres fault") };
-                        lock.crash_and_recover();
-                        self.faults.push(format!("PostgreSQL crashed and recovered under {}", self.workers[worker].name));
+                        self.lock.crash_and_recover();
+                        self.faults.push(format!("the lock server crashed and recovered under {}", self.workers[worker].name));
                     }
                 }
                 Fault::Crash | Fault::Outage => sleep(Duration::from_millis(100)),
-                Fault::Promote => {
+                Fault::Promote | Fault::SyncPromote => {
                     sleep(Duration::from_millis(400));
-                    let Lock::Postgres(lock) = &self.lock else { panic!("promote is a postgres fault") };
-                    // The standby stops receiving: the grants of the next
-                    // moment are the primary's alone.
-                    lock.hold_standby();
-                    sleep(Duration::from_millis(300));
+                    // Asynchronous: the standby stops receiving, and the
+                    // grants of the next moment are the primary's alone.
+                    // Semi-synchronous: no grant is answered once the link
+                    // holds (each waits for the replica), so the holder is
+                    // found first; 100 ms later commits are in the
+                    // primary's log, answered to nobody.
+                    let semisync = fault == Fault::SyncPromote;
+                    if !semisync {
+                        self.lock.hold_replica();
+                        sleep(Duration::from_millis(300));
+                    }
                     if let Some(worker) = self.find_holder() {
-                        let Lock::Postgres(lock) = &mut self.lock else { panic!("promote is a postgres fault") };
-                        if let Some(port) = lock.promote_standby() {
+                        if semisync {
+                            self.lock.hold_replica();
+                            sleep(Duration::from_millis(100));
+                        }
+                        if let Some(port) = self.lock.promote_replica() {
                             self.proxy.as_ref().expect("a front proxy").retarget(port);
                             self.faults
                                 .push(format!("the primary crashed, its lagging standby promoted under {}", self.workers[worker].name));
@@ -625,10 +669,9 @@ impl Run {
                 }
                 Fault::Terminate => {
                     sleep(Duration::from_millis(300));
-                    let Lock::Postgres(lock) = &self.lock else { panic!("terminate is a postgres fault") };
-                    let ended = lock.terminate_sessions();
-                    if ended > 0 {
-                        self.faults.push(format!("pg_terminate_backend: {ended} sessions"));
+                    let ended = self.lock.end_sessions();
+                    if !ended.is_empty() {
+                        self.faults.push(ended);
                     }
                 }
                 Fault::DebugSleep => {
@@ -797,6 +840,9 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     std::fs::create_dir_all(&dir).unwrap();
     let run = if scenario.fault.runs_long() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
+        Fault::Promote if scenario.on == On::Mysql => Lock::Mysql(MyLock::with_replica(false)),
+        Fault::SyncPromote => Lock::Mysql(MyLock::with_replica(true)),
+        _ if scenario.on == On::Mysql => Lock::Mysql(MyLock::private()),
         Fault::Crash => Lock::Postgres(PgLock::private(scenario.name)),
         Fault::Promote => Lock::Postgres(PgLock::with_standby(scenario.name)),
         _ if scenario.on == On::Postgres => Lock::Postgres(PgLock::new(scenario.name)),
@@ -814,7 +860,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
         Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
-        Fault::Stall | Fault::Failover | Fault::Promote => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        Fault::Stall | Fault::Failover | Fault::Promote | Fault::SyncPromote => Some(Proxy::start(lock.port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {
@@ -1025,7 +1071,16 @@ fn self_test() {
     // A scenario fails when its fault did not happen as often as it names.
     let once = || vec!["SIGSTOP rust-0 in its section".to_string()];
     assert!(injection_violation(Fault::None, &[]).is_none(), "the baseline injects nothing");
-    for fault in [Fault::Stop, Fault::Kill, Fault::Restart, Fault::Crash, Fault::Promote, Fault::Terminate, Fault::SentinelFailover] {
+    for fault in [
+        Fault::Stop,
+        Fault::Kill,
+        Fault::Restart,
+        Fault::Crash,
+        Fault::Promote,
+        Fault::SyncPromote,
+        Fault::Terminate,
+        Fault::SentinelFailover,
+    ] {
         assert!(injection_violation(fault, &[]).is_some(), "a scenario that injected nothing");
         assert!(injection_violation(fault, &once()).is_none(), "one fault injected");
     }
