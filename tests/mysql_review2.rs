@@ -20,12 +20,12 @@ fn wait(ms: u64) -> AcquireOptions {
 }
 
 /// A provider of one backend `shared` on table `table` of `server`.
-fn provider(server: &PrivateServer, table: &str, fields: &str) -> Provider {
-    Provider::from_yaml(&config(server, table, fields)).unwrap()
+fn provider_on(server: &PrivateServer, table: &str, fields: &str) -> Provider {
+    Provider::from_yaml(&config_on(server, table, fields)).unwrap()
 }
 
 /// [`yaml`] on `server`.
-fn config(server: &PrivateServer, table: &str, fields: &str) -> String {
+fn config_on(server: &PrivateServer, table: &str, fields: &str) -> String {
     yaml(table, fields).replace(&url(), &server.url())
 }
 
@@ -142,7 +142,7 @@ fn hold_in_a_transaction(statement: String, held: Duration) -> std::thread::Join
 #[test]
 fn a_release_is_not_refused_while_a_waiter_s_poller_reads_the_log_on_a_serializable_server_without_autocommit() {
     let server = PrivateServer::start(&["--autocommit=0", "--transaction-isolation=SERIALIZABLE"]);
-    let (holder, waiter) = (provider(&server, "r4_ser", ""), provider(&server, "r4_ser", ""));
+    let (holder, waiter) = (provider_on(&server, "r4_ser", ""), provider_on(&server, "r4_ser", ""));
     let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
     let held = block_on(a.acquire("k", wait(0))).unwrap();
     let waiting = std::thread::spawn(move || {
@@ -172,7 +172,7 @@ fn a_release_is_not_refused_while_a_waiter_s_poller_reads_the_log_on_a_serializa
 fn the_release_log_is_read_afresh_on_a_server_without_autocommit() {
     let server = PrivateServer::start(&["--autocommit=0"]);
     let slow = ", pollIntervalMs: 5000, notifyPollIntervalMs: 5000";
-    let (holder, waiter) = (provider(&server, "r4_auto", slow), provider(&server, "r4_auto", slow));
+    let (holder, waiter) = (provider_on(&server, "r4_auto", slow), provider_on(&server, "r4_auto", slow));
     let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
     let mut handoffs = Vec::new();
     for round in 0..3 {
@@ -208,7 +208,7 @@ fn the_release_log_is_read_afresh_on_a_server_without_autocommit() {
 #[test]
 fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() {
     let server = PrivateServer::start(&["--completion-type=CHAIN"]);
-    let provider = provider(&server, "r4_chain", "");
+    let provider = provider_on(&server, "r4_chain", "");
     let backend = provider.backend("shared").unwrap();
     let mut outcomes = Vec::new();
     for _ in 0..3 {
@@ -232,7 +232,7 @@ fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() 
 #[test]
 fn a_server_that_logs_statements_is_refused_with_a_fix_that_names_binlog_format() {
     let server = PrivateServer::start(&["--log-bin", "--server-id=1", "--binlog-format=STATEMENT"]);
-    let provider = provider(&server, "r4_stmt", "");
+    let provider = provider_on(&server, "r4_stmt", "");
     let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).unwrap_err();
     assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
     assert!(err.to_string().contains("binlog_format"), "{err}");
@@ -248,7 +248,7 @@ fn a_server_that_logs_statements_is_refused_with_a_fix_that_names_binlog_format(
 #[test]
 fn the_driver_works_on_a_server_that_logs_mixed() {
     let server = PrivateServer::start(&["--log-bin", "--server-id=1", "--binlog-format=MIXED"]);
-    let provider = provider(&server, "r4_mixed", "");
+    let provider = provider_on(&server, "r4_mixed", "");
     let outcome = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|lease| block_on(lease.release()));
     assert!(matches!(outcome, Ok(Ok(true))), "{:?}", outcome.map_err(|err| (err.code(), err.to_string())));
 }
@@ -266,7 +266,7 @@ fn the_driver_works_on_a_server_that_logs_mixed() {
 #[test]
 fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wait_timeout() {
     let server = PrivateServer::start(&["--wait-timeout=2"]);
-    let provider = Provider::from_yaml(&config(&server, "r4_idle", "").replace("leaseMs: 5000", "leaseMs: 20000")).unwrap();
+    let provider = Provider::from_yaml(&config_on(&server, "r4_idle", "").replace("leaseMs: 5000", "leaseMs: 20000")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", wait(0))).unwrap();
     // Every connection of the pool (4) opened and used once.
@@ -279,7 +279,7 @@ fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wai
         matches!(renewed, Ok(true)),
         "the renewal after 3 s idle: {:?}; the lease was intact, and is now given up: another process's acquire of k: {:?}",
         renewed.map_err(|err| (err.code(), err.to_string())),
-        block_on(provider(&server, "r4_idle", "").backend("shared").unwrap().acquire("k", wait(0)))
+        block_on(provider_on(&server, "r4_idle", "").backend("shared").unwrap().acquire("k", wait(0)))
             .map(|_| "granted to another")
             .map_err(|err| err.code()),
     );
@@ -291,14 +291,14 @@ fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wai
 #[test]
 fn a_lease_is_renewed_after_the_server_crashed_and_came_back() {
     let mut server = PrivateServer::start(&[]);
-    let provider = Provider::from_yaml(&config(&server, "r4_crash", "").replace("leaseMs: 5000", "leaseMs: 30000")).unwrap();
+    let provider = Provider::from_yaml(&config_on(&server, "r4_crash", "").replace("leaseMs: 5000", "leaseMs: 30000")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", wait(0))).unwrap();
     for _ in 0..4 {
         assert!(block_on(lease.renew()).unwrap());
     }
     server.crash_and_restart();
-    let other = provider(&server, "r4_crash", "");
+    let other = provider_on(&server, "r4_crash", "");
     let busy = block_on(other.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).map_err(|err| err.code());
     assert_eq!(busy, Err(dokebi_lock::ErrorCode::LockBusy), "the grant did not survive the crash");
     let renewed = block_on(lease.renew());

@@ -636,8 +636,7 @@ impl Run {
                 // and the rest of the run is the workers' after it.
                 Fault::Crash if self.faults.is_empty() => {
                     sleep(Duration::from_millis(700));
-                    if let Some(worker) = self.find_holder() {
-                        self.lock.crash_and_recover();
+                    if let Some(worker) = self.find_holder().filter(|_| self.lock.crash_and_recover()) {
                         self.faults.push(format!("the lock server crashed and recovered under {}", self.workers[worker].name));
                     }
                 }

@@ -226,10 +226,14 @@ impl MyLock {
         self.server.port()
     }
 
-    /// Kills the server (SIGKILL) and starts it again on its data, which
-    /// InnoDB recovers from its redo log.
-    fn crash_and_recover(&mut self) {
+    /// Kills the server (SIGKILL) and starts it again on its data; answers
+    /// whether InnoDB recovered from its redo log, as only a crash makes it
+    /// (the proof that the server did crash).
+    fn crash_and_recover(&mut self) -> bool {
+        let recoveries = |server: &MysqlServer| server.log().matches("Starting crash recovery").count();
+        let before = recoveries(&self.server);
         self.server.crash_and_restart();
+        recoveries(&self.server) > before
     }
 
     /// Stops the replica's link forwarding: it receives nothing more.
@@ -300,10 +304,15 @@ impl Lock {
     }
 
     /// Crashes the private SQL server and starts it again, recovering from
-    /// its log (PostgreSQL: its WAL; MariaDB: InnoDB's redo log).
-    pub fn crash_and_recover(&mut self) {
+    /// its log (PostgreSQL: its WAL; MariaDB: InnoDB's redo log); answers
+    /// whether it crashed (`pg_ctl stop -m immediate` fails on a server
+    /// that is not running).
+    pub fn crash_and_recover(&mut self) -> bool {
         match self {
-            Lock::Postgres(lock) => lock.crash_and_recover(),
+            Lock::Postgres(lock) => {
+                lock.crash_and_recover();
+                true
+            }
             Lock::Mysql(lock) => lock.crash_and_recover(),
             _ => panic!("only a private SQL server crashes"),
         }
