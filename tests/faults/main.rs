@@ -402,6 +402,11 @@ struct Run {
     violations: Vec<String>,
     /// The primary killed in a failover scenario.
     failover: Option<Failover>,
+    /// A failover of the mysql driver's server: the grants its holders were
+    /// told of (in their sections) when the primary crashed, that the
+    /// promoted replica does not have (see [`lost_grants`]).
+    /// How many sections were open, and which of them were lost.
+    lost_grants: Option<(usize, Vec<String>)>,
     /// [`Fault::Outage`]: when Redis was killed, and when it answered again.
     outage: Option<(u64, u64)>,
 }
@@ -659,7 +664,9 @@ impl Run {
                             self.lock.hold_replica();
                             sleep(Duration::from_millis(100));
                         }
+                        let told = self.open_sections();
                         if let Some(port) = self.lock.promote_replica() {
+                            self.lost_grants = self.lock.fences().map(|fences| (told.len(), lost_grants(&told, &fences)));
                             self.proxy.as_ref().expect("a front proxy").retarget(port);
                             self.faults
                                 .push(format!("the primary crashed, its lagging standby promoted under {}", self.workers[worker].name));
@@ -680,6 +687,13 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// The open section of each live worker now (granted, not yet released:
+    /// a grant its holder was told of).
+    fn open_sections(&self) -> Vec<Hold> {
+        let live = self.workers.iter().filter(|w| w.killed_at.is_none());
+        live.filter_map(|w| log::parse(&w.name, &std::fs::read_to_string(&w.log).unwrap_or_default()).open).collect()
     }
 
     /// Waits for every worker to exit by itself (killing stragglers).
@@ -793,6 +807,17 @@ fn progress_violations(fault: Fault, holds: &[Hold], failures: &Failures) -> Vec
     violations
 }
 
+/// The grants of `told` (sections open when a primary crashed) that a
+/// promoted replica lost: their key's last fence there (`fences`) is below
+/// theirs. A fence never goes back on one server, so a grant it had keeps
+/// the key's fence at or above its own.
+fn lost_grants(told: &[Hold], fences: &BTreeMap<String, u128>) -> Vec<String> {
+    told.iter()
+        .filter(|hold| fences.get(&hold.key).is_none_or(|fence| *fence < hold.fence))
+        .map(|hold| format!("{}'s grant of {} (fence {})", hold.worker, hold.key, hold.fence))
+        .collect()
+}
+
 /// A violation when `injected` (one line a fault, with its target) is
 /// fewer or more faults than `fault` stands for.
 fn injection_violation(fault: Fault, injected: &[String]) -> Option<String> {
@@ -831,6 +856,8 @@ struct Row {
     failover: Option<(Duration, Option<(Duration, String)>)>,
     /// The same per kind of worker.
     failover_by_kind: String,
+    /// A mysql failover's open sections at the crash, and those lost.
+    lost_grants: Option<(usize, Vec<String>)>,
 }
 
 fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path) -> Row {
@@ -878,6 +905,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         faults: Vec::new(),
         violations: Vec::new(),
         failover: None,
+        lost_grants: None,
         outage: None,
     };
     for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
@@ -937,6 +965,14 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
             }
         }
     }
+    // Semi-synchronous replication loses no grant its holder was told of
+    // (docs/mysql.md, Durability); asynchronous replication may, and the
+    // row below says how many it lost.
+    if let (Fault::SyncPromote, Some((_, lost))) = (scenario.fault, &run.lost_grants) {
+        if !lost.is_empty() {
+            findings.violations.push(format!("grants told to their holders lost in the failover: {}", lost.join(", ")));
+        }
+    }
     findings.violations.extend(progress_violations(scenario.fault, &holds, &failures));
     findings.violations.extend(injection_violation(scenario.fault, &run.faults));
     findings.violations.append(&mut run.violations);
@@ -949,6 +985,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         failures,
         failover,
         failover_by_kind,
+        lost_grants: run.lost_grants.take(),
     }
 }
 
@@ -1085,6 +1122,14 @@ fn self_test() {
     }
     assert!(injection_violation(Fault::Crash, &[once(), once()].concat()).is_some(), "a crash meant once, twice");
     assert!(injection_violation(Fault::Stop, &[once(), once()].concat()).is_none(), "pauses repeat");
+    // A grant told before a failover, which the promoted replica lost.
+    let mut on_k1 = hold("c-1", 7, 0, 10, "OK");
+    on_k1.key = "k1".into();
+    let told = [hold("rust-0", 5, 0, 10, "OK"), on_k1];
+    let fences = BTreeMap::from([("k0".to_string(), 5), ("k1".to_string(), 6)]);
+    assert_eq!(lost_grants(&told, &fences).len(), 1, "a key whose last fence on the new primary is below a told grant's");
+    assert!(lost_grants(&told[..1], &fences).is_empty(), "a grant the replica had");
+    assert_eq!(lost_grants(&told[..1], &BTreeMap::new()).len(), 1, "a key the replica never had");
     check::self_test_policy();
     let moved = log::parse("rust-0", "A k1 5 10 x 9 redis\nQ 20\nE k1 5 10 20 W OK x 9 postgres\n");
     assert_eq!(moved.moved.len(), 1, "a lease that ended on another member than its grant's");
@@ -1152,6 +1197,15 @@ fn main() {
     for row in rows.iter().filter(|row| !row.failures.is_empty()) {
         let failures: Vec<String> = row.failures.iter().map(|((kind, code), count)| format!("{kind} {code} {count}")).collect();
         println!("{}: failed acquires by worker kind and code: {}", row.name, failures.join(", "));
+    }
+    for row in &rows {
+        if let Some((told, lost)) = &row.lost_grants {
+            println!(
+                "{}: {told} sections open when the primary crashed; grants the promoted replica lost: {} {lost:?}",
+                row.name,
+                lost.len()
+            );
+        }
     }
     for row in rows.iter().filter(|row| row.limit > 0) {
         let f = &row.findings;

@@ -9,6 +9,7 @@
 //! in the `file-*` ones, lock files in a directory of the scenario's own;
 //! in the `mysql-*` ones, a private MariaDB (and its replica).
 
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -256,6 +257,12 @@ impl MyLock {
         Some(port)
     }
 
+    /// Each key's last fence, as the key table keeps it.
+    fn fences(&self) -> BTreeMap<String, u128> {
+        let rows = self.server.rows("SELECT CAST(k AS CHAR), CAST(fence AS CHAR) FROM test.dokebi_lock").expect("the lock server answers");
+        rows.into_iter().map(|row| (row[0].clone(), row[1].parse().unwrap())).collect()
+    }
+
     /// Its live holder rows, and waiting rows not lapsed.
     fn left_behind(&self) -> usize {
         const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
@@ -330,6 +337,14 @@ impl Lock {
             String::new()
         } else {
             format!("{how}: {ended} sessions")
+        }
+    }
+
+    /// Each key's last fence on a mysql lock's server (`None` elsewhere).
+    pub fn fences(&self) -> Option<BTreeMap<String, u128>> {
+        match self {
+            Lock::Mysql(lock) => Some(lock.fences()),
+            _ => None,
         }
     }
 

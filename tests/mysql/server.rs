@@ -204,6 +204,15 @@ impl PrivateServer {
         })
     }
 
+    /// The rows of `sql`, each column as text.
+    pub fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>, mysql_async::Error> {
+        self.with_connection(|mut conn| async move {
+            let rows: Vec<mysql_async::Row> = conn.query(sql).await?;
+            let _ = conn.disconnect().await;
+            Ok(rows.into_iter().map(|row| (0..row.len()).map(|at| row.get::<String, _>(at).unwrap_or_default()).collect()).collect())
+        })
+    }
+
     /// Column `name` of the first row of `sql` (a `SHOW` statement's), if any.
     pub fn column(&self, sql: &str, name: &str) -> Option<String> {
         self.with_connection(|mut conn| async move {
