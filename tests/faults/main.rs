@@ -652,8 +652,9 @@ impl Run {
                     // grants of the next moment are the primary's alone.
                     // Semi-synchronous: no grant is answered once the link
                     // holds (each waits for the replica), so the holder is
-                    // found first; 100 ms later commits are in the
-                    // primary's log, answered to nobody.
+                    // found first; 300 ms later, as in the asynchronous
+                    // case, commits are in the primary's log, answered to
+                    // nobody.
                     let semisync = fault == Fault::SyncPromote;
                     if !semisync {
                         self.lock.hold_replica();
@@ -662,7 +663,7 @@ impl Run {
                     if let Some(worker) = self.find_holder() {
                         if semisync {
                             self.lock.hold_replica();
-                            sleep(Duration::from_millis(100));
+                            sleep(Duration::from_millis(300));
                         }
                         let told = self.open_sections();
                         if let Some(port) = self.lock.promote_replica() {
