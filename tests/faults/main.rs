@@ -1166,7 +1166,7 @@ fn main() {
     println!("\nfault suite: {seconds} s per scenario ({} s with a failover or a crash), lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", FAILOVER_RUN.as_secs().max(seconds), root.display());
     println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
     println!(
-        "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "{:<23} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
         "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
     );
     let mut violations = 0;
@@ -1174,7 +1174,7 @@ fn main() {
         let f = &row.findings;
         violations += f.violations.len();
         println!(
-            "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            "{:<23} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
             row.name,
             row.workers,
             f.holds,
