@@ -326,18 +326,15 @@ impl Lock {
     }
 
     /// Ends every connection of the workers from the server's side
-    /// (`pg_terminate_backend`, `KILL`); answers how, and how many.
-    pub fn end_sessions(&self) -> String {
+    /// (`pg_terminate_backend`, `KILL`); answers how, and how many, when
+    /// it ended any.
+    pub fn end_sessions(&self) -> Option<String> {
         let (how, ended) = match self {
             Lock::Postgres(lock) => ("pg_terminate_backend", lock.terminate_sessions() as usize),
             Lock::Mysql(lock) => ("KILL", lock.server.kill_clients()),
             _ => panic!("only a SQL server's sessions are ended"),
         };
-        if ended == 0 {
-            String::new()
-        } else {
-            format!("{how}: {ended} sessions")
-        }
+        (ended > 0).then(|| format!("{how}: {ended} sessions"))
     }
 
     /// Each key's last fence on a mysql lock's server (`None` elsewhere).
