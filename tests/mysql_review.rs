@@ -4,97 +4,18 @@
 //! setting of its own).
 
 mod mysql;
+#[path = "mysql/server.rs"]
+mod mysql_server;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, Provider};
 use futures::executor::block_on;
 use mysql::{url, yaml, Table};
-use mysql_async::prelude::Queryable;
+use mysql_server::PrivateServer;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
-}
-
-/// A private `mariadbd` on a free port of 127.0.0.1 with `args` added
-/// (privileges off, so `root` without a password), its data in a
-/// directory of its own; stopped and removed on drop.
-struct Private {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-static SERVERS: AtomicUsize = AtomicUsize::new(0);
-
-impl Private {
-    fn start(args: &[&str]) -> Private {
-        let dir =
-            std::env::temp_dir().join(format!("dokebi-r3-mariadb-{}-{}", std::process::id(), SERVERS.fetch_add(1, Ordering::Relaxed)));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let data = dir.join("data");
-        let installed = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal"])
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--user={}", user()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("install.log")).unwrap())
-            .status()
-            .expect("mariadb-install-db runs");
-        assert!(installed.success(), "mariadb-install-db failed: {}", std::fs::read_to_string(dir.join("install.log")).unwrap_or_default());
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.join("sock").display()))
-            .arg(format!("--port={port}"))
-            .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
-            .arg(format!("--user={}", user()))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("log")).unwrap())
-            .spawn()
-            .expect("mariadbd starts");
-        let server = Private { child, dir, port };
-        let started = Instant::now();
-        while server.sql("CREATE DATABASE IF NOT EXISTS test").is_err() {
-            assert!(started.elapsed() < Duration::from_secs(60), "the private mariadbd did not come up");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/test", self.port)
-    }
-
-    /// The first number `sql` answers (0 when none).
-    fn sql(&self, sql: &str) -> Result<i64, mysql_async::Error> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let opts = mysql_async::Opts::from_url(&format!("mysql://root@127.0.0.1:{}", self.port)).unwrap();
-            let mut conn = mysql_async::Conn::new(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)).await?;
-            let first: Option<Option<i64>> = conn.query_first(sql).await?;
-            conn.disconnect().await?;
-            Ok(first.flatten().unwrap_or(0))
-        })
-    }
-}
-
-impl Drop for Private {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn user() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "root".to_owned())
 }
 
 /// 200 keys of 200 bytes: as the procedures take them (hex, commas),
@@ -111,7 +32,7 @@ fn many_long_keys() -> Vec<String> {
 /// gets the last keys too: two holders.
 #[test]
 fn a_key_set_longer_than_a_text_argument_is_never_granted_in_part() {
-    let server = Private::start(&["--sql-mode="]);
+    let server = PrivateServer::start(&["--sql-mode="]);
     let table = "r3_long";
     let config = yaml(table, "").replace(&url(), &server.url());
     let (one, other) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
@@ -147,7 +68,7 @@ fn many_short_keys() -> Vec<String> {
 /// lease's fences are all 0, below every earlier grant of those keys.
 #[test]
 fn a_grant_of_many_keys_answers_every_key_its_fence() {
-    let server = Private::start(&["--sql-mode=", "--max-allowed-packet=64M"]);
+    let server = PrivateServer::start(&["--sql-mode=", "--max-allowed-packet=64M"]);
     let config = yaml("r3_short", "")
         .replace("leaseMs: 5000", "leaseMs: 120000")
         .replace(&url(), &server.url())
@@ -192,7 +113,7 @@ fn key_sets_longer_than_a_text_are_granted_on_a_strict_server() {
 /// refusal).
 #[test]
 fn procedures_do_not_depend_on_the_sql_mode_they_were_created_in() {
-    let server = Private::start(&["--sql-mode=EMPTY_STRING_IS_NULL"]);
+    let server = PrivateServer::start(&["--sql-mode=EMPTY_STRING_IS_NULL"]);
     let table = "r3_mode";
     let config = yaml(table, "").replace(&url(), &server.url());
     let (one, other) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());

@@ -5,130 +5,28 @@
 //! fails on the driver as reviewed.
 
 mod mysql;
+#[path = "mysql/server.rs"]
+mod mysql_server;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Provider};
 use futures::executor::block_on;
 use mysql::{url, yaml, Table};
+use mysql_server::PrivateServer;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
 }
 
-/// A private `mariadbd` on a free port of 127.0.0.1 with `args` added
-/// (privileges off, so `root` without a password), its data in a directory
-/// of its own; stopped and removed on drop.
-struct Private {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-    args: Vec<String>,
+/// A provider of one backend `shared` on table `table` of `server`.
+fn provider_on(server: &PrivateServer, table: &str, fields: &str) -> Provider {
+    Provider::from_yaml(&config_on(server, table, fields)).unwrap()
 }
 
-static SERVERS: AtomicUsize = AtomicUsize::new(0);
-
-impl Private {
-    fn start(args: &[&str]) -> Private {
-        let dir =
-            std::env::temp_dir().join(format!("dokebi-r4-mariadb-{}-{}", std::process::id(), SERVERS.fetch_add(1, Ordering::Relaxed)));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let data = dir.join("data");
-        // Temporary files in the server's own directory: the bootstraps of
-        // servers starting together in a shared /tmp sometimes failed
-        // ("Could not remove temporary table", 1051).
-        std::fs::create_dir_all(dir.join("tmp")).unwrap();
-        let installed = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal"])
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-            .arg(format!("--user={}", user()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db runs");
-        assert!(installed.success(), "mariadb-install-db failed");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
-        let child = spawn(&dir, port, &args);
-        let server = Private { child, dir, port, args };
-        server.wait_ready();
-        server
-    }
-
-    /// A crash (SIGKILL) and a start on the same data and port.
-    fn crash_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = spawn(&self.dir, self.port, &self.args);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
-        let started = Instant::now();
-        while !self.ready() {
-            assert!(started.elapsed() < Duration::from_secs(60), "the private mariadbd did not come up");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn ready(&self) -> bool {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            use mysql_async::prelude::Queryable;
-            let opts = mysql_async::Opts::from_url(&format!("mysql://root@127.0.0.1:{}", self.port)).unwrap();
-            let Ok(mut conn) = mysql_async::Conn::new(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)).await else {
-                return false;
-            };
-            // The setting under test may leave a transaction open: commit it.
-            let created = conn.query_drop("CREATE DATABASE IF NOT EXISTS test").await.is_ok() && conn.query_drop("COMMIT").await.is_ok();
-            let _ = conn.disconnect().await;
-            created
-        })
-    }
-
-    /// A provider of one backend `shared` on table `table` of this server.
-    fn provider(&self, table: &str, fields: &str) -> Provider {
-        Provider::from_yaml(&self.config(table, fields)).unwrap()
-    }
-
-    /// [`yaml`] on this server.
-    fn config(&self, table: &str, fields: &str) -> String {
-        yaml(table, fields).replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", self.port))
-    }
-}
-
-/// `mariadbd` on the data of `dir`, on `port`, with `args` added.
-fn spawn(dir: &std::path::Path, port: u16, args: &[String]) -> Child {
-    Command::new("mariadbd")
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", dir.join("data").display()))
-        .arg(format!("--socket={}", dir.join("sock").display()))
-        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-        .arg(format!("--port={port}"))
-        .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
-        .arg(format!("--user={}", user()))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(std::fs::OpenOptions::new().create(true).append(true).open(dir.join("log")).unwrap())
-        .spawn()
-        .expect("mariadbd starts")
-}
-
-fn user() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "root".to_owned())
-}
-
-impl Drop for Private {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// [`yaml`] on `server`.
+fn config_on(server: &PrivateServer, table: &str, fields: &str) -> String {
+    yaml(table, fields).replace(&url(), &server.url())
 }
 
 /// Finding 1: contention moves a policy acquire, and two processes hold a
@@ -243,8 +141,8 @@ fn hold_in_a_transaction(statement: String, held: Duration) -> std::thread::Join
 /// when the lease expires.
 #[test]
 fn a_release_is_not_refused_while_a_waiter_s_poller_reads_the_log_on_a_serializable_server_without_autocommit() {
-    let server = Private::start(&["--autocommit=0", "--transaction-isolation=SERIALIZABLE"]);
-    let (holder, waiter) = (server.provider("r4_ser", ""), server.provider("r4_ser", ""));
+    let server = PrivateServer::start(&["--autocommit=0", "--transaction-isolation=SERIALIZABLE"]);
+    let (holder, waiter) = (provider_on(&server, "r4_ser", ""), provider_on(&server, "r4_ser", ""));
     let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
     let held = block_on(a.acquire("k", wait(0))).unwrap();
     let waiting = std::thread::spawn(move || {
@@ -272,9 +170,9 @@ fn a_release_is_not_refused_while_a_waiter_s_poller_reads_the_log_on_a_serializa
 /// long as the process runs.
 #[test]
 fn the_release_log_is_read_afresh_on_a_server_without_autocommit() {
-    let server = Private::start(&["--autocommit=0"]);
+    let server = PrivateServer::start(&["--autocommit=0"]);
     let slow = ", pollIntervalMs: 5000, notifyPollIntervalMs: 5000";
-    let (holder, waiter) = (server.provider("r4_auto", slow), server.provider("r4_auto", slow));
+    let (holder, waiter) = (provider_on(&server, "r4_auto", slow), provider_on(&server, "r4_auto", slow));
     let (a, b) = (holder.backend("shared").unwrap(), waiter.backend("shared").unwrap());
     let mut handoffs = Vec::new();
     for round in 0..3 {
@@ -309,8 +207,8 @@ fn the_release_log_is_read_afresh_on_a_server_without_autocommit() {
 /// commits and answers 1927, `OUTCOME_UNKNOWN`; checked by hand.)
 #[test]
 fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() {
-    let server = Private::start(&["--completion-type=CHAIN"]);
-    let provider = server.provider("r4_chain", "");
+    let server = PrivateServer::start(&["--completion-type=CHAIN"]);
+    let provider = provider_on(&server, "r4_chain", "");
     let backend = provider.backend("shared").unwrap();
     let mut outcomes = Vec::new();
     for _ in 0..3 {
@@ -333,39 +231,26 @@ fn a_connection_serves_more_than_one_call_on_a_server_that_chains_its_commits() 
 /// use, with a message and a fix that name the setting.
 #[test]
 fn a_server_that_logs_statements_is_refused_with_a_fix_that_names_binlog_format() {
-    let server = Private::start(&["--log-bin", "--server-id=1", "--binlog-format=STATEMENT"]);
-    let provider = server.provider("r4_stmt", "");
+    let server = PrivateServer::start(&["--log-bin", "--server-id=1", "--binlog-format=STATEMENT"]);
+    let provider = provider_on(&server, "r4_stmt", "");
     let err = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).unwrap_err();
     assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
     assert!(err.to_string().contains("binlog_format"), "{err}");
     assert!(err.fix().contains("ROW") && err.fix().contains("MIXED"), "{}", err.fix());
     // Nothing was installed on a server the driver cannot use.
     let tables =
-        rows_of(&server, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'r4_stmt%'");
-    assert_eq!(tables, "0");
+        server.sql("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'r4_stmt%'").unwrap();
+    assert_eq!(tables, 0);
 }
 
 /// What the refusal's fix proposes works: with `binlog_format = MIXED` a
 /// READ COMMITTED write is logged by rows.
 #[test]
 fn the_driver_works_on_a_server_that_logs_mixed() {
-    let server = Private::start(&["--log-bin", "--server-id=1", "--binlog-format=MIXED"]);
-    let provider = server.provider("r4_mixed", "");
+    let server = PrivateServer::start(&["--log-bin", "--server-id=1", "--binlog-format=MIXED"]);
+    let provider = provider_on(&server, "r4_mixed", "");
     let outcome = block_on(provider.backend("shared").unwrap().acquire("k", wait(0))).map(|lease| block_on(lease.release()));
     assert!(matches!(outcome, Ok(Ok(true))), "{:?}", outcome.map_err(|err| (err.code(), err.to_string())));
-}
-
-/// The first column of the first row of `sql` on `server`.
-fn rows_of(server: &Private, sql: &str) -> String {
-    use mysql_async::prelude::Queryable;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let opts = mysql_async::Opts::from_url(&format!("mysql://root@127.0.0.1:{}/test", server.port)).unwrap();
-        let mut conn = mysql_async::Conn::new(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)).await.unwrap();
-        let value: Option<String> = conn.query_first(sql).await.unwrap();
-        let _ = conn.disconnect().await;
-        value.unwrap_or_default()
-    })
 }
 
 /// Finding 6 (a lease lost, not two holders): a pooled connection that
@@ -380,8 +265,8 @@ fn rows_of(server: &Private, sql: &str) -> String {
 /// `wait_timeout` / `poolSize` meets one at every call.
 #[test]
 fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wait_timeout() {
-    let server = Private::start(&["--wait-timeout=2"]);
-    let provider = Provider::from_yaml(&server.config("r4_idle", "").replace("leaseMs: 5000", "leaseMs: 20000")).unwrap();
+    let server = PrivateServer::start(&["--wait-timeout=2"]);
+    let provider = Provider::from_yaml(&config_on(&server, "r4_idle", "").replace("leaseMs: 5000", "leaseMs: 20000")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", wait(0))).unwrap();
     // Every connection of the pool (4) opened and used once.
@@ -394,7 +279,7 @@ fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wai
         matches!(renewed, Ok(true)),
         "the renewal after 3 s idle: {:?}; the lease was intact, and is now given up: another process's acquire of k: {:?}",
         renewed.map_err(|err| (err.code(), err.to_string())),
-        block_on(server.provider("r4_idle", "").backend("shared").unwrap().acquire("k", wait(0)))
+        block_on(provider_on(&server, "r4_idle", "").backend("shared").unwrap().acquire("k", wait(0)))
             .map(|_| "granted to another")
             .map_err(|err| err.code()),
     );
@@ -405,15 +290,15 @@ fn a_lease_is_renewed_after_its_pooled_connection_was_closed_by_the_server_s_wai
 /// next renewal on a connection from before the crash loses it.
 #[test]
 fn a_lease_is_renewed_after_the_server_crashed_and_came_back() {
-    let mut server = Private::start(&[]);
-    let provider = Provider::from_yaml(&server.config("r4_crash", "").replace("leaseMs: 5000", "leaseMs: 30000")).unwrap();
+    let mut server = PrivateServer::start(&[]);
+    let provider = Provider::from_yaml(&config_on(&server, "r4_crash", "").replace("leaseMs: 5000", "leaseMs: 30000")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", wait(0))).unwrap();
     for _ in 0..4 {
         assert!(block_on(lease.renew()).unwrap());
     }
     server.crash_and_restart();
-    let other = server.provider("r4_crash", "");
+    let other = provider_on(&server, "r4_crash", "");
     let busy = block_on(other.backend("shared").unwrap().acquire("k", wait(0))).map(|_| ()).map_err(|err| err.code());
     assert_eq!(busy, Err(dokebi_lock::ErrorCode::LockBusy), "the grant did not survive the crash");
     let renewed = block_on(lease.renew());

@@ -26,6 +26,12 @@
 //! driver (lock files in a directory of the scenario's own), where no fault
 //! lets sections overlap: there is no lease, a paused holder keeps its lock.
 //!
+//! The `mysql-*` scenarios put the lock in a private MariaDB (`driver:
+//! mysql`, see `topology.rs`): it crashes (SIGKILL) and restarts on its
+//! data (`mysql-crash`), every worker connection is ended by `KILL`
+//! (`mysql-kill`), or it fails over to a lagging replica, asynchronous
+//! (`mysql-failover`) or semi-synchronous (`mysql-failover-semisync`).
+//!
 //! The `policy-*` scenario puts the lock behind a policy backend (`driver:
 //! policy`, see `docs/policy.md`) over a private redis-server and the
 //! machine's PostgreSQL (see [`topology::POLICY_RULES`]): `k0` fails closed
@@ -45,6 +51,8 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../mysql/server.rs"]
+mod mysql_server;
 #[path = "../support/names.rs"]
 mod names;
 #[path = "../postgres/mod.rs"]
@@ -74,7 +82,7 @@ use log::{mono_us, Hold, HoldKind};
 use proxy::Proxy;
 use redis_server::RedisServer;
 use store::Attempt;
-use topology::{Failover, Lock, PgLock};
+use topology::{Failover, Lock, MyLock, PgLock};
 use worker::WorkerArgs;
 
 const LEASE_MS: u32 = 1000;
@@ -96,17 +104,26 @@ enum Fault {
     /// overlap the old one, which only the fence can stop.
     Restart,
     /// Once, the lock server crashes while a worker holds a lease (PostgreSQL:
-    /// `pg_ctl stop -m immediate`, no checkpoint) and starts again at once,
-    /// recovering from its WAL: grants were committed synchronously, so
-    /// every one survives and sections never overlap.
+    /// `pg_ctl stop -m immediate`, no checkpoint; MariaDB: SIGKILL) and
+    /// starts again at once, recovering from its WAL (redo log): grants
+    /// were committed synchronously, so every one survives and sections
+    /// never overlap.
     Crash,
-    /// The lock server (PostgreSQL) has an asynchronous streaming standby
-    /// fed through a proxy; once, the link stops forwarding (the standby
-    /// lags), and a moment later, while a worker holds a lease, the primary
-    /// crashes, the standby is promoted and the workers' proxy is pointed
-    /// at it. The grants it had not received are lost: a next holder may
-    /// overlap the holder of one, which only the fence can stop.
+    /// The lock server (PostgreSQL, MariaDB) has an asynchronous streaming
+    /// standby (replica) fed through a proxy; once, the link stops
+    /// forwarding (the standby lags), and a moment later, while a worker
+    /// holds a lease, the primary crashes, the standby is promoted and the
+    /// workers' proxy is pointed at it. The grants it had not received are
+    /// lost: a next holder may overlap the holder of one, which only the
+    /// fence can stop.
     Promote,
+    /// [`Fault::Promote`] with a semi-synchronous replica (MariaDB,
+    /// `rpl_semi_sync_master_enabled`, waiting before the commit): a grant
+    /// is answered only once the replica received it, so the held link
+    /// stalls every commit (acquires and renewals end `OUTCOME_UNKNOWN`),
+    /// the replica has every grant its holder was told of, and sections
+    /// never overlap.
+    SyncPromote,
     /// `CLIENT KILL TYPE pubsub`: every subscription dropped.
     PubsubKill,
     /// `SCRIPT FLUSH`: the next `EVALSHA` answers NOSCRIPT.
@@ -140,9 +157,9 @@ enum Fault {
     /// replica; the workers follow it by themselves. Replication is
     /// asynchronous, so the last locks and releases may be lost with it.
     SentinelFailover,
-    /// PostgreSQL: every session of the workers ended by the server
-    /// (`pg_terminate_backend`) every 300 ms, as an administrator, a pooler
-    /// or a failover does: statements in flight end `OUTCOME_UNKNOWN`, the
+    /// Every session of the workers ended by the server every 300 ms
+    /// (PostgreSQL: `pg_terminate_backend`; MariaDB: `KILL`), as an
+    /// administrator, a pooler or a failover does: statements in flight end `OUTCOME_UNKNOWN`, the
     /// listeners reconnect.
     Terminate,
     /// The lock is a Redis Cluster (3 primaries, 3 replicas); once, while a
@@ -186,6 +203,8 @@ enum On {
     File,
     /// A policy backend over a redis-server and the machine's PostgreSQL.
     Policy,
+    /// A private MariaDB (and, for a failover, its replica).
+    Mysql,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -226,6 +245,12 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "file-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::File },
+    // The mysql driver, from every surface: its server crashed, its
+    // connections killed, a failover to a lagging replica.
+    Scenario { name: "mysql-crash", fault: Fault::Crash, hold_ms: 300, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-kill", fault: Fault::Terminate, hold_ms: 15, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-failover", fault: Fault::Promote, hold_ms: 300, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-failover-semisync", fault: Fault::SyncPromote, hold_ms: 300, limit: 0, on: On::Mysql },
     // Redis, a policy's preferred member, gone for a while under load.
     Scenario { name: "policy-redis-down", fault: Fault::Outage, hold_ms: 15, limit: 0, on: On::Policy },
 ];
@@ -269,6 +294,7 @@ impl Fault {
                 | Fault::Terminate
                 | Fault::Crash
                 | Fault::Promote
+                | Fault::SyncPromote
                 | Fault::SnapshotRestart
                 | Fault::Failover
                 | Fault::SentinelFailover
@@ -284,7 +310,13 @@ impl Fault {
         match self {
             Fault::None => (0, 0),
             // Once by design: recovery or an election takes the rest of the run.
-            Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover | Fault::Latency | Fault::Outage => (1, 1),
+            Fault::Crash
+            | Fault::Promote
+            | Fault::SyncPromote
+            | Fault::SentinelFailover
+            | Fault::ClusterFailover
+            | Fault::Latency
+            | Fault::Outage => (1, 1),
             _ => (1, usize::MAX),
         }
     }
@@ -300,7 +332,7 @@ impl Fault {
     /// CI's run of 2026-12-05 at load 10 saw pg-crash's recovery take most
     /// of a 3 s run, 8 sections in all), and the run must go on long after.
     fn runs_long(self) -> bool {
-        self.topology() || matches!(self, Fault::Crash | Fault::Promote)
+        self.topology() || matches!(self, Fault::Crash | Fault::Promote | Fault::SyncPromote)
     }
 
     /// The codes an acquire may fail with under this fault: a server gone or
@@ -313,9 +345,13 @@ impl Fault {
         match self {
             Fault::None | Fault::Latency | Fault::PubsubKill | Fault::ScriptFlush | Fault::DebugSleep | Fault::Stop | Fault::Kill => &[],
             Fault::Restart | Fault::SnapshotRestart | Fault::Failover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN"],
-            Fault::Stall | Fault::Terminate | Fault::Crash | Fault::Promote | Fault::SentinelFailover | Fault::ClusterFailover => {
-                &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"]
-            }
+            Fault::Stall
+            | Fault::Terminate
+            | Fault::Crash
+            | Fault::Promote
+            | Fault::SyncPromote
+            | Fault::SentinelFailover
+            | Fault::ClusterFailover => &["PROVIDER_FAILED", "OUTCOME_UNKNOWN", "WAIT_TIMEOUT"],
             // A fail-closed key while Redis cannot serve, a command in
             // flight when it died, and contention under the policy's short
             // wait (neither of which moves an acquire to another member).
@@ -366,6 +402,10 @@ struct Run {
     violations: Vec<String>,
     /// The primary killed in a failover scenario.
     failover: Option<Failover>,
+    /// A failover of the mysql driver's server: how many sections were open
+    /// (grants their holders were told of) when the primary crashed, and
+    /// those the promoted replica does not have (see [`lost_grants`]).
+    lost_grants: Option<(usize, Vec<String>)>,
     /// [`Fault::Outage`]: when Redis was killed, and when it answered again.
     outage: Option<(u64, u64)>,
 }
@@ -600,23 +640,33 @@ impl Run {
                 // and the rest of the run is the workers' after it.
                 Fault::Crash if self.faults.is_empty() => {
                     sleep(Duration::from_millis(700));
-                    if let Some(worker) = self.find_holder() {
-                        let Lock::Postgres(lock) = &mut self.lock else { panic!("crash is a postgres fault") };
-                        lock.crash_and_recover();
-                        self.faults.push(format!("PostgreSQL crashed and recovered under {}", self.workers[worker].name));
+                    if let Some(worker) = self.find_holder().filter(|_| self.lock.crash_and_recover()) {
+                        self.faults.push(format!("the lock server crashed and recovered under {}", self.workers[worker].name));
                     }
                 }
                 Fault::Crash | Fault::Outage => sleep(Duration::from_millis(100)),
-                Fault::Promote => {
+                Fault::Promote | Fault::SyncPromote => {
                     sleep(Duration::from_millis(400));
-                    let Lock::Postgres(lock) = &self.lock else { panic!("promote is a postgres fault") };
-                    // The standby stops receiving: the grants of the next
-                    // moment are the primary's alone.
-                    lock.hold_standby();
-                    sleep(Duration::from_millis(300));
+                    // Asynchronous: the standby stops receiving, and the
+                    // grants of the next moment are the primary's alone.
+                    // Semi-synchronous: no grant is answered once the link
+                    // holds (each waits for the replica), so the holder is
+                    // found first; 300 ms later, as in the asynchronous
+                    // case, commits are in the primary's log, answered to
+                    // nobody.
+                    let semisync = fault == Fault::SyncPromote;
+                    if !semisync {
+                        self.lock.hold_replica();
+                        sleep(Duration::from_millis(300));
+                    }
                     if let Some(worker) = self.find_holder() {
-                        let Lock::Postgres(lock) = &mut self.lock else { panic!("promote is a postgres fault") };
-                        if let Some(port) = lock.promote_standby() {
+                        if semisync {
+                            self.lock.hold_replica();
+                            sleep(Duration::from_millis(300));
+                        }
+                        let told = self.open_sections();
+                        if let Some(port) = self.lock.promote_replica() {
+                            self.lost_grants = self.lock.fences().map(|fences| (told.len(), lost_grants(&told, &fences)));
                             self.proxy.as_ref().expect("a front proxy").retarget(port);
                             self.faults
                                 .push(format!("the primary crashed, its lagging standby promoted under {}", self.workers[worker].name));
@@ -625,11 +675,8 @@ impl Run {
                 }
                 Fault::Terminate => {
                     sleep(Duration::from_millis(300));
-                    let Lock::Postgres(lock) = &self.lock else { panic!("terminate is a postgres fault") };
-                    let ended = lock.terminate_sessions();
-                    if ended > 0 {
-                        self.faults.push(format!("pg_terminate_backend: {ended} sessions"));
-                    }
+                    // A round that ended no session tested nothing.
+                    self.faults.extend(self.lock.end_sessions());
                 }
                 Fault::DebugSleep => {
                     sleep(Duration::from_millis(700));
@@ -638,6 +685,13 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// The open section of each live worker now (granted, not yet released:
+    /// a grant its holder was told of).
+    fn open_sections(&self) -> Vec<Hold> {
+        let live = self.workers.iter().filter(|w| w.killed_at.is_none());
+        live.filter_map(|w| log::parse(&w.name, &std::fs::read_to_string(&w.log).unwrap_or_default()).open).collect()
     }
 
     /// Waits for every worker to exit by itself (killing stragglers).
@@ -751,6 +805,17 @@ fn progress_violations(fault: Fault, holds: &[Hold], failures: &Failures) -> Vec
     violations
 }
 
+/// The grants of `told` (sections open when a primary crashed) that a
+/// promoted replica lost: their key's last fence there (`fences`) is below
+/// theirs. A fence never goes back on one server, so a grant it had keeps
+/// the key's fence at or above its own.
+fn lost_grants(told: &[Hold], fences: &BTreeMap<String, u128>) -> Vec<String> {
+    told.iter()
+        .filter(|hold| fences.get(&hold.key).is_none_or(|fence| *fence < hold.fence))
+        .map(|hold| format!("{}'s grant of {} (fence {})", hold.worker, hold.key, hold.fence))
+        .collect()
+}
+
 /// A violation when `injected` (one line a fault, with its target) is
 /// fewer or more faults than `fault` stands for.
 fn injection_violation(fault: Fault, injected: &[String]) -> Option<String> {
@@ -789,6 +854,8 @@ struct Row {
     failover: Option<(Duration, Option<(Duration, String)>)>,
     /// The same per kind of worker.
     failover_by_kind: String,
+    /// A mysql failover's open sections at the crash, and those lost.
+    lost_grants: Option<(usize, Vec<String>)>,
 }
 
 fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path) -> Row {
@@ -797,6 +864,9 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     std::fs::create_dir_all(&dir).unwrap();
     let run = if scenario.fault.runs_long() { run.max(FAILOVER_RUN) } else { run };
     let lock = match scenario.fault {
+        Fault::Promote if scenario.on == On::Mysql => Lock::Mysql(MyLock::with_replica(false)),
+        Fault::SyncPromote => Lock::Mysql(MyLock::with_replica(true)),
+        _ if scenario.on == On::Mysql => Lock::Mysql(MyLock::private()),
         Fault::Crash => Lock::Postgres(PgLock::private(scenario.name)),
         Fault::Promote => Lock::Postgres(PgLock::with_standby(scenario.name)),
         _ if scenario.on == On::Postgres => Lock::Postgres(PgLock::new(scenario.name)),
@@ -814,7 +884,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
     let scripts = store::load(&mut store.client());
     let proxy = match scenario.fault {
         Fault::Latency => Some(Proxy::start(lock.port(), Duration::from_millis(20))),
-        Fault::Stall | Fault::Failover | Fault::Promote => Some(Proxy::start(lock.port(), Duration::ZERO)),
+        Fault::Stall | Fault::Failover | Fault::Promote | Fault::SyncPromote => Some(Proxy::start(lock.port(), Duration::ZERO)),
         _ => None,
     };
     let mut run = Run {
@@ -833,6 +903,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         faults: Vec::new(),
         violations: Vec::new(),
         failover: None,
+        lost_grants: None,
         outage: None,
     };
     for kind in [Kind::Rust, Kind::C, Kind::Node, Kind::Rust, Kind::C, Kind::Node] {
@@ -892,6 +963,14 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
             }
         }
     }
+    // Semi-synchronous replication loses no grant its holder was told of
+    // (docs/mysql.md, Durability); asynchronous replication may, and the
+    // row below says how many it lost.
+    if let (Fault::SyncPromote, Some((_, lost))) = (scenario.fault, &run.lost_grants) {
+        if !lost.is_empty() {
+            findings.violations.push(format!("grants told to their holders lost in the failover: {}", lost.join(", ")));
+        }
+    }
     findings.violations.extend(progress_violations(scenario.fault, &holds, &failures));
     findings.violations.extend(injection_violation(scenario.fault, &run.faults));
     findings.violations.append(&mut run.violations);
@@ -904,6 +983,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         failures,
         failover,
         failover_by_kind,
+        lost_grants: run.lost_grants.take(),
     }
 }
 
@@ -1025,12 +1105,29 @@ fn self_test() {
     // A scenario fails when its fault did not happen as often as it names.
     let once = || vec!["SIGSTOP rust-0 in its section".to_string()];
     assert!(injection_violation(Fault::None, &[]).is_none(), "the baseline injects nothing");
-    for fault in [Fault::Stop, Fault::Kill, Fault::Restart, Fault::Crash, Fault::Promote, Fault::Terminate, Fault::SentinelFailover] {
+    for fault in [
+        Fault::Stop,
+        Fault::Kill,
+        Fault::Restart,
+        Fault::Crash,
+        Fault::Promote,
+        Fault::SyncPromote,
+        Fault::Terminate,
+        Fault::SentinelFailover,
+    ] {
         assert!(injection_violation(fault, &[]).is_some(), "a scenario that injected nothing");
         assert!(injection_violation(fault, &once()).is_none(), "one fault injected");
     }
     assert!(injection_violation(Fault::Crash, &[once(), once()].concat()).is_some(), "a crash meant once, twice");
     assert!(injection_violation(Fault::Stop, &[once(), once()].concat()).is_none(), "pauses repeat");
+    // A grant told before a failover, which the promoted replica lost.
+    let mut on_k1 = hold("c-1", 7, 0, 10, "OK");
+    on_k1.key = "k1".into();
+    let told = [hold("rust-0", 5, 0, 10, "OK"), on_k1];
+    let fences = BTreeMap::from([("k0".to_string(), 5), ("k1".to_string(), 6)]);
+    assert_eq!(lost_grants(&told, &fences).len(), 1, "a key whose last fence on the new primary is below a told grant's");
+    assert!(lost_grants(&told[..1], &fences).is_empty(), "a grant the replica had");
+    assert_eq!(lost_grants(&told[..1], &BTreeMap::new()).len(), 1, "a key the replica never had");
     check::self_test_policy();
     let moved = log::parse("rust-0", "A k1 5 10 x 9 redis\nQ 20\nE k1 5 10 20 W OK x 9 postgres\n");
     assert_eq!(moved.moved.len(), 1, "a lease that ended on another member than its grant's");
@@ -1066,7 +1163,7 @@ fn main() {
     println!("\nfault suite: {seconds} s per scenario ({} s with a failover or a crash), lease {LEASE_MS} ms, {KEYS} keys, 2 Rust + 2 C + 2 Node workers (logs in {})", FAILOVER_RUN.as_secs().max(seconds), root.display());
     println!("lost: releases told LEASE_LOST or OUTCOME_UNKNOWN; stale/told: sections overlapped by a newer fence or refused by the store / of which told");
     println!(
-        "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+        "{:<23} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
         "scenario", "workers", "ops", "faults", "acq.fail", "lost", "overlaps", "stale/told", "accepted", "refused", "violations"
     );
     let mut violations = 0;
@@ -1074,7 +1171,7 @@ fn main() {
         let f = &row.findings;
         violations += f.violations.len();
         println!(
-            "{:<19} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
+            "{:<23} {:>7} {:>6} {:>6} {:>9} {:>5} {:>8} {:>11} {:>8} {:>8} {:>10}",
             row.name,
             row.workers,
             f.holds,
@@ -1098,6 +1195,15 @@ fn main() {
     for row in rows.iter().filter(|row| !row.failures.is_empty()) {
         let failures: Vec<String> = row.failures.iter().map(|((kind, code), count)| format!("{kind} {code} {count}")).collect();
         println!("{}: failed acquires by worker kind and code: {}", row.name, failures.join(", "));
+    }
+    for row in &rows {
+        if let Some((told, lost)) = &row.lost_grants {
+            println!(
+                "{}: {told} sections open when the primary crashed; grants the promoted replica lost: {} {lost:?}",
+                row.name,
+                lost.len()
+            );
+        }
     }
     for row in rows.iter().filter(|row| row.limit > 0) {
         let f = &row.findings;

@@ -6,8 +6,10 @@
 //! harness waits until a replica took over. Or, in the `pg-*` scenarios,
 //! the machine's PostgreSQL (a schema of the scenario's own, dropped after)
 //! or, where it crashes or fails over, a private PostgreSQL (and its standby);
-//! in the `file-*` ones, lock files in a directory of the scenario's own.
+//! in the `file-*` ones, lock files in a directory of the scenario's own;
+//! in the `mysql-*` ones, a private MariaDB (and its replica).
 
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::check::Rule;
 use crate::cluster::Cluster;
 use crate::log::{mono_us, Hold};
+use crate::mysql_server::{PrivateServer as MysqlServer, GRANTS};
 use crate::postgres;
 use crate::postgres_server::PrivateServer;
 use crate::proxy::Proxy;
@@ -33,6 +36,7 @@ pub enum Lock {
     /// member every rule prefers, and the machine's PostgreSQL, which the
     /// fallback rules fall back to (see [`POLICY_RULES`]).
     Policy(RedisServer, PgLock),
+    Mysql(MyLock),
 }
 
 /// The policy scenarios' rules, tried in order, the default last: `k0` is
@@ -187,6 +191,90 @@ impl Drop for PgLock {
     }
 }
 
+/// The mysql scenarios' lock: the driver's tables (their default names) in
+/// database `test` of a private MariaDB, which the scenario crashes or
+/// whose workers' connections it ends, and, for a failover, a replica fed
+/// through a proxy.
+pub struct MyLock {
+    server: MysqlServer,
+    /// The replica, until promoted, and the proxy it replicates through.
+    replica: Option<(MysqlServer, Proxy)>,
+}
+
+impl MyLock {
+    /// A private server with MariaDB's defaults: each grant's commit waits
+    /// for its redo log flush (`innodb_flush_log_at_trx_commit = 1`).
+    pub fn private() -> MyLock {
+        MyLock { server: MysqlServer::start(&[]), replica: None }
+    }
+
+    /// A primary (binary log by rows, flushed at each commit) with a
+    /// replica replicating through a proxy: asynchronously, or, with
+    /// `semisync`, semi-synchronously (a commit is answered once the
+    /// replica received it; lossless: the primary waits before it commits,
+    /// and never gives up waiting within a run).
+    pub fn with_replica(semisync: bool) -> MyLock {
+        let server = MysqlServer::start(&[GRANTS, "--log-bin", "--server-id=1", "--binlog-format=ROW", "--sync-binlog=1"]);
+        let link = Proxy::start(server.port(), Duration::ZERO);
+        let replica = server.replica_through(link.port(), if semisync { &["--rpl-semi-sync-slave-enabled=ON"] } else { &[] });
+        if semisync {
+            server.replicate_semi_synchronously(&replica);
+        }
+        MyLock { server, replica: Some((replica, link)) }
+    }
+
+    fn port(&self) -> u16 {
+        self.server.port()
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on its data; answers
+    /// whether InnoDB recovered from its redo log, as only a crash makes it
+    /// (the proof that the server did crash).
+    fn crash_and_recover(&mut self) -> bool {
+        let recoveries = |server: &MysqlServer| server.log().matches("Starting crash recovery").count();
+        let before = recoveries(&self.server);
+        self.server.crash_and_restart();
+        recoveries(&self.server) > before
+    }
+
+    /// Stops the replica's link forwarding: it receives nothing more.
+    fn hold_replica(&self) {
+        if let Some((_, link)) = &self.replica {
+            link.hold();
+        }
+    }
+
+    /// Crashes the primary and promotes its replica, checked to lag behind
+    /// it; answers the new primary's port, or `None` once it was promoted.
+    fn promote_replica(&mut self) -> Option<u16> {
+        let (replica, _link) = self.replica.take()?;
+        assert!(replica.lag_behind(&self.server), "the replica was to lag behind the primary");
+        self.server.crash();
+        replica.promote();
+        let port = replica.port();
+        // The old primary goes, with its data directory.
+        self.server = replica;
+        Some(port)
+    }
+
+    /// Each key's last fence, as the key table keeps it.
+    fn fences(&self) -> BTreeMap<String, u128> {
+        let rows = self.server.rows("SELECT CAST(k AS CHAR), CAST(fence AS CHAR) FROM test.dokebi_lock").expect("the lock server answers");
+        rows.into_iter().map(|row| (row[0].clone(), row[1].parse().unwrap())).collect()
+    }
+
+    /// Its live holder rows, and waiting rows not lapsed.
+    fn left_behind(&self) -> usize {
+        const NOW: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+        self.server
+            .sql(&format!(
+                "SELECT (SELECT COUNT(*) FROM test.dokebi_lock_holders WHERE expires_at > {NOW})
+                      + (SELECT COUNT(*) FROM test.dokebi_lock_waiting WHERE lapses_at > {NOW})"
+            ))
+            .expect("the lock server answers") as usize
+    }
+}
+
 /// One primary killed during a run.
 pub struct Failover {
     /// When it was killed (`CLOCK_MONOTONIC`, µs).
@@ -217,7 +305,62 @@ impl Lock {
     pub fn port(&self) -> u16 {
         match self {
             Lock::Postgres(lock) => lock.port(),
+            Lock::Mysql(lock) => lock.port(),
             _ => self.server().port(),
+        }
+    }
+
+    /// Crashes the private SQL server and starts it again, recovering from
+    /// its log (PostgreSQL: its WAL; MariaDB: InnoDB's redo log); answers
+    /// whether it crashed (`pg_ctl stop -m immediate` fails on a server
+    /// that is not running).
+    pub fn crash_and_recover(&mut self) -> bool {
+        match self {
+            Lock::Postgres(lock) => {
+                lock.crash_and_recover();
+                true
+            }
+            Lock::Mysql(lock) => lock.crash_and_recover(),
+            _ => panic!("only a private SQL server crashes"),
+        }
+    }
+
+    /// Ends every connection of the workers from the server's side
+    /// (`pg_terminate_backend`, `KILL`); answers how, and how many, when
+    /// it ended any.
+    pub fn end_sessions(&self) -> Option<String> {
+        let (how, ended) = match self {
+            Lock::Postgres(lock) => ("pg_terminate_backend", lock.terminate_sessions() as usize),
+            Lock::Mysql(lock) => ("KILL", lock.server.kill_clients()),
+            _ => panic!("only a SQL server's sessions are ended"),
+        };
+        (ended > 0).then(|| format!("{how}: {ended} sessions"))
+    }
+
+    /// Each key's last fence on a mysql lock's server (`None` elsewhere).
+    pub fn fences(&self) -> Option<BTreeMap<String, u128>> {
+        match self {
+            Lock::Mysql(lock) => Some(lock.fences()),
+            _ => None,
+        }
+    }
+
+    /// Stops the SQL server's replica (standby) receiving: it lags behind.
+    pub fn hold_replica(&self) {
+        match self {
+            Lock::Postgres(lock) => lock.hold_standby(),
+            Lock::Mysql(lock) => lock.hold_replica(),
+            _ => panic!("only a SQL server's replica is held here"),
+        }
+    }
+
+    /// Crashes the SQL server's primary and promotes its lagging replica
+    /// (standby); answers the new primary's port, or `None` once promoted.
+    pub fn promote_replica(&mut self) -> Option<u16> {
+        match self {
+            Lock::Postgres(lock) => lock.promote_standby(),
+            Lock::Mysql(lock) => lock.promote_replica(),
+            _ => panic!("only a SQL server's replica is promoted here"),
         }
     }
 
@@ -250,6 +393,10 @@ impl Lock {
             Lock::Sentinel(sentinels) => ("driver: redis, connection: main".to_owned(), connection("redis", sentinels.endpoint_yaml())),
             Lock::Cluster(cluster) => ("driver: redis, connection: main".to_owned(), connection("redis", cluster.endpoint_yaml())),
             Lock::Postgres(lock) => postgres(lock),
+            Lock::Mysql(lock) => (
+                "driver: mysql, connection: main".to_owned(),
+                connection("mysql", format!("url: \"mysql://root@127.0.0.1:{}/test\"", proxy.unwrap_or(lock.port()))),
+            ),
             // No lease: a kernel lock lasts as long as its holder.
             Lock::File(directory) => {
                 return worker::yaml(&[("faults", format!("driver: file, directory: \"{}\", {common}", directory.display()))], "");
@@ -288,6 +435,8 @@ impl Lock {
         match self {
             Lock::Policy(server, lock) => lock.left_behind(namespace) + redis_locks(server.keys(), namespace),
             Lock::Postgres(lock) => lock.left_behind(namespace),
+            // The private server holds the workers' rows only.
+            Lock::Mysql(lock) => lock.left_behind(),
             // Every lock file nobody holds can be locked now.
             Lock::File(directory) => std::fs::read_dir(directory)
                 .map(|entries| entries.filter_map(|entry| entry.ok()).filter(|entry| !lockable(&entry.path())).count())
@@ -303,7 +452,7 @@ impl Lock {
             Lock::Sentinel(sentinels) => sentinels.primary().keys(),
             Lock::Cluster(cluster) => cluster.keys("*"),
             Lock::Policy(server, _) => server.keys(),
-            Lock::Postgres(_) | Lock::File(_) => panic!("only a Redis lock has Redis keys"),
+            Lock::Postgres(_) | Lock::File(_) | Lock::Mysql(_) => panic!("only a Redis lock has Redis keys"),
         }
     }
 
@@ -311,7 +460,7 @@ impl Lock {
     /// (Cluster), and waits until a replica took over, at most `bound`.
     pub fn fail_over(&mut self, namespace: &str, keys: &[String], bound: Duration) -> Failover {
         match self {
-            Lock::Server(_) | Lock::Postgres(_) | Lock::File(_) | Lock::Policy(..) => {
+            Lock::Server(_) | Lock::Postgres(_) | Lock::File(_) | Lock::Policy(..) | Lock::Mysql(_) => {
                 panic!("a single server has no replica to fail over to")
             }
             Lock::Sentinel(sentinels) => {
