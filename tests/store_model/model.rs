@@ -136,9 +136,9 @@ pub fn seed() -> u64 {
 
 const CLIENTS: usize = 3;
 const WORKERS: usize = 3;
-const PLAIN_KEYS: &[&str] = &["p0", "p1", "p2"];
-const COUNTED_KEYS: &[&str] = &["c0", "c1"];
-const COUNTED_LIMIT: u32 = 3;
+pub const PLAIN_KEYS: &[&str] = &["p0", "p1", "p2"];
+pub const COUNTED_KEYS: &[&str] = &["c0", "c1"];
+pub const COUNTED_LIMIT: u32 = 3;
 
 /// One client: its provider (replaced after a close) and its backends' specs.
 struct Client {
