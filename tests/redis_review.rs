@@ -200,6 +200,42 @@ fn a_replica_of_a_primary_that_loaded_an_rdb_keeps_the_key_within_its_limit_once
     no_third_holder(&servers[0], &long, &["k"], b);
 }
 
+/// A plain holder's string the RDB reload dropped comes back from the AOF
+/// as well, under the holder set the next grant made: there its `ZADD` and
+/// `ZRANGESTORE` answer `WRONGTYPE` and its `PEXPIRE` extends the string to
+/// the reader's lease. The plain holder's process only stalled: its late
+/// renewal finds its token and is granted, beside the reader.
+#[test]
+fn a_plain_holder_the_aof_brought_back_under_a_reader_is_not_renewed_beside_it() {
+    let server = aof_server();
+    let short = open_redis(&server.url(), &[("leaseMs", "1000")], &[("commandTimeoutMs", "500")]).0;
+    let long = open_redis(&server.url(), &[("leaseMs", "30000")], &[]).0;
+    let writer = take(&short, &["k"], wait(0)).expect("a plain holder");
+    drop_at_expiry_by_an_rdb_reload(&server, "k");
+    let reader = take(&long, &["k"], AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) }).expect("a reader");
+    load_aof(&server);
+    let renewed = block_on(writer.renew());
+    assert!(
+        !(matches!(renewed, Ok(true)) && writer.is_valid() && reader.is_valid()),
+        "a writer (fence {}) renewed beside a valid reader (fence {}): the server holds {:?}",
+        writer.fence(),
+        reader.fence(),
+        snapshot(&server).into_iter().filter(|(name, _)| name.contains("lock:")).collect::<Vec<_>>()
+    );
+}
+
+/// Waits until the lock key of `key` has expired (not yet dropped by the
+/// server's active expiry, which would tell the AOF), then an RDB reload
+/// drops it without a DEL in the AOF.
+fn drop_at_expiry_by_an_rdb_reload(server: &RedisServer, key: &str) {
+    let mut client = server.client();
+    let lock = support::topology::lock_key(key);
+    let expires: u64 = redis::cmd("PEXPIRETIME").arg(&lock).query(&mut client).unwrap();
+    let now: (u64, u64) = redis::cmd("TIME").query(&mut client).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(expires + 2 - (now.0 * 1000 + now.1 / 1000)));
+    let _: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut client).unwrap();
+}
+
 fn take(provider: &Provider, keys: &[&str], options: AcquireOptions) -> dokebi_lock::Result<Lease> {
     block_on(backend(provider).acquire_many(keys, options))
 }
@@ -227,12 +263,8 @@ fn a_dead_holder_dropped_then_replayed(keys: &[&str], replay: Replay) -> (Vec<Re
     let short = open_redis(&server.url(), &[("leaseMs", "1000")], &[("commandTimeoutMs", "500")]).0;
     let long = open_redis(&server.url(), &[("leaseMs", "30000")], &[]).0;
     let dead = take(&short, keys, counted(2, 1, 0)).expect("a first holder");
+    drop_at_expiry_by_an_rdb_reload(&server, keys[0]);
     let mut client = server.client();
-    let lock = support::topology::lock_key(keys[0]);
-    let expires: u64 = redis::cmd("PEXPIRETIME").arg(&lock).query(&mut client).unwrap();
-    let now: (u64, u64) = redis::cmd("TIME").query(&mut client).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(expires + 2 - (now.0 * 1000 + now.1 / 1000)));
-    let _: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut client).unwrap();
     let b = take(&long, keys, counted(2, 1, 0)).expect("b");
     match replica {
         None => {

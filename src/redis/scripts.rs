@@ -785,26 +785,34 @@ local function grant(first, last, r, waiting_ms)
       full[lock] = true
     else
       local units, stored = kinds[i].units, kinds[i].stored
-      local added = redis.call('ZADD', lock, expiry, member) == 1
       -- What the AOF or a replica replays must be this set and these units,
-      -- whatever it still holds of the key. An RDB load drops a set whose
+      -- whatever it still holds of the key. An RDB load drops a key whose
       -- TTL passed with no DEL reaching the AOF (or a replica), so a replay
-      -- can still hold that set, its holders all dead, and a ZADD that made
-      -- the set anew added to it there: members no units counted (a prune
-      -- or a late release of theirs took their weight off once more: over
-      -- the limit). So a set made anew is stored whole, onto itself from
-      -- this grant's expiry on: here only this member, there the dead ones
-      -- (lapsed before this grant) are left out. And units that read 0 here
-      -- (a hash new or reset, or one a waiter made anew with HSETNX while a
-      -- replay still holds the old one) are written as a value, not added
-      -- to. From then on the set and units agree with what a replay holds,
-      -- and every later write (a prune, a ZREM and its HINCRBY) keeps them
-      -- agreeing. Cheaper than counting the units from the members on each
-      -- prune and release (a read of every member): the ZRANGESTORE takes
-      -- the place of the PTTL that extending a new set would cost.
+      -- can still hold it: a set, its holders all dead, that a ZADD making
+      -- the set anew added to there (members no units counted: a prune or
+      -- a late release of theirs took their weight off once more, over the
+      -- limit), or a plain holder's string, where the ZADD failed and the
+      -- PEXPIRE below extended it (its holder's late renewal was granted
+      -- beside this one). So a set made anew starts from a key written
+      -- away: SET and DEL reach the replay (a DEL of a missing key alone
+      -- would not: it writes nothing) and drop whatever it holds there,
+      -- of any type. The key is missing here (no holder, or pruned to
+      -- none). And units that read 0 here (a hash new or reset, or one a
+      -- waiter made anew with HSETNX while a replay still holds the old
+      -- one) are written as a value, not added to. From then on the key and
+      -- units agree with what a replay holds, and every later write (a
+      -- prune, a ZREM and its HINCRBY) keeps them agreeing. Cheaper than
+      -- counting the units from the members on each prune and release (a
+      -- read of every member): one call more than the PTTL that extending
+      -- a new set would cost.
+      local fresh = kinds[i].fresh
+      if fresh then
+        redis.call('SET', lock, '')
+        redis.call('DEL', lock)
+      end
+      local added = redis.call('ZADD', lock, expiry, member) == 1
       local extended
-      if kinds[i].fresh then
-        redis.call('ZRANGESTORE', lock, lock, expiry, '+inf', 'BYSCORE')
+      if fresh then
         redis.call('PEXPIRE', lock, lease_text)
         extended = true
       else
