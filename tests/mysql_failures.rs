@@ -102,3 +102,47 @@ fn a_user_without_the_privileges_hears_the_grant_to_run_and_never_the_password()
     let text = format!("{err} {}", err.fix());
     assert!(text.contains(&user) && text.contains("GRANT") && !text.contains("pw-secret-1"), "{text}");
 }
+
+/// A user's `MAX_STATEMENT_TIME` (or a server's `max_statement_time`)
+/// shorter than the call's row lock wait interrupts a take held up by
+/// another call's lock on the key's row: 1969, the call interrupted as a
+/// `KILL QUERY` does, possibly past the procedure's `COMMIT` (the answer
+/// comes after it). A policy must not move the key on it, or the key is
+/// held on two members at once (here: another holder's lease on the
+/// database, and this acquire's on the host).
+#[test]
+fn a_take_a_statement_time_limit_cut_while_it_waited_for_a_row_never_moves_the_key() {
+    let table = Table::fresh();
+    let holder = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let user = format!("dokebi_{}", table.0);
+    let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    rows(&format!("CREATE USER '{user}'@'%' WITH MAX_STATEMENT_TIME 0.5"));
+    rows(&format!("GRANT ALL ON test.* TO '{user}'@'%'"));
+    let timed = url().replacen("mysql://root@", &format!("mysql://{user}@"), 1);
+    let directory = std::env::temp_dir().join(format!("dokebi-statement-time-host-{}", std::process::id()));
+    let policy = Provider::from_yaml(&format!(
+        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{timed}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: mysql, connection: main, table: {}, leaseMs: 5000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+        table.0,
+        directory.display()
+    ))
+    .unwrap();
+    // Past the user's 0.5 s, within the call's lock wait (1 s).
+    let held = hold_row(&table.0);
+    let outcome = block_on(policy.backend("locks").unwrap().acquire("k", wait(0)));
+    drop(held);
+    let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    let served = match &outcome {
+        Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
+        Err(err) => format!("{:?}", err.code()),
+    };
+    assert_ne!(
+        served,
+        "host",
+        "k was held on db (fence {}) and the policy's acquire was served by host: the user's MAX_STATEMENT_TIME \
+         interrupted a take waiting for k's row (1969), read as PROVIDER_FAILED",
+        lease.fence()
+    );
+    assert!(block_on(lease.release()).unwrap());
+    let _ = std::fs::remove_dir_all(&directory);
+}

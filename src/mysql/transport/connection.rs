@@ -76,6 +76,7 @@ mod code {
     pub const QUERY_INTERRUPTED: u16 = 1317;
     pub const PROCEDURE_ACCESS_DENIED: u16 = 1370;
     pub const CONNECTION_KILLED: u16 = 1927;
+    pub const STATEMENT_TIMEOUT: u16 = 1969;
     pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
 }
 
@@ -336,9 +337,15 @@ fn grant(user: &str, database: &str) -> String {
 fn classify_statement(err: mysql_async::Error, connection: &MysqlConnection) -> Failure {
     match &err {
         mysql_async::Error::Server(server) => match server.code {
-            // An administrator ended our connection or query, or the server
-            // is shutting down: the commit may have happened first.
-            code::CONNECTION_KILLED | code::QUERY_INTERRUPTED | code::SERVER_SHUTDOWN => Failure::Unknown(Arc::new(err)),
+            // An administrator ended our connection or query, the server
+            // is shutting down, or a `max_statement_time` (the server's, a
+            // user's `MAX_STATEMENT_TIME`) interrupted the call as a `KILL
+            // QUERY` does: the procedure's commit may have happened first
+            // (its answer comes after it). Read as refused, a take so cut
+            // moved a policy's key while its grant stood.
+            code::CONNECTION_KILLED | code::QUERY_INTERRUPTED | code::STATEMENT_TIMEOUT | code::SERVER_SHUTDOWN => {
+                Failure::Unknown(Arc::new(err))
+            }
             code::TABLE_ACCESS_DENIED
             | code::COLUMN_ACCESS_DENIED
             | code::PROCEDURE_ACCESS_DENIED

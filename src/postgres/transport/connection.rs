@@ -357,8 +357,14 @@ fn classify_statement(err: tokio_postgres::Error) -> Failure {
         return Failure::Unknown(Arc::new(err));
     }
     // It waited longer than `lock_timeout` for a row another session
-    // locks, or was chosen as a deadlock's victim.
-    if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+    // locks, or was chosen as a deadlock's victim; or it was cancelled
+    // (`57014`): by a server `statement_timeout` shorter than our
+    // `lock_timeout` (a role's or database's, which a take held up by a
+    // row lock meets first), an administrator, or our own cancel of a
+    // timed-out statement (it may land on the next one of its client).
+    // Nothing was done and the store is up: read as a store that is down,
+    // a policy moved a key another lease held there.
+    if [SqlState::LOCK_NOT_AVAILABLE, SqlState::T_R_DEADLOCK_DETECTED, SqlState::QUERY_CANCELED].contains(code) {
         return Failure::Contended(Arc::new(err));
     }
     Failure::Refused(Arc::new(err))
