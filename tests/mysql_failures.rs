@@ -146,3 +146,70 @@ fn a_take_a_statement_time_limit_cut_while_it_waited_for_a_row_never_moves_the_k
     assert!(block_on(lease.release()).unwrap());
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A `MAX_STATEMENT_TIME` about as long as a call itself (0.5 to 2 ms)
+/// interrupts takes and releases at every point of their run, their commit
+/// included (1969, an unknown outcome since b5b2d52). Two threads take and
+/// give back one key: no grant while the other thread's lease holds (its
+/// flag is cleared before its release is sent), and fences only rise.
+#[test]
+fn calls_a_statement_time_limit_cut_anywhere_never_grant_a_key_twice() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let table = Table::fresh();
+    let setup = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    assert!(block_on(block_on(setup.backend("shared").unwrap().acquire("k", wait(0))).unwrap().release()).unwrap());
+    let user = format!("dokebi_{}", table.0);
+    let held = Arc::new(AtomicBool::new(false));
+    let last_fence = Arc::new(AtomicU64::new(0));
+    let mut tally = Vec::new();
+    for limit in ["0.0005", "0.001", "0.002"] {
+        let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+        rows(&format!("CREATE USER '{user}'@'%' WITH MAX_STATEMENT_TIME {limit}"));
+        rows(&format!("GRANT ALL ON test.* TO '{user}'@'%'"));
+        let timed = url().replacen("mysql://root@", &format!("mysql://{user}@"), 1);
+        let yaml = format!(
+            "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{timed}', commandTimeoutMs: 1000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: mysql, connection: main, table: {}, leaseMs: 1500 }}\n",
+            table.0
+        );
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (held, last_fence, yaml) = (held.clone(), last_fence.clone(), yaml.clone());
+                std::thread::spawn(move || {
+                    let provider = Provider::from_yaml(&yaml).unwrap();
+                    let backend = provider.backend("db").unwrap();
+                    let mut codes = std::collections::BTreeMap::<String, u32>::new();
+                    for _ in 0..200 {
+                        let outcome = block_on(backend.acquire("k", wait(0)));
+                        let code = match &outcome {
+                            Ok(lease) => {
+                                assert!(
+                                    !held.swap(true, Ordering::SeqCst),
+                                    "k granted (fence {}) while the other thread held it",
+                                    lease.fence()
+                                );
+                                let before = last_fence.swap(lease.fence(), Ordering::SeqCst);
+                                assert!(lease.fence() > before, "fence {} after fence {before}", lease.fence());
+                                "granted".to_owned()
+                            }
+                            Err(err) => format!("{:?}", err.code()),
+                        };
+                        *codes.entry(code).or_default() += 1;
+                        if let Ok(lease) = outcome {
+                            held.store(false, Ordering::SeqCst);
+                            let released = block_on(lease.release());
+                            *codes.entry(format!("release {:?}", released.map_err(|e| e.code()))).or_default() += 1;
+                        }
+                    }
+                    block_on(provider.close());
+                    codes
+                })
+            })
+            .collect();
+        for t in threads {
+            tally.push((limit, t.join().unwrap()));
+        }
+    }
+    let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+    eprintln!("{tally:?}");
+}

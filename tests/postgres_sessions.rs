@@ -84,3 +84,60 @@ fn a_take_a_server_statement_timeout_cut_while_it_waited_for_a_row_never_moves_t
     block_on(holder.close());
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A `statement_timeout` about as long as a take itself (1 to 3 ms) cuts
+/// takes at every point of their run, their commit included: a take
+/// answered busy (`57014`, read as contention since b43f385) must have left
+/// nothing held. One process, one key: whenever this test holds nothing
+/// (every release answered, or the lease that failed to release has run
+/// out), a busy answer must find no live holder row of the key.
+#[test]
+fn a_take_a_statement_timeout_cut_anywhere_never_leaves_a_grant_behind_a_busy_answer() {
+    let schema = Schema::fresh();
+    let holders = schema.table("_holders");
+    // The tables made first: a cut check or creation answers busy too.
+    let setup = schema.open("");
+    assert!(block_on(block_on(backend(&setup).acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(setup.close());
+    let (mut busy, mut granted, mut cut_releases) = (0, 0, 0);
+    for timeout_ms in [1, 1, 1, 2] {
+        let options = format!("-c statement_timeout={timeout_ms}");
+        let encoded = options.replace(' ', "%20").replace('=', "%3D");
+        let yaml = yaml_on(&format!("{}?options={encoded}", url()), &schema.0, "        leaseMs: 2100\n", "");
+        let provider = Provider::from_yaml(&yaml).unwrap();
+        for _ in 0..400 {
+            match block_on(backend(&provider).acquire("k", wait(0))) {
+                Ok(lease) => {
+                    granted += 1;
+                    if !matches!(block_on(lease.release()), Ok(true)) {
+                        cut_releases += 1;
+                        thread::sleep(std::time::Duration::from_millis(2150));
+                    }
+                }
+                Err(err) if err.code() == ErrorCode::LockBusy => {
+                    busy += 1;
+                    let live = count(&format!("SELECT count(*) FROM {holders} WHERE key = 'k' AND expires_at > clock_timestamp()"));
+                    assert_eq!(live, 0, "a take answered LOCK_BUSY (statement_timeout {timeout_ms} ms) left a live grant of k");
+                }
+                Err(_) => {}
+            }
+        }
+        block_on(provider.close());
+    }
+    eprintln!("granted {granted}, busy {busy}, releases cut {cut_releases}");
+}
+
+/// A `statement_timeout` that cancels the driver's look for its tables
+/// (or their creation, `autoCreate`) is not contention for a key: no key
+/// was looked at. Read as contention since b43f385, each acquire answered
+/// `LOCK_BUSY` for as long as the tables could not be found or made (a
+/// role whose timeout is shorter than the DDL: for ever), and a waiting
+/// acquire waited out its whole wait, where the store refused the call.
+#[test]
+fn a_statement_timeout_that_cut_the_table_setup_is_a_refusal_not_a_busy_key() {
+    let schema = Schema::fresh();
+    let cut = open_with(&schema, "-c statement_timeout=1");
+    let outcome = block_on(backend(&cut).acquire("k", wait(0)));
+    assert_eq!(code(outcome), ErrorCode::ProviderFailed, "an acquire whose table setup a statement_timeout cancelled");
+    block_on(cut.close());
+}

@@ -504,3 +504,36 @@ fn a_waiting_try_whose_answer_was_lost_leaves_no_mark_to_be_handed_the_key() {
         lost.err().map(|e| e.code())
     );
 }
+
+/// The replica's side of the plain holder's string: the primary's RDB
+/// reload dropped it without a `DEL`, so the replica kept it (a replica
+/// expires nothing itself), and a reader's new holder set reached it as
+/// `SET`, `DEL`, `ZADD`, `PEXPIRE` (effects replication). Promoted, the
+/// replica holds the reader's set alone: no string a late renewal finds.
+#[test]
+fn a_replica_of_a_primary_that_loaded_an_rdb_holds_the_reader_s_set_alone_once_promoted() {
+    let server = aof_server();
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &server.port().to_string()]);
+    support::eventually("the replica is synced", || replica.replica_synced());
+    let short = open_redis(&server.url(), &[("leaseMs", "1000")], &[("commandTimeoutMs", "500")]).0;
+    let long = open_redis(&server.url(), &[("leaseMs", "30000")], &[]).0;
+    let writer = take(&short, &["k"], wait(0)).expect("a plain holder");
+    drop_at_expiry_by_an_rdb_reload(&server, "k");
+    let reader = take(&long, &["k"], AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) }).expect("a reader");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut server.client()).unwrap();
+    assert_eq!(acked, 1, "the replica has the reader's grant");
+    replica.replicate_from(None);
+    let lock = support::topology::lock_key("k");
+    let kind: String = redis::cmd("TYPE").arg(&lock).query(&mut replica.client()).unwrap();
+    assert_eq!(kind, "zset", "the promoted replica holds k as {kind}: {:?}", snapshot(&replica));
+    let members = zmembers(&replica, &lock);
+    assert_eq!(
+        members.len(),
+        1,
+        "the promoted replica holds {members:?} (writer fence {}, reader fence {})",
+        writer.fence(),
+        reader.fence()
+    );
+    std::mem::forget(writer);
+    drop(reader);
+}
