@@ -151,7 +151,9 @@ impl MysqlStore {
     /// Makes sure the tables and procedures exist before the first
     /// operation: finds them (one query), or installs them (`autoCreate`),
     /// or refuses with the SQL to run. A newer driver's procedures are left
-    /// alone.
+    /// alone. A statement of it that waited out a lock (1205, 1213: a
+    /// `LOCK TABLES` or DDL of another session on the tables) is refused,
+    /// as [`Failure::in_set_up`] says: no key is busy.
     async fn ensure(&self) -> Result<(), Failure> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
@@ -178,7 +180,7 @@ impl MysqlStore {
                         cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                     })));
                 }
-                self.install().await?;
+                self.install().await.map_err(Failure::in_set_up)?;
                 match self.installed().await? {
                     Installed::Current => {}
                     Installed::Newer => return Err(self.newer_installed()),
@@ -231,7 +233,7 @@ impl MysqlStore {
     }
 
     async fn installed(&self) -> Result<Installed, Failure> {
-        let row = self.connection().query(&self.table.check_sql()).await?;
+        let row = self.connection().query(&self.table.check_sql()).await.map_err(Failure::in_set_up)?;
         let listing = row.first().cloned().flatten();
         let tables = row.get(1).cloned().flatten().and_then(|count| count.parse().ok()).unwrap_or(0);
         if row.get(2).cloned().flatten().as_deref() == Some("1") {
