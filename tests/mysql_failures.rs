@@ -8,6 +8,7 @@
 mod mysql;
 #[path = "mysql/server.rs"]
 mod mysql_server;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use futures::executor::block_on;
 use mysql::{count, rows, try_rows, url, yaml, Table};
 use mysql_async::prelude::Queryable;
 use mysql_server::PrivateServer;
+use support::fall_back::FallBackToHost;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
@@ -132,31 +134,17 @@ fn a_take_a_statement_time_limit_cut_while_it_waited_for_a_row_never_moves_the_k
     rows(&format!("CREATE USER '{user}'@'%' WITH MAX_STATEMENT_TIME 0.5"));
     rows(&format!("GRANT ALL ON test.* TO '{user}'@'%'"));
     let timed = url().replacen("mysql://root@", &format!("mysql://{user}@"), 1);
-    let directory = std::env::temp_dir().join(format!("dokebi-statement-time-host-{}", std::process::id()));
-    let policy = Provider::from_yaml(&format!(
-        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{timed}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: mysql, connection: main, table: {}, leaseMs: 5000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
-        table.0,
-        directory.display()
-    ))
-    .unwrap();
+    let policy = FallBackToHost::open("mysql", &timed, &format!("table: {}, leaseMs: 5000", table.0));
     // Past the user's 0.5 s, within the call's lock wait (1 s).
     let held = hold_row(&table.0);
-    let outcome = block_on(policy.backend("locks").unwrap().acquire("k", wait(0)));
+    policy.acquire_held(
+        "k",
+        lease.fence(),
+        "the user's MAX_STATEMENT_TIME interrupted a take waiting for k's row (1969), read as PROVIDER_FAILED",
+    );
     drop(held);
     let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
-    let served = match &outcome {
-        Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
-        Err(err) => format!("{:?}", err.code()),
-    };
-    assert_ne!(
-        served,
-        "host",
-        "k was held on db (fence {}) and the policy's acquire was served by host: the user's MAX_STATEMENT_TIME \
-         interrupted a take waiting for k's row (1969), read as PROVIDER_FAILED",
-        lease.fence()
-    );
     assert!(block_on(lease.release()).unwrap());
-    let _ = std::fs::remove_dir_all(&directory);
 }
 
 /// A `MAX_STATEMENT_TIME` about as long as a call itself (0.5 to 2 ms)
