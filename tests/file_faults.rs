@@ -13,26 +13,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dokebi_lock::ErrorCode;
-use file::{fresh_directory, open, wait};
+use file::{fresh_directory, open, wait, Directory};
 use futures::executor::block_on;
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted (and the
 /// directory removed) when dropped, also when a test fails.
 struct Tmpfs {
-    at: PathBuf,
+    at: Directory,
 }
 
 impl Tmpfs {
     fn mount(label: &str, size: &str) -> Tmpfs {
         let at = fresh_directory(label);
         std::fs::create_dir_all(&at).unwrap();
-        let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"]).arg(&at).status();
+        let mounted =
+            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=700"), "tmpfs"]).arg(at.as_path()).status();
         assert!(mounted.is_ok_and(|status| status.success()), "could not mount a tmpfs on {} (these tests need root)", at.display());
         Tmpfs { at }
     }
 
     fn remount(&self, option: &str) {
-        let status = Command::new("mount").args(["-o", &format!("remount,{option}")]).arg(&self.at).status().unwrap();
+        let status = Command::new("mount").args(["-o", &format!("remount,{option}")]).arg(self.at.as_path()).status().unwrap();
         assert!(status.success(), "remount {option}");
     }
 
@@ -43,8 +44,8 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.at).status();
-        let _ = std::fs::remove_dir_all(&self.at);
+        // The directory itself goes with `at`, once unmounted.
+        let _ = Command::new("umount").arg(self.at.as_path()).status();
     }
 }
 

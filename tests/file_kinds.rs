@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dokebi_lock::{ErrorCode, Provider};
-use file::{counted, entries_after_keep, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
+use file::{counted, entries_after_keep, expect_line, fresh_directory, open, shared, spawn, wait, work, Directory, WAKE_UP};
 use futures::executor::block_on;
 
 /// Every wait ends by a release's wake-up, or not in time (see
@@ -147,7 +147,7 @@ fn child_process() {
 }
 
 /// A fresh lock directory, its work directory (created), and a provider.
-fn setup(label: &str) -> (PathBuf, Provider, dokebi_lock::Backend) {
+fn setup(label: &str) -> (Directory, Provider, dokebi_lock::Backend) {
     let dir = fresh_directory(label);
     let _ = std::fs::remove_dir_all(work(&dir));
     std::fs::create_dir_all(work(&dir)).unwrap();
@@ -289,7 +289,7 @@ fn lock_file_of_counted_key(dir: &Path) -> PathBuf {
 
 /// Two backends over `dir` (one directory's backends in one process give
 /// way to each other as processes do): the holder's, then the waiter's.
-fn holder_and_waiter(label: &str) -> (PathBuf, [(Provider, dokebi_lock::Backend); 2]) {
+fn holder_and_waiter(label: &str) -> (Directory, [(Provider, dokebi_lock::Backend); 2]) {
     let dir = fresh_directory(label);
     let backends = [open(&dir, SLOW), open(&dir, SLOW)];
     (dir, backends)

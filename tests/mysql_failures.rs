@@ -1,16 +1,23 @@
 //! What a caller sees when MariaDB refuses or loses a mysql driver call:
 //! a row lock held past the lock wait (1205: nothing done, the key busy), a
 //! connection killed under a call (the answer lost: `OUTCOME_UNKNOWN`), and
-//! a user without the privileges the driver needs (the `GRANT` to run).
+//! a user without the privileges the driver needs (the `GRANT` to run),
+//! and a set-up statement held up by a lock on the tables (refused, never
+//! a busy key).
 
 mod mysql;
+#[path = "mysql/server.rs"]
+mod mysql_server;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
-use mysql::{rows, try_rows, url, yaml, Table};
+use mysql::{count, rows, try_rows, url, yaml, Table};
 use mysql_async::prelude::Queryable;
+use mysql_server::PrivateServer;
+use support::fall_back::FallBackToHost;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
@@ -19,22 +26,29 @@ fn wait(ms: u64) -> AcquireOptions {
 /// Holds the row lock of key `k` of `table` (namespace `dokebi-lock`) in an
 /// open transaction of its own until the returned sender is dropped.
 fn hold_row(table: &str) -> std::sync::mpsc::Sender<()> {
+    let exists = format!("SELECT COUNT(*) FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k'");
+    assert_eq!(count(&exists), 1, "the key's row exists");
+    let lock = format!("START TRANSACTION; SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
+    hold(url(), lock, "ROLLBACK")
+}
+
+/// Runs `lock` on a connection of its own to `url` and keeps the locks it
+/// took until the returned sender is dropped, then runs `unlock`.
+fn hold(url: String, lock: String, unlock: &'static str) -> std::sync::mpsc::Sender<()> {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let (locked, is_locked) = std::sync::mpsc::channel();
-    let sql = format!("SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url()).unwrap()).prefer_socket(false);
+            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
             let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-            conn.query_drop("START TRANSACTION").await.unwrap();
-            let row: Option<i64> = conn.query_first(sql).await.unwrap();
-            locked.send(row.is_some()).unwrap();
+            conn.query_drop(lock).await.unwrap();
+            locked.send(()).unwrap();
             let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
-            conn.query_drop("ROLLBACK").await.unwrap();
+            conn.query_drop(unlock).await.unwrap();
         });
     });
-    assert!(is_locked.recv().unwrap(), "the key's row exists");
+    is_locked.recv().expect("the locks are taken");
     stop
 }
 
@@ -120,31 +134,17 @@ fn a_take_a_statement_time_limit_cut_while_it_waited_for_a_row_never_moves_the_k
     rows(&format!("CREATE USER '{user}'@'%' WITH MAX_STATEMENT_TIME 0.5"));
     rows(&format!("GRANT ALL ON test.* TO '{user}'@'%'"));
     let timed = url().replacen("mysql://root@", &format!("mysql://{user}@"), 1);
-    let directory = std::env::temp_dir().join(format!("dokebi-statement-time-host-{}", std::process::id()));
-    let policy = Provider::from_yaml(&format!(
-        "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{timed}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: mysql, connection: main, table: {}, leaseMs: 5000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
-        table.0,
-        directory.display()
-    ))
-    .unwrap();
+    let policy = FallBackToHost::open("mysql", &timed, &format!("table: {}, leaseMs: 5000", table.0));
     // Past the user's 0.5 s, within the call's lock wait (1 s).
     let held = hold_row(&table.0);
-    let outcome = block_on(policy.backend("locks").unwrap().acquire("k", wait(0)));
+    policy.acquire_held(
+        "k",
+        lease.fence(),
+        "the user's MAX_STATEMENT_TIME interrupted a take waiting for k's row (1969), read as PROVIDER_FAILED",
+    );
     drop(held);
     let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
-    let served = match &outcome {
-        Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
-        Err(err) => format!("{:?}", err.code()),
-    };
-    assert_ne!(
-        served,
-        "host",
-        "k was held on db (fence {}) and the policy's acquire was served by host: the user's MAX_STATEMENT_TIME \
-         interrupted a take waiting for k's row (1969), read as PROVIDER_FAILED",
-        lease.fence()
-    );
     assert!(block_on(lease.release()).unwrap());
-    let _ = std::fs::remove_dir_all(&directory);
 }
 
 /// A `MAX_STATEMENT_TIME` about as long as a call itself (0.5 to 2 ms)
@@ -212,4 +212,32 @@ fn calls_a_statement_time_limit_cut_anywhere_never_grant_a_key_twice() {
     }
     let _ = try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));
     eprintln!("{tally:?}");
+}
+
+/// A set-up statement held up by a lock on the lock tables past the
+/// server's `lock_wait_timeout` (here another session's `LOCK TABLES …
+/// WRITE` while a process installs a missing procedure: 1205, as a key's
+/// row-lock wait) is not contention for a key: no key was looked at. Read
+/// as contention, each acquire answered `LOCK_BUSY` for as long as the
+/// tables could not be found or made, and a waiting acquire waited out its
+/// whole wait, where the store refused the call.
+#[test]
+fn a_lock_wait_that_cut_the_table_setup_is_a_refusal_not_a_busy_key() {
+    let server = PrivateServer::start(&["--lock-wait-timeout=1"]);
+    let config = yaml("setup", "").replace(&url(), &server.url());
+    let installer = Provider::from_yaml(&config).unwrap();
+    assert!(block_on(block_on(installer.backend("shared").unwrap().acquire("k", wait(0))).unwrap().release()).unwrap());
+    block_on(installer.close());
+    // The next process finds a procedure missing and installs again.
+    server.run("DROP PROCEDURE test.setup_take").unwrap();
+    let held = hold(server.url(), "LOCK TABLES `setup` WRITE".to_owned(), "UNLOCK TABLES");
+    let provider = Provider::from_yaml(&config).unwrap();
+    let outcome = block_on(provider.backend("shared").unwrap().acquire("k", wait(0)));
+    drop(held);
+    let code = outcome.map(|_| ()).map_err(|err| (err.code(), err.to_string()));
+    assert!(
+        matches!(&code, Err((ErrorCode::ProviderFailed, _))),
+        "an acquire whose set-up waited out the lock_wait_timeout behind LOCK TABLES: {code:?}"
+    );
+    block_on(provider.close());
 }

@@ -4,141 +4,60 @@
 
 #[path = "mysql/mod.rs"]
 mod mysql;
+#[path = "mysql/server.rs"]
+mod mysql_server;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
 use mysql::{yaml, Table};
+use mysql_server::{free_port, PrivateServer};
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 
-/// One node of the cluster; stopped and removed on drop.
+/// The first node of a new Galera cluster: a private server with the
+/// Galera provider, on free ports of its own for the group, IST and SST.
 struct Node {
-    child: Option<Child>,
-    dir: PathBuf,
-    /// The client port, then the group's, IST's and SST's.
-    port: u16,
+    server: PrivateServer,
     group: u16,
     ist: u16,
     sst: u16,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Node {
-    /// The first node of a new cluster.
-    fn bootstrap() -> Node {
-        Node::bootstrap_with("ON")
+    /// The node with its (global) `wsrep_on` as given, started and, with
+    /// `ON`, in sync (the server takes no statement before).
+    fn bootstrap(wsrep_on: &str) -> Node {
+        let (group, ist, sst) = (free_port(), free_port(), free_port());
+        let args = Node::args(group, ist, sst, wsrep_on);
+        let server = PrivateServer::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        Node { server, group, ist, sst }
     }
 
-    /// The first node of a new cluster, its `wsrep_on` (global) `wsrep_on`.
-    fn bootstrap_with(wsrep_on: &str) -> Node {
-        // One directory per node: the tests run at once in one process.
-        static NODES: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!("dokebi-galera-{}-{}", std::process::id(), NODES.fetch_add(1, Ordering::Relaxed)));
-        let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["data", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
-        chown_to_mysql(&dir);
-        let installed = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--skip-test-db", "--auth-root-authentication-method=normal", "--user=mysql"])
-            .arg(format!("--datadir={}", dir.join("data").display()))
-            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db runs");
-        assert!(installed.success(), "mariadb-install-db failed");
-        let mut node = Node { child: None, dir, port: free_port(), group: free_port(), ist: free_port(), sst: free_port() };
-        node.start(wsrep_on);
-        node
+    /// Restarts the node on its data and ports with `wsrep_on` as given.
+    fn restart(&mut self, wsrep_on: &str) {
+        let args = Node::args(self.group, self.ist, self.sst, wsrep_on);
+        self.server.restart_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     }
 
-    /// Starts (or restarts, on its data) the node's server, `wsrep_on` as
-    /// given, and waits for it.
-    fn start(&mut self, wsrep_on: &str) {
-        self.stop();
-        let (dir, port, group, ist, sst) = (&self.dir, self.port, self.group, self.ist, self.sst);
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", dir.join("data").display()))
-            .arg(format!("--socket={}", dir.join("sock").display()))
-            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-            .arg(format!("--port={port}"))
-            .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--user=mysql", "--innodb-buffer-pool-size=16M"])
-            .arg(format!("--wsrep-on={wsrep_on}"))
-            .args(["--binlog-format=ROW", "--innodb-autoinc-lock-mode=2", "--wsrep-sst-method=rsync"])
-            .arg(format!("--wsrep-provider={PROVIDER}"))
-            .arg("--wsrep-cluster-address=gcomm://")
-            .arg(format!("--wsrep-node-address=127.0.0.1:{group}"))
-            .arg(format!("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};ist.recv_addr=127.0.0.1:{ist}"))
-            .arg(format!("--wsrep-sst-receive-address=127.0.0.1:{sst}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::options().create(true).append(true).open(dir.join("log")).unwrap())
-            .spawn()
-            .expect("mariadbd starts");
-        self.child = Some(child);
-        self.wait_synced(wsrep_on == "ON");
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    fn args(group: u16, ist: u16, sst: u16, wsrep_on: &str) -> Vec<String> {
+        vec![
+            format!("--wsrep-on={wsrep_on}"),
+            "--binlog-format=ROW".to_owned(),
+            "--innodb-autoinc-lock-mode=2".to_owned(),
+            "--wsrep-sst-method=rsync".to_owned(),
+            format!("--wsrep-provider={PROVIDER}"),
+            "--wsrep-cluster-address=gcomm://".to_owned(),
+            format!("--wsrep-node-address=127.0.0.1:{group}"),
+            format!("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};ist.recv_addr=127.0.0.1:{ist}"),
+            format!("--wsrep-sst-receive-address=127.0.0.1:{sst}"),
+        ]
     }
 
     fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/test", self.port)
+        self.server.url()
     }
-
-    /// Waits for the node to answer, and (`replicating`) to be in sync.
-    fn wait_synced(&self, replicating: bool) {
-        let started = Instant::now();
-        let sql = "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_LOCAL_STATE_COMMENT'";
-        loop {
-            let state = query(&self.url().replace("/test", "/mysql"), sql).ok().and_then(|rows| rows.into_iter().next()).flatten();
-            if state.as_deref() == Some("Synced") || !replicating && query(&self.url().replace("/test", "/mysql"), "SELECT 1").is_ok() {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "the Galera node did not come up: {}", self.dir.display());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        query(&self.url().replace("/test", "/mysql"), "CREATE DATABASE IF NOT EXISTS test").unwrap();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `mariadbd` runs as `mysql` (it refuses root) and must own its files.
-fn chown_to_mysql(dir: &Path) {
-    let status = Command::new("chown").args(["-R", "mysql"]).arg(dir).status().expect("chown runs");
-    assert!(status.success());
-}
-
-/// The first column of each row `sql` answers on `url`.
-fn query(url: &str, sql: &str) -> Result<Vec<Option<String>>, mysql_async::Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        use mysql_async::prelude::Queryable;
-        let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(url).unwrap()).prefer_socket(false);
-        let mut conn = mysql_async::Conn::new(opts).await?;
-        let rows: Vec<Option<String>> = conn.query(sql).await?;
-        let _ = conn.disconnect().await;
-        Ok(rows)
-    })
 }
 
 fn wait(ms: u64) -> AcquireOptions {
@@ -153,7 +72,7 @@ fn wait(ms: u64) -> AcquireOptions {
 /// plain, counted and reader/writer keys taken on both nodes.
 #[test]
 fn a_node_of_a_galera_cluster_is_refused_with_the_setting_named() {
-    let node = Node::bootstrap();
+    let node = Node::bootstrap("ON");
     let table = Table::fresh();
     let url = node.url().replace("root@", "root:secret-word@");
     let provider = Provider::from_yaml(&yaml(&table.0, "").replace(&mysql::url(), &url)).unwrap();
@@ -170,7 +89,7 @@ fn a_node_of_a_galera_cluster_is_refused_with_the_setting_named() {
 /// then on, as a Galera node met at the first call is.
 #[test]
 fn a_server_that_becomes_a_galera_node_later_is_refused_from_then_on() {
-    let mut node = Node::bootstrap_with("OFF");
+    let mut node = Node::bootstrap("OFF");
     let table = Table::fresh();
     let provider = Provider::from_yaml(&yaml(&table.0, "").replace(&mysql::url(), &node.url())).unwrap();
     let backend = provider.backend("shared").unwrap();
@@ -178,7 +97,7 @@ fn a_server_that_becomes_a_galera_node_later_is_refused_from_then_on() {
     assert!(block_on(first.release()).unwrap());
     // A restart (on its data and port) into a cluster: SET GLOBAL wsrep_on
     // is refused (4165) on a server started without it.
-    node.start("ON");
+    node.restart("ON");
     // The pool's connections died with the old server: one call meets them.
     let _ = block_on(backend.acquire("warm-up", wait(0)));
     let err = match block_on(backend.acquire("k", wait(0))) {

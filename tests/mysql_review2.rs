@@ -253,6 +253,29 @@ fn the_driver_works_on_a_server_that_logs_mixed() {
     assert!(matches!(outcome, Ok(Ok(true))), "{:?}", outcome.map_err(|err| (err.code(), err.to_string())));
 }
 
+/// The setting is read at every connect, as `wsrep_on` is: a server set to
+/// log statements under a running process (`SET GLOBAL`, or a failover to
+/// one configured so) refuses the procedures' writes on each connection
+/// made since (1665). Read once per process, at its first use, the refusal
+/// then was "MySQL refused the command", with nothing that names the
+/// setting.
+#[test]
+fn a_server_set_to_log_statements_under_a_running_process_is_refused_at_the_next_connect() {
+    let server = PrivateServer::start(&["--log-bin", "--server-id=1", "--binlog-format=MIXED"]);
+    let provider = provider_on(&server, "r4_later", "");
+    let backend = provider.backend("shared").unwrap();
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    server.run("SET GLOBAL binlog_format = 'STATEMENT'").unwrap();
+    server.kill_clients();
+    // A call on a pooled connection the kill ended may not know its outcome.
+    let err = (0..5)
+        .map(|_| block_on(backend.acquire("k", wait(0))).map(|_| ()).unwrap_err())
+        .find(|err| err.code() != dokebi_lock::ErrorCode::OutcomeUnknown)
+        .expect("an answer on a new connection");
+    assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("binlog_format"), "{err}");
+}
+
 /// Finding 6 (a lease lost, not two holders): a pooled connection that
 /// the server closed while it sat idle (its `wait_timeout`, often 60 to
 /// 600 s where set; or a restart, a failover) is used as it is: the

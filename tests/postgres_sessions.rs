@@ -4,12 +4,14 @@
 //! has what a pooler's other client leaves behind).
 
 mod postgres;
+mod support;
 
 use std::thread;
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use postgres::{backend, batch, code, count, eventually, rows, url, wait, yaml_on, Schema};
+use support::fall_back::FallBackToHost;
 
 /// A provider whose sessions start with `options` (`-c name=value ...`).
 fn open_with(schema: &Schema, options: &str) -> Provider {
@@ -49,14 +51,11 @@ fn a_take_a_server_statement_timeout_cut_while_it_waited_for_a_row_never_moves_t
     let schema = Schema::fresh();
     let holder = schema.open("");
     let lease = block_on(backend(&holder).acquire("k", wait(0))).unwrap();
-    let directory = std::env::temp_dir().join(format!("dokebi-statement-timeout-host-{}", std::process::id()));
-    let yaml = format!(
-        "schemaVersion: 1\noptions:\n  dokebi-postgres:\n    connections:\n      main: {{ url: '{}?options=-c%20statement_timeout%3D500', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: postgres, connection: main, schema: {}, leaseMs: 10000 }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
-        url(),
-        schema.0,
-        directory.display()
+    let policy = FallBackToHost::open(
+        "postgres",
+        &format!("{}?options=-c%20statement_timeout%3D500", url()),
+        &format!("schema: {}, leaseMs: 10000", schema.0),
     );
-    let policy = Provider::from_yaml(&yaml).unwrap();
     // Another session holds the key's row 1.2 s: past the server's 500 ms,
     // within the take's lock_timeout (1.5 s).
     let table = schema.table("");
@@ -66,23 +65,15 @@ fn a_take_a_server_statement_timeout_cut_while_it_waited_for_a_row_never_moves_t
         count("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.2)%' AND state = 'active' AND pid <> pg_backend_pid()")
             == 1
     });
-    let outcome = block_on(policy.backend("locks").unwrap().acquire("k", wait(0)));
-    locker.join().unwrap();
-    let served = match &outcome {
-        Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
-        Err(err) => format!("{:?}", err.code()),
-    };
-    assert_eq!(
-        served,
-        "LockBusy",
-        "k was held on db (fence {}) and the policy's acquire was served by host: the server's statement_timeout \
-         cancelled a take waiting for k's row (57014), read as PROVIDER_FAILED",
-        lease.fence()
+    let served = policy.acquire_held(
+        "k",
+        lease.fence(),
+        "the server's statement_timeout cancelled a take waiting for k's row (57014), read as PROVIDER_FAILED",
     );
+    locker.join().unwrap();
+    assert_eq!(served, "LockBusy", "a take the server cancelled while it waited for k's row finds k busy");
     assert!(block_on(lease.release()).unwrap());
-    block_on(policy.close());
     block_on(holder.close());
-    let _ = std::fs::remove_dir_all(&directory);
 }
 
 /// A `statement_timeout` about as long as a take itself (1 to 3 ms) cuts

@@ -114,18 +114,14 @@ impl Table {
     }
 
     /// The query that answers the installed procedures of the table, as
-    /// `name=comment` joined by `|` (NULL: none), how many of the four
-    /// tables exist, and whether the server logs this session's statements
-    /// as statements (1: `binlog_format = STATEMENT` with the binary log on
-    /// for it), which refuses every write of a READ COMMITTED transaction
-    /// (1665), so every procedure's.
+    /// `name=comment` joined by `|` (NULL: none) and how many of the four
+    /// tables exist.
     pub fn check_sql(&self) -> String {
         let names: Vec<String> = self.procedures().into_iter().map(|(name, _)| format!("'{name}'")).collect();
         format!(
             "SELECT (SELECT GROUP_CONCAT(CONCAT(ROUTINE_NAME, '=', {}) SEPARATOR '|') FROM information_schema.ROUTINES \
              WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME IN ({})), \
-             (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}')), \
-             (@@log_bin = 1 AND @@SESSION.sql_log_bin = 1 AND @@SESSION.binlog_format = 'STATEMENT')",
+             (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('{}', '{}', '{}', '{}'))",
             comment(),
             names.join(", "),
             self.table,

@@ -151,7 +151,9 @@ impl MysqlStore {
     /// Makes sure the tables and procedures exist before the first
     /// operation: finds them (one query), or installs them (`autoCreate`),
     /// or refuses with the SQL to run. A newer driver's procedures are left
-    /// alone.
+    /// alone. A statement of it that waited out a lock (1205, 1213: a
+    /// `LOCK TABLES` or DDL of another session on the tables) is refused,
+    /// as [`Failure::in_set_up`] says: no key is busy.
     async fn ensure(&self) -> Result<(), Failure> {
         if self.ready.load(Ordering::Acquire) {
             return Ok(());
@@ -178,7 +180,7 @@ impl MysqlStore {
                         cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                     })));
                 }
-                self.install().await?;
+                self.install().await.map_err(Failure::in_set_up)?;
                 match self.installed().await? {
                     Installed::Current => {}
                     Installed::Newer => return Err(self.newer_installed()),
@@ -231,12 +233,9 @@ impl MysqlStore {
     }
 
     async fn installed(&self) -> Result<Installed, Failure> {
-        let row = self.connection().query(&self.table.check_sql()).await?;
+        let row = self.connection().query(&self.table.check_sql()).await.map_err(Failure::in_set_up)?;
         let listing = row.first().cloned().flatten();
         let tables = row.get(1).cloned().flatten().and_then(|count| count.parse().ok()).unwrap_or(0);
-        if row.get(2).cloned().flatten().as_deref() == Some("1") {
-            return Err(self.logs_statements());
-        }
         Ok(installed(listing.as_deref(), self.table.procedures().len(), tables))
     }
 
@@ -245,21 +244,6 @@ impl MysqlStore {
             message: format!("the lock procedures of {} are a newer dokebi-lock's than this process's", self.table.display()),
             fix: "Upgrade dokebi-lock in this process: an older driver does not replace newer procedures.".to_owned(),
             cause: Arc::new(std::io::Error::other(format!("newer procedures for {}", self.table.display()))),
-        }))
-    }
-
-    /// The server logs statements (`binlog_format = STATEMENT`): it refuses
-    /// every write of the procedures' READ COMMITTED transactions (1665),
-    /// and that isolation is what keeps a key's call from locking its
-    /// neighbours' rows, so the driver does not run there at all.
-    fn logs_statements(&self) -> Failure {
-        Failure::Denied(Arc::new(Refusal {
-            message: format!(
-                "the MySQL server of {} logs statements (binlog_format = STATEMENT), which refuses every write of the lock procedures' READ COMMITTED transactions",
-                self.connection().option()
-            ),
-            fix: "Set the server's binlog_format to ROW or MIXED (SET GLOBAL binlog_format = 'ROW', and binlog_format = ROW in its configuration, which a restart reads).".to_owned(),
-            cause: Arc::new(std::io::Error::other("binlog_format = STATEMENT")),
         }))
     }
 

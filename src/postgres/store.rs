@@ -109,7 +109,7 @@ impl PostgresStore {
         // Checked by each caller at once (not one after the other behind
         // the creators' mutex: with the server unreachable, the k-th would
         // fail after k connect timeouts); only creating is serialised.
-        let rows = self.connection().query(&self.table.check_sql(), &[]).await.map_err(no_key_contended)?;
+        let rows = self.connection().query(&self.table.check_sql(), &[]).await.map_err(Failure::in_set_up)?;
         let column = |at| rows.first().and_then(|row| row.try_get::<_, Option<bool>>(at).ok().flatten()).unwrap_or(false);
         if column(1) {
             return Err(self.newer_installed());
@@ -130,7 +130,7 @@ impl PostgresStore {
             // One simple-protocol message: its statements run as one
             // transaction, which stops early when another process created
             // the tables while this one waited for the creators' lock.
-            match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await.map_err(no_key_contended) {
+            match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await.map_err(Failure::in_set_up) {
                 Err(Failure::Refused(cause)) if has_state(&cause, ALREADY_CREATED) => {}
                 Err(Failure::Refused(cause)) if has_state(&cause, NEWER_INSTALLED) => return Err(self.newer_installed()),
                 outcome => outcome?,
@@ -162,18 +162,6 @@ impl PostgresStore {
     /// stops waiting for its answer, which would leave the outcome unknown.
     fn lock_timeout_ms(&self) -> i64 {
         (self.connection().command_timeout().as_millis() as i64 * 3 / 4).max(1)
-    }
-}
-
-/// A failure of the tables' lookup or creation: no key's row was touched,
-/// so a statement the server cancelled (`57014`: a `statement_timeout`
-/// shorter than the DDL) is the store refusing the call, not contention
-/// for the caller's keys. Read as contention, every acquire answered
-/// `LOCK_BUSY` for as long as the tables could not be found or made.
-fn no_key_contended(failure: Failure) -> Failure {
-    match failure {
-        Failure::Contended(cause) => Failure::Refused(cause),
-        other => other,
     }
 }
 

@@ -80,6 +80,20 @@ impl Failure {
         }
     }
 
+    /// The failure of a set-up statement (the lookup or creation of the
+    /// driver's tables and procedures before its first operation): no
+    /// key's row was touched, so a statement refused for a lock it waited
+    /// on (a metadata lock on a table, a deadlock, a `statement_timeout`
+    /// shorter than the DDL) is the store refusing the call, not contention
+    /// for the caller's keys. Read as contention, every acquire answered
+    /// `LOCK_BUSY` for as long as the tables could not be found or made.
+    pub fn in_set_up(self) -> Failure {
+        match self {
+            Failure::Contended(cause) => Failure::Refused(cause),
+            other => other,
+        }
+    }
+
     /// True when the command may have run (its outcome is unknown).
     pub fn is_unknown(&self) -> bool {
         matches!(self, Failure::Unknown(_))

@@ -12,13 +12,41 @@ use std::time::Duration;
 use dokebi_lock::{AcquireOptions, Backend, LockMode, Provider};
 
 /// A directory under the system's temporary directory, unique to this
-/// process and call, not yet created (the driver creates it `0700`).
-pub fn fresh_directory(label: &str) -> PathBuf {
+/// process and call, not yet created (the driver creates it `0700`);
+/// removed on drop with its work directory (see [`work`]), so a test's
+/// checks of what is left in it run before, and a run leaves nothing in
+/// the temporary directory.
+pub fn fresh_directory(label: &str) -> Directory {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("dokebi-file-{label}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    dir
+    Directory(dir)
+}
+
+/// A test's lock directory (see [`fresh_directory`]): its path, removed
+/// when dropped.
+pub struct Directory(PathBuf);
+
+impl std::ops::Deref for Directory {
+    type Target = PathBuf;
+
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Directory {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Directory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(work(&self.0));
+    }
 }
 
 /// The YAML of one file backend `locks` over `dir`, with `extra` settings

@@ -4,8 +4,9 @@
 //! either way), stopped and removed on drop (also when the test fails). It
 //! can crash (SIGKILL: InnoDB recovers from its redo log on the next
 //! start) and restart on the same data and port, end its clients'
-//! connections (`KILL`), and give a replica (asynchronous, or
-//! semi-synchronous) that can be promoted.
+//! connections (`KILL`), give a replica (asynchronous, or
+//! semi-synchronous) that can be promoted, and restart with other options
+//! (a Galera node's `wsrep_on`: tests/mysql_galera.rs).
 
 #![allow(dead_code)]
 
@@ -52,8 +53,7 @@ impl PrivateServer {
             .status()
             .expect("mariadb-install-db runs");
         assert!(installed.success(), "mariadb-install-db failed: {}", std::fs::read_to_string(dir.join("install.log")).unwrap_or_default());
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut server = PrivateServer { child: None, dir, port, args: args.iter().map(|arg| (*arg).to_owned()).collect() };
+        let mut server = PrivateServer { child: None, dir, port: free_port(), args: args.iter().map(|arg| (*arg).to_owned()).collect() };
         server.start_again();
         server
     }
@@ -151,6 +151,14 @@ impl PrivateServer {
     /// A crash and a start on the same data and port.
     pub fn crash_and_restart(&mut self) {
         self.crash();
+        self.start_again();
+    }
+
+    /// A crash and a start on the same data and port with `args` in place
+    /// of the options it was started with.
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.crash();
+        self.args = args.iter().map(|arg| (*arg).to_owned()).collect();
         self.start_again();
     }
 
@@ -265,6 +273,11 @@ impl PrivateServer {
             work(conn).await
         })
     }
+}
+
+/// A port of 127.0.0.1 free now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn user() -> String {

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod deployment;
+pub mod fall_back;
 pub mod names;
 pub mod pki;
 pub mod redis_server;

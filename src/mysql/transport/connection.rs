@@ -5,8 +5,9 @@
 //!
 //! Statements go out as text (`COM_QUERY`): one round trip, no prepared
 //! statement left on the server, nothing else sent on a connection (no
-//! reset, no `SET`; at connect, one `SHOW` of `wsrep_on`), so a
-//! multiplexing proxy (ProxySQL) keeps sharing its backend connections. A statement that outlasts its bound has its
+//! reset, no `SET`; at connect, one `SHOW` of the settings the driver
+//! cannot run under), so a multiplexing proxy (ProxySQL) keeps sharing its
+//! backend connections. A statement that outlasts its bound has its
 //! connection killed (`KILL`, from a connection of its own), so the server
 //! rolls it back unless it committed, and the connection is replaced.
 
@@ -208,33 +209,57 @@ impl MysqlConnection {
             Ok(Err(err)) => return Err(self.classify_connect(err)),
             Err(elapsed) => return Err(Failure::Unreachable(Arc::new(elapsed))),
         };
-        self.not_galera(conn).await
+        self.suitable(conn).await
     }
 
-    /// `conn`, unless its server is a node of a Galera cluster (`wsrep_on`):
-    /// a row lock holds on its own node only, and another node's call on
-    /// the same key meets it at certification, which aborts one commit
-    /// (1213). Releases failed so, and acquires stalled past their command
-    /// timeout, on a two-node cluster here (tests/mysql_galera.rs), so the
-    /// driver does not run there at all. Read at every connect, as a server
-    /// may be restarted into a cluster under a running process. A statement
-    /// of its own: MySQL 8 has no `@@wsrep_on` to select (an error there),
-    /// while SHOW answers no row.
-    async fn not_galera(&self, mut conn: Conn) -> std::result::Result<Conn, Failure> {
-        let shown = conn.query_first::<(String, String), _>("SHOW GLOBAL VARIABLES LIKE 'wsrep\\_on'");
-        match tokio::time::timeout(self.command_timeout, shown).await {
-            Ok(Ok(Some((_, on)))) if on == "ON" => Err(Failure::Denied(Arc::new(Refusal {
-                message: format!(
-                    "the MySQL server of {} is a node of a Galera cluster (wsrep_on = ON), where the lock procedures' row locks hold on one node only and certification aborts their commits",
-                    self.option()
-                ),
-                fix: "Keep the locks on a MariaDB or MySQL server outside the Galera cluster (asynchronous or semi-synchronous replication is supported), or use another driver: docs/mysql.md says why.".to_owned(),
-                cause: Arc::new(std::io::Error::other("wsrep_on = ON")),
-            }))),
-            Ok(Ok(_)) => Ok(conn),
-            Ok(Err(err)) => Err(classify_statement(err, self)),
-            Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
+    /// `conn`, unless its server runs with a setting the procedures cannot
+    /// work under. Read at every connect, in one statement, as a server may
+    /// be restarted or set anew (`SET GLOBAL`) under a running process, and
+    /// a failover may reach a server configured otherwise. A `SHOW`: MySQL
+    /// 8 has no `@@wsrep_on` to select (an error there), while `SHOW`
+    /// answers no row for it. Global values: a new session starts with
+    /// them, and the driver sets none on the pool's connections.
+    async fn suitable(&self, mut conn: Conn) -> std::result::Result<Conn, Failure> {
+        let shown =
+            conn.query::<(String, String), _>("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'log_bin', 'binlog_format')");
+        let settings = match tokio::time::timeout(self.command_timeout, shown).await {
+            Ok(Ok(settings)) => settings,
+            Ok(Err(err)) => return Err(classify_statement(err, self)),
+            Err(elapsed) => return Err(Failure::Unreachable(Arc::new(elapsed))),
+        };
+        let setting = |name: &str| settings.iter().find(|(shown, _)| shown.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str());
+        // A row lock holds on its own Galera node only, and another node's
+        // call on the same key meets it at certification, which aborts one
+        // commit (1213): releases failed so, and acquires stalled past their
+        // command timeout, on a two-node cluster here (tests/mysql_galera.rs).
+        if setting("wsrep_on") == Some("ON") {
+            return Err(self.unsuitable(
+                "is a node of a Galera cluster (wsrep_on = ON), where the lock procedures' row locks hold on one node only and certification aborts their commits",
+                "wsrep_on = ON",
+                "Keep the locks on a MariaDB or MySQL server outside the Galera cluster (asynchronous or semi-synchronous replication is supported), or use another driver: docs/mysql.md says why.",
+            ));
         }
+        // Logged as statements, every write of a READ COMMITTED transaction
+        // is refused (1665), and that isolation is what keeps a key's call
+        // from locking its neighbours' rows.
+        if setting("log_bin") == Some("ON") && setting("binlog_format") == Some("STATEMENT") {
+            return Err(self.unsuitable(
+                "logs statements (binlog_format = STATEMENT), which refuses every write of the lock procedures' READ COMMITTED transactions",
+                "binlog_format = STATEMENT",
+                "Set the server's binlog_format to ROW or MIXED (SET GLOBAL binlog_format = 'ROW', and binlog_format = ROW in its configuration, which a restart reads).",
+            ));
+        }
+        Ok(conn)
+    }
+
+    /// The refusal of a server that runs with `setting`, under which the
+    /// driver does not run at all: "the MySQL server of … `is`", and `fix`.
+    fn unsuitable(&self, is: &str, setting: &str, fix: &str) -> Failure {
+        Failure::Denied(Arc::new(Refusal {
+            message: format!("the MySQL server of {} {is}", self.option()),
+            fix: fix.to_owned(),
+            cause: Arc::new(std::io::Error::other(setting.to_owned())),
+        }))
     }
 
     /// A failure before any statement ran: the server refusing who we are

@@ -1,0 +1,57 @@
+//! A policy that falls back from a database backend to the host: what the
+//! tests of a refusal that must not move a key (a statement cut by the
+//! server's time limit while it waited for a key's row) acquire through.
+
+use std::path::PathBuf;
+
+use dokebi_lock::Provider;
+use futures::executor::block_on;
+
+use super::wait;
+
+/// A policy `locks` over `db` and a file backend `host` (`minTier: host`,
+/// `onUnavailable: fallBack`): an acquire `db` refuses as unavailable
+/// (`PROVIDER_FAILED`) is served by `host`. The host's directory is the
+/// test's own, removed on drop.
+pub struct FallBackToHost {
+    provider: Provider,
+    directory: PathBuf,
+}
+
+impl FallBackToHost {
+    /// `db` of `driver` (`postgres`, `mysql`) on `url`, with `fields` (its
+    /// schema or table, its `leaseMs`), on a connection whose
+    /// `commandTimeoutMs` is 2000.
+    pub fn open(driver: &str, url: &str, fields: &str) -> FallBackToHost {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let directory = std::env::temp_dir().join(format!("dokebi-fall-back-host-{}-{next}", std::process::id()));
+        let provider = Provider::from_yaml(&format!(
+            "schemaVersion: 1\noptions:\n  dokebi-{driver}:\n    connections:\n      main: {{ url: '{url}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: {driver}, connection: main, {fields} }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+            directory.display()
+        ))
+        .unwrap();
+        FallBackToHost { provider, directory }
+    }
+
+    /// Acquires `key` (a single try) through the policy while another
+    /// holder's lease (`fence`) holds it on `db`'s store: the acquire must
+    /// not move to `host`, or the key is held on two members at once
+    /// (`why`: what the store answered that the policy read as
+    /// unavailable). Answers the member that served it, or the error's code.
+    pub fn acquire_held(&self, key: &str, fence: u64, why: &str) -> String {
+        let served = match block_on(self.provider.backend("locks").unwrap().acquire(key, wait(0))) {
+            Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
+            Err(err) => format!("{:?}", err.code()),
+        };
+        assert_ne!(served, "host", "{key} was held on db (fence {fence}) and the policy's acquire was served by host: {why}");
+        served
+    }
+}
+
+impl Drop for FallBackToHost {
+    fn drop(&mut self) {
+        block_on(self.provider.close());
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
