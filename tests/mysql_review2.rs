@@ -328,6 +328,52 @@ fn a_lease_is_renewed_after_the_server_crashed_and_came_back() {
     assert!(matches!(renewed, Ok(true)), "the renewal after the restart: {:?}", renewed.map_err(|err| (err.code(), err.to_string())));
 }
 
+/// Every connection of the pool (4) opened and used: four pairs, each
+/// statement on the next connection in turn.
+fn use_every_pooled_connection(backend: &dokebi_lock::Backend) {
+    for _ in 0..4 {
+        assert!(block_on(block_on(backend.acquire("warm", wait(0))).unwrap().release()).unwrap());
+    }
+}
+
+/// Acquires on every connection of the pool, each of a key of its own:
+/// granted, none `OUTCOME_UNKNOWN`.
+fn acquire_on_every_pooled_connection(backend: &dokebi_lock::Backend, after: &str) {
+    for at in 0..4 {
+        let granted = block_on(backend.acquire(&format!("k{at}"), wait(0)));
+        assert!(granted.is_ok(), "acquire {at} {after}: {:?}", granted.map(|_| ()).map_err(|err| (err.code(), err.to_string())));
+    }
+}
+
+/// An acquire, unlike a renewal, is not sent again when its connection
+/// turns out lost (the take may have run): so a pooled connection the
+/// server closed while it sat idle (`wait_timeout`) failed the first
+/// acquire on each with `OUTCOME_UNKNOWN`, though nothing was sent on a
+/// connection already closed. Each process that locks less often than
+/// `wait_timeout` / `poolSize` met one at every call.
+#[test]
+fn acquires_after_the_server_closed_the_idle_pooled_connections_are_granted() {
+    let server = PrivateServer::start(&["--wait-timeout=2"]);
+    let provider = provider_on(&server, "r4_idle_take", "");
+    let backend = provider.backend("shared").unwrap();
+    use_every_pooled_connection(&backend);
+    std::thread::sleep(Duration::from_secs(3));
+    acquire_on_every_pooled_connection(&backend, "after 3 s idle (wait_timeout 2 s)");
+}
+
+/// The same after a crash and restart: the connections of before are
+/// closed, and the first acquire on each failed `OUTCOME_UNKNOWN`.
+#[test]
+fn acquires_after_the_server_crashed_and_came_back_are_granted() {
+    let mut server = PrivateServer::start(&[]);
+    let provider = provider_on(&server, "r4_restart_take", "");
+    let backend = provider.backend("shared").unwrap();
+    use_every_pooled_connection(&backend);
+    server.crash_and_restart();
+    std::thread::sleep(Duration::from_millis(1100));
+    acquire_on_every_pooled_connection(&backend, "after the restart");
+}
+
 /// Finding 7: in a database whose default character set is utf16 (or
 /// utf32, ucs2), the procedures' `LONGTEXT` lists take that character
 /// set, and `UNHEX` of their hex digits (two bytes each) is NULL: every

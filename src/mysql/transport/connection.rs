@@ -9,11 +9,14 @@
 //! cannot run under), so a multiplexing proxy (ProxySQL) keeps sharing its
 //! backend connections. A statement that outlasts its bound has its
 //! connection killed (`KILL`, from a connection of its own), so the server
-//! rolls it back unless it committed, and the connection is replaced.
+//! rolls it back unless it committed, and the connection is replaced. A
+//! connection that sat idle is pinged before its statement (see
+//! [`IDLE_CHECK`]; a `COM_PING`, which ProxySQL answers itself, pinning
+//! nothing).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -32,12 +35,28 @@ pub(crate) struct MysqlConnection {
     target: Target,
     connect_timeout: Duration,
     command_timeout: Duration,
-    slots: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    slots: Vec<tokio::sync::Mutex<Option<Pooled>>>,
     next: AtomicUsize,
     health: Health,
     stopped: AtomicBool,
     runtime: Handle,
 }
+
+/// A connection of the pool, and when its last statement was answered.
+struct Pooled {
+    conn: Conn,
+    answered: Instant,
+}
+
+/// How long a pooled connection may sit idle before it is pinged ahead of
+/// its next statement (HikariCP's is 500 ms). A server closes idle
+/// connections (`wait_timeout`, a proxy's idle limit) and a restart or a
+/// failover closes them all, without a word the client reads until it
+/// sends: a statement sent on such a connection fails with its outcome
+/// unknown, and an acquire is not sent again (its take may have run). A
+/// ping runs nothing, so a failed one is replaced by a new connection with
+/// nothing to doubt. A connection in steady use is never pinged.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// The installation's own connection (see [`MysqlConnection::installer`]),
 /// closed when dropped: its session state (`sql_mode`) ends with it.
@@ -139,7 +158,12 @@ impl MysqlConnection {
             return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
         }
         let mut slot = self.slot().await;
-        let mut conn = match slot.take() {
+        let pooled = match slot.take() {
+            Some(pooled) if pooled.answered.elapsed() < IDLE_CHECK => Some(pooled.conn),
+            Some(pooled) => self.alive(pooled.conn, bound).await,
+            None => None,
+        };
+        let mut conn = match pooled {
             Some(conn) => conn,
             None => self.connect().await.inspect_err(|failure| self.health.failed(failure))?,
         };
@@ -147,7 +171,7 @@ impl MysqlConnection {
         let outcome = tokio::time::timeout(bound, conn.query_first::<mysql_async::Row, _>(sql)).await;
         let failure = match outcome {
             Ok(Ok(row)) => {
-                *slot = Some(conn);
+                *slot = Some(Pooled { conn, answered: Instant::now() });
                 self.health.answered();
                 return Ok(row.map(|row| columns(&row)).unwrap_or_default());
             }
@@ -155,7 +179,7 @@ impl MysqlConnection {
                 let failure = classify_statement(err, self);
                 if !failure.is_unknown() {
                     // The server answered: the connection is as good as before.
-                    *slot = Some(conn);
+                    *slot = Some(Pooled { conn, answered: Instant::now() });
                 }
                 failure
             }
@@ -179,9 +203,18 @@ impl MysqlConnection {
         Err(failure)
     }
 
+    /// `conn`, an idle pooled connection, if it answers a ping within
+    /// `bound`; else `None`, and it is dropped.
+    async fn alive(&self, mut conn: Conn, bound: Duration) -> Option<Conn> {
+        match tokio::time::timeout(bound, conn.ping()).await {
+            Ok(Ok(())) => Some(conn),
+            _ => None,
+        }
+    }
+
     /// A free slot of the pool: the first one not in use from the next in
     /// turn, else the next in turn once it is free.
-    async fn slot(&self) -> tokio::sync::MutexGuard<'_, Option<Conn>> {
+    async fn slot(&self) -> tokio::sync::MutexGuard<'_, Option<Pooled>> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for at in 0..self.slots.len() {
             if let Ok(slot) = self.slots[(start + at) % self.slots.len()].try_lock() {
@@ -314,8 +347,8 @@ impl MysqlConnection {
         self.stopped.store(true, Ordering::Release);
         for slot in &self.slots {
             if let Ok(mut slot) = slot.try_lock() {
-                if let Some(conn) = slot.take() {
-                    self.runtime.spawn(conn.disconnect());
+                if let Some(pooled) = slot.take() {
+                    self.runtime.spawn(pooled.conn.disconnect());
                 }
             }
         }
