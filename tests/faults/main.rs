@@ -245,8 +245,13 @@ const SCENARIOS: &[Scenario] = &[
     Scenario { name: "file-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::File },
     Scenario { name: "file-mixed-sigstop", fault: Fault::Stop, hold_ms: 15, limit: MIXED_LIMIT, on: On::File },
-    // The mysql driver, from every surface: its server crashed, its
-    // connections killed, a failover to a lagging replica.
+    // The mysql driver, from every surface: a holder paused past its lease
+    // or killed, a proxy stall past the lease and `commandTimeoutMs`, its
+    // server crashed, its connections killed, a failover to a lagging
+    // replica.
+    Scenario { name: "mysql-sigstop-holder", fault: Fault::Stop, hold_ms: 15, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-sigkill-holder", fault: Fault::Kill, hold_ms: 15, limit: 0, on: On::Mysql },
+    Scenario { name: "mysql-stall-proxy", fault: Fault::Stall, hold_ms: 15, limit: 0, on: On::Mysql },
     Scenario { name: "mysql-crash", fault: Fault::Crash, hold_ms: 300, limit: 0, on: On::Mysql },
     Scenario { name: "mysql-kill", fault: Fault::Terminate, hold_ms: 15, limit: 0, on: On::Mysql },
     Scenario { name: "mysql-failover", fault: Fault::Promote, hold_ms: 300, limit: 0, on: On::Mysql },
