@@ -5,6 +5,9 @@
 mod mysql;
 #[path = "mysql/server.rs"]
 mod mysql_server;
+#[path = "postgres/server.rs"]
+mod pg_server;
+mod postgres;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,14 +25,16 @@ fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
 }
 
-/// A private `mariadbd` whose clock is libfaketime's, offset by what the
-/// returned file says (`+0` at the start; `-5` puts it 5 s back), read
-/// afresh at every clock call. The monotonic clock is left alone.
-fn server_with_a_clock_to_step() -> (PrivateServer, PathBuf) {
-    let offset = std::env::temp_dir().join(format!("dokebi-r1-faketime-{}", std::process::id()));
+/// A server that `start` starts with a clock of libfaketime's, offset by
+/// what the returned file says (`+0` at the start; `-5` puts it 5 s back),
+/// read afresh at every clock call. The monotonic clock is left alone.
+fn with_a_clock_to_step<T>(name: &str, start: impl FnOnce() -> T) -> (T, PathBuf) {
+    let offset = std::env::temp_dir().join(format!("dokebi-r1-faketime-{name}-{}", std::process::id()));
     std::fs::write(&offset, "+0\n").unwrap();
-    // Only the server inherits them: this file's only test starts no other
-    // process meanwhile.
+    // Only the server inherits them: the environment is the process's, so
+    // servers start one at a time (this file's tests start no other process).
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
     let preload = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
     let vars = [
         ("LD_PRELOAD", preload.to_owned()),
@@ -40,7 +45,7 @@ fn server_with_a_clock_to_step() -> (PrivateServer, PathBuf) {
     for (name, value) in &vars {
         std::env::set_var(name, value);
     }
-    let server = PrivateServer::start(&[]);
+    let server = start();
     for (name, _) in &vars {
         std::env::remove_var(name);
     }
@@ -60,9 +65,9 @@ fn server_with_a_clock_to_step() -> (PrivateServer, PathBuf) {
 /// the writer, each believing its lease valid. (Its fence is below the
 /// writer's, so a fenced store still refuses it once the writer wrote.)
 #[test]
-#[ignore = "finding: after a backward step of the server's clock, renew() of an expired shared lease answers true while a writer holds the key"]
-fn a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
-    let (server, offset) = server_with_a_clock_to_step();
+#[ignore = "finding: after a backward step of MariaDB's clock, renew() of an expired shared lease answers true while a writer holds the key"]
+fn mysql_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
+    let (server, offset) = with_a_clock_to_step("mysql", || PrivateServer::start(&[]));
     let config = yaml("r1_clock", "")
         .replace(&url(), &server.url())
         .replace("leaseMs: 5000", "leaseMs: 2000")
@@ -94,4 +99,36 @@ fn a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_st
         a.fence()
     );
     let _ = std::fs::remove_file(&offset);
+}
+
+/// The same on PostgreSQL (the rules are the same: `renew` extends the
+/// token's rows whose `expires_at` is ahead of `clock_timestamp()`).
+#[test]
+#[ignore = "finding: after a backward step of PostgreSQL's clock, renew() of an expired shared lease answers true while a writer holds the key"]
+fn postgres_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
+    let (server, offset) = with_a_clock_to_step("postgres", || pg_server::PrivateServer::start("r1-clock", &[]));
+    let config = postgres::yaml_on(&server.url(), "r1_clock", "        leaseMs: 2000\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    let readers = Provider::from_yaml(&config).unwrap();
+    let writers = Provider::from_yaml(&config).unwrap();
+    let (readers_backend, writers_backend) = (readers.backend("shared").unwrap(), writers.backend("shared").unwrap());
+
+    let d = block_on(readers_backend.acquire("k", shared(0))).unwrap();
+    let a = block_on(readers_backend.acquire("k", shared(0))).unwrap();
+    assert!(block_on(d.release()).unwrap());
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!a.is_valid());
+    let writer = block_on(writers_backend.acquire("k", wait(2000))).expect("the key is free once a's lease ran out");
+    std::fs::write(&offset, "-5\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+
+    let renewed = block_on(a.renew());
+    let both_valid = a.is_valid() && writer.is_valid();
+    let _ = std::fs::remove_file(&offset);
+    assert!(
+        !matches!(renewed, Ok(true)),
+        "the expired reader was renewed while the writer (fence {}) holds the key: both valid {both_valid}; reader's fence {}",
+        writer.fence(),
+        a.fence()
+    );
 }
