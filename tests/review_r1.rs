@@ -160,3 +160,102 @@ fn mysql_a_forward_step_of_the_server_s_clock_never_grants_a_held_key_to_another
         held.fence()
     );
 }
+
+/// A release of a lease that is not plain (here two keys) hands its keys
+/// to this process's next waiter in the same call, which first locks every
+/// key of that waiter too. When the waiter's other key's row is locked by
+/// another session (a call stalled on it, a long transaction), the call
+/// waits out the row-lock wait (1 s) and is refused (1205): the release
+/// answers `PROVIDER_FAILED`, its keys stay held, and the clean-up that
+/// follows sends the same hand-over to the same waiter, refused the same
+/// way, until that row is unlocked or the lease lapses.
+/// The acquire's own try falls back to a try alone on such a refusal
+/// (final_review.rs); the release does not fall back to a plain give-back.
+/// Liveness: keys nobody waits on (`m`) are kept from every process.
+#[test]
+#[ignore = "finding (liveness): a release whose hand-over meets a local waiter's other key row-locked fails PROVIDER_FAILED and keeps its keys"]
+fn mysql_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
+    let table = mysql::Table::fresh();
+    let config = yaml(&table.0, "");
+    let (one, other) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
+    let backend = one.backend("shared").unwrap();
+    // j's key row exists.
+    assert!(block_on(block_on(backend.acquire("j", wait(0))).unwrap().release()).unwrap());
+    let lease = block_on(backend.acquire_many(&["k", "m"], wait(0))).unwrap();
+    let waiter = std::thread::spawn({
+        let backend = backend.clone();
+        move || block_on(backend.acquire_many(&["k", "j"], wait(8000))).map(|lease| block_on(lease.release()))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Another session's transaction holds j's row for 6 s.
+    let namespace = mysql::rows(&format!("SELECT HEX(ns) FROM `{}` LIMIT 1", table.0))[0][0].clone().unwrap();
+    let mut locker = std::process::Command::new("mysql")
+        .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
+        .arg(format!(
+            "BEGIN; SELECT fence FROM `{0}` WHERE ns = X'{namespace}' AND k = 'j' FOR UPDATE; DO SLEEP(6 + 0 * LENGTH('{0}')); ROLLBACK;",
+            table.0
+        ))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeping =
+        format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(6 + 0 * LENGTH(''{}''))%'", table.0);
+    while mysql::count(&sleeping) == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = std::time::Instant::now();
+    let released = block_on(lease.release());
+    let took = started.elapsed();
+    // m, which nobody waits for, is free for another process.
+    let m = block_on(other.backend("shared").unwrap().acquire("m", wait(0))).map(|lease| lease.fence());
+    let _ = locker.wait();
+    let _ = waiter.join();
+    assert!(
+        matches!(released, Ok(true)) && m.is_ok(),
+        "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}",
+        released.map_err(|err| (err.code(), err.to_string())),
+        m.map_err(|err| err.code())
+    );
+}
+
+/// The same on PostgreSQL: the hand-over waits out `lock_timeout` on the
+/// waiter's other key (55P03), and the release is refused.
+#[test]
+#[ignore = "finding (liveness): a postgres release whose hand-over meets a local waiter's other key row-locked fails and keeps its keys"]
+fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
+    let schema = postgres::Schema::fresh();
+    let (one, other) = (schema.open(""), schema.open(""));
+    let backend = postgres::backend(&one);
+    assert!(block_on(block_on(backend.acquire("j", wait(0))).unwrap().release()).unwrap());
+    let lease = block_on(backend.acquire_many(&["k", "m"], wait(0))).unwrap();
+    let waiter = std::thread::spawn({
+        let backend = backend.clone();
+        move || block_on(backend.acquire_many(&["k", "j"], wait(8000))).map(|lease| block_on(lease.release()))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Another session's transaction holds j's row for 6 s.
+    let mut locker = std::process::Command::new("psql")
+        .arg(postgres::url())
+        .args(["-q", "-c"])
+        .arg(format!("BEGIN; SELECT fence FROM {} WHERE key = 'j' FOR UPDATE; SELECT pg_sleep(6); ROLLBACK;", schema.table("")))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeping = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT fence FROM {}%pg_sleep(6)%'",
+        schema.table("")
+    );
+    postgres::eventually("j's row is locked", || postgres::count(&sleeping) == 1);
+    let started = std::time::Instant::now();
+    let released = block_on(lease.release());
+    let took = started.elapsed();
+    let m = block_on(postgres::backend(&other).acquire("m", wait(0))).map(|lease| lease.fence());
+    let _ = locker.wait();
+    let _ = waiter.join();
+    assert!(
+        matches!(released, Ok(true)) && m.is_ok(),
+        "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}",
+        released.map_err(|err| (err.code(), err.to_string())),
+        m.map_err(|err| err.code())
+    );
+}
