@@ -259,3 +259,23 @@ fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
         m.map_err(|err| err.code())
     );
 }
+
+/// After a restart of the server (a crash and recovery, or a planned
+/// restart), every connection of the pool is gone. A renewal or a release
+/// on one is sent again on a fresh connection (docs/mysql.md); an acquire
+/// is not: its `CALL` goes out on the dead socket, the answer is lost, and
+/// a waiting acquire of a free key fails `OUTCOME_UNKNOWN` (and starts a
+/// clean-up by token) instead of trying again, once per pooled connection.
+#[test]
+#[ignore = "finding (availability): after a server restart, a waiting acquire of a free key on a pooled connection fails OUTCOME_UNKNOWN"]
+fn mysql_an_acquire_after_a_restart_of_the_server_is_granted() {
+    let mut server = PrivateServer::start(&[]);
+    let provider = Provider::from_yaml(&yaml("r1_restart", "").replace(&url(), &server.url())).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    server.crash_and_restart();
+    let outcomes: Vec<_> = (0..4)
+        .map(|_| block_on(backend.acquire("k", wait(3000))).map(|lease| block_on(lease.release()).is_ok()).map_err(|err| err.code()))
+        .collect();
+    assert!(outcomes.iter().all(|outcome| outcome == &Ok(true)), "four acquires of a free key after the restart: {outcomes:?}");
+}
