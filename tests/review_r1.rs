@@ -279,3 +279,89 @@ fn mysql_an_acquire_after_a_restart_of_the_server_is_granted() {
         .collect();
     assert!(outcomes.iter().all(|outcome| outcome == &Ok(true)), "four acquires of a free key after the restart: {outcomes:?}");
 }
+
+/// A TCP forwarder from a port of its own to a server's port, which can be
+/// pointed at another server and can end every connection it carries (as
+/// a failover's virtual address or proxy does).
+struct Forwarder {
+    port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    carried: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Forwarder {
+    fn to(target: u16) -> Forwarder {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let forwarder = Forwarder { port, target: std::sync::Arc::new(target.into()), carried: std::sync::Arc::default() };
+        let (target, carried) = (forwarder.target.clone(), forwarder.carried.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target.load(Ordering::SeqCst))) else { continue };
+                carried.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        forwarder
+    }
+
+    /// New connections go to `port`; every connection carried so far ends.
+    fn fail_over_to(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.carried.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The renewal that brings an expired lease back needs no step of any
+/// clock: a replica whose clock runs a few seconds behind its primary's
+/// (5 s here) is enough, once promoted. The replica applied every grant
+/// (nothing lost, as with semi-synchronous replication); a reader's lease
+/// expired on the primary and a writer was granted there; after the
+/// failover the reader's late renewal (sent again on a fresh connection,
+/// as docs/mysql.md says) reaches the new primary, whose clock has not yet
+/// passed the reader's expiry: true, beside the writer. guarantees.md asks
+/// clocks to agree only "to within the time a restart or failover takes",
+/// and only for fences.
+#[test]
+#[ignore = "finding: after a failover to a replica whose clock is 5 s behind, renew() of an expired shared lease answers true while a writer holds the key"]
+fn mysql_a_renewal_after_the_lease_expired_is_refused_after_a_failover_to_a_replica_whose_clock_is_behind() {
+    let primary = PrivateServer::start(&["--log-bin", "--server-id=1", mysql_server::GRANTS]);
+    let (replica, offset) = with_a_clock_to_step("replica", || primary.replica_through(primary.port(), &[]));
+    std::fs::write(&offset, "-5\n").unwrap();
+    let forwarder = Forwarder::to(primary.port());
+    let config = yaml("r1_failover", "")
+        .replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", forwarder.port))
+        .replace("leaseMs: 5000", "leaseMs: 2000")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    let readers = Provider::from_yaml(&config).unwrap();
+    let writers = Provider::from_yaml(&config).unwrap();
+    let (readers_backend, writers_backend) = (readers.backend("shared").unwrap(), writers.backend("shared").unwrap());
+
+    let d = block_on(readers_backend.acquire("k", shared(0))).unwrap();
+    let a = block_on(readers_backend.acquire("k", shared(0))).unwrap();
+    assert!(block_on(d.release()).unwrap());
+    std::thread::sleep(Duration::from_millis(2500));
+    let writer = block_on(writers_backend.acquire("k", wait(2000))).expect("the key is free once a's lease ran out");
+    while replica.lag_behind(&primary) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    replica.promote();
+    forwarder.fail_over_to(replica.port());
+
+    let renewed = block_on(a.renew());
+    let both_valid = a.is_valid() && writer.is_valid();
+    let _ = std::fs::remove_file(&offset);
+    assert!(
+        !matches!(renewed, Ok(true)),
+        "the expired reader was renewed on the new primary while the writer (fence {}) holds the key: both valid {both_valid}",
+        writer.fence()
+    );
+}
