@@ -135,15 +135,14 @@ fn postgres_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s
 
 /// A forward step of the server's clock ends every lease held there early,
 /// while each holder's local estimate still says valid: the key is granted
-/// to another process beside its holder. guarantees.md names this window
-/// for Redis only ("a forward step of a Redis host's clock, which ends
-/// leases early"); the mysql driver keeps expiries on the server's clock
-/// too, and neither guarantees.md nor docs/mysql.md names it (nor for
-/// PostgreSQL, whose overlaps list a paused holder, a failover and a
-/// partition). Here a 30 s step under a 20 s lease.
+/// to another process beside its holder, a window docs/guarantees.md names
+/// for every store ("Clocks"; the review found it named for Redis only).
+/// What holds there: the new grant's fence is above the old one's, so a
+/// fenced store refuses the first holder once the second wrote, and the
+/// first holder is told at its next renewal. Here a 30 s step under a 20 s
+/// lease.
 #[test]
-#[ignore = "finding (window not named): a forward step of MariaDB's clock grants a key to a second process while its holder's lease is valid"]
-fn mysql_a_forward_step_of_the_server_s_clock_never_grants_a_held_key_to_another() {
+fn a_forward_step_of_mysql_s_clock_ends_a_lease_early_and_fences_the_holder_out() {
     let (server, offset) = with_a_clock_to_step("mysql-forward", || PrivateServer::start(&[]));
     let config = yaml("r1_forward", "").replace(&url(), &server.url()).replace("leaseMs: 5000", "leaseMs: 20000");
     let (first, second) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
@@ -152,13 +151,10 @@ fn mysql_a_forward_step_of_the_server_s_clock_never_grants_a_held_key_to_another
     std::thread::sleep(Duration::from_millis(100));
     let other = block_on(second.backend("shared").unwrap().acquire("k", wait(0)));
     let _ = std::fs::remove_file(&offset);
-    assert!(
-        other.is_err(),
-        "granted to a second process (fence {:?}) while the first holds it with {:?} left of its lease (fence {})",
-        other.as_ref().map(|lease| lease.fence()).ok(),
-        held.remaining(),
-        held.fence()
-    );
+    let other = other.expect("the step ended the first lease on the server's clock: the key is free there");
+    assert!(held.remaining().is_some(), "the first holder's estimate still says valid");
+    assert!(other.fence() > held.fence(), "fence {} after {}", other.fence(), held.fence());
+    assert!(!block_on(held.renew()).unwrap(), "the first holder is told at its renewal");
 }
 
 /// A release of a lease that is not plain (here two keys) hands its keys
@@ -266,8 +262,15 @@ fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
 /// is not: its `CALL` goes out on the dead socket, the answer is lost, and
 /// a waiting acquire of a free key fails `OUTCOME_UNKNOWN` (and starts a
 /// clean-up by token) instead of trying again, once per pooled connection.
+///
+/// Open (availability): a connection idle for 1 s or more is pinged first
+/// and replaced (mysql_review2's `acquires_after_the_server_crashed_...`
+/// passes), but here the restart comes within a second of the pool's last
+/// use, no ping is sent, and the first acquire is still `OUTCOME_UNKNOWN`.
+/// Closing it needs a take that can be sent again (or a clean-up by token,
+/// then a new try) inside a waiting acquire.
 #[test]
-#[ignore = "finding (availability): after a server restart, a waiting acquire of a free key on a pooled connection fails OUTCOME_UNKNOWN"]
+#[ignore = "open (availability): a restart within 1 s of the pool's last use still costs the first acquire OUTCOME_UNKNOWN"]
 fn mysql_an_acquire_after_a_restart_of_the_server_is_granted() {
     let mut server = PrivateServer::start(&[]);
     let provider = Provider::from_yaml(&yaml("r1_restart", "").replace(&url(), &server.url())).unwrap();
