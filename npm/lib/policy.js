@@ -148,7 +148,7 @@ class PolicyBackend {
           const code = error instanceof LockError ? error.code : '';
           if (code === 'WAIT_TIMEOUT') counts.timedOut += 1;
           const lockError = error instanceof LockError;
-          if (!policy.failed(id, member, code, lockError ? error.message : '', lockError && error.details?.connecting === true)) throw error;
+          if (!policy.failed(id, member, code, lockError ? error.message : '', lockError ? error.details : undefined)) throw error;
         }
       }
       throw fromInfo(policy.refusal(id));

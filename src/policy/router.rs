@@ -372,17 +372,18 @@ impl Attempt {
     }
 
     /// The try of `member` failed with `error`. Only unavailability (the
-    /// store unreachable, refusing or failing: `PROVIDER_FAILED`, unless the
-    /// wait ended while it was still connecting) moves on; contention, limits, an abort, close and an unknown outcome end
+    /// store unreachable, refusing or failing: `PROVIDER_FAILED`, unless
+    /// [`not_down`]) moves on; contention, limits, an abort, close and an unknown outcome end
     /// the acquire, since another member would give a second holder, or
     /// might while the first try's grant stands.
     pub fn failed(&mut self, member: usize, error: &LockError) -> Step {
         let mut states = lock(&self.router.states);
         match error.code() {
             // The acquire's wait ended while the member was still
-            // connecting: slow is not down (it may serve others meanwhile),
-            // so the key does not move.
-            ErrorCode::ProviderFailed if still_connecting(error) => Step::Stop,
+            // connecting, or its set-up of the tables waited out another
+            // session's lock: slow or busy is not down (it may serve others
+            // meanwhile), so the key does not move.
+            ErrorCode::ProviderFailed if not_down(error) => Step::Stop,
             ErrorCode::ProviderFailed => {
                 self.router.unavailable(&mut states, member, error);
                 self.tried.push(Tried { member, code: error.code(), reason: error.message().to_owned(), retry_in: None });
@@ -522,10 +523,13 @@ impl Acquisitions {
     }
 }
 
-/// A store's `PROVIDER_FAILED` for a wait that ended while it connected
-/// (`details.connecting`), not for a connect that failed.
-pub fn still_connecting(error: &LockError) -> bool {
-    error.details().and_then(|details| details.get("connecting")).and_then(serde_json::Value::as_bool) == Some(true)
+/// A store's `PROVIDER_FAILED` that says it is not down: a wait that ended
+/// while it connected (`details.connecting`), not a connect that failed, or
+/// a set-up of its tables that waited out another session's lock
+/// (`details.lockedSetUp`).
+pub fn not_down(error: &LockError) -> bool {
+    let flag = |name: &str| error.details().and_then(|details| details.get(name)).and_then(serde_json::Value::as_bool) == Some(true);
+    flag("connecting") || flag("lockedSetUp")
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -29,6 +29,13 @@ pub enum Failure {
     Unmet(Cause),
     /// The server refused who we are, or we refused its certificate.
     Denied(Arc<Refusal>),
+    /// A statement that sets the driver's tables up (their lookup or
+    /// installation) waited out a lock another session held on them (DDL,
+    /// a backup's `BLOCK_DDL`), deadlocked, or ran past a statement time
+    /// limit: nothing done, and no key was looked at. The server is up and
+    /// may be serving other processes, so a policy does not fall back on
+    /// it (`details.lockedSetUp`; see `policy::router`).
+    SetUpLocked(Cause),
 }
 
 /// Why a server and this client did not get as far as a command: the
@@ -72,6 +79,12 @@ impl Failure {
             Failure::Denied(refusal) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {}", refusal.message))
                 .with_fix(refusal.fix.clone())
                 .with_shared_cause(refusal.cause.clone()),
+            Failure::SetUpLocked(cause) => LockError::new(
+                ErrorCode::ProviderFailed,
+                format!("{what}: {store} could not look up or install the lock tables: a lock another session held on them (DDL, a backup) outlasted the wait, or a statement time limit cut it"),
+            )
+            .with_details(serde_json::json!({ "lockedSetUp": true }))
+            .with_shared_cause(cause),
             Failure::Unknown(cause) => LockError::new(
                 ErrorCode::OutcomeUnknown,
                 format!("{what}: {store} did not answer (commandTimeoutMs passed or the connection dropped), so the outcome is unknown"),
@@ -84,12 +97,14 @@ impl Failure {
     /// driver's tables and procedures before its first operation): no
     /// key's row was touched, so a statement refused for a lock it waited
     /// on (a metadata lock on a table, a deadlock, a `statement_timeout`
-    /// shorter than the DDL) is the store refusing the call, not contention
-    /// for the caller's keys. Read as contention, every acquire answered
-    /// `LOCK_BUSY` for as long as the tables could not be found or made.
+    /// shorter than the DDL) is not contention for the caller's keys (read
+    /// so, every acquire answered `LOCK_BUSY` for as long as the tables
+    /// could not be found or made), nor the store down: a policy that fell
+    /// back on it moved keys another process held on this store
+    /// ([`Failure::SetUpLocked`]).
     pub fn in_set_up(self) -> Failure {
         match self {
-            Failure::Contended(cause) => Failure::Refused(cause),
+            Failure::Contended(cause) => Failure::SetUpLocked(cause),
             other => other,
         }
     }

@@ -196,17 +196,21 @@ impl NativePolicy {
     }
 
     /// The try of member `member` failed with the error `code` (`message`
-    /// as the member's error said it; `connecting`: its `details.connecting`,
-    /// a wait that ended while the member connected): true when acquire
-    /// `id` moves on to the next member, false when this error ends it (and
-    /// the acquire with it).
+    /// and `details` as the member's error said them: `details.connecting`,
+    /// a wait that ended while the member connected, and
+    /// `details.lockedSetUp` tell a store that is not down): true when
+    /// acquire `id` moves on to the next member, false when this error ends
+    /// it (and the acquire with it).
     #[napi(catch_unwind)]
-    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String, connecting: bool) -> bool {
+    pub fn failed(&mut self, id: u32, member: u32, code: String, message: String, details: Option<serde_json::Value>) -> bool {
         // An error the core does not know (an app's, a TypeError) is no unavailability.
         let step = match ErrorCode::from_name(&code) {
             Some(code) => {
                 let error = LockError::new(code, message);
-                let error = if connecting { error.with_details(serde_json::json!({ "connecting": true })) } else { error };
+                let error = match details {
+                    Some(details) => error.with_details(details),
+                    None => error,
+                };
                 self.attempt(id).0.failed(member as usize, &error)
             }
             None => Step::Stop,

@@ -160,7 +160,7 @@ impl MysqlConnection {
         let mut slot = self.slot().await;
         let pooled = match slot.take() {
             Some(pooled) if pooled.answered.elapsed() < IDLE_CHECK => Some(pooled.conn),
-            Some(pooled) => self.alive(pooled.conn, bound).await,
+            Some(pooled) => self.alive(pooled.conn, bound).await.inspect_err(|failure| self.health.failed(failure))?,
             None => None,
         };
         let mut conn = match pooled {
@@ -204,11 +204,17 @@ impl MysqlConnection {
     }
 
     /// `conn`, an idle pooled connection, if it answers a ping within
-    /// `bound`; else `None`, and it is dropped.
-    async fn alive(&self, mut conn: Conn, bound: Duration) -> Option<Conn> {
+    /// `bound`; `None` (it is dropped) if it is closed. A ping that gets no
+    /// answer within `bound` is the server stalled, not gone: the call ends
+    /// as if its statement had gone unanswered ([`Failure::Unknown`]), as it
+    /// did before there was a ping, rather than on a new connection's
+    /// connect timeout, which reads as the store down (a policy would fall
+    /// back on it while the stalled server's holders still hold).
+    async fn alive(&self, mut conn: Conn, bound: Duration) -> std::result::Result<Option<Conn>, Failure> {
         match tokio::time::timeout(bound, conn.ping()).await {
-            Ok(Ok(())) => Some(conn),
-            _ => None,
+            Ok(Ok(())) => Ok(Some(conn)),
+            Ok(Err(_)) => Ok(None),
+            Err(elapsed) => Err(Failure::Unknown(Arc::new(elapsed))),
         }
     }
 
