@@ -12,7 +12,7 @@ the driver sends), so the figures are of this checkout.
     python3 benches/redis-script-cost.py [CASE ...]   (default: every case)
 
 Cases:
-  plain          ACQUIRE + RELEASE of one free key (five names and two, as the driver sends)
+  plain          ACQUIRE + RELEASE of one free key (five names and three, as the driver sends)
   four-keys      KINDS_ACQUIRE + KINDS_RELEASE of 4 free keys (20 names)
   counted        KINDS_HANDOFF on a counted key (limit 8): one holder's unit
                  given back and granted to the next request in one call, as
@@ -279,7 +279,7 @@ def pairs(pair_of):
 def plain(redis, sha):
     def pair(j):
         k, t = names(f"k{j}"), token()
-        return [["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0, RETENTION], ["EVALSHA", sha["RELEASE"], 2, k[0], k[2], t, "bench:wake"]]
+        return [["EVALSHA", sha["ACQUIRE"], 5, *k, t, 10000, 30000, 0, RETENTION], ["EVALSHA", sha["RELEASE"], 3, k[0], k[2], k[4], t, "bench:wake", 1]]
 
     return pairs(pair)
 

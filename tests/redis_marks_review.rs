@@ -1,16 +1,18 @@
 //! What the adversarial review of 7fc1651 (a withdraw takes back its marks
 //! in both waiting sets; a release drops the releasing token's own marks in
-//! the waiting set) tried against private real servers. The ignored tests
-//! are open findings, liveness only, none made by that change (each fails
-//! on the commit before it too; run them with `--ignored`): two marks a
-//! token keeps after it stopped waiting, outside what that change takes
-//! back, so the key (or its readers) wait for nobody until the mark lapses,
-//! and a waiter nobody tells it is first. The stale marks are those of a
-//! first try sent twice (its answer lost with its connection: two tickets,
-//! one token): a proxy cuts the connection under the answer in
+//! the waiting set) tried against private real servers, and what was found
+//! since, each fixed: a token that stops holding takes every mark of its own
+//! out of both the waiting set and the queue set, whether its release is
+//! granted or refused as lost (`LEASE_LOST`), and hands on a key a release
+//! handed to such a mark (`h:<token>`) before it came; a try of a token that
+//! holds (one sent again that reached Redis after the grant) is granted
+//! again and marks nothing, on a counted key too. The stale marks are those
+//! of a first try sent twice (its answer lost with its connection: two
+//! tickets, one token): a proxy cuts the connection under the answer in
 //! `a_writer_whose_first_try_was_sent_twice_...`; elsewhere they are
-//! written by hand, the way tests/redis_fairness.rs writes them. The test
-//! that passes is a race that held.
+//! written by hand, the way tests/redis_fairness.rs writes them. A try that
+//! comes after its grant is replayed by hand from the server's `MONITOR`
+//! record. The plain one, and the races, held before their fixes too.
 
 mod support;
 
@@ -54,11 +56,12 @@ fn shared(ms: u64) -> AcquireOptions {
 /// A plain writer whose first try behind readers was sent twice has two
 /// marks in the queue set; granted once the readers leave, it takes back
 /// only the one whose ticket it knows. The other is its own, as the stale
-/// waiting-set mark 7fc1651 drops at the release is, but nothing drops it:
-/// after the writer released, a reader is refused (a writer's mark stops
-/// new readers) until that mark lapses, while nobody holds or wants the key.
+/// waiting-set mark 7fc1651 drops at the release is: the release drops it
+/// too, or a reader would be refused (a writer's mark stops new readers)
+/// until that mark lapsed, while nobody holds or wants the key. (The known
+/// way to such a mark, a try sent twice, is also closed by the grant's
+/// withdraw: the tests with a real lost answer below.)
 #[test]
-#[ignore = "open (liveness): a stale mark of the holder's token made by hand stays; the known way to one (a try sent twice) is closed by the grant's withdraw (the tests with a real lost answer below pass)"]
 fn a_released_writer_s_own_stale_queue_mark_keeps_readers_out() {
     let server = RedisServer::start();
     let (readers, _) = support::open_redis(&server.url(), POLLS, &[]);
@@ -86,16 +89,213 @@ fn a_released_writer_s_own_stale_queue_mark_keeps_readers_out() {
     block_on(readers.close());
 }
 
+/// The same writer stalls past its lease instead: its release is refused
+/// (`LEASE_LOST`), and takes its stale queue-set mark back all the same (a
+/// reader waiting behind it is told), so the next reader is granted.
+#[test]
+fn a_writer_whose_lease_lapsed_takes_its_stale_queue_mark_back_at_its_refused_release() {
+    let server = RedisServer::start();
+    let (readers, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (writer_app, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (lock, _, queue) = names("k");
+    let reader = block_on(backend(&readers).acquire("k", shared(0))).unwrap();
+    let writer = std::thread::spawn(move || {
+        let lease = block_on(backend(&writer_app).acquire("k", wait(5_000))).expect("granted once the reader left");
+        (writer_app, lease)
+    });
+    support::eventually("the writer queued", || zmembers(&server, &queue).len() == 1);
+    let token = zmembers(&server, &queue)[0].split_once(':').unwrap().1.to_owned();
+    let stale = stale_mark(&server, &queue, &token, 1_000_000, 11_000);
+    assert!(block_on(reader.release()).unwrap());
+    let (writer_app, lease) = writer.join().unwrap();
+    let mut raw = server.client();
+    let _: () = redis::cmd("PEXPIRE").arg(&lock).arg(1).query(&mut raw).unwrap();
+    support::eventually("the lease lapsed", || redis::cmd("EXISTS").arg(&lock).query::<i64>(&mut raw).unwrap() == 0);
+    let lost = block_on(lease.release()).expect_err("the lapsed lease's release is refused");
+    assert_eq!(lost.code(), dokebi_lock::ErrorCode::LeaseLost);
+    let left = zmembers(&server, &queue);
+    let next = block_on(backend(&readers).acquire("k", shared(0)));
+    assert!(
+        next.is_ok(),
+        "a reader was refused ({:?}) after the writer's lapsed release: the queue set kept {left:?} (the writer's own mark {stale})",
+        next.as_ref().err().map(|e| e.code())
+    );
+    drop(next);
+    block_on(writer_app.close());
+    block_on(readers.close());
+}
+
+/// A try reaches Redis after its token was granted only as a duplicate:
+/// an acquire sends its next try once the last one answered, and a try
+/// left unanswered past `commandTimeoutMs` ends the acquire
+/// (`OUTCOME_UNKNOWN`, its marks withdrawn); only a first attempt that
+/// outlived its connection (held in the network or a proxy while the retry
+/// on a fresh connection was granted) can come later. Replayed by hand
+/// here (the writer's first try behind a reader, as the server's `MONITOR`
+/// recorded it) while the writer holds, it finds the lock carrying its
+/// token and is granted again (one fence more; nothing is marked), so the
+/// release leaves no mark to keep readers out. (After the release it
+/// would be a new try of a finished token, which nothing that came before
+/// it can take back: a mark lapses after `waitingMs`, a grant after
+/// `leaseMs`.) Held before this fix too.
+#[test]
+fn a_try_that_reaches_redis_after_its_token_was_granted_leaves_no_mark() {
+    let server = RedisServer::start();
+    let sent = monitor(&server);
+    let (readers, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (writer_app, _) = support::open_redis(&server.url(), POLLS, &[]);
+    let (lock, waiting, queue) = names("k");
+    let reader = block_on(backend(&readers).acquire("k", shared(0))).unwrap();
+    let writer = std::thread::spawn(move || {
+        let lease = block_on(backend(&writer_app).acquire("k", wait(5_000))).expect("granted once the reader left");
+        (writer_app, lease)
+    });
+    support::eventually("the writer queued", || zmembers(&server, &queue).len() == 1);
+    let token = zmembers(&server, &queue)[0].split_once(':').unwrap().1.to_owned();
+    assert!(block_on(reader.release()).unwrap());
+    let (writer_app, lease) = writer.join().unwrap();
+    // The plain acquire script's call: EVALSHA, its hash, 5, five names and
+    // five arguments (token, leaseMs, waitingMs, ticket, retention).
+    let first_try = |line: &String| {
+        let words: Vec<String> = line.split_once("] ")?.1.split('"').skip(1).step_by(2).map(str::to_owned).collect();
+        (words.len() == 13 && words[0] == "EVALSHA" && words[3] == lock && words[8] == token && words[11] == "0").then_some(words)
+    };
+    let words = sent.lock().unwrap().iter().find_map(first_try).expect("MONITOR recorded the writer's first try");
+    let mut raw = server.client();
+    let (granted, _, _): (i64, i64, i64) = redis::cmd("EVALSHA").arg(&words[1..]).query(&mut raw).unwrap();
+    assert_eq!(granted, 1, "the try sent again to the holder was not granted");
+    let marks: Vec<String> = [&waiting, &queue].iter().flat_map(|set| zmembers(&server, set)).filter(|m| m.ends_with(&token)).collect();
+    assert_eq!(marks, Vec::<String>::new(), "the try that came after the grant marked the key");
+    assert!(block_on(lease.release()).unwrap());
+    let next = block_on(backend(&readers).acquire("k", shared(0)));
+    assert!(next.is_ok(), "a reader was refused ({:?}) after the writer released", next.as_ref().err().map(|e| e.code()));
+    drop(next);
+    block_on(writer_app.close());
+    block_on(readers.close());
+}
+
+/// The same for a counted request: its first try, replayed while it
+/// holds one unit and a heavier request it came before waits, used to be
+/// refused for that request's mark (its own ticket unknown to the try,
+/// every other mark counts as older) and to leave a mark of its own
+/// behind, which its release did not take back: a single try found the
+/// free key refused until the mark lapsed. A try of a token that holds is
+/// a retry of its grant, as on a plain key: granted again, nothing marked.
+#[test]
+fn a_counted_try_that_reaches_redis_after_its_token_was_granted_leaves_no_mark() {
+    let server = RedisServer::start();
+    let sent = monitor(&server);
+    let open = || support::open_redis(&server.url(), POLLS, &[]).0;
+    let (holder_app, app, heavy_app) = (open(), open(), open());
+    let (lock, _, queue) = names("pool");
+    let counted = |weight: u32, ms: u64| AcquireOptions { limit: Some(3), weight: Some(weight), ..wait(ms) };
+    let full = block_on(backend(&holder_app).acquire("pool", counted(3, 0))).unwrap();
+    let light = backend(&app);
+    let light = std::thread::spawn(move || block_on(light.acquire("pool", counted(1, 5_000))).expect("granted once the key had room"));
+    support::eventually("the light request queued", || zmembers(&server, &queue).len() == 1);
+    let token = zmembers(&server, &queue)[0].split_once(':').unwrap().1.to_owned();
+    let heavy = backend(&heavy_app);
+    let heavy = std::thread::spawn(move || block_on(heavy.acquire("pool", counted(3, 8_000))).expect("granted once the key was empty"));
+    support::eventually("the heavy request queued behind it", || zmembers(&server, &queue).len() == 2);
+    assert!(block_on(full.release()).unwrap());
+    let lease = light.join().unwrap();
+    // The kinds acquire script's call: EVALSHA, its hash, 5, five names and
+    // nine arguments (token, leaseMs, waitingMs, mode, limit, weight,
+    // ticket, channel, retention).
+    let first_try = |line: &String| {
+        let words: Vec<String> = line.split_once("] ")?.1.split('"').skip(1).step_by(2).map(str::to_owned).collect();
+        (words.len() == 17 && words[0] == "EVALSHA" && words[3] == lock && words[8] == token && words[14] == "0").then_some(words)
+    };
+    let words = sent.lock().unwrap().iter().find_map(first_try).expect("MONITOR recorded the light request's first try");
+    let mut raw = server.client();
+    let answer: Vec<i64> = redis::cmd("EVALSHA").arg(&words[1..]).query(&mut raw).unwrap();
+    let marks: Vec<String> = zmembers(&server, &queue).into_iter().filter(|m| m.ends_with(&token)).collect();
+    assert_eq!(marks, Vec::<String>::new(), "the try that came after the grant marked the key (it answered {answer:?})");
+    assert_eq!(answer.first(), Some(&1), "the try sent again to a holder was not granted again");
+    assert!(block_on(lease.release()).unwrap());
+    assert!(block_on(heavy.join().unwrap().release()).unwrap());
+    let next = block_on(backend(&holder_app).acquire("pool", counted(1, 0)));
+    assert!(next.is_ok(), "a single try was refused ({:?}) on the free key", next.as_ref().err().map(|e| e.code()));
+    drop(next);
+    for app in [holder_app, app, heavy_app] {
+        block_on(app.close());
+    }
+}
+
+/// Every command `server` is sent from now on, as `MONITOR` gives it.
+fn monitor(server: &RedisServer) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut connection = server.client();
+    connection.send_packed_command(&redis::cmd("MONITOR").get_packed_command()).unwrap();
+    // `+OK`, then one line per command.
+    connection.recv_response().unwrap();
+    let seen = lines.clone();
+    std::thread::spawn(move || {
+        while let Ok(redis::Value::SimpleString(line)) = connection.recv_response() {
+            seen.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
 /// A waiter with a second mark (a first try sent twice) is granted the
 /// free key (its holder's lease lapsed) and takes back only the mark it
-/// knows: 7fc1651 drops the other at its own release. But a holder whose
+/// knows: 7fc1651 drops the other at its own release. A holder whose
 /// lease lapsed (a stall past `leaseMs`) has its release refused
-/// (`LEASE_LOST`) before anything is dropped: the next holder's release
-/// hands the key to that stale mark, `h:<token>` of a lease already over,
-/// and the key waits for nobody until the mark lapses.
+/// (`LEASE_LOST`): that refusal drops the stale mark too, or the next
+/// holder's release would hand the key to it, `h:<token>` of a lease
+/// already over, and the key would wait for nobody until the mark lapsed.
 #[test]
-#[ignore = "open (liveness): a stale mark of the holder's token made by hand is handed the key after its lease lapsed; the known way to one (a try sent twice) is closed by the grant's withdraw"]
 fn a_holder_whose_lease_lapsed_leaves_its_stale_mark_to_be_handed_the_key() {
+    let LapsedHolder { server, lock, waiting, app, waiter_app, lease } = lapsed_holder_with_a_stale_mark();
+    let mut raw = server.client();
+    let next = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    let lost = block_on(lease.release()).expect_err("the lapsed lease's release is refused");
+    assert_eq!(lost.code(), dokebi_lock::ErrorCode::LeaseLost);
+    let left = zmembers(&server, &waiting);
+    assert!(block_on(next.release()).unwrap());
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, None, "the release handed the key to the lapsed holder's own stale mark (the waiting set kept {left:?})");
+    block_on(waiter_app.close());
+    block_on(app.close());
+}
+
+/// The same with the releases the other way round: the next holder
+/// releases first and hands the key to the lapsed holder's stale mark
+/// (`h:<token>`, whose token will never try again); the lapsed holder's
+/// refused release then hands it on (here to nobody: the key is free).
+#[test]
+fn a_lapsed_holder_s_refused_release_hands_on_a_key_handed_to_its_stale_mark() {
+    let LapsedHolder { server, lock, app, waiter_app, lease, .. } = lapsed_holder_with_a_stale_mark();
+    let mut raw = server.client();
+    let next = block_on(backend(&app).acquire("k", wait(0))).unwrap();
+    assert!(block_on(next.release()).unwrap());
+    let handed: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert!(handed.as_deref().is_some_and(|h| h.starts_with("h:")), "the release handed the key to the stale mark ({handed:?})");
+    let lost = block_on(lease.release()).expect_err("the lapsed lease's release is refused");
+    assert_eq!(lost.code(), dokebi_lock::ErrorCode::LeaseLost);
+    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    assert_eq!(holder, None, "the key stayed handed to the lapsed holder's stale mark");
+    let again = block_on(backend(&app).acquire("k", wait(0)));
+    assert!(again.is_ok(), "the free key was refused ({:?})", again.as_ref().err().map(|e| e.code()));
+    drop(again);
+    block_on(waiter_app.close());
+    block_on(app.close());
+}
+
+/// A waiter of `waiter_app` with a second, stale mark of its own in the
+/// waiting set (3 s to live), granted once the lease of `app` it waited
+/// for lapsed, whose own lease has lapsed too (a stall).
+struct LapsedHolder {
+    server: RedisServer,
+    lock: String,
+    waiting: String,
+    app: dokebi_lock::Provider,
+    waiter_app: dokebi_lock::Provider,
+    lease: dokebi_lock::Lease,
+}
+
+fn lapsed_holder_with_a_stale_mark() -> LapsedHolder {
     let server = RedisServer::start();
     // Marks live 2 x 1 s + 1 s; the waiter retries each second.
     let polls: &[(&str, &str)] = &[("leaseMs", "10000"), ("pollIntervalMs", "1000"), ("notifyPollIntervalMs", "1000")];
@@ -118,15 +318,7 @@ fn a_holder_whose_lease_lapsed_leaves_its_stale_mark_to_be_handed_the_key() {
     // The waiter stalls past its lease; another process takes the key.
     let _: () = redis::cmd("PEXPIRE").arg(&lock).arg(1).query(&mut raw).unwrap();
     support::eventually("the lease lapsed", || redis::cmd("EXISTS").arg(&lock).query::<i64>(&mut raw).unwrap() == 0);
-    let next = block_on(backend(&app).acquire("k", wait(0))).unwrap();
-    let lost = block_on(lease.release()).expect_err("the lapsed lease's release is refused");
-    assert_eq!(lost.code(), dokebi_lock::ErrorCode::LeaseLost);
-    let left = zmembers(&server, &waiting);
-    assert!(block_on(next.release()).unwrap());
-    let holder: Option<String> = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
-    assert_eq!(holder, None, "the release handed the key to the lapsed holder's own stale mark (the waiting set kept {left:?})");
-    block_on(waiter_app.close());
-    block_on(app.close());
+    LapsedHolder { server, lock, waiting, app, waiter_app, lease }
 }
 
 /// Held: a waiter that gives up just as the holder releases. Whichever

@@ -246,11 +246,24 @@ impl Claim {
     /// Gives back every key that still carries our token, telling waiters
     /// in every process (see the release scripts; `wake`: this process's
     /// heads of the keys freed): `value` 1 when every key did, else 0. Every
-    /// group is tried, also after one failed.
-    pub(crate) async fn give_back(&self, on: &Scripted, channel: &str, wake: &(dyn Fn(&str) + Sync)) -> Result<Answer<i64>, Failure> {
+    /// group is tried, also after one failed. `ends`: the token is done (a
+    /// lease's release, the clean-up of an acquire that ended), so a plain
+    /// key's release takes its marks back even when refused (see
+    /// [`super::scripts`]' `RELEASE`); not while its acquire still waits.
+    pub(crate) async fn give_back(
+        &self,
+        on: &Scripted,
+        channel: &str,
+        ends: bool,
+        wake: &(dyn Fn(&str) + Sync),
+    ) -> Result<Answer<i64>, Failure> {
         if self.is_plain() {
             let k = &self.keys[0];
-            let answer = on.connection.eval::<i64>(&on.scripts.release, &[k.lock(), k.waiting()], &[&self.token, &channel]).await?;
+            let ends = if ends { "1" } else { "0" };
+            let answer = on
+                .connection
+                .eval::<i64>(&on.scripts.release, &[k.lock(), k.waiting(), k.queue()], &[&self.token, &channel, &ends])
+                .await?;
             if answer.value == 1 {
                 wake(k.lock());
             }
@@ -407,9 +420,11 @@ impl Claim {
 
     /// True once, after a waiting try was sent twice: a grant then takes
     /// back every mark of its token ([`Claim::withdraw`], which leaves a lock
-    /// the token holds alone), or a writer's leftover mark would keep
-    /// readers out after its release, and a leftover waiting mark could be
-    /// handed the key once this lease lapsed.
+    /// the token holds alone). A plain release takes them back too, even a
+    /// refused one, but a holder that dies sends none: a leftover waiting
+    /// mark could then be handed the key once this lease lapsed, and a
+    /// counted request's leftover mark would keep later requests waiting
+    /// (a kinds release does not look for marks).
     pub(crate) fn marks_left(&self) -> bool {
         self.marks_unknown.swap(false, Ordering::Relaxed)
     }

@@ -81,6 +81,10 @@ impl RedisKeys {
         self.name(2)
     }
 
+    pub fn queue(&self) -> &str {
+        self.name(4)
+    }
+
     /// `<namespace>:lock-acks:{<digest>}`, in the names' slot: what a
     /// `WAIT` for `replicaAcks` publishes on (on a Cluster, sets) first, so
     /// it counts from past the script's write (see
@@ -147,7 +151,7 @@ mod tests {
         assert_eq!(waiting, "ns:lock-waiting:{ungWv48Bz-pBQUDeXa4iI7}");
         assert_eq!(kind, "ns:lock-kind:{ungWv48Bz-pBQUDeXa4iI7}");
         assert_eq!(queue, "ns:lock-queue:{ungWv48Bz-pBQUDeXa4iI7}");
-        assert_eq!((keys.lock(), keys.waiting()), (lock, waiting));
+        assert_eq!((keys.lock(), keys.waiting(), keys.queue()), (lock, waiting, queue));
         assert_eq!(keys.acks(), "ns:lock-acks:{ungWv48Bz-pBQUDeXa4iI7}");
         // A namespace that holds the lock name's infix keeps it.
         assert_eq!(RedisKeys::new("a:lock:{t}", "abc").acks(), "a:lock:{t}:lock-acks:{ungWv48Bz-pBQUDeXa4iI7}");

@@ -184,7 +184,8 @@ end
 /// The function `marks_of(set, token)`: the members of the sorted set of
 /// marks `set` that are `token`'s (`<ticket>:<token>`; none when `set` is
 /// a string, a kinds waiter's `'1'`). One `ZRANGE` over the key's waiters:
-/// run where a mark's ticket is not known (a withdraw), never on a grant.
+/// run where a mark's ticket is not known (a withdraw, a contended
+/// release), never on a grant.
 macro_rules! marks_of {
     () => {
         r"
@@ -378,8 +379,9 @@ return 0
 /// marked the key as waited for, tells waiters of every process (one message
 /// on the namespace's channel). An uncontended release publishes nothing, so
 /// it wakes no subscriber, and writes nothing but the `DEL` of the lock (a
-/// `DEL` of an absent mark would still be replicated, with its name). A
-/// lock of shared or counted holders is never ours (`pcall`, as in renew).
+/// `DEL` of an absent mark would still be replicated, with its name): `GET`,
+/// one `EXISTS` over the waiting and queue names, `DEL`. A lock of shared or
+/// counted holders is never ours (`pcall`, as in renew).
 ///
 /// No process starves: a plain waiter's mark is a member of the waiting
 /// name, a sorted set (`<ticket>:<token>` scored by when it lapses, see
@@ -394,66 +396,130 @@ return 0
 /// (`LEASE_LOST`), not take the hand-off for its old lease. The waiter's
 /// next try finds its reservation and is granted,
 /// with a new fence (a waiter that died holds the key only until its mark
-/// would have lapsed). Lapsed marks are dropped, and so are the releasing
-/// token's own: a holder waits no more, but a grant takes back only the
-/// mark of the ticket it knows, and a first try sent twice (its answer
-/// lost) can have left one under another ticket, or under one a granted
-/// try never learned. Handed to, such a mark would keep the key for nobody
-/// until it lapsed. They go here rather than at the grant: the release
-/// reads the set anyway, where a grant would need one more call on every
-/// waiter's grant (a scan for marks it does not know) and one on the free
-/// key's path too. A waiting name that is a
+/// would have lapsed). Lapsed marks are dropped. A waiting name that is a
 /// kinds waiter's mark (a string) is deleted as before.
-/// KEYS: lock, waiting. ARGV: token, channel. Returns 1 when released, else 0.
-const RELEASE: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
+///
+/// The releasing token's own marks go, in the waiting set and in the queue
+/// set: a holder waits no more, but a grant takes back only the mark of the
+/// ticket it knows, and a first try sent twice (its answer lost) can have
+/// left one under another ticket, or under one a granted try never learned.
+/// Handed to, a waiting-set mark would keep the key for nobody until it
+/// lapsed; a queue-set mark (a writer that queued behind readers) would keep
+/// new readers out as long. They go here rather than at the grant: the
+/// release looks at the sets anyway, where a grant would need one more call
+/// on every waiter's grant (a scan for marks it does not know) and one on
+/// the free key's path too.
+///
+/// `ends` (ARGV[3], `1`) says the token is done: a lease's release, or the
+/// clean-up of an acquire that ended. Then a release refused because the
+/// lease was lost (its lease lapsed, the key went on to others) still takes
+/// the token's marks out of both sets, telling waiters when it took some
+/// from the queue set (a reader kept out by one may go now); and a lock
+/// that carries `h:<token>` (a release handed the key to such a mark before
+/// this one came) is handed on as our own lock would be, and the answer is
+/// still 0. Neither grants anything: a mark is a place in line, not a hold,
+/// and a `h:` reservation becomes a lease only through its token's own try
+/// (with a new fence), which a done token never sends. Without `ends` (the
+/// give-back of what an unanswered try may have granted, while the acquire
+/// still waits: its marks and a key handed to it are its place) a refused
+/// release touches nothing, and one granted leaves the queue set alone.
+/// KEYS: lock, waiting, queue. ARGV: token, channel, ends (`1` or `0`).
+/// Returns 1 when released, else 0.
+const RELEASE: &str = concat!(
+    r"
+local token = ARGV[1]
+local held = redis.pcall('GET', KEYS[1])
+local ours = held == token
+local marked
+if ours then
+  marked = redis.call('EXISTS', KEYS[2], KEYS[3])
+  if marked == 0 then
     redis.call('DEL', KEYS[1])
     return 1
   end
-  local marks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-  local next, lapses, now_ms, lapsed = nil, nil, nil, false
-  -- The releasing token's own marks are never handed to: it holds, so it
-  -- waits no more (a first try sent twice, its answer lost, left a mark
-  -- under a ticket its grant did not know, or the try that was granted
-  -- never knew one). They go with the marks of the token handed to.
-  local mine = ':' .. ARGV[1]
-  if not marks.err then
-    local now = redis.call('TIME')
-    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    for n = 1, #marks, 2 do
-      local score = tonumber(marks[n + 1])
-      if score <= now_ms then
-        lapsed = true
-      elseif (not next or marks[n] < next) and string.sub(marks[n], -#mine) ~= mine then
-        next, lapses = marks[n], score
-      end
-    end
-  end
-  if next then
-    if lapsed then
-      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-    end
-    local token = string.sub(next, string.find(next, ':', 1, true) + 1)
-    redis.call('SET', KEYS[1], 'h:' .. token, 'PX', string.format('%.0f', lapses - now_ms))
-    -- Every mark of that token goes, the one handed to too (a first try
-    -- sent twice, its answer lost, left two, and the waiter's grant takes
-    -- back only the mark of the ticket it knows): one hand-off per waiter.
-    local gone, theirs = {}, ':' .. token
-    for n = 1, #marks, 2 do
-      if string.sub(marks[n], -#theirs) == theirs or string.sub(marks[n], -#mine) == mine then
-        gone[#gone + 1] = marks[n]
-      end
-    end
-    redis.call('ZREM', KEYS[2], unpack(gone))
-  else
-    redis.call('DEL', KEYS[1], KEYS[2])
-  end
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-  return 1
 end
-return 0
-";
+-- Past the uncontended release: defining marks_of there cost it about 4,000
+-- instructions (a closure made on every call).
+",
+    marks_of!(),
+    r"
+local ends = ARGV[3] == '1'
+if not ours and not (ends and held == 'h:' .. token) then
+  if ends and redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+    local waited = marks_of(KEYS[2], token)
+    if #waited > 0 then
+      redis.call('ZREM', KEYS[2], unpack(waited))
+    end
+    local queued = marks_of(KEYS[3], token)
+    if #queued > 0 then
+      redis.call('ZREM', KEYS[3], unpack(queued))
+      redis.call('PUBLISH', ARGV[2], KEYS[1])
+    end
+  end
+  return 0
+end
+local released = ours and 1 or 0
+marked = marked or redis.call('EXISTS', KEYS[2], KEYS[3])
+if marked == 0 then
+  redis.call('DEL', KEYS[1])
+  return released
+end
+-- A set is never empty: the waiting name exists when it is a kinds
+-- waiter's mark (a string) or has members, so whether the queue name (of
+-- the two EXISTS counted) does needs no call of its own.
+local marks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+local waited_for = marks.err ~= nil or #marks > 0
+if ends and marked > (waited_for and 1 or 0) then
+  -- A writer that queued behind readers left its marks in the queue set.
+  local queued = marks_of(KEYS[3], token)
+  if #queued > 0 then
+    redis.call('ZREM', KEYS[3], unpack(queued))
+  end
+end
+if not waited_for then
+  -- Nobody to hand the key to or to tell.
+  redis.call('DEL', KEYS[1])
+  return released
+end
+local next, lapses, now_ms, lapsed = nil, nil, nil, false
+-- The releasing token's own marks are never handed to: they go with the
+-- marks of the token handed to.
+local mine = ':' .. token
+if not marks.err then
+  local now = redis.call('TIME')
+  now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  for n = 1, #marks, 2 do
+    local score = tonumber(marks[n + 1])
+    if score <= now_ms then
+      lapsed = true
+    elseif (not next or marks[n] < next) and string.sub(marks[n], -#mine) ~= mine then
+      next, lapses = marks[n], score
+    end
+  end
+end
+if next then
+  if lapsed then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+  end
+  local handed = string.sub(next, string.find(next, ':', 1, true) + 1)
+  redis.call('SET', KEYS[1], 'h:' .. handed, 'PX', string.format('%.0f', lapses - now_ms))
+  -- Every mark of that token goes, the one handed to too (a first try
+  -- sent twice, its answer lost, left two, and the waiter's grant takes
+  -- back only the mark of the ticket it knows): one hand-off per waiter.
+  local gone, theirs = {}, ':' .. handed
+  for n = 1, #marks, 2 do
+    if string.sub(marks[n], -#theirs) == theirs or string.sub(marks[n], -#mine) == mine then
+      gone[#gone + 1] = marks[n]
+    end
+  end
+  redis.call('ZREM', KEYS[2], unpack(gone))
+else
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+redis.call('PUBLISH', ARGV[2], KEYS[1])
+return released
+"
+);
 
 /// The start of the kinds scripts: the server's clock (read when first
 /// needed), and the functions
@@ -737,6 +803,15 @@ local function grant(first, last, r, waiting_ms)
             end
           end
         end
+        -- A request that holds here already is a try of its grant sent
+        -- again (one that outlived its connection, come after the grant):
+        -- granted again, as on a plain key, taking no more room. Refused,
+        -- it would leave a mark of a token that holds, which its release
+        -- does not look for: later requests would wait behind it.
+        if not free then
+          local score = redis.pcall('ZSCORE', lock, member)
+          free = type(score) == 'string' and tonumber(score) > now_ms
+        end
       end
       if not free then
         blocked[#blocked + 1] = i
@@ -953,8 +1028,10 @@ end
 ///   ticket is the server's clock in microseconds when the request first
 ///   waited. A writer's mark stops new readers; a counted request is
 ///   granted only when no older mark waits, so a heavy request at the head
-///   is not overtaken by light ones that came later (in any process). An
-///   empty queue (the usual case) costs one `EXISTS`.
+///   is not overtaken by light ones that came later (in any process). A
+///   request that holds the key already (a try of its grant sent again) is
+///   granted again whatever waits, and marks nothing. An empty queue (the
+///   usual case) costs one `EXISTS`.
 ///
 /// KEYS: five per user key (lock, fence, waiting, kind, queue). ARGV: token,
 /// leaseMs, waitingMs, mode (`x` or `s`), limit, weight, ticket (`0` for

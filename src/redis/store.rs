@@ -175,9 +175,11 @@ impl RedisStore {
 
     /// Gives back what the first send of a try sent twice may have granted
     /// `claim` when the second was refused: nobody was told of it. Best
-    /// effort: what is not given back lapses after leaseMs.
+    /// effort: what is not given back lapses after leaseMs. The acquire
+    /// still waits: its queue-set marks, and a key a release handed to it,
+    /// stay (see the release script).
     async fn give_back_untold(&self, claim: &Claim) {
-        let _ = claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await;
+        let _ = claim.give_back(&self.shared.scripted, &self.channel, false, &|lock| self.shared.wake(lock)).await;
     }
 }
 
@@ -222,7 +224,7 @@ impl Store for RedisStore {
     }
 
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
-        let answer = claim.give_back(&self.shared.scripted, &self.channel, &|lock| self.shared.wake(lock)).await?;
+        let answer = claim.give_back(&self.shared.scripted, &self.channel, true, &|lock| self.shared.wake(lock)).await?;
         Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost })
     }
 
