@@ -53,6 +53,15 @@ fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
 }
 
+/// A reader of `k` from `readers` is granted at once: no mark of a writer
+/// that finished (`after` says which, for the message) keeps it out.
+fn a_reader_is_let_in(server: &RedisServer, readers: &dokebi_lock::Provider, after: &str) {
+    let (_, _, queue) = names("k");
+    let left = zmembers(server, &queue);
+    let next = block_on(backend(readers).acquire("k", shared(0)));
+    assert!(next.is_ok(), "a reader was refused ({:?}) after {after}: the queue set kept {left:?}", next.as_ref().err().map(|e| e.code()));
+}
+
 /// A plain writer whose first try behind readers was sent twice has two
 /// marks in the queue set; granted once the readers leave, it takes back
 /// only the one whose ticket it knows. The other is its own, as the stale
@@ -78,13 +87,7 @@ fn a_released_writer_s_own_stale_queue_mark_keeps_readers_out() {
     assert!(block_on(reader.release()).unwrap());
     let (writer_app, lease) = writer.join().unwrap();
     assert!(block_on(lease.release()).unwrap());
-    let left = zmembers(&server, &queue);
-    let next = block_on(backend(&readers).acquire("k", shared(0)));
-    assert!(
-        next.is_ok(),
-        "a reader was refused ({:?}) after the writer released: the queue set kept {left:?} (the writer's own mark {stale})",
-        next.as_ref().err().map(|e| e.code())
-    );
+    a_reader_is_let_in(&server, &readers, &format!("the writer released (the writer's own mark {stale})"));
     block_on(writer_app.close());
     block_on(readers.close());
 }
@@ -113,14 +116,7 @@ fn a_writer_whose_lease_lapsed_takes_its_stale_queue_mark_back_at_its_refused_re
     support::eventually("the lease lapsed", || redis::cmd("EXISTS").arg(&lock).query::<i64>(&mut raw).unwrap() == 0);
     let lost = block_on(lease.release()).expect_err("the lapsed lease's release is refused");
     assert_eq!(lost.code(), dokebi_lock::ErrorCode::LeaseLost);
-    let left = zmembers(&server, &queue);
-    let next = block_on(backend(&readers).acquire("k", shared(0)));
-    assert!(
-        next.is_ok(),
-        "a reader was refused ({:?}) after the writer's lapsed release: the queue set kept {left:?} (the writer's own mark {stale})",
-        next.as_ref().err().map(|e| e.code())
-    );
-    drop(next);
+    a_reader_is_let_in(&server, &readers, &format!("the writer's lapsed release (the writer's own mark {stale})"));
     block_on(writer_app.close());
     block_on(readers.close());
 }
@@ -167,9 +163,7 @@ fn a_try_that_reaches_redis_after_its_token_was_granted_leaves_no_mark() {
     let marks: Vec<String> = [&waiting, &queue].iter().flat_map(|set| zmembers(&server, set)).filter(|m| m.ends_with(&token)).collect();
     assert_eq!(marks, Vec::<String>::new(), "the try that came after the grant marked the key");
     assert!(block_on(lease.release()).unwrap());
-    let next = block_on(backend(&readers).acquire("k", shared(0)));
-    assert!(next.is_ok(), "a reader was refused ({:?}) after the writer released", next.as_ref().err().map(|e| e.code()));
-    drop(next);
+    a_reader_is_let_in(&server, &readers, "the writer released");
     block_on(writer_app.close());
     block_on(readers.close());
 }
@@ -422,13 +416,7 @@ fn a_writer_whose_first_try_was_sent_twice_keeps_readers_out_after_its_release()
     assert!(block_on(reader.release()).unwrap());
     let (writer_app, lease) = writer.join().unwrap();
     assert!(block_on(lease.release()).unwrap());
-    let left = zmembers(&server, &queue);
-    let next = block_on(backend(&readers).acquire("k", shared(0)));
-    assert!(
-        next.is_ok(),
-        "a reader was refused ({:?}) after the writer released: the queue set kept {left:?}",
-        next.as_ref().err().map(|e| e.code())
-    );
+    a_reader_is_let_in(&server, &readers, "the writer released");
     block_on(writer_app.close());
     block_on(readers.close());
 }
@@ -455,13 +443,7 @@ fn a_writer_granted_by_its_first_try_sent_again_keeps_readers_out_after_its_rele
     slow.set_latency(std::time::Duration::ZERO);
     let (writer_app, lease) = writer.join().unwrap();
     assert!(block_on(lease.release()).unwrap());
-    let left = zmembers(&server, &queue);
-    let next = block_on(backend(&readers).acquire("k", shared(0)));
-    assert!(
-        next.is_ok(),
-        "a reader was refused ({:?}) after the writer released: the queue set kept {left:?}",
-        next.as_ref().err().map(|e| e.code())
-    );
+    a_reader_is_let_in(&server, &readers, "the writer released");
     block_on(writer_app.close());
     block_on(readers.close());
 }
@@ -526,14 +508,7 @@ fn a_writer_handed_the_key_after_its_first_try_was_sent_twice_keeps_readers_out_
     assert!(block_on(reader.release()).unwrap());
     let lease = writer.join().unwrap();
     assert!(block_on(lease.release()).unwrap());
-    let left = zmembers(&server, &queue);
-    let next = block_on(backend(&others).acquire("k", shared(0)));
-    assert!(
-        next.is_ok(),
-        "a reader was refused ({:?}) after the writer (handed the key by its process's reader) released: the queue set kept {left:?}",
-        next.as_ref().err().map(|e| e.code())
-    );
-    drop(next);
+    a_reader_is_let_in(&server, &others, "the writer (handed the key by its process's reader) released");
     block_on(app.close());
     block_on(others.close());
 }
