@@ -1,6 +1,7 @@
 //! Review r1: probes of the mysql driver against MariaDB, each a finding
-//! reproduced on the code it was written against (ignored so the build
-//! stays green: run with `cargo test --test review_r1 -- --ignored`).
+//! reproduced on the code it was written against (ignored until fixed, so
+//! the build stays green: run with `cargo test --test review_r1 --
+//! --ignored`; a fixed one runs with the rest).
 
 mod mysql;
 #[path = "mysql/server.rs"]
@@ -12,7 +13,7 @@ mod postgres;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, LockMode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
 use futures::executor::block_on;
 use mysql::{url, yaml};
 use mysql_server::PrivateServer;
@@ -161,34 +162,55 @@ fn a_forward_step_of_mysql_s_clock_ends_a_lease_early_and_fences_the_holder_out(
 /// to this process's next waiter in the same call, which first locks every
 /// key of that waiter too. When the waiter's other key's row is locked by
 /// another session (a call stalled on it, a long transaction), the call
-/// waits out the row-lock wait (1 s) and is refused (1205): the release
-/// answers `PROVIDER_FAILED`, its keys stay held, and the clean-up that
-/// follows sends the same hand-over to the same waiter, refused the same
-/// way, until that row is unlocked or the lease lapses.
-/// The acquire's own try falls back to a try alone on such a refusal
-/// (final_review.rs); the release does not fall back to a plain give-back.
-/// Liveness: keys nobody waits on (`m`) are kept from every process.
+/// waits out the row-lock wait (1 s) and is refused (1205, nothing done):
+/// the release then gives its keys back plainly, as the acquire's own try
+/// falls back to a try alone (final_review.rs), rather than answering
+/// `PROVIDER_FAILED` with its keys kept (and its clean-up sending the same
+/// hand-over again until that row is unlocked or the lease lapses).
+/// Liveness: keys nobody waits on (`m`) are free for every process.
 #[test]
-#[ignore = "finding (liveness): a release whose hand-over meets a local waiter's other key row-locked fails PROVIDER_FAILED and keeps its keys"]
 fn mysql_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
+    mysql_release_beside_a_waiter_s_locked_key("j");
+}
+
+/// The same when the waiter's other key comes after the released keys in
+/// the order the call locks rows in: the call has locked the released keys'
+/// rows before it waits. MariaDB rolls back only the statement at 1205
+/// (`innodb_rollback_on_timeout` off); the procedure's handler rolls back
+/// the rest, so those rows are unlocked and the plain give-back that
+/// follows takes them at once. The waiter itself locks `k`'s row before
+/// it waits for `z`'s: told of the refusal before the give-back, its own
+/// try held the give-back up (refused in turn, 2 s).
+#[test]
+fn mysql_a_release_is_not_held_up_by_a_local_waiter_s_other_key_locked_after_its_own() {
+    mysql_release_beside_a_waiter_s_locked_key("z");
+}
+
+/// Releases `k` and `m` while this process waits for `k` and `other_key`, whose
+/// row another session holds locked for 6 s.
+fn mysql_release_beside_a_waiter_s_locked_key(other_key: &str) {
     let table = mysql::Table::fresh();
     let config = yaml(&table.0, "");
     let (one, other) = (Provider::from_yaml(&config).unwrap(), Provider::from_yaml(&config).unwrap());
     let backend = one.backend("shared").unwrap();
-    // j's key row exists.
-    assert!(block_on(block_on(backend.acquire("j", wait(0))).unwrap().release()).unwrap());
+    // The other key's row exists.
+    assert!(block_on(block_on(backend.acquire(other_key, wait(0))).unwrap().release()).unwrap());
     let lease = block_on(backend.acquire_many(&["k", "m"], wait(0))).unwrap();
     let waiter = std::thread::spawn({
-        let backend = backend.clone();
-        move || block_on(backend.acquire_many(&["k", "j"], wait(8000))).map(|lease| block_on(lease.release()))
+        let (backend, other_key) = (backend.clone(), other_key.to_owned());
+        move || {
+            block_on(backend.acquire_many(&["k", &other_key], wait(8000)))
+                .map(|lease| block_on(lease.release()).is_ok())
+                .map_err(|err| err.code())
+        }
     });
     std::thread::sleep(Duration::from_millis(300));
-    // Another session's transaction holds j's row for 6 s.
+    // Another session's transaction holds the other key's row for 6 s.
     let namespace = mysql::rows(&format!("SELECT HEX(ns) FROM `{}` LIMIT 1", table.0))[0][0].clone().unwrap();
     let mut locker = std::process::Command::new("mysql")
         .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
         .arg(format!(
-            "BEGIN; SELECT fence FROM `{0}` WHERE ns = X'{namespace}' AND k = 'j' FOR UPDATE; DO SLEEP(6 + 0 * LENGTH('{0}')); ROLLBACK;",
+            "BEGIN; SELECT fence FROM `{0}` WHERE ns = X'{namespace}' AND k = '{other_key}' FOR UPDATE; DO SLEEP(6 + 0 * LENGTH('{0}')); ROLLBACK;",
             table.0
         ))
         .stdout(std::process::Stdio::null())
@@ -205,35 +227,49 @@ fn mysql_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
     // m, which nobody waits for, is free for another process.
     let m = block_on(other.backend("shared").unwrap().acquire("m", wait(0))).map(|lease| lease.fence());
     let _ = locker.wait();
-    let _ = waiter.join();
-    assert!(
-        matches!(released, Ok(true)) && m.is_ok(),
-        "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}",
-        released.map_err(|err| (err.code(), err.to_string())),
-        m.map_err(|err| err.code())
-    );
+    let waited = waiter.join().unwrap();
+    assert_released_beside_a_locked_key(released, took, m, waited);
 }
 
 /// The same on PostgreSQL: the hand-over waits out `lock_timeout` on the
-/// waiter's other key (55P03), and the release is refused.
+/// waiter's other key (55P03, the statement rolled back), and the release
+/// gives its keys back plainly.
 #[test]
-#[ignore = "finding (liveness): a postgres release whose hand-over meets a local waiter's other key row-locked fails and keeps its keys"]
 fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
+    postgres_release_beside_a_waiter_s_locked_key("j");
+}
+
+/// The same when the waiter's other key comes after the released keys in
+/// the order the call locks rows in (and the waiter's own try locks `k`'s
+/// row before it waits for `z`'s).
+#[test]
+fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key_locked_after_its_own() {
+    postgres_release_beside_a_waiter_s_locked_key("z");
+}
+
+/// Releases `k` and `m` while this process waits for `k` and `other_key`, whose
+/// row another session holds locked for 6 s.
+fn postgres_release_beside_a_waiter_s_locked_key(other_key: &str) {
     let schema = postgres::Schema::fresh();
     let (one, other) = (schema.open(""), schema.open(""));
     let backend = postgres::backend(&one);
-    assert!(block_on(block_on(backend.acquire("j", wait(0))).unwrap().release()).unwrap());
+    // The other key's row exists.
+    assert!(block_on(block_on(backend.acquire(other_key, wait(0))).unwrap().release()).unwrap());
     let lease = block_on(backend.acquire_many(&["k", "m"], wait(0))).unwrap();
     let waiter = std::thread::spawn({
-        let backend = backend.clone();
-        move || block_on(backend.acquire_many(&["k", "j"], wait(8000))).map(|lease| block_on(lease.release()))
+        let (backend, other_key) = (backend.clone(), other_key.to_owned());
+        move || {
+            block_on(backend.acquire_many(&["k", &other_key], wait(8000)))
+                .map(|lease| block_on(lease.release()).is_ok())
+                .map_err(|err| err.code())
+        }
     });
     std::thread::sleep(Duration::from_millis(300));
-    // Another session's transaction holds j's row for 6 s.
+    // Another session's transaction holds the other key's row for 6 s.
     let mut locker = std::process::Command::new("psql")
         .arg(postgres::url())
         .args(["-q", "-c"])
-        .arg(format!("BEGIN; SELECT fence FROM {} WHERE key = 'j' FOR UPDATE; SELECT pg_sleep(6); ROLLBACK;", schema.table("")))
+        .arg(format!("BEGIN; SELECT fence FROM {} WHERE key = '{other_key}' FOR UPDATE; SELECT pg_sleep(6); ROLLBACK;", schema.table("")))
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -241,16 +277,28 @@ fn postgres_a_release_is_not_held_up_by_a_local_waiter_s_other_key() {
         "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT fence FROM {}%pg_sleep(6)%'",
         schema.table("")
     );
-    postgres::eventually("j's row is locked", || postgres::count(&sleeping) == 1);
+    postgres::eventually("the other key's row is locked", || postgres::count(&sleeping) == 1);
     let started = std::time::Instant::now();
     let released = block_on(lease.release());
     let took = started.elapsed();
     let m = block_on(postgres::backend(&other).acquire("m", wait(0))).map(|lease| lease.fence());
     let _ = locker.wait();
-    let _ = waiter.join();
+    let waited = waiter.join().unwrap();
+    assert_released_beside_a_locked_key(released, took, m, waited);
+}
+
+/// The release answered true, `m` (which nobody waits for) was free for
+/// another process's try, and the waiter was granted once the row was
+/// unlocked.
+fn assert_released_beside_a_locked_key(
+    released: dokebi_lock::Result<bool>,
+    took: Duration,
+    m: dokebi_lock::Result<u64>,
+    waited: Result<bool, ErrorCode>,
+) {
     assert!(
-        matches!(released, Ok(true)) && m.is_ok(),
-        "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}",
+        matches!(released, Ok(true)) && m.is_ok() && waited == Ok(true),
+        "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}; the waiter, once the row was unlocked: {waited:?}",
         released.map_err(|err| (err.code(), err.to_string())),
         m.map_err(|err| err.code())
     );

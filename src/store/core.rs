@@ -105,7 +105,8 @@ impl<S: Store> BackendCore<S> {
     /// waiters in every process, and wakes this process's next waiters. A
     /// kinds lease hands what it frees to this process's next waiters in
     /// the same call when the store can (see [`super::handoff`] and
-    /// [`Store::hands_over`]).
+    /// [`Store::hands_over`]); a hand-over refused for contention
+    /// ([`Failure::Contended`]) gives the keys back plainly instead.
     async fn delete_if_ours(self: &Arc<Self>, claim: &S::Claim) -> Result<Freed, Failure> {
         let mut candidates = Vec::new();
         if !claim.is_plain() && self.store.hands_over() {
@@ -138,6 +139,21 @@ impl<S: Store> BackendCore<S> {
                     self.waiters().wake(name);
                 }
                 Ok(handed.freed)
+            }
+            // The row the call waited for may be a waiter's other key, one
+            // this release does not hold: waiting it out would keep the
+            // released keys, and the clean-up would wait for it again. The
+            // call was rolled back whole (nothing granted, nothing freed),
+            // so the keys are given back plainly, which wakes the waiters
+            // as any give-back does, and the waiters go on waiting. They
+            // are told only after the give-back: told at once, one would
+            // try by itself meanwhile, and its try holds a released key's
+            // row while it waits for that other key, holding the give-back
+            // up in turn.
+            Err(Failure::Contended(_)) => {
+                let freed = self.store.give_back(claim).await;
+                self.deliver(&candidates, std::iter::empty(), sent, true);
+                freed
             }
             Err(failure) => {
                 self.deliver(&candidates, std::iter::empty(), sent, !failure.is_unknown());

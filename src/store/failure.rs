@@ -21,8 +21,9 @@ pub enum Failure {
     /// lock it needed too long, or locked rows in a cycle with it (a
     /// deadlock's victim): rolled back whole, nothing done. For a try at
     /// taking keys that says the keys are busy, not the store down (see
-    /// [`super::acquire`]); any other command was refused, as for
-    /// [`Failure::Refused`].
+    /// [`super::acquire`]); a release's hand-over falls back on a plain
+    /// give-back (see [`super::core`]); any other command was refused, as
+    /// for [`Failure::Refused`].
     Contended(Cause),
     /// The server cannot do what the driver needs: too old, or too few
     /// replicas acknowledged a write (`replicaAcks`). The cause says which.
