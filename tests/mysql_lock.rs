@@ -4,6 +4,8 @@
 //! hostile ones, and the failures a caller sees.
 
 mod mysql;
+#[path = "support/renewals.rs"]
+mod renewals;
 mod support;
 
 use std::time::Duration;
@@ -136,7 +138,7 @@ fn without_auto_create_the_fix_is_the_sql_to_run_and_it_works() {
             table.0
         ))[0][0]
             .as_deref(),
-        Some("8")
+        Some("9")
     );
 }
 
@@ -265,4 +267,33 @@ fn processes_that_start_together_install_the_procedures_without_failing_each_oth
             worker.join().unwrap();
         }
     }
+}
+
+/// What a renewal finds on a server whose clock is behind the one its lease
+/// expired on (a backward step, a promoted replica): its row live again
+/// beside the holders granted the key meanwhile (written here as such a
+/// clock shows them; `tests/review_r1.rs` steps a real clock). The row is
+/// extended only where a take of its kind would have been granted beside
+/// them: a renewal never makes two holders live that a take would not.
+#[test]
+fn a_renewal_extends_no_row_beside_holders_a_take_of_its_kind_would_not_join() {
+    let table = Table::fresh();
+    let (provider, backend) = open(&table);
+    assert!(block_on(block_on(backend.acquire("installed", wait(0))).unwrap().release()).unwrap());
+    let live = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) + 10000000";
+    for (i, (what, mine, others, extended)) in renewals::CASES.iter().enumerate() {
+        let key = format!("k{i}");
+        let row = |slot: usize, token: &str, (shared, limit, weight): renewals::Kind| {
+            format!("('probe', '{key}', {slot}, '{token}', {}, {limit}, {weight}, {live})", u8::from(shared))
+        };
+        let holders: Vec<String> = std::iter::once(row(0, "mine", *mine))
+            .chain(others.iter().enumerate().map(|(j, other)| row(j + 1, &format!("other{j}"), *other)))
+            .collect();
+        rows(&format!("INSERT INTO `{}` VALUES ('probe', '{key}', 1, {live})", table.0));
+        rows(&format!("INSERT INTO `{}_holders` VALUES {}", table.0, holders.join(", ")));
+        let hex: String = key.bytes().map(|byte| format!("{byte:02x}")).collect();
+        let renewed = rows(&format!("CALL `{}_renew`('probe', '{hex}', 'mine', 60000, 2)", table.0))[0][0].clone();
+        assert_eq!(renewed.as_deref() == Some("1"), *extended, "{what}: renewed {renewed:?}");
+    }
+    block_on(provider.close());
 }

@@ -4,6 +4,8 @@
 //! several keys all or nothing and without deadlock in any order.
 
 mod postgres;
+#[path = "support/renewals.rs"]
+mod renewals;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -261,4 +263,36 @@ fn a_release_handed_to_several_waiters_of_this_process_counts_every_unit() {
     assert_eq!(count(&format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"))), 0);
     block_on(one.close());
     block_on(other.close());
+}
+
+/// What a renewal finds on a server whose clock is behind the one its lease
+/// expired on (a backward step, a promoted standby): its row live again
+/// beside the holders granted the key meanwhile (written here as such a
+/// clock shows them; `tests/review_r1.rs` steps a real clock). The row is
+/// extended only where a take of its kind would have been granted beside
+/// them: a renewal never makes two holders live that a take would not.
+#[test]
+fn a_renewal_extends_no_row_beside_holders_a_take_of_its_kind_would_not_join() {
+    let schema = Schema::fresh();
+    let provider = schema.open(BACKEND);
+    release(take(&backend(&provider), "installed", wait(0)));
+    for (i, (what, mine, others, extended)) in renewals::CASES.iter().enumerate() {
+        let key = format!("k{i}");
+        let row = |slot: usize, token: &str, (shared, limit, weight): renewals::Kind| {
+            format!("('probe', '{key}', {slot}, '{token}', {shared}, {limit}, {weight}, clock_timestamp() + interval '10 s')")
+        };
+        let holders: Vec<String> = std::iter::once(row(0, "mine", *mine))
+            .chain(others.iter().enumerate().map(|(j, other)| row(j + 1, &format!("other{j}"), *other)))
+            .collect();
+        postgres::batch(&format!(
+            "INSERT INTO {} VALUES ('probe', '{key}', 1, clock_timestamp() + interval '1 minute');
+             INSERT INTO {} (namespace, key, slot, token, shared, lim, weight, expires_at) VALUES {};",
+            schema.table(""),
+            schema.table("_holders"),
+            holders.join(", ")
+        ));
+        let renewed = count(&format!("SELECT {}('probe', ARRAY['{key}'], 'mine', 60000, 1000)::bigint", schema.table("_renew")));
+        assert_eq!(renewed == 1, *extended, "{what}: renewed {renewed}");
+    }
+    block_on(provider.close());
 }

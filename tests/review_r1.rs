@@ -62,11 +62,12 @@ fn with_a_clock_to_step<T>(name: &str, start: impl FnOnce() -> T) -> (T, PathBuf
 /// server's clock is stepped back by more than the time since that expiry
 /// (an NTP step of a few seconds, far inside `fenceRetentionMs`, the only
 /// bound guarantees.md gives a step back), the expired row is live again:
-/// the late renewal answers true, and the old reader holds the key beside
+/// the late renewal answered true, and the old reader held the key beside
 /// the writer, each believing its lease valid. (Its fence is below the
 /// writer's, so a fenced store still refuses it once the writer wrote.)
+/// A renewal now extends no row a live holder of another token is held
+/// against, by a take's rule: the reader's lease is lost.
 #[test]
-#[ignore = "finding: after a backward step of MariaDB's clock, renew() of an expired shared lease answers true while a writer holds the key"]
 fn mysql_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
     let (server, offset) = with_a_clock_to_step("mysql", || PrivateServer::start(&[]));
     let config = yaml("r1_clock", "")
@@ -105,7 +106,6 @@ fn mysql_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_cl
 /// The same on PostgreSQL (the rules are the same: `renew` extends the
 /// token's rows whose `expires_at` is ahead of `clock_timestamp()`).
 #[test]
-#[ignore = "finding: after a backward step of PostgreSQL's clock, renew() of an expired shared lease answers true while a writer holds the key"]
 fn postgres_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
     let (server, offset) = with_a_clock_to_step("postgres", || pg_server::PrivateServer::start("r1-clock", &[]));
     let config = postgres::yaml_on(&server.url(), "r1_clock", "        leaseMs: 2000\n", "")
@@ -378,11 +378,11 @@ impl Forwarder {
 /// expired on the primary and a writer was granted there; after the
 /// failover the reader's late renewal (sent again on a fresh connection,
 /// as docs/mysql.md says) reaches the new primary, whose clock has not yet
-/// passed the reader's expiry: true, beside the writer. guarantees.md asks
-/// clocks to agree only "to within the time a restart or failover takes",
-/// and only for fences.
+/// passed the reader's expiry: it answered true, beside the writer.
+/// guarantees.md asks clocks to agree only "to within the time a restart
+/// or failover takes", and only for fences. Now refused: the writer's row
+/// is held against the reader's.
 #[test]
-#[ignore = "finding: after a failover to a replica whose clock is 5 s behind, renew() of an expired shared lease answers true while a writer holds the key"]
 fn mysql_a_renewal_after_the_lease_expired_is_refused_after_a_failover_to_a_replica_whose_clock_is_behind() {
     let primary = PrivateServer::start(&["--log-bin", "--server-id=1", mysql_server::GRANTS]);
     let (replica, offset) = with_a_clock_to_step("replica", || primary.replica_through(primary.port(), &[]));

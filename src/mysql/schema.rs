@@ -52,7 +52,7 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 5";
+const VERSION: &str = "dokebi-lock procedures 6";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -307,9 +307,19 @@ macro_rules! counted {
 const COUNTED: &str = counted!("p_keys");
 const LOCK_COUNTED: &str = counted!("p_lock_keys");
 
-/// The procedures, by suffix. `_lock`, `_try` and `_release` are parts of
-/// the others (no transaction of their own); `_take`, `_renew`,
-/// `_give_back`, `_withdraw` and `_hand_over` are the operations.
+/// The procedures, by suffix. `_lock`, `_held_against`, `_try` and
+/// `_release` are parts of the others (no transaction of their own);
+/// `_take`, `_renew`, `_give_back`, `_withdraw` and `_hand_over` are the
+/// operations.
+///
+/// `_held_against` is the postgres driver's `held_against` for one key:
+/// the earliest expiry of the key's live holders of other tokens when
+/// they are held against a request of the kind given (a reader by a
+/// writer, a writer by anyone, a counted request by more units than its
+/// limit leaves, any by a holder of another limit), else NULL. `_try`
+/// asks it before a grant, `_renew` before it extends a row, of the
+/// row's kind: a renewal never makes two holders live that a take would
+/// not have granted side by side, whatever the clock did.
 ///
 /// `_try` is the postgres driver's `take` rule for rule: it refuses with
 /// `-1,i` when key `i` is held or waited for with another limit; answers
@@ -343,6 +353,24 @@ END"
         ),
     ),
     (
+        "_held_against",
+        "CREATE PROCEDURE {held_against}(IN p_ns VARBINARY(255), IN p_k VARBINARY(255), IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
+  IN p_weight INT, IN p_now BIGINT, OUT p_until BIGINT)
+  MODIFIES SQL DATA
+BEGIN
+  DECLARE v_count BIGINT;
+  DECLARE v_sum BIGINT;
+  DECLARE v_writer INT;
+  DECLARE v_other INT;
+  SELECT COUNT(*), MIN(expires_at), COALESCE(SUM(weight), 0), COALESCE(MAX(shared = 0), 0), COALESCE(MAX(lim <> p_limit), 0)
+    INTO v_count, p_until, v_sum, v_writer, v_other
+    FROM {holders} WHERE ns = p_ns AND k = p_k AND token <> p_token AND expires_at > p_now;
+  IF NOT (v_count > 0 AND (v_other OR CASE WHEN p_shared THEN v_writer = 1 WHEN p_limit = 1 THEN TRUE ELSE v_sum + p_weight > p_limit END)) THEN
+    SET p_until = NULL;
+  END IF;
+END",
+    ),
+    (
         "_try",
         concat!(
             "CREATE PROCEDURE {try}(IN p_ns VARBINARY(255), IN p_keys LONGTEXT CHARACTER SET ascii, IN p_token VARBINARY(64), IN p_shared TINYINT, IN p_limit INT,
@@ -360,9 +388,6 @@ try: BEGIN
   DECLARE v_hint BIGINT DEFAULT NULL;
   DECLARE v_blocked LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_x BIGINT;
-  DECLARE v_count BIGINT;
-  DECLARE v_sum BIGINT;
-  DECLARE v_writer INT;
   DECLARE v_slot INT;
   DECLARE v_fence BIGINT;
   DECLARE v_fences LONGTEXT CHARACTER SET ascii DEFAULT '';
@@ -393,9 +418,8 @@ try: BEGIN
     SET v_k = ",
             item!("p_keys", "v_i"),
             ";
-    SELECT COUNT(*), MIN(expires_at), COALESCE(SUM(weight), 0), COALESCE(MAX(shared = 0), 0) INTO v_count, v_x, v_sum, v_writer
-      FROM {holders} WHERE ns = p_ns AND k = v_k AND token <> p_token AND expires_at > v_now;
-    IF v_count > 0 AND CASE WHEN p_shared THEN v_writer = 1 WHEN p_limit = 1 THEN TRUE ELSE v_sum + p_weight > p_limit END THEN
+    CALL {held_against}(p_ns, v_k, p_token, p_shared, p_limit, p_weight, v_now, v_x);
+    IF v_x IS NOT NULL THEN
       SET v_blocked = CONCAT(v_blocked, ',', v_i);
       SET v_hint = LEAST(COALESCE(v_hint, v_x - v_now), v_x - v_now);
     ELSEIF EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND token <> p_token AND lapses_at > v_now
@@ -571,17 +595,36 @@ BEGIN
   DECLARE v_i INT DEFAULT 1;
   DECLARE v_now BIGINT;
   DECLARE v_renewed INT DEFAULT 0;
+  DECLARE v_k VARBINARY(255);
+  DECLARE v_slot INT;
+  DECLARE v_shared TINYINT;
+  DECLARE v_limit INT;
+  DECLARE v_weight INT;
+  DECLARE v_until BIGINT;
   {enter}
   -- The key rows first, as every operation on a key; the expiry is checked
   -- on the clock after the wait.
   CALL {lock}(p_ns, p_keys);
   SET v_now = {clock};
   WHILE v_i <= v_n DO
-    UPDATE {holders} SET expires_at = v_now + p_lease_ms * 1000
-      WHERE ns = p_ns AND k = ",
+    SET v_k = ",
             item!("p_keys", "v_i"),
-            " AND token = p_token AND expires_at > v_now;
-    SET v_renewed = v_renewed + ROW_COUNT();
+            ";
+    -- The token's live row (one at most: MIN only makes the answer one
+    -- row, NULL when there is none).
+    SELECT MIN(slot), MIN(shared), MIN(lim), MIN(weight) INTO v_slot, v_shared, v_limit, v_weight
+      FROM {holders} WHERE ns = p_ns AND k = v_k AND token = p_token AND expires_at > v_now;
+    -- A row live on the clock is not proof that the lease is: the clock
+    -- may be behind the one that let the lease expire (stepped back, or a
+    -- promoted replica's), and the key granted meanwhile to a holder this
+    -- one may not be beside. Such a row is not extended: the lease is lost.
+    IF v_slot IS NOT NULL THEN
+      CALL {held_against}(p_ns, v_k, p_token, v_shared, v_limit, v_weight, v_now, v_until);
+      IF v_until IS NULL THEN
+        UPDATE {holders} SET expires_at = v_now + p_lease_ms * 1000 WHERE ns = p_ns AND k = v_k AND slot = v_slot;
+        SET v_renewed = v_renewed + 1;
+      END IF;
+    END IF;
     SET v_i = v_i + 1;
   END WHILE;
   {leave}

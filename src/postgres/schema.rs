@@ -90,6 +90,7 @@ impl Table {
             .replace("{waiting}", &self.name("_waiting"))
             .replace("{take}", &self.name("_take"))
             .replace("{renew}", &self.name("_renew"))
+            .replace("{held_against}", &self.name("_held_against"))
             .replace("{give_back}", &self.name("_give_back"))
             .replace("{withdraw}", &self.name("_withdraw"))
             .replace("{hand_over}", &self.name("_hand_over"))
@@ -142,7 +143,7 @@ impl Table {
             self.name("_take")
         );
         format!(
-            "(to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {version})",
+            "(to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {} AND {version})",
             self.name(""),
             self.name("_holders"),
             self.name("_waiting"),
@@ -151,6 +152,7 @@ impl Table {
             procedure("_give_back", "text, text[], text, text, boolean, bigint"),
             procedure("_withdraw", "text, text[], text, text, bigint"),
             procedure("_lock_keys", "text, text[]"),
+            procedure("_held_against", "text, text[], text, boolean, integer, integer, timestamptz"),
             procedure(
                 "_hand_over",
                 "text, text, bigint[], bigint, bigint[], bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
@@ -184,7 +186,9 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// each request's `leaseMs` and `fenceRetentionMs` (`p_lease_ms` and
 /// `p_retention_ms` are arrays; the one of 5, with one of each for every
 /// request, stays for drivers of 5).
-const VERSION: &str = "dokebi-lock functions 6";
+/// 7: `renew` extends no row whose key a live holder of another token
+/// holds against it (`held_against`, which `take` asks too).
+const VERSION: &str = "dokebi-lock functions 7";
 
 /// The argument types of the take function (its signature).
 const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
@@ -349,7 +353,20 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// `renew`: locks each key's row (as every operation on a key, so a take
 /// or a clean-up that found the lease ended cannot overwrite a renewal
 /// committing meanwhile), then extends each holder row of the token still
-/// live on the clock after the wait; answers how many.
+/// live on the clock after the wait whose key is not held against it by
+/// a live holder of another token (`take`'s rule for the row's kind:
+/// `held_against`); answers how many. So a renewal never makes two
+/// holders live that a take would not have granted side by side, whatever
+/// the clock did: a row live again on a clock behind the one its lease
+/// expired on (stepped back, or a promoted replica's), beside the holder
+/// granted the key meanwhile, is not extended.
+///
+/// `held_against`: the keys of `p_keys` held against a request of kind
+/// `p_shared`, `p_limit`, `p_weight` by live holders of other tokens at
+/// `p_now` (a reader by a writer, a writer by anyone, a counted request by
+/// more units than its limit leaves, any by a holder of another limit,
+/// which `take` refuses before it asks), each with the time until the
+/// first of those holders expires.
 ///
 /// `give_back`: frees the token's live holder rows, keeping the token and
 /// setting the expiry to `-infinity`, which nothing else writes there
@@ -397,6 +414,19 @@ BEGIN
   END LOOP;
   RETURN sorted;
 END
+$fn$;
+
+-- No SET clause, unlike the others: a LANGUAGE sql function without one
+-- is inlined into the statement that reads it (no call, planned with it),
+-- and runs in its caller's search_path, which the callers pin.
+CREATE OR REPLACE FUNCTION {held_against}(p_ns text, p_keys text[], p_token text, p_shared boolean, p_limit integer,
+  p_weight integer, p_now timestamptz)
+RETURNS TABLE (key text, until bigint) LANGUAGE sql STABLE AS $fn$
+  SELECT h.key, (extract(epoch FROM min(h.expires_at) - p_now) * 1000)::bigint
+  FROM {holders} h WHERE h.namespace = p_ns AND h.key = ANY (p_keys) AND h.token <> p_token AND h.expires_at > p_now
+  GROUP BY h.key
+  HAVING bool_or(h.lim <> p_limit)
+    OR CASE WHEN p_shared THEN bool_or(NOT h.shared) WHEN p_limit = 1 THEN true ELSE sum(h.weight) + p_weight > p_limit END
 $fn$;
 
 -- Dropped first: its last parameter's name is not that of functions 5
@@ -458,12 +488,7 @@ BEGIN
       RETURN ARRAY[-1, at];
     END IF;
     SELECT array_agg(b.key), min(b.until) INTO blocked, hint FROM (
-      SELECT h.key, (extract(epoch FROM min(h.expires_at) - now_ts) * 1000)::bigint AS until
-      FROM {holders} h WHERE h.namespace = p_ns AND h.key = ANY (sorted) AND h.token <> p_token AND h.expires_at > now_ts
-      GROUP BY h.key
-      HAVING CASE WHEN p_shared THEN bool_or(NOT h.shared)
-                  WHEN p_limit = 1 THEN true
-                  ELSE sum(h.weight) + p_weight > p_limit END
+      SELECT a.key, a.until FROM {held_against}(p_ns, sorted, p_token, p_shared, p_limit, p_weight, now_ts) a
       UNION
       SELECT w.key, NULL FROM {waiting} w
       WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token AND w.lapses_at > now_ts
@@ -556,8 +581,13 @@ BEGIN
   -- The expiry is checked on the clock after the wait.
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   now_ts := clock_timestamp();
-  UPDATE {holders} SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
-    WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at > now_ts;
+  -- A row live on the clock is not proof that the lease is: the clock may
+  -- be behind the one that let the lease expire (stepped back, or a
+  -- promoted replica's), and the key granted meanwhile to a holder this
+  -- one may not be beside. Such a row is not extended: the lease is lost.
+  UPDATE {holders} h SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
+    WHERE h.namespace = p_ns AND h.key = ANY (p_keys) AND h.token = p_token AND h.expires_at > now_ts
+      AND NOT EXISTS (SELECT FROM {held_against}(p_ns, ARRAY[h.key::text], p_token, h.shared, h.lim, h.weight, now_ts));
   GET DIAGNOSTICS renewed = ROW_COUNT;
   RETURN renewed;
 END
