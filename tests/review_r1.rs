@@ -74,8 +74,28 @@ fn mysql_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_cl
         .replace(&url(), &server.url())
         .replace("leaseMs: 5000", "leaseMs: 2000")
         .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
-    let readers = Provider::from_yaml(&config).unwrap();
-    let writers = Provider::from_yaml(&config).unwrap();
+    let rows =
+        || format!("{:?}", server.rows("SELECT slot, shared, expires_at FROM test.r1_clock_holders ORDER BY slot").unwrap_or_default());
+    an_expired_reader_is_not_renewed_after_a_step_back(&config, &offset, rows);
+}
+
+/// The same on PostgreSQL (the rules are the same: `renew` extends the
+/// token's rows whose `expires_at` is ahead of `clock_timestamp()`).
+#[test]
+fn postgres_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
+    let (server, offset) = with_a_clock_to_step("postgres", || pg_server::PrivateServer::start("r1-clock", &[]));
+    let config = postgres::yaml_on(&server.url(), "r1_clock", "        leaseMs: 2000\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    an_expired_reader_is_not_renewed_after_a_step_back(&config, &offset, || "(not read)".to_owned());
+}
+
+/// Two readers on `config`'s backend `shared` (leaseMs 2000), the second
+/// left to expire; a writer granted the key; the server's clock stepped
+/// back 5 s (`offset`, libfaketime's file): the expired reader's renewal
+/// is refused. `holder_rows` says what the store held, for the message.
+fn an_expired_reader_is_not_renewed_after_a_step_back(config: &str, offset: &std::path::Path, holder_rows: impl Fn() -> String) {
+    let readers = Provider::from_yaml(config).unwrap();
+    let writers = Provider::from_yaml(config).unwrap();
     let (readers_backend, writers_backend) = (readers.backend("shared").unwrap(), writers.backend("shared").unwrap());
 
     // Reader d takes slot 0, reader a slot 1; d's release frees slot 0.
@@ -88,47 +108,16 @@ fn mysql_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_cl
     // The writer is granted the key, in the free slot 0.
     let writer = block_on(writers_backend.acquire("k", wait(2000))).expect("the key is free once a's lease ran out");
     // The server's clock steps back 5 s.
-    std::fs::write(&offset, "-5\n").unwrap();
+    std::fs::write(offset, "-5\n").unwrap();
     std::thread::sleep(Duration::from_millis(100));
 
     let renewed = block_on(a.renew());
     let both_valid = a.is_valid() && writer.is_valid();
-    let rows = server.rows("SELECT slot, shared, expires_at FROM test.r1_clock_holders ORDER BY slot").unwrap_or_default();
+    let rows = holder_rows();
+    let _ = std::fs::remove_file(offset);
     assert!(
         !matches!(renewed, Ok(true)),
-        "the expired reader was renewed while the writer (fence {}) holds the key: both valid {both_valid}; holder rows {rows:?}; reader's fence {}",
-        writer.fence(),
-        a.fence()
-    );
-    let _ = std::fs::remove_file(&offset);
-}
-
-/// The same on PostgreSQL (the rules are the same: `renew` extends the
-/// token's rows whose `expires_at` is ahead of `clock_timestamp()`).
-#[test]
-fn postgres_a_renewal_after_the_lease_expired_is_refused_even_after_the_server_s_clock_stepped_back() {
-    let (server, offset) = with_a_clock_to_step("postgres", || pg_server::PrivateServer::start("r1-clock", &[]));
-    let config = postgres::yaml_on(&server.url(), "r1_clock", "        leaseMs: 2000\n", "")
-        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
-    let readers = Provider::from_yaml(&config).unwrap();
-    let writers = Provider::from_yaml(&config).unwrap();
-    let (readers_backend, writers_backend) = (readers.backend("shared").unwrap(), writers.backend("shared").unwrap());
-
-    let d = block_on(readers_backend.acquire("k", shared(0))).unwrap();
-    let a = block_on(readers_backend.acquire("k", shared(0))).unwrap();
-    assert!(block_on(d.release()).unwrap());
-    std::thread::sleep(Duration::from_millis(2500));
-    assert!(!a.is_valid());
-    let writer = block_on(writers_backend.acquire("k", wait(2000))).expect("the key is free once a's lease ran out");
-    std::fs::write(&offset, "-5\n").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-
-    let renewed = block_on(a.renew());
-    let both_valid = a.is_valid() && writer.is_valid();
-    let _ = std::fs::remove_file(&offset);
-    assert!(
-        !matches!(renewed, Ok(true)),
-        "the expired reader was renewed while the writer (fence {}) holds the key: both valid {both_valid}; reader's fence {}",
+        "the expired reader was renewed while the writer (fence {}) holds the key: both valid {both_valid}; holder rows {rows}; reader's fence {}",
         writer.fence(),
         a.fence()
     );
