@@ -183,9 +183,10 @@ end
 
 /// The function `marks_of(set, token)`: the members of the sorted set of
 /// marks `set` that are `token`'s (`<ticket>:<token>`; none when `set` is
-/// a string, a kinds waiter's `'1'`). One `ZRANGE` over the key's waiters:
-/// run where a mark's ticket is not known (a withdraw, a contended
-/// release), never on a grant.
+/// a string, a kinds waiter's `'1'`), and every member of the set (for
+/// [`unmark!`]'s function). One `ZRANGE` over the key's waiters: run where
+/// a mark's ticket is not known (a withdraw, a contended release), never on
+/// a grant.
 macro_rules! marks_of {
     () => {
         r"
@@ -200,7 +201,55 @@ local function marks_of(set, token)
       found[#found + 1] = m
     end
   end
-  return found
+  return found, members
+end
+"
+    };
+}
+
+/// The function `unmark(waiting, gone, members)`: takes the marks `gone`
+/// out of the waiting set `waiting`, where `members` is every member of the
+/// set as read already ([`marks_of!`]'s second answer), or nil: then the
+/// set is read here, `#gone + 1` members at most (a '1' or no name: no
+/// marks to take).
+///
+/// A removal that leaves the set empty leaves the waiting name as a '1'
+/// for what was left of its time to live (`SET ... KEEPTTL`, in place of
+/// the `ZREM`), not gone: a reader or a kinds waiter behind a plain holder
+/// marks the key by extending the set, with no mark of its own, so the
+/// name's existence is all that stands for it, and the holder's release
+/// must still find it to publish the wake-up. Nobody is told here: the key
+/// is still held, and a waiter woken now would find it so. A '1' grants
+/// nothing (a release that finds one frees the key and publishes; a try
+/// that finds one marks or replaces it): it costs at most one wake-up for
+/// nobody when the set's last mark was the only waiter.
+macro_rules! unmark {
+    () => {
+        r"
+local function unmark(waiting, gone, members)
+  members = members or redis.pcall('ZRANGE', waiting, 0, #gone)
+  if members.err then
+    return
+  end
+  if #members <= #gone then
+    -- The whole set was read: does `gone` take every member?
+    local taken, left = {}, #members
+    for _, m in ipairs(gone) do
+      taken[m] = true
+    end
+    for _, m in ipairs(members) do
+      if taken[m] then
+        left = left - 1
+      end
+    end
+    if left == 0 then
+      if #members > 0 then
+        redis.call('SET', waiting, '1', 'KEEPTTL')
+      end
+      return
+    end
+  end
+  redis.call('ZREM', waiting, unpack(gone))
 end
 "
     };
@@ -320,14 +369,18 @@ if granted then
   -- A writer that waited takes its mark back; when it was the last in the
   -- queue set, the kind hash (kept for the marks after the readers left)
   -- goes too. A waiter that waited behind a plain holder (this try or an
-  -- earlier one) takes its mark out of the waiting set (a string there is
-  -- not a set of marks: pcall).
+  -- earlier one) takes its mark out of the waiting set (see unmark: a
+  -- last mark leaves a '1'), defined here, on a waiter's grant only: at the
+  -- top it would cost the free key's path a closure on every call.
   if ARGV[4] ~= '0' then
+",
+    unmark!(),
+    r"
     local mine = ARGV[4] .. ':' .. ARGV[1]
     if redis.call('ZREM', KEYS[5], mine) == 1 and redis.call('EXISTS', KEYS[5]) == 0 then
       redis.call('DEL', KEYS[4])
     end
-    pwrite('ZREM', KEYS[3], mine)
+    unmark(KEYS[3], {mine})
   end
   return {1, fence, 0}
 end
@@ -414,7 +467,8 @@ return 0
 /// clean-up of an acquire that ended. Then a release refused because the
 /// lease was lost (its lease lapsed, the key went on to others) still takes
 /// the token's marks out of both sets, telling waiters when it took some
-/// from the queue set (a reader kept out by one may go now); and a lock
+/// from the queue set (a reader kept out by one may go now; the waiting
+/// set's last mark leaves a '1', see [`unmark!`]); and a lock
 /// that carries `h:<token>` (a release handed the key to such a mark before
 /// this one came) is handed on as our own lock would be, and the answer is
 /// still 0. Neither grants anything: a mark is a place in line, not a hold,
@@ -442,13 +496,14 @@ end
 -- instructions (a closure made on every call).
 ",
     marks_of!(),
+    unmark!(),
     r"
 local ends = ARGV[3] == '1'
 if not ours and not (ends and held == 'h:' .. token) then
   if ends and redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
-    local waited = marks_of(KEYS[2], token)
+    local waited, members = marks_of(KEYS[2], token)
     if #waited > 0 then
-      redis.call('ZREM', KEYS[2], unpack(waited))
+      unmark(KEYS[2], waited, members)
     end
     local queued = marks_of(KEYS[3], token)
     if #queued > 0 then
@@ -694,6 +749,7 @@ local function take_free(first, last, r)
   return true
 end
 ",
+            unmark!(),
             kinds_grant!(),
             kinds_give_back!()
         )
@@ -925,7 +981,7 @@ local function grant(first, last, r, waiting_ms)
         redis.call('DEL', kind)
       end
       if plain then
-        pwrite('ZREM', KEYS[i + 2], mine)
+        unmark(KEYS[i + 2], {mine})
       end
     end
   end
@@ -1264,11 +1320,13 @@ return reply
 /// The waiting name is deleted only when it is a kinds waiter's `'1'`
 /// (those waiters mark it again at their next try): a set of plain
 /// waiters' marks is theirs, and stays for the holder's release to hand the
-/// key to the oldest. Whoever waited is told whichever it is; the queue set
+/// key to the oldest (the withdrawn marks the last of it: a '1', see
+/// [`unmark!`]). Whoever waited is told whichever it is; the queue set
 /// is looked at first, while the waiting name still says someone waits
 /// (the withdrawn marks may be the last of the set of marks).
 const KINDS_WITHDRAW: &str = concat!(
     marks_of!(),
+    unmark!(),
     r"
 for i = 1, #KEYS, 5 do
   local lock, waiting, queue = KEYS[i], KEYS[i + 2], KEYS[i + 4]
@@ -1289,9 +1347,9 @@ for i = 1, #KEYS, 5 do
       redis.call('PUBLISH', ARGV[8], lock)
     end
   end
-  local waited = marks_of(waiting, ARGV[1])
+  local waited, members = marks_of(waiting, ARGV[1])
   if #waited > 0 then
-    redis.call('ZREM', waiting, unpack(waited))
+    unmark(waiting, waited, members)
   end
   if redis.pcall('GET', lock) == 'h:' .. ARGV[1] then
     redis.call('DEL', lock)
