@@ -102,29 +102,38 @@ fn assert_released_at_once(outcome: &Outcome) {
 
 /// [`refused_after_a_grant`] on MariaDB: 1205 in `_try` of the second
 /// request of `_hand_over` (`j`'s holder row, after `w1`'s grant), whose
-/// exit handler rolls back the transaction.
-fn mysql_refused_after_a_grant() -> Outcome {
+/// exit handler rolls back the transaction. The other session runs
+/// `before` (`{table}`: the table's name) ahead of locking the row, and
+/// `then` after it, instead of sleeping 4 s.
+fn mysql_refused_after_a_grant(before: &str, then: &str) -> Outcome {
     let table = mysql::Table::fresh();
     let one = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
-    refused_after_a_grant(&one, || {
+    let outcome = refused_after_a_grant(&one, || {
         let namespace = mysql::rows(&format!("SELECT HEX(ns) FROM `{}` LIMIT 1", table.0))[0][0].clone().unwrap();
+        let (before, then) = (before.replace("{table}", &table.0), then.replace("{table}", &table.0).replace("{ns}", &namespace));
         let child = std::process::Command::new("mysql")
             .args(["-uroot", "-h127.0.0.1", "-P3306", "test", "-e"])
             .arg(format!(
-                "BEGIN; SELECT slot FROM `{0}_holders` WHERE ns = X'{namespace}' AND k = 'j' FOR UPDATE; DO SLEEP(4 + 0 * LENGTH('{0}')); ROLLBACK;",
+                "{before} BEGIN; SELECT slot FROM `{0}_holders` WHERE ns = X'{namespace}' AND k = 'j' FOR UPDATE; DO SLEEP(1 + 0 * LENGTH('{0}')); {then} ROLLBACK;",
                 table.0
             ))
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let sleeping =
-            format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(4 + 0 * LENGTH(''{}''))%'", table.0);
+            format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'DO SLEEP(1 + 0 * LENGTH(''{}''))%'", table.0);
         while mysql::count(&sleeping) == 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
         child
-    })
+    });
+    let _ = mysql::try_rows(&format!("DROP TABLE IF EXISTS `{}_ballast`", table.0));
+    outcome
 }
+
+/// What the other session runs after its first second, still holding
+/// `j`'s holder row: 3 s more.
+const MYSQL_SLEEP: &str = "DO SLEEP(3);";
 
 /// [`refused_after_a_grant`] on PostgreSQL (connection URL parameters `query`), with another session that locks
 /// `j`'s holder row and then runs `then` (`{keys}`: the key table) before it
@@ -163,7 +172,20 @@ const DEADLOCK: &str = "SELECT pg_sleep(1); SELECT fence FROM {keys} WHERE key =
 
 #[test]
 fn mysql_a_hand_over_refused_after_its_first_grant_is_rolled_back_whole() {
-    assert_rolled_back_whole(&mysql_refused_after_a_grant(), MYSQL_LOCK_WAIT);
+    assert_rolled_back_whole(&mysql_refused_after_a_grant("", MYSQL_SLEEP), MYSQL_LOCK_WAIT);
+}
+
+/// 1213: the other session, heavier (2000 rows inserted first, so InnoDB
+/// picks the hand-over as the deadlock's victim), asks for `k`'s key row,
+/// which the hand-over holds, about half a second after the hand-over began
+/// waiting for `j`'s holder row; InnoDB rolls the victim back whole
+/// (`SHOW ENGINE INNODB STATUS`: "WE ROLL BACK TRANSACTION (2)", the call
+/// of `_try` for `6b;6a,6b`, after 0.5 s).
+#[test]
+fn mysql_a_hand_over_chosen_as_a_deadlock_s_victim_after_its_first_grant_is_rolled_back_whole() {
+    let ballast = "CREATE TABLE IF NOT EXISTS `{table}_ballast` (id INT PRIMARY KEY) ENGINE = InnoDB;";
+    let then = "INSERT INTO `{table}_ballast` SELECT seq FROM seq_1_to_2000; SELECT fence FROM `{table}` WHERE ns = X'{ns}' AND k = 'k' FOR UPDATE;";
+    assert_rolled_back_whole(&mysql_refused_after_a_grant(ballast, then), Duration::from_millis(300));
 }
 
 /// 55P03 on the update of `j`'s holder row in `take` of the second request:
@@ -206,7 +228,7 @@ fn postgres_a_hand_over_chosen_as_a_deadlock_s_victim_after_its_first_grant_is_r
 #[test]
 #[ignore = "finding (liveness): after a refused hand-over, the granted waiter's release waits a lock wait behind the next waiter's own try"]
 fn mysql_after_a_refused_hand_over_the_granted_waiter_s_release_waits_behind_the_next_waiter_s_try() {
-    assert_released_at_once(&mysql_refused_after_a_grant());
+    assert_released_at_once(&mysql_refused_after_a_grant("", MYSQL_SLEEP));
 }
 
 /// The same on PostgreSQL: 0.48 to 0.5 s (7 runs).
