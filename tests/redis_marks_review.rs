@@ -21,33 +21,13 @@ mod proxy;
 
 use dokebi_lock::{AcquireOptions, LockMode};
 use futures::executor::block_on;
+use support::marks::{names, stale_mark, zmembers};
 use support::redis_server::RedisServer;
 use support::topology::backend;
 use support::wait;
 
 /// Marks live 2 x 5 s + 1 s: longer than any wait below.
 const POLLS: &[(&str, &str)] = &[("leaseMs", "10000"), ("pollIntervalMs", "5000"), ("notifyPollIntervalMs", "5000")];
-
-fn names(key: &str) -> (String, String, String) {
-    let lock = support::topology::lock_key(key);
-    let waiting = lock.replacen(":lock:", ":lock-waiting:", 1);
-    let queue = lock.replacen(":lock:", ":lock-queue:", 1);
-    (lock, waiting, queue)
-}
-
-fn zmembers(server: &RedisServer, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE").arg(name).arg(0).arg(-1).query(&mut server.client()).unwrap_or_default()
-}
-
-/// Adds `token`'s mark to the sorted set `set`, ticketed `back_us` before
-/// now, to lapse in `lapse_ms` (as a lost first try left it).
-fn stale_mark(server: &RedisServer, set: &str, token: &str, back_us: u64, lapse_ms: u64) -> String {
-    let mut raw = server.client();
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
-    let member = format!("{}:{token}", seconds * 1_000_000 + micros - back_us);
-    let _: () = redis::cmd("ZADD").arg(set).arg(seconds * 1000 + micros / 1000 + lapse_ms).arg(&member).query(&mut raw).unwrap();
-    member
-}
 
 fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }

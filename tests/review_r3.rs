@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use dokebi_lock::{AcquireOptions, LockMode};
 use futures::executor::block_on;
+use support::marks::{names, stale_mark, zmembers};
 use support::redis_server::RedisServer;
 use support::topology::backend;
 use support::wait;
@@ -29,26 +30,6 @@ use support::wait;
 /// Marks live 2 x 5 s + 1 s; a waiter's safety-net poll is 5 s, past the
 /// reader's 3 s wait below.
 const POLLS: &[(&str, &str)] = &[("leaseMs", "10000"), ("pollIntervalMs", "5000"), ("notifyPollIntervalMs", "5000")];
-
-fn names(key: &str) -> (String, String) {
-    let lock = support::topology::lock_key(key);
-    let waiting = lock.replacen(":lock:", ":lock-waiting:", 1);
-    (lock, waiting)
-}
-
-fn zmembers(server: &RedisServer, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE").arg(name).arg(0).arg(-1).query(&mut server.client()).unwrap_or_default()
-}
-
-/// Adds `token`'s mark to the sorted set `set`, ticketed `back_us` before
-/// now, to lapse in `lapse_ms` (as a lost first try left it).
-fn stale_mark(server: &RedisServer, set: &str, token: &str, back_us: u64, lapse_ms: u64) -> String {
-    let mut raw = server.client();
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
-    let member = format!("{}:{token}", seconds * 1_000_000 + micros - back_us);
-    let _: () = redis::cmd("ZADD").arg(set).arg(seconds * 1000 + micros / 1000 + lapse_ms).arg(&member).query(&mut raw).unwrap();
-    member
-}
 
 fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
@@ -71,7 +52,7 @@ fn a_reader_behind_a_holder_is_woken_after_a_lapsed_holder_s_refused_release_too
     let server = RedisServer::start();
     let open = || support::open_redis(&server.url(), POLLS, &[]).0;
     let (lapsed_app, holder_app, reader_app) = (open(), open(), open());
-    let (lock, waiting) = names("k");
+    let (lock, waiting, _) = names("k");
     let mut raw = server.client();
     let lapsed = block_on(backend(&lapsed_app).acquire("k", wait(0))).unwrap();
     let token: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
@@ -115,7 +96,7 @@ fn a_reader_behind_a_holder_is_woken_after_a_plain_waiter_withdrew_the_last_mark
     let server = RedisServer::start();
     let open = || support::open_redis(&server.url(), POLLS, &[]).0;
     let (holder_app, leaving_app, reader_app) = (open(), open(), open());
-    let (_, waiting) = names("k");
+    let (_, waiting, _) = names("k");
     let held = block_on(backend(&holder_app).acquire("k", wait(0))).unwrap();
     let leaving = backend(&leaving_app);
     let leaving = std::thread::spawn(move || block_on(leaving.acquire("k", wait(1_000))).map(|_| ()).map_err(|e| e.code()));
@@ -151,7 +132,7 @@ fn a_reader_behind_a_holder_is_woken_after_a_plain_waiter_s_grant_took_the_last_
     let server = RedisServer::start();
     let open = || support::open_redis(&server.url(), POLLS, &[]).0;
     let (holder_app, waiter_app, reader_app) = (open(), open(), open());
-    let (lock, waiting) = names("k");
+    let (lock, waiting, _) = names("k");
     let mut raw = server.client();
     let held = block_on(backend(&holder_app).acquire("k", wait(0))).unwrap();
     let waiter = backend(&waiter_app);

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod deployment;
 pub mod fall_back;
+pub mod marks;
 pub mod names;
 pub mod pki;
 pub mod redis_server;
