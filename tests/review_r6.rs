@@ -15,7 +15,8 @@
 //! command Redis refuses (`OOM`) as a script's first write when memory is
 //! full, where the `ZREM` it replaced is never refused; a refused release
 //! (or a withdraw) whose only write that is now fails and leaves the mark.
-//! The stress probe at the end held (one holder at a time, fresh fences).
+//! Two probes at the end held: a stress run (one holder at a time, fresh
+//! fences), and the '1''s expiry on a replica and through the AOF.
 
 mod support;
 
@@ -209,4 +210,35 @@ fn contended_marks_and_withdraws_grant_one_holder_at_a_time_with_fresh_fences() 
     assert_eq!(unique.len(), fences.len(), "a fence repeated");
     assert!(fences.len() > 50, "only {} grants", fences.len());
     eprintln!("{} grants", fences.len());
+}
+
+/// A probe that held: the '1' a withdraw leaves (`SET ... KEEPTTL`) reaches
+/// a replica and the AOF with the set's expiry, not as a name without one
+/// (a '1' that never lapsed would send every release of the key down the
+/// slow path, to publish, until one deleted it).
+#[test]
+fn the_withdraw_s_one_keeps_its_expiry_on_a_replica_and_in_the_aof() {
+    let mut primary = RedisServer::start_persistent(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    support::eventually("the replica is synced", || replica.replica_synced());
+    let (holder_app, leaving_app) = (support::open_redis(&primary.url(), SLOW, &[]).0, support::open_redis(&primary.url(), SLOW, &[]).0);
+    let waiting = waiting_name("k");
+    let held = block_on(backend(&holder_app).acquire("k", wait(0))).unwrap();
+    let left = block_on(backend(&leaving_app).acquire("k", wait(300))).map(|_| ()).map_err(|e| e.code());
+    assert_eq!(left, Err(dokebi_lock::ErrorCode::WaitTimeout));
+    support::eventually("the withdraw left a '1'", || type_of(&primary, &waiting) == "string");
+    let ttl = |server: &RedisServer| redis::cmd("PTTL").arg(&waiting).query::<i64>(&mut server.client()).unwrap();
+    let on_primary = ttl(&primary);
+    support::eventually("the replica has the '1'", || type_of(&replica, &waiting) == "string");
+    let on_replica = ttl(&replica);
+    assert!(on_primary > 9_000 && on_replica > 9_000 && on_replica <= on_primary + 100, "PTTL {on_primary} / replica {on_replica}");
+    // The AOF replayed (killed while the '1' stands: no release after it).
+    primary.stop();
+    primary.restart();
+    let reloaded = (type_of(&primary, &waiting), ttl(&primary));
+    assert!(reloaded.0 == "string" && reloaded.1 > 0 && reloaded.1 <= on_primary, "after the AOF replay: {reloaded:?}");
+    drop(held);
+    for app in [holder_app, leaving_app] {
+        block_on(app.close());
+    }
 }
