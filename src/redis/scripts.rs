@@ -214,8 +214,10 @@ end
 /// marks to take).
 ///
 /// A removal that leaves the set empty leaves the waiting name as a '1'
-/// for what was left of its time to live (`SET ... KEEPTTL`, in place of
-/// the `ZREM`), not gone: a reader or a kinds waiter behind a plain holder
+/// for what was left of its time to live (read first, then the `ZREM`,
+/// then `SET ... PX`: the `ZREM` first, as at `maxmemory` Redis refuses a
+/// script's first write if it may grow memory, `SET` would be, and `ZREM`
+/// is not; once the script wrote, the `SET` is let through), not gone: a reader or a kinds waiter behind a plain holder
 /// marks the key by extending the set, with no mark of its own, so the
 /// name's existence is all that stands for it, and the holder's release
 /// must still find it to publish the wake-up. Nobody is told here: the key
@@ -244,7 +246,13 @@ local function unmark(waiting, gone, members)
     end
     if left == 0 then
       if #members > 0 then
-        redis.call('SET', waiting, '1', 'KEEPTTL')
+        local ttl = redis.call('PTTL', waiting)
+        redis.call('ZREM', waiting, unpack(gone))
+        if ttl > 0 then
+          redis.call('SET', waiting, '1', 'PX', ttl)
+        else
+          redis.call('SET', waiting, '1')
+        end
       end
       return
     end
@@ -393,9 +401,15 @@ if ARGV[3] ~= '0' and queued then
   local lapses, mine = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + waiting_ms, ticket .. ':' .. ARGV[1]
   if type(pwrite('ZADD', queued, lapses, mine)) == 'table' then
     -- The waiting mark of a kinds waiter ('1'): a set of marks says as
-    -- much (someone waits), and more.
+    -- much (someone waits), and more, for as long as the '1' had left
+    -- (the waiter it stood for waits that long; with the set gone sooner,
+    -- the holder's release would wake nobody).
+    local kept = redis.call('PTTL', queued)
     redis.call('DEL', queued)
     redis.call('ZADD', queued, lapses, mine)
+    if kept > waiting_ms then
+      redis.call('PEXPIRE', queued, kept)
+    end
   end
   if redis.call('PTTL', queued) < waiting_ms then
     redis.call('PEXPIRE', queued, ARGV[3])
