@@ -1,7 +1,8 @@
 //! Review r5: probes of 810f570 (a renewal extends no holder row that a
 //! live holder of another token is held against) on real servers whose
-//! clock steps back. A finding is ignored until fixed, so the build stays
-//! green: run with `cargo test --test review_r5 -- --ignored`.
+//! clock steps back. Fixed by functions 8 and procedures 7: an expired
+//! holder row never comes back to life (a grant or a refused renewal marks
+//! it dead).
 
 mod mysql;
 #[path = "mysql/server.rs"]
@@ -127,7 +128,6 @@ fn the_reader_renews_after_a_writer_came_and_went(config: &str, offset: &Path) {
 }
 
 #[test]
-#[ignore = "finding: after a backward step of the server's clock, the legitimate writer's renewal is refused (LEASE_LOST) beside the revived row of a reader whose lease ran out before the writer's grant"]
 fn postgres_a_writer_keeps_its_lease_beside_a_row_revived_by_a_backward_step() {
     let (server, offset) = with_a_clock_to_step("postgres", || pg_server::PrivateServer::start("r5-clock", &[]));
     let config = postgres::yaml_on(&server.url(), "r5_clock", "        leaseMs: 2000\n", "")
@@ -136,7 +136,6 @@ fn postgres_a_writer_keeps_its_lease_beside_a_row_revived_by_a_backward_step() {
 }
 
 #[test]
-#[ignore = "finding: after a backward step of the server's clock, the legitimate writer's renewal is refused (LEASE_LOST) beside the revived row of a reader whose lease ran out before the writer's grant"]
 fn mysql_a_writer_keeps_its_lease_beside_a_row_revived_by_a_backward_step() {
     let (server, offset) = with_a_clock_to_step("mysql", || mysql_server::PrivateServer::start(&[]));
     let config = mysql::yaml("r5_clock", "")
@@ -179,7 +178,6 @@ fn postgres_a_session_s_search_path_shadows_no_operator_of_the_renewal_s_check()
 }
 
 #[test]
-#[ignore = "finding: a reader whose lease ran out is renewed after a backward step of the server's clock once the writer granted meanwhile has released: a writer held the key inside the reader's section, and renew() said true"]
 fn postgres_a_reader_is_told_its_lease_ran_out_though_the_writer_granted_meanwhile_released() {
     let (server, offset) = with_a_clock_to_step("postgres-gone", || pg_server::PrivateServer::start("r5-gone", &[]));
     let config = postgres::yaml_on(&server.url(), "r5_gone", "        leaseMs: 2000\n", "")
@@ -188,7 +186,6 @@ fn postgres_a_reader_is_told_its_lease_ran_out_though_the_writer_granted_meanwhi
 }
 
 #[test]
-#[ignore = "finding: a reader whose lease ran out is renewed after a backward step of the server's clock once the writer granted meanwhile has released: a writer held the key inside the reader's section, and renew() said true"]
 fn mysql_a_reader_is_told_its_lease_ran_out_though_the_writer_granted_meanwhile_released() {
     let (server, offset) = with_a_clock_to_step("mysql-gone", || mysql_server::PrivateServer::start(&[]));
     let config = mysql::yaml("r5_gone", "")
@@ -227,7 +224,6 @@ fn the_reader_told_lost_is_renewed_once_the_writer_released(config: &str, offset
 }
 
 #[test]
-#[ignore = "finding: a reader told LEASE_LOST beside the writer (its row revived by a backward step) is renewed, valid again, once the writer releases"]
 fn postgres_a_lease_told_lost_beside_a_holder_stays_lost_once_the_holder_released() {
     let (server, offset) = with_a_clock_to_step("postgres-again", || pg_server::PrivateServer::start("r5-again", &[]));
     let config = postgres::yaml_on(&server.url(), "r5_again", "        leaseMs: 2000\n", "")
@@ -236,7 +232,6 @@ fn postgres_a_lease_told_lost_beside_a_holder_stays_lost_once_the_holder_release
 }
 
 #[test]
-#[ignore = "finding: a reader told LEASE_LOST beside the writer (its row revived by a backward step) is renewed, valid again, once the writer releases"]
 fn mysql_a_lease_told_lost_beside_a_holder_stays_lost_once_the_holder_released() {
     let (server, offset) = with_a_clock_to_step("mysql-again", || mysql_server::PrivateServer::start(&[]));
     let config = mysql::yaml("r5_again", "")
@@ -244,4 +239,107 @@ fn mysql_a_lease_told_lost_beside_a_holder_stays_lost_once_the_holder_released()
         .replace("leaseMs: 5000", "leaseMs: 2000")
         .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
     the_reader_told_lost_is_renewed_once_the_writer_released(&config, &offset);
+}
+
+/// A reader whose lease ran out (no grant since: nothing marked its row
+/// dead) asks `renew()` and is told `LEASE_LOST`; then the server's clock
+/// steps back 5 s, and its row would be live again on that clock. The
+/// refused renewal marked it dead: the next renewal is refused too, so a
+/// lease told lost stays lost.
+fn the_reader_told_its_lease_ran_out_stays_lost_after_a_backward_step(config: &str, offset: &Path) {
+    let provider = Provider::from_yaml(config).unwrap();
+    let a = block_on(provider.backend("shared").unwrap().acquire("k", shared(0))).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let first = block_on(a.renew());
+    assert!(matches!(first, Ok(false)), "the reader whose lease ran out: {first:?}");
+    std::fs::write(offset, "-5\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+
+    let again = block_on(a.renew());
+    let _ = std::fs::remove_file(offset);
+    assert!(
+        !matches!(again, Ok(true)),
+        "the reader (fence {}) told LEASE_LOST when its lease ran out was renewed after the clock stepped back: {again:?}; reader valid {}",
+        a.fence(),
+        a.is_valid()
+    );
+}
+
+#[test]
+fn postgres_a_lease_told_it_ran_out_stays_lost_after_a_backward_step() {
+    let (server, offset) = with_a_clock_to_step("postgres-ran-out", || pg_server::PrivateServer::start("r5-ran-out", &[]));
+    let config = postgres::yaml_on(&server.url(), "r5_ran_out", "        leaseMs: 2000\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    the_reader_told_its_lease_ran_out_stays_lost_after_a_backward_step(&config, &offset);
+}
+
+#[test]
+fn mysql_a_lease_told_it_ran_out_stays_lost_after_a_backward_step() {
+    let (server, offset) = with_a_clock_to_step("mysql-ran-out", || mysql_server::PrivateServer::start(&[]));
+    let config = mysql::yaml("r5_ran_out", "")
+        .replace(&mysql::url(), &server.url())
+        .replace("leaseMs: 5000", "leaseMs: 2000")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 1000");
+    the_reader_told_its_lease_ran_out_stays_lost_after_a_backward_step(&config, &offset);
+}
+
+/// What a give-back counts of a row marked dead: a lease that expired is
+/// not released (a retry of its give-back answers 0, as before rows were
+/// marked: the caller hears its lease was lost, not released), and a
+/// release marked nothing dead (a retry still counts it). Key `k` as a
+/// grant finds it: slot 0 released, slot 1 token `old`, expired.
+#[test]
+fn postgres_a_row_marked_dead_is_not_counted_as_released_and_a_release_is() {
+    let schema = postgres::Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(provider.backend("shared").unwrap().acquire("installed", wait(0))).unwrap().release()).unwrap());
+    postgres::batch(&format!(
+        "INSERT INTO {} VALUES ('probe', 'k', 1, clock_timestamp() + interval '1 minute');
+         INSERT INTO {} (namespace, key, slot, token, shared, lim, weight, expires_at) VALUES
+           ('probe', 'k', 0, 'gone', false, 1, 1, '-infinity'),
+           ('probe', 'k', 1, 'old', false, 1, 1, clock_timestamp() - interval '1 s');",
+        schema.table(""),
+        schema.table("_holders"),
+    ));
+    let call = |function: &str, arguments: &str| {
+        postgres::count(&format!("SELECT {}('probe', ARRAY['k'], {arguments})::bigint", schema.table(function)))
+    };
+    let granted = postgres::count(&format!(
+        "SELECT ({}('probe', ARRAY['k'], 'new', false, 1, 1, 60000, 0, 0, 60000, 1000))[1]",
+        schema.table("_take")
+    ));
+    assert_eq!(granted, 1, "the take beside the expired row");
+    let old = format!("SELECT count(*) FROM {} WHERE token = 'old' AND expires_at = 'epoch'", schema.table("_holders"));
+    assert_eq!(postgres::count(&old), 1, "the grant marked the expired row dead");
+    assert_eq!(call("_give_back", "'old', 'c', true, 1000"), 0, "a retried give-back of the expired lease counted it released");
+    assert_eq!(call("_renew", "'old', 60000, 1000"), 0, "the dead row was renewed");
+    assert_eq!(call("_give_back", "'new', 'c', false, 1000"), 1, "the holder's release");
+    assert_eq!(call("_give_back", "'new', 'c', true, 1000"), 1, "a retry of the holder's release");
+    block_on(provider.close());
+}
+
+#[test]
+fn mysql_a_row_marked_dead_is_not_counted_as_released_and_a_release_is() {
+    let table = mysql::Table::fresh();
+    let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
+    assert!(block_on(block_on(provider.backend("shared").unwrap().acquire("installed", wait(0))).unwrap().release()).unwrap());
+    let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+    mysql::rows(&format!("INSERT INTO `{}` VALUES ('probe', 'k', 1, {now} + 60000000)", table.0));
+    mysql::rows(&format!(
+        "INSERT INTO `{}_holders` VALUES ('probe', 'k', 0, 'gone', 0, 1, 1, 0), ('probe', 'k', 1, 'old', 0, 1, 1, {now} - 1000000)",
+        table.0
+    ));
+    let hex: String = "k".bytes().map(|byte| format!("{byte:02x}")).collect();
+    let call = |procedure: &str, arguments: &str| {
+        mysql::rows(&format!("CALL `{}{procedure}`('probe', '{hex}', {arguments})", table.0))[0][0].clone().unwrap_or_default()
+    };
+    let granted = call("_take", "'new', 0, 1, 1, 60000, 0, 0, 60000, 1, 2");
+    assert!(granted.starts_with("1,"), "the take beside the expired row: {granted}");
+    let old = format!("SELECT COUNT(*) FROM `{}_holders` WHERE token = 'old' AND expires_at = 1", table.0);
+    assert_eq!(mysql::count(&old), 1, "the grant marked the expired row dead");
+    assert_eq!(call("_give_back", "'old', 1, 2"), "0", "a retried give-back of the expired lease counted it released");
+    assert_eq!(call("_renew", "'old', 60000, 2"), "0", "the dead row was renewed");
+    assert_eq!(call("_give_back", "'new', 0, 2"), "1", "the holder's release");
+    assert_eq!(call("_give_back", "'new', 1, 2"), "1", "a retry of the holder's release");
+    block_on(provider.close());
 }

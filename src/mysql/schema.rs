@@ -52,7 +52,18 @@ pub(crate) struct Table {
 /// The version of the procedures: raise it whenever one changes, so that
 /// existing installations get the new ones (each older one is dropped and
 /// created again). Kept as every procedure's `COMMENT`.
-const VERSION: &str = "dokebi-lock procedures 6";
+/// 7: an expired holder row never comes back to life on a clock stepped
+/// back: a grant marks the expired rows of other tokens of its keys dead
+/// ([`DEAD`]), a renewal the rows it refuses.
+const VERSION: &str = "dokebi-lock procedures 7";
+
+/// The expiry (µs of the server's clock, `BIGINT`) of a dead holder row:
+/// one whose lease expired (and whose key was granted since, or whose
+/// renewal was refused). Below every reading of a clock, however far
+/// stepped back, so the row is free for good; not 0, which only a release
+/// writes and a release's retry counts, so a lease that expired is never
+/// counted as released.
+const DEAD: &str = "1";
 
 /// The `sql_mode` the procedures are created in (a procedure keeps its
 /// creator's, whatever the caller's): strict, so a value too long for its
@@ -147,6 +158,7 @@ impl Table {
             .replace("{waiting}", &self.name("_waiting"))
             .replace("{released}", &self.name("_released"))
             .replace("{clock}", CLOCK)
+            .replace("{dead}", DEAD)
             .replace("{enter}", ENTER)
             .replace("{counted}", COUNTED)
             .replace("{lock_counted}", LOCK_COUNTED)
@@ -319,7 +331,8 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// limit leaves, any by a holder of another limit), else NULL. `_try`
 /// asks it before a grant, `_renew` before it extends a row, of the
 /// row's kind: a renewal never makes two holders live that a take would
-/// not have granted side by side, whatever the clock did.
+/// not have granted side by side, whatever the clock did. A row `_renew`
+/// refuses (held against, or expired) is marked dead ([`DEAD`]).
 ///
 /// `_try` is the postgres driver's `take` rule for rule: it refuses with
 /// `-1,i` when key `i` is held or waited for with another limit; answers
@@ -330,7 +343,8 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// request's marks for `p_waiting_ms` when it is not 0; else grants every
 /// key, each fence `max(counter + 1, clock in µs)`, the key row kept
 /// `p_retention_ms` (rounded up to an eighth of it), the holder row this
-/// token's, else a free slot, else a new one, and frees the request's
+/// token's, else a free slot, else a new one (the other tokens' rows
+/// expired on the clock marked dead, [`DEAD`]), and frees the request's
 /// marks: `1,fence...` in the order of `p_keys`.
 const PROCEDURES: &[(&str, &str)] = &[
     (
@@ -389,6 +403,7 @@ try: BEGIN
   DECLARE v_blocked LONGTEXT CHARACTER SET ascii DEFAULT '';
   DECLARE v_x BIGINT;
   DECLARE v_slot INT;
+  DECLARE v_expired INT;
   DECLARE v_fence BIGINT;
   DECLARE v_fences LONGTEXT CHARACTER SET ascii DEFAULT '';
   -- Another limit on any key: refused.
@@ -474,8 +489,20 @@ try: BEGIN
       fence_until = GREATEST(fence_until, ((v_now + p_retention_ms * 1000) DIV v_bucket + 1) * v_bucket)
       WHERE ns = p_ns AND k = v_k;
     SET v_fences = CONCAT(v_fences, ',', v_fence);
-    SET v_slot = (SELECT slot FROM {holders} WHERE ns = p_ns AND k = v_k AND (token = p_token OR expires_at <= v_now)
-                  ORDER BY token = p_token DESC, slot LIMIT 1);
+    -- The slot: this token's row, else the first free one (released or
+    -- expired); and how many rows of other tokens expired on this clock.
+    SELECT COALESCE(MIN(IF(token = p_token, slot, NULL)), MIN(IF(expires_at <= v_now, slot, NULL))),
+        COALESCE(SUM(token <> p_token AND expires_at > {dead} AND expires_at <= v_now), 0)
+      INTO v_slot, v_expired FROM {holders} WHERE ns = p_ns AND k = v_k;
+    -- Those are marked dead (an expiry no clock reading is behind, {dead}):
+    -- a clock stepped back later must not bring one back to life beside
+    -- this grant. Free slots still; a released row keeps 0, what a
+    -- release's retry counts. Only when there are some: a released row
+    -- is the usual free slot.
+    IF v_expired > 0 THEN
+      UPDATE {holders} SET expires_at = {dead}
+        WHERE ns = p_ns AND k = v_k AND slot <> v_slot AND token <> p_token AND expires_at > {dead} AND expires_at <= v_now;
+    END IF;
     IF v_slot IS NULL THEN
       INSERT INTO {holders} (ns, k, slot, token, shared, lim, weight, expires_at)
         SELECT p_ns, v_k, COALESCE(MAX(slot) + 1, 0), p_token, p_shared, p_limit, p_weight, v_now + p_lease_ms * 1000
@@ -620,10 +647,16 @@ BEGIN
     -- one may not be beside. Such a row is not extended: the lease is lost.
     IF v_slot IS NOT NULL THEN
       CALL {held_against}(p_ns, v_k, p_token, v_shared, v_limit, v_weight, v_now, v_until);
-      IF v_until IS NULL THEN
-        UPDATE {holders} SET expires_at = v_now + p_lease_ms * 1000 WHERE ns = p_ns AND k = v_k AND slot = v_slot;
-        SET v_renewed = v_renewed + 1;
-      END IF;
+    END IF;
+    IF v_slot IS NOT NULL AND v_until IS NULL THEN
+      UPDATE {holders} SET expires_at = v_now + p_lease_ms * 1000 WHERE ns = p_ns AND k = v_k AND slot = v_slot;
+      SET v_renewed = v_renewed + 1;
+    ELSE
+      -- Refused (held against, or expired): the row is marked dead, as a
+      -- grant marks the expired rows it finds, so a lease told lost stays
+      -- lost whatever the clock or the holders do next. A released row
+      -- keeps 0.
+      UPDATE {holders} SET expires_at = {dead} WHERE ns = p_ns AND k = v_k AND token = p_token AND expires_at > {dead};
     END IF;
     SET v_i = v_i + 1;
   END WHILE;

@@ -99,6 +99,7 @@ impl Table {
             .replace("{durable}", DURABLE)
             .replace("{lock_timeout}", LOCK_TIMEOUT)
             .replace("{take_arguments}", TAKE_ARGUMENTS)
+            .replace("{dead}", DEAD)
     }
 
     /// The statement that answers true when every table and function is
@@ -188,7 +189,17 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// request, stays for drivers of 5).
 /// 7: `renew` extends no row whose key a live holder of another token
 /// holds against it (`held_against`, which `take` asks too).
-const VERSION: &str = "dokebi-lock functions 7";
+/// 8: an expired holder row never comes back to life on a clock stepped
+/// back: `take` marks the expired rows of other tokens of the keys it
+/// grants dead ([`DEAD`]), `renew` the rows it refuses.
+const VERSION: &str = "dokebi-lock functions 8";
+
+/// The expiry of a dead holder row: one whose lease expired (and whose key
+/// was granted since, or whose renewal was refused). Below every reading of
+/// a clock, however far stepped back, so the row is free for good; above
+/// `-infinity`, which only a release writes and a give-back's retry counts,
+/// so a lease that expired is never counted as released.
+const DEAD: &str = "'epoch'::timestamptz";
 
 /// The argument types of the take function (its signature).
 const TAKE_ARGUMENTS: &str = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
@@ -345,7 +356,8 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// key: the fence of each is `max(counter + 1, clock in µs)`, written back,
 /// and the key row kept `retention_ms`; each key's holder row is this
 /// token's, else a free slot, else a new one, and the request's marks are
-/// freed. Answers `{1, fence...}` in the caller's order. A retry of a
+/// freed; the other tokens' rows of those keys that expired on the clock
+/// are marked dead ([`DEAD`]). Answers `{1, fence...}` in the caller's order. A retry of a
 /// grant whose answer was lost finds its own token and is granted again,
 /// with a new fence. Row locks wait at most
 /// `lock_timeout_ms` (`lock_timeout`, for this transaction only).
@@ -359,7 +371,9 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// holders live that a take would not have granted side by side, whatever
 /// the clock did: a row live again on a clock behind the one its lease
 /// expired on (stepped back, or a promoted replica's), beside the holder
-/// granted the key meanwhile, is not extended.
+/// granted the key meanwhile, is not extended. A row refused (held
+/// against, or expired) is marked dead ([`DEAD`]): a lease told lost stays
+/// lost.
 ///
 /// `held_against`: the keys of `p_keys` held against a request of kind
 /// `p_shared`, `p_limit`, `p_weight` by live holders of other tokens at
@@ -543,10 +557,19 @@ BEGIN
   -- updated in place, never deleted by a release: nothing of them is
   -- indexed but the slot, so the updates are HOT ones (the old version
   -- pruned in its page, no VACUUM needed, no index entry added).
+  -- The other tokens' rows expired on this clock are marked dead (an
+  -- expiry no clock reading is behind, {dead}) in the same statement: a
+  -- clock stepped back later must not bring one back to life beside this
+  -- grant, held against it (and the holder granted after it). Free slots
+  -- still; a released row keeps -infinity, what a give-back's retry counts.
   WITH pick AS (
     SELECT k AS key, (SELECT h.slot FROM {holders} h WHERE h.namespace = p_ns AND h.key = k AND (h.token = p_token OR h.expires_at <= now_ts)
                       ORDER BY h.token = p_token DESC, h.slot LIMIT 1) AS slot
     FROM unnest(sorted) k
+  ), dead AS (
+    UPDATE {holders} h SET expires_at = {dead}
+      FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot IS DISTINCT FROM pick.slot AND h.token <> p_token
+        AND h.expires_at > {dead} AND h.expires_at <= now_ts
   )
   UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
     expires_at = now_ts + p_lease_ms * interval '1 millisecond'
@@ -571,6 +594,7 @@ RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET se
 DECLARE
   now_ts timestamptz;
   renewed integer;
+  kept text[];
 BEGIN
   {read_committed}
   {durable}
@@ -585,10 +609,20 @@ BEGIN
   -- be behind the one that let the lease expire (stepped back, or a
   -- promoted replica's), and the key granted meanwhile to a holder this
   -- one may not be beside. Such a row is not extended: the lease is lost.
-  UPDATE {holders} h SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
-    WHERE h.namespace = p_ns AND h.key = ANY (p_keys) AND h.token = p_token AND h.expires_at > now_ts
-      AND NOT EXISTS (SELECT FROM {held_against}(p_ns, ARRAY[h.key::text], p_token, h.shared, h.lim, h.weight, now_ts));
-  GET DIAGNOSTICS renewed = ROW_COUNT;
+  WITH extended AS (
+    UPDATE {holders} h SET expires_at = now_ts + p_lease_ms * interval '1 millisecond'
+      WHERE h.namespace = p_ns AND h.key = ANY (p_keys) AND h.token = p_token AND h.expires_at > now_ts
+        AND NOT EXISTS (SELECT FROM {held_against}(p_ns, ARRAY[h.key::text], p_token, h.shared, h.lim, h.weight, now_ts))
+      RETURNING h.key
+  ) SELECT count(*), array_agg(extended.key) INTO renewed, kept FROM extended;
+  -- A row refused (held against, or expired) is marked dead, as a grant
+  -- marks the expired rows it finds: a lease told lost stays lost, whatever
+  -- the clock or the holders do next. A released row keeps -infinity.
+  IF renewed < cardinality(p_keys) THEN
+    UPDATE {holders} h SET expires_at = {dead}
+      WHERE h.namespace = p_ns AND h.key = ANY (p_keys) AND h.token = p_token AND h.expires_at > {dead}
+        AND NOT h.key = ANY (coalesce(kept, '{}'));
+  END IF;
   RETURN renewed;
 END
 $fn$;
