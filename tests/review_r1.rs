@@ -9,14 +9,16 @@ mod mysql_server;
 #[path = "postgres/server.rs"]
 mod pg_server;
 mod postgres;
+#[path = "support/stepped_clock.rs"]
+mod stepped_clock;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
 use futures::executor::block_on;
 use mysql::{url, yaml};
 use mysql_server::PrivateServer;
+use stepped_clock::with_a_clock_to_step;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
@@ -24,33 +26,6 @@ fn wait(ms: u64) -> AcquireOptions {
 
 fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
-
-/// A server that `start` starts with a clock of libfaketime's, offset by
-/// what the returned file says (`+0` at the start; `-5` puts it 5 s back),
-/// read afresh at every clock call. The monotonic clock is left alone.
-fn with_a_clock_to_step<T>(name: &str, start: impl FnOnce() -> T) -> (T, PathBuf) {
-    let offset = std::env::temp_dir().join(format!("dokebi-r1-faketime-{name}-{}", std::process::id()));
-    std::fs::write(&offset, "+0\n").unwrap();
-    // Only the server inherits them: the environment is the process's, so
-    // servers start one at a time (this file's tests start no other process).
-    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
-    let preload = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-    let vars = [
-        ("LD_PRELOAD", preload.to_owned()),
-        ("FAKETIME_TIMESTAMP_FILE", offset.display().to_string()),
-        ("FAKETIME_NO_CACHE", "1".to_owned()),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
-    ];
-    for (name, value) in &vars {
-        std::env::set_var(name, value);
-    }
-    let server = start();
-    for (name, _) in &vars {
-        std::env::remove_var(name);
-    }
-    (server, offset)
 }
 
 /// A holder whose lease ran out is told at its next `renew()`

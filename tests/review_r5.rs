@@ -10,12 +10,15 @@ mod mysql_server;
 #[path = "postgres/server.rs"]
 mod pg_server;
 mod postgres;
+#[path = "support/stepped_clock.rs"]
+mod stepped_clock;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, Lease, LockMode, Provider};
 use futures::executor::block_on;
+use stepped_clock::with_a_clock_to_step;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
@@ -23,31 +26,6 @@ fn wait(ms: u64) -> AcquireOptions {
 
 fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
-
-/// A server that `start` starts with a clock of libfaketime's, offset by
-/// what the returned file says (`+0` at the start; `-5` puts it 5 s back),
-/// read afresh at every clock call (as tests/review_r1.rs does).
-fn with_a_clock_to_step<T>(name: &str, start: impl FnOnce() -> T) -> (T, PathBuf) {
-    let offset = std::env::temp_dir().join(format!("dokebi-r5-faketime-{name}-{}", std::process::id()));
-    std::fs::write(&offset, "+0\n").unwrap();
-    // Only the server inherits them: servers start one at a time.
-    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
-    let vars = [
-        ("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1".to_owned()),
-        ("FAKETIME_TIMESTAMP_FILE", offset.display().to_string()),
-        ("FAKETIME_NO_CACHE", "1".to_owned()),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
-    ];
-    for (name, value) in &vars {
-        std::env::set_var(name, value);
-    }
-    let server = start();
-    for (name, _) in &vars {
-        std::env::remove_var(name);
-    }
-    (server, offset)
 }
 
 /// The writer granted a key once a reader's lease had run out (the reader

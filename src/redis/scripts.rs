@@ -248,8 +248,10 @@ local function unmark(waiting, gone, members)
       if #members > 0 then
         local ttl = redis.call('PTTL', waiting)
         redis.call('ZREM', waiting, unpack(gone))
-        if ttl > 0 then
-          redis.call('SET', waiting, '1', 'PX', ttl)
+        -- 0 in the set's last millisecond (a script's clock stands still):
+        -- still an expiry, never none.
+        if ttl >= 0 then
+          redis.call('SET', waiting, '1', 'PX', math.max(ttl, 1))
         else
           redis.call('SET', waiting, '1')
         end
