@@ -58,7 +58,14 @@ fn postgres_hold_row(keys: &str, ns: &str, ms: u64) -> thread::JoinHandle<()> {
         ms as f64 / 1000.0
     );
     let held = thread::spawn(move || postgres::batch(&sql));
-    thread::sleep(Duration::from_millis(200));
+    // Returned once the session sleeps, so past its FOR UPDATE (a fixed
+    // wait was too short under load: the try ran first and was granted).
+    let sleeping = format!("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%{keys}%FOR UPDATE%'");
+    let started = Instant::now();
+    while postgres::count(&sleeping) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the row was not locked within 10 s");
+        thread::sleep(Duration::from_millis(20));
+    }
     held
 }
 
