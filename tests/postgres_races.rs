@@ -83,7 +83,7 @@ fn blocked(application: &str) -> i64 {
 fn open(schema: &Schema, application: &str, backend: &str) -> dokebi_lock::Provider {
     let url = format!("{}?application_name={application}", url());
     let yaml =
-        postgres::yaml_on(&url, &schema.0, backend, "        commandTimeoutMs: 5000\n").replace("        commandTimeoutMs: 2000\n", "");
+        postgres::yaml_on(&url, &schema.0, backend, "        commandTimeoutMs: 7900\n").replace("        commandTimeoutMs: 2000\n", "");
     dokebi_lock::Provider::from_yaml(&yaml).unwrap()
 }
 
@@ -92,13 +92,15 @@ fn a_renew_that_commits_after_its_lease_ended_is_never_overtaken_by_a_takeover()
     let schema = Schema::fresh();
     let application = format!("dl_taker_{}", std::process::id());
     let holder = format!("dl_holder_{}", std::process::id());
-    let (a, b) = (open(&schema, &holder, "        leaseMs: 6000\n"), open(&schema, &application, "        leaseMs: 6000\n"));
+    let (a, b) = (open(&schema, &holder, "        leaseMs: 8000\n"), open(&schema, &application, "        leaseMs: 8000\n"));
     let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
     let gate = Gate::close(gate_key(1));
     stall_renewals(&schema, gate.key);
-    // Half way through the lease: the renew stalls about 3 s, its command
-    // timeout is 5 s.
-    thread::sleep(Duration::from_secs(3));
+    // Half way through the lease: the renew stalls about 4 s (more under
+    // load), its command timeout is 7.9 s and its lock wait 5.9 s (with a
+    // 6 s lease and a 3.75 s lock wait, a loaded CI run saw the stalled
+    // renew refused).
+    thread::sleep(Duration::from_secs(4));
     let renewing = thread::spawn(move || {
         let renewed = block_on(lease.renew());
         (lease, renewed)
@@ -131,15 +133,17 @@ fn a_renew_that_commits_after_its_lease_ended_is_never_overtaken_by_a_takeover()
 fn the_retention_clean_up_never_deletes_a_key_whose_renew_is_committing() {
     let schema = Schema::fresh();
     let application = format!("dl_cleaner_{}", std::process::id());
-    let backend_lines = "        leaseMs: 6000\n        fenceRetentionMs: 1\n";
+    let backend_lines = "        leaseMs: 8000\n        fenceRetentionMs: 1\n";
     let holder = format!("dl_renewer_{}", std::process::id());
     let (a, b) = (open(&schema, &holder, backend_lines), open(&schema, &application, backend_lines));
     let lease = block_on(backend(&a).acquire("k", wait(0))).unwrap();
     let gate = Gate::close(gate_key(2));
     stall_renewals(&schema, gate.key);
-    // Half way through the lease: the renew stalls about 3 s, its command
-    // timeout is 5 s.
-    thread::sleep(Duration::from_secs(3));
+    // Half way through the lease: the renew stalls about 4 s (more under
+    // load), its command timeout is 7.9 s and its lock wait 5.9 s (with a
+    // 6 s lease and a 3.75 s lock wait, a loaded CI run saw the stalled
+    // renew refused).
+    thread::sleep(Duration::from_secs(4));
     let renewing = thread::spawn(move || {
         let renewed = block_on(lease.renew());
         (lease, renewed)
