@@ -57,7 +57,7 @@ fn the_seed_file_loads_with_every_default_filled_in() {
 #[test]
 fn the_parsed_options_map_and_the_sections_load_the_same() {
     let from_file = Options::from_yaml(SEED_FILE).unwrap();
-    let document: serde_json::Value = serde_yaml::from_str(SEED_FILE).unwrap();
+    let document: serde_json::Value = serde_yaml_ng::from_str(SEED_FILE).unwrap();
     let config = &document["options"];
     assert_eq!(Options::from_config(config).unwrap(), from_file);
     assert_eq!(Options::from_sections(Some(&config["dokebi-lock"]), Some(&config["dokebi-redis"]), None, None).unwrap(), from_file);

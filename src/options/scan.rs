@@ -515,13 +515,13 @@ mod tests {
 
     /// The nesting of a parsed document; a collection used as a key sits at
     /// its mapping's level (the mapping opens at the `:`, after the key).
-    fn parsed_depth(value: &serde_yaml::Value) -> usize {
+    fn parsed_depth(value: &serde_yaml_ng::Value) -> usize {
         match value {
-            serde_yaml::Value::Sequence(items) => 1 + items.iter().map(parsed_depth).max().unwrap_or(0),
-            serde_yaml::Value::Mapping(map) => {
+            serde_yaml_ng::Value::Sequence(items) => 1 + items.iter().map(parsed_depth).max().unwrap_or(0),
+            serde_yaml_ng::Value::Mapping(map) => {
                 map.iter().map(|(key, value)| parsed_depth(key).max(1 + parsed_depth(value))).max().unwrap_or(1)
             }
-            serde_yaml::Value::Tagged(tagged) => parsed_depth(&tagged.value),
+            serde_yaml_ng::Value::Tagged(tagged) => parsed_depth(&tagged.value),
             _ => 0,
         }
     }
@@ -538,7 +538,7 @@ mod tests {
             ], 0..40)
         ) {
             let text = pieces.concat();
-            if let Ok(value) = serde_yaml::from_str::<serde_yaml::Value>(&text) {
+            if let Ok(value) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text) {
                 prop_assert!(depth(&text) >= parsed_depth(&value), "{:?}", text);
             }
         }

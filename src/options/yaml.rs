@@ -34,7 +34,7 @@ pub(crate) fn parse(text: &str) -> Result<Value> {
         return Err(whole_text(format!("nested more than {MAX_DEPTH} levels deep at line {line}")));
     }
     let mut build = Build::default();
-    let read = Node(&mut build).deserialize(serde_yaml::Deserializer::from_str(text));
+    let read = Node(&mut build).deserialize(serde_yaml_ng::Deserializer::from_str(text));
     let value = read.map_err(|err| match build.exceeded {
         Some(Exceeded::Values) => whole_text(format!("expands to more than {MAX_VALUES} values (aliases included)")),
         Some(Exceeded::Depth) => whole_text(format!("nested more than {MAX_DEPTH} levels deep once aliases are expanded")),
