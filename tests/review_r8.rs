@@ -155,3 +155,133 @@ fn acquire_held_while_redis_runs_a_script(warm: bool) {
     assert!(block_on(lease.release()).unwrap(), "k stayed held on Redis through the script (the policy's acquire: {served})");
     block_on(holder.close());
 }
+
+/// Probe (held): readers of `x`, readers of `y` and writers of both keys
+/// together, in two processes, with another session holding `y`'s row
+/// past the calls' lock wait every so often: hand-overs are refused for
+/// contention (`Failure::Contended`) and fall back on a plain give-back
+/// (`src/store/core.rs`), takes are busy, releases refused. Never a writer
+/// beside anyone, and each writer's fence above every fence seen before
+/// it. `R8_SECS` (default 4) long.
+fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::thread;
+    use std::time::Duration;
+    let secs = std::env::var("R8_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
+    let providers: Vec<Provider> = (0..2).map(|_| Provider::from_yaml(yaml).unwrap()).collect();
+    // Per key: writers, readers, the highest fence seen.
+    let state: Arc<Mutex<BTreeMap<&'static str, (u32, u32, u64)>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let outcomes: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let roles: [(&[&'static str], dokebi_lock::LockMode); 4] = [
+        (&["x", "y"], dokebi_lock::LockMode::Exclusive),
+        (&["x"], dokebi_lock::LockMode::Shared),
+        (&["y"], dokebi_lock::LockMode::Shared),
+        (&["x"], dokebi_lock::LockMode::Shared),
+    ];
+    for provider in &providers {
+        for (keys, mode) in roles {
+            let backend = provider.backend("shared").unwrap();
+            let (state, violations, outcomes, stop) = (state.clone(), violations.clone(), outcomes.clone(), stop.clone());
+            workers.push(thread::spawn(move || {
+                let note = |what: String| *outcomes.lock().unwrap().entry(what).or_default() += 1;
+                let writer = mode == dokebi_lock::LockMode::Exclusive;
+                while !stop.load(Ordering::Relaxed) {
+                    let options = dokebi_lock::AcquireOptions { mode, ..wait(3000) };
+                    let lease = match block_on(backend.acquire_many(keys, options)) {
+                        Ok(lease) => lease,
+                        Err(err) => {
+                            note(format!("acquire {:?}", err.code()));
+                            continue;
+                        }
+                    };
+                    {
+                        let mut state = state.lock().unwrap();
+                        for (key, fence) in lease.fences() {
+                            let key = keys.iter().find(|k| **k == key).unwrap();
+                            let (writers, readers, seen) = state.entry(key).or_default();
+                            if *writers > 0 || (writer && *readers > 0) {
+                                violations.lock().unwrap().push(format!(
+                                    "{key}: {} granted (fence {fence}) beside {writers} writers and {readers} readers",
+                                    if writer { "a writer" } else { "a reader" }
+                                ));
+                            }
+                            if writer && fence <= *seen {
+                                violations.lock().unwrap().push(format!("{key}: a writer's fence {fence} after {seen}"));
+                            }
+                            *seen = fence.max(*seen);
+                            if writer {
+                                *writers += 1;
+                            } else {
+                                *readers += 1;
+                            }
+                        }
+                    }
+                    thread::sleep(Duration::from_millis(5));
+                    {
+                        let mut state = state.lock().unwrap();
+                        for key in keys {
+                            let (writers, readers, _) = state.get_mut(key).unwrap();
+                            if writer {
+                                *writers -= 1;
+                            } else {
+                                *readers -= 1;
+                            }
+                        }
+                    }
+                    match block_on(lease.release()) {
+                        Ok(released) => note(format!("release {released}")),
+                        Err(err) => note(format!("release {:?}", err.code())),
+                    }
+                }
+            }));
+        }
+    }
+    let locker = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut held = 0;
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(150));
+                hold_row();
+                held += 1;
+            }
+            held
+        })
+    };
+    thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let held = locker.join().unwrap();
+    workers.into_iter().for_each(|worker| worker.join().unwrap());
+    eprintln!("row held {held} times; outcomes {:?}; state {:?}", outcomes.lock().unwrap(), state.lock().unwrap());
+    let violations = violations.lock().unwrap();
+    assert!(violations.is_empty(), "{violations:#?}");
+    for provider in providers {
+        block_on(provider.close());
+    }
+}
+
+#[test]
+fn postgres_kinds_beside_a_held_row_never_overlap() {
+    let schema = postgres::Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 10000\n", "")
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 800");
+    let keys = schema.table("");
+    kinds_with_row_locks(&yaml, move || {
+        postgres::batch(&format!("BEGIN; SELECT 1 FROM {keys} WHERE key = 'y' FOR UPDATE; SELECT pg_sleep(0.7); ROLLBACK"));
+    });
+}
+
+#[test]
+fn mysql_kinds_beside_a_held_row_never_overlap() {
+    let table = mysql::Table::fresh();
+    let name = table.0.clone();
+    kinds_with_row_locks(&mysql::yaml(&table.0, ""), move || {
+        let _ =
+            mysql::try_rows(&format!("START TRANSACTION; SELECT fence FROM `{name}` WHERE k = 'y' FOR UPDATE; DO SLEEP(1.2); ROLLBACK"));
+    });
+}
