@@ -311,3 +311,32 @@ fn a_name_held_on_the_fallback_is_not_granted_again_on_the_member_that_came_back
     }
     assert!(block_on(on_host.release()).unwrap());
 }
+
+/// A Redis full to its `maxmemory` (with `noeviction`, which the driver
+/// requires) refuses writes that may grow memory: a waiting acquire's mark
+/// (`OOM`, its script's first write) is refused, read as the member down,
+/// and a policy moves the key, while the holder on Redis keeps its key and
+/// renews it there (a renewal's `PEXPIRE` is let through,
+/// `tests/redis_transport_review.rs`) for as long as the server is full.
+#[test]
+#[ignore = "finding (two holders): a Redis at maxmemory refuses a waiter's mark (OOM, PROVIDER_FAILED), and a fallBack policy moves a key held and renewed there"]
+fn redis_at_maxmemory_never_moves_a_held_key() {
+    let server = RedisServer::start();
+    let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let policy = FallBackToHost::open("redis", &server.url(), "leaseMs: 30000");
+    policy.acquire_held("warm-up", 0, "nothing holds warm-up");
+    let maxmemory = |bytes: &str| {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(bytes).query(&mut server.client()).unwrap();
+    };
+    maxmemory("1");
+    let waited = block_on(policy.locks().acquire("k", wait(500))).map(|lease| (lease.served().unwrap().member.name.clone(), lease.fence()));
+    let renewed = block_on(lease.renew());
+    maxmemory("0");
+    assert!(matches!(renewed, Ok(true)), "the holder renews k on the full Redis: {renewed:?}");
+    if let Ok((member, fence)) = waited {
+        panic!("k held on Redis (fence {}, renewed there) was granted on {member} (fence {fence})", lease.fence());
+    }
+    assert!(block_on(lease.release()).unwrap());
+    block_on(holder.close());
+}
