@@ -156,6 +156,9 @@ fn acquire_held_while_redis_runs_a_script(warm: bool) {
     block_on(holder.close());
 }
 
+/// Per key: its writers, its readers, the highest fence seen.
+type KeyStates = std::collections::BTreeMap<&'static str, (u32, u32, u64)>;
+
 /// Probe (held): readers of `x`, readers of `y` and writers of both keys
 /// together, in two processes, with another session holding `y`'s row
 /// past the calls' lock wait every so often: hand-overs are refused for
@@ -171,8 +174,7 @@ fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
     use std::time::Duration;
     let secs = std::env::var("R8_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
     let providers: Vec<Provider> = (0..2).map(|_| Provider::from_yaml(yaml).unwrap()).collect();
-    // Per key: writers, readers, the highest fence seen.
-    let state: Arc<Mutex<BTreeMap<&'static str, (u32, u32, u64)>>> = Arc::default();
+    let state: Arc<Mutex<KeyStates>> = Arc::default();
     let violations: Arc<Mutex<Vec<String>>> = Arc::default();
     let outcomes: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
