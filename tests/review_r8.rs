@@ -159,14 +159,11 @@ fn acquire_held_while_redis_runs_a_script(warm: bool) {
 /// Per key: its writers, its readers, the highest fence seen.
 type KeyStates = std::collections::BTreeMap<&'static str, (u32, u32, u64)>;
 
-/// Probe (held): readers of `x`, readers of `y` and writers of both keys
-/// together, in two processes, with another session holding `y`'s row
-/// past the calls' lock wait every so often: hand-overs are refused for
-/// contention (`Failure::Contended`) and fall back on a plain give-back
-/// (`src/store/core.rs`), takes are busy, releases refused. Never a writer
-/// beside anyone, and each writer's fence above every fence seen before
-/// it. `R8_SECS` (default 4) long.
-fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
+/// Probes (held): readers of `x`, readers of `y` and writers of both keys
+/// together, in two processes, while `disrupt` runs again and again (150
+/// ms apart). Never a writer beside anyone, and each writer's fence above
+/// every fence seen before it. `R8_SECS` (default 4) long.
+fn kinds_storm(yaml: &str, disrupt: impl Fn() + Send + 'static) {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -249,7 +246,7 @@ fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
             let mut held = 0;
             while !stop.load(Ordering::Relaxed) {
                 thread::sleep(Duration::from_millis(150));
-                hold_row();
+                disrupt();
                 held += 1;
             }
             held
@@ -259,7 +256,7 @@ fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
     stop.store(true, Ordering::Relaxed);
     let held = locker.join().unwrap();
     workers.into_iter().for_each(|worker| worker.join().unwrap());
-    eprintln!("row held {held} times; outcomes {:?}; state {:?}", outcomes.lock().unwrap(), state.lock().unwrap());
+    eprintln!("disrupted {held} times; outcomes {:?}; state {:?}", outcomes.lock().unwrap(), state.lock().unwrap());
     let violations = violations.lock().unwrap();
     assert!(violations.is_empty(), "{violations:#?}");
     for provider in providers {
@@ -267,13 +264,16 @@ fn kinds_with_row_locks(yaml: &str, hold_row: impl Fn() + Send + 'static) {
     }
 }
 
+/// Another session holds `y`'s row past the calls' lock wait: hand-overs
+/// are refused for contention (`Failure::Contended`) and fall back on a
+/// plain give-back (`src/store/core.rs`), takes are busy, releases refused.
 #[test]
 fn postgres_kinds_beside_a_held_row_never_overlap() {
     let schema = postgres::Schema::fresh();
     let yaml = postgres::yaml_on(&postgres::url(), &schema.0, "        leaseMs: 10000\n", "")
         .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 800");
     let keys = schema.table("");
-    kinds_with_row_locks(&yaml, move || {
+    kinds_storm(&yaml, move || {
         postgres::batch(&format!("BEGIN; SELECT 1 FROM {keys} WHERE key = 'y' FOR UPDATE; SELECT pg_sleep(0.7); ROLLBACK"));
     });
 }
@@ -282,7 +282,7 @@ fn postgres_kinds_beside_a_held_row_never_overlap() {
 fn mysql_kinds_beside_a_held_row_never_overlap() {
     let table = mysql::Table::fresh();
     let name = table.0.clone();
-    kinds_with_row_locks(&mysql::yaml(&table.0, ""), move || {
+    kinds_storm(&mysql::yaml(&table.0, ""), move || {
         let _ =
             mysql::try_rows(&format!("START TRANSACTION; SELECT fence FROM `{name}` WHERE k = 'y' FOR UPDATE; DO SLEEP(1.2); ROLLBACK"));
     });
@@ -341,4 +341,19 @@ fn redis_at_maxmemory_never_moves_a_held_key() {
     }
     assert!(block_on(lease.release()).unwrap());
     block_on(holder.close());
+}
+
+/// Every command connection of the two processes is killed (`CLIENT KILL
+/// TYPE normal`): tries, hand-overs and releases are sent again after a
+/// lost answer (a try sent twice, its untold grant given back, a release's
+/// hand-on of an `h:` reservation).
+#[test]
+fn redis_kinds_with_connections_killed_never_overlap() {
+    let server = RedisServer::start();
+    let yaml = support::redis_yaml(&server.url(), "        leaseMs: 10000\n", "");
+    let admin = std::sync::Mutex::new(server.client());
+    kinds_storm(&yaml, move || {
+        let _: redis::RedisResult<i64> =
+            redis::cmd("CLIENT").arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"]).query(&mut *admin.lock().unwrap());
+    });
 }
