@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use dokebi_lock::Provider;
+use dokebi_lock::{Backend, Provider};
 use futures::executor::block_on;
 
 use super::wait;
@@ -23,15 +23,26 @@ impl FallBackToHost {
     /// schema or table, its `leaseMs`), on a connection whose
     /// `commandTimeoutMs` is 2000.
     pub fn open(driver: &str, url: &str, fields: &str) -> FallBackToHost {
+        FallBackToHost::open_with(driver, url, fields, 5000)
+    }
+
+    /// [`FallBackToHost::open`], passing `db` over for `cooldown_ms`
+    /// (`reprobeCooldownMs`) once it could not serve.
+    pub fn open_with(driver: &str, url: &str, fields: &str, cooldown_ms: u32) -> FallBackToHost {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let directory = std::env::temp_dir().join(format!("dokebi-fall-back-host-{}-{next}", std::process::id()));
         let provider = Provider::from_yaml(&format!(
-            "schemaVersion: 1\noptions:\n  dokebi-{driver}:\n    connections:\n      main: {{ url: '{url}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: {driver}, connection: main, {fields} }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+            "schemaVersion: 1\noptions:\n  dokebi-{driver}:\n    connections:\n      main: {{ url: '{url}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: {driver}, connection: main, {fields} }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        reprobeCooldownMs: {cooldown_ms}\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
             directory.display()
         ))
         .unwrap();
         FallBackToHost { provider, directory }
+    }
+
+    /// The policy backend `locks`.
+    pub fn locks(&self) -> Backend {
+        self.provider.backend("locks").unwrap()
     }
 
     /// Acquires `key` (a single try) through the policy while another
