@@ -1,10 +1,10 @@
-//! Review R8: ways to give a key two holders found by the eighth review,
-//! each a test ignored until fixed (`--ignored` runs them), against the
-//! machine's PostgreSQL and MariaDB.
+//! Review R8: ways to give a key two holders found by the eighth review
+//! (fixed unless ignored: `--ignored` runs an open one), against the
+//! machine's PostgreSQL and MariaDB and private Redis servers.
 //!
-//! A policy that falls back reads any `PROVIDER_FAILED` but a slow connect
+//! A policy that falls back read any `PROVIDER_FAILED` but a slow connect
 //! (`details.connecting`) and a locked set-up (`details.lockedSetUp`) as
-//! its member down, and moves the key. A SQL member answers
+//! its member down, and moved the key. A SQL member answers
 //! `PROVIDER_FAILED` while it is up and serving other processes when this
 //! process's driver is older than the installed functions or procedures
 //! (a rolling upgrade, or an old process restarted during one), when a
@@ -12,10 +12,11 @@
 //! run under on the server connection (PostgreSQL), and, on
 //! MySQL, for a call in the window where an upgrade dropped a procedure
 //! and has not created it again; a Redis member answers `BUSY` while
-//! another client's script runs past `busy-reply-threshold`, and the
-//! driver reads that as refused (`PROVIDER_FAILED`) too, where a server
-//! stalled without a word is an unknown outcome that moves nothing: the key
-//! is then held on two members.
+//! another client's script runs past `busy-reply-threshold`, and `OOM` at
+//! `maxmemory`: the key was then held on two members. Now a policy falls
+//! back only on a store no connection could be made to
+//! (`details.unreachable`); every other refusal came from a store that is
+//! up.
 
 #[path = "postgres/bouncer.rs"]
 mod bouncer;
@@ -40,7 +41,6 @@ const NEWER_PROCEDURES: &str = "dokebi-lock procedures 99";
 /// falls back, refuses the newer functions (`PROVIDER_FAILED`, "upgrade
 /// it"), and the policy moves `k` to the host while the store serves it.
 #[test]
-#[ignore = "finding (two holders): a fallBack policy reads 'newer functions installed' (PROVIDER_FAILED) as the member down and moves a key held there"]
 fn postgres_a_process_older_than_the_installed_functions_never_moves_a_held_key() {
     let schema = postgres::Schema::fresh();
     let newer = schema.open("");
@@ -61,7 +61,6 @@ fn postgres_a_process_older_than_the_installed_functions_never_moves_a_held_key(
 /// `tests/postgres_pgbouncer.rs`), which the policy reads as its member
 /// down, while PostgreSQL serves `k`'s holder (and every other client).
 #[test]
-#[ignore = "finding (two holders): a pooler's leaked isolation refuses the take (PROVIDER_FAILED), and a fallBack policy moves a key held on PostgreSQL"]
 fn postgres_an_isolation_another_client_of_the_pooler_left_never_moves_a_held_key() {
     let bouncer = Bouncer::start("r8-leaked-isolation");
     let schema = postgres::Schema::fresh();
@@ -73,14 +72,15 @@ fn postgres_an_isolation_another_client_of_the_pooler_left_never_moves_a_held_ke
     let served =
         policy.acquire_held("k", lease.fence(), "the take met an isolation another client of the pooler left, read as PROVIDER_FAILED");
     postgres::batch_on(&bouncer.url(), "RESET default_transaction_isolation");
-    assert_eq!(served, "LockBusy");
+    // The take refused under the leaked setting ends the acquire on db
+    // (PROVIDER_FAILED); a server connection without it finds k busy.
+    assert!(matches!(served.as_str(), "ProviderFailed" | "LockBusy"), "the acquire ended with {served}");
     assert!(block_on(lease.release()).unwrap());
     block_on(holder.close());
 }
 
 /// As above, on MySQL: this driver refuses procedures of a newer version.
 #[test]
-#[ignore = "finding (two holders): a fallBack policy reads 'newer procedures installed' (PROVIDER_FAILED) as the member down and moves a key held there"]
 fn mysql_a_process_older_than_the_installed_procedures_never_moves_a_held_key() {
     let table = mysql::Table::fresh();
     let newer = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
@@ -99,7 +99,6 @@ fn mysql_a_process_older_than_the_installed_procedures_never_moves_a_held_key() 
 /// that as its member down while another process holds `k` there. The
 /// window is held open here (the drop alone) to make the call land in it.
 #[test]
-#[ignore = "finding (two holders): a call in an upgrade's drop-and-create window (1305, PROVIDER_FAILED) moves a fallBack policy's key held on MySQL"]
 fn mysql_a_call_in_an_upgrade_s_drop_and_create_window_never_moves_a_held_key() {
     let table = mysql::Table::fresh();
     let holder = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
@@ -119,7 +118,6 @@ fn mysql_a_call_in_an_upgrade_s_drop_and_create_window_never_moves_a_held_key() 
 /// The policy's acquire on a connection it had made before reads that
 /// `BUSY` as refused and moves `k` to the host while it is held on Redis.
 #[test]
-#[ignore = "finding (two holders): a script's BUSY from Redis (up, keys held) is PROVIDER_FAILED, and a fallBack policy moves a key held there"]
 fn redis_busy_with_another_client_s_script_never_moves_a_held_key() {
     acquire_held_while_redis_runs_a_script(true);
 }
@@ -127,7 +125,6 @@ fn redis_busy_with_another_client_s_script_never_moves_a_held_key() {
 /// As above, where the policy's first connection is made during the
 /// script: the connect's checks meet `BUSY`, read as unreachable.
 #[test]
-#[ignore = "finding (two holders): a connect that meets a script's BUSY is unreachable (PROVIDER_FAILED), and a fallBack policy moves a key held there"]
 fn redis_busy_at_connect_never_moves_a_held_key() {
     acquire_held_while_redis_runs_a_script(false);
 }
@@ -321,7 +318,6 @@ fn a_name_held_on_the_fallback_is_not_granted_again_on_the_member_that_came_back
 /// renews it there (a renewal's `PEXPIRE` is let through,
 /// `tests/redis_transport_review.rs`) for as long as the server is full.
 #[test]
-#[ignore = "finding (two holders): a Redis at maxmemory refuses a waiter's mark (OOM, PROVIDER_FAILED), and a fallBack policy moves a key held and renewed there"]
 fn redis_at_maxmemory_never_moves_a_held_key() {
     let server = RedisServer::start();
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);

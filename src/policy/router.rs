@@ -371,20 +371,18 @@ impl Attempt {
         None
     }
 
-    /// The try of `member` failed with `error`. Only unavailability (the
-    /// store unreachable, refusing or failing: `PROVIDER_FAILED`, unless
-    /// [`not_down`]) moves on; contention, limits, an abort, close and an unknown outcome end
-    /// the acquire, since another member would give a second holder, or
-    /// might while the first try's grant stands.
+    /// The try of `member` failed with `error`. Only a store that could not
+    /// be reached ([`unreachable`]) moves on. Everything else ends the
+    /// acquire: contention, limits, an abort, close and an unknown outcome,
+    /// since another member would give a second holder, or might while the
+    /// first try's grant stands; and a store that answered but refused this
+    /// process (a busy script, a full memory, newer or missing functions, a
+    /// session setting, credentials, a set-up lock) or whose connect was
+    /// still under way: it is up, and may be serving the key's holder.
     pub fn failed(&mut self, member: usize, error: &LockError) -> Step {
         let mut states = lock(&self.router.states);
         match error.code() {
-            // The acquire's wait ended while the member was still
-            // connecting, or its set-up of the tables waited out another
-            // session's lock: slow or busy is not down (it may serve others
-            // meanwhile), so the key does not move.
-            ErrorCode::ProviderFailed if not_down(error) => Step::Stop,
-            ErrorCode::ProviderFailed => {
+            ErrorCode::ProviderFailed if unreachable(error) => {
                 self.router.unavailable(&mut states, member, error);
                 self.tried.push(Tried { member, code: error.code(), reason: error.message().to_owned(), retry_in: None });
                 Step::Next
@@ -523,13 +521,11 @@ impl Acquisitions {
     }
 }
 
-/// A store's `PROVIDER_FAILED` that says it is not down: a wait that ended
-/// while it connected (`details.connecting`), not a connect that failed, or
-/// a set-up of its tables that waited out another session's lock
-/// (`details.lockedSetUp`).
-pub fn not_down(error: &LockError) -> bool {
-    let flag = |name: &str| error.details().and_then(|details| details.get(name)).and_then(serde_json::Value::as_bool) == Some(true);
-    flag("connecting") || flag("lockedSetUp")
+/// A store's `PROVIDER_FAILED` that says no connection to it could be made
+/// (`details.unreachable`): the one failure that does not show the store
+/// up; every other one came from a store that answered.
+pub fn unreachable(error: &LockError) -> bool {
+    error.details().and_then(|details| details.get("unreachable")).and_then(serde_json::Value::as_bool) == Some(true)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -10,7 +10,9 @@ use crate::error::{Cause, ErrorCode, LockError};
 /// Why a store command produced no answer.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// No connection could be made: the command did not run.
+    /// No connection could be made: the command did not run. The only
+    /// failure that says the store may be down rather than up and refusing
+    /// this process, so the only one a policy falls back on.
     Unreachable(Cause),
     /// The command was (or may have been) sent and no answer came in time:
     /// it may have run.
@@ -34,8 +36,7 @@ pub enum Failure {
     /// installation) waited out a lock another session held on them (DDL,
     /// a backup's `BLOCK_DDL`), deadlocked, or ran past a statement time
     /// limit: nothing done, and no key was looked at. The server is up and
-    /// may be serving other processes, so a policy does not fall back on
-    /// it (`details.lockedSetUp`; see `policy::router`).
+    /// may be serving other processes (`details.lockedSetUp`).
     SetUpLocked(Cause),
 }
 
@@ -70,9 +71,11 @@ impl Failure {
     /// name in messages, e.g. "Redis").
     pub fn into_error(self, store: &str, what: &str) -> LockError {
         match self {
-            Failure::Unreachable(cause) => {
-                LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} is unreachable")).with_shared_cause(cause)
-            }
+            // `details.unreachable`: the one failure a policy falls back on
+            // (see `policy::router`).
+            Failure::Unreachable(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} is unreachable"))
+                .with_details(serde_json::json!({ "unreachable": true }))
+                .with_shared_cause(cause),
             Failure::Refused(cause) | Failure::Contended(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} refused the command")).with_shared_cause(cause)
             }

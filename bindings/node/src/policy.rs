@@ -196,9 +196,8 @@ impl NativePolicy {
     }
 
     /// The try of member `member` failed with the error `code` (`message`
-    /// and `details` as the member's error said them: `details.connecting`,
-    /// a wait that ended while the member connected, and
-    /// `details.lockedSetUp` tell a store that is not down): true when
+    /// and `details` as the member's error said them: only
+    /// `details.unreachable` tells a store that may be down): true when
     /// acquire `id` moves on to the next member, false when this error ends
     /// it (and the acquire with it).
     #[napi(catch_unwind)]

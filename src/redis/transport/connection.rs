@@ -915,8 +915,9 @@ impl RedisConnection {
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             // A script past `busy-reply-threshold`: the server answers every
             // command BUSY until it ends, and a connection taken unchecked
-            // now would outlive it.
-            Ok(Err(err)) if err.code() == Some("BUSY") => Err(Failure::Unreachable(Arc::new(err))),
+            // now would outlive it. Refused, not unreachable: the server is
+            // up and holds its keys, so a policy must not move them.
+            Ok(Err(err)) if err.code() == Some("BUSY") => Err(Failure::Refused(Arc::new(err))),
             Ok(Err(_)) => Ok(None),
             Ok(Ok(reply)) => Ok(Some(reply)),
         }
