@@ -1,13 +1,16 @@
 //! What a caller sees when MariaDB refuses or loses a mysql driver call:
 //! a row lock held past the lock wait (1205: nothing done, the key busy), a
-//! connection killed under a call (the answer lost: `OUTCOME_UNKNOWN`), and
-//! a user without the privileges the driver needs (the `GRANT` to run),
+//! connection killed under a call (the answer lost: `OUTCOME_UNKNOWN`; a
+//! waiting acquire's connection cut after its take committed, which gives
+//! that grant back and tries again), and a user without the privileges the driver needs (the `GRANT` to run),
 //! and a set-up statement held up by a lock on the tables (refused, never
 //! a busy key).
 
 mod mysql;
 #[path = "mysql/server.rs"]
 mod mysql_server;
+#[path = "faults/proxy.rs"]
+mod proxy;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -17,6 +20,7 @@ use futures::executor::block_on;
 use mysql::{count, rows, try_rows, url, yaml, Table};
 use mysql_async::prelude::Queryable;
 use mysql_server::PrivateServer;
+use proxy::Proxy;
 use support::fall_back::FallBackToHost;
 
 fn wait(ms: u64) -> AcquireOptions {
@@ -99,6 +103,50 @@ fn a_connection_killed_under_a_call_leaves_the_outcome_unknown() {
     assert!(killer.join().unwrap(), "the call was found and killed");
     assert_eq!(err.code(), ErrorCode::OutcomeUnknown, "{err}");
     drop(held);
+}
+
+/// A waiting acquire whose connection is cut after its take committed (a
+/// proxy with 800 ms of latency each way: the grant is made, its answer on
+/// its way back) gives that grant back by its token and tries again on a
+/// fresh connection: granted, with a fence above the lost grant's, and
+/// nothing of the lost grant left once the lease is released.
+#[test]
+fn a_waiting_acquire_whose_connection_is_cut_after_its_take_committed_gives_that_grant_back_and_is_granted() {
+    let table = Table::fresh();
+    let upstream = url().rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|port| port.parse().ok()).unwrap();
+    let proxy = Proxy::start(upstream, Duration::ZERO);
+    let config = yaml(&table.0, "")
+        .replace(&url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))
+        .replace("commandTimeoutMs: 2000", "commandTimeoutMs: 3000");
+    let provider = Provider::from_yaml(&config).unwrap();
+    let backend = provider.backend("shared").unwrap();
+    assert!(block_on(block_on(backend.acquire("k", wait(0))).unwrap().release()).unwrap());
+    proxy.set_latency(Duration::from_millis(800));
+    let acquiring = std::thread::spawn({
+        let backend = backend.clone();
+        move || block_on(backend.acquire("k", wait(10_000)))
+    });
+    let live = format!("SELECT COUNT(*) FROM `{}_holders` WHERE expires_at > 1", table.0);
+    let started = Instant::now();
+    while count(&live) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the take committed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let lost = count(&format!("SELECT fence FROM `{}`", table.0)) as u64;
+    // The answer, not yet through (800 ms late), never comes.
+    proxy.hold();
+    proxy.cut();
+    proxy.set_latency(Duration::ZERO);
+    proxy.release();
+    let lease = acquiring.join().unwrap().expect("granted by a try of its own");
+    assert_eq!(backend.status().mysql.unwrap().last_error, Some(ErrorCode::OutcomeUnknown), "the take's answer was lost");
+    assert!(lease.fence() > lost, "a grant of its own ({}), above the lost one ({lost})", lease.fence());
+    assert!(block_on(lease.release()).unwrap());
+    let direct = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
+    let next = block_on(direct.backend("shared").unwrap().acquire("k", wait(0))).expect("nothing of the lost grant is left");
+    assert!(block_on(next.release()).unwrap());
+    block_on(provider.close());
+    block_on(direct.close());
 }
 
 #[test]

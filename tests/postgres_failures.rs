@@ -134,6 +134,41 @@ fn release_cut_off(before_the_cut: impl Fn(&Schema) -> bool) -> (Result<bool, do
     (released, last_error)
 }
 
+/// A waiting acquire whose connection is cut after its take committed (800
+/// ms of latency each way: the grant is made, its answer on its way back)
+/// gives that grant back by its token and tries again on a new connection:
+/// granted, with a fence above the lost grant's, and nothing of the lost
+/// grant left once the lease is released.
+#[test]
+fn a_waiting_acquire_whose_connection_is_cut_after_its_take_committed_gives_that_grant_back_and_is_granted() {
+    let schema = Schema::fresh();
+    let proxy = Proxy::start(5432, Duration::ZERO);
+    let (cut_off, other) = (through_in_time(&proxy, &schema), schema.open(""));
+    assert!(block_on(block_on(backend(&cut_off).acquire("k", wait(0))).unwrap().release()).unwrap());
+    proxy.set_latency(Duration::from_millis(800));
+    let acquiring = std::thread::spawn({
+        let backend = backend(&cut_off);
+        move || block_on(backend.acquire("k", wait(10_000)))
+    });
+    let live = format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"));
+    postgres::eventually("the take committed", || count(&live) == 1);
+    let lost = count(&format!("SELECT fence FROM {}", schema.table(""))) as u64;
+    // The answer, not yet through (800 ms late), never comes.
+    proxy.hold();
+    proxy.cut();
+    proxy.set_latency(Duration::ZERO);
+    proxy.release();
+    let lease = acquiring.join().unwrap().expect("granted by a try of its own");
+    let last_error = backend(&cut_off).status().postgres.unwrap().last_error;
+    assert_eq!(last_error, Some(ErrorCode::OutcomeUnknown), "the take's answer was lost");
+    assert!(lease.fence() > lost, "a grant of its own ({}), above the lost one ({lost})", lease.fence());
+    assert!(block_on(lease.release()).unwrap());
+    let next = block_on(backend(&other).acquire("k", wait(0))).expect("nothing of the lost grant is left");
+    assert!(block_on(next.release()).unwrap());
+    block_on(cut_off.close());
+    block_on(other.close());
+}
+
 #[test]
 fn a_release_whose_connection_is_cut_after_it_committed_is_retried_and_reported_released() {
     // The release committed (its row is freed) and its answer is on its way

@@ -330,7 +330,7 @@ impl Store for MysqlStore {
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
         let owner = self.owner(claim);
         let call = |_retry| self.statements.renew(self.connection(), &owner, claim.terms.lease_ms);
-        let (renewed, _) = resend_if_lost(self.connection().pool_size(), lost_with_its_connection, call).await?;
+        let (renewed, _) = resend_if_lost(self.connection().pool_size(), Self::lost_with_its_connection, call).await?;
         Ok((renewed as usize == claim.stored.len(), vec![()]))
     }
 
@@ -339,7 +339,7 @@ impl Store for MysqlStore {
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
         let owner = self.owner(claim);
         let call = |retry| self.statements.give_back(self.connection(), &owner, retry);
-        give_back(claim, &self.shared.waiters, self.connection().pool_size(), lost_with_its_connection, call).await
+        give_back(claim, &self.shared.waiters, self.connection().pool_size(), Self::lost_with_its_connection, call).await
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<()>, Failure> {
@@ -386,12 +386,13 @@ impl Store for MysqlStore {
     fn store_connection(&self) -> &dyn StoreConnection {
         self.connection()
     }
-}
 
-/// An unknown outcome from a connection that ended under the statement
-/// (killed, cut), not from one that ran out of time (a timeout's cause).
-fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
-    cause.downcast_ref::<mysql_async::Error>().is_some()
+    /// An error of the client library (the connection closed or reset, the
+    /// server's end of the session or statement: 1927, 1053, 1317, 1969),
+    /// not a timeout's cause.
+    fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
+        cause.downcast_ref::<mysql_async::Error>().is_some()
+    }
 }
 
 #[cfg(test)]

@@ -219,24 +219,24 @@ impl Store for PostgresStore {
     }
 
     /// Sent again when its connection was lost under it (a session ended,
-    /// a connection cut: [`lost_with_its_connection`]), as
+    /// a connection cut: [`Store::lost_with_its_connection`]), as
     /// [`resend_if_lost`] says: a renewal extends only the live rows of the
     /// lease's token, and counts them, whatever the first attempt did. The
     /// lease's validity still counts from the first attempt's send.
     async fn extend(&self, claim: &Claim) -> Result<(bool, Vec<()>), Failure> {
         let owner = &self.owner(claim);
         let call = |_retry| self.statements.renew(self.connection(), owner, millis(claim.terms.lease_ms));
-        let (renewed, _) = resend_if_lost(self.connection().pool_size(), lost_with_its_connection, call).await?;
+        let (renewed, _) = resend_if_lost(self.connection().pool_size(), Self::lost_with_its_connection, call).await?;
         Ok((renewed as usize == claim.keys.len(), vec![()]))
     }
 
     /// Sent again when its connection was lost under it (a session ended,
-    /// a connection cut: [`lost_with_its_connection`]), as [`give_back`]
+    /// a connection cut: [`Store::lost_with_its_connection`]), as [`give_back`]
     /// says (a released row keeps its token, see `give_back` in the schema).
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
         let owner = &self.owner(claim);
         let call = |retry| async move { self.statements.give_back(self.connection(), owner, &self.channel, retry).await.map(i64::from) };
-        give_back(claim, &self.shared.waiters, self.connection().pool_size(), lost_with_its_connection, call).await
+        give_back(claim, &self.shared.waiters, self.connection().pool_size(), Self::lost_with_its_connection, call).await
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<()>, Failure> {
@@ -276,13 +276,12 @@ impl Store for PostgresStore {
     fn store_connection(&self) -> &dyn StoreConnection {
         self.connection()
     }
-}
 
-/// An unknown outcome from a connection that ended under the statement
-/// (the server's answer was an end of session, or the socket closed), not
-/// from a statement that ran out of time (its cause is a timeout).
-fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
-    cause.downcast_ref::<tokio_postgres::Error>().is_some()
+    /// An error of the client library (the server's answer was an end of
+    /// session, or the socket closed), not a timeout's cause.
+    fn lost_with_its_connection(cause: &crate::error::Cause) -> bool {
+        cause.downcast_ref::<tokio_postgres::Error>().is_some()
+    }
 }
 
 /// Milliseconds as the functions take them (the options keep every one

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::{oneshot, watch};
 
 use super::connecting::Stage;
@@ -142,6 +143,9 @@ struct Attempt<S: Store> {
     /// A waiting try's answer was lost: it may have left marks without a
     /// ticket, which giving up must take back.
     marks_unknown: bool,
+    /// A try of its own was lost with its connection, cleaned up, and tried
+    /// again (see [`Attempt::cleaned_up_after`]): giving up cleans up again.
+    lost_try: bool,
     /// The last wait ended by its nap: the next try goes to the store
     /// whatever this process knows (the safety net).
     napped: bool,
@@ -277,6 +281,7 @@ impl<S: Store> Attempt<S> {
             waiting_ms,
             ticket: 0,
             marks_unknown: false,
+            lost_try: false,
             napped: false,
             _slot,
         })
@@ -286,24 +291,27 @@ impl<S: Store> Attempt<S> {
     /// this acquire any more, what another call granted it meanwhile is
     /// given back, and its marks are taken back.
     fn give_up(&self, mut err: LockError) -> LockError {
-        if let Some(request) = &self.request {
+        let (granted, dirty) = self.request.as_ref().map_or((false, false), |request| {
             let left = request.leave();
-            if left.grant.is_some() {
-                self.core.release_in_background(self.claim.clone());
-            } else if left.dirty {
-                self.core.clean_up(self.claim.clone());
-                // A call whose answer was lost may have granted this
-                // acquire: a store failure of its own try since does not
-                // make "nothing done" true, and a caller told so could take
-                // the key elsewhere (a policy's next member) while the store
-                // holds it until the clean-up lands.
-                if err.code() == ErrorCode::ProviderFailed {
-                    err = LockError::new(
-                        ErrorCode::OutcomeUnknown,
-                        "acquire: an earlier call that may have granted this acquire went unanswered, and the store then failed, so the outcome is unknown",
-                    )
-                    .with_cause(err);
-                }
+            (left.grant.is_some(), left.dirty)
+        });
+        if granted {
+            self.core.release_in_background(self.claim.clone());
+        } else if dirty || self.lost_try {
+            self.core.clean_up(self.claim.clone());
+            // A call whose answer was lost may have granted this acquire
+            // (a lost try of its own too, should it reach the server after
+            // its clean-up, through a proxy that ran it on): a store
+            // failure of its own try since does not make "nothing done"
+            // true, and a caller told so could take the key elsewhere (a
+            // policy's next member) while the store holds it until the
+            // clean-up lands.
+            if err.code() == ErrorCode::ProviderFailed {
+                err = LockError::new(
+                    ErrorCode::OutcomeUnknown,
+                    "acquire: an earlier call that may have granted this acquire went unanswered, and the store then failed, so the outcome is unknown",
+                )
+                .with_cause(err);
             }
         }
         if self.ticket != 0 || self.marks_unknown {
@@ -462,6 +470,9 @@ impl<S: Store> Attempt<S> {
                 Ok(Found::Again)
             }
             Err(failure) => {
+                if self.cleaned_up_after(&failure).await {
+                    return Ok(Found::Again);
+                }
                 // A split claim may hold some of its keys already.
                 if failure.is_unknown() || self.claim.is_split() {
                     self.core.clean_up(self.claim.clone());
@@ -474,6 +485,39 @@ impl<S: Store> Attempt<S> {
                 Err(self.give_up(err))
             }
         }
+    }
+
+    /// After a try lost with its connection (a restart, a pooled
+    /// connection the server closed within a second of its last use, a
+    /// session killed: [`Store::lost_with_its_connection`]), a waiting
+    /// acquire gives back now, by its token, whatever that try may have
+    /// granted, and tries again when the store answered and the wait goes
+    /// on (true then); else it fails `OUTCOME_UNKNOWN` as before, the
+    /// clean-up going on in the background.
+    ///
+    /// Never a second owner: the next try carries the same token, and a
+    /// take reuses its token's row, so it is one grant whatever the lost
+    /// try did. The give-back comes after the lost try: the server ended
+    /// with the connection (a restart), or ended the statement (a kill),
+    /// or runs it on (a proxy that cut it): then the try holds its keys'
+    /// rows, or takes them before the give-back's, which locks them first,
+    /// and waits behind it. A try the give-back does not wait for (held in
+    /// a proxy until after it; on PostgreSQL, one creating a new key's row)
+    /// can still grant the token: the next try then takes that grant over, giving up cleans up again, and a lease
+    /// released before it landed leaves it until `leaseMs`. To the rest of
+    /// the process its try is still under way while the give-back runs (its
+    /// request stays trying), so no hand-over grants its token meanwhile
+    /// for the give-back to take back.
+    async fn cleaned_up_after(&mut self, failure: &Failure) -> bool {
+        let Failure::Unknown(cause) = failure else { return false };
+        if self.single_try || !S::lost_with_its_connection(cause) {
+            return false;
+        }
+        let again = self.core.store().give_back(&self.claim).await.is_ok() && self.interrupts.next().now_or_never().is_none();
+        self.lost_try |= again;
+        // The lost try may have left marks under a ticket it never heard.
+        self.marks_unknown |= again && self.waiting_ms > 0;
+        again
     }
 
     /// Phase 5: a grant sent at `sent` becomes a lease if it is still

@@ -118,6 +118,18 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// Takes back the marks a waiting try left under `ticket` (best effort).
     fn withdraw(&self, claim: &Self::Claim, ticket: u64) -> impl Future<Output = ()> + Send;
 
+    /// True when an unknown outcome's `cause` is a connection that ended
+    /// under the call (a restart, a connection the server had closed while
+    /// it sat in the pool, a session killed, a cut), not a call that ran out
+    /// of time (which may still be on its way, and would hold a retry up
+    /// behind it). Such a call is sent again on another connection where
+    /// that is safe (a renewal, a give-back: [`super::resend`]), and a
+    /// waiting acquire cleans up its token and tries again (see
+    /// [`super::acquire`]). A store that cannot tell answers false.
+    fn lost_with_its_connection(_cause: &Cause) -> bool {
+        false
+    }
+
     /// Waits until the writes just made for `claim` (`written`) are as
     /// durable as the backend asks (`replicaAcks`); fewer in time is
     /// [`Failure::Unmet`].
