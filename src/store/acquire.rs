@@ -395,12 +395,15 @@ impl<S: Store> Attempt<S> {
     async fn try_once(&mut self) -> Result<(Instant, Result<Taken<S::Written>, Failure>)> {
         let core = self.core.clone();
         let followers = self.request.as_ref().map(|request| core.waiters().followers(request)).unwrap_or_default();
+        for ticket in &self.tickets {
+            ticket.forget_wake();
+        }
         let sent = Instant::now();
         let stage = Stage::new();
-        let (claim, waiting_ms, ticket) = (&*self.claim, self.waiting_ms, self.ticket);
+        let (claim, waiting_ms, ticket, request) = (&*self.claim, self.waiting_ms, self.ticket, self.request.as_deref());
         let call = async {
             if followers.is_empty() {
-                return busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket);
+                return busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket, request);
             }
             let requests: Vec<(&S::Claim, u64)> =
                 std::iter::once((claim, ticket)).chain(followers.iter().map(|(request, ticket)| (&*request.claim, *ticket))).collect();
@@ -409,6 +412,9 @@ impl<S: Store> Attempt<S> {
                     let mut taken = handed.taken.into_iter();
                     let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
                     core.deliver(&followers, taken, sent, true);
+                    if let Some(request) = request {
+                        request.contended(false);
+                    }
                     Ok(own)
                 }
                 // The row the call waited for may be a follower's other
@@ -416,8 +422,8 @@ impl<S: Store> Attempt<S> {
                 // their own), and this claim tries alone; else a free key
                 // would wait out its whole wait behind a follower's.
                 Err(Failure::Contended(_)) => {
-                    core.deliver(&followers, std::iter::empty(), sent, true);
-                    busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket)
+                    core.deliver_contended(&followers, sent);
+                    busy_if_contended(core.store().take(claim, waiting_ms, ticket).await, ticket, request)
                 }
                 Err(failure) => {
                     core.deliver(&followers, std::iter::empty(), sent, !failure.is_unknown());
@@ -597,8 +603,17 @@ impl<S: Store> Attempt<S> {
 /// ([`Failure::Contended`]): the keys are busy, not the store down (a
 /// policy falls back on `PROVIDER_FAILED`, never on contention). Nothing
 /// was done, so the acquire keeps its `ticket`; a single try answers
-/// `LOCK_BUSY`, a waiter waits on.
-fn busy_if_contended<W>(taken: Result<Taken<W>, Failure>, ticket: u64) -> Result<Taken<W>, Failure> {
+/// `LOCK_BUSY`, a waiter waits on, and other calls leave its `request` to
+/// its own tries until one answers (see [`Request::contended`]).
+fn busy_if_contended<S: Store>(
+    taken: Result<Taken<S::Written>, Failure>,
+    ticket: u64,
+    request: Option<&Request<S>>,
+) -> Result<Taken<S::Written>, Failure> {
+    let contended = matches!(taken, Err(Failure::Contended(_)));
+    if let (Some(request), true) = (request, contended || taken.is_ok()) {
+        request.contended(contended);
+    }
     match taken {
         Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: -1, ticket }),
         taken => taken,

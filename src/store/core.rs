@@ -149,10 +149,11 @@ impl<S: Store> BackendCore<S> {
             // are told only after the give-back: told at once, one would
             // try by itself meanwhile, and its try holds a released key's
             // row while it waits for that other key, holding the give-back
-            // up in turn.
+            // up in turn. No other call takes them until their own tries
+            // answer (see `deliver_contended`).
             Err(Failure::Contended(_)) => {
                 let freed = self.store.give_back(claim).await;
-                self.deliver(&candidates, std::iter::empty(), sent, true);
+                self.deliver_contended(&candidates, sent);
                 freed
             }
             Err(failure) => {
@@ -188,6 +189,19 @@ impl<S: Store> BackendCore<S> {
                 Err(None) => self.clean_up(request.claim.clone()),
             }
         }
+    }
+
+    /// Tells the `requests` of a call refused for a row lock held elsewhere
+    /// ([`Failure::Contended`]) that nothing was granted. Which request's
+    /// key the lock was on is unknown, so each is left to its own try (see
+    /// [`super::handoff::Request::contended`]): taken into the next
+    /// release's (or head's) call, it would have that call wait out the
+    /// same lock, a whole lock wait, before the caller's own keys are done.
+    pub(super) fn deliver_contended(self: &Arc<Self>, requests: &[Picked<S>], sent: Instant) {
+        for (request, _) in requests {
+            request.contended(true);
+        }
+        self.deliver(requests, std::iter::empty(), sent, true);
     }
 
     /// Releases a lease: `LEASE_LOST` if some key no longer carried its

@@ -32,6 +32,12 @@ pub(crate) struct Request<S: Store> {
     /// A hand-off to it went unanswered: the store may hold a grant of its
     /// token, which must be given back if the acquire gives up.
     dirty: AtomicBool,
+    /// The last call that had it (another's, or its own try) was refused for
+    /// a row lock held elsewhere ([`super::Failure::Contended`]), maybe on a
+    /// key of its own that the caller does not hold: another call taking it
+    /// would wait for that lock again, a whole lock wait, holding the
+    /// caller's keys. Only its own try takes it on, until one answers.
+    contended: AtomicBool,
 }
 
 enum State<W> {
@@ -62,6 +68,9 @@ pub(crate) struct Grant<W> {
 pub(crate) enum Seen {
     /// Waiting, free to be taken.
     Open,
+    /// Waiting, but met a row lock held elsewhere (see `contended`): it tries
+    /// by itself, and nobody behind it may be granted first.
+    Contended,
     /// Trying by itself: nobody behind it may be granted first.
     Trying,
     /// Taken, granted or gone: no longer ahead of anyone.
@@ -94,6 +103,7 @@ impl<S: Store> Request<S> {
             changed: Notify::new(),
             tried: Notify::new(),
             dirty: AtomicBool::new(false),
+            contended: AtomicBool::new(false),
         }
     }
 
@@ -103,6 +113,7 @@ impl<S: Store> Request<S> {
 
     pub fn seen(&self) -> Seen {
         match *self.state() {
+            State::Open { .. } if self.contended.load(Ordering::SeqCst) => Seen::Contended,
             State::Open { .. } => Seen::Open,
             State::Trying => Seen::Trying,
             _ => Seen::Passed,
@@ -148,6 +159,13 @@ impl<S: Store> Request<S> {
         drop(state);
         self.changed.notify_one();
         outcome
+    }
+
+    /// Records whether the last call that had it was refused for a row lock
+    /// held elsewhere (set before that call's outcome is delivered, so that
+    /// no other call takes it in between).
+    pub fn contended(&self, contended: bool) {
+        self.contended.store(contended, Ordering::SeqCst);
     }
 
     /// Before its task tries the store itself: try, wait for a call that has

@@ -13,8 +13,9 @@
 //! units on ([`Waiters::candidates`]), and the head of a counted or shared
 //! key's queue is granted together with the waiters behind it that the free
 //! units cover ([`Waiters::followers`]). Either only takes waiters in queue
-//! order: it stops at the first one that is trying by itself, that waits
-//! for an earlier waiter on another of its keys, or that does not fit.
+//! order: it stops at the first one that is trying by itself, whose last
+//! call met a row lock held elsewhere, that waits for an earlier waiter on
+//! another of its keys, or that does not fit.
 //!
 //! The registry also counts what this process's kinds leases hold on each
 //! key ([`Waiters::hold`]): a head whose try those alone would refuse waits
@@ -294,6 +295,8 @@ fn pick<S: Store>(
         match request.seen() {
             Seen::Passed if !ours => continue,
             Seen::Trying => return Some(request.clone()),
+            // Left to its own try; nobody behind it goes first.
+            Seen::Contended => return None,
             _ => {}
         }
         let next = room.after(request.claim.kind())?;
@@ -348,6 +351,19 @@ impl<S: Store> Ticket<S> {
     /// since the last).
     pub(crate) async fn woken(&self) {
         self.wake.notified().await;
+    }
+
+    /// Drops a wake-up kept since the last (see [`Ticket::woken`]): called
+    /// as the head's try is sent, which sees the release it came from. Kept,
+    /// it would end the pause after that try at once, for a try that finds
+    /// what this one found (and, when this one waited for a row lock held
+    /// elsewhere, holds the key's row for another lock wait).
+    pub(crate) fn forget_wake(&self) {
+        let kept = self.wake.notified();
+        tokio::pin!(kept);
+        // Takes a kept wake-up, or registers; a wake-up that reaches the
+        // registration before the drop is passed on, not lost.
+        kept.as_mut().enable();
     }
 }
 
