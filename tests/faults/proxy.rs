@@ -6,7 +6,10 @@
 //! It can also hold every byte (`hold`: connections stay open, nothing goes
 //! through until `release`), as a replication link that lags does, and be
 //! pointed at another upstream (`retarget`: open connections are cut, new
-//! ones go to the new upstream), as a failover moves clients.
+//! ones go to the new upstream), as a failover moves clients. And it can
+//! drop a client while still delivering, late, a chunk it read from it
+//! (`stall`), as a proxy that cuts its client side does with what it had
+//! already taken in.
 
 #![allow(dead_code)] // the fault suite and tests/redis_fences.rs use different parts
 
@@ -23,6 +26,36 @@ struct Flow {
     latency_us: AtomicU64,
     held: AtomicBool,
     stop: AtomicBool,
+    /// Armed stalls, each for the next client chunk that contains its pattern.
+    stalls: Mutex<Vec<Arc<Stall>>>,
+}
+
+/// One client chunk the proxy keeps from its server (see [`Proxy::stall`]).
+pub struct Stall {
+    pattern: Vec<u8>,
+    caught: AtomicBool,
+    delivered: AtomicBool,
+}
+
+impl Stall {
+    /// True once a chunk was caught (and its client cut).
+    pub fn caught(&self) -> bool {
+        self.caught.load(Ordering::SeqCst)
+    }
+
+    /// Sends the caught chunk on to the server, then closes the server's end.
+    pub fn deliver(&self) {
+        self.delivered.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Flow {
+    /// The armed stall whose pattern `chunk` contains, disarmed.
+    fn stall_for(&self, chunk: &[u8]) -> Option<Arc<Stall>> {
+        let mut stalls = self.stalls.lock().unwrap();
+        let at = stalls.iter().position(|stall| chunk.windows(stall.pattern.len()).any(|window| window == stall.pattern))?;
+        Some(stalls.remove(at))
+    }
 }
 
 pub struct Proxy {
@@ -44,6 +77,7 @@ impl Proxy {
             latency_us: AtomicU64::new(latency.as_micros() as u64),
             held: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            stalls: Mutex::new(Vec::new()),
         });
         let sockets = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
@@ -58,8 +92,8 @@ impl Proxy {
                                 socket.set_nodelay(true).unwrap();
                                 sockets.lock().unwrap().push(socket.try_clone().unwrap());
                             }
-                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), flow.clone());
-                            pump(server, client, flow.clone());
+                            pump(client.try_clone().unwrap(), server.try_clone().unwrap(), flow.clone(), client.try_clone().ok());
+                            pump(server, client, flow.clone(), None);
                         }
                         Err(_) => thread::sleep(Duration::from_millis(5)),
                     }
@@ -98,6 +132,17 @@ impl Proxy {
         self.upstream.store(upstream, Ordering::SeqCst);
     }
 
+    /// The next chunk a client sends that contains `pattern` is kept from
+    /// the server and that client's connection is cut (it sees it drop),
+    /// while the server's end stays open; [`Stall::deliver`] sends the chunk
+    /// on and then closes the server's end: a proxy that dropped its client
+    /// but still delivers, late, what it had read from it.
+    pub fn stall(&self, pattern: &[u8]) -> Arc<Stall> {
+        let stall = Arc::new(Stall { pattern: pattern.to_vec(), caught: AtomicBool::new(false), delivered: AtomicBool::new(false) });
+        self.flow.stalls.lock().unwrap().push(stall.clone());
+        stall
+    }
+
     /// Cuts every open connection (both directions).
     pub fn cut(&self) {
         for socket in self.sockets.lock().unwrap().drain(..) {
@@ -115,8 +160,9 @@ impl Proxy {
 }
 
 /// Copies `from` to `to`, each chunk the current latency after it was read,
-/// and not while the proxy holds its bytes.
-fn pump(mut from: TcpStream, mut to: TcpStream, flow: Arc<Flow>) {
+/// and not while the proxy holds its bytes; `client` (the client's socket,
+/// for its chunks to the server) is cut when a chunk of it is stalled.
+fn pump(mut from: TcpStream, mut to: TcpStream, flow: Arc<Flow>, client: Option<TcpStream>) {
     let (sender, receiver) = mpsc::channel::<(Instant, Vec<u8>)>();
     let reader_flow = flow.clone();
     thread::spawn(move || {
@@ -133,6 +179,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flow: Arc<Flow>) {
             thread::sleep(due.saturating_duration_since(Instant::now()));
             while flow.held.load(Ordering::SeqCst) && !flow.stop.load(Ordering::Relaxed) {
                 thread::sleep(Duration::from_millis(1));
+            }
+            if let Some((client, stall)) = client.as_ref().and_then(|client| Some((client, flow.stall_for(&chunk)?))) {
+                let _ = client.shutdown(Shutdown::Both);
+                stall.caught.store(true, Ordering::SeqCst);
+                while !stall.delivered.load(Ordering::SeqCst) && !flow.stop.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(1));
+                }
             }
             if flow.stop.load(Ordering::Relaxed) || to.write_all(&chunk).is_err() {
                 break;
