@@ -19,7 +19,7 @@ use super::core::BackendCore;
 use super::handoff::{Grant, Next, Request};
 use super::lease::{valid_until, LeaseShared, StoreLease};
 use super::waiters::{Place, Ticket, Turn, Waiters};
-use super::{Claim, Failure, Store, Taken};
+use super::{Claim, Failure, Freed, Store, Taken};
 use crate::abort::AbortSignal;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
@@ -514,12 +514,20 @@ impl<S: Store> Attempt<S> {
     /// the process its try is still under way while the give-back runs (its
     /// request stays trying), so no hand-over grants its token meanwhile
     /// for the give-back to take back.
+    ///
+    /// Only a give-back whose first attempt answered: one sent again after
+    /// its first was lost may still have that first run on the server
+    /// later (a proxy that delivers what it read from a cut client, a
+    /// statement pipelined behind another's row-lock wait), and it would
+    /// free the next try's grant of the same token while the caller holds
+    /// it (review R10). The token is then not used again.
     async fn cleaned_up_after(&mut self, failure: &Failure) -> bool {
         let Failure::Unknown(cause) = failure else { return false };
         if self.single_try || !S::lost_with_its_connection(cause) {
             return false;
         }
-        let again = self.core.store().give_back(&self.claim).await.is_ok() && self.interrupts.next().now_or_never().is_none();
+        let answered = matches!(self.core.store().give_back(&self.claim).await, Ok(Freed { first_attempt_lost: None, .. }));
+        let again = answered && self.interrupts.next().now_or_never().is_none();
         self.lost_try |= again;
         // The lost try may have left marks under a ticket it never heard.
         self.marks_unknown |= again && self.waiting_ms > 0;

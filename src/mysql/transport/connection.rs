@@ -40,6 +40,12 @@ pub(crate) struct MysqlConnection {
     health: Health,
     stopped: AtomicBool,
     runtime: Handle,
+    /// When a statement was last lost with its connection: a pooled
+    /// connection that last answered before then is pinged first, however
+    /// recently (a restart closes them all; the next statement on one
+    /// would be lost too, and a waiting acquire's give-back after a lost
+    /// take must be answered at its first attempt to try again).
+    lost_at: std::sync::Mutex<Option<Instant>>,
 }
 
 /// A connection of the pool, and when its last statement was answered.
@@ -115,6 +121,7 @@ impl MysqlConnection {
             health: Health::new(name, telemetry),
             stopped: AtomicBool::new(false),
             runtime,
+            lost_at: std::sync::Mutex::new(None),
         })
     }
 
@@ -159,7 +166,7 @@ impl MysqlConnection {
         }
         let mut slot = self.slot().await;
         let pooled = match slot.take() {
-            Some(pooled) if pooled.answered.elapsed() < IDLE_CHECK => Some(pooled.conn),
+            Some(pooled) if pooled.answered.elapsed() < IDLE_CHECK && !self.lost_since(pooled.answered) => Some(pooled.conn),
             Some(pooled) => self.alive(pooled.conn, bound).await.inspect_err(|failure| self.health.failed(failure))?,
             None => None,
         };
@@ -177,7 +184,9 @@ impl MysqlConnection {
             }
             Ok(Err(err)) => {
                 let failure = classify_statement(err, self);
-                if !failure.is_unknown() {
+                if failure.is_unknown() {
+                    *self.lost_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                } else {
                     // The server answered: the connection is as good as before.
                     *slot = Some(Pooled { conn, answered: Instant::now() });
                 }
@@ -201,6 +210,11 @@ impl MysqlConnection {
         };
         self.health.failed(&failure);
         Err(failure)
+    }
+
+    /// True when a statement was lost with its connection after `answered`.
+    fn lost_since(&self, answered: Instant) -> bool {
+        self.lost_at.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|lost| lost > answered)
     }
 
     /// `conn`, an idle pooled connection, if it answers a ping within

@@ -119,6 +119,9 @@ impl PgConnection {
         let client = self.client(slot).await?;
         drop(connecting);
         let outcome = tokio::time::timeout(self.command_timeout, client.query_typed(sql, params)).await;
+        // An error of the client (not a timeout) that leaves the outcome
+        // unknown: the connection was lost under the statement.
+        let client_error = matches!(outcome, Ok(Err(_)));
         let failure = match outcome {
             Ok(Ok(rows)) => {
                 self.health.answered();
@@ -142,6 +145,17 @@ impl PgConnection {
             let mut held = slot.client.lock().unwrap_or_else(|e| e.into_inner());
             if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &client)) {
                 *held = None;
+            }
+        }
+        if failure.is_unknown() && client_error {
+            // A connection lost under a statement (a restart, a cut) may
+            // have taken the pool's others with it, before their clients
+            // noticed: every later statement gets a fresh client, so that a
+            // waiting acquire's give-back after its lost take is answered
+            // at its first attempt and not lost, or queued behind a stalled
+            // statement, on one of them (statements in flight keep theirs).
+            for slot in self.slots.iter() {
+                *slot.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
         }
         self.health.failed(&failure);
