@@ -7,6 +7,9 @@
 //! `Failure::Unreachable`s come from a server that answered, or took the
 //! connection and is up but slow: it may hold the key for another process.
 
+mod mysql;
+#[path = "mysql/server.rs"]
+mod mysql_server;
 mod postgres;
 mod support;
 
@@ -183,5 +186,25 @@ fn busy_at_connect(db: u8) {
     let served = policy.acquire_held("k", lease.fence(), "Redis answered the connect BUSY (another client's script), read as unreachable");
     script.join().unwrap();
     assert!(block_on(lease.release()).unwrap(), "k stayed held on Redis through the script (the policy's acquire: {served})");
+    block_on(holder.close());
+}
+
+/// Probe (held): MariaDB at `max_connections` (every slot, the one kept
+/// for an administrator too, taken by connections not yet logged in)
+/// answers a new connection "Too many connections" (1040), and serves the
+/// connections it has, `k`'s holder's among them: refused, the acquire
+/// ends.
+#[test]
+fn mysql_at_max_connections_never_moves_a_held_key() {
+    let server = mysql_server::PrivateServer::start(&["--max-connections=10"]);
+    let table = mysql::Table::fresh();
+    let holder = dokebi_lock::Provider::from_yaml(&mysql::yaml(&table.0, "").replace(&mysql::url(), &server.url())).unwrap();
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let full: Vec<std::net::TcpStream> = (0..12).map(|_| std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap()).collect();
+    let policy = FallBackToHost::open("mysql", &server.url(), &format!("table: {}, leaseMs: 5000", table.0));
+    let served = policy.acquire_held("k", lease.fence(), "MariaDB at max_connections, read as unreachable");
+    drop(full);
+    assert_eq!(served, "ProviderFailed");
+    assert!(block_on(lease.release()).unwrap());
     block_on(holder.close());
 }
