@@ -140,12 +140,7 @@ fn acquire_held_while_redis_runs_a_script(warm: bool) {
     if warm {
         policy.acquire_held("warm-up", 0, "nothing holds warm-up");
     }
-    let mut client = server.client();
-    let script = std::thread::spawn(move || {
-        let spin = "local function now() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end \
-                    local start = now() while now() - start < 1500 do end";
-        let _: redis::RedisResult<()> = redis::cmd("EVAL").arg(spin).arg(0).query(&mut client);
-    });
+    let script = server.spin_script(1500);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let served = policy.acquire_held("k", lease.fence(), "Redis answered BUSY (another client's script), read as PROVIDER_FAILED");
     script.join().unwrap();

@@ -29,11 +29,17 @@ impl FallBackToHost {
     /// [`FallBackToHost::open`], passing `db` over for `cooldown_ms`
     /// (`reprobeCooldownMs`) once it could not serve.
     pub fn open_with(driver: &str, url: &str, fields: &str, cooldown_ms: u32) -> FallBackToHost {
+        FallBackToHost::open_on(driver, &format!("url: '{url}', commandTimeoutMs: 2000"), fields, cooldown_ms)
+    }
+
+    /// [`FallBackToHost::open_with`] on a connection of its own fields
+    /// (`connection`: its `url` and bounds, as YAML flow mapping entries).
+    pub fn open_on(driver: &str, connection: &str, fields: &str, cooldown_ms: u32) -> FallBackToHost {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let directory = std::env::temp_dir().join(format!("dokebi-fall-back-host-{}-{next}", std::process::id()));
         let provider = Provider::from_yaml(&format!(
-            "schemaVersion: 1\noptions:\n  dokebi-{driver}:\n    connections:\n      main: {{ url: '{url}', commandTimeoutMs: 2000 }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: {driver}, connection: main, {fields} }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        reprobeCooldownMs: {cooldown_ms}\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
+            "schemaVersion: 1\noptions:\n  dokebi-{driver}:\n    connections:\n      main: {{ {connection} }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: {driver}, connection: main, {fields} }}\n      host: {{ driver: file, directory: '{}' }}\n      locks:\n        driver: policy\n        reprobeCooldownMs: {cooldown_ms}\n        default: {{ backends: [db, host], minTier: host, onUnavailable: fallBack }}\n",
             directory.display()
         ))
         .unwrap();
@@ -51,7 +57,13 @@ impl FallBackToHost {
     /// (`why`: what the store answered that the policy read as
     /// unavailable). Answers the member that served it, or the error's code.
     pub fn acquire_held(&self, key: &str, fence: u64, why: &str) -> String {
-        let served = match block_on(self.provider.backend("locks").unwrap().acquire(key, wait(0))) {
+        self.acquire_held_within(key, fence, 0, why)
+    }
+
+    /// [`FallBackToHost::acquire_held`] with a wait of `wait_ms` (one that
+    /// outlasts a connect: a wait of 0 ends while the member connects).
+    pub fn acquire_held_within(&self, key: &str, fence: u64, wait_ms: u64, why: &str) -> String {
+        let served = match block_on(self.provider.backend("locks").unwrap().acquire(key, wait(wait_ms))) {
             Ok(lease) => lease.served().map_or("?".to_owned(), |served| served.member.name.clone()),
             Err(err) => format!("{:?}", err.code()),
         };

@@ -154,6 +154,20 @@ impl RedisServer {
         redis::Client::open(self.url()).unwrap().get_connection().unwrap()
     }
 
+    /// Another client's script that spins for `ms` (the server answers no
+    /// other client meanwhile, then `BUSY` past `busy-reply-threshold`),
+    /// started on a thread of its own: join it for its end.
+    pub fn spin_script(&self, ms: u64) -> std::thread::JoinHandle<()> {
+        let mut client = self.client();
+        std::thread::spawn(move || {
+            let spin = format!(
+                "local function now() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end \
+                 local start = now() while now() - start < {ms} do end"
+            );
+            let _: redis::RedisResult<()> = redis::cmd("EVAL").arg(spin).arg(0).query(&mut client);
+        })
+    }
+
     /// Calls per command since the last `CONFIG RESETSTAT`, from `INFO
     /// commandstats` (commands run inside scripts included).
     pub fn command_calls(&self) -> Vec<(String, u64)> {
