@@ -5,8 +5,17 @@
 //!
 //! A policy moves an acquire only on `details.unreachable`
 //! (`Failure::Unreachable`), read as "no connection could be made". Some
-//! `Failure::Unreachable`s come from a server that answered, or took the
+//! `Failure::Unreachable`s came from a server that answered, or took the
 //! connection and is up but slow: it may hold the key for another process.
+//! Fixed (each failed before, "k was held on db (fence F) and the policy's
+//! acquire was served by host"): an error reply at Redis's connect (`BUSY`
+//! to `SELECT`), a slot map without the key's slot, a Sentinel-named node
+//! that answers `role:slave`, and PostgreSQL's connect failures that did
+//! not come from the socket (channel binding) are refusals now. Open
+//! (ignored): Redis at `maxclients` and in protected mode (an error, then
+//! the connection closed, read as an I/O error), a connect whose checks go
+//! unanswered on an open socket, and `replicaAcks`' `WAIT` connection
+//! refused after a grant.
 
 mod mysql;
 #[path = "mysql/server.rs"]
@@ -85,7 +94,6 @@ fn redis_at_maxclients_never_moves_a_held_key() {
 /// an error with no SQLSTATE, which the driver's catch-all reads as
 /// unreachable. The server answered, and serves `k`'s holder.
 #[test]
-#[ignore = "finding: PostgreSQL's authentication refused by the client (channel_binding=require, no SQLSTATE) is Failure::Unreachable, and the policy moves a key held on PostgreSQL"]
 fn postgres_channel_binding_required_never_moves_a_held_key() {
     let schema = postgres::Schema::fresh();
     let holder = schema.open("");
@@ -105,7 +113,6 @@ fn postgres_channel_binding_required_never_moves_a_held_key() {
 /// node serves the keys' hash slot" is unreachable, and the policy moves
 /// `k` while the cluster's primary for its slot serves its holder.
 #[test]
-#[ignore = "finding: a slot map with no node for the key's slot, given by a node that answered, is Failure::Unreachable, and the policy moves a key held in the cluster"]
 fn redis_cluster_seed_outside_the_cluster_never_moves_a_held_key() {
     let cluster = support::cluster::Cluster::start();
     let config = std::env::temp_dir().join(format!("dokebi-r9-lone-{}.conf", std::process::id()));
@@ -136,7 +143,6 @@ fn redis_cluster_seed_outside_the_cluster_never_moves_a_held_key() {
 /// moves `k`, which the promoted server holds for its holder (replicated
 /// from the old primary), while both servers answer.
 #[test]
-#[ignore = "finding: a node the sentinels name that answers role:slave is Failure::Unreachable, and the policy moves a key held on the primary"]
 fn redis_sentinel_naming_a_replica_never_moves_a_held_key() {
     let sentinels = support::sentinel::Sentinels::start();
     let endpoint = sentinels.endpoint_yaml();
@@ -166,7 +172,6 @@ fn redis_busy_at_connect_of_a_process_started_during_the_script_never_moves_a_he
 /// credentials, so it reads as unreachable, and the policy moves `k` while
 /// it is held on Redis.
 #[test]
-#[ignore = "finding: BUSY at the connect's SELECT (a URL's database other than 0) is Failure::Unreachable, and the policy moves a key held on Redis"]
 fn redis_busy_at_connect_on_a_database_other_than_0_never_moves_a_held_key() {
     busy_at_connect(1);
 }

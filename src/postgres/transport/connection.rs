@@ -278,7 +278,12 @@ impl PgConnection {
                 format!("Add the password to {name}.url."),
                 err,
             ),
-            None => Failure::Unreachable(Arc::new(err)),
+            // A socket that could not be opened, or ended, is unreachable;
+            // anything else the server and this client got to (an
+            // authentication method or channel binding refused, a TLS alert)
+            // is a refusal of a server that is up.
+            None if socket_failed(&err) => Failure::Unreachable(Arc::new(err)),
+            None => Failure::Refused(Arc::new(err)),
         }
     }
 
@@ -397,4 +402,13 @@ fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
         None => matches!(db.severity(), "FATAL" | "PANIC"),
     };
     fatal || db.code().code().starts_with("57P")
+}
+
+/// True when `err` comes from the socket itself (refused, reset, closed,
+/// timed out), not from what came through it (a TLS record or alert is
+/// `InvalidData`).
+fn socket_failed(err: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| !matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput))
 }

@@ -119,12 +119,15 @@ fn writable_replica(server: &str, reply: &BTreeMap<String, String>) -> Option<Re
     })
 }
 
-/// A connect failure: the refusal it carries, else unreachable.
+/// A connect failure: the refusal it carries; else refused when the server
+/// answered with an error (`BUSY` to the connect's `SELECT`, say: it is up,
+/// and a policy must not move its keys), else unreachable.
 fn connect_failure(err: RedisError) -> Failure {
     match Refusal::find(&err) {
         Some(refusal) => {
             Failure::Denied(Arc::new(Refusal { message: refusal.message.clone(), fix: refusal.fix.clone(), cause: refusal.cause.clone() }))
         }
+        None if err.code().is_some() => Failure::Refused(Arc::new(err)),
         None => Failure::Unreachable(Arc::new(err)),
     }
 }
@@ -544,7 +547,8 @@ impl RedisConnection {
             (None, Err(failure)) => Err(failure),
             (None, Ok(())) => {
                 cluster.mark_stale();
-                Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
+                // Refused, not unreachable: a node answered with this map.
+                Err(Failure::Refused(Arc::new(RedisError::from(io::Error::new(
                     io::ErrorKind::NotFound,
                     "no cluster node serves the keys' hash slot",
                 )))))
@@ -879,7 +883,9 @@ impl RedisConnection {
         if self.topology.needs_primary() {
             let replication = self.info(&mut open.connection, &peer, "replication").await?;
             if replication.as_deref().is_some_and(|info| !info.lines().any(|line| line.trim() == "role:master")) {
-                return Err(Failure::Unreachable(Arc::new(RedisError::from(io::Error::new(
+                // Refused, not unreachable: the node answered (and may be
+                // the primary another process's sentinels named first).
+                return Err(Failure::Refused(Arc::new(RedisError::from(io::Error::new(
                     io::ErrorKind::NotConnected,
                     "the node the sentinels named is not a primary (yet)",
                 )))));
