@@ -10,7 +10,7 @@ mod postgres;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, Provider};
+use dokebi_lock::{AcquireOptions, Backend, LockMode, Provider};
 use futures::executor::block_on;
 
 /// The safety net's nap, long as a deployment that trusts its release
@@ -102,4 +102,73 @@ fn mysql_a_waiter_refused_for_a_row_lock_is_granted_once_the_lock_ends() {
         }
         child
     }));
+}
+
+/// Each waiter of `keys` in `mode` (in process `b`, `waiters` of them)
+/// while process `a` holds `k`: how long after `a`'s release answered the
+/// last was granted. The release comes a varying few milliseconds after the
+/// waiters began, so that it lands before, during and after their first
+/// try (and a try's dropped wake-ups, `forget_wake`); the safety net is
+/// [`NOTIFY_POLL_MS`], so a lost wake-up shows as seconds.
+fn slowest_grant_after_releases(a: &Backend, b: &Backend, keys: &[&str], mode: LockMode, waiters: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for round in 0..20u64 {
+        let held = block_on(a.acquire("k", AcquireOptions::default())).unwrap();
+        let threads: Vec<_> = (0..waiters)
+            .map(|_| {
+                let (b, keys): (Backend, Vec<String>) = (b.clone(), keys.iter().map(|key| (*key).to_owned()).collect());
+                std::thread::spawn(move || {
+                    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    let options = AcquireOptions { wait_timeout: Some(Duration::from_secs(5)), mode, ..AcquireOptions::default() };
+                    let lease = block_on(b.acquire_many(&keys, options)).map_err(|err| format!("{err:?}"))?;
+                    let granted = Instant::now();
+                    std::thread::sleep(Duration::from_millis(5));
+                    block_on(lease.release()).map_err(|err| format!("{err:?}"))?;
+                    Ok::<_, String>(granted)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(round * 7 % 40));
+        assert!(block_on(held.release()).unwrap());
+        let released = Instant::now();
+        for thread in threads {
+            let granted = thread.join().unwrap().unwrap_or_else(|err| panic!("round {round}: a waiter of {keys:?} ended with {err}"));
+            slowest = slowest.max(granted.saturating_duration_since(released));
+        }
+    }
+    slowest
+}
+
+/// Probes [`slowest_grant_after_releases`] for a writer of `k`, one of
+/// `j` and `k`, and four readers of `k` (a head granting followers).
+fn assert_every_release_wakes(a: &Provider, b: &Provider) {
+    let (a, b) = (a.backend("shared").unwrap(), b.backend("shared").unwrap());
+    for (keys, mode, waiters) in
+        [(&["k"][..], LockMode::Exclusive, 1), (&["j", "k"][..], LockMode::Exclusive, 1), (&["k"][..], LockMode::Shared, 4)]
+    {
+        let slowest = slowest_grant_after_releases(&a, &b, keys, mode, waiters);
+        assert!(
+            slowest < Duration::from_secs(1),
+            "{waiters} waiter(s) of {keys:?} ({mode:?}): one was granted {slowest:?} after the release"
+        );
+    }
+}
+
+/// Held: a release in another process wakes the waiters whatever the
+/// moment it lands relative to the head's try and its `forget_wake`.
+#[test]
+fn postgres_a_release_in_another_process_wakes_the_waiters_whenever_it_lands() {
+    let schema = postgres::Schema::fresh();
+    let yaml = postgres::yaml_on(&postgres::url(), &schema.0, &format!("        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n"), "");
+    let (a, b) = (Provider::from_yaml(&yaml).unwrap(), Provider::from_yaml(&yaml).unwrap());
+    assert_every_release_wakes(&a, &b);
+}
+
+/// [`postgres_a_release_in_another_process_wakes_the_waiters_whenever_it_lands`] on MariaDB (the release log's poller).
+#[test]
+fn mysql_a_release_in_another_process_wakes_the_waiters_whenever_it_lands() {
+    let table = mysql::Table::fresh();
+    let yaml = mysql::yaml(&table.0, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}"));
+    let (a, b) = (Provider::from_yaml(&yaml).unwrap(), Provider::from_yaml(&yaml).unwrap());
+    assert_every_release_wakes(&a, &b);
 }
