@@ -25,25 +25,25 @@ const LOCKED: Duration = Duration::from_secs(3);
 /// session keeps its key row locked for [`LOCKED`] (`lock` starts it and
 /// returns once the row is locked), and nobody holds `k`: once the lock
 /// ends, `k` is free, and no release will ever notify. Answers when the
-/// acquire answered, after the lock ended, and what it answered.
+/// acquire answered, since the lock began, and what it answered.
 fn waited_behind_a_row_lock(backend: &Backend, lock: impl FnOnce() -> Child) -> (Duration, Result<u64, String>) {
     assert!(block_on(block_on(backend.acquire("k", AcquireOptions::default())).unwrap().release()).unwrap());
     let mut locker = lock();
     let locked = Instant::now();
     let options = AcquireOptions { wait_timeout: Some(Duration::from_secs(8)), ..AcquireOptions::default() };
     let acquired = block_on(backend.acquire("k", options)).map(|lease| lease.fence()).map_err(|err| format!("{err:?}"));
-    let answered = locked.elapsed().saturating_sub(LOCKED);
+    let answered = locked.elapsed();
     let _ = locker.wait();
     (answered, acquired)
 }
 
 /// A waiter of a free key is granted within a second of the row lock's end.
 fn assert_granted_soon_after_the_lock(outcome: (Duration, Result<u64, String>)) {
-    let (after, acquired) = outcome;
+    let (answered, acquired) = outcome;
     assert!(
-        acquired.is_ok() && after < Duration::from_secs(1),
+        acquired.is_ok() && answered < LOCKED + Duration::from_secs(1),
         "k was free {LOCKED:?} after the waiter began (another session's row lock on it ended, nobody held it), \
-         yet its acquire answered {acquired:?} {after:?} after that (notifyPollIntervalMs {NOTIFY_POLL_MS})"
+         yet its acquire answered {acquired:?} after {answered:?} (notifyPollIntervalMs {NOTIFY_POLL_MS})"
     );
 }
 
@@ -171,4 +171,46 @@ fn mysql_a_release_in_another_process_wakes_the_waiters_whenever_it_lands() {
     let yaml = mysql::yaml(&table.0, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}"));
     let (a, b) = (Provider::from_yaml(&yaml).unwrap(), Provider::from_yaml(&yaml).unwrap());
     assert_every_release_wakes(&a, &b);
+}
+
+/// Finding (5524433 with 084f3ad): a waiting try whose session ends while
+/// it waits for another session's row lock (here `pg_terminate_backend`,
+/// as an administrator ends a long wait) is lost with its connection, so
+/// the acquire gives back by its token before trying again; that give-back
+/// locks the same key row first, waits out the same lock, and is refused
+/// for it (`Contended`, nothing done). 084f3ad reads any failed give-back
+/// as the end of the wait: `OUTCOME_UNKNOWN`, while 5524433 reads the same
+/// refusal of a try as busy and waits on. `k` is free once the lock ends,
+/// well within the wait.
+#[test]
+#[ignore = "finding: a try lost while it waited for a row lock ends the acquire OUTCOME_UNKNOWN (its give-back meets the same lock)"]
+fn postgres_a_try_ended_while_it_waited_for_a_row_lock_waits_on() {
+    let schema = postgres::Schema::fresh();
+    let one = Provider::from_yaml(&postgres::yaml_on(&postgres::url(), &schema.0, "", "")).unwrap();
+    let backend = postgres::backend(&one);
+    let (answered, acquired) = waited_behind_a_row_lock(&backend, || {
+        let keys = schema.table("");
+        let script =
+            format!("BEGIN; SELECT fence FROM {keys} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep({}); ROLLBACK;", LOCKED.as_secs());
+        let child = Command::new("psql").arg(postgres::url()).args(["-q", "-c", &script]).stdout(Stdio::null()).spawn().unwrap();
+        let sleeping = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT fence FROM {keys}%pg_sleep%'"
+        );
+        postgres::eventually("k's key row is locked", || postgres::count(&sleeping) == 1);
+        // Once the acquire's try waits for that row (started by the caller
+        // right after this returns), its session is ended.
+        let waiting = format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{}%' AND query NOT LIKE 'BEGIN;%'",
+            schema.0
+        );
+        std::thread::spawn(move || {
+            postgres::eventually("the waiter's try waits for k's row and is ended", || postgres::count(&waiting) == 1)
+        });
+        child
+    });
+    assert!(
+        acquired.is_ok() && answered < LOCKED + Duration::from_secs(1),
+        "k was free {LOCKED:?} after the waiter began (its try's session ended while it waited for another session's row lock), \
+         yet its acquire answered {acquired:?} after {answered:?}"
+    );
 }
