@@ -263,3 +263,67 @@ fn mysql_a_try_ended_while_it_waited_for_a_row_lock_waits_on() {
          yet its acquire answered {acquired:?} after {answered:?}"
     );
 }
+
+/// `units` of keys counted to 2, waiting at most 8 s.
+fn counted(units: u32) -> AcquireOptions {
+    AcquireOptions { wait_timeout: Some(Duration::from_secs(8)), limit: Some(2), weight: Some(units), ..AcquireOptions::default() }
+}
+
+/// Held (PostgreSQL): this process's lease of both units of `k` is
+/// released while `h` (a unit of `j` and `k`) and, behind it, `g` (a unit
+/// of `k`) wait, and another session keeps `j`'s holder row locked for
+/// [`LOCKED`]: the release's hand-over to both is refused after its lock
+/// wait, both are flagged, `h` tries by itself (refused, or granted once
+/// the lock ends) and `g` behind it is taken by nobody. With a 30 s safety
+/// net, both are still granted within a second of the lock's end (the
+/// dropped wake-ups lose none), each with a fence of its own, and hold
+/// their units together.
+#[test]
+fn postgres_waiters_flagged_by_a_refused_hand_over_are_granted_once_the_lock_ends() {
+    let schema = postgres::Schema::fresh();
+    let one = Provider::from_yaml(&postgres::yaml_on(
+        &postgres::url(),
+        &schema.0,
+        &format!("        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n"),
+        "",
+    ))
+    .unwrap();
+    let backend = postgres::backend(&one);
+    assert!(block_on(block_on(backend.acquire("j", counted(1))).unwrap().release()).unwrap());
+    let lease = block_on(backend.acquire("k", counted(2))).unwrap();
+    let waiter = |keys: &'static [&'static str]| {
+        let backend = backend.clone();
+        std::thread::spawn(move || block_on(backend.acquire_many(keys, counted(1))).map(|lease| (Instant::now(), lease)))
+    };
+    let h = waiter(&["j", "k"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let g = waiter(&["k"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let script = format!(
+        "BEGIN; SELECT slot FROM {} WHERE key = 'j' FOR UPDATE; SELECT pg_sleep({}); ROLLBACK;",
+        schema.table("_holders"),
+        LOCKED.as_secs()
+    );
+    let mut locker = Command::new("psql").arg(postgres::url()).args(["-q", "-c", &script]).stdout(Stdio::null()).spawn().unwrap();
+    let sleeping = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT slot FROM {}%pg_sleep%'",
+        schema.table("_holders")
+    );
+    postgres::eventually("j's holder row is locked", || postgres::count(&sleeping) == 1);
+    let locked = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(block_on(lease.release()).unwrap());
+    let (h, g) = (h.join().unwrap(), g.join().unwrap());
+    let _ = locker.wait();
+    let granted = |waited: Result<(Instant, dokebi_lock::Lease), dokebi_lock::LockError>| {
+        let k_fence = |lease: &dokebi_lock::Lease| lease.fences().into_iter().find(|(key, _)| *key == "k").map(|(_, fence)| fence);
+        waited.map(|(at, lease)| (at.saturating_duration_since(locked), k_fence(&lease))).map_err(|err| format!("{err:?}"))
+    };
+    let (h_at, g_at) = (granted(h), granted(g));
+    assert!(
+        matches!((&h_at, &g_at), (Ok((h, _)), Ok((g, _))) if *h < LOCKED + Duration::from_secs(1) && *g < LOCKED + Duration::from_secs(1)),
+        "after the lock on j ({LOCKED:?}): h (j, k) {h_at:?}, g (k) {g_at:?}"
+    );
+    let (h_k, g_k) = (h_at.unwrap().1, g_at.unwrap().1);
+    assert_ne!(h_k, g_k, "h and g hold k with the same fence");
+}
