@@ -1,8 +1,13 @@
 //! Review r11: probes of 5524433 (a waiter whose call was refused for a
 //! row lock held elsewhere is left to its own try; a head drops the
-//! wake-ups kept from before its try) against PostgreSQL and MariaDB. A
-//! finding is ignored so the build stays green until fixed (run it with
-//! `cargo test --test review_r11 -- --ignored`).
+//! wake-ups kept from before its try) against PostgreSQL and MariaDB.
+//! Two findings, older than 5524433, each failed before its fix: a try
+//! refused for another session's row lock paused for the safety net's
+//! whole interval (the lock's end wakes nobody; now it tries again at
+//! once: "k was free 3s after the waiter began … yet its acquire answered
+//! WaitTimeout"), and a try lost while it waited for a row lock ended the
+//! acquire `OUTCOME_UNKNOWN`, its give-back refused for the same lock
+//! (now given back again while the wait lasts).
 
 mod mysql;
 mod postgres;
@@ -53,7 +58,6 @@ fn assert_granted_soon_after_the_lock(outcome: (Duration, Result<u64, String>)) 
 /// takes the waiter along either, so only the nap tries again. With
 /// `notifyPollIntervalMs` above the wait, a waiter of a free key times out.
 #[test]
-#[ignore = "finding: a waiter refused for a row lock retries only after notifyPollIntervalMs (WAIT_TIMEOUT on a free key)"]
 fn postgres_a_waiter_refused_for_a_row_lock_is_granted_once_the_lock_ends() {
     let schema = postgres::Schema::fresh();
     let backend_yaml = format!("        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n");
@@ -75,7 +79,6 @@ fn postgres_a_waiter_refused_for_a_row_lock_is_granted_once_the_lock_ends() {
 /// [`postgres_a_waiter_refused_for_a_row_lock_is_granted_once_the_lock_ends`]
 /// on MariaDB (1205 after `innodb_lock_wait_timeout`).
 #[test]
-#[ignore = "finding: a waiter refused for a row lock retries only after notifyPollIntervalMs (WAIT_TIMEOUT on a free key)"]
 fn mysql_a_waiter_refused_for_a_row_lock_is_granted_once_the_lock_ends() {
     let table = mysql::Table::fresh();
     let one = Provider::from_yaml(&mysql::yaml(&table.0, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}"))).unwrap();
@@ -183,7 +186,6 @@ fn mysql_a_release_in_another_process_wakes_the_waiters_whenever_it_lands() {
 /// refusal of a try as busy and waits on. `k` is free once the lock ends,
 /// well within the wait.
 #[test]
-#[ignore = "finding: a try lost while it waited for a row lock ends the acquire OUTCOME_UNKNOWN (its give-back meets the same lock)"]
 fn postgres_a_try_ended_while_it_waited_for_a_row_lock_waits_on() {
     let schema = postgres::Schema::fresh();
     let one = Provider::from_yaml(&postgres::yaml_on(&postgres::url(), &schema.0, "", "")).unwrap();
@@ -219,7 +221,6 @@ fn postgres_a_try_ended_while_it_waited_for_a_row_lock_waits_on() {
 /// MariaDB: the try's connection is killed (`KILL`) while its `CALL`
 /// waits for the row lock.
 #[test]
-#[ignore = "finding: a try lost while it waited for a row lock ends the acquire OUTCOME_UNKNOWN (its give-back meets the same lock)"]
 fn mysql_a_try_ended_while_it_waited_for_a_row_lock_waits_on() {
     let table = mysql::Table::fresh();
     let one = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();

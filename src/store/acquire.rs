@@ -526,8 +526,22 @@ impl<S: Store> Attempt<S> {
         if self.single_try || !S::lost_with_its_connection(cause) {
             return false;
         }
-        let answered = matches!(self.core.store().give_back(&self.claim).await, Ok(Freed { first_attempt_lost: None, .. }));
-        let again = answered && self.interrupts.next().now_or_never().is_none();
+        let again = loop {
+            let answered = match self.core.store().give_back(&self.claim).await {
+                Ok(Freed { first_attempt_lost: None, .. }) => true,
+                // Refused for another session's row lock on a key (the one
+                // the lost try waited for, say): nothing done, so again
+                // while the wait lasts (review R11).
+                Err(Failure::Contended(_)) => false,
+                _ => break false,
+            };
+            if self.interrupts.next().now_or_never().is_some() {
+                break false;
+            }
+            if answered {
+                break true;
+            }
+        };
         self.lost_try |= again;
         // The lost try may have left marks under a ticket it never heard.
         self.marks_unknown |= again && self.waiting_ms > 0;
@@ -623,7 +637,11 @@ fn busy_if_contended<S: Store>(
         request.contended(contended);
     }
     match taken {
-        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: -1, ticket }),
+        // Hint 0: tried again at once. The try already waited out the lock
+        // wait, and the end of another session's row lock wakes nobody (a
+        // waiter paused for the safety net's interval on a free key: review
+        // R11).
+        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: 0, ticket }),
         taken => taken,
     }
 }
