@@ -12,7 +12,8 @@ const MESSAGE: &str = "the redis driver is not compiled in (enable the crate fea
 
 #[test]
 fn a_redis_backend_in_the_options_is_refused_at_its_driver() {
-    let yaml = "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      jobs: {}\n      shared:\n        driver: redis\n        connection: main\n  dokebi-redis:\n    connections:\n      main:\n        url: redis://127.0.0.1:6379\n";
+    // Valid options in a build with redis.
+    let yaml = "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      jobs: {}\n      shared:\n        driver: redis\n        connection: main\n        leaseMs: 10000\n  dokebi-redis:\n    connections:\n      main:\n        url: redis://127.0.0.1:6379\n";
     let err = Options::from_yaml(yaml).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidOptions);
     let issues = err.issues();
