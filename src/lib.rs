@@ -26,18 +26,23 @@
 pub mod abort;
 pub mod acquire;
 pub mod error;
+#[cfg(feature = "file")]
 pub mod file;
 pub mod host;
 pub mod key;
 pub mod local;
 pub mod log;
+#[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod options;
 pub mod policy;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod provider;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod status;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub mod store;
 pub mod telemetry;
 mod trace;
@@ -46,12 +51,17 @@ pub mod with_lock;
 pub use abort::{AbortController, AbortSignal};
 pub use acquire::{AcquireOptions, LockKind, LockMode};
 pub use error::{ErrorCode, Issue, LockError, Result};
+#[cfg(feature = "file")]
 pub use file::{FileBackend, FileLease};
+#[cfg(feature = "mysql")]
 pub use mysql::{MysqlBackend, MysqlLease};
 pub use options::Options;
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresBackend, PostgresLease};
 pub use provider::{Backend, Hooks, Lease, Provider};
+#[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisLease};
 pub use status::{BackendStatus, LeaseCounts};
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 pub use store::StoreCounts;
 pub use with_lock::{Section, WithLockOptions};

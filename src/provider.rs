@@ -8,9 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::abort::{AbortController, AbortSignal};
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+use crate::abort::AbortController;
+use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+#[cfg(feature = "file")]
 use crate::file::{FileBackend, FileLease};
 use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
@@ -43,11 +46,21 @@ impl Default for Hooks {
     }
 }
 use crate::host::Host;
+#[cfg(feature = "mysql")]
 use crate::mysql::{MysqlBackend, MysqlDriver, MysqlLease};
-use crate::options::{BackendOptions, Options, StoreOptions};
+use crate::options::{not_compiled_in, BackendOptions, Options, StoreOptions};
+#[cfg(feature = "postgres")]
 use crate::postgres::{PostgresBackend, PostgresDriver, PostgresLease};
+#[cfg(feature = "redis")]
 use crate::redis::{RedisBackend, RedisDriver, RedisLease};
-use crate::status::{BackendStatus, LeaseCounts, MysqlStatus, PostgresStatus, RedisStatus};
+#[cfg(feature = "mysql")]
+use crate::status::MysqlStatus;
+#[cfg(feature = "postgres")]
+use crate::status::PostgresStatus;
+#[cfg(feature = "redis")]
+use crate::status::RedisStatus;
+use crate::status::{BackendStatus, LeaseCounts};
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 use crate::store::KeepAlive;
 
 /// All backends of one configuration.
@@ -56,12 +69,15 @@ pub struct Provider {
     closed: AtomicBool,
     /// The redis driver's runtime and connections; `None` without redis
     /// backends, so a local-only provider starts no thread and opens no socket.
+    #[cfg(feature = "redis")]
     redis: Option<RedisDriver>,
     /// The postgres driver's runtime and connections; `None` without
     /// postgres backends.
+    #[cfg(feature = "postgres")]
     postgres: Option<PostgresDriver>,
     /// The mysql driver's runtime and connections; `None` without mysql
     /// backends.
+    #[cfg(feature = "mysql")]
     mysql: Option<MysqlDriver>,
 }
 
@@ -79,12 +95,23 @@ impl Provider {
     /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
+        // Only the store drivers run work on a host, only redis reads more authorities.
+        #[cfg(not(any(feature = "redis", feature = "postgres", feature = "mysql")))]
+        let _ = host;
+        #[cfg(not(feature = "redis"))]
+        let _ = extra_authorities;
+        #[cfg(feature = "redis")]
         let redis = RedisDriver::open(&options, &logger, &telemetry, &host, extra_authorities.as_deref())?;
+        #[cfg(feature = "postgres")]
         let postgres = PostgresDriver::open(&options, &logger, &telemetry, &host)?;
+        #[cfg(feature = "mysql")]
         let mysql = MysqlDriver::open(&options, &logger, &telemetry, &host)?;
         let mut backends = BTreeMap::new();
+        #[cfg(feature = "redis")]
         let mut redis_backends = BTreeMap::new();
+        #[cfg(feature = "postgres")]
         let mut postgres_backends = BTreeMap::new();
+        #[cfg(feature = "mysql")]
         let mut mysql_backends = BTreeMap::new();
         // Policies compose the other backends, so they are built last.
         let (policies, others): (Vec<_>, Vec<_>) =
@@ -92,27 +119,35 @@ impl Provider {
         for (name, backend) in others.into_iter().chain(policies) {
             let built = match backend {
                 BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
+                #[cfg(feature = "redis")]
                 BackendOptions::Redis(settings) => {
                     let driver = redis.as_ref().expect("a redis backend starts the redis driver");
                     redis_backends.insert(name.clone(), settings.clone());
                     Backend::Redis(driver.backend(&name, settings))
                 }
+                #[cfg(feature = "postgres")]
                 BackendOptions::Postgres(settings) => {
                     let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
                     postgres_backends.insert(name.clone(), settings.clone());
                     Backend::Postgres(driver.backend(&name, settings))
                 }
+                #[cfg(feature = "mysql")]
                 BackendOptions::Mysql(settings) => {
                     let driver = mysql.as_ref().expect("a mysql backend starts the mysql driver");
                     mysql_backends.insert(name.clone(), settings.clone());
                     Backend::Mysql(driver.backend(&name, settings))
                 }
+                #[cfg(feature = "file")]
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
                 BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &backends, &logger, &telemetry)),
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
                 }
+                // A driver this build left out (options made in code: read
+                // options refuse it already).
+                #[allow(unreachable_patterns)]
+                left_out => return Err(LockError::invalid_options(vec![not_compiled_in(&name, left_out.driver())])),
             };
             logger(&LogRecord {
                 level: Level::Debug,
@@ -122,16 +157,28 @@ impl Provider {
             });
             backends.insert(name, built);
         }
+        #[cfg(feature = "redis")]
         if let Some(driver) = &redis {
             driver.start(&redis_backends);
         }
+        #[cfg(feature = "postgres")]
         if let Some(driver) = &postgres {
             driver.start(&postgres_backends);
         }
+        #[cfg(feature = "mysql")]
         if let Some(driver) = &mysql {
             driver.start(&mysql_backends);
         }
-        Ok(Provider { backends, closed: AtomicBool::new(false), redis, postgres, mysql })
+        Ok(Provider {
+            backends,
+            closed: AtomicBool::new(false),
+            #[cfg(feature = "redis")]
+            redis,
+            #[cfg(feature = "postgres")]
+            postgres,
+            #[cfg(feature = "mysql")]
+            mysql,
+        })
     }
 
     /// Loads the YAML file text and opens its backends.
@@ -172,12 +219,15 @@ impl Provider {
         for backend in self.backends.values() {
             backend.close().await;
         }
+        #[cfg(feature = "redis")]
         if let Some(redis) = &self.redis {
             redis.shut_down().await;
         }
+        #[cfg(feature = "postgres")]
         if let Some(postgres) = &self.postgres {
             postgres.shut_down();
         }
+        #[cfg(feature = "mysql")]
         if let Some(mysql) = &self.mysql {
             mysql.shut_down();
         }
@@ -214,12 +264,16 @@ pub enum Backend {
     /// A `driver: local` backend.
     Local(LocalBackend),
     /// A `driver: redis` backend.
+    #[cfg(feature = "redis")]
     Redis(RedisBackend),
     /// A `driver: postgres` backend.
+    #[cfg(feature = "postgres")]
     Postgres(PostgresBackend),
     /// A `driver: mysql` backend.
+    #[cfg(feature = "mysql")]
     Mysql(MysqlBackend),
     /// A `driver: file` backend.
+    #[cfg(feature = "file")]
     File(FileBackend),
     /// A `driver: policy` backend.
     Policy(PolicyBackend),
@@ -230,9 +284,13 @@ impl Backend {
     pub fn driver(&self) -> &'static str {
         match self {
             Backend::Local(_) => "local",
+            #[cfg(feature = "redis")]
             Backend::Redis(_) => "redis",
+            #[cfg(feature = "postgres")]
             Backend::Postgres(_) => "postgres",
+            #[cfg(feature = "mysql")]
             Backend::Mysql(_) => "mysql",
+            #[cfg(feature = "file")]
             Backend::File(_) => "file",
             Backend::Policy(_) => "policy",
         }
@@ -242,8 +300,14 @@ impl Backend {
     pub fn tier(&self) -> Option<Tier> {
         match self {
             Backend::Local(_) => Some(Tier::Process),
+            #[cfg(feature = "file")]
             Backend::File(_) => Some(Tier::Host),
-            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) => Some(Tier::Shared),
+            #[cfg(feature = "redis")]
+            Backend::Redis(_) => Some(Tier::Shared),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Some(Tier::Shared),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(_) => Some(Tier::Shared),
             Backend::Policy(_) => None,
         }
     }
@@ -253,9 +317,13 @@ impl Backend {
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire(key, options).await.map(Lease::Local),
+            #[cfg(feature = "redis")]
             Backend::Redis(redis) => redis.acquire(key, options).await.map(Lease::Redis),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(postgres) => postgres.acquire(key, options).await.map(Lease::Postgres),
+            #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => mysql.acquire(key, options).await.map(Lease::Mysql),
+            #[cfg(feature = "file")]
             Backend::File(file) => file.acquire(key, options).await.map(Lease::File),
             Backend::Policy(policy) => policy.acquire(key, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
@@ -269,9 +337,13 @@ impl Backend {
     pub async fn acquire_many(&self, keys: &[&str], options: AcquireOptions) -> Result<Lease> {
         match self {
             Backend::Local(local) => local.acquire_many(keys, options).await.map(Lease::Local),
+            #[cfg(feature = "redis")]
             Backend::Redis(redis) => redis.acquire_many(keys, options).await.map(Lease::Redis),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(postgres) => postgres.acquire_many(keys, options).await.map(Lease::Postgres),
+            #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => mysql.acquire_many(keys, options).await.map(Lease::Mysql),
+            #[cfg(feature = "file")]
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
             Backend::Policy(policy) => policy.acquire_many(keys, options).await.map(|lease| Lease::Policy(Box::new(lease))),
         }
@@ -284,6 +356,7 @@ impl Backend {
                 let LocalCounts { held, held_shared, waiting, acquired, timed_out } = local.counts();
                 BackendStatus::of("local", LeaseCounts { held, held_shared, waiting, acquired, timed_out, lost: 0 })
             }
+            #[cfg(feature = "redis")]
             Backend::Redis(redis) => {
                 let counts = redis.counts();
                 let redis = RedisStatus {
@@ -294,6 +367,7 @@ impl Backend {
                 };
                 BackendStatus { redis: Some(redis), ..BackendStatus::of("redis", counts.leases()) }
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(postgres) => {
                 let counts = postgres.counts();
                 let postgres = PostgresStatus {
@@ -304,6 +378,7 @@ impl Backend {
                 };
                 BackendStatus { postgres: Some(postgres), ..BackendStatus::of("postgres", counts.leases()) }
             }
+            #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => {
                 let counts = mysql.counts();
                 let mysql = MysqlStatus {
@@ -314,6 +389,7 @@ impl Backend {
                 };
                 BackendStatus { mysql: Some(mysql), ..BackendStatus::of("mysql", counts.leases()) }
             }
+            #[cfg(feature = "file")]
             Backend::File(file) => BackendStatus::of("file", file.counts()),
             Backend::Policy(policy) => BackendStatus { policy: Some(policy.members()), ..BackendStatus::of("policy", policy.counts()) },
         }
@@ -323,10 +399,15 @@ impl Backend {
     /// drivers whose leases never expire.
     pub fn store_options(&self) -> Option<&StoreOptions> {
         match self {
+            #[cfg(feature = "redis")]
             Backend::Redis(redis) => Some(redis.options()),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(postgres) => Some(postgres.options()),
+            #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => Some(mysql.options()),
-            Backend::Local(_) | Backend::File(_) | Backend::Policy(_) => None,
+            Backend::Local(_) | Backend::Policy(_) => None,
+            #[cfg(feature = "file")]
+            Backend::File(_) => None,
         }
     }
 
@@ -342,17 +423,28 @@ impl Backend {
     pub(crate) fn closing(&self) -> Option<AbortSignal> {
         match self {
             Backend::Local(local) => Some(local.closing()),
+            #[cfg(feature = "file")]
             Backend::File(file) => Some(file.closing()),
-            Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) | Backend::Policy(_) => None,
+            Backend::Policy(_) => None,
+            #[cfg(feature = "redis")]
+            Backend::Redis(_) => None,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(_) => None,
         }
     }
 
     async fn close(&self) {
         match self {
             Backend::Local(local) => local.close(),
+            #[cfg(feature = "redis")]
             Backend::Redis(redis) => redis.close().await,
+            #[cfg(feature = "postgres")]
             Backend::Postgres(postgres) => postgres.close().await,
+            #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => mysql.close().await,
+            #[cfg(feature = "file")]
             Backend::File(file) => file.close(),
             // Its members are closed as backends of the provider.
             Backend::Policy(_) => {}
@@ -366,12 +458,16 @@ pub enum Lease {
     /// A lease of a local backend.
     Local(LocalLease),
     /// A lease of a redis backend.
+    #[cfg(feature = "redis")]
     Redis(RedisLease),
     /// A lease of a postgres backend.
+    #[cfg(feature = "postgres")]
     Postgres(PostgresLease),
     /// A lease of a mysql backend.
+    #[cfg(feature = "mysql")]
     Mysql(MysqlLease),
     /// A lease of a file backend.
+    #[cfg(feature = "file")]
     File(FileLease),
     /// A lease a policy backend got from one of its members.
     Policy(Box<PolicyLease>),
@@ -383,9 +479,13 @@ impl Lease {
     pub fn key(&self) -> &str {
         match self {
             Lease::Local(lease) => lease.key(),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.key(),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.key(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.key(),
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.key(),
             Lease::Policy(lease) => lease.lease().key(),
         }
@@ -395,9 +495,13 @@ impl Lease {
     pub fn keys(&self) -> Vec<&str> {
         match self {
             Lease::Local(lease) => lease.keys(),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.keys(),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.keys(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.keys(),
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.keys(),
             Lease::Policy(lease) => lease.lease().keys(),
         }
@@ -408,9 +512,13 @@ impl Lease {
     pub fn fence(&self) -> u64 {
         match self {
             Lease::Local(lease) => lease.fence(),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.fence(),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.fence(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.fence(),
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.fence(),
             Lease::Policy(lease) => lease.lease().fence(),
         }
@@ -421,9 +529,13 @@ impl Lease {
     pub fn fences(&self) -> Vec<(&str, u64)> {
         match self {
             Lease::Local(lease) => lease.fences(),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.fences(),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.fences(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.fences(),
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.fences(),
             Lease::Policy(lease) => lease.lease().fences(),
         }
@@ -434,9 +546,13 @@ impl Lease {
     pub fn is_valid(&self) -> bool {
         match self {
             Lease::Local(lease) => lease.is_valid(),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.is_valid(),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.is_valid(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.is_valid(),
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.is_valid(),
             Lease::Policy(lease) => lease.lease().is_valid(),
         }
@@ -447,10 +563,14 @@ impl Lease {
     pub fn remaining(&self) -> Option<Duration> {
         match self {
             Lease::Local(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+            #[cfg(feature = "file")]
             Lease::File(lease) => (!lease.is_valid()).then_some(Duration::ZERO),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => Some(lease.remaining()),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => Some(lease.remaining()),
             Lease::Policy(lease) => lease.lease().remaining(),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => Some(lease.remaining()),
         }
     }
@@ -459,9 +579,13 @@ impl Lease {
     pub async fn renew(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.renew()),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.renew().await,
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.renew().await,
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.renew().await,
+            #[cfg(feature = "file")]
             Lease::File(lease) => Ok(lease.is_valid()),
             Lease::Policy(lease) => Box::pin(lease.renew()).await,
         }
@@ -470,13 +594,20 @@ impl Lease {
     /// Renews the lease every `every` (`None`: never, only watching it) on
     /// the store drivers' thread until the returned guard is dropped,
     /// aborting `on_lost` the moment it is known lost or its backend starts
-    /// closing; `None` for a lease that never expires while held.
+    /// closing; `None` for a lease that never expires while held. Only
+    /// with a store driver (features `redis`, `postgres`, `mysql`).
+    #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
     pub fn keep_alive(&self, every: Option<Duration>, on_lost: AbortController) -> Option<KeepAlive> {
         match self {
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => Some(lease.keep_alive(every, on_lost)),
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => Some(lease.keep_alive(every, on_lost)),
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => Some(lease.keep_alive(every, on_lost)),
-            Lease::Local(_) | Lease::File(_) => None,
+            Lease::Local(_) => None,
+            #[cfg(feature = "file")]
+            Lease::File(_) => None,
             Lease::Policy(lease) => lease.lease().keep_alive(every, on_lost),
         }
     }
@@ -486,9 +617,13 @@ impl Lease {
     pub async fn release(&self) -> Result<bool> {
         match self {
             Lease::Local(lease) => Ok(lease.release()),
+            #[cfg(feature = "redis")]
             Lease::Redis(lease) => lease.release().await,
+            #[cfg(feature = "postgres")]
             Lease::Postgres(lease) => lease.release().await,
+            #[cfg(feature = "mysql")]
             Lease::Mysql(lease) => lease.release().await,
+            #[cfg(feature = "file")]
             Lease::File(lease) => lease.release(),
             Lease::Policy(lease) => Box::pin(lease.release()).await,
         }

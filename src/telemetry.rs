@@ -412,7 +412,9 @@ impl Reporter {
         hold.span.finish(held, outcome);
     }
 
-    /// Reports a lease found lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`).
+    /// Reports a lease found lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`): of
+    /// the drivers whose leases can be (file, the store drivers).
+    #[cfg(any(feature = "file", feature = "redis", feature = "postgres", feature = "mysql"))]
     pub fn lost(&self, code: ErrorCode) {
         if let Some(telemetry) = &self.telemetry {
             telemetry.event(&TelemetryEvent::LeaseLost { backend: self.backend.to_string(), code });

@@ -3,10 +3,12 @@
 
 use std::future::Future;
 
-use crate::abort::{AbortController, AbortSignal};
+use crate::abort::AbortSignal;
 use crate::acquire::AcquireOptions;
 use crate::error::{LockError, Result};
 use crate::provider::{Backend, Lease};
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+use crate::store::KeepAlive;
 
 /// Options of [`Backend::with_lock`].
 #[derive(Clone)]
@@ -79,18 +81,17 @@ impl Backend {
     {
         // A policy's lease lives on its member: the member's renewal and close apply.
         let owner = lease.member().unwrap_or(self);
-        let lost = AbortController::new();
         // Local and file leases never expire: only close takes them, so the
         // backend's closing is their loss. A store lease is watched (and
         // renewed unless `auto_renew` is false) until the section ends: its
         // end, a takeover or close abort the signal.
         let (keep_alive, signal) = match owner.closing() {
             Some(closing) => (None, closing),
-            None => (lease.keep_alive(owner.auto_renew_every().filter(|_| auto_renew), lost.clone()), lost.signal()),
+            None => renewals(&lease, owner, auto_renew),
         };
         let output = section(Section { fence: lease.fence(), signal: signal.clone() }).await;
-        let was_lost = keep_alive.as_ref().is_some_and(|k| k.is_lost()) || signal.is_aborted();
-        drop(keep_alive);
+        // Taking the renewals stops them, before the release.
+        let was_lost = keep_alive.is_some_and(|renewals| renewals.is_lost()) || signal.is_aborted();
         if was_lost {
             // Released in the background (the lease's `Drop`): the server
             // that let the lease run out may stall the release too, and the
@@ -106,5 +107,30 @@ impl Backend {
             // A release that finds another owner is LEASE_LOST already.
             Err(err) => Err(err),
         }
+    }
+}
+
+/// A store lease's renewals (none if `auto_renew` is false, only watching
+/// it) and the signal they abort once it is lost.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+fn renewals(lease: &Lease, owner: &Backend, auto_renew: bool) -> (Option<KeepAlive>, AbortSignal) {
+    let lost = crate::abort::AbortController::new();
+    (lease.keep_alive(owner.auto_renew_every().filter(|_| auto_renew), lost.clone()), lost.signal())
+}
+
+/// Without a store driver every backend has a closing signal.
+#[cfg(not(any(feature = "redis", feature = "postgres", feature = "mysql")))]
+fn renewals(_: &Lease, _: &Backend, _: bool) -> (Option<KeepAlive>, AbortSignal) {
+    unreachable!("only the leases of store drivers are renewed")
+}
+
+/// Without a store driver no lease is renewed: there is none of these.
+#[cfg(not(any(feature = "redis", feature = "postgres", feature = "mysql")))]
+enum KeepAlive {}
+
+#[cfg(not(any(feature = "redis", feature = "postgres", feature = "mysql")))]
+impl KeepAlive {
+    fn is_lost(&self) -> bool {
+        match *self {}
     }
 }

@@ -802,6 +802,10 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
                 continue;
             }
         };
+        if !compiled_in(driver) {
+            issues.0.push(not_compiled_in(name, driver));
+            continue;
+        }
         let mut settings = map.clone();
         settings.remove("driver");
         let backend = match driver {
@@ -820,6 +824,24 @@ fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<Stri
         }
     }
     backends
+}
+
+/// Whether this build has the driver `driver` (the drivers of crate
+/// features, each named as its feature; `local`, `policy` and app drivers
+/// always are).
+fn compiled_in(driver: &str) -> bool {
+    let built = [
+        ("redis", cfg!(feature = "redis")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("mysql", cfg!(feature = "mysql")),
+        ("file", cfg!(feature = "file")),
+    ];
+    !built.contains(&(driver, false))
+}
+
+/// The issue of the backend `name`, whose driver this build left out.
+pub(crate) fn not_compiled_in(name: &str, driver: &str) -> Issue {
+    Issue::new(format!("backends.{name}.driver"), format!("the {driver} driver is not compiled in (enable the crate feature `{driver}`)"))
 }
 
 /// A `driver: policy` backend's settings; every rule but the default has

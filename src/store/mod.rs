@@ -32,29 +32,42 @@
 
 pub(crate) mod acquire;
 pub mod backend;
+// A transport that marks no connect (mysql's) is never cut short: built
+// without redis and postgres, the marks are never made.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 mod connecting;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod connections;
 pub(crate) mod core;
 pub(crate) mod failure;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod give_back;
 pub(crate) mod handoff;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod health;
 pub mod keep_alive;
 pub mod lease;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod reply;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod resend;
 pub(crate) mod runtime;
 mod seam;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared;
 pub(crate) mod token;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod url_query;
 pub(crate) mod waiters;
 
 pub use backend::{StoreBackend, StoreCounts};
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) use connecting::connecting;
 pub(crate) use failure::{Failure, Refusal};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use health::Health;
 pub use keep_alive::KeepAlive;
 pub use lease::StoreLease;
 pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, StoreConnection, Taken, Terms};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use shared::Shared;

@@ -172,6 +172,7 @@ impl<S: Store> Waiters<S> {
 
     /// True when no acquire of this process is in progress on any key (a
     /// store that polls for releases need not then).
+    #[cfg(feature = "mysql")]
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
