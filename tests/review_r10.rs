@@ -27,6 +27,33 @@ fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|port| port.parse().ok()).unwrap()
 }
 
+/// A provider whose statements go through `proxy` to the machine's
+/// server, and one (`direct`, another process's) that does not; leases of
+/// 30 s.
+struct Proxied {
+    proxy: Proxy,
+    through: Provider,
+    direct: Provider,
+}
+
+impl Proxied {
+    fn mysql(table: &mysql::Table) -> Proxied {
+        let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
+        let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
+        let through =
+            Provider::from_yaml(&config.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
+        Proxied { proxy, through, direct: Provider::from_yaml(&config).unwrap() }
+    }
+
+    fn postgres(schema: &postgres::Schema) -> Proxied {
+        let proxy = Proxy::start(port_of(&postgres::url()), Duration::ZERO);
+        let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
+        let listen = format!("        listenUrl: '{}'\n", postgres::url());
+        let through = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        leaseMs: 30000\n", &listen)).unwrap();
+        Proxied { proxy, through, direct: schema.open("        leaseMs: 30000\n") }
+    }
+}
+
 /// The lease of an acquire whose give-back's first attempt was lost, if
 /// it tried again with its token (the findings: its grant was then freed
 /// by that first attempt, run late); `None` when it ended
@@ -89,10 +116,7 @@ fn late_give_back_under_a_retried_grant(
 #[test]
 fn mysql_a_late_first_give_back_frees_the_retried_grant_of_its_token() {
     let table = mysql::Table::fresh();
-    let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
-    let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
-    let through = Provider::from_yaml(&config.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
-    let direct = Provider::from_yaml(&config).unwrap();
+    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
     let live = format!("SELECT COUNT(*) FROM `{}_holders` WHERE expires_at > 1", table.0);
     late_give_back_under_a_retried_grant(
         &proxy,
@@ -109,11 +133,7 @@ fn mysql_a_late_first_give_back_frees_the_retried_grant_of_its_token() {
 #[test]
 fn postgres_a_late_first_give_back_frees_the_retried_grant_of_its_token() {
     let schema = postgres::Schema::fresh();
-    let proxy = Proxy::start(port_of(&postgres::url()), Duration::ZERO);
-    let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-    let listen = format!("        listenUrl: '{}'\n", postgres::url());
-    let through = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        leaseMs: 30000\n", &listen)).unwrap();
-    let direct = schema.open("        leaseMs: 30000\n");
+    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
     let live = format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"));
     late_give_back_under_a_retried_grant(
         &proxy,
@@ -242,6 +262,63 @@ fn postgres_a_give_back_pipelined_behind_a_stalled_statement_frees_the_retried_g
         "two holders: the caller's lease (fence {}) is valid and another process was granted the key ({second:?})",
         lease.fence()
     );
+    block_on(through.close());
+    block_on(direct.close());
+}
+
+// Review R12 of bad11ef (the retry only after a give-back answered at its
+// first attempt): the lost take itself, kept by a proxy that cut its
+// client and delivered after the retry's grant. No finding: a take only
+// grants (its token's row taken over, the fence raised), it frees nothing,
+// so the caller stays the one holder and its release frees the key.
+
+/// A waiting acquire on `through` loses its take (`take`: the driver's
+/// statement for the proxy to keep), gives back at the first attempt and
+/// is granted by its retry; the kept take then reaches the server while
+/// the caller holds. `other` (another process) must not be granted the key
+/// until the caller releases it, and then must be. `fence`: the key's
+/// fence in the store.
+fn late_take_under_a_retried_grant(proxy: &Proxy, through: &Backend, other: &Backend, take: &[u8], fence: impl Fn() -> u64) {
+    assert!(block_on(block_on(through.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let take = proxy.stall(take);
+    let lease = block_on(through.acquire("k", wait(10_000))).expect("the retry after a give-back answered at its first attempt");
+    assert!(take.caught(), "the take was lost with its connection");
+    assert_eq!(fence(), lease.fence(), "the retry's grant");
+    take.deliver();
+    let delivered = std::time::Instant::now();
+    while fence() == lease.fence() && delivered.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The late take took its token's row over: a fence above the lease's,
+    // which nobody was told.
+    assert!(fence() > lease.fence(), "the late take ran");
+    assert!(lease.is_valid());
+    let second = block_on(other.acquire("k", wait(0))).map(|second| second.fence()).map_err(|err| err.code());
+    assert!(second.is_err(), "two holders: the caller's lease (fence {}) and {second:?}", lease.fence());
+    assert!(block_on(lease.release()).unwrap());
+    assert!(block_on(other.acquire("k", wait(0))).is_ok(), "the caller's release freed the key");
+}
+
+#[test]
+fn mysql_a_lost_take_landing_after_the_retried_grant_leaves_one_holder() {
+    let table = mysql::Table::fresh();
+    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
+    let fence = format!("SELECT fence FROM `{}` WHERE k = 'k'", table.0);
+    late_take_under_a_retried_grant(&proxy, &through.backend("shared").unwrap(), &direct.backend("shared").unwrap(), b"_take`(", || {
+        mysql::count(&fence) as u64
+    });
+    block_on(through.close());
+    block_on(direct.close());
+}
+
+#[test]
+fn postgres_a_lost_take_landing_after_the_retried_grant_leaves_one_holder() {
+    let schema = postgres::Schema::fresh();
+    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
+    let fence = format!("SELECT fence FROM {} WHERE key = 'k'", schema.table(""));
+    late_take_under_a_retried_grant(&proxy, &postgres::backend(&through), &postgres::backend(&direct), b"_take\"(", || {
+        postgres::count(&fence) as u64
+    });
     block_on(through.close());
     block_on(direct.close());
 }
