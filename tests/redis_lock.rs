@@ -36,7 +36,10 @@ fn two_providers_exclude_each_other() {
         let other = backend(&b).acquire("order:2", wait(0)).await.unwrap();
         assert!(held.release().await.unwrap());
         assert!(!held.release().await.unwrap(), "a second release resolves false");
-        let taken = backend(&b).acquire("order:1", wait(0)).await.unwrap();
+        // A wait: the timed-out acquire above withdraws its mark in the
+        // background, and a release that lands first hands the key to that
+        // mark until the withdraw passes it on (a CI run saw LOCK_BUSY).
+        let taken = backend(&b).acquire("order:1", wait(2_000)).await.unwrap();
         assert!(taken.fence() > held.fence());
         assert!(taken.release().await.unwrap() && other.release().await.unwrap());
     });

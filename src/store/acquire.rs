@@ -366,7 +366,7 @@ impl<S: Store> Attempt<S> {
                 if let Some(request) = &self.request {
                     request.end_try(self.ticket);
                 }
-                let nap = Duration::from_millis(u64::from(poll_interval(&self.core)));
+                let nap = Duration::from_millis(u64::from(poll_interval(&self.core, -1)));
                 self.pause(nap).await?;
                 Ok(Begin::Again)
             }
@@ -471,7 +471,7 @@ impl<S: Store> Attempt<S> {
                 }
                 // -2: the key just became free; other negative hints: unknown.
                 let expires = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
-                let nap = Duration::from_millis(u64::from(poll_interval(&self.core)).min(expires.max(1)));
+                let nap = Duration::from_millis(u64::from(poll_interval(&self.core, hint)).min(expires.max(1)));
                 self.pause(nap).await?;
                 Ok(Found::Again)
             }
@@ -637,18 +637,23 @@ fn busy_if_contended<S: Store>(
         request.contended(contended);
     }
     match taken {
-        // Hint 0: tried again at once. The try already waited out the lock
-        // wait, and the end of another session's row lock wakes nobody (a
-        // waiter paused for the safety net's interval on a free key: review
-        // R11).
-        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: 0, ticket }),
+        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: CONTENDED, ticket }),
         taken => taken,
     }
 }
 
-/// The safety net's pause between two tries (with notifications, a long one).
-fn poll_interval<S: Store>(core: &BackendCore<S>) -> u32 {
-    if core.store().store_connection().is_notified() {
+/// The hint of a try refused for another session's row lock: the end of
+/// that lock is never notified, so the next try comes after
+/// `pollIntervalMs`, not the notified connection's longer
+/// `notifyPollIntervalMs` (a waiter paused that long on a free key: review
+/// R11); not at once, so that a release of this process waiting for the
+/// refused try goes first (review R4).
+const CONTENDED: i64 = -3;
+
+/// The safety net's pause between two tries (with notifications, a long
+/// one, unless the try was refused for a row lock).
+fn poll_interval<S: Store>(core: &BackendCore<S>, hint: i64) -> u32 {
+    if hint != CONTENDED && core.store().store_connection().is_notified() {
         core.options.notify_poll_interval_ms
     } else {
         core.options.poll_interval_ms
