@@ -541,6 +541,8 @@ struct Record {
     fence: u64,
     start: u128,
     end: u128,
+    /// The child that recorded it (its records file's name).
+    child: String,
 }
 
 /// The records of every child in `work` (in its files named from `prefix`).
@@ -551,12 +553,13 @@ fn records(work: &Path, prefix: &str) -> Vec<Record> {
         if !path.file_name().unwrap().to_string_lossy().starts_with(prefix) {
             continue;
         }
+        let child = path.file_name().unwrap().to_string_lossy().into_owned();
         // A line a kill cut short is left out.
         for line in std::fs::read_to_string(&path).unwrap().lines() {
             let parts: Vec<&str> = line.split_whitespace().collect();
             let [kind, fence, start, end] = parts[..] else { continue };
             let (Ok(fence), Ok(start), Ok(end)) = (fence.parse(), start.parse(), end.parse()) else { continue };
-            all.push(Record { kind: kind.chars().next().unwrap(), fence, start, end });
+            all.push(Record { kind: kind.chars().next().unwrap(), fence, start, end, child: child.clone() });
         }
     }
     all
@@ -593,10 +596,61 @@ fn fence_faults(records: &[Record]) -> (Vec<String>, Vec<String>) {
         }
         let before = if record.kind == 'w' { highest } else { highest_writer };
         if let Some(high) = before.filter(|high| record.fence <= high.fence) {
-            below.push(format!("{} {} after {} {}", record.kind, record.fence, high.kind, high.fence));
+            below.push(format!(
+                "{} {} [{}..{} {}] after {} {} [{}..{} {}]",
+                record.kind, record.fence, record.start, record.end, record.child, high.kind, high.fence, high.start, high.end, high.child
+            ));
         }
     }
     (repeated, below)
+}
+
+/// How far back the wall clock went between two readings taken on
+/// different CPUs in turn, in nanoseconds: the checks of fences against
+/// sections read the clock in many processes, and a machine whose CPUs
+/// disagree on it (a virtual machine's TSC offsets) orders them wrongly.
+#[cfg(target_os = "linux")]
+fn clock_disagreement_across_cpus() -> u128 {
+    let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
+    let mut previous = now_ns();
+    let mut worst = 0;
+    for round in 0..20_000 {
+        // SAFETY: a zeroed set filled with one CPU, for this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(round % cpus, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+        let now = now_ns();
+        worst = worst.max(previous.saturating_sub(now));
+        previous = now;
+    }
+    // SAFETY: as above, every CPU again.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (0..cpus).for_each(|cpu| libc::CPU_SET(cpu, &mut set));
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    worst
+}
+
+/// Pairs of `records` whose sections overlap although one of them is a
+/// writer's: two holders of the key at once.
+fn writer_overlaps(records: &[Record]) -> Vec<String> {
+    let mut by_start: Vec<&Record> = records.iter().collect();
+    by_start.sort_by_key(|record| record.start);
+    let mut overlaps = Vec::new();
+    for (index, record) in by_start.iter().enumerate() {
+        for later in by_start[index + 1..].iter().take_while(|later| later.start < record.end) {
+            if record.kind == 'w' || later.kind == 'w' {
+                overlaps.push(format!(
+                    "{} {} ({}) and {} {} ({})",
+                    record.kind, record.fence, record.child, later.kind, later.fence, later.child
+                ));
+            }
+        }
+    }
+    overlaps
 }
 
 /// Runs `children` children taking "k" with `pattern` for `rounds` each and
@@ -750,7 +804,14 @@ fn holders_killed_at_random_moments_leave_nothing_that_breaks_exclusion_or_fence
     );
     assert!(most <= 3, "{most} units held at once, limit 3");
     assert!(repeated.is_empty() && repeated_units.is_empty(), "fences granted twice: {repeated:?} {repeated_units:?}");
-    assert!(below.is_empty(), "fences not above an earlier grant's: {:?}", &below[..below.len().min(5)]);
+    let overlaps = writer_overlaps(&grants_of_k);
+    assert!(overlaps.is_empty(), "a writer's section overlaps another grant's: {:?}", &overlaps[..overlaps.len().min(5)]);
+    assert!(
+        below.is_empty(),
+        "fences not above an earlier grant's: {:?} (the clock went back by {} ns between readings on different CPUs)",
+        &below[..below.len().min(5)],
+        clock_disagreement_across_cpus()
+    );
     block_on(provider.close());
 }
 
