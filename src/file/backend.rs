@@ -51,7 +51,7 @@ pub struct FileBackend {
 
 impl FileBackend {
     /// Opens backend `name`: creates and checks its directory (see
-    /// [`LockDirectory::open`]); `INVALID_OPTIONS` for a directory it
+    /// `LockDirectory::open`); `INVALID_OPTIONS` for a directory it
     /// refuses.
     pub fn open(name: &str, options: FileOptions, telemetry: Option<Telemetry>) -> Result<FileBackend> {
         let directory = LockDirectory::open(name, &options.directory)?;

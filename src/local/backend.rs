@@ -15,7 +15,7 @@
 //! thread spins, briefly, only while it is first in line; one that queues
 //! behind others sleeps at once: with more threads than processors,
 //! spinning there only takes the processor from the threads ahead of it.
-//! See [`super::wait_slot`], where the hand-off lives, and BENCHMARKS.md
+//! See `super::wait_slot`, where the hand-off lives, and BENCHMARKS.md
 //! ("C local under contention") for the measurements behind these choices.
 
 use std::future::{poll_fn, Future};

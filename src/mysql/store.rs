@@ -1,5 +1,5 @@
-//! The mysql driver's side of the store seam ([`crate::store::Store`]):
-//! each operation is one `CALL` (see [`super::sql`]) on the connection's
+//! The mysql driver's side of the store seam (`crate::store::Store`):
+//! each operation is one `CALL` (see `super::sql`) on the connection's
 //! pool; the tables and procedures are made sure of before the first.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,5 @@
-//! The postgres driver's side of the store seam ([`crate::store::Store`]):
-//! each operation is one statement (see [`super::sql`]) on the
+//! The postgres driver's side of the store seam (`crate::store::Store`):
+//! each operation is one statement (see `super::sql`) on the
 //! connection's pool; the tables are made sure of before the first.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,6 @@
-//! The redis driver's side of the store seam ([`crate::store::Store`]):
-//! each operation is one script call per hash slot (see [`super::claim`]
-//! and [`super::scripts`]) on the transport's connection.
+//! The redis driver's side of the store seam (`crate::store::Store`):
+//! each operation is one script call per hash slot (see `super::claim`
+//! and `super::scripts`) on the transport's connection.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

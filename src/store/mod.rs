@@ -2,7 +2,7 @@
 //! by processes (`redis`; `postgres` and `mysql` plug in the same way): written once,
 //! whatever the store.
 //!
-//! A driver supplies a [`Store`]: how one lease's claim is named, and one
+//! A driver supplies a `Store`: how one lease's claim is named, and one
 //! round trip each to take it, extend it, give it back, hand it on to this
 //! process's next waiters and take back a waiting mark. Everything between
 //! those calls lives here:
