@@ -322,3 +322,46 @@ fn postgres_a_lost_take_landing_after_the_retried_grant_leaves_one_holder() {
     block_on(through.close());
     block_on(direct.close());
 }
+
+/// A waiting acquire aborted while its take is in flight (the proxy holds
+/// it), the take then lost with its connection (the proxy cuts it): the
+/// acquire gives its claim back, answered, and fails `ABORTED` as its
+/// signal says, not `OUTCOME_UNKNOWN`: nothing is held, and another
+/// process takes the key at once. (Failed before: `OUTCOME_UNKNOWN`, the
+/// abort heard during the give-back taken for a failed clean-up.)
+fn aborted_while_its_lost_take_is_given_back(proxy: &Proxy, through: &Backend, other: &Backend) {
+    assert!(block_on(block_on(through.acquire("k", wait(0))).unwrap().release()).unwrap());
+    let controller = dokebi_lock::AbortController::new();
+    let options = AcquireOptions { signal: Some(controller.signal()), ..wait(10_000) };
+    proxy.hold();
+    let outcome = std::thread::scope(|scope| {
+        let acquiring = scope.spawn(|| block_on(through.acquire("k", options)));
+        std::thread::sleep(Duration::from_millis(300));
+        controller.abort();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!acquiring.is_finished(), "a take in flight is not cut by an abort");
+        proxy.cut();
+        proxy.release();
+        acquiring.join().unwrap()
+    });
+    assert_eq!(outcome.map(|lease| lease.fence()).map_err(|err| err.code()), Err(dokebi_lock::ErrorCode::Aborted));
+    assert!(block_on(other.acquire("k", wait(0))).is_ok(), "nothing was left held");
+}
+
+#[test]
+fn postgres_an_acquire_aborted_while_its_lost_take_is_given_back_fails_aborted() {
+    let schema = postgres::Schema::fresh();
+    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
+    aborted_while_its_lost_take_is_given_back(&proxy, &postgres::backend(&through), &postgres::backend(&direct));
+    block_on(through.close());
+    block_on(direct.close());
+}
+
+#[test]
+fn mysql_an_acquire_aborted_while_its_lost_take_is_given_back_fails_aborted() {
+    let table = mysql::Table::fresh();
+    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
+    aborted_while_its_lost_take_is_given_back(&proxy, &through.backend("shared").unwrap(), &direct.backend("shared").unwrap());
+    block_on(through.close());
+    block_on(direct.close());
+}

@@ -22,7 +22,7 @@ use super::scripts::Scripted;
 use super::transport::connection::{self, Answer, Via};
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Cause;
-use crate::store::{Claim as StoreClaim, Failure, Taken, Terms};
+use crate::store::{Claim as StoreClaim, Failure, Retry, Taken, Terms};
 
 /// The keys, kind, lease terms and token of one lease (or one acquire in
 /// progress).
@@ -183,7 +183,7 @@ impl Claim {
             let (status, value, ticket) = answer.value;
             return Ok(match status {
                 1 => Taken::Granted { fences: vec![value as u64], written: vec![answer.via] },
-                0 => Taken::Busy { hint: value, ticket: ticket as u64 },
+                0 => Taken::Busy { retry: Retry::from_store(value), ticket: ticket as u64 },
                 _ => Taken::OtherLimit,
             });
         }
@@ -204,7 +204,7 @@ impl Claim {
                 Some(0) => {
                     self.give_back_groups(on, &self.groups[..taken], channel, wake).await?;
                     return Ok(Taken::Busy {
-                        hint: reply.get(1).copied().unwrap_or(-1),
+                        retry: Retry::from_store(reply.get(1).copied().unwrap_or(-1)),
                         ticket: reply.get(2).copied().unwrap_or(0) as u64,
                     });
                 }
@@ -369,7 +369,7 @@ impl Claim {
                 }
                 Some(0) => {
                     taken.push(Taken::Busy {
-                        hint: reply.get(at + 1).copied().unwrap_or(-1),
+                        retry: Retry::from_store(reply.get(at + 1).copied().unwrap_or(-1)),
                         ticket: reply.get(at + 2).copied().unwrap_or(0) as u64,
                     });
                     break;

@@ -19,7 +19,7 @@ use super::core::BackendCore;
 use super::handoff::{Grant, Next, Request};
 use super::lease::{valid_until, LeaseShared, StoreLease};
 use super::waiters::{Place, Ticket, Turn, Waiters};
-use super::{Claim, Failure, Freed, Store, Taken};
+use super::{Claim, Failure, Freed, Retry, Store, Taken};
 use crate::abort::AbortSignal;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
@@ -151,6 +151,17 @@ struct Attempt<S: Store> {
     napped: bool,
     /// Counts the acquire in progress until the attempt ends.
     _slot: InProgress<S>,
+}
+
+/// What a waiting acquire did after a try lost with its connection (see
+/// [`Attempt::cleaned_up_after`]).
+enum AfterLoss {
+    /// Gave the claim back: the next try.
+    Again,
+    /// Gave the claim back, and the wait ended meanwhile.
+    Ended(Interrupt),
+    /// Did not: the outcome is unknown.
+    Unknown,
 }
 
 /// A try's outcome, as the round goes on from it.
@@ -366,7 +377,7 @@ impl<S: Store> Attempt<S> {
                 if let Some(request) = &self.request {
                     request.end_try(self.ticket);
                 }
-                let nap = Duration::from_millis(u64::from(poll_interval(&self.core, -1)));
+                let nap = poll_interval(&self.core, Retry::Unknown);
                 self.pause(nap).await?;
                 Ok(Begin::Again)
             }
@@ -410,7 +421,7 @@ impl<S: Store> Attempt<S> {
             match core.store().hand_over(None, &requests, waiting_ms).await {
                 Ok(handed) => {
                     let mut taken = handed.taken.into_iter();
-                    let own = taken.next().unwrap_or(Taken::Busy { hint: -1, ticket });
+                    let own = taken.next().unwrap_or(Taken::Busy { retry: Retry::Unknown, ticket });
                     core.deliver(&followers, taken, sent, true);
                     if let Some(request) = request {
                         request.contended(false);
@@ -459,7 +470,7 @@ impl<S: Store> Attempt<S> {
         match taken {
             Ok(Taken::Granted { fences, written }) => Ok(Found::Granted(fences, written)),
             Ok(Taken::OtherLimit) => Err(self.give_up(other_limit())),
-            Ok(Taken::Busy { hint, ticket }) => {
+            Ok(Taken::Busy { retry, ticket }) => {
                 if ticket != 0 {
                     self.ticket = ticket;
                 }
@@ -469,15 +480,20 @@ impl<S: Store> Attempt<S> {
                 if let Some(request) = &self.request {
                     request.end_try(self.ticket);
                 }
-                // -2: the key just became free; other negative hints: unknown.
-                let expires = if hint == -2 { 0 } else { u64::try_from(hint).unwrap_or(u64::MAX) };
-                let nap = Duration::from_millis(u64::from(poll_interval(&self.core, hint)).min(expires.max(1)));
+                let nap = match retry {
+                    Retry::Within(expires) => poll_interval(&self.core, retry).min(Duration::from_millis(expires.max(1))),
+                    // A millisecond: a waiter ahead of this one may take it.
+                    Retry::Now => Duration::from_millis(1),
+                    Retry::Unknown | Retry::Contended => poll_interval(&self.core, retry),
+                };
                 self.pause(nap).await?;
                 Ok(Found::Again)
             }
             Err(failure) => {
-                if self.cleaned_up_after(&failure).await {
-                    return Ok(Found::Again);
+                match self.cleaned_up_after(&failure).await {
+                    AfterLoss::Again => return Ok(Found::Again),
+                    AfterLoss::Ended(why) => return Err(self.interrupted(why)),
+                    AfterLoss::Unknown => {}
                 }
                 // A split claim may hold some of its keys already.
                 if failure.is_unknown() || self.claim.is_split() {
@@ -498,8 +514,10 @@ impl<S: Store> Attempt<S> {
     /// session killed: [`Store::lost_with_its_connection`]), a waiting
     /// acquire gives back now, by its token, whatever that try may have
     /// granted, and tries again when the store answered and the wait goes
-    /// on (true then); else it fails `OUTCOME_UNKNOWN` as before, the
-    /// clean-up going on in the background.
+    /// on; when the wait ended meanwhile, it fails as the wait's end says
+    /// (`ABORTED`, `WAIT_TIMEOUT`: nothing is held); else it fails
+    /// `OUTCOME_UNKNOWN` as before, the clean-up going on in the
+    /// background.
     ///
     /// Never a second owner: the next try carries the same token, and a
     /// take reuses its token's row, so it is one grant whatever the lost
@@ -509,8 +527,9 @@ impl<S: Store> Attempt<S> {
     /// rows, or takes them before the give-back's, which locks them first,
     /// and waits behind it. A try the give-back does not wait for (held in
     /// a proxy until after it; on PostgreSQL, one creating a new key's row)
-    /// can still grant the token: the next try then takes that grant over, giving up cleans up again, and a lease
-    /// released before it landed leaves it until `leaseMs`. To the rest of
+    /// can still grant the token: the next try then takes that grant over,
+    /// giving up cleans up again, and a lease released before it landed
+    /// leaves it until `leaseMs`. To the rest of
     /// the process its try is still under way while the give-back runs (its
     /// request stays trying), so no hand-over grants its token meanwhile
     /// for the give-back to take back.
@@ -521,31 +540,35 @@ impl<S: Store> Attempt<S> {
     /// statement pipelined behind another's row-lock wait), and it would
     /// free the next try's grant of the same token while the caller holds
     /// it (review R10). The token is then not used again.
-    async fn cleaned_up_after(&mut self, failure: &Failure) -> bool {
-        let Failure::Unknown(cause) = failure else { return false };
+    async fn cleaned_up_after(&mut self, failure: &Failure) -> AfterLoss {
+        let Failure::Unknown(cause) = failure else { return AfterLoss::Unknown };
         if self.single_try || !S::lost_with_its_connection(cause) {
-            return false;
+            return AfterLoss::Unknown;
         }
-        let again = loop {
-            let answered = match self.core.store().give_back(&self.claim).await {
-                Ok(Freed { first_attempt_lost: None, .. }) => true,
+        let after = loop {
+            match self.core.store().give_back(&self.claim).await {
+                Ok(Freed { first_attempt_lost: None, .. }) => {
+                    break self.interrupts.next().now_or_never().map_or(AfterLoss::Again, AfterLoss::Ended);
+                }
                 // Refused for another session's row lock on a key (the one
                 // the lost try waited for, say): nothing done, so again
-                // while the wait lasts (review R11).
-                Err(Failure::Contended(_)) => false,
-                _ => break false,
-            };
-            if self.interrupts.next().now_or_never().is_some() {
-                break false;
-            }
-            if answered {
-                break true;
+                // after a pause while the wait lasts (review R11).
+                Err(Failure::Contended(_)) => {
+                    let pause = poll_interval(&self.core, Retry::Contended);
+                    tokio::select! {
+                        biased;
+                        _ = self.interrupts.next() => break AfterLoss::Unknown,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+                _ => break AfterLoss::Unknown,
             }
         };
-        self.lost_try |= again;
+        let given_back = !matches!(after, AfterLoss::Unknown);
+        self.lost_try |= given_back;
         // The lost try may have left marks under a ticket it never heard.
-        self.marks_unknown |= again && self.waiting_ms > 0;
-        again
+        self.marks_unknown |= given_back && self.waiting_ms > 0;
+        after
     }
 
     /// Phase 5: a grant sent at `sent` becomes a lease if it is still
@@ -637,27 +660,24 @@ fn busy_if_contended<S: Store>(
         request.contended(contended);
     }
     match taken {
-        Err(Failure::Contended(_)) => Ok(Taken::Busy { hint: CONTENDED, ticket }),
+        Err(Failure::Contended(_)) => Ok(Taken::Busy { retry: Retry::Contended, ticket }),
         taken => taken,
     }
 }
 
-/// The hint of a try refused for another session's row lock: the end of
-/// that lock is never notified, so the next try comes after
-/// `pollIntervalMs`, not the notified connection's longer
-/// `notifyPollIntervalMs` (a waiter paused that long on a free key: review
-/// R11); not at once, so that a release of this process waiting for the
-/// refused try goes first (review R4).
-const CONTENDED: i64 = -3;
-
-/// The safety net's pause between two tries (with notifications, a long
-/// one, unless the try was refused for a row lock).
-fn poll_interval<S: Store>(core: &BackendCore<S>, hint: i64) -> u32 {
-    if hint != CONTENDED && core.store().store_connection().is_notified() {
+/// The safety net's pause between two tries: with notifications, a long
+/// one, unless the try was refused for another session's row lock, whose
+/// end is never notified: then `pollIntervalMs`, not the notified
+/// connection's longer `notifyPollIntervalMs` (a waiter paused that long on
+/// a free key: review R11); not at once either, so that a release of this
+/// process waiting for the refused try goes first (review R4).
+fn poll_interval<S: Store>(core: &BackendCore<S>, retry: Retry) -> Duration {
+    let ms = if retry != Retry::Contended && core.store().store_connection().is_notified() {
         core.options.notify_poll_interval_ms
     } else {
         core.options.poll_interval_ms
-    }
+    };
+    Duration::from_millis(ms.into())
 }
 
 /// Resolves at the next delivery to `request` (never without one).

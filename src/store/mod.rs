@@ -68,6 +68,6 @@ pub(crate) use failure::{Failure, Refusal};
 pub(crate) use health::Health;
 pub use keep_alive::KeepAlive;
 pub use lease::StoreLease;
-pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Store, StoreConnection, Taken, Terms};
+pub(crate) use seam::{Claim, Connectivity, Freed, HandedOver, Retry, Store, StoreConnection, Taken, Terms};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use shared::Shared;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Failure, Taken};
+use super::{Failure, Retry, Taken};
 
 /// One take answer at the start of `reply`, for a request of `keys` keys,
 /// and how many numbers it took: `1, fence...` (granted, a fence per key in
@@ -17,7 +17,13 @@ pub(crate) fn taken(reply: &[i64], keys: usize) -> Result<(Taken<()>, usize), Fa
             let fences = reply.get(1..=keys).ok_or_else(|| cut(reply.len() - 1, keys))?;
             (Taken::Granted { fences: fences.iter().map(|&fence| fence as u64).collect(), written: vec![()] }, 1 + keys)
         }
-        Some(0) => (Taken::Busy { hint: reply.get(1).copied().unwrap_or(-1), ticket: reply.get(2).copied().unwrap_or(0) as u64 }, 3),
+        Some(0) => (
+            Taken::Busy {
+                retry: Retry::from_store(reply.get(1).copied().unwrap_or(-1)),
+                ticket: reply.get(2).copied().unwrap_or(0) as u64,
+            },
+            3,
+        ),
         _ => (Taken::OtherLimit, 2),
     })
 }

@@ -162,12 +162,37 @@ pub enum Taken<W> {
     /// where the grant was written.
     Granted { fences: Vec<u64>, written: Vec<W> },
     /// Some key is held (or, for a reader or a counted request, waited for
-    /// first). `hint`: milliseconds until its first blocking holder
-    /// expires (negative: unknown; -2: the key just became free); `ticket`:
-    /// this request's place among waiters, for the next try (0: none).
-    Busy { hint: i64, ticket: u64 },
+    /// first). `retry`: when it may be free; `ticket`: this request's place
+    /// among waiters, for the next try (0: none).
+    Busy { retry: Retry, ticket: u64 },
     /// Some key is held or waited for with a different limit.
     OtherLimit,
+}
+
+/// When the keys of a refused try may be free, as far as the store knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// The first blocking holder's lease ends within this many
+    /// milliseconds.
+    Within(u64),
+    /// The key just became free (a waiter ahead of this one may take it).
+    Now,
+    /// Not known.
+    Unknown,
+    /// Refused for another session's row lock: its end is never notified.
+    Contended,
+}
+
+impl Retry {
+    /// The store scripts' and routines' number: milliseconds until the
+    /// first blocking holder expires, -2 when the key just became free,
+    /// any other negative number when that is not known.
+    pub fn from_store(hint: i64) -> Retry {
+        match hint {
+            -2 => Retry::Now,
+            hint => u64::try_from(hint).map_or(Retry::Unknown, Retry::Within),
+        }
+    }
 }
 
 /// What giving a claim back did.
