@@ -22,9 +22,30 @@ use dokebi_lock::{AcquireOptions, ErrorCode, Lease, Provider};
 use file::{counted, expect_line, fresh_directory, open, shared, spawn, wait, work, WAKE_UP};
 use futures::executor::block_on;
 
-/// The wall clock in nanoseconds: one clock for every process of the host.
+/// The wall clock in nanoseconds, for seeds and the clock probe (see
+/// [`tick`] for the moments the checks order).
 fn now_ns() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// A moment of a child, in the order of every child's moments: the end of
+/// one byte it appends to a file they all share (the kernel orders the
+/// appends to one file), not the wall clock, which the CPUs of a virtual
+/// machine may read seconds apart. Each thread appends through a file of
+/// its own, whose position is the end of its own last append.
+fn tick() -> u128 {
+    use std::io::Seek;
+    thread_local! {
+        static TICKS: std::fs::File = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(work(&PathBuf::from(std::env::var("DOKEBI_FILE_DIR").unwrap())).join("ticks"))
+            .unwrap();
+    }
+    TICKS.with(|mut file| {
+        file.write_all(b".").unwrap();
+        u128::from(file.stream_position().unwrap())
+    })
 }
 
 /// The children's entry point: does nothing unless run as a child.
@@ -57,9 +78,9 @@ fn child_process() {
                 let options = if kind == 'r' { shared(30_000) } else { wait(30_000) };
                 let backend = if round % 2 == 0 { &locks } else { &other };
                 let lease = block_on(backend.acquire("k", options)).unwrap();
-                let start = now_ns();
+                let start = tick();
                 let fence = lease.fence();
-                let end = now_ns();
+                let end = tick();
                 drop(lease);
                 records.push_str(&format!("{kind} {fence} {start} {end}\n"));
             }
@@ -151,13 +172,13 @@ fn child_process() {
                 } else {
                     block_on(backend.acquire(key, options)).unwrap()
                 };
-                let start = now_ns();
+                let start = tick();
                 if !writer && !reader {
                     // A section long enough for others to overlap it.
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
                 let fence = lease.fence();
-                let end = now_ns();
+                let end = tick();
                 drop(lease);
                 // One write, so that a kill leaves whole lines.
                 log.write_all(format!("{kind} {fence} {start} {end}\n").as_bytes()).unwrap();
@@ -256,7 +277,7 @@ fn child_process() {
                             std::fs::OpenOptions::new().create(true).append(true).open(work.join(format!("ord-{pid}-{thread}"))).unwrap();
                         for _ in 0..rounds {
                             let kind = mix[random(mix.len() as u64) as usize];
-                            let call = now_ns();
+                            let call = tick();
                             let outcome = match kind {
                                 'r' => block_on(backend.acquire("k", shared(30_000))),
                                 't' => block_on(backend.acquire("k", shared(0))),
@@ -280,13 +301,13 @@ fn child_process() {
                                 Err(error) if error.code() == ErrorCode::WaitTimeout && "xyadepq".contains(kind) => continue,
                                 Err(error) => panic!("{error}"),
                             };
-                            let returned = now_ns();
+                            let returned = tick();
                             let fence = lease.fences().into_iter().find(|(key, _)| *key == "k").unwrap().1;
                             let pause = random(4);
                             if pause > 0 {
                                 std::thread::sleep(std::time::Duration::from_micros(random(100 * pause)));
                             }
-                            let release = now_ns();
+                            let release = tick();
                             assert!(block_on(lease.release()).unwrap(), "a lease lost");
                             let kind = if matches!(kind, 'w' | 'n' | 'x' | 'd' | 'a' | 'q') { 'w' } else { 'r' };
                             log.write_all(format!("{kind} {fence} {call} {returned} {release}\n").as_bytes()).unwrap();
@@ -488,17 +509,17 @@ fn close_racing_acquires(yaml: &str, work: &Path, pid: u32, done: &std::sync::at
         let acquiring = {
             let backend = provider.backend("locks").unwrap();
             std::thread::spawn(move || {
-                let call = now_ns();
+                let call = tick();
                 let options = if writer { wait(30_000) } else { shared(30_000) };
                 let lease = match block_on(backend.acquire("k", options)) {
                     Ok(lease) => lease,
                     Err(error) if error.code() == ErrorCode::Closed => return None::<Option<String>>,
                     Err(error) => panic!("{error}"),
                 };
-                let returned = now_ns();
+                let returned = tick();
                 let fence = lease.fence();
                 std::thread::sleep(std::time::Duration::from_micros(50));
-                let seen = now_ns();
+                let seen = tick();
                 // Valid after `seen`: held from `returned` to `seen`. One
                 // that the close ended before is left out: it may have ended
                 // before it returned.
