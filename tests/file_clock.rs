@@ -73,11 +73,7 @@ fn a_grant_behind_the_clock_is_above_a_removed_file_s(kind: &str) {
     let (clock, fence) = line.split_once(" fence ").unwrap();
     let (clock, fence): (u64, u64) = (clock.parse().unwrap(), fence.trim().parse().unwrap());
     assert!(clock + 5_000_000 < before, "the child's clock ({clock}) is behind the fence of the grant before ({before})");
-    assert!(
-        fence > before,
-        "{kind}: the fence went back: {fence} after {before} ({} ms below)",
-        before.saturating_sub(fence) / 1_000
-    );
+    assert!(fence > before, "{kind}: the fence went back: {fence} after {before} ({} ms below)", before.saturating_sub(fence) / 1_000);
 }
 
 #[test]
