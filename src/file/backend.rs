@@ -33,7 +33,9 @@ use crate::telemetry::{Reporter, Shape, Telemetry};
 /// process are served in FIFO order, and only those this process's leases
 /// leave room for try the kernel lock. Fences grow per key:
 /// `max(counter + 1, clock_us)`, the counter kept in the lock file. Lock
-/// files of free keys are kept open a moment for reuse, then removed.
+/// files of free keys are kept open a moment for reuse, then removed, their
+/// counters kept in the directory's floor (`floor.lock`), above which a
+/// new lock file grants: fences do not go back when the host's clock does.
 ///
 /// Every kind, across processes: shared leases hold a key together and
 /// with no exclusive one (`flock` shared and exclusive); of a counted key

@@ -503,7 +503,7 @@ impl FileCore {
                     return Ok(Attempt::Waits { index, file, give_way: false });
                 }
                 // Not a waiter's turn: no mark, and not counted as giving way.
-                Ok(Took::RaiseStalled(file)) => {
+                Ok(Took::Stalled(file)) => {
                     undo(taken, idle);
                     return Ok(Attempt::Waits { index, file, give_way: true });
                 }

@@ -16,6 +16,8 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::fence;
+use super::floor::{self, Floor};
 use super::lock_file::LockFile;
 use super::name::LockName;
 use super::sys::{self, User};
@@ -29,6 +31,8 @@ pub(crate) struct LockDirectory {
     /// This process's effective user, who must own the directory and its
     /// lock files.
     user: User,
+    /// The directory's fence floor (see [`super::floor`]).
+    floor: Floor,
     /// Entries opened or looked up, for the tests of what an operation
     /// costs.
     #[cfg(test)]
@@ -54,6 +58,7 @@ impl LockDirectory {
             path,
             handle,
             user,
+            floor: Floor::default(),
             #[cfg(test)]
             probes: Default::default(),
         };
@@ -141,7 +146,14 @@ impl LockDirectory {
         self.open_entry(&name.raise_file_name(), true).map(|file| file.expect("created"))
     }
 
-    fn open_entry(&self, entry: &str, create: bool) -> Result<Option<LockFile>> {
+    /// The directory's fence floor.
+    pub fn floor(&self) -> &Floor {
+        &self.floor
+    }
+
+    /// [`LockDirectory::open_file`] of the entry `entry`, any file of the
+    /// directory.
+    pub fn open_entry(&self, entry: &str, create: bool) -> Result<Option<LockFile>> {
         self.check()?;
         self.probed();
         LockFile::open(&self.handle, &self.path, entry, &self.user, create).map_err(|err| self.failure(err))
@@ -158,7 +170,8 @@ impl LockDirectory {
         self.entry_names(&name.unit_file_name(unit), file)
     }
 
-    fn entry_names(&self, entry: &str, file: &LockFile) -> bool {
+    /// [`LockDirectory::names`] of the entry `entry`.
+    pub fn entry_names(&self, entry: &str, file: &LockFile) -> bool {
         self.probed();
         sys::id_at(&self.handle, &self.path, entry).is_some_and(|id| file.is(id))
     }
@@ -181,14 +194,20 @@ impl LockDirectory {
         self.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Removes the lock file of `name`, and first its raise file if it has
-    /// one; the caller holds the lock file's kernel lock exclusive and has
-    /// checked that the name still names it. The raise file goes first, so
-    /// that it only ever goes under the lock file (see [`super::raise`]):
-    /// once the lock file is gone, readers of a new one may create and
-    /// lock a new raise file. A failure leaves the files for a later release
-    /// to remove.
-    pub fn remove(&self, name: &LockName) {
+    /// Removes the lock file of `name`, whose counter is `counter`, and first
+    /// its raise file if it has one; the caller holds the lock file's kernel
+    /// lock exclusive and has checked that the name still names it. Nothing
+    /// is removed unless the clock passes the counter within a millisecond
+    /// ([`fence::clock_passes`]) and the directory's floor is raised to it
+    /// (see [`super::floor`]): a file left keeps its counter. The raise
+    /// file goes before the lock file, so that it only ever goes under the
+    /// lock file (see [`super::raise`]): once the lock file is gone,
+    /// readers of a new one may create and lock a new raise file. A failure
+    /// leaves the files for a later release to remove.
+    pub fn remove(&self, name: &LockName, counter: u64) {
+        if !fence::clock_passes(counter) || !floor::raise(self, counter) {
+            return;
+        }
         let _ = sys::remove_at(&self.handle, &self.path, &name.raise_file_name());
         let _ = sys::remove_at(&self.handle, &self.path, &name.file_name());
     }

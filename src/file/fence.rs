@@ -1,21 +1,29 @@
 //! Fences of the file driver: `max(counter + 1, clock_us)`, the counter kept
-//! in the key's lock file.
+//! in the key's lock file; a new lock file (counter 0) grants above the
+//! directory's floor too, `max(1, clock_us, floor + 1)` (see
+//! [`super::floor`]).
 //!
 //! The holder of a key writes the fence it was granted into the lock file
 //! while it holds the kernel lock, so the next holder reads it and goes
 //! above it; readers, holding the lock shared together, read and write it
 //! one at a time under the key's raise lock (see [`super::raise`]), so no
-//! two grants of any kind get one fence. The write is not `fsync`ed: a
-//! crash of the process loses nothing (the page cache belongs to the
-//! kernel), and a crash of the host that loses the write also takes a
-//! reboot, after which the wall clock in
-//! microseconds is above every fence granted before (fences follow the
+//! two grants of any kind get one fence. The driver removes the files of
+//! free keys (see `backend`), and a removed file's counter lives on in the
+//! floor, which every removal raises to it first: so a key's fences do not
+//! go back when the host's clock does (an NTP step, a virtual machine's
+//! clock corrected, its CPUs disagreeing on the time).
+//!
+//! Neither the counter nor the floor is `fsync`ed: a crash of the process
+//! loses nothing (the page cache belongs to the kernel), and a crash of the
+//! host that loses a write also takes a reboot, after which the wall clock
+//! in microseconds is above every fence granted before (fences follow the
 //! clock, and run ahead of it only by the grants made within one
-//! microsecond). For the same reason a deleted lock file (the driver
-//! removes the files of free keys, see `backend`) restarts the counter
-//! safely: the clock has passed every earlier fence. The assumption, as for
-//! the redis driver: the host's clock does not go back by more than the
-//! time between two grants of a key.
+//! microsecond, or by how far the clock went back while the host ran). The
+//! same holds for a directory on a file system a reboot empties (tmpfs,
+//! such as `/run/user/<uid>`). The assumption left, as for the redis
+//! driver's restarts: the host's clock after a reboot is above what it was
+//! before (it does not go back across a reboot by more than the reboot
+//! takes, plus how far the clock went back while the host ran).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,6 +38,26 @@ pub(crate) fn next(counter: u64, clock_us: u64) -> u64 {
 /// The wall clock in microseconds since the Unix epoch (0 before it).
 pub(crate) fn clock_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Waits (at most a millisecond) until the clock is past `fence`, the
+/// counter of a lock file about to be removed: false when it is not. The
+/// floor (see [`super::floor`]) keeps a removed file's next fence above the
+/// counter whatever the clock; this keeps processes of earlier versions,
+/// which restart a new file's counter from the clock alone, above it too
+/// while the clock does not go back.
+pub(crate) fn clock_passes(fence: u64) -> bool {
+    let deadline = clock_us().saturating_add(1_000);
+    loop {
+        let now = clock_us();
+        if now > fence {
+            return true;
+        }
+        if fence >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// The record of `fence`.

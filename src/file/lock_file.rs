@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::directory::LockFileError;
 use super::fence;
@@ -25,6 +26,12 @@ const MARK_LEN: usize = 3 * fence::RECORD_LEN;
 const LIMIT_AT: u64 = 96;
 
 const _: () = assert!(MARK_AT as usize + MARK_LEN <= LIMIT_AT as usize);
+
+/// How long [`LockFile::try_lock_briefly`] tries a lock held only for one
+/// read and one write (a key's raise lock, the directory's floor): such a
+/// hold takes microseconds; one not over within this is held by a process
+/// descheduled or stopped in it.
+pub(crate) const BRIEF_HOLD: Duration = Duration::from_millis(2);
 
 /// Who writes a waiting mark: one backend of one process. The process
 /// alone is not enough: two backends of one process on one directory each
@@ -123,6 +130,20 @@ impl LockFile {
         sys::try_lock(&self.file, mode)
     }
 
+    /// [`LockFile::try_lock_in`] `mode` again and again for at most
+    /// [`BRIEF_HOLD`], for a lock others hold only for a moment: `Ok(false)`
+    /// when it was held all that time.
+    pub fn try_lock_briefly(&self, mode: LockMode) -> io::Result<bool> {
+        let give_up = Instant::now() + BRIEF_HOLD;
+        while !self.try_lock_in(mode)? {
+            if Instant::now() >= give_up {
+                return Ok(false);
+            }
+            std::thread::yield_now();
+        }
+        Ok(true)
+    }
+
     /// Releases the kernel lock and keeps the file open.
     pub fn unlock(&self) {
         sys::unlock(&self.file);
@@ -193,14 +214,20 @@ impl LockFile {
         Ok(Header { fence: record(0), mark, limit: u32::try_from(record(LIMIT_AT)).unwrap_or(u32::MAX) })
     }
 
-    /// Writes the fence after `last` (the counter read by the caller) and
-    /// answers it; called while holding the kernel lock exclusive, or
-    /// shared and the key's raise lock (see [`super::raise`]). Not synced
-    /// (see [`super::fence`]).
+    /// Writes the fence after `last` (the counter read by the caller, or
+    /// the directory's floor: see [`super::floor::advance`]) and answers it;
+    /// called while holding the kernel lock exclusive, or shared and the
+    /// key's raise lock (see [`super::raise`]). Not synced (see
+    /// [`super::fence`]).
     pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
         let next = fence::next(last, fence::clock_us());
-        sys::write_all_at(&self.file, &fence::encode(next), 0)?;
+        self.set_fence(next)?;
         Ok(next)
+    }
+
+    /// Writes `fence` as the file's fence record (not synced).
+    pub fn set_fence(&self, fence: u64) -> io::Result<()> {
+        sys::write_all_at(&self.file, &fence::encode(fence), 0)
     }
 
     /// The last fence granted through this file (0 for a fresh one).

@@ -7,7 +7,10 @@
 //!   blocking); `sys`: what they ask of the system, with a Unix half
 //!   (`flock`) and a Windows half (`LockFileEx`).
 //! - `fence`: `max(counter + 1, clock_us)`, the counter in the lock file;
-//!   `raise`: the lock under which readers holding a key together raise it.
+//!   `raise`: the lock under which readers holding a key together raise it;
+//!   `floor`: the directory's record of the counters of removed lock files,
+//!   above which a new lock file grants (fences do not go back with the
+//!   clock).
 //! - `take`: one key's kernel locks for one grant, by kind (exclusive,
 //!   shared, counted units), and their release; `idle`: lock files of free
 //!   keys kept open a moment for reuse.
@@ -41,6 +44,7 @@ pub mod backend;
 pub(crate) mod core;
 pub(crate) mod directory;
 pub(crate) mod fence;
+pub(crate) mod floor;
 pub(crate) mod idle;
 pub mod lease;
 pub(crate) mod lock_file;

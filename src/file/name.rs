@@ -15,6 +15,10 @@ pub(crate) struct LockName([u8; 16]);
 /// The suffix of every lock file the driver creates.
 pub(crate) const SUFFIX: &str = ".lock";
 
+/// The directory's fence floor (see [`super::floor`]): no key's file takes
+/// this name, as theirs begin with 32 hex digits.
+pub(crate) const FLOOR_FILE: &str = "floor.lock";
+
 impl LockName {
     /// The name of `key`'s lock file in `namespace`.
     pub fn new(namespace: &str, key: &str) -> LockName {

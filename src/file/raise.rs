@@ -23,47 +23,39 @@
 //! Writers and takers of units hold the lock file exclusive when they
 //! write the counter: no raise runs then, and they take no raise lock.
 
-use std::time::{Duration, Instant};
-
 use super::directory::LockDirectory;
+use super::floor;
 use super::lock_file::LockFile;
 use super::name::LockName;
+use crate::acquire::LockMode;
 use crate::error::Result;
-
-/// How long a reader tries a raise lock another reader holds before it
-/// gives up for now. A raise takes microseconds; one not over within this
-/// is held by a process descheduled or stopped in it.
-const RAISE_TRIES_FOR: Duration = Duration::from_millis(2);
 
 /// Raises the counter of `file`, the lock file of `name` that this reader
 /// holds shared, under the key's raise lock, and answers the fence of the
 /// grant: `None` when another reader's raise held the lock for
-/// [`RAISE_TRIES_FOR`] (the caller releases the key and tries again later).
+/// [`super::lock_file::BRIEF_HOLD`], or a raise of the directory's floor
+/// held the floor that long when the counter is 0 (see [`floor::advance`]):
+/// the caller releases the key and tries again later.
 pub(crate) fn raise(directory: &LockDirectory, name: &LockName, file: &LockFile) -> Result<Option<u64>> {
     let io = |err: std::io::Error| directory.failure(err.into());
     let raise_file = directory.open_raise_file(name)?;
-    let give_up = Instant::now() + RAISE_TRIES_FOR;
-    while !raise_file.try_lock().map_err(io)? {
-        if Instant::now() >= give_up {
-            return Ok(None);
-        }
-        std::thread::yield_now();
+    if !raise_file.try_lock_briefly(LockMode::Exclusive).map_err(io)? {
+        return Ok(None);
     }
-    let fence = file.advance_fence_from(file.fence().map_err(io)?).map_err(io)?;
+    let fence = floor::advance(directory, file, file.fence().map_err(io)?)?;
     // Dropping the raise file unlocks it, then closes it.
     drop(raise_file);
-    Ok(Some(fence))
+    Ok(fence)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acquire::LockMode;
     use crate::file::take::tests::fresh_directory;
 
     /// A raise lock held by another open file (another reader's raise, in
     /// this process or another) holds the raise up: given up after
-    /// [`RAISE_TRIES_FOR`], the counter untouched; once it is let go, the
+    /// [`super::lock_file::BRIEF_HOLD`], the counter untouched; once it is let go, the
     /// raise goes above the counter.
     #[test]
     fn a_raise_waits_for_another_s_and_gives_up_on_one_held_too_long() {

@@ -20,7 +20,7 @@
 //! old inode and a newcomer holding a new one never both hold the key.
 
 use super::directory::LockDirectory;
-use super::fence;
+use super::floor;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::raise;
@@ -61,10 +61,11 @@ pub(crate) enum Took {
     /// Free, but a waiter of another process is marked on it, and this take
     /// was to give way to one: the key's lock file, unlocked.
     GiveWay(LockFile),
-    /// Free for a reader, but another reader's raise of the counter held
-    /// the raise lock too long (see [`raise`]): the key's lock file,
+    /// Free, but a lock held only for a moment was held too long: another
+    /// reader's raise of the counter (see [`raise`]), or, for a new lock
+    /// file, the directory's floor (see [`floor`]). The key's lock file,
     /// unlocked, to try again shortly.
-    RaiseStalled(LockFile),
+    Stalled(LockFile),
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
@@ -90,14 +91,12 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
     if kind.limit == 1 {
         let fence = match kind.mode {
-            LockMode::Exclusive => file.advance_fence_from(header.fence).map_err(io)?,
-            LockMode::Shared => match raise::raise(directory, name, &file)? {
-                Some(fence) => fence,
-                None => {
-                    file.unlock();
-                    return Ok(Took::RaiseStalled(file));
-                }
-            },
+            LockMode::Exclusive => floor::advance(directory, &file, header.fence)?,
+            LockMode::Shared => raise::raise(directory, name, &file)?,
+        };
+        let Some(fence) = fence else {
+            file.unlock();
+            return Ok(Took::Stalled(file));
         };
         return Ok(Took::Held(Held::File(file, kind.mode), fence));
     }
@@ -118,7 +117,11 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
         file.unlock();
         return Ok(Took::Busy(file));
     }
-    let fence = file.advance_fence_from(header.fence).map_err(io)?;
+    let Some(fence) = floor::advance(directory, &file, header.fence)? else {
+        drop(units);
+        file.unlock();
+        return Ok(Took::Stalled(file));
+    };
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
     Ok(Took::Held(Held::Units(units), fence))
@@ -195,8 +198,9 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32, look: Lock
 /// Releases `held` (of key `name`, granted `fence`). When no mark of
 /// another backend's waiter wants the key and the grant was the key's last
 /// holder, removes the key's files first, while still holding their locks:
-/// see the module's documentation for why that is safe, and [`fence`] for
-/// why the counter may restart. Waiters of this backend are no reason to
+/// see the module's documentation for why that is safe, and
+/// [`super::floor`] for why the next file's fences stay above the removed
+/// counter. Waiters of this backend are no reason to
 /// keep them: one queued behind several keys, or leaving, may never come
 /// back for this one, and one that does opens the path's new file. A key
 /// whose files could not be removed yet comes back as [`Untidy`].
@@ -206,9 +210,6 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
             // A shared holder is the last one if it can lock exclusive (a
             // refusal leaves it holding nothing, which is what it wants).
             let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
-            // A reader's own fence may be below the counter: readers granted
-            // after it raised it further.
-            let counter = || if mode == LockMode::Exclusive { fence } else { file.fence().unwrap_or(u64::MAX) };
             if !last || !directory.names(name, &file) {
                 return None;
             }
@@ -217,8 +218,11 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
                 file.unlock();
                 return (!file.marked_by_other(me)).then_some(Untidy(*name));
             }
-            if clock_passes(counter()) {
-                directory.remove(name);
+            // A reader's own fence may be below the counter: readers granted
+            // after it raised it further.
+            let counter = if mode == LockMode::Exclusive { Ok(fence) } else { file.fence() };
+            if let Ok(counter) = counter {
+                directory.remove(name, counter);
             }
             None
         }
@@ -306,30 +310,15 @@ fn remove_units(directory: &LockDirectory, name: &LockName, file: &LockFile) {
             return;
         }
     }
-    if file.fence().is_ok_and(clock_passes) {
-        directory.remove(name);
-    }
-}
-
-/// Waits (at most a millisecond) until the clock is past `fence`: then a
-/// counter restarted by a removed lock file stays above it.
-fn clock_passes(fence: u64) -> bool {
-    let deadline = fence::clock_us().saturating_add(1_000);
-    loop {
-        let now = fence::clock_us();
-        if now > fence {
-            return true;
-        }
-        if fence >= deadline {
-            return false;
-        }
-        std::thread::yield_now();
+    if let Ok(counter) = file.fence() {
+        directory.remove(name, counter);
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::file::fence;
 
     /// The backend the tests take keys as.
     pub(crate) const ME: Marker = Marker { pid: 1, backend: 1 };
@@ -341,8 +330,10 @@ pub(crate) mod tests {
         LockDirectory::open("test", path.to_str().unwrap()).unwrap()
     }
 
+    /// The files of `directory` but its fence floor, which stays.
     pub(crate) fn entries(directory: &LockDirectory) -> usize {
-        std::fs::read_dir(directory.path()).unwrap().count()
+        let floor = std::ffi::OsStr::new(crate::file::name::FLOOR_FILE);
+        std::fs::read_dir(directory.path()).unwrap().filter(|entry| entry.as_ref().unwrap().file_name() != floor).count()
     }
 
     /// Takes one unit of `name`, counted to 2, as process 1.

@@ -78,10 +78,18 @@ pub fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
 }
 
-/// The names of the entries of `dir`.
+/// The file the driver keeps in a lock directory once it has removed a
+/// lock file from it: the directory's fence floor (the counters of the lock
+/// files it removed).
+pub const FLOOR_FILE: &str = "floor.lock";
+
+/// The names of the entries of `dir` but [`FLOOR_FILE`].
 pub fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != FLOOR_FILE)
+        .collect();
     names.sort();
     names
 }
