@@ -207,8 +207,6 @@ struct Open {
     /// over `#insecure` TLS, whose connection redis-rs drives itself.
     ended: Arc<AtomicBool>,
     peer: Arc<Peer>,
-    /// How far its connect got: its checks' failures are classified by it.
-    reach: Reach,
 }
 
 /// Command connections made on demand: on the runtime, or (with a host)
@@ -686,7 +684,7 @@ impl RedisConnection {
                 let reach = Reach::default();
                 let connect = async {
                     let mut open = self.open_to(None, via.peer.info.clone(), &reach).await.map_err(|err| connect_failure(&reach, err))?;
-                    let (peer, reach) = (open.peer.clone(), open.reach.clone());
+                    let peer = open.peer.clone();
                     if let Some(run_id) = self.info(&mut open.connection, &peer, &reach, "server").await?.as_deref().and_then(run_id) {
                         let _ = peer.run_id.set(run_id.to_owned());
                     }
@@ -827,7 +825,7 @@ impl RedisConnection {
         let reach = Reach::default();
         let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
             match self.open(lane, node, &reach).await {
-                Ok(open) => self.check_server(open).await,
+                Ok(open) => self.check_server(open, &reach).await,
                 Err(err) => Err(connect_failure(&reach, err)),
             }
         });
@@ -876,9 +874,11 @@ impl RedisConnection {
     /// [`writable_replica`]); one that refuses `CONFIG` (managed services
     /// rename or forbid it) is taken as is. A Cluster's replica answers a
     /// script `MOVED` whatever the setting.
-    async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
-        let (peer, reach) = (open.peer.clone(), open.reach.clone());
-        let info = self.info(&mut open.connection, &peer, &reach, "server").await?;
+    /// `reach`: how far its connect got, which classifies the checks'
+    /// failures.
+    async fn check_server(&self, mut open: Open, reach: &Reach) -> Result<Open, Failure> {
+        let peer = open.peer.clone();
+        let info = self.info(&mut open.connection, &peer, reach, "server").await?;
         if let Some(run_id) = info.as_deref().and_then(run_id) {
             let _ = peer.run_id.set(run_id.to_owned());
         }
@@ -888,13 +888,13 @@ impl RedisConnection {
         if !self.is_cluster() {
             let setting = redis::cmd("CONFIG").arg("GET").arg("replica-read-only").to_owned();
             let reply: Option<BTreeMap<String, String>> =
-                self.optional(&mut open.connection, &peer, &reach, &setting, "no answer to CONFIG GET within commandTimeoutMs").await?;
+                self.optional(&mut open.connection, &peer, reach, &setting, "no answer to CONFIG GET within commandTimeoutMs").await?;
             if let Some(refusal) = reply.and_then(|reply| writable_replica(&peer.login.server, &reply)) {
                 return Err(Failure::Denied(Arc::new(refusal)));
             }
         }
         if self.topology.needs_primary() {
-            let replication = self.info(&mut open.connection, &peer, &reach, "replication").await?;
+            let replication = self.info(&mut open.connection, &peer, reach, "replication").await?;
             if replication.as_deref().is_some_and(|info| !info.lines().any(|line| line.trim() == "role:master")) {
                 // Refused, not unreachable: the node answered (and may be
                 // the primary another process's sentinels named first).
@@ -984,7 +984,7 @@ impl RedisConnection {
                 };
                 let connection = connection.map_err(explain)?;
                 reach.answered();
-                return Ok(Open { connection, ended, peer, reach: reach.clone() });
+                return Ok(Open { connection, ended, peer });
             }
         };
         let settings = info.redis_settings();
@@ -1008,7 +1008,7 @@ impl RedisConnection {
                 }
             },
         };
-        Ok(Open { connection, ended, peer, reach: reach.clone() })
+        Ok(Open { connection, ended, peer })
     }
 
     /// A connection over `stream` whose reader runs on the runtime and sets
