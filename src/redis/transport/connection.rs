@@ -444,6 +444,8 @@ impl RedisConnection {
         // Only a cluster routes by it; the key layout puts all keys of a script in one slot.
         let slot = self.topology.cluster().and_then(|_| keys.first()).map(Slot::for_key);
         let mut first_attempt_lost: Option<Cause> = None;
+        // Set once the server answered that an attempt did not run.
+        let mut answered = false;
         let lane = self.lane();
         let started = tokio::time::Instant::now();
         // Replies that say the command did not run are followed until then.
@@ -461,7 +463,7 @@ impl RedisConnection {
                 Some(node) => Some(node),
                 None => match within(end, self.route(lane, slot)).await {
                     Ok(node) => node,
-                    Err(failure) => return Err(self.failed(after_lost_attempt(failure, first_attempt_lost))),
+                    Err(failure) => return Err(self.failed(after_earlier_attempts(failure, first_attempt_lost, answered))),
                 },
             };
             let failure = match within(end, self.connection(lane, node.as_ref())).await {
@@ -505,6 +507,7 @@ impl RedisConnection {
                             Failure::Unknown(Arc::new(err))
                         }
                         Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                            answered = true;
                             if self.redirected(&err, &mut asked) {
                                 // The first redirect is followed at once; one
                                 // that does not settle (nodes that send it back
@@ -538,7 +541,7 @@ impl RedisConnection {
                     }
                 }
             };
-            return Err(self.failed(after_lost_attempt(failure, first_attempt_lost)));
+            return Err(self.failed(after_earlier_attempts(failure, first_attempt_lost, answered)));
         }
     }
 
@@ -1171,13 +1174,17 @@ fn is_read_only(err: &RedisError) -> bool {
             && err.detail().is_some_and(|detail| detail.starts_with("Error running script") && detail.contains("-READONLY ")))
 }
 
-/// The failure of a retry whose first attempt was lost with its connection:
-/// that attempt may have run, so whatever the retry met (a refused
-/// connection, `LOADING`, `READONLY`) the outcome is unknown.
-fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Failure {
+/// The failure of a retry, after what its earlier attempts met. One lost
+/// with its connection may have run, so whatever the retry met (a refused
+/// connection, `LOADING`, `READONLY`) the outcome is unknown. After one the
+/// server answered (`answered`: a redirect, `LOADING`, `READONLY`), the
+/// store is up: a retry's failed connect is refused, not unreachable, so a
+/// policy does not move the key (`crate::store::reach`).
+fn after_earlier_attempts(failure: Failure, first_attempt_lost: Option<Cause>, answered: bool) -> Failure {
     match (failure, first_attempt_lost) {
         (Failure::Unknown(cause), _) => Failure::Unknown(cause),
         (_, Some(lost)) => Failure::Unknown(lost),
+        (Failure::Unreachable(cause), None) if answered => Failure::Refused(cause),
         (failure, None) => failure,
     }
 }
