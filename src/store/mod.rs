@@ -49,9 +49,9 @@ pub(crate) mod handoff;
 mod health;
 pub mod keep_alive;
 pub mod lease;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 #[cfg(feature = "redis")]
 pub(crate) mod reach;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod reply;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod resend;
