@@ -1,7 +1,7 @@
 //! Review R9: ways to give a key two holders through a policy that falls
-//! back, found by the ninth review (open: ignored, `--ignored` runs them),
-//! and probes that held, against the machine's PostgreSQL and private
-//! Redis servers (single, Sentinel, Cluster) and MariaDB.
+//! back, found by the ninth review, and probes that held, against the
+//! machine's PostgreSQL and private Redis servers (single, Sentinel,
+//! Cluster) and MariaDB.
 //!
 //! A policy moves an acquire only on `details.unreachable`
 //! (`Failure::Unreachable`), read as "no connection could be made". Some
@@ -11,9 +11,11 @@
 //! acquire was served by host"): an error reply at Redis's connect (`BUSY`
 //! to `SELECT`), a slot map without the key's slot, a Sentinel-named node
 //! that answers `role:slave`, and PostgreSQL's connect failures that did
-//! not come from the socket (channel binding) are refusals now. Open
-//! (ignored): Redis at `maxclients` and in protected mode (an error, then
-//! the connection closed, read as an I/O error), a connect whose checks go
+//! not come from the socket (channel binding) are refusals now. Fixed
+//! since by the rule that only a failed connect is unreachable (the socket
+//! never up, or closed before the server sent a byte: `src/store/reach.rs`):
+//! Redis at `maxclients` and in protected mode (an error, then the
+//! connection closed, read as an I/O error), a connect whose checks go
 //! unanswered on an open socket, and `replicaAcks`' `WAIT` connection
 //! refused after a grant.
 
@@ -37,7 +39,6 @@ use support::wait;
 /// (`tests/review_r8.rs`): only a process whose first connect lands in the
 /// stall moves `k` to the host while it is held on Redis.
 #[test]
-#[ignore = "finding: a connect whose checks go unanswered (a server stalled by another client's script below busy-reply-threshold) is Failure::Unreachable, and the policy moves a key held on Redis"]
 fn redis_stalled_by_another_client_s_script_at_connect_never_moves_a_held_key() {
     let server = RedisServer::start();
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
@@ -70,7 +71,6 @@ fn redis_stalled_by_another_client_s_script_at_connect_never_moves_a_held_key() 
 /// among them (PostgreSQL's `too_many_connections` is refused, and ends
 /// the acquire).
 #[test]
-#[ignore = "finding: Redis at maxclients is read as unreachable, and the policy moves a key held on Redis"]
 fn redis_at_maxclients_never_moves_a_held_key() {
     let server = RedisServer::start();
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
@@ -221,7 +221,6 @@ fn mysql_at_max_connections_never_moves_a_held_key() {
 /// the policy's process, reaching it by the host's other address, reads
 /// that as unreachable and moves `k`.
 #[test]
-#[ignore = "finding: Redis's protected-mode DENIED is Failure::Unreachable, and the policy moves a key held on Redis"]
 fn redis_protected_mode_never_moves_a_held_key() {
     let Some(address) = non_loopback_address() else { return };
     let server = RedisServer::start_with(&["--bind", &format!("127.0.0.1 {address}"), "--protected-mode", "yes"]);
@@ -252,7 +251,6 @@ fn non_loopback_address() -> Option<std::net::Ipv4Addr> {
 /// up. The policy moves `k` to the host, and a process connected to Redis
 /// is granted `k` there: two holders.
 #[test]
-#[ignore = "finding: a WAIT connection refused after a grant (replicaAcks) is Failure::Unreachable: the grant is given back and the policy moves a key Redis then grants to another process"]
 fn redis_wait_connection_refused_after_a_grant_never_moves_a_key() {
     let server = RedisServer::start();
     let (other, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);

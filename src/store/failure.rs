@@ -10,10 +10,19 @@ use crate::error::{Cause, ErrorCode, LockError};
 /// Why a store command produced no answer.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// No connection could be made: the command did not run. The only
-    /// failure that says the store may be down rather than up and refusing
-    /// this process, so the only one a policy falls back on.
+    /// No connection could be made: its socket never came up, or ended
+    /// before the server sent a byte (the rule is [`super::reach`]'s); the
+    /// command did not run. The only failure that says the store may be
+    /// down rather than up and refusing this process, so the only one a
+    /// policy falls back on.
     Unreachable(Cause),
+    /// A connect's socket came up and the server did not answer in time
+    /// (its handshake or checks): the command did not run, and the server
+    /// is up (stalled, say, by another client's script), so it may hold
+    /// keys for other processes.
+    // Built without redis and mysql, no driver's connect is classified so.
+    #[cfg_attr(not(any(feature = "redis", feature = "mysql")), allow(dead_code))]
+    Unanswered(Cause),
     /// The command was (or may have been) sent and no answer came in time:
     /// it may have run.
     Unknown(Cause),
@@ -76,6 +85,11 @@ impl Failure {
             Failure::Unreachable(cause) => LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} is unreachable"))
                 .with_details(serde_json::json!({ "unreachable": true }))
                 .with_shared_cause(cause),
+            Failure::Unanswered(cause) => LockError::new(
+                ErrorCode::ProviderFailed,
+                format!("{what}: {store} took the connection but did not answer in time"),
+            )
+            .with_shared_cause(cause),
             Failure::Refused(cause) | Failure::Contended(cause) => {
                 LockError::new(ErrorCode::ProviderFailed, format!("{what}: {store} refused the command")).with_shared_cause(cause)
             }

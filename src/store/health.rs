@@ -58,7 +58,7 @@ impl Health {
             Failure::Unknown(_) => ErrorCode::OutcomeUnknown,
             _ => ErrorCode::ProviderFailed,
         };
-        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_)) {
+        if matches!(failure, Failure::Unknown(_) | Failure::Unreachable(_) | Failure::Unanswered(_)) {
             self.set_connected(false);
         }
         self.last().error = Some(code);

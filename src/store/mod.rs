@@ -18,6 +18,8 @@
 //! - [`backend`] and [`lease`]: the public API ([`StoreBackend`],
 //!   [`StoreLease`], [`KeepAlive`]); `runtime`: the drivers' own tokio thread;
 //! - `failure`: how a store command failed, and the error a caller sees;
+//!   `reach`: how far a connect got, and the one rule that reads a failed
+//!   connect unreachable (what a policy falls back on);
 //!   `reply`: the answers of the SQL drivers' routines;
 //!   `token`: the owner token each claim carries; `connecting`: the part
 //!   of a store call (its connect) that an acquire's wait may cut short;
@@ -47,6 +49,8 @@ pub(crate) mod handoff;
 mod health;
 pub mod keep_alive;
 pub mod lease;
+#[cfg(feature = "redis")]
+pub(crate) mod reach;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod reply;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

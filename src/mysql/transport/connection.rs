@@ -278,7 +278,9 @@ impl MysqlConnection {
         let settings = match tokio::time::timeout(self.command_timeout, shown).await {
             Ok(Ok(settings)) => settings,
             Ok(Err(err)) => return Err(classify_statement(err, self)),
-            Err(elapsed) => return Err(Failure::Unreachable(Arc::new(elapsed))),
+            // Connected, and the server does not answer: up (stalled), so
+            // not unreachable (`crate::store::reach` says why).
+            Err(elapsed) => return Err(Failure::Unanswered(Arc::new(elapsed))),
         };
         let setting = |name: &str| settings.iter().find(|(shown, _)| shown.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str());
         // A row lock holds on its own Galera node only, and another node's

@@ -68,6 +68,7 @@ use crate::error::{Cause, ErrorCode, Result};
 use crate::host::{Host, HostStream, InRuntime, Socket};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::{ConnectionOptions, Endpoint};
+use crate::store::reach::Reach;
 use crate::store::{Connectivity, Failure, StoreConnection};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
@@ -121,14 +122,19 @@ fn writable_replica(server: &str, reply: &BTreeMap<String, String>) -> Option<Re
 
 /// A connect failure: the refusal it carries; else refused when the server
 /// answered with an error (`BUSY` to the connect's `SELECT`, say: it is up,
-/// and a policy must not move its keys), else unreachable.
-fn connect_failure(err: RedisError) -> Failure {
+/// and a policy must not move its keys), else as far as the connect got
+/// (`reach`) says: unreachable only when its socket never came up or ended
+/// before the server sent a byte.
+fn connect_failure(reach: &Reach, err: RedisError) -> Failure {
     match Refusal::find(&err) {
         Some(refusal) => {
             Failure::Denied(Arc::new(Refusal { message: refusal.message.clone(), fix: refusal.fix.clone(), cause: refusal.cause.clone() }))
         }
         None if err.code().is_some() => Failure::Refused(Arc::new(err)),
-        None => Failure::Unreachable(Arc::new(err)),
+        None => {
+            let lost = !err.is_timeout();
+            reach.failure(Arc::new(err), lost)
+        }
     }
 }
 
@@ -438,6 +444,8 @@ impl RedisConnection {
         // Only a cluster routes by it; the key layout puts all keys of a script in one slot.
         let slot = self.topology.cluster().and_then(|_| keys.first()).map(Slot::for_key);
         let mut first_attempt_lost: Option<Cause> = None;
+        // Set once the server answered that an attempt did not run.
+        let mut answered = false;
         let lane = self.lane();
         let started = tokio::time::Instant::now();
         // Replies that say the command did not run are followed until then.
@@ -455,7 +463,7 @@ impl RedisConnection {
                 Some(node) => Some(node),
                 None => match within(end, self.route(lane, slot)).await {
                     Ok(node) => node,
-                    Err(failure) => return Err(self.failed(after_lost_attempt(failure, first_attempt_lost))),
+                    Err(failure) => return Err(self.failed(after_earlier_attempts(failure, first_attempt_lost, answered))),
                 },
             };
             let failure = match within(end, self.connection(lane, node.as_ref())).await {
@@ -499,6 +507,7 @@ impl RedisConnection {
                             Failure::Unknown(Arc::new(err))
                         }
                         Ok(Err(err)) if did_not_run(&err) && tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                            answered = true;
                             if self.redirected(&err, &mut asked) {
                                 // The first redirect is followed at once; one
                                 // that does not settle (nodes that send it back
@@ -532,7 +541,7 @@ impl RedisConnection {
                     }
                 }
             };
-            return Err(self.failed(after_lost_attempt(failure, first_attempt_lost)));
+            return Err(self.failed(after_earlier_attempts(failure, first_attempt_lost, answered)));
         }
     }
 
@@ -606,13 +615,14 @@ impl RedisConnection {
                         cluster.replace(map);
                         return Ok(());
                     }
-                    Err(err) => failure = Some(err),
+                    Err(err) => failure = Some(reached_first(failure, err)),
                 },
                 _ = tokio::time::sleep(share), if sources.peek().is_some() => {
                     asking.extend(sources.next().map(|node| self.cluster_slots(lane, node)));
                 }
                 _ = &mut all => {
-                    failure = Some(Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map within connectTimeoutMs and commandTimeoutMs"))));
+                    let timed_out = Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map within connectTimeoutMs and commandTimeoutMs")));
+                    failure = Some(reached_first(failure, timed_out));
                     break;
                 }
             }
@@ -627,14 +637,11 @@ impl RedisConnection {
             Ok(Ok(reply)) => reply,
             Ok(Err(err)) => {
                 self.invalidate(lane, &using).await;
-                return Err(match refused(&using.peer, err) {
-                    Failure::Refused(err) => Failure::Unreachable(err),
-                    denied => denied,
-                });
+                return Err(refused(&using.peer, err));
             }
             Err(_) => {
                 self.invalidate(lane, &using).await;
-                return Err(Failure::Unreachable(Arc::new(timeout_error("no answer to CLUSTER SLOTS within commandTimeoutMs"))));
+                return Err(Failure::Unanswered(Arc::new(timeout_error("no answer to CLUSTER SLOTS within commandTimeoutMs"))));
             }
         };
         self.answered();
@@ -662,37 +669,43 @@ impl RedisConnection {
     /// the script's slot for a second (refused at `maxmemory`, redirected
     /// while the slot migrates: the write is then unconfirmed). No failure
     /// here is an unknown outcome: the write stands; only its copies are
-    /// unconfirmed.
+    /// unconfirmed. Nor is any unreachable: the write just ran on that
+    /// server, which may now grant its keys to another process
+    /// ([`unconfirmed`]).
     pub async fn wait_for_replicas(&self, via: &Via, probe: &str, replicas: u32) -> Result<u32, Failure> {
+        self.wait_on_write_s_server(via, probe, replicas).await.map_err(|failure| self.failed(unconfirmed(failure)))
+    }
+
+    /// [`RedisConnection::wait_for_replicas`], its failures as they came.
+    async fn wait_on_write_s_server(&self, via: &Via, probe: &str, replicas: u32) -> Result<u32, Failure> {
         let mut open = match self.idle_waiting(via) {
             Some(open) => open,
             None => {
                 // The connection's check (INFO) is part of making it:
                 // `connectTimeoutMs` bounds both, as for every connection,
                 // so the whole stays within a connect and a command's time.
+                let reach = Reach::default();
                 let connect = async {
-                    let mut open = self.open_to(None, via.peer.info.clone()).await.map_err(connect_failure)?;
+                    let mut open = self.open_to(None, via.peer.info.clone(), &reach).await.map_err(|err| connect_failure(&reach, err))?;
                     let peer = open.peer.clone();
-                    if let Some(run_id) = self.info(&mut open.connection, &peer, "server").await?.as_deref().and_then(run_id) {
+                    if let Some(run_id) = self.info(&mut open.connection, &peer, &reach, "server").await?.as_deref().and_then(run_id) {
                         let _ = peer.run_id.set(run_id.to_owned());
                     }
                     Ok(open)
                 };
                 let open = match tokio::time::timeout(self.connect_timeout, connect).await {
                     Ok(Ok(open)) => open,
-                    Ok(Err(failure)) => return Err(self.failed(failure)),
-                    Err(_) => {
-                        return Err(self.failed(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))))
-                    }
+                    Ok(Err(failure)) => return Err(failure),
+                    Err(_) => return Err(reach.failure(Arc::new(timeout_error("no connection within connectTimeoutMs")), false)),
                 };
                 // The write's server, or its WAIT would count another
                 // server's replicas: an address that moved to a new
                 // primary since the write's connection was opened.
                 let peer = open.peer.clone();
                 if !peer.same_server(&via.peer) {
-                    return Err(self.failed(Failure::Unmet(Arc::new(RedisError::from(io::Error::other(
+                    return Err(Failure::Unmet(Arc::new(RedisError::from(io::Error::other(
                         "the WAIT's connection reached another server than the write's (the address moved), or the server refused INFO (replicaAcks needs it to tell): the write is unconfirmed",
-                    ))))));
+                    )))));
                 }
                 open
             }
@@ -709,9 +722,9 @@ impl RedisConnection {
                 self.keep_waiting(open);
                 Ok(u32::try_from(acknowledged).unwrap_or(0))
             }
-            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(self.failed(Failure::Unreachable(Arc::new(err)))),
-            Ok(Err(err)) => Err(self.failed(refused(&open.peer, err))),
-            Err(_) => Err(self.failed(Failure::Unmet(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs"))))),
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => Err(Failure::Unreachable(Arc::new(err))),
+            Ok(Err(err)) => Err(refused(&open.peer, err)),
+            Err(_) => Err(Failure::Unmet(Arc::new(timeout_error("no answer to WAIT within commandTimeoutMs")))),
         }
     }
 
@@ -812,10 +825,11 @@ impl RedisConnection {
         // would make every command's future (and its moves) as large. The
         // checks are part of making the connection: `connectTimeoutMs` bounds
         // them too.
+        let reach = Reach::default();
         let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
-            match self.open(lane, node).await {
-                Ok(open) => self.check_server(open).await,
-                Err(err) => Err(connect_failure(err)),
+            match self.open(lane, node, &reach).await {
+                Ok(open) => self.check_server(open, &reach).await,
+                Err(err) => Err(connect_failure(&reach, err)),
             }
         });
         // A shut-down ends it: `close()` takes every node's lock, which a
@@ -824,7 +838,7 @@ impl RedisConnection {
         let mut stop = self.stop.subscribe();
         let checked = tokio::select! {
             checked = tokio::time::timeout(self.connect_timeout, connect) => {
-                checked.unwrap_or_else(|_| Err(Failure::Unreachable(Arc::new(timeout_error("no connection within connectTimeoutMs")))))
+                checked.unwrap_or_else(|_| Err(reach.failure(Arc::new(timeout_error("no connection within connectTimeoutMs")), false)))
             }
             _ = stop.wait_for(|stopped| *stopped) => return Err(shut_down()),
         };
@@ -863,9 +877,11 @@ impl RedisConnection {
     /// [`writable_replica`]); one that refuses `CONFIG` (managed services
     /// rename or forbid it) is taken as is. A Cluster's replica answers a
     /// script `MOVED` whatever the setting.
-    async fn check_server(&self, mut open: Open) -> Result<Open, Failure> {
+    /// `reach`: how far its connect got, which classifies the checks'
+    /// failures.
+    async fn check_server(&self, mut open: Open, reach: &Reach) -> Result<Open, Failure> {
         let peer = open.peer.clone();
-        let info = self.info(&mut open.connection, &peer, "server").await?;
+        let info = self.info(&mut open.connection, &peer, reach, "server").await?;
         if let Some(run_id) = info.as_deref().and_then(run_id) {
             let _ = peer.run_id.set(run_id.to_owned());
         }
@@ -875,13 +891,13 @@ impl RedisConnection {
         if !self.is_cluster() {
             let setting = redis::cmd("CONFIG").arg("GET").arg("replica-read-only").to_owned();
             let reply: Option<BTreeMap<String, String>> =
-                self.optional(&mut open.connection, &peer, &setting, "no answer to CONFIG GET within commandTimeoutMs").await?;
+                self.optional(&mut open.connection, &peer, reach, &setting, "no answer to CONFIG GET within commandTimeoutMs").await?;
             if let Some(refusal) = reply.and_then(|reply| writable_replica(&peer.login.server, &reply)) {
                 return Err(Failure::Denied(Arc::new(refusal)));
             }
         }
         if self.topology.needs_primary() {
-            let replication = self.info(&mut open.connection, &peer, "replication").await?;
+            let replication = self.info(&mut open.connection, &peer, reach, "replication").await?;
             if replication.as_deref().is_some_and(|info| !info.lines().any(|line| line.trim() == "role:master")) {
                 // Refused, not unreachable: the node answered (and may be
                 // the primary another process's sentinels named first).
@@ -895,9 +911,9 @@ impl RedisConnection {
     }
 
     /// One `INFO` section (see [`RedisConnection::optional`]).
-    async fn info(&self, connection: &mut NodeConnection, peer: &Peer, section: &str) -> Result<Option<String>, Failure> {
+    async fn info(&self, connection: &mut NodeConnection, peer: &Peer, reach: &Reach, section: &str) -> Result<Option<String>, Failure> {
         let info = redis::cmd("INFO").arg(section).to_owned();
-        self.optional(connection, peer, &info, "no answer to INFO within commandTimeoutMs").await
+        self.optional(connection, peer, reach, &info, "no answer to INFO within commandTimeoutMs").await
     }
 
     /// The reply to a check made at connect; `None` when the server refuses
@@ -905,18 +921,19 @@ impl RedisConnection {
     /// wants credentials first (`NOAUTH`) or is busy with a script (`BUSY`:
     /// the connect fails, and the next one checks again). A TLS failure after the handshake
     /// (the server refusing our client certificate) shows here. `unanswered`
-    /// says what went unanswered.
+    /// says what went unanswered; `reach`, how far the connect got.
     async fn optional<T: FromRedisValue>(
         &self,
         connection: &mut NodeConnection,
         peer: &Peer,
+        reach: &Reach,
         command: &Cmd,
         unanswered: &'static str,
     ) -> Result<Option<T>, Failure> {
         match tokio::time::timeout(self.command_timeout, command.query_async::<T>(connection)).await {
-            Err(_) => Err(Failure::Unreachable(Arc::new(timeout_error(unanswered)))),
+            Err(_) => Err(reach.failure(Arc::new(timeout_error(unanswered)), false)),
             Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
-                Err(connect_failure(self.links.explain(peer.info.addr(), err)))
+                Err(connect_failure(reach, self.links.explain(peer.info.addr(), err)))
             }
             Ok(Err(err)) if matches!(err.code(), Some("NOAUTH" | "WRONGPASS")) => Err(refused(peer, err)),
             // A script past `busy-reply-threshold`: the server answers every
@@ -933,15 +950,17 @@ impl RedisConnection {
     /// runtime, or in `lane`'s host loop, which then drives the socket. The
     /// socket is connected on the runtime (name resolution may block), then
     /// handed over. Over TLS redis-rs connects and drives it itself.
-    async fn open(&self, lane: &Lane, node: Option<&NodeName>) -> RedisResult<Open> {
+    async fn open(&self, lane: &Lane, node: Option<&NodeName>, reach: &Reach) -> RedisResult<Open> {
         self.note_keepalive();
         let info = self.topology.node(node, self.connect_timeout).await?;
-        self.open_to(lane.host.as_ref(), info).await
+        self.open_to(lane.host.as_ref(), info, reach).await
     }
 
     /// Connects a command connection to the node `info` names; see
-    /// [`RedisConnection::open`].
-    async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo) -> RedisResult<Open> {
+    /// [`RedisConnection::open`]. `reach` learns how far it got: the socket
+    /// up, then the server's first byte (over TLS, its handshake done; the
+    /// links redis-rs makes itself, `#insecure` TLS, tell only once made).
+    async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo, reach: &Reach) -> RedisResult<Open> {
         let ended = Arc::new(AtomicBool::new(false));
         let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
         let peer = Arc::new(Peer { info: info.clone(), login, run_id: OnceLock::new() });
@@ -959,16 +978,22 @@ impl RedisConnection {
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
             addr => {
                 let connection = match self.links.tls(addr).await {
-                    Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
+                    Some(stream) => {
+                        let stream = stream?;
+                        reach.answered();
+                        self.on_runtime(info.redis_settings(), stream, &ended).await
+                    }
                     None => redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&self.config()).await,
                 };
-                return Ok(Open { connection: connection.map_err(explain)?, ended, peer });
+                let connection = connection.map_err(explain)?;
+                reach.answered();
+                return Ok(Open { connection, ended, peer });
             }
         };
         let settings = info.redis_settings();
         let connection = match host {
             Some(host) => {
-                let stream = HostStream::new(host.as_ref(), socket)?;
+                let stream = reach.heard_through(HostStream::new(host.as_ref(), socket)?);
                 let (connection, reader) =
                     MultiplexedConnection::new_with_config(settings, stream, self.config()).await.map_err(explain)?;
                 host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
@@ -976,11 +1001,13 @@ impl RedisConnection {
             }
             None => match socket {
                 Socket::Tcp(stream) => {
-                    self.on_runtime(settings, tokio::net::TcpStream::from_std(stream)?, &ended).await.map_err(explain)?
+                    let stream = reach.heard_through(tokio::net::TcpStream::from_std(stream)?);
+                    self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }
                 #[cfg(unix)]
                 Socket::Unix(stream) => {
-                    self.on_runtime(settings, tokio::net::UnixStream::from_std(stream)?, &ended).await.map_err(explain)?
+                    let stream = reach.heard_through(tokio::net::UnixStream::from_std(stream)?);
+                    self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }
             },
         };
@@ -1089,6 +1116,28 @@ fn refused(peer: &Peer, err: RedisError) -> Failure {
     }
 }
 
+/// The failure to keep of two from the sources of a slot map: the first
+/// from a server that was reached (it may be up and serving the keys, so
+/// the map's failure must not read unreachable), else the latest.
+fn reached_first(kept: Option<Failure>, new: Failure) -> Failure {
+    match kept {
+        Some(kept) if !matches!(kept, Failure::Unreachable(_)) => kept,
+        _ => new,
+    }
+}
+
+/// A `WAIT`'s failure after the write it confirms: never unreachable (a
+/// policy would move keys the write just took on a server that is up), but
+/// the write unconfirmed.
+fn unconfirmed(failure: Failure) -> Failure {
+    match failure {
+        Failure::Unreachable(cause) | Failure::Unanswered(cause) => Failure::Unmet(Arc::new(RedisError::from(io::Error::other(format!(
+            "the write is unconfirmed: the connection for its WAIT failed ({cause})"
+        ))))),
+        other => other,
+    }
+}
+
 /// Runs a connection's reader, then records that it ended.
 async fn flag_end(reader: impl Future<Output = ()>, ended: Arc<AtomicBool>) {
     reader.await;
@@ -1125,13 +1174,17 @@ fn is_read_only(err: &RedisError) -> bool {
             && err.detail().is_some_and(|detail| detail.starts_with("Error running script") && detail.contains("-READONLY ")))
 }
 
-/// The failure of a retry whose first attempt was lost with its connection:
-/// that attempt may have run, so whatever the retry met (a refused
-/// connection, `LOADING`, `READONLY`) the outcome is unknown.
-fn after_lost_attempt(failure: Failure, first_attempt_lost: Option<Cause>) -> Failure {
+/// The failure of a retry, after what its earlier attempts met. One lost
+/// with its connection may have run, so whatever the retry met (a refused
+/// connection, `LOADING`, `READONLY`) the outcome is unknown. After one the
+/// server answered (`answered`: a redirect, `LOADING`, `READONLY`), the
+/// store is up: a retry's failed connect is refused, not unreachable, so a
+/// policy does not move the key (`crate::store::reach`).
+fn after_earlier_attempts(failure: Failure, first_attempt_lost: Option<Cause>, answered: bool) -> Failure {
     match (failure, first_attempt_lost) {
         (Failure::Unknown(cause), _) => Failure::Unknown(cause),
         (_, Some(lost)) => Failure::Unknown(lost),
+        (Failure::Unreachable(cause), None) if answered => Failure::Refused(cause),
         (failure, None) => failure,
     }
 }
