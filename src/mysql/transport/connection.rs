@@ -22,7 +22,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use tokio::runtime::Handle;
 
-use super::url::{target, SslMode, Target};
+use super::tls;
+use super::url::{target, Target};
 use crate::error::Result;
 use crate::options::MysqlConnectionOptions;
 use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
@@ -197,10 +198,13 @@ impl MysqlConnection {
                 // slow commit): its connection is ended, so it does not run
                 // on while retries pile up behind it.
                 drop(conn);
-                let opts = self.target.opts.clone();
+                let target = self.target.clone();
                 let connect_timeout = self.connect_timeout;
                 self.runtime.spawn(async move {
-                    if let Ok(Ok(mut killer)) = tokio::time::timeout(connect_timeout, Conn::new(opts)).await {
+                    // Opened as the pool's are: a plain `Conn::new` fails
+                    // under PREFERRED on a server without TLS, and the
+                    // statement ran on.
+                    if let Ok(Ok(mut killer)) = tokio::time::timeout(connect_timeout, tls::open(&target)).await {
                         let _ = killer.query_drop(format!("KILL {id}")).await;
                         let _ = killer.disconnect().await;
                     }
@@ -244,20 +248,10 @@ impl MysqlConnection {
         self.slots[start % self.slots.len()].lock().await
     }
 
-    /// A new connection within `connectTimeoutMs`: with TLS first under
-    /// `PREFERRED`, in the clear when the server has none.
+    /// A new connection within `connectTimeoutMs` (with the second try its
+    /// `ssl-mode` may call for: see [`tls::open`]).
     pub async fn connect(&self) -> std::result::Result<Conn, Failure> {
-        let attempt = async {
-            match Conn::new(self.target.opts.clone()).await {
-                Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
-                    if self.target.mode == SslMode::Preferred =>
-                {
-                    Conn::new(self.target.in_the_clear()).await
-                }
-                outcome => outcome,
-            }
-        };
-        let conn = match tokio::time::timeout(self.connect_timeout, attempt).await {
+        let conn = match tokio::time::timeout(self.connect_timeout, tls::open(&self.target)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(err)) => return Err(self.classify_connect(err)),
             Err(elapsed) => return Err(Failure::Unreachable(Arc::new(elapsed))),
@@ -325,6 +319,34 @@ impl MysqlConnection {
         let denied = |message: String, fix: String, err: mysql_async::Error| {
             Failure::Denied(Arc::new(Refusal { message, fix, cause: Arc::new(err) }))
         };
+        if let mysql_async::Error::Other(other) = &err {
+            if let Some(unreadable) = other.downcast_ref::<tls::UnreadableFile>() {
+                let parameter = unreadable.parameter;
+                return denied(
+                    format!("{unreadable} (in {name}.url)"),
+                    format!("Point {parameter} in {name}.url at a readable PEM file."),
+                    err,
+                );
+            }
+        }
+        // Before the I/O errors: mysql_async passes a failed handshake up
+        // as one, but the server answered.
+        if let Some(tls) = tls::handshake_failure(&err) {
+            return match tls {
+                rustls::Error::InvalidCertificate(refused) => denied(
+                    format!("the TLS certificate of MySQL was refused for {name} ({refused})"),
+                    format!(
+                        "Trust the server's authority (ssl-ca in {name}.url), connect by the name its certificate carries (VERIFY_IDENTITY), or lower ssl-mode."
+                    ),
+                    err,
+                ),
+                failed => denied(
+                    format!("the TLS handshake with the MySQL server of {name} failed ({failed})"),
+                    format!("If the server asks for a client certificate, give one its authority signed (ssl-cert and ssl-key in {name}.url); else lower ssl-mode."),
+                    err,
+                ),
+            };
+        }
         match &err {
             mysql_async::Error::Server(server) => match server.code {
                 code::ACCESS_DENIED => denied(
@@ -347,11 +369,12 @@ impl MysqlConnection {
                 format!("Turn TLS on in the server, or lower ssl-mode in {name}.url."),
                 err,
             ),
-            mysql_async::Error::Io(mysql_async::IoError::Tls(_)) => denied(
-                format!("the TLS certificate of MySQL was refused for {name}"),
-                format!(
-                    "Trust the server's authority (ssl-ca in {name}.url), connect by the name its certificate carries (VERIFY_IDENTITY), or lower ssl-mode."
-                ),
+            // mysql_async's making of the TLS configuration: the files of
+            // ssl-ca, ssl-cert and ssl-key, read, could not be used (not
+            // PEM, a key that is not the certificate's).
+            mysql_async::Error::Io(mysql_async::IoError::Tls(unusable)) => denied(
+                format!("the TLS settings of {name} cannot be used ({unusable})"),
+                format!("Point ssl-ca, ssl-cert and ssl-key in {name}.url at PEM files of certificates and a key that match."),
                 err,
             ),
             mysql_async::Error::Driver(_) | mysql_async::Error::Other(_) | mysql_async::Error::Url(_) => Failure::Refused(Arc::new(err)),

@@ -28,6 +28,7 @@ pub(crate) enum SslMode {
 }
 
 /// What one URL says: the client options (TLS included) and the mode.
+#[derive(Clone)]
 pub(crate) struct Target {
     pub opts: Opts,
     pub mode: SslMode,
@@ -35,6 +36,9 @@ pub(crate) struct Target {
     pub user: String,
     /// The database, for messages and the `GRANT` a fix names.
     pub database: String,
+    /// The files of `ssl-ca`, `ssl-cert` and `ssl-key` given: the
+    /// parameter and the path.
+    pub files: Vec<(&'static str, PathBuf)>,
 }
 
 impl Target {
@@ -42,6 +46,14 @@ impl Target {
     /// has none.
     pub fn in_the_clear(&self) -> Opts {
         OptsBuilder::from_opts(self.opts.clone()).ssl_opts(None::<SslOpts>).into()
+    }
+
+    /// The options with the server's certificate checked for `name` in
+    /// place of the URL's host: `VERIFY_CA`'s second try (see
+    /// `super::tls::open`).
+    pub fn under_name(&self, name: String) -> Opts {
+        let ssl = self.opts.ssl_opts().cloned().map(|ssl| ssl.with_danger_tls_hostname_override(Some(name)));
+        OptsBuilder::from_opts(self.opts.clone()).ssl_opts(ssl).into()
     }
 }
 
@@ -87,15 +99,20 @@ pub(crate) fn target(url: &str, what: &str) -> Result<Target> {
     if database.is_empty() {
         return Err(invalid(what, "names no database: the lock tables live in the URL's database"));
     }
+    let mut files = Vec::new();
     let ssl = match mode {
         SslMode::Disabled => None,
         _ => {
             let mut ssl = SslOpts::default();
             if let Some(ca) = ca {
-                ssl = ssl.with_root_certs(vec![PathBuf::from(ca).into()]).with_disable_built_in_roots(true);
+                let ca = PathBuf::from(ca);
+                ssl = ssl.with_root_certs(vec![ca.clone().into()]).with_disable_built_in_roots(true);
+                files.push(("ssl-ca", ca));
             }
             if let (Some(cert), Some(key)) = (cert, key) {
-                ssl = ssl.with_client_identity(Some(ClientIdentity::new(PathBuf::from(cert).into(), PathBuf::from(key).into())));
+                let (cert, key) = (PathBuf::from(cert), PathBuf::from(key));
+                ssl = ssl.with_client_identity(Some(ClientIdentity::new(cert.clone().into(), key.clone().into())));
+                files.extend([("ssl-cert", cert), ("ssl-key", key)]);
             }
             match mode {
                 SslMode::Preferred | SslMode::Required => ssl.with_danger_accept_invalid_certs(true),
@@ -108,7 +125,7 @@ pub(crate) fn target(url: &str, what: &str) -> Result<Target> {
     // No statement cache (every statement is text, nothing prepared), no
     // switch to the server's Unix socket behind the URL's back.
     let opts = OptsBuilder::from_opts(opts).ssl_opts(ssl).stmt_cache_size(0).prefer_socket(false).into();
-    Ok(Target { opts, mode, user, database })
+    Ok(Target { opts, mode, user, database, files })
 }
 
 fn invalid(what: &str, problem: &str) -> LockError {
