@@ -295,3 +295,40 @@ fn mysql_a_late_take_refused_while_its_token_held_leaves_no_mark_behind() {
     proxied.close();
     assert!(x.is_ok(), "nobody held or waited for k, yet a new acquire got {x:?}: the late take's mark outlived its token's lease");
 }
+
+/// Held: a waiting acquire whose wait runs out while its take is in
+/// flight (the proxy holds it), the take then lost with its connection
+/// (the proxy cuts it), gives its claim back, answered, and fails
+/// `WAIT_TIMEOUT` as its wait says (review_r10 has the abort's case);
+/// nothing is held.
+fn timed_out_while_its_lost_take_is_given_back(proxied: &Proxied) {
+    let (through, other, proxy) = (&proxied.through, &proxied.direct, &proxied.proxy);
+    assert!(block_on(block_on(through.acquire("k", wait(0))).unwrap().release()).unwrap());
+    proxy.hold();
+    let outcome = std::thread::scope(|scope| {
+        let acquiring = scope.spawn(|| block_on(through.acquire("k", wait(500))));
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(!acquiring.is_finished(), "a take in flight is not cut by the wait's end");
+        proxy.cut();
+        proxy.release();
+        acquiring.join().unwrap()
+    });
+    assert_eq!(outcome.map(|lease| lease.fence()).map_err(|err| err.code()), Err(ErrorCode::WaitTimeout));
+    assert!(block_on(other.acquire("k", wait(0))).is_ok(), "nothing was left held");
+}
+
+#[test]
+fn postgres_an_acquire_timed_out_while_its_lost_take_is_given_back_fails_wait_timeout() {
+    let schema = postgres::Schema::fresh();
+    let proxied = Proxied::postgres(&schema);
+    timed_out_while_its_lost_take_is_given_back(&proxied);
+    proxied.close();
+}
+
+#[test]
+fn mysql_an_acquire_timed_out_while_its_lost_take_is_given_back_fails_wait_timeout() {
+    let table = mysql::Table::fresh();
+    let proxied = Proxied::mysql(&table);
+    timed_out_while_its_lost_take_is_given_back(&proxied);
+    proxied.close();
+}
