@@ -127,7 +127,7 @@ fn aborted_then_the_kept_take_lands(proxied: &Proxied, take: &[u8], live: impl F
 }
 
 #[test]
-#[ignore = "finding: ABORTED (\"nothing is held\") after an answered give-back, yet a lost take held in a proxy lands after the clean-up and holds k for leaseMs"]
+#[ignore = "open (no second holder): a lost take a proxy delivers after the clean-up of an acquire that ended ABORTED holds k until leaseMs, as after a release (docs/postgres.md)"]
 fn postgres_an_acquire_aborted_after_its_lost_take_was_given_back_leaves_the_key_free() {
     let schema = postgres::Schema::fresh();
     let proxied = Proxied::postgres(&schema);
@@ -145,7 +145,7 @@ fn postgres_an_acquire_aborted_after_its_lost_take_was_given_back_leaves_the_key
 }
 
 #[test]
-#[ignore = "finding: ABORTED (\"nothing is held\") after an answered give-back, yet a lost take held in a proxy lands after the clean-up and holds k"]
+#[ignore = "open (no second holder): a lost take a proxy delivers after the clean-up of an acquire that ended ABORTED holds k until leaseMs, as after a release (docs/mysql.md)"]
 fn mysql_an_acquire_aborted_after_its_lost_take_was_given_back_leaves_the_key_free() {
     let table = mysql::Table::fresh();
     let proxied = Proxied::mysql(&table);
@@ -216,7 +216,6 @@ fn reader_behind_a_lost_hand_over(proxied: &Proxied, hand_over: &[u8], live: imp
 }
 
 #[test]
-#[ignore = "finding: a reader whose hand-over went unanswered is refused for a writer's mark while its own unannounced grant holds that writer off, until its wait ends (WAIT_TIMEOUT)"]
 fn postgres_a_reader_whose_hand_over_was_lost_does_not_hold_off_the_writer_it_waits_behind() {
     let schema = postgres::Schema::fresh();
     let proxied = Proxied::postgres(&schema);
@@ -227,7 +226,6 @@ fn postgres_a_reader_whose_hand_over_was_lost_does_not_hold_off_the_writer_it_wa
 }
 
 #[test]
-#[ignore = "finding: a reader whose hand-over went unanswered is refused for a writer's mark while its own unannounced grant holds that writer off, until its wait ends (WAIT_TIMEOUT)"]
 fn mysql_a_reader_whose_hand_over_was_lost_does_not_hold_off_the_writer_it_waits_behind() {
     let table = mysql::Table::fresh();
     let proxied = Proxied::mysql(&table);
@@ -245,14 +243,21 @@ const NOTIFY_POLL_MS: u64 = 30_000;
 
 /// A waiting acquire on `through` loses its take (kept by the proxy),
 /// gives back, and is granted by its retry (review R12); meanwhile a
-/// writer `w` of another process waits for `k`. The kept take then lands:
-/// its token holds `k`, yet it is refused for `w`'s mark (older; the lost
-/// take carried no ticket) and leaves a mark of its own, which neither the
-/// caller's release nor `w`'s grant takes back. Once `w` has come and gone,
-/// a new acquire `x` of the free key is refused for that mark until it
-/// lapses (`2 x notifyPollIntervalMs + 1 s`). Answers what `x` got within
-/// 3 s.
-fn a_late_take_s_mark_outlives_its_holder(proxied: &Proxied, take: &[u8], marks: impl Fn() -> i64) -> Result<u64, ErrorCode> {
+/// writer `w` of another process waits for `k`. The kept take then lands
+/// while its token holds `k`. It was refused for `w`'s mark (older; the
+/// lost take carried no ticket) and left a mark of its own, which neither
+/// the caller's release nor `w`'s grant took back: once `w` had come and
+/// gone, a new acquire `x` of the free key was refused for that mark until
+/// it lapsed (`2 x notifyPollIntervalMs + 1 s`). Now a key its token holds
+/// waits for no mark: the late take takes its token's row over (the key's
+/// fence rises, as in review R12) and leaves no mark. Answers what `x` got
+/// within 3 s.
+fn a_late_take_s_mark_outlives_its_holder(
+    proxied: &Proxied,
+    take: &[u8],
+    marks: impl Fn() -> i64,
+    fence: impl Fn() -> i64,
+) -> Result<u64, ErrorCode> {
     let (through, other, proxy) = (&proxied.through, &proxied.direct, &proxied.proxy);
     assert!(block_on(block_on(through.acquire("k", wait(0))).unwrap().release()).unwrap());
     let take = proxy.stall(take);
@@ -265,7 +270,8 @@ fn a_late_take_s_mark_outlives_its_holder(proxied: &Proxied, take: &[u8], marks:
         });
         postgres::eventually("w waits, marked", || marks() == 1);
         take.deliver();
-        postgres::eventually("the late take, refused for w's mark, left one", || marks() == 2);
+        postgres::eventually("the late take ran, taking its token's row over", || fence() > lease.fence() as i64);
+        assert_eq!(marks(), 1, "only w's mark");
         assert!(block_on(lease.release()).unwrap());
         assert_eq!(w.join().unwrap(), Ok(true), "w was granted once the caller released");
     });
@@ -274,24 +280,24 @@ fn a_late_take_s_mark_outlives_its_holder(proxied: &Proxied, take: &[u8], marks:
 }
 
 #[test]
-#[ignore = "finding: a lost take landing while its token holds is refused for an older mark and leaves a mark of its own, which outlives the lease and refuses a new acquire of the free key (WAIT_TIMEOUT) for 2 x notifyPollIntervalMs + 1 s"]
 fn postgres_a_late_take_refused_while_its_token_held_leaves_no_mark_behind() {
     let schema = postgres::Schema::fresh();
     let proxied = Proxied::postgres_with(&schema, &format!("        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n"));
     let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
-    let x = a_late_take_s_mark_outlives_its_holder(&proxied, b"_take\"(", || postgres::count(&marks));
+    let fence = format!("SELECT fence FROM {} WHERE key = 'k'", schema.table(""));
+    let x = a_late_take_s_mark_outlives_its_holder(&proxied, b"_take\"(", || postgres::count(&marks), || postgres::count(&fence));
     proxied.close();
     assert!(x.is_ok(), "nobody held or waited for k, yet a new acquire got {x:?}: the late take's mark outlived its token's lease");
 }
 
 #[test]
-#[ignore = "finding: a lost take landing while its token holds is refused for an older mark and leaves a mark of its own, which outlives the lease and refuses a new acquire of the free key (WAIT_TIMEOUT) for 2 x notifyPollIntervalMs + 1 s"]
 fn mysql_a_late_take_refused_while_its_token_held_leaves_no_mark_behind() {
     let table = mysql::Table::fresh();
     let proxied = Proxied::mysql_with(&table, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}"));
     let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
     let marks = format!("SELECT COUNT(*) FROM `{}_waiting` WHERE lapses_at > {now}", table.0);
-    let x = a_late_take_s_mark_outlives_its_holder(&proxied, b"_take`(", || mysql::count(&marks));
+    let fence = format!("SELECT fence FROM `{}` WHERE k = 'k'", table.0);
+    let x = a_late_take_s_mark_outlives_its_holder(&proxied, b"_take`(", || mysql::count(&marks), || mysql::count(&fence));
     proxied.close();
     assert!(x.is_ok(), "nobody held or waited for k, yet a new acquire got {x:?}: the late take's mark outlived its token's lease");
 }

@@ -55,7 +55,7 @@ pub(crate) struct Table {
 /// 7: an expired holder row never comes back to life on a clock stepped
 /// back: a grant marks the expired rows of other tokens of its keys dead
 /// ([`DEAD`]), a renewal the rows it refuses.
-const VERSION: &str = "dokebi-lock procedures 7";
+const VERSION: &str = "dokebi-lock procedures 8";
 
 /// The expiry (µs of the server's clock, `BIGINT`) of a dead holder row:
 /// one whose lease expired (and whose key was granted since, or whose
@@ -437,8 +437,14 @@ try: BEGIN
     IF v_x IS NOT NULL THEN
       SET v_blocked = CONCAT(v_blocked, ',', v_i);
       SET v_hint = LEAST(COALESCE(v_hint, v_x - v_now), v_x - v_now);
+    -- A key this token holds already (a grant whose answer was lost: a
+    -- hand-over's, or a take a proxy delivered late) waits for no mark:
+    -- taking it again adds no holder (the token's row is reused), and
+    -- refusing it would leave that untold grant holding off the very
+    -- waiters that hold it off (review R13).
     ELSEIF EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND token <> p_token AND lapses_at > v_now
-                   AND (v_place = 0 OR ticket < v_place OR (ticket = v_place AND token < p_token)) AND NOT (p_shared AND shared)) THEN
+                   AND (v_place = 0 OR ticket < v_place OR (ticket = v_place AND token < p_token)) AND NOT (p_shared AND shared))
+           AND NOT EXISTS (SELECT 1 FROM {holders} WHERE ns = p_ns AND k = v_k AND token = p_token AND expires_at > v_now) THEN
       SET v_blocked = CONCAT(v_blocked, ',', v_i);
     END IF;
     SET v_i = v_i + 1;

@@ -192,7 +192,7 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 8: an expired holder row never comes back to life on a clock stepped
 /// back: `take` marks the expired rows of other tokens of the keys it
 /// grants dead ([`DEAD`]), `renew` the rows it refuses.
-const VERSION: &str = "dokebi-lock functions 8";
+const VERSION: &str = "dokebi-lock functions 9";
 
 /// The expiry of a dead holder row: one whose lease expired (and whose key
 /// was granted since, or whose renewal was refused). Below every reading of
@@ -504,9 +504,16 @@ BEGIN
     SELECT array_agg(b.key), min(b.until) INTO blocked, hint FROM (
       SELECT a.key, a.until FROM {held_against}(p_ns, sorted, p_token, p_shared, p_limit, p_weight, now_ts) a
       UNION
+      -- A key this token holds already (a grant whose answer was lost:
+      -- a hand-over's, or a take a proxy delivered late) waits for no
+      -- mark: taking it again adds no holder (the token's row is reused),
+      -- and refusing it would leave that untold grant holding off the
+      -- very waiters that hold it off (review R13).
       SELECT w.key, NULL FROM {waiting} w
       WHERE w.namespace = p_ns AND w.key = ANY (sorted) AND w.token <> p_token AND w.lapses_at > now_ts
         AND (place = 0 OR (w.ticket, w.token) < (place, p_token)) AND NOT (p_shared AND w.shared)
+        AND NOT EXISTS (SELECT 1 FROM {holders} h
+                        WHERE h.namespace = p_ns AND h.key = w.key AND h.token = p_token AND h.expires_at > now_ts)
     ) b;
     IF blocked IS NOT NULL THEN
       IF p_waiting_ms > 0 THEN
