@@ -7,7 +7,10 @@
 //! token holds nothing any more) is still refused for the key's holder and
 //! leaves a mark that nobody takes back, which refuses every later acquire
 //! of the free key for `2 x notifyPollIntervalMs + 1 s` (review R13's third
-//! finding, by another order of the same events).
+//! finding, by another order of the same events). Probes that held: a take
+//! again of its token's kind passes an older mark and adds no row; of another
+//! weight or mode it is held against by the other holders; a token whose
+//! row expired waits behind the mark.
 
 mod mysql;
 #[path = "postgres/mod.rs"]
@@ -124,4 +127,89 @@ fn mysql_a_late_take_landing_after_its_release_leaves_no_mark_behind() {
     let x = a_late_take_after_its_release_leaves_a_mark(&proxied, b"_take`(", || mysql::count(&marks));
     proxied.close();
     assert!(x.is_ok(), "nobody held or waited for k, yet a new acquire got {x:?}: a released lease's late take left a mark");
+}
+
+/// Probes that held, by calls of the take function itself (a token of the
+/// driver always takes again with its claim's own kind, so another kind is
+/// out of the driver's reach): skipping the marks of a key its token holds
+/// never skips its other holders. A take again of another weight or mode
+/// is held against by the others as any take (it would overfill the limit,
+/// or write beside readers), while one of the held kind is granted past an
+/// older mark and adds no row; a token whose row expired holds nothing and
+/// waits behind the mark. Each case on a key of its own: `(what, holders
+/// before (token, shared, limit, weight), the mark's kind, the take again's
+/// kind, granted)`.
+type Kind = (bool, i32, i32);
+const RETAKES: &[(&str, &[(&str, bool, i32, i32)], Kind, Kind, bool)] = &[
+    ("counted, same weight", &[("o", false, 3, 2), ("t", false, 3, 1)], (false, 3, 1), (false, 3, 1), true),
+    ("counted, heavier", &[("o", false, 3, 2), ("t", false, 3, 1)], (false, 3, 1), (false, 3, 2), false),
+    ("reader again", &[("t", true, 1, 1), ("r", true, 1, 1)], (false, 1, 1), (true, 1, 1), true),
+    ("reader as a writer", &[("t", true, 1, 1), ("r", true, 1, 1)], (false, 1, 1), (false, 1, 1), false),
+];
+
+/// Runs [`RETAKES`] with `take(key, token, kind, lease_ms, waiting_ms)`
+/// (the answer's first number) and `rows(key)`, the key's live holder rows.
+fn retakes(take: impl Fn(&str, &str, Kind, i64, i64) -> i64, rows: impl Fn(&str) -> i64) {
+    for (i, (what, holders, mark, again, granted)) in RETAKES.iter().enumerate() {
+        let key = format!("k{i}");
+        for (token, shared, limit, weight) in *holders {
+            assert_eq!(take(&key, token, (*shared, *limit, *weight), 30_000, 0), 1, "{what}: {token} holds");
+        }
+        assert_eq!(take(&key, "w", *mark, 30_000, 60_000), 0, "{what}: w waits, marked");
+        assert_eq!(take(&key, "t", *again, 30_000, 60_000) == 1, *granted, "{what}");
+        assert_eq!(rows(&key), holders.len() as i64, "{what}: no row added");
+    }
+    // t's row expired (not yet marked dead: nobody was granted since):
+    // t holds nothing, and waits behind w.
+    assert_eq!(take("e", "t", (false, 1, 1), 200, 0), 1, "t holds for 200 ms");
+    assert_eq!(take("e", "w", (false, 1, 1), 30_000, 60_000), 0, "w waits, marked");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(take("e", "t", (false, 1, 1), 30_000, 60_000), 0, "t's expired row let it pass w's mark");
+    assert_eq!(rows("e"), 0);
+}
+
+#[test]
+fn postgres_a_take_again_skips_marks_but_never_holders() {
+    let schema = postgres::Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(postgres::backend(&provider).acquire("installed", wait(0))).unwrap().release()).unwrap());
+    let take = |key: &str, token: &str, (shared, limit, weight): Kind, lease: i64, waiting: i64| {
+        postgres::count(&format!(
+            "SELECT ({}('probe', ARRAY['{key}'], '{token}', {shared}, {limit}, {weight}, {lease}, {waiting}, 0, 60000, 1000))[1]",
+            schema.table("_take")
+        ))
+    };
+    let rows = |key: &str| {
+        postgres::count(&format!(
+            "SELECT count(*) FROM {} WHERE namespace = 'probe' AND key = '{key}' AND expires_at > now()",
+            schema.table("_holders")
+        ))
+    };
+    retakes(take, rows);
+    block_on(provider.close());
+}
+
+#[test]
+fn mysql_a_take_again_skips_marks_but_never_holders() {
+    let table = mysql::Table::fresh();
+    let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
+    assert!(block_on(block_on(provider.backend("shared").unwrap().acquire("installed", wait(0))).unwrap().release()).unwrap());
+    let hex = |key: &str| key.bytes().map(|byte| format!("{byte:02x}")).collect::<String>();
+    let take = |key: &str, token: &str, (shared, limit, weight): Kind, lease: i64, waiting: i64| {
+        let answer = mysql::rows(&format!(
+            "CALL `{}_take`('probe', '{}', '{token}', {}, {limit}, {weight}, {lease}, {waiting}, 0, 60000, 1, 2)",
+            table.0,
+            hex(key),
+            u8::from(shared)
+        ))[0][0]
+            .clone()
+            .unwrap();
+        answer.split(',').next().unwrap().parse().unwrap()
+    };
+    let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+    let rows = |key: &str| {
+        mysql::count(&format!("SELECT COUNT(*) FROM `{}_holders` WHERE ns = 'probe' AND k = '{key}' AND expires_at > {now}", table.0))
+    };
+    retakes(take, rows);
+    block_on(provider.close());
 }
