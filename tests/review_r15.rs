@@ -140,7 +140,8 @@ fn mysql_a_late_take_landing_after_its_release_leaves_no_mark_behind() {
 /// before (token, shared, limit, weight), the mark's kind, the take again's
 /// kind, granted)`.
 type Kind = (bool, i32, i32);
-const RETAKES: &[(&str, &[(&str, bool, i32, i32)], Kind, Kind, bool)] = &[
+type Retake = (&'static str, &'static [(&'static str, bool, i32, i32)], Kind, Kind, bool);
+const RETAKES: &[Retake] = &[
     ("counted, same weight", &[("o", false, 3, 2), ("t", false, 3, 1)], (false, 3, 1), (false, 3, 1), true),
     ("counted, heavier", &[("o", false, 3, 2), ("t", false, 3, 1)], (false, 3, 1), (false, 3, 2), false),
     ("reader again", &[("t", true, 1, 1), ("r", true, 1, 1)], (false, 1, 1), (true, 1, 1), true),
