@@ -26,18 +26,11 @@ fn fill(server: &RedisServer) -> redis::Connection {
     admin
 }
 
-/// Redis at `maxclients` on its TLS port: Redis turns a connection away
-/// before the TLS handshake (networking.c, `acceptCommonHandler`: "for TLS
-/// connections, no handshake was done yet so nothing is written and the
-/// connection will just drop"), so the client sees its socket closed
-/// before any byte, which `reach` reads as unreachable: the policy moves
-/// `k` while the server serves its holder. On the plain port the same
-/// server sends "-ERR max number of clients reached" first
-/// (`tests/review_r9.rs`, which holds).
-#[test]
-#[ignore = "finding: TLS Redis at maxclients drops the socket before any byte, read as unreachable; k moves to host"]
-fn redis_tls_at_maxclients_never_moves_a_held_key() {
-    let pki = Pki::new("r16-maxclients");
+/// A redis-server with a TLS port too (no client certificates asked), its
+/// certificate for `localhost` signed by an authority of the test's own
+/// (`ca.pem` of the [`Pki`]); and that TLS port.
+fn tls_server(name: &str) -> (RedisServer, Pki, u16) {
+    let pki = Pki::new(name);
     pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
     let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let server = RedisServer::start_with(&[
@@ -52,9 +45,30 @@ fn redis_tls_at_maxclients_never_moves_a_held_key() {
         "--tls-auth-clients",
         "no",
     ]);
+    (server, pki, tls_port)
+}
+
+/// The connection fields of a policy's member on [`tls_server`]'s TLS
+/// port, with `extra` ones.
+fn tls_connection(pki: &Pki, tls_port: u16, extra: &str) -> String {
+    format!("url: 'rediss://localhost:{tls_port}/0', commandTimeoutMs: 2000, tls: {{ caFile: '{}' }}{extra}", pki.path("ca.pem"))
+}
+
+/// Redis at `maxclients` on its TLS port: Redis turns a connection away
+/// before the TLS handshake (networking.c, `acceptCommonHandler`: "for TLS
+/// connections, no handshake was done yet so nothing is written and the
+/// connection will just drop"), so the client sees its socket closed
+/// before any byte, which `reach` reads as unreachable: the policy moves
+/// `k` while the server serves its holder. On the plain port the same
+/// server sends "-ERR max number of clients reached" first
+/// (`tests/review_r9.rs`, which holds).
+#[test]
+#[ignore = "finding: TLS Redis at maxclients drops the socket before any byte, read as unreachable; k moves to host"]
+fn redis_tls_at_maxclients_never_moves_a_held_key() {
+    let (server, pki, tls_port) = tls_server("r16-maxclients");
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
     let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
-    let connection = format!("url: 'rediss://localhost:{tls_port}/0', commandTimeoutMs: 2000, tls: {{ caFile: '{}' }}", pki.path("ca.pem"));
+    let connection = tls_connection(&pki, tls_port, "");
     // The TLS port serves this connection while Redis has room: k is busy.
     let room = FallBackToHost::open_on("redis", &connection, "namespace: test, leaseMs: 30000", 5000);
     assert_eq!(room.acquire_held("k", lease.fence(), "with room"), "LockBusy");
@@ -161,4 +175,34 @@ fn redis_sentinels_down_while_their_primary_serves_never_move_a_held_key() {
     let policy = FallBackToHost::open_on("redis", &format!("{endpoint}, commandTimeoutMs: 2000"), "namespace: test, leaseMs: 30000", 5000);
     policy.acquire_held("k", lease.fence(), "every sentinel refused the connect while the primary served, read as unreachable");
     assert!(block_on(lease.release()).unwrap(), "k stayed held on the primary");
+}
+
+/// The stall of `tests/review_r9.rs` (another client's script, before
+/// `busy-reply-threshold`) met over verified TLS: the TCP connect is made,
+/// but Redis makes no TLS handshake while the script runs, and the verified
+/// TLS link (`Links::tls`, the driver's own) tells `reach` nothing until its
+/// handshake is done: not even that the socket came up. `connectTimeoutMs`
+/// passing then reads as a socket never up, unreachable, and the policy
+/// moves `k`, which the server holds for its holder (on the plain port, the
+/// same stall is unanswered and holds: review_r9).
+#[test]
+#[ignore = "finding: a verified TLS connect stalled behind a script reads as unreachable (socket_up never set); k moves to host"]
+fn redis_tls_stalled_by_another_client_s_script_never_moves_a_held_key() {
+    let (server, pki, tls_port) = tls_server("r16-stall");
+    let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let mut probe = server.client();
+    probe.set_read_timeout(Some(std::time::Duration::from_millis(100))).unwrap();
+    let script = server.spin_script(2500);
+    support::eventually("the server is in the script", || redis::cmd("PING").query::<String>(&mut probe).is_err());
+    let policy = FallBackToHost::open_on("redis", &tls_connection(&pki, tls_port, ", connectTimeoutMs: 500"), "namespace: test, leaseMs: 30000", 5000);
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        policy.acquire_held_within("k", lease.fence(), 1500, "the TLS handshake went unanswered behind a script, read as unreachable")
+    }));
+    script.join().unwrap();
+    assert!(block_on(lease.release()).unwrap(), "k stayed held on Redis through the script (the policy's acquire: {served:?})");
+    block_on(holder.close());
+    if let Err(panic) = served {
+        std::panic::resume_unwind(panic);
+    }
 }
