@@ -148,7 +148,12 @@ fn redis_stalled_with_its_accept_queue_full_never_moves_a_held_key() {
         5000,
     );
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within("k", lease.fence(), 1500, "the connect's SYN was dropped by the stalled server's full accept queue, read as unreachable")
+        policy.acquire_held_within(
+            "k",
+            lease.fence(),
+            1500,
+            "the connect's SYN was dropped by the stalled server's full accept queue, read as unreachable",
+        )
     }));
     script.join().unwrap();
     drop(queued);
@@ -198,7 +203,12 @@ fn redis_tls_stalled_by_another_client_s_script_never_moves_a_held_key() {
     probe.set_read_timeout(Some(std::time::Duration::from_millis(100))).unwrap();
     let script = server.spin_script(2500);
     support::eventually("the server is in the script", || redis::cmd("PING").query::<String>(&mut probe).is_err());
-    let policy = FallBackToHost::open_on("redis", &tls_connection(&pki, tls_port, ", connectTimeoutMs: 500"), "namespace: test, leaseMs: 30000", 5000);
+    let policy = FallBackToHost::open_on(
+        "redis",
+        &tls_connection(&pki, tls_port, ", connectTimeoutMs: 500"),
+        "namespace: test, leaseMs: 30000",
+        5000,
+    );
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         policy.acquire_held_within("k", lease.fence(), 1500, "the TLS handshake went unanswered behind a script, read as unreachable")
     }));
@@ -260,14 +270,26 @@ fn redis_restarted_with_its_data_ends_the_overlap_within_lease_ms() {
 fn mysql_verify_ca_takes_a_certificate_of_its_authority_that_names_no_host() {
     let pki = Pki::new("r16-mysql-cn-only");
     let openssl = |args: &[&str]| support::pki::openssl(&pki.dir, args);
-    openssl(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        .into_iter()
-        .chain(["-subj", "/CN=MySQL_Server_Auto_Generated_Server_Certificate", "-keyout", "server.key", "-out", "server.csr"])
-        .collect::<Vec<_>>());
+    let subject = "/CN=MySQL_Server_Auto_Generated_Server_Certificate";
+    let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key"];
+    openssl(&[&["req", "-subj", subject, "-out", "server.csr"][..], &key].concat());
     std::fs::write(pki.dir.join("server.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").unwrap();
     openssl(&[
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-out", "server.pem",
-        "-extfile", "server.ext",
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        "server.pem",
+        "-extfile",
+        "server.ext",
     ]);
     let tls = [
         format!("--ssl-ca={}", pki.path("ca.pem")),
@@ -307,7 +329,10 @@ fn mysql_a_stranger_s_certificate_for_another_name_is_refused_under_verify_ca() 
         assert_eq!(err.code(), dokebi_lock::ErrorCode::ProviderFailed, "{mode}: {err:?}");
         // The chain's failure (both authorities are "dokebi test CA": a bad
         // signature), never the name's.
-        assert!(err.message().contains("TLS certificate of MySQL was refused") && !err.message().contains("not valid for name"), "{mode}: {err:?}");
+        assert!(
+            err.message().contains("TLS certificate of MySQL was refused") && !err.message().contains("not valid for name"),
+            "{mode}: {err:?}"
+        );
         assert!(err.details().and_then(|details| details.get("unreachable")).is_none(), "{mode}: {err:?}");
     }
 }
