@@ -152,7 +152,7 @@ fn a_kept_file_removed_by_the_wake_up_thread_keeps_its_counter_in_the_floor() {
 /// the next login) then grants from its clock alone. Failed on main:
 /// "the fence went back: … (about 9990 ms below)".
 #[test]
-#[ignore = "finding: a lock directory emptied while the host runs (logind at logout for /run/user/<uid>) loses the floor, and a fence goes back with the clock; the docs say only a reboot loses it"]
+#[ignore = "open (docs/file.md says so now): a lock directory emptied while the host runs (logind at logout for /run/user/<uid>) loses the floor, and a fence goes back with the clock"]
 fn a_fence_goes_back_behind_the_clock_after_logout_empties_the_directory() {
     a_grant_behind_the_clock_after("logout", false, |dir| std::fs::remove_dir_all(dir).unwrap());
 }
@@ -162,7 +162,7 @@ fn a_fence_goes_back_behind_the_clock_after_logout_empties_the_directory() {
 /// makes a new floor at 0. Failed on main: "the fence went back: … (about
 /// 9990 ms below)".
 #[test]
-#[ignore = "finding: floor.lock removed (a tmp cleaner, by hand) loses the floor, and a fence goes back with the clock; nothing in the docs says the file must be kept"]
+#[ignore = "open (docs/file.md says so now): floor.lock removed (a tmp cleaner, by hand) loses the floor, and a fence goes back with the clock"]
 fn a_fence_goes_back_behind_the_clock_after_floor_lock_is_removed() {
     a_grant_behind_the_clock_after("floor-removed", false, |dir| std::fs::remove_file(dir.join(FLOOR_FILE)).unwrap());
 }

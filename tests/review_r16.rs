@@ -69,7 +69,6 @@ fn tls_connection(pki: &Pki, tls_port: u16, extra: &str) -> String {
 /// server sends "-ERR max number of clients reached" first
 /// (`tests/review_r9.rs`, which holds).
 #[test]
-#[ignore = "finding: TLS Redis at maxclients drops the socket before any byte, read as unreachable; k moves to host"]
 fn redis_tls_at_maxclients_never_moves_a_held_key() {
     let (server, pki, tls_port) = tls_server("r16-maxclients");
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
@@ -100,7 +99,7 @@ fn redis_tls_at_maxclients_never_moves_a_held_key() {
 /// The sentinels' sockets were up: by the rule they are unanswered, and the
 /// primary they name is up.
 #[test]
-#[ignore = "finding: sentinels that take the connection and do not answer are read as unreachable; k moves to host"]
+#[ignore = "open (docs/guarantees.md): sentinels that take the connection and do not answer are read as unreachable; k moves to host"]
 fn redis_sentinels_that_do_not_answer_never_move_a_held_key() {
     let sentinels = support::sentinel::Sentinels::start();
     let endpoint = sentinels.endpoint_yaml();
@@ -128,7 +127,7 @@ fn redis_sentinels_that_do_not_answer_never_move_a_held_key() {
 /// the one review_r9 keeps from moving `k` (its socket taken, its checks
 /// unanswered), serving `k`'s holder once the script ends.
 #[test]
-#[ignore = "finding: a stalled Redis whose accept queue is full reads as unreachable; k moves to host"]
+#[ignore = "open (docs/guarantees.md): a stalled Redis whose accept queue is full reads as unreachable; k moves to host"]
 fn redis_stalled_with_its_accept_queue_full_never_moves_a_held_key() {
     let server = RedisServer::start_with(&["--tcp-backlog", "1"]);
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
@@ -174,7 +173,7 @@ fn redis_stalled_with_its_accept_queue_full_never_moves_a_held_key() {
 /// all the same. (docs/guarantees.md names a partition and a store that
 /// went away, not its directory.)
 #[test]
-#[ignore = "finding: sentinels down while their primary is up and reachable read as unreachable; k moves to host"]
+#[ignore = "open (docs/guarantees.md): sentinels down while their primary is up and reachable read as unreachable; k moves to host"]
 fn redis_sentinels_down_while_their_primary_serves_never_move_a_held_key() {
     let mut sentinels = support::sentinel::Sentinels::start();
     let endpoint = sentinels.endpoint_yaml();
@@ -197,7 +196,6 @@ fn redis_sentinels_down_while_their_primary_serves_never_move_a_held_key() {
 /// moves `k`, which the server holds for its holder (on the plain port, the
 /// same stall is unanswered and holds: review_r9).
 #[test]
-#[ignore = "finding: a verified TLS connect stalled behind a script reads as unreachable (socket_up never set); k moves to host"]
 fn redis_tls_stalled_by_another_client_s_script_never_moves_a_held_key() {
     let (server, pki, tls_port) = tls_server("r16-stall");
     let (holder, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
@@ -232,7 +230,7 @@ fn redis_tls_stalled_by_another_client_s_script_never_moves_a_held_key() {
 /// after the holder's last renewal before the outage, for as long as both
 /// renew.
 #[test]
-#[ignore = "finding: after a restart with persistence the first holder renews again; the overlap outlasts leaseMs"]
+#[ignore = "open (docs/guarantees.md): after a restart with persistence the first holder renews again; the overlap outlasts leaseMs"]
 fn redis_restarted_with_its_data_ends_the_overlap_within_lease_ms() {
     const LEASE_MS: u64 = 1500;
     let mut server = RedisServer::start_persistent(&["--appendonly", "yes", "--appendfsync", "always"]);
@@ -269,7 +267,7 @@ fn redis_restarted_with_its_data_ends_the_overlap_within_lease_ms() {
 /// name to try, and the connect is refused ("certificate not valid for
 /// name"), where the mysql client connects.
 #[test]
-#[ignore = "finding: VERIFY_CA refuses a certificate its ssl-ca signed when it carries no subjectAltName"]
+#[ignore = "open (docs/mysql.md): VERIFY_CA refuses a certificate its ssl-ca signed when it carries no subjectAltName"]
 fn mysql_verify_ca_takes_a_certificate_of_its_authority_that_names_no_host() {
     let pki = Pki::new("r16-mysql-cn-only");
     let openssl = |args: &[&str]| support::pki::openssl(&pki.dir, args);

@@ -29,7 +29,7 @@
 //! options:
 //!   dokebi-lock:
 //!     backends:
-//!       jobs: { driver: file, directory: /run/user/1000/my-app-locks }
+//!       jobs: { driver: file, directory: /var/lib/my-app/locks }
 //! ",
 //! )?;
 //! let lease = provider.backend("jobs")?.acquire("nightly-report", AcquireOptions::default()).await?;

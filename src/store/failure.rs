@@ -10,8 +10,8 @@ use crate::error::{Cause, ErrorCode, LockError};
 /// Why a store command produced no answer.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// No connection could be made: its socket never came up, or ended
-    /// before the server sent a byte (the rule is [`super::reach`]'s); the
+    /// No connection could be made: its socket never came up (the rule is
+    /// [`super::reach`]'s); the
     /// command did not run. The only failure that says the store may be
     /// down rather than up and refusing this process, so the only one a
     /// policy falls back on.

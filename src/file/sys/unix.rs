@@ -130,7 +130,7 @@ pub(crate) const PRIVATE_DIR: &str = "owned by this user with mode 0700";
 
 /// Where a local lock directory can go, for the error that refuses a
 /// network file system.
-pub(crate) const LOCAL_DIR_EXAMPLE: &str = "under /run/user/<uid> or /var/tmp";
+pub(crate) const LOCAL_DIR_EXAMPLE: &str = "under /var/lib/<app> for a service, ~/.local/state/<app> for a user";
 
 /// Creates the directory `path` `0700`, with any missing parents; one
 /// already there is kept as it is (and checked by [`check_private`]).

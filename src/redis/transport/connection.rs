@@ -123,8 +123,7 @@ fn writable_replica(server: &str, reply: &BTreeMap<String, String>) -> Option<Re
 /// A connect failure: the refusal it carries; else refused when the server
 /// answered with an error (`BUSY` to the connect's `SELECT`, say: it is up,
 /// and a policy must not move its keys), else as far as the connect got
-/// (`reach`) says: unreachable only when its socket never came up or ended
-/// before the server sent a byte.
+/// (`reach`) says: unreachable only when its socket never came up.
 fn connect_failure(reach: &Reach, err: RedisError) -> Failure {
     match Refusal::find(&err) {
         Some(refusal) => {
@@ -958,8 +957,8 @@ impl RedisConnection {
 
     /// Connects a command connection to the node `info` names; see
     /// [`RedisConnection::open`]. `reach` learns how far it got: the socket
-    /// up, then the server's first byte (over TLS, its handshake done; the
-    /// links redis-rs makes itself, `#insecure` TLS, tell only once made).
+    /// up (over TLS, before the handshake; the links redis-rs makes itself,
+    /// `#insecure` TLS, tell only once made).
     async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo, reach: &Reach) -> RedisResult<Open> {
         let ended = Arc::new(AtomicBool::new(false));
         let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
@@ -977,23 +976,22 @@ impl RedisConnection {
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
             addr => {
-                let connection = match self.links.tls(addr).await {
-                    Some(stream) => {
-                        let stream = stream?;
-                        reach.answered();
-                        self.on_runtime(info.redis_settings(), stream, &ended).await
-                    }
+                let connection = match self.links.tls(addr, Some(reach)).await {
+                    Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
                     None => redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&self.config()).await,
                 };
                 let connection = connection.map_err(explain)?;
-                reach.answered();
+                // redis-rs made the socket of an `#insecure` link itself:
+                // up, now that it answered.
+                reach.socket_up();
                 return Ok(Open { connection, ended, peer });
             }
         };
         let settings = info.redis_settings();
         let connection = match host {
             Some(host) => {
-                let stream = reach.heard_through(HostStream::new(host.as_ref(), socket)?);
+                reach.socket_up();
+                let stream = HostStream::new(host.as_ref(), socket)?;
                 let (connection, reader) =
                     MultiplexedConnection::new_with_config(settings, stream, self.config()).await.map_err(explain)?;
                 host.spawn(Box::pin(InRuntime::new(Handle::current(), flag_end(reader, ended.clone()))));
@@ -1001,12 +999,14 @@ impl RedisConnection {
             }
             None => match socket {
                 Socket::Tcp(stream) => {
-                    let stream = reach.heard_through(tokio::net::TcpStream::from_std(stream)?);
+                    reach.socket_up();
+                    let stream = tokio::net::TcpStream::from_std(stream)?;
                     self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }
                 #[cfg(unix)]
                 Socket::Unix(stream) => {
-                    let stream = reach.heard_through(tokio::net::UnixStream::from_std(stream)?);
+                    reach.socket_up();
+                    let stream = tokio::net::UnixStream::from_std(stream)?;
                     self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }
             },

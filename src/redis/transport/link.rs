@@ -21,6 +21,7 @@ use tokio_rustls::client::TlsStream;
 use super::refusal::{address, Refusal};
 use super::tcp;
 use super::tls::Tls;
+use crate::store::reach::Reach;
 
 /// How one connection's links are made.
 pub(crate) struct Links {
@@ -47,12 +48,16 @@ impl Links {
     }
 
     /// A verified TLS link to `host:port` (`None` for an address that is
-    /// not TLS, or is `#insecure`).
-    pub async fn tls(&self, addr: &ConnectionAddr) -> Option<RedisResult<Stream>> {
+    /// not TLS, or is `#insecure`); `reach` is told once its socket is up,
+    /// before the handshake.
+    pub async fn tls(&self, addr: &ConnectionAddr, reach: Option<&Reach>) -> Option<RedisResult<Stream>> {
         let ConnectionAddr::TcpTls { host, port, insecure: false, .. } = addr else { return None };
         let tls = self.tls.as_ref()?;
         let connect = async {
             let stream = Links::tcp(host, *port).await?;
+            if let Some(reach) = reach {
+                reach.socket_up();
+            }
             tls.connect(host, stream).await
         };
         Some(match connect.await {
@@ -82,7 +87,7 @@ impl Links {
         let addr = info.addr();
         let stream = match addr {
             ConnectionAddr::Tcp(host, port) => Stream::Tcp(Links::tcp(host, *port).await?),
-            _ => match self.tls(addr).await {
+            _ => match self.tls(addr, None).await {
                 Some(stream) => stream?,
                 None => return redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&config).await,
             },
@@ -100,7 +105,7 @@ impl Links {
         let addr = info.addr();
         match addr {
             ConnectionAddr::Tcp(host, port) => PubSub::new(settings, Links::tcp(host, *port).await?).await,
-            _ => match self.tls(addr).await {
+            _ => match self.tls(addr, None).await {
                 Some(stream) => PubSub::new(settings, stream?).await.map_err(|err| self.explain(addr, err)),
                 None => redis_client(info.clone())?.get_async_pubsub().await,
             },
