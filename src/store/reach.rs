@@ -50,7 +50,7 @@ mod tests {
     use super::*;
 
     fn cause() -> Cause {
-        Arc::new(io::Error::other("x"))
+        Arc::new(std::io::Error::other("x"))
     }
 
     #[test]
