@@ -26,7 +26,6 @@ use support::wait;
 /// most of it spent on the slot map) cuts it first, and reads the cut as
 /// `Failure::Unreachable` whatever its `Reach` says: the policy moves `k`.
 #[test]
-#[ignore = "finding: a Cluster connect cut by the command's bound (src/redis/transport/connection.rs `within`) is unreachable though its socket came up: k held on two members"]
 fn redis_cluster_connect_cut_by_the_command_bound_never_moves_a_held_key() {
     let cluster = support::cluster::Cluster::start();
     let (holder, _) = support::open_redis_at(&cluster.endpoint_yaml(), &[("leaseMs", "30000")], &[]);

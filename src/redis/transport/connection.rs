@@ -1200,10 +1200,14 @@ fn shut_down() -> Failure {
 }
 
 /// `step` of a command (a route, a connect), cut short at the command's
-/// bound `end`: nothing was sent by it.
+/// bound `end`: nothing was sent by it. Not unreachable: the step cut may
+/// be a connect whose socket is up to a stalled server that holds the key,
+/// after a route that took most of the bound (review R17); a connect that
+/// never gets its socket up fails as unreachable first, at its own
+/// `connectTimeoutMs`.
 async fn within<T>(end: tokio::time::Instant, step: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
     tokio::time::timeout_at(end, step).await.unwrap_or_else(|_| {
-        Err(Failure::Unreachable(Arc::new(timeout_error(
+        Err(Failure::Unanswered(Arc::new(timeout_error(
             "no connection within connectTimeoutMs + commandTimeoutMs of the command's start (its retries included)",
         ))))
     })
