@@ -19,11 +19,11 @@
 //! in microseconds is above every fence granted before (fences follow the
 //! clock, and run ahead of it only by the grants made within one
 //! microsecond, or by how far the clock went back while the host ran). The
-//! same holds for a directory on a file system a reboot empties (tmpfs,
-//! such as `/run/user/<uid>`). The assumption left, as for the redis
-//! driver's restarts: the host's clock after a reboot is above what it was
-//! before (it does not go back across a reboot by more than the reboot
-//! takes, plus how far the clock went back while the host ran).
+//! floor is also lost with its file, `floor.lock`, while the host runs (a
+//! directory logout or a tmp cleaner empties, a removal by hand): grants
+//! then start from the clock again. The assumption left: the host's clock
+//! then (after a reboot, or once the floor went) is above every fence
+//! granted before (docs/file.md, "Fences").
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -25,7 +25,9 @@
 //!
 //! Not synced, as the counters are not (see [`super::fence`]): a crash of
 //! the host that loses a raise also takes a reboot. The driver never
-//! removes the floor file. A backend keeps it open, and opens the path's
+//! removes the floor file; whoever else does (a tmp cleaner, logout
+//! emptying `/run/user/<uid>`) loses the floor, and the next grants start
+//! from the clock (`tests/review_r14.rs`). A backend keeps it open, and opens the path's
 //! file again when the one it holds is no longer named by it (removed by
 //! hand or by a tmp cleaner).
 
