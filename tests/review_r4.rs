@@ -133,8 +133,13 @@ fn assert_granted_at_once_and_released_behind_one_try(outcome: &Outcome, lock_wa
 /// `before` (`{table}`: the table's name) ahead of locking the row, and
 /// `then` after it, instead of sleeping 4 s.
 fn mysql_refused_after_a_grant(before: &str, then: &str) -> Outcome {
+    mysql_refused_after_a_grant_with("", before, then)
+}
+
+/// [`mysql_refused_after_a_grant`] with `fields` added to the backend.
+fn mysql_refused_after_a_grant_with(fields: &str, before: &str, then: &str) -> Outcome {
     let table = mysql::Table::fresh();
-    let one = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
+    let one = Provider::from_yaml(&mysql::yaml(&table.0, fields)).unwrap();
     let outcome = refused_after_a_grant(&one, || {
         let namespace = mysql::rows(&format!("SELECT HEX(ns) FROM `{}` LIMIT 1", table.0))[0][0].clone().unwrap();
         let (before, then) = (before.replace("{table}", &table.0), then.replace("{table}", &table.0).replace("{ns}", &namespace));
@@ -166,8 +171,13 @@ const MYSQL_SLEEP: &str = "DO SLEEP(3);";
 /// `j`'s holder row and then runs `then` (`{keys}`: the key table) before it
 /// rolls back.
 fn postgres_refused_after_a_grant(query: &str, then: &str) -> Outcome {
+    postgres_refused_after_a_grant_with("", query, then)
+}
+
+/// [`postgres_refused_after_a_grant`] with `fields` (YAML lines) added to the backend.
+fn postgres_refused_after_a_grant_with(fields: &str, query: &str, then: &str) -> Outcome {
     let schema = postgres::Schema::fresh();
-    let one = Provider::from_yaml(&postgres::yaml_on(&format!("{}{query}", postgres::url()), &schema.0, "", "")).unwrap();
+    let one = Provider::from_yaml(&postgres::yaml_on(&format!("{}{query}", postgres::url()), &schema.0, fields, "")).unwrap();
     refused_after_a_grant(&one, || {
         let then = then.replace("{keys}", &schema.table(""));
         let script = format!("BEGIN; SELECT slot FROM {} WHERE key = 'j' FOR UPDATE; {then} ROLLBACK;", schema.table("_holders"));
@@ -246,6 +256,27 @@ fn postgres_a_hand_over_chosen_as_a_deadlock_s_victim_after_its_first_grant_is_r
 #[test]
 fn mysql_after_a_refused_hand_over_the_granted_waiter_s_release_waits_behind_the_next_waiter_s_first_try_only() {
     assert_granted_at_once_and_released_behind_one_try(&mysql_refused_after_a_grant("", MYSQL_SLEEP), MYSQL_LOCK_WAIT);
+}
+
+/// With a `pollIntervalMs` of 1, `w2` tries again 1 ms after its refused
+/// try: `w1`'s release, which waited for that try, must still go first (a
+/// busy machine took longer than the default 25 ms to send it: CI saw
+/// 2.005 s, two of `w2`'s tries).
+#[test]
+fn mysql_at_a_1_ms_poll_the_granted_waiter_s_release_still_waits_behind_one_try_only() {
+    assert_granted_at_once_and_released_behind_one_try(
+        &mysql_refused_after_a_grant_with(", pollIntervalMs: 1", "", MYSQL_SLEEP),
+        MYSQL_LOCK_WAIT,
+    );
+}
+
+/// As the test above, on PostgreSQL.
+#[test]
+fn postgres_at_a_1_ms_poll_the_granted_waiter_s_release_still_waits_behind_one_try_only() {
+    assert_granted_at_once_and_released_behind_one_try(
+        &postgres_refused_after_a_grant_with("        pollIntervalMs: 1\n", "", SLEEP),
+        POSTGRES_LOCK_WAIT,
+    );
 }
 
 #[test]

@@ -370,6 +370,13 @@ impl<S: Store> Attempt<S> {
 
     /// Phase 2: the head decides whether to try the store itself now.
     async fn begin_try(&mut self) -> Result<Begin<S::Written>> {
+        if let Some(request) = self.request.clone() {
+            tokio::select! {
+                biased;
+                why = self.interrupts.next() => return Err(self.interrupted(why)),
+                () = request.let_go() => {}
+            }
+        }
         match self.request.as_ref().map_or(Next::Try, |request| request.begin_try()) {
             // A key this process's leases keep full: a release of ours will
             // hand it on, or wake this head when it leaves room.

@@ -109,6 +109,7 @@ impl<S: Store> BackendCore<S> {
     /// ([`Failure::Contended`]) gives the keys back plainly instead.
     async fn delete_if_ours(self: &Arc<Self>, claim: &S::Claim) -> Result<Freed, Failure> {
         let mut candidates = Vec::new();
+        let mut _held_back = None;
         if !claim.is_plain() && self.store.hands_over() {
             let trying;
             (candidates, trying) = self.waiters().candidates(claim);
@@ -116,8 +117,10 @@ impl<S: Store> BackendCore<S> {
             // it cannot see the units freed here, and handing them past it
             // would overtake it; a plain release would leave it to retry
             // after a wake-up (and every release meanwhile to do the same).
-            // Its answer comes within a round trip: hand on after it.
+            // Its answer comes within a round trip: hand on after it. Its
+            // next try waits for this release's call to answer.
             if let (true, Some(head)) = (candidates.is_empty(), trying) {
+                _held_back = Some(head.hold_back());
                 head.untried().await;
                 candidates = self.waiters().candidates(claim).0;
             }

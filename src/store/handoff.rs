@@ -13,7 +13,7 @@
 //! waiters in other processes, a new fence per key), so a handed grant is
 //! the grant that try would have had.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -38,6 +38,11 @@ pub(crate) struct Request<S: Store> {
     /// would wait for that lock again, a whole lock wait, holding the
     /// caller's keys. Only its own try takes it on, until one answers.
     contended: AtomicBool,
+    /// Releases of this process that waited for its try to end and have
+    /// not answered yet (see [`Request::hold_back`]).
+    held_back: AtomicUsize,
+    /// Told when `held_back` drops to 0.
+    let_go: Notify,
 }
 
 enum State<W> {
@@ -104,6 +109,8 @@ impl<S: Store> Request<S> {
             tried: Notify::new(),
             dirty: AtomicBool::new(false),
             contended: AtomicBool::new(false),
+            held_back: AtomicUsize::new(0),
+            let_go: Notify::new(),
         }
     }
 
@@ -231,6 +238,34 @@ impl<S: Store> Request<S> {
         Leftover { grant, dirty: self.dirty.load(Ordering::SeqCst) }
     }
 
+    /// Keeps its task's next try back until the guard goes. A release of
+    /// this process that waits for the try in flight ([`Request::untried`])
+    /// holds it back until its own call has answered: the try holds the
+    /// released keys' rows while it waits for another session's row lock,
+    /// and a next try sent before the release's call (a short
+    /// `pollIntervalMs`, the release's task run late on a busy machine)
+    /// would hold them again, a whole lock wait more, long enough for the
+    /// release to be refused for it in turn (review R4).
+    pub fn hold_back(self: &Arc<Self>) -> HeldBack<S> {
+        self.held_back.fetch_add(1, Ordering::SeqCst);
+        HeldBack(self.clone())
+    }
+
+    /// Resolves once no release holds its next try back.
+    pub async fn let_go(&self) {
+        loop {
+            let let_go = self.let_go.notified();
+            tokio::pin!(let_go);
+            // Registered before the count is read, so a release answering
+            // in between is not missed.
+            let_go.as_mut().enable();
+            if self.held_back.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            let_go.await;
+        }
+    }
+
     /// Resolves once no try of its own task is in flight.
     pub async fn untried(&self) {
         let ended = self.tried.notified();
@@ -240,6 +275,17 @@ impl<S: Store> Request<S> {
         ended.as_mut().enable();
         if matches!(*self.state(), State::Trying) {
             ended.await;
+        }
+    }
+}
+
+/// A request's next try held back by a release (see [`Request::hold_back`]).
+pub(crate) struct HeldBack<S: Store>(Arc<Request<S>>);
+
+impl<S: Store> Drop for HeldBack<S> {
+    fn drop(&mut self) {
+        if self.0.held_back.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.let_go.notify_waiters();
         }
     }
 }
