@@ -26,7 +26,13 @@
 //! replica never received the grant (docs/mysql.md counts a killed query,
 //! 1317, as `OUTCOME_UNKNOWN`, and says semi-synchronous replication lost
 //! no grant in a failover). After a failover to the replica the key is
-//! granted again while the first lease is valid.
+//! granted again while the first lease is valid. A renewal killed the
+//! same way is told renewed.
+//!
+//! In all four the fences stay in order (the second holder's is higher):
+//! the overlap is the one docs/guarantees.md states for a failover to an
+//! asynchronous standby or replica, here under the replication settings
+//! the docs say prevent it.
 //!
 //! Probed and held (by reading, see the report): the cleanup racing a
 //! take (both drivers re-check under the key row locks, the take reads
@@ -224,6 +230,53 @@ fn semi_synchronous_wait_ended(max_statement_time: Option<u32>) {
             second.as_ref().map(|l| l.fence()).ok()
         );
     }
+    block_on(provider.close());
+    block_on(other.close());
+}
+
+/// The mysql driver's renewal under the same `KILL QUERY`: a holder's
+/// renewal waits for the acknowledgement of the semi-synchronous replica,
+/// which stopped receiving, and is killed there. It must not be told
+/// renewed (the replica keeps the grant's expiry): after the failover the
+/// key is granted to another process once that expiry passes, while the
+/// first lease, told renewed, is still valid.
+#[test]
+#[ignore = "finding (two holders): a renewal whose wait for the semi-synchronous replica's acknowledgement is ended by KILL QUERY is told renewed; after a failover the key is granted again within it"]
+fn mysql_a_renewal_killed_while_it_waits_for_the_semi_synchronous_replica_is_not_told_renewed() {
+    use mysql_server::{PrivateServer, GRANTS};
+    let yaml = |url: &str| {
+        format!(
+            "schemaVersion: 1\noptions:\n  dokebi-mysql:\n    connections:\n      main: {{ url: '{url}', commandTimeoutMs: 3000 }}\n  dokebi-lock:\n    backends:\n      shared: {{ driver: mysql, connection: main, table: r19_lock, leaseMs: 4000 }}\n"
+        )
+    };
+    let mut primary = PrivateServer::start(&[GRANTS, "--log-bin", "--server-id=1", "--binlog-format=ROW", "--sync-binlog=1"]);
+    let replica = primary.replica_through(primary.port(), &["--rpl-semi-sync-slave-enabled=ON"]);
+    primary.replicate_semi_synchronously(&replica);
+    let provider = Provider::from_yaml(&yaml(&primary.url())).unwrap();
+    let first = block_on(provider.backend("shared").unwrap().acquire("k", wait(5_000))).unwrap();
+    eventually("the replica applied the grant", || !replica.lag_behind(&primary));
+    replica.run("STOP SLAVE IO_THREAD").unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let waiting = "FROM information_schema.PROCESSLIST WHERE STATE LIKE '%semi-sync%' AND USER = 'root' AND COMMAND = 'Query'";
+    let renewed = std::thread::scope(|scope| {
+        let renewing = scope.spawn(|| block_on(first.renew()));
+        eventually("the renewal waits for the replica", || primary.first::<i64>(&format!("SELECT COUNT(*) {waiting}")).unwrap() == Some(1));
+        let id: i64 = primary.first(&format!("SELECT ID {waiting}")).unwrap().unwrap();
+        primary.run(&format!("KILL QUERY {id}")).unwrap();
+        renewing.join().unwrap()
+    });
+    replica.promote();
+    primary.crash();
+    let other = Provider::from_yaml(&yaml(&replica.url())).unwrap();
+    let second = block_on(other.backend("shared").unwrap().acquire("k", wait(10_000)));
+    assert!(
+        !(matches!(renewed, Ok(true)) && first.is_valid() && second.is_ok()),
+        "two holders of k: the first told renewed (fence {}, valid {:?} more) by a renewal the replica never had, the second granted \
+         by the promoted replica (fence {:?})",
+        first.fence(),
+        first.remaining(),
+        second.as_ref().map(|l| l.fence()).ok()
+    );
     block_on(provider.close());
     block_on(other.close());
 }
