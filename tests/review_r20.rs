@@ -9,8 +9,9 @@
 //! Two ways, both in tokio-postgres's connect as `classify_connect` sees it:
 //!
 //! - A URL that lists several hosts (`postgres://u@primary,standby/db`,
-//!   libpq's failover form; tokio-postgres tries them in order, and so the
-//!   addresses of one name) reports the failure of the last one tried only.
+//!   libpq's failover form; tokio-postgres tries them in order, and the
+//!   addresses of one name the same way, by its source: not run here)
+//!   reports the failure of the last one tried only.
 //!   A first host that refuses this login (at `max_connections`, 53300; a
 //!   `channel_binding=require` the server cannot meet) is a refusal alone,
 //!   but with a last host that is down, its refused socket is the error.
