@@ -179,3 +179,53 @@ fn redis_cluster_a_late_give_back_of_a_split_claims_first_slot_frees_its_grant()
         fences.1
     );
 }
+
+/// Probe that held: `DEBUG RELOAD` (an RDB written and loaded: exact
+/// counters, no reservation) and `DEBUG LOADAOF` (reservations), each
+/// twice or mixed within a second, between grants of a plain, a shared, a
+/// counted key and a set of two keys (`appendonly yes`, `appendfsync
+/// always`): every key's fences still rise strictly.
+#[test]
+fn redis_fences_rise_across_reloads_and_aof_loads_within_a_second() {
+    use dokebi_lock::{AcquireOptions, LockMode};
+    let server = RedisServer::start_persistent(&["--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"]);
+    let (provider, _) = open_redis(&server.url(), &[("leaseMs", "5000"), ("waitTimeoutMs", "3000")], &[]);
+    let backend = provider.backend("shared").unwrap();
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(3000) };
+    let counted = AcquireOptions { limit: Some(3), weight: Some(2), ..wait(3000) };
+    let mut last: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut grant = |key: &str, lease: dokebi_lock::Lease| {
+        for (k, fence) in lease.fences() {
+            let name = format!("{key}/{k}");
+            if let Some(&before) = last.get(&name) {
+                assert!(fence > before, "{name}: fence {fence} after {before}");
+            }
+            last.insert(name, fence);
+        }
+        assert!(block_on(lease.release()).unwrap());
+    };
+    let debug = |what: &str| {
+        let _: redis::Value = redis::cmd("DEBUG").arg(what).query(&mut server.client()).unwrap();
+    };
+    let started = Instant::now();
+    for round in 0..12 {
+        grant("plain", block_on(backend.acquire("p", wait(3000))).unwrap());
+        grant("shared", block_on(backend.acquire("s", shared.clone())).unwrap());
+        grant("counted", block_on(backend.acquire("c", counted.clone())).unwrap());
+        grant("set", block_on(backend.acquire_many(&["m1", "m2", "p"], wait(3000))).unwrap());
+        match round % 4 {
+            0 => debug("RELOAD"),
+            1 => debug("LOADAOF"),
+            2 => {
+                debug("RELOAD");
+                debug("LOADAOF");
+            }
+            _ => {
+                debug("LOADAOF");
+                debug("RELOAD");
+            }
+        }
+    }
+    eprintln!("12 rounds in {:?}", started.elapsed());
+    block_on(provider.close());
+}
