@@ -96,8 +96,7 @@ fn redis_a_late_give_back_after_a_try_sent_twice_frees_the_grant_of_its_token() 
 
 /// A one-node Redis Cluster (every slot on one `redis-server`) whose node
 /// announces the proxy's port, so that a cluster connection reaches it
-/// only through the proxy; other processes reach it directly by `url`
-/// (one key's names share a slot, so single-key scripts run there).
+/// only through the proxy.
 fn one_node_cluster_behind(proxy_to: impl FnOnce(u16) -> Proxy) -> (RedisServer, Proxy, std::path::PathBuf) {
     let root = std::env::temp_dir().join(format!("dokebi-r18-cluster-{}-{:?}", std::process::id(), std::thread::current().id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -132,9 +131,12 @@ fn redis_cluster_a_late_give_back_of_a_split_claims_first_slot_frees_its_grant()
     // Lease terms no other argument spells: the give-back of a slot sends
     // them followed by a wait of 0 and mode x; a waiting try by 1500.
     let lease_ms = [("leaseMs", "31234")];
-    let (through, _) = support::open_redis_at(&format!("cluster: {{ nodes: ['{}'] }}", proxy.url()), &lease_ms, &[]);
-    let (holder, _) = open_redis(&server.url(), &lease_ms, &[]);
-    let (other, _) = open_redis(&server.url(), &lease_ms, &[]);
+    let cluster = format!("cluster: {{ nodes: ['{}'] }}", proxy.url());
+    let (through, _) = support::open_redis_at(&cluster, &lease_ms, &[]);
+    // The other processes are Cluster clients too (through the same proxy,
+    // as the node announces it), with terms the stall does not match.
+    let (holder, _) = support::open_redis_at(&cluster, &[("leaseMs", "30000")], &[]);
+    let (other, _) = support::open_redis_at(&cluster, &[("leaseMs", "30000")], &[]);
     let (waiter, holding, third) =
         (through.backend("shared").unwrap(), holder.backend("shared").unwrap(), other.backend("shared").unwrap());
     // The claim takes its slots in the order of their lock names: `first`
