@@ -14,6 +14,7 @@
 //! callers asking for overlapping sets in different orders).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use redis::cluster_routing::Slot;
 
@@ -44,6 +45,10 @@ pub struct Claim {
     /// The last try was sent twice: its first send may have granted what
     /// the second refused (see [`Claim::sent_twice`]).
     sent_twice: AtomicBool,
+    /// Set when a give-back by this token, sent while its acquire still
+    /// waits, was answered only on a later attempt or not at all (see
+    /// [`Claim::spent`]).
+    spent: OnceLock<Cause>,
 }
 
 /// What one call of the hand-off script did.
@@ -86,6 +91,7 @@ impl Claim {
                 groups: vec![vec![0]],
                 marks_unknown: AtomicBool::new(false),
                 sent_twice: AtomicBool::new(false),
+                spent: OnceLock::new(),
             };
         }
         let mut groups: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -101,7 +107,16 @@ impl Claim {
         // order, whatever order it gave its keys in.
         let smallest = |group: &Vec<usize>| group.iter().map(|&i| keys[i].lock()).min();
         groups.sort_by_cached_key(smallest);
-        Claim { keys, kind, token, terms, groups, marks_unknown: AtomicBool::new(false), sent_twice: AtomicBool::new(false) }
+        Claim {
+            keys,
+            kind,
+            token,
+            terms,
+            groups,
+            marks_unknown: AtomicBool::new(false),
+            sent_twice: AtomicBool::new(false),
+            spent: OnceLock::new(),
+        }
     }
 
     /// The lock name of the first key (where a single key's `WAIT` goes).
@@ -168,6 +183,9 @@ impl Claim {
         channel: &str,
         wake: &(dyn Fn(&str) + Sync),
     ) -> Result<Taken<Via>, Failure> {
+        if let Some(spent) = self.spent() {
+            return Err(spent);
+        }
         let scripts = &on.scripts;
         if self.is_plain() {
             let k = &self.keys[0];
@@ -308,13 +326,43 @@ impl Claim {
         wake: &(dyn Fn(&str) + Sync),
     ) -> Result<(), Failure> {
         let args = self.args(0, 0, channel);
+        let mut failed = None;
         for group in groups {
-            self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await?;
+            let answered = self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await;
+            if let Err(failure) = self.settled(answered) {
+                failed.get_or_insert(failure);
+            }
         }
         for &i in groups.iter().flatten() {
             wake(self.keys[i].lock());
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// The outcome of a give-back sent while the acquire still waits:
+    /// answered only on a later attempt, or not at all, it spends the token
+    /// (see [`Claim::spent`]) and fails as unknown.
+    pub(crate) fn settled<T>(&self, given_back: Result<Answer<T>, Failure>) -> Result<(), Failure> {
+        let lost = match given_back {
+            Ok(Answer { first_attempt_lost: None, .. }) => return Ok(()),
+            Ok(Answer { first_attempt_lost: Some(lost), .. }) | Err(Failure::Unknown(lost)) => lost,
+            Err(failure) => return Err(failure),
+        };
+        let _ = self.spent.set(lost.clone());
+        Err(Failure::Unknown(lost))
+    }
+
+    /// Set once a give-back by this token, sent while its acquire still
+    /// waited, went unanswered on its first attempt: that attempt may
+    /// still reach the server later (a proxy delivers what it read from a
+    /// client it cut) and free whatever the token holds then, a later grant
+    /// included, while its holder is told it holds the key (review R18).
+    /// The token grants nothing more: every later try of the claim fails
+    /// as unknown without being sent (its acquire ends `OUTCOME_UNKNOWN`
+    /// and cleans up by the token), and no hand-over takes it; the SQL
+    /// drivers' rule after a lost try is the same (review R10).
+    pub(crate) fn spent(&self) -> Option<Failure> {
+        self.spent.get().map(|cause| Failure::Unknown(cause.clone()))
     }
 
     /// One call of the hand-off script (see the scripts module): gives back

@@ -18,7 +18,7 @@ use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
 use crate::store::token::owner_token;
 use crate::store::waiters::Waiters;
-use crate::store::{Failure, Freed, HandedOver, Store, StoreConnection, Taken, Terms};
+use crate::store::{Failure, Freed, HandedOver, Retry, Store, StoreConnection, Taken, Terms};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
 /// What the redis backends of one connection share: the connection and its
@@ -175,11 +175,45 @@ impl RedisStore {
 
     /// Gives back what the first send of a try sent twice may have granted
     /// `claim` when the second was refused: nobody was told of it. Best
-    /// effort: what is not given back lapses after leaseMs. The acquire
-    /// still waits: its queue-set marks, and a key a release handed to it,
-    /// stay (see the release script).
+    /// effort: what a refused give-back leaves lapses after leaseMs (or is
+    /// the token's next grant). The acquire still waits: its queue-set
+    /// marks, and a key a release handed to it, stay (see the release
+    /// script). A give-back that may land later spends the token (see
+    /// [`Claim::spent`]).
     async fn give_back_untold(&self, claim: &Claim) {
-        let _ = claim.give_back(&self.shared.scripted, &self.channel, false, &|lock| self.shared.wake(lock)).await;
+        let given_back = claim.give_back(&self.shared.scripted, &self.channel, false, &|lock| self.shared.wake(lock)).await;
+        let _ = claim.settled(given_back);
+    }
+
+    /// One call of the hand-off script for requests none of which is spent
+    /// (see [`Store::hand_over`]).
+    async fn hand_over_unspent(
+        &self,
+        released: Option<&Claim>,
+        requests: &[(&Claim, u64)],
+        waiting_ms: u64,
+    ) -> Result<HandedOver<Via>, Failure> {
+        let sent = Instant::now();
+        let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
+        // Without a released lease the call is the first request's own try
+        // (with the waiters behind it).
+        let own_try_sent_twice = released.is_none() && handed.first_attempt_lost.is_some();
+        if let (true, Some((first, _))) = (released.is_none(), requests.first()) {
+            first.note_lost_try(own_try_sent_twice, waiting_ms);
+            first.sent_twice(); // answered here, below
+        }
+        for (index, (claim, ticket)) in requests.iter().enumerate() {
+            match handed.taken.get(index) {
+                Some(taken @ Taken::Granted { .. }) => {
+                    self.take_back_marks(claim, *ticket).await;
+                    self.granted(taken, sent);
+                }
+                _ if own_try_sent_twice => self.give_back_untold(claim).await,
+                _ => {}
+            }
+        }
+        let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
     }
 }
 
@@ -215,6 +249,9 @@ impl Store for RedisStore {
             _ if sent_twice => self.give_back_untold(claim).await,
             _ => {}
         }
+        if let Some(spent) = claim.spent() {
+            return Err(spent);
+        }
         self.granted(&taken, sent);
         Ok(taken)
     }
@@ -229,27 +266,34 @@ impl Store for RedisStore {
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<Via>, Failure> {
-        let sent = Instant::now();
-        let handed = Claim::hand_over(&self.shared.scripted, released, requests, waiting_ms, &self.channel).await?;
-        // Without a released lease the call is the first request's own try
-        // (with the waiters behind it).
-        let own_try_sent_twice = released.is_none() && handed.first_attempt_lost.is_some();
-        if let (true, Some((first, _))) = (released.is_none(), requests.first()) {
-            first.note_lost_try(own_try_sent_twice, waiting_ms);
-            first.sent_twice(); // answered here, below
-        }
-        for (index, (claim, ticket)) in requests.iter().enumerate() {
-            match handed.taken.get(index) {
-                Some(taken @ Taken::Granted { .. }) => {
-                    self.take_back_marks(claim, *ticket).await;
-                    self.granted(taken, sent);
-                }
-                _ if own_try_sent_twice => self.give_back_untold(claim).await,
-                _ => {}
+        // A spent token is granted nothing (see `Claim::spent`): a head's
+        // own try fails at once, and a spent follower is left out (told
+        // busy, its own next try fails).
+        if let (None, Some((first, _))) = (released, requests.first()) {
+            if let Some(spent) = first.spent() {
+                return Err(spent);
             }
         }
-        let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
-        Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
+        if !requests.iter().any(|(claim, _)| claim.spent().is_some()) {
+            return self.hand_over_unspent(released, requests, waiting_ms).await;
+        }
+        let unspent: Vec<(&Claim, u64)> = requests.iter().filter(|(claim, _)| claim.spent().is_none()).copied().collect();
+        let mut handed = match (released, unspent.is_empty()) {
+            (Some(claim), true) => {
+                let freed = self.give_back(claim).await?;
+                HandedOver { freed, wake: vec![true; claim.keys.len()], taken: Vec::new() }
+            }
+            _ => self.hand_over_unspent(released, &unspent, waiting_ms).await?,
+        };
+        let mut taken = std::mem::take(&mut handed.taken).into_iter();
+        handed.taken = requests
+            .iter()
+            .map_while(|(claim, ticket)| match claim.spent() {
+                Some(_) => Some(Taken::Busy { retry: Retry::Now, ticket: *ticket }),
+                None => taken.next(),
+            })
+            .collect();
+        Ok(handed)
     }
 
     async fn withdraw(&self, claim: &Claim, ticket: u64) {
