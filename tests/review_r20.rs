@@ -2,25 +2,37 @@
 //! decreasing fence, through the policy backend, the file driver, the local
 //! driver and `with_lock`, on the final state of issue 49.
 //!
-//! Finding (each test ignored, so the suite stays green; each failed 3 of
-//! 3 on main 3d9c4d9, "served by host"): the PostgreSQL driver reads as
-//! unreachable connect failures of servers that answered, and a `fallBack`
-//! policy moves `k` to its next member while a server serves its holder.
-//! Two ways, both in tokio-postgres's connect as `classify_connect` sees it:
+//! Finding (each test failed 3 of 3 on main 3d9c4d9, "served by host";
+//! fixed since, and the tests run unignored): the PostgreSQL driver read
+//! as unreachable connect failures of servers that answered, and a
+//! `fallBack` policy moved `k` to its next member while a server served
+//! its holder. Two ways, both in tokio-postgres's connect as
+//! `classify_connect` sees it:
 //!
 //! - A URL that lists several hosts (`postgres://u@primary,standby/db`,
 //!   libpq's failover form; tokio-postgres tries them in order, and the
-//!   addresses of one name the same way, by its source: not run here)
-//!   reports the failure of the last one tried only.
-//!   A first host that refuses this login (at `max_connections`, 53300; a
-//!   `channel_binding=require` the server cannot meet) is a refusal alone,
-//!   but with a last host that is down, its refused socket is the error.
+//!   addresses of one name the same way) reports the failure of the last
+//!   one tried only. A first host that refuses this login (at
+//!   `max_connections`, 53300; a `channel_binding=require` the server
+//!   cannot meet) is a refusal alone, but with a last host that is down,
+//!   its refused socket was the error.
 //! - With `target_session_attrs=read-write`, a server that answers the
 //!   login read-only ends it "database does not allow writes", an I/O
-//!   error (`PermissionDenied`) that `socket_failed` takes for a failed
+//!   error (`PermissionDenied`) that `socket_failed` took for a failed
 //!   socket: a primary at `max_connections` followed by its live standby
 //!   (both up), or one server put into read-only mode
 //!   (`default_transaction_read_only`) while its holder's lease runs.
+//!
+//! The fix (src/postgres/transport/connection.rs): `PermissionDenied` is
+//! not a failed socket, and a connect that would read as unreachable while
+//! its URL names several hosts or a DNS name probes every host's addresses
+//! (within `connectTimeoutMs`): any socket that comes up makes it a
+//! refusal. The addresses of one name are covered by the driver's unit
+//! tests (`any_address_of_a_name_that_takes_the_socket_is_up`): no name
+//! here resolves to several addresses without editing /etc/hosts.
+//! `postgres_first_host_stalling_the_login_with_the_next_host_down_never_moves_a_key`,
+//! added with the fix, covers the probe after a connect cut by
+//! `connectTimeoutMs` (a first host that took the socket and stalls).
 //!
 //! docs/policy.md and docs/guarantees.md list the connect failures of a
 //! server that is up which still read as unreachable (an I/O error or
@@ -110,9 +122,9 @@ fn empty(runtime: tokio::runtime::Runtime, full: Vec<tokio_postgres::Client>) {
 /// already" (53300), which alone is a refusal (the acquire ends), and
 /// serves the connections it has, `k`'s holder's among them. Its standby,
 /// listed second, is down: the connect's error is that host's refused
-/// socket, read as unreachable, and the policy serves `k` from the host.
+/// socket, which read as unreachable (the policy served `k` from the
+/// host) before the driver probed every host.
 #[test]
-#[ignore = "finding (two holders): a multi-host PostgreSQL URL whose first host refuses the login (max_connections) and whose last host is down reads as unreachable; k moves to host while the first host serves its holder"]
 fn postgres_first_host_at_max_connections_with_its_standby_down_never_moves_a_held_key() {
     let server = postgres_server::PrivateServer::start("r20-full", &["max_connections = 6", "superuser_reserved_connections = 0"]);
     let schema = format!("r20_{}", std::process::id());
@@ -139,7 +151,6 @@ fn postgres_first_host_at_max_connections_with_its_standby_down_never_moves_a_he
 /// server that logs in without SCRAM: review R9 made it a refusal on one
 /// host), with a second host after it, down.
 #[test]
-#[ignore = "finding (two holders): a multi-host PostgreSQL URL whose first host refuses the login (channel binding) and whose last host is down reads as unreachable; k moves to host while the first host serves its holder"]
 fn postgres_first_host_refusing_the_login_with_the_next_host_down_never_moves_a_held_key() {
     let schema = postgres::Schema::fresh();
     let holder = schema.open("");
@@ -163,11 +174,10 @@ fn postgres_first_host_refusing_the_login_with_the_next_host_down_never_moves_a_
 /// `target_session_attrs=read-write`. The primary is at `max_connections`
 /// (53300) and serves `k`'s holder; the standby answers the login and is
 /// read-only, which tokio-postgres ends as "database does not allow
-/// writes", an I/O error (`PermissionDenied`) that the driver reads as a
-/// failed socket: unreachable, though both servers answered. The policy
-/// serves `k` from the host.
+/// writes", an I/O error (`PermissionDenied`) that the driver read as a
+/// failed socket: unreachable, though both servers answered, and the
+/// policy served `k` from the host (before the fix).
 #[test]
-#[ignore = "finding (two holders): primary,standby?target_session_attrs=read-write with the primary at max_connections and the standby up reads as unreachable; k moves to host while the primary serves its holder"]
 fn postgres_primary_at_max_connections_with_a_live_read_only_standby_never_moves_a_held_key() {
     let primary = postgres_server::PrivateServer::start("r20-primary", &["max_connections = 8", "superuser_reserved_connections = 0"]);
     let standby = primary.standby("r20-standby");
@@ -198,10 +208,9 @@ fn postgres_primary_at_max_connections_with_a_live_read_only_standby_never_moves
 /// its lease there. Without `target_session_attrs` the policy's acquire is
 /// refused ("cannot execute ... in a read-only transaction") and ends; with
 /// `target_session_attrs=read-write` the login ends "database does not
-/// allow writes", read as unreachable, and the policy serves `k` from the
-/// host while the holder's lease runs.
+/// allow writes", which read as unreachable (before the fix), and the
+/// policy served `k` from the host while the holder's lease ran.
 #[test]
-#[ignore = "finding (two holders): target_session_attrs=read-write against a server in read-only mode reads as unreachable; k moves to host while the holder's lease still runs there"]
 fn postgres_read_only_mode_under_target_session_attrs_never_moves_a_held_key() {
     let server = postgres_server::PrivateServer::start("r20-read-only", &[]);
     let schema = format!("r20_{}", std::process::id());
@@ -221,4 +230,49 @@ fn postgres_read_only_mode_under_target_session_attrs_never_moves_a_held_key() {
         read_write, "host",
         "k was held on db (its lease valid) and the policy's acquire was served by host: the server is in read-only mode"
     );
+}
+
+/// Added with the fix (on the driver before it: served by host, 1 of 1).
+/// The first host of the URL takes
+/// the socket and never answers the login (a server stalled, here a
+/// listener that only accepts), the second is down: the connect runs out
+/// of `connectTimeoutMs` on the first host, which read as unreachable; the
+/// probe finds the first host's socket up, so the acquire ends
+/// (`PROVIDER_FAILED`, "took the connection but did not answer in time")
+/// and the policy does not serve `k` from the host.
+#[test]
+fn postgres_first_host_stalling_the_login_with_the_next_host_down_never_moves_a_key() {
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    let accepting = std::thread::spawn(move || {
+        // Holds what it accepts until the test's end (the listener's drop
+        // with the process).
+        let mut held = Vec::new();
+        for socket in stalled.incoming().take(8) {
+            held.push(socket);
+        }
+        held.len()
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port},127.0.0.1:{}/postgres?sslmode=disable", dead_port());
+    let policy = FallBackToHost::open_on(
+        "postgres",
+        &format!("url: '{url}', connectTimeoutMs: 500, commandTimeoutMs: 2000"),
+        "leaseMs: 10000",
+        5000,
+    );
+    let started = std::time::Instant::now();
+    let served = match block_on(policy.locks().acquire("k", wait(3000))) {
+        Ok(lease) => {
+            let member = lease.served().map_or("?".to_owned(), |served| served.member.name.clone());
+            let _ = block_on(lease.release());
+            member
+        }
+        Err(err) => format!("{:?}: {err}", err.code()),
+    };
+    let took = started.elapsed();
+    drop(policy);
+    drop(accepting);
+    assert!(served.starts_with("ProviderFailed"), "the first host took the socket and stalled, the second is down: served by {served}");
+    assert!(served.contains("did not answer in time"), "{served}");
+    assert!(took < std::time::Duration::from_secs(3), "the connect and its probe took {took:?} (2 × connectTimeoutMs is 1 s)");
 }

@@ -20,8 +20,9 @@ pub enum Failure {
     /// (its handshake or checks): the command did not run, and the server
     /// is up (stalled, say, by another client's script), so it may hold
     /// keys for other processes.
-    // Built without redis and mysql, no driver's connect is classified so.
-    #[cfg_attr(not(any(feature = "redis", feature = "mysql")), allow(dead_code))]
+    // Built without redis, mysql and postgres, no driver's connect is
+    // classified so.
+    #[cfg_attr(not(any(feature = "redis", feature = "mysql", feature = "postgres")), allow(dead_code))]
     Unanswered(Cause),
     /// The command was (or may have been) sent and no answer came in time:
     /// it may have run.

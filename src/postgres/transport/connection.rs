@@ -239,10 +239,27 @@ impl PgConnection {
                 (outcome, _) => outcome,
             }
         };
-        match tokio::time::timeout(self.connect_timeout, attempt).await {
-            Ok(Ok(pair)) => Ok(pair),
-            Ok(Err(err)) => Err(self.classify_connect(err)),
-            Err(elapsed) => Err(Failure::Unreachable(Arc::new(elapsed))),
+        let (failure, timed_out) = match tokio::time::timeout(self.connect_timeout, attempt).await {
+            Ok(Ok(pair)) => return Ok(pair),
+            Ok(Err(err)) => (self.classify_connect(err), false),
+            Err(elapsed) => (Failure::Unreachable(Arc::new(elapsed)), true),
+        };
+        // tokio-postgres tries the URL's hosts, and a name's addresses, in
+        // turn and reports the last one's failure only: a host that took
+        // the socket (and refused the login, or answered read-only) before
+        // a last one that is down would read as unreachable. Unreachable
+        // only when no socket to any of them comes up now either (a second
+        // `connectTimeoutMs` at most).
+        match failure {
+            Failure::Unreachable(cause) if several_places(config) && any_socket_up(config, self.connect_timeout).await => {
+                let cause = Arc::new(std::io::Error::other(format!(
+                    "a server took a socket at one of the URL's hosts, but no connection was made (the last host tried: {cause})"
+                )));
+                // Cut by the timeout: a server that took the socket and
+                // did not answer in time, as far as anyone can tell.
+                Err(if timed_out { Failure::Unanswered(cause) } else { Failure::Refused(cause) })
+            }
+            failure => Err(failure),
         }
     }
 
@@ -406,9 +423,144 @@ fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
 
 /// True when `err` comes from the socket itself (refused, reset, closed,
 /// timed out), not from what came through it (a TLS record or alert is
-/// `InvalidData`).
+/// `InvalidData`) nor from tokio-postgres's own check of a server that
+/// answered (`target_session_attrs`: "database does not allow writes",
+/// "database is not read only", `PermissionDenied`).
 fn socket_failed(err: &tokio_postgres::Error) -> bool {
+    use std::io::ErrorKind;
     std::error::Error::source(err)
         .and_then(|source| source.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| !matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput))
+        .is_some_and(|io| !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied))
+}
+
+/// Where a connect of a config opens its sockets, one entry per host.
+#[derive(Debug)]
+enum Place {
+    /// A host name, or an IP address, and the port.
+    Tcp(String, u16),
+    /// The socket file of a Unix-socket directory (`.s.PGSQL.<port>`).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Unix(std::path::PathBuf),
+}
+
+/// The places `config`'s connect tries, as tokio-postgres's `connect`
+/// picks them: each host's `hostaddr` when given, else the host, on its
+/// port (or the only port, or 5432).
+fn places(config: &Config) -> Vec<Place> {
+    use tokio_postgres::config::Host;
+    let (hosts, addrs, ports) = (config.get_hosts(), config.get_hostaddrs(), config.get_ports());
+    (0..hosts.len().max(addrs.len()))
+        .filter_map(|i| {
+            let port = ports.get(i).or_else(|| ports.first()).copied().unwrap_or(5432);
+            match (addrs.get(i), hosts.get(i)) {
+                (Some(addr), _) => Some(Place::Tcp(addr.to_string(), port)),
+                (None, Some(Host::Tcp(host))) => Some(Place::Tcp(host.clone(), port)),
+                #[cfg(unix)]
+                (None, Some(Host::Unix(dir))) => Some(Place::Unix(dir.join(format!(".s.PGSQL.{port}")))),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// True when the error of `config`'s connect may not be the only one it
+/// met: it names several hosts, or a name that may resolve to several
+/// addresses (not an IP address, not a Unix socket).
+fn several_places(config: &Config) -> bool {
+    let places = places(config);
+    places.len() > 1 || places.iter().any(|place| matches!(place, Place::Tcp(host, _) if host.parse::<std::net::IpAddr>().is_err()))
+}
+
+/// True when a socket to any of `config`'s places (every address of a
+/// name) comes up within `within`: all tried at once, each closed at once.
+async fn any_socket_up(config: &Config, within: Duration) -> bool {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let probes: FuturesUnordered<_> = places(config)
+        .into_iter()
+        .map(|place| async move {
+            match place {
+                Place::Tcp(host, port) => match tokio::net::lookup_host((host.as_str(), port)).await {
+                    Ok(addrs) => any_address_up(addrs.collect()).await,
+                    Err(_) => false,
+                },
+                #[cfg(unix)]
+                Place::Unix(path) => tokio::net::UnixStream::connect(path).await.is_ok(),
+                #[cfg(not(unix))]
+                Place::Unix(_) => false,
+            }
+        })
+        .collect();
+    let mut up = probes.filter(|up| std::future::ready(*up));
+    matches!(tokio::time::timeout(within, up.next()).await, Ok(Some(true)))
+}
+
+/// True when a TCP socket to any of `addrs` comes up (all tried at once).
+async fn any_address_up(addrs: Vec<std::net::SocketAddr>) -> bool {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let probes: FuturesUnordered<_> =
+        addrs.into_iter().map(|addr| async move { tokio::net::TcpStream::connect(addr).await.is_ok() }).collect();
+    let mut up = probes.filter(|up| std::future::ready(*up));
+    up.next().await.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    /// A port nothing listens on.
+    fn dead_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    fn config(url: &str) -> Config {
+        Config::from_str(url).unwrap()
+    }
+
+    #[test]
+    fn only_several_hosts_or_a_name_are_probed() {
+        assert!(!several_places(&config("postgres://u@127.0.0.1:5432/db")));
+        assert!(!several_places(&config("postgres://u@[::1]:5432/db")));
+        assert!(!several_places(&config("host=/var/run/postgresql user=u")));
+        assert!(!several_places(&config("host=localhost hostaddr=127.0.0.1 user=u")));
+        assert!(several_places(&config("postgres://u@localhost/db")));
+        assert!(several_places(&config("postgres://u@127.0.0.1,127.0.0.2/db")));
+        assert!(several_places(&config("host=/var/run/postgresql,/tmp user=u")));
+    }
+
+    #[test]
+    fn places_follow_tokio_postgres() {
+        let listed = format!("{:?}", places(&config("host=a,b,c hostaddr=10.0.0.1,10.0.0.2,10.0.0.3 port=1,2,3 user=u")));
+        assert_eq!(listed, r#"[Tcp("10.0.0.1", 1), Tcp("10.0.0.2", 2), Tcp("10.0.0.3", 3)]"#);
+        let listed = format!("{:?}", places(&config("postgres://u@a,b:7/db")));
+        assert_eq!(listed, r#"[Tcp("a", 5432), Tcp("b", 7)]"#);
+    }
+
+    /// The addresses of one name (tokio-postgres tries them in turn and
+    /// keeps the last one's error): any one that takes the socket counts,
+    /// first or last.
+    #[tokio::test]
+    async fn any_address_of_a_name_that_takes_the_socket_is_up() {
+        let up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = up.local_addr().unwrap();
+        let dead = std::net::SocketAddr::from(([127, 0, 0, 1], dead_port()));
+        assert!(any_address_up(vec![up, dead]).await);
+        assert!(any_address_up(vec![dead, up]).await);
+        assert!(!any_address_up(vec![dead]).await);
+        assert!(!any_address_up(vec![]).await);
+    }
+
+    #[tokio::test]
+    async fn a_host_that_takes_the_socket_is_up_whichever_its_place() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = listener.local_addr().unwrap().port();
+        let (dead, other) = (dead_port(), dead_port());
+        let within = Duration::from_secs(2);
+        assert!(any_socket_up(&config(&format!("postgres://u@localhost:{up}/db")), within).await);
+        assert!(any_socket_up(&config(&format!("postgres://u@127.0.0.1:{up},127.0.0.1:{dead}/db")), within).await);
+        assert!(any_socket_up(&config(&format!("postgres://u@127.0.0.1:{dead},localhost:{up}/db")), within).await);
+        assert!(!any_socket_up(&config(&format!("postgres://u@127.0.0.1:{dead},localhost:{other}/db")), within).await);
+        assert!(!any_socket_up(&config(&format!("postgres://u@no-such-host.invalid:{up}/db")), within).await);
+    }
 }
