@@ -251,7 +251,12 @@ impl<S: Store> Request<S> {
         HeldBack(self.clone())
     }
 
-    /// Resolves once no release holds its next try back.
+    /// Resolves once no release holds its next try back, or at once while
+    /// its task's try still counts as in flight: after a try lost with its
+    /// connection and given back, the request stays trying (see
+    /// `Attempt::cleaned_up_after`), and a release holding it back waits
+    /// for that try to end, which only the next try's end does (review
+    /// R21: the two waited for each other until the wait's end).
     pub async fn let_go(&self) {
         loop {
             let let_go = self.let_go.notified();
@@ -259,7 +264,7 @@ impl<S: Store> Request<S> {
             // Registered before the count is read, so a release answering
             // in between is not missed.
             let_go.as_mut().enable();
-            if self.held_back.load(Ordering::SeqCst) == 0 {
+            if self.held_back.load(Ordering::SeqCst) == 0 || matches!(*self.state(), State::Trying) {
                 return;
             }
             let_go.await;
