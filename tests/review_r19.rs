@@ -17,7 +17,11 @@
 //! tests/postgres_terminations.rs). After a failover to the standby the
 //! key is granted again while the first lease is still valid. A renewal
 //! cancelled the same way is told renewed. (`statement_timeout` does not
-//! end the wait: PostgreSQL disables it before the commit.)
+//! end the wait: PostgreSQL disables it before the commit.) Fixed: the
+//! driver counts the `WARNING` notices of each statement connection and
+//! answers a call that received one between its send and its answer as
+//! unknown (`OUTCOME_UNKNOWN`); these tests, and one of a hand-over
+//! (`_hand_over`) cancelled the same way, run by default.
 //!
 //! Found (mysql, lossless semi-synchronous replication, `AFTER_SYNC`, as
 //! docs/mysql.md recommends): `KILL QUERY` of a grant waiting for the
@@ -27,7 +31,14 @@
 //! 1317, as `OUTCOME_UNKNOWN`, and says semi-synchronous replication lost
 //! no grant in a failover). After a failover to the replica the key is
 //! granted again while the first lease is valid. A renewal killed the
-//! same way is told renewed.
+//! same way is told renewed. Open, stated as a limit in docs/mysql.md and
+//! docs/guarantees.md: the client sees nothing of it (checked by hand on
+//! MariaDB 10.11: the OK packet counts no warning, `SHOW WARNINGS` is
+//! empty, no session state change is tracked, the procedure runs on after
+//! its `COMMIT`); only the global counter `Rpl_semi_sync_master_no_tx`
+//! moves, which any session's unacknowledged commit moves too, and every
+//! commit while semi-synchronous replication is off. The two tests stay
+//! ignored.
 //!
 //! In all four the fences stay in order (the second holder's is higher):
 //! the overlap is the one docs/guarantees.md states for a failover to an
@@ -51,7 +62,7 @@ mod server;
 
 use std::time::Duration;
 
-use dokebi_lock::Provider;
+use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
 use futures::executor::block_on;
 use postgres::{backend, batch_on, count_on, eventually, wait};
 
@@ -74,7 +85,6 @@ fn replayed(url: &str, position: &str) {
 /// and the standby is promoted, the key is granted to another process
 /// while the first lease is still valid.
 #[test]
-#[ignore = "finding (two holders): a grant whose wait for the synchronous standby is cancelled (pg_cancel_backend) is told granted; after a failover the key is granted again"]
 fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_granted() {
     let mut primary = server::PrivateServer::start("r19-sync-cancel", &[]);
     let mut standby = primary.standby("r19-sync-cancel-standby");
@@ -100,6 +110,7 @@ fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_gran
     // An administrator (or a watchdog of long statements) cancels it.
     assert_eq!(count_on(&admin, &format!("SELECT count(*) FROM (SELECT pg_cancel_backend(pid) {waiting}) c")), 1);
     let first = acquiring.join().unwrap();
+    assert_eq!(first.as_ref().err().map(|err| err.code()), Some(ErrorCode::OutcomeUnknown), "the cancelled grant is OUTCOME_UNKNOWN");
     // A failover: the primary is lost, the standby (which never had the
     // grant) promoted.
     primary.crash();
@@ -128,7 +139,6 @@ fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_gran
 /// key is granted to another process once that expiry passes, while the
 /// first lease, told renewed, is still valid.
 #[test]
-#[ignore = "finding (two holders): a renewal whose wait for the synchronous standby is cancelled (pg_cancel_backend) is told renewed; after a failover the key is granted again within it"]
 fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_renewed() {
     let mut primary = server::PrivateServer::start("r19-sync-renew", &[]);
     let mut standby = primary.standby("r19-sync-renew-standby");
@@ -150,6 +160,8 @@ fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_re
         assert_eq!(count_on(&admin, &format!("SELECT count(*) FROM (SELECT pg_cancel_backend(pid) {waiting}) c")), 1);
         renewing.join().unwrap()
     });
+    assert_eq!(renewed.as_ref().err().map(|err| err.code()), Some(ErrorCode::OutcomeUnknown), "the cancelled renewal is OUTCOME_UNKNOWN");
+    assert!(!first.is_valid(), "a lease whose renewal is unknown is given up");
     primary.crash();
     standby.start_again();
     standby.promote();
@@ -167,6 +179,54 @@ fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_re
     block_on(other.close());
 }
 
+/// The same for a hand-over (`_hand_over`): a shared lease's release hands
+/// the key to an exclusive acquire waiting in the same process, in one
+/// statement whose commit waits for the synchronous standby, which is down,
+/// and is cancelled there. The waiter must not be told granted: no
+/// standby has the grant (while it is down, no grant can be replicated,
+/// so a waiter told granted then is told so wrongly; after a failover the
+/// key would be granted again, as in the tests above).
+#[test]
+fn a_hand_over_cancelled_while_it_waits_for_the_synchronous_standby_grants_nothing() {
+    let primary = server::PrivateServer::start("r19-sync-hand", &[]);
+    let mut standby = primary.standby("r19-sync-hand-standby");
+    let admin = primary.url();
+    let tag = "dl_r19_hand";
+    let url = format!("{admin}&application_name={tag}");
+    // Slow polls: the waiter's own tries do not write meanwhile.
+    let terms = "        leaseMs: 60000\n        pollIntervalMs: 5000\n        notifyPollIntervalMs: 5000\n";
+    let provider = Provider::from_yaml(&postgres::yaml_on(&url, "dokebi", terms, "")).unwrap();
+    let lock = backend(&provider);
+    let reader = block_on(lock.acquire("k", AcquireOptions { mode: LockMode::Shared, ..wait(5_000) })).unwrap();
+    let writing = {
+        let lock = lock.clone();
+        std::thread::spawn(move || block_on(lock.acquire("k", wait(8_000))))
+    };
+    eventually("the writer waits", || postgres::counts(&lock).waiting == 1);
+    std::thread::sleep(Duration::from_millis(300));
+    replayed(&standby.url(), &wal_position(&admin));
+    standby.stop();
+    batch_on(&admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
+    batch_on(&admin, "SELECT pg_reload_conf()");
+    let waiting =
+        format!("FROM pg_stat_activity WHERE application_name = '{tag}' AND wait_event = 'SyncRep' AND query LIKE '%\\_hand\\_over%'");
+    let released = std::thread::scope(|scope| {
+        let releasing = scope.spawn(|| block_on(reader.release()));
+        eventually("the hand-over waits for the standby", || count_on(&admin, &format!("SELECT count(*) {waiting}")) == 1);
+        assert_eq!(count_on(&admin, &format!("SELECT count(*) FROM (SELECT pg_cancel_backend(pid) {waiting}) c")), 1);
+        releasing.join().unwrap()
+    });
+    let written = writing.join().unwrap();
+    assert_eq!(released.as_ref().err().map(|err| err.code()), Some(ErrorCode::OutcomeUnknown), "the cancelled hand-over's release");
+    assert!(
+        written.is_err(),
+        "the writer told granted (fence {:?}) by a hand-over no standby has (release: {:?})",
+        written.as_ref().map(|lease| lease.fence()).ok(),
+        released.as_ref().map_err(|err| err.code()),
+    );
+    block_on(provider.close());
+}
+
 /// The mysql driver under the same cancel: a lossless semi-synchronous
 /// primary (`AFTER_SYNC`) whose replica stopped receiving, a grant waiting
 /// for the replica's acknowledgement, and `KILL QUERY` of it. The caller
@@ -174,7 +234,7 @@ fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_re
 /// promoted, the key is granted to another process while the first lease
 /// is still valid.
 #[test]
-#[ignore = "finding (two holders): a grant whose wait for the semi-synchronous replica's acknowledgement is ended by KILL QUERY is told granted; after a failover the key is granted again"]
+#[ignore = "open (docs/mysql.md, docs/guarantees.md): a grant whose semi-synchronous wait is ended by KILL QUERY is told granted; after a failover the key is granted again"]
 fn mysql_a_grant_killed_while_it_waits_for_the_semi_synchronous_replica_is_not_told_granted() {
     semi_synchronous_wait_ended(None);
 }
@@ -241,7 +301,7 @@ fn semi_synchronous_wait_ended(max_statement_time: Option<u32>) {
 /// key is granted to another process once that expiry passes, while the
 /// first lease, told renewed, is still valid.
 #[test]
-#[ignore = "finding (two holders): a renewal whose wait for the semi-synchronous replica's acknowledgement is ended by KILL QUERY is told renewed; after a failover the key is granted again within it"]
+#[ignore = "open (docs/mysql.md, docs/guarantees.md): a renewal whose semi-synchronous wait is ended by KILL QUERY is told renewed; after a failover the key is granted again within it"]
 fn mysql_a_renewal_killed_while_it_waits_for_the_semi_synchronous_replica_is_not_told_renewed() {
     use mysql_server::{PrivateServer, GRANTS};
     let yaml = |url: &str| {

@@ -6,16 +6,23 @@
 //! parameters typed by us, in one round trip (Parse, Bind, Execute, Sync),
 //! so a pooler in transaction mode has no named statement to lose and no
 //! session state to carry.
+//!
+//! A statement answered after a `WARNING` on its client's connection is
+//! answered as unknown (see [`Warnings`]): PostgreSQL answers a commit
+//! whose wait for a synchronous standby was cancelled as a success, with
+//! only a `WARNING` that the transaction "has already committed locally,
+//! but might not have been replicated to the standby".
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
-use tokio_postgres::error::{Severity, SqlState};
+use tokio_postgres::error::{DbError, Severity, SqlState};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, Connection, Row, Socket};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, Row, Socket};
 
 use super::tls::{MakeRustls, RustlsStream};
 use super::url;
@@ -28,8 +35,105 @@ use crate::telemetry::Telemetry;
 /// at once.
 #[derive(Default)]
 struct Slot {
-    client: Mutex<Option<Arc<Client>>>,
+    client: Mutex<Option<Arc<Pooled>>>,
     connecting: tokio::sync::Mutex<()>,
+}
+
+/// A client of the pool and the `WARNING`s its connection received.
+struct Pooled {
+    client: Client,
+    warnings: Arc<Warnings>,
+}
+
+/// The notices of severity `WARNING` that one client's connection
+/// received: how many, and the last. A statement that sees the count move
+/// between its send and its answer is answered as unknown, never as a
+/// success: PostgreSQL answers a commit whose wait for a synchronous
+/// standby was cancelled (`pg_cancel_backend`, an administrator, a
+/// watchdog of long statements) with success and only such a `WARNING`
+/// (no SQLSTATE of its own), and the commit is then on the primary alone,
+/// where a failover to the standby loses it.
+///
+/// Ordering: the notice comes before the statement's `ReadyForQuery` on
+/// the wire (the server says it is ready for the next query only once the
+/// statement's transaction, and so the wait, ended), and tokio-postgres's
+/// connection task handles the messages in the order they came: its codec
+/// ends a batch of messages at a notice and hands the notice out on its
+/// own, by `Connection::poll_message`, which [`drive`] counts before it
+/// polls again for the messages after it. A client's `query_typed` (and
+/// `batch_execute`) ends only at the `ReadyForQuery`, so the count moved
+/// before the statement's answer reaches its caller. Statements pipelined
+/// on one client share the count: another's warning makes a statement
+/// unknown too, never the reverse.
+#[derive(Default)]
+struct Warnings {
+    count: AtomicU64,
+    last: Mutex<Option<DbError>>,
+}
+
+impl Warnings {
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    fn note(&self, notice: DbError) {
+        let warning = match notice.parsed_severity() {
+            Some(severity) => severity == Severity::Warning,
+            // A server before 9.6 sends only its localized severity.
+            None => notice.severity() == "WARNING",
+        };
+        if warning {
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(notice);
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The statement sent when the count was `before` was answered after a
+    /// warning: why its outcome is unknown.
+    fn since(&self, before: u64) -> Option<Failure> {
+        if self.count() == before {
+            return None;
+        }
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Some(Failure::Unknown(Arc::new(Warned(last))))
+    }
+}
+
+/// Why a statement answered after a `WARNING` is unknown. Not a
+/// `tokio_postgres::Error`: the connection was not lost, and such a call
+/// is not sent again (see `lost_with_its_connection` in the store).
+#[derive(Debug)]
+struct Warned(Option<DbError>);
+
+impl std::fmt::Display for Warned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostgreSQL answered the statement after a WARNING on its connection (a commit whose wait for a synchronous standby was cancelled is answered so), so whether it was done durably is unknown")?;
+        match &self.0 {
+            Some(warning) => write!(f, ": {warning}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for Warned {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.as_ref().map(|warning| warning as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Runs a statement client's connection until it ends, counting its
+/// warnings (see [`Warnings`]); notifications and other notices are
+/// dropped, as the connection's own `Future` would.
+async fn drive(mut connection: Connection<Socket, RustlsStream<Socket>>, warnings: Arc<Warnings>) {
+    std::future::poll_fn(|cx| loop {
+        match connection.poll_message(cx) {
+            Poll::Ready(Some(Ok(AsyncMessage::Notice(notice)))) => warnings.note(notice),
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// How long a failed connect answers for later callers, so that a dead
@@ -116,23 +220,29 @@ impl PgConnection {
         }
         let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
         let connecting = crate::store::connecting();
-        let client = self.client(slot).await?;
+        let pooled = self.client(slot).await?;
         drop(connecting);
-        let outcome = tokio::time::timeout(self.command_timeout, client.query_typed(sql, params)).await;
+        let warned_before = pooled.warnings.count();
+        let outcome = tokio::time::timeout(self.command_timeout, pooled.client.query_typed(sql, params)).await;
         // An error of the client (not a timeout) that leaves the outcome
         // unknown: the connection was lost under the statement.
         let client_error = matches!(outcome, Ok(Err(_)));
         let failure = match outcome {
             Ok(Ok(rows)) => {
                 self.health.answered();
-                return Ok(rows);
+                // Answered after a warning: the client and its connection
+                // are sound, the outcome is not.
+                return match pooled.warnings.since(warned_before) {
+                    Some(unknown) => Err(unknown),
+                    None => Ok(rows),
+                };
             }
             Ok(Err(err)) => classify_statement(err),
             Err(elapsed) => {
                 // The server may still be running it (stalled behind a lock
                 // or a slow commit): cancelled, so that it does not run on
                 // while retries pile up behind it.
-                let (token, tls) = (client.cancel_token(), self.tls.clone());
+                let (token, tls) = (pooled.client.cancel_token(), self.tls.clone());
                 self.runtime.spawn(async move {
                     let _ = token.cancel_query(tls).await;
                 });
@@ -143,7 +253,7 @@ impl PgConnection {
             // The client may be stuck behind the statement (a row lock, a
             // stalled server) or gone: later statements get a fresh one.
             let mut held = slot.client.lock().unwrap_or_else(|e| e.into_inner());
-            if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &client)) {
+            if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &pooled)) {
                 *held = None;
             }
         }
@@ -167,12 +277,13 @@ impl PgConnection {
     pub async fn batch(&self, sql: &str) -> std::result::Result<(), Failure> {
         let slot = &self.slots[0];
         let connecting = crate::store::connecting();
-        let client = self.client(slot).await?;
+        let pooled = self.client(slot).await?;
         drop(connecting);
-        match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), client.batch_execute(sql)).await {
+        let warned_before = pooled.warnings.count();
+        match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), pooled.client.batch_execute(sql)).await {
             Ok(Ok(())) => {
                 self.health.answered();
-                Ok(())
+                pooled.warnings.since(warned_before).map_or(Ok(()), Err)
             }
             Ok(Err(err)) => Err(classify_statement(err)),
             Err(elapsed) => Err(Failure::Unknown(Arc::new(elapsed))),
@@ -181,8 +292,8 @@ impl PgConnection {
 
     /// The slot's client, connecting it first when it has none (or its
     /// connection ended).
-    async fn client(&self, slot: &Slot) -> std::result::Result<Arc<Client>, Failure> {
-        let current = || slot.client.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|client| !client.is_closed());
+    async fn client(&self, slot: &Slot) -> std::result::Result<Arc<Pooled>, Failure> {
+        let current = || slot.client.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|pooled| !pooled.client.is_closed());
         if let Some(client) = current() {
             return Ok(client);
         }
@@ -216,12 +327,11 @@ impl PgConnection {
                 return Err(failure);
             }
         };
-        self.runtime.spawn(async move {
-            let _ = connection.await;
-        });
-        let client = Arc::new(client);
-        *slot.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
-        Ok(client)
+        let warnings = Arc::new(Warnings::default());
+        self.runtime.spawn(drive(connection, warnings.clone()));
+        let pooled = Arc::new(Pooled { client, warnings });
+        *slot.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(pooled.clone());
+        Ok(pooled)
     }
 
     /// A new connection for statements, or for `listen`ing, within
