@@ -9,6 +9,7 @@
 mod mysql;
 #[path = "postgres/mod.rs"]
 mod postgres;
+mod proxied;
 #[path = "faults/proxy.rs"]
 mod proxy;
 
@@ -16,42 +17,11 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, Provider};
 use futures::executor::block_on;
+use proxied::{port_of, Proxied};
 use proxy::Proxy;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
-}
-
-/// The port of a `scheme://user@host:port/db` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|port| port.parse().ok()).unwrap()
-}
-
-/// A provider whose statements go through `proxy` to the machine's
-/// server, and one (`direct`, another process's) that does not; leases of
-/// 30 s.
-struct Proxied {
-    proxy: Proxy,
-    through: Provider,
-    direct: Provider,
-}
-
-impl Proxied {
-    fn mysql(table: &mysql::Table) -> Proxied {
-        let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
-        let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
-        let through =
-            Provider::from_yaml(&config.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
-        Proxied { proxy, through, direct: Provider::from_yaml(&config).unwrap() }
-    }
-
-    fn postgres(schema: &postgres::Schema) -> Proxied {
-        let proxy = Proxy::start(port_of(&postgres::url()), Duration::ZERO);
-        let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-        let listen = format!("        listenUrl: '{}'\n", postgres::url());
-        let through = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "        leaseMs: 30000\n", &listen)).unwrap();
-        Proxied { proxy, through, direct: schema.open("        leaseMs: 30000\n") }
-    }
 }
 
 /// The lease of an acquire whose give-back's first attempt was lost, if
@@ -116,34 +86,22 @@ fn late_give_back_under_a_retried_grant(
 #[test]
 fn mysql_a_late_first_give_back_frees_the_retried_grant_of_its_token() {
     let table = mysql::Table::fresh();
-    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
+    let proxied = Proxied::mysql(&table);
+    let Proxied { proxy, through, direct, .. } = &proxied;
     let live = format!("SELECT COUNT(*) FROM `{}_holders` WHERE expires_at > 1", table.0);
-    late_give_back_under_a_retried_grant(
-        &proxy,
-        &through.backend("shared").unwrap(),
-        &direct.backend("shared").unwrap(),
-        (b"_take`(", b"_give_back`("),
-        || mysql::count(&live),
-    );
-    block_on(through.close());
-    block_on(direct.close());
+    late_give_back_under_a_retried_grant(proxy, through, direct, (b"_take`(", b"_give_back`("), || mysql::count(&live));
+    proxied.close();
 }
 
 /// PostgreSQL: the same, its give-back's first attempt delivered late.
 #[test]
 fn postgres_a_late_first_give_back_frees_the_retried_grant_of_its_token() {
     let schema = postgres::Schema::fresh();
-    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
+    let proxied = Proxied::postgres(&schema);
+    let Proxied { proxy, through, direct, .. } = &proxied;
     let live = format!("SELECT count(*) FROM {} WHERE expires_at > now()", schema.table("_holders"));
-    late_give_back_under_a_retried_grant(
-        &proxy,
-        &postgres::backend(&through),
-        &postgres::backend(&direct),
-        (b"_take\"(", b"_give_back\"("),
-        || postgres::count(&live),
-    );
-    block_on(through.close());
-    block_on(direct.close());
+    late_give_back_under_a_retried_grant(proxy, through, direct, (b"_take\"(", b"_give_back\"("), || postgres::count(&live));
+    proxied.close();
 }
 
 /// A transaction of its own that holds the row of `key` in the key table
@@ -302,25 +260,21 @@ fn late_take_under_a_retried_grant(proxy: &Proxy, through: &Backend, other: &Bac
 #[test]
 fn mysql_a_lost_take_landing_after_the_retried_grant_leaves_one_holder() {
     let table = mysql::Table::fresh();
-    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
+    let proxied = Proxied::mysql(&table);
+    let Proxied { proxy, through, direct, .. } = &proxied;
     let fence = format!("SELECT fence FROM `{}` WHERE k = 'k'", table.0);
-    late_take_under_a_retried_grant(&proxy, &through.backend("shared").unwrap(), &direct.backend("shared").unwrap(), b"_take`(", || {
-        mysql::count(&fence) as u64
-    });
-    block_on(through.close());
-    block_on(direct.close());
+    late_take_under_a_retried_grant(proxy, through, direct, b"_take`(", || mysql::count(&fence) as u64);
+    proxied.close();
 }
 
 #[test]
 fn postgres_a_lost_take_landing_after_the_retried_grant_leaves_one_holder() {
     let schema = postgres::Schema::fresh();
-    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
+    let proxied = Proxied::postgres(&schema);
+    let Proxied { proxy, through, direct, .. } = &proxied;
     let fence = format!("SELECT fence FROM {} WHERE key = 'k'", schema.table(""));
-    late_take_under_a_retried_grant(&proxy, &postgres::backend(&through), &postgres::backend(&direct), b"_take\"(", || {
-        postgres::count(&fence) as u64
-    });
-    block_on(through.close());
-    block_on(direct.close());
+    late_take_under_a_retried_grant(proxy, through, direct, b"_take\"(", || postgres::count(&fence) as u64);
+    proxied.close();
 }
 
 /// A waiting acquire aborted while its take is in flight (the proxy holds
@@ -351,17 +305,17 @@ fn aborted_while_its_lost_take_is_given_back(proxy: &Proxy, through: &Backend, o
 #[test]
 fn postgres_an_acquire_aborted_while_its_lost_take_is_given_back_fails_aborted() {
     let schema = postgres::Schema::fresh();
-    let Proxied { proxy, through, direct } = Proxied::postgres(&schema);
-    aborted_while_its_lost_take_is_given_back(&proxy, &postgres::backend(&through), &postgres::backend(&direct));
-    block_on(through.close());
-    block_on(direct.close());
+    let proxied = Proxied::postgres(&schema);
+    let Proxied { proxy, through, direct, .. } = &proxied;
+    aborted_while_its_lost_take_is_given_back(proxy, through, direct);
+    proxied.close();
 }
 
 #[test]
 fn mysql_an_acquire_aborted_while_its_lost_take_is_given_back_fails_aborted() {
     let table = mysql::Table::fresh();
-    let Proxied { proxy, through, direct } = Proxied::mysql(&table);
-    aborted_while_its_lost_take_is_given_back(&proxy, &through.backend("shared").unwrap(), &direct.backend("shared").unwrap());
-    block_on(through.close());
-    block_on(direct.close());
+    let proxied = Proxied::mysql(&table);
+    let Proxied { proxy, through, direct, .. } = &proxied;
+    aborted_while_its_lost_take_is_given_back(proxy, through, direct);
+    proxied.close();
 }

@@ -15,75 +15,18 @@
 mod mysql;
 #[path = "postgres/mod.rs"]
 mod postgres;
+mod proxied;
 #[path = "faults/proxy.rs"]
 mod proxy;
 
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Provider};
+use dokebi_lock::{AbortController, AcquireOptions, ErrorCode};
 use futures::executor::block_on;
-use proxy::Proxy;
+use proxied::Proxied;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
-}
-
-/// The port of a `scheme://user@host:port/db` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|port| port.parse().ok()).unwrap()
-}
-
-/// A provider whose statements go through `proxy` to the machine's
-/// server, and one (`direct`, another process's) that does not; leases of
-/// 30 s, `commandTimeoutMs` 2000.
-struct Proxied {
-    proxy: Proxy,
-    through: Backend,
-    direct: Backend,
-    providers: [Provider; 2],
-}
-
-impl Proxied {
-    fn mysql(table: &mysql::Table) -> Proxied {
-        Proxied::mysql_with(table, "")
-    }
-
-    /// `fields`: more options of the proxied provider's backend (`, name: value`).
-    fn mysql_with(table: &mysql::Table, fields: &str) -> Proxied {
-        let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
-        let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
-        let proxied = mysql::yaml(&table.0, fields).replace("leaseMs: 5000", "leaseMs: 30000");
-        let through =
-            Provider::from_yaml(&proxied.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
-        let direct = Provider::from_yaml(&config).unwrap();
-        Proxied {
-            proxy,
-            through: through.backend("shared").unwrap(),
-            direct: direct.backend("shared").unwrap(),
-            providers: [through, direct],
-        }
-    }
-
-    fn postgres(schema: &postgres::Schema) -> Proxied {
-        Proxied::postgres_with(schema, "")
-    }
-
-    /// `lines`: more option lines of the proxied provider's backend.
-    fn postgres_with(schema: &postgres::Schema, lines: &str) -> Proxied {
-        let proxy = Proxy::start(port_of(&postgres::url()), Duration::ZERO);
-        let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-        let listen = format!("        listenUrl: '{}'\n", postgres::url());
-        let through =
-            Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, &format!("        leaseMs: 30000\n{lines}"), &listen)).unwrap();
-        let direct = schema.open("        leaseMs: 30000\n");
-        Proxied { proxy, through: postgres::backend(&through), direct: postgres::backend(&direct), providers: [through, direct] }
-    }
-
-    fn close(self) {
-        for provider in &self.providers {
-            block_on(provider.close());
-        }
-    }
 }
 
 /// A waiting acquire on `through` loses its take with its connection (the

@@ -15,22 +15,18 @@
 mod mysql;
 #[path = "postgres/mod.rs"]
 mod postgres;
+mod proxied;
 #[path = "faults/proxy.rs"]
 mod proxy;
 
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
-use proxy::Proxy;
+use proxied::Proxied;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
-}
-
-/// The port of a `scheme://user@host:port/db` URL.
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':').next().and_then(|tail| tail.split('/').next()).and_then(|port| port.parse().ok()).unwrap()
 }
 
 /// The safety net's nap of the proxied provider, long as a deployment that
@@ -38,48 +34,15 @@ fn port_of(url: &str) -> u16 {
 /// 2 x 30 s + 1 s.
 const NOTIFY_POLL_MS: u64 = 30_000;
 
-/// A provider whose statements go through `proxy` to the machine's
-/// server (`notifyPollIntervalMs` [`NOTIFY_POLL_MS`]), and one (`direct`,
-/// another process's) that does not; leases of 30 s, `commandTimeoutMs` 2000.
-struct Proxied {
-    proxy: Proxy,
-    through: Backend,
-    direct: Backend,
-    providers: [Provider; 2],
+/// [`Proxied::mysql`] with `notifyPollIntervalMs` [`NOTIFY_POLL_MS`] on
+/// the proxied provider.
+fn proxied_mysql(table: &mysql::Table) -> Proxied {
+    Proxied::mysql_with(table, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}"))
 }
 
-impl Proxied {
-    fn mysql(table: &mysql::Table) -> Proxied {
-        let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
-        let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
-        let proxied =
-            mysql::yaml(&table.0, &format!(", notifyPollIntervalMs: {NOTIFY_POLL_MS}")).replace("leaseMs: 5000", "leaseMs: 30000");
-        let through =
-            Provider::from_yaml(&proxied.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
-        let direct = Provider::from_yaml(&config).unwrap();
-        Proxied {
-            proxy,
-            through: through.backend("shared").unwrap(),
-            direct: direct.backend("shared").unwrap(),
-            providers: [through, direct],
-        }
-    }
-
-    fn postgres(schema: &postgres::Schema) -> Proxied {
-        let proxy = Proxy::start(port_of(&postgres::url()), Duration::ZERO);
-        let url = format!("postgres://postgres@127.0.0.1:{}/test?sslmode=disable", proxy.port());
-        let listen = format!("        listenUrl: '{}'\n", postgres::url());
-        let lines = format!("        leaseMs: 30000\n        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n");
-        let through = Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, &lines, &listen)).unwrap();
-        let direct = schema.open("        leaseMs: 30000\n");
-        Proxied { proxy, through: postgres::backend(&through), direct: postgres::backend(&direct), providers: [through, direct] }
-    }
-
-    fn close(self) {
-        for provider in &self.providers {
-            block_on(provider.close());
-        }
-    }
+/// [`Proxied::postgres`] with `notifyPollIntervalMs` [`NOTIFY_POLL_MS`].
+fn proxied_postgres(schema: &postgres::Schema) -> Proxied {
+    Proxied::postgres_with(schema, &format!("        notifyPollIntervalMs: {NOTIFY_POLL_MS}\n"))
 }
 
 /// A waiting acquire on `through` loses its take (kept by the proxy),
@@ -110,7 +73,7 @@ fn a_late_take_after_its_release_leaves_a_mark(proxied: &Proxied, take: &[u8], m
 #[ignore = "open (docs/postgres.md): a lost take delivered after its lease's release is refused for the next holder and leaves a mark nobody takes back: a new acquire of the free key is refused (WAIT_TIMEOUT) for 2 x notifyPollIntervalMs + 1 s"]
 fn postgres_a_late_take_landing_after_its_release_leaves_no_mark_behind() {
     let schema = postgres::Schema::fresh();
-    let proxied = Proxied::postgres(&schema);
+    let proxied = proxied_postgres(&schema);
     let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
     let x = a_late_take_after_its_release_leaves_a_mark(&proxied, b"_take\"(", || postgres::count(&marks));
     proxied.close();
@@ -121,7 +84,7 @@ fn postgres_a_late_take_landing_after_its_release_leaves_no_mark_behind() {
 #[ignore = "open (docs/postgres.md): a lost take delivered after its lease's release is refused for the next holder and leaves a mark nobody takes back: a new acquire of the free key is refused (WAIT_TIMEOUT) for 2 x notifyPollIntervalMs + 1 s"]
 fn mysql_a_late_take_landing_after_its_release_leaves_no_mark_behind() {
     let table = mysql::Table::fresh();
-    let proxied = Proxied::mysql(&table);
+    let proxied = proxied_mysql(&table);
     let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
     let marks = format!("SELECT COUNT(*) FROM `{}_waiting` WHERE lapses_at > {now}", table.0);
     let x = a_late_take_after_its_release_leaves_a_mark(&proxied, b"_take`(", || mysql::count(&marks));
