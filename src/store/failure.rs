@@ -11,10 +11,9 @@ use crate::error::{Cause, ErrorCode, LockError};
 #[derive(Debug, Clone)]
 pub enum Failure {
     /// No connection could be made: its socket never came up (the rule is
-    /// [`super::reach`]'s); the
-    /// command did not run. The only failure that says the store may be
-    /// down rather than up and refusing this process, so the only one a
-    /// policy falls back on.
+    /// [`super::reach`]'s); the command did not run. The only failure that
+    /// says the store may be down rather than up and refusing this
+    /// process, so the only one a policy falls back on.
     Unreachable(Cause),
     /// A connect's socket came up and the server did not answer in time
     /// (its handshake or checks): the command did not run, and the server

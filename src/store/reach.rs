@@ -1,7 +1,12 @@
 //! How far a connect got, and the one rule that reads a failed connect as
 //! [`Failure::Unreachable`], for every driver: only a connect that never
 //! got its socket up (refused, no route, a name that does not resolve, a
-//! timeout before the socket was up).
+//! timeout before the socket was up). The redis transport, which opens its
+//! own sockets, tells [`Reach`] when one comes up; the PostgreSQL and MySQL
+//! clients open theirs inside their libraries, so their drivers read the
+//! rule off the error (PostgreSQL probes every address of the URL when the
+//! error alone cannot tell: `postgres::transport::connection`), with the
+//! limits docs/policy.md states.
 //!
 //! A policy moves a key on "unreachable" (`policy::router`), so a server
 //! that may hold it must never read so: one that took the socket is up,
