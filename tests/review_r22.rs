@@ -16,9 +16,27 @@
 //!    (tests/faults/proxy.rs), the second group's slot taken out of service
 //!    (`CLUSTER DELSLOTS`, `cluster-require-full-coverage no`) for the
 //!    give-back only.
-//! 2. 14947dc (postgres connect classification): read only (see the report).
+//! 2. 14947dc (postgres connect classification): a connect is unreachable
+//!    only if no socket to any host/address of the URL came up, probed when
+//!    the URL names several hosts or a host name (docs/policy.md: "reads the
+//!    connect as unreachable only when none comes up"). The probe
+//!    (`any_address_up`) counts a socket as up only when tokio's connect
+//!    returns it: a socket the server took and reset at once (RST) has its
+//!    connect answer `ECONNRESET` (the pending socket error), the same
+//!    "not up" as a refused one. So a server (or the TCP front before it)
+//!    that takes each new socket and resets it still reads as unreachable
+//!    under a host name, and a `fallBack` policy moves a key it holds.
+//!    Confirmed below with the machine's PostgreSQL 15 behind a small TCP
+//!    front (in this file) that forwards, then resets new connections
+//!    (`SO_LINGER` 0) while the sessions it forwards go on. Read and held
+//!    otherwise: tokio-postgres's host, hostaddr and port pairing in
+//!    `places`, `sslmode=allow`'s second connect (only after an answer
+//!    with a code), `target_session_attrs`, Unix socket directories.
 
+mod postgres;
 mod support;
+
+use support::fall_back::FallBackToHost;
 
 #[path = "faults/proxy.rs"]
 mod proxy;
@@ -168,4 +186,110 @@ fn key_in_slot(server: &RedisServer, slot: u16) -> String {
         }
     }
     panic!("no key found in slot {slot}");
+}
+
+/// A TCP front for 127.0.0.1:`upstream` on a port of its own: it forwards
+/// each connection it takes, or, once [`Front::reset_new`] was called,
+/// resets each new one at once (`SO_LINGER` 0, then close: an RST), while
+/// the connections it forwards go on. A load balancer or proxy that turns
+/// new sessions away so, or a server's full accept queue under
+/// `tcp_abort_on_overflow`, looks the same to a client.
+struct Front {
+    port: u16,
+    reset: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Front {
+    fn start(upstream: u16) -> Front {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reset = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let resetting = reset.clone();
+        std::thread::spawn(move || {
+            for socket in listener.incoming().flatten() {
+                if resetting.load(Ordering::SeqCst) {
+                    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+                    // SAFETY: a valid socket, and an option of its size.
+                    unsafe {
+                        libc::setsockopt(
+                            socket.as_raw_fd(),
+                            libc::SOL_SOCKET,
+                            libc::SO_LINGER,
+                            (&linger as *const libc::linger).cast(),
+                            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                        );
+                    }
+                    drop(socket);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let (mut client_in, mut server_out) = (socket.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut server_in, mut client_out) = (server, socket);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut client_in, &mut server_out);
+                    let _ = server_out.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server_in, &mut client_out);
+                    let _ = client_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Front { port, reset }
+    }
+
+    fn reset_new(&self) {
+        self.reset.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `k` is held on the machine's PostgreSQL by a holder whose session goes
+/// through a TCP front, named by `localhost` in the URL. The front then
+/// resets every new connection (the session it forwards goes on, the
+/// server is up and holds `k`). A fresh process's policy over the same URL
+/// (`db`, falling back to `host`): its connect fails with
+/// `ConnectionReset`, which alone reads as unreachable; the URL names a
+/// host, so the driver probes every address for a socket, but the probe's
+/// connect meets the same reset and counts the socket as never up. The
+/// acquire ends unreachable, and the policy serves `k` from `host` while
+/// the holder's lease holds it on PostgreSQL: two holders.
+///
+/// Failed on every run on main (010c20c): served by host.
+#[test]
+#[ignore = "postgres: a server (or its TCP front) that takes each new socket and resets it reads as unreachable even under a host name (the probe sees the reset as no socket); a fallBack policy moves a key held there"]
+fn postgres_a_named_server_that_resets_new_sockets_while_it_holds_a_key_never_moves_it() {
+    let upstream: u16 = postgres::url()
+        .split_once("@")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .and_then(|(host, _)| host.rsplit_once(':'))
+        .map_or(5432, |(_, port)| port.parse().unwrap());
+    let front = Front::start(upstream);
+    let url = format!("postgres://postgres@localhost:{}/test?sslmode=disable", front.port);
+    let schema = postgres::Schema::fresh();
+    let holder = dokebi_lock::Provider::from_yaml(&postgres::yaml_on(&url, &schema.0, "", "")).unwrap();
+    let lease = block_on(postgres::backend(&holder).acquire("k", wait(0))).unwrap();
+    front.reset_new();
+    let policy = FallBackToHost::open_on(
+        "postgres",
+        &format!("url: '{url}', connectTimeoutMs: 500, commandTimeoutMs: 2000"),
+        &format!("schema: {}, leaseMs: 10000", schema.0),
+        5000,
+    );
+    let served = match block_on(policy.locks().acquire("k", wait(3000))) {
+        Ok(other) => {
+            let member = other.served().map_or("?".to_owned(), |served| served.member.name.clone());
+            let _ = block_on(other.release());
+            member
+        }
+        Err(err) => format!("{:?}: {err}", err.code()),
+    };
+    drop(policy);
+    // The holder's session through the front still answers: its lease holds.
+    let still_held = block_on(lease.release());
+    block_on(holder.close());
+    drop(schema);
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    assert_ne!(served, "host", "k was held on PostgreSQL (through the front) and the policy's acquire was served by host");
 }
