@@ -1,5 +1,6 @@
 //! Review R22: an adversarial read of two changes on main, looking for two
-//! holders of a key or a repeated fence, against private redis-servers.
+//! holders of a key or a repeated fence, against private redis-servers and
+//! the machine's PostgreSQL 15.
 //!
 //! 1. e106142, the redis driver's spent token (`Claim::settled`,
 //!    `Claim::spent`): a give-back sent while the acquire still waits whose
@@ -15,7 +16,13 @@
 //!    under the lease. Confirmed below on a one-node cluster behind a proxy
 //!    (tests/faults/proxy.rs), the second group's slot taken out of service
 //!    (`CLUSTER DELSLOTS`, `cluster-require-full-coverage no`) for the
-//!    give-back only.
+//!    give-back only. Read and held (no late free of a live grant found):
+//!    renewals (they only extend a lock carrying the token), withdraws (they
+//!    free only an `h:<token>` reservation, never a grant), a lease's own
+//!    release retried and the clean-up (their token is done), a release's
+//!    hand-over sent twice (it grants, frees only the released token), and
+//!    spent requests in `hand_over` (left out, told busy; `deliver` takes
+//!    each request's answer on its own).
 //! 2. 14947dc (postgres connect classification): a connect is unreachable
 //!    only if no socket to any host/address of the URL came up, probed when
 //!    the URL names several hosts or a host name (docs/policy.md: "reads the
