@@ -290,13 +290,22 @@ impl Claim {
         let args = self.args(0, 0, channel);
         let mut released = 0;
         let mut first_failure = None;
+        // A group's give-back that may still land later (its first attempt
+        // lost, or no answer): the whole give-back is then unknown, even if
+        // another group's was refused (review R22).
+        let mut lost: Option<Cause> = None;
         let mut answered: Option<Answer<i64>> = None;
         for group in &self.groups {
             match self.kinds::<i64>(on, &on.scripts.kinds_release, group, &args).await {
                 Ok(answer) => {
                     released += answer.value;
-                    let lost = answered.take().and_then(|a| a.first_attempt_lost);
-                    answered = Some(Answer { value: 0, via: answer.via, first_attempt_lost: answer.first_attempt_lost.or(lost) });
+                    if let Some(cause) = &answer.first_attempt_lost {
+                        lost.get_or_insert_with(|| cause.clone());
+                    }
+                    answered = Some(answer);
+                }
+                Err(Failure::Unknown(cause)) => {
+                    lost.get_or_insert(cause);
                 }
                 Err(failure) => {
                     first_failure.get_or_insert(failure);
@@ -308,13 +317,14 @@ impl Claim {
                 wake(key.lock());
             }
         }
-        match (first_failure, answered) {
-            (None, Some(mut answer)) => {
-                answer.value = i64::from(released == self.keys.len() as i64);
-                Ok(answer)
+        match (first_failure, answered, lost) {
+            (None, Some(answer), lost) => {
+                let value = i64::from(released == self.keys.len() as i64);
+                Ok(Answer { value, via: answer.via, first_attempt_lost: lost })
             }
-            (Some(failure), _) => Err(failure),
-            (None, None) => unreachable!("a claim has at least one group"),
+            (_, _, Some(lost)) => Err(Failure::Unknown(lost)),
+            (Some(failure), _, None) => Err(failure),
+            (None, None, None) => unreachable!("a claim has at least one group"),
         }
     }
 

@@ -531,16 +531,26 @@ fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
     fatal || db.code().code().starts_with("57P")
 }
 
-/// True when `err` comes from the socket itself (refused, reset, closed,
-/// timed out), not from what came through it (a TLS record or alert is
-/// `InvalidData`) nor from tokio-postgres's own check of a server that
-/// answered (`target_session_attrs`: "database does not allow writes",
-/// "database is not read only", `PermissionDenied`).
+/// True when `err` says the socket never came up (refused, no route, a
+/// name that does not resolve, timed out): not an error that only a socket
+/// that came up can give ([`came_up`]), nor one from what came through it
+/// (a TLS record or alert is `InvalidData`) or from tokio-postgres's own
+/// check of a server that answered (`target_session_attrs`: "database does
+/// not allow writes", "database is not read only", `PermissionDenied`).
 fn socket_failed(err: &tokio_postgres::Error) -> bool {
     use std::io::ErrorKind;
-    std::error::Error::source(err)
-        .and_then(|source| source.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied))
+    std::error::Error::source(err).and_then(|source| source.downcast_ref::<std::io::Error>()).is_some_and(|io| {
+        !came_up(io) && !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied)
+    })
+}
+
+/// True for the socket errors only an established connection gives: reset
+/// or aborted (a RST to the SYN is "refused"; a reset comes after the
+/// handshake: a server, or a TCP front, that took the socket and dropped
+/// it: review R22), or closed by the peer. The socket came up.
+fn came_up(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe)
 }
 
 /// Where a connect of a config opens its sockets, one entry per host.
@@ -594,7 +604,7 @@ async fn any_socket_up(config: &Config, within: Duration) -> bool {
                     Err(_) => false,
                 },
                 #[cfg(unix)]
-                Place::Unix(path) => tokio::net::UnixStream::connect(path).await.is_ok(),
+                Place::Unix(path) => tokio::net::UnixStream::connect(path).await.map_or_else(|err| came_up(&err), |_| true),
                 #[cfg(not(unix))]
                 Place::Unix(_) => false,
             }
@@ -604,11 +614,14 @@ async fn any_socket_up(config: &Config, within: Duration) -> bool {
     matches!(tokio::time::timeout(within, up.next()).await, Ok(Some(true)))
 }
 
-/// True when a TCP socket to any of `addrs` comes up (all tried at once).
+/// True when a TCP socket to any of `addrs` comes up (all tried at once),
+/// even if it is reset at once.
 async fn any_address_up(addrs: Vec<std::net::SocketAddr>) -> bool {
     use futures_util::stream::{FuturesUnordered, StreamExt};
-    let probes: FuturesUnordered<_> =
-        addrs.into_iter().map(|addr| async move { tokio::net::TcpStream::connect(addr).await.is_ok() }).collect();
+    let probes: FuturesUnordered<_> = addrs
+        .into_iter()
+        .map(|addr| async move { tokio::net::TcpStream::connect(addr).await.map_or_else(|err| came_up(&err), |_| true) })
+        .collect();
     let mut up = probes.filter(|up| std::future::ready(*up));
     up.next().await.is_some()
 }
