@@ -192,7 +192,7 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 8: an expired holder row never comes back to life on a clock stepped
 /// back: `take` marks the expired rows of other tokens of the keys it
 /// grants dead ([`DEAD`]), `renew` the rows it refuses.
-const VERSION: &str = "dokebi-lock functions 9";
+const VERSION: &str = "dokebi-lock functions 10";
 
 /// The expiry of a dead holder row: one whose lease expired (and whose key
 /// was granted since, or whose renewal was refused). Below every reading of
@@ -303,9 +303,17 @@ const READ_COMMITTED: &str = "IF current_setting('transaction_isolation') <> 're
 /// database or the role says (`reset_val`), whatever a session `SET` in
 /// `synchronous_commit` (a pooler's other client may have turned it off on
 /// the server connection the call runs on). Looked up only when the
-/// session's is weaker than `on`.
+/// session's is weaker than `on`. And its commit's WARNING reaches the
+/// driver whatever `client_min_messages` the session (a pooler's other
+/// client, a role, a database) has: a wait for a synchronous standby
+/// cancelled at commit answers success with only that WARNING ("committed
+/// locally, but might not have been replicated"), which the driver reads
+/// as unknown (review R23).
 const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'local') THEN
     PERFORM set_config('synchronous_commit', s.reset_val, true) FROM pg_settings s WHERE s.name = 'synchronous_commit';
+  END IF;
+  IF current_setting('client_min_messages') NOT IN ('debug5', 'debug4', 'debug3', 'debug2', 'debug1', 'log', 'notice', 'warning') THEN
+    PERFORM set_config('client_min_messages', 'warning', true);
   END IF;";
 
 /// Row-lock waits of a renewal, a release or a withdrawal end at
