@@ -137,6 +137,12 @@ impl PrivateServer {
         self.port
     }
 
+    /// The directory of the server's Unix-domain socket (`-k`), which also
+    /// holds its data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Promotes a standby to a primary and waits until it is one.
     pub fn promote(&self) {
         run_as_postgres(None, "pg_ctl", &["-D", self.data().to_str().unwrap(), "-w", "-t", "60", "promote"]);
