@@ -20,7 +20,12 @@
 //!    with SIGSTOP while the holder's own backend runs on: a stand-in for a
 //!    postmaster behind a burst of new connections) and on private
 //!    redis-servers behind a 4 s script (`busy-reply-threshold` above it),
-//!    each backlog filled with bare non-blocking connects.
+//!    each backlog filled with bare non-blocking connects. The Unix-socket
+//!    cases failed every run (11 of 11, 5 of 5). Fixed: a connect error
+//!    that is no sign the server is down (`store::reach::no_sign_of_down`:
+//!    `EAGAIN`, a reset) counts as a socket that came up, on both drivers.
+//!    The TCP case stays the stated limit (docs/guarantees.md: a full
+//!    accept queue), its test ignored.
 //! 2. 0b20fc5's merge of a split claim's give-back (`Claim::give_back`),
 //!    and the other per-group merges (`give_back_groups` through `settled`,
 //!    `extend`, `take`, `withdraw`; the hand-over is not used on a
@@ -100,7 +105,6 @@ impl Drop for Stopped {
 /// connect meets `EAGAIN`, which reads as unreachable, and the policy
 /// serves `k` from `host` while the holder's lease holds it on PostgreSQL.
 #[test]
-#[ignore = "a PostgreSQL whose Unix socket backlog is full (EAGAIN) reads as unreachable: a fallBack policy serves a held key from host"]
 fn postgres_a_unix_socket_with_a_full_backlog_is_up_and_never_moves_a_held_key() {
     let server = PrivateServer::start("r24-backlog", &["max_connections = 10"]);
     let socket_dir = server.dir().to_path_buf();
@@ -154,7 +158,6 @@ fn postgres_a_unix_socket_with_a_full_backlog_is_up_and_never_moves_a_held_key()
 /// came up, unreachable, and the policy serves `k` from `host` while the
 /// holder's lease holds it on Redis.
 #[test]
-#[ignore = "a Redis (behind a script) whose Unix socket backlog is full (EAGAIN) reads as unreachable: a fallBack policy serves a held key from host"]
 fn redis_a_unix_socket_with_a_full_backlog_is_up_and_never_moves_a_held_key() {
     let socket = std::env::temp_dir().join(format!("dokebi-r24-{}.sock", std::process::id()));
     let server = support::redis_server::RedisServer::start_with(&[

@@ -49,7 +49,7 @@ pub(crate) mod handoff;
 mod health;
 pub mod keep_alive;
 pub mod lease;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub(crate) mod reach;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod reply;

@@ -18,17 +18,23 @@
 //! that takes the socket for a server that is down reads the same, so a
 //! policy does not move past it (docs/policy.md).
 
+#[cfg(feature = "redis")]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "redis")]
 use std::sync::Arc;
 
+#[cfg(feature = "redis")]
 use super::failure::Failure;
+#[cfg(feature = "redis")]
 use crate::error::Cause;
 
 /// How far one connect got; shared with what made it, so that it still
 /// tells after the connect was cut by its timeout.
+#[cfg(feature = "redis")]
 #[derive(Clone, Default)]
 pub(crate) struct Reach(Arc<AtomicBool>);
 
+#[cfg(feature = "redis")]
 impl Reach {
     /// The socket is connected.
     pub fn socket_up(&self) {
@@ -50,14 +56,35 @@ impl Reach {
     }
 }
 
+/// True for a socket error that is no sign the server is down: one only a
+/// socket that came up can give (reset or aborted after the handshake, a
+/// RST to the SYN being "refused"; closed by the peer: review R22), or a
+/// Unix socket whose listen backlog is full (`EAGAIN`: a server listens
+/// there, stalled or slow to accept: review R24), or this process out of
+/// memory (nothing learnt of the server).
+pub(crate) fn no_sign_of_down(err: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        err.kind(),
+        ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::UnexpectedEof
+            | ErrorKind::BrokenPipe
+            | ErrorKind::WouldBlock
+            | ErrorKind::OutOfMemory
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[cfg(feature = "redis")]
     fn cause() -> Cause {
         Arc::new(std::io::Error::other("x"))
     }
 
+    #[cfg(feature = "redis")]
     #[test]
     fn only_a_socket_never_up_is_unreachable() {
         let reach = Reach::default();
@@ -66,5 +93,16 @@ mod tests {
         reach.socket_up();
         assert!(matches!(reach.failure(cause(), true), Failure::Refused(_)));
         assert!(matches!(reach.failure(cause(), false), Failure::Unanswered(_)));
+    }
+
+    #[test]
+    fn a_full_backlog_or_a_reset_is_no_sign_of_down() {
+        use std::io::{Error, ErrorKind};
+        for kind in [ErrorKind::WouldBlock, ErrorKind::ConnectionReset, ErrorKind::UnexpectedEof] {
+            assert!(no_sign_of_down(&Error::from(kind)), "{kind:?}");
+        }
+        for kind in [ErrorKind::ConnectionRefused, ErrorKind::TimedOut, ErrorKind::NotFound, ErrorKind::HostUnreachable] {
+            assert!(!no_sign_of_down(&Error::from(kind)), "{kind:?}");
+        }
     }
 }

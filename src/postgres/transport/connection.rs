@@ -28,6 +28,7 @@ use super::tls::{MakeRustls, RustlsStream};
 use super::url;
 use crate::error::Result;
 use crate::options::PostgresConnectionOptions;
+use crate::store::reach::no_sign_of_down;
 use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
 use crate::telemetry::Telemetry;
 
@@ -532,25 +533,17 @@ fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
 }
 
 /// True when `err` says the socket never came up (refused, no route, a
-/// name that does not resolve, timed out): not an error that only a socket
-/// that came up can give ([`came_up`]), nor one from what came through it
+/// name that does not resolve, timed out): not an error that is no sign
+/// the server is down ([`no_sign_of_down`]: a reset, a full backlog), nor
+/// one from what came through it
 /// (a TLS record or alert is `InvalidData`) or from tokio-postgres's own
 /// check of a server that answered (`target_session_attrs`: "database does
 /// not allow writes", "database is not read only", `PermissionDenied`).
 fn socket_failed(err: &tokio_postgres::Error) -> bool {
     use std::io::ErrorKind;
     std::error::Error::source(err).and_then(|source| source.downcast_ref::<std::io::Error>()).is_some_and(|io| {
-        !came_up(io) && !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied)
+        !no_sign_of_down(io) && !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied)
     })
-}
-
-/// True for the socket errors only an established connection gives: reset
-/// or aborted (a RST to the SYN is "refused"; a reset comes after the
-/// handshake: a server, or a TCP front, that took the socket and dropped
-/// it: review R22), or closed by the peer. The socket came up.
-fn came_up(io: &std::io::Error) -> bool {
-    use std::io::ErrorKind;
-    matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe)
 }
 
 /// Where a connect of a config opens its sockets, one entry per host.
@@ -604,7 +597,7 @@ async fn any_socket_up(config: &Config, within: Duration) -> bool {
                     Err(_) => false,
                 },
                 #[cfg(unix)]
-                Place::Unix(path) => tokio::net::UnixStream::connect(path).await.map_or_else(|err| came_up(&err), |_| true),
+                Place::Unix(path) => tokio::net::UnixStream::connect(path).await.map_or_else(|err| no_sign_of_down(&err), |_| true),
                 #[cfg(not(unix))]
                 Place::Unix(_) => false,
             }
@@ -620,7 +613,7 @@ async fn any_address_up(addrs: Vec<std::net::SocketAddr>) -> bool {
     use futures_util::stream::{FuturesUnordered, StreamExt};
     let probes: FuturesUnordered<_> = addrs
         .into_iter()
-        .map(|addr| async move { tokio::net::TcpStream::connect(addr).await.map_or_else(|err| came_up(&err), |_| true) })
+        .map(|addr| async move { tokio::net::TcpStream::connect(addr).await.map_or_else(|err| no_sign_of_down(&err), |_| true) })
         .collect();
     let mut up = probes.filter(|up| std::future::ready(*up));
     up.next().await.is_some()

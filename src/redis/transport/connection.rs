@@ -68,7 +68,7 @@ use crate::error::{Cause, ErrorCode, Result};
 use crate::host::{Host, HostStream, InRuntime, Socket};
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::{ConnectionOptions, Endpoint};
-use crate::store::reach::Reach;
+use crate::store::reach::{no_sign_of_down, Reach};
 use crate::store::{Connectivity, Failure, StoreConnection};
 use crate::telemetry::{Telemetry, TelemetryEvent};
 
@@ -971,10 +971,18 @@ impl RedisConnection {
                 None => err,
             }
         };
+        // A connect error that is no sign the server is down (a Unix
+        // socket's full backlog: review R24) counts as a socket that came up.
+        let seen = |err: std::io::Error| {
+            if no_sign_of_down(&err) {
+                reach.socket_up();
+            }
+            err
+        };
         let socket = match info.addr() {
-            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await?.into_std()?),
+            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await.map_err(seen)?.into_std()?),
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
+            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await.map_err(seen)?.into_std()?),
             addr => {
                 let connection = match self.links.tls(addr, Some(reach)).await {
                     Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
