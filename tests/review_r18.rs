@@ -22,11 +22,13 @@
 
 mod support;
 
+mod cluster_behind;
 #[path = "faults/proxy.rs"]
 mod proxy;
 
 use std::time::{Duration, Instant};
 
+use cluster_behind::one_node_cluster_behind_proxy;
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
@@ -104,28 +106,6 @@ fn free_again(backend: &dokebi_lock::Backend, key: &str) -> bool {
     false
 }
 
-/// A one-node Redis Cluster (every slot on one `redis-server`) whose node
-/// announces the proxy's port, so that a cluster connection reaches it
-/// only through the proxy.
-fn one_node_cluster_behind(proxy_to: impl FnOnce(u16) -> Proxy) -> (RedisServer, Proxy, std::path::PathBuf) {
-    let root = std::env::temp_dir().join(format!("dokebi-r18-cluster-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    let config = root.join("nodes.conf").display().to_string();
-    let dir = root.display().to_string();
-    let server = RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", &config, "--dir", &dir]);
-    let proxy = proxy_to(server.port());
-    let mut client = server.client();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("cluster-announce-ip").arg("127.0.0.1").query(&mut client).unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("cluster-announce-port").arg(proxy.port()).query(&mut client).unwrap();
-    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query(&mut client).unwrap();
-    eventually("the one-node cluster is ok", || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut server.client()).unwrap();
-        info.contains("cluster_state:ok")
-    });
-    (server, proxy, root)
-}
-
 /// The same on a Redis Cluster, where it needs no try sent twice: an
 /// acquire of two keys in two slots is taken one slot at a time, and when
 /// the second slot's key is held the first slot's grant is given back
@@ -136,7 +116,7 @@ fn one_node_cluster_behind(proxy_to: impl FnOnce(u16) -> Proxy) -> (RedisServer,
 /// freed the first key under its lease: a third process was granted it.
 #[test]
 fn redis_cluster_an_acquire_whose_give_back_of_a_first_slot_was_lost_ends_outcome_unknown() {
-    let (server, proxy, dir) = one_node_cluster_behind(|port| Proxy::start(port, Duration::ZERO));
+    let (server, proxy, dir) = one_node_cluster_behind_proxy("r18");
     // Lease terms no other argument spells: the give-back of a slot sends
     // them followed by a wait of 0 and mode x; a waiting try by 1500.
     let lease_ms = [("leaseMs", "31234")];

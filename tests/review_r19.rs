@@ -59,24 +59,14 @@ mod mysql_server;
 mod postgres;
 #[path = "postgres/server.rs"]
 mod server;
+mod sync_standby;
 
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, ErrorCode, LockMode, Provider};
 use futures::executor::block_on;
-use postgres::{backend, batch_on, count_on, eventually, wait};
-
-/// The primary's WAL position, as text.
-fn wal_position(url: &str) -> String {
-    postgres::rows_on(url, "SELECT pg_current_wal_lsn()::text")[0].get(0)
-}
-
-/// Waits until the standby at `url` replayed the primary's WAL up to `position`.
-fn replayed(url: &str, position: &str) {
-    eventually("the standby replayed the primary's WAL", || {
-        count_on(url, &format!("SELECT (pg_last_wal_replay_lsn() >= '{position}'::pg_lsn)::int::bigint")) == 1
-    });
-}
+use postgres::{backend, count_on, eventually, wait};
+use sync_standby::{standby_down, synchronous};
 
 /// A primary with a synchronous standby (`synchronous_standby_names =
 /// '*'`) that is down: a grant commits locally and waits for it. An
@@ -88,6 +78,7 @@ fn replayed(url: &str, position: &str) {
 fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_granted() {
     let mut primary = server::PrivateServer::start("r19-sync-cancel", &[]);
     let mut standby = primary.standby("r19-sync-cancel-standby");
+    synchronous(&primary.url());
     let admin = primary.url();
     let tag = "dl_r19_sync";
     let url = format!("{admin}&application_name={tag}");
@@ -96,11 +87,8 @@ fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_gran
     // The tables and functions, on the standby too.
     let warm = block_on(lock.acquire("warm", wait(5_000))).unwrap();
     assert!(block_on(warm.release()).unwrap());
-    replayed(&standby.url(), &wal_position(&admin));
     // The synchronous standby goes down: every grant now waits for it.
-    standby.stop();
-    batch_on(&admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
-    batch_on(&admin, "SELECT pg_reload_conf()");
+    standby_down(&admin, &mut standby);
     let acquiring = {
         let lock = lock.clone();
         std::thread::spawn(move || block_on(lock.acquire("k", wait(0))))
@@ -142,16 +130,14 @@ fn a_grant_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_gran
 fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_renewed() {
     let mut primary = server::PrivateServer::start("r19-sync-renew", &[]);
     let mut standby = primary.standby("r19-sync-renew-standby");
+    synchronous(&primary.url());
     let admin = primary.url();
     let tag = "dl_r19_renew";
     let url = format!("{admin}&application_name={tag}");
     let provider = Provider::from_yaml(&postgres::yaml_on(&url, "dokebi", "        leaseMs: 4000\n", "")).unwrap();
     let lock = backend(&provider);
     let first = block_on(lock.acquire("k", wait(5_000))).unwrap();
-    replayed(&standby.url(), &wal_position(&admin));
-    standby.stop();
-    batch_on(&admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
-    batch_on(&admin, "SELECT pg_reload_conf()");
+    standby_down(&admin, &mut standby);
     std::thread::sleep(Duration::from_millis(1_500));
     let waiting = format!("FROM pg_stat_activity WHERE application_name = '{tag}' AND wait_event = 'SyncRep'");
     let renewed = std::thread::scope(|scope| {
@@ -190,6 +176,7 @@ fn a_renewal_cancelled_while_it_waits_for_the_synchronous_standby_is_not_told_re
 fn a_hand_over_cancelled_while_it_waits_for_the_synchronous_standby_grants_nothing() {
     let primary = server::PrivateServer::start("r19-sync-hand", &[]);
     let mut standby = primary.standby("r19-sync-hand-standby");
+    synchronous(&primary.url());
     let admin = primary.url();
     let tag = "dl_r19_hand";
     let url = format!("{admin}&application_name={tag}");
@@ -204,10 +191,7 @@ fn a_hand_over_cancelled_while_it_waits_for_the_synchronous_standby_grants_nothi
     };
     eventually("the writer waits", || postgres::counts(&lock).waiting == 1);
     std::thread::sleep(Duration::from_millis(300));
-    replayed(&standby.url(), &wal_position(&admin));
-    standby.stop();
-    batch_on(&admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
-    batch_on(&admin, "SELECT pg_reload_conf()");
+    standby_down(&admin, &mut standby);
     let waiting =
         format!("FROM pg_stat_activity WHERE application_name = '{tag}' AND wait_event = 'SyncRep' AND query LIKE '%\\_hand\\_over%'");
     let released = std::thread::scope(|scope| {

@@ -45,46 +45,16 @@ mod support;
 
 use support::fall_back::FallBackToHost;
 
+mod cluster_behind;
 #[path = "faults/proxy.rs"]
 mod proxy;
 
 use std::time::Duration;
 
+use cluster_behind::one_node_cluster_behind_proxy;
 use futures::executor::block_on;
-use proxy::Proxy;
 use support::redis_server::RedisServer;
 use support::{eventually, redis_counts, wait};
-
-/// A one-node Redis Cluster (every slot on one `redis-server`, full
-/// coverage not required) whose node announces the proxy's port, so that a
-/// cluster connection reaches it only through the proxy.
-fn one_node_cluster_behind_proxy() -> (RedisServer, Proxy, std::path::PathBuf) {
-    let root = std::env::temp_dir().join(format!("dokebi-r22-cluster-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    let config = root.join("nodes.conf").display().to_string();
-    let dir = root.display().to_string();
-    let server = RedisServer::start_with(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        &config,
-        "--dir",
-        &dir,
-        "--cluster-require-full-coverage",
-        "no",
-    ]);
-    let proxy = Proxy::start(server.port(), Duration::ZERO);
-    let mut client = server.client();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("cluster-announce-ip").arg("127.0.0.1").query(&mut client).unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("cluster-announce-port").arg(proxy.port()).query(&mut client).unwrap();
-    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query(&mut client).unwrap();
-    eventually("the one-node cluster is ok", || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut server.client()).unwrap();
-        info.contains("cluster_state:ok")
-    });
-    (server, proxy, root)
-}
 
 /// A waiting acquire of two keys in two slots on a Cluster (`first` taken
 /// first). `first` is held by another process. The acquire's try of
@@ -104,7 +74,7 @@ fn one_node_cluster_behind_proxy() -> (RedisServer, Proxy, std::path::PathBuf) {
 /// give-back unknown, which spends the token.
 #[test]
 fn redis_cluster_a_lost_give_back_spends_the_token_even_when_another_slot_refuses() {
-    let (server, proxy, dir) = one_node_cluster_behind_proxy();
+    let (server, proxy, dir) = one_node_cluster_behind_proxy("r22");
     let cluster = format!("cluster: {{ nodes: ['{}'] }}", proxy.url());
     // Terms no other process sends; a waiting try sends waitingMs 3000
     // (2 x notifyPollIntervalMs + 1000), a give-back 0 and mode x.

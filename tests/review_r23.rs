@@ -57,41 +57,14 @@ mod bouncer;
 mod postgres;
 #[path = "postgres/server.rs"]
 mod server;
+mod sync_standby;
 
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use postgres::{backend, batch_on, count_on, eventually, wait};
-
-fn wal_position(url: &str) -> String {
-    postgres::rows_on(url, "SELECT pg_current_wal_lsn()::text")[0].get(0)
-}
-
-fn replayed(url: &str, position: &str) {
-    eventually("the standby replayed the primary's WAL", || {
-        count_on(url, &format!("SELECT (pg_last_wal_replay_lsn() >= '{position}'::pg_lsn)::int::bigint")) == 1
-    });
-}
-
-/// Makes every commit wait for the standby, once it streams, before the
-/// test's clients connect: set after they did, a client's backend could
-/// commit before it reloaded the setting, and the test waited in vain for
-/// a commit waiting for the standby (seen once in four runs).
-fn synchronous(admin: &str) {
-    batch_on(admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
-    batch_on(admin, "SELECT pg_reload_conf()");
-    eventually("the standby streams synchronously", || {
-        count_on(admin, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") == 1
-    });
-}
-
-/// Stops the (synchronous) standby once it has everything: every commit
-/// from then on waits for it.
-fn standby_down(admin: &str, standby: &mut server::PrivateServer) {
-    replayed(&standby.url(), &wal_position(admin));
-    standby.stop();
-}
+use sync_standby::{standby_down, synchronous};
 
 /// A grant whose commit waits for the synchronous standby, cancelled
 /// there, through PgBouncer in transaction mode: PgBouncer relays the
