@@ -28,6 +28,9 @@
 //!    error is `Connect` caused by `Os { code: 24, kind: Uncategorized }`.
 //!    Not confirmed, same path: `EADDRNOTAVAIL` (`AddrNotAvailable`: this
 //!    host out of ephemeral ports) reads as unreachable too.
+//!    Held (a probe below): a Cluster slot-map fetch cut by its own bound
+//!    while a stalled seed's socket is up, after a first seed that does
+//!    not answer; the command's bound cuts first, as unanswered.
 //! 2. 29c3bc4: read `take` (its `{durable}` is on the granting branch
 //!    only, after every refusal), `renew`, `hand_over` (its takes set
 //!    `client_min_messages` for the transaction, and a later refused take
@@ -204,4 +207,103 @@ fn postgres_no_descriptor_left_in_this_process_is_no_sign_of_down() {
     postgres::batch(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
     assert!(still_held.is_ok(), "the holder's renewal: {still_held:?}");
     assert_ne!(served, "mem", "{key} was held on an up PostgreSQL and the policy's acquire was served by mem (then by {after})");
+}
+
+/// A TCP listener that never accepts, its accept queue full: a connect to
+/// it gets no answer (the kernel drops the SYN), as to a host that is
+/// down. Answers its port and the descriptors to close.
+fn black_hole() -> (u16, Vec<std::net::TcpStream>, libc::c_int) {
+    // SAFETY: plain socket calls on a sockaddr_in of the right size.
+    let (fd, port) = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut bound_len = len;
+        assert_eq!(libc::getsockname(fd, (&mut bound as *mut libc::sockaddr_in).cast(), &mut bound_len), 0);
+        (fd, u16::from_be(bound.sin_port))
+    };
+    let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..8 {
+        match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(300)) {
+            Ok(stream) => queued.push(stream),
+            Err(err) => {
+                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+                return (port, queued, fd);
+            }
+        }
+    }
+    panic!("the accept queue never filled");
+}
+
+/// A one-node Redis Cluster `B` holds `k` for its holder; `B` then stalls
+/// (SIGSTOP, a stand-in for a long script: docs/policy.md counts a server
+/// whose connect checks go unanswered as up). A fresh process's policy
+/// over the seeds `[A, B]`, `A` a host that does not answer (a machine
+/// that is down), `connectTimeoutMs: 3000`, `commandTimeoutMs: 1000`:
+/// `fetch_slots` asks `A`, then `B` too once `A` has had its share of the
+/// bound (2 s of 4 s); `B`'s socket comes up and its checks would end
+/// unanswered at `connectTimeoutMs` after it was asked (5 s), but the
+/// fetch's bound ends first (4 s), with no failure kept from a node
+/// reached (`A`'s connect is still pending), which `fetch_slots` reads as
+/// `Failure::Unreachable`, whatever `B`'s `Reach` says. Held: the
+/// command's own bound (`within`, from the command's start, a little
+/// before the fetch's) cuts the route first, as unanswered, and the
+/// acquire ends `PROVIDER_FAILED` at 4.0 s without moving.
+#[test]
+fn redis_cluster_slot_map_fetch_cut_while_a_stalled_seed_is_up_never_moves_a_held_key() {
+    let server = support::redis_server::RedisServer::start_persistent(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "60000",
+    ]);
+    let port = server.port();
+    let mut admin = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query(&mut admin).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut admin).unwrap();
+        if info.contains("cluster_state:ok") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the one-node cluster never came up: {info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (holder, _) = support::open_redis_at(&format!("cluster: {{ nodes: [redis://127.0.0.1:{port}] }}"), &[("leaseMs", "30000")], &[]);
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", support::wait(0))).unwrap();
+    let (dead, queued, listener) = black_hole();
+    server.pause();
+    let policy = support::fall_back::FallBackToHost::open_on(
+        "redis",
+        &format!(
+            "cluster: {{ nodes: [redis://127.0.0.1:{dead}, redis://127.0.0.1:{port}] }}, connectTimeoutMs: 3000, commandTimeoutMs: 1000"
+        ),
+        "namespace: test, leaseMs: 30000",
+        5000,
+    );
+    let started = std::time::Instant::now();
+    let why = "a seed took the socket and was stalled; the slot-map fetch's bound cut it, read as unreachable";
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.acquire_held_within("k", lease.fence(), 10_000, why)));
+    eprintln!("the policy's acquire ended after {:?}: {served:?}", started.elapsed());
+    server.resume();
+    drop(policy);
+    drop(queued);
+    // SAFETY: the listener opened above.
+    unsafe { libc::close(listener) };
+    let still_held = block_on(lease.release());
+    block_on(holder.close());
+    drop(server);
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    if let Err(panic) = served {
+        std::panic::resume_unwind(panic);
+    }
 }
