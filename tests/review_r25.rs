@@ -43,8 +43,16 @@
 //!    reported as `info` and is reset to `warning`, harmlessly). The driver
 //!    counts by the unlocalized severity, so `lc_messages` does not matter;
 //!    `statement_timeout` is disabled before the commit. No path found.
+//!    Probed and held (below, on a private primary with a synchronous
+//!    standby): a hand-over (`_hand_over`) cancelled in its sync-rep wait
+//!    under a role whose `client_min_messages` is `error`: release and
+//!    waiter both `OUTCOME_UNKNOWN`. With the `set_config` line of
+//!    `DURABLE` removed by hand the same test failed (release `Ok(true)`,
+//!    the waiter told granted), so it tells.
 
 mod postgres;
+#[path = "postgres/server.rs"]
+mod server;
 mod support;
 
 use std::time::Duration;
@@ -306,4 +314,67 @@ fn redis_cluster_slot_map_fetch_cut_while_a_stalled_seed_is_up_never_moves_a_hel
     if let Err(panic) = served {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// 29c3bc4 on the hand-over path, with the role's `client_min_messages`
+/// at `error` (what a pooler's other client's `SET` leaves too): a shared
+/// lease's release hands `k` to an exclusive acquire waiting in the same
+/// process (`_hand_over`: the give-back and the waiter's `take` in one
+/// statement), whose commit waits for the synchronous standby (down) and
+/// is cancelled there. The take inside `_hand_over` sets
+/// `client_min_messages` to `warning` for the transaction, so the WARNING
+/// reaches the driver: the waiter must not be told granted. Held.
+#[test]
+fn a_hand_over_cancelled_in_its_sync_wait_under_a_quiet_role_grants_nothing() {
+    use dokebi_lock::{ErrorCode, LockMode};
+    let primary = server::PrivateServer::start("r25-hand", &[]);
+    let mut standby = primary.standby("r25-hand-standby");
+    let admin = primary.url();
+    postgres::batch_on(&admin, "ALTER SYSTEM SET synchronous_standby_names = '*'");
+    postgres::batch_on(&admin, "SELECT pg_reload_conf()");
+    postgres::eventually("the standby streams synchronously", || {
+        postgres::count_on(&admin, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") == 1
+    });
+    postgres::batch_on(&admin, "ALTER ROLE postgres SET client_min_messages = error");
+    let tag = "dl_r25_hand";
+    let url = format!("{admin}&application_name={tag}");
+    assert_eq!(postgres::rows_on(&url, "SELECT current_setting('client_min_messages')")[0].get::<_, String>(0), "error");
+    let terms = "        leaseMs: 60000\n        pollIntervalMs: 5000\n        notifyPollIntervalMs: 5000\n";
+    let provider = Provider::from_yaml(&postgres::yaml_on(&url, "dokebi", terms, "")).unwrap();
+    let lock = postgres::backend(&provider);
+    let reader = block_on(lock.acquire("k", AcquireOptions { mode: LockMode::Shared, ..wait(5_000) })).unwrap();
+    let writing = {
+        let lock = lock.clone();
+        std::thread::spawn(move || block_on(lock.acquire("k", wait(8_000))))
+    };
+    postgres::eventually("the writer waits", || postgres::counts(&lock).waiting == 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let position: String = postgres::rows_on(&admin, "SELECT pg_current_wal_lsn()::text")[0].get(0);
+    postgres::eventually("the standby replayed the primary's WAL", || {
+        postgres::count_on(&standby.url(), &format!("SELECT (pg_last_wal_replay_lsn() >= '{position}'::pg_lsn)::int::bigint")) == 1
+    });
+    standby.stop();
+    let waiting =
+        format!("FROM pg_stat_activity WHERE application_name = '{tag}' AND wait_event = 'SyncRep' AND query LIKE '%\\_hand\\_over%'");
+    let released = std::thread::scope(|scope| {
+        let releasing = scope.spawn(|| block_on(reader.release()));
+        postgres::eventually("the hand-over waits for the standby", || {
+            postgres::count_on(&admin, &format!("SELECT count(*) {waiting}")) == 1
+        });
+        assert_eq!(postgres::count_on(&admin, &format!("SELECT count(*) FROM (SELECT pg_cancel_backend(pid) {waiting}) c")), 1);
+        releasing.join().unwrap()
+    });
+    let written = writing.join().unwrap();
+    eprintln!(
+        "release: {:?}; writer: {:?}",
+        released.as_ref().map_err(|e| e.code()),
+        written.as_ref().map(|l| l.fence()).map_err(|e| e.code())
+    );
+    assert_eq!(released.as_ref().err().map(|err| err.code()), Some(ErrorCode::OutcomeUnknown), "the cancelled hand-over's release");
+    assert!(
+        written.is_err(),
+        "the writer told granted (fence {:?}) by a hand-over no standby has",
+        written.as_ref().map(|lease| lease.fence()).ok()
+    );
+    block_on(provider.close());
 }
