@@ -60,8 +60,10 @@ impl Reach {
 /// socket that came up can give (reset or aborted after the handshake, a
 /// RST to the SYN being "refused"; closed by the peer: review R22), or a
 /// Unix socket whose listen backlog is full (`EAGAIN`: a server listens
-/// there, stalled or slow to accept: review R24), or this process out of
-/// memory (nothing learnt of the server).
+/// there, stalled or slow to accept: review R24), or this host out of
+/// something a socket needs (memory, descriptors of the process or the
+/// system, buffers, local ports: review R25), which says nothing of the
+/// server.
 pub(crate) fn no_sign_of_down(err: &std::io::Error) -> bool {
     use std::io::ErrorKind;
     matches!(
@@ -72,8 +74,29 @@ pub(crate) fn no_sign_of_down(err: &std::io::Error) -> bool {
             | ErrorKind::BrokenPipe
             | ErrorKind::WouldBlock
             | ErrorKind::OutOfMemory
-    )
+            | ErrorKind::AddrNotAvailable
+    ) || err.raw_os_error().is_some_and(|code| OUT_OF_RESOURCES.contains(&code))
 }
+
+/// The error numbers of a host out of descriptors or buffers, which
+/// `io::ErrorKind` does not name: `EMFILE`, `ENFILE` and `ENOBUFS` (Winsock's
+/// `WSAEMFILE` and `WSAENOBUFS`).
+#[cfg(target_os = "linux")]
+const OUT_OF_RESOURCES: &[i32] = &[24, 23, 105];
+#[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd", target_os = "openbsd", target_os = "netbsd"))]
+const OUT_OF_RESOURCES: &[i32] = &[24, 23, 55];
+#[cfg(windows)]
+const OUT_OF_RESOURCES: &[i32] = &[10024, 10055];
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    windows
+)))]
+const OUT_OF_RESOURCES: &[i32] = &[];
 
 #[cfg(test)]
 mod tests {
@@ -98,8 +121,12 @@ mod tests {
     #[test]
     fn a_full_backlog_or_a_reset_is_no_sign_of_down() {
         use std::io::{Error, ErrorKind};
-        for kind in [ErrorKind::WouldBlock, ErrorKind::ConnectionReset, ErrorKind::UnexpectedEof] {
+        for kind in [ErrorKind::WouldBlock, ErrorKind::ConnectionReset, ErrorKind::UnexpectedEof, ErrorKind::AddrNotAvailable] {
             assert!(no_sign_of_down(&Error::from(kind)), "{kind:?}");
+        }
+        #[cfg(target_os = "linux")]
+        for (errno, what) in [(24, "EMFILE"), (23, "ENFILE"), (105, "ENOBUFS")] {
+            assert!(no_sign_of_down(&Error::from_raw_os_error(errno)), "{what}");
         }
         for kind in [ErrorKind::ConnectionRefused, ErrorKind::TimedOut, ErrorKind::NotFound, ErrorKind::HostUnreachable] {
             assert!(!no_sign_of_down(&Error::from(kind)), "{kind:?}");

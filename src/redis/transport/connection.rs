@@ -123,7 +123,10 @@ fn writable_replica(server: &str, reply: &BTreeMap<String, String>) -> Option<Re
 /// A connect failure: the refusal it carries; else refused when the server
 /// answered with an error (`BUSY` to the connect's `SELECT`, say: it is up,
 /// and a policy must not move its keys), else as far as the connect got
-/// (`reach`) says: unreachable only when its socket never came up.
+/// (`reach`) says: unreachable only when its socket never came up. A
+/// socket error that is no sign the server is down (a Unix socket's full
+/// backlog, this process out of descriptors: reviews R24, R25), on any
+/// link (a node's, a sentinel's), counts as a socket that came up.
 fn connect_failure(reach: &Reach, err: RedisError) -> Failure {
     match Refusal::find(&err) {
         Some(refusal) => {
@@ -131,10 +134,22 @@ fn connect_failure(reach: &Reach, err: RedisError) -> Failure {
         }
         None if err.code().is_some() => Failure::Refused(Arc::new(err)),
         None => {
+            if io_error(&err).is_some_and(no_sign_of_down) {
+                reach.socket_up();
+            }
             let lost = !err.is_timeout();
             reach.failure(Arc::new(err), lost)
         }
     }
+}
+
+/// The socket error a redis-rs error carries, if any (redis-rs keeps it
+/// behind an `Arc<dyn Error>`, which is what its `source` answers).
+fn io_error(err: &RedisError) -> Option<&io::Error> {
+    let source = std::error::Error::source(err)?;
+    source
+        .downcast_ref::<io::Error>()
+        .or_else(|| source.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>().and_then(|inner| inner.downcast_ref::<io::Error>()))
 }
 
 /// A script's reply.
@@ -971,18 +986,10 @@ impl RedisConnection {
                 None => err,
             }
         };
-        // A connect error that is no sign the server is down (a Unix
-        // socket's full backlog: review R24) counts as a socket that came up.
-        let seen = |err: std::io::Error| {
-            if no_sign_of_down(&err) {
-                reach.socket_up();
-            }
-            err
-        };
         let socket = match info.addr() {
-            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await.map_err(seen)?.into_std()?),
+            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await?.into_std()?),
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await.map_err(seen)?.into_std()?),
+            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
             addr => {
                 let connection = match self.links.tls(addr, Some(reach)).await {
                     Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
