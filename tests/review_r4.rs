@@ -111,7 +111,10 @@ fn assert_rolled_back_whole(outcome: &Outcome, wait: Duration) {
 /// fallback's give-back woke `k` while nobody listened) ended `w2`'s pause
 /// after it at once, and its second try held `k`'s row again: `w1`'s
 /// release then took up to two lock waits (1.6 s under a `statement_timeout`
-/// of 800 ms), or was cancelled behind it (`PROVIDER_FAILED`).
+/// of 800 ms), or was cancelled behind it (`PROVIDER_FAILED`). `w1`
+/// releases as `w2`'s first try begins, so one try costs it about one lock
+/// wait and two about two: the bound lies halfway, as a slow machine's
+/// scheduling took 1.3 s of a 1 s lock wait in CI.
 fn assert_granted_at_once_and_released_behind_one_try(outcome: &Outcome, lock_wait: Duration) {
     let granted = outcome.first.as_ref().map(|(_, granted, _)| granted.saturating_duration_since(outcome.answered));
     assert!(
@@ -121,8 +124,8 @@ fn assert_granted_at_once_and_released_behind_one_try(outcome: &Outcome, lock_wa
     );
     let release = outcome.first.as_ref().map(|(_, _, release)| release.clone());
     assert!(
-        matches!(release, Ok(Ok(took)) if took < lock_wait + Duration::from_millis(300)),
-        "w1 (granted one unit of k, nobody else holding k) released with {release:?}, more than w2's try of (j, k) ({lock_wait:?}); w2 ended with {:?}",
+        matches!(release, Ok(Ok(took)) if took < lock_wait * 3 / 2),
+        "w1 (granted one unit of k, nobody else holding k) released with {release:?}, nearer two of w2's tries of (j, k) than one ({lock_wait:?} each); w2 ended with {:?}",
         outcome.second
     );
 }

@@ -23,10 +23,15 @@ pub fn batch(sql: &str) {
 
 /// [`batch`] on the server at `url`.
 pub fn batch_on(url: &str, sql: &str) {
+    try_batch_on(url, sql).unwrap_or_else(|err| panic!("{sql}: {err}"))
+}
+
+/// [`batch_on`], or the server's error (a refused connect's too).
+pub fn try_batch_on(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
     runtime().block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("the test server is up");
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
         tokio::spawn(connection);
-        client.batch_execute(sql).await.unwrap();
+        client.batch_execute(sql).await
     })
 }
 
