@@ -62,8 +62,10 @@ impl Reach {
 /// Unix socket whose listen backlog is full (`EAGAIN`: a server listens
 /// there, stalled or slow to accept: review R24), or this host out of
 /// something a socket needs (memory, descriptors of the process or the
-/// system, buffers, local ports: review R25), which says nothing of the
-/// server.
+/// system, buffers, local ports: review R25), or this process refused by
+/// the host's permissions (a Unix socket's file mode, a security policy:
+/// `EACCES`, `EPERM`, checked before any listener is looked for: review
+/// R26), which says nothing of the server.
 pub(crate) fn no_sign_of_down(err: &std::io::Error) -> bool {
     use std::io::ErrorKind;
     matches!(
@@ -75,6 +77,7 @@ pub(crate) fn no_sign_of_down(err: &std::io::Error) -> bool {
             | ErrorKind::WouldBlock
             | ErrorKind::OutOfMemory
             | ErrorKind::AddrNotAvailable
+            | ErrorKind::PermissionDenied
     ) || err.raw_os_error().is_some_and(|code| OUT_OF_RESOURCES.contains(&code))
 }
 
@@ -121,7 +124,13 @@ mod tests {
     #[test]
     fn a_full_backlog_or_a_reset_is_no_sign_of_down() {
         use std::io::{Error, ErrorKind};
-        for kind in [ErrorKind::WouldBlock, ErrorKind::ConnectionReset, ErrorKind::UnexpectedEof, ErrorKind::AddrNotAvailable] {
+        for kind in [
+            ErrorKind::WouldBlock,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+            ErrorKind::AddrNotAvailable,
+            ErrorKind::PermissionDenied,
+        ] {
             assert!(no_sign_of_down(&Error::from(kind)), "{kind:?}");
         }
         #[cfg(target_os = "linux")]

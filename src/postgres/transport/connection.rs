@@ -534,16 +534,16 @@ fn session_ended(db: &tokio_postgres::error::DbError) -> bool {
 
 /// True when `err` says the socket never came up (refused, no route, a
 /// name that does not resolve, timed out): not an error that is no sign
-/// the server is down ([`no_sign_of_down`]: a reset, a full backlog), nor
-/// one from what came through it
-/// (a TLS record or alert is `InvalidData`) or from tokio-postgres's own
-/// check of a server that answered (`target_session_attrs`: "database does
-/// not allow writes", "database is not read only", `PermissionDenied`).
+/// the server is down ([`no_sign_of_down`]: a reset, a full backlog, a
+/// permission, which also covers tokio-postgres's own check of a server
+/// that answered, `target_session_attrs`: "database does not allow
+/// writes", "database is not read only"), nor one from what came through
+/// it (a TLS record or alert is `InvalidData`).
 fn socket_failed(err: &tokio_postgres::Error) -> bool {
     use std::io::ErrorKind;
-    std::error::Error::source(err).and_then(|source| source.downcast_ref::<std::io::Error>()).is_some_and(|io| {
-        !no_sign_of_down(io) && !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput | ErrorKind::PermissionDenied)
-    })
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| !no_sign_of_down(io) && !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput))
 }
 
 /// Where a connect of a config opens its sockets, one entry per host.
