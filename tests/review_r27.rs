@@ -5,7 +5,9 @@
 //! d18a742 (the connect rule), probed for a second holder of a key or a
 //! repeated fence. No way to either was found.
 //!
-//! Found (not a second holder; ignored, on both drivers, 3 of 3 runs): a
+//! Found (not a second holder; on both drivers, 3 of 3 runs; fixed by
+//! functions 11 and procedures 9, whose clean-up passes over a key with a
+//! row of the calling token): a
 //! release whose first attempt's answer was lost with its connection is
 //! sent again as a retry that counts the token's rows the first attempt
 //! left released (`-infinity`, 0), so that the caller hears "released"
@@ -344,9 +346,8 @@ fn stress_postgres_crashed_twice_in_a_row() {
 /// deleted those rows in the same transaction: the retry counts 0, and the
 /// caller hears `OUTCOME_UNKNOWN` where docs/postgres.md says it hears
 /// that its lease was released. Shown on the functions alone: the retry
-/// should count 1 (failed: it counts 0, 3 of 3 runs).
+/// should count 1 (failed before functions 11: it counted 0, 3 of 3 runs).
 #[test]
-#[ignore = "finding (not a second holder: a release told OUTCOME_UNKNOWN, not released): the first attempt's clean-up deletes the rows its retry counts"]
 fn postgres_a_release_retry_after_the_first_attempt_cleaned_its_own_key_up_counts_it() {
     let schema = Schema::fresh();
     let provider = schema.open("        fenceRetentionMs: 1\n");
@@ -370,10 +371,9 @@ fn postgres_a_release_retry_after_the_first_attempt_cleaned_its_own_key_up_count
 
 /// The same on MariaDB: `_give_back`'s clean-up (`_release` with
 /// `p_clean` 1) deletes the released key's holder rows, the token's
-/// released row (expiry 0) with them, and the retry counts 0 (failed: 3 of
-/// 3 runs).
+/// released row (expiry 0) with them, and the retry counts 0 (failed
+/// before procedures 9: 3 of 3 runs).
 #[test]
-#[ignore = "finding (not a second holder: a release told OUTCOME_UNKNOWN, not released): the first attempt's clean-up deletes the rows its retry counts"]
 fn mysql_a_release_retry_after_the_first_attempt_cleaned_its_own_key_up_counts_it() {
     let table = mysql::Table::fresh();
     let provider = Provider::from_yaml(&mysql::yaml(&table.0, ", fenceRetentionMs: 1")).unwrap();

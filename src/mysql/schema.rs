@@ -55,7 +55,10 @@ pub(crate) struct Table {
 /// 7: an expired holder row never comes back to life on a clock stepped
 /// back: a grant marks the expired rows of other tokens of its keys dead
 /// ([`DEAD`]), a renewal the rows it refuses.
-const VERSION: &str = "dokebi-lock procedures 8";
+/// 9: a release's clean-up passes over a key with a row of its own token,
+/// so that a retry of a release whose answer was lost still counts what
+/// the first attempt released (review R27).
+const VERSION: &str = "dokebi-lock procedures 9";
 
 /// The expiry (µs of the server's clock, `BIGINT`) of a dead holder row:
 /// one whose lease expired (and whose key was granted since, or whose
@@ -539,8 +542,10 @@ BEGIN
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_c INT;
   DECLARE v_ns VARBINARY(255);
+  -- Not a key with a row of p_token: the rows this call released are what
+  -- its retry counts (a later call cleans them up).
   DECLARE v_old CURSOR FOR SELECT r.ns, r.k FROM {keys} r WHERE r.fence_until < v_now
-      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.ns = r.ns AND h.k = r.k AND h.expires_at > v_now)
+      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.ns = r.ns AND h.k = r.k AND (h.expires_at > v_now OR h.token = p_token))
       AND NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.ns = r.ns AND w.k = r.k AND w.lapses_at > v_now)
     ORDER BY r.fence_until LIMIT 4 FOR UPDATE SKIP LOCKED;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;

@@ -192,7 +192,10 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 8: an expired holder row never comes back to life on a clock stepped
 /// back: `take` marks the expired rows of other tokens of the keys it
 /// grants dead ([`DEAD`]), `renew` the rows it refuses.
-const VERSION: &str = "dokebi-lock functions 10";
+/// 11: `give_back`'s clean-up passes over a key with a row of its own
+/// token, so that a retry of a release whose answer was lost still counts
+/// what the first attempt released (review R27).
+const VERSION: &str = "dokebi-lock functions 11";
 
 /// The expiry of a dead holder row: one whose lease expired (and whose key
 /// was granted since, or whose renewal was refused). Below every reading of
@@ -680,9 +683,12 @@ BEGIN
   -- Candidates: rows past their retention that look idle (a key held or
   -- waited for past its retention is passed over, or four of them would stop
   -- every other row from going), locked unless another operation has them.
+  -- Not a key with a row of p_token: the rows this call released are what
+  -- its retry counts (a later call cleans them up).
   SELECT array_agg(c.namespace), array_agg(c.key) INTO old_ns, old_keys FROM (
     SELECT r.namespace, r.key FROM {keys} r WHERE r.fence_until < now_ts
-      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key AND h.expires_at > now_ts)
+      AND NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = r.namespace AND h.key = r.key
+                        AND (h.expires_at > now_ts OR h.token = p_token))
       AND NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.namespace = r.namespace AND w.key = r.key AND w.lapses_at > now_ts)
     ORDER BY r.fence_until LIMIT 4 FOR UPDATE OF r SKIP LOCKED
   ) c;
