@@ -14,9 +14,16 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use support::deployment::SENTINEL_FAILOVER_BOUND as FAILOVER_BOUND;
-use support::sentinel::Sentinels;
+use support::sentinel::{Sentinels, FAILOVER_TIMEOUT_MS};
 use support::topology::{backend, lock_key, tally, try_through_failover, CONNECTION};
 use support::{open_redis_at, wait};
+
+/// With one of the three sentinels dead, the two left must both vote for
+/// one leader; when both see the primary down together each may vote for
+/// itself, and the next election waits twice `failover-timeout`. Usually
+/// about 2.2 s here; CI once saw more than 10 s (its cause not kept: split
+/// votes are the likely one). Two more elections allowed.
+const ONE_DEAD_BOUND: Duration = FAILOVER_BOUND.saturating_add(Duration::from_millis(4 * FAILOVER_TIMEOUT_MS));
 
 fn open(sentinels: &Sentinels, backend: &[(&str, &str)]) -> Provider {
     open_redis_at(&sentinels.endpoint_yaml(), backend, CONNECTION).0
@@ -34,13 +41,13 @@ fn a_failover_is_followed_with_the_first_listed_sentinel_dead() {
     sentinels.kill_sentinel(0);
     let old = sentinels.kill_primary();
     let killed_at = Instant::now();
-    let (lease, took, failures) = try_through_failover(&shared, "k", killed_at, FAILOVER_BOUND, Result::ok);
+    let (lease, took, failures) = try_through_failover(&shared, "k", killed_at, ONE_DEAD_BOUND, Result::ok);
     eprintln!(
         "sentinel: with one sentinel dead, acquires worked again {} ms after the primary died ({})",
         took.as_millis(),
         tally(&failures)
     );
-    let new = sentinels.wait_new_primary(old, FAILOVER_BOUND);
+    let new = sentinels.wait_new_primary(old, ONE_DEAD_BOUND);
     assert!(sentinels.server(new).keys().contains(&lock_key("k")), "granted on the promoted replica");
     assert!(lease.fence() > before.fence());
     assert!(block_on(lease.release()).unwrap());
