@@ -20,6 +20,14 @@
 //!   `connectTimeoutMs`, where docs/guarantees.md says a member refusing
 //!   credentials is never read as unavailable.
 //!
+//! - (not a permission) the only sentinel answers that it knows no primary
+//!   by the process's `primaryName` (`SENTINEL get-master-addr-by-name`
+//!   answers nil: a deploy whose `primaryName` is not the sentinels', a
+//!   sentinel restarted without its `monitor` line): `no_primary` is an
+//!   `io::ErrorKind::NotFound` error and the connect's `Reach` never heard
+//!   of the sentinel's socket: unreachable. The sentinel is up and answered,
+//!   as a server refusing credentials (which never moves a key).
+//!
 //! A `fallBack` policy then serves from its fallback member a key held on
 //! the primary, which is up and serving it; the first sentinel is up too
 //! and names that primary. Alone, each of those first sentinels does not
@@ -40,7 +48,9 @@
 //! `connectTimeoutMs`) an error that is no sign of down (`no_sign_of_down`)
 //! or that came from a sentinel that answered (a refusal, an error reply),
 //! and read the lookup as unreachable only when every sentinel's socket
-//! failed with a sign of down (or none came up in time).
+//! failed with a sign of down (or none came up in time); a sentinel that
+//! answered nil is up (refused: "the sentinels know no primary named …",
+//! with the fix naming `primaryName`), not unreachable.
 //!
 //! Read and held (no second holder or repeated fence found):
 //! - e6d6a88: the clean-up's new condition only keeps more key rows (a key
@@ -62,6 +72,9 @@
 //!   reports the second's refused connect, and `any_socket_up`'s probe of the
 //!   first counts `EACCES` as up: refused, not moved (run below, held). A
 //!   single host refused so is `PermissionDenied`, not `socket_failed`.
+//! - 6a10437, Redis over a link redis-rs makes itself (`rediss://…/#insecure`)
+//!   refused `EACCES`: the wrapped error is still found (`io_error`):
+//!   refused, not moved (run below, held).
 //! - 6a10437, Redis Cluster (read, not run): `fetch_slots` keeps the first
 //!   failure that is not unreachable (`reached_first`), also over its own
 //!   timeout, so a seed node refused `EACCES` is not overridden by a later
@@ -308,6 +321,65 @@ fn redis_sentinel_a_sentinel_refusing_the_credentials_then_one_stalled_never_mov
     );
     assert_eq!(released, "Ok(true)", "the holder's release");
     assert!(!served.starts_with("host"), "k was held on the primary (which is up) and the policy's acquire was served by {served}");
+}
+
+/// Finding: the only sentinel answers, but knows no primary by the name
+/// the process gives (`primaryName` of a new deploy not the sentinels', a
+/// sentinel restarted without the `monitor` line): it answered, so it is
+/// up, and it says nothing of the primary being down; the key is held on
+/// that primary, and the policy serves it from `host`.
+#[test]
+#[ignore = "finding (two holders): a sentinel that answers it knows no primary of that name reads as unreachable and a fallBack policy moves a key held on the up primary"]
+fn redis_sentinel_answering_it_knows_no_such_primary_never_moves_a_held_key() {
+    let primary = RedisServer::start();
+    let sentinel = Sentinel::start(&primary, "", "");
+    let holder = dokebi_lock::Provider::from_yaml(&format!(
+        "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main: {{ sentinel: {{ nodes: ['{}'], primaryName: mymaster }} }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: redis, connection: main, leaseMs: 20000 }}\n",
+        sentinel.url()
+    ))
+    .unwrap();
+    let lease = block_on(holder.backend("db").unwrap().acquire("k", wait(0))).unwrap();
+    let served = served_to_a_restricted_child(
+        "redis",
+        &format!("sentinel: {{ nodes: ['{}'], primaryName: mymaster2 }}, connectTimeoutMs: 1000", sentinel.url()),
+        "leaseMs: 10000",
+        &[sentinel.port, primary.port()],
+        &format!("127.0.0.1:{}", sentinel.port),
+    );
+    let still_held = block_on(lease.release());
+    block_on(holder.close());
+    drop(sentinel);
+    drop(primary);
+    eprintln!("the policy of the process naming another primary: {served}");
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    assert!(!served.starts_with("host"), "k was held on the primary (which is up) and the policy's acquire was served by {served}");
+}
+
+/// Probe: one server, over a link redis-rs makes itself (`rediss://` with
+/// `#insecure`), that this process may not connect to (`EACCES`): the
+/// error redis-rs wraps must still read as no sign of down.
+#[test]
+fn redis_insecure_tls_link_this_process_may_not_open_never_moves_a_held_key() {
+    let server = RedisServer::start();
+    let holder = dokebi_lock::Provider::from_yaml(&format!(
+        "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main: {{ url: '{}' }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: redis, connection: main, leaseMs: 20000 }}\n",
+        server.url()
+    ))
+    .unwrap();
+    let lease = block_on(holder.backend("db").unwrap().acquire("k", wait(0))).unwrap();
+    let served = served_to_a_restricted_child(
+        "redis",
+        &format!("url: 'rediss://127.0.0.1:{}/#insecure', connectTimeoutMs: 1000", server.port()),
+        "leaseMs: 10000",
+        &[free_port()],
+        &format!("127.0.0.1:{}", server.port()),
+    );
+    let still_held = block_on(lease.release());
+    block_on(holder.close());
+    drop(server);
+    eprintln!("the policy of the process refused the server: {served}");
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    assert!(!served.starts_with("host"), "k was held on the server (which is up) and the policy's acquire was served by {served}");
 }
 
 /// Restricts this process's TCP connects to the ports `allowed` (Landlock,
