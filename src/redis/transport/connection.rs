@@ -145,7 +145,7 @@ fn connect_failure(reach: &Reach, err: RedisError) -> Failure {
 
 /// The socket error a redis-rs error carries, if any (redis-rs keeps it
 /// behind an `Arc<dyn Error>`, which is what its `source` answers).
-fn io_error(err: &RedisError) -> Option<&io::Error> {
+pub(super) fn io_error(err: &RedisError) -> Option<&io::Error> {
     let source = std::error::Error::source(err)?;
     source
         .downcast_ref::<io::Error>()

@@ -23,10 +23,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, RedisResult};
 
 use super::cluster::{Cluster, NodeName};
+use super::connection::io_error;
 use super::link::Links;
 use super::refusal::{Login, Refusal};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::{Endpoint, SentinelOptions};
+use crate::store::reach::no_sign_of_down;
 
 /// Where a connection finds Redis.
 pub(crate) enum Topology {
@@ -184,6 +186,13 @@ impl Sentinel {
     /// answered within its share of `timeout` (a hung sentinel, a socket
     /// that takes connections and says nothing) is left to answer while the
     /// next one is asked too: one sentinel never holds up the others.
+    ///
+    /// When none names the primary, the error is the most telling of the
+    /// sentinels' ([`telling`]), not the last: one sentinel that was up (it
+    /// refused this process, answered, or its socket error is no sign it is
+    /// down) is never hidden by another that is down or stalled, nor by the
+    /// timeout, or the lookup would read as unreachable and a policy would
+    /// move keys a primary that is up may hold (review R28).
     async fn primary(&self, timeout: Duration) -> RedisResult<ConnectionInfo> {
         use std::sync::atomic::Ordering;
         let count = self.sentinels.len();
@@ -191,7 +200,7 @@ impl Sentinel {
         let mut order = (0..count).map(|i| (first + i) % count).peekable();
         let share = timeout / count.max(1) as u32;
         let mut asking = FuturesUnordered::new();
-        let mut last_error = None;
+        let mut kept: Option<redis::RedisError> = None;
         let all = tokio::time::sleep(timeout);
         tokio::pin!(all);
         loop {
@@ -206,12 +215,14 @@ impl Sentinel {
                     continue;
                 }
                 _ = &mut all => {
-                    last_error = Some(no_primary("no sentinel answered within connectTimeoutMs"));
+                    if kept.as_ref().is_none_or(|kept| telling(kept) == Telling::Down) {
+                        kept = Some(no_primary("no sentinel answered within connectTimeoutMs"));
+                    }
                     break;
                 }
             };
-            match answer {
-                Ok(Some((host, port))) => {
+            match answer.map_err(Some).and_then(|named| named.ok_or(None)) {
+                Ok((host, port)) => {
                     self.last_good.store(index, Ordering::Relaxed);
                     let addr = if self.tls {
                         ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
@@ -220,17 +231,31 @@ impl Sentinel {
                     };
                     return Ok(self.sentinels[index].clone().set_addr(addr).set_redis_settings(self.settings.clone()));
                 }
-                Ok(None) => last_error = Some(no_primary(&format!("the sentinels know no primary named {}", self.primary_name))),
-                // A sentinel that refused us says more than one that is down.
                 Err(err) => {
-                    let err = self.explain(index, err);
-                    if Refusal::find(&err).is_some() || last_error.as_ref().is_none_or(|last| Refusal::find(last).is_none()) {
-                        last_error = Some(err);
+                    let err = match err {
+                        Some(err) => self.explain(index, err),
+                        None => self.unknown_primary(),
+                    };
+                    if kept.as_ref().is_none_or(|kept| telling(&err) >= telling(kept)) {
+                        kept = Some(err);
                     }
                 }
             }
         }
-        Err(last_error.unwrap_or_else(|| no_primary("no sentinel is configured")))
+        Err(kept.unwrap_or_else(|| no_primary("no sentinel is configured")))
+    }
+
+    /// A sentinel answered that it monitors no primary of the configured
+    /// name: it is up (a primary it forgot, or one another name monitors,
+    /// may be serving), so a refusal with its fix, never unreachable.
+    fn unknown_primary(&self) -> redis::RedisError {
+        let message = format!("the sentinels know no primary named {}", self.primary_name);
+        Refusal {
+            message: message.clone(),
+            fix: format!("set connections.{}.sentinel.primaryName to the name in the sentinels' `sentinel monitor` line", self.connection),
+            cause: Arc::new(std::io::Error::other(message)),
+        }
+        .into_redis()
     }
 
     /// Sentinel `index`'s answer, with its index.
@@ -271,4 +296,30 @@ fn invalid_url(path: &str, message: &str) -> LockError {
 
 fn no_primary(message: &str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::NotFound, message.to_owned()))
+}
+
+/// What a sentinel's failure says of it, least first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Telling {
+    /// Its socket never came up, or nothing came back: it may be down.
+    Down,
+    /// A socket error that is no sign it is down ([`no_sign_of_down`]).
+    Up,
+    /// It answered an error reply.
+    Answered,
+    /// It refused this process (credentials, a certificate, no primary of
+    /// the name): what to fix.
+    Refused,
+}
+
+fn telling(err: &redis::RedisError) -> Telling {
+    if Refusal::find(err).is_some() {
+        Telling::Refused
+    } else if err.code().is_some() {
+        Telling::Answered
+    } else if io_error(err).is_some_and(no_sign_of_down) {
+        Telling::Up
+    } else {
+        Telling::Down
+    }
 }
