@@ -966,7 +966,7 @@ impl RedisConnection {
     /// handed over. Over TLS redis-rs connects and drives it itself.
     async fn open(&self, lane: &Lane, node: Option<&NodeName>, reach: &Reach) -> RedisResult<Open> {
         self.note_keepalive();
-        let info = self.topology.node(node, self.connect_timeout).await?;
+        let info = self.topology.node(node, self.connect_timeout, reach).await?;
         self.open_to(lane.host.as_ref(), info, reach).await
     }
 

@@ -28,7 +28,7 @@ use super::link::Links;
 use super::refusal::{Login, Refusal};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::options::{Endpoint, SentinelOptions};
-use crate::store::reach::no_sign_of_down;
+use crate::store::reach::{no_sign_of_down, Reach};
 
 /// Where a connection finds Redis.
 pub(crate) enum Topology {
@@ -93,10 +93,10 @@ impl Topology {
     /// Where a command connection goes: the server, the primary the
     /// sentinels name now, or the cluster node `node` (`None`: the first
     /// seed).
-    pub async fn node(&self, node: Option<&NodeName>, timeout: Duration) -> RedisResult<ConnectionInfo> {
+    pub async fn node(&self, node: Option<&NodeName>, timeout: Duration, reach: &Reach) -> RedisResult<ConnectionInfo> {
         match self {
             Topology::Server(info) => Ok(info.clone()),
-            Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
+            Topology::Sentinel(sentinel) => sentinel.primary(timeout, reach).await,
             Topology::Cluster(cluster) => Ok(node.map_or_else(|| cluster.seeds()[0].clone(), |node| cluster.connection_info(node))),
         }
     }
@@ -116,7 +116,7 @@ impl Topology {
     pub async fn subscriber(&self, index: usize, timeout: Duration) -> RedisResult<ConnectionInfo> {
         match self {
             Topology::Server(info) => Ok(info.clone()),
-            Topology::Sentinel(sentinel) => sentinel.primary(timeout).await,
+            Topology::Sentinel(sentinel) => sentinel.primary(timeout, &Reach::default()).await,
             Topology::Cluster(cluster) => Ok(cluster.seed(index)),
         }
     }
@@ -193,7 +193,16 @@ impl Sentinel {
     /// down) is never hidden by another that is down or stalled, nor by the
     /// timeout, or the lookup would read as unreachable and a policy would
     /// move keys a primary that is up may hold (review R28).
-    async fn primary(&self, timeout: Duration) -> RedisResult<ConnectionInfo> {
+    ///
+    /// `reach` hears of the first sentinel found up (one that named a
+    /// primary, or whose failure is more telling than down), at once: the
+    /// member is up, so neither the connect's own timeout, which may fire
+    /// before this lookup's (review R29), nor a refused connect to the
+    /// primary it names reads as unreachable. A sentinel whose config names
+    /// a primary that is gone (restored from before a failover) may be the
+    /// one asked while another names the primary that serves (review R29);
+    /// while the sentinels promote a replica no key moves either.
+    async fn primary(&self, timeout: Duration, reach: &Reach) -> RedisResult<ConnectionInfo> {
         use std::sync::atomic::Ordering;
         let count = self.sentinels.len();
         let first = self.last_good.load(Ordering::Relaxed);
@@ -223,6 +232,7 @@ impl Sentinel {
             };
             match answer.map_err(Some).and_then(|named| named.ok_or(None)) {
                 Ok((host, port)) => {
+                    reach.socket_up();
                     self.last_good.store(index, Ordering::Relaxed);
                     let addr = if self.tls {
                         ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
@@ -236,6 +246,9 @@ impl Sentinel {
                         Some(err) => self.explain(index, err),
                         None => self.unknown_primary(),
                     };
+                    if telling(&err) > Telling::Down {
+                        reach.socket_up();
+                    }
                     if kept.as_ref().is_none_or(|kept| telling(&err) >= telling(kept)) {
                         kept = Some(err);
                     }
