@@ -91,11 +91,11 @@
 mod postgres;
 mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
+use support::lone_sentinel::{free_port, LoneSentinel as Sentinel};
 use support::redis_server::RedisServer;
 use support::wait;
 
@@ -127,81 +127,6 @@ fn served_to_a_restricted_child(driver: &str, connection: &str, fields: &str, al
     served.unwrap_or_else(|| panic!("the child said nothing: {stdout}\n{}", String::from_utf8_lossy(&child.stderr)))
 }
 
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A private sentinel monitoring `primary` as `mymaster` on a loopback
-/// port; killed and its directory removed on drop.
-struct Sentinel {
-    dir: std::path::PathBuf,
-    port: u16,
-    child: Child,
-    password: String,
-}
-
-impl Sentinel {
-    /// `extra`: more lines of its configuration (`requirepass ...`);
-    /// `password`, the one its checks here connect with.
-    fn start(primary: &RedisServer, extra: &str, password: &str) -> Sentinel {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("dokebi-r28-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nsentinel monitor mymaster 127.0.0.1 {} 1\n{extra}",
-                primary.port(),
-                dir = dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&config)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let sentinel = Sentinel { dir, port, child, password: password.to_owned() };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let named = redis::Client::open(sentinel.url().as_str())
-                .and_then(|client| client.get_connection())
-                .and_then(|mut c| redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("mymaster").query::<Vec<String>>(&mut c));
-            if named.is_ok_and(|named| named.len() == 2) {
-                return sentinel;
-            }
-            assert!(Instant::now() < deadline, "the sentinel did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Its URL, with the password it requires (if any).
-    fn url(&self) -> String {
-        match self.password.as_str() {
-            "" => format!("redis://127.0.0.1:{}", self.port),
-            password => format!("redis://:{password}@127.0.0.1:{}", self.port),
-        }
-    }
-
-    /// Its URL without a password.
-    fn bare_url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Holds `k` on a private primary, found through a private sentinel (of
 /// password `password`, none when empty), and runs a policy in a child
 /// process whose TCP connects reach only the ports `allowed` (Landlock: any
@@ -218,10 +143,10 @@ fn served_through_sentinels(
 ) -> (String, String) {
     let primary = RedisServer::start();
     let extra = if password.is_empty() { String::new() } else { format!("requirepass {password}\n") };
-    let sentinel = Sentinel::start(&primary, &extra, password);
+    let sentinel = Sentinel::start(free_port(), primary.port(), 1, &extra);
     let holder = dokebi_lock::Provider::from_yaml(&format!(
         "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main: {{ sentinel: {{ nodes: ['{}'], primaryName: mymaster }} }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: redis, connection: main, leaseMs: 20000 }}\n",
-        sentinel.url()
+        sentinel.authed_url()
     ))
     .unwrap();
     let lease = block_on(holder.backend("db").unwrap().acquire("k", wait(0))).unwrap();
@@ -289,7 +214,7 @@ fn redis_sentinel_a_sentinel_this_process_may_not_reach_then_one_stalled_never_m
 /// denied, not moved.
 #[test]
 fn redis_sentinel_only_a_sentinel_refusing_the_credentials_never_moves_a_held_key() {
-    let (served, released) = served_through_sentinels("s3cret", false, |up, _| format!("['{}']", up.bare_url()), |up, _| vec![up.port]);
+    let (served, released) = served_through_sentinels("s3cret", false, |up, _| format!("['{}']", up.url()), |up, _| vec![up.port]);
     assert_eq!(released, "Ok(true)", "the holder's release");
     assert!(!served.starts_with("host"), "k was held on the primary (which is up) and the policy's acquire was served by {served}");
 }
@@ -301,7 +226,7 @@ fn redis_sentinel_a_sentinel_refusing_the_credentials_then_one_down_never_moves_
     let (served, released) = served_through_sentinels(
         "s3cret",
         false,
-        |up, down| format!("['{}', 'redis://127.0.0.1:{down}']", up.bare_url()),
+        |up, down| format!("['{}', 'redis://127.0.0.1:{down}']", up.url()),
         |up, down| vec![up.port, down],
     );
     assert_eq!(released, "Ok(true)", "the holder's release");
@@ -319,7 +244,7 @@ fn redis_sentinel_a_sentinel_refusing_the_credentials_then_one_stalled_never_mov
     let (served, released) = served_through_sentinels(
         "s3cret",
         true,
-        |up, stalled| format!("['{}', 'redis://127.0.0.1:{stalled}']", up.bare_url()),
+        |up, stalled| format!("['{}', 'redis://127.0.0.1:{stalled}']", up.url()),
         |up, stalled| vec![up.port, stalled],
     );
     assert_eq!(released, "Ok(true)", "the holder's release");
@@ -334,16 +259,16 @@ fn redis_sentinel_a_sentinel_refusing_the_credentials_then_one_stalled_never_mov
 #[test]
 fn redis_sentinel_answering_it_knows_no_such_primary_never_moves_a_held_key() {
     let primary = RedisServer::start();
-    let sentinel = Sentinel::start(&primary, "", "");
+    let sentinel = Sentinel::start(free_port(), primary.port(), 1, "");
     let holder = dokebi_lock::Provider::from_yaml(&format!(
         "schemaVersion: 1\noptions:\n  dokebi-redis:\n    connections:\n      main: {{ sentinel: {{ nodes: ['{}'], primaryName: mymaster }} }}\n  dokebi-lock:\n    backends:\n      db: {{ driver: redis, connection: main, leaseMs: 20000 }}\n",
-        sentinel.url()
+        sentinel.authed_url()
     ))
     .unwrap();
     let lease = block_on(holder.backend("db").unwrap().acquire("k", wait(0))).unwrap();
     let served = served_to_a_restricted_child(
         "redis",
-        &format!("sentinel: {{ nodes: ['{}'], primaryName: mymaster2 }}, connectTimeoutMs: 1000", sentinel.url()),
+        &format!("sentinel: {{ nodes: ['{}'], primaryName: mymaster2 }}, connectTimeoutMs: 1000", sentinel.authed_url()),
         "leaseMs: 10000",
         &[sentinel.port, primary.port()],
         &format!("127.0.0.1:{}", sentinel.port),

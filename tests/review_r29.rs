@@ -96,82 +96,11 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
+use support::lone_sentinel::{free_port, LoneSentinel as Sentinel};
 use support::redis_server::RedisServer;
 use support::wait;
-
-/// A free loopback port (nothing listens there once it returns).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A private sentinel on `port` monitoring `127.0.0.1:primary` as
-/// `mymaster` (quorum `quorum`); killed and its directory removed on drop.
-struct Sentinel {
-    dir: std::path::PathBuf,
-    port: u16,
-    child: Child,
-    /// The password its checks here connect with (`requirepass`).
-    password: String,
-}
-
-impl Sentinel {
-    fn start(port: u16, primary: u16, quorum: u32, extra: &str) -> Sentinel {
-        let dir = std::env::temp_dir().join(format!("dokebi-r29-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nsentinel monitor mymaster 127.0.0.1 {primary} {quorum}\n{extra}",
-                dir = dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&config)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let password = extra.lines().find_map(|line| line.strip_prefix("requirepass ")).unwrap_or_default().to_owned();
-        let sentinel = Sentinel { dir, port, child, password };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if sentinel.named() == Some(primary) {
-                return sentinel;
-            }
-            assert!(Instant::now() < deadline, "the sentinel on {port} did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The port of the primary it names.
-    fn named(&self) -> Option<u16> {
-        let url = format!("redis://:{}@127.0.0.1:{}", self.password, self.port);
-        let mut connection = redis::Client::open(if self.password.is_empty() { self.url() } else { url }).ok()?.get_connection().ok()?;
-        let (_, port): (String, u16) = redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("mymaster").query(&mut connection).ok()?;
-        Some(port)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A provider with one redis backend `db` over the sentinels `nodes`.
 fn holder(nodes: &[&Sentinel]) -> dokebi_lock::Provider {

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod deployment;
 pub mod fall_back;
+pub mod lone_sentinel;
 pub mod marks;
 pub mod names;
 pub mod pki;
