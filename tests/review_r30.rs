@@ -1,0 +1,118 @@
+//! Review R30: ways to get two holders of a key through a `fallBack`
+//! policy after bfb6096 and be7fbf2 (through Sentinel, a member is
+//! unreachable only when no sentinel is found up), against private
+//! redis-servers.
+//!
+//! Held (read, not run): through Sentinel, every path that connects to the
+//! primary passes the connect's own `Reach` to `Sentinel::primary`
+//! (`RedisConnection::open`, on the host lane and the runtime lane alike;
+//! each retry of `eval` makes a connect, and a `Reach`, of its own); the
+//! release-notification subscriber's fresh `Reach` and the failover watch
+//! (`+switch-master`) never classify an acquire's failure; a failure kept
+//! by `CONNECT_FAILURE_REUSE` is the classification of a connect made
+//! 100 ms before; a `#insecure` or verified TLS sentinel that closes
+//! before the handshake fails `UnexpectedEof` through rustls, which is no
+//! sign of down; a connect cut by close ends `CLOSED` before the router.
+//!
+//! Finding (two holders through a policy, Redis Cluster): the class of
+//! review R29 on the Cluster path, from the client's own slot map. A
+//! process whose map names a primary that is gone (its host powered off
+//! or cut off: SYNs go unanswered) while the cluster has already failed
+//! its slots over to the replica, which holds `k` for its holder: the
+//! acquire routes to the gone node, whose connect ends at
+//! `connectTimeoutMs` with no socket (unreachable). `eval` asks for a
+//! fresh map (`rerouted`) only while `tokio::Instant::now() < deadline`,
+//! `deadline` being `started + commandTimeoutMs`: when `connectTimeoutMs`
+//! is at least `commandTimeoutMs` (the defaults: 5000 and 2000) that has
+//! passed, so no node is asked, the map is not even marked stale, and the unreachable failure goes to the router,
+//! which serves `k` from `host`. Every node the process could ask is up
+//! and names the new primary. And since the map is never marked stale,
+//! every acquire more than `CONNECT_FAILURE_REUSE` apart does the same
+//! once `reprobeCooldownMs` lets the policy try `db` again (read, not run;
+//! within the cooldown the policy skips `db` and serves `host` anyway).
+//! Confirmed below
+//! (`redis_cluster_a_stale_map_naming_a_gone_primary_never_moves_a_held_key`:
+//! served by `host` after 1.0 s, 4 of 4 runs, the holder's release then
+//! `Ok(true)`; with the default timeouts too, after 5.0 s, 1 of 1).
+//!
+//! Suggested fix: mark the map stale on every connect failure to a cluster
+//! node, and ask for a fresh map within the command's bound (`end`), not
+//! `commandTimeoutMs` from the start; read the failure as unreachable only
+//! when no map source was found up (as `Sentinel::primary` now does for
+//! sentinels, with `reached_first`).
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use futures::executor::block_on;
+use support::fall_back::FallBackToHost;
+use support::topology::lock_key;
+use support::wait;
+
+/// A listener on `port` whose accept queue is full: SYNs to it go
+/// unanswered, as for a host that is gone. Answers what keeps it so.
+fn blackhole(port: u16) -> (TcpListener, Vec<TcpStream>) {
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the gone node's port");
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut kept = Vec::new();
+    for _ in 0..10_000 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(stream) => kept.push(stream),
+            Err(err) => {
+                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
+                return (listener, kept);
+            }
+        }
+    }
+    panic!("the accept queue never filled");
+}
+
+/// Finding: see the module docs.
+#[test]
+#[ignore = "finding (two holders): a Cluster client whose slot map names a primary that is gone (SYNs unanswered) does not refresh the map when connectTimeoutMs >= commandTimeoutMs, and reads the connect as unreachable while the failed-over replica holds the key"]
+fn redis_cluster_a_stale_map_naming_a_gone_primary_never_moves_a_held_key() {
+    let mut cluster = support::cluster::Cluster::start();
+    let primary = cluster.primary_of(&lock_key("k"));
+    let replica = cluster.replica_of(primary).expect("a replica of k's primary");
+    let seed = cluster.primaries().into_iter().find(|&port| port != primary).unwrap();
+    let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
+    let policy = FallBackToHost::open_on(
+        "redis",
+        &format!("{endpoint}, connectTimeoutMs: 1000, commandTimeoutMs: 500"),
+        "namespace: test, leaseMs: 30000",
+        5000,
+    );
+    // The policy's process learns the slot map (k's slot on `primary`).
+    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
+    assert_eq!(warm.served().unwrap().member.name, "db");
+    assert!(block_on(warm.release()).unwrap());
+    // The primary goes; its replica takes the slots over.
+    cluster.kill(primary);
+    cluster.wait_ok(Duration::from_secs(30));
+    assert_eq!(cluster.primary_of(&lock_key("k")), replica);
+    let (_gone, _kept) = blackhole(primary);
+    // Another process holds k on the new primary.
+    let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    assert!(cluster.exists_on(replica, &lock_key("k")));
+    let started = std::time::Instant::now();
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        policy.acquire_held_within(
+            "k",
+            lease.fence(),
+            3000,
+            "the process's slot map named the gone primary; every node it could ask is up and names the replica that holds k",
+        )
+    }));
+    let elapsed = started.elapsed();
+    drop(policy);
+    let still_held = block_on(lease.release());
+    eprintln!("the policy's acquire ended after {elapsed:?}; the holder's release: {still_held:?}");
+    block_on(holder.close());
+    if let Err(panic) = served {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+}
