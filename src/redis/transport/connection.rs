@@ -483,12 +483,20 @@ impl RedisConnection {
             let failure = match within(end, self.connection(lane, node.as_ref())).await {
                 // A failover may have moved the slot; not after `ASK`, though:
                 // the map would send the command back to the node that sent it here.
+                // Asked within the command's whole bound: a connect that took
+                // all of `connectTimeoutMs` may have passed `deadline` (review R30).
                 Err(failure) => {
-                    if asked.is_none()
-                        && tokio::time::Instant::now() < deadline
-                        && tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await.unwrap_or(false)
-                    {
-                        continue;
+                    if asked.is_none() {
+                        match tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await {
+                            Ok(Some(true)) => continue,
+                            // A node answered with a map that still names
+                            // this one: the cluster is up (a stale map of
+                            // this process named a node that is gone, or a
+                            // failover is under way), so its connect is
+                            // refused, not unreachable (review R30).
+                            Ok(Some(false)) => answered = true,
+                            _ => {}
+                        }
                     }
                     failure
                 }
@@ -579,12 +587,14 @@ impl RedisConnection {
         }
     }
 
-    /// Once `node` of a cluster could not be reached: true when a fresh
-    /// slot map gives `slot` to another node (a failover).
-    async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> bool {
-        let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return false };
+    /// Once `node` of a cluster could not be reached: whether a fresh slot
+    /// map gives `slot` to another node (a failover); `None` when no node
+    /// gave one (or this is not a cluster).
+    async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
+        let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
-        self.fetch_slots(lane, cluster).await.is_ok() && cluster.primary(slot).is_some_and(|now| now != *node)
+        self.fetch_slots(lane, cluster).await.ok()?;
+        Some(cluster.primary(slot).is_some_and(|now| now != *node))
     }
 
     /// Follows `MOVED` (the slot map learns the slot's node, and the next try
