@@ -17,8 +17,14 @@
 //! Fixed (the test failed before, 5 of 5 runs): a cluster node whose
 //! connect fails is followed by a fresh slot map within the command's whole
 //! bound, and when a node gives a map that still names it, its connect is
-//! refused, not unreachable; only a cluster none of whose nodes gives its
-//! map reads as unreachable.
+//! refused, not unreachable. Review R31 (read-only) found that a fetch
+//! which reached nodes that gave no map (refused, stalled) still left it
+//! unreachable; the second test shows it (it failed before: served by
+//! `host`) and now passes: only a cluster none of whose nodes can be
+//! reached reads as unreachable. Open (R31's finding B, reasoned, not
+//! run): a fresh-map fetch that does not end within the command's bound
+//! (sources whose SYNs go unanswered asked first, each taking its share)
+//! leaves the connect unreachable.
 //!
 //! Finding (two holders through a policy, Redis Cluster): the class of
 //! review R29 on the Cluster path, from the client's own slot map. A
@@ -115,6 +121,48 @@ fn redis_cluster_a_stale_map_naming_a_gone_primary_never_moves_a_held_key() {
     drop(policy);
     let still_held = block_on(lease.release());
     eprintln!("the policy's acquire ended after {elapsed:?}; the holder's release: {still_held:?}");
+    block_on(holder.close());
+    if let Err(panic) = served {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+}
+
+/// Review R31's finding A: the process's slot map names a primary that is
+/// gone (refused at once), and every node it may ask for a fresh map is up
+/// but refuses `CLUSTER SLOTS` (here an ACL; a node at `maxclients`, or one
+/// stalled, is the same): a map fetch that reached nodes and got no map
+/// read as if none was reached, the connect stayed unreachable, and a
+/// policy served from `host` a key the cluster's new primary held.
+#[test]
+fn redis_cluster_a_stale_map_whose_sources_refuse_a_new_one_never_moves_a_held_key() {
+    let mut cluster = support::cluster::Cluster::start();
+    let primary = cluster.primary_of(&lock_key("k"));
+    let replica = cluster.replica_of(primary).expect("a replica of k's primary");
+    let seed = cluster.primaries().into_iter().find(|&port| port != primary).unwrap();
+    let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
+    let policy = FallBackToHost::open_on("redis", &format!("{endpoint}, connectTimeoutMs: 1000"), "namespace: test, leaseMs: 30000", 5000);
+    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
+    assert_eq!(warm.served().unwrap().member.name, "db");
+    assert!(block_on(warm.release()).unwrap());
+    cluster.kill(primary);
+    cluster.wait_ok(Duration::from_secs(30));
+    assert_eq!(cluster.primary_of(&lock_key("k")), replica);
+    let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
+    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    // Every node but the one holding k refuses the map from now on.
+    let refusing: Vec<u16> = cluster.primaries().into_iter().filter(|&port| port != replica).collect();
+    for &port in &refusing {
+        let _: () = redis::cmd("ACL").arg(&["SETUSER", "default", "-cluster|slots"]).query(&mut cluster.client(port)).unwrap();
+    }
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        policy.acquire_held_within("k", lease.fence(), 2000, "the nodes asked for a fresh slot map are up and refused it")
+    }));
+    for &port in &refusing {
+        let _: () = redis::cmd("ACL").arg(&["SETUSER", "default", "+cluster|slots"]).query(&mut cluster.client(port)).unwrap();
+    }
+    drop(policy);
+    let still_held = block_on(lease.release());
     block_on(holder.close());
     if let Err(panic) = served {
         std::panic::resume_unwind(panic);

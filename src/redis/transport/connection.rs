@@ -487,15 +487,18 @@ impl RedisConnection {
                 // all of `connectTimeoutMs` may have passed `deadline` (review R30).
                 Err(failure) => {
                     if asked.is_none() {
-                        match tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await {
-                            Ok(Some(true)) => continue,
-                            // A node answered with a map that still names
-                            // this one: the cluster is up (a stale map of
-                            // this process named a node that is gone, or a
-                            // failover is under way), so its connect is
-                            // refused, not unreachable (review R30).
-                            Ok(Some(false)) => answered = true,
-                            _ => {}
+                        if let Ok(Some(moved)) = tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await {
+                            // A node was reached for the map: the cluster is
+                            // up (this process's map named a node that is
+                            // gone, or a failover is under way), so this
+                            // connect is refused, not unreachable (reviews
+                            // R30, R31).
+                            answered = true;
+                            // The script goes to the new node only with a
+                            // whole commandTimeoutMs left for its answer.
+                            if moved && tokio::time::Instant::now() + self.command_timeout <= end {
+                                continue;
+                            }
                         }
                     }
                     failure
@@ -588,13 +591,18 @@ impl RedisConnection {
     }
 
     /// Once `node` of a cluster could not be reached: whether a fresh slot
-    /// map gives `slot` to another node (a failover); `None` when no node
-    /// gave one (or this is not a cluster).
+    /// map gives `slot` to another node (a failover); `Some(false)` too when
+    /// a node was reached but gave no map (it refused, or did not answer in
+    /// time: up all the same); `None` when no node's socket came up (or this
+    /// is not a cluster).
     async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
         let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
-        self.fetch_slots(lane, cluster).await.ok()?;
-        Some(cluster.primary(slot).is_some_and(|now| now != *node))
+        match self.fetch_slots(lane, cluster).await {
+            Ok(()) => Some(cluster.primary(slot).is_some_and(|now| now != *node)),
+            Err(Failure::Unreachable(_)) => None,
+            Err(_) => Some(false),
+        }
     }
 
     /// Follows `MOVED` (the slot map learns the slot's node, and the next try
