@@ -21,10 +21,12 @@
 //! which reached nodes that gave no map (refused, stalled) still left it
 //! unreachable; the second test shows it (it failed before: served by
 //! `host`) and now passes: only a cluster none of whose nodes can be
-//! reached reads as unreachable. Open (R31's finding B, reasoned, not
-//! run): a fresh-map fetch that does not end within the command's bound
-//! (sources whose SYNs go unanswered asked first, each taking its share)
-//! leaves the connect unreachable.
+//! reached reads as unreachable. R31's finding B (reasoned): a fresh-map
+//! fetch that did not end within the command's bound (sources whose SYNs
+//! go unanswered asked first, each taking its share) left the connect
+//! unreachable; the third test confirmed it (it failed before: served by
+//! `host`) and now passes: the fetch after a failed connect asks every
+//! source within a whole `commandTimeoutMs` of its own.
 //!
 //! Finding (two holders through a policy, Redis Cluster): the class of
 //! review R29 on the Cluster path, from the client's own slot map. A
@@ -84,37 +86,57 @@ fn blackhole(port: u16) -> (TcpListener, Vec<TcpStream>) {
 /// Finding: see the module docs.
 #[test]
 fn redis_cluster_a_stale_map_naming_a_gone_primary_never_moves_a_held_key() {
-    let mut cluster = support::cluster::Cluster::start();
+    let cluster = support::cluster::Cluster::start();
     let primary = cluster.primary_of(&lock_key("k"));
-    let replica = cluster.replica_of(primary).expect("a replica of k's primary");
-    let seed = cluster.primaries().into_iter().find(|&port| port != primary).unwrap();
+    gone_nodes_never_move_a_held_key(cluster, "k", &[primary], "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+}
+
+/// Review R31's finding B: as above, and another node the process's map
+/// names, asked first for a fresh map (the owner of slot 0), is gone too,
+/// with a connect timeout longer than the command's: after the connect to
+/// the key's node took all of `connectTimeoutMs`, what was left of the
+/// command's bound ended before the next source's turn (each had a share
+/// of connect plus command), so no node up was asked and the connect read
+/// as unreachable.
+#[test]
+fn redis_cluster_a_gone_node_asked_first_for_a_map_never_moves_a_held_key() {
+    let cluster = support::cluster::Cluster::start();
+    let first = cluster.primary_of_slot(0);
+    let name = (0..).map(|i| format!("k{i}")).find(|name| cluster.primary_of(&lock_key(name)) != first).unwrap();
+    let primary = cluster.primary_of(&lock_key(&name));
+    gone_nodes_never_move_a_held_key(cluster, &name, &[first, primary], "connectTimeoutMs: 1500, commandTimeoutMs: 500");
+}
+
+/// The policy's process learns the slot map (`name`'s slot on the last of
+/// `gone`); each of `gone` hands its slots to its replica and goes (its
+/// SYNs unanswered, as for a host powered off); another process holds
+/// `name` on its new primary. The policy's acquire must not be served by
+/// `host`.
+fn gone_nodes_never_move_a_held_key(mut cluster: support::cluster::Cluster, name: &str, gone: &[u16], timeouts: &str) {
+    let seed = cluster.primaries().into_iter().find(|port| !gone.contains(port)).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
-    let policy = FallBackToHost::open_on(
-        "redis",
-        &format!("{endpoint}, connectTimeoutMs: 1000, commandTimeoutMs: 500"),
-        "namespace: test, leaseMs: 30000",
-        5000,
-    );
-    // The policy's process learns the slot map (k's slot on `primary`).
-    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
+    let policy = FallBackToHost::open_on("redis", &format!("{endpoint}, {timeouts}"), "namespace: test, leaseMs: 30000", 5000);
+    let warm = block_on(policy.locks().acquire(name, wait(0))).unwrap();
     assert_eq!(warm.served().unwrap().member.name, "db");
     assert!(block_on(warm.release()).unwrap());
-    // The primary goes; its replica takes the slots over.
-    cluster.kill(primary);
+    let mut holes = Vec::new();
+    for &port in gone {
+        cluster.failover(cluster.replica_of(port).expect("a replica"), Duration::from_secs(30));
+        cluster.kill(port);
+        holes.push(blackhole(port));
+    }
     cluster.wait_ok(Duration::from_secs(30));
-    assert_eq!(cluster.primary_of(&lock_key("k")), replica);
-    let (_gone, _kept) = blackhole(primary);
-    // Another process holds k on the new primary.
+    let primary = cluster.primary_of(&lock_key(name));
     let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
-    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
-    assert!(cluster.exists_on(replica, &lock_key("k")));
+    let lease = block_on(holder.backend("shared").unwrap().acquire(name, wait(0))).unwrap();
+    assert!(cluster.exists_on(primary, &lock_key(name)));
     let started = std::time::Instant::now();
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         policy.acquire_held_within(
-            "k",
+            name,
             lease.fence(),
             3000,
-            "the process's slot map named the gone primary; every node it could ask is up and names the replica that holds k",
+            "the process's slot map named nodes that are gone; every other node it could ask is up and names the new primary that holds the key",
         )
     }));
     let elapsed = started.elapsed();

@@ -18,6 +18,8 @@ use hashbrown::HashMap;
 use redis::cluster_routing::Slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
+use crate::store::Failure;
+
 /// A node's address as Redis names it in `MOVED` replies: `host:port`.
 pub(crate) type NodeName = Arc<str>;
 
@@ -32,8 +34,14 @@ pub(crate) struct Cluster {
     /// Set when the map must be fetched before the next command is routed.
     stale: AtomicBool,
     /// One fetch at a time: a failover seen by many commands costs one.
-    fetching: tokio::sync::Mutex<()>,
+    fetching: tokio::sync::Mutex<LastFetch>,
 }
+
+/// The last fetch of the map, if it failed: when it began, and why. A
+/// command that waited for it to end takes its failure rather than
+/// fetching again when it began after the command asked: it is as fresh
+/// an answer, and a command waits for at most one fetch besides its own.
+pub(crate) type LastFetch = Option<(tokio::time::Instant, Failure)>;
 
 /// Which primary serves each slot.
 pub(crate) struct SlotMap {
@@ -52,7 +60,7 @@ impl Cluster {
             seed_names,
             map: Mutex::new(SlotMap::empty()),
             stale: AtomicBool::new(true),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -82,8 +90,8 @@ impl Cluster {
         self.stale.store(true, Ordering::Release);
     }
 
-    /// Held while fetching the map.
-    pub async fn fetching(&self) -> tokio::sync::MutexGuard<'_, ()> {
+    /// Held while fetching the map; it keeps the last fetch's failure.
+    pub async fn fetching(&self) -> tokio::sync::MutexGuard<'_, LastFetch> {
         self.fetching.lock().await
     }
 
@@ -118,11 +126,12 @@ impl Cluster {
     }
 
     /// The nodes to ask for the map, in order: the primaries known, then
-    /// the seeds.
-    pub fn map_sources(&self) -> Vec<NodeName> {
+    /// the seeds, and `last` (a node just found gone) at the end.
+    pub fn map_sources(&self, last: Option<&NodeName>) -> Vec<NodeName> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let mut sources = map.primaries.clone();
         sources.extend(self.seed_names.iter().filter(|seed| !map.primaries.contains(seed)).cloned());
+        sources.sort_by_key(|node| Some(node) == last);
         sources
     }
 
@@ -245,7 +254,7 @@ mod tests {
         cluster.moved(42, "127.0.0.1:7002");
         assert_eq!(cluster.primary(Slot::new(42)).as_deref(), Some("127.0.0.1:7002"));
         assert_eq!(cluster.primary(Slot::new(43)).as_deref(), Some("127.0.0.1:7000"));
-        assert_eq!(cluster.map_sources().len(), 2, "the seed is a known primary already");
+        assert_eq!(cluster.map_sources(None).len(), 2, "the seed is a known primary already");
     }
 
     #[test]

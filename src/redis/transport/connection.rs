@@ -11,7 +11,10 @@
 //! by `connectTimeoutMs`, each attempt by `commandTimeoutMs`, and the whole
 //! command, its reconnects, retries and slot map fetches included, by the
 //! two together from its start (past that: unknown once an attempt was
-//! sent, else unreachable). Failures are classified once, here:
+//! sent, else unreachable); but once a cluster node's connect failed, a
+//! fresh slot map is asked for with a whole `commandTimeoutMs` of its own,
+//! since only a cluster none of whose nodes is reached reads as unreachable
+//! (a policy falls back on that). Failures are classified once, here:
 //! - [`Failure::Unreachable`]: no connection could be made (refused, DNS,
 //!   connect timeout): the command did not run.
 //! - [`Failure::Denied`]: the server was reached and refused who we are
@@ -483,16 +486,17 @@ impl RedisConnection {
             let failure = match within(end, self.connection(lane, node.as_ref())).await {
                 // A failover may have moved the slot; not after `ASK`, though:
                 // the map would send the command back to the node that sent it here.
-                // Asked within the command's whole bound: a connect that took
-                // all of `connectTimeoutMs` may have passed `deadline` (review R30).
                 Err(failure) => {
+                    // Asked with a whole commandTimeoutMs of its own, past
+                    // `end` if need be: the connect reads as unreachable
+                    // only once every map source was asked and none's
+                    // socket came up (reviews R30, R31).
                     if asked.is_none() {
-                        if let Ok(Some(moved)) = tokio::time::timeout_at(end, self.rerouted(lane, slot, node.as_ref())).await {
+                        if let Some(moved) = self.rerouted(lane, slot, node.as_ref()).await {
                             // A node was reached for the map: the cluster is
                             // up (this process's map named a node that is
                             // gone, or a failover is under way), so this
-                            // connect is refused, not unreachable (reviews
-                            // R30, R31).
+                            // connect is refused, not unreachable.
                             answered = true;
                             // The script goes to the new node only with a
                             // whole commandTimeoutMs left for its answer.
@@ -575,7 +579,11 @@ impl RedisConnection {
     /// the old map serves while no node gives a new one).
     async fn route(&self, lane: &Lane, slot: Option<Slot>) -> Result<Option<NodeName>, Failure> {
         let Some(cluster) = self.topology.cluster() else { return Ok(None) };
-        let fetched = if cluster.is_stale() { self.fetch_slots(lane, cluster).await } else { Ok(()) };
+        let fetched = if cluster.is_stale() {
+            self.fetch_slots(lane, cluster, self.command_end(tokio::time::Instant::now()), None).await
+        } else {
+            Ok(())
+        };
         match (cluster.primary(slot), fetched) {
             (Some(node), _) => Ok(Some(node)),
             (None, Err(failure)) => Err(failure),
@@ -594,11 +602,13 @@ impl RedisConnection {
     /// map gives `slot` to another node (a failover); `Some(false)` too when
     /// a node was reached but gave no map (it refused, or did not answer in
     /// time: up all the same); `None` when no node's socket came up (or this
-    /// is not a cluster).
+    /// is not a cluster). Every source is asked within a commandTimeoutMs,
+    /// `node` last.
     async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
         let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
-        match self.fetch_slots(lane, cluster).await {
+        let until = tokio::time::Instant::now() + self.command_timeout;
+        match self.fetch_slots(lane, cluster, until, Some(node)).await {
             Ok(()) => Some(cluster.primary(slot).is_some_and(|now| now != *node)),
             Err(Failure::Unreachable(_)) => None,
             Err(_) => Some(false),
@@ -619,22 +629,38 @@ impl RedisConnection {
     }
 
     /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
-    /// that gives it, unless another command just did. Every command waits
-    /// for the map, so one node may not hold it up: the sources are asked in
-    /// turn, the next one also asked once the one before has taken its share
-    /// of a connect and a command's time, and the whole fetch ends with that.
-    async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster) -> Result<(), Failure> {
-        let _fetching = cluster.fetching().await;
+    /// that gives it by `until`, unless another command just did (or just
+    /// failed to, having begun after this one asked). Every command waits
+    /// for the map, so one node may not hold it up: the sources (`last` at
+    /// the end) are asked in turn, the next one also asked once the one
+    /// before has taken its share of the time left, so every source is
+    /// asked by `until`.
+    async fn fetch_slots(
+        &self,
+        lane: &Lane,
+        cluster: &Cluster,
+        until: tokio::time::Instant,
+        last: Option<&NodeName>,
+    ) -> Result<(), Failure> {
+        let asked = tokio::time::Instant::now();
+        let Ok(mut fetching) = tokio::time::timeout_at(until, cluster.fetching()).await else {
+            // Another command's fetch did not end in time: no source was
+            // asked, so nothing says the cluster is down.
+            return Err(Failure::Unanswered(Arc::new(timeout_error("another command's slot map fetch did not end in time"))));
+        };
         if !cluster.is_stale() {
             return Ok(());
         }
-        let sources = cluster.map_sources();
-        let bound = self.connect_timeout + self.command_timeout;
-        let share = bound / sources.len().max(1) as u32;
+        if let Some((_, failure)) = fetching.as_ref().filter(|(began, _)| *began >= asked) {
+            return Err(failure.clone());
+        }
+        let began = tokio::time::Instant::now();
+        let sources = cluster.map_sources(last);
+        let share = until.saturating_duration_since(began) / sources.len().max(1) as u32;
         let mut sources = sources.iter().peekable();
         let mut asking = FuturesUnordered::new();
         let mut failure = None;
-        let all = tokio::time::sleep(bound);
+        let all = tokio::time::sleep_until(until);
         tokio::pin!(all);
         loop {
             if asking.is_empty() {
@@ -645,6 +671,7 @@ impl RedisConnection {
                 Some(answer) = asking.next() => match answer {
                     Ok(map) => {
                         cluster.replace(map);
+                        *fetching = None;
                         return Ok(());
                     }
                     Err(err) => failure = Some(reached_first(failure, err)),
@@ -653,13 +680,15 @@ impl RedisConnection {
                     asking.extend(sources.next().map(|node| self.cluster_slots(lane, node)));
                 }
                 _ = &mut all => {
-                    let timed_out = Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map within connectTimeoutMs and commandTimeoutMs")));
+                    let timed_out = Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map in time")));
                     failure = Some(reached_first(failure, timed_out));
                     break;
                 }
             }
         }
-        Err(self.failed(failure.expect("a cluster has a seed node")))
+        let failure = self.failed(failure.expect("a cluster has a seed node"));
+        *fetching = Some((began, failure.clone()));
+        Err(failure)
     }
 
     async fn cluster_slots(&self, lane: &Lane, node: &NodeName) -> Result<SlotMap, Failure> {
