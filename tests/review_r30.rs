@@ -57,31 +57,12 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
 use support::topology::lock_key;
 use support::wait;
-
-/// A listener on `port` whose accept queue is full: SYNs to it go
-/// unanswered, as for a host that is gone. Answers what keeps it so.
-fn blackhole(port: u16) -> (TcpListener, Vec<TcpStream>) {
-    let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the gone node's port");
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut kept = Vec::new();
-    for _ in 0..10_000 {
-        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            Ok(stream) => kept.push(stream),
-            Err(err) => {
-                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
-                return (listener, kept);
-            }
-        }
-    }
-    panic!("the accept queue never filled");
-}
 
 /// Finding: see the module docs.
 #[test]
@@ -123,7 +104,7 @@ fn gone_nodes_never_move_a_held_key(mut cluster: support::cluster::Cluster, name
     for &port in gone {
         cluster.failover(cluster.replica_of(port).expect("a replica"), Duration::from_secs(30));
         cluster.kill(port);
-        holes.push(blackhole(port));
+        holes.push(support::blackhole(port));
     }
     cluster.wait_ok(Duration::from_secs(30));
     let primary = cluster.primary_of(&lock_key(name));

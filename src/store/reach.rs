@@ -41,10 +41,15 @@ impl Reach {
         self.0.store(true, Ordering::Release);
     }
 
+    /// Whether the socket came up (so far).
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
     /// The failure of this connect, ended by `cause`; `lost`: the socket
     /// ended or failed (rather than, say, a timeout on it).
     pub fn failure(&self, cause: Cause, lost: bool) -> Failure {
-        if !self.0.load(Ordering::Acquire) {
+        if !self.is_up() {
             Failure::Unreachable(cause)
         } else if lost {
             // The server took the socket, then closed it (with an error,

@@ -954,9 +954,10 @@ fn check_history(holds: &[Hold], stores: &BTreeMap<String, store::KeyHistory>, w
         // began before its section ended (and that overlap is checked below),
         // or, inside the two primaries' window without replica
         // acknowledgement, its twin from the other primary (the same fence,
-        // counted above) wrote first.
+        // counted above) wrote first: a write the store accepted.
         let overtook = |b: &Hold, h: &Hold| {
-            b.start < h.end && (b.fence > h.fence || (b.fence == h.fence && replica_acks == 0 && window.two_primaries(h, b).is_some()))
+            let twin = b.fence == h.fence && b.store == 'W' && replica_acks == 0 && window.two_primaries(h, b).is_some();
+            b.start < h.end && (b.fence > h.fence || twin)
         };
         for h in of_key.iter().filter(|h| h.store == 'X' || h.store == 'R') {
             if !of_key.iter().any(|b| overtook(b, h)) {
@@ -1140,6 +1141,9 @@ fn self_test() {
     assert!(report.violations.is_empty(), "a write refused after its twin from the other primary: {:?}", report.violations);
     let [c2, c1] = across.clone();
     assert!(run(&[c2, refused(c1)], &fine, 1).violations.iter().any(|v| v.contains("refused")), "refused after a twin, with acks");
+    let [c2, c1] = across.clone();
+    let report = run(&[refused(c2), refused(c1)], &fine, 0);
+    assert_eq!(report.violations.iter().filter(|v| v.contains("refused")).count(), 2, "twins both refused: {:?}", report.violations);
     let twins = [hold("c2", 5, 10, 20, "OK"), refused(hold("c3", 5, 15, 30, "OK"))];
     assert!(run(&twins, &fine, 0).violations.iter().any(|v| v.contains("refused")), "refused after a twin on one side");
     let same_side = [hold("c1", 120, 118, 125, "OK"), hold("c1", 120, 126, 130, "OK")];

@@ -384,6 +384,26 @@ impl Cluster {
         }
     }
 
+    /// Writes to every primary, then waits until `CLUSTER SLOTS` on `port`
+    /// names a replica for every range: Redis leaves out a replica whose
+    /// replication offset it has as 0 (nothing replicated yet, as gossip
+    /// tells), as a fresh cluster's are.
+    pub fn wait_replicas_listed(&self, port: u16, timeout: Duration) {
+        for primary in self.primaries() {
+            let key = (0..).map(|i| format!("replicated:{i}")).find(|key| self.primary_of(key) == primary).unwrap();
+            let _: () = redis::cmd("SET").arg(&key).arg(1).query(&mut self.client(primary)).unwrap();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut self.client(port)).unwrap();
+            if ranges.iter().all(|range| range.len() > 3) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "CLUSTER SLOTS named no replica for some range within {timeout:?}");
+            sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The node ids of the live nodes, for logs.
     pub fn describe(&self) -> String {
         let views: BTreeSet<String> = self

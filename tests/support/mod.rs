@@ -80,3 +80,21 @@ pub fn open_redis_at(endpoint: &str, backend: &[(&str, &str)], connection: &[(&s
     let (logger, records) = recording_logger();
     (Provider::open_with(options, Hooks { logger, ..Hooks::default() }).unwrap(), records)
 }
+
+/// A listener on `port` whose accept queue is full: SYNs to it go
+/// unanswered, as for a host that is gone. Answers what keeps it so.
+pub fn blackhole(port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the gone node's port");
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut kept = Vec::new();
+    for _ in 0..10_000 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(stream) => kept.push(stream),
+            Err(err) => {
+                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
+                return (listener, kept);
+            }
+        }
+    }
+    panic!("the accept queue never filled");
+}

@@ -37,11 +37,18 @@ pub(crate) struct Cluster {
     fetching: tokio::sync::Mutex<LastFetch>,
 }
 
-/// The last fetch of the map, if it failed: when it began, and why. A
-/// command that waited for it to end takes its failure rather than
-/// fetching again when it began after the command asked: it is as fresh
-/// an answer, and a command waits for at most one fetch besides its own.
-pub(crate) type LastFetch = Option<(tokio::time::Instant, Failure)>;
+/// The last fetch of the map, if it failed. A command that waited for it
+/// to end takes its failure rather than fetching again when it began after
+/// the command asked and had at least as long as the command has left: it
+/// is as fresh an answer, and a command waits for at most one fetch
+/// besides its own.
+pub(crate) type LastFetch = Option<FailedFetch>;
+
+pub(crate) struct FailedFetch {
+    pub began: tokio::time::Instant,
+    pub until: tokio::time::Instant,
+    pub failure: Failure,
+}
 
 /// Which primary serves each slot.
 pub(crate) struct SlotMap {
@@ -49,6 +56,9 @@ pub(crate) struct SlotMap {
     /// its number to itself, so slots are keys, not indexes).
     owners: HashMap<Slot, u16>,
     primaries: Vec<NodeName>,
+    /// The replicas the reply named: asked for the map too, since a
+    /// failover makes one a primary.
+    replicas: Vec<NodeName>,
 }
 
 impl Cluster {
@@ -125,12 +135,17 @@ impl Cluster {
         self.stale.store(false, Ordering::Release);
     }
 
-    /// The nodes to ask for the map, in order: the primaries known, then
-    /// the seeds, and `last` (a node just found gone) at the end.
+    /// The nodes to ask for the map, in order: the primaries known, their
+    /// replicas, then the seeds, and `last` (a node just found gone) at the
+    /// end.
     pub fn map_sources(&self, last: Option<&NodeName>) -> Vec<NodeName> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let mut sources = map.primaries.clone();
-        sources.extend(self.seed_names.iter().filter(|seed| !map.primaries.contains(seed)).cloned());
+        for node in map.replicas.iter().chain(&self.seed_names) {
+            if !sources.contains(node) {
+                sources.push(node.clone());
+            }
+        }
         sources.sort_by_key(|node| Some(node) == last);
         sources
     }
@@ -152,7 +167,7 @@ impl Cluster {
 
 impl SlotMap {
     fn empty() -> SlotMap {
-        SlotMap { owners: HashMap::new(), primaries: Vec::new() }
+        SlotMap { owners: HashMap::new(), primaries: Vec::new(), replicas: Vec::new() }
     }
 
     fn assign(&mut self, slot: Slot, node: &str) {
@@ -174,15 +189,15 @@ impl SlotMap {
         let mut map = SlotMap::empty();
         for range in ranges {
             let Value::Array(fields) = range else { return None };
-            let [Value::Int(first), Value::Int(last), Value::Array(primary), ..] = fields.as_slice() else { return None };
-            let [host, Value::Int(port), ..] = primary.as_slice() else { return None };
-            let host = match host {
-                Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
-                Value::SimpleString(text) => text.as_str(),
-                _ => return None,
-            };
-            let host = if host.is_empty() { split(asked).0 } else { host.to_owned() };
-            let node = format!("{host}:{port}");
+            let [Value::Int(first), Value::Int(last), Value::Array(primary), replicas @ ..] = fields.as_slice() else { return None };
+            let node = node_in(primary, asked)?;
+            for replica in replicas {
+                let Value::Array(replica) = replica else { return None };
+                let replica: NodeName = node_in(replica, asked)?.into();
+                if !map.replicas.contains(&replica) {
+                    map.replicas.push(replica);
+                }
+            }
             let (first, last) = (u16::try_from(*first).ok()?, u16::try_from(*last).ok()?);
             if first > last || last >= SLOTS {
                 return None;
@@ -193,6 +208,19 @@ impl SlotMap {
         }
         Some(map)
     }
+}
+
+/// The name of a node a `CLUSTER SLOTS` range lists (`host`, `port`,
+/// ...); an empty host means `asked`'s.
+fn node_in(fields: &[Value], asked: &str) -> Option<String> {
+    let [host, Value::Int(port), ..] = fields else { return None };
+    let host = match host {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
+        Value::SimpleString(text) => text.as_str(),
+        _ => return None,
+    };
+    let host = if host.is_empty() { split(asked).0 } else { host.to_owned() };
+    Some(format!("{host}:{port}"))
 }
 
 /// A node's name from its address.
@@ -254,7 +282,12 @@ mod tests {
         cluster.moved(42, "127.0.0.1:7002");
         assert_eq!(cluster.primary(Slot::new(42)).as_deref(), Some("127.0.0.1:7002"));
         assert_eq!(cluster.primary(Slot::new(43)).as_deref(), Some("127.0.0.1:7000"));
-        assert_eq!(cluster.map_sources(None).len(), 2, "the seed is a known primary already");
+        let names = |sources: Vec<NodeName>| sources.iter().map(|node| node.to_string()).collect::<Vec<_>>();
+        // The seed is a known primary already; the replica comes after the
+        // primaries, and a node found gone goes last.
+        assert_eq!(names(cluster.map_sources(None)), ["127.0.0.1:7000", "127.0.0.1:7002", "127.0.0.1:7003"]);
+        let gone: NodeName = "127.0.0.1:7000".into();
+        assert_eq!(names(cluster.map_sources(Some(&gone))), ["127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7000"]);
     }
 
     #[test]

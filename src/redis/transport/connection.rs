@@ -11,7 +11,7 @@
 //! by `connectTimeoutMs`, each attempt by `commandTimeoutMs`, and the whole
 //! command, its reconnects, retries and slot map fetches included, by the
 //! two together from its start (past that: unknown once an attempt was
-//! sent, else unreachable); but once a cluster node's connect failed, a
+//! sent, else unanswered, never unreachable); but once a cluster node's connect failed, a
 //! fresh slot map is asked for with a whole `commandTimeoutMs` of its own,
 //! since only a cluster none of whose nodes is reached reads as unreachable
 //! (a policy falls back on that). Failures are classified once, here:
@@ -60,7 +60,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use super::cluster::{Cluster, NodeName, SlotMap};
+use super::cluster::{Cluster, FailedFetch, NodeName, SlotMap};
 use super::link::{redis_client, Dial, Links};
 use super::refusal::{Login, Refusal};
 use super::subscriptions::Subscriptions;
@@ -173,7 +173,15 @@ struct Current {
     last_failure: Option<(Instant, Failure)>,
 }
 
-type Shared = Arc<tokio::sync::Mutex<Current>>;
+/// One node of a lane: its connection, and how far a connect under way
+/// (which holds `current`'s lock) got, for a slot map fetch to read.
+#[derive(Default)]
+struct Node {
+    current: tokio::sync::Mutex<Current>,
+    connecting: Mutex<Option<Reach>>,
+}
+
+type Shared = Arc<Node>;
 
 /// A lane's open connection to one node, as one command uses it.
 struct Using {
@@ -249,6 +257,16 @@ impl Lane {
             None => self.single.clone(),
             Some(node) => self.nodes.lock().unwrap_or_else(|e| e.into_inner()).entry(node.clone()).or_default().clone(),
         }
+    }
+
+    /// Whether `node`'s socket is up here: its connection open, or a
+    /// connect under way that got its socket.
+    fn socket_up(&self, node: &NodeName) -> bool {
+        let shared = self.to(Some(node));
+        if shared.connecting.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(Reach::is_up) {
+            return true;
+        }
+        shared.current.try_lock().is_ok_and(|current| current.connection.as_ref().is_some_and(|open| !open.ended.load(Ordering::Acquire)))
     }
 
     fn all(&self) -> Vec<Shared> {
@@ -436,7 +454,7 @@ impl RedisConnection {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
         for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
             for node in lane.all() {
-                self.set_connection(lane, &mut *node.lock().await, None);
+                self.set_connection(lane, &mut *node.current.lock().await, None);
             }
         }
     }
@@ -601,9 +619,9 @@ impl RedisConnection {
     /// Once `node` of a cluster could not be reached: whether a fresh slot
     /// map gives `slot` to another node (a failover); `Some(false)` too when
     /// a node was reached but gave no map (it refused, or did not answer in
-    /// time: up all the same); `None` when no node's socket came up (or this
-    /// is not a cluster). Every source is asked within a commandTimeoutMs,
-    /// `node` last.
+    /// time: up all the same); `None` when no source's socket came up (or
+    /// this is not a cluster). Every source is asked within a
+    /// commandTimeoutMs, `node` last.
     async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
         let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
@@ -630,11 +648,12 @@ impl RedisConnection {
 
     /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
     /// that gives it by `until`, unless another command just did (or just
-    /// failed to, having begun after this one asked). Every command waits
+    /// failed to: see [`super::cluster::LastFetch`]). Every command waits
     /// for the map, so one node may not hold it up: the sources (`last` at
     /// the end) are asked in turn, the next one also asked once the one
     /// before has taken its share of the time left, so every source is
-    /// asked by `until`.
+    /// asked by `until`. Unreachable only when no source's socket came up:
+    /// one still connecting or answering at `until` was reached.
     async fn fetch_slots(
         &self,
         lane: &Lane,
@@ -642,52 +661,63 @@ impl RedisConnection {
         until: tokio::time::Instant,
         last: Option<&NodeName>,
     ) -> Result<(), Failure> {
+        // No source asked: nothing says the cluster is down.
+        let no_time = || Err(Failure::Unanswered(Arc::new(timeout_error("another command's slot map fetch did not end in time"))));
         let asked = tokio::time::Instant::now();
-        let Ok(mut fetching) = tokio::time::timeout_at(until, cluster.fetching()).await else {
-            // Another command's fetch did not end in time: no source was
-            // asked, so nothing says the cluster is down.
-            return Err(Failure::Unanswered(Arc::new(timeout_error("another command's slot map fetch did not end in time"))));
-        };
+        let Ok(mut fetching) = tokio::time::timeout_at(until, cluster.fetching()).await else { return no_time() };
         if !cluster.is_stale() {
             return Ok(());
         }
-        if let Some((_, failure)) = fetching.as_ref().filter(|(began, _)| *began >= asked) {
-            return Err(failure.clone());
-        }
         let began = tokio::time::Instant::now();
+        if began >= until {
+            return no_time();
+        }
+        if let Some(last) = fetching.as_ref().filter(|last| last.began >= asked && last.until - last.began >= until - began) {
+            return Err(last.failure.clone());
+        }
         let sources = cluster.map_sources(last);
-        let share = until.saturating_duration_since(began) / sources.len().max(1) as u32;
+        let share = (until - began) / sources.len().max(1) as u32;
         let mut sources = sources.iter().peekable();
+        let ask = |node| async move { (node, self.cluster_slots(lane, node).await) };
         let mut asking = FuturesUnordered::new();
+        let mut pending: Vec<&NodeName> = Vec::new();
         let mut failure = None;
         let all = tokio::time::sleep_until(until);
         tokio::pin!(all);
         loop {
             if asking.is_empty() {
                 let Some(node) = sources.next() else { break };
-                asking.push(self.cluster_slots(lane, node));
+                pending.push(node);
+                asking.push(ask(node));
             }
             tokio::select! {
-                Some(answer) = asking.next() => match answer {
+                Some((node, answer)) = asking.next() => match answer {
                     Ok(map) => {
                         cluster.replace(map);
                         *fetching = None;
                         return Ok(());
                     }
-                    Err(err) => failure = Some(reached_first(failure, err)),
+                    Err(err) => {
+                        pending.retain(|asked| *asked != node);
+                        failure = Some(reached_first(failure, err));
+                    }
                 },
                 _ = tokio::time::sleep(share), if sources.peek().is_some() => {
-                    asking.extend(sources.next().map(|node| self.cluster_slots(lane, node)));
+                    let node = sources.next().expect("peeked");
+                    pending.push(node);
+                    asking.push(ask(node));
                 }
                 _ = &mut all => {
-                    let timed_out = Failure::Unreachable(Arc::new(timeout_error("no cluster node gave its slot map in time")));
+                    let cause = Arc::new(timeout_error("no cluster node gave its slot map in time"));
+                    let reached = sources.peek().is_some() || pending.iter().any(|node| lane.socket_up(node));
+                    let timed_out = if reached { Failure::Unanswered(cause) } else { Failure::Unreachable(cause) };
                     failure = Some(reached_first(failure, timed_out));
                     break;
                 }
             }
         }
         let failure = self.failed(failure.expect("a cluster has a seed node"));
-        *fetching = Some((began, failure.clone()));
+        *fetching = Some(FailedFetch { began, until, failure: failure.clone() });
         Err(failure)
     }
 
@@ -864,7 +894,7 @@ impl RedisConnection {
     /// one (one connect attempt at a time).
     async fn connection(&self, lane: &Lane, node: Option<&NodeName>) -> Result<Using, Failure> {
         let shared = lane.to(node);
-        let mut current = shared.lock().await;
+        let mut current = shared.current.lock().await;
         if *self.stop.borrow() {
             return Err(shut_down());
         }
@@ -887,6 +917,7 @@ impl RedisConnection {
         // checks are part of making the connection: `connectTimeoutMs` bounds
         // them too.
         let reach = Reach::default();
+        *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = Some(reach.clone());
         let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
             match self.open(lane, node, &reach).await {
                 Ok(open) => self.check_server(open, &reach).await,
@@ -903,6 +934,7 @@ impl RedisConnection {
             }
             _ = stop.wait_for(|stopped| *stopped) => return Err(shut_down()),
         };
+        *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
@@ -1096,7 +1128,7 @@ impl RedisConnection {
     /// next command reconnects; in a cluster the slot map is fetched again
     /// too (a failover may be why it failed).
     async fn invalidate(&self, lane: &Lane, using: &Using) {
-        let mut current = using.node.lock().await;
+        let mut current = using.node.current.lock().await;
         if current.generation == using.generation {
             self.set_connection(lane, &mut current, None);
         }
