@@ -59,10 +59,8 @@ mod support;
 
 use std::time::Duration;
 
-use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
 use support::topology::lock_key;
-use support::wait;
 
 /// Finding: see the module docs.
 #[test]
@@ -96,10 +94,8 @@ fn redis_cluster_a_gone_node_asked_first_for_a_map_never_moves_a_held_key() {
 fn gone_nodes_never_move_a_held_key(mut cluster: support::cluster::Cluster, name: &str, gone: &[u16], timeouts: &str) {
     let seed = cluster.primaries().into_iter().find(|port| !gone.contains(port)).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
-    let policy = FallBackToHost::open_on("redis", &format!("{endpoint}, {timeouts}"), "namespace: test, leaseMs: 30000", 5000);
-    let warm = block_on(policy.locks().acquire(name, wait(0))).unwrap();
-    assert_eq!(warm.served().unwrap().member.name, "db");
-    assert!(block_on(warm.release()).unwrap());
+    let policy = FallBackToHost::on_cluster(&endpoint, timeouts);
+    policy.warm(name);
     let mut holes = Vec::new();
     for &port in gone {
         cluster.failover(cluster.replica_of(port).expect("a replica"), Duration::from_secs(30));
@@ -108,27 +104,10 @@ fn gone_nodes_never_move_a_held_key(mut cluster: support::cluster::Cluster, name
     }
     cluster.wait_ok(Duration::from_secs(30));
     let primary = cluster.primary_of(&lock_key(name));
-    let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
-    let lease = block_on(holder.backend("shared").unwrap().acquire(name, wait(0))).unwrap();
+    let (holder, lease) = support::redis_holder(&endpoint, name);
     assert!(cluster.exists_on(primary, &lock_key(name)));
-    let started = std::time::Instant::now();
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within(
-            name,
-            lease.fence(),
-            3000,
-            "the process's slot map named nodes that are gone; every other node it could ask is up and names the new primary that holds the key",
-        )
-    }));
-    let elapsed = started.elapsed();
-    drop(policy);
-    let still_held = block_on(lease.release());
-    eprintln!("the policy's acquire ended after {elapsed:?}; the holder's release: {still_held:?}");
-    block_on(holder.close());
-    if let Err(panic) = served {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    let why = "the process's slot map named nodes that are gone; every other node it could ask is up and names the new primary that holds the key";
+    policy.never_served_from_host(holder, lease, name, 3000, why, || drop(holes));
 }
 
 /// Review R31's finding A: the process's slot map names a primary that is
@@ -144,31 +123,20 @@ fn redis_cluster_a_stale_map_whose_sources_refuse_a_new_one_never_moves_a_held_k
     let replica = cluster.replica_of(primary).expect("a replica of k's primary");
     let seed = cluster.primaries().into_iter().find(|&port| port != primary).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
-    let policy = FallBackToHost::open_on("redis", &format!("{endpoint}, connectTimeoutMs: 1000"), "namespace: test, leaseMs: 30000", 5000);
-    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
-    assert_eq!(warm.served().unwrap().member.name, "db");
-    assert!(block_on(warm.release()).unwrap());
+    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000");
+    policy.warm("k");
     cluster.kill(primary);
     cluster.wait_ok(Duration::from_secs(30));
     assert_eq!(cluster.primary_of(&lock_key("k")), replica);
-    let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
-    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let (holder, lease) = support::redis_holder(&endpoint, "k");
     // Every node but the one holding k refuses the map from now on.
     let refusing: Vec<u16> = cluster.primaries().into_iter().filter(|&port| port != replica).collect();
     for &port in &refusing {
         let _: () = redis::cmd("ACL").arg(&["SETUSER", "default", "-cluster|slots"]).query(&mut cluster.client(port)).unwrap();
     }
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within("k", lease.fence(), 2000, "the nodes asked for a fresh slot map are up and refused it")
-    }));
-    for &port in &refusing {
-        let _: () = redis::cmd("ACL").arg(&["SETUSER", "default", "+cluster|slots"]).query(&mut cluster.client(port)).unwrap();
-    }
-    drop(policy);
-    let still_held = block_on(lease.release());
-    block_on(holder.close());
-    if let Err(panic) = served {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    policy.never_served_from_host(holder, lease, "k", 2000, "the nodes asked for a fresh slot map are up and refused it", || {
+        for &port in &refusing {
+            let _: () = redis::cmd("ACL").arg(&["SETUSER", "default", "+cluster|slots"]).query(&mut cluster.client(port)).unwrap();
+        }
+    });
 }

@@ -118,20 +118,12 @@ fn redis_cluster_stalled_map_sources_never_move_a_held_key() {
     let replica = cluster.replica_of(primary).expect("a replica of k's primary");
     let others: Vec<u16> = cluster.primaries().into_iter().filter(|&port| port != primary).collect();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{}] }}", others[0]);
-    let policy = FallBackToHost::open_on(
-        "redis",
-        &format!("{endpoint}, connectTimeoutMs: 1000, commandTimeoutMs: 500"),
-        "namespace: test, leaseMs: 30000",
-        5000,
-    );
-    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
-    assert_eq!(warm.served().unwrap().member.name, "db");
-    assert!(block_on(warm.release()).unwrap());
+    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+    policy.warm("k");
     cluster.kill(primary);
     cluster.wait_ok(Duration::from_secs(30));
     assert_eq!(cluster.primary_of(&lock_key("k")), replica);
-    let (holder, _) = support::open_redis_at(&endpoint, &[("leaseMs", "30000")], &[]);
-    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let (holder, lease) = support::redis_holder(&endpoint, "k");
     assert!(cluster.exists_on(replica, &lock_key("k")));
     // The policy's process reconnects to the other primaries when next it
     // asks them (the holder's connection to the seed, too).
@@ -142,27 +134,12 @@ fn redis_cluster_stalled_map_sources_never_move_a_held_key() {
     for &port in &others {
         cluster.pause(port);
     }
-    let started = std::time::Instant::now();
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within(
-            "k",
-            lease.fence(),
-            3000,
-            "the new primary holds k and answers; the other primaries took the map fetch's sockets and were stalled",
-        )
-    }));
-    let elapsed = started.elapsed();
-    for &port in &others {
-        cluster.resume(port);
-    }
-    drop(policy);
-    let still_held = block_on(lease.release());
-    eprintln!("the policy's acquire ended after {elapsed:?} ({served:?}); the holder's release: {still_held:?}");
-    block_on(holder.close());
-    if let Err(panic) = served {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    let why = "the new primary holds k and answers; the other primaries took the map fetch's sockets and were stalled";
+    policy.never_served_from_host(holder, lease, "k", 3000, why, || {
+        for &port in &others {
+            cluster.resume(port);
+        }
+    });
 }
 
 /// Finding B: see the module docs. Keys on one primary, learned by the
@@ -184,16 +161,9 @@ fn redis_cluster_commands_queued_for_one_map_fetch_never_move_held_keys() {
     let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (_down, _down_kept) = support::blackhole(down);
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{}, redis://127.0.0.1:{down}] }}", others[0]);
-    let policy = FallBackToHost::open_on(
-        "redis",
-        &format!("{endpoint}, connectTimeoutMs: 1000, commandTimeoutMs: 500"),
-        "namespace: test, leaseMs: 30000",
-        5000,
-    );
+    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
     for key in &keys {
-        let warm = block_on(policy.locks().acquire(key, wait(0))).unwrap();
-        assert_eq!(warm.served().unwrap().member.name, "db");
-        assert!(block_on(warm.release()).unwrap());
+        policy.warm(key);
     }
     cluster.kill(primary);
     cluster.wait_ok(Duration::from_secs(30));
@@ -246,39 +216,15 @@ fn redis_cluster_up_on_the_replicas_it_named_never_moves_a_held_key() {
     let seed = primaries.iter().copied().find(|&port| port != primary).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
     cluster.wait_replicas_listed(seed, Duration::from_secs(30));
-    let policy = FallBackToHost::open_on(
-        "redis",
-        &format!("{endpoint}, connectTimeoutMs: 1000, commandTimeoutMs: 500"),
-        "namespace: test, leaseMs: 30000",
-        5000,
-    );
-    let warm = block_on(policy.locks().acquire("k", wait(0))).unwrap();
-    assert_eq!(warm.served().unwrap().member.name, "db");
-    assert!(block_on(warm.release()).unwrap());
+    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+    policy.warm("k");
     for &port in &primaries {
         cluster.kill(port);
         cluster.wait_ok(Duration::from_secs(30));
     }
     assert_eq!(cluster.primary_of(&lock_key("k")), replica);
-    let (holder, _) = support::open_redis_at(&format!("cluster: {{ nodes: [redis://127.0.0.1:{replica}] }}"), &[("leaseMs", "30000")], &[]);
-    let lease = block_on(holder.backend("shared").unwrap().acquire("k", wait(0))).unwrap();
+    let (holder, lease) = support::redis_holder(&format!("cluster: {{ nodes: [redis://127.0.0.1:{replica}] }}"), "k");
     assert!(cluster.exists_on(replica, &lock_key("k")));
-    let started = std::time::Instant::now();
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within(
-            "k",
-            lease.fence(),
-            3000,
-            "the cluster is up on the replicas the process's CLUSTER SLOTS reply named, and the new primary holds k",
-        )
-    }));
-    let elapsed = started.elapsed();
-    drop(policy);
-    let still_held = block_on(lease.release());
-    eprintln!("the policy's acquire ended after {elapsed:?} ({served:?}); the holder's release: {still_held:?}");
-    block_on(holder.close());
-    if let Err(panic) = served {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+    let why = "the cluster is up on the replicas the process's CLUSTER SLOTS reply named, and the new primary holds k";
+    policy.never_served_from_host(holder, lease, "k", 3000, why, || ());
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use dokebi_lock::{Backend, Provider};
+use dokebi_lock::{Backend, Lease, Provider};
 use futures::executor::block_on;
 
 use super::wait;
@@ -46,9 +46,42 @@ impl FallBackToHost {
         FallBackToHost { provider, directory }
     }
 
+    /// `db` on a Redis Cluster (`endpoint`: its `cluster:` entry) with
+    /// `timeouts` (more connection entries), leases of 30 s.
+    pub fn on_cluster(endpoint: &str, timeouts: &str) -> FallBackToHost {
+        FallBackToHost::open_on("redis", &format!("{endpoint}, {timeouts}"), "namespace: test, leaseMs: 30000", 5000)
+    }
+
     /// The policy backend `locks`.
     pub fn locks(&self) -> Backend {
         self.provider.backend("locks").unwrap()
+    }
+
+    /// Acquires and releases `key`, served by `db`: the process learns the
+    /// store (its connection; a cluster's slot map).
+    pub fn warm(&self, key: &str) {
+        let warm = block_on(self.locks().acquire(key, wait(0))).unwrap();
+        assert_eq!(warm.served().unwrap().member.name, "db");
+        assert!(block_on(warm.release()).unwrap());
+    }
+
+    /// [`FallBackToHost::acquire_held_within`] while `holder`'s `lease`
+    /// holds `key` on `db`'s store; then, the acquire's panic kept for the
+    /// end, `undo` (what the test did to the store), the policy closed, the
+    /// lease released (it must still be held) and `holder` closed.
+    pub fn never_served_from_host(self, holder: Provider, lease: Lease, key: &str, wait_ms: u64, why: &str, undo: impl FnOnce()) {
+        let started = std::time::Instant::now();
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.acquire_held_within(key, lease.fence(), wait_ms, why)));
+        let elapsed = started.elapsed();
+        undo();
+        drop(self);
+        let still_held = block_on(lease.release());
+        eprintln!("the policy's acquire ended after {elapsed:?} ({served:?}); the holder's release: {still_held:?}");
+        block_on(holder.close());
+        if let Err(panic) = served {
+            std::panic::resume_unwind(panic);
+        }
+        assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
     }
 
     /// Acquires `key` (a single try) through the policy while another

@@ -98,3 +98,11 @@ pub fn blackhole(port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>)
     }
     panic!("the accept queue never filled");
 }
+
+/// Another process's lease of 30 s on `key` through the redis `endpoint`
+/// (its `url:` or `cluster:` entry), and its provider.
+pub fn redis_holder(endpoint: &str, key: &str) -> (Provider, dokebi_lock::Lease) {
+    let (holder, _) = open_redis_at(endpoint, &[("leaseMs", "30000")], &[]);
+    let lease = futures::executor::block_on(holder.backend("shared").unwrap().acquire(key, wait(0))).unwrap();
+    (holder, lease)
+}

@@ -39,14 +39,13 @@ pub(crate) struct Cluster {
 
 /// The last fetch of the map, if it failed. A command that waited for it
 /// to end takes its failure rather than fetching again when it began after
-/// the command asked and had at least as long as the command has left: it
-/// is as fresh an answer, and a command waits for at most one fetch
+/// the command asked: every fetch has the same bound, so it is as fresh
+/// and as long an answer, and a command waits for at most one fetch
 /// besides its own.
 pub(crate) type LastFetch = Option<FailedFetch>;
 
 pub(crate) struct FailedFetch {
     pub began: tokio::time::Instant,
-    pub until: tokio::time::Instant,
     pub failure: Failure,
 }
 
@@ -185,7 +184,12 @@ impl SlotMap {
     /// last slot, then the primary (`host`, `port`, ...) and its replicas.
     /// An empty host means the node that answered.
     pub fn from_cluster_slots(reply: &Value, asked: &str) -> Option<SlotMap> {
+        // A node that knows no slots (fresh, or reset) gives no map: taken,
+        // it would forget every node this one knew.
         let Value::Array(ranges) = reply else { return None };
+        if ranges.is_empty() {
+            return None;
+        }
         let mut map = SlotMap::empty();
         for range in ranges {
             let Value::Array(fields) = range else { return None };
@@ -272,6 +276,7 @@ mod tests {
     #[test]
     fn a_malformed_reply_is_no_map() {
         assert!(SlotMap::from_cluster_slots(&Value::Int(1), "a:1").is_none());
+        assert!(SlotMap::from_cluster_slots(&Value::Array(vec![]), "a:1").is_none(), "a node that knows no slots");
         assert!(SlotMap::from_cluster_slots(&Value::Array(vec![range(5, 16384, "h", 1)]), "a:1").is_none());
     }
 

@@ -12,7 +12,7 @@
 //! command, its reconnects, retries and slot map fetches included, by the
 //! two together from its start (past that: unknown once an attempt was
 //! sent, else unanswered, never unreachable); but once a cluster node's connect failed, a
-//! fresh slot map is asked for with a whole `commandTimeoutMs` of its own,
+//! fresh slot map is asked for with a connect and a command's time of its own,
 //! since only a cluster none of whose nodes is reached reads as unreachable
 //! (a policy falls back on that). Failures are classified once, here:
 //! - [`Failure::Unreachable`]: no connection could be made (refused, DNS,
@@ -505,10 +505,11 @@ impl RedisConnection {
                 // A failover may have moved the slot; not after `ASK`, though:
                 // the map would send the command back to the node that sent it here.
                 Err(failure) => {
-                    // Asked with a whole commandTimeoutMs of its own, past
-                    // `end` if need be: the connect reads as unreachable
-                    // only once every map source was asked and none's
-                    // socket came up (reviews R30, R31).
+                    // Asked with a connect and a command's time of its own,
+                    // past `end` if need be: the connect reads as
+                    // unreachable only once every map source was asked and
+                    // none's socket came up within connectTimeoutMs
+                    // (reviews R30 to R33).
                     if asked.is_none() {
                         if let Some(moved) = self.rerouted(lane, slot, node.as_ref()).await {
                             // A node was reached for the map: the cluster is
@@ -597,11 +598,7 @@ impl RedisConnection {
     /// the old map serves while no node gives a new one).
     async fn route(&self, lane: &Lane, slot: Option<Slot>) -> Result<Option<NodeName>, Failure> {
         let Some(cluster) = self.topology.cluster() else { return Ok(None) };
-        let fetched = if cluster.is_stale() {
-            self.fetch_slots(lane, cluster, self.command_end(tokio::time::Instant::now()), None).await
-        } else {
-            Ok(())
-        };
+        let fetched = if cluster.is_stale() { self.fetch_slots(lane, cluster, None).await } else { Ok(()) };
         match (cluster.primary(slot), fetched) {
             (Some(node), _) => Ok(Some(node)),
             (None, Err(failure)) => Err(failure),
@@ -620,13 +617,11 @@ impl RedisConnection {
     /// map gives `slot` to another node (a failover); `Some(false)` too when
     /// a node was reached but gave no map (it refused, or did not answer in
     /// time: up all the same); `None` when no source's socket came up (or
-    /// this is not a cluster). Every source is asked within a
-    /// commandTimeoutMs, `node` last.
+    /// this is not a cluster). Every source is asked, `node` last.
     async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
         let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
-        let until = tokio::time::Instant::now() + self.command_timeout;
-        match self.fetch_slots(lane, cluster, until, Some(node)).await {
+        match self.fetch_slots(lane, cluster, Some(node)).await {
             Ok(()) => Some(cluster.primary(slot).is_some_and(|now| now != *node)),
             Err(Failure::Unreachable(_)) => None,
             Err(_) => Some(false),
@@ -647,36 +642,32 @@ impl RedisConnection {
     }
 
     /// Fetches the cluster's slot map (`CLUSTER SLOTS`) from the first node
-    /// that gives it by `until`, unless another command just did (or just
-    /// failed to: see [`super::cluster::LastFetch`]). Every command waits
-    /// for the map, so one node may not hold it up: the sources (`last` at
-    /// the end) are asked in turn, the next one also asked once the one
-    /// before has taken its share of the time left, so every source is
-    /// asked by `until`. Unreachable only when no source's socket came up:
-    /// one still connecting or answering at `until` was reached.
-    async fn fetch_slots(
-        &self,
-        lane: &Lane,
-        cluster: &Cluster,
-        until: tokio::time::Instant,
-        last: Option<&NodeName>,
-    ) -> Result<(), Failure> {
-        // No source asked: nothing says the cluster is down.
-        let no_time = || Err(Failure::Unanswered(Arc::new(timeout_error("another command's slot map fetch did not end in time"))));
+    /// that gives it, unless another command just did (or just failed to:
+    /// see [`super::cluster::LastFetch`]). Every command waits for the map,
+    /// so one node may not hold it up: the sources (`last` at the end) are
+    /// asked in turn, the next one also asked once the one before has taken
+    /// its share of a commandTimeoutMs, and the fetch ends a connect and a
+    /// command's time after it began, so each source has at least a whole
+    /// `connectTimeoutMs` to get its socket. Unreachable only when none did:
+    /// one still connecting or answering at the end was reached.
+    async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster, last: Option<&NodeName>) -> Result<(), Failure> {
+        let bound = self.connect_timeout + self.command_timeout;
         let asked = tokio::time::Instant::now();
-        let Ok(mut fetching) = tokio::time::timeout_at(until, cluster.fetching()).await else { return no_time() };
+        // At most one fetch under way to wait for, and it ends within its bound.
+        let Ok(mut fetching) = tokio::time::timeout_at(asked + bound, cluster.fetching()).await else {
+            // No source asked: nothing says the cluster is down.
+            return Err(Failure::Unanswered(Arc::new(timeout_error("another command's slot map fetch did not end in time"))));
+        };
         if !cluster.is_stale() {
             return Ok(());
         }
-        let began = tokio::time::Instant::now();
-        if began >= until {
-            return no_time();
-        }
-        if let Some(last) = fetching.as_ref().filter(|last| last.began >= asked && last.until - last.began >= until - began) {
+        if let Some(last) = fetching.as_ref().filter(|last| last.began >= asked) {
             return Err(last.failure.clone());
         }
+        let began = tokio::time::Instant::now();
+        let until = began + bound;
         let sources = cluster.map_sources(last);
-        let share = (until - began) / sources.len().max(1) as u32;
+        let share = self.command_timeout / sources.len().max(1) as u32;
         let mut sources = sources.iter().peekable();
         let ask = |node| async move { (node, self.cluster_slots(lane, node).await) };
         let mut asking = FuturesUnordered::new();
@@ -717,7 +708,7 @@ impl RedisConnection {
             }
         }
         let failure = self.failed(failure.expect("a cluster has a seed node"));
-        *fetching = Some(FailedFetch { began, until, failure: failure.clone() });
+        *fetching = Some(FailedFetch { began, failure: failure.clone() });
         Err(failure)
     }
 
@@ -737,7 +728,10 @@ impl RedisConnection {
         };
         self.answered();
         SlotMap::from_cluster_slots(&reply, node).ok_or_else(|| {
-            Failure::Refused(Arc::new(RedisError::from(io::Error::new(io::ErrorKind::InvalidData, "a malformed CLUSTER SLOTS reply"))))
+            Failure::Refused(Arc::new(RedisError::from(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a CLUSTER SLOTS reply that gives no map (malformed, or no slot)",
+            ))))
         })
     }
 
@@ -934,7 +928,9 @@ impl RedisConnection {
             }
             _ = stop.wait_for(|stopped| *stopped) => return Err(shut_down()),
         };
-        *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // Cleared once the connection is in `current` and its lock free: a
+        // fetch reading `socket_up` meanwhile sees one or the other.
+        let clear = |shared: &Shared| *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
@@ -943,10 +939,13 @@ impl RedisConnection {
                 self.set_connection(lane, &mut current, Some(open));
                 let generation = current.generation;
                 drop(current);
+                clear(&shared);
                 Ok(Using { node: shared, generation, connection, peer })
             }
             Err(failure) => {
                 current.last_failure = Some((Instant::now(), failure.clone()));
+                drop(current);
+                clear(&shared);
                 Err(self.failed(failure))
             }
         }
