@@ -112,24 +112,6 @@ use support::fall_back::FallBackToHost;
 use support::topology::lock_key;
 use support::wait;
 
-/// Stalls the node on `port` and fills its accept queue: the next SYN to
-/// it is dropped. Answers the connections that fill it.
-fn stall_with_full_queue(cluster: &support::cluster::Cluster, port: u16) -> Vec<std::net::TcpStream> {
-    cluster.pause(port);
-    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut kept = Vec::new();
-    for _ in 0..10_000 {
-        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(20)) {
-            Ok(stream) => kept.push(stream),
-            Err(err) => {
-                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
-                return kept;
-            }
-        }
-    }
-    panic!("the accept queue of {port} never filled");
-}
-
 /// Finding A: see the module docs (`connectTimeoutMs` 2000,
 /// `commandTimeoutMs` 500, every live node stalled for 0.65 s).
 #[test]
@@ -171,18 +153,7 @@ fn sources_answered_late(timeouts: &str, stall_ms: u64, probe_ms: u64) {
     }
     std::thread::sleep(Duration::from_millis(200));
     let stalled_at = Instant::now();
-    let kept: Vec<Vec<std::net::TcpStream>> = std::thread::scope(|scope| {
-        let fills: Vec<_> = live
-            .iter()
-            .map(|&port| {
-                scope.spawn({
-                    let cluster = &cluster;
-                    move || stall_with_full_queue(cluster, port)
-                })
-            })
-            .collect();
-        fills.into_iter().map(|fill| fill.join().unwrap()).collect()
-    });
+    let kept = cluster.stall_all_with_full_queues(&live);
     let started = Instant::now();
     let (served, elapsed, probe) = std::thread::scope(|scope| {
         // A plain connect to the new primary, made at the same moment.

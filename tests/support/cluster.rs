@@ -294,6 +294,21 @@ impl Cluster {
         self.signal(port, "-STOP");
     }
 
+    /// Stalls the node on `port` and fills its accept queue: the next SYN
+    /// to it is dropped. Answers the connections that fill it.
+    pub fn stall_with_full_queue(&self, port: u16) -> Vec<std::net::TcpStream> {
+        self.pause(port);
+        super::fill_accept_queue(port, Duration::from_millis(20))
+    }
+
+    /// [`Cluster::stall_with_full_queue`] on every node of `ports` at once.
+    pub fn stall_all_with_full_queues(&self, ports: &[u16]) -> Vec<Vec<std::net::TcpStream>> {
+        std::thread::scope(|scope| {
+            let fills: Vec<_> = ports.iter().map(|&port| scope.spawn(move || self.stall_with_full_queue(port))).collect();
+            fills.into_iter().map(|fill| fill.join().unwrap()).collect()
+        })
+    }
+
     pub fn resume(&self, port: u16) {
         self.signal(port, "-CONT");
     }

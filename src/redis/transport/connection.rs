@@ -170,7 +170,8 @@ pub(crate) struct Answer<T> {
 struct Current {
     generation: u64,
     connection: Option<Open>,
-    last_failure: Option<(Instant, Failure)>,
+    /// The last connect's failure: when that connect began and ended.
+    last_failure: Option<(Instant, Instant, Failure)>,
 }
 
 /// One node of a lane: its connection, and how far a connect under way
@@ -669,7 +670,8 @@ impl RedisConnection {
         let sources = cluster.map_sources(last);
         let share = self.command_timeout / sources.len().max(1) as u32;
         let mut sources = sources.iter().peekable();
-        let ask = |node| async move { (node, self.cluster_slots(lane, node).await) };
+        let since = began.into_std();
+        let ask = |node| async move { (node, self.cluster_slots(lane, node, since).await) };
         let mut asking = FuturesUnordered::new();
         let mut pending: Vec<&NodeName> = Vec::new();
         let mut failure = None;
@@ -712,8 +714,10 @@ impl RedisConnection {
         Err(failure)
     }
 
-    async fn cluster_slots(&self, lane: &Lane, node: &NodeName) -> Result<SlotMap, Failure> {
-        let mut using = self.connection(lane, Some(node)).await?;
+    /// `node`'s slot map, on a connection made at `since` or later if it
+    /// must be made.
+    async fn cluster_slots(&self, lane: &Lane, node: &NodeName, since: Instant) -> Result<SlotMap, Failure> {
+        let mut using = self.connection_since(lane, Some(node), Some(since)).await?;
         let command = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         let reply = match tokio::time::timeout(self.command_timeout, command.query_async::<Value>(&mut using.connection)).await {
             Ok(Ok(reply)) => reply,
@@ -887,6 +891,14 @@ impl RedisConnection {
     /// `lane`'s open connection to `node` (`None`: the one node), or a new
     /// one (one connect attempt at a time).
     async fn connection(&self, lane: &Lane, node: Option<&NodeName>) -> Result<Using, Failure> {
+        self.connection_since(lane, node, None).await
+    }
+
+    /// [`RedisConnection::connection`], taking a kept failure (another
+    /// command's connect, ended within [`CONNECT_FAILURE_REUSE`]) only from
+    /// a connect that began at `since` or later: a slot map fetch asks
+    /// every source for a whole connect of its own (review R34).
+    async fn connection_since(&self, lane: &Lane, node: Option<&NodeName>, since: Option<Instant>) -> Result<Using, Failure> {
         let shared = lane.to(node);
         let mut current = shared.current.lock().await;
         if *self.stop.borrow() {
@@ -901,11 +913,12 @@ impl RedisConnection {
             Some(_) => self.set_connection(lane, &mut current, None),
             None => {}
         }
-        if let Some((at, failure)) = &current.last_failure {
-            if at.elapsed() < CONNECT_FAILURE_REUSE {
+        if let Some((began, ended, failure)) = &current.last_failure {
+            if ended.elapsed() < CONNECT_FAILURE_REUSE && since.is_none_or(|since| *began >= since) {
                 return Err(failure.clone());
             }
         }
+        let began = Instant::now();
         // Boxed: connecting is rare, and its futures are large; inline they
         // would make every command's future (and its moves) as large. The
         // checks are part of making the connection: `connectTimeoutMs` bounds
@@ -943,7 +956,7 @@ impl RedisConnection {
                 Ok(Using { node: shared, generation, connection, peer })
             }
             Err(failure) => {
-                current.last_failure = Some((Instant::now(), failure.clone()));
+                current.last_failure = Some((began, Instant::now(), failure.clone()));
                 drop(current);
                 clear(&shared);
                 Err(self.failed(failure))
