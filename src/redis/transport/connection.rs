@@ -174,15 +174,7 @@ struct Current {
     last_failure: Option<(Instant, Instant, Failure)>,
 }
 
-/// One node of a lane: its connection, and how far a connect under way
-/// (which holds `current`'s lock) got, for a slot map fetch to read.
-#[derive(Default)]
-struct Node {
-    current: tokio::sync::Mutex<Current>,
-    connecting: Mutex<Option<Reach>>,
-}
-
-type Shared = Arc<Node>;
+type Shared = Arc<tokio::sync::Mutex<Current>>;
 
 /// A lane's open connection to one node, as one command uses it.
 struct Using {
@@ -258,16 +250,6 @@ impl Lane {
             None => self.single.clone(),
             Some(node) => self.nodes.lock().unwrap_or_else(|e| e.into_inner()).entry(node.clone()).or_default().clone(),
         }
-    }
-
-    /// Whether `node`'s socket is up here: its connection open, or a
-    /// connect under way that got its socket.
-    fn socket_up(&self, node: &NodeName) -> bool {
-        let shared = self.to(Some(node));
-        if shared.connecting.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(Reach::is_up) {
-            return true;
-        }
-        shared.current.try_lock().is_ok_and(|current| current.connection.as_ref().is_some_and(|open| !open.ended.load(Ordering::Acquire)))
     }
 
     fn all(&self) -> Vec<Shared> {
@@ -455,7 +437,7 @@ impl RedisConnection {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
         for lane in std::iter::once(&self.runtime_lane).chain(&self.host_lane) {
             for node in lane.all() {
-                self.set_connection(lane, &mut *node.current.lock().await, None);
+                self.set_connection(lane, &mut *node.lock().await, None);
             }
         }
     }
@@ -649,8 +631,8 @@ impl RedisConnection {
     /// asked in turn, the next one also asked once the one before has taken
     /// its share of a commandTimeoutMs, and the fetch ends a connect and a
     /// command's time after it began, so each source has at least a whole
-    /// `connectTimeoutMs` to get its socket. Unreachable only when none did:
-    /// one still connecting or answering at the end was reached.
+    /// `connectTimeoutMs` to get its socket. Unreachable only when every
+    /// source failed so: one still connecting or answering at the end is not.
     async fn fetch_slots(&self, lane: &Lane, cluster: &Cluster, last: Option<&NodeName>) -> Result<(), Failure> {
         let bound = self.connect_timeout + self.command_timeout;
         let asked = tokio::time::Instant::now();
@@ -702,7 +684,13 @@ impl RedisConnection {
                 }
                 _ = &mut all => {
                     let cause = Arc::new(timeout_error("no cluster node gave its slot map in time"));
-                    let reached = sources.peek().is_some() || pending.iter().any(|node| lane.socket_up(node));
+                    // Every source was asked by `began + commandTimeoutMs`,
+                    // and a connect of its own then ended (failed, if no
+                    // socket came up) within connectTimeoutMs, before now:
+                    // one still pending got its socket, or waited for
+                    // another command's connect and connects again (review
+                    // R35), so it does not say the cluster is down.
+                    let reached = sources.peek().is_some() || !pending.is_empty();
                     let timed_out = if reached { Failure::Unanswered(cause) } else { Failure::Unreachable(cause) };
                     failure = Some(reached_first(failure, timed_out));
                     break;
@@ -900,7 +888,7 @@ impl RedisConnection {
     /// every source for a whole connect of its own (review R34).
     async fn connection_since(&self, lane: &Lane, node: Option<&NodeName>, since: Option<Instant>) -> Result<Using, Failure> {
         let shared = lane.to(node);
-        let mut current = shared.current.lock().await;
+        let mut current = shared.lock().await;
         if *self.stop.borrow() {
             return Err(shut_down());
         }
@@ -924,7 +912,6 @@ impl RedisConnection {
         // checks are part of making the connection: `connectTimeoutMs` bounds
         // them too.
         let reach = Reach::default();
-        *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = Some(reach.clone());
         let connect: Pin<Box<dyn Future<Output = Result<Open, Failure>> + Send + '_>> = Box::pin(async {
             match self.open(lane, node, &reach).await {
                 Ok(open) => self.check_server(open, &reach).await,
@@ -941,9 +928,6 @@ impl RedisConnection {
             }
             _ = stop.wait_for(|stopped| *stopped) => return Err(shut_down()),
         };
-        // Cleared once the connection is in `current` and its lock free: a
-        // fetch reading `socket_up` meanwhile sees one or the other.
-        let clear = |shared: &Shared| *shared.connecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match checked {
             Ok(open) => {
                 let (connection, peer) = (open.connection.clone(), open.peer.clone());
@@ -952,13 +936,10 @@ impl RedisConnection {
                 self.set_connection(lane, &mut current, Some(open));
                 let generation = current.generation;
                 drop(current);
-                clear(&shared);
                 Ok(Using { node: shared, generation, connection, peer })
             }
             Err(failure) => {
                 current.last_failure = Some((began, Instant::now(), failure.clone()));
-                drop(current);
-                clear(&shared);
                 Err(self.failed(failure))
             }
         }
@@ -1140,7 +1121,7 @@ impl RedisConnection {
     /// next command reconnects; in a cluster the slot map is fetched again
     /// too (a failover may be why it failed).
     async fn invalidate(&self, lane: &Lane, using: &Using) {
-        let mut current = using.node.current.lock().await;
+        let mut current = using.node.lock().await;
         if current.generation == using.generation {
             self.set_connection(lane, &mut current, None);
         }
