@@ -298,7 +298,7 @@ impl Cluster {
     /// to it is dropped. Answers the connections that fill it.
     pub fn stall_with_full_queue(&self, port: u16) -> Vec<std::net::TcpStream> {
         self.pause(port);
-        super::fill_accept_queue(port, Duration::from_millis(20))
+        fill_accept_queue(port, Duration::from_millis(20))
     }
 
     /// [`Cluster::stall_with_full_queue`] on every node of `ports` at once.
@@ -523,4 +523,22 @@ fn view_in(port: u16, nodes: &str) -> Option<NodeView> {
         })
         .collect();
     Some(NodeView { port, id: fields[0].to_string(), primary, slots })
+}
+
+/// Connects to `port` until a connect gets no answer within `patience`:
+/// the listener's accept queue is then full, and the next SYN to it is
+/// dropped. Answers the connections that fill it.
+pub fn fill_accept_queue(port: u16, patience: Duration) -> Vec<std::net::TcpStream> {
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut kept = Vec::new();
+    for _ in 0..10_000 {
+        match std::net::TcpStream::connect_timeout(&addr, patience) {
+            Ok(stream) => kept.push(stream),
+            Err(err) => {
+                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
+                return kept;
+            }
+        }
+    }
+    panic!("the accept queue of {port} never filled");
 }

@@ -85,25 +85,7 @@ pub fn open_redis_at(endpoint: &str, backend: &[(&str, &str)], connection: &[(&s
 /// unanswered, as for a host that is gone. Answers what keeps it so.
 pub fn blackhole(port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the gone node's port");
-    (listener, fill_accept_queue(port, Duration::from_millis(200)))
-}
-
-/// Connects to `port` until a connect gets no answer within `patience`:
-/// the listener's accept queue is then full, and the next SYN to it is
-/// dropped. Answers the connections that fill it.
-pub fn fill_accept_queue(port: u16, patience: Duration) -> Vec<std::net::TcpStream> {
-    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut kept = Vec::new();
-    for _ in 0..10_000 {
-        match std::net::TcpStream::connect_timeout(&addr, patience) {
-            Ok(stream) => kept.push(stream),
-            Err(err) => {
-                assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "connect: {err}");
-                return kept;
-            }
-        }
-    }
-    panic!("the accept queue of {port} never filled");
+    (listener, cluster::fill_accept_queue(port, Duration::from_millis(200)))
 }
 
 /// Another process's lease of 30 s on `key` through the redis `endpoint`
