@@ -11,16 +11,25 @@ import { notAStringKey, waitTimeout } from './args.js';
 import { forwardTelemetry } from './telemetry.js';
 import { logTo } from './store.js';
 
+/**
+ * Ends a lease's placement (its keys tried on its member only) when the lease
+ * is collected unreleased, as the Rust surface does when one is dropped.
+ */
+const placements = new FinalizationRegistry((leave) => leave());
+
 /** A member's lease, with which member served it: it stays on that member for its whole life. */
 class PolicyLease {
   #lease;
   #served;
   #counts;
+  #leave;
 
-  constructor(lease, served, counts) {
+  constructor(lease, served, counts, leave) {
     this.#lease = lease;
     this.#served = served;
     this.#counts = counts;
+    this.#leave = leave;
+    if (leave !== undefined) placements.register(this, leave, this);
   }
 
   /** `{ backend, driver, tier, fenced }`: the member that granted it (frozen). Its fence compares only with that member's. */
@@ -59,12 +68,28 @@ class PolicyLease {
 
   /** Releases it on its member. */
   async release() {
-    const released = await this.#lease.release();
+    let released;
+    try {
+      released = await this.#lease.release();
+    } catch (error) {
+      // Lost: held no more. After an unknown outcome it may still hold its keys until it expires.
+      if (error instanceof LockError && error.code === 'LEASE_LOST') this.#left();
+      throw error;
+    }
+    this.#left();
     if (released === true && this.#counts !== undefined) {
       this.#counts.held -= 1;
       this.#counts = undefined;
     }
     return released;
+  }
+
+  /** Its keys may go to any member again. */
+  #left() {
+    if (this.#leave === undefined) return;
+    placements.unregister(this);
+    this.#leave();
+    this.#leave = undefined;
   }
 
   async [Symbol.asyncDispose]() {
@@ -95,7 +120,7 @@ class PolicyBackend {
 
   /** Acquires `key` (or an array of keys, as one lease) on the first member its rule allows that can serve. */
   acquire(key, options) {
-    return this.#serve(key, options, options, (view, wait, entered) => view.acquire(key, wait).then(entered));
+    return this.#serve(key, options, options, (view, wait, entered) => view.acquire(key, wait).then((lease) => entered(lease, true)));
   }
 
   /**
@@ -106,15 +131,16 @@ class PolicyBackend {
   withLock(key, fn, options) {
     if (typeof fn !== 'function') return Promise.reject(invalidArgument('withLock needs a function: withLock(key, fn, options?)'));
     return this.#serve(key, options, waitOptions(options), (view, wait, entered) =>
-      view.withLock(key, (lease, signal) => fn(entered(lease), signal), wait),
+      view.withLock(key, (lease, signal) => fn(entered(lease, false), signal), wait),
     );
   }
 
   /**
    * One acquire through the rule of `key`: `run(view, options, entered)` tries a
    * member with `options` (the caller's, its wait what is left of it);
-   * `entered(lease)`, called with the member's lease when it granted, ends
-   * the acquire and answers the policy's lease.
+   * `entered(lease, kept)`, called with the member's lease when it granted,
+   * ends the acquire and answers the policy's lease; `kept`: the caller
+   * releases it (else it ends with `run`, as withLock's does).
    */
   async #serve(key, options, acquireOptions, run) {
     if (this.#state.closed) throw fromInfo(native.closedError());
@@ -134,12 +160,16 @@ class PolicyBackend {
       for (let member = (begun % MEMBERS) - 1; member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
         let granted = false;
-        const entered = (lease) => {
+        let placement;
+        let kept = false;
+        const entered = (lease, keep) => {
           granted = true;
-          policy.served(id, member);
+          kept = keep;
+          placement = policy.served(id, member);
           counts.acquired += 1;
           counts.held += 1;
-          return new PolicyLease(lease, this.#served[member], counts);
+          const leave = keep ? () => policy.left(placement) : undefined;
+          return new PolicyLease(lease, this.#served[member], counts, leave);
         };
         try {
           return await run(this.#members[member], { ...options, waitTimeoutMs: left }, entered);
@@ -149,6 +179,9 @@ class PolicyBackend {
           if (code === 'WAIT_TIMEOUT') counts.timedOut += 1;
           const lockError = error instanceof LockError;
           if (!policy.failed(id, member, code, lockError ? error.message : '', lockError ? error.details : undefined)) throw error;
+        } finally {
+          // withLock's lease ended with its section.
+          if (granted && !kept) policy.left(placement);
         }
       }
       throw fromInfo(policy.refusal(id));

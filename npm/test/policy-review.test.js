@@ -66,3 +66,47 @@ test('a waiter whose Redis hand-over went unanswered never starts on the fallbac
   assert.equal(lease?.served.backend, undefined, 'served by the fallback although Redis may have granted the waiter (its hand-over went unanswered)');
   assert.equal(error.code, 'OUTCOME_UNKNOWN');
 });
+
+// Review R8 (tests/review_r8.rs, here through Node, whose layer drives the
+// core's router): a key held on the fallback member while the preferred one
+// was down is not granted on the preferred one once it is back, to this
+// very process; once released it goes there again.
+test('a key held on the fallback is not granted again on the member that came back', async (t) => {
+  const first = await startRedis();
+  const port = first.port;
+  await first.stop();
+  let redis;
+  t.after(() => redis?.stop());
+  const provider = await openLock({
+    config: {
+      'dokebi-redis': { connections: { main: { url: `redis://127.0.0.1:${port}/0`, connectTimeoutMs: 300, commandTimeoutMs: 300 } } },
+      'dokebi-lock': {
+        backends: {
+          cache: { driver: 'redis', connection: 'main', namespace: 'review-node-r8', leaseMs: 30000 },
+          host: { driver: 'file', directory: join(mkdtempSync(join(tmpdir(), 'dokebi-policy-review-')), 'locks') },
+          locks: {
+            driver: 'policy',
+            reprobeCooldownMs: 300,
+            default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' },
+          },
+        },
+      },
+    },
+  });
+  t.after(() => provider.close());
+  const locks = provider.backend('locks');
+  const onHost = await locks.acquire('k', { waitTimeoutMs: 0 });
+  assert.equal(onHost.served.backend, 'host');
+  redis = await first.restart();
+  await sleep(600);
+  assert.equal(await onHost.renew(), true);
+  await assert.rejects(locks.acquire('k', { waitTimeoutMs: 0 }), { code: 'LOCK_BUSY' }, 'k, held on host, granted again on cache');
+  // Inside withLock too, and a waiter waits for the holder on host.
+  const waiter = locks.withLock('k', (lease) => lease.served.backend, { waitTimeoutMs: 5000 });
+  await sleep(200);
+  assert.equal(await onHost.release(), true);
+  assert.equal(await waiter, 'host');
+  const back = await locks.acquire('k', { waitTimeoutMs: 0 });
+  assert.equal(back.served.backend, 'cache', 'released, k goes to the preferred member again');
+  assert.equal(await back.release(), true);
+});

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::router::{Acquisition, KeyStatus, MemberStatus, Router, Step};
+use super::router::{Acquisition, KeyStatus, MemberStatus, Placement, Router, Step};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, Result};
 use crate::provider::{Backend, Lease};
@@ -72,7 +72,7 @@ impl PolicyBackend {
         let wait = options.wait_timeout.unwrap_or_else(|| inner.router.wait_timeout());
         // A wait too long to add to the clock has no deadline, as the members take it.
         let deadline = Instant::now().checked_add(wait);
-        let mut attempt = inner.router.attempt(rule);
+        let mut attempt = inner.router.attempt(rule, keys);
         while let Some(member) = attempt.next_member() {
             options.wait_timeout = Some(deadline.map_or(wait, |deadline| deadline.saturating_duration_since(Instant::now()).min(wait)));
             let backend = &inner.members[member];
@@ -84,8 +84,16 @@ impl PolicyBackend {
             };
             match tried {
                 Ok(lease) => {
-                    let served = attempt.served(member, keys);
-                    return Ok(PolicyLease { lease, backend: backend.clone(), served, counts: inner.counts.clone(), counted: true.into() });
+                    let (served, placement) = attempt.served(member);
+                    let placement = std::sync::Mutex::new(Some(placement));
+                    return Ok(PolicyLease {
+                        lease,
+                        backend: backend.clone(),
+                        served,
+                        placement,
+                        counts: inner.counts.clone(),
+                        counted: true.into(),
+                    });
                 }
                 Err(error) => {
                     if attempt.failed(member, &error) == Step::Stop {
@@ -133,6 +141,8 @@ pub struct PolicyLease {
     lease: Lease,
     backend: Backend,
     served: Acquisition,
+    /// Its keys on its member, until it is released (or dropped).
+    placement: std::sync::Mutex<Option<Placement>>,
     counts: Arc<Counts>,
     /// Still counted as held by the policy (until released or dropped).
     counted: std::sync::atomic::AtomicBool,
@@ -159,6 +169,11 @@ impl PolicyLease {
         let released = self.lease.release().await;
         if matches!(released, Ok(true)) {
             self.uncount();
+        }
+        // Held no more: its keys may go to any member. After a failure
+        // whose outcome is unknown it may still hold them, until it expires.
+        if released.is_ok() || released.as_ref().is_err_and(|error| error.code() == ErrorCode::LeaseLost) {
+            self.placement.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
         released
     }

@@ -132,6 +132,7 @@ pub struct Router {
     wait_timeout: Duration,
     states: Mutex<Vec<MemberState>>,
     acquisitions: Mutex<Acquisitions>,
+    places: Mutex<Places>,
     logger: Logger,
     telemetry: Option<Telemetry>,
 }
@@ -180,6 +181,7 @@ impl Router {
             wait_timeout: Duration::from_millis(options.wait_timeout_ms.into()),
             states,
             acquisitions: Mutex::new(Acquisitions::default()),
+            places: Mutex::new(Places::default()),
             logger,
             telemetry,
         }
@@ -231,9 +233,11 @@ impl Router {
         }
     }
 
-    /// An acquire under rule `rule` (see [`Router::rule_of`]) starts.
-    pub fn attempt(self: &Arc<Self>, rule: usize) -> Attempt {
-        Attempt { router: self.clone(), rule, position: 0, tried: Vec::new() }
+    /// An acquire of `keys` under their rule `rule` (see
+    /// [`Router::rule_of_all`]) starts.
+    pub fn attempt(self: &Arc<Self>, rule: usize, keys: &[&str]) -> Attempt {
+        let keys = keys.iter().map(|&key| key.into()).collect();
+        Attempt { router: self.clone(), rule, keys, position: 0, tried: Vec::new(), placement: None, went_to_place: false }
     }
 
     /// What the policy says of `key`.
@@ -326,8 +330,13 @@ struct Tried {
 pub struct Attempt {
     router: Arc<Router>,
     rule: usize,
+    keys: Arc<[Box<str>]>,
     position: usize,
     tried: Vec<Tried>,
+    /// The member being tried, entered in the router's places.
+    placement: Option<Placement>,
+    /// A key of this acquire was found on a member and the acquire went there.
+    went_to_place: bool,
 }
 
 /// What a failed try means for the acquire.
@@ -345,14 +354,42 @@ impl Attempt {
     /// cooldown is passed over; the first acquire after the cooldown tries
     /// it (and the others go on passing it over while that try runs). A
     /// rule that fails closed has only its first member.
+    ///
+    /// A key this process holds on a member (or is acquiring there) is
+    /// tried on that member only, whatever the order: granted on another,
+    /// it would have two holders in this very process, for as long as the
+    /// first lease lives (review R8: the preferred member back from its
+    /// cooldown while a lease on the fallback is renewed). It waits there
+    /// for its own lease as for anyone's.
     pub fn next_member(&mut self) -> Option<usize> {
-        let rule = &self.router.rules[self.rule];
+        self.placement = None;
+        let router = self.router.clone();
+        let mut places = lock(&router.places);
+        match places.of(&self.keys) {
+            Ok(Some(member)) if self.went_to_place => {
+                // Tried there, and it could not serve: no other member may.
+                let reason = "this process holds the key there, or is acquiring it".to_owned();
+                self.tried.push(Tried { member, code: ErrorCode::LockBusy, reason, retry_in: None });
+                return None;
+            }
+            Ok(Some(member)) => {
+                self.went_to_place = true;
+                return Some(self.enter(&mut places, member));
+            }
+            Ok(None) => {}
+            Err(member) => {
+                let reason = "this process holds some of the keys there and others on another member".to_owned();
+                self.tried.push(Tried { member, code: ErrorCode::LockBusy, reason, retry_in: None });
+                return None;
+            }
+        }
+        let rule = &router.rules[self.rule];
         let last = match rule.on_unavailable {
             OnUnavailable::FailClosed => 1,
             OnUnavailable::FallBack => rule.members.len(),
         };
         let now = Instant::now();
-        let mut states = lock(&self.router.states);
+        let mut states = lock(&router.states);
         while self.position < last {
             let member = rule.members[self.position];
             self.position += 1;
@@ -362,13 +399,20 @@ impl Attempt {
                 }
                 Some(skip) => {
                     // This acquire probes it; the others wait another cooldown.
-                    skip.retry_at = now + self.router.cooldown;
-                    return Some(member);
+                    skip.retry_at = now + router.cooldown;
+                    return Some(self.enter(&mut places, member));
                 }
-                None => return Some(member),
+                None => return Some(self.enter(&mut places, member)),
             }
         }
         None
+    }
+
+    /// This acquire's keys are on `member` while it tries there.
+    fn enter(&mut self, places: &mut Places, member: usize) -> usize {
+        places.enter(&self.keys, member);
+        self.placement = Some(Placement { router: self.router.clone(), keys: self.keys.clone(), member });
+        member
     }
 
     /// The try of `member` failed with `error`. Only a store that could not
@@ -380,6 +424,7 @@ impl Attempt {
     /// session setting, credentials, a set-up lock) or whose connect was
     /// still under way: it is up, and may be serving the key's holder.
     pub fn failed(&mut self, member: usize, error: &LockError) -> Step {
+        self.placement = None;
         let mut states = lock(&self.router.states);
         match error.code() {
             ErrorCode::ProviderFailed if unreachable(error) => {
@@ -395,9 +440,16 @@ impl Attempt {
         }
     }
 
-    /// `member` granted the lease of `keys`: counted, remembered, and
-    /// reported when the rule prefers another member.
-    pub fn served(self, member: usize, keys: &[&str]) -> Acquisition {
+    /// `member` granted the lease: counted, remembered, and reported when
+    /// the rule prefers another member. The lease holds its [`Placement`]
+    /// until it ends: until then its keys are tried on `member` only.
+    pub fn served(mut self, member: usize) -> (Acquisition, Placement) {
+        let placement = self.placement.take().filter(|placement| placement.member == member);
+        let placement = placement.unwrap_or_else(|| {
+            let placement = Placement { router: self.router.clone(), keys: self.keys.clone(), member };
+            lock(&self.router.places).enter(&self.keys, member);
+            placement
+        });
         let router = &self.router;
         let rule = &router.rules[self.rule];
         let preferred = rule.members[0];
@@ -430,10 +482,10 @@ impl Attempt {
         }
         let acquisition = Acquisition { fenced: info.fences(), member: info, at: SystemTime::now() };
         let mut remembered = lock(&router.acquisitions);
-        for key in keys {
+        for key in self.keys.iter() {
             remembered.put(key, acquisition.clone());
         }
-        acquisition
+        (acquisition, placement)
     }
 
     /// The acquire's error when no member served: `NO_ELIGIBLE_BACKEND`,
@@ -490,6 +542,67 @@ impl Attempt {
             "onUnavailable": rule.on_unavailable.as_str(),
             "tried": tried,
         }))
+    }
+}
+
+/// Where this process's keys are: per key, the one member its live leases
+/// and its tries in progress are on, and how many there are.
+#[derive(Default)]
+struct Places(HashMap<Box<str>, (usize, usize)>);
+
+impl Places {
+    /// The member some of `keys` are on (`Err` with one of them when they
+    /// are on two).
+    fn of(&self, keys: &[Box<str>]) -> Result<Option<usize>, usize> {
+        let mut on = None;
+        for key in keys {
+            match (self.0.get(key), on) {
+                (Some(&(member, _)), Some(other)) if member != other => return Err(other),
+                (Some(&(member, _)), _) => on = Some(member),
+                (None, _) => {}
+            }
+        }
+        Ok(on)
+    }
+
+    /// A try or lease of `keys` on `member`, where those of them that are
+    /// anywhere are ([`Places::of`]).
+    fn enter(&mut self, keys: &[Box<str>], member: usize) {
+        for key in keys {
+            self.0.entry(key.clone()).or_insert((member, 0)).1 += 1;
+        }
+    }
+
+    /// A try or lease of `keys` ended (it entered them on their member).
+    fn leave(&mut self, keys: &[Box<str>]) {
+        for key in keys {
+            if let Some((_, count)) = self.0.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    self.0.remove(key);
+                }
+            }
+        }
+    }
+}
+
+/// A lease's keys (or a try's) on one member: the router sends every other
+/// acquire of them there while it lives ([`Attempt::next_member`]).
+pub struct Placement {
+    router: Arc<Router>,
+    keys: Arc<[Box<str>]>,
+    member: usize,
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement").field("member", &self.member).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        lock(&self.router.places).leave(&self.keys);
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
-use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Router, Step, Tier};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Placement, Router, Step, Tier};
 use dokebi_lock::{ErrorCode, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
@@ -48,7 +48,7 @@ pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: Telemet
         stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 1)));
         return None;
     }
-    Some(NativePolicy { router: Arc::new(router), attempts: Vec::new(), free: Vec::new() })
+    Some(NativePolicy { router: Arc::new(router), attempts: Slots::default(), placements: Slots::default() })
 }
 
 fn driver_name(backend: &BackendOptions) -> &'static str {
@@ -134,10 +134,47 @@ const MEMBERS: u64 = 65_536;
 #[napi]
 pub struct NativePolicy {
     router: Arc<Router>,
-    /// Acquires in progress by id (a JS number: no object per acquire), with
-    /// their keys; a slot is free again once its acquire ended.
-    attempts: Vec<Option<(Attempt, Vec<String>)>>,
+    /// Acquires in progress by id (a JS number: no object per acquire).
+    attempts: Slots<Attempt>,
+    /// The placements of the leases granted and not yet left, by id.
+    placements: Slots<Placement>,
+}
+
+/// Values by a JS number id; an id is free again once its value was taken.
+struct Slots<T> {
+    slots: Vec<Option<T>>,
     free: Vec<u32>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots { slots: Vec::new(), free: Vec::new() }
+    }
+}
+
+impl<T> Slots<T> {
+    fn put(&mut self, value: T) -> u32 {
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(value);
+                id
+            }
+            None => {
+                self.slots.push(Some(value));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn get(&mut self, id: u32) -> &mut T {
+        self.slots[id as usize].as_mut().expect("the JS layer uses an id until it ends")
+    }
+
+    fn take(&mut self, id: u32) -> T {
+        let value = self.slots[id as usize].take().expect("the JS layer ends an id once");
+        self.free.push(id);
+        value
+    }
 }
 
 #[napi]
@@ -173,26 +210,17 @@ impl NativePolicy {
                 return -1.0;
             }
         };
-        let mut attempt = self.router.attempt(rule);
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut attempt = self.router.attempt(rule, &keys);
         let first = attempt.next_member().map_or(0, |member| member as u64 + 1);
-        let entry = Some((attempt, keys));
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.attempts[id as usize] = entry;
-                id
-            }
-            None => {
-                self.attempts.push(entry);
-                (self.attempts.len() - 1) as u32
-            }
-        };
+        let id = self.attempts.put(attempt);
         (u64::from(id) * MEMBERS + first) as f64
     }
 
     /// The index of the next member acquire `id` tries, or -1 when none is left.
     #[napi(catch_unwind)]
     pub fn next_member(&mut self, id: u32) -> i32 {
-        self.attempt(id).0.next_member().map_or(-1, |member| member as i32)
+        self.attempts.get(id).next_member().map_or(-1, |member| member as i32)
     }
 
     /// The try of member `member` failed with the error `code` (`message`
@@ -210,28 +238,35 @@ impl NativePolicy {
                     Some(details) => error.with_details(details),
                     None => error,
                 };
-                self.attempt(id).0.failed(member as usize, &error)
+                self.attempts.get(id).failed(member as usize, &error)
             }
             None => Step::Stop,
         };
         if step == Step::Stop {
-            self.end(id);
+            self.attempts.take(id);
         }
         step == Step::Next
     }
 
     /// Member `member` granted acquire `id`: counted, remembered, reported.
+    /// Answers the id of the lease's placement, which `left` ends once the
+    /// lease is released: until then its keys are tried on `member` only.
     #[napi(catch_unwind)]
-    pub fn served(&mut self, id: u32, member: u32) {
-        let (attempt, keys) = self.end(id);
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        attempt.served(member as usize, &keys);
+    pub fn served(&mut self, id: u32, member: u32) -> u32 {
+        let (_, placement) = self.attempts.take(id).served(member as usize);
+        self.placements.put(placement)
+    }
+
+    /// The lease of placement `placement` no longer holds its keys.
+    #[napi(catch_unwind)]
+    pub fn left(&mut self, placement: u32) {
+        self.placements.take(placement);
     }
 
     /// The `NO_ELIGIBLE_BACKEND` error of acquire `id`, which no member served.
     #[napi(catch_unwind)]
     pub fn refusal(&mut self, id: u32) -> ErrorInfo {
-        info(self.end(id).0.refusal())
+        info(self.attempts.take(id).refusal())
     }
 
     /// The rule of `key` and its last acquisition through this policy.
@@ -267,17 +302,5 @@ impl NativePolicy {
                 }
             })
             .collect()
-    }
-}
-
-impl NativePolicy {
-    fn attempt(&mut self, id: u32) -> &mut (Attempt, Vec<String>) {
-        self.attempts[id as usize].as_mut().expect("the JS layer uses an acquire's id until it ends")
-    }
-
-    fn end(&mut self, id: u32) -> (Attempt, Vec<String>) {
-        let ended = self.attempts[id as usize].take().expect("the JS layer ends an acquire once");
-        self.free.push(id);
-        ended
     }
 }

@@ -599,8 +599,8 @@ impl RedisConnection {
     /// Once `node` of a cluster could not be reached: whether a fresh slot
     /// map gives `slot` to another node (a failover); `Some(false)` too when
     /// a node was reached but gave no map (it refused, or did not answer in
-    /// time: up all the same); `None` when no source's socket came up (or
-    /// this is not a cluster). Every source is asked, `node` last.
+    /// time: up all the same); `None` when every source's own connect failed
+    /// unreachable (or this is not a cluster). Every source is asked, `node` last.
     async fn rerouted(&self, lane: &Lane, slot: Option<Slot>, node: Option<&NodeName>) -> Option<bool> {
         let (Some(cluster), Some(node)) = (self.topology.cluster(), node) else { return None };
         cluster.mark_stale();
@@ -653,46 +653,44 @@ impl RedisConnection {
         let share = self.command_timeout / sources.len().max(1) as u32;
         let mut sources = sources.iter().peekable();
         let since = began.into_std();
-        let ask = |node| async move { (node, self.cluster_slots(lane, node, since).await) };
+        let ask = |node| async move { self.cluster_slots(lane, node, since).await };
         let mut asking = FuturesUnordered::new();
-        let mut pending: Vec<&NodeName> = Vec::new();
         let mut failure = None;
+        // The next source is asked when this passes, or at once when no
+        // asking is under way: source i is asked by `began + i × share`,
+        // so every one within commandTimeoutMs.
+        let next_ask = tokio::time::sleep_until(began + share);
         let all = tokio::time::sleep_until(until);
-        tokio::pin!(all);
+        tokio::pin!(next_ask, all);
         loop {
             if asking.is_empty() {
                 let Some(node) = sources.next() else { break };
-                pending.push(node);
                 asking.push(ask(node));
+                next_ask.as_mut().reset(tokio::time::Instant::now() + share);
             }
             tokio::select! {
-                Some((node, answer)) = asking.next() => match answer {
+                Some(answer) = asking.next() => match answer {
                     Ok(map) => {
                         cluster.replace(map);
                         *fetching = None;
                         return Ok(());
                     }
-                    Err(err) => {
-                        pending.retain(|asked| *asked != node);
-                        failure = Some(reached_first(failure, err));
-                    }
+                    Err(err) => failure = Some(reached_first(failure, err)),
                 },
-                _ = tokio::time::sleep(share), if sources.peek().is_some() => {
-                    let node = sources.next().expect("peeked");
-                    pending.push(node);
-                    asking.push(ask(node));
+                _ = &mut next_ask, if sources.peek().is_some() => {
+                    asking.push(ask(sources.next().expect("peeked")));
+                    next_ask.as_mut().reset(tokio::time::Instant::now() + share);
                 }
                 _ = &mut all => {
+                    // A source is still being asked (the loop ends when none
+                    // is left to ask): it was asked by `began +
+                    // commandTimeoutMs`, and a connect of its own then ended
+                    // (failed, if no socket came up) within connectTimeoutMs,
+                    // before now. So it got its socket, or waited for another
+                    // command's connect and connects again (review R35): no
+                    // sign the cluster is down.
                     let cause = Arc::new(timeout_error("no cluster node gave its slot map in time"));
-                    // Every source was asked by `began + commandTimeoutMs`,
-                    // and a connect of its own then ended (failed, if no
-                    // socket came up) within connectTimeoutMs, before now:
-                    // one still pending got its socket, or waited for
-                    // another command's connect and connects again (review
-                    // R35), so it does not say the cluster is down.
-                    let reached = sources.peek().is_some() || !pending.is_empty();
-                    let timed_out = if reached { Failure::Unanswered(cause) } else { Failure::Unreachable(cause) };
-                    failure = Some(reached_first(failure, timed_out));
+                    failure = Some(reached_first(failure, Failure::Unanswered(cause)));
                     break;
                 }
             }
@@ -1059,9 +1057,13 @@ impl RedisConnection {
             }
         };
         let socket = match info.addr() {
-            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port).await?.into_std()?),
+            ConnectionAddr::Tcp(name, port) => Socket::Tcp(Links::tcp(name, *port, Some(reach)).await?.into_std()?),
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Socket::Unix(tokio::net::UnixStream::connect(path).await?.into_std()?),
+            ConnectionAddr::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                reach.socket_up();
+                Socket::Unix(stream.into_std()?)
+            }
             addr => {
                 let connection = match self.links.tls(addr, Some(reach)).await {
                     Some(stream) => self.on_runtime(info.redis_settings(), stream?, &ended).await,
@@ -1077,7 +1079,6 @@ impl RedisConnection {
         let settings = info.redis_settings();
         let connection = match host {
             Some(host) => {
-                reach.socket_up();
                 let stream = HostStream::new(host.as_ref(), socket)?;
                 let (connection, reader) =
                     MultiplexedConnection::new_with_config(settings, stream, self.config()).await.map_err(explain)?;
@@ -1086,13 +1087,11 @@ impl RedisConnection {
             }
             None => match socket {
                 Socket::Tcp(stream) => {
-                    reach.socket_up();
                     let stream = tokio::net::TcpStream::from_std(stream)?;
                     self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }
                 #[cfg(unix)]
                 Socket::Unix(stream) => {
-                    reach.socket_up();
                     let stream = tokio::net::UnixStream::from_std(stream)?;
                     self.on_runtime(settings, stream, &ended).await.map_err(explain)?
                 }

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use super::addresses;
 use super::refusal::{address, Refusal};
 use super::tcp;
 use super::tls::Tls;
@@ -40,9 +41,14 @@ impl Links {
         Links { tls }
     }
 
-    /// A TCP link to `host:port`, set up by [`tcp::configure`].
-    pub async fn tcp(host: &str, port: u16) -> io::Result<TcpStream> {
-        let stream = TcpStream::connect((host, port)).await?;
+    /// A TCP link to `host:port` ([`addresses`]), set up by [`tcp::configure`];
+    /// `reach` is told once its socket is up, before that (which may fail
+    /// on a socket the peer reset at once).
+    pub async fn tcp(host: &str, port: u16, reach: Option<&Reach>) -> io::Result<TcpStream> {
+        let stream = addresses::connect(host, port).await?;
+        if let Some(reach) = reach {
+            reach.socket_up();
+        }
         tcp::configure(&stream)?;
         Ok(stream)
     }
@@ -54,10 +60,7 @@ impl Links {
         let ConnectionAddr::TcpTls { host, port, insecure: false, .. } = addr else { return None };
         let tls = self.tls.as_ref()?;
         let connect = async {
-            let stream = Links::tcp(host, *port).await?;
-            if let Some(reach) = reach {
-                reach.socket_up();
-            }
+            let stream = Links::tcp(host, *port, reach).await?;
             tls.connect(host, stream).await
         };
         Some(match connect.await {
@@ -86,7 +89,7 @@ impl Links {
         let settings = info.redis_settings();
         let addr = info.addr();
         let stream = match addr {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(Links::tcp(host, *port).await?),
+            ConnectionAddr::Tcp(host, port) => Stream::Tcp(Links::tcp(host, *port, None).await?),
             _ => match self.tls(addr, None).await {
                 Some(stream) => stream?,
                 None => return redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&config).await,
@@ -104,7 +107,7 @@ impl Links {
         let settings = info.redis_settings();
         let addr = info.addr();
         match addr {
-            ConnectionAddr::Tcp(host, port) => PubSub::new(settings, Links::tcp(host, *port).await?).await,
+            ConnectionAddr::Tcp(host, port) => PubSub::new(settings, Links::tcp(host, *port, None).await?).await,
             _ => match self.tls(addr, None).await {
                 Some(stream) => PubSub::new(settings, stream?).await.map_err(|err| self.explain(addr, err)),
                 None => redis_client(info.clone())?.get_async_pubsub().await,

@@ -6,13 +6,15 @@
 //!   `cluster`: a cluster's slot map, by which commands go to its primaries;
 //!   `switches`: following a Sentinel failover the moment it happens;
 //!   `listening`: a pub/sub connection whose server went silent ends;
-//! - `link`: how every link to a node is opened (`tcp`: nodelay and the
+//! - `link`: how every link to a node is opened (`addresses`: to the
+//!   first of a name's addresses that takes a socket; `tcp`: nodelay and the
 //!   keepalive the system takes; `tls`: the connection's own TLS), and
 //!   `refusal`: a server that refused our credentials, or a certificate
 //!   refused, told apart from an unreachable one.
 
 use std::time::Duration;
 
+pub(crate) mod addresses;
 pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod link;
