@@ -300,19 +300,22 @@ struct RuleCounts {
     errors: std::collections::BTreeMap<&'static str, u64>,
     overlaps: u64,
     cross_backend: u64,
+    /// Overlaps of two holders in one process.
+    in_one_process: u64,
 }
 
 /// Two providers, four threads each, loop on `pay:` keys (fail closed) and
 /// `order:` keys (fall back) while Redis is killed and restarted: the holders
 /// of each key are tracked, so that an overlap (and one across members) is
 /// counted per rule. Fail-closed keys are never granted anywhere but Redis
-/// and never overlap; fallback keys move to PostgreSQL and come back.
+/// and never overlap; fallback keys move to PostgreSQL and come back, and
+/// overlap only across the two providers.
 #[test]
 fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_per_rule() {
     use std::collections::HashMap;
     let mut stores = Stores::start();
     let providers = [stores.open().0, stores.open().0];
-    let holders: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
+    let holders: Arc<Mutex<HashMap<String, Vec<(usize, String)>>>> = Arc::default();
     let counts: Arc<Mutex<[RuleCounts; 2]>> = Arc::default();
     let run_until = Instant::now() + Duration::from_millis(1_500 + 2_000 + COOLDOWN_MS + 1_500);
     let mut threads = Vec::new();
@@ -335,25 +338,35 @@ fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_
                                 let mut counts = counts.lock().unwrap();
                                 if !held.is_empty() {
                                     counts[rule].overlaps += 1;
-                                    if held.iter().any(|other| *other != member) {
+                                    if held.iter().any(|(_, other)| *other != member) {
                                         counts[rule].cross_backend += 1;
                                     }
+                                    if held.iter().any(|(other, _)| *other == p) {
+                                        counts[rule].in_one_process += 1;
+                                    }
                                 }
-                                held.push(member.clone());
+                                held.push((p, member.clone()));
                                 *counts[rule].granted.entry(member.clone()).or_default() += 1;
                             }
                             thread::sleep(Duration::from_millis(2));
                             {
                                 let mut holders = holders.lock().unwrap();
                                 let held = holders.get_mut(&key).unwrap();
-                                let at = held.iter().position(|m| *m == member).unwrap();
+                                let at = held.iter().position(|(q, m)| *q == p && *m == member).unwrap();
                                 held.remove(at);
                             }
                             assert_eq!(served_by(&lease), member, "a lease never changes member");
                             let _ = block_on(lease.release());
                         }
                         Err(error) => {
-                            let code = error.code().as_str();
+                            // A key this process is acquiring on a member goes there only: while
+                            // another thread's try of it is still under way on Redis, it cannot
+                            // fall back (docs/policy.md).
+                            let placed = error
+                                .details()
+                                .and_then(|details| details["tried"].as_array())
+                                .is_some_and(|tried| tried.iter().any(|t| t["code"] == "LOCK_BUSY"));
+                            let code = if placed { "NO_ELIGIBLE_BACKEND (placed)" } else { error.code().as_str() };
                             *counts.lock().unwrap()[rule].errors.entry(code).or_default() += 1;
                             if error.code() == ErrorCode::NoEligibleBackend {
                                 thread::sleep(Duration::from_millis(20));
@@ -383,6 +396,7 @@ fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_
     assert!(pay.errors.get("NO_ELIGIBLE_BACKEND").is_some_and(|n| *n > 0), "{pay:?}");
     assert!(order.granted.get("db").is_some_and(|n| *n > 0) && order.granted.get("cache").is_some_and(|n| *n > 0), "{order:?}");
     assert!(!order.errors.contains_key("NO_ELIGIBLE_BACKEND"), "{order:?}");
+    assert_eq!(order.in_one_process, 0, "a process's own acquires of a key go to the member it holds it on: {order:?}");
     // Back on Redis after the cooldown: both providers' last grant of an order key.
     for provider in &providers {
         let Backend::Policy(policy) = provider.backend("locks").unwrap() else { unreachable!() };

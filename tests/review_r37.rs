@@ -15,7 +15,8 @@
 //!   holds the key reads unreachable, and the policy's acquire is served by
 //!   `host` while the other process holds the key on `db`. The same with
 //!   the default 5000 ms and a name whose 21st address is the one up.
-//!   (R36 F3's finding, left for small `connectTimeoutMs`.)
+//!   (R36 F3's finding, left for small `connectTimeoutMs`.) Fixed: every
+//!   address is tried at once (`src/redis/transport/addresses.rs`).
 //!
 //! The tests need a host name with two addresses: each runs itself again
 //! in a private mount namespace (`unshare --mount`, as root) whose
@@ -23,7 +24,7 @@
 //! `r37-name` the addresses 127.0.0.1 (a full accept queue: SYNs dropped)
 //! and 127.0.0.2 (a private redis-server bound there only); glibc sorts
 //! 127.0.0.1 first. The control runs the same with a `connectTimeoutMs`
-//! of 2000: the second address is tried after 250 ms and the acquire is
+//! of 2000 (it passed with the stagger too): the acquire is
 //! refused on `db` (held), never served by `host`.
 
 mod support;
@@ -139,7 +140,7 @@ fn held_key_through_a_name(key: &str, addresses: &[&str], connect_timeout_ms: u3
         key,
         3000,
         &format!(
-            "the Redis on r37-name's address {up} is up and holds it; connectTimeoutMs {connect_timeout_ms} ended before that address was tried (250 ms after each one before it, {} of them dropping SYNs)",
+            "the Redis on r37-name's address {up} is up and holds it; with connectTimeoutMs {connect_timeout_ms} it must be tried ({} address(es) before it drop SYNs)",
             dropped.len()
         ),
         || {},
@@ -150,26 +151,24 @@ const TWO: &[&str] = &["127.0.0.1", "127.0.0.2"];
 const THREE: &[&str] = &["127.0.0.1", "127.0.0.2", "127.0.0.3"];
 
 #[test]
-#[ignore = "finding (two holders): connectTimeoutMs 200 ends before a name's second address is tried (250 ms stagger); the Redis up there reads unreachable (R37 F1)"]
-fn a_connect_timeout_under_the_stagger_never_tries_the_address_that_is_up() {
-    let name = "a_connect_timeout_under_the_stagger_never_tries_the_address_that_is_up";
+fn a_short_connect_timeout_still_tries_the_second_address_that_is_up() {
+    let name = "a_short_connect_timeout_still_tries_the_second_address_that_is_up";
     if in_namespace(name, TWO) {
         held_key_through_a_name("r37-short-connect", TWO, 200);
     }
 }
 
 #[test]
-#[ignore = "finding (two holders): connectTimeoutMs 400 ends before a name's third address is tried (at 500 ms); the Redis up there reads unreachable (R37 F1)"]
-fn a_connect_timeout_under_twice_the_stagger_never_tries_a_third_address_that_is_up() {
-    let name = "a_connect_timeout_under_twice_the_stagger_never_tries_a_third_address_that_is_up";
+fn a_short_connect_timeout_still_tries_the_third_address_that_is_up() {
+    let name = "a_short_connect_timeout_still_tries_the_third_address_that_is_up";
     if in_namespace(name, THREE) {
         held_key_through_a_name("r37-third-address", THREE, 400);
     }
 }
 
 #[test]
-fn control_a_connect_timeout_past_the_stagger_reaches_the_address_that_is_up() {
-    let name = "control_a_connect_timeout_past_the_stagger_reaches_the_address_that_is_up";
+fn control_a_long_connect_timeout_reaches_the_address_that_is_up() {
+    let name = "control_a_long_connect_timeout_reaches_the_address_that_is_up";
     if in_namespace(name, THREE) {
         held_key_through_a_name("r37-long-connect", THREE, 2000);
     }
