@@ -17,7 +17,7 @@ use crate::error::{ErrorCode, LockError, Result};
 use crate::file::{FileBackend, FileLease};
 use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
-use crate::policy::{Acquisition, PolicyBackend, PolicyLease, Router, Tier};
+use crate::policy::{Acquisition, Places, PolicyBackend, PolicyLease, Router, Tier};
 use crate::telemetry::Telemetry;
 
 /// Where a provider reports what is not an error of a call.
@@ -113,7 +113,9 @@ impl Provider {
         let mut postgres_backends = BTreeMap::new();
         #[cfg(feature = "mysql")]
         let mut mysql_backends = BTreeMap::new();
-        // Policies compose the other backends, so they are built last.
+        // Policies compose the other backends, so they are built last; a
+        // key's place is one for all of them.
+        let places = Places::default();
         let (policies, others): (Vec<_>, Vec<_>) =
             options.backends.into_iter().partition(|(_, backend)| matches!(backend, BackendOptions::Policy(_)));
         for (name, backend) in others.into_iter().chain(policies) {
@@ -139,7 +141,7 @@ impl Provider {
                 }
                 #[cfg(feature = "file")]
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
-                BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &backends, &logger, &telemetry)),
+                BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &places, &backends, &logger, &telemetry)),
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
                         .with_details(serde_json::json!({ "backend": name, "driver": driver })));
@@ -239,6 +241,7 @@ impl Provider {
 fn open_policy(
     name: &str,
     settings: &crate::options::PolicyOptions,
+    places: &Places,
     built: &BTreeMap<String, Backend>,
     logger: &Logger,
     telemetry: &Option<Telemetry>,
@@ -247,6 +250,7 @@ fn open_policy(
     let router = Router::new(
         name,
         settings,
+        places.clone(),
         |name| {
             let backend = member(name);
             (backend.driver(), backend.tier().expect("a policy's members have a tier"))

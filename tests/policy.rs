@@ -315,7 +315,9 @@ fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_
     use std::collections::HashMap;
     let mut stores = Stores::start();
     let providers = [stores.open().0, stores.open().0];
-    let holders: Arc<Mutex<HashMap<String, Vec<(usize, String)>>>> = Arc::default();
+    // Per key, its holders: (provider, member).
+    type Holders = HashMap<String, Vec<(usize, String)>>;
+    let holders: Arc<Mutex<Holders>> = Arc::default();
     let counts: Arc<Mutex<[RuleCounts; 2]>> = Arc::default();
     let run_until = Instant::now() + Duration::from_millis(1_500 + 2_000 + COOLDOWN_MS + 1_500);
     let mut threads = Vec::new();

@@ -2,18 +2,21 @@
 //! key on a member, or is acquiring it there, its acquires of that key go
 //! to that member only), against private Redis servers and a file member.
 //!
-//! Finding (open, ignored): the placements are per policy backend, not per
+//! Finding 1 (fixed: the places are the provider's, shared by its policies,
+//! on both surfaces): the placements were per policy backend, not per
 //! process. Two policy backends of one provider over the same members (a
 //! configuration the options accept: a member may serve several policies)
 //! each keep their own places, so a key one of them holds on the fallback
 //! member while the preferred one was down is granted to the other on the
 //! preferred member once it is back: two holders in this very process,
 //! which docs/policy.md ("Nor do this process's other acquires of its
-//! key") and docs/guarantees.md ("Never to this one") rule out. The same
-//! root: a member acquired directly (`provider.backend("db")`, which the
-//! provider hands out as any backend) grants the key too. The Node surface
-//! keeps one `NativePolicy` (one router, one set of places) per policy
+//! key") and docs/guarantees.md ("Never to this one") rule out. The Node
+//! surface kept one `NativePolicy` (one router, one set of places) per policy
 //! backend too (reasoned, not run here).
+//!
+//! Finding 2 (open, ignored; docs/policy.md states it): the same root, a
+//! member acquired directly (`provider.backend("db")`, which the provider
+//! hands out as any backend) grants the key too.
 //!
 //! Controls (held): a try whose future is dropped while it waits on the
 //! preferred member leaves no placement behind; a failed `acquire_many`
@@ -83,7 +86,6 @@ fn close(provider: Provider, directory: std::path::PathBuf) {
 /// placement of `k` and grants it on Redis. Both leases are valid at once,
 /// in one process.
 #[test]
-#[ignore = "finding (two holders): placements are per policy backend; a second policy over the same members grants a key the first holds on the fallback"]
 fn two_policies_over_the_same_members_never_hold_one_name_twice_in_one_process() {
     let mut server = RedisServer::start();
     let url = server.url();
@@ -119,7 +121,7 @@ fn two_policies_over_the_same_members_never_hold_one_name_twice_in_one_process()
 /// provider holds it on the host: nothing in the process's places covers
 /// an acquire made on a member directly.
 #[test]
-#[ignore = "finding (two holders): placements live in the policy only; the member db, acquired directly in the same process, grants a key the policy holds on the fallback"]
+#[ignore = "open (docs/policy.md says so): an acquire on a member backend itself is outside its policies' places; db grants a key a policy holds on the fallback"]
 fn a_member_acquired_directly_never_grants_a_name_its_policy_holds_on_the_fallback() {
     let mut server = RedisServer::start();
     let url = server.url();

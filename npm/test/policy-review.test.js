@@ -70,7 +70,8 @@ test('a waiter whose Redis hand-over went unanswered never starts on the fallbac
 // Review R8 (tests/review_r8.rs, here through Node, whose layer drives the
 // core's router): a key held on the fallback member while the preferred one
 // was down is not granted on the preferred one once it is back, to this
-// very process; once released it goes there again.
+// very process, through this policy or another over the same members
+// (review R38); once released it goes there again.
 test('a key held on the fallback is not granted again on the member that came back', async (t) => {
   const first = await startRedis();
   const port = first.port;
@@ -89,6 +90,11 @@ test('a key held on the fallback is not granted again on the member that came ba
             reprobeCooldownMs: 300,
             default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' },
           },
+          jobs: {
+            driver: 'policy',
+            reprobeCooldownMs: 300,
+            default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' },
+          },
         },
       },
     },
@@ -101,6 +107,7 @@ test('a key held on the fallback is not granted again on the member that came ba
   await sleep(600);
   assert.equal(await onHost.renew(), true);
   await assert.rejects(locks.acquire('k', { waitTimeoutMs: 0 }), { code: 'LOCK_BUSY' }, 'k, held on host, granted again on cache');
+  await assert.rejects(provider.backend('jobs').acquire('k', { waitTimeoutMs: 0 }), { code: 'LOCK_BUSY' }, 'k granted on cache by another policy');
   // Inside withLock too, and a waiter waits for the holder on host.
   const waiter = locks.withLock('k', (lease) => lease.served.backend, { waitTimeoutMs: 5000 });
   await sleep(200);

@@ -18,5 +18,7 @@ mod tier;
 
 pub use backend::{PolicyBackend, PolicyLease};
 pub use pattern::Pattern;
-pub use router::{Acquisition, Attempt, KeyStatus, MemberCounts, MemberInfo, MemberStatus, Placement, Router, Rule, Step, REMEMBERED_KEYS};
+pub use router::{
+    Acquisition, Attempt, KeyStatus, MemberCounts, MemberInfo, MemberStatus, Placement, Places, Router, Rule, Step, REMEMBERED_KEYS,
+};
 pub use tier::{OnUnavailable, Tier};

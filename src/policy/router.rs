@@ -132,7 +132,7 @@ pub struct Router {
     wait_timeout: Duration,
     states: Mutex<Vec<MemberState>>,
     acquisitions: Mutex<Acquisitions>,
-    places: Mutex<Places>,
+    places: Places,
     logger: Logger,
     telemetry: Option<Telemetry>,
 }
@@ -146,10 +146,12 @@ impl std::fmt::Debug for Router {
 impl Router {
     /// The router of the policy backend `name`; `info_of(member)` gives
     /// each member's driver and tier (the options were checked: every
-    /// member exists and has one).
+    /// member exists and has one). `places` is shared by every policy of
+    /// the provider.
     pub fn new(
         name: &str,
         options: &PolicyOptions,
+        places: Places,
         mut info_of: impl FnMut(&str) -> (&'static str, Tier),
         logger: Logger,
         telemetry: Option<Telemetry>,
@@ -181,7 +183,7 @@ impl Router {
             wait_timeout: Duration::from_millis(options.wait_timeout_ms.into()),
             states,
             acquisitions: Mutex::new(Acquisitions::default()),
-            places: Mutex::new(Places::default()),
+            places,
             logger,
             telemetry,
         }
@@ -364,26 +366,30 @@ impl Attempt {
     pub fn next_member(&mut self) -> Option<usize> {
         self.placement = None;
         let router = self.router.clone();
-        let mut places = lock(&router.places);
+        let rule = &router.rules[self.rule];
+        let mut places = router.places.lock();
         match places.of(&self.keys) {
-            Ok(Some(member)) if self.went_to_place => {
-                // Tried there, and it could not serve: no other member may.
-                let reason = "this process holds the key there, or is acquiring it".to_owned();
-                self.tried.push(Tried { member, code: ErrorCode::LockBusy, reason, retry_in: None });
+            Ok(None) => {}
+            Ok(Some(place)) => {
+                let member = rule.members.iter().copied().find(|&member| *router.members[member].name == *place);
+                match member {
+                    Some(member) if !self.went_to_place => {
+                        self.went_to_place = true;
+                        return Some(self.enter(&mut places, member));
+                    }
+                    // Tried there, and it could not serve: no other member may.
+                    Some(member) => self.refuse(member, "this process holds the key there, or is acquiring it".to_owned()),
+                    // Through another policy, on a member this rule does not allow.
+                    None => self
+                        .refuse(rule.members[0], format!("this process holds the key on backend {place}, which this rule does not allow")),
+                }
                 return None;
             }
-            Ok(Some(member)) => {
-                self.went_to_place = true;
-                return Some(self.enter(&mut places, member));
-            }
-            Ok(None) => {}
-            Err(member) => {
-                let reason = "this process holds some of the keys there and others on another member".to_owned();
-                self.tried.push(Tried { member, code: ErrorCode::LockBusy, reason, retry_in: None });
+            Err(()) => {
+                self.refuse(rule.members[0], "this process holds some of the keys on one member and others on another".to_owned());
                 return None;
             }
         }
-        let rule = &router.rules[self.rule];
         let last = match rule.on_unavailable {
             OnUnavailable::FailClosed => 1,
             OnUnavailable::FallBack => rule.members.len(),
@@ -409,10 +415,15 @@ impl Attempt {
     }
 
     /// This acquire's keys are on `member` while it tries there.
-    fn enter(&mut self, places: &mut Places, member: usize) -> usize {
-        places.enter(&self.keys, member);
-        self.placement = Some(Placement { router: self.router.clone(), keys: self.keys.clone(), member });
+    fn enter(&mut self, places: &mut PlaceMap, member: usize) -> usize {
+        self.placement = Some(places.enter(&self.router.places, &self.keys, &self.router.members[member], member));
         member
+    }
+
+    /// Its keys are held by this process where it may not go: `member`
+    /// tells why, as contention does.
+    fn refuse(&mut self, member: usize, reason: String) {
+        self.tried.push(Tried { member, code: ErrorCode::LockBusy, reason, retry_in: None });
     }
 
     /// The try of `member` failed with `error`. Only a store that could not
@@ -446,9 +457,8 @@ impl Attempt {
     pub fn served(mut self, member: usize) -> (Acquisition, Placement) {
         let placement = self.placement.take().filter(|placement| placement.member == member);
         let placement = placement.unwrap_or_else(|| {
-            let placement = Placement { router: self.router.clone(), keys: self.keys.clone(), member };
-            lock(&self.router.places).enter(&self.keys, member);
-            placement
+            let router = &self.router;
+            router.places.lock().enter(&router.places, &self.keys, &router.members[member], member)
         });
         let router = &self.router;
         let rule = &router.rules[self.rule];
@@ -545,35 +555,53 @@ impl Attempt {
     }
 }
 
-/// Where this process's keys are: per key, the one member its live leases
-/// and its tries in progress are on, and how many there are.
-#[derive(Default)]
-struct Places(HashMap<Box<str>, (usize, usize)>);
+/// Where a provider's keys are held through its policies: per key, the one
+/// member (by name: the policies index their members apart) its live leases
+/// and its tries in progress are on, and how many there are. Shared by
+/// every policy backend of one provider: two policies over one member are
+/// one process's holders too (review R38).
+#[derive(Clone, Default)]
+pub struct Places(Arc<Mutex<PlaceMap>>);
+
+impl std::fmt::Debug for Places {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Places").finish_non_exhaustive()
+    }
+}
 
 impl Places {
-    /// The member some of `keys` are on (`Err` with one of them when they
-    /// are on two).
-    fn of(&self, keys: &[Box<str>]) -> Result<Option<usize>, usize> {
-        let mut on = None;
+    fn lock(&self) -> MutexGuard<'_, PlaceMap> {
+        lock(&self.0)
+    }
+}
+
+#[derive(Default)]
+struct PlaceMap(HashMap<Box<str>, (Arc<str>, usize)>);
+
+impl PlaceMap {
+    /// The member some of `keys` are on (`Err` when they are on two).
+    fn of(&self, keys: &[Box<str>]) -> Result<Option<Arc<str>>, ()> {
+        let mut on: Option<&Arc<str>> = None;
         for key in keys {
             match (self.0.get(key), on) {
-                (Some(&(member, _)), Some(other)) if member != other => return Err(other),
-                (Some(&(member, _)), _) => on = Some(member),
+                (Some((member, _)), Some(other)) if member != other => return Err(()),
+                (Some((member, _)), _) => on = Some(member),
                 (None, _) => {}
             }
         }
-        Ok(on)
+        Ok(on.cloned())
     }
 
-    /// A try or lease of `keys` on `member`, where those of them that are
-    /// anywhere are ([`Places::of`]).
-    fn enter(&mut self, keys: &[Box<str>], member: usize) {
-        for key in keys {
-            self.0.entry(key.clone()).or_insert((member, 0)).1 += 1;
+    /// A try or lease of `keys` on `info` (member `member` of its policy),
+    /// where those of them that are anywhere are ([`PlaceMap::of`]).
+    fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, info: &MemberInfo, member: usize) -> Placement {
+        for key in keys.iter() {
+            self.0.entry(key.clone()).or_insert_with(|| (info.name.as_str().into(), 0)).1 += 1;
         }
+        Placement { places: places.clone(), keys: keys.clone(), member }
     }
 
-    /// A try or lease of `keys` ended (it entered them on their member).
+    /// A try or lease of `keys` ended.
     fn leave(&mut self, keys: &[Box<str>]) {
         for key in keys {
             if let Some((_, count)) = self.0.get_mut(key) {
@@ -586,11 +614,13 @@ impl Places {
     }
 }
 
-/// A lease's keys (or a try's) on one member: the router sends every other
-/// acquire of them there while it lives ([`Attempt::next_member`]).
+/// A lease's keys (or a try's) on one member: every policy of the provider
+/// sends the acquires of them there while it lives
+/// ([`Attempt::next_member`]).
 pub struct Placement {
-    router: Arc<Router>,
+    places: Places,
     keys: Arc<[Box<str>]>,
+    /// The member's index in the policy that placed it.
     member: usize,
 }
 
@@ -602,7 +632,7 @@ impl std::fmt::Debug for Placement {
 
 impl Drop for Placement {
     fn drop(&mut self) {
-        lock(&self.router.places).leave(&self.keys);
+        self.places.lock().leave(&self.keys);
     }
 }
 

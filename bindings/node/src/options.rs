@@ -2,6 +2,7 @@
 //! each backend.
 
 use dokebi_lock::options::BackendOptions;
+use dokebi_lock::policy::Places;
 use dokebi_lock::{ErrorCode, LockError, Options};
 use napi::Env;
 use napi_derive::napi;
@@ -18,6 +19,9 @@ use crate::telemetry::TelemetryForwarder;
 #[napi]
 pub struct NativeOptions {
     options: Options,
+    /// Where keys are held through the policies opened from these options
+    /// (one provider's): shared by all of them.
+    places: Places,
 }
 
 /// A configured backend: its name and driver.
@@ -98,7 +102,7 @@ impl NativeOptions {
     /// events to `telemetry(entry)`.
     #[napi(ts_args_type = "name: string, log: (entry: LogEntry) => void, telemetry: (entry: TelemetryEntry) => void", catch_unwind)]
     pub fn open_policy(&self, name: String, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
-        sentinel(|| crate::policy::open(&self.options, &name, log, telemetry))
+        sentinel(|| crate::policy::open(&self.options, &name, &self.places, log, telemetry))
     }
 
     /// The engine of the local backend `name`; its calls exchange numbers
@@ -128,7 +132,7 @@ impl NativeOptions {
 }
 
 fn wrap(loaded: dokebi_lock::Result<Options>) -> Option<NativeOptions> {
-    loaded.map(|options| NativeOptions { options }).map_err(stash).ok()
+    loaded.map(|options| NativeOptions { options, places: Places::default() }).map_err(stash).ok()
 }
 
 fn parse_json(text: &str) -> dokebi_lock::Result<serde_json::Value> {

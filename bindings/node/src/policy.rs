@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
-use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Placement, Router, Step, Tier};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Placement, Places, Router, Step, Tier};
 use dokebi_lock::{ErrorCode, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
@@ -23,7 +23,7 @@ pub type LogForwarder = ThreadsafeFunction<LogEntry, (), LogEntry, Status, false
 
 /// The policy backend `name` of `options`, reporting through `log` and
 /// `telemetry`; `None` (with the error stashed) when it is not one.
-pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
+pub fn open(options: &Options, name: &str, places: &Places, log: LogForwarder, telemetry: TelemetryForwarder) -> Option<NativePolicy> {
     let Some(BackendOptions::Policy(policy)) = options.backends.get(name) else {
         stash(LockError::new(ErrorCode::UnknownBackend, "no policy backend of that name is configured"));
         return None;
@@ -43,7 +43,7 @@ pub fn open(options: &Options, name: &str, log: LogForwarder, telemetry: Telemet
         let backend = &options.backends[member];
         (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
     };
-    let router = Router::new(name, policy, info_of, logger, Some(sink(telemetry)));
+    let router = Router::new(name, policy, places.clone(), info_of, logger, Some(sink(telemetry)));
     if router.members().len() as u64 >= MEMBERS {
         stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 1)));
         return None;
