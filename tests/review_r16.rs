@@ -99,7 +99,6 @@ fn redis_tls_at_maxclients_never_moves_a_held_key() {
 /// The sentinels' sockets were up: by the rule they are unanswered, and the
 /// primary they name is up.
 #[test]
-#[ignore = "open (docs/guarantees.md): sentinels that take the connection and do not answer are read as unreachable; k moves to host"]
 fn redis_sentinels_that_do_not_answer_never_move_a_held_key() {
     let sentinels = support::sentinel::Sentinels::start();
     let endpoint = sentinels.endpoint_yaml();

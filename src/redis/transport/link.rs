@@ -84,15 +84,22 @@ impl Links {
 
     /// A command connection to `info` over a link of any kind, its reader
     /// on the current runtime (for the sentinels; command connections of
-    /// their own are [`super::connection`]'s).
-    pub async fn command(&self, info: &ConnectionInfo, config: AsyncConnectionConfig) -> RedisResult<MultiplexedConnection> {
+    /// their own are [`super::connection`]'s); `reach` is told once its
+    /// socket is up.
+    pub async fn command(&self, info: &ConnectionInfo, config: AsyncConnectionConfig, reach: &Reach) -> RedisResult<MultiplexedConnection> {
         let settings = info.redis_settings();
         let addr = info.addr();
         let stream = match addr {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(Links::tcp(host, *port, None).await?),
-            _ => match self.tls(addr, None).await {
+            ConnectionAddr::Tcp(host, port) => Stream::Tcp(Links::tcp(host, *port, Some(reach)).await?),
+            _ => match self.tls(addr, Some(reach)).await {
                 Some(stream) => stream?,
-                None => return redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&config).await,
+                None => {
+                    // redis-rs made the socket (a unix socket, `#insecure`
+                    // TLS): up, now that it answered.
+                    let connection = redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&config).await?;
+                    reach.socket_up();
+                    return Ok(connection);
+                }
             },
         };
         let (connection, reader) =

@@ -194,8 +194,8 @@ impl Sentinel {
     /// timeout, or the lookup would read as unreachable and a policy would
     /// move keys a primary that is up may hold (review R28).
     ///
-    /// `reach` hears of the first sentinel found up (one that named a
-    /// primary, or whose failure is more telling than down), at once: the
+    /// `reach` hears of the first sentinel found up (its socket came up,
+    /// or its failure is more telling than down), at once: the
     /// member is up, so neither the connect's own timeout, which may fire
     /// before this lookup's (review R29), nor a refused connect to the
     /// primary it names reads as unreachable. A sentinel whose config names
@@ -215,12 +215,12 @@ impl Sentinel {
         loop {
             if asking.is_empty() {
                 let Some(index) = order.next() else { break };
-                asking.push(self.ask_indexed(index));
+                asking.push(self.ask_indexed(index, reach));
             }
             let (index, answer) = tokio::select! {
                 Some(answered) = asking.next() => answered,
                 _ = tokio::time::sleep(share), if order.peek().is_some() => {
-                    asking.extend(order.next().map(|index| self.ask_indexed(index)));
+                    asking.extend(order.next().map(|index| self.ask_indexed(index, reach)));
                     continue;
                 }
                 _ = &mut all => {
@@ -272,13 +272,15 @@ impl Sentinel {
     }
 
     /// Sentinel `index`'s answer, with its index.
-    async fn ask_indexed(&self, index: usize) -> (usize, RedisResult<Option<(String, u16)>>) {
-        (index, self.ask(&self.sentinels[index]).await)
+    async fn ask_indexed(&self, index: usize, reach: &Reach) -> (usize, RedisResult<Option<(String, u16)>>) {
+        (index, self.ask(&self.sentinels[index], reach).await)
     }
 
-    async fn ask(&self, sentinel: &ConnectionInfo) -> RedisResult<Option<(String, u16)>> {
+    /// A sentinel that takes the socket is up, whether or not it answers
+    /// (frozen, swapping: review R16), and so is the member.
+    async fn ask(&self, sentinel: &ConnectionInfo, reach: &Reach) -> RedisResult<Option<(String, u16)>> {
         let config = AsyncConnectionConfig::new().set_response_timeout(None);
-        let mut connection: MultiplexedConnection = self.links.command(sentinel, config).await?;
+        let mut connection: MultiplexedConnection = self.links.command(sentinel, config, reach).await?;
         redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.primary_name).query_async(&mut connection).await
     }
 
