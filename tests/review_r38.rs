@@ -75,6 +75,20 @@ fn served_once_redis_is_gone(locks: &dokebi_lock::Backend, key: &str) -> Result<
     Err(last)
 }
 
+/// `k` held through policy `locks` on the host while Redis was down, then
+/// Redis started again: the server, the provider (with `policies`), its
+/// directory and the lease.
+fn held_on_host_then_redis_back(policies: &[&str]) -> (RedisServer, Provider, std::path::PathBuf, dokebi_lock::Lease) {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.stop();
+    let (provider, directory) = open(&url, policies);
+    let on_host = block_on(provider.backend("locks").unwrap().acquire("k", wait(0))).expect("k on the host while Redis is down");
+    assert_eq!(on_host.served().unwrap().member.name, "host");
+    server.restart();
+    (server, provider, directory, on_host)
+}
+
 fn close(provider: Provider, directory: std::path::PathBuf) {
     block_on(provider.close());
     let _ = std::fs::remove_dir_all(directory);
@@ -87,15 +101,8 @@ fn close(provider: Provider, directory: std::path::PathBuf) {
 /// in one process.
 #[test]
 fn two_policies_over_the_same_members_never_hold_one_name_twice_in_one_process() {
-    let mut server = RedisServer::start();
-    let url = server.url();
-    server.stop();
-    let (provider, directory) = open(&url, &["locks", "jobs"]);
-    let locks = provider.backend("locks").unwrap();
+    let (_server, provider, directory, on_host) = held_on_host_then_redis_back(&["locks", "jobs"]);
     let jobs = provider.backend("jobs").unwrap();
-    let on_host = block_on(locks.acquire("k", wait(0))).expect("k on the host while Redis is down");
-    assert_eq!(on_host.served().unwrap().member.name, "host");
-    server.restart();
     std::thread::sleep(Duration::from_millis(600));
     assert!(block_on(on_host.renew()).unwrap(), "the lease on the host is renewed there");
     let again = block_on(jobs.acquire("k", wait(0))).map(|lease| (lease.served().unwrap().member.name.clone(), lease.fence(), lease));
@@ -123,14 +130,7 @@ fn two_policies_over_the_same_members_never_hold_one_name_twice_in_one_process()
 #[test]
 #[ignore = "open (docs/policy.md says so): an acquire on a member backend itself is outside its policies' places; db grants a key a policy holds on the fallback"]
 fn a_member_acquired_directly_never_grants_a_name_its_policy_holds_on_the_fallback() {
-    let mut server = RedisServer::start();
-    let url = server.url();
-    server.stop();
-    let (provider, directory) = open(&url, &["locks"]);
-    let locks = provider.backend("locks").unwrap();
-    let on_host = block_on(locks.acquire("k", wait(0))).expect("k on the host while Redis is down");
-    assert_eq!(on_host.served().unwrap().member.name, "host");
-    server.restart();
+    let (_server, provider, directory, on_host) = held_on_host_then_redis_back(&["locks"]);
     // Redis reached again (the driver's reconnect may take a moment).
     let mut direct = block_on(provider.backend("db").unwrap().acquire("k", wait(0)));
     for _ in 0..20 {
@@ -209,13 +209,8 @@ fn a_refused_acquire_many_with_a_key_twice_leaves_no_placement() {
 /// released: the waiter is served by the host, never by Redis meanwhile.
 #[test]
 fn a_waiter_that_starts_while_the_key_is_on_the_fallback_is_served_there() {
-    let mut server = RedisServer::start();
-    let url = server.url();
-    server.stop();
-    let (provider, directory) = open(&url, &["locks"]);
+    let (_server, provider, directory, on_host) = held_on_host_then_redis_back(&["locks"]);
     let locks = provider.backend("locks").unwrap();
-    let on_host = block_on(locks.acquire("k", wait(0))).expect("k on the host while Redis is down");
-    server.restart();
     std::thread::sleep(Duration::from_millis(600));
     let waiter = {
         let locks = locks.clone();
