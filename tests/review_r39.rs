@@ -23,6 +23,10 @@
 //! unreachable and `k` moves. docs/policy.md excepts `#insecure` for "an
 //! I/O error at connect" only; "did not answer in time" is up elsewhere.
 //!
+//! Both fixed: an `#insecure` link is the driver's own TLS link, verifying
+//! nothing (`src/redis/transport/tls.rs`), its socket up before the
+//! handshake.
+//!
 //! Held: the unix-socket sentinel path of `Links::command` cannot be
 //! configured (`sentinel.nodes` must be redis:// or rediss:// URLs).
 //! Policies of one provider with different orders, a fail-closed rule
@@ -199,7 +203,6 @@ fn redis_verified_tls_sentinel_that_does_not_answer_never_moves_a_held_key() {
 /// handshake, its set-up) is answered, so it is never up; the lookup reads
 /// unreachable and `k` moves to `host`.
 #[test]
-#[ignore = "finding (two holders): a frozen sentinel reached over rediss://...#insecure reads as unreachable (reach up only once redis-rs's connect is answered); k moves to host"]
 fn redis_insecure_tls_sentinel_that_does_not_answer_never_moves_a_held_key() {
     frozen_sentinel_keeps_a_held_key(
         TlsSentinel::insecure,
@@ -215,7 +218,6 @@ fn redis_insecure_tls_sentinel_that_does_not_answer_never_moves_a_held_key() {
 /// error at connect"; a server that took the socket and did not answer in
 /// time is up everywhere else.
 #[test]
-#[ignore = "finding (two holders): a frozen Redis reached over rediss://...#insecure reads as unreachable; k moves to host"]
 fn redis_insecure_tls_server_that_does_not_answer_never_moves_a_held_key() {
     let pki = Pki::new("r39-frozen-insecure");
     pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);

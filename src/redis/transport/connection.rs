@@ -221,8 +221,7 @@ struct Open {
     connection: NodeConnection,
     /// Set once its reader has ended (the server closed the socket, or it
     /// failed): a command sent after that never reached the server, so the
-    /// next command reconnects first instead of losing an attempt. Never set
-    /// over `#insecure` TLS, whose connection redis-rs drives itself.
+    /// next command reconnects first instead of losing an attempt.
     ended: Arc<AtomicBool>,
     peer: Arc<Peer>,
 }
@@ -1042,8 +1041,7 @@ impl RedisConnection {
 
     /// Connects a command connection to the node `info` names; see
     /// [`RedisConnection::open`]. `reach` learns how far it got: the socket
-    /// up (over TLS, before the handshake; the links redis-rs makes itself,
-    /// `#insecure` TLS, tell only once made).
+    /// up (over TLS, before the handshake).
     async fn open_to(&self, host: Option<&Arc<dyn Host>>, info: ConnectionInfo, reach: &Reach) -> RedisResult<Open> {
         let ended = Arc::new(AtomicBool::new(false));
         let login = Login::of(&info, "Redis", self.topology.credentials_option(&self.name));
@@ -1070,8 +1068,8 @@ impl RedisConnection {
                     None => redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&self.config()).await,
                 };
                 let connection = connection.map_err(explain)?;
-                // redis-rs made the socket of an `#insecure` link itself:
-                // up, now that it answered.
+                // A link redis-rs made itself (an address of a kind the
+                // driver does not make) tells only now: up, since it answered.
                 reach.socket_up();
                 return Ok(Open { connection, ended, peer });
             }

@@ -4,7 +4,7 @@
 //! `sentinel.tls`), or a unix socket. A TLS failure comes back as the
 //! [`Refusal`] it is, not as an unreachable server.
 //!
-//! `rediss://...#insecure` (no verification at all) is left to redis-rs.
+//! Only a unix socket's link is left to redis-rs.
 
 use std::io;
 use std::pin::Pin;
@@ -53,15 +53,15 @@ impl Links {
         Ok(stream)
     }
 
-    /// A verified TLS link to `host:port` (`None` for an address that is
-    /// not TLS, or is `#insecure`); `reach` is told once its socket is up,
+    /// A TLS link to `host:port`, verified unless `#insecure` (`None` for
+    /// an address that is not TLS); `reach` is told once its socket is up,
     /// before the handshake.
     pub async fn tls(&self, addr: &ConnectionAddr, reach: Option<&Reach>) -> Option<RedisResult<Stream>> {
-        let ConnectionAddr::TcpTls { host, port, insecure: false, .. } = addr else { return None };
+        let ConnectionAddr::TcpTls { host, port, insecure, .. } = addr else { return None };
         let tls = self.tls.as_ref()?;
         let connect = async {
             let stream = Links::tcp(host, *port, reach).await?;
-            tls.connect(host, stream).await
+            tls.connect(host, stream, *insecure).await
         };
         Some(match connect.await {
             Ok(stream) => Ok(Stream::Tls(Box::new(stream))),
@@ -94,8 +94,8 @@ impl Links {
             _ => match self.tls(addr, Some(reach)).await {
                 Some(stream) => stream?,
                 None => {
-                    // redis-rs made the socket (a unix socket, `#insecure`
-                    // TLS): up, now that it answered.
+                    // redis-rs made the socket (a unix socket): up, now
+                    // that it answered.
                     let connection = redis_client(info.clone())?.get_multiplexed_async_connection_with_config(&config).await?;
                     reach.socket_up();
                     return Ok(connection);
@@ -124,7 +124,7 @@ impl Links {
 }
 
 /// A redis-rs client for `info`, for the links it makes itself (unix
-/// sockets, `#insecure` TLS), with the keepalive this system takes.
+/// sockets), with the keepalive this system takes.
 pub(crate) fn redis_client(info: ConnectionInfo) -> RedisResult<Client> {
     let settings = TcpSettings::default().set_nodelay(true);
     let settings = match tcp::keepalive() {

@@ -8,14 +8,20 @@
 //! / `SSL_CERT_DIR`); without it, the system's are trusted, plus the extra
 //! authorities the surface passes (Node: `NODE_EXTRA_CA_CERTS`). A private
 //! key is read into rustls and never printed.
+//!
+//! `rediss://...#insecure` verifies nothing (tests only), but its link is
+//! the driver's all the same: redis-rs's own would tell only once made
+//! whether its socket came up, and a server that took it and did not
+//! answer would read as unreachable (review R39).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -27,6 +33,8 @@ use crate::options::{Pem, TlsOptions};
 /// How one connection's TLS links are made.
 pub(crate) struct Tls {
     connector: TlsConnector,
+    /// For `#insecure` links: the same, verifying no certificate.
+    insecure: TlsConnector,
     servername: Option<ServerName<'static>>,
     /// `connections.<name>.tls`, for fixes.
     path: String,
@@ -84,8 +92,12 @@ impl Tls {
             ),
             None => None,
         };
+        let mut insecure = config.clone();
+        let schemes = rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes();
+        insecure.dangerous().set_certificate_verifier(Arc::new(NoVerification(schemes)));
         Ok(Tls {
             connector: TlsConnector::from(Arc::new(config)),
+            insecure: TlsConnector::from(Arc::new(insecure)),
             servername,
             path,
             own_ca: options.ca.is_some(),
@@ -95,13 +107,14 @@ impl Tls {
     }
 
     /// The TLS handshake with `host` over `stream`; the certificate must
-    /// carry `servername`, else `host`.
-    pub async fn connect(&self, host: &str, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+    /// carry `servername`, else `host` (unless `insecure`: `#insecure`).
+    pub async fn connect(&self, host: &str, stream: TcpStream, insecure: bool) -> std::io::Result<TlsStream<TcpStream>> {
         let name = match &self.servername {
             Some(name) => name.clone(),
             None => ServerName::try_from(host.to_owned()).map_err(std::io::Error::other)?,
         };
-        self.connector.connect(name, stream).await
+        let connector = if insecure { &self.insecure } else { &self.connector };
+        connector.connect(name, stream).await
     }
 
     /// The refusal `err` is when a TLS error of the link to `server`
@@ -224,6 +237,45 @@ pub(crate) fn extra_authorities(file: &std::path::Path) -> std::result::Result<V
 
 fn invalid(at: &str, message: &str) -> LockError {
     LockError::invalid_options(vec![Issue::new(at, message)])
+}
+
+/// `#insecure`: any certificate, any signature.
+#[derive(Debug)]
+struct NoVerification(Vec<SignatureScheme>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.clone()
+    }
 }
 
 /// No client certificate: remembers that a server asked for one.
