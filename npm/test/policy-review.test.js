@@ -1,8 +1,10 @@
-// Review R4 of the policy driver through Node: ways its promises
+// Reviews of the policy driver through Node: ways its promises
 // (docs/policy.md, issue 51) break, against a private redis-server and a
-// file directory. Every test here failed on work/h3.
+// file directory. The first test (review R4) failed on work/h3; the key that
+// came back (review R8) failed on main 8223351 in tests/review_r8.rs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -116,4 +118,42 @@ test('a key held on the fallback is not granted again on the member that came ba
   const back = await locks.acquire('k', { waitTimeoutMs: 0 });
   assert.equal(back.served.backend, 'cache', 'released, k goes to the preferred member again');
   assert.equal(await back.release(), true);
+});
+
+// A lease held on the fallback and dropped unreleased leaves its key's place
+// once collected (the Rust surface: once dropped): the key is not pinned to
+// the fallback for the life of the process.
+test('a policy lease dropped unreleased gives its key back to the rule order once collected', () => {
+  const child = `
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openLock } from ${JSON.stringify(new URL('../index.js', import.meta.url).href)};
+import { startRedis } from ${JSON.stringify(new URL('./redis-server.js', import.meta.url).href)};
+const first = await startRedis();
+await first.stop();
+const provider = await openLock({ config: {
+  'dokebi-redis': { connections: { main: { url: 'redis://127.0.0.1:' + first.port + '/0', connectTimeoutMs: 300, commandTimeoutMs: 300 } } },
+  'dokebi-lock': { backends: {
+    cache: { driver: 'redis', connection: 'main', namespace: 'review-node-dropped', leaseMs: 30000 },
+    host: { driver: 'file', directory: join(mkdtempSync(join(tmpdir(), 'dokebi-policy-review-')), 'locks') },
+    locks: { driver: 'policy', reprobeCooldownMs: 300, default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' } },
+  } },
+} });
+const locks = provider.backend('locks');
+const served = await (async () => (await locks.acquire('k', { waitTimeoutMs: 0 })).served.backend)();
+const redis = await first.restart();
+await new Promise((resolve) => setTimeout(resolve, 600));
+for (let i = 0; i < 5; i++) {
+  gc();
+  await new Promise((resolve) => setTimeout(resolve, 20));
+}
+const again = await locks.acquire('k', { waitTimeoutMs: 5000 }).then((lease) => lease.served.backend, (error) => error.code);
+await provider.close();
+await redis.stop();
+console.log(served + ' ' + again);
+`;
+  const result = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', child], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(result.status, 0, result.stderr);
+  assert.equal(result.stdout.trim(), 'host cache');
 });
