@@ -37,20 +37,7 @@ fn fill(server: &RedisServer) -> redis::Connection {
 /// (`ca.pem` of the [`Pki`]); and that TLS port.
 fn tls_server(name: &str) -> (RedisServer, Pki, u16) {
     let pki = Pki::new(name);
-    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &pki.path("server.pem"),
-        "--tls-key-file",
-        &pki.path("server.key"),
-        "--tls-ca-cert-file",
-        &pki.path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "no"]);
     (server, pki, tls_port)
 }
 

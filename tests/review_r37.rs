@@ -30,71 +30,11 @@
 mod support;
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use support::fall_back::FallBackToHost;
-
-const INSIDE: &str = "DOKEBI_R37_IN_NAMESPACE";
-
-/// Runs test `name` of this binary again inside a mount namespace whose
-/// `/etc/hosts` names `r37-name` `addresses` (in that order; glibc keeps
-/// it for these: 127.0.0.1 first, the others tied); true when this is that
-/// run (the caller then does the test), false after the outer run checked
-/// the inner one passed.
-fn in_namespace(name: &str, addresses: &[&str]) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
-        return true;
-    }
-    let hosts = std::env::temp_dir().join(format!("dokebi-r37-hosts-{}-{name}", std::process::id()));
-    let lines: String = addresses.iter().map(|address| format!("{address} r37-name\n")).collect();
-    std::fs::write(&hosts, format!("127.0.0.1 localhost\n{lines}")).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let status = Command::new("unshare")
-        .args(["--mount", "--", "sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
-        .arg(&hosts)
-        .arg(&exe)
-        .args(["--exact", name, "--include-ignored", "--nocapture", "--test-threads=1"])
-        .env(INSIDE, "1")
-        .status()
-        .expect("unshare (util-linux) runs: the test needs root for a private /etc/hosts");
-    let _ = std::fs::remove_file(&hosts);
-    assert!(status.success(), "the run in the namespace failed: {status}");
-    false
-}
-
-/// A redis-server bound to `ip` only, on `port`; killed on drop.
-struct RedisOn(Child);
-
-impl RedisOn {
-    fn start(ip: &str, port: u16) -> RedisOn {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", ip, "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = RedisOn(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let up = redis::Client::open(format!("redis://{ip}:{port}/0"))
-                .and_then(|client| client.get_connection())
-                .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
-            if up.is_ok() {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start on {ip}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for RedisOn {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::hosts;
 
 /// A listener on `ip:port` whose accept queue is full: SYNs to it go
 /// unanswered, as from a host that drops packets. Answers what keeps it so.
@@ -122,7 +62,7 @@ fn dropping(ip: &str, port: u16) -> (TcpListener, Vec<TcpStream>) {
 fn held_key_through_a_name(key: &str, addresses: &[&str], connect_timeout_ms: u32) {
     let (up, dropped) = addresses.split_last().unwrap();
     let port = TcpListener::bind((*up, 0)).unwrap().local_addr().unwrap().port();
-    let _server = RedisOn::start(up, port);
+    let _server = hosts::RedisOn::start(up, port);
     let (holder, lease) = support::redis_holder(&format!("url: redis://{up}:{port}/0"), key);
     let _dropping: Vec<_> = dropped.iter().map(|ip| dropping(ip, port)).collect();
     let resolved: Vec<SocketAddr> = ("r37-name", port).to_socket_addrs().unwrap().collect();
@@ -153,7 +93,7 @@ const THREE: &[&str] = &["127.0.0.1", "127.0.0.2", "127.0.0.3"];
 #[test]
 fn a_short_connect_timeout_still_tries_the_second_address_that_is_up() {
     let name = "a_short_connect_timeout_still_tries_the_second_address_that_is_up";
-    if in_namespace(name, TWO) {
+    if hosts::in_namespace(name, "r37-name", TWO) {
         held_key_through_a_name("r37-short-connect", TWO, 200);
     }
 }
@@ -161,7 +101,7 @@ fn a_short_connect_timeout_still_tries_the_second_address_that_is_up() {
 #[test]
 fn a_short_connect_timeout_still_tries_the_third_address_that_is_up() {
     let name = "a_short_connect_timeout_still_tries_the_third_address_that_is_up";
-    if in_namespace(name, THREE) {
+    if hosts::in_namespace(name, "r37-name", THREE) {
         held_key_through_a_name("r37-third-address", THREE, 400);
     }
 }
@@ -169,7 +109,7 @@ fn a_short_connect_timeout_still_tries_the_third_address_that_is_up() {
 #[test]
 fn control_a_long_connect_timeout_reaches_the_address_that_is_up() {
     let name = "control_a_long_connect_timeout_reaches_the_address_that_is_up";
-    if in_namespace(name, THREE) {
+    if hosts::in_namespace(name, "r37-name", THREE) {
         held_key_through_a_name("r37-long-connect", THREE, 2000);
     }
 }

@@ -38,77 +38,40 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
+use support::hosts;
+use support::lone_sentinel::{free_port, LoneSentinel};
 use support::pki::Pki;
 use support::redis_server::RedisServer;
 
 const PRIMARY_NAME: &str = "mymaster";
 
-/// One sentinel (quorum 1) monitoring `primary`, listening on a free
-/// loopback port and on a TLS port (a certificate of the test's own
-/// authority); killed (resumed first, if paused) and its dir removed on
-/// drop.
+/// A sentinel (a lone one, monitoring `PRIMARY_NAME`) with a TLS port too,
+/// its certificate for `localhost` and 127.0.0.1 signed by the test's
+/// authority.
 struct TlsSentinel {
-    dir: PathBuf,
-    child: Child,
-    port: u16,
+    sentinel: LoneSentinel,
     tls_port: u16,
     pki: Pki,
 }
 
 impl TlsSentinel {
     fn start(primary: &RedisServer) -> TlsSentinel {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
+        let tls_port = free_port();
         let pki = Pki::new(&format!("r39-sentinel-{port}"));
         pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
-        let dir = std::env::temp_dir().join(format!("dokebi-r39-sentinel-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\ntls-port {tls_port}\n\
-                 tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\ntls-auth-clients no\n\
-                 sentinel monitor {PRIMARY_NAME} 127.0.0.1 {primary} 1\n\
-                 sentinel down-after-milliseconds {PRIMARY_NAME} 60000\n",
-                dir = dir.display(),
-                primary = primary.port(),
-                cert = pki.path("server.pem"),
-                key = pki.path("server.key"),
-                ca = pki.path("ca.pem"),
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&config)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/setup)");
-        let sentinel = TlsSentinel { dir, child, port, tls_port, pki };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while sentinel.named_port() != Some(primary.port()) {
-            assert!(Instant::now() < deadline, "the sentinel never named the primary");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        sentinel
-    }
-
-    /// The primary's port as the sentinel names it on its plain port.
-    fn named_port(&self) -> Option<u16> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
-        let mut connection = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
-        let (_, port): (String, u16) =
-            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(PRIMARY_NAME).query(&mut connection).ok()?;
-        Some(port)
+        let tls = format!(
+            "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\n\
+             sentinel down-after-milliseconds {PRIMARY_NAME} 60000\n",
+            pki.path("server.pem"),
+            pki.path("server.key"),
+            pki.path("ca.pem"),
+        );
+        TlsSentinel { sentinel: LoneSentinel::start(port, primary.port(), 1, &tls), tls_port, pki }
     }
 
     /// The connection's endpoint and TLS: this sentinel alone, by its TLS
@@ -122,22 +85,13 @@ impl TlsSentinel {
     }
 
     /// The connection's endpoint: this sentinel alone, by its TLS port,
-    /// `#insecure` (no verification: redis-rs makes the link).
+    /// `#insecure` (no verification).
     fn insecure(&self) -> String {
         format!("sentinel: {{ nodes: ['rediss://127.0.0.1:{}/#insecure'], primaryName: {PRIMARY_NAME} }}", self.tls_port)
     }
 
     fn signal(&self, signal: &str) {
-        assert!(Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap().success());
-    }
-}
-
-impl Drop for TlsSentinel {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.sentinel.signal(signal);
     }
 }
 
@@ -220,20 +174,7 @@ fn redis_insecure_tls_sentinel_that_does_not_answer_never_moves_a_held_key() {
 #[test]
 fn redis_insecure_tls_server_that_does_not_answer_never_moves_a_held_key() {
     let pki = Pki::new("r39-frozen-insecure");
-    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &pki.path("server.pem"),
-        "--tls-key-file",
-        &pki.path("server.key"),
-        "--tls-ca-cert-file",
-        &pki.path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "no"]);
     let (holder, lease) = support::redis_holder(&format!("url: {}", server.url()), "k");
     server.pause();
     let policy = policy(&format!("url: 'rediss://127.0.0.1:{tls_port}/#insecure'"));
@@ -250,65 +191,6 @@ fn redis_insecure_tls_server_that_does_not_answer_never_moves_a_held_key() {
     assert!(matches!(still_held, Ok(true)), "k stayed held on Redis: {still_held:?}");
 }
 
-const INSIDE: &str = "DOKEBI_R39_IN_NAMESPACE";
-
-/// Runs test `name` of this binary again inside a mount namespace whose
-/// `/etc/hosts` names `r39-name` `addresses` (in that order: glibc keeps
-/// 127.0.0.1 first); true when this is that run, false after the outer
-/// run checked the inner one passed (as tests/review_r37.rs does).
-fn in_namespace(name: &str, addresses: &[&str]) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
-        return true;
-    }
-    let hosts = std::env::temp_dir().join(format!("dokebi-r39-hosts-{}-{name}", std::process::id()));
-    let lines: String = addresses.iter().map(|address| format!("{address} r39-name\n")).collect();
-    std::fs::write(&hosts, format!("127.0.0.1 localhost\n{lines}")).unwrap();
-    let status = Command::new("unshare")
-        .args(["--mount", "--", "sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
-        .arg(&hosts)
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--include-ignored", "--nocapture", "--test-threads=1"])
-        .env(INSIDE, "1")
-        .status()
-        .expect("unshare (util-linux) runs: the test needs root for a private /etc/hosts");
-    let _ = std::fs::remove_file(&hosts);
-    assert!(status.success(), "the run in the namespace failed: {status}");
-    false
-}
-
-/// A redis-server bound to `ip` only, on `port`; killed on drop.
-struct RedisOn(Child);
-
-impl RedisOn {
-    fn start(ip: &str, port: u16) -> RedisOn {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", ip, "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = RedisOn(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let up = redis::Client::open(format!("redis://{ip}:{port}/0"))
-                .and_then(|client| client.get_connection())
-                .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
-            if up.is_ok() {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start on {ip}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for RedisOn {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Control (f29b893): a name whose two addresses reach two servers, both
 /// up (a first-up-wins pair, as a PostgreSQL URL of two hosts is); each
 /// of `PROVIDERS` providers acquires `k` through the name. Tried at once,
@@ -317,12 +199,12 @@ impl Drop for RedisOn {
 #[test]
 fn redis_a_name_of_two_servers_grants_a_key_once() {
     const PROVIDERS: usize = 40;
-    if !in_namespace("redis_a_name_of_two_servers_grants_a_key_once", &["127.0.0.1", "127.0.0.2"]) {
+    if !hosts::in_namespace("redis_a_name_of_two_servers_grants_a_key_once", "r39-name", &["127.0.0.1", "127.0.0.2"]) {
         return;
     }
     let port = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap().local_addr().unwrap().port();
-    let _first = RedisOn::start("127.0.0.1", port);
-    let _second = RedisOn::start("127.0.0.2", port);
+    let _first = hosts::RedisOn::start("127.0.0.1", port);
+    let _second = hosts::RedisOn::start("127.0.0.2", port);
     let mut granted = Vec::new();
     let mut refused = 0;
     for _ in 0..PROVIDERS {

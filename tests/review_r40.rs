@@ -45,18 +45,6 @@ fn policy(endpoint: &str) -> FallBackToHost {
     )
 }
 
-/// A Redis with a TLS port (a certificate of `pki` for `localhost` and
-/// 127.0.0.1) besides its plain one, with `extra` arguments; its TLS port.
-fn tls_redis(pki: &Pki, extra: &[&str]) -> (RedisServer, u16) {
-    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
-    let tls_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let port = tls_port.to_string();
-    let (cert, key, ca) = (pki.path("server.pem"), pki.path("server.key"), pki.path("ca.pem"));
-    let mut args = vec!["--tls-port", &port, "--tls-cert-file", &cert, "--tls-key-file", &key, "--tls-ca-cert-file", &ca];
-    args.extend_from_slice(extra);
-    (RedisServer::start_with(&args), tls_port)
-}
-
 /// `k` held on `server` by another process (over its plain port) while a
 /// policy over `endpoint` acquires it with a wait of 1.5 s: never served
 /// by `host`. Answers what the acquire ended with.
@@ -79,7 +67,7 @@ fn held_elsewhere(server: &RedisServer, endpoint: &str, why: &str) -> String {
 #[test]
 fn redis_insecure_tls_to_a_server_demanding_a_client_certificate_never_moves_a_held_key() {
     let pki = Pki::new("r40-client-cert");
-    let (server, tls_port) = tls_redis(&pki, &["--tls-auth-clients", "yes"]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "yes"]);
     pki.issue("client", "DNS:client", None, true);
     let url = format!("url: 'rediss://127.0.0.1:{tls_port}/#insecure'");
     let without = held_elsewhere(&server, &url, "a server demanding a client certificate read as unreachable");
@@ -97,7 +85,7 @@ fn redis_insecure_tls_to_a_server_demanding_a_client_certificate_never_moves_a_h
 #[test]
 fn redis_insecure_tls12_only_server_keeps_a_held_key() {
     let pki = Pki::new("r40-tls12");
-    let (server, tls_port) = tls_redis(&pki, &["--tls-auth-clients", "no", "--tls-protocols", "TLSv1.2"]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "no", "--tls-protocols", "TLSv1.2"]);
     let url = format!("url: 'rediss://127.0.0.1:{tls_port}/#insecure'");
     assert_eq!(held_elsewhere(&server, &url, "a TLS 1.2 server read as unreachable"), "WaitTimeout");
 }
@@ -108,7 +96,7 @@ fn redis_insecure_tls12_only_server_keeps_a_held_key() {
 #[test]
 fn redis_insecure_tls_with_an_ip_and_a_foreign_servername_keeps_a_held_key() {
     let pki = Pki::new("r40-servername");
-    let (server, tls_port) = tls_redis(&pki, &["--tls-auth-clients", "no"]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "no"]);
     let insecure = format!("url: 'rediss://127.0.0.1:{tls_port}/#insecure', tls: {{ servername: other.example }}");
     assert_eq!(held_elsewhere(&server, &insecure, "#insecure with a servername"), "WaitTimeout");
     let verified = format!("url: 'rediss://127.0.0.1:{tls_port}/', tls: {{ caFile: '{}', servername: other.example }}", pki.path("ca.pem"));
@@ -185,7 +173,7 @@ fn redis_tls_listener_that_never_answers_is_not_unreachable() {
 /// port for the test's own commands.
 fn tls_cluster_node(pki: &Pki) -> (RedisServer, u16) {
     let config = format!("{}/nodes.conf", pki.path(""));
-    let (node, tls_port) = tls_redis(
+    let (node, tls_port) = support::tls_redis(
         pki,
         &[
             "--tls-auth-clients",
@@ -275,7 +263,7 @@ fn a_lease_whose_release_went_unanswered_keeps_its_key_placed() {
 #[test]
 fn redis_insecure_tls_waiter_is_woken_by_a_release_notification() {
     let pki = Pki::new("r40-notify");
-    let (server, tls_port) = tls_redis(&pki, &["--tls-auth-clients", "no"]);
+    let (server, tls_port) = support::tls_redis(&pki, &["--tls-auth-clients", "no"]);
     let (holder, lease) = support::redis_holder(&format!("url: {}", server.url()), "k");
     let slow_polls = [("leaseMs", "30000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000")];
     let (waiter, _) = support::open_redis_at(&format!("url: 'rediss://127.0.0.1:{tls_port}/#insecure'"), &slow_polls, &[]);

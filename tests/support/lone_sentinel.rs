@@ -63,6 +63,11 @@ impl LoneSentinel {
         Some(port)
     }
 
+    /// Sends it `signal` (`-STOP`, `-CONT`).
+    pub fn signal(&self, signal: &str) {
+        assert!(Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap().success());
+    }
+
     /// Its URL without a password.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

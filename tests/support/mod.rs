@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod deployment;
 pub mod fall_back;
+pub mod hosts;
 pub mod lone_sentinel;
 pub mod marks;
 pub mod names;
@@ -86,6 +87,19 @@ pub fn open_redis_at(endpoint: &str, backend: &[(&str, &str)], connection: &[(&s
 pub fn blackhole(port: u16) -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the gone node's port");
     (listener, cluster::fill_accept_queue(port, Duration::from_millis(200)))
+}
+
+/// A Redis with a TLS port too (a certificate of `pki`, for `localhost` and
+/// 127.0.0.1), with `extra` arguments (`--tls-auth-clients no` for none
+/// asked of clients); and that TLS port.
+pub fn tls_redis(pki: &pki::Pki, extra: &[&str]) -> (redis_server::RedisServer, u16) {
+    pki.issue("server", "DNS:localhost,IP:127.0.0.1", None, false);
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = tls_port.to_string();
+    let (cert, key, ca) = (pki.path("server.pem"), pki.path("server.key"), pki.path("ca.pem"));
+    let mut args = vec!["--tls-port", &port, "--tls-cert-file", &cert, "--tls-key-file", &key, "--tls-ca-cert-file", &ca];
+    args.extend_from_slice(extra);
+    (redis_server::RedisServer::start_with(&args), tls_port)
 }
 
 /// Another process's lease of 30 s on `key` through the redis `endpoint`
