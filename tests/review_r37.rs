@@ -36,11 +36,10 @@ use std::time::Duration;
 use support::fall_back::FallBackToHost;
 use support::hosts;
 
-/// A listener on `ip:port` whose accept queue is full: SYNs to it go
-/// unanswered, as from a host that drops packets. Answers what keeps it so.
-fn dropping(ip: &str, port: u16) -> (TcpListener, Vec<TcpStream>) {
-    let listener = TcpListener::bind((ip, port)).expect("bind the dropping address");
-    let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+/// `listener` with its accept queue full: SYNs to it go unanswered, as
+/// from a host that drops packets. Answers what keeps it so.
+fn dropping(listener: TcpListener) -> (TcpListener, Vec<TcpStream>) {
+    let addr = listener.local_addr().unwrap();
     let mut kept = Vec::new();
     loop {
         match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
@@ -61,10 +60,11 @@ fn dropping(ip: &str, port: u16) -> (TcpListener, Vec<TcpStream>) {
 /// `host`.
 fn held_key_through_a_name(key: &str, addresses: &[&str], connect_timeout_ms: u32) {
     let (up, dropped) = addresses.split_last().unwrap();
-    let port = TcpListener::bind((*up, 0)).unwrap().local_addr().unwrap().port();
+    let port = hosts::port_free_on(addresses);
+    let listeners: Vec<_> = dropped.iter().map(|ip| TcpListener::bind((*ip, port)).expect("bind the dropping address")).collect();
     let _server = hosts::RedisOn::start(up, port);
     let (holder, lease) = support::redis_holder(&format!("url: redis://{up}:{port}/0"), key);
-    let _dropping: Vec<_> = dropped.iter().map(|ip| dropping(ip, port)).collect();
+    let _dropping: Vec<_> = listeners.into_iter().map(dropping).collect();
     let resolved: Vec<SocketAddr> = ("r37-name", port).to_socket_addrs().unwrap().collect();
     let expected: Vec<SocketAddr> = addresses.iter().map(|ip| format!("{ip}:{port}").parse().unwrap()).collect();
     assert_eq!(resolved, expected, "the namespace's /etc/hosts gives r37-name the addresses in order");

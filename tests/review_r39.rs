@@ -202,7 +202,7 @@ fn redis_a_name_of_two_servers_grants_a_key_once() {
     if !hosts::in_namespace("redis_a_name_of_two_servers_grants_a_key_once", "r39-name", &["127.0.0.1", "127.0.0.2"]) {
         return;
     }
-    let port = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap().local_addr().unwrap().port();
+    let port = hosts::port_free_on(&["127.0.0.1", "127.0.0.2"]);
     let _first = hosts::RedisOn::start("127.0.0.1", port);
     let _second = hosts::RedisOn::start("127.0.0.2", port);
     let mut granted = Vec::new();

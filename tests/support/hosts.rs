@@ -34,6 +34,19 @@ pub fn in_namespace(test: &str, name: &str, addresses: &[&str]) -> bool {
     false
 }
 
+/// A port free on every one of `ips` (other tests take ports on 127.0.0.1
+/// meanwhile): free again once it returns, for the caller to bind.
+pub fn port_free_on(ips: &[&str]) -> u16 {
+    (0..100)
+        .find_map(|_| {
+            let first = std::net::TcpListener::bind((ips[0], 0)).ok()?;
+            let port = first.local_addr().ok()?.port();
+            let others: Option<Vec<_>> = ips[1..].iter().map(|ip| std::net::TcpListener::bind((*ip, port)).ok()).collect();
+            others.map(|_| port)
+        })
+        .expect("a port free on every address")
+}
+
 /// A redis-server bound to `ip` only, on `port`; killed on drop.
 pub struct RedisOn(Child);
 
