@@ -371,7 +371,7 @@ impl Attempt {
         match places.of(&self.keys) {
             Ok(None) => {}
             Ok(Some(place)) => {
-                let member = rule.members.iter().copied().find(|&member| *router.members[member].name == *place);
+                let member = rule.members.iter().copied().find(|&member| router.members[member].name == place.name);
                 match member {
                     Some(member) if !self.went_to_place => {
                         self.went_to_place = true;
@@ -380,8 +380,10 @@ impl Attempt {
                     // Tried there, and it could not serve: no other member may.
                     Some(member) => self.refuse(member, "this process holds the key there, or is acquiring it".to_owned()),
                     // Through another policy, on a member this rule does not allow.
-                    None => self
-                        .refuse(rule.members[0], format!("this process holds the key on backend {place}, which this rule does not allow")),
+                    None => self.refuse(
+                        rule.members[0],
+                        format!("this process holds the key on backend {}, which this rule does not allow", place.name),
+                    ),
                 }
                 return None;
             }
@@ -416,7 +418,7 @@ impl Attempt {
 
     /// This acquire's keys are on `member` while it tries there.
     fn enter(&mut self, places: &mut PlaceMap, member: usize) -> usize {
-        self.placement = Some(places.enter(&self.router.places, &self.keys, &self.router.members[member], member));
+        self.placement = Some(places.enter(&self.router.places, &self.keys, &self.router.members[member]));
         member
     }
 
@@ -455,11 +457,7 @@ impl Attempt {
     /// the rule prefers another member. The lease holds its [`Placement`]
     /// until it ends: until then its keys are tried on `member` only.
     pub fn served(mut self, member: usize) -> (Acquisition, Placement) {
-        let placement = self.placement.take().filter(|placement| placement.member == member);
-        let placement = placement.unwrap_or_else(|| {
-            let router = &self.router;
-            router.places.lock().enter(&router.places, &self.keys, &router.members[member], member)
-        });
+        let placement = self.placement.take().expect("a member is served after next_member chose it, and before it failed");
         let router = &self.router;
         let rule = &router.rules[self.rule];
         let preferred = rule.members[0];
@@ -576,15 +574,15 @@ impl Places {
 }
 
 #[derive(Default)]
-struct PlaceMap(HashMap<Box<str>, (Arc<str>, usize)>);
+struct PlaceMap(HashMap<Box<str>, (Arc<MemberInfo>, usize)>);
 
 impl PlaceMap {
     /// The member some of `keys` are on (`Err` when they are on two).
-    fn of(&self, keys: &[Box<str>]) -> Result<Option<Arc<str>>, ()> {
-        let mut on: Option<&Arc<str>> = None;
+    fn of(&self, keys: &[Box<str>]) -> Result<Option<Arc<MemberInfo>>, ()> {
+        let mut on: Option<&Arc<MemberInfo>> = None;
         for key in keys {
             match (self.0.get(key), on) {
-                (Some((member, _)), Some(other)) if member != other => return Err(()),
+                (Some((member, _)), Some(other)) if member.name != other.name => return Err(()),
                 (Some((member, _)), _) => on = Some(member),
                 (None, _) => {}
             }
@@ -592,13 +590,13 @@ impl PlaceMap {
         Ok(on.cloned())
     }
 
-    /// A try or lease of `keys` on `info` (member `member` of its policy),
-    /// where those of them that are anywhere are ([`PlaceMap::of`]).
-    fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, info: &MemberInfo, member: usize) -> Placement {
+    /// A try or lease of `keys` on `member`, where those of them that are
+    /// anywhere are ([`PlaceMap::of`]).
+    fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, member: &Arc<MemberInfo>) -> Placement {
         for key in keys.iter() {
-            self.0.entry(key.clone()).or_insert_with(|| (info.name.as_str().into(), 0)).1 += 1;
+            self.0.entry(key.clone()).or_insert_with(|| (member.clone(), 0)).1 += 1;
         }
-        Placement { places: places.clone(), keys: keys.clone(), member }
+        Placement { places: places.clone(), keys: keys.clone() }
     }
 
     /// A try or lease of `keys` ended.
@@ -620,13 +618,11 @@ impl PlaceMap {
 pub struct Placement {
     places: Places,
     keys: Arc<[Box<str>]>,
-    /// The member's index in the policy that placed it.
-    member: usize,
 }
 
 impl std::fmt::Debug for Placement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Placement").field("member", &self.member).finish_non_exhaustive()
+        f.debug_struct("Placement").finish_non_exhaustive()
     }
 }
 
