@@ -68,7 +68,7 @@ export class DokebiError extends Error {
 /** The HTTP answer a web host gives for a LockError. */
 export interface LockHttpAnswer {
   readonly status: 503;
-  readonly code: 'LOCK_OVERLOADED' | 'LOCK_UNAVAILABLE' | 'REDIS_UNAVAILABLE';
+  readonly code: 'LOCK_OVERLOADED' | 'LOCK_UNAVAILABLE' | 'LOCK_STORE_UNAVAILABLE' | 'REDIS_UNAVAILABLE';
   readonly headers: { readonly 'retry-after': string };
 }
 
@@ -85,6 +85,8 @@ export class LockError extends DokebiError {
       readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
       readonly data?: object;
       readonly cause?: unknown;
+      /** The driver of the backend that raised it: a redis backend's outage answers `http` REDIS_UNAVAILABLE. */
+      readonly driver?: string;
     },
   );
   readonly name: 'LockError';
@@ -96,10 +98,11 @@ export class LockError extends DokebiError {
   readonly details?: { readonly issues?: readonly OptionIssue[]; readonly [field: string]: unknown };
   /**
    * The answer for web hosts: QUEUE_FULL / KEY_LIMIT -> 503 LOCK_OVERLOADED,
-   * CLOSED -> 503 LOCK_UNAVAILABLE, a transient failure of any store (redis,
-   * postgres, mysql, file: PROVIDER_FAILED, OUTCOME_UNKNOWN) -> 503 REDIS_UNAVAILABLE
-   * (the name predates the other drivers), each with `Retry-After: 1`;
-   * undefined otherwise.
+   * CLOSED -> 503 LOCK_UNAVAILABLE, a transient failure of a store
+   * (PROVIDER_FAILED, OUTCOME_UNKNOWN, NO_ELIGIBLE_BACKEND) -> 503
+   * LOCK_STORE_UNAVAILABLE, or REDIS_UNAVAILABLE when a redis backend raised
+   * it (as @dokebi/redis answers), each with `Retry-After: 1`; undefined
+   * otherwise.
    */
   readonly http?: LockHttpAnswer;
 }

@@ -58,12 +58,14 @@ fn each_driver_page_states_every_field_with_its_range_and_default() {
 }
 
 /// The HTTP answer `npm/lib/lock-error.js` gives for `code` (`error.http`):
-/// overload, shutdown, then every other transient code as a store outage.
+/// overload, shutdown, then every other transient code as a store outage
+/// (Redis's own name for an error a redis backend raised).
 fn http_answer(code: ErrorCode) -> &'static str {
     match code {
         ErrorCode::QueueFull | ErrorCode::KeyLimit => "503 `LOCK_OVERLOADED`",
         ErrorCode::Closed => "503 `LOCK_UNAVAILABLE`",
-        code if code.is_transient() => "503 `REDIS_UNAVAILABLE`",
+        ErrorCode::ProviderFailed | ErrorCode::OutcomeUnknown => "503 `LOCK_STORE_UNAVAILABLE` (a redis backend's: `REDIS_UNAVAILABLE`)",
+        code if code.is_transient() => "503 `LOCK_STORE_UNAVAILABLE`",
         _ => "none",
     }
 }

@@ -7,9 +7,10 @@ for (const entry of native.errorCodes()) codeTable.set(entry.code, entry);
 
 export { DokebiError, LockError };
 
-/** Builds the LockError the core described. */
-export function fromInfo(info) {
+/** Builds the LockError the core described; `driver`: that of the backend that raised it, if one did. */
+export function fromInfo(info, driver) {
   const extra = {};
+  if (driver !== undefined) extra.driver = driver;
   if (info.details != null) extra.details = JSON.parse(info.details);
   if (info.cause != null) extra.cause = new Error(info.cause);
   if (info.fix != null) extra.fix = info.fix;

@@ -13,12 +13,14 @@ const RETRY_AFTER = Object.freeze({ 'retry-after': '1' });
 const OVERLOADED = Object.freeze({ status: 503, code: 'LOCK_OVERLOADED', headers: RETRY_AFTER });
 const UNAVAILABLE = Object.freeze({ status: 503, code: 'LOCK_UNAVAILABLE', headers: RETRY_AFTER });
 const REDIS_UNAVAILABLE = Object.freeze({ status: 503, code: 'REDIS_UNAVAILABLE', headers: RETRY_AFTER });
+const STORE_UNAVAILABLE = Object.freeze({ status: 503, code: 'LOCK_STORE_UNAVAILABLE', headers: RETRY_AFTER });
 
 /**
- * The HTTP answer a web host gives for an error with `code`, or undefined
- * when the host should treat it as its own failure (usually a 500).
+ * The HTTP answer a web host gives for an error with `code` raised by a
+ * backend of `driver` (if known), or undefined when the host should treat
+ * it as its own failure (usually a 500).
  */
-function httpAnswer(code) {
+function httpAnswer(code, driver) {
   switch (code) {
     case 'QUEUE_FULL':
     case 'KEY_LIMIT':
@@ -26,9 +28,12 @@ function httpAnswer(code) {
     case 'CLOSED':
       return UNAVAILABLE;
     default:
-      // The remaining transient codes are store failures (redis, postgres, mysql, file:
-      // unreachable, unknown outcome), under the HTTP code's first name.
-      return codeTable.get(code)?.transient ? REDIS_UNAVAILABLE : undefined;
+      // The remaining transient codes are store failures (unreachable, unknown
+      // outcome, no eligible member): a redis backend's keep the answer
+      // @dokebi/redis gives for Redis's (D-0102), which hosts match on; every
+      // other store's has a name of its own.
+      if (!codeTable.get(code)?.transient) return undefined;
+      return driver === 'redis' ? REDIS_UNAVAILABLE : STORE_UNAVAILABLE;
   }
 }
 
@@ -63,12 +68,13 @@ export class LockError extends DokebiError {
   /**
    * @param {string} code one of the core's codes, e.g. 'WAIT_TIMEOUT', or one of the loader's
    * @param {string} message what happened, without keys
-   * @param {{ details?: object, data?: object, cause?: unknown, fix?: string }} [extra] `fix`
-   *   only where the core has no sentence for the code (the loader's codes)
+   * @param {{ details?: object, data?: object, cause?: unknown, fix?: string, driver?: string }} [extra] `fix`
+   *   only where the core has no sentence for the code (the loader's codes); `driver`: that of
+   *   the backend that raised it (`http` answers REDIS_UNAVAILABLE for a redis outage)
    */
   constructor(code, message, extra = {}) {
     super(code, message, { ...extra, plugin: 'dokebi-lock', fix: extra.fix ?? codeTable.get(code)?.fix ?? '' });
-    this.http = httpAnswer(code);
+    this.http = httpAnswer(code, extra.driver);
   }
 
   get name() {

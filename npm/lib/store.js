@@ -11,10 +11,13 @@ import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
 import { libuvLoop } from './platform.js';
 
-/** A native result is either the value or an ErrorInfo (which has a code). */
-function unwrap(result) {
+/**
+ * A native result is either the value or an ErrorInfo (which has a code),
+ * raised by a backend of `driver` (which names the HTTP answer of an outage).
+ */
+function unwrap(result, driver) {
   if (result !== null && typeof result === 'object' && typeof result.code === 'string' && typeof result.message === 'string') {
-    throw fromInfo(result);
+    throw fromInfo(result, driver);
   }
   return result;
 }
@@ -32,9 +35,11 @@ function fenceString(fence) {
  * lease dropped unreleased.
  */
 class LeaseOwner {
-  constructor(calls, native) {
+  constructor(calls, native, driver) {
     this.calls = calls;
     this.native = native;
+    /** A native result of this backend's, or its error. */
+    this.unwrap = (result) => unwrap(result, driver);
     // A lease dropped unreleased is released when collected. release() takes
     // its entry off first, so a released lease leaves nothing for the
     // collector (the addon's table, not a native handle, holds the lease: see
@@ -86,7 +91,7 @@ class StoreLease {
 
   /** Extends the TTL after comparing the owner token; false when no longer ours. */
   renew() {
-    return this.#owner.native.leaseRenew(this.#id).then(unwrap);
+    return this.#owner.native.leaseRenew(this.#id).then(this.#owner.unwrap);
   }
 
   /**
@@ -98,7 +103,7 @@ class StoreLease {
     if (this.#releasing !== undefined) return this.#releasing.then(FALSE, FALSE);
     const owner = this.#owner;
     owner.unreleased.unregister(this);
-    const releasing = owner.calls.release(this.#id).then(unwrap);
+    const releasing = owner.calls.release(this.#id).then(owner.unwrap);
     this.#releasing = tracing.holdsOpen() ? tracing.holdEnding(this, releasing) : releasing;
     return this.#releasing;
   }
@@ -165,7 +170,7 @@ class StoreBackend {
   constructor(handle, name, driver, group) {
     this.#native = handle;
     this.#calls = handle.calls();
-    this.#owner = new LeaseOwner(this.#calls, handle);
+    this.#owner = new LeaseOwner(this.#calls, handle, driver);
     this.#group = group;
     this.#waitTimeoutMs = handle.waitTimeoutMs;
     this.#traced = tracing.tracedCalls(
@@ -202,7 +207,7 @@ class StoreBackend {
     // Several keys are copied, so later changes to the caller's array change nothing.
     if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
     const id = ++this.#owner.lastId;
-    if (signal === undefined) return this.#lease(id, unwrap(await this.#acquire(key, kind, options, waitMs, id)), key, kind);
+    if (signal === undefined) return this.#lease(id, this.#owner.unwrap(await this.#acquire(key, kind, options, waitMs, id)), key, kind);
     const abort = native.newAbort();
     const onAbort = () => native.abort(abort);
     signal.addEventListener('abort', onAbort, { once: true });
@@ -210,7 +215,7 @@ class StoreBackend {
       const result = await this.#acquire(key, kind, options, waitMs, id, abort);
       // The core knows nothing of the JS signal: its ABORTED gets the reason here.
       if (result?.code === 'ABORTED') throw abortedBy(signal);
-      return this.#lease(id, unwrap(result), key, kind);
+      return this.#lease(id, this.#owner.unwrap(result), key, kind);
     } finally {
       signal.removeEventListener('abort', onAbort);
     }

@@ -92,6 +92,11 @@ test('every code carries the fix sentence of the core', async () => {
   assert.match(error.fix, /maxWaiters/);
   assert.equal(error.http.code, 'LOCK_OVERLOADED');
   assert.equal(new LockError('PROVIDER_FAILED', 'down').http.status, 503);
+  // A store's outage is named for no store, but a redis backend's keeps Redis's name.
+  assert.equal(new LockError('PROVIDER_FAILED', 'down').http.code, 'LOCK_STORE_UNAVAILABLE');
+  assert.equal(new LockError('OUTCOME_UNKNOWN', 'lost', { driver: 'postgres' }).http.code, 'LOCK_STORE_UNAVAILABLE');
+  assert.equal(new LockError('NO_ELIGIBLE_BACKEND', 'none').http.code, 'LOCK_STORE_UNAVAILABLE');
+  assert.equal(new LockError('PROVIDER_FAILED', 'down', { driver: 'redis' }).http.code, 'REDIS_UNAVAILABLE');
   assert.equal(new LockError('WAIT_TIMEOUT', 'late').http, undefined);
 });
 
