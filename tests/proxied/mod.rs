@@ -38,9 +38,17 @@ impl Proxied {
 
     /// `fields`: more options of the proxied provider's backend (`, name: value`).
     pub fn mysql_with(table: &mysql::Table, fields: &str) -> Proxied {
+        Proxied::mysql_on(table, fields, 2_000)
+    }
+
+    /// As [`Proxied::mysql_with`], the proxied provider's statements
+    /// answered within `command_timeout_ms`.
+    pub fn mysql_on(table: &mysql::Table, fields: &str, command_timeout_ms: u64) -> Proxied {
         let proxy = Proxy::start(port_of(&mysql::url()), Duration::ZERO);
         let config = mysql::yaml(&table.0, "").replace("leaseMs: 5000", "leaseMs: 30000");
-        let proxied = mysql::yaml(&table.0, fields).replace("leaseMs: 5000", "leaseMs: 30000");
+        let proxied = mysql::yaml(&table.0, fields)
+            .replace("leaseMs: 5000", "leaseMs: 30000")
+            .replace("commandTimeoutMs: 2000", &format!("commandTimeoutMs: {command_timeout_ms}"));
         let through =
             Provider::from_yaml(&proxied.replace(&mysql::url(), &format!("mysql://root@127.0.0.1:{}/test", proxy.port()))).unwrap();
         let direct = Provider::from_yaml(&config).unwrap();
