@@ -115,36 +115,6 @@ fn a_key_falls_under_the_first_rule_that_matches_and_its_lease_says_who_served_i
     block_on(provider.close());
 }
 
-/// Two policies of one provider that order the same members the other way
-/// round: while one waits for this process to leave a key on the member
-/// the other prefers, the other's acquires no longer join it there either
-/// (each would keep the key there, so the first could wait for ever).
-#[test]
-fn once_an_acquire_waits_for_a_key_to_leave_a_member_no_policy_joins_it_there() {
-    let text = yaml(
-        "",
-        &(LOCAL_AND_FILE.replace("DIR", &dir())
-            + "      x: { driver: policy, default: { backends: [mem, host], minTier: process, onUnavailable: fallBack } }\n      y: { driver: policy, default: { backends: [host, mem], minTier: process, onUnavailable: fallBack } }\n"),
-    );
-    let provider = Provider::from_yaml(&text).unwrap();
-    let (x, y) = (provider.backend("x").unwrap(), provider.backend("y").unwrap());
-    let held = block_on(x.acquire("k", wait(0))).unwrap();
-    assert_eq!(served_by(&held), "mem");
-    let waiter = thread::spawn(move || {
-        let lease = block_on(y.acquire("k", wait(5_000))).unwrap();
-        (served_by(&lease), Instant::now())
-    });
-    thread::sleep(Duration::from_millis(100));
-    let joined = block_on(x.acquire("k", wait(0))).unwrap_err();
-    assert_eq!((joined.code(), &joined.details().unwrap()["heldHereOn"]), (ErrorCode::LockBusy, &serde_json::json!("mem")), "{joined:?}");
-    let releasing = Instant::now();
-    assert!(block_on(held.release()).unwrap());
-    let (member, at) = waiter.join().unwrap();
-    assert!(at >= releasing);
-    assert_eq!(member, "host");
-    block_on(provider.close());
-}
-
 /// Two backends on a private Redis and the machine's PostgreSQL, and a
 /// policy over them: `pay:` keys fail closed on Redis, the others fall
 /// back to PostgreSQL.
@@ -207,24 +177,16 @@ fn contention_on_the_preferred_backend_never_moves_a_key_even_with_another_free(
     block_on(b.close());
 }
 
-/// Acquires `key` until an acquire ends otherwise than as one the server's
-/// death cut off: `OUTCOME_UNKNOWN` (its command), or `PROVIDER_FAILED`
-/// that is not unreachable (a connect whose socket was up, reset by the
-/// death: a server that may be up, so the key stays): at most `tries`.
+/// Acquires `key` until an acquire ends otherwise than `OUTCOME_UNKNOWN`
+/// (the one whose command the server's death cut off): at most `tries`.
 fn acquire_past_unknown(backend: &Backend, key: &str, tries: usize) -> dokebi_lock::Result<Lease> {
-    let cut_off = |error: &dokebi_lock::LockError| match error.code() {
-        ErrorCode::OutcomeUnknown => true,
-        ErrorCode::ProviderFailed => !error.details().is_some_and(|details| details["unreachable"] == true),
-        _ => false,
-    };
     for _ in 0..tries {
         match block_on(backend.acquire(key, wait(1_000))) {
-            // Past the 100 ms for which the driver reuses a connect's failure.
-            Err(error) if cut_off(&error) => thread::sleep(Duration::from_millis(150)),
+            Err(error) if error.code() == ErrorCode::OutcomeUnknown => continue,
             other => return other,
         }
     }
-    panic!("every acquire of {tries} was cut off by the server's death");
+    panic!("every acquire of {tries} was OUTCOME_UNKNOWN");
 }
 
 #[test]
@@ -243,11 +205,10 @@ fn redis_stopped_mid_run_fails_closed_names_falls_back_the_others_and_comes_back
     }
 
     stores.redis.stop();
+    let stopped = Instant::now();
     // A fallback name moves to PostgreSQL within one attempt (past the
     // acquire the kill may have cut off, whose outcome is unknown).
     let moved = acquire_past_unknown(&locks_a, "order:1", 2).unwrap();
-    // Redis is skipped from there.
-    let stopped = Instant::now();
     assert_eq!(served_by(&moved), "db");
     assert_eq!(moved.served().unwrap().member.tier, Tier::Shared);
     // A fail-closed name is refused with its own code, within its wait,
@@ -313,68 +274,6 @@ fn redis_stopped_mid_run_fails_closed_names_falls_back_the_others_and_comes_back
     );
     block_on(a.close());
     block_on(b.close());
-}
-
-/// A key this process holds on the fallback while the preferred member is
-/// back: its next acquires wait for this process to leave the key there
-/// (never granted on the preferred member meanwhile: two holders in one
-/// process), then go by the rule's order. Before, they joined the key on
-/// the fallback, so a key in constant use in one process never came back
-/// while other processes took it on the preferred member (the load test
-/// below failed so in CI: `order:1` last granted on PostgreSQL).
-#[test]
-fn a_key_held_on_the_fallback_goes_back_to_the_preferred_member_once_this_process_leaves_it() {
-    let mut stores = Stores::start();
-    let (provider, _) = stores.open();
-    let locks = provider.backend("locks").unwrap();
-    // Connected first: a connect the stop cut after its handshake reads as a
-    // server that is up (it may be), and would not move the key.
-    assert_eq!(served_by(&block_on(locks.acquire("order:warm", wait(1_000))).unwrap()), "cache");
-    stores.redis.stop();
-    let held = acquire_past_unknown(&locks, "order:hot", 3).unwrap();
-    let skipped = Instant::now();
-    assert_eq!(served_by(&held), "db");
-    stores.redis.restart();
-    thread::sleep(Duration::from_millis(COOLDOWN_MS).saturating_sub(skipped.elapsed()) + Duration::from_millis(100));
-    assert_eq!(served_by(&block_on(locks.acquire("order:other", wait(1_000))).unwrap()), "cache", "Redis is back");
-
-    let busy = block_on(locks.acquire("order:hot", wait(0))).unwrap_err();
-    assert_eq!(busy.code(), ErrorCode::LockBusy, "{busy}");
-    assert_eq!(busy.details().unwrap()["heldHereOn"], "db", "{busy:?}");
-    assert_eq!(block_on(locks.acquire("order:hot", wait(100))).unwrap_err().code(), ErrorCode::WaitTimeout);
-    let controller = dokebi_lock::AbortController::new();
-    let aborted = {
-        let (locks, signal) = (locks.clone(), controller.signal());
-        thread::spawn(move || block_on(locks.acquire("order:hot", AcquireOptions { signal: Some(signal), ..wait(5_000) })).map(|_| ()))
-    };
-    thread::sleep(Duration::from_millis(50));
-    controller.abort();
-    assert_eq!(aborted.join().unwrap().unwrap_err().code(), ErrorCode::Aborted);
-
-    // Two waiters, the second arriving while the first waits: both are
-    // served after the release, on Redis.
-    let waiters: Vec<_> = (0..2)
-        .map(|i| {
-            let locks = locks.clone();
-            thread::sleep(Duration::from_millis(50 * i));
-            thread::spawn(move || {
-                let lease = block_on(locks.acquire("order:hot", wait(5_000))).unwrap();
-                let served = (served_by(&lease), Instant::now());
-                block_on(lease.release()).unwrap();
-                served
-            })
-        })
-        .collect();
-    thread::sleep(Duration::from_millis(200));
-    let releasing = Instant::now();
-    assert!(block_on(held.release()).unwrap());
-    for waiter in waiters {
-        let (member, at) = waiter.join().unwrap();
-        assert!(at >= releasing, "served on {member} while this process held the key on db");
-        assert_eq!(member, "cache");
-    }
-    assert_eq!(provider.status()["locks"].timed_out, 1);
-    block_on(provider.close());
 }
 
 #[test]

@@ -5,8 +5,7 @@
 // grant), what to count and report. This module only runs each try on the
 // member's own view, so every kind, withLock's renewals and the member's
 // tracing are the member's.
-import { setTimeout as sleep } from 'node:timers/promises';
-import { abortedBy, fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
+import { fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
 import { native } from './native.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { forwardTelemetry } from './telemetry.js';
@@ -98,12 +97,8 @@ class PolicyLease {
   }
 }
 
-/** `begin` answers `id * MEMBERS + next + 2`, `next` as `nextMember`'s (bindings/node/src/policy.rs): one call, not two. */
+/** `begin` answers `id * MEMBERS + member + 1` (bindings/node/src/policy.rs): one call, not two. */
 const MEMBERS = 65536;
-/** `nextMember`: no member is left. */
-const NONE = -1;
-/** `nextMember`: this process holds the keys on a member the rule's order passes by; ask again after `placePollMs`. */
-const WAIT = -2;
 
 /** The LockBackend of a policy backend. */
 class PolicyBackend {
@@ -162,21 +157,8 @@ class PolicyBackend {
     const counts = this.#counts;
     counts.waiting += 1;
     try {
-      for (let member = (begun % MEMBERS) - 2; member !== NONE; member = policy.nextMember(id)) {
+      for (let member = (begun % MEMBERS) - 1; member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
-        if (member === WAIT) {
-          const signal = acquireOptions?.signal;
-          if (signal?.aborted) {
-            policy.abandon(id);
-            throw abortedBy(signal);
-          }
-          if (left === 0) {
-            if (waitMs !== 0) counts.timedOut += 1;
-            throw fromInfo(policy.stillPlaced(id, waitMs));
-          }
-          await sleep(Math.min(left, policy.placePollMs));
-          continue;
-        }
         let granted = false;
         let placement;
         let kept = false;

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::router::{Acquisition, KeyStatus, MemberStatus, Next, Placement, Router, Step, PLACE_POLL};
+use super::router::{Acquisition, KeyStatus, MemberStatus, Placement, Router, Step};
 use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, LockError, Result};
+use crate::error::{ErrorCode, Result};
 use crate::provider::{Backend, Lease};
 use crate::status::LeaseCounts;
 
@@ -73,20 +73,8 @@ impl PolicyBackend {
         // A wait too long to add to the clock has no deadline, as the members take it.
         let deadline = Instant::now().checked_add(wait);
         let mut attempt = inner.router.attempt(rule, keys);
-        loop {
-            let left = deadline.map_or(wait, |deadline| deadline.saturating_duration_since(Instant::now()).min(wait));
-            let member = match attempt.next_member() {
-                Next::Try(member) => member,
-                Next::Done => break,
-                Next::Wait if left.is_zero() => return Err(attempt.still_placed(wait)),
-                // An abort is seen within one poll: this wait is rare and short.
-                Next::Wait if options.signal.as_ref().is_some_and(|signal| signal.is_aborted()) => return Err(LockError::aborted()),
-                Next::Wait => {
-                    futures_timer::Delay::new(left.min(PLACE_POLL)).await;
-                    continue;
-                }
-            };
-            options.wait_timeout = Some(left);
+        while let Some(member) = attempt.next_member() {
+            options.wait_timeout = Some(deadline.map_or(wait, |deadline| deadline.saturating_duration_since(Instant::now()).min(wait)));
             let backend = &inner.members[member];
             // Boxed: a member is a `Backend`, whose acquire may be a policy's (the options forbid it, the types do not).
             let tried = if keys.len() == 1 {

@@ -239,7 +239,7 @@ impl Router {
     /// [`Router::rule_of_all`]) starts.
     pub fn attempt(self: &Arc<Self>, rule: usize, keys: &[&str]) -> Attempt {
         let keys = keys.iter().map(|&key| key.into()).collect();
-        Attempt { router: self.clone(), rule, keys, position: 0, tried: Vec::new(), placement: None, went_to_place: false, placed_on: None }
+        Attempt { router: self.clone(), rule, keys, position: 0, tried: Vec::new(), placement: None, went_to_place: false }
     }
 
     /// What the policy says of `key`.
@@ -339,27 +339,7 @@ pub struct Attempt {
     placement: Option<Placement>,
     /// A key of this acquire was found on a member and the acquire went there.
     went_to_place: bool,
-    /// The member the acquire last waited for this process to leave.
-    placed_on: Option<Arc<MemberInfo>>,
 }
-
-/// What an acquire does next ([`Attempt::next_member`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Try this member.
-    Try(usize),
-    /// This process holds or tries the keys on a member the rule's order
-    /// now passes by: ask again after [`PLACE_POLL`] (or end the acquire
-    /// with [`Attempt::still_placed`] once its wait is over).
-    Wait,
-    /// No member is left: [`Attempt::refusal`] is the acquire's error.
-    Done,
-}
-
-/// How often an acquire waiting for this process's other holders of its
-/// keys to leave a member ([`Next::Wait`]) looks again. Only keys whose
-/// preferred member came back while they were held on another wait so.
-pub const PLACE_POLL: Duration = Duration::from_millis(5);
 
 /// What a failed try means for the acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,66 +351,52 @@ pub enum Step {
 }
 
 impl Attempt {
-    /// The next member to try ([`Next`]). A member in its cooldown is
-    /// passed over; the first acquire after the cooldown tries it (and the
-    /// others go on passing it over while that try runs). A rule that fails
-    /// closed has only its first member.
+    /// The next member to try, or `None` when none is left (then
+    /// [`Attempt::refusal`] is the acquire's error). A member in its
+    /// cooldown is passed over; the first acquire after the cooldown tries
+    /// it (and the others go on passing it over while that try runs). A
+    /// rule that fails closed has only its first member.
     ///
     /// A key this process holds on a member (or is acquiring there) is
     /// tried on that member only, whatever the order: granted on another,
     /// it would have two holders in this very process, for as long as the
     /// first lease lives (review R8: the preferred member back from its
     /// cooldown while a lease on the fallback is renewed). It waits there
-    /// for its own lease as for anyone's. Unless the rule's order now goes
-    /// to a member before that one (back, or past its cooldown): then the
-    /// acquire waits ([`Next::Wait`]) until this process has left the key
-    /// there, and follows the order. Joining instead, a key in constant use
-    /// would stay on the fallback for as long as the process used it, while
-    /// other processes took it on the preferred member (the policy test
-    /// under load, CI of stop 68).
-    pub fn next_member(&mut self) -> Next {
+    /// for its own lease as for anyone's.
+    pub fn next_member(&mut self) -> Option<usize> {
         self.placement = None;
         let router = self.router.clone();
         let rule = &router.rules[self.rule];
-        let last = match rule.on_unavailable {
-            OnUnavailable::FailClosed => 1,
-            OnUnavailable::FallBack => rule.members.len(),
-        };
-        let now = Instant::now();
         let mut places = router.places.lock();
         match places.of(&self.keys) {
             Ok(None) => {}
-            Ok(Some((place, draining))) => {
-                let at = rule.members.iter().position(|&member| router.members[member].name == place.name);
-                match at {
-                    Some(at) if !self.went_to_place => {
-                        let states = lock(&router.states);
-                        let open = |member: &usize| states[*member].skip.as_ref().is_none_or(|skip| skip.retry_at <= now);
-                        // Once one waits, none joins (another policy's order may
-                        // prefer that member): the key leaves within its holders' time.
-                        if draining || rule.members[..at.min(last)].iter().any(open) {
-                            places.drain(&self.keys);
-                            self.placed_on = Some(place);
-                            return Next::Wait;
-                        }
+            Ok(Some(place)) => {
+                let member = rule.members.iter().copied().find(|&member| router.members[member].name == place.name);
+                match member {
+                    Some(member) if !self.went_to_place => {
                         self.went_to_place = true;
-                        return Next::Try(self.enter(&mut places, rule.members[at]));
+                        return Some(self.enter(&mut places, member));
                     }
                     // Tried there, and it could not serve: no other member may.
-                    Some(at) => self.refuse(rule.members[at], "this process holds the key there, or is acquiring it".to_owned()),
+                    Some(member) => self.refuse(member, "this process holds the key there, or is acquiring it".to_owned()),
                     // Through another policy, on a member this rule does not allow.
                     None => self.refuse(
                         rule.members[0],
                         format!("this process holds the key on backend {}, which this rule does not allow", place.name),
                     ),
                 }
-                return Next::Done;
+                return None;
             }
             Err(()) => {
                 self.refuse(rule.members[0], "this process holds some of the keys on one member and others on another".to_owned());
-                return Next::Done;
+                return None;
             }
         }
+        let last = match rule.on_unavailable {
+            OnUnavailable::FailClosed => 1,
+            OnUnavailable::FallBack => rule.members.len(),
+        };
+        let now = Instant::now();
         let mut states = lock(&router.states);
         while self.position < last {
             let member = rule.members[self.position];
@@ -442,27 +408,12 @@ impl Attempt {
                 Some(skip) => {
                     // This acquire probes it; the others wait another cooldown.
                     skip.retry_at = now + router.cooldown;
-                    return Next::Try(self.enter(&mut places, member));
+                    return Some(self.enter(&mut places, member));
                 }
-                None => return Next::Try(self.enter(&mut places, member)),
+                None => return Some(self.enter(&mut places, member)),
             }
         }
-        Next::Done
-    }
-
-    /// The acquire's error when its wait ended ([`Next::Wait`]) while this
-    /// process still held or tried its keys on a member the rule's order
-    /// passes by: `LOCK_BUSY` for a single try, else `WAIT_TIMEOUT`, as for
-    /// any holder of the key. Its details name the policy, the rule and the
-    /// member (never the key).
-    pub fn still_placed(self, wait: Duration) -> LockError {
-        let error = if wait.is_zero() { LockError::busy() } else { LockError::wait_timeout(wait) };
-        let rule = &self.router.rules[self.rule];
-        error.with_details(json!({
-            "backend": self.router.name,
-            "rule": rule.label,
-            "heldHereOn": self.placed_on.as_ref().map(|member| member.name.as_str()),
-        }))
+        None
     }
 
     /// This acquire's keys are on `member` while it tries there.
@@ -623,50 +574,27 @@ impl Places {
 }
 
 #[derive(Default)]
-struct PlaceMap(HashMap<Box<str>, Place>);
-
-/// Where one key is held or tried in this process.
-struct Place {
-    member: Arc<MemberInfo>,
-    /// Live leases and tries of the key there.
-    count: usize,
-    /// An acquire waits for the key to leave: no other joins it there.
-    draining: bool,
-}
+struct PlaceMap(HashMap<Box<str>, (Arc<MemberInfo>, usize)>);
 
 impl PlaceMap {
-    /// The member some of `keys` are on (`Err` when they are on two), and
-    /// whether an acquire waits for any of them to leave it.
-    fn of(&self, keys: &[Box<str>]) -> Result<Option<(Arc<MemberInfo>, bool)>, ()> {
+    /// The member some of `keys` are on (`Err` when they are on two).
+    fn of(&self, keys: &[Box<str>]) -> Result<Option<Arc<MemberInfo>>, ()> {
         let mut on: Option<&Arc<MemberInfo>> = None;
-        let mut draining = false;
         for key in keys {
             match (self.0.get(key), on) {
-                (Some(place), Some(other)) if place.member.name != other.name => return Err(()),
-                (Some(place), _) => {
-                    on = Some(&place.member);
-                    draining |= place.draining;
-                }
+                (Some((member, _)), Some(other)) if member.name != other.name => return Err(()),
+                (Some((member, _)), _) => on = Some(member),
                 (None, _) => {}
             }
         }
-        Ok(on.map(|member| (member.clone(), draining)))
-    }
-
-    /// An acquire waits for those of `keys` that are placed to leave.
-    fn drain(&mut self, keys: &[Box<str>]) {
-        for key in keys {
-            if let Some(place) = self.0.get_mut(key) {
-                place.draining = true;
-            }
-        }
+        Ok(on.cloned())
     }
 
     /// A try or lease of `keys` on `member`, where those of them that are
     /// anywhere are ([`PlaceMap::of`]).
     fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, member: &Arc<MemberInfo>) -> Placement {
         for key in keys.iter() {
-            self.0.entry(key.clone()).or_insert_with(|| Place { member: member.clone(), count: 0, draining: false }).count += 1;
+            self.0.entry(key.clone()).or_insert_with(|| (member.clone(), 0)).1 += 1;
         }
         Placement { places: places.clone(), keys: keys.clone() }
     }
@@ -674,9 +602,9 @@ impl PlaceMap {
     /// A try or lease of `keys` ended.
     fn leave(&mut self, keys: &[Box<str>]) {
         for key in keys {
-            if let Some(place) = self.0.get_mut(key) {
-                place.count -= 1;
-                if place.count == 0 {
+            if let Some((_, count)) = self.0.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
                     self.0.remove(key);
                 }
             }

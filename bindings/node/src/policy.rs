@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
-use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Next, Placement, Places, Router, Step, Tier, PLACE_POLL};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Placement, Places, Router, Step, Tier};
 use dokebi_lock::{ErrorCode, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
@@ -44,8 +44,8 @@ pub fn open(options: &Options, name: &str, places: &Places, log: LogForwarder, t
         (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
     };
     let router = Router::new(name, policy, places.clone(), info_of, logger, Some(sink(telemetry)));
-    if router.members().len() as u64 > MEMBERS - 2 {
-        stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 2)));
+    if router.members().len() as u64 >= MEMBERS {
+        stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 1)));
         return None;
     }
     Some(NativePolicy { router: Arc::new(router), attempts: Slots::default(), placements: Slots::default() })
@@ -130,16 +130,6 @@ pub struct MemberStatusJs {
 /// id above (options name at most a few; more are refused at open).
 const MEMBERS: u64 = 65_536;
 
-/// [`Next`] as `nextMember` answers it: the member's index, -1 when none is
-/// left, -2 to wait ([`Next::Wait`]).
-fn next_code(next: Next) -> i32 {
-    match next {
-        Next::Try(member) => member as i32,
-        Next::Done => -1,
-        Next::Wait => -2,
-    }
-}
-
 /// The decisions of one policy backend, and its acquires in progress.
 #[napi]
 pub struct NativePolicy {
@@ -201,18 +191,12 @@ impl NativePolicy {
         u32::try_from(self.router.wait_timeout().as_millis()).unwrap_or(u32::MAX)
     }
 
-    /// How often an acquire told to wait (`nextMember` -2) asks again, in ms.
-    #[napi(getter)]
-    pub fn place_poll_ms(&self) -> u32 {
-        PLACE_POLL.as_millis() as u32
-    }
-
     /// Starts an acquire of `keys` and picks its first member, in one call
-    /// (each call costs hundreds of ns): `id * MEMBERS + next + 2`, with
-    /// `next` what `nextMember` would answer (see `MEMBERS` in
+    /// (each call costs hundreds of ns): `id * MEMBERS + member + 1`, with
+    /// `member + 1` 0 when no member is left to try (see `MEMBERS` in
     /// `npm/lib/policy.js`); -1 when the keys fall under several rules (see
-    /// `takeError`). The acquire ends with `served`, `refusal`,
-    /// `stillPlaced`, `abandon`, or a `failed` that answers false.
+    /// `takeError`). The acquire ends with `served`, `refusal`, or a
+    /// `failed` that answers false.
     #[napi(catch_unwind)]
     pub fn begin(&mut self, keys: Vec<String>) -> f64 {
         let rule = {
@@ -228,31 +212,15 @@ impl NativePolicy {
         };
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let mut attempt = self.router.attempt(rule, &keys);
-        let first = (next_code(attempt.next_member()) + 2) as u64;
+        let first = attempt.next_member().map_or(0, |member| member as u64 + 1);
         let id = self.attempts.put(attempt);
         (u64::from(id) * MEMBERS + first) as f64
     }
 
-    /// The index of the next member acquire `id` tries, -1 when none is
-    /// left, or -2 when it waits for this process to leave its keys on a
-    /// member the rule's order passes by: ask again after `placePollMs`, or
-    /// end it with `stillPlaced` once its wait is over.
+    /// The index of the next member acquire `id` tries, or -1 when none is left.
     #[napi(catch_unwind)]
     pub fn next_member(&mut self, id: u32) -> i32 {
-        next_code(self.attempts.get(id).next_member())
-    }
-
-    /// The `LOCK_BUSY` (`waitMs` 0) or `WAIT_TIMEOUT` of acquire `id`, whose
-    /// wait ended while this process still held its keys on that member.
-    #[napi(catch_unwind)]
-    pub fn still_placed(&mut self, id: u32, wait_ms: u32) -> ErrorInfo {
-        info(self.attempts.take(id).still_placed(std::time::Duration::from_millis(wait_ms.into())))
-    }
-
-    /// Acquire `id` ended without an answer of the policy's (its signal aborted it).
-    #[napi(catch_unwind)]
-    pub fn abandon(&mut self, id: u32) {
-        self.attempts.take(id);
+        self.attempts.get(id).next_member().map_or(-1, |member| member as i32)
     }
 
     /// The try of member `member` failed with the error `code` (`message`
