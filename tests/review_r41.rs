@@ -61,6 +61,14 @@
 //! `state.closed` only at its start; run by hand: WAIT_TIMEOUT at 3 s).
 //! `an_acquire_waiting_for_the_process_to_leave_its_key_outlives_close` (4/4).
 //!
+//! Finding 6 (Node only, run by hand; no Rust test): a policy `withLock`
+//! passes its wait alone to `#serve` (`waitOptions` drops `signal`), so the
+//! `WAIT` branch never sees its abort: with `x` holding `k` on `mem`,
+//! `y.withLock('k', fn, { waitTimeoutMs: 3000, signal })` aborted after
+//! 100 ms ends WAIT_TIMEOUT at 3001 ms; `y.acquire` with the same options
+//! ends ABORTED at 107 ms (docs/policy.md: "an abort ends it within a few
+//! milliseconds"). The Rust `with_lock` passes its signal (not affected).
+//!
 //! Controls (held, reasoned from the code and the runs above): `of`, `drain`
 //! and `enter` run under one lock of the places, so no try enters a member
 //! while its key is on another (no two holders of an exclusive key in one
