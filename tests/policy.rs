@@ -177,16 +177,24 @@ fn contention_on_the_preferred_backend_never_moves_a_key_even_with_another_free(
     block_on(b.close());
 }
 
-/// Acquires `key` until an acquire ends otherwise than `OUTCOME_UNKNOWN`
-/// (the one whose command the server's death cut off): at most `tries`.
+/// Acquires `key` until an acquire ends otherwise than as one the server's
+/// death cut off: `OUTCOME_UNKNOWN` (its command), or `PROVIDER_FAILED`
+/// that is not unreachable (a connect whose socket was up, reset by the
+/// death: a server that may be up, so the key stays): at most `tries`.
 fn acquire_past_unknown(backend: &Backend, key: &str, tries: usize) -> dokebi_lock::Result<Lease> {
+    let cut_off = |error: &dokebi_lock::LockError| match error.code() {
+        ErrorCode::OutcomeUnknown => true,
+        ErrorCode::ProviderFailed => !error.details().is_some_and(|details| details["unreachable"] == true),
+        _ => false,
+    };
     for _ in 0..tries {
         match block_on(backend.acquire(key, wait(1_000))) {
-            Err(error) if error.code() == ErrorCode::OutcomeUnknown => continue,
+            // Past the 100 ms for which the driver reuses a connect's failure.
+            Err(error) if cut_off(&error) => thread::sleep(Duration::from_millis(150)),
             other => return other,
         }
     }
-    panic!("every acquire of {tries} was OUTCOME_UNKNOWN");
+    panic!("every acquire of {tries} was cut off by the server's death");
 }
 
 #[test]
@@ -205,10 +213,11 @@ fn redis_stopped_mid_run_fails_closed_names_falls_back_the_others_and_comes_back
     }
 
     stores.redis.stop();
-    let stopped = Instant::now();
     // A fallback name moves to PostgreSQL within one attempt (past the
     // acquire the kill may have cut off, whose outcome is unknown).
     let moved = acquire_past_unknown(&locks_a, "order:1", 2).unwrap();
+    // Redis is skipped from there.
+    let stopped = Instant::now();
     assert_eq!(served_by(&moved), "db");
     assert_eq!(moved.served().unwrap().member.tier, Tier::Shared);
     // A fail-closed name is refused with its own code, within its wait,
@@ -399,12 +408,16 @@ fn redis_killed_and_restarted_under_load_counts_fallbacks_refusals_and_overlaps_
     assert!(order.granted.get("db").is_some_and(|n| *n > 0) && order.granted.get("cache").is_some_and(|n| *n > 0), "{order:?}");
     assert!(!order.errors.contains_key("NO_ELIGIBLE_BACKEND"), "{order:?}");
     assert_eq!(order.in_one_process, 0, "a process's own acquires of a key go to the member it holds it on: {order:?}");
-    // Back on Redis after the cooldown: both providers' last grant of an order key.
+    // Back on Redis after the cooldown: once a provider's acquires of an
+    // order key no longer overlap, its next one goes there. (A key kept in
+    // constant use by one process stays on PostgreSQL meanwhile,
+    // docs/policy.md: under CI's load one did, to the end of the run.)
     for provider in &providers {
         let Backend::Policy(policy) = provider.backend("locks").unwrap() else { unreachable!() };
         let members = policy.members();
         assert!(!members[0].skipped, "{members:?}");
-        assert_eq!(policy.key_status("order:1").last.unwrap().member.name, "cache");
+        let lease = block_on(policy.acquire("order:1", wait(1_000))).unwrap();
+        assert_eq!(lease.served().member.name, "cache");
     }
     for provider in &providers {
         block_on(provider.close());

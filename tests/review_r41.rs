@@ -5,7 +5,11 @@
 //! Every finding below passes on eae6d9ae~1 (its `src/` checked out over
 //! this file: 3 runs, finding 5 one run) and fails on eae6d9ae: each is a regression of the
 //! change. No way to two holders of a key (or a repeated fence) in one
-//! process was found (controls at the end).
+//! process was found (controls at the end). The change was withdrawn (its
+//! revert follows it on main; docs/policy.md states what it meant to
+//! change: a key kept in constant use by one process stays on the fallback
+//! until that use pauses), and these tests, run, keep any later attempt
+//! from bringing its regressions back.
 //!
 //! Finding 1 (shared leases wait for each other; local + file, no servers):
 //! `Next::Wait` and `PlaceMap::drain` ignore the lease's mode. Two policies
@@ -16,11 +20,11 @@
 //! dropped future): a second reader through `x`, on `x`'s own first member,
 //! which grants it (shown directly on `mem`), is never served; with no end
 //! to its wait (`Duration::MAX`) it waits for ever, e.g. a worker the first
-//! reader joins. `a_refused_try_through_another_policy_leaves_later_readers_waiting_for_ever`
+//! reader joins. `a_refused_try_through_another_policy_never_holds_off_later_readers`
 //! (11/11 runs failed). (b) While a `y` reader waits, a nested read (a second
 //! shared lease of `k` taken by the holder of the first) waits for itself:
 //! WAIT_TIMEOUT with `heldHereOn: mem`, and the `y` waiter waits for it.
-//! `a_nested_read_waits_for_itself_while_another_policy_waits` (11/11). Node:
+//! `a_nested_read_is_served_while_another_policy_waits` (11/11). Node:
 //! the same (same router), run by hand through `npm/index.js`: the third
 //! reader and a nested shared `withLock` in an `x.withLock(k, {mode:
 //! 'shared'})` section are WAIT_TIMEOUT with `heldHereOn: mem`.
@@ -30,7 +34,7 @@
 //! Redis is down; Redis comes back (served `order:other`); a second reader
 //! (PostgreSQL grants it directly) waits for the first: WAIT_TIMEOUT,
 //! `heldHereOn: db`. Before eae6d9ae it was served on PostgreSQL at once.
-//! `a_second_reader_of_a_key_held_on_the_fallback_waits_for_the_first` (11/11).
+//! `a_second_reader_of_a_key_held_on_the_fallback_is_served_beside_the_first` (11/11).
 //!
 //! Finding 3 (a probe racing the drain; stopped private Redis + local):
 //! acquires that wait for this process to leave a key on the fallback (the
@@ -41,7 +45,7 @@
 //! lease) and are refused `NO_ELIGIBLE_BACKEND` ("cache: this process holds
 //! the key there, or is acquiring it") with most of their wait left and
 //! the fallback free. 20 rounds of 8 waiters: 27 served, 133 refused.
-//! `waiters_that_join_a_failed_probe_are_refused_though_the_fallback_serves`
+//! `waiters_of_a_key_on_the_fallback_are_served_there_while_a_probe_fails`
 //! (11/11; 0 refused of 160 before eae6d9ae, the waiters queued on `mem`).
 //!
 //! Finding 4 (starvation, opposite orders): a thread that takes `k` through
@@ -51,7 +55,7 @@
 //! `x`'s order, so `y` is served only when a poll lands in the loop's gap:
 //! a lottery, not the member's queue (control: on `mem` itself the waiter is
 //! served behind the loop). 1 s waits: WAIT_TIMEOUT while the loop took the
-//! key ~490 times. `a_loop_through_one_policy_starves_the_acquires_of_another`
+//! key ~490 times. `a_loop_through_one_policy_never_starves_the_acquires_of_another`
 //! (flaky: 4/8 runs alone, 3/4 full runs with --test-threads=1).
 //!
 //! Finding 5 (close): an acquire in `Next::Wait` never looks at close: after
@@ -59,7 +63,7 @@
 //! end): WAIT_TIMEOUT 5 s later instead of CLOSED at once (before: it waited
 //! on the member, which ended it CLOSED). Node likewise (`#serve` checks
 //! `state.closed` only at its start; run by hand: WAIT_TIMEOUT at 3 s).
-//! `an_acquire_waiting_for_the_process_to_leave_its_key_outlives_close` (4/4).
+//! `an_acquire_waiting_for_a_key_held_in_this_process_ends_closed_at_close` (4/4).
 //!
 //! Finding 6 (Node only, run by hand; no Rust test): a policy `withLock`
 //! passes its wait alone to `#serve` (`waitOptions` drops `signal`), so the
@@ -137,8 +141,8 @@ fn opposite_orders() -> Provider {
 /// `x` (its own order's first member, which grants it: shown directly) is
 /// never served, although no acquire waits any more.
 #[test]
-#[ignore = "finding: a refused try leaves the key draining; a second shared acquire through its own preferred member waits for ever"]
-fn a_refused_try_through_another_policy_leaves_later_readers_waiting_for_ever() {
+
+fn a_refused_try_through_another_policy_never_holds_off_later_readers() {
     let provider = opposite_orders();
     let (x, y, mem) = (provider.backend("x").unwrap(), provider.backend("y").unwrap(), provider.backend("mem").unwrap());
     let first = block_on(x.acquire("k", shared(0))).unwrap();
@@ -180,8 +184,8 @@ fn a_refused_try_through_another_policy_leaves_later_readers_waiting_for_ever() 
 /// readers): a reader of `x` that takes a second shared lease of its key
 /// (a nested read) waits for itself while `y` waits: each waits for the other.
 #[test]
-#[ignore = "finding: a nested shared acquire waits for its own lease once another policy waits for the key"]
-fn a_nested_read_waits_for_itself_while_another_policy_waits() {
+
+fn a_nested_read_is_served_while_another_policy_waits() {
     let provider = opposite_orders();
     let (x, y) = (provider.backend("x").unwrap(), provider.backend("y").unwrap());
     let outer = block_on(x.acquire("k", shared(0))).unwrap();
@@ -238,8 +242,8 @@ impl Stores {
 /// wait ends (for ever without one). Before eae6d9ae it was served on
 /// PostgreSQL at once.
 #[test]
-#[ignore = "finding: a second shared lease of a key held on the fallback waits for the first (real Redis + PostgreSQL)"]
-fn a_second_reader_of_a_key_held_on_the_fallback_waits_for_the_first() {
+
+fn a_second_reader_of_a_key_held_on_the_fallback_is_served_beside_the_first() {
     let mut stores = Stores::start();
     let provider = stores.open();
     let (locks, db) = (provider.backend("locks").unwrap(), provider.backend("db").unwrap());
@@ -287,8 +291,8 @@ fn a_second_reader_of_a_key_held_on_the_fallback_waits_for_the_first() {
 /// (`NO_ELIGIBLE_BACKEND`, "this process holds the key there, or is
 /// acquiring it") though the fallback is free and their wait is not over.
 #[test]
-#[ignore = "finding: acquires that join a failed probe are refused NO_ELIGIBLE_BACKEND while the fallback serves"]
-fn waiters_that_join_a_failed_probe_are_refused_though_the_fallback_serves() {
+
+fn waiters_of_a_key_on_the_fallback_are_served_there_while_a_probe_fails() {
     let mut redis = RedisServer::start();
     let url = redis.url();
     redis.stop();
@@ -353,8 +357,8 @@ fn loop_on(
 /// itself the same waiter is served within its wait (control below, whose
 /// waiter queues behind the loop).
 #[test]
-#[ignore = "finding: an acquire through one policy starves behind a loop through another policy of the opposite order"]
-fn a_loop_through_one_policy_starves_the_acquires_of_another() {
+
+fn a_loop_through_one_policy_never_starves_the_acquires_of_another() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let provider = opposite_orders();
@@ -393,8 +397,8 @@ fn a_loop_through_one_policy_starves_the_acquires_of_another() {
 /// ends (for ever without an end), while the same acquire waiting on the
 /// member (before eae6d9ae it joined the key there) ends `CLOSED` at once.
 #[test]
-#[ignore = "finding: an acquire waiting for the process to leave its key outlives close, until its wait ends"]
-fn an_acquire_waiting_for_the_process_to_leave_its_key_outlives_close() {
+
+fn an_acquire_waiting_for_a_key_held_in_this_process_ends_closed_at_close() {
     let provider = opposite_orders();
     let (x, y) = (provider.backend("x").unwrap(), provider.backend("y").unwrap());
     let held = block_on(x.acquire("k", wait(0))).unwrap();
