@@ -28,11 +28,14 @@
 //!   their give-back, and `resend`: a call on an owner's rows (a give-back,
 //!   a renewal) sent again when its connection was lost;
 //!   `connections`: their runtime and connections in one provider;
+//!   `any_certificate`: the TLS verifier of a link told not to verify;
 //!   `url_query`: the percent-encoded values of their URLs.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
 
 pub(crate) mod acquire;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) mod any_certificate;
 pub mod backend;
 // A transport that marks no connect (mysql's) is never cut short: built
 // without redis and postgres, the marks are never made.

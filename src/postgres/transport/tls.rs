@@ -20,7 +20,6 @@ use std::task::{Context, Poll};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -29,6 +28,7 @@ use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 use tokio_rustls::TlsConnector;
 
 use crate::error::{ErrorCode, LockError, Result};
+use crate::store::any_certificate::AnyCertificate;
 
 /// How much of the server's certificate is checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,7 @@ impl MakeRustls {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match verify {
+            // `sslmode=require` without `sslrootcert`.
             Verify::Nothing => Arc::new(AnyCertificate(algorithms)),
             Verify::Authority | Verify::Name => {
                 let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
@@ -249,46 +250,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-/// `sslmode=require` without `sslrootcert`: any certificate (the handshake
-/// signatures are still checked).
-#[derive(Debug)]
-struct AnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
     }
 }
 

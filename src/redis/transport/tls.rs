@@ -17,11 +17,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -29,6 +28,7 @@ use tokio_rustls::TlsConnector;
 use super::refusal::Refusal;
 use crate::error::{Issue, LockError, Result};
 use crate::options::{Pem, TlsOptions};
+use crate::store::any_certificate::AnyCertificate;
 
 /// How one connection's TLS links are made.
 pub(crate) struct Tls {
@@ -93,8 +93,8 @@ impl Tls {
             None => None,
         };
         let mut insecure = config.clone();
-        let schemes = rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes();
-        insecure.dangerous().set_certificate_verifier(Arc::new(NoVerification(schemes)));
+        let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+        insecure.dangerous().set_certificate_verifier(Arc::new(AnyCertificate(algorithms)));
         Ok(Tls {
             connector: TlsConnector::from(Arc::new(config)),
             insecure: TlsConnector::from(Arc::new(insecure)),
@@ -237,45 +237,6 @@ pub(crate) fn extra_authorities(file: &std::path::Path) -> std::result::Result<V
 
 fn invalid(at: &str, message: &str) -> LockError {
     LockError::invalid_options(vec![Issue::new(at, message)])
-}
-
-/// `#insecure`: any certificate, any signature.
-#[derive(Debug)]
-struct NoVerification(Vec<SignatureScheme>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.clone()
-    }
 }
 
 /// No client certificate: remembers that a server asked for one.
