@@ -94,7 +94,7 @@ fn redis_cluster_a_gone_node_asked_first_for_a_map_never_moves_a_held_key() {
 fn gone_nodes_never_move_a_held_key(mut cluster: support::cluster::Cluster, name: &str, gone: &[u16], timeouts: &str) {
     let seed = cluster.primaries().into_iter().find(|port| !gone.contains(port)).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
-    let policy = FallBackToHost::on_cluster(&endpoint, timeouts);
+    let policy = FallBackToHost::on_redis_with(&endpoint, timeouts);
     policy.warm(name);
     let mut holes = Vec::new();
     for &port in gone {
@@ -123,7 +123,7 @@ fn redis_cluster_a_stale_map_whose_sources_refuse_a_new_one_never_moves_a_held_k
     let replica = cluster.replica_of(primary).expect("a replica of k's primary");
     let seed = cluster.primaries().into_iter().find(|&port| port != primary).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
-    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000");
+    let policy = FallBackToHost::on_redis_with(&endpoint, "connectTimeoutMs: 1000");
     policy.warm("k");
     cluster.kill(primary);
     cluster.wait_ok(Duration::from_secs(30));

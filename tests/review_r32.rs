@@ -118,7 +118,7 @@ fn redis_cluster_stalled_map_sources_never_move_a_held_key() {
     let replica = cluster.replica_of(primary).expect("a replica of k's primary");
     let others: Vec<u16> = cluster.primaries().into_iter().filter(|&port| port != primary).collect();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{}] }}", others[0]);
-    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+    let policy = FallBackToHost::on_redis_with(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
     policy.warm("k");
     cluster.kill(primary);
     cluster.wait_ok(Duration::from_secs(30));
@@ -161,7 +161,7 @@ fn redis_cluster_commands_queued_for_one_map_fetch_never_move_held_keys() {
     let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (_down, _down_kept) = support::blackhole(down);
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{}, redis://127.0.0.1:{down}] }}", others[0]);
-    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+    let policy = FallBackToHost::on_redis_with(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
     for key in &keys {
         policy.warm(key);
     }
@@ -216,7 +216,7 @@ fn redis_cluster_up_on_the_replicas_it_named_never_moves_a_held_key() {
     let seed = primaries.iter().copied().find(|&port| port != primary).unwrap();
     let endpoint = format!("cluster: {{ nodes: [redis://127.0.0.1:{seed}] }}");
     cluster.wait_replicas_listed(seed, Duration::from_secs(30));
-    let policy = FallBackToHost::on_cluster(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
+    let policy = FallBackToHost::on_redis_with(&endpoint, "connectTimeoutMs: 1000, commandTimeoutMs: 500");
     policy.warm("k");
     for &port in &primaries {
         cluster.kill(port);

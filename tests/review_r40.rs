@@ -34,30 +34,12 @@ use support::fall_back::FallBackToHost;
 use support::pki::Pki;
 use support::redis_server::RedisServer;
 
-/// The policy `locks` over Redis through the connection `endpoint` (`db`)
-/// and a file backend (`host`), falling back.
-fn policy(endpoint: &str) -> FallBackToHost {
-    FallBackToHost::open_on(
-        "redis",
-        &format!("{endpoint}, commandTimeoutMs: 2000, connectTimeoutMs: 500"),
-        "namespace: test, leaseMs: 30000",
-        5000,
-    )
-}
-
 /// `k` held on `server` by another process (over its plain port) while a
 /// policy over `endpoint` acquires it with a wait of 1.5 s: never served
 /// by `host`. Answers what the acquire ended with.
 fn held_elsewhere(server: &RedisServer, endpoint: &str, why: &str) -> String {
     let (holder, lease) = support::redis_holder(&format!("url: {}", server.url()), "k");
-    let policy = policy(endpoint);
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.acquire_held_within("k", lease.fence(), 1500, why)));
-    drop(policy);
-    let still_held = block_on(lease.release());
-    block_on(holder.close());
-    let served = served.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    assert!(matches!(still_held, Ok(true)), "k stayed held: {still_held:?}");
-    served
+    FallBackToHost::on_redis(endpoint).never_served_from_host(holder, lease, "k", 1500, why, || ())
 }
 
 /// A Redis that demands a client certificate, reached over `#insecure`
@@ -144,7 +126,7 @@ impl Drop for Taker {
 
 /// What a policy's acquire of `k` (wait 1.5 s) through `url` ends with.
 fn acquire_through(url: &str) -> String {
-    let policy = policy(&format!("url: '{url}'"));
+    let policy = FallBackToHost::on_redis(&format!("url: '{url}'"));
     policy.acquire_held_within("k", 0, 1500, &format!("{url} took the socket, read as unreachable"))
 }
 
@@ -211,21 +193,13 @@ fn redis_insecure_tls_cluster_frozen_never_moves_a_held_key() {
     let (node, tls_port) = tls_cluster_node(&pki);
     let endpoint = format!("cluster: {{ nodes: ['rediss://127.0.0.1:{tls_port}/#insecure'] }}");
     let (holder, lease) = support::redis_holder(&endpoint, "k");
-    let answering = policy(&endpoint);
+    let answering = FallBackToHost::on_redis(&endpoint);
     assert_eq!(answering.acquire_held_within("k", lease.fence(), 300, "answering"), "WaitTimeout");
     drop(answering);
     node.pause();
-    let policy = policy(&endpoint);
-    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        policy.acquire_held_within("k", lease.fence(), 1500, "a frozen TLS cluster node read as unreachable")
-    }));
-    drop(policy);
-    node.resume();
-    let still_held = block_on(lease.release());
-    block_on(holder.close());
-    let served = served.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let why = "a frozen TLS cluster node read as unreachable";
+    let served = FallBackToHost::on_redis(&endpoint).never_served_from_host(holder, lease, "k", 1500, why, || node.resume());
     assert_eq!(served, "ProviderFailed");
-    assert!(matches!(still_held, Ok(true)), "k stayed held: {still_held:?}");
 }
 
 /// Control (places): a policy lease on Redis whose release went unanswered
@@ -236,7 +210,7 @@ fn redis_insecure_tls_cluster_frozen_never_moves_a_held_key() {
 #[test]
 fn a_lease_whose_release_went_unanswered_keeps_its_key_placed() {
     let mut server = RedisServer::start();
-    let policy = policy(&format!("url: {}", server.url()));
+    let policy = FallBackToHost::on_redis(&format!("url: {}", server.url()));
     let lease = block_on(policy.locks().acquire("k", support::wait(0))).unwrap();
     assert_eq!(lease.served().unwrap().member.name, "db");
     server.pause();

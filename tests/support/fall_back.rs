@@ -46,9 +46,16 @@ impl FallBackToHost {
         FallBackToHost { provider, directory }
     }
 
-    /// `db` on a Redis Cluster (`endpoint`: its `cluster:` entry) with
-    /// `timeouts` (more connection entries), leases of 30 s.
-    pub fn on_cluster(endpoint: &str, timeouts: &str) -> FallBackToHost {
+    /// `db` on Redis through `endpoint` (its `url:`, `sentinel:` or
+    /// `cluster:` entry), answering within 2 s and connecting within
+    /// 500 ms, leases of 30 s.
+    pub fn on_redis(endpoint: &str) -> FallBackToHost {
+        FallBackToHost::on_redis_with(endpoint, "commandTimeoutMs: 2000, connectTimeoutMs: 500")
+    }
+
+    /// `db` on Redis through `endpoint` with `timeouts` (more connection
+    /// entries), leases of 30 s.
+    pub fn on_redis_with(endpoint: &str, timeouts: &str) -> FallBackToHost {
         FallBackToHost::open_on("redis", &format!("{endpoint}, {timeouts}"), "namespace: test, leaseMs: 30000", 5000)
     }
 
@@ -68,8 +75,9 @@ impl FallBackToHost {
     /// [`FallBackToHost::acquire_held_within`] while `holder`'s `lease`
     /// holds `key` on `db`'s store; then, the acquire's panic kept for the
     /// end, `undo` (what the test did to the store), the policy closed, the
-    /// lease released (it must still be held) and `holder` closed.
-    pub fn never_served_from_host(self, holder: Provider, lease: Lease, key: &str, wait_ms: u64, why: &str, undo: impl FnOnce()) {
+    /// lease released (it must still be held) and `holder` closed. Answers
+    /// what the acquire ended with ([`FallBackToHost::acquire_held_within`]).
+    pub fn never_served_from_host(self, holder: Provider, lease: Lease, key: &str, wait_ms: u64, why: &str, undo: impl FnOnce()) -> String {
         let started = std::time::Instant::now();
         let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.acquire_held_within(key, lease.fence(), wait_ms, why)));
         let elapsed = started.elapsed();
@@ -78,10 +86,9 @@ impl FallBackToHost {
         let still_held = block_on(lease.release());
         eprintln!("the policy's acquire ended after {elapsed:?} ({served:?}); the holder's release: {still_held:?}");
         block_on(holder.close());
-        if let Err(panic) = served {
-            std::panic::resume_unwind(panic);
-        }
+        let served = served.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         assert!(matches!(still_held, Ok(true)), "the holder's release: {still_held:?}");
+        served
     }
 
     /// Acquires `key` (a single try) through the policy while another
