@@ -290,9 +290,9 @@ typedef uint32_t dokebi_lock_event_kind;
 typedef struct dokebi_lock_backend dokebi_lock_backend;
 
 /**
- * A failure: status, name, message, fix, the `INVALID_OPTIONS` issues and
- * the underlying cause. Immutable, so any thread may read it; the caller
- * owns it and frees it with `dokebi_lock_error_free`.
+ * A failure: status, name, message, fix, the `INVALID_OPTIONS` issues, the
+ * details (as JSON) and the underlying cause. Immutable, so any thread may
+ * read it; the caller owns it and frees it with `dokebi_lock_error_free`.
  */
 typedef struct dokebi_lock_error dokebi_lock_error;
 
@@ -780,6 +780,18 @@ const char *dokebi_lock_error_fix(const struct dokebi_lock_error *error);
  * `error` is NULL or a live error handle.
  */
 const char *dokebi_lock_error_cause(const struct dokebi_lock_error *error);
+
+/**
+ * The error's details as one JSON object, owned by the error: what the
+ * code's entry in docs/errors.md lists (a policy's `NO_ELIGIBLE_BACKEND`
+ * has `tried`, each member and why it could not serve; a store's
+ * `PROVIDER_FAILED` has `unreachable` when no connection could be made).
+ * NULL when the error has none or for NULL. Never contains a key.
+ *
+ * # Safety
+ * `error` is NULL or a live error handle.
+ */
+const char *dokebi_lock_error_details(const struct dokebi_lock_error *error);
 
 /**
  * How many option problems an `INVALID_OPTIONS` error lists (0 for other

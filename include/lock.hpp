@@ -53,7 +53,8 @@ public:
     Error(dokebi_lock_status status, dokebi_lock_error *error)
         : std::runtime_error(text(dokebi_lock_error_message(error), "dokebi-lock call failed")),
           status_(status),
-          fix_(text(dokebi_lock_error_fix(error), "")) {
+          fix_(text(dokebi_lock_error_fix(error), "")),
+          details_(text(dokebi_lock_error_details(error), "")) {
         for (std::size_t i = 0; i < dokebi_lock_error_issue_count(error); ++i) {
             issues_.push_back({dokebi_lock_error_issue_path(error, i), dokebi_lock_error_issue_message(error, i),
                                dokebi_lock_error_issue_status(error, i)});
@@ -65,6 +66,8 @@ public:
     /// The stable code name, e.g. "WAIT_TIMEOUT".
     const char *code() const noexcept { return dokebi_lock_status_name(status_); }
     const std::string &fix() const noexcept { return fix_; }
+    /// The error's details as JSON text (docs/errors.md), empty when it has none.
+    const std::string &details() const noexcept { return details_; }
     const std::vector<Issue> &issues() const noexcept { return issues_; }
 
 private:
@@ -72,6 +75,7 @@ private:
 
     dokebi_lock_status status_;
     std::string fix_;
+    std::string details_;
     std::vector<Issue> issues_;
 };
 

@@ -28,6 +28,7 @@ static void invalid_options_list_every_issue(void) {
     CHECK(strstr(dokebi_lock_error_message(error), "invalid options") != NULL);
     CHECK(strlen(dokebi_lock_error_fix(error)) > 0);
     CHECK(dokebi_lock_error_cause(error) == NULL);
+    CHECK(strstr(dokebi_lock_error_details(error), "\"issues\":[") != NULL);
     CHECK(dokebi_lock_error_issue_count(error) == 2);
     CHECK(strcmp(dokebi_lock_error_issue_path(error, 0), "backends.a.maxKeys") == 0);
     CHECK(strcmp(dokebi_lock_error_issue_path(error, 1), "backends.b.colour") == 0);
@@ -72,6 +73,7 @@ static void getters_of_null_answer_null_false_or_zero(void) {
     CHECK(dokebi_lock_error_message(NULL) == NULL);
     CHECK(dokebi_lock_error_fix(NULL) == NULL);
     CHECK(dokebi_lock_error_cause(NULL) == NULL);
+    CHECK(dokebi_lock_error_details(NULL) == NULL);
     CHECK(dokebi_lock_error_issue_count(NULL) == 0);
     CHECK(dokebi_lock_error_issue_path(NULL, 0) == NULL);
     CHECK(dokebi_lock_error_issue_message(NULL, 0) == NULL);

@@ -93,6 +93,11 @@ int main(void) {
     CHECK(strstr(dokebi_lock_error_message(error), "cache") != NULL);
     CHECK(strstr(dokebi_lock_error_message(error), "secret") == NULL);
     CHECK(strstr(dokebi_lock_error_fix(error), "cache") != NULL);
+    /* details.tried names the member and why it could not serve, never the key. */
+    const char *details = dokebi_lock_error_details(error);
+    CHECK(details != NULL && strstr(details, "\"tried\":[{") != NULL);
+    CHECK(strstr(details, "\"backend\":\"cache\"") != NULL && strstr(details, "\"code\":\"PROVIDER_FAILED\"") != NULL);
+    CHECK(strstr(details, "secret") == NULL);
     dokebi_lock_error_free(error);
 
     int64_t before = now_unix_ms();

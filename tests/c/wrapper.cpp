@@ -155,6 +155,7 @@ int main() {
     });
     CHECK(invalid.issues().size() == 1 && invalid.issues()[0].path == "backends.a.maxKeys" &&
           invalid.issues()[0].status == DOKEBI_LOCK_INVALID_OPTIONS);
+    CHECK(invalid.details().find("\"issues\":[") != std::string::npos);
     expect_error(DOKEBI_LOCK_UNKNOWN_BACKEND, [&] { provider.backend("nope"); });
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.acquire(""); });
 

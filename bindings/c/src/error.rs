@@ -6,14 +6,15 @@ use super::panic::boundary;
 use super::status::dokebi_lock_status;
 use dokebi_lock::error::LockError;
 
-/// A failure: status, name, message, fix, the `INVALID_OPTIONS` issues and
-/// the underlying cause. Immutable, so any thread may read it; the caller
-/// owns it and frees it with `dokebi_lock_error_free`.
+/// A failure: status, name, message, fix, the `INVALID_OPTIONS` issues, the
+/// details (as JSON) and the underlying cause. Immutable, so any thread may
+/// read it; the caller owns it and frees it with `dokebi_lock_error_free`.
 pub struct dokebi_lock_error {
     status: dokebi_lock_status,
     message: CString,
     fix: CString,
     cause: Option<CString>,
+    details: Option<CString>,
     issues: Vec<Issue>,
 }
 
@@ -32,6 +33,7 @@ impl From<&LockError> for dokebi_lock_error {
             message: c_text(error.message()),
             fix: c_text(error.fix()),
             cause: error.cause().map(|cause| c_text(&cause.to_string())),
+            details: error.details().map(|details| c_text(&details.to_string())),
             issues: error
                 .issues()
                 .iter()
@@ -49,6 +51,7 @@ impl dokebi_lock_error {
             message: c_text("internal error: a Rust panic was caught at the C boundary"),
             fix: c_text("This is a bug in dokebi-lock; report it with the panic message printed on standard error."),
             cause: None,
+            details: None,
             issues: Vec::new(),
         }
     }
@@ -137,6 +140,20 @@ pub unsafe extern "C" fn dokebi_lock_error_fix(error: *const dokebi_lock_error) 
 pub unsafe extern "C" fn dokebi_lock_error_cause(error: *const dokebi_lock_error) -> *const c_char {
     // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
     boundary(|| unsafe { get(error) }.and_then(|e| e.cause.as_ref()).map_or(std::ptr::null(), |c| c.as_ptr()))
+}
+
+/// The error's details as one JSON object, owned by the error: what the
+/// code's entry in docs/errors.md lists (a policy's `NO_ELIGIBLE_BACKEND`
+/// has `tried`, each member and why it could not serve; a store's
+/// `PROVIDER_FAILED` has `unreachable` when no connection could be made).
+/// NULL when the error has none or for NULL. Never contains a key.
+///
+/// # Safety
+/// `error` is NULL or a live error handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_error_details(error: *const dokebi_lock_error) -> *const c_char {
+    // SAFETY: the caller promised `error` is NULL or a live error handle (# Safety), as `get` requires.
+    boundary(|| unsafe { get(error) }.and_then(|e| e.details.as_ref()).map_or(std::ptr::null(), |d| d.as_ptr()))
 }
 
 /// How many option problems an `INVALID_OPTIONS` error lists (0 for other
