@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::log::{Hold, HoldKind};
+use crate::log::{Hold, HoldKind, PLACED};
 use crate::store::{Attempt, KeyHistory};
 
 /// What a scenario's run showed.
@@ -116,8 +116,12 @@ pub struct RuleFindings {
     pub grants: BTreeMap<String, u64>,
     /// Sections served by a member other than the preferred one.
     pub fallbacks: u64,
-    /// Acquires refused `NO_ELIGIBLE_BACKEND`.
+    /// Acquires refused `NO_ELIGIBLE_BACKEND`, and of those, the ones
+    /// refused because their process was acquiring the key on the
+    /// preferred member when it proved unreachable ([`PLACED`]: allowed
+    /// inside the outage, for a fallback rule too).
     pub refusals: u64,
+    pub placed_refusals: u64,
     /// Pairs of its sections that overlapped in time, and of those, the
     /// pairs with a holder on each member inside the window (allowed for a
     /// fallback rule only).
@@ -141,13 +145,18 @@ pub fn check_policy(
         policy.rules.iter().map(|rule| RuleFindings { label: rule.label, fall_back: rule.fall_back, ..RuleFindings::default() }).collect();
     let index = |key: &str| policy.rules.iter().position(|rule| std::ptr::eq(rule, policy.rule(key))).unwrap();
     let inside = |at: u64| policy.inside(at);
-    for (key, _, at) in failed.iter().filter(|(_, code, _)| code == "NO_ELIGIBLE_BACKEND") {
-        rules[index(key)].refusals += 1;
-        if policy.rule(key).fall_back {
-            // Its fallback member (PostgreSQL) stayed up.
+    for (key, code, at) in failed.iter().filter(|(_, code, _)| code == "NO_ELIGIBLE_BACKEND" || code == PLACED) {
+        let found = &mut rules[index(key)];
+        found.refusals += 1;
+        let placed = code == PLACED;
+        found.placed_refusals += u64::from(placed);
+        if !inside(*at) {
+            violations.push(format!("{key}: refused {code} at {at}, outside the outage"));
+        } else if policy.rule(key).fall_back && !placed {
+            // Its fallback member (PostgreSQL) stayed up: only a key its
+            // process was still trying on Redis may not go there
+            // (docs/policy.md, "Nor do this process's other acquires").
             violations.push(format!("{key}: an acquire of a fallback rule refused NO_ELIGIBLE_BACKEND at {at}"));
-        } else if !inside(*at) {
-            violations.push(format!("{key}: refused NO_ELIGIBLE_BACKEND at {at}, outside the outage"));
         }
     }
     let mut excused = Vec::new();
@@ -435,6 +444,15 @@ pub fn self_test_policy() {
     assert!(!check(&fine[..2], &[]).violations.is_empty(), "no fallback, no refusal");
     assert!(!check(&fine, &[refusal("k", 120)]).violations.is_empty(), "a fallback key refused while its fallback served");
     assert!(!check(&fine, &[refusal("pay:1", 300)]).violations.is_empty(), "a fail-closed key refused outside the outage");
+    // A fallback key its process was trying on Redis when Redis proved
+    // unreachable is refused there (docs/policy.md): counted, inside the
+    // outage only.
+    let placed = |key: &str, at: u64| (key.to_string(), PLACED.to_string(), at);
+    let findings = check(&fine, &[placed("k", 120), placed("pay:1", 130)]);
+    assert!(findings.violations.is_empty(), "refusals of keys placed on Redis in the outage: {:?}", findings.violations);
+    assert_eq!([1, 1], [0, 1].map(|rule| findings.rules[rule].placed_refusals));
+    assert!(!check(&fine, &[placed("k", 20)]).violations.is_empty(), "a placed refusal before the outage");
+    assert!(!check(&fine, &[placed("k", 300)]).violations.is_empty(), "a placed refusal after the outage's window");
     // Fences compare per member: a lower PostgreSQL fence after a Redis one is no violation...
     let mut per_member = fine.clone();
     per_member[3].fence = 1;

@@ -13,13 +13,22 @@
 //!   release failed with.
 //! - `Q <end>`: the section ended at `end`; the release is under way (a
 //!   worker killed now has left its section, and may have released).
-//! - `F <code> <time> <key>`: an acquire of `key` failed with `code` at `time`.
+//! - `F <code> <time> <key>`: an acquire of `key` failed with `code` at `time`;
+//!   [`PLACED`] for a policy's `NO_ELIGIBLE_BACKEND` whose `details.tried`
+//!   says the worker's process was acquiring the key on the member that
+//!   could not serve it.
 //!
 //! `kind` is what the lease was asked for (see [`HoldKind`]): `x` a writer
 //! (exclusive, the only kind outside the mixed scenarios), `s` a reader
 //! (shared), `c<limit>w<weight>` some units of a counted key.
 
 use std::collections::BTreeMap;
+
+/// The code a worker logs for a policy's `NO_ELIGIBLE_BACKEND` that refused
+/// the key because its process had it placed on a member that could not
+/// serve (a member tried, `LOCK_BUSY`: "this process holds the key there, or
+/// is acquiring it"), the behaviour docs/policy.md names.
+pub const PLACED: &str = "NO_ELIGIBLE_BACKEND:placed";
 
 /// Now on `CLOCK_MONOTONIC`, in microseconds.
 pub fn mono_us() -> u64 {

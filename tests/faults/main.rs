@@ -39,7 +39,9 @@
 //! once under load and restarts it empty a while later. There the check
 //! (see `check::check_policy`) also holds each rule to its promise: no
 //! overlap at all on a fail-closed key, and a fallback only, with its
-//! cross-backend overlaps, inside the outage's window.
+//! cross-backend overlaps, inside the outage's window; a fallback key is
+//! refused only there, and only while its process was trying it on Redis
+//! (`log::PLACED`, docs/policy.md).
 //!
 //! The `mixed-*` scenarios take the lock kinds of issue 21 under the faults
 //! that outlast a lease: the workers' sections on `k0` and `k1` are readers
@@ -363,7 +365,9 @@ impl Fault {
             // PROVIDER_FAILED: an acquire whose wait ended while the
             // restarted Redis was still being connected to (a slow connect
             // is not an outage: the policy does not fall back on it).
-            Fault::Outage => &["NO_ELIGIBLE_BACKEND", "OUTCOME_UNKNOWN", "PROVIDER_FAILED", "WAIT_TIMEOUT"],
+            // PLACED: a key another acquire of its process was still
+            // trying on Redis (check_policy holds these to the outage).
+            Fault::Outage => &["NO_ELIGIBLE_BACKEND", log::PLACED, "OUTCOME_UNKNOWN", "PROVIDER_FAILED", "WAIT_TIMEOUT"],
         }
     }
 }
@@ -1230,13 +1234,14 @@ fn main() {
             let grants: Vec<String> = rule.grants.iter().map(|(member, n)| format!("{member} {n}")).collect();
             let allowed = if rule.fall_back { "allowed inside the outage" } else { "none allowed" };
             println!(
-                "{}: {} ({}): grants {}; fallbacks {}; NO_ELIGIBLE_BACKEND {}; overlaps {} of which cross-backend {} ({allowed})",
+                "{}: {} ({}): grants {}; fallbacks {}; NO_ELIGIBLE_BACKEND {} of which placed on Redis by another try {}; overlaps {} of which cross-backend {} ({allowed})",
                 row.name,
                 rule.label,
                 if rule.fall_back { "fallBack" } else { "failClosed" },
                 grants.join(", "),
                 rule.fallbacks,
                 rule.refusals,
+                rule.placed_refusals,
                 rule.overlaps,
                 rule.cross_overlaps
             );

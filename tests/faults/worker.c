@@ -34,6 +34,17 @@ static void sleep_ms(unsigned ms) {
 }
 
 /* The store connection: send a command, read one integer reply. */
+/* The code a failed acquire is logged with: log.rs's PLACED for a policy's
+ * refusal of a key this process had on the member that could not serve. */
+static const char *failure_code(const dokebi_lock_error *error) {
+    const char *details = dokebi_lock_error_details(error);
+    if (dokebi_lock_error_code(error) == DOKEBI_LOCK_NO_ELIGIBLE_BACKEND && details != NULL &&
+        strstr(details, "\"code\":\"LOCK_BUSY\"") != NULL) {
+        return "NO_ELIGIBLE_BACKEND:placed";
+    }
+    return dokebi_lock_error_name(error);
+}
+
 static int store_fd;
 static char reply[512];
 static size_t reply_len, reply_pos;
@@ -125,12 +136,14 @@ int main(int argc, char **argv) {
         }
         dokebi_lock_lease *lease = NULL;
         uint64_t asked = mono_us();
+        dokebi_lock_error *error = NULL;
         dokebi_lock_status status =
-            limit == 0 ? dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL)
-                       : dokebi_lock_acquire_ex(backend, &options, DOKEBI_LOCK_WAIT_DEFAULT, &lease, NULL);
+            limit == 0 ? dokebi_lock_acquire(backend, key, strlen(key), DOKEBI_LOCK_WAIT_DEFAULT, &lease, &error)
+                       : dokebi_lock_acquire_ex(backend, &options, DOKEBI_LOCK_WAIT_DEFAULT, &lease, &error);
         if (status != DOKEBI_LOCK_OK) {
-            fprintf(log, "F %s %llu %s\n", dokebi_lock_status_name(status), (unsigned long long)mono_us(), key);
+            fprintf(log, "F %s %llu %s\n", failure_code(error), (unsigned long long)mono_us(), key);
             fflush(log);
+            dokebi_lock_error_free(error);
             sleep_ms(20);
             continue;
         }

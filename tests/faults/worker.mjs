@@ -15,6 +15,12 @@ const limit = Number(limitArg);
 /** Microseconds on CLOCK_MONOTONIC (libuv's clock), like the other workers. */
 const monoUs = () => process.hrtime.bigint() / 1000n;
 const line = (text) => appendFileSync(logPath, `${text}\n`);
+// The code a failed acquire is logged with: log.rs's PLACED for a policy's
+// refusal of a key this process had on the member that could not serve.
+const failureCode = (error) =>
+  error.code === 'NO_ELIGIBLE_BACKEND' && error.details?.tried?.some((t) => t.code === 'LOCK_BUSY')
+    ? 'NO_ELIGIBLE_BACKEND:placed'
+    : error.code;
 
 /** One store connection; one command at a time, integer replies only. */
 function openStore(port) {
@@ -78,7 +84,7 @@ while (Date.now() < end) {
   try {
     lease = options ? await backend.acquire(key, options) : await backend.acquire(key);
   } catch (error) {
-    line(`F ${error.code} ${monoUs()} ${key}`);
+    line(`F ${failureCode(error)} ${monoUs()} ${key}`);
     await sleep(20);
     continue;
   }

@@ -12,9 +12,9 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, LockMode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, LockError, LockMode, Provider};
 
-use crate::log::{mono_us, HoldKind};
+use crate::log::{mono_us, HoldKind, PLACED};
 
 /// The environment variable that hands every worker its options (YAML).
 pub const YAML_VAR: &str = "FAULTS_LOCK_YAML";
@@ -119,6 +119,17 @@ fn pick(rng: &mut Rng, keys: u32, limit: u32) -> (u32, HoldKind) {
     (key, kind)
 }
 
+/// The code a failed acquire is logged with ([`PLACED`] for a policy's
+/// refusal of a key its process had on the member that could not serve).
+fn failure_code(error: &LockError) -> &'static str {
+    let tried = error.details().and_then(|details| details["tried"].as_array());
+    if error.code() == ErrorCode::NoEligibleBackend && tried.is_some_and(|tried| tried.iter().any(|t| t["code"] == "LOCK_BUSY")) {
+        PLACED
+    } else {
+        error.code().as_str()
+    }
+}
+
 pub fn run(args: WorkerArgs) {
     let provider = Provider::from_yaml(&std::env::var(YAML_VAR).expect("the worker's options")).expect("worker options");
     let backend = provider.backend("faults").unwrap();
@@ -145,7 +156,7 @@ pub fn run(args: WorkerArgs) {
         let lease = match futures::executor::block_on(backend.acquire(&key, options)) {
             Ok(lease) => lease,
             Err(err) => {
-                line(format!("F {} {} {key}\n", err.code().as_str(), mono_us()));
+                line(format!("F {} {} {key}\n", failure_code(&err), mono_us()));
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
