@@ -127,6 +127,9 @@ pub struct RuleFindings {
     /// fallback rule only).
     pub overlaps: u64,
     pub cross_overlaps: u64,
+    /// Sections the store refused for a higher fence of the other member
+    /// (fences compare only per member), inside the window: excused.
+    pub cross_refused: u64,
 }
 
 /// A policy scenario's checks: [`check`]'s per key and member (every section
@@ -193,6 +196,15 @@ pub fn check_policy(
                     a.key, a.fence, a.member, b.fence, b.member
                 ));
             }
+        }
+        // A fence compares only with its member's (docs/policy.md), but the
+        // store compares every fence of its key: it refuses a section whose
+        // fence is below one the other member granted earlier, overlap or
+        // not. Inside the window that is the fallback's hazard too.
+        let crossed = |b: &Hold| b.key == a.key && b.member != a.member && b.fence > a.fence && b.start < a.end && inside(b.start);
+        if rule.fall_back && matches!(a.store, 'X' | 'R') && inside(a.start) && holds.iter().any(crossed) {
+            found.cross_refused += 1;
+            excused.push((a.worker.clone(), a.fence));
         }
     }
     if rules.iter().all(|rule| rule.fallbacks == 0 && rule.refusals == 0) {
@@ -453,6 +465,17 @@ pub fn self_test_policy() {
     assert_eq!([1, 1], [0, 1].map(|rule| findings.rules[rule].placed_refusals));
     assert!(!check(&fine, &[placed("k", 20)]).violations.is_empty(), "a placed refusal before the outage");
     assert!(!check(&fine, &[placed("k", 300)]).violations.is_empty(), "a placed refusal after the outage's window");
+    // A section on PostgreSQL the store refused for a higher Redis fence,
+    // with no overlap, inside the window: excused, counted; outside it, or
+    // refused for its own member's fence, its holder should have been told.
+    let across = with(&[hold("k", "redis", "e", 28, (200, 210), 'W', "OK"), hold("k", "postgres", "f", 25, (220, 230), 'R', "OK")]);
+    let findings = check(&across, &refused);
+    assert!(findings.violations.is_empty(), "a refusal across members in the window: {:?}", findings.violations);
+    assert_eq!(findings.rules[1].cross_refused, 1);
+    let after = with(&[hold("k", "postgres", "f", 40, (220, 230), 'W', "OK"), hold("k", "redis", "g", 35, (280, 290), 'R', "OK")]);
+    assert!(!check(&after, &refused).violations.is_empty(), "a refusal across members after the window");
+    let own = with(&[hold("k", "redis", "e", 28, (200, 210), 'W', "OK"), hold("k", "redis", "h", 29, (215, 218), 'R', "OK")]);
+    assert!(!check(&own, &refused).violations.is_empty(), "a refusal with no higher fence of the other member");
     // Fences compare per member: a lower PostgreSQL fence after a Redis one is no violation...
     let mut per_member = fine.clone();
     per_member[3].fence = 1;

@@ -1234,7 +1234,7 @@ fn main() {
             let grants: Vec<String> = rule.grants.iter().map(|(member, n)| format!("{member} {n}")).collect();
             let allowed = if rule.fall_back { "allowed inside the outage" } else { "none allowed" };
             println!(
-                "{}: {} ({}): grants {}; fallbacks {}; NO_ELIGIBLE_BACKEND {} of which placed on Redis by another try {}; overlaps {} of which cross-backend {} ({allowed})",
+                "{}: {} ({}): grants {}; fallbacks {}; NO_ELIGIBLE_BACKEND {} of which placed on Redis by another try {}; overlaps {} of which cross-backend {} ({allowed}); refused by the store for the other member's fence {}",
                 row.name,
                 rule.label,
                 if rule.fall_back { "fallBack" } else { "failClosed" },
@@ -1243,7 +1243,8 @@ fn main() {
                 rule.refusals,
                 rule.placed_refusals,
                 rule.overlaps,
-                rule.cross_overlaps
+                rule.cross_overlaps,
+                rule.cross_refused
             );
         }
         if let Some((took_over, served)) = &row.failover {
