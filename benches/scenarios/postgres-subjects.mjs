@@ -9,8 +9,12 @@
 // it). And ours by hand: the statements our driver sends (its take and
 // give_back functions, in the schema the driver created) sent by a `pg` Pool,
 // the duty's own cost without the driver (issue 37's "raw floor of the same
-// duty"); it cannot wait, so it is not in the hand-off scenario. Each factory
-// returns { version, defaults, loop(keyAt, n), acquire(key) ->
+// duty"); it cannot wait, so it is not in the hand-off scenario. And what a
+// user writes by hand for a fenced lease (issue 55): one row per key with an
+// owner, an expiry on the server's clock and a fence, taken by one INSERT ...
+// ON CONFLICT DO UPDATE ... WHERE expired and given back by an owner-checked
+// DELETE (LEASE_ROW, below), over a pg Pool of our default pool size (2); it
+// cannot wait either. Each factory returns { version, defaults, loop(keyAt, n), acquire(key) ->
 // Promise<release()>, close() }.
 import { createRequire } from 'node:module';
 import { createHash, randomBytes } from 'node:crypto';
@@ -21,6 +25,9 @@ const versionOf = (name) => require(`${name}/package.json`).version;
 export const LEASE_MS = 10000;
 export const FLOOR = 'pg advisory lock + unlock';
 export const BY_HAND = 'our functions by hand (pg)';
+export const LEASE_ROW = 'a fenced lease row by hand (pg)';
+/** The lease row's pool: as many connections as ours has by default. */
+const LEASE_ROW_POOL = 2;
 const SCHEMA = 'dokebi_bench';
 
 /** A 64-bit advisory lock key for `name`, as a decimal string (pg passes it
@@ -129,6 +136,39 @@ export const postgresSubjects = {
     return {
       version: `pg ${versionOf('pg')}`,
       defaults: { pool: 'pg.Pool, max 10 (default)', statements: 'our take and give_back functions, one statement each, as the driver sends them' },
+      loop: async (keyAt, n) => {
+        for (let i = 0; i < n; i++) await (await take(keyAt()))();
+      },
+      acquire: take,
+      close: () => pool.end(),
+    };
+  },
+
+  async [LEASE_ROW](url) {
+    const { Pool } = require('pg');
+    const pool = new Pool({ connectionString: url, max: LEASE_ROW_POOL });
+    const table = `"${SCHEMA}"."hand_lease"`;
+    await pool.query(`CREATE SCHEMA IF NOT EXISTS "${SCHEMA}"`);
+    await pool.query(`CREATE TABLE IF NOT EXISTS ${table} (name text PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL, fence bigint NOT NULL)`);
+    await pool.query(`TRUNCATE ${table}`);
+    await pool.query(`VACUUM ${table}`);
+    // The fence: the server's clock in microseconds, or one above the last
+    // while its row lives (so it never repeats while the clock goes forward).
+    const TAKE = `INSERT INTO ${table} AS l (name, owner, expires_at, fence)
+      VALUES ($1, $2, now() + make_interval(secs => ${LEASE_MS / 1000}), (extract(epoch FROM now()) * 1000000)::bigint)
+      ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, fence = greatest(l.fence + 1, EXCLUDED.fence)
+      WHERE l.expires_at <= now()
+      RETURNING fence`;
+    const GIVE_BACK = `DELETE FROM ${table} WHERE name = $1 AND owner = $2`;
+    const take = async (key) => {
+      const token = randomBytes(16).toString('hex');
+      const { rowCount } = await pool.query(TAKE, [key, token]);
+      if (rowCount !== 1) throw new Error(`${key} is held`);
+      return () => pool.query(GIVE_BACK, [key, token]);
+    };
+    return {
+      version: `pg ${versionOf('pg')}`,
+      defaults: { pool: `pg.Pool, max ${LEASE_ROW_POOL} (ours' default)`, statements: 'INSERT ... ON CONFLICT DO UPDATE ... WHERE expired RETURNING fence; DELETE ... WHERE owner' },
       loop: async (keyAt, n) => {
         for (let i = 0; i < n; i++) await (await take(keyAt()))();
       },
