@@ -505,3 +505,50 @@ fn statements_go_around_a_take_waiting_on_a_row_lock() {
     let _ = taker.join().unwrap();
     let _ = locker.wait();
 }
+
+/// A slot whose connect fails at once (here the role's connection limit,
+/// which lets the listener and one client in) while another slot's client lives sends its
+/// statement there: the server answers. Chosen by the fewest statements
+/// alone, the empty slot drew every statement while the other was busy,
+/// and each failed (review of the pool's choice).
+#[test]
+fn a_slot_that_cannot_connect_sends_its_statement_to_a_live_one() {
+    let schema = Schema::fresh();
+    let role = format!("{}_one", schema.0);
+    batch(&format!(
+        "CREATE ROLE {role} LOGIN CONNECTION LIMIT 2; DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {role}', current_database()); END $$"
+    ));
+    let limited = postgres::url().replacen("postgres@", &format!("{role}@"), 1);
+    let provider = Provider::from_yaml(&postgres::yaml_on(&limited, &schema.0, "", "")).unwrap();
+    let shared = backend(&provider);
+    let sessions = |what: &str| count(&format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' {what}"));
+    eventually("the listener is connected", || sessions("AND query LIKE 'LISTEN%'") == 1);
+    // The one client left connects; x's key row exists. Another session
+    // holds it, and the take of x waits for it on that client.
+    assert!(block_on(block_on(shared.acquire("x", wait(0))).unwrap().release()).unwrap());
+    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'x' FOR UPDATE; SELECT pg_sleep(2); ROLLBACK;", schema.table(""));
+    let mut locker = std::process::Command::new("psql")
+        .arg(postgres::url())
+        .args(["-q", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let active = |what: &str| {
+        count(&format!("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%{}%' AND {what}", schema.0))
+    };
+    eventually("x's key row is locked", || active("query LIKE 'BEGIN; SELECT 1 FROM %pg_sleep%'") == 1);
+    let taker = {
+        let shared = shared.clone();
+        thread::spawn(move || block_on(shared.acquire("x", wait(0))).map(|_| ()))
+    };
+    eventually("the take of x waits for its row", || active("wait_event_type = 'Lock'") == 1);
+    // The other slot cannot connect: y's pair goes behind the take.
+    let pair = block_on(shared.acquire("y", wait(0))).map(|lease| block_on(lease.release()));
+    assert!(matches!(pair, Ok(Ok(true))), "{pair:?}");
+    assert_eq!(sessions(""), 2, "the listener and one client");
+    let _ = taker.join().unwrap();
+    let _ = locker.wait();
+    block_on(provider.close());
+    drop(schema);
+    batch(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+}

@@ -41,6 +41,22 @@ struct Slot {
     in_flight: AtomicUsize,
 }
 
+impl Slot {
+    /// Its client, when it has one whose connection lives.
+    fn live(&self) -> Option<Arc<Pooled>> {
+        self.client.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|pooled| !pooled.client.is_closed())
+    }
+
+    /// Its client is `pooled` no more (a later statement connects anew),
+    /// unless another took its place already.
+    fn forget(&self, pooled: &Arc<Pooled>) {
+        let mut held = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, pooled)) {
+            *held = None;
+        }
+    }
+}
+
 /// A statement counted on its slot until it ends (answered, failed or
 /// dropped).
 struct OnSlot<'a>(&'a Slot);
@@ -233,7 +249,7 @@ impl PgConnection {
 
     /// Runs one statement (`sql` with its typed parameters) on the client of
     /// the pool with the fewest statements on it (the next in turn among
-    /// those): its rows, or why there are none. A client answers its
+    /// those; see [`PgConnection::pick`]): its rows, or why there are none. A client answers its
     /// pipelined statements in order, so one waiting on a row lock (a take
     /// waits up to a lock wait) holds up every statement behind it: a
     /// release sent there waited behind that take, and then behind the
@@ -244,11 +260,7 @@ impl PgConnection {
         if self.is_shut_down() {
             return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
         }
-        let slot = self.least_busy();
-        let _on_slot = OnSlot::enter(slot);
-        let connecting = crate::store::connecting();
-        let pooled = self.client(slot).await?;
-        drop(connecting);
+        let (slot, pooled, _on_slot) = self.pick().await?;
         let warned_before = pooled.warnings.count();
         let outcome = tokio::time::timeout(self.command_timeout, pooled.client.query_typed(sql, params)).await;
         // An error of the client (not a timeout) that leaves the outcome
@@ -266,23 +278,14 @@ impl PgConnection {
             }
             Ok(Err(err)) => classify_statement(err),
             Err(elapsed) => {
-                // The server may still be running it (stalled behind a lock
-                // or a slow commit): cancelled, so that it does not run on
-                // while retries pile up behind it.
-                let (token, tls) = (pooled.client.cancel_token(), self.tls.clone());
-                self.runtime.spawn(async move {
-                    let _ = token.cancel_query(tls).await;
-                });
+                self.cancel(&pooled);
                 Failure::Unknown(Arc::new(elapsed))
             }
         };
         if failure.is_unknown() {
             // The client may be stuck behind the statement (a row lock, a
             // stalled server) or gone: later statements get a fresh one.
-            let mut held = slot.client.lock().unwrap_or_else(|e| e.into_inner());
-            if held.as_ref().is_some_and(|held| Arc::ptr_eq(held, &pooled)) {
-                *held = None;
-            }
+            slot.forget(&pooled);
         }
         if failure.is_unknown() && client_error {
             // A connection lost under a statement (a restart, a cut) may
@@ -299,24 +302,49 @@ impl PgConnection {
         Err(failure)
     }
 
-    /// The slot with the fewest statements on it; of those, the first from
-    /// the next in turn.
-    fn least_busy(&self) -> &Slot {
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let len = self.slots.len();
-        (0..len)
-            .map(|i| &self.slots[(start + i) % len])
+    /// The slot a statement goes to and its client, the statement counted
+    /// on it: the slot with the fewest statements on it (of those, the
+    /// first from the next in turn). When that slot had to connect and
+    /// could not while another's client lives, the other's: the server
+    /// answers there, and a slot whose connect fails at once (a failure
+    /// reused, too many connections) would otherwise draw every statement,
+    /// having none on it (review of the pool's choice).
+    async fn pick(&self) -> std::result::Result<(&Slot, Arc<Pooled>, OnSlot<'_>), Failure> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = (0..self.slots.len())
+            .map(|i| &self.slots[(start + i) % self.slots.len()])
             .min_by_key(|slot| slot.in_flight.load(Ordering::Relaxed))
-            .expect("a pool has a client")
+            .expect("a pool has a client");
+        let on_slot = OnSlot::enter(slot);
+        let connecting = crate::store::connecting();
+        let outcome = self.client(slot).await;
+        drop(connecting);
+        match outcome {
+            Ok(pooled) => Ok((slot, pooled, on_slot)),
+            Err(failure) => match self.slots.iter().find_map(|other| other.live().map(|pooled| (other, pooled))) {
+                Some((other, pooled)) => Ok((other, pooled, OnSlot::enter(other))),
+                None => Err(failure),
+            },
+        }
+    }
+
+    /// Cancels what `pooled` runs: the server may still be running a
+    /// statement whose time ran out (stalled behind a lock or a slow
+    /// commit), and would run on while retries pile up behind it.
+    fn cancel(&self, pooled: &Pooled) {
+        let (token, tls) = (pooled.client.cancel_token(), self.tls.clone());
+        self.runtime.spawn(async move {
+            let _ = token.cancel_query(tls).await;
+        });
     }
 
     /// Runs several statements in one simple-protocol message (the table's
     /// DDL): no parameters, nothing returned.
     pub async fn batch(&self, sql: &str) -> std::result::Result<(), Failure> {
-        let slot = &self.slots[0];
-        let connecting = crate::store::connecting();
-        let pooled = self.client(slot).await?;
-        drop(connecting);
+        // Counted on its slot as a statement is: the DDL may wait long (for
+        // another process creating the tables), and statements chosen by
+        // the fewest on a slot would queue behind it.
+        let (slot, pooled, _on_slot) = self.pick().await?;
         let warned_before = pooled.warnings.count();
         match tokio::time::timeout(self.command_timeout.max(Duration::from_secs(10)), pooled.client.batch_execute(sql)).await {
             Ok(Ok(())) => {
@@ -324,21 +352,24 @@ impl PgConnection {
                 pooled.warnings.since(warned_before).map_or(Ok(()), Err)
             }
             Ok(Err(err)) => Err(classify_statement(err)),
-            Err(elapsed) => Err(Failure::Unknown(Arc::new(elapsed))),
+            Err(elapsed) => {
+                self.cancel(&pooled);
+                slot.forget(&pooled);
+                Err(Failure::Unknown(Arc::new(elapsed)))
+            }
         }
     }
 
     /// The slot's client, connecting it first when it has none (or its
     /// connection ended).
     async fn client(&self, slot: &Slot) -> std::result::Result<Arc<Pooled>, Failure> {
-        let current = || slot.client.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|pooled| !pooled.client.is_closed());
-        if let Some(client) = current() {
+        if let Some(client) = slot.live() {
             return Ok(client);
         }
         let attempts = || self.attempts.lock().unwrap_or_else(|e| e.into_inner());
         let seen = attempts().ended;
         let _connecting = slot.connecting.lock().await;
-        if let Some(client) = current() {
+        if let Some(client) = slot.live() {
             return Ok(client);
         }
         let reused = {
