@@ -7,7 +7,7 @@ mod postgres;
 use std::thread;
 use std::time::Duration;
 
-use dokebi_lock::{AbortController, AcquireOptions, ErrorCode, Provider};
+use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Provider};
 use futures::executor::block_on;
 use postgres::{backend, batch, code, count, counts, eventually, rows, wait, Schema};
 
@@ -467,21 +467,13 @@ fn a_holders_table_of_functions_4_is_migrated_with_its_leases() {
     block_on(provider.close());
 }
 
-/// A client answers its pipelined statements in order, so a take waiting on
-/// a row lock (up to a lock wait: 1.5 s of a `commandTimeoutMs` of 2000)
-/// holds up whatever is sent behind it on its client. The pool sends each
-/// statement to the client with the fewest on it: pairs of another key go
-/// around the waiting take. (Sent round-robin, every other statement went
-/// behind it: review_r4's release waited behind two lock waits once in CI.)
-#[test]
-fn statements_go_around_a_take_waiting_on_a_row_lock() {
-    let schema = Schema::fresh();
-    let provider = schema.open("");
-    let shared = backend(&provider);
-    // x's key row exists; another session holds it for 3 s.
+/// The take of x by `shared` waiting for x's key row, which another session
+/// (psql) holds for `seconds`: that session and the acquire's thread, once
+/// the take waits. x is taken and given back first, so that its row exists.
+fn take_of_x_waiting(schema: &Schema, shared: &Backend, seconds: u32) -> (std::process::Child, thread::JoinHandle<()>) {
     assert!(block_on(block_on(shared.acquire("x", wait(0))).unwrap().release()).unwrap());
-    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'x' FOR UPDATE; SELECT pg_sleep(3); ROLLBACK;", schema.table(""));
-    let mut locker = std::process::Command::new("psql")
+    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'x' FOR UPDATE; SELECT pg_sleep({seconds}); ROLLBACK;", schema.table(""));
+    let locker = std::process::Command::new("psql")
         .arg(postgres::url())
         .args(["-q", "-c", &script])
         .stdout(std::process::Stdio::null())
@@ -494,23 +486,39 @@ fn statements_go_around_a_take_waiting_on_a_row_lock() {
     eventually("x's key row is locked", || active("query LIKE 'BEGIN; SELECT 1 FROM %pg_sleep%'") == 1);
     let taker = {
         let shared = shared.clone();
-        thread::spawn(move || block_on(shared.acquire("x", wait(1_000))).map(|_| ()))
+        // Its wait ends before the row is free: the take is what matters.
+        thread::spawn(move || drop(block_on(shared.acquire("x", wait(0)))))
     };
     eventually("the take of x waits for its row", || active("wait_event_type = 'Lock'") == 1);
+    (locker, taker)
+}
+
+/// A client answers its pipelined statements in order, so a take waiting on
+/// a row lock (up to a lock wait: 1.5 s of a `commandTimeoutMs` of 2000)
+/// holds up whatever is sent behind it on its client. The pool sends each
+/// statement to the client with the fewest on it: pairs of another key go
+/// around the waiting take. (Sent round-robin, every other statement went
+/// behind it: review_r4's release waited behind two lock waits once in CI.)
+#[test]
+fn statements_go_around_a_take_waiting_on_a_row_lock() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let shared = backend(&provider);
+    let (mut locker, taker) = take_of_x_waiting(&schema, &shared, 3);
     for _ in 0..4 {
         let started = std::time::Instant::now();
         assert!(block_on(block_on(shared.acquire("y", wait(0))).unwrap().release()).unwrap());
         assert!(started.elapsed() < Duration::from_millis(700), "a pair of y took {:?}, behind the take of x", started.elapsed());
     }
-    let _ = taker.join().unwrap();
+    taker.join().unwrap();
     let _ = locker.wait();
 }
 
 /// A slot whose connect fails at once (here the role's connection limit,
-/// which lets the listener and one client in) while another slot's client lives sends its
-/// statement there: the server answers. Chosen by the fewest statements
-/// alone, the empty slot drew every statement while the other was busy,
-/// and each failed (review of the pool's choice).
+/// which lets the listener and one client in) while another slot's client
+/// lives sends its statement there: the server answers. Chosen by the
+/// fewest statements alone, the empty slot drew every statement while the
+/// other was busy, and each failed (review of the pool's choice).
 #[test]
 fn a_slot_that_cannot_connect_sends_its_statement_to_a_live_one() {
     let schema = Schema::fresh();
@@ -523,30 +531,13 @@ fn a_slot_that_cannot_connect_sends_its_statement_to_a_live_one() {
     let shared = backend(&provider);
     let sessions = |what: &str| count(&format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' {what}"));
     eventually("the listener is connected", || sessions("AND query LIKE 'LISTEN%'") == 1);
-    // The one client left connects; x's key row exists. Another session
-    // holds it, and the take of x waits for it on that client.
-    assert!(block_on(block_on(shared.acquire("x", wait(0))).unwrap().release()).unwrap());
-    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'x' FOR UPDATE; SELECT pg_sleep(2); ROLLBACK;", schema.table(""));
-    let mut locker = std::process::Command::new("psql")
-        .arg(postgres::url())
-        .args(["-q", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let active = |what: &str| {
-        count(&format!("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%{}%' AND {what}", schema.0))
-    };
-    eventually("x's key row is locked", || active("query LIKE 'BEGIN; SELECT 1 FROM %pg_sleep%'") == 1);
-    let taker = {
-        let shared = shared.clone();
-        thread::spawn(move || block_on(shared.acquire("x", wait(0))).map(|_| ()))
-    };
-    eventually("the take of x waits for its row", || active("wait_event_type = 'Lock'") == 1);
+    // The one client left connects, and the take of x waits on it.
+    let (mut locker, taker) = take_of_x_waiting(&schema, &shared, 2);
     // The other slot cannot connect: y's pair goes behind the take.
     let pair = block_on(shared.acquire("y", wait(0))).map(|lease| block_on(lease.release()));
     assert!(matches!(pair, Ok(Ok(true))), "{pair:?}");
     assert_eq!(sessions(""), 2, "the listener and one client");
-    let _ = taker.join().unwrap();
+    taker.join().unwrap();
     let _ = locker.wait();
     block_on(provider.close());
     drop(schema);
