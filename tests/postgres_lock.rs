@@ -473,17 +473,11 @@ fn a_holders_table_of_functions_4_is_migrated_with_its_leases() {
 fn take_of_x_waiting(schema: &Schema, shared: &Backend, seconds: u32) -> (std::process::Child, thread::JoinHandle<()>) {
     assert!(block_on(block_on(shared.acquire("x", wait(0))).unwrap().release()).unwrap());
     let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'x' FOR UPDATE; SELECT pg_sleep({seconds}); ROLLBACK;", schema.table(""));
-    let locker = std::process::Command::new("psql")
-        .arg(postgres::url())
-        .args(["-q", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let locker = postgres::hold_in_background(&script);
     // This test's sessions: their statements name its schema.
     let active = |what: &str| {
         count(&format!("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%{}%' AND {what}", schema.0))
     };
-    eventually("x's key row is locked", || active("query LIKE 'BEGIN; SELECT 1 FROM %pg_sleep%'") == 1);
     let taker = {
         let shared = shared.clone();
         // Its wait ends before the row is free: the take is what matters.

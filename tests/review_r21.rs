@@ -56,16 +56,7 @@ fn postgres_release_and_head_after_a_lost_try_do_not_wait_for_each_other() {
     let script = format!(
         "BEGIN; SELECT slot FROM {holders} WHERE key = 'k' FOR UPDATE; SELECT 1 FROM {keys} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(2.5); ROLLBACK;"
     );
-    let mut locker = std::process::Command::new("psql")
-        .arg(postgres::url())
-        .args(["-q", "-c", &script])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let locked = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT slot FROM {holders}%pg_sleep%'"
-    );
-    postgres::eventually("k's holder rows are locked", || postgres::count(&locked) == 1);
+    let mut locker = postgres::hold_in_background(&script);
     let h = {
         let backend = backend.clone();
         std::thread::spawn(move || {

@@ -184,18 +184,7 @@ fn postgres_refused_after_a_grant_with(fields: &str, query: &str, then: &str) ->
     refused_after_a_grant(&one, || {
         let then = then.replace("{keys}", &schema.table(""));
         let script = format!("BEGIN; SELECT slot FROM {} WHERE key = 'j' FOR UPDATE; {then} ROLLBACK;", schema.table("_holders"));
-        let child = std::process::Command::new("psql")
-            .arg(postgres::url())
-            .args(["-q", "-c", &script])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let sleeping = format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'BEGIN; SELECT slot FROM {}%pg_sleep%'",
-            schema.table("_holders")
-        );
-        postgres::eventually("j's holder row is locked", || postgres::count(&sleeping) == 1);
-        child
+        postgres::hold_in_background(&script)
     })
 }
 

@@ -176,3 +176,19 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
     panic!("timed out waiting until {what}");
 }
+
+/// `script`, a transaction that locks rows and then sleeps in `pg_sleep`,
+/// run by `psql` in the background, as another application's session
+/// holding those rows; answers once the session sleeps, its locks taken.
+pub fn hold_in_background(script: &str) -> std::process::Child {
+    let child = std::process::Command::new("psql")
+        .arg(url())
+        .args(["-q", "-c", script])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql runs");
+    let sleeping =
+        format!("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query = '{}'", script.replace('\'', "''"));
+    eventually("the background session holds its rows", || count(&sleeping) == 1);
+    child
+}
