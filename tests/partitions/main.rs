@@ -14,7 +14,8 @@
 //! `slow-network` (every client's link a
 //! user-space wire, `wire.rs`, holding each frame 50 ms each way and losing
 //! 5%: this kernel has no `sch_netem`), the postgres ones of `pg.rs`
-//! (`pg-commit-cut`, `pg-failover`, `pg-failover-sync`) and `clock-skew` (a
+//! (`pg-commit-cut`, `pg-failover`, `pg-failover-sync`), the mysql ones of
+//! `mysql.rs` (`mysql-partition`, `mysql-partition-semisync`) and `clock-skew` (a
 //! replica whose clock runs behind promoted, see `clock.rs`) (one, a few,
 //! or all with `PARTITIONS_ONLY=<name>,<name>`; the partition lasts
 //! `PARTITIONS_SECONDS` after the promotion, 3 by default). The long form,
@@ -62,6 +63,7 @@ mod clock;
 #[path = "../faults/log.rs"]
 mod log;
 mod monitor;
+mod mysql;
 #[allow(dead_code)]
 #[path = "../support/names.rs"]
 mod names;
@@ -871,6 +873,45 @@ impl Window {
     }
 }
 
+/// A SQL failover scenario's checks beyond the history's (postgres and
+/// mysql): with acknowledgement by a replica the cut-off client learns
+/// within [`LEARN_BOUND`]; the majority is granted something while cut
+/// apart; and the note of the grants.
+fn check_failover(report: &mut Report) {
+    if report.replica_acks > 0 {
+        match report.learned_ms {
+            Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
+            Some(ms) => report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})")),
+            None => report.violations.push("the minority's client never learned of the partition".into()),
+        }
+    }
+    if report.majority_grants == 0 {
+        report.violations.push("the majority's clients were granted nothing during the partition".into());
+    }
+    report.notes.push(format!(
+        "grants: {} in all; while cut off: minority {} ({} store writes accepted), majority {}; fences granted by both primaries {}; the minority's client first failed {}",
+        report.grants,
+        report.minority_grants,
+        report.minority_accepted,
+        report.majority_grants,
+        report.repeated_across,
+        report.learned_ms.map_or("never".into(), |ms| format!("{ms} ms after the cut"))
+    ));
+}
+
+/// The last note of a scenario of its own kind: overlaps, the store's
+/// answers, failed acquires.
+fn outcome(report: &Report) -> String {
+    let listed = |items: Vec<String>| if items.is_empty() { "none".to_owned() } else { items.join(", ") };
+    format!(
+        "overlapping pairs: {}; store: {} accepted, {} refused; failed acquires: {}",
+        listed(report.overlaps.iter().map(|(c, n)| format!("{n} {c}")).collect()),
+        report.accepted,
+        report.refused,
+        listed(report.failures.iter().map(|(c, n)| format!("{c} {n}")).collect())
+    )
+}
+
 /// The checks of a scenario's history (see the top of this file): the
 /// grants in the windows, then per key the fences, the overlaps and the
 /// store's history; every finding that breaks a guarantee is a violation.
@@ -1177,23 +1218,25 @@ fn main() {
         return;
     }
     let partition = Duration::from_secs(std::env::var("PARTITIONS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
-    let (scenarios, pg_scenarios, clock_skew): (Vec<&Scenario>, Vec<&pg::PgScenario>, bool) = match std::env::var("PARTITIONS_ONLY") {
-        Ok(only) => {
-            let names: Vec<&str> = only.split(',').map(str::trim).collect();
-            let known: Vec<&str> =
-                SCENARIOS.iter().map(|s| s.name).chain(pg::PG_SCENARIOS.iter().map(|s| s.name)).chain([CLOCK_SKEW]).collect();
-            if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
-                eprintln!("partitions: PARTITIONS_ONLY names {unknown:?}, no scenario; the scenarios are: {}", known.join(", "));
-                std::process::exit(2);
-            }
-            (
-                SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect(),
-                pg::PG_SCENARIOS.iter().filter(|s| names.contains(&s.name)).collect(),
-                names.contains(&CLOCK_SKEW),
-            )
+    let names: Option<Vec<String>> = std::env::var("PARTITIONS_ONLY").ok().map(|o| o.split(',').map(|s| s.trim().to_owned()).collect());
+    if let Some(names) = &names {
+        let known: Vec<&str> = SCENARIOS
+            .iter()
+            .map(|s| s.name)
+            .chain(pg::PG_SCENARIOS.iter().map(|s| s.name))
+            .chain(mysql::MYSQL_SCENARIOS.iter().map(|s| s.name))
+            .chain([CLOCK_SKEW])
+            .collect();
+        if let Some(unknown) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            eprintln!("partitions: PARTITIONS_ONLY names {unknown:?}, no scenario; the scenarios are: {}", known.join(", "));
+            std::process::exit(2);
         }
-        Err(_) => (SCENARIOS.iter().collect(), pg::PG_SCENARIOS.iter().collect(), true),
-    };
+    }
+    let chosen = |name: &str| names.as_ref().is_none_or(|names| names.iter().any(|n| n == name));
+    let scenarios: Vec<&Scenario> = SCENARIOS.iter().filter(|s| chosen(s.name)).collect();
+    let pg_scenarios: Vec<&pg::PgScenario> = pg::PG_SCENARIOS.iter().filter(|s| chosen(s.name)).collect();
+    let mysql_scenarios: Vec<&mysql::MysqlScenario> = mysql::MYSQL_SCENARIOS.iter().filter(|s| chosen(s.name)).collect();
+    let clock_skew = chosen(CLOCK_SKEW);
     if clock_skew {
         let started = Instant::now();
         clock::a_primary_promoted_with_its_clock_behind_repeats_no_fence_within_fence_retention_and_is_reported_past_it();
@@ -1205,6 +1248,7 @@ fn main() {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("partitions");
     let mut reports: Vec<Report> = scenarios.iter().map(|s| run_scenario(s, partition, &root)).collect();
     reports.extend(pg_scenarios.iter().map(|s| pg::run(s, partition, &root)));
+    reports.extend(mysql_scenarios.iter().map(|s| mysql::run(s, partition, &root)));
     if let Some(why) = Net::netem_missing() {
         println!("partitions: `tc qdisc add ... netem` fails here ({why}): slow-network delays by a user-space wire (wire.rs)");
     }
@@ -1282,8 +1326,9 @@ fn main() {
     }
 }
 
-/// The long form (`PARTITIONS_LONG_S=<seconds>`): per topology (all three,
-/// or those `PARTITIONS_ONLY` names: `sentinel`, `cluster`, `postgres`),
+/// The long form (`PARTITIONS_LONG_S=<seconds>`): per topology (all four,
+/// or those `PARTITIONS_ONLY` names: `sentinel`, `cluster`, `postgres`,
+/// `mysql`),
 /// cycle after cycle for that long, each a fresh deployment partitioned
 /// and healed once (its scenarios in turn, with and without replica
 /// acknowledgement; the partition 2 to 5 s after the promotion, by turns),
@@ -1296,11 +1341,14 @@ fn long_form(each: Duration) {
         ("sentinel", vec!["sentinel-partition", "sentinel-partition-acks", "sentinel-one-way", "sentinel-one-way-acks"]),
         ("cluster", vec!["cluster-partition", "cluster-partition-acks"]),
         ("postgres", vec!["pg-commit-cut", "pg-failover", "pg-failover-sync"]),
+        ("mysql", vec!["mysql-partition", "mysql-partition-semisync"]),
     ];
     let only: Option<Vec<String>> = std::env::var("PARTITIONS_ONLY").ok().map(|o| o.split(',').map(|s| s.trim().to_string()).collect());
     if let Some(names) = &only {
         if let Some(unknown) = names.iter().find(|n| !topologies.iter().any(|(t, _)| t == n)) {
-            eprintln!("partitions: in the long form PARTITIONS_ONLY names topologies (sentinel, cluster, postgres), not {unknown:?}");
+            eprintln!(
+                "partitions: in the long form PARTITIONS_ONLY names topologies (sentinel, cluster, postgres, mysql), not {unknown:?}"
+            );
             std::process::exit(2);
         }
     }
@@ -1317,7 +1365,10 @@ fn long_form(each: Duration) {
             let partition = Duration::from_secs(2 + (cycles / names.len() as u64) % 4);
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match SCENARIOS.iter().find(|s| s.name == name) {
                 Some(scenario) => run_scenario(scenario, partition, &root),
-                None => pg::run(pg::PG_SCENARIOS.iter().find(|s| s.name == name).unwrap(), partition, &root),
+                None => match mysql::MYSQL_SCENARIOS.iter().find(|s| s.name == name) {
+                    Some(scenario) => mysql::run(scenario, partition, &root),
+                    None => pg::run(pg::PG_SCENARIOS.iter().find(|s| s.name == name).unwrap(), partition, &root),
+                },
             }));
             cycles += 1;
             *per.entry(name).or_default() += 1;

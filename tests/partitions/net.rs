@@ -186,6 +186,33 @@ impl Net {
         }
     }
 
+    /// A floating address, `SUBNET.0.<number>` (what a failover manager
+    /// moves from a primary to the replica it promotes, as keepalived does
+    /// a virtual IP), served by node `to` as the nodes `seen_by` see it:
+    /// `to` answers at it, and their frames for it go to `to` (permanent
+    /// neighbour entries, as [`Net::seal`]'s). Nodes not in `seen_by` keep
+    /// sending where they did: one cut off goes on reaching the old holder.
+    pub fn float(&self, number: u8, to: &str, seen_by: &[&str]) {
+        let address = format!("{SUBNET}.0.{number}");
+        let &(_, to_number, _) = self.nodes.iter().find(|(n, _, _)| n == to).unwrap_or_else(|| panic!("no node {to}"));
+        ip(&["-n", &self.namespace(to), "addr", "replace", &format!("{address}/32"), "dev", "eth0"]);
+        for name in seen_by {
+            ip(&[
+                "-n",
+                &self.namespace(name),
+                "neigh",
+                "replace",
+                &address,
+                "lladdr",
+                &Self::mac(to_number, 0),
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ]);
+        }
+    }
+
     /// Cuts the nodes of `group` off from every other node (both ways);
     /// they still reach each other. Returns when the cut is in place.
     pub fn isolate(&mut self, group: &[&str]) {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::log::mono_us;
 use crate::net::{Net, SUBNET};
 use crate::pg_programs::{bin, postgres_dir, run_as_postgres};
-use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, KEYS, LEARN_BOUND, LEASE_MS, MINORITY_CLIENT};
+use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, KEYS, LEASE_MS, MINORITY_CLIENT};
 
 pub struct PgScenario {
     pub name: &'static str,
@@ -711,43 +711,9 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
             old_audit.iter().filter(|r| r.grant()).count(),
             lost
         ));
-        if report.replica_acks > 0 {
-            match report.learned_ms {
-                Some(ms) if ms <= LEARN_BOUND.as_millis() => {}
-                Some(ms) => {
-                    report.violations.push(format!("the minority's client learned only {ms} ms after the cut (bound {LEARN_BOUND:?})"))
-                }
-                None => report.violations.push("the minority's client never learned of the partition".into()),
-            }
-        }
-        if report.majority_grants == 0 {
-            report.violations.push("the majority's clients were granted nothing during the partition".into());
-        }
-        report.notes.push(format!(
-            "grants: {} in all; while cut off: minority {} ({} store writes accepted), majority {}; fences granted by both primaries {}; the minority's client first failed {}",
-            report.grants,
-            report.minority_grants,
-            report.minority_accepted,
-            report.majority_grants,
-            report.repeated_across,
-            report.learned_ms.map_or("never".into(), |ms| format!("{ms} ms after the cut"))
-        ));
+        crate::check_failover(&mut report);
     }
-    report.notes.push(format!(
-        "overlapping pairs: {}; store: {} accepted, {} refused; failed acquires: {}",
-        if report.overlaps.is_empty() {
-            "none".into()
-        } else {
-            report.overlaps.iter().map(|(c, n)| format!("{n} {c}")).collect::<Vec<_>>().join(", ")
-        },
-        report.accepted,
-        report.refused,
-        if report.failures.is_empty() {
-            "none".into()
-        } else {
-            report.failures.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")
-        }
-    ));
+    report.notes.push(crate::outcome(&report));
     drop(pgs);
     drop(net);
     report
