@@ -190,21 +190,6 @@ fn yaml() -> String {
     )
 }
 
-/// `PARTITIONS_BREAK=1`: `mysql-partition` leaves the old primary running
-/// after the heal, and the cut-off client reaching it, while the checks
-/// take it for stopped, as a failover without fencing would: its checks
-/// must fail (by hand).
-fn break_fencing() -> bool {
-    std::env::var("PARTITIONS_BREAK").is_ok_and(|v| v == "1")
-}
-
-/// `PARTITIONS_DROP_ACKS=1` (see main.rs): `mysql-partition-semisync` runs
-/// without semi-synchronous replication while its checks expect what it
-/// promises.
-fn drop_semisync() -> bool {
-    std::env::var("PARTITIONS_DROP_ACKS").is_ok_and(|v| v == "1")
-}
-
 pub fn run(scenario: &MysqlScenario, partition: Duration, root: &Path) -> Report {
     let dir = root.join(scenario.name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -228,7 +213,7 @@ pub fn run(scenario: &MysqlScenario, partition: Duration, root: &Path) -> Report
     // Declared after `net`: dropped (killed, removed) before it.
     let mut primary = MyServer::start(&mut net, PRIMARY.0, 1, &[], &dir);
     primary.query("CREATE USER 'root'@'%'; GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION; CREATE DATABASE parts");
-    let semisync = scenario.semisync && !drop_semisync();
+    let semisync = scenario.semisync && !crate::drop_acks();
     let replica = MyServer::start(&mut net, REPLICA.0, 2, if semisync { &["--rpl-semi-sync-slave-enabled=ON"] } else { &[] }, &dir);
     replica.query(&format!(
         "CHANGE MASTER TO MASTER_HOST = '{}', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1; START SLAVE",
@@ -278,7 +263,7 @@ pub fn run(scenario: &MysqlScenario, partition: Duration, root: &Path) -> Report
     let healed_at = mono_us();
     // The failover manager's fencing: the old primary goes, and the
     // address it answered at is the new primary's for everyone.
-    if !break_fencing() {
+    if !crate::break_cut() {
         primary.kill();
         net.float(FLOATING, REPLICA.0, &[MINORITY_CLIENT]);
     }
@@ -308,6 +293,7 @@ pub fn run(scenario: &MysqlScenario, partition: Duration, root: &Path) -> Report
         .collect();
     crate::check_history(&holds, &stores, &window, report.replica_acks, &mut report);
     crate::check_failover(&mut report);
+    report.notes.push(crate::grants(&report));
     report.notes.push(crate::outcome(&report));
     drop(replica);
     drop(primary);

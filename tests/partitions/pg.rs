@@ -404,21 +404,6 @@ fn yaml(hosts: &[String]) -> String {
     )
 }
 
-/// `PARTITIONS_BREAK=1`: `pg-commit-cut` frees the stranded lease by hand
-/// (deletes its row) as soon as it is found, as a server that gave a key
-/// back before its lease ended would; `pg-failover` leaves the old primary
-/// running after the heal while the checks take it for stopped, as a
-/// failover without fencing would: the checks of each must fail (by hand).
-fn break_lease() -> bool {
-    std::env::var("PARTITIONS_BREAK").is_ok_and(|v| v == "1")
-}
-
-/// `PARTITIONS_DROP_ACKS=1` (see main.rs): `pg-failover-sync` runs without
-/// synchronous replication while its checks expect what it promises.
-fn drop_sync() -> bool {
-    std::env::var("PARTITIONS_DROP_ACKS").is_ok_and(|v| v == "1")
-}
-
 pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
     let dir = root.join(scenario.name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -440,7 +425,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
 
     // Declared after `net`: dropped (stopped, removed) before it.
     let mut pgs: Vec<PgServer> = Vec::new();
-    pgs.push(PgServer::primary(&net, "pg1", scenario.synchronous && !drop_sync(), &dir));
+    pgs.push(PgServer::primary(&net, "pg1", scenario.synchronous && !crate::drop_acks(), &dir));
     if scenario.failover {
         pgs.push(PgServer::standby(&net, "pg2", &pgs[0]));
         pgs.push(PgServer::standby(&net, "pg3", &pgs[0]));
@@ -525,7 +510,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
             (cut_at - deaf_at) / 1000
         ));
         match &stranded {
-            Some(s) if break_lease() => {
+            Some(s) if crate::break_cut() => {
                 pgs[0].query(&format!(
                     "UPDATE parts.dokebi_lock_holders SET expires_at = clock_timestamp() - interval '1 second' WHERE token = '{}'",
                     s.token
@@ -565,7 +550,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         net.heal();
         healed_at = mono_us();
         // The failover manager's fencing: the old primary goes.
-        if !break_lease() {
+        if !crate::break_cut() {
             pgs[0].kill();
         }
         demoted_at = mono_us();
@@ -712,6 +697,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
             lost
         ));
         crate::check_failover(&mut report);
+        report.notes.push(crate::grants(&report));
     }
     report.notes.push(crate::outcome(&report));
     drop(pgs);
