@@ -10,6 +10,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures_timer::Delay;
 
 #[derive(Default)]
 struct Inner {
@@ -89,4 +92,17 @@ impl Future for Aborted<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         self.signal.poll_aborted(cx)
     }
+}
+
+/// Sleeps for `duration`, or until `signal` aborts if that comes first:
+/// whether it aborted.
+pub(crate) async fn sleep_unless_aborted(duration: Duration, signal: Option<&AbortSignal>) -> bool {
+    let mut delay = Delay::new(duration);
+    std::future::poll_fn(|cx| {
+        if signal.is_some_and(|signal| signal.poll_aborted(cx).is_ready()) {
+            return Poll::Ready(true);
+        }
+        Pin::new(&mut delay).poll(cx).map(|()| false)
+    })
+    .await
 }

@@ -5,7 +5,7 @@
 // grant), what to count and report. This module only runs each try on the
 // member's own view, so every kind, withLock's renewals and the member's
 // tracing are the member's.
-import { fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
+import { abortedBy, fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
 import { native } from './native.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { forwardTelemetry } from './telemetry.js';
@@ -99,6 +99,8 @@ class PolicyLease {
 
 /** `begin` answers `id * MEMBERS + member + 1` (bindings/node/src/policy.rs): one call, not two. */
 const MEMBERS = 65536;
+/** `nextMember`'s answer (and `begin`'s `member`) when the acquire pauses for `pauseMs`, then asks again. */
+const PAUSED = -2;
 
 /** The LockBackend of a policy backend. */
 class PolicyBackend {
@@ -156,9 +158,24 @@ class PolicyBackend {
     const deadline = performance.now() + waitMs;
     const counts = this.#counts;
     counts.waiting += 1;
+    // withLock's signal is in its options; its acquire options keep only the wait.
+    const signal = typeof options === 'object' && options !== null ? options.signal : undefined;
     try {
-      for (let member = (begun % MEMBERS) - 1; member !== -1; member = policy.nextMember(id)) {
+      let member = (begun % MEMBERS) - 1;
+      if (member === MEMBERS - 2) member = PAUSED;
+      for (; member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
+        if (member === PAUSED) {
+          // This process's tries of the key on a member passed over now: the core looks again once they may have ended.
+          if (left === 0) break;
+          try {
+            await pause(Math.min(policy.pauseMs, left), signal);
+          } catch (error) {
+            policy.abandon(id);
+            throw error;
+          }
+          continue;
+        }
         let granted = false;
         let placement;
         let kept = false;
@@ -202,6 +219,22 @@ class PolicyBackend {
     const { held, waiting, acquired, timedOut } = this.#counts;
     return { driver: 'policy', held, heldShared: 0, waiting, acquired, timedOut, lost: 0, members: this.#native.memberStatus() };
   }
+}
+
+/** Resolves after `ms`, or rejects ABORTED once `signal` aborts, if that comes first. */
+function pause(ms, signal) {
+  if (signal?.aborted) return Promise.reject(abortedBy(signal));
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(abortedBy(signal));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /** The acquire options among withLock's (its wait, for the policy to share out); the member checks the rest. */

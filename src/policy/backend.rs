@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::router::{Acquisition, KeyStatus, MemberStatus, Placement, Router, Step};
+use super::router::{Acquisition, KeyStatus, MemberStatus, Next, Placement, Router, Step};
+use crate::abort::sleep_unless_aborted;
 use crate::acquire::AcquireOptions;
-use crate::error::{ErrorCode, Result};
+use crate::error::{ErrorCode, LockError, Result};
 use crate::provider::{Backend, Lease};
 use crate::status::LeaseCounts;
 
@@ -73,7 +74,21 @@ impl PolicyBackend {
         // A wait too long to add to the clock has no deadline, as the members take it.
         let deadline = Instant::now().checked_add(wait);
         let mut attempt = inner.router.attempt(rule, keys);
-        while let Some(member) = attempt.next_member() {
+        loop {
+            let member = match attempt.next_member() {
+                Next::Member(member) => member,
+                Next::Refused => break,
+                Next::Pause(pause) => {
+                    let left = deadline.map_or(pause, |deadline| deadline.saturating_duration_since(Instant::now()));
+                    if left.is_zero() {
+                        break;
+                    }
+                    if sleep_unless_aborted(pause.min(left), options.signal.as_ref()).await {
+                        return Err(LockError::aborted());
+                    }
+                    continue;
+                }
+            };
             options.wait_timeout = Some(deadline.map_or(wait, |deadline| deadline.saturating_duration_since(Instant::now()).min(wait)));
             let backend = &inner.members[member];
             // Boxed: a member is a `Backend`, whose acquire may be a policy's (the options forbid it, the types do not).

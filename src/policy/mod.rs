@@ -19,6 +19,7 @@ mod tier;
 pub use backend::{PolicyBackend, PolicyLease};
 pub use pattern::Pattern;
 pub use router::{
-    Acquisition, Attempt, KeyStatus, MemberCounts, MemberInfo, MemberStatus, Placement, Places, Router, Rule, Step, REMEMBERED_KEYS,
+    Acquisition, Attempt, KeyStatus, MemberCounts, MemberInfo, MemberStatus, Next, Placement, Places, Router, Rule, Step, PAUSE,
+    REMEMBERED_KEYS,
 };
 pub use tier::{OnUnavailable, Tier};

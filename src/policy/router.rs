@@ -239,7 +239,7 @@ impl Router {
     /// [`Router::rule_of_all`]) starts.
     pub fn attempt(self: &Arc<Self>, rule: usize, keys: &[&str]) -> Attempt {
         let keys = keys.iter().map(|&key| key.into()).collect();
-        Attempt { router: self.clone(), rule, keys, position: 0, tried: Vec::new(), placement: None, went_to_place: false }
+        Attempt { router: self.clone(), rule, keys, position: 0, tried: Vec::new(), placement: None, went_to: None, paused_on: None }
     }
 
     /// What the policy says of `key`.
@@ -278,6 +278,12 @@ impl Router {
         if let Some(telemetry) = &self.telemetry {
             telemetry.event(&event);
         }
+    }
+
+    /// Whether `member` could not serve at its last try and has not served
+    /// since (in its cooldown, or being probed).
+    fn down(&self, member: usize) -> bool {
+        lock(&self.states)[member].skip.is_some()
     }
 
     /// `member` answered (served, or refused for contention): if it was
@@ -337,8 +343,28 @@ pub struct Attempt {
     tried: Vec<Tried>,
     /// The member being tried, entered in the router's places.
     placement: Option<Placement>,
-    /// A key of this acquire was found on a member and the acquire went there.
-    went_to_place: bool,
+    /// The member a key of this acquire was found on, and the acquire went
+    /// to (and could not be served there).
+    went_to: Option<usize>,
+    /// The member whose tries of this process this acquire last paused
+    /// for ([`Next::Pause`]).
+    paused_on: Option<usize>,
+}
+
+/// How long an acquire pauses before it looks again whether this
+/// process's tries of its keys on a member passed over have ended.
+pub const PAUSE: Duration = Duration::from_millis(10);
+
+/// What an acquire does next ([`Attempt::next_member`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Try this member.
+    Member(usize),
+    /// Ask again after this long (or once the acquire's wait is over:
+    /// then its error is [`Attempt::refusal`]), without trying anything.
+    Pause(Duration),
+    /// No member is left: the acquire's error is [`Attempt::refusal`].
+    Refused,
 }
 
 /// What a failed try means for the acquire.
@@ -363,7 +389,16 @@ impl Attempt {
     /// first lease lives (review R8: the preferred member back from its
     /// cooldown while a lease on the fallback is renewed). It waits there
     /// for its own lease as for anyone's.
-    pub fn next_member(&mut self) -> Option<usize> {
+    ///
+    /// Where the key has only tries (no lease) and their member could not
+    /// serve at its last try (unreachable; in its cooldown, or being
+    /// probed), the acquire pauses ([`Next::Pause`]) instead of joining them
+    /// there or being refused: those tries end within their member's own
+    /// bounds (they fail as the last did, or are granted), and then it
+    /// follows the rule's order, or goes where they were granted. A lease
+    /// never makes it pause: that may last as long as its holder likes (a
+    /// nested read, review R41).
+    pub fn next_member(&mut self) -> Next {
         self.placement = None;
         let router = self.router.clone();
         let rule = &router.rules[self.rule];
@@ -371,27 +406,36 @@ impl Attempt {
         match places.of(&self.keys) {
             Ok(None) => {}
             Ok(Some(place)) => {
-                let member = rule.members.iter().copied().find(|&member| router.members[member].name == place.name);
+                let member = rule.members.iter().copied().find(|&member| router.members[member].name == place.member.name);
                 match member {
-                    Some(member) if !self.went_to_place => {
-                        self.went_to_place = true;
-                        return Some(self.enter(&mut places, member));
+                    Some(member) if !place.leased && router.down(member) => {
+                        self.went_to = None;
+                        self.paused_on = Some(member);
+                        return Next::Pause(PAUSE);
+                    }
+                    // Found there (again, after this acquire's try on another
+                    // member failed: another acquire went on to it first).
+                    Some(member) if self.went_to != Some(member) => {
+                        self.went_to = Some(member);
+                        self.paused_on = None;
+                        return Next::Member(self.enter(&mut places, member));
                     }
                     // Tried there, and it could not serve: no other member may.
                     Some(member) => self.refuse(member, "this process holds the key there, or is acquiring it".to_owned()),
                     // Through another policy, on a member this rule does not allow.
                     None => self.refuse(
                         rule.members[0],
-                        format!("this process holds the key on backend {}, which this rule does not allow", place.name),
+                        format!("this process holds the key on backend {}, which this rule does not allow", place.member.name),
                     ),
                 }
-                return None;
+                return Next::Refused;
             }
             Err(()) => {
                 self.refuse(rule.members[0], "this process holds some of the keys on one member and others on another".to_owned());
-                return None;
+                return Next::Refused;
             }
         }
+        self.paused_on = None;
         let last = match rule.on_unavailable {
             OnUnavailable::FailClosed => 1,
             OnUnavailable::FallBack => rule.members.len(),
@@ -408,12 +452,12 @@ impl Attempt {
                 Some(skip) => {
                     // This acquire probes it; the others wait another cooldown.
                     skip.retry_at = now + router.cooldown;
-                    return Some(self.enter(&mut places, member));
+                    return Next::Member(self.enter(&mut places, member));
                 }
-                None => return Some(self.enter(&mut places, member)),
+                None => return Next::Member(self.enter(&mut places, member)),
             }
         }
-        None
+        Next::Refused
     }
 
     /// This acquire's keys are on `member` while it tries there.
@@ -457,7 +501,8 @@ impl Attempt {
     /// the rule prefers another member. The lease holds its [`Placement`]
     /// until it ends: until then its keys are tried on `member` only.
     pub fn served(mut self, member: usize) -> (Acquisition, Placement) {
-        let placement = self.placement.take().expect("a member is served after next_member chose it, and before it failed");
+        let mut placement = self.placement.take().expect("a member is served after next_member chose it, and before it failed");
+        placement.lease();
         let router = &self.router;
         let rule = &router.rules[self.rule];
         let preferred = rule.members[0];
@@ -499,7 +544,14 @@ impl Attempt {
     /// The acquire's error when no member served: `NO_ELIGIBLE_BACKEND`,
     /// whose details list every member tried or passed over and why
     /// (never the key).
-    pub fn refusal(self) -> LockError {
+    pub fn refusal(mut self) -> LockError {
+        if let Some(member) = self.paused_on.take() {
+            // Its wait ended while it paused for this process's tries there.
+            self.refuse(
+                member,
+                "this process is acquiring the key there, which is unavailable now; the wait ended before those tries did".to_owned(),
+            );
+        }
         let router = &self.router;
         let rule = &router.rules[self.rule];
         lock(&router.states)[rule.members[0]].counts.refusals += 1;
@@ -574,37 +626,65 @@ impl Places {
 }
 
 #[derive(Default)]
-struct PlaceMap(HashMap<Box<str>, (Arc<MemberInfo>, usize)>);
+struct PlaceMap(HashMap<Box<str>, Place>);
+
+/// Where one key is: its member, and how many tries and leases of this
+/// process it has there.
+struct Place {
+    member: Arc<MemberInfo>,
+    tries: usize,
+    leases: usize,
+}
+
+/// The member some keys are on, and whether any of them is leased there.
+struct Found {
+    member: Arc<MemberInfo>,
+    leased: bool,
+}
 
 impl PlaceMap {
     /// The member some of `keys` are on (`Err` when they are on two).
-    fn of(&self, keys: &[Box<str>]) -> Result<Option<Arc<MemberInfo>>, ()> {
-        let mut on: Option<&Arc<MemberInfo>> = None;
-        for key in keys {
-            match (self.0.get(key), on) {
-                (Some((member, _)), Some(other)) if member.name != other.name => return Err(()),
-                (Some((member, _)), _) => on = Some(member),
-                (None, _) => {}
+    fn of(&self, keys: &[Box<str>]) -> Result<Option<Found>, ()> {
+        let mut on: Option<Found> = None;
+        for place in keys.iter().filter_map(|key| self.0.get(key)) {
+            match &mut on {
+                Some(found) if found.member.name != place.member.name => return Err(()),
+                Some(found) => found.leased |= place.leases > 0,
+                None => on = Some(Found { member: place.member.clone(), leased: place.leases > 0 }),
             }
         }
-        Ok(on.cloned())
+        Ok(on)
     }
 
-    /// A try or lease of `keys` on `member`, where those of them that are
-    /// anywhere are ([`PlaceMap::of`]).
+    /// A try of `keys` on `member`, where those of them that are anywhere
+    /// are ([`PlaceMap::of`]).
     fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, member: &Arc<MemberInfo>) -> Placement {
         for key in keys.iter() {
-            self.0.entry(key.clone()).or_insert_with(|| (member.clone(), 0)).1 += 1;
+            self.0.entry(key.clone()).or_insert_with(|| Place { member: member.clone(), tries: 0, leases: 0 }).tries += 1;
         }
-        Placement { places: places.clone(), keys: keys.clone() }
+        Placement { places: places.clone(), keys: keys.clone(), leased: false }
     }
 
-    /// A try or lease of `keys` ended.
-    fn leave(&mut self, keys: &[Box<str>]) {
+    /// A try of `keys` granted: a lease of them now.
+    fn lease(&mut self, keys: &[Box<str>]) {
         for key in keys {
-            if let Some((_, count)) = self.0.get_mut(key) {
-                *count -= 1;
-                if *count == 0 {
+            if let Some(place) = self.0.get_mut(key) {
+                place.tries -= 1;
+                place.leases += 1;
+            }
+        }
+    }
+
+    /// A try (or, `leased`, a lease) of `keys` ended.
+    fn leave(&mut self, keys: &[Box<str>], leased: bool) {
+        for key in keys {
+            if let Some(place) = self.0.get_mut(key) {
+                if leased {
+                    place.leases -= 1;
+                } else {
+                    place.tries -= 1;
+                }
+                if place.tries + place.leases == 0 {
                     self.0.remove(key);
                 }
             }
@@ -618,6 +698,18 @@ impl PlaceMap {
 pub struct Placement {
     places: Places,
     keys: Arc<[Box<str>]>,
+    /// A lease's, no longer a try's.
+    leased: bool,
+}
+
+impl Placement {
+    /// The try was granted: its keys are a lease's now.
+    fn lease(&mut self) {
+        if !self.leased {
+            self.places.lock().lease(&self.keys);
+            self.leased = true;
+        }
+    }
 }
 
 impl std::fmt::Debug for Placement {
@@ -628,7 +720,7 @@ impl std::fmt::Debug for Placement {
 
 impl Drop for Placement {
     fn drop(&mut self) {
-        self.places.lock().leave(&self.keys);
+        self.places.lock().leave(&self.keys, self.leased);
     }
 }
 

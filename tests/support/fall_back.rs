@@ -59,6 +59,11 @@ impl FallBackToHost {
         FallBackToHost::open_on("redis", &format!("{endpoint}, {timeouts}"), "namespace: test, leaseMs: 30000", 5000)
     }
 
+    /// The provider.
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+
     /// The policy backend `locks`.
     pub fn locks(&self) -> Backend {
         self.provider.backend("locks").unwrap()

@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
-use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Placement, Places, Router, Step, Tier};
+use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Next, Placement, Places, Router, Step, Tier};
 use dokebi_lock::{ErrorCode, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
@@ -44,8 +44,8 @@ pub fn open(options: &Options, name: &str, places: &Places, log: LogForwarder, t
         (driver_name(backend), Tier::of(backend).expect("the options checked every member's tier"))
     };
     let router = Router::new(name, policy, places.clone(), info_of, logger, Some(sink(telemetry)));
-    if router.members().len() as u64 >= MEMBERS {
-        stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", MEMBERS - 1)));
+    if router.members().len() as u64 >= PAUSED {
+        stash(LockError::new(ErrorCode::InvalidOptions, format!("policy {name} names more than {} members", PAUSED - 1)));
         return None;
     }
     Some(NativePolicy { router: Arc::new(router), attempts: Slots::default(), placements: Slots::default() })
@@ -130,6 +130,15 @@ pub struct MemberStatusJs {
 /// id above (options name at most a few; more are refused at open).
 const MEMBERS: u64 = 65_536;
 
+/// What `begin` answers in place of `member + 1` when the acquire pauses
+/// first ([`Next::Pause`]), and so one more than the most members a policy
+/// may have.
+const PAUSED: u64 = MEMBERS - 1;
+
+/// What `next_member` answers when the acquire pauses: it asks again after
+/// `PAUSE` (see `npm/lib/policy.js`).
+const PAUSE_NEXT: i32 = -2;
+
 /// The decisions of one policy backend, and its acquires in progress.
 #[napi]
 pub struct NativePolicy {
@@ -193,10 +202,10 @@ impl NativePolicy {
 
     /// Starts an acquire of `keys` and picks its first member, in one call
     /// (each call costs hundreds of ns): `id * MEMBERS + member + 1`, with
-    /// `member + 1` 0 when no member is left to try (see `MEMBERS` in
-    /// `npm/lib/policy.js`); -1 when the keys fall under several rules (see
-    /// `takeError`). The acquire ends with `served`, `refusal`, or a
-    /// `failed` that answers false.
+    /// `member + 1` 0 when no member is left to try and `PAUSED` when the
+    /// acquire pauses first (see `MEMBERS` in `npm/lib/policy.js`); -1 when
+    /// the keys fall under several rules (see `takeError`). The acquire ends
+    /// with `served`, `refusal`, or a `failed` that answers false.
     #[napi(catch_unwind)]
     pub fn begin(&mut self, keys: Vec<String>) -> f64 {
         let rule = {
@@ -212,15 +221,37 @@ impl NativePolicy {
         };
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let mut attempt = self.router.attempt(rule, &keys);
-        let first = attempt.next_member().map_or(0, |member| member as u64 + 1);
+        let first = match attempt.next_member() {
+            Next::Member(member) => member as u64 + 1,
+            Next::Pause(_) => PAUSED,
+            Next::Refused => 0,
+        };
         let id = self.attempts.put(attempt);
         (u64::from(id) * MEMBERS + first) as f64
     }
 
-    /// The index of the next member acquire `id` tries, or -1 when none is left.
+    /// The index of the next member acquire `id` tries, -1 when none is
+    /// left, or `PAUSE_NEXT` when it pauses for `pauseMs` and asks again.
     #[napi(catch_unwind)]
     pub fn next_member(&mut self, id: u32) -> i32 {
-        self.attempts.get(id).next_member().map_or(-1, |member| member as i32)
+        match self.attempts.get(id).next_member() {
+            Next::Member(member) => member as i32,
+            Next::Pause(_) => PAUSE_NEXT,
+            Next::Refused => -1,
+        }
+    }
+
+    /// Acquire `id` ends without a member's answer (its signal aborted it
+    /// while it paused).
+    #[napi(catch_unwind)]
+    pub fn abandon(&mut self, id: u32) {
+        drop(self.attempts.take(id));
+    }
+
+    /// How long an acquire pauses before it asks `next_member` again.
+    #[napi(getter)]
+    pub fn pause_ms(&self) -> u32 {
+        dokebi_lock::policy::PAUSE.as_millis() as u32
     }
 
     /// The try of member `member` failed with the error `code` (`message`
