@@ -97,6 +97,64 @@ fn assert_refused(err: &LockError, message: &[&str], fix: &[&str]) {
     }
 }
 
+/// `#insecure` takes any issuer and name, but the server must still sign
+/// the handshake with its certificate's key: a key that cannot be checked
+/// (RSA of 1024 bits, which a redis-server at OpenSSL's security level 0
+/// loads) is refused, and the error says which keys are taken. Its fix
+/// named a trusted authority before (review of e711d4a).
+#[test]
+fn insecure_refuses_a_key_it_cannot_check_and_names_the_keys_it_takes() {
+    let pki = Pki::new("weak-key");
+    support::pki::openssl(
+        &pki.dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:1024",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            "weak.key",
+            "-out",
+            "weak.pem",
+        ],
+    );
+    std::fs::write(
+        pki.dir.join("weak.cnf"),
+        "openssl_conf = d\n[d]\nssl_conf = s\n[s]\nsystem_default = t\n[t]\nCipherString = DEFAULT@SECLEVEL=0\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let _server = Killed(
+        Command::new("redis-server")
+            .env("OPENSSL_CONF", pki.dir.join("weak.cnf"))
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--tls-cert-file",
+                &pki.path("weak.pem"),
+                "--tls-key-file",
+                &pki.path("weak.key"),
+            ])
+            .args(["--tls-auth-clients", "no", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within_10s("the TLS port answers", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let provider = open(&format!("rediss://127.0.0.1:{port}/#insecure"), "");
+    assert_refused(&acquire(&provider).unwrap_err(), &["signature made with its key could not be checked"], &["RSA of 2048", "#insecure"]);
+}
+
 #[test]
 fn a_rediss_connection_is_verified_against_the_trusted_authorities() {
     let pki = Pki::new("verified");

@@ -172,6 +172,17 @@ impl Tls {
                 format!("{refused}: it is not valid yet"),
                 "Correct this host's clock, or the server certificate's validity period.".to_owned(),
             ),
+            // Also on a link that verifies nothing (`#insecure`): the server
+            // must sign the handshake with its certificate's key, which only
+            // keys ring can check prove.
+            rustls::Error::InvalidCertificate(
+                CertificateError::BadSignature
+                | CertificateError::UnsupportedSignatureAlgorithmContext { .. }
+                | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. },
+            ) => (
+                format!("{refused}: a signature made with its key could not be checked (a key of a kind or size this client does not take)"),
+                "Give the server a certificate whose key is RSA of 2048 to 8192 bits, ECDSA P-256 or P-384, or Ed25519 (#insecure takes any issuer and name, not any key).".to_owned(),
+            ),
             rustls::Error::InvalidCertificate(other) => (
                 format!("{refused} ({other:?})"),
                 "Give the server a certificate that a trusted authority signed for its name (see cause).".to_owned(),
