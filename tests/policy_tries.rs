@@ -78,11 +78,15 @@ fn acquires_of_a_key_whose_tries_fail_together_are_all_served_by_the_fallback() 
     assert!(outcomes.iter().all(|o| o.as_ref().is_ok_and(|served| served == "host")), "{outcomes:?}");
 }
 
+/// An acquire's thread: the member that served it or its error's code,
+/// and how long it took.
+type Paused = thread::JoinHandle<(Result<String, ErrorCode>, Duration)>;
+
 /// `db` passed over (its first try failed), then probed once its cooldown
 /// passed: the probe's connect takes 1.5 s. Answers the policy, once an
 /// acquire of `k` pauses for the probe (its own thread: its outcome, and
 /// how long it took).
-fn paused_for_a_probe(options: AcquireOptions) -> (Arc<FallBackToHost>, thread::JoinHandle<(Result<String, ErrorCode>, Duration)>) {
+fn paused_for_a_probe(options: AcquireOptions) -> (Arc<FallBackToHost>, Paused) {
     let policy = Arc::new(policy(1500, 200));
     let first = block_on(policy.locks().acquire("other", wait(5000))).unwrap();
     assert_eq!(first.served().unwrap().member.name, "host", "db is unreachable");

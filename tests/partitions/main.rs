@@ -208,6 +208,13 @@ struct Report {
     notes: Vec<String>,
 }
 
+/// `dir`, emptied (a scenario's logs of an earlier run removed).
+fn fresh(dir: &Path) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    dir.to_path_buf()
+}
+
 fn redis_args(name: &str, dir: &Path, ip: &str, replica_of: Option<&str>) -> Vec<String> {
     let data = dir.join(name);
     std::fs::create_dir_all(&data).unwrap();
@@ -354,9 +361,7 @@ fn cluster_victim(net: &Net) -> (String, Option<String>) {
 }
 
 fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report {
-    let dir = root.join(scenario.name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh(&root.join(scenario.name));
     let mut report = Report { name: scenario.name, replica_acks: scenario.replica_acks, ..Report::default() };
 
     let mut net = Net::new("dkp");

@@ -405,9 +405,7 @@ fn yaml(hosts: &[String]) -> String {
 }
 
 pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
-    let dir = root.join(scenario.name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::fresh(&root.join(scenario.name));
     let mut report = Report { name: scenario.name, replica_acks: u32::from(scenario.synchronous), custom: true, ..Report::default() };
 
     let mut net = Net::new("dkp");
