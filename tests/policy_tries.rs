@@ -5,14 +5,12 @@
 //! holds the key there, or is acquiring it"). The fault suite's
 //! `policy-redis-down` counted 6 to 9 such refusals a rule in a 3 s run.
 //!
-//! The unreachable member is a Redis URL whose listener's queue is full:
-//! each connect's SYN is dropped and it ends after `connectTimeoutMs` with
-//! no socket up, as one to a host that is down (a listener that takes the
-//! connection and never answers is a store that is up: `store::reach`).
+//! The unreachable member is Redis at a port whose listener's queue is full
+//! (`support::fall_back::unreachable_port`): each connect ends after
+//! `connectTimeoutMs` with no socket up, as one to a host that is down.
 
 mod support;
 
-use std::net::TcpListener;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -23,33 +21,6 @@ use futures::executor::block_on;
 use support::fall_back::FallBackToHost;
 use support::wait;
 
-/// A listener that never accepts, its queue filled until a connect times
-/// out: further connects hang. Its port; the listener and the queued
-/// connections are kept for the rest of the process.
-fn unreachable() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut queued = Vec::new();
-    while let Ok(stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(50)) {
-        queued.push(stream);
-        assert!(queued.len() < 10_000, "the listener's queue never filled");
-    }
-    std::mem::forget((listener, queued));
-    address.port()
-}
-
-/// A policy over `db`, Redis at an unreachable port (connects end after
-/// `connect_ms`), and `host`, a file backend, passed over for
-/// `cooldown_ms` once `db` could not serve.
-fn policy(connect_ms: u64, cooldown_ms: u32) -> FallBackToHost {
-    FallBackToHost::open_on(
-        "redis",
-        &format!("url: 'redis://127.0.0.1:{}', connectTimeoutMs: {connect_ms}, commandTimeoutMs: 1000", unreachable()),
-        "namespace: test, leaseMs: 30000",
-        cooldown_ms,
-    )
-}
-
 /// Eight acquires of one key at once: they try `db` together, each try
 /// fails when its connect times out, in any order; every one of them must
 /// be served by `host` in turn within its wait. Before, an acquire whose
@@ -57,7 +28,7 @@ fn policy(connect_ms: u64, cooldown_ms: u32) -> FallBackToHost {
 /// moved on to `host`) was refused.
 #[test]
 fn acquires_of_a_key_whose_tries_fail_together_are_all_served_by_the_fallback() {
-    let policy = Arc::new(policy(300, 5000));
+    let policy = Arc::new(FallBackToHost::over_unreachable(300, 5000));
     let start = Arc::new(Barrier::new(8));
     let acquires: Vec<_> = (0..8)
         .map(|_| {
@@ -87,7 +58,7 @@ type Paused = thread::JoinHandle<(Result<String, ErrorCode>, Duration)>;
 /// acquire of `k` pauses for the probe (its own thread: its outcome, and
 /// how long it took).
 fn paused_for_a_probe(options: AcquireOptions) -> (Arc<FallBackToHost>, Paused) {
-    let policy = Arc::new(policy(1500, 200));
+    let policy = Arc::new(FallBackToHost::over_unreachable(1500, 200));
     let first = block_on(policy.locks().acquire("other", wait(5000))).unwrap();
     assert_eq!(first.served().unwrap().member.name, "host", "db is unreachable");
     assert!(block_on(first.release()).unwrap());

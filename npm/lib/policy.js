@@ -167,7 +167,7 @@ class PolicyBackend {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
         if (member === PAUSED) {
           // This process's tries of the key on a member passed over now: the core looks again once they may have ended.
-          if (left === 0) break;
+          if (left === 0 && !signal?.aborted) break;
           try {
             await pause(Math.min(policy.pauseMs, left), signal);
           } catch (error) {

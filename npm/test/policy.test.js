@@ -6,7 +6,7 @@
 // moving, contention never falling back.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -17,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { openLock, LockError } from '../index.js';
 import { rejectsWith } from './helpers.js';
 import { startRedis } from './redis-server.js';
+import { overUnreachable } from './unreachable.js';
 
 const COOLDOWN_MS = 1500;
 
@@ -276,47 +277,8 @@ test('a wait that ends while the preferred member still connects fails without m
   }
 });
 
-/**
- * A port whose listener never accepts and whose queue is full (a Python
- * helper fills it and holds it until the test ends): a connect to it hangs
- * with no socket up, as one to a host that is down, and ends after
- * `connectTimeoutMs` as unreachable.
- */
-async function unreachablePort(t) {
-  const fill = [
-    'import socket, time',
-    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(0); port = s.getsockname()[1]; held = []",
-    'while True:',
-    '    c = socket.socket(); c.settimeout(0.05)',
-    "    try: c.connect(('127.0.0.1', port)); held.append(c)",
-    '    except OSError: break',
-    'print(port, flush=True); time.sleep(600)',
-  ].join('\n');
-  const child = spawn('python3', ['-c', fill], { stdio: ['ignore', 'pipe', 'inherit'] });
-  t.after(() => child.kill());
-  const [line] = await once(child.stdout, 'data');
-  return Number(String(line).trim());
-}
-
-/** A policy over Redis at `port` (`cache`, connects ending after `connectMs`) and the file member `host`. */
-function overUnreachable(port, connectMs, cooldownMs) {
-  return openLock({
-    config: config(
-      {
-        cache: { driver: 'redis', connection: 'main', leaseMs: 5000 },
-        locks: {
-          driver: 'policy',
-          reprobeCooldownMs: cooldownMs,
-          default: { backends: ['cache', 'host'], minTier: 'host', onUnavailable: 'fallBack' },
-        },
-      },
-      { main: { url: `redis://127.0.0.1:${port}`, connectTimeoutMs: connectMs } },
-    ),
-  });
-}
-
 test('acquires of a key whose tries on an unreachable member end together are all served by the fallback, none refused', async (t) => {
-  const lock = await overUnreachable(await unreachablePort(t), 300, 5000);
+  const lock = await overUnreachable(t, 300, 5000);
   try {
     const locks = lock.backend('locks');
     const sections = Array.from({ length: 8 }, () =>
@@ -344,7 +306,7 @@ test('acquires of a key whose tries on an unreachable member end together are al
 });
 
 test("a withLock paused for a probe of the preferred member ends ABORTED at once by its signal; the probe's acquire is served by the fallback", async (t) => {
-  const lock = await overUnreachable(await unreachablePort(t), 1500, 400);
+  const lock = await overUnreachable(t, 1500, 400);
   try {
     const locks = lock.backend('locks');
     const first = await locks.acquire('other', { waitTimeoutMs: 5000 });

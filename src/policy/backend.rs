@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::router::{Acquisition, KeyStatus, MemberStatus, Next, Placement, Router, Step};
-use crate::abort::sleep_unless_aborted;
+use crate::abort::{sleep_unless_aborted, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::provider::{Backend, Lease};
@@ -79,6 +79,9 @@ impl PolicyBackend {
                 Next::Member(member) => member,
                 Next::Refused => break,
                 Next::Pause(pause) => {
+                    if options.signal.as_ref().is_some_and(AbortSignal::is_aborted) {
+                        return Err(LockError::aborted());
+                    }
                     let left = deadline.map_or(pause, |deadline| deadline.saturating_duration_since(Instant::now()));
                     if left.is_zero() {
                         break;

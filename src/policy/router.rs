@@ -280,10 +280,12 @@ impl Router {
         }
     }
 
-    /// Whether `member` could not serve at its last try and has not served
-    /// since (in its cooldown, or being probed).
-    fn down(&self, member: usize) -> bool {
-        lock(&self.states)[member].skip.is_some()
+    /// The member of this policy named `name` when it could not serve at
+    /// its last try and has not served since (in its cooldown, or being
+    /// probed).
+    fn down(&self, name: &str) -> Option<usize> {
+        let member = self.members.iter().position(|member| member.name == name)?;
+        lock(&self.states)[member].skip.is_some().then_some(member)
     }
 
     /// `member` answered (served, or refused for contention): if it was
@@ -403,21 +405,25 @@ impl Attempt {
         let router = self.router.clone();
         let rule = &router.rules[self.rule];
         let mut places = router.places.lock();
-        match places.of(&self.keys) {
-            Ok(None) => {}
-            Ok(Some(place)) => {
+        let found = places.of(&self.keys);
+        // Only tries there, on a member that could not serve at its last
+        // try: they end within its bounds, then this acquire looks again
+        // (keys found on two members may meet on one by then).
+        if let Some(member) = found.iter().filter(|place| !place.leased).find_map(|place| router.down(&place.member.name)) {
+            self.went_to = None;
+            self.paused_on = Some(member);
+            return Next::Pause(PAUSE);
+        }
+        self.paused_on = None;
+        match found.as_slice() {
+            [] => {}
+            [place] => {
                 let member = rule.members.iter().copied().find(|&member| router.members[member].name == place.member.name);
                 match member {
-                    Some(member) if !place.leased && router.down(member) => {
-                        self.went_to = None;
-                        self.paused_on = Some(member);
-                        return Next::Pause(PAUSE);
-                    }
                     // Found there (again, after this acquire's try on another
                     // member failed: another acquire went on to it first).
                     Some(member) if self.went_to != Some(member) => {
                         self.went_to = Some(member);
-                        self.paused_on = None;
                         return Next::Member(self.enter(&mut places, member));
                     }
                     // Tried there, and it could not serve: no other member may.
@@ -430,12 +436,11 @@ impl Attempt {
                 }
                 return Next::Refused;
             }
-            Err(()) => {
+            _ => {
                 self.refuse(rule.members[0], "this process holds some of the keys on one member and others on another".to_owned());
                 return Next::Refused;
             }
         }
-        self.paused_on = None;
         let last = match rule.on_unavailable {
             OnUnavailable::FailClosed => 1,
             OnUnavailable::FallBack => rule.members.len(),
@@ -643,17 +648,16 @@ struct Found {
 }
 
 impl PlaceMap {
-    /// The member some of `keys` are on (`Err` when they are on two).
-    fn of(&self, keys: &[Box<str>]) -> Result<Option<Found>, ()> {
-        let mut on: Option<Found> = None;
+    /// The members some of `keys` are on, each once.
+    fn of(&self, keys: &[Box<str>]) -> Vec<Found> {
+        let mut on: Vec<Found> = Vec::new();
         for place in keys.iter().filter_map(|key| self.0.get(key)) {
-            match &mut on {
-                Some(found) if found.member.name != place.member.name => return Err(()),
+            match on.iter_mut().find(|found| found.member.name == place.member.name) {
                 Some(found) => found.leased |= place.leases > 0,
-                None => on = Some(Found { member: place.member.clone(), leased: place.leases > 0 }),
+                None => on.push(Found { member: place.member.clone(), leased: place.leases > 0 }),
             }
         }
-        Ok(on)
+        on
     }
 
     /// A try of `keys` on `member`, where those of them that are anywhere

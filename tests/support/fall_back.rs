@@ -2,7 +2,9 @@
 //! tests of a refusal that must not move a key (a statement cut by the
 //! server's time limit while it waited for a key's row) acquire through.
 
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use dokebi_lock::{Backend, Lease, Provider};
 use futures::executor::block_on;
@@ -44,6 +46,18 @@ impl FallBackToHost {
         ))
         .unwrap();
         FallBackToHost { provider, directory }
+    }
+
+    /// `db` on Redis at a port nothing answers on ([`unreachable_port`]:
+    /// each connect ends after `connect_ms`, unreachable), passed over for
+    /// `cooldown_ms` once it could not serve.
+    pub fn over_unreachable(connect_ms: u64, cooldown_ms: u32) -> FallBackToHost {
+        FallBackToHost::open_on(
+            "redis",
+            &format!("url: 'redis://127.0.0.1:{}', connectTimeoutMs: {connect_ms}, commandTimeoutMs: 1000", unreachable_port()),
+            "namespace: test, leaseMs: 30000",
+            cooldown_ms,
+        )
     }
 
     /// `db` on Redis through `endpoint` (its `url:`, `sentinel:` or
@@ -122,4 +136,21 @@ impl Drop for FallBackToHost {
         block_on(self.provider.close());
         let _ = std::fs::remove_dir_all(&self.directory);
     }
+}
+
+/// A port of a listener that never accepts, its queue filled until a
+/// connect timed out: a connect to it hangs with no socket up, as one to a
+/// host that is down (a listener that takes connections and never answers
+/// is a store that is up: `store::reach`). The listener and the queued
+/// connections are kept for the rest of the process.
+pub fn unreachable_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    while let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_millis(50)) {
+        queued.push(stream);
+        assert!(queued.len() < 10_000, "the listener's queue never filled");
+    }
+    std::mem::forget((listener, queued));
+    address.port()
 }
