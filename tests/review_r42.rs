@@ -19,6 +19,19 @@
 //! entry in `details.tried`; one whose signal had aborted before a pause
 //! with no wait left was `NO_ELIGIBLE_BACKEND`, not `ABORTED`.
 //!
+//! Review R43 (09f685f, the fix above): a pause for a try that waits for the
+//! pausing task. `x: [db, host]`; H holds `d` on db; a blip leaves db down
+//! in `x` (its skip stays set until a try there gets an answer); T's
+//! `[b, d]` goes to db for the lease of `d` and waits in Redis for H; H's
+//! `[a, b]` (`a` held on host) found `b` with only T's try on db, db down,
+//! and paused for it: H waited for T, T for H, until T's wait ended
+//! (`WAIT_TIMEOUT` after 3 s, H then served after 2.7 s; for ever without
+//! waits). Before 09f685f H was refused at once (keys on two members).
+//! `a_pause_never_waits_for_a_try_that_went_for_a_lease_of_this_process`
+//! (failed on 09f685f). Fixed: a try that went to its member because some
+//! of its keys are leased there (it may wait for this process's own
+//! holders) never makes an acquire pause.
+//!
 //! Controls (pass; `--ignored`, 20 s each): a private Redis behind a proxy
 //! that flaps (connects refused, connections cut; the data kept), a file
 //! member, policies `x: [db, host]` and `y: [host, db]`, six threads of
@@ -316,4 +329,47 @@ fn an_acquire_of_two_keys_one_being_probed_pauses_instead_of_being_refused() {
     assert_eq!(probe.join().unwrap(), "host");
     assert_eq!(waiter.join().unwrap(), "host");
     assert_eq!(outcome, Ok("host".to_owned()), "after {took:?}");
+}
+
+/// Review R43: H holds `d` through `x` (on db), `a` is held on host; db is
+/// down in `x` after a blip; T's `[b, d]` waits on db for H's `d`. H's
+/// `[a, b]` must not pause for T's try (refused at once, its keys on two
+/// members, as before 09f685f), and T is served once H lets `d` go.
+#[test]
+fn a_pause_never_waits_for_a_try_that_went_for_a_lease_of_this_process() {
+    use support::wait;
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port());
+    let provider = Arc::new(provider(proxy.port, 0, "r43"));
+    let (x, y) = (provider.backend("x").unwrap(), provider.backend("y").unwrap());
+    let d = block_on(x.acquire("d", wait(1000))).unwrap();
+    let a = block_on(y.acquire("a", wait(1000))).unwrap();
+    assert_eq!((d.served().unwrap().member.name.as_str(), a.served().unwrap().member.name.as_str()), ("db", "host"));
+    // A blip: one acquire through `x` finds db unreachable (x now has it down).
+    proxy.set_up(false);
+    thread::sleep(Duration::from_millis(50));
+    drop(block_on(x.acquire("z", wait(300))));
+    proxy.set_up(true);
+    thread::sleep(Duration::from_millis(100));
+    let t = {
+        let x = x.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let got = block_on(x.acquire_many(&["b", "d"], wait(3000))).map(|lease| lease.served().unwrap().member.name.clone());
+            (got.map_err(|e| e.code()), started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let h =
+        block_on(x.acquire_many(&["a", "b"], wait(3000))).map(|lease| lease.served().unwrap().member.name.clone()).map_err(|e| e.code());
+    let took = started.elapsed();
+    drop(d);
+    drop(a);
+    let (t, t_took) = t.join().unwrap();
+    assert!(
+        took < Duration::from_millis(1000),
+        "H paused {took:?} for T's try, which waited for H's own lease of d: {h:?}; T: {t:?} after {t_took:?}"
+    );
+    assert_eq!(t, Ok("db".to_owned()), "T after {t_took:?}");
 }

@@ -408,8 +408,10 @@ impl Attempt {
         let found = places.of(&self.keys);
         // Only tries there, on a member that could not serve at its last
         // try: they end within its bounds, then this acquire looks again
-        // (keys found on two members may meet on one by then).
-        if let Some(member) = found.iter().filter(|place| !place.leased).find_map(|place| router.down(&place.member.name)) {
+        // (keys found on two members may meet on one by then). Not tries
+        // that went there for a lease of theirs: they may wait for this
+        // process's own holders, this acquire's among them (review R43).
+        if let Some(member) = found.iter().filter(|place| !place.leased && place.tried).find_map(|place| router.down(&place.member.name)) {
             self.went_to = None;
             self.paused_on = Some(member);
             return Next::Pause(PAUSE);
@@ -424,7 +426,7 @@ impl Attempt {
                     // member failed: another acquire went on to it first).
                     Some(member) if self.went_to != Some(member) => {
                         self.went_to = Some(member);
-                        return Next::Member(self.enter(&mut places, member));
+                        return Next::Member(self.enter(&mut places, member, place.leased));
                     }
                     // Tried there, and it could not serve: no other member may.
                     Some(member) => self.refuse(member, "this process holds the key there, or is acquiring it".to_owned()),
@@ -457,17 +459,19 @@ impl Attempt {
                 Some(skip) => {
                     // This acquire probes it; the others wait another cooldown.
                     skip.retry_at = now + router.cooldown;
-                    return Next::Member(self.enter(&mut places, member));
+                    return Next::Member(self.enter(&mut places, member, false));
                 }
-                None => return Next::Member(self.enter(&mut places, member)),
+                None => return Next::Member(self.enter(&mut places, member, false)),
             }
         }
         Next::Refused
     }
 
-    /// This acquire's keys are on `member` while it tries there.
-    fn enter(&mut self, places: &mut PlaceMap, member: usize) -> usize {
-        self.placement = Some(places.enter(&self.router.places, &self.keys, &self.router.members[member]));
+    /// This acquire's keys are on `member` while it tries there
+    /// (`queued`: because some of them are leased there).
+    fn enter(&mut self, places: &mut PlaceMap, member: usize, queued: bool) -> usize {
+        let stage = if queued { Stage::Queued } else { Stage::Tried };
+        self.placement = Some(places.enter(&self.router.places, &self.keys, &self.router.members[member], stage));
         member
     }
 
@@ -634,17 +638,31 @@ impl Places {
 struct PlaceMap(HashMap<Box<str>, Place>);
 
 /// Where one key is: its member, and how many tries and leases of this
-/// process it has there.
+/// process it has there, by [`Stage`].
 struct Place {
     member: Arc<MemberInfo>,
-    tries: usize,
-    leases: usize,
+    /// By `Stage as usize`.
+    count: [usize; 3],
 }
 
-/// The member some keys are on, and whether any of them is leased there.
+/// What a [`Placement`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// A try that went to its member by the rule's order, or to join tries.
+    Tried,
+    /// A try that went to its member because some of its keys are leased
+    /// there: it may be waiting for this process's own holders.
+    Queued,
+    /// A lease.
+    Leased,
+}
+
+/// The member some keys are on: whether any of them is leased there, and
+/// whether any has a try there that did not go for a lease.
 struct Found {
     member: Arc<MemberInfo>,
     leased: bool,
+    tried: bool,
 }
 
 impl PlaceMap {
@@ -652,9 +670,13 @@ impl PlaceMap {
     fn of(&self, keys: &[Box<str>]) -> Vec<Found> {
         let mut on: Vec<Found> = Vec::new();
         for place in keys.iter().filter_map(|key| self.0.get(key)) {
+            let (leased, tried) = (place.count[Stage::Leased as usize] > 0, place.count[Stage::Tried as usize] > 0);
             match on.iter_mut().find(|found| found.member.name == place.member.name) {
-                Some(found) => found.leased |= place.leases > 0,
-                None => on.push(Found { member: place.member.clone(), leased: place.leases > 0 }),
+                Some(found) => {
+                    found.leased |= leased;
+                    found.tried |= tried;
+                }
+                None => on.push(Found { member: place.member.clone(), leased, tried }),
             }
         }
         on
@@ -662,33 +684,29 @@ impl PlaceMap {
 
     /// A try of `keys` on `member`, where those of them that are anywhere
     /// are ([`PlaceMap::of`]).
-    fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, member: &Arc<MemberInfo>) -> Placement {
+    fn enter(&mut self, places: &Places, keys: &Arc<[Box<str>]>, member: &Arc<MemberInfo>, stage: Stage) -> Placement {
         for key in keys.iter() {
-            self.0.entry(key.clone()).or_insert_with(|| Place { member: member.clone(), tries: 0, leases: 0 }).tries += 1;
+            self.0.entry(key.clone()).or_insert_with(|| Place { member: member.clone(), count: [0; 3] }).count[stage as usize] += 1;
         }
-        Placement { places: places.clone(), keys: keys.clone(), leased: false }
+        Placement { places: places.clone(), keys: keys.clone(), stage }
     }
 
-    /// A try of `keys` granted: a lease of them now.
-    fn lease(&mut self, keys: &[Box<str>]) {
+    /// `keys`, placed at stage `from`, are at stage `to` now.
+    fn advance(&mut self, keys: &[Box<str>], from: Stage, to: Stage) {
         for key in keys {
             if let Some(place) = self.0.get_mut(key) {
-                place.tries -= 1;
-                place.leases += 1;
+                place.count[from as usize] -= 1;
+                place.count[to as usize] += 1;
             }
         }
     }
 
-    /// A try (or, `leased`, a lease) of `keys` ended.
-    fn leave(&mut self, keys: &[Box<str>], leased: bool) {
+    /// A try or a lease of `keys`, at stage `stage`, ended.
+    fn leave(&mut self, keys: &[Box<str>], stage: Stage) {
         for key in keys {
             if let Some(place) = self.0.get_mut(key) {
-                if leased {
-                    place.leases -= 1;
-                } else {
-                    place.tries -= 1;
-                }
-                if place.tries + place.leases == 0 {
+                place.count[stage as usize] -= 1;
+                if place.count.iter().all(|&count| count == 0) {
                     self.0.remove(key);
                 }
             }
@@ -702,16 +720,15 @@ impl PlaceMap {
 pub struct Placement {
     places: Places,
     keys: Arc<[Box<str>]>,
-    /// A lease's, no longer a try's.
-    leased: bool,
+    stage: Stage,
 }
 
 impl Placement {
     /// The try was granted: its keys are a lease's now.
     fn lease(&mut self) {
-        if !self.leased {
-            self.places.lock().lease(&self.keys);
-            self.leased = true;
+        if self.stage != Stage::Leased {
+            self.places.lock().advance(&self.keys, self.stage, Stage::Leased);
+            self.stage = Stage::Leased;
         }
     }
 }
@@ -724,7 +741,7 @@ impl std::fmt::Debug for Placement {
 
 impl Drop for Placement {
     fn drop(&mut self) {
-        self.places.lock().leave(&self.keys, self.leased);
+        self.places.lock().leave(&self.keys, self.stage);
     }
 }
 
