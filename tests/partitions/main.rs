@@ -466,15 +466,8 @@ fn run_scenario(scenario: &Scenario, partition: Duration, root: &Path) -> Report
     if rejoined_at.is_none() {
         report.violations.push(format!("the old primary was not a replica {REJOIN_BOUND:?} after the heal"));
     }
-    sleep(AFTER_HEAL);
-    stop_clients(&mut net, &dir, &workers, &stop, &mut report);
-    eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
-
-    // The histories.
+    let (holds, stores) = wind_down(&mut net, &dir, &workers, &mut store, started, cut_at, &mut report);
     let window_end = rejoined_at.unwrap_or(u64::MAX);
-    let holds = histories(&workers, cut_at, &mut report);
-    let stores: BTreeMap<String, store::KeyHistory> =
-        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
     let logs = monitor::logs(&dir, &monitored);
     let by_old = monitor::granted_by(&old, MINORITY_CLIENT, &net.addr(MINORITY_CLIENT), &holds, &logs, fence_clock.offset_us);
     let window = Window { cut_at, promoted_at, healed_at, demoted_at: window_end, fence_clock, by_old };
@@ -526,6 +519,26 @@ fn start_clients(
         workers.push((name.to_string(), pid, log));
     }
     workers
+}
+
+/// After a heal: the clients run on for [`AFTER_HEAL`], are told to stop
+/// (the file `stop` in `dir`) and exit; every client's sections, and each
+/// key's history in the fenced `store`.
+fn wind_down(
+    net: &mut Net,
+    dir: &Path,
+    workers: &[(String, u32, PathBuf)],
+    store: &mut redis::Connection,
+    started: Instant,
+    cut_at: u64,
+    report: &mut Report,
+) -> (Vec<Hold>, BTreeMap<String, store::KeyHistory>) {
+    sleep(AFTER_HEAL);
+    stop_clients(net, dir, workers, &dir.join("stop"), report);
+    eprintln!("[{}] ran {} ms", report.name, started.elapsed().as_millis());
+    let holds = histories(workers, cut_at, report);
+    let stores = (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(store, &key))).collect();
+    (holds, stores)
 }
 
 /// Tells the clients to stop, and waits for each to exit by itself.

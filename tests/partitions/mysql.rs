@@ -24,7 +24,7 @@
 //! the server's own: from the cut until the old primary is stopped, the
 //! old primary is all that client reaches.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::log::mono_us;
 use crate::net::{Net, SUBNET};
-use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, KEYS, LEASE_MS, MINORITY_CLIENT};
+use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, LEASE_MS, MINORITY_CLIENT};
 
 pub struct MysqlScenario {
     pub name: &'static str,
@@ -274,13 +274,7 @@ pub fn run(scenario: &MysqlScenario, partition: Duration, root: &Path) -> Report
         still_semisync.as_deref().unwrap_or("?"),
         unacknowledged.as_deref().unwrap_or("?")
     ));
-    sleep(crate::AFTER_HEAL);
-    crate::stop_clients(&mut net, &dir, &workers, &stop, &mut report);
-    eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
-
-    let holds = crate::histories(&workers, cut_at, &mut report);
-    let stores: BTreeMap<String, store::KeyHistory> =
-        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
+    let (holds, stores) = crate::wind_down(&mut net, &dir, &workers, &mut store, started, cut_at, &mut report);
     // From the cut until the old primary was stopped, it is all the cut-off
     // client reached: every section granted to it then was the old primary's.
     let mut window = Window { cut_at, promoted_at, healed_at, demoted_at, fence_clock, by_old: BTreeSet::new() };

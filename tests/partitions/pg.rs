@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::log::mono_us;
 use crate::net::{Net, SUBNET};
 use crate::pg_programs::{bin, postgres_dir, run_as_postgres};
-use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, KEYS, LEASE_MS, MINORITY_CLIENT};
+use crate::{store, FenceClock, Report, Window, CLIENTS, COMMAND_TIMEOUT_MS, LEASE_MS, MINORITY_CLIENT};
 
 pub struct PgScenario {
     pub name: &'static str,
@@ -566,13 +566,7 @@ pub fn run(scenario: &PgScenario, partition: Duration, root: &Path) -> Report {
         old_at = new;
     }
     report.partition_ms = u128::from(healed_at - cut_at) / 1000;
-    sleep(crate::AFTER_HEAL);
-    crate::stop_clients(&mut net, &dir, &workers, &stop, &mut report);
-    eprintln!("[{}] ran {} ms", scenario.name, started.elapsed().as_millis());
-
-    let holds = crate::histories(&workers, cut_at, &mut report);
-    let stores: BTreeMap<String, store::KeyHistory> =
-        (0..KEYS).map(|k| format!("k{k}")).map(|key| (key.clone(), store::history(&mut store, &key))).collect();
+    let (holds, stores) = crate::wind_down(&mut net, &dir, &workers, &mut store, started, cut_at, &mut report);
     let minority_failed: Vec<String> = report.failures.keys().filter(|k| k.starts_with(MINORITY_CLIENT)).cloned().collect();
     if !scenario.failover {
         // No old primary: nothing but a told holder explains an overlap.

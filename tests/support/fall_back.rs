@@ -83,6 +83,15 @@ impl FallBackToHost {
         self.provider.backend("locks").unwrap()
     }
 
+    /// Acquires and releases a key of its own through the policy, served by
+    /// `host` because `db` could not serve (unreachable): `db` is passed over
+    /// for its cooldown from now on.
+    pub fn find_db_unreachable(&self) {
+        let first = block_on(self.locks().acquire("other", wait(5000))).unwrap();
+        assert_eq!(first.served().unwrap().member.name, "host", "db is unreachable");
+        assert!(block_on(first.release()).unwrap());
+    }
+
     /// Acquires and releases `key`, served by `db`: the process learns the
     /// store (its connection; a cluster's slot map).
     pub fn warm(&self, key: &str) {
