@@ -354,7 +354,7 @@ pub struct Attempt {
 }
 
 /// How long an acquire pauses before it looks again whether this
-/// process's tries of its keys on a member passed over have ended.
+/// process's tries of its keys on a member that is down have ended.
 pub const PAUSE: Duration = Duration::from_millis(10);
 
 /// What an acquire does next ([`Attempt::next_member`]).
@@ -392,14 +392,15 @@ impl Attempt {
     /// cooldown while a lease on the fallback is renewed). It waits there
     /// for its own lease as for anyone's.
     ///
-    /// Where the key has only tries (no lease) and their member could not
+    /// Where a key has only tries (no lease) on a member that could not
     /// serve at its last try (unreachable; in its cooldown, or being
     /// probed), the acquire pauses ([`Next::Pause`]) instead of joining them
     /// there or being refused: those tries end within their member's own
     /// bounds (they fail as the last did, or are granted), and then it
     /// follows the rule's order, or goes where they were granted. A lease
     /// never makes it pause: that may last as long as its holder likes (a
-    /// nested read, review R41).
+    /// nested read, review R41); nor does a try that went there for a lease
+    /// (it may wait for this acquire's own, review R43).
     pub fn next_member(&mut self) -> Next {
         self.placement = None;
         let router = self.router.clone();
