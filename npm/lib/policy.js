@@ -166,7 +166,7 @@ class PolicyBackend {
       for (; member !== -1; member = policy.nextMember(id)) {
         const left = Math.max(0, Math.min(waitMs, Math.ceil(deadline - performance.now())));
         if (member === PAUSED) {
-          // This process's tries of the key on a member passed over now: the core looks again once they may have ended.
+          // This process's tries of a key on a member that is down: the core looks again once they may have ended.
           if (left === 0 && !signal?.aborted) break;
           try {
             await pause(Math.min(policy.pauseMs, left), signal);
