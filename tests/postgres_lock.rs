@@ -487,6 +487,28 @@ fn take_of_x_waiting(schema: &Schema, shared: &Backend, seconds: u32) -> (std::p
     (locker, taker)
 }
 
+/// A release queued behind a row lock that is held a little longer than a
+/// lock wait (1.5 s of a `commandTimeoutMs` of 2000) is answered once the
+/// row is free. The lock stands for a take of another process that holds
+/// the key's row while it waits out a lock on another key: the release
+/// queued behind it waits as long as the take, which started first, so a
+/// take slow to roll back (a loaded host) had the release refused for
+/// contention (`PROVIDER_FAILED`, once in CI in final_review).
+#[test]
+fn a_release_behind_a_row_lock_held_past_one_lock_wait_is_answered() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    let shared = backend(&provider);
+    let lease = block_on(shared.acquire("k", wait(0))).unwrap();
+    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(2); ROLLBACK;", schema.table(""));
+    let mut locker = postgres::hold_in_background(&script);
+    let started = std::time::Instant::now();
+    let released = block_on(lease.release());
+    assert!(matches!(released, Ok(true)), "after {:?}: {released:?}", started.elapsed());
+    let _ = locker.wait();
+    block_on(provider.close());
+}
+
 /// A client answers its pipelined statements in order, so a take waiting on
 /// a row lock (up to a lock wait: 1.5 s of a `commandTimeoutMs` of 2000)
 /// holds up whatever is sent behind it on its client. The pool sends each

@@ -16,6 +16,15 @@ use crate::error::Cause;
 /// this token's rows are touched, a row released once is not released
 /// again, and a row another owner took over no longer carries the token
 /// (then not every key counts, and the outcome stays unknown).
+///
+/// A first attempt refused for another session's row lock
+/// ([`Failure::Contended`]: nothing done) is sent once more. The lock's
+/// holder is most often a take of another process that holds one of these
+/// keys' rows while it waits out a lock on another key: it began its wait
+/// first and ends it a lock wait later, so the give-back queued behind it,
+/// waiting as long, was refused whenever that take rolled back a little
+/// late (a loaded host), though the row was about to be free. A second
+/// refusal is a lock held longer than two waits: the caller hears it.
 pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failure>>>(
     claim: &S::Claim,
     waiters: &Waiters<S>,
@@ -23,7 +32,10 @@ pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failur
     lost_with_its_connection: fn(&Cause) -> bool,
     call: impl Fn(bool) -> Sent,
 ) -> Result<Freed, Failure> {
-    let (released, first_attempt_lost) = resend_if_lost(pool_size, lost_with_its_connection, call).await?;
+    let (released, first_attempt_lost) = match resend_if_lost(pool_size, lost_with_its_connection, &call).await {
+        Err(Failure::Contended(_)) => resend_if_lost(pool_size, lost_with_its_connection, &call).await?,
+        answered => answered?,
+    };
     if released > 0 {
         // This process's own next waiters need no round trip through the
         // server (its NOTIFY, the release log).
