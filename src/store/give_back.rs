@@ -23,8 +23,12 @@ use crate::error::Cause;
 /// keys' rows while it waits out a lock on another key: it began its wait
 /// first and ends it a lock wait later, so the give-back queued behind it,
 /// waiting as long, was refused whenever that take rolled back a little
-/// late (a loaded host), though the row was about to be free. A second
-/// refusal is a lock held longer than two waits: the caller hears it.
+/// late (a loaded host), though the row was about to be free. The second
+/// attempt only ever turns the refusal into a release: a second refusal,
+/// or keys it no longer finds held (the lease ran out while both waited,
+/// which no other call could use, all of them queued behind the same
+/// lock), answers the first refusal, as without it (review R44: such a
+/// lease, released well within its time, was told `LEASE_LOST`).
 pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failure>>>(
     claim: &S::Claim,
     waiters: &Waiters<S>,
@@ -32,9 +36,12 @@ pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failur
     lost_with_its_connection: fn(&Cause) -> bool,
     call: impl Fn(bool) -> Sent,
 ) -> Result<Freed, Failure> {
-    let (released, first_attempt_lost) = match resend_if_lost(pool_size, lost_with_its_connection, &call).await {
-        Err(Failure::Contended(_)) => resend_if_lost(pool_size, lost_with_its_connection, &call).await?,
-        answered => answered?,
+    let (refused, (released, first_attempt_lost)) = match resend_if_lost(pool_size, lost_with_its_connection, &call).await {
+        Err(Failure::Contended(cause)) => match resend_if_lost(pool_size, lost_with_its_connection, &call).await {
+            Err(Failure::Contended(_)) => return Err(Failure::Contended(cause)),
+            answered => (Some(cause), answered?),
+        },
+        answered => (None, answered?),
     };
     if released > 0 {
         // This process's own next waiters need no round trip through the
@@ -43,5 +50,9 @@ pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failur
             waiters.wake(name);
         }
     }
-    Ok(Freed { all: released as usize == claim.len(), first_attempt_lost })
+    let all = released as usize == claim.len();
+    match refused {
+        Some(cause) if !all && first_attempt_lost.is_none() => Err(Failure::Contended(cause)),
+        _ => Ok(Freed { all, first_attempt_lost }),
+    }
 }
