@@ -174,6 +174,23 @@ fn preferred_falls_back_to_the_clear_and_required_is_refused_without_tls_on_the_
     statements_past_their_bound_are_killed(&server, &url(""));
 }
 
+/// `REQUIRED` takes any issuer and name, but the server must still sign the
+/// handshake with its certificate's key: a key rustls cannot check (RSA of
+/// 1024 bits, which a server at OpenSSL's security level 0 loads) is
+/// refused, and the error names the keys taken, not `ssl-ca` or a lower
+/// `ssl-mode` (which would not help).
+#[test]
+fn required_refuses_a_key_it_cannot_check_and_names_the_keys_it_takes() {
+    let pki = Pki::new("mysql-weak-key");
+    pki.weak_key("server");
+    let (cert, key) = (format!("--ssl-cert={}", pki.path("server.pem")), format!("--ssl-key={}", pki.path("server.key")));
+    let server = PrivateServer::start_under_openssl_conf(&[&cert, &key], &pki.dir.join("openssl.cnf"));
+    assert_eq!(server.column("SHOW GLOBAL VARIABLES LIKE 'have_ssl'", "Value").as_deref(), Some("YES"), "the server loaded the key");
+    let err =
+        refused(&format!("{}?ssl-mode=REQUIRED", server.url()), "a key of 1024 bits", "signature made with its key could not be checked");
+    assert!(err.fix().contains("RSA of 2048") && err.fix().contains("ssl-mode=REQUIRED"), "{}", err.fix());
+}
+
 /// A statement that outlasts `commandTimeoutMs` has its connection ended
 /// (`KILL`) from a new connection of its own, which `PREFERRED` opens in
 /// the clear too: here a take held up by a row lock another session holds.

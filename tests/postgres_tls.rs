@@ -137,6 +137,23 @@ mod client_certificates {
     }
 }
 
+/// `sslmode=require` takes any issuer and name, but the server must still
+/// sign the handshake with its certificate's key: a key rustls cannot check
+/// (RSA of 1024 bits, which a server at OpenSSL's security level 0 loads)
+/// is refused, and the error names the keys taken, not `sslrootcert` or a
+/// lower `sslmode` (which would not help).
+#[test]
+fn require_refuses_a_key_it_cannot_check_and_names_the_keys_it_takes() {
+    let pki = pki::Pki::new("pg-weak-key");
+    pki.weak_key("server");
+    let mut server = server::PrivateServer::start("weak-key", &[]);
+    server.serve_tls_under_openssl_conf(&pki.dir);
+    let err = take_once(&format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=require", server.port()), "dl_weak").unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderFailed, "{err}");
+    assert!(err.to_string().contains("signature made with its key could not be checked"), "{err}");
+    assert!(err.fix().contains("RSA of 2048") && err.fix().contains("sslmode=require"), "{}", err.fix());
+}
+
 /// A private server that takes only SCRAM logins over TLS, with certificates
 /// signed by each hash a `tls-server-end-point` binding is made with.
 mod channel_binding {

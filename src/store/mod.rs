@@ -29,6 +29,7 @@
 //!   a renewal) sent again when its connection was lost;
 //!   `connections`: their runtime and connections in one provider;
 //!   `any_certificate`: the TLS verifier of a link told not to verify;
+//!   `tls_keys`: the server keys a TLS link takes, and the refusal of others;
 //!   `url_query`: the percent-encoded values of their URLs.
 //!
 //! See `src/DRIVERS.md` for where a new driver goes.
@@ -62,6 +63,8 @@ pub(crate) mod runtime;
 mod seam;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+pub(crate) mod tls_keys;
 pub(crate) mod token;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod url_query;

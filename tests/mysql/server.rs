@@ -10,7 +10,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +29,9 @@ pub struct PrivateServer {
     dir: PathBuf,
     port: u16,
     args: Vec<String>,
+    /// The OpenSSL configuration the server starts with, when not the
+    /// system's.
+    openssl_conf: Option<PathBuf>,
 }
 
 static SERVERS: AtomicUsize = AtomicUsize::new(0);
@@ -37,6 +40,17 @@ impl PrivateServer {
     /// A new server with `args` (`mariadbd` options) added, started, with
     /// an empty database `test`.
     pub fn start(args: &[&str]) -> PrivateServer {
+        PrivateServer::start_under(args, None)
+    }
+
+    /// [`PrivateServer::start`] under the OpenSSL configuration
+    /// `openssl_conf` (a lower security level loads a key OpenSSL refuses
+    /// by default).
+    pub fn start_under_openssl_conf(args: &[&str], openssl_conf: &Path) -> PrivateServer {
+        PrivateServer::start_under(args, Some(openssl_conf.to_owned()))
+    }
+
+    fn start_under(args: &[&str], openssl_conf: Option<PathBuf>) -> PrivateServer {
         let dir = std::env::temp_dir().join(format!("dokebi-mariadb-{}-{}", std::process::id(), SERVERS.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&dir);
         // Temporary files in the server's own directory: the bootstraps of
@@ -53,7 +67,8 @@ impl PrivateServer {
             .status()
             .expect("mariadb-install-db runs");
         assert!(installed.success(), "mariadb-install-db failed: {}", std::fs::read_to_string(dir.join("install.log")).unwrap_or_default());
-        let mut server = PrivateServer { child: None, dir, port: free_port(), args: args.iter().map(|arg| (*arg).to_owned()).collect() };
+        let mut server =
+            PrivateServer { child: None, dir, port: free_port(), args: args.iter().map(|arg| (*arg).to_owned()).collect(), openssl_conf };
         server.start_again();
         server
     }
@@ -176,6 +191,7 @@ impl PrivateServer {
                 .args(["--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M"])
                 .arg(format!("--user={}", user()))
                 .args(&self.args)
+                .envs(self.openssl_conf.iter().map(|conf| ("OPENSSL_CONF", conf)))
                 .stdout(Stdio::null())
                 .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("log")).unwrap())
                 .spawn()

@@ -16,12 +16,15 @@ use std::process::Command;
 #[path = "../support/pg_programs.rs"]
 mod pg_programs;
 
-use pg_programs::{bin, postgres_dir, run_as_postgres};
+use pg_programs::{bin, postgres_dir, run_as_postgres, run_as_postgres_with};
 
 pub struct PrivateServer {
     dir: PathBuf,
     port: u16,
     running: bool,
+    /// The OpenSSL configuration the server starts with, when not the
+    /// system's.
+    openssl_conf: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -42,7 +45,7 @@ impl PrivateServer {
         }
         append(&data.join("postgresql.conf"), &conf);
         append(&data.join("pg_hba.conf"), "host replication postgres 127.0.0.1/32 trust\n");
-        let mut server = PrivateServer { dir, port: free_port(), running: false };
+        let mut server = PrivateServer { dir, port: free_port(), running: false, openssl_conf: None };
         server.start_again();
         server
     }
@@ -63,7 +66,7 @@ impl PrivateServer {
             "pg_basebackup",
             &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-D", data.to_str().unwrap(), "-R", "-X", "stream", "--no-sync"],
         );
-        let mut standby = PrivateServer { dir, port: free_port(), running: false };
+        let mut standby = PrivateServer { dir, port: free_port(), running: false, openssl_conf: None };
         standby.start_again();
         standby
     }
@@ -81,10 +84,12 @@ impl PrivateServer {
     pub fn start_again(&mut self) {
         let options = format!("-p {} -k {}", self.port, self.dir.display());
         let log = self.dir.join("server.log");
-        run_as_postgres(
+        let env: Vec<(&str, &Path)> = self.openssl_conf.iter().map(|conf| ("OPENSSL_CONF", conf.as_path())).collect();
+        run_as_postgres_with(
             None,
             "pg_ctl",
             &["-D", self.data().to_str().unwrap(), "-l", log.to_str().unwrap(), "-o", &options, "-w", "-t", "60", "start"],
+            &env,
         );
         self.running = true;
     }
@@ -115,6 +120,15 @@ impl PrivateServer {
     /// trusted.
     pub fn require_scram_over_tls(&mut self, dir: &Path) {
         self.restart_with_tls(dir, &["server.pem", "server.key"], "", "scram-sha-256");
+    }
+
+    /// Restarts the server with TLS on (`server.pem`/`.key` in `dir`) under
+    /// the OpenSSL configuration `dir/openssl.cnf` (a lower security level
+    /// loads a key OpenSSL refuses by default), logins over TCP only over
+    /// TLS, trusted.
+    pub fn serve_tls_under_openssl_conf(&mut self, dir: &Path) {
+        self.openssl_conf = Some(dir.join("openssl.cnf"));
+        self.restart_with_tls(dir, &["server.pem", "server.key"], "", "trust");
     }
 
     /// Stops the server, copies `files` from `dir` into its data directory,

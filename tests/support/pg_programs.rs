@@ -24,7 +24,14 @@ pub fn bin(program: &str) -> PathBuf {
 /// Runs `program args` as the `postgres` user, in network namespace `ns`
 /// when given; panics with its output on failure.
 pub fn run_as_postgres(ns: Option<&str>, program: &str, args: &[&str]) {
+    run_as_postgres_with(ns, program, args, &[]);
+}
+
+/// [`run_as_postgres`] with `env` added to the program's environment
+/// (`runuser` passes it on).
+pub fn run_as_postgres_with(ns: Option<&str>, program: &str, args: &[&str], env: &[(&str, &Path)]) {
     let mut command = Command::new(if ns.is_some() { "ip" } else { "runuser" });
+    command.envs(env.iter().copied());
     if let Some(ns) = ns {
         command.args(["netns", "exec", ns, "runuser"]);
     }

@@ -61,6 +61,39 @@ impl Pki {
         std::fs::read_to_string(self.dir.join(file)).unwrap()
     }
 
+    /// `<name>.pem` and `<name>.key`: a self-signed certificate for
+    /// localhost and 127.0.0.1 whose key is RSA of 1024 bits, which rustls
+    /// cannot check a signature of; and `openssl.cnf`, the OpenSSL
+    /// configuration (security level 0) under which a server loads it.
+    pub fn weak_key(&self, name: &str) {
+        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:1024",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                "-keyout",
+                &key,
+                "-out",
+                &pem,
+            ],
+        );
+        std::fs::write(
+            self.dir.join("openssl.cnf"),
+            "openssl_conf = d\n[d]\nssl_conf = s\n[s]\nsystem_default = t\n[t]\nCipherString = DEFAULT@SECLEVEL=0\n",
+        )
+        .unwrap();
+    }
+
     /// `<name>.pem` and `<name>.key`: a certificate the authority signed
     /// for the subject alternative names `san` (e.g. `DNS:localhost`),
     /// valid from `validity` (`None`: from now for a day; else `openssl ca`

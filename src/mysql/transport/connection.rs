@@ -23,9 +23,10 @@ use mysql_async::Conn;
 use tokio::runtime::Handle;
 
 use super::tls;
-use super::url::{target, Target};
+use super::url::{target, SslMode, Target};
 use crate::error::Result;
 use crate::options::MysqlConnectionOptions;
+use crate::store::tls_keys;
 use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
 use crate::telemetry::Telemetry;
 
@@ -333,6 +334,13 @@ impl MysqlConnection {
         // as one, but the server answered.
         if let Some(tls) = tls::handshake_failure(&err) {
             return match tls {
+                // Told apart from a chain's own signature only where no
+                // chain is checked (mysql_async makes the verifier).
+                refused if self.target.mode == SslMode::Required && tls_keys::refused_signature(refused) => denied(
+                    format!("the TLS certificate of MySQL was refused for {name}: {}", tls_keys::UNCHECKABLE),
+                    tls_keys::fix("ssl-mode=REQUIRED"),
+                    err,
+                ),
                 rustls::Error::InvalidCertificate(refused) => denied(
                     format!("the TLS certificate of MySQL was refused for {name} ({refused})"),
                     format!(

@@ -29,6 +29,7 @@ use super::url;
 use crate::error::Result;
 use crate::options::PostgresConnectionOptions;
 use crate::store::reach::no_sign_of_down;
+use crate::store::tls_keys;
 use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
 use crate::telemetry::Telemetry;
 
@@ -461,6 +462,11 @@ impl PgConnection {
                 err,
             ),
             Some(_) => Failure::Refused(Arc::new(err)),
+            None if tls_error(&err).is_some_and(tls_keys::uncheckable) => denied(
+                format!("the TLS certificate of PostgreSQL was refused for {name}: {}", tls_keys::UNCHECKABLE),
+                tls_keys::fix("sslmode=require"),
+                err,
+            ),
             None if refused_certificate(&err) => denied(
                 format!("the TLS certificate of PostgreSQL was refused for {name}"),
                 format!(
@@ -534,32 +540,30 @@ fn target(url: &str, what: &str) -> Result<(Config, MakeRustls, Option<Config>)>
     Ok((config, MakeRustls::new(&settings, what)?, fallback))
 }
 
-/// True when the TLS handshake failed on the server's certificate (or the
-/// server has no TLS while the URL demands it).
 /// The option of connection `name`, as messages name it.
 fn option(name: &str) -> String {
     format!("dokebi-postgres.connections.{name}")
 }
 
+/// True when the TLS handshake failed on the server's certificate (or the
+/// server has no TLS while the URL demands it).
 fn refused_certificate(err: &tokio_postgres::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(cause) = source {
-        // rustls's error comes wrapped in an io::Error, whose source() skips it.
-        let wrapped = cause
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .map(|inner| inner as &(dyn std::error::Error + 'static));
-        for candidate in std::iter::once(cause).chain(wrapped) {
-            if matches!(candidate.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_))) {
-                return true;
-            }
-        }
-        if cause.to_string().contains("server does not support TLS") {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
+    matches!(tls_error(err), Some(rustls::Error::InvalidCertificate(_)))
+        || chain(err).any(|cause| cause.to_string().contains("server does not support TLS"))
+}
+
+/// The TLS error under `err`, if any.
+fn tls_error(err: &tokio_postgres::Error) -> Option<&rustls::Error> {
+    chain(err).find_map(|cause| cause.downcast_ref::<rustls::Error>())
+}
+
+/// `err` and its causes, each io::Error followed by the error it wraps,
+/// which its source() skips (rustls's comes so).
+fn chain<'a>(err: &'a tokio_postgres::Error) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |cause| cause.source()).flat_map(|cause| {
+        let wrapped = cause.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
+        std::iter::once(cause).chain(wrapped.map(|inner| inner as &(dyn std::error::Error + 'static)))
+    })
 }
 
 /// A failure of a statement that was sent: the server's error (nothing was

@@ -29,6 +29,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::error::{ErrorCode, LockError, Result};
 use crate::store::any_certificate::AnyCertificate;
+use crate::store::tls_keys::Signed;
 
 /// How much of the server's certificate is checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +102,7 @@ impl MakeRustls {
             .with_safe_default_protocol_versions()
             .map_err(|err| unusable(what, "sslmode", &err.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier);
+            .with_custom_certificate_verifier(Arc::new(Signed(verifier)));
         let config = match (&settings.cert, &settings.key) {
             (Some(cert), Some(key)) => {
                 let key = PrivateKeyDer::from_pem_file(key).map_err(|_| unusable(what, "sslkey", "holds no readable private key"))?;

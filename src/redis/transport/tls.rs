@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rustls::client::ResolvesClientCert;
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore, SignatureScheme};
@@ -29,6 +29,7 @@ use super::refusal::Refusal;
 use crate::error::{Issue, LockError, Result};
 use crate::options::{Pem, TlsOptions};
 use crate::store::any_certificate::AnyCertificate;
+use crate::store::tls_keys::{self, Signed};
 
 /// How one connection's TLS links are made.
 pub(crate) struct Tls {
@@ -71,7 +72,14 @@ impl Tls {
                 roots.add_parsable_certificates(extra.iter().cloned());
             }
         }
-        let builder = ClientConfig::builder().with_root_certificates(roots);
+        // Without any authority (no `ca`, none in the system's store) no
+        // verified link can succeed, and rustls' verifier cannot be made:
+        // its refusals are then "unknown issuer" only.
+        let roots = Arc::new(roots);
+        let builder = match WebPkiServerVerifier::builder(roots.clone()).build() {
+            Ok(verifier) => ClientConfig::builder().dangerous().with_custom_certificate_verifier(Arc::new(Signed(verifier))),
+            Err(_) => ClientConfig::builder().with_root_certificates(roots),
+        };
         let asked = Arc::new(AtomicBool::new(false));
         let config = match (&options.cert, &options.key) {
             (Some(cert), Some(key)) => {
@@ -94,7 +102,7 @@ impl Tls {
         };
         let mut insecure = config.clone();
         let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
-        insecure.dangerous().set_certificate_verifier(Arc::new(AnyCertificate(algorithms)));
+        insecure.dangerous().set_certificate_verifier(Arc::new(Signed(Arc::new(AnyCertificate(algorithms)))));
         Ok(Tls {
             connector: TlsConnector::from(Arc::new(config)),
             insecure: TlsConnector::from(Arc::new(insecure)),
@@ -172,17 +180,7 @@ impl Tls {
                 format!("{refused}: it is not valid yet"),
                 "Correct this host's clock, or the server certificate's validity period.".to_owned(),
             ),
-            // Also on a link that verifies nothing (`#insecure`): the server
-            // must sign the handshake with its certificate's key, which only
-            // keys ring can check prove.
-            rustls::Error::InvalidCertificate(
-                CertificateError::BadSignature
-                | CertificateError::UnsupportedSignatureAlgorithmContext { .. }
-                | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. },
-            ) => (
-                format!("{refused}: a signature made with its key could not be checked (a key of a kind or size this client does not take)"),
-                "Give the server a certificate whose key is RSA of 2048 to 8192 bits, ECDSA P-256 or P-384, or Ed25519 (#insecure takes any issuer and name, not any key).".to_owned(),
-            ),
+            uncheckable if tls_keys::uncheckable(uncheckable) => (format!("{refused}: {}", tls_keys::UNCHECKABLE), tls_keys::fix("#insecure")),
             rustls::Error::InvalidCertificate(other) => (
                 format!("{refused} ({other:?})"),
                 "Give the server a certificate that a trusted authority signed for its name (see cause).".to_owned(),
