@@ -369,7 +369,7 @@ impl Store for MysqlStore {
         let all = released.is_some_and(|claim| reply.released as usize == claim.stored.len());
         let wake = released.map_or_else(Vec::new, |claim| claim.in_callers_order(&reply.wake));
         let taken = reply.taken.into_iter().zip(requests).map(|(taken, (claim, _))| claim.reordered(taken)).collect();
-        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake, taken })
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake, taken })
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

@@ -260,7 +260,7 @@ impl Store for PostgresStore {
         };
         let reply = self.statements.hand_over(self.connection(), &args).await?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
-        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None }, wake: reply.wake, taken: reply.taken })
+        Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake: reply.wake, taken: reply.taken })
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

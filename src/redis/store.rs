@@ -213,7 +213,11 @@ impl RedisStore {
             }
         }
         let all = released.is_some_and(|claim| handed.released == claim.keys.len() as i64);
-        Ok(HandedOver { freed: Freed { all, first_attempt_lost: handed.first_attempt_lost }, wake: handed.wake, taken: handed.taken })
+        Ok(HandedOver {
+            freed: Freed { all, first_attempt_lost: handed.first_attempt_lost, refused_first: None },
+            wake: handed.wake,
+            taken: handed.taken,
+        })
     }
 }
 
@@ -262,7 +266,7 @@ impl Store for RedisStore {
 
     async fn give_back(&self, claim: &Claim) -> Result<Freed, Failure> {
         let answer = claim.give_back(&self.shared.scripted, &self.channel, true, &|lock| self.shared.wake(lock)).await?;
-        Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost })
+        Ok(Freed { all: answer.value == 1, first_attempt_lost: answer.first_attempt_lost, refused_first: None })
     }
 
     async fn hand_over(&self, released: Option<&Claim>, requests: &[(&Claim, u64)], waiting_ms: u64) -> Result<HandedOver<Via>, Failure> {

@@ -215,6 +215,11 @@ impl<S: Store> BackendCore<S> {
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
             Ok(Freed { first_attempt_lost: Some(cause), .. }) => Err(self.error(Failure::Unknown(cause), "release")),
+            // Answered by a second attempt after the first was refused for
+            // a row lock: the lease may have run out during the release,
+            // not before it, so the caller hears the refusal, as without
+            // the second attempt (review R44).
+            Ok(Freed { refused_first: Some(cause), .. }) => Err(self.error(Failure::Contended(cause), "release")),
             Ok(_) => Err(LockError::lease_lost()),
             // Whether or not the command ran, the lock may still be ours in
             // the store, and this lease is released for its holder: keep trying.

@@ -23,12 +23,13 @@ use crate::error::Cause;
 /// keys' rows while it waits out a lock on another key: it began its wait
 /// first and ends it a lock wait later, so the give-back queued behind it,
 /// waiting as long, was refused whenever that take rolled back a little
-/// late (a loaded host), though the row was about to be free. The second
-/// attempt only ever turns the refusal into a release: a second refusal,
-/// or keys it no longer finds held (the lease ran out while both waited,
-/// which no other call could use, all of them queued behind the same
-/// lock), answers the first refusal, as without it (review R44: such a
-/// lease, released well within its time, was told `LEASE_LOST`).
+/// late (a loaded host), though the row was about to be free. A second
+/// refusal answers the first. Keys the second attempt no longer finds held
+/// may have run out while the two waited (which no other call could use,
+/// all of them queued behind the same lock): it says so
+/// ([`Freed::refused_first`]), for a release to answer the refusal rather
+/// than `LEASE_LOST` (review R44), while an acquire giving back a lost try
+/// reads it as any answered give-back (review R45).
 pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failure>>>(
     claim: &S::Claim,
     waiters: &Waiters<S>,
@@ -50,9 +51,5 @@ pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failur
             waiters.wake(name);
         }
     }
-    let all = released as usize == claim.len();
-    match refused {
-        Some(cause) if !all && first_attempt_lost.is_none() => Err(Failure::Contended(cause)),
-        _ => Ok(Freed { all, first_attempt_lost }),
-    }
+    Ok(Freed { all: released as usize == claim.len(), first_attempt_lost, refused_first: refused })
 }

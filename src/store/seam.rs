@@ -202,6 +202,11 @@ pub struct Freed {
     /// Set when the first attempt was lost with its connection and this is
     /// the answer to the retry: the first attempt may have freed the keys.
     pub first_attempt_lost: Option<Cause>,
+    /// Set when the first attempt was refused for another session's row
+    /// lock (nothing done) and this is the answer to a second one: keys it
+    /// no longer found held may have run out while the two waited, after
+    /// the release was called (see `give_back`).
+    pub refused_first: Option<Cause>,
 }
 
 /// What one hand-off call did.
