@@ -9,9 +9,10 @@ export interface InstrumentLocksOptions {
   /** Where the metrics go; default: the global meter provider. */
   readonly meterProvider?: MeterProvider;
   /**
-   * The backends whose status() feeds the gauges dokebi_lock.waiting and
-   * dokebi_lock.held: a provider (every backend), or backends by name.
-   * Without it, no gauges.
+   * The backends whose status() feeds the gauges dokebi_lock.waiting,
+   * dokebi_lock.held, dokebi_lock.store.up, dokebi_lock.store.answer_age and
+   * dokebi_lock.policy.skipped and the counter dokebi_lock.policy.refusals:
+   * a provider (every backend), or backends by name. Without it, none of them.
    */
   readonly backends?: LockProvider | { readonly [name: string]: Pick<LockBackend, 'status'> };
 }
@@ -21,7 +22,8 @@ export interface InstrumentLocksOptions {
  * spans (`dokebi-lock acquire`, `dokebi-lock hold`, children of the context
  * active at the acquire) and metrics (dokebi_lock.acquire.duration and
  * dokebi_lock.hold.duration histograms in seconds,
- * dokebi_lock.acquire.timeouts and dokebi_lock.lease.losses counters, the
- * gauges of `backends`). Call it once; returns stop(), which unsubscribes.
+ * dokebi_lock.acquire.timeouts, dokebi_lock.lease.losses,
+ * dokebi_lock.clock_behind and dokebi_lock.policy.fallbacks counters, the
+ * metrics of `backends`). Call it once; returns stop(), which unsubscribes.
  */
 export declare function instrumentLocks(options?: InstrumentLocksOptions): () => void;

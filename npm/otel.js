@@ -8,7 +8,7 @@
 // children of the context active where acquire() (or withLock()) was called:
 // the channels publish both starts in that caller's async context (a hold's
 // in the reaction to its acquire, not in the job that released the key).
-import { tracingChannel } from 'node:diagnostics_channel';
+import { subscribe, tracingChannel, unsubscribe } from 'node:diagnostics_channel';
 import { createRequire } from 'node:module';
 import { context, metrics, SpanKind, SpanStatusCode, trace, ValueType } from '@opentelemetry/api';
 
@@ -78,6 +78,28 @@ export function instrumentLocks({ tracerProvider, meterProvider, backends } = {}
     unit: '{lease}',
     valueType: ValueType.INT,
   });
+  const storeUp = meter.createObservableGauge('dokebi_lock.store.up', {
+    description: "1 while the backend's store connection answers, else 0, from status()",
+    unit: '1',
+    valueType: ValueType.INT,
+  });
+  const answerAge = meter.createObservableGauge('dokebi_lock.store.answer_age', {
+    description: 'Time since the store last answered, from status()',
+    unit: 's',
+  });
+  const skipped = meter.createObservableGauge('dokebi_lock.policy.skipped', {
+    description: "1 while a policy's member is passed over as unavailable, else 0, from status()",
+    unit: '1',
+    valueType: ValueType.INT,
+  });
+  // Counted by the core per member (the policy's own refusal is no member's
+  // acquire, so the tracing channels never see it).
+  const refusals = meter.createObservableCounter('dokebi_lock.policy.refusals', {
+    description: "A policy's acquires refused NO_ELIGIBLE_BACKEND (failClosed), by the member the rule prefers, from status()",
+    unit: '{acquire}',
+    valueType: ValueType.INT,
+  });
+  const gauges = [waiting, held, storeUp, answerAge, skipped, refusals];
   const observe = (result) => {
     let entries;
     try {
@@ -85,13 +107,43 @@ export function instrumentLocks({ tracerProvider, meterProvider, backends } = {}
     } catch {
       return; // A closed provider: nothing to report.
     }
+    const now = Date.now();
     for (const [name, status] of entries) {
       const attributes = { 'dokebi_lock.backend': name, 'dokebi_lock.driver': status.driver };
       if (typeof status.waiting === 'number') result.observe(waiting, status.waiting, attributes);
       if (typeof status.held === 'number') result.observe(held, status.held, attributes);
+      const store = status.redis ?? status.postgres ?? status.mysql;
+      if (store !== undefined) {
+        result.observe(storeUp, store.connected ? 1 : 0, attributes);
+        const answeredAt = store.lastAnswerAt ?? store.lastProbeAt;
+        if (answeredAt != null) result.observe(answerAge, Math.max(0, now - answeredAt) / 1000, attributes);
+      }
+      for (const member of status.members ?? []) {
+        const attributes = { 'dokebi_lock.backend': name, 'dokebi_lock.member': member.backend };
+        result.observe(skipped, member.skipped ? 1 : 0, attributes);
+        result.observe(refusals, member.refusals, attributes);
+      }
     }
   };
-  if (backends !== undefined) meter.addBatchObservableCallback(observe, [waiting, held]);
+  if (backends !== undefined) meter.addBatchObservableCallback(observe, gauges);
+
+  // Events of the telemetry channels, counted whether or not `backends` is given.
+  const clockBehind = meter.createCounter('dokebi_lock.clock_behind', {
+    description: 'Grants that showed a Redis server clock at least 1 s behind (clock-behind events)',
+    unit: '{event}',
+    valueType: ValueType.INT,
+  });
+  const fallbacks = meter.createCounter('dokebi_lock.policy.fallbacks', {
+    description: "A policy's acquires served by a member other than the rule's preferred one",
+    unit: '{acquire}',
+    valueType: ValueType.INT,
+  });
+  const events = {
+    'dokebi-lock:clock-behind': ({ backend, connection }) =>
+      clockBehind.add(1, { 'dokebi_lock.backend': backend, 'dokebi_lock.connection': connection }),
+    'dokebi-lock:policy-fallback': ({ backend, member, preferred }) =>
+      fallbacks.add(1, { 'dokebi_lock.backend': backend, 'dokebi_lock.member': member, 'dokebi_lock.preferred': preferred }),
+  };
 
   // The open spans, by context object of the channels.
   const acquireSpans = new WeakMap();
@@ -150,12 +202,14 @@ export function instrumentLocks({ tracerProvider, meterProvider, backends } = {}
   const holdChannel = tracingChannel('dokebi-lock:hold');
   acquireChannel.subscribe(acquire);
   holdChannel.subscribe(hold);
+  for (const [name, onEvent] of Object.entries(events)) subscribe(name, onEvent);
   let stopped = false;
   return function stop() {
     if (stopped) return;
     stopped = true;
     acquireChannel.unsubscribe(acquire);
     holdChannel.unsubscribe(hold);
-    if (backends !== undefined) meter.removeBatchObservableCallback(observe, [waiting, held]);
+    for (const [name, onEvent] of Object.entries(events)) unsubscribe(name, onEvent);
+    if (backends !== undefined) meter.removeBatchObservableCallback(observe, gauges);
   };
 }

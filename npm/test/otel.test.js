@@ -12,6 +12,7 @@ import { openLock } from '../index.js';
 import { instrumentLocks } from '../otel.js';
 import { openLocal, rejectsWith } from './helpers.js';
 import { useRedis } from './redis-server.js';
+import { unreachablePort } from './unreachable.js';
 import { command, lockKey } from './resp.js';
 import { KEY } from './tracing-support.js';
 
@@ -207,6 +208,72 @@ test('redis: a contended key gives the same spans; a lost lease is a hold error 
   const waiting = await otel.points('dokebi_lock.waiting');
   assert.equal(waiting.find((point) => point.attributes['dokebi_lock.backend'] === 'r')?.value, 0, 'a provider feeds the gauges');
   await command(redis.port, 'DEL', lockKey(namespace, KEY));
+  await otel.finish();
+  await provider.close();
+});
+
+test('store and policy metrics: a store up or not and how long since it answered, a policy falling back, refusing and passing a member over, a server clock behind', async (t) => {
+  const namespace = 'otel2';
+  const dead = await unreachablePort(t);
+  const provider = await openLock({
+    config: {
+      'dokebi-lock': {
+        backends: {
+          r: { driver: 'redis', connection: 'main', namespace, leaseMs: 10_000, fenceRetentionMs: 30_000 },
+          cache: { driver: 'redis', connection: 'dead', namespace, leaseMs: 5000 },
+          mem: {},
+          locks: {
+            driver: 'policy',
+            rules: [{ prefix: 'pay:', backends: ['cache'], onUnavailable: 'failClosed' }],
+            default: { backends: ['cache', 'mem'], minTier: 'process', onUnavailable: 'fallBack' },
+            reprobeCooldownMs: 60_000,
+          },
+        },
+      },
+      'dokebi-redis': {
+        connections: { main: { url: redis.url }, dead: { url: `redis://127.0.0.1:${dead}`, connectTimeoutMs: 100 } },
+      },
+    },
+  });
+  const otel = instrumented(provider);
+  const locks = provider.backend('locks');
+  const moved = await locks.acquire('order:secret-1', { waitTimeoutMs: 1000 });
+  assert.equal(moved.served.backend, 'mem');
+  await moved.release();
+  await rejectsWith(locks.acquire('pay:secret-2', { waitTimeoutMs: 1000 }), 'NO_ELIGIBLE_BACKEND');
+
+  // A counter 60 s ahead of the server's clock on one key, then another
+  // key's grant from the clock: 60 s below (as in telemetry.test.js).
+  const ahead = lockKey(namespace, KEY).replace(':lock:{', ':lock-fence:{');
+  const [, , seconds, , micros] = (await command(redis.port, 'TIME')).split('\r\n');
+  await command(redis.port, 'SET', ahead, ((BigInt(seconds) + 60n) * 1_000_000n + BigInt(micros)).toString(), 'PX', '60000');
+  for (const key of [KEY, 'other-secret-3']) await (await provider.backend('r').acquire(key)).release();
+
+  const by = async (name, attribute) => Object.fromEntries((await otel.points(name)).map((point) => [point.attributes[attribute], point]));
+  const up = await by('dokebi_lock.store.up', 'dokebi_lock.backend');
+  assert.deepEqual([up.r?.value, up.cache?.value, up.mem, up.locks], [1, 0, undefined, undefined]);
+  assert.equal(up.r.attributes['dokebi_lock.driver'], 'redis');
+  const age = await by('dokebi_lock.store.answer_age', 'dokebi_lock.backend');
+  assert.ok(age.r.value >= 0 && age.r.value < 5, String(age.r.value));
+  assert.equal(age.cache, undefined, 'a store that never answered has no age');
+  const skipped = await by('dokebi_lock.policy.skipped', 'dokebi_lock.member');
+  assert.deepEqual([skipped.cache?.value, skipped.mem?.value], [1, 0]);
+  const fallbacks = await otel.points('dokebi_lock.policy.fallbacks');
+  assert.deepEqual(
+    fallbacks.map((point) => [point.value, point.attributes]),
+    [[1, { 'dokebi_lock.backend': 'locks', 'dokebi_lock.member': 'mem', 'dokebi_lock.preferred': 'cache' }]],
+  );
+  const refusals = await by('dokebi_lock.policy.refusals', 'dokebi_lock.member');
+  assert.deepEqual([refusals.cache?.value, refusals.mem?.value], [1, 0]);
+  // The event comes from the driver's thread through the event loop.
+  for (let tries = 0; tries < 100 && (await otel.points('dokebi_lock.clock_behind')).length === 0; tries++) await sleep(10);
+  const behind = await otel.points('dokebi_lock.clock_behind');
+  assert.deepEqual(
+    behind.map((point) => [point.value, point.attributes]),
+    [[1, { 'dokebi_lock.backend': 'r', 'dokebi_lock.connection': 'main' }]],
+  );
+  const everything = JSON.stringify((await Promise.all(['store.up', 'policy.skipped', 'policy.fallbacks', 'policy.refusals', 'clock_behind'].map((name) => otel.points(`dokebi_lock.${name}`)))).flat());
+  assert.doesNotMatch(everything, /secret/, 'no key in the metrics');
   await otel.finish();
   await provider.close();
 });
