@@ -592,7 +592,7 @@ impl<S: Store> Attempt<S> {
                 // Given back before the caller hears of it, so that a retry
                 // finds the key free (a failed give-back goes on in the
                 // background).
-                let _ = core.release(&self.claim).await;
+                let _ = core.release(&self.claim, true).await;
                 return Err(core.error(failure, "acquire"));
             }
             // Asked again: the replicas' acknowledgement may have taken what
@@ -730,7 +730,7 @@ async fn register<S: Store>(
         }
     };
     if registered.is_err() {
-        let _ = core.release(claim).await;
+        let _ = core.release(claim, true).await;
     }
     registered
 }

@@ -209,17 +209,21 @@ impl<S: Store> BackendCore<S> {
 
     /// Releases a lease: `LEASE_LOST` if some key no longer carried its
     /// token; after an unanswered command a best-effort cleanup follows.
-    pub async fn release(self: &Arc<Self>, claim: &Arc<S::Claim>) -> Result<()> {
+    /// `valid_when_called`: the lease's local validity had not run out when
+    /// its release was called.
+    pub async fn release(self: &Arc<Self>, claim: &Arc<S::Claim>, valid_when_called: bool) -> Result<()> {
         match self.delete_if_ours(claim).await {
             Ok(Freed { all: true, .. }) => Ok(()),
             // The first attempt was lost with its connection and may have
             // deleted the key itself.
             Ok(Freed { first_attempt_lost: Some(cause), .. }) => Err(self.error(Failure::Unknown(cause), "release")),
             // Answered by a second attempt after the first was refused for
-            // a row lock: the lease may have run out during the release,
-            // not before it, so the caller hears the refusal, as without
-            // the second attempt (review R44).
-            Ok(Freed { refused_first: Some(cause), .. }) => Err(self.error(Failure::Contended(cause), "release")),
+            // a row lock, by a lease still valid when its release was
+            // called: it ran out during the release, after the section, so
+            // the caller hears the refusal, as without the second attempt
+            // (review R44). One that had run out before may have been
+            // taken over meanwhile: lost (review R46).
+            Ok(Freed { refused_first: Some(cause), .. }) if valid_when_called => Err(self.error(Failure::Contended(cause), "release")),
             Ok(_) => Err(LockError::lease_lost()),
             // Whether or not the command ran, the lock may still be ours in
             // the store, and this lease is released for its holder: keep trying.
@@ -239,7 +243,7 @@ impl<S: Store> BackendCore<S> {
     pub fn release_in_background(self: &Arc<Self>, claim: Arc<S::Claim>) {
         let unsettled = Unsettled::new(self.clone());
         self.spawner.handle().spawn(async move {
-            let _ = unsettled.0.release(&claim).await;
+            let _ = unsettled.0.release(&claim, true).await;
         });
     }
 

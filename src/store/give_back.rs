@@ -25,11 +25,11 @@ use crate::error::Cause;
 /// waiting as long, was refused whenever that take rolled back a little
 /// late (a loaded host), though the row was about to be free. A second
 /// refusal answers the first. Keys the second attempt no longer finds held
-/// may have run out while the two waited (which no other call could use,
-/// all of them queued behind the same lock): it says so
-/// ([`Freed::refused_first`]), for a release to answer the refusal rather
-/// than `LEASE_LOST` (review R44), while an acquire giving back a lost try
-/// reads it as any answered give-back (review R45).
+/// may have run out while the two waited, after the release was called: it
+/// says so ([`Freed::refused_first`]), for the release of a lease still
+/// valid when called to answer the refusal rather than `LEASE_LOST` (review
+/// R44), while an acquire giving back a lost try reads it as any answered
+/// give-back (review R45).
 pub(crate) async fn give_back<S: Store, Sent: Future<Output = Result<i64, Failure>>>(
     claim: &S::Claim,
     waiters: &Waiters<S>,

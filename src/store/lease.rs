@@ -310,6 +310,7 @@ impl<S: Store> StoreLease<S> {
     /// expired or was taken over, so the section may have overlapped another
     /// holder (the keys that still carried it are released all the same).
     pub async fn release(&self) -> Result<bool> {
+        let valid = self.is_valid();
         if !self.shared.take() {
             return Ok(false);
         }
@@ -319,7 +320,7 @@ impl<S: Store> StoreLease<S> {
             .core
             .spawner()
             .run(async move {
-                let outcome = shared.core.release(shared.claim()).await;
+                let outcome = shared.core.release(shared.claim(), valid).await;
                 shared.unhold();
                 outcome
             })
