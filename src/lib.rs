@@ -32,6 +32,7 @@ pub mod host;
 pub mod key;
 pub mod local;
 pub mod log;
+mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 pub mod options;

@@ -27,7 +27,8 @@ pub struct Hooks {
     pub logger: Logger,
     /// Telemetry (slow acquires and holds, wait timeouts, lost leases, and
     /// the acquire and hold events its sink asks for, see
-    /// [`crate::telemetry::TelemetrySink`]); `None` measures nothing.
+    /// [`crate::telemetry::TelemetrySink`]); `None` reports nothing (the
+    /// cargo feature `metrics` still records its metrics, docs/rust.md).
     pub telemetry: Option<Telemetry>,
     /// An event loop whose thread runs the redis operations started on it
     /// (see [`crate::host`]); `None` runs them on the driver's thread.
@@ -95,6 +96,7 @@ impl Provider {
     /// and an unreachable server shows up as `PROVIDER_FAILED` on acquire.
     pub fn open_with(options: Options, hooks: Hooks) -> Result<Provider> {
         let Hooks { logger, telemetry, host, extra_authorities } = hooks;
+        let telemetry = crate::telemetry::measured(telemetry);
         // Only the store drivers run work on a host, only redis reads more authorities.
         #[cfg(not(any(feature = "redis", feature = "postgres", feature = "mysql")))]
         let _ = host;

@@ -12,7 +12,9 @@
 //! for hosts that feed their own tracer; nobody gets them unasked, so a
 //! sink that only alerts pays nothing per acquire. With the cargo feature
 //! `tracing` every acquire and hold is also a span of the `tracing` crate
-//! (see `trace.rs`). Drivers report all of it through one `Reporter`.
+//! (see `trace.rs`); with the cargo feature `metrics`, every acquire, hold
+//! and event is measured through the `metrics` crate (see `metrics.rs`).
+//! Drivers report all of it through one `Reporter`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::{AcquireOptions, LockKind, LockMode};
 use crate::error::{ErrorCode, LockError};
+use crate::metrics::{self, AcquireMeter, HoldMeter, Meter};
 use crate::options::Thresholds;
 use crate::trace::{AcquireSpan, HoldSpan};
 
@@ -166,6 +169,45 @@ impl<F: Fn(&TelemetryEvent) + Send + Sync> TelemetrySink for F {
     }
 }
 
+/// The sink a provider hands its drivers for the host's `telemetry`: with
+/// the cargo feature `metrics`, one that every event passes, host's sink or
+/// none, to be measured; without it, the host's.
+pub(crate) fn measured(telemetry: Option<Telemetry>) -> Option<Telemetry> {
+    if !metrics::RECORDING {
+        return telemetry;
+    }
+    Some(Arc::new(Measured(telemetry)))
+}
+
+/// Measures each event, then hands it to the host's sink, if any.
+struct Measured(Option<Telemetry>);
+
+impl TelemetrySink for Measured {
+    fn event(&self, event: &TelemetryEvent) {
+        metrics::event(event);
+        if let Some(telemetry) = &self.0 {
+            telemetry.event(event);
+        }
+    }
+
+    fn interest(&self) -> Interest {
+        self.0.as_ref().map_or(Interest::NONE, |telemetry| telemetry.interest())
+    }
+
+    fn trace(&self, event: &TraceEvent<'_>) {
+        if let Some(telemetry) = &self.0 {
+            telemetry.trace(event);
+        }
+    }
+}
+
+/// A policy `backend` refused an acquire (`NO_ELIGIBLE_BACKEND`) whose rule
+/// prefers `member`: measured with the cargo feature `metrics` (it is no
+/// member's acquire, and no event).
+pub(crate) fn policy_refused(backend: &str, member: &str) {
+    metrics::policy_refused(backend, member);
+}
+
 /// Which trace events a sink receives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Interest {
@@ -258,6 +300,7 @@ pub(crate) struct Reporter {
     backend: Box<str>,
     driver: &'static str,
     thresholds: Thresholds,
+    meter: Meter,
 }
 
 /// An acquire in progress, from its call to [`Reporter::granted`] or
@@ -270,6 +313,7 @@ pub(crate) struct Acquiring {
     /// The acquire waited (the threshold events only count those).
     queued: bool,
     span: AcquireSpan,
+    meter: AcquireMeter,
 }
 
 impl Acquiring {
@@ -290,43 +334,46 @@ pub(crate) struct Hold {
     /// Reported already: a hold ends once, however many ways it ends.
     ended: AtomicBool,
     span: HoldSpan,
+    meter: HoldMeter,
 }
 
 impl Reporter {
     pub fn new(telemetry: Option<Telemetry>, backend: &str, driver: &'static str, thresholds: Thresholds) -> Reporter {
         let interest = telemetry.as_ref().map_or(Interest::NONE, |sink| sink.interest());
-        Reporter { telemetry, interest, backend: backend.into(), driver, thresholds }
+        Reporter { telemetry, interest, backend: backend.into(), driver, thresholds, meter: Meter::new(backend, driver) }
     }
 
     /// An acquire called now asking for `shape`.
     #[inline(always)]
     pub fn acquiring(&self, shape: Shape) -> Acquiring {
         let span = AcquireSpan::start(&self.backend, self.driver, &shape);
-        let started = (self.interest.acquires || span.is_recording()).then(Instant::now);
-        Acquiring { shape, started, queued: false, span }
+        let meter = self.meter.acquiring();
+        let started = (self.interest.acquires || span.is_recording() || meter.is_recording()).then(Instant::now);
+        Acquiring { shape, started, queued: false, span, meter }
     }
 
-    /// Nothing to report: no sink, and no span recording this acquire
-    /// (the hot path of a backend without telemetry stops here).
+    /// Nothing to report: no sink, no span recording this acquire and no
+    /// metrics (the hot path of a backend without telemetry stops here).
     #[inline(always)]
     fn unheard(&self, acquiring: &Acquiring) -> bool {
-        self.telemetry.is_none() && !acquiring.span.is_recording()
+        self.telemetry.is_none() && !acquiring.span.is_recording() && !acquiring.meter.is_recording()
     }
 
     /// Reports an acquire granted with `fence` and begins its hold.
     #[inline(always)]
     pub fn granted(&self, acquiring: Acquiring, fence: u64) -> Hold {
         if self.unheard(&acquiring) {
-            return Hold { since: None, fence, ended: AtomicBool::new(false), span: HoldSpan::none() };
+            return Hold { since: None, fence, ended: AtomicBool::new(false), span: HoldSpan::none(), meter: HoldMeter::none() };
         }
         self.granted_heard(acquiring, fence)
     }
 
     fn granted_heard(&self, acquiring: Acquiring, fence: u64) -> Hold {
-        let (now, span) = self.acquired(acquiring, Ok(fence));
+        let (now, span, meter) = self.acquired(acquiring, Ok(fence));
         let slow_holds = self.telemetry.is_some() && self.thresholds.slow_hold_ms.is_some();
-        let since = (slow_holds || self.interest.holds || span.is_recording()).then(|| now.unwrap_or_else(Instant::now));
-        Hold { since, fence, ended: AtomicBool::new(false), span }
+        let since =
+            (slow_holds || self.interest.holds || span.is_recording() || meter.is_recording()).then(|| now.unwrap_or_else(Instant::now));
+        Hold { since, fence, ended: AtomicBool::new(false), span, meter }
     }
 
     /// Reports an acquire that failed with `error`.
@@ -338,26 +385,27 @@ impl Reporter {
     }
 
     /// Reports a finished acquire: a wait timeout and a slow acquire
-    /// (whatever its outcome) of one that waited, the trace event and the
-    /// span. Answers when it ended, if the clock was read.
-    fn acquired(&self, acquiring: Acquiring, outcome: Result<u64, &LockError>) -> (Option<Instant>, HoldSpan) {
-        let Acquiring { shape, started, queued, span } = acquiring;
+    /// (whatever its outcome) of one that waited, the trace event, the span
+    /// and the metrics. Answers when it ended, if the clock was read, and
+    /// the span and meter of a grant's hold.
+    fn acquired(&self, acquiring: Acquiring, outcome: Result<u64, &LockError>) -> (Option<Instant>, HoldSpan, HoldMeter) {
+        let Acquiring { shape, started, queued, span, meter } = acquiring;
         let thresholds = queued && self.telemetry.is_some();
-        let measured = started.filter(|_| thresholds || self.interest.acquires || span.is_recording());
+        let measured = started.filter(|_| thresholds || self.interest.acquires || span.is_recording() || meter.is_recording());
+        let code = outcome.map_err(LockError::code);
         let Some(started) = measured else {
-            return (None, span.finish(&self.backend, self.driver, Duration::ZERO, outcome.map_err(LockError::code)));
+            return (None, span.finish(&self.backend, self.driver, Duration::ZERO, code), meter.finish(Duration::ZERO, code));
         };
         let now = Instant::now();
         let waited = now.saturating_duration_since(started);
-        let error = outcome.err();
+        let error = code.err();
         if let (true, Some(telemetry)) = (thresholds, &self.telemetry) {
-            if error.is_some_and(|e| e.code() == ErrorCode::WaitTimeout) {
+            if error == Some(ErrorCode::WaitTimeout) {
                 telemetry.event(&TelemetryEvent::WaitTimeout { backend: self.backend.to_string(), waited });
             }
             if let Some(threshold) = self.thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
                 if waited >= threshold {
-                    let outcome = error.map(LockError::code);
-                    telemetry.event(&TelemetryEvent::SlowAcquire { backend: self.backend.to_string(), waited, threshold, outcome });
+                    telemetry.event(&TelemetryEvent::SlowAcquire { backend: self.backend.to_string(), waited, threshold, outcome: error });
                 }
             }
         }
@@ -370,11 +418,11 @@ impl Reporter {
                 weight: shape.weight,
                 key_count: shape.key_count,
                 waited,
-                outcome: error.map(LockError::code),
-                fence: outcome.ok(),
+                outcome: error,
+                fence: code.ok(),
             });
         }
-        (Some(now), span.finish(&self.backend, self.driver, waited, outcome.map_err(LockError::code)))
+        (Some(now), span.finish(&self.backend, self.driver, waited, code), meter.finish(waited, code))
     }
 
     /// A lease's own release ended its hold (`outcome` `None`: released):
@@ -410,6 +458,7 @@ impl Reporter {
             telemetry.trace(&TraceEvent::Hold { backend: &self.backend, driver: self.driver, fence: hold.fence, held, outcome });
         }
         hold.span.finish(held, outcome);
+        hold.meter.finish(held, outcome);
     }
 
     /// Reports a lease found lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`): of

@@ -565,6 +565,7 @@ impl Attempt {
         let router = &self.router;
         let rule = &router.rules[self.rule];
         lock(&router.states)[rule.members[0]].counts.refusals += 1;
+        crate::telemetry::policy_refused(&router.name, &router.members[rule.members[0]].name);
         let tried: Vec<_> = self
             .tried
             .iter()
