@@ -3,7 +3,7 @@
 // the run's tables (results/latest.md, which the harness writes from
 // results/latest.json and benches/publish.mjs copies into BENCHMARKS.md's
 // "Latest run"), so the summary can never say what the tables do not.
-import { markdownTable } from './table.mjs';
+import { markdownTable, scenarioTables } from './table.mjs';
 
 const US = 'dokebi-lock';
 /** The last column of a table where > 1 means ours is better. */
@@ -12,8 +12,6 @@ const isContest = (head) => CONTEST_HEADS.some((h) => head.startsWith(h));
 /** 1.5 -> "1.50x", 0.07 -> "0.070x"; the tables print 2 decimals, so 0 is below 0.005. */
 export const times = (ratio) => (ratio === 0 ? '< 0.01x' : `${ratio >= 0.1 ? ratio.toFixed(2) : ratio.toPrecision(2)}x`);
 
-/** The cells of a markdown table row. */
-const cells = (line) => line.trim().replace(/^\|/, '').replace(/\|$/, '').split('|').map((c) => c.trim());
 const number = (text) => Number.parseFloat(String(text).replace(/x$/, ''));
 
 /**
@@ -25,14 +23,7 @@ const number = (text) => Number.parseFloat(String(text).replace(/x$/, ''));
  */
 export function scenariosOf(markdown) {
   const scenarios = [];
-  for (const block of markdown.split(/^#{3,4} /m).slice(1)) {
-    const lines = block.split('\n');
-    const fullTitle = lines[0].trim();
-    const tableAt = lines.findIndex((l) => l.startsWith('| subject'));
-    if (tableAt < 0) continue;
-    const head = cells(lines[tableAt]);
-    const rows = [];
-    for (let i = tableAt + 2; i < lines.length && lines[i].startsWith('|'); i++) rows.push(cells(lines[i]));
+  for (const { title: fullTitle, lines, head, rows } of scenarioTables(markdown)) {
     const last = head.at(-1);
     const ours = rows.find((r) => r[0] === US);
     if (!ours || ours[2].startsWith('skipped')) continue;

@@ -7,6 +7,29 @@ export function markdownTable(header, rows) {
   return [line(header), '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|', ...rows.map(line)].join('\n');
 }
 
+/** The cells of a markdown table row. */
+const cells = (line) => line.trim().replace(/^\|/, '').replace(/\|$/, '').split('|').map((c) => c.trim());
+
+/**
+ * The scenarios of a run's markdown (results/latest.md, or BENCHMARKS.md's
+ * "Latest run"), each a `###` or `####` heading over a table whose first
+ * column is `subject`: `{ title, lines, head, rows }`, `lines` being the
+ * scenario's text from its heading on, `head` and each row arrays of cells.
+ * Headings without such a table are left out.
+ */
+export function scenarioTables(markdown) {
+  const scenarios = [];
+  for (const block of markdown.split(/^#{3,4} /m).slice(1)) {
+    const lines = block.split('\n');
+    const tableAt = lines.findIndex((l) => l.startsWith('| subject'));
+    if (tableAt < 0) continue;
+    const rows = [];
+    for (let i = tableAt + 2; i < lines.length && lines[i].startsWith('|'); i++) rows.push(cells(lines[i]));
+    scenarios.push({ title: lines[0].trim(), lines, head: cells(lines[tableAt]), rows });
+  }
+  return scenarios;
+}
+
 /** 1234567 -> "1.23M", 4321 -> "4.32k", for rates. */
 export function rate(x) {
   if (!Number.isFinite(x)) return '-';
