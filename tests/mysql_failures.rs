@@ -17,43 +17,13 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
-use mysql::{count, rows, try_rows, url, yaml, Table};
-use mysql_async::prelude::Queryable;
+use mysql::{count, hold, hold_row, rows, try_rows, url, yaml, Table};
 use mysql_server::PrivateServer;
 use proxy::Proxy;
 use support::fall_back::FallBackToHost;
 
 fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
-}
-
-/// Holds the row lock of key `k` of `table` (namespace `dokebi-lock`) in an
-/// open transaction of its own until the returned sender is dropped.
-fn hold_row(table: &str) -> std::sync::mpsc::Sender<()> {
-    let exists = format!("SELECT COUNT(*) FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k'");
-    assert_eq!(count(&exists), 1, "the key's row exists");
-    let lock = format!("START TRANSACTION; SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
-    hold(url(), lock, "ROLLBACK")
-}
-
-/// Runs `lock` on a connection of its own to `url` and keeps the locks it
-/// took until the returned sender is dropped, then runs `unlock`.
-fn hold(url: String, lock: String, unlock: &'static str) -> std::sync::mpsc::Sender<()> {
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let (locked, is_locked) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-            conn.query_drop(lock).await.unwrap();
-            locked.send(()).unwrap();
-            let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
-            conn.query_drop(unlock).await.unwrap();
-        });
-    });
-    is_locked.recv().expect("the locks are taken");
-    stop
 }
 
 #[test]
@@ -86,11 +56,7 @@ fn a_release_behind_a_row_lock_held_past_one_lock_wait_is_answered() {
     let provider = Provider::from_yaml(&yaml(&table.0, "")).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", wait(0))).unwrap();
-    let held = hold_row(&table.0);
-    let freeing = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
-        drop(held);
-    });
+    let freeing = mysql::hold_row_for(&table.0, 1500);
     let started = Instant::now();
     let released = block_on(lease.release());
     assert!(matches!(released, Ok(true)), "after {:?}: {released:?}", started.elapsed());

@@ -8,28 +8,6 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
-use mysql_async::prelude::Queryable;
-
-/// Holds the row lock of key `k` of the mysql `table` (namespace
-/// `dokebi-lock`) in a transaction of its own for `ms`, then rolls back.
-fn mysql_hold_row_for(table: &str, ms: u64) -> std::thread::JoinHandle<()> {
-    let lock = format!("START TRANSACTION; SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
-    let (locked, is_locked) = std::sync::mpsc::channel();
-    let url = mysql::url();
-    let holder = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-            conn.query_drop(lock).await.unwrap();
-            locked.send(()).unwrap();
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            conn.query_drop("ROLLBACK").await.unwrap();
-        });
-    });
-    is_locked.recv().expect("the row is locked");
-    holder
-}
 
 /// PostgreSQL, `commandTimeoutMs` 2000 (`lock_timeout` 1.5 s) and a
 /// `leaseMs` of 2100, which the docs allow ("must be above the
@@ -80,7 +58,7 @@ fn mysql_a_release_called_well_within_the_lease_is_not_told_lost() {
     let provider = Provider::from_yaml(&yaml).unwrap();
     let backend = provider.backend("shared").unwrap();
     let lease = block_on(backend.acquire("k", postgres::wait(0))).unwrap();
-    let holder = mysql_hold_row_for(&table.0, 1700);
+    let holder = mysql::hold_row_for(&table.0, 1700);
     assert!(lease.is_valid());
     let started = Instant::now();
     let released = block_on(lease.release());

@@ -9,28 +9,6 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
-use mysql_async::prelude::Queryable;
-
-/// Holds the row lock of key `k` of the mysql `table` (namespace
-/// `dokebi-lock`) in a transaction of its own for `ms`, then rolls back.
-fn mysql_hold_row_for(table: &str, ms: u64) -> std::thread::JoinHandle<()> {
-    let lock = format!("START TRANSACTION; SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
-    let (locked, is_locked) = std::sync::mpsc::channel();
-    let url = mysql::url();
-    let holder = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-            conn.query_drop(lock).await.unwrap();
-            locked.send(()).unwrap();
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            conn.query_drop("ROLLBACK").await.unwrap();
-        });
-    });
-    is_locked.recv().expect("the row is locked");
-    holder
-}
 
 /// PostgreSQL, `commandTimeoutMs` 2000 (`lock_timeout` 1.5 s), `leaseMs`
 /// 2100. A's lease runs out (`is_valid()` false) and another provider B
@@ -96,7 +74,7 @@ fn mysql_a_release_after_another_owner_took_the_key_is_told_lost() {
     assert!(!lease.is_valid());
     let other = block_on(backend_b.acquire("k", postgres::wait(3000))).unwrap();
     assert!(other.fence() > lease.fence(), "B took k over");
-    let holder = mysql_hold_row_for(&table.0, 1600);
+    let holder = mysql::hold_row_for(&table.0, 1600);
     let lost_before = backend_a.status().lost;
     let started = Instant::now();
     let released = block_on(lease.release());

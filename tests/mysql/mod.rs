@@ -84,3 +84,42 @@ pub fn yaml(table: &str, fields: &str) -> String {
         url()
     )
 }
+
+/// Holds the row lock of key `k` of `table` (namespace `dokebi-lock`) in an
+/// open transaction of its own (another session's) until the returned
+/// sender is dropped, then rolls it back.
+pub fn hold_row(table: &str) -> std::sync::mpsc::Sender<()> {
+    let exists = format!("SELECT COUNT(*) FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k'");
+    assert_eq!(count(&exists), 1, "the key's row exists");
+    let lock = format!("START TRANSACTION; SELECT fence FROM `{table}` WHERE ns = 'dokebi-lock' AND k = 'k' FOR UPDATE");
+    hold(url(), lock, "ROLLBACK")
+}
+
+/// [`hold_row`] for `ms`, from another thread: join it to wait for the end.
+pub fn hold_row_for(table: &str, ms: u64) -> std::thread::JoinHandle<()> {
+    let held = hold_row(table);
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        drop(held);
+    })
+}
+
+/// Runs `lock` on a connection of its own to `url` and keeps the locks it
+/// took until the returned sender is dropped, then runs `unlock`.
+pub fn hold(url: String, lock: String, unlock: &'static str) -> std::sync::mpsc::Sender<()> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+            conn.query_drop(lock).await.unwrap();
+            locked.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+            conn.query_drop(unlock).await.unwrap();
+        });
+    });
+    is_locked.recv().expect("the locks are taken");
+    stop
+}
