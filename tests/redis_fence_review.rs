@@ -138,7 +138,7 @@ fn a_replica_that_lagged_promoted_within_a_second_of_a_failover_never_repeats_a_
     // second, a failover to the second, which lagged behind the first (the
     // first failed before it caught up): two failovers to replicas, each of
     // which had everything of the primary before the one it replaced.
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let first = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     let link = Proxy::start(primary.port(), Duration::ZERO);
     let second = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
@@ -184,7 +184,7 @@ fn replica_acks_are_not_met_by_a_replica_that_never_got_the_grant() {
     // something, so that connection's WAIT counts from offset 0 and every
     // connected replica meets it at once. (On Redis 7.0 a PING moves the
     // offset, and this test passes.)
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let link = Proxy::start(primary.port(), Duration::ZERO);
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
     eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
@@ -247,8 +247,8 @@ fn a_shared_release_on_a_demoted_primary_is_not_lease_lost() {
     // there, and the holder hears LEASE_LOST while its lease is still held
     // on the new primary (a plain release there is READONLY, tried again,
     // and PROVIDER_FAILED at worst).
-    let old = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"]);
-    let new = RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &old.port().to_string()]);
+    let old = RedisServer::start_persistent(&[]);
+    let new = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &old.port().to_string()]);
     eventually("the replica is synced", || new.replica_synced());
     let (app, _) = open_redis(&old.url(), &[("leaseMs", "30000")], &[("commandTimeoutMs", "500")]);
     let shared = dokebi_lock::AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(0) };

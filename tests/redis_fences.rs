@@ -134,7 +134,7 @@ fn an_aof_that_lost_its_unsynced_tail_never_repeats_a_fence() {
 #[test]
 fn a_failover_to_a_replica_that_lagged_never_repeats_a_fence() {
     // No delay before the replica's sync starts (5 s by default).
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let link = Proxy::start(primary.port(), Duration::ZERO);
     // A data dir of its own: a replica writes the primary's snapshot to disk.
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
@@ -170,7 +170,7 @@ fn a_failover_to_a_replica_that_lagged_never_repeats_a_fence() {
 
 #[test]
 fn replicas_get_a_reservation_of_the_fences_not_each_fence() {
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     eventually("the replica is synced", || replica.replica_synced());
     let app = open(&primary.url());

@@ -72,7 +72,7 @@ fn replica_acks_wait_on_the_server_that_ran_the_script_not_where_the_address_now
     // connection stays on `old` (as it does through a DNS change), and the
     // WAIT connection, opened at the first grant, is the first new one.
     let old = RedisServer::start();
-    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let new = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &new.port().to_string()]);
     eventually("new's replica is synced and online", || replica.replica_synced() && new.replica_online());
     let front = Proxy::start(old.port(), Duration::ZERO);
@@ -112,7 +112,7 @@ fn replica_acks_behind_a_moving_address_refuse_a_grant_also_where_info_is_refuse
     // connection reaches `new`), for a user whose ACL refuses INFO: the
     // run_ids are unknown, which the check takes for one server.
     let old = RedisServer::start();
-    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let new = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &new.port().to_string()]);
     eventually("new's replica is synced and online", || replica.replica_synced() && new.replica_online());
     add_user_without_info(&old);
@@ -144,7 +144,7 @@ fn replica_acks_behind_a_moving_address_refuse_a_grant_also_where_info_is_refuse
 
 #[test]
 fn a_renewal_at_maxmemory_that_extended_the_lease_says_so() {
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let (app, _) = open_redis(&primary.url(), &[("leaseMs", "30000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "1000")]);
@@ -223,7 +223,7 @@ fn close_during_a_renewal_waiting_for_its_replica_aborts_the_signal_before_the_k
     // it from looking: close releases the key on the command connection at
     // once, another process takes it, and the section's signal stays quiet
     // until the WAIT gives up (2.7 s here).
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let (a, _) = open_redis(&primary.url(), &[("leaseMs", "6000"), ("replicaAcks", "1")], &[("commandTimeoutMs", "4000")]);
@@ -357,7 +357,7 @@ fn a_demoted_primary_grants_nothing(
     url_of: impl Fn(&RedisServer) -> String,
     during_warm_up: impl FnOnce(&RedisServer) -> Option<std::thread::JoinHandle<()>>,
 ) {
-    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let new = RedisServer::start();
     let old = RedisServer::start_persistent(&[&["--replica-read-only", "no"], old_args].concat());
     let (app, _) = open_redis(&url_of(&old), &[("leaseMs", "30000")], &[("commandTimeoutMs", "500")]);
     let during = during_warm_up(&old);
@@ -413,7 +413,7 @@ fn the_replica_acks_probe_writes_no_other_namespaces_lock() {
     // namespace): then the first one is the namespace's own, and the probe
     // is the lock of namespace 'a:lock-acks:{t}' for the same key. Its SET
     // (value 1, one second) takes that holder's lock away.
-    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let primary = RedisServer::start();
     let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
     eventually("the replica is synced and online", || replica.replica_synced() && primary.replica_online());
     let holder = open_in(&primary.url(), "a:lock-acks:{t}", 0);

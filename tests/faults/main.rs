@@ -511,8 +511,7 @@ impl Run {
     fn attach_replica(&mut self) {
         let link = Proxy::start(self.lock.server().port(), Duration::ZERO);
         // A data dir of its own: a replica writes the primary's snapshot to disk.
-        let replica =
-            RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &link.port().to_string()]);
+        let replica = RedisServer::start_persistent(&["--replicaof", "127.0.0.1", &link.port().to_string()]);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !replica.replica_synced() {
             assert!(Instant::now() < deadline, "the replica did not sync with the lock server");
@@ -886,7 +885,7 @@ fn run_scenario(scenario: &Scenario, run: Duration, c_worker: &Path, root: &Path
         // Its snapshots go to a data dir of its own, which a restart loads.
         Fault::SnapshotRestart => Lock::Server(RedisServer::start_persistent(&[])),
         // No delay before a replica's sync starts (5 s by default).
-        Fault::Failover => Lock::Server(RedisServer::start_persistent(&["--repl-diskless-sync-delay", "0"])),
+        Fault::Failover => Lock::Server(RedisServer::start_persistent(&[])),
         _ => Lock::Server(RedisServer::start_with(&["--enable-debug-command", "local"])),
     };
     let store = RedisServer::start();

@@ -69,8 +69,13 @@ impl RedisServer {
         // DOKEBI_TEST_REDIS_SERVER: another redis-server binary (a newer
         // Redis than the machine's), for a test run by hand.
         let program = std::env::var("DOKEBI_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        // A primary starts a replica's (diskless) sync at once, not after
+        // Redis 7's default 5 s wait for more replicas, which took up the
+        // whole of a test's 5 s for "the replica is in sync" (a CI run
+        // failed so in redis_failure_paths).
         let child = Command::new(program)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
