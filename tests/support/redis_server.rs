@@ -137,21 +137,21 @@ impl RedisServer {
     }
 
     /// True once a replica finished its sync with its primary (the link is
-    /// up). False while the server cannot be asked: a primary being demoted
-    /// drops its clients, this probe's too.
+    /// up) and that primary counts it online: after a diskless sync the
+    /// primary does so only at the replica's first acknowledgement (up to a
+    /// second after the link is up), and `WAIT` counts no replica before, so
+    /// a `replicaAcks` grant right after the link came up failed (a CI run
+    /// of redis_failure_paths). False while a server cannot be asked: a
+    /// primary being demoted drops its clients, this probe's too.
     pub fn replica_synced(&self) -> bool {
-        let Ok(mut client) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) else { return false };
-        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("replication").query(&mut client);
-        info.is_ok_and(|info| info.lines().any(|line| line.trim() == "master_link_status:up"))
-    }
-
-    /// True once this primary counts a replica as online: after a diskless
-    /// sync only from the replica's first acknowledgement (up to a second
-    /// after its link is up), and `WAIT` counts no replica before.
-    pub fn replica_online(&self) -> bool {
-        let Ok(mut client) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) else { return false };
-        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("replication").query(&mut client);
-        info.is_ok_and(|info| info.lines().any(|line| line.starts_with("slave") && line.contains("state=online")))
+        let Some(info) = replication_info(self.port) else { return false };
+        let field = |name: &str| info.lines().find_map(|line| line.trim().strip_prefix(name).map(str::to_owned));
+        if field("master_link_status:").as_deref() != Some("up") {
+            return false;
+        }
+        let Some(primary) = field("master_port:").and_then(|port| port.parse().ok()) else { return false };
+        let listed = format!("port={},state=online", self.port);
+        replication_info(primary).is_some_and(|info| info.lines().any(|line| line.starts_with("slave") && line.contains(&listed)))
     }
 
     /// A plain synchronous client for inspecting the server.
@@ -212,4 +212,11 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// `INFO replication` of the server on `port`, or None while it cannot be
+/// asked.
+fn replication_info(port: u16) -> Option<String> {
+    let mut client = redis::Client::open(format!("redis://127.0.0.1:{port}/0")).and_then(|c| c.get_connection()).ok()?;
+    redis::cmd("INFO").arg("replication").query(&mut client).ok()
 }
