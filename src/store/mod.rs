@@ -45,6 +45,8 @@ mod connecting;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod connections;
 pub(crate) mod core;
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+pub(crate) mod error_chain;
 pub(crate) mod failure;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod give_back;

@@ -11,6 +11,7 @@ use mysql_async::Conn;
 use rustls::CertificateError;
 
 use super::url::{SslMode, Target};
+use crate::store::error_chain;
 
 /// A new connection to `target`, under its `ssl-mode`, its files checked
 /// first.
@@ -70,18 +71,7 @@ pub(crate) fn handshake_failure(err: &mysql_async::Error) -> Option<&rustls::Err
     if matches!(err, mysql_async::Error::Io(mysql_async::IoError::Tls(_))) {
         return None;
     }
-    let mut next: Option<&(dyn Error + 'static)> = Some(err);
-    while let Some(error) = next {
-        if let Some(found) = error.downcast_ref::<rustls::Error>() {
-            return Some(found);
-        }
-        // An `io::Error`'s `source` skips the error it wraps.
-        if let Some(found) = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref()) {
-            return Some(found);
-        }
-        next = error.source();
-    }
-    None
+    error_chain::find_in_chain(err)
 }
 
 /// A name the server's certificate carries, when `err` refused it for not

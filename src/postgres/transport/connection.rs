@@ -29,7 +29,7 @@ use super::url;
 use crate::error::Result;
 use crate::options::PostgresConnectionOptions;
 use crate::store::reach::no_sign_of_down;
-use crate::store::tls_keys;
+use crate::store::{error_chain, tls_keys};
 use crate::store::{Connectivity, Failure, Health, Refusal, StoreConnection};
 use crate::telemetry::Telemetry;
 
@@ -549,21 +549,12 @@ fn option(name: &str) -> String {
 /// server has no TLS while the URL demands it).
 fn refused_certificate(err: &tokio_postgres::Error) -> bool {
     matches!(tls_error(err), Some(rustls::Error::InvalidCertificate(_)))
-        || chain(err).any(|cause| cause.to_string().contains("server does not support TLS"))
+        || error_chain::causes(err).any(|cause| cause.to_string().contains("server does not support TLS"))
 }
 
 /// The TLS error under `err`, if any.
 fn tls_error(err: &tokio_postgres::Error) -> Option<&rustls::Error> {
-    chain(err).find_map(|cause| cause.downcast_ref::<rustls::Error>())
-}
-
-/// `err` and its causes, each io::Error followed by the error it wraps,
-/// which its source() skips (rustls's comes so).
-fn chain<'a>(err: &'a tokio_postgres::Error) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |cause| cause.source()).flat_map(|cause| {
-        let wrapped = cause.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
-        std::iter::once(cause).chain(wrapped.map(|inner| inner as &(dyn std::error::Error + 'static)))
-    })
+    error_chain::find_in_chain(err)
 }
 
 /// A failure of a statement that was sent: the server's error (nothing was

@@ -7,12 +7,12 @@
 //! user, which option) and travels to [`super::connection`] inside the
 //! Redis error it explains (see [`Refusal::into_redis`], [`Refusal::find`]).
 
-use std::error::Error;
 use std::io;
 use std::sync::Arc;
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError};
 
+use crate::store::error_chain::find_in_chain;
 pub(crate) use crate::store::Refusal;
 
 impl Refusal {
@@ -25,27 +25,6 @@ impl Refusal {
     pub fn find(err: &RedisError) -> Option<&Refusal> {
         find_in_chain(err)
     }
-}
-
-/// The first error of type `E` in `err`'s chain (through wrapped
-/// `io::Error`s too).
-pub(crate) fn find_in_chain<'a, E: Error + 'static>(err: &'a (dyn Error + 'static)) -> Option<&'a E> {
-    let mut next: Option<&(dyn Error + 'static)> = Some(err);
-    while let Some(err) = next {
-        if let Some(found) = err.downcast_ref::<E>() {
-            return Some(found);
-        }
-        // An io::Error's own source skips the error it wraps, and so does
-        // that of the Arc redis-rs keeps it in.
-        next = if let Some(io) = err.downcast_ref::<io::Error>() {
-            io.get_ref().map(|inner| inner as &(dyn Error + 'static))
-        } else if let Some(shared) = err.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
-            Some(&**shared as &(dyn Error + 'static))
-        } else {
-            err.source()
-        };
-    }
-    None
 }
 
 /// Who a link logs in as, and where: what a credentials refusal names.

@@ -129,7 +129,7 @@ impl Tls {
     /// (`host:port`, reached as `host`) is its cause: a certificate either
     /// side refused, or a failed handshake.
     pub fn refusal(&self, server: &str, host: &str, err: &redis::RedisError) -> Option<Refusal> {
-        let tls = super::refusal::find_in_chain::<rustls::Error>(err)?;
+        let tls = crate::store::error_chain::find_in_chain::<rustls::Error>(err)?;
         let path = &self.path;
         let name = self.servername.as_ref().map_or_else(|| host.to_owned(), |name| name.to_str().into_owned());
         let refused = format!("the TLS certificate of Redis at {server} was refused");
