@@ -29,6 +29,7 @@ pub mod error;
 #[cfg(feature = "file")]
 pub mod file;
 pub mod host;
+pub mod inspect;
 pub mod key;
 pub mod local;
 pub mod log;
@@ -54,6 +55,7 @@ pub use acquire::{AcquireOptions, LockKind, LockMode};
 pub use error::{ErrorCode, Issue, LockError, Result};
 #[cfg(feature = "file")]
 pub use file::{FileBackend, FileLease};
+pub use inspect::{Holding, Inspection};
 #[cfg(feature = "mysql")]
 pub use mysql::{MysqlBackend, MysqlLease};
 pub use options::Options;

@@ -15,6 +15,7 @@ use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 #[cfg(feature = "file")]
 use crate::file::{FileBackend, FileLease};
+use crate::inspect::Inspection;
 use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
 use crate::policy::{Acquisition, Places, PolicyBackend, PolicyLease, Router, Tier};
@@ -352,6 +353,38 @@ impl Backend {
             #[cfg(feature = "file")]
             Backend::File(file) => file.acquire_many(keys, options).await.map(Lease::File),
             Backend::Policy(policy) => policy.acquire_many(keys, options).await.map(|lease| Lease::Policy(Box::new(lease))),
+        }
+    }
+
+    /// What the backend's store holds of `key` now, read at once: whether
+    /// it is held and how, its live holders (each one's units, remaining
+    /// lease, and fence where the store keeps it), how many acquires wait
+    /// for it, and the highest fence it was granted. The store's own view,
+    /// so it sees every process's holders and waiters (the local driver:
+    /// this backend's). A read: it takes, extends and changes nothing.
+    /// A policy inspects the members its rule for `key` allows, preferred
+    /// first, and answers the first that holds or queues the key (else the
+    /// preferred one's view); `backend` says which answered.
+    ///
+    /// `INVALID_KEY` for a key an acquire would refuse, `CLOSED` once the
+    /// backend closed, `PROVIDER_FAILED` when the store cannot answer. The
+    /// file driver cannot list holders (the kernel keeps its locks):
+    /// `INVALID_ARGUMENT` there.
+    pub async fn inspect(&self, key: &str) -> Result<Inspection> {
+        match self {
+            Backend::Local(local) => local.inspect(key),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => redis.inspect(key).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(postgres) => postgres.inspect(key).await,
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(mysql) => mysql.inspect(key).await,
+            #[cfg(feature = "file")]
+            Backend::File(_) => Err(LockError::new(
+                ErrorCode::InvalidArgument,
+                "inspect: the file driver cannot list a key's holders (the kernel keeps its locks, not a record of them)",
+            )),
+            Backend::Policy(policy) => Box::pin(policy.inspect(key)).await,
         }
     }
 

@@ -343,6 +343,11 @@ impl Reporter {
         Reporter { telemetry, interest, backend: backend.into(), driver, thresholds, meter: Meter::new(backend, driver) }
     }
 
+    /// The backend's name.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
     /// An acquire called now asking for `shape`.
     #[inline(always)]
     pub fn acquiring(&self, shape: Shape) -> Acquiring {

@@ -178,6 +178,19 @@ impl KeySlot {
     }
 }
 
+/// One key as the engine holds it (`LocalEngine::inspect`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeyView {
+    /// How it is held; `None` when free.
+    pub mode: Option<LockMode>,
+    /// Its limit (1 unless counted; 0 for a key not in use).
+    pub limit: u32,
+    /// Each holder's units and fence, oldest grant first.
+    pub holders: Vec<(u32, u64)>,
+    /// Acquires queued for it.
+    pub waiting: u32,
+}
+
 /// A granted lease other than a plain one (see [`KeySlot::plain`]).
 struct Holder {
     fence: u64,
@@ -525,6 +538,34 @@ impl<W> LocalEngine<W> {
             acquired: self.last_fence,
             timed_out: self.timed_out,
         }
+    }
+
+    /// What the engine holds of `key` (see `Backend::inspect`): its
+    /// holders, oldest grant first, and the acquires queued for it.
+    pub fn inspect(&self, key: &str) -> KeyView {
+        let Some(slot) = self.find(key) else { return KeyView::default() };
+        let found = &self.keys[slot as usize];
+        let mut holders = Vec::new();
+        if found.plain != 0 {
+            holders.push((1, found.plain));
+        } else if found.units > 0 || found.readers > 0 {
+            // Holders of kinds or of several keys: a scan, as an operator's
+            // read may cost (the grants never do).
+            holders.extend(
+                self.holders
+                    .iter()
+                    .filter(|(_, holder)| holder.keys.as_slice().contains(&slot))
+                    .map(|(_, holder)| (holder.weight, holder.fence)),
+            );
+            holders.sort_unstable_by_key(|&(_, fence)| fence);
+        }
+        let mode = match (found.readers, holders.is_empty()) {
+            (_, true) => None,
+            (0, false) => Some(LockMode::Exclusive),
+            _ => Some(LockMode::Shared),
+        };
+        let waiting = std::iter::successors(found.head, |&entry| self.entries[entry as usize].next).count() as u32;
+        KeyView { mode, limit: found.limit, holders, waiting }
     }
 
     /// Whether a key set whose slots are `found` (`None`: a key not in use)

@@ -11,4 +11,4 @@ mod sync;
 mod wait_slot;
 
 pub use backend::{LocalBackend, LocalLease};
-pub use engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
+pub use engine::{Acquired, CancelReason, KeyView, LeaseId, LocalCounts, LocalEngine, WaiterId};

@@ -227,7 +227,7 @@ fn quote(name: &str) -> String {
 }
 
 /// The server's clock in µs since the epoch, at the statement that reads it.
-const CLOCK: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+pub(crate) const CLOCK: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
 /// The start of every public procedure: a READ COMMITTED transaction whose
 /// row-lock waits end at `p_lock_wait_s`, rolled back (and the session's

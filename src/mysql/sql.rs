@@ -11,8 +11,9 @@
 //! driver formats. A hostile key cannot change a statement: every
 //! character it puts into one is `0-9a-f`.
 
-use super::schema::Table;
+use super::schema::{Table, CLOCK};
 use super::transport::connection::MysqlConnection;
+use crate::inspect::{Inspection, SHOWN_HOLDERS};
 use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
@@ -124,6 +125,48 @@ impl Statements {
         single(connection.query(&self.owners_call("_withdraw", owner, None)).await?)
     }
 
+    /// What the tables hold of the key whose stored name is `key` (hex; see
+    /// `Store::inspect`): one `SELECT` (every one of its `UTC_TIMESTAMP`s is
+    /// the statement's start). Each list of the first holders fits in
+    /// `group_concat_max_len`'s default of 1,024 bytes: 64 numbers of at
+    /// most 10 digits.
+    pub async fn inspect(&self, connection: &MysqlConnection, namespace: &str, key: &str) -> Result<Inspection, Failure> {
+        let (keys, holders, waiting) = (self.table.name(""), self.table.name("_holders"), self.table.name("_waiting"));
+        let at = format!("ns = X'{namespace}' AND k = X'{key}'");
+        let sql = format!(
+            "SELECT (SELECT fence FROM {keys} WHERE {at}), \
+             (SELECT COUNT(*) FROM {waiting} WHERE {at} AND lapses_at > {CLOCK}), \
+             (SELECT COUNT(*) FROM {holders} WHERE {at} AND expires_at > {CLOCK}), \
+             GROUP_CONCAT(h.shared ORDER BY h.expires_at), GROUP_CONCAT(h.lim ORDER BY h.expires_at), \
+             GROUP_CONCAT(h.weight ORDER BY h.expires_at), GROUP_CONCAT((h.expires_at - {CLOCK}) DIV 1000 ORDER BY h.expires_at) \
+             FROM (SELECT shared, lim, weight, expires_at FROM {holders} WHERE {at} AND expires_at > {CLOCK} \
+             ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h"
+        );
+        let row = connection.query(&sql).await?;
+        let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+        let list = |i: usize| -> Result<Vec<i64>, Failure> {
+            let text = text(i);
+            text.split(',')
+                .filter(|item| !item.is_empty())
+                .map(|item| item.parse().map_err(|_| refused("not a list of integers")))
+                .collect()
+        };
+        let number = |i: usize| -> Result<Option<i64>, Failure> {
+            let text = text(i);
+            if text.is_empty() {
+                Ok(None)
+            } else {
+                text.parse().map(Some).map_err(|_| refused("not an integer"))
+            }
+        };
+        let shared: Vec<bool> = list(3)?.into_iter().map(|shared| shared != 0).collect();
+        let limits: Vec<i32> = list(4)?.into_iter().map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)).collect();
+        let weights: Vec<i32> = list(5)?.into_iter().map(|weight| i32::try_from(weight).unwrap_or(i32::MAX)).collect();
+        let remaining = list(6)?;
+        let count = |i: usize| number(i).map(Option::unwrap_or_default);
+        Ok(crate::store::inspect::rows(number(0)?, count(1)?, count(2)?, &shared, &limits, &weights, &remaining))
+    }
+
     /// The `CALL` of `procedure` on `owner`'s rows: their namespace, keys
     /// and token, the procedure's own `argument` (if any), and the row-lock
     /// wait.
@@ -170,6 +213,11 @@ fn numbers(row: Vec<Option<String>>) -> Result<Vec<i64>, Failure> {
 /// The one integer of a one-row, one-column answer.
 fn single(row: Vec<Option<String>>) -> Result<i64, Failure> {
     numbers(row)?.first().copied().ok_or_else(|| unexpected("no answer"))
+}
+
+/// A read's answer of another shape: nothing was done.
+fn refused(what: &str) -> Failure {
+    Failure::Refused(std::sync::Arc::new(std::io::Error::other(format!("unexpected answer from MySQL: {what}"))))
 }
 
 fn unexpected(what: &str) -> Failure {

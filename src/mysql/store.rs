@@ -10,6 +10,7 @@ use super::sql::{hex, hex_list, Owner, Request, Statements, TakeArgs};
 use super::transport::connection::MysqlConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Result;
+use crate::inspect::Inspection;
 use crate::options::MysqlOptions;
 use crate::store::give_back::give_back;
 use crate::store::resend::resend_if_lost;
@@ -370,6 +371,11 @@ impl Store for MysqlStore {
         let wake = released.map_or_else(Vec::new, |claim| claim.in_callers_order(&reply.wake));
         let taken = reply.taken.into_iter().zip(requests).map(|(taken, (claim, _))| claim.reordered(taken)).collect();
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake, taken })
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
+        self.ensure().await?;
+        self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

@@ -9,6 +9,7 @@ use super::router::{Acquisition, KeyStatus, MemberStatus, Next, Placement, Route
 use crate::abort::{sleep_unless_aborted, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::inspect::Inspection;
 use crate::provider::{Backend, Lease};
 use crate::status::LeaseCounts;
 
@@ -121,6 +122,32 @@ impl PolicyBackend {
             }
         }
         Err(attempt.refusal())
+    }
+
+    /// What the members its rule allows hold of `key` (see
+    /// [`Backend::inspect`]): the first, preferred first, that holds it or
+    /// has acquires waiting for it; else the first that answered; else the
+    /// first member's error.
+    pub async fn inspect(&self, key: &str) -> Result<Inspection> {
+        let inner = &self.inner;
+        let rule = &inner.router.rules()[inner.router.rule_of(key)];
+        let (mut free, mut failed) = (None, None);
+        for &member in &rule.members {
+            match inner.members[member].inspect(key).await {
+                Ok(inspection) if inspection.is_held() || inspection.waiting > 0 => return Ok(inspection),
+                Ok(inspection) => {
+                    free.get_or_insert(inspection);
+                }
+                Err(err) => {
+                    failed.get_or_insert(err);
+                }
+            }
+        }
+        match (free, failed) {
+            (Some(inspection), _) => Ok(inspection),
+            (None, Some(err)) => Err(err),
+            (None, None) => Err(LockError::new(ErrorCode::NoEligibleBackend, "inspect: the key's rule allows no member")),
+        }
     }
 
     /// What the policy says of `key`: its rule and its last acquisition.

@@ -7,6 +7,7 @@ use tokio_postgres::Row;
 
 use super::schema::Table;
 use super::transport::connection::PgConnection;
+use crate::inspect::{Inspection, SHOWN_HOLDERS};
 use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
@@ -17,6 +18,7 @@ pub(crate) struct Statements {
     give_back: String,
     withdraw: String,
     hand_over: String,
+    inspect: String,
 }
 
 /// One hand-off's arguments (see `hand_over` in the schema): the released
@@ -72,6 +74,22 @@ impl Statements {
             give_back: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_give_back")),
             withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
+            // A read of the tables, no function: one row (an aggregate
+            // without GROUP BY has one even when no holder matches).
+            inspect: format!(
+                "SELECT (SELECT fence FROM {keys} WHERE namespace = $1 AND key = $2), \
+                 (SELECT count(*) FROM {waiting} WHERE namespace = $1 AND key = $2 AND lapses_at > clock_timestamp()), \
+                 (SELECT count(*) FROM {holders} WHERE namespace = $1 AND key = $2 AND expires_at > clock_timestamp()), \
+                 coalesce(array_agg(h.shared ORDER BY h.expires_at), '{{}}'), \
+                 coalesce(array_agg(h.lim ORDER BY h.expires_at), '{{}}'), \
+                 coalesce(array_agg(h.weight ORDER BY h.expires_at), '{{}}'), \
+                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - clock_timestamp()) * 1000))::bigint ORDER BY h.expires_at), '{{}}') \
+                 FROM (SELECT shared, lim, weight, expires_at FROM {holders} \
+                   WHERE namespace = $1 AND key = $2 AND expires_at > clock_timestamp() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
+                keys = table.name(""),
+                waiting = table.name("_waiting"),
+                holders = table.name("_holders"),
+            ),
         }
     }
 
@@ -155,6 +173,24 @@ impl Statements {
             (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.withdraw, &params).await?)
+    }
+}
+
+impl Statements {
+    /// What the tables hold of `key` (see `Store::inspect`).
+    pub async fn inspect(&self, connection: &PgConnection, namespace: &str, key: &str) -> Result<Inspection, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&namespace, Type::TEXT), (&key, Type::TEXT)];
+        let rows = connection.query(&self.inspect, &params).await?;
+        let row = rows.first().ok_or_else(|| unexpected("no row"))?;
+        let read = |err| Failure::Refused(std::sync::Arc::new(err));
+        let fence: Option<i64> = row.try_get(0).map_err(read)?;
+        let waiting: i64 = row.try_get(1).map_err(read)?;
+        let held: i64 = row.try_get(2).map_err(read)?;
+        let shared: Vec<bool> = row.try_get(3).map_err(read)?;
+        let limits: Vec<i32> = row.try_get(4).map_err(read)?;
+        let weights: Vec<i32> = row.try_get(5).map_err(read)?;
+        let remaining: Vec<i64> = row.try_get(6).map_err(read)?;
+        Ok(crate::store::inspect::rows(fence, waiting, held, &shared, &limits, &weights, &remaining))
     }
 }
 

@@ -10,6 +10,7 @@ use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
+use crate::inspect::Inspection;
 use crate::options::PostgresOptions;
 use crate::store::give_back::give_back;
 use crate::store::resend::resend_if_lost;
@@ -261,6 +262,11 @@ impl Store for PostgresStore {
         let reply = self.statements.hand_over(self.connection(), &args).await?;
         let all = released.is_some_and(|claim| reply.released as usize == claim.keys.len());
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake: reply.wake, taken: reply.taken })
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
+        self.ensure().await?;
+        self.statements.inspect(self.connection(), &self.namespace, key).await
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

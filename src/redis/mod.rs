@@ -49,6 +49,7 @@
 
 pub(crate) mod claim;
 pub(crate) mod clock;
+pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod notify;
 pub(crate) mod scripts;

@@ -1376,6 +1376,56 @@ return 0
 "
 );
 
+/// What a key holds now (see `Store::inspect`): a read, writing nothing.
+/// KEYS: lock, fence, waiting, kind, queue. ARGV: how many holders to
+/// list. Returns the mode (`x`, `s`, or empty when free), the limit, the
+/// fence counter (empty when expired or never set), the live marks of
+/// waiters (a plain '1' mark counts one), the live holders, then the
+/// listed ones' remaining lease in ms and units, soonest expiry first.
+///
+/// A plain holder's lock is a string (the token, or `h:<token>` while a
+/// release hands it to a waiter); shared and counted holders are members
+/// `<token>:s` and `<token>:<weight>` of a sorted set scored by expiry
+/// (see [`KINDS_ACQUIRE`]); a counted key's holders are exclusive.
+const INSPECT: &str = r"
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local mode, limit, held, holders = '', '1', 0, {}
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'string' then
+  mode, held = 'x', 1
+  holders = {redis.call('PTTL', KEYS[1]), '1'}
+elseif kind == 'zset' then
+  limit = redis.call('HGET', KEYS[4], 'limit') or '1'
+  held = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, ARGV[1])
+  for n = 1, #members, 2 do
+    local units = string.match(members[n], ':([^:]*)$')
+    if units == 's' then
+      mode, units = 's', '1'
+    elseif mode == '' then
+      mode = 'x'
+    end
+    holders[#holders + 1] = tonumber(members[n + 1]) - now_ms
+    holders[#holders + 1] = units
+  end
+end
+local waiting = 0
+for _, marks in ipairs({KEYS[3], KEYS[5]}) do
+  local kind = redis.call('TYPE', marks)['ok']
+  if kind == 'zset' then
+    waiting = waiting + redis.call('ZCOUNT', marks, '(' .. now_ms, '+inf')
+  elseif kind == 'string' then
+    waiting = waiting + 1
+  end
+end
+local reply = {mode, limit, redis.call('GET', KEYS[2]) or '', waiting, held}
+for _, field in ipairs(holders) do
+  reply[#reply + 1] = field
+end
+return reply
+";
+
 /// The scripts, hashed once per connection.
 pub(crate) struct Scripts {
     pub acquire: Script,
@@ -1386,6 +1436,7 @@ pub(crate) struct Scripts {
     pub kinds_release: Script,
     pub kinds_handoff: Script,
     pub kinds_withdraw: Script,
+    pub inspect: Script,
 }
 
 impl Scripts {
@@ -1399,6 +1450,7 @@ impl Scripts {
             kinds_release: Script::new(KINDS_RELEASE),
             kinds_handoff: Script::new(KINDS_HANDOFF),
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
+            inspect: Script::new(INSPECT),
         }
     }
 }

@@ -14,6 +14,7 @@ use super::transport::connection::RedisConnection;
 use super::transport::connection::Via;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::inspect::Inspection;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
 use crate::store::token::owner_token;
@@ -298,6 +299,14 @@ impl Store for RedisStore {
             })
             .collect();
         Ok(handed)
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
+        let names = RedisKeys::new(&self.namespace, key);
+        let shown = crate::inspect::SHOWN_HOLDERS as u64;
+        let answer = self.connection().eval::<Vec<String>>(&self.shared.scripted.scripts.inspect, &names.all(), &[&shown]).await?;
+        super::inspect::parse(&answer.value)
+            .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
     }
 
     async fn withdraw(&self, claim: &Claim, ticket: u64) {

@@ -10,10 +10,11 @@ use super::acquire::{key_limit, Acquire, InProgress};
 use super::core::BackendCore;
 use super::lease::StoreLease;
 use super::runtime::DriverRuntime;
-use super::{Claim, Store};
+use super::{Claim, Failure, Store};
 use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::inspect::Inspection;
 use crate::log::{Level, Logger};
 use crate::options::StoreOptions;
 use crate::status::LeaseCounts;
@@ -172,6 +173,26 @@ impl<S: Store> StoreBackend<S> {
         }
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
         Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot)
+    }
+
+    /// What the store holds of `key` (see [`crate::Backend::inspect`]): one
+    /// read on the driver's runtime, bounded by `commandTimeoutMs`.
+    pub async fn inspect(&self, key: &str) -> Result<Inspection> {
+        let core = self.core.clone();
+        crate::key::validate(key, core.options.max_key_bytes as usize)?;
+        if *core.closed.borrow() {
+            return Err(LockError::closed());
+        }
+        let key = key.to_owned();
+        let read = async move {
+            let inspection = core.store().inspect(&key).await.map_err(|failure| match failure {
+                // A read changes nothing: no answer is a failure, not an unknown outcome.
+                Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "inspect"),
+                failure => failure.into_error(S::NAME, "inspect"),
+            })?;
+            Ok(Inspection { backend: core.name.clone(), ..inspection })
+        };
+        self.core.spawner().run(read).await
     }
 
     /// Counts for `status()`.

@@ -53,6 +53,8 @@ pub(crate) mod give_back;
 pub(crate) mod handoff;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod health;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod inspect;
 pub mod keep_alive;
 pub mod lease;
 #[cfg(any(feature = "redis", feature = "postgres"))]

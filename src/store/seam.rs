@@ -14,6 +14,7 @@ use super::waiters::Waiters;
 use super::Failure;
 use crate::acquire::LockKind;
 use crate::error::{Cause, ErrorCode, Result};
+use crate::inspect::Inspection;
 
 /// How a grant is written beside its keys and token: the lease terms of
 /// the backend that asked for it. Each claim carries its own, and every
@@ -114,6 +115,10 @@ pub trait Store: Send + Sync + Sized + 'static {
         requests: &[(&Self::Claim, u64)],
         waiting_ms: u64,
     ) -> impl Future<Output = Result<HandedOver<Self::Written>, Failure>> + Send;
+
+    /// What the store holds of `key` (see [`crate::Backend::inspect`]):
+    /// one read that changes nothing, its `backend` left for the caller.
+    fn inspect(&self, key: &str) -> impl Future<Output = Result<Inspection, Failure>> + Send;
 
     /// Takes back the marks a waiting try left under `ticket` (best effort).
     fn withdraw(&self, claim: &Self::Claim, ticket: u64) -> impl Future<Output = ()> + Send;
