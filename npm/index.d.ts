@@ -436,6 +436,44 @@ export interface LockBackend {
   withLock<T>(key: string | readonly string[], fn: (lease: Lease, signal: AbortSignal) => T | PromiseLike<T>, options?: WithLockOptions): Promise<Awaited<T>>;
   /** What the backend is doing now, as counts. */
   status(): BackendStatus;
+  /**
+   * What the backend's store holds of `key` now, read at once: the store's
+   * own view, so every process's holders and waiters (local: this backend's).
+   * A read: it takes, extends and changes nothing. A policy reads the members
+   * its rule allows and answers from the first that holds or queues the key.
+   * Rejects with INVALID_KEY, CLOSED, PROVIDER_FAILED; INVALID_ARGUMENT on
+   * the file driver (the kernel keeps its locks, not a list of holders) and
+   * on an app driver's backend that gives no inspect of its own.
+   */
+  inspect(key: string): Promise<Inspection>;
+}
+
+/** What `inspect(key)` read of one key. */
+export interface Inspection {
+  /** The backend that answered (a policy's member, for a policy). */
+  readonly backend: string;
+  /** How the key is held; null when free. */
+  readonly mode: 'exclusive' | 'shared' | null;
+  /** The key's limit: above 1 for a counted key. */
+  readonly limit: number;
+  /** Live holders: a shared or counted key may have several. */
+  readonly held: number;
+  /** The first 64 of them: soonest expiry first (store drivers), oldest grant first (local). */
+  readonly holders: readonly InspectedHolder[];
+  /** Acquires waiting for the key that the store knows of (on a store driver, one per waiting acquire of each process at its head). */
+  readonly waiting: number;
+  /** No fence granted on this key so far is larger (decimal string); null when the store kept none, and on the local driver. */
+  readonly fence: string | null;
+}
+
+/** One live holder in an Inspection. */
+export interface InspectedHolder {
+  /** Units it holds: 1 unless the key is counted. */
+  readonly units: number;
+  /** Until its lease expires unless renewed; null on the local driver, whose leases do not expire. */
+  readonly remainingMs: number | null;
+  /** Its fence where the store keeps each holder's (local); else null. */
+  readonly fence: string | null;
 }
 
 /** The backend of a `driver: policy` backend: a LockBackend that also answers per key. */
@@ -563,11 +601,12 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
  * it, its methods called on it, so `#private` fields work, and `instanceof`
  * its class holds), with the library's `acquire` (the kind check below),
  * `withLock` (this object's own, else the built-in one on its acquire) and
- * `status` (its own, else as BackendStatus tells). Reach the other members
+ * `status` (its own, else as BackendStatus tells), `inspect` (its own, else
+ * INVALID_ARGUMENT). Reach the other members
  * with a cast: `provider.backend('b') as LockBackend & MyBackend`. The
  * built-in backends are handed out as they are.
  */
-export interface DriverBackend extends Partial<Pick<LockBackend, 'status'>> {
+export interface DriverBackend extends Partial<Pick<LockBackend, 'status' | 'inspect'>> {
   /**
    * Acquires one key. With `kinds.keys` it also gets arrays of keys: type
    * the key `string | readonly string[]` and resolve a KeysLease for them.

@@ -7,6 +7,7 @@ import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
+import { inspection } from './inspect.js';
 import { closeWatch, leaseLost, withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
@@ -169,6 +170,13 @@ class FileBackend {
   withLock(key, fn, options) {
     if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLock(this, key, fn, options, this.#keepAlive);
+  }
+
+  /** The core refuses it: the kernel keeps the file driver's locks, not a record of their holders. */
+  async inspect(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    if (this.#state.closed) throw fromInfo(native.closedError());
+    return inspection(unwrap(await this.#native.inspect(key)));
   }
 
   /** Counts: `{ driver: 'file', held, heldShared, waiting, acquired, timedOut, lost }`. */

@@ -22,6 +22,7 @@ import { withLock } from './with-lock.js';
 import { storeKeepAlive } from './store.js';
 import { askedKinds, declaredKinds, unsupportedKind } from './kinds.js';
 import * as tracing from './tracing.js';
+import { invalidArgument } from './errors.js';
 
 /** The library's own backends: the built-in drivers' views and the Proxies below. */
 const OWN = new WeakSet();
@@ -48,7 +49,7 @@ export function fullBackend(view, { name, driver, inner }, fail) {
 }
 
 /** The members the library supplies on every app object, whatever it has. */
-const API = Object.freeze(['acquire', 'withLock', 'status']);
+const API = Object.freeze(['acquire', 'withLock', 'status', 'inspect']);
 
 /**
  * The target of the Proxy over an app's object: the library's acquire (the
@@ -168,6 +169,16 @@ class AppBackend {
     if (this.#inner !== undefined) return this.#inner.status();
     const { waiting, acquired, timedOut } = this.#counts;
     return { driver: this.#driver, held: null, waiting, acquired, timedOut, lost: null };
+  }
+
+  /**
+   * The view's own inspect, else the wrapped backend's; an app driver that
+   * gives none cannot say who holds a key: INVALID_ARGUMENT.
+   */
+  async inspect(key) {
+    if (typeof this.#view.inspect === 'function') return this.#view.inspect(key);
+    if (this.#inner !== undefined) return this.#inner.inspect(key);
+    throw invalidArgument(`${this.#who} cannot inspect a key: its driver has no inspect`);
   }
 
   /** True when `member` is one the app's object lacks, which the library supplies as its own. */

@@ -23,6 +23,7 @@ import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
+import { inspection } from './inspect.js';
 import { Deadlines } from './deadlines.js';
 import { leaseLost, withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
@@ -238,6 +239,14 @@ class LocalCore {
   /** Reports a lease held since `since` (a holdStart()) that just ended. */
   held(since) {
     telemetry.reportHold(this.name, this.slowHoldMs, performance.now() - since);
+  }
+
+  /** What the engine holds of `key` now (lib/inspect.js); CLOSED once closed. */
+  inspect(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    const found = this.engine.inspect(key);
+    if (found === null) throw takeNativeError();
+    return inspection({ ...found, backend: this.name });
   }
 
   status() {
@@ -467,6 +476,11 @@ class LocalBackend {
   withLock(key, fn, options) {
     if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLockReleasedAtOnce(this.#core, key, fn, options);
+  }
+
+  /** What the backend holds of `key` now, read at once (lib/inspect.js). */
+  async inspect(key) {
+    return this.#core.inspect(key);
   }
 
   /** Counts only: `{ driver, held, waiting, acquired, timedOut, lost }`. */

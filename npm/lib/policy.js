@@ -214,6 +214,20 @@ class PolicyBackend {
     return { ...status, pattern: status.pattern ?? null, last: status.last ?? null };
   }
 
+  /**
+   * What the members its rule allows hold of `key`: each is read, and the
+   * core chooses which answers (policy::inspection_choice): the first that
+   * holds or queues it, else the first that answered, else the first failure.
+   */
+  async inspect(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    const members = this.#native.keyStatus(key).backends.map(({ backend }) => this.#served.findIndex((served) => served.backend === backend));
+    const answers = await Promise.allSettled(members.map((member) => this.#members[member].inspect(key)));
+    const chosen = answers[native.inspectionChoice(answers.map((answer) => (answer.status === 'fulfilled' ? answer.value.held > 0 || answer.value.waiting > 0 : null)))];
+    if (chosen.status === 'rejected') throw chosen.reason;
+    return chosen.value;
+  }
+
   /** Counts: `{ driver: 'policy', held, heldShared, waiting, acquired, timedOut, lost, members }`; `members`: each member's served, fallbacks, refusals and whether it is skipped now. */
   status() {
     const { held, waiting, acquired, timedOut } = this.#counts;

@@ -6,6 +6,7 @@ import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
+import { inspection } from './inspect.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
@@ -245,6 +246,13 @@ class StoreBackend {
   withLock(key, fn, options) {
     if (tracing.withLockTraced()) return this.#traced.withLock(key, fn, options);
     return withLock(this, key, fn, options, StoreLease.keepAlive);
+  }
+
+  /** What the store holds of `key` now, read at once (lib/inspect.js). */
+  async inspect(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    if (this.#group.closed) throw fromInfo(native.closedError());
+    return inspection(this.#owner.unwrap(await this.#native.inspect(key)));
   }
 
   /**

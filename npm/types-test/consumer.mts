@@ -27,6 +27,8 @@ import {
   type DriverFactory,
   type DriverInput,
   type FileBackendOptions,
+  type InspectedHolder,
+  type Inspection,
   type KeysLease,
   type KindOptions,
   type PolicyBackend,
@@ -150,6 +152,15 @@ const tiers: PolicyBackendOptions = {
 const twoPatterns: PolicyBackendOptions = { driver: 'policy', rules: [{ prefix: 'a', glob: 'b*', backends: ['redis'] }], default: { backends: ['redis'] } };
 // @ts-expect-error tiers are process, host and shared
 const badTier: PolicyBackendOptions = { driver: 'policy', default: { backends: ['redis'], minTier: 'global' } };
+
+async function inspectKey(backend: LockBackend): Promise<void> {
+  const found: Inspection = await backend.inspect('order:42');
+  const first: InspectedHolder | undefined = found.holders[0];
+  const remaining: number | null | undefined = first?.remainingMs;
+  const mode: 'exclusive' | 'shared' | null = found.mode;
+  const fence: bigint | null = found.fence === null ? null : BigInt(found.fence);
+  console.log(found.backend, found.held, found.waiting, remaining, mode, fence);
+}
 
 async function policy(provider: LockProvider): Promise<void> {
   const locks = provider.backend('tiers') as PolicyBackend;
@@ -365,4 +376,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { policy, twoPatterns, badTier, standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { inspectKey, policy, twoPatterns, badTier, standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

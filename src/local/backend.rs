@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use futures_timer::Delay;
 
 use super::delivery::{self, lock};
-use super::engine::{Acquired, CancelReason, KeyView, LeaseId, LocalCounts, LocalEngine, WaiterId};
+use super::engine::{Acquired, CancelReason, LeaseId, LocalCounts, LocalEngine, WaiterId};
 use super::key_copy::KeyCopy;
 use super::wait_slot::{News, Outcome, WaitSlot};
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{ErrorCode, LockError, Result};
-use crate::inspect::{Holding, Inspection, SHOWN_HOLDERS};
+use crate::inspect::Inspection;
 use crate::options::LocalOptions;
 use crate::telemetry::{Acquiring, Hold, Reporter, Shape, Telemetry};
 
@@ -287,30 +287,14 @@ impl LocalBackend {
         lock(&self.shared.engine).counts()
     }
 
-    /// What the backend holds of `key` (see [`crate::Backend::inspect`]):
-    /// each holder's fence; its leases do not expire.
+    /// What the backend holds of `key` (see [`crate::Backend::inspect`]).
     pub fn inspect(&self, key: &str) -> Result<Inspection> {
         crate::key::validate(key, self.options().max_key_bytes as usize)?;
-        let KeyView { mode, limit, holders, waiting } = {
-            let engine = lock(&self.shared.engine);
-            if engine.is_closed() {
-                return Err(LockError::closed());
-            }
-            engine.inspect(key)
-        };
-        Ok(Inspection {
-            backend: self.shared.reporter.backend().to_owned(),
-            mode,
-            limit: limit.max(1),
-            held: holders.len() as u32,
-            holders: holders
-                .iter()
-                .take(SHOWN_HOLDERS)
-                .map(|&(units, fence)| Holding { units, remaining: None, fence: Some(fence) })
-                .collect(),
-            waiting,
-            fence: None,
-        })
+        let engine = lock(&self.shared.engine);
+        if engine.is_closed() {
+            return Err(LockError::closed());
+        }
+        Ok(engine.inspect(key).inspection(self.shared.reporter.backend()))
     }
 
     fn timeout(&self, wait_timeout: Option<Duration>) -> Duration {

@@ -37,6 +37,7 @@ use slab::Slab;
 use super::key_copy::KeyCopy;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::inspect::{Holding, Inspection, SHOWN_HOLDERS};
 use crate::key;
 use crate::options::LocalOptions;
 
@@ -189,6 +190,27 @@ pub struct KeyView {
     pub holders: Vec<(u32, u64)>,
     /// Acquires queued for it.
     pub waiting: u32,
+}
+
+impl KeyView {
+    /// As `Backend::inspect` answers it for `backend`: each holder's fence;
+    /// local leases do not expire.
+    pub fn inspection(self, backend: &str) -> Inspection {
+        Inspection {
+            backend: backend.to_owned(),
+            mode: self.mode,
+            limit: self.limit.max(1),
+            held: self.holders.len() as u32,
+            holders: self
+                .holders
+                .iter()
+                .take(SHOWN_HOLDERS)
+                .map(|&(units, fence)| Holding { units, remaining: None, fence: Some(fence) })
+                .collect(),
+            waiting: self.waiting,
+            fence: None,
+        }
+    }
 }
 
 /// A granted lease other than a plain one (see [`KeySlot::plain`]).

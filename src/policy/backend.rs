@@ -125,28 +125,19 @@ impl PolicyBackend {
     }
 
     /// What the members its rule allows hold of `key` (see
-    /// [`Backend::inspect`]): the first, preferred first, that holds it or
-    /// has acquires waiting for it; else the first that answered; else the
-    /// first member's error.
+    /// [`Backend::inspect`]), chosen by [`inspection_choice`].
     pub async fn inspect(&self, key: &str) -> Result<Inspection> {
         let inner = &self.inner;
         let rule = &inner.router.rules()[inner.router.rule_of(key)];
-        let (mut free, mut failed) = (None, None);
+        let mut answers = Vec::with_capacity(rule.members.len());
         for &member in &rule.members {
-            match inner.members[member].inspect(key).await {
-                Ok(inspection) if inspection.is_held() || inspection.waiting > 0 => return Ok(inspection),
-                Ok(inspection) => {
-                    free.get_or_insert(inspection);
-                }
-                Err(err) => {
-                    failed.get_or_insert(err);
-                }
-            }
+            answers.push(inner.members[member].inspect(key).await);
         }
-        match (free, failed) {
-            (Some(inspection), _) => Ok(inspection),
-            (None, Some(err)) => Err(err),
-            (None, None) => Err(LockError::new(ErrorCode::NoEligibleBackend, "inspect: the key's rule allows no member")),
+        let found: Vec<Option<bool>> =
+            answers.iter().map(|answer| answer.as_ref().ok().map(|found| found.is_held() || found.waiting > 0)).collect();
+        match inspection_choice(&found) {
+            Some(chosen) => answers.swap_remove(chosen),
+            None => Err(LockError::new(ErrorCode::NoEligibleBackend, "inspect: the key's rule allows no member")),
         }
     }
 
@@ -243,5 +234,28 @@ impl PolicyLease {
 impl Drop for PolicyLease {
     fn drop(&mut self) {
         self.uncount();
+    }
+}
+
+/// Which of a policy's members answers its `inspect`, from each member's
+/// answer in the rule's order (`Some(true)`: it holds or queues the key,
+/// `Some(false)`: free there, `None`: it failed): the first that holds or
+/// queues it, else the first that answered, else the first failure. `None`
+/// for a rule without members. Every surface's policy chooses by this.
+pub fn inspection_choice(answers: &[Option<bool>]) -> Option<usize> {
+    let first = |wanted: fn(&Option<bool>) -> bool| answers.iter().position(wanted);
+    first(|answer| *answer == Some(true)).or_else(|| first(Option::is_some)).or_else(|| first(Option::is_none))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inspection_choice;
+
+    #[test]
+    fn an_inspection_comes_from_the_member_that_holds_else_the_first_that_answered() {
+        assert_eq!(inspection_choice(&[Some(false), Some(true), Some(true)]), Some(1));
+        assert_eq!(inspection_choice(&[None, Some(false), Some(false)]), Some(1));
+        assert_eq!(inspection_choice(&[None, None]), Some(0));
+        assert_eq!(inspection_choice(&[]), None);
     }
 }

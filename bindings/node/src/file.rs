@@ -18,6 +18,7 @@ use napi_derive::napi;
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
+use crate::inspect::InspectionInfo;
 use crate::kind_request::{acquire_keys, kind_request};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -79,6 +80,15 @@ impl NativeFileBackend {
             };
             spawn(env, acquire, |lease| External::new(FileLeaseBox(Finalized::new(lease))))
         })
+    }
+
+    /// What the store holds of `key`: the core's refusal (see
+    /// `Backend::inspect`).
+    #[napi(ts_return_type = "Promise<InspectionInfo | ErrorInfo>", catch_unwind)]
+    pub fn inspect(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
+        let key = dokebi_lock::key::from_utf16(&key, self.backend.options().max_key_bytes as usize);
+        let backend = Backend::File((*self.backend).clone());
+        promise(env, || spawn(env, async move { backend.inspect(&key?).await }, InspectionInfo::from))
     }
 
     /// What the backend is doing now, as counts.

@@ -36,6 +36,7 @@ mod error;
 mod executor;
 mod file;
 mod guard;
+mod inspect;
 mod keep_alive;
 mod key;
 mod kind_request;

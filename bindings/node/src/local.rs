@@ -47,6 +47,7 @@ use napi::sys;
 
 use crate::error::stash;
 use crate::guard;
+use crate::inspect::InspectionInfo;
 use crate::key::KeyReader;
 use crate::out::OutMemory;
 use crate::raw::{call_info, check, object_of, or_throw, Method};
@@ -272,7 +273,7 @@ impl LocalEngineObject {
 
 type Shared = RefCell<LocalState>;
 
-const METHODS: [(&CStr, Method); 10] = [
+const METHODS: [(&CStr, Method); 11] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
@@ -283,6 +284,7 @@ const METHODS: [(&CStr, Method); 10] = [
     (c"isHeld", is_held),
     (c"close", close),
     (c"counts", counts),
+    (c"inspect", inspect),
 ];
 
 impl ToNapiValue for LocalEngineObject {
@@ -418,6 +420,30 @@ unsafe extern "C" fn counts(env: sys::napi_env, info: sys::napi_callback_info) -
     let (state, _, _) = unsafe { call_info::<Shared, 0>(env, info) };
     // SAFETY: `env` is this callback's, on the JS thread.
     unsafe { or_throw(env, || CountsInfo::to_napi_value(env, CountsInfo::from(state.borrow_mut().engine().counts()))) }
+}
+
+/// `inspect(key): InspectionInfo | null` (`backend` empty: the JS layer
+/// names it); `null` when refused, the error then in `takeError()`.
+unsafe extern "C" fn inspect(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, _, [key]) = unsafe { call_info::<Shared, 1>(env, info) };
+    // SAFETY: `env` and `key` are this callback's, on the JS thread.
+    unsafe {
+        or_throw(env, || {
+            let mut state = state.borrow_mut();
+            // engine(): a release JS deferred ends first, as before any other call.
+            let read = if state.engine().is_closed() { Err(LockError::closed()) } else { state.keys.read(env, key) };
+            let inspection = read.map(|()| state.engine.inspect(state.keys.key()).inspection(""));
+            match inspection {
+                Ok(inspection) => InspectionInfo::to_napi_value(env, inspection.into()),
+                Err(error) => {
+                    stash(error);
+                    Option::<u32>::to_napi_value(env, None)
+                }
+            }
+        })
+    }
 }
 
 /// A panic in an acquire or release is its failure: `out[0]` is FAILED and

@@ -335,3 +335,11 @@ impl NativePolicy {
             .collect()
     }
 }
+
+/// Which member answers a policy's `inspect(key)`, from each member's
+/// answer in its rule's order (`true`: holds or queues the key, `false`:
+/// free there, `null`: failed): see `policy::inspection_choice`.
+#[napi(catch_unwind)]
+pub fn inspection_choice(answers: Vec<Option<bool>>) -> Option<u32> {
+    dokebi_lock::policy::inspection_choice(&answers).map(|index| index as u32)
+}

@@ -27,6 +27,7 @@ use napi_derive::napi;
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
 use crate::guard::{promise, sentinel, Finalized};
+use crate::inspect::InspectionInfo;
 use crate::keep_alive::NativeKeepAlive;
 use crate::kind_request::{acquire_keys, kind_request};
 use crate::lease::{id_of, Fence, Leases};
@@ -206,6 +207,13 @@ impl NativeStoreBackend {
     #[napi(catch_unwind)]
     pub fn status(&self) -> StatusInfo {
         self.backend.status().into()
+    }
+
+    /// What the store holds of `key` (see `Backend::inspect`).
+    #[napi(ts_return_type = "Promise<InspectionInfo | ErrorInfo>", catch_unwind)]
+    pub fn inspect(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
+        let (backend, key) = (self.backend.clone(), dokebi_lock::key::from_utf16(&key, self.max_key_bytes as usize));
+        promise(env, || spawn(env, async move { backend.inspect(&key?).await }, InspectionInfo::from))
     }
 
     /// Starts renewing lease `id` every `leaseMs / 3` on the drivers'

@@ -1,0 +1,51 @@
+//! `backend.inspect(key)`'s answer: the core's [`Inspection`] as the JS
+//! layer reads it (fences as decimal strings, as every fence in JS; the JS
+//! layer turns each absent field into `null`).
+
+use dokebi_lock::{Inspection, LockMode};
+use napi_derive::napi;
+
+/// One key as its store held it.
+#[napi(object)]
+pub struct InspectionInfo {
+    pub backend: String,
+    /// `exclusive` or `shared`; absent when free.
+    pub mode: Option<String>,
+    pub limit: u32,
+    pub held: u32,
+    pub holders: Vec<HolderInfo>,
+    pub waiting: u32,
+    pub fence: Option<String>,
+}
+
+/// One live holder.
+#[napi(object)]
+pub struct HolderInfo {
+    pub units: u32,
+    /// Absent on the local driver, whose leases do not expire.
+    pub remaining_ms: Option<f64>,
+    /// Present where the store keeps each holder's (local).
+    pub fence: Option<String>,
+}
+
+impl From<Inspection> for InspectionInfo {
+    fn from(inspection: Inspection) -> Self {
+        InspectionInfo {
+            backend: inspection.backend,
+            mode: inspection.mode.map(|mode| if mode == LockMode::Shared { "shared" } else { "exclusive" }.to_owned()),
+            limit: inspection.limit,
+            held: inspection.held,
+            holders: inspection
+                .holders
+                .into_iter()
+                .map(|holder| HolderInfo {
+                    units: holder.units,
+                    remaining_ms: holder.remaining.map(|left| left.as_millis() as f64),
+                    fence: holder.fence.map(|fence| fence.to_string()),
+                })
+                .collect(),
+            waiting: inspection.waiting,
+            fence: inspection.fence.map(|fence| fence.to_string()),
+        }
+    }
+}

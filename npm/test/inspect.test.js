@@ -1,0 +1,124 @@
+// backend.inspect(key) through the JS API: what one provider holds and
+// waits for, read by another (two providers stand for two processes), on
+// every driver that can answer, against a private redis-server, the
+// machine's PostgreSQL and MariaDB; the file driver and an app driver
+// without inspect refuse it; a policy answers from the member that holds.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openLock } from '../index.js';
+import { rejectsWith } from './helpers.js';
+import { useRedis } from './redis-server.js';
+import { postgresConfig, useSchemas } from './postgres-server.js';
+import { mysqlConfig, useTables } from './mysql-server.js';
+
+const redis = useRedis();
+const schema = useSchemas('inspect');
+const table = useTables('inspect');
+
+/** The checks of every driver: `holder` and `reader` are two providers' backends of one store. */
+async function agreesWithTheLeases(holder, reader, name, { expires }) {
+  const free = await reader.inspect('free');
+  assert.deepEqual(free, { backend: name, mode: null, limit: 1, held: 0, holders: [], waiting: 0, fence: free.fence });
+
+  const lease = await holder.acquire('k');
+  const held = await reader.inspect('k');
+  assert.equal(held.mode, 'exclusive');
+  assert.equal(held.held, 1);
+  assert.equal(held.holders[0].units, 1);
+  if (expires) {
+    assert.ok(held.holders[0].remainingMs > 0 && held.holders[0].remainingMs <= 5000, String(held.holders[0].remainingMs));
+    assert.ok(BigInt(held.fence) >= BigInt(lease.fence), `${held.fence} < ${lease.fence}`);
+  } else {
+    assert.equal(held.holders[0].remainingMs, null);
+    assert.equal(held.holders[0].fence, lease.fence);
+  }
+  const waiter = reader.acquire('k', { waitTimeoutMs: 10_000 });
+  for (let tries = 0; (await holder.inspect('k')).waiting !== 1; tries++) {
+    assert.ok(tries < 500, 'the waiter shows');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  await lease.release();
+  await (await waiter).release();
+  assert.equal((await reader.inspect('k')).held, 0, 'a released key is free');
+
+  const readers = [await holder.acquire('r', { mode: 'shared' }), await reader.acquire('r', { mode: 'shared' })];
+  const read = await holder.inspect('r');
+  assert.equal(read.mode, 'shared');
+  assert.equal(read.held, 2);
+  for (const each of readers) await each.release();
+
+  const units = [await holder.acquire('c', { limit: 3, weight: 1 }), await reader.acquire('c', { limit: 3, weight: 2 })];
+  const counted = await reader.inspect('c');
+  assert.equal(counted.limit, 3);
+  assert.deepEqual(counted.holders.map((each) => each.units).sort(), [1, 2]);
+  for (const each of units) await each.release();
+
+  await rejectsWith(reader.inspect(''), 'INVALID_KEY');
+  await rejectsWith(reader.inspect(42), 'INVALID_KEY');
+}
+
+test('local: inspect reads the backend', async () => {
+  const provider = await openLock({ config: { 'dokebi-lock': { backends: { b: {} } } } });
+  const backend = provider.backend('b');
+  await agreesWithTheLeases(backend, backend, 'b', { expires: false });
+  await provider.close();
+  await rejectsWith(backend.inspect('k'), 'CLOSED');
+});
+
+test('redis: inspect reads what another provider holds and waits for', async () => {
+  const config = {
+    'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 5000, namespace: 'inspect' } } },
+    'dokebi-redis': { connections: { main: { url: redis.url } } },
+  };
+  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  await agreesWithTheLeases(a.backend('r'), b.backend('r'), 'r', { expires: true });
+  const closing = b.backend('r');
+  await b.close();
+  await rejectsWith(closing.inspect('k'), 'CLOSED');
+  await a.close();
+});
+
+test('postgres: inspect reads what another provider holds and waits for', async () => {
+  const config = postgresConfig(schema(), { leaseMs: 5000 });
+  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  await agreesWithTheLeases(a.backend('pg'), b.backend('pg'), 'pg', { expires: true });
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('mysql: inspect reads what another provider holds and waits for', async () => {
+  const config = mysqlConfig(table(), { leaseMs: 5000 });
+  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  await agreesWithTheLeases(a.backend('my'), b.backend('my'), 'my', { expires: true });
+  await Promise.all([a.close(), b.close()]);
+});
+
+test('a policy answers from the member that holds the key', async () => {
+  const provider = await openLock({
+    config: { 'dokebi-lock': { backends: { near: {}, far: {}, pick: { driver: 'policy', default: { backends: ['near', 'far'], minTier: 'process', onUnavailable: 'fallBack' } } } } },
+  });
+  assert.equal((await provider.backend('pick').inspect('k')).backend, 'near');
+  const lease = await provider.backend('far').acquire('k');
+  const held = await provider.backend('pick').inspect('k');
+  assert.equal(held.backend, 'far');
+  assert.equal(held.holders[0].fence, lease.fence);
+  await provider.close();
+});
+
+test('the file driver and an app driver without inspect refuse it', async (t) => {
+  const directory = mkdtempSync(join(tmpdir(), 'dokebi-inspect-'));
+  t.after(() => rmSync(directory, { recursive: true, force: true }));
+  const memory = async () => {
+    const inner = await openLock({ config: { 'dokebi-lock': { backends: { m: {} } } } });
+    return { view: { acquire: (key, options) => inner.backend('m').acquire(key, options) }, close: () => inner.close() };
+  };
+  const provider = await openLock({
+    config: { 'dokebi-lock': { backends: { files: { driver: 'file', directory: join(directory, 'locks') }, app: { driver: 'memory' } } } },
+    drivers: { memory },
+  });
+  await rejectsWith(provider.backend('files').inspect('k'), 'INVALID_ARGUMENT');
+  await rejectsWith(provider.backend('app').inspect('k'), 'INVALID_ARGUMENT');
+  await provider.close();
+});
