@@ -137,21 +137,33 @@ impl RedisServer {
     }
 
     /// True once a replica finished its sync with its primary (the link is
-    /// up) and that primary counts it online: after a diskless sync the
-    /// primary does so only at the replica's first acknowledgement (up to a
-    /// second after the link is up), and `WAIT` counts no replica before, so
-    /// a `replicaAcks` grant right after the link came up failed (a CI run
-    /// of redis_failure_paths). False while a server cannot be asked: a
-    /// primary being demoted drops its clients, this probe's too.
+    /// up) and that primary's `WAIT` counts it. The primary counts a replica
+    /// online only from its first acknowledgement after a diskless sync,
+    /// and for about a second after that a `PUBLISH` and `WAIT 1` right after
+    /// another connection's write still answered 0 (Redis 7.0.15, by hand:
+    /// 8 of 12 runs): a `replicaAcks` grant then failed (CI runs of
+    /// redis_failure_paths). So this asks the primary's `WAIT` itself. False
+    /// while a server cannot be asked: a primary being demoted drops its
+    /// clients, this probe's too.
     pub fn replica_synced(&self) -> bool {
         let Some(info) = replication_info(self.port) else { return false };
         let field = |name: &str| info.lines().find_map(|line| line.trim().strip_prefix(name).map(str::to_owned));
         if field("master_link_status:").as_deref() != Some("up") {
             return false;
         }
-        let Some(primary) = field("master_port:").and_then(|port| port.parse().ok()) else { return false };
+        let Some(primary) = field("master_port:").and_then(|port| port.parse::<u16>().ok()) else { return false };
+        // Every replica the primary has, this one among them online, must
+        // answer the WAIT: a WAIT for one could be another replica's.
+        let Some(primary_info) = replication_info(primary) else { return false };
         let listed = format!("port={},state=online", self.port);
-        replication_info(primary).is_some_and(|info| info.lines().any(|line| line.starts_with("slave") && line.contains(&listed)))
+        let replicas = primary_info.lines().filter(|line| line.starts_with("slave")).count();
+        if !primary_info.lines().any(|line| line.starts_with("slave") && line.contains(&listed)) {
+            return false;
+        }
+        let Ok(mut client) = redis::Client::open(format!("redis://127.0.0.1:{primary}/0")).and_then(|c| c.get_connection()) else { return false };
+        let counted: redis::RedisResult<(usize,)> =
+            redis::pipe().cmd("PUBLISH").arg("dokebi-test-sync").arg("").ignore().cmd("WAIT").arg(replicas).arg(100).query(&mut client);
+        counted.is_ok_and(|(acknowledged,)| acknowledged >= replicas)
     }
 
     /// A plain synchronous client for inspecting the server.
