@@ -440,7 +440,8 @@ export interface LockBackend {
    * What the backend's store holds of `key` now, read at once: the store's
    * own view, so every process's holders and waiters (local: this backend's).
    * A read: it takes, extends and changes nothing. A policy reads the members
-   * its rule allows and answers from the first that holds or queues the key.
+   * its rule allows and answers from the first where the key is held, else
+   * with a member's failure, else from the first where acquires wait.
    * Rejects with INVALID_KEY, CLOSED, PROVIDER_FAILED; INVALID_ARGUMENT on
    * the file driver (the kernel keeps its locks, not a list of holders) and
    * on an app driver's backend that gives no inspect of its own.

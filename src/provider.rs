@@ -362,9 +362,9 @@ impl Backend {
     /// for it, and the highest fence it was granted. The store's own view,
     /// so it sees every process's holders and waiters (the local driver:
     /// this backend's). A read: it takes, extends and changes nothing.
-    /// A policy inspects the members its rule for `key` allows, preferred
-    /// first, and answers the first that holds or queues the key (else the
-    /// preferred one's view); `backend` says which answered.
+    /// A policy inspects the members its rule for `key` allows and answers
+    /// as [`crate::policy::inspection_choice`] chooses; `backend` says which
+    /// answered.
     ///
     /// `INVALID_KEY` for a key an acquire would refuse, `CLOSED` once the
     /// backend closed, `PROVIDER_FAILED` when the store cannot answer. The

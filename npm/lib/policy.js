@@ -216,14 +216,15 @@ class PolicyBackend {
 
   /**
    * What the members its rule allows hold of `key`: each is read, and the
-   * core chooses which answers (policy::inspection_choice): the first that
-   * holds or queues it, else the first that answered, else the first failure.
+   * core chooses which answers (policy::inspection_choice): the first where
+   * it is held, else the first failure, else the first where acquires wait,
+   * else the first.
    */
   async inspect(key) {
     if (typeof key !== 'string') throw notAStringKey();
     const members = this.#native.keyStatus(key).backends.map(({ backend }) => this.#served.findIndex((served) => served.backend === backend));
     const answers = await Promise.allSettled(members.map((member) => this.#members[member].inspect(key)));
-    const chosen = answers[native.inspectionChoice(answers.map((answer) => (answer.status === 'fulfilled' ? answer.value.held > 0 || answer.value.waiting > 0 : null)))];
+    const chosen = answers[native.inspectionChoice(answers.map(({ status, value }) => (status === 'fulfilled' ? (value.held > 0 ? 2 : value.waiting > 0 ? 1 : 0) : null)))];
     if (chosen.status === 'rejected') throw chosen.reason;
     return chosen.value;
   }

@@ -373,9 +373,14 @@ impl Store for MysqlStore {
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake, taken })
     }
 
+    /// A read of the tables alone: it installs nothing (an operator's read
+    /// needs no DDL and no procedures of this version); tables not made
+    /// yet hold nothing.
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
-        self.ensure().await?;
-        self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await
+        match self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await {
+            Err(Failure::Refused(cause)) if server_code(&cause) == Some(NO_SUCH_TABLE) => Ok(crate::store::inspect::nothing_kept()),
+            read => read,
+        }
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

@@ -133,8 +133,7 @@ impl PolicyBackend {
         for &member in &rule.members {
             answers.push(inner.members[member].inspect(key).await);
         }
-        let found: Vec<Option<bool>> =
-            answers.iter().map(|answer| answer.as_ref().ok().map(|found| found.is_held() || found.waiting > 0)).collect();
+        let found: Vec<Option<Found>> = answers.iter().map(|answer| answer.as_ref().ok().map(Found::of)).collect();
         match inspection_choice(&found) {
             Some(chosen) => answers.swap_remove(chosen),
             None => Err(LockError::new(ErrorCode::NoEligibleBackend, "inspect: the key's rule allows no member")),
@@ -237,14 +236,40 @@ impl Drop for PolicyLease {
     }
 }
 
+/// What one member of a policy found of a key (see [`inspection_choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Nobody holds or waits for the key there.
+    Free,
+    /// Acquires wait for it there, nobody holds it.
+    Waited,
+    /// Someone holds it there.
+    Held,
+}
+
+impl Found {
+    /// What `inspection` says.
+    pub fn of(inspection: &Inspection) -> Found {
+        match (inspection.is_held(), inspection.waiting > 0) {
+            (true, _) => Found::Held,
+            (false, true) => Found::Waited,
+            (false, false) => Found::Free,
+        }
+    }
+}
+
 /// Which of a policy's members answers its `inspect`, from each member's
-/// answer in the rule's order (`Some(true)`: it holds or queues the key,
-/// `Some(false)`: free there, `None`: it failed): the first that holds or
-/// queues it, else the first that answered, else the first failure. `None`
-/// for a rule without members. Every surface's policy chooses by this.
-pub fn inspection_choice(answers: &[Option<bool>]) -> Option<usize> {
-    let first = |wanted: fn(&Option<bool>) -> bool| answers.iter().position(wanted);
-    first(|answer| *answer == Some(true)).or_else(|| first(Option::is_some)).or_else(|| first(Option::is_none))
+/// answer in the rule's order (`None`: it failed): the first where the key
+/// is held; else the first failure (a member that cannot be read may hold
+/// it: no answer says it is free); else the first where acquires wait;
+/// else the first. `None` for a rule without members. Every surface's
+/// policy chooses by this.
+pub fn inspection_choice(answers: &[Option<Found>]) -> Option<usize> {
+    let first = |wanted: &dyn Fn(&Option<Found>) -> bool| answers.iter().position(wanted);
+    first(&|answer| *answer == Some(Found::Held))
+        .or_else(|| first(&|answer| answer.is_none()))
+        .or_else(|| first(&|answer| *answer == Some(Found::Waited)))
+        .or_else(|| (!answers.is_empty()).then_some(0))
 }
 
 #[cfg(test)]
@@ -252,10 +277,12 @@ mod tests {
     use super::inspection_choice;
 
     #[test]
-    fn an_inspection_comes_from_the_member_that_holds_else_the_first_that_answered() {
-        assert_eq!(inspection_choice(&[Some(false), Some(true), Some(true)]), Some(1));
-        assert_eq!(inspection_choice(&[None, Some(false), Some(false)]), Some(1));
-        assert_eq!(inspection_choice(&[None, None]), Some(0));
+    fn an_inspection_comes_from_a_member_that_holds_else_a_failure_else_one_with_waiters() {
+        use super::Found::{Free, Held, Waited};
+        assert_eq!(inspection_choice(&[Some(Waited), Some(Held), None]), Some(1));
+        assert_eq!(inspection_choice(&[Some(Free), None, Some(Waited)]), Some(1));
+        assert_eq!(inspection_choice(&[Some(Free), Some(Waited)]), Some(1));
+        assert_eq!(inspection_choice(&[Some(Free), Some(Free)]), Some(0));
         assert_eq!(inspection_choice(&[]), None);
     }
 }

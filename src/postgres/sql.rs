@@ -78,14 +78,14 @@ impl Statements {
             // without GROUP BY has one even when no holder matches).
             inspect: format!(
                 "SELECT (SELECT fence FROM {keys} WHERE namespace = $1 AND key = $2), \
-                 (SELECT count(*) FROM {waiting} WHERE namespace = $1 AND key = $2 AND lapses_at > clock_timestamp()), \
-                 (SELECT count(*) FROM {holders} WHERE namespace = $1 AND key = $2 AND expires_at > clock_timestamp()), \
+                 (SELECT count(*) FROM {waiting} WHERE namespace = $1 AND key = $2 AND lapses_at > now()), \
+                 (SELECT count(*) FROM {holders} WHERE namespace = $1 AND key = $2 AND expires_at > now()), \
                  coalesce(array_agg(h.shared ORDER BY h.expires_at), '{{}}'), \
                  coalesce(array_agg(h.lim ORDER BY h.expires_at), '{{}}'), \
                  coalesce(array_agg(h.weight ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - clock_timestamp()) * 1000))::bigint ORDER BY h.expires_at), '{{}}') \
+                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - now()) * 1000))::bigint ORDER BY h.expires_at), '{{}}') \
                  FROM (SELECT shared, lim, weight, expires_at FROM {holders} \
-                   WHERE namespace = $1 AND key = $2 AND expires_at > clock_timestamp() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
+                   WHERE namespace = $1 AND key = $2 AND expires_at > now() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
                 keys = table.name(""),
                 waiting = table.name("_waiting"),
                 holders = table.name("_holders"),

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use tokio_postgres::error::SqlState;
+
 use super::schema::{Table, ALREADY_CREATED, NEWER_INSTALLED};
 use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
@@ -264,9 +266,14 @@ impl Store for PostgresStore {
         Ok(HandedOver { freed: Freed { all, first_attempt_lost: None, refused_first: None }, wake: reply.wake, taken: reply.taken })
     }
 
+    /// A read of the tables alone: it installs nothing (an operator's read
+    /// needs no DDL and no functions of this version); tables not made yet
+    /// hold nothing.
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
-        self.ensure().await?;
-        self.statements.inspect(self.connection(), &self.namespace, key).await
+        match self.statements.inspect(self.connection(), &self.namespace, key).await {
+            Err(Failure::Refused(cause)) if missing_table(&cause) => Ok(crate::store::inspect::nothing_kept()),
+            read => read,
+        }
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
@@ -299,4 +306,10 @@ fn millis(ms: u64) -> i64 {
 /// A limit or weight as the tables keep it.
 fn units(units: u32) -> i32 {
     i32::try_from(units).unwrap_or(i32::MAX)
+}
+
+/// The server's "no such table" or "no such schema".
+fn missing_table(cause: &Cause) -> bool {
+    let code = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code);
+    code.is_some_and(|code| [SqlState::UNDEFINED_TABLE, SqlState::INVALID_SCHEMA_NAME].contains(code))
 }

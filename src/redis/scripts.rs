@@ -1379,22 +1379,31 @@ return 0
 /// What a key holds now (see `Store::inspect`): a read, writing nothing.
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: how many holders to
 /// list. Returns the mode (`x`, `s`, or empty when free), the limit, the
-/// fence counter (empty when expired or never set), the live marks of
-/// waiters (a plain '1' mark counts one), the live holders, then the
-/// listed ones' remaining lease in ms and units, soonest expiry first.
+/// fence counter (empty when expired or never set), the waiting acquires,
+/// the live holders, then the listed ones' remaining lease in ms and
+/// units, soonest expiry first.
 ///
-/// A plain holder's lock is a string (the token, or `h:<token>` while a
-/// release hands it to a waiter); shared and counted holders are members
-/// `<token>:s` and `<token>:<weight>` of a sorted set scored by expiry
-/// (see [`KINDS_ACQUIRE`]); a counted key's holders are exclusive.
+/// A plain holder's lock is a string, its token; `h:<token>` is a key a
+/// release handed to a waiter that has not taken it yet: no holder, one
+/// waiter. Shared and counted holders are members `<token>:s` and
+/// `<token>:<weight>` of a sorted set scored by expiry (see
+/// [`KINDS_ACQUIRE`]); a counted key's holders are exclusive. A waiting
+/// acquire is a live mark `<ticket>:<token>` in the waiting or the queue
+/// set, counted once per token (a try sent twice leaves two); a plain `1`
+/// says only that someone may wait (readers behind a writer leave nothing
+/// else, and it outlives the last mark), so it counts none.
 const INSPECT: &str = r"
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local mode, limit, held, holders = '', '1', 0, {}
+local mode, limit, held, holders, waiting = '', '1', 0, {}, 0
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
-  mode, held = 'x', 1
-  holders = {redis.call('PTTL', KEYS[1]), '1'}
+  if string.sub(redis.call('GET', KEYS[1]), 1, 2) == 'h:' then
+    waiting = 1
+  else
+    mode, held = 'x', 1
+    holders = {redis.call('PTTL', KEYS[1]), '1'}
+  end
 elseif kind == 'zset' then
   limit = redis.call('HGET', KEYS[4], 'limit') or '1'
   held = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
@@ -1410,13 +1419,15 @@ elseif kind == 'zset' then
     holders[#holders + 1] = units
   end
 end
-local waiting = 0
+local tokens = {}
 for _, marks in ipairs({KEYS[3], KEYS[5]}) do
-  local kind = redis.call('TYPE', marks)['ok']
-  if kind == 'zset' then
-    waiting = waiting + redis.call('ZCOUNT', marks, '(' .. now_ms, '+inf')
-  elseif kind == 'string' then
-    waiting = waiting + 1
+  if redis.call('TYPE', marks)['ok'] == 'zset' then
+    for _, mark in ipairs(redis.call('ZRANGEBYSCORE', marks, '(' .. now_ms, '+inf')) do
+      local token = string.sub(mark, (string.find(mark, ':', 1, true) or 0) + 1)
+      if not tokens[token] then
+        tokens[token], waiting = true, waiting + 1
+      end
+    end
   end
 end
 local reply = {mode, limit, redis.call('GET', KEYS[2]) or '', waiting, held}

@@ -160,7 +160,9 @@ impl RedisServer {
         if !primary_info.lines().any(|line| line.starts_with("slave") && line.contains(&listed)) {
             return false;
         }
-        let Ok(mut client) = redis::Client::open(format!("redis://127.0.0.1:{primary}/0")).and_then(|c| c.get_connection()) else { return false };
+        let Ok(mut client) = redis::Client::open(format!("redis://127.0.0.1:{primary}/0")).and_then(|c| c.get_connection()) else {
+            return false;
+        };
         let counted: redis::RedisResult<(usize,)> =
             redis::pipe().cmd("PUBLISH").arg("dokebi-test-sync").arg("").ignore().cmd("WAIT").arg(replicas).arg(100).query(&mut client);
         counted.is_ok_and(|(acknowledged,)| acknowledged >= replicas)

@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
-use dokebi_lock::policy::{Acquisition, Attempt, MemberInfo, Next, Placement, Places, Router, Step, Tier};
+use dokebi_lock::policy::{Acquisition, Attempt, Found, MemberInfo, Next, Placement, Places, Router, Step, Tier};
 use dokebi_lock::{ErrorCode, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
@@ -337,9 +337,20 @@ impl NativePolicy {
 }
 
 /// Which member answers a policy's `inspect(key)`, from each member's
-/// answer in its rule's order (`true`: holds or queues the key, `false`:
-/// free there, `null`: failed): see `policy::inspection_choice`.
+/// answer in its rule's order (2: the key is held there, 1: acquires wait
+/// for it there, 0: free there, `null`: the member failed): see
+/// `policy::inspection_choice`.
 #[napi(catch_unwind)]
-pub fn inspection_choice(answers: Vec<Option<bool>>) -> Option<u32> {
-    dokebi_lock::policy::inspection_choice(&answers).map(|index| index as u32)
+pub fn inspection_choice(answers: Vec<Option<u32>>) -> Option<u32> {
+    let found: Vec<Option<Found>> = answers
+        .iter()
+        .map(|answer| {
+            answer.map(|seen| match seen {
+                0 => Found::Free,
+                1 => Found::Waited,
+                _ => Found::Held,
+            })
+        })
+        .collect();
+    dokebi_lock::policy::inspection_choice(&found).map(|index| index as u32)
 }
