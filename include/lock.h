@@ -3,7 +3,7 @@
  *
  * Rules (see docs/c.md):
  * - Handles are opaque: dokebi_lock_provider, dokebi_lock_backend, dokebi_lock_lease,
- *   dokebi_lock_pending, dokebi_lock_error. The caller owns every handle it receives
+ *   dokebi_lock_pending, dokebi_lock_error, dokebi_lock_inspection. The caller owns every handle it receives
  *   and frees it with its _free function; every _free accepts NULL.
  * - Acting functions return a dokebi_lock_status: DOKEBI_LOCK_OK (0) or the error
  *   code. Out-parameters are written only on success. On failure, when out_error
@@ -295,6 +295,12 @@ typedef struct dokebi_lock_backend dokebi_lock_backend;
  * read it; the caller owns it and frees it with `dokebi_lock_error_free`.
  */
 typedef struct dokebi_lock_error dokebi_lock_error;
+
+/**
+ * One key as its store held it when read: an owned handle, freed with
+ * `dokebi_lock_inspection_free`.
+ */
+typedef struct dokebi_lock_inspection dokebi_lock_inspection;
 
 /**
  * A held (or formerly held) lease. Any thread may call its getters, renew
@@ -842,6 +848,133 @@ dokebi_lock_status dokebi_lock_error_issue_status(const struct dokebi_lock_error
  * `error` is NULL or a live error handle, not used afterwards.
  */
 void dokebi_lock_error_free(struct dokebi_lock_error *error);
+
+/**
+ * Reads what `backend`'s store holds of `key` (`key_len` bytes of UTF-8)
+ * now, at once, into `*out_inspection`: whether and how it is held, its
+ * live holders, the acquires waiting for it, its highest fence (see
+ * docs/locks.md, "Who holds a key"). The store's own view, so every
+ * process's holders (local: this backend's). A read: it takes, extends
+ * and changes nothing; it blocks the calling thread for at most the
+ * store's `commandTimeoutMs`. `INVALID_KEY`, `CLOSED`, `PROVIDER_FAILED`;
+ * `INVALID_ARGUMENT` on the file driver, which cannot list holders (the
+ * kernel keeps its locks), and on the driver's own thread.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `key` is NULL or points to
+ * `key_len` readable bytes; `out_inspection` is writable; `out_error` is
+ * NULL or writable.
+ */
+dokebi_lock_status dokebi_lock_backend_inspect(const struct dokebi_lock_backend *backend,
+                                               const char *key,
+                                               size_t key_len,
+                                               struct dokebi_lock_inspection **out_inspection,
+                                               struct dokebi_lock_error **out_error);
+
+/**
+ * The backend that answered (a policy's member, for a policy),
+ * NUL-terminated, owned by the inspection.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+const char *dokebi_lock_inspection_backend(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * Live holders of the key (0: free; shared and counted keys may have
+ * several).
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+uint32_t dokebi_lock_inspection_held(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * How the key is held: `DOKEBI_LOCK_MODE_EXCLUSIVE` or
+ * `DOKEBI_LOCK_MODE_SHARED`; `DOKEBI_LOCK_MODE_EXCLUSIVE` (0) too when
+ * nobody holds it (see `dokebi_lock_inspection_held`).
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+uint32_t dokebi_lock_inspection_mode(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * The key's limit: above 1 for a counted key, else 1.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+uint32_t dokebi_lock_inspection_limit(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * Acquires waiting for the key that the store knows of.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+uint32_t dokebi_lock_inspection_waiting(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * True when the store kept the key's fence, then written to `*out_fence`
+ * (when not NULL): no fence granted on the key so far is larger. False
+ * when it kept none, and on the local driver.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle; `out_fence` is NULL
+ * or writable.
+ */
+bool dokebi_lock_inspection_fence(const struct dokebi_lock_inspection *inspection,
+                                  uint64_t *out_fence);
+
+/**
+ * How many holders are listed: the first 64 of `dokebi_lock_inspection_held`,
+ * soonest expiry first (store drivers) or oldest grant first (local).
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+size_t dokebi_lock_inspection_holder_count(const struct dokebi_lock_inspection *inspection);
+
+/**
+ * The units listed holder `index` holds (1 unless the key is counted); 0
+ * past the list.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+uint32_t dokebi_lock_inspection_holder_units(const struct dokebi_lock_inspection *inspection,
+                                             size_t index);
+
+/**
+ * Milliseconds until listed holder `index`'s lease expires unless renewed;
+ * -1 on the local driver (its leases do not expire) and past the list.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+int64_t dokebi_lock_inspection_holder_remaining_ms(const struct dokebi_lock_inspection *inspection,
+                                                   size_t index);
+
+/**
+ * True when the store keeps listed holder `index`'s fence (the local
+ * driver), then written to `*out_fence` (when not NULL).
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle; `out_fence` is NULL
+ * or writable.
+ */
+bool dokebi_lock_inspection_holder_fence(const struct dokebi_lock_inspection *inspection,
+                                         size_t index,
+                                         uint64_t *out_fence);
+
+/**
+ * Frees an inspection and the strings it handed out. NULL is accepted.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle, not used afterwards.
+ */
+void dokebi_lock_inspection_free(struct dokebi_lock_inspection *inspection);
 
 /**
  * The key of the lease: `*out_len` bytes of UTF-8 (not NUL-terminated),

@@ -23,6 +23,31 @@ static void names_are_listed_sorted(const dokebi_lock_provider *provider) {
     CHECK(dokebi_lock_provider_name(provider, 2) == NULL);
 }
 
+/* A held key's holder, with its fence, and a waiter, as inspect reads them. */
+static void inspect_reads_the_holder_and_its_waiters(const dokebi_lock_backend *main_) {
+    dokebi_lock_lease *lease = must_acquire(main_, "inspected", 0);
+    outcome waiter;
+    outcome_init(&waiter);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(main_, KEY("inspected"), 10000, on_acquired, &waiter, NULL, ERR));
+    /* The asynchronous acquire joins the key's queue on the completion thread. */
+    dokebi_lock_inspection *found = NULL;
+    for (int tries = 0;; tries++) {
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(main_, KEY("inspected"), &found, ERR));
+        if (dokebi_lock_inspection_waiting(found) == 1 || tries == 200000) break;
+        dokebi_lock_inspection_free(found);
+        sched_yield();
+    }
+    CHECK(dokebi_lock_inspection_held(found) == 1 && dokebi_lock_inspection_waiting(found) == 1);
+    CHECK(dokebi_lock_inspection_holder_remaining_ms(found, 0) == -1 && !dokebi_lock_inspection_fence(found, NULL));
+    uint64_t fence = 0;
+    CHECK(dokebi_lock_inspection_holder_fence(found, 0, &fence) && fence == fence_of(lease));
+    CHECK(strcmp(dokebi_lock_inspection_backend(found), "main") == 0);
+    dokebi_lock_inspection_free(found);
+    dokebi_lock_lease_free(lease);
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
+    outcome_destroy(&waiter);
+}
+
 static void a_held_key_is_busy_then_times_out_and_is_free_after_release(const dokebi_lock_backend *main_) {
     dokebi_lock_lease *lease = NULL;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire(main_, KEY("order:42"), &lease, ERR));
@@ -306,6 +331,7 @@ int main(void) {
     dokebi_lock_backend *tiny = get_backend(provider, "tiny");
 
     a_held_key_is_busy_then_times_out_and_is_free_after_release(main_);
+    inspect_reads_the_holder_and_its_waiters(main_);
     fences_grow_with_every_acquire(main_);
     freeing_a_held_lease_releases_it(main_);
     key_limit_and_queue_full(tiny);

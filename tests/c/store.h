@@ -51,6 +51,46 @@ static inline void a_lease_is_shared_between_providers(const dokebi_lock_backend
     dokebi_lock_lease_free(must_acquire(one, "order:42", 0));
 }
 
+/* What `two` reads of a key `one` holds, then of readers of both, then of
+ * it free (docs/locks.md, "Who holds a key"). */
+static inline void inspect_reads_the_other_provider_s_holders(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    dokebi_lock_inspection *found = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(two, KEY("inspected"), &found, ERR));
+    CHECK(dokebi_lock_inspection_held(found) == 0 && dokebi_lock_inspection_holder_count(found) == 0);
+    CHECK(dokebi_lock_inspection_limit(found) == 1 && dokebi_lock_inspection_waiting(found) == 0);
+    CHECK(strcmp(dokebi_lock_inspection_backend(found), "shared") == 0);
+    dokebi_lock_inspection_free(found);
+
+    dokebi_lock_lease *lease = must_acquire(one, "inspected", 0);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(two, KEY("inspected"), &found, ERR));
+    CHECK(dokebi_lock_inspection_held(found) == 1 && dokebi_lock_inspection_mode(found) == DOKEBI_LOCK_MODE_EXCLUSIVE);
+    CHECK(dokebi_lock_inspection_holder_count(found) == 1 && dokebi_lock_inspection_holder_units(found, 0) == 1);
+    int64_t remaining = dokebi_lock_inspection_holder_remaining_ms(found, 0);
+    CHECK(remaining > 0 && remaining <= 5000);
+    uint64_t fence = 0;
+    CHECK(dokebi_lock_inspection_fence(found, &fence) && fence >= fence_of(lease));
+    CHECK(!dokebi_lock_inspection_holder_fence(found, 0, NULL));
+    CHECK(dokebi_lock_inspection_holder_units(found, 1) == 0 && dokebi_lock_inspection_holder_remaining_ms(found, 1) == -1);
+    dokebi_lock_inspection_free(found);
+    dokebi_lock_lease_free(lease);
+
+    dokebi_lock_key key = {KEY("inspected")};
+    dokebi_lock_acquire_options shared = {.mode = DOKEBI_LOCK_MODE_SHARED, .keys = &key, .key_count = 1};
+    dokebi_lock_lease *readers[2] = {NULL, NULL};
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(one, &shared, 0, &readers[0], ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(two, &shared, 0, &readers[1], ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(one, KEY("inspected"), &found, ERR));
+    CHECK(dokebi_lock_inspection_held(found) == 2 && dokebi_lock_inspection_mode(found) == DOKEBI_LOCK_MODE_SHARED);
+    dokebi_lock_inspection_free(found);
+    dokebi_lock_lease_free(readers[0]);
+    dokebi_lock_lease_free(readers[1]);
+
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_backend_inspect(two, "", 0, &found, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_inspect(two, KEY("inspected"), NULL, ERR));
+    CHECK(dokebi_lock_inspection_held(NULL) == 0 && dokebi_lock_inspection_backend(NULL) == NULL);
+    dokebi_lock_inspection_free(NULL);
+}
+
 /* `yaml` names a server where nothing listens (port 1 on localhost) for its
  * backend `shared`: an acquire is PROVIDER_FAILED, with a cause and a fix. */
 static inline void an_unreachable_server_is_provider_failed(const char *yaml) {
@@ -137,6 +177,7 @@ static inline int test_sql_store(const sql_store *store) {
     dokebi_lock_backend *two = get_backend(second, "shared");
 
     a_lease_is_shared_between_providers(one, two);
+    inspect_reads_the_other_provider_s_holders(one, two);
     the_status_reports_the_connection(one, store->driver);
     an_unreachable_server_is_provider_failed(sql_config(store, store->unreachable_url, "unreachable", yaml, sizeof yaml));
     close_releases_held_leases(first, one, two);

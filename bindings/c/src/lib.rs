@@ -25,6 +25,7 @@ pub mod backend;
 pub mod completion;
 pub mod error;
 pub mod fork;
+pub mod inspect;
 pub mod kinds;
 pub mod lease;
 pub mod panic;

@@ -31,6 +31,12 @@ impl PanicDefault for bool {
     }
 }
 
+impl PanicDefault for u32 {
+    fn on_panic() -> u32 {
+        0
+    }
+}
+
 impl PanicDefault for usize {
     fn on_panic() -> usize {
         0
