@@ -167,6 +167,16 @@ impl Statements {
         Ok(crate::store::inspect::rows(number(0)?, count(1)?, count(2)?, &shared, &limits, &weights, &remaining))
     }
 
+    /// True when the keys table is not in the connection's database (its
+    /// name is an option's `[a-z_][a-z0-9_]*`).
+    pub async fn keys_table_missing(&self, connection: &MysqlConnection) -> Result<bool, Failure> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{}'",
+            self.table.display()
+        );
+        Ok(single(connection.query(&sql).await?)? == 0)
+    }
+
     /// The `CALL` of `procedure` on `owner`'s rows: their namespace, keys
     /// and token, the procedure's own `argument` (if any), and the row-lock
     /// wait.

@@ -374,13 +374,19 @@ impl Store for MysqlStore {
     }
 
     /// A read of the tables alone: it installs nothing (an operator's read
-    /// needs no DDL and no procedures of this version); tables not made
-    /// yet hold nothing.
+    /// needs no DDL and no procedures of this version); where the keys
+    /// table was never made, nothing is kept. Another table missing (a
+    /// partial restore) is an error: a holder may be hidden. The server
+    /// names whichever table it looked up first, so a missing table is
+    /// followed by a second read: is the keys table there?
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
-        match self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await {
-            Err(Failure::Refused(cause)) if server_code(&cause) == Some(NO_SUCH_TABLE) => Ok(crate::store::inspect::nothing_kept()),
-            read => read,
+        let read = self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await;
+        if let Err(Failure::Refused(cause)) = &read {
+            if server_code(cause) == Some(NO_SUCH_TABLE) && self.statements.keys_table_missing(self.connection()).await? {
+                return Ok(crate::store::inspect::nothing_kept());
+            }
         }
+        read
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {

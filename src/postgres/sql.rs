@@ -19,6 +19,8 @@ pub(crate) struct Statements {
     withdraw: String,
     hand_over: String,
     inspect: String,
+    /// The keys table's name, quoted, for `to_regclass`.
+    keys: String,
 }
 
 /// One hand-off's arguments (see `hand_over` in the schema): the released
@@ -90,6 +92,7 @@ impl Statements {
                 waiting = table.name("_waiting"),
                 holders = table.name("_holders"),
             ),
+            keys: table.name(""),
         }
     }
 
@@ -191,6 +194,12 @@ impl Statements {
         let weights: Vec<i32> = row.try_get(5).map_err(read)?;
         let remaining: Vec<i64> = row.try_get(6).map_err(read)?;
         Ok(crate::store::inspect::rows(fence, waiting, held, &shared, &limits, &weights, &remaining))
+    }
+
+    /// True when the keys table (or its schema) does not exist.
+    pub async fn keys_table_missing(&self, connection: &PgConnection) -> Result<bool, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&self.keys, Type::TEXT)];
+        single(connection.query("SELECT to_regclass($1) IS NULL", &params).await?)
     }
 }
 

@@ -267,13 +267,19 @@ impl Store for PostgresStore {
     }
 
     /// A read of the tables alone: it installs nothing (an operator's read
-    /// needs no DDL and no functions of this version); tables not made yet
-    /// hold nothing.
+    /// needs no DDL and no functions of this version); where the keys table
+    /// (or its schema) was never made, nothing is kept. Another table
+    /// missing (a partial restore) is an error: a holder may be hidden.
+    /// The server names whichever table it looked up first, so a missing
+    /// table is followed by a second read: is the keys table there?
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
-        match self.statements.inspect(self.connection(), &self.namespace, key).await {
-            Err(Failure::Refused(cause)) if missing_table(&cause) => Ok(crate::store::inspect::nothing_kept()),
-            read => read,
+        let read = self.statements.inspect(self.connection(), &self.namespace, key).await;
+        if let Err(Failure::Refused(cause)) = &read {
+            if missing_table(cause) && self.statements.keys_table_missing(self.connection()).await? {
+                return Ok(crate::store::inspect::nothing_kept());
+            }
         }
+        read
     }
 
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
@@ -308,7 +314,8 @@ fn units(units: u32) -> i32 {
     i32::try_from(units).unwrap_or(i32::MAX)
 }
 
-/// The server's "no such table" or "no such schema".
+/// The server's "no such table" or "no such schema" (of whichever table
+/// it looked up first: see `Statements::keys_table_missing`).
 fn missing_table(cause: &Cause) -> bool {
     let code = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code);
     code.is_some_and(|code| [SqlState::UNDEFINED_TABLE, SqlState::INVALID_SCHEMA_NAME].contains(code))

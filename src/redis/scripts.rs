@@ -1389,24 +1389,34 @@ return 0
 /// `<token>:<weight>` of a sorted set scored by expiry (see
 /// [`KINDS_ACQUIRE`]); a counted key's holders are exclusive. A waiting
 /// acquire is a live mark `<ticket>:<token>` in the waiting or the queue
-/// set, counted once per token (a try sent twice leaves two); a plain `1`
+/// set, counted once per token (a try sent twice leaves two), and not at
+/// all for a token that holds the key or was handed it; a plain `1`
 /// says only that someone may wait (readers behind a writer leave nothing
 /// else, and it outlives the last mark), so it counts none.
 const INSPECT: &str = r"
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local mode, limit, held, holders, waiting = '', '1', 0, {}, 0
+-- The tokens that hold the key or were handed it: their own marks (a
+-- try sent twice leaves one under a ticket it never learned, and a writer
+-- handed the key keeps its queue mark until it takes it) are no waiters.
+local tokens = {}
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
-  if string.sub(redis.call('GET', KEYS[1]), 1, 2) == 'h:' then
-    waiting = 1
+  local token = redis.call('GET', KEYS[1])
+  if string.sub(token, 1, 2) == 'h:' then
+    tokens[string.sub(token, 3)], waiting = true, 1
   else
+    tokens[token] = true
     mode, held = 'x', 1
     holders = {redis.call('PTTL', KEYS[1]), '1'}
   end
 elseif kind == 'zset' then
   limit = redis.call('HGET', KEYS[4], 'limit') or '1'
   held = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
+    tokens[string.match(member, '^(.*):[^:]*$') or member] = true
+  end
   local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, ARGV[1])
   for n = 1, #members, 2 do
     local units = string.match(members[n], ':([^:]*)$')
@@ -1419,7 +1429,6 @@ elseif kind == 'zset' then
     holders[#holders + 1] = units
   end
 end
-local tokens = {}
 for _, marks in ipairs({KEYS[3], KEYS[5]}) do
   if redis.call('TYPE', marks)['ok'] == 'zset' then
     for _, mark in ipairs(redis.call('ZRANGEBYSCORE', marks, '(' .. now_ms, '+inf')) do
