@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Inspection, Lease, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{open_redis, wait};
+use support::{open_redis, wait, within};
 
 /// Polls so slow that a waiter's marks last long (waitingMs = 2 x 10 s + 1 s)
 /// and a waiter is served by release notifications only.
@@ -101,20 +101,6 @@ fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
 fn waiter(backend: &Backend, key: &str, options: AcquireOptions) -> thread::JoinHandle<dokebi_lock::Result<Lease>> {
     let (backend, key) = (backend.clone(), key.to_owned());
     thread::spawn(move || block_on(backend.acquire(&key, options)))
-}
-
-/// Polls `condition` for up to `ms`; true once it held.
-fn within(ms: u64, mut condition: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_millis(ms);
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Waits until `key` shows some waiter, then lets every try settle.

@@ -10,12 +10,11 @@ mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Inspection, Lease, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{open_redis, wait};
+use support::{open_redis, wait, within};
 
 /// Polls so slow that a waiter is served by release notifications only
 /// (its marks last 2 x 10 s + 1 s).
@@ -35,20 +34,6 @@ fn release(lease: Lease) {
 
 fn shared(ms: u64) -> AcquireOptions {
     AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
-
-/// Polls `condition` for up to `ms`; true once it held.
-fn within(ms: u64, mut condition: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_millis(ms);
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn signal(child: &Child, which: &str) {

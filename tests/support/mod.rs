@@ -45,6 +45,21 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
+/// Polls `condition` for up to `ms`; true once it held (the caller says
+/// what it means when it did not).
+pub fn within(ms: u64, mut condition: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A logger that keeps every record for assertions.
 pub fn recording_logger() -> (Logger, Arc<Mutex<Vec<LogRecord>>>) {
     let records = Arc::new(Mutex::new(Vec::new()));
