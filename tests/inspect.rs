@@ -11,20 +11,12 @@ mod support;
 use std::thread;
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Inspection, Lease, LockMode, Provider};
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{eventually, open_redis, wait};
+use support::{eventually, inspect, open_redis, take, wait};
 
 const LEASE_MS: u64 = 5000;
-
-fn inspect(backend: &Backend, key: &str) -> Inspection {
-    block_on(backend.inspect(key)).expect("inspected")
-}
-
-fn take(backend: &Backend, key: &str, options: AcquireOptions) -> Lease {
-    block_on(backend.acquire(key, options)).expect("granted")
-}
 
 /// The checks every driver passes: `holder` and `reader` are two providers'
 /// backends of one store (`leases` expire: a store driver's).

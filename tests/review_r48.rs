@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Inspection, Lease, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{open_redis, wait, within};
+use support::{inspect, open_redis, release, shared, take, wait, within};
 
 /// Polls so slow that a waiter's marks last long (waitingMs = 2 x 10 s + 1 s)
 /// and a waiter is served by release notifications only.
@@ -75,22 +75,6 @@ impl World {
             _ => panic!("not redis"),
         }
     }
-}
-
-fn inspect(backend: &Backend, key: &str) -> Inspection {
-    block_on(backend.inspect(key)).expect("inspected")
-}
-
-fn take(backend: &Backend, key: &str, options: AcquireOptions) -> Lease {
-    block_on(backend.acquire(key, options)).expect("granted")
-}
-
-fn release(lease: Lease) {
-    assert!(block_on(lease.release()).unwrap(), "released while held");
-}
-
-fn shared(ms: u64) -> AcquireOptions {
-    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
 }
 
 fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {

@@ -11,30 +11,14 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Inspection, Lease, LockMode, Provider};
+use dokebi_lock::{ErrorCode, Inspection, LockMode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{open_redis, wait, within};
+use support::{inspect, open_redis, release, shared, take, wait, within};
 
 /// Polls so slow that a waiter is served by release notifications only
 /// (its marks last 2 x 10 s + 1 s).
 const SLOW: [(&str, &str); 3] = [("leaseMs", "10000"), ("pollIntervalMs", "10000"), ("notifyPollIntervalMs", "10000")];
-
-fn inspect(backend: &Backend, key: &str) -> Inspection {
-    block_on(backend.inspect(key)).expect("inspected")
-}
-
-fn take(backend: &Backend, key: &str, options: AcquireOptions) -> Lease {
-    block_on(backend.acquire(key, options)).expect("granted")
-}
-
-fn release(lease: Lease) {
-    assert!(block_on(lease.release()).unwrap(), "released while held");
-}
-
-fn shared(ms: u64) -> AcquireOptions {
-    AcquireOptions { mode: LockMode::Shared, ..wait(ms) }
-}
 
 fn signal(child: &Child, which: &str) {
     let status = Command::new("kill").arg(format!("-{which}")).arg(child.id().to_string()).status().unwrap();

@@ -60,6 +60,26 @@ pub fn within(ms: u64, mut condition: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// What `backend` holds of `key` (`inspect`), blocking.
+pub fn inspect(backend: &Backend, key: &str) -> dokebi_lock::Inspection {
+    futures::executor::block_on(backend.inspect(key)).expect("inspected")
+}
+
+/// `key` acquired by `backend` with `options`, blocking: granted.
+pub fn take(backend: &Backend, key: &str, options: AcquireOptions) -> dokebi_lock::Lease {
+    futures::executor::block_on(backend.acquire(key, options)).expect("granted")
+}
+
+/// Releases `lease`, which was held.
+pub fn release(lease: dokebi_lock::Lease) {
+    assert!(futures::executor::block_on(lease.release()).unwrap(), "released while held");
+}
+
+/// A shared acquire that waits at most `ms`.
+pub fn shared(ms: u64) -> AcquireOptions {
+    AcquireOptions { mode: dokebi_lock::LockMode::Shared, ..wait(ms) }
+}
+
 /// A logger that keeps every record for assertions.
 pub fn recording_logger() -> (Logger, Arc<Mutex<Vec<LogRecord>>>) {
     let records = Arc::new(Mutex::new(Vec::new()));
