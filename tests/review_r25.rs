@@ -67,6 +67,15 @@ fn wait(ms: u64) -> AcquireOptions {
     AcquireOptions { wait_timeout: Some(Duration::from_millis(ms)), ..AcquireOptions::default() }
 }
 
+/// Held by every test of this file for its whole run: two of them take
+/// every descriptor of the process (`NoDescriptors`), and a test running
+/// beside them then met `EMFILE` in its own `runuser` (a CI run).
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// This process with its soft descriptor limit lowered to what is open
 /// plus a few, and those few taken by `/dev/null`s: every `socket()` or
 /// `open()` fails with `EMFILE` until dropped.
@@ -159,6 +168,7 @@ fn acquire_without_descriptors(policy: &Provider, key: &str) -> (String, String)
 /// `k` while `holder` holds it on Redis, which was up throughout.
 #[test]
 fn redis_no_descriptor_left_in_this_process_is_no_sign_of_down() {
+    let _alone = alone();
     let server = support::redis_server::RedisServer::start();
     let url = server.url();
     let key = "k";
@@ -188,6 +198,7 @@ fn redis_no_descriptor_left_in_this_process_is_no_sign_of_down() {
 /// PostgreSQL: the same on the machine's PostgreSQL over a one-IP URL.
 #[test]
 fn postgres_no_descriptor_left_in_this_process_is_no_sign_of_down() {
+    let _alone = alone();
     let key = format!("r25-emfile-{}", std::process::id());
     let schema = format!("r25_emfile_{}", std::process::id());
     let url = postgres::url();
@@ -267,6 +278,7 @@ fn black_hole() -> (u16, Vec<std::net::TcpStream>, libc::c_int) {
 /// acquire ends `PROVIDER_FAILED` at 4.0 s without moving.
 #[test]
 fn redis_cluster_slot_map_fetch_cut_while_a_stalled_seed_is_up_never_moves_a_held_key() {
+    let _alone = alone();
     let server = support::redis_server::RedisServer::start_persistent(&[
         "--cluster-enabled",
         "yes",
@@ -327,6 +339,7 @@ fn redis_cluster_slot_map_fetch_cut_while_a_stalled_seed_is_up_never_moves_a_hel
 /// reaches the driver: the waiter must not be told granted. Held.
 #[test]
 fn a_hand_over_cancelled_in_its_sync_wait_under_a_quiet_role_grants_nothing() {
+    let _alone = alone();
     use dokebi_lock::{ErrorCode, LockMode};
     let primary = server::PrivateServer::start("r25-hand", &[]);
     let mut standby = primary.standby("r25-hand-standby");
