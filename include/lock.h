@@ -3,8 +3,9 @@
  *
  * Rules (see docs/c.md):
  * - Handles are opaque: dokebi_lock_provider, dokebi_lock_backend, dokebi_lock_lease,
- *   dokebi_lock_pending, dokebi_lock_error, dokebi_lock_inspection. The caller owns every handle it receives
- *   and frees it with its _free function; every _free accepts NULL.
+ *   dokebi_lock_pending, dokebi_lock_error, dokebi_lock_inspection, dokebi_lock_forced_release.
+ *   The caller owns every handle it receives and frees it with its _free function;
+ *   every _free accepts NULL.
  * - Acting functions return a dokebi_lock_status: DOKEBI_LOCK_OK (0) or the error
  *   code. Out-parameters are written only on success. On failure, when out_error
  *   is not NULL, it receives a new dokebi_lock_error (code, name, message, fix,
@@ -274,6 +275,14 @@ enum dokebi_lock_event_kind
    * `duration_ms`, answered again: acquires use it again.
    */
   DOKEBI_LOCK_EVENT_POLICY_BACK = 11,
+  /**
+   * A key of `backend` was force-released
+   * (`dokebi_lock_backend_force_release`); each backend that broke it
+   * reports it (a policy's members, not the policy). The event is a
+   * `dokebi_lock_forced_release_event` (`dokebi_lock_event_forced_release`):
+   * the holders it removed and the fence it raised.
+   */
+  DOKEBI_LOCK_EVENT_FORCED_RELEASE = 12,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -295,6 +304,12 @@ typedef struct dokebi_lock_backend dokebi_lock_backend;
  * read it; the caller owns it and frees it with `dokebi_lock_error_free`.
  */
 typedef struct dokebi_lock_error dokebi_lock_error;
+
+/**
+ * What one forced release did: an owned handle, freed with
+ * `dokebi_lock_forced_release_free`.
+ */
+typedef struct dokebi_lock_forced_release dokebi_lock_forced_release;
 
 /**
  * One key as its store held it when read: an owned handle, freed with
@@ -635,6 +650,28 @@ typedef struct dokebi_lock_trace_event {
   size_t key_count;
 } dokebi_lock_trace_event;
 
+/**
+ * A forced-release event (`DOKEBI_LOCK_EVENT_FORCED_RELEASE`): the event
+ * (`kind`, `backend`), then what the forced release did. Valid during the
+ * callback only.
+ */
+typedef struct dokebi_lock_forced_release_event {
+  /**
+   * The event: `kind` and `backend`.
+   */
+  struct dokebi_lock_event event;
+  /**
+   * The live holders it removed (0 when the key was free).
+   */
+  uint32_t removed;
+  /**
+   * The key's fence counter as raised (redis, postgres, mysql), as
+   * `dokebi_lock_forced_release_fence`; 0 on the local driver, which
+   * raises none.
+   */
+  uint64_t fence;
+} dokebi_lock_forced_release_event;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -848,6 +885,73 @@ dokebi_lock_status dokebi_lock_error_issue_status(const struct dokebi_lock_error
  * `error` is NULL or a live error handle, not used afterwards.
  */
 void dokebi_lock_error_free(struct dokebi_lock_error *error);
+
+/**
+ * Removes every holder of `key` (`key_len` bytes of UTF-8) at once, as if
+ * each lease had ended now, and tells the waiters, which are granted as
+ * after a release; on redis, postgres and mysql it also raises the key's
+ * fence counter in the same step, above every fence the key was granted
+ * and below every later grant's (see docs/locks.md, "Breaking a stuck
+ * lock"). Its answer goes to `*out_forced`. A removed store holder learns
+ * it at its next call to the store (its renewal or release is
+ * `LEASE_LOST`); a local one at once. Logged as a warning
+ * (`LOCK_FORCE_RELEASED`). A policy breaks the key on every member its
+ * rule allows. It blocks the calling thread for at most the store's
+ * `commandTimeoutMs`. `INVALID_KEY`, `CLOSED`, `PROVIDER_FAILED`,
+ * `OUTCOME_UNKNOWN` (the store's answer was lost: call it again, it is
+ * idempotent); `INVALID_ARGUMENT` on the file driver, which cannot take a
+ * lock the kernel holds for another process, and on the driver's own
+ * thread.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `key` is NULL or points to
+ * `key_len` readable bytes; `out_forced` is writable; `out_error` is NULL
+ * or writable.
+ */
+dokebi_lock_status dokebi_lock_backend_force_release(const struct dokebi_lock_backend *backend,
+                                                     const char *key,
+                                                     size_t key_len,
+                                                     struct dokebi_lock_forced_release **out_forced,
+                                                     struct dokebi_lock_error **out_error);
+
+/**
+ * The backend whose store it changed (a policy's first member that had a
+ * holder, else its first), NUL-terminated, owned by the handle.
+ *
+ * # Safety
+ * `forced` is NULL or a live forced-release handle.
+ */
+const char *dokebi_lock_forced_release_backend(const struct dokebi_lock_forced_release *forced);
+
+/**
+ * The live holders it removed (0 when the key was free).
+ *
+ * # Safety
+ * `forced` is NULL or a live forced-release handle.
+ */
+uint32_t dokebi_lock_forced_release_removed(const struct dokebi_lock_forced_release *forced);
+
+/**
+ * True when it raised the key's fence counter (redis, postgres, mysql),
+ * then written to `*out_fence` (when not NULL): above every fence the key
+ * was granted, below every later grant's. False on the local driver,
+ * whose fences are the backend's.
+ *
+ * # Safety
+ * `forced` is NULL or a live forced-release handle; `out_fence` is NULL
+ * or writable.
+ */
+bool dokebi_lock_forced_release_fence(const struct dokebi_lock_forced_release *forced,
+                                      uint64_t *out_fence);
+
+/**
+ * Frees a forced release's answer and the string it handed out. NULL is
+ * accepted.
+ *
+ * # Safety
+ * `forced` is NULL or a live forced-release handle, not used afterwards.
+ */
+void dokebi_lock_forced_release_free(struct dokebi_lock_forced_release *forced);
 
 /**
  * Reads what `backend`'s store holds of `key` (`key_len` bytes of UTF-8)
@@ -1488,6 +1592,18 @@ const char *dokebi_lock_status_name(uint32_t status);
  * callback.
  */
 const struct dokebi_lock_trace_event *dokebi_lock_event_trace(const struct dokebi_lock_event *event);
+
+/**
+ * The forced-release event `event` is part of
+ * (`DOKEBI_LOCK_EVENT_FORCED_RELEASE`), with the holders removed and the
+ * fence raised; NULL for other kinds and for NULL. Valid as long as
+ * `event`, during the callback.
+ *
+ * # Safety
+ * `event` is NULL or an event the telemetry callback received, during the
+ * callback.
+ */
+const struct dokebi_lock_forced_release_event *dokebi_lock_event_forced_release(const struct dokebi_lock_event *event);
 
 #ifdef __cplusplus
 }  // extern "C"

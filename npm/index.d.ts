@@ -335,6 +335,12 @@ export interface TelemetryPayloads {
   'policy-skipped': { readonly backend: string; readonly member: string; readonly code: LockErrorCode; readonly reason: string };
   /** A skipped `member` answered again after `skippedMs`: acquires use it again. */
   'policy-back': { readonly backend: string; readonly member: string; readonly skippedMs: number };
+  /**
+   * A key was force-released (`forceRelease`): `removed` live holders removed (0 when it was free), and on a
+   * store driver its fence counter raised to `fence` (a decimal string; absent on the local driver). Each
+   * backend that broke it reports it (a policy's members, not the policy).
+   */
+  'forced-release': { readonly backend: string; readonly removed: number; readonly fence?: string };
 }
 
 /**
@@ -447,6 +453,35 @@ export interface LockBackend {
    * on an app driver's backend that gives no inspect of its own.
    */
   inspect(key: string): Promise<Inspection>;
+  /**
+   * An operator's break of a stuck lock: removes every holder of `key` at
+   * once, as if each lease had ended now, and the waiters are granted as
+   * after a release. On a store driver it raises the key's fence counter in
+   * the same step: the answer's `fence` is above every fence the key was
+   * granted, and every later grant's is above it (write it to a fenced store
+   * to shut out the removed holders' late writes). A removed holder learns
+   * it at its next call to the store (a renewal: LEASE_LOST, `valid` false,
+   * a withLock section's signal aborts; its release rejects with
+   * LEASE_LOST); a local one at once (`valid` false, its release false,
+   * withLock LEASE_LOST). Logged as a warning (LOCK_FORCE_RELEASED) and
+   * published on `dokebi-lock:forced-release` (TelemetryPayloads). A
+   * policy breaks the key on every member its rule allows. Rejects as
+   * inspect does, and with OUTCOME_UNKNOWN when the store's answer was lost
+   * (run it again: it is idempotent); INVALID_ARGUMENT on the file driver
+   * (the kernel holds another process's lock) and on an app driver's
+   * backend that gives no forceRelease of its own.
+   */
+  forceRelease(key: string): Promise<ForcedRelease>;
+}
+
+/** What `forceRelease(key)` did. */
+export interface ForcedRelease {
+  /** The backend whose store it changed (a policy: the first member that had a holder, else its first). */
+  readonly backend: string;
+  /** Live holders removed: 0 when the key was free (a store's fence is raised all the same). */
+  readonly removed: number;
+  /** The key's fence counter as raised (decimal string); null on the local driver, whose fences are the backend's. */
+  readonly fence: string | null;
 }
 
 /** What `inspect(key)` read of one key. */
@@ -602,12 +637,12 @@ export function defineLockPlugin(definition: { readonly drivers: LockDrivers }):
  * it, its methods called on it, so `#private` fields work, and `instanceof`
  * its class holds), with the library's `acquire` (the kind check below),
  * `withLock` (this object's own, else the built-in one on its acquire) and
- * `status` (its own, else as BackendStatus tells), `inspect` (its own, else
- * INVALID_ARGUMENT). Reach the other members
+ * `status` (its own, else as BackendStatus tells), `inspect` and
+ * `forceRelease` (its own, else INVALID_ARGUMENT). Reach the other members
  * with a cast: `provider.backend('b') as LockBackend & MyBackend`. The
  * built-in backends are handed out as they are.
  */
-export interface DriverBackend extends Partial<Pick<LockBackend, 'status' | 'inspect'>> {
+export interface DriverBackend extends Partial<Pick<LockBackend, 'status' | 'inspect' | 'forceRelease'>> {
   /**
    * Acquires one key. With `kinds.keys` it also gets arrays of keys: type
    * the key `string | readonly string[]` and resolve a KeysLease for them.

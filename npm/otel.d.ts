@@ -23,7 +23,8 @@ export interface InstrumentLocksOptions {
  * active at the acquire) and metrics (dokebi_lock.acquire.duration and
  * dokebi_lock.hold.duration histograms in seconds,
  * dokebi_lock.acquire.timeouts, dokebi_lock.lease.losses,
- * dokebi_lock.clock_behind and dokebi_lock.policy.fallbacks counters, the
+ * dokebi_lock.clock_behind, dokebi_lock.forced_releases and
+ * dokebi_lock.policy.fallbacks counters, the
  * metrics of `backends`). Call it once; returns stop(), which unsubscribes.
  */
 export declare function instrumentLocks(options?: InstrumentLocksOptions): () => void;

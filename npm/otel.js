@@ -133,6 +133,11 @@ export function instrumentLocks({ tracerProvider, meterProvider, backends } = {}
     unit: '{event}',
     valueType: ValueType.INT,
   });
+  const forcedReleases = meter.createCounter('dokebi_lock.forced_releases', {
+    description: 'Keys force-released (forceRelease), whether or not they had holders (forced-release events)',
+    unit: '{event}',
+    valueType: ValueType.INT,
+  });
   const fallbacks = meter.createCounter('dokebi_lock.policy.fallbacks', {
     description: "A policy's acquires served by a member other than the rule's preferred one",
     unit: '{acquire}',
@@ -141,6 +146,7 @@ export function instrumentLocks({ tracerProvider, meterProvider, backends } = {}
   const events = {
     'dokebi-lock:clock-behind': ({ backend, connection }) =>
       clockBehind.add(1, { 'dokebi_lock.backend': backend, 'dokebi_lock.connection': connection }),
+    'dokebi-lock:forced-release': ({ backend }) => forcedReleases.add(1, { 'dokebi_lock.backend': backend }),
     'dokebi-lock:policy-fallback': ({ backend, member, preferred }) =>
       fallbacks.add(1, { 'dokebi_lock.backend': backend, 'dokebi_lock.member': member, 'dokebi_lock.preferred': preferred }),
   };

@@ -28,6 +28,7 @@ pub mod acquire;
 pub mod error;
 #[cfg(feature = "file")]
 pub mod file;
+pub mod force_release;
 pub mod host;
 pub mod inspect;
 pub mod key;
@@ -55,6 +56,7 @@ pub use acquire::{AcquireOptions, LockKind, LockMode};
 pub use error::{ErrorCode, Issue, LockError, Result};
 #[cfg(feature = "file")]
 pub use file::{FileBackend, FileLease};
+pub use force_release::ForcedRelease;
 pub use inspect::{Holding, Inspection};
 #[cfg(feature = "mysql")]
 pub use mysql::{MysqlBackend, MysqlLease};

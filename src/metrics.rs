@@ -3,8 +3,8 @@
 //! under its names and attribute keys so one dashboard reads both, handed
 //! to whatever recorder the host installed (a Prometheus or OpenTelemetry
 //! exporter). Acquires and holds are measured per backend and driver,
-//! connections and policies from the telemetry events and a policy's
-//! refusals; labels are names of backends, members and connections and
+//! connections, forced releases and policies from the telemetry events and
+//! a policy's refusals; labels are names of backends, members and connections and
 //! error codes, never keys. Each call looks its metric up by its labels, so
 //! a recorder installed after the provider opened gets the values from then
 //! on (the units and descriptions are told once, see `describe`).
@@ -41,6 +41,7 @@ mod recorded {
     const HELD: &str = "dokebi_lock.held";
     const STORE_UP: &str = "dokebi_lock.store.up";
     const CLOCK_BEHIND: &str = "dokebi_lock.clock_behind";
+    const FORCED_RELEASES: &str = "dokebi_lock.forced_releases";
     const POLICY_FALLBACKS: &str = "dokebi_lock.policy.fallbacks";
     const POLICY_SKIPPED: &str = "dokebi_lock.policy.skipped";
     const POLICY_REFUSALS: &str = "dokebi_lock.policy.refusals";
@@ -65,6 +66,7 @@ mod recorded {
         metrics::describe_gauge!(HELD, Unit::Count, "Leases held");
         metrics::describe_gauge!(STORE_UP, "1 while the store connection answers, else 0");
         metrics::describe_counter!(CLOCK_BEHIND, Unit::Count, "Grants that showed a Redis server clock at least 1 s behind");
+        metrics::describe_counter!(FORCED_RELEASES, Unit::Count, "Keys force-released (forceRelease), whether or not they had holders");
         metrics::describe_counter!(
             POLICY_FALLBACKS,
             Unit::Count,
@@ -186,7 +188,8 @@ mod recorded {
     }
 
     /// Records what a telemetry event measures: a connection up or down, a
-    /// server clock behind, a policy's fallback, a member skipped or back.
+    /// server clock behind, a forced release, a policy's fallback, a member
+    /// skipped or back.
     pub(crate) fn event(event: &TelemetryEvent) {
         let name = |name: &String| SharedString::from(name.clone());
         match event {
@@ -195,6 +198,9 @@ mod recorded {
             }
             TelemetryEvent::ClockBehind { backend, connection, .. } => {
                 counter!(CLOCK_BEHIND, BACKEND => name(backend), CONNECTION => name(connection)).increment(1);
+            }
+            TelemetryEvent::ForcedRelease { backend, .. } => {
+                counter!(FORCED_RELEASES, BACKEND => name(backend)).increment(1);
             }
             TelemetryEvent::PolicyFallback { backend, preferred, served, .. } => {
                 counter!(POLICY_FALLBACKS, BACKEND => name(backend), MEMBER => name(served), PREFERRED => name(preferred)).increment(1);

@@ -15,6 +15,7 @@ use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
 #[cfg(feature = "file")]
 use crate::file::{FileBackend, FileLease};
+use crate::force_release::ForcedRelease;
 use crate::inspect::Inspection;
 use crate::local::{LocalBackend, LocalCounts, LocalLease};
 use crate::log::{stderr_logger, Level, LogRecord, Logger};
@@ -385,6 +386,41 @@ impl Backend {
                 "inspect: the file driver cannot list a key's holders (the kernel keeps its locks, not a record of them)",
             )),
             Backend::Policy(policy) => Box::pin(policy.inspect(key)).await,
+        }
+    }
+
+    /// An operator's break of a stuck lock: removes every holder of `key`
+    /// at once, as if each lease had ended now, tells the waiters, and (on
+    /// a store driver) raises the key's fence counter in the same step:
+    /// the answer's `fence` is above every fence the key was granted, and
+    /// every later grant's is above it (see [`crate::force_release`]). Each
+    /// removed holder learns it at its next call to the store (a renewal
+    /// finds its lease gone: `LEASE_LOST`; with `autoRenew`, within a
+    /// renewal interval, and a `withLock` section's signal aborts); a local
+    /// one at once. Logged as a warning (`LOCK_FORCE_RELEASED`, no key) and
+    /// reported as telemetry (`forced-release`, by each backend that broke
+    /// it). A policy breaks the key on every member its rule for `key`
+    /// allows.
+    ///
+    /// Errors as [`Backend::inspect`]'s, and `OUTCOME_UNKNOWN` when the
+    /// store's answer was lost (run it again: it is idempotent). The file
+    /// driver cannot take a lock the kernel holds for another process:
+    /// `INVALID_ARGUMENT` there.
+    pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {
+        match self {
+            Backend::Local(local) => local.force_release(key),
+            #[cfg(feature = "redis")]
+            Backend::Redis(redis) => redis.force_release(key).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(postgres) => postgres.force_release(key).await,
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(mysql) => mysql.force_release(key).await,
+            #[cfg(feature = "file")]
+            Backend::File(_) => Err(LockError::new(
+                ErrorCode::InvalidArgument,
+                "forceRelease: the file driver cannot take a lock the kernel holds for another process",
+            )),
+            Backend::Policy(policy) => Box::pin(policy.force_release(key)).await,
         }
     }
 

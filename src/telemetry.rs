@@ -1,6 +1,6 @@
 //! Telemetry: measurements worth observing that are not failures (slow
 //! acquires, slow holds, wait timeouts, lost leases, Redis connectivity, a
-//! Redis server's clock found behind).
+//! Redis server's clock found behind, an operator's forced release).
 //!
 //! It has its own channel, separate from errors and the log: an error
 //! reporter expects every record to be a failure, and a contention measurement
@@ -88,6 +88,17 @@ pub enum TelemetryEvent {
         /// The backend's `fenceRetentionMs`.
         fence_retention: Duration,
     },
+    /// A key was force-released (`Backend::force_release`): every holder
+    /// removed at once. Reported by the backend whose holders it removed (a
+    /// policy's members each report their own), also when it found none.
+    ForcedRelease {
+        /// The backend's name.
+        backend: String,
+        /// The live holders it removed (0 when the key was free).
+        removed: u32,
+        /// The key's fence counter as raised; `None` on the local driver.
+        fence: Option<u64>,
+    },
     /// A policy backend's acquire was served by a member other than its
     /// rule's preferred one, which could not serve.
     PolicyFallback {
@@ -134,6 +145,7 @@ impl TelemetryEvent {
             TelemetryEvent::LeaseLost { .. } => "lease-lost",
             TelemetryEvent::Connection { .. } => "connection",
             TelemetryEvent::ClockBehind { .. } => "clock-behind",
+            TelemetryEvent::ForcedRelease { .. } => "forced-release",
             TelemetryEvent::PolicyFallback { .. } => "policy-fallback",
             TelemetryEvent::PolicySkipped { .. } => "policy-skipped",
             TelemetryEvent::PolicyBack { .. } => "policy-back",
@@ -472,6 +484,14 @@ impl Reporter {
     pub fn lost(&self, code: ErrorCode) {
         if let Some(telemetry) = &self.telemetry {
             telemetry.event(&TelemetryEvent::LeaseLost { backend: self.backend.to_string(), code });
+        }
+    }
+
+    /// Reports a forced release of one key that removed `removed` holders
+    /// and raised its fence counter to `fence` (`None`: the local driver).
+    pub fn forced_release(&self, removed: u32, fence: Option<u64>) {
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.event(&TelemetryEvent::ForcedRelease { backend: self.backend.to_string(), removed, fence });
         }
     }
 }

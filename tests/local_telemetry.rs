@@ -1,5 +1,5 @@
 //! Telemetry and status of local backends: events on their own channel with
-//! durations and codes (never keys), the trace events of every acquire and
+//! durations and codes (never keys), forced releases, the trace events of every acquire and
 //! hold for a sink that asks for them, and counts that follow what happened.
 
 use std::sync::{Arc, Mutex};
@@ -83,6 +83,23 @@ fn null_thresholds_disable_the_reports() {
     block_on(held.release()).unwrap();
     let names: Vec<_> = events.lock().unwrap().iter().map(TelemetryEvent::name).collect();
     assert_eq!(names, ["wait-timeout"], "the timeout is always reported; slow reports are off");
+}
+
+#[test]
+fn a_forced_release_is_reported_with_the_holders_it_removed_also_when_there_were_none() {
+    let (provider, events) = provider();
+    let quiet = provider.backend("quiet").unwrap();
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
+    let readers = [block_on(quiet.acquire("secret-key", shared.clone())).unwrap(), block_on(quiet.acquire("secret-key", shared)).unwrap()];
+    assert_eq!(block_on(quiet.force_release("secret-key")).unwrap().removed, 2);
+    assert_eq!(block_on(quiet.force_release("secret-key")).unwrap().removed, 0);
+    let forced = |removed| TelemetryEvent::ForcedRelease { backend: "quiet".to_owned(), removed, fence: None };
+    assert_eq!(*events.lock().unwrap(), [forced(2), forced(0)]);
+    assert_eq!(forced(0).name(), "forced-release");
+    for reader in readers {
+        assert!(!block_on(reader.release()).unwrap(), "removed already");
+    }
+    assert!(!format!("{:?}", events.lock().unwrap()).contains("secret-key"), "events never carry keys");
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! The metrics of the feature `metrics`, seen by `metrics-util`'s debugging
 //! recorder installed as the global one: acquires, holds, timeouts and
-//! losses per backend and driver on the local and the redis driver, a
-//! connection coming up, and a policy's fallback, refusal and member
-//! skipped and back; units and descriptions; never a key in a label.
+//! losses per backend and driver on the local and the redis driver, forced
+//! releases per backend, a connection coming up, and a policy's fallback,
+//! refusal and member skipped and back; units and descriptions; never a key
+//! in a label.
 //! `cargo test --features metrics --test metrics`.
 
 mod support;
@@ -184,6 +185,30 @@ fn redis_acquires_timeouts_lost_leases_and_the_connection_are_measured() {
     assert_eq!(seen.histogram("dokebi_lock.hold.duration", &redis).len(), 1);
     assert_eq!(seen.gauge("dokebi_lock.waiting", &redis), 0.0);
     assert_eq!(seen.gauge("dokebi_lock.held", &redis), 0.0);
+    seen.assert_no_key();
+    block_on(provider.close());
+}
+
+#[test]
+fn forced_releases_are_counted_by_backend_on_the_local_and_the_redis_driver() {
+    let (_turn, recorder) = recorder();
+    let server = RedisServer::start();
+    let yaml = format!("{}      mem: {{}}\n", support::redis_yaml(&server.url(), "        leaseMs: 10000\n", ""));
+    let provider = Provider::from_yaml(&yaml).unwrap();
+    let (mem, shared) = (provider.backend("mem").unwrap(), provider.backend("shared").unwrap());
+    block_on(async {
+        let local = mem.acquire("secret-a", wait(0)).await.unwrap();
+        assert_eq!(mem.force_release("secret-a").await.unwrap().removed, 1);
+        assert_eq!(mem.force_release("secret-a").await.unwrap().removed, 0, "a free key's is counted too");
+        assert!(!local.release().await.unwrap());
+        let remote = shared.acquire("secret-a", wait(0)).await.unwrap();
+        assert_eq!(shared.force_release("secret-a").await.unwrap().removed, 1);
+        assert_eq!(remote.release().await.unwrap_err().code(), ErrorCode::LeaseLost);
+    });
+    let seen = Seen::take(recorder);
+    assert_eq!(seen.counter("dokebi_lock.forced_releases", &[(BACKEND, "mem")]), 2);
+    assert_eq!(seen.counter("dokebi_lock.forced_releases", &[(BACKEND, "shared")]), 1);
+    assert_eq!(seen.unit("dokebi_lock.forced_releases"), Some(Unit::Count));
     seen.assert_no_key();
     block_on(provider.close());
 }

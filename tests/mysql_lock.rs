@@ -138,7 +138,7 @@ fn without_auto_create_the_fix_is_the_sql_to_run_and_it_works() {
             table.0
         ))[0][0]
             .as_deref(),
-        Some("9")
+        Some("10")
     );
 }
 

@@ -479,6 +479,31 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
 }
 
 #[test]
+fn telemetry_reports_a_forced_release_with_the_holders_removed_and_the_raised_fence_never_the_key() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    let server = RedisServer::start();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let hooks = dokebi_lock::Hooks {
+        logger: support::recording_logger().0,
+        telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
+        host: None,
+        extra_authorities: None,
+    };
+    let yaml = support::redis_yaml(&server.url(), "        leaseMs: 10000\n", "");
+    let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
+    block_on(async {
+        let lease = backend(&a).acquire("secret-k", wait(0)).await.unwrap();
+        let forced = backend(&a).force_release("secret-k").await.unwrap();
+        assert!(forced.fence > Some(lease.fence()), "{forced:?}");
+        let reported: Vec<_> = events.lock().unwrap().iter().filter(|e| e.name() == "forced-release").cloned().collect();
+        assert_eq!(reported, [TelemetryEvent::ForcedRelease { backend: "shared".to_owned(), removed: 1, fence: forced.fence }]);
+        assert_eq!(code(lease.release().await), ErrorCode::LeaseLost);
+    });
+    assert!(!format!("{:?}", events.lock().unwrap()).contains("secret"), "events never carry keys");
+}
+
+#[test]
 fn dropping_a_lease_releases_it_in_the_background() {
     let server = RedisServer::start();
     let (a, _) = open_redis(&server.url(), &[("leaseMs", "60000")], &[]);

@@ -8,6 +8,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { inspection } from './inspect.js';
+import { forcedRelease } from './force-release.js';
 import { closeWatch, leaseLost, withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
@@ -177,6 +178,13 @@ class FileBackend {
     if (typeof key !== 'string') throw notAStringKey();
     if (this.#state.closed) throw fromInfo(native.closedError());
     return inspection(unwrap(await this.#native.inspect(key)));
+  }
+
+  /** The core refuses it: the kernel holds another process's lock until that process lets go or ends. */
+  async forceRelease(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    if (this.#state.closed) throw fromInfo(native.closedError());
+    return forcedRelease(unwrap(await this.#native.forceRelease(key)));
   }
 
   /** Counts: `{ driver: 'file', held, heldShared, waiting, acquired, timedOut, lost }`. */

@@ -49,7 +49,7 @@ export function fullBackend(view, { name, driver, inner }, fail) {
 }
 
 /** The members the library supplies on every app object, whatever it has. */
-const API = Object.freeze(['acquire', 'withLock', 'status', 'inspect']);
+const API = Object.freeze(['acquire', 'withLock', 'status', 'inspect', 'forceRelease']);
 
 /**
  * The target of the Proxy over an app's object: the library's acquire (the
@@ -179,6 +179,16 @@ class AppBackend {
     if (typeof this.#view.inspect === 'function') return this.#view.inspect(key);
     if (this.#inner !== undefined) return this.#inner.inspect(key);
     throw invalidArgument(`${this.#who} cannot inspect a key: its driver has no inspect`);
+  }
+
+  /**
+   * The view's own forceRelease, else the wrapped backend's; an app driver
+   * that gives none cannot break a key: INVALID_ARGUMENT.
+   */
+  async forceRelease(key) {
+    if (typeof this.#view.forceRelease === 'function') return this.#view.forceRelease(key);
+    if (this.#inner !== undefined) return this.#inner.forceRelease(key);
+    throw invalidArgument(`${this.#who} cannot force-release a key: its driver has no forceRelease`);
   }
 
   /** True when `member` is one the app's object lacks, which the library supplies as its own. */

@@ -24,6 +24,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { inspection } from './inspect.js';
+import { forcedRelease } from './force-release.js';
 import { Deadlines } from './deadlines.js';
 import { leaseLost, withLockReleasedAtOnce } from './with-lock.js';
 import * as telemetry from './telemetry.js';
@@ -74,6 +75,13 @@ class LocalCore {
     /** How many Waiters are queued: while none, releases are deferred. */
     this.queued = 0;
     this.closed = false;
+    /**
+     * The fences of leases forceRelease ended whose holders have not released
+     * them yet (a backend's fences are unique), undefined while there are
+     * none (one check per release): such a release answers false at once,
+     * where it would otherwise be deferred as a held lease's.
+     */
+    this.forced = undefined;
     /** Aborted by close, which ends every lease: withLock sections watch it (with-lock.js). */
     this.closer = new AbortController();
     this.closing = this.closer.signal;
@@ -165,6 +173,10 @@ class LocalCore {
    * one first: one is deferred at a time).
    */
   release(slot, fence) {
+    if (this.forced !== undefined && this.forced.delete(fence)) {
+      if (this.forced.size === 0) this.forced = undefined;
+      return false;
+    }
     const out = this.out;
     if (this.queued === 0 && out[DEFERRED_FENCE] === 0 && !this.closed) {
       out[DEFERRED_SLOT] = slot;
@@ -247,6 +259,27 @@ class LocalCore {
     const found = this.engine.inspect(key);
     if (found === null) throw takeNativeError();
     return inspection({ ...found, backend: this.name });
+  }
+
+  /**
+   * Ends every lease that holds `key` by its own release, so the waiters are
+   * granted as after that release; each lease is then no longer valid and
+   * its holder's release answers false. `{ backend, removed, fence: null }`
+   * (lib/force-release.js); CLOSED once closed.
+   */
+  forceRelease(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    const holders = this.engine.holdersOf(key);
+    if (holders === null) throw takeNativeError();
+    let removed = 0;
+    for (let at = 0; at < holders.length; at += 2) {
+      // A telemetry subscriber run by an earlier grant may have released a later holder already.
+      if (!this.release(holders[at], holders[at + 1])) continue;
+      (this.forced ??= new Set()).add(holders[at + 1]);
+      removed++;
+    }
+    telemetry.reportForcedRelease(this.name, removed);
+    return forcedRelease({ backend: this.name, removed });
   }
 
   status() {
@@ -402,9 +435,11 @@ class LocalLease {
 
   /**
    * Releases `lease` in the call (withLock's sections): release() with its
-   * outcome as a boolean, and an internal error thrown. Written out rather
-   * than shared with release(): a call through a helper inside release()'s
-   * try costs the uncontended acquire + release about 2% in instructions.
+   * outcome as a boolean (false: its holder released it already), and
+   * thrown: LEASE_LOST when something else ended it (close, forceRelease),
+   * an internal error. Written out rather than shared with release(): a
+   * call through a helper inside release()'s try costs the uncontended
+   * acquire + release about 2% in instructions.
    */
   static releaseNow(lease) {
     let released = false;
@@ -414,7 +449,10 @@ class LocalLease {
       released = lease.#core.release(slot, lease.#fence);
     }
     if (tracing.holdsOpen()) tracing.holdEnded(lease, released);
-    if (!released) return false;
+    if (!released) {
+      if (slot !== RELEASED) throw leaseLost();
+      return false;
+    }
     if (lease.#since !== undefined) lease.#core.held(lease.#since);
     return true;
   }
@@ -481,6 +519,11 @@ class LocalBackend {
   /** What the backend holds of `key` now, read at once (lib/inspect.js). */
   async inspect(key) {
     return this.#core.inspect(key);
+  }
+
+  /** Ends every lease that holds `key` now, as their releases would (lib/force-release.js). */
+  async forceRelease(key) {
+    return this.#core.forceRelease(key);
   }
 
   /** Counts only: `{ driver, held, waiting, acquired, timedOut, lost }`. */

@@ -10,6 +10,7 @@ import { native } from './native.js';
 import { notAStringKey, waitTimeout } from './args.js';
 import { forwardTelemetry } from './telemetry.js';
 import { logTo } from './store.js';
+import { forcedRelease } from './force-release.js';
 
 /**
  * Ends a lease's placement (its keys tried on its member only) when the lease
@@ -222,11 +223,32 @@ class PolicyBackend {
    */
   async inspect(key) {
     if (typeof key !== 'string') throw notAStringKey();
-    const members = this.#native.keyStatus(key).backends.map(({ backend }) => this.#served.findIndex((served) => served.backend === backend));
-    const answers = await Promise.allSettled(members.map((member) => this.#members[member].inspect(key)));
+    const answers = await Promise.allSettled(this.#allowed(key).map((member) => member.inspect(key)));
     const chosen = answers[native.inspectionChoice(answers.map(({ status, value }) => (status === 'fulfilled' ? (value.held > 0 ? 2 : value.waiting > 0 ? 1 : 0) : null)))];
     if (chosen.status === 'rejected') throw chosen.reason;
     return chosen.value;
+  }
+
+  /**
+   * Breaks `key` on every member its rule allows, each whatever the others
+   * answered: the first rejection, else their answers as the core combines
+   * them (policy::forced_release_of: the holders removed in all, the highest
+   * fence, the first member that had a holder).
+   */
+  async forceRelease(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    const answers = await Promise.allSettled(this.#allowed(key).map((member) => member.forceRelease(key)));
+    const rejected = answers.find(({ status }) => status === 'rejected');
+    if (rejected !== undefined) throw rejected.reason;
+    const combined = native.forcedReleaseOf(answers.map(({ value }) => value));
+    if (combined === null) throw takeNativeError();
+    return forcedRelease(combined);
+  }
+
+  /** The members the rule for `key` allows, preferred first. */
+  #allowed(key) {
+    const member = (name) => this.#members[this.#served.findIndex((served) => served.backend === name)];
+    return this.#native.keyStatus(key).backends.map(({ backend }) => member(backend));
   }
 
   /** Counts: `{ driver: 'policy', held, heldShared, waiting, acquired, timedOut, lost, members }`; `members`: each member's served, fallbacks, refusals and whether it is skipped now. */

@@ -7,6 +7,7 @@ import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { inspection } from './inspect.js';
+import { forcedRelease } from './force-release.js';
 import { withLock } from './with-lock.js';
 import { forwardTelemetry } from './telemetry.js';
 import * as tracing from './tracing.js';
@@ -253,6 +254,13 @@ class StoreBackend {
     if (typeof key !== 'string') throw notAStringKey();
     if (this.#group.closed) throw fromInfo(native.closedError());
     return inspection(this.#owner.unwrap(await this.#native.inspect(key)));
+  }
+
+  /** Removes every holder of `key` and raises its fence (lib/force-release.js). */
+  async forceRelease(key) {
+    if (typeof key !== 'string') throw notAStringKey();
+    if (this.#group.closed) throw fromInfo(native.closedError());
+    return forcedRelease(this.#owner.unwrap(await this.#native.forceRelease(key)));
   }
 
   /**

@@ -16,10 +16,11 @@ export const clockBehind = channel('dokebi-lock:clock-behind');
 export const policyFallback = channel('dokebi-lock:policy-fallback');
 export const policySkipped = channel('dokebi-lock:policy-skipped');
 export const policyBack = channel('dokebi-lock:policy-back');
+export const forcedRelease = channel('dokebi-lock:forced-release');
 
-const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection, clockBehind, policyFallback, policySkipped, policyBack].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
+const BY_NAME = new Map([slowAcquire, slowHold, waitTimeout, leaseLost, connection, clockBehind, policyFallback, policySkipped, policyBack, forcedRelease].map((c) => [c.name.slice('dokebi-lock:'.length), c]));
 
-/** Publishes an event of the core (redis backends): the fields it has, by name. */
+/** Publishes an event of the core (store, file and policy backends): the fields it has, by name. */
 export function forwardTelemetry({ name, ...fields }) {
   const target = BY_NAME.get(name);
   if (!target?.hasSubscribers) return;
@@ -48,4 +49,9 @@ export function reportWait(backend, thresholdMs, waitedMs, code) {
 /** Reports a lease of `backend` held `heldMs` when it reached `thresholdMs`. */
 export function reportHold(backend, thresholdMs, heldMs) {
   if (heldMs >= thresholdMs && slowHold.hasSubscribers) slowHold.publish({ backend, heldMs, thresholdMs });
+}
+
+/** Reports a forced release of a local `backend` that removed `removed` holders (it raises no fence). */
+export function reportForcedRelease(backend, removed) {
+  if (forcedRelease.hasSubscribers) forcedRelease.publish({ backend, removed });
 }

@@ -172,7 +172,8 @@ const NOW = Promise.resolve();
  * over a failed release, and it rejects, never throws. `source.take(key,
  * acquireOptions)` is acquire returning the lease itself when granted at
  * once (else acquire's promise); `source.releaseNow(lease)` releases in the
- * call (whether it did), throwing on failure; `source.closing` is a signal
+ * call (whether it did), throwing on failure (LEASE_LOST when something else
+ * ended the lease, a forced release or close); `source.closing` is a signal
  * aborted when the backend closes, which ends every lease: the section's
  * signal aborts with it, and a section whose lease it ended rejects with
  * LEASE_LOST.
@@ -242,8 +243,10 @@ function releaseAfterFailure(source, lease, error) {
   let released = true;
   try {
     released = source.releaseNow(lease);
-  } catch {
-    // The section's own error wins over a failed release.
+  } catch (failure) {
+    // A lease something else ended is LEASE_LOST, as below; the section's
+    // own error wins over any other failed release.
+    if (failure instanceof LockError && failure.code === 'LEASE_LOST') return leaseLost(error);
   }
   return !released && source.closing.aborted ? leaseLost(error) : error;
 }

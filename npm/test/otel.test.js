@@ -277,3 +277,36 @@ test('store and policy metrics: a store up or not and how long since it answered
   await otel.finish();
   await provider.close();
 });
+
+test('forced releases: each forceRelease of a local and a redis backend is counted under its backend', async () => {
+  const provider = await openLock({
+    config: {
+      'dokebi-lock': { backends: { mem: {}, r: { driver: 'redis', connection: 'main', namespace: 'otel3', leaseMs: 10_000 } } },
+      'dokebi-redis': { connections: { main: { url: redis.url } } },
+    },
+  });
+  const otel = instrumented();
+  const [mem, r] = [provider.backend('mem'), provider.backend('r')];
+  const local = await mem.acquire(KEY);
+  assert.equal((await mem.forceRelease(KEY)).removed, 1);
+  assert.equal((await mem.forceRelease(KEY)).removed, 0, 'a free key is counted too');
+  const remote = await r.acquire(KEY);
+  assert.equal((await r.forceRelease(KEY)).removed, 1);
+  assert.equal(await local.release(), false);
+  await rejectsWith(remote.release(), 'LEASE_LOST');
+
+  const forced = async () => Object.fromEntries((await otel.points('dokebi_lock.forced_releases')).map((point) => [point.attributes['dokebi_lock.backend'], point]));
+  // The redis event comes from the driver's thread through the event loop.
+  for (let tries = 0; tries < 100 && (await forced()).r === undefined; tries++) await sleep(10);
+  const points = await forced();
+  assert.deepEqual(
+    Object.values(points).map((point) => [point.value, point.attributes]),
+    [
+      [2, { 'dokebi_lock.backend': 'mem' }],
+      [1, { 'dokebi_lock.backend': 'r' }],
+    ],
+  );
+  assert.doesNotMatch(JSON.stringify(points), /secret/, 'no key in the metrics');
+  await otel.finish();
+  await provider.close();
+});

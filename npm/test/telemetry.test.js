@@ -1,6 +1,6 @@
 // Telemetry on node:diagnostics_channel (dokebi-lock:*): slow acquires,
 // slow holds, wait timeouts, lost leases, Redis connectivity, a server
-// clock found behind. Never keys.
+// clock found behind, forced releases. Never keys.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
@@ -10,7 +10,7 @@ import { openLocal, rejectsWith } from './helpers.js';
 import { useRedis } from './redis-server.js';
 import { command, lockKey } from './resp.js';
 
-const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection', 'clock-behind'];
+const NAMES = ['slow-acquire', 'slow-hold', 'wait-timeout', 'lease-lost', 'connection', 'clock-behind', 'forced-release'];
 const KEY = 'customer:secret-key-7';
 
 /** Records every event of every channel until stop(). */
@@ -120,6 +120,21 @@ test('local: a withLock section past slowHoldMs is a slow-hold, whether fn retur
   await provider.close();
 });
 
+test('local: forceRelease is a forced-release with the holders it removed, also of a free key, and no fence', async () => {
+  const recorder = record();
+  const { provider, backend } = await openLocal();
+  const readers = [await backend.acquire(KEY, { mode: 'shared' }), await backend.acquire(KEY, { mode: 'shared' })];
+  await backend.forceRelease(KEY);
+  await backend.forceRelease(KEY);
+  assert.deepEqual(recorder.named('forced-release'), [
+    { backend: 'b', removed: 2 },
+    { backend: 'b', removed: 0 },
+  ]);
+  for (const reader of readers) assert.equal(await reader.release(), false);
+  recorder.stop();
+  await provider.close();
+});
+
 const redis = useRedis();
 
 let namespaces = 0;
@@ -191,6 +206,18 @@ test('redis: a fence below one granted before the request was sent is a clock-be
   assert.deepEqual([behind.backend, behind.connection, behind.fenceRetentionMs], ['r', 'main', 30_000]);
   assert.ok(behind.behindMs > 59_000 && behind.behindMs < 60_001, String(behind.behindMs));
   assert.equal(recorder.named('clock-behind').length, 1, 'one report in 10 s');
+  recorder.stop();
+  await a.close();
+});
+
+test('redis: forceRelease is a forced-release with the holders it removed and the fence it raised', async () => {
+  const recorder = record();
+  const a = await openRedis({}, `tm${++namespaces}`);
+  const lease = await a.backend('r').acquire(KEY);
+  const { fence } = await a.backend('r').forceRelease(KEY);
+  assert.ok(BigInt(fence) > BigInt(lease.fence));
+  assert.deepEqual(await recorder.next('forced-release'), { backend: 'r', removed: 1, fence });
+  await rejectsWith(lease.release(), 'LEASE_LOST');
   recorder.stop();
   await a.close();
 });

@@ -27,6 +27,7 @@ import {
   type DriverFactory,
   type DriverInput,
   type FileBackendOptions,
+  type ForcedRelease,
   type InspectedHolder,
   type Inspection,
   type KeysLease,
@@ -160,6 +161,15 @@ async function inspectKey(backend: LockBackend): Promise<void> {
   const mode: 'exclusive' | 'shared' | null = found.mode;
   const fence: bigint | null = found.fence === null ? null : BigInt(found.fence);
   console.log(found.backend, found.held, found.waiting, remaining, mode, fence);
+}
+
+async function breakKey(backend: LockBackend): Promise<void> {
+  const forced: ForcedRelease = await backend.forceRelease('order:42');
+  const fence: bigint | null = forced.fence === null ? null : BigInt(forced.fence);
+  const removed: number = forced.removed;
+  console.log(forced.backend, removed, fence);
+  // @ts-expect-error forceRelease takes one key, not several
+  await backend.forceRelease(['a', 'b']);
 }
 
 async function policy(provider: LockProvider): Promise<void> {
@@ -334,6 +344,11 @@ function errors(error: unknown): LockHttpAnswer | undefined {
 }
 
 const telemetry = (payload: TelemetryPayloads['slow-acquire']): number => payload.waitedMs;
+const forcedReleases = (payload: TelemetryPayloads['forced-release']): string => {
+  // @ts-expect-error the payload carries no key
+  const key: string = payload.key;
+  return `${payload.backend} ${payload.removed} ${payload.fence ?? 'local'} ${key}`;
+};
 
 /** A tracingChannel subscriber of the acquires and holds, and the OpenTelemetry subpath. */
 function tracing(provider: LockProvider): () => void {
@@ -376,4 +391,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { inspectKey, policy, twoPatterns, badTier, standalone, errors, telemetry, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { inspectKey, breakKey, policy, twoPatterns, badTier, standalone, errors, telemetry, forcedReleases, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };

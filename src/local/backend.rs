@@ -33,6 +33,7 @@ use super::wait_slot::{News, Outcome, WaitSlot};
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::force_release::ForcedRelease;
 use crate::inspect::Inspection;
 use crate::options::LocalOptions;
 use crate::telemetry::{Acquiring, Hold, Reporter, Shape, Telemetry};
@@ -295,6 +296,20 @@ impl LocalBackend {
             return Err(LockError::closed());
         }
         Ok(engine.inspect(key).inspection(self.shared.reporter.backend()))
+    }
+
+    /// Releases every lease that holds `key` (see
+    /// [`crate::Backend::force_release`]), handing the key on as their
+    /// releases would: each lease is no longer valid, and its own release
+    /// answers false. Reported (`forced-release`).
+    pub fn force_release(&self, key: &str) -> Result<ForcedRelease> {
+        crate::key::validate(key, self.options().max_key_bytes as usize)?;
+        if self.is_closed() {
+            return Err(LockError::closed());
+        }
+        let removed = delivery::force_release(&self.shared.engine, key);
+        self.shared.reporter.forced_release(removed, None);
+        Ok(ForcedRelease { backend: self.shared.reporter.backend().to_owned(), removed, fence: None })
     }
 
     fn timeout(&self, wait_timeout: Option<Duration>) -> Duration {

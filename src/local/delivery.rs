@@ -38,6 +38,18 @@ pub(crate) fn release(engine: &Engine, id: LeaseId) -> bool {
     true
 }
 
+/// Releases every lease that holds `key` and delivers what that let in:
+/// how many it released.
+pub(crate) fn force_release(engine: &Engine, key: &str) -> u32 {
+    let mut guard = lock(engine);
+    let holders = guard.holders_of(key);
+    for &lease in &holders {
+        guard.release(lease);
+    }
+    deliver(engine, guard);
+    holders.len() as u32
+}
+
 /// Takes a waiter out of its queues (true when it was still queued) and
 /// delivers what that let in.
 pub(crate) fn cancel(engine: &Engine, waiter: WaiterId, reason: CancelReason) -> bool {

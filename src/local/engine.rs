@@ -590,6 +590,21 @@ impl<W> LocalEngine<W> {
         KeyView { mode, limit: found.limit, holders, waiting }
     }
 
+    /// The leases that hold `key` now (`Backend::force_release` releases
+    /// each): a grant made by releasing one is not among them.
+    pub fn holders_of(&self, key: &str) -> Vec<LeaseId> {
+        let Some(slot) = self.find(key) else { return Vec::new() };
+        let found = &self.keys[slot as usize];
+        if found.plain != 0 {
+            return vec![LeaseId { slot: slot << 1, fence: found.plain }];
+        }
+        self.holders
+            .iter()
+            .filter(|(_, holder)| holder.keys.as_slice().contains(&slot))
+            .map(|(at, holder)| LeaseId { slot: ((at as u32) << 1) | 1, fence: holder.fence })
+            .collect()
+    }
+
     /// Whether a key set whose slots are `found` (`None`: a key not in use)
     /// can be granted now, or else may queue; the errors of `acquire_many`.
     fn check_set(&self, found: &[Option<u32>], kind: LockKind, may_wait: bool) -> Result<bool> {

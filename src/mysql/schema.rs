@@ -58,7 +58,9 @@ pub(crate) struct Table {
 /// 9: a release's clean-up passes over a key with a row of its own token,
 /// so that a retry of a release whose answer was lost still counts what
 /// the first attempt released (review R27).
-const VERSION: &str = "dokebi-lock procedures 9";
+/// 10: `_force_release`, an operator's break of a stuck lock
+/// (`Backend::force_release`).
+const VERSION: &str = "dokebi-lock procedures 10";
 
 /// The expiry (µs of the server's clock, `BIGINT`) of a dead holder row:
 /// one whose lease expired (and whose key was granted since, or whose
@@ -324,8 +326,8 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 
 /// The procedures, by suffix. `_lock`, `_held_against`, `_try` and
 /// `_release` are parts of the others (no transaction of their own);
-/// `_take`, `_renew`, `_give_back`, `_withdraw` and `_hand_over` are the
-/// operations.
+/// `_take`, `_renew`, `_give_back`, `_withdraw`, `_hand_over` and
+/// `_force_release` are the operations.
 ///
 /// `_held_against` is the postgres driver's `held_against` for one key:
 /// the earliest expiry of the key's live holders of other tokens when
@@ -349,6 +351,18 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// token's, else a free slot, else a new one (the other tokens' rows
 /// expired on the clock marked dead, [`DEAD`]), and frees the request's
 /// marks: `1,fence...` in the order of `p_keys`.
+///
+/// `_force_release` is the postgres driver's `force_release`: it locks the
+/// key's row `p_key` (one stored name, hex), then, as if every lease of the
+/// key had ended now, marks each holder row neither released nor dead dead
+/// ([`DEAD`]: the holder's renewal then finds nothing, and its release, a
+/// retry's included, counts nothing; an expired row too), raises the fence
+/// as `_try` does (the key row kept `p_retention_ms`) and logs the key in
+/// `<table>_released` when it removed a holder and someone waits, as a
+/// release does (the marks stay). Answers `removed,fence`: the live holders
+/// removed, the fence. Whoever holds the key once its row is locked: a read
+/// of the holders first let a grant made before the break outlive it below
+/// its fence (review R51).
 const PROCEDURES: &[(&str, &str)] = &[
     (
         "_lock",
@@ -791,6 +805,39 @@ BEGIN
   SELECT CONCAT(v_released, v_wakes, v_answers);
 END"
         ),
+    ),
+    (
+        "_force_release",
+        "CREATE PROCEDURE {force_release}(IN p_ns VARBINARY(255), IN p_key LONGTEXT CHARACTER SET ascii, IN p_retention_ms BIGINT, IN p_lock_wait_s INT)
+  MODIFIES SQL DATA
+BEGIN
+  DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+  DECLARE v_k VARBINARY(255) DEFAULT UNHEX(p_key);
+  DECLARE v_bucket BIGINT DEFAULT GREATEST(p_retention_ms * 125, 1);
+  DECLARE v_now BIGINT;
+  DECLARE v_removed INT;
+  DECLARE v_fence BIGINT;
+  {enter}
+  CALL {lock}(p_ns, p_key);
+  -- The clock once the key row is locked: a grant that committed while
+  -- this call waited for the row is seen by each statement below (READ
+  -- COMMITTED), and its fence is below the one raised here.
+  SET v_now = {clock};
+  SELECT COUNT(*) INTO v_removed FROM {holders} WHERE ns = p_ns AND k = v_k AND expires_at > v_now;
+  -- Dead, not released (0, which a release's retry counts): a removed
+  -- holder's release, retried or not, counts nothing. Expired rows too, as
+  -- a grant marks them: no clock stepped back brings one back.
+  UPDATE {holders} SET expires_at = {dead} WHERE ns = p_ns AND k = v_k AND expires_at > {dead};
+  SET v_fence = (SELECT GREATEST(fence + 1, v_now) FROM {keys} WHERE ns = p_ns AND k = v_k);
+  UPDATE {keys} SET fence = v_fence,
+    fence_until = GREATEST(fence_until, ((v_now + p_retention_ms * 1000) DIV v_bucket + 1) * v_bucket)
+    WHERE ns = p_ns AND k = v_k;
+  IF v_removed > 0 AND EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND lapses_at > v_now) THEN
+    INSERT INTO {released} (ns, k, at_us) VALUES (p_ns, v_k, v_now);
+  END IF;
+  {leave}
+  SELECT CONCAT(v_removed, ',', v_fence);
+END",
     ),
 ];
 

@@ -125,6 +125,25 @@ impl Statements {
         single(connection.query(&self.owners_call("_withdraw", owner, None)).await?)
     }
 
+    /// Removes every holder of the key whose stored name is `key` (hex),
+    /// raises its fence (kept `retention_ms`) and logs it for the waiters
+    /// (see `_force_release` in the schema): the live holders removed, and
+    /// the fence.
+    pub async fn force_release(
+        &self,
+        connection: &MysqlConnection,
+        namespace: &str,
+        key: &str,
+        retention_ms: u64,
+        lock_wait_s: u64,
+    ) -> Result<(u32, u64), Failure> {
+        let sql = format!("CALL {}(X'{namespace}', '{key}', {retention_ms}, {lock_wait_s})", self.table.name("_force_release"));
+        match numbers(connection.query(&sql).await?)?[..] {
+            [removed, fence] => Ok((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64)),
+            _ => Err(unexpected("not a forced release's removed,fence")),
+        }
+    }
+
     /// What the tables hold of the key whose stored name is `key` (hex; see
     /// `Store::inspect`): one `SELECT` (every one of its `UTC_TIMESTAMP`s is
     /// the statement's start). Each list of the first holders fits in

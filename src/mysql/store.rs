@@ -389,6 +389,20 @@ impl Store for MysqlStore {
         read
     }
 
+    async fn force_release(&self, key: &str, retention_ms: u64) -> Result<(u32, u64), Failure> {
+        self.ensure().await?;
+        let key = hex(&stored(key));
+        let forced = self
+            .statements
+            .force_release(self.connection(), &self.namespace, &key, retention_ms, self.lock_wait_s())
+            .await
+            .map_err(|failure| self.noticed(failure))?;
+        // This process's own waiters need not wait for its poller to read
+        // the log, as after a give-back.
+        self.shared.waiters.wake(&queue_name(&self.table_name, &self.namespace, &key));
+        Ok(forced)
+    }
+
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
         let _ = self.statements.withdraw(self.connection(), &self.owner(claim)).await;
     }

@@ -9,6 +9,7 @@ use super::router::{Acquisition, KeyStatus, MemberStatus, Next, Placement, Route
 use crate::abort::{sleep_unless_aborted, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::force_release::ForcedRelease;
 use crate::inspect::Inspection;
 use crate::provider::{Backend, Lease};
 use crate::status::LeaseCounts;
@@ -140,6 +141,22 @@ impl PolicyBackend {
         }
     }
 
+    /// Breaks `key` on every member its rule allows (see
+    /// [`Backend::force_release`]), each tried whatever the others
+    /// answered, combined by [`forced_release_of`]. A member that failed
+    /// fails the call, after the others were broken.
+    pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {
+        let inner = &self.inner;
+        let rule = &inner.router.rules()[inner.router.rule_of(key)];
+        let mut answers = Vec::with_capacity(rule.members.len());
+        for &member in &rule.members {
+            answers.push(inner.members[member].force_release(key).await);
+        }
+        let broken = answers.into_iter().collect::<Result<Vec<_>>>()?;
+        forced_release_of(broken)
+            .ok_or_else(|| LockError::new(ErrorCode::NoEligibleBackend, "forceRelease: the key's rule allows no member"))
+    }
+
     /// What the policy says of `key`: its rule and its last acquisition.
     pub fn key_status(&self, key: &str) -> KeyStatus {
         self.inner.router.key_status(key)
@@ -256,6 +273,19 @@ impl Found {
             (false, false) => Found::Free,
         }
     }
+}
+
+/// A policy's forced release, from each member's in the rule's order: the
+/// holders removed in all, the highest fence raised, and the first member
+/// that had a holder (else the first). `None` for a rule without members.
+/// Every surface's policy combines them by this.
+pub fn forced_release_of(broken: Vec<ForcedRelease>) -> Option<ForcedRelease> {
+    let first = broken.iter().position(|forced| forced.removed > 0).unwrap_or(0);
+    Some(ForcedRelease {
+        backend: broken.get(first)?.backend.clone(),
+        removed: broken.iter().map(|forced| forced.removed).sum(),
+        fence: broken.iter().filter_map(|forced| forced.fence).max(),
+    })
 }
 
 /// Which of a policy's members answers its `inspect`, from each member's

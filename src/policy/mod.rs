@@ -16,7 +16,7 @@ mod pattern;
 mod router;
 mod tier;
 
-pub use backend::{inspection_choice, Found, PolicyBackend, PolicyLease};
+pub use backend::{forced_release_of, inspection_choice, Found, PolicyBackend, PolicyLease};
 pub use pattern::Pattern;
 pub use router::{
     Acquisition, Attempt, KeyStatus, MemberCounts, MemberInfo, MemberStatus, Next, Placement, Places, Router, Rule, Step, PAUSE,

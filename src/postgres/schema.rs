@@ -95,6 +95,7 @@ impl Table {
             .replace("{withdraw}", &self.name("_withdraw"))
             .replace("{hand_over}", &self.name("_hand_over"))
             .replace("{lock_keys}", &self.name("_lock_keys"))
+            .replace("{force_release}", &self.name("_force_release"))
             .replace("{read_committed}", READ_COMMITTED)
             .replace("{durable}", DURABLE)
             .replace("{lock_timeout}", LOCK_TIMEOUT)
@@ -144,7 +145,7 @@ impl Table {
             self.name("_take")
         );
         format!(
-            "(to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {} AND {version})",
+            "(to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL AND {} AND {} AND {} AND {} AND {} AND {} AND {} AND {} AND {version})",
             self.name(""),
             self.name("_holders"),
             self.name("_waiting"),
@@ -158,6 +159,7 @@ impl Table {
                 "_hand_over",
                 "text, text, bigint[], bigint, bigint[], bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
             ),
+            procedure("_force_release", "text, text, text, bigint, bigint"),
         )
     }
 }
@@ -195,7 +197,9 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 11: `give_back`'s clean-up passes over a key with a row of its own
 /// token, so that a retry of a release whose answer was lost still counts
 /// what the first attempt released (review R27).
-const VERSION: &str = "dokebi-lock functions 11";
+/// 12: `force_release`, an operator's break of a stuck lock
+/// (`Backend::force_release`).
+const VERSION: &str = "dokebi-lock functions 12";
 
 /// The expiry of a dead holder row: one whose lease expired (and whose key
 /// was granted since, or whose renewal was refused). Below every reading of
@@ -421,6 +425,22 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 ///
 /// `lock_keys`: locks each key's row in sorted order, inserting it when
 /// new; answers the sorted keys.
+///
+/// `force_release`: locks the key's row (inserting it when new), then, as
+/// if every lease of the key had ended now, marks each holder row that is
+/// neither released nor dead dead ([`DEAD`]: the holder's renewal then
+/// finds nothing, and its release, a retry's included, counts nothing; an
+/// expired row too, which a clock stepped back would bring back to life),
+/// raises the fence as a grant does (`max(counter + 1, clock in µs)`, the
+/// key row kept `retention_ms`) and announces the key on `channel` as
+/// `give_back` does when it removed a holder and someone waits (the marks
+/// stay). Answers `{live holders removed, fence}`. Whoever holds the key
+/// once its row is locked: a read of the holders first, then a break of
+/// those, let a grant made between the two outlive the break below its
+/// fence (review R51). The driver never sends it again by itself, and it
+/// waits for the row no longer than `p_lock_timeout_ms`, so it cannot run
+/// long after the driver gave up on it. As durable as a grant: a crash
+/// that lost it would bring the holders back.
 const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
 RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
@@ -786,6 +806,40 @@ BEGIN
                                 AND h.expires_at > clock_timestamp()) THEN 0 ELSE 1 END
     FROM unnest(p_released_keys) WITH ORDINALITY AS u(key, ord) ORDER BY u.ord);
   RETURN reply || answers;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {force_release}(p_ns text, p_key text, p_channel text, p_retention_ms bigint, p_lock_timeout_ms bigint)
+RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  now_ts timestamptz;
+  clock_us bigint;
+  bucket_us bigint := greatest(p_retention_ms * 125, 1);
+  retain_until timestamptz;
+  removed bigint;
+  raised bigint;
+BEGIN
+  {read_committed}
+  {durable}
+  {lock_timeout}
+  PERFORM {lock_keys}(p_ns, ARRAY[p_key]);
+  -- The clock once the key row is locked, as take's: a grant that
+  -- committed while this call waited for the row is seen by each statement
+  -- below (READ COMMITTED), and its fence is below the one raised here.
+  now_ts := clock_timestamp();
+  clock_us := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
+  retain_until := 'epoch'::timestamptz + ((clock_us + p_retention_ms * 1000) / bucket_us + 1) * bucket_us * interval '1 microsecond';
+  SELECT count(*) INTO removed FROM {holders} WHERE namespace = p_ns AND key = p_key AND expires_at > now_ts;
+  -- Dead, not released (-infinity, which a give-back's retry counts): a
+  -- removed holder's release, retried or not, counts nothing. Expired rows
+  -- too, as a grant marks them: no clock stepped back brings one back.
+  UPDATE {holders} SET expires_at = {dead} WHERE namespace = p_ns AND key = p_key AND expires_at > {dead};
+  UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = greatest(r.fence_until, retain_until)
+    WHERE r.namespace = p_ns AND r.key = p_key RETURNING r.fence INTO raised;
+  PERFORM pg_notify(p_channel, CASE WHEN octet_length(p_ns) + octet_length(p_key) < 7900
+                                    THEN octet_length(p_ns) || ':' || p_ns || p_key ELSE '' END)
+    WHERE removed > 0 AND EXISTS (SELECT 1 FROM {waiting} WHERE namespace = p_ns AND key = p_key AND lapses_at > now_ts);
+  RETURN ARRAY[removed, raised];
 END
 $fn$;
 "#;

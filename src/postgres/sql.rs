@@ -18,6 +18,7 @@ pub(crate) struct Statements {
     give_back: String,
     withdraw: String,
     hand_over: String,
+    force_release: String,
     inspect: String,
     /// The keys table's name, quoted, for `to_regclass`.
     keys: String,
@@ -76,6 +77,7 @@ impl Statements {
             give_back: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_give_back")),
             withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
+            force_release: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_force_release")),
             // A read of the tables, no function: one row (an aggregate
             // without GROUP BY has one even when no holder matches).
             inspect: format!(
@@ -176,6 +178,32 @@ impl Statements {
             (&owner.lock_timeout_ms, Type::INT8),
         ];
         single(connection.query(&self.withdraw, &params).await?)
+    }
+
+    /// Removes every holder of `key`, raises its fence (kept
+    /// `retention_ms`) and announces it on `channel` (see `force_release`
+    /// in the schema): the live holders removed, and the fence.
+    pub async fn force_release(
+        &self,
+        connection: &PgConnection,
+        namespace: &str,
+        key: &str,
+        channel: &str,
+        retention_ms: i64,
+        lock_timeout_ms: i64,
+    ) -> Result<(u32, u64), Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&namespace, Type::TEXT),
+            (&key, Type::TEXT),
+            (&channel, Type::TEXT),
+            (&retention_ms, Type::INT8),
+            (&lock_timeout_ms, Type::INT8),
+        ];
+        let reply: Vec<i64> = single(connection.query(&self.force_release, &params).await?)?;
+        match reply[..] {
+            [removed, fence] => Ok((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64)),
+            _ => Err(unexpected("not a forced release's {removed, fence}")),
+        }
     }
 }
 

@@ -282,6 +282,17 @@ impl Store for PostgresStore {
         read
     }
 
+    async fn force_release(&self, key: &str, retention_ms: u64) -> Result<(u32, u64), Failure> {
+        self.ensure().await?;
+        let (namespace, lock_timeout_ms) = (&self.namespace, self.lock_timeout_ms());
+        let forced =
+            self.statements.force_release(self.connection(), namespace, key, &self.channel, millis(retention_ms), lock_timeout_ms).await?;
+        // This process's own waiters need no round trip through the
+        // server's NOTIFY, as after a give-back.
+        self.shared.waiters.wake(&queue_name(&self.channel, &notified_name(namespace, key)));
+        Ok(forced)
+    }
+
     async fn withdraw(&self, claim: &Claim, _ticket: u64) {
         let _ = self.statements.withdraw(self.connection(), &self.owner(claim), &self.channel).await;
     }

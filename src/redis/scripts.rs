@@ -1446,6 +1446,83 @@ end
 return reply
 ";
 
+/// Breaks a key (`Backend::force_release`): raises its fence counter as a
+/// grant would (see `next_fence!`), then removes every holder: a plain
+/// holder's lock, or the whole set of shared or counted holders with the
+/// units they held (the kind hash stays, without units, while a queue set
+/// keeps waiters' marks; else it goes, as at a last holder's release). A
+/// removed holder's renewal and release then find no token (`LEASE_LOST`).
+/// A key a release handed to a waiter (`h:<token>`) has no holder: it stays
+/// the waiter's. When it removed a holder and some process marked the key
+/// as waited for, waiters are told on the channel (the marks stay: the key
+/// is free as at a lease's end, and each waiter's next try takes it or
+/// queues again).
+///
+/// Each break carries its call's id, and the key's breaks name keeps each
+/// id's answer (a hash, a minute after the last break): a run that finds
+/// its id there changes nothing and answers as the first did. So the
+/// driver's resend after a lost connection, or a first attempt a proxy
+/// delivers late, removes nothing granted since (review R50: a resend
+/// removed the waiter the first run let in, while it held the key). Not a
+/// read of the holders first and a break of those: a grant between the two
+/// would outlive the break below its fence (review R51).
+///
+/// The counter is raised first, so that a fence that must wait for the
+/// clock leaves the holders as they were; the removal is replicated
+/// (`next_fence!` leaves replication off), or a promoted replica would
+/// bring the holders back.
+/// KEYS: lock, fence, waiting, kind, queue, breaks. ARGV: channel,
+/// fenceRetentionMs, the call's id. Returns `{1, removed, fence}`, or
+/// `{0, ms}` when the fence must wait `ms` for the server's clock (nothing
+/// written).
+const FORCE_RELEASE: &str = concat!(
+    reserve_fences!(),
+    refused_writes!(),
+    r"
+local done = redis.call('HGET', KEYS[6], ARGV[3])
+if done then
+  local removed, fence = string.match(done, '^(%d+):(%d+)$')
+  return {1, tonumber(removed), tonumber(fence)}
+end
+local now = redis.call('TIME')
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+local clock_n = tonumber(clock)
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local fence_key, retention = KEYS[2], ARGV[2]
+",
+    next_fence!("", "    return {0, wait_ms}\n"),
+    r"
+redis.set_repl(redis.REPL_ALL)
+local removed = 0
+local held = redis.call('TYPE', KEYS[1])['ok']
+if held == 'string' then
+  if string.sub(redis.call('GET', KEYS[1]), 1, 2) ~= 'h:' then
+    removed = 1
+    redis.call('DEL', KEYS[1])
+  end
+elseif held == 'zset' then
+  removed = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
+  redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    redis.call('DEL', KEYS[4])
+  else
+    redis.call('HDEL', KEYS[4], 'units')
+  end
+end
+if removed > 0 and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
+  redis.call('PUBLISH', ARGV[1], KEYS[1])
+end
+-- At most 64 breaks remembered: a key broken more often than that in a
+-- minute forgets the older ones.
+if redis.call('HLEN', KEYS[6]) >= 64 then
+  redis.call('DEL', KEYS[6])
+end
+redis.call('HSET', KEYS[6], ARGV[3], removed .. ':' .. string.format('%.0f', fence))
+redis.call('PEXPIRE', KEYS[6], 60000)
+return {1, removed, fence}
+"
+);
+
 /// The scripts, hashed once per connection.
 pub(crate) struct Scripts {
     pub acquire: Script,
@@ -1457,6 +1534,7 @@ pub(crate) struct Scripts {
     pub kinds_handoff: Script,
     pub kinds_withdraw: Script,
     pub inspect: Script,
+    pub force_release: Script,
 }
 
 impl Scripts {
@@ -1471,6 +1549,7 @@ impl Scripts {
             kinds_handoff: Script::new(KINDS_HANDOFF),
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
             inspect: Script::new(INSPECT),
+            force_release: Script::new(FORCE_RELEASE),
         }
     }
 }

@@ -11,6 +11,7 @@ use super::clock::ServerClock;
 use super::keys::{release_channel, RedisKeys};
 use super::scripts::{Scripted, Scripts};
 use super::transport::connection::RedisConnection;
+use super::transport::connection::ToRedisArgsRef;
 use super::transport::connection::Via;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
@@ -307,6 +308,48 @@ impl Store for RedisStore {
         let answer = self.connection().eval::<Vec<String>>(&self.shared.scripted.scripts.inspect, &names.all(), &[&shown]).await?;
         super::inspect::parse(&answer.value)
             .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
+    }
+
+    /// One script, sent under a fresh call id (see [`super::scripts`]'
+    /// `FORCE_RELEASE`: a resend or a late delivery of it changes nothing
+    /// more). With `replicaAcks`, the break waits for as many replicas as a
+    /// grant does: a failover to a replica that missed it would bring the
+    /// holders back.
+    async fn force_release(&self, key: &str, retention_ms: u64) -> Result<(u32, u64), Failure> {
+        let names = RedisKeys::new(&self.namespace, key);
+        let breaks = names.breaks();
+        let [lock, fence, waiting, kind, queue] = names.all();
+        let keys = [lock, fence, waiting, kind, queue, &breaks];
+        let id = owner_token().map_err(|err| Failure::Refused(Arc::new(std::io::Error::other(err.to_string()))))?;
+        let args: [&dyn ToRedisArgsRef; 3] = [&self.channel, &retention_ms, &id];
+        let script = &self.shared.scripted.scripts.force_release;
+        // A fence that must wait for the clock (within a second of a
+        // restart or failover, see `next_fence!`) is tried again once the
+        // clock has passed it, as a waiting acquire's would be.
+        for _ in 0..3 {
+            let answer = self.connection().eval::<Vec<i64>>(script, &keys, &args).await?;
+            match answer.value[..] {
+                [1, removed, fence] => {
+                    if self.replica_acks > 0 {
+                        let acknowledged = self.connection().wait_for_replicas(&answer.via, &names.acks(), self.replica_acks).await?;
+                        if acknowledged < self.replica_acks {
+                            return Err(Failure::Unmet(Arc::new(redis::RedisError::from(std::io::Error::other(format!(
+                                "only {acknowledged} of the {} replicas of replicaAcks had the break within commandTimeoutMs: \
+                                 a failover now may bring the holders back",
+                                self.replica_acks
+                            ))))));
+                        }
+                    }
+                    self.shared.wake(names.lock());
+                    return Ok((removed as u32, fence as u64));
+                }
+                [0, wait_ms] => tokio::time::sleep(Duration::from_millis(wait_ms.clamp(1, 1_000) as u64)).await,
+                _ => break,
+            }
+        }
+        Err(Failure::Refused(Arc::new(std::io::Error::other(
+            "a forceRelease reply of another shape, or a fence that kept waiting for the clock",
+        ))))
     }
 
     async fn withdraw(&self, claim: &Claim, ticket: u64) {

@@ -14,6 +14,7 @@ use super::{Claim, Failure, Store};
 use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::force_release::ForcedRelease;
 use crate::inspect::Inspection;
 use crate::log::{Level, Logger};
 use crate::options::StoreOptions;
@@ -193,6 +194,32 @@ impl<S: Store> StoreBackend<S> {
             Ok(Inspection { backend: core.name.clone(), ..inspection })
         };
         self.core.spawner().run(read).await
+    }
+
+    /// Removes every holder of `key` and raises its fence (see
+    /// [`crate::Backend::force_release`]): one call on the driver's runtime,
+    /// bounded by `commandTimeoutMs`, logged as a warning and reported
+    /// (`forced-release`).
+    pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {
+        let core = self.core.clone();
+        crate::key::validate(key, core.options.max_key_bytes as usize)?;
+        if *core.closed.borrow() {
+            return Err(LockError::closed());
+        }
+        let key = key.to_owned();
+        let break_in = async move {
+            let retention_ms = core.terms().retention_ms;
+            let (removed, fence) =
+                core.store().force_release(&key, retention_ms).await.map_err(|failure| failure.into_error(S::NAME, "forceRelease"))?;
+            core.log(
+                Level::Warn,
+                "LOCK_FORCE_RELEASED",
+                format!("a key was force-released: {removed} holder(s) removed, its fence raised to {fence}"),
+            );
+            core.reporter.forced_release(removed, Some(fence));
+            Ok(ForcedRelease { backend: core.name.clone(), removed, fence: Some(fence) })
+        };
+        self.core.spawner().run(break_in).await
     }
 
     /// Counts for `status()`.

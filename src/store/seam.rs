@@ -120,6 +120,12 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// one read that changes nothing, its `backend` left for the caller.
     fn inspect(&self, key: &str) -> impl Future<Output = Result<Inspection, Failure>> + Send;
 
+    /// Removes every holder of `key` (see [`crate::Backend::force_release`])
+    /// and raises its fence counter above every fence it granted, kept
+    /// `retention_ms`, in one call that tells waiters in every process:
+    /// how many live holders it removed, and the counter as raised.
+    fn force_release(&self, key: &str, retention_ms: u64) -> impl Future<Output = Result<(u32, u64), Failure>> + Send;
+
     /// Takes back the marks a waiting try left under `ticket` (best effort).
     fn withdraw(&self, claim: &Self::Claim, ticket: u64) -> impl Future<Output = ()> + Send;
 

@@ -96,6 +96,9 @@ static void a_killed_holder_process_frees_the_key(void) {
     /* The kernel keeps the file driver's locks, not a list of their holders. */
     dokebi_lock_inspection *found = NULL;
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_inspect(files, KEY("held-by-child"), &found, ERR));
+    /* Nor can it take a lock the kernel holds for another process. */
+    dokebi_lock_forced_release *forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_force_release(files, KEY("held-by-child"), &forced, ERR));
     double killed_ms = now_ms();
     CHECK(kill(child, SIGKILL) == 0);
     lease = must_acquire(files, "held-by-child", 10000);

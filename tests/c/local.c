@@ -48,6 +48,51 @@ static void inspect_reads_the_holder_and_its_waiters(const dokebi_lock_backend *
     outcome_destroy(&waiter);
 }
 
+/* Every holder of a key is removed at once, as by its release: the lease is
+ * no longer valid, its own release answers false, and the waiter is granted;
+ * a shared key loses all its readers. */
+static void force_release_removes_the_holders_and_grants_the_waiter(const dokebi_lock_backend *main_) {
+    dokebi_lock_lease *lease = must_acquire(main_, "forced", 0);
+    outcome waiter;
+    outcome_init(&waiter);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(main_, KEY("forced"), 10000, on_acquired, &waiter, NULL, ERR));
+    /* The asynchronous acquire joins the key's queue on the completion thread. */
+    dokebi_lock_backend_status status;
+    do {
+        sched_yield();
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_get_status(main_, &status, ERR));
+    } while (status.waiting == 0);
+    dokebi_lock_forced_release *forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_force_release(main_, KEY("forced"), &forced, ERR));
+    CHECK(dokebi_lock_forced_release_removed(forced) == 1 && !dokebi_lock_forced_release_fence(forced, NULL));
+    CHECK(strcmp(dokebi_lock_forced_release_backend(forced), "main") == 0);
+    dokebi_lock_forced_release_free(forced);
+    CHECK(!dokebi_lock_lease_valid(lease));
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
+    CHECK(fence_of(waiter.lease) > fence_of(lease));
+    bool released = true;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(lease, &released, ERR));
+    CHECK(!released && dokebi_lock_lease_valid(waiter.lease));
+    dokebi_lock_lease_free(lease);
+    outcome_destroy(&waiter);
+
+    dokebi_lock_key key = {KEY("forced")};
+    dokebi_lock_acquire_options shared = {.mode = DOKEBI_LOCK_MODE_SHARED, .keys = &key, .key_count = 1};
+    dokebi_lock_lease *readers[2] = {NULL, NULL};
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(main_, &shared, 0, &readers[0], ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(main_, &shared, 0, &readers[1], ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_force_release(main_, KEY("forced"), &forced, ERR));
+    CHECK(dokebi_lock_forced_release_removed(forced) == 2);
+    dokebi_lock_forced_release_free(forced);
+    CHECK(!dokebi_lock_lease_valid(readers[0]) && !dokebi_lock_lease_valid(readers[1]));
+    dokebi_lock_lease_free(readers[0]);
+    dokebi_lock_lease_free(readers[1]);
+
+    forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_backend_force_release(main_, "", 0, &forced, ERR));
+    CHECK(forced == NULL);
+}
+
 static void a_held_key_is_busy_then_times_out_and_is_free_after_release(const dokebi_lock_backend *main_) {
     dokebi_lock_lease *lease = NULL;
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_try_acquire(main_, KEY("order:42"), &lease, ERR));
@@ -332,6 +377,7 @@ int main(void) {
 
     a_held_key_is_busy_then_times_out_and_is_free_after_release(main_);
     inspect_reads_the_holder_and_its_waiters(main_);
+    force_release_removes_the_holders_and_grants_the_waiter(main_);
     fences_grow_with_every_acquire(main_);
     freeing_a_held_lease_releases_it(main_);
     key_limit_and_queue_full(tiny);
@@ -345,6 +391,8 @@ int main(void) {
     dokebi_lock_lease *survivor = NULL;
     dokebi_lock_provider_free(provider);
     CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_try_acquire(tiny, KEY("x"), &survivor, ERR));
+    dokebi_lock_forced_release *forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_CLOSED, dokebi_lock_backend_force_release(tiny, KEY("x"), &forced, ERR));
     dokebi_lock_backend_free(main_);
     dokebi_lock_backend_free(tiny);
     printf("local: ok\n");

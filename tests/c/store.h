@@ -6,8 +6,9 @@
 #ifndef DOKEBI_LOCK_TEST_STORE_H
 #define DOKEBI_LOCK_TEST_STORE_H
 
-/* getpid is POSIX, not C11: a test including this header asks for it
- * (_POSIX_C_SOURCE) before any include, or musl does not show it. */
+/* getpid, nanosleep and clock_gettime are POSIX, not C11: a test including
+ * this header asks for them (_POSIX_C_SOURCE) before any include, or musl
+ * does not show them. */
 #include <time.h>
 #include <unistd.h>
 
@@ -89,6 +90,64 @@ static inline void inspect_reads_the_other_provider_s_holders(const dokebi_lock_
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_inspect(two, KEY("inspected"), NULL, ERR));
     CHECK(dokebi_lock_inspection_held(NULL) == 0 && dokebi_lock_inspection_backend(NULL) == NULL);
     dokebi_lock_inspection_free(NULL);
+}
+
+/* `two` breaks a key `one` holds while `two` waits for it: the holder is
+ * removed, the fence raised past its own, the waiter granted at once (not
+ * when the lease would end), and the holder finds its lease gone at its next
+ * renewal and release (docs/locks.md, "Breaking a stuck lock"). */
+static inline void force_release_breaks_the_other_provider_s_holder(const dokebi_lock_backend *one, const dokebi_lock_backend *two) {
+    dokebi_lock_lease *lease = must_acquire(one, "forced", 0);
+    outcome waiter;
+    outcome_init(&waiter);
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_async(two, KEY("forced"), 10000, on_acquired, &waiter, NULL, ERR));
+    /* The waiter shows in the store before the key is broken. */
+    dokebi_lock_inspection *found = NULL;
+    for (int tries = 0;; tries++) {
+        CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(one, KEY("forced"), &found, ERR));
+        uint32_t waiting = dokebi_lock_inspection_waiting(found);
+        dokebi_lock_inspection_free(found);
+        if (waiting == 1) break;
+        CHECK(tries < 500);
+        struct timespec pause = {0, 10 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
+    dokebi_lock_forced_release *forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_force_release(two, KEY("forced"), &forced, ERR));
+    CHECK(dokebi_lock_forced_release_removed(forced) == 1);
+    CHECK(strcmp(dokebi_lock_forced_release_backend(forced), "shared") == 0);
+    uint64_t fence = 0;
+    CHECK(dokebi_lock_forced_release_fence(forced, &fence) && fence > fence_of(lease));
+    dokebi_lock_forced_release_free(forced);
+    CHECK(outcome_wait(&waiter) == DOKEBI_LOCK_OK);
+    clock_gettime(CLOCK_MONOTONIC, &after);
+    CHECK((after.tv_sec - before.tv_sec) * 1000 + (after.tv_nsec - before.tv_nsec) / 1000000 < 2000);
+    CHECK(fence_of(waiter.lease) > fence);
+
+    bool valid = true, released = true;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_renew(lease, &valid, ERR));
+    CHECK(!valid && !dokebi_lock_lease_valid(lease));
+    CHECK_STATUS(DOKEBI_LOCK_LEASE_LOST, dokebi_lock_lease_release(lease, &released, ERR));
+    dokebi_lock_lease_free(lease);
+    outcome_destroy(&waiter); /* frees (so releases) the waiter's lease */
+
+    /* A free key: nobody removed, its fence raised all the same. */
+    uint64_t again = 0;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_force_release(one, KEY("forced"), &forced, ERR));
+    CHECK(dokebi_lock_forced_release_removed(forced) == 0);
+    CHECK(dokebi_lock_forced_release_fence(forced, &again) && again > fence);
+    dokebi_lock_forced_release_free(forced);
+
+    forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_KEY, dokebi_lock_backend_force_release(two, "", 0, &forced, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_force_release(two, KEY("forced"), NULL, ERR));
+    CHECK(forced == NULL);
+    CHECK(dokebi_lock_forced_release_removed(NULL) == 0 && dokebi_lock_forced_release_backend(NULL) == NULL);
+    CHECK(!dokebi_lock_forced_release_fence(NULL, NULL));
+    dokebi_lock_forced_release_free(NULL);
 }
 
 /* `yaml` names a server where nothing listens (port 1 on localhost) for its
@@ -178,6 +237,7 @@ static inline int test_sql_store(const sql_store *store) {
 
     a_lease_is_shared_between_providers(one, two);
     inspect_reads_the_other_provider_s_holders(one, two);
+    force_release_breaks_the_other_provider_s_holder(one, two);
     the_status_reports_the_connection(one, store->driver);
     an_unreachable_server_is_provider_failed(sql_config(store, store->unreachable_url, "unreachable", yaml, sizeof yaml));
     close_releases_held_leases(first, one, two);

@@ -1,6 +1,7 @@
 /* Telemetry for C hosts (dokebi_lock_provider_open_with_telemetry): slow
- * acquires and holds, wait timeouts and a Redis connection coming up reach
- * the callback, with backend and connection names and codes, never keys; no
+ * acquires and holds, wait timeouts, a Redis connection coming up and forced
+ * releases reach the callback, with backend and connection names and codes,
+ * never keys; no
  * callback runs once dokebi_lock_provider_free has returned, though handles
  * taken from the provider outlive it. */
 /* alarm is POSIX, not C11: glibc shows it anyway, musl only when asked. */
@@ -22,6 +23,9 @@ static struct {
         char connection[32];
         dokebi_lock_status code;
         bool up;
+        /* A forced release's (dokebi_lock_event_forced_release). */
+        uint32_t removed;
+        uint64_t fence;
     } events[MAX_EVENTS];
 } seen = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
 
@@ -38,6 +42,14 @@ static void record(const dokebi_lock_event *event, void *user_data) {
         copy(seen.events[seen.count].connection, event->connection);
         seen.events[seen.count].code = event->code;
         seen.events[seen.count].up = event->up;
+        const dokebi_lock_forced_release_event *forced = dokebi_lock_event_forced_release(event);
+        CHECK((forced != NULL) == (event->kind == DOKEBI_LOCK_EVENT_FORCED_RELEASE));
+        CHECK(dokebi_lock_event_trace(event) == NULL);
+        if (forced != NULL) {
+            CHECK(&forced->event == event);
+            seen.events[seen.count].removed = forced->removed;
+            seen.events[seen.count].fence = forced->fence;
+        }
         seen.count++;
     }
     pthread_mutex_unlock(&seen.mutex);
@@ -56,6 +68,34 @@ static int count(dokebi_lock_event_kind kind, const char *name, dokebi_lock_stat
     }
     pthread_mutex_unlock(&seen.mutex);
     return n;
+}
+
+/* The forced releases `backend` reported, in order: how many, and the
+ * holders each removed and the fence each raised. */
+static int forced_releases(const char *backend, uint32_t removed[], uint64_t fence[], int max) {
+    int n = 0;
+    pthread_mutex_lock(&seen.mutex);
+    for (int i = 0; i < seen.count; i++) {
+        if (seen.events[i].kind == DOKEBI_LOCK_EVENT_FORCED_RELEASE && strcmp(seen.events[i].backend, backend) == 0) {
+            if (n < max) {
+                removed[n] = seen.events[i].removed;
+                fence[n] = seen.events[i].fence;
+            }
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&seen.mutex);
+    return n;
+}
+
+/* Force-releases `key` of `backend`: the fence it raised (0 on local). */
+static uint64_t force_release(const dokebi_lock_backend *backend, const char *key) {
+    dokebi_lock_forced_release *forced = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_force_release(backend, KEY(key), &forced, ERR));
+    uint64_t fence = 0;
+    dokebi_lock_forced_release_fence(forced, &fence);
+    dokebi_lock_forced_release_free(forced);
+    return fence;
 }
 
 static uint64_t waiting(const dokebi_lock_backend *backend) {
@@ -207,10 +247,32 @@ int main(void) {
     CHECK(count(DOKEBI_LOCK_EVENT_SLOW_HOLD, "orders", DOKEBI_LOCK_OK) == 2);
     dokebi_lock_lease_free(lease);
 
+    /* A forced release is reported by the backend that broke the key: the
+     * holders it removed (also none), and no fence on the local driver. */
+    dokebi_lock_lease *forced_lease = must_acquire(orders, "secret-order-44", 0);
+    CHECK(force_release(orders, "secret-order-44") == 0);
+    CHECK(force_release(orders, "secret-order-44") == 0);
+    uint32_t removed[2];
+    uint64_t fences[2];
+    CHECK(forced_releases("orders", removed, fences, 2) == 2);
+    CHECK(removed[0] == 1 && removed[1] == 0 && fences[0] == 0 && fences[1] == 0);
+    bool released = true;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(forced_lease, &released, ERR));
+    CHECK(!released);
+    dokebi_lock_lease_free(forced_lease);
+
     /* The redis driver connects in the background; the first acquire waits for it. */
     dokebi_lock_backend *shared = get_backend(provider, "shared");
     dokebi_lock_lease *redis_lease = must_acquire(shared, "secret-order-43", 0);
     CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_lease_release(redis_lease, NULL, ERR));
+    dokebi_lock_lease_free(redis_lease);
+    /* A redis forced release: the fence it raised, as its answer's. */
+    redis_lease = must_acquire(shared, "secret-order-45", 0);
+    uint64_t raised = force_release(shared, "secret-order-45");
+    CHECK(raised > strtoull(dokebi_lock_lease_fence(redis_lease), NULL, 10));
+    CHECK(forced_releases("shared", removed, fences, 2) == 1);
+    CHECK(removed[0] == 1 && fences[0] == raised);
+    CHECK_STATUS(DOKEBI_LOCK_LEASE_LOST, dokebi_lock_lease_release(redis_lease, NULL, ERR));
     dokebi_lock_lease_free(redis_lease);
     CHECK(count(DOKEBI_LOCK_EVENT_CONNECTION, "main", DOKEBI_LOCK_OK) >= 1);
     pthread_mutex_lock(&seen.mutex);

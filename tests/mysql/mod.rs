@@ -70,7 +70,9 @@ pub fn drop_tables(table: &str) {
     for suffix in ["", "_holders", "_waiting", "_released"] {
         sql += &format!("DROP TABLE IF EXISTS `{table}{suffix}`;");
     }
-    for suffix in ["_lock", "_held_against", "_try", "_release", "_take", "_renew", "_give_back", "_withdraw", "_hand_over"] {
+    for suffix in
+        ["_lock", "_held_against", "_try", "_release", "_take", "_renew", "_give_back", "_withdraw", "_hand_over", "_force_release"]
+    {
         sql += &format!("DROP PROCEDURE IF EXISTS `{table}{suffix}`;");
     }
     let _ = try_rows(&sql);

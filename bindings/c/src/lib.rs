@@ -3,7 +3,8 @@
 //!
 //! Modelled on rustls-ffi. The rules, also in the header and docs/c.md:
 //! - Opaque handles (`dokebi_lock_provider`, `_backend`, `_lease`, `_pending`,
-//!   `_error`); each has a `_free` that accepts NULL.
+//!   `_error`, `_inspection`, `_forced_release`); each has a `_free` that
+//!   accepts NULL.
 //! - Acting functions return a [`dokebi_lock_status`] (`DOKEBI_LOCK_OK` = 0,
 //!   else the error code). Their out-parameters are written only on success;
 //!   on failure a new error handle goes to `out_error` when it is not NULL.
@@ -24,6 +25,7 @@ pub mod args;
 pub mod backend;
 pub mod completion;
 pub mod error;
+pub mod force_release;
 pub mod fork;
 pub mod inspect;
 pub mod kinds;

@@ -1,5 +1,6 @@
 //! Telemetry for C hosts: the events Node gets on `diagnostics_channel`
-//! (slow acquire, slow hold, wait timeout, lease lost, connection up/down),
+//! (slow acquire, slow hold, wait timeout, lease lost, connection up/down,
+//! clock behind, policy fallback, skipped and back, forced release),
 //! and for hosts that ask, an event per acquire and per hold (the core's
 //! trace events, for a host's own tracer); counts, durations and codes
 //! only, never keys.
@@ -61,6 +62,12 @@ pub enum dokebi_lock_event_kind {
     /// The member `connection` of the policy backend `backend`, skipped for
     /// `duration_ms`, answered again: acquires use it again.
     DOKEBI_LOCK_EVENT_POLICY_BACK = 11,
+    /// A key of `backend` was force-released
+    /// (`dokebi_lock_backend_force_release`); each backend that broke it
+    /// reports it (a policy's members, not the policy). The event is a
+    /// `dokebi_lock_forced_release_event` (`dokebi_lock_event_forced_release`):
+    /// the holders it removed and the fence it raised.
+    DOKEBI_LOCK_EVENT_FORCED_RELEASE = 12,
 }
 
 /// `dokebi_lock_provider_open_with_trace_events`: an event
@@ -116,6 +123,21 @@ pub struct dokebi_lock_trace_event {
     pub weight: u32,
     /// Of an acquire: how many keys, taken as one lease; 0 for a hold.
     pub key_count: usize,
+}
+
+/// A forced-release event (`DOKEBI_LOCK_EVENT_FORCED_RELEASE`): the event
+/// (`kind`, `backend`), then what the forced release did. Valid during the
+/// callback only.
+#[repr(C)]
+pub struct dokebi_lock_forced_release_event {
+    /// The event: `kind` and `backend`.
+    pub event: dokebi_lock_event,
+    /// The live holders it removed (0 when the key was free).
+    pub removed: u32,
+    /// The key's fence counter as raised (redis, postgres, mysql), as
+    /// `dokebi_lock_forced_release_fence`; 0 on the local driver, which
+    /// raises none.
+    pub fence: u64,
 }
 
 /// Receives telemetry events with the `user_data` given at open.
@@ -352,6 +374,15 @@ impl Callback {
                 c.duration_ms = millis(*behind);
                 c.threshold_ms = millis(*fence_retention);
             }
+            TelemetryEvent::ForcedRelease { backend, removed, fence } => {
+                held_name = name(backend);
+                c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_FORCED_RELEASE;
+                c.backend = held_name.as_ptr();
+                let forced = dokebi_lock_forced_release_event { event: c, removed: *removed, fence: fence.unwrap_or(0) };
+                // The event is the first field of the `repr(C)` forced-release
+                // event, so the pointer is both (see `dokebi_lock_event_forced_release`).
+                return self.call(&forced.event);
+            }
         }
         self.call(&c);
     }
@@ -426,6 +457,28 @@ pub unsafe extern "C" fn dokebi_lock_event_trace(event: *const dokebi_lock_event
             // field of a `repr(C)` trace event (`deliver_trace`), so the
             // pointer to it points to that.
             Some(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_ACQUIRE | dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_HOLD) => event.cast(),
+            _ => std::ptr::null(),
+        }
+    })
+}
+
+/// The forced-release event `event` is part of
+/// (`DOKEBI_LOCK_EVENT_FORCED_RELEASE`), with the holders removed and the
+/// fence raised; NULL for other kinds and for NULL. Valid as long as
+/// `event`, during the callback.
+///
+/// # Safety
+/// `event` is NULL or an event the telemetry callback received, during the
+/// callback.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_event_forced_release(event: *const dokebi_lock_event) -> *const dokebi_lock_forced_release_event {
+    boundary(|| {
+        // SAFETY: the caller promised `event` is NULL or an event the callback received (# Safety).
+        match unsafe { event.as_ref() }.map(|event| event.kind) {
+            // An event of this kind is only ever delivered as the first
+            // field of a `repr(C)` forced-release event (`deliver`), so the
+            // pointer to it points to that.
+            Some(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_FORCED_RELEASE) => event.cast(),
             _ => std::ptr::null(),
         }
     })

@@ -17,6 +17,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
+use crate::force_release::ForcedReleaseInfo;
 use crate::guard::{promise, sentinel, Finalized};
 use crate::inspect::InspectionInfo;
 use crate::kind_request::{acquire_keys, kind_request};
@@ -89,6 +90,14 @@ impl NativeFileBackend {
         let key = dokebi_lock::key::from_utf16(&key, self.backend.options().max_key_bytes as usize);
         let backend = Backend::File((*self.backend).clone());
         promise(env, || spawn(env, async move { backend.inspect(&key?).await }, InspectionInfo::from))
+    }
+
+    /// Breaks `key`: the core's refusal (see `Backend::force_release`).
+    #[napi(ts_return_type = "Promise<ForcedReleaseInfo | ErrorInfo>", catch_unwind)]
+    pub fn force_release(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
+        let key = dokebi_lock::key::from_utf16(&key, self.backend.options().max_key_bytes as usize);
+        let backend = Backend::File((*self.backend).clone());
+        promise(env, || spawn(env, async move { backend.force_release(&key?).await }, ForcedReleaseInfo::from))
     }
 
     /// What the backend is doing now, as counts.

@@ -35,6 +35,7 @@
 mod error;
 mod executor;
 mod file;
+mod force_release;
 mod guard;
 mod inspect;
 mod keep_alive;

@@ -92,6 +92,18 @@ impl LocalState {
         debug_assert!(released && !self.engine.has_granted(), "a deferred release must free a held lease and grant nothing");
     }
 
+    /// Reads `key` for a call that reads the engine once it is open
+    /// (`inspect`, `holdersOf`): `CLOSED` once closed, else the key's own
+    /// refusal. Through [`LocalState::engine`], so a release JS deferred
+    /// ends first, as before any other call.
+    unsafe fn read_open_key(&mut self, env: sys::napi_env, key: sys::napi_value) -> Result<(), LockError> {
+        if self.engine().is_closed() {
+            return Err(LockError::closed());
+        }
+        // SAFETY: our callers pass their own callback's `env` and argument `key`.
+        unsafe { self.keys.read(env, key) }
+    }
+
     fn report(&mut self, status: f64, ids: &[f64]) {
         self.out.set(0, status);
         ids.iter().enumerate().for_each(|(index, id)| self.out.set(index + 1, *id));
@@ -251,9 +263,10 @@ impl LocalState {
 }
 
 /// The engine as handed to JS: `{ waitTimeoutMs, slowAcquireMs, slowHoldMs,
-/// out, acquire, tryAcquire, release, cancel, isHeld, close, counts }` (a
-/// threshold is `null` when disabled). It exchanges numbers through the view
-/// `out()` returns ([`OUT_LEN`](crate::protocol::OUT_LEN) elements).
+/// out, acquire, tryAcquire, release, cancel, isHeld, close, counts, inspect,
+/// holdersOf }` (a threshold is `null` when disabled). It exchanges numbers
+/// through the view `out()` returns ([`OUT_LEN`](crate::protocol::OUT_LEN)
+/// elements).
 pub struct LocalEngineObject {
     state: LocalState,
 }
@@ -273,7 +286,7 @@ impl LocalEngineObject {
 
 type Shared = RefCell<LocalState>;
 
-const METHODS: [(&CStr, Method); 11] = [
+const METHODS: [(&CStr, Method); 12] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
@@ -285,6 +298,7 @@ const METHODS: [(&CStr, Method); 11] = [
     (c"close", close),
     (c"counts", counts),
     (c"inspect", inspect),
+    (c"holdersOf", holders_of),
 ];
 
 impl ToNapiValue for LocalEngineObject {
@@ -432,17 +446,44 @@ unsafe extern "C" fn inspect(env: sys::napi_env, info: sys::napi_callback_info) 
     unsafe {
         or_throw(env, || {
             let mut state = state.borrow_mut();
-            // engine(): a release JS deferred ends first, as before any other call.
-            let read = if state.engine().is_closed() { Err(LockError::closed()) } else { state.keys.read(env, key) };
-            let inspection = read.map(|()| state.engine.inspect(state.keys.key()).inspection(""));
-            match inspection {
-                Ok(inspection) => InspectionInfo::to_napi_value(env, inspection.into()),
-                Err(error) => {
-                    stash(error);
-                    Option::<u32>::to_napi_value(env, None)
-                }
-            }
+            let inspection =
+                state.read_open_key(env, key).map(|()| InspectionInfo::from(state.engine.inspect(state.keys.key()).inspection("")));
+            or_null(env, inspection)
         })
+    }
+}
+
+/// `holdersOf(key): number[] | null`: the leases that hold `key`, flat as
+/// `[slot, fence, slot, fence, ...]` (the JS layer's `forceRelease`
+/// releases each as its holder would); `null` when refused, the error then
+/// in `takeError()`.
+unsafe extern "C" fn holders_of(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, _, [key]) = unsafe { call_info::<Shared, 1>(env, info) };
+    // SAFETY: `env` and `key` are this callback's, on the JS thread.
+    unsafe {
+        or_throw(env, || {
+            let mut state = state.borrow_mut();
+            let holders = state.read_open_key(env, key).map(|()| {
+                let leases = state.engine.holders_of(state.keys.key());
+                leases.iter().flat_map(|lease| [f64::from(lease.slot), lease.fence as f64]).collect::<Vec<f64>>()
+            });
+            or_null(env, holders)
+        })
+    }
+}
+
+/// `value` as JS, or `null` with the error stashed for `takeError()`.
+unsafe fn or_null<T: ToNapiValue>(env: sys::napi_env, value: Result<T, LockError>) -> napi::Result<sys::napi_value> {
+    match value {
+        // SAFETY: our callers pass their own callback's `env`, on the JS thread.
+        Ok(value) => unsafe { T::to_napi_value(env, value) },
+        Err(error) => {
+            stash(error);
+            // SAFETY: as above.
+            unsafe { Option::<u32>::to_napi_value(env, None) }
+        }
     }
 }
 

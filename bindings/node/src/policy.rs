@@ -9,12 +9,13 @@ use std::time::UNIX_EPOCH;
 use dokebi_lock::log::{Level, LogRecord, Logger};
 use dokebi_lock::options::{BackendOptions, Options};
 use dokebi_lock::policy::{Acquisition, Attempt, Found, MemberInfo, Next, Placement, Places, Router, Step, Tier};
-use dokebi_lock::{ErrorCode, LockError};
+use dokebi_lock::{ErrorCode, ForcedRelease, LockError};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::Status;
 use napi_derive::napi;
 
 use crate::error::{info, stash, ErrorInfo};
+use crate::force_release::ForcedReleaseInfo;
 use crate::store::LogEntry;
 use crate::telemetry::{sink, TelemetryForwarder};
 
@@ -353,4 +354,19 @@ pub fn inspection_choice(answers: Vec<Option<u32>>) -> Option<u32> {
         })
         .collect();
     dokebi_lock::policy::inspection_choice(&found).map(|index| index as u32)
+}
+
+/// A policy's `forceRelease(key)` answer, from each member's in its rule's
+/// order: see `policy::forced_release_of`. `null` (the error in
+/// `takeError()`) when a member's answer has a fence that is not a decimal
+/// string.
+#[napi(catch_unwind)]
+pub fn forced_release_of(answers: Vec<ForcedReleaseInfo>) -> Option<ForcedReleaseInfo> {
+    match answers.into_iter().map(ForcedRelease::try_from).collect() {
+        Ok(broken) => dokebi_lock::policy::forced_release_of(broken).map(ForcedReleaseInfo::from),
+        Err(error) => {
+            stash(error);
+            None
+        }
+    }
 }

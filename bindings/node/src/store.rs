@@ -26,6 +26,7 @@ use napi_derive::napi;
 
 use crate::error::stash;
 use crate::executor::{spawn, Promise};
+use crate::force_release::ForcedReleaseInfo;
 use crate::guard::{promise, sentinel, Finalized};
 use crate::inspect::InspectionInfo;
 use crate::keep_alive::NativeKeepAlive;
@@ -214,6 +215,14 @@ impl NativeStoreBackend {
     pub fn inspect(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
         let (backend, key) = (self.backend.clone(), dokebi_lock::key::from_utf16(&key, self.max_key_bytes as usize));
         promise(env, || spawn(env, async move { backend.inspect(&key?).await }, InspectionInfo::from))
+    }
+
+    /// Removes every holder of `key` and raises its fence (see
+    /// `Backend::force_release`).
+    #[napi(ts_return_type = "Promise<ForcedReleaseInfo | ErrorInfo>", catch_unwind)]
+    pub fn force_release(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
+        let (backend, key) = (self.backend.clone(), dokebi_lock::key::from_utf16(&key, self.max_key_bytes as usize));
+        promise(env, || spawn(env, async move { backend.force_release(&key?).await }, ForcedReleaseInfo::from))
     }
 
     /// Starts renewing lease `id` every `leaseMs / 3` on the drivers'

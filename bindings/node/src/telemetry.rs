@@ -37,6 +37,11 @@ pub struct TelemetryEntry {
     pub reason: Option<String>,
     /// A policy-back event: how long the member was skipped.
     pub skipped_ms: Option<f64>,
+    /// A forced-release event: the live holders it removed.
+    pub removed: Option<u32>,
+    /// A forced-release event: the key's fence counter as raised (a decimal
+    /// string, as every fence in JS).
+    pub fence: Option<String>,
 }
 
 /// Calls the JS telemetry sink; weak, so it never keeps Node alive.
@@ -66,6 +71,8 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
         preferred: None,
         reason: None,
         skipped_ms: None,
+        removed: None,
+        fence: None,
     };
     match event {
         TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
@@ -97,6 +104,11 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
             entry.connection = Some(connection.clone());
             entry.behind_ms = ms(behind);
             entry.fence_retention_ms = ms(fence_retention);
+        }
+        TelemetryEvent::ForcedRelease { backend, removed, fence } => {
+            entry.backend = Some(backend.clone());
+            entry.removed = Some(*removed);
+            entry.fence = fence.map(|fence| fence.to_string());
         }
         TelemetryEvent::PolicyFallback { backend, preferred, served, code } => {
             entry.backend = Some(backend.clone());
