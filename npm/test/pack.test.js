@@ -93,6 +93,11 @@ test('npm pack, install the tarballs offline with no Rust toolchain, run the qui
     "const [file] = planInstall({}).files; readFileSync(file.template); console.log('install ok', manifest.schemaVersion)";
   const install = spawnSync(process.execPath, ['--input-type=module', '-e', installCheck], { cwd: app, env, encoding: 'utf8' });
   assert.equal(install.stdout.trim(), 'install ok 2', install.stderr);
+
+  // The command-line tool is linked where `npx dokebi-lock` finds it.
+  const cli = spawnSync(join(app, 'node_modules', '.bin', 'dokebi-lock'), ['--help'], { cwd: app, env, encoding: 'utf8' });
+  assert.equal(cli.status, 0, cli.stderr);
+  assert.match(cli.stdout, /force-release <backend> <key>/);
 });
 
 test("the repository README's Node quick start runs as written, installed from the tarballs", { skip: !linuxX64 }, async () => {
