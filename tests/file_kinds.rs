@@ -256,12 +256,21 @@ fn units_of_a_counted_key_are_shared_by_processes_up_to_its_limit() {
 
 #[test]
 fn never_more_than_the_limit_of_units_are_held_across_processes() {
-    let (dir, provider, _locks) = setup("units-load");
+    let (dir, provider, locks) = setup("units-load");
     let children: Vec<_> = (0..3).map(|_| spawn("units", &dir, SLOW)).collect();
     for (mut child, mut out) in children {
         let most: u32 = expect_line(&mut out, "most").parse().unwrap();
         assert!(most <= 3);
         assert!(child.wait().unwrap().success());
+    }
+    // A last release that finds the key's files busy through all its tidy
+    // retries leaves them to the key's next release (src/file/idle.rs):
+    // seen once under Wine in a loaded CI run (two unit files left). That
+    // release must then remove them.
+    let left = entries_after_keep(&dir);
+    if !left.is_empty() {
+        eprintln!("left to the key's next release: {left:?}");
+        drop(block_on(locks.acquire("k", counted(3, 1, 5_000))).unwrap());
     }
     assert_eq!(entries_after_keep(&dir), Vec::<String>::new(), "no lock or unit file is left behind");
     block_on(provider.close());

@@ -164,7 +164,10 @@ fn mysql_release_beside_a_waiter_s_locked_key(other_key: &str) {
         let (backend, other_key) = (backend.clone(), other_key.to_owned());
         move || {
             block_on(backend.acquire_many(&["k", &other_key], wait(8000)))
-                .map(|lease| block_on(lease.release()).is_ok())
+                // The release's own answer, in full: a failure once granted
+                // was seen under load in CI (ci5 of stop 73) and is not
+                // diagnosed yet.
+                .map(|lease| block_on(lease.release()).map_err(|err| (err.code(), err.to_string())))
                 .map_err(|err| err.code())
         }
     });
@@ -224,7 +227,10 @@ fn postgres_release_beside_a_waiter_s_locked_key(other_key: &str) {
         let (backend, other_key) = (backend.clone(), other_key.to_owned());
         move || {
             block_on(backend.acquire_many(&["k", &other_key], wait(8000)))
-                .map(|lease| block_on(lease.release()).is_ok())
+                // The release's own answer, in full: a failure once granted
+                // was seen under load in CI (ci5 of stop 73) and is not
+                // diagnosed yet.
+                .map(|lease| block_on(lease.release()).map_err(|err| (err.code(), err.to_string())))
                 .map_err(|err| err.code())
         }
     });
@@ -258,10 +264,10 @@ fn assert_released_beside_a_locked_key(
     released: dokebi_lock::Result<bool>,
     took: Duration,
     m: dokebi_lock::Result<u64>,
-    waited: Result<bool, ErrorCode>,
+    waited: Result<Result<bool, (ErrorCode, String)>, ErrorCode>,
 ) {
     assert!(
-        matches!(released, Ok(true)) && m.is_ok() && waited == Ok(true),
+        matches!(released, Ok(true)) && m.is_ok() && waited == Ok(Ok(true)),
         "the release answered {:?} after {took:?}; another process's try of m (nobody waits for it): {:?}; the waiter, once the row was unlocked: {waited:?}",
         released.map_err(|err| (err.code(), err.to_string())),
         m.map_err(|err| err.code())
