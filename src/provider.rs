@@ -403,7 +403,10 @@ impl Backend {
     /// allows.
     ///
     /// Errors as [`Backend::inspect`]'s, and `OUTCOME_UNKNOWN` when the
-    /// store's answer was lost (run it again: it is idempotent). The file
+    /// store's answer was lost, given only once the lost call can no longer
+    /// run (its deadline on the store's clock passed: see
+    /// [`crate::store::StoreBackend::force_release`]); run it again then,
+    /// if `inspect` still shows the holder. The file
     /// driver cannot take a lock the kernel holds for another process:
     /// `INVALID_ARGUMENT` there.
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {

@@ -360,7 +360,9 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// as `_try` does (the key row kept `p_retention_ms`) and logs the key in
 /// `<table>_released` when it removed a holder and someone waits, as a
 /// release does (the marks stay). Answers `removed,fence`: the live holders
-/// removed, the fence. Whoever holds the key once its row is locked: a read
+/// removed, the fence; `-1,0`, nothing changed, once the clock is past
+/// `p_not_after` (µs: a call delivered late, after the driver gave up on
+/// it, review R52). Whoever holds the key once its row is locked: a read
 /// of the holders first let a grant made before the break outlive it below
 /// its fence (review R51).
 const PROCEDURES: &[(&str, &str)] = &[
@@ -808,7 +810,8 @@ END"
     ),
     (
         "_force_release",
-        "CREATE PROCEDURE {force_release}(IN p_ns VARBINARY(255), IN p_key LONGTEXT CHARACTER SET ascii, IN p_retention_ms BIGINT, IN p_lock_wait_s INT)
+        "CREATE PROCEDURE {force_release}(IN p_ns VARBINARY(255), IN p_key LONGTEXT CHARACTER SET ascii, IN p_retention_ms BIGINT, IN p_not_after BIGINT,
+  IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
   DECLARE v_old_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
@@ -823,20 +826,25 @@ BEGIN
   -- this call waited for the row is seen by each statement below (READ
   -- COMMITTED), and its fence is below the one raised here.
   SET v_now = {clock};
-  SELECT COUNT(*) INTO v_removed FROM {holders} WHERE ns = p_ns AND k = v_k AND expires_at > v_now;
-  -- Dead, not released (0, which a release's retry counts): a removed
-  -- holder's release, retried or not, counts nothing. Expired rows too, as
-  -- a grant marks them: no clock stepped back brings one back.
-  UPDATE {holders} SET expires_at = {dead} WHERE ns = p_ns AND k = v_k AND expires_at > {dead};
-  SET v_fence = (SELECT GREATEST(fence + 1, v_now) FROM {keys} WHERE ns = p_ns AND k = v_k);
-  UPDATE {keys} SET fence = v_fence,
-    fence_until = GREATEST(fence_until, ((v_now + p_retention_ms * 1000) DIV v_bucket + 1) * v_bucket)
-    WHERE ns = p_ns AND k = v_k;
-  IF v_removed > 0 AND EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND lapses_at > v_now) THEN
-    INSERT INTO {released} (ns, k, at_us) VALUES (p_ns, v_k, v_now);
+  IF v_now > p_not_after THEN
+    {leave}
+    SELECT '-1,0';
+  ELSE
+    SELECT COUNT(*) INTO v_removed FROM {holders} WHERE ns = p_ns AND k = v_k AND expires_at > v_now;
+    -- Dead, not released (0, which a release's retry counts): a removed
+    -- holder's release, retried or not, counts nothing. Expired rows too, as
+    -- a grant marks them: no clock stepped back brings one back.
+    UPDATE {holders} SET expires_at = {dead} WHERE ns = p_ns AND k = v_k AND expires_at > {dead};
+    SET v_fence = (SELECT GREATEST(fence + 1, v_now) FROM {keys} WHERE ns = p_ns AND k = v_k);
+    UPDATE {keys} SET fence = v_fence,
+      fence_until = GREATEST(fence_until, ((v_now + p_retention_ms * 1000) DIV v_bucket + 1) * v_bucket)
+      WHERE ns = p_ns AND k = v_k;
+    IF v_removed > 0 AND EXISTS (SELECT 1 FROM {waiting} WHERE ns = p_ns AND k = v_k AND lapses_at > v_now) THEN
+      INSERT INTO {released} (ns, k, at_us) VALUES (p_ns, v_k, v_now);
+    END IF;
+    {leave}
+    SELECT CONCAT(v_removed, ',', v_fence);
   END IF;
-  {leave}
-  SELECT CONCAT(v_removed, ',', v_fence);
 END",
     ),
 ];

@@ -125,21 +125,30 @@ impl Statements {
         single(connection.query(&self.owners_call("_withdraw", owner, None)).await?)
     }
 
+    /// The server's clock in microseconds since the epoch.
+    pub async fn clock_us(&self, connection: &MysqlConnection) -> Result<i64, Failure> {
+        single(connection.query(&format!("SELECT {CLOCK}")).await?)
+    }
+
     /// Removes every holder of the key whose stored name is `key` (hex),
     /// raises its fence (kept `retention_ms`) and logs it for the waiters
     /// (see `_force_release` in the schema): the live holders removed, and
-    /// the fence.
+    /// the fence; `None` when it reached the server past `not_after_us`
+    /// (nothing changed).
     pub async fn force_release(
         &self,
         connection: &MysqlConnection,
         namespace: &str,
         key: &str,
         retention_ms: u64,
+        not_after_us: u64,
         lock_wait_s: u64,
-    ) -> Result<(u32, u64), Failure> {
-        let sql = format!("CALL {}(X'{namespace}', '{key}', {retention_ms}, {lock_wait_s})", self.table.name("_force_release"));
+    ) -> Result<Option<(u32, u64)>, Failure> {
+        let sql =
+            format!("CALL {}(X'{namespace}', '{key}', {retention_ms}, {not_after_us}, {lock_wait_s})", self.table.name("_force_release"));
         match numbers(connection.query(&sql).await?)?[..] {
-            [removed, fence] => Ok((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64)),
+            [-1, 0] => Ok(None),
+            [removed, fence] => Ok(Some((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64))),
             _ => Err(unexpected("not a forced release's removed,fence")),
         }
     }

@@ -159,7 +159,7 @@ impl Table {
                 "_hand_over",
                 "text, text, bigint[], bigint, bigint[], bigint, text[], text, text[], boolean[], integer[], integer[], bigint[], integer[], text[]"
             ),
-            procedure("_force_release", "text, text, text, bigint, bigint"),
+            procedure("_force_release", "text, text, text, bigint, bigint, bigint"),
         )
     }
 }
@@ -434,13 +434,14 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// raises the fence as a grant does (`max(counter + 1, clock in µs)`, the
 /// key row kept `retention_ms`) and announces the key on `channel` as
 /// `give_back` does when it removed a holder and someone waits (the marks
-/// stay). Answers `{live holders removed, fence}`. Whoever holds the key
-/// once its row is locked: a read of the holders first, then a break of
-/// those, let a grant made between the two outlive the break below its
-/// fence (review R51). The driver never sends it again by itself, and it
-/// waits for the row no longer than `p_lock_timeout_ms`, so it cannot run
-/// long after the driver gave up on it. As durable as a grant: a crash
-/// that lost it would bring the holders back.
+/// stay). Answers `{live holders removed, fence}`, or `{-1, 0}` with
+/// nothing changed once the clock is past `p_not_after_us` (a call
+/// delivered late, by a pooler's queue or a proxy, after the driver gave up
+/// on it: see `StoreBackend::force_release`, review R52). Whoever holds the
+/// key once its row is locked: a read of the holders first, then a break
+/// of those, let a grant made between the two outlive the break below its
+/// fence (review R51). As durable as a grant: a crash that lost it would
+/// bring the holders back.
 const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
 RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
@@ -809,7 +810,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {force_release}(p_ns text, p_key text, p_channel text, p_retention_ms bigint, p_lock_timeout_ms bigint)
+CREATE OR REPLACE FUNCTION {force_release}(p_ns text, p_key text, p_channel text, p_retention_ms bigint, p_not_after_us bigint,
+  p_lock_timeout_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   now_ts timestamptz;
@@ -828,6 +830,9 @@ BEGIN
   -- below (READ COMMITTED), and its fence is below the one raised here.
   now_ts := clock_timestamp();
   clock_us := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
+  IF clock_us > p_not_after_us THEN
+    RETURN ARRAY[-1, 0];
+  END IF;
   retain_until := 'epoch'::timestamptz + ((clock_us + p_retention_ms * 1000) / bucket_us + 1) * bucket_us * interval '1 microsecond';
   SELECT count(*) INTO removed FROM {holders} WHERE namespace = p_ns AND key = p_key AND expires_at > now_ts;
   -- Dead, not released (-infinity, which a give-back's retry counts): a

@@ -77,7 +77,7 @@ impl Statements {
             give_back: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_give_back")),
             withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
-            force_release: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_force_release")),
+            force_release: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_force_release")),
             // A read of the tables, no function: one row (an aggregate
             // without GROUP BY has one even when no holder matches).
             inspect: format!(
@@ -180,9 +180,16 @@ impl Statements {
         single(connection.query(&self.withdraw, &params).await?)
     }
 
+    /// The server's clock in microseconds since the epoch.
+    pub async fn clock_us(&self, connection: &PgConnection) -> Result<i64, Failure> {
+        single(connection.query("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint", &[]).await?)
+    }
+
     /// Removes every holder of `key`, raises its fence (kept
     /// `retention_ms`) and announces it on `channel` (see `force_release`
-    /// in the schema): the live holders removed, and the fence.
+    /// in the schema): the live holders removed, and the fence; `None`
+    /// when it reached the server past `not_after_us` (nothing changed).
+    #[allow(clippy::too_many_arguments)] // one per parameter of the function
     pub async fn force_release(
         &self,
         connection: &PgConnection,
@@ -190,18 +197,21 @@ impl Statements {
         key: &str,
         channel: &str,
         retention_ms: i64,
+        not_after_us: i64,
         lock_timeout_ms: i64,
-    ) -> Result<(u32, u64), Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+    ) -> Result<Option<(u32, u64)>, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&namespace, Type::TEXT),
             (&key, Type::TEXT),
             (&channel, Type::TEXT),
             (&retention_ms, Type::INT8),
+            (&not_after_us, Type::INT8),
             (&lock_timeout_ms, Type::INT8),
         ];
         let reply: Vec<i64> = single(connection.query(&self.force_release, &params).await?)?;
         match reply[..] {
-            [removed, fence] => Ok((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64)),
+            [-1, 0] => Ok(None),
+            [removed, fence] => Ok(Some((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64))),
             _ => Err(unexpected("not a forced release's {removed, fence}")),
         }
     }

@@ -310,23 +310,29 @@ impl Store for RedisStore {
             .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
     }
 
+    async fn clock_us(&self, key: &str) -> Result<u64, Failure> {
+        let names = RedisKeys::new(&self.namespace, key);
+        let answer = self.connection().eval::<String>(&self.shared.scripted.scripts.clock, &[names.lock()], &[]).await?;
+        answer.value.parse().map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a clock reply of another shape"))))
+    }
+
     /// One script, sent under a fresh call id (see [`super::scripts`]'
-    /// `FORCE_RELEASE`: a resend or a late delivery of it changes nothing
-    /// more). With `replicaAcks`, the break waits for as many replicas as a
-    /// grant does: a failover to a replica that missed it would bring the
-    /// holders back.
-    async fn force_release(&self, key: &str, retention_ms: u64) -> Result<(u32, u64), Failure> {
+    /// `FORCE_RELEASE`: a resend, or a late delivery before its deadline,
+    /// changes nothing more). With `replicaAcks`, the break waits for as
+    /// many replicas as a grant does: a failover to a replica that missed it
+    /// would bring the holders back.
+    async fn force_release(&self, key: &str, retention_ms: u64, not_after_us: u64) -> Result<Option<(u32, u64)>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
         let breaks = names.breaks();
         let [lock, fence, waiting, kind, queue] = names.all();
         let keys = [lock, fence, waiting, kind, queue, &breaks];
         let id = owner_token().map_err(|err| Failure::Refused(Arc::new(std::io::Error::other(err.to_string()))))?;
-        let args: [&dyn ToRedisArgsRef; 3] = [&self.channel, &retention_ms, &id];
+        let args: [&dyn ToRedisArgsRef; 4] = [&self.channel, &retention_ms, &id, &not_after_us];
         let script = &self.shared.scripted.scripts.force_release;
         // A fence that must wait for the clock (within a second of a
         // restart or failover, see `next_fence!`) is tried again once the
         // clock has passed it, as a waiting acquire's would be.
-        for _ in 0..3 {
+        loop {
             let answer = self.connection().eval::<Vec<i64>>(script, &keys, &args).await?;
             match answer.value[..] {
                 [1, removed, fence] => {
@@ -341,15 +347,18 @@ impl Store for RedisStore {
                         }
                     }
                     self.shared.wake(names.lock());
-                    return Ok((removed as u32, fence as u64));
+                    return Ok(Some((removed as u32, fence as u64)));
                 }
                 [0, wait_ms] => tokio::time::sleep(Duration::from_millis(wait_ms.clamp(1, 1_000) as u64)).await,
-                _ => break,
+                [2] => return Ok(None),
+                [3] => {
+                    return Err(Failure::Refused(Arc::new(std::io::Error::other(
+                        "64 breaks of the key are still within their deadlines: try again in a few seconds",
+                    ))))
+                }
+                _ => return Err(Failure::Refused(Arc::new(std::io::Error::other("a forceRelease reply of another shape")))),
             }
         }
-        Err(Failure::Refused(Arc::new(std::io::Error::other(
-            "a forceRelease reply of another shape, or a fence that kept waiting for the clock",
-        ))))
     }
 
     async fn withdraw(&self, claim: &Claim, ticket: u64) {

@@ -197,9 +197,18 @@ impl<S: Store> StoreBackend<S> {
     }
 
     /// Removes every holder of `key` and raises its fence (see
-    /// [`crate::Backend::force_release`]): one call on the driver's runtime,
-    /// bounded by `commandTimeoutMs`, logged as a warning and reported
-    /// (`forced-release`).
+    /// [`crate::Backend::force_release`]), on the driver's runtime; logged
+    /// as a warning and reported (`forced-release`).
+    ///
+    /// The break runs only until a deadline on the store's clock, read
+    /// first: the longest a call may take (its reconnects and resends
+    /// included) and a second past that read. A
+    /// break whose answer was lost answers `OUTCOME_UNKNOWN` only once the
+    /// deadline passed, so that a break run again then (the operator's
+    /// retry) is never overtaken by the first: delivered late (by a proxy,
+    /// a pooler's queue, the driver's own resend), the first changes
+    /// nothing (review R52: it removed the holder granted after the retry's
+    /// break).
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {
         let core = self.core.clone();
         crate::key::validate(key, core.options.max_key_bytes as usize)?;
@@ -208,9 +217,29 @@ impl<S: Store> StoreBackend<S> {
         }
         let key = key.to_owned();
         let break_in = async move {
-            let retention_ms = core.terms().retention_ms;
-            let (removed, fence) =
-                core.store().force_release(&key, retention_ms).await.map_err(|failure| failure.into_error(S::NAME, "forceRelease"))?;
+            let store = core.store();
+            let budget = store.store_connection().longest_call() + Duration::from_secs(1);
+            let now_us = store.clock_us(&key).await.map_err(|failure| match failure {
+                // A read: no answer is a failure, not an unknown outcome.
+                Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "forceRelease"),
+                failure => failure.into_error(S::NAME, "forceRelease"),
+            })?;
+            let sent = tokio::time::Instant::now();
+            let not_after_us = now_us.saturating_add(budget.as_micros() as u64);
+            let (removed, fence) = match store.force_release(&key, core.terms().retention_ms, not_after_us).await {
+                Ok(Some(broken)) => broken,
+                Ok(None) => {
+                    return Err(LockError::new(
+                        ErrorCode::ProviderFailed,
+                        format!("forceRelease: the break reached {} after its deadline, so it changed nothing; run it again", S::NAME),
+                    ))
+                }
+                Err(Failure::Unknown(cause)) => {
+                    tokio::time::sleep_until(sent + budget).await;
+                    return Err(Failure::Unknown(cause).into_error(S::NAME, "forceRelease"));
+                }
+                Err(failure) => return Err(failure.into_error(S::NAME, "forceRelease")),
+            };
             core.log(
                 Level::Warn,
                 "LOCK_FORCE_RELEASED",
