@@ -466,10 +466,10 @@ export interface LockBackend {
    * withLock LEASE_LOST). Logged as a warning (LOCK_FORCE_RELEASED) and
    * published on `dokebi-lock:forced-release` (TelemetryPayloads). A
    * policy breaks the key on every member its rule allows. Rejects as
-   * inspect does, and with OUTCOME_UNKNOWN when the store's answer was lost,
-   * only once the lost call can no longer run (its deadline on the store's
-   * clock passed; run it again then, if inspect still shows the holder);
-   * INVALID_ARGUMENT on the file driver
+   * inspect does, and with OUTCOME_UNKNOWN when the store's answer was lost
+   * (run it again if inspect still shows the holder: the lost break,
+   * delivered late, changes nothing once the key was granted or broken
+   * since); INVALID_ARGUMENT on the file driver
    * (the kernel holds another process's lock) and on an app driver's
    * backend that gives no forceRelease of its own.
    */

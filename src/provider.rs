@@ -403,10 +403,10 @@ impl Backend {
     /// allows.
     ///
     /// Errors as [`Backend::inspect`]'s, and `OUTCOME_UNKNOWN` when the
-    /// store's answer was lost, given only once the lost call can no longer
-    /// run (its deadline on the store's clock passed: see
-    /// [`crate::store::StoreBackend::force_release`]); run it again then,
-    /// if `inspect` still shows the holder. The file
+    /// store's answer was lost: run it again if `inspect` still shows the
+    /// holder (a lost break delivered late changes nothing once the key was
+    /// granted or broken since: see
+    /// [`crate::store::StoreBackend::force_release`]). The file
     /// driver cannot take a lock the kernel holds for another process:
     /// `INVALID_ARGUMENT` there.
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {

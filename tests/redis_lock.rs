@@ -448,18 +448,24 @@ fn unix_socket_urls_work() {
     assert!(block_on(lease.release()).unwrap());
 }
 
-#[test]
-fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
-    use dokebi_lock::telemetry::TelemetryEvent;
-    let server = RedisServer::start();
+/// Hooks whose telemetry keeps every event, and the events.
+fn recording_events() -> (dokebi_lock::Hooks, Arc<Mutex<Vec<dokebi_lock::telemetry::TelemetryEvent>>>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     let hooks = dokebi_lock::Hooks {
         logger: support::recording_logger().0,
-        telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
+        telemetry: Some(Arc::new(move |event: &dokebi_lock::telemetry::TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
         host: None,
         extra_authorities: None,
     };
+    (hooks, events)
+}
+
+#[test]
+fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    let server = RedisServer::start();
+    let (hooks, events) = recording_events();
     let yaml = support::redis_yaml(&server.url(), "        leaseMs: 100\n        slowAcquireMs: 0\n", "        commandTimeoutMs: 90\n");
     let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
     block_on(async {
@@ -482,14 +488,7 @@ fn telemetry_reports_wait_timeouts_lost_leases_and_the_connection_coming_up() {
 fn telemetry_reports_a_forced_release_with_the_holders_removed_and_the_raised_fence_never_the_key() {
     use dokebi_lock::telemetry::TelemetryEvent;
     let server = RedisServer::start();
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
-    let hooks = dokebi_lock::Hooks {
-        logger: support::recording_logger().0,
-        telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))),
-        host: None,
-        extra_authorities: None,
-    };
+    let (hooks, events) = recording_events();
     let yaml = support::redis_yaml(&server.url(), "        leaseMs: 10000\n", "");
     let a = Provider::open_with(dokebi_lock::Options::from_yaml(&yaml).unwrap(), hooks).unwrap();
     block_on(async {

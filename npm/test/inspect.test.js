@@ -1,13 +1,10 @@
 // backend.inspect(key) through the JS API: what one provider holds and
 // waits for, read by another (two providers stand for two processes), on
 // every driver that can answer, against a private redis-server, the
-// machine's PostgreSQL and MariaDB; the file driver and an app driver
-// without inspect refuse it; a policy answers from the member that holds.
+// machine's PostgreSQL and MariaDB; a policy answers from the member that
+// holds (the file driver's and an app driver's refusal: force-release.test.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { openLock } from '../index.js';
 import { rejectsWith } from './helpers.js';
 import { useRedis } from './redis-server.js';
@@ -104,21 +101,5 @@ test('a policy answers from the member that holds the key', async () => {
   const held = await provider.backend('pick').inspect('k');
   assert.equal(held.backend, 'far');
   assert.equal(held.holders[0].fence, lease.fence);
-  await provider.close();
-});
-
-test('the file driver and an app driver without inspect refuse it', async (t) => {
-  const directory = mkdtempSync(join(tmpdir(), 'dokebi-inspect-'));
-  t.after(() => rmSync(directory, { recursive: true, force: true }));
-  const memory = async () => {
-    const inner = await openLock({ config: { 'dokebi-lock': { backends: { m: {} } } } });
-    return { view: { acquire: (key, options) => inner.backend('m').acquire(key, options) }, close: () => inner.close() };
-  };
-  const provider = await openLock({
-    config: { 'dokebi-lock': { backends: { files: { driver: 'file', directory: join(directory, 'locks') }, app: { driver: 'memory' } } } },
-    drivers: { memory },
-  });
-  await rejectsWith(provider.backend('files').inspect('k'), 'INVALID_ARGUMENT');
-  await rejectsWith(provider.backend('app').inspect('k'), 'INVALID_ARGUMENT');
   await provider.close();
 });

@@ -360,9 +360,11 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// as `_try` does (the key row kept `p_retention_ms`) and logs the key in
 /// `<table>_released` when it removed a holder and someone waits, as a
 /// release does (the marks stay). Answers `removed,fence`: the live holders
-/// removed, the fence; `-1,0`, nothing changed, once the clock is past
-/// `p_not_after` (µs: a call delivered late, after the driver gave up on
-/// it, review R52). Whoever holds the key once its row is locked: a read
+/// removed, the fence; `-1,0`, nothing changed, when the key's fence
+/// counter is no longer `p_expected`, what the driver read before (every
+/// grant and every break moves it: a call delivered late never removes a
+/// holder granted since its read, reviews R52 and R53). Whoever holds the
+/// key once its row is locked: a read
 /// of the holders first let a grant made before the break outlive it below
 /// its fence (review R51).
 const PROCEDURES: &[(&str, &str)] = &[
@@ -810,7 +812,7 @@ END"
     ),
     (
         "_force_release",
-        "CREATE PROCEDURE {force_release}(IN p_ns VARBINARY(255), IN p_key LONGTEXT CHARACTER SET ascii, IN p_retention_ms BIGINT, IN p_not_after BIGINT,
+        "CREATE PROCEDURE {force_release}(IN p_ns VARBINARY(255), IN p_key LONGTEXT CHARACTER SET ascii, IN p_retention_ms BIGINT, IN p_expected BIGINT,
   IN p_lock_wait_s INT)
   MODIFIES SQL DATA
 BEGIN
@@ -826,7 +828,9 @@ BEGIN
   -- this call waited for the row is seen by each statement below (READ
   -- COMMITTED), and its fence is below the one raised here.
   SET v_now = {clock};
-  IF v_now > p_not_after THEN
+  -- The counter moved since the driver read it (NULL: no row then, which
+  -- lock made with 0): a grant or a break came in between.
+  IF (SELECT fence FROM {keys} WHERE ns = p_ns AND k = v_k) <> COALESCE(p_expected, 0) THEN
     {leave}
     SELECT '-1,0';
   ELSE

@@ -125,27 +125,32 @@ impl Statements {
         single(connection.query(&self.owners_call("_withdraw", owner, None)).await?)
     }
 
-    /// The server's clock in microseconds since the epoch.
-    pub async fn clock_us(&self, connection: &MysqlConnection) -> Result<i64, Failure> {
-        single(connection.query(&format!("SELECT {CLOCK}")).await?)
+    /// The fence counter of the key whose stored name is `key` (hex;
+    /// `None`: no row).
+    pub async fn fence_counter(&self, connection: &MysqlConnection, namespace: &str, key: &str) -> Result<Option<i64>, Failure> {
+        let sql = format!("SELECT (SELECT fence FROM {} WHERE ns = X'{namespace}' AND k = X'{key}')", self.table.name(""));
+        match connection.query(&sql).await?.into_iter().next().flatten() {
+            Some(counter) => counter.parse().map(Some).map_err(|_| refused("not a fence counter")),
+            None => Ok(None),
+        }
     }
 
     /// Removes every holder of the key whose stored name is `key` (hex),
     /// raises its fence (kept `retention_ms`) and logs it for the waiters
     /// (see `_force_release` in the schema): the live holders removed, and
-    /// the fence; `None` when it reached the server past `not_after_us`
-    /// (nothing changed).
+    /// the fence; `None` when the counter is no longer `expected` (nothing
+    /// changed).
     pub async fn force_release(
         &self,
         connection: &MysqlConnection,
         namespace: &str,
         key: &str,
         retention_ms: u64,
-        not_after_us: u64,
+        expected: Option<u64>,
         lock_wait_s: u64,
     ) -> Result<Option<(u32, u64)>, Failure> {
-        let sql =
-            format!("CALL {}(X'{namespace}', '{key}', {retention_ms}, {not_after_us}, {lock_wait_s})", self.table.name("_force_release"));
+        let expected = expected.map_or_else(|| "NULL".to_owned(), |counter| counter.to_string());
+        let sql = format!("CALL {}(X'{namespace}', '{key}', {retention_ms}, {expected}, {lock_wait_s})", self.table.name("_force_release"));
         match numbers(connection.query(&sql).await?)?[..] {
             [-1, 0] => Ok(None),
             [removed, fence] => Ok(Some((u32::try_from(removed).unwrap_or(u32::MAX), fence as u64))),

@@ -389,16 +389,20 @@ impl Store for MysqlStore {
         read
     }
 
-    async fn clock_us(&self, _key: &str) -> Result<u64, Failure> {
-        Ok(self.statements.clock_us(self.connection()).await?.max(0) as u64)
+    /// Installs the tables first when they are missing, as a take would:
+    /// the break that follows needs them.
+    async fn fence_counter(&self, key: &str) -> Result<Option<u64>, Failure> {
+        self.ensure().await?;
+        let counter = self.statements.fence_counter(self.connection(), &self.namespace, &hex(&stored(key))).await?;
+        Ok(counter.map(|counter| counter.max(0) as u64))
     }
 
-    async fn force_release(&self, key: &str, retention_ms: u64, not_after_us: u64) -> Result<Option<(u32, u64)>, Failure> {
+    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
         self.ensure().await?;
         let key = hex(&stored(key));
         let forced = self
             .statements
-            .force_release(self.connection(), &self.namespace, &key, retention_ms, not_after_us, self.lock_wait_s())
+            .force_release(self.connection(), &self.namespace, &key, retention_ms, expected, self.lock_wait_s())
             .await
             .map_err(|failure| self.noticed(failure))?;
         // This process's own waiters need not wait for its poller to read

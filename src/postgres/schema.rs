@@ -435,9 +435,11 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// key row kept `retention_ms`) and announces the key on `channel` as
 /// `give_back` does when it removed a holder and someone waits (the marks
 /// stay). Answers `{live holders removed, fence}`, or `{-1, 0}` with
-/// nothing changed once the clock is past `p_not_after_us` (a call
-/// delivered late, by a pooler's queue or a proxy, after the driver gave up
-/// on it: see `StoreBackend::force_release`, review R52). Whoever holds the
+/// nothing changed when the key's fence counter is no longer `p_expected`,
+/// what the driver read before (every grant and every break moves it): a
+/// call delivered late, by a pooler's queue or a proxy, never removes a
+/// holder granted since its read (see `StoreBackend::force_release`,
+/// reviews R52 and R53). Whoever holds the
 /// key once its row is locked: a read of the holders first, then a break
 /// of those, let a grant made between the two outlive the break below its
 /// fence (review R51). As durable as a grant: a crash that lost it would
@@ -810,7 +812,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {force_release}(p_ns text, p_key text, p_channel text, p_retention_ms bigint, p_not_after_us bigint,
+CREATE OR REPLACE FUNCTION {force_release}(p_ns text, p_key text, p_channel text, p_retention_ms bigint, p_expected bigint,
   p_lock_timeout_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -830,7 +832,9 @@ BEGIN
   -- below (READ COMMITTED), and its fence is below the one raised here.
   now_ts := clock_timestamp();
   clock_us := floor(extract(epoch FROM now_ts) * 1000000)::bigint;
-  IF clock_us > p_not_after_us THEN
+  -- The counter moved since the driver read it (NULL: no row then, which
+  -- lock_keys made with 0): a grant or a break came in between.
+  IF (SELECT fence FROM {keys} WHERE namespace = p_ns AND key = p_key) <> coalesce(p_expected, 0) THEN
     RETURN ARRAY[-1, 0];
   END IF;
   retain_until := 'epoch'::timestamptz + ((clock_us + p_retention_ms * 1000) / bucket_us + 1) * bucket_us * interval '1 microsecond';

@@ -19,6 +19,7 @@ pub(crate) struct Statements {
     withdraw: String,
     hand_over: String,
     force_release: String,
+    fence_counter: String,
     inspect: String,
     /// The keys table's name, quoted, for `to_regclass`.
     keys: String,
@@ -78,6 +79,7 @@ impl Statements {
             withdraw: format!("SELECT {}($1, $2, $3, $4, $5)", table.name("_withdraw")),
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
             force_release: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_force_release")),
+            fence_counter: format!("SELECT fence FROM {} WHERE namespace = $1 AND key = $2", table.name("")),
             // A read of the tables, no function: one row (an aggregate
             // without GROUP BY has one even when no holder matches).
             inspect: format!(
@@ -180,15 +182,17 @@ impl Statements {
         single(connection.query(&self.withdraw, &params).await?)
     }
 
-    /// The server's clock in microseconds since the epoch.
-    pub async fn clock_us(&self, connection: &PgConnection) -> Result<i64, Failure> {
-        single(connection.query("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint", &[]).await?)
+    /// The fence counter of `key` (`None`: no row).
+    pub async fn fence_counter(&self, connection: &PgConnection, namespace: &str, key: &str) -> Result<Option<i64>, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&namespace, Type::TEXT), (&key, Type::TEXT)];
+        let rows = connection.query(&self.fence_counter, &params).await?;
+        rows.first().map(|row| row.try_get(0).map_err(|err| Failure::Refused(std::sync::Arc::new(err)))).transpose()
     }
 
     /// Removes every holder of `key`, raises its fence (kept
     /// `retention_ms`) and announces it on `channel` (see `force_release`
     /// in the schema): the live holders removed, and the fence; `None`
-    /// when it reached the server past `not_after_us` (nothing changed).
+    /// when the counter is no longer `expected` (nothing changed).
     #[allow(clippy::too_many_arguments)] // one per parameter of the function
     pub async fn force_release(
         &self,
@@ -197,7 +201,7 @@ impl Statements {
         key: &str,
         channel: &str,
         retention_ms: i64,
-        not_after_us: i64,
+        expected: Option<i64>,
         lock_timeout_ms: i64,
     ) -> Result<Option<(u32, u64)>, Failure> {
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
@@ -205,7 +209,7 @@ impl Statements {
             (&key, Type::TEXT),
             (&channel, Type::TEXT),
             (&retention_ms, Type::INT8),
-            (&not_after_us, Type::INT8),
+            (&expected, Type::INT8),
             (&lock_timeout_ms, Type::INT8),
         ];
         let reply: Vec<i64> = single(connection.query(&self.force_release, &params).await?)?;

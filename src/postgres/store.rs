@@ -282,17 +282,20 @@ impl Store for PostgresStore {
         read
     }
 
-    async fn clock_us(&self, _key: &str) -> Result<u64, Failure> {
-        Ok(self.statements.clock_us(self.connection()).await?.max(0) as u64)
+    /// Installs the tables first when they are missing, as a take would:
+    /// the break that follows needs them.
+    async fn fence_counter(&self, key: &str) -> Result<Option<u64>, Failure> {
+        self.ensure().await?;
+        Ok(self.statements.fence_counter(self.connection(), &self.namespace, key).await?.map(|counter| counter.max(0) as u64))
     }
 
-    async fn force_release(&self, key: &str, retention_ms: u64, not_after_us: u64) -> Result<Option<(u32, u64)>, Failure> {
+    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
         self.ensure().await?;
         let (namespace, lock_timeout_ms) = (&self.namespace, self.lock_timeout_ms());
-        let not_after_us = i64::try_from(not_after_us).unwrap_or(i64::MAX);
+        let expected = expected.map(|counter| i64::try_from(counter).unwrap_or(i64::MAX));
         let forced = self
             .statements
-            .force_release(self.connection(), namespace, key, &self.channel, millis(retention_ms), not_after_us, lock_timeout_ms)
+            .force_release(self.connection(), namespace, key, &self.channel, millis(retention_ms), expected, lock_timeout_ms)
             .await?;
         // This process's own waiters need no round trip through the
         // server's NOTIFY, as after a give-back.

@@ -9,9 +9,7 @@
 //! and, while a writer or a counted request waits,
 //! `<namespace>:lock-queue:{<digest>}` (their marks); with `replicaAcks`
 //! on a Cluster, `<namespace>:lock-acks:{<digest>}` for a second after a
-//! grant or renewal (what its `WAIT` writes); after a forced release,
-//! `<namespace>:lock-breaks:{<digest>}` for a minute. Every one of them has
-//! a TTL.
+//! grant or renewal (what its `WAIT` writes). Every one of them has a TTL.
 //! The digest is the first 132 bits of SHA-256 of the key in 22 base64url
 //! characters (`A-Z a-z 0-9 - _`); in braces it is a hash tag: Redis Cluster
 //! puts the names of one user key in one slot, so one script can touch them
@@ -90,26 +88,13 @@ impl RedisKeys {
     /// `<namespace>:lock-acks:{<digest>}`, in the names' slot: what a
     /// `WAIT` for `replicaAcks` publishes on (on a Cluster, sets) first, so
     /// it counts from past the script's write (see
-    /// `RedisConnection::wait_for_replicas`).
+    /// `RedisConnection::wait_for_replicas`). Built from
+    /// the lock name's parts: a namespace may itself hold `:lock:{`.
     pub fn acks(&self) -> String {
-        self.beside("lock-acks")
-    }
-
-    /// `<namespace>:lock-breaks:{<digest>}`, in the names' slot: the key's
-    /// recent breaks (`Backend::force_release`), a hash of each break's call
-    /// id and its answer, kept a minute after the last (see the script
-    /// `FORCE_RELEASE`).
-    pub fn breaks(&self) -> String {
-        self.beside("lock-breaks")
-    }
-
-    /// `<namespace>:<kind>:{<digest>}`: a name made only when needed, built
-    /// from the lock name's parts (a namespace may itself hold `:lock:{`).
-    fn beside(&self, kind: &str) -> String {
         let lock = self.lock();
         let namespace = &lock[..lock.len() - INFIXES[0].len() - DIGEST_CHARS - 1];
         let digest = &lock[lock.len() - DIGEST_CHARS - 1..lock.len() - 1];
-        format!("{namespace}:{kind}:{{{digest}}}")
+        format!("{namespace}:lock-acks:{{{digest}}}")
     }
 
     fn name(&self, i: usize) -> &str {

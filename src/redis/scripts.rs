@@ -1458,56 +1458,34 @@ return reply
 /// is free as at a lease's end, and each waiter's next try takes it or
 /// queues again).
 ///
-/// Each break carries its call's id and a deadline on the server's clock
-/// (`not_after`, see `StoreBackend::force_release`): past it the script
-/// changes nothing and answers so, and until it the key's breaks name
-/// keeps the id's answer (a hash of `id -> removed:fence:not_after_ms`,
-/// kept until its last deadline): a run that finds its id there changes
-/// nothing and answers as the first did. So the driver's resend after a
-/// lost connection, or a call a proxy delivers late, removes nothing
-/// granted since (reviews R50 and R52: each removed the holder granted
-/// after the first run). At most 64 ids are kept: a break finding 64 whose
-/// deadlines have not passed is refused (`{3}`), nothing written. Not a
-/// read of the holders first and a break of those: a grant between the two
-/// would outlive the break below its fence (review R51).
+/// Only while the fence counter is still the one the driver read (ARGV[3],
+/// empty for none, see [`FENCE_COUNTER`]): every grant and every break
+/// moves it, so a break sent again after a lost connection, or delivered
+/// late by a proxy, changes nothing once anyone was granted or broke the
+/// key since its read (reviews R50, R52, R53: each removed a holder granted
+/// after the first run). Not a read of the holders and a break of those: a
+/// grant between the two would outlive the break below its fence (review
+/// R51); here it moves the counter, and the driver reads again.
 ///
-/// The counter is raised first, so that a fence that must wait for the
-/// clock leaves the holders as they were; the removal is replicated
-/// (`next_fence!` leaves replication off), or a promoted replica would
-/// bring the holders back.
-/// KEYS: lock, fence, waiting, kind, queue, breaks. ARGV: channel,
-/// fenceRetentionMs, the call's id, not_after (µs). Returns `{1, removed,
-/// fence}`; `{0, ms}` when the fence must wait `ms` for the server's clock;
-/// `{2}` past the deadline; `{3}` when 64 breaks of the key are in flight
-/// (the last three with nothing written).
+/// The counter is raised before anything is removed, so that a fence that
+/// must wait for the clock leaves the holders as they were; the removal is
+/// replicated (`next_fence!` leaves replication off), or a promoted replica
+/// would bring the holders back.
+/// KEYS: lock, fence, waiting, kind, queue. ARGV: channel,
+/// fenceRetentionMs, the counter read. Returns `{1, removed, fence}`;
+/// `{0, ms}` when the fence must wait `ms` for the server's clock; `{2}`
+/// when the counter moved (the last two with nothing written).
 const FORCE_RELEASE: &str = concat!(
     reserve_fences!(),
     refused_writes!(),
     r"
-local done = redis.call('HGET', KEYS[6], ARGV[3])
-if done then
-  local removed, fence = string.match(done, '^(%d+):(%d+):')
-  return {1, tonumber(removed), tonumber(fence)}
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3] then
+  return {2}
 end
 local now = redis.call('TIME')
 local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
 local clock_n = tonumber(clock)
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if clock_n > tonumber(ARGV[4]) then
-  return {2}
-end
-local not_after_ms = math.floor(tonumber(ARGV[4]) / 1000) + 1
-if redis.call('HLEN', KEYS[6]) >= 64 then
-  local kept = redis.call('HGETALL', KEYS[6])
-  for n = 1, #kept, 2 do
-    if tonumber(string.match(kept[n + 1], ':(%d+)$')) < now_ms then
-      redis.call('HDEL', KEYS[6], kept[n])
-    end
-  end
-  if redis.call('HLEN', KEYS[6]) >= 64 then
-    return {3}
-  end
-end
 local fence_key, retention = KEYS[2], ARGV[2]
 ",
     next_fence!("", "    return {0, wait_ms}\n"),
@@ -1532,20 +1510,18 @@ end
 if removed > 0 and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
   redis.call('PUBLISH', ARGV[1], KEYS[1])
 end
-redis.call('HSET', KEYS[6], ARGV[3], removed .. ':' .. string.format('%.0f', fence) .. ':' .. string.format('%.0f', not_after_ms))
-local keep = not_after_ms - now_ms
-if redis.call('PTTL', KEYS[6]) < keep then
-  redis.call('PEXPIRE', KEYS[6], keep)
-end
 return {1, removed, fence}
 "
 );
 
-/// The server's clock in microseconds since the epoch, as a decimal
-/// string (a read; KEYS: a name of the key, for a Cluster's routing).
-const CLOCK: &str = r"
-local now = redis.call('TIME')
-return now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+/// A key's fence counter as [`FORCE_RELEASE`] compares it: its value, or
+/// empty when there is none (a read; KEYS: fence).
+const FENCE_COUNTER: &str = r"
+local counter = redis.pcall('GET', KEYS[1])
+if type(counter) == 'table' and counter.err then
+  return redis.error_reply('ERR a fence counter is not a string')
+end
+return counter or ''
 ";
 
 /// The scripts, hashed once per connection.
@@ -1559,7 +1535,7 @@ pub(crate) struct Scripts {
     pub kinds_handoff: Script,
     pub kinds_withdraw: Script,
     pub inspect: Script,
-    pub clock: Script,
+    pub fence_counter: Script,
     pub force_release: Script,
 }
 
@@ -1575,7 +1551,7 @@ impl Scripts {
             kinds_handoff: Script::new(KINDS_HANDOFF),
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
             inspect: Script::new(INSPECT),
-            clock: Script::new(CLOCK),
+            fence_counter: Script::new(FENCE_COUNTER),
             force_release: Script::new(FORCE_RELEASE),
         }
     }

@@ -310,30 +310,33 @@ impl Store for RedisStore {
             .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
     }
 
-    async fn clock_us(&self, key: &str) -> Result<u64, Failure> {
+    async fn fence_counter(&self, key: &str) -> Result<Option<u64>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
-        let answer = self.connection().eval::<String>(&self.shared.scripted.scripts.clock, &[names.lock()], &[]).await?;
-        answer.value.parse().map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a clock reply of another shape"))))
+        let [_, fence, ..] = names.all();
+        let counter = self.connection().eval::<String>(&self.shared.scripted.scripts.fence_counter, &[fence], &[]).await?.value;
+        if counter.is_empty() {
+            return Ok(None);
+        }
+        counter.parse().map(Some).map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a fence counter that is not a number"))))
     }
 
-    /// One script, sent under a fresh call id (see [`super::scripts`]'
-    /// `FORCE_RELEASE`: a resend, or a late delivery before its deadline,
-    /// changes nothing more). With `replicaAcks`, the break waits for as
-    /// many replicas as a grant does: a failover to a replica that missed it
-    /// would bring the holders back.
-    async fn force_release(&self, key: &str, retention_ms: u64, not_after_us: u64) -> Result<Option<(u32, u64)>, Failure> {
+    /// One script (see [`super::scripts`]' `FORCE_RELEASE`). A break whose
+    /// first attempt was lost with its connection and whose resend found
+    /// the counter moved may have run (the first attempt moves it): that is
+    /// an unknown outcome, not a key granted again. With `replicaAcks`, the
+    /// break waits for as many replicas as a grant does: a failover to a
+    /// replica that missed it would bring the holders back.
+    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
-        let breaks = names.breaks();
-        let [lock, fence, waiting, kind, queue] = names.all();
-        let keys = [lock, fence, waiting, kind, queue, &breaks];
-        let id = owner_token().map_err(|err| Failure::Refused(Arc::new(std::io::Error::other(err.to_string()))))?;
-        let args: [&dyn ToRedisArgsRef; 4] = [&self.channel, &retention_ms, &id, &not_after_us];
+        let expected = expected.map_or_else(String::new, |counter| counter.to_string());
+        let args: [&dyn ToRedisArgsRef; 3] = [&self.channel, &retention_ms, &expected];
         let script = &self.shared.scripted.scripts.force_release;
         // A fence that must wait for the clock (within a second of a
         // restart or failover, see `next_fence!`) is tried again once the
-        // clock has passed it, as a waiting acquire's would be.
+        // clock has passed it, as a waiting acquire's would be: nothing
+        // was written, so the counter is still the one read.
         loop {
-            let answer = self.connection().eval::<Vec<i64>>(script, &keys, &args).await?;
+            let answer = self.connection().eval::<Vec<i64>>(script, &names.all(), &args).await?;
             match answer.value[..] {
                 [1, removed, fence] => {
                     if self.replica_acks > 0 {
@@ -350,12 +353,7 @@ impl Store for RedisStore {
                     return Ok(Some((removed as u32, fence as u64)));
                 }
                 [0, wait_ms] => tokio::time::sleep(Duration::from_millis(wait_ms.clamp(1, 1_000) as u64)).await,
-                [2] => return Ok(None),
-                [3] => {
-                    return Err(Failure::Refused(Arc::new(std::io::Error::other(
-                        "64 breaks of the key are still within their deadlines: try again in a few seconds",
-                    ))))
-                }
+                [2] => return answer.first_attempt_lost.map_or(Ok(None), |cause| Err(Failure::Unknown(cause))),
                 _ => return Err(Failure::Refused(Arc::new(std::io::Error::other("a forceRelease reply of another shape")))),
             }
         }

@@ -21,6 +21,10 @@ use crate::options::StoreOptions;
 use crate::status::LeaseCounts;
 use crate::telemetry::{Shape, Telemetry};
 
+/// How many times a forced release reads the key's fence counter and tries
+/// its break before it gives up on a key granted again each time.
+const BREAK_TRIES: usize = 10;
+
 /// A backend whose leases live in a store (Redis), shared by every process
 /// that uses the same store and namespace. Cheap to clone.
 ///
@@ -200,15 +204,16 @@ impl<S: Store> StoreBackend<S> {
     /// [`crate::Backend::force_release`]), on the driver's runtime; logged
     /// as a warning and reported (`forced-release`).
     ///
-    /// The break runs only until a deadline on the store's clock, read
-    /// first: the longest a call may take (its reconnects and resends
-    /// included) and a second past that read. A
-    /// break whose answer was lost answers `OUTCOME_UNKNOWN` only once the
-    /// deadline passed, so that a break run again then (the operator's
-    /// retry) is never overtaken by the first: delivered late (by a proxy,
-    /// a pooler's queue, the driver's own resend), the first changes
-    /// nothing (review R52: it removed the holder granted after the retry's
-    /// break).
+    /// A read of the key's fence counter, then a break that runs only
+    /// while the counter is still what was read (every grant moves it, and
+    /// so does every break). So a break delivered late (by a proxy, a
+    /// pooler's queue) or sent again (the Redis transport's resend after a
+    /// lost connection) changes nothing once anyone was granted the key or
+    /// broke it since its read: it never removes a holder granted after the
+    /// operator's retry (reviews R50, R52, R53), whatever the clocks do. A
+    /// grant between the read and the break makes the break read again and
+    /// retry, so that holder is removed too (review R51), up to
+    /// ten times.
     pub async fn force_release(&self, key: &str) -> Result<ForcedRelease> {
         let core = self.core.clone();
         crate::key::validate(key, core.options.max_key_bytes as usize)?;
@@ -218,35 +223,28 @@ impl<S: Store> StoreBackend<S> {
         let key = key.to_owned();
         let break_in = async move {
             let store = core.store();
-            let budget = store.store_connection().longest_call() + Duration::from_secs(1);
-            let now_us = store.clock_us(&key).await.map_err(|failure| match failure {
-                // A read: no answer is a failure, not an unknown outcome.
-                Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "forceRelease"),
-                failure => failure.into_error(S::NAME, "forceRelease"),
-            })?;
-            let sent = tokio::time::Instant::now();
-            let not_after_us = now_us.saturating_add(budget.as_micros() as u64);
-            let (removed, fence) = match store.force_release(&key, core.terms().retention_ms, not_after_us).await {
-                Ok(Some(broken)) => broken,
-                Ok(None) => {
-                    return Err(LockError::new(
-                        ErrorCode::ProviderFailed,
-                        format!("forceRelease: the break reached {} after its deadline, so it changed nothing; run it again", S::NAME),
-                    ))
-                }
-                Err(Failure::Unknown(cause)) => {
-                    tokio::time::sleep_until(sent + budget).await;
-                    return Err(Failure::Unknown(cause).into_error(S::NAME, "forceRelease"));
-                }
-                Err(failure) => return Err(failure.into_error(S::NAME, "forceRelease")),
-            };
-            core.log(
-                Level::Warn,
-                "LOCK_FORCE_RELEASED",
-                format!("a key was force-released: {removed} holder(s) removed, its fence raised to {fence}"),
-            );
-            core.reporter.forced_release(removed, Some(fence));
-            Ok(ForcedRelease { backend: core.name.clone(), removed, fence: Some(fence) })
+            for _ in 0..BREAK_TRIES {
+                let expected = store.fence_counter(&key).await.map_err(|failure| match failure {
+                    // A read: no answer is a failure, not an unknown outcome.
+                    Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "forceRelease"),
+                    failure => failure.into_error(S::NAME, "forceRelease"),
+                })?;
+                let broken = store.force_release(&key, core.terms().retention_ms, expected).await;
+                let Some((removed, fence)) = broken.map_err(|failure| failure.into_error(S::NAME, "forceRelease"))? else {
+                    continue;
+                };
+                core.log(
+                    Level::Warn,
+                    "LOCK_FORCE_RELEASED",
+                    format!("a key was force-released: {removed} holder(s) removed, its fence raised to {fence}"),
+                );
+                core.reporter.forced_release(removed, Some(fence));
+                return Ok(ForcedRelease { backend: core.name.clone(), removed, fence: Some(fence) });
+            }
+            Err(LockError::new(
+                ErrorCode::ProviderFailed,
+                format!("forceRelease: the key was granted again between each read and break ({BREAK_TRIES} tries); run it again"),
+            ))
         };
         self.core.spawner().run(break_in).await
     }

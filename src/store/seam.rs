@@ -120,22 +120,23 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// one read that changes nothing, its `backend` left for the caller.
     fn inspect(&self, key: &str) -> impl Future<Output = Result<Inspection, Failure>> + Send;
 
-    /// The store's clock now, in microseconds since the epoch, as the
-    /// server that keeps `key` reads it (a read).
-    fn clock_us(&self, key: &str) -> impl Future<Output = Result<u64, Failure>> + Send;
+    /// The fence counter of `key` now (a read): `None` where the store
+    /// keeps none.
+    fn fence_counter(&self, key: &str) -> impl Future<Output = Result<Option<u64>, Failure>> + Send;
 
     /// Removes every holder of `key` (see [`crate::Backend::force_release`])
     /// and raises its fence counter above every fence it granted, kept
     /// `retention_ms`, in one call that tells waiters in every process:
     /// how many live holders it removed, and the counter as raised. Only
-    /// while the store's clock is at most `not_after_us`: `None` when the
-    /// call reached it later (nothing changed), so that a call delivered
-    /// late cannot break a holder granted after the caller gave up on it.
+    /// while the counter is still `expected` (as [`Store::fence_counter`]
+    /// read it; every grant, and every break, moves it): `None`, nothing
+    /// changed, when it moved, so that a break delivered late, or sent
+    /// again, never removes a holder granted after its read.
     fn force_release(
         &self,
         key: &str,
         retention_ms: u64,
-        not_after_us: u64,
+        expected: Option<u64>,
     ) -> impl Future<Output = Result<Option<(u32, u64)>, Failure>> + Send;
 
     /// Takes back the marks a waiting try left under `ticket` (best effort).
@@ -171,11 +172,6 @@ pub trait StoreConnection: Send + Sync + 'static {
     fn is_notified(&self) -> bool;
 
     fn command_timeout(&self) -> Duration;
-
-    /// The longest one call may take from its start, its reconnects and
-    /// resends included (from `connectTimeoutMs` and `commandTimeoutMs`):
-    /// after it, nothing of the call is on its way from this process.
-    fn longest_call(&self) -> Duration;
 
     /// True once the connection shut down (nothing more can reach it).
     fn is_shut_down(&self) -> bool;

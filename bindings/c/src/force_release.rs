@@ -28,12 +28,11 @@ pub struct dokebi_lock_forced_release {
 /// it at its next call to the store (its renewal or release is
 /// `LEASE_LOST`); a local one at once. Logged as a warning
 /// (`LOCK_FORCE_RELEASED`). A policy breaks the key on every member its
-/// rule allows. It blocks the calling thread for a clock read and the
-/// break, at most `connectTimeoutMs + commandTimeoutMs` each, and, when the
-/// break's answer was lost, until the break can no longer run (its
-/// deadline on the store's clock, a second past that). `INVALID_KEY`,
-/// `CLOSED`, `PROVIDER_FAILED`, `OUTCOME_UNKNOWN` (the store's answer was
-/// lost: call it again if inspect still shows the holder);
+/// rule allows. It blocks the calling thread for a read of the key's fence
+/// counter and the break (again, up to 10 times, while the key is granted
+/// in between). `INVALID_KEY`, `CLOSED`, `PROVIDER_FAILED`,
+/// `OUTCOME_UNKNOWN` (the store's answer was lost: call it again if
+/// inspect still shows the holder);
 /// `INVALID_ARGUMENT` on the file driver, which cannot take a
 /// lock the kernel holds for another process, and on the driver's own
 /// thread.

@@ -419,11 +419,6 @@ impl StoreConnection for MysqlConnection {
         self.command_timeout
     }
 
-    fn longest_call(&self) -> Duration {
-        // A call is never sent again on its own: one connect, one command.
-        self.connect_timeout + self.command_timeout
-    }
-
     /// True once [`MysqlConnection::shut_down`] ran.
     fn is_shut_down(&self) -> bool {
         self.stopped.load(Ordering::Acquire)

@@ -1163,19 +1163,6 @@ impl StoreConnection for RedisConnection {
         self.command_timeout
     }
 
-    fn longest_call(&self) -> Duration {
-        // docs/redis.md, `commandTimeoutMs`: a command, its reconnects and
-        // resends end within a connect and a command time; on a Cluster
-        // whose node's connect failed, that much more, twice behind
-        // another command's slot map fetch.
-        let one = self.connect_timeout + self.command_timeout;
-        if self.topology.cluster().is_some() {
-            one * 3
-        } else {
-            one
-        }
-    }
-
     /// True once [`RedisConnection::shut_down`] was called.
     fn is_shut_down(&self) -> bool {
         *self.stop.borrow()
