@@ -390,8 +390,10 @@ impl Store for MysqlStore {
     }
 
     /// Installs the tables first when they are missing, as a take would:
-    /// the break that follows needs them.
-    async fn fence_counter(&self, key: &str) -> Result<Option<u64>, Failure> {
+    /// the break that follows needs them. A key row is never cleaned up
+    /// while its key is held, so "no row" read here cannot come back
+    /// beside a holder granted since.
+    async fn fence_counter(&self, key: &str, _retention_ms: u64) -> Result<Option<u64>, Failure> {
         self.ensure().await?;
         let counter = self.statements.fence_counter(self.connection(), &self.namespace, &hex(&stored(key))).await?;
         Ok(counter.map(|counter| counter.max(0) as u64))

@@ -1459,7 +1459,8 @@ return reply
 /// queues again).
 ///
 /// Only while the fence counter is still the one the driver read (ARGV[3],
-/// empty for none, see [`FENCE_COUNTER`]): every grant and every break
+/// see [`FENCE_COUNTER`], which makes one where there was none): every
+/// grant and every break
 /// moves it, so a break sent again after a lost connection, or delivered
 /// late by a proxy, changes nothing once anyone was granted or broke the
 /// key since its read (reviews R50, R52, R53: each removed a holder granted
@@ -1479,7 +1480,7 @@ const FORCE_RELEASE: &str = concat!(
     reserve_fences!(),
     refused_writes!(),
     r"
-if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3] then
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return {2}
 end
 local now = redis.call('TIME')
@@ -1514,15 +1515,33 @@ return {1, removed, fence}
 "
 );
 
-/// A key's fence counter as [`FORCE_RELEASE`] compares it: its value, or
-/// empty when there is none (a read; KEYS: fence).
-const FENCE_COUNTER: &str = r"
+/// A key's fence counter as [`FORCE_RELEASE`] compares it; a key without
+/// one gets one first, as a grant from the clock would raise it (the fence
+/// the clock gives, reserved as `reserve` does, no holder), so that what the
+/// break compares with is never "none": a counter can expire while its key
+/// is held (`fenceRetentionMs` below the lease), and a break that read
+/// "none" and came late would have found "none" again then, beside a
+/// holder granted after its read. A value once read never comes back: the
+/// counter only grows, and once expired it is made again from a later
+/// clock.
+/// KEYS: fence. ARGV: fenceRetentionMs. Returns the counter (a string).
+const FENCE_COUNTER: &str = concat!(
+    reserve_fences!(),
+    r"
 local counter = redis.pcall('GET', KEYS[1])
 if type(counter) == 'table' and counter.err then
   return redis.error_reply('ERR a fence counter is not a string')
 end
-return counter or ''
-";
+if counter then
+  return counter
+end
+local now = redis.call('TIME')
+local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+reserve(KEYS[1], tonumber(clock), ARGV[1])
+redis.set_repl(redis.REPL_ALL)
+return clock
+"
+);
 
 /// The scripts, hashed once per connection.
 pub(crate) struct Scripts {

@@ -310,13 +310,11 @@ impl Store for RedisStore {
             .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
     }
 
-    async fn fence_counter(&self, key: &str) -> Result<Option<u64>, Failure> {
+    async fn fence_counter(&self, key: &str, retention_ms: u64) -> Result<Option<u64>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
         let [_, fence, ..] = names.all();
-        let counter = self.connection().eval::<String>(&self.shared.scripted.scripts.fence_counter, &[fence], &[]).await?.value;
-        if counter.is_empty() {
-            return Ok(None);
-        }
+        let script = &self.shared.scripted.scripts.fence_counter;
+        let counter = self.connection().eval::<String>(script, &[fence], &[&retention_ms]).await?.value;
         counter.parse().map(Some).map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a fence counter that is not a number"))))
     }
 
@@ -328,6 +326,7 @@ impl Store for RedisStore {
     /// replica that missed it would bring the holders back.
     async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
+        // `fence_counter` always answers one here (it makes one).
         let expected = expected.map_or_else(String::new, |counter| counter.to_string());
         let args: [&dyn ToRedisArgsRef; 3] = [&self.channel, &retention_ms, &expected];
         let script = &self.shared.scripted.scripts.force_release;

@@ -224,8 +224,8 @@ impl<S: Store> StoreBackend<S> {
         let break_in = async move {
             let store = core.store();
             for _ in 0..BREAK_TRIES {
-                let expected = store.fence_counter(&key).await.map_err(|failure| match failure {
-                    // A read: no answer is a failure, not an unknown outcome.
+                let expected = store.fence_counter(&key, core.terms().retention_ms).await.map_err(|failure| match failure {
+                    // Nothing held changes: no answer is a failure, not an unknown outcome.
                     Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "forceRelease"),
                     failure => failure.into_error(S::NAME, "forceRelease"),
                 })?;

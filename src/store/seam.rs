@@ -120,9 +120,10 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// one read that changes nothing, its `backend` left for the caller.
     fn inspect(&self, key: &str) -> impl Future<Output = Result<Inspection, Failure>> + Send;
 
-    /// The fence counter of `key` now (a read): `None` where the store
-    /// keeps none.
-    fn fence_counter(&self, key: &str) -> impl Future<Output = Result<Option<u64>, Failure>> + Send;
+    /// The fence counter of `key` now, kept `retention_ms` (a read, but for
+    /// a store that makes one where there is none: see the Redis driver's):
+    /// `None` where the store keeps none.
+    fn fence_counter(&self, key: &str, retention_ms: u64) -> impl Future<Output = Result<Option<u64>, Failure>> + Send;
 
     /// Removes every holder of `key` (see [`crate::Backend::force_release`])
     /// and raises its fence counter above every fence it granted, kept
