@@ -1469,9 +1469,14 @@ return reply
 /// R51); here it moves the counter, and the driver reads again.
 ///
 /// The counter is raised before anything is removed, so that a fence that
-/// must wait for the clock leaves the holders as they were; the removal is
-/// replicated (`next_fence!` leaves replication off), or a promoted replica
-/// would bring the holders back.
+/// must wait for the clock leaves the holders as they were, and its
+/// reservation is always replicated (a grant replicates one only once a
+/// second): an exact copy of the counter (an AOF rewrite, a full sync) that
+/// a restart or failover brings back could otherwise hold the very value a
+/// break read, beside a holder granted after the break, and a repeated
+/// break would match it (review R54). The removal is replicated too
+/// (`next_fence!` leaves replication off), or a promoted replica would
+/// bring the holders back.
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: channel,
 /// fenceRetentionMs, the counter read. Returns `{1, removed, fence}`;
 /// `{0, ms}` when the fence must wait `ms` for the server's clock; `{2}`
@@ -1491,6 +1496,11 @@ local fence_key, retention = KEYS[2], ARGV[2]
 ",
     next_fence!("", "    return {0, wait_ms}\n"),
     r"
+-- Always a reservation, replicated before the removal: a copy of the
+-- counter a restart or failover brings back with the removal (an AOF, a
+-- replica) then carries a value above every counter read before the break,
+-- which a repeated break compares with (review R54).
+reserve(fence_key, fence, retention)
 redis.set_repl(redis.REPL_ALL)
 local removed = 0
 local held = redis.call('TYPE', KEYS[1])['ok']
@@ -1517,14 +1527,17 @@ return {1, removed, fence}
 
 /// A key's fence counter as [`FORCE_RELEASE`] compares it; a key without
 /// one gets one first, as a grant from the clock would raise it (the fence
-/// the clock gives, reserved as `reserve` does, no holder), so that what the
+/// the clock gives, reserved as `reserve` does, no holder; kept at least
+/// a minute, so that a `fenceRetentionMs` shorter than a round trip does
+/// not take it before the break comes, review R54), so that what the
 /// break compares with is never "none": a counter can expire while its key
 /// is held (`fenceRetentionMs` below the lease), and a break that read
 /// "none" and came late would have found "none" again then, beside a
 /// holder granted after its read. A value once read never comes back: the
 /// counter only grows, and once expired it is made again from a later
 /// clock.
-/// KEYS: fence. ARGV: fenceRetentionMs. Returns the counter (a string).
+/// KEYS: fence. ARGV: how long a counter made here is kept (ms). Returns
+/// the counter (a string).
 const FENCE_COUNTER: &str = concat!(
     reserve_fences!(),
     r"

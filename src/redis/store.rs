@@ -314,7 +314,8 @@ impl Store for RedisStore {
         let names = RedisKeys::new(&self.namespace, key);
         let [_, fence, ..] = names.all();
         let script = &self.shared.scripted.scripts.fence_counter;
-        let counter = self.connection().eval::<String>(script, &[fence], &[&retention_ms]).await?.value;
+        let kept_ms = retention_ms.max(60_000);
+        let counter = self.connection().eval::<String>(script, &[fence], &[&kept_ms]).await?.value;
         counter.parse().map(Some).map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a fence counter that is not a number"))))
     }
 
