@@ -289,6 +289,8 @@ fn server_code(cause: &crate::error::Cause) -> Option<u16> {
 impl Store for MysqlStore {
     type Claim = Claim;
     type Written = ();
+    /// The key's fence counter (`None`: no row).
+    type Observed = Option<u64>;
     const NAME: &'static str = "MySQL";
     const DRIVER: &'static str = "mysql";
 
@@ -390,16 +392,19 @@ impl Store for MysqlStore {
     }
 
     /// Installs the tables first when they are missing, as a take would:
-    /// the break that follows needs them. A key row is never cleaned up
-    /// while its key is held, so "no row" read here cannot come back
-    /// beside a holder granted since.
-    async fn fence_counter(&self, key: &str, _retention_ms: u64) -> Result<Option<u64>, Failure> {
+    /// the break that follows needs them. The counter alone: every grant
+    /// raises it, in the row a physical replica or a restore copies exactly
+    /// with the grant; and a key row is never cleaned up while its key is
+    /// held, so "no row" read here cannot come back beside a holder granted
+    /// since.
+    async fn observe(&self, key: &str, _retention_ms: u64) -> Result<Option<u64>, Failure> {
         self.ensure().await?;
         let counter = self.statements.fence_counter(self.connection(), &self.namespace, &hex(&stored(key))).await?;
         Ok(counter.map(|counter| counter.max(0) as u64))
     }
 
-    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
+    async fn force_release(&self, key: &str, retention_ms: u64, expected: &Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
+        let expected = *expected;
         self.ensure().await?;
         let key = hex(&stored(key));
         let forced = self

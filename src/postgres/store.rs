@@ -181,6 +181,8 @@ fn has_state(cause: &Cause, state: &str) -> bool {
 impl Store for PostgresStore {
     type Claim = Claim;
     type Written = ();
+    /// The key's fence counter (`None`: no row).
+    type Observed = Option<u64>;
     const NAME: &'static str = "PostgreSQL";
     const DRIVER: &'static str = "postgres";
 
@@ -283,15 +285,18 @@ impl Store for PostgresStore {
     }
 
     /// Installs the tables first when they are missing, as a take would:
-    /// the break that follows needs them. A key row is never cleaned up
-    /// while its key is held, so "no row" read here cannot come back
-    /// beside a holder granted since.
-    async fn fence_counter(&self, key: &str, _retention_ms: u64) -> Result<Option<u64>, Failure> {
+    /// the break that follows needs them. The counter alone: every grant
+    /// raises it, in the row a physical replica or a restore copies exactly
+    /// with the grant; and a key row is never cleaned up while its key is
+    /// held, so "no row" read here cannot come back beside a holder granted
+    /// since.
+    async fn observe(&self, key: &str, _retention_ms: u64) -> Result<Option<u64>, Failure> {
         self.ensure().await?;
         Ok(self.statements.fence_counter(self.connection(), &self.namespace, key).await?.map(|counter| counter.max(0) as u64))
     }
 
-    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
+    async fn force_release(&self, key: &str, retention_ms: u64, expected: &Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
+        let expected = *expected;
         self.ensure().await?;
         let (namespace, lock_timeout_ms) = (&self.namespace, self.lock_timeout_ms());
         let expected = expected.map(|counter| i64::try_from(counter).unwrap_or(i64::MAX));

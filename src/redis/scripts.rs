@@ -1446,6 +1446,31 @@ end
 return reply
 ";
 
+/// The function `holders_seen(lock)`: a digest of what the key's lock holds
+/// (a plain holder's token, a handed key's `h:<token>`, every member of a
+/// set of shared or counted holders, in order), which every grant changes
+/// (each has a fresh token): what [`FORCE_RELEASE`] compares besides the
+/// counter, which a restore can bring back exactly beside a grant it kept
+/// (an exact copy of the counter, then a grant in its second that
+/// replicated only its lock: review R55).
+macro_rules! holders_seen {
+    () => {
+        r"
+local function holders_seen(lock)
+  local held = redis.call('TYPE', lock)['ok']
+  if held == 'string' then
+    return redis.sha1hex('s' .. redis.call('GET', lock))
+  elseif held == 'zset' then
+    local members = redis.call('ZRANGE', lock, 0, -1)
+    table.sort(members)
+    return redis.sha1hex('z' .. table.concat(members, '\n'))
+  end
+  return held
+end
+"
+    };
+}
+
 /// Breaks a key (`Backend::force_release`): raises its fence counter as a
 /// grant would (see `next_fence!`), then removes every holder: a plain
 /// holder's lock, or the whole set of shared or counted holders with the
@@ -1458,9 +1483,9 @@ return reply
 /// is free as at a lease's end, and each waiter's next try takes it or
 /// queues again).
 ///
-/// Only while the fence counter is still the one the driver read (ARGV[3],
-/// see [`FENCE_COUNTER`], which makes one where there was none): every
-/// grant and every break
+/// Only while the fence counter and the holders are still what the driver
+/// read (ARGV[3] and ARGV[4], see [`OBSERVE`], which makes a counter where
+/// there was none): every grant and every break
 /// moves it, so a break sent again after a lost connection, or delivered
 /// late by a proxy, changes nothing once anyone was granted or broke the
 /// key since its read (reviews R50, R52, R53: each removed a holder granted
@@ -1478,14 +1503,16 @@ return reply
 /// (`next_fence!` leaves replication off), or a promoted replica would
 /// bring the holders back.
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: channel,
-/// fenceRetentionMs, the counter read. Returns `{1, removed, fence}`;
+/// fenceRetentionMs, the counter and the holders read. Returns
+/// `{1, removed, fence}`;
 /// `{0, ms}` when the fence must wait `ms` for the server's clock; `{2}`
 /// when the counter moved (the last two with nothing written).
 const FORCE_RELEASE: &str = concat!(
     reserve_fences!(),
     refused_writes!(),
+    holders_seen!(),
     r"
-if redis.call('GET', KEYS[2]) ~= ARGV[3] then
+if redis.call('GET', KEYS[2]) ~= ARGV[3] or holders_seen(KEYS[1]) ~= ARGV[4] then
   return {2}
 end
 local now = redis.call('TIME')
@@ -1525,34 +1552,32 @@ return {1, removed, fence}
 "
 );
 
-/// A key's fence counter as [`FORCE_RELEASE`] compares it; a key without
-/// one gets one first, as a grant from the clock would raise it (the fence
-/// the clock gives, reserved as `reserve` does, no holder; kept at least
-/// a minute, so that a `fenceRetentionMs` shorter than a round trip does
-/// not take it before the break comes, review R54), so that what the
-/// break compares with is never "none": a counter can expire while its key
-/// is held (`fenceRetentionMs` below the lease), and a break that read
-/// "none" and came late would have found "none" again then, beside a
-/// holder granted after its read. A value once read never comes back: the
-/// counter only grows, and once expired it is made again from a later
-/// clock.
-/// KEYS: fence. ARGV: how long a counter made here is kept (ms). Returns
-/// the counter (a string).
-const FENCE_COUNTER: &str = concat!(
+/// What [`FORCE_RELEASE`] compares with: the key's fence counter and its
+/// holders (`holders_seen!`). A key without a counter gets one first, as a
+/// grant from the clock would raise it (the fence the clock gives, reserved
+/// as `reserve` does, no holder; kept at least a minute, so that a
+/// `fenceRetentionMs` shorter than a round trip does not take it before the
+/// break comes, review R54): a counter can expire while its key is held
+/// (`fenceRetentionMs` below the lease), and a break that read "none" and
+/// came late would have found "none" again then, beside a holder granted
+/// after its read.
+/// KEYS: lock, fence. ARGV: how long a counter made here is kept (ms).
+/// Returns `{counter, holders}` (strings).
+const OBSERVE: &str = concat!(
     reserve_fences!(),
+    holders_seen!(),
     r"
-local counter = redis.pcall('GET', KEYS[1])
+local counter = redis.pcall('GET', KEYS[2])
 if type(counter) == 'table' and counter.err then
   return redis.error_reply('ERR a fence counter is not a string')
 end
-if counter then
-  return counter
+if not counter then
+  local now = redis.call('TIME')
+  counter = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  reserve(KEYS[2], tonumber(counter), ARGV[1])
+  redis.set_repl(redis.REPL_ALL)
 end
-local now = redis.call('TIME')
-local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-reserve(KEYS[1], tonumber(clock), ARGV[1])
-redis.set_repl(redis.REPL_ALL)
-return clock
+return {counter, holders_seen(KEYS[1])}
 "
 );
 
@@ -1567,7 +1592,7 @@ pub(crate) struct Scripts {
     pub kinds_handoff: Script,
     pub kinds_withdraw: Script,
     pub inspect: Script,
-    pub fence_counter: Script,
+    pub observe: Script,
     pub force_release: Script,
 }
 
@@ -1583,7 +1608,7 @@ impl Scripts {
             kinds_handoff: Script::new(KINDS_HANDOFF),
             kinds_withdraw: Script::new(KINDS_WITHDRAW),
             inspect: Script::new(INSPECT),
-            fence_counter: Script::new(FENCE_COUNTER),
+            observe: Script::new(OBSERVE),
             force_release: Script::new(FORCE_RELEASE),
         }
     }

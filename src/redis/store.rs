@@ -226,6 +226,8 @@ impl RedisStore {
 impl Store for RedisStore {
     type Claim = Claim;
     type Written = Via;
+    /// The key's fence counter and a digest of its holders.
+    type Observed = [String; 2];
     const NAME: &'static str = "Redis";
     const DRIVER: &'static str = "redis";
 
@@ -310,33 +312,35 @@ impl Store for RedisStore {
             .ok_or_else(|| Failure::Refused(Arc::new(std::io::Error::other("an inspect reply of another shape"))))
     }
 
-    async fn fence_counter(&self, key: &str, retention_ms: u64) -> Result<Option<u64>, Failure> {
+    async fn observe(&self, key: &str, retention_ms: u64) -> Result<[String; 2], Failure> {
         let names = RedisKeys::new(&self.namespace, key);
-        let [_, fence, ..] = names.all();
-        let script = &self.shared.scripted.scripts.fence_counter;
+        let [lock, fence, ..] = names.all();
         let kept_ms = retention_ms.max(60_000);
-        let counter = self.connection().eval::<String>(script, &[fence], &[&kept_ms]).await?.value;
-        counter.parse().map(Some).map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("a fence counter that is not a number"))))
+        let seen = self.connection().eval::<Vec<String>>(&self.shared.scripted.scripts.observe, &[lock, fence], &[&kept_ms]).await?;
+        <[String; 2]>::try_from(seen.value)
+            .map_err(|_| Failure::Refused(Arc::new(std::io::Error::other("an observe reply of another shape"))))
     }
 
     /// One script (see [`super::scripts`]' `FORCE_RELEASE`). A break whose
-    /// first attempt was lost with its connection and whose resend found
-    /// the counter moved may have run (the first attempt moves it): that is
-    /// an unknown outcome, not a key granted again. With `replicaAcks`, the
-    /// break waits for as many replicas as a grant does: a failover to a
-    /// replica that missed it would bring the holders back.
-    async fn force_release(&self, key: &str, retention_ms: u64, expected: Option<u64>) -> Result<Option<(u32, u64)>, Failure> {
+    /// first attempt was lost with its connection, in this call or one
+    /// before it that had to wait for the clock, and that then found the
+    /// key changed may have run (that attempt changes it): an unknown
+    /// outcome, not a key granted again (review R55). With `replicaAcks`,
+    /// the break waits for as many replicas as a grant does: a failover to
+    /// a replica that missed it would bring the holders back.
+    async fn force_release(&self, key: &str, retention_ms: u64, observed: &[String; 2]) -> Result<Option<(u32, u64)>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
-        // `fence_counter` always answers one here (it makes one).
-        let expected = expected.map_or_else(String::new, |counter| counter.to_string());
-        let args: [&dyn ToRedisArgsRef; 3] = [&self.channel, &retention_ms, &expected];
+        let [counter, holders] = observed;
+        let args: [&dyn ToRedisArgsRef; 4] = [&self.channel, &retention_ms, counter, holders];
         let script = &self.shared.scripted.scripts.force_release;
+        let mut lost = None;
         // A fence that must wait for the clock (within a second of a
         // restart or failover, see `next_fence!`) is tried again once the
         // clock has passed it, as a waiting acquire's would be: nothing
-        // was written, so the counter is still the one read.
+        // was written, so the key is still as read.
         loop {
             let answer = self.connection().eval::<Vec<i64>>(script, &names.all(), &args).await?;
+            lost = answer.first_attempt_lost.or(lost);
             match answer.value[..] {
                 [1, removed, fence] => {
                     if self.replica_acks > 0 {
@@ -353,7 +357,7 @@ impl Store for RedisStore {
                     return Ok(Some((removed as u32, fence as u64)));
                 }
                 [0, wait_ms] => tokio::time::sleep(Duration::from_millis(wait_ms.clamp(1, 1_000) as u64)).await,
-                [2] => return answer.first_attempt_lost.map_or(Ok(None), |cause| Err(Failure::Unknown(cause))),
+                [2] => return lost.map_or(Ok(None), |cause| Err(Failure::Unknown(cause))),
                 _ => return Err(Failure::Refused(Arc::new(std::io::Error::other("a forceRelease reply of another shape")))),
             }
         }

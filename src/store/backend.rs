@@ -204,9 +204,9 @@ impl<S: Store> StoreBackend<S> {
     /// [`crate::Backend::force_release`]), on the driver's runtime; logged
     /// as a warning and reported (`forced-release`).
     ///
-    /// A read of the key's fence counter, then a break that runs only
-    /// while the counter is still what was read (every grant moves it, and
-    /// so does every break). So a break delivered late (by a proxy, a
+    /// A read of the key's fence counter (on Redis, and of its holders),
+    /// then a break that runs only while the key is still as read (every
+    /// grant changes it, and so does every break). So a break delivered late (by a proxy, a
     /// pooler's queue) or sent again (the Redis transport's resend after a
     /// lost connection) changes nothing once anyone was granted the key or
     /// broke it since its read: it never removes a holder granted after the
@@ -224,12 +224,12 @@ impl<S: Store> StoreBackend<S> {
         let break_in = async move {
             let store = core.store();
             for _ in 0..BREAK_TRIES {
-                let expected = store.fence_counter(&key, core.terms().retention_ms).await.map_err(|failure| match failure {
+                let observed = store.observe(&key, core.terms().retention_ms).await.map_err(|failure| match failure {
                     // Nothing held changes: no answer is a failure, not an unknown outcome.
                     Failure::Unknown(cause) => Failure::Unanswered(cause).into_error(S::NAME, "forceRelease"),
                     failure => failure.into_error(S::NAME, "forceRelease"),
                 })?;
-                let broken = store.force_release(&key, core.terms().retention_ms, expected).await;
+                let broken = store.force_release(&key, core.terms().retention_ms, &observed).await;
                 let Some((removed, fence)) = broken.map_err(|failure| failure.into_error(S::NAME, "forceRelease"))? else {
                     continue;
                 };

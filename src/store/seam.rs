@@ -67,6 +67,9 @@ pub trait Store: Send + Sync + Sized + 'static {
     type Claim: Claim;
     /// Where a write landed: what [`Store::replicated`] waits on.
     type Written: Clone + Send + Sync + 'static;
+    /// What a forced release read of a key and its break compares with
+    /// (see [`Store::observe`]).
+    type Observed: Send + Sync + 'static;
     /// The store's name in messages ("Redis").
     const NAME: &'static str;
     /// The driver's name in telemetry ("redis").
@@ -120,24 +123,26 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// one read that changes nothing, its `backend` left for the caller.
     fn inspect(&self, key: &str) -> impl Future<Output = Result<Inspection, Failure>> + Send;
 
-    /// The fence counter of `key` now, kept `retention_ms` (a read, but for
-    /// a store that makes one where there is none: see the Redis driver's):
-    /// `None` where the store keeps none.
-    fn fence_counter(&self, key: &str, retention_ms: u64) -> impl Future<Output = Result<Option<u64>, Failure>> + Send;
+    /// What a forced release of `key` compares with, read now: its fence
+    /// counter (kept `retention_ms`; a store may make one where there is
+    /// none: see the Redis driver's), and whatever else of the key every
+    /// grant changes where the counter alone may not show it (the Redis
+    /// driver's holders: a restore can bring back a counter exactly).
+    fn observe(&self, key: &str, retention_ms: u64) -> impl Future<Output = Result<Self::Observed, Failure>> + Send;
 
     /// Removes every holder of `key` (see [`crate::Backend::force_release`])
     /// and raises its fence counter above every fence it granted, kept
     /// `retention_ms`, in one call that tells waiters in every process:
     /// how many live holders it removed, and the counter as raised. Only
-    /// while the counter is still `expected` (as [`Store::fence_counter`]
-    /// read it; every grant, and every break, moves it): `None`, nothing
-    /// changed, when it moved, so that a break delivered late, or sent
-    /// again, never removes a holder granted after its read.
+    /// while the key is still as `observed` (every grant, and every break,
+    /// changes it): `None`, nothing changed, otherwise, so that a break
+    /// delivered late, or sent again, never removes a holder granted after
+    /// its read.
     fn force_release(
         &self,
         key: &str,
         retention_ms: u64,
-        expected: Option<u64>,
+        observed: &Self::Observed,
     ) -> impl Future<Output = Result<Option<(u32, u64)>, Failure>> + Send;
 
     /// Takes back the marks a waiting try left under `ticket` (best effort).
