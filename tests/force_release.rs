@@ -109,7 +109,8 @@ fn breaks_every_holder(holder: &Backend, breaker: &Backend, store: bool) {
     }
 
     // A waiter of the other provider is granted at once, not at its
-    // safety-net poll.
+    // safety-net poll (10 s); a redis break itself waits up to a second for
+    // the clock (the counter's reservation, see its OBSERVE script).
     let held = take(holder, "w", wait(0));
     let waiter = {
         let breaker = breaker.clone();
@@ -123,7 +124,7 @@ fn breaks_every_holder(holder: &Backend, breaker: &Backend, store: bool) {
     assert_eq!(force(holder, "w").removed, 1);
     let (granted, at) = waiter.join().unwrap();
     let granted = granted.expect("the waiter is granted");
-    assert!(at.duration_since(broken_at) < Duration::from_secs(2), "granted {:?} after the break", at.duration_since(broken_at));
+    assert!(at.duration_since(broken_at) < Duration::from_millis(3_500), "granted {:?} after the break", at.duration_since(broken_at));
     is_lost(&held, store);
     assert!(block_on(granted.release()).unwrap());
 

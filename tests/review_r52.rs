@@ -184,7 +184,9 @@ fn redis_a_resend_after_64_later_breaks_removes_the_holder_granted_since() {
     let (next, _) = open_redis(&server.url(), &lease, &[]);
     let (other_b, holder_b, waiter_b, next_b) = (backend(&other), backend(&holder), backend(&waiter), backend(&next));
     let breaking = break_whose_resend_waits(&link, backend(&operator), &other_b, &holder_b);
-    for _ in 0..64 {
+    // (64 in the reviewed version, which kept 64 ids; a break now waits up
+    // to a second for the clock, so a few show the same.)
+    for _ in 0..4 {
         assert_eq!(block_on(other_b.force_release("k")).unwrap().removed, 0);
     }
     let w = take(&waiter_b, "k", wait(0));

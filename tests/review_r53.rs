@@ -221,7 +221,9 @@ fn redis_64_breaks_of_a_slow_configured_process_block_no_later_break() {
     let (looper, _) = open_redis(&server.url(), &lease, &[("connectTimeoutMs", "60000"), ("commandTimeoutMs", "60000")]);
     let (operator, _) = open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
     let (looper_b, operator_b) = (backend(&looper), backend(&operator));
-    for _ in 0..64 {
+    // (64 in the reviewed version, which kept 64 ids; a break now waits up
+    // to a second for the clock, so a few show the same.)
+    for _ in 0..4 {
         block_on(looper_b.force_release("k")).expect("a break of the free key");
     }
     let held = take(&looper_b, "k", wait(0));
@@ -256,8 +258,9 @@ fn redis_a_late_break_that_read_no_counter_leaves_a_holder_whose_counter_expired
         (backend(&operator), backend(&again), backend(&holder), backend(&waiter), backend(&next));
     block_on(operator_b.force_release("warm-up")).expect("a first break");
     let _held = take(&holder_b, "k", wait(0));
-    thread::sleep(Duration::from_millis(400));
-    assert_eq!(inspect(&again_b, "k").fence, None, "H's counter expired while it holds the key");
+    // A counter lives `fenceRetentionMs` past its value, which a reservation
+    // puts up to a second ahead of the clock.
+    assert!(within(3_000, || inspect(&again_b, "k").fence.is_none()), "H's counter expired while it holds the key");
     let stalls = [link.stall(b"lock-queue"), link.stall(b"lock-queue")];
     let first = block_on(operator_b.force_release("k"));
     assert_eq!(first.as_ref().map_err(|err| err.code()).unwrap_err(), ErrorCode::OutcomeUnknown, "{first:?}");
@@ -266,8 +269,7 @@ fn redis_a_late_break_that_read_no_counter_leaves_a_holder_whose_counter_expired
     let forced = block_on(again_b.force_release("k")).expect("the retry breaks H");
     assert_eq!(forced.removed, 1);
     let w = take(&waiter_b, "k", wait(0));
-    thread::sleep(Duration::from_millis(400));
-    assert_eq!(inspect(&again_b, "k").fence, None, "W's counter expired while it holds the key");
+    assert!(within(3_000, || inspect(&again_b, "k").fence.is_none()), "W's counter expired while it holds the key");
     for stall in &stalls {
         stall.deliver();
     }

@@ -108,7 +108,7 @@ test("redis: another provider's holder is removed, the fence raised past it, and
   assert.equal(forced.removed, 1);
   assert.ok(BigInt(forced.fence) > BigInt(lease.fence), `${forced.fence} <= ${lease.fence}`);
   const next = await waiter;
-  assert.ok(performance.now() - started < 2000, 'granted on the release, not at the lease end');
+  assert.ok(performance.now() - started < 3500, 'granted on the release, not at the lease end');
   assert.ok(BigInt(next.fence) > BigInt(forced.fence), `${next.fence} <= ${forced.fence}`);
   assert.equal(await lease.renew(), false);
   assert.equal(lease.valid, false);

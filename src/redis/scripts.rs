@@ -1553,16 +1553,24 @@ return {1, removed, fence}
 );
 
 /// What [`FORCE_RELEASE`] compares with: the key's fence counter and its
-/// holders (`holders_seen!`). A key without a counter gets one first, as a
-/// grant from the clock would raise it (the fence the clock gives, reserved
-/// as `reserve` does, no holder; kept at least a minute, so that a
-/// `fenceRetentionMs` shorter than a round trip does not take it before the
-/// break comes, review R54): a counter can expire while its key is held
-/// (`fenceRetentionMs` below the lease), and a break that read "none" and
-/// came late would have found "none" again then, beside a holder granted
-/// after its read.
-/// KEYS: lock, fence. ARGV: how long a counter made here is kept (ms).
-/// Returns `{counter, holders}` (strings).
+/// holders (`holders_seen!`), the counter first raised to the end of its
+/// second (or of the clock's, when it is behind the clock or missing), the
+/// exact value replicated: a reservation, as a restore would bring one
+/// back. So every grant after this read waits for the clock to pass that
+/// second (as after a restore: `next_fence!`'s `LEAD_US`) and then writes a
+/// new reservation, replicated with its lock; no copy of the counter a
+/// restart or failover brings back can hold the value read beside a holder
+/// granted since, not even one whose token is the one read (a claim given
+/// back and granted again under its token, review R56; an exact copy of
+/// the counter, then a grant in its second, reviews R54 and R55). A break
+/// therefore waits up to a second for the clock, and a single try of the
+/// key in that second is refused (`LOCK_BUSY`). A counter made or raised
+/// here is kept at least a minute (ARGV[1]), so that a `fenceRetentionMs`
+/// shorter than a round trip does not take it before the break comes
+/// (review R54); a key without one gets one, so the break never compares
+/// with "none" (a counter can expire while its key is held: R53).
+/// KEYS: lock, fence. ARGV: how long the counter is kept (ms). Returns
+/// `{counter, holders}` (strings).
 const OBSERVE: &str = concat!(
     reserve_fences!(),
     holders_seen!(),
@@ -1571,13 +1579,14 @@ local counter = redis.pcall('GET', KEYS[2])
 if type(counter) == 'table' and counter.err then
   return redis.error_reply('ERR a fence counter is not a string')
 end
-if not counter then
-  local now = redis.call('TIME')
-  counter = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  reserve(KEYS[2], tonumber(counter), ARGV[1])
-  redis.set_repl(redis.REPL_ALL)
+local now = redis.call('TIME')
+local base = tonumber(now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
+if counter then
+  base = math.max(base, tonumber(counter) or base)
 end
-return {counter, holders_seen(KEYS[1])}
+local reserved = string.format('%.0f', (math.floor(base / RESERVED_US) + 1) * RESERVED_US)
+redis.call('SET', KEYS[2], reserved, 'PXAT', string.format('%.0f', math.floor(tonumber(reserved) / 1000) + tonumber(ARGV[1])))
+return {reserved, holders_seen(KEYS[1])}
 "
 );
 

@@ -331,7 +331,11 @@ impl Store for RedisStore {
     async fn force_release(&self, key: &str, retention_ms: u64, observed: &[String; 2]) -> Result<Option<(u32, u64)>, Failure> {
         let names = RedisKeys::new(&self.namespace, key);
         let [counter, holders] = observed;
-        let args: [&dyn ToRedisArgsRef; 4] = [&self.channel, &retention_ms, counter, holders];
+        // The counter is kept at least a minute, as the read keeps it: the
+        // clock wait puts it back for `retention` past its value, which the
+        // read put up to a second ahead (review R54's 1 ms retention).
+        let kept_ms = retention_ms.max(60_000);
+        let args: [&dyn ToRedisArgsRef; 4] = [&self.channel, &kept_ms, counter, holders];
         let script = &self.shared.scripted.scripts.force_release;
         let mut lost = None;
         // A fence that must wait for the clock (within a second of a
