@@ -172,3 +172,33 @@ fn redis_a_split_claim_given_back_and_granted_again_keeps_the_digest_and_a_late_
         block_on(provider.close());
     }
 }
+
+/// Found while fixing R56 (failing first): the read raised a counter that
+/// was a whole second ahead (an earlier read's reservation) by another
+/// second. Breaks of one key side by side each read again when another's
+/// break moved the counter, so the counter ran seconds ahead of the clock,
+/// where `next_fence!` grants above the clock on reservations alone (an
+/// AOF that lost its tail could then bring back a counter below fences
+/// granted). The read now leaves a whole-second counter ahead of the clock
+/// as it is: however many breaks, it stays within a second of the clock.
+#[test]
+fn redis_breaks_side_by_side_keep_the_counter_within_a_second_of_the_clock() {
+    let server = RedisServer::start();
+    let (provider, _) = support::open_redis(&server.url(), &[("leaseMs", "30000")], &[]);
+    let breaker = backend(&provider);
+    let breaks: Vec<_> = (0..4)
+        .map(|_| {
+            let breaker = breaker.clone();
+            thread::spawn(move || block_on(breaker.force_release("side-by-side")))
+        })
+        .collect();
+    for each in breaks {
+        let _ = each.join().unwrap();
+    }
+    let fence_name = support::names::lock_key("test", "side-by-side").replace(":lock:", ":lock-fence:");
+    let counter: u64 = redis::cmd("GET").arg(&fence_name).query(&mut server.client()).unwrap();
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
+    let clock = seconds * 1_000_000 + micros;
+    assert!(counter <= clock + 1_000_000, "the counter is {} µs ahead of the clock", counter.saturating_sub(clock));
+    block_on(provider.close());
+}

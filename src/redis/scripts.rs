@@ -1580,10 +1580,24 @@ if type(counter) == 'table' and counter.err then
   return redis.error_reply('ERR a fence counter is not a string')
 end
 local now = redis.call('TIME')
-local base = tonumber(now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
-if counter then
-  base = math.max(base, tonumber(counter) or base)
+local clock = tonumber(now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
+local value = counter and tonumber(counter)
+-- A whole second ahead of the clock (a reservation: an earlier read's, or
+-- a restore's) already holds every grant until the clock passes it: moved
+-- again, each read would put the counter another second ahead, and past a
+-- second ahead `next_fence!` grants above the clock on reservations alone.
+-- More than a second ahead (a server whose clock is behind) the counter is
+-- left too: raised, every break would add a second (review R57). Either
+-- way it is kept at least as long as a counter made here.
+if value and value >= clock and (value % RESERVED_US == 0 or value > clock + RESERVED_US) then
+  local keep = math.floor(value / 1000) + tonumber(ARGV[1])
+  local now_ms = math.floor(clock / 1000)
+  if redis.call('PTTL', KEYS[2]) < keep - now_ms then
+    redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', keep))
+  end
+  return {counter, holders_seen(KEYS[1])}
 end
+local base = math.max(clock, value or clock)
 local reserved = string.format('%.0f', (math.floor(base / RESERVED_US) + 1) * RESERVED_US)
 redis.call('SET', KEYS[2], reserved, 'PXAT', string.format('%.0f', math.floor(tonumber(reserved) / 1000) + tonumber(ARGV[1])))
 return {reserved, holders_seen(KEYS[1])}
