@@ -1043,6 +1043,17 @@ bool dokebi_lock_inspection_fence(const struct dokebi_lock_inspection *inspectio
 size_t dokebi_lock_inspection_holder_count(const struct dokebi_lock_inspection *inspection);
 
 /**
+ * Who listed holder `index` is: its provider's `holder` label (this host's
+ * name and pid by default), NUL-terminated, owned by the inspection; NULL
+ * for a lease taken by a release before labels, and past the list.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+const char *dokebi_lock_inspection_holder_label(const struct dokebi_lock_inspection *inspection,
+                                                size_t index);
+
+/**
  * The units listed holder `index` holds (1 unless the key is counted); 0
  * past the list.
  *

@@ -506,12 +506,29 @@ export interface Inspection {
 
 /** One live holder in an Inspection. */
 export interface InspectedHolder {
+  /** Who holds it: its provider's `holder` label (host name and pid by default); null for a lease taken by a release before labels. */
+  readonly label: string | null;
   /** Units it holds: 1 unless the key is counted. */
   readonly units: number;
   /** Until its lease expires unless renewed; null on the local driver, whose leases do not expire. */
   readonly remainingMs: number | null;
   /** Its fence where the store keeps each holder's (local); else null. */
   readonly fence: string | null;
+}
+
+/**
+ * `details` of a WAIT_TIMEOUT or LOCK_BUSY: the holders of the key that kept the acquire out, read
+ * when the wait ended (absent when that read failed, and on the file driver).
+ */
+export interface HeldDetails {
+  /** As in an Inspection (at most 64). */
+  readonly holders: readonly InspectedHolder[];
+  /** Live holders of the key. */
+  readonly held: number;
+  /** Acquires waiting for it, as in an Inspection. */
+  readonly waiting: number;
+  /** For an acquire of several keys: the place, in its keys, of the one told (the first found held). */
+  readonly keyIndex?: number;
 }
 
 /** The backend of a `driver: policy` backend: a LockBackend that also answers per key. */

@@ -41,6 +41,10 @@ pub struct Inspection {
 /// One live holder of an inspected key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holding {
+    /// Who holds it: its provider's `holder` label (this host's name and
+    /// pid by default); `None` for a lease an older release took, whose
+    /// token carries none.
+    pub label: Option<String>,
     /// The units it holds: 1 unless the key is counted.
     pub units: u32,
     /// Until its lease expires unless renewed; `None` on the local
@@ -55,4 +59,38 @@ impl Inspection {
     pub fn is_held(&self) -> bool {
         self.held > 0
     }
+}
+
+/// What a `WAIT_TIMEOUT` or `LOCK_BUSY` says of the key that kept the
+/// acquire out, as its `details`: `{ holders: [{ label, units, remainingMs,
+/// fence }], held, waiting }` (fences as decimal strings, `null` where not
+/// known), and `keyIndex`, the key's place in the acquire's keys, when it
+/// had `several`. `inspections` are the acquire's keys' in its order (up to
+/// the first held one), read after the wait ended; the first held one is
+/// told (else the first): the key may have been released since, and then
+/// says so.
+pub(crate) fn busy_details(inspections: &[Inspection], several: bool) -> Option<serde_json::Value> {
+    let (index, found) = inspections.iter().enumerate().find(|(_, found)| found.is_held()).or(inspections.first().map(|f| (0, f)))?;
+    let holders: Vec<serde_json::Value> = found
+        .holders
+        .iter()
+        .map(|holder| {
+            serde_json::json!({
+                "label": holder.label,
+                "units": holder.units,
+                "remainingMs": holder.remaining.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                "fence": holder.fence.map(|fence| fence.to_string()),
+            })
+        })
+        .collect();
+    let mut details = serde_json::json!({ "holders": holders, "held": found.held, "waiting": found.waiting });
+    if several {
+        details["keyIndex"] = index.into();
+    }
+    Some(details)
+}
+
+/// Whether an acquire that ended with `code` tells the key's holders.
+pub(crate) fn tells_holders(code: crate::ErrorCode) -> bool {
+    matches!(code, crate::ErrorCode::WaitTimeout | crate::ErrorCode::LockBusy)
 }

@@ -29,6 +29,7 @@ pub mod error;
 #[cfg(feature = "file")]
 pub mod file;
 pub mod force_release;
+pub mod holder;
 pub mod host;
 pub mod inspect;
 pub mod key;
@@ -57,6 +58,7 @@ pub use error::{ErrorCode, Issue, LockError, Result};
 #[cfg(feature = "file")]
 pub use file::{FileBackend, FileLease};
 pub use force_release::ForcedRelease;
+pub use holder::HolderLabel;
 pub use inspect::{Holding, Inspection};
 #[cfg(feature = "mysql")]
 pub use mysql::{MysqlBackend, MysqlLease};

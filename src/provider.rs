@@ -120,28 +120,29 @@ impl Provider {
         // Policies compose the other backends, so they are built last; a
         // key's place is one for all of them.
         let places = Places::default();
+        let holder = options.holder.clone();
         let (policies, others): (Vec<_>, Vec<_>) =
             options.backends.into_iter().partition(|(_, backend)| matches!(backend, BackendOptions::Policy(_)));
         for (name, backend) in others.into_iter().chain(policies) {
             let built = match backend {
-                BackendOptions::Local(local) => Backend::Local(LocalBackend::with_telemetry(&name, local, telemetry.clone())),
+                BackendOptions::Local(local) => Backend::Local(LocalBackend::labelled(&name, local, telemetry.clone(), holder.clone())),
                 #[cfg(feature = "redis")]
                 BackendOptions::Redis(settings) => {
                     let driver = redis.as_ref().expect("a redis backend starts the redis driver");
                     redis_backends.insert(name.clone(), settings.clone());
-                    Backend::Redis(driver.backend(&name, settings))
+                    Backend::Redis(driver.backend(&name, settings, &holder))
                 }
                 #[cfg(feature = "postgres")]
                 BackendOptions::Postgres(settings) => {
                     let driver = postgres.as_ref().expect("a postgres backend starts the postgres driver");
                     postgres_backends.insert(name.clone(), settings.clone());
-                    Backend::Postgres(driver.backend(&name, settings))
+                    Backend::Postgres(driver.backend(&name, settings, &holder))
                 }
                 #[cfg(feature = "mysql")]
                 BackendOptions::Mysql(settings) => {
                     let driver = mysql.as_ref().expect("a mysql backend starts the mysql driver");
                     mysql_backends.insert(name.clone(), settings.clone());
-                    Backend::Mysql(driver.backend(&name, settings))
+                    Backend::Mysql(driver.backend(&name, settings, &holder))
                 }
                 #[cfg(feature = "file")]
                 BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),

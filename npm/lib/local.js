@@ -85,7 +85,7 @@ class LocalCore {
     /** Aborted by close, which ends every lease: withLock sections watch it (with-lock.js). */
     this.closer = new AbortController();
     this.closing = this.closer.signal;
-    this.deadlines = new Deadlines((waiter) => waiter.cancel(true, fromInfo(native.waitTimeoutError(waiter.deadlineMs))));
+    this.deadlines = new Deadlines((waiter) => waiter.cancel(true));
   }
 
   /**
@@ -347,7 +347,11 @@ class Waiter {
     this.reject(error);
   }
 
-  /** Ends the wait (timed out or aborted) with `error` unless the engine already granted it. */
+  /**
+   * Ends the wait (timed out, or aborted with `error`) unless the engine
+   * already granted it. A timeout's WAIT_TIMEOUT names the holders of the
+   * key that kept it out, read once the waiter has left.
+   */
   cancel(timedOut, error) {
     // false: release() already dequeued this waiter and granted it on this
     // same thread, which also ended its deadline and listener; nothing leaks.
@@ -359,7 +363,7 @@ class Waiter {
     // Leaving can let waiters behind this one in (readers queued behind a
     // writer that gave up): settle them before anything else runs JS.
     core.grantAll(core.out[0]);
-    if (cancelled) this.fail(error);
+    if (cancelled) this.fail(error ?? fromInfo(core.engine.timedOut(this.deadlineMs, this.key)));
   }
 
   settle() {

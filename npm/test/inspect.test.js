@@ -11,12 +11,38 @@ import { useRedis } from './redis-server.js';
 import { postgresConfig, useSchemas } from './postgres-server.js';
 import { mysqlConfig, useTables } from './mysql-server.js';
 
+const WEB = 'web-3:4182';
+const WORKER = 'worker ü';
+
+/** `config` whose provider labels its holders `holder`. */
+function labelled(config, holder) {
+  return { ...config, 'dokebi-lock': { ...config['dokebi-lock'], holder } };
+}
+
+/** The provider of `config` labelled WEB, and one labelled WORKER. */
+async function webAndWorker(config) {
+  return [await openLock({ config: labelled(config, WEB) }), await openLock({ config: labelled(config, WORKER) })];
+}
+
+/** The labels of a WAIT_TIMEOUT's or LOCK_BUSY's holders, sorted. */
+async function heldBy(acquiring, code) {
+  const error = await acquiring.then(
+    () => assert.fail('granted'),
+    (error) => error,
+  );
+  assert.equal(error.code, code, error.message);
+  return error.details.holders.map((holder) => holder.label).sort();
+}
+
 const redis = useRedis();
 const schema = useSchemas('inspect');
 const table = useTables('inspect');
 
-/** The checks of every driver: `holder` and `reader` are two providers' backends of one store. */
-async function agreesWithTheLeases(holder, reader, name, { expires }) {
+/**
+ * The checks of every driver: `holder` and `reader` are two providers' backends of one store,
+ * labelled WEB and `readerLabel`.
+ */
+async function agreesWithTheLeases(holder, reader, name, { expires, readerLabel = WORKER }) {
   const free = await reader.inspect('free');
   assert.deepEqual(free, { backend: name, mode: null, limit: 1, held: 0, holders: [], waiting: 0, fence: free.fence });
 
@@ -25,6 +51,11 @@ async function agreesWithTheLeases(holder, reader, name, { expires }) {
   assert.equal(held.mode, 'exclusive');
   assert.equal(held.held, 1);
   assert.equal(held.holders[0].units, 1);
+  assert.equal(held.holders[0].label, WEB);
+  assert.deepEqual(await heldBy(reader.acquire('k', { waitTimeoutMs: 0 }), 'LOCK_BUSY'), [WEB]);
+  assert.deepEqual(await heldBy(reader.acquire('k', { waitTimeoutMs: 50 }), 'WAIT_TIMEOUT'), [WEB]);
+  const several = await reader.acquire(['free', 'k'], { waitTimeoutMs: 50 }).catch((error) => error);
+  assert.equal(several.details?.keyIndex, 1, several.message);
   if (expires) {
     assert.ok(held.holders[0].remainingMs > 0 && held.holders[0].remainingMs <= 5000, String(held.holders[0].remainingMs));
     assert.ok(BigInt(held.fence) >= BigInt(lease.fence), `${held.fence} < ${lease.fence}`);
@@ -45,6 +76,8 @@ async function agreesWithTheLeases(holder, reader, name, { expires }) {
   const read = await holder.inspect('r');
   assert.equal(read.mode, 'shared');
   assert.equal(read.held, 2);
+  assert.deepEqual(read.holders.map((each) => each.label).sort(), [WEB, readerLabel].sort());
+  assert.deepEqual(await heldBy(holder.acquire('r', { waitTimeoutMs: 0 }), 'LOCK_BUSY'), [WEB, readerLabel].sort());
   for (const each of readers) await each.release();
 
   const units = [await holder.acquire('c', { limit: 3, weight: 1 }), await reader.acquire('c', { limit: 3, weight: 2 })];
@@ -58,9 +91,9 @@ async function agreesWithTheLeases(holder, reader, name, { expires }) {
 }
 
 test('local: inspect reads the backend', async () => {
-  const provider = await openLock({ config: { 'dokebi-lock': { backends: { b: {} } } } });
+  const provider = await openLock({ config: { 'dokebi-lock': { holder: WEB, backends: { b: {} } } } });
   const backend = provider.backend('b');
-  await agreesWithTheLeases(backend, backend, 'b', { expires: false });
+  await agreesWithTheLeases(backend, backend, 'b', { expires: false, readerLabel: WEB });
   await provider.close();
   await rejectsWith(backend.inspect('k'), 'CLOSED');
 });
@@ -70,7 +103,7 @@ test('redis: inspect reads what another provider holds and waits for', async () 
     'dokebi-lock': { backends: { r: { driver: 'redis', connection: 'main', leaseMs: 5000, namespace: 'inspect' } } },
     'dokebi-redis': { connections: { main: { url: redis.url } } },
   };
-  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  const [a, b] = await webAndWorker(config);
   await agreesWithTheLeases(a.backend('r'), b.backend('r'), 'r', { expires: true });
   const closing = b.backend('r');
   await b.close();
@@ -80,14 +113,14 @@ test('redis: inspect reads what another provider holds and waits for', async () 
 
 test('postgres: inspect reads what another provider holds and waits for', async () => {
   const config = postgresConfig(schema(), { leaseMs: 5000 });
-  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  const [a, b] = await webAndWorker(config);
   await agreesWithTheLeases(a.backend('pg'), b.backend('pg'), 'pg', { expires: true });
   await Promise.all([a.close(), b.close()]);
 });
 
 test('mysql: inspect reads what another provider holds and waits for', async () => {
   const config = mysqlConfig(table(), { leaseMs: 5000 });
-  const [a, b] = [await openLock({ config }), await openLock({ config })];
+  const [a, b] = await webAndWorker(config);
   await agreesWithTheLeases(a.backend('my'), b.backend('my'), 'my', { expires: true });
   await Promise.all([a.close(), b.close()]);
 });

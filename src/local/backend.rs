@@ -34,6 +34,7 @@ use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::{AcquireOptions, LockKind};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::force_release::ForcedRelease;
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 use crate::options::LocalOptions;
 use crate::telemetry::{Acquiring, Hold, Reporter, Shape, Telemetry};
@@ -49,6 +50,8 @@ struct Shared {
     engine: delivery::Engine,
     options: LocalOptions,
     reporter: Reporter,
+    /// The label of every holder (all of them this process's).
+    holder: HolderLabel,
     /// Aborted by close, which ends every lease (see [`LocalBackend::closing`]).
     closing: AbortController,
 }
@@ -98,9 +101,15 @@ impl LocalBackend {
     /// wait timeouts (per `options.thresholds`) to `telemetry`, and the
     /// trace events it asks for.
     pub fn with_telemetry(name: &str, options: LocalOptions, telemetry: Option<Telemetry>) -> Self {
+        LocalBackend::labelled(name, options, telemetry, HolderLabel::of_this_process())
+    }
+
+    /// As [`LocalBackend::with_telemetry`], its holders labelled `holder`
+    /// (the provider's `holder`).
+    pub fn labelled(name: &str, options: LocalOptions, telemetry: Option<Telemetry>, holder: HolderLabel) -> Self {
         let engine = Mutex::new(LocalEngine::new(options));
         let reporter = Reporter::new(telemetry, name, "local", options.thresholds);
-        LocalBackend { shared: Arc::new(Shared { engine, options, reporter, closing: AbortController::new() }) }
+        LocalBackend { shared: Arc::new(Shared { engine, options, reporter, holder, closing: AbortController::new() }) }
     }
 
     /// The options the backend was opened with.
@@ -295,7 +304,7 @@ impl LocalBackend {
         if engine.is_closed() {
             return Err(LockError::closed());
         }
-        Ok(engine.inspect(key).inspection(self.shared.reporter.backend()))
+        Ok(engine.inspect(key).inspection(self.shared.reporter.backend(), &self.shared.holder))
     }
 
     /// Releases every lease that holds `key` (see
@@ -366,7 +375,7 @@ impl LocalBackend {
             }
             Err(err) => {
                 self.shared.reporter.failed(acquiring, &err);
-                Err(err)
+                Err(lock(&self.shared.engine).told_holders(err, keys, &self.shared.holder))
             }
         }
     }

@@ -37,6 +37,8 @@ use slab::Slab;
 use super::key_copy::KeyCopy;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
+use crate::inspect::{busy_details, tells_holders};
 use crate::inspect::{Holding, Inspection, SHOWN_HOLDERS};
 use crate::key;
 use crate::options::LocalOptions;
@@ -193,9 +195,9 @@ pub struct KeyView {
 }
 
 impl KeyView {
-    /// As `Backend::inspect` answers it for `backend`: each holder's fence;
-    /// local leases do not expire.
-    pub fn inspection(self, backend: &str) -> Inspection {
+    /// As `Backend::inspect` answers it for `backend`, whose holders are
+    /// labelled `holder`: each holder's fence; local leases do not expire.
+    pub fn inspection(self, backend: &str, holder: &HolderLabel) -> Inspection {
         Inspection {
             backend: backend.to_owned(),
             mode: self.mode,
@@ -205,7 +207,7 @@ impl KeyView {
                 .holders
                 .iter()
                 .take(SHOWN_HOLDERS)
-                .map(|&(units, fence)| Holding { units, remaining: None, fence: Some(fence) })
+                .map(|&(units, fence)| Holding { label: Some(holder.to_string()), units, remaining: None, fence: Some(fence) })
                 .collect(),
             waiting: self.waiting,
             fence: None,
@@ -588,6 +590,21 @@ impl<W> LocalEngine<W> {
         };
         let waiting = std::iter::successors(found.head, |&entry| self.entries[entry as usize].next).count() as u32;
         KeyView { mode, limit: found.limit, holders, waiting }
+    }
+
+    /// `err` as the acquire of `keys` ends with it: a `WAIT_TIMEOUT` or
+    /// `LOCK_BUSY` gains the holders of the key that kept it out (see
+    /// `inspect::busy_details`), read now, labelled `holder`; any other error is
+    /// as it was.
+    pub fn told_holders(&self, err: LockError, keys: &[&str], holder: &HolderLabel) -> LockError {
+        if !tells_holders(err.code()) {
+            return err;
+        }
+        let found: Vec<Inspection> = keys.iter().map(|key| self.inspect(key).inspection("", holder)).collect();
+        match busy_details(&found, keys.len() > 1) {
+            Some(details) => err.with_details(details),
+            None => err,
+        }
     }
 
     /// The leases that hold `key` now (`Backend::force_release` releases

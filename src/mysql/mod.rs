@@ -60,6 +60,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::holder::HolderLabel;
 use crate::host::Host;
 use crate::log::Logger;
 use crate::options::{BackendOptions, MysqlOptions, Options};
@@ -92,8 +93,8 @@ impl MysqlDriver {
     }
 
     /// The backend `name` with `options` on its connection.
-    pub fn backend(&self, name: &str, options: MysqlOptions) -> MysqlBackend {
-        self.0.backend(name, options.store.clone(), |shared| MysqlStore::new(shared, &options))
+    pub fn backend(&self, name: &str, options: MysqlOptions, holder: &HolderLabel) -> MysqlBackend {
+        self.0.backend(name, options.store.clone(), holder, |shared| MysqlStore::new(shared, &options))
     }
 
     /// Starts each connection's release poller, on the tables of its backends.

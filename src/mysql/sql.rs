@@ -14,6 +14,7 @@
 use super::schema::{Table, CLOCK};
 use super::transport::connection::MysqlConnection;
 use crate::inspect::{Inspection, SHOWN_HOLDERS};
+use crate::store::inspect::HolderRow;
 use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
@@ -160,9 +161,9 @@ impl Statements {
 
     /// What the tables hold of the key whose stored name is `key` (hex; see
     /// `Store::inspect`): one `SELECT` (every one of its `UTC_TIMESTAMP`s is
-    /// the statement's start). Each list of the first holders fits in
-    /// `group_concat_max_len`'s default of 1,024 bytes: 64 numbers of at
-    /// most 10 digits.
+    /// the statement's start), a row per listed holder, soonest expiry
+    /// first, each with the key's fence, waiting marks and live holders; a
+    /// key without holders is one row whose holder columns are NULL.
     pub async fn inspect(&self, connection: &MysqlConnection, namespace: &str, key: &str) -> Result<Inspection, Failure> {
         let (keys, holders, waiting) = (self.table.name(""), self.table.name("_holders"), self.table.name("_waiting"));
         let at = format!("ns = X'{namespace}' AND k = X'{key}'");
@@ -170,34 +171,28 @@ impl Statements {
             "SELECT (SELECT fence FROM {keys} WHERE {at}), \
              (SELECT COUNT(*) FROM {waiting} WHERE {at} AND lapses_at > {CLOCK}), \
              (SELECT COUNT(*) FROM {holders} WHERE {at} AND expires_at > {CLOCK}), \
-             GROUP_CONCAT(h.shared ORDER BY h.expires_at), GROUP_CONCAT(h.lim ORDER BY h.expires_at), \
-             GROUP_CONCAT(h.weight ORDER BY h.expires_at), GROUP_CONCAT((h.expires_at - {CLOCK}) DIV 1000 ORDER BY h.expires_at) \
-             FROM (SELECT shared, lim, weight, expires_at FROM {holders} WHERE {at} AND expires_at > {CLOCK} \
-             ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h"
+             h.shared, h.lim, h.weight, (h.expires_at - {CLOCK}) DIV 1000, h.token \
+             FROM (SELECT 1) one LEFT JOIN (SELECT shared, lim, weight, expires_at, token FROM {holders} \
+             WHERE {at} AND expires_at > {CLOCK} ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h ON TRUE \
+             ORDER BY h.expires_at"
         );
-        let row = connection.query(&sql).await?;
-        let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
-        let list = |i: usize| -> Result<Vec<i64>, Failure> {
-            let text = text(i);
-            text.split(',')
-                .filter(|item| !item.is_empty())
-                .map(|item| item.parse().map_err(|_| refused("not a list of integers")))
-                .collect()
-        };
-        let number = |i: usize| -> Result<Option<i64>, Failure> {
-            let text = text(i);
-            if text.is_empty() {
-                Ok(None)
-            } else {
-                text.parse().map(Some).map_err(|_| refused("not an integer"))
+        let rows = connection.query_rows(&sql).await?;
+        let first = rows.first().ok_or_else(|| refused("no row"))?;
+        let number = |row: &[Option<String>], i: usize| -> Result<Option<i64>, Failure> {
+            match row.get(i).cloned().flatten() {
+                None => Ok(None),
+                Some(text) => text.parse().map(Some).map_err(|_| refused("not an integer")),
             }
         };
-        let shared: Vec<bool> = list(3)?.into_iter().map(|shared| shared != 0).collect();
-        let limits: Vec<i32> = list(4)?.into_iter().map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)).collect();
-        let weights: Vec<i32> = list(5)?.into_iter().map(|weight| i32::try_from(weight).unwrap_or(i32::MAX)).collect();
-        let remaining = list(6)?;
-        let count = |i: usize| number(i).map(Option::unwrap_or_default);
-        Ok(crate::store::inspect::rows(number(0)?, count(1)?, count(2)?, &shared, &limits, &weights, &remaining))
+        let count = |i: usize| number(first, i).map(Option::unwrap_or_default);
+        let mut listed: Vec<HolderRow> = Vec::new();
+        for row in &rows {
+            let Some(token) = row.get(7).cloned().flatten() else { continue };
+            let column = |i: usize| number(row, i)?.ok_or_else(|| refused("a holder column is NULL"));
+            let int = |value: i64| i32::try_from(value).unwrap_or(i32::MAX);
+            listed.push((column(3)? != 0, int(column(4)?), int(column(5)?), column(6)?, token));
+        }
+        Ok(crate::store::inspect::rows(number(first, 0)?, count(1)?, count(2)?, &listed))
     }
 
     /// True when the keys table is not in the connection's database (its

@@ -10,6 +10,7 @@ use super::sql::{hex, hex_list, Owner, Request, Statements, TakeArgs};
 use super::transport::connection::MysqlConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::Result;
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 use crate::options::MysqlOptions;
 use crate::store::give_back::give_back;
@@ -298,7 +299,7 @@ impl Store for MysqlStore {
         &self.shared.waiters
     }
 
-    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Claim> {
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms, holder: &HolderLabel) -> Result<Claim> {
         let stored: Vec<Vec<u8>> = keys.iter().map(|key| stored(key)).collect();
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_by(|&a, &b| stored[a].cmp(&stored[b]));
@@ -309,7 +310,7 @@ impl Store for MysqlStore {
             stored,
             kind,
             terms,
-            token: crate::store::token::owner_token()?,
+            token: crate::store::token::owner_token(holder)?,
         })
     }
 

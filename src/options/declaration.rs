@@ -338,6 +338,11 @@ pub const FILE_FIELDS: &[Field] = &[
     SLOW_HOLD,
 ];
 
+/// The most bytes a holder label takes in an owner token, encoded: what
+/// MySQL's 64-byte token column leaves after the random part and its dot
+/// (see `src/holder.rs`).
+pub const MAX_HOLDER_BYTES: usize = 40;
+
 /// The tiers a backend can promise, lowest first (see `src/policy/tier.rs`).
 pub const TIERS: &[&str] = &["process", "host", "shared"];
 
@@ -609,6 +614,12 @@ pub fn json_schema() -> Value {
                             "backends": {
                                 "type": "object",
                                 "additionalProperties": { "anyOf": [local, redis, file, app_driver, postgres, mysql, policy] }
+                            },
+                            "holder": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": MAX_HOLDER_BYTES,
+                                "description": "The label of this app's holders in inspect and in WAIT_TIMEOUT and LOCK_BUSY details (at most 40 bytes as stored: letters, digits and . _ ~ - count one byte, any other byte three); this host's name and pid when omitted."
                             }
                         }
                     },

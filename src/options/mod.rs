@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, Issue, LockError, Result};
+use crate::holder::HolderLabel;
 use crate::policy::{OnUnavailable, Pattern, Tier};
 use declaration::{
     Fallback, Field, Kind, CLUSTER_FIELDS, CONNECTION_FIELDS, DEFAULT_RULE_FIELDS, ENDPOINT_FIELDS, FILE_FIELDS, LOCAL_FIELDS,
@@ -41,6 +42,10 @@ pub struct Options {
     pub postgres: BTreeMap<String, PostgresConnectionOptions>,
     /// Every MySQL connection, by name (`dokebi-mysql.connections`).
     pub mysql: BTreeMap<String, MysqlConnectionOptions>,
+    /// `dokebi-lock.holder`: the label of this provider's holders in
+    /// `inspect` and in a `WAIT_TIMEOUT` or `LOCK_BUSY` (this host's name
+    /// and pid when not given).
+    pub holder: HolderLabel,
 }
 
 /// One backend, by driver.
@@ -567,6 +572,7 @@ impl Options {
         let postgres = parse_postgres_connections(root.get(POSTGRES_SECTION), &mut issues);
         let mysql = parse_mysql_connections(root.get(MYSQL_SECTION), &mut issues);
         let mut backends = parse_backends(root.get(LOCK_SECTION), &mut issues);
+        let holder = parse_holder(root.get(LOCK_SECTION), &mut issues);
         let tiers: BTreeMap<String, Option<Tier>> = backends.iter().map(|(name, backend)| (name.clone(), Tier::of(backend))).collect();
         for (name, backend) in backends.iter_mut() {
             if let BackendOptions::Policy(policy) = backend {
@@ -620,7 +626,7 @@ impl Options {
         if !issues.0.is_empty() {
             return Err(LockError::invalid_options(issues.0));
         }
-        Ok(Options { backends, connections, postgres, mysql })
+        Ok(Options { backends, connections, postgres, mysql, holder })
     }
 }
 
@@ -773,10 +779,25 @@ fn tls_options(fields: &Fields, endpoint: &Endpoint, path: &str, issues: &mut Is
     (issues.0.len() == before).then_some(tls)
 }
 
+/// `dokebi-lock.holder`, checked; this process's label when absent.
+fn parse_holder(section: Option<&Value>, issues: &mut Issues) -> HolderLabel {
+    match section.and_then(|section| section.get("holder")) {
+        None | Some(Value::Null) => HolderLabel::of_this_process(),
+        Some(Value::String(label)) => HolderLabel::new(label).unwrap_or_else(|problem| {
+            issues.push("holder", problem);
+            HolderLabel::of_this_process()
+        }),
+        Some(_) => {
+            issues.push("holder", "must be a string");
+            HolderLabel::of_this_process()
+        }
+    }
+}
+
 fn parse_backends(section: Option<&Value>, issues: &mut Issues) -> BTreeMap<String, BackendOptions> {
     let mut backends = BTreeMap::new();
     let Some(section) = mapping(section, LOCK_SECTION, issues) else { return backends };
-    for name in section.keys().filter(|k| *k != "backends") {
+    for name in section.keys().filter(|k| *k != "backends" && *k != "holder") {
         issues.push(name, "unknown field");
     }
     let Some(list) = mapping(section.get("backends"), "backends", issues) else { return backends };

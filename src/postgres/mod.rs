@@ -58,6 +58,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::holder::HolderLabel;
 use crate::host::Host;
 use crate::log::Logger;
 use crate::options::{BackendOptions, Options, PostgresOptions};
@@ -90,8 +91,8 @@ impl PostgresDriver {
     }
 
     /// The backend `name` with `options` on its connection.
-    pub fn backend(&self, name: &str, options: PostgresOptions) -> PostgresBackend {
-        self.0.backend(name, options.store.clone(), |shared| PostgresStore::new(shared, &options))
+    pub fn backend(&self, name: &str, options: PostgresOptions, holder: &HolderLabel) -> PostgresBackend {
+        self.0.backend(name, options.store.clone(), holder, |shared| PostgresStore::new(shared, &options))
     }
 
     /// Starts each connection's listener, on the channels of its backends' tables.

@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 use super::schema::Table;
 use super::transport::connection::PgConnection;
 use crate::inspect::{Inspection, SHOWN_HOLDERS};
+use crate::store::inspect::HolderRow;
 use crate::store::reply::{self, HandOverReply};
 use crate::store::{Failure, Taken};
 
@@ -89,8 +90,9 @@ impl Statements {
                  coalesce(array_agg(h.shared ORDER BY h.expires_at), '{{}}'), \
                  coalesce(array_agg(h.lim ORDER BY h.expires_at), '{{}}'), \
                  coalesce(array_agg(h.weight ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - now()) * 1000))::bigint ORDER BY h.expires_at), '{{}}') \
-                 FROM (SELECT shared, lim, weight, expires_at FROM {holders} \
+                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - now()) * 1000))::bigint ORDER BY h.expires_at), '{{}}'), \
+                 coalesce(array_agg(h.token ORDER BY h.expires_at), '{{}}') \
+                 FROM (SELECT shared, lim, weight, expires_at, token FROM {holders} \
                    WHERE namespace = $1 AND key = $2 AND expires_at > now() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
                 keys = table.name(""),
                 waiting = table.name("_waiting"),
@@ -235,7 +237,16 @@ impl Statements {
         let limits: Vec<i32> = row.try_get(4).map_err(read)?;
         let weights: Vec<i32> = row.try_get(5).map_err(read)?;
         let remaining: Vec<i64> = row.try_get(6).map_err(read)?;
-        Ok(crate::store::inspect::rows(fence, waiting, held, &shared, &limits, &weights, &remaining))
+        let tokens: Vec<String> = row.try_get(7).map_err(read)?;
+        let holders: Vec<HolderRow> = shared
+            .into_iter()
+            .zip(limits)
+            .zip(weights)
+            .zip(remaining)
+            .zip(tokens)
+            .map(|((((shared, limit), weight), ms), token)| (shared, limit, weight, ms, token))
+            .collect();
+        Ok(crate::store::inspect::rows(fence, waiting, held, &holders))
     }
 
     /// True when the keys table (or its schema) does not exist.

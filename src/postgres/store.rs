@@ -12,6 +12,7 @@ use super::sql::{HandOverArgs, Owner, Statements, TakeArgs};
 use super::transport::connection::PgConnection;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{Cause, Result};
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 use crate::options::PostgresOptions;
 use crate::store::give_back::give_back;
@@ -190,13 +191,13 @@ impl Store for PostgresStore {
         &self.shared.waiters
     }
 
-    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Claim> {
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms, holder: &HolderLabel) -> Result<Claim> {
         Ok(Claim {
             keys: keys.iter().map(|key| (*key).to_owned()).collect(),
             names: keys.iter().map(|key| queue_name(&self.channel, &notified_name(&self.namespace, key))).collect(),
             kind,
             terms,
-            token: crate::store::token::owner_token()?,
+            token: crate::store::token::owner_token(holder)?,
         })
     }
 

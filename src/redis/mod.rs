@@ -67,6 +67,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::holder::HolderLabel;
 use crate::host::Host;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::{BackendOptions, Options, StoreOptions};
@@ -143,10 +144,10 @@ impl RedisDriver {
     }
 
     /// The backend `name` with `options` on its connection.
-    pub fn backend(&self, name: &str, options: StoreOptions) -> RedisBackend {
+    pub fn backend(&self, name: &str, options: StoreOptions, holder: &HolderLabel) -> RedisBackend {
         let store =
             RedisStore::new(self.connections[&options.connection].clone(), &options, name, self.logger.clone(), self.telemetry.clone());
-        RedisBackend::new(name, options, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+        RedisBackend::new(name, options, holder.clone(), store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
     }
 
     /// Connects in the background: subscribes each connection to the release

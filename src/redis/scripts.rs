@@ -1380,8 +1380,9 @@ return 0
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: how many holders to
 /// list. Returns the mode (`x`, `s`, or empty when free), the limit, the
 /// fence counter (empty when expired or never set), the waiting acquires,
-/// the live holders, then the listed ones' remaining lease in ms and
-/// units, soonest expiry first.
+/// the live holders, then the listed ones' remaining lease in ms, units
+/// and token (the driver keeps only the holder label it carries), soonest
+/// expiry first.
 ///
 /// A plain holder's lock is a string, its token; `h:<token>` is a key a
 /// release handed to a waiter that has not taken it yet: no holder, one
@@ -1409,7 +1410,7 @@ if kind == 'string' then
   else
     tokens[token] = true
     mode, held = 'x', 1
-    holders = {redis.call('PTTL', KEYS[1]), '1'}
+    holders = {redis.call('PTTL', KEYS[1]), '1', token}
   end
 elseif kind == 'zset' then
   limit = redis.call('HGET', KEYS[4], 'limit') or '1'
@@ -1427,6 +1428,7 @@ elseif kind == 'zset' then
     end
     holders[#holders + 1] = tonumber(members[n + 1]) - now_ms
     holders[#holders + 1] = units
+    holders[#holders + 1] = string.match(members[n], '^(.*):[^:]*$') or members[n]
   end
 end
 for _, marks in ipairs({KEYS[3], KEYS[5]}) do

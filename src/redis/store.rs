@@ -15,6 +15,7 @@ use super::transport::connection::ToRedisArgsRef;
 use super::transport::connection::Via;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
@@ -235,12 +236,12 @@ impl Store for RedisStore {
         &self.shared.waiters
     }
 
-    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Claim> {
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms, holder: &HolderLabel) -> Result<Claim> {
         if self.shared.older_layout.shares(&self.channel) {
             return Err(older_layout(&self.namespace));
         }
         let names = keys.iter().map(|key| RedisKeys::new(&self.namespace, key)).collect();
-        Ok(Claim::new(names, kind, owner_token()?, self.connection().is_cluster(), terms))
+        Ok(Claim::new(names, kind, owner_token(holder)?, self.connection().is_cluster(), terms))
     }
 
     /// Not on a Cluster, where one script reaches one hash slot only.

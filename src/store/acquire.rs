@@ -23,6 +23,7 @@ use super::{Claim, Failure, Freed, Retry, Store, Taken};
 use crate::abort::AbortSignal;
 use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::inspect::{busy_details, tells_holders};
 use crate::telemetry::Acquiring;
 
 /// Counts one acquire in progress against `maxWaiters` until dropped.
@@ -186,7 +187,7 @@ impl<S: Store> Acquire<S> {
         cancelled: oneshot::Receiver<()>,
         slot: InProgress<S>,
     ) -> Result<Self> {
-        let claim = Arc::new(core.store().claim(keys, kind, core.terms())?);
+        let claim = Arc::new(core.store().claim(keys, kind, core.terms(), &core.holder)?);
         let request = (!wait.is_zero() && core.store().hands_over()).then(|| Arc::new(Request::new(claim.clone())));
         let tickets: Vec<Ticket<S>> = claim.names().map(|name| core.store().waiters().join(name, request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
@@ -199,6 +200,9 @@ impl<S: Store> Acquire<S> {
     pub async fn run(self, mut acquiring: Acquiring) -> Result<Arc<LeaseShared<S>>> {
         let core = self.core.clone();
         acquiring.queued();
+        // For a WAIT_TIMEOUT's or LOCK_BUSY's details: one allocation, no
+        // round trip, on the way in.
+        let keys = self.keys.clone();
         let outcome = self.attempt().await;
         match &outcome {
             Ok(shared) => {
@@ -212,7 +216,10 @@ impl<S: Store> Acquire<S> {
                 core.reporter.failed(acquiring, err);
             }
         }
-        outcome
+        match outcome {
+            Err(err) if tells_holders(err.code()) => Err(with_holders(&core, err, &keys).await),
+            outcome => outcome,
+        }
     }
 
     /// Rounds until granted or ended: the turn of every key (unless another
@@ -245,6 +252,26 @@ impl<S: Store> Acquire<S> {
                 Found::Again => {}
             }
         }
+    }
+}
+
+/// `err` (a `WAIT_TIMEOUT` or `LOCK_BUSY`) with the holders of the key
+/// that kept it out in its details (see [`busy_details`]): one read of each
+/// key, after the wait ended, until one is held. Without them when a read
+/// fails: the error is the wait's, not the read's.
+async fn with_holders<S: Store>(core: &BackendCore<S>, err: LockError, keys: &[String]) -> LockError {
+    let mut found = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Ok(inspection) = core.store().inspect(key).await else { return err };
+        let held = inspection.is_held();
+        found.push(inspection);
+        if held {
+            break;
+        }
+    }
+    match busy_details(&found, keys.len() > 1) {
+        Some(details) => err.with_details(details),
+        None => err,
     }
 }
 

@@ -15,6 +15,7 @@ use crate::abort::AbortSignal;
 use crate::acquire::{AcquireOptions, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
 use crate::force_release::ForcedRelease;
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 use crate::log::{Level, Logger};
 use crate::options::StoreOptions;
@@ -86,12 +87,13 @@ impl<S: Store> StoreBackend<S> {
     pub(crate) fn new(
         name: &str,
         options: StoreOptions,
+        holder: HolderLabel,
         store: S,
         runtime: Arc<DriverRuntime>,
         logger: Logger,
         telemetry: Option<Telemetry>,
     ) -> Self {
-        let core = BackendCore::new(name, options, store, runtime.spawner().clone(), logger, telemetry);
+        let core = BackendCore::new(name, options, holder, store, runtime.spawner().clone(), logger, telemetry);
         StoreBackend { core: Arc::new(core), runtime }
     }
 

@@ -13,6 +13,7 @@ use tokio::runtime::Handle;
 use super::runtime::DriverRuntime;
 use super::{Shared, Store, StoreBackend};
 use crate::error::Result;
+use crate::holder::HolderLabel;
 use crate::host::Host;
 use crate::log::Logger;
 use crate::options::StoreOptions;
@@ -55,9 +56,15 @@ impl<S: Store, C> Connections<S, C> {
 
     /// The backend `name` with `options`, whose store `store` makes on the
     /// connection it names.
-    pub fn backend(&self, name: &str, options: StoreOptions, store: impl FnOnce(Arc<Shared<S, C>>) -> S) -> StoreBackend<S> {
+    pub fn backend(
+        &self,
+        name: &str,
+        options: StoreOptions,
+        holder: &HolderLabel,
+        store: impl FnOnce(Arc<Shared<S, C>>) -> S,
+    ) -> StoreBackend<S> {
         let store = store(self.connections[&options.connection].clone());
-        StoreBackend::new(name, options, store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
+        StoreBackend::new(name, options, holder.clone(), store, self.runtime.clone(), self.logger.clone(), self.telemetry.clone())
     }
 
     /// Spawns each connection's wake-up task, `wake_ups`, on the places

@@ -25,6 +25,7 @@ use super::runtime::Spawner;
 use super::waiters::{Picked, Waiters};
 use super::{Claim, Failure, Freed, Store, Taken, Terms};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
 use crate::log::{Level, LogRecord, Logger};
 use crate::options::StoreOptions;
 use crate::telemetry::{Reporter, Telemetry};
@@ -32,6 +33,8 @@ use crate::telemetry::{Reporter, Telemetry};
 pub(crate) struct BackendCore<S: Store> {
     pub(super) name: String,
     pub(super) options: StoreOptions,
+    /// The label in this backend's owner tokens (see [`crate::holder`]).
+    pub(super) holder: HolderLabel,
     pub(super) store: S,
     spawner: Spawner,
     logger: Logger,
@@ -51,11 +54,20 @@ pub(crate) struct BackendCore<S: Store> {
 }
 
 impl<S: Store> BackendCore<S> {
-    pub fn new(name: &str, options: StoreOptions, store: S, spawner: Spawner, logger: Logger, telemetry: Option<Telemetry>) -> Self {
+    pub fn new(
+        name: &str,
+        options: StoreOptions,
+        holder: HolderLabel,
+        store: S,
+        spawner: Spawner,
+        logger: Logger,
+        telemetry: Option<Telemetry>,
+    ) -> Self {
         let reporter = Reporter::new(telemetry, name, S::DRIVER, options.thresholds);
         BackendCore {
             name: name.to_owned(),
             options,
+            holder,
             store,
             spawner,
             logger,

@@ -14,6 +14,7 @@ use super::waiters::Waiters;
 use super::Failure;
 use crate::acquire::LockKind;
 use crate::error::{Cause, ErrorCode, Result};
+use crate::holder::HolderLabel;
 use crate::inspect::Inspection;
 
 /// How a grant is written beside its keys and token: the lease terms of
@@ -81,7 +82,7 @@ pub trait Store: Send + Sync + Sized + 'static {
 
     /// A claim of `keys` of `kind`, granted on `terms`, under a fresh owner
     /// token; an error when the store takes no acquire at all now.
-    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms) -> Result<Self::Claim>;
+    fn claim(&self, keys: &[&str], kind: LockKind, terms: Terms, holder: &HolderLabel) -> Result<Self::Claim>;
 
     /// True when one call reaches every key of a claim, so a release can
     /// hand its keys to this process's next waiters in the same call.

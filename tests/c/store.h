@@ -72,7 +72,21 @@ static inline void inspect_reads_the_other_provider_s_holders(const dokebi_lock_
     CHECK(dokebi_lock_inspection_fence(found, &fence) && fence >= fence_of(lease));
     CHECK(!dokebi_lock_inspection_holder_fence(found, 0, NULL));
     CHECK(dokebi_lock_inspection_holder_units(found, 1) == 0 && dokebi_lock_inspection_holder_remaining_ms(found, 1) == -1);
+    /* The holder's label: this host's name and this process's id by default. */
+    char pid[32];
+    snprintf(pid, sizeof pid, ":%ld", (long)getpid());
+    const char *label = dokebi_lock_inspection_holder_label(found, 0);
+    CHECK(label != NULL && strlen(label) > strlen(pid) && strcmp(label + strlen(label) - strlen(pid), pid) == 0);
+    CHECK(dokebi_lock_inspection_holder_label(found, 1) == NULL && dokebi_lock_inspection_holder_label(NULL, 0) == NULL);
     dokebi_lock_inspection_free(found);
+
+    /* A try that finds it held names the holder in its error's details. */
+    dokebi_lock_lease *other = NULL;
+    dokebi_lock_error *busy = NULL;
+    CHECK(dokebi_lock_try_acquire(two, KEY("inspected"), &other, &busy) == DOKEBI_LOCK_LOCK_BUSY);
+    const char *details = dokebi_lock_error_details(busy);
+    CHECK(details != NULL && strstr(details, "\"holders\":[{") != NULL && strstr(details, pid) != NULL);
+    dokebi_lock_error_free(busy);
     dokebi_lock_lease_free(lease);
 
     dokebi_lock_key key = {KEY("inspected")};

@@ -16,6 +16,8 @@ use dokebi_lock::{Inspection, LockMode};
 pub struct dokebi_lock_inspection {
     inspection: Inspection,
     backend: CString,
+    /// Each listed holder's label, NUL-terminated (`None`: it has none).
+    labels: Vec<Option<CString>>,
 }
 
 /// Reads what `backend`'s store holds of `key` (`key_len` bytes of UTF-8)
@@ -49,7 +51,8 @@ pub unsafe extern "C" fn dokebi_lock_backend_inspect(
         refuse_on_driver_thread()?;
         let inspection = block_on(backend.backend.inspect(key))?;
         let name = c_text(&inspection.backend);
-        out.write(give(dokebi_lock_inspection { inspection, backend: name }));
+        let labels = inspection.holders.iter().map(|holder| holder.label.as_deref().map(c_text)).collect();
+        out.write(give(dokebi_lock_inspection { inspection, backend: name, labels }));
         Ok(())
     })
 }
@@ -146,6 +149,22 @@ pub unsafe extern "C" fn dokebi_lock_inspection_fence(inspection: *const dokebi_
 pub unsafe extern "C" fn dokebi_lock_inspection_holder_count(inspection: *const dokebi_lock_inspection) -> usize {
     // SAFETY: as promised by our caller (# Safety).
     boundary(|| unsafe { get(inspection) }.map_or(0, |found| found.holders.len()))
+}
+
+/// Who listed holder `index` is: its provider's `holder` label (this host's
+/// name and pid by default), NUL-terminated, owned by the inspection; NULL
+/// for a lease taken by a release before labels, and past the list.
+///
+/// # Safety
+/// `inspection` is NULL or a live inspection handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_inspection_holder_label(inspection: *const dokebi_lock_inspection, index: usize) -> *const c_char {
+    boundary(|| {
+        // SAFETY: as promised by our caller (# Safety).
+        unsafe { inspection.as_ref() }
+            .and_then(|handle| handle.labels.get(index)?.as_ref())
+            .map_or(std::ptr::null(), |label| label.as_ptr())
+    })
 }
 
 /// The units listed holder `index` holds (1 unless the key is counted); 0

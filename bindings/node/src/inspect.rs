@@ -21,6 +21,9 @@ pub struct InspectionInfo {
 /// One live holder.
 #[napi(object)]
 pub struct HolderInfo {
+    /// Its provider's `holder` label; absent for a lease of a release
+    /// before labels.
+    pub label: Option<String>,
     pub units: u32,
     /// Absent on the local driver, whose leases do not expire.
     pub remaining_ms: Option<f64>,
@@ -39,6 +42,7 @@ impl From<Inspection> for InspectionInfo {
                 .holders
                 .into_iter()
                 .map(|holder| HolderInfo {
+                    label: holder.label,
                     units: holder.units,
                     remaining_ms: holder.remaining.map(|left| left.as_millis() as f64),
                     fence: holder.fence.map(|fence| fence.to_string()),

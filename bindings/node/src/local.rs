@@ -41,11 +41,11 @@ use std::sync::Arc;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{ErrorCode, LockError, LockKind, LockMode};
+use dokebi_lock::{ErrorCode, HolderLabel, LockError, LockKind, LockMode};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::sys;
 
-use crate::error::stash;
+use crate::error::{stash, ErrorInfo};
 use crate::guard;
 use crate::inspect::InspectionInfo;
 use crate::key::KeyReader;
@@ -66,6 +66,8 @@ struct LocalState {
     key_set: Vec<String>,
     /// The block JS's current view shows.
     out: Arc<OutMemory>,
+    /// The provider's `holder`: the label of every holder here.
+    holder: HolderLabel,
 }
 
 impl LocalState {
@@ -118,6 +120,7 @@ impl LocalState {
             return self.failed(error);
         }
         let acquired = self.engine.acquire(self.keys.key(), may_wait, |waiter| waiter.slot);
+        let acquired = acquired.map_err(|error| self.engine.told_holders(error, &[self.keys.key()], &self.holder));
         self.acquired(acquired);
     }
 
@@ -148,14 +151,20 @@ impl LocalState {
                 unsafe { self.read_key_array(env, args[0]) }
             };
             match read {
-                Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot),
+                Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot).map_err(|error| {
+                    let keys: Vec<&str> = self.key_set.iter().map(String::as_str).collect();
+                    self.engine.told_holders(error, &keys, &self.holder)
+                }),
                 Err(error) => Err(error),
             }
         } else {
             // One key: read as `acquire` reads it, with no allocation.
             // SAFETY: our caller passes its own `env` and arguments.
             match unsafe { self.keys.read(env, args[0]) } {
-                Ok(()) => self.engine.acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot),
+                Ok(()) => self
+                    .engine
+                    .acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot)
+                    .map_err(|error| self.engine.told_holders(error, &[self.keys.key()], &self.holder)),
                 Err(error) => Err(error),
             }
         };
@@ -272,13 +281,14 @@ pub struct LocalEngineObject {
 }
 
 impl LocalEngineObject {
-    pub fn new(options: LocalOptions) -> Self {
+    pub fn new(options: LocalOptions, holder: HolderLabel) -> Self {
         LocalEngineObject {
             state: LocalState {
                 keys: KeyReader::new(options.max_key_bytes),
                 key_set: Vec::new(),
                 engine: LocalEngine::new(options),
                 out: Arc::default(),
+                holder,
             },
         }
     }
@@ -286,7 +296,7 @@ impl LocalEngineObject {
 
 type Shared = RefCell<LocalState>;
 
-const METHODS: [(&CStr, Method); 12] = [
+const METHODS: [(&CStr, Method); 13] = [
     (c"out", out),
     (c"acquire", acquire::<true>),
     (c"tryAcquire", acquire::<false>),
@@ -299,6 +309,7 @@ const METHODS: [(&CStr, Method); 12] = [
     (c"counts", counts),
     (c"inspect", inspect),
     (c"holdersOf", holders_of),
+    (c"timedOut", timed_out),
 ];
 
 impl ToNapiValue for LocalEngineObject {
@@ -446,8 +457,9 @@ unsafe extern "C" fn inspect(env: sys::napi_env, info: sys::napi_callback_info) 
     unsafe {
         or_throw(env, || {
             let mut state = state.borrow_mut();
-            let inspection =
-                state.read_open_key(env, key).map(|()| InspectionInfo::from(state.engine.inspect(state.keys.key()).inspection("")));
+            let inspection = state
+                .read_open_key(env, key)
+                .map(|()| InspectionInfo::from(state.engine.inspect(state.keys.key()).inspection("", &state.holder)));
             or_null(env, inspection)
         })
     }
@@ -470,6 +482,40 @@ unsafe extern "C" fn holders_of(env: sys::napi_env, info: sys::napi_callback_inf
                 leases.iter().flat_map(|lease| [f64::from(lease.slot), lease.fence as f64]).collect::<Vec<f64>>()
             });
             or_null(env, holders)
+        })
+    }
+}
+
+/// `timedOut(ms, key): ErrorInfo`: the `WAIT_TIMEOUT` of a wait of `ms`
+/// for `key` (a string, or an array of keys), its details the holders of
+/// the key that kept it out, read now (the waiter has left its queues).
+unsafe extern "C" fn timed_out(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's `env` and `info`; the function was created with an
+    // `Rc<Shared>` as data in `to_napi_value`.
+    let (state, _, [ms, key]) = unsafe { call_info::<Shared, 2>(env, info) };
+    // SAFETY: `env` and the argument are this callback's.
+    let error = LockError::wait_timeout(std::time::Duration::from_millis(unsafe { uint(env, ms) }.into()));
+    let mut several = false;
+    // SAFETY: as above; `several` is a local.
+    unsafe { sys::napi_is_array(env, key, &mut several) };
+    // SAFETY: `env` is this callback's, on the JS thread.
+    unsafe {
+        or_throw(env, || {
+            let mut state = state.borrow_mut();
+            state.release_deferred();
+            let state = &mut *state;
+            // SAFETY: `env` and `key` are this callback's. The keys were read once already
+            // (by the acquire): a key that no longer reads leaves the error as it is.
+            let read = if several { state.read_key_array(env, key) } else { state.keys.read(env, key) };
+            let error = match read {
+                Ok(()) if several => {
+                    let keys: Vec<&str> = state.key_set.iter().map(String::as_str).collect();
+                    state.engine.told_holders(error, &keys, &state.holder)
+                }
+                Ok(()) => state.engine.told_holders(error, &[state.keys.key()], &state.holder),
+                Err(_) => error,
+            };
+            ErrorInfo::to_napi_value(env, crate::error::info(error))
         })
     }
 }

@@ -111,7 +111,7 @@ impl NativeOptions {
     #[napi(catch_unwind)]
     pub fn local_engine(&self, name: String) -> Option<LocalEngineObject> {
         sentinel(|| match self.options.backends.get(&name) {
-            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local)),
+            Some(BackendOptions::Local(local)) => Some(LocalEngineObject::new(*local, self.options.holder.clone())),
             _ => {
                 stash(LockError::new(ErrorCode::UnknownBackend, "no local backend of that name is configured"));
                 None

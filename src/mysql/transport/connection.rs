@@ -86,6 +86,15 @@ impl Installer<'_> {
     }
 }
 
+/// The rows a statement's answer keeps.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// The first (a `CALL`'s reply, a count).
+    First,
+    /// Every row of the first result.
+    All,
+}
+
 /// A row's columns as text (NULL: `None`).
 fn columns(row: &mysql_async::Row) -> Vec<Option<String>> {
     (0..row.len()).map(|at| row.get_opt::<Option<String>, _>(at).and_then(|value| value.ok()).flatten()).collect()
@@ -150,7 +159,13 @@ impl MysqlConnection {
     /// Runs one statement and answers the first row's columns as text
     /// (NULL: `None`); no row: empty.
     pub async fn query(&self, sql: &str) -> std::result::Result<Vec<Option<String>>, Failure> {
-        self.run(sql, self.command_timeout).await
+        Ok(self.run(sql, self.command_timeout, Rows::First).await?.into_iter().next().unwrap_or_default())
+    }
+
+    /// Runs one statement and answers every row of its first result, each
+    /// as [`MysqlConnection::query`]'s.
+    pub async fn query_rows(&self, sql: &str) -> std::result::Result<Vec<Vec<Option<String>>>, Failure> {
+        self.run(sql, self.command_timeout, Rows::All).await
     }
 
     /// A connection of its own for the installation, in `sql_mode`: the
@@ -162,7 +177,7 @@ impl MysqlConnection {
         Ok(installer)
     }
 
-    async fn run(&self, sql: &str, bound: Duration) -> std::result::Result<Vec<Option<String>>, Failure> {
+    async fn run(&self, sql: &str, bound: Duration, rows: Rows) -> std::result::Result<Vec<Vec<Option<String>>>, Failure> {
         if self.is_shut_down() {
             return Err(Failure::Unreachable(Arc::new(std::io::Error::other("the connection was closed"))));
         }
@@ -177,12 +192,18 @@ impl MysqlConnection {
             None => self.connect().await.inspect_err(|failure| self.health.failed(failure))?,
         };
         let id = conn.id();
-        let outcome = tokio::time::timeout(bound, conn.query_first::<mysql_async::Row, _>(sql)).await;
+        let fetch = async {
+            match rows {
+                Rows::First => conn.query_first::<mysql_async::Row, _>(sql).await.map(|row| row.into_iter().collect()),
+                Rows::All => conn.query::<mysql_async::Row, _>(sql).await,
+            }
+        };
+        let outcome = tokio::time::timeout(bound, fetch).await;
         let failure = match outcome {
-            Ok(Ok(row)) => {
+            Ok(Ok(rows)) => {
                 *slot = Some(Pooled { conn, answered: Instant::now() });
                 self.health.answered();
-                return Ok(row.map(|row| columns(&row)).unwrap_or_default());
+                return Ok(rows.iter().map(columns).collect());
             }
             Ok(Err(err)) => {
                 let failure = classify_statement(err, self);
