@@ -27,15 +27,15 @@ pub struct HolderLabel {
 }
 
 impl HolderLabel {
-    /// `label` checked: not empty, no control characters, at most
+    /// `label` checked: not empty, no control or format characters, at most
     /// [`MAX_HOLDER_BYTES`] once encoded (letters, digits and `._~-` count
     /// one byte each, every other byte three). The error says why.
     pub fn new(label: &str) -> Result<HolderLabel, String> {
         if label.is_empty() {
             return Err("must not be empty".into());
         }
-        if label.chars().any(char::is_control) {
-            return Err("must not contain control characters".into());
+        if label.chars().any(hidden) {
+            return Err("must not contain control or invisible formatting characters".into());
         }
         let encoded = encode(label);
         if encoded.len() > MAX_HOLDER_BYTES {
@@ -95,9 +95,10 @@ fn encode(label: &str) -> String {
 }
 
 /// The label an encoded one stands for; `None` when it is not one (a
-/// stray `%`, bytes that are not UTF-8, a control character: a token in a
-/// store can be written by anyone who can write there, and a label is
-/// printed to operators' terminals).
+/// stray `%`, bytes that are not UTF-8, longer than a label may be, a
+/// control or format character: a token in a store can be written by
+/// anyone who can write there, and a label is printed to operators'
+/// terminals).
 #[cfg_attr(not(any(feature = "redis", feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn decode(encoded: &str) -> Option<String> {
     let bytes = encoded.as_bytes();
@@ -117,7 +118,38 @@ pub(crate) fn decode(encoded: &str) -> Option<String> {
             _ => return None,
         }
     }
-    String::from_utf8(out).ok().filter(|label| !label.chars().any(char::is_control))
+    String::from_utf8(out).ok().filter(|label| encoded.len() <= MAX_HOLDER_BYTES && !label.chars().any(hidden))
+}
+
+/// A character a label must not carry: a control character, or a format
+/// character (Unicode's Cf: bidirectional overrides, zero-width marks), with
+/// which a label forged in a store would print as another (`web-1` and a
+/// right-to-left override; review R58).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            u32::from(c),
+            0xAD | 0x600..=0x605
+                | 0x61C
+                | 0x6DD
+                | 0x70F
+                | 0x890..=0x891
+                | 0x8E2
+                | 0x180E
+                | 0x200B..=0x200F
+                | 0x202A..=0x202E
+                | 0x2060..=0x2064
+                | 0x2066..=0x206F
+                | 0xFEFF
+                | 0xFFF9..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0001
+                | 0xE0020..=0xE007F
+        )
 }
 
 /// This host's name, as the operating system gives it; `localhost` when
@@ -155,6 +187,8 @@ mod tests {
     fn labels_are_bounded_and_printable() {
         assert!(HolderLabel::new("").is_err());
         assert!(HolderLabel::new("a\nb").is_err());
+        assert!(HolderLabel::new("web-1\u{202E}4321").is_err(), "a right-to-left override");
+        assert!(HolderLabel::new("web\u{200B}1").is_err(), "a zero-width space");
         assert!(HolderLabel::new(&"a".repeat(MAX_HOLDER_BYTES)).is_ok());
         assert!(HolderLabel::new(&"a".repeat(MAX_HOLDER_BYTES + 1)).is_err());
         // Each ':' takes three bytes.
@@ -177,6 +211,8 @@ mod tests {
         assert_eq!(decode("a b"), None);
         assert_eq!(decode("%FF"), None);
         assert_eq!(decode("a%1B%5B2J"), None, "a terminal's escape is no label");
+        assert_eq!(decode("web-1%E2%80%AE4321"), None, "nor a right-to-left override");
+        assert_eq!(decode(&"a".repeat(MAX_HOLDER_BYTES + 1)), None, "nor more than a label may be");
         assert_eq!(decode("").as_deref(), Some(""));
     }
 }

@@ -823,9 +823,12 @@ local function grant(first, last, r, waiting_ms)
                 holders = redis.call('ZCARD', lock)
               end
               known[lock] = nil
+              -- Each member's own weight, after its last ':' (tokens differ
+              -- in length: their labels do, and an older release's has
+              -- none; a reader's `s` weighs nothing). Review R58.
               local pruned = 0
               for _, m in ipairs(gone) do
-                pruned = pruned + (tonumber(string.sub(m, #token + 2)) or 0)
+                pruned = pruned + (tonumber(string.match(m, ':(%d+)$')) or 0)
               end
               redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
               holders = holders - #gone
