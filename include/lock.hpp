@@ -313,6 +313,48 @@ private:
     detail::Handle<dokebi_lock_pending, dokebi_lock_pending_free> pending_;
 };
 
+/// One live holder of an inspected key.
+struct Holder {
+    /// Its provider's `holder` label (host:pid by default); empty for a lease
+    /// taken by a release before labels.
+    std::optional<std::string> label;
+    /// Units it holds: 1 unless the key is counted.
+    std::uint32_t units = 0;
+    /// Until its lease expires unless renewed; empty on the local driver.
+    std::optional<std::chrono::milliseconds> remaining;
+    /// Its fence, where the store keeps each holder's (local).
+    std::optional<std::uint64_t> fence;
+};
+
+/// One key as its store held it when read (Backend::inspect).
+struct Inspection {
+    /// The backend that answered (a policy's member, for a policy).
+    std::string backend;
+    /// True while someone holds the key.
+    bool held = false;
+    /// DOKEBI_LOCK_MODE_EXCLUSIVE or DOKEBI_LOCK_MODE_SHARED while held.
+    std::uint32_t mode = DOKEBI_LOCK_MODE_EXCLUSIVE;
+    /// The key's limit: above 1 for a counted key.
+    std::uint32_t limit = 1;
+    /// Live holders (the list has the first 64).
+    std::uint32_t holder_count = 0;
+    std::vector<Holder> holders;
+    /// Acquires waiting for the key that the store knows of.
+    std::uint32_t waiting = 0;
+    /// No fence granted on the key so far is larger; empty where the store kept none (and on local).
+    std::optional<std::uint64_t> fence;
+};
+
+/// What Backend::force_release did.
+struct ForcedRelease {
+    /// The backend whose store it changed.
+    std::string backend;
+    /// Live holders removed (0 when the key was free).
+    std::uint32_t removed = 0;
+    /// The raised fence (redis, postgres, mysql): write it to your fenced store as the highest seen.
+    std::optional<std::uint64_t> fence;
+};
+
 /// One backend; cheap to keep, usable from any thread.
 class Backend {
 public:
@@ -406,6 +448,52 @@ public:
 
     /// Of the held leases status() counts, those held in shared mode.
     std::size_t held_shared() const noexcept { return dokebi_lock_backend_held_shared(backend_.get()); }
+
+    /// What the store holds of `key` now: its holders (with their labels), waiters and fence.
+    Returns<Inspection> inspect(std::string_view key) const {
+        dokebi_lock_inspection *raw = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_backend_inspect(backend_.get(), key.data(), key.size(), &raw, &error);
+        detail::Handle<dokebi_lock_inspection, dokebi_lock_inspection_free> found(raw);
+        Inspection inspection;
+        if (status == DOKEBI_LOCK_OK) {
+            inspection.backend = dokebi_lock_inspection_backend(raw);
+            inspection.holder_count = dokebi_lock_inspection_held(raw);
+            inspection.held = inspection.holder_count > 0;
+            inspection.mode = dokebi_lock_inspection_mode(raw);
+            inspection.limit = dokebi_lock_inspection_limit(raw);
+            inspection.waiting = dokebi_lock_inspection_waiting(raw);
+            std::uint64_t fence = 0;
+            if (dokebi_lock_inspection_fence(raw, &fence)) inspection.fence = fence;
+            for (std::size_t i = 0, count = dokebi_lock_inspection_holder_count(raw); i < count; i++) {
+                Holder holder;
+                if (const char *label = dokebi_lock_inspection_holder_label(raw, i)) holder.label = label;
+                holder.units = dokebi_lock_inspection_holder_units(raw, i);
+                std::int64_t left = dokebi_lock_inspection_holder_remaining_ms(raw, i);
+                if (left >= 0) holder.remaining = std::chrono::milliseconds(left);
+                if (dokebi_lock_inspection_holder_fence(raw, i, &fence)) holder.fence = fence;
+                inspection.holders.push_back(std::move(holder));
+            }
+        }
+        return detail::finish(status, error, std::move(inspection));
+    }
+
+    /// An operator's break of a stuck lock: removes every holder of `key` and
+    /// (stores) raises its fence above every fence granted (docs/locks.md).
+    Returns<ForcedRelease> force_release(std::string_view key) const {
+        dokebi_lock_forced_release *raw = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_backend_force_release(backend_.get(), key.data(), key.size(), &raw, &error);
+        detail::Handle<dokebi_lock_forced_release, dokebi_lock_forced_release_free> forced(raw);
+        ForcedRelease answer;
+        if (status == DOKEBI_LOCK_OK) {
+            answer.backend = dokebi_lock_forced_release_backend(raw);
+            answer.removed = dokebi_lock_forced_release_removed(raw);
+            std::uint64_t fence = 0;
+            if (dokebi_lock_forced_release_fence(raw, &fence)) answer.fence = fence;
+        }
+        return detail::finish(status, error, std::move(answer));
+    }
 
 private:
     /// A blocking acquire: `call(&lease, &error)` is its C call.

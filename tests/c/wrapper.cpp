@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 #include "check.h"
 #include "lock.hpp"
@@ -118,6 +119,27 @@ static void kinds_take_shared_counted_and_several_keys(lock::Backend &orders) {
     expect_error(DOKEBI_LOCK_INVALID_ARGUMENT, [&] { orders.acquire({"a", "a"}, lock::Kind{}); });
 }
 
+static void inspect_names_the_holder_and_force_release_breaks_it(lock::Backend &orders) {
+    auto free = orders.inspect("stuck");
+    CHECK(!free.held && free.holders.empty() && free.backend == "orders" && !free.fence);
+    auto lease = orders.acquire("stuck");
+    auto found = orders.inspect("stuck");
+    CHECK(found.held && found.holder_count == 1 && found.mode == DOKEBI_LOCK_MODE_EXCLUSIVE && found.limit == 1);
+    CHECK(found.holders.size() == 1 && found.holders[0].units == 1 && !found.holders[0].remaining);
+    CHECK(found.holders[0].fence == lease.fence_value());
+    const std::string pid = ":" + std::to_string(getpid());
+    const std::string &label = found.holders[0].label.value();
+    CHECK(label.size() > pid.size() && label.compare(label.size() - pid.size(), pid.size(), pid) == 0);
+    auto busy = expect_error(DOKEBI_LOCK_LOCK_BUSY, [&] { orders.acquire("stuck", 0ms); });
+    CHECK(busy.details().find("\"label\":\"" + label + "\"") != std::string::npos);
+
+    auto forced = orders.force_release("stuck");
+    CHECK(forced.backend == "orders" && forced.removed == 1 && !forced.fence);
+    CHECK(!lease.valid() && !orders.inspect("stuck").held);
+    expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.inspect(""); });
+    expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.force_release(""); });
+}
+
 int main() {
     auto provider = lock::Provider::open(YAML);
     CHECK(provider.names() == std::vector<std::string>{"orders"});
@@ -163,6 +185,7 @@ int main() {
     status_counts_held_leases(orders);
     an_asynchronous_acquire_completes_or_is_cancelled(orders);
     kinds_take_shared_counted_and_several_keys(orders);
+    inspect_names_the_holder_and_force_release_breaks_it(orders);
 
     auto held = orders.acquire("held");
     provider.close();
