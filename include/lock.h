@@ -1607,6 +1607,21 @@ const char *dokebi_lock_status_name(uint32_t status);
 const struct dokebi_lock_trace_event *dokebi_lock_event_trace(const struct dokebi_lock_event *event);
 
 /**
+ * The details of a wait-timeout or slow-acquire event
+ * (`DOKEBI_LOCK_EVENT_WAIT_TIMEOUT`, `DOKEBI_LOCK_EVENT_SLOW_ACQUIRE`)
+ * that ended with `WAIT_TIMEOUT` or `LOCK_BUSY`: JSON, the holders of the
+ * key that kept the acquire out (`{"holders":[{"label":…,"units":…,
+ * "remainingMs":…,"fence":…}],"held":…,"waiting":…}`, see docs/locks.md,
+ * "Who holds it"); NULL when they could not be read, for other events and
+ * for NULL. Valid as long as `event`, during the callback.
+ *
+ * # Safety
+ * `event` is NULL or an event the telemetry callback received, during the
+ * callback.
+ */
+const char *dokebi_lock_event_details(const struct dokebi_lock_event *event);
+
+/**
  * The forced-release event `event` is part of
  * (`DOKEBI_LOCK_EVENT_FORCED_RELEASE`), with the holders removed and the
  * fence raised; NULL for other kinds and for NULL. Valid as long as

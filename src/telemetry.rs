@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::{AcquireOptions, LockKind, LockMode};
 use crate::error::{ErrorCode, LockError};
+use crate::inspect::tells_holders;
 use crate::metrics::{self, AcquireMeter, HoldMeter, Meter};
 use crate::options::Thresholds;
 use crate::trace::{AcquireSpan, HoldSpan};
@@ -40,6 +41,10 @@ pub enum TelemetryEvent {
         threshold: Duration,
         /// `None` when granted, else the code it failed with.
         outcome: Option<ErrorCode>,
+        /// Of a `WAIT_TIMEOUT` or `LOCK_BUSY`: its `details`, the holders
+        /// of the key that kept the acquire out (see docs/locks.md, "Who
+        /// holds it"), when they could be read.
+        details: Option<serde_json::Value>,
     },
     /// A lease was held at least `slowHoldMs` when it ended.
     SlowHold {
@@ -56,6 +61,9 @@ pub enum TelemetryEvent {
         backend: String,
         /// How long the acquire waited.
         waited: Duration,
+        /// The error's `details`: the holders of the key that kept the
+        /// acquire out, when they could be read.
+        details: Option<serde_json::Value>,
     },
     /// A lease turned out lost (`LEASE_LOST` or `OUTCOME_UNKNOWN`).
     LeaseLost {
@@ -417,12 +425,14 @@ impl Reporter {
         let waited = now.saturating_duration_since(started);
         let error = code.err();
         if let (true, Some(telemetry)) = (thresholds, &self.telemetry) {
+            let details = || outcome.err().filter(|err| tells_holders(err.code())).and_then(LockError::details).cloned();
             if error == Some(ErrorCode::WaitTimeout) {
-                telemetry.event(&TelemetryEvent::WaitTimeout { backend: self.backend.to_string(), waited });
+                telemetry.event(&TelemetryEvent::WaitTimeout { backend: self.backend.to_string(), waited, details: details() });
             }
             if let Some(threshold) = self.thresholds.slow_acquire_ms.map(|ms| Duration::from_millis(ms.into())) {
                 if waited >= threshold {
-                    telemetry.event(&TelemetryEvent::SlowAcquire { backend: self.backend.to_string(), waited, threshold, outcome: error });
+                    let backend = self.backend.to_string();
+                    telemetry.event(&TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome: error, details: details() });
                 }
             }
         }

@@ -177,6 +177,45 @@ fn mysql_names_the_holders_of_every_process() {
 }
 
 #[test]
+fn a_store_s_wait_timeout_telemetry_names_the_holders() {
+    use dokebi_lock::telemetry::TelemetryEvent;
+    use dokebi_lock::Hooks;
+    use std::sync::{Arc, Mutex};
+    let server = RedisServer::start();
+    let yaml = redis_yaml_at(
+        &format!("url: {}", server.url()),
+        "        leaseMs: 10000
+        slowAcquireMs: 10
+",
+        "",
+    );
+    let web = labelled(&yaml, WEB);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let mut options = Options::from_yaml(&yaml).unwrap();
+    options.holder = HolderLabel::new(WORKER).unwrap();
+    let hooks =
+        Hooks { telemetry: Some(Arc::new(move |event: &TelemetryEvent| sink.lock().unwrap().push(event.clone()))), ..Hooks::default() };
+    let worker = Provider::open_with(options, hooks).unwrap();
+    let lease = take(&web.backend("shared").unwrap(), "k", wait(0));
+    let timed_out = block_on(worker.backend("shared").unwrap().acquire("k", wait(100))).unwrap_err();
+    let events = events.lock().unwrap();
+    let told: Vec<&Value> = events
+        .iter()
+        .filter_map(|event| match event {
+            TelemetryEvent::WaitTimeout { details, .. } | TelemetryEvent::SlowAcquire { details, .. } => details.as_ref(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 2, "a wait-timeout and a slow-acquire event: {events:?}");
+    for details in told {
+        assert_eq!(Some(details), timed_out.details());
+        assert_eq!(labels_of(details), BTreeSet::from([WEB.to_owned()]));
+    }
+    assert!(block_on(lease.release()).unwrap());
+}
+
+#[test]
 fn a_policy_tells_the_member_s_holders() {
     let yaml = "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      near: {}\n      \
                 shared:\n        driver: policy\n        default: { backends: [near] }\n";

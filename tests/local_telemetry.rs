@@ -43,11 +43,18 @@ fn a_wait_timeout_is_reported_as_a_timeout_and_a_slow_acquire() {
     assert_eq!(err.code(), ErrorCode::WaitTimeout);
     let events = events.lock().unwrap();
     assert!(
-        matches!(&events[0], TelemetryEvent::WaitTimeout { backend, waited } if backend == "watched" && *waited >= Duration::from_millis(40))
+        matches!(&events[0], TelemetryEvent::WaitTimeout { backend, waited, .. } if backend == "watched" && *waited >= Duration::from_millis(40))
     );
     assert!(
         matches!(&events[1], TelemetryEvent::SlowAcquire { outcome: Some(ErrorCode::WaitTimeout), threshold, .. } if *threshold == Duration::from_millis(20))
     );
+    // Both carry the error's details: who held the key (this process).
+    for event in &events[..2] {
+        let (TelemetryEvent::WaitTimeout { details, .. } | TelemetryEvent::SlowAcquire { details, .. }) = event else { unreachable!() };
+        assert_eq!(details.as_ref(), err.details(), "{event:?}");
+        let label = details.as_ref().unwrap()["holders"][0]["label"].as_str().unwrap().to_owned();
+        assert!(label.ends_with(&format!(":{}", std::process::id())), "{label}");
+    }
     assert!(!format!("{events:?}").contains("secret-key"), "events never carry keys");
     assert_eq!(events[0].name(), "wait-timeout");
 }

@@ -241,11 +241,12 @@ class LocalCore {
     return this.holdChannel?.hasSubscribers ? performance.now() : undefined;
   }
 
-  /** Reports the end of `waiter`'s wait with error `code` (undefined: granted). */
-  waited(waiter, code) {
+  /** Reports the end of `waiter`'s wait with `error` (undefined: granted). */
+  waited(waiter, error) {
     if (!telemetry.waitWatched()) return;
     const waitedMs = performance.now() - (waiter.deadline - waiter.deadlineMs);
-    telemetry.reportWait(this.name, this.slowAcquireMs, waitedMs, code);
+    const details = error?.code === 'WAIT_TIMEOUT' ? error.details : undefined;
+    telemetry.reportWait(this.name, this.slowAcquireMs, waitedMs, error?.code, details);
   }
 
   /** Reports a lease held since `since` (a holdStart()) that just ended. */
@@ -343,7 +344,7 @@ class Waiter {
 
   fail(error) {
     this.settle();
-    this.core.waited(this, error.code);
+    this.core.waited(this, error);
     this.reject(error);
   }
 

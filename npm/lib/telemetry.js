@@ -4,7 +4,9 @@
 //
 // Zero cost when nobody listens: every report first checks `hasSubscribers`,
 // and the local driver reads no clock for a report nobody would receive.
-// Payloads carry the backend, codes and durations, never keys.
+// Payloads carry the backend, codes and durations, never keys; a wait that
+// ended with WAIT_TIMEOUT or LOCK_BUSY carries the error's `details` too
+// (the holders' labels of the key that kept it out, never the key).
 import { channel } from 'node:diagnostics_channel';
 
 export const slowAcquire = channel('dokebi-lock:slow-acquire');
@@ -26,6 +28,7 @@ export function forwardTelemetry({ name, ...fields }) {
   if (!target?.hasSubscribers) return;
   const payload = {};
   for (const field in fields) if (fields[field] != null) payload[field] = fields[field];
+  if (payload.details !== undefined) payload.details = JSON.parse(payload.details);
   target.publish(payload);
 }
 
@@ -36,13 +39,18 @@ export function waitWatched() {
 
 /**
  * Reports a finished wait of `backend` that lasted `waitedMs` and ended with
- * error `code` (undefined when granted): a wait timeout, and a slow acquire
- * whatever the outcome when `thresholdMs` (null: disabled) was reached.
+ * error `code` (undefined when granted; its `details`, the holders, with a
+ * WAIT_TIMEOUT or LOCK_BUSY): a wait timeout, and a slow acquire whatever
+ * the outcome when `thresholdMs` (null: disabled) was reached.
  */
-export function reportWait(backend, thresholdMs, waitedMs, code) {
-  if (code === 'WAIT_TIMEOUT' && waitTimeout.hasSubscribers) waitTimeout.publish({ backend, code, waitedMs });
+export function reportWait(backend, thresholdMs, waitedMs, code, details) {
+  if (code === 'WAIT_TIMEOUT' && waitTimeout.hasSubscribers) {
+    waitTimeout.publish(details === undefined ? { backend, code, waitedMs } : { backend, code, waitedMs, details });
+  }
   if (thresholdMs !== null && waitedMs >= thresholdMs && slowAcquire.hasSubscribers) {
-    slowAcquire.publish(code === undefined ? { backend, waitedMs, thresholdMs } : { backend, code, waitedMs, thresholdMs });
+    const event = code === undefined ? { backend, waitedMs, thresholdMs } : { backend, code, waitedMs, thresholdMs };
+    if (details !== undefined) event.details = details;
+    slowAcquire.publish(event);
   }
 }
 

@@ -67,11 +67,15 @@ test('local: a wait timeout is a wait-timeout, and a slow-acquire with its code'
   await rejectsWith(backend.acquire(KEY, { waitTimeoutMs: 30 }), 'WAIT_TIMEOUT');
   await rejectsWith(backend.acquire(KEY, { waitTimeoutMs: 0 }), 'LOCK_BUSY');
   const [timeout] = recorder.named('wait-timeout');
-  assert.deepEqual(Object.keys(timeout).sort(), ['backend', 'code', 'waitedMs']);
+  assert.deepEqual(Object.keys(timeout).sort(), ['backend', 'code', 'details', 'waitedMs']);
   assert.equal(timeout.code, 'WAIT_TIMEOUT');
   assert.ok(timeout.waitedMs >= 30, String(timeout.waitedMs));
+  // Who held the key: this process, by its default label.
+  assert.match(timeout.details.holders[0].label, new RegExp(`:${process.pid}$`));
+  assert.deepEqual([timeout.details.held, timeout.details.holders[0].fence], [1, holder.fence]);
   assert.equal(recorder.named('wait-timeout').length, 1, 'LOCK_BUSY is no wait timeout');
   assert.equal(recorder.named('slow-acquire')[0].code, 'WAIT_TIMEOUT');
+  assert.deepEqual(recorder.named('slow-acquire')[0].details, timeout.details);
   await holder.release();
   recorder.stop();
   await provider.close();
@@ -161,8 +165,11 @@ test('redis: the core reports connection, wait-timeout, slow-acquire, slow-hold 
   assert.equal(timeout.backend, 'r');
   assert.equal(timeout.code, 'WAIT_TIMEOUT');
   assert.ok(timeout.waitedMs >= 50, String(timeout.waitedMs));
+  assert.match(timeout.details.holders[0].label, new RegExp(`:${process.pid}$`), 'who held it');
+  assert.equal(timeout.details.held, 1);
   const slow = await recorder.next('slow-acquire');
   assert.deepEqual([slow.backend, slow.code, slow.thresholdMs], ['r', 'WAIT_TIMEOUT', 10]);
+  assert.deepEqual(slow.details, timeout.details);
   await holder.release();
 
   const held = await a.backend('r').acquire(KEY);

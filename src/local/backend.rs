@@ -374,8 +374,10 @@ impl LocalBackend {
                 Ok(LocalLease::new(backend, id, keys, hold))
             }
             Err(err) => {
+                // Read before the report, so that its telemetry carries them too.
+                let err = lock(&self.shared.engine).told_holders(err, keys, &self.shared.holder);
                 self.shared.reporter.failed(acquiring, &err);
-                Err(lock(&self.shared.engine).told_holders(err, keys, &self.shared.holder))
+                Err(err)
             }
         }
     }

@@ -842,7 +842,23 @@ local function grant(first, last, r, waiting_ms)
             elseif plain then
               free = false
             elseif units + weight > limit and not redis.call('ZSCORE', lock, member) then
-              free = false
+              -- Refused: the units are counted again from the holders left
+              -- (each member's weight after its last ':'), and the count
+              -- mended where it is off. A process of the release before
+              -- holder labels pruned a member at its own token's length
+              -- (32) and gave back nothing of a longer token's units: the
+              -- key then refused room it had, for as long as anyone held it
+              -- (review R59). Only on a refusal, and as many members as
+              -- hold the key.
+              local counted = 0
+              for _, m in ipairs(redis.call('ZRANGE', lock, 0, -1)) do
+                counted = counted + (tonumber(string.match(m, ':(%d+)$')) or 0)
+              end
+              if counted ~= units then
+                units = counted
+                redis.call('HSET', kind, 'units', string.format('%.0f', units))
+              end
+              free = units + weight <= limit
             end
             if not free then
               local first_holder = redis.call('ZRANGE', lock, 0, 0, 'WITHSCORES')

@@ -203,7 +203,12 @@ impl<S: Store> Acquire<S> {
         // For a WAIT_TIMEOUT's or LOCK_BUSY's details: one allocation, no
         // round trip, on the way in.
         let keys = self.keys.clone();
-        let outcome = self.attempt().await;
+        // The holders are read before the failure is reported, so that
+        // its telemetry carries them too.
+        let outcome = match self.attempt().await {
+            Err(err) if tells_holders(err.code()) => Err(with_holders(&core, err, &keys).await),
+            outcome => outcome,
+        };
         match &outcome {
             Ok(shared) => {
                 core.acquired.fetch_add(1, Ordering::Relaxed);
@@ -216,10 +221,7 @@ impl<S: Store> Acquire<S> {
                 core.reporter.failed(acquiring, err);
             }
         }
-        match outcome {
-            Err(err) if tells_holders(err.code()) => Err(with_holders(&core, err, &keys).await),
-            outcome => outcome,
-        }
+        outcome
     }
 
     /// Rounds until granted or ended: the turn of every key (unless another
@@ -255,20 +257,32 @@ impl<S: Store> Acquire<S> {
     }
 }
 
+/// How long the read of the holders after a `WAIT_TIMEOUT` or `LOCK_BUSY`
+/// may take, all keys together: the error is told at the end of the wait
+/// (a store that stalls then would hold it up to `commandTimeoutMs` a key:
+/// review R59), only without its holders when they could not be read in
+/// time.
+const HOLDERS_READ: Duration = Duration::from_millis(250);
+
 /// `err` (a `WAIT_TIMEOUT` or `LOCK_BUSY`) with the holders of the key
 /// that kept it out in its details (see [`busy_details`]): one read of each
-/// key, after the wait ended, until one is held. Without them when a read
-/// fails: the error is the wait's, not the read's.
+/// key, after the wait ended, until one is held, within [`HOLDERS_READ`].
+/// Without them when a read fails or runs out of time: the error is the
+/// wait's, not the read's.
 async fn with_holders<S: Store>(core: &BackendCore<S>, err: LockError, keys: &[String]) -> LockError {
-    let mut found = Vec::with_capacity(keys.len());
-    for key in keys {
-        let Ok(inspection) = core.store().inspect(key).await else { return err };
-        let held = inspection.is_held();
-        found.push(inspection);
-        if held {
-            break;
+    let read = async {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            let inspection = core.store().inspect(key).await.ok()?;
+            let held = inspection.is_held();
+            found.push(inspection);
+            if held {
+                break;
+            }
         }
-    }
+        Some(found)
+    };
+    let Ok(Some(found)) = tokio::time::timeout(HOLDERS_READ, read).await else { return err };
     match busy_details(&found, keys.len() > 1) {
         Some(details) => err.with_details(details),
         None => err,

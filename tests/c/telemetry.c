@@ -26,6 +26,8 @@ static struct {
         /* A forced release's (dokebi_lock_event_forced_release). */
         uint32_t removed;
         uint64_t fence;
+        /* A wait's details (dokebi_lock_event_details) named this process as the holder. */
+        bool told_holder;
     } events[MAX_EVENTS];
 } seen = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
 
@@ -50,6 +52,11 @@ static void record(const dokebi_lock_event *event, void *user_data) {
             seen.events[seen.count].removed = forced->removed;
             seen.events[seen.count].fence = forced->fence;
         }
+        const char *details = dokebi_lock_event_details(event);
+        CHECK(details == NULL || event->kind == DOKEBI_LOCK_EVENT_WAIT_TIMEOUT || event->kind == DOKEBI_LOCK_EVENT_SLOW_ACQUIRE);
+        char pid[40];
+        snprintf(pid, sizeof pid, ":%ld\"", (long)getpid());
+        seen.events[seen.count].told_holder = details != NULL && strstr(details, "\"holders\":[{") != NULL && strstr(details, pid) != NULL;
         seen.count++;
     }
     pthread_mutex_unlock(&seen.mutex);
@@ -65,6 +72,17 @@ static int count(dokebi_lock_event_kind kind, const char *name, dokebi_lock_stat
             n++;
         }
         CHECK(strstr(seen.events[i].backend, "secret") == NULL && strstr(seen.events[i].connection, "secret") == NULL);
+    }
+    pthread_mutex_unlock(&seen.mutex);
+    return n;
+}
+
+/* How many events of `kind` named this process as the key's holder. */
+static int told_holder(dokebi_lock_event_kind kind) {
+    int n = 0;
+    pthread_mutex_lock(&seen.mutex);
+    for (int i = 0; i < seen.count; i++) {
+        n += seen.events[i].kind == kind && seen.events[i].told_holder;
     }
     pthread_mutex_unlock(&seen.mutex);
     return n;
@@ -235,6 +253,8 @@ int main(void) {
     CHECK_STATUS(DOKEBI_LOCK_WAIT_TIMEOUT, dokebi_lock_acquire(orders, KEY("secret-order-42"), 10, &none, ERR));
     CHECK(count(DOKEBI_LOCK_EVENT_WAIT_TIMEOUT, "orders", DOKEBI_LOCK_WAIT_TIMEOUT) == 1);
     CHECK(count(DOKEBI_LOCK_EVENT_SLOW_ACQUIRE, "orders", DOKEBI_LOCK_WAIT_TIMEOUT) == 1);
+    /* Both tell who held the key: this process, by its default label. */
+    CHECK(told_holder(DOKEBI_LOCK_EVENT_WAIT_TIMEOUT) == 1 && told_holder(DOKEBI_LOCK_EVENT_SLOW_ACQUIRE) == 1);
     /* A wait that ends with the key (slowAcquireMs 0: every wait is slow). */
     pthread_t waiter;
     CHECK(pthread_create(&waiter, NULL, acquire_and_release, orders) == 0);

@@ -140,6 +140,20 @@ pub struct dokebi_lock_forced_release_event {
     pub fence: u64,
 }
 
+/// A wait-timeout or slow-acquire event (`DOKEBI_LOCK_EVENT_WAIT_TIMEOUT`,
+/// `DOKEBI_LOCK_EVENT_SLOW_ACQUIRE`): the event, then the error's details.
+/// Valid during the callback only.
+#[repr(C)]
+pub struct dokebi_lock_wait_event {
+    /// The event: `kind`, `backend`, `duration_ms`, `threshold_ms`, `code`.
+    pub event: dokebi_lock_event,
+    /// Of a `WAIT_TIMEOUT` or `LOCK_BUSY`: its details as JSON, the holders
+    /// of the key that kept the acquire out (as `dokebi_lock_error_details`;
+    /// never the key), NUL-terminated; NULL when they could not be read, and
+    /// for other outcomes.
+    pub details: *const c_char,
+}
+
 /// Receives telemetry events with the `user_data` given at open.
 ///
 /// Called on the thread that observed the event: the caller's own thread for
@@ -308,13 +322,14 @@ impl Callback {
         let held_name;
         let held_connection;
         match event {
-            TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
+            TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome, details } => {
                 held_name = name(backend);
                 c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_SLOW_ACQUIRE;
                 c.backend = held_name.as_ptr();
                 c.duration_ms = millis(*waited);
                 c.threshold_ms = millis(*threshold);
                 c.code = outcome.map_or(dokebi_lock_status::DOKEBI_LOCK_OK, dokebi_lock_status::from);
+                return self.call_waited(c, details.as_ref().map(ToString::to_string));
             }
             TelemetryEvent::SlowHold { backend, held, threshold } => {
                 held_name = name(backend);
@@ -323,12 +338,13 @@ impl Callback {
                 c.duration_ms = millis(*held);
                 c.threshold_ms = millis(*threshold);
             }
-            TelemetryEvent::WaitTimeout { backend, waited } => {
+            TelemetryEvent::WaitTimeout { backend, waited, details } => {
                 held_name = name(backend);
                 c.kind = dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_WAIT_TIMEOUT;
                 c.backend = held_name.as_ptr();
                 c.duration_ms = millis(*waited);
                 c.code = dokebi_lock_status::DOKEBI_LOCK_WAIT_TIMEOUT;
+                return self.call_waited(c, details.as_ref().map(ToString::to_string));
             }
             TelemetryEvent::LeaseLost { backend, code } => {
                 held_name = name(backend);
@@ -385,6 +401,14 @@ impl Callback {
             }
         }
         self.call(&c);
+    }
+
+    /// Delivers `event` as the first field of a wait event with `details`
+    /// (see `dokebi_lock_event_details`).
+    fn call_waited(&self, event: dokebi_lock_event, details: Option<String>) {
+        let details = details.map(|details| name(&details));
+        let waited = dokebi_lock_wait_event { event, details: details.as_ref().map_or(std::ptr::null(), |text| text.as_ptr()) };
+        self.call(&waited.event);
     }
 
     fn deliver_trace(&self, event: &TraceEvent<'_>) {
@@ -457,6 +481,35 @@ pub unsafe extern "C" fn dokebi_lock_event_trace(event: *const dokebi_lock_event
             // field of a `repr(C)` trace event (`deliver_trace`), so the
             // pointer to it points to that.
             Some(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_ACQUIRE | dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_HOLD) => event.cast(),
+            _ => std::ptr::null(),
+        }
+    })
+}
+
+/// The details of a wait-timeout or slow-acquire event
+/// (`DOKEBI_LOCK_EVENT_WAIT_TIMEOUT`, `DOKEBI_LOCK_EVENT_SLOW_ACQUIRE`)
+/// that ended with `WAIT_TIMEOUT` or `LOCK_BUSY`: JSON, the holders of the
+/// key that kept the acquire out (`{"holders":[{"label":…,"units":…,
+/// "remainingMs":…,"fence":…}],"held":…,"waiting":…}`, see docs/locks.md,
+/// "Who holds it"); NULL when they could not be read, for other events and
+/// for NULL. Valid as long as `event`, during the callback.
+///
+/// # Safety
+/// `event` is NULL or an event the telemetry callback received, during the
+/// callback.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_event_details(event: *const dokebi_lock_event) -> *const c_char {
+    boundary(|| {
+        // SAFETY: the caller promised `event` is NULL or an event the callback received (# Safety).
+        match unsafe { event.as_ref() }.map(|event| event.kind) {
+            Some(dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_WAIT_TIMEOUT | dokebi_lock_event_kind::DOKEBI_LOCK_EVENT_SLOW_ACQUIRE) => {
+                // Events of these kinds are only ever delivered as the first
+                // field of a `repr(C)` wait event (`call_waited`), so the
+                // pointer to one points to that.
+                let waited: *const dokebi_lock_wait_event = event.cast();
+                // SAFETY: as above; the wait event lives during the callback.
+                unsafe { (*waited).details }
+            }
             _ => std::ptr::null(),
         }
     })

@@ -42,6 +42,10 @@ pub struct TelemetryEntry {
     /// A forced-release event: the key's fence counter as raised (a decimal
     /// string, as every fence in JS).
     pub fence: Option<String>,
+    /// A wait-timeout or slow-acquire event of a `WAIT_TIMEOUT` or
+    /// `LOCK_BUSY`: the error's details as JSON text (the holders of the key
+    /// that kept the acquire out), which the JS layer parses.
+    pub details: Option<String>,
 }
 
 /// Calls the JS telemetry sink; weak, so it never keeps Node alive.
@@ -73,23 +77,26 @@ fn entry(event: &TelemetryEvent) -> TelemetryEntry {
         skipped_ms: None,
         removed: None,
         fence: None,
+        details: None,
     };
     match event {
-        TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome } => {
+        TelemetryEvent::SlowAcquire { backend, waited, threshold, outcome, details } => {
             entry.backend = Some(backend.clone());
             entry.waited_ms = ms(waited);
             entry.threshold_ms = ms(threshold);
             entry.code = outcome.map(|code| code.as_str().to_owned());
+            entry.details = details.as_ref().map(ToString::to_string);
         }
         TelemetryEvent::SlowHold { backend, held, threshold } => {
             entry.backend = Some(backend.clone());
             entry.held_ms = ms(held);
             entry.threshold_ms = ms(threshold);
         }
-        TelemetryEvent::WaitTimeout { backend, waited } => {
+        TelemetryEvent::WaitTimeout { backend, waited, details } => {
             entry.backend = Some(backend.clone());
             entry.waited_ms = ms(waited);
             entry.code = Some(dokebi_lock::ErrorCode::WaitTimeout.as_str().to_owned());
+            entry.details = details.as_ref().map(ToString::to_string);
         }
         TelemetryEvent::LeaseLost { backend, code } => {
             entry.backend = Some(backend.clone());
