@@ -312,11 +312,24 @@ export interface MysqlStatus {
  */
 export interface TelemetryPayloads {
   /** A wait reached slowAcquireMs; `code` is the error it ended with, absent when granted. */
-  'slow-acquire': { readonly backend: string; readonly waitedMs: number; readonly thresholdMs: number; readonly code?: LockErrorCode };
+  'slow-acquire': {
+    readonly backend: string;
+    readonly waitedMs: number;
+    readonly thresholdMs: number;
+    readonly code?: LockErrorCode;
+    /** Of a WAIT_TIMEOUT or LOCK_BUSY: the error's details, who held the key (when they could be read). */
+    readonly details?: HeldDetails;
+  };
   /** A lease reached slowHoldMs when it was released. */
   'slow-hold': { readonly backend: string; readonly heldMs: number; readonly thresholdMs: number };
   /** A wait ended with WAIT_TIMEOUT. */
-  'wait-timeout': { readonly backend: string; readonly waitedMs: number; readonly code: 'WAIT_TIMEOUT' };
+  'wait-timeout': {
+    readonly backend: string;
+    readonly waitedMs: number;
+    readonly code: 'WAIT_TIMEOUT';
+    /** The error's details: who held the key (when they could be read). */
+    readonly details?: HeldDetails;
+  };
   /** A lease of a redis, postgres, mysql or file backend turned out lost (OUTCOME_UNKNOWN: redis, postgres, mysql). */
   'lease-lost': { readonly backend: string; readonly code: 'LEASE_LOST' | 'OUTCOME_UNKNOWN' };
   /** A Redis, PostgreSQL or MySQL connection (a name of the connections of dokebi-redis, dokebi-postgres or dokebi-mysql) went up or down. */

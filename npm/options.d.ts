@@ -582,6 +582,10 @@ export type RedisConnectionOptions =
 /** The `dokebi-lock` section of the options. */
 export interface LockOptions {
   readonly backends?: Readonly<Record<string, BackendOptions>>;
+  /**
+   * The label of this app's holders in inspect and in WAIT_TIMEOUT and LOCK_BUSY details (at most 40 bytes as stored: letters, digits and . _ ~ - count one byte, any other byte three); this host's name and pid when omitted.
+   */
+  readonly holder?: string;
 }
 
 /** The `dokebi-redis` section of the options. */

@@ -138,7 +138,7 @@ export function render(schema) {
     'export type BackendOptions =\n  | LocalBackendOptions\n  | RedisBackendOptions\n  | PostgresBackendOptions\n  | MysqlBackendOptions\n  | FileBackendOptions\n  | PolicyBackendOptions\n  | AppBackendOptions\n  | null;\n',
     connectionTypes(connection),
     '/** The `dokebi-lock` section of the options. */',
-    'export interface LockOptions {\n  readonly backends?: Readonly<Record<string, BackendOptions>>;\n}\n',
+    `export interface LockOptions {\n  readonly backends?: Readonly<Record<string, BackendOptions>>;\n  /**\n   * ${options['dokebi-lock'].properties.holder.description}\n   */\n  readonly holder?: string;\n}\n`,
     '/** The `dokebi-redis` section of the options. */',
     'export interface RedisOptions {\n  readonly connections?: Readonly<Record<string, RedisConnectionOptions>>;\n}\n',
     '/** A PostgreSQL connection under `dokebi-postgres.connections.<name>`. */',

@@ -53,6 +53,7 @@ import {
   type LockHttpAnswer,
   type LockLogger,
   type LockOptions,
+  type HeldDetails,
   type LockPlugin,
   type OpenLockInput,
   type OptionIssue,
@@ -112,7 +113,7 @@ const connections: Record<string, RedisConnectionOptions> = {
 // @ts-expect-error tls settings are PEM text or file paths, not buffers
 const bufferCa: RedisTlsOptions = { ca: new Uint8Array() };
 const backends: Record<string, BackendOptions> = { local, redis, postgres, mysql, file, app, defaults: null, sized: { driver: 'memory', ...settings } };
-const lockOptions: LockOptions = { backends };
+const lockOptions: LockOptions = { backends, holder: 'orders-api/web-3' };
 const redisOptions: RedisOptions = { connections };
 const postgresOptions: PostgresOptions = { connections: { pg: pgConnection } };
 const mysqlOptions: MysqlOptions = { connections: { my: myConnection } };
@@ -158,9 +159,25 @@ async function inspectKey(backend: LockBackend): Promise<void> {
   const found: Inspection = await backend.inspect('order:42');
   const first: InspectedHolder | undefined = found.holders[0];
   const remaining: number | null | undefined = first?.remainingMs;
+  const label: string | null | undefined = first?.label;
   const mode: 'exclusive' | 'shared' | null = found.mode;
   const fence: bigint | null = found.fence === null ? null : BigInt(found.fence);
-  console.log(found.backend, found.held, found.waiting, remaining, mode, fence);
+  console.log(found.backend, found.held, found.waiting, remaining, label, mode, fence);
+}
+
+async function whoHeldIt(backend: LockBackend): Promise<void> {
+  try {
+    await backend.acquire('order:42', { waitTimeoutMs: 0 });
+  } catch (error) {
+    const held = (error as { details?: HeldDetails }).details;
+    const labels: (string | null)[] = held?.holders.map((holder) => holder.label) ?? [];
+    const index: number | undefined = held?.keyIndex;
+    console.log(labels, held?.held, held?.waiting, index);
+  }
+}
+
+function onWaitTimeout(event: TelemetryPayloads['wait-timeout']): string | null | undefined {
+  return event.details?.holders[0]?.label;
 }
 
 async function breakKey(backend: LockBackend): Promise<void> {
@@ -391,4 +408,4 @@ function install(): void {
   console.log(plan.packages, diagnostics.length, shipped.schemaVersion);
 }
 
-export { inspectKey, breakKey, policy, twoPatterns, badTier, standalone, errors, telemetry, forcedReleases, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
+export { inspectKey, whoHeldIt, onWaitTimeout, breakKey, policy, twoPatterns, badTier, standalone, errors, telemetry, forcedReleases, tracing, hosted, install, typo, localTypo, noDirectory, noLease, undeclared, twoConnections, bufferCa, noAcquire, badFactory, keysDriver, countedOptions, unknownKind, wordyKind, badMode, WrongHook, WrongInput };
