@@ -17,19 +17,12 @@ use dokebi_lock::{AcquireOptions, Backend, ErrorCode, HolderLabel, LockError, Lo
 use futures::executor::block_on;
 use serde_json::Value;
 use support::redis_server::RedisServer;
-use support::{inspect, redis_yaml_at, take, wait};
+use support::{inspect, labelled, redis_yaml_at, take, wait};
 
 const WEB: &str = "web-3:4182";
 const WORKER: &str = "worker ü";
 /// Every character a store's protocol reads in a token.
 const HOSTILE: &str = "'),\";{}%:\\ ü";
-
-/// The provider of `yaml`, its holders labelled `label`.
-fn labelled(yaml: &str, label: &str) -> Provider {
-    let mut options = Options::from_yaml(yaml).unwrap();
-    options.holder = HolderLabel::new(label).unwrap();
-    Provider::open(options).unwrap()
-}
 
 fn details(error: &LockError) -> &Value {
     error.details().unwrap_or_else(|| panic!("{:?} without details: {error}", error.code()))

@@ -14,156 +14,20 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, ErrorCode, HolderLabel, Options, Provider};
+use dokebi_lock::ErrorCode;
 use futures::executor::block_on;
+use support::older_release::*;
 use support::redis_server::RedisServer;
-use support::{inspect, redis_yaml_at, take, wait};
-
-// ---------------------------------------------------------------------
-// A tiny expander of the scripts module's `concat!` and `macro_rules!`.
-// ---------------------------------------------------------------------
-
-const SCRIPTS: &str = include_str!("../src/redis/scripts.rs");
-
-enum Item {
-    Text(String),
-    Param(String),
-    Call(String, Vec<Item>),
-}
-
-fn skip_ws(src: &str, mut at: usize) -> usize {
-    while at < src.len() && src.as_bytes()[at].is_ascii_whitespace() {
-        at += 1;
-    }
-    at
-}
-
-/// One item of a macro body at `at`; the position after it.
-fn parse(src: &str, at: usize) -> (Item, usize) {
-    let at = skip_ws(src, at);
-    let rest = &src[at..];
-    if let Some(raw) = rest.strip_prefix("r\"") {
-        let end = raw.find('"').unwrap();
-        return (Item::Text(raw[..end].to_owned()), at + 2 + end + 1);
-    }
-    if let Some(quoted) = rest.strip_prefix('"') {
-        let mut out = String::new();
-        let mut chars = quoted.char_indices();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '"' => return (Item::Text(out), at + 1 + i + 1),
-                '\\' => match chars.next().unwrap().1 {
-                    'n' => out.push('\n'),
-                    other => out.push(other),
-                },
-                c => out.push(c),
-            }
-        }
-        panic!("an unterminated string");
-    }
-    if let Some(param) = rest.strip_prefix('$') {
-        let len = param.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap();
-        return (Item::Param(param[..len].to_owned()), at + 1 + len);
-    }
-    let bang = rest.find("!(").unwrap();
-    let name = rest[..bang].trim().to_owned();
-    let mut pos = at + bang + 2;
-    let mut args = Vec::new();
-    loop {
-        pos = skip_ws(src, pos);
-        if src.as_bytes()[pos] == b')' {
-            pos += 1;
-            break;
-        }
-        let (item, next) = parse(src, pos);
-        args.push(item);
-        pos = skip_ws(src, next);
-        if src.as_bytes()[pos] == b',' {
-            pos += 1;
-        }
-    }
-    (Item::Call(name, args), pos)
-}
-
-fn expand(item: &Item, bound: &[(String, String)]) -> String {
-    match item {
-        Item::Text(text) => text.clone(),
-        Item::Param(name) => bound.iter().find(|(n, _)| n == name).unwrap().1.clone(),
-        Item::Call(name, args) if name == "concat" => args.iter().map(|arg| expand(arg, bound)).collect(),
-        Item::Call(name, args) => {
-            let start = SCRIPTS.find(&format!("macro_rules! {name} {{")).unwrap_or_else(|| panic!("no macro {name}"));
-            let open = start + SCRIPTS[start..].find('(').unwrap();
-            let close = open + SCRIPTS[open..].find(')').unwrap();
-            let params: Vec<String> = SCRIPTS[open + 1..close]
-                .split(',')
-                .filter(|p| !p.trim().is_empty())
-                .map(|p| p.trim().trim_start_matches('$').split(':').next().unwrap().to_owned())
-                .collect();
-            assert_eq!(params.len(), args.len(), "{name}");
-            let values: Vec<(String, String)> = params.into_iter().zip(args.iter().map(|arg| expand(arg, bound))).collect();
-            let body = close + SCRIPTS[close..].find("=> {").unwrap() + 4;
-            expand(&parse(SCRIPTS, body).0, &values)
-        }
-    }
-}
-
-/// The Lua of the scripts module's `const name`.
-fn script(name: &str) -> String {
-    let start = SCRIPTS.find(&format!("const {name}: &str = ")).unwrap() + format!("const {name}: &str = ").len();
-    expand(&parse(SCRIPTS, start).0, &[])
-}
-
-const FIXED_PRUNE: &str = "pruned = pruned + (tonumber(string.match(m, ':(%d+)$')) or 0)";
-const OLDER_PRUNE: &str = "pruned = pruned + (tonumber(string.sub(m, #token + 2)) or 0)";
-
-/// Where a refused request counts the units again (the fix of this
-/// review), and what the previous release did there.
-const RECOUNT_FROM: &str = "              -- Refused: the units are counted again";
-const RECOUNT_TO: &str = "              free = units + weight <= limit\n";
-const OLDER_REFUSAL: &str = "              free = false\n";
-
-/// The previous release's `KINDS_ACQUIRE`: today's, its prune as it was
-/// before 05ad865 and its refusal as it was before the recount (4c69111
-/// changed only `INSPECT` in the scripts).
-fn older_kinds_acquire() -> String {
-    let today = script("KINDS_ACQUIRE");
-    assert_eq!(today.matches(FIXED_PRUNE).count(), 1);
-    let older = today.replace(FIXED_PRUNE, OLDER_PRUNE);
-    assert_eq!((older.matches(RECOUNT_FROM).count(), older.matches(RECOUNT_TO).count()), (1, 1), "the recount moved");
-    let (from, to) = (older.find(RECOUNT_FROM).unwrap(), older.find(RECOUNT_TO).unwrap() + RECOUNT_TO.len());
-    format!("{}{OLDER_REFUSAL}{}", &older[..from], &older[to..])
-}
-
-/// An older release's token: 32 hex digits.
-const OLDER_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+use support::{inspect, labelled, redis_yaml_at, take, wait};
 
 // ---------------------------------------------------------------------
 // Helpers.
 // ---------------------------------------------------------------------
 
-fn labelled(yaml: &str, label: &str) -> Provider {
-    let mut options = Options::from_yaml(yaml).unwrap();
-    options.holder = HolderLabel::new(label).unwrap();
-    Provider::open(options).unwrap()
-}
-
 /// YAML of one redis backend on `server`, its commands bounded by 200 ms
 /// (so a lease of 300 ms is allowed).
 fn redis_yaml(server: &RedisServer, backend: &str) -> String {
     redis_yaml_at(&format!("url: {}", server.url()), backend, "        commandTimeoutMs: 200\n")
-}
-
-fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
-    AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
-}
-
-/// The five Redis names of the key whose lock name is `lock`.
-fn names_of(lock: &str) -> [String; 5] {
-    ["lock", "lock-fence", "lock-waiting", "lock-kind", "lock-queue"].map(|infix| lock.replacen(":lock:{", &format!(":{infix}:{{"), 1))
-}
-
-fn the_lock(server: &RedisServer) -> String {
-    server.keys().into_iter().find(|k| k.starts_with("test:lock:{")).expect("a lock name")
 }
 
 /// One try of an older release's process (its `KINDS_ACQUIRE`, its token):

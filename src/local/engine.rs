@@ -569,20 +569,8 @@ impl<W> LocalEngine<W> {
     pub fn inspect(&self, key: &str) -> KeyView {
         let Some(slot) = self.find(key) else { return KeyView::default() };
         let found = &self.keys[slot as usize];
-        let mut holders = Vec::new();
-        if found.plain != 0 {
-            holders.push((1, found.plain));
-        } else if found.units > 0 || found.readers > 0 {
-            // Holders of kinds or of several keys: a scan, as an operator's
-            // read may cost (the grants never do).
-            holders.extend(
-                self.holders
-                    .iter()
-                    .filter(|(_, holder)| holder.keys.as_slice().contains(&slot))
-                    .map(|(_, holder)| (holder.weight, holder.fence)),
-            );
-            holders.sort_unstable_by_key(|&(_, fence)| fence);
-        }
+        let mut holders: Vec<(u32, u64)> = self.holders_at(slot).into_iter().map(|(lease, units)| (units, lease.fence)).collect();
+        holders.sort_unstable_by_key(|&(_, fence)| fence);
         let mode = match (found.readers, holders.is_empty()) {
             (_, true) => None,
             (0, false) => Some(LockMode::Exclusive),
@@ -611,14 +599,25 @@ impl<W> LocalEngine<W> {
     /// each): a grant made by releasing one is not among them.
     pub fn holders_of(&self, key: &str) -> Vec<LeaseId> {
         let Some(slot) = self.find(key) else { return Vec::new() };
+        self.holders_at(slot).into_iter().map(|(lease, _)| lease).collect()
+    }
+
+    /// The leases that hold the key in `slot`, each with the units it
+    /// holds: its plain holder, or the holders of kinds or of several keys,
+    /// found by a scan, as an operator's read may cost (the grants never
+    /// do).
+    fn holders_at(&self, slot: u32) -> Vec<(LeaseId, u32)> {
         let found = &self.keys[slot as usize];
         if found.plain != 0 {
-            return vec![LeaseId { slot: slot << 1, fence: found.plain }];
+            return vec![(LeaseId { slot: slot << 1, fence: found.plain }, 1)];
+        }
+        if found.units == 0 && found.readers == 0 {
+            return Vec::new();
         }
         self.holders
             .iter()
             .filter(|(_, holder)| holder.keys.as_slice().contains(&slot))
-            .map(|(at, holder)| LeaseId { slot: ((at as u32) << 1) | 1, fence: holder.fence })
+            .map(|(at, holder)| (LeaseId { slot: ((at as u32) << 1) | 1, fence: holder.fence }, holder.weight))
             .collect()
     }
 

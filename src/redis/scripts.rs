@@ -848,15 +848,21 @@ local function grant(first, last, r, waiting_ms)
               -- holder labels pruned a member at its own token's length
               -- (32) and gave back nothing of a longer token's units: the
               -- key then refused room it had, for as long as anyone held it
-              -- (review R59). Only on a refusal, and as many members as
-              -- hold the key.
-              local counted = 0
-              for _, m in ipairs(redis.call('ZRANGE', lock, 0, -1)) do
-                counted = counted + (tonumber(string.match(m, ':(%d+)$')) or 0)
-              end
-              if counted ~= units then
-                units = counted
-                redis.call('HSET', kind, 'units', string.format('%.0f', units))
+              -- (review R59). A count reads every member: once a second at
+              -- most per key (`recounted`, the server's ms, either way from
+              -- now: a clock stepped back does not stop it), on a refusal
+              -- only (review R60).
+              local recounted = tonumber(redis.call('HGET', kind, 'recounted') or '0') or 0
+              if math.abs(now_ms - recounted) >= 1000 then
+                local counted = 0
+                for _, m in ipairs(redis.call('ZRANGE', lock, 0, -1)) do
+                  counted = counted + (tonumber(string.match(m, ':(%d+)$')) or 0)
+                end
+                redis.call('HSET', kind, 'recounted', string.format('%.0f', now_ms))
+                if counted ~= units then
+                  units = counted
+                  redis.call('HSET', kind, 'units', string.format('%.0f', units))
+                end
               end
               free = units + weight <= limit
             end

@@ -206,7 +206,12 @@ impl<S: Store> Acquire<S> {
         // The holders are read before the failure is reported, so that
         // its telemetry carries them too.
         let outcome = match self.attempt().await {
-            Err(err) if tells_holders(err.code()) => Err(with_holders(&core, err, &keys).await),
+            Err(err) if tells_holders(err.code()) => {
+                let read = Instant::now();
+                let err = with_holders(&core, err, &keys).await;
+                acquiring.leave_out(read.elapsed());
+                Err(err)
+            }
             outcome => outcome,
         };
         match &outcome {

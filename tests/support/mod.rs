@@ -9,6 +9,7 @@ pub mod hosts;
 pub mod lone_sentinel;
 pub mod marks;
 pub mod names;
+pub mod older_release;
 pub mod pki;
 pub mod redis_server;
 pub mod sentinel;
@@ -20,6 +21,13 @@ use std::time::Duration;
 
 use dokebi_lock::log::{LogRecord, Logger};
 use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, StoreCounts};
+
+/// The provider of `yaml`, its holders labelled `label`.
+pub fn labelled(yaml: &str, label: &str) -> Provider {
+    let mut options = Options::from_yaml(yaml).unwrap();
+    options.holder = dokebi_lock::HolderLabel::new(label).unwrap();
+    Provider::open(options).unwrap()
+}
 
 /// Acquire options that wait at most `ms`.
 pub fn wait(ms: u64) -> AcquireOptions {
