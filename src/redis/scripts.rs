@@ -851,9 +851,10 @@ local function grant(first, last, r, waiting_ms)
               -- (review R59). A count reads every member: once a second at
               -- most per key (`recounted`, the server's ms, either way from
               -- now: a clock stepped back does not stop it), on a refusal
-              -- only (review R60).
+              -- only (review R60), and where the hash is (an HSET would
+              -- make one that never expires).
               local recounted = tonumber(redis.call('HGET', kind, 'recounted') or '0') or 0
-              if math.abs(now_ms - recounted) >= 1000 then
+              if stored and math.abs(now_ms - recounted) >= 1000 then
                 local counted = 0
                 for _, m in ipairs(redis.call('ZRANGE', lock, 0, -1)) do
                   counted = counted + (tonumber(string.match(m, ':(%d+)$')) or 0)
