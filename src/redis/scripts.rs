@@ -852,14 +852,18 @@ local function grant(first, last, r, waiting_ms)
               -- most per key (`recounted`, the server's ms, either way from
               -- now: a clock stepped back does not stop it), on a refusal
               -- only (review R60), and where the hash is (an HSET would
-              -- make one that never expires).
+              -- make one that never expires). The mark may be the try's
+              -- first write, which `maxmemory`, `min-replicas-to-write` or
+              -- `MISCONF` refuse: then nothing is counted, and the try is
+              -- refused as it was (review R61).
               local recounted = tonumber(redis.call('HGET', kind, 'recounted') or '0') or 0
-              if stored and math.abs(now_ms - recounted) >= 1000 then
+              local marked = stored and math.abs(now_ms - recounted) >= 1000
+                and redis.pcall('HSET', kind, 'recounted', string.format('%.0f', now_ms))
+              if marked and not (type(marked) == 'table' and marked.err) then
                 local counted = 0
                 for _, m in ipairs(redis.call('ZRANGE', lock, 0, -1)) do
                   counted = counted + (tonumber(string.match(m, ':(%d+)$')) or 0)
                 end
-                redis.call('HSET', kind, 'recounted', string.format('%.0f', now_ms))
                 if counted ~= units then
                   units = counted
                   redis.call('HSET', kind, 'units', string.format('%.0f', units))
