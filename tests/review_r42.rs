@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
+use support::rng::Rng;
 
 /// A TCP proxy to `target` on a port of its own: while down it listens on
 /// nothing (connects are refused) and has cut every connection it carried.
@@ -143,19 +144,6 @@ fn provider(port: u16, cooldown_ms: u32, tag: &str) -> Provider {
     .unwrap()
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// The fences granted, per (member, key), in order.
 type Fences = HashMap<(String, String), Vec<u64>>;
 
@@ -172,7 +160,7 @@ fn stress(cooldown_ms: u32, tag: &str, seconds: u64) {
     let flapper = {
         let proxy = proxy.clone();
         thread::spawn(move || {
-            let mut rng = Rng(7);
+            let mut rng = Rng::new(7);
             while Instant::now() < end {
                 proxy.set_up(false);
                 thread::sleep(Duration::from_millis(50 + rng.below(250)));
@@ -187,7 +175,7 @@ fn stress(cooldown_ms: u32, tag: &str, seconds: u64) {
             let (provider, holders, fences, violations, outcomes) =
                 (provider.clone(), holders.clone(), fences.clone(), violations.clone(), outcomes.clone());
             thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i + 1) * 7919));
+                let mut rng = Rng::new((i + 1) * 7919);
                 while Instant::now() < end {
                     let policy = if rng.below(2) == 0 { "x" } else { "y" };
                     let keys: &[&'static str] = match rng.below(3) {

@@ -18,6 +18,7 @@ use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use support::older_release::*;
 use support::redis_server::RedisServer;
+use support::rng::Rng;
 use support::{inspect, labelled, redis_yaml_at, take, wait};
 
 // ---------------------------------------------------------------------
@@ -35,32 +36,10 @@ fn redis_yaml(server: &RedisServer, backend: &str) -> String {
     redis_yaml_at(&format!("url: {}", server.url()), backend, "")
 }
 
-/// A tiny xorshift: no rand crate in the tests.
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn hex32(&mut self) -> String {
-        format!("{:016x}{:016x}", self.next(), self.next())
-    }
-    /// A token of today's shape: 22 base64url characters, a dot, a label
-    /// of `label_len` characters.
-    fn new_token(&mut self, label_len: usize) -> String {
-        const DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let random: String = (0..22).map(|_| DIGITS[self.below(64) as usize] as char).collect();
-        let label: String = (0..label_len).map(|_| DIGITS[self.below(62) as usize] as char).collect();
-        format!("{random}.{label}")
-    }
+/// A token of today's shape, its label `label_len` letters and digits.
+fn new_token(rng: &mut Rng, label_len: usize) -> String {
+    let label = rng.word(label_len);
+    rng.token_of(&label)
 }
 
 /// One EVAL of a kinds script (`script`'s Lua) on the key `lock`: the reply.
@@ -274,7 +253,7 @@ fn rolling_upgrade_under_load(seconds: u64, limit: u32, per_provider: u64) {
             let mut rng = Rng::new(99);
             while !stop.load(Ordering::Relaxed) {
                 let len = 1 + rng.below(40) as usize;
-                let token = rng.new_token(len);
+                let token = new_token(&mut rng, len);
                 let weight = 1 + rng.below(u64::from(limit.min(3))) as u32;
                 let lease_ms = 100 + rng.below(100);
                 let sent = Instant::now();
@@ -376,16 +355,16 @@ fn r60_expired_members_are_pruned_before_the_recount() {
     let today = script("KINDS_ACQUIRE");
     let mut rng = Rng::new(5);
     // A new holder of 2 dies; the older release prunes it, giving back 0.
-    assert_eq!(grant_eval(&server, &today, &lock, &rng.new_token(40), 100, 5, 2)[0], 1);
+    assert_eq!(grant_eval(&server, &today, &lock, &new_token(&mut rng, 40), 100, 5, 2)[0], 1);
     thread::sleep(Duration::from_millis(200));
     assert_eq!(grant_eval(&server, &older_kinds_acquire(), &lock, &rng.hex32(), 10_000, 5, 4)[0], 0);
     assert_eq!(units_and_members(&mut server.client(), &lock), (4, 2, 2), "stale by 2");
     // Another new holder of 1 dies, not pruned yet.
-    assert_eq!(grant_eval(&server, &today, &lock, &rng.new_token(3), 100, 5, 1)[0], 1);
+    assert_eq!(grant_eval(&server, &today, &lock, &new_token(&mut rng, 3), 100, 5, 1)[0], 1);
     thread::sleep(Duration::from_millis(200));
     assert_eq!(units_and_members(&mut server.client(), &lock), (5, 3, 2));
     // A request of 4: refused (2 live), prunes the dead 1, recounts 2.
-    assert_eq!(grant_eval(&server, &today, &lock, &rng.new_token(3), 10_000, 5, 4)[0], 0);
+    assert_eq!(grant_eval(&server, &today, &lock, &new_token(&mut rng, 3), 10_000, 5, 4)[0], 0);
     assert_eq!(units_and_members(&mut server.client(), &lock), (2, 2, 2));
     // 3 fit, 4 do not.
     let three = take(&backend, "c", counted(5, 3, 0));
@@ -408,7 +387,7 @@ fn r60_a_hand_off_mends_a_count_left_too_high() {
     let lock = the_lock(&server);
     let today = script("KINDS_ACQUIRE");
     let mut rng = Rng::new(6);
-    assert_eq!(grant_eval(&server, &today, &lock, &rng.new_token(40), 100, 5, 2)[0], 1);
+    assert_eq!(grant_eval(&server, &today, &lock, &new_token(&mut rng, 40), 100, 5, 2)[0], 1);
     thread::sleep(Duration::from_millis(200));
     assert_eq!(grant_eval(&server, &older_kinds_acquire(), &lock, &rng.hex32(), 10_000, 5, 4)[0], 0);
     assert_eq!(units_and_members(&mut server.client(), &lock), (4, 2, 2), "stale by 2");

@@ -14,38 +14,23 @@ use std::time::{Duration, Instant};
 
 use support::older_release::*;
 use support::redis_server::RedisServer;
+use support::rng::Rng;
 
 const CHANNEL: &str = "test:lock-released";
 
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn hex32(&mut self) -> String {
-        format!("{:016x}{:016x}", self.next(), self.next())
-    }
-    /// Today's token shape; labels with ':' and digits too (host:pid).
-    fn new_token(&mut self) -> String {
-        const DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let random: String = (0..22).map(|_| DIGITS[self.below(64) as usize] as char).collect();
-        let label = match self.below(4) {
-            0 => String::new(),
-            1 => format!("web-{}:{}", self.below(10), self.below(100_000)),
-            2 => format!("{}:{}", self.below(10), self.below(10)),
-            _ => (0..self.below(60)).map(|_| DIGITS[self.below(62) as usize] as char).collect(),
-        };
-        format!("{random}.{label}")
-    }
+/// A token of today's shape, its label one of several shapes: none,
+/// host:pid, digits around a ':', up to 59 letters and digits.
+fn new_token(rng: &mut Rng) -> String {
+    let label = match rng.below(4) {
+        0 => String::new(),
+        1 => format!("web-{}:{}", rng.below(10), rng.below(100_000)),
+        2 => format!("{}:{}", rng.below(10), rng.below(10)),
+        _ => {
+            let len = rng.below(60) as usize;
+            rng.word(len)
+        }
+    };
+    rng.token_of(&label)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -396,7 +381,7 @@ fn r61_mixed_run_units_never_below_live_and_nothing_left() {
                 match rng.below(10) {
                     0..=3 => {
                         let older = p == 3 && rng.below(2) == 0;
-                        let token = if older { rng.hex32() } else { rng.new_token() };
+                        let token = if older { rng.hex32() } else { new_token(&mut rng) };
                         let weight = 1 + rng.below(3) as u32;
                         let dies = rng.below(3) == 0;
                         let lease = if dies { 80 + rng.below(150) } else { 300 };

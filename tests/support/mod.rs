@@ -12,6 +12,7 @@ pub mod names;
 pub mod older_release;
 pub mod pki;
 pub mod redis_server;
+pub mod rng;
 pub mod sentinel;
 pub mod topology;
 
