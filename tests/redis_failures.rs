@@ -8,15 +8,11 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockError, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, LockError};
 use futures::executor::block_on;
 use silent::Silent;
 use support::redis_server::RedisServer;
-use support::{eventually, open_redis, redis_counts, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, eventually, open_redis, redis_counts, wait};
 
 fn error<T: std::fmt::Debug>(result: Result<T, LockError>) -> LockError {
     result.expect_err("expected an error")

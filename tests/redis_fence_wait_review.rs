@@ -18,15 +18,11 @@ mod proxy;
 
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{eventually, open_redis, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, eventually, open_redis, wait};
 
 fn open(url: &str) -> Provider {
     open_redis(url, &[("leaseMs", "30000")], &[]).0

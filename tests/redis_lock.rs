@@ -8,15 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Lease, LockError, Provider};
+use dokebi_lock::{AbortController, AcquireOptions, ErrorCode, Lease, LockError, Provider};
 use futures::executor::block_on;
 use redis::Commands;
 use support::redis_server::RedisServer;
-use support::{eventually, open_redis, redis_counts, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, eventually, open_redis, redis_counts, wait};
 
 fn code<T: std::fmt::Debug>(result: Result<T, LockError>) -> ErrorCode {
     result.expect_err("expected an error").code()

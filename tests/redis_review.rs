@@ -10,14 +10,10 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use dokebi_lock::{AcquireOptions, Backend, Lease, Provider};
+use dokebi_lock::{AcquireOptions, Lease, Provider};
 use futures::executor::block_on;
 use support::redis_server::RedisServer;
-use support::{open_redis, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, open_redis, wait};
 
 fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
     AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }

@@ -39,15 +39,11 @@ mod proxy;
 
 use std::time::Duration;
 
-use dokebi_lock::{Backend, ErrorCode, Provider};
+use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{eventually, open_redis, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, eventually, open_redis, wait};
 
 /// A first grant, tried until the replica acknowledges it: a replica just
 /// synced and online can still leave a first `WAIT` unmet.

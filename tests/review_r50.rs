@@ -31,15 +31,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Provider};
+use dokebi_lock::{AcquireOptions, ErrorCode};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{eventually, inspect, open_redis, redis_counts, take, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, eventually, inspect, open_redis, redis_counts, take, wait};
 
 fn link_up(server: &RedisServer) -> bool {
     let info: String = redis::cmd("INFO").arg("replication").query(&mut server.client()).unwrap_or_default();

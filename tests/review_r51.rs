@@ -53,24 +53,17 @@ mod postgres;
 mod stepped_clock;
 mod support;
 
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
 use dokebi_lock::{Backend, ForcedRelease, Provider};
 use futures::executor::block_on;
 use stepped_clock::with_a_clock_to_step;
-use support::{eventually, inspect, take, wait};
+use support::{eventually, inspect, one_at_a_time, take, wait};
 
 /// One test at a time: the stepped-clock servers start with LD_PRELOAD in
 /// the process's environment, which every child started meanwhile (psql)
 /// would inherit, and the lock-wait probes count the server's lock waits.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn force(backend: &Backend, key: &str) -> ForcedRelease {
     block_on(backend.force_release(key)).expect("force-released")
 }

@@ -37,7 +37,6 @@ mod postgres;
 mod proxy;
 mod support;
 
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -45,35 +44,7 @@ use dokebi_lock::{Backend, ErrorCode, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{eventually, inspect, open_redis, take, wait, within};
-
-/// One test at a time: the proxies' timing and the lock waits of the SQL
-/// tests are sensitive on a 2-core machine shared with other builds.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
-
-/// The check every finding ends with: `w`, a lease granted after the
-/// operator's (retried) break, still valid, must be the only holder: `next`
-/// must not be granted `key` beside it.
-fn no_second_holder(w: &dokebi_lock::Lease, next: &Backend, key: &str, what: &str) {
-    let n = block_on(next.acquire(key, wait(3_000)));
-    if let Ok(n) = &n {
-        if w.is_valid() {
-            panic!(
-                "two holders of {key}: W (fence {}, granted after the operator's break, valid, never told) and N (fence {}): {what}",
-                w.fence(),
-                n.fence()
-            );
-        }
-    }
-}
+use support::{backend, eventually, inspect, no_second_holder, one_at_a_time, open_redis, take, wait, within};
 
 // ---------------------------------------------------------------- redis
 

@@ -22,40 +22,14 @@
 mod proxy;
 mod support;
 
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use dokebi_lock::{Backend, ErrorCode, Provider};
+use dokebi_lock::ErrorCode;
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{inspect, open_redis, take, wait, within};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
-
-/// `w`, granted after the operator's (retried) break and still valid, must
-/// be the only holder: `next` must not be granted `key` beside it.
-fn no_second_holder(w: &dokebi_lock::Lease, next: &Backend, key: &str, what: &str) {
-    let n = block_on(next.acquire(key, wait(3_000)));
-    if let Ok(n) = &n {
-        if w.is_valid() {
-            panic!(
-                "two holders of {key}: W (fence {}, granted after the operator's break, valid, never told) and N (fence {}): {what}",
-                w.fence(),
-                n.fence()
-            );
-        }
-    }
-}
+use support::{backend, inspect, no_second_holder, one_at_a_time, open_redis, take, wait, within};
 
 /// Finding 1. Interleaving:
 /// 1. Another breaker (a second operator, a script looping while the key

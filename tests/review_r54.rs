@@ -35,30 +35,13 @@ mod proxy;
 mod support;
 
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use dokebi_lock::{Backend, Provider};
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{eventually, inspect, open_redis, redis_counts, take, wait};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
-
-fn server_micros(server: &RedisServer) -> u64 {
-    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
-    seconds * 1_000_000 + micros
-}
+use support::{backend, eventually, inspect, one_at_a_time, open_redis, redis_counts, server_micros, take, wait};
 
 fn aof_rewritten(server: &RedisServer) -> bool {
     let info: String = redis::cmd("INFO").arg("persistence").query(&mut server.client()).unwrap();

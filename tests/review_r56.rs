@@ -36,15 +36,11 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{Backend, ErrorCode, Provider};
+use dokebi_lock::ErrorCode;
 use futures::executor::block_on;
 use proxy::Proxy;
 use support::redis_server::RedisServer;
-use support::{open_redis_at, take, wait};
-
-fn backend(provider: &Provider) -> Backend {
-    provider.backend("shared").unwrap()
-}
+use support::{backend, open_redis_at, take, wait};
 
 fn get(server: &RedisServer, name: &str) -> Option<String> {
     redis::cmd("GET").arg(name).query(&mut server.client()).unwrap()

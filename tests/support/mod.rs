@@ -23,6 +23,41 @@ use std::time::Duration;
 use dokebi_lock::log::{LogRecord, Logger};
 use dokebi_lock::{AcquireOptions, Backend, Hooks, Options, Provider, StoreCounts};
 
+/// One test at a time in a test binary that takes it: proxies' timing and
+/// the SQL tests' lock waits are sensitive on a 2-core machine shared with
+/// other builds.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The backend `shared` of `provider`.
+pub fn backend(provider: &Provider) -> Backend {
+    provider.backend("shared").unwrap()
+}
+
+/// The server's clock, in µs.
+pub fn server_micros(server: &redis_server::RedisServer) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.client()).unwrap();
+    seconds * 1_000_000 + micros
+}
+
+/// The check every forced-release finding ends with: `w`, a lease granted
+/// after the operator's (retried) break, still valid, must be the only
+/// holder: `next` must not be granted `key` beside it.
+pub fn no_second_holder(w: &dokebi_lock::Lease, next: &Backend, key: &str, what: &str) {
+    let n = futures::executor::block_on(next.acquire(key, wait(3_000)));
+    if let Ok(n) = &n {
+        if w.is_valid() {
+            panic!(
+                "two holders of {key}: W (fence {}, granted after the operator's break, valid, never told) and N (fence {}): {what}",
+                w.fence(),
+                n.fence()
+            );
+        }
+    }
+}
+
 /// The provider of `yaml`, its holders labelled `label`.
 pub fn labelled(yaml: &str, label: &str) -> Provider {
     let mut options = Options::from_yaml(yaml).unwrap();
