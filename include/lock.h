@@ -770,6 +770,30 @@ dokebi_lock_status dokebi_lock_acquire_ex_cancellable(const struct dokebi_lock_b
                                                       struct dokebi_lock_error **out_error);
 
 /**
+ * A new handle of `backend` whose acquires label their leases `holder` (a
+ * NUL-terminated UTF-8 string) instead of the provider's `holder` option:
+ * the same backend (its keys, waiters and connections), its leases named
+ * `holder` by `inspect` and by another acquire's `WAIT_TIMEOUT` or
+ * `LOCK_BUSY` details (a job, a request, a tenant; never a secret: anyone
+ * who reads the store reads it). The file driver keeps no holders. Freed
+ * with `dokebi_lock_backend_free`, independently of `backend`.
+ *
+ * Errors: `INVALID_ARGUMENT` for a NULL or non-UTF-8 `holder` or one the
+ * options would refuse (empty, a control or invisible formatting
+ * character, over 40 bytes as stored), `CLOSED` in a child forked after
+ * the provider was opened.
+ *
+ * # Safety
+ * `backend` is NULL or a live backend handle; `holder` is NULL or a
+ * NUL-terminated string; `out_backend` is writable; `out_error` is NULL or
+ * writable.
+ */
+dokebi_lock_status dokebi_lock_backend_with_holder(const struct dokebi_lock_backend *backend,
+                                                   const char *holder,
+                                                   struct dokebi_lock_backend **out_backend,
+                                                   struct dokebi_lock_error **out_error);
+
+/**
  * Frees a backend handle; leases and pending acquires taken from it stay
  * valid. NULL is accepted. In a child forked after its provider was opened
  * the handle is leaked.

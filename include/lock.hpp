@@ -449,6 +449,17 @@ public:
     /// Of the held leases status() counts, those held in shared mode.
     std::size_t held_shared() const noexcept { return dokebi_lock_backend_held_shared(backend_.get()); }
 
+    /// The same backend, its leases labelled `holder` (a job, a request, a
+    /// tenant) instead of the provider's `holder`: what inspect and another
+    /// acquire's WAIT_TIMEOUT name them. INVALID_ARGUMENT for a label the
+    /// options would refuse.
+    Returns<Backend> with_holder(const std::string &holder) const {
+        dokebi_lock_backend *labelled = nullptr;
+        dokebi_lock_error *error = nullptr;
+        dokebi_lock_status status = dokebi_lock_backend_with_holder(backend_.get(), holder.c_str(), &labelled, &error);
+        return detail::finish(status, error, Backend(labelled));
+    }
+
     /// What the store holds of `key` now: its holders (with their labels), waiters and fence.
     Returns<Inspection> inspect(std::string_view key) const {
         dokebi_lock_inspection *raw = nullptr;

@@ -141,6 +141,15 @@ export interface AcquireOptions extends KindOptions {
    * waitTimeoutMs.
    */
   readonly waitTimeoutMs?: number;
+  /**
+   * Who holds this lease, as `inspect` and another acquire's WAIT_TIMEOUT
+   * or LOCK_BUSY `details` name it (a job, a request, a tenant; never a
+   * secret: anyone who reads the store reads it). Default: the provider's
+   * `holder` option. Checked as that option (INVALID_ARGUMENT): not empty,
+   * no control or invisible formatting characters, at most 40 bytes as
+   * stored. The file driver keeps no holders.
+   */
+  readonly holder?: string;
 }
 
 /** A held lock on one key (an acquire of an array of keys gives a KeysLease). */

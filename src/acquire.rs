@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::abort::AbortSignal;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
 
 /// How a lease holds its key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -48,6 +49,12 @@ pub struct AcquireOptions {
     /// The units of a counted key this lease holds (`None` is 1); at most
     /// `limit`.
     pub weight: Option<u32>,
+    /// Who holds this lease, as `inspect` and a `WAIT_TIMEOUT` or
+    /// `LOCK_BUSY` of another acquire name it (a job, a request, a tenant:
+    /// never anything secret, since anyone who can read the store reads
+    /// it). `None` takes the provider's `holder`. The file driver keeps no
+    /// holders, so its leases show no label.
+    pub holder: Option<HolderLabel>,
 }
 
 /// What an acquire asks of each of its keys, checked: the mode, the key's
@@ -107,7 +114,14 @@ impl AcquireOptions {
             mode: kind.mode,
             limit: counted.then_some(kind.limit),
             weight: counted.then_some(kind.weight),
+            holder: None,
         }
+    }
+
+    /// These options, the lease labelled `holder` (see
+    /// [`AcquireOptions::holder`]).
+    pub fn held_by(self, holder: Option<HolderLabel>) -> AcquireOptions {
+        AcquireOptions { holder, ..self }
     }
 }
 

@@ -17,6 +17,8 @@
 
 use std::sync::Arc;
 
+use crate::error::{ErrorCode, LockError, Result};
+
 pub use crate::options::declaration::MAX_HOLDER_BYTES;
 
 /// A checked holder label.
@@ -45,6 +47,12 @@ impl HolderLabel {
             ));
         }
         Ok(HolderLabel { label: label.into(), encoded: encoded.into() })
+    }
+
+    /// `label` as one acquire's own (`AcquireOptions::holder`), checked as
+    /// [`HolderLabel::new`] checks it: `INVALID_ARGUMENT` saying why.
+    pub fn of_acquire(label: &str) -> Result<HolderLabel> {
+        HolderLabel::new(label).map_err(|why| LockError::new(ErrorCode::InvalidArgument, format!("holder {why}")))
     }
 
     /// This host's name and this process's id (`web-3:4182`), the name cut

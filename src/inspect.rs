@@ -41,9 +41,9 @@ pub struct Inspection {
 /// One live holder of an inspected key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holding {
-    /// Who holds it: its provider's `holder` label (this host's name and
-    /// pid by default); `None` for a lease an older release took, whose
-    /// token carries none.
+    /// Who holds it: its acquire's own label, else its provider's `holder`
+    /// label (this host's name and pid by default); `None` for a lease an
+    /// older release took, whose token carries none.
     pub label: Option<String>,
     /// The units it holds: 1 unless the key is counted.
     pub units: u32,

@@ -49,7 +49,7 @@ fn engine() -> Engine {
 
 /// Takes `kind` of "k" at once (the key is free).
 fn hold(engine: &Engine, kind: LockKind) -> LeaseId {
-    match delivery::lock(engine).acquire_one("k", kind, true, |_| unreachable!("the key is free")) {
+    match delivery::lock(engine).acquire_one("k", kind, None, true, |_| unreachable!("the key is free")) {
         Ok(Acquired::Granted(lease)) => lease,
         other => panic!("not granted: {other:?}"),
     }
@@ -59,7 +59,7 @@ fn hold(engine: &Engine, kind: LockKind) -> LeaseId {
 fn queue(engine: &Engine, kind: LockKind) -> (WaiterId, Arc<WaitSlot<LeaseId>>) {
     let slot = Arc::new(WaitSlot::new());
     let payload = slot.clone();
-    match delivery::lock(engine).acquire_one("k", kind, true, move |_| payload) {
+    match delivery::lock(engine).acquire_one("k", kind, None, true, move |_| payload) {
         Ok(Acquired::Queued(waiter)) => (waiter, slot),
         other => panic!("not queued: {other:?}"),
     }

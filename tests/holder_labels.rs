@@ -121,6 +121,51 @@ fn a_hostile_label_changes_nothing(hostile: &Backend, other: &Backend) {
     assert!(!inspect(other, "h").is_held());
 }
 
+/// An acquire's own label (`AcquireOptions::holder`): its lease is named by
+/// it, not by its provider's, whether granted at once or after a wait, and
+/// beside leases of the provider's label (`worker`'s is `worker_label`).
+fn an_acquire_names_its_own_holder(web: &Backend, worker: &Backend, worker_label: &str) {
+    let job = |name: &str, options: AcquireOptions| options.held_by(Some(HolderLabel::of_acquire(name).unwrap()));
+    let lease = take(web, "own", job("job-7", wait(0)));
+    assert_eq!(inspect(worker, "own").holders[0].label.as_deref(), Some("job-7"));
+    let busy = block_on(worker.acquire("own", wait(0))).unwrap_err();
+    assert_eq!(labels_of(details(&busy)), BTreeSet::from(["job-7".to_owned()]));
+
+    // A waiter's label goes with it to its grant.
+    let waiter = {
+        let worker = worker.clone();
+        thread::spawn(move || block_on(worker.acquire("own", job("job 8 ü", wait(10_000)))))
+    };
+    support::eventually("the waiter shows", || inspect(web, "own").waiting >= 1);
+    assert!(block_on(lease.release()).unwrap());
+    let handed = waiter.join().unwrap().expect("the waiter is granted");
+    assert_eq!(inspect(web, "own").holders[0].label.as_deref(), Some("job 8 ü"));
+    assert!(block_on(handed.release()).unwrap());
+
+    // Readers with and without a label of their own.
+    let shared = AcquireOptions { mode: LockMode::Shared, ..wait(0) };
+    let readers = [take(web, "own", job("report", shared.clone())), take(worker, "own", shared)];
+    let read: BTreeSet<String> = inspect(web, "own").holders.iter().map(|h| h.label.clone().unwrap()).collect();
+    assert_eq!(read, BTreeSet::from(["report".to_owned(), worker_label.to_owned()]));
+    for lease in readers {
+        assert!(block_on(lease.release()).unwrap());
+    }
+    // Several keys, one label.
+    let set = block_on(web.acquire_many(&["own", "other"], job("batch", wait(0)))).unwrap();
+    assert_eq!(inspect(worker, "other").holders[0].label.as_deref(), Some("batch"));
+    assert!(block_on(set.release()).unwrap());
+}
+
+#[test]
+fn an_acquire_s_label_is_checked() {
+    for (bad, problem) in [("", "empty"), (&"x".repeat(41) as &str, "at most 40"), ("a\u{202e}b", "invisible")] {
+        let error = HolderLabel::of_acquire(bad).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidArgument, "{bad:?}");
+        assert!(error.message().contains(problem), "{bad:?}: {error}");
+    }
+    assert_eq!(HolderLabel::of_acquire("job-7").unwrap().as_str(), "job-7");
+}
+
 #[test]
 fn local_holders_carry_the_provider_s_label() {
     let yaml = "schemaVersion: 1\noptions:\n  dokebi-lock:\n    backends:\n      shared: {}\n";
@@ -137,6 +182,9 @@ fn local_holders_carry_the_provider_s_label() {
     let many = block_on(backend.acquire_many(&["free", "k"], wait(0))).unwrap_err();
     assert_eq!(details(&many)["keyIndex"], 1);
     assert!(block_on(lease.release()).unwrap());
+    // Another provider's local backend is another engine: this one serves
+    // both ends.
+    an_acquire_names_its_own_holder(&backend, &backend, WEB);
 }
 
 #[test]
@@ -145,6 +193,7 @@ fn redis_names_the_holders_of_every_process() {
     let yaml = redis_yaml_at(&format!("url: {}", server.url()), "        leaseMs: 10000\n", "");
     let (web, worker) = (labelled(&yaml, WEB), labelled(&yaml, WORKER));
     names_the_holders(&web.backend("shared").unwrap(), &worker.backend("shared").unwrap(), true);
+    an_acquire_names_its_own_holder(&web.backend("shared").unwrap(), &worker.backend("shared").unwrap(), WORKER);
     let hostile = labelled(&yaml, HOSTILE);
     a_hostile_label_changes_nothing(&hostile.backend("shared").unwrap(), &web.backend("shared").unwrap());
 }
@@ -155,6 +204,7 @@ fn postgres_names_the_holders_of_every_process() {
     let yaml = schema.yaml("", "");
     let (web, worker) = (labelled(&yaml, WEB), labelled(&yaml, WORKER));
     names_the_holders(&postgres::backend(&web), &postgres::backend(&worker), true);
+    an_acquire_names_its_own_holder(&postgres::backend(&web), &postgres::backend(&worker), WORKER);
     let hostile = labelled(&yaml, HOSTILE);
     a_hostile_label_changes_nothing(&postgres::backend(&hostile), &postgres::backend(&web));
 }
@@ -165,6 +215,7 @@ fn mysql_names_the_holders_of_every_process() {
     let yaml = mysql::yaml(&table.0, "");
     let (web, worker) = (labelled(&yaml, WEB), labelled(&yaml, WORKER));
     names_the_holders(&web.backend("shared").unwrap(), &worker.backend("shared").unwrap(), true);
+    an_acquire_names_its_own_holder(&web.backend("shared").unwrap(), &worker.backend("shared").unwrap(), WORKER);
     let hostile = labelled(&yaml, HOSTILE);
     a_hostile_label_changes_nothing(&hostile.backend("shared").unwrap(), &web.backend("shared").unwrap());
 }

@@ -341,17 +341,17 @@ fn a_lease_gives_back_its_backend_handle_for_the_next_blocking_acquire() {
     drop(lease);
     assert_eq!(a.counts().held, 0);
     // Of the same backend: the next lease holds it.
-    let mut again = a.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, None, Some(kept)).unwrap();
+    let mut again = a.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, None, None, Some(kept)).unwrap();
     assert!(again.is_valid() && again.fence() == 2);
     let kept = again.take_backend().unwrap();
     // Of another backend: dropped, and the lease holds its own.
-    let other = b.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, None, Some(kept)).unwrap();
+    let other = b.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, None, None, Some(kept)).unwrap();
     assert!(other.is_valid() && a.counts().held == 0 && b.counts().held == 1);
     drop(b);
     assert!(other.release(), "the lease keeps its backend alive");
     // A failed acquire drops what it was given; a lease ended by close gives its handle back.
     let mut held = a.try_acquire("k").unwrap();
-    let busy = a.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, Some(Duration::ZERO), Some(a.clone()));
+    let busy = a.acquire_blocking_kind_keeping(&["k"], dokebi_lock::LockKind::EXCLUSIVE, None, Some(Duration::ZERO), Some(a.clone()));
     assert_eq!(busy.unwrap_err().code(), ErrorCode::LockBusy);
     a.close();
     assert!(!held.is_valid());

@@ -10,10 +10,16 @@ use std::collections::BTreeSet;
 
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
-use dokebi_lock::{ErrorCode, LockKind, LockMode};
+use dokebi_lock::{ErrorCode, HolderLabel, LockKind, LockMode};
 use proptest::prelude::*;
 
 const SHARED: LockKind = LockKind { mode: LockMode::Shared, limit: 1, weight: 1 };
+
+/// Every third caller gives its acquire a label of its own (a plain lease
+/// so labelled is not the key's plain slot but a holder).
+fn label_of(caller: u64) -> Option<HolderLabel> {
+    (caller % 3 == 0).then(|| HolderLabel::new(&format!("caller {caller}")).unwrap())
+}
 
 fn counted(limit: u32, weight: u32) -> LockKind {
     LockKind { mode: LockMode::Exclusive, limit, weight }
@@ -180,8 +186,8 @@ impl Run {
         self.next_caller += 1;
         let caller = self.next_caller;
         let result = match &names[..] {
-            [key] => self.engine.acquire_one(key, kind, may_wait, |_| caller),
-            _ => self.engine.acquire_many(&names, kind, may_wait, |_| caller),
+            [key] => self.engine.acquire_one(key, kind, label_of(caller), may_wait, |_| caller),
+            _ => self.engine.acquire_many(&names, kind, label_of(caller), may_wait, |_| caller),
         };
         let in_use = self.model.in_use();
         let added = keys.iter().filter(|k| !in_use.contains(*k)).count();
@@ -252,6 +258,15 @@ impl Run {
         for (request, lease) in &self.model.held {
             let keys: Vec<&str> = self.engine.keys_of(*lease).collect();
             assert_eq!(keys, request.keys.iter().map(String::as_str).collect::<Vec<_>>(), "a lease holds its keys in the caller's order");
+            for key in &request.keys {
+                let holders = self.engine.inspect(key).holders;
+                let found = holders.iter().find(|(_, fence, _)| *fence == lease.fence).expect("inspect lists every holder of a key");
+                assert_eq!(
+                    (found.0, &found.2),
+                    (request.kind.weight, &label_of(request.caller)),
+                    "each holder with its units and own label"
+                );
+            }
         }
         let counts = self.engine.counts();
         assert_eq!(counts.held, self.model.held.len());
@@ -271,7 +286,7 @@ impl Run {
         // Every key left the engine: a fresh key set of maxKeys keys fits.
         let all: Vec<String> = (0..self.options.max_keys).map(|k| format!("fresh{k}")).collect();
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        assert!(matches!(self.engine.acquire_many(&all, LockKind::EXCLUSIVE, false, |_| 0), Ok(Acquired::Granted(_))));
+        assert!(matches!(self.engine.acquire_many(&all, LockKind::EXCLUSIVE, None, false, |_| 0), Ok(Acquired::Granted(_))));
     }
 }
 
@@ -330,8 +345,8 @@ fn grants(engine: &mut LocalEngine<&'static str>) -> Vec<&'static str> {
 #[test]
 fn readers_hold_together_and_a_writer_waits_for_all_of_them() {
     let mut engine = LocalEngine::new(LocalOptions::default());
-    let r1 = granted(engine.acquire_one("k", SHARED, true, |_| "r1"));
-    let r2 = granted(engine.acquire_one("k", SHARED, true, |_| "r2"));
+    let r1 = granted(engine.acquire_one("k", SHARED, None, true, |_| "r1"));
+    let r2 = granted(engine.acquire_one("k", SHARED, None, true, |_| "r2"));
     queued(engine.acquire("k", true, |_| "w"));
     assert!(engine.release(r1));
     assert!(grants(&mut engine).is_empty(), "one reader still holds the key");
@@ -342,11 +357,11 @@ fn readers_hold_together_and_a_writer_waits_for_all_of_them() {
 #[test]
 fn a_reader_behind_a_queued_writer_waits_so_writers_never_starve() {
     let mut engine = LocalEngine::new(LocalOptions::default());
-    let r1 = granted(engine.acquire_one("k", SHARED, true, |_| "r1"));
+    let r1 = granted(engine.acquire_one("k", SHARED, None, true, |_| "r1"));
     queued(engine.acquire("k", true, |_| "w"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r2"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r3"));
-    assert_eq!(engine.acquire_one("k", SHARED, false, |_| "try").unwrap_err().code(), ErrorCode::LockBusy);
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r2"));
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r3"));
+    assert_eq!(engine.acquire_one("k", SHARED, None, false, |_| "try").unwrap_err().code(), ErrorCode::LockBusy);
     assert!(engine.release(r1));
     assert_eq!(grants(&mut engine), ["w"], "the writer first, alone; the readers behind it wait");
 }
@@ -355,10 +370,10 @@ fn a_reader_behind_a_queued_writer_waits_so_writers_never_starve() {
 fn a_writer_release_lets_every_reader_at_the_head_in_at_once() {
     let mut engine = LocalEngine::new(LocalOptions::default());
     let w = granted(engine.acquire("k", true, |_| "w1"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r1"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r2"));
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r1"));
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r2"));
     queued(engine.acquire("k", true, |_| "w2"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r3"));
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r3"));
     assert!(engine.release(w));
     assert_eq!(grants(&mut engine), ["r1", "r2"], "readers up to the next writer, in order");
     assert_eq!(engine.counts().held_shared, 2);
@@ -367,9 +382,9 @@ fn a_writer_release_lets_every_reader_at_the_head_in_at_once() {
 #[test]
 fn a_writer_that_gives_up_lets_the_readers_behind_it_in() {
     let mut engine = LocalEngine::new(LocalOptions::default());
-    granted(engine.acquire_one("k", SHARED, true, |_| "r1"));
+    granted(engine.acquire_one("k", SHARED, None, true, |_| "r1"));
     let writer = queued(engine.acquire("k", true, |_| "w"));
-    queued(engine.acquire_one("k", SHARED, true, |_| "r2"));
+    queued(engine.acquire_one("k", SHARED, None, true, |_| "r2"));
     assert_eq!(engine.cancel(writer, CancelReason::TimedOut), Some("w"));
     assert_eq!(grants(&mut engine), ["r2"]);
 }
@@ -377,11 +392,11 @@ fn a_writer_that_gives_up_lets_the_readers_behind_it_in() {
 #[test]
 fn counted_units_never_exceed_the_limit_and_a_heavy_head_is_not_overtaken() {
     let mut engine = LocalEngine::new(LocalOptions::default());
-    let a = granted(engine.acquire_one("k", counted(3, 2), true, |_| "a"));
-    queued(engine.acquire_one("k", counted(3, 3), true, |_| "heavy"));
-    queued(engine.acquire_one("k", counted(3, 1), true, |_| "light"));
+    let a = granted(engine.acquire_one("k", counted(3, 2), None, true, |_| "a"));
+    queued(engine.acquire_one("k", counted(3, 3), None, true, |_| "heavy"));
+    queued(engine.acquire_one("k", counted(3, 1), None, true, |_| "light"));
     assert_eq!(
-        engine.acquire_one("k", counted(3, 1), false, |_| "try").unwrap_err().code(),
+        engine.acquire_one("k", counted(3, 1), None, false, |_| "try").unwrap_err().code(),
         ErrorCode::LockBusy,
         "one unit is free, but the heavy request is first"
     );
@@ -392,20 +407,20 @@ fn counted_units_never_exceed_the_limit_and_a_heavy_head_is_not_overtaken() {
 #[test]
 fn a_different_limit_for_a_key_in_use_is_invalid_argument() {
     let mut engine = LocalEngine::new(LocalOptions::default());
-    let lease = granted(engine.acquire_one("k", counted(3, 1), true, |_| "a"));
+    let lease = granted(engine.acquire_one("k", counted(3, 1), None, true, |_| "a"));
     for kind in [LockKind::EXCLUSIVE, SHARED, counted(4, 1)] {
-        assert_eq!(engine.acquire_one("k", kind, true, |_| "b").unwrap_err().code(), ErrorCode::InvalidArgument, "{kind:?}");
+        assert_eq!(engine.acquire_one("k", kind, None, true, |_| "b").unwrap_err().code(), ErrorCode::InvalidArgument, "{kind:?}");
     }
     assert!(engine.release(lease));
-    granted(engine.acquire_one("k", counted(4, 1), true, |_| "c"));
+    granted(engine.acquire_one("k", counted(4, 1), None, true, |_| "c"));
 }
 
 #[test]
 fn overlapping_key_sets_in_opposite_orders_are_granted_in_turn_without_deadlock() {
     let mut engine = LocalEngine::new(LocalOptions::default());
     let held = granted(engine.acquire("b", true, |_| "holder"));
-    queued(engine.acquire_many(&["a", "b"], LockKind::EXCLUSIVE, true, |_| "ab"));
-    queued(engine.acquire_many(&["b", "a"], LockKind::EXCLUSIVE, true, |_| "ba"));
+    queued(engine.acquire_many(&["a", "b"], LockKind::EXCLUSIVE, None, true, |_| "ab"));
+    queued(engine.acquire_many(&["b", "a"], LockKind::EXCLUSIVE, None, true, |_| "ba"));
     queued(engine.acquire("a", true, |_| "a alone"));
     assert!(engine.release(held));
     assert_eq!(grants(&mut engine), ["ab"]);
@@ -414,11 +429,14 @@ fn overlapping_key_sets_in_opposite_orders_are_granted_in_turn_without_deadlock(
 #[test]
 fn a_failed_key_set_leaves_no_key_behind() {
     let mut engine: LocalEngine<&str> = LocalEngine::new(options(3, 5));
-    let held = granted(engine.acquire_one("c", counted(2, 1), true, |_| "c"));
-    assert_eq!(engine.acquire_many(&["a", "b", "c"], LockKind::EXCLUSIVE, true, |_| "x").unwrap_err().code(), ErrorCode::InvalidArgument);
-    assert_eq!(engine.acquire_many(&["a", "b", "d"], LockKind::EXCLUSIVE, true, |_| "x").unwrap_err().code(), ErrorCode::KeyLimit);
-    assert_eq!(engine.acquire_many(&["a", "a"], LockKind::EXCLUSIVE, true, |_| "x").unwrap_err().code(), ErrorCode::InvalidArgument);
-    granted(engine.acquire_many(&["a", "b"], LockKind::EXCLUSIVE, true, |_| "ab"));
+    let held = granted(engine.acquire_one("c", counted(2, 1), None, true, |_| "c"));
+    assert_eq!(
+        engine.acquire_many(&["a", "b", "c"], LockKind::EXCLUSIVE, None, true, |_| "x").unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(engine.acquire_many(&["a", "b", "d"], LockKind::EXCLUSIVE, None, true, |_| "x").unwrap_err().code(), ErrorCode::KeyLimit);
+    assert_eq!(engine.acquire_many(&["a", "a"], LockKind::EXCLUSIVE, None, true, |_| "x").unwrap_err().code(), ErrorCode::InvalidArgument);
+    granted(engine.acquire_many(&["a", "b"], LockKind::EXCLUSIVE, None, true, |_| "ab"));
     assert!(engine.release(held));
 }
 
@@ -454,7 +472,7 @@ fn invalid_keys_and_kinds_are_rejected_before_any_state_changes() {
     assert_eq!(engine.acquire("", true, |_| ()).unwrap_err().code(), ErrorCode::InvalidKey);
     assert_eq!(engine.acquire("12345", true, |_| ()).unwrap_err().code(), ErrorCode::InvalidKey);
     for kind in [counted(2, 3), counted(0, 0), LockKind { mode: LockMode::Shared, limit: 2, weight: 1 }] {
-        assert_eq!(engine.acquire_one("k", kind, true, |_| ()).unwrap_err().code(), ErrorCode::InvalidArgument, "{kind:?}");
+        assert_eq!(engine.acquire_one("k", kind, None, true, |_| ()).unwrap_err().code(), ErrorCode::InvalidArgument, "{kind:?}");
     }
     assert_eq!(engine.counts().held, 0);
 }
@@ -466,7 +484,7 @@ fn a_released_plain_lease_never_matches_a_later_lease_of_its_key_of_any_kind() {
     assert!(engine.release(plain));
     // The key's slot is reused by each of these; the old id stays released.
     for kind in [LockKind::EXCLUSIVE, SHARED, counted(3, 2)] {
-        let later = granted(engine.acquire_one("k", kind, true, |_| ()));
+        let later = granted(engine.acquire_one("k", kind, None, true, |_| ()));
         assert_ne!(later, plain);
         assert!(!engine.is_held(plain) && !engine.release(plain) && engine.key_of(plain).is_none(), "{kind:?}");
         assert_eq!(engine.keys_of(plain).count(), 0);
@@ -480,7 +498,7 @@ fn a_released_plain_lease_never_matches_a_later_lease_of_its_key_of_any_kind() {
 fn a_plain_lease_handed_to_a_waiter_is_held_and_counted_like_any_other() {
     let mut engine = LocalEngine::new(LocalOptions::default());
     let first = granted(engine.acquire("k", true, |_| "first"));
-    let reader = granted(engine.acquire_one("r", SHARED, true, |_| "reader"));
+    let reader = granted(engine.acquire_one("r", SHARED, None, true, |_| "reader"));
     queued(engine.acquire("k", true, |_| "second"));
     assert_eq!(engine.next_waiter(first), Some(&"second"));
     assert!(engine.release(first));

@@ -317,8 +317,10 @@ enum Loss {
 
 /// A reader's release that hands the key to a writer waiting in the same
 /// provider (one `_hand_over` call: the give-back and the writer's try, in
-/// one transaction), sent through a proxy with 900 ms of latency each way
-/// (time for a loaded host to see the commit before the answer is through),
+/// one transaction), sent through a proxy with 2 s of latency each way
+/// (time for a loaded host to see the commit before the answer is through:
+/// 900 ms was not enough for a CI run whose builds took the CPU, and the
+/// answer came through before the cut), within a `commandTimeoutMs` of 5 s,
 /// whose answer is lost (`loss`) once the call committed and the key was
 /// granted again: to that writer by the call itself, or, when `other_waits`
 /// (another process's writer waiting since before it, whose older mark the
@@ -329,7 +331,8 @@ fn hand_over_lost(other_waits: bool, loss: Loss) -> Result<bool, dokebi_lock::Lo
     use dokebi_lock::{AcquireOptions, LockMode};
     let schema = Schema::fresh();
     let proxy = Proxy::start(5432, Duration::ZERO);
-    let (cut_off, other) = (through_in_time(&proxy, &schema), schema.open(""));
+    let slow = through_yaml(&proxy, &schema).replace("commandTimeoutMs: 500", "commandTimeoutMs: 5000");
+    let (cut_off, other) = (Provider::from_yaml(&slow).unwrap(), schema.open(""));
     let (here, there) = (backend(&cut_off), backend(&other));
     let reader = block_on(here.acquire("k", AcquireOptions { mode: LockMode::Shared, ..wait(0) })).unwrap();
     let marks = format!("SELECT count(*) FROM {} WHERE lapses_at > now()", schema.table("_waiting"));
@@ -343,14 +346,14 @@ fn hand_over_lost(other_waits: bool, loss: Loss) -> Result<bool, dokebi_lock::Lo
     }
     let local = writer(&here);
     postgres::eventually("this process's writer waits", || count(&marks) == if other_waits { 2 } else { 1 });
-    proxy.set_latency(Duration::from_millis(900));
+    proxy.set_latency(Duration::from_millis(2000));
     let fence = reader.fence();
     let releasing = std::thread::spawn(move || block_on(reader.release()));
     // A grant after the release raises the key's fence: the call committed
     // (and granted the key), or the other writer took it after the call.
     let fences = format!("SELECT coalesce(max(fence), 0) FROM {} WHERE key = 'k'", schema.table(""));
     postgres::eventually("the release committed and the key was granted again", || count(&fences) > fence as i64);
-    // The answer in flight keeps its 900 ms; whatever the driver sends
+    // The answer in flight keeps its 2 s; whatever the driver sends
     // next (a retry) goes through at once.
     proxy.set_latency(Duration::ZERO);
     match loss {

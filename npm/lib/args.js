@@ -3,7 +3,7 @@
 import { invalidArgument, LockError } from './errors.js';
 import { MAX_TIMER_MS } from './protocol.js';
 
-const ACQUIRE_OPTIONS = new Set(['waitTimeoutMs', 'signal', 'mode', 'limit', 'weight']);
+const ACQUIRE_OPTIONS = new Set(['waitTimeoutMs', 'signal', 'mode', 'limit', 'weight', 'holder']);
 
 /** True when the options ask for a kind beyond a plain exclusive lease (kinds.js checks it). */
 export function asksKind(options) {
@@ -14,19 +14,20 @@ export function asksKind(options) {
 /**
  * The wait of an acquire: `options.waitTimeoutMs` or the backend default.
  * Throws INVALID_ARGUMENT for anything but undefined or an object of
- * `{ waitTimeoutMs?, signal?, mode?, limit?, weight? }` with an integer
- * 0..MAX_TIMER_MS and an AbortSignal (the kind fields are checked by
- * kinds.js).
+ * `{ waitTimeoutMs?, signal?, mode?, limit?, weight?, holder? }` with an
+ * integer 0..MAX_TIMER_MS, an AbortSignal and a string holder (the kind
+ * fields are checked by kinds.js, the holder's text by the core).
  */
 export function waitTimeout(options, fallbackMs) {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal?, mode?, limit?, weight? }');
+    throw invalidArgument('acquire options must be an object: { waitTimeoutMs?, signal?, mode?, limit?, weight?, holder? }');
   }
   for (const name in options) {
-    if (!ACQUIRE_OPTIONS.has(name)) throw invalidArgument('acquire options accept only waitTimeoutMs, signal, mode, limit and weight');
+    if (!ACQUIRE_OPTIONS.has(name)) throw invalidArgument('acquire options accept only waitTimeoutMs, signal, mode, limit, weight and holder');
   }
-  const { waitTimeoutMs, signal } = options;
+  const { waitTimeoutMs, signal, holder } = options;
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArgument('signal must be an AbortSignal');
+  if (holder !== undefined && typeof holder !== 'string') throw invalidArgument('holder must be a string');
   if (waitTimeoutMs === undefined) return fallbackMs;
   if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > MAX_TIMER_MS) {
     throw invalidArgument(`waitTimeoutMs must be an integer from 0 to ${MAX_TIMER_MS}`);

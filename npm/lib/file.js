@@ -145,9 +145,9 @@ class FileBackend {
       askedKinds(key, options);
       key = Object.freeze(Array.from(key));
     }
-    const { mode, limit = 1, weight = 1 } = options ?? {};
+    const { mode, limit = 1, weight = 1, holder } = options ?? {};
     const keys = many ? key : [key];
-    const acquire = (abort) => this.#native.acquire(keys, many, mode === 'shared', limit, weight, waitMs, abort);
+    const acquire = (abort) => this.#native.acquire(keys, many, mode === 'shared', limit, weight, waitMs, abort, holder);
     let handle;
     if (signal === undefined) {
       handle = unwrap(await acquire(undefined));

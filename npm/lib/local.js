@@ -41,6 +41,7 @@ import {
   HANDED_ON,
   HANDED_ON_MORE,
   KEYS_AS_ARGUMENTS,
+  LABELLED,
   MAY_WAIT,
   MORE_AT,
   MORE_COUNT,
@@ -108,6 +109,8 @@ class LocalCore {
       }
       signal = options.signal;
       if (signal?.aborted) return Promise.reject(abortedBy(signal));
+      // A lease labelled by its acquire takes the kinds path, which carries the label.
+      if (options.holder !== undefined && typeof key === 'string') return this.acquireKind(key, options, waitMs, signal, leaseNow);
     }
     if (typeof key !== 'string') {
       if (!Array.isArray(key)) return Promise.reject(notAStringKey());
@@ -141,15 +144,19 @@ class LocalCore {
   acquireKind(key, options, waitMs, signal, leaseNow) {
     const several = Array.isArray(key);
     const keys = several ? key.slice() : key;
-    // The kind goes in the out-array: [flags, shared, limit, weight].
-    const asArguments = several && keys.length <= ARGUMENT_KEYS;
+    const holder = options?.holder;
+    // The kind goes in the out-array: [flags, shared, limit, weight]; a
+    // label of the acquire's own is the argument after the keys.
+    const asArguments = several && keys.length <= ARGUMENT_KEYS && holder === undefined;
     const out = this.out;
-    out[0] = (waitMs === 0 ? 0 : MAY_WAIT) | (several ? SEVERAL_KEYS : 0) | (asArguments ? KEYS_AS_ARGUMENTS : 0);
+    out[0] =
+      (waitMs === 0 ? 0 : MAY_WAIT) | (several ? SEVERAL_KEYS : 0) | (asArguments ? KEYS_AS_ARGUMENTS : 0) | (holder === undefined ? 0 : LABELLED);
     out[1] = options?.mode === 'shared' ? 1 : 0;
     out[2] = options?.limit ?? 1;
     out[3] = options?.weight ?? 1;
     if (asArguments) this.engine.acquireKind(...keys);
-    else this.engine.acquireKind(keys);
+    else if (holder === undefined) this.engine.acquireKind(keys);
+    else this.engine.acquireKind(keys, holder);
     const status = out[0];
     if (status === GRANTED) {
       const lease = this.lease(keys, out[1], out[2]);

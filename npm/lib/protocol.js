@@ -50,6 +50,9 @@ export const SEVERAL_KEYS = 2;
 /** acquireKind's out[0] flag: the keys are its arguments rather than one array (one napi_get_cb_info reads them all, where an array costs a call per key). */
 export const KEYS_AS_ARGUMENTS = 4;
 
+/** acquireKind's out[0] flag: the acquire gives a holder label of its own, the argument after the keys (one key or an array: never with KEYS_AS_ARGUMENTS). */
+export const LABELLED = 8;
+
 /** The most keys acquireKind takes as arguments (more come as an array). */
 export const ARGUMENT_KEYS = 8;
 

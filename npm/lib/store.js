@@ -6,6 +6,9 @@ import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
 import { asksKind, notAStringKey, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
+
+/** The `kind` of a plain acquire with a holder label of its own (no kinds.js flag). */
+const LABELLED = 8;
 import { inspection } from './inspect.js';
 import { forcedRelease } from './force-release.js';
 import { withLock } from './with-lock.js';
@@ -208,6 +211,8 @@ class StoreBackend {
     }
     // Several keys are copied, so later changes to the caller's array change nothing.
     if (kind !== 0) key = Array.isArray(key) ? Object.freeze(Array.from(key)) : key;
+    // A lease labelled by its acquire takes the kinds path, which carries the label.
+    else if (options?.holder !== undefined) kind = LABELLED;
     const id = ++this.#owner.lastId;
     if (signal === undefined) return this.#lease(id, this.#owner.unwrap(await this.#acquire(key, kind, options, waitMs, id)), key, kind);
     const abort = native.newAbort();
@@ -225,13 +230,14 @@ class StoreBackend {
 
   /**
    * The native acquire of lease `id`: plain (`kind` 0), whose promise carries
-   * the fence, or of a checked kind, whose promise carries each key's fence.
+   * the fence, or of a checked kind or a label of its own (LABELLED), whose
+   * promise carries each key's fence.
    */
   #acquire(key, kind, options, waitMs, id, abort) {
     if (kind === 0) return abort === undefined ? this.#calls.acquire(key, waitMs, id) : this.#calls.acquire(key, waitMs, id, abort);
     const many = typeof key !== 'string';
-    const { mode, limit = 1, weight = 1 } = options ?? {};
-    return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, id, abort);
+    const { mode, limit = 1, weight = 1, holder } = options ?? {};
+    return this.#native.acquireKind(many ? key : [key], many, mode === 'shared', limit, weight, waitMs, id, abort, holder);
   }
 
   /** Lease `id`, granted with `fence` (`fences` of a kind): of one key (a string) or of several (a frozen array). */

@@ -21,7 +21,7 @@ import { holdEnded, holdsOpen, holdsWatched, sectionHolds } from './tracing.js';
 /** The signal of a section nothing can abort. */
 const NEVER = new AbortController().signal;
 
-const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'mode', 'limit', 'weight', 'autoRenew']);
+const OPTION_NAMES = new Set(['signal', 'waitTimeoutMs', 'mode', 'limit', 'weight', 'holder', 'autoRenew']);
 
 const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 
@@ -32,11 +32,11 @@ const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
  */
 function checkSectionOptions(options) {
   if (typeof options !== 'object' || options === null) {
-    throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, mode?, limit?, weight?, autoRenew? }');
+    throw invalidArgument('withLock options must be an object: { signal?, waitTimeoutMs?, mode?, limit?, weight?, holder?, autoRenew? }');
   }
   let renewField = false;
   for (const name in options) {
-    if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs, mode, limit, weight and autoRenew');
+    if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs, mode, limit, weight, holder and autoRenew');
     if (name === 'autoRenew') renewField = true;
   }
   if (renewField && options.autoRenew !== undefined && typeof options.autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
@@ -44,9 +44,10 @@ function checkSectionOptions(options) {
 }
 
 /** The acquire options among checked withLock options: only the fields given (an app driver sees no `mode: undefined` it did not ask for). */
-function acquireOptions({ signal, waitTimeoutMs, mode, limit, weight }) {
+function acquireOptions({ signal, waitTimeoutMs, mode, limit, weight, holder }) {
   const acquire = { signal, waitTimeoutMs };
   if (mode !== undefined) acquire.mode = mode;
+  if (holder !== undefined) acquire.holder = holder;
   if (limit !== undefined) acquire.limit = limit;
   if (weight !== undefined) acquire.weight = weight;
   return acquire;

@@ -56,6 +56,17 @@ test('a file lease: key, valid, remainingMs Infinity, a decimal fence; release t
   await rejectsWith(backend.acquire('order:42'), 'CLOSED');
 });
 
+test("an acquire's own holder label is checked as on every driver; the file driver keeps no holders", async () => {
+  const { provider, backend } = await openFile(freshDirectory());
+  const lease = await backend.acquire('order:42', { holder: 'job-7' });
+  await rejectsWith(backend.acquire('order:42', { holder: 'job-8', waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  assert.equal(await lease.release(), true);
+  await rejectsWith(backend.acquire('order:42', { holder: '' }), 'INVALID_ARGUMENT');
+  await rejectsWith(backend.acquire(['a', 'b'], { holder: 'x'.repeat(41) }), 'INVALID_ARGUMENT');
+  await backend.withLock('order:42', () => {}, { holder: 'section' });
+  await provider.close();
+});
+
 test('waiters of one process are served in order; a wait ends with WAIT_TIMEOUT or ABORTED', async () => {
   const { provider, backend } = await openFile(freshDirectory());
   const first = await backend.acquire('k');

@@ -86,6 +86,27 @@ async function agreesWithTheLeases(holder, reader, name, { expires, readerLabel 
   assert.deepEqual(counted.holders.map((each) => each.units).sort(), [1, 2]);
   for (const each of units) await each.release();
 
+  // An acquire's own label: at once, after a wait, with a kind, and through withLock.
+  const job = await holder.acquire('own', { holder: 'job-7' });
+  assert.deepEqual((await reader.inspect('own')).holders.map((each) => each.label), ['job-7']);
+  assert.deepEqual(await heldBy(reader.acquire('own', { waitTimeoutMs: 0 }), 'LOCK_BUSY'), ['job-7']);
+  const queued = reader.acquire('own', { holder: 'job 8 ü', waitTimeoutMs: 10_000 });
+  for (let tries = 0; (await holder.inspect('own')).waiting !== 1; tries++) {
+    assert.ok(tries < 500, 'the waiter shows');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  await job.release();
+  const handed = await queued;
+  assert.deepEqual((await holder.inspect('own')).holders.map((each) => each.label), ['job 8 ü']);
+  await handed.release();
+  const report = await holder.acquire(['own', 'other'], { mode: 'shared', holder: 'report' });
+  assert.deepEqual((await reader.inspect('other')).holders.map((each) => each.label), ['report']);
+  await report.release();
+  await holder.withLock('own', async () => assert.deepEqual((await reader.inspect('own')).holders.map((each) => each.label), ['section']), { holder: 'section' });
+  for (const bad of ['', 'x'.repeat(41), 'a\u202eb']) await rejectsWith(holder.acquire('own', { holder: bad }), 'INVALID_ARGUMENT');
+  await rejectsWith(holder.acquire('own', { holder: 7 }), 'INVALID_ARGUMENT');
+  assert.equal((await reader.inspect('own')).held, 0, 'a refused label takes nothing');
+
   await rejectsWith(reader.inspect(''), 'INVALID_KEY');
   await rejectsWith(reader.inspect(42), 'INVALID_KEY');
 }

@@ -301,7 +301,7 @@ async function standalone(): Promise<void> {
   const provider: LockProvider = await openLock(input);
   const backend: LockBackend = provider.backend('sized');
   const signal: AbortSignal = AbortSignal.timeout(1000);
-  const acquireOptions: AcquireOptions = { signal, waitTimeoutMs: 10 };
+  const acquireOptions: AcquireOptions = { signal, waitTimeoutMs: 10, holder: 'job-7' };
   {
     await using lease = await backend.acquire('k', acquireOptions);
     const fence: bigint = BigInt(lease.fence);

@@ -272,8 +272,8 @@ impl FileCore {
         let mut request = Some(Request { ticket, kind, names, outcome: sender });
         let make_waiter = |_| request.take().expect("the engine makes one waiter");
         let acquired = match keys {
-            [key] => state.engine.acquire_one(key, kind, may_wait, make_waiter),
-            _ => state.engine.acquire_many(keys, kind, may_wait, make_waiter),
+            [key] => state.engine.acquire_one(key, kind, None, may_wait, make_waiter),
+            _ => state.engine.acquire_many(keys, kind, None, may_wait, make_waiter),
         }?;
         let lease = match acquired {
             Acquired::Queued(waiter) => return Ok(Admitted::Queued { ticket: Ticket { ticket, queued: Some(waiter) }, outcome }),

@@ -155,7 +155,7 @@ impl LocalBackend {
             return Err(LockError::aborted());
         }
         let timeout = self.timeout(options.wait_timeout);
-        let Queued { waiter, slot, .. } = match self.enqueue(keys, kind, !timeout.is_zero())? {
+        let Queued { waiter, slot, .. } = match self.enqueue(keys, kind, options.holder, !timeout.is_zero())? {
             Ok(id) => return Ok(id),
             Err(queued) => queued,
         };
@@ -208,7 +208,7 @@ impl LocalBackend {
     /// none) in `kind`.
     #[inline]
     pub fn acquire_blocking_kind(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<LocalLease> {
-        self.acquire_blocking_kind_keeping(keys, kind, wait_timeout, None)
+        self.acquire_blocking_kind_keeping(keys, kind, None, wait_timeout, None)
     }
 
     /// [`LocalBackend::acquire_blocking_kind`], whose lease holds `kept`
@@ -216,11 +216,13 @@ impl LocalBackend {
     /// handle of this backend, instead of a new clone: no reference count
     /// taken here, none given back when `kept` was taken. A `kept` of
     /// another backend is dropped; so is `kept` when the acquire fails.
+    /// The lease is labelled `label` (`None`: the backend's holder).
     #[inline]
     pub fn acquire_blocking_kind_keeping(
         &self,
         keys: &[&str],
         kind: LockKind,
+        label: Option<HolderLabel>,
         wait_timeout: Option<Duration>,
         kept: Option<LocalBackend>,
     ) -> Result<LocalLease> {
@@ -230,7 +232,7 @@ impl LocalBackend {
             None => self.shared.options.wait_timeout_ms != 0,
         };
         // Granted at once (the uncontended case) or queued: then it blocks.
-        let granted = match self.enqueue(keys, kind, may_wait) {
+        let granted = match self.enqueue(keys, kind, label, may_wait) {
             Ok(Ok(id)) => Ok(id),
             Ok(Err(queued)) => self.block_for(queued, wait_timeout, &mut acquiring),
             Err(err) => Err(err),
@@ -326,9 +328,15 @@ impl LocalBackend {
     }
 
     /// Grants at once (`Ok(Ok)`), or queues with a fresh slot (`Ok(Err)`)
-    /// when `may_wait`.
+    /// when `may_wait`; the lease labelled `label` (`None`: the backend's).
     #[inline(always)]
-    fn enqueue(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<std::result::Result<LeaseId, Queued>> {
+    fn enqueue(
+        &self,
+        keys: &[&str],
+        kind: LockKind,
+        label: Option<HolderLabel>,
+        may_wait: bool,
+    ) -> Result<std::result::Result<LeaseId, Queued>> {
         let mut slot = None;
         let make_slot = |_| {
             let fresh = Arc::new(WaitSlot::new());
@@ -337,8 +345,8 @@ impl LocalBackend {
         };
         let mut engine = lock(&self.shared.engine);
         let acquired = match keys {
-            [key] => engine.acquire_one(key, kind, may_wait, make_slot),
-            _ => engine.acquire_many(keys, kind, may_wait, make_slot),
+            [key] => engine.acquire_one(key, kind, label, may_wait, make_slot),
+            _ => engine.acquire_many(keys, kind, label, may_wait, make_slot),
         }?;
         Ok(match acquired {
             Acquired::Granted(id) => Ok(id),

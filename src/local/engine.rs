@@ -188,15 +188,17 @@ pub struct KeyView {
     pub mode: Option<LockMode>,
     /// Its limit (1 unless counted; 0 for a key not in use).
     pub limit: u32,
-    /// Each holder's units and fence, oldest grant first.
-    pub holders: Vec<(u32, u64)>,
+    /// Each holder's units, fence and label (`None`: the backend's),
+    /// oldest grant first.
+    pub holders: Vec<(u32, u64, Option<HolderLabel>)>,
     /// Acquires queued for it.
     pub waiting: u32,
 }
 
 impl KeyView {
     /// As `Backend::inspect` answers it for `backend`, whose holders are
-    /// labelled `holder`: each holder's fence; local leases do not expire.
+    /// labelled `holder` unless their acquire gave a label of its own: each
+    /// holder's fence; local leases do not expire.
     pub fn inspection(self, backend: &str, holder: &HolderLabel) -> Inspection {
         Inspection {
             backend: backend.to_owned(),
@@ -207,7 +209,12 @@ impl KeyView {
                 .holders
                 .iter()
                 .take(SHOWN_HOLDERS)
-                .map(|&(units, fence)| Holding { label: Some(holder.to_string()), units, remaining: None, fence: Some(fence) })
+                .map(|(units, fence, label)| Holding {
+                    label: Some(label.as_ref().unwrap_or(holder).to_string()),
+                    units: *units,
+                    remaining: None,
+                    fence: Some(*fence),
+                })
                 .collect(),
             waiting: self.waiting,
             fence: None,
@@ -221,6 +228,9 @@ struct Holder {
     mode: LockMode,
     weight: u32,
     keys: Slots,
+    /// The acquire's own label, if it gave one: such a lease is never
+    /// plain, so a plain lease (the fast path) carries none.
+    label: Option<HolderLabel>,
 }
 
 /// A queued acquire: one entry in the queue of each of its keys.
@@ -230,6 +240,8 @@ struct Waiter<W> {
     weight: u32,
     /// Entry slots, in the order of the acquire's keys.
     entries: Slots,
+    /// The acquire's own label, for its lease.
+    label: Option<HolderLabel>,
     payload: W,
 }
 
@@ -308,12 +320,20 @@ impl<W> LocalEngine<W> {
     /// held with another limit), `LOCK_BUSY` (held and `may_wait` is false),
     /// `QUEUE_FULL` (held and `maxWaiters` are already waiting).
     pub fn acquire(&mut self, key: &str, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
-        self.acquire_one(key, LockKind::EXCLUSIVE, may_wait, make_waiter)
+        self.acquire_one(key, LockKind::EXCLUSIVE, None, may_wait, make_waiter)
     }
 
     /// [`LocalEngine::acquire`] of one key in any kind: shared, or `weight`
-    /// units of a key counted to `limit`.
-    pub fn acquire_one(&mut self, key: &str, kind: LockKind, may_wait: bool, make_waiter: impl FnOnce(WaiterId) -> W) -> Result<Acquired> {
+    /// units of a key counted to `limit`; its lease labelled `label` (an
+    /// acquire's own holder label; `None`: the backend's).
+    pub fn acquire_one(
+        &mut self,
+        key: &str,
+        kind: LockKind,
+        label: Option<HolderLabel>,
+        may_wait: bool,
+        make_waiter: impl FnOnce(WaiterId) -> W,
+    ) -> Result<Acquired> {
         if self.closed {
             return Err(LockError::closed());
         }
@@ -334,7 +354,7 @@ impl<W> LocalEngine<W> {
                     KeySlot { key: KeyCopy::new(key), hash, limit: kind.limit, units: 0, readers: 0, plain: 0, head: None, tail: None };
                 let key_slot = self.keys.insert(slot) as u32;
                 entry.insert(key_slot);
-                return Ok(Acquired::Granted(self.hold_one(kind, key_slot)));
+                return Ok(Acquired::Granted(self.hold_one(kind, key_slot, label)));
             }
         };
         let slot = &self.keys[key_slot as usize];
@@ -342,10 +362,10 @@ impl<W> LocalEngine<W> {
             return Err(other_limit(slot.limit, kind.limit));
         }
         if slot.head.is_none() && slot.admits(kind.mode, kind.weight) {
-            return Ok(Acquired::Granted(self.hold_one(kind, key_slot)));
+            return Ok(Acquired::Granted(self.hold_one(kind, key_slot, label)));
         }
         self.check_may_queue(may_wait)?;
-        Ok(Acquired::Queued(self.enqueue(kind, &[key_slot], make_waiter)))
+        Ok(Acquired::Queued(self.enqueue(kind, &[key_slot], label, make_waiter)))
     }
 
     /// Tries to take every key of `keys` in `kind`, all or none; queues on
@@ -358,6 +378,7 @@ impl<W> LocalEngine<W> {
         &mut self,
         keys: &[K],
         kind: LockKind,
+        label: Option<HolderLabel>,
         may_wait: bool,
         make_waiter: impl FnOnce(WaiterId) -> W,
     ) -> Result<Acquired> {
@@ -372,7 +393,7 @@ impl<W> LocalEngine<W> {
         crate::acquire::check_keys(keys, self.options.max_key_bytes as usize)?;
         check_kind(kind)?;
         if let [key] = keys {
-            return self.acquire_one(key.as_ref(), kind, may_wait, make_waiter);
+            return self.acquire_one(key.as_ref(), kind, label, may_wait, make_waiter);
         }
         // Check everything before changing anything: a refused set leaves
         // no key behind. The slots found go in a reused buffer.
@@ -390,9 +411,9 @@ impl<W> LocalEngine<W> {
             for slot in slots.iter() {
                 self.keys[*slot as usize].hold(kind.mode, kind.weight);
             }
-            return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::Many(slots))));
+            return Ok(Acquired::Granted(self.hold(kind.mode, kind.weight, Slots::Many(slots), label)));
         }
-        Ok(Acquired::Queued(self.enqueue(kind, &slots, make_waiter)))
+        Ok(Acquired::Queued(self.enqueue(kind, &slots, label, make_waiter)))
     }
 
     /// Releases a lease. False when the id named no held lease (already
@@ -569,8 +590,15 @@ impl<W> LocalEngine<W> {
     pub fn inspect(&self, key: &str) -> KeyView {
         let Some(slot) = self.find(key) else { return KeyView::default() };
         let found = &self.keys[slot as usize];
-        let mut holders: Vec<(u32, u64)> = self.holders_at(slot).into_iter().map(|(lease, units)| (units, lease.fence)).collect();
-        holders.sort_unstable_by_key(|&(_, fence)| fence);
+        let mut holders: Vec<(u32, u64, Option<HolderLabel>)> = self
+            .holders_at(slot)
+            .into_iter()
+            .map(|(lease, units)| {
+                let label = plain_key(lease).is_none().then(|| self.holders[holder_slot(lease)].label.clone()).flatten();
+                (units, lease.fence, label)
+            })
+            .collect();
+        holders.sort_unstable_by_key(|&(_, fence, _)| fence);
         let mode = match (found.readers, holders.is_empty()) {
             (_, true) => None,
             (0, false) => Some(LockMode::Exclusive),
@@ -679,19 +707,20 @@ impl<W> LocalEngine<W> {
 
     /// A new lease of one key, counted on it here.
     #[inline(always)]
-    fn hold_one(&mut self, kind: LockKind, key_slot: u32) -> LeaseId {
+    fn hold_one(&mut self, kind: LockKind, key_slot: u32, label: Option<HolderLabel>) -> LeaseId {
         let key = &mut self.keys[key_slot as usize];
         key.hold(kind.mode, kind.weight);
-        if kind.mode == LockMode::Exclusive && key.limit == 1 && key_slot <= MAX_PLAIN_KEY_SLOT {
+        if kind.mode == LockMode::Exclusive && key.limit == 1 && key_slot <= MAX_PLAIN_KEY_SLOT && label.is_none() {
             return self.hold_plain(key_slot);
         }
-        self.hold(kind.mode, kind.weight, Slots::One(key_slot))
+        self.hold(kind.mode, kind.weight, Slots::One(key_slot), label)
     }
 
     /// A new lease of `keys` (already counted on each key): plain (the key's
-    /// slot) when it is exclusive on one key of limit 1, else a holder.
-    fn hold(&mut self, mode: LockMode, weight: u32, keys: Slots) -> LeaseId {
-        if let (Slots::One(key_slot), LockMode::Exclusive) = (&keys, mode) {
+    /// slot) when it is exclusive on one key of limit 1 with no label of
+    /// its own, else a holder.
+    fn hold(&mut self, mode: LockMode, weight: u32, keys: Slots, label: Option<HolderLabel>) -> LeaseId {
+        if let (Slots::One(key_slot), LockMode::Exclusive, None) = (&keys, mode, &label) {
             if self.keys[*key_slot as usize].limit == 1 && *key_slot <= MAX_PLAIN_KEY_SLOT {
                 return self.hold_plain(*key_slot);
             }
@@ -701,7 +730,7 @@ impl<W> LocalEngine<W> {
         if mode == LockMode::Shared {
             self.held_shared += 1;
         }
-        let slot = self.holders.insert(Holder { fence, mode, weight, keys }) as u32;
+        let slot = self.holders.insert(Holder { fence, mode, weight, keys, label }) as u32;
         LeaseId { slot: (slot << 1) | 1, fence }
     }
 
@@ -715,7 +744,13 @@ impl<W> LocalEngine<W> {
     }
 
     /// Queues a waiter at the tail of each key's queue, in one step.
-    fn enqueue(&mut self, kind: LockKind, key_slots: &[u32], make_waiter: impl FnOnce(WaiterId) -> W) -> WaiterId {
+    fn enqueue(
+        &mut self,
+        kind: LockKind,
+        key_slots: &[u32],
+        label: Option<HolderLabel>,
+        make_waiter: impl FnOnce(WaiterId) -> W,
+    ) -> WaiterId {
         self.last_serial += 1;
         let serial = self.last_serial;
         let slot = self.waiters.vacant_key() as u32;
@@ -724,7 +759,8 @@ impl<W> LocalEngine<W> {
             [key_slot] => Slots::One(self.link(slot, *key_slot)),
             _ => Slots::Many(key_slots.iter().map(|&key_slot| self.link(slot, key_slot)).collect()),
         };
-        let inserted = self.waiters.insert(Waiter { serial, mode: kind.mode, weight: kind.weight, entries, payload: make_waiter(id) });
+        let inserted =
+            self.waiters.insert(Waiter { serial, mode: kind.mode, weight: kind.weight, entries, label, payload: make_waiter(id) });
         debug_assert_eq!(inserted as u32, slot);
         id
     }
@@ -797,7 +833,7 @@ impl<W> LocalEngine<W> {
             }
             key_slot
         });
-        let lease = self.hold(waiter.mode, waiter.weight, keys);
+        let lease = self.hold(waiter.mode, waiter.weight, keys, waiter.label);
         self.granted.push_back((waiter.payload, lease));
     }
 }

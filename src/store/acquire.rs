@@ -21,7 +21,6 @@ use super::lease::{valid_until, LeaseShared, StoreLease};
 use super::waiters::{Place, Ticket, Turn, Waiters};
 use super::{Claim, Failure, Freed, Retry, Store, Taken};
 use crate::abort::AbortSignal;
-use crate::acquire::LockKind;
 use crate::error::{ErrorCode, LockError, Result};
 use crate::inspect::{busy_details, tells_holders};
 use crate::telemetry::Acquiring;
@@ -176,23 +175,24 @@ enum Found<W> {
 impl<S: Store> Acquire<S> {
     /// Joins the queue of each key (on the caller's thread, so that waiters
     /// are served in the order of the calls; the places of one call's keys
-    /// are taken at once, see [`Waiters::queue_all`]). `cancelled` resolves
-    /// when the caller's future is dropped.
+    /// are taken at once, see [`Waiters::queue_all`]) with `claim`, the
+    /// store's claim of `keys`. `cancelled` resolves when the caller's
+    /// future is dropped.
     pub fn new(
         core: Arc<BackendCore<S>>,
         keys: &[&str],
-        kind: LockKind,
+        claim: S::Claim,
         wait: Duration,
         signal: Option<AbortSignal>,
         cancelled: oneshot::Receiver<()>,
         slot: InProgress<S>,
-    ) -> Result<Self> {
-        let claim = Arc::new(core.store().claim(keys, kind, core.terms(), &core.holder)?);
+    ) -> Self {
+        let claim = Arc::new(claim);
         let request = (!wait.is_zero() && core.store().hands_over()).then(|| Arc::new(Request::new(claim.clone())));
         let tickets: Vec<Ticket<S>> = claim.names().map(|name| core.store().waiters().join(name, request.clone())).collect();
         let places = (!wait.is_zero()).then(|| Waiters::queue_all(&tickets));
         let keys = keys.iter().map(|key| (*key).to_owned()).collect();
-        Ok(Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot })
+        Acquire { core, keys, claim, request, tickets, places, wait, signal, cancelled, _slot: slot }
     }
 
     /// Acquires, then counts and reports the outcome (`acquiring`: since

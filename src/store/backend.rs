@@ -179,7 +179,8 @@ impl<S: Store> StoreBackend<S> {
             return Err(key_limit(core.options.max_leases));
         }
         let wait = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
-        Acquire::new(core.clone(), keys, kind, wait, options.signal, cancelled, slot)
+        let claim = core.store().claim(keys, kind, core.terms(), options.holder.as_ref().unwrap_or(&core.holder))?;
+        Ok(Acquire::new(core.clone(), keys, claim, wait, options.signal, cancelled, slot))
     }
 
     /// What the store holds of `key` (see [`crate::Backend::inspect`]): one

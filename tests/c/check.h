@@ -59,6 +59,50 @@ static inline unsigned long long fence_of(const dokebi_lock_lease *lease) {
     return strtoull(dokebi_lock_lease_fence(lease), NULL, 10);
 }
 
+/* The label `inspect` through `reader` gives the first holder of `key`
+ * (the caller frees nothing: the text is copied into `label`). */
+static inline void first_label(const dokebi_lock_backend *reader, const char *key, char *label, size_t size) {
+    dokebi_lock_inspection *found = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(reader, KEY(key), &found, ERR));
+    const char *text = dokebi_lock_inspection_holder_label(found, 0);
+    snprintf(label, size, "%s", text == NULL ? "(none)" : text);
+    dokebi_lock_inspection_free(found);
+}
+
+/* A handle of `one` labelled by dokebi_lock_backend_with_holder: its leases
+ * (blocking, of a kind, asynchronous, a section) are named by that label
+ * as `reader` inspects them; `one`'s own keep the provider's; a label the
+ * options would refuse is INVALID_ARGUMENT. */
+static inline void a_labelled_handle_names_its_leases(const dokebi_lock_backend *one, const dokebi_lock_backend *reader) {
+    dokebi_lock_backend *job = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_with_holder(one, "job-7 \xc3\xbc", &job, ERR));
+    char label[64];
+    dokebi_lock_lease *lease = must_acquire(job, "labelled", 0);
+    first_label(reader, "labelled", label, sizeof label);
+    CHECK(strcmp(label, "job-7 \xc3\xbc") == 0);
+    dokebi_lock_lease_free(lease);
+
+    dokebi_lock_key key = {KEY("labelled")};
+    dokebi_lock_acquire_options counted = {DOKEBI_LOCK_MODE_EXCLUSIVE, 2, 0, &key, 1};
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_acquire_ex(job, &counted, 0, &lease, ERR));
+    first_label(reader, "labelled", label, sizeof label);
+    CHECK(strcmp(label, "job-7 \xc3\xbc") == 0);
+    dokebi_lock_lease_free(lease);
+
+    lease = must_acquire(one, "labelled", 0);
+    first_label(reader, "labelled", label, sizeof label);
+    CHECK(strcmp(label, "job-7 \xc3\xbc") != 0 && strcmp(label, "(none)") != 0);
+    dokebi_lock_lease_free(lease);
+    dokebi_lock_backend_free(job);
+
+    dokebi_lock_backend *bad = NULL;
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_with_holder(one, "", &bad, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_with_holder(one, NULL, &bad, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_with_holder(one, "a\x01b", &bad, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_with_holder(one, "\xff", &bad, ERR));
+    CHECK(bad == NULL);
+}
+
 /* The outcome of one asynchronous acquire, handed over by its callback. */
 typedef struct {
     pthread_mutex_t mutex;

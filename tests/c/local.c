@@ -377,6 +377,7 @@ int main(void) {
 
     a_held_key_is_busy_then_times_out_and_is_free_after_release(main_);
     inspect_reads_the_holder_and_its_waiters(main_);
+    a_labelled_handle_names_its_leases(main_, main_);
     force_release_removes_the_holders_and_grants_the_waiter(main_);
     fences_grow_with_every_acquire(main_);
     freeing_a_held_lease_releases_it(main_);

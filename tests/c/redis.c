@@ -137,6 +137,7 @@ int main(void) {
 
     a_lease_is_shared_between_providers(one, two);
     inspect_reads_the_other_provider_s_holders(one, two);
+    a_labelled_handle_names_its_leases(one, two);
     force_release_breaks_the_other_provider_s_holder(one, two);
     an_expired_lease_is_lost(brief);
     a_blocking_acquire_is_cancelled_from_another_thread(one, two);

@@ -138,6 +138,13 @@ static void inspect_names_the_holder_and_force_release_breaks_it(lock::Backend &
     CHECK(!lease.valid() && !orders.inspect("stuck").held);
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.inspect(""); });
     expect_error(DOKEBI_LOCK_INVALID_KEY, [&] { orders.force_release(""); });
+
+    // A handle whose leases carry a label of their own.
+    auto job = orders.with_holder("job-7");
+    auto labelled = job.acquire("stuck");
+    CHECK(orders.inspect("stuck").holders.at(0).label.value() == "job-7");
+    CHECK(labelled.release());
+    expect_error(DOKEBI_LOCK_INVALID_ARGUMENT, [&] { orders.with_holder(""); });
 }
 
 int main() {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, Backend, ErrorCode, Lease, LockMode, Provider};
+use dokebi_lock::{AcquireOptions, Backend, ErrorCode, HolderLabel, Lease, LockMode, Provider};
 use futures::executor::block_on;
 
 use super::check::check;
@@ -135,6 +135,9 @@ pub fn seed() -> u64 {
 }
 
 const CLIENTS: usize = 3;
+/// Labels some acquires give their leases (one with bytes the token
+/// percent-encodes).
+const LABELS: [&str; 3] = ["job-7", "tenant a/b", "wörker:2"];
 const WORKERS: usize = 3;
 pub const PLAIN_KEYS: &[&str] = &["p0", "p1", "p2"];
 pub const COUNTED_KEYS: &[&str] = &["c0", "c1"];
@@ -238,6 +241,9 @@ impl Worker<'_> {
             mode: if kind.shared { LockMode::Shared } else { LockMode::Exclusive },
             limit: (kind.limit > 1).then_some(kind.limit),
             weight: (kind.limit > 1).then_some(kind.weight),
+            // Some acquires name a holder of their own: it rides in the
+            // owner token, which every check of the store compares.
+            holder: self.rng.chance(30).then(|| HolderLabel::new(LABELS[self.rng.below(LABELS.len() as u64) as usize]).unwrap()),
         };
         let sent = self.recorder.now();
         let result =

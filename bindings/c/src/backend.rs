@@ -1,10 +1,10 @@
 //! The backend handle and the blocking acquires.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::args::{self, handle, wait_timeout, Out};
+use super::args::{self, give, handle, wait_timeout, Out};
 use super::completion::{block_on, refuse_on_driver_thread, Completions};
 use super::error::dokebi_lock_error;
 use super::fork;
@@ -16,6 +16,7 @@ use super::status::dokebi_lock_status;
 use dokebi_lock::acquire::{AcquireOptions, LockKind};
 use dokebi_lock::error::Result;
 use dokebi_lock::provider::{Backend, Lease};
+use dokebi_lock::{AbortSignal, ErrorCode, HolderLabel, LockError};
 
 use super::pending::dokebi_lock_pending;
 
@@ -28,11 +29,20 @@ pub struct dokebi_lock_backend {
     pub(crate) born: u32,
     /// A policy backend's member and rule names, made on first use.
     pub(crate) policy_names: OnceLock<PolicyNames>,
+    /// The label of this handle's leases (`dokebi_lock_backend_with_holder`);
+    /// `None`: the provider's `holder`.
+    holder: Option<HolderLabel>,
 }
 
 impl dokebi_lock_backend {
     pub(crate) fn new(backend: Backend, completions: Arc<Completions>, born: u32) -> Self {
-        dokebi_lock_backend { backend, completions, born, policy_names: OnceLock::new() }
+        dokebi_lock_backend { backend, completions, born, policy_names: OnceLock::new(), holder: None }
+    }
+
+    /// The core's options of an acquire through this handle: `kind`, the
+    /// wait and the signal, its leases labelled as the handle says.
+    pub(crate) fn options(&self, kind: LockKind, wait_timeout: Option<Duration>, signal: Option<AbortSignal>) -> AcquireOptions {
+        AcquireOptions::of_kind(kind, wait_timeout, signal).held_by(self.holder.clone())
     }
 
     /// The backend of a live handle, `CLOSED` in a child forked after its
@@ -56,7 +66,7 @@ impl dokebi_lock_backend {
     #[inline(always)]
     fn acquire(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<*mut dokebi_lock_lease> {
         match &self.backend {
-            Backend::Local(local) => dokebi_lock_lease::acquire_local(local, keys, kind, wait_timeout),
+            Backend::Local(local) => dokebi_lock_lease::acquire_local(local, keys, kind, self.holder.clone(), wait_timeout),
             Backend::Redis(_) | Backend::Postgres(_) | Backend::Mysql(_) | Backend::File(_) | Backend::Policy(_) => {
                 Ok(dokebi_lock_lease::give(self.acquire_redis(keys, kind, wait_timeout)?))
             }
@@ -68,7 +78,7 @@ impl dokebi_lock_backend {
     #[inline(never)]
     fn acquire_redis(&self, keys: &[&str], kind: LockKind, wait_timeout: Option<Duration>) -> Result<Lease> {
         refuse_on_driver_thread()?;
-        let options = AcquireOptions::of_kind(kind, wait_timeout, None);
+        let options = self.options(kind, wait_timeout, None);
         match keys {
             [key] => block_on(self.backend.acquire(key, options)),
             _ => block_on(self.backend.acquire_many(keys, options)),
@@ -233,12 +243,57 @@ pub unsafe extern "C" fn dokebi_lock_acquire_ex_cancellable(
             refuse_on_driver_thread()?;
         }
         // The core's acquire with the handle's signal, waited for on this thread.
-        let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, Some(cancel.controller.signal()));
+        let options = backend.options(kind, wait_timeout(wait_timeout_ms)?, Some(cancel.controller.signal()));
         let lease = match &keys[..] {
             [key] => block_on(backend.backend.acquire(key, options)),
             _ => block_on(backend.backend.acquire_many(&keys, options)),
         }?;
         out.write(dokebi_lock_lease::give(lease));
+        Ok(())
+    })
+}
+
+/// A new handle of `backend` whose acquires label their leases `holder` (a
+/// NUL-terminated UTF-8 string) instead of the provider's `holder` option:
+/// the same backend (its keys, waiters and connections), its leases named
+/// `holder` by `inspect` and by another acquire's `WAIT_TIMEOUT` or
+/// `LOCK_BUSY` details (a job, a request, a tenant; never a secret: anyone
+/// who reads the store reads it). The file driver keeps no holders. Freed
+/// with `dokebi_lock_backend_free`, independently of `backend`.
+///
+/// Errors: `INVALID_ARGUMENT` for a NULL or non-UTF-8 `holder` or one the
+/// options would refuse (empty, a control or invisible formatting
+/// character, over 40 bytes as stored), `CLOSED` in a child forked after
+/// the provider was opened.
+///
+/// # Safety
+/// `backend` is NULL or a live backend handle; `holder` is NULL or a
+/// NUL-terminated string; `out_backend` is writable; `out_error` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_backend_with_holder(
+    backend: *const dokebi_lock_backend,
+    holder: *const c_char,
+    out_backend: *mut *mut dokebi_lock_backend,
+    out_error: *mut *mut dokebi_lock_error,
+) -> dokebi_lock_status {
+    call(out_error, || {
+        // SAFETY: the caller promised `backend` is NULL or a live backend handle (# Safety).
+        let backend = unsafe { dokebi_lock_backend::usable(backend) }?;
+        let out = Out::new(out_backend, "out_backend")?;
+        // SAFETY: the caller promised `holder` is NULL or a NUL-terminated string (# Safety); this
+        // only rejects NULL.
+        unsafe { handle(holder, "holder") }?;
+        // SAFETY: `holder` is non-NULL (checked just above) and the caller promised it is NUL-terminated.
+        let label = unsafe { CStr::from_ptr(holder) }
+            .to_str()
+            .map_err(|_| LockError::new(ErrorCode::InvalidArgument, "holder is not valid UTF-8"))
+            .and_then(HolderLabel::of_acquire)?;
+        let labelled = dokebi_lock_backend {
+            holder: Some(label),
+            ..dokebi_lock_backend::new(backend.backend.clone(), backend.completions.clone(), backend.born)
+        };
+        out.write(give(labelled));
         Ok(())
     })
 }

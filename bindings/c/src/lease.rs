@@ -17,6 +17,7 @@ use dokebi_lock::acquire::LockKind;
 use dokebi_lock::error::Result;
 use dokebi_lock::local::LocalBackend;
 use dokebi_lock::provider::Lease;
+use dokebi_lock::HolderLabel;
 
 /// `dokebi_lock_lease_remaining_ms` of a valid lease that never expires
 /// (every local lease).
@@ -77,7 +78,8 @@ impl dokebi_lock_lease {
         Box::into_raw(memory).cast()
     }
 
-    /// Blocks as [`LocalBackend::acquire_blocking_kind`], and answers the
+    /// Blocks as [`LocalBackend::acquire_blocking_kind`] (the lease labelled
+    /// `label`, else the backend's holder), and answers the
     /// lease as a new handle, in the memory of the last handle this thread
     /// freed, its lease holding the backend handle that one kept when it is
     /// of the same backend (else that one is dropped, and the lease clones
@@ -87,10 +89,11 @@ impl dokebi_lock_lease {
         backend: &LocalBackend,
         keys: &[&str],
         kind: LockKind,
+        label: Option<HolderLabel>,
         wait_timeout: Option<Duration>,
     ) -> Result<*mut dokebi_lock_lease> {
         let (memory, kept) = SPARE.try_with(|spare| (spare.memory.take(), spare.backend.take())).unwrap_or((None, None));
-        match backend.acquire_blocking_kind_keeping(keys, kind, wait_timeout, kept) {
+        match backend.acquire_blocking_kind_keeping(keys, kind, label, wait_timeout, kept) {
             Ok(lease) => Ok(Self::give_in(memory, Lease::Local(lease))),
             Err(err) => {
                 if memory.is_some() {

@@ -10,7 +10,7 @@ use super::lease::dokebi_lock_lease;
 use super::panic::{boundary, call, CatchUnwind};
 use super::status::dokebi_lock_status;
 use dokebi_lock::abort::AbortController;
-use dokebi_lock::acquire::{AcquireOptions, LockKind};
+use dokebi_lock::acquire::LockKind;
 use dokebi_lock::error::{ErrorCode, LockError, Result};
 
 /// Receives the outcome of `dokebi_lock_acquire_async`, exactly once, on the
@@ -143,7 +143,7 @@ unsafe fn start(
     let callback = callback.ok_or_else(|| LockError::new(ErrorCode::InvalidArgument, "callback is NULL"))?;
     let keys: Vec<String> = keys.iter().map(|&key| key.to_owned()).collect();
     let controller = AbortController::new();
-    let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, Some(controller.signal()));
+    let options = backend.options(kind, wait_timeout(wait_timeout_ms)?, Some(controller.signal()));
     let userdata = UserData(userdata);
     let driver = backend.backend.clone();
     backend.completions.spawn(async move {

@@ -12,7 +12,7 @@ use super::panic::{boundary, call};
 use super::status::dokebi_lock_status;
 use super::telemetry::driver_name;
 use dokebi_lock::abort::AbortSignal;
-use dokebi_lock::acquire::{AcquireOptions, LockKind};
+use dokebi_lock::acquire::LockKind;
 use dokebi_lock::error::{ErrorCode, Result};
 use dokebi_lock::provider::Backend;
 use dokebi_lock::Section;
@@ -106,7 +106,7 @@ unsafe fn run(
     }
     let out = Out::new(out_result, "out_result")?;
     let section = section.ok_or_else(|| dokebi_lock::LockError::new(ErrorCode::InvalidArgument, "section is NULL"))?;
-    let options = AcquireOptions::of_kind(kind, wait_timeout(wait_timeout_ms)?, None);
+    let options = backend.options(kind, wait_timeout(wait_timeout_ms)?, None);
     // The raw pointer crosses into the section's future; the future runs
     // to completion on this thread before the call returns.
     let user_data = user_data as usize;

@@ -20,7 +20,7 @@ use crate::executor::{spawn, Promise};
 use crate::force_release::ForcedReleaseInfo;
 use crate::guard::{promise, sentinel, Finalized};
 use crate::inspect::InspectionInfo;
-use crate::kind_request::{acquire_keys, kind_request};
+use crate::kind_request::{acquire_keys, held_by, kind_request};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
 
@@ -55,7 +55,8 @@ impl NativeFileBackend {
     }
 
     /// Acquires `keys` (one key unless `many`) in the kind asked: the
-    /// promise of a lease handle or an `ErrorInfo`.
+    /// promise of a lease handle or an `ErrorInfo`. A `holder` label is
+    /// checked as on every driver; the file driver keeps no holders.
     #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn acquire(
@@ -68,11 +69,12 @@ impl NativeFileBackend {
         weight: u32,
         wait_timeout_ms: u32,
         abort: Option<&External<AbortController>>,
+        holder: Option<String>,
     ) -> napi::Result<Promise> {
         promise(env, || {
             let backend = Backend::File((*self.backend).clone());
             let max_key_bytes = self.backend.options().max_key_bytes as usize;
-            let (keys, options) = kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort);
+            let (keys, options) = held_by(kind_request(&keys, max_key_bytes, shared, limit, weight, wait_timeout_ms, abort), holder);
             let acquire = async move {
                 match acquire_keys(backend, keys, many, options).await? {
                     dokebi_lock::Lease::File(lease) => Ok(lease),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dokebi_lock::{key, AbortController, AcquireOptions, Backend, Lease, LockKind, LockMode};
+use dokebi_lock::{key, AbortController, AcquireOptions, Backend, HolderLabel, Lease, LockKind, LockMode};
 use napi::bindgen_prelude::{External, Utf16String};
 
 /// The keys (converted now, their error reported by the acquire) and the
@@ -21,6 +21,20 @@ pub fn kind_request(
     let mode = if shared { LockMode::Shared } else { LockMode::Exclusive };
     let wait = Some(Duration::from_millis(wait_timeout_ms.into()));
     (keys, AcquireOptions::of_kind(LockKind { mode, limit, weight }, wait, abort.map(|a| a.signal())))
+}
+
+/// `request` (of [`kind_request`]) with the acquire's own `holder` label
+/// (a JS string, checked now; its error, after the keys', is reported by
+/// the acquire).
+pub fn held_by(
+    request: (dokebi_lock::Result<Vec<String>>, AcquireOptions),
+    holder: Option<String>,
+) -> (dokebi_lock::Result<Vec<String>>, AcquireOptions) {
+    let (keys, options) = request;
+    match holder.as_deref().map(HolderLabel::of_acquire).transpose() {
+        Ok(holder) => (keys, options.held_by(holder)),
+        Err(error) => (keys.and(Err(error)), options),
+    }
 }
 
 /// Acquires `keys` (converted by [`kind_request`]) on `backend` with

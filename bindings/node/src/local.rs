@@ -42,7 +42,7 @@ use std::sync::Arc;
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use dokebi_lock::{ErrorCode, HolderLabel, LockError, LockKind, LockMode};
-use napi::bindgen_prelude::ToNapiValue;
+use napi::bindgen_prelude::{FromNapiValue, ToNapiValue};
 use napi::sys;
 
 use crate::error::{stash, ErrorInfo};
@@ -54,8 +54,8 @@ use crate::raw::{call_info, check, object_of, or_throw, Method};
 use crate::status::CountsInfo;
 
 use crate::protocol::{
-    ARGUMENT_KEYS, DEFERRED_FENCE, DEFERRED_SLOT, FAILED, FREED, GRANTED, HANDED_ON, HANDED_ON_MORE, KEYS_AS_ARGUMENTS, MAY_WAIT, MORE_AT,
-    MORE_COUNT, MORE_MAX, NOT_HELD, QUEUED, SEVERAL_KEYS,
+    ARGUMENT_KEYS, DEFERRED_FENCE, DEFERRED_SLOT, FAILED, FREED, GRANTED, HANDED_ON, HANDED_ON_MORE, KEYS_AS_ARGUMENTS, LABELLED, MAY_WAIT,
+    MORE_AT, MORE_COUNT, MORE_MAX, NOT_HELD, QUEUED, SEVERAL_KEYS,
 };
 
 /// One local backend's lock state.
@@ -129,7 +129,8 @@ impl LocalState {
     /// arguments), in the kind the JS layer checked (the engine checks it
     /// again) and wrote to `out = [flags, shared, limit, weight]` (numbers,
     /// where N-API arguments would cost a call each; flags are MAY_WAIT,
-    /// SEVERAL_KEYS and KEYS_AS_ARGUMENTS).
+    /// SEVERAL_KEYS, KEYS_AS_ARGUMENTS and LABELLED: then the lease's own
+    /// holder label is the argument after the keys).
     unsafe fn acquire_kind(&mut self, env: sys::napi_env, args: &[sys::napi_value; ARGUMENT_KEYS], count: usize) {
         self.release_deferred();
         let out = &self.out;
@@ -141,6 +142,15 @@ impl LocalState {
             limit: out.get(2) as u32,
             weight: out.get(3) as u32,
         };
+        let label = if flags & LABELLED == 0 {
+            None
+        } else {
+            // SAFETY: our caller passes its own `env` and arguments.
+            match unsafe { read_label(env, args[1]) } {
+                Ok(label) => Some(label),
+                Err(error) => return self.failed(error),
+            }
+        };
         let acquired = if flags & SEVERAL_KEYS != 0 {
             let read = if flags & KEYS_AS_ARGUMENTS != 0 {
                 // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and arguments.
@@ -151,7 +161,7 @@ impl LocalState {
                 unsafe { self.read_key_array(env, args[0]) }
             };
             match read {
-                Ok(()) => self.engine.acquire_many(&self.key_set, kind, may_wait, |waiter| waiter.slot).map_err(|error| {
+                Ok(()) => self.engine.acquire_many(&self.key_set, kind, label, may_wait, |waiter| waiter.slot).map_err(|error| {
                     let keys: Vec<&str> = self.key_set.iter().map(String::as_str).collect();
                     self.engine.told_holders(error, &keys, &self.holder)
                 }),
@@ -163,7 +173,7 @@ impl LocalState {
             match unsafe { self.keys.read(env, args[0]) } {
                 Ok(()) => self
                     .engine
-                    .acquire_one(self.keys.key(), kind, may_wait, |waiter| waiter.slot)
+                    .acquire_one(self.keys.key(), kind, label, may_wait, |waiter| waiter.slot)
                     .map_err(|error| self.engine.told_holders(error, &[self.keys.key()], &self.holder)),
                 Err(error) => Err(error),
             }
@@ -576,4 +586,16 @@ unsafe fn bool_value(env: sys::napi_env, value: bool) -> sys::napi_value {
     // SAFETY: the callers pass their own callback's `env`; `result` is a local.
     unsafe { sys::napi_get_boolean(env, value, &mut result) };
     result
+}
+
+/// The acquire's own holder label, string `value` (the JS layer checked
+/// its type), checked by the core: `INVALID_ARGUMENT` saying why.
+///
+/// # Safety
+/// `env` and `value` are the current callback's.
+unsafe fn read_label(env: sys::napi_env, value: sys::napi_value) -> Result<HolderLabel, LockError> {
+    // SAFETY: as the caller promised.
+    let label = unsafe { <String as FromNapiValue>::from_napi_value(env, value) }
+        .map_err(|_| LockError::new(ErrorCode::InvalidArgument, "holder must be a string"))?;
+    HolderLabel::of_acquire(&label)
 }

@@ -58,6 +58,10 @@ protocol! {
     /// one array (one `napi_get_cb_info` reads them all, where an array costs
     /// a call per key).
     KEYS_AS_ARGUMENTS: u32 = 4;
+    /// `acquireKind`'s `out[0]` flag: the acquire gives a holder label of
+    /// its own, the argument after the keys (one key or an array: never
+    /// with KEYS_AS_ARGUMENTS).
+    LABELLED: u32 = 8;
     /// The most keys `acquireKind` takes as arguments (more come as an array).
     ARGUMENT_KEYS: usize = 8;
     /// The largest timer Node can arm (`setTimeout` clamps larger values to

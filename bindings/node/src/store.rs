@@ -30,7 +30,7 @@ use crate::force_release::ForcedReleaseInfo;
 use crate::guard::{promise, sentinel, Finalized};
 use crate::inspect::InspectionInfo;
 use crate::keep_alive::NativeKeepAlive;
-use crate::kind_request::{acquire_keys, kind_request};
+use crate::kind_request::{acquire_keys, held_by, kind_request};
 use crate::lease::{id_of, Fence, Leases};
 use crate::status::StatusInfo;
 use crate::telemetry::{sink, TelemetryForwarder};
@@ -270,8 +270,9 @@ impl NativeStoreBackend {
 
     /// As `acquire`, in a kind beyond a plain lease (checked by the JS layer
     /// and again by the core): shared, or `weight` units of a key counted
-    /// to `limit`; of every key of `keys` as one lease when `many`. The
-    /// lease is kept as `id`; the promise carries the fence of each key.
+    /// to `limit`; of every key of `keys` as one lease when `many`; labelled
+    /// `holder` when given (else the provider's). The lease is kept as
+    /// `id`; the promise carries the fence of each key.
     #[napi(ts_return_type = "Promise<Array<number | string> | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_kind(
@@ -285,11 +286,13 @@ impl NativeStoreBackend {
         wait_timeout_ms: u32,
         id: f64,
         abort: Option<&External<AbortController>>,
+        holder: Option<String>,
     ) -> napi::Result<Promise> {
         let id = id_of(id)?;
         promise(env, || {
             let (backend, leases) = (self.backend.clone(), Rc::clone(&self.leases));
-            let (keys, options) = kind_request(&keys, self.max_key_bytes as usize, shared, limit, weight, wait_timeout_ms, abort);
+            let request = kind_request(&keys, self.max_key_bytes as usize, shared, limit, weight, wait_timeout_ms, abort);
+            let (keys, options) = held_by(request, holder);
             spawn(env, acquire_keys(backend, keys, many, options), move |lease| -> Vec<Fence> { leases.grant_keys(id, lease) })
         })
     }
