@@ -452,7 +452,7 @@ public:
     /// The same backend, its leases labelled `holder` (a job, a request, a
     /// tenant) instead of the provider's `holder`: what inspect and another
     /// acquire's WAIT_TIMEOUT name them. INVALID_ARGUMENT for a label the
-    /// options would refuse.
+    /// options would refuse. The label ends at a NUL, as a C string does.
     Returns<Backend> with_holder(const std::string &holder) const {
         dokebi_lock_backend *labelled = nullptr;
         dokebi_lock_error *error = nullptr;

@@ -99,18 +99,21 @@ class LocalCore {
     if (this.closed) return Promise.reject(fromInfo(native.closedError()));
     let waitMs = this.defaultWaitMs;
     let signal;
+    let holder;
     let kind = 0;
     if (options !== undefined) {
       try {
         waitMs = waitTimeout(options, waitMs);
         if (asksKind(options)) kind = askedKinds(key, options);
+        // Read once, here: a getter that throws rejects the acquire.
+        holder = options.holder;
       } catch (error) {
         return Promise.reject(error);
       }
       signal = options.signal;
       if (signal?.aborted) return Promise.reject(abortedBy(signal));
       // A lease labelled by its acquire takes the kinds path, which carries the label.
-      if (options.holder !== undefined && typeof key === 'string') return this.acquireKind(key, options, waitMs, signal, leaseNow);
+      if (holder !== undefined && typeof key === 'string') return this.acquireKind(key, options, waitMs, signal, leaseNow, holder);
     }
     if (typeof key !== 'string') {
       if (!Array.isArray(key)) return Promise.reject(notAStringKey());
@@ -123,7 +126,7 @@ class LocalCore {
         }
       }
     }
-    if (kind !== 0) return this.acquireKind(key, options, waitMs, signal, leaseNow);
+    if (kind !== 0) return this.acquireKind(key, options, waitMs, signal, leaseNow, holder);
     if (waitMs === 0) this.engine.tryAcquire(key);
     else this.engine.acquire(key);
     const out = this.out;
@@ -141,10 +144,9 @@ class LocalCore {
    * several keys (an array, copied so later changes to the caller's array
    * change nothing; the lease freezes its copy when `keys` is first read).
    */
-  acquireKind(key, options, waitMs, signal, leaseNow) {
+  acquireKind(key, options, waitMs, signal, leaseNow, holder) {
     const several = Array.isArray(key);
     const keys = several ? key.slice() : key;
-    const holder = options?.holder;
     // The kind goes in the out-array: [flags, shared, limit, weight]; a
     // label of the acquire's own is the argument after the keys.
     const asArguments = several && keys.length <= ARGUMENT_KEYS && holder === undefined;

@@ -69,7 +69,7 @@ impl NativeFileBackend {
         weight: u32,
         wait_timeout_ms: u32,
         abort: Option<&External<AbortController>>,
-        holder: Option<String>,
+        holder: Option<Utf16String>,
     ) -> napi::Result<Promise> {
         promise(env, || {
             let backend = Backend::File((*self.backend).clone());

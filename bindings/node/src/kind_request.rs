@@ -28,13 +28,27 @@ pub fn kind_request(
 /// the acquire).
 pub fn held_by(
     request: (dokebi_lock::Result<Vec<String>>, AcquireOptions),
-    holder: Option<String>,
+    holder: Option<Utf16String>,
 ) -> (dokebi_lock::Result<Vec<String>>, AcquireOptions) {
     let (keys, options) = request;
-    match holder.as_deref().map(HolderLabel::of_acquire).transpose() {
+    match holder.as_deref().map(label).transpose() {
         Ok(holder) => (keys, options.held_by(holder)),
         Err(error) => (keys.and(Err(error)), options),
     }
+}
+
+/// The acquire's own holder label, of a JS string's UTF-16 `units`: one
+/// with a lone surrogate is refused as a key is (napi's conversion to UTF-8
+/// would make it U+FFFD, another label, and two labels one), then checked
+/// by the core. Either is `INVALID_ARGUMENT`.
+pub fn label(units: &[u16]) -> dokebi_lock::Result<HolderLabel> {
+    let text = String::from_utf16(units).map_err(|_| {
+        dokebi_lock::LockError::new(
+            dokebi_lock::ErrorCode::InvalidArgument,
+            "holder is not well-formed UTF-16 (it contains a lone surrogate)",
+        )
+    })?;
+    HolderLabel::of_acquire(&text)
 }
 
 /// Acquires `keys` (converted by [`kind_request`]) on `backend` with

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use dokebi_lock::local::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use dokebi_lock::options::LocalOptions;
 use dokebi_lock::{ErrorCode, HolderLabel, LockError, LockKind, LockMode};
-use napi::bindgen_prelude::{FromNapiValue, ToNapiValue};
+use napi::bindgen_prelude::{FromNapiValue, ToNapiValue, Utf16String};
 use napi::sys;
 
 use crate::error::{stash, ErrorInfo};
@@ -142,15 +142,9 @@ impl LocalState {
             limit: out.get(2) as u32,
             weight: out.get(3) as u32,
         };
-        let label = if flags & LABELLED == 0 {
-            None
-        } else {
-            // SAFETY: our caller passes its own `env` and arguments.
-            match unsafe { read_label(env, args[1]) } {
-                Ok(label) => Some(label),
-                Err(error) => return self.failed(error),
-            }
-        };
+        // Read now, its error told after the keys' (as the store drivers tell it).
+        // SAFETY: our caller passes its own `env` and arguments.
+        let label = (flags & LABELLED != 0).then(|| unsafe { read_label(env, args[1]) }).transpose();
         let acquired = if flags & SEVERAL_KEYS != 0 {
             let read = if flags & KEYS_AS_ARGUMENTS != 0 {
                 // SAFETY: our caller (the `acquireKind` callback) passes its own `env` and arguments.
@@ -160,8 +154,8 @@ impl LocalState {
                 // reads as no keys: an INVALID_ARGUMENT).
                 unsafe { self.read_key_array(env, args[0]) }
             };
-            match read {
-                Ok(()) => self.engine.acquire_many(&self.key_set, kind, label, may_wait, |waiter| waiter.slot).map_err(|error| {
+            match read.and(label) {
+                Ok(label) => self.engine.acquire_many(&self.key_set, kind, label, may_wait, |waiter| waiter.slot).map_err(|error| {
                     let keys: Vec<&str> = self.key_set.iter().map(String::as_str).collect();
                     self.engine.told_holders(error, &keys, &self.holder)
                 }),
@@ -170,8 +164,8 @@ impl LocalState {
         } else {
             // One key: read as `acquire` reads it, with no allocation.
             // SAFETY: our caller passes its own `env` and arguments.
-            match unsafe { self.keys.read(env, args[0]) } {
-                Ok(()) => self
+            match unsafe { self.keys.read(env, args[0]) }.and(label) {
+                Ok(label) => self
                     .engine
                     .acquire_one(self.keys.key(), kind, label, may_wait, |waiter| waiter.slot)
                     .map_err(|error| self.engine.told_holders(error, &[self.keys.key()], &self.holder)),
@@ -589,13 +583,13 @@ unsafe fn bool_value(env: sys::napi_env, value: bool) -> sys::napi_value {
 }
 
 /// The acquire's own holder label, string `value` (the JS layer checked
-/// its type), checked by the core: `INVALID_ARGUMENT` saying why.
+/// its type), checked as [`crate::kind_request::label`] checks it.
 ///
 /// # Safety
 /// `env` and `value` are the current callback's.
 unsafe fn read_label(env: sys::napi_env, value: sys::napi_value) -> Result<HolderLabel, LockError> {
     // SAFETY: as the caller promised.
-    let label = unsafe { <String as FromNapiValue>::from_napi_value(env, value) }
+    let units = unsafe { <Utf16String as FromNapiValue>::from_napi_value(env, value) }
         .map_err(|_| LockError::new(ErrorCode::InvalidArgument, "holder must be a string"))?;
-    HolderLabel::of_acquire(&label)
+    crate::kind_request::label(&units)
 }

@@ -286,7 +286,7 @@ impl NativeStoreBackend {
         wait_timeout_ms: u32,
         id: f64,
         abort: Option<&External<AbortController>>,
-        holder: Option<String>,
+        holder: Option<Utf16String>,
     ) -> napi::Result<Promise> {
         let id = id_of(id)?;
         promise(env, || {
