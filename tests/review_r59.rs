@@ -33,11 +33,8 @@ fn redis_yaml(server: &RedisServer, backend: &str) -> String {
 /// One try of an older release's process (its `KINDS_ACQUIRE`, its token):
 /// the script's reply.
 fn older_try(server: &RedisServer, lock: &str, limit: u32, weight: u32) -> Vec<i64> {
-    let names = names_of(lock);
-    let mut command = redis::cmd("EVAL");
-    command.arg(older_kinds_acquire()).arg(5).arg(&names);
-    command.arg(OLDER_TOKEN).arg(10_000).arg(0).arg("x").arg(limit).arg(weight).arg(0).arg("test:lock-released").arg(60_000);
-    command.query(&mut server.client()).unwrap()
+    let reply = kinds_eval(&mut server.client(), &older_kinds_acquire(), lock, OLDER_TOKEN, 10_000, 0, "x", limit, weight, 0, 60_000);
+    redis::from_redis_value(reply).unwrap()
 }
 
 fn units(server: &RedisServer, lock: &str) -> i64 {

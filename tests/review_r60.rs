@@ -29,8 +29,6 @@ use support::{inspect, labelled, redis_yaml_at, take, wait};
 /// server's clock is read in whole ms.
 const MARGIN: Duration = Duration::from_millis(5);
 
-const CHANNEL: &str = "test:lock-released";
-
 /// One redis backend on `server`, default command timeouts.
 fn redis_yaml(server: &RedisServer, backend: &str) -> String {
     redis_yaml_at(&format!("url: {}", server.url()), backend, "")
@@ -40,24 +38,6 @@ fn redis_yaml(server: &RedisServer, backend: &str) -> String {
 fn new_token(rng: &mut Rng, label_len: usize) -> String {
     let label = rng.word(label_len);
     rng.token_of(&label)
-}
-
-/// One EVAL of a kinds script (`script`'s Lua) on the key `lock`: the reply.
-#[allow(clippy::too_many_arguments)]
-fn kinds_eval(
-    client: &mut redis::Connection,
-    lua: &str,
-    lock: &str,
-    token: &str,
-    lease_ms: u64,
-    waiting_ms: u64,
-    limit: u32,
-    weight: u32,
-) -> redis::RedisResult<redis::Value> {
-    let mut command = redis::cmd("EVAL");
-    command.arg(lua).arg(5).arg(&names_of(lock));
-    command.arg(token).arg(lease_ms).arg(waiting_ms).arg("x").arg(limit).arg(weight).arg(0).arg(CHANNEL).arg(60_000);
-    command.query(client)
 }
 
 fn ints(value: &redis::Value) -> Vec<i64> {
@@ -222,7 +202,7 @@ fn rolling_upgrade_under_load(seconds: u64, limit: u32, per_provider: u64) {
                 let dies = rng.below(3) == 0;
                 let lease_ms = if dies { 120 } else { 10_000 };
                 let sent = Instant::now();
-                let reply = ints(&kinds_eval(&mut client, &older, &lock, &token, lease_ms, 0, limit, weight).unwrap());
+                let reply = ints(&kinds_eval(&mut client, &older, &lock, &token, lease_ms, 0, "x", limit, weight, 0, 60_000));
                 if reply.first() == Some(&1) {
                     granted.fetch_add(1, Ordering::Relaxed);
                     fences.lock().unwrap().push(reply[1] as u64);
@@ -232,9 +212,20 @@ fn rolling_upgrade_under_load(seconds: u64, limit: u32, per_provider: u64) {
                         let id = ledger.grant(weight, None, "old".into());
                         thread::sleep(Duration::from_millis(1 + rng.below(3)));
                         ledger.end(id);
-                        let released: i64 =
-                            redis::from_redis_value(kinds_eval(&mut client, &release, &lock, &token, lease_ms, 0, limit, weight).unwrap())
-                                .unwrap();
+                        let released: i64 = redis::from_redis_value(kinds_eval(
+                            &mut client,
+                            &release,
+                            &lock,
+                            &token,
+                            lease_ms,
+                            0,
+                            "x",
+                            limit,
+                            weight,
+                            0,
+                            60_000,
+                        ))
+                        .unwrap();
                         assert_eq!(released, 1);
                     }
                 }
@@ -257,7 +248,7 @@ fn rolling_upgrade_under_load(seconds: u64, limit: u32, per_provider: u64) {
                 let weight = 1 + rng.below(u64::from(limit.min(3))) as u32;
                 let lease_ms = 100 + rng.below(100);
                 let sent = Instant::now();
-                let reply = ints(&kinds_eval(&mut client, &today, &lock, &token, lease_ms, 0, limit, weight).unwrap());
+                let reply = ints(&kinds_eval(&mut client, &today, &lock, &token, lease_ms, 0, "x", limit, weight, 0, 60_000));
                 if reply.first() == Some(&1) {
                     granted.fetch_add(1, Ordering::Relaxed);
                     fences.lock().unwrap().push(reply[1] as u64);
@@ -339,7 +330,7 @@ fn r60_rolling_upgrade_under_load_many_waiters_per_process() {
 /// Puts a member `token:weight` dying in `ms` into the set, its units
 /// counted, as a grant of today's script would.
 fn grant_eval(server: &RedisServer, lua: &str, lock: &str, token: &str, lease_ms: u64, limit: u32, weight: u32) -> Vec<i64> {
-    ints(&kinds_eval(&mut server.client(), lua, lock, token, lease_ms, 0, limit, weight).unwrap())
+    ints(&kinds_eval(&mut server.client(), lua, lock, token, lease_ms, 0, "x", limit, weight, 0, 60_000))
 }
 
 /// An expired member not yet pruned, beside a count left too high: the
@@ -448,7 +439,7 @@ fn r60_a_key_is_recounted_at_most_once_a_second() {
     assert_eq!(filled, i64::from(n));
     let units = |client: &mut redis::Connection| -> i64 { redis::cmd("HGET").arg(&names[3]).arg("units").query(client).unwrap() };
     let refused_try = |client: &mut redis::Connection| {
-        let reply = ints(&kinds_eval(client, &today, &lock, "tok", 10_000, 0, n, 1).unwrap());
+        let reply = ints(&kinds_eval(client, &today, &lock, "tok", 10_000, 0, "x", n, 1, 0, 60_000));
         assert_eq!(reply[0], 0, "full: refused");
     };
     let overcount = |client: &mut redis::Connection| {

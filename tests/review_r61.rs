@@ -16,8 +16,6 @@ use support::older_release::*;
 use support::redis_server::RedisServer;
 use support::rng::Rng;
 
-const CHANNEL: &str = "test:lock-released";
-
 /// A token of today's shape, its label one of several shapes: none,
 /// host:pid, digits around a ':', up to 59 letters and digits.
 fn new_token(rng: &mut Rng) -> String {
@@ -31,26 +29,6 @@ fn new_token(rng: &mut Rng) -> String {
         }
     };
     rng.token_of(&label)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn ev(
-    client: &mut redis::Connection,
-    lua: &str,
-    lock: &str,
-    token: &str,
-    lease_ms: u64,
-    waiting_ms: u64,
-    mode: &str,
-    limit: u32,
-    weight: u32,
-    ticket: i64,
-    retention: u64,
-) -> redis::Value {
-    let mut command = redis::cmd("EVAL");
-    command.arg(lua).arg(5).arg(&names_of(lock));
-    command.arg(token).arg(lease_ms).arg(waiting_ms).arg(mode).arg(limit).arg(weight).arg(ticket).arg(CHANNEL).arg(retention);
-    command.query(client).unwrap()
 }
 
 fn ints(value: &redis::Value) -> Vec<i64> {
@@ -167,17 +145,17 @@ fn r61_queue_only_hash_with_recounted_still_expires() {
     let mut c = server.client();
     let s = scripts();
     let lock = "test:lock:{q}";
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.web:1", 1_000, 0, "x", 3, 3, 0, 300))[0], 1);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.web:1", 1_000, 0, "x", 3, 3, 0, 300))[0], 1);
     let _: i64 = redis::cmd("HSET").arg(&names_of(lock)[3]).arg("units").arg(5).query(&mut c).unwrap();
     // A waiting request of 2: refused, recounted (3), marked.
-    let r = ints(&ev(&mut c, &s.acquire, lock, "W.web:2", 1_000, 600, "x", 3, 2, 0, 300));
+    let r = ints(&kinds_eval(&mut c, &s.acquire, lock, "W.web:2", 1_000, 600, "x", 3, 2, 0, 300));
     assert_eq!(r[0], 0);
     let (fields, ttl) = hash(&mut c, lock);
     assert_eq!(field_names(&fields), ["limit", "recounted", "units"]);
     assert!(fields.contains(&("units".into(), "3".into())), "{fields:?}");
     assert!(ttl > 0, "{ttl}");
     // The holder leaves: units go, limit and recounted stay with the marks.
-    assert_eq!(int(&ev(&mut c, &s.release, lock, "H.web:1", 1_000, 0, "x", 3, 3, 0, 300)), 1);
+    assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, "H.web:1", 1_000, 0, "x", 3, 3, 0, 300)), 1);
     let (fields, ttl) = hash(&mut c, lock);
     assert_eq!(field_names(&fields), ["limit", "recounted"]);
     assert!(ttl > 0 && ttl <= 1_000, "{ttl}");
@@ -191,21 +169,21 @@ fn r61_queue_only_then_withdraw_then_next_acquire_drops_the_hash() {
     let mut c = server.client();
     let s = scripts();
     let lock = "test:lock:{w}";
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.a", 10_000, 0, "x", 4, 4, 0, 300))[0], 1);
-    let r = ints(&ev(&mut c, &s.acquire, lock, "W.a", 10_000, 60_000, "x", 4, 1, 0, 300));
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.a", 10_000, 0, "x", 4, 4, 0, 300))[0], 1);
+    let r = ints(&kinds_eval(&mut c, &s.acquire, lock, "W.a", 10_000, 60_000, "x", 4, 1, 0, 300));
     assert_eq!(r[0], 0);
     assert!(field_names(&hash(&mut c, lock).0).contains(&"recounted"));
-    assert_eq!(int(&ev(&mut c, &s.release, lock, "H.a", 10_000, 0, "x", 4, 4, 0, 300)), 1);
-    assert_eq!(int(&ev(&mut c, &s.withdraw, lock, "W.a", 10_000, 0, "x", 4, 1, r[2], 300)), 0);
+    assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, "H.a", 10_000, 0, "x", 4, 4, 0, 300)), 1);
+    assert_eq!(int(&kinds_eval(&mut c, &s.withdraw, lock, "W.a", 10_000, 0, "x", 4, 1, r[2], 300)), 0);
     // The queue is gone; the hash (limit, recounted) waits for its TTL or
     // the next acquire, which drops it (another limit may be chosen).
     let (fields, ttl) = hash(&mut c, lock);
     assert_eq!(field_names(&fields), ["limit", "recounted"]);
     assert!(ttl > 0);
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "N.a", 200, 0, "x", 7, 2, 0, 300))[0], 1, "another limit once free");
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "N.a", 200, 0, "x", 7, 2, 0, 300))[0], 1, "another limit once free");
     let (fields, _) = hash(&mut c, lock);
     assert_eq!(fields, vec![("limit".into(), "7".into()), ("units".into(), "2".into())]);
-    assert_eq!(int(&ev(&mut c, &s.release, lock, "N.a", 200, 0, "x", 7, 2, 0, 300)), 1);
+    assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, "N.a", 200, 0, "x", 7, 2, 0, 300)), 1);
     assert_eq!(hash(&mut c, lock).0.len(), 0, "deleted at the last release");
     all_gone(&mut c, 3_000);
 }
@@ -220,8 +198,8 @@ fn r61_force_release_after_a_recount() {
     let mut c = server.client();
     let s = scripts();
     for (lock, waiting) in [("test:lock:{f0}", 0u64), ("test:lock:{f1}", 5_000)] {
-        assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.b", 10_000, 0, "x", 2, 2, 0, 300))[0], 1);
-        assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "W.b", 10_000, waiting, "x", 2, 1, 0, 300))[0], 0);
+        assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.b", 10_000, 0, "x", 2, 2, 0, 300))[0], 1);
+        assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "W.b", 10_000, waiting, "x", 2, 1, 0, 300))[0], 0);
         assert!(field_names(&hash(&mut c, lock).0).contains(&"recounted"));
         let reply = observe_and_break(&mut c, &s, lock);
         assert_eq!(reply[1], 1, "one holder removed");
@@ -247,10 +225,10 @@ fn r61_a_refusal_with_no_hash_makes_none() {
     let mut c = server.client();
     let s = scripts();
     let lock = "test:lock:{n}";
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.c", 10_000, 0, "x", 2, 2, 0, 300))[0], 1);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.c", 10_000, 0, "x", 2, 2, 0, 300))[0], 1);
     let _: i64 = redis::cmd("DEL").arg(&names_of(lock)[3]).query(&mut c).unwrap();
     // Only a request heavier than its limit is refused with no units.
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "W.c", 10_000, 0, "x", 2, 3, 0, 300))[0], 0);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "W.c", 10_000, 0, "x", 2, 3, 0, 300))[0], 0);
     let (_, none) = without_ttl(&mut c);
     assert!(none.is_empty(), "{none:?}");
     assert!(hash(&mut c, lock).0.is_empty());
@@ -263,13 +241,13 @@ fn r61_reader_key_is_never_recounted() {
     let s = scripts();
     let lock = "test:lock:{r}";
     for t in ["R1.x", "R2.x"] {
-        assert_eq!(ints(&ev(&mut c, &s.acquire, lock, t, 1_000, 0, "s", 1, 1, 0, 300))[0], 1);
+        assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, t, 1_000, 0, "s", 1, 1, 0, 300))[0], 1);
     }
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "C.x", 1_000, 0, "x", 3, 1, 0, 300)), vec![-1, 1]);
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "P.x", 1_000, 300, "x", 1, 1, 0, 300))[0], 0);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "C.x", 1_000, 0, "x", 3, 1, 0, 300)), vec![-1, 1]);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "P.x", 1_000, 300, "x", 1, 1, 0, 300))[0], 0);
     assert_eq!(field_names(&hash(&mut c, lock).0), ["limit"]);
     for t in ["R1.x", "R2.x"] {
-        assert_eq!(int(&ev(&mut c, &s.release, lock, t, 1_000, 0, "s", 1, 1, 0, 300)), 1);
+        assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, t, 1_000, 0, "s", 1, 1, 0, 300)), 1);
     }
     all_gone(&mut c, 3_000);
 }
@@ -286,20 +264,20 @@ fn r61_clock_stepped_back() {
     let s = scripts();
     let lock = "test:lock:{k}";
     let kind = names_of(lock)[3].clone();
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.d", 10_000, 0, "x", 4, 2, 0, 300))[0], 1);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.d", 10_000, 0, "x", 4, 2, 0, 300))[0], 1);
     let now = server_ms(&mut c);
     let _: i64 = redis::cmd("HSET").arg(&kind).arg("units").arg(4).arg("recounted").arg(now + 3_600_000).query(&mut c).unwrap();
     // Recounted to 2: 1 fits.
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "A.d", 10_000, 0, "x", 4, 1, 0, 300))[0], 1);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "A.d", 10_000, 0, "x", 4, 1, 0, 300))[0], 1);
     let units: i64 = redis::cmd("HGET").arg(&kind).arg("units").query(&mut c).unwrap();
     assert_eq!(units, 3);
     // `recounted` 400 ms ahead: held back, then counted.
     let now = server_ms(&mut c);
     let _: i64 = redis::cmd("HSET").arg(&kind).arg("units").arg(4).arg("recounted").arg(now + 400).query(&mut c).unwrap();
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "B.d", 10_000, 0, "x", 4, 1, 0, 300))[0], 0);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "B.d", 10_000, 0, "x", 4, 1, 0, 300))[0], 0);
     let start = Instant::now();
     loop {
-        let r = ints(&ev(&mut c, &s.acquire, lock, "B.d", 10_000, 0, "x", 4, 1, 0, 300));
+        let r = ints(&kinds_eval(&mut c, &s.acquire, lock, "B.d", 10_000, 0, "x", 4, 1, 0, 300));
         if r[0] == 1 {
             break;
         }
@@ -309,7 +287,7 @@ fn r61_clock_stepped_back() {
     let units: i64 = redis::cmd("HGET").arg(&kind).arg("units").query(&mut c).unwrap();
     assert_eq!(units, 4);
     for (t, w) in [("H.d", 2), ("A.d", 1), ("B.d", 1)] {
-        assert_eq!(int(&ev(&mut c, &s.release, lock, t, 10_000, 0, "x", 4, w, 0, 300)), 1);
+        assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, t, 10_000, 0, "x", 4, w, 0, 300)), 1);
     }
     assert!(hash(&mut c, lock).0.is_empty());
     all_gone(&mut c, 3_000);
@@ -387,7 +365,7 @@ fn r61_mixed_run_units_never_below_live_and_nothing_left() {
                         let lease = if dies { 80 + rng.below(150) } else { 300 };
                         let wait_ms = if rng.below(2) == 0 { 0 } else { 200 + rng.below(300) };
                         let lua = if older { &s.older } else { &s.acquire };
-                        let r = ints(&ev(&mut c, lua, &lock, &token, lease, wait_ms, "x", limit, weight, 0, 300));
+                        let r = ints(&kinds_eval(&mut c, lua, &lock, &token, lease, wait_ms, "x", limit, weight, 0, 300));
                         if r[0] == 1 && !dies {
                             held.push((token, weight));
                         } else if r[0] == 0 && r.len() == 3 && r[2] != 0 {
@@ -396,11 +374,11 @@ fn r61_mixed_run_units_never_below_live_and_nothing_left() {
                     }
                     4 | 5 => {
                         if let Some((token, weight, ticket)) = waiting.pop() {
-                            let r = ints(&ev(&mut c, &s.acquire, &lock, &token, 300, 300, "x", limit, weight, ticket, 300));
+                            let r = ints(&kinds_eval(&mut c, &s.acquire, &lock, &token, 300, 300, "x", limit, weight, ticket, 300));
                             if r[0] == 1 {
                                 held.push((token, weight));
                             } else if rng.below(2) == 0 {
-                                ev(&mut c, &s.withdraw, &lock, &token, 300, 0, "x", limit, weight, ticket, 300);
+                                kinds_eval(&mut c, &s.withdraw, &lock, &token, 300, 0, "x", limit, weight, ticket, 300);
                             } else {
                                 waiting.push((token, weight, ticket));
                             }
@@ -409,7 +387,7 @@ fn r61_mixed_run_units_never_below_live_and_nothing_left() {
                     6..=8 => {
                         if !held.is_empty() {
                             let (token, weight) = held.remove(rng.below(held.len() as u64) as usize);
-                            ev(&mut c, &s.release, &lock, &token, 300, 0, "x", limit, weight, 0, 300);
+                            kinds_eval(&mut c, &s.release, &lock, &token, 300, 0, "x", limit, weight, 0, 300);
                         }
                     }
                     _ => {
@@ -426,10 +404,10 @@ fn r61_mixed_run_units_never_below_live_and_nothing_left() {
                 thread::sleep(Duration::from_millis(rng.below(3)));
             }
             for (token, weight) in held {
-                ev(&mut c, &s.release, &lock, &token, 300, 0, "x", limit, weight, 0, 300);
+                kinds_eval(&mut c, &s.release, &lock, &token, 300, 0, "x", limit, weight, 0, 300);
             }
             for (token, weight, ticket) in waiting {
-                ev(&mut c, &s.withdraw, &lock, &token, 300, 0, "x", limit, weight, ticket, 300);
+                kinds_eval(&mut c, &s.withdraw, &lock, &token, 300, 0, "x", limit, weight, ticket, 300);
             }
         }));
     }
@@ -460,7 +438,7 @@ fn r61_refused_try_at_maxmemory_answers_not_granted() {
     let mut c = server.client();
     let s = scripts();
     let lock = "test:lock:{o}";
-    assert_eq!(ints(&ev(&mut c, &s.acquire, lock, "H.o", 60_000, 0, "x", 2, 2, 0, 60_000))[0], 1);
+    assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "H.o", 60_000, 0, "x", 2, 2, 0, 60_000))[0], 1);
     let used: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
     let used: u64 = used.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap();
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2).query(&mut c).unwrap();

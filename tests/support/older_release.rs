@@ -133,6 +133,31 @@ pub fn counted(limit: u32, weight: u32, ms: u64) -> AcquireOptions {
     AcquireOptions { limit: Some(limit), weight: Some(weight), ..wait(ms) }
 }
 
+/// The channel the reviews' script calls publish releases on.
+pub const CHANNEL: &str = "test:lock-released";
+
+/// One EVAL of a kinds script (its Lua, `lua`) on the key `lock`, with the
+/// arguments every kinds script takes: the reply (the call must not fail).
+#[allow(clippy::too_many_arguments)]
+pub fn kinds_eval(
+    client: &mut redis::Connection,
+    lua: &str,
+    lock: &str,
+    token: &str,
+    lease_ms: u64,
+    waiting_ms: u64,
+    mode: &str,
+    limit: u32,
+    weight: u32,
+    ticket: i64,
+    retention: u64,
+) -> redis::Value {
+    let mut command = redis::cmd("EVAL");
+    command.arg(lua).arg(5).arg(&names_of(lock));
+    command.arg(token).arg(lease_ms).arg(waiting_ms).arg(mode).arg(limit).arg(weight).arg(ticket).arg(CHANNEL).arg(retention);
+    command.query(client).unwrap()
+}
+
 /// The five Redis names of the key whose lock name is `lock`.
 pub fn names_of(lock: &str) -> [String; 5] {
     ["lock", "lock-fence", "lock-waiting", "lock-kind", "lock-queue"].map(|infix| lock.replacen(":lock:{", &format!(":{infix}:{{"), 1))
