@@ -1098,8 +1098,8 @@ int64_t dokebi_lock_inspection_holder_remaining_ms(const struct dokebi_lock_insp
                                                    size_t index);
 
 /**
- * True when the store keeps listed holder `index`'s fence (the local
- * driver), then written to `*out_fence` (when not NULL).
+ * True when the store kept the fence listed holder `index`'s grant got,
+ * then written to `*out_fence` (when not NULL).
  *
  * # Safety
  * `inspection` is NULL or a live inspection handle; `out_fence` is NULL
@@ -1108,6 +1108,17 @@ int64_t dokebi_lock_inspection_holder_remaining_ms(const struct dokebi_lock_insp
 bool dokebi_lock_inspection_holder_fence(const struct dokebi_lock_inspection *inspection,
                                          size_t index,
                                          uint64_t *out_fence);
+
+/**
+ * Milliseconds listed holder `index` has held the key, at least, by the
+ * store's clock (the process's on the local driver); -1 where not known
+ * and past the list.
+ *
+ * # Safety
+ * `inspection` is NULL or a live inspection handle.
+ */
+int64_t dokebi_lock_inspection_holder_held_ms(const struct dokebi_lock_inspection *inspection,
+                                              size_t index);
 
 /**
  * Frees an inspection and the strings it handed out. NULL is accepted.
@@ -1635,7 +1646,7 @@ const struct dokebi_lock_trace_event *dokebi_lock_event_trace(const struct dokeb
  * (`DOKEBI_LOCK_EVENT_WAIT_TIMEOUT`, `DOKEBI_LOCK_EVENT_SLOW_ACQUIRE`)
  * that ended with `WAIT_TIMEOUT` or `LOCK_BUSY`: JSON, the holders of the
  * key that kept the acquire out (`{"holders":[{"label":…,"units":…,
- * "remainingMs":…,"fence":…}],"held":…,"waiting":…}`, see docs/locks.md,
+ * "remainingMs":…,"fence":…,"heldForMs":…}],"held":…,"waiting":…}`, see docs/locks.md,
  * "Who holds it"); NULL when they could not be read, for other events and
  * for NULL. Valid as long as `event`, during the callback.
  *

@@ -322,8 +322,10 @@ struct Holder {
     std::uint32_t units = 0;
     /// Until its lease expires unless renewed; empty on the local driver.
     std::optional<std::chrono::milliseconds> remaining;
-    /// Its fence, where the store keeps each holder's (local).
+    /// The fence its grant got; empty where the store kept none.
     std::optional<std::uint64_t> fence;
+    /// How long it has held the key, at least; empty where not known.
+    std::optional<std::chrono::milliseconds> held_for;
 };
 
 /// One key as its store held it when read (Backend::inspect).
@@ -483,6 +485,8 @@ public:
                 std::int64_t left = dokebi_lock_inspection_holder_remaining_ms(raw, i);
                 if (left >= 0) holder.remaining = std::chrono::milliseconds(left);
                 if (dokebi_lock_inspection_holder_fence(raw, i, &fence)) holder.fence = fence;
+                std::int64_t held = dokebi_lock_inspection_holder_held_ms(raw, i);
+                if (held >= 0) holder.held_for = std::chrono::milliseconds(held);
                 inspection.holders.push_back(std::move(holder));
             }
         }

@@ -534,8 +534,10 @@ export interface InspectedHolder {
   readonly units: number;
   /** Until its lease expires unless renewed; null on the local driver, whose leases do not expire. */
   readonly remainingMs: number | null;
-  /** Its fence where the store keeps each holder's (local); else null. */
+  /** The fence its grant got (decimal string); null where the store kept none (see docs/locks.md). */
   readonly fence: string | null;
+  /** How long it has held the key, at least, by the store's clock (the process's on local); null where not known. */
+  readonly heldForMs: number | null;
 }
 
 /**

@@ -114,7 +114,7 @@ fn a_holder_whose_grant_a_failover_lost_is_told_even_when_its_mark_is_handed_the
     let (lock, waiting) = (format!("test:lock:{{{digest}}}"), format!("test:lock-waiting:{{{digest}}}"));
     let mut raw = server.client();
     let lost = block_on(backend(&app).acquire("k", wait(0))).unwrap();
-    let token: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    let token = support::marks::holder_token(&server, &lock);
     // The failover: the grant is gone, the mark of its last try is not.
     let _: () = redis::cmd("DEL").arg(&lock).query(&mut raw).unwrap();
     let taker = block_on(backend(&other).acquire("k", wait(0))).unwrap();

@@ -55,7 +55,7 @@ fn a_reader_behind_a_holder_is_woken_after_a_lapsed_holder_s_refused_release_too
     let (lock, waiting, _) = names("k");
     let mut raw = server.client();
     let lapsed = block_on(backend(&lapsed_app).acquire("k", wait(0))).unwrap();
-    let token: String = redis::cmd("GET").arg(&lock).query(&mut raw).unwrap();
+    let token = support::marks::holder_token(&server, &lock);
     stale_mark(&server, &waiting, &token, 1_000_000, 11_000);
     // T stalls past its lease; B takes the key.
     let _: () = redis::cmd("PEXPIRE").arg(&lock).arg(1).query(&mut raw).unwrap();

@@ -105,7 +105,7 @@ fn redis_a_holder_s_own_leftover_mark_is_no_waiter() {
     let a = open_redis(&server.url(), &SLOW, &[]).0.backend("shared").unwrap();
     let (lock, waiting, _) = support::marks::names("k");
     let x = take(&a, "k", wait(0));
-    let token = get(&server, &lock).unwrap();
+    let token = support::marks::holder_token(&server, &lock);
     support::marks::stale_mark(&server, &waiting, &token, 5000, 20_000);
     let seen = inspect(&a, "k");
     release(x);

@@ -65,8 +65,15 @@ fn hash(client: &mut redis::Connection, lock: &str) -> (Vec<(String, String)>, i
     (fields, ttl)
 }
 
+/// The hash's own fields: not the holders' fences, each a field named
+/// after its member (`<token>:<weight>`, `<token>:s`), which [`fenced`] reads.
 fn field_names(fields: &[(String, String)]) -> Vec<&str> {
-    fields.iter().map(|(k, _)| k.as_str()).collect()
+    fields.iter().map(|(k, _)| k.as_str()).filter(|k| !k.contains(':')).collect()
+}
+
+/// The members whose fences the hash keeps.
+fn fenced(fields: &[(String, String)]) -> Vec<&str> {
+    fields.iter().map(|(k, _)| k.as_str()).filter(|k| k.contains(':')).collect()
 }
 
 /// Every name on the server and those without a TTL.
@@ -152,12 +159,14 @@ fn r61_queue_only_hash_with_recounted_still_expires() {
     assert_eq!(r[0], 0);
     let (fields, ttl) = hash(&mut c, lock);
     assert_eq!(field_names(&fields), ["limit", "recounted", "units"]);
+    assert_eq!(fenced(&fields), ["H.web:1:3"], "the holder's fence");
     assert!(fields.contains(&("units".into(), "3".into())), "{fields:?}");
     assert!(ttl > 0, "{ttl}");
     // The holder leaves: units go, limit and recounted stay with the marks.
     assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, "H.web:1", 1_000, 0, "x", 3, 3, 0, 300)), 1);
     let (fields, ttl) = hash(&mut c, lock);
     assert_eq!(field_names(&fields), ["limit", "recounted"]);
+    assert!(fenced(&fields).is_empty(), "the released holder's fence went with it: {fields:?}");
     assert!(ttl > 0 && ttl <= 1_000, "{ttl}");
     // The waiter never comes back: every name goes.
     all_gone(&mut c, 3_000);
@@ -182,7 +191,9 @@ fn r61_queue_only_then_withdraw_then_next_acquire_drops_the_hash() {
     assert!(ttl > 0);
     assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "N.a", 200, 0, "x", 7, 2, 0, 300))[0], 1, "another limit once free");
     let (fields, _) = hash(&mut c, lock);
-    assert_eq!(fields, vec![("limit".into(), "7".into()), ("units".into(), "2".into())]);
+    assert_eq!(field_names(&fields), ["limit", "units"]);
+    assert!(fields.contains(&("limit".into(), "7".into())) && fields.contains(&("units".into(), "2".into())), "{fields:?}");
+    assert_eq!(fenced(&fields), ["N.a:2"], "the holder's fence");
     assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, "N.a", 200, 0, "x", 7, 2, 0, 300)), 1);
     assert_eq!(hash(&mut c, lock).0.len(), 0, "deleted at the last release");
     all_gone(&mut c, 3_000);
@@ -246,6 +257,7 @@ fn r61_reader_key_is_never_recounted() {
     assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "C.x", 1_000, 0, "x", 3, 1, 0, 300)), vec![-1, 1]);
     assert_eq!(ints(&kinds_eval(&mut c, &s.acquire, lock, "P.x", 1_000, 300, "x", 1, 1, 0, 300))[0], 0);
     assert_eq!(field_names(&hash(&mut c, lock).0), ["limit"]);
+    assert_eq!(fenced(&hash(&mut c, lock).0), ["R1.x:s", "R2.x:s"], "the readers' fences");
     for t in ["R1.x", "R2.x"] {
         assert_eq!(int(&kinds_eval(&mut c, &s.release, lock, t, 1_000, 0, "s", 1, 1, 0, 300)), 1);
     }

@@ -83,9 +83,16 @@ function inspectionText(found) {
     ['fence', found.fence ?? '-'],
   ]));
   if (found.holders.length > 0) {
-    const rows = [['#', 'holder', 'units', 'lease left', 'fence']];
+    const rows = [['#', 'holder', 'units', 'held for', 'lease left', 'fence']];
     found.holders.forEach((holder, at) =>
-      rows.push([at + 1, holder.label ?? '-', holder.units, duration(holder.remainingMs), holder.fence ?? '-']),
+      rows.push([
+        at + 1,
+        holder.label ?? '-',
+        holder.units,
+        holder.heldForMs === null ? '-' : duration(holder.heldForMs),
+        duration(holder.remainingMs),
+        holder.fence ?? '-',
+      ]),
     );
     lines.push('', table(rows));
     if (found.held > found.holders.length) lines.push(`(${found.held - found.holders.length} more not listed)`);

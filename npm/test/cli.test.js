@@ -96,6 +96,9 @@ test('inspect shows the app\'s holder; force-release asks first, then breaks it 
     assert.equal(shown.code, 0, shown.stderr);
     assert.match(shown.stdout, /state\s+held exclusive/);
     assert.match(shown.stdout, /holders\s+1/);
+    // The holder's row: how long it has held, its lease left and its own fence.
+    assert.match(shown.stdout, /#\s+holder\s+units\s+held for\s+lease left\s+fence/);
+    assert.match(shown.stdout, new RegExp(`\\n1\\s+\\S+\\s+1\\s+\\d+ ms\\s+[\\d.]+ s\\s+${lease.fence}\\n?`));
     const json = JSON.parse((await cli(['--json', 'inspect', 'orders', 'order:42'])).stdout);
     assert.equal(json.held, 1);
     assert.ok(BigInt(json.fence) >= BigInt(lease.fence));

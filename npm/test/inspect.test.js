@@ -61,8 +61,10 @@ async function agreesWithTheLeases(holder, reader, name, { expires, readerLabel 
     assert.ok(BigInt(held.fence) >= BigInt(lease.fence), `${held.fence} < ${lease.fence}`);
   } else {
     assert.equal(held.holders[0].remainingMs, null);
-    assert.equal(held.holders[0].fence, lease.fence);
   }
+  // Each holder's own fence, and how long it has held: taken just now.
+  assert.equal(held.holders[0].fence, lease.fence);
+  assert.ok(held.holders[0].heldForMs >= 0 && held.holders[0].heldForMs < 2000, String(held.holders[0].heldForMs));
   const waiter = reader.acquire('k', { waitTimeoutMs: 10_000 });
   for (let tries = 0; (await holder.inspect('k')).waiting !== 1; tries++) {
     assert.ok(tries < 500, 'the waiter shows');
@@ -84,6 +86,11 @@ async function agreesWithTheLeases(holder, reader, name, { expires, readerLabel 
   const counted = await reader.inspect('c');
   assert.equal(counted.limit, 3);
   assert.deepEqual(counted.holders.map((each) => each.units).sort(), [1, 2]);
+  assert.deepEqual(
+    counted.holders.map((each) => `${each.units}:${each.fence}`).sort(),
+    units.map((each, at) => `${at + 1}:${each.fence}`).sort(),
+    'each counted holder with its own fence',
+  );
   for (const each of units) await each.release();
 
   // An acquire's own label: at once, after a wait, with a kind, and through withLock.

@@ -8,8 +8,9 @@ use crate::inspect::{Holding, Inspection};
 use crate::store::token::label_of;
 
 /// The script's reply: mode, limit, fence counter, waiting marks, live
-/// holders, then each listed holder's remaining ms, units and owner token
-/// (read for its holder label only). None when it is not that shape.
+/// holders, then each listed holder's remaining ms, units, owner token
+/// (read for its holder label only), fence and ms held since that fence
+/// (each empty where not known). None when it is not that shape.
 pub(crate) fn parse(reply: &[String]) -> Option<Inspection> {
     let [mode, limit, fence, waiting, held, holders @ ..] = reply else { return None };
     let mode = match mode.as_str() {
@@ -18,8 +19,11 @@ pub(crate) fn parse(reply: &[String]) -> Option<Inspection> {
         "s" => Some(LockMode::Shared),
         _ => return None,
     };
+    if holders.len() % 5 != 0 {
+        return None;
+    }
     let holders = holders
-        .chunks_exact(3)
+        .chunks_exact(5)
         .map(|holder| {
             // A PTTL of -1 (no expiry) cannot be one of ours: shown as none left.
             let remaining = holder[0].parse::<i64>().ok()?.max(0);
@@ -27,7 +31,10 @@ pub(crate) fn parse(reply: &[String]) -> Option<Inspection> {
                 label: label_of(&holder[2]),
                 units: holder[1].parse().ok()?,
                 remaining: Some(Duration::from_millis(remaining as u64)),
-                fence: None,
+                // Empty where not kept; a value someone else wrote there
+                // that is no fence is shown as none too (review R63).
+                fence: holder[3].parse().ok(),
+                held_for: holder[4].parse().ok().map(Duration::from_millis),
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -54,20 +61,35 @@ mod tests {
     fn a_free_key_a_plain_holder_and_readers_are_read() {
         let free = parse(&reply(&["", "1", "", "0", "0"])).unwrap();
         assert_eq!((free.mode, free.holders.len(), free.fence), (None, 0, None));
-        let plain = parse(&reply(&["x", "1", "1765000000000001", "2", "1", "4200", "1", "AAAAAAAAAAAAAAAAAAAAAA.web-3%3A41"])).unwrap();
+        let token = "AAAAAAAAAAAAAAAAAAAAAA.web-3%3A41";
+        let plain = parse(&reply(&["x", "1", "1765000000000001", "2", "1", "4200", "1", token, "1765000000000001", "310"])).unwrap();
         assert_eq!(plain.mode, Some(LockMode::Exclusive));
         let label = Some("web-3:41".to_owned());
-        assert_eq!(plain.holders, vec![Holding { label, units: 1, remaining: Some(Duration::from_millis(4200)), fence: None }]);
+        let holding = Holding {
+            label,
+            units: 1,
+            remaining: Some(Duration::from_millis(4200)),
+            fence: Some(1_765_000_000_000_001),
+            held_for: Some(Duration::from_millis(310)),
+        };
+        assert_eq!(plain.holders, vec![holding]);
         assert_eq!((plain.waiting, plain.fence), (2, Some(1_765_000_000_000_001)));
-        let readers = parse(&reply(&["s", "1", "7", "0", "2", "10", "1", "0123456789abcdef0123456789abcdef", "20", "1", "t"])).unwrap();
+        let readers =
+            parse(&reply(&["s", "1", "7", "0", "2", "10", "1", "0123456789abcdef0123456789abcdef", "", "", "20", "1", "t", "7", ""]))
+                .unwrap();
         assert_eq!((readers.mode, readers.holders.len()), (Some(LockMode::Shared), 2));
         assert_eq!(readers.holders[0].label, None, "an older release's token carries no label");
+        assert_eq!((readers.holders[0].fence, readers.holders[0].held_for), (None, None), "nor a fence");
+        assert_eq!((readers.holders[1].fence, readers.holders[1].held_for), (Some(7), None), "a fence above the clock: no time");
     }
 
     #[test]
     fn a_reply_of_another_shape_is_refused() {
         assert!(parse(&reply(&["x", "1", "", "0"])).is_none());
         assert!(parse(&reply(&["q", "1", "", "0", "0"])).is_none());
-        assert!(parse(&reply(&["x", "1", "", "0", "1", "ten", "1", "t"])).is_none());
+        assert!(parse(&reply(&["x", "1", "", "0", "1", "ten", "1", "t", "", ""])).is_none());
+        assert!(parse(&reply(&["x", "1", "", "0", "1", "10", "1", "t"])).is_none(), "holders of three fields (an older script)");
+        let odd = parse(&reply(&["x", "1", "", "0", "1", "10", "1", "t", "99999999999999999999999", "x"])).unwrap();
+        assert_eq!((odd.holders[0].fence, odd.holders[0].held_for), (None, None), "no fence: shown as none");
     }
 }

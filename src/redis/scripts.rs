@@ -10,10 +10,9 @@ use super::transport::connection::RedisConnection;
 
 /// Raises the fence counter `fence_key` to `max(counter + 1, clock)`, to
 /// live `retention` ms past its value, and sets `fence` (see [`ACQUIRE`]);
-/// `clock_n` is `clock` as a number. `$undo` is Lua run when the counter
-/// cannot be raised, or the fence must wait for the clock, before the
-/// answer: it takes back what the caller wrote before (a lock `SET NX`
-/// took), so a refused grant leaves nothing held. `$wait` is Lua run last
+/// `clock_n` is `clock` as a number. Callers write nothing before it (a
+/// lock is written with its fence), so a refused grant leaves nothing
+/// held. `$wait` is Lua run last
 /// when the fence must wait for the clock, with `wait_ms` set: it answers
 /// "not granted" (or, where the caller goes on, leaves `wait_ms` for it to
 /// read; `wait_ms` is nil when the fence was set).
@@ -27,7 +26,7 @@ use super::transport::connection::RedisConnection;
 /// Fences wait for the clock (see [`reserve_fences!`]): a fence more than
 /// `LEAD_US` above the clock, and no more than `RESERVED_US + LEAD_US`,
 /// is not granted; the counter is put back as it was (its value, and its
-/// expiry `retention` past it), the caller's writes are taken back, and the
+/// expiry `retention` past it), and the
 /// answer is "not granted", to try again in `wait_ms`, when the clock has
 /// passed the fence. The check costs nothing on a grant from the clock:
 /// only a counter at or ahead of the clock gets to it.
@@ -37,11 +36,10 @@ use super::transport::connection::RedisConnection;
 /// the fence is not below the reservation the counter implies, or lies
 /// above the clock. Replication stays off after it: a script that
 /// writes more turns it back on (a script's writes are replicated again at
-/// its next run whatever it left: `set_repl` costs about 2,000 instructions,
-/// and the plain script ends with its fence). Putting a counter back is
+/// its next run whatever it left: `set_repl` costs about 2,000 instructions). Putting a counter back is
 /// not replicated either: replicas and the AOF never had the raise.
 macro_rules! next_fence {
-    ($undo:literal, $wait:literal) => {
+    ($wait:literal) => {
         concat!(
             r"
   local fence, wait_ms = clock_n, nil
@@ -55,9 +53,6 @@ macro_rules! next_fence {
         redis.call('SET', fence_key, last, 'KEEPTTL')
       end
       redis.set_repl(redis.REPL_ALL)
-",
-            $undo,
-            r"
       return redis.error_reply('ERR a fence counter is not a number (or the server is older than Redis 6.2)')
     end
     if counter >= fence then
@@ -67,9 +62,6 @@ macro_rules! next_fence {
         redis.call('SET', fence_key, last, 'PXAT', string.format('%.0f', math.floor(counter / 1000) + tonumber(retention)))
         redis.set_repl(redis.REPL_ALL)
         wait_ms = math.ceil(lead / 1000)
-",
-            $undo,
-            r"
       end
     end
   end
@@ -286,12 +278,15 @@ end
 /// waiting name a plain mark. A waiter retries (and so renews the marks)
 /// well within its `waitingMs`.
 ///
-/// A lock that already carries our token was granted (a retry), and one
-/// that carries it as `h:<token>` was handed to us by a release (see
-/// [`RELEASE`]): either way it is ours now, with a new fence.
+/// A plain holder's lock is `<token>:<fence>`: its fence kept with it for
+/// `inspect` (and the time held since, which the fence gives: it is at or
+/// above the server's clock at the grant). The lock is written once the
+/// fence is raised. A lock that already carries our token was granted (a
+/// retry), and one that carries it as `h:<token>` was handed to us by a
+/// release (see [`RELEASE`]): either way it is ours now, with a new fence.
 ///
-/// The free key's path is unchanged by lock kinds: one `SET NX`. Only when
-/// it fails does the script look further: a lock held by shared or
+/// The free key's path is unchanged by lock kinds: one `GET`. Only when
+/// it finds a value does the script look further: a lock held by shared or
 /// counted holders is a sorted set under the same name (see
 /// [`KINDS_ACQUIRE`]), so `GET` answers `WRONGTYPE` (caught by `pcall`).
 /// Then a key held with a limit other than 1 is `{-1, 0, 0}` (the caller's
@@ -327,21 +322,22 @@ end
 /// from a double: `string.format('%.0f')` alone cost about 0.5 us per grant.
 ///
 /// `TIME` before a write needs effects replication, and `SET ... GET` and
-/// `PXAT` Redis 6.2 (checked at connect). A free key costs three calls (`SET NX`, `TIME`,
-/// `SET ... GET`); the script's cost is most of what Redis spends per acquire.
+/// `PXAT` Redis 6.2 (checked at connect). A free key costs four calls (`GET`, `TIME`,
+/// `SET ... GET`, `SET`); the script's cost is most of what Redis spends per acquire.
 const ACQUIRE: &str = concat!(
     reserve_fences!(),
     refused_writes!(),
     r"
-local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
--- `queued`: held by readers (a writer's mark goes in the queue set) or by
--- another plain holder (a waiter's mark goes in the waiting set). `again`:
--- the lock is ours already (a retry, or a hand-off): it is written once
--- the fence is raised, so that a refused fence leaves it as it was.
+-- The lock is written once the fence is raised (`<token>:<fence>`), so a
+-- refused fence leaves it as it was. `queued`: held by readers (a writer's
+-- mark goes in the queue set) or by another plain holder (a waiter's mark
+-- goes in the waiting set). `again`: the lock is ours already (a retry, or
+-- a hand-off).
+local held = redis.pcall('GET', KEYS[1])
+local granted = not held
 local ticket, now, hint, queued, again = ARGV[4], nil, nil, nil, false
 if not granted then
-  local held = redis.pcall('GET', KEYS[1])
-  if held == ARGV[1] or held == 'h:' .. ARGV[1] then
+  if held == 'h:' .. ARGV[1] or (type(held) == 'string' and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ':') then
     granted, again = true, true
   elseif type(held) == 'table' then
     local limit = redis.call('HGET', KEYS[4], 'limit')
@@ -350,10 +346,17 @@ if not granted then
     end
     now = redis.call('TIME')
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+    if #gone > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+      -- Their fences (fields of the kind hash named after them) go too.
+      for n = 1, #gone, 1000 do
+        redis.call('HDEL', KEYS[4], unpack(gone, n, math.min(n + 999, #gone)))
+      end
+    end
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     if not first[1] then
-      granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+      granted = true
     else
       hint = tonumber(first[2]) - now_ms
       queued = KEYS[5]
@@ -368,14 +371,10 @@ if granted then
   local clock_n = tonumber(clock)
   local fence_key, retention = KEYS[2], ARGV[5]
 ",
-    next_fence!("      if not again then\n        redis.call('DEL', KEYS[1])\n      end\n", "    return {0, wait_ms, 0}\n"),
+    next_fence!("    return {0, wait_ms, 0}\n"),
     r"
-  if again or ARGV[4] ~= '0' then
-    redis.set_repl(redis.REPL_ALL)
-  end
-  if again then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  end
+  redis.set_repl(redis.REPL_ALL)
+  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. (fence == clock_n and clock or string.format('%.0f', fence)), 'PX', ARGV[2])
   -- A writer that waited takes its mark back; when it was the last in the
   -- queue set, the kind hash (kept for the marks after the readers left)
   -- goes too. A waiter that waited behind a plain holder (this try or an
@@ -437,7 +436,8 @@ return {0, hint or redis.call('PTTL', KEYS[1]), tonumber(ticket)}
 /// `WRONGTYPE` into a mismatch).
 /// KEYS: lock. ARGV: token, leaseMs. Returns 1 when extended, else 0.
 const RENEW: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local held = redis.pcall('GET', KEYS[1])
+if type(held) == 'string' and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -499,7 +499,7 @@ const RELEASE: &str = concat!(
     r"
 local token = ARGV[1]
 local held = redis.pcall('GET', KEYS[1])
-local ours = held == token
+local ours = type(held) == 'string' and string.sub(held, 1, #token + 1) == token .. ':'
 local marked
 if ours then
   marked = redis.call('EXISTS', KEYS[2], KEYS[3])
@@ -648,6 +648,13 @@ local function extend(key, ms, text)
   end
   return false
 end
+-- Drops the fields `gone` of the kind hash `kind` (the fences kept for
+-- those members; a thousand to a call: unpack's limit).
+local function forget_fences(kind, gone)
+  for n = 1, #gone, 1000 do
+    redis.call('HDEL', kind, unpack(gone, n, math.min(n + 999, #gone)))
+  end
+end
 -- `limit_text`, `weight_text` and `lease_text` are the request's limit,
 -- weight and leaseMs as given: a stored limit is compared with it as a
 -- string (every writer stores the canonical decimal), and commands take
@@ -702,7 +709,7 @@ local function raise_fences(fence_keys, retention)
   if #fence_keys == 1 then
     local fence_key = fence_keys[1]
 ",
-            next_fence!("", "    return {0, wait_ms, 0}\n"),
+            next_fence!("    return {0, wait_ms, 0}\n"),
             r"
     redis.set_repl(redis.REPL_ALL)
     fences[2] = fence
@@ -746,23 +753,12 @@ local function raise_fences(fence_keys, retention)
   return fences
 end
 -- A plain request over keys none of which has a kind hash (no shared or
--- counted holder, no waiting counted request): takes every key with SET NX,
--- as the plain script takes one, or, at the first that is held, gives back
--- the ones it took and answers false (the full check then decides). For
--- such keys this is exactly that check's answer, in about half the calls.
+-- counted holder, no waiting counted request) and none of which is held:
+-- true, and `grant` writes each lock once its fence is known; else false
+-- (the full check then decides). For such keys this is exactly that
+-- check's answer, in two calls.
 local function take_free(first, last, r)
-  if redis.call('EXISTS', unpack(names(first, last, 3))) > 0 then
-    return false
-  end
-  for i = first, last, 5 do
-    if not redis.call('SET', KEYS[i], r.token, 'NX', 'PX', r.lease_text) then
-      if i > first then
-        redis.call('DEL', unpack(names(first, i - 5, 0)))
-      end
-      return false
-    end
-  end
-  return true
+  return redis.call('EXISTS', unpack(names(first, last, 3))) == 0 and redis.call('EXISTS', unpack(names(first, last, 0))) == 0
 end
 ",
             unmark!(),
@@ -797,7 +793,7 @@ local function grant(first, last, r, waiting_ms)
       local holders = cached and true or redis.pcall('ZCARD', lock)
       if type(holders) == 'table' then
         local held = redis.call('GET', lock)
-        if held ~= token and held ~= 'h:' .. token then
+        if held ~= 'h:' .. token and string.sub(held, 1, #token + 1) ~= token .. ':' then
           if not plain and not shared then
             return {-1, at}
           end
@@ -831,6 +827,7 @@ local function grant(first, last, r, waiting_ms)
                 pruned = pruned + (tonumber(string.match(m, ':(%d+)$')) or 0)
               end
               redis.call('ZREMRANGEBYSCORE', lock, '-inf', now_ms)
+              forget_fences(kind, gone)
               holders = holders - #gone
               if pruned > 0 then
                 units = redis.call('HINCRBY', kind, 'units', -pruned)
@@ -884,7 +881,17 @@ local function grant(first, last, r, waiting_ms)
           elseif stored ~= r.limit_text then
             return {-1, at}
           else
-            redis.call('HDEL', kind, 'units')
+            -- The set went with its last lease while requests wait: its
+            -- units go, and so do its holders' fences (every field named
+            -- after a member, with a ':'), which no release or prune will
+            -- find (review R63).
+            local gone = {'units'}
+            for _, field in ipairs(redis.call('HKEYS', kind)) do
+              if string.find(field, ':', 1, true) then
+                gone[#gone + 1] = field
+              end
+            end
+            forget_fences(kind, gone)
           end
           units = 0
         end
@@ -945,20 +952,18 @@ local function grant(first, last, r, waiting_ms)
   end
   local fences = raise_fences(names(first, last, 1), r.retention)
   if fences.err or fences[1] == 0 then
-    -- No fence, no grant: give back the keys take_free took.
-    if taken then
-      redis.call('DEL', unpack(names(first, last, 0)))
-    end
     return fences
   end
   -- Holders' expiry, formatted once for every key's ZADD.
   local expiry = not plain and string.format('%.0f', now_ms + lease_ms)
   for i = first, last, 5 do
     local lock, kind = KEYS[i], KEYS[i + 3]
+    -- Each holder's fence, kept with it (a plain lock's value, `<token>:<fence>`;
+    -- a member's field in the kind hash), for inspect.
+    local fence = fences[(i - first) / 5 + 2]
+    local fence_text = fence == clock_n and clock or string.format('%.0f', fence)
     if plain then
-      if not taken then
-        redis.call('SET', lock, token, 'PX', lease_text)
-      end
+      redis.call('SET', lock, token .. ':' .. fence_text, 'PX', lease_text)
       full[lock] = true
     else
       local units, stored = kinds[i].units, kinds[i].stored
@@ -1001,13 +1006,18 @@ local function grant(first, last, r, waiting_ms)
         -- limit gets both fields.
         if not stored or (added and units == 0) then
           units = added and units + weight or units
-          redis.call('HSET', kind, 'limit', r.limit_text, 'units', string.format('%.0f', units))
-        elseif added then
-          units = redis.call('HINCRBY', kind, 'units', r.weight_text)
+          redis.call('HSET', kind, 'limit', r.limit_text, 'units', string.format('%.0f', units), member, fence_text)
+        else
+          if added then
+            units = redis.call('HINCRBY', kind, 'units', r.weight_text)
+          end
+          redis.call('HSET', kind, member, fence_text)
         end
         known[lock] = units > 0 and {limit = r.limit_text, units = units} or nil
       elseif not stored then
-        redis.call('HSET', kind, 'limit', r.limit_text)
+        redis.call('HSET', kind, 'limit', r.limit_text, member, fence_text)
+      else
+        redis.call('HSET', kind, member, fence_text)
       end
       full[lock] = not shared and units >= limit
       -- The kind hash outlives its set of holders: every script that
@@ -1052,9 +1062,9 @@ local function give_back(first, last, r)
     -- One MGET and one DEL for every key, not a GET and a DEL each (MGET
     -- answers false for a key of another type: a set of holders, not ours).
     local locks = names(first, last, 0)
-    local held, ours = redis.call('MGET', unpack(locks)), {}
+    local held, ours, prefix = redis.call('MGET', unpack(locks)), {}, r.token .. ':'
     for n = 1, #held do
-      if held[n] == r.token then
+      if held[n] and string.sub(held[n], 1, #prefix) == prefix then
         ours[#ours + 1] = locks[n]
         freed[#freed + 1] = first + (n - 1) * 5
       end
@@ -1069,6 +1079,7 @@ local function give_back(first, last, r)
     local done = false
     if pwrite('ZREM', lock, r.member) == 1 then
       done = true
+      redis.call('HDEL', kind, r.member)
       -- Units left are held by members still in the set (a pruned member
       -- takes its units along): then the set is not empty.
       local left = 0
@@ -1113,8 +1124,8 @@ end
 ///   query, `ZREMRANGEBYSCORE`) before it is refused, and a renew moves
 ///   only its own score. One that fits is granted without pruning: holders
 ///   that died can only make a key look fuller than it is. A plain lock is
-///   a string under the same name, so the plain script's `SET NX` fails on
-///   a set of holders (and a plain acquire stays one `SET NX` when the key
+///   a string under the same name, so the plain script's `GET` fails on
+///   a set of holders (and a plain acquire reads one `GET` when the key
 ///   is free), and a kinds script's `ZCARD` (one call for the type and the
 ///   number of holders) answers `WRONGTYPE` on a plain holder. (A hash of
 ///   token -> expiry, the other common layout, must be read whole to find
@@ -1122,7 +1133,10 @@ end
 /// - The kind hash keeps the key's `limit` (every caller must agree) and
 ///   `units`, the weights counted holders hold: one `HMGET` reads both
 ///   instead of summing every member, and one `HSET` writes both back on a
-///   grant; pruned or released members take their weights off. It lives as long as the holders or the marks of waiters;
+///   grant; pruned or released members take their weights off. It also
+///   keeps each holder's fence, in a field named after its member, written
+///   with its grant and dropped with the member (released, pruned, broken):
+///   what `inspect` shows. It lives as long as the holders or the marks of waiters;
 ///   found on a key neither held nor waited for, it is stale and dropped,
 ///   so the next caller may pick another limit.
 /// - The queue set holds the marks of waiting writers and counted
@@ -1173,7 +1187,8 @@ local renewed = 0
 for i = 1, #KEYS, 5 do
   local lock, kind = KEYS[i], KEYS[i + 3]
   if r.plain then
-    if redis.pcall('GET', lock) == r.token then
+    local held = redis.pcall('GET', lock)
+    if type(held) == 'string' and string.sub(held, 1, #r.token + 1) == r.token .. ':' then
       redis.call('PEXPIRE', lock, lease_text)
       renewed = renewed + 1
     end
@@ -1235,13 +1250,17 @@ if #ARGV == 15 and ARGV[3] == '1' and ARGV[13] == '1' and ARGV[5] == 'x' and ARG
   local clock_n = tonumber(clock)
   local fence_key, retention = KEYS[2], ARGV[15]
 ",
-            next_fence!("", ""),
+            next_fence!(""),
             r"
   redis.set_repl(redis.REPL_ALL)
   if not wait_ms and pwrite('ZREM', KEYS[1], ARGV[4] .. ':' .. ARGV[7]) == 1 then
     local lease_ms = tonumber(ARGV[14])
     local expiry = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + lease_ms
-    if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[8] .. ':' .. ARGV[11]) == 0 then
+    local member = ARGV[8] .. ':' .. ARGV[11]
+    -- The fences kept with members (see `grant`): the lease's goes, the request's is kept.
+    redis.call('HDEL', KEYS[4], ARGV[4] .. ':' .. ARGV[7])
+    redis.call('HSET', KEYS[4], member, fence == clock_n and clock or string.format('%.0f', fence))
+    if redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), member) == 0 then
       -- The request held already (a retry of its grant): the units given
       -- back went to nobody.
       redis.call('HINCRBY', KEYS[4], 'units', '-' .. ARGV[7])
@@ -1410,15 +1429,17 @@ return 0
 /// KEYS: lock, fence, waiting, kind, queue. ARGV: how many holders to
 /// list. Returns the mode (`x`, `s`, or empty when free), the limit, the
 /// fence counter (empty when expired or never set), the waiting acquires,
-/// the live holders, then the listed ones' remaining lease in ms, units
-/// and token (the driver keeps only the holder label it carries), soonest
-/// expiry first.
+/// the live holders, then the listed ones' remaining lease in ms, units,
+/// token (the driver keeps only the holder label it carries), fence and
+/// ms held since it (both empty where not known), soonest expiry first.
 ///
-/// A plain holder's lock is a string, its token; `h:<token>` is a key a
+/// A plain holder's lock is a string, `<token>:<fence>` (an older
+/// release's: the token alone); `h:<token>` is a key a
 /// release handed to a waiter that has not taken it yet: no holder, one
 /// waiter. Shared and counted holders are members `<token>:s` and
 /// `<token>:<weight>` of a sorted set scored by expiry (see
-/// [`KINDS_ACQUIRE`]); a counted key's holders are exclusive. A waiting
+/// [`KINDS_ACQUIRE`]), each one's fence the field of the kind hash named
+/// after it; a counted key's holders are exclusive. A waiting
 /// acquire is a live mark `<ticket>:<token>` in the waiting or the queue
 /// set, counted once per token (a try sent twice leaves two), and not at
 /// all for a token that holds the key or was handed it; a plain `1`
@@ -1427,7 +1448,14 @@ return 0
 const INSPECT: &str = r"
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local mode, limit, held, holders, waiting = '', '1', 0, {}, 0
+-- A holder's fence as kept (empty: none, an older release's holder) and
+-- the ms since it, by this clock (empty when the fence is above it).
+local function since(fence)
+  local held_us = fence and tonumber(fence) and now_us - tonumber(fence)
+  return fence or '', held_us and held_us >= 0 and string.format('%.0f', math.floor(held_us / 1000)) or ''
+end
 -- The tokens that hold the key or were handed it: their own marks (a
 -- try sent twice leaves one under a ticket it never learned, and a writer
 -- handed the key keeps its queue mark until it takes it) are no waiters.
@@ -1438,9 +1466,12 @@ if kind == 'string' then
   if string.sub(token, 1, 2) == 'h:' then
     tokens[string.sub(token, 3)], waiting = true, 1
   else
-    tokens[token] = true
+    local owner, fence = string.match(token, '^([^:]*):(%d+)$')
+    owner = owner or token
+    tokens[owner] = true
     mode, held = 'x', 1
-    holders = {redis.call('PTTL', KEYS[1]), '1', token}
+    local fence_text, held_ms = since(fence)
+    holders = {redis.call('PTTL', KEYS[1]), '1', owner, fence_text, held_ms}
   end
 elseif kind == 'zset' then
   limit = redis.call('HGET', KEYS[4], 'limit') or '1'
@@ -1449,6 +1480,11 @@ elseif kind == 'zset' then
     tokens[string.match(member, '^(.*):[^:]*$') or member] = true
   end
   local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, ARGV[1])
+  local named = {}
+  for n = 1, #members, 2 do
+    named[#named + 1] = members[n]
+  end
+  local fences = #named > 0 and redis.call('HMGET', KEYS[4], unpack(named)) or {}
   for n = 1, #members, 2 do
     local units = string.match(members[n], ':([^:]*)$')
     if units == 's' then
@@ -1456,9 +1492,12 @@ elseif kind == 'zset' then
     elseif mode == '' then
       mode = 'x'
     end
+    local fence_text, held_ms = since(fences[(n + 1) / 2] or nil)
     holders[#holders + 1] = tonumber(members[n + 1]) - now_ms
     holders[#holders + 1] = units
     holders[#holders + 1] = string.match(members[n], '^(.*):[^:]*$') or members[n]
+    holders[#holders + 1] = fence_text
+    holders[#holders + 1] = held_ms
   end
 end
 for _, marks in ipairs({KEYS[3], KEYS[5]}) do
@@ -1553,7 +1592,7 @@ local clock_n = tonumber(clock)
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local fence_key, retention = KEYS[2], ARGV[2]
 ",
-    next_fence!("", "    return {0, wait_ms}\n"),
+    next_fence!("    return {0, wait_ms}\n"),
     r"
 -- Always a reservation, replicated before the removal: a copy of the
 -- counter a restart or failover brings back with the removal (an AOF, a
@@ -1570,12 +1609,17 @@ if held == 'string' then
   end
 elseif held == 'zset' then
   removed = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
-  redis.call('DEL', KEYS[1])
   if redis.call('EXISTS', KEYS[5]) == 0 then
     redis.call('DEL', KEYS[4])
   else
-    redis.call('HDEL', KEYS[4], 'units')
+    -- The units and the removed holders' fences (fields named after them).
+    local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+    members[#members + 1] = 'units'
+    for n = 1, #members, 1000 do
+      redis.call('HDEL', KEYS[4], unpack(members, n, math.min(n + 999, #members)))
+    end
   end
+  redis.call('DEL', KEYS[1])
 end
 if removed > 0 and redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
   redis.call('PUBLISH', ARGV[1], KEYS[1])

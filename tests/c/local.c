@@ -41,6 +41,7 @@ static void inspect_reads_the_holder_and_its_waiters(const dokebi_lock_backend *
     CHECK(dokebi_lock_inspection_holder_remaining_ms(found, 0) == -1 && !dokebi_lock_inspection_fence(found, NULL));
     uint64_t fence = 0;
     CHECK(dokebi_lock_inspection_holder_fence(found, 0, &fence) && fence == fence_of(lease));
+    CHECK(dokebi_lock_inspection_holder_held_ms(found, 0) >= 0 && dokebi_lock_inspection_holder_held_ms(found, 1) == -1);
     CHECK(strcmp(dokebi_lock_inspection_backend(found), "main") == 0);
     dokebi_lock_inspection_free(found);
     dokebi_lock_lease_free(lease);

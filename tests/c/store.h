@@ -70,7 +70,10 @@ static inline void inspect_reads_the_other_provider_s_holders(const dokebi_lock_
     CHECK(remaining > 0 && remaining <= 5000);
     uint64_t fence = 0;
     CHECK(dokebi_lock_inspection_fence(found, &fence) && fence >= fence_of(lease));
-    CHECK(!dokebi_lock_inspection_holder_fence(found, 0, NULL));
+    uint64_t holder_fence = 0;
+    CHECK(dokebi_lock_inspection_holder_fence(found, 0, &holder_fence) && holder_fence == fence_of(lease));
+    CHECK(dokebi_lock_inspection_holder_held_ms(found, 0) >= 0 && dokebi_lock_inspection_holder_held_ms(found, 0) < 5000);
+    CHECK(dokebi_lock_inspection_holder_held_ms(found, 1) == -1);
     CHECK(dokebi_lock_inspection_holder_units(found, 1) == 0 && dokebi_lock_inspection_holder_remaining_ms(found, 1) == -1);
     /* The holder's label: this host's name and this process's id by default. */
     char pid[32];

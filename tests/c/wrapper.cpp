@@ -127,6 +127,7 @@ static void inspect_names_the_holder_and_force_release_breaks_it(lock::Backend &
     CHECK(found.held && found.holder_count == 1 && found.mode == DOKEBI_LOCK_MODE_EXCLUSIVE && found.limit == 1);
     CHECK(found.holders.size() == 1 && found.holders[0].units == 1 && !found.holders[0].remaining);
     CHECK(found.holders[0].fence == lease.fence_value());
+    CHECK(found.holders[0].held_for && found.holders[0].held_for->count() >= 0 && found.holders[0].held_for->count() < 5000);
     const std::string pid = ":" + std::to_string(getpid());
     const std::string &label = found.holders[0].label.value();
     CHECK(label.size() > pid.size() && label.compare(label.size() - pid.size(), pid.size(), pid) == 0);

@@ -13,6 +13,13 @@ pub fn names(key: &str) -> (String, String, String) {
     (lock, waiting, queue)
 }
 
+/// The owner token of the plain holder of the lock `lock`, whose value is
+/// `<token>:<fence>`.
+pub fn holder_token(server: &RedisServer, lock: &str) -> String {
+    let held: String = redis::cmd("GET").arg(lock).query(&mut server.client()).unwrap();
+    held.split_once(':').unwrap_or_else(|| panic!("a plain holder's lock without its fence: {held}")).0.to_owned()
+}
+
 /// The members of the sorted set `name` (none when it is not a set).
 pub fn zmembers(server: &RedisServer, name: &str) -> Vec<String> {
     redis::cmd("ZRANGE").arg(name).arg(0).arg(-1).query(&mut server.client()).unwrap_or_default()

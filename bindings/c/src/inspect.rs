@@ -192,8 +192,8 @@ pub unsafe extern "C" fn dokebi_lock_inspection_holder_remaining_ms(inspection: 
     })
 }
 
-/// True when the store keeps listed holder `index`'s fence (the local
-/// driver), then written to `*out_fence` (when not NULL).
+/// True when the store kept the fence listed holder `index`'s grant got,
+/// then written to `*out_fence` (when not NULL).
 ///
 /// # Safety
 /// `inspection` is NULL or a live inspection handle; `out_fence` is NULL
@@ -212,6 +212,21 @@ pub unsafe extern "C" fn dokebi_lock_inspection_holder_fence(
             out.write(fence);
         }
         true
+    })
+}
+
+/// Milliseconds listed holder `index` has held the key, at least, by the
+/// store's clock (the process's on the local driver); -1 where not known
+/// and past the list.
+///
+/// # Safety
+/// `inspection` is NULL or a live inspection handle.
+#[no_mangle]
+pub unsafe extern "C" fn dokebi_lock_inspection_holder_held_ms(inspection: *const dokebi_lock_inspection, index: usize) -> i64 {
+    boundary(|| {
+        // SAFETY: as promised by our caller (# Safety).
+        let holder = unsafe { get(inspection) }.and_then(|found| found.holders.get(index));
+        holder.and_then(|holder| holder.held_for).map_or(-1, |held| i64::try_from(held.as_millis()).unwrap_or(i64::MAX))
     })
 }
 

@@ -490,7 +490,7 @@ pub unsafe extern "C" fn dokebi_lock_event_trace(event: *const dokebi_lock_event
 /// (`DOKEBI_LOCK_EVENT_WAIT_TIMEOUT`, `DOKEBI_LOCK_EVENT_SLOW_ACQUIRE`)
 /// that ended with `WAIT_TIMEOUT` or `LOCK_BUSY`: JSON, the holders of the
 /// key that kept the acquire out (`{"holders":[{"label":…,"units":…,
-/// "remainingMs":…,"fence":…}],"held":…,"waiting":…}`, see docs/locks.md,
+/// "remainingMs":…,"fence":…,"heldForMs":…}],"held":…,"waiting":…}`, see docs/locks.md,
 /// "Who holds it"); NULL when they could not be read, for other events and
 /// for NULL. Valid as long as `event`, during the callback.
 ///

@@ -27,8 +27,10 @@ pub struct HolderInfo {
     pub units: u32,
     /// Absent on the local driver, whose leases do not expire.
     pub remaining_ms: Option<f64>,
-    /// Present where the store keeps each holder's (local).
+    /// The fence its grant got; absent where the store kept none.
     pub fence: Option<String>,
+    /// How long it has held the key (at least); absent where not known.
+    pub held_for_ms: Option<f64>,
 }
 
 impl From<Inspection> for InspectionInfo {
@@ -46,6 +48,7 @@ impl From<Inspection> for InspectionInfo {
                     units: holder.units,
                     remaining_ms: holder.remaining.map(|left| left.as_millis() as f64),
                     fence: holder.fence.map(|fence| fence.to_string()),
+                    held_for_ms: holder.held_for.map(|held| held.as_millis() as f64),
                 })
                 .collect(),
             waiting: inspection.waiting,
