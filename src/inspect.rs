@@ -50,8 +50,13 @@ pub struct Holding {
     /// Until its lease expires unless renewed; `None` on the local
     /// driver, whose leases do not expire.
     pub remaining: Option<Duration>,
-    /// Its fence, where the store keeps each holder's (local).
+    /// The fence its grant got; `None` where the store kept none (a lease
+    /// an older release took).
     pub fence: Option<u64>,
+    /// How long it has held the key, by the store's clock (the process's
+    /// on local): at least this long since its grant. `None` where not
+    /// known (see each driver's `inspect`).
+    pub held_for: Option<Duration>,
 }
 
 impl Inspection {
@@ -63,7 +68,7 @@ impl Inspection {
 
 /// What a `WAIT_TIMEOUT` or `LOCK_BUSY` says of the key that kept the
 /// acquire out, as its `details`: `{ holders: [{ label, units, remainingMs,
-/// fence }], held, waiting }` (fences as decimal strings, `null` where not
+/// fence, heldForMs }], held, waiting }` (fences as decimal strings, `null` where not
 /// known), and `keyIndex`, the key's place in the acquire's keys, when it
 /// had `several`. `inspections` are the acquire's keys' in its order (up to
 /// the first held one), read after the wait ended; the first held one is
@@ -78,8 +83,9 @@ pub(crate) fn busy_details(inspections: &[Inspection], several: bool) -> Option<
             serde_json::json!({
                 "label": holder.label,
                 "units": holder.units,
-                "remainingMs": holder.remaining.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                "remainingMs": holder.remaining.map(millis),
                 "fence": holder.fence.map(|fence| fence.to_string()),
+                "heldForMs": holder.held_for.map(millis),
             })
         })
         .collect();
@@ -88,6 +94,10 @@ pub(crate) fn busy_details(inspections: &[Inspection], several: bool) -> Option<
         details["keyIndex"] = index.into();
     }
     Some(details)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whether an acquire that ended with `code` tells the key's holders.

@@ -260,9 +260,9 @@ impl Run {
             assert_eq!(keys, request.keys.iter().map(String::as_str).collect::<Vec<_>>(), "a lease holds its keys in the caller's order");
             for key in &request.keys {
                 let holders = self.engine.inspect(key).holders;
-                let found = holders.iter().find(|(_, fence, _)| *fence == lease.fence).expect("inspect lists every holder of a key");
+                let found = holders.iter().find(|holder| holder.fence == lease.fence).expect("inspect lists every holder of a key");
                 assert_eq!(
-                    (found.0, &found.2),
+                    (found.units, &found.label),
                     (request.kind.weight, &label_of(request.caller)),
                     "each holder with its units and own label"
                 );

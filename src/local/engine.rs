@@ -1,5 +1,6 @@
-//! The local lock engine: a plain state machine with no I/O, no clock and no
-//! locking of its own.
+//! The local lock engine: a plain state machine with no I/O and no locking
+//! of its own; its one clock read, per grant, says how long a lease has held
+//! (`inspect`).
 //!
 //! Surfaces drive it: the Rust async API wraps it in a mutex and wakes tasks,
 //! the Node addon calls it on the JS thread and settles promises, the C API
@@ -28,12 +29,14 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
+use std::time::Duration;
 
 use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use slab::Slab;
 
+use super::clock;
 use super::key_copy::KeyCopy;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
@@ -149,6 +152,8 @@ struct KeySlot {
     /// holder of its own (the uncontended acquire and release of the C
     /// surface and of Node take that path).
     plain: u64,
+    /// When the plain lease was granted ([`clock::now_ms`]).
+    plain_since: u64,
     /// The key's queue of waiter entries, oldest first.
     head: Option<u32>,
     tail: Option<u32>,
@@ -181,6 +186,19 @@ impl KeySlot {
     }
 }
 
+/// One holder of a key as the engine holds it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyHolder {
+    /// The units it holds (1 unless the key is counted).
+    pub units: u32,
+    /// Its lease's fence.
+    pub fence: u64,
+    /// Its acquire's own label; `None`: the backend's.
+    pub label: Option<HolderLabel>,
+    /// How long since its grant, to the clock's tick.
+    pub held_for: Duration,
+}
+
 /// One key as the engine holds it (`LocalEngine::inspect`).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct KeyView {
@@ -188,9 +206,8 @@ pub struct KeyView {
     pub mode: Option<LockMode>,
     /// Its limit (1 unless counted; 0 for a key not in use).
     pub limit: u32,
-    /// Each holder's units, fence and label (`None`: the backend's),
-    /// oldest grant first.
-    pub holders: Vec<(u32, u64, Option<HolderLabel>)>,
+    /// Each holder, oldest grant first.
+    pub holders: Vec<KeyHolder>,
     /// Acquires queued for it.
     pub waiting: u32,
 }
@@ -209,11 +226,12 @@ impl KeyView {
                 .holders
                 .iter()
                 .take(SHOWN_HOLDERS)
-                .map(|(units, fence, label)| Holding {
-                    label: Some(label.as_ref().unwrap_or(holder).to_string()),
-                    units: *units,
+                .map(|found| Holding {
+                    label: Some(found.label.as_ref().unwrap_or(holder).to_string()),
+                    units: found.units,
                     remaining: None,
-                    fence: Some(*fence),
+                    fence: Some(found.fence),
+                    held_for: Some(found.held_for),
                 })
                 .collect(),
             waiting: self.waiting,
@@ -225,6 +243,8 @@ impl KeyView {
 /// A granted lease other than a plain one (see [`KeySlot::plain`]).
 struct Holder {
     fence: u64,
+    /// When it was granted ([`clock::now_ms`]).
+    since: u64,
     mode: LockMode,
     weight: u32,
     keys: Slots,
@@ -351,7 +371,17 @@ impl<W> LocalEngine<W> {
                     return Err(key_limit(&self.options));
                 }
                 let slot =
-                    KeySlot { key: KeyCopy::new(key), hash, limit: kind.limit, units: 0, readers: 0, plain: 0, head: None, tail: None };
+                    KeySlot {
+                        key: KeyCopy::new(key),
+                        hash,
+                        limit: kind.limit,
+                        units: 0,
+                        readers: 0,
+                        plain: 0,
+                        plain_since: 0,
+                        head: None,
+                        tail: None,
+                    };
                 let key_slot = self.keys.insert(slot) as u32;
                 entry.insert(key_slot);
                 return Ok(Acquired::Granted(self.hold_one(kind, key_slot, label)));
@@ -590,15 +620,22 @@ impl<W> LocalEngine<W> {
     pub fn inspect(&self, key: &str) -> KeyView {
         let Some(slot) = self.find(key) else { return KeyView::default() };
         let found = &self.keys[slot as usize];
-        let mut holders: Vec<(u32, u64, Option<HolderLabel>)> = self
+        let now = clock::now_ms();
+        let mut holders: Vec<KeyHolder> = self
             .holders_at(slot)
             .into_iter()
             .map(|(lease, units)| {
-                let label = plain_key(lease).is_none().then(|| self.holders[holder_slot(lease)].label.clone()).flatten();
-                (units, lease.fence, label)
+                let (label, since) = match plain_key(lease) {
+                    Some(_) => (None, found.plain_since),
+                    None => {
+                        let holder = &self.holders[holder_slot(lease)];
+                        (holder.label.clone(), holder.since)
+                    }
+                };
+                KeyHolder { units, fence: lease.fence, label, held_for: Duration::from_millis(now.saturating_sub(since)) }
             })
             .collect();
-        holders.sort_unstable_by_key(|&(_, fence, _)| fence);
+        holders.sort_unstable_by_key(|holder| holder.fence);
         let mode = match (found.readers, holders.is_empty()) {
             (_, true) => None,
             (0, false) => Some(LockMode::Exclusive),
@@ -678,7 +715,7 @@ impl<W> LocalEngine<W> {
     fn insert_key(&mut self, key: &str, limit: u32) -> u32 {
         let hash = self.hasher.hash_one(key);
         let key_slot =
-            self.keys.insert(KeySlot { key: KeyCopy::new(key), hash, limit, units: 0, readers: 0, plain: 0, head: None, tail: None })
+            self.keys.insert(KeySlot { key: KeyCopy::new(key), hash, limit, units: 0, readers: 0, plain: 0, plain_since: 0, head: None, tail: None })
                 as u32;
         let keys = &self.keys;
         self.index.insert_unique(hash, key_slot, |&slot| keys[slot as usize].hash);
@@ -730,7 +767,7 @@ impl<W> LocalEngine<W> {
         if mode == LockMode::Shared {
             self.held_shared += 1;
         }
-        let slot = self.holders.insert(Holder { fence, mode, weight, keys, label }) as u32;
+        let slot = self.holders.insert(Holder { fence, since: clock::now_ms(), mode, weight, keys, label }) as u32;
         LeaseId { slot: (slot << 1) | 1, fence }
     }
 
@@ -738,7 +775,9 @@ impl<W> LocalEngine<W> {
     #[inline(always)]
     fn hold_plain(&mut self, key_slot: u32) -> LeaseId {
         self.last_fence += 1;
-        self.keys[key_slot as usize].plain = self.last_fence;
+        let key = &mut self.keys[key_slot as usize];
+        key.plain = self.last_fence;
+        key.plain_since = clock::now_ms();
         self.held_plain += 1;
         LeaseId { slot: key_slot << 1, fence: self.last_fence }
     }

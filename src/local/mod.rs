@@ -4,6 +4,7 @@
 //! the thread-safe Rust API over it.
 
 pub mod backend;
+mod clock;
 mod delivery;
 pub mod engine;
 mod key_copy;
@@ -11,4 +12,4 @@ mod sync;
 mod wait_slot;
 
 pub use backend::{LocalBackend, LocalLease};
-pub use engine::{Acquired, CancelReason, KeyView, LeaseId, LocalCounts, LocalEngine, WaiterId};
+pub use engine::{Acquired, CancelReason, KeyHolder, KeyView, LeaseId, LocalCounts, LocalEngine, WaiterId};

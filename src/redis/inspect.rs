@@ -28,6 +28,7 @@ pub(crate) fn parse(reply: &[String]) -> Option<Inspection> {
                 units: holder[1].parse().ok()?,
                 remaining: Some(Duration::from_millis(remaining as u64)),
                 fence: None,
+                held_for: None,
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -57,7 +58,7 @@ mod tests {
         let plain = parse(&reply(&["x", "1", "1765000000000001", "2", "1", "4200", "1", "AAAAAAAAAAAAAAAAAAAAAA.web-3%3A41"])).unwrap();
         assert_eq!(plain.mode, Some(LockMode::Exclusive));
         let label = Some("web-3:41".to_owned());
-        assert_eq!(plain.holders, vec![Holding { label, units: 1, remaining: Some(Duration::from_millis(4200)), fence: None }]);
+        assert_eq!(plain.holders, vec![Holding { label, units: 1, remaining: Some(Duration::from_millis(4200)), fence: None, held_for: None }]);
         assert_eq!((plain.waiting, plain.fence), (2, Some(1_765_000_000_000_001)));
         let readers = parse(&reply(&["s", "1", "7", "0", "2", "10", "1", "0123456789abcdef0123456789abcdef", "20", "1", "t"])).unwrap();
         assert_eq!((readers.mode, readers.holders.len()), (Some(LockMode::Shared), 2));

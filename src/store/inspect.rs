@@ -22,6 +22,7 @@ pub(crate) fn rows(fence: Option<i64>, waiting: i64, held: i64, rows: &[HolderRo
             units: u32::try_from(*weight).unwrap_or(0),
             remaining: Some(Duration::from_millis(u64::try_from(*ms).unwrap_or(0))),
             fence: None,
+            held_for: None,
         })
         .collect();
     let mode = match rows.first() {
