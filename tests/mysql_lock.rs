@@ -290,7 +290,11 @@ fn a_renewal_extends_no_row_beside_holders_a_take_of_its_kind_would_not_join() {
             .chain(others.iter().enumerate().map(|(j, other)| row(j + 1, &format!("other{j}"), *other)))
             .collect();
         rows(&format!("INSERT INTO `{}` VALUES ('probe', '{key}', 1, {live})", table.0));
-        rows(&format!("INSERT INTO `{}_holders` VALUES {}", table.0, holders.join(", ")));
+        rows(&format!(
+            "INSERT INTO `{}_holders` (ns, k, slot, token, shared, lim, weight, expires_at) VALUES {}",
+            table.0,
+            holders.join(", ")
+        ));
         let hex: String = key.bytes().map(|byte| format!("{byte:02x}")).collect();
         let renewed = rows(&format!("CALL `{}_renew`('probe', '{hex}', 'mine', 60000, 2)", table.0))[0][0].clone();
         assert_eq!(renewed.as_deref() == Some("1"), *extended, "{what}: renewed {renewed:?}");

@@ -467,6 +467,64 @@ fn a_holders_table_of_functions_4_is_migrated_with_its_leases() {
     block_on(provider.close());
 }
 
+/// An install of functions 12, whose holders table has no `fence` column,
+/// serving a lease an older driver granted: a driver of this version reads
+/// it before installing anything (`inspect` installs nothing: every fence
+/// unknown), then its first acquire adds the column with the functions of
+/// this version. The older lease keeps holding, without a fence or a time
+/// held; every grant from then on keeps its fence, the older lease's slot
+/// too once it is taken again.
+#[test]
+fn a_holders_table_of_functions_12_gets_its_fence_column_and_keeps_its_leases() {
+    let schema = Schema::fresh();
+    let provider = schema.open("");
+    assert!(block_on(block_on(backend(&provider).acquire("installed", wait(0))).unwrap().release()).unwrap());
+    block_on(provider.close());
+    let (keys, holders, take) = (schema.table(""), schema.table("_holders"), schema.table("_take"));
+    let signature = "text, text[], text, boolean, integer, integer, bigint, bigint, bigint, bigint, bigint";
+    batch(&format!(
+        "ALTER TABLE {holders} DROP COLUMN fence;
+         COMMENT ON FUNCTION {take}({signature}) IS 'dokebi-lock functions 12';
+         INSERT INTO {keys} VALUES ('dokebi-lock', 'k', 5, clock_timestamp() + interval '1 hour');
+         INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at)
+           VALUES ('dokebi-lock', 'k', 0, 'older-driver', false, 1, 1, clock_timestamp() + interval '1 minute');"
+    ));
+    let has_fences = || {
+        count(&format!(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = '{holders}'::regclass AND attname = 'fence' AND NOT attisdropped"
+        )) == 1
+    };
+    let provider = schema.open("");
+    let older = |what: &str| {
+        let seen = block_on(backend(&provider).inspect("k")).unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!(seen.held, 1, "{what}: {seen:?}");
+        let holder = &seen.holders[0];
+        assert_eq!((holder.fence, holder.held_for, holder.label.as_deref()), (None, None, None), "{what}: {seen:?}");
+    };
+    older("read before the upgrade");
+    assert!(!has_fences(), "inspect installed nothing");
+    assert_eq!(code(block_on(backend(&provider).acquire("k", wait(0)))), ErrorCode::LockBusy, "the older driver's lease still holds");
+    assert!(has_fences(), "the first acquire added the column");
+    let version: String = rows(&format!("SELECT obj_description('{take}({signature})'::regprocedure, 'pg_proc')"))[0].get(0);
+    assert_eq!(version, "dokebi-lock functions 13");
+    older("read after the upgrade");
+    let other = block_on(backend(&provider).acquire("j", wait(0))).unwrap();
+    let seen = block_on(backend(&provider).inspect("j")).unwrap();
+    assert_eq!(seen.holders[0].fence, Some(other.fence()), "{seen:?}");
+    assert!(seen.holders[0].held_for.is_some(), "{seen:?}");
+    // The older lease runs out; its slot is the next grant's, with its fence.
+    batch(&format!("UPDATE {holders} SET expires_at = clock_timestamp() - interval '1 second' WHERE token = 'older-driver'"));
+    let next = block_on(backend(&provider).acquire("k", wait(0))).expect("the lapsed lease's slot is free");
+    assert!(next.fence() > 5);
+    let kept: Vec<(i32, Option<i64>)> =
+        rows(&format!("SELECT slot, fence FROM {holders} WHERE key = 'k'")).iter().map(|row| (row.get(0), row.get(1))).collect();
+    assert_eq!(kept, [(0, Some(next.fence() as i64))], "the slot was taken over with its grant's fence");
+    let seen = block_on(backend(&provider).inspect("k")).unwrap();
+    assert_eq!(seen.holders[0].fence, Some(next.fence()), "{seen:?}");
+    assert!(block_on(next.release()).unwrap() && block_on(other.release()).unwrap());
+    block_on(provider.close());
+}
+
 /// The take of x by `shared` waiting for x's key row, which another session
 /// (psql) holds for `seconds`: that session and the acquire's thread, once
 /// the take waits. x is taken and given back first, so that its row exists.

@@ -304,7 +304,7 @@ fn mysql_a_row_marked_dead_is_not_counted_as_released_and_a_release_is() {
     let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
     mysql::rows(&format!("INSERT INTO `{}` VALUES ('probe', 'k', 1, {now} + 60000000)", table.0));
     mysql::rows(&format!(
-        "INSERT INTO `{}_holders` VALUES ('probe', 'k', 0, 'gone', 0, 1, 1, 0), ('probe', 'k', 1, 'old', 0, 1, 1, {now} - 1000000)",
+        "INSERT INTO `{}_holders` (ns, k, slot, token, shared, lim, weight, expires_at) VALUES ('probe', 'k', 0, 'gone', 0, 1, 1, 0), ('probe', 'k', 1, 'old', 0, 1, 1, {now} - 1000000)",
         table.0
     ));
     let hex: String = "k".bytes().map(|byte| format!("{byte:02x}")).collect();

@@ -15,9 +15,11 @@
 //!   Kept `fenceRetentionMs` after the key's last grant, deleted (four at a
 //!   time, by releases) once that passed and nothing holds or waits.
 //! - `<table>_holders`: one row per slot of a key: owner token, kind,
-//!   weight, limit, expiry. A slot whose expiry passed is free; a release
-//!   sets it to 0, which nothing else writes (so a retry of a release whose
-//!   answer was lost can count what the first attempt freed).
+//!   weight, limit, expiry, and the fence its grant got (`fence`, written
+//!   with the token; NULL in a row an older release granted). A slot
+//!   whose expiry passed is free; a release sets it to 0, which nothing
+//!   else writes (so a retry of a release whose answer was lost can count
+//!   what the first attempt freed).
 //! - `<table>_waiting`: the marks of requests waiting in any process
 //!   (ticket: the server's clock in µs at the first wait), so that no later
 //!   request overtakes them.
@@ -60,7 +62,10 @@ pub(crate) struct Table {
 /// the first attempt released (review R27).
 /// 10: `_force_release`, an operator's break of a stuck lock
 /// (`Backend::force_release`).
-const VERSION: &str = "dokebi-lock procedures 10";
+/// 11: each holder row keeps the fence its grant got (`fence`, added to
+/// the holders table of an older install in [`TABLES`]), which `inspect`
+/// reads with the time held (issue 53); parameters as 10's.
+const VERSION: &str = "dokebi-lock procedures 11";
 
 /// The expiry (µs of the server's clock, `BIGINT`) of a dead holder row:
 /// one whose lease expired (and whose key was granted since, or whose
@@ -160,6 +165,7 @@ impl Table {
         let mut sql = sql
             .replace("{keys}", &self.name(""))
             .replace("{holders}", &self.name("_holders"))
+            .replace("{holders_name}", &format!("{}_holders", self.table))
             .replace("{waiting}", &self.name("_waiting"))
             .replace("{released}", &self.name("_released"))
             .replace("{clock}", CLOCK)
@@ -247,6 +253,17 @@ const LEAVE: &str = "COMMIT AND NO CHAIN NO RELEASE;
   SET innodb_lock_wait_timeout = v_old_wait;";
 
 /// The tables, statements separated by `;\n`.
+///
+/// A holders table of procedures 10 or older gets its `fence` column
+/// (NULL in the rows they granted), by a statement prepared from what
+/// `information_schema` says: MariaDB has `ADD COLUMN IF NOT EXISTS`,
+/// MySQL 8 has not, and an install that has the column runs no `ALTER`
+/// at all (which would need the `ALTER` privilege, and the table's
+/// metadata lock, every time). Two installers upgrading at once may both
+/// find it missing: the second `EXECUTE` fails with 1060 (a duplicate
+/// column), which the driver passes over (see `MysqlStore::install`). The
+/// user variable lives on the installer's own connection (closed after the
+/// installation); the script of `autoCreate: false` sets it back to NULL.
 const TABLES: &str = "CREATE TABLE IF NOT EXISTS {keys} (
   ns VARBINARY(255) NOT NULL,
   k VARBINARY(255) NOT NULL,
@@ -264,8 +281,15 @@ CREATE TABLE IF NOT EXISTS {holders} (
   lim INT NOT NULL,
   weight INT NOT NULL,
   expires_at BIGINT NOT NULL,
+  fence BIGINT NULL,
   PRIMARY KEY (ns, k, slot)
 ) ENGINE = InnoDB;
+SET @dokebi_lock_migration = (SELECT IF(COUNT(*) = 0, 'ALTER TABLE {holders} ADD COLUMN fence BIGINT NULL', 'DO 0')
+  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{holders_name}' AND COLUMN_NAME = 'fence');
+PREPARE dokebi_lock_migration FROM @dokebi_lock_migration;
+EXECUTE dokebi_lock_migration;
+DEALLOCATE PREPARE dokebi_lock_migration;
+SET @dokebi_lock_migration = NULL;
 CREATE TABLE IF NOT EXISTS {waiting} (
   ns VARBINARY(255) NOT NULL,
   k VARBINARY(255) NOT NULL,
@@ -348,9 +372,11 @@ const LOCK_COUNTED: &str = counted!("p_lock_keys");
 /// request's marks for `p_waiting_ms` when it is not 0; else grants every
 /// key, each fence `max(counter + 1, clock in µs)`, the key row kept
 /// `p_retention_ms` (rounded up to an eighth of it), the holder row this
-/// token's, else a free slot, else a new one (the other tokens' rows
-/// expired on the clock marked dead, [`DEAD`]), and frees the request's
-/// marks: `1,fence...` in the order of `p_keys`.
+/// token's, else a free slot, else a new one, written with the token, the
+/// kind, the expiry and that fence (a renewal extends the expiry alone;
+/// the other tokens' rows expired on the clock are marked dead,
+/// [`DEAD`]), and frees the request's marks: `1,fence...` in the order of
+/// `p_keys`.
 ///
 /// `_force_release` is the postgres driver's `force_release`: it locks the
 /// key's row `p_key` (one stored name, hex), then, as if every lease of the
@@ -530,12 +556,16 @@ try: BEGIN
       UPDATE {holders} SET expires_at = {dead}
         WHERE ns = p_ns AND k = v_k AND slot <> v_slot AND token <> p_token AND expires_at > {dead} AND expires_at <= v_now;
     END IF;
+    -- The row gets, in the statement that writes its token, the fence this
+    -- call answers for the key (a retry's own row too: its new fence), so
+    -- no row keeps another grant's fence beside its token.
     IF v_slot IS NULL THEN
-      INSERT INTO {holders} (ns, k, slot, token, shared, lim, weight, expires_at)
-        SELECT p_ns, v_k, COALESCE(MAX(slot) + 1, 0), p_token, p_shared, p_limit, p_weight, v_now + p_lease_ms * 1000
+      INSERT INTO {holders} (ns, k, slot, token, shared, lim, weight, expires_at, fence)
+        SELECT p_ns, v_k, COALESCE(MAX(slot) + 1, 0), p_token, p_shared, p_limit, p_weight, v_now + p_lease_ms * 1000, v_fence
         FROM {holders} WHERE ns = p_ns AND k = v_k;
     ELSE
-      UPDATE {holders} SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight, expires_at = v_now + p_lease_ms * 1000
+      UPDATE {holders} SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight, expires_at = v_now + p_lease_ms * 1000,
+          fence = v_fence
         WHERE ns = p_ns AND k = v_k AND slot = v_slot;
     END IF;
     UPDATE {waiting} SET lapses_at = 0 WHERE ns = p_ns AND k = v_k AND token = p_token AND lapses_at > v_now;

@@ -163,16 +163,23 @@ impl Statements {
     /// `Store::inspect`): one `SELECT` (every one of its `UTC_TIMESTAMP`s is
     /// the statement's start), a row per listed holder, soonest expiry
     /// first, each with the key's fence, waiting marks and live holders; a
-    /// key without holders is one row whose holder columns are NULL.
-    pub async fn inspect(&self, connection: &MysqlConnection, namespace: &str, key: &str) -> Result<Inspection, Failure> {
+    /// key without holders is one row whose holder columns are NULL. Each
+    /// holder's time held is the clock ([`CLOCK`], the grant's fence's
+    /// expression) less its fence, in whole ms, NULL when the fence is
+    /// unknown or above the clock (see [`crate::store::inspect::rows`]).
+    /// Without `fences`, for a holders table an older release made (no
+    /// `fence` column yet), every fence is NULL.
+    pub async fn inspect(&self, connection: &MysqlConnection, namespace: &str, key: &str, fences: bool) -> Result<Inspection, Failure> {
         let (keys, holders, waiting) = (self.table.name(""), self.table.name("_holders"), self.table.name("_waiting"));
         let at = format!("ns = X'{namespace}' AND k = X'{key}'");
+        let fence = if fences { "fence" } else { "NULL" };
         let sql = format!(
             "SELECT (SELECT fence FROM {keys} WHERE {at}), \
              (SELECT COUNT(*) FROM {waiting} WHERE {at} AND lapses_at > {CLOCK}), \
              (SELECT COUNT(*) FROM {holders} WHERE {at} AND expires_at > {CLOCK}), \
-             h.shared, h.lim, h.weight, (h.expires_at - {CLOCK}) DIV 1000, h.token \
-             FROM (SELECT 1) one LEFT JOIN (SELECT shared, lim, weight, expires_at, token FROM {holders} \
+             h.shared, h.lim, h.weight, (h.expires_at - {CLOCK}) DIV 1000, h.token, \
+             h.fence, IF(h.fence <= {CLOCK}, ({CLOCK} - h.fence) DIV 1000, NULL) \
+             FROM (SELECT 1) one LEFT JOIN (SELECT shared, lim, weight, expires_at, token, {fence} AS fence FROM {holders} \
              WHERE {at} AND expires_at > {CLOCK} ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h ON TRUE \
              ORDER BY h.expires_at"
         );
@@ -190,7 +197,15 @@ impl Statements {
             let Some(token) = row.get(7).cloned().flatten() else { continue };
             let column = |i: usize| number(row, i)?.ok_or_else(|| refused("a holder column is NULL"));
             let int = |value: i64| i32::try_from(value).unwrap_or(i32::MAX);
-            listed.push((column(3)? != 0, int(column(4)?), int(column(5)?), column(6)?, token));
+            listed.push(HolderRow {
+                shared: column(3)? != 0,
+                limit: int(column(4)?),
+                weight: int(column(5)?),
+                remaining_ms: column(6)?,
+                token,
+                fence: number(row, 8)?,
+                held_ms: number(row, 9)?,
+            });
         }
         Ok(crate::store::inspect::rows(number(first, 0)?, count(1)?, count(2)?, &listed))
     }

@@ -210,7 +210,12 @@ impl MysqlStore {
     async fn install(&self) -> Result<(), Failure> {
         let mut installer = self.connection().installer(SQL_MODE).await?;
         for table in self.table.tables() {
-            installer.run(&table).await?;
+            match installer.run(&table).await {
+                // The column another installer added meanwhile (see
+                // `TABLES`): there, as wanted.
+                Err(Failure::Refused(cause)) if server_code(&cause) == Some(DUPLICATE_COLUMN) => {}
+                outcome => drop(outcome?),
+            }
         }
         for (name, create) in self.table.procedures() {
             match installer.run(&create).await {
@@ -276,8 +281,11 @@ impl MysqlStore {
 }
 
 /// MySQL's "already exists" for a procedure (1304), "no such table" (1146)
-/// and "no such procedure" (1305).
+/// and "no such procedure" (1305), "duplicate column" (1060) and "no such
+/// column" (1054).
 const ALREADY_EXISTS: u16 = 1304;
+const DUPLICATE_COLUMN: u16 = 1060;
+const NO_SUCH_COLUMN: u16 = 1054;
 const NO_SUCH_TABLE: u16 = 1146;
 const NO_SUCH_PROCEDURE: u16 = 1305;
 fn server_code(cause: &crate::error::Cause) -> Option<u16> {
@@ -381,9 +389,18 @@ impl Store for MysqlStore {
     /// table was never made, nothing is kept. Another table missing (a
     /// partial restore) is an error: a holder may be hidden. The server
     /// names whichever table it looked up first, so a missing table is
-    /// followed by a second read: is the keys table there?
+    /// followed by a second read: is the keys table there? A holders table
+    /// an older release made, without the `fence` column yet, is read
+    /// without it, every fence unknown. Each holder's fence and time held:
+    /// see [`crate::store::inspect::rows`].
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
-        let read = self.statements.inspect(self.connection(), &self.namespace, &hex(&stored(key))).await;
+        let key = hex(&stored(key));
+        let read = match self.statements.inspect(self.connection(), &self.namespace, &key, true).await {
+            Err(Failure::Refused(cause)) if server_code(&cause) == Some(NO_SUCH_COLUMN) => {
+                self.statements.inspect(self.connection(), &self.namespace, &key, false).await
+            }
+            read => read,
+        };
         if let Err(Failure::Refused(cause)) = &read {
             if server_code(cause) == Some(NO_SUCH_TABLE) && self.statements.keys_table_missing(self.connection()).await? {
                 return Ok(crate::store::inspect::nothing_kept());

@@ -11,9 +11,11 @@
 //!   the key.
 //! - `<table>_holders`: one row per slot of a key (`slot` 0, 1, ...: as
 //!   many as the key had holders at once; a plain key has one), holding its
-//!   holder's owner token, kind, weight, limit and expiry on the server's
-//!   clock. A slot whose expiry passed is free. A grant takes the key's free
-//!   slot and a release frees it, both by updating the row in place: only
+//!   holder's owner token, kind, weight, limit, expiry on the server's
+//!   clock and the fence its grant got (`fence`, written with the token:
+//!   NULL in a row an older release granted). A slot whose expiry passed
+//!   is free. A grant takes the key's free slot and a release frees it,
+//!   both by updating the row in place: only
 //!   the primary key is indexed and the tables leave room in their pages
 //!   (`fillfactor`), so these are HOT updates, pruned in the page without
 //!   VACUUM. Inserting a row per grant and deleting it on release, as
@@ -199,7 +201,15 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// what the first attempt released (review R27).
 /// 12: `force_release`, an operator's break of a stuck lock
 /// (`Backend::force_release`).
-const VERSION: &str = "dokebi-lock functions 12";
+/// 13: each holder row keeps the fence its grant got (`fence`, added to
+/// the holders table of an older install in [`TABLES`]), which `inspect`
+/// reads with the time held (issue 53); signatures as 12's.
+const VERSION: &str = "dokebi-lock functions 13";
+
+/// The server's clock in µs since the epoch, as `take` reads it for a
+/// grant's fence (`clock_us`, of `now_ts := clock_timestamp()`): what
+/// `inspect` measures a holder's time held with, against its fence.
+pub(crate) const CLOCK_US: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// The expiry of a dead holder row: one whose lease expired (and whose key
 /// was granted since, or whose renewal was refused). Below every reading of
@@ -246,6 +256,7 @@ CREATE TABLE IF NOT EXISTS {holders} (
   lim integer NOT NULL,
   weight integer NOT NULL,
   expires_at timestamptz NOT NULL,
+  fence bigint,
   PRIMARY KEY (namespace, key, slot)
 ) WITH (fillfactor = 50);
 DO $migrate$
@@ -263,6 +274,13 @@ BEGIN
     ALTER TABLE {holders} ADD PRIMARY KEY (namespace, key, slot);
     ALTER TABLE {holders} SET (fillfactor = 50);
     ALTER TABLE {keys} SET (fillfactor = 70);
+  END IF;
+  -- A holders table of functions 12 or older: each row's grant fence,
+  -- NULL in the rows they granted (a nullable column without a default:
+  -- a change of the catalog alone, no row rewritten). Looked up first, so
+  -- an install that has it takes no lock on the table.
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{holders}'::regclass AND attname = 'fence' AND NOT attisdropped) THEN
+    ALTER TABLE {holders} ADD COLUMN fence bigint;
   END IF;
 END
 $migrate$;
@@ -370,7 +388,9 @@ const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
 /// mark on those keys for `waiting_ms` when it is not 0; else grants every
 /// key: the fence of each is `max(counter + 1, clock in µs)`, written back,
 /// and the key row kept `retention_ms`; each key's holder row is this
-/// token's, else a free slot, else a new one, and the request's marks are
+/// token's, else a free slot, else a new one, written with the token, the
+/// kind, the expiry and that fence (so a renewal, which extends the
+/// expiry alone, keeps it), and the request's marks are
 /// freed; the other tokens' rows of those keys that expired on the clock
 /// are marked dead ([`DEAD`]). Answers `{1, fence...}` in the caller's order. A retry of a
 /// grant whose answer was lost finds its own token and is granted again,
@@ -502,6 +522,7 @@ DECLARE
   others bigint;
   own bigint;
   fences bigint[];
+  fenced text[];
   placed integer;
 BEGIN
   PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
@@ -592,7 +613,8 @@ BEGIN
     UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = greatest(r.fence_until, retain_until)
     WHERE r.namespace = p_ns AND r.key = ANY (sorted)
     RETURNING r.key, r.fence
-  ) SELECT array_agg(raised.fence ORDER BY array_position(p_keys, raised.key::text)) INTO fences FROM raised;
+  ) SELECT array_agg(raised.fence ORDER BY array_position(p_keys, raised.key::text)),
+      array_agg(raised.key::text ORDER BY array_position(p_keys, raised.key::text)) INTO fences, fenced FROM raised;
   -- Each key's holder row: this token's (a retry whose answer was lost),
   -- else a free slot (released or lapsed), else a new slot. Holder rows are
   -- updated in place, never deleted by a release: nothing of them is
@@ -603,9 +625,13 @@ BEGIN
   -- clock stepped back later must not bring one back to life beside this
   -- grant, held against it (and the holder granted after it). Free slots
   -- still; a released row keeps -infinity, what a give-back's retry counts.
+  -- Every row given this token gets, in the same statement, the key's
+  -- fence this call answers (a retry's row too: its new fence), so no
+  -- row keeps another grant's fence beside its token.
   WITH pick AS (
     SELECT k AS key, (SELECT h.slot FROM {holders} h WHERE h.namespace = p_ns AND h.key = k AND (h.token = p_token OR h.expires_at <= now_ts)
-                      ORDER BY h.token = p_token DESC, h.slot LIMIT 1) AS slot
+                      ORDER BY h.token = p_token DESC, h.slot LIMIT 1) AS slot,
+      fences[array_position(fenced, k)] AS fence
     FROM unnest(sorted) k
   ), dead AS (
     UPDATE {holders} h SET expires_at = {dead}
@@ -613,13 +639,13 @@ BEGIN
         AND h.expires_at > {dead} AND h.expires_at <= now_ts
   )
   UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
-    expires_at = now_ts + p_lease_ms * interval '1 millisecond'
+    expires_at = now_ts + p_lease_ms * interval '1 millisecond', fence = pick.fence
     FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot AND (h.token = p_token OR h.expires_at <= now_ts);
   GET DIAGNOSTICS placed = ROW_COUNT;
   IF placed < cardinality(sorted) THEN
-    INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at)
+    INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at, fence)
       SELECT p_ns, k, coalesce((SELECT max(h.slot) + 1 FROM {holders} h WHERE h.namespace = p_ns AND h.key = k), 0), p_token, p_shared,
-        p_limit, p_weight, now_ts + p_lease_ms * interval '1 millisecond'
+        p_limit, p_weight, now_ts + p_lease_ms * interval '1 millisecond', fences[array_position(fenced, k)]
       FROM unnest(sorted) k
       WHERE NOT EXISTS (SELECT 1 FROM {holders} h WHERE h.namespace = p_ns AND h.key = k AND h.token = p_token);
   END IF;
@@ -852,3 +878,18 @@ BEGIN
 END
 $fn$;
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `inspect` measures the time held with the clock a grant's fence
+    /// comes from: `take`'s `clock_us`, of `now_ts := clock_timestamp()`.
+    #[test]
+    fn inspect_s_clock_is_take_s() {
+        let of_now = CLOCK_US.replace("clock_timestamp()", "now_ts");
+        assert_eq!(FUNCTIONS.matches(&format!("clock_us := {of_now};")).count(), 2, "take's and force_release's");
+        assert!(FUNCTIONS.contains(&format!("clock_us bigint := {of_now};")));
+        assert!(FUNCTIONS.contains("fence = greatest(r.fence + 1, clock_us)"));
+    }
+}

@@ -5,7 +5,7 @@
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use super::schema::Table;
+use super::schema::{Table, CLOCK_US};
 use super::transport::connection::PgConnection;
 use crate::inspect::{Inspection, SHOWN_HOLDERS};
 use crate::store::inspect::HolderRow;
@@ -22,6 +22,9 @@ pub(crate) struct Statements {
     force_release: String,
     fence_counter: String,
     inspect: String,
+    /// `inspect` of a holders table an older release made, without the
+    /// `fence` column (read by a driver that installs nothing to read).
+    inspect_without_fences: String,
     /// The keys table's name, quoted, for `to_regclass`.
     keys: String,
 }
@@ -81,23 +84,8 @@ impl Statements {
             hand_over: format!("SELECT {}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)", table.name("_hand_over")),
             force_release: format!("SELECT {}($1, $2, $3, $4, $5, $6)", table.name("_force_release")),
             fence_counter: format!("SELECT fence FROM {} WHERE namespace = $1 AND key = $2", table.name("")),
-            // A read of the tables, no function: one row (an aggregate
-            // without GROUP BY has one even when no holder matches).
-            inspect: format!(
-                "SELECT (SELECT fence FROM {keys} WHERE namespace = $1 AND key = $2), \
-                 (SELECT count(*) FROM {waiting} WHERE namespace = $1 AND key = $2 AND lapses_at > now()), \
-                 (SELECT count(*) FROM {holders} WHERE namespace = $1 AND key = $2 AND expires_at > now()), \
-                 coalesce(array_agg(h.shared ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(h.lim ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(h.weight ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - now()) * 1000))::bigint ORDER BY h.expires_at), '{{}}'), \
-                 coalesce(array_agg(h.token ORDER BY h.expires_at), '{{}}') \
-                 FROM (SELECT shared, lim, weight, expires_at, token FROM {holders} \
-                   WHERE namespace = $1 AND key = $2 AND expires_at > now() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
-                keys = table.name(""),
-                waiting = table.name("_waiting"),
-                holders = table.name("_holders"),
-            ),
+            inspect: inspect_sql(table, "fence"),
+            inspect_without_fences: inspect_sql(table, "NULL::bigint"),
             keys: table.name(""),
         }
     }
@@ -223,30 +211,75 @@ impl Statements {
     }
 }
 
+/// The read of `inspect`: one row (an aggregate without GROUP BY has one
+/// even when no holder matches), no function. `fence` is the holders
+/// table's column, or NULL where the table has none. Each holder's time
+/// held is the server's clock now in µs, read once for the statement
+/// ([`CLOCK_US`], a materialized CTE), less its fence, in whole ms (see
+/// [`crate::store::inspect::rows`]); NULL when the fence is unknown or
+/// above the clock.
+fn inspect_sql(table: &Table, fence: &str) -> String {
+    format!(
+        "WITH clock AS MATERIALIZED (SELECT {CLOCK_US} AS us) \
+         SELECT (SELECT fence FROM {keys} WHERE namespace = $1 AND key = $2), \
+         (SELECT count(*) FROM {waiting} WHERE namespace = $1 AND key = $2 AND lapses_at > now()), \
+         (SELECT count(*) FROM {holders} WHERE namespace = $1 AND key = $2 AND expires_at > now()), \
+         coalesce(array_agg(h.shared ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(h.lim ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(h.weight ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(greatest(0, floor(extract(epoch FROM h.expires_at - now()) * 1000))::bigint ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(h.token ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(h.fence ORDER BY h.expires_at), '{{}}'), \
+         coalesce(array_agg(CASE WHEN h.fence <= h.us THEN (h.us - h.fence) / 1000 END ORDER BY h.expires_at), '{{}}') \
+         FROM (SELECT shared, lim, weight, expires_at, token, {fence} AS fence, clock.us FROM {holders}, clock \
+           WHERE namespace = $1 AND key = $2 AND expires_at > now() ORDER BY expires_at LIMIT {SHOWN_HOLDERS}) h",
+        keys = table.name(""),
+        waiting = table.name("_waiting"),
+        holders = table.name("_holders"),
+    )
+}
+
 impl Statements {
-    /// What the tables hold of `key` (see `Store::inspect`).
+    /// What the tables hold of `key` (see `Store::inspect`): a holders
+    /// table an older release made, which has no `fence` column yet (a
+    /// driver of this version reads tables it has not installed), is read
+    /// without, every fence unknown.
     pub async fn inspect(&self, connection: &PgConnection, namespace: &str, key: &str) -> Result<Inspection, Failure> {
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&namespace, Type::TEXT), (&key, Type::TEXT)];
-        let rows = connection.query(&self.inspect, &params).await?;
+        let rows = match connection.query(&self.inspect, &params).await {
+            Err(Failure::Refused(cause)) if undefined_column(&cause) => connection.query(&self.inspect_without_fences, &params).await?,
+            rows => rows?,
+        };
         let row = rows.first().ok_or_else(|| unexpected("no row"))?;
         let read = |err| Failure::Refused(std::sync::Arc::new(err));
         let fence: Option<i64> = row.try_get(0).map_err(read)?;
         let waiting: i64 = row.try_get(1).map_err(read)?;
-        let held: i64 = row.try_get(2).map_err(read)?;
+        let live: i64 = row.try_get(2).map_err(read)?;
         let shared: Vec<bool> = row.try_get(3).map_err(read)?;
         let limits: Vec<i32> = row.try_get(4).map_err(read)?;
         let weights: Vec<i32> = row.try_get(5).map_err(read)?;
         let remaining: Vec<i64> = row.try_get(6).map_err(read)?;
         let tokens: Vec<String> = row.try_get(7).map_err(read)?;
+        let fences: Vec<Option<i64>> = row.try_get(8).map_err(read)?;
+        let held: Vec<Option<i64>> = row.try_get(9).map_err(read)?;
         let holders: Vec<HolderRow> = shared
             .into_iter()
             .zip(limits)
             .zip(weights)
             .zip(remaining)
             .zip(tokens)
-            .map(|((((shared, limit), weight), ms), token)| (shared, limit, weight, ms, token))
+            .zip(fences.into_iter().zip(held))
+            .map(|(((((shared, limit), weight), remaining_ms), token), (fence, held_ms))| HolderRow {
+                shared,
+                limit,
+                weight,
+                remaining_ms,
+                token,
+                fence,
+                held_ms,
+            })
             .collect();
-        Ok(crate::store::inspect::rows(fence, waiting, held, &holders))
+        Ok(crate::store::inspect::rows(fence, waiting, live, &holders))
     }
 
     /// True when the keys table (or its schema) does not exist.
@@ -254,6 +287,12 @@ impl Statements {
         let params: [(&(dyn ToSql + Sync), Type); 1] = [(&self.keys, Type::TEXT)];
         single(connection.query("SELECT to_regclass($1) IS NULL", &params).await?)
     }
+}
+
+/// PostgreSQL's "no such column" (42703).
+fn undefined_column(cause: &crate::error::Cause) -> bool {
+    let code = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::code);
+    code == Some(&tokio_postgres::error::SqlState::UNDEFINED_COLUMN)
 }
 
 /// The one value of a one-row, one-column answer.

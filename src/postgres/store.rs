@@ -274,7 +274,10 @@ impl Store for PostgresStore {
     /// (or its schema) was never made, nothing is kept. Another table
     /// missing (a partial restore) is an error: a holder may be hidden.
     /// The server names whichever table it looked up first, so a missing
-    /// table is followed by a second read: is the keys table there?
+    /// table is followed by a second read: is the keys table there? A
+    /// holders table an older release made, without the `fence` column
+    /// yet, is read without it (see `Statements::inspect`). Each holder's
+    /// fence and time held: see [`crate::store::inspect::rows`].
     async fn inspect(&self, key: &str) -> Result<Inspection, Failure> {
         let read = self.statements.inspect(self.connection(), &self.namespace, key).await;
         if let Err(Failure::Refused(cause)) = &read {

@@ -458,7 +458,7 @@ fn option(name: &str) -> String {
 /// The `GRANT` that lets `user` run the driver in `database`.
 fn grant(user: &str, database: &str) -> String {
     format!(
-        "Run as an administrator: GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{database}`.* TO '{user}'@'%' (with CREATE, ALTER ROUTINE and CREATE ROUTINE too while autoCreate is true)."
+        "Run as an administrator: GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{database}`.* TO '{user}'@'%' (with CREATE, ALTER ROUTINE and CREATE ROUTINE too while autoCreate is true, and ALTER for the first start of a release that adds a column)."
     )
 }
 
