@@ -262,8 +262,13 @@ const LEAVE: &str = "COMMIT AND NO CHAIN NO RELEASE;
 /// metadata lock, every time). Two installers upgrading at once may both
 /// find it missing: the second `EXECUTE` fails with 1060 (a duplicate
 /// column), which the driver passes over (see `MysqlStore::install`). The
-/// user variable lives on the installer's own connection (closed after the
-/// installation); the script of `autoCreate: false` sets it back to NULL.
+/// `ALTER` waits a second at most for the table's metadata lock: behind a
+/// transaction that holds or has read the table (a dump, a long report) a
+/// waiting `ALTER` would queue every process's statements on it until that
+/// transaction ends (review R64); refused (1205), the installation stops
+/// and the next operation tries again. The user variable and the wait
+/// live on the installer's own connection (closed after the installation);
+/// the script of `autoCreate: false` sets both back.
 const TABLES: &str = "CREATE TABLE IF NOT EXISTS {keys} (
   ns VARBINARY(255) NOT NULL,
   k VARBINARY(255) NOT NULL,
@@ -287,7 +292,9 @@ CREATE TABLE IF NOT EXISTS {holders} (
 SET @dokebi_lock_migration = (SELECT IF(COUNT(*) = 0, 'ALTER TABLE {holders} ADD COLUMN fence BIGINT NULL', 'DO 0')
   FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{holders_name}' AND COLUMN_NAME = 'fence');
 PREPARE dokebi_lock_migration FROM @dokebi_lock_migration;
+SET SESSION lock_wait_timeout = 1;
 EXECUTE dokebi_lock_migration;
+SET SESSION lock_wait_timeout = DEFAULT;
 DEALLOCATE PREPARE dokebi_lock_migration;
 SET @dokebi_lock_migration = NULL;
 CREATE TABLE IF NOT EXISTS {waiting} (

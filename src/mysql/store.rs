@@ -15,6 +15,7 @@ use crate::inspect::Inspection;
 use crate::options::MysqlOptions;
 use crate::store::give_back::give_back;
 use crate::store::resend::resend_if_lost;
+use crate::store::set_up_retry::SetUpRetry;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
@@ -128,6 +129,7 @@ pub struct MysqlStore {
     /// backend, again after the server said one is missing.
     ready: AtomicBool,
     ensuring: tokio::sync::Mutex<()>,
+    set_up_retry: SetUpRetry,
 }
 
 impl MysqlStore {
@@ -143,6 +145,7 @@ impl MysqlStore {
             auto_create: options.auto_create,
             ready: AtomicBool::new(false),
             ensuring: tokio::sync::Mutex::new(()),
+            set_up_retry: SetUpRetry::default(),
         }
     }
 
@@ -182,7 +185,8 @@ impl MysqlStore {
                         cause: Arc::new(std::io::Error::other(format!("{} not found", self.table.display()))),
                     })));
                 }
-                self.install().await.map_err(Failure::in_set_up)?;
+                self.set_up_retry.pending()?;
+                self.set_up_retry.record(self.install().await.map_err(Failure::in_set_up))?;
                 match self.installed().await? {
                     Installed::Current => {}
                     Installed::Newer => return Err(self.newer_installed()),

@@ -121,6 +121,14 @@ impl Table {
         )
     }
 
+    /// [`Self::create_sql`] as a DBA runs it (`autoCreate: false`): one
+    /// transaction that first takes the creators' lock (`lock`), so that it
+    /// waits for a process installing meanwhile instead of colliding with
+    /// its half-done DDL (review R64), and leaves nothing half done itself.
+    pub fn script_sql(&self, lock: i64) -> String {
+        format!("BEGIN;\nSELECT pg_advisory_xact_lock({lock});\n{}COMMIT;\n", self.create_sql())
+    }
+
     /// [`Self::create_sql`] for a driver that found the tables missing, run
     /// by whoever holds the creators' lock (`lock`, a transaction-scoped
     /// advisory lock): when another process created them meanwhile, it
@@ -260,6 +268,8 @@ CREATE TABLE IF NOT EXISTS {holders} (
   PRIMARY KEY (namespace, key, slot)
 ) WITH (fillfactor = 50);
 DO $migrate$
+DECLARE
+  lock_wait text := current_setting('lock_timeout');
 BEGIN
   -- A holders table of functions 4 or older (a row per grant, keyed by
   -- token): its rows get slots, and the key becomes the slot.
@@ -278,9 +288,17 @@ BEGIN
   -- A holders table of functions 12 or older: each row's grant fence,
   -- NULL in the rows they granted (a nullable column without a default:
   -- a change of the catalog alone, no row rewritten). Looked up first, so
-  -- an install that has it takes no lock on the table.
+  -- an install that has it takes no lock on the table. Its lock is waited
+  -- for 200 ms at most: behind a transaction that holds or has read the
+  -- table (a pg_dump, a long report) a waiting ALTER would queue every
+  -- process's statements on it until that transaction ends (review R64);
+  -- refused, the installation is rolled back (`lockedSetUp`) and tried
+  -- again by the next operation. `IF NOT EXISTS`: the DBA's script, which
+  -- takes no installers' lock, may run beside an installer that added it.
   IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{holders}'::regclass AND attname = 'fence' AND NOT attisdropped) THEN
-    ALTER TABLE {holders} ADD COLUMN fence bigint;
+    PERFORM set_config('lock_timeout', '200ms', true);
+    ALTER TABLE {holders} ADD COLUMN IF NOT EXISTS fence bigint;
+    PERFORM set_config('lock_timeout', lock_wait, true);
   END IF;
 END
 $migrate$;

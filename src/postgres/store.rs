@@ -17,6 +17,7 @@ use crate::inspect::Inspection;
 use crate::options::PostgresOptions;
 use crate::store::give_back::give_back;
 use crate::store::resend::resend_if_lost;
+use crate::store::set_up_retry::SetUpRetry;
 use crate::store::waiters::Waiters;
 use crate::store::{Claim as StoreClaim, Failure, Freed, HandedOver, Refusal, Store, StoreConnection, Taken, Terms};
 
@@ -79,6 +80,7 @@ pub struct PostgresStore {
     /// The tables were found (or created): checked once per backend.
     ready: AtomicBool,
     ensuring: tokio::sync::Mutex<()>,
+    set_up_retry: SetUpRetry,
 }
 
 impl PostgresStore {
@@ -93,6 +95,7 @@ impl PostgresStore {
             auto_create: options.auto_create,
             ready: AtomicBool::new(false),
             ensuring: tokio::sync::Mutex::new(()),
+            set_up_retry: SetUpRetry::default(),
         }
     }
 
@@ -123,8 +126,8 @@ impl PostgresStore {
             if self.ready.load(Ordering::Acquire) {
                 return Ok(());
             }
-            let sql = self.table.create_sql();
             if !self.auto_create {
+                let sql = self.table.script_sql(CREATORS_LOCK);
                 return Err(Failure::Denied(Arc::new(Refusal {
                     message: format!("the lock tables {} are missing (or incomplete) and autoCreate is false", self.table.display()),
                     fix: format!("Run this SQL as a user that may create them (or set autoCreate: true):\n{sql}"),
@@ -134,7 +137,9 @@ impl PostgresStore {
             // One simple-protocol message: its statements run as one
             // transaction, which stops early when another process created
             // the tables while this one waited for the creators' lock.
-            match self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await.map_err(Failure::in_set_up) {
+            self.set_up_retry.pending()?;
+            let created = self.connection().batch(&self.table.create_once_sql(CREATORS_LOCK)).await.map_err(Failure::in_set_up);
+            match self.set_up_retry.record(created) {
                 Err(Failure::Refused(cause)) if has_state(&cause, ALREADY_CREATED) => {}
                 Err(Failure::Refused(cause)) if has_state(&cause, NEWER_INSTALLED) => return Err(self.newer_installed()),
                 outcome => outcome?,

@@ -24,7 +24,8 @@
 //!   `token`: the owner token each claim carries; `connecting`: the part
 //!   of a store call (its connect) that an acquire's wait may cut short;
 //!   `health`: what `status()` reports of the SQL drivers' connections;
-//!   `shared`: what their backends of one connection share; `give_back`:
+//!   `shared`: what their backends of one connection share; `set_up_retry`:
+//!   when they set their tables up again after a try that waited out a lock; `give_back`:
 //!   their give-back, and `resend`: a call on an owner's rows (a give-back,
 //!   a renewal) sent again when its connection was lost;
 //!   `connections`: their runtime and connections in one provider;
@@ -65,6 +66,8 @@ pub(crate) mod reply;
 pub(crate) mod resend;
 pub(crate) mod runtime;
 mod seam;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod set_up_retry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared;
 #[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
