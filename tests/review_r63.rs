@@ -15,43 +15,13 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use futures::executor::block_on;
-use support::older_release::{counted, names_of, parse, Item, CHANNEL};
+use support::older_release::{counted, names_of, script_in, CHANNEL, SCRIPTS};
 use support::redis_server::RedisServer;
 use support::{inspect, labelled, redis_yaml_at, take, wait};
 
 // ---------------------------------------------------------------------
 // Scripts of a given source (today's or the previous build's).
 // ---------------------------------------------------------------------
-
-fn expand_in(src: &str, item: &Item, bound: &[(String, String)]) -> String {
-    match item {
-        Item::Text(text) => text.clone(),
-        Item::Param(name) => bound.iter().find(|(n, _)| n == name).unwrap().1.clone(),
-        Item::Call(name, args) if name == "concat" => args.iter().map(|arg| expand_in(src, arg, bound)).collect(),
-        Item::Call(name, args) => {
-            let start = src.find(&format!("macro_rules! {name} {{")).unwrap_or_else(|| panic!("no macro {name}"));
-            let open = start + src[start..].find('(').unwrap();
-            let close = open + src[open..].find(')').unwrap();
-            let params: Vec<String> = src[open + 1..close]
-                .split(',')
-                .filter(|p| !p.trim().is_empty())
-                .map(|p| p.trim().trim_start_matches('$').split(':').next().unwrap().to_owned())
-                .collect();
-            assert_eq!(params.len(), args.len(), "{name}");
-            let values: Vec<(String, String)> = params.into_iter().zip(args.iter().map(|arg| expand_in(src, arg, bound))).collect();
-            let body = close + src[close..].find("=> {").unwrap() + 4;
-            expand_in(src, &parse(src, body).0, &values)
-        }
-    }
-}
-
-fn script_in(src: &str, name: &str) -> String {
-    let head = format!("const {name}: &str = ");
-    let start = src.find(&head).unwrap() + head.len();
-    expand_in(src, &parse(src, start).0, &[])
-}
-
-const TODAY: &str = include_str!("../src/redis/scripts.rs");
 
 /// The last commit whose scripts kept no holder's fence.
 const PREVIOUS_BUILD: &str = "162db9e21839c120d163b06fc284fe4c666478a3";
@@ -86,7 +56,7 @@ impl Build {
         }
     }
     fn today() -> Build {
-        Build::of(TODAY)
+        Build::of(SCRIPTS)
     }
     fn previous() -> Build {
         Build::of(&previous_source())

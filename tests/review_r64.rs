@@ -568,6 +568,19 @@ fn r64_mysql_a_retried_take_keeps_the_last_answers_fence() {
     block_on(provider.close());
 }
 
+/// A fresh table installed by this build, then taken back to procedures
+/// 10 as the previous build left it ([`my_previous_install`]).
+fn my_table_of_procedures_10() -> mysql::Table {
+    let table = mysql::Table::fresh();
+    {
+        let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
+        release(take(&provider.backend("shared").unwrap(), "w", wait(0)));
+        block_on(provider.close());
+    }
+    my_previous_install(&table.0);
+    table
+}
+
 /// Procedures 10 on `t`, installed by this build: `_try` as the previous
 /// build had it (no fence written; the only lines procedures 11 changed in
 /// it), every comment 10, the holders table without its `fence` column.
@@ -616,14 +629,8 @@ fn my_previous_install(t: &str) {
 #[ignore = "known: an older release's take in flight across the upgrade writes no fence (docs/mysql.md)"]
 fn r64_mysql_an_old_take_in_flight_across_the_upgrade_shows_anothers_fence() {
     use mysql_async::prelude::Queryable;
-    let table = mysql::Table::fresh();
-    {
-        let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
-        release(take(&provider.backend("shared").unwrap(), "w", wait(0)));
-        block_on(provider.close());
-    }
+    let table = my_table_of_procedures_10();
     let t = table.0.clone();
-    my_previous_install(&t);
     mysql::rows(&format!("INSERT INTO `{t}` VALUES ('dokebi-lock', 'a', 0, 0), ('dokebi-lock', 'k', 0, 0)"));
     let call = |keys: &[&str], token: &str| {
         let list: Vec<String> = keys.iter().map(|k| hex(k)).collect();
@@ -811,14 +818,8 @@ fn r64_pg_upgrade_under_load_through_pgbouncer() {
 #[test]
 fn r64_mysql_upgrade_under_load_by_four_installers() {
     use mysql_async::prelude::Queryable;
-    let table = mysql::Table::fresh();
-    {
-        let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
-        release(take(&provider.backend("shared").unwrap(), "w", wait(0)));
-        block_on(provider.close());
-    }
+    let table = my_table_of_procedures_10();
     let t = table.0.clone();
-    my_previous_install(&t);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let older = {
         let (stop, t) = (stop.clone(), t.clone());
@@ -1023,14 +1024,8 @@ fn r64_pg_the_dba_script_beside_an_installer_waits_for_it() {
 /// replaced, the grant shows its fence.
 #[test]
 fn r64_mysql_an_upgrade_without_alter_once_the_column_is_there() {
-    let table = mysql::Table::fresh();
-    {
-        let provider = Provider::from_yaml(&mysql::yaml(&table.0, "")).unwrap();
-        release(take(&provider.backend("shared").unwrap(), "w", wait(0)));
-        block_on(provider.close());
-    }
+    let table = my_table_of_procedures_10();
     let t = table.0.clone();
-    my_previous_install(&t);
     mysql::rows(&format!("ALTER TABLE `{t}_holders` ADD COLUMN fence BIGINT NULL"));
     let user = format!("r64_{}", &t[..t.len().min(20)]);
     let _ = mysql::try_rows(&format!("DROP USER IF EXISTS '{user}'@'%'"));

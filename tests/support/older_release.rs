@@ -76,32 +76,40 @@ pub fn parse(src: &str, at: usize) -> (Item, usize) {
     (Item::Call(name, args), pos)
 }
 
-pub fn expand(item: &Item, bound: &[(String, String)]) -> String {
+/// `item` of the scripts module `src` with its macros expanded, `bound`
+/// giving the macro's parameters.
+pub fn expand_in(src: &str, item: &Item, bound: &[(String, String)]) -> String {
     match item {
         Item::Text(text) => text.clone(),
         Item::Param(name) => bound.iter().find(|(n, _)| n == name).unwrap().1.clone(),
-        Item::Call(name, args) if name == "concat" => args.iter().map(|arg| expand(arg, bound)).collect(),
+        Item::Call(name, args) if name == "concat" => args.iter().map(|arg| expand_in(src, arg, bound)).collect(),
         Item::Call(name, args) => {
-            let start = SCRIPTS.find(&format!("macro_rules! {name} {{")).unwrap_or_else(|| panic!("no macro {name}"));
-            let open = start + SCRIPTS[start..].find('(').unwrap();
-            let close = open + SCRIPTS[open..].find(')').unwrap();
-            let params: Vec<String> = SCRIPTS[open + 1..close]
+            let start = src.find(&format!("macro_rules! {name} {{")).unwrap_or_else(|| panic!("no macro {name}"));
+            let open = start + src[start..].find('(').unwrap();
+            let close = open + src[open..].find(')').unwrap();
+            let params: Vec<String> = src[open + 1..close]
                 .split(',')
                 .filter(|p| !p.trim().is_empty())
                 .map(|p| p.trim().trim_start_matches('$').split(':').next().unwrap().to_owned())
                 .collect();
             assert_eq!(params.len(), args.len(), "{name}");
-            let values: Vec<(String, String)> = params.into_iter().zip(args.iter().map(|arg| expand(arg, bound))).collect();
-            let body = close + SCRIPTS[close..].find("=> {").unwrap() + 4;
-            expand(&parse(SCRIPTS, body).0, &values)
+            let values: Vec<(String, String)> = params.into_iter().zip(args.iter().map(|arg| expand_in(src, arg, bound))).collect();
+            let body = close + src[close..].find("=> {").unwrap() + 4;
+            expand_in(src, &parse(src, body).0, &values)
         }
     }
 }
 
-/// The Lua of the scripts module's `const name`.
+/// The Lua of the `const name` of the scripts module `src`.
+pub fn script_in(src: &str, name: &str) -> String {
+    let head = format!("const {name}: &str = ");
+    let start = src.find(&head).unwrap() + head.len();
+    expand_in(src, &parse(src, start).0, &[])
+}
+
+/// The Lua of today's scripts module's `const name`.
 pub fn script(name: &str) -> String {
-    let start = SCRIPTS.find(&format!("const {name}: &str = ")).unwrap() + format!("const {name}: &str = ").len();
-    expand(&parse(SCRIPTS, start).0, &[])
+    script_in(SCRIPTS, name)
 }
 
 pub const FIXED_PRUNE: &str = "pruned = pruned + (tonumber(string.match(m, ':(%d+)$')) or 0)";
