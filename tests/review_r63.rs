@@ -382,7 +382,7 @@ fn r63_refused_grants_write_no_lock() {
     assert_eq!(get(c, fence_key), None);
     let _: () = redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(0).query(c).unwrap();
     // READONLY: a replica.
-    let replica = RedisServer::start();
+    let replica = RedisServer::start_persistent(&[]);
     replica.replicate_from(Some(server.port()));
     support::eventually("replica synced", || replica.replica_synced());
     let rc = &mut replica.client();
@@ -477,7 +477,7 @@ fn hvals_fences(c: &mut redis::Connection, lock: &str) -> Vec<u64> {
 #[test]
 fn r63_replica_has_locks_and_reservations_and_a_failover_repeats_nothing() {
     let mut primary = RedisServer::start();
-    let replica = RedisServer::start();
+    let replica = RedisServer::start_persistent(&[]);
     replica.replicate_from(Some(primary.port()));
     support::eventually("replica synced", || replica.replica_synced());
     let provider = labelled(&yaml(&primary, 60_000), "primary");
