@@ -25,6 +25,20 @@ fn signal(child: &Child, which: &str) {
     assert!(status.success(), "kill -{which}");
 }
 
+/// Stops the waiter `child` and lets the server serve what it had sent: a
+/// try on the wire when the signal landed would otherwise be served after
+/// the next step (a release), and take the key (seen on a loaded host).
+/// `kill` returns before the child stops, so this waits for its state to
+/// read stopped; the bytes it wrote are then in the server's socket, and
+/// the server reads every ready socket before it answers a later `PING`.
+fn stop(child: &Child, server: &RedisServer) {
+    signal(child, "STOP");
+    let stat = format!("/proc/{}/stat", child.id());
+    let stopped = || std::fs::read_to_string(&stat).is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')));
+    assert!(within(5000, stopped), "the waiter stops");
+    let _: String = redis::cmd("PING").query(&mut server.client()).unwrap();
+}
+
 fn get(server: &RedisServer, name: &str) -> Option<String> {
     redis::cmd("GET").arg(name).query(&mut server.client()).unwrap_or(None)
 }
@@ -72,7 +86,7 @@ fn redis_a_handed_waiter_with_a_queue_mark_is_one_waiter() {
     let mark = support::marks::zmembers(&server, &queue).remove(0);
     let token = mark.split_once(':').unwrap().1.to_owned();
     // T stalls; the reader leaves and X takes the key before T's next try.
-    signal(&child, "STOP");
+    stop(&child, &server);
     release(reader);
     let x = take(&a, "k", wait(0));
     signal(&child, "CONT");
@@ -80,7 +94,7 @@ fn redis_a_handed_waiter_with_a_queue_mark_is_one_waiter() {
     assert!(within(15_000, || support::marks::zmembers(&server, &waiting).iter().any(|m| m.ends_with(&suffix))), "T waits behind X now");
     let before = inspect(&a, "k");
     // T stalls again; X's release hands it the key.
-    signal(&child, "STOP");
+    stop(&child, &server);
     release(x);
     let handed = get(&server, &lock);
     let queued = support::marks::zmembers(&server, &queue);

@@ -919,6 +919,22 @@ fn r64_mysql_upgrade_under_load_by_four_installers() {
     assert!(errors.len() <= 4, "{errors:?}");
 }
 
+/// Runs `script` through psql as a DBA would (`ON_ERROR_STOP`): whether
+/// it succeeded, and what psql wrote to stderr.
+fn psql(script: &str) -> (bool, String) {
+    let mut child = std::process::Command::new("psql")
+        .arg(postgres::url())
+        .args(["-q", "-v", "ON_ERROR_STOP=1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// `autoCreate: false` on an install of functions 12 serving an older
 /// lease: the refusal's script, run by psql (`ON_ERROR_STOP`) twice, then
 /// an acquire: each run succeeds, the grant shows its own fence and the
@@ -932,19 +948,6 @@ fn r64_pg_the_dba_script_twice_with_an_older_lease() {
     let refusing = schema.open("        autoCreate: false\n");
     let refused = block_on(postgres::backend(&refusing).acquire("k", wait(0))).unwrap_err();
     let script = refused.fix().split_once('\n').expect("the fix carries the SQL").1.to_owned();
-    let psql = |script: &str| {
-        let mut child = std::process::Command::new("psql")
-            .arg(postgres::url())
-            .args(["-q", "-v", "ON_ERROR_STOP=1"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
-    };
     for run in 0..2 {
         let (ok, err) = psql(&script);
         assert!(ok, "run {run}: {err}");
@@ -994,19 +997,7 @@ fn r64_pg_the_dba_script_beside_an_installer_waits_for_it() {
     });
     let dba = {
         let script = script.clone();
-        thread::spawn(move || {
-            let mut child = std::process::Command::new("psql")
-                .arg(postgres::url())
-                .args(["-q", "-v", "ON_ERROR_STOP=1"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
-            let out = child.wait_with_output().unwrap();
-            (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
-        })
+        thread::spawn(move || psql(&script))
     };
     thread::sleep(Duration::from_millis(700));
     pg_cancel_sleeper(&marker);

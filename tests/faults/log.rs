@@ -175,12 +175,12 @@ pub fn parse(worker: &str, text: &str) -> WorkerLog {
     log
 }
 
-/// The kind of the lease the worker holds now, when the last complete line
-/// says it holds one.
-pub fn holding(text: &str) -> Option<HoldKind> {
+/// The key and kind of the lease the worker holds now, when the last
+/// complete line says it holds one.
+pub fn holding(text: &str) -> Option<(&str, HoldKind)> {
     let line = text.lines().last()?;
     match line.split(' ').collect::<Vec<_>>().as_slice() {
-        ["A", _, _, _, kind, _, _] => Some(HoldKind::parse(kind)),
+        ["A", key, _, _, kind, _, _] => Some((key, HoldKind::parse(kind))),
         _ => None,
     }
 }

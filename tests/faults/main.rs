@@ -84,7 +84,7 @@ use log::{mono_us, Hold, HoldKind};
 use proxy::Proxy;
 use redis_server::RedisServer;
 use store::Attempt;
-use topology::{Failover, Lock, MyLock, PgLock};
+use topology::{Failover, Lock, MyLock, PgLock, WAIT_TIMEOUT_MS};
 use worker::WorkerArgs;
 
 const LEASE_MS: u32 = 1000;
@@ -461,16 +461,17 @@ impl Run {
 
     /// A live worker inside its section right now, if one shows up soon.
     fn find_holder(&self) -> Option<usize> {
-        self.find_holder_of(|_| true)
+        self.find_holder_of(|_, _| true)
     }
 
-    /// A live worker inside a section of a kind `wanted` takes, if one shows
-    /// up soon.
-    fn find_holder_of(&self, wanted: impl Fn(HoldKind) -> bool) -> Option<usize> {
+    /// A live worker inside a section of a key and kind `wanted` takes, if
+    /// one shows up soon.
+    fn find_holder_of(&self, wanted: impl Fn(&str, HoldKind) -> bool) -> Option<usize> {
         let until = Instant::now() + Duration::from_millis(500);
         while Instant::now() < until {
             let found = self.workers.iter().position(|w| {
-                w.killed_at.is_none() && log::holding(&std::fs::read_to_string(&w.log).unwrap_or_default()).is_some_and(&wanted)
+                w.killed_at.is_none()
+                    && log::holding(&std::fs::read_to_string(&w.log).unwrap_or_default()).is_some_and(|(key, kind)| wanted(key, kind))
             });
             if found.is_some() {
                 return found;
@@ -489,7 +490,7 @@ impl Run {
             return self.find_holder();
         }
         let turn = self.faults.len() % 3;
-        let wanted = move |kind: HoldKind| match kind {
+        let wanted = move |_: &str, kind: HoldKind| match kind {
             HoldKind::Reader => turn == 0,
             HoldKind::Counted { .. } => turn == 1,
             HoldKind::Writer => turn == 2,
@@ -523,6 +524,7 @@ impl Run {
     /// Injects the scenario's fault until the run is nearly over.
     fn inject(&mut self, fault: Fault) {
         let lease = Duration::from_millis(LEASE_MS.into());
+        let mut killed_keys = BTreeMap::<String, Instant>::new();
         while self.started.elapsed() + Duration::from_millis(400) < self.run {
             match fault {
                 Fault::None | Fault::Latency => sleep(Duration::from_millis(100)),
@@ -537,7 +539,19 @@ impl Run {
                 }
                 Fault::Kill => {
                     sleep(Duration::from_millis(300));
-                    if let Some(worker) = self.find_holder() {
+                    // A killed holder keeps its key for its whole lease (but
+                    // on file), so kills of one key in a row add up: three
+                    // (CI, 2026-12-07) kept a waiter queued for its whole
+                    // `waitTimeoutMs`. One kill per key per wait keeps every
+                    // wait within the one lease the scenario promises.
+                    let now = Instant::now();
+                    let fresh =
+                        |key: &str| killed_keys.get(key).is_none_or(|at| now.duration_since(*at) > Duration::from_millis(WAIT_TIMEOUT_MS));
+                    if let Some(worker) = self.find_holder_of(|key, _| fresh(key)) {
+                        let log = std::fs::read_to_string(&self.workers[worker].log).unwrap_or_default();
+                        if let Some((key, _)) = log::holding(&log) {
+                            killed_keys.insert(key.to_owned(), now);
+                        }
                         // The holder's section ends when the signal is sent:
                         // it runs nothing after, and its locks go when it
                         // dies (the file driver's at once, by the kernel). A

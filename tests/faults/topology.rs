@@ -61,6 +61,9 @@ pub const REPROBE_COOLDOWN_MS: u64 = 500;
 const POLICY_WAIT_MS: u32 = 100;
 /// Every worker connection's `commandTimeoutMs`.
 const COMMAND_TIMEOUT_MS: u64 = 800;
+/// The workers' `waitTimeoutMs` (but the policy's): three of the suite's
+/// 1 s leases, so a wait outlasts a holder killed or stopped in its section.
+pub const WAIT_TIMEOUT_MS: u64 = 3000;
 
 /// The postgres scenarios' lock: the driver's tables in `schema` of the
 /// machine's PostgreSQL, or of a private server the scenario crashes
@@ -367,7 +370,7 @@ impl Lock {
     /// The workers' options (see `worker::yaml`); `proxy` (a port) stands
     /// in front of the single server.
     pub fn worker_yaml(&self, proxy: Option<u16>, namespace: &str, lease_ms: u32) -> String {
-        let common = format!("namespace: {namespace}, waitTimeoutMs: 3000, pollIntervalMs: 20");
+        let common = format!("namespace: {namespace}, waitTimeoutMs: {WAIT_TIMEOUT_MS}, pollIntervalMs: 20");
         let connection = |driver: &str, endpoint: String| {
             format!("  dokebi-{driver}:\n    connections:\n      main:\n        connectTimeoutMs: 500\n        commandTimeoutMs: {COMMAND_TIMEOUT_MS}\n        {endpoint}\n")
         };
