@@ -775,7 +775,7 @@ dokebi_lock_status dokebi_lock_acquire_ex_cancellable(const struct dokebi_lock_b
  * the same backend (its keys, waiters and connections), its leases named
  * `holder` by `inspect` and by another acquire's `WAIT_TIMEOUT` or
  * `LOCK_BUSY` details (a job, a request, a tenant; never a secret: anyone
- * who reads the store reads it). The file driver keeps no holders. Freed
+ * who reads the store reads it). Freed
  * with `dokebi_lock_backend_free`, independently of `backend`.
  *
  * Errors: `INVALID_ARGUMENT` for a NULL or non-UTF-8 `holder` or one the
@@ -987,8 +987,8 @@ void dokebi_lock_forced_release_free(struct dokebi_lock_forced_release *forced);
  * process's holders (local: this backend's). A read: it takes, extends
  * and changes nothing; it blocks the calling thread for at most the
  * store's `commandTimeoutMs`. `INVALID_KEY`, `CLOSED`, `PROVIDER_FAILED`;
- * `INVALID_ARGUMENT` on the file driver, which cannot list holders (the
- * kernel keeps its locks), and on the driver's own thread.
+ * `INVALID_ARGUMENT` on the driver's own thread. The file driver reads the
+ * records its holders write (see docs/file.md).
  *
  * # Safety
  * `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -1089,7 +1089,7 @@ uint32_t dokebi_lock_inspection_holder_units(const struct dokebi_lock_inspection
 
 /**
  * Milliseconds until listed holder `index`'s lease expires unless renewed;
- * -1 on the local driver (its leases do not expire) and past the list.
+ * -1 on the local and file drivers (their leases do not expire) and past the list.
  *
  * # Safety
  * `inspection` is NULL or a live inspection handle.

@@ -147,7 +147,7 @@ export interface AcquireOptions extends KindOptions {
    * secret: anyone who reads the store reads it). Default: the provider's
    * `holder` option. Checked as that option (INVALID_ARGUMENT): not empty,
    * no control or invisible formatting characters, at most 40 bytes as
-   * stored. The file driver keeps no holders.
+   * stored.
    */
   readonly holder?: string;
 }
@@ -471,8 +471,8 @@ export interface LockBackend {
    * its rule allows and answers from the first where the key is held, else
    * with a member's failure, else from the first where acquires wait.
    * Rejects with INVALID_KEY, CLOSED, PROVIDER_FAILED; INVALID_ARGUMENT on
-   * the file driver (the kernel keeps its locks, not a list of holders) and
-   * on an app driver's backend that gives no inspect of its own.
+   * an app driver's backend that gives no inspect of its own. The file
+   * driver reads the records its holders write (docs/file.md).
    */
   inspect(key: string): Promise<Inspection>;
   /**

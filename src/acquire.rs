@@ -52,8 +52,7 @@ pub struct AcquireOptions {
     /// Who holds this lease, as `inspect` and a `WAIT_TIMEOUT` or
     /// `LOCK_BUSY` of another acquire name it (a job, a request, a tenant:
     /// never anything secret, since anyone who can read the store reads
-    /// it). `None` takes the provider's `holder`. The file driver keeps no
-    /// holders, so its leases show no label.
+    /// it). `None` takes the provider's `holder`.
     pub holder: Option<HolderLabel>,
 }
 

@@ -73,7 +73,7 @@ impl HolderLabel {
     }
 
     /// As a token carries it.
-    #[cfg_attr(not(any(feature = "redis", feature = "postgres", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "file")), allow(dead_code))]
     pub(crate) fn encoded(&self) -> &str {
         &self.encoded
     }
@@ -107,7 +107,7 @@ fn encode(label: &str) -> String {
 /// control or format character: a token in a store can be written by
 /// anyone who can write there, and a label is printed to operators'
 /// terminals).
-#[cfg_attr(not(any(feature = "redis", feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "file")), allow(dead_code))]
 pub(crate) fn decode(encoded: &str) -> Option<String> {
     let bytes = encoded.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -145,7 +145,7 @@ impl Provider {
                     Backend::Mysql(driver.backend(&name, settings, &holder))
                 }
                 #[cfg(feature = "file")]
-                BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone())?),
+                BackendOptions::File(settings) => Backend::File(FileBackend::open(&name, settings, telemetry.clone(), holder.clone())?),
                 BackendOptions::Policy(settings) => Backend::Policy(open_policy(&name, &settings, &places, &backends, &logger, &telemetry)),
                 BackendOptions::App { driver, .. } => {
                     return Err(LockError::new(ErrorCode::UnknownDriver, format!("backend {name}: no driver named {driver}"))
@@ -370,8 +370,10 @@ impl Backend {
     ///
     /// `INVALID_KEY` for a key an acquire would refuse, `CLOSED` once the
     /// backend closed, `PROVIDER_FAILED` when the store cannot answer. The
-    /// file driver cannot list holders (the kernel keeps its locks):
-    /// `INVALID_ARGUMENT` there.
+    /// file driver reads the records its holders write (see
+    /// `file::holders`): no remaining lease there (none expires), and a
+    /// writer told from a free key by trying the lock file shared for a
+    /// moment.
     pub async fn inspect(&self, key: &str) -> Result<Inspection> {
         match self {
             Backend::Local(local) => local.inspect(key),
@@ -382,10 +384,7 @@ impl Backend {
             #[cfg(feature = "mysql")]
             Backend::Mysql(mysql) => mysql.inspect(key).await,
             #[cfg(feature = "file")]
-            Backend::File(_) => Err(LockError::new(
-                ErrorCode::InvalidArgument,
-                "inspect: the file driver cannot list a key's holders (the kernel keeps its locks, not a record of them)",
-            )),
+            Backend::File(file) => file.inspect(key),
             Backend::Policy(policy) => Box::pin(policy.inspect(key)).await,
         }
     }

@@ -144,10 +144,14 @@ fn a_policy_answers_from_the_member_that_holds_the_key() {
     assert_eq!((held.backend.as_str(), held.held, held.holders[0].fence), ("far", 1, Some(lease.fence())));
 }
 
+/// The file driver as every driver: a key it would refuse is
+/// `INVALID_KEY`, a closed backend `CLOSED` (its holders:
+/// tests/file_holders.rs).
 #[test]
-fn the_file_driver_says_it_cannot_list_holders() {
+fn the_file_driver_refuses_a_bad_key_and_a_closed_backend() {
     let dir = file::fresh_directory("inspect");
-    let (_provider, backend) = file::open(&dir, "");
-    let err = block_on(backend.inspect("k")).unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument, "{err}");
+    let (provider, backend) = file::open(&dir, "");
+    assert_eq!(block_on(backend.inspect("")).unwrap_err().code(), ErrorCode::InvalidKey);
+    block_on(provider.close());
+    assert_eq!(block_on(backend.inspect("k")).unwrap_err().code(), ErrorCode::Closed);
 }

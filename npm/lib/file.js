@@ -173,7 +173,7 @@ class FileBackend {
     return withLock(this, key, fn, options, this.#keepAlive);
   }
 
-  /** The core refuses it: the kernel keeps the file driver's locks, not a record of their holders. */
+  /** What the directory holds of `key`, by the records its holders write (see docs/file.md). */
   async inspect(key) {
     if (typeof key !== 'string') throw notAStringKey();
     if (this.#state.closed) throw fromInfo(native.closedError());

@@ -1,10 +1,13 @@
 // backend.inspect(key) through the JS API: what one provider holds and
 // waits for, read by another (two providers stand for two processes), on
-// every driver that can answer, against a private redis-server, the
-// machine's PostgreSQL and MariaDB; a policy answers from the member that
-// holds (the file driver's and an app driver's refusal: force-release.test.js).
+// every driver, against a private redis-server, the machine's PostgreSQL
+// and MariaDB, a directory of lock files; a policy answers from the member
+// that holds (an app driver's refusal: force-release.test.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { openLock } from '../index.js';
 import { rejectsWith } from './helpers.js';
 import { useRedis } from './redis-server.js';
@@ -151,6 +154,18 @@ test('mysql: inspect reads what another provider holds and waits for', async () 
   const [a, b] = await webAndWorker(config);
   await agreesWithTheLeases(a.backend('my'), b.backend('my'), 'my', { expires: true });
   await Promise.all([a.close(), b.close()]);
+});
+
+test('file: inspect reads what another provider holds and waits for, by its records', async (t) => {
+  const directory = mkdtempSync(join(tmpdir(), 'dokebi-inspect-'));
+  t.after(() => rmSync(directory, { recursive: true, force: true }));
+  const config = { 'dokebi-lock': { backends: { f: { driver: 'file', directory: join(directory, 'locks') } } } };
+  const [a, b] = await webAndWorker(config);
+  await agreesWithTheLeases(a.backend('f'), b.backend('f'), 'f', { expires: false });
+  const closing = b.backend('f');
+  await b.close();
+  await rejectsWith(closing.inspect('k'), 'CLOSED');
+  await a.close();
 });
 
 test('a policy answers from the member that holds the key', async () => {

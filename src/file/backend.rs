@@ -14,6 +14,8 @@ use super::lease::FileLease;
 use crate::abort::{AbortController, AbortSignal};
 use crate::acquire::AcquireOptions;
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
+use crate::inspect::Inspection;
 use crate::local::engine::CancelReason;
 use crate::options::FileOptions;
 use crate::status::LeaseCounts;
@@ -54,11 +56,12 @@ pub struct FileBackend {
 impl FileBackend {
     /// Opens backend `name`: creates and checks its directory (see
     /// `LockDirectory::open`); `INVALID_OPTIONS` for a directory it
-    /// refuses.
-    pub fn open(name: &str, options: FileOptions, telemetry: Option<Telemetry>) -> Result<FileBackend> {
+    /// refuses. Its leases are labelled `holder` unless their acquire gives
+    /// a label of its own.
+    pub fn open(name: &str, options: FileOptions, telemetry: Option<Telemetry>, holder: HolderLabel) -> Result<FileBackend> {
         let directory = LockDirectory::open(name, &options.directory)?;
         let reporter = Reporter::new(telemetry, name, "file", options.thresholds);
-        Ok(FileBackend { core: FileCore::new(name, options, directory, reporter), closing: AbortController::new() })
+        Ok(FileBackend { core: FileCore::new(name, options, directory, reporter, holder), closing: AbortController::new() })
     }
 
     /// The options the backend was opened with.
@@ -108,6 +111,7 @@ impl FileBackend {
                 FileLease::adopt(core.clone(), keys, fences, grant, hold)
             }
             Err(error) => {
+                let error = core.told_holders(error, keys);
                 if error.code() == ErrorCode::WaitTimeout {
                     core.timed_out.fetch_add(1, Ordering::Relaxed);
                 }
@@ -137,7 +141,8 @@ impl FileBackend {
             return Err(LockError::aborted());
         }
         let timeout = options.wait_timeout.unwrap_or(Duration::from_millis(core.options.wait_timeout_ms.into()));
-        let (ticket, mut outcome) = match core.admit(keys, kind, !timeout.is_zero())? {
+        let label = options.holder.clone().unwrap_or_else(|| core.holder.clone());
+        let (ticket, mut outcome) = match core.admit(keys, kind, label, !timeout.is_zero())? {
             Admitted::Granted(grant) => return Ok(grant),
             Admitted::Queued { ticket, outcome } => (ticket, outcome),
         };
@@ -169,6 +174,11 @@ impl FileBackend {
         .await;
         queued.settled = true;
         result
+    }
+
+    /// What the directory holds of `key` now: see `Backend::inspect`.
+    pub fn inspect(&self, key: &str) -> Result<Inspection> {
+        self.core.inspect(key)
     }
 
     /// Counts for `status()`.

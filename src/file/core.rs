@@ -48,6 +48,7 @@ use super::take::{self, Held, Took};
 use super::watch::{safety_net, Watch};
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
 use crate::local::engine::{Acquired, CancelReason, LeaseId, LocalEngine, WaiterId};
 use crate::options::{FileOptions, LocalOptions};
 use crate::telemetry::Reporter;
@@ -68,6 +69,8 @@ pub(crate) struct FileCore {
     pub options: FileOptions,
     pub directory: LockDirectory,
     pub reporter: Reporter,
+    /// The provider's holder label, for acquires that give none.
+    pub holder: HolderLabel,
     watch: Arc<Watch>,
     state: Mutex<State>,
     pub acquired: AtomicU64,
@@ -104,6 +107,8 @@ struct State {
 struct Request {
     ticket: u64,
     kind: LockKind,
+    /// Whom its lock files' records name (see [`super::holders`]).
+    label: HolderLabel,
     names: Box<[LockName]>,
     outcome: oneshot::Sender<Result<Grant>>,
 }
@@ -157,7 +162,7 @@ impl Grant {
         let directory = &self.core.directory;
         directory.still_named()
             && self.keys.iter().all(|(name, held, _)| match held {
-                Some(Held::File(file, _)) => directory.names(name, file),
+                Some(Held::Exclusive(file) | Held::Shared(file, _)) => directory.names(name, file),
                 Some(Held::Units(units)) => units.iter().all(|(unit, file)| directory.unit_names(name, *unit, file)),
                 None => false,
             })
@@ -198,7 +203,7 @@ pub(crate) enum Admitted {
 }
 
 impl FileCore {
-    pub fn new(name: &str, options: FileOptions, directory: LockDirectory, reporter: Reporter) -> Arc<FileCore> {
+    pub fn new(name: &str, options: FileOptions, directory: LockDirectory, reporter: Reporter, holder: HolderLabel) -> Arc<FileCore> {
         let limits = LocalOptions {
             max_keys: options.max_keys,
             max_waiters: options.max_waiters,
@@ -221,6 +226,7 @@ impl FileCore {
             options,
             directory,
             reporter,
+            holder,
             watch: Watch::shared(),
             state: Mutex::new(state),
             acquired: AtomicU64::new(0),
@@ -262,14 +268,14 @@ impl FileCore {
     /// process lets it: granted, queued (when it may wait), or `LOCK_BUSY`,
     /// `QUEUE_FULL`, `KEY_LIMIT`, `INVALID_ARGUMENT` (another limit),
     /// `CLOSED`, or a lock file's failure.
-    pub fn admit(&self, keys: &[&str], kind: LockKind, may_wait: bool) -> Result<Admitted> {
+    pub fn admit(&self, keys: &[&str], kind: LockKind, label: HolderLabel, may_wait: bool) -> Result<Admitted> {
         self.forked()?;
         let mut state = self.state();
         let ticket = state.next_ticket;
         state.next_ticket += 1;
         let (sender, mut outcome) = oneshot::channel();
         let names = keys.iter().map(|key| LockName::new(&self.options.namespace, key)).collect();
-        let mut request = Some(Request { ticket, kind, names, outcome: sender });
+        let mut request = Some(Request { ticket, kind, label, names, outcome: sender });
         let make_waiter = |_| request.take().expect("the engine makes one waiter");
         let acquired = match keys {
             [key] => state.engine.acquire_one(key, kind, None, may_wait, make_waiter),
@@ -491,7 +497,7 @@ impl FileCore {
             // A newcomer (or any reader) gives way to a waiter of another
             // process marked on the key.
             let reader_yields = kind.mode == LockMode::Shared && pending.gave_way < READER_GIVES_WAY;
-            match take::take(&self.directory, name, kind, file, self.marker, first || reader_yields) {
+            match take::take(&self.directory, name, kind, file, self.marker, first || reader_yields, &pending.request.label) {
                 Ok(Took::Held(held, fence)) => taken[index] = Some((held, fence)),
                 Ok(Took::GiveWay(file)) => {
                     undo(taken, idle);
@@ -537,7 +543,7 @@ impl FileCore {
         }
         for (name, held, fence) in grant.keys.drain(..) {
             match held {
-                Some(Held::File(file, LockMode::Exclusive)) if !state.engine.is_closed() => {
+                Some(Held::Exclusive(file)) if !state.engine.is_closed() => {
                     state.idle.keep(&self.directory, name, file, fence, self.marker)
                 }
                 Some(held) => state.idle.tidy_later(take::release(&self.directory, &name, held, fence, self.marker)),
@@ -626,6 +632,19 @@ impl FileCore {
 
     pub fn is_closed(&self) -> bool {
         self.forked().is_err() || self.state().engine.is_closed()
+    }
+
+    /// This backend's identity in the marks it writes.
+    pub fn marker(&self) -> Marker {
+        self.marker
+    }
+
+    /// This backend's acquires waiting for `key` (of file `name`): queued
+    /// behind this process's holders, or trying the kernel lock.
+    pub fn waiting_for(&self, key: &str, name: &LockName) -> u32 {
+        let state = self.state();
+        let trying = state.pending.iter().filter(|pending| pending.request.names.contains(name)).count();
+        state.engine.inspect(key).waiting + trying as u32
     }
 
     /// Leases held (all, shared) and acquires waiting now.

@@ -105,7 +105,7 @@ mod tests {
     use crate::acquire::LockKind;
     use crate::file::fence;
     use crate::file::name::LockName;
-    use crate::file::take::tests::{fresh_directory, ME};
+    use crate::file::take::tests::{fresh_directory, label, ME};
     use crate::file::take::{self, Took};
 
     /// The directory's floor file, opened apart from the backend's (as
@@ -117,7 +117,7 @@ mod tests {
     /// Takes and releases `name` in `kind` once: the grant's fence, or
     /// `None` when the take stalled.
     fn take_and_release(directory: &LockDirectory, name: &LockName, kind: LockKind) -> Option<u64> {
-        match take::take(directory, name, kind, directory.open_file(name).unwrap(), ME, false).unwrap() {
+        match take::take(directory, name, kind, directory.open_file(name).unwrap(), ME, false, &label()).unwrap() {
             Took::Held(held, fence) => {
                 take::release(directory, name, held, fence, ME);
                 Some(fence)

@@ -24,7 +24,6 @@ use super::directory::LockDirectory;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::take::{self, Held, Untidy};
-use crate::acquire::LockMode;
 
 /// How long a free key's lock file is kept for reuse.
 pub(crate) const KEEP_FOR: Duration = Duration::from_millis(500);
@@ -64,7 +63,7 @@ impl IdleFiles {
     /// it and there is room; else releases it as [`take::release`] does.
     pub fn keep(&mut self, directory: &LockDirectory, name: LockName, file: LockFile, fence: u64, me: Marker) {
         if self.files.len() >= MOST_KEPT || self.files.contains_key(&name) {
-            self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
+            self.tidy_later(take::release(directory, &name, Held::Exclusive(file), fence, me));
             return;
         }
         // Unlock, then look for a mark (see the module's documentation).
@@ -130,7 +129,7 @@ impl IdleFiles {
             // its file: its limit record guards the units.
             if file.try_lock().unwrap_or(false) && file.limit().is_ok_and(|limit| limit <= 1) {
                 let fence = file.fence().unwrap_or(u64::MAX);
-                self.tidy_later(take::release(directory, &name, Held::File(file, LockMode::Exclusive), fence, me));
+                self.tidy_later(take::release(directory, &name, Held::Exclusive(file), fence, me));
             }
         }
     }

@@ -194,13 +194,7 @@ impl LockFile {
     /// view of the file).
     pub fn header(&self) -> io::Result<Header> {
         let mut bytes = [0u8; LIMIT_AT as usize + fence::RECORD_LEN];
-        let mut read = 0;
-        while read < bytes.len() {
-            match sys::read_at(&self.file, &mut bytes[read..], read as u64)? {
-                0 => break,
-                n => read += n,
-            }
-        }
+        let read = self.read_at(&mut bytes, 0)?;
         let record = |at: u64| {
             let at = at as usize;
             if read >= at + fence::RECORD_LEN {
@@ -248,14 +242,25 @@ impl LockFile {
 
     fn read_record(&self, at: u64) -> io::Result<u64> {
         let mut record = [0u8; fence::RECORD_LEN];
+        let read = self.read_at(&mut record, at)?;
+        Ok(fence::decode(&record[..read]))
+    }
+
+    /// Reads `bytes` from `at`, as many as the file has there: how many.
+    pub fn read_at(&self, bytes: &mut [u8], at: u64) -> io::Result<usize> {
         let mut read = 0;
-        while read < record.len() {
-            match sys::read_at(&self.file, &mut record[read..], at + read as u64)? {
+        while read < bytes.len() {
+            match sys::read_at(&self.file, &mut bytes[read..], at + read as u64)? {
                 0 => break,
                 n => read += n,
             }
         }
-        Ok(fence::decode(&record[..read]))
+        Ok(read)
+    }
+
+    /// Writes `bytes` at `at` (a holder's record: see [`super::holders`]).
+    pub fn write_at(&self, bytes: &[u8], at: u64) -> io::Result<()> {
+        sys::write_all_at(&self.file, bytes, at)
     }
 }
 

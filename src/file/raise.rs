@@ -20,32 +20,46 @@
 //! never lock two different raise files at once; its name is therefore not
 //! checked after locking.
 //!
+//! The raise lock also keeps the reader slots of the lock file (see
+//! [`holders`]): a reader chooses its slot and writes it under the lock,
+//! so two readers never choose one slot.
+//!
 //! Writers and takers of units hold the lock file exclusive when they
 //! write the counter: no raise runs then, and they take no raise lock.
 
 use super::directory::LockDirectory;
 use super::floor;
+use super::holders;
 use super::lock_file::LockFile;
 use super::name::LockName;
 use crate::acquire::LockMode;
 use crate::error::Result;
+use crate::holder::HolderLabel;
 
 /// Raises the counter of `file`, the lock file of `name` that this reader
-/// holds shared, under the key's raise lock, and answers the fence of the
-/// grant: `None` when another reader's raise held the lock for
-/// [`super::lock_file::BRIEF_HOLD`], or a raise of the directory's floor
-/// held the floor that long when the counter is 0 (see [`floor::advance`]):
-/// the caller releases the key and tries again later.
-pub(crate) fn raise(directory: &LockDirectory, name: &LockName, file: &LockFile) -> Result<Option<u64>> {
+/// holds shared, under the key's raise lock, and records the reader
+/// (labelled `label`) in a reader slot under the same lock: the fence of
+/// the grant and the slot (none when every slot was taken; see
+/// [`holders::record_reader`]). `None` when another reader's raise held
+/// the lock for [`super::lock_file::BRIEF_HOLD`], or a raise of the
+/// directory's floor held the floor that long when the counter is 0 (see
+/// [`floor::advance`]): the caller releases the key and tries again later.
+pub(crate) fn raise(
+    directory: &LockDirectory,
+    name: &LockName,
+    file: &LockFile,
+    label: &HolderLabel,
+) -> Result<Option<(u64, Option<usize>)>> {
     let io = |err: std::io::Error| directory.failure(err.into());
     let raise_file = directory.open_raise_file(name)?;
     if !raise_file.try_lock_briefly(LockMode::Exclusive).map_err(io)? {
         return Ok(None);
     }
-    let fence = floor::advance(directory, file, file.fence().map_err(io)?)?;
+    let raised =
+        floor::advance(directory, file, file.fence().map_err(io)?)?.map(|fence| (fence, holders::record_reader(file, fence, label)));
     // Dropping the raise file unlocks it, then closes it.
     drop(raise_file);
-    Ok(fence)
+    Ok(raised)
 }
 
 #[cfg(test)]
@@ -63,13 +77,14 @@ mod tests {
         let name = LockName::new("ns", "k");
         let reader = directory.open_file(&name).unwrap();
         assert!(reader.try_lock_in(LockMode::Shared).unwrap());
-        let first = raise(&directory, &name, &reader).unwrap().expect("no other raise");
+        let label = HolderLabel::new("r").unwrap();
+        let (first, _) = raise(&directory, &name, &reader, &label).unwrap().expect("no other raise");
         let other = directory.open_raise_file(&name).unwrap();
         assert!(other.try_lock().unwrap());
-        assert_eq!(raise(&directory, &name, &reader).unwrap(), None, "given up while another raise holds the lock");
+        assert_eq!(raise(&directory, &name, &reader, &label).unwrap(), None, "given up while another raise holds the lock");
         assert_eq!(reader.fence().unwrap(), first, "the counter is untouched");
         drop(other);
-        let second = raise(&directory, &name, &reader).unwrap().expect("the lock was let go");
+        let (second, _) = raise(&directory, &name, &reader, &label).unwrap().expect("the lock was let go");
         assert!(second > first);
     }
 }

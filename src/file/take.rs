@@ -14,6 +14,10 @@
 //!   held is refused (`INVALID_ARGUMENT`), as is an exclusive or shared
 //!   taker (limit 1) of a key whose units are held.
 //!
+//! Each grant records its holder (see [`holders`]): a writer in the lock
+//! file's writer slot, a reader in a reader slot (under the raise lock), a
+//! taker of units in each unit file.
+//!
 //! Every lock is tried without blocking. After locking a file, the taker
 //! checks that its path still names it: a file removed by its last holder
 //! (see [`release`]) is locked by nobody who checks, so a waiter holding the
@@ -21,11 +25,13 @@
 
 use super::directory::LockDirectory;
 use super::floor;
+use super::holders::{self, WRITER_AT};
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::raise;
 use crate::acquire::{LockKind, LockMode};
 use crate::error::{ErrorCode, LockError, Result};
+use crate::holder::HolderLabel;
 
 /// Tries of one take whose lock file was replaced under it before it gives
 /// up with `PROVIDER_FAILED` (a replacement takes a release, so more than a
@@ -34,8 +40,11 @@ const REPLACED_TRIES: u32 = 64;
 
 /// The kernel locks one grant holds on one key.
 pub(crate) enum Held {
-    /// The key's lock file, locked in the lease's mode.
-    File(LockFile, LockMode),
+    /// The key's lock file, locked exclusive.
+    Exclusive(LockFile),
+    /// The key's lock file, locked shared, and the reader slot its record
+    /// went to (none when every slot was taken).
+    Shared(LockFile, Option<usize>),
     /// Unit files of a counted key, each locked exclusive.
     Units(Vec<(u32, LockFile)>),
 }
@@ -69,10 +78,18 @@ pub(crate) enum Took {
 }
 
 /// Tries to take `name` in `kind` through `file`, its lock file opened by
-/// the caller (a waiter keeps it between tries). Backend `me` takes it;
-/// with `give_way`, not when another backend's waiter is marked on it. A
-/// mark of `me`'s own is cleared.
-pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, file: LockFile, me: Marker, give_way: bool) -> Result<Took> {
+/// the caller (a waiter keeps it between tries), for a holder labelled
+/// `label`. Backend `me` takes it; with `give_way`, not when another
+/// backend's waiter is marked on it. A mark of `me`'s own is cleared.
+pub(crate) fn take(
+    directory: &LockDirectory,
+    name: &LockName,
+    kind: LockKind,
+    file: LockFile,
+    me: Marker,
+    give_way: bool,
+    label: &HolderLabel,
+) -> Result<Took> {
     let lock_mode = if kind.limit > 1 { LockMode::Exclusive } else { kind.mode };
     let file = match lock_named(directory, name, lock_mode, file)? {
         Ok(file) => file,
@@ -90,15 +107,24 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
     }
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
     if kind.limit == 1 {
-        let fence = match kind.mode {
-            LockMode::Exclusive => floor::advance(directory, &file, header.fence)?,
-            LockMode::Shared => raise::raise(directory, name, &file)?,
+        let taken = match kind.mode {
+            LockMode::Exclusive => floor::advance(directory, &file, header.fence)?.map(|fence| (fence, None)),
+            LockMode::Shared => raise::raise(directory, name, &file, label)?.map(|(fence, slot)| (fence, Some(slot))),
         };
-        let Some(fence) = fence else {
+        let Some((fence, reader_slot)) = taken else {
             file.unlock();
             return Ok(Took::Stalled(file));
         };
-        return Ok(Took::Held(Held::File(file, kind.mode), fence));
+        let held = match reader_slot {
+            Some(slot) => Held::Shared(file, slot),
+            None => {
+                // A record is a hint (see `holders`): one not written costs
+                // the grant nothing.
+                let _ = file.write_at(&holders::encode(fence, label), WRITER_AT);
+                Held::Exclusive(file)
+            }
+        };
+        return Ok(Took::Held(held, fence));
     }
     let mut units = Vec::with_capacity(kind.weight as usize);
     for unit in 0..kind.limit {
@@ -122,6 +148,10 @@ pub(crate) fn take(directory: &LockDirectory, name: &LockName, kind: LockKind, f
         file.unlock();
         return Ok(Took::Stalled(file));
     };
+    let record = holders::encode(fence, label);
+    for (_, unit_file) in &units {
+        let _ = unit_file.write_at(&record, 0);
+    }
     // Closing the lock file unlocks it; its watchers are woken by the
     // close and find the units taken.
     Ok(Took::Held(Held::Units(units), fence))
@@ -205,28 +235,18 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32, look: Lock
 /// back for this one, and one that does opens the path's new file. A key
 /// whose files could not be removed yet comes back as [`Untidy`].
 pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, me: Marker) -> Option<Untidy> {
-    match held {
-        Held::File(file, mode) => {
-            // A shared holder is the last one if it can lock exclusive (a
-            // refusal leaves it holding nothing, which is what it wants).
-            let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
-            if !last || !directory.names(name, &file) {
-                return None;
+    let (file, mode) = match held {
+        Held::Exclusive(file) => (file, LockMode::Exclusive),
+        Held::Shared(file, slot) => {
+            if let Some(slot) = slot {
+                holders::clear_reader_slot(&file, slot, fence);
             }
-            if file.marked_by_other(me) {
-                // Read again once let go, as in `remove_if_free`.
-                file.unlock();
-                return (!file.marked_by_other(me)).then_some(Untidy(*name));
-            }
-            // A reader's own fence may be below the counter: readers granted
-            // after it raised it further.
-            let counter = if mode == LockMode::Exclusive { Ok(fence) } else { file.fence() };
-            if let Ok(counter) = counter {
-                directory.remove(name, counter);
-            }
-            None
+            (file, LockMode::Shared)
         }
         Held::Units(units) => {
+            for (_, unit_file) in &units {
+                let _ = unit_file.write_at(&holders::CLEARED, 0);
+            }
             let mine: Vec<u32> = units.iter().map(|(unit, _)| *unit).collect();
             drop(units);
             // Open (and close) the key's lock file even when not removing:
@@ -236,9 +256,27 @@ pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fe
                 Ok(None) => mine.iter().any(|unit| directory.unit_exists(name, *unit)),
                 _ => false,
             };
-            later.then_some(Untidy(*name))
+            return later.then_some(Untidy(*name));
         }
+    };
+    // A shared holder is the last one if it can lock exclusive (a refusal
+    // leaves it holding nothing, which is what it wants).
+    let last = mode == LockMode::Exclusive || file.try_lock().unwrap_or(false);
+    if !last || !directory.names(name, &file) {
+        return None;
     }
+    if file.marked_by_other(me) {
+        // Read again once let go, as in `remove_if_free`.
+        file.unlock();
+        return (!file.marked_by_other(me)).then_some(Untidy(*name));
+    }
+    // A reader's own fence may be below the counter: readers granted after
+    // it raised it further.
+    let counter = if mode == LockMode::Exclusive { Ok(fence) } else { file.fence() };
+    if let Ok(counter) = counter {
+        directory.remove(name, counter);
+    }
+    None
 }
 
 /// Removes the files of counted key `name` if none of its
@@ -323,6 +361,11 @@ pub(crate) mod tests {
     /// The backend the tests take keys as.
     pub(crate) const ME: Marker = Marker { pid: 1, backend: 1 };
 
+    /// The holder label of the tests' grants.
+    pub(crate) fn label() -> HolderLabel {
+        HolderLabel::new("test").unwrap()
+    }
+
     /// A fresh lock directory of this test process.
     pub(crate) fn fresh_directory(test: &str) -> LockDirectory {
         let path = std::env::temp_dir().join(format!("dokebi-lock-take-{test}-{}", std::process::id()));
@@ -339,7 +382,7 @@ pub(crate) mod tests {
     /// Takes one unit of `name`, counted to 2, as process 1.
     pub(crate) fn take_a_unit(directory: &LockDirectory, name: &LockName) -> (Held, u64) {
         let kind = LockKind { mode: LockMode::Exclusive, limit: 2, weight: 1 };
-        match take(directory, name, kind, directory.open_file(name).unwrap(), ME, false).unwrap() {
+        match take(directory, name, kind, directory.open_file(name).unwrap(), ME, false, &label()).unwrap() {
             Took::Held(held, fence) => (held, fence),
             _ => panic!("the key was free"),
         }
@@ -404,7 +447,7 @@ pub(crate) mod tests {
         let directory = fresh_directory("million");
         let name = LockName::new("ns", "k");
         let million = LockKind { mode: LockMode::Exclusive, limit: 1_000_000, weight: 2 };
-        let take_million = || match take(&directory, &name, million, directory.open_file(&name).unwrap(), ME, false).unwrap() {
+        let take_million = || match take(&directory, &name, million, directory.open_file(&name).unwrap(), ME, false, &label()).unwrap() {
             Took::Held(held, fence) => (held, fence),
             _ => panic!("the key has room"),
         };
@@ -412,7 +455,8 @@ pub(crate) mod tests {
         assert!(cost <= 10, "a take probed {cost} entries");
         let (second, second_fence) = take_million();
         let other_limit = LockKind { mode: LockMode::Exclusive, limit: 3, weight: 1 };
-        let (refused, cost) = probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false));
+        let (refused, cost) =
+            probes(&directory, || take(&directory, &name, other_limit, directory.open_file(&name).unwrap(), ME, false, &label()));
         assert_eq!(refused.err().map(|err| err.code()), Some(ErrorCode::InvalidArgument));
         assert!(cost <= 20, "checking another limit against the units held probed {cost} entries");
         let (untidy, cost) = probes(&directory, || release(&directory, &name, first, first_fence, ME));
@@ -432,13 +476,14 @@ pub(crate) mod tests {
     /// files to a mark it sees. Raced: one of the two removes them, or the
     /// release comes back untidy, for a later try that does. Answers the
     /// rounds that left them.
-    fn race_a_leaving_waiter(label: &str, kind: LockKind) -> usize {
-        let directory = fresh_directory(label);
+    fn race_a_leaving_waiter(test: &str, kind: LockKind) -> usize {
+        let directory = fresh_directory(test);
         let name = LockName::new("ns", "k");
         let waiter = Marker { pid: std::process::id(), backend: 2 };
         let mut left = 0;
         for _ in 0..3_000 {
-            let Took::Held(held, fence) = take(&directory, &name, kind, directory.open_file(&name).unwrap(), ME, false).unwrap() else {
+            let Took::Held(held, fence) = take(&directory, &name, kind, directory.open_file(&name).unwrap(), ME, false, &label()).unwrap()
+            else {
                 panic!("the key was free")
             };
             let waits_on = directory.open_file(&name).unwrap();

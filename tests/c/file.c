@@ -93,9 +93,20 @@ static void a_killed_holder_process_frees_the_key(void) {
     dokebi_lock_backend *files = get_backend(provider, "files");
     dokebi_lock_lease *lease = NULL;
     CHECK_STATUS(DOKEBI_LOCK_LOCK_BUSY, dokebi_lock_try_acquire(files, KEY("held-by-child"), &lease, ERR));
-    /* The kernel keeps the file driver's locks, not a list of their holders. */
+    /* The child's record names it: the provider's label, `<host>:<pid>`. */
     dokebi_lock_inspection *found = NULL;
-    CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_inspect(files, KEY("held-by-child"), &found, ERR));
+    CHECK_STATUS(DOKEBI_LOCK_OK, dokebi_lock_backend_inspect(files, KEY("held-by-child"), &found, ERR));
+    CHECK(dokebi_lock_inspection_held(found) == 1 && dokebi_lock_inspection_mode(found) == DOKEBI_LOCK_MODE_EXCLUSIVE);
+    char pid_suffix[32];
+    snprintf(pid_suffix, sizeof pid_suffix, ":%d", (int)child);
+    const char *label = dokebi_lock_inspection_holder_label(found, 0);
+    CHECK(label != NULL && strlen(label) > strlen(pid_suffix));
+    CHECK(strcmp(label + strlen(label) - strlen(pid_suffix), pid_suffix) == 0);
+    CHECK(dokebi_lock_inspection_holder_remaining_ms(found, 0) == -1);
+    CHECK(dokebi_lock_inspection_holder_held_ms(found, 0) >= 0);
+    uint64_t child_fence = 0;
+    CHECK(dokebi_lock_inspection_holder_fence(found, 0, &child_fence) && child_fence > 0);
+    dokebi_lock_inspection_free(found);
     /* Nor can it take a lock the kernel holds for another process. */
     dokebi_lock_forced_release *forced = NULL;
     CHECK_STATUS(DOKEBI_LOCK_INVALID_ARGUMENT, dokebi_lock_backend_force_release(files, KEY("held-by-child"), &forced, ERR));
@@ -103,6 +114,7 @@ static void a_killed_holder_process_frees_the_key(void) {
     CHECK(kill(child, SIGKILL) == 0);
     lease = must_acquire(files, "held-by-child", 10000);
     CHECK(now_ms() - killed_ms < 1000.0);
+    CHECK(fence_of(lease) > child_fence);
     CHECK(dokebi_lock_lease_valid(lease));
     int status = 0;
     CHECK(waitpid(child, &status, 0) == child);

@@ -258,7 +258,7 @@ pub unsafe extern "C" fn dokebi_lock_acquire_ex_cancellable(
 /// the same backend (its keys, waiters and connections), its leases named
 /// `holder` by `inspect` and by another acquire's `WAIT_TIMEOUT` or
 /// `LOCK_BUSY` details (a job, a request, a tenant; never a secret: anyone
-/// who reads the store reads it). The file driver keeps no holders. Freed
+/// who reads the store reads it). Freed
 /// with `dokebi_lock_backend_free`, independently of `backend`.
 ///
 /// Errors: `INVALID_ARGUMENT` for a NULL or non-UTF-8 `holder` or one the

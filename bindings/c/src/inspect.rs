@@ -27,8 +27,8 @@ pub struct dokebi_lock_inspection {
 /// process's holders (local: this backend's). A read: it takes, extends
 /// and changes nothing; it blocks the calling thread for at most the
 /// store's `commandTimeoutMs`. `INVALID_KEY`, `CLOSED`, `PROVIDER_FAILED`;
-/// `INVALID_ARGUMENT` on the file driver, which cannot list holders (the
-/// kernel keeps its locks), and on the driver's own thread.
+/// `INVALID_ARGUMENT` on the driver's own thread. The file driver reads the
+/// records its holders write (see docs/file.md).
 ///
 /// # Safety
 /// `backend` is NULL or a live backend handle; `key` is NULL or points to
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn dokebi_lock_inspection_holder_units(inspection: *const 
 }
 
 /// Milliseconds until listed holder `index`'s lease expires unless renewed;
-/// -1 on the local driver (its leases do not expire) and past the list.
+/// -1 on the local and file drivers (their leases do not expire) and past the list.
 ///
 /// # Safety
 /// `inspection` is NULL or a live inspection handle.

@@ -34,7 +34,7 @@ pub fn open(options: &Options, name: &str, telemetry: TelemetryForwarder) -> Opt
             return None;
         }
     };
-    FileBackend::open(name, settings, Some(sink(telemetry)))
+    FileBackend::open(name, settings, Some(sink(telemetry)), options.holder.clone())
         .map(|backend| NativeFileBackend { backend: Finalized::new(backend) })
         .map_err(stash)
         .ok()
@@ -55,8 +55,8 @@ impl NativeFileBackend {
     }
 
     /// Acquires `keys` (one key unless `many`) in the kind asked: the
-    /// promise of a lease handle or an `ErrorInfo`. A `holder` label is
-    /// checked as on every driver; the file driver keeps no holders.
+    /// promise of a lease handle or an `ErrorInfo`; `holder` labels the
+    /// lease (else the provider's `holder`).
     #[napi(ts_return_type = "Promise<object | ErrorInfo>", catch_unwind)]
     #[allow(clippy::too_many_arguments)]
     pub fn acquire(
@@ -85,7 +85,7 @@ impl NativeFileBackend {
         })
     }
 
-    /// What the store holds of `key`: the core's refusal (see
+    /// What the directory holds of `key`, by its holders' records (see
     /// `Backend::inspect`).
     #[napi(ts_return_type = "Promise<InspectionInfo | ErrorInfo>", catch_unwind)]
     pub fn inspect(&self, env: &Env, key: Utf16String) -> napi::Result<Promise> {
