@@ -8,11 +8,15 @@
 // (postgres://postgres@127.0.0.1:5432/test) and $MYSQL_URL
 // (mysql://root@127.0.0.1:3306/test), each build in a namespace, schema or
 // table of its own: what a change to a store's protocol or to the addon
-// costs a pair (give a batch of a few hundred).
-// Usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys|shared|redis|postgres|mysql] [rounds] [batch]
+// costs a pair (give a batch of a few hundred). `file` and `file-shared`
+// are a plain and a shared pair on the file driver, each build in a lock
+// directory of its own under the system's temporary directory.
+// Usage: node ab.mjs <npm dir A> <npm dir B> [pair|section|keys|shared|redis|postgres|mysql|file|file-shared] [rounds] [batch]
 // (each dir a package directory with its addon built, e.g. a copy of npm/ at
 // another commit; A against itself in a copy shows the method's noise).
-import { resolve } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const [dirA, dirB, kind = 'pair', rounds = '150', batch = '20000'] = process.argv.slice(2);
@@ -20,6 +24,9 @@ if (!dirA || !dirB) throw new Error('usage: node ab.mjs <npm dir A> <npm dir B> 
 const noop = () => {};
 const FOUR_KEYS = ['key:0', 'key:1', 'key:2', 'key:3'];
 const SHARED = { mode: 'shared' };
+
+/** The lock directories made for the file driver, removed at the end. */
+const made = [];
 
 /** The backend `b` of `kind`'s driver, for build `side`. */
 function config(kind, side) {
@@ -40,6 +47,10 @@ function config(kind, side) {
         'dokebi-lock': { backends: { b: { driver: 'mysql', connection: 'main', table: place, leaseMs: 10000 } } },
         'dokebi-mysql': { connections: { main: { url: process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test' } } },
       };
+    case 'file':
+    case 'file-shared':
+      made.push(mkdtempSync(join(tmpdir(), `${place}-`)));
+      return { 'dokebi-lock': { backends: { b: { driver: 'file', directory: join(made.at(-1), 'locks') } } } };
     default:
       return { 'dokebi-lock': { backends: { b: {} } } };
   }
@@ -61,6 +72,7 @@ const LOOPS = {
   redis: pair,
   postgres: pair,
   mysql: pair,
+  file: pair,
   section: async (backend, n) => {
     for (let i = 0; i < n; i++) await backend.withLock('k', noop);
   },
@@ -71,6 +83,7 @@ const LOOPS = {
     for (let i = 0; i < n; i++) await (await backend.acquire('k', SHARED)).release();
   },
 };
+LOOPS['file-shared'] = LOOPS.shared;
 const loop = LOOPS[kind];
 if (!loop) throw new Error(`unknown loop ${kind}: pair, section, keys or shared`);
 
@@ -90,4 +103,5 @@ for (let round = 0; round < Number(rounds); round++) {
 ratios.sort((x, y) => x - y);
 const at = (q) => ratios[Math.floor(q * (ratios.length - 1))];
 console.log(`${kind}: B ÷ A time per op, median of ${ratios.length} rounds ${at(0.5).toFixed(3)} (quartiles ${at(0.25).toFixed(3)}–${at(0.75).toFixed(3)})`);
+for (const dir of made) rmSync(dir, { recursive: true, force: true });
 process.exit(0);

@@ -371,9 +371,7 @@ impl Backend {
     /// `INVALID_KEY` for a key an acquire would refuse, `CLOSED` once the
     /// backend closed, `PROVIDER_FAILED` when the store cannot answer. The
     /// file driver reads the records its holders write (see
-    /// `file::holders`): no remaining lease there (none expires), and a
-    /// writer told from a free key by trying the lock file shared for a
-    /// moment.
+    /// `file::holders`): no remaining lease there (none expires).
     pub async fn inspect(&self, key: &str) -> Result<Inspection> {
         match self {
             Backend::Local(local) => local.inspect(key),

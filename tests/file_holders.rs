@@ -106,7 +106,14 @@ fn a_writer_of_another_process_is_named_with_its_fence_and_time() {
     }
     holder.release();
     let free = inspect(&locks);
-    assert_eq!((free.held, free.mode), (0, None), "released, its record left behind reads as no holder: {free:?}");
+    assert_eq!((free.held, free.mode), (0, None), "released: {free:?}");
+    // A release by a process that lives on (its file kept open for reuse)
+    // clears its record too.
+    let mine = block_on(locks.acquire("k", wait(0))).unwrap();
+    assert_eq!(inspect(&locks).held, 1);
+    assert!(block_on(mine.release()).unwrap());
+    let after_mine = inspect(&locks);
+    assert_eq!((after_mine.held, after_mine.fence.is_some()), (0, true), "{after_mine:?}");
     // Killed in its section: the kernel frees the key, and inspect says so.
     let killed = Holder::start(&dir, "writer", "doomed");
     assert_eq!(inspect(&locks).held, 1);

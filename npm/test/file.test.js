@@ -56,10 +56,11 @@ test('a file lease: key, valid, remainingMs Infinity, a decimal fence; release t
   await rejectsWith(backend.acquire('order:42'), 'CLOSED');
 });
 
-test("an acquire's own holder label is checked as on every driver; the file driver keeps no holders", async () => {
+test("an acquire's own holder label is checked as on every driver and names its lease", async () => {
   const { provider, backend } = await openFile(freshDirectory());
   const lease = await backend.acquire('order:42', { holder: 'job-7' });
-  await rejectsWith(backend.acquire('order:42', { holder: 'job-8', waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  const busy = await rejectsWith(backend.acquire('order:42', { holder: 'job-8', waitTimeoutMs: 0 }), 'LOCK_BUSY');
+  assert.deepEqual(busy.details.holders.map((holder) => [holder.label, holder.fence]), [['job-7', lease.fence]]);
   assert.equal(await lease.release(), true);
   await rejectsWith(backend.acquire('order:42', { holder: '' }), 'INVALID_ARGUMENT');
   await rejectsWith(backend.acquire(['a', 'b'], { holder: 'x'.repeat(41) }), 'INVALID_ARGUMENT');

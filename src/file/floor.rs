@@ -39,6 +39,7 @@ use super::lock_file::LockFile;
 use super::name::FLOOR_FILE;
 use crate::acquire::LockMode;
 use crate::error::Result;
+use crate::holder::HolderLabel;
 
 /// A backend's open floor file, opened at its first use.
 #[derive(Default)]
@@ -85,9 +86,11 @@ pub(crate) fn raise(directory: &LockDirectory, counter: u64) -> bool {
 
 /// Writes the fence of a grant through `file`, whose counter the caller
 /// read as `last`, above the floor when `last` is 0, and answers it (see
-/// [`LockFile::advance_fence_from`]): `None` when the floor lock was held
-/// too long (the caller lets the key go and tries again shortly).
-pub(crate) fn advance(directory: &LockDirectory, file: &LockFile, last: u64) -> Result<Option<u64>> {
+/// [`LockFile::advance_fence_from`]; a writer's record first when
+/// `writer` labels it, see [`LockFile::advance_fence_recorded`]): `None`
+/// when the floor lock was held too long (the caller lets the key go and
+/// tries again shortly).
+pub(crate) fn advance(directory: &LockDirectory, file: &LockFile, last: u64, writer: Option<&HolderLabel>) -> Result<Option<u64>> {
     let io = |err: io::Error| directory.failure(err.into());
     let last = match last {
         0 => match directory.floor().locked(directory, LockMode::Shared, LockFile::fence)? {
@@ -96,7 +99,12 @@ pub(crate) fn advance(directory: &LockDirectory, file: &LockFile, last: u64) -> 
         },
         counter => counter,
     };
-    file.advance_fence_from(last).map(Some).map_err(io)
+    match writer {
+        Some(label) => file.advance_fence_recorded(last, label),
+        None => file.advance_fence_from(last),
+    }
+    .map(Some)
+    .map_err(io)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::directory::LockDirectory;
+use super::holders;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::take::{self, Held, Untidy};
@@ -67,6 +68,7 @@ impl IdleFiles {
             return;
         }
         // Unlock, then look for a mark (see the module's documentation).
+        holders::clear_writer(&file, fence);
         file.unlock();
         if file.marked_by_other(me) || !directory.names(&name, &file) {
             return; // closed: the waiter is woken

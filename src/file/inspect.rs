@@ -1,16 +1,7 @@
 //! `inspect` on the file driver, and the holders a refused acquire names:
-//! read from the records the holders wrote (see [`super::holders`]) and
-//! from the kernel lock itself where only it can tell.
-//!
-//! A writer leaves its record when it lets the key go, so whether a record
-//! whose fence is the counter still holds is the kernel lock's to say:
-//! `inspect` tries the lock file shared, for at most
-//! [`super::lock_file::BRIEF_HOLD`] (a removal, a counted take or a
-//! reader's last look holds it exclusive for a moment), on a file of its
-//! own, and lets it go at once. A writer's try that meets that moment is
-//! refused as by another reader (a waiter is woken by the close). A
-//! refused acquire does not look: its own try just found the key held, so
-//! the records alone say by whom.
+//! read from the records the holders wrote (see [`super::holders`]),
+//! never from the kernel lock, which a read must not take (a reader of it
+//! stopped there would keep the key's writers out).
 
 use std::time::Duration;
 
@@ -18,19 +9,9 @@ use super::core::FileCore;
 use super::fence;
 use super::holders::{self, Record, Slots, SLOT_LEN};
 use super::name::LockName;
-use super::sys;
 use crate::acquire::LockMode;
 use crate::error::{LockError, Result};
 use crate::inspect::{busy_details, tells_holders, Holding, Inspection, SHOWN_HOLDERS};
-
-/// Whether a read may try the key's lock to tell a writer from none.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Look {
-    /// `inspect`: try the lock.
-    TryLock,
-    /// A refused acquire: records only.
-    RecordsOnly,
-}
 
 impl FileCore {
     /// What the directory holds of `key` now (see `Backend::inspect`):
@@ -42,7 +23,7 @@ impl FileCore {
         if self.is_closed() {
             return Err(LockError::closed());
         }
-        self.read(key, Look::TryLock)
+        self.read(key)
     }
 
     /// `err` as an acquire of `keys` ends with it: a `WAIT_TIMEOUT` or
@@ -52,14 +33,14 @@ impl FileCore {
         if !tells_holders(err.code()) {
             return err;
         }
-        let found: Vec<Inspection> = keys.iter().map(|key| self.read(key, Look::RecordsOnly).unwrap_or_default()).collect();
+        let found: Vec<Inspection> = keys.iter().map(|key| self.read(key).unwrap_or_default()).collect();
         match busy_details(&found, keys.len() > 1) {
             Some(details) => err.with_details(details),
             None => err,
         }
     }
 
-    fn read(&self, key: &str, look: Look) -> Result<Inspection> {
+    fn read(&self, key: &str) -> Result<Inspection> {
         let name = LockName::new(&self.options.namespace, key);
         let waiting = self.waiting_for(key, &name);
         let mut found = Inspection { backend: self.reporter.backend().to_owned(), limit: 1, waiting, ..Inspection::default() };
@@ -73,20 +54,9 @@ impl FileCore {
             self.unit_holders(&name)?
         } else {
             let slots = Slots::read(&file);
-            let writer = slots.writer.as_ref().filter(|writer| writer.fence == header.fence);
-            let exclusive = match look {
-                Look::TryLock => {
-                    let probe = self.directory.open_existing(&name)?;
-                    !probe.is_some_and(|probe| probe.try_lock_briefly(LockMode::Shared).unwrap_or(false))
-                }
-                Look::RecordsOnly => writer.is_some_and(|writer| sys::process_lives(writer.pid)),
-            };
-            if exclusive {
+            if let Some(writer) = slots.live_writer(header.fence) {
                 found.mode = Some(LockMode::Exclusive);
-                // A writer of an older version writes no record.
-                vec![writer.map_or(Holding { label: None, units: 1, remaining: None, fence: found.fence, held_for: None }, |writer| {
-                    holding(writer, 1)
-                })]
+                vec![holding(writer, 1)]
             } else {
                 let readers: Vec<Holding> = slots.live_readers().map(|reader| holding(reader, 1)).collect();
                 if !readers.is_empty() {
@@ -111,7 +81,7 @@ impl FileCore {
             let Some(file) = self.directory.open_existing_unit(name, unit)? else { break };
             let mut bytes = [0u8; SLOT_LEN];
             let read = file.read_at(&mut bytes, 0).unwrap_or(0);
-            let Some(record) = holders::decode(&bytes[..read]).filter(|record| sys::process_lives(record.pid)) else { continue };
+            let Some(record) = holders::decode(&bytes[..read]).filter(Record::lives) else { continue };
             match grants.iter_mut().find(|(grant, _)| grant.pid == record.pid && grant.fence == record.fence) {
                 Some((_, units)) => *units += 1,
                 None => grants.push((record, 1)),

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use super::directory::LockFileError;
 use super::fence;
+use super::holders;
 use super::sys::{self, FileId, Opened, User};
 use crate::acquire::LockMode;
+use crate::holder::HolderLabel;
 
 /// Where the waiting mark starts in a lock file, after the fence record:
 /// three records, its deadline, its process and its backend (see
@@ -216,6 +218,21 @@ impl LockFile {
     pub fn advance_fence_from(&self, last: u64) -> io::Result<u64> {
         let next = fence::next(last, fence::clock_us());
         self.set_fence(next)?;
+        Ok(next)
+    }
+
+    /// [`LockFile::advance_fence_from`] for a writer labelled `label`,
+    /// whose record (see [`super::holders`]) is written first: a reader of
+    /// the file between the two writes finds the writer's record ahead of
+    /// the counter, not a gap. Not written (a hint), it costs the grant
+    /// nothing; the fence not written, the record is cleared.
+    pub fn advance_fence_recorded(&self, last: u64, label: &HolderLabel) -> io::Result<u64> {
+        let next = fence::next(last, fence::clock_us());
+        let _ = self.write_at(&holders::encode(next, label), holders::WRITER_AT);
+        if let Err(err) = self.set_fence(next) {
+            holders::clear_writer(self, last);
+            return Err(err);
+        }
         Ok(next)
     }
 

@@ -56,7 +56,7 @@ pub(crate) fn raise(
         return Ok(None);
     }
     let raised =
-        floor::advance(directory, file, file.fence().map_err(io)?)?.map(|fence| (fence, holders::record_reader(file, fence, label)));
+        floor::advance(directory, file, file.fence().map_err(io)?, None)?.map(|fence| (fence, holders::record_reader(file, fence, label)));
     // Dropping the raise file unlocks it, then closes it.
     drop(raise_file);
     Ok(raised)

@@ -25,7 +25,7 @@
 
 use super::directory::LockDirectory;
 use super::floor;
-use super::holders::{self, WRITER_AT};
+use super::holders;
 use super::lock_file::{LockFile, Marker};
 use super::name::LockName;
 use super::raise;
@@ -108,7 +108,7 @@ pub(crate) fn take(
     check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
     if kind.limit == 1 {
         let taken = match kind.mode {
-            LockMode::Exclusive => floor::advance(directory, &file, header.fence)?.map(|fence| (fence, None)),
+            LockMode::Exclusive => floor::advance(directory, &file, header.fence, Some(label))?.map(|fence| (fence, None)),
             LockMode::Shared => raise::raise(directory, name, &file, label)?.map(|(fence, slot)| (fence, Some(slot))),
         };
         let Some((fence, reader_slot)) = taken else {
@@ -117,12 +117,7 @@ pub(crate) fn take(
         };
         let held = match reader_slot {
             Some(slot) => Held::Shared(file, slot),
-            None => {
-                // A record is a hint (see `holders`): one not written costs
-                // the grant nothing.
-                let _ = file.write_at(&holders::encode(fence, label), WRITER_AT);
-                Held::Exclusive(file)
-            }
+            None => Held::Exclusive(file),
         };
         return Ok(Took::Held(held, fence));
     }
@@ -143,7 +138,7 @@ pub(crate) fn take(
         file.unlock();
         return Ok(Took::Busy(file));
     }
-    let Some(fence) = floor::advance(directory, &file, header.fence)? else {
+    let Some(fence) = floor::advance(directory, &file, header.fence, None)? else {
         drop(units);
         file.unlock();
         return Ok(Took::Stalled(file));
@@ -236,7 +231,10 @@ fn units_held(directory: &LockDirectory, name: &LockName, limit: u32, look: Lock
 /// whose files could not be removed yet comes back as [`Untidy`].
 pub(crate) fn release(directory: &LockDirectory, name: &LockName, held: Held, fence: u64, me: Marker) -> Option<Untidy> {
     let (file, mode) = match held {
-        Held::Exclusive(file) => (file, LockMode::Exclusive),
+        Held::Exclusive(file) => {
+            holders::clear_writer(&file, fence);
+            (file, LockMode::Exclusive)
+        }
         Held::Shared(file, slot) => {
             if let Some(slot) = slot {
                 holders::clear_reader_slot(&file, slot, fence);
