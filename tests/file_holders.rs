@@ -11,26 +11,18 @@ use std::process::Child;
 use std::time::Duration;
 
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, HolderLabel, Inspection, LockMode, Provider};
-use file::{expect_line, fresh_directory, open, spawn, wait};
+use file::{as_child, expect_line, fresh_directory, hold_until_told, open, spawn, wait};
 use futures::executor::block_on;
 
 /// The children's entry point: does nothing unless run as a child.
 #[test]
 #[ignore = "the child process of the tests below, which run it"]
 fn child_process() {
-    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
-    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
-    let locks = provider.backend("locks").unwrap();
-    let mut stdout = std::io::stdout();
+    let Some((role, _provider, locks)) = as_child() else { return };
     // `<kind> <label>`: takes `k` so, labelled, until told (a line on stdin).
     let (kind, label) = role.split_once(' ').unwrap();
     let lease = block_on(locks.acquire("k", of_kind(kind, label, 10_000))).unwrap();
-    writeln!(stdout, "held {}", lease.fence()).unwrap();
-    stdout.flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    assert!(block_on(lease.release()).unwrap());
-    writeln!(stdout, "released").unwrap();
+    hold_until_told(lease);
 }
 
 /// An acquire of `kind` (`writer`, `reader`, `units<w>` of a key counted

@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dokebi_lock::{ErrorCode, Provider};
-use file::{counted, entries_after_keep, expect_line, fresh_directory, open, shared, spawn, wait, work, Directory, WAKE_UP};
+use file::{
+    as_child, counted, entries_after_keep, expect_line, fresh_directory, hold_until_told, open, shared, spawn, wait, work, Directory,
+    WAKE_UP,
+};
 use futures::executor::block_on;
 
 /// Every wait ends by a release's wake-up, or not in time (see
@@ -36,9 +39,7 @@ fn count(path: &Path) -> u64 {
 #[test]
 #[ignore = "the child process of the tests below, which run it"]
 fn child_process() {
-    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
-    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
-    let locks = provider.backend("locks").unwrap();
+    let Some((role, _provider, locks)) = as_child() else { return };
     let work = work(Path::new(&std::env::var("DOKEBI_FILE_DIR").unwrap()));
     let mut stdout = std::io::stdout();
     let pid = std::process::id();
@@ -72,12 +73,7 @@ fn child_process() {
                 acquiring.store(false, Ordering::SeqCst);
                 lease
             });
-            writeln!(stdout, "held {}", lease.fence()).unwrap();
-            stdout.flush().unwrap();
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).unwrap();
-            assert!(block_on(lease.release()).unwrap());
-            writeln!(stdout, "released").unwrap();
+            hold_until_told(lease);
         }
         // Tries `<limit>/<weight>` units of "k" once and says what came of it.
         "try" => {

@@ -8,28 +8,21 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
-use file::{expect_line, fresh_directory, open, spawn, wait, WAKE_UP};
+use file::{as_child, expect_line, fresh_directory, hold_until_told, open, spawn, wait, WAKE_UP};
 use futures::executor::block_on;
 
 /// The children's entry point: does nothing unless run as a child.
 #[test]
 #[ignore = "the child process of the tests below, which run it"]
 fn child_process() {
-    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
-    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
-    let locks = provider.backend("locks").unwrap();
+    let Some((role, _provider, locks)) = as_child() else { return };
     let dir = std::path::PathBuf::from(std::env::var("DOKEBI_FILE_DIR").unwrap());
     let mut stdout = std::io::stdout();
     match role.as_str() {
         // Holds the key until told (a line on stdin), then releases it.
         "hold" => {
             let lease = block_on(locks.acquire("shared-key", wait(10_000))).unwrap();
-            writeln!(stdout, "held {}", lease.fence()).unwrap();
-            stdout.flush().unwrap();
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).unwrap();
-            assert!(block_on(lease.release()).unwrap());
-            writeln!(stdout, "released").unwrap();
+            hold_until_told(lease);
         }
         // Waits for the key (a minute at most), marking its lock file.
         "wait" => {

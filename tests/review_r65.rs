@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dokebi_lock::{AcquireOptions, ErrorCode, HolderLabel, LockMode, Provider};
-use file::{expect_line, fresh_directory, open, spawn, wait, yaml};
+use dokebi_lock::{AcquireOptions, ErrorCode, HolderLabel, LockMode};
+use file::{as_child, expect_line, fresh_directory, hold_until_told, open, spawn, wait, yaml};
 use futures::executor::block_on;
 
 fn labelled(label: &str, options: AcquireOptions) -> AcquireOptions {
@@ -37,9 +37,7 @@ fn occupancy(dir: &Path) -> PathBuf {
 #[test]
 #[ignore = "the child process of the tests below, which run it"]
 fn child_process() {
-    let Ok(role) = std::env::var("DOKEBI_FILE_CHILD") else { return };
-    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
-    let locks = provider.backend("locks").unwrap();
+    let Some((role, provider, locks)) = as_child() else { return };
     let dir = PathBuf::from(std::env::var("DOKEBI_FILE_DIR").unwrap());
     let mut stdout = std::io::stdout();
     let words: Vec<&str> = role.split(' ').collect();
@@ -64,12 +62,7 @@ fn child_process() {
         "hold" => {
             let options = if words[1] == "reader" { shared(10_000) } else { wait(10_000) };
             let lease = block_on(locks.acquire("k", labelled(words[2], options))).unwrap();
-            writeln!(stdout, "held {}", lease.fence()).unwrap();
-            stdout.flush().unwrap();
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).unwrap();
-            assert!(block_on(lease.release()).unwrap());
-            writeln!(stdout, "released").unwrap();
+            hold_until_told(lease);
         }
         // `try <ms>`: one writer's acquire of `k`, waiting `ms`: its outcome.
         "try" => {
@@ -429,6 +422,16 @@ fn r65_exclusion_and_fences_hold_under_inspect_hammering() {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    check_churners(churners);
+    drop(inspector);
+    block_on(provider.close());
+    eprintln!("refusals seen here: {refusals}");
+}
+
+/// Reads each churner's last words (its fences, any violation it saw) and
+/// checks them: no violation, each process's fences rise, it churned, and
+/// no fence of `k` or of `u` was granted twice.
+fn check_churners(churners: Vec<(String, Child, BufReader<ChildStdout>)>) {
     let mut k_fences: Vec<u64> = Vec::new();
     let mut u_fences: Vec<u64> = Vec::new();
     let mut violations = Vec::new();
@@ -447,14 +450,12 @@ fn r65_exclusion_and_fences_hold_under_inspect_hammering() {
         assert!(child.wait().unwrap().success(), "{role} failed");
         assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "{role}'s fences rise");
         assert!(fences.len() > 10, "{role} churned only {} times", fences.len());
-        if role.starts_with("units") {
+        if role.contains("units") {
             u_fences.extend(fences);
         } else {
             k_fences.extend(fences);
         }
     }
-    drop(inspector);
-    block_on(provider.close());
     assert!(violations.is_empty(), "{violations:#?}");
     for (key, mut fences) in [("k", k_fences), ("u", u_fences)] {
         let all = fences.len();
@@ -462,7 +463,6 @@ fn r65_exclusion_and_fences_hold_under_inspect_hammering() {
         fences.dedup();
         assert_eq!(fences.len(), all, "a fence of {key} granted twice");
     }
-    eprintln!("refusals seen here: {refusals}");
 }
 
 /// The test binary of the previous build (5afab7d) built from a copy of
@@ -520,39 +520,9 @@ fn r65_mixed_versions_keep_exclusion_and_fences_under_inspect() {
             (format!("{build} {role}"), child, out)
         })
         .collect();
-    let mut k_fences: Vec<u64> = Vec::new();
-    let mut u_fences: Vec<u64> = Vec::new();
-    let mut violations = Vec::new();
-    for (role, mut child, mut out) in churners {
-        let mut line = String::new();
-        let fences: Vec<u64> = loop {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "{role} ended early");
-            if line.contains("violation: ") {
-                violations.push(format!("{role}: {}", line.trim()));
-            }
-            if let Some(at) = line.find("fences ") {
-                break line[at + 7..].trim().split(',').filter(|f| !f.is_empty()).map(|f| f.parse().unwrap()).collect();
-            }
-        };
-        assert!(child.wait().unwrap().success(), "{role} failed");
-        assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "{role}'s fences rise");
-        assert!(fences.len() > 10, "{role} churned only {} times", fences.len());
-        if role.contains("units") {
-            u_fences.extend(fences);
-        } else {
-            k_fences.extend(fences);
-        }
-    }
+    check_churners(churners);
     drop(inspector);
     block_on(provider.close());
-    assert!(violations.is_empty(), "{violations:#?}");
-    for (key, mut fences) in [("k", k_fences), ("u", u_fences)] {
-        let all = fences.len();
-        fences.sort_unstable();
-        fences.dedup();
-        assert_eq!(fences.len(), all, "a fence of {key} granted twice");
-    }
 }
 
 /// The fence record (first 21 bytes) of `k`'s lock file in `dir`, read

@@ -3,13 +3,13 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dokebi_lock::{AcquireOptions, Backend, LockMode, Provider};
+use dokebi_lock::{AcquireOptions, Backend, Lease, LockMode, Provider};
 
 /// A directory under the system's temporary directory, unique to this
 /// process and call, not yet created (the driver creates it `0700`);
@@ -130,6 +130,27 @@ pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdo
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     (child, stdout)
+}
+
+/// In a child [`spawn`] started: its role, and the provider and backend
+/// `locks` of its YAML; `None` in a plain run of the test binary.
+pub fn as_child() -> Option<(String, Provider, Backend)> {
+    let role = std::env::var("DOKEBI_FILE_CHILD").ok()?;
+    let provider = Provider::from_yaml(&std::env::var("DOKEBI_FILE_YAML").unwrap()).unwrap();
+    let locks = provider.backend("locks").unwrap();
+    Some((role, provider, locks))
+}
+
+/// In a child: says `held <fence>`, holds `lease` until told (a line on
+/// stdin), releases it and says `released`.
+pub fn hold_until_told(lease: Lease) {
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "held {}", lease.fence()).unwrap();
+    stdout.flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert!(futures::executor::block_on(lease.release()).unwrap());
+    writeln!(stdout, "released").unwrap();
 }
 
 /// What follows `prefix` on the next line the child printed with it.
