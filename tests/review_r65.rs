@@ -89,7 +89,7 @@ fn child_process() {
                 i += 1;
                 match words[1] {
                     "writer" => {
-                        let lease = block_on(locks.acquire("k", labelled("w-churn", wait(5_000)))).unwrap();
+                        let lease = block_on(locks.acquire("k", labelled("w-churn", wait(30_000)))).unwrap();
                         fences.push(lease.fence());
                         let w = occ.join("W");
                         if std::fs::OpenOptions::new().write(true).create_new(true).open(&w).is_err() {
@@ -106,7 +106,7 @@ fn child_process() {
                         assert!(block_on(lease.release()).unwrap());
                     }
                     "reader" => {
-                        let lease = block_on(locks.acquire("k", labelled("r-churn", shared(5_000)))).unwrap();
+                        let lease = block_on(locks.acquire("k", labelled("r-churn", shared(30_000)))).unwrap();
                         fences.push(lease.fence());
                         let r = occ.join(format!("R{me}-{i}"));
                         std::fs::write(&r, b"").unwrap();
@@ -118,7 +118,7 @@ fn child_process() {
                     }
                     units => {
                         let weight: u32 = units.trim_start_matches("units").parse().unwrap();
-                        let lease = block_on(locks.acquire("u", labelled("u-churn", counted(weight, 5_000)))).unwrap();
+                        let lease = block_on(locks.acquire("u", labelled("u-churn", counted(weight, 30_000)))).unwrap();
                         fences.push(lease.fence());
                         let mine: Vec<PathBuf> = (0..weight).map(|j| occ.join(format!("U{me}-{i}-{j}"))).collect();
                         for path in &mine {

@@ -102,15 +102,24 @@ pub(crate) fn take(
         file.unlock();
         return Ok(Took::GiveWay(file));
     }
-    if header.mark.1 == me {
-        let _ = file.clear_mark();
+    let clear_own_mark = |file: &LockFile| {
+        if header.mark.1 == me {
+            let _ = file.clear_mark();
+        }
+    };
+    if kind.limit > 1 {
+        clear_own_mark(&file);
     }
-    check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)?;
+    check_limit(directory, name, &file, header.limit, kind.limit, lock_mode == LockMode::Exclusive)
+        .inspect_err(|_| clear_own_mark(&file))?;
     if kind.limit == 1 {
         let taken = match kind.mode {
             LockMode::Exclusive => floor::advance(directory, &file, header.fence, Some(label))?.map(|fence| (fence, None)),
             LockMode::Shared => raise::raise(directory, name, &file, label)?.map(|(fence, slot)| (fence, Some(slot))),
         };
+        // After the grant's record (see `holders`): from its lock to its
+        // record a holder is named nowhere, so nothing else comes between.
+        clear_own_mark(&file);
         let Some((fence, reader_slot)) = taken else {
             file.unlock();
             return Ok(Took::Stalled(file));
