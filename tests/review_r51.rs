@@ -134,7 +134,9 @@ fn postgres_a_take_committed_while_the_break_waits_for_the_row_survives_below_th
     let (holder, operator) = (postgres::backend(&holders), postgres::backend(&operators));
     // The key's row exists (the locker locks it).
     support::release(take(&holder, "k", wait(0)));
-    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(1); ROLLBACK;", schema.table(""));
+    // Held until both waits were seen (then cancelled): a fixed second
+    // ran out on a loaded host before the break's first statement came.
+    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(30); ROLLBACK;", schema.table(""));
     let mut locker = postgres::hold_in_background(&script);
     let taker = {
         let holder = holder.clone();
@@ -148,6 +150,7 @@ fn postgres_a_take_committed_while_the_break_waits_for_the_row_survives_below_th
     eventually("the break waits for the row", || {
         pg_active(&schema, "query LIKE '%dokebi_lock_force_release%' AND wait_event_type = 'Lock'") == 1
     });
+    postgres::end_background(&script);
     let _ = locker.wait();
     let lease = taker.join().unwrap();
     let forced = breaker.join().unwrap();
@@ -247,7 +250,9 @@ fn postgres_a_renewal_queued_behind_the_break_is_refused() {
     let (holders, operators) = (pg_provider(&schema, ""), pg_provider(&schema, ""));
     let (holder, operator) = (postgres::backend(&holders), postgres::backend(&operators));
     let lease = take(&holder, "k", wait(0));
-    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(1); ROLLBACK;", schema.table(""));
+    // Held until both waits were seen (then cancelled): a fixed second
+    // ran out on a loaded host before the break's first statement came.
+    let script = format!("BEGIN; SELECT 1 FROM {} WHERE key = 'k' FOR UPDATE; SELECT pg_sleep(30); ROLLBACK;", schema.table(""));
     let mut locker = postgres::hold_in_background(&script);
     let breaker = {
         let operator = operator.clone();
@@ -263,6 +268,7 @@ fn postgres_a_renewal_queued_behind_the_break_is_refused() {
     eventually("the renewal waits for the row", || {
         pg_active(&schema, "query LIKE '%dokebi_lock_renew%' AND wait_event_type = 'Lock'") == 1
     });
+    postgres::end_background(&script);
     let _ = locker.wait();
     let forced = breaker.join().unwrap();
     let (lease, renewed) = renewer.join().unwrap();

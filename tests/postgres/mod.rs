@@ -192,3 +192,15 @@ pub fn hold_in_background(script: &str) -> std::process::Child {
     eventually("the background session holds its rows", || count(&sleeping) == 1);
     child
 }
+
+/// Ends the `pg_sleep` of a [`hold_in_background`] session running
+/// `script` (cancelled: its transaction ends and lets its rows go), for a
+/// test that holds the rows until the waits it needs were seen rather than
+/// for a fixed time a loaded host may not keep up with.
+pub fn end_background(script: &str) {
+    let sleeping = format!(
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query = '{}'",
+        script.replace('\'', "''")
+    );
+    drop(rows(&sleeping));
+}
