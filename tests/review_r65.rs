@@ -9,11 +9,11 @@ mod file;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, ErrorCode, HolderLabel, LockMode};
-use file::{as_child, expect_line, fresh_directory, hold_until_told, open, spawn, wait, yaml};
+use file::{as_child, counter_of, expect_line, fresh_directory, hold_until_told, open, spawn, spawn_delaying_pwrite, spawn_with, wait};
 use futures::executor::block_on;
 
 fn labelled(label: &str, options: AcquireOptions) -> AcquireOptions {
@@ -303,19 +303,9 @@ fn r65_a_stopped_inspect_keeps_writers_out_and_details_name_a_released_writer() 
 /// there): what a process in another container sharing the lock directory
 /// (a shared volume) is.
 fn spawn_in_pid_namespace(role: &str, dir: &Path) -> Kid {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("unshare")
-        .args(["-p", "--fork", "sh", "-c", "\"$0\" \"$@\"; true"])
-        .arg(&exe)
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", role)
-        .env("DOKEBI_FILE_YAML", yaml(dir, ""))
-        .env("DOKEBI_FILE_DIR", dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut unshare = Command::new("unshare");
+    unshare.args(["-p", "--fork", "sh", "-c", "\"$0\" \"$@\"; true"]).arg(std::env::current_exe().unwrap());
+    let (child, out) = spawn_with(unshare, role, dir, "");
     Kid(child, out)
 }
 
@@ -483,21 +473,6 @@ fn old_build_exe() -> Option<PathBuf> {
     })
 }
 
-/// [`spawn`] of `exe` (another build's test binary with the same roles).
-fn spawn_exe(exe: &Path, role: &str, dir: &Path) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(exe)
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", role)
-        .env("DOKEBI_FILE_YAML", yaml(dir, ""))
-        .env("DOKEBI_FILE_DIR", dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    (child, out)
-}
-
 /// R65 passing attack, mixed versions: processes of the previous build
 /// (5afab7d: no records) and of this one (records, `inspect`'s probe)
 /// churn one directory together, writers, readers and takers of units of
@@ -521,26 +496,14 @@ fn r65_mixed_versions_keep_exclusion_and_fences_under_inspect() {
         .iter()
         .map(|(build, role)| {
             let role_line = format!("churn {role} 8");
-            let (child, out) = if *build == "old" { spawn_exe(&old, &role_line, &dir) } else { spawn(&role_line, &dir, "") };
+            let (child, out) =
+                if *build == "old" { spawn_with(Command::new(&old), &role_line, &dir, "") } else { spawn(&role_line, &dir, "") };
             (format!("{build} {role}"), child, out)
         })
         .collect();
     check_churners(churners);
     drop(inspector);
     block_on(provider.close());
-}
-
-/// The fence record (first 21 bytes) of `k`'s lock file in `dir`, read
-/// directly: 0 when none.
-fn counter_of(dir: &Path) -> u64 {
-    let name = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .find(|name| name.len() == 32 + 5 && name.ends_with(".lock"));
-    let Some(name) = name else { return 0 };
-    let bytes = std::fs::read(dir.join(name)).unwrap_or_default();
-    std::str::from_utf8(&bytes[..bytes.len().min(20)]).ok().and_then(|digits| digits.parse().ok()).unwrap_or(0)
 }
 
 /// R65 finding 3. A writer's grant is two writes: the fence (offset 0),
@@ -558,26 +521,13 @@ fn counter_of(dir: &Path) -> u64 {
 /// record holds while its fence is at least the counter.
 #[test]
 fn r65_busy_details_miss_a_writer_between_its_fence_and_its_record() {
-    assert!(Command::new("strace").arg("-V").output().is_ok(), "strace is installed (scripts/setup)");
     let dir = fresh_directory("r65-record-window");
     let (provider, locks) = open(&dir, "");
     // `k` has a lock file and a counter, and an earlier writer's record.
     let earlier = block_on(locks.acquire("k", labelled("earlier", wait(0)))).unwrap();
     let earlier_fence = earlier.fence();
     // Held by this process while the child starts: it waits, then takes.
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("strace")
-        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64", "-e", "inject=pwrite64:delay_enter=1500000:when=2+"])
-        .arg(&exe)
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", "hold writer slow-writer")
-        .env("DOKEBI_FILE_YAML", yaml(&dir, ""))
-        .env("DOKEBI_FILE_DIR", &*dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_delaying_pwrite("2+", "hold writer slow-writer", &dir);
     let mut kid_stdin = child.stdin.take().unwrap();
     let _kid =
         Kid(child, BufReader::new(std::process::ChildStdout::from(std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap()))));

@@ -10,11 +10,11 @@ mod file;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command};
 use std::time::{Duration, Instant};
 
 use dokebi_lock::{AcquireOptions, ErrorCode, HolderLabel, LockMode, Provider};
-use file::{expect_line, fresh_directory, open, spawn, wait, yaml};
+use file::{counter_of, expect_line, fresh_directory, open, spawn, spawn_delaying_pwrite, spawn_with, wait, yaml};
 use futures::executor::block_on;
 
 fn labelled(label: &str, options: AcquireOptions) -> AcquireOptions {
@@ -261,18 +261,10 @@ fn old_build_exe() -> Option<PathBuf> {
 fn spawn_churner(old: Option<&Path>, role: &str, dir: &Path) -> Kid {
     let exe = old.map(Path::to_path_buf).unwrap_or_else(|| std::env::current_exe().unwrap());
     let mut command = Command::new(exe);
-    command
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", role)
-        .env("DOKEBI_FILE_YAML", yaml(dir, ""))
-        .env("DOKEBI_FILE_DIR", dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
     if old.is_none() {
         command.env("R66_CHECK_INSPECT", "1");
     }
-    let mut child = command.spawn().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let (child, out) = spawn_with(command, role, dir, "");
     Kid(child, out)
 }
 
@@ -479,19 +471,6 @@ fn r66_a_forked_child_keeps_the_key_after_its_parent_dies_and_inspect_names_nobo
     );
 }
 
-/// The fence record (first 20 bytes) of the one plain lock file in `dir`,
-/// read directly: 0 when none.
-fn counter_of(dir: &Path) -> u64 {
-    let name = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .find(|name| name.len() == 32 + 5 && name.ends_with(".lock"));
-    let Some(name) = name else { return 0 };
-    let bytes = std::fs::read(dir.join(name)).unwrap_or_default();
-    std::str::from_utf8(&bytes[..bytes.len().min(20)]).ok().and_then(|digits| digits.parse().ok()).unwrap_or(0)
-}
-
 /// R66 finding 2. 7b7bd81 writes a writer's record before its fence, so
 /// the record names it "from the moment the counter moves"; but the
 /// writer holds the key from its `flock`, and a waiter granted the key
@@ -515,24 +494,11 @@ fn counter_of(dir: &Path) -> u64 {
 /// (the lock, one read, the record) is stated in docs/file.md.
 #[test]
 fn r66_busy_details_miss_a_granted_waiter_before_its_record() {
-    assert!(Command::new("strace").arg("-V").output().is_ok(), "strace is installed (scripts/setup)");
     let dir = fresh_directory("r66-mark-window");
     let (provider, locks) = open(&dir, "");
     let earlier = block_on(locks.acquire("k", labelled("earlier", wait(0)))).unwrap();
     let earlier_fence = earlier.fence();
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("strace")
-        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64", "-e", "inject=pwrite64:delay_enter=1500000:when=2"])
-        .arg(&exe)
-        .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("DOKEBI_FILE_CHILD", "hold writer slow-writer")
-        .env("DOKEBI_FILE_YAML", yaml(&dir, ""))
-        .env("DOKEBI_FILE_DIR", &*dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_delaying_pwrite("2", "hold writer slow-writer", &dir);
     let mut kid_stdin = child.stdin.take().unwrap();
     let _kid = Kid(child, BufReader::new(ChildStdout::from(std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap()))));
     // Let it become a waiter (and mark), then release to it.

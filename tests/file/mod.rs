@@ -111,7 +111,7 @@ pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdo
     let wrapped = SPAWNED.fetch_add(1, Ordering::SeqCst) % 2 == 0;
     let wrapper = std::env::var("DOKEBI_FILE_CHILD_WRAPPER").ok().filter(|_| wrapped).unwrap_or_default();
     let mut words = wrapper.split_whitespace();
-    let mut command = match words.next() {
+    let command = match words.next() {
         Some(program) => {
             let mut command = Command::new(program);
             command.args(words).arg(&exe);
@@ -119,6 +119,13 @@ pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdo
         }
         None => Command::new(&exe),
     };
+    spawn_with(command, role, dir, extra)
+}
+
+/// [`spawn`] through `command`, which runs a test binary with the same
+/// roles (this one, another build's, or this one under a wrapper that
+/// passes on the arguments added here): the child `role` over `dir`.
+pub fn spawn_with(mut command: Command, role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdout>) {
     let mut child = command
         .args(["--exact", "child_process", "--ignored", "--nocapture", "--test-threads=1"])
         .env("DOKEBI_FILE_CHILD", role)
@@ -130,6 +137,33 @@ pub fn spawn(role: &str, dir: &Path, extra: &str) -> (Child, BufReader<ChildStdo
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     (child, stdout)
+}
+
+/// [`spawn`] under strace, each of the child's `pwrite`s numbered `when`
+/// (strace's `when=`: `2` the second, `2+` the second and later) held
+/// back 1.5 s before it runs: a writer descheduled between two of its
+/// writes, made reproducible.
+pub fn spawn_delaying_pwrite(when: &str, role: &str, dir: &Path) -> (Child, BufReader<ChildStdout>) {
+    assert!(Command::new("strace").arg("-V").output().is_ok(), "strace is installed (scripts/setup)");
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64", "-e"])
+        .arg(format!("inject=pwrite64:delay_enter=1500000:when={when}"))
+        .arg(std::env::current_exe().unwrap());
+    spawn_with(strace, role, dir, "")
+}
+
+/// The fence counter (the first 20 bytes) of the one plain lock file in
+/// `dir`, read directly: 0 when none.
+pub fn counter_of(dir: &Path) -> u64 {
+    let name = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .find(|name| name.len() == 32 + 5 && name.ends_with(".lock"));
+    let Some(name) = name else { return 0 };
+    let bytes = std::fs::read(dir.join(name)).unwrap_or_default();
+    std::str::from_utf8(&bytes[..bytes.len().min(20)]).ok().and_then(|digits| digits.parse().ok()).unwrap_or(0)
 }
 
 /// In a child [`spawn`] started: its role, and the provider and backend
