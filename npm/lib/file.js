@@ -5,7 +5,7 @@
 // results.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, readOnce, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { inspection } from './inspect.js';
 import { forcedRelease } from './force-release.js';
@@ -134,6 +134,7 @@ class FileBackend {
     let waitMs = this.#waitTimeoutMs;
     let signal;
     if (options !== undefined) {
+      options = readOnce(options);
       waitMs = waitTimeout(options, waitMs);
       if (asksKind(options)) askedKinds(key, options);
       signal = options.signal;

@@ -21,7 +21,7 @@
 // release while nobody listens.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, readOnce, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 import { inspection } from './inspect.js';
 import { forcedRelease } from './force-release.js';
@@ -103,13 +103,14 @@ class LocalCore {
     let kind = 0;
     if (options !== undefined) {
       try {
+        // Read once, here: a getter that throws rejects the acquire.
+        options = readOnce(options);
         waitMs = waitTimeout(options, waitMs);
         if (asksKind(options)) kind = askedKinds(key, options);
-        // Read once, here: a getter that throws rejects the acquire.
-        holder = options.holder;
       } catch (error) {
         return Promise.reject(error);
       }
+      holder = options.holder;
       signal = options.signal;
       if (signal?.aborted) return Promise.reject(abortedBy(signal));
       // A lease labelled by its acquire takes the kinds path, which carries the label.

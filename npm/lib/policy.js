@@ -7,7 +7,7 @@
 // tracing are the member's.
 import { abortedBy, fromInfo, invalidArgument, LockError, takeNativeError } from './errors.js';
 import { native } from './native.js';
-import { notAStringKey, waitTimeout } from './args.js';
+import { fieldsOnce, notAStringKey, readOnce, waitTimeout } from './args.js';
 import { forwardTelemetry } from './telemetry.js';
 import { logTo } from './store.js';
 import { forcedRelease } from './force-release.js';
@@ -133,6 +133,12 @@ class PolicyBackend {
    */
   withLock(key, fn, options) {
     if (typeof fn !== 'function') return Promise.reject(invalidArgument('withLock needs a function: withLock(key, fn, options?)'));
+    // Read once: each member's withLock gets what the wait was taken from.
+    try {
+      options = fieldsOnce(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.#serve(key, options, waitOptions(options), (view, wait, entered) =>
       view.withLock(key, (lease, signal) => fn(entered(lease, false), signal), wait),
     );
@@ -147,6 +153,8 @@ class PolicyBackend {
    */
   async #serve(key, options, acquireOptions, run) {
     if (this.#state.closed) throw fromInfo(native.closedError());
+    // An acquire's options are read once: each member gets what was checked.
+    if (acquireOptions === options) options = acquireOptions = readOnce(options);
     let keys;
     if (typeof key === 'string') keys = [key];
     else if (Array.isArray(key) && key.length > 0 && key.every((k) => typeof k === 'string')) keys = key;

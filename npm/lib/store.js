@@ -4,7 +4,7 @@
 // arguments and results.
 import { native } from './native.js';
 import { abortedBy, fromInfo, takeNativeError } from './errors.js';
-import { asksKind, notAStringKey, waitTimeout } from './args.js';
+import { asksKind, notAStringKey, readOnce, waitTimeout } from './args.js';
 import { askedKinds } from './kinds.js';
 
 /** The `kind` of a plain acquire with a holder label of its own (no kinds.js flag). */
@@ -199,6 +199,7 @@ class StoreBackend {
     let signal;
     let kind = 0;
     if (options !== undefined) {
+      options = readOnce(options);
       waitMs = waitTimeout(options, waitMs);
       if (asksKind(options)) kind = askedKinds(key, options);
       signal = options.signal;

@@ -15,6 +15,7 @@
 // LEASE_LOST even when the section succeeded: its work may have overlapped
 // another holder's.
 import { native } from './native.js';
+import { acquireFields } from './args.js';
 import { fromInfo, invalidArgument, LockError } from './errors.js';
 import { holdEnded, holdsOpen, holdsWatched, sectionHolds } from './tracing.js';
 
@@ -27,8 +28,8 @@ const NOT_A_FUNCTION = 'withLock needs a function: withLock(key, fn, options?)';
 
 /**
  * Checks withLock's options: INVALID_ARGUMENT for anything but an object of
- * acquire options and `autoRenew` (a boolean, or undefined). True when
- * `autoRenew` is among its fields (so they are not acquire options as they are).
+ * acquire options and `autoRenew` (a boolean, or undefined); answers
+ * `autoRenew`, read once.
  */
 function checkSectionOptions(options) {
   if (typeof options !== 'object' || options === null) {
@@ -39,25 +40,21 @@ function checkSectionOptions(options) {
     if (!OPTION_NAMES.has(name)) throw invalidArgument('withLock options accept only signal, waitTimeoutMs, mode, limit, weight, holder and autoRenew');
     if (name === 'autoRenew') renewField = true;
   }
-  if (renewField && options.autoRenew !== undefined && typeof options.autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
-  return renewField;
+  // Read once: what is checked is what the section uses.
+  const autoRenew = renewField ? options.autoRenew : undefined;
+  if (autoRenew !== undefined && typeof autoRenew !== 'boolean') throw invalidArgument('autoRenew must be a boolean');
+  return autoRenew;
 }
 
-/** The acquire options among checked withLock options: only the fields given (an app driver sees no `mode: undefined` it did not ask for). */
-function acquireOptions({ signal, waitTimeoutMs, mode, limit, weight, holder }) {
-  const acquire = { signal, waitTimeoutMs };
-  if (mode !== undefined) acquire.mode = mode;
-  if (holder !== undefined) acquire.holder = holder;
-  if (limit !== undefined) acquire.limit = limit;
-  if (weight !== undefined) acquire.weight = weight;
-  return acquire;
-}
-
-/** Splits the options into acquire options and `autoRenew`; INVALID_ARGUMENT for anything else. */
+/**
+ * Splits the options into acquire options (each read once, only the fields
+ * given: args.js acquireFields) and `autoRenew`; INVALID_ARGUMENT for
+ * anything else.
+ */
 function sectionOptions(options) {
   if (options === undefined) return { acquire: undefined, autoRenew: true };
-  checkSectionOptions(options);
-  return { acquire: acquireOptions(options), autoRenew: options.autoRenew ?? true };
+  const autoRenew = checkSectionOptions(options);
+  return { acquire: acquireFields(options), autoRenew: autoRenew ?? true };
 }
 
 export function leaseLost(cause) {
@@ -184,9 +181,9 @@ export function withLockReleasedAtOnce(source, key, fn, options) {
   let acquire;
   if (options !== undefined) {
     try {
-      // Options without autoRenew are acquire options as they are: handing
-      // them on saves a copy per section (the acquire is our own core's).
-      acquire = checkSectionOptions(options) ? acquireOptions(options) : options;
+      // autoRenew means nothing to a lease that is never renewed.
+      checkSectionOptions(options);
+      acquire = acquireFields(options);
     } catch (error) {
       return Promise.reject(error);
     }
