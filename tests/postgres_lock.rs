@@ -3,13 +3,16 @@
 //! abort, close, wake-ups, hostile names, and tables made by hand.
 
 mod postgres;
+#[path = "postgres/server.rs"]
+mod server;
 
 use std::thread;
 use std::time::Duration;
 
 use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Provider};
 use futures::executor::block_on;
-use postgres::{backend, batch, code, count, counts, eventually, rows, wait, Schema};
+use postgres::{backend, batch, code, count, count_on, counts, eventually, rows, wait, yaml_on, Schema};
+use server::PrivateServer;
 
 #[test]
 fn two_providers_exclude_each_other_and_fences_rise() {
@@ -294,8 +297,98 @@ fn create_sql(err: &dokebi_lock::LockError) -> String {
     sql.to_owned()
 }
 
-/// The creators' lock of the driver (src/postgres/store.rs).
-const CREATORS_LOCK: i64 = 7238119025318740561;
+/// The database-wide lock every installer holds, in shared mode since the
+/// lock of each schema's own came in, exclusively before
+/// (src/postgres/store.rs): what an older release's installer holds.
+const OLDER_CREATORS_LOCK: i64 = 7238119025318740561;
+
+/// The statement of `script` (a refusal's SQL) that takes its schema's
+/// creators' lock, and the DDL after it.
+fn split_script(script: &str) -> (&str, &str) {
+    let (lock, ddl) =
+        script.strip_prefix("BEGIN;\n").and_then(|rest| rest.split_once(";\n")).expect("the script takes the creators' lock first");
+    (lock, ddl.strip_suffix("COMMIT;\n").expect("and commits last"))
+}
+
+/// The SQL of the refusal of a provider on `schema` with `autoCreate: false`.
+fn script_of(schema: &Schema) -> String {
+    let refusing = schema.open("        autoCreate: false\n");
+    let sql = create_sql(&block_on(backend(&refusing).acquire("k", wait(0))).unwrap_err());
+    block_on(refusing.close());
+    sql
+}
+
+/// A session of its own on the machine's server, in `runtime`.
+fn session(runtime: &tokio::runtime::Runtime) -> tokio_postgres::Client {
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    })
+}
+
+/// How many sessions wait for an advisory lock in a statement that names
+/// `schema` (an installer of that schema).
+fn installers_waiting(schema: &Schema) -> i64 {
+    count(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%{}%'",
+        schema.0
+    ))
+}
+
+/// The creators' lock was one for the whole database: an installation
+/// waiting in one schema (here, behind whoever holds that schema's lock;
+/// in production, an upgrade behind a long transaction on its tables)
+/// held up the first operation of every other schema past its
+/// `commandTimeoutMs` (this test failed before: `OUTCOME_UNKNOWN` after
+/// 2 s; in CI, other suites' tests failed so beside the test below).
+#[test]
+fn an_installation_waiting_in_one_schema_holds_up_no_other_schema() {
+    let (held, other) = (Schema::fresh(), Schema::fresh());
+    let script = script_of(&held);
+    let (lock, _) = split_script(&script);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let creators = session(&runtime);
+    runtime.block_on(creators.batch_execute(&format!("BEGIN; {lock}"))).unwrap();
+    let provider = other.open("");
+    let started = std::time::Instant::now();
+    let taken = block_on(backend(&provider).acquire("k", wait(0))).map(|lease| block_on(lease.release()));
+    assert!(matches!(taken, Ok(Ok(true))), "installed beside another schema's installer: {taken:?} after {:?}", started.elapsed());
+    runtime.block_on(creators.batch_execute("COMMIT")).unwrap();
+    block_on(provider.close());
+}
+
+/// Installers of an older release take the database-wide lock alone and
+/// exclusively: one of this release still waits for it, so the two never
+/// run their DDL side by side during an upgrade. On a private server: held
+/// on the machine's, that lock would hold up every other suite's
+/// installations meanwhile.
+#[test]
+fn an_installation_waits_for_an_older_releases_installer() {
+    let server = PrivateServer::start("older-installer", &[]);
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let older = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    });
+    runtime.block_on(older.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({OLDER_CREATORS_LOCK})"))).unwrap();
+    let provider = Provider::from_yaml(&yaml_on(&url, "upgraded", "", "")).unwrap();
+    let (granted, outcome) = std::sync::mpsc::channel();
+    let acquiring = thread::spawn({
+        let backend = backend(&provider);
+        move || granted.send(block_on(backend.acquire("k", wait(0))).map(|lease| block_on(lease.release()))).unwrap()
+    });
+    eventually("the installer waits for the older one", || {
+        count_on(&url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'") == 1
+    });
+    runtime.block_on(older.batch_execute("COMMIT")).unwrap();
+    let released = outcome.recv_timeout(Duration::from_secs(5)).expect("installed once the older installer committed");
+    assert!(released.expect("granted").unwrap());
+    acquiring.join().unwrap();
+    block_on(provider.close());
+}
 
 #[test]
 fn a_process_that_waited_to_create_the_tables_runs_no_ddl_once_another_created_them() {
@@ -304,32 +397,21 @@ fn a_process_that_waited_to_create_the_tables_runs_no_ddl_once_another_created_t
     // every later grant behind it: here a session holding ROW EXCLUSIVE on
     // the keys table, as a grant in flight does, would hold it up for good.
     let schema = Schema::fresh();
-    let refusing = schema.open("        autoCreate: false\n");
-    let sql = create_sql(&block_on(backend(&refusing).acquire("k", wait(0))).unwrap_err());
-    block_on(refusing.close());
+    let sql = script_of(&schema);
+    let (lock, ddl) = split_script(&sql);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let session = || {
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls).await.unwrap();
-            tokio::spawn(connection);
-            client
-        })
-    };
-    let (creators, grant) = (session(), session());
-    runtime.block_on(creators.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({CREATORS_LOCK})"))).unwrap();
+    let (creators, grant) = (session(&runtime), session(&runtime));
+    runtime.block_on(creators.batch_execute(&format!("BEGIN; {lock}"))).unwrap();
     let provider = schema.open("");
     let (granted, outcome) = std::sync::mpsc::channel();
     let acquiring = thread::spawn({
         let backend = backend(&provider);
         move || granted.send(block_on(backend.acquire("k", wait(0))).map(|lease| block_on(lease.release()))).unwrap()
     });
-    eventually("the provider waits for the creators' lock", || {
-        count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'") == 1
-    });
+    eventually("the provider waits for the creators' lock", || installers_waiting(&schema) == 1);
     // The tables made meanwhile, as by whoever holds the creators' lock:
     // the script's DDL without its own take of that lock.
-    let ddl = sql.strip_prefix("BEGIN;\n").and_then(|rest| rest.split_once(";\n")).expect("the script takes the creators' lock first").1;
-    batch(ddl.strip_suffix("COMMIT;\n").expect("and commits last"));
+    batch(ddl);
     runtime.block_on(grant.batch_execute(&format!("BEGIN; LOCK TABLE {} IN ROW EXCLUSIVE MODE", schema.table("")))).unwrap();
     runtime.block_on(creators.batch_execute("COMMIT")).unwrap();
     let released = outcome.recv_timeout(Duration::from_secs(5)).expect("the acquire ran no DDL behind the grant in flight");

@@ -244,8 +244,10 @@ fn r64_pg_an_upgrade_behind_a_reader_of_holders_gives_up_and_holds_nobody_up() {
     // A process of this build starts and upgrades.
     let upgrading = upgrade_twice(schema.yaml("", ""));
     postgres::eventually("the upgrade waits for its table lock", || {
-        postgres::count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'")
-            == 1
+        postgres::count(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND query LIKE '%{}%'",
+            schema.0
+        )) == 1
     });
     let started = Instant::now();
     let renewed = pg_try_within::<i32>(&renew, Duration::from_secs(8));
@@ -992,8 +994,10 @@ fn r64_pg_the_dba_script_beside_an_installer_waits_for_it() {
         })
     };
     postgres::eventually("the installer waits to drop take", || {
-        postgres::count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'")
-            == 1
+        postgres::count(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND query LIKE '%{}%'",
+            schema.0
+        )) == 1
     });
     let dba = {
         let script = script.clone();

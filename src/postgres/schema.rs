@@ -126,7 +126,20 @@ impl Table {
     /// waits for a process installing meanwhile instead of colliding with
     /// its half-done DDL (review R64), and leaves nothing half done itself.
     pub fn script_sql(&self, lock: i64) -> String {
-        format!("BEGIN;\nSELECT pg_advisory_xact_lock({lock});\n{}COMMIT;\n", self.create_sql())
+        format!("BEGIN;\n{};\n{}COMMIT;\n", self.creators_lock(lock), self.create_sql())
+    }
+
+    /// Takes the creators' lock of this schema: an advisory lock of its
+    /// own (its name hashed with `lock`, whose shared form it holds too).
+    /// One lock for every schema of the database made an install that
+    /// waited (behind a long transaction on its own tables, up to its lock
+    /// timeout) hold up every other schema's first operation meanwhile,
+    /// past its `commandTimeoutMs`. The shared `lock` is what an older
+    /// driver takes alone, exclusively: it still waits for every install
+    /// of this version, and they for it, so an upgrade's processes never
+    /// run their DDL side by side.
+    fn creators_lock(&self, lock: i64) -> String {
+        format!("SELECT pg_advisory_xact_lock_shared({lock}), pg_advisory_xact_lock(hashtextextended('{}', {lock}))", self.schema)
     }
 
     /// [`Self::create_sql`] for a driver that found the tables missing, run
@@ -139,8 +152,9 @@ impl Table {
     /// a busy server) while a late creator replaced functions in use.
     pub fn create_once_sql(&self, lock: i64) -> String {
         format!(
-            "SELECT pg_advisory_xact_lock({lock});\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; \
+            "{};\nDO $created$ BEGIN IF {} THEN RAISE EXCEPTION 'created meanwhile' USING ERRCODE = '{ALREADY_CREATED}'; END IF; \
              IF {} THEN RAISE EXCEPTION 'newer functions installed meanwhile' USING ERRCODE = '{NEWER_INSTALLED}'; END IF; END $created$;\n{}",
+            self.creators_lock(lock),
             self.present(),
             self.newer(),
             self.create_sql()
