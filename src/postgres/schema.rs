@@ -307,8 +307,8 @@ BEGIN
   -- table (a pg_dump, a long report) a waiting ALTER would queue every
   -- process's statements on it until that transaction ends (review R64);
   -- refused, the installation is rolled back (`lockedSetUp`) and tried
-  -- again by the next operation. `IF NOT EXISTS`: the DBA's script, which
-  -- takes no installers' lock, may run beside an installer that added it.
+  -- again by the next operation. `IF NOT EXISTS`: an older release's
+  -- DBA script took no installers' lock, and may run beside an installer that added it.
   IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{holders}'::regclass AND attname = 'fence' AND NOT attisdropped) THEN
     PERFORM set_config('lock_timeout', '200ms', true);
     ALTER TABLE {holders} ADD COLUMN IF NOT EXISTS fence bigint;
