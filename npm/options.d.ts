@@ -214,7 +214,7 @@ export interface PostgresBackendOptions {
    */
   readonly slowHoldMs?: number | null;
   /**
-   * The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...).
+   * The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...), so it does not end with _holders, _waiting, _fence_until or _pkey.
    * Matches `^[a-z_][a-z0-9_]{0,39}$`.
    * @default "dokebi_lock"
    */
@@ -305,7 +305,7 @@ export interface MysqlBackendOptions {
    */
   readonly slowHoldMs?: number | null;
   /**
-   * The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...).
+   * The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...), so it does not end with _holders, _waiting or _released.
    * Matches `^[a-z_][a-z0-9_]{0,39}$`.
    * @default "dokebi_lock"
    */

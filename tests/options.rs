@@ -294,6 +294,42 @@ fn a_redis_lease_not_above_its_connection_command_timeout_is_invalid_options() {
     assert_eq!(issue_paths(&err), ["backends.x.leaseMs"]);
 }
 
+/// Review R67: tables `t` and `t_holders` of one schema were one table
+/// (`t`'s holders, `t_holders`'s keys), and whichever installed second
+/// failed every first operation with PROVIDER_FAILED, naming nothing. Every
+/// name the drivers make beside a table ends with one of these.
+#[test]
+fn a_table_named_like_what_is_made_beside_another_is_invalid_options() {
+    let postgres = json!({ "connections": { "main": { "url": "postgres://h/app" } } });
+    let mysql = json!({ "connections": { "main": { "url": "mysql://h/app" } } });
+    let backends = json!({ "backends": {
+        "keys": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t" },
+        "holders": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t_holders" },
+        "waiting": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t_waiting" },
+        "index": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t_fence_until" },
+        "primary": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t_pkey" },
+        "released": { "driver": "postgres", "connection": "main", "leaseMs": 10000, "table": "t_released" },
+        "my_keys": { "driver": "mysql", "connection": "main", "leaseMs": 10000, "table": "t" },
+        "my_holders": { "driver": "mysql", "connection": "main", "leaseMs": 10000, "table": "t_holders" },
+        "my_released": { "driver": "mysql", "connection": "main", "leaseMs": 10000, "table": "t_released" },
+        "my_primary": { "driver": "mysql", "connection": "main", "leaseMs": 10000, "table": "t_pkey" },
+    } });
+    let err = Options::from_sections(Some(&backends), None, Some(&postgres), Some(&mysql)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidOptions);
+    assert_eq!(
+        issue_paths(&err),
+        [
+            "backends.holders.table",
+            "backends.index.table",
+            "backends.my_holders.table",
+            "backends.my_released.table",
+            "backends.primary.table",
+            "backends.waiting.table"
+        ]
+    );
+    assert!(err.to_string().contains("must not end with _holders, _waiting, _fence_until, _pkey"), "{err}");
+}
+
 #[test]
 fn a_connection_names_one_server_a_sentinel_deployment_or_a_cluster() {
     let options = Options::from_config(&json!({

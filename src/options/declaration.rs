@@ -215,7 +215,7 @@ pub const POSTGRES_FIELDS: &[Field] = &[
         name: "table",
         kind: Kind::SqlName,
         fallback: Fallback::Text("dokebi_lock"),
-        description: "The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...).",
+        description: "The name of the key table; its holders, waiters and functions are named after it (<table>_holders, <table>_take, ...), so it does not end with _holders, _waiting, _fence_until or _pkey.",
     },
     Field {
         name: "autoCreate",
@@ -277,7 +277,7 @@ pub const MYSQL_FIELDS: &[Field] = &[
         name: "table",
         kind: Kind::SqlName,
         fallback: Fallback::Text("dokebi_lock"),
-        description: "The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...).",
+        description: "The name of the key table in the URL's database; its holders, waiters and procedures are named after it (<table>_holders, <table>_take, ...), so it does not end with _holders, _waiting or _released.",
     },
     Field {
         name: "autoCreate",

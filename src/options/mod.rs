@@ -261,6 +261,18 @@ pub struct MysqlOptions {
     pub auto_create: bool,
 }
 
+/// The endings of the names the postgres driver gives what it makes beside
+/// its key table `<table>` (src/postgres/schema.rs): the holders and
+/// waiting tables, the key table's index on `fence_until`, and the primary
+/// keys' indexes (PostgreSQL names them `<relation>_pkey`). Every relation
+/// name of two tables `t` and `u` differs unless one of them ends so: a
+/// table `t_holders` beside a table `t` would be its holders table.
+const POSTGRES_MADE_BESIDE: &[&str] = &["_holders", "_waiting", "_fence_until", "_pkey"];
+
+/// The endings of the tables the mysql driver makes beside its key table
+/// (src/mysql/schema.rs; MySQL names indexes per table).
+const MYSQL_MADE_BESIDE: &[&str] = &["_holders", "_waiting", "_released"];
+
 impl MysqlOptions {
     fn from_fields(fields: &Fields) -> Self {
         MysqlOptions { store: StoreOptions::from_fields(fields), table: fields.text("table"), auto_create: fields.boolean("autoCreate") }
@@ -578,6 +590,22 @@ impl Options {
             if let BackendOptions::Policy(policy) = backend {
                 let given = root.get(LOCK_SECTION).and_then(|lock| lock.get("backends")?.get(name)).unwrap_or(&Value::Null);
                 settle_policy(name, policy, &tiers, given, &mut issues);
+            }
+        }
+        for (name, backend) in &backends {
+            let (table, made_beside) = match backend {
+                BackendOptions::Postgres(postgres) => (&postgres.table, POSTGRES_MADE_BESIDE),
+                BackendOptions::Mysql(mysql) => (&mysql.table, MYSQL_MADE_BESIDE),
+                _ => continue,
+            };
+            if made_beside.iter().any(|suffix| table.ends_with(suffix)) {
+                issues.push(
+                    format!("backends.{name}.table"),
+                    format!(
+                        "must not end with {}: the tables (and indexes) made beside a table are named after it so, and another backend's table of that name would be one of them",
+                        made_beside.join(", ")
+                    ),
+                );
             }
         }
 
