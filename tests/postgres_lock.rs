@@ -591,7 +591,7 @@ fn a_holders_table_of_functions_12_gets_its_fence_column_and_keeps_its_leases() 
     assert_eq!(code(block_on(backend(&provider).acquire("k", wait(0)))), ErrorCode::LockBusy, "the older driver's lease still holds");
     assert!(has_fences(), "the first acquire added the column");
     let version: String = rows(&format!("SELECT obj_description('{take}({signature})'::regprocedure, 'pg_proc')"))[0].get(0);
-    assert_eq!(version, "dokebi-lock functions 13");
+    assert_eq!(version, "dokebi-lock functions 14");
     older("read after the upgrade");
     let other = block_on(backend(&provider).acquire("j", wait(0))).unwrap();
     let seen = block_on(backend(&provider).inspect("j")).unwrap();

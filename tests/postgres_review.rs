@@ -142,7 +142,7 @@ fn postgres_a_driver_of_functions_5_starting_never_reopens_the_renewal_race() {
         ))[0]
             .get::<_, String>(0)
     };
-    assert_eq!(version(&schema), "dokebi-lock functions 13");
+    assert_eq!(version(&schema), "dokebi-lock functions 14");
     // The old process starts: what its ensure() runs, one transaction,
     // refused (6's take has a parameter name 5's cannot replace), so 6's
     // functions stay, its renew among them.
@@ -150,7 +150,7 @@ fn postgres_a_driver_of_functions_5_starting_never_reopens_the_renewal_race() {
     let install = include_str!("postgres/functions5.sql").replace("__SCHEMA__", &schema.0);
     let refused = old.runtime.block_on(old.client.batch_execute(&install)).expect_err("the old driver's install is refused");
     assert!(refused.to_string().contains("parameter") || format!("{refused:?}").contains("parameter"), "{refused:?}");
-    assert_eq!(version(&schema), "dokebi-lock functions 13", "the old install left the current functions");
+    assert_eq!(version(&schema), "dokebi-lock functions 14", "the old install left the current functions");
     // The old process holds k, through the calls of functions 5 (6 keeps
     // their signatures).
     let granted: Vec<i64> = old

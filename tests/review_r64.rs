@@ -137,7 +137,7 @@ fn pg_cancel_sleeper(marker: &str) {
 
 /// A process of the previous build takes keys a and k; its take waits for
 /// a's row (another transaction has it for a moment) when a process of
-/// this build upgrades the schema (functions 13, the `fence` column) and
+/// this build upgrades the schema (functions 13 and later: the `fence` column) and
 /// takes and releases k (its grant writes its fence into k's slot 0).
 /// The older take then goes on, with the code it started with: it grants
 /// a and k, taking k's free slot 0 by an UPDATE that writes its token but
@@ -172,7 +172,7 @@ fn r64_pg_an_old_take_in_flight_across_the_upgrade_shows_anothers_fence() {
     let provider = schema.open("");
     let newer = postgres::backend(&provider);
     let first = take(&newer, "k", wait(0));
-    assert_eq!(pg_version(&schema), "dokebi-lock functions 13", "upgraded while the older take waited");
+    assert_eq!(pg_version(&schema), "dokebi-lock functions 14", "upgraded while the older take waited");
     let first_fence = first.fence();
     release(first);
     pg_cancel_sleeper(&marker);
@@ -794,7 +794,7 @@ fn r64_pg_upgrade_under_load_through_pgbouncer() {
     let newer: Vec<Vec<i64>> = newer.into_iter().map(|t| t.join().unwrap()).collect();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (older_fences, errors) = older.join().unwrap();
-    assert_eq!(pg_version(&schema), "dokebi-lock functions 13");
+    assert_eq!(pg_version(&schema), "dokebi-lock functions 14");
     for list in newer.iter().chain([&older_fences]) {
         assert!(list.windows(2).all(|w| w[0] < w[1]), "each process's fences rise: {list:?}");
     }

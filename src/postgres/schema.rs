@@ -226,7 +226,13 @@ pub const ALREADY_CREATED: &str = "DL001";
 /// 13: each holder row keeps the fence its grant got (`fence`, added to
 /// the holders table of an older install in [`TABLES`]), which `inspect`
 /// reads with the time held (issue 53); signatures as 12's.
-const VERSION: &str = "dokebi-lock functions 13";
+/// 14: fewer statements per call, signatures and behaviour as 13's (issue
+/// 55): a grant raises its fences and writes its holder rows in one
+/// statement, a release frees its rows, finds the keys waited for and
+/// looks for rows past their retention in one, `lock_keys` sorts no single
+/// key, and settings are assigned (`setting := set_config(...)`, evaluated
+/// without a query) rather than `PERFORM`ed.
+const VERSION: &str = "dokebi-lock functions 14";
 
 /// The server's clock in µs since the epoch, as `take` reads it for a
 /// grant's fence (`clock_us`, of `now_ts := clock_timestamp()`): what
@@ -376,9 +382,11 @@ const DURABLE: &str = "IF current_setting('synchronous_commit') IN ('off', 'loca
 /// Row-lock waits of a renewal, a release or a withdrawal end at
 /// `p_lock_timeout_ms` (for the transaction), as a take's: the server then
 /// refuses the call (nothing done) before the driver stops waiting for it.
-/// NULL (hand_over, older drivers) leaves the caller's.
+/// NULL (hand_over, older drivers) leaves the caller's. An assignment to
+/// the function's `setting`: PL/pgSQL evaluates it as a simple expression,
+/// where `PERFORM` runs a query through the executor.
 const LOCK_TIMEOUT: &str = "IF p_lock_timeout_ms IS NOT NULL THEN
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+    setting := set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   END IF;";
 
 /// The operations. Every time is the server's `clock_timestamp()`.
@@ -500,10 +508,16 @@ const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION {lock_keys}(p_ns text, p_keys text[])
 RETURNS text[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  sorted text[] := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
+  sorted text[];
   k text;
 BEGIN
   {read_committed}
+  -- One key (most calls) is sorted already: a query fewer.
+  IF cardinality(p_keys) = 1 THEN
+    sorted := p_keys;
+  ELSE
+    sorted := ARRAY(SELECT DISTINCT u COLLATE "C" FROM unnest(p_keys) u ORDER BY 1);
+  END IF;
   FOREACH k IN ARRAY sorted LOOP
     LOOP
       PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = k FOR UPDATE;
@@ -556,8 +570,9 @@ DECLARE
   fences bigint[];
   fenced text[];
   placed integer;
+  setting text;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
+  setting := set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
   sorted := {lock_keys}(p_ns, p_keys);
   -- The clock once the key rows are locked: a take that waited for them
   -- (behind another grant's commit) must not grant at the time it began,
@@ -585,7 +600,7 @@ BEGIN
         AND w.lapses_at > now_ts
     ) o;
     IF at IS NOT NULL THEN
-      PERFORM set_config('synchronous_commit', 'off', true);
+      setting := set_config('synchronous_commit', 'off', true);
       RETURN ARRAY[-1, at];
     END IF;
     SELECT array_agg(b.key), min(b.until) INTO blocked, hint FROM (
@@ -631,26 +646,24 @@ BEGIN
             WHERE NOT EXISTS (SELECT 1 FROM {waiting} w WHERE w.namespace = p_ns AND w.key = b AND w.token = p_token AND w.lapses_at > now_ts);
         END IF;
       END IF;
-      PERFORM set_config('synchronous_commit', 'off', true);
+      setting := set_config('synchronous_commit', 'off', true);
       RETURN ARRAY[0, coalesce(hint, -1), place];
     END IF;
   ELSE
     place := 0;
   END IF;
   {durable}
+  -- One statement raises the fences and writes the holder rows (each
+  -- statement a function runs costs its executor's start, about as much as
+  -- its work here). No other operation changes these keys' holder rows
+  -- meanwhile: each locks the key rows first, as this call did.
   -- fence_until only moves forward, a retention bucket at a time: a grant
   -- that leaves it as it was changes no indexed column, so the update is a
   -- HOT one (no new index entries, the old version pruned in place).
-  WITH raised AS (
-    UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = greatest(r.fence_until, retain_until)
-    WHERE r.namespace = p_ns AND r.key = ANY (sorted)
-    RETURNING r.key, r.fence
-  ) SELECT array_agg(raised.fence ORDER BY array_position(p_keys, raised.key::text)),
-      array_agg(raised.key::text ORDER BY array_position(p_keys, raised.key::text)) INTO fences, fenced FROM raised;
   -- Each key's holder row: this token's (a retry whose answer was lost),
-  -- else a free slot (released or lapsed), else a new slot. Holder rows are
-  -- updated in place, never deleted by a release: nothing of them is
-  -- indexed but the slot, so the updates are HOT ones (the old version
+  -- else a free slot (released or lapsed), else a new slot (below). Holder
+  -- rows are updated in place, never deleted by a release: nothing of them
+  -- is indexed but the slot, so the updates are HOT ones (the old version
   -- pruned in its page, no VACUUM needed, no index entry added).
   -- The other tokens' rows expired on this clock are marked dead (an
   -- expiry no clock reading is behind, {dead}) in the same statement: a
@@ -660,20 +673,27 @@ BEGIN
   -- Every row given this token gets, in the same statement, the key's
   -- fence this call answers (a retry's row too: its new fence), so no
   -- row keeps another grant's fence beside its token.
-  WITH pick AS (
-    SELECT k AS key, (SELECT h.slot FROM {holders} h WHERE h.namespace = p_ns AND h.key = k AND (h.token = p_token OR h.expires_at <= now_ts)
-                      ORDER BY h.token = p_token DESC, h.slot LIMIT 1) AS slot,
-      fences[array_position(fenced, k)] AS fence
-    FROM unnest(sorted) k
+  WITH raised AS (
+    UPDATE {keys} r SET fence = greatest(r.fence + 1, clock_us), fence_until = greatest(r.fence_until, retain_until)
+    WHERE r.namespace = p_ns AND r.key = ANY (sorted)
+    RETURNING r.key, r.fence
+  ), pick AS (
+    SELECT raised.key, raised.fence,
+      (SELECT h.slot FROM {holders} h WHERE h.namespace = p_ns AND h.key = raised.key AND (h.token = p_token OR h.expires_at <= now_ts)
+       ORDER BY h.token = p_token DESC, h.slot LIMIT 1) AS slot
+    FROM raised
   ), dead AS (
     UPDATE {holders} h SET expires_at = {dead}
       FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot IS DISTINCT FROM pick.slot AND h.token <> p_token
         AND h.expires_at > {dead} AND h.expires_at <= now_ts
-  )
-  UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
-    expires_at = now_ts + p_lease_ms * interval '1 millisecond', fence = pick.fence
-    FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot AND (h.token = p_token OR h.expires_at <= now_ts);
-  GET DIAGNOSTICS placed = ROW_COUNT;
+  ), granted AS (
+    UPDATE {holders} h SET token = p_token, shared = p_shared, lim = p_limit, weight = p_weight,
+      expires_at = now_ts + p_lease_ms * interval '1 millisecond', fence = pick.fence
+      FROM pick WHERE h.namespace = p_ns AND h.key = pick.key AND h.slot = pick.slot AND (h.token = p_token OR h.expires_at <= now_ts)
+      RETURNING h.key
+  ) SELECT array_agg(pick.fence ORDER BY array_position(p_keys, pick.key::text)),
+      array_agg(pick.key::text ORDER BY array_position(p_keys, pick.key::text)), (SELECT count(*) FROM granted)
+    INTO fences, fenced, placed FROM pick;
   IF placed < cardinality(sorted) THEN
     INSERT INTO {holders} (namespace, key, slot, token, shared, lim, weight, expires_at, fence)
       SELECT p_ns, k, coalesce((SELECT max(h.slot) + 1 FROM {holders} h WHERE h.namespace = p_ns AND h.key = k), 0), p_token, p_shared,
@@ -694,6 +714,7 @@ DECLARE
   now_ts timestamptz;
   renewed integer;
   kept text[];
+  setting text;
 BEGIN
   {read_committed}
   {durable}
@@ -736,29 +757,38 @@ DECLARE
   old_ns text[];
   old_keys text[];
   cleaned integer;
+  setting text;
+  woken text[];
+  stale boolean;
 BEGIN
   {read_committed}
   {lock_timeout}
-  PERFORM set_config('synchronous_commit', 'off', true);
+  setting := set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   -- A released row stays, free, with its token and the expiry -infinity,
   -- which only a release writes: a retry of a release whose answer was
   -- lost (p_retry) counts what the first attempt released too.
+  -- One statement releases, finds the keys someone waits for and looks
+  -- for a key row whose retention has passed (the clean-up's four
+  -- statements run only then): marks are written under the key rows'
+  -- locks, which this call holds, so its snapshot has every one of them.
   WITH gone AS (
     UPDATE {holders} SET expires_at = '-infinity'
     WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at > now_ts RETURNING key
-  ) SELECT count(*), array_agg(key) INTO released, freed FROM gone;
+  ) SELECT (SELECT count(*) FROM gone),
+      (SELECT array_agg(DISTINCT w.key) FROM {waiting} w
+       WHERE w.namespace = p_ns AND w.key IN (SELECT gone.key FROM gone) AND w.lapses_at > now_ts),
+      EXISTS (SELECT 1 FROM {keys} WHERE fence_until < now_ts)
+    INTO released, woken, stale;
   IF p_retry THEN
     SELECT count(*) INTO released FROM {holders}
       WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND expires_at = '-infinity';
   END IF;
-  PERFORM pg_notify(p_channel, CASE WHEN octet_length(p_ns) + octet_length(w.key) < 7900
-                                    THEN octet_length(p_ns) || ':' || p_ns || w.key ELSE '' END)
-    FROM (SELECT DISTINCT key FROM {waiting} WHERE namespace = p_ns AND key = ANY (freed) AND lapses_at > now_ts) w;
-  -- The clean-up's four statements only when a key row's retention has
-  -- passed (one index probe otherwise).
-  PERFORM 1 FROM {keys} WHERE fence_until < now_ts LIMIT 1;
-  IF NOT FOUND THEN
+  IF woken IS NOT NULL THEN
+    PERFORM pg_notify(p_channel, CASE WHEN octet_length(p_ns) + octet_length(k) < 7900
+                                      THEN octet_length(p_ns) || ':' || p_ns || k ELSE '' END) FROM unnest(woken) k;
+  END IF;
+  IF NOT stale THEN
     RETURN released;
   END IF;
   -- Candidates: rows past their retention that look idle (a key held or
@@ -811,10 +841,11 @@ RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET se
 DECLARE
   now_ts timestamptz := clock_timestamp();
   withdrawn text[];
+  setting text;
 BEGIN
   {read_committed}
   {lock_timeout}
-  PERFORM set_config('synchronous_commit', 'off', true);
+  setting := set_config('synchronous_commit', 'off', true);
   PERFORM 1 FROM {keys} WHERE namespace = p_ns AND key = ANY (p_keys) ORDER BY key FOR UPDATE;
   WITH gone AS (
     UPDATE {waiting} SET lapses_at = '-infinity' WHERE namespace = p_ns AND key = ANY (p_keys) AND token = p_token AND lapses_at > now_ts
@@ -844,8 +875,9 @@ DECLARE
   granted boolean := false;
   at integer := 1;
   r integer;
+  setting text;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+  setting := set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
   PERFORM {lock_keys}(p_ns, p_released_keys || p_keys);
   IF cardinality(p_released_keys) > 0 THEN
     released := {give_back}(p_ns, p_released_keys, p_released_token, p_channel, false);
@@ -859,7 +891,7 @@ BEGIN
     at := at + p_counts[r];
   END LOOP;
   IF granted THEN
-    PERFORM set_config('synchronous_commit', durability, true);
+    setting := set_config('synchronous_commit', durability, true);
   END IF;
   reply := ARRAY[released::bigint];
   reply := reply || ARRAY(
@@ -880,6 +912,7 @@ DECLARE
   retain_until timestamptz;
   removed bigint;
   raised bigint;
+  setting text;
 BEGIN
   {read_committed}
   {durable}
