@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dokebi_lock::{AbortController, AcquireOptions, Backend, ErrorCode, Provider};
 use futures::executor::block_on;
-use postgres::{backend, batch, code, count, count_on, counts, eventually, rows, wait, yaml_on, Schema};
+use postgres::{backend, batch, code, count, count_on, counts, eventually, rows, session_on, wait, yaml_on, Schema};
 use server::PrivateServer;
 
 #[test]
@@ -318,15 +318,6 @@ fn script_of(schema: &Schema) -> String {
     sql
 }
 
-/// A session of its own on the machine's server, in `runtime`.
-fn session(runtime: &tokio::runtime::Runtime) -> tokio_postgres::Client {
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-    })
-}
-
 /// How many sessions wait for an advisory lock in a statement that names
 /// `schema` (an installer of that schema).
 fn installers_waiting(schema: &Schema) -> i64 {
@@ -348,7 +339,7 @@ fn an_installation_waiting_in_one_schema_holds_up_no_other_schema() {
     let script = script_of(&held);
     let (lock, _) = split_script(&script);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let creators = session(&runtime);
+    let creators = session_on(&runtime, &postgres::url());
     runtime.block_on(creators.batch_execute(&format!("BEGIN; {lock}"))).unwrap();
     let provider = other.open("");
     let started = std::time::Instant::now();
@@ -368,11 +359,7 @@ fn an_installation_waits_for_an_older_releases_installer() {
     let server = PrivateServer::start("older-installer", &[]);
     let url = server.url();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let older = runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-    });
+    let older = session_on(&runtime, &url);
     runtime.block_on(older.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({OLDER_CREATORS_LOCK})"))).unwrap();
     let provider = Provider::from_yaml(&yaml_on(&url, "upgraded", "", "")).unwrap();
     let (granted, outcome) = std::sync::mpsc::channel();
@@ -400,7 +387,7 @@ fn a_process_that_waited_to_create_the_tables_runs_no_ddl_once_another_created_t
     let sql = script_of(&schema);
     let (lock, ddl) = split_script(&sql);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (creators, grant) = (session(&runtime), session(&runtime));
+    let (creators, grant) = (session_on(&runtime, &postgres::url()), session_on(&runtime, &postgres::url()));
     runtime.block_on(creators.batch_execute(&format!("BEGIN; {lock}"))).unwrap();
     let provider = schema.open("");
     let (granted, outcome) = std::sync::mpsc::channel();

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use dokebi_lock::{ErrorCode, Provider};
 use futures::executor::block_on;
-use postgres::{backend, count, count_on, eventually, wait, yaml_on, Schema};
+use postgres::{backend, count, count_on, eventually, session_on, wait, yaml_on, Schema};
 use server::PrivateServer;
 
 /// The database-wide lock (src/postgres/store.rs `CREATORS_LOCK`): what an
@@ -59,15 +59,6 @@ fn split_script(script: &str) -> (String, String) {
     let (lock, ddl) =
         script.strip_prefix("BEGIN;\n").and_then(|rest| rest.split_once(";\n")).expect("the script takes the creators' lock first");
     (lock.to_owned(), ddl.strip_suffix("COMMIT;\n").expect("and commits last").to_owned())
-}
-
-/// A session of its own on `url`, in `runtime`.
-fn session(runtime: &tokio::runtime::Runtime, url: &str) -> tokio_postgres::Client {
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-    })
 }
 
 /// Acquires and releases a key of its own on a new provider of `yaml`, in a thread: the
@@ -115,7 +106,7 @@ fn r67_an_older_installer_queued_lets_one_schema_hold_up_every_other() {
     let url = server.url();
     let (lock, _) = split_script(&script_on(&url, "busy", ""));
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (dba, older) = (session(&runtime, &url), session(&runtime, &url));
+    let (dba, older) = (session_on(&runtime, &url), session_on(&runtime, &url));
     runtime.block_on(dba.batch_execute(&format!("BEGIN; {lock}"))).unwrap();
     // An older release's installer of schema `other` (its first statement).
     let older_waits = runtime.spawn(async move {
@@ -156,7 +147,7 @@ fn r67_a_table_named_like_anothers_holders_is_refused() {
 
 /// Held: six processes install one fresh schema at once, three tables
 /// (two processes each): every first operation is granted, every table
-/// and function is there once, at functions 13.
+/// and function is there once, at the current functions.
 #[test]
 fn r67_held_installers_of_one_schema_with_different_tables_at_once() {
     let schema = Schema::fresh();
@@ -170,7 +161,7 @@ fn r67_held_installers_of_one_schema_with_different_tables_at_once() {
         assert_eq!(
             count(&format!(
                 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '{}' AND p.proname = '{table}_take' \
-                 AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 13'",
+                 AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 14'",
                 schema.0
             )),
             1
@@ -197,7 +188,7 @@ fn r67_held_installers_of_different_schemas_side_by_side() {
         assert_eq!(
             count(&format!(
                 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '{}' \
-                 AND p.proname = 'dokebi_lock_take' AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 13'",
+                 AND p.proname = 'dokebi_lock_take' AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 14'",
                 schema.0
             )),
             1
@@ -218,7 +209,7 @@ fn r67_held_the_schema_key_is_one_per_schema() {
     assert_eq!(lock_a, lock_b, "one lock per schema, whatever the table");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let key = |setup: &str, name: &str| -> i64 {
-        let client = session(&runtime, &url);
+        let client = session_on(&runtime, &url);
         runtime.block_on(client.batch_execute(setup)).unwrap();
         let row = runtime.block_on(client.query_one(&format!("SELECT hashtextextended('{name}', {G})"), &[])).unwrap();
         row.get(0)
@@ -270,7 +261,7 @@ fn r67_held_older_installer_dba_script_and_installers_at_once() {
                 &url,
                 &format!(
                     "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '{schema}' \
-                     AND p.proname = 'dokebi_lock_take' AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 13'"
+                     AND p.proname = 'dokebi_lock_take' AND obj_description(p.oid, 'pg_proc') = 'dokebi-lock functions 14'"
                 )
             ),
             1

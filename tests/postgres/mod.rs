@@ -59,6 +59,16 @@ pub fn count_on(url: &str, sql: &str) -> i64 {
     rows_on(url, sql)[0].get(0)
 }
 
+/// A session of its own on the server at `url`, kept open (a transaction
+/// or a lock held across the test's steps), driven by `runtime`.
+pub fn session_on(runtime: &tokio::runtime::Runtime, url: &str) -> tokio_postgres::Client {
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("the test server is up");
+        tokio::spawn(connection);
+        client
+    })
+}
+
 /// True when the server (or pooler) at `url` answers a query now.
 pub fn answers(url: &str) -> bool {
     runtime().block_on(async {
