@@ -12,11 +12,12 @@ export function asksKind(options) {
 
 
 /**
- * The acquire options, each field read once: a plain object of the fields
- * given, after INVALID_ARGUMENT for a field of another name (an app driver sees no `mode: undefined` it did not ask for). What
- * the checks below read is then what the acquire uses: a getter that
- * answered a valid value to the check cannot answer another to the addon.
- * undefined stays undefined; anything but an object is left to the checks.
+ * The acquire options, each field read once: INVALID_ARGUMENT for a field of
+ * another name, else a plain object of the fields given (so an app driver
+ * sees no `mode: undefined` it did not ask for). What the checks below read
+ * is then what the acquire uses: a getter that answered a valid value to the
+ * check cannot answer another to the addon. undefined stays undefined;
+ * anything but an object is left to the checks.
  */
 export function readOnce(options) {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) return options;
