@@ -19,6 +19,7 @@
 //!
 //! The rest are attacks that held.
 
+mod builds;
 mod mysql;
 mod postgres;
 mod support;
@@ -27,6 +28,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use builds::{constant, source_at};
 use dokebi_lock::{AcquireOptions, Backend, ErrorCode, LockKind, LockMode, Provider};
 use futures::executor::block_on;
 use support::{inspect, labelled, release, take, wait};
@@ -34,30 +36,10 @@ use support::{inspect, labelled, release, take, wait};
 /// The last commit before each holder row kept its fence.
 const PREVIOUS_BUILD: &str = "162db9e21839c120d163b06fc284fe4c666478a3";
 
-fn previous_source(path: &str) -> String {
-    let out = std::process::Command::new("git").args(["show", &format!("{PREVIOUS_BUILD}:{path}")]).output().unwrap();
-    assert!(out.status.success(), "git show {path}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A `const NAME: &str = ...;` of `src`: a raw string or a plain one
-/// (without escapes).
-fn constant(src: &str, name: &str) -> String {
-    let head = format!("const {name}: &str = ");
-    let start = src.find(&head).unwrap_or_else(|| panic!("no {name}")) + head.len();
-    let rest = &src[start..];
-    if let Some(raw) = rest.strip_prefix("r#\"") {
-        raw[..raw.find("\"#;").unwrap()].to_owned()
-    } else {
-        let plain = &rest[1..];
-        plain[..plain.find("\";").unwrap()].to_owned()
-    }
-}
-
 /// The previous build's `Table::create_sql` for table `dokebi_lock` of
 /// `schema` (functions 12), as that build wrote it.
 fn pg_previous_create_sql(schema: &str) -> String {
-    let src = previous_source("src/postgres/schema.rs");
+    let src = source_at(PREVIOUS_BUILD, "src/postgres/schema.rs");
     let name = |suffix: &str| format!("\"{schema}\".\"dokebi_lock{suffix}\"");
     let c = |n: &str| constant(&src, n);
     assert_eq!(c("VERSION"), "dokebi-lock functions 12");
